@@ -1,0 +1,66 @@
+"""Atomic file writes: temporary file in the same directory, fsync, rename.
+
+A crash at any instant leaves either the old file or the new one, never a torn file. Used for every file
+the project writes that someone may read back (checkpoints, configs, downloads, metrics snapshots).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+from typing import IO, Iterator, Union
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(str(directory), os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_open(path: PathLike, mode: str = "wb", encoding: str = None) -> Iterator[IO]:
+    """Open a temporary sibling of `path` for writing; on success it replaces `path` atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent))
+    try:
+        with os.fdopen(fd, mode, encoding=encoding if "b" not in mode else None) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_bytes(path: PathLike, data: bytes) -> None:
+    with atomic_open(path, "wb") as f:
+        f.write(data)
+
+
+def atomic_write_text(path: PathLike, text: str) -> None:
+    with atomic_open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def atomic_copy(src: PathLike, dst: PathLike) -> None:
+    """Copy a file atomically (used to publish a finished temporary file, e.g. a SentencePiece model)."""
+    with open(src, "rb") as fin, atomic_open(dst, "wb") as fout:
+        while True:
+            chunk = fin.read(1 << 20)
+            if not chunk:
+                break
+            fout.write(chunk)
