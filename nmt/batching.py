@@ -1,0 +1,371 @@
+"""Bucketed batches of (source, target-in, target-out) for training, split per device and per worker.
+
+Conventions (the model, the loss and the translator rely on them):
+
+* source row   = x + [EOS], ``src_len = len(x) + 1``: the encoder sees where the sentence ends, and a source
+  is never empty. Build inference inputs the same way (`pad_sources`).
+* target-in    = [BOS] + y, target-out = y + [EOS], ``tgt_len = len(y) + 1`` (both have that many real tokens).
+* padding with PAD_ID up to the bucket's lengths only, so the whole dataset uses a few fixed shapes.
+
+`BucketSampler` draws *global* batches: what one update sees, independent of device count, gradient
+accumulation and number of workers. Those only change how a global batch is cut (`split_batch`,
+`shard_for_worker`). Filler rows pad a split to equal shares; they have ``tgt_len == 0`` and must be masked
+out by length, so a loss must be normalized by the *global* batch's `num_tgt_tokens` (or `num_sentences`),
+never by a per-share mean.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import queue
+import threading
+from dataclasses import dataclass
+from typing import Iterator, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from nmt.tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+_FINGERPRINT_VERSION = 1
+
+
+class BatchError(ValueError):
+    """Batching input or state that cannot work; the message names the example, flag or field."""
+
+
+@dataclass
+class Batch:
+    """One padded batch; numpy int32 arrays. Filler rows (from `split_batch`) have ``tgt_len == 0``."""
+    src: np.ndarray      # (B, S) x + EOS, padded with PAD_ID; S = bucket source length
+    src_len: np.ndarray  # (B,)   len(x) + 1
+    tgt_in: np.ndarray   # (B, T) BOS + y, padded
+    tgt_out: np.ndarray  # (B, T) y + EOS, padded
+    tgt_len: np.ndarray  # (B,)   len(y) + 1; 0 for filler rows
+
+    @property
+    def num_sentences(self) -> int:
+        return int(np.count_nonzero(self.tgt_len))
+
+    @property
+    def num_tgt_tokens(self) -> int:
+        return int(self.tgt_len.sum())
+
+    @property
+    def num_src_tokens(self) -> int:
+        return int(self.src_len[self.tgt_len > 0].sum())
+
+    def __len__(self) -> int:
+        """Rows, filler rows included."""
+        return int(self.src.shape[0])
+
+
+def pad_sources(src_ids: Sequence[Sequence[int]], src_pad_len: int) -> Tuple[np.ndarray, np.ndarray]:
+    """Source matrix (rows x + EOS, PAD-padded to `src_pad_len`) and lengths; shared by training and inference."""
+    return _pad_sources(src_ids, range(len(src_ids)), src_pad_len, "source row")
+
+
+def _pad_sources(src_ids: Sequence[Sequence[int]], rows: Sequence[int], src_pad_len: int,
+                 label: str) -> Tuple[np.ndarray, np.ndarray]:
+    src = np.full((len(rows), src_pad_len), PAD_ID, dtype=np.int32)
+    src_len = np.empty(len(rows), dtype=np.int32)
+    for r, i in enumerate(rows):
+        x = src_ids[i]
+        n = len(x)
+        if n + 1 > src_pad_len:
+            raise BatchError(f"{label} {i}: source has {n} tokens + EOS, longer than the padded length {src_pad_len}")
+        src[r, :n] = x
+        src[r, n] = EOS_ID
+        src_len[r] = n + 1
+    return src, src_len
+
+
+def make_batch(src_ids: Sequence[Sequence[int]], tgt_ids: Sequence[Sequence[int]], indices: Sequence[int],
+               src_pad_len: int, tgt_pad_len: int) -> Batch:
+    """Batch of examples `indices`: src = x + EOS, tgt_in = BOS + y, tgt_out = y + EOS, padded to the given lengths."""
+    src, src_len = _pad_sources(src_ids, indices, src_pad_len, "example")
+    b = len(indices)
+    tgt_in = np.full((b, tgt_pad_len), PAD_ID, dtype=np.int32)
+    tgt_out = np.full((b, tgt_pad_len), PAD_ID, dtype=np.int32)
+    tgt_len = np.empty(b, dtype=np.int32)
+    for r, i in enumerate(indices):
+        y = tgt_ids[i]
+        n = len(y)
+        if n + 1 > tgt_pad_len:
+            raise BatchError(f"example {i}: target has {n} tokens + BOS/EOS, longer than the padded length "
+                             f"{tgt_pad_len}")
+        tgt_in[r, 0] = BOS_ID
+        tgt_in[r, 1:n + 1] = y
+        tgt_out[r, :n] = y
+        tgt_out[r, n] = EOS_ID
+        tgt_len[r] = n + 1
+    return Batch(src, src_len, tgt_in, tgt_out, tgt_len)
+
+
+def split_batch(batch: Batch, num_shards: int) -> List[Batch]:
+    """Cut `batch` into `num_shards` equal-shaped shares; share k holds rows [k*b, (k+1)*b).
+
+    When the rows do not divide evenly, filler rows (src = [EOS] + PAD, tgt_in = [BOS] + PAD, tgt_out all PAD,
+    src_len 1, tgt_len 0) are appended at the end, so they fall in the last share(s).
+    """
+    if isinstance(num_shards, bool) or not isinstance(num_shards, int) or num_shards < 1:
+        raise BatchError(f"number of shares must be a positive integer, got {num_shards!r}")
+    if num_shards == 1:
+        return [batch]
+    rows = len(batch)
+    per = -(-rows // num_shards)
+    fill = per * num_shards - rows
+    if fill:
+        s, t = batch.src.shape[1], batch.tgt_in.shape[1]
+        src = np.full((fill, s), PAD_ID, dtype=np.int32)
+        src[:, 0] = EOS_ID
+        tgt_in = np.full((fill, t), PAD_ID, dtype=np.int32)
+        tgt_in[:, 0] = BOS_ID
+        batch = Batch(src=np.concatenate([batch.src, src]),
+                      src_len=np.concatenate([batch.src_len, np.ones(fill, np.int32)]),
+                      tgt_in=np.concatenate([batch.tgt_in, tgt_in]),
+                      tgt_out=np.concatenate([batch.tgt_out, np.full((fill, t), PAD_ID, dtype=np.int32)]),
+                      tgt_len=np.concatenate([batch.tgt_len, np.zeros(fill, np.int32)]))
+    return [Batch(batch.src[k * per:(k + 1) * per], batch.src_len[k * per:(k + 1) * per],
+                  batch.tgt_in[k * per:(k + 1) * per], batch.tgt_out[k * per:(k + 1) * per],
+                  batch.tgt_len[k * per:(k + 1) * per]) for k in range(num_shards)]
+
+
+def shard_for_worker(batch: Batch, rank: int, num_workers: int) -> Batch:
+    """This worker's share of a global batch in a distributed job (= ``split_batch(batch, num_workers)[rank]``)."""
+    if not isinstance(num_workers, int) or num_workers < 1 or not isinstance(rank, int) \
+            or not 0 <= rank < num_workers:
+        raise BatchError(f"worker rank {rank!r} is not in [0, {num_workers!r})")
+    return split_batch(batch, num_workers)[rank]
+
+
+class BucketSampler:
+    """Global batches of example indices, bucketed by length, reshuffled each epoch, resumable mid-epoch.
+
+    `src_lens` / `tgt_lens` are token counts of x and y (without EOS/BOS). Bucket boundaries are quantiles of
+    the padded lengths (len + 1), each bucket then tightened to the longest example it holds, so every batch
+    has one of at most `num_buckets` shapes. Give `batch_size` (sentences per batch) or `batch_tokens`
+    (``rows * tgt_pad_len <= batch_tokens``), not both. Each bucket's last batch may be smaller, so that
+    every example is drawn exactly once per epoch.
+
+    Iterating yields the batches from `position` to the end of `epoch`; reaching the end moves to the start
+    of the next epoch, so ``for epoch ...: for b in sampler`` needs no `set_epoch`, and a resumed state
+    (`load_state_dict`) simply continues. The batches of an epoch depend only on the lengths, the
+    configuration, `seed` and the epoch number.
+    """
+
+    def __init__(self, src_lens: Sequence[int], tgt_lens: Sequence[int], *, batch_size: Optional[int] = None,
+                 batch_tokens: Optional[int] = None, num_buckets: int = 8, shuffle: bool = True, seed: int = 1):
+        self.src_lens = np.asarray(src_lens, dtype=np.int64).reshape(-1)
+        self.tgt_lens = np.asarray(tgt_lens, dtype=np.int64).reshape(-1)
+        n = len(self.src_lens)
+        if n != len(self.tgt_lens):
+            raise BatchError(f"{n} source lengths but {len(self.tgt_lens)} target lengths")
+        if n == 0:
+            raise BatchError("no training examples to batch")
+        if (batch_size is None) == (batch_tokens is None):
+            raise BatchError("give exactly one of batch_size (sentences) and batch_tokens (target tokens), "
+                             f"got batch_size={batch_size}, batch_tokens={batch_tokens}")
+        for name, value in (("batch_size", batch_size), ("batch_tokens", batch_tokens), ("num_buckets", num_buckets)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer))
+                                      or value < 1):
+                raise BatchError(f"{name} must be a positive integer, got {value!r}")
+        for side, lens in (("source", self.src_lens), ("target", self.tgt_lens)):
+            if lens.min() < 0:
+                raise BatchError(f"example {int(np.argmin(lens))} has a negative {side} length {int(lens.min())}")
+        self.batch_size = None if batch_size is None else int(batch_size)
+        self.batch_tokens = None if batch_tokens is None else int(batch_tokens)
+        self.num_buckets, self.shuffle, self.seed = int(num_buckets), bool(shuffle), int(seed)
+
+        self.bucket_shapes, self._members = self._make_buckets()
+        self.bucket_batch_sizes = []
+        for s, t in self.bucket_shapes:
+            rows = self.batch_size if self.batch_tokens is None else self.batch_tokens // t
+            if rows < 1:
+                raise BatchError(f"batch_tokens={self.batch_tokens} cannot hold one sentence of the longest bucket "
+                                 f"({t} target positions); raise batch_tokens or lower max_tgt_tokens")
+            self.bucket_batch_sizes.append(int(rows))
+        self._num_batches = sum(-(-len(m) // b) for m, b in zip(self._members, self.bucket_batch_sizes))
+        self.epoch, self.position = 0, 0
+        self._cache: Tuple[int, List[Tuple[np.ndarray, int, int]]] = (-1, [])
+
+    def _make_buckets(self) -> Tuple[List[Tuple[int, int]], List[np.ndarray]]:
+        s_pad, t_pad = self.src_lens + 1, self.tgt_lens + 1
+        # Upper quantiles at k/num_buckets (numpy's method="higher", spelled out for numpy 1.21).
+        at = np.ceil(np.arange(1, self.num_buckets + 1) / self.num_buckets * (len(s_pad) - 1)).astype(np.int64)
+        keys = sorted(set(zip(np.sort(s_pad)[at].tolist(), np.sort(t_pad)[at].tolist())))
+        keys[-1] = (int(s_pad.max()), int(t_pad.max()))  # the last bucket holds everything left
+        bucket = np.full(len(s_pad), -1, dtype=np.int64)
+        for k, (s, t) in enumerate(keys):  # first bucket both sides fit into
+            bucket[(bucket < 0) & (s_pad <= s) & (t_pad <= t)] = k
+        shapes, members = [], []
+        for k in range(len(keys)):
+            idx = np.flatnonzero(bucket == k)
+            if len(idx):  # tighten to the longest member: less padding, still a fixed shape per dataset
+                shapes.append((int(s_pad[idx].max()), int(t_pad[idx].max())))
+                members.append(idx)
+        return shapes, members
+
+    def __len__(self) -> int:
+        return self._num_batches
+
+    @property
+    def num_examples(self) -> int:
+        return len(self.src_lens)
+
+    def epoch_batches(self, epoch: int) -> List[Tuple[np.ndarray, int, int]]:
+        """All global batches of `epoch` in order: (example indices, src_pad_len, tgt_pad_len)."""
+        if self._cache[0] == epoch:
+            return self._cache[1]
+        rng = np.random.default_rng([self.seed, epoch]) if self.shuffle else None
+        batches = []
+        for idx, rows, (s, t) in zip(self._members, self.bucket_batch_sizes, self.bucket_shapes):
+            if rng is not None:
+                idx = rng.permutation(idx)
+            batches.extend((idx[i:i + rows], s, t) for i in range(0, len(idx), rows))
+        if rng is not None:
+            batches = [batches[i] for i in rng.permutation(len(batches))]
+        self._cache = (epoch, batches)
+        return batches
+
+    def set_epoch(self, epoch: int) -> None:
+        """Move to the start of `epoch` (position 0)."""
+        if epoch < 0:
+            raise BatchError(f"epoch must be >= 0, got {epoch}")
+        self.epoch, self.position = int(epoch), 0
+
+    def _consumed(self, position: int) -> None:
+        self.position = position
+
+    def _end_epoch(self) -> None:
+        self.epoch, self.position = self.epoch + 1, 0
+
+    def __iter__(self) -> Iterator[Tuple[np.ndarray, int, int]]:
+        batches = self.epoch_batches(self.epoch)
+        for i in range(self.position, len(batches)):
+            self._consumed(i + 1)  # handed out = consumed: a state saved while it is processed resumes after it
+            idx, s, t = batches[i]
+            yield idx.copy(), s, t
+        self._end_epoch()
+
+    def fingerprint(self) -> str:
+        """Hash of the lengths and the batching configuration (what determines the batches besides seed/epoch)."""
+        h = hashlib.sha256()
+        h.update(json.dumps([_FINGERPRINT_VERSION, self.batch_size, self.batch_tokens, self.num_buckets,
+                             self.shuffle]).encode())
+        h.update(self.src_lens.astype("<i8").tobytes())
+        h.update(self.tgt_lens.astype("<i8").tobytes())
+        return h.hexdigest()[:20]
+
+    def _describe(self) -> dict:
+        return {"num_examples": self.num_examples, "num_batches": len(self), "batch_size": self.batch_size,
+                "batch_tokens": self.batch_tokens, "num_buckets": self.num_buckets, "shuffle": self.shuffle}
+
+    def state_dict(self) -> dict:
+        """JSON-serializable resume point: the next batch is number `position` of epoch `epoch`."""
+        return {"epoch": self.epoch, "position": self.position, "seed": self.seed,
+                "fingerprint": self.fingerprint(), **self._describe()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from `state`; `BatchError` if it was saved for other data, configuration or seed."""
+        missing = [k for k in ("epoch", "position", "seed", "fingerprint") if k not in state]
+        if missing:
+            raise BatchError(f"sampler state lacks {', '.join(missing)}")
+        if state["fingerprint"] != self.fingerprint():
+            saved = {k: state.get(k) for k in self._describe()}
+            raise BatchError(f"sampler state was saved for other training data or batching settings "
+                             f"(fingerprint {state['fingerprint']} != {self.fingerprint()}): saved {saved}, "
+                             f"now {self._describe()}; resume with the same data and flags")
+        if int(state["seed"]) != self.seed:
+            raise BatchError(f"sampler state was saved with seed {state['seed']}, this run uses seed {self.seed}")
+        epoch, position = int(state["epoch"]), int(state["position"])
+        if epoch < 0 or not 0 <= position <= len(self):
+            raise BatchError(f"sampler state has epoch {epoch}, position {position}; "
+                             f"valid positions are 0..{len(self)}")
+        self.epoch, self.position = epoch, position
+
+
+class BatchIterator:
+    """`Batch` objects for the sampler's batches, built ahead in a background thread (`prefetch` batches).
+
+    The sampler's position counts batches handed to the caller, never the ones prepared ahead, so
+    `state_dict()` is an exact resume point at any moment.
+    """
+
+    def __init__(self, src_ids: Sequence[Sequence[int]], tgt_ids: Sequence[Sequence[int]],
+                 sampler: BucketSampler, prefetch: int = 2):
+        if len(src_ids) != len(tgt_ids):
+            raise BatchError(f"{len(src_ids)} source sentences but {len(tgt_ids)} target sentences")
+        if len(src_ids) != sampler.num_examples:
+            raise BatchError(f"the sampler was built for {sampler.num_examples} examples, got {len(src_ids)}")
+        for side, ids, lens in (("source", src_ids, sampler.src_lens), ("target", tgt_ids, sampler.tgt_lens)):
+            actual = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
+            bad = np.flatnonzero(actual != lens)
+            if len(bad):
+                raise BatchError(f"example {bad[0]}: {side} has {actual[bad[0]]} tokens but the sampler was "
+                                 f"built with length {lens[bad[0]]}")
+        if prefetch < 0:
+            raise BatchError(f"prefetch must be >= 0, got {prefetch}")
+        self.src_ids, self.tgt_ids, self.sampler, self.prefetch = src_ids, tgt_ids, sampler, prefetch
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+    def state_dict(self) -> dict:
+        return self.sampler.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.sampler.load_state_dict(state)
+
+    def _build(self, item: Tuple[np.ndarray, int, int]) -> Batch:
+        idx, s, t = item
+        return make_batch(self.src_ids, self.tgt_ids, idx, s, t)
+
+    def __iter__(self) -> Iterator[Batch]:
+        """One epoch from the sampler's current position (see `BucketSampler`)."""
+        sampler = self.sampler
+        batches = sampler.epoch_batches(sampler.epoch)
+        start = sampler.position
+        if self.prefetch == 0:
+            for i in range(start, len(batches)):
+                batch = self._build(batches[i])
+                sampler._consumed(i + 1)
+                yield batch
+            sampler._end_epoch()
+            return
+        ready: "queue.Queue" = queue.Queue(maxsize=self.prefetch)
+        stop = threading.Event()
+
+        def produce() -> None:
+            for i in range(start, len(batches)):
+                try:
+                    item = (i, self._build(batches[i]))
+                except BaseException as e:  # handed to the consumer, which re-raises it in its own thread
+                    item = (i, e)
+                while not stop.is_set():
+                    try:
+                        ready.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set() or isinstance(item[1], BaseException):
+                    return
+
+        worker = threading.Thread(target=produce, name="nmt-batch-prefetch", daemon=True)
+        worker.start()
+        try:
+            for _ in range(start, len(batches)):
+                while True:
+                    try:
+                        i, batch = ready.get(timeout=1.0)
+                        break
+                    except queue.Empty:
+                        if not worker.is_alive():
+                            raise BatchError("the batch prefetch thread stopped unexpectedly") from None
+                if isinstance(batch, BaseException):
+                    raise batch
+                sampler._consumed(i + 1)
+                yield batch
+            sampler._end_epoch()
+        finally:
+            stop.set()
+            worker.join()

@@ -1,0 +1,200 @@
+"""Command lines: argparse groups mapped onto the config dataclasses in one place.
+
+Precedence: dataclass defaults < `--config FILE` (JSON, same layout as a model's config.json) < explicit flags.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, List, Optional, Sequence
+
+from nmt.config import Config, ConfigError
+
+# (flag, section, field, type, help) -- the single table mapping flags to config fields
+_NONE = object()
+
+
+@dataclass
+class Flag:
+    flag: str
+    section: str
+    field: str
+    type: Any = str
+    help: str = ""
+    choices: Optional[Sequence[str]] = None
+    boolean: bool = False        # a store_true flag
+    negate: bool = False         # --no-X: stores False
+
+
+DATA_FLAGS = [
+    Flag("--src", "data", "src_lang", str, "source language", choices=("ko", "en")),
+    Flag("--tgt", "data", "tgt_lang", str, "target language", choices=("ko", "en")),
+    Flag("--recipe", "data", "recipe", str, "dataset recipe (see nmt.recipes): tatoeba, all"),
+    Flag("--data-dir", "data", "data_dir", str, "offline mirror laid out like shared/data (or $NMT_DATA_DIR)"),
+    Flag("--cache-dir", "data", "cache_dir", str, "download cache directory"),
+    Flag("--train-src", "data", "train_src", str, "training source file (instead of --recipe)"),
+    Flag("--train-tgt", "data", "train_tgt", str, "training target file"),
+    Flag("--dev-src", "data", "dev_src", str, "dev source file"),
+    Flag("--dev-tgt", "data", "dev_tgt", str, "dev target file"),
+    Flag("--test-src", "data", "test_src", str, "test source file (scored at the end)"),
+    Flag("--test-tgt", "data", "test_tgt", str, "test target file"),
+    Flag("--max-chars", "data", "max_chars", int, "drop training pairs with a side longer than this (characters)"),
+    Flag("--max-ratio", "data", "max_ratio", float, "drop training pairs whose length ratio exceeds this"),
+    Flag("--skip-invalid-utf8", "data", "skip_invalid_utf8", help="skip (and count) undecodable lines", boolean=True),
+    Flag("--vocab-size", "data", "vocab_size", int, "SentencePiece vocabulary size per language"),
+    Flag("--spm-model-type", "data", "spm_model_type", str, "SentencePiece algorithm", choices=("unigram", "bpe")),
+    Flag("--max-src-tokens", "data", "max_src_tokens", int, "drop training pairs with more source subwords"),
+    Flag("--max-tgt-tokens", "data", "max_tgt_tokens", int, "drop training pairs with more target subwords"),
+    Flag("--batch-size", "data", "batch_size", int, "global batch of one update in sentences, any device count"),
+    Flag("--batch-tokens", "data", "batch_tokens", int, "global batch in target tokens (instead of --batch-size)"),
+    Flag("--num-buckets", "data", "num_buckets", int, "length buckets (few fixed batch shapes)"),
+]
+MODEL_FLAGS = [
+    Flag("--embed-size", "model", "embed_size", int, "embedding width"),
+    Flag("--hidden-size", "model", "hidden_size", int, "LSTM width"),
+    Flag("--num-layers", "model", "num_layers", int, "encoder and decoder layers"),
+    Flag("--attention", "model", "attention", str, "attention type", choices=("dot", "general", "mlp")),
+    Flag("--dropout", "model", "dropout", float, "dropout rate"),
+    Flag("--tie-weights", "model", "tie_weights", help="tie target embedding and output weights", boolean=True),
+]
+OPTIM_FLAGS = [
+    Flag("--optimizer", "optim", "optimizer", str, "optimizer"),
+    Flag("--lr", "optim", "lr", float, "peak learning rate"),
+    Flag("--warmup-steps", "optim", "warmup_steps", int, "linear warmup updates"),
+    Flag("--lr-schedule", "optim", "schedule", str, "decay after warmup", choices=("inv_sqrt", "plateau", "constant")),
+    Flag("--label-smoothing", "optim", "label_smoothing", float, "label smoothing"),
+    Flag("--weight-decay", "optim", "weight_decay", float, "weight decay"),
+    Flag("--clip-norm", "optim", "clip_norm", float, "clip the global gradient norm (0 = off)"),
+]
+TRAIN_FLAGS = [
+    Flag("--model-dir", "train", "model_dir", str, "model directory (default: models/<recipe>-<src>-<tgt>)"),
+    Flag("--gpus", "train", "gpus", str, "GPUs: a count (2 = first two) or ids (4,5,6,7); omit for CPU"),
+    Flag("--cpu-devices", "train", "cpu_devices", int, "data-parallel over N CPU contexts (no --gpus)"),
+    Flag("--kvstore", "train", "kvstore", str, "auto, local, device, dist_sync, dist_device_sync"),
+    Flag("--accum-steps", "train", "accum_steps", int, "micro-batches per update (gradient accumulation)"),
+    Flag("--max-steps", "train", "max_steps", int, "stop after this many updates in all (0 = no limit)"),
+    Flag("--max-epochs", "train", "max_epochs", int, "stop after this many epochs"),
+    Flag("--max-seconds", "train", "max_seconds", float, "stop after this many seconds of this run (0 = none)"),
+    Flag("--seed", "train", "seed", int, "random seed"),
+    Flag("--valid-every", "train", "valid_every", int, "validate every N updates (and at each epoch end)"),
+    Flag("--patience", "train", "patience", int, "early stop after N validations without a better dev BLEU"),
+    Flag("--keep-last", "train", "keep_last", int, "parameter files of the last N checkpoints to keep"),
+    Flag("--average-last", "train", "average_last", int, "average the last N checkpoints at the end (0 = off)"),
+    Flag("--log-every", "train", "log_every", int, "updates between progress updates"),
+    Flag("--valid-beam", "train", "valid_beam", int, "beam size for dev BLEU during training"),
+    Flag("--valid-max-sentences", "train", "valid_max_sentences", int, "dev sentences translated for BLEU"),
+    Flag("--amp", "train", "amp", help="automatic mixed precision (GPU)", boolean=True),
+    Flag("--no-progress", "train", "progress", help="no progress bar", boolean=True, negate=True),
+]
+DECODE_FLAGS = [
+    Flag("--beam-size", "decode", "beam_size", int, "beam size (1 = greedy)"),
+    Flag("--length-penalty", "decode", "length_penalty_alpha", float, "GNMT length penalty alpha"),
+    Flag("--max-len-a", "decode", "max_len_a", float, "max output length = a * source length + b"),
+    Flag("--max-len-b", "decode", "max_len_b", int, "max output length = a * source length + b"),
+    Flag("--decode-batch-size", "decode", "batch_size", int, "sentences per decoding batch"),
+    Flag("--max-input-tokens", "decode", "max_input_tokens", int, "longer inputs are truncated with a warning"),
+]
+GROUPS = [("data", DATA_FLAGS), ("model", MODEL_FLAGS), ("optimization", OPTIM_FLAGS),
+          ("training", TRAIN_FLAGS), ("decoding", DECODE_FLAGS)]
+
+
+def _add_flags(parser: argparse.ArgumentParser, groups, defaults: Config) -> None:
+    for title, flags in groups:
+        g = parser.add_argument_group(title)
+        for f in flags:
+            default = getattr(getattr(defaults, f.section), f.field)
+            dest = f"{f.section}.{f.field}"
+            if f.boolean:
+                g.add_argument(f.flag, dest=dest, action="store_const", const=not f.negate,
+                               default=argparse.SUPPRESS, help=f.help)
+            else:
+                g.add_argument(f.flag, dest=dest, type=f.type, choices=f.choices, default=argparse.SUPPRESS,
+                               metavar=f.field.upper() if not f.choices else None,
+                               help=f"{f.help} (default: {default})")
+
+
+def build_train_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="nmt-train", description="Train a Korean<->English seq2seq-attention model, data-parallel over devices.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Examples:\n  python scripts/train.py                       # Tatoeba ko->en on CPU\n"
+               "  python scripts/train.py --gpus 2 --batch-size 240\n"
+               "  python scripts/train.py --src en --tgt ko --recipe all --model-dir models/all-en-ko\n")
+    g = p.add_argument_group("run")
+    g.add_argument("--config", type=Path, help="JSON config file (same layout as a model's config.json); flags override it")
+    g.add_argument("--resume", action="store_true", help="continue training from the latest checkpoint in --model-dir")
+    g.add_argument("--overwrite", action="store_true", help="delete an existing --model-dir and start over")
+    g.add_argument("--no-eval", action="store_true", help="skip the test-set evaluation at the end")
+    g.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    _add_flags(p, GROUPS, Config())
+    return p
+
+
+def config_from_args(args: argparse.Namespace, base: Optional[Config] = None) -> Config:
+    """Defaults < --config file (or `base`) < explicit flags."""
+    if getattr(args, "config", None):
+        if not Path(args.config).is_file():
+            raise ConfigError(f"--config {args.config}: file not found")
+        cfg = Config.load(args.config)
+    else:
+        cfg = base or Config()
+    d = cfg.to_dict()
+    for key, value in vars(args).items():
+        if "." in key:
+            section, field = key.split(".", 1)
+            d[section][field] = value
+    if d["data"].get("train_src") or d["data"].get("train_tgt"):
+        if "data.recipe" not in vars(args):
+            d["data"]["recipe"] = None
+    if "train.model_dir" not in vars(args) and not getattr(args, "config", None):
+        name = d["data"]["recipe"] or "custom"
+        d["train"]["model_dir"] = str(Path("models") / f"{name}-{d['data']['src_lang']}-{d['data']['tgt_lang']}")
+    return Config.from_dict(d, source=str(getattr(args, "config", "") or "flags"))
+
+
+def user_errors() -> tuple:
+    """Exception classes that mean bad input: printed as one clear line, never as a traceback."""
+    from nmt.checkpoint import CheckpointError
+    from nmt.corpus import CorpusError
+    from nmt.parallel import DeviceError
+    from nmt.tokenizer import TokenizerError
+    errors = [ConfigError, CorpusError, CheckpointError, DeviceError, TokenizerError]
+    try:
+        from nmt.recipes import RecipeError
+        errors.append(RecipeError)
+    except ImportError:
+        pass
+    return tuple(errors)
+
+
+def run_cli(main: Callable[[], int]) -> int:
+    """Run `main`, turning the project's bad-input errors into `error: ...` on stderr and exit code 2."""
+    try:
+        return main()
+    except user_errors() as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def train_main(argv: Optional[List[str]] = None) -> int:
+    args = build_train_parser().parse_args(argv)
+
+    def main() -> int:
+        from nmt.train import train
+        cfg = config_from_args(args)
+        if args.verbose:
+            logging.getLogger("nmt").setLevel(logging.DEBUG)
+        state = train(cfg, resume=args.resume, overwrite=args.overwrite, evaluate=not args.no_eval)
+        if state.stopped in ("SIGINT", "SIGTERM"):
+            print(f"stopped by {state.stopped} at step {state.step}; checkpoint saved in {cfg.train.model_dir}. "
+                  "Continue with --resume.", file=sys.stderr)
+            return 130 if state.stopped == "SIGINT" else 143
+        return 0
+    return run_cli(main)

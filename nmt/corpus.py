@@ -1,0 +1,313 @@
+"""Reading, validating, normalizing, filtering and deduplicating parallel text.
+
+Every reader returns NFC-normalized, whitespace-cleaned `Pairs`. Bad input stops with a `CorpusError`
+that names the file, the line, the problem and the remedy; anything dropped on purpose (empty lines,
+undecodable lines when asked to skip them, filtered training pairs) is counted and logged.
+"""
+from __future__ import annotations
+
+import codecs
+import logging
+import re
+import unicodedata
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+logger = logging.getLogger("nmt.corpus")
+
+PathLike = Union[str, Path]
+
+# A "line" this long is not one sentence: usually a file whose line ends were not recognised
+# (old Mac CR-only files, a binary file, one paragraph per file). Longest real line in shared/data: 2714.
+MAX_LINE_CHARS = 20_000
+
+# Control characters go; whitespace-like ones (tab, CR, vertical tab, NEL, ...) become spaces via str.split().
+# Zero-width space, word joiner and a stray BOM are invisible but would become tokens of their own.
+_INVISIBLE = re.compile("[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f\u200b\u2060\ufeff]")
+
+_HANGUL = re.compile("[\uac00-\ud7a3\u1100-\u11ff\u3130-\u318f]")
+
+
+class CorpusError(ValueError):
+    """Unusable input data; the message names the file(s), line, problem and what to do."""
+
+
+@dataclass
+class Pairs:
+    """Aligned sentence pairs: `src[i]` translates to `tgt[i]`."""
+    src: List[str]
+    tgt: List[str]
+    name: str
+    dropped: Dict[str, int] = field(default_factory=dict)   # reason -> pairs dropped while reading
+
+    def __post_init__(self) -> None:
+        if len(self.src) != len(self.tgt):
+            raise CorpusError(f"{self.name}: {len(self.src)} source but {len(self.tgt)} target sentences")
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    def swapped(self) -> "Pairs":
+        """The same pairs in the other translation direction."""
+        return Pairs(list(self.tgt), list(self.src), self.name, dict(self.dropped))
+
+    def select(self, indices: Sequence[int], name: Optional[str] = None) -> "Pairs":
+        return Pairs([self.src[i] for i in indices], [self.tgt[i] for i in indices], name or self.name)
+
+
+def normalize(text: str) -> str:
+    """NFC, control and zero-width characters removed, whitespace runs (tab, NBSP, ...) collapsed, stripped."""
+    # NFC first: Korean typed or saved on macOS arrives as decomposed jamo (NFD), which the
+    # tokenizer would see as different, longer strings than the same syllables in NFC.
+    return " ".join(_INVISIBLE.sub("", unicodedata.normalize("NFC", text)).split())
+
+
+def has_hangul(text: str) -> bool:
+    return _HANGUL.search(text) is not None
+
+
+def _line_list(numbers: List[int], limit: int = 5) -> str:
+    shown = ", ".join(str(n) for n in numbers[:limit])
+    return shown + (f" (and {len(numbers) - limit} more)" if len(numbers) > limit else "")
+
+
+def read_lines(path: PathLike, *, skip_invalid_utf8: bool = False,
+               max_line_chars: int = MAX_LINE_CHARS) -> List[Optional[str]]:
+    """Lines of a UTF-8 text file, normalized; None for an undecodable line skipped on request."""
+    return [None if t is None else normalize(t) for t in _decode_lines(path, skip_invalid_utf8, max_line_chars)]
+
+
+def _decode_lines(path: PathLike, skip_invalid_utf8: bool, max_line_chars: int) -> List[Optional[str]]:
+    """Decoded, not yet normalized lines of a UTF-8 text file; None for an undecodable line skipped on request.
+
+    A UTF-8 byte-order mark is stripped and CRLF line ends are converted, each with a logged warning;
+    blank lines at the very end are ignored (warned). Empty files, UTF-16, CR-only line ends,
+    invalid UTF-8 and absurdly long lines raise `CorpusError`.
+    """
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise CorpusError(f"{path}: file not found; check the path (and the --data-dir / NMT_DATA_DIR mirror)") from None
+    except OSError as e:
+        raise CorpusError(f"{path}: cannot read ({e.strerror})") from None
+    if data.startswith((b"\x1f\x8b", b"PK\x03\x04", b"BZh", b"\xfd7zXZ")):
+        raise CorpusError(f"{path}: this is a compressed file (gzip/zip/bzip2/xz), not text; decompress it first")
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        raise CorpusError(f"{path}: the file is UTF-16 (it starts with a UTF-16 byte-order mark); convert it to "
+                          f"UTF-8, e.g. `iconv -f UTF-16 -t UTF-8 {path} > out.txt`")
+    if data.startswith(codecs.BOM_UTF8):
+        # Harmless once removed; otherwise U+FEFF would be glued to the first word of line 1.
+        logger.warning("%s: removed the UTF-8 byte-order mark at the start of the file", path)
+        data = data[len(codecs.BOM_UTF8):]
+    if not data.strip():
+        raise CorpusError(f"{path}: the file is empty; give a file with one sentence per line")
+    if b"\r" in data:
+        if b"\n" not in data:
+            raise CorpusError(f"{path}: line ends are CR only (old Mac format), so the whole file reads as one line; "
+                              f"convert them, e.g. `tr '\\r' '\\n' < {path} > out.txt`")
+        crlf = data.count(b"\r\n")
+        if crlf:
+            logger.warning("%s: converted %d CRLF (Windows) line ends to LF", path, crlf)
+            data = data.replace(b"\r\n", b"\n")
+    raw = data.split(b"\n")
+    if raw[-1] == b"":
+        raw.pop()   # the newline that ends the last line does not start another one
+    trailing = 0
+    while raw and not raw[-1].strip():
+        raw.pop()
+        trailing += 1
+    if trailing:
+        logger.warning("%s: ignored %d blank line(s) at the end of the file", path, trailing)
+
+    lines: List[Optional[str]] = []
+    bad: List[int] = []
+    for i, b in enumerate(raw, 1):
+        try:
+            text = b.decode("utf-8")
+        except UnicodeDecodeError as e:
+            if not skip_invalid_utf8:
+                raise CorpusError(
+                    f"{path}:{i}: invalid UTF-8 (byte 0x{b[e.start]:02x} at byte {e.start + 1} of the line). "
+                    f"Convert the file to UTF-8 (Korean legacy files are often CP949: `iconv -f CP949 -t UTF-8 "
+                    f"{path}`), or pass --skip-invalid-utf8 to drop such lines and their translations (counted)."
+                ) from None
+            bad.append(i)
+            lines.append(None)
+            continue
+        if len(text) > max_line_chars:
+            raise CorpusError(f"{path}:{i}: line is {len(text)} characters long (limit {max_line_chars}); the file must "
+                              "hold one sentence per line -- check its line ends or split this line into sentences")
+        lines.append(text)
+    if bad:
+        logger.warning("%s: skipped %d line(s) with invalid UTF-8 (--skip-invalid-utf8): line %s",
+                       path, len(bad), _line_list(bad))
+    return lines
+
+
+def _align(src: List[Optional[str]], tgt: List[Optional[str]], name: str, where: str) -> Pairs:
+    """Pairs from aligned line lists, dropping (and counting) pairs with a skipped or empty side."""
+    out_s: List[str] = []
+    out_t: List[str] = []
+    invalid: List[int] = []
+    empty: List[int] = []
+    for i, (s, t) in enumerate(zip(src, tgt), 1):
+        if s is None or t is None:
+            invalid.append(i)
+        elif not s or not t:
+            empty.append(i)
+        else:
+            out_s.append(s)
+            out_t.append(t)
+    dropped = {}
+    if invalid:
+        dropped["invalid_utf8"] = len(invalid)
+    if empty:
+        dropped["empty_line"] = len(empty)
+        logger.warning("%s: dropped %d pair(s) with an empty side: line %s", where, len(empty), _line_list(empty))
+    if not out_s:
+        raise CorpusError(f"{where}: no usable pairs (every line has an empty or undecodable side)")
+    return Pairs(out_s, out_t, name, dropped)
+
+
+def read_parallel(src_path: PathLike, tgt_path: PathLike, *, skip_invalid_utf8: bool = False,
+                  name: Optional[str] = None) -> Pairs:
+    """Line-aligned file pair: line i of `src_path` translates to line i of `tgt_path`."""
+    src = read_lines(src_path, skip_invalid_utf8=skip_invalid_utf8)
+    tgt = read_lines(tgt_path, skip_invalid_utf8=skip_invalid_utf8)
+    if len(src) != len(tgt):
+        raise CorpusError(
+            f"line counts differ: {src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}. Parallel files must "
+            "be line-aligned (line i of one translates line i of the other); find the extra or missing line "
+            "(a sentence broken over two lines, or a missing translation) and fix the files.")
+    return _align(src, tgt, name or Path(src_path).stem, f"{src_path} / {tgt_path}")
+
+
+def read_tsv(path: PathLike, src_col: int, tgt_col: int, *, skip_invalid_utf8: bool = False,
+             name: Optional[str] = None) -> Pairs:
+    """Pairs from two tab-separated columns (0-based) of a UTF-8 file; other columns are ignored."""
+    if src_col < 0 or tgt_col < 0 or src_col == tgt_col:
+        raise CorpusError(f"{path}: source and target columns must be two different column numbers >= 0 "
+                          f"(got {src_col} and {tgt_col})")
+    need = max(src_col, tgt_col) + 1
+    src: List[Optional[str]] = []
+    tgt: List[Optional[str]] = []
+    for i, line in enumerate(_decode_lines(path, skip_invalid_utf8, MAX_LINE_CHARS), 1):
+        if line is None or not line.strip():
+            src.append(None if line is None else "")   # counted by _align as invalid / empty
+            tgt.append(None if line is None else "")
+            continue
+        cols = line.split("\t")   # before normalize(), which turns tabs into spaces
+        if len(cols) < need:
+            raise CorpusError(f"{path}:{i}: {len(cols)} tab-separated field(s), but column {need - 1} (0-based) is "
+                              f"needed; every line must have at least {need} fields separated by tabs")
+        src.append(normalize(cols[src_col]))
+        tgt.append(normalize(cols[tgt_col]))
+    return _align(src, tgt, name or Path(path).stem, str(path))
+
+
+def concat(parts: Sequence[Pairs], name: str) -> Pairs:
+    """One `Pairs` holding all of `parts` in order (read-time drop counts are summed)."""
+    dropped: Counter = Counter()
+    for p in parts:
+        dropped.update(p.dropped)
+    return Pairs([s for p in parts for s in p.src], [t for p in parts for t in p.tgt], name, dict(dropped))
+
+
+def _ratio(s: str, t: str) -> float:
+    bs, bt = len(s.encode("utf-8")), len(t.encode("utf-8"))
+    return max(bs, bt) / min(bs, bt)
+
+
+def clean_training_pairs(train: Pairs, exclude: Sequence[Pairs], *, max_chars: int,
+                         max_ratio: float) -> Tuple[Pairs, Dict[str, int]]:
+    """Training pairs without empty, over-long, badly proportioned, duplicate or held-out-overlapping pairs.
+
+    A pair is dropped when a side is empty; when its source side equals the source side of any pair in an
+    `exclude` set (dev/test), or its target side equals a target side there ("overlap:<set name>");
+    when a side has more than `max_chars` characters ("too_long"); when the longer side is more than
+    `max_ratio` times as long as the shorter ("ratio"); or when the same (source, target) pair came
+    earlier ("duplicate"). Order is kept. Returns the kept pairs and the drop counts by reason.
+
+    The ratio compares UTF-8 byte lengths: a Hangul syllable (3 bytes) carries about as much as two or
+    three Latin letters, so bytes put Korean and English on one scale, where a character ratio would
+    reject good short pairs such as "수고했어." / "Thank you for your efforts." (5 vs 27 characters).
+    """
+    held_out = [(ex.name, set(ex.src), set(ex.tgt)) for ex in exclude]
+    seen = set()
+    counts: Counter = Counter()
+    keep_s: List[str] = []
+    keep_t: List[str] = []
+    for s, t in zip(train.src, train.tgt):
+        ls, lt = len(s), len(t)
+        reason = None
+        if not ls or not lt:
+            reason = "empty"
+        else:
+            for ex_name, ex_src, ex_tgt in held_out:
+                if s in ex_src or t in ex_tgt:
+                    reason = f"overlap:{ex_name}"
+                    break
+        if reason is None:
+            if ls > max_chars or lt > max_chars:
+                reason = "too_long"
+            elif _ratio(s, t) > max_ratio:
+                reason = "ratio"
+            elif (s, t) in seen:
+                reason = "duplicate"
+        if reason is None:
+            seen.add((s, t))
+            keep_s.append(s)
+            keep_t.append(t)
+        else:
+            counts[reason] += 1
+    kept = Pairs(keep_s, keep_t, train.name, dict(train.dropped))
+    logger.info("%s: kept %d of %d training pairs%s", train.name, len(kept), len(train),
+                "; dropped " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) if counts else "")
+    return kept, dict(counts)
+
+
+# reStructuredText markup that carries no language: roles, literals, links, emphasis, escapes.
+_REST = re.compile(r"""
+    :(?P<role>(?:[A-Za-z0-9_+.-]+:)+)`(?P<rtext>[^`]+)`            # :func:`x`, :c:func:`x`, :ref:`t <label>`
+  | ``(?P<lit>.+?)``                                               # ``code``
+  | `(?P<ltext>[^`]+?)`(?:__?)?                                    # `text <url>`_, `text`_, `default role`
+  | \*\*(?P<strong>[^*]+?)\*\*                                     # **strong**
+  | (?<![\w\\])\*(?P<emph>(?:\\.|[^\s*\\])(?:(?:\\.|[^*\\])*?(?:\\.|[^\s*\\]))?)\*(?!\w)   # *emphasis*
+  | \\(?P<esc>.)                                                   # \x -> x; "\ " joins (Korean particles)
+""", re.X)
+_TARGET = re.compile(r"(.*?)\s*<[^<>]*>", re.S)
+
+
+def _shown_text(text: str) -> str:
+    """What Sphinx shows for a role/link target: the title of `title <target>`, the last part of `~a.b`."""
+    m = _TARGET.fullmatch(text)
+    if m and m.group(1):
+        return m.group(1)
+    text = text.lstrip("!")
+    return text[1:].rsplit(".", 1)[-1] if text.startswith("~") else text
+
+
+def _rest_sub(m: "re.Match[str]") -> str:
+    kind = m.lastgroup
+    if kind == "rtext":
+        text, role = _shown_text(m.group("rtext")), m.group("role")
+        return {"pep:": "PEP ", "rfc:": "RFC "}.get(role, "") + text
+    if kind == "lit":
+        return m.group("lit")
+    if kind == "ltext":
+        return _shown_text(m.group("ltext"))
+    if kind in ("strong", "emph"):
+        return strip_rest_markup(m.group(kind))
+    return "" if m.group("esc") == " " else m.group("esc")
+
+
+def strip_rest_markup(text: str) -> str:
+    """Text as a reader of the rendered reST sees it: `:func:`x`` -> x, ``code`` -> code, `t <url>`_ -> t."""
+    text = _REST.sub(_rest_sub, text)
+    # "Example::" renders as "Example:" and a lone " ::" vanishes (both introduce a literal block).
+    if text.endswith("::"):
+        text = text[:-3] if text.endswith(" ::") else text[:-1]
+    return text.strip()

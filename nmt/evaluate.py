@@ -1,0 +1,49 @@
+"""Scores through sacreBLEU only, on detokenized text, each with its signature; dev loss / perplexity."""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Dict, List, Optional, Sequence
+
+import sacrebleu
+
+
+@dataclass
+class Scores:
+    bleu: float                         # sacreBLEU, tokenizer 13a, mixed case
+    chrf: float                         # chrF2
+    bleu_signature: str
+    chrf_signature: str
+    n: int                              # sentences scored
+    extra: Dict[str, float] = field(default_factory=dict)          # e.g. {"bleu_ko_mecab": ...} for Korean output
+    extra_signatures: Dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def summary(self) -> str:
+        s = f"BLEU {self.bleu:.2f} chrF {self.chrf:.2f}"
+        for k, v in self.extra.items():
+            s += f" {k} {v:.2f}"
+        return s
+
+
+def score(hyps: Sequence[str], refs: Sequence[str], tgt_lang: str) -> Scores:
+    """BLEU (13a) and chrF of detokenized hypotheses; for Korean output also BLEU with tokenize='ko-mecab'."""
+    if len(hyps) != len(refs):
+        raise ValueError(f"{len(hyps)} hypotheses but {len(refs)} references: they must be line-aligned")
+    hyps, refs = list(hyps), [list(refs)]
+    bleu = sacrebleu.metrics.BLEU(tokenize="13a")
+    chrf = sacrebleu.metrics.CHRF()
+    b, c = bleu.corpus_score(hyps, refs), chrf.corpus_score(hyps, refs)
+    out = Scores(bleu=b.score, chrf=c.score, bleu_signature=str(bleu.get_signature()),
+                 chrf_signature=str(chrf.get_signature()), n=len(hyps))
+    if tgt_lang == "ko":
+        kb = sacrebleu.metrics.BLEU(tokenize="ko-mecab")
+        out.extra["bleu_ko_mecab"] = kb.corpus_score(hyps, refs).score
+        out.extra_signatures["bleu_ko_mecab"] = str(kb.get_signature())
+    return out
+
+
+def perplexity(nll_sum: float, num_tokens: int) -> float:
+    return math.exp(min(nll_sum / max(num_tokens, 1), 50.0))

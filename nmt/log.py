@@ -1,0 +1,95 @@
+"""Logging to console and to the model directory, a throughput meter, and one metrics row per validation."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+from tqdm import tqdm
+
+FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class _TqdmHandler(logging.StreamHandler):
+    """Console handler that writes through tqdm so log lines don't break the progress bar."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            tqdm.write(self.format(record), file=sys.stderr)
+        except Exception:  # pragma: no cover - logging must never crash training
+            self.handleError(record)
+
+
+def setup_logging(log_file: Optional[Path] = None, level: int = logging.INFO, console: bool = True) -> None:
+    """Configure the `nmt` logger: console (via tqdm) and, if given, an appended log file."""
+    root = logging.getLogger("nmt")
+    root.setLevel(level)
+    root.propagate = False
+    for h in list(root.handlers):
+        root.removeHandler(h)
+        h.close()
+    fmt = logging.Formatter(FORMAT, datefmt="%Y-%m-%d %H:%M:%S")
+    if console:
+        ch = _TqdmHandler()
+        ch.setFormatter(fmt)
+        root.addHandler(ch)
+    if log_file is not None:
+        Path(log_file).parent.mkdir(parents=True, exist_ok=True)
+        fh = logging.FileHandler(log_file, encoding="utf-8")
+        fh.setFormatter(fmt)
+        root.addHandler(fh)
+
+
+class MetricsWriter:
+    """Appends one JSON object per line (metrics.jsonl); each row is flushed and fsynced."""
+
+    def __init__(self, path: Optional[Path]):
+        self.path = Path(path) if path else None
+
+    def write(self, row: Dict[str, Any]) -> None:
+        if self.path is None:
+            return
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def read_metrics(path: Path) -> list:
+    """Rows of a metrics.jsonl file (a torn last line from a crash is ignored)."""
+    rows = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+class Speedometer:
+    """Throughput since the last `read()`: updates/s, sentences/s, source and target tokens/s."""
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self) -> None:
+        self.t0 = time.perf_counter()
+        self.updates = self.sentences = self.src_tokens = self.tgt_tokens = 0
+
+    def update(self, sentences: int, src_tokens: int, tgt_tokens: int) -> None:
+        self.updates += 1
+        self.sentences += sentences
+        self.src_tokens += src_tokens
+        self.tgt_tokens += tgt_tokens
+
+    def read(self) -> Dict[str, float]:
+        dt = max(time.perf_counter() - self.t0, 1e-9)
+        out = {"updates_per_s": self.updates / dt, "sent_per_s": self.sentences / dt,
+               "src_tok_per_s": self.src_tokens / dt, "tgt_tok_per_s": self.tgt_tokens / dt,
+               "tok_per_s": (self.src_tokens + self.tgt_tokens) / dt}
+        self.reset()
+        return out

@@ -1,0 +1,268 @@
+"""Attention seq2seq model: GNMT-style LSTM encoder, fused LSTM decoder, Luong/Bahdanau attention.
+
+Architecture (all batch-major at the API, time-major inside the fused RNN kernels):
+
+* Encoder: source embedding -> dropout -> layer 1 bidirectional (a forward LSTM on x and a forward
+  LSTM on x reversed *by valid length* with `SequenceReverse`, whose output is reversed back, as
+  gluon-nlp's GNMT encoder does; the fused `bidirectional=True, use_sequence_length=True` kernel is
+  not padding-invariant on CPU in MXNet 1.9.1) -> layers 2..L unidirectional, residual from layer 3
+  on, dropout between layers. With one layer the 2H-wide output is projected to H so that every
+  attention type sees H-wide keys.
+* Bridge: decoder layer l starts from a projection of encoder layer l's last valid output
+  (h = tanh(W x), c = W' x).
+* Decoder: target embedding -> dropout -> one fused L-layer LSTM over all target-in steps (no input
+  feeding, so no Python loop over time) -> attention for all steps at once (scores (B,T,S) masked
+  by source length) -> tanh(W[context; dec_out]) -> dropout -> output projection to the vocabulary.
+
+`decode_step` runs the very same decoder block on a length-1 target, so step-wise decoding computes
+exactly what the training graph computes.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Tuple
+
+import mxnet as mx
+from mxnet import gluon
+from mxnet.gluon import nn, rnn
+
+from nmt.config import ConfigError, ModelConfig
+
+ATTENTION_TYPES = ("dot", "general", "mlp")
+# Added to attention scores of padded source positions: exp() of it underflows to exactly 0 in
+# float32, so padding gets zero weight and zero gradient (unlike -inf, it never makes NaN).
+_MASK_VALUE = -1e9
+_MIN_VOCAB = 4  # PAD, UNK, BOS, EOS
+
+
+def validate_model_config(cfg: ModelConfig, src_vocab_size: int = _MIN_VOCAB,
+                          tgt_vocab_size: int = _MIN_VOCAB) -> None:
+    """Raise ConfigError naming the flag when `cfg` cannot build a model."""
+    if cfg.attention not in ATTENTION_TYPES:
+        raise ConfigError(f"--attention must be one of {', '.join(ATTENTION_TYPES)} (got {cfg.attention!r})")
+    for flag, value in (("--num-layers", cfg.num_layers), ("--embed-size", cfg.embed_size),
+                        ("--hidden-size", cfg.hidden_size)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"{flag} must be a positive integer (got {value!r})")
+    if not isinstance(cfg.dropout, (int, float)) or not 0.0 <= cfg.dropout < 1.0:
+        raise ConfigError(f"--dropout must be in [0, 1) (got {cfg.dropout!r})")
+    if cfg.tie_weights and cfg.embed_size != cfg.hidden_size:
+        raise ConfigError(f"--tie-weights needs --embed-size == --hidden-size, because the output "
+                          f"projection reuses the ({tgt_vocab_size}, embed) target embedding on hidden-size "
+                          f"vectors (got embed {cfg.embed_size}, hidden {cfg.hidden_size})")
+    for name, size in (("source", src_vocab_size), ("target", tgt_vocab_size)):
+        if size < _MIN_VOCAB:
+            raise ConfigError(f"{name} vocabulary size must be at least {_MIN_VOCAB} "
+                              f"(PAD, UNK, BOS, EOS); got {size}")
+
+
+def _length_mask(F, like, lengths, axis: int):
+    """(B, N) float mask, 1 where position < length along `axis` of `like`."""
+    positions = F.cast(F.contrib.arange_like(like, axis=axis), "float32")
+    return F.broadcast_lesser(F.reshape(positions, shape=(1, -1)), F.reshape(lengths, shape=(-1, 1)))
+
+
+class Encoder(gluon.HybridBlock):
+    """Source ids (B,S) + lengths (B,) -> memory (B,S,M) and decoder initial states [h, c] (B,L,H)."""
+
+    def __init__(self, cfg: ModelConfig, vocab_size: int, **kwargs):
+        super().__init__(**kwargs)
+        H, E, L = cfg.hidden_size, cfg.embed_size, cfg.num_layers
+        with self.name_scope():
+            self.embed = nn.Embedding(vocab_size, E, prefix="embed_")
+            self.dropout = nn.Dropout(cfg.dropout)
+            self.fwd = rnn.LSTM(H, layout="TNC", input_size=E, prefix="fwd_")
+            self.bwd = rnn.LSTM(H, layout="TNC", input_size=E, prefix="bwd_")
+            self.layers = nn.HybridSequential(prefix="")
+            for i in range(1, L):
+                self.layers.add(rnn.LSTM(H, layout="TNC", input_size=2 * H if i == 1 else H,
+                                         prefix=f"layer{i + 1}_"))
+            # One layer: project the 2H bidirectional states to H (keys of the attention).
+            self.out_proj = nn.Dense(H, flatten=False, in_units=2 * H, prefix="out_proj_") if L == 1 else None
+            self.bridge = nn.HybridSequential(prefix="")
+            for i in range(L):
+                self.bridge.add(nn.Dense(2 * H, flatten=False, in_units=2 * H if i == 0 else H,
+                                         prefix=f"bridge{i + 1}_"))
+            # Bahdanau keys W1*h_s depend on the source only: computed once here, not at every step.
+            self.key_proj = (nn.Dense(H, flatten=False, use_bias=False, in_units=H, prefix="key_proj_")
+                             if cfg.attention == "mlp" else None)
+
+    def hybrid_forward(self, F, src, src_len):
+        src_len = F.clip(F.cast(src_len, "float32"), 1, 1e9)  # empty filler rows read one position
+        x = F.transpose(self.dropout(self.embed(src)), axes=(1, 0, 2))  # (S,B,E)
+        fwd = self.fwd(x)
+        rev = F.SequenceReverse(x, sequence_length=src_len, use_sequence_length=True)
+        bwd_rev = self.bwd(rev)  # step len-1 of the reversed run has read the whole sentence
+        bwd = F.SequenceReverse(bwd_rev, sequence_length=src_len, use_sequence_length=True)
+        finals = [F.concat(F.SequenceLast(fwd, sequence_length=src_len, use_sequence_length=True),
+                           F.SequenceLast(bwd_rev, sequence_length=src_len, use_sequence_length=True),
+                           dim=-1)]
+        out = F.concat(fwd, bwd, dim=-1)  # (S,B,2H)
+        for i, layer in enumerate(self.layers):
+            y = layer(self.dropout(out))
+            finals.append(F.SequenceLast(y, sequence_length=src_len, use_sequence_length=True))
+            out = y + out if i >= 1 else y  # residual from layer 3 on (GNMT)
+        out = F.transpose(out, axes=(1, 0, 2))  # (B,S,H or 2H)
+        if self.out_proj is not None:
+            out = self.out_proj(out)
+        hs, cs = [], []
+        for final, bridge in zip(finals, self.bridge):
+            h, c = F.split(bridge(final), num_outputs=2, axis=-1)
+            hs.append(F.expand_dims(F.tanh(h), axis=1))
+            cs.append(F.expand_dims(c, axis=1))
+        h0 = F.concat(*hs, dim=1) if len(hs) > 1 else hs[0]
+        c0 = F.concat(*cs, dim=1) if len(cs) > 1 else cs[0]
+        if self.key_proj is not None:
+            out = F.concat(out, self.key_proj(out), dim=-1)  # memory = [values; keys]
+        return out, h0, c0
+
+
+class Decoder(gluon.HybridBlock):
+    """Target-in ids (B,T) + states + memory -> logits (B,T,V), new states, attention (B,T,S)."""
+
+    def __init__(self, cfg: ModelConfig, vocab_size: int, **kwargs):
+        super().__init__(**kwargs)
+        H, E = cfg.hidden_size, cfg.embed_size
+        self._vocab_size, self._embed_size, self._hidden = vocab_size, E, H
+        self._attention = cfg.attention
+        self._tied = cfg.tie_weights
+        with self.name_scope():
+            # Raw parameters (not nn.Embedding/nn.Dense) so that tying is one shared Parameter.
+            self.embed_weight = self.params.get("embed_weight", shape=(vocab_size, E))
+            if not self._tied:
+                self.out_weight = self.params.get("out_weight", shape=(vocab_size, H))
+            self.out_bias = self.params.get("out_bias", shape=(vocab_size,), init="zeros")
+            self.dropout = nn.Dropout(cfg.dropout)
+            self.rnn = rnn.LSTM(H, num_layers=cfg.num_layers, layout="TNC", dropout=cfg.dropout, input_size=E,
+                                prefix="rnn_")
+            # general: h_t^T W h_s computed as (W^T h_t)^T h_s, so the keys need no per-step projection.
+            self.query_proj = (nn.Dense(H, flatten=False, use_bias=cfg.attention == "mlp", in_units=H,
+                                         prefix="query_proj_")
+                               if cfg.attention != "dot" else None)
+            self.score_proj = (nn.Dense(1, flatten=False, use_bias=False, in_units=H, prefix="score_proj_")
+                               if cfg.attention == "mlp" else None)
+            self.combine = nn.Dense(H, flatten=False, activation="tanh", in_units=2 * H, prefix="combine_")
+
+    def hybrid_forward(self, F, tgt_in, h0, c0, memory, src_len, embed_weight, out_bias, out_weight=None):
+        x = F.Embedding(tgt_in, embed_weight, input_dim=self._vocab_size, output_dim=self._embed_size)
+        x = F.transpose(self.dropout(x), axes=(1, 0, 2))  # (T,B,E)
+        states = [F.transpose(h0, axes=(1, 0, 2)), F.transpose(c0, axes=(1, 0, 2))]  # (L,B,H)
+        dec, (h, c) = self.rnn(x, states)
+        dec = F.transpose(dec, axes=(1, 0, 2))  # (B,T,H)
+        if self._attention == "mlp":
+            values = F.slice_axis(memory, axis=-1, begin=0, end=self._hidden)
+            keys = F.slice_axis(memory, axis=-1, begin=self._hidden, end=None)
+            hidden = F.tanh(F.broadcast_add(F.expand_dims(keys, axis=1),
+                                            F.expand_dims(self.query_proj(dec), axis=2)))  # (B,T,S,H)
+            scores = F.reshape(self.score_proj(hidden), shape=(0, 0, -1))
+        else:
+            values = memory
+            query = dec if self.query_proj is None else self.query_proj(dec)
+            scores = F.batch_dot(query, memory, transpose_b=True)  # (B,T,S)
+        mask = _length_mask(F, memory, F.clip(F.cast(src_len, "float32"), 1, 1e9), axis=1)
+        scores = F.broadcast_add(scores, F.expand_dims((1 - mask) * _MASK_VALUE, axis=1))
+        attn = F.softmax(scores, axis=-1)
+        context = F.batch_dot(attn, values)  # (B,T,H)
+        out = self.dropout(self.combine(F.concat(context, dec, dim=-1)))
+        weight = embed_weight if self._tied else out_weight
+        logits = F.FullyConnected(out, weight, out_bias, num_hidden=self._vocab_size, flatten=False)
+        return logits, F.transpose(h, axes=(1, 0, 2)), F.transpose(c, axes=(1, 0, 2)), attn
+
+
+class Seq2Seq(gluon.HybridBlock):
+    """Attention encoder-decoder; `hybrid_forward(src, src_len, tgt_in)` -> logits (B,T,V) float32."""
+
+    def __init__(self, cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, **kwargs):
+        super().__init__(**kwargs)
+        validate_model_config(cfg, src_vocab_size, tgt_vocab_size)
+        self.cfg = cfg
+        self.src_vocab_size, self.tgt_vocab_size = src_vocab_size, tgt_vocab_size
+        with self.name_scope():
+            self.encoder = Encoder(cfg, src_vocab_size, prefix="encoder_")
+            self.decoder = Decoder(cfg, tgt_vocab_size, prefix="decoder_")
+
+    def hybrid_forward(self, F, src, src_len, tgt_in):
+        memory, h0, c0 = self.encoder(src, src_len)
+        logits, _, _, _ = self.decoder(tgt_in, h0, c0, memory, src_len)
+        return logits
+
+    def encode(self, src: mx.nd.NDArray, src_len: mx.nd.NDArray) -> Tuple[mx.nd.NDArray, List[mx.nd.NDArray]]:
+        """Encode a batch: memory (B,S,M) for `decode_step` and the initial decoder states.
+
+        The memory is the encoder output (M = hidden_size), followed for "mlp" attention by its
+        projected attention keys (M = 2 * hidden_size). Every state has the batch on axis 0, so a
+        search may reorder hypotheses with `take(rows, axis=0)`.
+        """
+        memory, h0, c0 = self.encoder(src, src_len)
+        return memory, [h0, c0]
+
+    def decode_step(self, prev_tokens: mx.nd.NDArray, states: List[mx.nd.NDArray], enc_out: mx.nd.NDArray,
+                    src_len: mx.nd.NDArray) -> Tuple[mx.nd.NDArray, List[mx.nd.NDArray], mx.nd.NDArray]:
+        """One decoder step: log-probs (B,V) of the next token, new states, attention weights (B,S)."""
+        logits, h, c, attn = self.decoder(prev_tokens.reshape((-1, 1)), states[0], states[1], enc_out, src_len)
+        return mx.nd.log_softmax(logits[:, 0], axis=-1), [h, c], attn[:, 0]
+
+
+class Seq2SeqLoss(gluon.HybridBlock):
+    """Per-sentence summed label-smoothed cross-entropy and plain NLL, both (B,), masked by tgt_len.
+
+    Positions at or after tgt_len (and whole rows with tgt_len 0, e.g. filler rows of a device shard)
+    contribute exactly 0 to the loss and to the gradient.
+    """
+
+    def __init__(self, model: Seq2Seq, label_smoothing: float = 0.0, **kwargs):
+        super().__init__(**kwargs)
+        if not 0.0 <= label_smoothing < 1.0:
+            raise ConfigError(f"--label-smoothing must be in [0, 1) (got {label_smoothing!r})")
+        self._eps = float(label_smoothing)
+        with self.name_scope():
+            self.model = model
+
+    def hybrid_forward(self, F, src, src_len, tgt_in, tgt_out, tgt_len):
+        logp = F.log_softmax(self.model(src, src_len, tgt_in), axis=-1)  # (B,T,V)
+        nll = -F.pick(logp, F.cast(tgt_out, "float32"), axis=-1)  # (B,T)
+        # Smoothing target: (1-eps) on the reference + eps spread uniformly over the vocabulary.
+        loss = (1.0 - self._eps) * nll - self._eps * F.mean(logp, axis=-1)
+        mask = _length_mask(F, tgt_out, F.cast(tgt_len, "float32"), axis=1)
+        zeros = F.zeros_like(nll)
+        # where() rather than multiply: masked positions give exactly 0 even if logits overflowed.
+        return F.sum(F.where(mask, loss, zeros), axis=1), F.sum(F.where(mask, nll, zeros), axis=1)
+
+
+def build_model(cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int) -> Seq2Seq:
+    """Validate `cfg` (ConfigError naming the flag) and build an uninitialized Seq2Seq.
+
+    Initialize it with e.g. `model.initialize(mx.init.Xavier(), ctx=ctx)`; biases default to zeros.
+    """
+    validate_model_config(cfg, src_vocab_size, tgt_vocab_size)
+    return Seq2Seq(cfg, src_vocab_size, tgt_vocab_size, prefix="seq2seq_")
+
+
+def _lstm_macs(input_size: int, hidden: int) -> int:
+    return 4 * hidden * (input_size + hidden)
+
+
+def count_flops_per_token(cfg: ModelConfig, src_vocab: int, tgt_vocab: int,
+                          avg_src_len: float = 20.0) -> Dict[str, float]:
+    """Approximate training cost per source and per target token, from the weight-matrix products.
+
+    Forward multiply-adds (MACs) count every matrix product (LSTM gates, projections, attention
+    scores and context over `avg_src_len` source positions, output layer); embeddings lookups,
+    element-wise ops and the once-per-sentence bridge are ignored. Backward is taken as twice the
+    forward (gradients w.r.t. inputs and weights), so training FLOPs = 3 * 2 * forward MACs.
+    Returns src/tgt forward MACs and src/tgt forward+backward FLOPs per token.
+    """
+    validate_model_config(cfg, src_vocab, tgt_vocab)
+    H, E, L = cfg.hidden_size, cfg.embed_size, cfg.num_layers
+    src = 2 * _lstm_macs(E, H)
+    src += sum(_lstm_macs(2 * H if i == 1 else H, H) for i in range(1, L))
+    if L == 1:
+        src += 2 * H * H  # output projection 2H -> H
+    if cfg.attention == "mlp":
+        src += H * H  # key projection
+    tgt = _lstm_macs(E, H) + (L - 1) * _lstm_macs(H, H)
+    tgt += 2 * avg_src_len * H  # scores (dot products, or v^T tanh(.) for mlp) + context
+    if cfg.attention != "dot":
+        tgt += H * H  # query projection
+    tgt += 2 * H * H + H * tgt_vocab  # combine layer + output projection
+    return {"src_forward_macs": float(src), "tgt_forward_macs": float(tgt),
+            "src_train_flops": 6.0 * src, "tgt_train_flops": 6.0 * tgt, "avg_src_len": float(avg_src_len)}

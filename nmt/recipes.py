@@ -1,0 +1,391 @@
+"""Dataset recipes: public Korean-English corpora, fetched (mirror, cache or network) and split into train/dev/tests.
+
+The registry (sources with URL, sha256, licence and citation; recipes built from them) is the package data
+file `nmt/recipes.json`. `load_data(cfg)` is the single entry point used by training.
+
+Where a file comes from, in order: the offline mirror (`--data-dir`, else $NMT_DATA_DIR: a directory laid
+out like shared/data), the download cache (`DataConfig.cache_dir`, else `data/cache/` of a checkout, else
+~/.cache/nmt), the network. Every file is checked against its registered sha256 wherever it comes from.
+"""
+from __future__ import annotations
+
+import hashlib
+import http.client
+import json
+import logging
+import os
+import random
+import re
+import socket
+import tarfile
+import tempfile
+import urllib.error
+import urllib.request
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Dict, List, Optional, Tuple
+
+from tqdm import tqdm
+
+from nmt.atomic import atomic_open, atomic_write_bytes
+from nmt.config import ConfigError, DataConfig
+from nmt.corpus import (CorpusError, Pairs, clean_training_pairs, concat, has_hangul, read_parallel,
+                        read_tsv, strip_rest_markup)
+
+logger = logging.getLogger("nmt.recipes")
+
+LANGS = ("ko", "en")
+DOWNLOAD_TIMEOUT = 60.0   # seconds without progress before a download is abandoned
+_CHUNK = 1 << 16
+_NETWORK_ERRORS = (urllib.error.URLError, http.client.HTTPException, socket.timeout, ConnectionError, TimeoutError)
+_MIRROR_HINT = ("use an offline mirror: pass --data-dir DIR or set NMT_DATA_DIR=DIR, a directory laid out like "
+                "shared/data")
+
+
+@dataclass
+class FileSpec:
+    """One registered file: where it lives in a mirror/cache, its checksum and how to obtain it."""
+    path: str                           # relative to the mirror and to the cache directory
+    sha256: str
+    bytes: int
+    url: Optional[str] = None           # direct download
+    archive_url: Optional[str] = None   # or: a tar(.gz) to download, holding `member`
+    member: Optional[str] = None
+    derived: Optional[str] = None       # or: mirror-only, made by this procedure (cannot be downloaded)
+
+
+@dataclass
+class Source:
+    """A public corpus with Korean and English sides."""
+    name: str
+    title: str
+    license: str
+    citation: str
+    homepage: str
+    format: str                         # "parallel" (files ko, en) or "tsv" (file tsv, columns ko_col, en_col)
+    files: Dict[str, FileSpec]
+    ko_col: Optional[int] = None
+    en_col: Optional[int] = None
+    clean: Optional[str] = None         # extra source-specific cleaning: "rest-docs"
+
+
+@dataclass
+class Recipe:
+    """Training sources, a dev set drawn from them, and named test sets."""
+    name: str
+    description: str
+    train: List[str]
+    tests: Dict[str, str]               # short test name -> source name
+    dev_size: int
+    dev_seed: int
+
+
+@dataclass
+class DatasetSplits:
+    train: Pairs
+    dev: Pairs
+    tests: Dict[str, Pairs]             # keyed by a short name, e.g. "tatoeba-test", "flores200-devtest"
+    drops: Dict[str, int] = field(default_factory=dict)   # pairs removed, by reason (reading and cleaning)
+
+
+def _load_registry(path: Path) -> Tuple[Dict[str, Source], Dict[str, Recipe]]:
+    reg = json.loads(path.read_text(encoding="utf-8"))
+    sources = {}
+    for name, s in reg["sources"].items():
+        files = {k: FileSpec(**f) for k, f in s.pop("files").items()}
+        sources[name] = Source(name=name, files=files, **s)
+    recipes = {name: Recipe(name=name, **r) for name, r in reg["recipes"].items()}
+    return sources, recipes
+
+
+SOURCES, RECIPES = _load_registry(Path(__file__).with_name("recipes.json"))
+
+
+def default_cache_dir() -> Path:
+    """`data/cache/` of the checkout when running from one, else ~/.cache/nmt (or $XDG_CACHE_HOME/nmt)."""
+    root = Path(__file__).resolve().parent.parent
+    if (root / "setup.py").is_file() and (root / "nmt" / "recipes.json").is_file():
+        return root / "data" / "cache"
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "nmt"
+
+
+def resolve_data_dir(data_dir: Optional[str]) -> Optional[Path]:
+    """The offline mirror: the --data-dir flag, else $NMT_DATA_DIR, else None. A named but missing dir is an error."""
+    for value, origin in ((data_dir, "--data-dir"), (os.environ.get("NMT_DATA_DIR"), "NMT_DATA_DIR")):
+        if value:
+            path = Path(value).expanduser()
+            if not path.is_dir():
+                raise CorpusError(f"{origin} {value}: no such directory; point it at a directory laid out like "
+                                  "shared/data, or leave it unset to use the download cache")
+            return path
+    return None
+
+
+_HASHES: Dict[Tuple[str, int, int], str] = {}   # (path, size, mtime) -> sha256: each file is hashed once per process
+
+
+def sha256_file(path: Path) -> str:
+    st = path.stat()
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    if key not in _HASHES:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        _HASHES[key] = h.hexdigest()
+    return _HASHES[key]
+
+
+def verify_file(path: Path, sha256: str, what: str) -> None:
+    """Raise `CorpusError` naming the file and both hashes unless `path` has the registered checksum."""
+    actual = sha256_file(path)
+    if actual != sha256:
+        raise CorpusError(f"{path}: checksum mismatch for {what}: expected sha256 {sha256}, got {actual}. The file "
+                          "was changed, truncated or is a different version; restore the original (or delete it "
+                          "from the cache so that it is downloaded again).")
+
+
+def _stream(url: str, out: IO[bytes], timeout: float, desc: str) -> str:
+    """Copy `url` into `out` with a progress bar; return the sha256 of what was received."""
+    h = hashlib.sha256()
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
+        total = resp.headers.get("Content-Length")
+        total = int(total) if total and total.isdigit() else None
+        got = 0
+        with tqdm(total=total, unit="B", unit_scale=True, desc=desc, disable=None, leave=False) as bar:
+            while True:
+                chunk = resp.read(_CHUNK)
+                if not chunk:
+                    break
+                out.write(chunk)
+                h.update(chunk)
+                got += len(chunk)
+                bar.update(len(chunk))
+    if total is not None and got != total:
+        raise http.client.IncompleteRead(b"", total - got)
+    return h.hexdigest()
+
+
+def download(url: str, dest: Path, sha256: str, *, timeout: float = DOWNLOAD_TIMEOUT) -> Path:
+    """Download `url` to `dest` atomically; a failed or mismatching download leaves nothing at `dest`."""
+    try:
+        with atomic_open(dest, "wb") as f:
+            actual = _stream(url, f, timeout, dest.name)
+            if actual != sha256:
+                raise CorpusError(f"{url}: checksum mismatch: expected sha256 {sha256}, got {actual}; the upstream "
+                                  f"file changed or the download was corrupted. Nothing was written to {dest}.")
+    except _NETWORK_ERRORS as e:
+        raise CorpusError(f"cannot download {url} ({_reason(e)}). Without network, {_MIRROR_HINT}.") from None
+    return dest
+
+
+def _reason(e: Exception) -> str:
+    if isinstance(e, urllib.error.HTTPError):
+        return f"HTTP {e.code} {e.reason}"
+    if isinstance(e, urllib.error.URLError):
+        return str(e.reason)
+    if isinstance(e, http.client.IncompleteRead):
+        return f"connection closed with {e.expected} bytes missing"
+    return str(e) or type(e).__name__
+
+
+def _download_archive(source: Source, url: str, cache_dir: Path, timeout: float) -> None:
+    """Download a tar archive once and write every registered member of it (checksum-verified) into the cache."""
+    wanted = [f for f in source.files.values() if f.archive_url == url]
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".download-", dir=str(cache_dir)) as tmp:   # removed even on failure
+        archive = Path(tmp) / "archive"
+        try:
+            with open(archive, "wb") as f:
+                _stream(url, f, timeout, Path(url).name)
+        except _NETWORK_ERRORS as e:
+            raise CorpusError(f"cannot download {url} ({_reason(e)}). Without network, {_MIRROR_HINT}.") from None
+        try:
+            with tarfile.open(archive) as tar:
+                members = {Path(m.name).name: m for m in tar.getmembers() if m.isfile()}
+                for spec in wanted:
+                    if spec.member not in members:
+                        raise CorpusError(f"{url}: the archive has no member {spec.member!r} "
+                                          f"(it has: {', '.join(sorted(members))})")
+                    data = tar.extractfile(members[spec.member]).read()
+                    actual = hashlib.sha256(data).hexdigest()
+                    if actual != spec.sha256:
+                        raise CorpusError(f"{url}: member {spec.member}: checksum mismatch: expected sha256 "
+                                          f"{spec.sha256}, got {actual}; nothing was written to the cache.")
+                    atomic_write_bytes(cache_dir / spec.path, data)
+        except tarfile.TarError as e:
+            raise CorpusError(f"{url}: not a readable tar archive ({e})") from None
+
+
+def fetch(source: Source, key: str, data_dir: Optional[Path], cache_dir: Path, *,
+          timeout: float = DOWNLOAD_TIMEOUT) -> Path:
+    """Local path of `source.files[key]`: from the mirror, else the cache, else downloaded into the cache."""
+    spec = source.files[key]
+    what = f"{source.name} ({key})"
+    missing = ""
+    if data_dir is not None:
+        path = data_dir / spec.path
+        if path.is_file():
+            verify_file(path, spec.sha256, what)
+            return path
+        missing = f" (the mirror {data_dir} has no {spec.path})"
+    path = cache_dir / spec.path
+    if path.is_file():
+        verify_file(path, spec.sha256, what)
+        return path
+    if spec.derived:
+        raise CorpusError(f"{what}: {spec.path} is mirror-only{missing}: it cannot be downloaded because it was "
+                          f"derived by a procedure ({spec.derived}). Pass --data-dir DIR or set NMT_DATA_DIR=DIR to a "
+                          f"directory laid out like shared/data that contains {spec.path}.")
+    logger.info("downloading %s into %s", what, cache_dir)
+    try:
+        if spec.archive_url:
+            _download_archive(source, spec.archive_url, cache_dir, timeout)
+        else:
+            download(spec.url, path, spec.sha256, timeout=timeout)
+    except CorpusError as e:
+        raise CorpusError(f"{what}: {e}{missing}") from None
+    return path
+
+
+_NATURAL_WORD = re.compile(r"(?<![\w.])[A-Za-z][a-z]+(?![\w(])")
+
+
+def clean_rest_docs(pairs: Pairs) -> Tuple[Pairs, Dict[str, int]]:
+    """Documentation pairs (ko -> en) with reST markup removed; pairs without language content dropped.
+
+    Dropped: Korean side without Hangul ("no_hangul"), identical sides ("identical": code, names),
+    English side without a single ordinary word ("code_only"). Markup such as :func:`x` or ``code``
+    becomes its plain text on both sides.
+    """
+    counts: Counter = Counter()
+    ko_out: List[str] = []
+    en_out: List[str] = []
+    for ko, en in zip(pairs.src, pairs.tgt):
+        ko, en = " ".join(strip_rest_markup(ko).split()), " ".join(strip_rest_markup(en).split())
+        if ko == en:
+            counts["identical"] += 1
+        elif not has_hangul(ko):
+            counts["no_hangul"] += 1
+        elif not _NATURAL_WORD.search(en):
+            counts["code_only"] += 1
+        else:
+            ko_out.append(ko)
+            en_out.append(en)
+    logger.info("%s: %d of %d pairs have language content after markup removal (dropped %s)", pairs.name,
+                len(ko_out), len(pairs), ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none")
+    return Pairs(ko_out, en_out, pairs.name, dict(pairs.dropped)), dict(counts)
+
+
+def load_source(source: Source, data_dir: Optional[Path], cache_dir: Path, *,
+                skip_invalid_utf8: bool = False) -> Tuple[Pairs, Dict[str, int]]:
+    """A registered corpus as Korean -> English pairs, plus counts of what source-specific cleaning dropped."""
+    if source.format == "tsv":
+        pairs = read_tsv(fetch(source, "tsv", data_dir, cache_dir), source.ko_col, source.en_col,
+                         skip_invalid_utf8=skip_invalid_utf8, name=source.name)
+    else:
+        pairs = read_parallel(fetch(source, "ko", data_dir, cache_dir), fetch(source, "en", data_dir, cache_dir),
+                              skip_invalid_utf8=skip_invalid_utf8, name=source.name)
+    if source.clean == "rest-docs":
+        return clean_rest_docs(pairs)
+    return pairs, {}
+
+
+def _check_langs(cfg: DataConfig) -> None:
+    for flag, lang in (("--src", cfg.src_lang), ("--tgt", cfg.tgt_lang)):
+        if lang not in LANGS:
+            raise ConfigError(f"{flag} {lang!r}: unsupported language; use one of {', '.join(LANGS)}")
+    if cfg.src_lang == cfg.tgt_lang:
+        raise ConfigError(f"--src and --tgt are both {cfg.src_lang!r}; translate ko -> en or en -> ko")
+
+
+def load_data(cfg: DataConfig) -> DatasetSplits:
+    """Train/dev/test pairs in the direction cfg.src_lang -> cfg.tgt_lang, normalized, filtered, deduplicated.
+
+    With cfg.train_src/train_tgt the explicit files are used (dev files required, test files optional);
+    otherwise the recipe cfg.recipe. Training pairs sharing a side with dev or any test set are removed.
+    """
+    _check_langs(cfg)
+    if cfg.train_src or cfg.train_tgt or cfg.dev_src or cfg.dev_tgt or cfg.test_src or cfg.test_tgt:
+        return _load_files(cfg)
+    if not cfg.recipe:
+        raise ConfigError("no training data: give --recipe NAME (one of "
+                          f"{', '.join(sorted(RECIPES))}) or --train-src/--train-tgt with --dev-src/--dev-tgt")
+    if cfg.recipe not in RECIPES:
+        raise ConfigError(f"--recipe {cfg.recipe!r}: unknown recipe; known recipes: {', '.join(sorted(RECIPES))}")
+    recipe = RECIPES[cfg.recipe]
+    data_dir = resolve_data_dir(cfg.data_dir)
+    cache_dir = Path(cfg.cache_dir).expanduser() if cfg.cache_dir else default_cache_dir()
+    drops: Counter = Counter()
+
+    def load(name: str) -> Pairs:
+        pairs, counts = load_source(SOURCES[name], data_dir, cache_dir, skip_invalid_utf8=cfg.skip_invalid_utf8)
+        drops.update(counts)
+        drops.update(pairs.dropped)
+        return pairs
+
+    tests = {key: Pairs(p.src, p.tgt, key, p.dropped) for key, p in ((k, load(n)) for k, n in recipe.tests.items())}
+    parts = []
+    for name in recipe.train:   # cleaned one by one so that the log says what each corpus contributes
+        part, counts = clean_training_pairs(load(name), list(tests.values()),
+                                            max_chars=cfg.max_chars, max_ratio=cfg.max_ratio)
+        drops.update(counts)
+        parts.append(part)
+    pool, counts = clean_training_pairs(concat(parts, f"{recipe.name}-train"), [],
+                                        max_chars=cfg.max_chars, max_ratio=cfg.max_ratio)   # cross-corpus duplicates
+    drops.update(counts)
+    if len(pool) <= recipe.dev_size:
+        raise CorpusError(f"recipe {recipe.name}: only {len(pool)} training pairs left after cleaning, too few to hold "
+                          f"out {recipe.dev_size} for dev; relax --max-chars/--max-ratio")
+    # Random order (not sorted): any prefix of dev is itself a random sample (validation may use a prefix).
+    dev_idx = random.Random(recipe.dev_seed).sample(range(len(pool)), recipe.dev_size)
+    taken = set(dev_idx)
+    dev = pool.select(dev_idx, name="dev")
+    train, counts = clean_training_pairs(pool.select([i for i in range(len(pool)) if i not in taken]), [dev],
+                                         max_chars=cfg.max_chars, max_ratio=cfg.max_ratio)
+    drops.update(counts)
+    splits = DatasetSplits(train, dev, tests, dict(drops))
+    logger.info("recipe %s %s->%s: %d train, %d dev, tests %s", recipe.name, cfg.src_lang, cfg.tgt_lang, len(train),
+                len(dev), ", ".join(f"{k} {len(v)}" for k, v in tests.items()))
+    return _oriented(splits, cfg)
+
+
+def _oriented(splits: DatasetSplits, cfg: DataConfig) -> DatasetSplits:
+    """Registry sources are stored ko -> en; swap every split for en -> ko."""
+    if cfg.src_lang == "ko":
+        return splits
+    return DatasetSplits(splits.train.swapped(), splits.dev.swapped(),
+                         {k: v.swapped() for k, v in splits.tests.items()}, splits.drops)
+
+
+def _pair_of_flags(cfg: DataConfig, kind: str) -> Optional[Tuple[str, str]]:
+    src, tgt = getattr(cfg, f"{kind}_src"), getattr(cfg, f"{kind}_tgt")
+    if bool(src) != bool(tgt):
+        raise ConfigError(f"--{kind}-src and --{kind}-tgt must be given together (got only "
+                          f"--{kind}-{'src' if src else 'tgt'})")
+    return (src, tgt) if src else None
+
+
+def _load_files(cfg: DataConfig) -> DatasetSplits:
+    """Explicit files in the direction given (the *_src files are in cfg.src_lang)."""
+    train_files, dev_files, test_files = (_pair_of_flags(cfg, k) for k in ("train", "dev", "test"))
+    if train_files is None:
+        raise ConfigError("dev/test files were given without training files: add --train-src and --train-tgt "
+                          "(or drop the file flags to use --recipe)")
+    if dev_files is None:
+        raise ConfigError("explicit training files need a dev set: give --dev-src and --dev-tgt")
+    skip = cfg.skip_invalid_utf8
+    train = read_parallel(*train_files, skip_invalid_utf8=skip, name="train")
+    dev = read_parallel(*dev_files, skip_invalid_utf8=skip, name="dev")
+    tests = {"test": read_parallel(*test_files, skip_invalid_utf8=skip, name="test")} if test_files else {}
+    drops: Counter = Counter()
+    for p in (train, dev, *tests.values()):
+        drops.update(p.dropped)
+    train, counts = clean_training_pairs(train, [dev, *tests.values()], max_chars=cfg.max_chars,
+                                         max_ratio=cfg.max_ratio)
+    drops.update(counts)
+    if not len(train):
+        raise CorpusError(f"{train_files[0]} / {train_files[1]}: no training pairs left after filtering "
+                          f"({', '.join(f'{k} {v}' for k, v in sorted(drops.items()))})")
+    return DatasetSplits(train, dev, tests, dict(drops))

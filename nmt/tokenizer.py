@@ -1,0 +1,213 @@
+"""SentencePiece subword models, one per language: training, loading, text <-> ids.
+
+Every model this module writes shares one convention, checked again on load:
+
+* special ids PAD=0, UNK=1, BOS=2, EOS=3 (constants below; the batcher and the model rely on them);
+* byte fallback, so characters never seen in training become UTF-8 byte pieces instead of <unk>;
+* no SentencePiece normalization (``identity``) and whitespace kept as is. Text is NFC-normalized in Python
+  instead, so ``decode(encode(x)) == unicodedata.normalize("NFC", x)`` for any string, Hangul, Hanja and emoji
+  included. (SentencePiece's default NFKC would rewrite full-width forms, compatibility Hanja, circled digits ...)
+
+Models live in the model directory as ``spm.<lang>.model`` / ``spm.<lang>.vocab``; they are trained in a
+temporary directory and published with atomic copies, so a crash never leaves a torn model behind.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import tempfile
+import unicodedata
+from pathlib import Path
+from typing import Callable, List, Optional, Sequence, Union
+
+import sentencepiece as spm
+
+from nmt.atomic import atomic_copy
+
+logger = logging.getLogger(__name__)
+
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+MODEL_TYPES = ("unigram", "bpe")
+# Scripts with thousands of rare characters: leave the rarest 0.05% to byte fallback (SentencePiece's advice
+# for CJK). Alphabetic languages keep every character as a piece.
+CHARACTER_COVERAGE = {"ko": 0.9995, "ja": 0.9995, "zh": 0.9995}
+DEFAULT_CHARACTER_COVERAGE = 1.0
+INPUT_SENTENCE_SIZE = 2_000_000          # training sample cap: enough for the statistics, keeps training fast
+_LANG_RE = re.compile(r"^[A-Za-z0-9_-]+$")
+_MODEL_NAME_RE = re.compile(r"^spm\.(.+)\.model$")
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+class TokenizerError(ValueError):
+    """A tokenizer model that cannot be trained, loaded or used; the message names the file or argument."""
+
+
+def tokenizer_path(model_dir: PathLike, lang: str) -> Path:
+    """Path of the SentencePiece model of `lang` inside `model_dir` (``spm.<lang>.model``)."""
+    _check_lang(lang)
+    return Path(model_dir) / f"spm.{lang}.model"
+
+
+def _check_lang(lang: str) -> None:
+    if not isinstance(lang, str) or not _LANG_RE.match(lang):
+        raise TokenizerError(f"invalid language code {lang!r}: use letters, digits, '_' or '-' (e.g. 'ko', 'en')")
+
+
+def _nfc(line: str) -> str:
+    return unicodedata.normalize("NFC", line)
+
+
+class Tokenizer:
+    """A loaded SentencePiece model of one language. Use `Tokenizer.load` or `train_tokenizer` to get one."""
+
+    def __init__(self, processor: spm.SentencePieceProcessor, path: Path, lang: str):
+        self._sp = processor
+        self.path = path
+        self.lang = lang
+        # Batch encoding/decoding is parallel in C++; one thread per core, as for training.
+        self._threads = os.cpu_count() or 1
+
+    @classmethod
+    def load(cls, path: PathLike) -> "Tokenizer":
+        """Load a ``.model`` file written by `train_tokenizer`; `TokenizerError` if missing, corrupt or foreign."""
+        path = Path(path)
+        if not path.is_file():
+            raise TokenizerError(f"{path}: SentencePiece model not found")
+        try:
+            sp = spm.SentencePieceProcessor(model_file=str(path))
+        except (OSError, RuntimeError) as e:
+            raise TokenizerError(f"{path}: not a readable SentencePiece model ({e})") from None
+        found = (sp.pad_id(), sp.unk_id(), sp.bos_id(), sp.eos_id())
+        if found != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
+            raise TokenizerError(f"{path}: special ids pad/unk/bos/eos are {found}, expected "
+                                 f"{(PAD_ID, UNK_ID, BOS_ID, EOS_ID)}; retrain it with nmt.tokenizer.train_tokenizer")
+        if sp.piece_to_id("<0xF0>") == sp.unk_id():
+            raise TokenizerError(f"{path}: model has no byte-fallback pieces, so unseen characters would be lost; "
+                                 "retrain it with nmt.tokenizer.train_tokenizer")
+        m = _MODEL_NAME_RE.match(path.name)
+        return cls(sp, path, m.group(1) if m else path.stem)
+
+    @property
+    def vocab_size(self) -> int:
+        return self._sp.get_piece_size()
+
+    def encode(self, lines: Sequence[str]) -> List[List[int]]:
+        """Token ids of each line (NFC-normalized first); no BOS/EOS added."""
+        lines = [_nfc(self._check_line(line, i)) for i, line in enumerate(lines)]
+        return self._sp.encode(lines, out_type=int, num_threads=self._threads)
+
+    def decode(self, ids: Sequence[Sequence[int]]) -> List[str]:
+        """Text of each id sequence. PAD and BOS are dropped and a sequence ends at its first EOS."""
+        size = self.vocab_size
+        cleaned = []
+        for row, seq in enumerate(ids):
+            out = []
+            for tok in seq:
+                tok = int(tok)
+                if tok == EOS_ID:
+                    break
+                if tok in (PAD_ID, BOS_ID):
+                    continue
+                if not 0 <= tok < size:
+                    raise TokenizerError(f"decode: id {tok} in sequence {row} is outside the {self.lang} "
+                                         f"vocabulary (size {size}, {self.path})")
+                out.append(tok)
+            cleaned.append(out)
+        return self._sp.decode(cleaned, num_threads=self._threads)
+
+    def pieces(self, line: str) -> List[str]:
+        """Subword pieces of one line (for inspection and logging)."""
+        return self._sp.encode(_nfc(self._check_line(line, 0)), out_type=str)
+
+    def _check_line(self, line, index: int) -> str:
+        if not isinstance(line, str):
+            raise TokenizerError(f"encode: item {index} is {type(line).__name__}, expected str")
+        return line
+
+    def __repr__(self) -> str:
+        return f"Tokenizer(lang={self.lang!r}, vocab_size={self.vocab_size}, path='{self.path}')"
+
+
+def train_tokenizer(lines: Sequence[str], out_dir: PathLike, lang: str, vocab_size: int,
+                    model_type: str = "unigram", seed: int = 1,
+                    num_threads: Optional[int] = None) -> Tokenizer:
+    """Train a SentencePiece model on `lines` and publish it as ``out_dir/spm.<lang>.model`` (+ ``.vocab``).
+
+    A `vocab_size` larger than the text supports is lowered to what it does support, with a warning. A
+    `vocab_size` too small to hold the required characters, or text with no content, is a `TokenizerError`.
+    Results are reproducible for a given seed, text and `num_threads` (default: all cores); unigram training
+    sums statistics over threads, so a different thread count can change the scores slightly.
+    """
+    _check_lang(lang)
+    if model_type not in MODEL_TYPES:
+        raise TokenizerError(f"unknown SentencePiece model type {model_type!r}; choose one of {', '.join(MODEL_TYPES)}")
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size <= 0:
+        raise TokenizerError(f"vocab_size must be a positive integer, got {vocab_size!r}")
+    if isinstance(lines, str):
+        raise TokenizerError("train_tokenizer: `lines` must be a sequence of strings, got a single string")
+    final = tokenizer_path(out_dir, lang)
+    threads = num_threads or os.cpu_count() or 1
+
+    with tempfile.TemporaryDirectory(prefix=f"spm-{lang}-") as tmp:
+        text_file = Path(tmp) / "train.txt"
+        n_lines = n_content = 0
+        with open(text_file, "w", encoding="utf-8", newline="\n") as f:
+            for i, line in enumerate(lines):
+                if not isinstance(line, str):
+                    raise TokenizerError(f"train_tokenizer({lang}): line {i} is {type(line).__name__}, expected str")
+                n_lines += 1
+                if line.strip():
+                    n_content += 1
+                    f.write(_nfc(line) + "\n")
+        if n_content == 0:
+            raise TokenizerError(f"no training text for the {lang} tokenizer: "
+                                 f"{'all ' + str(n_lines) + ' lines are blank' if n_lines else 'no lines given'}")
+        prefix = Path(tmp) / "spm"
+        spm.set_random_generator_seed(seed)
+        try:
+            spm.SentencePieceTrainer.train(
+                input=str(text_file), model_prefix=str(prefix), vocab_size=vocab_size, model_type=model_type,
+                character_coverage=CHARACTER_COVERAGE.get(lang, DEFAULT_CHARACTER_COVERAGE),
+                byte_fallback=True, pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
+                normalization_rule_name="identity", remove_extra_whitespaces=False,
+                # Soft limit: on small data the vocabulary stops at what the text supports instead of failing.
+                hard_vocab_limit=False,
+                input_sentence_size=INPUT_SENTENCE_SIZE, shuffle_input_sentence=True,
+                num_threads=threads, minloglevel=2)
+        except RuntimeError as e:
+            msg = str(e)
+            m = re.search(r"smaller than required_chars\. (\d+) vs (\d+)", msg)
+            if m:
+                raise TokenizerError(
+                    f"vocab_size {vocab_size} is too small for the {lang} tokenizer: its characters and the 256 "
+                    f"byte-fallback pieces need at least {m.group(2)}; raise --vocab-size") from None
+            raise TokenizerError(f"SentencePiece training of the {lang} tokenizer failed: {msg}") from None
+        # Publish the vocab first: the .model file is the marker of a finished model for load_or_train_tokenizer.
+        atomic_copy(Path(tmp) / "spm.vocab", final.with_suffix(".vocab"))
+        atomic_copy(Path(tmp) / "spm.model", final)
+
+    tok = Tokenizer.load(final)
+    if tok.vocab_size < vocab_size:
+        logger.warning("%s tokenizer: vocab_size %d is more than the training text supports (%d lines); "
+                       "using %d pieces", lang, vocab_size, n_content, tok.vocab_size)
+    logger.info("trained %s", tok)
+    return tok
+
+
+def load_or_train_tokenizer(out_dir: PathLike, lang: str,
+                            lines: Union[Sequence[str], Callable[[], Sequence[str]]],
+                            vocab_size: int, model_type: str = "unigram") -> Tokenizer:
+    """Load ``out_dir/spm.<lang>.model`` if it exists, else train it on `lines`.
+
+    `lines` may be a callable returning the lines, so a resumed run does not have to read the corpus.
+    """
+    path = tokenizer_path(out_dir, lang)
+    if path.exists():
+        tok = Tokenizer.load(path)
+        logger.info("reusing %s", tok)
+        return tok
+    if callable(lines):
+        lines = lines()
+    return train_tokenizer(lines, out_dir, lang, vocab_size, model_type=model_type)

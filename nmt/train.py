@@ -1,0 +1,357 @@
+"""Training: `train(cfg) -> TrainState`. The loop only checks stop conditions and calls `train_step`,
+`validate` and `save_checkpoint`; each of those is small and testable alone."""
+from __future__ import annotations
+
+import logging
+import math
+import random
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+import mxnet as mx
+import numpy as np
+from mxnet import gluon
+from tqdm import tqdm
+
+from nmt import checkpoint as ckpt
+from nmt.batching import Batch, BatchIterator, BucketSampler, make_batch
+from nmt.config import Config, ConfigError
+from nmt.corpus import Pairs
+from nmt.evaluate import Scores, perplexity, score
+from nmt.log import MetricsWriter, Speedometer, setup_logging
+from nmt.model import Seq2SeqLoss, build_model
+from nmt.parallel import DataParallel, default_kvstore, parse_devices
+from nmt.recipes import DatasetSplits, load_data
+from nmt.tokenizer import Tokenizer, load_or_train_tokenizer, tokenizer_path
+from nmt.translate import Translator
+
+logger = logging.getLogger("nmt.train")
+
+
+@dataclass
+class EncodedData:
+    """Token ids of the training and dev sets, after dropping pairs longer than the token limits."""
+    train_src: List[List[int]]
+    train_tgt: List[List[int]]
+    dev_src: List[List[int]]
+    dev_tgt: List[List[int]]
+
+
+def learning_rate(step: int, cfg: Config, lr_scale: float = 1.0) -> float:
+    """Linear warmup to cfg.optim.lr, then inverse-square-root decay (or constant / plateau-scaled)."""
+    o = cfg.optim
+    warm = max(o.warmup_steps, 1)
+    if step < warm:
+        lr = o.lr * (step + 1) / warm
+    elif o.schedule == "inv_sqrt":
+        lr = o.lr * math.sqrt(warm / (step + 1))
+    else:  # "constant" and "plateau" (plateau halves lr_scale on stalled validations)
+        lr = o.lr
+    return lr * lr_scale
+
+
+def load_tokenizers(cfg: Config, model_dir: Path, splits: Optional[DatasetSplits]) -> Dict[str, Tokenizer]:
+    """SentencePiece models of both languages: reused from the model directory, else trained on `splits.train`."""
+    d = cfg.data
+    toks = {}
+    for lang, lines in ((d.src_lang, splits.train.src if splits else None),
+                        (d.tgt_lang, splits.train.tgt if splits else None)):
+        if lines is None:
+            toks[lang] = Tokenizer.load(tokenizer_path(model_dir, lang))
+        else:
+            toks[lang] = load_or_train_tokenizer(model_dir, lang, lines, d.vocab_size, d.spm_model_type)
+    return toks
+
+
+def encode_data(cfg: Config, splits: DatasetSplits, src_tok: Tokenizer, tgt_tok: Tokenizer) -> EncodedData:
+    d = cfg.data
+    tr_s, tr_t = src_tok.encode(splits.train.src), tgt_tok.encode(splits.train.tgt)
+    keep = [i for i in range(len(tr_s)) if 0 < len(tr_s[i]) <= d.max_src_tokens and 0 < len(tr_t[i]) <= d.max_tgt_tokens]
+    if len(keep) < len(tr_s):
+        logger.info("dropped %d of %d training pairs longer than --max-src-tokens %d / --max-tgt-tokens %d "
+                    "subword tokens (or empty after tokenization)", len(tr_s) - len(keep), len(tr_s),
+                    d.max_src_tokens, d.max_tgt_tokens)
+    if not keep:
+        raise ConfigError("no training pair is left after the token-length filter; raise --max-src-tokens/--max-tgt-tokens")
+    dv_s, dv_t = src_tok.encode(splits.dev.src), tgt_tok.encode(splits.dev.tgt)
+    # dev loss uses every dev pair, truncated to the training limits so its batches fit the same shapes
+    dv_s = [s[:d.max_src_tokens] for s in dv_s]
+    dv_t = [t[:d.max_tgt_tokens] for t in dv_t]
+    return EncodedData([tr_s[i] for i in keep], [tr_t[i] for i in keep], dv_s, dv_t)
+
+
+def build_trainer(cfg: Config, net: gluon.Block, kvstore) -> gluon.Trainer:
+    o = cfg.optim
+    if o.optimizer not in ("adam", "sgd", "nag", "adagrad", "rmsprop", "adadelta", "lamb", "ftml"):
+        raise ConfigError(f"--optimizer {o.optimizer!r} is not supported")
+    params = {"learning_rate": o.lr, "wd": o.weight_decay}
+    if o.optimizer == "adam":
+        params.update(beta1=o.beta1, beta2=o.beta2, epsilon=1e-9)
+    return gluon.Trainer(net.collect_params(), o.optimizer, params, kvstore=kvstore, update_on_kvstore=False)
+
+
+def dev_loss(loss_block: gluon.Block, data: EncodedData, ctx: mx.Context, batch_size: int = 64):
+    """Summed NLL and target-token count of the dev set (no label smoothing): for perplexity."""
+    nll_total, tokens = 0.0, 0
+    order = np.argsort([len(t) for t in data.dev_tgt], kind="stable")
+    for i in range(0, len(order), batch_size):
+        idx = order[i:i + batch_size]
+        b = make_batch(data.dev_src, data.dev_tgt, idx, max(len(data.dev_src[j]) for j in idx) + 1,
+                       max(len(data.dev_tgt[j]) for j in idx) + 1)
+        arrays = [mx.nd.array(a, ctx=ctx, dtype="float32") for a in (b.src, b.src_len, b.tgt_in, b.tgt_out, b.tgt_len)]
+        _, nll = loss_block(*arrays)
+        nll_total += float(nll.sum().asscalar())
+        tokens += b.num_tgt_tokens
+    return nll_total, tokens
+
+
+class Trainer:
+    """Holds what one training run needs; `fit()` is the loop."""
+
+    def __init__(self, cfg: Config, resume: bool = False, overwrite: bool = False,
+                 splits: Optional[DatasetSplits] = None, kv=None):
+        self.cfg = cfg
+        t = cfg.train
+        self.model_dir = Path(t.model_dir)
+        self.ctxs = parse_devices(t.gpus, t.cpu_devices)
+        kv_name = default_kvstore(self.ctxs, t.kvstore)
+        self.kv = kv if kv is not None else (mx.kv.create(kv_name) if kv_name.startswith("dist") else kv_name)
+        self.rank = self.kv.rank if hasattr(self.kv, "rank") else 0
+        self.num_workers = self.kv.num_workers if hasattr(self.kv, "num_workers") else 1
+        self.is_chief = self.rank == 0
+        if self.is_chief:
+            ckpt.prepare_model_dir(self.model_dir, resume, overwrite)
+        setup_logging(self.model_dir / ckpt.LOG if self.is_chief else None, console=self.is_chief)
+        _validate(cfg)
+        self.state = ckpt.TrainState.load(self.model_dir) if resume else ckpt.TrainState()
+        self.state.stopped = ""
+        if resume:
+            saved = Config.load(self.model_dir / ckpt.CONFIG)
+            if saved.model != cfg.model or saved.data.src_lang != cfg.data.src_lang or saved.data.tgt_lang != cfg.data.tgt_lang:
+                raise ConfigError(f"--resume: the model or languages differ from {self.model_dir / ckpt.CONFIG}; "
+                                  "resume with the same model flags (or start a new --model-dir)")
+        logger.info("devices: %s, kvstore: %s, worker %d of %d", self.ctxs, kv_name, self.rank, self.num_workers)
+        self.splits = splits if splits is not None else load_data(cfg.data)
+        logger.info("data: %d train, %d dev pairs; tests: %s", len(self.splits.train.src), len(self.splits.dev.src),
+                    ", ".join(f"{k} ({len(v.src)})" for k, v in self.splits.tests.items()) or "none")
+        toks = load_tokenizers(cfg, self.model_dir, None if resume else self.splits)
+        self.src_tok, self.tgt_tok = toks[cfg.data.src_lang], toks[cfg.data.tgt_lang]
+        if self.is_chief and not resume:
+            cfg.save(self.model_dir / ckpt.CONFIG)
+        self.data = encode_data(cfg, self.splits, self.src_tok, self.tgt_tok)
+        self.sampler = BucketSampler([len(s) for s in self.data.train_src], [len(t) for t in self.data.train_tgt],
+                                     batch_size=None if cfg.data.batch_tokens else cfg.data.batch_size,
+                                     batch_tokens=cfg.data.batch_tokens, num_buckets=cfg.data.num_buckets,
+                                     shuffle=True, seed=t.seed)
+        self.batches = BatchIterator(self.data.train_src, self.data.train_tgt, self.sampler, prefetch=2)
+        _seed_everything(t.seed)
+        self.net = build_model(cfg.model, self.src_tok.vocab_size, self.tgt_tok.vocab_size)
+        self.net.initialize(mx.init.Xavier(magnitude=2.24), ctx=self.ctxs)
+        self.loss_block = Seq2SeqLoss(self.net, label_smoothing=cfg.optim.label_smoothing)
+        self.net.hybridize(static_alloc=True)
+        self.loss_block.hybridize(static_alloc=True)
+        self.trainer = build_trainer(cfg, self.net, self.kv)
+        if resume:
+            self.net.load_parameters(str(ckpt.latest_params_path(self.model_dir)), ctx=self.ctxs)
+            self.trainer.load_states(str(self.model_dir / ckpt.TRAINER_STATES))
+            self.batches.load_state_dict(self.state.sampler)
+            logger.info("resumed from step %d (epoch %d, batch %d of %d)", self.state.step, self.state.epoch,
+                        self.sampler.position, len(self.sampler))
+        else:
+            self.sampler.set_epoch(0)
+        self.dp = DataParallel(self.loss_block, self.net.collect_params(), self.trainer, self.ctxs,
+                               accum_steps=t.accum_steps, clip_norm=cfg.optim.clip_norm,
+                               num_workers=self.num_workers, rank=self.rank)
+        self.metrics = MetricsWriter(self.model_dir / ckpt.METRICS if self.is_chief else None)
+        self.translator = Translator(self.net, self.src_tok, self.tgt_tok, cfg.decode, ctx=self.ctxs[0])
+        self._signal = None
+
+    # -- pieces of the loop -------------------------------------------------------------------------------------
+    def train_step(self, batch: Batch):
+        lr = learning_rate(self.state.step, self.cfg, self.state.lr_scale)
+        self.trainer.set_learning_rate(lr)
+        mx.random.seed(self.cfg.train.seed * 100003 + self.state.step)   # dropout masks resumable per update
+        loss, nll, norm = self.dp.step(batch)
+        self.state.step += 1
+        self.state.tokens_seen += batch.num_tgt_tokens
+        return loss, nll, norm, lr
+
+    def validate(self) -> Dict[str, float]:
+        t0 = time.perf_counter()
+        nll, tokens = dev_loss(self.loss_block, self.data, self.ctxs[0])
+        n = self.cfg.train.valid_max_sentences
+        srcs, refs = self.splits.dev.src[:n], self.splits.dev.tgt[:n]
+        hyps = self.translator.translate(srcs, beam_size=self.cfg.train.valid_beam)
+        sc = score(hyps, refs, self.cfg.data.tgt_lang)
+        row = {"step": self.state.step, "epoch": self.state.epoch, "dev_nll": nll / max(tokens, 1),
+               "dev_ppl": perplexity(nll, tokens), "dev_bleu": sc.bleu, "dev_chrf": sc.chrf,
+               "lr": learning_rate(self.state.step, self.cfg, self.state.lr_scale),
+               "tokens_seen": self.state.tokens_seen, "elapsed": round(self.state.elapsed, 1),
+               "valid_seconds": round(time.perf_counter() - t0, 1)}
+        improved = sc.bleu > self.state.best_bleu
+        if improved:
+            self.state.best_bleu, self.state.best_step, self.state.bad_validations = sc.bleu, self.state.step, 0
+        else:
+            self.state.bad_validations += 1
+            if self.cfg.optim.schedule == "plateau" and self.state.bad_validations % self.cfg.optim.plateau_patience == 0:
+                self.state.lr_scale *= 0.5
+        row["best_bleu"] = self.state.best_bleu
+        logger.info("validation step %d epoch %d: dev ppl %.2f BLEU %.2f chrF %.2f (best %.2f at step %d)%s",
+                    row["step"], row["epoch"], row["dev_ppl"], sc.bleu, sc.chrf, self.state.best_bleu,
+                    self.state.best_step, "" if improved else f", {self.state.bad_validations} without gain")
+        self.metrics.write(row)
+        row["improved"] = improved
+        return row
+
+    def save(self, is_best: bool = False) -> None:
+        self.state.sampler = self.batches.state_dict()
+        if self.is_chief:
+            ckpt.save_checkpoint(self.model_dir, self.net, self.trainer, self.state, self.cfg.train.keep_last, is_best)
+
+    def _should_stop(self, t_start: float) -> str:
+        t = self.cfg.train
+        if self._signal:
+            return self._signal
+        if t.max_steps and self.state.step >= t.max_steps:
+            return "max_steps"
+        if t.max_seconds and time.perf_counter() - t_start >= t.max_seconds:
+            return "max_seconds"
+        if t.patience and self.state.bad_validations >= t.patience:
+            return "early_stop"
+        return ""
+
+    # -- the loop ------------------------------------------------------------------------------------------------
+    def fit(self) -> ckpt.TrainState:
+        t = self.cfg.train
+        t_start, elapsed0 = time.perf_counter(), self.state.elapsed
+        old_handlers = _install_signal_handlers(self)
+        speed, last_log = Speedometer(), {"loss": float("nan")}
+        stop = self._should_stop(t_start)
+        try:
+            while not stop and self.state.epoch < t.max_epochs:
+                bar = tqdm(total=len(self.sampler), initial=self.sampler.position, desc=f"epoch {self.state.epoch + 1}",
+                           unit="upd", disable=not (t.progress and self.is_chief), dynamic_ncols=True, leave=False)
+                loss_acc, tok_acc = None, 0
+                for batch in self.batches:
+                    loss, _, _, lr = self.train_step(batch)
+                    loss_acc = loss if loss_acc is None else loss_acc + loss
+                    tok_acc += batch.num_tgt_tokens
+                    speed.update(batch.num_sentences, batch.num_src_tokens, batch.num_tgt_tokens)
+                    bar.update(1)
+                    if self.state.step % t.log_every == 0:   # the only host synchronization of the loop
+                        last_log = {"loss": float(loss_acc.asscalar()) / max(tok_acc, 1), **speed.read(), "lr": lr}
+                        loss_acc, tok_acc = None, 0
+                        bar.set_postfix(loss=f"{last_log['loss']:.3f}", lr=f"{lr:.2e}",
+                                        tok_s=f"{last_log['tok_per_s']:.0f}")
+                        logger.debug("step %d loss %.4f", self.state.step, last_log["loss"])
+                    self.state.elapsed = elapsed0 + time.perf_counter() - t_start
+                    if t.valid_every and self.state.step % t.valid_every == 0:
+                        row = self.validate() if self.is_chief else {"improved": False}
+                        self.save(is_best=row["improved"])
+                    stop = self._should_stop(t_start)
+                    if stop:
+                        break
+                bar.close()
+                if not stop:   # epoch end: validate, checkpoint at the start of the next epoch
+                    logger.info("epoch %d done at step %d: train loss %.3f, %.0f tokens/s", self.state.epoch + 1,
+                                self.state.step, last_log["loss"], last_log.get("tok_per_s", 0.0))
+                    self.state.epoch += 1
+                    self.sampler.set_epoch(self.state.epoch)
+                    row = self.validate() if self.is_chief else {"improved": False}
+                    self.save(is_best=row["improved"])
+                    stop = self._should_stop(t_start)
+            stop = stop or "max_epochs"
+            self.state.stopped = stop
+            if self.state.step != self._last_saved_step():
+                interrupted = stop in ("SIGINT", "SIGTERM")
+                row = self.validate() if self.is_chief and not interrupted else {"improved": False}
+                self.save(is_best=row["improved"])
+            elif self.is_chief:
+                self.state.save(self.model_dir)   # record why training stopped
+            logger.info("training stopped (%s) at step %d, epoch %d; best dev BLEU %.2f at step %d",
+                        stop, self.state.step, self.state.epoch, self.state.best_bleu, self.state.best_step)
+        finally:
+            _restore_signal_handlers(old_handlers)
+        if t.average_last > 1 and self.is_chief and len(self.state.params_files) >= 2:
+            ckpt.average_checkpoints(self.model_dir, self.state.params_files[-t.average_last:])
+        return self.state
+
+    def _last_saved_step(self) -> int:
+        f = self.state.params_files[-1] if self.state.params_files else ""
+        return int(f.split(".")[1]) if f else -1
+
+    def evaluate_tests(self, which: str = "best") -> Dict[str, Scores]:
+        """Translate every test set of the recipe with the `which` checkpoint; scores saved to scores.json."""
+        from nmt.translate import evaluate_pairs
+        if which != "current":
+            self.net.load_parameters(str(ckpt.params_path(self.model_dir, which)), ctx=self.ctxs)
+        results = {}
+        for name, pairs in self.splits.tests.items():
+            results[name] = evaluate_pairs(self.translator, pairs, self.cfg.data.tgt_lang)
+            logger.info("test %s (%d sentences, %s checkpoint): %s | %s", name, len(pairs.src), which,
+                        results[name].summary(), results[name].bleu_signature)
+        return results
+
+
+def train(cfg: Config, resume: bool = False, overwrite: bool = False, evaluate: bool = True) -> ckpt.TrainState:
+    """Train per `cfg`; with `evaluate`, score the best checkpoint on the recipe's test sets at the end."""
+    trainer = Trainer(cfg, resume=resume, overwrite=overwrite)
+    state = trainer.fit()
+    if evaluate and trainer.is_chief and state.stopped not in ("SIGINT", "SIGTERM") and trainer.splits.tests:
+        trainer.evaluate_tests("best")
+    return state
+
+
+def _validate(cfg: Config) -> None:
+    d, t, o = cfg.data, cfg.train, cfg.optim
+    checks = [
+        (d.batch_size >= 1 or d.batch_tokens, f"--batch-size must be >= 1, got {d.batch_size}"),
+        (d.batch_tokens is None or d.batch_tokens >= 1, f"--batch-tokens must be >= 1, got {d.batch_tokens}"),
+        (t.accum_steps >= 1, f"--accum-steps must be >= 1, got {t.accum_steps}"),
+        (t.max_steps >= 0, f"--max-steps must be >= 0, got {t.max_steps}"),
+        (t.max_epochs >= 1, f"--max-epochs must be >= 1, got {t.max_epochs}"),
+        (d.vocab_size >= 16, f"--vocab-size must be >= 16, got {d.vocab_size}"),
+        (o.lr > 0, f"--lr must be > 0, got {o.lr}"),
+        (0 <= o.label_smoothing < 1, f"--label-smoothing must be in [0, 1), got {o.label_smoothing}"),
+        (o.schedule in ("inv_sqrt", "plateau", "constant"), f"--lr-schedule {o.schedule!r}: use inv_sqrt, plateau or constant"),
+        (t.valid_every >= 0, f"--valid-every must be >= 0, got {t.valid_every}"),
+        (t.keep_last >= 1, f"--keep-last must be >= 1, got {t.keep_last}"),
+        (d.src_lang != d.tgt_lang, f"--src and --tgt are both {d.src_lang!r}"),
+    ]
+    for ok, msg in checks:
+        if not ok:
+            raise ConfigError(msg)
+    if not d.batch_tokens and d.batch_size < t.accum_steps:
+        raise ConfigError(f"--batch-size {d.batch_size} is smaller than --accum-steps {t.accum_steps}")
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    mx.random.seed(seed)
+
+
+def _install_signal_handlers(trainer: Trainer):
+    """SIGINT/SIGTERM set a flag; the loop saves a checkpoint after the current update and exits cleanly."""
+    def handler(signum, _frame):
+        name = signal.Signals(signum).name
+        if trainer._signal:       # second signal: stop at once
+            raise KeyboardInterrupt
+        logger.warning("%s received: saving a checkpoint after this update, then stopping "
+                       "(send it again to stop at once)", name)
+        trainer._signal = name
+    old = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            old[sig] = signal.signal(sig, handler)
+        except ValueError:   # not the main thread (e.g. inside some notebook runners)
+            pass
+    return old
+
+
+def _restore_signal_handlers(old) -> None:
+    for sig, h in old.items():
+        signal.signal(sig, h)

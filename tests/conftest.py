@@ -1,0 +1,56 @@
+"""Shared fixtures: the real-data mirror (or a skip with the reason), synthetic files, captured `nmt` logs."""
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Callable, List, Union
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """The read-only real-data mirror: $NMT_DATA_DIR, else <repo>/../shared/data; skips the test when absent."""
+    env = os.environ.get("NMT_DATA_DIR")
+    path = Path(env) if env else REPO.parent / "shared" / "data"
+    if not (path / "README.txt").is_file():
+        pytest.skip(f"real-data mirror not found at {path} (set NMT_DATA_DIR to a directory laid out like shared/data)")
+    return path
+
+
+@pytest.fixture
+def write_file(tmp_path: Path) -> Callable[..., Path]:
+    """write_file(name, content): text (written as UTF-8, exactly as given), bytes, or a list of lines."""
+    def write(name: str, content: Union[str, bytes, List[str]]) -> Path:
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, list):
+            content = "".join(line + "\n" for line in content)
+        path.write_bytes(content.encode("utf-8") if isinstance(content, str) else content)
+        return path
+    return write
+
+
+class _ListHandler(logging.Handler):
+    def __init__(self, records: List[logging.LogRecord]):
+        super().__init__(logging.DEBUG)
+        self.records = records
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@pytest.fixture
+def nmt_logs() -> List[logging.LogRecord]:
+    """Records logged under the `nmt` logger during the test (also when nmt.log turned propagation off)."""
+    records: List[logging.LogRecord] = []
+    logger = logging.getLogger("nmt")
+    handler, level = _ListHandler(records), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    yield records
+    logger.removeHandler(handler)
+    logger.setLevel(level)

@@ -1,0 +1,101 @@
+"""Command line -> Config mapping, --help, --config files and bad flags."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import mxnet as mx
+import pytest
+
+from nmt.cli import build_train_parser, config_from_args, train_main
+from nmt.config import Config, ConfigError
+from nmt.parallel import DeviceError, parse_devices
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def cfg_of(argv):
+    return config_from_args(build_train_parser().parse_args(argv))
+
+
+def test_defaults_and_flags_map_onto_the_config():
+    cfg = cfg_of([])
+    assert cfg == Config().replace(train=cfg.train) and cfg.train.model_dir == "models/tatoeba-ko-en"
+    cfg = cfg_of(["--src", "en", "--tgt", "ko", "--batch-size", "60", "--accum-steps", "2", "--gpus", "4,5",
+                  "--dropout", "0.3", "--attention", "mlp", "--no-progress", "--tie-weights", "--lr-schedule", "plateau"])
+    assert (cfg.data.src_lang, cfg.data.tgt_lang, cfg.data.batch_size) == ("en", "ko", 60)
+    assert (cfg.train.accum_steps, cfg.train.gpus, cfg.train.progress) == (2, "4,5", False)
+    assert (cfg.model.dropout, cfg.model.attention, cfg.model.tie_weights) == (0.3, "mlp", True)
+    assert cfg.optim.schedule == "plateau" and cfg.train.model_dir == "models/tatoeba-en-ko"
+
+
+def test_explicit_files_replace_the_recipe():
+    cfg = cfg_of(["--train-src", "a.ko", "--train-tgt", "a.en", "--dev-src", "d.ko", "--dev-tgt", "d.en"])
+    assert cfg.data.recipe is None and cfg.train.model_dir == "models/custom-ko-en"
+
+
+def test_config_file_then_flags_override(tmp_path):
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"model": {"hidden_size": 128}, "data": {"batch_size": 32}}))
+    cfg = cfg_of(["--config", str(path), "--batch-size", "48"])
+    assert cfg.model.hidden_size == 128 and cfg.data.batch_size == 48
+    # a saved config.json round-trips
+    cfg.save(tmp_path / "saved.json")
+    assert Config.load(tmp_path / "saved.json") == cfg
+
+
+def test_bad_config_file_is_a_clear_error(tmp_path):
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"model": {"hiden_size": 128}}))
+    with pytest.raises(ConfigError, match="hiden_size"):
+        cfg_of(["--config", str(path)])
+    path.write_text("{not json")
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        cfg_of(["--config", str(path)])
+    with pytest.raises(ConfigError, match="file not found"):
+        cfg_of(["--config", str(tmp_path / "missing.json")])
+
+
+def test_help_is_grouped_with_defaults():
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "train.py"), "--help"], capture_output=True,
+                         text=True, check=True).stdout
+    for group in ("data:", "model:", "optimization:", "training:", "decoding:"):
+        assert group in out
+    assert "--batch-size BATCH_SIZE" in out and "(default: 64)" in out and "--gpus" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--batch-size", "0"], "--batch-size must be >= 1"),
+    (["--src", "ko", "--tgt", "ko"], "--src and --tgt are both"),
+    (["--accum-steps", "0"], "--accum-steps must be >= 1"),
+    (["--gpus", "2"], "no GPU found"),
+    (["--gpus", "x"], "give a count"),
+    (["--cpu-devices", "0"], "--cpu-devices must be at least 1"),
+    (["--resume", "--overwrite"], "contradict"),
+])
+def test_bad_flags_give_one_clear_line(tmp_path, capsys, argv, message):
+    code = train_main(argv + ["--model-dir", str(tmp_path / "m"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert message in err and "Traceback" not in err
+
+
+def test_argparse_rejects_bad_types_and_choices(capsys):
+    with pytest.raises(SystemExit):
+        build_train_parser().parse_args(["--batch-size", "many"])
+    assert "invalid int value" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        build_train_parser().parse_args(["--attention", "cosine"])
+    assert "invalid choice" in capsys.readouterr().err
+
+
+def test_device_parsing():
+    assert parse_devices(None, 1) == [mx.cpu(0)]
+    assert parse_devices(None, 2) == [mx.cpu(0), mx.cpu(1)]
+    assert mx.context.num_gpus() == 0   # these machines have none; GPU parsing is checked by its errors
+    with pytest.raises(DeviceError, match="only 0|no GPU found"):
+        parse_devices("4,5,6,7")
+    with pytest.raises(DeviceError, match="distinct"):
+        parse_devices("1,1")

@@ -1,0 +1,243 @@
+"""Reading, validation, normalization and filtering of parallel text (synthetic files only)."""
+import random
+import unicodedata
+
+import pytest
+
+from nmt.corpus import (MAX_LINE_CHARS, CorpusError, Pairs, clean_training_pairs, concat, normalize, read_parallel,
+                        read_tsv, strip_rest_markup)
+
+KO = ["안녕하세요.", "고양이가 잔다.", "비가 온다."]
+EN = ["Hello.", "The cat sleeps.", "It is raining."]
+
+
+def messages(records):
+    return "\n".join(r.getMessage() for r in records)
+
+
+# --- normalize ---------------------------------------------------------------------------------------------
+
+def test_normalize_composes_decomposed_hangul():
+    nfd = unicodedata.normalize("NFD", "한국어")
+    assert len(nfd) == 8 and nfd != "한국어"   # jamo, as saved by macOS
+    assert normalize(nfd) == "한국어"
+
+
+def test_normalize_whitespace_and_invisible_characters():
+    text = "\ufeff  a\u200bb\x00c\td\u00a0\u00a0e\u3000f\x85g\u2028h\r  "
+    assert normalize(text) == "abc d e f g h"
+    assert normalize(" \t \u200b ") == ""
+
+
+# --- read_parallel: good input ------------------------------------------------------------------------------
+
+def test_read_parallel_aligned_and_normalized(write_file):
+    ko = write_file("x.ko", [unicodedata.normalize("NFD", s) for s in KO])
+    en = write_file("x.en", ["  " + s + "  " for s in EN])
+    pairs = read_parallel(ko, en)
+    assert pairs.src == KO and pairs.tgt == EN and pairs.name == "x" and pairs.dropped == {}
+    assert all(unicodedata.is_normalized("NFC", s) for s in pairs.src)
+
+
+def test_last_line_without_newline(write_file):
+    pairs = read_parallel(write_file("a.ko", "\n".join(KO)), write_file("a.en", EN))
+    assert pairs.src == KO and pairs.tgt == EN
+
+
+def test_bom_is_stripped_with_warning(write_file, nmt_logs):
+    ko = write_file("b.ko", b"\xef\xbb\xbf" + "\n".join(KO).encode() + b"\n")
+    pairs = read_parallel(ko, write_file("b.en", EN))
+    assert pairs.src[0] == KO[0] and not any("\ufeff" in s for s in pairs.src)
+    assert "byte-order mark" in messages(nmt_logs) and str(ko) in messages(nmt_logs)
+
+
+def test_utf16_is_rejected(write_file):
+    ko = write_file("u.ko", "\n".join(KO).encode("utf-16"))
+    with pytest.raises(CorpusError, match="UTF-16.*iconv"):
+        read_parallel(ko, write_file("u.en", EN))
+
+
+def test_crlf_converted_with_warning(write_file, nmt_logs):
+    ko = write_file("c.ko", "\r\n".join(KO) + "\r\n")
+    pairs = read_parallel(ko, write_file("c.en", EN))
+    assert pairs.src == KO and not any("\r" in s for s in pairs.src)
+    assert "3 CRLF" in messages(nmt_logs)
+
+
+def test_cr_only_line_ends_are_an_error(write_file):
+    ko = write_file("m.ko", "\r".join(KO) + "\r")
+    with pytest.raises(CorpusError, match="CR only") as e:
+        read_parallel(ko, write_file("m.en", EN))
+    assert str(ko) in str(e.value)
+
+
+def test_trailing_blank_lines_ignored_with_warning(write_file, nmt_logs):
+    pairs = read_parallel(write_file("t.ko", KO + ["", "  "]), write_file("t.en", EN))
+    assert len(pairs) == 3
+    assert "2 blank line(s) at the end" in messages(nmt_logs)
+
+
+# --- read_parallel: bad input -------------------------------------------------------------------------------
+
+def test_mismatched_line_counts_name_both_files_and_counts(write_file):
+    ko, en = write_file("d.ko", KO), write_file("d.en", EN[:2])
+    with pytest.raises(CorpusError) as e:
+        read_parallel(ko, en)
+    msg = str(e.value)
+    assert str(ko) in msg and str(en) in msg and "3 lines" in msg and "has 2" in msg
+
+
+def test_invalid_utf8_names_file_and_line(write_file):
+    ko = write_file("e.ko", KO[0].encode() + b"\n" + "고양이".encode("cp949") + b"\n" + KO[2].encode() + b"\n")
+    with pytest.raises(CorpusError) as e:
+        read_parallel(ko, write_file("e.en", EN))
+    msg = str(e.value)
+    assert f"{ko}:2:" in msg and "invalid UTF-8" in msg and "--skip-invalid-utf8" in msg and "iconv" in msg
+
+
+def test_invalid_utf8_skipped_on_request_and_counted(write_file, nmt_logs):
+    ko = write_file("f.ko", KO[0].encode() + b"\n\xff\xfe broken\n" + KO[2].encode() + b"\n")
+    pairs = read_parallel(ko, write_file("f.en", EN), skip_invalid_utf8=True)
+    assert pairs.src == [KO[0], KO[2]] and pairs.tgt == [EN[0], EN[2]]   # the translation goes too: alignment kept
+    assert pairs.dropped == {"invalid_utf8": 1}
+    assert "skipped 1 line(s) with invalid UTF-8" in messages(nmt_logs) and "line 2" in messages(nmt_logs)
+
+
+@pytest.mark.parametrize("content", [b"", b"\n\n  \n", b"\xef\xbb\xbf"])
+def test_empty_file_is_an_error(write_file, content):
+    ko = write_file("g.ko", content)
+    with pytest.raises(CorpusError, match="empty") as e:
+        read_parallel(ko, write_file("g.en", EN))
+    assert str(ko) in str(e.value)
+
+
+def test_compressed_file_is_an_error(write_file):
+    import gzip
+    ko = write_file("x.ko.gz", gzip.compress("\n".join(KO).encode()))
+    with pytest.raises(CorpusError, match="compressed file.*decompress") as e:
+        read_parallel(ko, write_file("x.en", EN))
+    assert str(ko) in str(e.value)
+
+
+def test_no_usable_pairs_is_an_error(write_file):
+    with pytest.raises(CorpusError, match="no usable pairs"):
+        read_parallel(write_file("v.ko", ["\u00a0", "\u200b"]), write_file("v.en", ["a", "b"]))
+
+
+def test_missing_file_is_an_error(tmp_path, write_file):
+    with pytest.raises(CorpusError, match="not found"):
+        read_parallel(tmp_path / "nope.ko", write_file("h.en", EN))
+
+
+def test_empty_lines_inside_are_dropped_and_counted(write_file, nmt_logs):
+    ko = write_file("i.ko", [KO[0], "", KO[2], "\u200b"])
+    en = write_file("i.en", [EN[0], EN[1], EN[2], "Extra."])
+    pairs = read_parallel(ko, en)
+    assert pairs.src == [KO[0], KO[2]] and pairs.tgt == [EN[0], EN[2]]
+    assert pairs.dropped == {"empty_line": 2}
+    assert "dropped 2 pair(s) with an empty side: line 2, 4" in messages(nmt_logs)
+
+
+def test_absurdly_long_line_is_an_error(write_file):
+    ko = write_file("j.ko", [KO[0], "가" * (MAX_LINE_CHARS + 1), KO[2]])
+    with pytest.raises(CorpusError, match="one sentence per line") as e:
+        read_parallel(ko, write_file("j.en", EN))
+    assert f"{ko}:2:" in str(e.value)
+
+
+# --- read_tsv ---------------------------------------------------------------------------------------------
+
+def test_read_tsv_chooses_columns(write_file):
+    path = write_file("k.tsv", [f"{e}\t{unicodedata.normalize('NFD', k)}\tCC-BY #{i}" for i, (k, e) in
+                                enumerate(zip(KO, EN))])
+    assert read_tsv(path, 1, 0).src == KO and read_tsv(path, 1, 0).tgt == EN
+    assert read_tsv(path, 0, 1, name="t").src == EN
+
+
+def test_read_tsv_too_few_fields(write_file):
+    path = write_file("l.tsv", [f"{EN[0]}\t{KO[0]}", EN[1], f"{EN[2]}\t{KO[2]}"])
+    with pytest.raises(CorpusError, match="1 tab-separated field") as e:
+        read_tsv(path, 1, 0)
+    assert f"{path}:2:" in str(e.value)
+
+
+def test_read_tsv_blank_and_empty_fields_counted(write_file, nmt_logs):
+    path = write_file("n.tsv", [f"{EN[0]}\t{KO[0]}", "", f"{EN[1]}\t ", f"{EN[2]}\t{KO[2]}"])
+    pairs = read_tsv(path, 1, 0)
+    assert pairs.src == [KO[0], KO[2]] and pairs.dropped == {"empty_line": 2}
+
+
+def test_read_tsv_invalid_utf8_skip(write_file):
+    path = write_file("o.tsv", f"{EN[0]}\t{KO[0]}\n".encode() + b"bad\t\xc0\xaf\n" + f"{EN[1]}\t{KO[1]}\n".encode())
+    with pytest.raises(CorpusError, match=f"{path}:2: invalid UTF-8"):
+        read_tsv(path, 1, 0)
+    assert read_tsv(path, 1, 0, skip_invalid_utf8=True).dropped == {"invalid_utf8": 1}
+
+
+@pytest.mark.parametrize("cols", [(1, 1), (-1, 0)])
+def test_read_tsv_bad_columns(write_file, cols):
+    with pytest.raises(CorpusError, match="columns"):
+        read_tsv(write_file("p.tsv", ["a\tb"]), *cols)
+
+
+# --- Pairs ---------------------------------------------------------------------------------------------------
+
+def test_pairs_must_be_aligned():
+    with pytest.raises(CorpusError, match="2 source but 1 target"):
+        Pairs(["a", "b"], ["x"], "bad")
+
+
+def test_pairs_swap_select_concat():
+    p = Pairs(["a", "b", "c"], ["x", "y", "z"], "p", {"empty_line": 1})
+    assert p.swapped().src == ["x", "y", "z"] and p.select([2, 0]).tgt == ["z", "x"]
+    both = concat([p, p.select([1])], "both")
+    assert both.src == ["a", "b", "c", "b"] and both.dropped == {"empty_line": 1} and both.name == "both"
+
+
+# --- clean_training_pairs -------------------------------------------------------------------------------------
+
+def test_clean_training_pairs_each_reason(nmt_logs):
+    train = Pairs(
+        ["좋은 문장.", "테스트 원문.", "다른 원문.", "개발 문장.", "긴" * 50, "짧", "좋은 문장.", "또 좋은 문장.", ""],
+        ["A good sentence.", "Other target.", "Test target.", "Dev target x.", "Long.", "Much much longer text",
+         "A good sentence.", "Another good one.", "Empty source."], "train")
+    test = Pairs(["테스트 원문."], ["Test target."], "test")
+    dev = Pairs(["개발 문장?"], ["Dev target x."], "dev")
+    kept, counts = clean_training_pairs(train, [test, dev], max_chars=40, max_ratio=3.0)
+    assert kept.src == ["좋은 문장.", "또 좋은 문장."] and kept.tgt == ["A good sentence.", "Another good one."]
+    assert counts == {"overlap:test": 2, "overlap:dev": 1, "too_long": 1, "ratio": 1, "duplicate": 1, "empty": 1}
+    assert len(kept) + sum(counts.values()) == len(train)
+    assert "kept 2 of 9" in messages(nmt_logs) and "overlap:test 2" in messages(nmt_logs)
+
+
+def test_ratio_uses_bytes_so_short_korean_pairs_survive():
+    train = Pairs(["수고했어.", "네"], ["Thank you for your efforts.", "Yes, I will certainly do that tomorrow."], "t")
+    kept, counts = clean_training_pairs(train, [], max_chars=400, max_ratio=4.0)
+    assert kept.src == ["수고했어."] and counts == {"ratio": 1}
+
+
+def test_clean_keeps_order_on_random_data():
+    rng = random.Random(0)
+    src = [f"문장 {rng.randrange(50)}" for _ in range(200)]
+    tgt = [f"sentence {s.split()[1]}" for s in src]
+    kept, counts = clean_training_pairs(Pairs(src, tgt, "r"), [], max_chars=100, max_ratio=5.0)
+    firsts = list(dict.fromkeys(zip(src, tgt)))
+    assert list(zip(kept.src, kept.tgt)) == firsts and counts == {"duplicate": 200 - len(firsts)}
+
+
+# --- reST markup ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, plain", [
+    ("Previously, :exc:`TypeError` was raised.", "Previously, TypeError was raised."),
+    ("이전에는 :exc:`TypeError`\\가 발생했습니다.", "이전에는 TypeError가 발생했습니다."),
+    ("Use ``os.sep`` and :c:func:`PyMem_Free`.", "Use os.sep and PyMem_Free."),
+    (":meth:`~object.__del__` methods", "__del__ methods"),
+    (":term:`바이트열류 객체 <bytes-like object>`", "바이트열류 객체"),
+    ("see `Sphinx <https://sphinx-doc.org>`_ and `reStructuredText`_", "see Sphinx and reStructuredText"),
+    ("introduced by :pep:`489` and :rfc:`2822`", "introduced by PEP 489 and RFC 2822"),
+    ("``s*``\\의 *\\*buffer*\\를 **반드시** 해제", "s*의 *buffer를 반드시 해제"),
+    ("o1 *= o2", "o1 *= o2"),
+    ("For example::", "For example:"),
+])
+def test_strip_rest_markup(text, plain):
+    assert strip_rest_markup(text) == plain

@@ -1,0 +1,60 @@
+"""The CPU/GPU switch: each variant resolves to exactly one MXNet build, never both."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def resolve(req_file: Path) -> list:
+    """All requirement lines reachable from a requirements file, following `-r` includes."""
+    out = []
+    for line in req_file.read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line.startswith("-r"):
+            out += resolve(req_file.parent / line[2:].strip())
+        elif line:
+            out.append(line)
+    return out
+
+
+def mxnet_builds(reqs: list) -> list:
+    return [r for r in reqs if re.match(r"^mxnet(-cu\d+)?\s*[=<>~!]", r)]
+
+
+def test_requirement_variants_pick_one_mxnet_each():
+    req = REPO / "requirements"
+    assert mxnet_builds(resolve(req / "cpu.txt")) == ["mxnet==1.9.1"]
+    assert mxnet_builds(resolve(req / "gpu.txt")) == ["mxnet-cu112==1.9.1"]
+    assert mxnet_builds(resolve(req / "dev.txt")) == ["mxnet==1.9.1"]
+    assert mxnet_builds(resolve(req / "common.txt")) == []
+    assert "numpy>=1.21,<1.24" in resolve(req / "common.txt")
+
+
+def test_setup_extras_match_the_requirement_files():
+    code = ("import setuptools, sys, json\n"
+            "captured = {}\n"
+            "setuptools.setup = lambda **kw: captured.update(kw)\n"
+            "import runpy\n"
+            "runpy.run_path('setup.py', run_name='__main__')\n"
+            "print(json.dumps({'install': captured['install_requires'], 'extras': captured['extras_require']}))")
+    import json
+    out = json.loads(subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                                    check=True).stdout)
+    assert mxnet_builds(out["install"]) == []
+    assert mxnet_builds(out["extras"]["cpu"]) == ["mxnet==1.9.1"]
+    assert mxnet_builds(out["extras"]["gpu"]) == ["mxnet-cu112==1.9.1"]
+
+
+def test_import_refuses_two_mxnet_builds(tmp_path):
+    """A fake second build's metadata on sys.path makes `import nmt` fail with a clear message."""
+    dist = tmp_path / "mxnet_cu112-1.9.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: mxnet-cu112\nVersion: 1.9.1\n")
+    r = subprocess.run([sys.executable, "-c", "import nmt"], cwd=tmp_path, capture_output=True, text=True,
+                       env={"PYTHONPATH": f"{tmp_path}:{REPO}", "PATH": "/usr/bin:/bin"})
+    assert r.returncode != 0
+    assert "Several MXNet builds are installed" in r.stderr and "requirements/cpu.txt" in r.stderr

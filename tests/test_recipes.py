@@ -1,0 +1,370 @@
+"""Dataset recipes: registry, checksummed mirror/cache/download (against a local HTTP server), load_data."""
+import hashlib
+import io
+import re
+import socket
+import tarfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from nmt.config import ConfigError, DataConfig
+from nmt.corpus import CorpusError, Pairs, read_tsv
+from nmt.recipes import (RECIPES, SOURCES, FileSpec, Recipe, Source, clean_rest_docs, default_cache_dir, download,
+                         fetch, load_data, resolve_data_dir)
+
+REPO = Path(__file__).resolve().parents[1]
+RAW_URL = re.compile(r"^https://raw\.githubusercontent\.com/[\w.-]+/[\w.-]+/[0-9a-f]{40}/\S+$")
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def files_in(directory: Path):
+    """Files (not directories) below `directory`, temporary ones included."""
+    return sorted(p.relative_to(directory).as_posix() for p in directory.rglob("*") if not p.is_dir())
+
+
+# --- a local HTTP server ---------------------------------------------------------------------------------------
+
+class _Handler(BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.server.hits.append(self.path)
+        body = self.server.routes.get(self.path)
+        if self.path == "/truncated":     # announces more bytes than it sends, then hangs up
+            self.send_response(200)
+            self.send_header("Content-Length", "100000")
+            self.end_headers()
+            self.wfile.write(b"partial data")
+            self.close_connection = True
+            return
+        if self.path == "/slow":
+            time.sleep(1.5)
+        if body is None:
+            self.send_error(404)
+            return
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):   # keep test output quiet
+        pass
+
+
+@pytest.fixture
+def server():
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    srv.daemon_threads = True
+    srv.routes, srv.hits = {"/slow": b"late"}, []
+    srv.url = f"http://127.0.0.1:{srv.server_address[1]}"
+    thread = threading.Thread(target=srv.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def closed_port_url() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}/kor.txt"
+
+
+# --- the registry ------------------------------------------------------------------------------------------
+
+def test_registry_is_complete():
+    for name, src in SOURCES.items():
+        assert src.license and src.citation and src.title and src.homepage, name
+        assert set(src.files) == ({"tsv"} if src.format == "tsv" else {"ko", "en"}), name
+        for spec in src.files.values():
+            assert re.fullmatch(r"[0-9a-f]{64}", spec.sha256) and spec.bytes > 0
+            assert sum(x is not None for x in (spec.url, spec.archive_url, spec.derived)) == 1, spec.path
+            for url in (spec.url, spec.archive_url):
+                assert url is None or RAW_URL.match(url), url
+            assert spec.archive_url is None or spec.member
+    for name, rec in RECIPES.items():
+        assert set(rec.train) <= set(SOURCES) and set(rec.tests.values()) <= set(SOURCES), name
+        assert not set(rec.train) & set(rec.tests.values())
+    assert RECIPES["tatoeba"].train == ["tatoeba-manythings"] and RECIPES["tatoeba"].dev_size == 500
+    assert RECIPES["tatoeba"].tests == {"tatoeba-test": "tatoeba-challenge-test"}
+    assert set(RECIPES["all"].train) == {"tatoeba-manythings", "python-docs-ko", "jhe-dev", "news-dev"}
+    assert set(RECIPES["all"].tests) == {"tatoeba-test", "flores200-devtest"}
+
+
+def test_registry_checksums_match_the_mirror(shared_data):
+    for src in SOURCES.values():
+        for spec in src.files.values():
+            data = (shared_data / spec.path).read_bytes()
+            assert (len(data), sha(data)) == (spec.bytes, spec.sha256), spec.path
+
+
+# --- downloading -------------------------------------------------------------------------------------------
+
+def test_download_writes_verified_file(server, tmp_path):
+    body = "Go.\t가.\n".encode() * 5000
+    server.routes["/kor.txt"] = body
+    dest = tmp_path / "cache" / "sub" / "kor.txt"
+    assert download(server.url + "/kor.txt", dest, sha(body)) == dest
+    assert dest.read_bytes() == body and files_in(tmp_path / "cache") == ["sub/kor.txt"]
+
+
+def test_download_checksum_mismatch_leaves_nothing(server, tmp_path):
+    body = b"tampered\n"
+    server.routes["/kor.txt"] = body
+    expected = sha(b"original\n")
+    with pytest.raises(CorpusError) as e:
+        download(server.url + "/kor.txt", tmp_path / "cache" / "kor.txt", expected)
+    msg = str(e.value)
+    assert "checksum mismatch" in msg and expected in msg and sha(body) in msg and "/kor.txt" in msg
+    assert files_in(tmp_path / "cache") == []
+
+
+@pytest.mark.parametrize("path, reason", [("/truncated", "bytes missing"), ("/missing", "HTTP 404")])
+def test_failed_download_leaves_no_partial_file(server, tmp_path, path, reason):
+    with pytest.raises(CorpusError) as e:
+        download(server.url + path, tmp_path / "cache" / "kor.txt", sha(b"x"))
+    assert reason in str(e.value) and "--data-dir" in str(e.value) and "NMT_DATA_DIR" in str(e.value)
+    assert files_in(tmp_path / "cache") == []
+
+
+def test_download_timeout(server, tmp_path):
+    t0 = time.time()
+    with pytest.raises(CorpusError, match="cannot download"):
+        download(server.url + "/slow", tmp_path / "slow", sha(b"late"), timeout=0.3)
+    assert time.time() - t0 < 1.4 and files_in(tmp_path) == []
+
+
+def test_no_network_and_no_mirror_names_the_options(tmp_path):
+    body = b"x\ty\n"
+    src = _source({"tsv": body}, url=closed_port_url())
+    with pytest.raises(CorpusError) as e:
+        fetch(src, "tsv", None, tmp_path / "cache", timeout=2)
+    assert "--data-dir" in str(e.value) and "NMT_DATA_DIR" in str(e.value) and "127.0.0.1" in str(e.value)
+    assert files_in(tmp_path / "cache") == []
+
+
+# --- fetch: mirror, cache, network ------------------------------------------------------------------------------
+
+def _source(contents, url=None, archive_url=None, derived=None, name="syn", fmt=None):
+    """A registry source whose files have `contents` (written to nowhere; callers place them)."""
+    files = {}
+    for key, body in contents.items():
+        files[key] = FileSpec(path=f"{name}/{name}.{key}", sha256=sha(body), bytes=len(body),
+                              url=(url or f"http://invalid/{key}") if not (archive_url or derived) else None,
+                              archive_url=archive_url, member=f"{name}.{key}" if archive_url else None,
+                              derived=derived)
+    fmt = fmt or ("tsv" if "tsv" in contents else "parallel")
+    return Source(name=name, title=name, license="CC0", citation="none", homepage="none", format=fmt, files=files,
+                  ko_col=1 if fmt == "tsv" else None, en_col=0 if fmt == "tsv" else None)
+
+
+def test_fetch_prefers_mirror_and_verifies_it(tmp_path, write_file):
+    src = _source({"ko": "가\n".encode(), "en": b"a\n"})
+    mirror = tmp_path / "mirror"
+    write_file("mirror/syn/syn.ko", "가\n")
+    assert fetch(src, "ko", mirror, tmp_path / "cache") == mirror / "syn/syn.ko"
+    bad = write_file("mirror/syn/syn.en", b"b\n")
+    with pytest.raises(CorpusError) as e:
+        fetch(src, "en", mirror, tmp_path / "cache")
+    msg = str(e.value)
+    assert str(bad) in msg and src.files["en"].sha256 in msg and sha(b"b\n") in msg and "checksum mismatch" in msg
+
+
+def test_fetch_downloads_once_into_cache(server, tmp_path):
+    body = "Hi.\t안녕.\n".encode()
+    server.routes["/syn.tsv"] = body
+    src = _source({"tsv": body}, url=server.url + "/syn.tsv")
+    cache = tmp_path / "cache"
+    path = fetch(src, "tsv", None, cache)
+    assert path == cache / "syn/syn.tsv" and path.read_bytes() == body
+    assert fetch(src, "tsv", tmp_path / "empty-mirror", cache) == path and server.hits == ["/syn.tsv"]
+    path.write_bytes(b"changed\n")
+    with pytest.raises(CorpusError, match="checksum mismatch.*delete it from the cache"):
+        fetch(src, "tsv", None, cache)
+
+
+def _tar_gz(members):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def test_fetch_extracts_verified_archive_members(server, tmp_path):
+    ko, en = "기사.\n".encode(), b"Article.\n"
+    server.routes["/dev.tar.gz"] = _tar_gz({"dev/syn.ko": ko, "dev/syn.en": en})
+    src = _source({"ko": ko, "en": en}, archive_url=server.url + "/dev.tar.gz")
+    cache = tmp_path / "cache"
+    assert fetch(src, "ko", None, cache).read_bytes() == ko
+    assert fetch(src, "en", None, cache).read_bytes() == en and len(server.hits) == 1   # one download for both
+    assert files_in(cache) == ["syn/syn.en", "syn/syn.ko"]                     # archive not kept
+
+
+def test_archive_member_mismatch_writes_nothing(server, tmp_path):
+    server.routes["/dev.tar.gz"] = _tar_gz({"syn.ko": b"other\n", "syn.en": b"Article.\n"})
+    src = _source({"ko": "기사.\n".encode(), "en": b"Article.\n"}, archive_url=server.url + "/dev.tar.gz")
+    with pytest.raises(CorpusError, match="member syn.ko: checksum mismatch"):
+        fetch(src, "ko", None, tmp_path / "cache")
+    assert files_in(tmp_path / "cache") == []
+
+
+def test_mirror_only_file_without_mirror(tmp_path):
+    src = _source({"ko": b"x\n", "en": b"y\n"}, derived="extracted from .po files with polib")
+    with pytest.raises(CorpusError) as e:
+        fetch(src, "ko", tmp_path, tmp_path / "cache")
+    msg = str(e.value)
+    assert "mirror-only" in msg and "polib" in msg and "--data-dir" in msg and "NMT_DATA_DIR" in msg
+
+
+def test_resolve_data_dir(tmp_path, monkeypatch):
+    monkeypatch.delenv("NMT_DATA_DIR", raising=False)
+    assert resolve_data_dir(None) is None
+    monkeypatch.setenv("NMT_DATA_DIR", str(tmp_path))
+    assert resolve_data_dir(None) == tmp_path
+    (tmp_path / "flag").mkdir()
+    assert resolve_data_dir(str(tmp_path / "flag")) == tmp_path / "flag"
+    with pytest.raises(CorpusError, match="--data-dir"):
+        resolve_data_dir(str(tmp_path / "nope"))
+    monkeypatch.setenv("NMT_DATA_DIR", str(tmp_path / "nope"))
+    with pytest.raises(CorpusError, match="NMT_DATA_DIR"):
+        resolve_data_dir(None)
+
+
+def test_default_cache_dir_in_checkout():
+    assert default_cache_dir() == REPO / "data" / "cache"
+
+
+# --- python-docs cleaning ------------------------------------------------------------------------------------
+
+def test_clean_rest_docs():
+    ko = [":func:`len`\\은 길이를 반환합니다.", "``S`` (:class:`bytes`)", "os.sep", "해당 없음", "``x = 1``"]
+    en = ["Return the length, see :func:`len`.", "``S`` (:class:`bytes`)", "os.sep", "N/A", "Set ``x``."]
+    kept, counts = clean_rest_docs(Pairs(ko, en, "docs"))
+    assert kept.src == ["len은 길이를 반환합니다."] and kept.tgt == ["Return the length, see len."]
+    assert counts == {"identical": 2, "code_only": 1, "no_hangul": 1}
+
+
+# --- load_data -------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kwargs, flag", [({"recipe": "nope"}, "--recipe 'nope'"), ({"recipe": None}, "--recipe"),
+                                          ({"src_lang": "en"}, "--src and --tgt"), ({"tgt_lang": "ja"}, "--tgt"),
+                                          ({"train_src": "a"}, "--train-tgt"),
+                                          ({"train_src": "a", "train_tgt": "b"}, "--dev-src and --dev-tgt")])
+def test_load_data_config_errors(kwargs, flag):
+    with pytest.raises(ConfigError) as e:
+        load_data(DataConfig(**kwargs))
+    assert flag in str(e.value)
+    if kwargs.get("recipe") == "nope":
+        assert "all, tatoeba" in str(e.value)
+
+
+def test_load_data_explicit_files(write_file):
+    cfg = DataConfig(src_lang="en", tgt_lang="ko", max_chars=50, max_ratio=4.0,
+                     train_src=str(write_file("tr.en", ["Hello.", "Dev sentence.", "Hello.", "", "Cat.", "Test one."])),
+                     train_tgt=str(write_file("tr.ko", ["안녕.", "다른 번역.", "안녕.", "빈.", "고양이.", "시험."])),
+                     dev_src=str(write_file("dv.en", ["Dev sentence."])), dev_tgt=str(write_file("dv.ko", ["개발."])),
+                     test_src=str(write_file("te.en", ["Other."])), test_tgt=str(write_file("te.ko", ["시험."])))
+    splits = load_data(cfg)
+    assert splits.train.src == ["Hello.", "Cat."] and splits.train.tgt == ["안녕.", "고양이."]
+    assert splits.dev.src == ["Dev sentence."] and list(splits.tests) == ["test"]
+    assert splits.drops == {"overlap:dev": 1, "duplicate": 1, "overlap:test": 1, "empty_line": 1}
+
+
+def _synthetic_recipe(monkeypatch, tmp_path, n=300):
+    """A registered recipe over synthetic tsv (train) and parallel (test) sources in a tmp mirror."""
+    mirror = tmp_path / "mirror"
+    rows = [(f"Sentence number {i % 250}.", f"{i % 270}번 문장.") for i in range(n)]   # repeats on both sides
+    rows += rows[10:15]                                                                 # and exact duplicates
+    tsv = "".join(f"{en}\t{ko}\tCC-BY #{i}\n" for i, (en, ko) in enumerate(rows)).encode()
+    test_ko, test_en = "7번 문장.\n없는 문장.\n".encode(), b"Nothing.\nSentence number 8.\n"
+    train = _source({"tsv": tsv}, name="syn-train")
+    test = _source({"ko": test_ko, "en": test_en}, name="syn-test")
+    for src, body in ((train, {"tsv": tsv}), (test, {"ko": test_ko, "en": test_en})):
+        for key, data in body.items():
+            (mirror / src.files[key].path).parent.mkdir(parents=True, exist_ok=True)
+            (mirror / src.files[key].path).write_bytes(data)
+    monkeypatch.setitem(SOURCES, "syn-train", train)
+    monkeypatch.setitem(SOURCES, "syn-test", test)
+    monkeypatch.setitem(RECIPES, "syn", Recipe("syn", "synthetic", ["syn-train"], {"syn-test": "syn-test"}, 40, 3))
+    return mirror, rows
+
+
+def assert_no_shared_side(splits):
+    for held in [splits.dev, *splits.tests.values()]:
+        assert not set(splits.train.src) & set(held.src) and not set(splits.train.tgt) & set(held.tgt), held.name
+
+
+def test_load_data_recipe_from_env_mirror(monkeypatch, tmp_path):
+    mirror, rows = _synthetic_recipe(monkeypatch, tmp_path)
+    monkeypatch.setenv("NMT_DATA_DIR", str(mirror))
+    cfg = DataConfig(recipe="syn", cache_dir=str(tmp_path / "cache"))
+    ko_en = load_data(cfg)
+    assert len(ko_en.dev) == 40 and len(ko_en.tests["syn-test"]) == 2 and ko_en.tests["syn-test"].name == "syn-test"
+    assert_no_shared_side(ko_en)
+    assert len(ko_en.train) + len(ko_en.dev) + sum(ko_en.drops.values()) == len(rows)   # every row accounted for
+    assert set(ko_en.drops) == {"overlap:syn-test", "duplicate", "overlap:dev"}
+    assert load_data(cfg).dev.src == ko_en.dev.src                                        # fixed seed
+    en_ko = load_data(DataConfig(recipe="syn", src_lang="en", tgt_lang="ko", cache_dir=str(tmp_path / "cache")))
+    assert (en_ko.train.src, en_ko.train.tgt, en_ko.dev.src) == (ko_en.train.tgt, ko_en.train.src, ko_en.dev.tgt)
+    assert en_ko.tests["syn-test"].src == ["Nothing.", "Sentence number 8."]
+    assert files_in(tmp_path / "cache") == []                                              # mirror used, no download
+
+
+def test_load_data_recipe_downloads_into_cache_dir(monkeypatch, tmp_path, server):
+    mirror, rows = _synthetic_recipe(monkeypatch, tmp_path)
+    monkeypatch.delenv("NMT_DATA_DIR", raising=False)
+    for src in (SOURCES["syn-train"], SOURCES["syn-test"]):
+        for spec in src.files.values():
+            server.routes["/" + spec.path] = (mirror / spec.path).read_bytes()
+            monkeypatch.setattr(spec, "url", server.url + "/" + spec.path)
+    splits = load_data(DataConfig(recipe="syn", cache_dir=str(tmp_path / "cache")))
+    assert len(server.hits) == 3 and len(splits.dev) == 40
+    assert files_in(tmp_path / "cache") == ["syn-test/syn-test.en", "syn-test/syn-test.ko", "syn-train/syn-train.tsv"]
+
+
+# --- the real recipes (skipped without the mirror) ---------------------------------------------------------------
+
+def _load(recipe, src, tgt, shared_data, tmp_path):
+    t0 = time.time()
+    splits = load_data(DataConfig(recipe=recipe, src_lang=src, tgt_lang=tgt, data_dir=str(shared_data),
+                                  cache_dir=str(tmp_path / "cache")))
+    return splits, time.time() - t0
+
+
+def test_real_tatoeba_recipe(shared_data, tmp_path):
+    ko_en, seconds = _load("tatoeba", "ko", "en", shared_data, tmp_path)
+    assert seconds < 2.0
+    assert len(ko_en.dev) == 500 and len(ko_en.tests["tatoeba-test"]) == 2400 and list(ko_en.tests) == ["tatoeba-test"]
+    assert 3800 < len(ko_en.train) < 4600
+    assert_no_shared_side(ko_en)
+    raw = read_tsv(shared_data / "tatoeba-kor-eng-manythings/kor.txt", 1, 0)
+    raw_pairs = set(zip(raw.src, raw.tgt))
+    assert set(zip(ko_en.train.src, ko_en.train.tgt)) <= raw_pairs and set(zip(ko_en.dev.src, ko_en.dev.tgt)) <= raw_pairs
+    assert len(ko_en.train) + len(ko_en.dev) + sum(ko_en.drops.values()) == len(raw) == 5749
+    assert ko_en.drops["overlap:tatoeba-test"] >= 1015   # the pairs SOURCE.txt says occur verbatim in the test set
+    en_ko, _ = _load("tatoeba", "en", "ko", shared_data, tmp_path)
+    assert en_ko.train.src == ko_en.train.tgt and en_ko.dev.tgt == ko_en.dev.src
+    assert en_ko.tests["tatoeba-test"].src[0] == "2, 4, 6 etc. are even numbers."
+
+
+def test_real_all_recipe(shared_data, tmp_path):
+    splits, seconds = _load("all", "ko", "en", shared_data, tmp_path)
+    assert seconds < 10.0
+    assert {k: len(v) for k, v in splits.tests.items()} == {"tatoeba-test": 2400, "flores200-devtest": 1012}
+    assert len(splits.dev) == 500 and len(splits.train) > 30000
+    assert_no_shared_side(splits)
+    total = 5749 + 36660 + 720 + 1000   # the line counts of the four training corpora (see their SOURCE.txt)
+    assert len(splits.train) + len(splits.dev) + sum(splits.drops.values()) == total
+    assert splits.drops["identical"] >= 5000 and splits.drops["too_long"] > 0
+    assert not any(re.search(r":(func|class|meth|mod|exc|attr|ref):`", s) for s in splits.train.src + splits.train.tgt)
+    tatoeba = set(read_tsv(shared_data / "tatoeba-kor-eng-manythings/kor.txt", 1, 0).src)
+    assert {s in tatoeba for s in splits.dev.src} == {True, False}   # the dev draw mixes corpora

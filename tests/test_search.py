@@ -1,0 +1,156 @@
+"""Tests of nmt.search on a tiny copy-task model trained in-process, and on an untrained model."""
+import mxnet as mx
+import numpy as np
+import pytest
+from mxnet import autograd, gluon, nd
+
+from nmt.config import ModelConfig
+from nmt.model import Seq2SeqLoss, build_model
+from nmt.search import BOS_ID, EOS_ID, beam_search, greedy_search
+
+VOCAB = 20
+MAX_WORDS = 8
+
+
+def copy_batch(rng, n):
+    """Copy task: src = x EOS, tgt_in = BOS x, tgt_out = x EOS; padded to a fixed width (one graph shape)."""
+    lens = rng.randint(2, MAX_WORDS + 1, n)
+    width = MAX_WORDS + 1
+    src, tgt_in, tgt_out = (np.zeros((n, width), dtype="float32") for _ in range(3))
+    words = []
+    for i, length in enumerate(lens):
+        x = rng.randint(4, VOCAB, length)
+        words.append([int(w) for w in x])
+        src[i, :length], src[i, length] = x, EOS_ID
+        tgt_in[i, 0], tgt_in[i, 1:length + 1] = BOS_ID, x
+        tgt_out[i, :length], tgt_out[i, length] = x, EOS_ID
+    arrays = [nd.array(a) for a in (src, lens + 1, tgt_in, tgt_out, lens + 1)]
+    return arrays, words
+
+
+@pytest.fixture(scope="module")
+def copy_model():
+    """A 2-layer model trained 300 Adam steps on copying; returns (model, per-token losses)."""
+    mx.random.seed(0)
+    rng = np.random.RandomState(0)
+    cfg = ModelConfig(embed_size=32, hidden_size=32, num_layers=2, attention="general", dropout=0.0)
+    model = build_model(cfg, VOCAB, VOCAB)
+    model.initialize(mx.init.Xavier())
+    loss_block = Seq2SeqLoss(model, label_smoothing=0.0)
+    loss_block.hybridize(static_alloc=True, static_shape=True)
+    trainer = gluon.Trainer(model.collect_params(), "adam", {"learning_rate": 0.005})
+    losses = []
+    for _ in range(300):
+        batch, _ = copy_batch(rng, 32)
+        with autograd.record():
+            loss, _ = loss_block(*batch)
+            per_token = loss.sum() / batch[4].sum()
+        per_token.backward()
+        trainer.step(1)
+        losses.append(per_token.asscalar())
+    return model, losses
+
+
+def untrained_model(attention="mlp"):
+    mx.random.seed(3)
+    cfg = ModelConfig(embed_size=16, hidden_size=16, num_layers=2, attention=attention, dropout=0.0)
+    model = build_model(cfg, 30, 30)
+    model.initialize(mx.init.Xavier())
+    return model
+
+
+def ragged_sources(lengths, seed=0):
+    """Random sources of the given lengths, padded with junk (not PAD) to show padding is ignored."""
+    rng = np.random.RandomState(seed)
+    src = rng.randint(4, 30, (len(lengths), max(lengths) + 3)).astype("float32")
+    return nd.array(src), nd.array(lengths)
+
+
+def test_copy_task_loss_drops(copy_model):
+    _, losses = copy_model
+    assert np.mean(losses[-20:]) < 0.1 * np.mean(losses[:5])
+
+
+def test_greedy_and_beam_reproduce_the_copy(copy_model):
+    model, _ = copy_model
+    (src, src_len, _, _, _), words = copy_batch(np.random.RandomState(123), 24)
+    max_len = 2 * src_len.asnumpy().astype(int)  # room to run on: output must stop at EOS by itself
+    greedy = greedy_search(model, src, src_len, max_len)
+    beam = [hyps[0][0] for hyps in beam_search(model, src, src_len, beam_size=4, max_len=max_len)]
+    assert sum(g == w for g, w in zip(greedy, words)) >= 22
+    assert sum(b == w for b, w in zip(beam, words)) >= 22
+
+
+def _score(model, src, src_len, ids, alpha, eos=True):
+    """Length-normalized teacher-forced log-prob of `ids` (+ EOS) for one source sentence."""
+    tgt = [BOS_ID] + ids
+    logp = nd.log_softmax(model(src, src_len, nd.array([tgt])), axis=-1).asnumpy()[0].astype(np.float64)
+    out = ids + ([EOS_ID] if eos else [])
+    total = sum(logp[t, w] for t, w in enumerate(out))
+    return total / ((5.0 + len(out)) / 6.0) ** alpha
+
+
+def test_beam_nbest_scores_are_normalized_log_probs(copy_model):
+    model, _ = copy_model
+    (src, src_len, _, _, _), _ = copy_batch(np.random.RandomState(7), 4)
+    results = beam_search(model, src, src_len, beam_size=5, max_len=20, alpha=0.8, nbest=5)
+    for i, hyps in enumerate(results):
+        assert len(hyps) == 5
+        assert len({tuple(ids) for ids, _ in hyps}) == 5
+        scores = [s for _, s in hyps]
+        assert scores == sorted(scores, reverse=True)
+        for ids, score in hyps:
+            expected = _score(model, src[i:i + 1], src_len[i:i + 1], ids, 0.8, eos=len(ids) < 20)
+            assert abs(score - expected) < 1e-4
+
+
+@pytest.mark.parametrize("attention", ["dot", "mlp"])
+def test_beam_of_one_equals_greedy(copy_model, attention):
+    for model in (copy_model[0], untrained_model(attention)):
+        src, src_len = ragged_sources([9, 3, 6, 1], seed=2)
+        max_len = np.array([12, 5, 9, 3])
+        greedy = greedy_search(model, src, src_len, max_len)
+        beam = beam_search(model, src, src_len, beam_size=1, max_len=max_len)
+        assert [hyps[0][0] for hyps in beam] == greedy
+
+
+@pytest.mark.parametrize("attention", ["general", "mlp"])
+def test_batched_equals_one_by_one(attention):
+    model = untrained_model(attention)
+    lengths = [7, 2, 11, 4, 1]
+    src, src_len = ragged_sources(lengths, seed=5)
+    max_len = np.array([9, 4, 14, 6, 3])
+    greedy = greedy_search(model, src, src_len, max_len)
+    beam = beam_search(model, src, src_len, beam_size=3, max_len=max_len, nbest=3)
+    for i, n in enumerate(lengths):
+        one_src, one_len = src[i:i + 1, :n], src_len[i:i + 1]  # alone and unpadded
+        assert greedy_search(model, one_src, one_len, int(max_len[i])) == [greedy[i]]
+        alone = beam_search(model, one_src, one_len, beam_size=3, max_len=int(max_len[i]), nbest=3)[0]
+        assert [ids for ids, _ in alone] == [ids for ids, _ in beam[i]]
+        np.testing.assert_allclose([s for _, s in alone], [s for _, s in beam[i]], rtol=0, atol=1e-5)
+
+
+def test_max_len_is_respected_per_sentence():
+    model = untrained_model()
+    src, src_len = ragged_sources([5, 5, 5, 5])
+    max_len = np.array([0, 1, 3, 6])
+    greedy = greedy_search(model, src, src_len, max_len)
+    beam = beam_search(model, src, src_len, beam_size=3, max_len=max_len, nbest=2)
+    assert greedy[0] == [] and beam[0] == [([], 0.0)]
+    for i in range(1, 4):
+        assert 0 < len(greedy[i]) <= max_len[i]
+        assert all(len(ids) <= max_len[i] for ids, _ in beam[i])
+        assert all(EOS_ID not in ids for ids, _ in beam[i])
+    # An untrained model rarely says EOS, so most outputs run to exactly max_len.
+    assert sum(len(g) == m for g, m in zip(greedy, max_len)) >= 3
+
+
+def test_bad_arguments():
+    model = untrained_model()
+    src, src_len = ragged_sources([3, 4])
+    with pytest.raises(ValueError, match="nbest"):
+        beam_search(model, src, src_len, beam_size=2, max_len=5, nbest=3)
+    with pytest.raises(ValueError, match="beam_size"):
+        beam_search(model, src, src_len, beam_size=0, max_len=5)
+    with pytest.raises(ValueError, match="max_len"):
+        greedy_search(model, src, src_len, np.array([3, 4, 5]))

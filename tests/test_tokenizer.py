@@ -1,0 +1,202 @@
+"""SentencePiece tokenizer: training conventions, round trips, small data, errors, reuse."""
+from __future__ import annotations
+
+import logging
+import os
+import random
+import unicodedata
+from pathlib import Path
+
+import pytest
+import sentencepiece as spm
+
+from nmt.tokenizer import (BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, TokenizerError, load_or_train_tokenizer,
+                           tokenizer_path, train_tokenizer)
+
+KO_WORDS = ["나는", "학교에", "갑니다", "오늘", "날씨가", "좋네요", "우리", "친구와", "함께", "밥을", "먹었어요",
+            "책을", "읽고", "있습니다", "서울은", "한국의", "수도입니다", "내일", "비가", "올", "거예요",
+            "커피", "한", "잔", "주세요", "대학교", "도서관에서", "공부했다", "大韓民國", "漢字", "를", "배워요"]
+EN_WORDS = ["I", "go", "to", "school", "today", "the", "weather", "is", "nice", "we", "ate", "rice", "with",
+            "friends", "reading", "a", "book", "Seoul", "capital", "of", "Korea", "rain", "coffee", "please"]
+
+
+def synthetic_lines(words, n=1500, seed=0):
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(words) for _ in range(rng.randint(2, 9))) + rng.choice([".", "?", "!", ""])
+            for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def ko_tok(tmp_path_factory) -> Tokenizer:
+    return train_tokenizer(synthetic_lines(KO_WORDS), tmp_path_factory.mktemp("ko"), "ko", 360)
+
+
+ROUND_TRIP = [
+    "오늘 날씨가 좋네요.",
+    "大韓民國의 首都는 서울입니다.",                        # Hanja mixed with Hangul
+    "커피 한 잔 ☕ 주세요 😀👍🏽",                            # emoji, incl. a skin-tone modifier sequence
+    "Python 3.11로 NMT를 train했어요 (BLEU=23.4%)",          # mixed scripts, digits, punctuation
+    "Привет, สวัสดี, مرحبا, こんにちは — 𝔘𝔫𝔦𝔠𝔬𝔡𝔢",         # scripts never seen in training
+    "  두 칸   공백과\t탭 ",                                   # whitespace is kept exactly
+    "ＦＵＬＬＷＩＤＴＨ ① 﨑",                               # NFKC would rewrite these; we must not
+    "",
+]
+
+
+@pytest.mark.parametrize("text", ROUND_TRIP)
+def test_round_trip_korean_hanja_emoji_mixed(ko_tok, text):
+    ids = ko_tok.encode([text])[0]
+    assert ko_tok.decode([ids]) == [text]
+    assert UNK_ID not in ids, "byte fallback should cover every character"
+
+
+def test_round_trip_normalizes_to_nfc(ko_tok):
+    decomposed = unicodedata.normalize("NFD", "한국어 漢字")  # Hangul as conjoining jamo (e.g. macOS file names)
+    assert decomposed != "한국어 漢字"
+    assert ko_tok.decode(ko_tok.encode([decomposed])) == ["한국어 漢字"]
+    assert ko_tok.encode([decomposed]) == ko_tok.encode(["한국어 漢字"])
+
+
+def test_unseen_characters_become_byte_pieces(ko_tok):
+    pieces = ko_tok.pieces("😀")
+    assert "<0xF0>" in pieces and "<0x9F>" in pieces
+    assert ko_tok.pieces("학교에") != ko_tok.pieces("😀")
+
+
+def test_special_ids_files_and_attributes(ko_tok, tmp_path):
+    sp = spm.SentencePieceProcessor(model_file=str(ko_tok.path))
+    assert [sp.id_to_piece(i) for i in (PAD_ID, UNK_ID, BOS_ID, EOS_ID)] == ["<pad>", "<unk>", "<s>", "</s>"]
+    assert ko_tok.path.name == "spm.ko.model" and ko_tok.lang == "ko"
+    assert ko_tok.path.with_suffix(".vocab").is_file()
+    assert sorted(p.name for p in ko_tok.path.parent.iterdir()) == ["spm.ko.model", "spm.ko.vocab"]  # no temp files
+    assert ko_tok.vocab_size == 360 == sp.get_piece_size()
+    assert tokenizer_path(tmp_path, "en") == tmp_path / "spm.en.model"
+
+
+def test_encode_is_batched_and_adds_no_specials(ko_tok):
+    lines = synthetic_lines(KO_WORDS, n=50, seed=7)
+    batch = ko_tok.encode(lines)
+    assert batch == [ko_tok.encode([line])[0] for line in lines]
+    assert all(BOS_ID not in ids and EOS_ID not in ids and PAD_ID not in ids for ids in batch)
+    assert ko_tok.encode([]) == []
+
+
+def test_decode_strips_specials_and_stops_at_eos(ko_tok):
+    import numpy as np
+    ids = ko_tok.encode(["우리 친구와 함께"])[0]
+    row = np.array([BOS_ID] + ids + [EOS_ID] + ids[:2] + [PAD_ID, PAD_ID], dtype=np.int32)
+    assert ko_tok.decode([row, [PAD_ID] * 3, [EOS_ID] + ids]) == ["우리 친구와 함께", "", ""]
+
+
+def test_decode_out_of_range_id(ko_tok):
+    with pytest.raises(TokenizerError, match=r"id 360 in sequence 1 .*size 360"):
+        ko_tok.decode([[5], [5, 360]])
+    with pytest.raises(TokenizerError, match="item 1 is int"):
+        ko_tok.encode(["ok", 3])
+
+
+def test_character_coverage_per_language(tmp_path):
+    # One rare Hanja among ~100k characters: Korean (coverage 0.9995) leaves it to byte fallback, English
+    # (coverage 1.0) keeps every character as a piece.
+    lines = synthetic_lines(KO_WORDS, n=4000, seed=3) + ["희귀한 글자 鑛"]
+    ko = train_tokenizer(lines, tmp_path / "ko", "ko", 600)
+    en = train_tokenizer(lines, tmp_path / "en", "en", 600)
+    assert any(p.startswith("<0x") for p in ko.pieces("鑛"))
+    assert not any(p.startswith("<0x") for p in en.pieces("鑛"))
+    assert ko.decode(ko.encode(["鑛"])) == en.decode(en.encode(["鑛"])) == ["鑛"]
+
+
+@pytest.mark.parametrize("model_type", ["unigram", "bpe"])
+def test_vocab_larger_than_data_is_clamped_with_warning(tmp_path, caplog, model_type):
+    lines = ["가나다 라마", "hello world", "漢字 😀"]
+    with caplog.at_level(logging.WARNING, logger="nmt.tokenizer"):
+        tok = train_tokenizer(lines, tmp_path, "ko", 8000, model_type=model_type)
+    assert 260 < tok.vocab_size < 8000
+    assert "vocab_size 8000 is more than the training text supports" in caplog.text
+    assert tok.decode(tok.encode(lines)) == lines
+
+
+def test_deterministic_training(tmp_path):
+    lines = synthetic_lines(EN_WORDS, n=800, seed=5)
+    a = train_tokenizer(lines, tmp_path / "a", "en", 300, seed=4, num_threads=2)
+    b = train_tokenizer(lines, tmp_path / "b", "en", 300, seed=4, num_threads=2)
+    # The model files embed the (temporary) training paths, so compare the learned pieces and scores.
+    sa, sb = (spm.SentencePieceProcessor(model_file=str(t.path)) for t in (a, b))
+    assert [(sa.id_to_piece(i), sa.get_score(i)) for i in range(a.vocab_size)] == \
+           [(sb.id_to_piece(i), sb.get_score(i)) for i in range(b.vocab_size)]
+    assert a.path.with_suffix(".vocab").read_bytes() == b.path.with_suffix(".vocab").read_bytes()
+
+
+@pytest.mark.parametrize("lines, match", [
+    ([], "no lines given"),
+    (["", "   ", "\t"], "all 3 lines are blank"),
+    ("just one string", "single string"),
+    (["ok", None], "line 1 is NoneType"),
+])
+def test_impossible_training_input(tmp_path, lines, match):
+    with pytest.raises(TokenizerError, match=match):
+        train_tokenizer(lines, tmp_path, "ko", 100)
+    assert not tokenizer_path(tmp_path, "ko").exists()
+
+
+def test_bad_training_arguments(tmp_path):
+    lines = synthetic_lines(KO_WORDS, n=200)
+    with pytest.raises(TokenizerError, match=r"vocab_size 100 is too small .* at least \d+"):
+        train_tokenizer(lines, tmp_path, "ko", 100)
+    with pytest.raises(TokenizerError, match="unknown SentencePiece model type 'wordpiece'"):
+        train_tokenizer(lines, tmp_path, "ko", 400, model_type="wordpiece")
+    with pytest.raises(TokenizerError, match="vocab_size must be a positive integer"):
+        train_tokenizer(lines, tmp_path, "ko", 0)
+    with pytest.raises(TokenizerError, match="invalid language code '../x'"):
+        train_tokenizer(lines, tmp_path, "../x", 400)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_load_missing_corrupt_and_foreign_models(tmp_path):
+    with pytest.raises(TokenizerError, match=r"spm\.ko\.model: SentencePiece model not found"):
+        Tokenizer.load(tmp_path / "spm.ko.model")
+    bad = tmp_path / "spm.en.model"
+    bad.write_bytes(b"\x00not a model" * 20)
+    with pytest.raises(TokenizerError, match=r"spm\.en\.model: not a readable SentencePiece model"):
+        Tokenizer.load(bad)
+    # A model trained with SentencePiece's default ids (unk=0, bos=1, eos=2, no pad) is refused.
+    text = tmp_path / "text.txt"
+    text.write_text("\n".join(synthetic_lines(EN_WORDS, n=200)), encoding="utf-8")
+    spm.SentencePieceTrainer.train(input=str(text), model_prefix=str(tmp_path / "foreign"), vocab_size=50,
+                                   minloglevel=2)
+    with pytest.raises(TokenizerError, match=r"foreign\.model: special ids pad/unk/bos/eos are \(-1, 0, 1, 2\)"):
+        Tokenizer.load(tmp_path / "foreign.model")
+
+
+def test_load_or_train_reuses_existing_model(tmp_path):
+    lines = synthetic_lines(EN_WORDS, n=300)
+    first = load_or_train_tokenizer(tmp_path, "en", lines, 300)
+    before = first.path.read_bytes()
+    mtime = os.stat(first.path).st_mtime_ns
+
+    def must_not_read():
+        raise AssertionError("corpus read although the model exists")
+
+    again = load_or_train_tokenizer(tmp_path, "en", must_not_read, 500)
+    assert again.vocab_size == 300 and again.path == first.path
+    assert again.path.read_bytes() == before and os.stat(again.path).st_mtime_ns == mtime
+    assert again.encode(lines[:20]) == first.encode(lines[:20])
+    other = load_or_train_tokenizer(tmp_path, "ko", lambda: synthetic_lines(KO_WORDS, n=300), 360)
+    assert other.path == Path(tmp_path) / "spm.ko.model" and other.lang == "ko"
+
+
+def _data_dir() -> Path:
+    env = os.environ.get("NMT_DATA_DIR")
+    return Path(env) if env else Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+def test_real_tatoeba_korean_round_trip(tmp_path):
+    path = _data_dir() / "tatoeba-kor-eng-manythings" / "kor.txt"
+    if not path.is_file():
+        pytest.skip(f"real data not found at {path} (set NMT_DATA_DIR)")
+    pairs = [line.rstrip("\n").split("\t") for line in path.open(encoding="utf-8")]
+    ko = [p[1] for p in pairs]
+    tok = train_tokenizer(ko, tmp_path, "ko", 4000)
+    assert tok.decode(tok.encode(ko)) == [unicodedata.normalize("NFC", x) for x in ko]
+    ids = tok.encode(ko)
+    assert sum(map(len, ids)) < sum(map(len, ko))  # subwords: fewer tokens than characters

@@ -1,0 +1,158 @@
+"""CPU integration tests of the trainer on a tiny synthetic task: learning, device-count equivalence,
+exact resume, SIGTERM, and the saved model directory."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nmt import checkpoint as ckpt
+from nmt.config import Config, DataConfig, ModelConfig, OptimConfig, TrainConfig
+from nmt.train import Trainer, train
+from tests.synth import write_task
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def tiny_config(tmp_path: Path, files: dict, name: str = "model", **train_kw) -> Config:
+    data = DataConfig(recipe=None, vocab_size=300, batch_size=16, num_buckets=3, **files)
+    model = ModelConfig(embed_size=32, hidden_size=48, num_layers=1, dropout=0.0, attention="dot")
+    optim = OptimConfig(lr=5e-3, warmup_steps=20, schedule="constant", label_smoothing=0.0)
+    t = dict(model_dir=str(tmp_path / name), max_epochs=200, valid_every=0, seed=3, progress=False,
+             valid_max_sentences=40, patience=0)
+    t.update(train_kw)
+    return Config(data=data, model=model, optim=optim, train=TrainConfig(**t))
+
+
+@pytest.fixture(scope="module")
+def task(tmp_path_factory):
+    return write_task(tmp_path_factory.mktemp("synth"))
+
+
+def params_of(model_dir) -> dict:
+    return {k: v.asnumpy() for k, v in ckpt.load_params(model_dir, "latest").items()}
+
+
+def assert_same_params(a: dict, b: dict, rtol=1e-5, atol=1e-6):
+    assert a.keys() == b.keys()
+    for k in a:
+        np.testing.assert_allclose(a[k], b[k], rtol=rtol, atol=atol, err_msg=k)
+
+
+def test_learns_reverse_task_and_model_dir_is_complete(tmp_path, task):
+    cfg = tiny_config(tmp_path, task, max_steps=700, valid_every=350, max_epochs=100)
+    cfg.decode.beam_size = 3
+    t0 = time.time()
+    state = train(cfg, evaluate=False)
+    assert time.time() - t0 < 90
+    assert state.stopped == "max_steps" and state.step == 700
+    assert state.best_bleu > 80, f"dev BLEU only {state.best_bleu}"
+    d = Path(cfg.train.model_dir)
+    for f in (ckpt.CONFIG, ckpt.STATE, ckpt.TRAINER_STATES, ckpt.PARAMS_BEST, ckpt.METRICS, ckpt.LOG,
+              "spm.ko.model", "spm.en.model", ckpt.params_file(700)):
+        assert (d / f).exists(), f
+    rows = [json.loads(x) for x in (d / ckpt.METRICS).read_text().splitlines()]
+    assert [r["step"] for r in rows] == [350, 700]
+    assert all({"dev_bleu", "dev_chrf", "dev_ppl"} <= r.keys() for r in rows)
+    # the directory is self-contained: translate from a copy of it
+    from nmt.translate import Translator
+    import shutil
+    copy = tmp_path / "copied"
+    shutil.copytree(d, copy)
+    tr = Translator.from_dir(copy)
+    out = tr.translate(["사과 바다 하늘", "", "책 꽃"])
+    assert out == ["sky sea apple", "", "flower book"]
+    assert set(ckpt.load_params(copy, "best")) == set(ckpt.load_params(copy, "latest"))
+
+
+@pytest.mark.parametrize("variant", [dict(cpu_devices=2), dict(accum_steps=2), dict(cpu_devices=2, accum_steps=2)])
+def test_same_parameters_whatever_the_device_count(tmp_path, task, variant):
+    base = tiny_config(tmp_path, task, "one", max_steps=5, cpu_devices=1)
+    Trainer(base).fit()
+    other = tiny_config(tmp_path, task, "other", max_steps=5, **variant)
+    Trainer(other).fit()
+    a, b = params_of(base.train.model_dir), params_of(other.train.model_dir)
+    assert_same_params(a, b)
+    # and the check can fail: a different global batch gives different parameters
+    diff = tiny_config(tmp_path, task, "diff", max_steps=5)
+    diff.data.batch_size = 8
+    Trainer(diff).fit()
+    c = params_of(diff.train.model_dir)
+    assert any(not np.allclose(a[k], c[k], rtol=1e-5, atol=1e-6) for k in a)
+
+
+def test_resume_reaches_the_same_parameters(tmp_path, task):
+    kw = dict(valid_every=4, keep_last=2)
+    full = tiny_config(tmp_path, task, "full", max_steps=12, **kw)
+    full.model.dropout = 0.3           # dropout masks must be reproduced after a resume too
+    Trainer(full).fit()
+    part = tiny_config(tmp_path, task, "part", max_steps=6, **kw)
+    part.model.dropout = 0.3
+    s1 = Trainer(part).fit()
+    assert s1.step == 6 and s1.stopped == "max_steps"
+    part.train.max_steps = 12          # --max-steps counts every update, those before the resume included
+    s2 = Trainer(part, resume=True).fit()
+    assert s2.step == 12
+    assert_same_params(params_of(full.train.model_dir), params_of(part.train.model_dir))
+    kept = ckpt.list_params_files(part.train.model_dir)
+    assert kept == [ckpt.params_file(8), ckpt.params_file(12)]
+
+
+def test_resume_across_an_epoch_boundary(tmp_path, task):
+    # 600 pairs / 16 = ~38 batches per epoch: 45 updates cross an epoch end
+    full = tiny_config(tmp_path, task, "full", max_steps=45)
+    Trainer(full).fit()
+    part = tiny_config(tmp_path, task, "part", max_steps=30)
+    Trainer(part).fit()
+    part.train.max_steps = 45
+    Trainer(part, resume=True).fit()
+    assert_same_params(params_of(full.train.model_dir), params_of(part.train.model_dir))
+
+
+def test_existing_model_dir_is_not_overwritten(tmp_path, task):
+    cfg = tiny_config(tmp_path, task, max_steps=2)
+    Trainer(cfg).fit()
+    with pytest.raises(ckpt.CheckpointError, match="--resume.*--overwrite"):
+        Trainer(cfg)
+    Trainer(cfg, overwrite=True).fit()
+    empty = tiny_config(tmp_path, task, "empty")
+    with pytest.raises(ckpt.CheckpointError, match="nothing to resume"):
+        Trainer(empty, resume=True)
+
+
+def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path, task):
+    model_dir = tmp_path / "sig"
+    cmd = [sys.executable, str(REPO / "scripts" / "train.py"),
+           "--train-src", task["train_src"], "--train-tgt", task["train_tgt"],
+           "--dev-src", task["dev_src"], "--dev-tgt", task["dev_tgt"],
+           "--model-dir", str(model_dir), "--vocab-size", "300", "--embed-size", "16", "--hidden-size", "16",
+           "--num-layers", "1", "--batch-size", "8", "--valid-every", "5", "--max-steps", "100000",
+           "--no-progress", "--valid-max-sentences", "5"]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=str(tmp_path))
+    try:
+        deadline = time.time() + 120
+        while not (model_dir / ckpt.METRICS).exists():
+            assert proc.poll() is None, proc.communicate()[1].decode()[-3000:]
+            assert time.time() < deadline, "no validation within 120 s"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    err = err.decode()
+    assert proc.returncode == 143, err[-3000:]
+    assert "Traceback" not in err
+    assert "--resume" in err
+    state = ckpt.TrainState.load(model_dir)
+    assert state.stopped == "SIGTERM" and state.step >= 5
+    assert (model_dir / ckpt.params_file(state.step)).exists()
+    ckpt.load_params(model_dir, "latest")
