@@ -127,9 +127,16 @@ class Decoder(gluon.HybridBlock):
         self._tied = cfg.tie_weights
         with self.name_scope():
             # Raw parameters (not nn.Embedding/nn.Dense) so that tying is one shared Parameter.
-            self.embed_weight = self.params.get("embed_weight", shape=(vocab_size, E))
+            # The output projection starts at std sqrt(2/H), whatever the global initializer: Xavier would
+            # scale it by 1/sqrt(vocab), and with a vocabulary much larger than the words in use (always the
+            # case with 256 byte-fallback pieces) the logits then barely depend on the decoder state, Adam
+            # turns the faint, noisy gradients into full-size steps, the tanh layers saturate and the model
+            # never leaves the unigram solution (measured on the synthetic task: dev BLEU 0 vs 95 in 600 updates).
+            out_init = mx.init.Normal(sigma=(2.0 / H) ** 0.5)
+            self.embed_weight = self.params.get("embed_weight", shape=(vocab_size, E),
+                                                init=out_init if self._tied else None)
             if not self._tied:
-                self.out_weight = self.params.get("out_weight", shape=(vocab_size, H))
+                self.out_weight = self.params.get("out_weight", shape=(vocab_size, H), init=out_init)
             self.out_bias = self.params.get("out_bias", shape=(vocab_size,), init="zeros")
             self.dropout = nn.Dropout(cfg.dropout)
             self.rnn = rnn.LSTM(H, num_layers=cfg.num_layers, layout="TNC", dropout=cfg.dropout, input_size=E,
