@@ -87,7 +87,6 @@ TRAIN_FLAGS = [
     Flag("--log-every", "train", "log_every", int, "updates between progress updates"),
     Flag("--valid-beam", "train", "valid_beam", int, "beam size for dev BLEU during training"),
     Flag("--valid-max-sentences", "train", "valid_max_sentences", int, "dev sentences translated for BLEU"),
-    Flag("--amp", "train", "amp", help="automatic mixed precision (GPU)", boolean=True),
     Flag("--no-progress", "train", "progress", help="no progress bar", boolean=True, negate=True),
 ]
 DECODE_FLAGS = [
@@ -158,17 +157,12 @@ def config_from_args(args: argparse.Namespace, base: Optional[Config] = None) ->
 
 def user_errors() -> tuple:
     """Exception classes that mean bad input: printed as one clear line, never as a traceback."""
+    from nmt.batching import BatchError
     from nmt.checkpoint import CheckpointError
     from nmt.corpus import CorpusError
     from nmt.parallel import DeviceError
     from nmt.tokenizer import TokenizerError
-    errors = [ConfigError, CorpusError, CheckpointError, DeviceError, TokenizerError]
-    try:
-        from nmt.recipes import RecipeError
-        errors.append(RecipeError)
-    except ImportError:
-        pass
-    return tuple(errors)
+    return (ConfigError, CorpusError, CheckpointError, DeviceError, TokenizerError, BatchError)
 
 
 def run_cli(main: Callable[[], int]) -> int:
@@ -191,7 +185,14 @@ def train_main(argv: Optional[List[str]] = None) -> int:
         cfg = config_from_args(args)
         if args.verbose:
             logging.getLogger("nmt").setLevel(logging.DEBUG)
-        state = train(cfg, resume=args.resume, overwrite=args.overwrite, evaluate=not args.no_eval)
+        result = train(cfg, resume=args.resume, overwrite=args.overwrite, evaluate=not args.no_eval)
+        state = result.state
+        for name, sc in result.test_scores.items():
+            print(f"{name}: {sc.summary()} ({sc.n} sentences, best checkpoint, beam {cfg.decode.beam_size})")
+            print(f"  {sc.bleu_signature}")
+            print(f"  {sc.chrf_signature}")
+            for key, sig in sc.extra_signatures.items():
+                print(f"  {sig}")
         if state.stopped in ("SIGINT", "SIGTERM"):
             print(f"stopped by {state.stopped} at step {state.step}; checkpoint saved in {cfg.train.model_dir}. "
                   "Continue with --resume.", file=sys.stderr)

@@ -83,7 +83,6 @@ class TrainConfig:
     log_every: int = 50                  # updates between progress-bar/log refreshes (host syncs only here)
     valid_beam: int = 1                  # beam size of the dev translation used for BLEU during training
     valid_max_sentences: int = 500       # cap on dev sentences translated for BLEU (loss uses all)
-    amp: bool = False                    # MXNet automatic mixed precision (GPU only)
     progress: bool = True                # tqdm bar on stderr
 
 

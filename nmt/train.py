@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import random
+import shutil
 import signal
 import time
 from dataclasses import dataclass
@@ -122,10 +123,10 @@ class Trainer:
         self.rank = self.kv.rank if hasattr(self.kv, "rank") else 0
         self.num_workers = self.kv.num_workers if hasattr(self.kv, "num_workers") else 1
         self.is_chief = self.rank == 0
+        _validate(cfg)
         if self.is_chief:
             ckpt.prepare_model_dir(self.model_dir, resume, overwrite)
         setup_logging(self.model_dir / ckpt.LOG if self.is_chief else None, console=self.is_chief)
-        _validate(cfg)
         self.state = ckpt.TrainState.load(self.model_dir) if resume else ckpt.TrainState()
         self.state.stopped = ""
         if resume:
@@ -296,13 +297,30 @@ class Trainer:
         return results
 
 
-def train(cfg: Config, resume: bool = False, overwrite: bool = False, evaluate: bool = True) -> ckpt.TrainState:
+@dataclass
+class TrainResult:
+    state: ckpt.TrainState
+    test_scores: Dict[str, Scores]      # by test-set name, of the best checkpoint (empty if not evaluated)
+
+
+def train(cfg: Config, resume: bool = False, overwrite: bool = False, evaluate: bool = True) -> TrainResult:
     """Train per `cfg`; with `evaluate`, score the best checkpoint on the recipe's test sets at the end."""
-    trainer = Trainer(cfg, resume=resume, overwrite=overwrite)
+    model_dir = Path(cfg.train.model_dir)
+    fresh = not resume and (overwrite or not model_dir.exists() or not any(model_dir.iterdir()))
+    try:
+        trainer = Trainer(cfg, resume=resume, overwrite=overwrite)
+    except BaseException:
+        # A run that failed while setting up (bad data, bad flags) leaves no half-made model directory behind
+        # to block the next attempt.
+        if fresh and model_dir.is_dir() and not (model_dir / ckpt.STATE).exists():
+            setup_logging(None)   # close the log file before removing it
+            shutil.rmtree(model_dir, ignore_errors=True)
+        raise
     state = trainer.fit()
+    scores: Dict[str, Scores] = {}
     if evaluate and trainer.is_chief and state.stopped not in ("SIGINT", "SIGTERM") and trainer.splits.tests:
-        trainer.evaluate_tests("best")
-    return state
+        scores = trainer.evaluate_tests("best")
+    return TrainResult(state, scores)
 
 
 def _validate(cfg: Config) -> None:

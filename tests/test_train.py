@@ -50,7 +50,9 @@ def test_learns_reverse_task_and_model_dir_is_complete(tmp_path, task):
     cfg = tiny_config(tmp_path, task, max_steps=700, valid_every=350, max_epochs=100)
     cfg.decode.beam_size = 3
     t0 = time.time()
-    state = train(cfg, evaluate=False)
+    result = train(cfg)
+    state = result.state
+    assert result.test_scores["test"].bleu > 70 and "nrefs:1" in result.test_scores["test"].bleu_signature
     assert time.time() - t0 < 90
     assert state.stopped == "max_steps" and state.step == 700
     assert state.best_bleu > 80, f"dev BLEU only {state.best_bleu}"
@@ -164,3 +166,34 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path, task):
     assert state.stopped == "SIGTERM" and state.step >= 5
     assert (model_dir / ckpt.params_file(state.step)).exists()
     ckpt.load_params(model_dir, "latest")
+
+
+def test_resume_with_other_batching_is_a_clear_error(tmp_path, task):
+    cfg = tiny_config(tmp_path, task, max_steps=3)
+    Trainer(cfg).fit()
+    cfg.data.batch_size = 12
+    from nmt.batching import BatchError
+    with pytest.raises(BatchError, match="resume with the same data and flags"):
+        Trainer(cfg, resume=True)
+    cfg.data.batch_size = 16
+    cfg.model.hidden_size = 64
+    from nmt.config import ConfigError
+    with pytest.raises(ConfigError, match="--resume"):
+        Trainer(cfg, resume=True)
+
+
+def test_cli_reports_bad_data_without_traceback(tmp_path, task, capsys):
+    from nmt.cli import train_main
+    bad = tmp_path / "bad.en"
+    bad.write_text("only one line\n", encoding="utf-8")
+    code = train_main(["--train-src", task["train_src"], "--train-tgt", str(bad), "--dev-src", task["dev_src"],
+                       "--dev-tgt", task["dev_tgt"], "--model-dir", str(tmp_path / "m"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert "bad.en" in err and "train" in err
+    assert not (tmp_path / "m").exists()   # no half-made model directory blocks the next attempt
+    code = train_main(["--train-src", str(tmp_path / "missing.ko"), "--train-tgt", str(bad), "--dev-src",
+                       task["dev_src"], "--dev-tgt", task["dev_tgt"], "--model-dir", str(tmp_path / "m2"),
+                       "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2 and "missing.ko" in err
