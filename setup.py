@@ -39,6 +39,9 @@ setup(
     entry_points={
         "console_scripts": [
             "nmt-train=nmt.cli:train_main",
+            "nmt-translate=nmt.cli:translate_main",
+            "nmt-evaluate=nmt.cli:evaluate_main",
+            "nmt-launch=nmt.distributed:main",
         ]
     },
 )

@@ -21,13 +21,14 @@ from nmt import checkpoint as ckpt
 from nmt.batching import Batch, BatchIterator, BucketSampler, make_batch
 from nmt.config import Config, ConfigError
 from nmt.corpus import Pairs
+from nmt.distributed import WorkerGroup, create_kvstore
 from nmt.evaluate import Scores, perplexity, score
 from nmt.log import MetricsWriter, Speedometer, setup_logging
 from nmt.model import Seq2SeqLoss, build_model
 from nmt.parallel import DataParallel, default_kvstore, parse_devices
 from nmt.recipes import DatasetSplits, load_data
 from nmt.tokenizer import Tokenizer, load_or_train_tokenizer, tokenizer_path
-from nmt.translate import Translator
+from nmt.translate import Translator, score_test_set
 
 logger = logging.getLogger("nmt.train")
 
@@ -54,9 +55,18 @@ def learning_rate(step: int, cfg: Config, lr_scale: float = 1.0) -> float:
     return lr * lr_scale
 
 
-def load_tokenizers(cfg: Config, model_dir: Path, splits: Optional[DatasetSplits]) -> Dict[str, Tokenizer]:
-    """SentencePiece models of both languages: reused from the model directory, else trained on `splits.train`."""
+def load_tokenizers(cfg: Config, model_dir: Path, splits: Optional[DatasetSplits],
+                    workers: Optional[WorkerGroup] = None) -> Dict[str, Tokenizer]:
+    """SentencePiece models of both languages: reused from the model directory, else trained on `splits.train`.
+    In a distributed job only rank 0 trains them and the other workers load its files (SentencePiece training is
+    not bit-identical across thread counts, and the workers must encode the data alike)."""
     d = cfg.data
+    if workers is not None and workers.num_workers > 1:
+        if workers.is_chief:
+            load_tokenizers(cfg, model_dir, splits)
+        names = [tokenizer_path(model_dir, lang).name for lang in (d.src_lang, d.tgt_lang)]
+        model_dir = workers.share_files(model_dir, names)
+        splits = None
     toks = {}
     for lang, lines in ((d.src_lang, splits.train.src if splits else None),
                         (d.tgt_lang, splits.train.tgt if splits else None)):
@@ -119,18 +129,21 @@ class Trainer:
         self.model_dir = Path(t.model_dir)
         self.ctxs = parse_devices(t.gpus, t.cpu_devices)
         kv_name = default_kvstore(self.ctxs, t.kvstore)
-        self.kv = kv if kv is not None else (mx.kv.create(kv_name) if kv_name.startswith("dist") else kv_name)
-        self.rank = self.kv.rank if hasattr(self.kv, "rank") else 0
-        self.num_workers = self.kv.num_workers if hasattr(self.kv, "num_workers") else 1
+        self.kv = kv if kv is not None else create_kvstore(kv_name)
+        self.workers = WorkerGroup(self.kv)
+        self.rank, self.num_workers = self.workers.rank, self.workers.num_workers
         self.is_chief = self.rank == 0
         _validate(cfg)
         if self.is_chief:
             ckpt.prepare_model_dir(self.model_dir, resume, overwrite)
         setup_logging(self.model_dir / ckpt.LOG if self.is_chief else None, console=self.is_chief)
-        self.state = ckpt.TrainState.load(self.model_dir) if resume else ckpt.TrainState()
+        # the other workers read rank 0's files from a private copy: no shared filesystem or write access needed
+        self.read_dir = (self.workers.share_files(self.model_dir, (ckpt.CONFIG, ckpt.STATE, ckpt.TRAINER_STATES))
+                         if resume else self.model_dir)
+        self.state = ckpt.TrainState.load(self.read_dir) if resume else ckpt.TrainState()
         self.state.stopped = ""
         if resume:
-            saved = Config.load(self.model_dir / ckpt.CONFIG)
+            saved = Config.load(self.read_dir / ckpt.CONFIG)
             if saved.model != cfg.model or saved.data.src_lang != cfg.data.src_lang or saved.data.tgt_lang != cfg.data.tgt_lang:
                 raise ConfigError(f"--resume: the model or languages differ from {self.model_dir / ckpt.CONFIG}; "
                                   "resume with the same model flags (or start a new --model-dir)")
@@ -138,7 +151,7 @@ class Trainer:
         self.splits = splits if splits is not None else load_data(cfg.data)
         logger.info("data: %d train, %d dev pairs; tests: %s", len(self.splits.train.src), len(self.splits.dev.src),
                     ", ".join(f"{k} ({len(v.src)})" for k, v in self.splits.tests.items()) or "none")
-        toks = load_tokenizers(cfg, self.model_dir, None if resume else self.splits)
+        toks = load_tokenizers(cfg, self.model_dir, None if resume else self.splits, self.workers)
         self.src_tok, self.tgt_tok = toks[cfg.data.src_lang], toks[cfg.data.tgt_lang]
         if self.is_chief and not resume:
             cfg.save(self.model_dir / ckpt.CONFIG)
@@ -156,10 +169,11 @@ class Trainer:
         self.loss_block.hybridize(static_alloc=True)
         self.trainer = build_trainer(cfg, self.net, self.kv)
         if resume:
-            self.net.load_parameters(str(ckpt.latest_params_path(self.model_dir)), ctx=self.ctxs)
-            self.trainer.load_states(str(self.model_dir / ckpt.TRAINER_STATES))
+            if self.is_chief:   # the others get rank 0's parameters as load_states initializes the kvstore
+                self.net.load_parameters(str(ckpt.latest_params_path(self.model_dir)), ctx=self.ctxs)
+            self.trainer.load_states(str(self.read_dir / ckpt.TRAINER_STATES))
             self.batches.load_state_dict(self.state.sampler)
-            logger.info("resumed from step %d (epoch %d, batch %d of %d)", self.state.step, self.state.epoch,
+            logger.info("resumed from step %d (epoch %d, batch %d of %d)", self.state.step, self.state.epoch + 1,
                         self.sampler.position, len(self.sampler))
         else:
             self.sampler.set_epoch(0)
@@ -187,7 +201,7 @@ class Trainer:
         srcs, refs = self.splits.dev.src[:n], self.splits.dev.tgt[:n]
         hyps = self.translator.translate(srcs, beam_size=self.cfg.train.valid_beam)
         sc = score(hyps, refs, self.cfg.data.tgt_lang)
-        row = {"step": self.state.step, "epoch": self.state.epoch, "dev_nll": nll / max(tokens, 1),
+        row = {"step": self.state.step, "epoch": round(self.epochs_done(), 3), "dev_nll": nll / max(tokens, 1),
                "dev_ppl": perplexity(nll, tokens), "dev_bleu": sc.bleu, "dev_chrf": sc.chrf,
                "lr": learning_rate(self.state.step, self.cfg, self.state.lr_scale),
                "tokens_seen": self.state.tokens_seen, "elapsed": round(self.state.elapsed, 1),
@@ -200,7 +214,7 @@ class Trainer:
             if self.cfg.optim.schedule == "plateau" and self.state.bad_validations % self.cfg.optim.plateau_patience == 0:
                 self.state.lr_scale *= 0.5
         row["best_bleu"] = self.state.best_bleu
-        logger.info("validation step %d epoch %d: dev ppl %.2f BLEU %.2f chrF %.2f (best %.2f at step %d)%s",
+        logger.info("validation step %d epoch %.2f: dev ppl %.2f BLEU %.2f chrF %.2f (best %.2f at step %d)%s",
                     row["step"], row["epoch"], row["dev_ppl"], sc.bleu, sc.chrf, self.state.best_bleu,
                     self.state.best_step, "" if improved else f", {self.state.bad_validations} without gain")
         self.metrics.write(row)
@@ -211,15 +225,25 @@ class Trainer:
         self.state.sampler = self.batches.state_dict()
         if self.is_chief:
             ckpt.save_checkpoint(self.model_dir, self.net, self.trainer, self.state, self.cfg.train.keep_last, is_best)
+        if self.num_workers > 1:   # all continue from rank 0's state: its validations decide lr scale and early stop
+            self.state = ckpt.TrainState(**self.workers.broadcast_json(vars(self.state)))
+
+    def epochs_done(self) -> float:
+        """Training progress in epochs (1.5 = half-way through the second epoch)."""
+        return self.sampler.epoch + self.sampler.position / max(len(self.sampler), 1)
 
     def _should_stop(self, t_start: float) -> str:
         t = self.cfg.train
-        if self._signal:
-            return self._signal
+        timed_out = bool(t.max_seconds) and time.perf_counter() - t_start >= t.max_seconds
+        # a signal or the time budget reaches workers at different updates: in a distributed job they vote, and
+        # all act on the outcome at the same (next) update; with one worker this is the wish itself
+        wish = self.workers.agree_stop(self._signal or ("max_seconds" if timed_out else ""))
+        if wish in ("SIGINT", "SIGTERM"):
+            return wish
         if t.max_steps and self.state.step >= t.max_steps:
             return "max_steps"
-        if t.max_seconds and time.perf_counter() - t_start >= t.max_seconds:
-            return "max_seconds"
+        if wish:
+            return wish
         if t.patience and self.state.bad_validations >= t.patience:
             return "early_stop"
         return ""
@@ -272,8 +296,8 @@ class Trainer:
                 self.save(is_best=row["improved"])
             elif self.is_chief:
                 self.state.save(self.model_dir)   # record why training stopped
-            logger.info("training stopped (%s) at step %d, epoch %d; best dev BLEU %.2f at step %d",
-                        stop, self.state.step, self.state.epoch, self.state.best_bleu, self.state.best_step)
+            logger.info("training stopped (%s) at step %d, epoch %.2f; best dev BLEU %.2f at step %d",
+                        stop, self.state.step, self.epochs_done(), self.state.best_bleu, self.state.best_step)
         finally:
             _restore_signal_handlers(old_handlers)
         if t.average_last > 1 and self.is_chief and len(self.state.params_files) >= 2:
@@ -285,15 +309,14 @@ class Trainer:
         return int(f.split(".")[1]) if f else -1
 
     def evaluate_tests(self, which: str = "best") -> Dict[str, Scores]:
-        """Translate every test set of the recipe with the `which` checkpoint; scores saved to scores.json."""
-        from nmt.translate import evaluate_pairs
-        if which != "current":
-            self.net.load_parameters(str(ckpt.params_path(self.model_dir, which)), ctx=self.ctxs)
+        """Translate every test set of the recipe with the `which` checkpoint; scores merged into scores.json."""
+        self.net.load_parameters(str(ckpt.params_path(self.model_dir, which)), ctx=self.ctxs)
+        self.translator.model_dir, self.translator.checkpoint = self.model_dir, which
         results = {}
         for name, pairs in self.splits.tests.items():
-            results[name] = evaluate_pairs(self.translator, pairs, self.cfg.data.tgt_lang)
-            logger.info("test %s (%d sentences, %s checkpoint): %s | %s", name, len(pairs.src), which,
-                        results[name].summary(), results[name].bleu_signature)
+            _, _, results[name] = score_test_set(self.translator, name, pairs, save=self.is_chief)
+            logger.info("test %s (%d sentences, %s checkpoint, beam %d): %s | %s", name, len(pairs.src), which,
+                        self.cfg.decode.beam_size, results[name].summary(), results[name].bleu_signature)
         return results
 
 

@@ -1,23 +1,66 @@
-"""Inference: `Translator.from_dir(path).translate(lines)`, used by the script, evaluation and notebooks alike."""
+"""Inference: `Translator.from_dir(path).translate(lines)`, used by the script, evaluation and notebooks alike.
+
+Also the pieces around it: streaming a large input through the translator in chunks (`translate_stream`),
+scoring a test set (`evaluate_pairs`, `recipe_tests`) and recording scores in the model directory
+(`record_scores`, merged into scores.json atomically).
+"""
 from __future__ import annotations
 
+import dataclasses
+import fcntl
+import json
 import logging
+import re
+import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import BinaryIO, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, TextIO, Tuple
 
 import mxnet as mx
 import numpy as np
 
 from nmt import checkpoint as ckpt
-from nmt.config import Config, DecodeConfig
-from nmt.corpus import Pairs, normalize
+from nmt.atomic import atomic_write_text
+from nmt.batching import pad_sources
+from nmt.config import Config, ConfigError, DecodeConfig
+from nmt.corpus import CorpusError, Pairs, normalize
 from nmt.evaluate import Scores, score
 from nmt.model import build_model
 from nmt.search import beam_search, greedy_search
-from nmt.batching import pad_sources
 from nmt.tokenizer import Tokenizer, tokenizer_path
 
 logger = logging.getLogger("nmt.translate")
+
+# Characters kept per allowed subword token before tokenizing: a SentencePiece piece rarely spans more than a
+# few characters, so max_input_tokens * 16 characters always hold max_input_tokens tokens, while an absurd
+# line (a whole file without line ends) is cut before the tokenizer sees it.
+CHARS_PER_TOKEN = 16
+# str.splitlines() boundaries: a translation must never add a line to the output.
+_LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+INVALID_UTF8 = ("error", "replace")
+
+Hyps = List[Tuple[List[int], float]]
+
+
+def check_decode(d: DecodeConfig) -> None:
+    """ConfigError naming the flag when a decoding setting cannot work."""
+    for flag, value, low in (("--beam-size", d.beam_size, 1), ("--nbest", d.nbest, 1),
+                             ("--decode-batch-size", d.batch_size, 1), ("--max-input-tokens", d.max_input_tokens, 1),
+                             ("--max-len-b", d.max_len_b, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ConfigError(f"{flag} must be an integer >= {low} (got {value!r})")
+    for flag, value in (("--max-len-a", d.max_len_a), ("--length-penalty", d.length_penalty_alpha)):
+        if not isinstance(value, (int, float)) or not 0 <= value < 1e6:
+            raise ConfigError(f"{flag} must be a number >= 0 (got {value!r})")
+    if d.nbest > d.beam_size:
+        raise ConfigError(f"--nbest {d.nbest} is more than --beam-size {d.beam_size}: beam search keeps only "
+                          "beam-size hypotheses; raise --beam-size")
+
+
+def one_line(text: str) -> str:
+    """`text` with line-break characters turned into spaces, so one input line always gives one output line."""
+    return _LINE_BREAKS.sub(" ", text)
 
 
 class Translator:
@@ -27,41 +70,78 @@ class Translator:
     def __init__(self, net, src_tok: Tokenizer, tgt_tok: Tokenizer, decode: DecodeConfig, ctx: mx.Context = None):
         self.net, self.src_tok, self.tgt_tok, self.decode = net, src_tok, tgt_tok, decode
         self.ctx = ctx or mx.cpu()
-        self.truncated = 0          # inputs cut to decode.max_input_tokens so far
+        self.truncated = 0          # inputs cut to decode.max_input_tokens (or its character guard) so far
+        self.model_dir: Optional[Path] = None
+        self.checkpoint: Optional[str] = None      # "best", "latest", "avg" or a step number
+        self.params_file: Optional[Path] = None
+        self.config: Optional[Config] = None
 
     @classmethod
     def from_dir(cls, model_dir, which: str = "best", ctx: mx.Context = None,
                  decode: Optional[DecodeConfig] = None) -> "Translator":
-        """Everything comes from the model directory: config, both SentencePiece models, parameters."""
+        """Everything comes from the model directory: config, both SentencePiece models, parameters.
+
+        `which` is best, latest, avg or a step number; `decode` replaces the model's saved DecodeConfig."""
         model_dir = Path(model_dir)
         if not (model_dir / ckpt.CONFIG).exists():
             raise ckpt.CheckpointError(f"{model_dir / ckpt.CONFIG} not found: --model-dir must be a directory "
                                        "written by nmt training")
         cfg = Config.load(model_dir / ckpt.CONFIG)
+        decode = decode or cfg.decode
+        check_decode(decode)
         ctx = ctx or mx.cpu()
         src_tok = Tokenizer.load(tokenizer_path(model_dir, cfg.data.src_lang))
         tgt_tok = Tokenizer.load(tokenizer_path(model_dir, cfg.data.tgt_lang))
         net = build_model(cfg.model, src_tok.vocab_size, tgt_tok.vocab_size)
-        net.load_parameters(str(ckpt.params_path(model_dir, which)), ctx=ctx)
+        path = ckpt.params_path(model_dir, str(which))
+        try:
+            net.load_parameters(str(path), ctx=ctx)
+        except (mx.base.MXNetError, AssertionError, ValueError, KeyError) as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise ckpt.CheckpointError(f"{path}: cannot load these parameters into the model described by "
+                                       f"{model_dir / ckpt.CONFIG} ({first})") from None
         net.hybridize(static_alloc=True)
-        return cls(net, src_tok, tgt_tok, decode or cfg.decode, ctx=ctx)
+        tr = cls(net, src_tok, tgt_tok, decode, ctx=ctx)
+        tr.model_dir, tr.checkpoint, tr.params_file, tr.config = model_dir, str(which), path, cfg
+        return tr
 
-    def _source_ids(self, lines: Sequence[str]) -> List[List[int]]:
-        ids = self.src_tok.encode([normalize(x) for x in lines])
+    @property
+    def src_lang(self) -> str:
+        return self.src_tok.lang
+
+    @property
+    def tgt_lang(self) -> str:
+        return self.tgt_tok.lang
+
+    def source_ids(self, lines: Sequence[str], first_line: int = 1) -> List[List[int]]:
+        """Normalized, tokenized, length-limited source ids (warnings name the line as first_line + index)."""
         limit = self.decode.max_input_tokens
+        max_chars = limit * CHARS_PER_TOKEN
+        texts = []
+        for i, x in enumerate(lines):
+            if len(x) > max_chars:   # before normalizing/tokenizing: bounded work and memory for any line
+                self.truncated += 1
+                logger.warning("input line %d has %d characters; truncated to %d (--max-input-tokens %d x %d)",
+                               first_line + i, len(x), max_chars, limit, CHARS_PER_TOKEN)
+                x = x[:max_chars]
+            texts.append(normalize(x))
+        ids = self.src_tok.encode(texts)
         for i, x in enumerate(ids):
             if len(x) > limit:
                 self.truncated += 1
-                logger.warning("input %d has %d subword tokens; truncated to %d (--max-input-tokens)", i + 1, len(x), limit)
+                logger.warning("input line %d has %d subword tokens; truncated to %d (--max-input-tokens)",
+                               first_line + i, len(x), limit)
                 ids[i] = x[:limit]
         return ids
 
-    def translate_ids(self, lines: Sequence[str], beam_size: Optional[int] = None,
-                      nbest: int = 1) -> List[List[Tuple[List[int], float]]]:
-        """Per input line, up to `nbest` (target ids, score) pairs, best first ([] for an empty line)."""
+    def translate_ids(self, lines: Sequence[str], beam_size: Optional[int] = None, nbest: int = 1,
+                      first_line: int = 1) -> List[Hyps]:
+        """Per input line, up to `nbest` (target ids, score) pairs, best first ([] for an empty line).
+
+        Greedy search (beam 1, nbest 1) gives score 0.0; beam search gives the length-normalized log-probability."""
         beam = beam_size or self.decode.beam_size
-        ids = self._source_ids(lines)
-        out: List[List[Tuple[List[int], float]]] = [[] for _ in lines]
+        ids = self.source_ids(lines, first_line)
+        out: List[Hyps] = [[] for _ in lines]
         todo = [i for i, x in enumerate(ids) if x]
         todo.sort(key=lambda i: len(ids[i]))   # length-sorted batches: little padding
         bs = max(1, self.decode.batch_size)
@@ -80,14 +160,221 @@ class Translator:
                 out[i] = hyps[r]
         return out
 
-    def translate(self, lines: Sequence[str], beam_size: Optional[int] = None) -> List[str]:
-        """One detokenized translation per input line."""
-        res = self.translate_ids(lines, beam_size=beam_size)
-        texts = self.tgt_tok.decode([r[0][0] if r else [] for r in res])
-        return [t if r else "" for t, r in zip(texts, res)]
+    def translate_nbest(self, lines: Sequence[str], nbest: int, beam_size: Optional[int] = None,
+                        first_line: int = 1) -> List[List[Tuple[str, float]]]:
+        """Per input line, up to `nbest` (detokenized translation, score), best first ([] for an empty line)."""
+        res = self.translate_ids(lines, beam_size=beam_size, nbest=nbest, first_line=first_line)
+        flat = self.tgt_tok.decode([ids for r in res for ids, _ in r])
+        out, k = [], 0
+        for r in res:
+            out.append([(one_line(flat[k + j]), s) for j, (_, s) in enumerate(r)])
+            k += len(r)
+        return out
+
+    def translate(self, lines: Sequence[str], beam_size: Optional[int] = None, first_line: int = 1) -> List[str]:
+        """One detokenized, single-line translation per input line."""
+        return [r[0][0] if r else "" for r in self.translate_nbest(lines, 1, beam_size, first_line)]
 
 
+# -- streams ----------------------------------------------------------------------------------------------------
+def read_raw_lines(stream: BinaryIO, max_bytes: int) -> Iterator[Tuple[bytes, bool]]:
+    """(line without its line end, was_cut) of a binary stream; a line longer than `max_bytes` is cut there and
+    the rest of it is read and discarded in pieces, so no line is ever held whole in memory."""
+    while True:
+        raw = stream.readline(max_bytes + 1)
+        if not raw:
+            return
+        cut = False
+        if len(raw) > max_bytes and not raw.endswith(b"\n"):
+            cut = True
+            rest = raw
+            while rest and not rest.endswith(b"\n"):
+                rest = stream.readline(1 << 20)
+            raw = raw[:max_bytes]
+            end = len(raw)   # back off to a character boundary (drop a partial UTF-8 sequence)
+            while end > 0 and (raw[end - 1] & 0xC0) == 0x80:
+                end -= 1
+            if end > 0 and raw[end - 1] >= 0xC0:
+                end -= 1
+            raw = raw[:end]
+        yield raw.rstrip(b"\r\n"), cut
+
+
+def decode_line(raw: bytes, line_no: int, name: str, on_invalid: str = "error") -> Tuple[str, bool]:
+    """(text, had_invalid_bytes) of one input line; invalid UTF-8 is a CorpusError naming the line, or replaced
+    by U+FFFD with a warning when `on_invalid` is "replace"."""
+    try:
+        return raw.decode("utf-8"), False
+    except UnicodeDecodeError as e:
+        if on_invalid != "replace":
+            raise CorpusError(f"{name}:{line_no}: invalid UTF-8 (byte 0x{raw[e.start]:02x} at byte {e.start + 1} of "
+                              "the line); the translations of all lines before it have been written. Convert the "
+                              "input to UTF-8 (Korean legacy text is often CP949: `iconv -f CP949 -t UTF-8`) or pass "
+                              "--on-invalid-utf8 replace") from None
+        logger.warning("%s:%d: invalid UTF-8 replaced by U+FFFD (--on-invalid-utf8 replace)", name, line_no)
+        return raw.decode("utf-8", errors="replace"), True
+
+
+@dataclass
+class StreamStats:
+    lines: int = 0
+    invalid_utf8: int = 0           # lines whose invalid bytes were replaced
+    cut: int = 0                    # lines cut while reading (longer than the byte guard)
+    seconds: float = 0.0
+
+
+def format_nbest(hyps: List[Tuple[str, float]]) -> str:
+    """One JSON object per input line: {"translations": [...], "scores": [...]}, best first."""
+    return json.dumps({"translations": [t for t, _ in hyps], "scores": [round(s, 6) for _, s in hyps]},
+                      ensure_ascii=False)
+
+
+def translate_stream(translator: Translator, raw_lines: Iterable[Tuple[bytes, bool]], out: TextIO, *,
+                     name: str = "<stdin>", chunk_lines: int = 1000, on_invalid: str = "error", nbest: int = 1,
+                     beam_size: Optional[int] = None,
+                     on_chunk: Optional[Callable[[int, List[str]], None]] = None) -> StreamStats:
+    """Translate (line, was_cut) items chunk by chunk, writing one output line per input line and flushing after
+    every chunk; `on_chunk(first_line_number, lines)` runs after each chunk is written. On invalid UTF-8 (with
+    on_invalid="error") every line before the bad one is translated and written first, then the CorpusError
+    naming the line is raised."""
+    stats, t0 = StreamStats(), time.perf_counter()
+    chunk: List[str] = []
+    first = 1
+
+    def flush() -> None:
+        nonlocal chunk, first
+        if chunk:
+            if nbest > 1:
+                rows = [format_nbest(h) for h in translator.translate_nbest(chunk, nbest, beam_size, first)]
+            else:
+                rows = translator.translate(chunk, beam_size, first)
+            out.write("".join(r + "\n" for r in rows))
+            out.flush()
+            if on_chunk is not None:
+                on_chunk(first, chunk)
+            first += len(chunk)
+            chunk = []
+
+    for line_no, (raw, cut) in enumerate(raw_lines, 1):
+        if cut:
+            stats.cut += 1
+            logger.warning("%s:%d: line longer than the input guard (--max-input-tokens x %d characters); cut while "
+                           "reading", name, line_no, CHARS_PER_TOKEN)
+        try:
+            text, replaced = decode_line(raw, line_no, name, on_invalid)
+        except CorpusError:
+            flush()
+            raise
+        stats.invalid_utf8 += replaced
+        stats.lines += 1
+        chunk.append(text)
+        if len(chunk) >= chunk_lines:
+            flush()
+    flush()
+    stats.seconds = time.perf_counter() - t0
+    return stats
+
+
+def interactive(translator: Translator, nbest: int = 1, on_line: Optional[Callable[[int, List[str]], None]] = None,
+                read: Callable[[str], str] = input) -> int:
+    """Prompt for sentences (on a terminal) and print each translation, until end of input (Ctrl-D) or Ctrl-C."""
+    print(f"nmt-translate {translator.src_lang} -> {translator.tgt_lang} ({translator.model_dir}, checkpoint "
+          f"{translator.checkpoint}, beam {translator.decode.beam_size}). Type a sentence and press Enter; "
+          "Ctrl-D to quit.", file=sys.stderr)
+    n = 0
+    while True:
+        try:
+            line = read(f"{translator.src_lang}> ")
+        except (EOFError, KeyboardInterrupt):
+            print(file=sys.stderr)
+            return 0
+        n += 1
+        if nbest > 1:
+            print(format_nbest(translator.translate_nbest([line], nbest, first_line=n)[0]), flush=True)
+        else:
+            print(translator.translate([line], first_line=n)[0], flush=True)
+        if on_line is not None:
+            on_line(n, [line])
+
+
+# -- evaluation -------------------------------------------------------------------------------------------------
 def evaluate_pairs(translator: Translator, pairs: Pairs, tgt_lang: str, beam_size: Optional[int] = None) -> Scores:
     """Translate `pairs.src` and score against `pairs.tgt` with sacreBLEU."""
     hyps = translator.translate(pairs.src, beam_size=beam_size)
     return score(hyps, pairs.tgt, tgt_lang)
+
+
+def score_test_set(translator: Translator, name: str, pairs: Pairs, *, max_sentences: int = 0, save: bool = True,
+                   extra: Optional[Dict[str, object]] = None) -> Tuple[Dict[str, object], List[str], Scores]:
+    """Translate and score one test set; the entry (scores, signatures, checkpoint, decoding settings, time) is
+    merged into the model directory's scores.json unless `save` is False. Used by evaluate and by training."""
+    from datetime import datetime, timezone
+    n = max_sentences or len(pairs.src)
+    t0 = time.perf_counter()
+    hyps = translator.translate(pairs.src[:n])
+    seconds = time.perf_counter() - t0
+    sc = score(hyps, pairs.tgt[:n], translator.tgt_lang)
+    d = translator.decode
+    info = (checkpoint_info(translator.model_dir, translator.checkpoint) if translator.model_dir
+            else {"params_file": None, "step": None})
+    entry = {**sc.to_dict(), "checkpoint": translator.checkpoint, **info, "beam_size": d.beam_size,
+             "length_penalty": d.length_penalty_alpha, "max_len_a": d.max_len_a, "max_len_b": d.max_len_b,
+             **(extra or {}), "seconds": round(seconds, 2),
+             "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    if save and translator.model_dir:
+        key = translator.checkpoint if translator.checkpoint in ("best", "avg") else str(info["step"])
+        record_scores(translator.model_dir, name, key, entry)
+    return entry, hyps, sc
+
+
+def recipe_tests(cfg: Config, data_dir: Optional[str] = None) -> Dict[str, Pairs]:
+    """The test sets of a model's data configuration, in its direction: every test set of its recipe (from the
+    mirror `data_dir`, else the configured one / $NMT_DATA_DIR / the cache), or its explicit test files."""
+    from nmt import recipes   # not at import time: the registry is only needed here
+    d = dataclasses.replace(cfg.data, data_dir=data_dir or cfg.data.data_dir)
+    if d.test_src and d.test_tgt:
+        from nmt.corpus import read_parallel
+        return {"test": read_parallel(d.test_src, d.test_tgt, skip_invalid_utf8=d.skip_invalid_utf8, name="test")}
+    if not d.recipe or d.recipe not in recipes.RECIPES:
+        raise ConfigError(f"--recipe-tests: the model's data config names no known recipe ({d.recipe!r}) and no "
+                          "test files; give --src-file and --ref-file instead")
+    # Only the test sources are read (load_data would also read and clean the whole training corpus): the same
+    # files, the same reader, the same orientation as load_data.
+    mirror = recipes.resolve_data_dir(d.data_dir)
+    cache = Path(d.cache_dir).expanduser() if d.cache_dir else recipes.default_cache_dir()
+    tests = {}
+    for key, source in recipes.RECIPES[d.recipe].tests.items():
+        pairs, _ = recipes.load_source(recipes.SOURCES[source], mirror, cache, skip_invalid_utf8=d.skip_invalid_utf8)
+        pairs = Pairs(pairs.src, pairs.tgt, key, pairs.dropped)
+        tests[key] = pairs if d.src_lang == "ko" else pairs.swapped()
+    return tests
+
+
+def checkpoint_info(model_dir: Path, which: str) -> Dict[str, object]:
+    """The parameter file behind `which` and, where known, its training step."""
+    path = ckpt.params_path(model_dir, which)
+    step = None
+    m = re.match(r"^params\.(\d+)$", path.name)
+    if m:
+        step = int(m.group(1))
+    elif which == "best" and (Path(model_dir) / ckpt.STATE).exists():
+        step = ckpt.TrainState.load(model_dir).best_step or None
+    return {"params_file": path.name, "step": step}
+
+
+def record_scores(model_dir: Path, test_key: str, checkpoint: str, entry: Dict[str, object]) -> Path:
+    """Merge `entry` into model_dir/scores.json as [test_key][checkpoint], keeping every other entry.
+
+    A lock file serializes concurrent evaluations; the file itself is replaced atomically."""
+    path = Path(model_dir) / ckpt.SCORES
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        data: Dict[str, Dict[str, object]] = {}
+        if path.exists():
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except json.JSONDecodeError as e:
+                raise ckpt.CheckpointError(f"{path} is not valid JSON ({e}); move it away to record new scores") from None
+        data.setdefault(test_key, {})[checkpoint] = entry
+        atomic_write_text(path, json.dumps(data, indent=2, ensure_ascii=False, sort_keys=True) + "\n")
+    return path

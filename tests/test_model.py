@@ -5,7 +5,7 @@ import pytest
 from mxnet import autograd, nd
 
 from nmt.config import ConfigError, ModelConfig
-from nmt.model import Seq2SeqLoss, build_model, count_flops_per_token
+from nmt.model import FusedLSTM, Seq2SeqLoss, build_model, count_flops_per_token
 
 SRC_V, TGT_V = 30, 31  # different sizes catch swapped vocabularies
 ATTENTIONS = ["dot", "general", "mlp"]
@@ -201,10 +201,14 @@ def test_flop_estimate_matches_weight_matrices(attention, num_layers):
     """Forward MACs per token = entries of the weight matrices each token goes through."""
     model = make_model(attention, num_layers, embed=12, hidden=16)
     model(*make_batch([2], [2], 2, 2)[:3])
-    src_w = sum(p.data().size for n, p in model.encoder.collect_params().items()
-                if p.data().ndim == 2 and "embed_" not in n and "bridge" not in n)
-    tgt_w = sum(p.data().size for n, p in model.decoder.collect_params().items()
-                if p.data().ndim == 2 and not n.endswith("embed_weight") and "score_proj" not in n)
+    def matrix_entries(block, skip):
+        dense = sum(p.data().size for n, p in block.collect_params().items()
+                    if p.data().ndim == 2 and not any(s in n for s in skip))
+        lstm = []   # weight matrices inside the flat LSTM vectors
+        block.apply(lambda b: lstm.extend(s for s in b.piece_shapes if len(s) == 2) if isinstance(b, FusedLSTM) else None)
+        return dense + sum(a * b for a, b in lstm)
+    src_w = matrix_entries(model.encoder, ("embed_", "bridge"))
+    tgt_w = matrix_entries(model.decoder, ("embed_weight", "score_proj"))
     cfg = model.cfg
     est0 = count_flops_per_token(cfg, SRC_V, TGT_V, avg_src_len=0)
     assert est0["src_forward_macs"] == src_w and est0["tgt_forward_macs"] == tgt_w

@@ -57,6 +57,8 @@ def test_learns_reverse_task_and_model_dir_is_complete(tmp_path, task):
     assert state.stopped == "max_steps" and state.step == 700
     assert state.best_bleu > 80, f"dev BLEU only {state.best_bleu}"
     d = Path(cfg.train.model_dir)
+    scores = json.loads((Path(cfg.train.model_dir) / ckpt.SCORES).read_text())
+    assert scores["test"]["best"]["bleu"] == result.test_scores["test"].bleu
     for f in (ckpt.CONFIG, ckpt.STATE, ckpt.TRAINER_STATES, ckpt.PARAMS_BEST, ckpt.METRICS, ckpt.LOG,
               "spm.ko.model", "spm.en.model", ckpt.params_file(700)):
         assert (d / f).exists(), f

@@ -1,0 +1,489 @@
+"""Training on several machines with MXNet's parameter-server kvstore (`--kvstore dist_sync`).
+
+A job is one scheduler, S servers and N workers, each a process that learns its role from DMLC_* environment
+variables (scheduler and servers block inside `import mxnet` and exit when the workers are done). This module
+has the two halves of that:
+
+* inside a worker: `create_kvstore` (join the job, or a clear error when not launched) and `WorkerGroup`, the few
+  collectives training needs besides the gradient all-reduce (rank 0's files and state to everyone, an agreed
+  stop), so that every worker runs the same updates in the same order;
+* the launcher `main` (`nmt-launch`, scripts/launch.py): starts the processes here or over ssh (-H hostfile),
+  watches them, and ends the whole job with a message naming the process when any of them fails.
+
+MXNet's own tools/launch.py is not in the wheel and `dmlc_tracker` neither quotes arguments nor notices a dead
+process, hence this small launcher on `subprocess`.
+"""
+from __future__ import annotations
+
+import argparse
+import atexit
+import ctypes
+import json
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+from nmt.atomic import atomic_write_bytes
+from nmt.config import ConfigError
+
+JOB_ENV = ("DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NUM_SERVER", "DMLC_NUM_WORKER")
+SYNC_KVSTORES = ("dist_sync", "dist_device_sync")
+STOP_WISHES = ("SIGINT", "SIGTERM", "max_seconds")   # stop reasons that may reach workers at different updates
+_KEY_BASE = 1 << 30     # kvstore keys of our collectives; gluon.Trainer uses 0..num_params-1
+
+
+# -- inside a worker ---------------------------------------------------------------------------------------------
+def create_kvstore(name: str):
+    """--kvstore NAME -> the kvstore of this distributed job for dist_* (needs the launcher's environment), else
+    NAME unchanged (gluon creates local kvstores itself)."""
+    in_job = os.environ.get("DMLC_ROLE") == "worker"
+    if not name.startswith("dist"):
+        if in_job:
+            raise ConfigError(f"this process was started by the launcher as a distributed worker (DMLC_ROLE=worker) "
+                              f"but --kvstore is {name!r}: pass --kvstore dist_sync (dist_device_sync on GPUs)")
+        return name
+    if name not in SYNC_KVSTORES:
+        raise ConfigError(f"--kvstore {name}: use dist_sync or dist_device_sync (asynchronous updates are not "
+                          "supported: every worker must apply the same update)")
+    missing = [v for v in JOB_ENV if not os.environ.get(v)]
+    if missing or not in_job:
+        why = f"{', '.join(missing)} not set" if missing else f"DMLC_ROLE is {os.environ['DMLC_ROLE']!r}"
+        raise ConfigError(f"--kvstore {name} runs only inside a job started by the launcher ({why}): "
+                          f"python scripts/launch.py -n 2 -s 1 -- python scripts/train.py --kvstore {name} ...")
+    import mxnet as mx
+    return mx.kv.create(name)
+
+
+class WorkerGroup:
+    """The workers of a job as one worker sees them. Every method is a collective: all workers must call it at the
+    same point of the run (a call that only some make blocks the others forever). With one worker it is free."""
+
+    def __init__(self, kv=None):
+        self.kv = kv if hasattr(kv, "num_workers") else None
+        self.rank = self.kv.rank if self.kv is not None else 0
+        self.num_workers = self.kv.num_workers if self.kv is not None else 1
+        self.is_chief = self.rank == 0
+        self._keys = 0
+        self._vote_key: Optional[int] = None
+        self._vote = None            # the stop vote of the previous call, still in flight
+
+    def _broadcast(self, values: np.ndarray) -> np.ndarray:
+        import mxnet as mx
+        key, self._keys = _KEY_BASE + self._keys, self._keys + 1   # a broadcast inits its key: a fresh one each time
+        out = mx.nd.zeros(values.shape, dtype="float32")
+        self.kv.broadcast(key, mx.nd.array(values, dtype="float32"), out=out)
+        return out.asnumpy()
+
+    def broadcast_bytes(self, data: Optional[bytes]) -> Optional[bytes]:
+        """Rank 0's `data` (None = absent) on every worker; the other workers' argument is ignored."""
+        if self.num_workers == 1:
+            return data
+        n = (len(data) + 1 if data is not None else 0) if self.is_chief else 0
+        head = self._broadcast(np.array([n >> 24, n & 0xFFFFFF], dtype=np.float32))
+        n = (int(head[0]) << 24) | int(head[1])
+        words = _pack(data) if self.is_chief and n else np.zeros(max(1, -(-(n - 1) // 3)), np.float32)
+        body = self._broadcast(words)
+        return _unpack(body, n - 1) if n else None
+
+    def broadcast_json(self, obj):
+        """Rank 0's JSON-serializable `obj` on every worker."""
+        return json.loads(self.broadcast_bytes(json.dumps(obj).encode("utf-8") if self.is_chief else None))
+
+    def share_files(self, src_dir: Path, names: Sequence[str]) -> Path:
+        """A directory holding rank 0's `src_dir/name` files: `src_dir` on rank 0, a private temporary copy on the
+        others (no shared filesystem and no write access to the model directory needed). Files missing on rank 0
+        are missing in the copy too, so every worker fails alike."""
+        if self.num_workers == 1:
+            return Path(src_dir)
+        copy = None if self.is_chief else Path(tempfile.mkdtemp(prefix=f"nmt-worker{self.rank}-"))
+        if copy is not None:
+            atexit.register(shutil.rmtree, copy, True)
+        for name in names:
+            path = Path(src_dir) / name
+            data = self.broadcast_bytes(path.read_bytes() if self.is_chief and path.is_file() else None)
+            if copy is not None and data is not None:
+                atomic_write_bytes(copy / name, data)
+        return Path(src_dir) if copy is None else copy
+
+    def agree_stop(self, wish: str) -> str:
+        """This worker's wish to stop (one of STOP_WISHES, or "") -> the reason all workers stop for, or "".
+
+        Workers vote at every call; the outcome of a vote is read at the next call, one update later, so that the
+        loop never waits for it. Every worker gets the same answer at the same call, whoever wished first."""
+        if self.num_workers == 1:
+            return wish
+        if wish and wish not in STOP_WISHES:
+            raise ValueError(f"unknown stop wish {wish!r}; expected one of {STOP_WISHES}")
+        import mxnet as mx
+        if self._vote_key is None:
+            self._vote_key, self._keys = _KEY_BASE + self._keys, self._keys + 1
+            self.kv.init(self._vote_key, mx.nd.zeros(len(STOP_WISHES)))
+        mine = mx.nd.array([float(w == wish) for w in STOP_WISHES])
+        out = mx.nd.zeros(len(STOP_WISHES))
+        self.kv.pushpull(self._vote_key, mine, out=out)        # summed over workers
+        previous, self._vote = self._vote, out
+        if previous is None:
+            return ""
+        counts = previous.asnumpy()
+        return next((w for w, c in zip(STOP_WISHES, counts) if c > 0), "")
+
+
+def _pack(data: bytes) -> np.ndarray:
+    """Bytes -> float32 words of 3 bytes each (integers < 2**24 are exact in float32; kvstores carry only floats)."""
+    b = np.frombuffer(data + b"\0" * (-len(data) % 3), dtype=np.uint8).reshape(-1, 3).astype(np.uint32)
+    words = ((b[:, 0] << 16) | (b[:, 1] << 8) | b[:, 2]).astype(np.float32)
+    return words if len(words) else np.zeros(1, np.float32)
+
+
+def _unpack(words: np.ndarray, n: int) -> bytes:
+    w = np.rint(words).astype(np.uint32)
+    return np.stack([w >> 16, (w >> 8) & 255, w & 255], axis=1).astype(np.uint8).tobytes()[:n]
+
+
+# -- the launcher: what to start where ----------------------------------------------------------------------------
+class LaunchError(RuntimeError):
+    """Bad launcher input (host file, counts, command) or a failed job; the message names what and where."""
+
+
+@dataclass
+class Host:
+    address: str                 # what ssh connects to ("user@node1" or "node1")
+    ssh_port: Optional[int] = None
+
+    @property
+    def name(self) -> str:       # what the other nodes connect to
+        return self.address.rsplit("@", 1)[-1]
+
+
+@dataclass
+class ProcSpec:
+    role: str                    # scheduler, server or worker
+    index: int                   # launch index within the role (not the kvstore rank, which the scheduler assigns)
+    argv: List[str]
+    env: Dict[str, str]          # job variables for this process (added to the inherited environment)
+    host: Optional[Host] = None  # None: on this machine
+
+    @property
+    def label(self) -> str:
+        where = f" on {self.host.address}" if self.host else ""
+        return ("scheduler" if self.role == "scheduler" else f"{self.role} {self.index}") + where
+
+
+def read_hostfile(path: Path) -> List[Host]:
+    """Hosts, one per line: `host`, `user@host` or either with `:sshport`; blank lines and `#` comments skipped."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise LaunchError(f"-H {path}: cannot read the host file ({e})") from None
+    hosts = []
+    for no, line in enumerate(lines, 1):
+        entry = line.split("#", 1)[0].strip()
+        if not entry:
+            continue
+        address, _, port = entry.partition(":")
+        if " " in entry or "\t" in entry or not address or (port and not (port.isdigit() and 0 < int(port) < 65536)):
+            raise LaunchError(f"{path}:{no}: {line.strip()!r} is not `host`, `user@host` or `host:sshport`")
+        hosts.append(Host(address, int(port) if port else None))
+    if not hosts:
+        raise LaunchError(f"-H {path}: no host in the host file")
+    return hosts
+
+
+def free_port(address: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on right now (bind to port 0, let the OS choose)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((address, 0))
+        return s.getsockname()[1]
+
+
+def local_address_towards(host: str) -> str:
+    """This machine's address on the route to `host` (a UDP connect sends nothing)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect((host, 9))
+        return s.getsockname()[0]
+
+
+def plan_job(command: Sequence[str], num_workers: int, num_servers: int, hosts: Optional[List[Host]] = None,
+             scheduler_host: str = "127.0.0.1", port: int = 9091, python: str = sys.executable) -> List[ProcSpec]:
+    """The processes of a job: the scheduler here, servers and workers here (no `hosts`) or round-robin over
+    `hosts`. Servers and the scheduler run `python -c "import mxnet"`; workers run `command`."""
+    if num_workers < 1 or num_servers < 1:
+        raise LaunchError(f"need at least one worker and one server, got -n {num_workers} -s {num_servers}")
+    if not command:
+        raise LaunchError("no worker command: put it after `--`, e.g. -- python scripts/train.py --kvstore dist_sync")
+    common = {"DMLC_PS_ROOT_URI": scheduler_host, "DMLC_PS_ROOT_PORT": str(port),
+              "DMLC_NUM_SERVER": str(num_servers), "DMLC_NUM_WORKER": str(num_workers)}
+    server_argv = [python, "-c", "import mxnet"]
+    specs = [ProcSpec("scheduler", 0, server_argv, dict(common, DMLC_ROLE="scheduler"))]
+    for role, count, argv in (("server", num_servers, server_argv), ("worker", num_workers, list(command))):
+        for i in range(count):
+            host = hosts[i % len(hosts)] if hosts else None
+            # the address the other nodes reach this one at; without it ps-lite picks the first non-loopback NIC
+            env = dict(common, DMLC_ROLE=role, DMLC_NODE_HOST=host.name if host else scheduler_host)
+            specs.append(ProcSpec(role, i, argv, env, host))
+    return specs
+
+
+FORWARDED_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "PYTHONPATH", "DMLC_INTERFACE")
+FORWARDED_PREFIXES = ("MXNET_", "PS_", "NMT_")
+
+
+def forwarded_env(extra: Sequence[str] = (), environ: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    """Variables of this environment that remote processes get too: FORWARDED_ENV, FORWARDED_PREFIXES and
+    `extra` entries (`NAME` = its value here, `NAME=VALUE` = that value)."""
+    environ = os.environ if environ is None else environ
+    env = {k: v for k, v in environ.items() if k in FORWARDED_ENV or k.startswith(FORWARDED_PREFIXES)}
+    for item in extra:
+        name, eq, value = item.partition("=")
+        if not name.isidentifier():
+            raise LaunchError(f"--env {item!r}: expected NAME or NAME=VALUE")
+        if eq:
+            env[name] = value
+        elif name in environ:
+            env[name] = environ[name]
+    return env
+
+
+def remote_script(argv: Sequence[str], env: Dict[str, str], workdir: str, kill_after: float = 30.0) -> str:
+    """POSIX sh script run on a remote host: cd, export, run `argv`, exit with its code. When the ssh connection
+    ends (the launcher stops the job or is gone) the command gets SIGTERM, then SIGKILL `kill_after` s later."""
+    exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
+    return "\n".join([
+        "exec 3<&0",    # background jobs get /dev/null as stdin: keep the ssh channel's stdin as fd 3
+        f"cd {shlex.quote(workdir)} || exit 1",
+        "unset PORT",   # ps-lite would take it as this node's port
+        f"export {exports}" if exports else ":",
+        f"{shlex.join(argv)} 3<&- &",
+        "pid=$!",
+        f"{{ cat >/dev/null; kill -TERM $pid; sleep {kill_after:g}; kill -KILL $pid; }} <&3 >/dev/null 2>&1 &",
+        "watcher=$!",
+        "wait $pid",
+        "rc=$?",
+        "kill $watcher 2>/dev/null",   # the command is done: its pid must not be signalled any more
+        "exit $rc",
+    ])
+
+
+def ssh_argv(spec: ProcSpec, workdir: str, ssh: Sequence[str] = ("ssh",), extra_env: Optional[Dict] = None,
+             kill_after: float = 30.0) -> List[str]:
+    """The local command that starts `spec` on its host. `sh -c` makes the script independent of the login shell;
+    ServerAlive* make ssh exit (and the launcher notice) when the host stops answering for about a minute."""
+    opts = ["-o", "BatchMode=yes", "-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=4"]
+    port = ["-p", str(spec.host.ssh_port)] if spec.host.ssh_port else []
+    script = remote_script(spec.argv, {**(extra_env or {}), **spec.env}, workdir, kill_after)
+    return [*ssh, *opts, *port, spec.host.address, "sh -c " + shlex.quote(script)]
+
+
+# -- the launcher: running and watching ----------------------------------------------------------------------------
+def _die_with_parent() -> None:
+    """Runs in each child before exec: SIGKILL it when the launcher dies (Linux), so nothing outlives a killed launcher."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))   # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def _exit_code(code: int) -> int:
+    return 128 - code if code < 0 else code
+
+
+@dataclass
+class Job:
+    """Starts the processes of `specs`, watches them, and ends the job as soon as one of them fails."""
+    specs: List[ProcSpec]
+    workdir: str = field(default_factory=os.getcwd)
+    ssh: Sequence[str] = ("ssh",)
+    extra_env: Dict[str, str] = field(default_factory=dict)   # forwarded to remote processes
+    timeout: float = 0.0          # whole-job wall-clock limit in seconds (0 = none)
+    grace: float = 30.0           # after a forwarded SIGINT/SIGTERM: time to checkpoint and exit before SIGKILL
+    finish_timeout: float = 120.0  # workers leave together (ps-lite's exit barrier); one alone this long = stuck
+    procs: List[subprocess.Popen] = field(default_factory=list)
+    _signals: List[int] = field(default_factory=list)
+
+    def log(self, msg: str) -> None:
+        print(f"nmt-launch: {msg}", file=sys.stderr, flush=True)
+
+    def argv(self, spec: ProcSpec) -> List[str]:
+        if spec.host is None:
+            return list(spec.argv)
+        return ssh_argv(spec, self.workdir, self.ssh, self.extra_env, kill_after=self.grace)
+
+    def start(self) -> None:
+        # inherited DMLC_* could clash with the job's; ps-lite takes PORT as the node's own port
+        base = {k: v for k, v in os.environ.items() if not k.startswith("DMLC_") and k != "PORT"}
+        for spec in self.specs:
+            env = dict(base, **spec.env) if spec.host is None else base
+            p = subprocess.Popen(self.argv(spec), env=env, cwd=self.workdir, start_new_session=True,
+                                 stdin=subprocess.PIPE if spec.host else subprocess.DEVNULL,
+                                 preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+            self.procs.append(p)
+            what = shlex.join(spec.argv) if spec.role == "worker" else "python -c 'import mxnet'"
+            self.log(f"started {spec.label} (pid {p.pid}): {what}")
+
+    def run(self) -> int:
+        """Start, watch, clean up; the exit code is 0, the failed process's code, or 128 + the stopping signal."""
+        old = {s: signal.signal(s, lambda signum, _f: self._signals.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            self.start()
+            return self.watch()
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+            self.kill_all()
+
+    def watch(self) -> int:
+        t0, first_done, stop_deadline = time.monotonic(), None, None
+        workers = [i for i, s in enumerate(self.specs) if s.role == "worker"]
+        while True:
+            codes = [p.poll() for p in self.procs]
+            now = time.monotonic()
+            if self._signals:
+                name = signal.Signals(self._signals[0]).name
+                if stop_deadline is None:
+                    self.log(f"{name}: asking the workers to checkpoint and stop (again to kill at once)")
+                    stop_deadline = now + self.grace
+                    for i in workers:
+                        self.signal(i, signal.SIGTERM)
+                if all(codes[i] is not None for i in workers) or len(self._signals) > 1 or now > stop_deadline:
+                    return 128 + self._signals[0]
+            else:
+                failed = [i for i, c in enumerate(codes) if c not in (None, 0)]
+                if failed:
+                    i = failed[0]
+                    self.log(f"{self.specs[i].label} (pid {self.procs[i].pid}) {describe_exit(codes[i])}; "
+                             f"stopping the other {sum(c is None for c in codes)} processes of the job")
+                    return _exit_code(codes[i])
+                if all(codes[i] == 0 for i in workers):
+                    self.wait_servers()
+                    return 0
+                if first_done is None and any(codes[i] == 0 for i in workers):
+                    first_done = now
+                if first_done is not None and now - first_done > self.finish_timeout:
+                    late = [self.specs[i].label for i in workers if codes[i] is None]
+                    self.log(f"{', '.join(late)} still running {self.finish_timeout:.0f} s after another worker "
+                             "finished: stuck (did every worker run with --kvstore dist_sync and the same data?)")
+                    return 1
+                if self.timeout and now - t0 > self.timeout:
+                    self.log(f"--timeout {self.timeout:.0f} s reached; stopping the job")
+                    return 124
+            time.sleep(0.1)
+
+    def wait_servers(self, seconds: float = 30.0) -> None:
+        """Workers are done: scheduler and servers exit by themselves, or get killed."""
+        deadline = time.monotonic() + seconds
+        while any(p.poll() is None for p in self.procs) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for spec, p in zip(self.specs, self.procs):
+            if p.poll() is None:
+                self.log(f"{spec.label} still running {seconds:.0f} s after all workers finished; killing it")
+
+    def signal(self, i: int, sig: int) -> None:
+        """Signal the process group of process i (a shell command's children too); the local ssh client of a remote
+        process ends its connection, and the remote script passes the SIGTERM on."""
+        try:
+            os.killpg(self.procs[i].pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def kill_all(self, patience: float = 3.0) -> None:
+        """SIGTERM, then SIGKILL after `patience` seconds, to every process group still there; reap them all."""
+        for i, p in enumerate(self.procs):
+            if p.poll() is None:
+                self.signal(i, signal.SIGTERM)
+        deadline = time.monotonic() + patience
+        while any(p.poll() is None for p in self.procs) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for i, p in enumerate(self.procs):
+            self.signal(i, signal.SIGKILL)     # also members of a group whose leader already exited
+            p.wait()
+            if p.stdin:
+                p.stdin.close()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="nmt-launch", formatter_class=argparse.RawDescriptionHelpFormatter,
+        usage="%(prog)s -n WORKERS [-s SERVERS] [-H HOSTFILE] [options] -- COMMAND ...",
+        description="Start a distributed MXNet job (scheduler, servers, workers) and watch it: when any process "
+                    "fails, all are stopped and the failing one is named.",
+        epilog="Examples:\n"
+               "  %(prog)s -n 2 -s 1 -- python scripts/train.py --kvstore dist_sync --model-dir models/x\n"
+               "  %(prog)s -n 2 -s 2 -H hosts -- python scripts/train.py --gpus 4 --kvstore dist_device_sync ...\n")
+    p.add_argument("-n", "--num-workers", type=int, required=True, help="worker processes (one per machine on GPUs)")
+    p.add_argument("-s", "--num-servers", type=int, help="server processes (default: 1, or one per host with -H)")
+    p.add_argument("-H", "--hostfile", type=Path, help="run servers and workers over ssh, round-robin on these hosts "
+                   "(one per line: host, user@host, host:sshport); without it everything runs here")
+    p.add_argument("--scheduler-host", help="address of this machine that the hosts reach (default: 127.0.0.1, or "
+                   "the address of the route to the first host)")
+    p.add_argument("--port", type=int, default=0, help="scheduler port (default: a free one)")
+    p.add_argument("--python", default=sys.executable, help="interpreter for scheduler and servers (default: %(default)s)")
+    p.add_argument("--ssh", default="ssh", help="ssh command, e.g. 'ssh -i ~/.ssh/key' (default: ssh)")
+    p.add_argument("--workdir", default=os.getcwd(), help="directory the commands run in, the same path on every "
+                   "host (default: the current one)")
+    p.add_argument("--env", action="append", default=[], metavar="NAME[=VALUE]",
+                   help="also pass this variable to remote processes (repeatable); "
+                        f"{', '.join(FORWARDED_ENV)} and {'*, '.join(FORWARDED_PREFIXES)}* always are")
+    p.add_argument("--timeout", type=float, default=0.0, help="stop the job after this many seconds (0 = never)")
+    p.add_argument("--grace", type=float, default=30.0, help="seconds for workers to checkpoint and exit after "
+                   "Ctrl-C/SIGTERM before they are killed (default: %(default)s)")
+    p.add_argument("--finish-timeout", type=float, default=120.0, help="a worker still running this long after "
+                   "another one finished is taken as stuck (default: %(default)s)")
+    p.add_argument("--dry-run", action="store_true", help="print the commands and exit")
+    return p
+
+
+def _is_loopback(name: str) -> bool:
+    return name == "localhost" or name.startswith("127.")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """`nmt-launch [options] -- COMMAND ...`; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args, command = build_parser().parse_args(argv[:cut]), argv[cut + 1:]
+    try:
+        hosts = read_hostfile(args.hostfile) if args.hostfile else None
+        sched = args.scheduler_host or (local_address_towards(hosts[0].name) if hosts else "127.0.0.1")
+        remote = [h.name for h in hosts or [] if not _is_loopback(h.name)]
+        if _is_loopback(sched) and remote:
+            raise LaunchError(f"--scheduler-host {sched} is a loopback address, so {remote[0]} cannot reach the "
+                              "scheduler; give this machine's address on the network the hosts share")
+        try:
+            port = args.port or free_port(sched)
+        except OSError as e:
+            raise LaunchError(f"--scheduler-host {sched}: not an address of this machine ({e}); the scheduler "
+                              "runs where the launcher runs") from None
+        specs = plan_job(command, args.num_workers, args.num_servers or (len(hosts) if hosts else 1), hosts,
+                         sched, port, args.python)
+        extra = forwarded_env(args.env) if hosts else {}
+    except LaunchError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    job = Job(specs, workdir=args.workdir, ssh=shlex.split(args.ssh), extra_env=extra, timeout=args.timeout,
+              grace=args.grace, finish_timeout=args.finish_timeout)
+    if args.dry_run:
+        for spec in specs:
+            env = "" if spec.host else shlex.join(f"{k}={v}" for k, v in sorted(spec.env.items())) + " "
+            print(f"# {spec.label}\n{env}{shlex.join(job.argv(spec))}")
+        return 0
+    return job.run()

@@ -1,0 +1,134 @@
+"""Attention heatmaps of a translation, with Hangul rendered by the NanumGothic font of `koreanize-matplotlib`.
+
+The attention is read along the greedy path (`Seq2Seq.encode` + one `decode_step` per output token), so the
+plotted translation is the greedy one; axes are labelled with the SentencePiece pieces of both sides.
+"""
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, List, Optional
+
+import mxnet as mx
+import numpy as np
+
+from nmt.batching import pad_sources
+from nmt.tokenizer import BOS_ID, EOS_ID
+
+FONT_FAMILY = "NanumGothic"
+FALLBACK_FAMILY = "DejaVu Sans"   # matplotlib's own font: glyphs NanumGothic lacks fall back to it
+_font_ready = False
+
+
+@dataclass
+class Attention:
+    source: str                  # the input sentence
+    translation: str             # its greedy translation
+    src_pieces: List[str]        # SentencePiece pieces of the source, then "</s>"
+    tgt_pieces: List[str]        # pieces of the translation, then "</s>" when it ended with EOS
+    weights: np.ndarray          # (len(tgt_pieces), len(src_pieces)); each row sums to 1
+
+
+def attention(translator, sentence: str, max_len: Optional[int] = None) -> Attention:
+    """Greedy translation of one sentence with its attention matrix (output step x source position)."""
+    ids = translator.source_ids([sentence])[0]
+    if not ids:
+        raise ValueError("attention: the sentence is empty after normalization")
+    net, ctx, d = translator.net, translator.ctx, translator.decode
+    src, src_len = pad_sources([ids], len(ids) + 1)
+    limit = max_len if max_len is not None else int(np.ceil(d.max_len_a * src_len[0] + d.max_len_b))
+    src_nd = mx.nd.array(src, ctx=ctx, dtype="float32")
+    len_nd = mx.nd.array(src_len, ctx=ctx, dtype="float32")
+    memory, states = net.encode(src_nd, len_nd)
+    prev = mx.nd.full((1,), BOS_ID, ctx=ctx, dtype="float32")
+    out: List[int] = []
+    rows: List[np.ndarray] = []
+    ended = False
+    for _ in range(limit):   # the very steps of greedy_search: stop at EOS or after `limit` tokens
+        log_probs, states, attn = net.decode_step(prev, states, memory, len_nd)
+        prev = mx.nd.argmax(log_probs, axis=-1)
+        token = int(prev.asscalar())
+        rows.append(attn[0].asnumpy())
+        if token == EOS_ID:
+            ended = True
+            break
+        out.append(token)
+    src_pieces = [_piece(translator.src_tok, i) for i in ids] + ["</s>"]
+    tgt_pieces = [_piece(translator.tgt_tok, i) for i in out] + (["</s>"] if ended else [])
+    return Attention(sentence, translator.tgt_tok.decode([out])[0], src_pieces, tgt_pieces,
+                     np.stack(rows) if rows else np.zeros((0, len(src_pieces))))
+
+
+def _piece(tok, token_id: int) -> str:
+    # "▁" (U+2581, SentencePiece's word-start mark) is missing from common fonts: shown as "_".
+    return tok._sp.id_to_piece(int(token_id)).replace("\u2581", "_")
+
+
+def korean_font_file() -> Path:
+    """Path of NanumGothic.ttf as shipped by the koreanize-matplotlib package (found without importing it, which
+    would change matplotlib's global rcParams)."""
+    spec = importlib.util.find_spec("koreanize_matplotlib")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("the koreanize-matplotlib package is needed for Korean labels: "
+                          "pip install -r requirements/cpu.txt")
+    path = Path(list(spec.submodule_search_locations)[0]) / "fonts" / "NanumGothic.ttf"
+    if not path.is_file():
+        raise ImportError(f"{path} not found: reinstall koreanize-matplotlib")
+    return path
+
+
+def _register_font() -> None:
+    global _font_ready
+    if not _font_ready:
+        from matplotlib import font_manager
+        font_manager.fontManager.addfont(str(korean_font_file()))
+        _font_ready = True
+
+
+def attention_figure(att: Attention, title: Optional[str] = None):
+    """A matplotlib Figure of the heatmap: source pieces on x, output pieces on y (no pyplot state used)."""
+    from matplotlib.figure import Figure
+    from matplotlib.font_manager import FontProperties
+    _register_font()
+    font = FontProperties(family=[FONT_FAMILY, FALLBACK_FAMILY], size=10)
+    n_tgt, n_src = att.weights.shape
+    fig = Figure(figsize=(max(4.0, 0.5 * n_src + 2.5), max(3.0, 0.4 * n_tgt + 2.0)), dpi=100)
+    ax = fig.add_subplot(1, 1, 1)
+    im = ax.imshow(att.weights, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+    ax.set_xticks(range(n_src))
+    ax.set_xticklabels(att.src_pieces, rotation=60, ha="right", fontproperties=font)
+    ax.set_yticks(range(n_tgt))
+    ax.set_yticklabels(att.tgt_pieces, fontproperties=font)
+    ax.set_xlabel("source", fontproperties=font)
+    ax.set_ylabel("translation (greedy)", fontproperties=font)
+    head = title if title is not None else f"{att.source}\n→ {att.translation}"
+    ax.set_title(head, fontproperties=FontProperties(family=[FONT_FAMILY, FALLBACK_FAMILY], size=11))
+    fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+    fig.tight_layout()
+    return fig
+
+
+def save_attention_plot(translator, sentence: str, path, title: Optional[str] = None) -> Path:
+    """Translate `sentence` greedily and save its attention heatmap as a PNG at `path`."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from nmt.atomic import atomic_open
+    fig = attention_figure(attention(translator, sentence), title)
+    FigureCanvasAgg(fig)
+    path = Path(path)
+    with atomic_open(path, "wb") as f:
+        fig.savefig(f, format="png")
+    return path
+
+
+def attention_saver(translator, out_dir) -> Callable[[int, List[str]], None]:
+    """A callback `(first_line_number, lines)` that saves out_dir/line-<n>.png for every non-empty line
+    (used by `scripts/translate.py --plot-attention DIR`)."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    def save(first_line: int, lines: List[str]) -> None:
+        for k, line in enumerate(lines):
+            if line.strip():
+                save_attention_plot(translator, line, out_dir / f"line-{first_line + k:06d}.png")
+    return save

@@ -1,0 +1,115 @@
+#!/usr/bin/env python
+"""Translation speed of a trained model: sentences/s and tokens/s for greedy and beam search, batch sizes 1 and 64.
+
+    python scripts/benchmark_translate.py --model-dir models/tatoeba-ko-en [--data-dir ../shared/data]
+        [--max-sentences 500] [--json results/benchmark_translate.json]
+
+Default test set: the Tatoeba-Challenge test (from the mirror: --data-dir, else $NMT_DATA_DIR, else the cache), its
+side in the model's source language; or any file with --src-file. Every configuration translates the same
+sentences after a short warm-up (MXNet builds a cached graph per new input shape). Reported: sentences/s, source
+and output subword tokens/s, and the process's peak resident memory after each configuration.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import sys
+import time
+from pathlib import Path
+from typing import List
+
+from nmt.atomic import atomic_write_text
+from nmt.cli import run_cli
+from nmt.config import ConfigError
+from nmt.corpus import read_lines
+from nmt.parallel import parse_devices
+from nmt.translate import Translator
+
+TEST_SOURCE = "tatoeba-challenge-test"
+
+
+def default_sentences(translator: Translator, data_dir) -> List[str]:
+    """The Tatoeba-Challenge test sentences in the model's source language."""
+    from nmt import recipes
+    cache = recipes.default_cache_dir()
+    pairs, _ = recipes.load_source(recipes.SOURCES[TEST_SOURCE], recipes.resolve_data_dir(data_dir), cache)
+    return pairs.src if translator.src_lang == "ko" else pairs.tgt
+
+
+def peak_rss_mb() -> float:
+    # ru_maxrss is in KiB on Linux (bytes on macOS).
+    r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return r / (1 << 20) if sys.platform == "darwin" else r / 1024
+
+
+def run_config(tr: Translator, lines: List[str], beam: int, batch_size: int, warmup: int) -> dict:
+    tr.decode.batch_size = batch_size
+    tr.translate(lines[:warmup], beam_size=beam)
+    src_tokens = sum(len(x) for x in tr.source_ids(lines))
+    t0 = time.perf_counter()
+    res = tr.translate_ids(lines, beam_size=beam)
+    seconds = time.perf_counter() - t0
+    out_tokens = sum(len(r[0][0]) + 1 for r in res if r)   # + EOS: every hypothesis costs one step per token
+    return {"search": "greedy" if beam == 1 else f"beam {beam}", "beam_size": beam, "batch_size": batch_size,
+            "sentences": len(lines), "seconds": round(seconds, 3), "sentences_per_s": round(len(lines) / seconds, 2),
+            "src_tokens_per_s": round(src_tokens / seconds, 1), "out_tokens_per_s": round(out_tokens / seconds, 1),
+            "peak_rss_mb": round(peak_rss_mb(), 1)}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model-dir", required=True, type=Path)
+    p.add_argument("--checkpoint", default="best", help="best, latest, avg or a step number")
+    p.add_argument("--src-file", help="sentences to translate (default: the Tatoeba-Challenge test from the mirror)")
+    p.add_argument("--data-dir", help="offline mirror (else $NMT_DATA_DIR, then the download cache)")
+    p.add_argument("--max-sentences", type=int, default=0, help="use only the first N sentences (0 = all)")
+    p.add_argument("--beams", default="1,5", help="beam sizes to time, comma-separated (1 = greedy; default 1,5)")
+    p.add_argument("--batch-sizes", default="1,64", help="decoding batch sizes, comma-separated (default 1,64)")
+    p.add_argument("--warmup", type=int, default=8, help="sentences translated before timing each configuration")
+    p.add_argument("--gpus", help="decode on the first of these GPUs (omit for CPU)")
+    p.add_argument("--json", type=Path, help="write the figures to this JSON file")
+    args = p.parse_args(argv)
+
+    def run() -> int:
+        try:
+            beams = [int(x) for x in args.beams.split(",")]
+            batch_sizes = [int(x) for x in args.batch_sizes.split(",")]
+        except ValueError:
+            raise ConfigError(f"--beams {args.beams!r} / --batch-sizes {args.batch_sizes!r}: give comma-separated "
+                              "integers, e.g. 1,5") from None
+        if min(beams + batch_sizes) < 1 or args.max_sentences < 0:
+            raise ConfigError("--beams and --batch-sizes must be >= 1, --max-sentences >= 0")
+        ctx = parse_devices(args.gpus)[0]
+        tr = Translator.from_dir(args.model_dir, args.checkpoint, ctx=ctx)
+        lines = read_lines(args.src_file) if args.src_file else default_sentences(tr, args.data_dir)
+        lines = [x for x in lines if x][:args.max_sentences or None]
+        if not lines:
+            raise ConfigError("no sentences to translate")
+        rows = []
+        print(f"{tr.model_dir} ({tr.src_lang}->{tr.tgt_lang}, checkpoint {tr.checkpoint}), {len(lines)} sentences "
+              f"from {args.src_file or TEST_SOURCE}, {ctx}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '-')}")
+        print(f"{'search':<9}{'batch':>6}{'seconds':>9}{'sent/s':>9}{'src tok/s':>11}{'out tok/s':>11}{'peak RSS MB':>13}")
+        for beam in beams:
+            for bs in batch_sizes:
+                r = run_config(tr, lines, beam, bs, args.warmup)
+                rows.append(r)
+                print(f"{r['search']:<9}{bs:>6}{r['seconds']:>9.2f}{r['sentences_per_s']:>9.1f}"
+                      f"{r['src_tokens_per_s']:>11.0f}{r['out_tokens_per_s']:>11.0f}{r['peak_rss_mb']:>13.0f}",
+                      flush=True)
+        if args.json:
+            res = {"machine": {"python": platform.python_version(), "processor": platform.processor() or
+                               platform.machine(), "cpus": os.cpu_count(),
+                               "omp_num_threads": os.environ.get("OMP_NUM_THREADS")},
+                   "model_dir": str(tr.model_dir), "checkpoint": tr.checkpoint, "params_file": tr.params_file.name,
+                   "direction": f"{tr.src_lang}-{tr.tgt_lang}", "device": str(ctx),
+                   "test_set": args.src_file or TEST_SOURCE, "sentences": len(lines), "results": rows}
+            atomic_write_text(args.json, json.dumps(res, indent=2) + "\n")
+        return 0
+    return run_cli(run)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

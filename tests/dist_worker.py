@@ -1,0 +1,22 @@
+"""A training worker for tests/test_distributed.py: trains like scripts/train.py, then saves this worker's final
+parameters as DUMP_DIR/params.rank<R>, so a test can compare the workers with each other and with one process.
+
+    python tests/dist_worker.py DUMP_DIR [train flags ...]
+"""
+import sys
+from pathlib import Path
+
+from nmt.cli import build_train_parser, config_from_args
+from nmt.train import Trainer
+
+
+def main(argv) -> int:
+    dump_dir, args = Path(argv[0]), build_train_parser().parse_args(argv[1:])
+    trainer = Trainer(config_from_args(args), resume=args.resume, overwrite=args.overwrite)
+    trainer.fit()
+    trainer.net.save_parameters(str(dump_dir / f"params.rank{trainer.rank}"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,123 @@
+"""The model directory: atomic writes, what a crash leaves behind, keep-N, load_params."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import mxnet as mx
+import pytest
+
+from nmt import checkpoint as ckpt
+from nmt.atomic import atomic_open, atomic_write_text
+from tests.test_train import REPO, tiny_config
+from tests.synth import write_task
+
+
+def test_atomic_write_keeps_the_old_file_on_failure(tmp_path):
+    path = tmp_path / "f.txt"
+    atomic_write_text(path, "old")
+    with pytest.raises(RuntimeError):
+        with atomic_open(path, "w", encoding="utf-8") as f:
+            f.write("new, half written")
+            raise RuntimeError("crash while writing")
+    assert path.read_text() == "old"
+    assert os.listdir(tmp_path) == ["f.txt"]   # no temporary file left behind
+
+
+class _Net:
+    """Stands in for a Gluon block: writes a real NDArray file, or fails like a full disk."""
+
+    def __init__(self, value: float, fail: bool = False):
+        self.value, self.fail = value, fail
+
+    def save_parameters(self, path: str) -> None:
+        if self.fail:
+            Path(path).write_bytes(b"torn")
+            raise OSError("No space left on device")
+        mx.nd.save(path, {"w": mx.nd.full((2,), self.value)})
+
+
+class _Trainer:
+    def save_states(self, path: str) -> None:
+        Path(path).write_bytes(b"states")
+
+
+def test_failed_checkpoint_leaves_the_previous_one_loadable(tmp_path):
+    state = ckpt.TrainState(step=10)
+    ckpt.save_checkpoint(tmp_path, _Net(1.0), _Trainer(), state, keep_last=2, is_best=True)
+    state.step = 20
+    with pytest.raises(OSError):
+        ckpt.save_checkpoint(tmp_path, _Net(2.0, fail=True), _Trainer(), state, keep_last=2, is_best=False)
+    assert ckpt.TrainState.load(tmp_path).step == 10
+    assert ckpt.load_params(tmp_path, "latest")["w"].asnumpy().tolist() == [1.0, 1.0]
+    assert ckpt.load_params(tmp_path, "best")["w"].asnumpy().tolist() == [1.0, 1.0]
+
+
+def test_keep_last_and_which(tmp_path):
+    state = ckpt.TrainState()
+    for step in (1, 2, 3, 4):
+        state.step = step
+        ckpt.save_checkpoint(tmp_path, _Net(float(step)), _Trainer(), state, keep_last=2, is_best=step == 2)
+    assert ckpt.list_params_files(tmp_path) == [ckpt.params_file(3), ckpt.params_file(4)]
+    assert ckpt.load_params(tmp_path, "latest")["w"].asnumpy()[0] == 4.0
+    assert ckpt.load_params(tmp_path, "best")["w"].asnumpy()[0] == 2.0
+    assert ckpt.load_params(tmp_path, "3")["w"].asnumpy()[0] == 3.0
+    ckpt.average_checkpoints(tmp_path, state.params_files)
+    assert ckpt.load_params(tmp_path, "avg")["w"].asnumpy()[0] == 3.5
+    with pytest.raises(ckpt.CheckpointError, match="unknown checkpoint"):
+        ckpt.load_params(tmp_path, "newest")
+    with pytest.raises(ckpt.CheckpointError, match="not found"):
+        ckpt.load_params(tmp_path, "1")
+    with pytest.raises(ckpt.CheckpointError, match="holds no checkpoint"):
+        ckpt.load_params(tmp_path / "nothing", "latest")
+
+
+def test_prepare_model_dir(tmp_path):
+    d = tmp_path / "m"
+    ckpt.prepare_model_dir(d, resume=False, overwrite=False)
+    (d / "x").write_text("x")
+    with pytest.raises(ckpt.CheckpointError, match="already exists"):
+        ckpt.prepare_model_dir(d, resume=False, overwrite=False)
+    ckpt.prepare_model_dir(d, resume=False, overwrite=True)
+    assert not (d / "x").exists()
+    f = tmp_path / "file"
+    f.write_text("")
+    with pytest.raises(ckpt.CheckpointError, match="not a directory"):
+        ckpt.prepare_model_dir(f, resume=False, overwrite=False)
+
+
+def test_kill_9_mid_training_leaves_a_resumable_directory(tmp_path):
+    """SIGKILL (no handler can run) at an arbitrary moment after the first checkpoint: the directory still loads
+    and --resume finishes the run."""
+    task = write_task(tmp_path / "data", n_train=300)
+    model_dir = tmp_path / "m"
+    args = ["--train-src", task["train_src"], "--train-tgt", task["train_tgt"], "--dev-src", task["dev_src"],
+            "--dev-tgt", task["dev_tgt"], "--model-dir", str(model_dir), "--vocab-size", "400",
+            "--embed-size", "16", "--hidden-size", "16", "--num-layers", "1", "--batch-size", "8",
+            "--valid-every", "3", "--valid-max-sentences", "4", "--keep-last", "1", "--patience", "0",
+            "--no-progress", "--no-eval"]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.Popen([sys.executable, str(REPO / "scripts" / "train.py"), *args, "--max-steps", "100000"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    try:
+        deadline = time.time() + 120
+        while not (model_dir / ckpt.STATE).exists() or ckpt.TrainState.load(model_dir).step < 9:
+            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+            assert time.time() < deadline
+            time.sleep(0.05)
+        time.sleep(0.37)   # somewhere in the middle of later updates/checkpoints
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    state = ckpt.TrainState.load(model_dir)
+    assert len(ckpt.load_params(model_dir, "latest")) > 0
+    r = subprocess.run([sys.executable, str(REPO / "scripts" / "train.py"), *args, "--resume",
+                        "--max-steps", str(state.step + 3)], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert ckpt.TrainState.load(model_dir).step == state.step + 3

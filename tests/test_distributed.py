@@ -1,0 +1,294 @@
+"""Distributed training: the launcher's plans and ssh commands (unit tests), its watchdog on stand-in processes,
+and real `dist_sync` jobs on loopback (1 scheduler + servers + 2 workers): same parameters as one process, a
+killed worker ends the job with a clear error, and `--resume` continues it (servers and workers started through
+the ssh code path, with a stand-in `ssh` that runs the remote script here in a clean environment)."""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nmt import checkpoint as ckpt
+from nmt import distributed as dist
+from nmt.config import ConfigError
+from nmt.distributed import Host, Job, LaunchError, ProcSpec, WorkerGroup
+from nmt.train import Trainer
+from tests.synth import write_task
+from tests.test_train import assert_same_params, params_of, tiny_config
+
+REPO = Path(__file__).resolve().parents[1]
+PY = sys.executable
+ENV = dict(os.environ, OMP_NUM_THREADS="1")
+
+
+# -- plans, host files, ssh commands -------------------------------------------------------------------------------
+def test_hostfile_forms_and_errors(write_file):
+    f = write_file("hosts", ["# two machines", "", "node1", "alice@node2:2222  # comment", "10.0.0.3"])
+    hosts = dist.read_hostfile(f)
+    assert [(h.address, h.name, h.ssh_port) for h in hosts] == [
+        ("node1", "node1", None), ("alice@node2", "node2", 2222), ("10.0.0.3", "10.0.0.3", None)]
+    for bad, line in ((["node1", "node2 slots=4"], 2), (["node1:ssh"], 1), (["n:0"], 1)):
+        with pytest.raises(LaunchError, match=rf"hosts:{line}: .* is not `host`"):
+            dist.read_hostfile(write_file("hosts", bad))
+    with pytest.raises(LaunchError, match="no host"):
+        dist.read_hostfile(write_file("hosts", ["# nothing"]))
+    with pytest.raises(LaunchError, match="cannot read"):
+        dist.read_hostfile(f.parent / "missing")
+
+
+def test_plan_places_servers_and_workers_round_robin():
+    hosts = [Host("alice@node1"), Host("node2", 2222)]
+    specs = dist.plan_job(["python", "train.py"], 3, 2, hosts, "10.0.0.9", 9000, "/venv/bin/python")
+    assert [(s.label, s.env["DMLC_ROLE"]) for s in specs] == [
+        ("scheduler", "scheduler"), ("server 0 on alice@node1", "server"), ("server 1 on node2", "server"),
+        ("worker 0 on alice@node1", "worker"), ("worker 1 on node2", "worker"), ("worker 2 on alice@node1", "worker")]
+    assert specs[0].host is None and specs[0].argv == ["/venv/bin/python", "-c", "import mxnet"]
+    assert specs[3].argv == ["python", "train.py"]
+    for s in specs:
+        assert s.env["DMLC_PS_ROOT_URI"] == "10.0.0.9" and s.env["DMLC_PS_ROOT_PORT"] == "9000"
+        assert s.env["DMLC_NUM_SERVER"] == "2" and s.env["DMLC_NUM_WORKER"] == "3"
+    assert specs[4].env["DMLC_NODE_HOST"] == "node2"   # without user@: what the other nodes connect to
+    local = dist.plan_job(["x"], 2, 1)
+    assert all(s.host is None and s.env.get("DMLC_NODE_HOST", "127.0.0.1") == "127.0.0.1" for s in local)
+    with pytest.raises(LaunchError, match="at least one worker"):
+        dist.plan_job(["x"], 0, 1)
+    with pytest.raises(LaunchError, match="after `--`"):
+        dist.plan_job([], 2, 1)
+
+
+def test_ssh_command_is_exact():
+    spec = dist.plan_job(["python", "scripts/train.py", "--model-dir", "my models/x"], 2, 1,
+                         [Host("alice@node2", 2222)], "10.0.0.9", 9000)[2]
+    argv = dist.ssh_argv(spec, "/home/alice/nmt", ["ssh", "-i", "key"], {"OMP_NUM_THREADS": "4"}, kill_after=20)
+    assert argv[:3] == ["ssh", "-i", "key"]
+    assert argv[3:-2] == ["-o", "BatchMode=yes", "-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=4",
+                          "-p", "2222"]
+    assert argv[-2] == "alice@node2"
+    sh, dash_c, script = shlex.split(argv[-1])
+    assert (sh, dash_c) == ("sh", "-c")
+    assert script.splitlines() == [
+        "exec 3<&0", "cd /home/alice/nmt || exit 1", "unset PORT",
+        "export DMLC_NODE_HOST=node2 DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=2 DMLC_PS_ROOT_PORT=9000 "
+        "DMLC_PS_ROOT_URI=10.0.0.9 DMLC_ROLE=worker OMP_NUM_THREADS=4",
+        "python scripts/train.py --model-dir 'my models/x' 3<&- &", "pid=$!",
+        "{ cat >/dev/null; kill -TERM $pid; sleep 20; kill -KILL $pid; } <&3 >/dev/null 2>&1 &",
+        "watcher=$!", "wait $pid", "rc=$?", "kill $watcher 2>/dev/null", "exit $rc"]
+
+
+def test_remote_script_passes_exit_code_and_stops_when_the_connection_ends(tmp_path):
+    script = dist.remote_script(["sh", "-c", 'echo "$FOO" > out; exit 7'], {"FOO": "a 'b'"}, str(tmp_path))
+    assert subprocess.run(["sh", "-c", script], stdin=subprocess.PIPE, timeout=10).returncode == 7
+    assert (tmp_path / "out").read_text() == "a 'b'\n"
+    trap = "import signal, time\nsignal.signal(signal.SIGTERM, lambda *a: print('TERM', flush=True))\ntime.sleep(60)"
+    script = dist.remote_script([PY, "-c", trap], {}, str(tmp_path), kill_after=1)
+    p = subprocess.Popen(["sh", "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        time.sleep(0.5)
+        p.stdin.close()                       # what the remote side sees when ssh ends
+        p.wait(timeout=15)
+        out = p.stdout.read()
+    finally:
+        p.kill()
+        p.stdout.close()
+    assert out == "TERM\n" and p.returncode == 128 + signal.SIGKILL   # SIGTERM first, SIGKILL after kill_after
+
+
+def test_forwarded_environment():
+    env = {"OMP_NUM_THREADS": "2", "MXNET_ENGINE_TYPE": "X", "PS_VERBOSE": "1", "HOME": "/h", "SECRET": "s"}
+    assert dist.forwarded_env(["HOME", "A=1 2", "UNSET"], env) == {
+        "OMP_NUM_THREADS": "2", "MXNET_ENGINE_TYPE": "X", "PS_VERBOSE": "1", "HOME": "/h", "A": "1 2"}
+    with pytest.raises(LaunchError, match="--env '1A'"):
+        dist.forwarded_env(["1A"], env)
+
+
+def test_main_dry_run_and_input_errors(write_file, capsys):
+    hosts = write_file("hosts", ["127.0.0.1", "127.0.0.1:2222"])
+    assert dist.main(["-n", "2", "-H", str(hosts), "--port", "9100", "--dry-run", "--", "python", "t.py"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("# server") == 2 and out.count("# worker") == 2 and "DMLC_ROLE=scheduler" in out
+    assert "-p 2222 127.0.0.1" in out and "DMLC_PS_ROOT_PORT=9100" in out
+    assert dist.main(["-n", "2"]) == 2
+    assert "after `--`" in capsys.readouterr().err
+    remote = write_file("remote", ["node7"])
+    assert dist.main(["-n", "1", "-H", str(remote), "--scheduler-host", "127.0.0.1", "--", "x"]) == 2
+    assert "node7 cannot reach the scheduler" in capsys.readouterr().err
+
+
+# -- inside a worker, without a job --------------------------------------------------------------------------------
+def test_kvstore_choice_errors(monkeypatch):
+    for v in dist.JOB_ENV:
+        monkeypatch.delenv(v, raising=False)
+    assert dist.create_kvstore("local") == "local"
+    with pytest.raises(ConfigError, match=r"DMLC_ROLE.*not set.*scripts/launch.py -n 2 -s 1"):
+        dist.create_kvstore("dist_sync")
+    with pytest.raises(ConfigError, match="asynchronous updates are not supported"):
+        dist.create_kvstore("dist_async")
+    monkeypatch.setenv("DMLC_ROLE", "worker")
+    with pytest.raises(ConfigError, match="--kvstore is 'device': pass --kvstore dist_sync"):
+        dist.create_kvstore("device")
+
+
+def test_bytes_survive_the_float_packing():
+    rng = np.random.default_rng(0)
+    for n in (0, 1, 2, 3, 4, 1000):
+        data = rng.integers(0, 256, n, dtype=np.uint8).tobytes()
+        assert dist._unpack(dist._pack(data).astype(np.float32), n) == data
+
+
+def test_one_worker_group_is_the_identity(tmp_path):
+    g = WorkerGroup("local")
+    assert (g.rank, g.num_workers, g.is_chief) == (0, 1, True)
+    assert g.broadcast_bytes(b"x") == b"x" and g.share_files(tmp_path, ["a"]) == tmp_path
+    assert g.agree_stop("SIGTERM") == "SIGTERM" and g.agree_stop("") == ""
+
+
+# -- the watchdog, on stand-in processes ---------------------------------------------------------------------------
+def stand_in(role: str, index: int, code: str) -> ProcSpec:
+    return ProcSpec(role, index, [PY, "-c", code], {"DMLC_ROLE": role})
+
+
+SLEEP = "import time; time.sleep(60)"
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_a_failing_worker_stops_the_job(capsys):
+    job = Job([stand_in("scheduler", 0, SLEEP), stand_in("server", 0, SLEEP), stand_in("worker", 0, SLEEP),
+               stand_in("worker", 1, "import time, sys; time.sleep(0.5); sys.exit(3)")])
+    t0 = time.monotonic()
+    assert job.run() == 3
+    assert time.monotonic() - t0 < 10
+    assert f"worker 1 (pid {job.procs[3].pid}) exited with code 3; stopping the other 3" in capsys.readouterr().err
+    assert all(gone(p.pid) for p in job.procs)
+
+
+def test_a_lonely_worker_and_the_timeout_end_the_job(capsys):
+    job = Job([stand_in("scheduler", 0, SLEEP), stand_in("worker", 0, "pass"), stand_in("worker", 1, SLEEP)],
+              finish_timeout=1.0)
+    assert job.run() == 1
+    assert "worker 1 still running 1 s after another worker finished: stuck" in capsys.readouterr().err
+    job = Job([stand_in("scheduler", 0, SLEEP), stand_in("worker", 0, SLEEP)], timeout=1.0)
+    assert job.run() == 124 and "--timeout 1 s reached" in capsys.readouterr().err
+    assert all(gone(p.pid) for p in job.procs)
+
+
+def test_sigterm_to_the_launcher_is_passed_to_the_workers(tmp_path):
+    worker = ("import signal, sys, time\n"
+              "signal.signal(signal.SIGTERM, lambda *a: (open('stopped', 'a').write('x'), sys.exit(143)))\n"
+              "time.sleep(60)")
+    p = subprocess.Popen([PY, str(REPO / "scripts" / "launch.py"), "-n", "2", "--", PY, "-c", worker],
+                         cwd=tmp_path, env=ENV, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        time.sleep(1.5)
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=30)
+    finally:
+        os.killpg(p.pid, signal.SIGKILL) if p.poll() is None else None
+    assert p.returncode == 143, err
+    assert "SIGTERM: asking the workers to checkpoint and stop" in err
+    assert (tmp_path / "stopped").read_text() == "xx"       # both workers got it and exited on their own
+
+
+# -- real dist_sync jobs on loopback -------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def task(tmp_path_factory):
+    return write_task(tmp_path_factory.mktemp("synth"))
+
+
+def launch(tmp_path: Path, launcher_args, command, name: str) -> subprocess.Popen:
+    """Start the launcher in its own process group; its output goes to NAME.out/.err."""
+    argv = [PY, str(REPO / "scripts" / "launch.py"), *launcher_args, "--timeout", "120", "--", PY, *command]
+    return subprocess.Popen(argv, cwd=tmp_path, env=ENV, stdout=open(tmp_path / f"{name}.out", "w"),
+                            stderr=open(tmp_path / f"{name}.err", "w"), start_new_session=True)
+
+
+def finish(p: subprocess.Popen, timeout: float) -> int:
+    try:
+        return p.wait(timeout=timeout)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)    # the launcher's children die with it (PDEATHSIG)
+            p.wait()
+
+
+def started_pids(err: str) -> dict:
+    return {m[0]: int(m[1]) for m in re.findall(r"started (\w+(?: \d)?) \(pid (\d+)\)", err)}
+
+
+def load_dump(path: Path) -> dict:
+    import mxnet as mx
+    return {k: v.asnumpy() for k, v in mx.nd.load(str(path)).items()}
+
+
+def test_two_workers_match_one_process(tmp_path, task):
+    cfg = tiny_config(tmp_path, task, "dist", max_steps=5)
+    cfg.save(tmp_path / "cfg.json")
+    p = launch(tmp_path, ["-n", "2", "-s", "1"],
+               [str(REPO / "tests" / "dist_worker.py"), str(tmp_path), "--config", "cfg.json", "--kvstore", "dist_sync"],
+               "job")
+    assert finish(p, 90) == 0, (tmp_path / "job.err").read_text()[-3000:]
+    w0, w1 = load_dump(tmp_path / "params.rank0"), load_dump(tmp_path / "params.rank1")
+    assert_same_params(w0, w1, rtol=0, atol=0)
+    assert_same_params(w0, params_of(cfg.train.model_dir), rtol=0, atol=0)    # rank 0 wrote the checkpoint
+    rows = (Path(cfg.train.model_dir) / ckpt.METRICS).read_text().splitlines()
+    assert len(rows) == 1        # only rank 0 validated (once, at the end) and logged
+    single = tiny_config(tmp_path, task, "single", max_steps=5)
+    Trainer(single).fit()
+    assert_same_params(params_of(single.train.model_dir), w0, rtol=1e-5, atol=1e-7)
+
+
+def test_killed_worker_ends_the_job_and_resume_over_ssh_continues(tmp_path, task):
+    cfg = tiny_config(tmp_path, task, "dist", max_steps=100000, valid_every=2, keep_last=2, valid_max_sentences=5)
+    cfg.save(tmp_path / "cfg.json")
+    model_dir = Path(cfg.train.model_dir)
+    train = [str(REPO / "scripts" / "train.py"), "--config", "cfg.json", "--kvstore", "dist_sync", "--no-eval"]
+    p = launch(tmp_path, ["-n", "2", "-s", "1"], train, "killed")
+    try:
+        deadline = time.monotonic() + 60
+        while not (model_dir / ckpt.STATE).exists():
+            assert p.poll() is None and time.monotonic() < deadline, (tmp_path / "killed.err").read_text()[-3000:]
+            time.sleep(0.1)
+        pids = started_pids((tmp_path / "killed.err").read_text())
+        os.kill(pids["worker 1"], signal.SIGKILL)
+        t_kill = time.monotonic()
+        code = finish(p, 30)
+    finally:
+        finish(p, 0)
+    err = (tmp_path / "killed.err").read_text()
+    assert code == 128 + signal.SIGKILL and time.monotonic() - t_kill < 20, err[-3000:]
+    assert f"worker 1 (pid {pids['worker 1']}) was killed by SIGKILL; stopping the other 3 processes" in err
+    assert set(pids) == {"scheduler", "server 0", "worker 0", "worker 1"} and all(gone(x) for x in pids.values())
+    step = ckpt.TrainState.load(model_dir).step
+    assert step >= 2 and ckpt.load_params(model_dir, "latest")     # the last checkpoint stays loadable
+
+    # resume with both workers and two servers started through the ssh path: a stand-in ssh runs the remote
+    # script here, in an environment that has only what the launcher forwards
+    fake_ssh = tmp_path / "ssh"
+    fake_ssh.write_text('#!/bin/sh\nfor last; do :; done\nexec env -i PATH="$PATH" sh -c "$last"\n')
+    fake_ssh.chmod(0o755)
+    (tmp_path / "hosts").write_text("127.0.0.1\n127.0.0.1:2222\n")
+    target = step + 3
+    p = launch(tmp_path, ["-n", "2", "-H", "hosts", "--ssh", str(fake_ssh), "--scheduler-host", "127.0.0.1"],
+               [str(REPO / "tests" / "dist_worker.py"), str(tmp_path), "--config", "cfg.json", "--kvstore",
+                "dist_sync", "--resume", "--max-steps", str(target)], "resumed")
+    assert finish(p, 90) == 0, (tmp_path / "resumed.err").read_text()[-3000:]
+    assert ckpt.TrainState.load(model_dir).step == target
+    w0, w1 = load_dump(tmp_path / "params.rank0"), load_dump(tmp_path / "params.rank1")
+    assert_same_params(w0, w1, rtol=0, atol=0)
+    single = tiny_config(tmp_path, task, "single", max_steps=target, valid_every=2, keep_last=2, valid_max_sentences=5)
+    Trainer(single).fit()
+    assert_same_params(params_of(single.train.model_dir), w0, rtol=1e-5, atol=1e-7)

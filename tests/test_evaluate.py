@@ -1,0 +1,132 @@
+"""`nmt-evaluate` on a tiny trained model: sacreBLEU scores with signatures, scores.json merging, --json, recipe test
+sets, Korean output (ko-mecab BLEU) and bad input."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import sacrebleu
+
+from nmt import checkpoint as ckpt
+from nmt.cli import evaluate_main
+from nmt.config import Config
+from nmt.translate import Translator, record_scores
+from tests.test_translate import tiny_model
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    return tiny_model(tmp_path_factory)
+
+
+@pytest.fixture
+def model_copy(model_dir, tmp_path) -> Path:
+    """A copy of the shared model whose scores.json this test may write."""
+    dst = tmp_path / "model"
+    shutil.copytree(model_dir, dst, ignore=shutil.ignore_patterns(ckpt.SCORES, ckpt.SCORES + ".lock"))
+    return dst
+
+
+def run(argv, capsys):
+    code = evaluate_main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_scores_with_signatures_saved_and_merged(model_copy, capsys):
+    src = Path(Config.load(model_copy / ckpt.CONFIG).data.test_src)   # the synthetic test set, test.ko / test.en
+    ref = src.with_suffix(".en")
+    code, out, err = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", ref], capsys)
+    assert code == 0, err
+    hyps = Translator.from_dir(model_copy).translate(src.read_text(encoding="utf-8").splitlines())
+    refs = ref.read_text(encoding="utf-8").splitlines()
+    bleu = sacrebleu.corpus_bleu(hyps, [refs], tokenize="13a")
+    chrf = sacrebleu.corpus_chrf(hyps, [refs])
+    report = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line.startswith("  ")}
+    assert report["BLEU"] == [f"{bleu.score:.2f}", "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.4.3"]
+    assert report["chrF"] == [f"{chrf.score:.2f}", "nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.4.3"]
+    assert bleu.score > 50
+    scores = json.loads((model_copy / ckpt.SCORES).read_text())
+    key = str(src.resolve())
+    entry = scores[key]["best"]
+    assert entry["bleu"] == pytest.approx(bleu.score) and entry["n"] == len(refs) and entry["beam_size"] == 5
+    assert entry["params_file"] == ckpt.PARAMS_BEST and entry["step"] == ckpt.TrainState.load(model_copy).best_step
+    # a second evaluation (another name, checkpoint and beam) is merged in; the first one stays as it was
+    code, out, _ = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", ref, "--name", "synth-test",
+                        "--checkpoint", "latest", "--beam-size", "1", "--json"], capsys)
+    report = json.loads(out)
+    assert code == 0 and report["results"]["synth-test"]["beam_size"] == 1
+    scores2 = json.loads((model_copy / ckpt.SCORES).read_text())
+    step = ckpt.TrainState.load(model_copy).step
+    assert scores2[key] == scores[key] and scores2["synth-test"][str(step)]["params_file"] == ckpt.params_file(step)
+    assert not [p for p in model_copy.iterdir() if p.name.endswith(".tmp")]
+    # --no-save leaves scores.json alone; --hyp-dir writes the translations
+    code, _, _ = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", ref, "--name", "other",
+                      "--no-save", "--max-sentences", "5", "--hyp-dir", model_copy / "hyps"], capsys)
+    assert code == 0 and json.loads((model_copy / ckpt.SCORES).read_text()) == scores2
+    assert (model_copy / "hyps" / "other.en").read_text(encoding="utf-8").splitlines() == hyps[:5]
+
+
+def test_record_scores_keeps_other_entries_and_rejects_a_corrupt_file(tmp_path):
+    record_scores(tmp_path, "a", "best", {"bleu": 1.0})
+    record_scores(tmp_path, "b", "best", {"bleu": 2.0})
+    record_scores(tmp_path, "a", "700", {"bleu": 3.0})
+    record_scores(tmp_path, "a", "best", {"bleu": 4.0})
+    assert json.loads((tmp_path / ckpt.SCORES).read_text()) == {"a": {"best": {"bleu": 4.0}, "700": {"bleu": 3.0}},
+                                                                 "b": {"best": {"bleu": 2.0}}}
+    (tmp_path / ckpt.SCORES).write_text("{oops")
+    with pytest.raises(ckpt.CheckpointError, match="scores.json is not valid JSON"):
+        record_scores(tmp_path, "c", "best", {})
+    assert (tmp_path / ckpt.SCORES).read_text() == "{oops"   # never overwritten: earlier scores are not lost
+
+
+def test_mismatched_line_counts_name_both_files(model_copy, tmp_path, capsys):
+    src = tmp_path / "s.ko"
+    ref = tmp_path / "r.en"
+    src.write_text("리 니\n차\n두포\n", encoding="utf-8")
+    ref.write_text("ni ri\ncha\n", encoding="utf-8")
+    code, _, err = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", ref], capsys)
+    assert code == 2 and "Traceback" not in err
+    assert f"--src-file {src} has 3 lines but --ref-file {ref} has 2" in err
+    assert not (model_copy / ckpt.SCORES).exists()
+    for argv, msg in [([], "give either --src-file and --ref-file, or --recipe-tests"),
+                      (["--src-file", src], "must be given together"),
+                      (["--src-file", src, "--ref-file", src, "--recipe-tests"], "give either"),
+                      (["--src-file", tmp_path / "no.ko", "--ref-file", ref], "no.ko: file not found")]:
+        code, _, err = run(["--model-dir", model_copy, *argv], capsys)
+        assert code == 2 and msg in err, (argv, err)
+
+
+def test_recipe_tests_of_explicit_files(model_copy, capsys):
+    code, out, err = run(["--model-dir", model_copy, "--recipe-tests", "--beam-size", "1"], capsys)
+    assert code == 0, err
+    assert out.startswith("test: 40 sentences") and "test" in json.loads((model_copy / ckpt.SCORES).read_text())
+
+
+def test_recipe_tests_from_the_mirror(model_copy, shared_data, capsys):
+    cfg = Config.load(model_copy / ckpt.CONFIG)
+    for f in ("train_src", "train_tgt", "dev_src", "dev_tgt", "test_src", "test_tgt"):
+        setattr(cfg.data, f, None)
+    cfg.data.recipe = "tatoeba"
+    cfg.save(model_copy / ckpt.CONFIG)
+    code, out, err = run(["--model-dir", model_copy, "--recipe-tests", "--data-dir", shared_data, "--beam-size", "1",
+                          "--max-sentences", "5", "--max-len-a", "0", "--max-len-b", "5", "--json"], capsys)
+    assert code == 0, err
+    entry = json.loads(out)["results"]["tatoeba-test"]
+    assert entry["n"] == 5 and "tok:13a" in entry["bleu_signature"]
+    assert json.loads((model_copy / ckpt.SCORES).read_text())["tatoeba-test"]["best"]["n"] == 5
+
+
+def test_korean_output_adds_ko_mecab_bleu(model_copy, tmp_path, capsys, monkeypatch):
+    # The tiny model translates into romanized text; labelled as Korean output, its scores must gain the ko-mecab
+    # BLEU (the references here are the Korean sources, so the numbers are low, the signature is what counts).
+    monkeypatch.setattr(Translator, "tgt_lang", property(lambda self: "ko"))
+    src = Path(Config.load(model_copy / ckpt.CONFIG).data.test_src)
+    code, out, err = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", src, "--beam-size", "1",
+                          "--max-sentences", "10"], capsys)
+    assert code == 0, err
+    assert "bleu_ko_mecab" in out and "tok:ko-mecab" in out
+    entry = json.loads((model_copy / ckpt.SCORES).read_text())[str(src.resolve())]["best"]
+    assert "bleu_ko_mecab" in entry["extra"] and "ko-mecab" in entry["extra_signatures"]["bleu_ko_mecab"]

@@ -1,0 +1,300 @@
+"""Inference on a tiny trained model: batched == one-by-one decoding, line-for-line output, bad input (invalid UTF-8,
+over-long lines, unseen and control characters), n-best, the CLI (files, stdin/stdout, a terminal), attention plots
+and the translation benchmark."""
+from __future__ import annotations
+
+import io
+import json
+import os
+import pty
+import select
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import mxnet as mx
+import numpy as np
+import pytest
+
+from nmt import checkpoint as ckpt
+from nmt.cli import translate_main
+from nmt.corpus import CorpusError
+from nmt.tokenizer import UNK_ID
+from nmt.translate import Translator, interactive, one_line, read_raw_lines, translate_stream
+from tests.synth import write_task
+
+REPO = Path(__file__).resolve().parents[1]
+STEPS = 600
+
+
+def tiny_model(tmp_path_factory) -> Path:
+    """A tiny ko->en model of the synthetic reverse task, trained once per test session (~12 s) and shared by
+    test_translate, test_evaluate and test_notebooks. Its directory also holds the task files under synth/."""
+    from nmt.train import train
+    from tests.test_train import tiny_config
+    root = tmp_path_factory.getbasetemp() / "tiny-translate"
+    model = root / "model"
+    done = (model / ckpt.STATE).exists() and ckpt.TrainState.load(model).stopped == "max_steps"
+    if not done:
+        files = write_task(root / "synth")
+        cfg = tiny_config(root, files, "model", max_steps=STEPS, max_epochs=100)
+        train(cfg, overwrite=True, evaluate=False)
+    return model
+
+
+def synth_file(model: Path, name: str) -> Path:
+    return model.parent / "synth" / name
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    return tiny_model(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def tr(model_dir) -> Translator:
+    return Translator.from_dir(model_dir)
+
+
+@pytest.fixture(scope="module")
+def src_lines(model_dir):
+    return synth_file(model_dir, "test.ko").read_text(encoding="utf-8").splitlines()
+
+
+def run(argv, capsys):
+    code = translate_main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# -- the Python API -------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("beam", [1, 5])
+def test_batched_decoding_equals_one_by_one(tr, src_lines, beam):
+    lines = src_lines[:12]
+    batched = tr.translate_nbest(lines, nbest=1 if beam == 1 else 3, beam_size=beam)
+    single = [tr.translate_nbest([x], nbest=1 if beam == 1 else 3, beam_size=beam)[0] for x in lines]
+    assert [[t for t, _ in h] for h in batched] == [[t for t, _ in h] for h in single]
+    np.testing.assert_allclose([s for h in batched for _, s in h], [s for h in single for _, s in h], atol=1e-4)
+    assert tr.translate(lines, beam_size=beam) == [h[0][0] for h in batched]
+    if beam > 1:   # n-best lists are sorted, distinct, and the model has learned the task
+        assert all(len(h) == 3 and h[0][1] >= h[1][1] >= h[2][1] and len({t for t, _ in h}) == 3 for h in batched)
+    ref = synth_file(tr.model_dir, "test.en").read_text(encoding="utf-8").splitlines()[:12]
+    assert sum(h[0][0] == r for h, r in zip(batched, ref)) >= 8
+
+
+def test_one_output_per_input_in_order_and_empty_lines(tr, src_lines):
+    lines = [src_lines[3], "", src_lines[0], "   ", src_lines[3], "\t"]
+    out = tr.translate(lines)
+    assert len(out) == 6 and out[1] == out[3] == out[5] == "" and out[0] == out[4] and out[0] != out[2]
+    assert out[::-1] == tr.translate(lines[::-1])
+    assert tr.translate([]) == []
+    assert one_line("a\nb\r\nc\u2028d") == "a b  c d"
+
+
+def test_control_characters_are_normalized_away(tr):
+    clean = "리 니 차"
+    dirty = "\ufeff리\x00 니\x1b\u200b \t차\x7f"
+    assert tr.source_ids([dirty]) == tr.source_ids([clean])
+    assert tr.translate([dirty]) == tr.translate([clean])
+
+
+def test_unseen_characters_use_byte_fallback(tr):
+    line = "😀 리 ☃ 니 ß"
+    ids = tr.source_ids([line])[0]
+    assert UNK_ID not in ids
+    assert tr.src_tok.decode([ids]) == [line]          # nothing lost on the way in
+    out = tr.translate([line, "리 니"])
+    assert len(out) == 2 and all("\n" not in x for x in out)
+
+
+def test_over_long_lines_are_truncated_with_a_warning(tr, capsys, tmp_path):
+    limit = tr.decode.max_input_tokens
+    huge = "리 니 차 " * 50_000                           # 300k characters, far more than limit tokens
+    t0 = time.perf_counter()
+    ids = tr.source_ids([huge, "리 니"], first_line=7)
+    assert time.perf_counter() - t0 < 5
+    assert len(ids[0]) == limit and len(ids[1]) < limit
+    # through the CLI: one line out per line in, the warning names the line
+    path = tmp_path / "in.ko"
+    path.write_text("리 니\n" + huge + "\n차\n", encoding="utf-8")
+    code, _, err = run(["--model-dir", tr.model_dir, "--input", path, "--output", tmp_path / "out.en",
+                        "--beam-size", "1"], capsys)
+    assert code == 0
+    assert len((tmp_path / "out.en").read_text(encoding="utf-8").split("\n")) == 4
+    assert f"{path}:2: line longer than the input guard" in err            # cut while reading: bounded memory
+    assert "input line 2 has 250 subword tokens" not in err and "input line 2 has" in err and "truncated to" in err
+
+
+def test_reader_cuts_a_giant_line_without_holding_it(tmp_path):
+    data = "가나다\n".encode() + "한".encode() * 1000 + b"\n" + b"x" * 5000 + b"\nlast"
+    lines = list(read_raw_lines(io.BytesIO(data), max_bytes=100))
+    assert [cut for _, cut in lines] == [False, True, True, False]
+    assert lines[0][0].decode() == "가나다" and lines[3][0] == b"last"
+    assert lines[1][0].decode("utf-8") == "한" * 33         # cut at a character boundary, still valid UTF-8
+    assert lines[2][0] == b"x" * 100
+
+
+# -- invalid UTF-8 ----------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("chunk", [2, 1000])
+def test_invalid_utf8_error_names_the_line_after_writing_all_before(tr, tmp_path, capsys, chunk):
+    good = ["리 니 차", "", "두포 푸시"]
+    path = tmp_path / "in.ko"
+    path.write_bytes(("\n".join(good) + "\n").encode() + b"\xff\xfe \xea\xb0\n" + "차\n".encode())
+    out = tmp_path / "out.en"
+    code, _, err = run(["--model-dir", tr.model_dir, "--input", path, "--output", out,
+                        "--chunk-lines", chunk], capsys)
+    assert code == 2
+    assert f"error: {path}:4: invalid UTF-8 (byte 0xff at byte 1 of the line)" in err and "Traceback" not in err
+    assert out.read_text(encoding="utf-8").splitlines() == tr.translate(good)
+
+
+def test_invalid_utf8_replaced_on_request(tr, tmp_path, capsys):
+    path = tmp_path / "in.ko"
+    path.write_bytes("리 니\n".encode() + b"\xc0 \xea\xb0\xa2 \xff\n" + "차\n".encode())
+    out = tmp_path / "out.en"
+    code, _, err = run(["--model-dir", tr.model_dir, "--input", path, "--output", out,
+                        "--on-invalid-utf8", "replace"], capsys)
+    assert code == 0 and f"{path}:2: invalid UTF-8 replaced by U+FFFD" in err
+    lines = out.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 3 and lines[0] == tr.translate(["리 니"])[0]
+
+
+def test_stream_writes_each_chunk_before_reading_on(tr):
+    written = []
+
+    class Out(io.StringIO):
+        def flush(self):
+            written.append(self.getvalue().count("\n"))
+
+    def items():
+        for k in range(5):
+            # the chunk of lines 1-2 and 3-4 must be out before line 5 is read
+            assert (written[-1] if written else 0) == (k // 2) * 2
+            yield "리 니".encode(), False
+    stats = translate_stream(tr, items(), Out(), chunk_lines=2)
+    assert stats.lines == 5 and written[-1] == 5
+
+
+# -- the command line ----------------------------------------------------------------------------------------------
+def test_cli_nbest_checkpoint_and_bad_flags(tr, tmp_path, capsys):
+    path = tmp_path / "in.ko"
+    path.write_text("리 니 차\n\n두포 푸시\n", encoding="utf-8")
+    code, out, _ = run(["--model-dir", tr.model_dir, "--input", path, "--nbest", "3", "--beam-size", "4",
+                        "--checkpoint", "latest"], capsys)
+    rows = [json.loads(x) for x in out.splitlines()]
+    assert code == 0 and len(rows) == 3 and rows[1] == {"translations": [], "scores": []}
+    assert len(rows[0]["translations"]) == 3 and rows[0]["scores"] == sorted(rows[0]["scores"], reverse=True)
+    for argv, msg in [(["--nbest", "6"], "--nbest 6 is more than --beam-size 5"),
+                      (["--beam-size", "0"], "--beam-size must be an integer >= 1"),
+                      (["--checkpoint", "nope"], "unknown checkpoint 'nope'"),
+                      (["--checkpoint", "12345"], "params.00012345 not found"),
+                      (["--chunk-lines", "0"], "--chunk-lines must be >= 1"),
+                      (["--input", tmp_path / "missing.ko"], "missing.ko: cannot read")]:
+        code, _, err = run(["--model-dir", tr.model_dir, *argv], capsys)
+        assert code == 2 and msg in err and "Traceback" not in err, (argv, err)
+    if mx.context.num_gpus() == 0:
+        code, _, err = run(["--model-dir", tr.model_dir, "--gpus", "1"], capsys)
+        assert code == 2 and "--gpus 1: no GPU found" in err
+    code, _, err = run(["--model-dir", tmp_path / "nothing"], capsys)
+    assert code == 2 and "config.json not found" in err
+
+
+def test_cli_stdin_to_stdout(tr, src_lines):
+    lines = src_lines[:5] + [""] + src_lines[5:8]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    p = subprocess.run([sys.executable, str(REPO / "scripts" / "translate.py"), "--model-dir", str(tr.model_dir),
+                        "--chunk-lines", "3"], input="\n".join(lines).encode(), capture_output=True, env=env,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr.decode()
+    assert p.stdout.decode("utf-8").split("\n") == tr.translate(lines) + [""]
+
+
+def test_interactive_prompt_on_a_terminal(tr):
+    master, slave = pty.openpty()
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    p = subprocess.Popen([sys.executable, str(REPO / "scripts" / "translate.py"), "--model-dir", str(tr.model_dir),
+                          "--beam-size", "1"], stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    os.close(slave)
+    try:
+        os.write(master, "리 니 차\n".encode())
+        line = b""
+        deadline = time.time() + 60
+        while b"\n" not in line and time.time() < deadline:
+            if select.select([p.stdout], [], [], 1)[0]:
+                line += os.read(p.stdout.fileno(), 1024)
+        assert line.decode().split("\n")[0] == "ko> " + tr.translate(["리 니 차"], beam_size=1)[0]
+        os.write(master, b"\x04")   # Ctrl-D: end of input
+        assert p.wait(timeout=30) == 0
+        assert "Type a sentence" in p.stderr.read().decode()
+    finally:
+        os.close(master)
+        if p.poll() is None:
+            p.kill()
+
+
+def test_interactive_loop_in_process(tr, capsys):
+    inputs = iter(["리 니", "", "차"])
+
+    def read(prompt):
+        try:
+            return next(inputs)
+        except StopIteration:
+            raise EOFError from None
+    assert interactive(tr, nbest=1, read=read) == 0
+    assert capsys.readouterr().out.split("\n") == [*tr.translate(["리 니", "", "차"]), ""]
+
+
+# -- attention ------------------------------------------------------------------------------------------------------
+def test_attention_heatmap(tr, src_lines, tmp_path, capsys):
+    from nmt.plot import attention, save_attention_plot
+    line = max(src_lines[:20], key=lambda x: len(x.split()))
+    att = attention(tr, line)
+    assert att.translation == tr.translate([line], beam_size=1)[0]
+    assert att.weights.shape == (len(att.tgt_pieces), len(att.src_pieces)) and att.src_pieces[-1] == "</s>"
+    np.testing.assert_allclose(att.weights.sum(axis=1), 1.0, atol=1e-5)
+    # the task reverses word order: the attended source position moves right to left
+    focus = att.weights[:-1, :-1].argmax(axis=1)
+    assert np.corrcoef(np.arange(len(focus)), focus)[0, 1] < -0.5, att.weights.round(2)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*missing from font")   # a Hangul glyph drawn as an empty box
+        png = save_attention_plot(tr, line, tmp_path / "att.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+    # and from the command line, one PNG per non-empty line
+    path = tmp_path / "in.ko"
+    path.write_text(f"{line}\n\n리 니\n", encoding="utf-8")
+    code, _, _ = run(["--model-dir", tr.model_dir, "--input", path, "--output", tmp_path / "o.en",
+                      "--plot-attention", tmp_path / "plots"], capsys)
+    assert code == 0 and sorted(p.name for p in (tmp_path / "plots").iterdir()) == ["line-000001.png", "line-000003.png"]
+
+
+# -- benchmark ------------------------------------------------------------------------------------------------------
+def test_benchmark_script(tr, tmp_path, capsys):
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        import benchmark_translate
+    finally:
+        sys.path.remove(str(REPO / "scripts"))
+    out = tmp_path / "bench.json"
+    code = benchmark_translate.main(["--model-dir", str(tr.model_dir), "--src-file",
+                                     str(synth_file(tr.model_dir, "test.ko")), "--max-sentences", "6", "--warmup", "2",
+                                     "--json", str(out)])
+    printed = capsys.readouterr().out
+    assert code == 0 and "sent/s" in printed
+    res = json.loads(out.read_text())
+    assert [(r["beam_size"], r["batch_size"]) for r in res["results"]] == [(1, 1), (1, 64), (5, 1), (5, 64)]
+    assert all(r["sentences"] == 6 and r["sentences_per_s"] > 0 and r["out_tokens_per_s"] > 0 and r["peak_rss_mb"] > 50
+               for r in res["results"])
+
+
+def test_parameters_that_do_not_fit_the_config_are_a_clear_error(model_dir, tmp_path):
+    import shutil
+    from nmt.config import Config
+    copy = tmp_path / "m"
+    shutil.copytree(model_dir, copy)
+    cfg = Config.load(copy / ckpt.CONFIG)
+    cfg.model.hidden_size += 8
+    cfg.save(copy / ckpt.CONFIG)
+    with pytest.raises(ckpt.CheckpointError, match=r"params.best: cannot load these parameters into the model"):
+        Translator.from_dir(copy)
