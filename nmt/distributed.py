@@ -363,7 +363,7 @@ class Job:
                     self.log(f"{name}: asking the workers to checkpoint and stop (again to kill at once)")
                     stop_deadline = now + self.grace
                     for i in workers:
-                        self.signal(i, signal.SIGTERM)
+                        self.ask_to_stop(i)
                 if all(codes[i] is not None for i in workers) or len(self._signals) > 1 or now > stop_deadline:
                     return 128 + self._signals[0]
             else:
@@ -397,9 +397,17 @@ class Job:
             if p.poll() is None:
                 self.log(f"{spec.label} still running {seconds:.0f} s after all workers finished; killing it")
 
+    def ask_to_stop(self, i: int) -> None:
+        """SIGTERM to worker i. A remote one gets it from its script when its ssh stdin closes; the connection stays
+        up until the worker has saved and exited, so its exit code still arrives."""
+        if self.specs[i].host is None:
+            self.signal(i, signal.SIGTERM)
+        elif self.procs[i].stdin:
+            self.procs[i].stdin.close()
+
     def signal(self, i: int, sig: int) -> None:
-        """Signal the process group of process i (a shell command's children too); the local ssh client of a remote
-        process ends its connection, and the remote script passes the SIGTERM on."""
+        """Signal the process group of process i (a shell command's children too). For a remote process that is the
+        local ssh client: the connection ends, and the remote script passes a SIGTERM on."""
         try:
             os.killpg(self.procs[i].pid, sig)
         except (ProcessLookupError, PermissionError):

@@ -173,7 +173,10 @@ class DataParallel:
         normalizer = batch.num_tgt_tokens
         norm = self.global_norm(normalizer)
         scale = self._clip_scale(norm)
-        if not self._fused_adam_update(scale / float(normalizer)):
+        mode = os.environ.get("NMT_UPDATE_MODE", "fused")
+        if mode == "sync":
+            self.trainer.update(normalizer / float(scale.asscalar()))
+        elif mode != "fused" or not self._fused_adam_update(scale / float(normalizer)):
             if self.clip_norm > 0:
                 self._scale_grads(scale)
             self.trainer.update(normalizer)

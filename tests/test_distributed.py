@@ -85,7 +85,12 @@ def test_ssh_command_is_exact():
 
 def test_remote_script_passes_exit_code_and_stops_when_the_connection_ends(tmp_path):
     script = dist.remote_script(["sh", "-c", 'echo "$FOO" > out; exit 7'], {"FOO": "a 'b'"}, str(tmp_path))
-    assert subprocess.run(["sh", "-c", script], stdin=subprocess.PIPE, timeout=10).returncode == 7
+    p = subprocess.Popen(["sh", "-c", script], stdin=subprocess.PIPE)   # stdin open: the connection is up
+    try:
+        assert p.wait(timeout=10) == 7
+    finally:
+        p.kill()
+        p.stdin.close()
     assert (tmp_path / "out").read_text() == "a 'b'\n"
     trap = "import signal, time\nsignal.signal(signal.SIGTERM, lambda *a: print('TERM', flush=True))\ntime.sleep(60)"
     script = dist.remote_script([PY, "-c", trap], {}, str(tmp_path), kill_after=1)
@@ -187,17 +192,22 @@ def test_a_lonely_worker_and_the_timeout_end_the_job(capsys):
 
 
 def test_sigterm_to_the_launcher_is_passed_to_the_workers(tmp_path):
-    worker = ("import signal, sys, time\n"
+    worker = ("import os, signal, sys, time\n"
               "signal.signal(signal.SIGTERM, lambda *a: (open('stopped', 'a').write('x'), sys.exit(143)))\n"
+              "open(f'ready.{os.getpid()}', 'w').close()\n"
               "time.sleep(60)")
     p = subprocess.Popen([PY, str(REPO / "scripts" / "launch.py"), "-n", "2", "--", PY, "-c", worker],
-                         cwd=tmp_path, env=ENV, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                         cwd=tmp_path, env=ENV, stderr=open(tmp_path / "err", "w"), start_new_session=True)
     try:
-        time.sleep(1.5)
+        deadline = time.monotonic() + 30
+        while len(list(tmp_path.glob("ready.*"))) < 2:   # the launcher has started both, so it handles SIGTERM
+            assert p.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
         p.send_signal(signal.SIGTERM)
-        _, err = p.communicate(timeout=30)
+        p.wait(timeout=30)
     finally:
-        os.killpg(p.pid, signal.SIGKILL) if p.poll() is None else None
+        finish(p, 0)
+    err = (tmp_path / "err").read_text()
     assert p.returncode == 143, err
     assert "SIGTERM: asking the workers to checkpoint and stop" in err
     assert (tmp_path / "stopped").read_text() == "xx"       # both workers got it and exited on their own
@@ -235,7 +245,10 @@ def load_dump(path: Path) -> dict:
 
 
 def test_two_workers_match_one_process(tmp_path, task):
+    # plain SGD, no clipping: the update is linear in the gradient, so any error in how the workers' shares are
+    # summed and normalized shows (Adam would hide a constant factor)
     cfg = tiny_config(tmp_path, task, "dist", max_steps=5)
+    cfg.optim.optimizer, cfg.optim.lr, cfg.optim.warmup_steps, cfg.optim.clip_norm = "sgd", 0.5, 1, 0.0
     cfg.save(tmp_path / "cfg.json")
     p = launch(tmp_path, ["-n", "2", "-s", "1"],
                [str(REPO / "tests" / "dist_worker.py"), str(tmp_path), "--config", "cfg.json", "--kvstore", "dist_sync"],
@@ -247,12 +260,15 @@ def test_two_workers_match_one_process(tmp_path, task):
     rows = (Path(cfg.train.model_dir) / ckpt.METRICS).read_text().splitlines()
     assert len(rows) == 1        # only rank 0 validated (once, at the end) and logged
     single = tiny_config(tmp_path, task, "single", max_steps=5)
+    single.optim = cfg.optim
     Trainer(single).fit()
     assert_same_params(params_of(single.train.model_dir), w0, rtol=1e-5, atol=1e-7)
 
 
-def test_killed_worker_ends_the_job_and_resume_over_ssh_continues(tmp_path, task):
+def test_killed_worker_ends_the_job_then_resume_over_ssh_and_stop_by_sigterm(tmp_path, task):
+    # Adam (its states must reach every worker on resume) with always-active clipping by the global norm
     cfg = tiny_config(tmp_path, task, "dist", max_steps=100000, valid_every=2, keep_last=2, valid_max_sentences=5)
+    cfg.optim.clip_norm = 0.1
     cfg.save(tmp_path / "cfg.json")
     model_dir = Path(cfg.train.model_dir)
     train = [str(REPO / "scripts" / "train.py"), "--config", "cfg.json", "--kvstore", "dist_sync", "--no-eval"]
@@ -275,20 +291,35 @@ def test_killed_worker_ends_the_job_and_resume_over_ssh_continues(tmp_path, task
     step = ckpt.TrainState.load(model_dir).step
     assert step >= 2 and ckpt.load_params(model_dir, "latest")     # the last checkpoint stays loadable
 
-    # resume with both workers and two servers started through the ssh path: a stand-in ssh runs the remote
-    # script here, in an environment that has only what the launcher forwards
+    # resume, with both workers and two servers started through the ssh path (a stand-in ssh runs the remote
+    # script here, in an environment holding only what the launcher forwards); then SIGTERM to the launcher: the
+    # workers get it at different updates, agree on one, and both stop there with a checkpoint
     fake_ssh = tmp_path / "ssh"
     fake_ssh.write_text('#!/bin/sh\nfor last; do :; done\nexec env -i PATH="$PATH" sh -c "$last"\n')
     fake_ssh.chmod(0o755)
     (tmp_path / "hosts").write_text("127.0.0.1\n127.0.0.1:2222\n")
-    target = step + 3
     p = launch(tmp_path, ["-n", "2", "-H", "hosts", "--ssh", str(fake_ssh), "--scheduler-host", "127.0.0.1"],
                [str(REPO / "tests" / "dist_worker.py"), str(tmp_path), "--config", "cfg.json", "--kvstore",
-                "dist_sync", "--resume", "--max-steps", str(target)], "resumed")
-    assert finish(p, 90) == 0, (tmp_path / "resumed.err").read_text()[-3000:]
-    assert ckpt.TrainState.load(model_dir).step == target
+                "dist_sync", "--resume"], "resumed")
+    try:
+        deadline = time.monotonic() + 60
+        while ckpt.TrainState.load(model_dir).step <= step:    # a checkpoint after the resume
+            assert p.poll() is None and time.monotonic() < deadline, (tmp_path / "resumed.err").read_text()[-3000:]
+            time.sleep(0.1)
+        p.send_signal(signal.SIGTERM)
+        code = finish(p, 60)
+    finally:
+        finish(p, 0)
+    err = (tmp_path / "resumed.err").read_text()
+    assert code == 128 + signal.SIGTERM and "resumed from step" in err, err[-3000:]
+    assert err.count("started server") == 2 and err.count(" on 127.0.0.1 (pid") == 4
+    state = ckpt.TrainState.load(model_dir)
+    assert state.stopped == "SIGTERM" and state.step > step and state.params_files[-1] == ckpt.params_file(state.step)
     w0, w1 = load_dump(tmp_path / "params.rank0"), load_dump(tmp_path / "params.rank1")
     assert_same_params(w0, w1, rtol=0, atol=0)
-    single = tiny_config(tmp_path, task, "single", max_steps=target, valid_every=2, keep_last=2, valid_max_sentences=5)
+    assert_same_params(w0, params_of(model_dir), rtol=0, atol=0)
+    single = tiny_config(tmp_path, task, "single", max_steps=state.step, valid_every=2, keep_last=2,
+                         valid_max_sentences=5)
+    single.optim = cfg.optim
     Trainer(single).fit()
     assert_same_params(params_of(single.train.model_dir), w0, rtol=1e-5, atol=1e-7)
