@@ -59,7 +59,10 @@ MODEL_FLAGS = [
     Flag("--num-layers", "model", "num_layers", int, "encoder and decoder layers"),
     Flag("--attention", "model", "attention", str, "attention type", choices=("dot", "general", "mlp")),
     Flag("--dropout", "model", "dropout", float, "dropout rate"),
-    Flag("--tie-weights", "model", "tie_weights", help="tie target embedding and output weights", boolean=True),
+    Flag("--tie-weights", "model", "tie_weights", help="tie target embedding and output weights (default)",
+         boolean=True),
+    Flag("--no-tie-weights", "model", "tie_weights", help="separate output weights (needed if embed != hidden size)",
+         boolean=True, negate=True),
 ]
 OPTIM_FLAGS = [
     Flag("--optimizer", "optim", "optimizer", str, "optimizer"),

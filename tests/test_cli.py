@@ -63,7 +63,7 @@ def test_help_is_grouped_with_defaults():
                          text=True, check=True).stdout
     for group in ("data:", "model:", "optimization:", "training:", "decoding:"):
         assert group in out
-    assert "--batch-size BATCH_SIZE" in out and "(default: 64)" in out and "--gpus" in out
+    assert "--batch-size BATCH_SIZE" in out and "(default: 32)" in out and "--gpus" in out
 
 
 @pytest.mark.parametrize("argv, message", [
