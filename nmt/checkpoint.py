@@ -7,7 +7,8 @@ Layout of a model directory (everything needed to translate or to resume, nothin
     params.<step>                parameters of the last `keep_last` checkpoints
     params.best                  parameters of the best checkpoint by dev BLEU
     params.avg                   average of the last N checkpoints (only with --average-last N)
-    trainer.states               optimizer (Adam) states of the latest checkpoint
+    trainer.<step>.states        optimizer (Adam) states of the latest checkpoint (named by step, so that
+                                 state.json never pairs one step's parameters with another step's moments)
     state.json                   TrainState of the latest checkpoint; written last, so it always points at
                                  files that exist (a crash at any instant leaves the previous one loadable)
     metrics.jsonl                one row per validation
@@ -31,7 +32,6 @@ logger = logging.getLogger("nmt.checkpoint")
 
 CONFIG = "config.json"
 STATE = "state.json"
-TRAINER_STATES = "trainer.states"
 PARAMS_BEST = "params.best"
 PARAMS_AVG = "params.avg"
 METRICS = "metrics.jsonl"
@@ -46,6 +46,10 @@ class CheckpointError(RuntimeError):
 
 def params_file(step: int) -> str:
     return f"params.{step:08d}"
+
+
+def trainer_states_file(step: int) -> str:
+    return f"trainer.{step:08d}.states"
 
 
 @dataclass
@@ -81,10 +85,14 @@ class TrainState:
 def _save_with(writer, path: Path) -> None:
     """Let an MXNet writer (save_parameters, save_states) write a temp file, fsync it, rename it into place."""
     tmp = path.with_name(f".{path.name}.tmp")
-    writer(str(tmp))
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        writer(str(tmp))
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     _fsync_dir(path.parent)
 
 
@@ -110,21 +118,30 @@ def prepare_model_dir(model_dir: Path, resume: bool, overwrite: bool) -> None:
 
 
 def save_checkpoint(model_dir: Path, net, trainer, state: TrainState, keep_last: int, is_best: bool) -> None:
-    """Write params.<step>, trainer.states and (last) state.json; copy to params.best; prune old params."""
+    """Write params.<step>, trainer.<step>.states and (last) state.json; copy to params.best; prune old files."""
     model_dir = Path(model_dir)
     name = params_file(state.step)
     _save_with(net.save_parameters, model_dir / name)
-    _save_with(trainer.save_states, model_dir / TRAINER_STATES)
+    _save_with(trainer.save_states, model_dir / trainer_states_file(state.step))
     if is_best:
         _save_with(net.save_parameters, model_dir / PARAMS_BEST)
     kept = [f for f in state.params_files if f != name] + [name]
     old, state.params_files = kept[:-keep_last] if keep_last > 0 else [], kept[-max(keep_last, 1):]
     state.save(model_dir)
+    old += [os.path.basename(p) for p in glob.glob(str(model_dir / "trainer.*.states"))
+            if os.path.basename(p) != trainer_states_file(state.step)]
     for f in old:  # only after state.json no longer names them
         try:
             (model_dir / f).unlink()
         except FileNotFoundError:
             pass
+
+
+def latest_step(state: TrainState) -> int:
+    """The step of the latest checkpoint named by `state` (its parameter and optimizer-state files)."""
+    if not state.params_files:
+        raise CheckpointError("the training state names no checkpoint file")
+    return int(state.params_files[-1].split(".")[1])
 
 
 def latest_params_path(model_dir: Path) -> Path:

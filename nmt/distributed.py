@@ -4,9 +4,8 @@ A job is one scheduler, S servers and N workers, each a process that learns its 
 variables (scheduler and servers block inside `import mxnet` and exit when the workers are done). This module
 has the two halves of that:
 
-* inside a worker: `create_kvstore` (join the job, or a clear error when not launched) and `WorkerGroup`, the few
-  collectives training needs besides the gradient all-reduce (rank 0's files and state to everyone, an agreed
-  stop), so that every worker runs the same updates in the same order;
+* `create_kvstore`: a worker joins the job (or gets a clear error when it was not launched as one); what the
+  workers do together besides the gradient all-reduce is in `nmt.workers`;
 * the launcher `main` (`nmt-launch`, scripts/launch.py): starts the processes here or over ssh (-H hostfile),
   watches them, and ends the whole job with a message naming the process when any of them fails.
 
@@ -16,34 +15,25 @@ process, hence this small launcher on `subprocess`.
 from __future__ import annotations
 
 import argparse
-import atexit
 import ctypes
-import json
 import os
 import shlex
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-import numpy as np
-
-from nmt.atomic import atomic_write_bytes
 from nmt.config import ConfigError
 
 JOB_ENV = ("DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NUM_SERVER", "DMLC_NUM_WORKER")
 SYNC_KVSTORES = ("dist_sync", "dist_device_sync")
-STOP_WISHES = ("SIGINT", "SIGTERM", "max_seconds")   # stop reasons that may reach workers at different updates
-_KEY_BASE = 1 << 30     # kvstore keys of our collectives; gluon.Trainer uses 0..num_params-1
 
 
-# -- inside a worker ---------------------------------------------------------------------------------------------
+# -- a worker joining the job ------------------------------------------------------------------------------------
 def create_kvstore(name: str):
     """--kvstore NAME -> the kvstore of this distributed job for dist_* (needs the launcher's environment), else
     NAME unchanged (gluon creates local kvstores itself)."""
@@ -62,93 +52,11 @@ def create_kvstore(name: str):
         raise ConfigError(f"--kvstore {name} runs only inside a job started by the launcher ({why}): "
                           f"python scripts/launch.py -n 2 -s 1 -- python scripts/train.py --kvstore {name} ...")
     import mxnet as mx
-    return mx.kv.create(name)
-
-
-class WorkerGroup:
-    """The workers of a job as one worker sees them. Every method is a collective: all workers must call it at the
-    same point of the run (a call that only some make blocks the others forever). With one worker it is free."""
-
-    def __init__(self, kv=None):
-        self.kv = kv if hasattr(kv, "num_workers") else None
-        self.rank = self.kv.rank if self.kv is not None else 0
-        self.num_workers = self.kv.num_workers if self.kv is not None else 1
-        self.is_chief = self.rank == 0
-        self._keys = 0
-        self._vote_key: Optional[int] = None
-        self._vote = None            # the stop vote of the previous call, still in flight
-
-    def _broadcast(self, values: np.ndarray) -> np.ndarray:
-        import mxnet as mx
-        key, self._keys = _KEY_BASE + self._keys, self._keys + 1   # a broadcast inits its key: a fresh one each time
-        out = mx.nd.zeros(values.shape, dtype="float32")
-        self.kv.broadcast(key, mx.nd.array(values, dtype="float32"), out=out)
-        return out.asnumpy()
-
-    def broadcast_bytes(self, data: Optional[bytes]) -> Optional[bytes]:
-        """Rank 0's `data` (None = absent) on every worker; the other workers' argument is ignored."""
-        if self.num_workers == 1:
-            return data
-        n = (len(data) + 1 if data is not None else 0) if self.is_chief else 0
-        head = self._broadcast(np.array([n >> 24, n & 0xFFFFFF], dtype=np.float32))
-        n = (int(head[0]) << 24) | int(head[1])
-        words = _pack(data) if self.is_chief and n else np.zeros(max(1, -(-(n - 1) // 3)), np.float32)
-        body = self._broadcast(words)
-        return _unpack(body, n - 1) if n else None
-
-    def broadcast_json(self, obj):
-        """Rank 0's JSON-serializable `obj` on every worker."""
-        return json.loads(self.broadcast_bytes(json.dumps(obj).encode("utf-8") if self.is_chief else None))
-
-    def share_files(self, src_dir: Path, names: Sequence[str]) -> Path:
-        """A directory holding rank 0's `src_dir/name` files: `src_dir` on rank 0, a private temporary copy on the
-        others (no shared filesystem and no write access to the model directory needed). Files missing on rank 0
-        are missing in the copy too, so every worker fails alike."""
-        if self.num_workers == 1:
-            return Path(src_dir)
-        copy = None if self.is_chief else Path(tempfile.mkdtemp(prefix=f"nmt-worker{self.rank}-"))
-        if copy is not None:
-            atexit.register(shutil.rmtree, copy, True)
-        for name in names:
-            path = Path(src_dir) / name
-            data = self.broadcast_bytes(path.read_bytes() if self.is_chief and path.is_file() else None)
-            if copy is not None and data is not None:
-                atomic_write_bytes(copy / name, data)
-        return Path(src_dir) if copy is None else copy
-
-    def agree_stop(self, wish: str) -> str:
-        """This worker's wish to stop (one of STOP_WISHES, or "") -> the reason all workers stop for, or "".
-
-        Workers vote at every call; the outcome of a vote is read at the next call, one update later, so that the
-        loop never waits for it. Every worker gets the same answer at the same call, whoever wished first."""
-        if self.num_workers == 1:
-            return wish
-        if wish and wish not in STOP_WISHES:
-            raise ValueError(f"unknown stop wish {wish!r}; expected one of {STOP_WISHES}")
-        import mxnet as mx
-        if self._vote_key is None:
-            self._vote_key, self._keys = _KEY_BASE + self._keys, self._keys + 1
-            self.kv.init(self._vote_key, mx.nd.zeros(len(STOP_WISHES)))
-        mine = mx.nd.array([float(w == wish) for w in STOP_WISHES])
-        out = mx.nd.zeros(len(STOP_WISHES))
-        self.kv.pushpull(self._vote_key, mine, out=out)        # summed over workers
-        previous, self._vote = self._vote, out
-        if previous is None:
-            return ""
-        counts = previous.asnumpy()
-        return next((w for w, c in zip(STOP_WISHES, counts) if c > 0), "")
-
-
-def _pack(data: bytes) -> np.ndarray:
-    """Bytes -> float32 words of 3 bytes each (integers < 2**24 are exact in float32; kvstores carry only floats)."""
-    b = np.frombuffer(data + b"\0" * (-len(data) % 3), dtype=np.uint8).reshape(-1, 3).astype(np.uint32)
-    words = ((b[:, 0] << 16) | (b[:, 1] << 8) | b[:, 2]).astype(np.float32)
-    return words if len(words) else np.zeros(1, np.float32)
-
-
-def _unpack(words: np.ndarray, n: int) -> bytes:
-    w = np.rint(words).astype(np.uint32)
-    return np.stack([w >> 16, (w >> 8) & 255, w & 255], axis=1).astype(np.uint8).tobytes()[:n]
+    kv = mx.kv.create(name)
+    # every worker says who it is: the launcher's numbering is not the kvstore's, and rank 0 writes the model dir
+    print(f"nmt: kvstore {name} rank {kv.rank} of {kv.num_workers} on {socket.gethostname()} (pid {os.getpid()})",
+          file=sys.stderr, flush=True)
+    return kv
 
 
 # -- the launcher: what to start where ----------------------------------------------------------------------------
@@ -262,7 +170,7 @@ def remote_script(argv: Sequence[str], env: Dict[str, str], workdir: str, kill_a
     return "\n".join([
         "exec 3<&0",    # background jobs get /dev/null as stdin: keep the ssh channel's stdin as fd 3
         f"cd {shlex.quote(workdir)} || exit 1",
-        "unset PORT",   # ps-lite would take it as this node's port
+        "unset PORT DMLC_RANK",   # ps-lite takes them as this node's port and a restarted node's rank
         f"export {exports}" if exports else ":",
         f"{shlex.join(argv)} 3<&- &",
         "pid=$!",
@@ -287,7 +195,7 @@ def ssh_argv(spec: ProcSpec, workdir: str, ssh: Sequence[str] = ("ssh",), extra_
 
 # -- the launcher: running and watching ----------------------------------------------------------------------------
 def _die_with_parent() -> None:
-    """Runs in each child before exec: SIGKILL it when the launcher dies (Linux), so nothing outlives a killed launcher."""
+    """Runs in each child before exec: SIGKILL when the launcher dies (Linux), so nothing outlives a killed launcher."""
     try:
         ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))   # 1 = PR_SET_PDEATHSIG
     except (OSError, AttributeError):
@@ -295,12 +203,15 @@ def _die_with_parent() -> None:
 
 
 def describe_exit(code: int) -> str:
-    if code < 0:
+    """Popen.returncode in words; a shell (or ssh) reports a command killed by signal S as 128 + S."""
+    def name(sig: int) -> str:
         try:
-            return f"was killed by {signal.Signals(-code).name}"
+            return signal.Signals(sig).name
         except ValueError:
-            return f"was killed by signal {-code}"
-    return f"exited with code {code}"
+            return f"signal {sig}"
+    if code < 0:
+        return f"was killed by {name(-code)}"
+    return f"exited with code {code}" + (f" (128 + {name(code - 128)}?)" if 128 < code < 160 else "")
 
 
 def _exit_code(code: int) -> int:
@@ -329,20 +240,27 @@ class Job:
         return ssh_argv(spec, self.workdir, self.ssh, self.extra_env, kill_after=self.grace)
 
     def start(self) -> None:
-        # inherited DMLC_* could clash with the job's; ps-lite takes PORT as the node's own port
-        base = {k: v for k, v in os.environ.items() if not k.startswith("DMLC_") and k != "PORT"}
+        # ps-lite takes PORT as the node's own port, and a DMLC_RANK as a restarted node's
+        base = {k: v for k, v in os.environ.items() if k not in ("PORT", "DMLC_RANK")}
+        if "PORT" in os.environ:
+            self.log("PORT is set here; the job's processes do not get it (ps-lite would take it as their own port)")
         for spec in self.specs:
             env = dict(base, **spec.env) if spec.host is None else base
-            p = subprocess.Popen(self.argv(spec), env=env, cwd=self.workdir, start_new_session=True,
-                                 stdin=subprocess.PIPE if spec.host else subprocess.DEVNULL,
-                                 preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+            argv = self.argv(spec)
+            try:
+                p = subprocess.Popen(argv, env=env, cwd=self.workdir, start_new_session=True,
+                                     stdin=subprocess.PIPE if spec.host else subprocess.DEVNULL,
+                                     preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+            except OSError as e:
+                raise LaunchError(f"cannot start {spec.label}: {argv[0]}: {e.strerror}") from None
             self.procs.append(p)
             what = shlex.join(spec.argv) if spec.role == "worker" else "python -c 'import mxnet'"
             self.log(f"started {spec.label} (pid {p.pid}): {what}")
 
     def run(self) -> int:
         """Start, watch, clean up; the exit code is 0, the failed process's code, or 128 + the stopping signal."""
-        old = {s: signal.signal(s, lambda signum, _f: self._signals.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)}
+        old = {s: signal.signal(s, lambda signum, _frame: self._signals.append(signum))
+               for s in (signal.SIGINT, signal.SIGTERM)}
         try:
             self.start()
             return self.watch()
@@ -444,7 +362,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scheduler-host", help="address of this machine that the hosts reach (default: 127.0.0.1, or "
                    "the address of the route to the first host)")
     p.add_argument("--port", type=int, default=0, help="scheduler port (default: a free one)")
-    p.add_argument("--python", default=sys.executable, help="interpreter for scheduler and servers (default: %(default)s)")
+    p.add_argument("--python", default=sys.executable,
+                   help="interpreter for scheduler and servers, the same path on every host (default: %(default)s)")
     p.add_argument("--ssh", default="ssh", help="ssh command, e.g. 'ssh -i ~/.ssh/key' (default: ssh)")
     p.add_argument("--workdir", default=os.getcwd(), help="directory the commands run in, the same path on every "
                    "host (default: the current one)")
@@ -494,4 +413,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             env = "" if spec.host else shlex.join(f"{k}={v}" for k, v in sorted(spec.env.items())) + " "
             print(f"# {spec.label}\n{env}{shlex.join(job.argv(spec))}")
         return 0
-    return job.run()
+    try:
+        return job.run()
+    except LaunchError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2

@@ -6,13 +6,15 @@ A single device is the same code with one share. Each update:
      sentence needs (rounded up to a short ladder of lengths, so the number of graph shapes stays small),
   2. per micro-step, each device runs forward + loss under `autograd.record` and its own backward; gradients
      are written (one micro-step) or accumulated in place (grad_req="add", zeroed after every update),
-  3. `trainer.allreduce_grads()` sums gradients over devices (and workers, for dist kvstores),
-  4. the global norm of the summed gradient is computed once, on device 0, with one fused kernel, and
-  5. the update divides by N = the number of target tokens of the global batch (over all workers), so the
-     update is the gradient of the mean per-token loss, independent of how the batch was split. For Adam
-     without weight decay (the default) clipping and 1/N are one scale *array* handed to MXNet's fused
-     multi-tensor Adam kernel, so the whole update runs without a host synchronization; other optimizers
-     scale the gradients in place and use `trainer.update`.
+  3. `trainer.allreduce_grads()` sums gradients over devices (and workers, for dist kvstores); CPU contexts of
+     one process (which share the same cores) sum into the first replica instead, which alone is updated and
+     then copied to the others,
+  4. the global norm of the summed gradient is computed once, on device 0, with one fused kernel, and read on
+     the host (the only synchronization of an update; the device runs the update while Python queues the next
+     batch), and
+  5. `trainer.update` divides by N = the number of target tokens of the global batch (over all workers) and
+     multiplies by the clip factor min(1, clip_norm / norm), so the update is the clipped gradient of the mean
+     per-token loss, independent of how the batch was split.
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ from nmt.batching import Batch, split_batch
 
 logger = logging.getLogger("nmt.parallel")
 
-# Parameters per fused-kernel call: MXNet 1.9.1's multi-tensor Adam crashes above ~50 tensors per call.
+# Tensors per multi-tensor kernel call (MXNet 1.9.1's multi-tensor kernels crash above ~50 inputs).
 _FUSED_CHUNK = 24
 # Share widths: exact up to this length, then rounded up to a multiple of _LEN_STEP (few graph shapes).
 _EXACT_LEN, _LEN_STEP = 16, 8
@@ -127,6 +129,11 @@ class DataParallel:
         self.trim = trim
         # One micro-step writes its gradients; several accumulate and are zeroed after every update.
         self._accumulate = accum_steps > 1
+        # CPU contexts share the same cores and memory: the kvstore's reduce-and-broadcast and one optimizer
+        # update per replica would be pure overhead there, so gradients are summed into replica 0, which alone
+        # is updated and then copied to the others.
+        self._cpu_replicas = num_workers == 1 and len(self.ctxs) > 1 and all(c.device_type == "cpu"
+                                                                               for c in self.ctxs)
         for p in self.params:
             p.grad_req = "add" if self._accumulate else "write"
         self.zero_grad()
@@ -167,25 +174,56 @@ class DataParallel:
         return losses, nlls
 
     def step(self, batch: Batch) -> Tuple[mx.nd.NDArray, mx.nd.NDArray, mx.nd.NDArray]:
-        """One update on a global batch. Returns (loss_sum, nll_sum, grad_norm) as NDArrays on device 0."""
+        """One update on a global batch. Returns (loss_sum, nll_sum, grad_norm) as NDArrays on device 0.
+
+        The global norm is read on the host (the one synchronization of an update): clipping then costs no pass
+        over the gradients, as the clip factor joins the 1/N of `trainer.update`, and the device runs the
+        parameter update while Python queues the next batch. An update whose gradient norm is not finite is
+        skipped with a warning."""
         losses, nlls = self.forward_backward(batch)
-        self.trainer.allreduce_grads()
-        normalizer = batch.num_tgt_tokens
-        norm = self.global_norm(normalizer)
-        scale = self._clip_scale(norm)
-        mode = os.environ.get("NMT_UPDATE_MODE", "fused")
-        if mode == "sync":
-            self.trainer.update(normalizer / float(scale.asscalar()))
-        elif mode != "fused" or not self._fused_adam_update(scale / float(normalizer)):
-            if self.clip_norm > 0:
-                self._scale_grads(scale)
-            self.trainer.update(normalizer)
+        if self._cpu_replicas:
+            self._reduce_to_first()
+        else:
+            self.trainer.allreduce_grads()
+        norm = self.global_norm(batch.num_tgt_tokens)
+        value = float(norm.asscalar())
+        if math.isfinite(value):
+            scale = min(1.0, self.clip_norm / (value + 1e-6)) if self.clip_norm > 0 else 1.0
+            if self._cpu_replicas:
+                self._update_first_and_copy(batch.num_tgt_tokens / scale)
+            else:
+                self.trainer.update(batch.num_tgt_tokens / scale)   # gradient * scale / N
+        else:
+            logger.warning("gradient norm is %s: update skipped", value)
         if self._accumulate:
             self.zero_grad()
         ctx0 = self.ctxs[0]
         loss = mx.nd.add_n(*[l.as_in_context(ctx0) for l in losses])
         nll = mx.nd.add_n(*[n.as_in_context(ctx0) for n in nlls])
         return loss, nll, norm
+
+    # -- CPU replicas ---------------------------------------------------------------------------------------------
+    def _reduce_to_first(self) -> None:
+        ctx0 = self.ctxs[0]
+        for p in self.params:
+            grads = p.list_grad()
+            grads[0] += mx.nd.add_n(*[g.as_in_context(ctx0) for g in grads[1:]])
+
+    def _update_first_and_copy(self, batch_size: float) -> None:
+        """`trainer.update(batch_size)` applied to replica 0 only (the Trainer's first updater holds the
+        optimizer state that `save_states` writes), then the new weights copied to the other replicas."""
+        tr = self.trainer
+        if not tr._kv_initialized:
+            tr._init_kvstore()
+        if tr._params_to_init:
+            tr._init_params()
+        tr._check_and_rescale_grad(tr._scale / batch_size)
+        indices = [tr._param2idx[p.name] for p in self.params]
+        tr._updaters[0](indices, [p.list_grad()[0] for p in self.params], [p.list_data()[0] for p in self.params])
+        for p in self.params:
+            first, *rest = p.list_data()
+            for w in rest:
+                first.copyto(w)
 
     # -- gradient norm and clipping ------------------------------------------------------------------------------
     def global_norm(self, normalizer: int) -> mx.nd.NDArray:
@@ -196,73 +234,19 @@ class DataParallel:
         total = mx.nd.concat(*sums, dim=0) if len(sums) > 1 else sums[0]
         return total.sum().sqrt().reshape((1,)) / float(normalizer)
 
-    def _clip_scale(self, norm: mx.nd.NDArray) -> mx.nd.NDArray:
-        """min(1, clip_norm / norm) as an array on device 0 (1 when clipping is off)."""
-        ones = mx.nd.ones((1,), ctx=self.ctxs[0])
-        if self.clip_norm <= 0:
-            return ones
-        return mx.nd.minimum(ones, self.clip_norm / (norm + 1e-6))
-
     def clip_global_norm(self, normalizer: int) -> mx.nd.NDArray:
-        """Scale gradients in place so that the norm of (summed gradient / normalizer) is at most clip_norm;
-        returns the norm before clipping."""
+        """Scale gradients in place so that the norm of (summed gradient / normalizer) is at most clip_norm,
+        without a host synchronization; returns the norm before clipping. (`step` folds the clip factor into
+        the update instead, which saves this pass over the gradients.)"""
         norm = self.global_norm(normalizer)
         if self.clip_norm > 0:
-            self._scale_grads(self._clip_scale(norm))
+            ctx0 = self.ctxs[0]
+            scale = mx.nd.minimum(mx.nd.ones((1,), ctx=ctx0), self.clip_norm / (norm + 1e-6))
+            scales = {ctx0: scale}
+            for p in self.params:
+                for g in p.list_grad():
+                    s = scales.get(g.context)
+                    if s is None:
+                        s = scales[g.context] = scale.as_in_context(g.context)
+                    g *= s
         return norm
-
-    def _scale_grads(self, scale: mx.nd.NDArray) -> None:
-        scales = {self.ctxs[0]: scale}
-        for p in self.params:
-            for g in p.list_grad():
-                s = scales.get(g.context)
-                if s is None:
-                    s = scales[g.context] = scale.as_in_context(g.context)
-                g *= s
-
-    # -- fused update --------------------------------------------------------------------------------------------
-    def _fused_adam_update(self, rescale: mx.nd.NDArray) -> bool:
-        """Adam update of every device's replica with MXNet's multi-tensor AdamW kernel, which takes the gradient
-        scale as an array. With weight decay 0 and eta 1 it is Adam's formula; moments and step counts live in
-        the Trainer's own updaters, so `save_states`/`load_states` are unchanged. False (nothing done) when the
-        optimizer or settings are not the plain case."""
-        tr = self.trainer
-        opt = tr._optimizer
-        if (type(opt) is not mx.optimizer.Adam or opt.multi_precision or opt.clip_gradient is not None
-                or getattr(tr, "_amp_loss_scaler", None) is not None or tr._update_on_kvstore
-                or any(np.dtype(p.dtype) != np.float32 or p._stype != "default" or p._grad_stype != "default"
-                       for p in self.params)):
-            return False
-        if not tr._kv_initialized:
-            tr._init_kvstore()
-        if tr._params_to_init:
-            tr._init_params()
-        indices = [tr._param2idx[p.name] for p in self.params]
-        if any(wd != 0 for wd in opt._get_wds(indices)):
-            return False
-        for k, updater in enumerate(tr._updaters):
-            weights = [p.list_data()[k] for p in self.params]
-            grads = [p.list_grad()[k] for p in self.params]
-            opt = updater.optimizer   # load_states may have replaced the optimizer object
-            opt._set_current_context(weights[0].context.device_id)
-            for idx, w in zip(indices, weights):
-                if idx not in updater.states:
-                    updater.states[idx] = opt.create_state_multi_precision(idx, w)
-                    updater.states_synced[idx] = True
-                elif not updater.states_synced[idx]:
-                    updater.states[idx] = updater.sync_state_context(updater.states[idx], w.context)
-                    updater.states_synced[idx] = True
-            opt._update_count(indices)
-            lrs = opt._get_lrs(indices)
-            for i, idx in enumerate(indices):   # Adam's bias correction, folded into the step size
-                t = opt._index_update_count[idx]
-                lrs[i] *= math.sqrt(1.0 - opt.beta2 ** t) / (1.0 - opt.beta1 ** t)
-            scale = rescale.as_in_context(weights[0].context)
-            for i in range(0, len(weights), _FUSED_CHUNK):
-                sl = slice(i, i + _FUSED_CHUNK)
-                n = len(weights[sl])
-                mx.nd.contrib.multi_adamw_update(
-                    weights[sl], grads[sl], [updater.states[j][0] for j in indices[sl]],
-                    [updater.states[j][1] for j in indices[sl]], scale, lrs=lrs[sl], wds=[0.0] * n, etas=[1.0] * n,
-                    beta1=opt.beta1, beta2=opt.beta2, epsilon=opt.epsilon, out=weights[sl])
-        return True

@@ -21,7 +21,7 @@ from nmt import checkpoint as ckpt
 from nmt.batching import Batch, BatchIterator, BucketSampler, make_batch
 from nmt.config import Config, ConfigError
 from nmt.corpus import Pairs
-from nmt.distributed import WorkerGroup, create_kvstore
+from nmt.distributed import create_kvstore
 from nmt.evaluate import Scores, perplexity, score
 from nmt.log import MetricsWriter, Speedometer, setup_logging
 from nmt.model import Seq2SeqLoss, build_model
@@ -29,6 +29,7 @@ from nmt.parallel import DataParallel, default_kvstore, parse_devices
 from nmt.recipes import DatasetSplits, load_data
 from nmt.tokenizer import Tokenizer, load_or_train_tokenizer, tokenizer_path
 from nmt.translate import Translator, score_test_set
+from nmt.workers import WorkerGroup
 
 logger = logging.getLogger("nmt.train")
 
@@ -138,7 +139,7 @@ class Trainer:
             ckpt.prepare_model_dir(self.model_dir, resume, overwrite)
         setup_logging(self.model_dir / ckpt.LOG if self.is_chief else None, console=self.is_chief)
         # the other workers read rank 0's files from a private copy: no shared filesystem or write access needed
-        self.read_dir = (self.workers.share_files(self.model_dir, (ckpt.CONFIG, ckpt.STATE, ckpt.TRAINER_STATES))
+        self.read_dir = (self.workers.share_files(self.model_dir, (ckpt.CONFIG, ckpt.STATE))
                          if resume else self.model_dir)
         self.state = ckpt.TrainState.load(self.read_dir) if resume else ckpt.TrainState()
         self.state.stopped = ""
@@ -160,6 +161,9 @@ class Trainer:
                                      batch_size=None if cfg.data.batch_tokens else cfg.data.batch_size,
                                      batch_tokens=cfg.data.batch_tokens, num_buckets=cfg.data.num_buckets,
                                      shuffle=True, seed=t.seed)
+        self.workers.check_same("training data and flags", {   # distributed: all must draw the same batches
+            "batches": self.sampler.fingerprint(), "model": vars(cfg.model), "optim": vars(cfg.optim),
+            "train": {k: getattr(t, k) for k in ("seed", "accum_steps", "max_steps", "max_epochs", "valid_every")}})
         self.batches = BatchIterator(self.data.train_src, self.data.train_tgt, self.sampler, prefetch=2)
         _seed_everything(t.seed)
         self.net = build_model(cfg.model, self.src_tok.vocab_size, self.tgt_tok.vocab_size)
@@ -171,12 +175,14 @@ class Trainer:
         if resume:
             if self.is_chief:   # the others get rank 0's parameters as load_states initializes the kvstore
                 self.net.load_parameters(str(ckpt.latest_params_path(self.model_dir)), ctx=self.ctxs)
-            self.trainer.load_states(str(self.read_dir / ckpt.TRAINER_STATES))
+            states = ckpt.trainer_states_file(ckpt.latest_step(self.state))
+            self.trainer.load_states(str(self.workers.share_files(self.model_dir, (states,)) / states))
             self.batches.load_state_dict(self.state.sampler)
             logger.info("resumed from step %d (epoch %d, batch %d of %d)", self.state.step, self.state.epoch + 1,
                         self.sampler.position, len(self.sampler))
         else:
             self.sampler.set_epoch(0)
+        self.workers.init_trainer(self.trainer)   # distributed: rank 0's parameters on every worker before update 1
         self.dp = DataParallel(self.loss_block, self.net.collect_params(), self.trainer, self.ctxs,
                                accum_steps=t.accum_steps, clip_norm=cfg.optim.clip_norm,
                                num_workers=self.num_workers, rank=self.rank)
@@ -298,6 +304,7 @@ class Trainer:
                 self.state.save(self.model_dir)   # record why training stopped
             logger.info("training stopped (%s) at step %d, epoch %.2f; best dev BLEU %.2f at step %d",
                         stop, self.state.step, self.epochs_done(), self.state.best_bleu, self.state.best_step)
+            self.workers.finished()   # distributed: no collective after this, leave with the others (else: at once)
         finally:
             _restore_signal_handlers(old_handlers)
         if t.average_last > 1 and self.is_chief and len(self.state.params_files) >= 2:

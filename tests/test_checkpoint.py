@@ -42,8 +42,13 @@ class _Net:
 
 
 class _Trainer:
+    def __init__(self, fail: bool = False):
+        self.fail = fail
+
     def save_states(self, path: str) -> None:
         Path(path).write_bytes(b"states")
+        if self.fail:
+            raise OSError("No space left on device")
 
 
 def test_failed_checkpoint_leaves_the_previous_one_loadable(tmp_path):
@@ -55,6 +60,23 @@ def test_failed_checkpoint_leaves_the_previous_one_loadable(tmp_path):
     assert ckpt.TrainState.load(tmp_path).step == 10
     assert ckpt.load_params(tmp_path, "latest")["w"].asnumpy().tolist() == [1.0, 1.0]
     assert ckpt.load_params(tmp_path, "best")["w"].asnumpy().tolist() == [1.0, 1.0]
+
+
+def test_optimizer_states_always_match_the_checkpoint_state_json_names(tmp_path):
+    """A crash after the new parameters but while writing the new optimizer states must not pair step 10's
+    parameters with step 20's Adam moments: the states file is named by step and the old one stays."""
+    state = ckpt.TrainState(step=10)
+    ckpt.save_checkpoint(tmp_path, _Net(1.0), _Trainer(), state, keep_last=2, is_best=False)
+    state.step = 20
+    with pytest.raises(OSError):
+        ckpt.save_checkpoint(tmp_path, _Net(2.0), _Trainer(fail=True), state, keep_last=2, is_best=False)
+    loaded = ckpt.TrainState.load(tmp_path)
+    assert loaded.step == 10 and ckpt.latest_step(loaded) == 10
+    assert (tmp_path / ckpt.trainer_states_file(10)).read_bytes() == b"states"
+    assert not list(tmp_path.glob(".*.tmp"))   # no temporary file left behind
+    state.step = 30
+    ckpt.save_checkpoint(tmp_path, _Net(3.0), _Trainer(), state, keep_last=2, is_best=False)
+    assert sorted(p.name for p in tmp_path.glob("trainer.*.states")) == [ckpt.trainer_states_file(30)]
 
 
 def test_keep_last_and_which(tmp_path):

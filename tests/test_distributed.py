@@ -19,8 +19,9 @@ import pytest
 from nmt import checkpoint as ckpt
 from nmt import distributed as dist
 from nmt.config import ConfigError
-from nmt.distributed import Host, Job, LaunchError, ProcSpec, WorkerGroup
+from nmt.distributed import Host, Job, LaunchError, ProcSpec
 from nmt.train import Trainer
+from nmt.workers import WorkerGroup, _pack, _unpack
 from tests.synth import write_task
 from tests.test_train import assert_same_params, params_of, tiny_config
 
@@ -75,7 +76,7 @@ def test_ssh_command_is_exact():
     sh, dash_c, script = shlex.split(argv[-1])
     assert (sh, dash_c) == ("sh", "-c")
     assert script.splitlines() == [
-        "exec 3<&0", "cd /home/alice/nmt || exit 1", "unset PORT",
+        "exec 3<&0", "cd /home/alice/nmt || exit 1", "unset PORT DMLC_RANK",
         "export DMLC_NODE_HOST=node2 DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=2 DMLC_PS_ROOT_PORT=9000 "
         "DMLC_PS_ROOT_URI=10.0.0.9 DMLC_ROLE=worker OMP_NUM_THREADS=4",
         "python scripts/train.py --model-dir 'my models/x' 3<&- &", "pid=$!",
@@ -145,7 +146,7 @@ def test_bytes_survive_the_float_packing():
     rng = np.random.default_rng(0)
     for n in (0, 1, 2, 3, 4, 1000):
         data = rng.integers(0, 256, n, dtype=np.uint8).tobytes()
-        assert dist._unpack(dist._pack(data).astype(np.float32), n) == data
+        assert _unpack(_pack(data).astype(np.float32), n) == data
 
 
 def test_one_worker_group_is_the_identity(tmp_path):
@@ -153,6 +154,15 @@ def test_one_worker_group_is_the_identity(tmp_path):
     assert (g.rank, g.num_workers, g.is_chief) == (0, 1, True)
     assert g.broadcast_bytes(b"x") == b"x" and g.share_files(tmp_path, ["a"]) == tmp_path
     assert g.agree_stop("SIGTERM") == "SIGTERM" and g.agree_stop("") == ""
+
+
+def test_check_same_names_what_differs(monkeypatch):
+    g = WorkerGroup("local")
+    g.rank = 1
+    monkeypatch.setattr(g, "broadcast_json", lambda obj: {"batches": "abc", "model": {"dropout": 0.1}})
+    g.check_same("training data and flags", {"batches": "abc", "model": {"dropout": 0.1}})
+    with pytest.raises(ConfigError, match=r"flags of worker rank 1 differ from rank 0's in: batches, model; every"):
+        g.check_same("training data and flags", {"batches": "xyz", "model": {"dropout": 0.2}})
 
 
 # -- the watchdog, on stand-in processes ---------------------------------------------------------------------------
@@ -179,6 +189,13 @@ def test_a_failing_worker_stops_the_job(capsys):
     assert time.monotonic() - t0 < 10
     assert f"worker 1 (pid {job.procs[3].pid}) exited with code 3; stopping the other 3" in capsys.readouterr().err
     assert all(gone(p.pid) for p in job.procs)
+
+
+def test_a_command_that_cannot_start_stops_the_job():
+    job = Job([stand_in("scheduler", 0, SLEEP), ProcSpec("worker", 0, ["/nonexistent/python"], {})])
+    with pytest.raises(LaunchError, match="cannot start worker 0: /nonexistent/python: No such file"):
+        job.run()
+    assert gone(job.procs[0].pid)
 
 
 def test_a_lonely_worker_and_the_timeout_end_the_job(capsys):
@@ -219,10 +236,10 @@ def task(tmp_path_factory):
     return write_task(tmp_path_factory.mktemp("synth"))
 
 
-def launch(tmp_path: Path, launcher_args, command, name: str) -> subprocess.Popen:
+def launch(tmp_path: Path, launcher_args, command, name: str, **env) -> subprocess.Popen:
     """Start the launcher in its own process group; its output goes to NAME.out/.err."""
     argv = [PY, str(REPO / "scripts" / "launch.py"), *launcher_args, "--timeout", "120", "--", PY, *command]
-    return subprocess.Popen(argv, cwd=tmp_path, env=ENV, stdout=open(tmp_path / f"{name}.out", "w"),
+    return subprocess.Popen(argv, cwd=tmp_path, env=dict(ENV, **env), stdout=open(tmp_path / f"{name}.out", "w"),
                             stderr=open(tmp_path / f"{name}.err", "w"), start_new_session=True)
 
 
@@ -250,9 +267,8 @@ def test_two_workers_match_one_process(tmp_path, task):
     cfg = tiny_config(tmp_path, task, "dist", max_steps=5)
     cfg.optim.optimizer, cfg.optim.lr, cfg.optim.warmup_steps, cfg.optim.clip_norm = "sgd", 0.5, 1, 0.0
     cfg.save(tmp_path / "cfg.json")
-    p = launch(tmp_path, ["-n", "2", "-s", "1"],
-               [str(REPO / "tests" / "dist_worker.py"), str(tmp_path), "--config", "cfg.json", "--kvstore", "dist_sync"],
-               "job")
+    worker = [str(REPO / "tests" / "dist_worker.py"), str(tmp_path), "--config", "cfg.json", "--kvstore", "dist_sync"]
+    p = launch(tmp_path, ["-n", "2", "-s", "1"], worker, "job")
     assert finish(p, 90) == 0, (tmp_path / "job.err").read_text()[-3000:]
     w0, w1 = load_dump(tmp_path / "params.rank0"), load_dump(tmp_path / "params.rank1")
     assert_same_params(w0, w1, rtol=0, atol=0)
@@ -263,6 +279,21 @@ def test_two_workers_match_one_process(tmp_path, task):
     single.optim = cfg.optim
     Trainer(single).fit()
     assert_same_params(params_of(single.train.model_dir), w0, rtol=1e-5, atol=1e-7)
+
+
+def test_an_exception_in_a_worker_ends_the_job(tmp_path, task):
+    # rank 0 raises at its first checkpoint; without leaving at once it would wait in MXNet's exit barrier for
+    # the other worker, which waits for it in a collective: a hang instead of an error
+    tiny_config(tmp_path, task, "dist", max_steps=100, valid_every=2, valid_max_sentences=5).save(tmp_path / "cfg.json")
+    worker = [str(REPO / "tests" / "dist_worker.py"), str(tmp_path), "--config", "cfg.json", "--kvstore", "dist_sync"]
+    p = launch(tmp_path, ["-n", "2"], worker, "job", FAIL_ON_SAVE="0")
+    t0 = time.monotonic()
+    code = finish(p, 60)
+    err = (tmp_path / "job.err").read_text()
+    assert code == 1 and time.monotonic() - t0 < 45, err[-3000:]
+    assert "RuntimeError: injected failure in worker rank 0" in err
+    assert re.search(r"nmt-launch: worker [01] \(pid \d+\) exited with code 1; stopping the other 3 processes", err)
+    assert all(gone(pid) for pid in started_pids(err).values())
 
 
 def test_killed_worker_ends_the_job_then_resume_over_ssh_and_stop_by_sigterm(tmp_path, task):

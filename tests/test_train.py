@@ -59,7 +59,7 @@ def test_learns_reverse_task_and_model_dir_is_complete(tmp_path, task):
     d = Path(cfg.train.model_dir)
     scores = json.loads((Path(cfg.train.model_dir) / ckpt.SCORES).read_text())
     assert scores["test"]["best"]["bleu"] == result.test_scores["test"].bleu
-    for f in (ckpt.CONFIG, ckpt.STATE, ckpt.TRAINER_STATES, ckpt.PARAMS_BEST, ckpt.METRICS, ckpt.LOG,
+    for f in (ckpt.CONFIG, ckpt.STATE, ckpt.trainer_states_file(700), ckpt.PARAMS_BEST, ckpt.METRICS, ckpt.LOG,
               "spm.ko.model", "spm.en.model", ckpt.params_file(700)):
         assert (d / f).exists(), f
     rows = [json.loads(x) for x in (d / ckpt.METRICS).read_text().splitlines()]
@@ -115,6 +115,8 @@ def test_resume_reaches_the_same_parameters(tmp_path, task):
     assert_same_params(params_of(full.train.model_dir), params_of(part.train.model_dir))
     kept = ckpt.list_params_files(part.train.model_dir)
     assert kept == [ckpt.params_file(8), ckpt.params_file(12)]
+    states = sorted(p.name for p in Path(part.train.model_dir).glob("trainer.*.states"))
+    assert states == [ckpt.trainer_states_file(12)]
 
 
 def test_resume_across_an_epoch_boundary(tmp_path, task):

@@ -1,0 +1,155 @@
+"""What the workers of a distributed job do together besides the gradient all-reduce: rank 0's files and training
+state to everyone, an agreed stop, and the kvstore's start. Keeping them in lockstep is what makes `dist_sync` work:
+every worker must run the same updates, and every collective call must be made by all of them."""
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, Optional, Sequence
+
+import numpy as np
+
+from nmt.atomic import atomic_write_bytes
+from nmt.config import ConfigError
+
+STOP_WISHES = ("SIGINT", "SIGTERM", "max_seconds")   # stop reasons that may reach workers at different updates
+# kvstore keys of our collectives: above gluon.Trainer's 0..num_params-1, and small enough that MXNet's key-to-server
+# hash (key * 9973, a C int) does not overflow: a vote key, a length key, one key per power-of-two payload size
+_VOTE_KEY, _SIZE_KEY, _PAYLOAD_KEY = 100_000, 100_001, 100_002
+
+
+class WorkerGroup:
+    """The workers of a job as one worker sees them. Every method is a collective: all workers must call it at the
+    same point of the run (a call that only some make blocks the others forever). With one worker it is free.
+
+    Each collective is a kvstore push-pull that sums over workers; a worker issues the next one on a key only after
+    it has the result of the previous one, so the server never mixes two rounds of a key."""
+
+    def __init__(self, kv=None):
+        self.kv = kv if hasattr(kv, "num_workers") else None
+        self.rank = self.kv.rank if self.kv is not None else 0
+        self.num_workers = self.kv.num_workers if self.kv is not None else 1
+        self.is_chief = self.rank == 0
+        self._ready = set()          # keys initialized on the kvstore
+        self._vote = None            # the stop vote in flight (its result is read at the next call)
+        self._finished = False
+        if self.num_workers > 1:
+            atexit.register(self._leave)
+
+    def finished(self) -> None:
+        """This worker is through with collectives: it may leave through MXNet's exit barrier, with the others."""
+        self._finished = True
+
+    def _leave(self) -> None:
+        """At exit before `finished` (an error): leave at once, with exit code 1. MXNet's kvstore destructor would
+        first wait for transfers in flight and for every worker at a barrier, which workers blocked in a collective
+        with this one never reach: the job would hang instead of failing."""
+        if not self._finished:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(1)
+
+    def _sum(self, key: int, values: np.ndarray):
+        """Start summing `values` (float32) over workers on `key`; returns the output NDArray (read it to wait)."""
+        import mxnet as mx
+        if key not in self._ready:
+            self.kv.init(key, mx.nd.zeros(values.shape))
+            self._ready.add(key)
+        out = mx.nd.zeros(values.shape)
+        self.kv.pushpull(key, mx.nd.array(values, dtype="float32"), out=out)
+        return out
+
+    def broadcast_bytes(self, data: Optional[bytes]) -> Optional[bytes]:
+        """Rank 0's `data` (None = absent) on every worker; the other workers' argument is ignored."""
+        if self.num_workers == 1:
+            return data
+        n = len(data) + 1 if self.is_chief and data is not None else 0      # 0 = absent
+        head = np.array([n >> 24, n & 0xFFFFFF] if self.is_chief else [0, 0], dtype=np.float32)
+        head = self._sum(_SIZE_KEY, head).asnumpy()         # the others add zeros: exact
+        n = (int(head[0]) << 24) | int(head[1])
+        if n == 0:
+            return None
+        words = -(-(n - 1) // 3)
+        size = 1 << max(0, (words - 1).bit_length())       # a few fixed shapes: one key per power of two
+        body = np.zeros(size, np.float32)
+        if self.is_chief:
+            body[:words] = _pack(data)[:words]
+        body = self._sum(_PAYLOAD_KEY + size.bit_length(), body).asnumpy()
+        return _unpack(body[:words], n - 1)
+
+    def broadcast_json(self, obj):
+        """Rank 0's JSON-serializable `obj` on every worker."""
+        return json.loads(self.broadcast_bytes(json.dumps(obj).encode("utf-8") if self.is_chief else None))
+
+    def check_same(self, what: str, values: Dict[str, Any]) -> None:
+        """ConfigError on a worker whose `values` differ from rank 0's (different data files or flags on another
+        machine would give other batches, or another number of them: wrong updates or a hang at the epoch end)."""
+        mine, theirs = json.loads(json.dumps(values)), self.broadcast_json(values)   # both as JSON sees them
+        differ = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+        if differ:
+            raise ConfigError(f"the {what} of worker rank {self.rank} differ from rank 0's in: {', '.join(differ)}; "
+                              "every machine needs the same code, data files and flags")
+
+    def share_files(self, src_dir: Path, names: Sequence[str]) -> Path:
+        """A directory holding rank 0's `src_dir/name` files: `src_dir` on rank 0, a private temporary copy on the
+        others (no shared filesystem and no write access to the model directory needed). Files missing on rank 0
+        are missing in the copy too, so every worker fails alike."""
+        if self.num_workers == 1:
+            return Path(src_dir)
+        copy = None if self.is_chief else Path(tempfile.mkdtemp(prefix=f"nmt-worker{self.rank}-"))
+        if copy is not None:
+            atexit.register(shutil.rmtree, copy, True)
+        for name in names:
+            path = Path(src_dir) / name
+            data = self.broadcast_bytes(path.read_bytes() if self.is_chief and path.is_file() else None)
+            if copy is not None and data is not None:
+                atomic_write_bytes(copy / name, data)
+        return Path(src_dir) if copy is None else copy
+
+    def init_trainer(self, trainer) -> None:
+        """Initialize `trainer`'s kvstore now (every worker gets rank 0's parameters) and wait for it.
+
+        gluon does this lazily in the first `allreduce_grads`, after the first backward pass; with
+        update_on_kvstore=False the parameter pull can then reach the server after the first gradient round and
+        return the summed gradient in place of the parameters (also with a single worker)."""
+        if self.kv is None:
+            return
+        import mxnet as mx
+        if not trainer._kv_initialized:
+            trainer._init_kvstore()
+        if trainer._params_to_init:
+            trainer._init_params()
+        if trainer._params_to_init:
+            raise RuntimeError("parameters with deferred initialization cannot be shared before the first update: "
+                               f"{[p.name for p in trainer._params_to_init]}; give their layers input sizes")
+        mx.nd.waitall()
+
+    def agree_stop(self, wish: str) -> str:
+        """This worker's wish to stop (one of STOP_WISHES, or "") -> the reason all workers stop for, or "".
+
+        Workers vote at every call; the outcome of a vote is read at the next call, one update later, so that the
+        loop never waits for it. Every worker gets the same answer at the same call, whoever wished first."""
+        if self.num_workers == 1:
+            return wish
+        if wish and wish not in STOP_WISHES:
+            raise ValueError(f"unknown stop wish {wish!r}; expected one of {STOP_WISHES}")
+        counts = self._vote.asnumpy() if self._vote is not None else np.zeros(len(STOP_WISHES))
+        self._vote = self._sum(_VOTE_KEY, np.array([float(w == wish) for w in STOP_WISHES], dtype=np.float32))
+        return next((w for w, c in zip(STOP_WISHES, counts) if c > 0), "")
+
+
+def _pack(data: bytes) -> np.ndarray:
+    """Bytes -> float32 words of 3 bytes each (integers < 2**24 are exact in float32; kvstores carry only floats)."""
+    b = np.frombuffer(data + b"\0" * (-len(data) % 3), dtype=np.uint8).reshape(-1, 3).astype(np.uint32)
+    words = ((b[:, 0] << 16) | (b[:, 1] << 8) | b[:, 2]).astype(np.float32)
+    return words if len(words) else np.zeros(1, np.float32)
+
+
+def _unpack(words: np.ndarray, n: int) -> bytes:
+    w = np.rint(words).astype(np.uint32)
+    return np.stack([w >> 16, (w >> 8) & 255, w & 255], axis=1).astype(np.uint8).tobytes()[:n]

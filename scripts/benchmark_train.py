@@ -1,0 +1,430 @@
+#!/usr/bin/env python
+"""Training and decoding throughput on real data, against the machine's own matrix-multiply limit.
+
+    OMP_NUM_THREADS=2 python scripts/benchmark_train.py --data-dir ../shared/data \\
+        --devices 1,2,4 --batch-sizes 60,120,240 --json results/benchmark_train.json --plot results/benchmark_train.png
+
+For every (device count, global batch) pair a fresh `nmt.train.Trainer` (the real setup: data, SentencePiece,
+hybridized model, DataParallel, optimizer) runs `--warmup` updates (default: one epoch, so every batch shape has
+been seen), then `--repeats` timed windows of `--updates` updates (default: one epoch each); figures are medians
+over the windows: time per update and per epoch, updates/s, sentences/s, source and target tokens/s (real tokens,
+padding excluded), speedup and scaling efficiency against one device at the same global batch. CPU contexts
+(`--cpu-devices N` in training) share the same cores, so on CPU the device sweep measures the overhead of the
+split/aggregate machinery; `--gpus 0,1,2,3` sweeps real GPUs (`--amp` adds mixed precision there).
+
+The same run measures the cores' sgemm rate through MXNet (`nd.dot`, and oneDNN's FullyConnected, on 2048^3
+float32 products) and reports the training step's useful FLOP rate (nmt.model.count_flops_per_token x real
+tokens/s) as a fraction of it; `--decode` times batched beam search against gluonnlp's BeamSearchSampler on the
+recipe's first test set (same model, beam, batch, maximum length; identical output is checked), plus the
+Translator's beam and greedy rates; `--memory-updates N` trains a tiny model N updates and reports resident
+memory at 100 updates and at N. Every measurement runs in its own fresh process, so peak-memory figures are
+its own. Run it on an otherwise idle machine: the load average before and after is recorded.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Dict, List, Optional
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:   # run from a checkout without installing
+    sys.path.insert(0, str(REPO))
+
+GNMT_REFERENCE_TOK_PER_S = 2150.0   # GluonNLP 0.10 GNMT recipe, same setting, measured on the 2-core reference machine
+GNMT_REFERENCE_DECODE = {"beam4": 83.0, "greedy": 213.0}   # its translator, sentences/s, same test set and machine
+
+
+# -- helpers shared by the workers ------------------------------------------------------------------------------
+def _proc_status(field: str) -> float:
+    """VmRSS / VmHWM of this process in MiB."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024.0
+    return float("nan")
+
+
+def _reset_peak_rss() -> bool:
+    try:   # Linux >= 4.0: writing 5 resets VmHWM to the current RSS
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _loadavg() -> List[float]:
+    try:
+        return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
+    except OSError:
+        return []
+
+
+def _config(spec: dict):
+    from nmt.config import Config, DataConfig, ModelConfig, OptimConfig, TrainConfig
+    d = spec["data"]
+    return Config(data=DataConfig(**d), model=ModelConfig(**spec["model"]), optim=OptimConfig(**spec.get("optim", {})),
+                  train=TrainConfig(**spec["train"]))
+
+
+def _new_trainer(spec: dict, model_dir: Path):
+    """A fresh Trainer (data, SentencePiece models, model, optimizer) in `model_dir`."""
+    from nmt.train import Trainer
+    spec = json.loads(json.dumps(spec))
+    spec["train"]["model_dir"] = str(model_dir)
+    return Trainer(_config(spec))
+
+
+def _run_updates(trainer, n: int) -> dict:
+    """`n` updates through Trainer.train_step (across epoch ends); wall time and what was seen."""
+    import mxnet as mx
+    seen = dict(updates=0, sentences=0, src_tokens=0, tgt_tokens=0)
+    t0 = time.perf_counter()
+    while seen["updates"] < n:
+        for batch in trainer.batches:   # the rest of the current epoch
+            trainer.train_step(batch)
+            seen["updates"] += 1
+            seen["sentences"] += batch.num_sentences
+            seen["src_tokens"] += batch.num_src_tokens
+            seen["tgt_tokens"] += batch.num_tgt_tokens
+            if seen["updates"] >= n:
+                break
+    mx.nd.waitall()
+    seen["seconds"] = time.perf_counter() - t0
+    return seen
+
+
+# -- workers (each in a fresh process) --------------------------------------------------------------------------
+def peak_worker(size: int = 2048, repeats: int = 7) -> dict:
+    """GFLOP/s of float32 (size x size) @ (size x size) through nd.dot (MXNet's BLAS) and FullyConnected (oneDNN)."""
+    import mxnet as mx
+    a = mx.nd.random.uniform(shape=(size, size))
+    b = mx.nd.random.uniform(shape=(size, size))
+
+    def rate(fn) -> float:
+        fn().wait_to_read()
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn().wait_to_read()
+            times.append(time.perf_counter() - t0)
+        return 2.0 * size ** 3 / statistics.median(times) / 1e9
+    return {"size": size, "dot_gflops": rate(lambda: mx.nd.dot(a, b)),
+            "fc_gflops": rate(lambda: mx.nd.FullyConnected(a, b, no_bias=True, num_hidden=size))}
+
+
+def train_worker(spec: dict) -> dict:
+    """Warm-up, then timed windows, for one (devices, batch) configuration."""
+    import mxnet as mx
+    from nmt.model import count_flops_per_token
+    with tempfile.TemporaryDirectory(prefix="nmt-bench-") as tmp:
+        trainer = _new_trainer(spec, Path(tmp) / "model")
+        per_epoch = len(trainer.sampler)
+        _reset_peak_rss()
+        warm = _run_updates(trainer, spec["warmup"] or per_epoch)
+        windows = [_run_updates(trainer, spec["updates"] or per_epoch) for _ in range(spec["repeats"])]
+        src_lens = [len(s) + 1 for s in trainer.data.train_src]
+        flops = count_flops_per_token(trainer.cfg.model, trainer.src_tok.vocab_size, trainer.tgt_tok.vocab_size,
+                                      avg_src_len=sum(src_lens) / len(src_lens))
+        res = {"devices": [str(c) for c in trainer.ctxs], "num_devices": len(trainer.ctxs),
+               "batch_size": trainer.cfg.data.batch_size, "batches_per_epoch": per_epoch,
+               "src_vocab": trainer.src_tok.vocab_size, "tgt_vocab": trainer.tgt_tok.vocab_size,
+               "warmup_updates": warm["updates"], "flops_per_token": flops,
+               "windows": windows, "peak_rss_mib": _proc_status("VmHWM"),
+               "threads": {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
+                           "MXNET_CPU_WORKER_NTHREADS": os.environ.get("MXNET_CPU_WORKER_NTHREADS")}}
+        mx.nd.waitall()
+    return res
+
+
+def memory_worker(spec: dict) -> dict:
+    """Resident memory over a long run of a tiny model, every 100 updates."""
+    with tempfile.TemporaryDirectory(prefix="nmt-bench-mem-") as tmp:
+        trainer = _new_trainer(spec, Path(tmp) / "model")
+        rss = {}
+        for mark in range(100, spec["updates"] + 1, 100):
+            _run_updates(trainer, 100)
+            rss[mark] = round(_proc_status("VmRSS"), 1)
+    last = max(rss)
+    return {"updates": spec["updates"], "rss_mib": rss, "model": spec["model"], "rss_at_100": rss[100],
+            "rss_at_end": rss[last], "growth_mib": rss[last] - rss[100],
+            "growth_second_half_mib": rss[last] - rss[max(100, (last // 200) * 100)]}
+
+
+def decode_worker(spec: dict) -> dict:
+    """Sentences/s of our batched beam search vs gluonnlp's BeamSearchSampler, and of the Translator."""
+    import mxnet as mx
+    import numpy as np
+    from nmt import search
+    from nmt.batching import pad_sources
+    from nmt.translate import Translator, recipe_tests
+    from nmt.tokenizer import BOS_ID, EOS_ID
+    with tempfile.TemporaryDirectory(prefix="nmt-bench-dec-") as tmp:
+        trained_updates = 0
+        if spec.get("model_dir"):
+            model_dir = Path(spec["model_dir"])
+        else:   # no model given: train the benchmark model briefly, so that hypotheses end with EOS
+            trainer = _new_trainer(spec, Path(tmp) / "model")
+            trained_updates = _run_updates(trainer, spec["train_epochs"] * len(trainer.sampler))["updates"]
+            trainer.save()
+            model_dir = Path(tmp) / "model"
+            del trainer
+        _reset_peak_rss()
+        tr = Translator.from_dir(model_dir, which="latest" if trained_updates else "best")
+        test_name, test = next(iter(recipe_tests(tr.config, spec["data"].get("data_dir")).items()))
+        lines = test.src[:spec["sentences"]] if spec["sentences"] else test.src
+        ids = tr.source_ids(lines)
+        order = sorted((i for i, x in enumerate(ids) if x), key=lambda i: len(ids[i]))
+        K, bs, d = spec["beam"], spec["batch"], tr.decode
+        batches = []
+        for s in range(0, len(order), bs):
+            rows = order[s:s + bs]
+            src, src_len = pad_sources([ids[i] for i in rows], max(len(ids[i]) for i in rows) + 1)
+            max_len = int(math.ceil(d.max_len_a * int(src_len.max()) + d.max_len_b))
+            batches.append((rows, mx.nd.array(src), mx.nd.array(src_len), max_len))
+        net = tr.net
+
+        def ours():
+            return [h[0][0] for rows, src, src_len, m in batches
+                    for h in search.beam_search(net, src, src_len, K, m, alpha=d.length_penalty_alpha)]
+
+        def gluonnlp_sampler():
+            from gluonnlp.model import BeamSearchSampler, BeamSearchScorer
+            out = []
+            for rows, src, src_len, m in batches:
+                memory, (h0, c0) = net.encode(src, src_len)
+
+                def step(tokens, states):
+                    log_probs, (h, c), _ = net.decode_step(tokens.astype("float32"), states[:2], states[2], states[3])
+                    return log_probs, [h, c, states[2], states[3]]
+                sampler = BeamSearchSampler(K, step, EOS_ID, BeamSearchScorer(alpha=d.length_penalty_alpha, K=5.0,
+                                                                              from_logits=False), max_length=m)
+                samples, _, valid = sampler(mx.nd.full((len(rows),), BOS_ID), [h0, c0, memory, src_len])
+                samples, valid = samples.asnumpy(), valid.asnumpy()
+                for r in range(len(rows)):
+                    seq = [int(x) for x in samples[r, 0, 1:valid[r, 0]]]
+                    out.append(seq[:-1] if seq and seq[-1] == EOS_ID else seq)
+            return out
+
+        def timed(fn) -> dict:
+            fn()   # warm-up: every batch shape once
+            times, out = [], None
+            for _ in range(spec["repeats"]):
+                t0 = time.perf_counter()
+                out = fn()
+                times.append(time.perf_counter() - t0)
+            n = len(lines)
+            return {"sent_per_s": n / statistics.median(times), "seconds": times, "output": out}
+        mine, theirs = timed(ours), timed(gluonnlp_sampler)
+        hyps = mine.pop("output")
+        same = sum(a == b for a, b in zip(hyps, theirs.pop("output")))
+        beam_tr = timed(lambda: tr.translate(lines, beam_size=K))
+        greedy_tr = timed(lambda: tr.translate(lines, beam_size=1))
+        lengths = [len(h) for h in hyps]
+        beam_tr.pop("output"), greedy_tr.pop("output")
+        return {"test_set": test_name, "sentences": len(lines), "beam": K, "batch": bs,
+                "model_dir": spec.get("model_dir") or f"(benchmark model trained {trained_updates} updates)",
+                "beam_search": mine, "gluonnlp_beam_search_sampler": theirs,
+                "speedup_vs_gluonnlp": mine["sent_per_s"] / theirs["sent_per_s"],
+                "identical_outputs": same, "translator_beam": beam_tr, "translator_greedy": greedy_tr,
+                "mean_output_tokens": float(np.mean(lengths)), "peak_rss_mib": _proc_status("VmHWM")}
+
+
+# -- orchestration ----------------------------------------------------------------------------------------------
+def _in_fresh_process(fn, *args):
+    with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as ex:
+        return ex.submit(fn, *args).result()
+
+
+def _summary(res: dict, peak: Optional[dict]) -> dict:
+    w = res["windows"]
+    spu = statistics.median(x["seconds"] / x["updates"] for x in w)
+    rate = {k: statistics.median(x[k] / x["seconds"] for x in w) for k in ("updates", "sentences", "src_tokens",
+                                                                        "tgt_tokens")}
+    f = res["flops_per_token"]
+    gflops = (rate["src_tokens"] * f["src_train_flops"] + rate["tgt_tokens"] * f["tgt_train_flops"]) / 1e9
+    out = {"num_devices": res["num_devices"], "batch_size": res["batch_size"], "ms_per_update": spu * 1e3,
+           "updates_per_s": rate["updates"], "sent_per_s": rate["sentences"], "src_tok_per_s": rate["src_tokens"],
+           "tgt_tok_per_s": rate["tgt_tokens"], "tok_per_s": rate["src_tokens"] + rate["tgt_tokens"],
+           "epoch_s": statistics.median(x["seconds"] / x["updates"] for x in w) * res["batches_per_epoch"],
+           "useful_gflops": gflops, "peak_rss_mib": res["peak_rss_mib"]}
+    if peak:
+        out["frac_of_dot_peak"] = gflops / peak["dot_gflops"]
+        out["frac_of_onednn_peak"] = gflops / peak["fc_gflops"]
+    return out
+
+
+def _plot(rows: List[dict], path: Path, title: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    batches = sorted({r["batch_size"] for r in rows})
+    devices = sorted({r["num_devices"] for r in rows})
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    width = 0.8 / len(devices)
+    for j, n in enumerate(devices):
+        xs = [i + (j - (len(devices) - 1) / 2) * width for i in range(len(batches))]
+        get = {r["batch_size"]: r for r in rows if r["num_devices"] == n}
+        axes[0].bar(xs, [get[b]["ms_per_update"] if b in get else 0 for b in batches], width, label=f"{n} device(s)")
+        axes[1].bar(xs, [get[b]["epoch_s"] if b in get else 0 for b in batches], width, label=f"{n} device(s)")
+    for ax, label in ((axes[0], "time per update (ms)"), (axes[1], "time per epoch (s)")):
+        ax.set_xticks(range(len(batches)))
+        ax.set_xticklabels([f"batch {b}" for b in batches])
+        ax.set_ylabel(label)
+        ax.legend()
+        ax.grid(axis="y", alpha=0.3)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+
+
+def _machine() -> dict:
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import mxnet as mx
+    from mxnet.runtime import Features
+    return {"cpu": model or platform.processor(), "cores": os.cpu_count(), "python": platform.python_version(),
+            "mxnet": mx.__version__, "onednn": Features().is_enabled("MKLDNN"),
+            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS")}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data-dir", help="offline mirror laid out like shared/data (else $NMT_DATA_DIR, cache)")
+    p.add_argument("--recipe", default="tatoeba", help="dataset recipe (tatoeba or all)")
+    p.add_argument("--src", default="ko")
+    p.add_argument("--tgt", default="en")
+    p.add_argument("--vocab-size", type=int, default=8000, help="SentencePiece pieces per language")
+    p.add_argument("--embed-size", type=int, default=256)
+    p.add_argument("--hidden-size", type=int, default=256)
+    p.add_argument("--num-layers", type=int, default=2)
+    p.add_argument("--attention", default="dot")
+    p.add_argument("--dropout", type=float, default=0.2)
+    p.add_argument("--devices", default="1,2", help="device counts to sweep (default 1,2)")
+    p.add_argument("--gpus", help="GPU ids to draw the devices from (e.g. 0,1,2,3); default: CPU contexts")
+    p.add_argument("--amp", action="store_true", help="automatic mixed precision (GPUs only)")
+    p.add_argument("--batch-sizes", default="64", help="global batches in sentences (default 64)")
+    p.add_argument("--warmup", type=int, default=0, help="warm-up updates (0 = one epoch)")
+    p.add_argument("--updates", type=int, default=0, help="updates per timed window (0 = one epoch)")
+    p.add_argument("--repeats", type=int, default=3, help="timed windows per configuration (median reported)")
+    p.add_argument("--no-peak", action="store_true", help="skip the sgemm peak measurement")
+    p.add_argument("--decode", action="store_true", help="also benchmark decoding")
+    p.add_argument("--decode-model-dir", help="trained model directory for --decode (default: train the benchmark "
+                   "model for --decode-train-epochs epochs)")
+    p.add_argument("--decode-train-epochs", type=int, default=3)
+    p.add_argument("--beam", type=int, default=4)
+    p.add_argument("--decode-batch", type=int, default=64)
+    p.add_argument("--decode-sentences", type=int, default=0, help="test sentences to decode (0 = all)")
+    p.add_argument("--decode-repeats", type=int, default=2)
+    p.add_argument("--memory-updates", type=int, default=0, help="RSS growth check over N updates of a tiny model")
+    p.add_argument("--only-extras", action="store_true", help="skip the training sweep (decode/memory only)")
+    p.add_argument("--json", type=Path, help="write all figures here")
+    p.add_argument("--plot", type=Path, help="write the time-per-update/epoch plot here (PNG)")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from nmt.config import ConfigError, DataConfig
+    from nmt.recipes import load_data
+    if args.amp and not args.gpus:
+        raise SystemExit("error: --amp needs --gpus: automatic mixed precision is a GPU feature (float16 kernels)")
+    devices = [int(x) for x in args.devices.split(",") if x.strip()]
+    batch_sizes = [int(x) for x in args.batch_sizes.split(",") if x.strip()]
+    load_before = _loadavg()
+    data = dict(recipe=args.recipe, data_dir=args.data_dir, src_lang=args.src, tgt_lang=args.tgt,
+                vocab_size=args.vocab_size)
+    model = dict(embed_size=args.embed_size, hidden_size=args.hidden_size, num_layers=args.num_layers,
+                 attention=args.attention, dropout=args.dropout)
+    try:
+        splits = load_data(DataConfig(**data))   # here only to fail early with a clear message
+    except (ConfigError, OSError, ValueError) as e:
+        raise SystemExit(f"error: {e}")
+    base = {"data": data, "model": model,
+            "train": dict(progress=False, valid_every=0, max_epochs=10 ** 6, seed=1, patience=0)}
+    report: Dict[str, object] = {"machine": _machine(), "loadavg_before": load_before,
+                                 "data": {"recipe": args.recipe, "direction": f"{args.src}-{args.tgt}",
+                                          "train_pairs": len(splits.train)}, "model": model}
+    peak = None if args.no_peak else _in_fresh_process(peak_worker)
+    report["peak"] = peak
+    if peak:
+        print(f"sgemm 2048^3 float32 with {os.environ.get('OMP_NUM_THREADS', 'all')} OpenMP thread(s): "
+              f"nd.dot {peak['dot_gflops']:.1f} GFLOP/s, oneDNN FullyConnected {peak['fc_gflops']:.1f} GFLOP/s")
+    rows = []
+    for b in ([] if args.only_extras else batch_sizes):
+        for n in devices:
+            gpus = None
+            if args.gpus:
+                ids = [x for x in args.gpus.split(",") if x.strip()]
+                if n > len(ids):
+                    raise SystemExit(f"error: --devices asks for {n} GPUs but --gpus lists {len(ids)}")
+                gpus = ",".join(ids[:n]) + ","
+            spec = {**base, "data": {**data, "batch_size": b}, "warmup": args.warmup, "updates": args.updates,
+                    "repeats": args.repeats,
+                    "train": {**base["train"], "cpu_devices": 1 if gpus else n, "gpus": gpus,
+                              **({"amp": True} if args.amp else {})}}
+            res = _in_fresh_process(train_worker, spec)
+            row = _summary(res, peak)
+            one = next((r for r in rows if r["batch_size"] == b and r["num_devices"] == 1), None)
+            row["speedup"] = one["ms_per_update"] / row["ms_per_update"] if one else 1.0
+            row["efficiency"] = row["speedup"] / n
+            row["x_gnmt_reference"] = row["tok_per_s"] / GNMT_REFERENCE_TOK_PER_S
+            rows.append({**row, "raw": res})
+            print(f"devices {n} batch {b:4d}: {row['ms_per_update']:7.1f} ms/update  {row['epoch_s']:6.1f} s/epoch  "
+                  f"{row['sent_per_s']:6.0f} sent/s  {row['src_tok_per_s']:6.0f}+{row['tgt_tok_per_s']:.0f} tok/s  "
+                  f"{row['useful_gflops']:5.1f} GFLOP/s  speedup {row['speedup']:.2f} "
+                  f"(efficiency {row['efficiency']:.2f})  x{row['x_gnmt_reference']:.2f} GNMT ref  "
+                  f"peak RSS {row['peak_rss_mib']:.0f} MiB"
+                  + (f"  {100 * row['frac_of_dot_peak']:.0f}% of nd.dot, "
+                     f"{100 * row['frac_of_onednn_peak']:.0f}% of oneDNN sgemm" if peak else ""))
+    report["train"] = rows
+    if args.memory_updates:
+        tiny = {**base, "model": dict(embed_size=32, hidden_size=32, num_layers=1, dropout=0.1),
+                "data": {**data, "batch_size": 32}, "updates": args.memory_updates}
+        report["memory"] = mem = _in_fresh_process(memory_worker, tiny)
+        print(f"memory: RSS {mem['rss_mib']} MiB over {mem['updates']} updates of a tiny model "
+              f"(growth after update 100: {mem['growth_mib']:+.1f} MiB)")
+    if args.decode:
+        spec = {**base, "data": {**data, "batch_size": 64}, "model_dir": args.decode_model_dir,
+                "train_epochs": args.decode_train_epochs, "beam": args.beam, "batch": args.decode_batch,
+                "sentences": args.decode_sentences, "repeats": args.decode_repeats}
+        report["decode"] = dec = _in_fresh_process(decode_worker, spec)
+        print(f"decode {dec['test_set']} ({dec['sentences']} sentences, beam {dec['beam']}, batch {dec['batch']}): "
+              f"beam_search {dec['beam_search']['sent_per_s']:.0f} sent/s vs gluonnlp BeamSearchSampler "
+              f"{dec['gluonnlp_beam_search_sampler']['sent_per_s']:.0f} (x{dec['speedup_vs_gluonnlp']:.2f}, "
+              f"{dec['identical_outputs']}/{dec['sentences']} identical); Translator beam "
+              f"{dec['translator_beam']['sent_per_s']:.0f}, greedy {dec['translator_greedy']['sent_per_s']:.0f} "
+              f"sent/s; peak RSS {dec['peak_rss_mib']:.0f} MiB")
+    report["loadavg_after"] = _loadavg()
+    print(f"load average before {load_before}, after {report['loadavg_after']}")
+    if args.json:
+        from nmt.atomic import atomic_write_text
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(args.json, json.dumps(report, indent=1) + "\n")
+    if args.plot and rows:
+        m = report["machine"]
+        _plot(rows, args.plot, f"{args.recipe} {args.src}-{args.tgt}, embed/hidden {args.embed_size}/{args.hidden_size}, "
+                               f"{args.num_layers} layers; {m['cpu']}, {m['cores']} cores, OMP {m['OMP_NUM_THREADS']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
