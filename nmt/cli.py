@@ -91,6 +91,7 @@ TRAIN_FLAGS = [
     Flag("--valid-beam", "train", "valid_beam", int, "beam size for dev BLEU during training"),
     Flag("--valid-max-sentences", "train", "valid_max_sentences", int, "dev sentences translated for BLEU"),
     Flag("--no-progress", "train", "progress", help="no progress bar", boolean=True, negate=True),
+    Flag("--amp", "train", "amp", help="automatic mixed precision (float16) on GPUs", boolean=True),
 ]
 DECODE_FLAGS = [
     Flag("--beam-size", "decode", "beam_size", int, "beam size (1 = greedy)"),

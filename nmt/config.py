@@ -89,6 +89,7 @@ class TrainConfig:
     valid_beam: int = 1                  # beam size of the dev translation used for BLEU during training
     valid_max_sentences: int = 500       # cap on dev sentences translated for BLEU (loss uses all)
     progress: bool = True                # tqdm bar on stderr
+    amp: bool = False                    # automatic mixed precision (float16 compute, float32 weights); GPUs only
 
 
 @dataclass

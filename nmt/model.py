@@ -142,6 +142,10 @@ def fuse_legacy_lstm_params(loaded: Dict[str, mx.nd.NDArray]) -> Dict[str, mx.nd
         layers = len({k.split(".")[0] for k in parts})
         order = [f"{l}.{g}" for t in ("weight", "bias") for l in range(layers)
                  for g in ("i2h_" + t, "h2h_" + t)]
+        missing = [k for k in order if k not in parts]
+        if missing:
+            raise ValueError(f"LSTM parameters of {block} are incomplete: missing "
+                             f"{', '.join(f'{block}._unfused.{k}' for k in missing)}")
         out[f"{block}.rnn_param"] = mx.nd.concat(*[parts[k].reshape((-1,)) for k in order], dim=0)
     return out
 

@@ -28,6 +28,7 @@ import numpy as np
 from mxnet import autograd, gluon
 
 from nmt.batching import Batch, split_batch
+from nmt.config import ConfigError
 
 logger = logging.getLogger("nmt.parallel")
 
@@ -80,6 +81,17 @@ def default_kvstore(ctxs: Sequence[mx.Context], requested: str = "auto") -> str:
     return "device" if ctxs[0].device_type == "gpu" else "local"
 
 
+def init_amp(ctxs: Sequence[mx.Context]) -> None:
+    """Turn on MXNet's automatic mixed precision (float16 compute where safe, float32 master weights); call it
+    before the model is built. ConfigError unless every device is a GPU. Untested here: no GPU on the machine
+    this was written on."""
+    if not ctxs or any(c.device_type != "gpu" for c in ctxs):
+        raise ConfigError("--amp needs --gpus: automatic mixed precision runs float16 kernels on GPUs "
+                          f"(devices here: {', '.join(str(c) for c in ctxs) or 'none'}); drop --amp to train on CPU")
+    from mxnet.contrib import amp
+    amp.init()
+
+
 def share_width(needed: int, width: int) -> int:
     """Columns a share keeps: `needed` (its longest row) up to 16, else rounded up to a multiple of 8;
     never more than the batch's `width`, never less than 1."""
@@ -117,7 +129,7 @@ class DataParallel:
 
     def __init__(self, loss_block: gluon.HybridBlock, params: gluon.ParameterDict, trainer: gluon.Trainer,
                  ctxs: Sequence[mx.Context], accum_steps: int = 1, clip_norm: float = 0.0,
-                 num_workers: int = 1, rank: int = 0, trim: bool = True):
+                 num_workers: int = 1, rank: int = 0, trim: bool = True, amp: bool = False):
         self.loss_block = loss_block
         self.params = [p for p in params.values() if p.grad_req != "null"]
         self.trainer = trainer
@@ -127,6 +139,11 @@ class DataParallel:
         self.num_workers = num_workers
         self.rank = rank
         self.trim = trim
+        self.amp = amp
+        if amp:   # a dynamic loss scaler on the Trainer: scaled backward, unscaled update, overflow skips
+            init_amp(self.ctxs)
+            from mxnet.contrib import amp as mx_amp
+            mx_amp.init_trainer(trainer)
         # One micro-step writes its gradients; several accumulate and are zeroed after every update.
         self._accumulate = accum_steps > 1
         # CPU contexts share the same cores and memory: the kvstore's reduce-and-broadcast and one optimizer
@@ -168,10 +185,18 @@ class DataParallel:
             with autograd.record():
                 outs = [self.loss_block(*x) for x in inputs]
                 heads = [loss.sum() for loss, _ in outs]
-            autograd.backward(heads)
+                scaled = self._scaled(heads)
+            autograd.backward(scaled)
             losses += heads
             nlls += [nll.sum() for _, nll in outs]
         return losses, nlls
+
+    def _scaled(self, heads: List[mx.nd.NDArray]) -> List[mx.nd.NDArray]:
+        if not self.amp:
+            return heads
+        from mxnet.contrib import amp as mx_amp
+        with mx_amp.scale_loss(heads, self.trainer) as scaled:   # also sets the Trainer's unscaling factor
+            return list(scaled)
 
     def step(self, batch: Batch) -> Tuple[mx.nd.NDArray, mx.nd.NDArray, mx.nd.NDArray]:
         """One update on a global batch. Returns (loss_sum, nll_sum, grad_norm) as NDArrays on device 0.
@@ -185,7 +210,8 @@ class DataParallel:
             self._reduce_to_first()
         else:
             self.trainer.allreduce_grads()
-        norm = self.global_norm(batch.num_tgt_tokens)
+        loss_scale = self.trainer._amp_loss_scaler.loss_scale if self.amp else 1.0
+        norm = self.global_norm(batch.num_tgt_tokens * loss_scale)
         value = float(norm.asscalar())
         if math.isfinite(value):
             scale = min(1.0, self.clip_norm / (value + 1e-6)) if self.clip_norm > 0 else 1.0
@@ -193,6 +219,8 @@ class DataParallel:
                 self._update_first_and_copy(batch.num_tgt_tokens / scale)
             else:
                 self.trainer.update(batch.num_tgt_tokens / scale)   # gradient * scale / N
+        elif self.amp:   # float16 overflow: the Trainer's loss scaler skips this update and lowers the scale
+            self.trainer.update(batch.num_tgt_tokens)
         else:
             logger.warning("gradient norm is %s: update skipped", value)
         if self._accumulate:

@@ -2,16 +2,18 @@
 
 All sentences (times beams) advance together. One step is one hybridized graph: the decoder on the previous
 tokens, log-softmax, and the whole search update (candidate scores, top-k, back-pointers, reordered states,
-finished flags) on the device. Per step the host only reads one number, whether anything is still active,
-and reads it for the previous step while the current one computes, so the device never waits for Python. The
-chosen tokens and back-pointers stay on the device until the end, when one copy brings them to the host to
-trace the hypotheses back. A sentence stops growing at EOS or after `max_len` tokens; every computation is per
-row, so a sentence decodes the same alone or in a batch.
+finished flags) on the device. Per step the host reads only which sentences are done, and reads it for the
+previous step while the current one computes, so the device never waits for Python. Once a quarter of the
+batch is done, the done sentences leave it (their hypotheses are final) and the rest continue as a smaller
+batch, so finished sentences cost nothing. The chosen tokens and back-pointers stay on the device until a
+sentence leaves, then one copy brings them to the host to trace the hypotheses back. A sentence stops growing
+at EOS or after `max_len` tokens; every computation is per row, so a sentence decodes the same alone or in a
+batch.
 """
 from __future__ import annotations
 
 import weakref
-from typing import List, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import mxnet as mx
 import numpy as np
@@ -26,6 +28,9 @@ except ModuleNotFoundError as e:  # only while nmt.tokenizer is not written yet
 
 MaxLen = Union[int, Sequence[int], np.ndarray]
 _NEG_INF = float("-inf")
+# A batch sheds its done sentences once this fraction of it is done (each change of batch shape re-plans the
+# step graph, which costs about one step).
+_COMPACT_FRACTION = 0.25
 
 
 def _max_lens(max_len: MaxLen, batch: int) -> np.ndarray:
@@ -50,7 +55,7 @@ def _upload(a: np.ndarray, ctx: mx.Context) -> mx.nd.NDArray:
 
 
 class _GreedyStep(gluon.HybridBlock):
-    """(prev, h, c, memory, src_len, done, limits, t) -> (token, h, c, done, t + 1, emitted, active count)."""
+    """(prev, h, c, memory, src_len, done, limits, t) -> (token, h, c, done, t + 1, emitted)."""
 
     def __init__(self, model, **kwargs):
         super().__init__(**kwargs)
@@ -64,7 +69,7 @@ class _GreedyStep(gluon.HybridBlock):
         emitted = F.where(stop, F.ones_like(token) * -1, token)
         t1 = t + 1
         done = F.broadcast_logical_or(stop, F.broadcast_greater_equal(F.broadcast_like(t1, limits), limits))
-        return token, h, c, done, t1, emitted, F.sum(1 - done)
+        return token, h, c, done, t1, emitted
 
 
 class _BeamStep(gluon.HybridBlock):
@@ -108,9 +113,11 @@ class _BeamStep(gluon.HybridBlock):
         finished = F.broadcast_logical_or(F.broadcast_logical_or(was_fin, is_eos), new_scores == _NEG_INF)
         emitted = F.where(F.broadcast_logical_or(was_fin, is_eos), F.ones_like(token) * -1, token)
         t1 = t + 1
-        active = F.sum(1 - F.broadcast_logical_or(
-            finished, F.broadcast_lesser_equal(limits, F.broadcast_like(t1, limits))))
-        return (token, F.take(h, rows), F.take(c, rows), new_scores, lengths, finished, t1, rows, emitted, active)
+        # a sentence is done when every slot is finished (or will be, by its length limit, at the next step)
+        slot_done = F.broadcast_logical_or(finished, F.broadcast_lesser_equal(limits, F.broadcast_like(t1, limits)))
+        sentence_done = F.min(F.reshape(slot_done, shape=(-1, K)), axis=1)
+        return (token, F.take(h, rows), F.take(c, rows), new_scores, lengths, finished, t1, rows, emitted,
+                sentence_done)
 
 
 # Step blocks per model (hybridized once, reused for every batch); weak keys so a model can be freed.
@@ -127,18 +134,85 @@ def _step_block(model, kind: str, beam_size: int = 1) -> gluon.HybridBlock:
     return cache[key]
 
 
-def _run(step_fn, state: list, num_steps: int, active_at: int) -> List[list]:
-    """Call `state = step_fn(state)` up to `num_steps` times; stop before a step when nothing was active after
-    the previous one. The active count (output `active_at`) of step t is read while step t+1 computes; a step
-    queued after everything finished is discarded. Returns the states after each kept step."""
-    kept: List[list] = []
+class _Segment:
+    """Steps between two changes of the batch: its sentences (original numbering) and, per step, the
+    back-pointers (beam index within the sentence) and the emitted tokens (-1: none), (steps, B, K) on the host."""
+
+    def __init__(self, ids: np.ndarray, beams: np.ndarray, emitted: np.ndarray):
+        self.ids, self.beams, self.emitted = ids, beams, emitted
+
+
+def _search(step_fn, state: list, consts: list, K: int, num_steps: int, *, next_state: Sequence[int],
+            per_row_state: Sequence[int], per_row_consts: Sequence[int], flags_at: int, emitted_at: int,
+            rows_at: Optional[int], final_state: Sequence[int]) -> Tuple[List[_Segment], Dict[int, list]]:
+    """Run `outputs = step_fn(state, consts)` for up to `num_steps` steps over a batch that sheds its done
+    sentences. `state` and `consts` hold arrays whose first axis is the B*K rows (`per_row_*` positions) or
+    anything else; the next state is `outputs[next_state]`; `outputs[flags_at]` says per sentence whether it
+    is done (read one step late, while the next step runs; a step queued after all were done is dropped).
+    Returns the segments and, per original sentence, the host copies of `state[final_state]` (K rows each)
+    at the moment it left the batch."""
+    ctx = state[0].context
+    ids = np.arange(state[0].shape[0] // K)
+    segments: List[_Segment] = []
+    finals: Dict[int, list] = {}
+    steps: list = []
+    flags = None
+
+    def close() -> None:
+        if steps:
+            emitted = mx.nd.stack(*[o[emitted_at] for o in steps]).asnumpy().astype(np.int64)
+            emitted = emitted.reshape(len(steps), len(ids), K)
+            if rows_at is None:
+                beams = np.zeros_like(emitted)
+            else:
+                rows = mx.nd.stack(*[o[rows_at] for o in steps]).asnumpy().astype(np.int64)
+                beams = rows.reshape(len(steps), len(ids), K) - (np.arange(len(ids)) * K)[None, :, None]
+            segments.append(_Segment(ids, beams, emitted))
+
+    def finalize(positions: np.ndarray) -> None:
+        values = [state[i].asnumpy().reshape(len(ids), K) for i in final_state]
+        for p in positions:
+            finals[int(ids[p])] = [v[p] for v in values]
+
     for _ in range(num_steps):
-        new = step_fn(state)
-        if kept and kept[-1][active_at].asscalar() == 0:
-            break
-        kept.append(new)
-        state = new
-    return kept
+        outputs = step_fn(state, consts)
+        done = None if flags is None else flags.asnumpy() > 0.5
+        if done is not None and done.all():
+            break   # everything was done before this step: drop it
+        steps.append(outputs)
+        state = [outputs[i] for i in next_state]
+        flags = outputs[flags_at]
+        if done is not None and done.sum() >= max(1.0, _COMPACT_FRACTION * len(ids)):
+            # done before this step means done after it: those sentences leave with their current state
+            close()
+            steps = []
+            finalize(np.flatnonzero(done))
+            keep = np.flatnonzero(~done)
+            rows = _upload((keep[:, None] * K + np.arange(K)).reshape(-1), ctx)
+            state = [mx.nd.take(x, rows) if i in per_row_state else x for i, x in enumerate(state)]
+            consts = [mx.nd.take(x, rows) if i in per_row_consts else x for i, x in enumerate(consts)]
+            flags = mx.nd.take(flags, _upload(keep, ctx))
+            ids = ids[keep]
+    close()
+    finalize(np.arange(len(ids)))
+    return segments, finals
+
+
+def _trace(segments: List[_Segment], batch: int, K: int) -> List[np.ndarray]:
+    """Per original sentence, (steps, K) tokens of its final slots, traced back through the back-pointers."""
+    slots: Dict[int, np.ndarray] = {}
+    parts: Dict[int, list] = {i: [] for i in range(batch)}
+    for seg in reversed(segments):
+        slot = np.stack([slots.get(int(i), np.arange(K)) for i in seg.ids])   # (B, K); new arrivals start here
+        history = np.empty_like(seg.emitted)
+        for t in range(len(seg.emitted) - 1, -1, -1):
+            history[t] = np.take_along_axis(seg.emitted[t], slot, axis=1)
+            slot = np.take_along_axis(seg.beams[t], slot, axis=1)
+        for b, i in enumerate(seg.ids):
+            slots[int(i)] = slot[b]
+            parts[int(i)].append(history[:, b])
+    return [np.concatenate(parts[i][::-1], axis=0) if parts[i] else np.zeros((0, K), np.int64)
+            for i in range(batch)]
 
 
 def greedy_search(model, src: mx.nd.NDArray, src_len: mx.nd.NDArray, max_len: MaxLen) -> List[List[int]]:
@@ -151,10 +225,11 @@ def greedy_search(model, src: mx.nd.NDArray, src_len: mx.nd.NDArray, max_len: Ma
     memory, (h, c) = model.encode(src, src_len)
     step = _step_block(model, "greedy")
     state = [_upload(np.full(batch, BOS_ID), ctx), h, c, _upload(limits == 0, ctx), _upload(np.zeros(1), ctx)]
-    lim = _upload(limits, ctx)
-    kept = _run(lambda s: list(step(s[0], s[1], s[2], memory, src_len, s[3], lim, s[4])), state, num_steps, 6)
-    tokens = mx.nd.stack(*[s[5] for s in kept], axis=1).asnumpy().astype(np.int64)   # (B, steps)
-    return [[int(x) for x in row if x >= 0] for row in tokens]
+    consts = [memory, src_len, _upload(limits, ctx)]
+    segments, _ = _search(lambda s, k: list(step(s[0], s[1], s[2], k[0], k[1], s[3], k[2], s[4])), state, consts,
+                          1, num_steps, next_state=(0, 1, 2, 3, 4), per_row_state=(0, 1, 2, 3),
+                          per_row_consts=(0, 1, 2), flags_at=3, emitted_at=5, rows_at=None, final_state=())
+    return [[int(x) for x in tokens[:, 0] if x >= 0] for tokens in _trace(segments, batch, 1)]
 
 
 def beam_search(model, src: mx.nd.NDArray, src_len: mx.nd.NDArray, beam_size: int, max_len: MaxLen,
@@ -177,33 +252,24 @@ def beam_search(model, src: mx.nd.NDArray, src_len: mx.nd.NDArray, beam_size: in
     if num_steps == 0:
         return [[([], 0.0)] for _ in range(batch)]
     memory, (h, c) = model.encode(src, src_len)
-    memory = memory.repeat(K, axis=0)  # row b*K + k = beam k of sentence b
-    src_len_k = src_len.repeat(K, axis=0)
     scores = np.full((batch, K), -np.inf)
     scores[:, 0] = 0.0  # one live hypothesis per sentence at the start, so beams do not duplicate it
     # penalties of every possible length, computed in float64 once and rounded to float32 once
     lp_table = _upload(_length_penalty(np.arange(num_steps + 2), alpha), ctx)
-    lim = _upload(np.repeat(limits, K), ctx)
     step = _step_block(model, "beam", K)
+    # row b*K + k = beam k of sentence b
     state = [_upload(np.full(batch * K, BOS_ID), ctx), h.repeat(K, axis=0), c.repeat(K, axis=0),
              _upload(scores.reshape(-1), ctx), _upload(np.zeros(batch * K), ctx), _upload(np.zeros(batch * K), ctx),
              _upload(np.zeros(1), ctx)]
-    kept = _run(lambda s: list(step(s[0], s[1], s[2], memory, src_len_k, s[3], s[4], s[5], lim, s[6], lp_table)),
-                state, num_steps, 9)
-    last = kept[-1]
-    rows = mx.nd.stack(*[s[7] for s in kept]).asnumpy().astype(np.int64).reshape(len(kept), batch, K)
-    emitted = mx.nd.stack(*[s[8] for s in kept]).asnumpy().astype(np.int64).reshape(len(kept), batch, K)
-    scores = last[3].asnumpy().astype(np.float64).reshape(batch, K)
-    lengths = last[4].asnumpy().astype(np.int64).reshape(batch, K)
-    # trace every final slot back through the back-pointers
-    slot = np.tile(np.arange(K), (batch, 1))
-    history = np.empty((batch, K, len(kept)), dtype=np.int64)
-    for t in range(len(kept) - 1, -1, -1):
-        history[:, :, t] = np.take_along_axis(emitted[t], slot, axis=1)
-        slot = np.take_along_axis(rows[t], slot, axis=1) - (np.arange(batch) * K)[:, None]
+    consts = [memory.repeat(K, axis=0), src_len.repeat(K, axis=0), _upload(np.repeat(limits, K), ctx), lp_table]
+    segments, finals = _search(
+        lambda s, k: list(step(s[0], s[1], s[2], k[0], k[1], s[3], s[4], s[5], k[2], s[6], k[3])), state, consts,
+        K, num_steps, next_state=(0, 1, 2, 3, 4, 5, 6), per_row_state=(0, 1, 2, 3, 4, 5), per_row_consts=(0, 1, 2),
+        flags_at=9, emitted_at=8, rows_at=7, final_state=(3, 4))
     results: List[List[Tuple[List[int], float]]] = []
-    final = scores / _length_penalty(lengths, alpha)
-    for b in range(batch):
-        live = [k for k in np.argsort(-final[b], kind="stable") if np.isfinite(final[b, k])]
-        results.append([([int(x) for x in history[b, k] if x >= 0], float(final[b, k])) for k in live[:nbest]])
+    for b, history in enumerate(_trace(segments, batch, K)):
+        raw, lengths = finals[b]
+        final = raw.astype(np.float64) / _length_penalty(lengths.astype(np.int64), alpha)
+        live = [k for k in np.argsort(-final, kind="stable") if np.isfinite(final[k])]
+        results.append([([int(x) for x in history[:, k] if x >= 0], float(final[k])) for k in live[:nbest]])
     return results

@@ -25,7 +25,7 @@ from nmt.distributed import create_kvstore
 from nmt.evaluate import Scores, perplexity, score
 from nmt.log import MetricsWriter, Speedometer, setup_logging
 from nmt.model import Seq2SeqLoss, build_model
-from nmt.parallel import DataParallel, default_kvstore, parse_devices
+from nmt.parallel import DataParallel, default_kvstore, init_amp, parse_devices
 from nmt.recipes import DatasetSplits, load_data
 from nmt.tokenizer import Tokenizer, load_or_train_tokenizer, tokenizer_path
 from nmt.translate import Translator, score_test_set
@@ -129,6 +129,8 @@ class Trainer:
         t = cfg.train
         self.model_dir = Path(t.model_dir)
         self.ctxs = parse_devices(t.gpus, t.cpu_devices)
+        if t.amp:
+            init_amp(self.ctxs)   # ConfigError without GPUs; before the model is built (AMP rewrites its operators)
         kv_name = default_kvstore(self.ctxs, t.kvstore)
         self.kv = kv if kv is not None else create_kvstore(kv_name)
         self.workers = WorkerGroup(self.kv)
@@ -185,7 +187,7 @@ class Trainer:
         self.workers.init_trainer(self.trainer)   # distributed: rank 0's parameters on every worker before update 1
         self.dp = DataParallel(self.loss_block, self.net.collect_params(), self.trainer, self.ctxs,
                                accum_steps=t.accum_steps, clip_norm=cfg.optim.clip_norm,
-                               num_workers=self.num_workers, rank=self.rank)
+                               num_workers=self.num_workers, rank=self.rank, amp=t.amp)
         self.metrics = MetricsWriter(self.model_dir / ckpt.METRICS if self.is_chief else None)
         self.translator = Translator(self.net, self.src_tok, self.tgt_tok, cfg.decode, ctx=self.ctxs[0])
         self._signal = None

@@ -126,6 +126,8 @@ def peak_worker(size: int = 2048, repeats: int = 7) -> dict:
 
 def train_worker(spec: dict) -> dict:
     """Warm-up, then timed windows, for one (devices, batch) configuration."""
+    if spec.get("omp_wait_policy"):   # before MXNet (and its OpenMP runtime) is loaded in this fresh process
+        os.environ["OMP_WAIT_POLICY"] = spec["omp_wait_policy"]
     import mxnet as mx
     from nmt.model import count_flops_per_token
     with tempfile.TemporaryDirectory(prefix="nmt-bench-") as tmp:
@@ -138,11 +140,13 @@ def train_worker(spec: dict) -> dict:
         flops = count_flops_per_token(trainer.cfg.model, trainer.src_tok.vocab_size, trainer.tgt_tok.vocab_size,
                                       avg_src_len=sum(src_lens) / len(src_lens))
         res = {"devices": [str(c) for c in trainer.ctxs], "num_devices": len(trainer.ctxs),
+               "accum_steps": trainer.cfg.train.accum_steps,
                "batch_size": trainer.cfg.data.batch_size, "batches_per_epoch": per_epoch,
                "src_vocab": trainer.src_tok.vocab_size, "tgt_vocab": trainer.tgt_tok.vocab_size,
                "warmup_updates": warm["updates"], "flops_per_token": flops,
                "windows": windows, "peak_rss_mib": _proc_status("VmHWM"),
                "threads": {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
+                           "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY"),
                            "MXNET_CPU_WORKER_NTHREADS": os.environ.get("MXNET_CPU_WORKER_NTHREADS")}}
         mx.nd.waitall()
     return res
@@ -156,10 +160,12 @@ def memory_worker(spec: dict) -> dict:
         for mark in range(100, spec["updates"] + 1, 100):
             _run_updates(trainer, 100)
             rss[mark] = round(_proc_status("VmRSS"), 1)
-    last = max(rss)
+    last, values = max(rss), list(rss.values())
+    half = len(values) // 2
+    # Medians, as well as the endpoints: the pool and allocator make RSS jump up and back by tens of MiB.
     return {"updates": spec["updates"], "rss_mib": rss, "model": spec["model"], "rss_at_100": rss[100],
-            "rss_at_end": rss[last], "growth_mib": rss[last] - rss[100],
-            "growth_second_half_mib": rss[last] - rss[max(100, (last // 200) * 100)]}
+            "rss_at_end": rss[last], "median_first_half": statistics.median(values[:max(half, 1)]),
+            "median_second_half": statistics.median(values[half:])}
 
 
 def decode_worker(spec: dict) -> dict:
@@ -254,7 +260,9 @@ def _summary(res: dict, peak: Optional[dict]) -> dict:
                                                                         "tgt_tokens")}
     f = res["flops_per_token"]
     gflops = (rate["src_tokens"] * f["src_train_flops"] + rate["tgt_tokens"] * f["tgt_train_flops"]) / 1e9
-    out = {"num_devices": res["num_devices"], "batch_size": res["batch_size"], "ms_per_update": spu * 1e3,
+    out = {"num_devices": res["num_devices"], "batch_size": res["batch_size"], "accum_steps": res["accum_steps"],
+           "omp_wait_policy": res["threads"]["OMP_WAIT_POLICY"],
+           "ms_per_update": spu * 1e3,
            "updates_per_s": rate["updates"], "sent_per_s": rate["sentences"], "src_tok_per_s": rate["src_tokens"],
            "tgt_tok_per_s": rate["tgt_tokens"], "tok_per_s": rate["src_tokens"] + rate["tgt_tokens"],
            "epoch_s": statistics.median(x["seconds"] / x["updates"] for x in w) * res["batches_per_epoch"],
@@ -276,9 +284,12 @@ def _plot(rows: List[dict], path: Path, title: str) -> None:
     for j, n in enumerate(devices):
         xs = [i + (j - (len(devices) - 1) / 2) * width for i in range(len(batches))]
         get = {r["batch_size"]: r for r in rows if r["num_devices"] == n}
-        axes[0].bar(xs, [get[b]["ms_per_update"] if b in get else 0 for b in batches], width, label=f"{n} device(s)")
-        axes[1].bar(xs, [get[b]["epoch_s"] if b in get else 0 for b in batches], width, label=f"{n} device(s)")
-    for ax, label in ((axes[0], "time per update (ms)"), (axes[1], "time per epoch (s)")):
+        bars = axes[0].bar(xs, [get[b]["ms_per_update"] if b in get else 0 for b in batches], width,
+                           label=f"{n} device(s)")
+        axes[0].bar_label(bars, fmt="%.0f", fontsize=7)
+        bars = axes[1].bar(xs, [get[b]["epoch_s"] if b in get else 0 for b in batches], width, label=f"{n} device(s)")
+        axes[1].bar_label(bars, labels=[f"x{get[b]['speedup']:.2f}" if b in get else "" for b in batches], fontsize=7)
+    for ax, label in ((axes[0], "time per update (ms)"), (axes[1], "time per epoch (s); labels: speedup vs 1 device")):
         ax.set_xticks(range(len(batches)))
         ax.set_xticklabels([f"batch {b}" for b in batches])
         ax.set_ylabel(label)
@@ -318,10 +329,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--num-layers", type=int, default=2)
     p.add_argument("--attention", default="dot")
     p.add_argument("--dropout", type=float, default=0.2)
+    p.add_argument("--tie-weights", action="store_true", help="tie target embedding and output projection")
     p.add_argument("--devices", default="1,2", help="device counts to sweep (default 1,2)")
     p.add_argument("--gpus", help="GPU ids to draw the devices from (e.g. 0,1,2,3); default: CPU contexts")
     p.add_argument("--amp", action="store_true", help="automatic mixed precision (GPUs only)")
     p.add_argument("--batch-sizes", default="64", help="global batches in sentences (default 64)")
+    p.add_argument("--accum-steps", type=int, default=1, help="micro-batches per update (splits without devices)")
+    p.add_argument("--active-omp", action="store_true",
+                   help="keep OpenMP's default spin-waiting with several CPU contexts (default: OMP_WAIT_POLICY="
+                        "PASSIVE there, as each context's worker thread has its own OpenMP team and the idle team's "
+                        "spinning takes the cores from the busy one)")
     p.add_argument("--warmup", type=int, default=0, help="warm-up updates (0 = one epoch)")
     p.add_argument("--updates", type=int, default=0, help="updates per timed window (0 = one epoch)")
     p.add_argument("--repeats", type=int, default=3, help="timed windows per configuration (median reported)")
@@ -353,7 +370,7 @@ def main(argv=None) -> int:
     data = dict(recipe=args.recipe, data_dir=args.data_dir, src_lang=args.src, tgt_lang=args.tgt,
                 vocab_size=args.vocab_size)
     model = dict(embed_size=args.embed_size, hidden_size=args.hidden_size, num_layers=args.num_layers,
-                 attention=args.attention, dropout=args.dropout)
+                 attention=args.attention, dropout=args.dropout, tie_weights=args.tie_weights)
     try:
         splits = load_data(DataConfig(**data))   # here only to fail early with a clear message
     except (ConfigError, OSError, ValueError) as e:
@@ -400,8 +417,9 @@ def main(argv=None) -> int:
         tiny = {**base, "model": dict(embed_size=32, hidden_size=32, num_layers=1, dropout=0.1),
                 "data": {**data, "batch_size": 32}, "updates": args.memory_updates}
         report["memory"] = mem = _in_fresh_process(memory_worker, tiny)
-        print(f"memory: RSS {mem['rss_mib']} MiB over {mem['updates']} updates of a tiny model "
-              f"(growth after update 100: {mem['growth_mib']:+.1f} MiB)")
+        print(f"memory: RSS {mem['rss_at_100']:.0f} MiB after 100 updates of a tiny model, {mem['rss_at_end']:.0f} MiB "
+              f"after {mem['updates']}; median of the samples {mem['median_first_half']:.1f} MiB in the first half, "
+              f"{mem['median_second_half']:.1f} MiB in the second; every 100 updates: {list(mem['rss_mib'].values())}")
     if args.decode:
         spec = {**base, "data": {**data, "batch_size": 64}, "model_dir": args.decode_model_dir,
                 "train_epochs": args.decode_train_epochs, "beam": args.beam, "batch": args.decode_batch,

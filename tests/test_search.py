@@ -154,3 +154,38 @@ def test_bad_arguments():
         beam_search(model, src, src_len, beam_size=0, max_len=5)
     with pytest.raises(ValueError, match="max_len"):
         greedy_search(model, src, src_len, np.array([3, 4, 5]))
+
+
+def test_beam_search_matches_gluonnlp_sampler(copy_model):
+    """Same hypotheses and scores as gluonnlp 0.10's BeamSearchSampler driving the model step by step."""
+    from gluonnlp.model import BeamSearchSampler, BeamSearchScorer
+    model, _ = copy_model
+    (src, src_len, _, _, _), _ = copy_batch(np.random.RandomState(11), 12)
+    src[3, 2] = 7   # a few sentences that are not exact copies, so that beams disagree more
+    memory, (h0, c0) = model.encode(src, src_len)
+
+    def step(tokens, states):
+        log_probs, (h, c), _ = model.decode_step(tokens.astype("float32"), states[:2], states[2], states[3])
+        return log_probs, [h, c, states[2], states[3]]
+    max_len = 12
+    sampler = BeamSearchSampler(4, step, EOS_ID, BeamSearchScorer(alpha=0.8, K=5.0, from_logits=False),
+                                max_length=max_len)
+    samples, scores, valid = sampler(nd.full((12,), BOS_ID), [h0, c0, memory, src_len])
+    ours = beam_search(model, src, src_len, beam_size=4, max_len=max_len, alpha=0.8, nbest=4)
+    for i, hyps in enumerate(ours):
+        theirs = [[int(x) for x in samples[i, k, 1:int(valid[i, k].asscalar())].asnumpy()] for k in range(len(hyps))]
+        theirs = [t[:-1] if t and t[-1] == EOS_ID else t for t in theirs]
+        assert [ids for ids, _ in hyps] == theirs
+        np.testing.assert_allclose([s for _, s in hyps], scores[i, :len(hyps)].asnumpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_search_graph_is_built_once_per_model_and_beam(copy_model):
+    from nmt import search
+    model, _ = copy_model
+    src, src_len = ragged_sources([4, 6])
+    beam_search(model, src, src_len, beam_size=3, max_len=5)
+    block = search._STEPS[model][("beam", 3)]
+    beam_search(model, src[:1], src_len[:1], beam_size=3, max_len=7)
+    assert search._STEPS[model][("beam", 3)] is block
+    # the step block shares the model's parameters, it does not own copies
+    assert set(block.collect_params().values()) <= set(model.collect_params().values())
