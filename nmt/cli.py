@@ -82,6 +82,8 @@ TRAIN_FLAGS = [
     Flag("--max-steps", "train", "max_steps", int, "stop after this many updates in all (0 = no limit)"),
     Flag("--max-epochs", "train", "max_epochs", int, "stop after this many epochs"),
     Flag("--max-seconds", "train", "max_seconds", float, "stop after this many seconds of this run (0 = none)"),
+    Flag("--time-budget", "train", "time_budget", float,
+         "stop when the training wall time over all runs (resumes included) reaches this many seconds"),
     Flag("--seed", "train", "seed", int, "random seed"),
     Flag("--valid-every", "train", "valid_every", int, "validate every N updates (and at each epoch end)"),
     Flag("--patience", "train", "patience", int, "early stop after N validations without a better dev BLEU"),

@@ -80,6 +80,7 @@ class TrainConfig:
     max_steps: int = 0                   # stop after this many updates in total, resumed ones included (0 = no limit)
     max_epochs: int = 60
     max_seconds: float = 0.0             # wall-clock budget for this run (0 = none); a checkpoint is saved at the end
+    time_budget: float = 0.0             # training wall time over all runs, resumes included, in seconds (0 = none)
     valid_every: int = 500               # validate every N updates (and at every epoch end)
     patience: int = 10                   # early stop after this many validations without a better dev BLEU
     keep_last: int = 3                   # parameter files of the last N checkpoints kept

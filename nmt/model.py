@@ -77,7 +77,7 @@ class _FusedLSTMInit(mx.init.Initializer):
             else mx.init.Xavier()
         offset = 0
         for i, shape in enumerate(self._shapes):
-            n = int(np_prod(shape))
+            n = int(_prod(shape))
             piece = mx.nd.zeros(shape, ctx=arr.context, dtype=arr.dtype)
             if len(shape) == 2:
                 glob._init_weight(mx.init.InitDesc(f"{desc}_{i}_weight"), piece)
@@ -85,7 +85,7 @@ class _FusedLSTMInit(mx.init.Initializer):
             offset += n
 
 
-def np_prod(shape: Sequence[int]) -> int:
+def _prod(shape: Sequence[int]) -> int:
     out = 1
     for x in shape:
         out *= int(x)
@@ -109,7 +109,7 @@ class FusedLSTM(gluon.HybridBlock):
         H = hidden_size
         self.piece_shapes = [s for l in range(num_layers) for s in ((4 * H, input_size if l == 0 else H), (4 * H, H))]
         self.piece_shapes += [(4 * H,)] * (2 * num_layers)
-        size = sum(np_prod(x) for x in self.piece_shapes)
+        size = sum(_prod(x) for x in self.piece_shapes)
         with self.name_scope():
             self.rnn_param = self.params.get("rnn_param", shape=(size,), init=_FusedLSTMInit(self.piece_shapes))
 
@@ -242,6 +242,13 @@ class Decoder(gluon.HybridBlock):
         x = F.transpose(self.dropout(x), axes=(1, 0, 2))  # (T,B,E)
         dec, h, c = self.rnn(x, F.transpose(h0, axes=(1, 0, 2)), F.transpose(c0, axes=(1, 0, 2)))  # states (L,B,H)
         dec = F.transpose(dec, axes=(1, 0, 2))  # (B,T,H)
+        weight = embed_weight if self._tied else out_weight
+        logits, attn = self.attend_and_project(F, dec, memory, src_len, weight, out_bias)
+        return logits, F.transpose(h, axes=(1, 0, 2)), F.transpose(c, axes=(1, 0, 2)), attn
+
+    def attend_and_project(self, F, dec, memory, src_len, out_weight, out_bias):
+        """Decoder outputs (B,T,H) over memory (B,S,M) -> logits (B,T,V), attention (B,T,S). The T queries of a
+        row are independent, so a beam search passes a sentence's K beams as its T (one memory per sentence)."""
         if self._attention == "mlp":
             values = F.slice_axis(memory, axis=-1, begin=0, end=self._hidden)
             keys = F.slice_axis(memory, axis=-1, begin=self._hidden, end=None)
@@ -257,9 +264,25 @@ class Decoder(gluon.HybridBlock):
         attn = F.softmax(scores, axis=-1)
         context = F.batch_dot(attn, values)  # (B,T,H)
         out = self.dropout(self.combine(F.concat(context, dec, dim=-1)))
-        weight = embed_weight if self._tied else out_weight
-        logits = F.FullyConnected(out, weight, out_bias, num_hidden=self._vocab_size, flatten=False)
-        return logits, F.transpose(h, axes=(1, 0, 2)), F.transpose(c, axes=(1, 0, 2)), attn
+        logits = F.FullyConnected(out, out_weight, out_bias, num_hidden=self._vocab_size, flatten=False)
+        return logits, attn
+
+    def step_weights(self, ctx: mx.Context) -> List[mx.nd.NDArray]:
+        """The decoder's weights for a search step on `ctx`: target embedding, output weight and bias, then per
+        LSTM layer (W_x (4H,in), W_h (4H,H), b_x + b_h (4H,)), cut once from the fused kernel's flat vector."""
+        flat = self.rnn.rnn_param.data(ctx)
+        pieces, offset = [], 0
+        for shape in self.rnn.piece_shapes:
+            n = _prod(shape)
+            pieces.append(flat[offset:offset + n].reshape(shape))
+            offset += n
+        L = len(self.rnn.piece_shapes) // 4
+        weights, biases = pieces[:2 * L], pieces[2 * L:]
+        out = [self.embed_weight.data(ctx), (self.embed_weight if self._tied else self.out_weight).data(ctx),
+               self.out_bias.data(ctx)]
+        for l in range(L):
+            out += [weights[2 * l], weights[2 * l + 1], biases[2 * l] + biases[2 * l + 1]]
+        return out
 
 
 class Seq2Seq(gluon.HybridBlock):

@@ -4,7 +4,8 @@ A single device is the same code with one share. Each update:
   1. the global batch is split into `accum_steps x num_devices` equal shares (x num_workers in a distributed job,
      where each worker keeps its own `accum_steps x num_devices`); each share is cut to the columns its longest
      sentence needs (rounded up to a short ladder of lengths, so the number of graph shapes stays small),
-  2. per micro-step, each device runs forward + loss under `autograd.record` and its own backward; gradients
+  2. per micro-step, each device (from its own Python thread) runs forward + loss under `autograd.record` and its
+     own backward; gradients
      are written (one micro-step) or accumulated in place (grad_req="add", zeroed after every update),
   3. `trainer.allreduce_grads()` sums gradients over devices (and workers, for dist kvstores); CPU contexts of
      one process (which share the same cores) sum into the first replica instead, which alone is updated and
@@ -19,8 +20,10 @@ A single device is the same code with one share. Each update:
 from __future__ import annotations
 
 import logging
+import ctypes
 import math
 import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import List, Optional, Sequence, Tuple
 
 import mxnet as mx
@@ -38,6 +41,14 @@ _FUSED_CHUNK = 24
 _EXACT_LEN, _LEN_STEP = 16, 8
 
 Loaded = Tuple[mx.nd.NDArray, ...]
+
+
+def openmp_threads() -> int:
+    """OpenMP threads each CPU operator uses in this process (MXNet sets them from OMP_NUM_THREADS at import)."""
+    try:
+        return int(ctypes.CDLL("libgomp.so.1").omp_get_max_threads())
+    except (OSError, AttributeError):
+        return int(os.environ.get("OMP_NUM_THREADS", "1") or 1)
 
 
 class DeviceError(ValueError):
@@ -154,6 +165,25 @@ class DataParallel:
         for p in self.params:
             p.grad_req = "add" if self._accumulate else "write"
         self.zero_grad()
+        self._pool = (ThreadPoolExecutor(len(self.ctxs), thread_name_prefix="nmt-device")
+                      if len(self.ctxs) > 1 and self._concurrent_devices_safe() else None)
+        self._graphs_built = False
+
+    def _concurrent_devices_safe(self) -> bool:
+        """Whether each device may be driven from its own thread. Not for CPU contexts whose operators run several
+        OpenMP threads: MXNet's bundled OpenBLAS (0.3.13, OpenMP build, behind `batch_dot`) livelocks when two
+        engine threads enter its threaded path at once (seen: 4 CPU contexts stuck at 100% of one core in
+        `exec_blas`). With OMP_NUM_THREADS = cores / contexts every call stays on its own thread and the contexts
+        run side by side; otherwise they run one after another."""
+        if all(c.device_type != "cpu" for c in self.ctxs):
+            return True
+        threads = openmp_threads()
+        if threads == 1:
+            return True
+        logger.info("%d CPU contexts with %d OpenMP threads each: the contexts run one after another (set "
+                    "OMP_NUM_THREADS=%d, cores / contexts, to run them side by side)", len(self.ctxs), threads,
+                    max(1, (os.cpu_count() or 1) // len(self.ctxs)))
+        return False
 
     @property
     def num_shares(self) -> int:
@@ -176,19 +206,36 @@ class DataParallel:
 
     def forward_backward(self, batch: Batch) -> Tuple[List[mx.nd.NDArray], List[mx.nd.NDArray]]:
         """Forward + backward of this worker's part of `batch`; returns per-share (loss_sum, nll_sum) arrays,
-        left on their devices (no host synchronization)."""
-        losses, nlls = [], []
+        left on their devices (no host synchronization).
+
+        With several devices each one is driven from its own Python thread (see `_concurrent_devices_safe`):
+        MXNet's fused RNN operator holds the thread that pushes it until it has run, so one thread pushing every
+        device's graph in turn runs the devices' LSTMs one after another."""
         shares = self.shares(batch)
-        for k in range(self.accum_steps):
-            micro = shares[k * len(self.ctxs):(k + 1) * len(self.ctxs)]
-            inputs = [load_share(share, ctx) for share, ctx in zip(micro, self.ctxs)]
+        n = len(self.ctxs)
+        per_device = [[shares[k * n + i] for k in range(self.accum_steps)] for i in range(n)]
+        if self._pool is None or not self._graphs_built:
+            # Gluon builds a block's graph under a name scope that is not thread-safe: the first pass runs in turn.
+            results = [self._device_pass(micro, ctx) for micro, ctx in zip(per_device, self.ctxs)]
+            self._graphs_built = True
+        else:
+            results = list(self._pool.map(self._device_pass, per_device, self.ctxs))
+        losses = [loss for res in results for loss in res[0]]
+        nlls = [nll for res in results for nll in res[1]]
+        return losses, nlls
+
+    def _device_pass(self, micro: List[Batch], ctx: mx.Context) -> Tuple[List[mx.nd.NDArray], List[mx.nd.NDArray]]:
+        """Forward + backward of one device's micro-batches, in order (autograd recording is per thread)."""
+        losses, nlls = [], []
+        for share in micro:
+            inputs = load_share(share, ctx)
             with autograd.record():
-                outs = [self.loss_block(*x) for x in inputs]
-                heads = [loss.sum() for loss, _ in outs]
-                scaled = self._scaled(heads)
+                loss, nll = self.loss_block(*inputs)
+                head = loss.sum()
+                scaled = self._scaled([head])
             autograd.backward(scaled)
-            losses += heads
-            nlls += [nll.sum() for _, nll in outs]
+            losses.append(head)
+            nlls.append(nll.sum())
         return losses, nlls
 
     def _scaled(self, heads: List[mx.nd.NDArray]) -> List[mx.nd.NDArray]:

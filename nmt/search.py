@@ -12,6 +12,7 @@ batch.
 """
 from __future__ import annotations
 
+import warnings
 import weakref
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
@@ -54,17 +55,49 @@ def _upload(a: np.ndarray, ctx: mx.Context) -> mx.nd.NDArray:
     return host if host.context == ctx else host.as_in_context(ctx)
 
 
+def _act(F, x, kind: str):
+    """`Activation` (oneDNN's vectorized kernels on CPU), several times faster than the plain `tanh`/`sigmoid`."""
+    return F.Activation(x, act_type=kind)
+
+
+def _decoder_step(F, decoder, prev, h, c, memory, src_len, group: int, weights):
+    """The decoder on one token per row: log-probs (N,V) and new states (N,L,H) for N = B*group rows, where
+    the `group` rows of a sentence (its beams) share one memory row (B,S,M) and length (B,). The LSTM layers run
+    as two matrix products each on the weights of `Decoder.step_weights` (for one time step oneDNN's fused RNN
+    kernel spends most of its time re-laying out the weights), and the sentence's beams attend as one
+    (group, S) product; the arithmetic is the training graph's, without dropout."""
+    embed_w, out_w, out_b, lstm = weights[0], weights[1], weights[2], weights[3:]
+    H, L = decoder._hidden, len(lstm) // 3
+    x = F.Embedding(prev, embed_w, input_dim=decoder._vocab_size, output_dim=decoder._embed_size)   # (N,E)
+    hs, cs = [], []
+    for l in range(L):
+        w_x, w_h, b = lstm[3 * l:3 * l + 3]
+        h_l = F.reshape(F.slice_axis(h, axis=1, begin=l, end=l + 1), shape=(-1, H))
+        c_l = F.reshape(F.slice_axis(c, axis=1, begin=l, end=l + 1), shape=(-1, H))
+        gates = F.FullyConnected(x, w_x, b, num_hidden=4 * H) + F.FullyConnected(h_l, w_h, no_bias=True,
+                                                                               num_hidden=4 * H)
+        i, f, g, o = F.split(gates, num_outputs=4, axis=1)   # the fused kernel's gate order
+        c_l = _act(F, f, "sigmoid") * c_l + _act(F, i, "sigmoid") * _act(F, g, "tanh")
+        x = _act(F, o, "sigmoid") * _act(F, c_l, "tanh")
+        hs.append(F.expand_dims(x, axis=1))
+        cs.append(F.expand_dims(c_l, axis=1))
+    h = F.concat(*hs, dim=1) if L > 1 else hs[0]
+    c = F.concat(*cs, dim=1) if L > 1 else cs[0]
+    logits, _ = decoder.attend_and_project(F, F.reshape(x, shape=(-1, group, H)), memory, src_len, out_w, out_b)
+    return F.log_softmax(F.reshape(logits, shape=(-3, 0)), axis=-1), h, c
+
+
 class _GreedyStep(gluon.HybridBlock):
-    """(prev, h, c, memory, src_len, done, limits, t) -> (token, h, c, done, t + 1, emitted)."""
+    """(prev, h, c, memory, src_len, done, limits, t, *weights) -> (token, h, c, done, t + 1, emitted)."""
 
     def __init__(self, model, **kwargs):
         super().__init__(**kwargs)
         with self.name_scope():
-            self.decoder = model.decoder   # shared: the very same parameters
+            self.decoder = model.decoder   # shared (for its attention and combine layers; the rest come as inputs)
 
-    def hybrid_forward(self, F, prev, h, c, memory, src_len, done, limits, t):
-        logits, h, c, _ = self.decoder(F.reshape(prev, shape=(-1, 1)), h, c, memory, src_len)
-        token = F.argmax(F.log_softmax(F.reshape(logits, shape=(0, -1)), axis=-1), axis=-1)
+    def hybrid_forward(self, F, prev, h, c, memory, src_len, done, limits, t, *weights):
+        log_probs, h, c = _decoder_step(F, self.decoder, prev, h, c, memory, src_len, 1, weights)
+        token = F.argmax(log_probs, axis=-1)
         stop = F.broadcast_logical_or(done, token == EOS_ID)
         emitted = F.where(stop, F.ones_like(token) * -1, token)
         t1 = t + 1
@@ -79,12 +112,12 @@ class _BeamStep(gluon.HybridBlock):
         super().__init__(**kwargs)
         self._K, self._V = beam_size, model.tgt_vocab_size
         with self.name_scope():
-            self.decoder = model.decoder   # shared: the very same parameters
+            self.decoder = model.decoder   # shared (for its attention and combine layers; the rest come as inputs)
 
-    def hybrid_forward(self, F, prev, h, c, memory, src_len, scores, lengths, finished, limits, t, lp_table):
+    def hybrid_forward(self, F, prev, h, c, memory, src_len, scores, lengths, finished, limits, t, lp_table,
+                       *weights):
         K, R = self._K, min(self._K, self._V)
-        logits, h, c, _ = self.decoder(F.reshape(prev, shape=(-1, 1)), h, c, memory, src_len)
-        log_probs = F.log_softmax(F.reshape(logits, shape=(0, -1)), axis=-1)           # (BK,V)
+        log_probs, h, c = _decoder_step(F, self.decoder, prev, h, c, memory, src_len, K, weights)   # (BK,V)
         # all active hypotheses of a sentence with max_len tokens are finished as they are
         fin = F.broadcast_logical_or(finished, F.broadcast_lesser_equal(limits, F.broadcast_like(t, limits)))
         # Within a row every candidate shares the score and the length penalty, so the sentence's best K
@@ -130,6 +163,7 @@ def _step_block(model, kind: str, beam_size: int = 1) -> gluon.HybridBlock:
     if key not in cache:
         block = _GreedyStep(model) if kind == "greedy" else _BeamStep(model, beam_size)
         block.hybridize(static_alloc=True)
+        block._graph_built = False
         cache[key] = block
     return cache[key]
 
@@ -142,12 +176,25 @@ class _Segment:
         self.ids, self.beams, self.emitted = ids, beams, emitted
 
 
+def _call_step(step: gluon.HybridBlock, *args) -> list:
+    """`step(*args)`; its first call builds the graph, which leaves the decoder weights that come in as inputs
+    unused as parameters (Gluon warns about those)."""
+    if step._graph_built:
+        return list(step(*args))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"Parameter .* is not used by any computation")
+        out = list(step(*args))
+    step._graph_built = True
+    return out
+
+
 def _search(step_fn, state: list, consts: list, K: int, num_steps: int, *, next_state: Sequence[int],
-            per_row_state: Sequence[int], per_row_consts: Sequence[int], flags_at: int, emitted_at: int,
+            per_row_state: Sequence[int], per_row_consts: Sequence[int], per_sentence_consts: Sequence[int],
+            flags_at: int, emitted_at: int,
             rows_at: Optional[int], final_state: Sequence[int]) -> Tuple[List[_Segment], Dict[int, list]]:
     """Run `outputs = step_fn(state, consts)` for up to `num_steps` steps over a batch that sheds its done
     sentences. `state` and `consts` hold arrays whose first axis is the B*K rows (`per_row_*` positions) or
-    anything else; the next state is `outputs[next_state]`; `outputs[flags_at]` says per sentence whether it
+    anything else (or, `per_sentence_consts`, one row per sentence); the next state is `outputs[next_state]`; `outputs[flags_at]` says per sentence whether it
     is done (read one step late, while the next step runs; a step queued after all were done is dropped).
     Returns the segments and, per original sentence, the host copies of `state[final_state]` (K rows each)
     at the moment it left the batch."""
@@ -190,8 +237,10 @@ def _search(step_fn, state: list, consts: list, K: int, num_steps: int, *, next_
             keep = np.flatnonzero(~done)
             rows = _upload((keep[:, None] * K + np.arange(K)).reshape(-1), ctx)
             state = [mx.nd.take(x, rows) if i in per_row_state else x for i, x in enumerate(state)]
-            consts = [mx.nd.take(x, rows) if i in per_row_consts else x for i, x in enumerate(consts)]
-            flags = mx.nd.take(flags, _upload(keep, ctx))
+            kept = _upload(keep, ctx)
+            consts = [mx.nd.take(x, rows) if i in per_row_consts else mx.nd.take(x, kept) if i in per_sentence_consts
+                      else x for i, x in enumerate(consts)]
+            flags = mx.nd.take(flags, kept)
             ids = ids[keep]
     close()
     finalize(np.arange(len(ids)))
@@ -226,9 +275,11 @@ def greedy_search(model, src: mx.nd.NDArray, src_len: mx.nd.NDArray, max_len: Ma
     step = _step_block(model, "greedy")
     state = [_upload(np.full(batch, BOS_ID), ctx), h, c, _upload(limits == 0, ctx), _upload(np.zeros(1), ctx)]
     consts = [memory, src_len, _upload(limits, ctx)]
-    segments, _ = _search(lambda s, k: list(step(s[0], s[1], s[2], k[0], k[1], s[3], k[2], s[4])), state, consts,
-                          1, num_steps, next_state=(0, 1, 2, 3, 4), per_row_state=(0, 1, 2, 3),
-                          per_row_consts=(0, 1, 2), flags_at=3, emitted_at=5, rows_at=None, final_state=())
+    weights = model.decoder.step_weights(ctx)
+    segments, _ = _search(lambda s, k: _call_step(step, s[0], s[1], s[2], k[0], k[1], s[3], k[2], s[4], *weights),
+                          state, consts, 1, num_steps, next_state=(0, 1, 2, 3, 4), per_row_state=(0, 1, 2, 3),
+                          per_row_consts=(0, 1, 2), per_sentence_consts=(), flags_at=3, emitted_at=5, rows_at=None,
+                          final_state=())
     return [[int(x) for x in tokens[:, 0] if x >= 0] for tokens in _trace(segments, batch, 1)]
 
 
@@ -261,10 +312,13 @@ def beam_search(model, src: mx.nd.NDArray, src_len: mx.nd.NDArray, beam_size: in
     state = [_upload(np.full(batch * K, BOS_ID), ctx), h.repeat(K, axis=0), c.repeat(K, axis=0),
              _upload(scores.reshape(-1), ctx), _upload(np.zeros(batch * K), ctx), _upload(np.zeros(batch * K), ctx),
              _upload(np.zeros(1), ctx)]
-    consts = [memory.repeat(K, axis=0), src_len.repeat(K, axis=0), _upload(np.repeat(limits, K), ctx), lp_table]
+    # memory and lengths once per sentence: its K beams attend together
+    consts = [memory, src_len, _upload(np.repeat(limits, K), ctx), lp_table]
+    weights = model.decoder.step_weights(ctx)
     segments, finals = _search(
-        lambda s, k: list(step(s[0], s[1], s[2], k[0], k[1], s[3], s[4], s[5], k[2], s[6], k[3])), state, consts,
-        K, num_steps, next_state=(0, 1, 2, 3, 4, 5, 6), per_row_state=(0, 1, 2, 3, 4, 5), per_row_consts=(0, 1, 2),
+        lambda s, k: _call_step(step, s[0], s[1], s[2], k[0], k[1], s[3], s[4], s[5], k[2], s[6], k[3], *weights),
+        state, consts, K, num_steps, next_state=(0, 1, 2, 3, 4, 5, 6), per_row_state=(0, 1, 2, 3, 4, 5),
+        per_row_consts=(2,), per_sentence_consts=(0, 1),
         flags_at=9, emitted_at=8, rows_at=7, final_state=(3, 4))
     results: List[List[Tuple[List[int], float]]] = []
     for b, history in enumerate(_trace(segments, batch, K)):

@@ -202,7 +202,9 @@ class Trainer:
         self.state.tokens_seen += batch.num_tgt_tokens
         return loss, nll, norm, lr
 
-    def validate(self) -> Dict[str, float]:
+    def validate(self, train_loss: Optional[float] = None) -> Dict[str, float]:
+        """Dev loss and BLEU; one metrics.jsonl row (with `train_loss`, the mean training loss per target token
+        since the previous validation, when given)."""
         t0 = time.perf_counter()
         nll, tokens = dev_loss(self.loss_block, self.data, self.ctxs[0])
         n = self.cfg.train.valid_max_sentences
@@ -214,6 +216,8 @@ class Trainer:
                "lr": learning_rate(self.state.step, self.cfg, self.state.lr_scale),
                "tokens_seen": self.state.tokens_seen, "elapsed": round(self.state.elapsed, 1),
                "valid_seconds": round(time.perf_counter() - t0, 1)}
+        if train_loss is not None:
+            row["train_loss"] = train_loss
         improved = sc.bleu > self.state.best_bleu
         if improved:
             self.state.best_bleu, self.state.best_step, self.state.bad_validations = sc.bleu, self.state.step, 0
@@ -243,9 +247,11 @@ class Trainer:
     def _should_stop(self, t_start: float) -> str:
         t = self.cfg.train
         timed_out = bool(t.max_seconds) and time.perf_counter() - t_start >= t.max_seconds
+        over_budget = bool(t.time_budget) and self.state.elapsed >= t.time_budget
         # a signal or the time budget reaches workers at different updates: in a distributed job they vote, and
         # all act on the outcome at the same (next) update; with one worker this is the wish itself
-        wish = self.workers.agree_stop(self._signal or ("max_seconds" if timed_out else ""))
+        wish = self.workers.agree_stop(self._signal or ("max_seconds" if timed_out else "")
+                                       or ("time_budget" if over_budget else ""))
         if wish in ("SIGINT", "SIGTERM"):
             return wish
         if t.max_steps and self.state.step >= t.max_steps:
@@ -262,6 +268,14 @@ class Trainer:
         t_start, elapsed0 = time.perf_counter(), self.state.elapsed
         old_handlers = _install_signal_handlers(self)
         speed, last_log = Speedometer(), {"loss": float("nan")}
+        since_valid: list = [0.0, 0]   # training loss sum (on the device) and target tokens since the last validation
+
+        def validate() -> Dict[str, float]:
+            nonlocal since_valid
+            train_loss = float(since_valid[0].asscalar()) / since_valid[1] if since_valid[1] else None
+            since_valid = [0.0, 0]
+            return self.validate(train_loss) if self.is_chief else {"improved": False}
+
         stop = self._should_stop(t_start)
         try:
             while not stop and self.state.epoch < t.max_epochs:
@@ -272,6 +286,7 @@ class Trainer:
                     loss, _, _, lr = self.train_step(batch)
                     loss_acc = loss if loss_acc is None else loss_acc + loss
                     tok_acc += batch.num_tgt_tokens
+                    since_valid = [since_valid[0] + loss, since_valid[1] + batch.num_tgt_tokens]
                     speed.update(batch.num_sentences, batch.num_src_tokens, batch.num_tgt_tokens)
                     bar.update(1)
                     if self.state.step % t.log_every == 0:   # the only host synchronization of the loop
@@ -282,7 +297,7 @@ class Trainer:
                         logger.debug("step %d loss %.4f", self.state.step, last_log["loss"])
                     self.state.elapsed = elapsed0 + time.perf_counter() - t_start
                     if t.valid_every and self.state.step % t.valid_every == 0:
-                        row = self.validate() if self.is_chief else {"improved": False}
+                        row = validate()
                         self.save(is_best=row["improved"])
                     stop = self._should_stop(t_start)
                     if stop:
@@ -293,14 +308,14 @@ class Trainer:
                                 self.state.step, last_log["loss"], last_log.get("tok_per_s", 0.0))
                     self.state.epoch += 1
                     self.sampler.set_epoch(self.state.epoch)
-                    row = self.validate() if self.is_chief else {"improved": False}
+                    row = validate()
                     self.save(is_best=row["improved"])
                     stop = self._should_stop(t_start)
             stop = stop or "max_epochs"
             self.state.stopped = stop
             if self.state.step != self._last_saved_step():
                 interrupted = stop in ("SIGINT", "SIGTERM")
-                row = self.validate() if self.is_chief and not interrupted else {"improved": False}
+                row = validate() if not interrupted else {"improved": False}
                 self.save(is_best=row["improved"])
             elif self.is_chief:
                 self.state.save(self.model_dir)   # record why training stopped

@@ -10,7 +10,7 @@ been seen), then `--repeats` timed windows of `--updates` updates (default: one 
 over the windows: time per update and per epoch, updates/s, sentences/s, source and target tokens/s (real tokens,
 padding excluded), speedup and scaling efficiency against one device at the same global batch. CPU contexts
 (`--cpu-devices N` in training) share the same cores, so on CPU the device sweep measures the overhead of the
-split/aggregate machinery; `--gpus 0,1,2,3` sweeps real GPUs (`--amp` adds mixed precision there).
+split/aggregate machinery (N contexts get OMP_NUM_THREADS = cores / N each, one context all of them); `--gpus 0,1,2,3` sweeps real GPUs (`--amp` adds mixed precision there).
 
 The same run measures the cores' sgemm rate through MXNet (`nd.dot`, and oneDNN's FullyConnected, on 2048^3
 float32 products) and reports the training step's useful FLOP rate (nmt.model.count_flops_per_token x real
@@ -126,8 +126,8 @@ def peak_worker(size: int = 2048, repeats: int = 7) -> dict:
 
 def train_worker(spec: dict) -> dict:
     """Warm-up, then timed windows, for one (devices, batch) configuration."""
-    if spec.get("omp_wait_policy"):   # before MXNet (and its OpenMP runtime) is loaded in this fresh process
-        os.environ["OMP_WAIT_POLICY"] = spec["omp_wait_policy"]
+    if spec.get("omp_num_threads"):   # before MXNet (and its OpenMP runtime) is loaded in this fresh process
+        os.environ["OMP_NUM_THREADS"] = str(spec["omp_num_threads"])
     import mxnet as mx
     from nmt.model import count_flops_per_token
     with tempfile.TemporaryDirectory(prefix="nmt-bench-") as tmp:
@@ -223,26 +223,27 @@ def decode_worker(spec: dict) -> dict:
                     out.append(seq[:-1] if seq and seq[-1] == EOS_ID else seq)
             return out
 
-        def timed(fn) -> dict:
-            fn()   # warm-up: every batch shape once
-            times, out = [], None
-            for _ in range(spec["repeats"]):
+        methods = {"beam_search": ours, "gluonnlp_beam_search_sampler": gluonnlp_sampler,
+                   "translator_beam": lambda: tr.translate(lines, beam_size=K),
+                   "translator_greedy": lambda: tr.translate(lines, beam_size=1)}
+        outputs = {name: fn() for name, fn in methods.items()}   # warm-up: every batch shape once
+        times: Dict[str, list] = {name: [] for name in methods}
+        for _ in range(spec["repeats"]):   # interleaved, so that a load change hits every method alike
+            for name, fn in methods.items():
                 t0 = time.perf_counter()
-                out = fn()
-                times.append(time.perf_counter() - t0)
-            n = len(lines)
-            return {"sent_per_s": n / statistics.median(times), "seconds": times, "output": out}
-        mine, theirs = timed(ours), timed(gluonnlp_sampler)
-        hyps = mine.pop("output")
-        same = sum(a == b for a, b in zip(hyps, theirs.pop("output")))
-        beam_tr = timed(lambda: tr.translate(lines, beam_size=K))
-        greedy_tr = timed(lambda: tr.translate(lines, beam_size=1))
+                fn()
+                times[name].append(time.perf_counter() - t0)
+        res = {name: {"sent_per_s": len(lines) / statistics.median(t), "seconds": t} for name, t in times.items()}
+        mine, theirs = res["beam_search"], res["gluonnlp_beam_search_sampler"]
+        hyps = outputs["beam_search"]
+        same = sum(a == b for a, b in zip(hyps, outputs["gluonnlp_beam_search_sampler"]))
+        beam_tr, greedy_tr = res["translator_beam"], res["translator_greedy"]
         lengths = [len(h) for h in hyps]
-        beam_tr.pop("output"), greedy_tr.pop("output")
         return {"test_set": test_name, "sentences": len(lines), "beam": K, "batch": bs,
                 "model_dir": spec.get("model_dir") or f"(benchmark model trained {trained_updates} updates)",
                 "beam_search": mine, "gluonnlp_beam_search_sampler": theirs,
-                "speedup_vs_gluonnlp": mine["sent_per_s"] / theirs["sent_per_s"],
+                "speedup_vs_gluonnlp": statistics.median(   # per round: both timed under the same load
+                    b / a for a, b in zip(times["beam_search"], times["gluonnlp_beam_search_sampler"])),
                 "identical_outputs": same, "translator_beam": beam_tr, "translator_greedy": greedy_tr,
                 "mean_output_tokens": float(np.mean(lengths)), "peak_rss_mib": _proc_status("VmHWM")}
 
@@ -261,7 +262,7 @@ def _summary(res: dict, peak: Optional[dict]) -> dict:
     f = res["flops_per_token"]
     gflops = (rate["src_tokens"] * f["src_train_flops"] + rate["tgt_tokens"] * f["tgt_train_flops"]) / 1e9
     out = {"num_devices": res["num_devices"], "batch_size": res["batch_size"], "accum_steps": res["accum_steps"],
-           "omp_wait_policy": res["threads"]["OMP_WAIT_POLICY"],
+           "omp_num_threads": res["threads"]["OMP_NUM_THREADS"],
            "ms_per_update": spu * 1e3,
            "updates_per_s": rate["updates"], "sent_per_s": rate["sentences"], "src_tok_per_s": rate["src_tokens"],
            "tgt_tok_per_s": rate["tgt_tokens"], "tok_per_s": rate["src_tokens"] + rate["tgt_tokens"],
@@ -335,10 +336,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--amp", action="store_true", help="automatic mixed precision (GPUs only)")
     p.add_argument("--batch-sizes", default="64", help="global batches in sentences (default 64)")
     p.add_argument("--accum-steps", type=int, default=1, help="micro-batches per update (splits without devices)")
-    p.add_argument("--active-omp", action="store_true",
-                   help="keep OpenMP's default spin-waiting with several CPU contexts (default: OMP_WAIT_POLICY="
-                        "PASSIVE there, as each context's worker thread has its own OpenMP team and the idle team's "
-                        "spinning takes the cores from the busy one)")
+    p.add_argument("--same-omp", action="store_true",
+                   help="keep OMP_NUM_THREADS for several CPU contexts too (default: cores / contexts each, so that "
+                        "the contexts together use the cores one context uses; with more the contexts run in turn, "
+                        "see nmt.parallel.DataParallel)")
     p.add_argument("--warmup", type=int, default=0, help="warm-up updates (0 = one epoch)")
     p.add_argument("--updates", type=int, default=0, help="updates per timed window (0 = one epoch)")
     p.add_argument("--repeats", type=int, default=3, help="timed windows per configuration (median reported)")
@@ -396,10 +397,14 @@ def main(argv=None) -> int:
                 gpus = ",".join(ids[:n]) + ","
             spec = {**base, "data": {**data, "batch_size": b}, "warmup": args.warmup, "updates": args.updates,
                     "repeats": args.repeats,
+                    "omp_num_threads": (None if gpus or n == 1 or args.same_omp
+                                        else max(1, int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count()) // n)),
                     "train": {**base["train"], "cpu_devices": 1 if gpus else n, "gpus": gpus,
-                              **({"amp": True} if args.amp else {})}}
+                              "accum_steps": args.accum_steps, **({"amp": True} if args.amp else {})}}
+            load = _loadavg()
             res = _in_fresh_process(train_worker, spec)
             row = _summary(res, peak)
+            row["loadavg_before_after"] = [load, _loadavg()]   # other jobs on the machine skew a row
             one = next((r for r in rows if r["batch_size"] == b and r["num_devices"] == 1), None)
             row["speedup"] = one["ms_per_update"] / row["ms_per_update"] if one else 1.0
             row["efficiency"] = row["speedup"] / n

@@ -189,3 +189,26 @@ def test_search_graph_is_built_once_per_model_and_beam(copy_model):
     assert search._STEPS[model][("beam", 3)] is block
     # the step block shares the model's parameters, it does not own copies
     assert set(block.collect_params().values()) <= set(model.collect_params().values())
+
+
+@pytest.mark.parametrize("attention", ["dot", "general", "mlp"])
+@pytest.mark.parametrize("tied", [False, True])
+def test_search_step_computes_what_decode_step_computes(attention, tied):
+    """The search's own decoder step (LSTM as matrix products, beams attending as a group over one memory row
+    per sentence) gives the log-probs and states of `Seq2Seq.decode_step` on K-times repeated memory."""
+    from nmt.search import _decoder_step
+    mx.random.seed(5)
+    cfg = ModelConfig(embed_size=16, hidden_size=16, num_layers=3, attention=attention, dropout=0.3,
+                      tie_weights=tied)
+    model = build_model(cfg, 30, 30)
+    model.initialize(mx.init.Xavier())
+    src, src_len = ragged_sources([5, 2, 7])
+    memory, (h, c) = model.encode(src, src_len)
+    K = 3
+    h, c = h.repeat(K, axis=0) + nd.random.normal(0, 0.3, (9, 3, 16)), c.repeat(K, axis=0)
+    prev = nd.array(np.random.RandomState(0).randint(4, 30, 9))
+    ref, (ref_h, ref_c), _ = model.decode_step(prev, [h, c], memory.repeat(K, axis=0), src_len.repeat(K, axis=0))
+    weights = model.decoder.step_weights(mx.cpu())
+    log_probs, new_h, new_c = _decoder_step(nd, model.decoder, prev, h, c, memory, src_len, K, weights)
+    for ours, theirs in ((log_probs, ref), (new_h, ref_h), (new_c, ref_c)):
+        np.testing.assert_allclose(ours.asnumpy(), theirs.asnumpy(), rtol=1e-5, atol=1e-6)

@@ -119,6 +119,22 @@ def test_resume_reaches_the_same_parameters(tmp_path, task):
     assert states == [ckpt.trainer_states_file(12)]
 
 
+def test_time_budget_counts_every_run_and_metrics_carry_the_training_loss(tmp_path, task):
+    cfg = tiny_config(tmp_path, task, "budget", max_steps=8, valid_every=4)
+    s1 = Trainer(cfg).fit()
+    assert s1.step == 8 and s1.elapsed > 0
+    rows = [json.loads(line) for line in (Path(cfg.train.model_dir) / ckpt.METRICS).read_text().splitlines()]
+    assert [r["step"] for r in rows] == [4, 8]
+    assert all(np.isfinite(r["train_loss"]) and r["train_loss"] > 0 for r in rows)
+    # resumed with a budget the earlier run already used up: stops at once, no update made
+    cfg.train.max_steps, cfg.train.time_budget = 100, s1.elapsed
+    s2 = Trainer(cfg, resume=True).fit()
+    assert s2.stopped == "time_budget" and s2.step == 8
+    cfg.train.time_budget = s1.elapsed + 3600   # budget left: it trains on
+    s3 = Trainer(cfg, resume=True).fit()
+    assert s3.stopped == "max_steps" and s3.step == 100
+
+
 def test_resume_across_an_epoch_boundary(tmp_path, task):
     # 600 pairs / 16 = ~38 batches per epoch: 45 updates cross an epoch end
     full = tiny_config(tmp_path, task, "full", max_steps=45)

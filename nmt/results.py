@@ -1,0 +1,160 @@
+"""Results tables and training curves from model directories (what `scripts/results_table.py` writes).
+
+Everything is read back from the files a training run leaves (config.json, state.json, scores.json,
+metrics.jsonl), so a table can be regenerated at any time from the model directories alone; nothing is typed in.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+from nmt import checkpoint as ckpt
+from nmt.config import Config
+from nmt.log import read_metrics
+
+
+class ResultsError(ValueError):
+    """A model directory lacks what a results table needs (names the directory and the file)."""
+
+
+@dataclass
+class Run:
+    name: str                      # directory name
+    path: Path
+    config: Config
+    state: dict                    # state.json
+    scores: dict                   # scores.json: test set -> checkpoint -> record
+    metrics: List[dict]            # metrics.jsonl rows (one per validation)
+
+    @property
+    def direction(self) -> str:
+        return f"{self.config.data.src_lang}→{self.config.data.tgt_lang}"
+
+    @property
+    def hours(self) -> float:
+        return float(self.state.get("elapsed", 0.0)) / 3600.0
+
+
+def load_run(path) -> Run:
+    """A trained model directory; ResultsError naming the missing file otherwise."""
+    path = Path(path)
+    for name in (ckpt.CONFIG, ckpt.STATE):
+        if not (path / name).is_file():
+            raise ResultsError(f"{path}: no {name} (not a model directory written by scripts/train.py?)")
+    scores_file = path / ckpt.SCORES
+    scores = json.loads(scores_file.read_text(encoding="utf-8")) if scores_file.is_file() else {}
+    metrics_file = path / ckpt.METRICS
+    return Run(path.name, path, Config.load(path / ckpt.CONFIG),
+               json.loads((path / ckpt.STATE).read_text(encoding="utf-8")), scores,
+               read_metrics(metrics_file) if metrics_file.is_file() else [])
+
+
+def _best_record(run: Run, test: str, checkpoint: Optional[str]) -> Optional[dict]:
+    per_ckpt = run.scores.get(test, {})
+    if checkpoint:
+        return per_ckpt.get(checkpoint)
+    for name in ("best", "avg", "latest"):   # dev-selected first: choosing by test score would tune on the test
+        if name in per_ckpt:
+            return per_ckpt[name]
+    return next(iter(per_ckpt.values()), None)
+
+
+def results_rows(runs: Sequence[Run], checkpoint: Optional[str] = None) -> List[dict]:
+    """One row per (run, test set): direction, BLEU, chrF, ko-mecab BLEU (Korean output), signatures, time;
+    scores of `checkpoint` (default: best on dev, else the average of the last checkpoints, else the latest)."""
+    rows = []
+    for run in runs:
+        for test in sorted(run.scores):
+            rec = _best_record(run, test, checkpoint)
+            if rec is None:
+                continue
+            rows.append({"run": run.name, "test_set": test, "direction": run.direction, "n": rec.get("n"),
+                         "bleu": rec["bleu"], "chrf": rec["chrf"],
+                         "bleu_ko_mecab": rec.get("extra", {}).get("bleu_ko_mecab"),
+                         "bleu_signature": rec.get("bleu_signature"), "chrf_signature": rec.get("chrf_signature"),
+                         "checkpoint": rec.get("checkpoint"), "beam_size": rec.get("beam_size"),
+                         "length_penalty": rec.get("length_penalty"), "hours": run.hours,
+                         "updates": run.state.get("step"), "epochs": run.state.get("epoch"),
+                         "stopped": run.state.get("stopped"), "best_dev_bleu": run.state.get("best_bleu")})
+    return rows
+
+
+def config_diff(base: Config, other: Config) -> Dict[str, object]:
+    """Settings of `other` that differ from `base` (section.field -> value), ignoring paths and run bookkeeping."""
+    ignore = {"train.model_dir", "data.data_dir", "data.cache_dir", "train.progress", "train.log_every"}
+    a, b = base.to_dict(), other.to_dict()
+    out = {}
+    for section, fields in b.items():
+        for key, value in fields.items():
+            name = f"{section}.{key}"
+            if name not in ignore and a.get(section, {}).get(key) != value:
+                out[name] = value
+    return out
+
+
+def markdown_table(rows: Sequence[dict], hardware: str) -> str:
+    """The README's results table."""
+    lines = ["| test set | direction | BLEU | chrF | BLEU ko-mecab | run | checkpoint, beam | training time | "
+             "updates | hardware |", "|---|---|---:|---:|---:|---|---|---:|---:|---|"]
+    for r in rows:
+        mecab = f"{r['bleu_ko_mecab']:.2f}" if r["bleu_ko_mecab"] is not None else ""
+        lines.append(f"| {r['test_set']} ({r['n']}) | {r['direction']} | {r['bleu']:.2f} | {r['chrf']:.2f} | {mecab} | "
+                     f"{r['run']} | {r['checkpoint']}, beam {r['beam_size']} | {r['hours'] * 60:.0f} min | "
+                     f"{r['updates']} | {hardware} |")
+    sigs = sorted({r["bleu_signature"] for r in rows if r["bleu_signature"]} |
+                  {r["chrf_signature"] for r in rows if r["chrf_signature"]})
+    if sigs:
+        lines += ["", "sacreBLEU signatures: " + "; ".join(f"`{s}`" for s in sigs)]
+    return "\n".join(lines) + "\n"
+
+
+def ablation_table(base: Run, runs: Sequence[Run], test: str) -> str:
+    """One row per run: what differs from `base`, test BLEU/chrF on `test`, best dev BLEU, training time."""
+    lines = [f"| run | differs from {base.name} | {test} BLEU | chrF | best dev BLEU | time | updates |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    for run in [base, *[r for r in runs if r is not base]]:
+        rec = _best_record(run, test, None)
+        diff = config_diff(base.config, run.config)
+        what = ", ".join(f"{k.split('.', 1)[1]}={v}" for k, v in sorted(diff.items())) or "(base)"
+        bleu = f"{rec['bleu']:.2f}" if rec else "—"
+        chrf = f"{rec['chrf']:.2f}" if rec else "—"
+        lines.append(f"| {run.name} | {what} | {bleu} | {chrf} | {float(run.state.get('best_bleu', 0)):.2f} | "
+                     f"{run.hours * 60:.0f} min | {run.state.get('step')} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_curves(runs: Sequence[Run], path) -> Path:
+    """PNG: training loss and dev BLEU against updates and against training wall time, one line per run."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from nmt.atomic import atomic_open
+    fig = Figure(figsize=(11, 7.5), dpi=90)
+    axes = fig.subplots(2, 2)
+    for run in runs:
+        rows = [m for m in run.metrics if "step" in m]
+        if not rows:
+            continue
+        steps = [m["step"] for m in rows]
+        minutes = [m.get("elapsed", 0.0) / 60.0 for m in rows]
+        bleu = [m.get("dev_bleu", float("nan")) for m in rows]
+        loss = [m.get("train_loss", float("nan")) for m in rows]
+        label = f"{run.name} ({run.direction})"
+        for col, x in enumerate((steps, minutes)):
+            axes[0][col].plot(x, loss, label=label)
+            axes[1][col].plot(x, bleu, label=label)
+    for col, xlabel in enumerate(("updates", "training wall time (min)")):
+        axes[0][col].set_ylabel("training loss per target token\n(label-smoothed, since previous validation)")
+        axes[1][col].set_ylabel("dev BLEU (greedy)")
+        for row in range(2):
+            axes[row][col].set_xlabel(xlabel)
+            axes[row][col].grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    FigureCanvasAgg(fig)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_open(path, "wb") as f:
+        fig.savefig(f, format="png")
+    return path

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Reproduce the README's "Results": train every run below, score it on its recipe's test sets, then regenerate
+# results/results.md, results/results.json, results/ablation.md and results/curves.png from the model directories.
+#
+#   scripts/reproduce_results.sh                 # every run, in order
+#   scripts/reproduce_results.sh all-ko-en       # only these runs (then the tables)
+#   NMT_DATA_DIR=../shared/data MODELS=models scripts/reproduce_results.sh
+#
+# Each run is resumable: run the script again after an interruption and an unfinished run continues (--resume)
+# with its time budget counting the time already spent; a finished run is not trained again. Each direction of
+# the all-data recipe trains for at most 2 hours, the Tatoeba runs for at most 30 minutes (wall time, validation
+# included). Long runs: nohup scripts/reproduce_results.sh > reproduce.log 2>&1 &
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DATA_DIR=${NMT_DATA_DIR:-../shared/data}
+MODELS=${MODELS:-models}
+PY=${PYTHON:-python}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
+
+# Settings shared by the all-data runs (chosen on the Tatoeba ablations below; see README "Results").
+ALL=(--recipe all --vocab-size 4000 --dropout 0.3 --label-smoothing 0.1 --batch-size 64 --valid-every 1000
+     --patience 8 --keep-last 5 --average-last 5 --time-budget 7200)
+# The Tatoeba-only runs: the trainer's defaults (tuned for this small corpus) and a 30-minute budget.
+TAT=(--recipe tatoeba --time-budget 1800 --keep-last 5 --average-last 5)
+
+declare -A RUNS=(
+  [all-ko-en]="--src ko --tgt en ${ALL[*]}"
+  [all-en-ko]="--src en --tgt ko ${ALL[*]}"
+  [tatoeba-ko-en]="--src ko --tgt en ${TAT[*]}"
+  # ablations (one setting changed from tatoeba-ko-en each)
+  [abl-vocab8k]="--src ko --tgt en ${TAT[*]} --vocab-size 8000"
+  [abl-dropout0.2]="--src ko --tgt en ${TAT[*]} --dropout 0.2"
+  [abl-ls0]="--src ko --tgt en ${TAT[*]} --label-smoothing 0"
+  [abl-mlp]="--src ko --tgt en ${TAT[*]} --attention mlp"
+  [abl-batch64]="--src ko --tgt en ${TAT[*]} --batch-size 64"
+  [abl-plateau]="--src ko --tgt en ${TAT[*]} --lr-schedule plateau"
+)
+ORDER=(tatoeba-ko-en all-ko-en all-en-ko abl-vocab8k abl-dropout0.2 abl-ls0 abl-mlp abl-batch64 abl-plateau)
+[ $# -gt 0 ] && ORDER=("$@")
+
+stopped() {   # why the run in $1 stopped ("" while unfinished or never started)
+  "$PY" -c 'import json,sys; print(json.load(open(sys.argv[1])).get("stopped") or "")' "$1/state.json" 2>/dev/null || true
+}
+
+for name in "${ORDER[@]}"; do
+  flags=${RUNS[$name]:?"unknown run $name (known: ${!RUNS[*]})"}
+  dir="$MODELS/$name"
+  why=$(stopped "$dir")
+  case "$why" in
+    early_stop|max_epochs|time_budget|max_steps)
+      echo "== $name: finished earlier ($why)"
+      if [ ! -s "$dir/scores.json" ]; then
+        "$PY" scripts/evaluate.py --model-dir "$dir" --recipe-tests --data-dir "$DATA_DIR"
+      fi
+      continue ;;
+  esac
+  resume=()
+  [ -f "$dir/state.json" ] && resume=(--resume)
+  echo "== $name: training ${resume[*]} (log: $dir/train.log)"
+  # shellcheck disable=SC2086
+  "$PY" scripts/train.py $flags --data-dir "$DATA_DIR" --model-dir "$dir" --no-progress "${resume[@]}"
+done
+
+# Decoding ablations on the Tatoeba run: beam size, length penalty, checkpoint averaging (no retraining).
+base="$MODELS/tatoeba-ko-en"
+if [ -f "$base/params.best" ]; then
+  mkdir -p results/decode-ablation
+  for setting in "--beam-size 1" "--beam-size 5 --length-penalty 0" "--beam-size 5 --length-penalty 1.0" \
+                 "--beam-size 10"; do
+    tag=$(echo "$setting" | tr -d '-' | tr ' ' '_')
+    "$PY" scripts/evaluate.py --model-dir "$base" --recipe-tests --data-dir "$DATA_DIR" $setting --no-save \
+      --json "results/decode-ablation/$tag.json" > /dev/null
+  done
+  [ -f "$base/params.avg" ] && "$PY" scripts/evaluate.py --model-dir "$base" --checkpoint avg --recipe-tests \
+      --data-dir "$DATA_DIR" > /dev/null
+fi
+
+mains=(); abls=()
+for d in "$MODELS"/all-ko-en "$MODELS"/all-en-ko "$MODELS"/tatoeba-ko-en; do [ -f "$d/state.json" ] && mains+=("$d"); done
+for d in "$MODELS"/tatoeba-ko-en "$MODELS"/abl-*; do [ -f "$d/state.json" ] && abls+=("$d"); done
+if [ ${#mains[@]} -gt 0 ]; then
+  "$PY" scripts/results_table.py "${mains[@]}" --markdown results/results.md --json results/results.json \
+    --curves results/curves.png --examples 5 --data-dir "$DATA_DIR"
+fi
+if [ ${#abls[@]} -gt 1 ]; then
+  "$PY" scripts/results_table.py "${abls[@]}" --ablation-base "$base" --ablation-test tatoeba-test \
+    --markdown results/ablation.md --curves results/ablation-curves.png
+fi

@@ -1,0 +1,77 @@
+"""nmt.results and scripts/results_table.py on a tiny trained model directory."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nmt.corpus import read_parallel
+from nmt.results import ResultsError, ablation_table, config_diff, load_run, markdown_table, results_rows
+from nmt.translate import Translator, score_test_set
+from tests.test_translate import synth_file, tiny_model
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def scored_dirs(tmp_path_factory):
+    """Two copies of the tiny model, each scored on the synthetic test set, the second with another config."""
+    src = tiny_model(tmp_path_factory)
+    root = tmp_path_factory.mktemp("results")
+    a, b = root / "base", root / "variant"
+    shutil.copytree(src, a)
+    shutil.copytree(src, b)
+    cfg = json.loads((b / "config.json").read_text())
+    cfg["model"]["dropout"] = 0.25
+    (b / "config.json").write_text(json.dumps(cfg))
+    pairs = read_parallel(synth_file(src, "test.ko"), synth_file(src, "test.en"))
+    for d in (a, b):
+        score_test_set(Translator.from_dir(d, which="latest"), "synth-test", pairs)
+    return a, b
+
+
+def test_rows_come_from_the_model_directory(scored_dirs):
+    a, _ = scored_dirs
+    run = load_run(a)
+    rows = results_rows([run])
+    assert len(rows) == 1
+    row = rows[0]
+    recorded = json.loads((a / "scores.json").read_text())["synth-test"]
+    entry = next(iter(recorded.values()))
+    assert row["bleu"] == entry["bleu"] and row["chrf"] == entry["chrf"]
+    assert row["direction"] == "ko→en" and row["updates"] == run.state["step"]
+    table = markdown_table(rows, "test machine")
+    assert f"{entry['bleu']:.2f}" in table and entry["bleu_signature"] in table and "test machine" in table
+
+
+def test_ablation_names_what_differs(scored_dirs):
+    a, b = scored_dirs
+    base, variant = load_run(a), load_run(b)
+    assert config_diff(base.config, variant.config) == {"model.dropout": 0.25}
+    table = ablation_table(base, [base, variant], "synth-test")
+    assert "dropout=0.25" in table and "(base)" in table
+    assert table.count("\n") == 4   # header, rule, two runs
+
+
+def test_script_writes_table_json_and_curves(scored_dirs, tmp_path):
+    a, b = scored_dirs
+    out = subprocess.run([sys.executable, str(REPO / "scripts/results_table.py"), str(a), str(b),
+                          "--markdown", str(tmp_path / "r.md"), "--json", str(tmp_path / "r.json"),
+                          "--curves", str(tmp_path / "c.png"), "--ablation-base", str(a),
+                          "--ablation-test", "synth-test"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert len(json.loads((tmp_path / "r.json").read_text())) == 2
+    assert (tmp_path / "c.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "dropout=0.25" in (tmp_path / "r.md").read_text()
+
+
+def test_not_a_model_directory_is_a_clear_error(tmp_path):
+    with pytest.raises(ResultsError, match="no config.json"):
+        load_run(tmp_path)
+    out = subprocess.run([sys.executable, str(REPO / "scripts/results_table.py"), str(tmp_path)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "error:" in out.stderr and str(tmp_path) in out.stderr
