@@ -6,6 +6,7 @@ metrics.jsonl), so a table can be regenerated at any time from the model directo
 from __future__ import annotations
 
 import json
+import platform
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
@@ -13,6 +14,17 @@ from typing import Dict, List, Optional, Sequence
 from nmt import checkpoint as ckpt
 from nmt.config import Config
 from nmt.log import read_metrics
+
+
+def cpu_name() -> str:
+    """This machine's CPU model as /proc/cpuinfo names it (else what `platform` knows)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 class ResultsError(ValueError):

@@ -303,17 +303,10 @@ def _plot(rows: List[dict], path: Path, title: str) -> None:
 
 
 def _machine() -> dict:
-    model = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     import mxnet as mx
     from mxnet.runtime import Features
-    return {"cpu": model or platform.processor(), "cores": os.cpu_count(), "python": platform.python_version(),
+    from nmt.results import cpu_name
+    return {"cpu": cpu_name(), "cores": os.cpu_count(), "python": platform.python_version(),
             "mxnet": mx.__version__, "onednn": Features().is_enabled("MKLDNN"),
             "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS")}
 

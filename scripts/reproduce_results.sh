@@ -10,6 +10,11 @@
 # with its time budget counting the time already spent; a finished run is not trained again. Each direction of
 # the all-data recipe trains for at most 2 hours, the Tatoeba runs for at most 30 minutes (wall time, validation
 # included). Long runs: nohup scripts/reproduce_results.sh > reproduce.log 2>&1 &
+# Two queues side by side on a 2-core machine, one core each (never two processes with 2 OpenMP threads each: they
+# slow each other down ~20x):
+#   OMP_NUM_THREADS=1 nohup scripts/reproduce_results.sh all-ko-en all-en-ko > q1.log 2>&1 &
+#   OMP_NUM_THREADS=1 nohup scripts/reproduce_results.sh tatoeba-ko-en abl-vocab8k abl-dropout0.2 abl-ls0 \
+#       abl-mlp abl-batch64 abl-plateau > q2.log 2>&1 &
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

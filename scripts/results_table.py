@@ -13,25 +13,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:   # run from a checkout without installing
     sys.path.insert(0, str(REPO))
-
-
-def _hardware() -> str:
-    model = platform.processor() or "x86-64"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{os.cpu_count()}-core CPU ({model})"
 
 
 def main(argv=None) -> int:
@@ -49,7 +36,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
 
     from nmt.atomic import atomic_write_text
-    from nmt.results import ResultsError, ablation_table, load_run, markdown_table, plot_curves, results_rows
+    from nmt.results import (ResultsError, ablation_table, cpu_name, load_run, markdown_table, plot_curves,
+                             results_rows)
     try:
         runs = [load_run(d) for d in args.model_dirs]
         base = load_run(args.ablation_base) if args.ablation_base else None
@@ -57,7 +45,7 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     rows = results_rows(runs, args.checkpoint)
-    text = markdown_table(rows, args.hardware or _hardware())
+    text = markdown_table(rows, args.hardware or f"{os.cpu_count()}-core CPU ({cpu_name()})")
     if base is not None:
         text += "\n" + ablation_table(base, runs, args.ablation_test)
     if args.examples:

@@ -100,6 +100,21 @@ def test_same_parameters_whatever_the_device_count(tmp_path, task, variant):
     assert any(not np.allclose(a[k], c[k], rtol=1e-5, atol=1e-6) for k in a)
 
 
+@pytest.mark.parametrize("omp_threads", [1, 2])
+def test_cpu_contexts_run_side_by_side_only_with_one_openmp_thread(tmp_path, task, monkeypatch, omp_threads):
+    """Threads per device only when each CPU context has one OpenMP thread (MXNet's bundled OpenBLAS is unsafe
+    otherwise); both ways give the parameters of one device."""
+    import nmt.parallel
+    monkeypatch.setattr(nmt.parallel, "openmp_threads", lambda: omp_threads)
+    base = tiny_config(tmp_path, task, "one", max_steps=4, cpu_devices=1)
+    Trainer(base).fit()
+    cfg = tiny_config(tmp_path, task, "two", max_steps=4, cpu_devices=2)
+    trainer = Trainer(cfg)
+    assert (trainer.dp._pool is not None) == (omp_threads == 1)
+    trainer.fit()
+    assert_same_params(params_of(base.train.model_dir), params_of(cfg.train.model_dir))
+
+
 def test_resume_reaches_the_same_parameters(tmp_path, task):
     kw = dict(valid_every=4, keep_last=2)
     full = tiny_config(tmp_path, task, "full", max_steps=12, **kw)
