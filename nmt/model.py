@@ -269,7 +269,7 @@ class Decoder(gluon.HybridBlock):
 
     def step_weights(self, ctx: mx.Context) -> List[mx.nd.NDArray]:
         """The decoder's weights for a search step on `ctx`: target embedding, output weight and bias, then per
-        LSTM layer (W_x (4H,in), W_h (4H,H), b_x + b_h (4H,)), cut once from the fused kernel's flat vector."""
+        LSTM layer [W_x W_h] (4H, in+H) and b_x + b_h (4H,), cut once from the fused kernel's flat vector."""
         flat = self.rnn.rnn_param.data(ctx)
         pieces, offset = [], 0
         for shape in self.rnn.piece_shapes:
@@ -281,7 +281,7 @@ class Decoder(gluon.HybridBlock):
         out = [self.embed_weight.data(ctx), (self.embed_weight if self._tied else self.out_weight).data(ctx),
                self.out_bias.data(ctx)]
         for l in range(L):
-            out += [weights[2 * l], weights[2 * l + 1], biases[2 * l] + biases[2 * l + 1]]
+            out += [mx.nd.concat(weights[2 * l], weights[2 * l + 1], dim=1), biases[2 * l] + biases[2 * l + 1]]
         return out
 
 
