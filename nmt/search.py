@@ -60,49 +60,57 @@ def _act(F, x, kind: str):
     return F.Activation(x, act_type=kind)
 
 
-def _decoder_step(F, decoder, prev, h, c, memory, src_len, group: int, weights):
-    """The decoder on one token per row: log-probs (N,V) and new states (N,L,H) for N = B*group rows, where
-    the `group` rows of a sentence (its beams) share one memory row (B,S,M) and length (B,). The LSTM layers run
-    as one matrix product each on the weights of `Decoder.step_weights` (for one time step oneDNN's fused RNN
-    kernel spends most of its time re-laying out the weights), and the sentence's beams attend as one
-    (group, S) product; the arithmetic is the training graph's, without dropout."""
+def _decoder_step(F, decoder, prev, hs, cs, memory, src_len, group: int, weights):
+    """The decoder on one token per row: log-probs (N,V) and new per-layer states [(N,H)] * L for N = B*group
+    rows, where the `group` rows of a sentence (its beams) share one memory row (B,S,M) and length (B,). The LSTM
+    layers run as one matrix product each on the weights of `Decoder.step_weights` (for one time step oneDNN's
+    fused RNN kernel spends most of its time re-laying out the weights), states stay per layer (no stacking per
+    step), and the sentence's beams attend as one (group, S) product; the arithmetic is the training graph's,
+    without dropout."""
     embed_w, out_w, out_b, lstm = weights[0], weights[1], weights[2], weights[3:]
-    H, L = decoder._hidden, len(lstm) // 2
+    H = decoder._hidden
     x = F.Embedding(prev, embed_w, input_dim=decoder._vocab_size, output_dim=decoder._embed_size)   # (N,E)
-    hs, cs = [], []
-    for l in range(L):
+    new_hs, new_cs = [], []
+    for l, (h_l, c_l) in enumerate(zip(hs, cs)):
         w, b = lstm[2 * l:2 * l + 2]
-        h_l = F.reshape(F.slice_axis(h, axis=1, begin=l, end=l + 1), shape=(-1, H))
-        c_l = F.reshape(F.slice_axis(c, axis=1, begin=l, end=l + 1), shape=(-1, H))
         gates = F.FullyConnected(F.concat(x, h_l, dim=1), w, b, num_hidden=4 * H)   # [W_x W_h] [x; h] + b
         # the fused kernel's gate order; four slices (MXNet's `split` is ~8x slower here)
         i, f, g, o = (F.slice_axis(gates, axis=1, begin=k * H, end=(k + 1) * H) for k in range(4))
         c_l = _act(F, f, "sigmoid") * c_l + _act(F, i, "sigmoid") * _act(F, g, "tanh")
         x = _act(F, o, "sigmoid") * _act(F, c_l, "tanh")
-        hs.append(F.expand_dims(x, axis=1))
-        cs.append(F.expand_dims(c_l, axis=1))
-    h = F.concat(*hs, dim=1) if L > 1 else hs[0]
-    c = F.concat(*cs, dim=1) if L > 1 else cs[0]
+        new_hs.append(x)
+        new_cs.append(c_l)
     logits, _ = decoder.attend_and_project(F, F.reshape(x, shape=(-1, group, H)), memory, src_len, out_w, out_b)
-    return F.log_softmax(F.reshape(logits, shape=(-3, 0)), axis=-1), h, c
+    return F.log_softmax(F.reshape(logits, shape=(-3, 0)), axis=-1), new_hs, new_cs
+
+
+def _layer_states(states: mx.nd.NDArray) -> List[mx.nd.NDArray]:
+    """(N,L,H) encoder-side states as L arrays (N,H), the search's layout."""
+    return [x.reshape((x.shape[0], -1)) for x in mx.nd.split(states, num_outputs=states.shape[1], axis=1,
+                                                            squeeze_axis=False)] \
+        if states.shape[1] > 1 else [states.reshape((states.shape[0], -1))]
 
 
 class _GreedyStep(gluon.HybridBlock):
-    """(prev, h, c, memory, src_len, done, limits, t, *weights) -> (token, h, c, done, t + 1, emitted)."""
+    """(prev, done, t, *h, *c, memory, src_len, limits, *weights) -> (token, done, t + 1, emitted, *h, *c),
+    h and c one (B,H) array per layer."""
 
     def __init__(self, model, **kwargs):
         super().__init__(**kwargs)
+        self._L = model.cfg.num_layers
         with self.name_scope():
             self.decoder = model.decoder   # shared (for its attention and combine layers; the rest come as inputs)
 
-    def hybrid_forward(self, F, prev, h, c, memory, src_len, done, limits, t, *weights):
-        log_probs, h, c = _decoder_step(F, self.decoder, prev, h, c, memory, src_len, 1, weights)
+    def hybrid_forward(self, F, prev, done, t, *args):
+        L = self._L
+        hs, cs, (memory, src_len, limits), weights = args[:L], args[L:2 * L], args[2 * L:2 * L + 3], args[2 * L + 3:]
+        log_probs, hs, cs = _decoder_step(F, self.decoder, prev, hs, cs, memory, src_len, 1, weights)
         token = F.argmax(log_probs, axis=-1)
         stop = F.broadcast_logical_or(done, token == EOS_ID)
         emitted = F.where(stop, F.ones_like(token) * -1, token)
         t1 = t + 1
         done = F.broadcast_logical_or(stop, F.broadcast_greater_equal(F.broadcast_like(t1, limits), limits))
-        return token, h, c, done, t1, emitted
+        return (token, done, t1, emitted, *hs, *cs)
 
 
 class _BeamStep(gluon.HybridBlock):
@@ -110,14 +118,15 @@ class _BeamStep(gluon.HybridBlock):
 
     def __init__(self, model, beam_size: int, **kwargs):
         super().__init__(**kwargs)
-        self._K, self._V = beam_size, model.tgt_vocab_size
+        self._K, self._V, self._L = beam_size, model.tgt_vocab_size, model.cfg.num_layers
         with self.name_scope():
             self.decoder = model.decoder   # shared (for its attention and combine layers; the rest come as inputs)
 
-    def hybrid_forward(self, F, prev, h, c, memory, src_len, scores, lengths, finished, limits, t, lp_table,
-                       *weights):
-        K, R = self._K, min(self._K, self._V)
-        log_probs, h, c = _decoder_step(F, self.decoder, prev, h, c, memory, src_len, K, weights)   # (BK,V)
+    def hybrid_forward(self, F, prev, scores, lengths, finished, t, *args):
+        K, R, L = self._K, min(self._K, self._V), self._L
+        hs, cs = args[:L], args[L:2 * L]
+        (memory, src_len, limits, lp_table), weights = args[2 * L:2 * L + 4], args[2 * L + 4:]
+        log_probs, hs, cs = _decoder_step(F, self.decoder, prev, hs, cs, memory, src_len, K, weights)   # (BK,V)
         # all active hypotheses of a sentence with max_len tokens are finished as they are
         fin = F.broadcast_logical_or(finished, F.broadcast_lesser_equal(limits, F.broadcast_like(t, limits)))
         # Within a row every candidate shares the score and the length penalty, so the sentence's best K
@@ -149,8 +158,8 @@ class _BeamStep(gluon.HybridBlock):
         # a sentence is done when every slot is finished (or will be, by its length limit, at the next step)
         slot_done = F.broadcast_logical_or(finished, F.broadcast_lesser_equal(limits, F.broadcast_like(t1, limits)))
         sentence_done = F.min(F.reshape(slot_done, shape=(-1, K)), axis=1)
-        return (token, F.take(h, rows), F.take(c, rows), new_scores, lengths, finished, t1, rows, emitted,
-                sentence_done)
+        return (token, new_scores, lengths, finished, t1, rows, emitted, sentence_done,
+                *[F.take(x, rows) for x in hs], *[F.take(x, rows) for x in cs])
 
 
 # Step blocks per model (hybridized once, reused for every batch); weak keys so a model can be freed.
@@ -273,12 +282,16 @@ def greedy_search(model, src: mx.nd.NDArray, src_len: mx.nd.NDArray, max_len: Ma
         return [[] for _ in range(batch)]
     memory, (h, c) = model.encode(src, src_len)
     step = _step_block(model, "greedy")
-    state = [_upload(np.full(batch, BOS_ID), ctx), h, c, _upload(limits == 0, ctx), _upload(np.zeros(1), ctx)]
+    L = model.cfg.num_layers
+    # state: prev, done, t, h per layer, c per layer; outputs: token, done, t + 1, emitted, h..., c...
+    state = [_upload(np.full(batch, BOS_ID), ctx), _upload(limits == 0, ctx), _upload(np.zeros(1), ctx),
+             *_layer_states(h), *_layer_states(c)]
     consts = [memory, src_len, _upload(limits, ctx)]
     weights = model.decoder.step_weights(ctx)
-    segments, _ = _search(lambda s, k: _call_step(step, s[0], s[1], s[2], k[0], k[1], s[3], k[2], s[4], *weights),
-                          state, consts, 1, num_steps, next_state=(0, 1, 2, 3, 4), per_row_state=(0, 1, 2, 3),
-                          per_row_consts=(0, 1, 2), per_sentence_consts=(), flags_at=3, emitted_at=5, rows_at=None,
+    layers = tuple(range(3, 3 + 2 * L))
+    segments, _ = _search(lambda s, k: _call_step(step, *s, *k, *weights), state, consts, 1, num_steps,
+                          next_state=(0, 1, 2, *[4 + i for i in range(2 * L)]), per_row_state=(0, 1, *layers),
+                          per_row_consts=(0, 1, 2), per_sentence_consts=(), flags_at=1, emitted_at=3, rows_at=None,
                           final_state=())
     return [[int(x) for x in tokens[:, 0] if x >= 0] for tokens in _trace(segments, batch, 1)]
 
@@ -308,18 +321,20 @@ def beam_search(model, src: mx.nd.NDArray, src_len: mx.nd.NDArray, beam_size: in
     # penalties of every possible length, computed in float64 once and rounded to float32 once
     lp_table = _upload(_length_penalty(np.arange(num_steps + 2), alpha), ctx)
     step = _step_block(model, "beam", K)
-    # row b*K + k = beam k of sentence b
-    state = [_upload(np.full(batch * K, BOS_ID), ctx), h.repeat(K, axis=0), c.repeat(K, axis=0),
-             _upload(scores.reshape(-1), ctx), _upload(np.zeros(batch * K), ctx), _upload(np.zeros(batch * K), ctx),
-             _upload(np.zeros(1), ctx)]
+    L = model.cfg.num_layers
+    # row b*K + k = beam k of sentence b. state: prev, scores, lengths, finished, t, h per layer, c per layer;
+    # outputs: token, scores, lengths, finished, t + 1, rows, emitted, sentence done, h..., c...
+    state = [_upload(np.full(batch * K, BOS_ID), ctx), _upload(scores.reshape(-1), ctx),
+             _upload(np.zeros(batch * K), ctx), _upload(np.zeros(batch * K), ctx), _upload(np.zeros(1), ctx),
+             *_layer_states(h.repeat(K, axis=0)), *_layer_states(c.repeat(K, axis=0))]
     # memory and lengths once per sentence: its K beams attend together
     consts = [memory, src_len, _upload(np.repeat(limits, K), ctx), lp_table]
     weights = model.decoder.step_weights(ctx)
+    layers = tuple(range(5, 5 + 2 * L))
     segments, finals = _search(
-        lambda s, k: _call_step(step, s[0], s[1], s[2], k[0], k[1], s[3], s[4], s[5], k[2], s[6], k[3], *weights),
-        state, consts, K, num_steps, next_state=(0, 1, 2, 3, 4, 5, 6), per_row_state=(0, 1, 2, 3, 4, 5),
-        per_row_consts=(2,), per_sentence_consts=(0, 1),
-        flags_at=9, emitted_at=8, rows_at=7, final_state=(3, 4))
+        lambda s, k: _call_step(step, *s, *k, *weights), state, consts, K, num_steps,
+        next_state=(0, 1, 2, 3, 4, *[8 + i for i in range(2 * L)]), per_row_state=(0, 1, 2, 3, *layers),
+        per_row_consts=(2,), per_sentence_consts=(0, 1), flags_at=7, emitted_at=6, rows_at=5, final_state=(1, 2))
     results: List[List[Tuple[List[int], float]]] = []
     for b, history in enumerate(_trace(segments, batch, K)):
         raw, lengths = finals[b]

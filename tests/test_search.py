@@ -196,7 +196,7 @@ def test_search_graph_is_built_once_per_model_and_beam(copy_model):
 def test_search_step_computes_what_decode_step_computes(attention, tied):
     """The search's own decoder step (LSTM as matrix products, beams attending as a group over one memory row
     per sentence) gives the log-probs and states of `Seq2Seq.decode_step` on K-times repeated memory."""
-    from nmt.search import _decoder_step
+    from nmt.search import _decoder_step, _layer_states
     mx.random.seed(5)
     cfg = ModelConfig(embed_size=16, hidden_size=16, num_layers=3, attention=attention, dropout=0.3,
                       tie_weights=tied)
@@ -209,6 +209,8 @@ def test_search_step_computes_what_decode_step_computes(attention, tied):
     prev = nd.array(np.random.RandomState(0).randint(4, 30, 9))
     ref, (ref_h, ref_c), _ = model.decode_step(prev, [h, c], memory.repeat(K, axis=0), src_len.repeat(K, axis=0))
     weights = model.decoder.step_weights(mx.cpu())
-    log_probs, new_h, new_c = _decoder_step(nd, model.decoder, prev, h, c, memory, src_len, K, weights)
+    log_probs, new_hs, new_cs = _decoder_step(nd, model.decoder, prev, _layer_states(h), _layer_states(c), memory,
+                                              src_len, K, weights)
+    new_h, new_c = nd.stack(*new_hs, axis=1), nd.stack(*new_cs, axis=1)   # back to (N,L,H)
     for ours, theirs in ((log_probs, ref), (new_h, ref_h), (new_c, ref_c)):
         np.testing.assert_allclose(ours.asnumpy(), theirs.asnumpy(), rtol=1e-5, atol=1e-6)
