@@ -86,7 +86,8 @@ for d in "$MODELS"/all-ko-en "$MODELS"/all-en-ko "$MODELS"/tatoeba-ko-en; do [ -
 for d in "$MODELS"/tatoeba-ko-en "$MODELS"/abl-*; do [ -f "$d/state.json" ] && abls+=("$d"); done
 if [ ${#mains[@]} -gt 0 ]; then
   "$PY" scripts/results_table.py "${mains[@]}" --markdown results/results.md --json results/results.json \
-    --curves results/curves.png --examples 5 --data-dir "$DATA_DIR"
+    --curves results/curves.png --examples 5 --data-dir "$DATA_DIR" \
+    --hardware "$(nproc)-core CPU, $OMP_NUM_THREADS OpenMP thread(s) per run"
 fi
 if [ ${#abls[@]} -gt 1 ]; then
   "$PY" scripts/results_table.py "${abls[@]}" --ablation-base "$base" --ablation-test tatoeba-test \
