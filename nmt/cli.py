@@ -59,6 +59,7 @@ MODEL_FLAGS = [
     Flag("--num-layers", "model", "num_layers", int, "encoder and decoder layers"),
     Flag("--attention", "model", "attention", str, "attention type", choices=("dot", "general", "mlp")),
     Flag("--dropout", "model", "dropout", float, "dropout rate"),
+    Flag("--word-dropout", "model", "word_dropout", float, "rate of whole token embeddings zeroed in training"),
     Flag("--tie-weights", "model", "tie_weights", help="tie target embedding and output weights (default)",
          boolean=True),
     Flag("--no-tie-weights", "model", "tie_weights", help="separate output weights (needed if embed != hidden size)",

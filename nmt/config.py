@@ -54,6 +54,7 @@ class ModelConfig:
     attention: str = "dot"               # Luong "dot" / "general", or Bahdanau "mlp"
     dropout: float = 0.4                 # dropout on embeddings, between layers and before the output
     tie_weights: bool = True             # share target embedding and output projection (embed==hidden needed)
+    word_dropout: float = 0.0            # drop whole source/target token embeddings in training (Sennrich & Zhang 2019)
 
 
 @dataclass

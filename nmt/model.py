@@ -2,15 +2,15 @@
 
 Architecture (all batch-major at the API, time-major inside the fused RNN kernels):
 
-* Encoder: source embedding -> dropout -> layer 1 bidirectional (a forward LSTM on x and a forward
-  LSTM on x reversed *by valid length* with `SequenceReverse`, whose output is reversed back, as
-  gluon-nlp's GNMT encoder does; the fused `bidirectional=True, use_sequence_length=True` kernel is
+* Encoder: source embedding -> word dropout (whole tokens, optional) -> dropout -> layer 1 bidirectional
+  (a forward LSTM on x and a forward LSTM on x reversed *by valid length* with `SequenceReverse`, whose
+  output is reversed back, as gluon-nlp's GNMT encoder does; the fused `bidirectional=True, use_sequence_length=True` kernel is
   not padding-invariant on CPU in MXNet 1.9.1) -> layers 2..L unidirectional, residual from layer 3
   on, dropout between layers. With one layer the 2H-wide output is projected to H so that every
   attention type sees H-wide keys.
 * Bridge: decoder layer l starts from a projection of encoder layer l's last valid output
   (h = tanh(W x), c = W' x).
-* Decoder: target embedding -> dropout -> one fused L-layer LSTM over all target-in steps (no input
+* Decoder: target embedding -> word dropout -> dropout -> one fused L-layer LSTM over all target-in steps (no input
   feeding, so no Python loop over time) -> attention for all steps at once (scores (B,T,S) masked
   by source length) -> tanh(W[context; dec_out]) -> dropout -> output projection to the vocabulary.
 
@@ -45,8 +45,9 @@ def validate_model_config(cfg: ModelConfig, src_vocab_size: int = _MIN_VOCAB,
                         ("--hidden-size", cfg.hidden_size)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ConfigError(f"{flag} must be a positive integer (got {value!r})")
-    if not isinstance(cfg.dropout, (int, float)) or not 0.0 <= cfg.dropout < 1.0:
-        raise ConfigError(f"--dropout must be in [0, 1) (got {cfg.dropout!r})")
+    for flag, rate in (("--dropout", cfg.dropout), ("--word-dropout", cfg.word_dropout)):
+        if not isinstance(rate, (int, float)) or isinstance(rate, bool) or not 0.0 <= rate < 1.0:
+            raise ConfigError(f"{flag} must be in [0, 1) (got {rate!r})")
     if cfg.tie_weights and cfg.embed_size != cfg.hidden_size:
         raise ConfigError(f"--tie-weights needs --embed-size == --hidden-size, because the output "
                           f"projection reuses the ({tgt_vocab_size}, embed) target embedding on hidden-size "
@@ -62,6 +63,12 @@ def _length_mask(F, like, lengths, axis: int):
     """(B, N) float mask, 1 where position < length along `axis` of `like`."""
     positions = F.cast(F.contrib.arange_like(like, axis=axis), "float32")
     return F.broadcast_lesser(F.reshape(positions, shape=(1, -1)), F.reshape(lengths, shape=(-1, 1)))
+
+
+def _word_dropout(rate: float) -> Optional[gluon.HybridBlock]:
+    """Zeroes whole token embeddings of (B,T,E) (one mask value per token, shared by its E features) in training,
+    as Sennrich & Zhang (2019) do for small data; None (no op in the graph) with rate 0."""
+    return nn.Dropout(rate, axes=(2,)) if rate else None
 
 
 class _FusedLSTMInit(mx.init.Initializer):
@@ -158,6 +165,7 @@ class Encoder(gluon.HybridBlock):
         H, E, L = cfg.hidden_size, cfg.embed_size, cfg.num_layers
         with self.name_scope():
             self.embed = nn.Embedding(vocab_size, E, prefix="embed_")
+            self.word_dropout = _word_dropout(cfg.word_dropout)
             self.dropout = nn.Dropout(cfg.dropout)
             self.fwd = FusedLSTM(H, 1, input_size=E, prefix="fwd_")
             self.bwd = FusedLSTM(H, 1, input_size=E, prefix="bwd_")
@@ -176,7 +184,10 @@ class Encoder(gluon.HybridBlock):
 
     def hybrid_forward(self, F, src, src_len):
         src_len = F.clip(F.cast(src_len, "float32"), 1, 1e9)  # empty filler rows read one position
-        x = F.transpose(self.dropout(self.embed(src)), axes=(1, 0, 2))  # (S,B,E)
+        x = self.embed(src)
+        if self.word_dropout is not None:
+            x = self.word_dropout(x)
+        x = F.transpose(self.dropout(x), axes=(1, 0, 2))  # (S,B,E)
         fwd = self.fwd(x)
         rev = F.SequenceReverse(x, sequence_length=src_len, use_sequence_length=True)
         bwd_rev = self.bwd(rev)  # step len-1 of the reversed run has read the whole sentence
@@ -226,6 +237,7 @@ class Decoder(gluon.HybridBlock):
             if not self._tied:
                 self.out_weight = self.params.get("out_weight", shape=(vocab_size, H), init=out_init)
             self.out_bias = self.params.get("out_bias", shape=(vocab_size,), init="zeros")
+            self.word_dropout = _word_dropout(cfg.word_dropout)
             self.dropout = nn.Dropout(cfg.dropout)
             self.rnn = FusedLSTM(H, cfg.num_layers, input_size=E, dropout=cfg.dropout, with_states=True,
                                  prefix="rnn_")
@@ -239,6 +251,8 @@ class Decoder(gluon.HybridBlock):
 
     def hybrid_forward(self, F, tgt_in, h0, c0, memory, src_len, embed_weight, out_bias, out_weight=None):
         x = F.Embedding(tgt_in, embed_weight, input_dim=self._vocab_size, output_dim=self._embed_size)
+        if self.word_dropout is not None:
+            x = self.word_dropout(x)
         x = F.transpose(self.dropout(x), axes=(1, 0, 2))  # (T,B,E)
         dec, h, c = self.rnn(x, F.transpose(h0, axes=(1, 0, 2)), F.transpose(c0, axes=(1, 0, 2)))  # states (L,B,H)
         dec = F.transpose(dec, axes=(1, 0, 2))  # (B,T,H)

@@ -199,12 +199,12 @@ def _call_step(step: gluon.HybridBlock, *args) -> list:
 
 def _search(step_fn, state: list, consts: list, K: int, num_steps: int, *, next_state: Sequence[int],
             per_row_state: Sequence[int], per_row_consts: Sequence[int], per_sentence_consts: Sequence[int],
-            flags_at: int, emitted_at: int,
-            rows_at: Optional[int], final_state: Sequence[int]) -> Tuple[List[_Segment], Dict[int, list]]:
+            flags_at: int, emitted_at: int, rows_at: Optional[int],
+            final_state: Sequence[int]) -> Tuple[List[_Segment], Dict[int, list]]:
     """Run `outputs = step_fn(state, consts)` for up to `num_steps` steps over a batch that sheds its done
-    sentences. `state` and `consts` hold arrays whose first axis is the B*K rows (`per_row_*` positions) or
-    anything else (or, `per_sentence_consts`, one row per sentence); the next state is `outputs[next_state]`; `outputs[flags_at]` says per sentence whether it
-    is done (read one step late, while the next step runs; a step queued after all were done is dropped).
+    sentences. `state` and `consts` hold arrays whose first axis is the B*K rows (`per_row_*` positions), one
+    row per sentence (`per_sentence_consts`) or anything else; the next state is `outputs[next_state]`;
+    `outputs[flags_at]` says per sentence whether it is done (read one step late, while the next step runs; a step queued after all were done is dropped).
     Returns the segments and, per original sentence, the host copies of `state[final_state]` (K rows each)
     at the moment it left the batch."""
     ctx = state[0].context

@@ -14,7 +14,7 @@
 # slow each other down ~20x):
 #   OMP_NUM_THREADS=1 nohup scripts/reproduce_results.sh all-ko-en all-en-ko > q1.log 2>&1 &
 #   OMP_NUM_THREADS=1 nohup scripts/reproduce_results.sh tatoeba-ko-en abl-vocab8k abl-dropout0.2 abl-ls0 \
-#       abl-mlp abl-batch64 abl-plateau > q2.log 2>&1 &
+#       abl-mlp abl-batch64 abl-plateau abl-worddrop0.1 > q2.log 2>&1 &
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -40,8 +40,10 @@ declare -A RUNS=(
   [abl-mlp]="--src ko --tgt en ${TAT[*]} --attention mlp"
   [abl-batch64]="--src ko --tgt en ${TAT[*]} --batch-size 64"
   [abl-plateau]="--src ko --tgt en ${TAT[*]} --lr-schedule plateau"
+  [abl-worddrop0.1]="--src ko --tgt en ${TAT[*]} --word-dropout 0.1"
 )
-ORDER=(tatoeba-ko-en all-ko-en all-en-ko abl-vocab8k abl-dropout0.2 abl-ls0 abl-mlp abl-batch64 abl-plateau)
+ORDER=(tatoeba-ko-en all-ko-en all-en-ko abl-vocab8k abl-dropout0.2 abl-ls0 abl-mlp abl-batch64 abl-plateau
+       abl-worddrop0.1)
 [ $# -gt 0 ] && ORDER=("$@")
 
 stopped() {   # why the run in $1 stopped ("" while unfinished or never started)

@@ -105,6 +105,29 @@ def test_dropout_only_in_training():
     assert np.abs((a - b).asnumpy()).max() > 1e-3
 
 
+def test_word_dropout_zeroes_whole_tokens_only_in_training():
+    cfg = ModelConfig(embed_size=16, hidden_size=16, num_layers=2, dropout=0.0, word_dropout=0.5)
+    model = build_model(cfg, SRC_V, TGT_V)
+    model.initialize(mx.init.Xavier())
+    plain = build_model(ModelConfig(embed_size=16, hidden_size=16, num_layers=2, dropout=0.0), SRC_V, TGT_V)
+    plain.initialize()
+    # no new parameters: a model trained with word dropout loads into one without
+    assert sorted(p.name for p in model.collect_params().values()) == \
+        sorted(p.name for p in plain.collect_params().values())
+    emb = model.encoder.embed(mx.nd.array([[4, 5, 6, 7, 8, 9, 10, 11]] * 8))
+    np.testing.assert_array_equal(model.encoder.word_dropout(emb).asnumpy(), emb.asnumpy())   # inference
+    with autograd.record():
+        dropped = model.encoder.word_dropout(emb).asnumpy()
+    zero_tokens = (np.abs(dropped).max(axis=-1) == 0)
+    assert 0 < zero_tokens.mean() < 1
+    kept = ~zero_tokens
+    np.testing.assert_allclose(dropped[kept], 2 * emb.asnumpy()[kept], rtol=1e-6)   # whole tokens, rescaled
+    batch = make_batch([5, 3], [4, 6], 5, 6)[:3]
+    with autograd.record():
+        a, b = model(*batch), model(*batch)
+    assert np.abs((a - b).asnumpy()).max() > 1e-4
+
+
 def test_int32_inputs_accepted():
     """Batches arrive as int32 (nmt.batching); the hybridized loss must take them as they are."""
     loss_block = Seq2SeqLoss(make_model("general"), label_smoothing=0.1)
@@ -178,6 +201,7 @@ def test_tie_weights_shares_one_parameter():
     (dict(attention="bogus"), "--attention"),
     (dict(num_layers=0), "--num-layers"),
     (dict(dropout=1.0), "--dropout"),
+    (dict(word_dropout=-0.1), "--word-dropout"),
     (dict(dropout=-0.1), "--dropout"),
     (dict(hidden_size=0), "--hidden-size"),
     (dict(tie_weights=True, embed_size=16, hidden_size=32), "--tie-weights"),
