@@ -5,8 +5,8 @@ A single device is the same code with one share. Each update:
      where each worker keeps its own `accum_steps x num_devices`); each share is cut to the columns its longest
      sentence needs (rounded up to a short ladder of lengths, so the number of graph shapes stays small),
   2. per micro-step, each device (from its own Python thread) runs forward + loss under `autograd.record` and its
-     own backward; gradients
-     are written (one micro-step) or accumulated in place (grad_req="add", zeroed after every update),
+     own backward; gradients are written (one micro-step) or accumulated in place (grad_req="add", zeroed after
+     every update),
   3. `trainer.allreduce_grads()` sums gradients over devices (and workers, for dist kvstores); CPU contexts of
      one process (which share the same cores) sum into the first replica instead, which alone is updated and
      then copied to the others,
@@ -19,8 +19,8 @@ A single device is the same code with one share. Each update:
 """
 from __future__ import annotations
 
-import logging
 import ctypes
+import logging
 import math
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -92,13 +92,18 @@ def default_kvstore(ctxs: Sequence[mx.Context], requested: str = "auto") -> str:
     return "device" if ctxs[0].device_type == "gpu" else "local"
 
 
-def init_amp(ctxs: Sequence[mx.Context]) -> None:
-    """Turn on MXNet's automatic mixed precision (float16 compute where safe, float32 master weights); call it
-    before the model is built. ConfigError unless every device is a GPU. Untested here: no GPU on the machine
-    this was written on."""
+def check_amp_devices(ctxs: Sequence[mx.Context]) -> None:
+    """ConfigError unless every device is a GPU: automatic mixed precision runs float16 kernels there."""
     if not ctxs or any(c.device_type != "gpu" for c in ctxs):
         raise ConfigError("--amp needs --gpus: automatic mixed precision runs float16 kernels on GPUs "
                           f"(devices here: {', '.join(str(c) for c in ctxs) or 'none'}); drop --amp to train on CPU")
+
+
+def init_amp(ctxs: Sequence[mx.Context]) -> None:
+    """Turn on MXNet's automatic mixed precision (float16 compute where safe, float32 master weights); call it
+    once, before the model is built. ConfigError unless every device is a GPU. Untested here: no GPU on the
+    machine this was written on."""
+    check_amp_devices(ctxs)
     from mxnet.contrib import amp
     amp.init()
 
@@ -152,7 +157,7 @@ class DataParallel:
         self.trim = trim
         self.amp = amp
         if amp:   # a dynamic loss scaler on the Trainer: scaled backward, unscaled update, overflow skips
-            init_amp(self.ctxs)
+            check_amp_devices(self.ctxs)   # AMP itself was turned on (`init_amp`) before the model was built
             from mxnet.contrib import amp as mx_amp
             mx_amp.init_trainer(trainer)
         # One micro-step writes its gradients; several accumulate and are zeroed after every update.
@@ -300,7 +305,7 @@ class DataParallel:
             for w in rest:
                 first.copyto(w)
 
-    # -- gradient norm and clipping ------------------------------------------------------------------------------
+    # -- gradient norm ------------------------------------------------------------------------------------------------
     def global_norm(self, normalizer: int) -> mx.nd.NDArray:
         """Norm of (summed gradient / normalizer), shape (1,), on device 0 (all devices hold the same sum)."""
         grads = [p.list_grad()[0] for p in self.params]
@@ -308,20 +313,3 @@ class DataParallel:
                 for i in range(0, len(grads), _FUSED_CHUNK)]
         total = mx.nd.concat(*sums, dim=0) if len(sums) > 1 else sums[0]
         return total.sum().sqrt().reshape((1,)) / float(normalizer)
-
-    def clip_global_norm(self, normalizer: int) -> mx.nd.NDArray:
-        """Scale gradients in place so that the norm of (summed gradient / normalizer) is at most clip_norm,
-        without a host synchronization; returns the norm before clipping. (`step` folds the clip factor into
-        the update instead, which saves this pass over the gradients.)"""
-        norm = self.global_norm(normalizer)
-        if self.clip_norm > 0:
-            ctx0 = self.ctxs[0]
-            scale = mx.nd.minimum(mx.nd.ones((1,), ctx=ctx0), self.clip_norm / (norm + 1e-6))
-            scales = {ctx0: scale}
-            for p in self.params:
-                for g in p.list_grad():
-                    s = scales.get(g.context)
-                    if s is None:
-                        s = scales[g.context] = scale.as_in_context(g.context)
-                    g *= s
-        return norm

@@ -272,9 +272,11 @@ class Trainer:
 
         def validate() -> Dict[str, float]:
             nonlocal since_valid
-            train_loss = float(since_valid[0].asscalar()) / since_valid[1] if since_valid[1] else None
+            loss_sum, tokens = since_valid
             since_valid = [0.0, 0]
-            return self.validate(train_loss) if self.is_chief else {"improved": False}
+            if not self.is_chief:
+                return {"improved": False}
+            return self.validate(float(loss_sum.asscalar()) / tokens if tokens else None)
 
         stop = self._should_stop(t_start)
         try:
