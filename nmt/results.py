@@ -5,7 +5,6 @@ metrics.jsonl), so a table can be regenerated at any time from the model directo
 """
 from __future__ import annotations
 
-import json
 import platform
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Dict, List, Optional, Sequence
 from nmt import checkpoint as ckpt
 from nmt.config import Config
 from nmt.log import read_metrics
+from nmt.translate import read_scores
 
 
 def cpu_name() -> str:
@@ -36,7 +36,7 @@ class Run:
     name: str                      # directory name
     path: Path
     config: Config
-    state: dict                    # state.json
+    state: ckpt.TrainState         # state.json
     scores: dict                   # scores.json: test set -> checkpoint -> record
     metrics: List[dict]            # metrics.jsonl rows (one per validation)
 
@@ -46,20 +46,18 @@ class Run:
 
     @property
     def hours(self) -> float:
-        return float(self.state.get("elapsed", 0.0)) / 3600.0
+        return self.state.elapsed / 3600.0
 
 
 def load_run(path) -> Run:
-    """A trained model directory; ResultsError naming the missing file otherwise."""
+    """A trained model directory; ResultsError naming the missing file otherwise (CheckpointError / ConfigError
+    naming a file that is not valid)."""
     path = Path(path)
     for name in (ckpt.CONFIG, ckpt.STATE):
         if not (path / name).is_file():
             raise ResultsError(f"{path}: no {name} (not a model directory written by scripts/train.py?)")
-    scores_file = path / ckpt.SCORES
-    scores = json.loads(scores_file.read_text(encoding="utf-8")) if scores_file.is_file() else {}
     metrics_file = path / ckpt.METRICS
-    return Run(path.name, path, Config.load(path / ckpt.CONFIG),
-               json.loads((path / ckpt.STATE).read_text(encoding="utf-8")), scores,
+    return Run(path.name, path, Config.load(path / ckpt.CONFIG), ckpt.TrainState.load(path), read_scores(path),
                read_metrics(metrics_file) if metrics_file.is_file() else [])
 
 
@@ -67,15 +65,15 @@ def _best_record(run: Run, test: str, checkpoint: Optional[str]) -> Optional[dic
     per_ckpt = run.scores.get(test, {})
     if checkpoint:
         return per_ckpt.get(checkpoint)
-    for name in ("best", "avg", "latest"):   # dev-selected first: choosing by test score would tune on the test
+    for name in ("best", "avg"):   # dev-selected first: choosing by test score would tune on the test
         if name in per_ckpt:
             return per_ckpt[name]
-    return next(iter(per_ckpt.values()), None)
+    return next(iter(per_ckpt.values()), None)   # else a step's scores
 
 
 def results_rows(runs: Sequence[Run], checkpoint: Optional[str] = None) -> List[dict]:
     """One row per (run, test set): direction, BLEU, chrF, ko-mecab BLEU (Korean output), signatures, time;
-    scores of `checkpoint` (default: best on dev, else the average of the last checkpoints, else the latest)."""
+    scores of `checkpoint` (default: best on dev, else the average of the last checkpoints, else a step's)."""
     rows = []
     for run in runs:
         for test in sorted(run.scores):
@@ -88,8 +86,8 @@ def results_rows(runs: Sequence[Run], checkpoint: Optional[str] = None) -> List[
                          "bleu_signature": rec.get("bleu_signature"), "chrf_signature": rec.get("chrf_signature"),
                          "checkpoint": rec.get("checkpoint"), "beam_size": rec.get("beam_size"),
                          "length_penalty": rec.get("length_penalty"), "hours": run.hours,
-                         "updates": run.state.get("step"), "epochs": run.state.get("epoch"),
-                         "stopped": run.state.get("stopped"), "best_dev_bleu": run.state.get("best_bleu")})
+                         "updates": run.state.step, "epochs": run.state.epoch,
+                         "stopped": run.state.stopped, "best_dev_bleu": run.state.best_bleu})
     return rows
 
 
@@ -132,8 +130,8 @@ def ablation_table(base: Run, runs: Sequence[Run], test: str) -> str:
         what = ", ".join(f"{k.split('.', 1)[1]}={v}" for k, v in sorted(diff.items())) or "(base)"
         bleu = f"{rec['bleu']:.2f}" if rec else "—"
         chrf = f"{rec['chrf']:.2f}" if rec else "—"
-        lines.append(f"| {run.name} | {what} | {bleu} | {chrf} | {float(run.state.get('best_bleu', 0)):.2f} | "
-                     f"{run.hours * 60:.0f} min | {run.state.get('step')} |")
+        lines.append(f"| {run.name} | {what} | {bleu} | {chrf} | {run.state.best_bleu:.2f} | "
+                     f"{run.hours * 60:.0f} min | {run.state.step} |")
     return "\n".join(lines) + "\n"
 
 

@@ -362,6 +362,18 @@ def checkpoint_info(model_dir: Path, which: str) -> Dict[str, object]:
     return {"params_file": path.name, "step": step}
 
 
+def read_scores(model_dir: Path) -> Dict[str, Dict[str, object]]:
+    """model_dir/scores.json ({} when absent): test set -> checkpoint -> entry; CheckpointError naming the file
+    when it is not valid JSON."""
+    path = Path(model_dir) / ckpt.SCORES
+    if not path.exists():
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ckpt.CheckpointError(f"{path} is not valid JSON ({e}); move it away to record new scores") from None
+
+
 def record_scores(model_dir: Path, test_key: str, checkpoint: str, entry: Dict[str, object]) -> Path:
     """Merge `entry` into model_dir/scores.json as [test_key][checkpoint], keeping every other entry.
 
@@ -369,12 +381,7 @@ def record_scores(model_dir: Path, test_key: str, checkpoint: str, entry: Dict[s
     path = Path(model_dir) / ckpt.SCORES
     with open(path.with_name(path.name + ".lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        data: Dict[str, Dict[str, object]] = {}
-        if path.exists():
-            try:
-                data = json.loads(path.read_text(encoding="utf-8"))
-            except json.JSONDecodeError as e:
-                raise ckpt.CheckpointError(f"{path} is not valid JSON ({e}); move it away to record new scores") from None
+        data = read_scores(model_dir)
         data.setdefault(test_key, {})[checkpoint] = entry
         atomic_write_text(path, json.dumps(data, indent=2, ensure_ascii=False, sort_keys=True) + "\n")
     return path

@@ -36,12 +36,13 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
 
     from nmt.atomic import atomic_write_text
+    from nmt.cli import user_errors
     from nmt.results import (ResultsError, ablation_table, cpu_name, load_run, markdown_table, plot_curves,
                              results_rows)
     try:
         runs = [load_run(d) for d in args.model_dirs]
         base = load_run(args.ablation_base) if args.ablation_base else None
-    except (ResultsError, OSError, ValueError) as e:
+    except (ResultsError, OSError, ValueError, *user_errors()) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     rows = results_rows(runs, args.checkpoint)

@@ -43,7 +43,7 @@ def test_rows_come_from_the_model_directory(scored_dirs):
     recorded = json.loads((a / "scores.json").read_text())["synth-test"]
     entry = next(iter(recorded.values()))
     assert row["bleu"] == entry["bleu"] and row["chrf"] == entry["chrf"]
-    assert row["direction"] == "ko→en" and row["updates"] == run.state["step"]
+    assert row["direction"] == "ko→en" and row["updates"] == run.state.step
     table = markdown_table(rows, "test machine")
     assert f"{entry['bleu']:.2f}" in table and entry["bleu_signature"] in table and "test machine" in table
 
@@ -75,3 +75,15 @@ def test_not_a_model_directory_is_a_clear_error(tmp_path):
     out = subprocess.run([sys.executable, str(REPO / "scripts/results_table.py"), str(tmp_path)],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "error:" in out.stderr and str(tmp_path) in out.stderr
+
+
+@pytest.mark.parametrize("name", ["scores.json", "state.json"])
+def test_corrupt_file_is_named(scored_dirs, tmp_path, name):
+    a, _ = scored_dirs
+    broken = tmp_path / "broken"
+    shutil.copytree(a, broken)
+    (broken / name).write_text("{not json")
+    out = subprocess.run([sys.executable, str(REPO / "scripts/results_table.py"), str(broken)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert str(broken / name) in out.stderr
