@@ -4,14 +4,14 @@ Architecture (all batch-major at the API, time-major inside the fused RNN kernel
 
 * Encoder: source embedding -> word dropout (whole tokens, optional) -> dropout -> layer 1 bidirectional
   (a forward LSTM on x and a forward LSTM on x reversed *by valid length* with `SequenceReverse`, whose
-  output is reversed back, as gluon-nlp's GNMT encoder does; the fused `bidirectional=True, use_sequence_length=True` kernel is
-  not padding-invariant on CPU in MXNet 1.9.1) -> layers 2..L unidirectional, residual from layer 3
-  on, dropout between layers. With one layer the 2H-wide output is projected to H so that every
-  attention type sees H-wide keys.
+  output is reversed back, as gluon-nlp's GNMT encoder does; the fused `bidirectional=True,
+  use_sequence_length=True` kernel is not padding-invariant on CPU in MXNet 1.9.1) -> layers 2..L
+  unidirectional, residual from layer 3 on, dropout between layers. With one layer the 2H-wide output
+  is projected to H so that every attention type sees H-wide keys.
 * Bridge: decoder layer l starts from a projection of encoder layer l's last valid output
   (h = tanh(W x), c = W' x).
-* Decoder: target embedding -> word dropout -> dropout -> one fused L-layer LSTM over all target-in steps (no input
-  feeding, so no Python loop over time) -> attention for all steps at once (scores (B,T,S) masked
+* Decoder: target embedding -> word dropout -> dropout -> one fused L-layer LSTM over all target-in steps (no
+  input feeding, so no Python loop over time) -> attention for all steps at once (scores (B,T,S) masked
   by source length) -> tanh(W[context; dec_out]) -> dropout -> output projection to the vocabulary.
 
 `decode_step` runs the very same decoder block on a length-1 target, so step-wise decoding computes
@@ -82,20 +82,27 @@ class _FusedLSTMInit(mx.init.Initializer):
     def _init_weight(self, desc, arr):
         glob = desc.global_init if isinstance(getattr(desc, "global_init", None), mx.init.Initializer) \
             else mx.init.Xavier()
-        offset = 0
-        for i, shape in enumerate(self._shapes):
-            n = int(_prod(shape))
+        for i, (start, end, shape) in enumerate(_piece_ranges(self._shapes)):
             piece = mx.nd.zeros(shape, ctx=arr.context, dtype=arr.dtype)
             if len(shape) == 2:
                 glob._init_weight(mx.init.InitDesc(f"{desc}_{i}_weight"), piece)
-            arr[offset:offset + n] = piece.reshape((-1,))
-            offset += n
+            arr[start:end] = piece.reshape((-1,))
 
 
 def _prod(shape: Sequence[int]) -> int:
     out = 1
     for x in shape:
         out *= int(x)
+    return out
+
+
+def _piece_ranges(shapes: Sequence[Tuple[int, ...]]) -> List[Tuple[int, int, Tuple[int, ...]]]:
+    """(start, end, shape) of each piece in a flat vector holding `shapes` one after another."""
+    out, offset = [], 0
+    for shape in shapes:
+        n = _prod(shape)
+        out.append((offset, offset + n, tuple(shape)))
+        offset += n
     return out
 
 
@@ -285,11 +292,7 @@ class Decoder(gluon.HybridBlock):
         """The decoder's weights for a search step on `ctx`: target embedding, output weight and bias, then per
         LSTM layer [W_x W_h] (4H, in+H) and b_x + b_h (4H,), cut once from the fused kernel's flat vector."""
         flat = self.rnn.rnn_param.data(ctx)
-        pieces, offset = [], 0
-        for shape in self.rnn.piece_shapes:
-            n = _prod(shape)
-            pieces.append(flat[offset:offset + n].reshape(shape))
-            offset += n
+        pieces = [flat[start:end].reshape(shape) for start, end, shape in _piece_ranges(self.rnn.piece_shapes)]
         L = len(self.rnn.piece_shapes) // 4
         weights, biases = pieces[:2 * L], pieces[2 * L:]
         out = [self.embed_weight.data(ctx), (self.embed_weight if self._tied else self.out_weight).data(ctx),
