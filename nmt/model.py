@@ -267,9 +267,11 @@ class Decoder(gluon.HybridBlock):
         logits, attn = self.attend_and_project(F, dec, memory, src_len, weight, out_bias)
         return logits, F.transpose(h, axes=(1, 0, 2)), F.transpose(c, axes=(1, 0, 2)), attn
 
-    def attend_and_project(self, F, dec, memory, src_len, out_weight, out_bias):
+    def attend_and_project(self, F, dec, memory, src_len, out_weight, out_bias, combine=None):
         """Decoder outputs (B,T,H) over memory (B,S,M) -> logits (B,T,V), attention (B,T,S). The T queries of a
-        row are independent, so a beam search passes a sentence's K beams as its T (one memory per sentence)."""
+        row are independent, so a beam search passes a sentence's K beams as its T (one memory per sentence).
+        `combine`: the combine layer's weight cut in its context and decoder halves and its bias (a search step
+        adds two products instead of concatenating their inputs; without dropout)."""
         if self._attention == "mlp":
             values = F.slice_axis(memory, axis=-1, begin=0, end=self._hidden)
             keys = F.slice_axis(memory, axis=-1, begin=self._hidden, end=None)
@@ -284,21 +286,35 @@ class Decoder(gluon.HybridBlock):
         scores = F.broadcast_add(scores, F.expand_dims((1 - mask) * _MASK_VALUE, axis=1))
         attn = F.softmax(scores, axis=-1)
         context = F.batch_dot(attn, values)  # (B,T,H)
-        out = self.dropout(self.combine(F.concat(context, dec, dim=-1)))
+        if combine is None:
+            out = self.dropout(self.combine(F.concat(context, dec, dim=-1)))
+        else:
+            w_ctx, w_dec, b = combine
+            H = self._hidden
+            out = F.Activation(F.FullyConnected(context, w_ctx, b, num_hidden=H, flatten=False)
+                               + F.FullyConnected(dec, w_dec, no_bias=True, num_hidden=H, flatten=False),
+                               act_type="tanh")
         logits = F.FullyConnected(out, out_weight, out_bias, num_hidden=self._vocab_size, flatten=False)
         return logits, attn
 
     def step_weights(self, ctx: mx.Context) -> List[mx.nd.NDArray]:
-        """The decoder's weights for a search step on `ctx`: target embedding, output weight and bias, then per
-        LSTM layer [W_x W_h] (4H, in+H) and b_x + b_h (4H,), cut once from the fused kernel's flat vector."""
+        """The decoder's weights for a search step on `ctx`, cut once from the fused kernel's flat vector:
+        the first layer's input gates of every target token, embed @ W_x^T + b_x + b_h (V, 4H) (a lookup per
+        step instead of a product), the output weight and bias, the combine layer's context and decoder halves
+        and bias, the first layer's W_h (4H, H), then per further layer W_x (4H, H), W_h (4H, H), b_x + b_h (4H,)."""
         flat = self.rnn.rnn_param.data(ctx)
         pieces = [flat[start:end].reshape(shape) for start, end, shape in _piece_ranges(self.rnn.piece_shapes)]
         L = len(self.rnn.piece_shapes) // 4
         weights, biases = pieces[:2 * L], pieces[2 * L:]
-        out = [self.embed_weight.data(ctx), (self.embed_weight if self._tied else self.out_weight).data(ctx),
-               self.out_bias.data(ctx)]
-        for l in range(L):
-            out += [mx.nd.concat(weights[2 * l], weights[2 * l + 1], dim=1), biases[2 * l] + biases[2 * l + 1]]
+        bias = [biases[2 * l] + biases[2 * l + 1] for l in range(L)]
+        embed = self.embed_weight.data(ctx)
+        gates_in = mx.nd.FullyConnected(embed, weights[0], bias[0], num_hidden=4 * self._hidden)
+        H = self._hidden
+        w_combine = self.combine.weight.data(ctx)
+        out = [gates_in, (self.embed_weight if self._tied else self.out_weight).data(ctx), self.out_bias.data(ctx),
+               w_combine[:, :H], w_combine[:, H:], self.combine.bias.data(ctx), weights[1]]
+        for l in range(1, L):
+            out += [weights[2 * l], weights[2 * l + 1], bias[l]]
         return out
 
 

@@ -145,6 +145,7 @@ class Translator:
         todo = [i for i, x in enumerate(ids) if x]
         todo.sort(key=lambda i: len(ids[i]))   # length-sorted batches: little padding
         bs = max(1, self.decode.batch_size)
+        weights = self.net.decoder.step_weights(self.ctx) if todo else None   # parameters are fixed for this call
         for start in range(0, len(todo), bs):
             chunk = todo[start:start + bs]
             src, src_len = pad_sources([ids[i] for i in chunk], max(len(ids[i]) for i in chunk) + 1)
@@ -152,10 +153,10 @@ class Translator:
             src_nd = mx.nd.array(src, ctx=self.ctx, dtype="float32")
             len_nd = mx.nd.array(src_len, ctx=self.ctx, dtype="float32")
             if beam == 1 and nbest == 1:
-                hyps = [[(h, 0.0)] for h in greedy_search(self.net, src_nd, len_nd, max_len)]
+                hyps = [[(h, 0.0)] for h in greedy_search(self.net, src_nd, len_nd, max_len, weights=weights)]
             else:
                 hyps = beam_search(self.net, src_nd, len_nd, beam_size=max(beam, nbest), max_len=max_len,
-                                   alpha=self.decode.length_penalty_alpha, nbest=nbest)
+                                   alpha=self.decode.length_penalty_alpha, nbest=nbest, weights=weights)
             for r, i in enumerate(chunk):
                 out[i] = hyps[r]
         return out

@@ -201,9 +201,10 @@ def decode_worker(spec: dict) -> dict:
             batches.append((rows, mx.nd.array(src), mx.nd.array(src_len), max_len))
         net = tr.net
 
-        def ours():
+        def ours():   # as the Translator does: the step's weights prepared once per call
+            w = net.decoder.step_weights(batches[0][1].context)
             return [h[0][0] for rows, src, src_len, m in batches
-                    for h in search.beam_search(net, src, src_len, K, m, alpha=d.length_penalty_alpha)]
+                    for h in search.beam_search(net, src, src_len, K, m, alpha=d.length_penalty_alpha, weights=w)]
 
         def gluonnlp_sampler():
             from gluonnlp.model import BeamSearchSampler, BeamSearchScorer
