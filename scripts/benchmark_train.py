@@ -5,10 +5,12 @@
         --devices 1,2,4 --batch-sizes 60,120,240 --json results/benchmark_train.json --plot results/benchmark_train.png
 
 For every (device count, global batch) pair a fresh `nmt.train.Trainer` (the real setup: data, SentencePiece,
-hybridized model, DataParallel, optimizer) runs `--warmup` updates (default: one epoch, so every batch shape has
-been seen), then `--repeats` timed windows of `--updates` updates (default: one epoch each); figures are medians
-over the windows: time per update and per epoch, updates/s, sentences/s, source and target tokens/s (real tokens,
-padding excluded), speedup and scaling efficiency against one device at the same global batch. CPU contexts
+hybridized model, DataParallel, optimizer) in its own process runs `--warmup` updates (default: one epoch, so
+every batch shape has been seen), then `--repeats` timed windows of `--updates` updates (default: one epoch
+each), the device counts of one batch size taking turns window by window (so a change of load on a shared machine
+hits them alike); figures are medians over the windows: time per update and per epoch, updates/s, sentences/s,
+source and target tokens/s (real tokens, padding excluded), and, per round, time per update against one device
+at the same global batch (speedup, scaling efficiency). CPU contexts
 (`--cpu-devices N` in training) share the same cores, so on CPU the device sweep measures the overhead of the
 split/aggregate machinery (N contexts get OMP_NUM_THREADS = cores / N each, one context all of them); `--gpus 0,1,2,3` sweeps real GPUs (`--amp` adds mixed precision there).
 
@@ -124,8 +126,19 @@ def peak_worker(size: int = 2048, repeats: int = 7) -> dict:
             "fc_gflops": rate(lambda: mx.nd.FullyConnected(a, b, no_bias=True, num_hidden=size))}
 
 
-def train_worker(spec: dict) -> dict:
-    """Warm-up, then timed windows, for one (devices, batch) configuration."""
+def train_worker(spec: dict, conn) -> None:
+    """One (devices, batch) configuration in its own process, driven over `conn`: "warmup" runs the warm-up
+    updates, "window" one timed window (its figures are sent back), "finish" sends the configuration's details
+    and ends. The orchestrator interleaves the windows of every device count, so a change of load on the
+    machine hits them alike."""
+    try:
+        _train_worker(spec, conn)
+    except Exception as e:   # to the orchestrator, which stops with it (the traceback stays in this process)
+        conn.send({"error": f"{type(e).__name__}: {e}"})
+        raise
+
+
+def _train_worker(spec: dict, conn) -> None:
     if spec.get("omp_num_threads"):   # before MXNet (and its OpenMP runtime) is loaded in this fresh process
         os.environ["OMP_NUM_THREADS"] = str(spec["omp_num_threads"])
     import mxnet as mx
@@ -134,8 +147,16 @@ def train_worker(spec: dict) -> dict:
         trainer = _new_trainer(spec, Path(tmp) / "model")
         per_epoch = len(trainer.sampler)
         _reset_peak_rss()
-        warm = _run_updates(trainer, spec["warmup"] or per_epoch)
-        windows = [_run_updates(trainer, spec["updates"] or per_epoch) for _ in range(spec["repeats"])]
+        warm = {"updates": 0}
+        while True:
+            msg = conn.recv()
+            if msg == "warmup":
+                warm = _run_updates(trainer, spec["warmup"] or per_epoch)
+                conn.send(warm)
+            elif msg == "window":
+                conn.send(_run_updates(trainer, spec["updates"] or per_epoch))
+            else:
+                break
         src_lens = [len(s) + 1 for s in trainer.data.train_src]
         flops = count_flops_per_token(trainer.cfg.model, trainer.src_tok.vocab_size, trainer.tgt_tok.vocab_size,
                                       avg_src_len=sum(src_lens) / len(src_lens))
@@ -143,13 +164,50 @@ def train_worker(spec: dict) -> dict:
                "accum_steps": trainer.cfg.train.accum_steps,
                "batch_size": trainer.cfg.data.batch_size, "batches_per_epoch": per_epoch,
                "src_vocab": trainer.src_tok.vocab_size, "tgt_vocab": trainer.tgt_tok.vocab_size,
-               "warmup_updates": warm["updates"], "flops_per_token": flops,
-               "windows": windows, "peak_rss_mib": _proc_status("VmHWM"),
+               "warmup_updates": warm["updates"], "flops_per_token": flops, "peak_rss_mib": _proc_status("VmHWM"),
                "threads": {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
                            "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY"),
                            "MXNET_CPU_WORKER_NTHREADS": os.environ.get("MXNET_CPU_WORKER_NTHREADS")}}
         mx.nd.waitall()
-    return res
+    conn.send(res)
+    conn.close()
+
+
+def run_interleaved(specs: List[dict]) -> List[dict]:
+    """Every spec in its own process: warm-ups one after another, then `repeats` rounds in which each spec
+    runs one timed window in turn (never two at once). Returns each spec's details with its "windows"."""
+    ctx = get_context("spawn")
+    procs, conns = [], []
+    try:
+        for spec in specs:
+            mine, theirs = ctx.Pipe()
+            proc = ctx.Process(target=train_worker, args=(spec, theirs), daemon=True)
+            proc.start()
+            procs.append(proc)
+            conns.append(mine)
+
+        def ask(conn, msg: str) -> dict:
+            conn.send(msg)
+            reply = conn.recv()
+            if "error" in reply:
+                raise SystemExit(f"error: benchmark worker for {specs[conns.index(conn)]['train']['cpu_devices']} "
+                                 f"device(s): {reply['error']}")
+            return reply
+
+        for conn in conns:
+            ask(conn, "warmup")
+        windows: List[list] = [[] for _ in specs]
+        for _ in range(specs[0]["repeats"]):
+            for i, conn in enumerate(conns):
+                windows[i].append(ask(conn, "window"))
+        return [{**ask(conn, "finish"), "windows": w} for conn, w in zip(conns, windows)]
+    except (EOFError, OSError):
+        raise SystemExit("error: a benchmark worker process died (see its traceback above)")
+    finally:
+        for proc in procs:
+            proc.join(timeout=60)
+            if proc.is_alive():
+                proc.terminate()
 
 
 def memory_worker(spec: dict) -> dict:
@@ -382,6 +440,7 @@ def main(argv=None) -> int:
               f"nd.dot {peak['dot_gflops']:.1f} GFLOP/s, oneDNN FullyConnected {peak['fc_gflops']:.1f} GFLOP/s")
     rows = []
     for b in ([] if args.only_extras else batch_sizes):
+        specs = []
         for n in devices:
             gpus = None
             if args.gpus:
@@ -389,26 +448,32 @@ def main(argv=None) -> int:
                 if n > len(ids):
                     raise SystemExit(f"error: --devices asks for {n} GPUs but --gpus lists {len(ids)}")
                 gpus = ",".join(ids[:n]) + ","
-            spec = {**base, "data": {**data, "batch_size": b}, "warmup": args.warmup, "updates": args.updates,
-                    "repeats": args.repeats,
-                    "omp_num_threads": (None if gpus or n == 1 or args.same_omp
-                                        else max(1, int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count()) // n)),
-                    "train": {**base["train"], "cpu_devices": 1 if gpus else n, "gpus": gpus,
-                              "accum_steps": args.accum_steps, **({"amp": True} if args.amp else {})}}
-            load = _loadavg()
-            res = _in_fresh_process(train_worker, spec)
+            specs.append({**base, "data": {**data, "batch_size": b}, "warmup": args.warmup, "updates": args.updates,
+                          "repeats": args.repeats,
+                          "omp_num_threads": (None if gpus or n == 1 or args.same_omp
+                                              else max(1, int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count())
+                                                       // n)),
+                          "train": {**base["train"], "cpu_devices": 1 if gpus else n, "gpus": gpus,
+                                    "accum_steps": args.accum_steps, **({"amp": True} if args.amp else {})}})
+        load = _loadavg()
+        results = run_interleaved(specs)
+        one = next((r for r in results if r["num_devices"] == 1), None)
+        for n, res in zip(devices, results):
             row = _summary(res, peak)
             row["loadavg_before_after"] = [load, _loadavg()]   # other jobs on the machine skew a row
-            one = next((r for r in rows if r["batch_size"] == b and r["num_devices"] == 1), None)
-            row["speedup"] = one["ms_per_update"] / row["ms_per_update"] if one else 1.0
-            row["efficiency"] = row["speedup"] / n
+            row["speedup"] = one and statistics.median(   # per round: both timed under the same load
+                a["seconds"] / a["updates"] / (x["seconds"] / x["updates"])
+                for a, x in zip(one["windows"], res["windows"]))
+            row["time_vs_1_device"] = 1.0 / row["speedup"] if row["speedup"] else None
+            row["efficiency"] = row["speedup"] / n if row["speedup"] else None
             row["x_gnmt_reference"] = row["tok_per_s"] / GNMT_REFERENCE_TOK_PER_S
             rows.append({**row, "raw": res})
             print(f"devices {n} batch {b:4d}: {row['ms_per_update']:7.1f} ms/update  {row['epoch_s']:6.1f} s/epoch  "
                   f"{row['sent_per_s']:6.0f} sent/s  {row['src_tok_per_s']:6.0f}+{row['tgt_tok_per_s']:.0f} tok/s  "
-                  f"{row['useful_gflops']:5.1f} GFLOP/s  speedup {row['speedup']:.2f} "
-                  f"(efficiency {row['efficiency']:.2f})  x{row['x_gnmt_reference']:.2f} GNMT ref  "
-                  f"peak RSS {row['peak_rss_mib']:.0f} MiB"
+                  f"{row['useful_gflops']:5.1f} GFLOP/s  "
+                  + (f"time/update x{row['time_vs_1_device']:.2f} of 1 device (speedup {row['speedup']:.2f}, "
+                     f"efficiency {row['efficiency']:.2f})  " if one else "")
+                  + f"x{row['x_gnmt_reference']:.2f} GNMT ref  peak RSS {row['peak_rss_mib']:.0f} MiB"
                   + (f"  {100 * row['frac_of_dot_peak']:.0f}% of nd.dot, "
                      f"{100 * row['frac_of_onednn_peak']:.0f}% of oneDNN sgemm" if peak else ""))
     report["train"] = rows
