@@ -120,19 +120,52 @@ def markdown_table(rows: Sequence[dict], hardware: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def ablation_table(base: Run, runs: Sequence[Run], test: str) -> str:
-    """One row per run: what differs from `base`, test BLEU/chrF on `test`, best dev BLEU, training time."""
+def decode_rows(base: Run, reports: Sequence[dict], test: str) -> List[dict]:
+    """Decoding ablations of `base` without retraining: its averaged checkpoint (scores.json "avg") and
+    `scripts/evaluate.py --json` reports of other beam sizes / length penalties (their "results" per test set)."""
+    rows = []
+    avg = base.scores.get(test, {}).get("avg")
+    if avg:
+        rows.append({"what": f"average of the last {base.config.train.average_last} checkpoints", "record": avg})
+    best = _best_record(base, test, None) or {}
+    for report in reports:
+        rec = report.get("results", {}).get(test)
+        if not rec:
+            continue
+        diff = [f"{k}={rec.get(k)}" for k in ("beam_size", "length_penalty") if rec.get(k) != best.get(k)]
+        rows.append({"what": f"decoding: {', '.join(diff) or 'same as base'} ({rec.get('checkpoint')} checkpoint)",
+                     "record": rec})
+    return sorted(rows, key=lambda r: r["what"])
+
+
+def ablation_table(base: Run, runs: Sequence[Run], test: str, decode_reports: Sequence[dict] = ()) -> str:
+    """One row per run: what differs from `base`, test BLEU/chrF on `test`, best dev BLEU, training time; then
+    the decoding ablations of `base` (see `decode_rows`). A run still in progress says so."""
     lines = [f"| run | differs from {base.name} | {test} BLEU | chrF | best dev BLEU | time | updates |",
              "|---|---|---:|---:|---:|---:|---:|"]
-    for run in [base, *[r for r in runs if r is not base]]:
+    others = [r for r in runs if r.path.resolve() != base.path.resolve()]
+    for run in [base, *others]:
         rec = _best_record(run, test, None)
         diff = config_diff(base.config, run.config)
         what = ", ".join(f"{k.split('.', 1)[1]}={v}" for k, v in sorted(diff.items())) or "(base)"
         bleu = f"{rec['bleu']:.2f}" if rec else "—"
         chrf = f"{rec['chrf']:.2f}" if rec else "—"
-        lines.append(f"| {run.name} | {what} | {bleu} | {chrf} | {run.state.best_bleu:.2f} | "
-                     f"{run.hours * 60:.0f} min | {run.state.step} |")
+        time = f"{run.hours * 60:.0f} min" + ("" if run.state.stopped else " (unfinished)")
+        lines.append(f"| {run.name} | {what} | {bleu} | {chrf} | {run.state.best_bleu:.2f} | {time} | "
+                     f"{run.state.step} |")
+    for row in decode_rows(base, decode_reports, test):
+        rec = row["record"]
+        lines.append(f"| {base.name} | {row['what']} | {rec['bleu']:.2f} | {rec['chrf']:.2f} | | | |")
     return "\n".join(lines) + "\n"
+
+
+def example_indices(n_lines: int, n: int) -> List[int]:
+    """`n` line numbers spread evenly over a test set of `n_lines` (its first lines are often alike)."""
+    if n <= 0 or n_lines <= 0:
+        return []
+    if n >= n_lines:
+        return list(range(n_lines))
+    return sorted({round(i * (n_lines - 1) / max(n - 1, 1)) for i in range(n)})
 
 
 def plot_curves(runs: Sequence[Run], path) -> Path:

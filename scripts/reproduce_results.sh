@@ -92,6 +92,7 @@ if [ ${#mains[@]} -gt 0 ]; then
     --hardware "$(nproc)-core CPU, $OMP_NUM_THREADS OpenMP thread(s) per run"
 fi
 if [ ${#abls[@]} -gt 1 ]; then
+  decodes=(); for f in results/decode-ablation/*.json; do [ -f "$f" ] && decodes+=("$f"); done
   "$PY" scripts/results_table.py "${abls[@]}" --ablation-base "$base" --ablation-test tatoeba-test \
-    --markdown results/ablation.md --curves results/ablation-curves.png
+    --decode-ablations "${decodes[@]}" --markdown results/ablation.md --curves results/ablation-curves.png
 fi

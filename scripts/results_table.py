@@ -31,6 +31,9 @@ def main(argv=None) -> int:
     p.add_argument("--hardware", default=None, help="hardware column (default: this machine's CPU)")
     p.add_argument("--ablation-base", type=Path, help="also write an ablation table against this run")
     p.add_argument("--ablation-test", default="tatoeba-test", help="test set of the ablation table")
+    p.add_argument("--decode-ablations", type=Path, nargs="*", default=[],
+                   help="scripts/evaluate.py --json reports of the ablation base decoded other ways (beam, length "
+                        "penalty): rows of the ablation table")
     p.add_argument("--examples", type=int, default=0, help="example translations per run (first test set)")
     p.add_argument("--data-dir", help="offline mirror for --examples (else $NMT_DATA_DIR, cache)")
     args = p.parse_args(argv)
@@ -42,13 +45,14 @@ def main(argv=None) -> int:
     try:
         runs = [load_run(d) for d in args.model_dirs]
         base = load_run(args.ablation_base) if args.ablation_base else None
+        reports = [_read_report(f) for f in args.decode_ablations]
     except (ResultsError, OSError, ValueError, *user_errors()) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     rows = results_rows(runs, args.checkpoint)
     text = markdown_table(rows, args.hardware or f"{os.cpu_count()}-core CPU ({cpu_name()})")
     if base is not None:
-        text += "\n" + ablation_table(base, runs, args.ablation_test)
+        text += "\n" + ablation_table(base, runs, args.ablation_test, reports)
     if args.examples:
         text += "\n" + examples(runs, args.examples, args.data_dir)
     print(text)
@@ -61,8 +65,21 @@ def main(argv=None) -> int:
     return 0
 
 
+def _read_report(path: Path) -> dict:
+    """An evaluate.py --json report; ResultsError naming the file if it is not one."""
+    from nmt.results import ResultsError
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ResultsError(f"{path}: not JSON ({e})") from None
+    if not isinstance(report, dict) or not isinstance(report.get("results"), dict):
+        raise ResultsError(f"{path}: not a report of scripts/evaluate.py --json (no \"results\")")
+    return report
+
+
 def examples(runs, n: int, data_dir) -> str:
-    """The first `n` sentences of each run's first test set with reference and beam-search output."""
+    """`n` sentences spread over each run's first test set with reference and beam-search output."""
+    from nmt.results import example_indices
     from nmt.translate import Translator, recipe_tests
     out = []
     for run in runs:
@@ -71,10 +88,13 @@ def examples(runs, n: int, data_dir) -> str:
         if not tests:
             continue
         name, test = next(iter(tests.items()))
-        hyps = tr.translate(test.src[:n])
-        out.append(f"**{run.name}** ({run.direction}, {name}, beam {tr.decode.beam_size}):\n")
-        for src, ref, hyp in zip(test.src[:n], test.tgt[:n], hyps):
-            out.append(f"- source: {src}\n  - reference: {ref}\n  - output: {hyp}")
+        lines = example_indices(len(test.src), n)
+        src, ref = [test.src[i] for i in lines], [test.tgt[i] for i in lines]
+        hyps = tr.translate(src)
+        out.append(f"**{run.name}** ({run.direction}, {name} lines {', '.join(str(i + 1) for i in lines)}, "
+                   f"beam {tr.decode.beam_size}):\n")
+        for s, r, h in zip(src, ref, hyps):
+            out.append(f"- source: {s}\n  - reference: {r}\n  - output: {h}")
         out.append("")
     return "\n".join(out) + "\n"
 

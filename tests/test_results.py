@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from nmt.corpus import read_parallel
-from nmt.results import ResultsError, ablation_table, config_diff, load_run, markdown_table, results_rows
+from nmt.results import (ResultsError, ablation_table, config_diff, example_indices, load_run, markdown_table,
+                         results_rows)
 from nmt.translate import Translator, score_test_set
 from tests.test_translate import synth_file, tiny_model
 
@@ -55,6 +56,39 @@ def test_ablation_names_what_differs(scored_dirs):
     table = ablation_table(base, [base, variant], "synth-test")
     assert "dropout=0.25" in table and "(base)" in table
     assert table.count("\n") == 4   # header, rule, two runs
+
+
+def test_ablation_lists_the_base_once_marks_unfinished_runs_and_adds_decoding_rows(scored_dirs, tmp_path):
+    a, b = scored_dirs
+    running = tmp_path / "running"
+    shutil.copytree(b, running)
+    state = json.loads((running / "state.json").read_text())
+    state["stopped"] = ""
+    (running / "state.json").write_text(json.dumps(state))
+    base = load_run(a)
+    rec = dict(next(iter(base.scores["synth-test"].values())))
+    report = {"results": {"synth-test": {**rec, "beam_size": 1, "bleu": 12.345, "checkpoint": "best"}}}
+    base.scores["synth-test"]["avg"] = {**rec, "bleu": 23.456, "checkpoint": "avg"}
+    table = ablation_table(base, [load_run(a), load_run(running)], "synth-test", [report])
+    lines = table.splitlines()
+    assert sum(line.startswith("| base |") for line in lines) == 3   # the run, its averaged checkpoint, beam 1
+    assert "(unfinished)" in next(line for line in lines if line.startswith("| running |"))
+    assert "decoding: beam_size=1 (best checkpoint) | 12.35" in table
+    assert f"average of the last {base.config.train.average_last} checkpoints | 23.46" in table
+
+
+def test_examples_are_spread_over_the_test_set():
+    assert example_indices(2400, 5) == [0, 600, 1200, 1799, 2399]
+    assert example_indices(3, 5) == [0, 1, 2] and example_indices(10, 0) == []
+
+
+def test_a_report_that_is_not_one_is_named(scored_dirs, tmp_path):
+    a, _ = scored_dirs
+    bad = tmp_path / "beam1.json"
+    bad.write_text('{"model_dir": "x"}')
+    out = subprocess.run([sys.executable, str(REPO / "scripts/results_table.py"), str(a), "--ablation-base", str(a),
+                          "--decode-ablations", str(bad)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and str(bad) in out.stderr and "Traceback" not in out.stderr
 
 
 def test_script_writes_table_json_and_curves(scored_dirs, tmp_path):
