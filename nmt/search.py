@@ -121,9 +121,10 @@ class _GreedyStep(gluon.HybridBlock):
 class _BeamStep(gluon.HybridBlock):
     """One beam-search step for B sentences x K beams (rows b*K + k); see `beam_search` for the rules."""
 
-    def __init__(self, model, beam_size: int, **kwargs):
+    def __init__(self, model, beam_size: int, nbest: int = 0, **kwargs):
         super().__init__(**kwargs)
         self._K, self._V, self._L = beam_size, model.tgt_vocab_size, model.cfg.num_layers
+        self._nbest = nbest   # > 0: stop a sentence once its nbest best are final (needs a non-decreasing penalty)
         with self.name_scope():
             self.decoder = model.decoder   # shared (for its attention and combine layers; the rest come as inputs)
 
@@ -163,19 +164,37 @@ class _BeamStep(gluon.HybridBlock):
         # a sentence is done when every slot is finished (or will be, by its length limit, at the next step)
         slot_done = F.broadcast_logical_or(finished, F.broadcast_lesser_equal(limits, F.broadcast_like(t1, limits)))
         sentence_done = F.min(F.reshape(slot_done, shape=(-1, K)), axis=1)
+        if self._nbest:
+            sentence_done = F.broadcast_logical_or(sentence_done, self._settled(F, new_scores, lengths, finished,
+                                                                                limits, lp_table))
         return (token, new_scores, lengths, finished, t1, rows, emitted, sentence_done,
                 *[F.take(x, rows) for x in hs], *[F.take(x, rows) for x in cs])
+
+
+    def _settled(self, F, raw, lengths, finished, limits, lp_table):
+        """Per sentence: whether its `nbest` best finished hypotheses can no longer be displaced. An active
+        hypothesis with raw score s < 0 can only reach a normalized score <= s / lp(limit + 1) (raw scores
+        only fall and the penalty only grows with length), so once the nbest-th best finished score is at
+        least that bound for every active slot, the rest of the search cannot change the nbest list: the
+        sentence stops early with the same result (active slots, scored as they are, rank below it)."""
+        K, inf = self._K, float("inf")
+        norm = raw / F.take(lp_table, lengths)
+        fin_norm = F.reshape(F.where(finished, norm, F.ones_like(norm) * -inf), shape=(-1, K))
+        nth = F.min(F.topk(fin_norm, axis=-1, k=self._nbest, ret_typ="value"), axis=1)          # (B,)
+        bound = raw / F.take(lp_table, limits + 1)
+        best_active = F.max(F.reshape(F.where(finished, F.ones_like(bound) * -inf, bound), shape=(-1, K)), axis=1)
+        return F.broadcast_logical_and(nth > -inf, nth >= best_active)
 
 
 # Step blocks per model (hybridized once, reused for every batch); weak keys so a model can be freed.
 _STEPS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def _step_block(model, kind: str, beam_size: int = 1) -> gluon.HybridBlock:
+def _step_block(model, kind: str, beam_size: int = 1, nbest: int = 0) -> gluon.HybridBlock:
     cache = _STEPS.setdefault(model, {})
-    key = (kind, beam_size)
+    key = (kind, beam_size, nbest)
     if key not in cache:
-        block = _GreedyStep(model) if kind == "greedy" else _BeamStep(model, beam_size)
+        block = _GreedyStep(model) if kind == "greedy" else _BeamStep(model, beam_size, nbest)
         block.hybridize(static_alloc=True)
         block._graph_built = False
         cache[key] = block
@@ -305,8 +324,8 @@ def greedy_search(model, src: mx.nd.NDArray, src_len: mx.nd.NDArray, max_len: Ma
 
 
 def beam_search(model, src: mx.nd.NDArray, src_len: mx.nd.NDArray, beam_size: int, max_len: MaxLen,
-                alpha: float = 0.6, nbest: int = 1,
-                weights: Optional[list] = None) -> List[List[Tuple[List[int], float]]]:
+                alpha: float = 0.6, nbest: int = 1, weights: Optional[list] = None,
+                early_stop: bool = True) -> List[List[Tuple[List[int], float]]]:
     """Beam search; per sentence up to `nbest` (token ids without BOS/EOS, score), best first.
 
     Scores are summed log-probabilities (the EOS one included) divided by the GNMT length penalty
@@ -314,6 +333,9 @@ def beam_search(model, src: mx.nd.NDArray, src_len: mx.nd.NDArray, beam_size: in
     that score with the extensions of the active ones; a sentence is done when all its slots are
     finished, and active hypotheses are finished as they are after `max_len` tokens. With beam 1 this is
     exactly greedy search. `weights` as for `greedy_search`.
+
+    With `early_stop` (and alpha >= 0) a sentence stops as soon as no active hypothesis can still beat its
+    `nbest`-th best finished one (see `_BeamStep._settled`): the same result, fewer steps.
     """
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1 (got {beam_size})")
@@ -329,7 +351,8 @@ def beam_search(model, src: mx.nd.NDArray, src_len: mx.nd.NDArray, beam_size: in
     scores[:, 0] = 0.0  # one live hypothesis per sentence at the start, so beams do not duplicate it
     # penalties of every possible length, computed in float64 once and rounded to float32 once
     lp_table = _upload(_length_penalty(np.arange(num_steps + 2), alpha), ctx)
-    step = _step_block(model, "beam", K)
+    # stopping a sentence once its result is settled is exact for any non-decreasing length penalty
+    step = _step_block(model, "beam", K, nbest if early_stop and alpha >= 0 else 0)
     L = model.cfg.num_layers
     # row b*K + k = beam k of sentence b. state: prev, scores, lengths, finished, t, h per layer, c per layer;
     # outputs: token, scores, lengths, finished, t + 1, rows, emitted, sentence done, h..., c...

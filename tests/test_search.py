@@ -179,14 +179,61 @@ def test_beam_search_matches_gluonnlp_sampler(copy_model):
         np.testing.assert_allclose([s for _, s in hyps], scores[i, :len(hyps)].asnumpy(), rtol=1e-5, atol=1e-5)
 
 
+def _rows_and_results(monkeypatch, model, src, src_len, **kwargs):
+    """beam_search with and without early stopping: {early_stop: (results, rows decoded summed over steps)}."""
+    from nmt import search
+    rows = []
+    call = search._call_step
+    monkeypatch.setattr(search, "_call_step", lambda step, *args: rows.append(args[0].shape[0]) or call(step, *args))
+    out = {}
+    for early in (False, True):
+        rows.clear()
+        out[early] = (beam_search(model, src, src_len, early_stop=early, **kwargs), sum(rows))
+    return out
+
+
+def _assert_same_hypotheses(a, b):
+    for x, y in zip(a, b):
+        assert [ids for ids, _ in x] == [ids for ids, _ in y]
+        np.testing.assert_allclose([s for _, s in x], [s for _, s in y], rtol=0, atol=1e-6)
+
+
+# (alpha, whether it saves steps here): a penalty growing fast with length keeps long hypotheses hopeful longer
+@pytest.mark.parametrize("alpha,saves", [(0.0, True), (0.6, True), (1.5, False)])
+@pytest.mark.parametrize("nbest", [1, 2])
+def test_early_stop_gives_the_same_result_in_fewer_steps(monkeypatch, alpha, saves, nbest):
+    """A sentence stops once no active hypothesis can beat its nbest-th finished one: the same hypotheses and
+    scores as running it until all its slots are finished, with fewer decoder steps. An untrained model biased
+    towards EOS and one other token finishes short hypotheses early while long ones go on: the case early
+    stopping is for."""
+    model = untrained_model("dot")
+    bias = model.decoder.out_bias.data().copy()
+    bias[EOS_ID], bias[5] = 1.5, 3.0
+    model.decoder.out_bias.set_data(bias)
+    src, src_len = ragged_sources([6, 3, 9, 5, 7, 2, 8, 4], seed=2)
+    res = _rows_and_results(monkeypatch, model, src, src_len, beam_size=4, max_len=20, alpha=alpha, nbest=nbest)
+    (full, full_rows), (early, early_rows) = res[False], res[True]
+    _assert_same_hypotheses(full, early)
+    assert early_rows < full_rows / 2 if saves else early_rows <= full_rows
+
+
+def test_early_stop_matches_on_a_trained_model(copy_model, monkeypatch):
+    model, _ = copy_model
+    (src, src_len, _, _, _), _ = copy_batch(np.random.RandomState(7), 24)
+    src[::3, 1] = 9   # some sentences that are not exact copies: less certain beams
+    res = _rows_and_results(monkeypatch, model, src, src_len, beam_size=4, max_len=14, alpha=0.6, nbest=2)
+    _assert_same_hypotheses(res[False][0], res[True][0])
+    assert res[True][1] <= res[False][1]
+
+
 def test_search_graph_is_built_once_per_model_and_beam(copy_model):
     from nmt import search
     model, _ = copy_model
     src, src_len = ragged_sources([4, 6])
     beam_search(model, src, src_len, beam_size=3, max_len=5)
-    block = search._STEPS[model][("beam", 3)]
+    block = search._STEPS[model][("beam", 3, 1)]
     beam_search(model, src[:1], src_len[:1], beam_size=3, max_len=7)
-    assert search._STEPS[model][("beam", 3)] is block
+    assert search._STEPS[model][("beam", 3, 1)] is block
     # the step block shares the model's parameters, it does not own copies
     assert set(block.collect_params().values()) <= set(model.collect_params().values())
 
