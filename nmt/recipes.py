@@ -24,7 +24,7 @@ import urllib.request
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Dict, List, Optional, Tuple
+from typing import IO, Callable, Dict, List, Optional, Tuple
 
 from tqdm import tqdm
 
@@ -325,7 +325,7 @@ def load_data(cfg: DataConfig) -> DatasetSplits:
         drops.update(pairs.dropped)
         return pairs
 
-    tests = {key: Pairs(p.src, p.tgt, key, p.dropped) for key, p in ((k, load(n)) for k, n in recipe.tests.items())}
+    tests = _test_sets(recipe, load)
     parts = []
     for name in recipe.train:   # cleaned one by one so that the log says what each corpus contributes
         part, counts = clean_training_pairs(load(name), list(tests.values()),
@@ -349,6 +349,24 @@ def load_data(cfg: DataConfig) -> DatasetSplits:
     logger.info("recipe %s %s->%s: %d train, %d dev, tests %s", recipe.name, cfg.src_lang, cfg.tgt_lang, len(train),
                 len(dev), ", ".join(f"{k} {len(v)}" for k, v in tests.items()))
     return _oriented(splits, cfg)
+
+
+def _test_sets(recipe: Recipe, load: Callable[[str], Pairs]) -> Dict[str, Pairs]:
+    """The recipe's test sets (stored ko -> en), each named by its key."""
+    return {key: Pairs(p.src, p.tgt, key, p.dropped) for key, p in ((k, load(n)) for k, n in recipe.tests.items())}
+
+
+def load_tests(cfg: DataConfig) -> Dict[str, Pairs]:
+    """The test sets of recipe cfg.recipe in the direction cfg.src_lang -> cfg.tgt_lang: what `load_data` returns
+    as `.tests`, without reading and cleaning the training corpora."""
+    _check_langs(cfg)
+    if cfg.recipe not in RECIPES:
+        raise ConfigError(f"--recipe {cfg.recipe!r}: unknown recipe; known recipes: {', '.join(sorted(RECIPES))}")
+    data_dir = resolve_data_dir(cfg.data_dir)
+    cache_dir = Path(cfg.cache_dir).expanduser() if cfg.cache_dir else default_cache_dir()
+    tests = _test_sets(RECIPES[cfg.recipe], lambda name: load_source(SOURCES[name], data_dir, cache_dir,
+                                                                     skip_invalid_utf8=cfg.skip_invalid_utf8)[0])
+    return tests if cfg.src_lang == "ko" else {k: v.swapped() for k, v in tests.items()}
 
 
 def _oriented(splits: DatasetSplits, cfg: DataConfig) -> DatasetSplits:

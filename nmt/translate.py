@@ -339,16 +339,7 @@ def recipe_tests(cfg: Config, data_dir: Optional[str] = None) -> Dict[str, Pairs
     if not d.recipe or d.recipe not in recipes.RECIPES:
         raise ConfigError(f"--recipe-tests: the model's data config names no known recipe ({d.recipe!r}) and no "
                           "test files; give --src-file and --ref-file instead")
-    # Only the test sources are read (load_data would also read and clean the whole training corpus): the same
-    # files, the same reader, the same orientation as load_data.
-    mirror = recipes.resolve_data_dir(d.data_dir)
-    cache = Path(d.cache_dir).expanduser() if d.cache_dir else recipes.default_cache_dir()
-    tests = {}
-    for key, source in recipes.RECIPES[d.recipe].tests.items():
-        pairs, _ = recipes.load_source(recipes.SOURCES[source], mirror, cache, skip_invalid_utf8=d.skip_invalid_utf8)
-        pairs = Pairs(pairs.src, pairs.tgt, key, pairs.dropped)
-        tests[key] = pairs if d.src_lang == "ko" else pairs.swapped()
-    return tests
+    return recipes.load_tests(d)   # only the test files: load_data would also read and clean the training data
 
 
 def checkpoint_info(model_dir: Path, which: str) -> Dict[str, object]:

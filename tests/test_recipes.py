@@ -368,3 +368,14 @@ def test_real_all_recipe(shared_data, tmp_path):
     assert not any(re.search(r":(func|class|meth|mod|exc|attr|ref):`", s) for s in splits.train.src + splits.train.tgt)
     tatoeba = set(read_tsv(shared_data / "tatoeba-kor-eng-manythings/kor.txt", 1, 0).src)
     assert {s in tatoeba for s in splits.dev.src} == {True, False}   # the dev draw mixes corpora
+
+
+@pytest.mark.parametrize("src,tgt", [("ko", "en"), ("en", "ko")])
+def test_load_tests_gives_the_test_sets_of_load_data(shared_data, src, tgt):
+    from nmt.recipes import load_tests
+    cfg = DataConfig(recipe="tatoeba", data_dir=str(shared_data), src_lang=src, tgt_lang=tgt)
+    full, alone = load_data(cfg).tests, load_tests(cfg)
+    assert list(alone) == list(full) == ["tatoeba-test"]
+    assert all(alone[k].src == full[k].src and alone[k].tgt == full[k].tgt for k in full)
+    korean = alone["tatoeba-test"].src if src == "ko" else alone["tatoeba-test"].tgt
+    assert sum(bool(re.search("[\uac00-\ud7a3]", line)) for line in korean) > 0.9 * len(korean)
