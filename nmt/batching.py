@@ -20,7 +20,7 @@ import json
 import queue
 import threading
 from dataclasses import dataclass
-from typing import Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -284,15 +284,21 @@ class BucketSampler:
         self.epoch, self.position = epoch, position
 
 
+# (example indices, seed) -> their source and target ids segmented anew (see BatchIterator)
+Resegment = Callable[[np.ndarray, int], Tuple[List[List[int]], List[List[int]]]]
+
+
 class BatchIterator:
     """`Batch` objects for the sampler's batches, built ahead in a background thread (`prefetch` batches).
 
     The sampler's position counts batches handed to the caller, never the ones prepared ahead, so
-    `state_dict()` is an exact resume point at any moment.
+    `state_dict()` is an exact resume point at any moment. With `resegment` (subword regularization) each
+    batch's sentences are segmented anew from a seed of (sampler seed, epoch, batch number): the same batch
+    whenever it is built, resumed runs included.
     """
 
     def __init__(self, src_ids: Sequence[Sequence[int]], tgt_ids: Sequence[Sequence[int]],
-                 sampler: BucketSampler, prefetch: int = 2):
+                 sampler: BucketSampler, prefetch: int = 2, resegment: Optional[Resegment] = None):
         if len(src_ids) != len(tgt_ids):
             raise BatchError(f"{len(src_ids)} source sentences but {len(tgt_ids)} target sentences")
         if len(src_ids) != sampler.num_examples:
@@ -306,6 +312,7 @@ class BatchIterator:
         if prefetch < 0:
             raise BatchError(f"prefetch must be >= 0, got {prefetch}")
         self.src_ids, self.tgt_ids, self.sampler, self.prefetch = src_ids, tgt_ids, sampler, prefetch
+        self.resegment = resegment
 
     def __len__(self) -> int:
         return len(self.sampler)
@@ -316,9 +323,18 @@ class BatchIterator:
     def load_state_dict(self, state: dict) -> None:
         self.sampler.load_state_dict(state)
 
-    def _build(self, item: Tuple[np.ndarray, int, int]) -> Batch:
+    def _build(self, item: Tuple[np.ndarray, int, int], number: int) -> Batch:
+        """Batch `number` of the sampler's current epoch."""
         idx, s, t = item
-        return make_batch(self.src_ids, self.tgt_ids, idx, s, t)
+        if self.resegment is None:
+            return make_batch(self.src_ids, self.tgt_ids, idx, s, t)
+        seed = int(np.random.SeedSequence([self.sampler.seed, self.sampler.epoch, number]).generate_state(1)[0])
+        src, tgt = self.resegment(idx, seed)
+        # A sampled segmentation is mostly longer than the best one, which the buckets were built on: it is used
+        # where it fits the batch's shape (so shapes, batches and resume points stay those of the sampler).
+        src = [x if 0 < len(x) < s else self.src_ids[i] for x, i in zip(src, idx)]
+        tgt = [y if 0 < len(y) < t else self.tgt_ids[i] for y, i in zip(tgt, idx)]
+        return make_batch(src, tgt, range(len(idx)), s, t)
 
     def __iter__(self) -> Iterator[Batch]:
         """One epoch from the sampler's current position (see `BucketSampler`)."""
@@ -327,7 +343,7 @@ class BatchIterator:
         start = sampler.position
         if self.prefetch == 0:
             for i in range(start, len(batches)):
-                batch = self._build(batches[i])
+                batch = self._build(batches[i], i)
                 sampler._consumed(i + 1)
                 yield batch
             sampler._end_epoch()
@@ -338,7 +354,7 @@ class BatchIterator:
         def produce() -> None:
             for i in range(start, len(batches)):
                 try:
-                    item = (i, self._build(batches[i]))
+                    item = (i, self._build(batches[i], i))
                 except BaseException as e:  # handed to the consumer, which re-raises it in its own thread
                     item = (i, e)
                 while not stop.is_set():

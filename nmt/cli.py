@@ -47,6 +47,9 @@ DATA_FLAGS = [
     Flag("--skip-invalid-utf8", "data", "skip_invalid_utf8", help="skip (and count) undecodable lines", boolean=True),
     Flag("--vocab-size", "data", "vocab_size", int, "SentencePiece vocabulary size per language"),
     Flag("--spm-model-type", "data", "spm_model_type", str, "SentencePiece algorithm", choices=("unigram", "bpe")),
+    Flag("--subword-sampling", "data", "subword_sampling", float,
+         "subword regularization: segment each training batch anew, sampled with this alpha (unigram: smoothing, "
+         "0.1-0.5; bpe: BPE-dropout rate, 0.1); 0 = off"),
     Flag("--max-src-tokens", "data", "max_src_tokens", int, "drop training pairs with more source subwords"),
     Flag("--max-tgt-tokens", "data", "max_tgt_tokens", int, "drop training pairs with more target subwords"),
     Flag("--batch-size", "data", "batch_size", int, "global batch of one update in sentences, any device count"),

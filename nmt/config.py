@@ -39,6 +39,7 @@ class DataConfig:
     skip_invalid_utf8: bool = False      # skip (and count) undecodable lines instead of stopping with an error
     vocab_size: int = 2000               # SentencePiece vocabulary per language; small vocabularies win on small data
     spm_model_type: str = "unigram"      # SentencePiece algorithm: unigram (default) or bpe
+    subword_sampling: float = 0.0        # > 0: a sampled segmentation per training batch (Kudo 2018; BPE-dropout)
     max_src_tokens: int = 80             # training pairs longer than this (subword tokens) are dropped
     max_tgt_tokens: int = 80
     batch_size: int = 32                 # global batch of one update, in sentences (whatever the device count)

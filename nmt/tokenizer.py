@@ -98,6 +98,15 @@ class Tokenizer:
         lines = [_nfc(self._check_line(line, i)) for i, line in enumerate(lines)]
         return self._sp.encode(lines, out_type=int, num_threads=self._threads)
 
+    def encode_sampled(self, lines: Sequence[str], alpha: float, seed: int) -> List[List[int]]:
+        """One segmentation per line sampled from the model instead of the best one (subword regularization,
+        Kudo 2018; BPE-dropout with rate `alpha` for BPE models), the same for the same `seed`. For training
+        batches; SentencePiece's random seed is process-wide, so call it from one thread at a time."""
+        lines = [_nfc(self._check_line(line, i)) for i, line in enumerate(lines)]
+        spm.set_random_generator_seed(int(seed))
+        return self._sp.encode(lines, out_type=int, enable_sampling=True, alpha=float(alpha), nbest_size=-1,
+                               num_threads=1)
+
     def decode(self, ids: Sequence[Sequence[int]]) -> List[str]:
         """Text of each id sequence. PAD and BOS are dropped and a sequence ends at its first EOS."""
         size = self.vocab_size

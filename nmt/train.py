@@ -8,7 +8,7 @@ import random
 import shutil
 import signal
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
@@ -18,8 +18,8 @@ from mxnet import gluon
 from tqdm import tqdm
 
 from nmt import checkpoint as ckpt
-from nmt.batching import Batch, BatchIterator, BucketSampler, make_batch
-from nmt.config import Config, ConfigError
+from nmt.batching import Batch, BatchIterator, BucketSampler, Resegment, make_batch
+from nmt.config import Config, ConfigError, DataConfig
 from nmt.corpus import Pairs
 from nmt.distributed import create_kvstore
 from nmt.evaluate import Scores, perplexity, score
@@ -41,6 +41,8 @@ class EncodedData:
     train_tgt: List[List[int]]
     dev_src: List[List[int]]
     dev_tgt: List[List[int]]
+    train_src_text: List[str] = field(default_factory=list)   # the kept training pairs' text (for resegmenting)
+    train_tgt_text: List[str] = field(default_factory=list)
 
 
 def learning_rate(step: int, cfg: Config, lr_scale: float = 1.0) -> float:
@@ -92,7 +94,28 @@ def encode_data(cfg: Config, splits: DatasetSplits, src_tok: Tokenizer, tgt_tok:
     # dev loss uses every dev pair, truncated to the training limits so its batches fit the same shapes
     dv_s = [s[:d.max_src_tokens] for s in dv_s]
     dv_t = [t[:d.max_tgt_tokens] for t in dv_t]
-    return EncodedData([tr_s[i] for i in keep], [tr_t[i] for i in keep], dv_s, dv_t)
+    return EncodedData([tr_s[i] for i in keep], [tr_t[i] for i in keep], dv_s, dv_t,
+                       [splits.train.src[i] for i in keep], [splits.train.tgt[i] for i in keep])
+
+
+def check_subword_sampling(d: DataConfig) -> None:
+    """ConfigError unless --subword-sampling is 0 (off) or strictly between 0 and 1."""
+    if d.subword_sampling != 0.0 and not 0.0 < d.subword_sampling < 1.0:
+        raise ConfigError(f"--subword-sampling must be between 0 and 1, exclusive (0 = off; {d.spm_model_type}: "
+                          + ("smoothing alpha, 0.1-0.5 is usual" if d.spm_model_type == "unigram"
+                             else "BPE-dropout rate, 0.1 is usual") + f"), got {d.subword_sampling}")
+
+
+def subword_resegmenter(d: DataConfig, data: EncodedData, src_tok: Tokenizer, tgt_tok: Tokenizer) -> Resegment:
+    """(example indices, seed) -> their training pairs segmented with SentencePiece sampling (see
+    `Tokenizer.encode_sampled`): subword regularization, a new segmentation of each sentence every epoch."""
+    check_subword_sampling(d)
+    alpha = d.subword_sampling
+
+    def resegment(indices, seed: int):
+        return (src_tok.encode_sampled([data.train_src_text[i] for i in indices], alpha, seed),
+                tgt_tok.encode_sampled([data.train_tgt_text[i] for i in indices], alpha, seed + 1))
+    return resegment
 
 
 def build_trainer(cfg: Config, net: gluon.Block, kvstore) -> gluon.Trainer:
@@ -127,6 +150,7 @@ class Trainer:
                  splits: Optional[DatasetSplits] = None, kv=None):
         self.cfg = cfg
         t = cfg.train
+        check_subword_sampling(cfg.data)
         self.model_dir = Path(t.model_dir)
         self.ctxs = parse_devices(t.gpus, t.cpu_devices)
         if t.amp:
@@ -164,9 +188,13 @@ class Trainer:
                                      batch_tokens=cfg.data.batch_tokens, num_buckets=cfg.data.num_buckets,
                                      shuffle=True, seed=t.seed)
         self.workers.check_same("training data and flags", {   # distributed: all must draw the same batches
-            "batches": self.sampler.fingerprint(), "model": vars(cfg.model), "optim": vars(cfg.optim),
+            "batches": self.sampler.fingerprint(), "subword_sampling": cfg.data.subword_sampling,
+            "model": vars(cfg.model), "optim": vars(cfg.optim),
             "train": {k: getattr(t, k) for k in ("seed", "accum_steps", "max_steps", "max_epochs", "valid_every")}})
-        self.batches = BatchIterator(self.data.train_src, self.data.train_tgt, self.sampler, prefetch=2)
+        resegment = (subword_resegmenter(cfg.data, self.data, self.src_tok, self.tgt_tok)
+                     if cfg.data.subword_sampling else None)
+        self.batches = BatchIterator(self.data.train_src, self.data.train_tgt, self.sampler, prefetch=2,
+                                     resegment=resegment)
         _seed_everything(t.seed)
         self.net = build_model(cfg.model, self.src_tok.vocab_size, self.tgt_tok.vocab_size)
         self.net.initialize(mx.init.Xavier(magnitude=2.24), ctx=self.ctxs)

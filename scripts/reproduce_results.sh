@@ -14,7 +14,7 @@
 # slow each other down ~20x):
 #   OMP_NUM_THREADS=1 nohup scripts/reproduce_results.sh all-ko-en all-en-ko > q1.log 2>&1 &
 #   OMP_NUM_THREADS=1 nohup scripts/reproduce_results.sh tatoeba-ko-en abl-vocab8k abl-dropout0.2 abl-ls0 \
-#       abl-mlp abl-batch64 abl-plateau abl-worddrop0.1 > q2.log 2>&1 &
+#       abl-mlp abl-batch64 abl-plateau abl-worddrop0.1 abl-subword0.2 > q2.log 2>&1 &
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -41,9 +41,10 @@ declare -A RUNS=(
   [abl-batch64]="--src ko --tgt en ${TAT[*]} --batch-size 64"
   [abl-plateau]="--src ko --tgt en ${TAT[*]} --lr-schedule plateau"
   [abl-worddrop0.1]="--src ko --tgt en ${TAT[*]} --word-dropout 0.1"
+  [abl-subword0.2]="--src ko --tgt en ${TAT[*]} --subword-sampling 0.2"
 )
 ORDER=(tatoeba-ko-en all-ko-en all-en-ko abl-vocab8k abl-dropout0.2 abl-ls0 abl-mlp abl-batch64 abl-plateau
-       abl-worddrop0.1)
+       abl-worddrop0.1 abl-subword0.2)
 [ $# -gt 0 ] && ORDER=("$@")
 
 stopped() {   # why the run in $1 stopped ("" while unfinished or never started)

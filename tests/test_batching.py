@@ -277,3 +277,48 @@ def test_prefetch_errors_reach_the_consumer_and_thread_stops():
     gen.close()
     assert it.state_dict()["position"] == 2
     assert not any(t.name == "nmt-batch-prefetch" for t in threading.enumerate())
+
+
+def _resegmenter(src, tgt, longer_by=1):
+    """A stand-in segmenter: every sentence one token longer (as sampled segmentations mostly are), the extra
+    token drawn from the seed, and a few much longer (so that they cannot fit their bucket)."""
+    def resegment(indices, seed):
+        rng = np.random.RandomState(seed)
+        extra = rng.randint(4, 50, size=len(indices))
+        out_s = [list(src[i]) + [int(e)] * (longer_by if i % 7 else 100) for i, e in zip(indices, extra)]
+        out_t = [list(tgt[i]) + [int(e)] * longer_by for i, e in zip(indices, extra)]
+        return out_s, out_t
+    return resegment
+
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_resegmented_batches_fit_their_shapes_and_repeat_exactly_on_resume(prefetch):
+    src, tgt = synthetic_ids(200, seed=4)
+    make = lambda: BatchIterator(src, tgt, BucketSampler(lens(src), lens(tgt), batch_size=12, seed=7), prefetch,
+                                 resegment=_resegmenter(src, tgt))
+    plain = list(BatchIterator(src, tgt, BucketSampler(lens(src), lens(tgt), batch_size=12, seed=7), prefetch))
+    first = list(make())
+    assert [b.src.shape for b in first] == [b.src.shape for b in plain]       # the sampler's shapes and batches
+    changed = kept = 0
+    for b, p in zip(first, plain):
+        assert (b.src_len >= p.src_len).all() and (b.tgt_len >= p.tgt_len).all()
+        changed += int((b.tgt_len > p.tgt_len).sum())
+        kept += int((b.src_len == p.src_len).sum())            # too long for the bucket: the best segmentation
+    assert changed > 0 and kept > 0
+    it = make()
+    for _ in zip(range(5), it):
+        pass
+    state = it.state_dict()
+    resumed = make()
+    resumed.load_state_dict(state)
+    rest = list(resumed)
+    assert len(rest) == len(first) - 5
+    for a, b in zip(rest, first[5:]):
+        assert (a.src == b.src).all() and (a.tgt_in == b.tgt_in).all() and (a.tgt_out == b.tgt_out).all()
+    second = list(make())   # a new iterator: the same segmentations
+    assert all((a.src == b.src).all() for a, b in zip(first, second))
+    it = make()             # the same batch in another epoch: another segmentation
+    item = it.sampler.epoch_batches(0)[0]
+    in_epoch_0 = it._build(item, 0)
+    it.sampler.set_epoch(1)
+    assert (it._build(item, 0).tgt_out != in_epoch_0.tgt_out).any()

@@ -200,3 +200,12 @@ def test_real_tatoeba_korean_round_trip(tmp_path):
     assert tok.decode(tok.encode(ko)) == [unicodedata.normalize("NFC", x) for x in ko]
     ids = tok.encode(ko)
     assert sum(map(len, ids)) < sum(map(len, ko))  # subwords: fewer tokens than characters
+
+
+def test_sampled_segmentation_is_reproducible_and_spells_the_same_text(ko_tok):
+    lines = synthetic_lines(KO_WORDS, n=40, seed=5)
+    a, b = ko_tok.encode_sampled(lines, 0.2, seed=11), ko_tok.encode_sampled(lines, 0.2, seed=11)
+    assert a == b                                       # the same seed, the same segmentation
+    assert a != ko_tok.encode_sampled(lines, 0.2, seed=12)
+    assert a != ko_tok.encode(lines)                    # not the best segmentation
+    assert ko_tok.decode(a) == lines and UNK_ID not in {i for ids in a for i in ids}

@@ -232,3 +232,32 @@ def test_cli_reports_bad_data_without_traceback(tmp_path, task, capsys):
                        "--no-progress"])
     err = capsys.readouterr().err
     assert code == 2 and "missing.ko" in err
+
+
+def test_subword_sampling_trains_and_resumes_exactly(tmp_path, task):
+    kw = dict(valid_every=4, keep_last=2)
+    full = tiny_config(tmp_path, task, "full", max_steps=8, **kw)
+    full.data.subword_sampling = 0.3
+    Trainer(full).fit()
+    part = tiny_config(tmp_path, task, "part", max_steps=4, **kw)
+    part.data.subword_sampling = 0.3
+    Trainer(part).fit()
+    part.train.max_steps = 8
+    Trainer(part, resume=True).fit()
+    assert_same_params(params_of(full.train.model_dir), params_of(part.train.model_dir))
+    plain = tiny_config(tmp_path, task, "plain", max_steps=8, **kw)
+    Trainer(plain).fit()   # the sampled segmentations changed what was learned
+    assert not all(np.allclose(a, b) for a, b in zip(params_of(plain.train.model_dir).values(),
+                                                     params_of(full.train.model_dir).values()))
+    assert Config.load(Path(full.train.model_dir) / ckpt.CONFIG).data.subword_sampling == 0.3
+
+
+@pytest.mark.parametrize("alpha", ["1.0", "-0.1"])
+def test_subword_sampling_out_of_range_is_a_clear_error(tmp_path, task, capsys, alpha):
+    from nmt.cli import train_main
+    code = train_main(["--train-src", task["train_src"], "--train-tgt", task["train_tgt"], "--dev-src",
+                       task["dev_src"], "--dev-tgt", task["dev_tgt"], "--model-dir", str(tmp_path / "m"),
+                       "--no-progress", "--subword-sampling", alpha])
+    err = capsys.readouterr().err
+    assert code == 2 and "--subword-sampling must be between 0 and 1" in err and "Traceback" not in err
+    assert not (tmp_path / "m").exists()
