@@ -284,6 +284,8 @@ class BucketSampler:
         self.epoch, self.position = epoch, position
 
 
+# Samples drawn per sentence and batch before falling back to its best segmentation (BatchIterator).
+_SAMPLE_TRIES = 4
 # (example indices, seed) -> their source and target ids segmented anew (see BatchIterator)
 Resegment = Callable[[np.ndarray, int], Tuple[List[List[int]], List[List[int]]]]
 
@@ -328,13 +330,25 @@ class BatchIterator:
         idx, s, t = item
         if self.resegment is None:
             return make_batch(self.src_ids, self.tgt_ids, idx, s, t)
-        seed = int(np.random.SeedSequence([self.sampler.seed, self.sampler.epoch, number]).generate_state(1)[0])
-        src, tgt = self.resegment(idx, seed)
-        # A sampled segmentation is mostly longer than the best one, which the buckets were built on: it is used
-        # where it fits the batch's shape (so shapes, batches and resume points stay those of the sampler).
-        src = [x if 0 < len(x) < s else self.src_ids[i] for x, i in zip(src, idx)]
-        tgt = [y if 0 < len(y) < t else self.tgt_ids[i] for y, i in zip(tgt, idx)]
-        return make_batch(src, tgt, range(len(idx)), s, t)
+        # A sampled segmentation is mostly longer than the best one, which the buckets were built on: a sentence
+        # takes the first of a few samples that fits the batch's shape, else its best segmentation (so shapes,
+        # batches and resume points stay those of the sampler).
+        src: List[Optional[List[int]]] = [None] * len(idx)
+        tgt: List[Optional[List[int]]] = [None] * len(idx)
+        for attempt in range(_SAMPLE_TRIES):
+            rows = [r for r in range(len(idx)) if src[r] is None or tgt[r] is None]
+            if not rows:
+                break
+            seed = np.random.SeedSequence([self.sampler.seed, self.sampler.epoch, number, attempt])
+            new_src, new_tgt = self.resegment(idx[rows], int(seed.generate_state(1)[0]))
+            for r, x, y in zip(rows, new_src, new_tgt):
+                if src[r] is None and 0 < len(x) < s:
+                    src[r] = x
+                if tgt[r] is None and 0 < len(y) < t:
+                    tgt[r] = y
+        return make_batch([x if x is not None else self.src_ids[i] for x, i in zip(src, idx)],
+                          [y if y is not None else self.tgt_ids[i] for y, i in zip(tgt, idx)],
+                          range(len(idx)), s, t)
 
     def __iter__(self) -> Iterator[Batch]:
         """One epoch from the sampler's current position (see `BucketSampler`)."""
