@@ -104,8 +104,10 @@ class Tokenizer:
         batches; SentencePiece's random seed is process-wide, so call it from one thread at a time."""
         lines = [_nfc(self._check_line(line, i)) for i, line in enumerate(lines)]
         spm.set_random_generator_seed(int(seed))
-        return self._sp.encode(lines, out_type=int, enable_sampling=True, alpha=float(alpha), nbest_size=-1,
-                               num_threads=1)
+        # One more (empty) line: SentencePiece samples a one-line batch in the calling thread, whose random
+        # generator the seed does not reset (measured: not reproducible), and larger ones in fresh threads.
+        return self._sp.encode(lines + [""], out_type=int, enable_sampling=True, alpha=float(alpha), nbest_size=-1,
+                               num_threads=1)[:-1]
 
     def decode(self, ids: Sequence[Sequence[int]]) -> List[str]:
         """Text of each id sequence. PAD and BOS are dropped and a sequence ends at its first EOS."""

@@ -209,3 +209,5 @@ def test_sampled_segmentation_is_reproducible_and_spells_the_same_text(ko_tok):
     assert a != ko_tok.encode_sampled(lines, 0.2, seed=12)
     assert a != ko_tok.encode(lines)                    # not the best segmentation
     assert ko_tok.decode(a) == lines and UNK_ID not in {i for ids in a for i in ids}
+    one = [ko_tok.encode_sampled(lines[:1], 0.2, seed=3) for _ in range(5)]   # a batch of one line too
+    assert all(x == one[0] for x in one) and ko_tok.encode_sampled([], 0.2, seed=3) == []
