@@ -50,6 +50,16 @@ ORDER=(tatoeba-ko-en all-ko-en all-en-ko abl-vocab8k abl-dropout0.2 abl-ls0 abl-
 stopped() {   # why the run in $1 stopped ("" while unfinished or never started)
   "$PY" -c 'import json,sys; print(json.load(open(sys.argv[1])).get("stopped") or "")' "$1/state.json" 2>/dev/null || true
 }
+scored() {    # whether checkpoint $2 of the run in $1 has test scores
+  "$PY" -c 'import json,sys; s=json.load(open(sys.argv[1])); sys.exit(0 if any(sys.argv[2] in v for v in s.values()) else 1)' \
+    "$1/scores.json" "$2" 2>/dev/null
+}
+score_checkpoints() {   # test scores of the best and the averaged checkpoint of the run in $1, where missing
+  scored "$1" best || "$PY" scripts/evaluate.py --model-dir "$1" --recipe-tests --data-dir "$DATA_DIR"
+  if [ -f "$1/params.avg" ] && ! scored "$1" avg; then
+    "$PY" scripts/evaluate.py --model-dir "$1" --checkpoint avg --recipe-tests --data-dir "$DATA_DIR"
+  fi
+}
 
 for name in "${ORDER[@]}"; do
   flags=${RUNS[$name]:?"unknown run $name (known: ${!RUNS[*]})"}
@@ -58,9 +68,7 @@ for name in "${ORDER[@]}"; do
   case "$why" in
     early_stop|max_epochs|time_budget|max_steps)
       echo "== $name: finished earlier ($why)"
-      if [ ! -s "$dir/scores.json" ]; then
-        "$PY" scripts/evaluate.py --model-dir "$dir" --recipe-tests --data-dir "$DATA_DIR"
-      fi
+      score_checkpoints "$dir"
       continue ;;
   esac
   resume=()
@@ -68,6 +76,7 @@ for name in "${ORDER[@]}"; do
   echo "== $name: training ${resume[*]} (log: $dir/train.log)"
   # shellcheck disable=SC2086
   "$PY" scripts/train.py $flags --data-dir "$DATA_DIR" --model-dir "$dir" --no-progress "${resume[@]}"
+  case "$(stopped "$dir")" in early_stop|max_epochs|time_budget|max_steps) score_checkpoints "$dir" ;; esac
 done
 
 # Decoding ablations on the Tatoeba run: beam size, length penalty, checkpoint averaging (no retraining).
@@ -80,8 +89,6 @@ if [ -f "$base/params.best" ]; then
     "$PY" scripts/evaluate.py --model-dir "$base" --recipe-tests --data-dir "$DATA_DIR" $setting --no-save \
       --json "results/decode-ablation/$tag.json" > /dev/null
   done
-  [ -f "$base/params.avg" ] && "$PY" scripts/evaluate.py --model-dir "$base" --checkpoint avg --recipe-tests \
-      --data-dir "$DATA_DIR" > /dev/null
 fi
 
 mains=(); abls=()
