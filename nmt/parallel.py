@@ -8,9 +8,9 @@ A single device is the same code with one share. Each update:
      own backward; gradients are written (one micro-step) or accumulated in place (grad_req="add", zeroed after
      every update),
   3. `trainer.allreduce_grads()` sums gradients over devices (and workers, for dist kvstores); CPU contexts of
-     one process (which share the same cores) sum into the first replica instead, which alone is updated and
-     then copied to the others,
-  4. the global norm of the summed gradient is computed once, on device 0, with one fused kernel, and read on
+     one process (which share the same cores and memory) instead sum each parameter into one replica, its
+     owner (owners balanced by size), which alone updates it and copies it to the others,
+  4. the global norm of the summed gradient is computed once, with one fused kernel per owner, and read on
      the host (the only synchronization of an update; the device runs the update while Python queues the next
      batch), and
   5. `trainer.update` divides by N = the number of target tokens of the global batch (over all workers) and
@@ -169,6 +169,9 @@ class DataParallel:
                                                                                for c in self.ctxs)
         for p in self.params:
             p.grad_req = "add" if self._accumulate else "write"
+        # CPU replicas: each parameter is summed, updated and copied out by one replica, its owner, the work
+        # balanced by size, so every context's engine thread (and core) takes a share of it.
+        self._owners = self._balanced_owners() if self._cpu_replicas else [0] * len(self.params)
         self.zero_grad()
         self._pool = (ThreadPoolExecutor(len(self.ctxs), thread_name_prefix="nmt-device")
                       if len(self.ctxs) > 1 and self._concurrent_devices_safe() else None)
@@ -189,6 +192,16 @@ class DataParallel:
                     "OMP_NUM_THREADS=%d, cores / contexts, to run them side by side)", len(self.ctxs), threads,
                     max(1, (os.cpu_count() or 1) // len(self.ctxs)))
         return False
+
+    def _balanced_owners(self) -> List[int]:
+        """Owner replica of each parameter: largest first to the least loaded replica."""
+        load = [0] * len(self.ctxs)
+        owners = [0] * len(self.params)
+        for i in sorted(range(len(self.params)), key=lambda i: -int(np.prod(self.params[i].shape))):
+            k = load.index(min(load))
+            owners[i] = k
+            load[k] += int(np.prod(self.params[i].shape))
+        return owners
 
     @property
     def num_shares(self) -> int:
@@ -259,7 +272,7 @@ class DataParallel:
         skipped with a warning."""
         losses, nlls = self.forward_backward(batch)
         if self._cpu_replicas:
-            self._reduce_to_first()
+            self._reduce_to_owners()
         else:
             self.trainer.allreduce_grads()
         loss_scale = self.trainer._amp_loss_scaler.loss_scale if self.amp else 1.0
@@ -268,7 +281,7 @@ class DataParallel:
         if math.isfinite(value):
             scale = min(1.0, self.clip_norm / (value + 1e-6)) if self.clip_norm > 0 else 1.0
             if self._cpu_replicas:
-                self._update_first_and_copy(batch.num_tgt_tokens / scale)
+                self._update_owners_and_copy(batch.num_tgt_tokens / scale)
             else:
                 self.trainer.update(batch.num_tgt_tokens / scale)   # gradient * scale / N
         elif self.amp:   # float16 overflow: the Trainer's loss scaler skips this update and lowers the scale
@@ -283,18 +296,21 @@ class DataParallel:
         return loss, nll, norm
 
     # -- CPU replicas ---------------------------------------------------------------------------------------------
-    def _reduce_to_first(self) -> None:
-        """Sum every replica's gradient into replica 0's, in place. CPU contexts share one memory, and MXNet's
+    def _reduce_to_owners(self) -> None:
+        """Sum every replica's gradient into its owner's, in place. CPU contexts share one memory, and MXNet's
         CPU operators read an input of another CPU context directly: no copy (measured at 5.8M parameters:
-        17 ms vs 42 ms for copy-then-add, which also allocates a fresh buffer per parameter)."""
-        for p in self.params:
-            first, *rest = p.list_grad()
-            for g in rest:
-                mx.nd.elemwise_add(first, g, out=first)
+        17 ms vs 42 ms for copy-then-add, which also allocates a fresh buffer per parameter). An operator runs on
+        its output's context, so the owners' engine threads share the work."""
+        for p, k in zip(self.params, self._owners):
+            grads = p.list_grad()
+            for j, g in enumerate(grads):
+                if j != k:
+                    mx.nd.elemwise_add(grads[k], g, out=grads[k])
 
-    def _update_first_and_copy(self, batch_size: float) -> None:
-        """`trainer.update(batch_size)` applied to replica 0 only (the Trainer's first updater holds the
-        optimizer state that `save_states` writes), then the new weights copied to the other replicas."""
+    def _update_owners_and_copy(self, batch_size: float) -> None:
+        """`trainer.update(batch_size)` applied to each parameter's owner replica (by the Trainer's first updater,
+        which holds the optimizer state that `save_states` writes; a state lives on its owner's context), then
+        the new weights copied to the other replicas."""
         tr = self.trainer
         if not tr._kv_initialized:
             tr._init_kvstore()
@@ -302,17 +318,24 @@ class DataParallel:
             tr._init_params()
         tr._check_and_rescale_grad(tr._scale / batch_size)
         indices = [tr._param2idx[p.name] for p in self.params]
-        tr._updaters[0](indices, [p.list_grad()[0] for p in self.params], [p.list_data()[0] for p in self.params])
-        for p in self.params:
-            first, *rest = p.list_data()
-            for w in rest:
-                first.copyto(w)
+        tr._updaters[0](indices, [p.list_grad()[k] for p, k in zip(self.params, self._owners)],
+                        [p.list_data()[k] for p, k in zip(self.params, self._owners)])
+        for p, k in zip(self.params, self._owners):
+            weights = p.list_data()
+            for j, w in enumerate(weights):
+                if j != k:
+                    weights[k].copyto(w)
 
     # -- gradient norm ------------------------------------------------------------------------------------------------
     def global_norm(self, normalizer: int) -> mx.nd.NDArray:
-        """Norm of (summed gradient / normalizer), shape (1,), on device 0 (all devices hold the same sum)."""
-        grads = [p.list_grad()[0] for p in self.params]
-        sums = [mx.nd.multi_sum_sq(*grads[i:i + _FUSED_CHUNK], num_arrays=len(grads[i:i + _FUSED_CHUNK]))
-                for i in range(0, len(grads), _FUSED_CHUNK)]
+        """Norm of (summed gradient / normalizer), shape (1,), on device 0. The summed gradient of a parameter is
+        read where it is: on every device after an allreduce (device 0's copy), on its owner for CPU replicas
+        (one fused kernel per owner, on the owner's context)."""
+        ctx0 = self.ctxs[0]
+        sums = []
+        for k in sorted(set(self._owners)):
+            grads = [p.list_grad()[k] for p, o in zip(self.params, self._owners) if o == k]
+            sums += [mx.nd.multi_sum_sq(*grads[i:i + _FUSED_CHUNK], num_arrays=len(grads[i:i + _FUSED_CHUNK]))
+                     .as_in_context(ctx0) for i in range(0, len(grads), _FUSED_CHUNK)]
         total = mx.nd.concat(*sums, dim=0) if len(sums) > 1 else sums[0]
         return total.sum().sqrt().reshape((1,)) / float(normalizer)

@@ -108,7 +108,14 @@ def test_cpu_replicas_stay_identical_and_match_one_device():
     for name in first:
         np.testing.assert_array_equal(first[name], second[name], err_msg=name)   # replica 1 is a copy of 0
         np.testing.assert_allclose(first[name], single[name], rtol=1e-4, atol=1e-6, err_msg=name)
-    assert len(dp2.trainer._updaters[0].states) == len(dp2.params)     # optimizer state lives with replica 0
+    # each parameter has one owner replica, which sums, updates and copies it; both replicas own a share
+    states = dp2.trainer._updaters[0].states
+    assert len(states) == len(dp2.params) and set(dp2._owners) == {0, 1}
+    sizes = [sum(int(np.prod(p.shape)) for p, o in zip(dp2.params, dp2._owners) if o == k) for k in (0, 1)]
+    assert max(sizes) < 0.75 * sum(sizes)
+    for p, k in zip(dp2.params, dp2._owners):   # the Adam moments live on the owner's context
+        mean, _ = states[dp2.trainer._param2idx[p.name]]
+        assert mean.context == mx.cpu(k)
 
 
 def test_non_finite_gradient_skips_the_update(nmt_logs):
