@@ -42,6 +42,9 @@ DATA_FLAGS = [
     Flag("--dev-tgt", "data", "dev_tgt", str, "dev target file"),
     Flag("--test-src", "data", "test_src", str, "test source file (scored at the end)"),
     Flag("--test-tgt", "data", "test_tgt", str, "test target file"),
+    Flag("--upsample", "data", "upsample", str,
+         "repeat a recipe corpus's training pairs K times in the mixture, e.g. tatoeba-manythings=4 "
+         "(comma-separated for several)"),
     Flag("--max-chars", "data", "max_chars", int, "drop training pairs with a side longer than this (characters)"),
     Flag("--max-ratio", "data", "max_ratio", float, "drop training pairs whose length ratio exceeds this"),
     Flag("--skip-invalid-utf8", "data", "skip_invalid_utf8", help="skip (and count) undecodable lines", boolean=True),

@@ -34,6 +34,7 @@ class DataConfig:
     dev_tgt: Optional[str] = None
     test_src: Optional[str] = None
     test_tgt: Optional[str] = None
+    upsample: Optional[str] = None       # "corpus=K[,corpus=K]": repeat a recipe corpus's training pairs K times
     max_chars: int = 400                 # drop training pairs with a side longer than this (characters)
     max_ratio: float = 4.0               # drop training pairs whose character-length ratio exceeds this
     skip_invalid_utf8: bool = False      # skip (and count) undecodable lines instead of stopping with an error

@@ -315,6 +315,7 @@ def load_data(cfg: DataConfig) -> DatasetSplits:
     if cfg.recipe not in RECIPES:
         raise ConfigError(f"--recipe {cfg.recipe!r}: unknown recipe; known recipes: {', '.join(sorted(RECIPES))}")
     recipe = RECIPES[cfg.recipe]
+    factors = parse_upsample(cfg.upsample, recipe)
     data_dir = resolve_data_dir(cfg.data_dir)
     cache_dir = Path(cfg.cache_dir).expanduser() if cfg.cache_dir else default_cache_dir()
     drops: Counter = Counter()
@@ -345,10 +346,47 @@ def load_data(cfg: DataConfig) -> DatasetSplits:
     train, counts = clean_training_pairs(pool.select([i for i in range(len(pool)) if i not in taken]), [dev],
                                          max_chars=cfg.max_chars, max_ratio=cfg.max_ratio)
     drops.update(counts)
+    train = _upsampled(train, dict(zip(recipe.train, parts)), factors)
     splits = DatasetSplits(train, dev, tests, dict(drops))
     logger.info("recipe %s %s->%s: %d train, %d dev, tests %s", recipe.name, cfg.src_lang, cfg.tgt_lang, len(train),
                 len(dev), ", ".join(f"{k} {len(v)}" for k, v in tests.items()))
     return _oriented(splits, cfg)
+
+
+def parse_upsample(spec: Optional[str], recipe: Recipe) -> Dict[str, int]:
+    """--upsample "corpus=K[,corpus=K]" -> {corpus: K}; ConfigError naming the flag unless every corpus is one
+    of the recipe's training corpora and every K an integer >= 1."""
+    out: Dict[str, int] = {}
+    for item in (spec or "").split(","):
+        if not item.strip():
+            continue
+        name, sep, k = item.partition("=")
+        name = name.strip()
+        if name not in recipe.train:
+            raise ConfigError(f"--upsample {spec!r}: {name!r} is not a training corpus of recipe {recipe.name} "
+                              f"(its corpora: {', '.join(recipe.train)})")
+        try:
+            factor = int(k)
+        except ValueError:
+            factor = 0
+        if not sep or factor < 1:
+            raise ConfigError(f"--upsample {spec!r}: give corpus=K with an integer K >= 1 (e.g. {name}=4)")
+        out[name] = factor
+    return out
+
+
+def _upsampled(train: Pairs, parts: Dict[str, Pairs], factors: Dict[str, int]) -> Pairs:
+    """`train` plus K-1 more copies of its pairs that come from each corpus upsampled K times."""
+    extra = []
+    for name, k in factors.items():
+        if k < 2:
+            continue
+        theirs = set(zip(parts[name].src, parts[name].tgt))
+        mine = train.select([i for i, pair in enumerate(zip(train.src, train.tgt)) if pair in theirs])
+        extra += [mine] * (k - 1)
+        logger.info("upsampled %s x%d: %d of %d training pairs, %d added", name, k, len(mine), len(train),
+                    len(mine) * (k - 1))
+    return concat([train, *extra], train.name) if extra else train
 
 
 def _test_sets(recipe: Recipe, load: Callable[[str], Pairs]) -> Dict[str, Pairs]:
@@ -387,6 +425,9 @@ def _pair_of_flags(cfg: DataConfig, kind: str) -> Optional[Tuple[str, str]]:
 
 def _load_files(cfg: DataConfig) -> DatasetSplits:
     """Explicit files in the direction given (the *_src files are in cfg.src_lang)."""
+    if cfg.upsample:
+        raise ConfigError(f"--upsample {cfg.upsample!r} names corpora of a --recipe; with --train-src/--train-tgt "
+                          "files there is only one (repeat lines in the files to weight them)")
     train_files, dev_files, test_files = (_pair_of_flags(cfg, k) for k in ("train", "dev", "test"))
     if train_files is None:
         raise ConfigError("dev/test files were given without training files: add --train-src and --train-tgt "

@@ -32,6 +32,8 @@ TAT=(--recipe tatoeba --time-budget 1800 --keep-last 5 --average-last 5)
 declare -A RUNS=(
   [all-ko-en]="--src ko --tgt en ${ALL[*]}"
   [all-en-ko]="--src en --tgt ko ${ALL[*]}"
+  # not in the default order (run it by name): the all-data mixture with Tatoeba weighted 4x
+  [all-ko-en-up4]="--src ko --tgt en ${ALL[*]} --upsample tatoeba-manythings=4"
   [tatoeba-ko-en]="--src ko --tgt en ${TAT[*]}"
   # ablations (one setting changed from tatoeba-ko-en each)
   [abl-vocab8k]="--src ko --tgt en ${TAT[*]} --vocab-size 8000"

@@ -379,3 +379,31 @@ def test_load_tests_gives_the_test_sets_of_load_data(shared_data, src, tgt):
     assert all(alone[k].src == full[k].src and alone[k].tgt == full[k].tgt for k in full)
     korean = alone["tatoeba-test"].src if src == "ko" else alone["tatoeba-test"].tgt
     assert sum(bool(re.search("[\uac00-\ud7a3]", line)) for line in korean) > 0.9 * len(korean)
+
+
+def test_upsample_repeats_one_corpus_of_the_mixture(shared_data):
+    cfg = DataConfig(recipe="tatoeba", data_dir=str(shared_data))
+    plain = load_data(cfg)
+    cfg.upsample = "tatoeba-manythings=3"
+    up = load_data(cfg)
+    assert len(up.train) == 3 * len(plain.train)
+    assert up.train.src[:len(plain.train)] == plain.train.src and up.train.src[-5:] == plain.train.src[-5:]
+    assert up.dev.src == plain.dev.src and list(up.tests) == list(plain.tests)   # dev and tests unchanged
+
+
+@pytest.mark.parametrize("spec,match", [("python-docs=2", "not a training corpus of recipe tatoeba"),
+                                        ("tatoeba-manythings=0", "integer K >= 1"),
+                                        ("tatoeba-manythings", "integer K >= 1"),
+                                        ("tatoeba-manythings=x", "integer K >= 1")])
+def test_bad_upsample_is_a_clear_error(shared_data, spec, match):
+    with pytest.raises(ConfigError, match=rf"--upsample '{re.escape(spec)}': .*{match}"):
+        load_data(DataConfig(recipe="tatoeba", data_dir=str(shared_data), upsample=spec))
+
+
+def test_upsample_needs_a_recipe(tmp_path):
+    (tmp_path / "a.ko").write_text("가\n", encoding="utf-8")
+    (tmp_path / "a.en").write_text("a\n", encoding="utf-8")
+    files = dict(train_src=str(tmp_path / "a.ko"), train_tgt=str(tmp_path / "a.en"), dev_src=str(tmp_path / "a.ko"),
+                 dev_tgt=str(tmp_path / "a.en"))
+    with pytest.raises(ConfigError, match="--upsample 'x=2' names corpora of a --recipe"):
+        load_data(DataConfig(recipe=None, upsample="x=2", **files))
