@@ -150,7 +150,9 @@ def ablation_table(base: Run, runs: Sequence[Run], test: str, decode_reports: Se
         what = ", ".join(f"{k.split('.', 1)[1]}={v}" for k, v in sorted(diff.items())) or "(base)"
         bleu = f"{rec['bleu']:.2f}" if rec else "—"
         chrf = f"{rec['chrf']:.2f}" if rec else "—"
-        time = f"{run.hours * 60:.0f} min" + ("" if run.state.stopped else " (unfinished)")
+        why = run.state.stopped
+        time = f"{run.hours * 60:.0f} min" + (" (unfinished)" if not why else
+                                              "" if why == "time_budget" else f" ({why.replace('_', ' ')})")
         lines.append(f"| {run.name} | {what} | {bleu} | {chrf} | {run.state.best_bleu:.2f} | {time} | "
                      f"{run.state.step} |")
     for row in decode_rows(base, decode_reports, test):

@@ -73,6 +73,7 @@ def test_ablation_lists_the_base_once_marks_unfinished_runs_and_adds_decoding_ro
     lines = table.splitlines()
     assert sum(line.startswith("| base |") for line in lines) == 3   # the run, its averaged checkpoint, beam 1
     assert "(unfinished)" in next(line for line in lines if line.startswith("| running |"))
+    assert f"({base.state.stopped.replace('_', ' ')})" in lines[2]   # why the base run stopped (not its budget)
     assert "decoding: beam_size=1 (best checkpoint) | 12.35" in table
     assert f"average of the last {base.config.train.average_last} checkpoints | 23.46" in table
 
