@@ -316,8 +316,7 @@ def load_data(cfg: DataConfig) -> DatasetSplits:
         raise ConfigError(f"--recipe {cfg.recipe!r}: unknown recipe; known recipes: {', '.join(sorted(RECIPES))}")
     recipe = RECIPES[cfg.recipe]
     factors = parse_upsample(cfg.upsample, recipe)
-    data_dir = resolve_data_dir(cfg.data_dir)
-    cache_dir = Path(cfg.cache_dir).expanduser() if cfg.cache_dir else default_cache_dir()
+    data_dir, cache_dir = _data_and_cache_dirs(cfg)
     drops: Counter = Counter()
 
     def load(name: str) -> Pairs:
@@ -394,14 +393,18 @@ def _test_sets(recipe: Recipe, load: Callable[[str], Pairs]) -> Dict[str, Pairs]
     return {key: Pairs(p.src, p.tgt, key, p.dropped) for key, p in ((k, load(n)) for k, n in recipe.tests.items())}
 
 
+def _data_and_cache_dirs(cfg: DataConfig) -> Tuple[Optional[Path], Path]:
+    """The offline mirror (if any) and the download cache a data config names."""
+    return resolve_data_dir(cfg.data_dir), (Path(cfg.cache_dir).expanduser() if cfg.cache_dir else default_cache_dir())
+
+
 def load_tests(cfg: DataConfig) -> Dict[str, Pairs]:
     """The test sets of recipe cfg.recipe in the direction cfg.src_lang -> cfg.tgt_lang: what `load_data` returns
     as `.tests`, without reading and cleaning the training corpora."""
     _check_langs(cfg)
     if cfg.recipe not in RECIPES:
         raise ConfigError(f"--recipe {cfg.recipe!r}: unknown recipe; known recipes: {', '.join(sorted(RECIPES))}")
-    data_dir = resolve_data_dir(cfg.data_dir)
-    cache_dir = Path(cfg.cache_dir).expanduser() if cfg.cache_dir else default_cache_dir()
+    data_dir, cache_dir = _data_and_cache_dirs(cfg)
     tests = _test_sets(RECIPES[cfg.recipe], lambda name: load_source(SOURCES[name], data_dir, cache_dir,
                                                                      skip_invalid_utf8=cfg.skip_invalid_utf8)[0])
     return tests if cfg.src_lang == "ko" else {k: v.swapped() for k, v in tests.items()}
