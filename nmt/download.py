@@ -1,0 +1,123 @@
+"""Checksummed files: hashing, verification and atomic downloads (single files and members of tar archives).
+
+A failed or mismatching download never leaves a file behind; every error is a `CorpusError` naming the URL or
+file and, for network failures, how to work offline.
+"""
+from __future__ import annotations
+
+import hashlib
+import http.client
+import socket
+import tarfile
+import tempfile
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import IO, Any, Dict, Sequence, Tuple
+
+from tqdm import tqdm
+
+from nmt.atomic import atomic_open, atomic_write_bytes
+from nmt.corpus import CorpusError
+
+DOWNLOAD_TIMEOUT = 60.0   # seconds without progress before a download is abandoned
+_CHUNK = 1 << 16
+_NETWORK_ERRORS = (urllib.error.URLError, http.client.HTTPException, socket.timeout, ConnectionError, TimeoutError)
+MIRROR_HINT = ("use an offline mirror: pass --data-dir DIR or set NMT_DATA_DIR=DIR, a directory laid out like "
+               "shared/data")
+
+
+_HASHES: Dict[Tuple[str, int, int], str] = {}   # (path, size, mtime) -> sha256: each file is hashed once per process
+
+
+def sha256_file(path: Path) -> str:
+    st = path.stat()
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    if key not in _HASHES:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        _HASHES[key] = h.hexdigest()
+    return _HASHES[key]
+
+
+def verify_file(path: Path, sha256: str, what: str) -> None:
+    """Raise `CorpusError` naming the file and both hashes unless `path` has the registered checksum."""
+    actual = sha256_file(path)
+    if actual != sha256:
+        raise CorpusError(f"{path}: checksum mismatch for {what}: expected sha256 {sha256}, got {actual}. The file "
+                          "was changed, truncated or is a different version; restore the original (or delete it "
+                          "from the cache so that it is downloaded again).")
+
+
+def _stream(url: str, out: IO[bytes], timeout: float, desc: str) -> str:
+    """Copy `url` into `out` with a progress bar; return the sha256 of what was received."""
+    h = hashlib.sha256()
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
+        total = resp.headers.get("Content-Length")
+        total = int(total) if total and total.isdigit() else None
+        got = 0
+        with tqdm(total=total, unit="B", unit_scale=True, desc=desc, disable=None, leave=False) as bar:
+            while True:
+                chunk = resp.read(_CHUNK)
+                if not chunk:
+                    break
+                out.write(chunk)
+                h.update(chunk)
+                got += len(chunk)
+                bar.update(len(chunk))
+    if total is not None and got != total:
+        raise http.client.IncompleteRead(b"", total - got)
+    return h.hexdigest()
+
+
+def download(url: str, dest: Path, sha256: str, *, timeout: float = DOWNLOAD_TIMEOUT) -> Path:
+    """Download `url` to `dest` atomically; a failed or mismatching download leaves nothing at `dest`."""
+    try:
+        with atomic_open(dest, "wb") as f:
+            actual = _stream(url, f, timeout, dest.name)
+            if actual != sha256:
+                raise CorpusError(f"{url}: checksum mismatch: expected sha256 {sha256}, got {actual}; the upstream "
+                                  f"file changed or the download was corrupted. Nothing was written to {dest}.")
+    except _NETWORK_ERRORS as e:
+        raise CorpusError(f"cannot download {url} ({_reason(e)}). Without network, {MIRROR_HINT}.") from None
+    return dest
+
+
+def _reason(e: Exception) -> str:
+    if isinstance(e, urllib.error.HTTPError):
+        return f"HTTP {e.code} {e.reason}"
+    if isinstance(e, urllib.error.URLError):
+        return str(e.reason)
+    if isinstance(e, http.client.IncompleteRead):
+        return f"connection closed with {e.expected} bytes missing"
+    return str(e) or type(e).__name__
+
+
+def download_archive(url: str, wanted: Sequence[Any], cache_dir: Path, *, timeout: float = DOWNLOAD_TIMEOUT) -> None:
+    """Download a tar archive once and write the `wanted` members (file specs with `member`, `sha256` and `path`),
+    each checksum-verified, into `cache_dir`."""
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".download-", dir=str(cache_dir)) as tmp:   # removed even on failure
+        archive = Path(tmp) / "archive"
+        try:
+            with open(archive, "wb") as f:
+                _stream(url, f, timeout, Path(url).name)
+        except _NETWORK_ERRORS as e:
+            raise CorpusError(f"cannot download {url} ({_reason(e)}). Without network, {MIRROR_HINT}.") from None
+        try:
+            with tarfile.open(archive) as tar:
+                members = {Path(m.name).name: m for m in tar.getmembers() if m.isfile()}
+                for spec in wanted:
+                    if spec.member not in members:
+                        raise CorpusError(f"{url}: the archive has no member {spec.member!r} "
+                                          f"(it has: {', '.join(sorted(members))})")
+                    data = tar.extractfile(members[spec.member]).read()
+                    actual = hashlib.sha256(data).hexdigest()
+                    if actual != spec.sha256:
+                        raise CorpusError(f"{url}: member {spec.member}: checksum mismatch: expected sha256 "
+                                          f"{spec.sha256}, got {actual}; nothing was written to the cache.")
+                    atomic_write_bytes(cache_dir / spec.path, data)
+        except tarfile.TarError as e:
+            raise CorpusError(f"{url}: not a readable tar archive ({e})") from None
