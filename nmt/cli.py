@@ -221,6 +221,9 @@ def _add_model_decode_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--model-dir", required=True, type=Path, help="model directory written by nmt-train")
     g.add_argument("--checkpoint", default="best", metavar="WHICH",
                    help="best, latest, avg or a step number (default: best)")
+    g.add_argument("--ensemble", nargs="+", type=Path, default=[], metavar="DIR",
+                   help="further model directories (same languages and vocabularies) that decode together with "
+                        "--model-dir, following the mean of their log-probabilities; --checkpoint applies to all")
     g.add_argument("--gpus", help="decode on a GPU: a count or ids as for training; the first one is used "
                                   "(omit for CPU)")
     g.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -249,7 +252,7 @@ def _load_translator(args: argparse.Namespace):
     ctxs = parse_devices(args.gpus)
     if len(ctxs) > 1:
         logging.getLogger("nmt.translate").warning("--gpus %s: decoding uses one device, %s", args.gpus, ctxs[0])
-    return Translator.from_dir(args.model_dir, args.checkpoint, ctx=ctxs[0], decode=decode)
+    return Translator.from_dir(args.model_dir, args.checkpoint, ctx=ctxs[0], decode=decode, ensemble=args.ensemble)
 
 
 def build_translate_parser() -> argparse.ArgumentParser:
@@ -287,6 +290,8 @@ def translate_main(argv: Optional[List[str]] = None) -> int:
         if args.chunk_lines < 1:
             raise ConfigError(f"--chunk-lines must be >= 1 (got {args.chunk_lines})")
         tr = _load_translator(args)
+        if args.plot_attention and args.ensemble:
+            raise ConfigError("--plot-attention shows one model's attention; it cannot be used with --ensemble")
         plot = attention_saver(tr, args.plot_attention) if args.plot_attention else None
         nbest = tr.decode.nbest
         stdin, stdout = args.input in (None, "-"), args.output in (None, "-")
@@ -398,7 +403,8 @@ def evaluate_main(argv: Optional[List[str]] = None) -> int:
                 atomic_write_text(args.hyp_dir / f"{Path(name).name}.{tr.tgt_lang}", "".join(h + "\n" for h in hyps))
             if args.json != "-":
                 print(f"{name}: {sc.n} sentences, checkpoint {tr.checkpoint} ({info['params_file']}"
-                      f"{', step %s' % info['step'] if info['step'] else ''}), beam {d.beam_size}, {seconds:.1f} s")
+                      f"{', step %s' % info['step'] if info['step'] else ''}), beam {d.beam_size}, {seconds:.1f} s"
+                      + (f", ensemble of {len(tr.members)} models" if tr.member_dirs else ""))
                 print(f"  BLEU            {sc.bleu:6.2f}  {sc.bleu_signature}")
                 print(f"  chrF            {sc.chrf:6.2f}  {sc.chrf_signature}")
                 for k, v in sc.extra.items():

@@ -175,20 +175,32 @@ class Decoder(gluon.HybridBlock):
         logits, attn = self.attend_and_project(F, dec, memory, src_len, weight, out_bias)
         return logits, F.transpose(h, axes=(1, 0, 2)), F.transpose(c, axes=(1, 0, 2)), attn
 
-    def attend_and_project(self, F, dec, memory, src_len, out_weight, out_bias, combine=None):
+    def attend_and_project(self, F, dec, memory, src_len, out_weight, out_bias, combine=None, attention=()):
         """Decoder outputs (B,T,H) over memory (B,S,M) -> logits (B,T,V), attention (B,T,S). The T queries of a
         row are independent, so a beam search passes a sentence's K beams as its T (one memory per sentence).
         `combine`: the combine layer's weight cut in its context and decoder halves and its bias (a search step
-        adds two products instead of concatenating their inputs; without dropout)."""
+        adds two products instead of concatenating their inputs; without dropout); then `attention` holds the
+        attention layers' weights too (see `step_weights`), so the step uses no parameter of this block."""
+        H = self._hidden
+        query_proj, score_proj = self.query_proj, self.score_proj
+        if combine is not None and self._attention != "dot":   # the same layers on the given weights
+            w = list(attention)
+
+            def query_proj(x):
+                return F.FullyConnected(x, *w[:2], num_hidden=H, flatten=False) if len(w) == 3 else \
+                    F.FullyConnected(x, w[0], no_bias=True, num_hidden=H, flatten=False)
+
+            def score_proj(x):
+                return F.FullyConnected(x, w[2], no_bias=True, num_hidden=1, flatten=False)
         if self._attention == "mlp":
-            values = F.slice_axis(memory, axis=-1, begin=0, end=self._hidden)
-            keys = F.slice_axis(memory, axis=-1, begin=self._hidden, end=None)
+            values = F.slice_axis(memory, axis=-1, begin=0, end=H)
+            keys = F.slice_axis(memory, axis=-1, begin=H, end=None)
             hidden = F.tanh(F.broadcast_add(F.expand_dims(keys, axis=1),
-                                            F.expand_dims(self.query_proj(dec), axis=2)))  # (B,T,S,H)
-            scores = F.reshape(self.score_proj(hidden), shape=(0, 0, -1))
+                                            F.expand_dims(query_proj(dec), axis=2)))  # (B,T,S,H)
+            scores = F.reshape(score_proj(hidden), shape=(0, 0, -1))
         else:
             values = memory
-            query = dec if self.query_proj is None else self.query_proj(dec)
+            query = dec if query_proj is None else query_proj(dec)
             scores = F.batch_dot(query, memory, transpose_b=True)  # (B,T,S)
         mask = _length_mask(F, memory, F.clip(F.cast(src_len, "float32"), 1, 1e9), axis=1)
         scores = F.broadcast_add(scores, F.expand_dims((1 - mask) * _MASK_VALUE, axis=1))
@@ -198,18 +210,29 @@ class Decoder(gluon.HybridBlock):
             out = self.dropout(self.combine(F.concat(context, dec, dim=-1)))
         else:
             w_ctx, w_dec, b = combine
-            H = self._hidden
             out = F.Activation(F.FullyConnected(context, w_ctx, b, num_hidden=H, flatten=False)
                                + F.FullyConnected(dec, w_dec, no_bias=True, num_hidden=H, flatten=False),
                                act_type="tanh")
         logits = F.FullyConnected(out, out_weight, out_bias, num_hidden=self._vocab_size, flatten=False)
         return logits, attn
 
+    @property
+    def num_attention_weights(self) -> int:
+        """Arrays of the attention layers in `step_weights`: none (dot), W (general), W, b, v (mlp)."""
+        return {"dot": 0, "general": 1, "mlp": 3}[self._attention]
+
+    @property
+    def num_step_weights(self) -> int:
+        """How many arrays `step_weights` returns."""
+        return 4 + self.num_attention_weights + 3 * (len(self.rnn.piece_shapes) // 4)
+
     def step_weights(self, ctx: mx.Context) -> List[mx.nd.NDArray]:
-        """The decoder's weights for a search step on `ctx`, cut once from the fused kernel's flat vector:
-        the first layer's input gates of every target token, embed @ W_x^T + b_x + b_h (V, 4H) (a lookup per
-        step instead of a product), the output weight and bias, the combine layer's context and decoder halves
-        and bias, the first layer's W_h (4H, H), then per further layer W_x (4H, H), W_h (4H, H), b_x + b_h (4H,)."""
+        """Every weight of a search step on `ctx` (the step then uses no parameter of this block, so members of
+        an ensemble, whose parameters share names, can run in one graph), LSTM pieces cut once from the fused
+        kernel's flat vector: the first layer's input gates of every target token, embed @ W_x^T + b_x + b_h
+        (V, 4H) (a lookup per step instead of a product), the output weight and bias, the combine layer's
+        context and decoder halves and bias, the attention layers' weights (`num_attention_weights`), the first
+        layer's W_h (4H, H), then per further layer W_x (4H, H), W_h (4H, H), b_x + b_h (4H,)."""
         flat = self.rnn.rnn_param.data(ctx)
         pieces = [flat[start:end].reshape(shape) for start, end, shape in piece_ranges(self.rnn.piece_shapes)]
         L = len(self.rnn.piece_shapes) // 4
@@ -220,7 +243,12 @@ class Decoder(gluon.HybridBlock):
         H = self._hidden
         w_combine = self.combine.weight.data(ctx)
         out = [gates_in, (self.embed_weight if self._tied else self.out_weight).data(ctx), self.out_bias.data(ctx),
-               w_combine[:, :H], w_combine[:, H:], self.combine.bias.data(ctx), weights[1]]
+               w_combine[:, :H], w_combine[:, H:], self.combine.bias.data(ctx)]
+        if self.query_proj is not None:
+            out += [p.data(ctx) for p in self.query_proj.params.values()]   # weight (and bias for mlp)
+        if self.score_proj is not None:
+            out.append(self.score_proj.weight.data(ctx))
+        out.append(weights[1])
         for l in range(1, L):
             out += [weights[2 * l], weights[2 * l + 1], bias[l]]
         return out

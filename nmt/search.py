@@ -10,6 +10,9 @@ can still beat its best finished ones (exact: see `_BeamStep._settled`). The cho
 stay on the device until a sentence leaves, then one copy brings them to the host to trace the hypotheses back.
 A sentence stops growing at EOS or after `max_len` tokens; every computation is per row, so a sentence decodes
 the same alone or in a batch.
+
+`model` may also be a sequence of models sharing both vocabularies (an ensemble): every member encodes the
+source and runs its own decoder step, and the search follows the mean of their log-probabilities.
 """
 from __future__ import annotations
 
@@ -69,7 +72,9 @@ def _decoder_step(F, decoder, prev, hs, cs, memory, src_len, group: int, weights
     inputs; states stay per layer. On one time step this measured faster than the fused RNN kernel. The
     sentence's beams attend as one (group, S) product; the arithmetic is the training graph's, without
     dropout."""
-    gates_in, out_w, out_b, combine, lstm = weights[0], weights[1], weights[2], weights[3:6], weights[6:]
+    A = decoder.num_attention_weights
+    gates_in, out_w, out_b, combine, attention, lstm = (weights[0], weights[1], weights[2], weights[3:6],
+                                                        weights[6:6 + A], weights[6 + A:])
     H = decoder._hidden
     new_hs, new_cs = [], []
     x = None
@@ -88,7 +93,7 @@ def _decoder_step(F, decoder, prev, hs, cs, memory, src_len, group: int, weights
         new_hs.append(x)
         new_cs.append(c_l)
     logits, _ = decoder.attend_and_project(F, F.reshape(x, shape=(-1, group, H)), memory, src_len, out_w, out_b,
-                                          combine)
+                                          combine, attention)
     return F.log_softmax(F.reshape(logits, shape=(-3, 0)), axis=-1), new_hs, new_cs
 
 
@@ -97,20 +102,100 @@ def _layer_states(states: mx.nd.NDArray) -> List[mx.nd.NDArray]:
     return [states[:, l] for l in range(states.shape[1])]
 
 
-class _GreedyStep(gluon.HybridBlock):
-    """(prev, done, t, *h, *c, memory, src_len, limits, *weights) -> (token, done, t + 1, emitted, *h, *c),
-    h and c one (B,H) array per layer."""
+Models = Union["Seq2Seq", Sequence["Seq2Seq"]]   # noqa: F821 (nmt.model.Seq2Seq; not imported here)
 
-    def __init__(self, model, **kwargs):
+
+def _members(model: Models) -> list:
+    """The models of a search: one model, or the members of an ensemble (same vocabularies, same sizes)."""
+    members = list(model) if isinstance(model, (list, tuple)) else [model]
+    if not members:
+        raise ValueError("an ensemble needs at least one model")
+    first = members[0]
+    for i, m in enumerate(members[1:], 2):
+        if (m.src_vocab_size, m.tgt_vocab_size) != (first.src_vocab_size, first.tgt_vocab_size):
+            raise ValueError(f"ensemble member {i} has vocabularies of {m.src_vocab_size}/{m.tgt_vocab_size} "
+                             f"pieces, member 1 {first.src_vocab_size}/{first.tgt_vocab_size}: members must share "
+                             "their source and target vocabularies")
+    return members
+
+
+def _member_weights(members: list, weights: Optional[list], ctx: mx.Context) -> List[list]:
+    """Per member, its `decoder.step_weights(ctx)` (given: a flat list for one model, one list per member)."""
+    if weights is None:
+        return [m.decoder.step_weights(ctx) for m in members]
+    if len(members) == 1 and weights and isinstance(weights[0], mx.nd.NDArray):
+        return [weights]
+    if len(weights) != len(members):
+        raise ValueError(f"weights: {len(weights)} lists for {len(members)} ensemble members")
+    return list(weights)
+
+
+def _encode_all(members: list, src: mx.nd.NDArray, src_len: mx.nd.NDArray, K: int) -> Tuple[list, list, list]:
+    """Per member memory (B,S,M), and the decoder's initial states per layer, each repeated for K beams,
+    member by member: [h of member 1's layers, h of member 2's ...] and likewise c."""
+    memories, hs, cs = [], [], []
+    for m in members:
+        memory, (h, c) = m.encode(src, src_len)
+        memories.append(memory)
+        hs += _layer_states(h.repeat(K, axis=0) if K > 1 else h)
+        cs += _layer_states(c.repeat(K, axis=0) if K > 1 else c)
+    return memories, hs, cs
+
+
+class _Decoders:
+    """The members' decoders, held by a step block without registering them as children (Gluon warns about
+    lists and tuples of blocks, not about this)."""
+
+    def __init__(self, decoders):
+        self._items = tuple(decoders)
+
+    def __iter__(self):
+        return iter(self._items)
+
+
+class _Step(gluon.HybridBlock):
+    """Shared by the step blocks: the argument layout and the ensemble's decoder step."""
+
+    def __init__(self, members: list, **kwargs):
         super().__init__(**kwargs)
-        self._L = model.cfg.num_layers
-        with self.name_scope():
-            self.decoder = model.decoder   # shared (for its attention and combine layers; the rest come as inputs)
+        self._layers = [m.cfg.num_layers for m in members]
+        self._num_weights = [m.decoder.num_step_weights for m in members]
+        self._L = sum(self._layers)                      # decoder layers over all members
+        self._M = len(members)
+        # not children (every weight comes in as an input); a plain holder, which Gluon does not inspect
+        self._decoders = _Decoders(m.decoder for m in members)
+
+    def _split(self, args, n_consts: int):
+        """(*h, *c, *memories, *other consts, *weights) -> hs, cs, memories, consts, per-member weights."""
+        L, M = self._L, self._M
+        hs, cs, rest = args[:L], args[L:2 * L], args[2 * L:]
+        memories, consts, flat = rest[:M], rest[M:M + n_consts], rest[M + n_consts:]
+        weights, at = [], 0
+        for n in self._num_weights:
+            weights.append(flat[at:at + n])
+            at += n
+        return hs, cs, memories, consts, weights
+
+    def _log_probs(self, F, prev, hs, cs, memories, src_len, group: int, weights):
+        """Mean log-probabilities (N,V) of the members and their new states, member by member per layer."""
+        outs, new_hs, new_cs, at = [], [], [], 0
+        for dec, L, memory, w in zip(self._decoders, self._layers, memories, weights):
+            lp, h, c = _decoder_step(F, dec, prev, hs[at:at + L], cs[at:at + L], memory, src_len, group, w)
+            outs.append(lp)
+            new_hs += h
+            new_cs += c
+            at += L
+        log_probs = outs[0] if self._M == 1 else F.add_n(*outs) * (1.0 / self._M)
+        return log_probs, new_hs, new_cs
+
+
+class _GreedyStep(_Step):
+    """(prev, done, t, *h, *c, *memories, src_len, limits, *weights) -> (token, done, t + 1, emitted, *h, *c),
+    h and c one (B,H) array per layer (of every member)."""
 
     def hybrid_forward(self, F, prev, done, t, *args):
-        L = self._L
-        hs, cs, (memory, src_len, limits), weights = args[:L], args[L:2 * L], args[2 * L:2 * L + 3], args[2 * L + 3:]
-        log_probs, hs, cs = _decoder_step(F, self.decoder, prev, hs, cs, memory, src_len, 1, weights)
+        hs, cs, memories, (src_len, limits), weights = self._split(args, 2)
+        log_probs, hs, cs = self._log_probs(F, prev, hs, cs, memories, src_len, 1, weights)
         token = F.argmax(log_probs, axis=-1)
         stop = F.broadcast_logical_or(done, token == EOS_ID)
         emitted = F.where(stop, F.ones_like(token) * -1, token)
@@ -119,21 +204,18 @@ class _GreedyStep(gluon.HybridBlock):
         return (token, done, t1, emitted, *hs, *cs)
 
 
-class _BeamStep(gluon.HybridBlock):
+class _BeamStep(_Step):
     """One beam-search step for B sentences x K beams (rows b*K + k); see `beam_search` for the rules."""
 
-    def __init__(self, model, beam_size: int, nbest: int = 0, **kwargs):
-        super().__init__(**kwargs)
-        self._K, self._V, self._L = beam_size, model.tgt_vocab_size, model.cfg.num_layers
+    def __init__(self, members: list, beam_size: int, nbest: int = 0, **kwargs):
+        super().__init__(members, **kwargs)
+        self._K, self._V = beam_size, members[0].tgt_vocab_size
         self._nbest = nbest   # > 0: stop a sentence once its nbest best are final (needs a non-decreasing penalty)
-        with self.name_scope():
-            self.decoder = model.decoder   # shared (for its attention and combine layers; the rest come as inputs)
 
     def hybrid_forward(self, F, prev, scores, lengths, finished, t, *args):
-        K, R, L = self._K, min(self._K, self._V), self._L
-        hs, cs = args[:L], args[L:2 * L]
-        (memory, src_len, limits, lp_table), weights = args[2 * L:2 * L + 4], args[2 * L + 4:]
-        log_probs, hs, cs = _decoder_step(F, self.decoder, prev, hs, cs, memory, src_len, K, weights)   # (BK,V)
+        K, R = self._K, min(self._K, self._V)
+        hs, cs, memories, (src_len, limits, lp_table), weights = self._split(args, 3)
+        log_probs, hs, cs = self._log_probs(F, prev, hs, cs, memories, src_len, K, weights)   # (BK,V)
         # all active hypotheses of a sentence with max_len tokens are finished as they are
         fin = F.broadcast_logical_or(finished, F.broadcast_lesser_equal(limits, F.broadcast_like(t, limits)))
         # Within a row every candidate shares the score and the length penalty, so the sentence's best K
@@ -187,15 +269,16 @@ class _BeamStep(gluon.HybridBlock):
         return F.broadcast_logical_and(nth > -inf, nth >= best_active)
 
 
-# Step blocks per model (hybridized once, reused for every batch); weak keys so a model can be freed.
+# Step blocks per (first) model (hybridized once, reused for every batch); weak keys so a model can be freed. An
+# ensemble's block holds its other members, so their ids in the key stay theirs while the block is cached.
 _STEPS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def _step_block(model, kind: str, beam_size: int = 1, nbest: int = 0) -> gluon.HybridBlock:
-    cache = _STEPS.setdefault(model, {})
-    key = (kind, beam_size, nbest)
+def _step_block(members: list, kind: str, beam_size: int = 1, nbest: int = 0) -> gluon.HybridBlock:
+    cache = _STEPS.setdefault(members[0], {})
+    key = (kind, beam_size, nbest, tuple(id(m) for m in members[1:]))
     if key not in cache:
-        block = _GreedyStep(model) if kind == "greedy" else _BeamStep(model, beam_size, nbest)
+        block = _GreedyStep(members) if kind == "greedy" else _BeamStep(members, beam_size, nbest)
         block.hybridize(static_alloc=True)
         block._graph_built = False
         cache[key] = block
@@ -299,32 +382,33 @@ def _trace(segments: List[_Segment], batch: int, K: int) -> List[np.ndarray]:
             for i in range(batch)]
 
 
-def greedy_search(model, src: mx.nd.NDArray, src_len: mx.nd.NDArray, max_len: MaxLen,
+def greedy_search(model: Models, src: mx.nd.NDArray, src_len: mx.nd.NDArray, max_len: MaxLen,
                   weights: Optional[list] = None) -> List[List[int]]:
-    """Most probable next token at each step; per sentence the token ids without BOS/EOS. `weights`: the
-    model's `decoder.step_weights(ctx)` when the caller decodes several batches with unchanged parameters."""
+    """Most probable next token at each step; per sentence the token ids without BOS/EOS. `model`: a model or
+    an ensemble (sequence of models). `weights`: `decoder.step_weights(ctx)` of the model (of each member: one
+    list per member) when the caller decodes several batches with unchanged parameters."""
     batch, ctx = src.shape[0], src.context
     limits = _max_lens(max_len, batch)
     num_steps = int(limits.max(initial=0))
+    members = _members(model)
     if num_steps == 0:
         return [[] for _ in range(batch)]
-    memory, (h, c) = model.encode(src, src_len)
-    step = _step_block(model, "greedy")
-    L = model.cfg.num_layers
+    memories, hs, cs = _encode_all(members, src, src_len, 1)
+    step = _step_block(members, "greedy")
+    L, M = len(hs), len(members)
     # state: prev, done, t, h per layer, c per layer; outputs: token, done, t + 1, emitted, h..., c...
-    state = [_upload(np.full(batch, BOS_ID), ctx), _upload(limits == 0, ctx), _upload(np.zeros(1), ctx),
-             *_layer_states(h), *_layer_states(c)]
-    consts = [memory, src_len, _upload(limits, ctx)]
-    weights = weights or model.decoder.step_weights(ctx)
+    state = [_upload(np.full(batch, BOS_ID), ctx), _upload(limits == 0, ctx), _upload(np.zeros(1), ctx), *hs, *cs]
+    consts = [*memories, src_len, _upload(limits, ctx)]
+    flat = [w for ws in _member_weights(members, weights, ctx) for w in ws]
     layers = tuple(range(3, 3 + 2 * L))
-    segments, _ = _search(lambda s, k: _call_step(step, *s, *k, *weights), state, consts, 1, num_steps,
+    segments, _ = _search(lambda s, k: _call_step(step, *s, *k, *flat), state, consts, 1, num_steps,
                           next_state=(0, 1, 2, *[4 + i for i in range(2 * L)]), per_row_state=(0, 1, *layers),
-                          per_row_consts=(0, 1, 2), per_sentence_consts=(), flags_at=1, emitted_at=3, rows_at=None,
-                          final_state=())
+                          per_row_consts=tuple(range(M + 2)), per_sentence_consts=(), flags_at=1, emitted_at=3,
+                          rows_at=None, final_state=())
     return [[int(x) for x in tokens[:, 0] if x >= 0] for tokens in _trace(segments, batch, 1)]
 
 
-def beam_search(model, src: mx.nd.NDArray, src_len: mx.nd.NDArray, beam_size: int, max_len: MaxLen,
+def beam_search(model: Models, src: mx.nd.NDArray, src_len: mx.nd.NDArray, beam_size: int, max_len: MaxLen,
                 alpha: float = 0.6, nbest: int = 1, weights: Optional[list] = None,
                 early_stop: bool = True) -> List[List[Tuple[List[int], float]]]:
     """Beam search; per sentence up to `nbest` (token ids without BOS/EOS, score), best first.
@@ -333,7 +417,7 @@ def beam_search(model, src: mx.nd.NDArray, src_len: mx.nd.NDArray, beam_size: in
     ((5 + |Y|) / 6) ** alpha, |Y| counting EOS. Finished hypotheses keep their beam slot and compete by
     that score with the extensions of the active ones; a sentence is done when all its slots are
     finished, and active hypotheses are finished as they are after `max_len` tokens. With beam 1 this is
-    exactly greedy search. `weights` as for `greedy_search`.
+    exactly greedy search. `model` and `weights` as for `greedy_search`.
 
     With `early_stop` (and alpha >= 0) a sentence stops as soon as no active hypothesis can still beat its
     `nbest`-th best finished one (see `_BeamStep._settled`): the same result, fewer steps.
@@ -345,29 +429,31 @@ def beam_search(model, src: mx.nd.NDArray, src_len: mx.nd.NDArray, beam_size: in
     batch, K, ctx = src.shape[0], beam_size, src.context
     limits = _max_lens(max_len, batch)
     num_steps = int(limits.max(initial=0))
+    members = _members(model)
     if num_steps == 0:
         return [[([], 0.0)] for _ in range(batch)]
-    memory, (h, c) = model.encode(src, src_len)
+    memories, hs, cs = _encode_all(members, src, src_len, K)
     scores = np.full((batch, K), -np.inf)
     scores[:, 0] = 0.0  # one live hypothesis per sentence at the start, so beams do not duplicate it
     # penalties of every possible length, computed in float64 once and rounded to float32 once
     lp_table = _upload(_length_penalty(np.arange(num_steps + 2), alpha), ctx)
     # stopping a sentence once its result is settled is exact for any non-decreasing length penalty
-    step = _step_block(model, "beam", K, nbest if early_stop and alpha >= 0 else 0)
-    L = model.cfg.num_layers
+    step = _step_block(members, "beam", K, nbest if early_stop and alpha >= 0 else 0)
+    L, M = len(hs), len(members)
     # row b*K + k = beam k of sentence b. state: prev, scores, lengths, finished, t, h per layer, c per layer;
     # outputs: token, scores, lengths, finished, t + 1, rows, emitted, sentence done, h..., c...
     state = [_upload(np.full(batch * K, BOS_ID), ctx), _upload(scores.reshape(-1), ctx),
              _upload(np.zeros(batch * K), ctx), _upload(np.zeros(batch * K), ctx), _upload(np.zeros(1), ctx),
-             *_layer_states(h.repeat(K, axis=0)), *_layer_states(c.repeat(K, axis=0))]
-    # memory and lengths once per sentence: its K beams attend together
-    consts = [memory, src_len, _upload(np.repeat(limits, K), ctx), lp_table]
-    weights = weights or model.decoder.step_weights(ctx)
+             *hs, *cs]
+    # memories and lengths once per sentence: its K beams attend together
+    consts = [*memories, src_len, _upload(np.repeat(limits, K), ctx), lp_table]
+    flat = [w for ws in _member_weights(members, weights, ctx) for w in ws]
     layers = tuple(range(5, 5 + 2 * L))
     segments, finals = _search(
-        lambda s, k: _call_step(step, *s, *k, *weights), state, consts, K, num_steps,
+        lambda s, k: _call_step(step, *s, *k, *flat), state, consts, K, num_steps,
         next_state=(0, 1, 2, 3, 4, *[8 + i for i in range(2 * L)]), per_row_state=(0, 1, 2, 3, *layers),
-        per_row_consts=(2,), per_sentence_consts=(0, 1), flags_at=7, emitted_at=6, rows_at=5, final_state=(1, 2))
+        per_row_consts=(M + 1,), per_sentence_consts=tuple(range(M + 1)), flags_at=7, emitted_at=6, rows_at=5,
+        final_state=(1, 2))
     results: List[List[Tuple[List[int], float]]] = []
     for b, history in enumerate(_trace(segments, batch, K)):
         raw, lengths = finals[b]

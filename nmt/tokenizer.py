@@ -93,6 +93,14 @@ class Tokenizer:
     def vocab_size(self) -> int:
         return self._sp.get_piece_size()
 
+    def same_vocabulary(self, other: "Tokenizer") -> bool:
+        """Whether both models have the same pieces with the same ids and scores (so they segment alike; the
+        model files themselves differ in incidental fields such as the training file's name)."""
+        a, b = self._sp, other._sp
+        return a.get_piece_size() == b.get_piece_size() and all(
+            a.id_to_piece(i) == b.id_to_piece(i) and a.get_score(i) == b.get_score(i)
+            for i in range(a.get_piece_size()))
+
     def encode(self, lines: Sequence[str]) -> List[List[int]]:
         """Token ids of each line (NFC-normalized first); no BOS/EOS added."""
         lines = [_nfc(self._check_line(line, i)) for i, line in enumerate(lines)]

@@ -58,6 +58,39 @@ def check_decode(d: DecodeConfig) -> None:
                           "beam-size hypotheses; raise --beam-size")
 
 
+def _load_tokenizers(model_dir: Path) -> Tuple[Config, Tokenizer, Tokenizer]:
+    """config and source and target tokenizers of a model directory."""
+    if not (model_dir / ckpt.CONFIG).exists():
+        raise ckpt.CheckpointError(f"{model_dir / ckpt.CONFIG} not found: --model-dir must be a directory "
+                                   "written by nmt training")
+    cfg = Config.load(model_dir / ckpt.CONFIG)
+    return (cfg, Tokenizer.load(tokenizer_path(model_dir, cfg.data.src_lang)),
+            Tokenizer.load(tokenizer_path(model_dir, cfg.data.tgt_lang)))
+
+
+def _load_net(model_dir: Path, cfg: Config, src_tok: Tokenizer, tgt_tok: Tokenizer, which: str, ctx: mx.Context):
+    """The hybridized model of a model directory with its `which` parameters, and their file."""
+    net = build_model(cfg.model, src_tok.vocab_size, tgt_tok.vocab_size)
+    path = ckpt.params_path(model_dir, str(which))
+    try:
+        net.load_parameters(str(path), ctx=ctx)
+    except (mx.base.MXNetError, AssertionError, ValueError, KeyError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ckpt.CheckpointError(f"{path}: cannot load these parameters into the model described by "
+                                   f"{model_dir / ckpt.CONFIG} ({first})") from None
+    net.hybridize(static_alloc=True)
+    return net, path
+
+
+def _check_member_vocabulary(member: Path, model_dir: Path, what: str, mine: Tokenizer, theirs: Tokenizer) -> None:
+    if mine.lang != theirs.lang or not mine.same_vocabulary(theirs):
+        raise ckpt.CheckpointError(
+            f"{member}: cannot join an ensemble with {model_dir}: its {what} SentencePiece model ({theirs.lang}, "
+            f"{theirs.vocab_size} pieces) differs from {mine.path} ({mine.lang}, {mine.vocab_size} pieces); "
+            "ensemble members must share both vocabularies (train them on the same data with the same "
+            "--vocab-size and --spm-model-type)")
+
+
 def one_line(text: str) -> str:
     """`text` with line-break characters turned into spaces, so one input line always gives one output line."""
     return _LINE_BREAKS.sub(" ", text)
@@ -75,34 +108,34 @@ class Translator:
         self.checkpoint: Optional[str] = None      # "best", "latest", "avg" or a step number
         self.params_file: Optional[Path] = None
         self.config: Optional[Config] = None
+        self.members = [net]        # the models that decode together (more than one: an ensemble)
+        self.member_dirs: List[Path] = []   # model directories of members[1:]
 
     @classmethod
     def from_dir(cls, model_dir, which: str = "best", ctx: mx.Context = None,
-                 decode: Optional[DecodeConfig] = None) -> "Translator":
+                 decode: Optional[DecodeConfig] = None, ensemble: Sequence = ()) -> "Translator":
         """Everything comes from the model directory: config, both SentencePiece models, parameters.
 
-        `which` is best, latest, avg or a step number; `decode` replaces the model's saved DecodeConfig."""
+        `which` is best, latest, avg or a step number; `decode` replaces the model's saved DecodeConfig.
+        `ensemble`: further model directories (same languages and vocabularies, any architecture) whose
+        `which` checkpoints decode together with this one, following the mean of their log-probabilities."""
         model_dir = Path(model_dir)
-        if not (model_dir / ckpt.CONFIG).exists():
-            raise ckpt.CheckpointError(f"{model_dir / ckpt.CONFIG} not found: --model-dir must be a directory "
-                                       "written by nmt training")
-        cfg = Config.load(model_dir / ckpt.CONFIG)
+        cfg, src_tok, tgt_tok = _load_tokenizers(model_dir)
         decode = decode or cfg.decode
         check_decode(decode)
         ctx = ctx or mx.cpu()
-        src_tok = Tokenizer.load(tokenizer_path(model_dir, cfg.data.src_lang))
-        tgt_tok = Tokenizer.load(tokenizer_path(model_dir, cfg.data.tgt_lang))
-        net = build_model(cfg.model, src_tok.vocab_size, tgt_tok.vocab_size)
-        path = ckpt.params_path(model_dir, str(which))
-        try:
-            net.load_parameters(str(path), ctx=ctx)
-        except (mx.base.MXNetError, AssertionError, ValueError, KeyError) as e:
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise ckpt.CheckpointError(f"{path}: cannot load these parameters into the model described by "
-                                       f"{model_dir / ckpt.CONFIG} ({first})") from None
-        net.hybridize(static_alloc=True)
+        others = []
+        for other in map(Path, ensemble):   # every member's vocabularies are checked before any model is loaded
+            o_cfg, o_src, o_tgt = _load_tokenizers(other)
+            for what, mine, theirs in (("source", src_tok, o_src), ("target", tgt_tok, o_tgt)):
+                _check_member_vocabulary(other, model_dir, what, mine, theirs)
+            others.append((other, o_cfg))
+        net, path = _load_net(model_dir, cfg, src_tok, tgt_tok, which, ctx)
         tr = cls(net, src_tok, tgt_tok, decode, ctx=ctx)
         tr.model_dir, tr.checkpoint, tr.params_file, tr.config = model_dir, str(which), path, cfg
+        for other, o_cfg in others:
+            tr.members.append(_load_net(other, o_cfg, src_tok, tgt_tok, which, ctx)[0])
+            tr.member_dirs.append(other)
         return tr
 
     @property
@@ -145,7 +178,9 @@ class Translator:
         todo = [i for i, x in enumerate(ids) if x]
         todo.sort(key=lambda i: len(ids[i]))   # length-sorted batches: little padding
         bs = max(1, self.decode.batch_size)
-        weights = self.net.decoder.step_weights(self.ctx) if todo else None   # parameters are fixed for this call
+        # parameters are fixed for this call: cut the search's weights once
+        weights = [m.decoder.step_weights(self.ctx) for m in self.members] if todo else None
+        models = self.members if len(self.members) > 1 else self.net
         for start in range(0, len(todo), bs):
             chunk = todo[start:start + bs]
             src, src_len = pad_sources([ids[i] for i in chunk], max(len(ids[i]) for i in chunk) + 1)
@@ -153,9 +188,9 @@ class Translator:
             src_nd = mx.nd.array(src, ctx=self.ctx, dtype="float32")
             len_nd = mx.nd.array(src_len, ctx=self.ctx, dtype="float32")
             if beam == 1 and nbest == 1:
-                hyps = [[(h, 0.0)] for h in greedy_search(self.net, src_nd, len_nd, max_len, weights=weights)]
+                hyps = [[(h, 0.0)] for h in greedy_search(models, src_nd, len_nd, max_len, weights=weights)]
             else:
-                hyps = beam_search(self.net, src_nd, len_nd, beam_size=max(beam, nbest), max_len=max_len,
+                hyps = beam_search(models, src_nd, len_nd, beam_size=max(beam, nbest), max_len=max_len,
                                    alpha=self.decode.length_penalty_alpha, nbest=nbest, weights=weights)
             for r, i in enumerate(chunk):
                 out[i] = hyps[r]
@@ -322,8 +357,11 @@ def score_test_set(translator: Translator, name: str, pairs: Pairs, *, max_sente
              "length_penalty": d.length_penalty_alpha, "max_len_a": d.max_len_a, "max_len_b": d.max_len_b,
              **(extra or {}), "seconds": round(seconds, 2),
              "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    key = translator.checkpoint if translator.checkpoint in ("best", "avg") else str(info["step"])
+    if translator.member_dirs:   # an ensemble: its own entry, never one of the first member's alone
+        entry["ensemble"] = [str(p.resolve()) for p in [translator.model_dir, *translator.member_dirs]]
+        key = f"ensemble-{key}:" + "+".join(p.resolve().name for p in translator.member_dirs)
     if save and translator.model_dir:
-        key = translator.checkpoint if translator.checkpoint in ("best", "avg") else str(info["step"])
         record_scores(translator.model_dir, name, key, entry)
     return entry, hyps, sc
 

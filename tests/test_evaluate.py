@@ -130,3 +130,19 @@ def test_korean_output_adds_ko_mecab_bleu(model_copy, tmp_path, capsys, monkeypa
     assert "bleu_ko_mecab" in out and "tok:ko-mecab" in out
     entry = json.loads((model_copy / ckpt.SCORES).read_text())[str(src.resolve())]["best"]
     assert "bleu_ko_mecab" in entry["extra"] and "ko-mecab" in entry["extra_signatures"]["bleu_ko_mecab"]
+
+
+def test_ensemble_scores_get_their_own_entry(model_copy, tmp_path, capsys):
+    twin = tmp_path / "twin"
+    shutil.copytree(model_copy, twin)
+    src = Path(Config.load(model_copy / ckpt.CONFIG).data.test_src)
+    ref = src.with_suffix(".en")
+    code, _, _ = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", ref, "--name", "t"], capsys)
+    assert code == 0
+    code, out, err = run(["--model-dir", model_copy, "--ensemble", twin, "--src-file", src, "--ref-file", ref,
+                          "--name", "t"], capsys)
+    assert code == 0 and "ensemble of 2 models" in out, err
+    scores = json.loads((model_copy / ckpt.SCORES).read_text())["t"]
+    assert set(scores) == {"best", "ensemble-best:twin"}
+    assert scores["ensemble-best:twin"]["ensemble"] == [str(model_copy.resolve()), str(twin.resolve())]
+    assert scores["ensemble-best:twin"]["bleu"] == pytest.approx(scores["best"]["bleu"])   # twins: same output

@@ -231,9 +231,9 @@ def test_search_graph_is_built_once_per_model_and_beam(copy_model):
     model, _ = copy_model
     src, src_len = ragged_sources([4, 6])
     beam_search(model, src, src_len, beam_size=3, max_len=5)
-    block = search._STEPS[model][("beam", 3, 1)]
+    block = search._STEPS[model][("beam", 3, 1, ())]
     beam_search(model, src[:1], src_len[:1], beam_size=3, max_len=7)
-    assert search._STEPS[model][("beam", 3, 1)] is block
+    assert search._STEPS[model][("beam", 3, 1, ())] is block
     # the step block shares the model's parameters, it does not own copies
     assert set(block.collect_params().values()) <= set(model.collect_params().values())
 
@@ -261,3 +261,74 @@ def test_search_step_computes_what_decode_step_computes(attention, tied):
     new_h, new_c = nd.stack(*new_hs, axis=1), nd.stack(*new_cs, axis=1)   # back to (N,L,H)
     for ours, theirs in ((log_probs, ref), (new_h, ref_h), (new_c, ref_c)):
         np.testing.assert_allclose(ours.asnumpy(), theirs.asnumpy(), rtol=1e-5, atol=1e-6)
+
+
+# -- ensembles ---------------------------------------------------------------------------------------------------
+
+def _other_member(vocab=VOCAB):
+    """An untrained member of another shape (one layer, dot attention, untied) over the copy model's vocabularies."""
+    mx.random.seed(11)
+    cfg = ModelConfig(embed_size=24, hidden_size=16, num_layers=1, attention="dot", dropout=0.0, tie_weights=False)
+    model = build_model(cfg, vocab, vocab)
+    model.initialize(mx.init.Xavier(magnitude=3))
+    return model
+
+
+def _reference_ensemble_greedy(members, src, src_len, max_len):
+    """Greedy decoding one sentence at a time with `decode_step`: argmax of the members' mean log-probs."""
+    out = []
+    for b in range(src.shape[0]):
+        one_src, one_len = src[b:b + 1], src_len[b:b + 1]
+        runs = [(m, *m.encode(one_src, one_len)) for m in members]
+        states = [run[2] for run in runs]
+        prev, tokens = nd.array([BOS_ID]), []
+        for _ in range(int(max_len[b])):
+            steps = [m.decode_step(prev, st, memory, one_len) for (m, memory, _), st in zip(runs, states)]
+            mean = sum(lp.asnumpy()[0].astype(np.float64) for lp, _, _ in steps) / len(members)
+            states = [st for _, st, _ in steps]
+            token = int(mean.argmax())
+            if token == EOS_ID:
+                break
+            tokens.append(token)
+            prev = nd.array([token])
+        out.append(tokens)
+    return out
+
+
+def test_ensemble_of_one_model_twice_decodes_like_the_model(copy_model):
+    model, _ = copy_model
+    (src, src_len, _, _, _), _ = copy_batch(np.random.RandomState(5), 12)
+    max_len = 2 * src_len.asnumpy().astype(int)
+    assert greedy_search([model, model], src, src_len, max_len) == greedy_search(model, src, src_len, max_len)
+    alone = beam_search(model, src, src_len, beam_size=3, max_len=max_len, nbest=3)
+    twice = beam_search([model, model], src, src_len, beam_size=3, max_len=max_len, nbest=3)
+    assert [[ids for ids, _ in r] for r in twice] == [[ids for ids, _ in r] for r in alone]
+    np.testing.assert_allclose([s for r in twice for _, s in r], [s for r in alone for _, s in r], rtol=1e-5)
+
+
+def test_ensemble_follows_the_mean_of_its_members_log_probs(copy_model):
+    """Two members of different shapes: greedy and beam-1 search equal a step-by-step reference over
+    `decode_step`, and the ensemble's output differs from each member's own (so both members count)."""
+    model, _ = copy_model
+    other = _other_member()
+    bias = np.zeros(VOCAB, dtype="float32")
+    bias[4] = 12.0   # a strong, wrong opinion: the confident copy model alone would outvote a random member
+    other.decoder.out_bias.set_data(nd.array(bias))
+    (src, src_len, _, _, _), _ = copy_batch(np.random.RandomState(9), 10)
+    max_len = 2 * src_len.asnumpy().astype(int)
+    expected = _reference_ensemble_greedy([model, other], src, src_len, max_len)
+    assert greedy_search([model, other], src, src_len, max_len) == expected
+    assert [r[0][0] for r in beam_search([model, other], src, src_len, beam_size=1, max_len=max_len)] == expected
+    assert expected != greedy_search(model, src, src_len, max_len)
+    assert expected != greedy_search(other, src, src_len, max_len)
+    weights = [m.decoder.step_weights(mx.cpu()) for m in (model, other)]
+    assert greedy_search([model, other], src, src_len, max_len, weights=weights) == expected
+
+
+def test_ensemble_members_must_share_vocabularies(copy_model):
+    model, _ = copy_model
+    src, src_len = ragged_sources([3, 4])
+    with pytest.raises(ValueError, match="member 2 has vocabularies of 30/30 pieces, member 1 20/20"):
+        greedy_search([model, _other_member(vocab=30)], src, src_len, 5)
+    with pytest.raises(ValueError, match="weights: 1 lists for 2 ensemble members"):
+        greedy_search([model, model], src, src_len, 5, weights=[model.decoder.step_weights(mx.cpu())])

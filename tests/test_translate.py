@@ -8,6 +8,7 @@ import json
 import os
 import pty
 import select
+import shutil
 import subprocess
 import sys
 import time
@@ -298,3 +299,35 @@ def test_parameters_that_do_not_fit_the_config_are_a_clear_error(model_dir, tmp_
     cfg.save(copy / ckpt.CONFIG)
     with pytest.raises(ckpt.CheckpointError, match=r"params.best: cannot load these parameters into the model"):
         Translator.from_dir(copy)
+
+
+# -- ensembles ------------------------------------------------------------------------------------------------------
+def test_cli_ensemble_of_twin_models_translates_like_one(tr, src_lines, tmp_path, capsys):
+    """An ensemble of a model and its copy follows the same (mean) distribution, so it gives the same output."""
+    twin = tmp_path / "twin"
+    shutil.copytree(tr.model_dir, twin)
+    path = tmp_path / "in.ko"
+    path.write_text("\n".join(src_lines[:10]) + "\n", encoding="utf-8")
+    code, out, err = run(["--model-dir", tr.model_dir, "--ensemble", twin, "--input", path], capsys)
+    assert code == 0, err
+    assert out.splitlines() == tr.translate(src_lines[:10])
+    both = Translator.from_dir(tr.model_dir, ensemble=[twin])
+    assert len(both.members) == 2 and both.member_dirs == [twin]
+
+
+def test_ensemble_members_must_share_vocabularies_and_languages(tr, tmp_path, capsys):
+    from nmt.tokenizer import train_tokenizer
+    other = tmp_path / "other"
+    shutil.copytree(tr.model_dir, other)
+    text = synth_file(tr.model_dir, "train.en").read_text(encoding="utf-8").splitlines()
+    (other / "spm.en.model").unlink()
+    train_tokenizer(text, other, "en", vocab_size=tr.tgt_tok.vocab_size - 20)
+    code, _, err = run(["--model-dir", tr.model_dir, "--ensemble", other], capsys)
+    assert code == 2 and "Traceback" not in err
+    assert f"{other}: cannot join an ensemble with {tr.model_dir}: its target SentencePiece model" in err
+    assert "must share both vocabularies" in err
+    code, _, err = run(["--model-dir", tr.model_dir, "--ensemble", tmp_path / "nothing"], capsys)
+    assert code == 2 and "nothing/config.json not found" in err
+    code, _, err = run(["--model-dir", tr.model_dir, "--ensemble", tr.model_dir, "--plot-attention",
+                        tmp_path / "plots"], capsys)
+    assert code == 2 and "cannot be used with --ensemble" in err
