@@ -143,14 +143,17 @@ def _encode_all(members: list, src: mx.nd.NDArray, src_len: mx.nd.NDArray, K: in
 
 
 class _Decoders:
-    """The members' decoders, held by a step block without registering them as children (Gluon warns about
-    lists and tuples of blocks, not about this)."""
+    """The members' decoders, for a step block: not registered as its children (Gluon warns about lists and
+    tuples of blocks, not about this), the first member by weak reference (it is the step cache's weak key, and
+    a decoder keeps its model alive through its name scope), the others strongly, so that their ids in the
+    cache's key cannot be reused while the block is cached."""
 
-    def __init__(self, decoders):
-        self._items = tuple(decoders)
+    def __init__(self, members):
+        self._first = weakref.ref(members[0])
+        self._others = tuple(members[1:])
 
     def __iter__(self):
-        return iter(self._items)
+        return iter([self._first().decoder] + [m.decoder for m in self._others])
 
 
 class _Step(gluon.HybridBlock):
@@ -163,7 +166,7 @@ class _Step(gluon.HybridBlock):
         self._L = sum(self._layers)                      # decoder layers over all members
         self._M = len(members)
         # not children (every weight comes in as an input); a plain holder, which Gluon does not inspect
-        self._decoders = _Decoders(m.decoder for m in members)
+        self._decoders = _Decoders(members)
 
     def _split(self, args, n_consts: int):
         """(*h, *c, *memories, *other consts, *weights) -> hs, cs, memories, consts, per-member weights."""

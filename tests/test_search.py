@@ -332,3 +332,19 @@ def test_ensemble_members_must_share_vocabularies(copy_model):
         greedy_search([model, _other_member(vocab=30)], src, src_len, 5)
     with pytest.raises(ValueError, match="weights: 1 lists for 2 ensemble members"):
         greedy_search([model, model], src, src_len, 5, weights=[model.decoder.step_weights(mx.cpu())])
+
+
+def test_cached_step_blocks_do_not_keep_models_alive():
+    import gc
+    import weakref as wr
+    from nmt import search
+    src, src_len = ragged_sources([3, 4])
+    first, second = untrained_model(), untrained_model("dot")
+    beam_search([first, second], src, src_len, beam_size=2, max_len=4)
+    greedy_search(first, src, src_len, 4)
+    refs = [wr.ref(first), wr.ref(second)]
+    assert first in search._STEPS
+    del first, second
+    gc.collect()
+    gc.collect()   # the second member goes with the first one's cached block, whose weak key the first pass freed
+    assert [r() for r in refs] == [None, None]
