@@ -71,24 +71,37 @@ def _best_record(run: Run, test: str, checkpoint: Optional[str]) -> Optional[dic
     return next(iter(per_ckpt.values()), None)   # else a step's scores
 
 
+def _records(run: Run, test: str, checkpoint: Optional[str]) -> List[tuple]:
+    """(row name, record) of the run's own checkpoint, then of each ensemble led by it (`evaluate --ensemble`)."""
+    out = []
+    rec = _best_record(run, test, checkpoint)
+    if rec is not None:
+        out.append((run.name, rec))
+    for key, ens in sorted(run.scores.get(test, {}).items()):
+        if key.startswith("ensemble-") and "ensemble" in ens:
+            out.append((" + ".join(Path(p).name for p in ens["ensemble"]) + " (ensemble)", ens))
+    return out
+
+
 def results_rows(runs: Sequence[Run], checkpoint: Optional[str] = None) -> List[dict]:
     """One row per (run, test set): direction, BLEU, chrF, ko-mecab BLEU (Korean output), signatures, time;
-    scores of `checkpoint` (default: best on dev, else the average of the last checkpoints, else a step's)."""
+    scores of `checkpoint` (default: best on dev, else the average of the last checkpoints, else a step's); then
+    a row per ensemble the run leads (training time and updates are then the leading run's)."""
     rows = []
     for run in runs:
         for test in sorted(run.scores):
-            rec = _best_record(run, test, checkpoint)
-            if rec is None:
-                continue
-            rows.append({"run": run.name, "test_set": test, "direction": run.direction, "n": rec.get("n"),
-                         "bleu": rec["bleu"], "chrf": rec["chrf"],
-                         "bleu_ko_mecab": rec.get("extra", {}).get("bleu_ko_mecab"),
-                         "bleu_signature": rec.get("bleu_signature"), "chrf_signature": rec.get("chrf_signature"),
-                         "checkpoint": rec.get("checkpoint"), "beam_size": rec.get("beam_size"),
-                         "length_penalty": rec.get("length_penalty"), "hours": run.hours,
-                         "updates": run.state.step, "epochs": run.state.epoch,
-                         "stopped": run.state.stopped, "best_dev_bleu": run.state.best_bleu})
+            for name, rec in _records(run, test, checkpoint):
+                rows.append(_row(run, name, test, rec))
     return rows
+
+
+def _row(run: Run, name: str, test: str, rec: dict) -> dict:
+    return {"run": name, "test_set": test, "direction": run.direction, "n": rec.get("n"),
+            "bleu": rec["bleu"], "chrf": rec["chrf"], "bleu_ko_mecab": rec.get("extra", {}).get("bleu_ko_mecab"),
+            "bleu_signature": rec.get("bleu_signature"), "chrf_signature": rec.get("chrf_signature"),
+            "checkpoint": rec.get("checkpoint"), "beam_size": rec.get("beam_size"),
+            "length_penalty": rec.get("length_penalty"), "hours": run.hours, "updates": run.state.step,
+            "epochs": run.state.epoch, "stopped": run.state.stopped, "best_dev_bleu": run.state.best_bleu}
 
 
 def config_diff(base: Config, other: Config) -> Dict[str, object]:

@@ -49,6 +49,18 @@ def test_rows_come_from_the_model_directory(scored_dirs):
     assert f"{entry['bleu']:.2f}" in table and entry["bleu_signature"] in table and "test machine" in table
 
 
+def test_an_ensemble_led_by_a_run_gets_its_own_row(scored_dirs, tmp_path, tmp_path_factory):
+    a, b = scored_dirs
+    lead = tmp_path / "lead"
+    shutil.copytree(a, lead)
+    src = tiny_model(tmp_path_factory)
+    pairs = read_parallel(synth_file(src, "test.ko"), synth_file(src, "test.en"))
+    entry, _, _ = score_test_set(Translator.from_dir(lead, which="latest", ensemble=[b]), "synth-test", pairs)
+    rows = results_rows([load_run(lead)])
+    assert [r["run"] for r in rows] == ["lead", "lead + variant (ensemble)"]
+    assert rows[1]["bleu"] == entry["bleu"] and rows[1]["updates"] == rows[0]["updates"]
+
+
 def test_ablation_names_what_differs(scored_dirs):
     a, b = scored_dirs
     base, variant = load_run(a), load_run(b)
