@@ -46,6 +46,7 @@ declare -A RUNS=(
   [abl-subword0.2]="--src ko --tgt en ${TAT[*]} --subword-sampling 0.2"
   [abl-worddrop0.2]="--src ko --tgt en ${TAT[*]} --word-dropout 0.2"
   [abl-worddrop0.3-dropout0.5]="--src ko --tgt en ${TAT[*]} --word-dropout 0.3 --dropout 0.5"
+  [abl-worddrop0.2-vocab1200]="--src ko --tgt en ${TAT[*]} --word-dropout 0.2 --vocab-size 1200"
 )
 ORDER=(tatoeba-ko-en all-ko-en all-en-ko abl-vocab8k abl-dropout0.2 abl-ls0 abl-mlp abl-batch64 abl-plateau
        abl-worddrop0.1 abl-subword0.2)

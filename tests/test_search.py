@@ -183,8 +183,8 @@ def _rows_and_results(monkeypatch, model, src, src_len, **kwargs):
     """beam_search with and without early stopping: {early_stop: (results, rows decoded summed over steps)}."""
     from nmt import search
     rows = []
-    call = search._call_step
-    monkeypatch.setattr(search, "_call_step", lambda step, *args: rows.append(args[0].shape[0]) or call(step, *args))
+    call = search.call_step
+    monkeypatch.setattr(search, "call_step", lambda step, *args: rows.append(args[0].shape[0]) or call(step, *args))
     out = {}
     for early in (False, True):
         rows.clear()
@@ -227,13 +227,13 @@ def test_early_stop_matches_on_a_trained_model(copy_model, monkeypatch):
 
 
 def test_search_graph_is_built_once_per_model_and_beam(copy_model):
-    from nmt import search
+    from nmt import search_graph
     model, _ = copy_model
     src, src_len = ragged_sources([4, 6])
     beam_search(model, src, src_len, beam_size=3, max_len=5)
-    block = search._STEPS[model][("beam", 3, 1, ())]
+    block = search_graph.STEP_CACHE[model][("beam", 3, 1, ())]
     beam_search(model, src[:1], src_len[:1], beam_size=3, max_len=7)
-    assert search._STEPS[model][("beam", 3, 1, ())] is block
+    assert search_graph.STEP_CACHE[model][("beam", 3, 1, ())] is block
     # the step block shares the model's parameters, it does not own copies
     assert set(block.collect_params().values()) <= set(model.collect_params().values())
 
@@ -243,7 +243,8 @@ def test_search_graph_is_built_once_per_model_and_beam(copy_model):
 def test_search_step_computes_what_decode_step_computes(attention, tied):
     """The search's own decoder step (LSTM as matrix products, beams attending as a group over one memory row
     per sentence) gives the log-probs and states of `Seq2Seq.decode_step` on K-times repeated memory."""
-    from nmt.search import _decoder_step, _layer_states
+    from nmt.search import _layer_states
+    from nmt.search_graph import decoder_step
     mx.random.seed(5)
     cfg = ModelConfig(embed_size=16, hidden_size=16, num_layers=3, attention=attention, dropout=0.3,
                       tie_weights=tied)
@@ -256,8 +257,8 @@ def test_search_step_computes_what_decode_step_computes(attention, tied):
     prev = nd.array(np.random.RandomState(0).randint(4, 30, 9))
     ref, (ref_h, ref_c), _ = model.decode_step(prev, [h, c], memory.repeat(K, axis=0), src_len.repeat(K, axis=0))
     weights = model.decoder.step_weights(mx.cpu())
-    log_probs, new_hs, new_cs = _decoder_step(nd, model.decoder, prev, _layer_states(h), _layer_states(c), memory,
-                                              src_len, K, weights)
+    log_probs, new_hs, new_cs = decoder_step(nd, model.decoder, prev, _layer_states(h), _layer_states(c), memory,
+                                             src_len, K, weights)
     new_h, new_c = nd.stack(*new_hs, axis=1), nd.stack(*new_cs, axis=1)   # back to (N,L,H)
     for ours, theirs in ((log_probs, ref), (new_h, ref_h), (new_c, ref_c)):
         np.testing.assert_allclose(ours.asnumpy(), theirs.asnumpy(), rtol=1e-5, atol=1e-6)
@@ -337,13 +338,13 @@ def test_ensemble_members_must_share_vocabularies(copy_model):
 def test_cached_step_blocks_do_not_keep_models_alive():
     import gc
     import weakref as wr
-    from nmt import search
+    from nmt import search_graph
     src, src_len = ragged_sources([3, 4])
     first, second = untrained_model(), untrained_model("dot")
     beam_search([first, second], src, src_len, beam_size=2, max_len=4)
     greedy_search(first, src, src_len, 4)
     refs = [wr.ref(first), wr.ref(second)]
-    assert first in search._STEPS
+    assert first in search_graph.STEP_CACHE
     del first, second
     gc.collect()
     gc.collect()   # the second member goes with the first one's cached block, whose weak key the first pass freed
