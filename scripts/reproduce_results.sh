@@ -96,8 +96,23 @@ if [ -f "$base/params.best" ]; then
   done
 fi
 
+# The Tatoeba headline: two runs trained side by side (one core each, the same 30 minutes) decoded together as an
+# ensemble of their averaged checkpoints (scores recorded in the first run's scores.json).
+ENSEMBLE=(abl-worddrop0.2 abl-worddrop0.1)
+lead="$MODELS/${ENSEMBLE[0]}"; others=(); ready=1
+for name in "${ENSEMBLE[@]}"; do
+  case "$(stopped "$MODELS/$name")" in early_stop|max_epochs|time_budget|max_steps) ;; *) ready=0 ;; esac
+done
+for name in "${ENSEMBLE[@]:1}"; do others+=("$MODELS/$name"); done
+if [ $ready = 1 ] && ! scored "$lead" "ensemble-avg:$(IFS=+; echo "${ENSEMBLE[*]:1}")"; then
+  "$PY" scripts/evaluate.py --model-dir "$lead" --ensemble "${others[@]}" --checkpoint avg --recipe-tests \
+    --data-dir "$DATA_DIR"
+fi
+
 mains=(); abls=()
-for d in "$MODELS"/all-ko-en "$MODELS"/all-en-ko "$MODELS"/tatoeba-ko-en; do [ -f "$d/state.json" ] && mains+=("$d"); done
+for d in "$MODELS"/all-ko-en "$MODELS"/all-en-ko "$MODELS"/tatoeba-ko-en "$lead"; do
+  [ -f "$d/state.json" ] && mains+=("$d")
+done
 for d in "$MODELS"/tatoeba-ko-en "$MODELS"/abl-*; do [ -f "$d/state.json" ] && abls+=("$d"); done
 if [ ${#mains[@]} -gt 0 ]; then
   "$PY" scripts/results_table.py "${mains[@]}" --markdown results/results.md --json results/results.json \
