@@ -24,10 +24,10 @@ def test_defaults_and_flags_map_onto_the_config():
     cfg = cfg_of([])
     assert cfg == Config().replace(train=cfg.train) and cfg.train.model_dir == "models/tatoeba-ko-en"
     cfg = cfg_of(["--src", "en", "--tgt", "ko", "--batch-size", "60", "--accum-steps", "2", "--gpus", "4,5",
-                  "--dropout", "0.3", "--attention", "mlp", "--no-progress", "--tie-weights", "--lr-schedule", "plateau"])
+                  "--dropout", "0.3", "--attention", "general", "--no-progress", "--tie-weights", "--lr-schedule", "plateau"])
     assert (cfg.data.src_lang, cfg.data.tgt_lang, cfg.data.batch_size) == ("en", "ko", 60)
     assert (cfg.train.accum_steps, cfg.train.gpus, cfg.train.progress) == (2, "4,5", False)
-    assert (cfg.model.dropout, cfg.model.attention, cfg.model.tie_weights) == (0.3, "mlp", True)
+    assert (cfg.model.dropout, cfg.model.attention, cfg.model.tie_weights) == (0.3, "general", True)
     assert cfg.optim.schedule == "plateau" and cfg.train.model_dir == "models/tatoeba-en-ko"
 
 

@@ -13,7 +13,7 @@ ATTENTIONS = ["dot", "general", "mlp"]
 
 def make_model(attention="dot", num_layers=2, tie=False, seed=1, embed=16, hidden=16):
     cfg = ModelConfig(embed_size=embed, hidden_size=hidden, num_layers=num_layers, attention=attention,
-                      dropout=0.0, tie_weights=tie)
+                      dropout=0.0, word_dropout=0.0, tie_weights=tie)
     mx.random.seed(seed)
     model = build_model(cfg, SRC_V, TGT_V)
     model.initialize(mx.init.Xavier())
@@ -109,7 +109,8 @@ def test_word_dropout_zeroes_whole_tokens_only_in_training():
     cfg = ModelConfig(embed_size=16, hidden_size=16, num_layers=2, dropout=0.0, word_dropout=0.5)
     model = build_model(cfg, SRC_V, TGT_V)
     model.initialize(mx.init.Xavier())
-    plain = build_model(ModelConfig(embed_size=16, hidden_size=16, num_layers=2, dropout=0.0), SRC_V, TGT_V)
+    plain = build_model(ModelConfig(embed_size=16, hidden_size=16, num_layers=2, dropout=0.0, word_dropout=0.0),
+                        SRC_V, TGT_V)
     plain.initialize()
     # no new parameters: a model trained with word dropout loads into one without
     assert sorted(p.name for p in model.collect_params().values()) == \

@@ -25,8 +25,10 @@ def ragged_batch(seed=0, rows=6, src_pad=40, tgt_pad=50, max_len=9) -> Batch:
 
 def tiny_model(seed=1, dropout=0.0):
     mx.random.seed(seed)
-    model = build_model(ModelConfig(embed_size=8, hidden_size=12, num_layers=2, dropout=dropout, tie_weights=False),
-                        V, V)
+    # dot attention: with mlp, Adam turns float rounding in the near-zero gradient of the query bias (softmax
+    # hardly depends on it) into relative differences above this file's tolerances between device counts
+    model = build_model(ModelConfig(embed_size=8, hidden_size=12, num_layers=2, dropout=dropout, word_dropout=0.0,
+                                    attention="dot", tie_weights=False), V, V)
     return model
 
 

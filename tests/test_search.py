@@ -33,7 +33,8 @@ def copy_model():
     """A 2-layer model trained 300 Adam steps on copying; returns (model, per-token losses)."""
     mx.random.seed(0)
     rng = np.random.RandomState(0)
-    cfg = ModelConfig(embed_size=32, hidden_size=32, num_layers=2, attention="general", dropout=0.0)
+    cfg = ModelConfig(embed_size=32, hidden_size=32, num_layers=2, attention="general", dropout=0.0,
+                      word_dropout=0.0)
     model = build_model(cfg, VOCAB, VOCAB)
     model.initialize(mx.init.Xavier())
     loss_block = Seq2SeqLoss(model, label_smoothing=0.0)
@@ -53,7 +54,7 @@ def copy_model():
 
 def untrained_model(attention="mlp"):
     mx.random.seed(3)
-    cfg = ModelConfig(embed_size=16, hidden_size=16, num_layers=2, attention=attention, dropout=0.0)
+    cfg = ModelConfig(embed_size=16, hidden_size=16, num_layers=2, attention=attention, dropout=0.0, word_dropout=0.0)
     model = build_model(cfg, 30, 30)
     model.initialize(mx.init.Xavier())
     return model
@@ -269,7 +270,8 @@ def test_search_step_computes_what_decode_step_computes(attention, tied):
 def _other_member(vocab=VOCAB):
     """An untrained member of another shape (one layer, dot attention, untied) over the copy model's vocabularies."""
     mx.random.seed(11)
-    cfg = ModelConfig(embed_size=24, hidden_size=16, num_layers=1, attention="dot", dropout=0.0, tie_weights=False)
+    cfg = ModelConfig(embed_size=24, hidden_size=16, num_layers=1, attention="dot", dropout=0.0,
+                      word_dropout=0.0, tie_weights=False)
     model = build_model(cfg, vocab, vocab)
     model.initialize(mx.init.Xavier(magnitude=3))
     return model

@@ -23,7 +23,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 def tiny_config(tmp_path: Path, files: dict, name: str = "model", **train_kw) -> Config:
     data = DataConfig(recipe=None, vocab_size=400, batch_size=16, num_buckets=3, **files)
-    model = ModelConfig(embed_size=32, hidden_size=48, num_layers=1, dropout=0.0, attention="dot", tie_weights=False)
+    model = ModelConfig(embed_size=32, hidden_size=48, num_layers=1, dropout=0.0, word_dropout=0.0, attention="dot",
+                        tie_weights=False)
     optim = OptimConfig(lr=5e-3, warmup_steps=20, schedule="constant", label_smoothing=0.0)
     t = dict(model_dir=str(tmp_path / name), max_epochs=200, valid_every=0, seed=3, progress=False,
              valid_max_sentences=40, patience=0)
