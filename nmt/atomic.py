@@ -14,6 +14,12 @@ from typing import IO, Iterator, Union
 PathLike = Union[str, "os.PathLike[str]"]
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)   # reading the umask means setting it; put it back at once
+    os.umask(mask)
+    return mask
+
+
 def _fsync_dir(directory: Path) -> None:
     try:
         fd = os.open(str(directory), os.O_RDONLY)
@@ -34,6 +40,9 @@ def atomic_open(path: PathLike, mode: str = "wb", encoding: str = None) -> Itera
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent))
     try:
+        # mkstemp makes the file private (0600); give it the permissions `open` would (0666 less the umask), so a
+        # model directory is as readable as any file its user writes
+        os.chmod(tmp, 0o666 & ~_umask())
         with os.fdopen(fd, mode, encoding=encoding if "b" not in mode else None) as f:
             yield f
             f.flush()

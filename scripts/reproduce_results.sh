@@ -94,6 +94,7 @@ if [ -f "$base/params.best" ]; then
   for setting in "--beam-size 1" "--beam-size 5 --length-penalty 0" "--beam-size 5 --length-penalty 1.0" \
                  "--beam-size 10"; do
     tag=$(echo "$setting" | tr -d '-' | tr ' ' '_')
+    [ "results/decode-ablation/$tag.json" -nt "$base/params.best" ] && continue   # done for this checkpoint
     "$PY" scripts/evaluate.py --model-dir "$base" --recipe-tests --data-dir "$DATA_DIR" $setting --no-save \
       --json "results/decode-ablation/$tag.json" > /dev/null
   done

@@ -28,6 +28,19 @@ def test_atomic_write_keeps_the_old_file_on_failure(tmp_path):
     assert os.listdir(tmp_path) == ["f.txt"]   # no temporary file left behind
 
 
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_atomic_writes_get_the_permissions_of_a_plain_write(tmp_path, umask, mode):
+    """Not mkstemp's private 0600: a model directory must be readable wherever it is copied or shared."""
+    old = os.umask(umask)
+    try:
+        atomic_write_text(tmp_path / "config.json", "{}")
+        with open(tmp_path / "plain.txt", "w") as f:
+            f.write("x")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "config.json").stat().st_mode & 0o777 == mode == (tmp_path / "plain.txt").stat().st_mode & 0o777
+
+
 class _Net:
     """Stands in for a Gluon block: writes a real NDArray file, or fails like a full disk."""
 
