@@ -12,9 +12,11 @@
 # included). Long runs: nohup scripts/reproduce_results.sh > reproduce.log 2>&1 &
 # Two queues side by side on a 2-core machine, one core each (never two processes with 2 OpenMP threads each: they
 # slow each other down ~20x):
-#   OMP_NUM_THREADS=1 nohup scripts/reproduce_results.sh all-ko-en all-en-ko > q1.log 2>&1 &
-#   OMP_NUM_THREADS=1 nohup scripts/reproduce_results.sh tatoeba-ko-en abl-vocab8k abl-dropout0.2 abl-ls0 \
-#       abl-mlp abl-batch64 abl-plateau abl-worddrop0.1 abl-subword0.2 > q2.log 2>&1 &
+#   OMP_NUM_THREADS=1 nohup scripts/reproduce_results.sh abl-worddrop0.2-mlp all-ko-en all-en-ko abl-ls0 \
+#       abl-mlp abl-batch64 abl-plateau > q1.log 2>&1 &
+#   OMP_NUM_THREADS=1 nohup scripts/reproduce_results.sh abl-worddrop0.2-mlp-seed2 tatoeba-ko-en abl-vocab8k \
+#       abl-dropout0.2 abl-worddrop0.1 abl-subword0.2 abl-worddrop0.2 abl-worddrop0.3-dropout0.5 > q2.log 2>&1 &
+# (the two members of the Tatoeba ensemble first, one per queue: they train side by side, as measured)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -47,12 +49,12 @@ declare -A RUNS=(
   [abl-subword0.2]="--src ko --tgt en ${TAT[*]} --subword-sampling 0.2"
   [abl-worddrop0.2]="--src ko --tgt en ${TAT[*]} --word-dropout 0.2"
   [abl-worddrop0.3-dropout0.5]="--src ko --tgt en ${TAT[*]} --word-dropout 0.3 --dropout 0.5"
-  [abl-worddrop0.2-vocab1200]="--src ko --tgt en ${TAT[*]} --word-dropout 0.2 --vocab-size 1200"
   [abl-worddrop0.2-mlp]="--src ko --tgt en ${TAT[*]} --word-dropout 0.2 --attention mlp"
   [abl-worddrop0.2-mlp-seed2]="--src ko --tgt en ${TAT[*]} --word-dropout 0.2 --attention mlp --seed 2"
 )
-ORDER=(tatoeba-ko-en all-ko-en all-en-ko abl-vocab8k abl-dropout0.2 abl-ls0 abl-mlp abl-batch64 abl-plateau
-       abl-worddrop0.1 abl-subword0.2)
+ORDER=(abl-worddrop0.2-mlp abl-worddrop0.2-mlp-seed2 tatoeba-ko-en all-ko-en all-en-ko abl-vocab8k abl-dropout0.2
+       abl-ls0 abl-mlp abl-batch64 abl-plateau abl-worddrop0.1 abl-subword0.2 abl-worddrop0.2
+       abl-worddrop0.3-dropout0.5)
 [ $# -gt 0 ] && ORDER=("$@")
 
 stopped() {   # why the run in $1 stopped ("" while unfinished or never started)
