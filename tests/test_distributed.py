@@ -93,11 +93,12 @@ def test_remote_script_passes_exit_code_and_stops_when_the_connection_ends(tmp_p
         p.kill()
         p.stdin.close()
     assert (tmp_path / "out").read_text() == "a 'b'\n"
-    trap = "import signal, time\nsignal.signal(signal.SIGTERM, lambda *a: print('TERM', flush=True))\ntime.sleep(60)"
+    trap = ("import signal, time\nsignal.signal(signal.SIGTERM, lambda *a: print('TERM', flush=True))\n"
+            "print('READY', flush=True)\ntime.sleep(60)")
     script = dist.remote_script([PY, "-c", trap], {}, str(tmp_path), kill_after=1)
     p = subprocess.Popen(["sh", "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
-        time.sleep(0.5)
+        assert p.stdout.readline() == "READY\n"   # the handler is in place (a loaded machine can take seconds)
         p.stdin.close()                       # what the remote side sees when ssh ends
         p.wait(timeout=15)
         out = p.stdout.read()
