@@ -108,6 +108,13 @@ class DecodeConfig:
     max_input_tokens: int = 250          # longer inputs are truncated with a warning
 
 
+# A key missing from a saved config (written before the key existed) means what that version did, not today's
+# default: fields whose default changed after they were added are listed here with their old value.
+ABSENT_MEANS: Dict[tuple, Any] = {
+    ("model", "word_dropout"): 0.0,      # the default became 0.2 after models were trained without word dropout
+}
+
+
 @dataclass
 class Config:
     data: DataConfig = field(default_factory=DataConfig)
@@ -130,7 +137,8 @@ class Config:
             if unknown:
                 raise ConfigError(f"{source}: unknown key(s) in section '{f.name}': {', '.join(unknown)}; "
                                   f"known: {', '.join(sorted(known))}")
-            parts[f.name] = klass(**sub)
+            absent = {k: v for (section, k), v in ABSENT_MEANS.items() if section == f.name and k not in sub}
+            parts[f.name] = klass(**{**absent, **sub})
         unknown = sorted(set(d) - {f.name for f in dataclasses.fields(cls)})
         if unknown:
             raise ConfigError(f"{source}: unknown section(s) {', '.join(unknown)}; "

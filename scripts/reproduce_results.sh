@@ -50,10 +50,14 @@ declare -A RUNS=(
   [abl-worddrop0.2]="--src ko --tgt en ${TAT[*]} --word-dropout 0.2"
   [abl-worddrop0.3-dropout0.5]="--src ko --tgt en ${TAT[*]} --word-dropout 0.3 --dropout 0.5"
   [abl-worddrop0.2-mlp]="--src ko --tgt en ${TAT[*]} --word-dropout 0.2 --attention mlp"
+  # (queued as abl-plateau while the defaults were briefly mlp attention + word dropout 0.2: three changes)
+  [abl-worddrop0.2-mlp-plateau]="--src ko --tgt en ${TAT[*]} --word-dropout 0.2 --attention mlp --lr-schedule plateau"
+  [abl-worddrop0.2-plateau]="--src ko --tgt en ${TAT[*]} --word-dropout 0.2 --lr-schedule plateau"
   [abl-worddrop0.2-seed2]="--src ko --tgt en ${TAT[*]} --word-dropout 0.2 --seed 2"
 )
 ORDER=(abl-worddrop0.2 abl-worddrop0.2-seed2 tatoeba-ko-en all-ko-en all-en-ko abl-vocab8k abl-dropout0.2 abl-ls0
-       abl-mlp abl-batch64 abl-plateau abl-worddrop0.1 abl-subword0.2 abl-worddrop0.3-dropout0.5 abl-worddrop0.2-mlp)
+       abl-mlp abl-batch64 abl-plateau abl-worddrop0.1 abl-subword0.2 abl-worddrop0.3-dropout0.5 abl-worddrop0.2-mlp
+       abl-worddrop0.2-mlp-plateau abl-worddrop0.2-plateau)
 [ $# -gt 0 ] && ORDER=("$@")
 
 stopped() {   # why the run in $1 stopped ("" while unfinished or never started)
@@ -122,7 +126,7 @@ for d in "$MODELS"/tatoeba-ko-en "$MODELS"/abl-*; do [ -f "$d/state.json" ] && a
 if [ ${#mains[@]} -gt 0 ]; then
   "$PY" scripts/results_table.py "${mains[@]}" --markdown results/results.md --json results/results.json \
     --curves results/curves.png --examples 5 --data-dir "$DATA_DIR" \
-    --hardware "$(nproc)-core CPU, $OMP_NUM_THREADS OpenMP thread(s) per run"
+    --hardware "$(getconf _NPROCESSORS_ONLN)-core CPU, $OMP_NUM_THREADS OpenMP thread(s) per run"
 fi
 if [ ${#abls[@]} -gt 1 ]; then
   decodes=(); for f in results/decode-ablation/*.json; do [ -f "$f" ] && decodes+=("$f"); done

@@ -99,3 +99,16 @@ def test_device_parsing():
         parse_devices("4,5,6,7")
     with pytest.raises(DeviceError, match="distinct"):
         parse_devices("1,1")
+
+
+def test_a_key_missing_from_an_old_config_means_what_that_version_did(tmp_path):
+    """Models trained before --word-dropout existed had none: their config must not read as today's default."""
+    from nmt.config import Config
+    saved = Config().to_dict()
+    del saved["model"]["word_dropout"]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(saved))
+    assert Config.load(path).model.word_dropout == 0.0 and Config().model.word_dropout == 0.2
+    saved["model"]["word_dropout"] = 0.3
+    path.write_text(json.dumps(saved))
+    assert Config.load(path).model.word_dropout == 0.3
