@@ -15,7 +15,8 @@
 #   OMP_NUM_THREADS=1 nohup scripts/reproduce_results.sh abl-worddrop0.2 all-ko-en all-en-ko abl-ls0 abl-mlp \
 #       abl-batch64 abl-plateau > q1.log 2>&1 &
 #   OMP_NUM_THREADS=1 nohup scripts/reproduce_results.sh abl-worddrop0.2-seed2 tatoeba-ko-en abl-vocab8k \
-#       abl-dropout0.2 abl-worddrop0.1 abl-subword0.2 abl-worddrop0.3-dropout0.5 abl-worddrop0.2-mlp > q2.log 2>&1 &
+#       abl-dropout0.2 abl-worddrop0.1 abl-subword0.2 abl-worddrop0.3-dropout0.5 abl-worddrop0.2-mlp \
+#       abl-worddrop0.2-mlp-plateau abl-worddrop0.2-plateau > q2.log 2>&1 &
 # (the two members of the Tatoeba ensemble first, one per queue: they train side by side, as measured)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,7 +39,7 @@ declare -A RUNS=(
   # not in the default order (run it by name): the all-data mixture with Tatoeba weighted 4x
   [all-ko-en-up4]="--src ko --tgt en ${ALL[*]} --upsample tatoeba-manythings=4"
   [tatoeba-ko-en]="--src ko --tgt en ${TAT[*]}"
-  # ablations (one setting changed from tatoeba-ko-en each)
+  # ablations (one setting changed from tatoeba-ko-en each, then combinations of the winners)
   [abl-vocab8k]="--src ko --tgt en ${TAT[*]} --vocab-size 8000"
   [abl-dropout0.2]="--src ko --tgt en ${TAT[*]} --dropout 0.2"
   [abl-ls0]="--src ko --tgt en ${TAT[*]} --label-smoothing 0"
