@@ -167,11 +167,10 @@ class BeamStep(StepBlock):
         return (token, new_scores, lengths, finished, t1, rows, emitted, sentence_done,
                 *[F.take(x, rows) for x in hs], *[F.take(x, rows) for x in cs])
 
-
     def _settled(self, F, raw, lengths, finished, limits, lp_table):
         """Per sentence: whether its `nbest` best finished hypotheses can no longer be displaced. An active
         hypothesis with raw score s < 0 can only reach a normalized score <= s / lp(limit + 1) (raw scores
-        only fall and the penalty only grows with length), so once the nbest-th best finished score is at
+        only fall and the penalty only grows with length; an ensemble's mean log-probabilities are <= 0 too), so once the nbest-th best finished score is at
         least that bound for every active slot, the rest of the search cannot change the nbest list: the
         sentence stops early with the same result (active slots, scored as they are, rank below it)."""
         K, inf = self._K, float("inf")
