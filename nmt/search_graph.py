@@ -169,10 +169,11 @@ class BeamStep(StepBlock):
 
     def _settled(self, F, raw, lengths, finished, limits, lp_table):
         """Per sentence: whether its `nbest` best finished hypotheses can no longer be displaced. An active
-        hypothesis with raw score s < 0 can only reach a normalized score <= s / lp(limit + 1) (raw scores
-        only fall and the penalty only grows with length; an ensemble's mean log-probabilities are <= 0 too), so once the nbest-th best finished score is at
-        least that bound for every active slot, the rest of the search cannot change the nbest list: the
-        sentence stops early with the same result (active slots, scored as they are, rank below it)."""
+        hypothesis with raw score s < 0 can only reach a normalized score <= s / lp(limit + 1) (raw scores only
+        fall, an ensemble's mean log-probabilities being <= 0 too, and the penalty only grows with length), so
+        once the nbest-th best finished score is at least that bound for every active slot, the rest of the
+        search cannot change the nbest list: the sentence stops early with the same result (active slots,
+        scored as they are, rank below it)."""
         K, inf = self._K, float("inf")
         norm = raw / F.take(lp_table, lengths)
         fin_norm = F.reshape(F.where(finished, norm, F.ones_like(norm) * -inf), shape=(-1, K))
