@@ -7,17 +7,23 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
+import secrets
 from pathlib import Path
 from typing import IO, Iterator, Union
 
 PathLike = Union[str, "os.PathLike[str]"]
 
 
-def _umask() -> int:
-    mask = os.umask(0o022)   # reading the umask means setting it; put it back at once
-    os.umask(mask)
-    return mask
+def _create_sibling(path: Path) -> tuple:
+    """(fd, name) of a new, exclusively created temporary file beside `path`, made like `open` makes files (mode
+    0666 less the umask, applied by the kernel), not private like mkstemp's 0600: a model directory must be as
+    readable as any other file its user writes."""
+    while True:
+        tmp = str(path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
+        except FileExistsError:
+            continue
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -38,11 +44,8 @@ def atomic_open(path: PathLike, mode: str = "wb", encoding: str = None) -> Itera
     """Open a temporary sibling of `path` for writing; on success it replaces `path` atomically."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent))
+    fd, tmp = _create_sibling(path)
     try:
-        # mkstemp makes the file private (0600); give it the permissions `open` would (0666 less the umask), so a
-        # model directory is as readable as any file its user writes
-        os.chmod(tmp, 0o666 & ~_umask())
         with os.fdopen(fd, mode, encoding=encoding if "b" not in mode else None) as f:
             yield f
             f.flush()
