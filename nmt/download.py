@@ -81,8 +81,13 @@ def download(url: str, dest: Path, sha256: str, *, timeout: float = DOWNLOAD_TIM
                 raise CorpusError(f"{url}: checksum mismatch: expected sha256 {sha256}, got {actual}; the upstream "
                                   f"file changed or the download was corrupted. Nothing was written to {dest}.")
     except _NETWORK_ERRORS as e:
-        raise CorpusError(f"cannot download {url} ({_reason(e)}). Without network, {MIRROR_HINT}.") from None
+        raise _network_error(url, e) from None
     return dest
+
+
+def _network_error(url: str, e: Exception) -> CorpusError:
+    """What a failed download says: the URL, why, and how to work without network."""
+    return CorpusError(f"cannot download {url} ({_reason(e)}). Without network, {MIRROR_HINT}.")
 
 
 def _reason(e: Exception) -> str:
@@ -105,7 +110,7 @@ def download_archive(url: str, wanted: Sequence[Any], cache_dir: Path, *, timeou
             with open(archive, "wb") as f:
                 _stream(url, f, timeout, Path(url).name)
         except _NETWORK_ERRORS as e:
-            raise CorpusError(f"cannot download {url} ({_reason(e)}). Without network, {MIRROR_HINT}.") from None
+            raise _network_error(url, e) from None
         try:
             with tarfile.open(archive) as tar:
                 members = {Path(m.name).name: m for m in tar.getmembers() if m.isfile()}
