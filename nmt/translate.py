@@ -180,7 +180,6 @@ class Translator:
         bs = max(1, self.decode.batch_size)
         # parameters are fixed for this call: cut the search's weights once
         weights = [m.decoder.step_weights(self.ctx) for m in self.members] if todo else None
-        models = self.members if len(self.members) > 1 else self.net
         for start in range(0, len(todo), bs):
             chunk = todo[start:start + bs]
             src, src_len = pad_sources([ids[i] for i in chunk], max(len(ids[i]) for i in chunk) + 1)
@@ -188,9 +187,9 @@ class Translator:
             src_nd = mx.nd.array(src, ctx=self.ctx, dtype="float32")
             len_nd = mx.nd.array(src_len, ctx=self.ctx, dtype="float32")
             if beam == 1 and nbest == 1:
-                hyps = [[(h, 0.0)] for h in greedy_search(models, src_nd, len_nd, max_len, weights=weights)]
+                hyps = [[(h, 0.0)] for h in greedy_search(self.members, src_nd, len_nd, max_len, weights=weights)]
             else:
-                hyps = beam_search(models, src_nd, len_nd, beam_size=max(beam, nbest), max_len=max_len,
+                hyps = beam_search(self.members, src_nd, len_nd, beam_size=max(beam, nbest), max_len=max_len,
                                    alpha=self.decode.length_penalty_alpha, nbest=nbest, weights=weights)
             for r, i in enumerate(chunk):
                 out[i] = hyps[r]
