@@ -184,11 +184,10 @@ class Decoder(gluon.HybridBlock):
         H = self._hidden
         query_proj, score_proj = self.query_proj, self.score_proj
         if combine is not None and self._attention != "dot":   # the same layers on the given weights
-            w = list(attention)
+            w, mlp = list(attention), self._attention == "mlp"
 
-            def query_proj(x):
-                return F.FullyConnected(x, *w[:2], num_hidden=H, flatten=False) if len(w) == 3 else \
-                    F.FullyConnected(x, w[0], no_bias=True, num_hidden=H, flatten=False)
+            def query_proj(x):   # mlp: W and b; general: W only
+                return F.FullyConnected(x, w[0], w[1] if mlp else None, no_bias=not mlp, num_hidden=H, flatten=False)
 
             def score_proj(x):
                 return F.FullyConnected(x, w[2], no_bias=True, num_hidden=1, flatten=False)
