@@ -1,13 +1,14 @@
 """Batched greedy and beam search over `Seq2Seq.encode` and the model's decoder.
 
-All sentences (times beams) advance together. One step is one hybridized graph (`nmt.search_graph`): the decoder on the previous
-tokens, log-softmax, and the whole search update (candidate scores, top-k, back-pointers, reordered states,
-finished flags) on the device. Per step the host reads only which sentences are done, and reads it for the
-previous step while the current one computes, so the device never waits for Python. Once a quarter of the
-batch is done, the done sentences leave it (their hypotheses are final) and the rest continue as a smaller
-batch, so finished sentences cost nothing; in beam search a sentence is done as soon as no active hypothesis
-can still beat its best finished ones (exact: see `nmt.search_graph.BeamStep._settled`). The chosen tokens and back-pointers
-stay on the device until a sentence leaves, then one copy brings them to the host to trace the hypotheses back.
+All sentences (times beams) advance together. One step is one hybridized graph (`nmt.search_graph`): the decoder
+on the previous tokens, log-softmax, and the whole search update (candidate scores, top-k, back-pointers,
+reordered states, finished flags) on the device. Per step the host reads only which sentences are done, and reads
+it for the previous step while the current one computes, so the device never waits for Python. Once a quarter of
+the batch is done, the done sentences leave it (their hypotheses are final) and the rest continue as a smaller
+batch, so finished sentences cost nothing; in beam search a sentence is done as soon as no active hypothesis can
+still beat its best finished ones (exact: see `nmt.search_graph.BeamStep._settled`). The chosen tokens and
+back-pointers stay on the device until a sentence leaves, then one copy brings them to the host to trace the
+hypotheses back.
 A sentence stops growing at EOS or after `max_len` tokens; every computation is per row, so a sentence decodes
 the same alone or in a batch.
 
