@@ -13,7 +13,7 @@ from typing import Dict, List, Optional, Sequence
 from nmt import checkpoint as ckpt
 from nmt.config import Config
 from nmt.log import read_metrics
-from nmt.translate import read_scores
+from nmt.translate import ENSEMBLE_PREFIX, read_scores
 
 
 def cpu_name() -> str:
@@ -78,7 +78,7 @@ def _records(run: Run, test: str, checkpoint: Optional[str]) -> List[tuple]:
     if rec is not None:
         out.append((run.name, rec))
     for key, ens in sorted(run.scores.get(test, {}).items()):
-        if key.startswith("ensemble-") and "ensemble" in ens:
+        if key.startswith(ENSEMBLE_PREFIX) and "ensemble" in ens:
             out.append((" + ".join(Path(p).name for p in ens["ensemble"]) + " (ensemble)", ens))
     return out
 

@@ -359,10 +359,19 @@ def score_test_set(translator: Translator, name: str, pairs: Pairs, *, max_sente
     key = translator.checkpoint if translator.checkpoint in ("best", "avg") else str(info["step"])
     if translator.member_dirs:   # an ensemble: its own entry, never one of the first member's alone
         entry["ensemble"] = [str(p.resolve()) for p in [translator.model_dir, *translator.member_dirs]]
-        key = f"ensemble-{key}:" + "+".join(p.resolve().name for p in translator.member_dirs)
+        key = ensemble_key(key, translator.member_dirs)
     if save and translator.model_dir:
         record_scores(translator.model_dir, name, key, entry)
     return entry, hyps, sc
+
+
+ENSEMBLE_PREFIX = "ensemble-"
+
+
+def ensemble_key(checkpoint: str, member_dirs: Sequence[Path]) -> str:
+    """scores.json key of an ensemble's scores: its checkpoint and the directory names of the members after the
+    first (in whose scores.json it is recorded), e.g. ensemble-avg:run-b+run-c."""
+    return f"{ENSEMBLE_PREFIX}{checkpoint}:" + "+".join(Path(p).resolve().name for p in member_dirs)
 
 
 def recipe_tests(cfg: Config, data_dir: Optional[str] = None) -> Dict[str, Pairs]:

@@ -114,7 +114,7 @@ for name in "${ENSEMBLE[@]}"; do
   case "$(stopped "$MODELS/$name")" in early_stop|max_epochs|time_budget|max_steps) ;; *) ready=0 ;; esac
 done
 for name in "${ENSEMBLE[@]:1}"; do others+=("$MODELS/$name"); done
-if [ $ready = 1 ] && ! scored "$lead" "ensemble-avg:$(IFS=+; echo "${ENSEMBLE[*]:1}")"; then
+if [ $ready = 1 ] && ! scored "$lead" "ensemble-avg:$(IFS=+; echo "${ENSEMBLE[*]:1}")"; then   # nmt.translate.ensemble_key
   "$PY" scripts/evaluate.py --model-dir "$lead" --ensemble "${others[@]}" --checkpoint avg --recipe-tests \
     --data-dir "$DATA_DIR"
 fi
