@@ -72,36 +72,51 @@ def _best_record(run: Run, test: str, checkpoint: Optional[str]) -> Optional[dic
 
 
 def _records(run: Run, test: str, checkpoint: Optional[str]) -> List[tuple]:
-    """(row name, record) of the run's own checkpoint, then of each ensemble led by it (`evaluate --ensemble`)."""
+    """(row name, record, member states) of the run's own checkpoint, then of each ensemble led by it
+    (`evaluate --ensemble`)."""
     out = []
     rec = _best_record(run, test, checkpoint)
     if rec is not None:
-        out.append((run.name, rec))
+        out.append((run.name, rec, [run.state]))
     for key, ens in sorted(run.scores.get(test, {}).items()):
         if key.startswith(ENSEMBLE_PREFIX) and "ensemble" in ens:
-            out.append((" + ".join(Path(p).name for p in ens["ensemble"]) + " (ensemble)", ens))
+            names = [Path(p).name for p in ens["ensemble"]]
+            out.append((" + ".join(names) + " (ensemble)", ens, _member_states(run, ens["ensemble"])))
     return out
+
+
+def _member_states(lead: Run, paths: Sequence[str]) -> List[ckpt.TrainState]:
+    """The training states of an ensemble's members: each at its recorded path, else beside the leading run (model
+    directories copied elsewhere together); the leading run's state stands in for a member found in neither."""
+    states = []
+    for p in paths:
+        here = next((d for d in (Path(p), lead.path.parent / Path(p).name) if (d / ckpt.STATE).is_file()), None)
+        states.append(lead.state if here is None or here.resolve() == lead.path.resolve()
+                      else ckpt.TrainState.load(here))
+    return states
 
 
 def results_rows(runs: Sequence[Run], checkpoint: Optional[str] = None) -> List[dict]:
     """One row per (run, test set): direction, BLEU, chrF, ko-mecab BLEU (Korean output), signatures, time;
     scores of `checkpoint` (default: best on dev, else the average of the last checkpoints, else a step's); then
-    a row per ensemble the run leads (training time and updates are then the leading run's)."""
+    a row per ensemble the run leads, with the training time and updates of each member."""
     rows = []
     for run in runs:
         for test in sorted(run.scores):
-            for name, rec in _records(run, test, checkpoint):
-                rows.append(_row(run, name, test, rec))
+            for name, rec, states in _records(run, test, checkpoint):
+                rows.append(_row(run, name, test, rec, states))
     return rows
 
 
-def _row(run: Run, name: str, test: str, rec: dict) -> dict:
+def _row(run: Run, name: str, test: str, rec: dict, states: Sequence[ckpt.TrainState]) -> dict:
+    """A results row; `hours` and `updates` are per member (one entry for a single model)."""
     return {"run": name, "test_set": test, "direction": run.direction, "n": rec.get("n"),
             "bleu": rec["bleu"], "chrf": rec["chrf"], "bleu_ko_mecab": rec.get("extra", {}).get("bleu_ko_mecab"),
             "bleu_signature": rec.get("bleu_signature"), "chrf_signature": rec.get("chrf_signature"),
             "checkpoint": rec.get("checkpoint"), "beam_size": rec.get("beam_size"),
-            "length_penalty": rec.get("length_penalty"), "hours": run.hours, "updates": run.state.step,
-            "epochs": run.state.epoch, "stopped": run.state.stopped, "best_dev_bleu": run.state.best_bleu}
+            "length_penalty": rec.get("length_penalty"), "hours": [s.elapsed / 3600.0 for s in states],
+            "updates": [s.step for s in states], "epochs": run.state.epoch, "stopped": run.state.stopped,
+            "best_dev_bleu": run.state.best_bleu}
 
 
 def config_diff(base: Config, other: Config) -> Dict[str, object]:
@@ -124,8 +139,9 @@ def markdown_table(rows: Sequence[dict], hardware: str) -> str:
     for r in rows:
         mecab = f"{r['bleu_ko_mecab']:.2f}" if r["bleu_ko_mecab"] is not None else ""
         lines.append(f"| {r['test_set']} ({r['n']}) | {r['direction']} | {r['bleu']:.2f} | {r['chrf']:.2f} | {mecab} | "
-                     f"{r['run']} | {r['checkpoint']}, beam {r['beam_size']} | {r['hours'] * 60:.0f} min | "
-                     f"{r['updates']} | {hardware} |")
+                     f"{r['run']} | {r['checkpoint']}, beam {r['beam_size']} | "
+                     f"{' + '.join(f'{h * 60:.0f}' for h in r['hours'])} min | "
+                     f"{' + '.join(str(u) for u in r['updates'])} | {hardware} |")
     sigs = sorted({r["bleu_signature"] for r in rows if r["bleu_signature"]} |
                   {r["chrf_signature"] for r in rows if r["chrf_signature"]})
     if sigs:

@@ -18,6 +18,9 @@
 #       abl-dropout0.2 abl-worddrop0.1 abl-subword0.2 abl-worddrop0.3-dropout0.5 abl-worddrop0.2-mlp \
 #       abl-worddrop0.2-mlp-plateau abl-worddrop0.2-plateau > q2.log 2>&1 &
 # (the two members of the Tatoeba ensemble first, one per queue: they train side by side, as measured)
+# The four 15-minute members of the other Tatoeba ensemble, two per queue, likewise side by side:
+#   OMP_NUM_THREADS=1 nohup scripts/reproduce_results.sh ens15-seed1 ens15-seed3 > q1.log 2>&1 &
+#   OMP_NUM_THREADS=1 nohup scripts/reproduce_results.sh ens15-seed2 ens15-seed4 > q2.log 2>&1 &
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,12 +35,15 @@ ALL=(--recipe all --vocab-size 4000 --dropout 0.3 --label-smoothing 0.1 --batch-
 # The Tatoeba-only runs: a 30-minute budget; the base of the ablations is the trainer's earlier defaults (no word
 # dropout): the ablations below made word dropout 0.2 the default.
 TAT=(--recipe tatoeba --time-budget 1800 --keep-last 5 --average-last 5 --attention dot --word-dropout 0)
+# Ensemble members: the defaults (word dropout 0.2, dot attention), 15 minutes each, no early stopping.
+TAT15=(--recipe tatoeba --time-budget 900 --keep-last 5 --average-last 5 --attention dot --word-dropout 0.2 --patience 0)
 
 declare -A RUNS=(
   [all-ko-en]="--src ko --tgt en ${ALL[*]}"
   [all-en-ko]="--src en --tgt ko ${ALL[*]}"
   # not in the default order (run it by name): the all-data mixture with Tatoeba weighted 4x
   [all-ko-en-up4]="--src ko --tgt en ${ALL[*]} --upsample tatoeba-manythings=4"
+  [all-ko-en-up4-seed2]="--src ko --tgt en ${ALL[*]} --upsample tatoeba-manythings=4 --seed 2"
   [tatoeba-ko-en]="--src ko --tgt en ${TAT[*]}"
   # ablations (one setting changed from tatoeba-ko-en each, then combinations of the winners)
   [abl-vocab8k]="--src ko --tgt en ${TAT[*]} --vocab-size 8000"
@@ -55,6 +61,11 @@ declare -A RUNS=(
   [abl-worddrop0.2-mlp-plateau]="--src ko --tgt en ${TAT[*]} --word-dropout 0.2 --attention mlp --lr-schedule plateau"
   [abl-worddrop0.2-plateau]="--src ko --tgt en ${TAT[*]} --word-dropout 0.2 --lr-schedule plateau"
   [abl-worddrop0.2-seed2]="--src ko --tgt en ${TAT[*]} --word-dropout 0.2 --seed 2"
+  # four members of 15 minutes each (two at a time, one core each: 30 minutes of the 2-core machine), no early stop
+  [ens15-seed1]="--src ko --tgt en ${TAT15[*]} --seed 1"
+  [ens15-seed2]="--src ko --tgt en ${TAT15[*]} --seed 2"
+  [ens15-seed3]="--src ko --tgt en ${TAT15[*]} --seed 3"
+  [ens15-seed4]="--src ko --tgt en ${TAT15[*]} --seed 4"
 )
 ORDER=(abl-worddrop0.2 abl-worddrop0.2-seed2 tatoeba-ko-en all-ko-en all-en-ko abl-vocab8k abl-dropout0.2 abl-ls0
        abl-mlp abl-batch64 abl-plateau abl-worddrop0.1 abl-subword0.2 abl-worddrop0.3-dropout0.5 abl-worddrop0.2-mlp
@@ -106,21 +117,30 @@ if [ -f "$base/params.best" ]; then
   done
 fi
 
-# The Tatoeba headline: the defaults trained twice side by side (seeds 1 and 2, one core each, the same 30 minutes),
-# decoded together as an ensemble of their averaged checkpoints (scores recorded in the first run's scores.json).
-ENSEMBLE=(abl-worddrop0.2 abl-worddrop0.2-seed2)
-lead="$MODELS/${ENSEMBLE[0]}"; others=(); ready=1
-for name in "${ENSEMBLE[@]}"; do
-  case "$(stopped "$MODELS/$name")" in early_stop|max_epochs|time_budget|max_steps) ;; *) ready=0 ;; esac
+# Ensembles, each decoded from its members' averaged checkpoints once all have finished (scores recorded in the
+# first member's scores.json). The Tatoeba ones train on the 2-core machine in 30 minutes, one core per member:
+# two members of 30 minutes side by side, or four of 15 minutes two at a time; the all-data one in 2 hours, its
+# two members side by side (not in the default order: run both by name).
+ENSEMBLES=("abl-worddrop0.2 abl-worddrop0.2-seed2" "ens15-seed1 ens15-seed2 ens15-seed3 ens15-seed4"
+           "all-ko-en-up4 all-ko-en-up4-seed2")
+leads=()
+for members in "${ENSEMBLES[@]}"; do
+  read -r -a names <<< "$members"
+  lead="$MODELS/${names[0]}"; others=(); ready=1
+  for name in "${names[@]}"; do
+    case "$(stopped "$MODELS/$name")" in early_stop|max_epochs|time_budget|max_steps) ;; *) ready=0 ;; esac
+  done
+  [ $ready = 1 ] || continue
+  leads+=("$lead")
+  for name in "${names[@]:1}"; do others+=("$MODELS/$name"); done
+  if ! scored "$lead" "ensemble-avg:$(IFS=+; echo "${names[*]:1}")"; then   # nmt.translate.ensemble_key
+    "$PY" scripts/evaluate.py --model-dir "$lead" --ensemble "${others[@]}" --checkpoint avg --recipe-tests \
+      --data-dir "$DATA_DIR"
+  fi
 done
-for name in "${ENSEMBLE[@]:1}"; do others+=("$MODELS/$name"); done
-if [ $ready = 1 ] && ! scored "$lead" "ensemble-avg:$(IFS=+; echo "${ENSEMBLE[*]:1}")"; then   # nmt.translate.ensemble_key
-  "$PY" scripts/evaluate.py --model-dir "$lead" --ensemble "${others[@]}" --checkpoint avg --recipe-tests \
-    --data-dir "$DATA_DIR"
-fi
 
 mains=(); abls=()
-for d in "$MODELS"/all-ko-en "$MODELS"/all-en-ko "$MODELS"/tatoeba-ko-en "$lead"; do
+for d in "$MODELS"/all-ko-en "$MODELS"/all-en-ko "$MODELS"/tatoeba-ko-en "${leads[@]}"; do
   [ -f "$d/state.json" ] && mains+=("$d")
 done
 for d in "$MODELS"/tatoeba-ko-en "$MODELS"/abl-*; do [ -f "$d/state.json" ] && abls+=("$d"); done

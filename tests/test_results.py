@@ -44,21 +44,33 @@ def test_rows_come_from_the_model_directory(scored_dirs):
     recorded = json.loads((a / "scores.json").read_text())["synth-test"]
     entry = next(iter(recorded.values()))
     assert row["bleu"] == entry["bleu"] and row["chrf"] == entry["chrf"]
-    assert row["direction"] == "ko→en" and row["updates"] == run.state.step
+    assert row["direction"] == "ko→en" and row["updates"] == [run.state.step]
     table = markdown_table(rows, "test machine")
     assert f"{entry['bleu']:.2f}" in table and entry["bleu_signature"] in table and "test machine" in table
 
 
 def test_an_ensemble_led_by_a_run_gets_its_own_row(scored_dirs, tmp_path, tmp_path_factory):
     a, b = scored_dirs
-    lead = tmp_path / "lead"
+    lead, member = tmp_path / "lead", tmp_path / "variant"
     shutil.copytree(a, lead)
+    shutil.copytree(b, member)
+    state = json.loads((member / "state.json").read_text())
+    state.update(step=state["step"] + 7, elapsed=1800.0)
+    (member / "state.json").write_text(json.dumps(state))
     src = tiny_model(tmp_path_factory)
     pairs = read_parallel(synth_file(src, "test.ko"), synth_file(src, "test.en"))
-    entry, _, _ = score_test_set(Translator.from_dir(lead, which="latest", ensemble=[b]), "synth-test", pairs)
-    rows = results_rows([load_run(lead)])
+    entry, _, _ = score_test_set(Translator.from_dir(lead, which="latest", ensemble=[member]), "synth-test", pairs)
+    # both directories moved elsewhere together: the member's own training time and updates, read beside the lead
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    for d in (lead, member):
+        shutil.move(str(d), moved / d.name)
+    rows = results_rows([load_run(moved / "lead")])
     assert [r["run"] for r in rows] == ["lead", "lead + variant (ensemble)"]
-    assert rows[1]["bleu"] == entry["bleu"] and rows[1]["updates"] == rows[0]["updates"]
+    lead_updates, lead_hours = rows[0]["updates"][0], rows[0]["hours"][0]
+    assert rows[1]["bleu"] == entry["bleu"]
+    assert rows[1]["updates"] == [lead_updates, state["step"]] and rows[1]["hours"] == [lead_hours, 0.5]
+    assert f"| {lead_hours * 60:.0f} + 30 min | {lead_updates} + {state['step']} |" in markdown_table(rows, "m")
 
 
 def test_ablation_names_what_differs(scored_dirs):
