@@ -23,6 +23,8 @@ import ctypes
 import logging
 import math
 import os
+import platform
+from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 from typing import List, Optional, Sequence, Tuple
 
@@ -49,6 +51,26 @@ def openmp_threads() -> int:
         return int(ctypes.CDLL("libgomp.so.1").omp_get_max_threads())
     except (OSError, AttributeError):
         return int(os.environ.get("OMP_NUM_THREADS", "1") or 1)
+
+
+def cpu_name() -> str:
+    """This machine's CPU model as /proc/cpuinfo names it (else what `platform` knows)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def describe_hardware(ctxs: Sequence[mx.Context], num_workers: int = 1) -> str:
+    """What a run trains on, as the results tables show it: the CPU, the devices and, on CPU, the OpenMP threads
+    of each device's operators, e.g. "2-core CPU (Intel Xeon), cpu(0), 1 OpenMP thread(s)"."""
+    text = f"{os.cpu_count()}-core CPU ({cpu_name()}), {', '.join(str(c) for c in ctxs)}"
+    if all(c.device_type == "cpu" for c in ctxs):
+        text += f", {openmp_threads()} OpenMP thread(s)"
+    return text + (f", x {num_workers} workers" if num_workers > 1 else "")
 
 
 class DeviceError(ValueError):

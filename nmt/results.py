@@ -5,7 +5,6 @@ metrics.jsonl), so a table can be regenerated at any time from the model directo
 """
 from __future__ import annotations
 
-import platform
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
@@ -14,17 +13,6 @@ from nmt import checkpoint as ckpt
 from nmt.config import Config
 from nmt.log import read_metrics
 from nmt.translate import ENSEMBLE_PREFIX, read_scores
-
-
-def cpu_name() -> str:
-    """This machine's CPU model as /proc/cpuinfo names it (else what `platform` knows)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 class ResultsError(ValueError):
@@ -116,7 +104,7 @@ def _row(run: Run, name: str, test: str, rec: dict, states: Sequence[ckpt.TrainS
             "checkpoint": rec.get("checkpoint"), "beam_size": rec.get("beam_size"),
             "length_penalty": rec.get("length_penalty"), "hours": [s.elapsed / 3600.0 for s in states],
             "updates": [s.step for s in states], "epochs": run.state.epoch, "stopped": run.state.stopped,
-            "best_dev_bleu": run.state.best_bleu}
+            "best_dev_bleu": run.state.best_bleu, "hardware": run.state.hardware or None}
 
 
 def config_diff(base: Config, other: Config) -> Dict[str, object]:
@@ -133,7 +121,7 @@ def config_diff(base: Config, other: Config) -> Dict[str, object]:
 
 
 def markdown_table(rows: Sequence[dict], hardware: str) -> str:
-    """The README's results table."""
+    """The README's results table; `hardware` names the machine of runs that did not record theirs."""
     lines = ["| test set | direction | BLEU | chrF | BLEU ko-mecab | run | checkpoint, beam | training time | "
              "updates | hardware |", "|---|---|---:|---:|---:|---|---|---:|---:|---|"]
     for r in rows:
@@ -141,7 +129,7 @@ def markdown_table(rows: Sequence[dict], hardware: str) -> str:
         lines.append(f"| {r['test_set']} ({r['n']}) | {r['direction']} | {r['bleu']:.2f} | {r['chrf']:.2f} | {mecab} | "
                      f"{r['run']} | {r['checkpoint']}, beam {r['beam_size']} | "
                      f"{' + '.join(f'{h * 60:.0f}' for h in r['hours'])} min | "
-                     f"{' + '.join(str(u) for u in r['updates'])} | {hardware} |")
+                     f"{' + '.join(str(u) for u in r['updates'])} | {r.get('hardware') or hardware} |")
     sigs = sorted({r["bleu_signature"] for r in rows if r["bleu_signature"]} |
                   {r["chrf_signature"] for r in rows if r["chrf_signature"]})
     if sigs:

@@ -25,7 +25,7 @@ from nmt.distributed import create_kvstore
 from nmt.evaluate import Scores, perplexity, score
 from nmt.log import MetricsWriter, Speedometer, setup_logging
 from nmt.model import Seq2SeqLoss, build_model
-from nmt.parallel import DataParallel, default_kvstore, init_amp, parse_devices
+from nmt.parallel import DataParallel, default_kvstore, describe_hardware, init_amp, parse_devices
 from nmt.recipes import DatasetSplits, load_data
 from nmt.translate import Translator, score_test_set
 from nmt.workers import WorkerGroup
@@ -102,6 +102,7 @@ class Trainer:
             if saved.model != cfg.model or saved.data.src_lang != cfg.data.src_lang or saved.data.tgt_lang != cfg.data.tgt_lang:
                 raise ConfigError(f"--resume: the model or languages differ from {self.model_dir / ckpt.CONFIG}; "
                                   "resume with the same model flags (or start a new --model-dir)")
+        self.state.hardware = describe_hardware(self.ctxs, self.num_workers)
         logger.info("devices: %s, kvstore: %s, worker %d of %d", self.ctxs, kv_name, self.rank, self.num_workers)
         self.splits = splits if splits is not None else load_data(cfg.data)
         logger.info("data: %d train, %d dev pairs; tests: %s", len(self.splits.train.src), len(self.splits.dev.src),

@@ -364,7 +364,7 @@ def _plot(rows: List[dict], path: Path, title: str) -> None:
 def _machine() -> dict:
     import mxnet as mx
     from mxnet.runtime import Features
-    from nmt.results import cpu_name
+    from nmt.parallel import cpu_name
     return {"cpu": cpu_name(), "cores": os.cpu_count(), "python": platform.python_version(),
             "mxnet": mx.__version__, "onednn": Features().is_enabled("MKLDNN"),
             "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS")}

@@ -28,7 +28,8 @@ def main(argv=None) -> int:
     p.add_argument("--json", type=Path, help="write the rows here")
     p.add_argument("--curves", type=Path, help="PNG of training loss and dev BLEU vs updates and wall time")
     p.add_argument("--checkpoint", help="scores of this checkpoint (default: best, else avg, else latest)")
-    p.add_argument("--hardware", default=None, help="hardware column (default: this machine's CPU)")
+    p.add_argument("--hardware", default=None,
+                   help="hardware column of runs that did not record theirs (default: this machine's CPU)")
     p.add_argument("--ablation-base", type=Path, help="also write an ablation table against this run")
     p.add_argument("--ablation-test", default="tatoeba-test", help="test set of the ablation table")
     p.add_argument("--decode-ablations", type=Path, nargs="*", default=[],
@@ -40,8 +41,8 @@ def main(argv=None) -> int:
 
     from nmt.atomic import atomic_write_text
     from nmt.cli import user_errors
-    from nmt.results import (ResultsError, ablation_table, cpu_name, load_run, markdown_table, plot_curves,
-                             results_rows)
+    from nmt.parallel import cpu_name
+    from nmt.results import ResultsError, ablation_table, load_run, markdown_table, plot_curves, results_rows
     try:
         runs = [load_run(d) for d in args.model_dirs]
         base = load_run(args.ablation_base) if args.ablation_base else None

@@ -46,7 +46,22 @@ def test_rows_come_from_the_model_directory(scored_dirs):
     assert row["bleu"] == entry["bleu"] and row["chrf"] == entry["chrf"]
     assert row["direction"] == "ko→en" and row["updates"] == [run.state.step]
     table = markdown_table(rows, "test machine")
-    assert f"{entry['bleu']:.2f}" in table and entry["bleu_signature"] in table and "test machine" in table
+    assert f"{entry['bleu']:.2f}" in table and entry["bleu_signature"] in table and run.state.hardware in table
+
+
+def test_the_hardware_column_is_what_each_run_recorded(scored_dirs, tmp_path):
+    a, _ = scored_dirs
+    run = load_run(a)
+    assert "cpu(0)" in run.state.hardware and "OpenMP thread(s)" in run.state.hardware
+    table = markdown_table(results_rows([run]), "the label")
+    assert f"| {run.state.hardware} |" in table and "the label" not in table
+    # a run trained before the trainer recorded it: the label given
+    old = tmp_path / "old"
+    shutil.copytree(a, old)
+    state = json.loads((old / "state.json").read_text())
+    del state["hardware"]
+    (old / "state.json").write_text(json.dumps(state))
+    assert "| the label |" in markdown_table(results_rows([load_run(old)]), "the label")
 
 
 def test_an_ensemble_led_by_a_run_gets_its_own_row(scored_dirs, tmp_path, tmp_path_factory):
