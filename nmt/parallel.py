@@ -24,8 +24,8 @@ import logging
 import math
 import os
 import platform
-from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
 import mxnet as mx

@@ -73,13 +73,13 @@ def _records(run: Run, test: str, checkpoint: Optional[str]) -> List[tuple]:
     return out
 
 
-def _member_states(lead: Run, paths: Sequence[str]) -> List[ckpt.TrainState]:
+def _member_states(lead: Run, paths: Sequence[str]) -> List[Optional[ckpt.TrainState]]:
     """The training states of an ensemble's members: each at its recorded path, else beside the leading run (model
-    directories copied elsewhere together); the leading run's state stands in for a member found in neither."""
+    directories copied elsewhere together); None for a member found in neither (its time shows as unknown)."""
     states = []
     for p in paths:
         here = next((d for d in (Path(p), lead.path.parent / Path(p).name) if (d / ckpt.STATE).is_file()), None)
-        states.append(lead.state if here is None or here.resolve() == lead.path.resolve()
+        states.append(None if here is None else lead.state if here.resolve() == lead.path.resolve()
                       else ckpt.TrainState.load(here))
     return states
 
@@ -96,14 +96,14 @@ def results_rows(runs: Sequence[Run], checkpoint: Optional[str] = None) -> List[
     return rows
 
 
-def _row(run: Run, name: str, test: str, rec: dict, states: Sequence[ckpt.TrainState]) -> dict:
-    """A results row; `hours` and `updates` are per member (one entry for a single model)."""
+def _row(run: Run, name: str, test: str, rec: dict, states: Sequence[Optional[ckpt.TrainState]]) -> dict:
+    """A results row; `hours` and `updates` are per member (one entry for a single model; None: not found)."""
     return {"run": name, "test_set": test, "direction": run.direction, "n": rec.get("n"),
             "bleu": rec["bleu"], "chrf": rec["chrf"], "bleu_ko_mecab": rec.get("extra", {}).get("bleu_ko_mecab"),
             "bleu_signature": rec.get("bleu_signature"), "chrf_signature": rec.get("chrf_signature"),
             "checkpoint": rec.get("checkpoint"), "beam_size": rec.get("beam_size"),
-            "length_penalty": rec.get("length_penalty"), "hours": [s.elapsed / 3600.0 for s in states],
-            "updates": [s.step for s in states], "epochs": run.state.epoch, "stopped": run.state.stopped,
+            "length_penalty": rec.get("length_penalty"), "hours": [None if s is None else s.elapsed / 3600.0 for s in states],
+            "updates": [None if s is None else s.step for s in states], "epochs": run.state.epoch, "stopped": run.state.stopped,
             "best_dev_bleu": run.state.best_bleu, "hardware": run.state.hardware or None}
 
 
@@ -128,8 +128,9 @@ def markdown_table(rows: Sequence[dict], hardware: str) -> str:
         mecab = f"{r['bleu_ko_mecab']:.2f}" if r["bleu_ko_mecab"] is not None else ""
         lines.append(f"| {r['test_set']} ({r['n']}) | {r['direction']} | {r['bleu']:.2f} | {r['chrf']:.2f} | {mecab} | "
                      f"{r['run']} | {r['checkpoint']}, beam {r['beam_size']} | "
-                     f"{' + '.join(f'{h * 60:.0f}' for h in r['hours'])} min | "
-                     f"{' + '.join(str(u) for u in r['updates'])} | {r.get('hardware') or hardware} |")
+                     f"{' + '.join('?' if h is None else f'{h * 60:.0f}' for h in r['hours'])} min | "
+                     f"{' + '.join('?' if u is None else str(u) for u in r['updates'])} | "
+                     f"{r.get('hardware') or hardware} |")
     sigs = sorted({r["bleu_signature"] for r in rows if r["bleu_signature"]} |
                   {r["chrf_signature"] for r in rows if r["chrf_signature"]})
     if sigs:

@@ -21,6 +21,9 @@
 # The four 15-minute members of the other Tatoeba ensemble, two per queue, likewise side by side:
 #   OMP_NUM_THREADS=1 nohup scripts/reproduce_results.sh ens15-seed1 ens15-seed3 > q1.log 2>&1 &
 #   OMP_NUM_THREADS=1 nohup scripts/reproduce_results.sh ens15-seed2 ens15-seed4 > q2.log 2>&1 &
+# The all-data pair with Tatoeba weighted 4x (2 hours each, side by side; then scored as an ensemble):
+#   OMP_NUM_THREADS=1 nohup scripts/reproduce_results.sh all-ko-en-up4 > q1.log 2>&1 &
+#   OMP_NUM_THREADS=1 nohup scripts/reproduce_results.sh all-ko-en-up4-seed2 > q2.log 2>&1 &
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

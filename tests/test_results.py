@@ -86,6 +86,11 @@ def test_an_ensemble_led_by_a_run_gets_its_own_row(scored_dirs, tmp_path, tmp_pa
     assert rows[1]["bleu"] == entry["bleu"]
     assert rows[1]["updates"] == [lead_updates, state["step"]] and rows[1]["hours"] == [lead_hours, 0.5]
     assert f"| {lead_hours * 60:.0f} + 30 min | {lead_updates} + {state['step']} |" in markdown_table(rows, "m")
+    # a member found neither where it was nor beside the lead: its time is unknown, not another member's
+    shutil.rmtree(moved / "variant")
+    rows = results_rows([load_run(moved / "lead")])
+    assert rows[1]["updates"] == [lead_updates, None] and rows[1]["hours"] == [lead_hours, None]
+    assert f"| {lead_hours * 60:.0f} + ? min | {lead_updates} + ? |" in markdown_table(rows, "m")
 
 
 def test_ablation_names_what_differs(scored_dirs):
