@@ -347,7 +347,12 @@ def build_evaluate_parser() -> argparse.ArgumentParser:
     g.add_argument("--ref-file", help="reference translations, line-aligned with --src-file")
     g.add_argument("--name", help="test-set name in scores.json (default: the --src-file path)")
     g.add_argument("--recipe-tests", action="store_true", help="score every test set of the model's recipe")
-    g.add_argument("--data-dir", help="offline mirror for --recipe-tests (default: the model's, or $NMT_DATA_DIR)")
+    g.add_argument("--dev-set", action="store_true",
+                   help="score the dev set the model was validated on (its recipe's held-out split or its dev "
+                        "files), e.g. to choose checkpoints, beams or ensemble members without the test sets; "
+                        "recorded as 'dev', which results tables leave out")
+    g.add_argument("--data-dir", help="offline mirror for --recipe-tests / --dev-set (default: the model's, or "
+                                      "$NMT_DATA_DIR)")
     g.add_argument("--max-sentences", type=int, default=0, help="score only the first N sentences (0 = all)")
     o = p.add_argument_group("output")
     o.add_argument("--json", nargs="?", const="-", metavar="FILE",
@@ -360,12 +365,14 @@ def build_evaluate_parser() -> argparse.ArgumentParser:
 def _test_sets(args: argparse.Namespace, tr) -> dict:
     """name -> Pairs of what to score (a file pair or the recipe's test sets)."""
     from nmt.corpus import CorpusError, Pairs, read_lines
-    from nmt.translate import recipe_tests
+    from nmt.translate import model_dev_set, recipe_tests
     files = bool(args.src_file or args.ref_file)
-    if files == args.recipe_tests:
-        raise ConfigError("give either --src-file and --ref-file, or --recipe-tests")
+    if files + args.recipe_tests + args.dev_set != 1:
+        raise ConfigError("give one of: --src-file and --ref-file, --recipe-tests, --dev-set")
     if args.recipe_tests:
         return recipe_tests(tr.config, args.data_dir)
+    if args.dev_set:
+        return model_dev_set(tr.config, args.data_dir)
     if not (args.src_file and args.ref_file):
         raise ConfigError("--src-file and --ref-file must be given together")
     src, ref = read_lines(args.src_file), read_lines(args.ref_file)
@@ -393,8 +400,8 @@ def evaluate_main(argv: Optional[List[str]] = None) -> int:
         for name, pairs in tests.items():
             entry, hyps, sc = score_test_set(
                 tr, name, pairs, max_sentences=args.max_sentences, save=not args.no_save,
-                extra={"source": (f"recipe {tr.config.data.recipe}" if args.recipe_tests and tr.config.data.recipe
-                                  else None),
+                extra={"source": (f"recipe {tr.config.data.recipe}" if (args.recipe_tests or args.dev_set)
+                                  and tr.config.data.recipe else None),
                        "src_file": str(Path(args.src_file).resolve()) if args.src_file else None,
                        "ref_file": str(Path(args.ref_file).resolve()) if args.ref_file else None})
             seconds = entry["seconds"]

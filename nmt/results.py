@@ -12,7 +12,7 @@ from typing import Dict, List, Optional, Sequence
 from nmt import checkpoint as ckpt
 from nmt.config import Config
 from nmt.log import read_metrics
-from nmt.translate import ENSEMBLE_PREFIX, read_scores
+from nmt.translate import DEV_SET, ENSEMBLE_PREFIX, read_scores
 
 
 class ResultsError(ValueError):
@@ -90,7 +90,7 @@ def results_rows(runs: Sequence[Run], checkpoint: Optional[str] = None) -> List[
     a row per ensemble the run leads, with the training time and updates of each member."""
     rows = []
     for run in runs:
-        for test in sorted(run.scores):
+        for test in sorted(set(run.scores) - {DEV_SET}):   # dev scores choose settings; the tables report tests
             for name, rec, states in _records(run, test, checkpoint):
                 rows.append(_row(run, name, test, rec, states))
     return rows

@@ -388,6 +388,24 @@ def recipe_tests(cfg: Config, data_dir: Optional[str] = None) -> Dict[str, Pairs
     return recipes.load_tests(d)   # only the test files: load_data would also read and clean the training data
 
 
+DEV_SET = "dev"   # the scores.json name of a model's own dev set (`model_dev_set`); results tables leave it out
+
+
+def model_dev_set(cfg: Config, data_dir: Optional[str] = None) -> Dict[str, Pairs]:
+    """The dev set a model was validated on, as {DEV_SET: pairs}: its --dev-src/--dev-tgt files, or its recipe's
+    held-out split. A recipe draws that split while it loads and cleans the training corpora, so this reads them
+    too (from the mirror `data_dir`, else the configured one / $NMT_DATA_DIR / the cache)."""
+    from nmt import recipes
+    d = dataclasses.replace(cfg.data, data_dir=data_dir or cfg.data.data_dir)
+    if d.dev_src and d.dev_tgt:
+        from nmt.corpus import read_parallel
+        return {DEV_SET: read_parallel(d.dev_src, d.dev_tgt, skip_invalid_utf8=d.skip_invalid_utf8, name=DEV_SET)}
+    if not d.recipe or d.recipe not in recipes.RECIPES:
+        raise ConfigError(f"--dev-set: the model's data config names no known recipe ({d.recipe!r}) and no dev "
+                          "files; give --src-file and --ref-file instead")
+    return {DEV_SET: recipes.load_data(d).dev}
+
+
 def checkpoint_info(model_dir: Path, which: str) -> Dict[str, object]:
     """The parameter file behind `which` and, where known, its training step."""
     path = ckpt.params_path(model_dir, which)

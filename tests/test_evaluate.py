@@ -91,9 +91,10 @@ def test_mismatched_line_counts_name_both_files(model_copy, tmp_path, capsys):
     assert code == 2 and "Traceback" not in err
     assert f"--src-file {src} has 3 lines but --ref-file {ref} has 2" in err
     assert not (model_copy / ckpt.SCORES).exists()
-    for argv, msg in [([], "give either --src-file and --ref-file, or --recipe-tests"),
+    for argv, msg in [([], "give one of: --src-file and --ref-file, --recipe-tests, --dev-set"),
                       (["--src-file", src], "must be given together"),
-                      (["--src-file", src, "--ref-file", src, "--recipe-tests"], "give either"),
+                      (["--src-file", src, "--ref-file", src, "--recipe-tests"], "give one of"),
+                      (["--recipe-tests", "--dev-set"], "give one of"),
                       (["--src-file", tmp_path / "no.ko", "--ref-file", ref], "no.ko: file not found")]:
         code, _, err = run(["--model-dir", model_copy, *argv], capsys)
         assert code == 2 and msg in err, (argv, err)
@@ -103,6 +104,44 @@ def test_recipe_tests_of_explicit_files(model_copy, capsys):
     code, out, err = run(["--model-dir", model_copy, "--recipe-tests", "--beam-size", "1"], capsys)
     assert code == 0, err
     assert out.startswith("test: 40 sentences") and "test" in json.loads((model_copy / ckpt.SCORES).read_text())
+
+
+def test_dev_set_is_the_one_validated_on_and_stays_out_of_results_tables(model_copy, capsys):
+    cfg = Config.load(model_copy / ckpt.CONFIG)
+    code, out, err = run(["--model-dir", model_copy, "--dev-set", "--beam-size", "1", "--json"], capsys)
+    assert code == 0, err
+    entry = json.loads(out)["results"]["dev"]
+    # the same as scoring the model's dev files by name
+    code, out, err = run(["--model-dir", model_copy, "--src-file", cfg.data.dev_src, "--ref-file", cfg.data.dev_tgt,
+                          "--beam-size", "1", "--json", "--no-save"], capsys)
+    by_file = next(iter(json.loads(out)["results"].values()))
+    assert code == 0 and entry["n"] == by_file["n"] == 40 and entry["bleu"] == by_file["bleu"]
+    assert json.loads((model_copy / ckpt.SCORES).read_text())["dev"]["best"]["bleu"] == entry["bleu"]
+    from nmt.results import load_run, results_rows
+    assert "dev" not in {r["test_set"] for r in results_rows([load_run(model_copy)])}
+
+
+def test_dev_set_of_a_recipe_from_the_mirror(model_copy, shared_data, tmp_path, capsys):
+    from nmt.recipes import load_data
+    cfg = Config.load(model_copy / ckpt.CONFIG)
+    for f in ("train_src", "train_tgt", "dev_src", "dev_tgt", "test_src", "test_tgt"):
+        setattr(cfg.data, f, None)
+    cfg.data.recipe = "tatoeba"
+    cfg.save(model_copy / ckpt.CONFIG)
+    code, out, err = run(["--model-dir", model_copy, "--dev-set", "--data-dir", shared_data, "--beam-size", "1",
+                          "--max-sentences", "5", "--max-len-a", "0", "--max-len-b", "5", "--json", "--no-save"],
+                         capsys)
+    assert code == 0, err
+    entry = json.loads(out)["results"]["dev"]
+    cfg.data.data_dir = str(shared_data)
+    dev = load_data(cfg.data).dev   # the recipe's held-out split: its first 5 pairs scored by file give the same
+    (tmp_path / "d.ko").write_text("".join(x + "\n" for x in dev.src[:5]), encoding="utf-8")
+    (tmp_path / "d.en").write_text("".join(x + "\n" for x in dev.tgt[:5]), encoding="utf-8")
+    code, out, err = run(["--model-dir", model_copy, "--src-file", tmp_path / "d.ko", "--ref-file", tmp_path / "d.en",
+                          "--beam-size", "1", "--max-len-a", "0", "--max-len-b", "5", "--json", "--no-save"], capsys)
+    by_file = next(iter(json.loads(out)["results"].values()))
+    assert code == 0 and len(dev) == 500 and entry["n"] == by_file["n"] == 5
+    assert (entry["bleu"], entry["chrf"]) == (by_file["bleu"], by_file["chrf"])
 
 
 def test_recipe_tests_from_the_mirror(model_copy, shared_data, capsys):
