@@ -101,7 +101,7 @@ class Translator:
     input line gives an empty output line."""
 
     def __init__(self, net, src_tok: Tokenizer, tgt_tok: Tokenizer, decode: DecodeConfig, ctx: mx.Context = None):
-        self.net, self.src_tok, self.tgt_tok, self.decode = net, src_tok, tgt_tok, decode
+        self.src_tok, self.tgt_tok, self.decode = src_tok, tgt_tok, decode
         self.ctx = ctx or mx.cpu()
         self.truncated = 0          # inputs cut to decode.max_input_tokens (or its character guard) so far
         self.model_dir: Optional[Path] = None
@@ -110,6 +110,11 @@ class Translator:
         self.config: Optional[Config] = None
         self.members = [net]        # the models that decode together (more than one: an ensemble)
         self.member_dirs: List[Path] = []   # model directories of members[1:]
+
+    @property
+    def net(self):
+        """The first (or only) model: the one a Trainer updates and attention plots show."""
+        return self.members[0]
 
     @classmethod
     def from_dir(cls, model_dir, which: str = "best", ctx: mx.Context = None,
