@@ -121,13 +121,19 @@ def test_dev_set_is_the_one_validated_on_and_stays_out_of_results_tables(model_c
     assert "dev" not in {r["test_set"] for r in results_rows([load_run(model_copy)])}
 
 
-def test_dev_set_of_a_recipe_from_the_mirror(model_copy, shared_data, tmp_path, capsys):
-    from nmt.recipes import load_data
-    cfg = Config.load(model_copy / ckpt.CONFIG)
+def as_tatoeba_model(model_dir: Path) -> Config:
+    """Rewrite the copied model's config as if it had been trained on the tatoeba recipe (no data files)."""
+    cfg = Config.load(model_dir / ckpt.CONFIG)
     for f in ("train_src", "train_tgt", "dev_src", "dev_tgt", "test_src", "test_tgt"):
         setattr(cfg.data, f, None)
     cfg.data.recipe = "tatoeba"
-    cfg.save(model_copy / ckpt.CONFIG)
+    cfg.save(model_dir / ckpt.CONFIG)
+    return cfg
+
+
+def test_dev_set_of_a_recipe_from_the_mirror(model_copy, shared_data, tmp_path, capsys):
+    from nmt.recipes import load_data
+    cfg = as_tatoeba_model(model_copy)
     code, out, err = run(["--model-dir", model_copy, "--dev-set", "--data-dir", shared_data, "--beam-size", "1",
                           "--max-sentences", "5", "--max-len-a", "0", "--max-len-b", "5", "--json", "--no-save"],
                          capsys)
@@ -145,11 +151,7 @@ def test_dev_set_of_a_recipe_from_the_mirror(model_copy, shared_data, tmp_path, 
 
 
 def test_recipe_tests_from_the_mirror(model_copy, shared_data, capsys):
-    cfg = Config.load(model_copy / ckpt.CONFIG)
-    for f in ("train_src", "train_tgt", "dev_src", "dev_tgt", "test_src", "test_tgt"):
-        setattr(cfg.data, f, None)
-    cfg.data.recipe = "tatoeba"
-    cfg.save(model_copy / ckpt.CONFIG)
+    as_tatoeba_model(model_copy)
     code, out, err = run(["--model-dir", model_copy, "--recipe-tests", "--data-dir", shared_data, "--beam-size", "1",
                           "--max-sentences", "5", "--max-len-a", "0", "--max-len-b", "5", "--json"], capsys)
     assert code == 0, err
