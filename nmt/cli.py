@@ -365,7 +365,7 @@ def build_evaluate_parser() -> argparse.ArgumentParser:
 def _test_sets(args: argparse.Namespace, tr) -> dict:
     """name -> Pairs of what to score (a file pair or the recipe's test sets)."""
     from nmt.corpus import CorpusError, Pairs, read_lines
-    from nmt.translate import model_dev_set, recipe_tests
+    from nmt.scoring import model_dev_set, recipe_tests
     files = bool(args.src_file or args.ref_file)
     if files + args.recipe_tests + args.dev_set != 1:
         raise ConfigError("give one of: --src-file and --ref-file, --recipe-tests, --dev-set")
@@ -389,7 +389,7 @@ def evaluate_main(argv: Optional[List[str]] = None) -> int:
 
     def main() -> int:
         from nmt.atomic import atomic_write_text
-        from nmt.translate import checkpoint_info, score_test_set
+        from nmt.scoring import checkpoint_info, score_test_set
         if args.max_sentences < 0:
             raise ConfigError(f"--max-sentences must be >= 0 (got {args.max_sentences})")
         tr = _load_translator(args)

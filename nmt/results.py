@@ -12,7 +12,7 @@ from typing import Dict, List, Optional, Sequence
 from nmt import checkpoint as ckpt
 from nmt.config import Config
 from nmt.log import read_metrics
-from nmt.translate import DEV_SET, ENSEMBLE_PREFIX, read_scores
+from nmt.scoring import DEV_SET, ENSEMBLE_PREFIX, read_scores
 
 
 class ResultsError(ValueError):

@@ -27,7 +27,8 @@ from nmt.log import MetricsWriter, Speedometer, setup_logging
 from nmt.model import Seq2SeqLoss, build_model
 from nmt.parallel import DataParallel, default_kvstore, describe_hardware, init_amp, parse_devices
 from nmt.recipes import DatasetSplits, load_data
-from nmt.translate import Translator, score_test_set
+from nmt.scoring import score_test_set
+from nmt.translate import Translator
 from nmt.workers import WorkerGroup
 
 logger = logging.getLogger("nmt.train")

@@ -1,13 +1,10 @@
 """Inference: `Translator.from_dir(path).translate(lines)`, used by the script, evaluation and notebooks alike.
 
-Also the pieces around it: streaming a large input through the translator in chunks (`translate_stream`),
-scoring a test set (`evaluate_pairs`, `recipe_tests`) and recording scores in the model directory
-(`record_scores`, merged into scores.json atomically).
+Also the pieces around it: reading raw input lines and streaming a large input through the translator in chunks
+(`translate_stream`), and the interactive prompt. Scoring test sets and scores.json live in `nmt.scoring`.
 """
 from __future__ import annotations
 
-import dataclasses
-import fcntl
 import json
 import logging
 import re
@@ -15,17 +12,15 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, TextIO, Tuple
+from typing import BinaryIO, Callable, Iterable, Iterator, List, Optional, Sequence, TextIO, Tuple
 
 import mxnet as mx
 import numpy as np
 
 from nmt import checkpoint as ckpt
-from nmt.atomic import atomic_write_text
 from nmt.batching import pad_sources
 from nmt.config import Config, ConfigError, DecodeConfig
-from nmt.corpus import CorpusError, Pairs, normalize
-from nmt.evaluate import Scores, score
+from nmt.corpus import CorpusError, normalize
 from nmt.model import build_model
 from nmt.search import beam_search, greedy_search
 from nmt.tokenizer import Tokenizer, tokenizer_path
@@ -335,114 +330,3 @@ def interactive(translator: Translator, nbest: int = 1, on_line: Optional[Callab
             print(translator.translate([line], first_line=n)[0], flush=True)
         if on_line is not None:
             on_line(n, [line])
-
-
-# -- evaluation -------------------------------------------------------------------------------------------------
-def evaluate_pairs(translator: Translator, pairs: Pairs, tgt_lang: str, beam_size: Optional[int] = None) -> Scores:
-    """Translate `pairs.src` and score against `pairs.tgt` with sacreBLEU."""
-    hyps = translator.translate(pairs.src, beam_size=beam_size)
-    return score(hyps, pairs.tgt, tgt_lang)
-
-
-def score_test_set(translator: Translator, name: str, pairs: Pairs, *, max_sentences: int = 0, save: bool = True,
-                   extra: Optional[Dict[str, object]] = None) -> Tuple[Dict[str, object], List[str], Scores]:
-    """Translate and score one test set; the entry (scores, signatures, checkpoint, decoding settings, time) is
-    merged into the model directory's scores.json unless `save` is False. Used by evaluate and by training."""
-    from datetime import datetime, timezone
-    n = max_sentences or len(pairs.src)
-    t0 = time.perf_counter()
-    hyps = translator.translate(pairs.src[:n])
-    seconds = time.perf_counter() - t0
-    sc = score(hyps, pairs.tgt[:n], translator.tgt_lang)
-    d = translator.decode
-    info = (checkpoint_info(translator.model_dir, translator.checkpoint) if translator.model_dir
-            else {"params_file": None, "step": None})
-    entry = {**sc.to_dict(), "checkpoint": translator.checkpoint, **info, "beam_size": d.beam_size,
-             "length_penalty": d.length_penalty_alpha, "max_len_a": d.max_len_a, "max_len_b": d.max_len_b,
-             **(extra or {}), "seconds": round(seconds, 2),
-             "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-    key = translator.checkpoint if translator.checkpoint in ("best", "avg") else str(info["step"])
-    if translator.member_dirs:   # an ensemble: its own entry, never one of the first member's alone
-        entry["ensemble"] = [str(p.resolve()) for p in [translator.model_dir, *translator.member_dirs]]
-        key = ensemble_key(key, translator.member_dirs)
-    if save and translator.model_dir:
-        record_scores(translator.model_dir, name, key, entry)
-    return entry, hyps, sc
-
-
-ENSEMBLE_PREFIX = "ensemble-"
-
-
-def ensemble_key(checkpoint: str, member_dirs: Sequence[Path]) -> str:
-    """scores.json key of an ensemble's scores: its checkpoint and the directory names of the members after the
-    first (in whose scores.json it is recorded), e.g. ensemble-avg:run-b+run-c."""
-    return f"{ENSEMBLE_PREFIX}{checkpoint}:" + "+".join(Path(p).resolve().name for p in member_dirs)
-
-
-def recipe_tests(cfg: Config, data_dir: Optional[str] = None) -> Dict[str, Pairs]:
-    """The test sets of a model's data configuration, in its direction: every test set of its recipe (from the
-    mirror `data_dir`, else the configured one / $NMT_DATA_DIR / the cache), or its explicit test files."""
-    from nmt import recipes   # not at import time: the registry is only needed here
-    d = dataclasses.replace(cfg.data, data_dir=data_dir or cfg.data.data_dir)
-    if d.test_src and d.test_tgt:
-        from nmt.corpus import read_parallel
-        return {"test": read_parallel(d.test_src, d.test_tgt, skip_invalid_utf8=d.skip_invalid_utf8, name="test")}
-    if not d.recipe or d.recipe not in recipes.RECIPES:
-        raise ConfigError(f"--recipe-tests: the model's data config names no known recipe ({d.recipe!r}) and no "
-                          "test files; give --src-file and --ref-file instead")
-    return recipes.load_tests(d)   # only the test files: load_data would also read and clean the training data
-
-
-DEV_SET = "dev"   # the scores.json name of a model's own dev set (`model_dev_set`); results tables leave it out
-
-
-def model_dev_set(cfg: Config, data_dir: Optional[str] = None) -> Dict[str, Pairs]:
-    """The dev set a model was validated on, as {DEV_SET: pairs}: its --dev-src/--dev-tgt files, or its recipe's
-    held-out split. A recipe draws that split while it loads and cleans the training corpora, so this reads them
-    too (from the mirror `data_dir`, else the configured one / $NMT_DATA_DIR / the cache)."""
-    from nmt import recipes
-    d = dataclasses.replace(cfg.data, data_dir=data_dir or cfg.data.data_dir)
-    if d.dev_src and d.dev_tgt:
-        from nmt.corpus import read_parallel
-        return {DEV_SET: read_parallel(d.dev_src, d.dev_tgt, skip_invalid_utf8=d.skip_invalid_utf8, name=DEV_SET)}
-    if not d.recipe or d.recipe not in recipes.RECIPES:
-        raise ConfigError(f"--dev-set: the model's data config names no known recipe ({d.recipe!r}) and no dev "
-                          "files; give --src-file and --ref-file instead")
-    return {DEV_SET: recipes.load_data(d).dev}
-
-
-def checkpoint_info(model_dir: Path, which: str) -> Dict[str, object]:
-    """The parameter file behind `which` and, where known, its training step."""
-    path = ckpt.params_path(model_dir, which)
-    step = None
-    m = re.match(r"^params\.(\d+)$", path.name)
-    if m:
-        step = int(m.group(1))
-    elif which == "best" and (Path(model_dir) / ckpt.STATE).exists():
-        step = ckpt.TrainState.load(model_dir).best_step or None
-    return {"params_file": path.name, "step": step}
-
-
-def read_scores(model_dir: Path) -> Dict[str, Dict[str, object]]:
-    """model_dir/scores.json ({} when absent): test set -> checkpoint -> entry; CheckpointError naming the file
-    when it is not valid JSON."""
-    path = Path(model_dir) / ckpt.SCORES
-    if not path.exists():
-        return {}
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise ckpt.CheckpointError(f"{path} is not valid JSON ({e}); move it away to record new scores") from None
-
-
-def record_scores(model_dir: Path, test_key: str, checkpoint: str, entry: Dict[str, object]) -> Path:
-    """Merge `entry` into model_dir/scores.json as [test_key][checkpoint], keeping every other entry.
-
-    A lock file serializes concurrent evaluations; the file itself is replaced atomically."""
-    path = Path(model_dir) / ckpt.SCORES
-    with open(path.with_name(path.name + ".lock"), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        data = read_scores(model_dir)
-        data.setdefault(test_key, {})[checkpoint] = entry
-        atomic_write_text(path, json.dumps(data, indent=2, ensure_ascii=False, sort_keys=True) + "\n")
-    return path

@@ -232,7 +232,8 @@ def decode_worker(spec: dict) -> dict:
     import numpy as np
     from nmt import search
     from nmt.batching import pad_sources
-    from nmt.translate import Translator, recipe_tests
+    from nmt.scoring import recipe_tests
+    from nmt.translate import Translator
     from nmt.tokenizer import BOS_ID, EOS_ID
     with tempfile.TemporaryDirectory(prefix="nmt-bench-dec-") as tmp:
         trained_updates = 0

@@ -143,7 +143,7 @@ for members in "${ENSEMBLES[@]}"; do
   [ $ready = 1 ] || continue
   leads+=("$lead")
   for name in "${names[@]:1}"; do others+=("$MODELS/$name"); done
-  if ! scored "$lead" "ensemble-avg:$(IFS=+; echo "${names[*]:1}")"; then   # nmt.translate.ensemble_key
+  if ! scored "$lead" "ensemble-avg:$(IFS=+; echo "${names[*]:1}")"; then   # nmt.scoring.ensemble_key
     "$PY" scripts/evaluate.py --model-dir "$lead" --ensemble "${others[@]}" --checkpoint avg --recipe-tests \
       --data-dir "$DATA_DIR"
   fi

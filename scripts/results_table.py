@@ -81,7 +81,8 @@ def _read_report(path: Path) -> dict:
 def examples(runs, n: int, data_dir) -> str:
     """`n` sentences spread over each run's first test set with reference and beam-search output."""
     from nmt.results import example_indices
-    from nmt.translate import Translator, recipe_tests
+    from nmt.scoring import recipe_tests
+    from nmt.translate import Translator
     out = []
     for run in runs:
         tr = Translator.from_dir(run.path, which="best")

@@ -12,7 +12,8 @@ import sacrebleu
 from nmt import checkpoint as ckpt
 from nmt.cli import evaluate_main
 from nmt.config import Config
-from nmt.translate import Translator, record_scores
+from nmt.scoring import record_scores
+from nmt.translate import Translator
 from tests.test_translate import tiny_model
 
 

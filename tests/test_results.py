@@ -12,7 +12,8 @@ import pytest
 from nmt.corpus import read_parallel
 from nmt.results import (ResultsError, ablation_table, config_diff, example_indices, load_run, markdown_table,
                          results_rows)
-from nmt.translate import Translator, score_test_set
+from nmt.scoring import score_test_set
+from nmt.translate import Translator
 from tests.test_translate import synth_file, tiny_model
 
 REPO = Path(__file__).resolve().parents[1]
