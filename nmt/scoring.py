@@ -20,12 +20,6 @@ from nmt.evaluate import Scores, score
 from nmt.translate import Translator
 
 
-def evaluate_pairs(translator: Translator, pairs: Pairs, tgt_lang: str, beam_size: Optional[int] = None) -> Scores:
-    """Translate `pairs.src` and score against `pairs.tgt` with sacreBLEU."""
-    hyps = translator.translate(pairs.src, beam_size=beam_size)
-    return score(hyps, pairs.tgt, tgt_lang)
-
-
 def score_test_set(translator: Translator, name: str, pairs: Pairs, *, max_sentences: int = 0, save: bool = True,
                    extra: Optional[Dict[str, object]] = None) -> Tuple[Dict[str, object], List[str], Scores]:
     """Translate and score one test set; the entry (scores, signatures, checkpoint, decoding settings, time) is
