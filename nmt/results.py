@@ -102,9 +102,10 @@ def _row(run: Run, name: str, test: str, rec: dict, states: Sequence[Optional[ck
             "bleu": rec["bleu"], "chrf": rec["chrf"], "bleu_ko_mecab": rec.get("extra", {}).get("bleu_ko_mecab"),
             "bleu_signature": rec.get("bleu_signature"), "chrf_signature": rec.get("chrf_signature"),
             "checkpoint": rec.get("checkpoint"), "beam_size": rec.get("beam_size"),
-            "length_penalty": rec.get("length_penalty"), "hours": [None if s is None else s.elapsed / 3600.0 for s in states],
-            "updates": [None if s is None else s.step for s in states], "epochs": run.state.epoch, "stopped": run.state.stopped,
-            "best_dev_bleu": run.state.best_bleu, "hardware": run.state.hardware or None}
+            "length_penalty": rec.get("length_penalty"),
+            "hours": [None if s is None else s.elapsed / 3600.0 for s in states],
+            "updates": [None if s is None else s.step for s in states], "epochs": run.state.epoch,
+            "stopped": run.state.stopped, "best_dev_bleu": run.state.best_bleu, "hardware": run.state.hardware or None}
 
 
 def config_diff(base: Config, other: Config) -> Dict[str, object]:

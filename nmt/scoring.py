@@ -10,11 +10,11 @@ import json
 import re
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from nmt import checkpoint as ckpt
 from nmt.atomic import atomic_write_text
-from nmt.config import Config, ConfigError
+from nmt.config import Config, ConfigError, DataConfig
 from nmt.corpus import Pairs
 from nmt.evaluate import Scores, score
 from nmt.translate import Translator
@@ -59,14 +59,8 @@ def recipe_tests(cfg: Config, data_dir: Optional[str] = None) -> Dict[str, Pairs
     """The test sets of a model's data configuration, in its direction: every test set of its recipe (from the
     mirror `data_dir`, else the configured one / $NMT_DATA_DIR / the cache), or its explicit test files."""
     from nmt import recipes   # not at import time: the registry is only needed here
-    d = dataclasses.replace(cfg.data, data_dir=data_dir or cfg.data.data_dir)
-    if d.test_src and d.test_tgt:
-        from nmt.corpus import read_parallel
-        return {"test": read_parallel(d.test_src, d.test_tgt, skip_invalid_utf8=d.skip_invalid_utf8, name="test")}
-    if not d.recipe or d.recipe not in recipes.RECIPES:
-        raise ConfigError(f"--recipe-tests: the model's data config names no known recipe ({d.recipe!r}) and no "
-                          "test files; give --src-file and --ref-file instead")
-    return recipes.load_tests(d)   # only the test files: load_data would also read and clean the training data
+    # only the test files: load_data would also read and clean the training data
+    return _model_split(cfg, data_dir, "test", "--recipe-tests", "test", recipes.load_tests)
 
 
 DEV_SET = "dev"   # the scores.json name of a model's own dev set (`model_dev_set`); results tables leave it out
@@ -77,14 +71,24 @@ def model_dev_set(cfg: Config, data_dir: Optional[str] = None) -> Dict[str, Pair
     held-out split. A recipe draws that split while it loads and cleans the training corpora, so this reads them
     too (from the mirror `data_dir`, else the configured one / $NMT_DATA_DIR / the cache)."""
     from nmt import recipes
+    return _model_split(cfg, data_dir, "dev", "--dev-set", DEV_SET, lambda d: {DEV_SET: recipes.load_data(d).dev})
+
+
+def _model_split(cfg: Config, data_dir: Optional[str], kind: str, flag: str, name: str,
+                 from_recipe: Callable[[DataConfig], Dict[str, Pairs]]) -> Dict[str, Pairs]:
+    """A model's `kind` ("test" or "dev") pairs: its --<kind>-src/--<kind>-tgt files as {name: pairs}, else
+    `from_recipe` of its data config (with `data_dir` as the mirror, if given); a ConfigError naming `flag` when
+    the config has neither files nor a known recipe."""
+    from nmt import recipes
     d = dataclasses.replace(cfg.data, data_dir=data_dir or cfg.data.data_dir)
-    if d.dev_src and d.dev_tgt:
+    src, tgt = getattr(d, f"{kind}_src"), getattr(d, f"{kind}_tgt")
+    if src and tgt:
         from nmt.corpus import read_parallel
-        return {DEV_SET: read_parallel(d.dev_src, d.dev_tgt, skip_invalid_utf8=d.skip_invalid_utf8, name=DEV_SET)}
+        return {name: read_parallel(src, tgt, skip_invalid_utf8=d.skip_invalid_utf8, name=name)}
     if not d.recipe or d.recipe not in recipes.RECIPES:
-        raise ConfigError(f"--dev-set: the model's data config names no known recipe ({d.recipe!r}) and no dev "
+        raise ConfigError(f"{flag}: the model's data config names no known recipe ({d.recipe!r}) and no {kind} "
                           "files; give --src-file and --ref-file instead")
-    return {DEV_SET: recipes.load_data(d).dev}
+    return from_recipe(d)
 
 
 def checkpoint_info(model_dir: Path, which: str) -> Dict[str, object]:

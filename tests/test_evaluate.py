@@ -132,6 +132,17 @@ def as_tatoeba_model(model_dir: Path) -> Config:
     return cfg
 
 
+def test_a_model_without_recipe_or_files_says_which_flag_cannot_work(model_copy, capsys):
+    cfg = Config.load(model_copy / ckpt.CONFIG)
+    for f in ("test_src", "test_tgt", "dev_src", "dev_tgt"):
+        setattr(cfg.data, f, None)
+    cfg.save(model_copy / ckpt.CONFIG)
+    for flag, kind in (("--recipe-tests", "test"), ("--dev-set", "dev")):
+        code, _, err = run(["--model-dir", model_copy, flag], capsys)
+        assert code == 2 and "Traceback" not in err, err
+        assert f"{flag}: the model's data config names no known recipe (None) and no {kind} files" in err
+
+
 def test_dev_set_of_a_recipe_from_the_mirror(model_copy, shared_data, tmp_path, capsys):
     from nmt.recipes import load_data
     cfg = as_tatoeba_model(model_copy)
