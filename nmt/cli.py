@@ -363,7 +363,7 @@ def build_evaluate_parser() -> argparse.ArgumentParser:
 
 
 def _test_sets(args: argparse.Namespace, tr) -> dict:
-    """name -> Pairs of what to score (a file pair or the recipe's test sets)."""
+    """name -> Pairs of what to score (a file pair, the recipe's test sets or the model's dev set)."""
     from nmt.corpus import CorpusError, Pairs, read_lines
     from nmt.scoring import model_dev_set, recipe_tests
     files = bool(args.src_file or args.ref_file)

@@ -85,6 +85,9 @@ ORDER=(abl-worddrop0.2 abl-worddrop0.2-seed2 tatoeba-ko-en all-ko-en all-en-ko a
 stopped() {   # why the run in $1 stopped ("" while unfinished or never started)
   "$PY" -c 'import json,sys; print(json.load(open(sys.argv[1])).get("stopped") or "")' "$1/state.json" 2>/dev/null || true
 }
+finished() {  # whether the run in $1 ended by one of its own limits (not interrupted, not still to run)
+  case "$(stopped "$1")" in early_stop|max_epochs|time_budget|max_steps) return 0 ;; *) return 1 ;; esac
+}
 scored() {    # whether checkpoint $2 of the run in $1 has test scores
   "$PY" -c 'import json,sys; s=json.load(open(sys.argv[1])); sys.exit(0 if any(sys.argv[2] in v for v in s.values()) else 1)' \
     "$1/scores.json" "$2" 2>/dev/null
@@ -99,19 +102,17 @@ score_checkpoints() {   # test scores of the best and the averaged checkpoint of
 for name in "${ORDER[@]}"; do
   flags=${RUNS[$name]:?"unknown run $name (known: ${!RUNS[*]})"}
   dir="$MODELS/$name"
-  why=$(stopped "$dir")
-  case "$why" in
-    early_stop|max_epochs|time_budget|max_steps)
-      echo "== $name: finished earlier ($why)"
-      score_checkpoints "$dir"
-      continue ;;
-  esac
+  if finished "$dir"; then
+    echo "== $name: finished earlier ($(stopped "$dir"))"
+    score_checkpoints "$dir"
+    continue
+  fi
   resume=()
   [ -f "$dir/state.json" ] && resume=(--resume)
   echo "== $name: training ${resume[*]} (log: $dir/train.log)"
   # shellcheck disable=SC2086
   "$PY" scripts/train.py $flags --data-dir "$DATA_DIR" --model-dir "$dir" --no-progress "${resume[@]}"
-  case "$(stopped "$dir")" in early_stop|max_epochs|time_budget|max_steps) score_checkpoints "$dir" ;; esac
+  if finished "$dir"; then score_checkpoints "$dir"; fi
 done
 
 # Decoding ablations on the Tatoeba run: beam size, length penalty, checkpoint averaging (no retraining).
@@ -138,7 +139,7 @@ for members in "${ENSEMBLES[@]}"; do
   read -r -a names <<< "$members"
   lead="$MODELS/${names[0]}"; others=(); ready=1
   for name in "${names[@]}"; do
-    case "$(stopped "$MODELS/$name")" in early_stop|max_epochs|time_budget|max_steps) ;; *) ready=0 ;; esac
+    finished "$MODELS/$name" || ready=0
   done
   [ $ready = 1 ] || continue
   leads+=("$lead")
