@@ -70,6 +70,8 @@ MODEL_FLAGS = [
          boolean=True),
     Flag("--no-tie-weights", "model", "tie_weights", help="separate output weights (needed if embed != hidden size)",
          boolean=True, negate=True),
+    Flag("--lexical-model", "model", "lexical_model", help="add a lexical model: the attention-weighted source "
+         "embeddings feed the output layer too (Nguyen & Chiang 2018)", boolean=True),
 ]
 OPTIM_FLAGS = [
     Flag("--optimizer", "optim", "optimizer", str, "optimizer"),
@@ -224,8 +226,11 @@ def _add_model_decode_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--ensemble", nargs="+", type=Path, default=[], metavar="DIR",
                    help="further model directories (same languages and vocabularies) that decode together with "
                         "--model-dir, following the mean of their log-probabilities; --checkpoint applies to all")
-    g.add_argument("--gpus", help="decode on a GPU: a count or ids as for training; the first one is used "
-                                  "(omit for CPU)")
+    g.add_argument("--gpus", help="decode on GPUs: a count or ids as for training; batches are shared out among "
+                                  "them (omit for CPU)")
+    g.add_argument("--cpu-devices", type=int, default=1, metavar="N",
+                   help="without --gpus: decode on N CPU contexts side by side, each with its own copy of the model "
+                        "(set OMP_NUM_THREADS to cores / N; default 1)")
     g.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     d = p.add_argument_group("decoding (defaults: the model's saved decode config)")
     for f in DECODE_FLAGS:
@@ -249,10 +254,8 @@ def _load_translator(args: argparse.Namespace):
                                    "written by nmt-train")
     overrides = {k.split(".", 1)[1]: v for k, v in vars(args).items() if k.startswith("decode.")}
     decode = dataclasses.replace(Config.load(path).decode, **overrides)
-    ctxs = parse_devices(args.gpus)
-    if len(ctxs) > 1:
-        logging.getLogger("nmt.translate").warning("--gpus %s: decoding uses one device, %s", args.gpus, ctxs[0])
-    return Translator.from_dir(args.model_dir, args.checkpoint, ctx=ctxs[0], decode=decode, ensemble=args.ensemble)
+    ctxs = parse_devices(args.gpus, args.cpu_devices)
+    return Translator.from_dir(args.model_dir, args.checkpoint, ctx=ctxs, decode=decode, ensemble=args.ensemble)
 
 
 def build_translate_parser() -> argparse.ArgumentParser:

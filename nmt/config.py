@@ -58,6 +58,8 @@ class ModelConfig:
     dropout: float = 0.4                 # dropout on embeddings, between layers and before the output
     tie_weights: bool = True             # share target embedding and output projection (embed==hidden needed)
     word_dropout: float = 0.2            # drop whole source/target token embeddings in training (Sennrich & Zhang 2019)
+    lexical_model: bool = False          # attention-weighted source embeddings also feed the output layer
+                                         # (Nguyen & Chiang 2018), for rare words in small data
 
 
 @dataclass

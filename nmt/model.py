@@ -13,6 +13,10 @@ Architecture (all batch-major at the API, time-major inside the fused RNN kernel
 * Decoder: target embedding -> word dropout -> dropout -> one fused L-layer LSTM over all target-in steps (no
   input feeding, so no Python loop over time) -> attention for all steps at once (scores (B,T,S) masked
   by source length) -> tanh(W[context; dec_out]) -> dropout -> output projection to the vocabulary.
+* Lexical model (optional, Nguyen & Chiang 2018): the same attention weights also average the source
+  embeddings, f = tanh(sum_s a_s emb_s); h = tanh(W f) + f adds its own projection to the logits, a
+  shortcut from source words to target words that small data learns faster than through the LSTMs. The
+  encoder appends the (dropped-out) source embeddings to the memory for it.
 
 `decode_step` runs the very same decoder block on a length-1 target, so step-wise decoding computes
 exactly what the training graph computes.
@@ -96,13 +100,15 @@ class Encoder(gluon.HybridBlock):
             # Bahdanau keys W1*h_s depend on the source only: computed once here, not at every step.
             self.key_proj = (nn.Dense(H, flatten=False, use_bias=False, in_units=H, prefix="key_proj_")
                              if cfg.attention == "mlp" else None)
+        self._lexical = cfg.lexical_model
 
     def hybrid_forward(self, F, src, src_len):
         src_len = F.clip(F.cast(src_len, "float32"), 1, 1e9)  # empty filler rows read one position
-        x = self.embed(src)
+        emb = self.embed(src)
         if self.word_dropout is not None:
-            x = self.word_dropout(x)
-        x = F.transpose(self.dropout(x), axes=(1, 0, 2))  # (S,B,E)
+            emb = self.word_dropout(emb)
+        emb = self.dropout(emb)  # (B,S,E)
+        x = F.transpose(emb, axes=(1, 0, 2))  # (S,B,E)
         fwd = self.fwd(x)
         rev = F.SequenceReverse(x, sequence_length=src_len, use_sequence_length=True)
         bwd_rev = self.bwd(rev)  # step len-1 of the reversed run has read the whole sentence
@@ -127,6 +133,8 @@ class Encoder(gluon.HybridBlock):
         c0 = F.concat(*cs, dim=1) if len(cs) > 1 else cs[0]
         if self.key_proj is not None:
             out = F.concat(out, self.key_proj(out), dim=-1)  # memory = [values; keys]
+        if self._lexical:
+            out = F.concat(out, emb, dim=-1)  # memory = [values; (keys;) source embeddings]
         return out, h0, c0
 
 
@@ -139,6 +147,7 @@ class Decoder(gluon.HybridBlock):
         self._vocab_size, self._embed_size, self._hidden = vocab_size, E, H
         self._attention = cfg.attention
         self._tied = cfg.tie_weights
+        self._lexical = cfg.lexical_model
         with self.name_scope():
             # Raw parameters (not nn.Embedding/nn.Dense) so that tying is one shared Parameter.
             # The output projection starts at std sqrt(2/H), whatever the global initializer: Xavier would
@@ -163,8 +172,13 @@ class Decoder(gluon.HybridBlock):
             self.score_proj = (nn.Dense(1, flatten=False, use_bias=False, in_units=H, prefix="score_proj_")
                                if cfg.attention == "mlp" else None)
             self.combine = nn.Dense(H, flatten=False, activation="tanh", in_units=2 * H, prefix="combine_")
+            if self._lexical:
+                self.lex_proj = nn.Dense(E, flatten=False, use_bias=False, in_units=E, prefix="lex_proj_")
+                self.lex_out_weight = self.params.get("lex_out_weight", shape=(vocab_size, E),
+                                                      init=mx.init.Normal(sigma=(2.0 / E) ** 0.5))
 
-    def hybrid_forward(self, F, tgt_in, h0, c0, memory, src_len, embed_weight, out_bias, out_weight=None):
+    def hybrid_forward(self, F, tgt_in, h0, c0, memory, src_len, embed_weight, out_bias, out_weight=None,
+                       lex_out_weight=None):
         x = F.Embedding(tgt_in, embed_weight, input_dim=self._vocab_size, output_dim=self._embed_size)
         if self.word_dropout is not None:
             x = self.word_dropout(x)
@@ -172,17 +186,26 @@ class Decoder(gluon.HybridBlock):
         dec, h, c = self.rnn(x, F.transpose(h0, axes=(1, 0, 2)), F.transpose(c0, axes=(1, 0, 2)))  # states (L,B,H)
         dec = F.transpose(dec, axes=(1, 0, 2))  # (B,T,H)
         weight = embed_weight if self._tied else out_weight
-        logits, attn = self.attend_and_project(F, dec, memory, src_len, weight, out_bias)
+        logits, attn = self.attend_and_project(F, dec, memory, src_len, weight, out_bias, lex_out=lex_out_weight)
         return logits, F.transpose(h, axes=(1, 0, 2)), F.transpose(c, axes=(1, 0, 2)), attn
 
-    def attend_and_project(self, F, dec, memory, src_len, out_weight, out_bias, combine=None, attention=()):
+    def attend_and_project(self, F, dec, memory, src_len, out_weight, out_bias, combine=None, attention=(),
+                           lexical=(), lex_out=None):
         """Decoder outputs (B,T,H) over memory (B,S,M) -> logits (B,T,V), attention (B,T,S). The T queries of a
         row are independent, so a beam search passes a sentence's K beams as its T (one memory per sentence).
         `combine`: the combine layer's weight cut in its context and decoder halves and its bias (a search step
-        adds two products instead of concatenating their inputs; without dropout); then `attention` holds the
-        attention layers' weights too (see `step_weights`), so the step uses no parameter of this block."""
+        adds two products instead of concatenating their inputs; without dropout); then `attention` and
+        `lexical` hold the attention layers' and the lexical model's weights too (see `step_weights`), so the
+        step uses no parameter of this block. `lex_out`: the lexical output weight in the training graph."""
         H = self._hidden
         query_proj, score_proj = self.query_proj, self.score_proj
+        if self._lexical:
+            lex_proj = self.lex_proj
+            if combine is not None:
+                lex_out = lexical[1]
+
+                def lex_proj(x):
+                    return F.FullyConnected(x, lexical[0], no_bias=True, num_hidden=self._embed_size, flatten=False)
         if combine is not None and self._attention != "dot":   # the same layers on the given weights
             w, mlp = list(attention), self._attention == "mlp"
 
@@ -191,16 +214,17 @@ class Decoder(gluon.HybridBlock):
 
             def score_proj(x):
                 return F.FullyConnected(x, w[2], no_bias=True, num_hidden=1, flatten=False)
-        if self._attention == "mlp":
-            values = F.slice_axis(memory, axis=-1, begin=0, end=H)
-            keys = F.slice_axis(memory, axis=-1, begin=H, end=None)
+        mlp = self._attention == "mlp"
+        # memory = [values (H); keys (H, mlp only); source embeddings (E, lexical model only)]
+        values = F.slice_axis(memory, axis=-1, begin=0, end=H) if mlp or self._lexical else memory
+        if mlp:
+            keys = F.slice_axis(memory, axis=-1, begin=H, end=2 * H)
             hidden = F.tanh(F.broadcast_add(F.expand_dims(keys, axis=1),
                                             F.expand_dims(query_proj(dec), axis=2)))  # (B,T,S,H)
             scores = F.reshape(score_proj(hidden), shape=(0, 0, -1))
         else:
-            values = memory
             query = dec if query_proj is None else query_proj(dec)
-            scores = F.batch_dot(query, memory, transpose_b=True)  # (B,T,S)
+            scores = F.batch_dot(query, values, transpose_b=True)  # (B,T,S)
         mask = _length_mask(F, memory, F.clip(F.cast(src_len, "float32"), 1, 1e9), axis=1)
         scores = F.broadcast_add(scores, F.expand_dims((1 - mask) * _MASK_VALUE, axis=1))
         attn = F.softmax(scores, axis=-1)
@@ -213,6 +237,14 @@ class Decoder(gluon.HybridBlock):
                                + F.FullyConnected(dec, w_dec, no_bias=True, num_hidden=H, flatten=False),
                                act_type="tanh")
         logits = F.FullyConnected(out, out_weight, out_bias, num_hidden=self._vocab_size, flatten=False)
+        if self._lexical:
+            emb = F.slice_axis(memory, axis=-1, begin=2 * H if mlp else H, end=None)
+            lex = F.tanh(F.batch_dot(attn, emb))  # (B,T,E)
+            lex = F.tanh(lex_proj(lex)) + lex
+            if combine is None:
+                lex = self.dropout(lex)
+            logits = logits + F.FullyConnected(lex, lex_out, no_bias=True, num_hidden=self._vocab_size,
+                                               flatten=False)
         return logits, attn
 
     @property
@@ -221,17 +253,23 @@ class Decoder(gluon.HybridBlock):
         return {"dot": 0, "general": 1, "mlp": 3}[self._attention]
 
     @property
+    def num_lexical_weights(self) -> int:
+        """Arrays of the lexical model in `step_weights`: its projection and output weights, or none."""
+        return 2 if self._lexical else 0
+
+    @property
     def num_step_weights(self) -> int:
         """How many arrays `step_weights` returns."""
-        return 4 + self.num_attention_weights + 3 * (len(self.rnn.piece_shapes) // 4)
+        return 4 + self.num_attention_weights + self.num_lexical_weights + 3 * (len(self.rnn.piece_shapes) // 4)
 
     def step_weights(self, ctx: mx.Context) -> List[mx.nd.NDArray]:
         """Every weight of a search step on `ctx` (the step then uses no parameter of this block, so members of
         an ensemble, whose parameters share names, can run in one graph), LSTM pieces cut once from the fused
         kernel's flat vector: the first layer's input gates of every target token, embed @ W_x^T + b_x + b_h
         (V, 4H) (a lookup per step instead of a product), the output weight and bias, the combine layer's
-        context and decoder halves and bias, the attention layers' weights (`num_attention_weights`), the first
-        layer's W_h (4H, H), then per further layer W_x (4H, H), W_h (4H, H), b_x + b_h (4H,)."""
+        context and decoder halves and bias, the attention layers' weights (`num_attention_weights`), the lexical
+        model's (`num_lexical_weights`), the first layer's W_h (4H, H), then per further layer W_x (4H, H),
+        W_h (4H, H), b_x + b_h (4H,)."""
         flat = self.rnn.rnn_param.data(ctx)
         pieces = [flat[start:end].reshape(shape) for start, end, shape in piece_ranges(self.rnn.piece_shapes)]
         L = len(self.rnn.piece_shapes) // 4
@@ -247,6 +285,8 @@ class Decoder(gluon.HybridBlock):
             out += [p.data(ctx) for p in self.query_proj.params.values()]   # weight (and bias for mlp)
         if self.score_proj is not None:
             out.append(self.score_proj.weight.data(ctx))
+        if self._lexical:
+            out += [self.lex_proj.weight.data(ctx), self.lex_out_weight.data(ctx)]
         out.append(weights[1])
         for l in range(1, L):
             out += [weights[2 * l], weights[2 * l + 1], bias[l]]
@@ -376,5 +416,7 @@ def count_flops_per_token(cfg: ModelConfig, src_vocab: int, tgt_vocab: int,
     if cfg.attention != "dot":
         tgt += H * H  # query projection
     tgt += 2 * H * H + H * tgt_vocab  # combine layer + output projection
+    if cfg.lexical_model:
+        tgt += avg_src_len * E + E * E + E * tgt_vocab  # source-embedding context, its projection and output
     return {"src_forward_macs": float(src), "tgt_forward_macs": float(tgt),
             "src_train_flops": 6.0 * src, "tgt_train_flops": 6.0 * tgt, "avg_src_len": float(avg_src_len)}

@@ -130,6 +130,23 @@ def init_amp(ctxs: Sequence[mx.Context]) -> None:
     amp.init()
 
 
+def concurrent_devices_safe(ctxs: Sequence[mx.Context]) -> bool:
+    """Whether each device may be driven from its own thread (training shares, decoding batches). Not for CPU
+    contexts whose operators run several OpenMP threads: MXNet's bundled OpenBLAS (0.3.13, OpenMP build, behind
+    `batch_dot`) livelocks when two engine threads enter its threaded path at once (seen: 4 CPU contexts stuck at
+    100% of one core in `exec_blas`). With OMP_NUM_THREADS = cores / contexts every call stays on its own thread
+    and the contexts run side by side; otherwise they run one after another (logged)."""
+    if len(ctxs) < 2 or all(c.device_type != "cpu" for c in ctxs):
+        return True
+    threads = openmp_threads()
+    if threads == 1:
+        return True
+    logger.info("%d CPU contexts with %d OpenMP threads each: the contexts run one after another (set "
+                "OMP_NUM_THREADS=%d, cores / contexts, to run them side by side)", len(ctxs), threads,
+                max(1, (os.cpu_count() or 1) // len(ctxs)))
+    return False
+
+
 def share_width(needed: int, width: int) -> int:
     """Columns a share keeps: `needed` (its longest row) up to 16, else rounded up to a multiple of 8;
     never more than the batch's `width`, never less than 1."""
@@ -196,24 +213,8 @@ class DataParallel:
         self._owners = self._balanced_owners() if self._cpu_replicas else [0] * len(self.params)
         self.zero_grad()
         self._pool = (ThreadPoolExecutor(len(self.ctxs), thread_name_prefix="nmt-device")
-                      if len(self.ctxs) > 1 and self._concurrent_devices_safe() else None)
+                      if len(self.ctxs) > 1 and concurrent_devices_safe(self.ctxs) else None)
         self._graphs_built = False
-
-    def _concurrent_devices_safe(self) -> bool:
-        """Whether each device may be driven from its own thread. Not for CPU contexts whose operators run several
-        OpenMP threads: MXNet's bundled OpenBLAS (0.3.13, OpenMP build, behind `batch_dot`) livelocks when two
-        engine threads enter its threaded path at once (seen: 4 CPU contexts stuck at 100% of one core in
-        `exec_blas`). With OMP_NUM_THREADS = cores / contexts every call stays on its own thread and the contexts
-        run side by side; otherwise they run one after another."""
-        if all(c.device_type != "cpu" for c in self.ctxs):
-            return True
-        threads = openmp_threads()
-        if threads == 1:
-            return True
-        logger.info("%d CPU contexts with %d OpenMP threads each: the contexts run one after another (set "
-                    "OMP_NUM_THREADS=%d, cores / contexts, to run them side by side)", len(self.ctxs), threads,
-                    max(1, (os.cpu_count() or 1) // len(self.ctxs)))
-        return False
 
     def _balanced_owners(self) -> List[int]:
         """Owner replica of each parameter: largest first to the least loaded replica."""

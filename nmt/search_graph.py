@@ -28,9 +28,10 @@ def decoder_step(F, decoder, prev, hs, cs, memory, src_len, group: int, weights)
     inputs; states stay per layer. On one time step this measured faster than the fused RNN kernel. The
     sentence's beams attend as one (group, S) product; the arithmetic is the training graph's, without
     dropout."""
-    A = decoder.num_attention_weights
-    gates_in, out_w, out_b, combine, attention, lstm = (weights[0], weights[1], weights[2], weights[3:6],
-                                                        weights[6:6 + A], weights[6 + A:])
+    A, X = decoder.num_attention_weights, decoder.num_lexical_weights
+    gates_in, out_w, out_b, combine, attention, lexical, lstm = (
+        weights[0], weights[1], weights[2], weights[3:6], weights[6:6 + A], weights[6 + A:6 + A + X],
+        weights[6 + A + X:])
     H = decoder._hidden
     new_hs, new_cs = [], []
     x = None
@@ -49,7 +50,7 @@ def decoder_step(F, decoder, prev, hs, cs, memory, src_len, group: int, weights)
         new_hs.append(x)
         new_cs.append(c_l)
     logits, _ = decoder.attend_and_project(F, F.reshape(x, shape=(-1, group, H)), memory, src_len, out_w, out_b,
-                                          combine, attention)
+                                          combine, attention, lexical)
     return F.log_softmax(F.reshape(logits, shape=(-3, 0)), axis=-1), new_hs, new_cs
 
 

@@ -9,10 +9,12 @@ import json
 import logging
 import re
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterable, Iterator, List, Optional, Sequence, TextIO, Tuple
+from typing import BinaryIO, Callable, Iterable, Iterator, List, Optional, Sequence, TextIO, Tuple, Union
 
 import mxnet as mx
 import numpy as np
@@ -22,6 +24,7 @@ from nmt.batching import pad_sources
 from nmt.config import Config, ConfigError, DecodeConfig
 from nmt.corpus import CorpusError, normalize
 from nmt.model import build_model
+from nmt.parallel import concurrent_devices_safe
 from nmt.search import beam_search, greedy_search
 from nmt.tokenizer import Tokenizer, tokenizer_path
 
@@ -105,6 +108,10 @@ class Translator:
         self.config: Optional[Config] = None
         self.members = [net]        # the models that decode together (more than one: an ensemble)
         self.member_dirs: List[Path] = []   # model directories of members[1:]
+        # Further devices, each with its own copy of the members (`from_dir` with several devices): batches are
+        # dealt to all devices, each driven from its own thread.
+        self.replicas: List[Tuple[mx.Context, list]] = []
+        self._side_by_side: Optional[bool] = None   # whether the devices may run at once (decided on first use)
 
     @property
     def net(self):
@@ -112,18 +119,24 @@ class Translator:
         return self.members[0]
 
     @classmethod
-    def from_dir(cls, model_dir, which: str = "best", ctx: mx.Context = None,
+    def from_dir(cls, model_dir, which: str = "best", ctx: Union[mx.Context, Sequence[mx.Context], None] = None,
                  decode: Optional[DecodeConfig] = None, ensemble: Sequence = ()) -> "Translator":
         """Everything comes from the model directory: config, both SentencePiece models, parameters.
 
         `which` is best, latest, avg or a step number; `decode` replaces the model's saved DecodeConfig.
+        `ctx`: a device, or several: the model is loaded on each and the length-sorted batches are shared out
+        among them (on CPU contexts they run side by side only with OMP_NUM_THREADS = cores / contexts; see
+        `nmt.parallel.concurrent_devices_safe`).
         `ensemble`: further model directories (same languages and vocabularies, any architecture) whose
         `which` checkpoints decode together with this one, following the mean of their log-probabilities."""
         model_dir = Path(model_dir)
         cfg, src_tok, tgt_tok = _load_tokenizers(model_dir)
         decode = decode or cfg.decode
         check_decode(decode)
-        ctx = ctx or mx.cpu()
+        ctxs = list(ctx) if isinstance(ctx, (list, tuple)) else [ctx or mx.cpu()]
+        if not ctxs:
+            raise ValueError("Translator.from_dir: ctx is an empty list of devices")
+        ctx = ctxs[0]
         others = []
         for other in map(Path, ensemble):   # every member's vocabularies are checked before any model is loaded
             o_cfg, o_src, o_tgt = _load_tokenizers(other)
@@ -136,7 +149,15 @@ class Translator:
         for other, o_cfg in others:
             tr.members.append(_load_net(other, o_cfg, src_tok, tgt_tok, which, ctx)[0])
             tr.member_dirs.append(other)
+        dirs = [(model_dir, cfg)] + others
+        for c in ctxs[1:]:   # a hybridized block is not safe to call from two threads: one copy per device
+            tr.replicas.append((c, [_load_net(d, d_cfg, src_tok, tgt_tok, which, c)[0] for d, d_cfg in dirs]))
         return tr
+
+    @property
+    def ctxs(self) -> List[mx.Context]:
+        """The devices this translator decodes on."""
+        return [self.ctx] + [c for c, _ in self.replicas]
 
     @property
     def src_lang(self) -> str:
@@ -178,22 +199,45 @@ class Translator:
         todo = [i for i, x in enumerate(ids) if x]
         todo.sort(key=lambda i: len(ids[i]))   # length-sorted batches: little padding
         bs = max(1, self.decode.batch_size)
-        # parameters are fixed for this call: cut the search's weights once
-        weights = [m.decoder.step_weights(self.ctx) for m in self.members] if todo else None
-        for start in range(0, len(todo), bs):
-            chunk = todo[start:start + bs]
-            src, src_len = pad_sources([ids[i] for i in chunk], max(len(ids[i]) for i in chunk) + 1)
-            max_len = np.ceil(self.decode.max_len_a * src_len + self.decode.max_len_b).astype("int64")
-            src_nd = mx.nd.array(src, ctx=self.ctx, dtype="float32")
-            len_nd = mx.nd.array(src_len, ctx=self.ctx, dtype="float32")
-            if beam == 1 and nbest == 1:
-                hyps = [[(h, 0.0)] for h in greedy_search(self.members, src_nd, len_nd, max_len, weights=weights)]
-            else:
-                hyps = beam_search(self.members, src_nd, len_nd, beam_size=max(beam, nbest), max_len=max_len,
-                                   alpha=self.decode.length_penalty_alpha, nbest=nbest, weights=weights)
-            for r, i in enumerate(chunk):
-                out[i] = hyps[r]
+        chunks = [todo[start:start + bs] for start in range(0, len(todo), bs)]
+        devices = [(self.ctx, self.members)] + self.replicas
+        if len(devices) > 1 and self._side_by_side is None:
+            self._side_by_side = concurrent_devices_safe(self.ctxs)
+        if not self._side_by_side:   # one device, or CPU contexts that would have to take turns: the first does all
+            devices = devices[:1]
+        pending = iter(chunks[::-1])   # longest first: several devices then finish close together
+        lock = threading.Lock()
+
+        def work(ctx: mx.Context, members: list) -> None:
+            weights = [m.decoder.step_weights(ctx) for m in members]   # fixed for this call: cut once
+            while True:
+                with lock:
+                    chunk = next(pending, None)
+                if chunk is None:
+                    return
+                self._decode_chunk(ctx, members, weights, ids, chunk, beam, nbest, out)
+        if len(devices) > 1 and len(chunks) > 1:
+            with ThreadPoolExecutor(len(devices), thread_name_prefix="nmt-decode") as pool:
+                for future in [pool.submit(work, c, m) for c, m in devices]:
+                    future.result()   # re-raises a device's error
+        elif chunks:
+            work(*devices[0])
         return out
+
+    def _decode_chunk(self, ctx: mx.Context, members: list, weights: list, ids: List[List[int]], chunk: List[int],
+                      beam: int, nbest: int, out: List[Hyps]) -> None:
+        """Search one length-sorted batch (`chunk`: indices into `ids`) on `ctx`; hypotheses go to out[i]."""
+        src, src_len = pad_sources([ids[i] for i in chunk], max(len(ids[i]) for i in chunk) + 1)
+        max_len = np.ceil(self.decode.max_len_a * src_len + self.decode.max_len_b).astype("int64")
+        src_nd = mx.nd.array(src, ctx=ctx, dtype="float32")
+        len_nd = mx.nd.array(src_len, ctx=ctx, dtype="float32")
+        if beam == 1 and nbest == 1:
+            hyps = [[(h, 0.0)] for h in greedy_search(members, src_nd, len_nd, max_len, weights=weights)]
+        else:
+            hyps = beam_search(members, src_nd, len_nd, beam_size=max(beam, nbest), max_len=max_len,
+                               alpha=self.decode.length_penalty_alpha, nbest=nbest, weights=weights)
+        for r, i in enumerate(chunk):
+            out[i] = hyps[r]
 
     def translate_nbest(self, lines: Sequence[str], nbest: int, beam_size: Optional[int] = None,
                         first_line: int = 1) -> List[List[Tuple[str, float]]]:

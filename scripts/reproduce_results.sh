@@ -24,6 +24,9 @@
 # The vocabulary-1,200 pair, likewise:
 #   OMP_NUM_THREADS=1 nohup scripts/reproduce_results.sh abl-worddrop0.2-vocab1200 > q1.log 2>&1 &
 #   OMP_NUM_THREADS=1 nohup scripts/reproduce_results.sh abl-worddrop0.2-vocab1200-seed2 > q2.log 2>&1 &
+# The lexical-model pair, likewise:
+#   OMP_NUM_THREADS=1 nohup scripts/reproduce_results.sh abl-worddrop0.2-lex > q1.log 2>&1 &
+#   OMP_NUM_THREADS=1 nohup scripts/reproduce_results.sh abl-worddrop0.2-lex-seed2 > q2.log 2>&1 &
 # The all-data pair with Tatoeba weighted 4x (2 hours each, side by side; then scored as an ensemble):
 #   OMP_NUM_THREADS=1 nohup scripts/reproduce_results.sh all-ko-en-up4 > q1.log 2>&1 &
 #   OMP_NUM_THREADS=1 nohup scripts/reproduce_results.sh all-ko-en-up4-seed2 > q2.log 2>&1 &
@@ -71,6 +74,9 @@ declare -A RUNS=(
   # nearly character-level), trained twice side by side like the seeds above, for an ensemble
   [abl-worddrop0.2-vocab1200]="--src ko --tgt en ${TAT[*]} --word-dropout 0.2 --vocab-size 1200"
   [abl-worddrop0.2-vocab1200-seed2]="--src ko --tgt en ${TAT[*]} --word-dropout 0.2 --vocab-size 1200 --seed 2"
+  # the lexical model (Nguyen & Chiang 2018) on the ensemble's settings, two seeds side by side for an ensemble
+  [abl-worddrop0.2-lex]="--src ko --tgt en ${TAT[*]} --word-dropout 0.2 --lexical-model"
+  [abl-worddrop0.2-lex-seed2]="--src ko --tgt en ${TAT[*]} --word-dropout 0.2 --lexical-model --seed 2"
   # four members of 15 minutes each (two at a time, one core each: 30 minutes of the 2-core machine), no early stop
   [ens15-seed1]="--src ko --tgt en ${TAT15[*]} --seed 1"
   [ens15-seed2]="--src ko --tgt en ${TAT15[*]} --seed 2"
@@ -133,7 +139,8 @@ fi
 # two members of 30 minutes side by side, or four of 15 minutes two at a time; the all-data one in 2 hours, its
 # two members side by side (not in the default order: run both by name).
 ENSEMBLES=("abl-worddrop0.2 abl-worddrop0.2-seed2" "ens15-seed1 ens15-seed2 ens15-seed3 ens15-seed4"
-           "abl-worddrop0.2-vocab1200 abl-worddrop0.2-vocab1200-seed2" "all-ko-en-up4 all-ko-en-up4-seed2")
+           "abl-worddrop0.2-vocab1200 abl-worddrop0.2-vocab1200-seed2" "all-ko-en-up4 all-ko-en-up4-seed2"
+           "abl-worddrop0.2-lex abl-worddrop0.2-lex-seed2")
 leads=()
 for members in "${ENSEMBLES[@]}"; do
   read -r -a names <<< "$members"

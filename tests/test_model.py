@@ -8,12 +8,14 @@ from nmt.config import ConfigError, ModelConfig
 from nmt.model import FusedLSTM, Seq2SeqLoss, build_model, count_flops_per_token
 
 SRC_V, TGT_V = 30, 31  # different sizes catch swapped vocabularies
-ATTENTIONS = ["dot", "general", "mlp"]
+# "+lex": with the lexical model (its source embeddings ride in the memory after the values and mlp keys)
+ATTENTIONS = ["dot", "general", "mlp", "dot+lex", "mlp+lex"]
 
 
 def make_model(attention="dot", num_layers=2, tie=False, seed=1, embed=16, hidden=16):
+    attention, _, lex = attention.partition("+")
     cfg = ModelConfig(embed_size=embed, hidden_size=hidden, num_layers=num_layers, attention=attention,
-                      dropout=0.0, word_dropout=0.0, tie_weights=tie)
+                      dropout=0.0, word_dropout=0.0, tie_weights=tie, lexical_model=lex == "lex")
     mx.random.seed(seed)
     model = build_model(cfg, SRC_V, TGT_V)
     model.initialize(mx.init.Xavier())
@@ -238,5 +240,6 @@ def test_flop_estimate_matches_weight_matrices(attention, num_layers):
     est0 = count_flops_per_token(cfg, SRC_V, TGT_V, avg_src_len=0)
     assert est0["src_forward_macs"] == src_w and est0["tgt_forward_macs"] == tgt_w
     est = count_flops_per_token(cfg, SRC_V, TGT_V, avg_src_len=20)
-    assert est["tgt_forward_macs"] - tgt_w == 20 * 2 * 16  # score and context per source position
+    per_position = 2 * 16 + (12 if cfg.lexical_model else 0)   # score and context (and source-embedding context)
+    assert est["tgt_forward_macs"] - tgt_w == 20 * per_position
     assert est["tgt_train_flops"] == 6 * est["tgt_forward_macs"]

@@ -239,7 +239,7 @@ def test_search_graph_is_built_once_per_model_and_beam(copy_model):
     assert set(block.collect_params().values()) <= set(model.collect_params().values())
 
 
-@pytest.mark.parametrize("attention", ["dot", "general", "mlp"])
+@pytest.mark.parametrize("attention", ["dot", "general", "mlp", "dot+lex", "mlp+lex"])
 @pytest.mark.parametrize("tied", [False, True])
 def test_search_step_computes_what_decode_step_computes(attention, tied):
     """The search's own decoder step (LSTM as matrix products, beams attending as a group over one memory row
@@ -247,8 +247,9 @@ def test_search_step_computes_what_decode_step_computes(attention, tied):
     from nmt.search import _layer_states
     from nmt.search_graph import decoder_step
     mx.random.seed(5)
+    attention, _, lex = attention.partition("+")   # "+lex": with the lexical model
     cfg = ModelConfig(embed_size=16, hidden_size=16, num_layers=3, attention=attention, dropout=0.3,
-                      tie_weights=tied)
+                      tie_weights=tied, lexical_model=lex == "lex")
     model = build_model(cfg, 30, 30)
     model.initialize(mx.init.Xavier())
     src, src_len = ragged_sources([5, 2, 7])
@@ -268,10 +269,11 @@ def test_search_step_computes_what_decode_step_computes(attention, tied):
 # -- ensembles ---------------------------------------------------------------------------------------------------
 
 def _other_member(vocab=VOCAB):
-    """An untrained member of another shape (one layer, dot attention, untied) over the copy model's vocabularies."""
+    """An untrained member of another shape (one layer, dot attention, untied, a lexical model) over the copy
+    model's vocabularies."""
     mx.random.seed(11)
     cfg = ModelConfig(embed_size=24, hidden_size=16, num_layers=1, attention="dot", dropout=0.0,
-                      word_dropout=0.0, tie_weights=False)
+                      word_dropout=0.0, tie_weights=False, lexical_model=True)
     model = build_model(cfg, vocab, vocab)
     model.initialize(mx.init.Xavier(magnitude=3))
     return model

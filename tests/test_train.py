@@ -83,6 +83,22 @@ def test_learns_reverse_task_and_model_dir_is_complete(tmp_path, task):
     assert set(ckpt.load_params(copy, "best")) == set(ckpt.load_params(copy, "latest"))
 
 
+def test_lexical_model_trains_saves_and_translates(tmp_path, task):
+    """--lexical-model end to end: it learns the task, config.json records it, a Translator rebuilds it."""
+    from nmt.translate import Translator
+    cfg = tiny_config(tmp_path, task, "lex", max_steps=400, valid_every=400, max_epochs=100)
+    cfg.model.lexical_model = True
+    result = train(cfg, evaluate=False)
+    assert result.state.best_bleu > 50, f"dev BLEU only {result.state.best_bleu}"
+    d = Path(cfg.train.model_dir)
+    assert Config.load(d / ckpt.CONFIG).model.lexical_model is True
+    assert any("lex_out_weight" in k for k in params_of(d))
+    tr = Translator.from_dir(d)
+    src = Path(task["test_src"]).read_text(encoding="utf-8").splitlines()[:20]
+    ref = Path(task["test_tgt"]).read_text(encoding="utf-8").splitlines()[:20]
+    assert sum(o == r for o, r in zip(tr.translate(src), ref)) >= 8
+
+
 @pytest.mark.parametrize("variant", [dict(cpu_devices=2), dict(accum_steps=2), dict(cpu_devices=2, accum_steps=2)])
 def test_same_parameters_whatever_the_device_count(tmp_path, task, variant):
     base = tiny_config(tmp_path, task, "one", max_steps=5, cpu_devices=1)

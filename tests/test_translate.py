@@ -192,6 +192,7 @@ def test_cli_nbest_checkpoint_and_bad_flags(tr, tmp_path, capsys):
                       (["--checkpoint", "nope"], "unknown checkpoint 'nope'"),
                       (["--checkpoint", "12345"], "params.00012345 not found"),
                       (["--chunk-lines", "0"], "--chunk-lines must be >= 1"),
+                      (["--cpu-devices", "0"], "--cpu-devices must be at least 1"),
                       (["--input", tmp_path / "missing.ko"], "missing.ko: cannot read")]:
         code, _, err = run(["--model-dir", tr.model_dir, *argv], capsys)
         assert code == 2 and msg in err and "Traceback" not in err, (argv, err)
@@ -210,6 +211,56 @@ def test_cli_stdin_to_stdout(tr, src_lines):
                        timeout=120)
     assert p.returncode == 0, p.stderr.decode()
     assert p.stdout.decode("utf-8").split("\n") == tr.translate(lines) + [""]
+
+
+# Decodes the synthetic test set on two CPU contexts (one OpenMP thread each, as the CLI asks for) and prints
+# which context searched each batch, then the translations.
+_TWO_DEVICES = """
+import json, sys
+import mxnet as mx
+from nmt.translate import Translator
+tr = Translator.from_dir(sys.argv[1], ctx=[mx.cpu(0), mx.cpu(1)])
+tr.decode.batch_size = 2
+used, decode_chunk = [], tr._decode_chunk
+def spy(ctx, *args):
+    used.append(str(ctx))
+    decode_chunk(ctx, *args)
+tr._decode_chunk = spy
+lines = open(sys.argv[2], encoding="utf-8").read().splitlines()
+print(json.dumps({"used": used, "greedy": tr.translate(lines, beam_size=1),
+                  "nbest": tr.translate_nbest(lines, nbest=3, beam_size=4)}))
+"""
+
+
+def test_two_devices_share_the_batches_and_translate_like_one(tr, src_lines, tmp_path):
+    lines = src_lines[:9] + ["", src_lines[0]]
+    path = tmp_path / "in.ko"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    p = subprocess.run([sys.executable, "-c", _TWO_DEVICES, str(tr.model_dir), str(path)], capture_output=True,
+                       env=env, timeout=120)
+    assert p.returncode == 0, p.stderr.decode()
+    res = json.loads(p.stdout)
+    assert set(res["used"]) == {"cpu(0)", "cpu(1)"} and len(res["used"]) == 2 * 5   # 5 batches of 2, twice
+    assert res["greedy"] == tr.translate(lines, beam_size=1)
+    nbest = tr.translate_nbest(lines, nbest=3, beam_size=4)
+    assert [[t for t, _ in h] for h in res["nbest"]] == [[t for t, _ in h] for h in nbest]
+    np.testing.assert_allclose([s for h in res["nbest"] for _, s in h], [s for h in nbest for _, s in h], atol=1e-5)
+
+
+def test_cpu_contexts_that_would_take_turns_leave_the_work_to_the_first(tr, src_lines, monkeypatch, caplog):
+    """With several OpenMP threads per operator, CPU contexts must not run side by side (OpenBLAS): the
+    translator then decodes on its first context alone, and says why."""
+    import nmt.parallel
+    monkeypatch.setattr(nmt.parallel, "openmp_threads", lambda: 2)
+    two = Translator.from_dir(tr.model_dir, ctx=[mx.cpu(0), mx.cpu(1)])
+    assert two.ctxs == [mx.cpu(0), mx.cpu(1)]
+    used, decode_chunk = [], two._decode_chunk
+    monkeypatch.setattr(two, "_decode_chunk", lambda ctx, *a: (used.append(ctx), decode_chunk(ctx, *a)))
+    two.decode.batch_size = 3
+    with caplog.at_level("INFO", logger="nmt.parallel"):
+        assert two.translate(src_lines[:7]) == tr.translate(src_lines[:7])
+    assert used == [mx.cpu(0)] * 3 and "run one after another" in caplog.text
 
 
 def test_interactive_prompt_on_a_terminal(tr):
