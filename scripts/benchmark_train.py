@@ -173,15 +173,16 @@ def _train_worker(spec: dict, conn) -> None:
     conn.close()
 
 
-def run_interleaved(specs: List[dict]) -> List[dict]:
-    """Every spec in its own process: warm-ups one after another, then `repeats` rounds in which each spec
-    runs one timed window in turn (never two at once). Returns each spec's details with its "windows"."""
+def run_interleaved(specs: List[dict], worker=None) -> List[dict]:
+    """Every spec in its own process running `worker` (default `train_worker`): warm-ups one after another, then
+    `repeats` rounds in which each spec runs one timed window in turn (never two at once). Returns each spec's
+    details with its "windows"."""
     ctx = get_context("spawn")
     procs, conns = [], []
     try:
         for spec in specs:
             mine, theirs = ctx.Pipe()
-            proc = ctx.Process(target=train_worker, args=(spec, theirs), daemon=True)
+            proc = ctx.Process(target=worker or train_worker, args=(spec, theirs), daemon=True)
             proc.start()
             procs.append(proc)
             conns.append(mine)
@@ -190,8 +191,9 @@ def run_interleaved(specs: List[dict]) -> List[dict]:
             conn.send(msg)
             reply = conn.recv()
             if "error" in reply:
-                raise SystemExit(f"error: benchmark worker for {specs[conns.index(conn)]['train']['cpu_devices']} "
-                                 f"device(s): {reply['error']}")
+                spec = specs[conns.index(conn)]
+                n = spec["devices"] if "devices" in spec else spec["train"]["cpu_devices"]
+                raise SystemExit(f"error: benchmark worker for {n} device(s): {reply['error']}")
             return reply
 
         for conn in conns:
@@ -226,86 +228,150 @@ def memory_worker(spec: dict) -> dict:
             "median_second_half": statistics.median(values[half:])}
 
 
-def decode_worker(spec: dict) -> dict:
-    """Sentences/s of our batched beam search vs gluonnlp's BeamSearchSampler, and of the Translator."""
+def decode_worker(spec: dict, conn) -> None:
+    """Decoding speed on `spec["devices"]` CPU contexts (or the GPUs of `spec["gpus"]`), driven over `conn` like
+    `train_worker`: "warmup" decodes once with every method (every batch shape once), "window" once more, timed
+    (seconds per method sent back), "finish" sends the details. One device: our batched beam search, gluonnlp's
+    BeamSearchSampler on the same batches and model, and the Translator (beam and greedy); several: the Translator,
+    its batches shared out among the devices."""
+    try:
+        _decode_worker(spec, conn)
+    except Exception as e:   # to the orchestrator, which stops with it (the traceback stays in this process)
+        conn.send({"error": f"{type(e).__name__}: {e}"})
+        raise
+
+
+def _decode_worker(spec: dict, conn) -> None:
+    if spec.get("omp_num_threads"):   # before MXNet (and its OpenMP runtime) is loaded in this fresh process
+        os.environ["OMP_NUM_THREADS"] = str(spec["omp_num_threads"])
     import mxnet as mx
-    import numpy as np
-    from nmt import search
-    from nmt.batching import pad_sources
+    from nmt.parallel import parse_devices
     from nmt.scoring import recipe_tests
     from nmt.translate import Translator
-    from nmt.tokenizer import BOS_ID, EOS_ID
-    with tempfile.TemporaryDirectory(prefix="nmt-bench-dec-") as tmp:
-        trained_updates = 0
-        if spec.get("model_dir"):
-            model_dir = Path(spec["model_dir"])
-        else:   # no model given: train the benchmark model briefly, so that hypotheses end with EOS
-            trainer = _new_trainer(spec, Path(tmp) / "model")
-            trained_updates = _run_updates(trainer, spec["train_epochs"] * len(trainer.sampler))["updates"]
-            trainer.save()
-            model_dir = Path(tmp) / "model"
-            del trainer
-        _reset_peak_rss()
-        tr = Translator.from_dir(model_dir, which="latest" if trained_updates else "best")
-        test_name, test = next(iter(recipe_tests(tr.config, spec["data"].get("data_dir")).items()))
-        lines = test.src[:spec["sentences"]] if spec["sentences"] else test.src
-        ids = tr.source_ids(lines)
-        order = sorted((i for i, x in enumerate(ids) if x), key=lambda i: len(ids[i]))
-        K, bs, d = spec["beam"], spec["batch"], tr.decode
-        batches = []
-        for s in range(0, len(order), bs):
-            rows = order[s:s + bs]
-            src, src_len = pad_sources([ids[i] for i in rows], max(len(ids[i]) for i in rows) + 1)
-            max_len = int(math.ceil(d.max_len_a * int(src_len.max()) + d.max_len_b))
-            batches.append((rows, mx.nd.array(src), mx.nd.array(src_len), max_len))
-        net = tr.net
-
-        def ours():   # as the Translator does: the step's weights prepared once per call
-            w = net.decoder.step_weights(batches[0][1].context)
-            return [h[0][0] for rows, src, src_len, m in batches
-                    for h in search.beam_search(net, src, src_len, K, m, alpha=d.length_penalty_alpha, weights=w)]
-
-        def gluonnlp_sampler():
-            from gluonnlp.model import BeamSearchSampler, BeamSearchScorer
-            out = []
-            for rows, src, src_len, m in batches:
-                memory, (h0, c0) = net.encode(src, src_len)
-
-                def step(tokens, states):
-                    log_probs, (h, c), _ = net.decode_step(tokens.astype("float32"), states[:2], states[2], states[3])
-                    return log_probs, [h, c, states[2], states[3]]
-                sampler = BeamSearchSampler(K, step, EOS_ID, BeamSearchScorer(alpha=d.length_penalty_alpha, K=5.0,
-                                                                              from_logits=False), max_length=m)
-                samples, _, valid = sampler(mx.nd.full((len(rows),), BOS_ID), [h0, c0, memory, src_len])
-                samples, valid = samples.asnumpy(), valid.asnumpy()
-                for r in range(len(rows)):
-                    seq = [int(x) for x in samples[r, 0, 1:valid[r, 0]]]
-                    out.append(seq[:-1] if seq and seq[-1] == EOS_ID else seq)
-            return out
-
-        methods = {"beam_search": ours, "gluonnlp_beam_search_sampler": gluonnlp_sampler,
-                   "translator_beam": lambda: tr.translate(lines, beam_size=K),
-                   "translator_greedy": lambda: tr.translate(lines, beam_size=1)}
-        outputs = {name: fn() for name, fn in methods.items()}   # warm-up: every batch shape once
-        times: Dict[str, list] = {name: [] for name in methods}
-        for _ in range(spec["repeats"]):   # interleaved, so that a load change hits every method alike
+    _reset_peak_rss()
+    gpus = spec.get("gpus")
+    ctxs = parse_devices(",".join(gpus.split(",")[:spec["devices"]]) + "," if gpus else None, spec["devices"])
+    tr = Translator.from_dir(spec["model_dir"], which=spec["checkpoint"], ctx=ctxs)
+    test_name, test = next(iter(recipe_tests(tr.config, spec["data"].get("data_dir")).items()))
+    lines = test.src[:spec["sentences"]] if spec["sentences"] else test.src
+    K = spec["beam"]
+    tr.decode.batch_size = spec["batch"]
+    methods = {"translator_beam": lambda: tr.translate(lines, beam_size=K),
+               "translator_greedy": lambda: tr.translate(lines, beam_size=1)}
+    if len(ctxs) == 1:
+        methods = {**_search_methods(tr, lines, K, spec["batch"]), **methods}
+    outputs: Dict[str, list] = {}
+    while True:
+        msg = conn.recv()
+        if msg == "warmup":
+            outputs = {name: fn() for name, fn in methods.items()}
+            conn.send({})
+        elif msg == "window":
+            times = {}
             for name, fn in methods.items():
                 t0 = time.perf_counter()
                 fn()
-                times[name].append(time.perf_counter() - t0)
-        res = {name: {"sent_per_s": len(lines) / statistics.median(t), "seconds": t} for name, t in times.items()}
-        mine, theirs = res["beam_search"], res["gluonnlp_beam_search_sampler"]
-        hyps = outputs["beam_search"]
-        same = sum(a == b for a, b in zip(hyps, outputs["gluonnlp_beam_search_sampler"]))
-        beam_tr, greedy_tr = res["translator_beam"], res["translator_greedy"]
-        lengths = [len(h) for h in hyps]
-        return {"test_set": test_name, "sentences": len(lines), "beam": K, "batch": bs,
-                "model_dir": spec.get("model_dir") or f"(benchmark model trained {trained_updates} updates)",
-                "beam_search": mine, "gluonnlp_beam_search_sampler": theirs,
-                "speedup_vs_gluonnlp": statistics.median(   # per round: both timed under the same load
-                    b / a for a, b in zip(times["beam_search"], times["gluonnlp_beam_search_sampler"])),
-                "identical_outputs": same, "translator_beam": beam_tr, "translator_greedy": greedy_tr,
-                "mean_output_tokens": float(np.mean(lengths)), "peak_rss_mib": _proc_status("VmHWM")}
+                times[name] = time.perf_counter() - t0
+            conn.send(times)
+        else:
+            break
+    mx.nd.waitall()
+    conn.send({"test_set": test_name, "sentences": len(lines), "beam": K, "batch": spec["batch"],
+               "devices": [str(c) for c in ctxs], "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+               "outputs": outputs, "peak_rss_mib": _proc_status("VmHWM")})
+    conn.close()
+
+
+def _search_methods(tr, lines: List[str], K: int, bs: int) -> dict:
+    """Our beam search and gluonnlp's BeamSearchSampler over the same length-sorted batches of `lines` on the
+    translator's model (target ids per sentence, in sorted order)."""
+    import mxnet as mx
+    from nmt import search
+    from nmt.batching import pad_sources
+    from nmt.tokenizer import BOS_ID, EOS_ID
+    ids = tr.source_ids(lines)
+    order = sorted((i for i, x in enumerate(ids) if x), key=lambda i: len(ids[i]))
+    d, net = tr.decode, tr.net
+    batches = []
+    for s in range(0, len(order), bs):
+        rows = order[s:s + bs]
+        src, src_len = pad_sources([ids[i] for i in rows], max(len(ids[i]) for i in rows) + 1)
+        max_len = int(math.ceil(d.max_len_a * int(src_len.max()) + d.max_len_b))
+        batches.append((rows, mx.nd.array(src), mx.nd.array(src_len), max_len))
+
+    def ours():   # as the Translator does: the step's weights prepared once per call
+        w = net.decoder.step_weights(batches[0][1].context)
+        return [h[0][0] for rows, src, src_len, m in batches
+                for h in search.beam_search(net, src, src_len, K, m, alpha=d.length_penalty_alpha, weights=w)]
+
+    def gluonnlp_sampler():
+        from gluonnlp.model import BeamSearchSampler, BeamSearchScorer
+        out = []
+        for rows, src, src_len, m in batches:
+            memory, (h0, c0) = net.encode(src, src_len)
+
+            def step(tokens, states):
+                log_probs, (h, c), _ = net.decode_step(tokens.astype("float32"), states[:2], states[2], states[3])
+                return log_probs, [h, c, states[2], states[3]]
+            sampler = BeamSearchSampler(K, step, EOS_ID, BeamSearchScorer(alpha=d.length_penalty_alpha, K=5.0,
+                                                                          from_logits=False), max_length=m)
+            samples, _, valid = sampler(mx.nd.full((len(rows),), BOS_ID), [h0, c0, memory, src_len])
+            samples, valid = samples.asnumpy(), valid.asnumpy()
+            for r in range(len(rows)):
+                seq = [int(x) for x in samples[r, 0, 1:valid[r, 0]]]
+                out.append(seq[:-1] if seq and seq[-1] == EOS_ID else seq)
+        return out
+    return {"beam_search": ours, "gluonnlp_beam_search_sampler": gluonnlp_sampler}
+
+
+def decode_model_worker(spec: dict, epochs: int) -> int:
+    """Train the benchmark model for `epochs` epochs into spec["model_dir"]; returns its updates."""
+    trainer = _new_trainer(spec, Path(spec["model_dir"]))
+    updates = _run_updates(trainer, epochs * len(trainer.sampler))["updates"]
+    trainer.save()
+    return updates
+
+
+def run_decode(spec: dict, device_counts: List[int]) -> dict:
+    """Decoding on 1 device and on each further count in `device_counts`, in processes that take turns round by
+    round; rates from the median time, ratios per round (both timed under the same load)."""
+    cores = int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1)
+    specs = [{**spec, "devices": n, "omp_num_threads": None if n == 1 or spec.get("gpus") else max(1, cores // n)}
+             for n in [1] + [n for n in device_counts if n > 1]]
+    results = run_interleaved(specs, decode_worker)
+    one = results[0]
+    rounds = one["windows"]
+    n_sent = one["sentences"]
+
+    def rate(windows, name):
+        return {"sent_per_s": n_sent / statistics.median(w[name] for w in windows),
+                "seconds": [w[name] for w in windows]}
+    out = {k: one[k] for k in ("test_set", "sentences", "beam", "batch")}
+    out["model_dir"] = (f"(benchmark model trained {spec['trained_updates']} updates)" if spec.get("trained_updates")
+                        else spec["model_dir"])
+    for name in ("beam_search", "gluonnlp_beam_search_sampler", "translator_beam", "translator_greedy"):
+        out[name] = rate(rounds, name)
+    out["speedup_vs_gluonnlp"] = statistics.median(w["gluonnlp_beam_search_sampler"] / w["beam_search"]
+                                                   for w in rounds)
+    hyps = one["outputs"]["beam_search"]
+    out["identical_outputs"] = sum(a == b for a, b in zip(hyps, one["outputs"]["gluonnlp_beam_search_sampler"]))
+    out["mean_output_tokens"] = sum(len(h) for h in hyps) / max(len(hyps), 1)
+    out["peak_rss_mib"] = one["peak_rss_mib"]
+    out["multi_device"] = []
+    for res in results[1:]:
+        mine = res["windows"]
+        out["multi_device"].append({
+            "devices": res["devices"], "omp_num_threads": res["omp_num_threads"],
+            "translator_beam": rate(mine, "translator_beam"), "translator_greedy": rate(mine, "translator_greedy"),
+            # per round: this translator (tokenizing, batching, detokenizing included) vs the one-device figures
+            "beam_vs_gluonnlp": statistics.median(a["gluonnlp_beam_search_sampler"] / b["translator_beam"]
+                                                  for a, b in zip(rounds, mine)),
+            "beam_vs_1_device_translator": statistics.median(a["translator_beam"] / b["translator_beam"]
+                                                             for a, b in zip(rounds, mine)),
+            "identical_to_1_device": sum(a == b for a, b in zip(res["outputs"]["translator_beam"],
+                                                                one["outputs"]["translator_beam"])),
+            "peak_rss_mib": res["peak_rss_mib"]})
+    return out
 
 
 # -- orchestration ----------------------------------------------------------------------------------------------
@@ -405,6 +471,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--decode-batch", type=int, default=64)
     p.add_argument("--decode-sentences", type=int, default=0, help="test sentences to decode (0 = all)")
     p.add_argument("--decode-repeats", type=int, default=2)
+    p.add_argument("--decode-devices", default="1,2",
+                   help="device counts for the Translator (default 1,2; CPU contexts get OMP_NUM_THREADS / N each)")
     p.add_argument("--memory-updates", type=int, default=0, help="RSS growth check over N updates of a tiny model")
     p.add_argument("--only-extras", action="store_true", help="skip the training sweep (decode/memory only)")
     p.add_argument("--json", type=Path, help="write all figures here")
@@ -487,16 +555,28 @@ def main(argv=None) -> int:
               f"after {mem['updates']}; median of the samples {mem['median_first_half']:.1f} MiB in the first half, "
               f"{mem['median_second_half']:.1f} MiB in the second; every 100 updates: {list(mem['rss_mib'].values())}")
     if args.decode:
-        spec = {**base, "data": {**data, "batch_size": 64}, "model_dir": args.decode_model_dir,
-                "train_epochs": args.decode_train_epochs, "beam": args.beam, "batch": args.decode_batch,
-                "sentences": args.decode_sentences, "repeats": args.decode_repeats}
-        report["decode"] = dec = _in_fresh_process(decode_worker, spec)
+        devices_decode = [int(x) for x in args.decode_devices.split(",") if x.strip()]
+        with tempfile.TemporaryDirectory(prefix="nmt-bench-dec-") as tmp:
+            spec = {**base, "data": {**data, "batch_size": 64}, "model_dir": args.decode_model_dir,
+                    "checkpoint": "best", "beam": args.beam, "batch": args.decode_batch, "gpus": args.gpus,
+                    "sentences": args.decode_sentences, "repeats": args.decode_repeats}
+            if not args.decode_model_dir:   # train the benchmark model briefly, so that hypotheses end with EOS
+                spec["model_dir"] = str(Path(tmp) / "model")
+                spec["trained_updates"] = _in_fresh_process(decode_model_worker, spec, args.decode_train_epochs)
+                spec["checkpoint"] = "latest"
+            report["decode"] = dec = run_decode(spec, devices_decode)
         print(f"decode {dec['test_set']} ({dec['sentences']} sentences, beam {dec['beam']}, batch {dec['batch']}): "
               f"beam_search {dec['beam_search']['sent_per_s']:.0f} sent/s vs gluonnlp BeamSearchSampler "
               f"{dec['gluonnlp_beam_search_sampler']['sent_per_s']:.0f} (x{dec['speedup_vs_gluonnlp']:.2f}, "
               f"{dec['identical_outputs']}/{dec['sentences']} identical); Translator beam "
               f"{dec['translator_beam']['sent_per_s']:.0f}, greedy {dec['translator_greedy']['sent_per_s']:.0f} "
               f"sent/s; peak RSS {dec['peak_rss_mib']:.0f} MiB")
+        for m in dec["multi_device"]:
+            print(f"  Translator on {len(m['devices'])} devices ({', '.join(m['devices'])}, OMP threads "
+                  f"{m['omp_num_threads']} each): beam {m['translator_beam']['sent_per_s']:.0f} sent/s "
+                  f"(x{m['beam_vs_gluonnlp']:.2f} gluonnlp's sampler, x{m['beam_vs_1_device_translator']:.2f} the "
+                  f"1-device Translator, {m['identical_to_1_device']}/{dec['sentences']} identical), greedy "
+                  f"{m['translator_greedy']['sent_per_s']:.0f}; peak RSS {m['peak_rss_mib']:.0f} MiB")
     report["loadavg_after"] = _loadavg()
     print(f"load average before {load_before}, after {report['loadavg_after']}")
     if args.json:

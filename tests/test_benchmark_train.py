@@ -36,3 +36,19 @@ def test_device_counts_take_turns_and_are_compared_per_round(shared_data, tmp_pa
 def test_a_worker_error_stops_the_benchmark_with_its_message(shared_data, tmp_path, monkeypatch):
     with pytest.raises(SystemExit, match=r"benchmark worker for 1 device\(s\): TokenizerError: vocab_size 300 is too small"):
         _bench(monkeypatch).main(["--data-dir", str(shared_data), "--vocab-size", "300", *TINY])
+
+
+def test_decoding_on_one_and_two_devices_takes_turns_with_the_same_output(shared_data, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "bench.json"
+    argv = ["--data-dir", str(shared_data), "--vocab-size", "1200", "--embed-size", "16", "--hidden-size", "16",
+            "--num-layers", "1", "--only-extras", "--no-peak", "--decode", "--decode-sentences", "40",
+            "--decode-train-epochs", "1", "--decode-repeats", "2", "--decode-batch", "8", "--json", str(out)]
+    assert _bench(monkeypatch).main(argv) == 0
+    dec = json.loads(out.read_text())["decode"]
+    assert dec["sentences"] == 40 and dec["identical_outputs"] == 40   # our search == gluonnlp's sampler
+    for name in ("beam_search", "gluonnlp_beam_search_sampler", "translator_beam", "translator_greedy"):
+        assert len(dec[name]["seconds"]) == 2 and dec[name]["sent_per_s"] > 0
+    two, = dec["multi_device"]
+    assert two["devices"] == ["cpu(0)", "cpu(1)"] and two["identical_to_1_device"] == 40
+    assert len(two["translator_beam"]["seconds"]) == 2 and two["beam_vs_gluonnlp"] > 0
+    assert "Translator on 2 devices" in capsys.readouterr().out
