@@ -126,19 +126,21 @@ def peak_worker(size: int = 2048, repeats: int = 7) -> dict:
             "fc_gflops": rate(lambda: mx.nd.FullyConnected(a, b, no_bias=True, num_hidden=size))}
 
 
+def run_worker(body, spec: dict, conn) -> None:
+    """A benchmark process: `body(spec, conn)` (`train_worker`, `decode_worker`), its error sent to the
+    orchestrator, which stops with it (the traceback stays in this process)."""
+    try:
+        body(spec, conn)
+    except Exception as e:
+        conn.send({"error": f"{type(e).__name__}: {e}"})
+        raise
+
+
 def train_worker(spec: dict, conn) -> None:
     """One (devices, batch) configuration in its own process, driven over `conn`: "warmup" runs the warm-up
     updates, "window" one timed window (its figures are sent back), "finish" sends the configuration's details
     and ends. The orchestrator interleaves the windows of every device count, so a change of load on the
     machine hits them alike."""
-    try:
-        _train_worker(spec, conn)
-    except Exception as e:   # to the orchestrator, which stops with it (the traceback stays in this process)
-        conn.send({"error": f"{type(e).__name__}: {e}"})
-        raise
-
-
-def _train_worker(spec: dict, conn) -> None:
     if spec.get("omp_num_threads"):   # before MXNet (and its OpenMP runtime) is loaded in this fresh process
         os.environ["OMP_NUM_THREADS"] = str(spec["omp_num_threads"])
     import mxnet as mx
@@ -182,7 +184,7 @@ def run_interleaved(specs: List[dict], worker=None) -> List[dict]:
     try:
         for spec in specs:
             mine, theirs = ctx.Pipe()
-            proc = ctx.Process(target=worker or train_worker, args=(spec, theirs), daemon=True)
+            proc = ctx.Process(target=run_worker, args=(worker or train_worker, spec, theirs), daemon=True)
             proc.start()
             procs.append(proc)
             conns.append(mine)
@@ -234,14 +236,6 @@ def decode_worker(spec: dict, conn) -> None:
     (seconds per method sent back), "finish" sends the details. One device: our batched beam search, gluonnlp's
     BeamSearchSampler on the same batches and model, and the Translator (beam and greedy); several: the Translator,
     its batches shared out among the devices."""
-    try:
-        _decode_worker(spec, conn)
-    except Exception as e:   # to the orchestrator, which stops with it (the traceback stays in this process)
-        conn.send({"error": f"{type(e).__name__}: {e}"})
-        raise
-
-
-def _decode_worker(spec: dict, conn) -> None:
     if spec.get("omp_num_threads"):   # before MXNet (and its OpenMP runtime) is loaded in this fresh process
         os.environ["OMP_NUM_THREADS"] = str(spec["omp_num_threads"])
     import mxnet as mx
