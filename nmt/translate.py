@@ -1,4 +1,5 @@
 """Inference: `Translator.from_dir(path).translate(lines)`, used by the script, evaluation and notebooks alike.
+On several devices (`from_dir(path, ctx=[...])`) each device decodes its share of the length-sorted batches.
 
 Also the pieces around it: reading raw input lines and streaming a large input through the translator in chunks
 (`translate_stream`), and the interactive prompt. Scoring test sets and scores.json live in `nmt.scoring`.
