@@ -70,8 +70,10 @@ MODEL_FLAGS = [
          boolean=True),
     Flag("--no-tie-weights", "model", "tie_weights", help="separate output weights (needed if embed != hidden size)",
          boolean=True, negate=True),
-    Flag("--lexical-model", "model", "lexical_model", help="add a lexical model: the attention-weighted source "
-         "embeddings feed the output layer too (Nguyen & Chiang 2018)", boolean=True),
+    Flag("--lexical-model", "model", "lexical_model", help="a lexical model: the attention-weighted source "
+         "embeddings feed the output layer too (Nguyen & Chiang 2018; default)", boolean=True),
+    Flag("--no-lexical-model", "model", "lexical_model", help="no lexical model (the plain attention decoder)",
+         boolean=True, negate=True),
 ]
 OPTIM_FLAGS = [
     Flag("--optimizer", "optim", "optimizer", str, "optimizer"),

@@ -58,7 +58,7 @@ class ModelConfig:
     dropout: float = 0.4                 # dropout on embeddings, between layers and before the output
     tie_weights: bool = True             # share target embedding and output projection (embed==hidden needed)
     word_dropout: float = 0.2            # drop whole source/target token embeddings in training (Sennrich & Zhang 2019)
-    lexical_model: bool = False          # attention-weighted source embeddings also feed the output layer
+    lexical_model: bool = True           # attention-weighted source embeddings also feed the output layer
                                          # (Nguyen & Chiang 2018), for rare words in small data
 
 
@@ -114,6 +114,7 @@ class DecodeConfig:
 # default: fields whose default changed after they were added are listed here with their old value.
 ABSENT_MEANS: Dict[tuple, Any] = {
     ("model", "word_dropout"): 0.0,      # the default became 0.2 after models were trained without word dropout
+    ("model", "lexical_model"): False,   # models from before the lexical model had none
 }
 
 

@@ -487,7 +487,7 @@ def main(argv=None) -> int:
                 vocab_size=args.vocab_size)
     model = dict(embed_size=args.embed_size, hidden_size=args.hidden_size, num_layers=args.num_layers,
                  attention=args.attention, dropout=args.dropout, tie_weights=args.tie_weights,
-                 word_dropout=0.0)   # as in the GNMT recipe this is compared with
+                 word_dropout=0.0, lexical_model=False)   # as in the GNMT recipe this is compared with
     try:
         splits = load_data(DataConfig(**data))   # here only to fail early with a clear message
     except (ConfigError, OSError, ValueError) as e:
@@ -542,7 +542,8 @@ def main(argv=None) -> int:
                      f"{100 * row['frac_of_onednn_peak']:.0f}% of oneDNN sgemm" if peak else ""))
     report["train"] = rows
     if args.memory_updates:
-        tiny = {**base, "model": dict(embed_size=32, hidden_size=32, num_layers=1, dropout=0.1, word_dropout=0.0),
+        tiny = {**base, "model": dict(embed_size=32, hidden_size=32, num_layers=1, dropout=0.1, word_dropout=0.0,
+                                      lexical_model=False),
                 "data": {**data, "batch_size": 32}, "updates": args.memory_updates}
         report["memory"] = mem = _in_fresh_process(memory_worker, tiny)
         print(f"memory: RSS {mem['rss_at_100']:.0f} MiB after 100 updates of a tiny model, {mem['rss_at_end']:.0f} MiB "

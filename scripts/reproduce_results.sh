@@ -24,12 +24,13 @@
 # The vocabulary-1,200 pair, likewise:
 #   OMP_NUM_THREADS=1 nohup scripts/reproduce_results.sh abl-worddrop0.2-vocab1200 > q1.log 2>&1 &
 #   OMP_NUM_THREADS=1 nohup scripts/reproduce_results.sh abl-worddrop0.2-vocab1200-seed2 > q2.log 2>&1 &
-# The lexical-model pair, likewise:
+# The Tatoeba lexical-model pair, likewise:
 #   OMP_NUM_THREADS=1 nohup scripts/reproduce_results.sh abl-worddrop0.2-lex > q1.log 2>&1 &
 #   OMP_NUM_THREADS=1 nohup scripts/reproduce_results.sh abl-worddrop0.2-lex-seed2 > q2.log 2>&1 &
 # The all-data pair with Tatoeba weighted 4x (2 hours each, side by side; then scored as an ensemble):
 #   OMP_NUM_THREADS=1 nohup scripts/reproduce_results.sh all-ko-en-up4 > q1.log 2>&1 &
 #   OMP_NUM_THREADS=1 nohup scripts/reproduce_results.sh all-ko-en-up4-seed2 > q2.log 2>&1 &
+# and with the lexical model (all-ko-en-up4-lex, all-ko-en-up4-lex-seed2), likewise.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -40,12 +41,15 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
 
 # Settings shared by the all-data runs (chosen on the Tatoeba ablations below; see README "Results").
 ALL=(--recipe all --vocab-size 4000 --dropout 0.3 --label-smoothing 0.1 --batch-size 64 --valid-every 1000
-     --patience 8 --keep-last 5 --average-last 5 --time-budget 7200 --attention dot --word-dropout 0)
+     --patience 8 --keep-last 5 --average-last 5 --time-budget 7200 --attention dot --word-dropout 0
+     --no-lexical-model)
 # The Tatoeba-only runs: a 30-minute budget; the base of the ablations is the trainer's earlier defaults (no word
-# dropout): the ablations below made word dropout 0.2 the default.
-TAT=(--recipe tatoeba --time-budget 1800 --keep-last 5 --average-last 5 --attention dot --word-dropout 0)
-# Ensemble members: the defaults (word dropout 0.2, dot attention), 15 minutes each, no early stopping.
-TAT15=(--recipe tatoeba --time-budget 900 --keep-last 5 --average-last 5 --attention dot --word-dropout 0.2 --patience 0)
+# dropout, no lexical model): the ablations below made word dropout 0.2 and then the lexical model the defaults.
+TAT=(--recipe tatoeba --time-budget 1800 --keep-last 5 --average-last 5 --attention dot --word-dropout 0
+     --no-lexical-model)
+# Ensemble members: the defaults of then (word dropout 0.2, dot attention), 15 minutes each, no early stopping.
+TAT15=(--recipe tatoeba --time-budget 900 --keep-last 5 --average-last 5 --attention dot --word-dropout 0.2 --patience 0
+       --no-lexical-model)
 
 declare -A RUNS=(
   [all-ko-en]="--src ko --tgt en ${ALL[*]}"
@@ -53,6 +57,9 @@ declare -A RUNS=(
   # not in the default order (run it by name): the all-data mixture with Tatoeba weighted 4x
   [all-ko-en-up4]="--src ko --tgt en ${ALL[*]} --upsample tatoeba-manythings=4"
   [all-ko-en-up4-seed2]="--src ko --tgt en ${ALL[*]} --upsample tatoeba-manythings=4 --seed 2"
+  # and with the lexical model, likewise a pair
+  [all-ko-en-up4-lex]="--src ko --tgt en ${ALL[*]} --upsample tatoeba-manythings=4 --lexical-model"
+  [all-ko-en-up4-lex-seed2]="--src ko --tgt en ${ALL[*]} --upsample tatoeba-manythings=4 --lexical-model --seed 2"
   [tatoeba-ko-en]="--src ko --tgt en ${TAT[*]}"
   # ablations (one setting changed from tatoeba-ko-en each, then combinations of the winners)
   [abl-vocab8k]="--src ko --tgt en ${TAT[*]} --vocab-size 8000"
@@ -140,7 +147,7 @@ fi
 # two members side by side (not in the default order: run both by name).
 ENSEMBLES=("abl-worddrop0.2 abl-worddrop0.2-seed2" "ens15-seed1 ens15-seed2 ens15-seed3 ens15-seed4"
            "abl-worddrop0.2-vocab1200 abl-worddrop0.2-vocab1200-seed2" "all-ko-en-up4 all-ko-en-up4-seed2"
-           "abl-worddrop0.2-lex abl-worddrop0.2-lex-seed2")
+           "abl-worddrop0.2-lex abl-worddrop0.2-lex-seed2" "all-ko-en-up4-lex all-ko-en-up4-lex-seed2")
 leads=()
 for members in "${ENSEMBLES[@]}"; do
   read -r -a names <<< "$members"

@@ -29,6 +29,7 @@ def test_defaults_and_flags_map_onto_the_config():
     assert (cfg.train.accum_steps, cfg.train.gpus, cfg.train.progress) == (2, "4,5", False)
     assert (cfg.model.dropout, cfg.model.attention, cfg.model.tie_weights) == (0.3, "general", True)
     assert cfg.optim.schedule == "plateau" and cfg.train.model_dir == "models/tatoeba-en-ko"
+    assert cfg_of([]).model.lexical_model is True and cfg_of(["--no-lexical-model"]).model.lexical_model is False
 
 
 def test_explicit_files_replace_the_recipe():
@@ -102,13 +103,15 @@ def test_device_parsing():
 
 
 def test_a_key_missing_from_an_old_config_means_what_that_version_did(tmp_path):
-    """Models trained before --word-dropout existed had none: their config must not read as today's default."""
+    """Models trained before --word-dropout and --lexical-model existed had neither: their config must not read as
+    today's defaults."""
     from nmt.config import Config
     saved = Config().to_dict()
-    del saved["model"]["word_dropout"]
+    del saved["model"]["word_dropout"], saved["model"]["lexical_model"]
     path = tmp_path / "config.json"
     path.write_text(json.dumps(saved))
     assert Config.load(path).model.word_dropout == 0.0 and Config().model.word_dropout == 0.2
+    assert Config.load(path).model.lexical_model is False and Config().model.lexical_model is True
     saved["model"]["word_dropout"] = 0.3
     path.write_text(json.dumps(saved))
     assert Config.load(path).model.word_dropout == 0.3
