@@ -18,7 +18,8 @@ The same run measures the cores' sgemm rate through MXNet (`nd.dot`, and oneDNN'
 float32 products) and reports the training step's useful FLOP rate (nmt.model.count_flops_per_token x real
 tokens/s) as a fraction of it; `--decode` times batched beam search against gluonnlp's BeamSearchSampler on the
 recipe's first test set (same model, beam, batch, maximum length; identical output is checked), plus the
-Translator's beam and greedy rates; `--memory-updates N` trains a tiny model N updates and reports resident
+Translator's beam and greedy rates, on one device and on each count of `--decode-devices` (a process per count,
+taking turns round by round; CPU contexts get OMP_NUM_THREADS / N each); `--memory-updates N` trains a tiny model N updates and reports resident
 memory at 100 updates and at N. Every measurement runs in its own fresh process, so peak-memory figures are
 its own. Run it on an otherwise idle machine: the load average before and after is recorded.
 """
