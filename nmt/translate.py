@@ -144,15 +144,17 @@ class Translator:
             for what, mine, theirs in (("source", src_tok, o_src), ("target", tgt_tok, o_tgt)):
                 _check_member_vocabulary(other, model_dir, what, mine, theirs)
             others.append((other, o_cfg))
-        net, path = _load_net(model_dir, cfg, src_tok, tgt_tok, which, ctx)
-        tr = cls(net, src_tok, tgt_tok, decode, ctx=ctx)
-        tr.model_dir, tr.checkpoint, tr.params_file, tr.config = model_dir, str(which), path, cfg
-        for other, o_cfg in others:
-            tr.members.append(_load_net(other, o_cfg, src_tok, tgt_tok, which, ctx)[0])
-            tr.member_dirs.append(other)
         dirs = [(model_dir, cfg)] + others
+
+        def load_members(c: mx.Context) -> list:
+            return [_load_net(d, d_cfg, src_tok, tgt_tok, which, c)[0] for d, d_cfg in dirs]
+        first = load_members(ctx)
+        tr = cls(first[0], src_tok, tgt_tok, decode, ctx=ctx)
+        tr.model_dir, tr.checkpoint, tr.config = model_dir, str(which), cfg
+        tr.params_file = ckpt.params_path(model_dir, str(which))
+        tr.members, tr.member_dirs = first, [d for d, _ in others]
         for c in ctxs[1:]:   # a hybridized block is not safe to call from two threads: one copy per device
-            tr.replicas.append((c, [_load_net(d, d_cfg, src_tok, tgt_tok, which, c)[0] for d, d_cfg in dirs]))
+            tr.replicas.append((c, load_members(c)))
         return tr
 
     @property
