@@ -30,7 +30,8 @@
 # The all-data pair with Tatoeba weighted 4x (2 hours each, side by side; then scored as an ensemble):
 #   OMP_NUM_THREADS=1 nohup scripts/reproduce_results.sh all-ko-en-up4 > q1.log 2>&1 &
 #   OMP_NUM_THREADS=1 nohup scripts/reproduce_results.sh all-ko-en-up4-seed2 > q2.log 2>&1 &
-# and with the lexical model (all-ko-en-up4-lex, all-ko-en-up4-lex-seed2), likewise.
+# and with the lexical model (all-ko-en-up4-lex, all-ko-en-up4-lex-seed2), likewise; en->ko on the same recipe
+# (all-en-ko-up4-lex, all-en-ko-up4-lex-seed2), likewise.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -60,6 +61,9 @@ declare -A RUNS=(
   # and with the lexical model, likewise a pair
   [all-ko-en-up4-lex]="--src ko --tgt en ${ALL[*]} --upsample tatoeba-manythings=4 --lexical-model"
   [all-ko-en-up4-lex-seed2]="--src ko --tgt en ${ALL[*]} --upsample tatoeba-manythings=4 --lexical-model --seed 2"
+  # en->ko on the recipe of the ko->en pair above
+  [all-en-ko-up4-lex]="--src en --tgt ko ${ALL[*]} --upsample tatoeba-manythings=4 --lexical-model"
+  [all-en-ko-up4-lex-seed2]="--src en --tgt ko ${ALL[*]} --upsample tatoeba-manythings=4 --lexical-model --seed 2"
   [tatoeba-ko-en]="--src ko --tgt en ${TAT[*]}"
   # ablations (one setting changed from tatoeba-ko-en each, then combinations of the winners)
   [abl-vocab8k]="--src ko --tgt en ${TAT[*]} --vocab-size 8000"
@@ -147,7 +151,8 @@ fi
 # two members side by side (not in the default order: run both by name).
 ENSEMBLES=("abl-worddrop0.2 abl-worddrop0.2-seed2" "ens15-seed1 ens15-seed2 ens15-seed3 ens15-seed4"
            "abl-worddrop0.2-vocab1200 abl-worddrop0.2-vocab1200-seed2" "all-ko-en-up4 all-ko-en-up4-seed2"
-           "abl-worddrop0.2-lex abl-worddrop0.2-lex-seed2" "all-ko-en-up4-lex all-ko-en-up4-lex-seed2")
+           "abl-worddrop0.2-lex abl-worddrop0.2-lex-seed2" "all-ko-en-up4-lex all-ko-en-up4-lex-seed2"
+           "all-en-ko-up4-lex all-en-ko-up4-lex-seed2")
 leads=()
 for members in "${ENSEMBLES[@]}"; do
   read -r -a names <<< "$members"
