@@ -39,8 +39,8 @@ setup(
     entry_points={
         "console_scripts": [
             "nmt-train=nmt.cli:train_main",
-            "nmt-translate=nmt.cli:translate_main",
-            "nmt-evaluate=nmt.cli:evaluate_main",
+            "nmt-translate=nmt.cli_decode:translate_main",
+            "nmt-evaluate=nmt.cli_decode:evaluate_main",
             "nmt-launch=nmt.distributed:main",
         ]
     },

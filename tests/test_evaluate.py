@@ -10,7 +10,7 @@ import pytest
 import sacrebleu
 
 from nmt import checkpoint as ckpt
-from nmt.cli import evaluate_main
+from nmt.cli_decode import evaluate_main
 from nmt.config import Config
 from nmt.scoring import record_scores
 from nmt.translate import Translator

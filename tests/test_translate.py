@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from nmt import checkpoint as ckpt
-from nmt.cli import translate_main
+from nmt.cli_decode import translate_main
 from nmt.corpus import CorpusError
 from nmt.tokenizer import UNK_ID
 from nmt.translate import Translator, interactive, one_line, read_raw_lines, translate_stream

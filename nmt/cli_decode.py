@@ -1,0 +1,228 @@
+"""Command lines of translation and evaluation (`nmt-translate`, `nmt-evaluate`): the model and decoding flags,
+whose defaults come from the model's saved config, over `nmt.translate` and `nmt.scoring`. Training's command line
+and the flag table are in `nmt.cli`.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+from nmt.cli import DECODE_FLAGS, run_cli
+from nmt.config import Config, ConfigError
+
+
+def _add_model_decode_args(p: argparse.ArgumentParser) -> None:
+    """--model-dir, --checkpoint, --gpus and the decoding flags, whose defaults come from the model's config.json."""
+    g = p.add_argument_group("model")
+    g.add_argument("--model-dir", required=True, type=Path, help="model directory written by nmt-train")
+    g.add_argument("--checkpoint", default="best", metavar="WHICH",
+                   help="best, latest, avg or a step number (default: best)")
+    g.add_argument("--ensemble", nargs="+", type=Path, default=[], metavar="DIR",
+                   help="further model directories (same languages and vocabularies) that decode together with "
+                        "--model-dir, following the mean of their log-probabilities; --checkpoint applies to all")
+    g.add_argument("--gpus", help="decode on GPUs: a count or ids as for training; batches are shared out among "
+                                  "them (omit for CPU)")
+    g.add_argument("--cpu-devices", type=int, default=1, metavar="N",
+                   help="without --gpus: decode on N CPU contexts side by side, each with its own copy of the model "
+                        "(set OMP_NUM_THREADS to cores / N; default 1)")
+    g.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    d = p.add_argument_group("decoding (defaults: the model's saved decode config)")
+    for f in DECODE_FLAGS:
+        d.add_argument(f.flag, dest=f"decode.{f.field}", type=f.type, default=argparse.SUPPRESS,
+                       metavar=f.field.upper(), help=f.help)
+    d.add_argument("--nbest", dest="decode.nbest", type=int, default=argparse.SUPPRESS, metavar="K",
+                   help="output the K best translations with their scores, one JSON object per input line")
+
+
+def _load_translator(args: argparse.Namespace):
+    """A Translator for --model-dir/--checkpoint on the requested device, decode flags over the saved config."""
+    import dataclasses
+    from nmt import checkpoint as ckpt
+    from nmt.log import setup_logging
+    from nmt.parallel import parse_devices
+    from nmt.translate import Translator
+    setup_logging(None, level=logging.DEBUG if args.verbose else logging.INFO)
+    path = Path(args.model_dir) / ckpt.CONFIG
+    if not path.is_file():
+        raise ckpt.CheckpointError(f"--model-dir {args.model_dir}: {path.name} not found; give a directory "
+                                   "written by nmt-train")
+    overrides = {k.split(".", 1)[1]: v for k, v in vars(args).items() if k.startswith("decode.")}
+    decode = dataclasses.replace(Config.load(path).decode, **overrides)
+    ctxs = parse_devices(args.gpus, args.cpu_devices)
+    return Translator.from_dir(args.model_dir, args.checkpoint, ctx=ctxs, decode=decode, ensemble=args.ensemble)
+
+
+def build_translate_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="nmt-translate", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Translate text with a trained model: one output line per input line, in input order "
+                    "(an empty line gives an empty line). Reads stdin and writes stdout unless --input/--output "
+                    "are given; on a terminal it prompts for sentences.",
+        epilog="Examples:\n  echo '안녕하세요.' | python scripts/translate.py --model-dir models/tatoeba-ko-en\n"
+               "  python scripts/translate.py --model-dir M --input test.ko --output test.en --beam-size 1\n"
+               "  python scripts/translate.py --model-dir M --nbest 3 --beam-size 5 < in.ko > nbest.jsonl\n")
+    _add_model_decode_args(p)
+    g = p.add_argument_group("input and output")
+    g.add_argument("--input", help="input file, UTF-8, one sentence per line (default: stdin)")
+    g.add_argument("--output", help="output file (default: stdout); written and flushed chunk by chunk")
+    g.add_argument("--chunk-lines", type=int, default=1000,
+                   help="lines translated (length-sorted) and written at a time (default: 1000)")
+    g.add_argument("--on-invalid-utf8", choices=("error", "replace"), default="error",
+                   help="a line that is not UTF-8: stop with an error naming it after writing every line before "
+                        "it (default), or replace the bad bytes with U+FFFD and warn")
+    g.add_argument("--plot-attention", metavar="DIR", type=Path,
+                   help="also save the attention heatmap of each line's greedy translation as DIR/line-N.png")
+    return p
+
+
+def translate_main(argv: Optional[List[str]] = None) -> int:
+    args = build_translate_parser().parse_args(argv)
+
+    def main() -> int:
+        import contextlib
+        import os
+        from nmt.corpus import CorpusError
+        from nmt.plot import attention_saver
+        from nmt.translate import CHARS_PER_TOKEN, interactive, read_raw_lines, translate_stream
+        if args.chunk_lines < 1:
+            raise ConfigError(f"--chunk-lines must be >= 1 (got {args.chunk_lines})")
+        tr = _load_translator(args)
+        if args.plot_attention and args.ensemble:
+            raise ConfigError("--plot-attention shows one model's attention; it cannot be used with --ensemble")
+        plot = attention_saver(tr, args.plot_attention) if args.plot_attention else None
+        nbest = tr.decode.nbest
+        stdin, stdout = args.input in (None, "-"), args.output in (None, "-")
+        if stdout and hasattr(sys.stdout, "reconfigure"):
+            sys.stdout.reconfigure(encoding="utf-8")   # whatever the locale says
+        if stdin and sys.stdin.isatty():
+            if stdout:
+                return interactive(tr, nbest, plot)
+            args.chunk_lines = 1   # typed lines: translate and write each one at once
+        name = "<stdin>" if stdin else args.input
+        with contextlib.ExitStack() as stack:
+            if stdin:
+                src = sys.stdin.buffer
+            else:
+                try:
+                    src = stack.enter_context(open(args.input, "rb"))
+                except OSError as e:
+                    raise CorpusError(f"--input {args.input}: cannot read ({e.strerror})") from None
+            if stdout:
+                out = sys.stdout
+            else:
+                try:
+                    out = stack.enter_context(open(args.output, "w", encoding="utf-8", newline="\n"))
+                except OSError as e:
+                    raise CorpusError(f"--output {args.output}: cannot write ({e.strerror})") from None
+            max_bytes = tr.decode.max_input_tokens * CHARS_PER_TOKEN * 4   # 4 = longest UTF-8 character
+            try:
+                stats = translate_stream(tr, read_raw_lines(src, max_bytes), out, name=name,
+                                         chunk_lines=args.chunk_lines, on_invalid=args.on_invalid_utf8,
+                                         nbest=nbest, on_chunk=plot)
+            except BrokenPipeError:   # e.g. `| head`: the reader is gone, nothing more to write
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+                return 141
+        logging.getLogger("nmt.translate").info(
+            "translated %d lines in %.1f s (%.1f lines/s)%s%s", stats.lines, stats.seconds,
+            stats.lines / max(stats.seconds, 1e-9), f"; {tr.truncated} truncated" if tr.truncated else "",
+            f"; {stats.invalid_utf8} with invalid UTF-8 replaced" if stats.invalid_utf8 else "")
+        return 0
+    return run_cli(main)
+
+
+def build_evaluate_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="nmt-evaluate", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Translate a test set and score it with sacreBLEU (BLEU 13a and chrF with their signatures; "
+                    "for Korean output also BLEU with the ko-mecab tokenizer). Scores are merged into the model "
+                    "directory's scores.json, keyed by test set and checkpoint.",
+        epilog="Examples:\n  python scripts/evaluate.py --model-dir M --src-file test.ko --ref-file test.en\n"
+               "  python scripts/evaluate.py --model-dir M --recipe-tests --data-dir ../shared/data --json\n")
+    _add_model_decode_args(p)
+    g = p.add_argument_group("test data")
+    g.add_argument("--src-file", help="source sentences, one per line, in the model's source language")
+    g.add_argument("--ref-file", help="reference translations, line-aligned with --src-file")
+    g.add_argument("--name", help="test-set name in scores.json (default: the --src-file path)")
+    g.add_argument("--recipe-tests", action="store_true", help="score every test set of the model's recipe")
+    g.add_argument("--dev-set", action="store_true",
+                   help="score the dev set the model was validated on (its recipe's held-out split or its dev "
+                        "files), e.g. to choose checkpoints, beams or ensemble members without the test sets; "
+                        "recorded as 'dev', which results tables leave out")
+    g.add_argument("--data-dir", help="offline mirror for --recipe-tests / --dev-set (default: the model's, or "
+                                      "$NMT_DATA_DIR)")
+    g.add_argument("--max-sentences", type=int, default=0, help="score only the first N sentences (0 = all)")
+    o = p.add_argument_group("output")
+    o.add_argument("--json", nargs="?", const="-", metavar="FILE",
+                   help="write the results as JSON to FILE, or to stdout instead of the text report")
+    o.add_argument("--hyp-dir", type=Path, help="also write the translations as DIR/<test name>.<tgt>")
+    o.add_argument("--no-save", action="store_true", help="do not record the scores in MODEL_DIR/scores.json")
+    return p
+
+
+def _test_sets(args: argparse.Namespace, tr) -> dict:
+    """name -> Pairs of what to score (a file pair, the recipe's test sets or the model's dev set)."""
+    from nmt.corpus import CorpusError, Pairs, read_lines
+    from nmt.scoring import model_dev_set, recipe_tests
+    files = bool(args.src_file or args.ref_file)
+    if files + args.recipe_tests + args.dev_set != 1:
+        raise ConfigError("give one of: --src-file and --ref-file, --recipe-tests, --dev-set")
+    if args.recipe_tests:
+        return recipe_tests(tr.config, args.data_dir)
+    if args.dev_set:
+        return model_dev_set(tr.config, args.data_dir)
+    if not (args.src_file and args.ref_file):
+        raise ConfigError("--src-file and --ref-file must be given together")
+    src, ref = read_lines(args.src_file), read_lines(args.ref_file)
+    if len(src) != len(ref):
+        raise CorpusError(f"line counts differ: --src-file {args.src_file} has {len(src)} lines but --ref-file "
+                          f"{args.ref_file} has {len(ref)}; they must be line-aligned (line i of the references "
+                          "translates line i of the source)")
+    name = args.name or str(Path(args.src_file).resolve())
+    return {name: Pairs(src, ref, name)}
+
+
+def evaluate_main(argv: Optional[List[str]] = None) -> int:
+    args = build_evaluate_parser().parse_args(argv)
+
+    def main() -> int:
+        from nmt.atomic import atomic_write_text
+        from nmt.scoring import checkpoint_info, score_test_set
+        if args.max_sentences < 0:
+            raise ConfigError(f"--max-sentences must be >= 0 (got {args.max_sentences})")
+        tr = _load_translator(args)
+        tests = _test_sets(args, tr)
+        info = checkpoint_info(tr.model_dir, tr.checkpoint)
+        d = tr.decode
+        results = {}
+        for name, pairs in tests.items():
+            entry, hyps, sc = score_test_set(
+                tr, name, pairs, max_sentences=args.max_sentences, save=not args.no_save,
+                extra={"source": (f"recipe {tr.config.data.recipe}" if (args.recipe_tests or args.dev_set)
+                                  and tr.config.data.recipe else None),
+                       "src_file": str(Path(args.src_file).resolve()) if args.src_file else None,
+                       "ref_file": str(Path(args.ref_file).resolve()) if args.ref_file else None})
+            seconds = entry["seconds"]
+            results[name] = entry
+            if args.hyp_dir:
+                atomic_write_text(args.hyp_dir / f"{Path(name).name}.{tr.tgt_lang}", "".join(h + "\n" for h in hyps))
+            if args.json != "-":
+                print(f"{name}: {sc.n} sentences, checkpoint {tr.checkpoint} ({info['params_file']}"
+                      f"{', step %s' % info['step'] if info['step'] else ''}), beam {d.beam_size}, {seconds:.1f} s"
+                      + (f", ensemble of {len(tr.members)} models" if tr.member_dirs else ""))
+                print(f"  BLEU            {sc.bleu:6.2f}  {sc.bleu_signature}")
+                print(f"  chrF            {sc.chrf:6.2f}  {sc.chrf_signature}")
+                for k, v in sc.extra.items():
+                    print(f"  {k:<15} {v:6.2f}  {sc.extra_signatures.get(k, '')}")
+        report = {"model_dir": str(tr.model_dir.resolve()), "checkpoint": tr.checkpoint, "results": results}
+        if args.json == "-":
+            print(json.dumps(report, indent=2, ensure_ascii=False))
+        elif args.json:
+            atomic_write_text(Path(args.json), json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+        if not args.no_save:
+            print(f"scores recorded in {tr.model_dir / 'scores.json'}", file=sys.stderr)
+        return 0
+    return run_cli(main)
