@@ -2,36 +2,20 @@
 # Reproduce the README's "Results": train every run below, score it on its recipe's test sets, then regenerate
 # results/results.md, results/results.json, results/ablation.md and results/curves.png from the model directories.
 #
-#   scripts/reproduce_results.sh                 # every run, in order
-#   scripts/reproduce_results.sh all-ko-en       # only these runs (then the tables)
-#   NMT_DATA_DIR=../shared/data MODELS=models scripts/reproduce_results.sh
+#   NMT_DATA_DIR=../shared/data scripts/reproduce_results.sh            # every run (about 15 hours on 2 cores)
+#   NMT_DATA_DIR=../shared/data scripts/reproduce_results.sh headline   # the chosen recipe only (about 5 hours)
+#   scripts/reproduce_results.sh all-ko-en-up4-lex ...                  # only these runs, one after another
+#
+# Without run names (or with `headline`) it trains two queues side by side, one core each (OMP_NUM_THREADS=1,
+# logs in $MODELS/queue-1.log and queue-2.log), as the README's figures were measured: the two members of every
+# ensemble train at the same time, one per queue, and every run shares the machine with one other run. Then it
+# scores the ensembles and regenerates the tables with all cores. Run it under nohup; it takes hours.
 #
 # Each run is resumable: run the script again after an interruption and an unfinished run continues (--resume)
-# with its time budget counting the time already spent; a finished run is not trained again. Each direction of
-# the all-data recipe trains for at most 2 hours, the Tatoeba runs for at most 30 minutes (wall time, validation
-# included). Long runs: nohup scripts/reproduce_results.sh > reproduce.log 2>&1 &
-# Two queues side by side on a 2-core machine, one core each (never two processes with 2 OpenMP threads each: they
-# slow each other down ~20x):
-#   OMP_NUM_THREADS=1 nohup scripts/reproduce_results.sh abl-worddrop0.2 all-ko-en all-en-ko abl-ls0 abl-mlp \
-#       abl-batch64 abl-plateau > q1.log 2>&1 &
-#   OMP_NUM_THREADS=1 nohup scripts/reproduce_results.sh abl-worddrop0.2-seed2 tatoeba-ko-en abl-vocab8k \
-#       abl-dropout0.2 abl-worddrop0.1 abl-subword0.2 abl-worddrop0.3-dropout0.5 abl-worddrop0.2-mlp \
-#       abl-worddrop0.2-mlp-plateau abl-worddrop0.2-plateau > q2.log 2>&1 &
-# (the two members of the Tatoeba ensemble first, one per queue: they train side by side, as measured)
-# The four 15-minute members of the other Tatoeba ensemble, two per queue, likewise side by side:
-#   OMP_NUM_THREADS=1 nohup scripts/reproduce_results.sh ens15-seed1 ens15-seed3 > q1.log 2>&1 &
-#   OMP_NUM_THREADS=1 nohup scripts/reproduce_results.sh ens15-seed2 ens15-seed4 > q2.log 2>&1 &
-# The vocabulary-1,200 pair, likewise:
-#   OMP_NUM_THREADS=1 nohup scripts/reproduce_results.sh abl-worddrop0.2-vocab1200 > q1.log 2>&1 &
-#   OMP_NUM_THREADS=1 nohup scripts/reproduce_results.sh abl-worddrop0.2-vocab1200-seed2 > q2.log 2>&1 &
-# The Tatoeba lexical-model pair, likewise:
-#   OMP_NUM_THREADS=1 nohup scripts/reproduce_results.sh abl-worddrop0.2-lex > q1.log 2>&1 &
-#   OMP_NUM_THREADS=1 nohup scripts/reproduce_results.sh abl-worddrop0.2-lex-seed2 > q2.log 2>&1 &
-# The all-data pair with Tatoeba weighted 4x (2 hours each, side by side; then scored as an ensemble):
-#   OMP_NUM_THREADS=1 nohup scripts/reproduce_results.sh all-ko-en-up4 > q1.log 2>&1 &
-#   OMP_NUM_THREADS=1 nohup scripts/reproduce_results.sh all-ko-en-up4-seed2 > q2.log 2>&1 &
-# and with the lexical model (all-ko-en-up4-lex, all-ko-en-up4-lex-seed2), likewise; en->ko on the same recipe
-# (all-en-ko-up4-lex, all-en-ko-up4-lex-seed2), likewise.
+# with its time budget counting the time already spent; a finished run is not trained or scored again. Each
+# direction of the all-data recipe trains for at most 2 hours (two members side by side, 2 hours each), the
+# Tatoeba runs for at most 30 minutes (wall time, validation included). Never start two processes with 2 OpenMP
+# threads each on a 2-core machine: they slow each other down ~20x.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -94,10 +78,54 @@ declare -A RUNS=(
   [ens15-seed3]="--src ko --tgt en ${TAT15[*]} --seed 3"
   [ens15-seed4]="--src ko --tgt en ${TAT15[*]} --seed 4"
 )
-ORDER=(abl-worddrop0.2 abl-worddrop0.2-seed2 tatoeba-ko-en all-ko-en all-en-ko abl-vocab8k abl-dropout0.2 abl-ls0
-       abl-mlp abl-batch64 abl-plateau abl-worddrop0.1 abl-subword0.2 abl-worddrop0.3-dropout0.5 abl-worddrop0.2-mlp
-       abl-worddrop0.2-mlp-plateau abl-worddrop0.2-plateau)
-[ $# -gt 0 ] && ORDER=("$@")
+# The two queues of a full run, one core each: the members of a pair (an ensemble, or runs compared in the README)
+# at the same position, so that they train side by side. The chosen recipe first: the Tatoeba-only pair, then
+# ko->en and en->ko on all data.
+HEADLINE_1=(abl-worddrop0.2-lex all-ko-en-up4-lex all-en-ko-up4-lex)
+HEADLINE_2=(abl-worddrop0.2-lex-seed2 all-ko-en-up4-lex-seed2 all-en-ko-up4-lex-seed2)
+QUEUE_1=("${HEADLINE_1[@]}" abl-worddrop0.2 all-ko-en-up4 abl-worddrop0.2-vocab1200 ens15-seed1 ens15-seed3
+         tatoeba-ko-en all-ko-en abl-ls0 abl-mlp abl-batch64 abl-plateau abl-worddrop0.2-mlp-plateau
+         abl-worddrop0.2-plateau)
+QUEUE_2=("${HEADLINE_2[@]}" abl-worddrop0.2-seed2 all-ko-en-up4-seed2 abl-worddrop0.2-vocab1200-seed2 ens15-seed2
+         ens15-seed4 abl-vocab8k all-en-ko abl-dropout0.2 abl-worddrop0.1 abl-subword0.2 abl-worddrop0.3-dropout0.5
+         abl-worddrop0.2-mlp)
+
+for name in "$@"; do
+  if [ "$name" = headline ]; then
+    [ $# = 1 ] || { echo "headline stands alone (it names six runs); got: $*" >&2; exit 2; }
+  elif [ -z "${RUNS[$name]+x}" ]; then
+    echo "unknown run $name (known: headline ${!RUNS[*]})" >&2; exit 2
+  fi
+done
+stop_queues() {   # SIGTERM/Ctrl-C: stop the queues, then let their trainers save a checkpoint and exit
+  local p c kids trainers=()
+  for p in "$@"; do
+    kids=$(pgrep -P "$p" || true)
+    kill -TERM "$p" 2>/dev/null || true   # first the queue, so that it starts nothing new
+    for c in $kids; do kill -TERM "$c" 2>/dev/null && trainers+=("$c"); done
+  done
+  for c in "${trainers[@]}"; do while kill -0 "$c" 2>/dev/null; do sleep 1; done; done
+  echo "stopped; run the script again to resume" >&2
+  exit 143
+}
+if [ $# -eq 0 ] || [ "$*" = headline ]; then
+  if [ $# -eq 0 ]; then q1=("${QUEUE_1[@]}"); q2=("${QUEUE_2[@]}"); else q1=("${HEADLINE_1[@]}"); q2=("${HEADLINE_2[@]}"); fi
+  mkdir -p "$MODELS"
+  echo "== queue 1 (log: $MODELS/queue-1.log): ${q1[*]}"
+  echo "== queue 2 (log: $MODELS/queue-2.log): ${q2[*]}"
+  # each queue trains and scores its runs only; ensembles and tables once both are done, here
+  REPRODUCE_QUEUE=1 OMP_NUM_THREADS=1 bash "$0" "${q1[@]}" > "$MODELS/queue-1.log" 2>&1 & p1=$!
+  REPRODUCE_QUEUE=1 OMP_NUM_THREADS=1 bash "$0" "${q2[@]}" > "$MODELS/queue-2.log" 2>&1 & p2=$!
+  trap 'stop_queues $p1 $p2' TERM INT
+  failed=0
+  wait $p1 || { echo "queue 1 failed: see $MODELS/queue-1.log" >&2; failed=1; }
+  wait $p2 || { echo "queue 2 failed: see $MODELS/queue-2.log" >&2; failed=1; }
+  trap - TERM INT
+  [ $failed = 0 ] || exit 1
+  ORDER=()
+else
+  ORDER=("$@")
+fi
 
 stopped() {   # why the run in $1 stopped ("" while unfinished or never started)
   "$PY" -c 'import json,sys; print(json.load(open(sys.argv[1])).get("stopped") or "")' "$1/state.json" 2>/dev/null || true
@@ -117,7 +145,7 @@ score_checkpoints() {   # test scores of the best and the averaged checkpoint of
 }
 
 for name in "${ORDER[@]}"; do
-  flags=${RUNS[$name]:?"unknown run $name (known: ${!RUNS[*]})"}
+  flags=${RUNS[$name]}
   dir="$MODELS/$name"
   if finished "$dir"; then
     echo "== $name: finished earlier ($(stopped "$dir"))"
@@ -131,6 +159,8 @@ for name in "${ORDER[@]}"; do
   "$PY" scripts/train.py $flags --data-dir "$DATA_DIR" --model-dir "$dir" --no-progress "${resume[@]}"
   if finished "$dir"; then score_checkpoints "$dir"; fi
 done
+
+[ -n "${REPRODUCE_QUEUE:-}" ] && exit 0   # a queue of a full run: the parent does the rest
 
 # Decoding ablations on the Tatoeba run: beam size, length penalty, checkpoint averaging (no retraining).
 base="$MODELS/tatoeba-ko-en"
@@ -147,8 +177,8 @@ fi
 
 # Ensembles, each decoded from its members' averaged checkpoints once all have finished (scores recorded in the
 # first member's scores.json). The Tatoeba ones train on the 2-core machine in 30 minutes, one core per member:
-# two members of 30 minutes side by side, or four of 15 minutes two at a time; the all-data one in 2 hours, its
-# two members side by side (not in the default order: run both by name).
+# two members of 30 minutes side by side, or four of 15 minutes two at a time; the all-data ones in 2 hours, their
+# two members side by side.
 ENSEMBLES=("abl-worddrop0.2 abl-worddrop0.2-seed2" "ens15-seed1 ens15-seed2 ens15-seed3 ens15-seed4"
            "abl-worddrop0.2-vocab1200 abl-worddrop0.2-vocab1200-seed2" "all-ko-en-up4 all-ko-en-up4-seed2"
            "abl-worddrop0.2-lex abl-worddrop0.2-lex-seed2" "all-ko-en-up4-lex all-ko-en-up4-lex-seed2"

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -19,6 +21,8 @@ if args and args[0] == "-c":
     os.execv(REAL, [REAL] + args)
 with open(LOG, "a") as f:
     f.write(json.dumps(args) + "\n")
+with open(LOG + ".env", "a") as f:   # who called (the queue's shell) and with how many threads
+    f.write(json.dumps([os.getppid(), os.environ.get("OMP_NUM_THREADS")]) + "\n")
 def arg(name):
     return args[args.index(name) + 1] if name in args else None
 script = os.path.basename(args[0])
@@ -26,6 +30,11 @@ if script == "train.py":
     d = arg("--model-dir")
     os.makedirs(d, exist_ok=True)
     stop = os.environ.get("FAKE_STOP_" + os.path.basename(d).replace("-", "_"), "time_budget")
+    if os.environ.get("FAKE_TRAIN_SECONDS"):   # train until the time is up or SIGTERM, like the trainer
+        import signal, time
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(json.dump(
+            {"step": 1, "elapsed": 1.0, "stopped": "SIGTERM"}, open(os.path.join(d, "state.json"), "w")) or 143))
+        time.sleep(float(os.environ["FAKE_TRAIN_SECONDS"]))
     json.dump({"step": 1, "elapsed": 60.0, "stopped": stop}, open(os.path.join(d, "state.json"), "w"))
     open(os.path.join(d, "params.avg"), "w").close()
 elif script == "evaluate.py" and "--no-save" not in args:
@@ -41,18 +50,31 @@ elif script == "evaluate.py" and "--no-save" not in args:
 '''
 
 
-def run_script(tmp_path: Path, *names: str, **env) -> list:
+def script_env(tmp_path: Path, **env) -> dict:
+    """The environment that makes the script call the recorder instead of Python; the log starts empty."""
     log = tmp_path / "calls.jsonl"
     log.unlink(missing_ok=True)
+    Path(f"{log}.env").unlink(missing_ok=True)
     fake = tmp_path / "fake-python"
     fake.write_text(f"#!{sys.executable}\nREAL = {sys.executable!r}\nLOG = {str(log)!r}\n" + RECORDER)
     fake.chmod(0o755)
-    environ = {**os.environ, "PYTHON": str(fake), "MODELS": str(tmp_path / "models"),
-               "NMT_DATA_DIR": str(tmp_path / "data"), "OMP_NUM_THREADS": "1", **env}
-    proc = subprocess.run(["bash", str(REPO / "scripts" / "reproduce_results.sh"), *names], env=environ,
-                          capture_output=True, text=True, timeout=120)
+    return {**os.environ, "PYTHON": str(fake), "MODELS": str(tmp_path / "models"),
+            "NMT_DATA_DIR": str(tmp_path / "data"), "OMP_NUM_THREADS": "1", **env}
+
+
+def recorded(tmp_path: Path, with_callers: bool = False) -> list:
+    log = tmp_path / "calls.jsonl"
+    calls = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    if not with_callers:
+        return calls
+    return list(zip(calls, [json.loads(line) for line in Path(f"{log}.env").read_text().splitlines()]))
+
+
+def run_script(tmp_path: Path, *names: str, **env) -> list:
+    proc = subprocess.run(["bash", str(REPO / "scripts" / "reproduce_results.sh"), *names],
+                          env=script_env(tmp_path, **env), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    return recorded(tmp_path)
 
 
 def calls_of(calls: list, script: str) -> list:
@@ -96,3 +118,58 @@ def test_an_unknown_run_name_is_an_error(tmp_path):
     proc = subprocess.run(["bash", str(REPO / "scripts" / "reproduce_results.sh"), "no-such-run"],
                           env={**os.environ, "MODELS": str(tmp_path)}, capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0 and "unknown run no-such-run" in proc.stderr
+
+
+HEADLINE = [("abl-worddrop0.2-lex", "abl-worddrop0.2-lex-seed2"), ("all-ko-en-up4-lex", "all-ko-en-up4-lex-seed2"),
+            ("all-en-ko-up4-lex", "all-en-ko-up4-lex-seed2")]
+
+
+def test_headline_trains_two_queues_side_by_side_then_ensembles_once(tmp_path):
+    run_script(tmp_path, "headline", OMP_NUM_THREADS="2")
+    calls = recorded(tmp_path, with_callers=True)
+    train = [(Path(c[c.index("--model-dir") + 1]).name, caller) for c, caller in calls if c[0] == "scripts/train.py"]
+    queues = {}
+    for name, (queue, threads) in train:
+        assert threads == "1", (name, threads)   # one core each, whatever the invoking shell said
+        queues.setdefault(queue, []).append(name)
+    # two queues (two shells), each the members of one side of the pairs, in order
+    assert sorted(queues.values()) == sorted([[a for a, _ in HEADLINE], [b for _, b in HEADLINE]])
+    assert all("--lexical-model" in c for c, _ in calls if c[0] == "scripts/train.py")
+    # every run's checkpoints scored by its queue; each ensemble once, by neither queue, with the invoking threads
+    ensembles = [(c, caller) for c, caller in calls if c[0] == "scripts/evaluate.py" and "--ensemble" in c]
+    assert sorted(Path(c[c.index("--model-dir") + 1]).name for c, _ in ensembles) == sorted(a for a, _ in HEADLINE)
+    assert all(caller[0] not in queues and caller[1] == "2" for _, caller in ensembles)
+    tables = [caller for c, caller in calls if c[0] == "scripts/results_table.py"]
+    assert tables and all(caller[0] not in queues for caller in tables)
+    assert (tmp_path / "models" / "queue-1.log").exists() and (tmp_path / "models" / "queue-2.log").exists()
+
+
+def test_sigterm_stops_both_queues_and_their_trainers_with_a_checkpoint(tmp_path):
+    env = script_env(tmp_path, FAKE_TRAIN_SECONDS="60")
+    proc = subprocess.Popen(["bash", str(REPO / "scripts" / "reproduce_results.sh"), "headline"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 30
+        while len(calls_of(recorded(tmp_path), "train.py")) < 2 and time.time() < deadline:
+            time.sleep(0.2)
+        assert len(calls_of(recorded(tmp_path), "train.py")) == 2, "the two queues did not start"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 143 and "run the script again to resume" in err
+        for name in HEADLINE[0]:
+            state = json.loads((tmp_path / "models" / name / "state.json").read_text())
+            assert state["stopped"] == "SIGTERM", name
+        time.sleep(1)
+        assert len(calls_of(recorded(tmp_path), "train.py")) == 2   # no queue went on to its next run
+    finally:   # whatever failed, no stand-in trainer outlives the test
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+
+def test_headline_does_not_mix_with_run_names(tmp_path):
+    proc = subprocess.run(["bash", str(REPO / "scripts" / "reproduce_results.sh"), "headline", "all-ko-en"],
+                          env={**os.environ, "MODELS": str(tmp_path)}, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "headline stands alone" in proc.stderr
