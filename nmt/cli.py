@@ -193,25 +193,34 @@ def run_cli(main: Callable[[], int]) -> int:
         return 130
 
 
-def train_main(argv: Optional[List[str]] = None) -> int:
-    args = build_train_parser().parse_args(argv)
+def command(build_parser: Callable[[], argparse.ArgumentParser]):
+    """A console entry point `name(argv=None) -> exit code` from `body(args)`: parse `argv` (default: sys.argv)
+    with `build_parser()`, then run `body` under `run_cli`."""
+    def wrap(body: Callable[[argparse.Namespace], int]) -> Callable[..., int]:
+        def entry(argv: Optional[List[str]] = None) -> int:
+            args = build_parser().parse_args(argv)
+            return run_cli(lambda: body(args))
+        entry.__name__, entry.__qualname__, entry.__doc__ = body.__name__, body.__qualname__, body.__doc__
+        return entry
+    return wrap
 
-    def main() -> int:
-        from nmt.train import train
-        cfg = config_from_args(args)
-        if args.verbose:
-            logging.getLogger("nmt").setLevel(logging.DEBUG)
-        result = train(cfg, resume=args.resume, overwrite=args.overwrite, evaluate=not args.no_eval)
-        state = result.state
-        for name, sc in result.test_scores.items():
-            print(f"{name}: {sc.summary()} ({sc.n} sentences, best checkpoint, beam {cfg.decode.beam_size})")
-            print(f"  {sc.bleu_signature}")
-            print(f"  {sc.chrf_signature}")
-            for key, sig in sc.extra_signatures.items():
-                print(f"  {sig}")
-        if state.stopped in ("SIGINT", "SIGTERM"):
-            print(f"stopped by {state.stopped} at step {state.step}; checkpoint saved in {cfg.train.model_dir}. "
-                  "Continue with --resume.", file=sys.stderr)
-            return 130 if state.stopped == "SIGINT" else 143
-        return 0
-    return run_cli(main)
+
+@command(build_train_parser)
+def train_main(args: argparse.Namespace) -> int:
+    from nmt.train import train
+    cfg = config_from_args(args)
+    if args.verbose:
+        logging.getLogger("nmt").setLevel(logging.DEBUG)
+    result = train(cfg, resume=args.resume, overwrite=args.overwrite, evaluate=not args.no_eval)
+    state = result.state
+    for name, sc in result.test_scores.items():
+        print(f"{name}: {sc.summary()} ({sc.n} sentences, best checkpoint, beam {cfg.decode.beam_size})")
+        print(f"  {sc.bleu_signature}")
+        print(f"  {sc.chrf_signature}")
+        for key, sig in sc.extra_signatures.items():
+            print(f"  {sig}")
+    if state.stopped in ("SIGINT", "SIGTERM"):
+        print(f"stopped by {state.stopped} at step {state.step}; checkpoint saved in {cfg.train.model_dir}. "
+              "Continue with --resume.", file=sys.stderr)
+        return 130 if state.stopped == "SIGINT" else 143
+    return 0

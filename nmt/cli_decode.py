@@ -9,9 +9,8 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import List, Optional
 
-from nmt.cli import DECODE_FLAGS, run_cli
+from nmt.cli import DECODE_FLAGS, command
 from nmt.config import Config, ConfigError
 
 
@@ -79,59 +78,56 @@ def build_translate_parser() -> argparse.ArgumentParser:
     return p
 
 
-def translate_main(argv: Optional[List[str]] = None) -> int:
-    args = build_translate_parser().parse_args(argv)
-
-    def main() -> int:
-        import contextlib
-        import os
-        from nmt.corpus import CorpusError
-        from nmt.plot import attention_saver
-        from nmt.translate import CHARS_PER_TOKEN, interactive, read_raw_lines, translate_stream
-        if args.chunk_lines < 1:
-            raise ConfigError(f"--chunk-lines must be >= 1 (got {args.chunk_lines})")
-        tr = _load_translator(args)
-        if args.plot_attention and args.ensemble:
-            raise ConfigError("--plot-attention shows one model's attention; it cannot be used with --ensemble")
-        plot = attention_saver(tr, args.plot_attention) if args.plot_attention else None
-        nbest = tr.decode.nbest
-        stdin, stdout = args.input in (None, "-"), args.output in (None, "-")
-        if stdout and hasattr(sys.stdout, "reconfigure"):
-            sys.stdout.reconfigure(encoding="utf-8")   # whatever the locale says
-        if stdin and sys.stdin.isatty():
-            if stdout:
-                return interactive(tr, nbest, plot)
-            args.chunk_lines = 1   # typed lines: translate and write each one at once
-        name = "<stdin>" if stdin else args.input
-        with contextlib.ExitStack() as stack:
-            if stdin:
-                src = sys.stdin.buffer
-            else:
-                try:
-                    src = stack.enter_context(open(args.input, "rb"))
-                except OSError as e:
-                    raise CorpusError(f"--input {args.input}: cannot read ({e.strerror})") from None
-            if stdout:
-                out = sys.stdout
-            else:
-                try:
-                    out = stack.enter_context(open(args.output, "w", encoding="utf-8", newline="\n"))
-                except OSError as e:
-                    raise CorpusError(f"--output {args.output}: cannot write ({e.strerror})") from None
-            max_bytes = tr.decode.max_input_tokens * CHARS_PER_TOKEN * 4   # 4 = longest UTF-8 character
+@command(build_translate_parser)
+def translate_main(args: argparse.Namespace) -> int:
+    import contextlib
+    import os
+    from nmt.corpus import CorpusError
+    from nmt.plot import attention_saver
+    from nmt.translate import CHARS_PER_TOKEN, interactive, read_raw_lines, translate_stream
+    if args.chunk_lines < 1:
+        raise ConfigError(f"--chunk-lines must be >= 1 (got {args.chunk_lines})")
+    tr = _load_translator(args)
+    if args.plot_attention and args.ensemble:
+        raise ConfigError("--plot-attention shows one model's attention; it cannot be used with --ensemble")
+    plot = attention_saver(tr, args.plot_attention) if args.plot_attention else None
+    nbest = tr.decode.nbest
+    stdin, stdout = args.input in (None, "-"), args.output in (None, "-")
+    if stdout and hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(encoding="utf-8")   # whatever the locale says
+    if stdin and sys.stdin.isatty():
+        if stdout:
+            return interactive(tr, nbest, plot)
+        args.chunk_lines = 1   # typed lines: translate and write each one at once
+    name = "<stdin>" if stdin else args.input
+    with contextlib.ExitStack() as stack:
+        if stdin:
+            src = sys.stdin.buffer
+        else:
             try:
-                stats = translate_stream(tr, read_raw_lines(src, max_bytes), out, name=name,
-                                         chunk_lines=args.chunk_lines, on_invalid=args.on_invalid_utf8,
-                                         nbest=nbest, on_chunk=plot)
-            except BrokenPipeError:   # e.g. `| head`: the reader is gone, nothing more to write
-                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-                return 141
-        logging.getLogger("nmt.translate").info(
-            "translated %d lines in %.1f s (%.1f lines/s)%s%s", stats.lines, stats.seconds,
-            stats.lines / max(stats.seconds, 1e-9), f"; {tr.truncated} truncated" if tr.truncated else "",
-            f"; {stats.invalid_utf8} with invalid UTF-8 replaced" if stats.invalid_utf8 else "")
-        return 0
-    return run_cli(main)
+                src = stack.enter_context(open(args.input, "rb"))
+            except OSError as e:
+                raise CorpusError(f"--input {args.input}: cannot read ({e.strerror})") from None
+        if stdout:
+            out = sys.stdout
+        else:
+            try:
+                out = stack.enter_context(open(args.output, "w", encoding="utf-8", newline="\n"))
+            except OSError as e:
+                raise CorpusError(f"--output {args.output}: cannot write ({e.strerror})") from None
+        max_bytes = tr.decode.max_input_tokens * CHARS_PER_TOKEN * 4   # 4 = longest UTF-8 character
+        try:
+            stats = translate_stream(tr, read_raw_lines(src, max_bytes), out, name=name,
+                                     chunk_lines=args.chunk_lines, on_invalid=args.on_invalid_utf8,
+                                     nbest=nbest, on_chunk=plot)
+        except BrokenPipeError:   # e.g. `| head`: the reader is gone, nothing more to write
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 141
+    logging.getLogger("nmt.translate").info(
+        "translated %d lines in %.1f s (%.1f lines/s)%s%s", stats.lines, stats.seconds,
+        stats.lines / max(stats.seconds, 1e-9), f"; {tr.truncated} truncated" if tr.truncated else "",
+        f"; {stats.invalid_utf8} with invalid UTF-8 replaced" if stats.invalid_utf8 else "")
+    return 0
 
 
 def build_evaluate_parser() -> argparse.ArgumentParser:
@@ -185,44 +181,41 @@ def _test_sets(args: argparse.Namespace, tr) -> dict:
     return {name: Pairs(src, ref, name)}
 
 
-def evaluate_main(argv: Optional[List[str]] = None) -> int:
-    args = build_evaluate_parser().parse_args(argv)
-
-    def main() -> int:
-        from nmt.atomic import atomic_write_text
-        from nmt.scoring import checkpoint_info, score_test_set
-        if args.max_sentences < 0:
-            raise ConfigError(f"--max-sentences must be >= 0 (got {args.max_sentences})")
-        tr = _load_translator(args)
-        tests = _test_sets(args, tr)
-        info = checkpoint_info(tr.model_dir, tr.checkpoint)
-        d = tr.decode
-        results = {}
-        for name, pairs in tests.items():
-            entry, hyps, sc = score_test_set(
-                tr, name, pairs, max_sentences=args.max_sentences, save=not args.no_save,
-                extra={"source": (f"recipe {tr.config.data.recipe}" if (args.recipe_tests or args.dev_set)
-                                  and tr.config.data.recipe else None),
-                       "src_file": str(Path(args.src_file).resolve()) if args.src_file else None,
-                       "ref_file": str(Path(args.ref_file).resolve()) if args.ref_file else None})
-            seconds = entry["seconds"]
-            results[name] = entry
-            if args.hyp_dir:
-                atomic_write_text(args.hyp_dir / f"{Path(name).name}.{tr.tgt_lang}", "".join(h + "\n" for h in hyps))
-            if args.json != "-":
-                print(f"{name}: {sc.n} sentences, checkpoint {tr.checkpoint} ({info['params_file']}"
-                      f"{', step %s' % info['step'] if info['step'] else ''}), beam {d.beam_size}, {seconds:.1f} s"
-                      + (f", ensemble of {len(tr.members)} models" if tr.member_dirs else ""))
-                print(f"  BLEU            {sc.bleu:6.2f}  {sc.bleu_signature}")
-                print(f"  chrF            {sc.chrf:6.2f}  {sc.chrf_signature}")
-                for k, v in sc.extra.items():
-                    print(f"  {k:<15} {v:6.2f}  {sc.extra_signatures.get(k, '')}")
-        report = {"model_dir": str(tr.model_dir.resolve()), "checkpoint": tr.checkpoint, "results": results}
-        if args.json == "-":
-            print(json.dumps(report, indent=2, ensure_ascii=False))
-        elif args.json:
-            atomic_write_text(Path(args.json), json.dumps(report, indent=2, ensure_ascii=False) + "\n")
-        if not args.no_save:
-            print(f"scores recorded in {tr.model_dir / 'scores.json'}", file=sys.stderr)
-        return 0
-    return run_cli(main)
+@command(build_evaluate_parser)
+def evaluate_main(args: argparse.Namespace) -> int:
+    from nmt.atomic import atomic_write_text
+    from nmt.scoring import checkpoint_info, score_test_set
+    if args.max_sentences < 0:
+        raise ConfigError(f"--max-sentences must be >= 0 (got {args.max_sentences})")
+    tr = _load_translator(args)
+    tests = _test_sets(args, tr)
+    info = checkpoint_info(tr.model_dir, tr.checkpoint)
+    d = tr.decode
+    results = {}
+    for name, pairs in tests.items():
+        entry, hyps, sc = score_test_set(
+            tr, name, pairs, max_sentences=args.max_sentences, save=not args.no_save,
+            extra={"source": (f"recipe {tr.config.data.recipe}" if (args.recipe_tests or args.dev_set)
+                              and tr.config.data.recipe else None),
+                   "src_file": str(Path(args.src_file).resolve()) if args.src_file else None,
+                   "ref_file": str(Path(args.ref_file).resolve()) if args.ref_file else None})
+        seconds = entry["seconds"]
+        results[name] = entry
+        if args.hyp_dir:
+            atomic_write_text(args.hyp_dir / f"{Path(name).name}.{tr.tgt_lang}", "".join(h + "\n" for h in hyps))
+        if args.json != "-":
+            print(f"{name}: {sc.n} sentences, checkpoint {tr.checkpoint} ({info['params_file']}"
+                  f"{', step %s' % info['step'] if info['step'] else ''}), beam {d.beam_size}, {seconds:.1f} s"
+                  + (f", ensemble of {len(tr.members)} models" if tr.member_dirs else ""))
+            print(f"  BLEU            {sc.bleu:6.2f}  {sc.bleu_signature}")
+            print(f"  chrF            {sc.chrf:6.2f}  {sc.chrf_signature}")
+            for k, v in sc.extra.items():
+                print(f"  {k:<15} {v:6.2f}  {sc.extra_signatures.get(k, '')}")
+    report = {"model_dir": str(tr.model_dir.resolve()), "checkpoint": tr.checkpoint, "results": results}
+    if args.json == "-":
+        print(json.dumps(report, indent=2, ensure_ascii=False))
+    elif args.json:
+        atomic_write_text(Path(args.json), json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+    if not args.no_save:
+        print(f"scores recorded in {tr.model_dir / 'scores.json'}", file=sys.stderr)
+    return 0
