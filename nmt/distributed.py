@@ -1,13 +1,10 @@
 """Training on several machines with MXNet's parameter-server kvstore (`--kvstore dist_sync`).
 
 A job is one scheduler, S servers and N workers, each a process that learns its role from DMLC_* environment
-variables (scheduler and servers block inside `import mxnet` and exit when the workers are done). This module
-has the two halves of that:
-
-* `create_kvstore`: a worker joins the job (or gets a clear error when it was not launched as one); what the
-  workers do together besides the gradient all-reduce is in `nmt.workers`;
-* the launcher `main` (`nmt-launch`, scripts/launch.py): starts the processes here or over ssh (-H hostfile),
-  watches them, and ends the whole job with a message naming the process when any of them fails.
+variables (scheduler and servers block inside `import mxnet` and exit when the workers are done). This module is
+the launcher `main` (`nmt-launch`, scripts/launch.py): it starts the processes here or over ssh (-H hostfile),
+watches them, and ends the whole job with a message naming the process when any of them fails. The workers' side
+(joining the job, and what they do together besides the gradient all-reduce) is `nmt.workers`.
 
 MXNet's own tools/launch.py is not in the wheel and `dmlc_tracker` neither quotes arguments nor notices a dead
 process, hence this small launcher on `subprocess`.
@@ -26,37 +23,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
-
-from nmt.config import ConfigError
-
-JOB_ENV = ("DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NUM_SERVER", "DMLC_NUM_WORKER")
-SYNC_KVSTORES = ("dist_sync", "dist_device_sync")
-
-
-# -- a worker joining the job ------------------------------------------------------------------------------------
-def create_kvstore(name: str):
-    """--kvstore NAME -> the kvstore of this distributed job for dist_* (needs the launcher's environment), else
-    NAME unchanged (gluon creates local kvstores itself)."""
-    in_job = os.environ.get("DMLC_ROLE") == "worker"
-    if not name.startswith("dist"):
-        if in_job:
-            raise ConfigError(f"this process was started by the launcher as a distributed worker (DMLC_ROLE=worker) "
-                              f"but --kvstore is {name!r}: pass --kvstore dist_sync (dist_device_sync on GPUs)")
-        return name
-    if name not in SYNC_KVSTORES:
-        raise ConfigError(f"--kvstore {name}: use dist_sync or dist_device_sync (asynchronous updates are not "
-                          "supported: every worker must apply the same update)")
-    missing = [v for v in JOB_ENV if not os.environ.get(v)]
-    if missing or not in_job:
-        why = f"{', '.join(missing)} not set" if missing else f"DMLC_ROLE is {os.environ['DMLC_ROLE']!r}"
-        raise ConfigError(f"--kvstore {name} runs only inside a job started by the launcher ({why}): "
-                          f"python scripts/launch.py -n 2 -s 1 -- python scripts/train.py --kvstore {name} ...")
-    import mxnet as mx
-    kv = mx.kv.create(name)
-    # every worker says who it is: the launcher's numbering is not the kvstore's, and rank 0 writes the model dir
-    print(f"nmt: kvstore {name} rank {kv.rank} of {kv.num_workers} on {socket.gethostname()} (pid {os.getpid()})",
-          file=sys.stderr, flush=True)
-    return kv
 
 
 # -- the launcher: what to start where ----------------------------------------------------------------------------

@@ -21,7 +21,6 @@ from nmt import checkpoint as ckpt
 from nmt.batching import Batch, BatchIterator, BucketSampler, make_batch
 from nmt.config import Config, ConfigError
 from nmt.data import EncodedData, check_subword_sampling, encode_data, load_tokenizers, subword_resegmenter
-from nmt.distributed import create_kvstore
 from nmt.evaluate import Scores, perplexity, score
 from nmt.log import MetricsWriter, Speedometer, setup_logging
 from nmt.model import Seq2SeqLoss, build_model
@@ -29,7 +28,7 @@ from nmt.parallel import DataParallel, default_kvstore, describe_hardware, init_
 from nmt.recipes import DatasetSplits, load_data
 from nmt.scoring import score_test_set
 from nmt.translate import Translator
-from nmt.workers import WorkerGroup
+from nmt.workers import WorkerGroup, create_kvstore
 
 logger = logging.getLogger("nmt.train")
 

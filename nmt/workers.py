@@ -1,5 +1,6 @@
-"""What the workers of a distributed job do together besides the gradient all-reduce: rank 0's files and training
-state to everyone, an agreed stop, and the kvstore's start. Keeping them in lockstep is what makes `dist_sync` work:
+"""A worker of a distributed job (started by `nmt.distributed`'s launcher): joining the job (`create_kvstore`), and
+what the workers do together besides the gradient all-reduce: rank 0's files and training state to everyone, an
+agreed stop, and the kvstore's start. Keeping them in lockstep is what makes `dist_sync` work:
 every worker must run the same updates, and every collective call must be made by all of them."""
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import atexit
 import json
 import os
 import shutil
+import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -16,6 +18,35 @@ import numpy as np
 
 from nmt.atomic import atomic_write_bytes
 from nmt.config import ConfigError
+
+JOB_ENV = ("DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NUM_SERVER", "DMLC_NUM_WORKER")
+SYNC_KVSTORES = ("dist_sync", "dist_device_sync")
+
+
+def create_kvstore(name: str):
+    """--kvstore NAME -> the kvstore of this distributed job for dist_* (needs the launcher's environment), else
+    NAME unchanged (gluon creates local kvstores itself)."""
+    in_job = os.environ.get("DMLC_ROLE") == "worker"
+    if not name.startswith("dist"):
+        if in_job:
+            raise ConfigError(f"this process was started by the launcher as a distributed worker (DMLC_ROLE=worker) "
+                              f"but --kvstore is {name!r}: pass --kvstore dist_sync (dist_device_sync on GPUs)")
+        return name
+    if name not in SYNC_KVSTORES:
+        raise ConfigError(f"--kvstore {name}: use dist_sync or dist_device_sync (asynchronous updates are not "
+                          "supported: every worker must apply the same update)")
+    missing = [v for v in JOB_ENV if not os.environ.get(v)]
+    if missing or not in_job:
+        why = f"{', '.join(missing)} not set" if missing else f"DMLC_ROLE is {os.environ['DMLC_ROLE']!r}"
+        raise ConfigError(f"--kvstore {name} runs only inside a job started by the launcher ({why}): "
+                          f"python scripts/launch.py -n 2 -s 1 -- python scripts/train.py --kvstore {name} ...")
+    import mxnet as mx
+    kv = mx.kv.create(name)
+    # every worker says who it is: the launcher's numbering is not the kvstore's, and rank 0 writes the model dir
+    print(f"nmt: kvstore {name} rank {kv.rank} of {kv.num_workers} on {socket.gethostname()} (pid {os.getpid()})",
+          file=sys.stderr, flush=True)
+    return kv
+
 
 STOP_WISHES = ("SIGINT", "SIGTERM", "max_seconds")   # stop reasons that may reach workers at different updates
 # kvstore keys of our collectives: above gluon.Trainer's 0..num_params-1, and small enough that MXNet's key-to-server

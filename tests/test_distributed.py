@@ -18,6 +18,7 @@ import pytest
 
 from nmt import checkpoint as ckpt
 from nmt import distributed as dist
+from nmt import workers
 from nmt.config import ConfigError
 from nmt.distributed import Host, Job, LaunchError, ProcSpec
 from nmt.train import Trainer
@@ -131,16 +132,16 @@ def test_main_dry_run_and_input_errors(write_file, capsys):
 
 # -- inside a worker, without a job --------------------------------------------------------------------------------
 def test_kvstore_choice_errors(monkeypatch):
-    for v in dist.JOB_ENV:
+    for v in workers.JOB_ENV:
         monkeypatch.delenv(v, raising=False)
-    assert dist.create_kvstore("local") == "local"
+    assert workers.create_kvstore("local") == "local"
     with pytest.raises(ConfigError, match=r"DMLC_ROLE.*not set.*scripts/launch.py -n 2 -s 1"):
-        dist.create_kvstore("dist_sync")
+        workers.create_kvstore("dist_sync")
     with pytest.raises(ConfigError, match="asynchronous updates are not supported"):
-        dist.create_kvstore("dist_async")
+        workers.create_kvstore("dist_async")
     monkeypatch.setenv("DMLC_ROLE", "worker")
     with pytest.raises(ConfigError, match="--kvstore is 'device': pass --kvstore dist_sync"):
-        dist.create_kvstore("device")
+        workers.create_kvstore("device")
 
 
 def test_bytes_survive_the_float_packing():
