@@ -206,9 +206,11 @@ for d in "${leads[@]}" "$MODELS"/all-ko-en "$MODELS"/all-en-ko "$MODELS"/tatoeba
 done
 for d in "$MODELS"/tatoeba-ko-en "$MODELS"/abl-*; do [ -f "$d/state.json" ] && abls+=("$d"); done
 if [ ${#mains[@]} -gt 0 ]; then
+  # --hardware labels the runs whose state.json predates its hardware record: all of them trained in this script's
+  # two one-core queues (not at the OMP_NUM_THREADS of whatever invocation regenerates the tables)
   "$PY" scripts/results_table.py "${mains[@]}" --markdown results/results.md --json results/results.json \
     --curves results/curves.png --examples 5 --data-dir "$DATA_DIR" \
-    --hardware "$(getconf _NPROCESSORS_ONLN)-core CPU, $OMP_NUM_THREADS OpenMP thread(s) per run"
+    --hardware "$(getconf _NPROCESSORS_ONLN)-core CPU, 1 OpenMP thread(s) per run"
 fi
 if [ ${#abls[@]} -gt 1 ]; then
   decodes=(); for f in results/decode-ablation/*.json; do [ -f "$f" ] && decodes+=("$f"); done
