@@ -19,10 +19,8 @@ import json, os, sys
 args = sys.argv[1:]
 if args and args[0] == "-c":
     os.execv(REAL, [REAL] + args)
-with open(LOG, "a") as f:
-    f.write(json.dumps(args) + "\n")
-with open(LOG + ".env", "a") as f:   # who called (the queue's shell) and with how many threads
-    f.write(json.dumps([os.getppid(), os.environ.get("OMP_NUM_THREADS")]) + "\n")
+with open(LOG, "a") as f:   # one line per call: its arguments, who called (the queue's shell), with how many threads
+    f.write(json.dumps({"args": args, "caller": [os.getppid(), os.environ.get("OMP_NUM_THREADS")]}) + "\n")
 def arg(name):
     return args[args.index(name) + 1] if name in args else None
 script = os.path.basename(args[0])
@@ -54,7 +52,6 @@ def script_env(tmp_path: Path, **env) -> dict:
     """The environment that makes the script call the recorder instead of Python; the log starts empty."""
     log = tmp_path / "calls.jsonl"
     log.unlink(missing_ok=True)
-    Path(f"{log}.env").unlink(missing_ok=True)
     fake = tmp_path / "fake-python"
     fake.write_text(f"#!{sys.executable}\nREAL = {sys.executable!r}\nLOG = {str(log)!r}\n" + RECORDER)
     fake.chmod(0o755)
@@ -63,11 +60,10 @@ def script_env(tmp_path: Path, **env) -> dict:
 
 
 def recorded(tmp_path: Path, with_callers: bool = False) -> list:
+    """The recorded calls' arguments, in order; with `with_callers`, (arguments, [caller pid, OMP threads])."""
     log = tmp_path / "calls.jsonl"
-    calls = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
-    if not with_callers:
-        return calls
-    return list(zip(calls, [json.loads(line) for line in Path(f"{log}.env").read_text().splitlines()]))
+    entries = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    return [(e["args"], e["caller"]) if with_callers else e["args"] for e in entries]
 
 
 def run_script(tmp_path: Path, *names: str, **env) -> list:
