@@ -93,8 +93,12 @@ def parse_devices(gpus: Optional[str], cpu_devices: int = 1) -> List[mx.Context]
     except ValueError:
         raise DeviceError(f"--gpus {spec!r}: give a count (--gpus 2 = first two GPUs) or a comma-separated "
                           "list of ids (--gpus 4,5,6,7; --gpus 3, = only GPU 3)") from None
-    if not ids or min(ids) < 0 or len(set(ids)) != len(ids):
-        raise DeviceError(f"--gpus {spec!r}: need at least one GPU, ids must be distinct and >= 0")
+    if not ids:
+        raise DeviceError(f"--gpus {spec!r} is a count of GPUs and must be >= 1 (GPU 0 alone: --gpus 0, ; "
+                          "to train on the CPU, omit --gpus)" if "," not in spec else
+                          f"--gpus {spec!r}: no GPU id given")
+    if min(ids) < 0 or len(set(ids)) != len(ids):
+        raise DeviceError(f"--gpus {spec!r}: GPU ids must be distinct and >= 0")
     found = mx.context.num_gpus()
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     where = f" (CUDA_VISIBLE_DEVICES={visible})" if visible is not None else ""

@@ -100,6 +100,12 @@ def test_device_parsing():
         parse_devices("4,5,6,7")
     with pytest.raises(DeviceError, match="distinct"):
         parse_devices("1,1")
+    with pytest.raises(DeviceError, match="distinct and >= 0"):
+        parse_devices("-1,2")
+    with pytest.raises(DeviceError, match=r"count of GPUs and must be >= 1 \(GPU 0 alone: --gpus 0,"):
+        parse_devices("0")
+    with pytest.raises(DeviceError, match="no GPU id given"):
+        parse_devices(",")
 
 
 def test_a_key_missing_from_an_old_config_means_what_that_version_did(tmp_path):
