@@ -105,19 +105,19 @@ class _Segment:
         self.ids, self.beams, self.emitted = ids, beams, emitted
 
 
-def _search(step_fn, state: list, consts: list, K: int, num_steps: int, *, next_state: Sequence[int],
-            per_row_state: Sequence[int], per_row_consts: Sequence[int], per_sentence_consts: Sequence[int],
+def _search(step_fn, state: list, consts: list, batch: int, K: int, num_steps: int, *,
+            next_state: Sequence[int], per_row_state: Sequence[int], per_row_consts: Sequence[int], per_sentence_consts: Sequence[int],
             flags_at: int, emitted_at: int, rows_at: Optional[int],
             final_state: Sequence[int]) -> Tuple[List[_Segment], Dict[int, list]]:
-    """Run `outputs = step_fn(state, consts)` for up to `num_steps` steps over a batch that sheds its done
-    sentences. `state` and `consts` hold arrays whose first axis is the B*K rows (`per_row_*` positions), one
+    """Run `outputs = step_fn(state, consts)` for up to `num_steps` steps over a batch of `batch` sentences
+    that sheds its done sentences. `state` and `consts` hold arrays whose first axis is the B*K rows (`per_row_*` positions), one
     row per sentence (`per_sentence_consts`) or anything else; the next state is `outputs[next_state]`;
     `outputs[flags_at]` says per sentence whether it is done (read one step late, while the next step runs; a
     step queued after all were done is dropped).
     Returns the segments and, per original sentence, the host copies of `state[final_state]` (K rows each)
     at the moment it left the batch."""
     ctx = state[0].context
-    ids = np.arange(state[0].shape[0] // K)
+    ids = np.arange(batch)
     segments: List[_Segment] = []
     finals: Dict[int, list] = {}
     steps: list = []
@@ -201,7 +201,7 @@ def greedy_search(model: Models, src: mx.nd.NDArray, src_len: mx.nd.NDArray, max
     consts = [*memories, src_len, _upload(limits, ctx)]
     flat = [w for ws in _member_weights(members, weights, ctx) for w in ws]
     layers = tuple(range(3, 3 + 2 * L))
-    segments, _ = _search(lambda s, k: call_step(step, *s, *k, *flat), state, consts, 1, num_steps,
+    segments, _ = _search(lambda s, k: call_step(step, *s, *k, *flat), state, consts, batch, 1, num_steps,
                           next_state=(0, 1, 2, *[4 + i for i in range(2 * L)]), per_row_state=(0, 1, *layers),
                           per_row_consts=tuple(range(M + 2)), per_sentence_consts=(), flags_at=1, emitted_at=3,
                           rows_at=None, final_state=())
@@ -232,25 +232,33 @@ def beam_search(model: Models, src: mx.nd.NDArray, src_len: mx.nd.NDArray, beam_
     members = _members(model)
     if num_steps == 0:
         return [[([], 0.0)] for _ in range(batch)]
-    memories, hs, cs = _encode_all(members, src, src_len, K)
+    memories, hs, cs = _encode_all(members, src, src_len, 1)   # the first step repeats them for the K beams
     scores = np.full((batch, K), -np.inf)
     scores[:, 0] = 0.0  # one live hypothesis per sentence at the start, so beams do not duplicate it
     # penalties of every possible length, computed in float64 once and rounded to float32 once
     lp_table = _upload(_length_penalty(np.arange(num_steps + 2), alpha), ctx)
     # stopping a sentence once its result is settled is exact for any non-decreasing length penalty
-    step = step_block(members, "beam", K, nbest if early_stop and alpha >= 0 else 0)
+    stop_at = nbest if early_stop and alpha >= 0 else 0
+    first, step = (step_block(members, kind, K, stop_at) for kind in ("beam-first", "beam"))
     L, M = len(hs), len(members)
-    # row b*K + k = beam k of sentence b. state: prev, scores, lengths, finished, t, h per layer, c per layer;
-    # outputs: token, scores, lengths, finished, t + 1, rows, emitted, sentence done, h..., c...
-    state = [_upload(np.full(batch * K, BOS_ID), ctx), _upload(scores.reshape(-1), ctx),
+    # row b*K + k = beam k of sentence b. state: prev, scores, lengths, finished, t, h per layer, c per layer
+    # (prev, h and c one row per sentence for the first step); outputs: token, scores, lengths, finished, t + 1,
+    # rows, emitted, sentence done, h..., c...
+    state = [_upload(np.full(batch, BOS_ID), ctx), _upload(scores.reshape(-1), ctx),
              _upload(np.zeros(batch * K), ctx), _upload(np.zeros(batch * K), ctx), _upload(np.zeros(1), ctx),
              *hs, *cs]
     # memories and lengths once per sentence: its K beams attend together
     consts = [*memories, src_len, _upload(np.repeat(limits, K), ctx), lp_table]
     flat = [w for ws in _member_weights(members, weights, ctx) for w in ws]
     layers = tuple(range(5, 5 + 2 * L))
+    calls = [first]
+
+    def step_fn(s, k):
+        out = call_step(calls[-1], *s, *k, *flat)
+        calls[-1:] = [step]
+        return out
     segments, finals = _search(
-        lambda s, k: call_step(step, *s, *k, *flat), state, consts, K, num_steps,
+        step_fn, state, consts, batch, K, num_steps,
         next_state=(0, 1, 2, 3, 4, *[8 + i for i in range(2 * L)]), per_row_state=(0, 1, 2, 3, *layers),
         per_row_consts=(M + 1,), per_sentence_consts=tuple(range(M + 1)), flags_at=7, emitted_at=6, rows_at=5,
         final_state=(1, 2))

@@ -120,17 +120,28 @@ class GreedyStep(StepBlock):
 
 
 class BeamStep(StepBlock):
-    """One beam-search step for B sentences x K beams (rows b*K + k); see `beam_search` for the rules."""
+    """One beam-search step for B sentences x K beams (rows b*K + k); see `beam_search` for the rules.
 
-    def __init__(self, members: list, beam_size: int, nbest: int = 0, **kwargs):
+    `first`: the first step, whose K beams per sentence are one hypothesis (BOS, the encoder's states): the
+    decoder runs on one row per sentence (`prev`, h and c (B,...)) and its log-probabilities and states are
+    repeated for the K rows, a K-th of the work for the same result."""
+
+    def __init__(self, members: list, beam_size: int, nbest: int = 0, first: bool = False, **kwargs):
         super().__init__(members, **kwargs)
         self._K, self._V = beam_size, members[0].tgt_vocab_size
         self._nbest = nbest   # > 0: stop a sentence once its nbest best are final (needs a non-decreasing penalty)
+        self._first = first
 
     def hybrid_forward(self, F, prev, scores, lengths, finished, t, *args):
         K, R = self._K, min(self._K, self._V)
         hs, cs, memories, (src_len, limits, lp_table), weights = self._split(args, 3)
-        log_probs, hs, cs = self._log_probs(F, prev, hs, cs, memories, src_len, K, weights)   # (BK,V)
+        if self._first:
+            log_probs, hs, cs = self._log_probs(F, prev, hs, cs, memories, src_len, 1, weights)   # (B,V)
+            if K > 1:
+                log_probs = F.repeat(log_probs, repeats=K, axis=0)
+                hs, cs = ([F.repeat(x, repeats=K, axis=0) for x in xs] for xs in (hs, cs))
+        else:
+            log_probs, hs, cs = self._log_probs(F, prev, hs, cs, memories, src_len, K, weights)   # (BK,V)
         # all active hypotheses of a sentence with max_len tokens are finished as they are
         fin = F.broadcast_logical_or(finished, F.broadcast_lesser_equal(limits, F.broadcast_like(t, limits)))
         # Within a row every candidate shares the score and the length penalty, so the sentence's best K
@@ -193,7 +204,8 @@ def step_block(members: list, kind: str, beam_size: int = 1, nbest: int = 0) -> 
     cache = STEP_CACHE.setdefault(members[0], {})
     key = (kind, beam_size, nbest, tuple(id(m) for m in members[1:]))
     if key not in cache:
-        block = GreedyStep(members) if kind == "greedy" else BeamStep(members, beam_size, nbest)
+        block = GreedyStep(members) if kind == "greedy" else \
+            BeamStep(members, beam_size, nbest, first=kind == "beam-first")
         block.hybridize(static_alloc=True)
         block._graph_built = False
         cache[key] = block
