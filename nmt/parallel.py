@@ -309,6 +309,12 @@ class DataParallel:
             scale = min(1.0, self.clip_norm / (value + 1e-6)) if self.clip_norm > 0 else 1.0
             if self._cpu_replicas:
                 self._update_owners_and_copy(batch.num_tgt_tokens / scale)
+                # Let the update and the copy-out finish before the next batch's passes are queued: overlapped
+                # with them, the contexts' engine threads interleave the two updates' work and an update took
+                # 1.2x as long (2 contexts, batch 64: 204-212 ms against 168-180 with this wait).
+                for p in self.params:
+                    for w in p.list_data():
+                        w.wait_to_read()
             else:
                 self.trainer.update(batch.num_tgt_tokens / scale)   # gradient * scale / N
         elif self.amp:   # float16 overflow: the Trainer's loss scaler skips this update and lowers the scale
