@@ -85,7 +85,8 @@ OPTIM_FLAGS = [
 ]
 TRAIN_FLAGS = [
     Flag("--model-dir", "train", "model_dir", str, "model directory (default: models/<recipe>-<src>-<tgt>)"),
-    Flag("--gpus", "train", "gpus", str, "GPUs: a count (2 = first two) or ids (4,5,6,7; 3, = GPU 3 alone); omit for CPU"),
+    Flag("--gpus", "train", "gpus", str,
+         "GPUs: a count (2 = first two) or ids (4,5,6,7; 3, = GPU 3 alone); omit for CPU"),
     Flag("--cpu-devices", "train", "cpu_devices", int, "data-parallel over N CPU contexts (no --gpus)"),
     Flag("--kvstore", "train", "kvstore", str, "auto, local, device, dist_sync, dist_device_sync"),
     Flag("--accum-steps", "train", "accum_steps", int, "micro-batches per update (gradient accumulation)"),

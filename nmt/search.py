@@ -106,14 +106,14 @@ class _Segment:
 
 
 def _search(step_fn, state: list, consts: list, batch: int, K: int, num_steps: int, *,
-            next_state: Sequence[int], per_row_state: Sequence[int], per_row_consts: Sequence[int], per_sentence_consts: Sequence[int],
-            flags_at: int, emitted_at: int, rows_at: Optional[int],
+            next_state: Sequence[int], per_row_state: Sequence[int], per_row_consts: Sequence[int],
+            per_sentence_consts: Sequence[int], flags_at: int, emitted_at: int, rows_at: Optional[int],
             final_state: Sequence[int]) -> Tuple[List[_Segment], Dict[int, list]]:
     """Run `outputs = step_fn(state, consts)` for up to `num_steps` steps over a batch of `batch` sentences
-    that sheds its done sentences. `state` and `consts` hold arrays whose first axis is the B*K rows (`per_row_*` positions), one
-    row per sentence (`per_sentence_consts`) or anything else; the next state is `outputs[next_state]`;
-    `outputs[flags_at]` says per sentence whether it is done (read one step late, while the next step runs; a
-    step queued after all were done is dropped).
+    that sheds its done sentences. `state` and `consts` hold arrays whose first axis is the B*K rows
+    (`per_row_*` positions), one row per sentence (`per_sentence_consts`) or anything else; the next state is
+    `outputs[next_state]`; `outputs[flags_at]` says per sentence whether it is done (read one step late, while
+    the next step runs; a step queued after all were done is dropped).
     Returns the segments and, per original sentence, the host copies of `state[final_state]` (K rows each)
     at the moment it left the batch."""
     ctx = state[0].context
@@ -251,12 +251,10 @@ def beam_search(model: Models, src: mx.nd.NDArray, src_len: mx.nd.NDArray, beam_
     consts = [*memories, src_len, _upload(np.repeat(limits, K), ctx), lp_table]
     flat = [w for ws in _member_weights(members, weights, ctx) for w in ws]
     layers = tuple(range(5, 5 + 2 * L))
-    calls = [first]
+    blocks = iter([first])   # the first call runs `first`, every later one `step`
 
     def step_fn(s, k):
-        out = call_step(calls[-1], *s, *k, *flat)
-        calls[-1:] = [step]
-        return out
+        return call_step(next(blocks, step), *s, *k, *flat)
     segments, finals = _search(
         step_fn, state, consts, batch, K, num_steps,
         next_state=(0, 1, 2, 3, 4, *[8 + i for i in range(2 * L)]), per_row_state=(0, 1, 2, 3, *layers),
