@@ -93,10 +93,11 @@ def parse_devices(gpus: Optional[str], cpu_devices: int = 1) -> List[mx.Context]
     except ValueError:
         raise DeviceError(f"--gpus {spec!r}: give a count (--gpus 2 = first two GPUs) or a comma-separated "
                           "list of ids (--gpus 4,5,6,7; --gpus 3, = only GPU 3)") from None
-    if not ids:
+    if not ids and "," not in spec:
         raise DeviceError(f"--gpus {spec!r} is a count of GPUs and must be >= 1 (GPU 0 alone: --gpus 0, ; "
-                          "to train on the CPU, omit --gpus)" if "," not in spec else
-                          f"--gpus {spec!r}: no GPU id given")
+                          "to train on the CPU, omit --gpus)")
+    if not ids:
+        raise DeviceError(f"--gpus {spec!r}: no GPU id given")
     if min(ids) < 0 or len(set(ids)) != len(ids):
         raise DeviceError(f"--gpus {spec!r}: GPU ids must be distinct and >= 0")
     found = mx.context.num_gpus()
@@ -309,12 +310,6 @@ class DataParallel:
             scale = min(1.0, self.clip_norm / (value + 1e-6)) if self.clip_norm > 0 else 1.0
             if self._cpu_replicas:
                 self._update_owners_and_copy(batch.num_tgt_tokens / scale)
-                # Let the update and the copy-out finish before the next batch's passes are queued: overlapped
-                # with them, the contexts' engine threads interleave the two updates' work and an update took
-                # 1.2x as long (2 contexts, batch 64: 204-212 ms against 168-180 with this wait).
-                for p in self.params:
-                    for w in p.list_data():
-                        w.wait_to_read()
             else:
                 self.trainer.update(batch.num_tgt_tokens / scale)   # gradient * scale / N
         elif self.amp:   # float16 overflow: the Trainer's loss scaler skips this update and lowers the scale
@@ -343,7 +338,7 @@ class DataParallel:
     def _update_owners_and_copy(self, batch_size: float) -> None:
         """`trainer.update(batch_size)` applied to each parameter's owner replica (by the Trainer's first updater,
         which holds the optimizer state that `save_states` writes; a state lives on its owner's context), then
-        the new weights copied to the other replicas."""
+        the new weights copied to the other replicas; returns once both are done."""
         tr = self.trainer
         if not tr._kv_initialized:
             tr._init_kvstore()
@@ -358,6 +353,12 @@ class DataParallel:
             for j, w in enumerate(weights):
                 if j != k:
                     weights[k].copyto(w)
+        # Let the update and the copy-out finish before the next batch's passes are queued: overlapped with them,
+        # the contexts' engine threads interleave the two updates' work and an update took 1.2x as long
+        # (2 contexts, batch 64: 204-212 ms against 168-180 with this wait).
+        for p in self.params:
+            for w in p.list_data():
+                w.wait_to_read()
 
     # -- gradient norm ------------------------------------------------------------------------------------------------
     def global_norm(self, normalizer: int) -> mx.nd.NDArray:

@@ -85,15 +85,15 @@ def _member_weights(members: list, weights: Optional[list], ctx: mx.Context) -> 
     return list(weights)
 
 
-def _encode_all(members: list, src: mx.nd.NDArray, src_len: mx.nd.NDArray, K: int) -> Tuple[list, list, list]:
-    """Per member memory (B,S,M), and the decoder's initial states per layer, each repeated for K beams,
-    member by member: [h of member 1's layers, h of member 2's ...] and likewise c."""
+def _encode_all(members: list, src: mx.nd.NDArray, src_len: mx.nd.NDArray) -> Tuple[list, list, list]:
+    """Per member memory (B,S,M), and the decoder's initial states per layer (B,H) (beam search's first step
+    repeats them for the beams), member by member: [h of member 1's layers, h of member 2's ...] and likewise c."""
     memories, hs, cs = [], [], []
     for m in members:
         memory, (h, c) = m.encode(src, src_len)
         memories.append(memory)
-        hs += _layer_states(h.repeat(K, axis=0) if K > 1 else h)
-        cs += _layer_states(c.repeat(K, axis=0) if K > 1 else c)
+        hs += _layer_states(h)
+        cs += _layer_states(c)
     return memories, hs, cs
 
 
@@ -193,7 +193,7 @@ def greedy_search(model: Models, src: mx.nd.NDArray, src_len: mx.nd.NDArray, max
     members = _members(model)
     if num_steps == 0:
         return [[] for _ in range(batch)]
-    memories, hs, cs = _encode_all(members, src, src_len, 1)
+    memories, hs, cs = _encode_all(members, src, src_len)
     step = step_block(members, "greedy")
     L, M = len(hs), len(members)
     # state: prev, done, t, h per layer, c per layer; outputs: token, done, t + 1, emitted, h..., c...
@@ -232,7 +232,7 @@ def beam_search(model: Models, src: mx.nd.NDArray, src_len: mx.nd.NDArray, beam_
     members = _members(model)
     if num_steps == 0:
         return [[([], 0.0)] for _ in range(batch)]
-    memories, hs, cs = _encode_all(members, src, src_len, 1)   # the first step repeats them for the K beams
+    memories, hs, cs = _encode_all(members, src, src_len)   # the first step repeats them for the K beams
     scores = np.full((batch, K), -np.inf)
     scores[:, 0] = 0.0  # one live hypothesis per sentence at the start, so beams do not duplicate it
     # penalties of every possible length, computed in float64 once and rounded to float32 once
