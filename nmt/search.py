@@ -22,6 +22,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import mxnet as mx
 import numpy as np
 
+from nmt import native
 from nmt.search_graph import call_step, step_block
 from nmt.tokenizer import BOS_ID, EOS_ID
 
@@ -95,6 +96,11 @@ def _encode_all(members: list, src: mx.nd.NDArray, src_len: mx.nd.NDArray) -> Tu
         hs += _layer_states(h)
         cs += _layer_states(c)
     return memories, hs, cs
+
+
+def _native(ctx: mx.Context) -> bool:
+    """Whether the step on `ctx` runs `nmt.native`'s kernels: on CPU contexts, when they load."""
+    return ctx.device_type == "cpu" and native.available()
 
 
 class _Segment:
@@ -194,7 +200,7 @@ def greedy_search(model: Models, src: mx.nd.NDArray, src_len: mx.nd.NDArray, max
     if num_steps == 0:
         return [[] for _ in range(batch)]
     memories, hs, cs = _encode_all(members, src, src_len)
-    step = step_block(members, "greedy")
+    step = step_block(members, "greedy", native=_native(ctx))
     L, M = len(hs), len(members)
     # state: prev, done, t, h per layer, c per layer; outputs: token, done, t + 1, emitted, h..., c...
     state = [_upload(np.full(batch, BOS_ID), ctx), _upload(limits == 0, ctx), _upload(np.zeros(1), ctx), *hs, *cs]
@@ -239,7 +245,7 @@ def beam_search(model: Models, src: mx.nd.NDArray, src_len: mx.nd.NDArray, beam_
     lp_table = _upload(_length_penalty(np.arange(num_steps + 2), alpha), ctx)
     # stopping a sentence once its result is settled is exact for any non-decreasing length penalty
     stop_at = nbest if early_stop and alpha >= 0 else 0
-    first, step = (step_block(members, kind, K, stop_at) for kind in ("beam-first", "beam"))
+    first, step = (step_block(members, kind, K, stop_at, _native(ctx)) for kind in ("beam-first", "beam"))
     L, M = len(hs), len(members)
     # row b*K + k = beam k of sentence b. state: prev, scores, lengths, finished, t, h per layer, c per layer
     # (prev, h and c one row per sentence for the first step); outputs: token, scores, lengths, finished, t + 1,

@@ -20,14 +20,14 @@ def _act(F, x, kind: str):
     return F.Activation(x, act_type=kind)
 
 
-def decoder_step(F, decoder, prev, hs, cs, memory, src_len, group: int, weights):
+def decoder_step(F, decoder, prev, hs, cs, memory, src_len, group: int, weights, native: bool = False):
     """The decoder on one token per row: log-probs (N,V) and new per-layer states [(N,H)] * L for N = B*group
     rows, where the `group` rows of a sentence (its beams) share one memory row (B,S,M) and length (B,). The
     LSTM layers run on the weights of `Decoder.step_weights`: the first layer looks its input gates up per token
     (no product on the embedding), each layer adds W_h h (and W_x x above the first) without concatenating
     inputs; states stay per layer. On one time step this measured faster than the fused RNN kernel. The
     sentence's beams attend as one (group, S) product; the arithmetic is the training graph's, without
-    dropout."""
+    dropout. `native`: the cell's element-wise part is one `nmt_lstm_cell` (`nmt.native`)."""
     A, X = decoder.num_attention_weights, decoder.num_lexical_weights
     gates_in, out_w, out_b, combine, attention, lexical, lstm = (
         weights[0], weights[1], weights[2], weights[3:6], weights[6:6 + A], weights[6 + A:6 + A + X],
@@ -37,16 +37,19 @@ def decoder_step(F, decoder, prev, hs, cs, memory, src_len, group: int, weights)
     x = None
     for l, (h_l, c_l) in enumerate(zip(hs, cs)):
         if l == 0:
-            gates = F.Embedding(prev, gates_in, input_dim=decoder._vocab_size, output_dim=4 * H) + \
-                F.FullyConnected(h_l, lstm[0], no_bias=True, num_hidden=4 * H)
+            g_x = F.Embedding(prev, gates_in, input_dim=decoder._vocab_size, output_dim=4 * H)
+            g_h = F.FullyConnected(h_l, lstm[0], no_bias=True, num_hidden=4 * H)
         else:
             w_x, w_h, b = lstm[1 + 3 * (l - 1):4 + 3 * (l - 1)]
-            gates = F.FullyConnected(x, w_x, b, num_hidden=4 * H) + \
-                F.FullyConnected(h_l, w_h, no_bias=True, num_hidden=4 * H)
-        # the fused kernel's gate order; four slices (MXNet's `split` is ~8x slower here)
-        i, f, g, o = (F.slice_axis(gates, axis=1, begin=k * H, end=(k + 1) * H) for k in range(4))
-        c_l = _act(F, f, "sigmoid") * c_l + _act(F, i, "sigmoid") * _act(F, g, "tanh")
-        x = _act(F, o, "sigmoid") * _act(F, c_l, "tanh")
+            g_x = F.FullyConnected(x, w_x, b, num_hidden=4 * H)
+            g_h = F.FullyConnected(h_l, w_h, no_bias=True, num_hidden=4 * H)
+        if native:
+            x, c_l = F.nmt_lstm_cell(g_x, g_h, c_l)
+        else:
+            # the fused kernel's gate order; four slices (MXNet's `split` is ~8x slower here)
+            i, f, g, o = (F.slice_axis(g_x + g_h, axis=1, begin=k * H, end=(k + 1) * H) for k in range(4))
+            c_l = _act(F, f, "sigmoid") * c_l + _act(F, i, "sigmoid") * _act(F, g, "tanh")
+            x = _act(F, o, "sigmoid") * _act(F, c_l, "tanh")
         new_hs.append(x)
         new_cs.append(c_l)
     logits, _ = decoder.attend_and_project(F, F.reshape(x, shape=(-1, group, H)), memory, src_len, out_w, out_b,
@@ -69,10 +72,12 @@ class _Decoders:
 
 
 class StepBlock(gluon.HybridBlock):
-    """Shared by the step blocks: the argument layout and the ensemble's decoder step."""
+    """Shared by the step blocks: the argument layout and the ensemble's decoder step. `native`: use the
+    kernels of `nmt.native` (loaded; CPU contexts only)."""
 
-    def __init__(self, members: list, **kwargs):
+    def __init__(self, members: list, native: bool = False, **kwargs):
         super().__init__(**kwargs)
+        self._native = native
         self._layers = [m.cfg.num_layers for m in members]
         self._num_weights = [m.decoder.num_step_weights for m in members]
         self._L = sum(self._layers)                      # decoder layers over all members
@@ -95,7 +100,8 @@ class StepBlock(gluon.HybridBlock):
         """Mean log-probabilities (N,V) of the members and their new states, member by member per layer."""
         outs, new_hs, new_cs, at = [], [], [], 0
         for dec, L, memory, w in zip(self._decoders, self._layers, memories, weights):
-            lp, h, c = decoder_step(F, dec, prev, hs[at:at + L], cs[at:at + L], memory, src_len, group, w)
+            lp, h, c = decoder_step(F, dec, prev, hs[at:at + L], cs[at:at + L], memory, src_len, group, w,
+                                    self._native)
             outs.append(lp)
             new_hs += h
             new_cs += c
@@ -126,8 +132,9 @@ class BeamStep(StepBlock):
     decoder runs on one row per sentence (`prev`, h and c (B,...)) and its log-probabilities and states are
     repeated for the K rows, a K-th of the work for the same result."""
 
-    def __init__(self, members: list, beam_size: int, nbest: int = 0, first: bool = False, **kwargs):
-        super().__init__(members, **kwargs)
+    def __init__(self, members: list, beam_size: int, nbest: int = 0, first: bool = False, native: bool = False,
+                 **kwargs):
+        super().__init__(members, native, **kwargs)
         self._K, self._V = beam_size, members[0].tgt_vocab_size
         self._nbest = nbest   # > 0: stop a sentence once its nbest best are final (needs a non-decreasing penalty)
         self._first = first
@@ -147,7 +154,8 @@ class BeamStep(StepBlock):
         # Within a row every candidate shares the score and the length penalty, so the sentence's best K
         # candidates are among its rows' best K tokens: a top-k per row, then one over K*K, instead of one
         # over K*V (the same choice, a fraction of the work).
-        cand_lp, cand_tok = F.topk(log_probs, axis=-1, k=R, ret_typ="both")            # (BK,R)
+        cand_lp, cand_tok = (F.nmt_row_topk(log_probs, k=R) if self._native else
+                             F.topk(log_probs, axis=-1, k=R, ret_typ="both"))              # (BK,R)
         # a finished hypothesis has one candidate, itself under EOS, at an unchanged score
         column = F.broadcast_like(F.reshape(F.contrib.arange_like(cand_lp, axis=1), shape=(1, -1)), cand_lp)
         fin_b = F.broadcast_like(F.reshape(fin, shape=(-1, 1)), cand_lp)
@@ -200,12 +208,13 @@ class BeamStep(StepBlock):
 STEP_CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def step_block(members: list, kind: str, beam_size: int = 1, nbest: int = 0) -> gluon.HybridBlock:
+def step_block(members: list, kind: str, beam_size: int = 1, nbest: int = 0, native: bool = False
+               ) -> gluon.HybridBlock:
     cache = STEP_CACHE.setdefault(members[0], {})
-    key = (kind, beam_size, nbest, tuple(id(m) for m in members[1:]))
+    key = (kind, beam_size, nbest, native, tuple(id(m) for m in members[1:]))
     if key not in cache:
-        block = GreedyStep(members) if kind == "greedy" else \
-            BeamStep(members, beam_size, nbest, first=kind == "beam-first")
+        block = GreedyStep(members, native) if kind == "greedy" else \
+            BeamStep(members, beam_size, nbest, first=kind == "beam-first", native=native)
         block.hybridize(static_alloc=True)
         block._graph_built = False
         cache[key] = block

@@ -240,6 +240,7 @@ def decode_worker(spec: dict, conn) -> None:
     if spec.get("omp_num_threads"):   # before MXNet (and its OpenMP runtime) is loaded in this fresh process
         os.environ["OMP_NUM_THREADS"] = str(spec["omp_num_threads"])
     import mxnet as mx
+    from nmt import native
     from nmt.parallel import parse_devices
     from nmt.scoring import recipe_tests
     from nmt.translate import Translator
@@ -273,7 +274,7 @@ def decode_worker(spec: dict, conn) -> None:
     mx.nd.waitall()
     conn.send({"test_set": test_name, "sentences": len(lines), "beam": K, "batch": spec["batch"],
                "devices": [str(c) for c in ctxs], "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
-               "outputs": outputs, "peak_rss_mib": _proc_status("VmHWM")})
+               "outputs": outputs, "peak_rss_mib": _proc_status("VmHWM"), "native_ops": native.status()})
     conn.close()
 
 
@@ -281,7 +282,7 @@ def _search_methods(tr, lines: List[str], K: int, bs: int) -> dict:
     """Our beam search and gluonnlp's BeamSearchSampler over the same length-sorted batches of `lines` on the
     translator's model (target ids per sentence, in sorted order)."""
     import mxnet as mx
-    from nmt import search
+    from nmt import native, search
     from nmt.batching import pad_sources
     from nmt.tokenizer import BOS_ID, EOS_ID
     ids = tr.source_ids(lines)
@@ -316,7 +317,11 @@ def _search_methods(tr, lines: List[str], K: int, bs: int) -> dict:
                 seq = [int(x) for x in samples[r, 0, 1:valid[r, 0]]]
                 out.append(seq[:-1] if seq and seq[-1] == EOS_ID else seq)
         return out
-    return {"beam_search": ours, "gluonnlp_beam_search_sampler": gluonnlp_sampler}
+    def ours_mxnet_ops():   # the same search without nmt.native's kernels
+        with native.turned_off():
+            return ours()
+    methods = {"beam_search": ours, "gluonnlp_beam_search_sampler": gluonnlp_sampler}
+    return {**methods, "beam_search_mxnet_ops": ours_mxnet_ops} if native.available() else methods
 
 
 def decode_model_worker(spec: dict, epochs: int) -> int:
@@ -350,6 +355,11 @@ def run_decode(spec: dict, device_counts: List[int]) -> dict:
                                                    for w in rounds)
     hyps = one["outputs"]["beam_search"]
     out["identical_outputs"] = sum(a == b for a, b in zip(hyps, one["outputs"]["gluonnlp_beam_search_sampler"]))
+    out["native_ops"] = one["native_ops"]
+    if "beam_search_mxnet_ops" in one["outputs"]:   # the native kernels' gain, per round
+        out["beam_search_mxnet_ops"] = rate(rounds, "beam_search_mxnet_ops")
+        out["native_speedup"] = statistics.median(w["beam_search_mxnet_ops"] / w["beam_search"] for w in rounds)
+        out["native_identical_outputs"] = sum(a == b for a, b in zip(hyps, one["outputs"]["beam_search_mxnet_ops"]))
     out["mean_output_tokens"] = sum(len(h) for h in hyps) / max(len(hyps), 1)
     out["peak_rss_mib"] = one["peak_rss_mib"]
     out["multi_device"] = []
@@ -567,6 +577,12 @@ def main(argv=None) -> int:
               f"{dec['identical_outputs']}/{dec['sentences']} identical); Translator beam "
               f"{dec['translator_beam']['sent_per_s']:.0f}, greedy {dec['translator_greedy']['sent_per_s']:.0f} "
               f"sent/s; peak RSS {dec['peak_rss_mib']:.0f} MiB")
+        if "native_speedup" in dec:
+            print(f"  native search kernels: x{dec['native_speedup']:.2f} over the same search on MXNet's operators "
+                  f"({dec['beam_search_mxnet_ops']['sent_per_s']:.0f} sent/s; {dec['native_identical_outputs']}/"
+                  f"{dec['sentences']} identical)")
+        else:
+            print(f"  native search kernels: {dec['native_ops']}")
         for m in dec["multi_device"]:
             print(f"  Translator on {len(m['devices'])} devices ({', '.join(m['devices'])}, OMP threads "
                   f"{m['omp_num_threads']} each): beam {m['translator_beam']['sent_per_s']:.0f} sent/s "

@@ -231,19 +231,26 @@ def test_search_graph_is_built_once_per_model_and_beam(copy_model):
     from nmt import search_graph
     model, _ = copy_model
     src, src_len = ragged_sources([4, 6])
+    from nmt.search import _native
+    key = ("beam", 3, 1, _native(mx.cpu()), ())
     beam_search(model, src, src_len, beam_size=3, max_len=5)
-    block = search_graph.STEP_CACHE[model][("beam", 3, 1, ())]
+    block = search_graph.STEP_CACHE[model][key]
     beam_search(model, src[:1], src_len[:1], beam_size=3, max_len=7)
-    assert search_graph.STEP_CACHE[model][("beam", 3, 1, ())] is block
+    assert search_graph.STEP_CACHE[model][key] is block
     # the step block shares the model's parameters, it does not own copies
     assert set(block.collect_params().values()) <= set(model.collect_params().values())
 
 
 @pytest.mark.parametrize("attention", ["dot", "general", "mlp", "dot+lex", "mlp+lex"])
 @pytest.mark.parametrize("tied", [False, True])
-def test_search_step_computes_what_decode_step_computes(attention, tied):
+@pytest.mark.parametrize("native", [False, True])
+def test_search_step_computes_what_decode_step_computes(attention, tied, native):
     """The search's own decoder step (LSTM as matrix products, beams attending as a group over one memory row
-    per sentence) gives the log-probs and states of `Seq2Seq.decode_step` on K-times repeated memory."""
+    per sentence; its cells on MXNet's operators or on nmt.native's kernel) gives the log-probs and states of
+    `Seq2Seq.decode_step` on K-times repeated memory."""
+    from nmt import native as kernels
+    if native and not kernels.available():
+        pytest.skip(f"native kernels: {kernels.status()}")
     from nmt.search import _layer_states
     from nmt.search_graph import decoder_step
     mx.random.seed(5)
@@ -260,7 +267,7 @@ def test_search_step_computes_what_decode_step_computes(attention, tied):
     ref, (ref_h, ref_c), _ = model.decode_step(prev, [h, c], memory.repeat(K, axis=0), src_len.repeat(K, axis=0))
     weights = model.decoder.step_weights(mx.cpu())
     log_probs, new_hs, new_cs = decoder_step(nd, model.decoder, prev, _layer_states(h), _layer_states(c), memory,
-                                             src_len, K, weights)
+                                             src_len, K, weights, native)
     new_h, new_c = nd.stack(*new_hs, axis=1), nd.stack(*new_cs, axis=1)   # back to (N,L,H)
     for ours, theirs in ((log_probs, ref), (new_h, ref_h), (new_c, ref_c)):
         np.testing.assert_allclose(ours.asnumpy(), theirs.asnumpy(), rtol=1e-5, atol=1e-6)
@@ -353,3 +360,25 @@ def test_cached_step_blocks_do_not_keep_models_alive():
     gc.collect()
     gc.collect()   # the second member goes with the first one's cached block, whose weak key the first pass freed
     assert [r() for r in refs] == [None, None]
+
+
+def test_native_kernels_and_mxnet_operators_decode_alike(copy_model):
+    """The search with nmt.native's CPU kernels (the default when they load) and without: same hypotheses,
+    scores equal to float32 rounding."""
+    from nmt import native
+    if not native.available():
+        pytest.skip(f"native kernels: {native.status()}")
+    model, _ = copy_model
+    (src, src_len, _, _, _), _ = copy_batch(np.random.RandomState(12), 16)
+    src[2, 1] = 9
+    fast = beam_search(model, src, src_len, beam_size=4, max_len=12, alpha=0.6, nbest=4)
+    fast_greedy = greedy_search(model, src, src_len, 12)
+    with native.turned_off():
+        plain = beam_search(model, src, src_len, beam_size=4, max_len=12, alpha=0.6, nbest=4)
+        plain_greedy = greedy_search(model, src, src_len, 12)
+    from nmt.search_graph import STEP_CACHE
+    assert {key[3] for key in STEP_CACHE[model]} == {True, False}   # both kinds of step graph ran
+    for x, y in zip(fast, plain):
+        assert [ids for ids, _ in x] == [ids for ids, _ in y]
+        np.testing.assert_allclose([s for _, s in x], [s for _, s in y], rtol=1e-5, atol=1e-5)
+    assert fast_greedy == plain_greedy

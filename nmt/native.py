@@ -1,0 +1,132 @@
+"""Native CPU kernels for the search step: a fused LSTM cell and a one-pass row top-k (`native_ops.cc`).
+
+They are compiled once per machine with the system C++ compiler (`$CXX`, else g++ or c++; flags tuned to the
+CPU, `-march=native`), cached under `$NMT_CACHE_DIR` (default `$XDG_CACHE_HOME/nmt` or `~/.cache/nmt`) by a hash
+of everything that goes into the build, and loaded into MXNet as an operator library (`mx.library.load`). The
+search uses them on CPU contexts when they load; otherwise (no compiler, a failed build, `NMT_NATIVE_OPS=0`, or
+a GPU) it runs the same step on MXNet's own operators, with the same output, more slowly (logged once).
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+from typing import Optional
+
+import mxnet as mx
+
+logger = logging.getLogger("nmt.native")
+
+SOURCE = Path(__file__).with_name("native_ops.cc")
+FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-fopenmp", "-std=c++11", "-shared",
+         "-fPIC")
+BUILD_TIMEOUT = 300
+
+_lock = threading.Lock()
+_status: Optional[str] = None      # None: not tried yet; "" when loaded; else why not
+_local = threading.local()         # .off: `turned_off()` in this thread
+
+
+def cache_dir() -> Path:
+    """Where built libraries are kept: $NMT_CACHE_DIR, else $XDG_CACHE_HOME/nmt, else ~/.cache/nmt."""
+    if os.environ.get("NMT_CACHE_DIR"):
+        return Path(os.environ["NMT_CACHE_DIR"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "nmt"
+
+
+def _compiler() -> Optional[str]:
+    for name in ([os.environ["CXX"]] if os.environ.get("CXX") else ["g++", "c++"]):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+def _cpu_signature() -> str:
+    """The CPU's model and feature flags (what -march=native builds for)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        return "\n".join(sorted({ln for ln in lines if ln.startswith(("model name", "flags"))}))
+    except OSError:
+        return platform.processor() or platform.machine()
+
+
+def _build(cxx: str) -> Path:
+    """The library for this machine, built unless the cache has it; RuntimeError (with the compiler's message)
+    when the build fails."""
+    mx_root = Path(mx.__file__).parent
+    lib_api, include = mx_root / "src" / "lib_api.cc", mx_root / "include"
+    if not lib_api.exists():
+        raise RuntimeError(f"this MXNet build ships no {lib_api} to build operator libraries with")
+    version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
+    key = hashlib.sha256()
+    for part in (SOURCE.read_bytes(), lib_api.read_bytes(), (include / "mxnet" / "lib_api.h").read_bytes(),
+                 " ".join(FLAGS).encode(), mx.__version__.encode(), version.encode(), _cpu_signature().encode()):
+        key.update(hashlib.sha256(part).digest())
+    path = cache_dir() / f"nmt-native-ops-{key.hexdigest()[:16]}.so"
+    if path.exists():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = str(path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp"))   # concurrent builds: own files
+    logger.info("building the native search kernels with %s (once per machine, ~10 s) into %s", cxx, path)
+    try:
+        done = subprocess.run([cxx, *FLAGS, str(SOURCE), str(lib_api), "-I", str(include), "-o", tmp],
+                              capture_output=True, text=True, timeout=BUILD_TIMEOUT)
+        if done.returncode != 0:
+            raise RuntimeError(f"{cxx} failed ({done.returncode}): {done.stderr.strip()[-800:]}")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+def _load() -> str:
+    if os.environ.get("NMT_NATIVE_OPS", "1").strip() == "0":
+        return "turned off (NMT_NATIVE_OPS=0)"
+    cxx = _compiler()
+    if cxx is None:
+        return "no C++ compiler found (set CXX, or install g++)"
+    try:
+        path = _build(cxx)
+        mx.library.load(str(path), verbose=False)
+    except (OSError, RuntimeError, subprocess.SubprocessError, mx.base.MXNetError) as err:
+        return f"build or load failed: {err}"
+    return ""
+
+
+def available() -> bool:
+    """Whether the native kernels are loaded into MXNet (building and loading them at the first call), and not
+    turned off in this thread (`turned_off`)."""
+    global _status
+    with _lock:
+        if _status is None:
+            _status = _load()
+            if _status:
+                (logger.info if _status.startswith("turned off") else logger.warning)(
+                    "native search kernels not used: %s; decoding on CPU runs on MXNet's operators (same output, "
+                    "slower)", _status)
+    return _status == "" and not getattr(_local, "off", False)
+
+
+@contextlib.contextmanager
+def turned_off():
+    """Within this block, in this thread, the search runs on MXNet's operators only (benchmarks time both)."""
+    before = getattr(_local, "off", False)
+    _local.off = True
+    try:
+        yield
+    finally:
+        _local.off = before
+
+
+def status() -> str:
+    """"loaded", or why the native kernels are not used."""
+    available()
+    return _status or "loaded"

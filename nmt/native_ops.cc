@@ -1,0 +1,197 @@
+// CPU kernels for the search step (see nmt/native.py), loaded into MXNet as an operator library (lib_api.h).
+// Inference only. Built on the machine that runs them (-march=native) by nmt.native.
+//
+//   nmt_lstm_cell(gx (N,4H), gh (N,4H), c (N,H)) -> h (N,H), c_new (N,H)
+//       one LSTM cell from its two gate products (input and recurrent), gate order i, f, g, o as MXNet's fused
+//       RNN kernel: replaces an add, four slices, five activations and four element-wise ops.
+//   nmt_row_topk(x (N,V), k) -> values (N,k), indices (N,k) as float
+//       the k largest of each row, best first, the lower index first among equal values: one pass over the
+//       row that skips each 32-value chunk none of whose values beats the current k-th best.
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "mxnet/lib_api.h"
+
+using namespace mxnet::ext;
+using Attrs = std::unordered_map<std::string, std::string>;
+
+// Work (elements) from which a kernel splits its rows over OpenMP's threads (OMP_NUM_THREADS, as MXNet's own
+// CPU operators; the same libgomp); below it, fork and join would cost more than they save.
+constexpr int64_t kParallelMin = 16384;
+
+// exp(x), written so that the compiler vectorizes the loops that call it: 2^n p(r) with n = round(x / ln 2),
+// r = x - n ln 2 (ln 2 in two parts, exact first), p the degree-6 Taylor polynomial of exp on |r| <= ln2/2;
+// relative error about 2e-7 on the clamped range [-87, 88].
+static inline float exp_(float x) {
+  x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+  const float n = std::floor(x * 1.44269504088896341f + 0.5f);
+  const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
+  float p = 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  union { int32_t i; float f; } scale;
+  scale.i = (static_cast<int32_t>(n) + 127) << 23;
+  return p * scale.f;
+}
+static inline float sigmoid_(float x) { return 1.0f / (1.0f + exp_(-x)); }
+static inline float tanh_(float x) { return 2.0f / (1.0f + exp_(-2.0f * x)) - 1.0f; }
+
+// Gluon's CachedOp builds a backward graph for every operator it holds, so each names one; it fails if run.
+MXReturnValue noBackward(const Attrs&, std::vector<MXTensor>*, std::vector<MXTensor>*, const OpResource&) {
+  MX_ERROR_MSG << "the nmt search operators are for inference only (no backward)";
+  return MX_FAIL;
+}
+
+MXReturnValue floatOnly(const char* op, const std::vector<int>& in, std::vector<int>* out) {
+  for (int t : in)
+    if (t != kFloat32) {
+      MX_ERROR_MSG << op << ": float32 inputs only";
+      return MX_FAIL;
+    }
+  for (auto& t : *out) t = kFloat32;
+  return MX_SUCCESS;
+}
+
+// ---- nmt_lstm_cell ---------------------------------------------------------------------------------------------
+MXReturnValue cellForward(const Attrs&, std::vector<MXTensor>* in, std::vector<MXTensor>* out, const OpResource&) {
+  const float* gx = in->at(0).data<float>();
+  const float* gh = in->at(1).data<float>();
+  const float* c = in->at(2).data<float>();
+  float* h = out->at(0).data<float>();
+  float* c_new = out->at(1).data<float>();
+  const int64_t N = in->at(2).shape[0], H = in->at(2).shape[1];
+#pragma omp parallel for schedule(static) if (N * H >= kParallelMin)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* __restrict__ a = gx + n * 4 * H;
+    const float* __restrict__ b = gh + n * 4 * H;
+    const float* __restrict__ cp = c + n * H;
+    float* __restrict__ hp = h + n * H;
+    float* __restrict__ cq = c_new + n * H;
+#pragma GCC ivdep
+    for (int64_t j = 0; j < H; ++j) {
+      const float i = sigmoid_(a[j] + b[j]);
+      const float f = sigmoid_(a[H + j] + b[H + j]);
+      const float g = tanh_(a[2 * H + j] + b[2 * H + j]);
+      const float o = sigmoid_(a[3 * H + j] + b[3 * H + j]);
+      const float cc = f * cp[j] + i * g;
+      cq[j] = cc;
+      hp[j] = o * tanh_(cc);
+    }
+  }
+  return MX_SUCCESS;
+}
+MXReturnValue cellArity(const Attrs&, int* num_in, int* num_out) {
+  *num_in = 3;
+  *num_out = 2;
+  return MX_SUCCESS;
+}
+MXReturnValue cellType(const Attrs&, std::vector<int>* in, std::vector<int>* out) {
+  return floatOnly("nmt_lstm_cell", *in, out);
+}
+MXReturnValue cellShape(const Attrs&, std::vector<std::vector<unsigned int>>* in,
+                        std::vector<std::vector<unsigned int>>* out) {
+  const auto& gx = in->at(0);
+  const auto& c = in->at(2);
+  if (c.size() != 2 || gx.size() != 2 || gx[0] != c[0] || gx[1] != 4 * c[1] || in->at(1) != gx) {
+    MX_ERROR_MSG << "nmt_lstm_cell: expects gates (N,4H), (N,4H) and cell state (N,H)";
+    return MX_FAIL;
+  }
+  out->at(0) = c;
+  out->at(1) = c;
+  return MX_SUCCESS;
+}
+REGISTER_OP(nmt_lstm_cell)
+    .setForward(cellForward, "cpu")
+    .setBackward(noBackward, "cpu")
+    .setParseAttrs(cellArity)
+    .setInferType(cellType)
+    .setInferShape(cellShape);
+
+// ---- nmt_row_topk ----------------------------------------------------------------------------------------------
+static int topkK(const Attrs& attrs) {
+  auto it = attrs.find("k");
+  return it == attrs.end() ? 0 : std::stoi(it->second);
+}
+MXReturnValue topkForward(const Attrs& attrs, std::vector<MXTensor>* in, std::vector<MXTensor>* out,
+                          const OpResource&) {
+  const float* x = in->at(0).data<float>();
+  float* values = out->at(0).data<float>();
+  float* indices = out->at(1).data<float>();
+  const int64_t N = in->at(0).shape[0], V = in->at(0).shape[1];
+  const int k = topkK(attrs);
+  const int64_t C = 32;
+#pragma omp parallel if (N * V >= 8 * kParallelMin)
+  {
+  std::vector<float> best(k);
+  std::vector<int64_t> at(k);
+#pragma omp for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* __restrict__ row = x + n * V;
+    int filled = 0;
+    auto offer = [&](float s, int64_t v) {   // insertion into the sorted k best; strict: ties keep the earlier
+      if (filled == k && !(s > best[k - 1])) return;
+      int p = filled < k ? filled++ : k - 1;
+      for (; p > 0 && s > best[p - 1]; --p) {
+        best[p] = best[p - 1];
+        at[p] = at[p - 1];
+      }
+      best[p] = s;
+      at[p] = v;
+    };
+    int64_t v = 0;
+    for (; v < V && filled < k; ++v) offer(row[v], v);
+    for (; v + C <= V; v += C) {
+      const float t = best[k - 1];
+      int any = 0;   // an OR of comparisons (vectorized), not a max (which NaN semantics keep scalar)
+      for (int64_t j = 0; j < C; ++j) any |= row[v + j] > t;
+      if (!any) continue;
+      for (int64_t j = 0; j < C; ++j) offer(row[v + j], v + j);
+    }
+    for (; v < V; ++v) offer(row[v], v);
+    for (int j = 0; j < k; ++j) {
+      values[n * k + j] = best[j];
+      indices[n * k + j] = static_cast<float>(at[j]);
+    }
+  }
+  }
+  return MX_SUCCESS;
+}
+MXReturnValue topkArity(const Attrs&, int* num_in, int* num_out) {
+  *num_in = 1;
+  *num_out = 2;
+  return MX_SUCCESS;
+}
+MXReturnValue topkType(const Attrs&, std::vector<int>* in, std::vector<int>* out) {
+  return floatOnly("nmt_row_topk", *in, out);
+}
+MXReturnValue topkShape(const Attrs& attrs, std::vector<std::vector<unsigned int>>* in,
+                        std::vector<std::vector<unsigned int>>* out) {
+  const int k = topkK(attrs);
+  const auto& x = in->at(0);
+  if (x.size() != 2 || k < 1 || static_cast<unsigned>(k) > x[1]) {
+    MX_ERROR_MSG << "nmt_row_topk: expects an (N,V) input and 1 <= k <= V";
+    return MX_FAIL;
+  }
+  out->at(0) = {x[0], static_cast<unsigned>(k)};
+  out->at(1) = {x[0], static_cast<unsigned>(k)};
+  return MX_SUCCESS;
+}
+REGISTER_OP(nmt_row_topk)
+    .setForward(topkForward, "cpu")
+    .setBackward(noBackward, "cpu")
+    .setParseAttrs(topkArity)
+    .setInferType(topkType)
+    .setInferShape(topkShape);
+
+MXReturnValue initialize(int version) {
+  if (version >= 10700) return MX_SUCCESS;
+  MX_ERROR_MSG << "the nmt operators need MXNet >= 1.7 (this is " << version << ")";
+  return MX_FAIL;
+}

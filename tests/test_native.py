@@ -1,0 +1,117 @@
+"""nmt.native: the search's CPU kernels against MXNet's operators, their build cache, and the fallback."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import mxnet as mx
+import numpy as np
+import pytest
+from mxnet import nd
+
+from nmt import native
+
+needs_native = pytest.mark.skipif(not native.available(), reason=f"native kernels: {native.status()}")
+
+
+def reference_cell(gx, gh, c):
+    """The search's LSTM cell on MXNet's operators (nmt.search_graph without native kernels)."""
+    H = c.shape[1]
+    i, f, g, o = (nd.slice_axis(gx + gh, axis=1, begin=k * H, end=(k + 1) * H) for k in range(4))
+    c = nd.Activation(f, act_type="sigmoid") * c + nd.Activation(i, act_type="sigmoid") * nd.Activation(g, act_type="tanh")
+    return nd.Activation(o, act_type="sigmoid") * nd.Activation(c, act_type="tanh"), c
+
+
+@needs_native
+@pytest.mark.parametrize("scale", [0.1, 3.0, 40.0])
+def test_lstm_cell_matches_mxnet_operators(scale):
+    rng = np.random.RandomState(0)
+    gx, gh = (nd.array(rng.normal(0, scale, (37, 4 * 24))) for _ in range(2))
+    c = nd.array(rng.normal(0, scale, (37, 24)))
+    h, c_new = nd.nmt_lstm_cell(gx, gh, c)
+    ref_h, ref_c = reference_cell(gx, gh, c)
+    np.testing.assert_allclose(c_new.asnumpy(), ref_c.asnumpy(), rtol=2e-6, atol=2e-6)
+    np.testing.assert_allclose(h.asnumpy(), ref_h.asnumpy(), rtol=2e-6, atol=2e-6)
+
+
+@needs_native
+@pytest.mark.parametrize("k, V", [(1, 5), (5, 5), (4, 64), (7, 64), (1, 1001), (4, 1001), (7, 1001)])
+def test_row_topk_matches_mxnet_topk(k, V):
+    rng = np.random.RandomState(V + k)
+    x = rng.permutation(37 * V).reshape(37, V).astype("float32") / (37 * V)   # distinct values
+    x[3] = np.log(np.linspace(1e-6, 1, V))[rng.permutation(V)]               # a peaked row
+    x[5, : V // 2] = -np.inf                                                  # impossible tokens
+    x = nd.log_softmax(nd.array(x) * 30, axis=-1)
+    values, indices = nd.nmt_row_topk(x, k=k)
+    ref_values, ref_indices = nd.topk(x, axis=-1, k=k, ret_typ="both")
+    assert values.shape == indices.shape == (37, k)
+    np.testing.assert_array_equal(values.asnumpy(), ref_values.asnumpy())
+    np.testing.assert_array_equal(indices.asnumpy(), ref_indices.asnumpy())
+
+
+@needs_native
+def test_row_topk_keeps_the_lower_index_among_equal_values():
+    x = nd.array([[0.0, 2.0, 1.0, 2.0, 2.0, -1.0] * 10])
+    values, indices = nd.nmt_row_topk(x, k=4)
+    assert values.asnumpy().tolist() == [[2.0, 2.0, 2.0, 2.0]]
+    assert indices.asnumpy().tolist() == [[1.0, 3.0, 4.0, 7.0]]
+
+
+@needs_native
+def test_kernels_reject_bad_shapes_with_a_message():
+    with pytest.raises(mx.base.MXNetError, match="1 <= k <= V"):
+        nd.nmt_row_topk(nd.zeros((2, 3)), k=4).wait_to_read()
+    with pytest.raises(mx.base.MXNetError, match=r"\(N,4H\)"):
+        nd.nmt_lstm_cell(nd.zeros((2, 8)), nd.zeros((2, 8)), nd.zeros((2, 3)))[0].wait_to_read()
+
+
+def _status_in_fresh_process(env: dict, tmp_path) -> str:
+    """nmt.native.status() and the greedy search's output in a new process with `env` added."""
+    code = textwrap.dedent("""
+        import logging, mxnet as mx
+        logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+        from nmt import native
+        from nmt.config import ModelConfig
+        from nmt.model import build_model
+        from nmt.search import greedy_search
+        print("STATUS", native.status())
+        mx.random.seed(1)
+        model = build_model(ModelConfig(embed_size=8, hidden_size=8, num_layers=1), 12, 12)
+        model.initialize()
+        print("OUT", greedy_search(model, mx.nd.array([[5, 6, 2]]), mx.nd.array([3]), 4))
+    """)
+    full = {**os.environ, "NMT_CACHE_DIR": str(tmp_path / "cache"), **env}
+    done = subprocess.run([sys.executable, "-c", code], env=full, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return done.stdout + done.stderr
+
+
+def test_without_a_compiler_the_search_runs_on_mxnet_operators(tmp_path):
+    out = _status_in_fresh_process({"CXX": str(tmp_path / "no-such-compiler")}, tmp_path)
+    assert "STATUS no C++ compiler found" in out
+    assert "native search kernels not used" in out and "OUT [[" in out
+
+
+def test_a_failed_build_says_why_and_falls_back(tmp_path):
+    broken = tmp_path / "broken-cxx"
+    broken.write_text("#!/bin/sh\necho 'broken-cxx: cannot compile today' >&2\nexit 3\n")
+    broken.chmod(0o755)
+    out = _status_in_fresh_process({"CXX": str(broken)}, tmp_path)
+    assert "STATUS build or load failed" in out and "cannot compile today" in out
+    assert "OUT [[" in out
+    assert not list((tmp_path / "cache").glob("*"))   # nothing half-built left in the cache
+
+
+def test_turned_off_by_environment(tmp_path):
+    out = _status_in_fresh_process({"NMT_NATIVE_OPS": "0"}, tmp_path)
+    assert "STATUS turned off (NMT_NATIVE_OPS=0)" in out and "OUT [[" in out
+
+
+@needs_native
+def test_the_build_is_cached_per_machine(tmp_path):
+    first = _status_in_fresh_process({}, tmp_path)
+    built = list((tmp_path / "cache").glob("nmt-native-ops-*.so"))
+    assert "STATUS loaded" in first and "building the native search kernels" in first and len(built) == 1
+    second = _status_in_fresh_process({}, tmp_path)
+    assert "STATUS loaded" in second and "building" not in second
+    assert list((tmp_path / "cache").glob("*")) == built
