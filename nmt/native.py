@@ -64,7 +64,7 @@ def _build(cxx: str) -> Path:
     lib_api, include = mx_root / "src" / "lib_api.cc", mx_root / "include"
     if not lib_api.exists():
         raise RuntimeError(f"this MXNet build ships no {lib_api} to build operator libraries with")
-    version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
+    version = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=60).stdout
     key = hashlib.sha256()
     for part in (SOURCE.read_bytes(), lib_api.read_bytes(), (include / "mxnet" / "lib_api.h").read_bytes(),
                  " ".join(FLAGS).encode(), mx.__version__.encode(), version.encode(), _cpu_signature().encode()):
