@@ -293,7 +293,7 @@ def _search_methods(tr, lines: List[str], K: int, bs: int) -> dict:
         rows = order[s:s + bs]
         src, src_len = pad_sources([ids[i] for i in rows], max(len(ids[i]) for i in rows) + 1)
         max_len = int(math.ceil(d.max_len_a * int(src_len.max()) + d.max_len_b))
-        batches.append((rows, mx.nd.array(src), mx.nd.array(src_len), max_len))
+        batches.append((rows, mx.nd.array(src, ctx=tr.ctx), mx.nd.array(src_len, ctx=tr.ctx), max_len))
 
     def ours():   # as the Translator does: the step's weights prepared once per call
         w = net.decoder.step_weights(batches[0][1].context)
@@ -311,17 +311,20 @@ def _search_methods(tr, lines: List[str], K: int, bs: int) -> dict:
                 return log_probs, [h, c, states[2], states[3]]
             sampler = BeamSearchSampler(K, step, EOS_ID, BeamSearchScorer(alpha=d.length_penalty_alpha, K=5.0,
                                                                           from_logits=False), max_length=m)
-            samples, _, valid = sampler(mx.nd.full((len(rows),), BOS_ID), [h0, c0, memory, src_len])
+            samples, _, valid = sampler(mx.nd.full((len(rows),), BOS_ID, ctx=tr.ctx), [h0, c0, memory, src_len])
             samples, valid = samples.asnumpy(), valid.asnumpy()
             for r in range(len(rows)):
                 seq = [int(x) for x in samples[r, 0, 1:valid[r, 0]]]
                 out.append(seq[:-1] if seq and seq[-1] == EOS_ID else seq)
         return out
+
     def ours_mxnet_ops():   # the same search without nmt.native's kernels
         with native.turned_off():
             return ours()
     methods = {"beam_search": ours, "gluonnlp_beam_search_sampler": gluonnlp_sampler}
-    return {**methods, "beam_search_mxnet_ops": ours_mxnet_ops} if native.available() else methods
+    if tr.ctx.device_type == "cpu" and native.available():   # (GPUs always run MXNet's operators)
+        methods["beam_search_mxnet_ops"] = ours_mxnet_ops
+    return methods
 
 
 def decode_model_worker(spec: dict, epochs: int) -> int:
