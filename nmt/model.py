@@ -190,13 +190,14 @@ class Decoder(gluon.HybridBlock):
         return logits, F.transpose(h, axes=(1, 0, 2)), F.transpose(c, axes=(1, 0, 2)), attn
 
     def attend_and_project(self, F, dec, memory, src_len, out_weight, out_bias, combine=None, attention=(),
-                           lexical=(), lex_out=None):
+                           lexical=(), lex_out=None, native: bool = False):
         """Decoder outputs (B,T,H) over memory (B,S,M) -> logits (B,T,V), attention (B,T,S). The T queries of a
         row are independent, so a beam search passes a sentence's K beams as its T (one memory per sentence).
         `combine`: the combine layer's weight cut in its context and decoder halves and its bias (a search step
         adds two products instead of concatenating their inputs; without dropout); then `attention` and
         `lexical` hold the attention layers' and the lexical model's weights too (see `step_weights`), so the
-        step uses no parameter of this block. `lex_out`: the lexical output weight in the training graph."""
+        step uses no parameter of this block. `lex_out`: the lexical output weight in the training graph.
+        `native`: dot and general attention as one `nmt_attention` (`nmt.native`; the search on CPU)."""
         H = self._hidden
         query_proj, score_proj = self.query_proj, self.score_proj
         if self._lexical:
@@ -224,11 +225,14 @@ class Decoder(gluon.HybridBlock):
             scores = F.reshape(score_proj(hidden), shape=(0, 0, -1))
         else:
             query = dec if query_proj is None else query_proj(dec)
-            scores = F.batch_dot(query, values, transpose_b=True)  # (B,T,S)
-        mask = _length_mask(F, memory, F.clip(F.cast(src_len, "float32"), 1, 1e9), axis=1)
-        scores = F.broadcast_add(scores, F.expand_dims((1 - mask) * _MASK_VALUE, axis=1))
-        attn = F.softmax(scores, axis=-1)
-        context = F.batch_dot(attn, values)  # (B,T,H)
+            scores = None if native else F.batch_dot(query, values, transpose_b=True)  # (B,T,S)
+        if scores is None:
+            context, attn = F.nmt_attention(query, values, src_len)
+        else:
+            mask = _length_mask(F, memory, F.clip(F.cast(src_len, "float32"), 1, 1e9), axis=1)
+            scores = F.broadcast_add(scores, F.expand_dims((1 - mask) * _MASK_VALUE, axis=1))
+            attn = F.softmax(scores, axis=-1)
+            context = F.batch_dot(attn, values)  # (B,T,H)
         if combine is None:
             out = self.dropout(self.combine(F.concat(context, dec, dim=-1)))
         else:

@@ -1,4 +1,4 @@
-"""Native CPU kernels for the search step: a fused LSTM cell and a one-pass row top-k (`native_ops.cc`).
+"""Native CPU kernels for the search step: a fused LSTM cell, attention and a one-pass row top-k (`native_ops.cc`).
 
 They are compiled once per machine with the system C++ compiler (`$CXX`, else g++ or c++; flags tuned to the
 CPU, `-march=native`), cached under `$NMT_CACHE_DIR` (default `$XDG_CACHE_HOME/nmt` or `~/.cache/nmt`) by a hash

@@ -4,6 +4,10 @@
 //   nmt_lstm_cell(gx (N,4H), gh (N,4H), c (N,H)) -> h (N,H), c_new (N,H)
 //       one LSTM cell from its two gate products (input and recurrent), gate order i, f, g, o as MXNet's fused
 //       RNN kernel: replaces an add, four slices, five activations and four element-wise ops.
+//   nmt_attention(query (B,T,H), values (B,S,H), lengths (B,)) -> context (B,T,H), weights (B,T,S)
+//       dot-product attention of each row's T queries over the first max(1, length) of its S values (softmax
+//       weights 0 beyond): replaces two batch_dot (MXNet's bundled OpenBLAS runs generic kernels here), the
+//       length mask and the softmax.
 //   nmt_row_topk(x (N,V), k) -> values (N,k), indices (N,k) as float
 //       the k largest of each row, best first, the lower index first among equal values: one pass over the
 //       row that skips each 32-value chunk none of whose values beats the current k-th best.
@@ -113,6 +117,84 @@ REGISTER_OP(nmt_lstm_cell)
     .setParseAttrs(cellArity)
     .setInferType(cellType)
     .setInferShape(cellShape);
+
+// ---- nmt_attention ---------------------------------------------------------------------------------------------
+MXReturnValue attentionForward(const Attrs&, std::vector<MXTensor>* in, std::vector<MXTensor>* out,
+                               const OpResource&) {
+  const float* query = in->at(0).data<float>();
+  const float* values = in->at(1).data<float>();
+  const float* lengths = in->at(2).data<float>();
+  float* context = out->at(0).data<float>();
+  float* weights = out->at(1).data<float>();
+  const int64_t B = in->at(0).shape[0], T = in->at(0).shape[1], H = in->at(0).shape[2], S = in->at(1).shape[1];
+  const int64_t L = 16;   // partial sums per dot product, so that the compiler vectorizes it
+#pragma omp parallel for schedule(static) if (B * T * S * H >= 8 * kParallelMin)
+  for (int64_t b = 0; b < B; ++b) {
+    const float len = lengths[b];
+    const int64_t n = len < 1.0f ? 1 : (len >= static_cast<float>(S) ? S : static_cast<int64_t>(std::ceil(len)));
+    const float* __restrict__ v = values + b * S * H;
+    for (int64_t t = 0; t < T; ++t) {
+      const float* __restrict__ q = query + (b * T + t) * H;
+      float* __restrict__ w = weights + (b * T + t) * S;
+      float* __restrict__ c = context + (b * T + t) * H;
+      float top = -INFINITY;
+      for (int64_t s = 0; s < n; ++s) {
+        float part[L] = {0};
+        int64_t h = 0;
+        for (; h + L <= H; h += L)
+          for (int64_t j = 0; j < L; ++j) part[j] += q[h + j] * v[s * H + h + j];
+        float dot = 0.0f;
+        for (int64_t j = 0; j < L; ++j) dot += part[j];
+        for (; h < H; ++h) dot += q[h] * v[s * H + h];
+        w[s] = dot;
+        top = dot > top ? dot : top;
+      }
+      float total = 0.0f;
+      for (int64_t s = 0; s < n; ++s) {
+        w[s] = exp_(w[s] - top);
+        total += w[s];
+      }
+      const float inv = 1.0f / total;
+      for (int64_t s = 0; s < n; ++s) w[s] *= inv;
+      for (int64_t s = n; s < S; ++s) w[s] = 0.0f;
+      for (int64_t h = 0; h < H; ++h) c[h] = 0.0f;
+      for (int64_t s = 0; s < n; ++s) {
+        const float a = w[s];
+        const float* __restrict__ vs = v + s * H;
+#pragma GCC ivdep
+        for (int64_t h = 0; h < H; ++h) c[h] += a * vs[h];
+      }
+    }
+  }
+  return MX_SUCCESS;
+}
+MXReturnValue attentionArity(const Attrs&, int* num_in, int* num_out) {
+  *num_in = 3;
+  *num_out = 2;
+  return MX_SUCCESS;
+}
+MXReturnValue attentionType(const Attrs&, std::vector<int>* in, std::vector<int>* out) {
+  return floatOnly("nmt_attention", *in, out);
+}
+MXReturnValue attentionShape(const Attrs&, std::vector<std::vector<unsigned int>>* in,
+                             std::vector<std::vector<unsigned int>>* out) {
+  const auto& q = in->at(0);
+  const auto& v = in->at(1);
+  const auto& len = in->at(2);
+  if (q.size() != 3 || v.size() != 3 || len.size() != 1 || v[0] != q[0] || v[2] != q[2] || len[0] != q[0]) {
+    MX_ERROR_MSG << "nmt_attention: expects queries (B,T,H), values (B,S,H) and lengths (B,)";
+    return MX_FAIL;
+  }
+  out->at(0) = q;
+  out->at(1) = {q[0], q[1], v[1]};
+  return MX_SUCCESS;
+}
+REGISTER_OP(nmt_attention)
+    .setForward(attentionForward, "cpu")
+    .setBackward(noBackward, "cpu")
+    .setParseAttrs(attentionArity)
+    .setInferType(attentionType)
+    .setInferShape(attentionShape);
 
 // ---- nmt_row_topk ----------------------------------------------------------------------------------------------
 static int topkK(const Attrs& attrs) {

@@ -27,7 +27,8 @@ def decoder_step(F, decoder, prev, hs, cs, memory, src_len, group: int, weights,
     (no product on the embedding), each layer adds W_h h (and W_x x above the first) without concatenating
     inputs; states stay per layer. On one time step this measured faster than the fused RNN kernel. The
     sentence's beams attend as one (group, S) product; the arithmetic is the training graph's, without
-    dropout. `native`: the cell's element-wise part is one `nmt_lstm_cell` (`nmt.native`)."""
+    dropout. `native`: the cell's element-wise part is one `nmt_lstm_cell`, dot and general attention one
+    `nmt_attention` (`nmt.native`)."""
     A, X = decoder.num_attention_weights, decoder.num_lexical_weights
     gates_in, out_w, out_b, combine, attention, lexical, lstm = (
         weights[0], weights[1], weights[2], weights[3:6], weights[6:6 + A], weights[6 + A:6 + A + X],
@@ -53,7 +54,7 @@ def decoder_step(F, decoder, prev, hs, cs, memory, src_len, group: int, weights,
         new_hs.append(x)
         new_cs.append(c_l)
     logits, _ = decoder.attend_and_project(F, F.reshape(x, shape=(-1, group, H)), memory, src_len, out_w, out_b,
-                                          combine, attention, lexical)
+                                          combine, attention, lexical, native=native)
     return F.log_softmax(F.reshape(logits, shape=(-3, 0)), axis=-1), new_hs, new_cs
 
 

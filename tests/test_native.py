@@ -35,6 +35,24 @@ def test_lstm_cell_matches_mxnet_operators(scale):
 
 
 @needs_native
+@pytest.mark.parametrize("H", [16, 37])
+def test_attention_matches_mxnet_operators(H):
+    """Masked dot-product attention as the model computes it (batch_dot, length mask, softmax, batch_dot), lengths
+    of 0 (treated as 1), within and beyond the S columns."""
+    rng = np.random.RandomState(H)
+    B, T, S = 5, 4, 9
+    query, values = nd.array(rng.normal(0, 1, (B, T, H))), nd.array(rng.normal(0, 1, (B, S, H)))
+    lengths = nd.array([3, 0, 9, 12, 1])
+    context, weights = nd.nmt_attention(query, values, lengths)
+    scores = nd.batch_dot(query, values, transpose_b=True)
+    mask = nd.broadcast_lesser(nd.arange(S).reshape((1, -1)), nd.clip(lengths, 1, 1e9).reshape((-1, 1)))
+    ref = nd.softmax(nd.broadcast_add(scores, nd.expand_dims((1 - mask) * -1e9, axis=1)), axis=-1)
+    np.testing.assert_allclose(weights.asnumpy(), ref.asnumpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(context.asnumpy(), nd.batch_dot(ref, values).asnumpy(), rtol=1e-5, atol=1e-5)
+    assert (weights.asnumpy()[0, :, 3:] == 0).all() and (weights.asnumpy()[1, :, 1:] == 0).all()
+
+
+@needs_native
 @pytest.mark.parametrize("k, V", [(1, 5), (5, 5), (4, 64), (7, 64), (1, 1001), (4, 1001), (7, 1001)])
 def test_row_topk_matches_mxnet_topk(k, V):
     rng = np.random.RandomState(V + k)
@@ -63,6 +81,8 @@ def test_kernels_reject_bad_shapes_with_a_message():
         nd.nmt_row_topk(nd.zeros((2, 3)), k=4).wait_to_read()
     with pytest.raises(mx.base.MXNetError, match=r"\(N,4H\)"):
         nd.nmt_lstm_cell(nd.zeros((2, 8)), nd.zeros((2, 8)), nd.zeros((2, 3)))[0].wait_to_read()
+    with pytest.raises(mx.base.MXNetError, match=r"values \(B,S,H\)"):
+        nd.nmt_attention(nd.zeros((2, 1, 4)), nd.zeros((2, 3, 5)), nd.ones((2,)))[0].wait_to_read()
 
 
 def _status_in_fresh_process(env: dict, tmp_path) -> str:
