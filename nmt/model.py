@@ -225,10 +225,11 @@ class Decoder(gluon.HybridBlock):
             scores = F.reshape(score_proj(hidden), shape=(0, 0, -1))
         else:
             query = dec if query_proj is None else query_proj(dec)
-            scores = None if native else F.batch_dot(query, values, transpose_b=True)  # (B,T,S)
-        if scores is None:
+        if native and not mlp:   # the products, the mask and the softmax in one kernel
             context, attn = F.nmt_attention(query, values, src_len)
         else:
+            if not mlp:
+                scores = F.batch_dot(query, values, transpose_b=True)  # (B,T,S)
             mask = _length_mask(F, memory, F.clip(F.cast(src_len, "float32"), 1, 1e9), axis=1)
             scores = F.broadcast_add(scores, F.expand_dims((1 - mask) * _MASK_VALUE, axis=1))
             attn = F.softmax(scores, axis=-1)
