@@ -53,6 +53,14 @@ MXReturnValue noBackward(const Attrs&, std::vector<MXTensor>*, std::vector<MXTen
   return MX_FAIL;
 }
 
+// The operators' input and output counts (they take no attribute but nmt_row_topk's k, read where used).
+template <int In, int Out>
+MXReturnValue arity(const Attrs&, int* num_in, int* num_out) {
+  *num_in = In;
+  *num_out = Out;
+  return MX_SUCCESS;
+}
+
 MXReturnValue floatOnly(const char* op, const std::vector<int>& in, std::vector<int>* out) {
   for (int t : in)
     if (t != kFloat32) {
@@ -91,11 +99,6 @@ MXReturnValue cellForward(const Attrs&, std::vector<MXTensor>* in, std::vector<M
   }
   return MX_SUCCESS;
 }
-MXReturnValue cellArity(const Attrs&, int* num_in, int* num_out) {
-  *num_in = 3;
-  *num_out = 2;
-  return MX_SUCCESS;
-}
 MXReturnValue cellType(const Attrs&, std::vector<int>* in, std::vector<int>* out) {
   return floatOnly("nmt_lstm_cell", *in, out);
 }
@@ -114,7 +117,7 @@ MXReturnValue cellShape(const Attrs&, std::vector<std::vector<unsigned int>>* in
 REGISTER_OP(nmt_lstm_cell)
     .setForward(cellForward, "cpu")
     .setBackward(noBackward, "cpu")
-    .setParseAttrs(cellArity)
+    .setParseAttrs(arity<3, 2>)
     .setInferType(cellType)
     .setInferShape(cellShape);
 
@@ -168,11 +171,6 @@ MXReturnValue attentionForward(const Attrs&, std::vector<MXTensor>* in, std::vec
   }
   return MX_SUCCESS;
 }
-MXReturnValue attentionArity(const Attrs&, int* num_in, int* num_out) {
-  *num_in = 3;
-  *num_out = 2;
-  return MX_SUCCESS;
-}
 MXReturnValue attentionType(const Attrs&, std::vector<int>* in, std::vector<int>* out) {
   return floatOnly("nmt_attention", *in, out);
 }
@@ -192,7 +190,7 @@ MXReturnValue attentionShape(const Attrs&, std::vector<std::vector<unsigned int>
 REGISTER_OP(nmt_attention)
     .setForward(attentionForward, "cpu")
     .setBackward(noBackward, "cpu")
-    .setParseAttrs(attentionArity)
+    .setParseAttrs(arity<3, 2>)
     .setInferType(attentionType)
     .setInferShape(attentionShape);
 
@@ -245,11 +243,6 @@ MXReturnValue topkForward(const Attrs& attrs, std::vector<MXTensor>* in, std::ve
   }
   return MX_SUCCESS;
 }
-MXReturnValue topkArity(const Attrs&, int* num_in, int* num_out) {
-  *num_in = 1;
-  *num_out = 2;
-  return MX_SUCCESS;
-}
 MXReturnValue topkType(const Attrs&, std::vector<int>* in, std::vector<int>* out) {
   return floatOnly("nmt_row_topk", *in, out);
 }
@@ -268,7 +261,7 @@ MXReturnValue topkShape(const Attrs& attrs, std::vector<std::vector<unsigned int
 REGISTER_OP(nmt_row_topk)
     .setForward(topkForward, "cpu")
     .setBackward(noBackward, "cpu")
-    .setParseAttrs(topkArity)
+    .setParseAttrs(arity<1, 2>)
     .setInferType(topkType)
     .setInferShape(topkShape);
 
