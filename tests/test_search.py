@@ -364,7 +364,8 @@ def test_cached_step_blocks_do_not_keep_models_alive():
 
 def test_native_kernels_and_mxnet_operators_decode_alike(copy_model):
     """The search with nmt.native's CPU kernels (the default when they load) and without: same hypotheses,
-    scores equal to float32 rounding."""
+    scores equal to float32 rounding accumulated over the steps (the kernels sum their dot products in another
+    order and use their own exp: up to 3e-5 relative measured on an AVX2 host, below 1e-5 on an AVX-512 one)."""
     from nmt import native
     if not native.available():
         pytest.skip(f"native kernels: {native.status()}")
@@ -378,5 +379,5 @@ def test_native_kernels_and_mxnet_operators_decode_alike(copy_model):
         plain_greedy = greedy_search(model, src, src_len, 12)
     from nmt.search_graph import STEP_CACHE
     assert {key[3] for key in STEP_CACHE[model]} == {True, False}   # both kinds of step graph ran
-    _assert_same_hypotheses(fast, plain, rtol=1e-5, atol=1e-5)
+    _assert_same_hypotheses(fast, plain, rtol=1e-4, atol=1e-4)
     assert fast_greedy == plain_greedy
