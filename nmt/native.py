@@ -1,10 +1,12 @@
-"""Native CPU kernels for the search step: a fused LSTM cell, attention and a one-pass row top-k (`native_ops.cc`).
+"""Native CPU kernels (`native_ops.cc`): for the search step a fused LSTM cell, attention and a one-pass row
+top-k; for training the gradient sum of CPU replicas fused with the gradient norm.
 
 They are compiled once per machine with the system C++ compiler (`$CXX`, else g++ or c++; flags tuned to the
 CPU, `-march=native`), cached under `$NMT_CACHE_DIR` (default `$XDG_CACHE_HOME/nmt` or `~/.cache/nmt`) by a hash
 of everything that goes into the build, and loaded into MXNet as an operator library (`mx.library.load`). The
-search uses them on CPU contexts when they load; otherwise (no compiler, a failed build, `NMT_NATIVE_OPS=0`, or
-a GPU) it runs the same step on MXNet's own operators, with the same output, more slowly (logged once).
+search and the data-parallel step use them on CPU contexts when they load; otherwise (no compiler, a failed
+build, `NMT_NATIVE_OPS=0`, or a GPU) they run the same computation on MXNet's own operators, with the same
+result, more slowly (logged once).
 """
 from __future__ import annotations
 
@@ -74,7 +76,7 @@ def _build(cxx: str) -> Path:
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = str(path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp"))   # concurrent builds: own files
-    logger.info("building the native search kernels with %s (once per machine, ~10 s) into %s", cxx, path)
+    logger.info("building the native CPU kernels with %s (once per machine, ~10 s) into %s", cxx, path)
     try:
         done = subprocess.run([cxx, *FLAGS, str(SOURCE), str(lib_api), "-I", str(include), "-o", tmp],
                               capture_output=True, text=True, timeout=BUILD_TIMEOUT)
@@ -110,14 +112,15 @@ def available() -> bool:
             _status = _load()
             if _status:
                 (logger.info if _status.startswith("turned off") else logger.warning)(
-                    "native search kernels not used: %s; decoding on CPU runs on MXNet's operators (same output, "
-                    "slower)", _status)
+                    "native CPU kernels not used: %s; decoding and the gradient sum and norm on CPU run on "
+                    "MXNet's operators (same results, slower)", _status)
     return _status == "" and not getattr(_local, "off", False)
 
 
 @contextlib.contextmanager
 def turned_off():
-    """Within this block, in this thread, the search runs on MXNet's operators only (benchmarks time both)."""
+    """Within this block, in this thread, the search (and a `DataParallel` built here) runs on MXNet's operators
+    only (benchmarks and tests time and compare both)."""
     before = getattr(_local, "off", False)
     _local.off = True
     try:

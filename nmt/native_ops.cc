@@ -1,5 +1,5 @@
-// CPU kernels for the search step (see nmt/native.py), loaded into MXNet as an operator library (lib_api.h).
-// Inference only. Built on the machine that runs them (-march=native) by nmt.native.
+// CPU kernels for the search step and the data-parallel gradient sum (see nmt/native.py), loaded into MXNet as
+// an operator library (lib_api.h). No backward. Built on the machine that runs them (-march=native) by nmt.native.
 //
 //   nmt_lstm_cell(gx (N,4H), gh (N,4H), c (N,H)) -> h (N,H), c_new (N,H)
 //       one LSTM cell from its two gate products (input and recurrent), gate order i, f, g, o as MXNet's fused
@@ -11,6 +11,11 @@
 //   nmt_row_topk(x (N,V), k) -> values (N,k), indices (N,k) as float
 //       the k largest of each row, best first, the lower index first among equal values: one pass over the
 //       row that skips each 32-value chunk none of whose values beats the current k-th best.
+//   nmt_add_sumsq(a_1..a_n, b_1..b_n, ..., num_arrays=n, num_replicas=R) -> sumsq (1,)
+//       a_i += b_i (+ the further replicas' b_i) in place, and the sum of squares of all the new a_i: the
+//       gradient sum of CPU replicas and its norm in one pass over the arrays, where elemwise_add then
+//       multi_sum_sq take two (and 6x the time). The inputs may live on different CPU contexts (one memory); it
+//       runs on the first input's. With R = 1 only the sum of squares (the norm of one context's gradients).
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -49,16 +54,22 @@ static inline float tanh_(float x) { return 2.0f / (1.0f + exp_(-2.0f * x)) - 1.
 
 // Gluon's CachedOp builds a backward graph for every operator it holds, so each names one; it fails if run.
 MXReturnValue noBackward(const Attrs&, std::vector<MXTensor>*, std::vector<MXTensor>*, const OpResource&) {
-  MX_ERROR_MSG << "the nmt search operators are for inference only (no backward)";
+  MX_ERROR_MSG << "the nmt native operators have no backward";
   return MX_FAIL;
 }
 
-// The operators' input and output counts (they take no attribute but nmt_row_topk's k, read where used).
+// Input and output counts of the operators whose counts are fixed.
 template <int In, int Out>
 MXReturnValue arity(const Attrs&, int* num_in, int* num_out) {
   *num_in = In;
   *num_out = Out;
   return MX_SUCCESS;
+}
+
+// An integer attribute (nmt_row_topk's k, nmt_add_sumsq's counts); 0 when absent.
+static int intAttr(const Attrs& attrs, const char* name) {
+  auto it = attrs.find(name);
+  return it == attrs.end() ? 0 : std::stoi(it->second);
 }
 
 MXReturnValue floatOnly(const char* op, const std::vector<int>& in, std::vector<int>* out) {
@@ -195,17 +206,13 @@ REGISTER_OP(nmt_attention)
     .setInferShape(attentionShape);
 
 // ---- nmt_row_topk ----------------------------------------------------------------------------------------------
-static int topkK(const Attrs& attrs) {
-  auto it = attrs.find("k");
-  return it == attrs.end() ? 0 : std::stoi(it->second);
-}
 MXReturnValue topkForward(const Attrs& attrs, std::vector<MXTensor>* in, std::vector<MXTensor>* out,
                           const OpResource&) {
   const float* x = in->at(0).data<float>();
   float* values = out->at(0).data<float>();
   float* indices = out->at(1).data<float>();
   const int64_t N = in->at(0).shape[0], V = in->at(0).shape[1];
-  const int k = topkK(attrs);
+  const int k = intAttr(attrs, "k");
   const int64_t C = 32;
 #pragma omp parallel if (N * V >= 8 * kParallelMin)
   {
@@ -248,7 +255,7 @@ MXReturnValue topkType(const Attrs&, std::vector<int>* in, std::vector<int>* out
 }
 MXReturnValue topkShape(const Attrs& attrs, std::vector<std::vector<unsigned int>>* in,
                         std::vector<std::vector<unsigned int>>* out) {
-  const int k = topkK(attrs);
+  const int k = intAttr(attrs, "k");
   const auto& x = in->at(0);
   if (x.size() != 2 || k < 1 || static_cast<unsigned>(k) > x[1]) {
     MX_ERROR_MSG << "nmt_row_topk: expects an (N,V) input and 1 <= k <= V";
@@ -264,6 +271,80 @@ REGISTER_OP(nmt_row_topk)
     .setParseAttrs(arity<1, 2>)
     .setInferType(topkType)
     .setInferShape(topkShape);
+
+// ---- nmt_add_sumsq ---------------------------------------------------------------------------------------------
+MXReturnValue addSumsqArity(const Attrs& attrs, int* num_in, int* num_out) {
+  const int n = intAttr(attrs, "num_arrays"), r = intAttr(attrs, "num_replicas");
+  if (n < 1 || r < 1) {
+    MX_ERROR_MSG << "nmt_add_sumsq: needs num_arrays >= 1 and num_replicas >= 1";
+    return MX_FAIL;
+  }
+  *num_in = n * r;
+  *num_out = 1;
+  return MX_SUCCESS;
+}
+MXReturnValue addSumsqMutates(const Attrs& attrs, std::vector<int>* indices) {
+  if (intAttr(attrs, "num_replicas") > 1)   // one replica: a sum of squares only, nothing written
+    for (int i = 0; i < intAttr(attrs, "num_arrays"); ++i) indices->push_back(i);
+  return MX_SUCCESS;
+}
+// a += b when b is given; returns the sum of squares of the (new) a. Blocks of 4096 values each have a float
+// accumulator (vectorized), summed in double.
+static double addAndSumsq(float* __restrict__ a, const float* __restrict__ b, int64_t size) {
+  double total = 0.0;
+#pragma omp parallel for schedule(static) reduction(+ : total) if (size >= 16 * kParallelMin)
+  for (int64_t start = 0; start < size; start += 4096) {
+    const int64_t end = start + 4096 < size ? start + 4096 : size;
+    float acc = 0.0f;
+    if (b) {
+#pragma omp simd reduction(+ : acc)
+      for (int64_t j = start; j < end; ++j) {
+        const float v = a[j] + b[j];
+        a[j] = v;
+        acc += v * v;
+      }
+    } else {
+#pragma omp simd reduction(+ : acc)
+      for (int64_t j = start; j < end; ++j) acc += a[j] * a[j];
+    }
+    total += acc;
+  }
+  return total;
+}
+MXReturnValue addSumsqForward(const Attrs& attrs, std::vector<MXTensor>* in, std::vector<MXTensor>* out,
+                              const OpResource&) {
+  const int n = intAttr(attrs, "num_arrays"), r = intAttr(attrs, "num_replicas");
+  double total = 0.0;
+  for (int i = 0; i < n; ++i) {
+    float* a = in->at(i).data<float>();
+    const int64_t size = in->at(i).size();
+    for (int k = 1; k < r - 1; ++k) addAndSumsq(a, in->at(k * n + i).data<float>(), size);   // 3+ replicas
+    total += addAndSumsq(a, r > 1 ? in->at((r - 1) * n + i).data<float>() : nullptr, size);
+  }
+  out->at(0).data<float>()[0] = static_cast<float>(total);
+  return MX_SUCCESS;
+}
+MXReturnValue addSumsqType(const Attrs&, std::vector<int>* in, std::vector<int>* out) {
+  return floatOnly("nmt_add_sumsq", *in, out);
+}
+MXReturnValue addSumsqShape(const Attrs& attrs, std::vector<std::vector<unsigned int>>* in,
+                            std::vector<std::vector<unsigned int>>* out) {
+  const int n = intAttr(attrs, "num_arrays");
+  for (size_t i = n; i < in->size(); ++i)
+    if (in->at(i) != in->at(i % n)) {
+      MX_ERROR_MSG << "nmt_add_sumsq: array " << i % n << " has different shapes in different replicas";
+      return MX_FAIL;
+    }
+  out->at(0) = {1};
+  return MX_SUCCESS;
+}
+REGISTER_OP(nmt_add_sumsq)
+    .setForward(addSumsqForward, "cpu")
+    .setBackward(noBackward, "cpu")
+    .setParseAttrs(addSumsqArity)
+    .setMutateInputs(addSumsqMutates)
+    .setInferType(addSumsqType)
+    .setInferShape(addSumsqShape);
 
 MXReturnValue initialize(int version) {
   if (version >= 10700) return MX_SUCCESS;

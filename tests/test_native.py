@@ -1,4 +1,5 @@
-"""nmt.native: the search's CPU kernels against MXNet's operators, their build cache, and the fallback."""
+"""nmt.native: the search's and the gradient sum's CPU kernels against MXNet's operators and numpy, their build
+cache, and the fallback."""
 import os
 import subprocess
 import sys
@@ -76,6 +77,33 @@ def test_row_topk_keeps_the_lower_index_among_equal_values():
 
 
 @needs_native
+@pytest.mark.parametrize("replicas", [1, 2, 3])
+def test_add_sumsq_sums_replicas_in_place_and_returns_the_sum_of_squares(replicas):
+    """Each replica's arrays on its own CPU context; sizes below and above a 4096-value block and the OpenMP
+    threshold. The sum is the replicas' float32 sum in order (as `DataParallel`'s elemwise_add fallback), bit for
+    bit; the sum of squares float64's to float precision."""
+    rng = np.random.RandomState(replicas)
+    shapes = [(3,), (4097,), (700, 600), (2, 5, 7)]
+    arrays = [[nd.array(rng.normal(0, 2, s), ctx=mx.cpu(r)) for s in shapes] for r in range(replicas)]
+    before = [[a.asnumpy() for a in rep] for rep in arrays]
+    expected = [before[0][i].copy() for i in range(len(shapes))]
+    for r in range(1, replicas):
+        for i in range(len(shapes)):
+            expected[i] += before[r][i]
+    flat = [a for rep in arrays for a in rep]
+    out = nd.nmt_add_sumsq(*flat, num_arrays=len(shapes), num_replicas=replicas)
+    assert out.shape == (1,) and out.context == mx.cpu(0)
+    want = sum(float((e.astype(np.float64) ** 2).sum()) for e in expected)
+    np.testing.assert_allclose(out.asscalar(), want, rtol=2e-6)
+    for i, e in enumerate(expected):
+        np.testing.assert_array_equal(arrays[0][i].asnumpy(), e)   # the first replica holds the sum
+        for r in range(1, replicas):                               # the others are left as they were
+            np.testing.assert_array_equal(arrays[r][i].asnumpy(), before[r][i])
+    nan = nd.array([1.0, np.nan])
+    assert np.isnan(nd.nmt_add_sumsq(nan, num_arrays=1, num_replicas=1).asscalar())
+
+
+@needs_native
 def test_kernels_reject_bad_shapes_with_a_message():
     with pytest.raises(mx.base.MXNetError, match="1 <= k <= V"):
         nd.nmt_row_topk(nd.zeros((2, 3)), k=4).wait_to_read()
@@ -83,6 +111,11 @@ def test_kernels_reject_bad_shapes_with_a_message():
         nd.nmt_lstm_cell(nd.zeros((2, 8)), nd.zeros((2, 8)), nd.zeros((2, 3)))[0].wait_to_read()
     with pytest.raises(mx.base.MXNetError, match=r"values \(B,S,H\)"):
         nd.nmt_attention(nd.zeros((2, 1, 4)), nd.zeros((2, 3, 5)), nd.ones((2,)))[0].wait_to_read()
+    with pytest.raises(mx.base.MXNetError, match="array 1 has different shapes in different replicas"):
+        nd.nmt_add_sumsq(nd.zeros(3), nd.zeros(4), nd.zeros(3), nd.zeros(5), num_arrays=2,
+                         num_replicas=2).wait_to_read()
+    with pytest.raises(mx.base.MXNetError, match="num_replicas >= 1"):
+        nd.nmt_add_sumsq(nd.zeros(3), num_arrays=1, num_replicas=0).wait_to_read()
 
 
 def _status_in_fresh_process(env: dict, tmp_path) -> str:
@@ -109,7 +142,7 @@ def _status_in_fresh_process(env: dict, tmp_path) -> str:
 def test_without_a_compiler_the_search_runs_on_mxnet_operators(tmp_path):
     out = _status_in_fresh_process({"CXX": str(tmp_path / "no-such-compiler")}, tmp_path)
     assert "STATUS no C++ compiler found" in out
-    assert "native search kernels not used" in out and "OUT [[" in out
+    assert "native CPU kernels not used" in out and "OUT [[" in out
 
 
 def test_a_failed_build_says_why_and_falls_back(tmp_path):
@@ -131,7 +164,7 @@ def test_turned_off_by_environment(tmp_path):
 def test_the_build_is_cached_per_machine(tmp_path):
     first = _status_in_fresh_process({}, tmp_path)
     built = list((tmp_path / "cache").glob("nmt-native-ops-*.so"))
-    assert "STATUS loaded" in first and "building the native search kernels" in first and len(built) == 1
+    assert "STATUS loaded" in first and "building the native CPU kernels" in first and len(built) == 1
     second = _status_in_fresh_process({}, tmp_path)
     assert "STATUS loaded" in second and "building" not in second
     assert list((tmp_path / "cache").glob("*")) == built

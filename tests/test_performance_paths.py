@@ -1,5 +1,7 @@
 """Correctness of the fast paths: trimmed shares, zero-copy loading, the clip factor folded into the update,
-CPU replicas updated once, the fused-parameter LSTM and legacy checkpoints, AMP's CPU error."""
+CPU replicas updated once, the native gradient sum and norm, the fused-parameter LSTM and legacy checkpoints,
+AMP's CPU error."""
+import contextlib
 import logging
 
 import mxnet as mx
@@ -8,6 +10,7 @@ import pytest
 from mxnet import gluon, nd
 from mxnet.gluon import rnn
 
+from nmt import native
 from nmt.batching import Batch, make_batch, split_batch
 from nmt.config import ConfigError, ModelConfig
 from nmt.model import FusedLSTM, Seq2SeqLoss, build_model, fuse_legacy_lstm_params
@@ -65,24 +68,33 @@ def test_load_share_copies_values_to_any_context():
     np.testing.assert_array_equal(loaded[0].asnumpy(), before)
 
 
-def _parallel(ctxs, optimizer="sgd", clip=0.0, lr=0.1, seed=1):
+def _parallel(ctxs, optimizer="sgd", clip=0.0, lr=0.1, seed=1, native_ops=True):
     model = tiny_model(seed)
     model.initialize(mx.init.Xavier(), ctx=ctxs)
     loss_block = Seq2SeqLoss(model, label_smoothing=0.0)
     loss_block.hybridize(static_alloc=True)
     trainer = gluon.Trainer(model.collect_params(), optimizer, {"learning_rate": lr},
                             kvstore="local", update_on_kvstore=False)
-    return model, DataParallel(loss_block, model.collect_params(), trainer, ctxs, clip_norm=clip)
+    with contextlib.nullcontext() if native_ops else native.turned_off():
+        dp = DataParallel(loss_block, model.collect_params(), trainer, ctxs, clip_norm=clip)
+    assert dp._native == (native_ops and native.available())
+    return model, dp
+
+
+# The gradient sum and norm on nmt.native's kernel, and on MXNet's operators (the fallback without a compiler).
+NATIVE_OPS = [pytest.param(True, id="native", marks=pytest.mark.skipif(
+    not native.available(), reason=f"native kernels: {native.status()}")), pytest.param(False, id="mxnet-ops")]
 
 
 def _weights(model, k=0):
     return {n: p.list_data()[k].asnumpy().copy() for n, p in model.collect_params().items()}
 
 
-def test_clip_factor_and_normalizer_are_applied_once():
+@pytest.mark.parametrize("native_ops", NATIVE_OPS)
+def test_clip_factor_and_normalizer_are_applied_once(native_ops):
     """SGD is linear in the gradient, so the update must be exactly -lr * min(1, clip/norm) * grad / N."""
     batch = ragged_batch(seed=3)
-    model, dp = _parallel([mx.cpu()], clip=0.05, lr=0.5)
+    model, dp = _parallel([mx.cpu()], clip=0.05, lr=0.5, native_ops=native_ops)
     w0 = _weights(model)
     losses, _ = dp.forward_backward(batch)
     grads = {n: p.grad().asnumpy().copy() for n, p in model.collect_params().items()}
@@ -90,7 +102,7 @@ def test_clip_factor_and_normalizer_are_applied_once():
     norm = np.sqrt(sum(float((g.astype(np.float64) ** 2).sum()) for g in grads.values())) / n_tok
     np.testing.assert_allclose(dp.global_norm(n_tok).asscalar(), norm, rtol=1e-5)
     assert norm > 0.05, "the test needs clipping to be active"
-    model2, dp2 = _parallel([mx.cpu()], clip=0.05, lr=0.5)
+    model2, dp2 = _parallel([mx.cpu()], clip=0.05, lr=0.5, native_ops=native_ops)
     _, _, got_norm = dp2.step(batch)
     np.testing.assert_allclose(got_norm.asscalar(), norm, rtol=1e-5)
     factor = 0.05 / (norm + 1e-6)
@@ -99,10 +111,11 @@ def test_clip_factor_and_normalizer_are_applied_once():
                                    err_msg=name)
 
 
-def test_cpu_replicas_stay_identical_and_match_one_device():
+@pytest.mark.parametrize("native_ops", NATIVE_OPS)
+def test_cpu_replicas_stay_identical_and_match_one_device(native_ops):
     batch = ragged_batch(seed=5, rows=7)
-    one, dp1 = _parallel([mx.cpu(0)], optimizer="adam", clip=1.0, lr=0.01)
-    two, dp2 = _parallel([mx.cpu(0), mx.cpu(1)], optimizer="adam", clip=1.0, lr=0.01)
+    one, dp1 = _parallel([mx.cpu(0)], optimizer="adam", clip=1.0, lr=0.01, native_ops=native_ops)
+    two, dp2 = _parallel([mx.cpu(0), mx.cpu(1)], optimizer="adam", clip=1.0, lr=0.01, native_ops=native_ops)
     for _ in range(3):
         dp1.step(batch)
         dp2.step(batch)
@@ -120,16 +133,38 @@ def test_cpu_replicas_stay_identical_and_match_one_device():
         assert mean.context == mx.cpu(k)
 
 
-def test_non_finite_gradient_skips_the_update(nmt_logs):
+@pytest.mark.skipif(not native.available(), reason=f"native kernels: {native.status()}")
+@pytest.mark.parametrize("devices", [1, 3])
+def test_native_gradient_sum_and_norm_match_mxnet_operators(devices):
+    """Three updates with clipping active: the same norms and weights with the kernel as with elemwise_add and
+    multi_sum_sq (the sums are the same float32 additions; the norms differ in rounding only)."""
+    batch = ragged_batch(seed=7, rows=9)
+    ctxs = [mx.cpu(k) for k in range(devices)]
+    fast, dp_fast = _parallel(ctxs, optimizer="adam", clip=0.05, lr=0.01)
+    slow, dp_slow = _parallel(ctxs, optimizer="adam", clip=0.05, lr=0.01, native_ops=False)
+    for _ in range(3):
+        norm_fast, norm_slow = dp_fast.step(batch)[2].asscalar(), dp_slow.step(batch)[2].asscalar()
+        assert norm_slow > 0.05   # clipping active: the norm scales the update
+        np.testing.assert_allclose(norm_fast, norm_slow, rtol=1e-6)
+    for k in range(devices):
+        want = _weights(slow, k)
+        for name, w in _weights(fast, k).items():
+            np.testing.assert_allclose(w, want[name], rtol=1e-5, atol=1e-7, err_msg=name)
+
+
+@pytest.mark.parametrize("native_ops", NATIVE_OPS)
+@pytest.mark.parametrize("devices", [1, 2])
+def test_non_finite_gradient_skips_the_update(nmt_logs, devices, native_ops):
     batch = ragged_batch(seed=2)
-    model, dp = _parallel([mx.cpu()], lr=0.5)
+    model, dp = _parallel([mx.cpu(k) for k in range(devices)], lr=0.5, native_ops=native_ops)
     w0 = _weights(model)
     model.decoder.out_bias.set_data(nd.full((V,), np.nan))
     w0["seq2seq_decoder_out_bias"] = np.full((V,), np.nan, dtype=np.float32)
     _, _, norm = dp.step(batch)
     assert not np.isfinite(norm.asscalar())
-    for name, w in _weights(model).items():
-        np.testing.assert_array_equal(w, w0[name], err_msg=name)
+    for k in range(devices):
+        for name, w in _weights(model, k).items():
+            np.testing.assert_array_equal(w, w0[name], err_msg=name)
     assert any("update skipped" in r.getMessage() and r.levelno == logging.WARNING for r in nmt_logs)
 
 
