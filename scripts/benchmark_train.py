@@ -215,6 +215,37 @@ def run_interleaved(specs: List[dict], worker=None) -> List[dict]:
                 proc.terminate()
 
 
+def native_ab_worker(spec: dict) -> dict:
+    """The training step with and without nmt.native's gradient sum and norm (`DataParallel._native`), in one
+    process, alternating rounds over the same `ab_batches` batches after the warm-up: both see the same
+    shapes and the same load. Times per update in ms (medians over rounds) and the median per-round ratio."""
+    if spec.get("omp_num_threads"):
+        os.environ["OMP_NUM_THREADS"] = str(spec["omp_num_threads"])
+    import mxnet as mx
+    with tempfile.TemporaryDirectory(prefix="nmt-bench-ab-") as tmp:
+        trainer = _new_trainer(spec, Path(tmp) / "model")
+        if not trainer.dp._native:
+            return {"native_ops": "not used (see the log)"}
+        _run_updates(trainer, spec["warmup"] or len(trainer.sampler))
+        batches = []
+        while len(batches) < spec["ab_batches"]:
+            batches += list(trainer.batches)
+        batches = batches[:spec["ab_batches"]]
+        ms = {True: [], False: []}
+        for r in range(2 * spec["repeats"]):
+            trainer.dp._native = r % 2 == 0
+            t0 = time.perf_counter()
+            for batch in batches:
+                trainer.train_step(batch)
+            mx.nd.waitall()
+            ms[trainer.dp._native].append(1000 * (time.perf_counter() - t0) / len(batches))
+    return {"devices": spec["train"]["cpu_devices"], "batch_size": spec["data"]["batch_size"],
+            "batches": len(batches), "rounds": spec["repeats"],
+            "native_ms_per_update": statistics.median(ms[True]),
+            "mxnet_ops_ms_per_update": statistics.median(ms[False]),
+            "speedup": statistics.median(b / a for a, b in zip(ms[True], ms[False]))}
+
+
 def memory_worker(spec: dict) -> dict:
     """Resident memory over a long run of a tiny model, every 100 updates."""
     with tempfile.TemporaryDirectory(prefix="nmt-bench-mem-") as tmp:
@@ -481,6 +512,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--decode-repeats", type=int, default=2)
     p.add_argument("--decode-devices", default="1,2",
                    help="device counts for the Translator (default 1,2; CPU contexts get OMP_NUM_THREADS / N each)")
+    p.add_argument("--native-ab", type=int, default=0, metavar="N",
+                   help="also time the training step with and without nmt.native's gradient sum and norm, "
+                        "alternating over the same N batches in one process (each device count and batch size)")
     p.add_argument("--memory-updates", type=int, default=0, help="RSS growth check over N updates of a tiny model")
     p.add_argument("--only-extras", action="store_true", help="skip the training sweep (decode/memory only)")
     p.add_argument("--json", type=Path, help="write all figures here")
@@ -516,9 +550,9 @@ def main(argv=None) -> int:
     if peak:
         print(f"sgemm 2048^3 float32 with {os.environ.get('OMP_NUM_THREADS', 'all')} OpenMP thread(s): "
               f"nd.dot {peak['dot_gflops']:.1f} GFLOP/s, oneDNN FullyConnected {peak['fc_gflops']:.1f} GFLOP/s")
-    rows = []
-    for b in ([] if args.only_extras else batch_sizes):
-        specs = []
+    sweep: Dict[int, List[dict]] = {}
+    for b in batch_sizes:
+        sweep[b] = specs = []
         for n in devices:
             gpus = None
             if args.gpus:
@@ -533,6 +567,8 @@ def main(argv=None) -> int:
                                                        // n)),
                           "train": {**base["train"], "cpu_devices": 1 if gpus else n, "gpus": gpus,
                                     "accum_steps": args.accum_steps, **({"amp": True} if args.amp else {})}})
+    rows = []
+    for b, specs in ([] if args.only_extras else sweep.items()):
         load = _loadavg()
         results = run_interleaved(specs)
         one = next((r for r in results if r["num_devices"] == 1), None)
@@ -555,6 +591,16 @@ def main(argv=None) -> int:
                   + (f"  {100 * row['frac_of_dot_peak']:.0f}% of nd.dot, "
                      f"{100 * row['frac_of_onednn_peak']:.0f}% of oneDNN sgemm" if peak else ""))
     report["train"] = rows
+    if args.native_ab:
+        report["native_ab"] = []
+        for spec in ([] if args.gpus else [spec for specs in sweep.values() for spec in specs]):
+            ab = _in_fresh_process(native_ab_worker, {**spec, "ab_batches": args.native_ab})
+            report["native_ab"].append(ab)
+            n, b = spec["train"]["cpu_devices"], spec["data"]["batch_size"]
+            print(f"devices {n} batch {b:4d}: " + (
+                f"{ab['native_ms_per_update']:.1f} ms/update with the native gradient sum and norm, "
+                f"{ab['mxnet_ops_ms_per_update']:.1f} with MXNet's operators (x{ab['speedup']:.3f}, "
+                f"{ab['rounds']} rounds of {ab['batches']} batches)" if "speedup" in ab else ab["native_ops"]))
     if args.memory_updates:
         tiny = {**base, "model": dict(embed_size=32, hidden_size=32, num_layers=1, dropout=0.1, word_dropout=0.0,
                                       lexical_model=False),

@@ -1,5 +1,6 @@
 """scripts/benchmark_train.py on the real Tatoeba data with a tiny model: device counts interleaved window by
-window, the per-round comparison with one device, and a worker's error reaching the user."""
+window, the per-round comparison with one device, the native kernel's A/B, and a worker's error reaching the
+user."""
 import json
 
 import pytest
@@ -31,6 +32,22 @@ def test_device_counts_take_turns_and_are_compared_per_round(shared_data, tmp_pa
     ratios = sorted(a["seconds"] / b["seconds"] for a, b in zip(one["raw"]["windows"], two["raw"]["windows"]))
     assert one["time_vs_1_device"] == 1.0 and two["speedup"] == pytest.approx(sum(ratios) / 2)
     assert "time/update x" in capsys.readouterr().out
+
+
+def test_native_ab_times_both_gradient_paths_on_the_same_batches(shared_data, tmp_path, capsys, monkeypatch):
+    from nmt import native
+    if not native.available():
+        pytest.skip(f"native kernels: {native.status()}")
+    out = tmp_path / "bench.json"
+    argv = ["--data-dir", str(shared_data), "--vocab-size", "1200", *TINY, "--only-extras", "--native-ab", "4",
+            "--json", str(out)]
+    assert _bench(monkeypatch).main(argv) == 0
+    report = json.loads(out.read_text())
+    assert report["train"] == [] and [(r["devices"], r["batch_size"]) for r in report["native_ab"]] == [(1, 16), (2, 16)]
+    for r in report["native_ab"]:
+        assert r["batches"] == 4 and r["rounds"] == 2
+        assert r["native_ms_per_update"] > 0 and r["mxnet_ops_ms_per_update"] > 0 and r["speedup"] > 0
+    assert "with the native gradient sum and norm" in capsys.readouterr().out
 
 
 def test_a_worker_error_stops_the_benchmark_with_its_message(shared_data, tmp_path, monkeypatch):
