@@ -14,7 +14,7 @@
 //   nmt_add_sumsq(a_1..a_n, b_1..b_n, ..., num_arrays=n, num_replicas=R) -> sumsq (1,)
 //       a_i += b_i (+ the further replicas' b_i) in place, and the sum of squares of all the new a_i: the
 //       gradient sum of CPU replicas and its norm in one pass over the arrays, where elemwise_add then
-//       multi_sum_sq take two (and 6x the time). The inputs may live on different CPU contexts (one memory); it
+//       multi_sum_sq take two (and 5.5x the time). The inputs may live on different CPU contexts (one memory); it
 //       runs on the first input's. With R = 1 only the sum of squares (the norm of one context's gradients).
 #include <cmath>
 #include <cstdint>
