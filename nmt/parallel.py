@@ -235,6 +235,11 @@ class DataParallel:
             load[k] += int(np.prod(self.params[i].shape))
         return owners
 
+    def _by_owner(self) -> List[Tuple[int, List[gluon.Parameter]]]:
+        """(owner replica, the parameters it owns) for each owner, in replica order (one owner, 0, except for
+        CPU replicas)."""
+        return [(k, [p for p, o in zip(self.params, self._owners) if o == k]) for k in sorted(set(self._owners))]
+
     @property
     def num_shares(self) -> int:
         return self.accum_steps * len(self.ctxs)
@@ -338,8 +343,8 @@ class DataParallel:
         else None."""
         if self._native:
             sums_sq = []
-            for k in sorted(set(self._owners)):
-                mine = [p.list_grad() for p, o in zip(self.params, self._owners) if o == k]
+            for k, owned in self._by_owner():
+                mine = [p.list_grad() for p in owned]
                 others = [grads[j] for j in range(len(self.ctxs)) if j != k for grads in mine]
                 sums_sq.append(mx.nd.nmt_add_sumsq(*[grads[k] for grads in mine], *others, num_arrays=len(mine),
                                                    num_replicas=len(self.ctxs)))
@@ -385,8 +390,8 @@ class DataParallel:
         ctx0 = self.ctxs[0]
         if sums_sq is None:
             sums_sq = []
-            for k in sorted(set(self._owners)):
-                grads = [p.list_grad()[k] for p, o in zip(self.params, self._owners) if o == k]
+            for k, owned in self._by_owner():
+                grads = [p.list_grad()[k] for p in owned]
                 if self._native:
                     sums_sq.append(mx.nd.nmt_add_sumsq(*grads, num_arrays=len(grads), num_replicas=1))
                 else:
