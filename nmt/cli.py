@@ -57,6 +57,9 @@ DATA_FLAGS = [
     Flag("--batch-size", "data", "batch_size", int, "global batch of one update in sentences, any device count"),
     Flag("--batch-tokens", "data", "batch_tokens", int, "global batch in target tokens (instead of --batch-size)"),
     Flag("--num-buckets", "data", "num_buckets", int, "length buckets (few fixed batch shapes)"),
+    Flag("--bucketing", "data", "bucketing", str, "how examples are split into the buckets: the split that pads "
+         "least (padding, default) or length quantiles (quantile, the scheme before this flag)",
+         choices=("padding", "quantile")),
 ]
 MODEL_FLAGS = [
     Flag("--embed-size", "model", "embed_size", int, "embedding width"),

@@ -47,6 +47,7 @@ class DataConfig:
     batch_size: int = 32                 # global batch of one update, in sentences (whatever the device count)
     batch_tokens: Optional[int] = None   # or: global batch in target tokens (overrides batch_size)
     num_buckets: int = 8                 # bucket count; few fixed shapes keep the hybridized graph cached
+    bucketing: str = "padding"           # "padding": the buckets that pad least; "quantile": length quantiles (old)
 
 
 @dataclass
@@ -115,6 +116,7 @@ class DecodeConfig:
 ABSENT_MEANS: Dict[tuple, Any] = {
     ("model", "word_dropout"): 0.0,      # the default became 0.2 after models were trained without word dropout
     ("model", "lexical_model"): False,   # models from before the lexical model had none
+    ("data", "bucketing"): "quantile",   # the only scheme before the field existed
 }
 
 

@@ -1,10 +1,11 @@
 """Native CPU kernels (`native_ops.cc`): for the search step a fused LSTM cell, attention and a one-pass row
-top-k; for training the gradient sum of CPU replicas fused with the gradient norm.
+top-k; for training the gradient sum of CPU replicas fused with the gradient norm, and Adam's update
+(`nmt.optim.NativeAdam`).
 
 They are compiled once per machine with the system C++ compiler (`$CXX`, else g++ or c++; flags tuned to the
 CPU, `-march=native`), cached under `$NMT_CACHE_DIR` (default `$XDG_CACHE_HOME/nmt` or `~/.cache/nmt`) by a hash
 of everything that goes into the build, and loaded into MXNet as an operator library (`mx.library.load`). The
-search and the data-parallel step use them on CPU contexts when they load; otherwise (no compiler, a failed
+search, the data-parallel step and the optimizer use them on CPU contexts when they load; otherwise (no compiler, a failed
 build, `NMT_NATIVE_OPS=0`, or a GPU) they run the same computation on MXNet's own operators, with the same
 result, more slowly (logged once).
 """
@@ -112,8 +113,8 @@ def available() -> bool:
             _status = _load()
             if _status:
                 (logger.info if _status.startswith("turned off") else logger.warning)(
-                    "native CPU kernels not used: %s; decoding and the gradient sum and norm on CPU run on "
-                    "MXNet's operators (same results, slower)", _status)
+                    "native CPU kernels not used: %s; decoding, the gradient sum and norm and Adam's update on CPU "
+                    "run on MXNet's operators (same results, slower)", _status)
     return _status == "" and not getattr(_local, "off", False)
 
 

@@ -16,8 +16,15 @@
 //       gradient sum of CPU replicas and its norm in one pass over the arrays, where elemwise_add then
 //       multi_sum_sq take two (and 5.5x the time). The inputs may live on different CPU contexts (one memory); it
 //       runs on the first input's. With R = 1 only the sum of squares (the norm of one context's gradients).
+//   nmt_adam(w_1..w_n, g_1..g_n, m_1..m_n, v_1..v_n, num_arrays=n, lrs, wds, beta1, beta2, epsilon, rescale_grad,
+//            clip_gradient) -> done (1,), a zero (an operator needs an output)
+//       MXNet's adam_update of n parameters in place (w, m, v), the same float arithmetic in the same order (so the
+//       same bits), vectorized: MXNet's per-element kernel computes its square root and division one value at a
+//       time and took 22 ms for 5.8 M parameters where 7 memory streams need ~8 (`lrs`, `wds`: one per array,
+//       comma-separated; clip_gradient < 0: no clipping).
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -66,7 +73,7 @@ MXReturnValue arity(const Attrs&, int* num_in, int* num_out) {
   return MX_SUCCESS;
 }
 
-// An integer attribute (nmt_row_topk's k, nmt_add_sumsq's counts); 0 when absent.
+// An integer attribute (nmt_row_topk's k, the counts of nmt_add_sumsq and nmt_adam); 0 when absent.
 static int intAttr(const Attrs& attrs, const char* name) {
   auto it = attrs.find(name);
   return it == attrs.end() ? 0 : std::stoi(it->second);
@@ -345,6 +352,104 @@ REGISTER_OP(nmt_add_sumsq)
     .setMutateInputs(addSumsqMutates)
     .setInferType(addSumsqType)
     .setInferShape(addSumsqShape);
+
+// ---- nmt_adam --------------------------------------------------------------------------------------------------
+MXReturnValue adamArity(const Attrs& attrs, int* num_in, int* num_out) {
+  const int n = intAttr(attrs, "num_arrays");
+  if (n < 1) {
+    MX_ERROR_MSG << "nmt_adam: needs num_arrays >= 1";
+    return MX_FAIL;
+  }
+  *num_in = 4 * n;
+  *num_out = 1;
+  return MX_SUCCESS;
+}
+MXReturnValue adamMutates(const Attrs& attrs, std::vector<int>* indices) {
+  const int n = intAttr(attrs, "num_arrays");
+  for (int i = 0; i < n; ++i) indices->push_back(i);            // weights
+  for (int i = 2 * n; i < 4 * n; ++i) indices->push_back(i);    // means and variances
+  return MX_SUCCESS;
+}
+// A float attribute as MXNet's own operators parse theirs (strtof); `fallback` when absent.
+static float floatAttr(const Attrs& attrs, const char* name, float fallback) {
+  auto it = attrs.find(name);
+  return it == attrs.end() ? fallback : std::strtof(it->second.c_str(), nullptr);
+}
+// The comma-separated floats of attribute `name`.
+static std::vector<float> floatList(const Attrs& attrs, const char* name) {
+  std::vector<float> out;
+  auto it = attrs.find(name);
+  if (it == attrs.end()) return out;
+  const char* s = it->second.c_str();
+  while (*s) {
+    char* end;
+    out.push_back(std::strtof(s, &end));
+    if (end == s) break;
+    s = *end == ',' ? end + 1 : end;
+  }
+  return out;
+}
+// No contraction into fused multiply-adds: each product and sum rounds as in MXNet's kernel.
+__attribute__((optimize("fp-contract=off")))
+static void adamArray(float* __restrict__ w, const float* __restrict__ g, float* __restrict__ m,
+                      float* __restrict__ v, int64_t size, float lr, float wd, float beta1, float beta2, float eps,
+                      float rescale, float clip) {
+  const float one_minus_beta1 = 1.f - beta1, one_minus_beta2 = 1.f - beta2;
+#pragma omp parallel for schedule(static) if (size >= 16 * kParallelMin)
+  for (int64_t start = 0; start < size; start += 4096) {
+    const int64_t end = start + 4096 < size ? start + 4096 : size;
+#pragma omp simd
+    for (int64_t j = start; j < end; ++j) {
+      float grad = g[j] * rescale + w[j] * wd;
+      if (clip >= 0.f) grad = grad > clip ? clip : (grad < -clip ? -clip : grad);
+      const float mean = beta1 * m[j] + one_minus_beta1 * grad;
+      const float var = beta2 * v[j] + one_minus_beta2 * grad * grad;
+      m[j] = mean;
+      v[j] = var;
+      w[j] = w[j] - lr * mean / (std::sqrt(var) + eps);
+    }
+  }
+}
+MXReturnValue adamForward(const Attrs& attrs, std::vector<MXTensor>* in, std::vector<MXTensor>* out,
+                          const OpResource&) {
+  const int n = intAttr(attrs, "num_arrays");
+  const std::vector<float> lrs = floatList(attrs, "lrs"), wds = floatList(attrs, "wds");
+  if (static_cast<int>(lrs.size()) != n || static_cast<int>(wds.size()) != n) {
+    MX_ERROR_MSG << "nmt_adam: lrs and wds need one value per array (" << n << "), got " << lrs.size() << " and "
+                 << wds.size();
+    return MX_FAIL;
+  }
+  const float beta1 = floatAttr(attrs, "beta1", 0.9f), beta2 = floatAttr(attrs, "beta2", 0.999f);
+  const float eps = floatAttr(attrs, "epsilon", 1e-8f), rescale = floatAttr(attrs, "rescale_grad", 1.f);
+  const float clip = floatAttr(attrs, "clip_gradient", -1.f);
+  for (int i = 0; i < n; ++i)
+    adamArray(in->at(i).data<float>(), in->at(n + i).data<float>(), in->at(2 * n + i).data<float>(),
+              in->at(3 * n + i).data<float>(), in->at(i).size(), lrs[i], wds[i], beta1, beta2, eps, rescale, clip);
+  out->at(0).data<float>()[0] = 0.f;
+  return MX_SUCCESS;
+}
+MXReturnValue adamType(const Attrs&, std::vector<int>* in, std::vector<int>* out) {
+  return floatOnly("nmt_adam", *in, out);
+}
+MXReturnValue adamShape(const Attrs& attrs, std::vector<std::vector<unsigned int>>* in,
+                        std::vector<std::vector<unsigned int>>* out) {
+  const int n = intAttr(attrs, "num_arrays");
+  for (size_t i = n; i < in->size(); ++i)
+    if (in->at(i) != in->at(i % n)) {
+      MX_ERROR_MSG << "nmt_adam: the weight, gradient, mean and variance of array " << i % n
+                   << " differ in shape";
+      return MX_FAIL;
+    }
+  out->at(0) = {1};
+  return MX_SUCCESS;
+}
+REGISTER_OP(nmt_adam)
+    .setForward(adamForward, "cpu")
+    .setBackward(noBackward, "cpu")
+    .setParseAttrs(adamArity)
+    .setMutateInputs(adamMutates)
+    .setInferType(adamType)
+    .setInferShape(adamShape);
 
 MXReturnValue initialize(int version) {
   if (version >= 10700) return MX_SUCCESS;

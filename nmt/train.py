@@ -24,6 +24,7 @@ from nmt.data import EncodedData, check_subword_sampling, encode_data, load_toke
 from nmt.evaluate import Scores, perplexity, score
 from nmt.log import MetricsWriter, Speedometer, setup_logging
 from nmt.model import Seq2SeqLoss, build_model
+from nmt.optim import adopt_loaded_optimizer, build_optimizer
 from nmt.parallel import DataParallel, default_kvstore, describe_hardware, init_amp, parse_devices
 from nmt.recipes import DatasetSplits, load_data
 from nmt.scoring import score_test_set
@@ -53,7 +54,8 @@ def build_trainer(cfg: Config, net: gluon.Block, kvstore) -> gluon.Trainer:
     params = {"learning_rate": o.lr, "wd": o.weight_decay}
     if o.optimizer == "adam":
         params.update(beta1=o.beta1, beta2=o.beta2, epsilon=1e-9)
-    return gluon.Trainer(net.collect_params(), o.optimizer, params, kvstore=kvstore, update_on_kvstore=False)
+    return gluon.Trainer(net.collect_params(), build_optimizer(o.optimizer, **params), kvstore=kvstore,
+                         update_on_kvstore=False)
 
 
 def dev_loss(loss_block: gluon.Block, data: EncodedData, ctx: mx.Context, batch_size: int = 64):
@@ -115,7 +117,11 @@ class Trainer:
         self.sampler = BucketSampler([len(s) for s in self.data.train_src], [len(t) for t in self.data.train_tgt],
                                      batch_size=None if cfg.data.batch_tokens else cfg.data.batch_size,
                                      batch_tokens=cfg.data.batch_tokens, num_buckets=cfg.data.num_buckets,
+                                     bucketing=cfg.data.bucketing,
                                      shuffle=True, seed=t.seed)
+        logger.info("batches: %d per epoch in %d shapes (%s bucketing), %.0f%% of the padded positions are tokens",
+                    len(self.sampler), len(self.sampler.bucket_shapes), self.sampler.bucketing,
+                    100 * self.sampler.real_fraction)
         self.workers.check_same("training data and flags", {   # distributed: all must draw the same batches
             "batches": self.sampler.fingerprint(), "subword_sampling": cfg.data.subword_sampling,
             "model": vars(cfg.model), "optim": vars(cfg.optim),
@@ -136,6 +142,7 @@ class Trainer:
                 self.net.load_parameters(str(ckpt.latest_params_path(self.model_dir)), ctx=self.ctxs)
             states = ckpt.trainer_states_file(ckpt.latest_step(self.state))
             self.trainer.load_states(str(self.workers.share_files(self.model_dir, (states,)) / states))
+            adopt_loaded_optimizer(self.trainer)
             self.batches.load_state_dict(self.state.sampler)
             logger.info("resumed from step %d (epoch %d, batch %d of %d)", self.state.step, self.state.epoch + 1,
                         self.sampler.position, len(self.sampler))

@@ -61,7 +61,7 @@ def main(argv=None) -> int:
                                           args.repeats)
     tokens = sum(map(len, src_ids)) + sum(map(len, tgt_ids))
     sampler = BucketSampler([len(x) for x in src_ids], [len(y) for y in tgt_ids], batch_size=args.batch_size,
-                            num_buckets=cfg.num_buckets, seed=1)
+                            num_buckets=cfg.num_buckets, bucketing=cfg.bucketing, seed=1)
     it = BatchIterator(src_ids, tgt_ids, sampler, prefetch=0)
 
     def one_epoch():

@@ -26,6 +26,7 @@ its own. Run it on an otherwise idle machine: the load average before and after 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -166,6 +167,8 @@ def train_worker(spec: dict, conn) -> None:
         res = {"devices": [str(c) for c in trainer.ctxs], "num_devices": len(trainer.ctxs),
                "accum_steps": trainer.cfg.train.accum_steps,
                "batch_size": trainer.cfg.data.batch_size, "batches_per_epoch": per_epoch,
+               "bucketing": trainer.sampler.bucketing, "bucket_shapes": trainer.sampler.bucket_shapes,
+               "bucket_sizes": trainer.sampler.bucket_sizes, "real_positions": trainer.sampler.real_fraction,
                "src_vocab": trainer.src_tok.vocab_size, "tgt_vocab": trainer.tgt_tok.vocab_size,
                "warmup_updates": warm["updates"], "flops_per_token": flops, "peak_rss_mib": _proc_status("VmHWM"),
                "threads": {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
@@ -216,12 +219,14 @@ def run_interleaved(specs: List[dict], worker=None) -> List[dict]:
 
 
 def native_ab_worker(spec: dict) -> dict:
-    """The training step with and without nmt.native's gradient sum and norm (`DataParallel._native`), in one
-    process, alternating rounds over the same `ab_batches` batches after the warm-up: both see the same
-    shapes and the same load. Times per update in ms (medians over rounds) and the median per-round ratio."""
+    """The training step with and without nmt.native's training kernels (the gradient sum and norm of
+    `DataParallel._native`, and `NativeAdam`'s update), in one process, alternating rounds over the same
+    `ab_batches` batches after the warm-up: both see the same shapes and the same load. Times per update in ms
+    (medians over rounds) and the median per-round ratio."""
     if spec.get("omp_num_threads"):
         os.environ["OMP_NUM_THREADS"] = str(spec["omp_num_threads"])
     import mxnet as mx
+    from nmt import native
     with tempfile.TemporaryDirectory(prefix="nmt-bench-ab-") as tmp:
         trainer = _new_trainer(spec, Path(tmp) / "model")
         if not trainer.dp._native:
@@ -233,12 +238,13 @@ def native_ab_worker(spec: dict) -> dict:
         batches = batches[:spec["ab_batches"]]
         ms = {True: [], False: []}
         for r in range(2 * spec["repeats"]):
-            trainer.dp._native = r % 2 == 0
+            on = trainer.dp._native = r % 2 == 0
             t0 = time.perf_counter()
-            for batch in batches:
-                trainer.train_step(batch)
-            mx.nd.waitall()
-            ms[trainer.dp._native].append(1000 * (time.perf_counter() - t0) / len(batches))
+            with contextlib.nullcontext() if on else native.turned_off():   # NativeAdam asks at every update
+                for batch in batches:
+                    trainer.train_step(batch)
+                mx.nd.waitall()
+            ms[on].append(1000 * (time.perf_counter() - t0) / len(batches))
     return {"devices": spec["train"]["cpu_devices"], "batch_size": spec["data"]["batch_size"],
             "batches": len(batches), "rounds": spec["repeats"],
             "native_ms_per_update": statistics.median(ms[True]),
@@ -432,7 +438,8 @@ def _summary(res: dict, peak: Optional[dict]) -> dict:
            "updates_per_s": rate["updates"], "sent_per_s": rate["sentences"], "src_tok_per_s": rate["src_tokens"],
            "tgt_tok_per_s": rate["tgt_tokens"], "tok_per_s": rate["src_tokens"] + rate["tgt_tokens"],
            "epoch_s": statistics.median(x["seconds"] / x["updates"] for x in w) * res["batches_per_epoch"],
-           "useful_gflops": gflops, "peak_rss_mib": res["peak_rss_mib"]}
+           "useful_gflops": gflops, "peak_rss_mib": res["peak_rss_mib"],
+           "bucket_shapes": res["bucket_shapes"], "real_positions": res["real_positions"]}
     if peak:
         out["frac_of_dot_peak"] = gflops / peak["dot_gflops"]
         out["frac_of_onednn_peak"] = gflops / peak["fc_gflops"]
@@ -494,6 +501,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--amp", action="store_true", help="automatic mixed precision (GPUs only)")
     p.add_argument("--batch-sizes", default="64", help="global batches in sentences (default 64)")
     p.add_argument("--accum-steps", type=int, default=1, help="micro-batches per update (splits without devices)")
+    p.add_argument("--bucketing", default="padding",
+                   help="bucketing scheme(s) to sweep, comma-separated (padding, quantile; see nmt.batching); with "
+                        "several, each row also gets its tokens/s against the first scheme's, per round")
     p.add_argument("--same-omp", action="store_true",
                    help="keep OMP_NUM_THREADS for several CPU contexts too (default: cores / contexts each, so that "
                         "the contexts together use the cores one context uses; with more the contexts run in turn, "
@@ -513,7 +523,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--decode-devices", default="1,2",
                    help="device counts for the Translator (default 1,2; CPU contexts get OMP_NUM_THREADS / N each)")
     p.add_argument("--native-ab", type=int, default=0, metavar="N",
-                   help="also time the training step with and without nmt.native's gradient sum and norm, "
+                   help="also time the training step with and without nmt.native's training kernels (gradient sum "
+                        "and norm, Adam), "
                         "alternating over the same N batches in one process (each device count and batch size)")
     p.add_argument("--memory-updates", type=int, default=0, help="RSS growth check over N updates of a tiny model")
     p.add_argument("--only-extras", action="store_true", help="skip the training sweep (decode/memory only)")
@@ -530,6 +541,11 @@ def main(argv=None) -> int:
         raise SystemExit("error: --amp needs --gpus: automatic mixed precision is a GPU feature (float16 kernels)")
     devices = [int(x) for x in args.devices.split(",") if x.strip()]
     batch_sizes = [int(x) for x in args.batch_sizes.split(",") if x.strip()]
+    bucketings = [x.strip() for x in args.bucketing.split(",") if x.strip()]
+    from nmt.batching import BUCKETINGS
+    if not bucketings or set(bucketings) - set(BUCKETINGS):
+        raise SystemExit(f"error: --bucketing takes a comma-separated list of {', '.join(BUCKETINGS)} "
+                         f"(got {args.bucketing!r})")
     load_before = _loadavg()
     data = dict(recipe=args.recipe, data_dir=args.data_dir, src_lang=args.src, tgt_lang=args.tgt,
                 vocab_size=args.vocab_size)
@@ -553,14 +569,15 @@ def main(argv=None) -> int:
     sweep: Dict[int, List[dict]] = {}
     for b in batch_sizes:
         sweep[b] = specs = []
-        for n in devices:
+        for bucketing, n in ((k, n) for k in bucketings for n in devices):
             gpus = None
             if args.gpus:
                 ids = [x for x in args.gpus.split(",") if x.strip()]
                 if n > len(ids):
                     raise SystemExit(f"error: --devices asks for {n} GPUs but --gpus lists {len(ids)}")
                 gpus = ",".join(ids[:n]) + ","
-            specs.append({**base, "data": {**data, "batch_size": b}, "warmup": args.warmup, "updates": args.updates,
+            specs.append({**base, "data": {**data, "batch_size": b, "bucketing": bucketing},
+                          "warmup": args.warmup, "updates": args.updates,
                           "repeats": args.repeats,
                           "omp_num_threads": (None if gpus or n == 1 or args.same_omp
                                               else max(1, int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count())
@@ -571,9 +588,17 @@ def main(argv=None) -> int:
     for b, specs in ([] if args.only_extras else sweep.items()):
         load = _loadavg()
         results = run_interleaved(specs)
-        one = next((r for r in results if r["num_devices"] == 1), None)
-        for n, res in zip(devices, results):
+        for spec, res in zip(specs, results):
+            n, bucketing = res["num_devices"], spec["data"]["bucketing"]
+            one = next((r for s, r in zip(specs, results)
+                        if r["num_devices"] == 1 and s["data"]["bucketing"] == bucketing), None)
+            first = next(r for s, r in zip(specs, results)
+                         if r["num_devices"] == res["num_devices"] and s["data"]["bucketing"] == bucketings[0])
             row = _summary(res, peak)
+            row["bucketing"] = bucketing
+            row["tok_per_s_vs_first_bucketing"] = statistics.median(   # per round, as the speedup
+                (x["src_tokens"] + x["tgt_tokens"]) / x["seconds"] / ((f["src_tokens"] + f["tgt_tokens"]) / f["seconds"])
+                for x, f in zip(res["windows"], first["windows"])) if len(bucketings) > 1 else None
             row["loadavg_before_after"] = [load, _loadavg()]   # other jobs on the machine skew a row
             row["speedup"] = one and statistics.median(   # per round: both timed under the same load
                 a["seconds"] / a["updates"] / (x["seconds"] / x["updates"])
@@ -582,14 +607,17 @@ def main(argv=None) -> int:
             row["efficiency"] = row["speedup"] / n if row["speedup"] else None
             row["x_gnmt_reference"] = row["tok_per_s"] / GNMT_REFERENCE_TOK_PER_S
             rows.append({**row, "raw": res})
-            print(f"devices {n} batch {b:4d}: {row['ms_per_update']:7.1f} ms/update  {row['epoch_s']:6.1f} s/epoch  "
+            print(f"devices {n} batch {b:4d}" + (f" {bucketing}" if len(bucketings) > 1 else "")
+                  + f": {row['ms_per_update']:7.1f} ms/update  {row['epoch_s']:6.1f} s/epoch  "
                   f"{row['sent_per_s']:6.0f} sent/s  {row['src_tok_per_s']:6.0f}+{row['tgt_tok_per_s']:.0f} tok/s  "
                   f"{row['useful_gflops']:5.1f} GFLOP/s  "
                   + (f"time/update x{row['time_vs_1_device']:.2f} of 1 device (speedup {row['speedup']:.2f}, "
                      f"efficiency {row['efficiency']:.2f})  " if one else "")
                   + f"x{row['x_gnmt_reference']:.2f} GNMT ref  peak RSS {row['peak_rss_mib']:.0f} MiB"
                   + (f"  {100 * row['frac_of_dot_peak']:.0f}% of nd.dot, "
-                     f"{100 * row['frac_of_onednn_peak']:.0f}% of oneDNN sgemm" if peak else ""))
+                     f"{100 * row['frac_of_onednn_peak']:.0f}% of oneDNN sgemm" if peak else "")
+                  + (f"  tokens/s x{row['tok_per_s_vs_first_bucketing']:.2f} of {bucketings[0]}"
+                     if row["tok_per_s_vs_first_bucketing"] else ""))
     report["train"] = rows
     if args.native_ab:
         report["native_ab"] = []
@@ -598,7 +626,7 @@ def main(argv=None) -> int:
             report["native_ab"].append(ab)
             n, b = spec["train"]["cpu_devices"], spec["data"]["batch_size"]
             print(f"devices {n} batch {b:4d}: " + (
-                f"{ab['native_ms_per_update']:.1f} ms/update with the native gradient sum and norm, "
+                f"{ab['native_ms_per_update']:.1f} ms/update with the native training kernels, "
                 f"{ab['mxnet_ops_ms_per_update']:.1f} with MXNet's operators (x{ab['speedup']:.3f}, "
                 f"{ab['rounds']} rounds of {ab['batches']} batches)" if "speedup" in ab else ab["native_ops"]))
     if args.memory_updates:
@@ -645,6 +673,7 @@ def main(argv=None) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(args.json, json.dumps(report, indent=1) + "\n")
     if args.plot and rows:
+        rows = [r for r in rows if r["bucketing"] == bucketings[0]]
         m = report["machine"]
         _plot(rows, args.plot, f"{args.recipe} {args.src}-{args.tgt}, embed/hidden {args.embed_size}/{args.hidden_size}, "
                                f"{args.num_layers} layers; {m['cpu']}, {m['cores']} cores, OMP {m['OMP_NUM_THREADS']}")

@@ -6,8 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from nmt.batching import (Batch, BatchError, BatchIterator, BucketSampler, make_batch, pad_sources, shard_for_worker,
-                          split_batch)
+from nmt.batching import (BUCKETINGS, Batch, BatchError, BatchIterator, BucketSampler, bucket_examples, make_batch,
+                          pad_sources, shard_for_worker, split_batch)
 from nmt.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -57,9 +57,11 @@ def test_make_batch_empty_sentences_and_too_long():
     assert src.tolist() == [[5, 6, EOS_ID, PAD_ID], [EOS_ID, PAD_ID, PAD_ID, PAD_ID]] and src_len.tolist() == [3, 1]
 
 
-def test_padding_only_to_bucket_lengths_and_few_shapes():
+@pytest.mark.parametrize("bucketing", BUCKETINGS)
+def test_padding_only_to_bucket_lengths_and_few_shapes(bucketing):
     src, tgt = synthetic_ids(800)
-    sampler = BucketSampler(lens(src), lens(tgt), batch_size=16, num_buckets=5, seed=3)
+    sampler = BucketSampler(lens(src), lens(tgt), batch_size=16, num_buckets=5, bucketing=bucketing, seed=3)
+    assert sampler.bucketing == bucketing and sum(sampler.bucket_sizes) == 800
     assert len(sampler.bucket_shapes) <= 5
     shapes = set()
     for idx, s, t in sampler:
@@ -75,6 +77,56 @@ def test_padding_only_to_bucket_lengths_and_few_shapes():
     assert sampler.bucket_shapes[0][0] < longest[0] / 2
     for members, (s, t) in zip(sampler._members, sampler.bucket_shapes):
         assert max(len(src[i]) for i in members) + 1 == s and max(len(tgt[i]) for i in members) + 1 == t
+
+
+def _positions(s_pad, t_pad, bucket):
+    """What a step computes over an epoch: examples x (longest source + longest target), summed over buckets."""
+    return sum(int((bucket == k).sum()) * (int(s_pad[bucket == k].max()) + int(t_pad[bucket == k].max()))
+               for k in np.unique(bucket))
+
+
+def _least_positions_by_brute_force(s_pad, t_pad, num_buckets):
+    """Every split of the distinct max(source, target) lengths into at most `num_buckets` runs."""
+    from itertools import combinations
+    key = np.maximum(s_pad, t_pad)
+    values = np.unique(key)
+    best = None
+    for k in range(min(num_buckets, len(values))):
+        for cuts in combinations(values[1:], k):
+            cost = _positions(s_pad, t_pad, np.searchsorted(np.asarray(cuts, dtype=np.int64), key, side="right"))
+            best = cost if best is None else min(best, cost)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_padding_bucketing_is_the_split_that_pads_least(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(5, 60))
+    s_pad = rng.integers(1, 14, size=n)
+    t_pad = np.clip(s_pad + rng.integers(-2, 3, size=n), 1, None)
+    for num_buckets in (1, 2, 3, 4):
+        bucket = bucket_examples(s_pad, t_pad, num_buckets, "padding")
+        assert len(np.unique(bucket)) <= num_buckets and sorted(np.unique(bucket)) == list(range(bucket.max() + 1))
+        # numbered in order of length
+        key = np.maximum(s_pad, t_pad)
+        assert all(key[bucket == k].max() < key[bucket == k + 1].min() for k in range(bucket.max()))
+        assert _positions(s_pad, t_pad, bucket) == _least_positions_by_brute_force(s_pad, t_pad, num_buckets)
+
+
+def test_padding_bucketing_gives_a_long_tail_buckets_of_its_own():
+    """Quantile boundaries pad the longest 1/num_buckets of the examples to the single longest one; the padding
+    scheme splits that tail (a corpus like Tatoeba: mostly short sentences, a few very long ones)."""
+    rng = np.random.default_rng(4)
+    src_lens = np.concatenate([rng.integers(3, 15, size=2000), rng.integers(15, 25, size=150), [50, 60, 70]])
+    tgt_lens = src_lens + rng.integers(-2, 3, size=len(src_lens)).clip(-2, None)
+    quantile = BucketSampler(src_lens, tgt_lens, batch_size=64, num_buckets=8, bucketing="quantile")
+    padding = BucketSampler(src_lens, tgt_lens, batch_size=64, num_buckets=8, bucketing="padding")
+    assert quantile.real_fraction < 0.6 < 0.85 < padding.real_fraction
+    assert quantile.bucket_sizes[-1] > 250 and padding.bucket_sizes[-1] < 10   # the tail's bucket
+    assert len(padding.bucket_shapes) == 8 and len(padding) <= -(-len(src_lens) // 64) + 7   # a partial batch per bucket at most
+    real = (src_lens + 1).sum() + (tgt_lens + 1).sum()
+    computed = sum(len(idx) * (s + t) for idx, s, t in padding)
+    assert padding.real_fraction == pytest.approx(real / computed)
 
 
 def test_every_example_exactly_once_per_epoch():
@@ -234,6 +286,29 @@ def test_fingerprint_mismatch_and_bad_state():
         sampler.load_state_dict({**state, "position": 999})
     with pytest.raises(BatchError, match="lacks fingerprint"):
         sampler.load_state_dict({"epoch": 0, "position": 0, "seed": 1})
+    with pytest.raises(BatchError, match=r"'bucketing': 'padding'.*'bucketing': 'quantile'"):
+        BucketSampler(lens(src), lens(tgt), batch_size=8, seed=1, bucketing="quantile").load_state_dict(state)
+
+
+def test_runs_from_before_the_bucketing_flag_still_resume():
+    """Before --bucketing every sampler bucketed by quantile and its state had no 'bucketing' key: such a state
+    resumes with bucketing="quantile" (same fingerprint as then) and names the flag otherwise."""
+    import hashlib
+    src, tgt = synthetic_ids(100)
+    old = BucketSampler(lens(src), lens(tgt), batch_size=8, seed=1, bucketing="quantile")
+    h = hashlib.sha256()   # the fingerprint as that version computed it
+    h.update(json.dumps([1, 8, None, 8, True]).encode())
+    h.update(np.asarray(lens(src), dtype="<i8").tobytes())
+    h.update(np.asarray(lens(tgt), dtype="<i8").tobytes())
+    assert old.fingerprint() == h.hexdigest()[:20]
+    next(iter(old))
+    state = {k: v for k, v in old.state_dict().items() if k != "bucketing"}
+    resumed = BucketSampler(lens(src), lens(tgt), batch_size=8, seed=1, bucketing="quantile")
+    resumed.load_state_dict(state)
+    assert resumed.position == 1 and all_batches(resumed) == all_batches(old)
+    with pytest.raises(BatchError, match=r"resume with the same data and flags \(--bucketing quantile for a run "
+                                         r"started before --bucketing existed\)"):
+        BucketSampler(lens(src), lens(tgt), batch_size=8, seed=1).load_state_dict(state)
 
 
 def test_bad_sampler_and_iterator_arguments():
@@ -248,6 +323,8 @@ def test_bad_sampler_and_iterator_arguments():
         BucketSampler([], [], batch_size=4)
     with pytest.raises(BatchError, match="num_buckets must be a positive integer"):
         BucketSampler(lens(src), lens(tgt), batch_size=4, num_buckets=0)
+    with pytest.raises(BatchError, match=r"bucketing \(--bucketing\) must be one of padding, quantile, got 'sorted'"):
+        BucketSampler(lens(src), lens(tgt), batch_size=4, bucketing="sorted")
     sampler = BucketSampler(lens(src), lens(tgt), batch_size=4)
     with pytest.raises(BatchError, match="built for 20 examples, got 19"):
         BatchIterator(src[:-1], tgt[:-1], sampler)

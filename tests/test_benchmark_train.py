@@ -47,7 +47,23 @@ def test_native_ab_times_both_gradient_paths_on_the_same_batches(shared_data, tm
     for r in report["native_ab"]:
         assert r["batches"] == 4 and r["rounds"] == 2
         assert r["native_ms_per_update"] > 0 and r["mxnet_ops_ms_per_update"] > 0 and r["speedup"] > 0
-    assert "with the native gradient sum and norm" in capsys.readouterr().out
+    assert "with the native training kernels" in capsys.readouterr().out
+
+
+def test_bucketing_schemes_take_turns_and_are_compared_per_round(shared_data, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "bench.json"
+    argv = ["--data-dir", str(shared_data), "--vocab-size", "1200", *TINY, "--devices", "1",
+            "--bucketing", "padding,quantile", "--json", str(out)]
+    assert _bench(monkeypatch).main(argv) == 0
+    rows = json.loads(out.read_text())["train"]
+    assert [(r["bucketing"], r["num_devices"]) for r in rows] == [("padding", 1), ("quantile", 1)]
+    padding, quantile = rows
+    assert padding["tok_per_s_vs_first_bucketing"] == 1.0 and quantile["tok_per_s_vs_first_bucketing"] > 0
+    assert padding["real_positions"] > quantile["real_positions"]   # Tatoeba's long tail (see nmt.batching)
+    assert padding["bucket_shapes"] != quantile["bucket_shapes"] and len(padding["bucket_shapes"]) <= 8
+    assert "padding:" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="--bucketing takes a comma-separated list of padding, quantile"):
+        _bench(monkeypatch).main(["--data-dir", str(shared_data), "--bucketing", "sorted", *TINY])
 
 
 def test_a_worker_error_stops_the_benchmark_with_its_message(shared_data, tmp_path, monkeypatch):

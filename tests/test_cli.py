@@ -90,6 +90,9 @@ def test_argparse_rejects_bad_types_and_choices(capsys):
     with pytest.raises(SystemExit):
         build_train_parser().parse_args(["--attention", "cosine"])
     assert "invalid choice" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        build_train_parser().parse_args(["--bucketing", "sorted"])
+    assert "argument --bucketing: invalid choice: 'sorted'" in capsys.readouterr().err
 
 
 def test_device_parsing():
@@ -113,10 +116,11 @@ def test_a_key_missing_from_an_old_config_means_what_that_version_did(tmp_path):
     today's defaults."""
     from nmt.config import Config
     saved = Config().to_dict()
-    del saved["model"]["word_dropout"], saved["model"]["lexical_model"]
+    del saved["model"]["word_dropout"], saved["model"]["lexical_model"], saved["data"]["bucketing"]
     path = tmp_path / "config.json"
     path.write_text(json.dumps(saved))
     assert Config.load(path).model.word_dropout == 0.0 and Config().model.word_dropout == 0.2
+    assert Config.load(path).data.bucketing == "quantile" and Config().data.bucketing == "padding"
     assert Config.load(path).model.lexical_model is False and Config().model.lexical_model is True
     saved["model"]["word_dropout"] = 0.3
     path.write_text(json.dumps(saved))

@@ -14,6 +14,7 @@ from nmt import native
 from nmt.batching import Batch, make_batch, split_batch
 from nmt.config import ConfigError, ModelConfig
 from nmt.model import FusedLSTM, Seq2SeqLoss, build_model, fuse_legacy_lstm_params
+from nmt.optim import build_optimizer
 from nmt.parallel import DataParallel, init_amp, load_share, share_width, trim_batch
 
 V = 25
@@ -73,7 +74,7 @@ def _parallel(ctxs, optimizer="sgd", clip=0.0, lr=0.1, seed=1, native_ops=True):
     model.initialize(mx.init.Xavier(), ctx=ctxs)
     loss_block = Seq2SeqLoss(model, label_smoothing=0.0)
     loss_block.hybridize(static_alloc=True)
-    trainer = gluon.Trainer(model.collect_params(), optimizer, {"learning_rate": lr},
+    trainer = gluon.Trainer(model.collect_params(), build_optimizer(optimizer, learning_rate=lr),   # as training
                             kvstore="local", update_on_kvstore=False)
     with contextlib.nullcontext() if native_ops else native.turned_off():
         dp = DataParallel(loss_block, model.collect_params(), trainer, ctxs, clip_norm=clip)
