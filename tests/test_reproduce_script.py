@@ -86,6 +86,9 @@ def test_trains_scores_and_ensembles_each_run_once(tmp_path):
         flags = " ".join(c)
         assert "--time-budget 900" in flags and "--patience 0" in flags and f"--seed {seed}" in flags
         assert "--resume" not in c
+        # the runs were made with the quantile buckets, before --bucketing; every flag is the trainer's
+        from nmt.cli import build_train_parser
+        assert build_train_parser().parse_args(c[1:]).__dict__["data.bucketing"] == "quantile"
     # best and averaged checkpoints of every finished run are scored; the interrupted one is not, and the
     # ensemble waits for it
     evaluate = calls_of(calls, "evaluate.py")
