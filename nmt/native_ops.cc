@@ -334,16 +334,22 @@ MXReturnValue addSumsqForward(const Attrs& attrs, std::vector<MXTensor>* in, std
 MXReturnValue addSumsqType(const Attrs&, std::vector<int>* in, std::vector<int>* out) {
   return floatOnly("nmt_add_sumsq", *in, out);
 }
-MXReturnValue addSumsqShape(const Attrs& attrs, std::vector<std::vector<unsigned int>>* in,
-                            std::vector<std::vector<unsigned int>>* out) {
+// Inputs in groups of n (num_arrays) whose i-th arrays must have one shape; one (1,) output. The error message is
+// "<op>: <before><i><after>".
+MXReturnValue groupedShapes(const char* op, const char* before, const char* after, const Attrs& attrs,
+                            std::vector<std::vector<unsigned int>>* in, std::vector<std::vector<unsigned int>>* out) {
   const int n = intAttr(attrs, "num_arrays");
   for (size_t i = n; i < in->size(); ++i)
     if (in->at(i) != in->at(i % n)) {
-      MX_ERROR_MSG << "nmt_add_sumsq: array " << i % n << " has different shapes in different replicas";
+      MX_ERROR_MSG << op << ": " << before << i % n << after;
       return MX_FAIL;
     }
   out->at(0) = {1};
   return MX_SUCCESS;
+}
+MXReturnValue addSumsqShape(const Attrs& attrs, std::vector<std::vector<unsigned int>>* in,
+                            std::vector<std::vector<unsigned int>>* out) {
+  return groupedShapes("nmt_add_sumsq", "array ", " has different shapes in different replicas", attrs, in, out);
 }
 REGISTER_OP(nmt_add_sumsq)
     .setForward(addSumsqForward, "cpu")
@@ -433,15 +439,8 @@ MXReturnValue adamType(const Attrs&, std::vector<int>* in, std::vector<int>* out
 }
 MXReturnValue adamShape(const Attrs& attrs, std::vector<std::vector<unsigned int>>* in,
                         std::vector<std::vector<unsigned int>>* out) {
-  const int n = intAttr(attrs, "num_arrays");
-  for (size_t i = n; i < in->size(); ++i)
-    if (in->at(i) != in->at(i % n)) {
-      MX_ERROR_MSG << "nmt_adam: the weight, gradient, mean and variance of array " << i % n
-                   << " differ in shape";
-      return MX_FAIL;
-    }
-  out->at(0) = {1};
-  return MX_SUCCESS;
+  return groupedShapes("nmt_adam", "the weight, gradient, mean and variance of array ", " differ in shape", attrs, in,
+                       out);
 }
 REGISTER_OP(nmt_adam)
     .setForward(adamForward, "cpu")
