@@ -1,6 +1,7 @@
 """Native CPU kernels (`native_ops.cc`): for the search step a fused LSTM cell, attention and a one-pass row
 top-k; for training the gradient sum of CPU replicas fused with the gradient norm, and Adam's update
-(`nmt.optim.NativeAdam`).
+(`nmt.optim.NativeAdam`); and the binding of a CPU context's engine thread to a core
+(`nmt.parallel.pin_context_threads`).
 
 They are compiled once per machine with the system C++ compiler (`$CXX`, else g++ or c++; flags tuned to the
 CPU, `-march=native`), cached under `$NMT_CACHE_DIR` (default `$XDG_CACHE_HOME/nmt` or `~/.cache/nmt`) by a hash

@@ -22,6 +22,14 @@
 //       same bits), vectorized: MXNet's per-element kernel computes its square root and division one value at a
 //       time and took 22 ms for 5.8 M parameters where 7 memory streams need ~8 (`lrs`, `wds`: one per array,
 //       comma-separated; clip_gradient < 0: no clipping).
+//   nmt_pin_thread(x, cores) -> status (1,)
+//       binds the engine thread that runs it (its input's CPU context's worker) to the listed cores: CPU contexts
+//       side by side each keep a core of their own (see nmt.parallel.pin_context_threads).
+#ifdef __linux__
+#include <sched.h>
+#endif
+
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -449,6 +457,54 @@ REGISTER_OP(nmt_adam)
     .setMutateInputs(adamMutates)
     .setInferType(adamType)
     .setInferShape(adamShape);
+
+// ---- nmt_pin_thread ----------------------------------------------------------------------------------------------
+// Binds the engine thread that runs it (the worker of its input's CPU context) to the cores listed in "cores"
+// (comma-separated ids). Output (1,): 0, or the errno of sched_setaffinity.
+MXReturnValue pinForward(const Attrs& attrs, std::vector<MXTensor>*, std::vector<MXTensor>* out, const OpResource&) {
+#ifdef __linux__
+  cpu_set_t set;
+  CPU_ZERO(&set);
+#endif
+  auto it = attrs.find("cores");
+  std::string cores = it == attrs.end() ? "" : it->second;
+  size_t start = 0;
+  while (start < cores.size()) {
+    size_t end = cores.find(',', start);
+    if (end == std::string::npos) end = cores.size();
+#ifdef __linux__
+    const int core = std::stoi(cores.substr(start, end - start));
+    if (core < CPU_SETSIZE) CPU_SET(core, &set);
+#endif
+    start = end + 1;
+  }
+#ifdef __linux__
+  out->at(0).data<float>()[0] = sched_setaffinity(0, sizeof(set), &set) == 0 ? 0.0f : static_cast<float>(errno);
+#else
+  out->at(0).data<float>()[0] = static_cast<float>(ENOSYS);   // thread affinity is a Linux call
+#endif
+  return MX_SUCCESS;
+}
+MXReturnValue pinType(const Attrs&, std::vector<int>* in, std::vector<int>* out) {
+  return floatOnly("nmt_pin_thread", *in, out);
+}
+MXReturnValue pinShape(const Attrs& attrs, std::vector<std::vector<unsigned int>>*,
+                       std::vector<std::vector<unsigned int>>* out) {
+  auto it = attrs.find("cores");
+  if (it == attrs.end() || it->second.empty() ||
+      it->second.find_first_not_of("0123456789,") != std::string::npos) {
+    MX_ERROR_MSG << "nmt_pin_thread: needs cores, a comma-separated list of core ids";
+    return MX_FAIL;
+  }
+  out->at(0) = {1};
+  return MX_SUCCESS;
+}
+REGISTER_OP(nmt_pin_thread)
+    .setForward(pinForward, "cpu")
+    .setBackward(noBackward, "cpu")
+    .setParseAttrs(arity<1, 1>)
+    .setInferType(pinType)
+    .setInferShape(pinShape);
 
 MXReturnValue initialize(int version) {
   if (version >= 10700) return MX_SUCCESS;

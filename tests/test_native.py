@@ -116,6 +116,42 @@ def test_kernels_reject_bad_shapes_with_a_message():
                          num_replicas=2).wait_to_read()
     with pytest.raises(mx.base.MXNetError, match="num_replicas >= 1"):
         nd.nmt_add_sumsq(nd.zeros(3), num_arrays=1, num_replicas=0).wait_to_read()
+    with pytest.raises(mx.base.MXNetError, match="nmt_pin_thread: needs cores, a comma-separated list"):
+        nd.nmt_pin_thread(nd.zeros((1,)), cores="first").wait_to_read()
+
+
+_PIN = textwrap.dedent("""
+    import json, logging, os, mxnet as mx
+    logging.basicConfig(level=logging.INFO)
+    from nmt import parallel
+    def bound():   # the cores of this process's threads that are bound to fewer than all allowed cores
+        allowed = os.sched_getaffinity(0)
+        return sorted(sorted(a) for a in (os.sched_getaffinity(int(t)) for t in os.listdir("/proc/self/task"))
+                      if a != allowed)
+    one = parallel.pin_context_threads([mx.cpu(0)])
+    side = parallel.side_by_side([mx.cpu(0), mx.cpu(1)])
+    again = parallel.pin_context_threads([mx.cpu(1), mx.cpu(0)])
+    print(json.dumps({"one": one, "side_by_side": side, "again": again, "bound": bound()}))
+""")
+
+
+@needs_native
+@pytest.mark.skipif(len(getattr(os, "sched_getaffinity", lambda _: ())(0)) < 2, reason="needs 2 allowed cores")
+@pytest.mark.parametrize("omp,pin", [("1", "1"), ("2", "1"), ("1", "0")])
+def test_contexts_side_by_side_bind_their_engine_threads_to_a_core_each(omp, pin):
+    import json
+    env = {**os.environ, "OMP_NUM_THREADS": omp, "NMT_PIN_THREADS": pin}
+    done = subprocess.run([sys.executable, "-c", _PIN], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    res = json.loads(done.stdout.strip().splitlines()[-1])
+    assert res["one"] is None   # one context: nothing to bind
+    first, second = sorted(os.sched_getaffinity(0))[:2]
+    if omp == "1" and pin == "1":   # each context's one engine thread on its own core, in context order
+        assert res["side_by_side"] is True and res["again"] == {"0": first, "1": second}
+        assert res["bound"] == [[first], [second]]
+        assert "cpu(0) -> core %d, cpu(1) -> core %d" % (first, second) in done.stderr
+    else:   # two OpenMP threads: the contexts take turns; NMT_PIN_THREADS=0: side by side, unbound
+        assert res["side_by_side"] is (omp == "1") and res["again"] is None and res["bound"] == []
 
 
 def _status_in_fresh_process(env: dict, tmp_path) -> str:
