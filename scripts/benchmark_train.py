@@ -12,7 +12,11 @@ hits them alike); figures are medians over the windows: time per update and per 
 source and target tokens/s (real tokens, padding excluded), and, per round, time per update against one device
 at the same global batch (speedup, scaling efficiency). CPU contexts
 (`--cpu-devices N` in training) share the same cores, so on CPU the device sweep measures the overhead of the
-split/aggregate machinery (N contexts get OMP_NUM_THREADS = cores / N each, one context all of them); `--gpus 0,1,2,3` sweeps real GPUs (`--amp` adds mixed precision there).
+split/aggregate machinery (N contexts get OMP_NUM_THREADS = cores / N each, one context all of them);
+`--side-by-side` adds, for each N > 1, N separate one-context processes training 1/N of the global batch each
+at once, with 1/N of the cores each: the same sharing of the cores (and of memory bandwidth and cache) without the
+machinery, so that the N-context row's time against it is the machinery's own cost. `--gpus 0,1,2,3` sweeps real
+GPUs (`--amp` adds mixed precision there).
 
 The same run measures the cores' sgemm rate through MXNet (`nd.dot`, and oneDNN's FullyConnected, on 2048^3
 float32 products) and reports the training step's useful FLOP rate (nmt.model.count_flops_per_token x real
@@ -181,34 +185,40 @@ def train_worker(spec: dict, conn) -> None:
 
 def run_interleaved(specs: List[dict], worker=None) -> List[dict]:
     """Every spec in its own process running `worker` (default `train_worker`): warm-ups one after another, then
-    `repeats` rounds in which each spec runs one timed window in turn (never two at once). Returns each spec's
-    details with its "windows"."""
+    `repeats` rounds in which each spec runs one timed window in turn (never two at once). A spec with
+    "side_by_side": N runs in N processes at once, which warm up and time their windows together (the window:
+    the slowest process's seconds, the processes' sentences and tokens summed). Returns each spec's details
+    with its "windows"."""
     ctx = get_context("spawn")
-    procs, conns = [], []
+    procs, groups = [], []   # groups[i]: the connections to spec i's processes
     try:
         for spec in specs:
-            mine, theirs = ctx.Pipe()
-            proc = ctx.Process(target=run_worker, args=(worker or train_worker, spec, theirs), daemon=True)
-            proc.start()
-            procs.append(proc)
-            conns.append(mine)
+            conns = []
+            for _ in range(spec.get("side_by_side", 1)):
+                mine, theirs = ctx.Pipe()
+                proc = ctx.Process(target=run_worker, args=(worker or train_worker, spec, theirs), daemon=True)
+                proc.start()
+                procs.append(proc)
+                conns.append(mine)
+            groups.append(conns)
 
-        def ask(conn, msg: str) -> dict:
-            conn.send(msg)
-            reply = conn.recv()
-            if "error" in reply:
-                spec = specs[conns.index(conn)]
-                n = spec["devices"] if "devices" in spec else spec["train"]["cpu_devices"]
-                raise SystemExit(f"error: benchmark worker for {n} device(s): {reply['error']}")
-            return reply
+        def ask(i: int, msg: str) -> List[dict]:
+            for conn in groups[i]:   # all of a group's processes start before any is waited for
+                conn.send(msg)
+            replies = [conn.recv() for conn in groups[i]]
+            for reply in replies:
+                if "error" in reply:
+                    n = specs[i]["devices"] if "devices" in specs[i] else specs[i]["train"]["cpu_devices"]
+                    raise SystemExit(f"error: benchmark worker for {n} device(s): {reply['error']}")
+            return replies
 
-        for conn in conns:
-            ask(conn, "warmup")
+        for i in range(len(specs)):
+            ask(i, "warmup")
         windows: List[list] = [[] for _ in specs]
         for _ in range(specs[0]["repeats"]):
-            for i, conn in enumerate(conns):
-                windows[i].append(ask(conn, "window"))
-        return [{**ask(conn, "finish"), "windows": w} for conn, w in zip(conns, windows)]
+            for i in range(len(specs)):
+                windows[i].append(_together(ask(i, "window")))
+        return [{**ask(i, "finish")[0], "windows": w} for i, w in enumerate(windows)]
     except (EOFError, OSError):
         raise SystemExit("error: a benchmark worker process died (see its traceback above)")
     finally:
@@ -216,6 +226,16 @@ def run_interleaved(specs: List[dict], worker=None) -> List[dict]:
             proc.join(timeout=60)
             if proc.is_alive():
                 proc.terminate()
+
+
+def _together(windows: List[dict]) -> dict:
+    """One window of processes that ran side by side: as many updates as each ran (the same data and batch),
+    the slowest one's seconds, sentences and tokens summed (each process's own window under "processes")."""
+    if len(windows) == 1:
+        return windows[0]
+    out = {"updates": min(w["updates"] for w in windows), "seconds": max(w["seconds"] for w in windows)}
+    out.update({k: sum(w[k] for w in windows) for k in ("sentences", "src_tokens", "tgt_tokens")})
+    return {**out, "processes": windows}
 
 
 def native_ab_worker(spec: dict) -> dict:
@@ -508,6 +528,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="keep OMP_NUM_THREADS for several CPU contexts too (default: cores / contexts each, so that "
                         "the contexts together use the cores one context uses; with more the contexts run in turn, "
                         "see nmt.parallel.DataParallel)")
+    p.add_argument("--side-by-side", action="store_true",
+                   help="CPU: also time, for each device count N > 1, N separate processes training side by side, "
+                        "each on one context with 1/N of the global batch and of the cores: the same sharing of "
+                        "the cores without the split/aggregate machinery, which the N-context row is then compared "
+                        "with (time_vs_side_by_side)")
     p.add_argument("--warmup", type=int, default=0, help="warm-up updates (0 = one epoch)")
     p.add_argument("--updates", type=int, default=0, help="updates per timed window (0 = one epoch)")
     p.add_argument("--repeats", type=int, default=3, help="timed windows per configuration (median reported)")
@@ -539,8 +564,15 @@ def main(argv=None) -> int:
     from nmt.recipes import load_data
     if args.amp and not args.gpus:
         raise SystemExit("error: --amp needs --gpus: automatic mixed precision is a GPU feature (float16 kernels)")
+    if args.side_by_side and args.gpus:
+        raise SystemExit("error: --side-by-side is for CPU contexts (processes sharing the same cores); "
+                         "GPUs do not share theirs")
     devices = [int(x) for x in args.devices.split(",") if x.strip()]
     batch_sizes = [int(x) for x in args.batch_sizes.split(",") if x.strip()]
+    uneven = [(b, n) for b in batch_sizes for n in devices if n > 1 and b % n]
+    if args.side_by_side and uneven:
+        raise SystemExit(f"error: --side-by-side splits each global batch among the processes: batch {uneven[0][0]} "
+                         f"does not split into {uneven[0][1]} equal parts (see --batch-sizes, --devices)")
     bucketings = [x.strip() for x in args.bucketing.split(",") if x.strip()]
     from nmt.batching import BUCKETINGS
     if not bucketings or set(bucketings) - set(BUCKETINGS):
@@ -584,18 +616,32 @@ def main(argv=None) -> int:
                                                        // n)),
                           "train": {**base["train"], "cpu_devices": 1 if gpus else n, "gpus": gpus,
                                     "accum_steps": args.accum_steps, **({"amp": True} if args.amp else {})}})
+            if args.side_by_side and n > 1:   # the same cores shared by n one-context trainers on b / n each
+                alone = specs[-1]
+                specs.append({**alone, "side_by_side": n, "data": {**alone["data"], "batch_size": b // n},
+                              "train": {**alone["train"], "cpu_devices": 1}})
     rows = []
     for b, specs in ([] if args.only_extras else sweep.items()):
         load = _loadavg()
         results = run_interleaved(specs)
         for spec, res in zip(specs, results):
-            n, bucketing = res["num_devices"], spec["data"]["bucketing"]
-            one = next((r for s, r in zip(specs, results)
-                        if r["num_devices"] == 1 and s["data"]["bucketing"] == bucketing), None)
+            n, bucketing, side = res["num_devices"], spec["data"]["bucketing"], spec.get("side_by_side")
+            one = next((r for s, r in zip(specs, results) if r["num_devices"] == 1 and not s.get("side_by_side")
+                        and s["data"]["bucketing"] == bucketing), None)
             first = next(r for s, r in zip(specs, results)
-                         if r["num_devices"] == res["num_devices"] and s["data"]["bucketing"] == bucketings[0])
+                         if r["num_devices"] == res["num_devices"] and s.get("side_by_side") == side
+                         and s["data"]["bucketing"] == bucketings[0])
+            pair = None if side else next((r for s, r in zip(specs, results) if s.get("side_by_side") == n
+                                           and s["data"]["bucketing"] == bucketing), None)
             row = _summary(res, peak)
             row["bucketing"] = bucketing
+            row["side_by_side"] = side
+            if side:   # n processes on b / n sentences each: per update, the global batch; an epoch's sentences
+                row["batch_size"], row["process_batch_size"] = b, res["batch_size"]   # are split among them
+                row["epoch_s"] /= side
+            row["time_vs_side_by_side"] = pair and statistics.median(   # per round, as the speedup
+                x["seconds"] / x["updates"] / (p["seconds"] / p["updates"])
+                for x, p in zip(res["windows"], pair["windows"]))
             row["tok_per_s_vs_first_bucketing"] = statistics.median(   # per round, as the speedup
                 (x["src_tokens"] + x["tgt_tokens"]) / x["seconds"] / ((f["src_tokens"] + f["tgt_tokens"]) / f["seconds"])
                 for x, f in zip(res["windows"], first["windows"])) if len(bucketings) > 1 else None
@@ -604,10 +650,11 @@ def main(argv=None) -> int:
                 a["seconds"] / a["updates"] / (x["seconds"] / x["updates"])
                 for a, x in zip(one["windows"], res["windows"]))
             row["time_vs_1_device"] = 1.0 / row["speedup"] if row["speedup"] else None
-            row["efficiency"] = row["speedup"] / n if row["speedup"] else None
+            row["efficiency"] = row["speedup"] / (side or n) if row["speedup"] else None
             row["x_gnmt_reference"] = row["tok_per_s"] / GNMT_REFERENCE_TOK_PER_S
             rows.append({**row, "raw": res})
-            print(f"devices {n} batch {b:4d}" + (f" {bucketing}" if len(bucketings) > 1 else "")
+            print((f"{side} processes side by side, batch {b // side} each" if side else f"devices {n} batch {b:4d}")
+                  + (f" {bucketing}" if len(bucketings) > 1 else "")
                   + f": {row['ms_per_update']:7.1f} ms/update  {row['epoch_s']:6.1f} s/epoch  "
                   f"{row['sent_per_s']:6.0f} sent/s  {row['src_tok_per_s']:6.0f}+{row['tgt_tok_per_s']:.0f} tok/s  "
                   f"{row['useful_gflops']:5.1f} GFLOP/s  "
@@ -617,7 +664,9 @@ def main(argv=None) -> int:
                   + (f"  {100 * row['frac_of_dot_peak']:.0f}% of nd.dot, "
                      f"{100 * row['frac_of_onednn_peak']:.0f}% of oneDNN sgemm" if peak else "")
                   + (f"  tokens/s x{row['tok_per_s_vs_first_bucketing']:.2f} of {bucketings[0]}"
-                     if row["tok_per_s_vs_first_bucketing"] else ""))
+                     if row["tok_per_s_vs_first_bucketing"] else "")
+                  + (f"  time/update x{row['time_vs_side_by_side']:.2f} of {n} processes side by side"
+                     if row["time_vs_side_by_side"] else ""))
     report["train"] = rows
     if args.native_ab:
         report["native_ab"] = []
@@ -673,7 +722,7 @@ def main(argv=None) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(args.json, json.dumps(report, indent=1) + "\n")
     if args.plot and rows:
-        rows = [r for r in rows if r["bucketing"] == bucketings[0]]
+        rows = [r for r in rows if r["bucketing"] == bucketings[0] and not r["side_by_side"]]
         m = report["machine"]
         _plot(rows, args.plot, f"{args.recipe} {args.src}-{args.tgt}, embed/hidden {args.embed_size}/{args.hidden_size}, "
                                f"{args.num_layers} layers; {m['cpu']}, {m['cores']} cores, OMP {m['OMP_NUM_THREADS']}")

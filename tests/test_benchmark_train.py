@@ -66,6 +66,29 @@ def test_bucketing_schemes_take_turns_and_are_compared_per_round(shared_data, tm
         _bench(monkeypatch).main(["--data-dir", str(shared_data), "--bucketing", "sorted", *TINY])
 
 
+def test_side_by_side_processes_share_the_cores_as_the_contexts_do(shared_data, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "bench.json"
+    argv = ["--data-dir", str(shared_data), "--vocab-size", "1200", *TINY, "--side-by-side", "--json", str(out)]
+    assert _bench(monkeypatch).main(argv) == 0
+    rows = json.loads(out.read_text())["train"]
+    assert [(r["num_devices"], r["side_by_side"]) for r in rows] == [(1, None), (2, None), (1, 2)]
+    one, two, pair = rows
+    assert pair["batch_size"] == 16 and pair["process_batch_size"] == 8
+    assert pair["omp_num_threads"] == two["omp_num_threads"] and pair["raw"]["devices"] == ["cpu(0)"]
+    for w in pair["raw"]["windows"]:   # both processes timed in the same window: the slower one counts
+        assert [p["updates"] for p in w["processes"]] == [3, 3] and w["updates"] == 3
+        assert w["seconds"] == max(p["seconds"] for p in w["processes"])
+        assert w["sentences"] == sum(p["sentences"] for p in w["processes"]) == 2 * 3 * 8
+    ratios = sorted(x["seconds"] / p["seconds"] for x, p in zip(two["raw"]["windows"], pair["raw"]["windows"]))
+    assert two["time_vs_side_by_side"] == pytest.approx(sum(ratios) / 2)
+    assert one["time_vs_side_by_side"] is None and pair["time_vs_side_by_side"] is None
+    assert "2 processes side by side, batch 8 each" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="batch 15 does not split into 2 equal parts"):
+        _bench(monkeypatch).main([*argv[:-2], "--batch-sizes", "15"])
+    with pytest.raises(SystemExit, match="--side-by-side is for CPU contexts"):
+        _bench(monkeypatch).main([*argv[:-2], "--gpus", "0,1"])
+
+
 def test_a_worker_error_stops_the_benchmark_with_its_message(shared_data, tmp_path, monkeypatch):
     with pytest.raises(SystemExit, match=r"benchmark worker for 1 device\(s\): TokenizerError: vocab_size 300 is too small"):
         _bench(monkeypatch).main(["--data-dir", str(shared_data), "--vocab-size", "300", *TINY])
