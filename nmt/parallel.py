@@ -168,10 +168,13 @@ def side_by_side(ctxs: Sequence[mx.Context]) -> bool:
 
 def pin_context_threads(ctxs: Sequence[mx.Context]) -> Optional[Dict[int, int]]:
     """Bind the engine thread of each CPU context in `ctxs` to a core of its own (the native `nmt_pin_thread`,
-    run on that context), the contexts in id order on the process's allowed cores in order; returns {context id:
-    core}, or None when nothing is bound: fewer than 2 contexts, not all CPU, more than one OpenMP thread per
-    operator (a bound thread's OpenMP team would share its one core) or MXNet worker thread per context
-    (MXNET_CPU_WORKER_NTHREADS), fewer allowed cores than contexts, no native kernels, or NMT_PIN_THREADS=0.
+    run on that context), the contexts in id order on the process's allowed cores in order, when the contexts
+    take every core the process may use (all of a 2-core machine for 2 contexts; on a larger one, `taskset -c`
+    gives a run its cores). Returns {context id: core}, or None when nothing is bound: fewer than 2 contexts, not
+    all CPU, more than one OpenMP thread per operator (a bound thread's OpenMP team would share its one core) or
+    MXNet worker thread per context (MXNET_CPU_WORKER_NTHREADS), allowed cores not one per context (with spare
+    cores the scheduler spreads the threads itself, and two jobs binding to the same first cores would collide),
+    no native kernels, or NMT_PIN_THREADS=0.
 
     Why: unbound, Linux often queues both contexts' threads on one core while the other idles (an operator that
     completes on one context wakes the thread of the other, which waits for it, on its own core): training on 2
@@ -185,7 +188,7 @@ def pin_context_threads(ctxs: Sequence[mx.Context]) -> Optional[Dict[int, int]]:
         return None
     ids = sorted({c.device_id for c in ctxs})
     allowed = sorted(os.sched_getaffinity(0))
-    if len(allowed) < len(ids) or not native.available():
+    if len(allowed) != len(ids) or not native.available():
         return None
     wanted = dict(zip(ids, allowed))
     for dev, core in wanted.items():
