@@ -462,27 +462,24 @@ REGISTER_OP(nmt_adam)
 // Binds the engine thread that runs it (the worker of its input's CPU context) to the cores listed in "cores"
 // (comma-separated ids). Output (1,): 0, or the errno of sched_setaffinity.
 MXReturnValue pinForward(const Attrs& attrs, std::vector<MXTensor>*, std::vector<MXTensor>* out, const OpResource&) {
+  float status = ENOSYS;   // thread affinity is a Linux call
 #ifdef __linux__
   cpu_set_t set;
   CPU_ZERO(&set);
-#endif
-  auto it = attrs.find("cores");
-  std::string cores = it == attrs.end() ? "" : it->second;
-  size_t start = 0;
-  while (start < cores.size()) {
+  auto it = attrs.find("cores");   // well-formed: pinShape checked it
+  const std::string cores = it == attrs.end() ? "" : it->second;
+  for (size_t start = 0; start < cores.size();) {
     size_t end = cores.find(',', start);
     if (end == std::string::npos) end = cores.size();
-#ifdef __linux__
-    const int core = std::stoi(cores.substr(start, end - start));
-    if (core < CPU_SETSIZE) CPU_SET(core, &set);
-#endif
+    if (end > start) {
+      const int core = std::stoi(cores.substr(start, end - start));
+      if (core < CPU_SETSIZE) CPU_SET(core, &set);
+    }
     start = end + 1;
   }
-#ifdef __linux__
-  out->at(0).data<float>()[0] = sched_setaffinity(0, sizeof(set), &set) == 0 ? 0.0f : static_cast<float>(errno);
-#else
-  out->at(0).data<float>()[0] = static_cast<float>(ENOSYS);   // thread affinity is a Linux call
+  status = sched_setaffinity(0, sizeof(set), &set) == 0 ? 0.0f : static_cast<float>(errno);
 #endif
+  out->at(0).data<float>()[0] = status;
   return MX_SUCCESS;
 }
 MXReturnValue pinType(const Attrs&, std::vector<int>* in, std::vector<int>* out) {

@@ -121,8 +121,8 @@ def test_kernels_reject_bad_shapes_with_a_message():
 
 
 _PIN = textwrap.dedent("""
-    import json, logging, os, sys
-    os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:int(sys.argv[1])])   # before MXNet's threads start
+    import json, logging, os
+    os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:2])   # one core per context, before MXNet's threads
     import mxnet as mx
     logging.basicConfig(level=logging.INFO)
     from nmt import parallel
@@ -143,7 +143,7 @@ _PIN = textwrap.dedent("""
 def test_contexts_side_by_side_bind_their_engine_threads_to_a_core_each(omp, pin):
     import json
     env = {**os.environ, "OMP_NUM_THREADS": omp, "NMT_PIN_THREADS": pin}
-    done = subprocess.run([sys.executable, "-c", _PIN, "2"], env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-c", _PIN], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     res = json.loads(done.stdout.strip().splitlines()[-1])
     assert res["one"] is None   # one context: nothing to bind
