@@ -130,8 +130,8 @@ class BeamStep(StepBlock):
     """One beam-search step for B sentences x K beams (rows b*K + k); see `beam_search` for the rules.
 
     `first`: the first step, whose K beams per sentence are one hypothesis (BOS, the encoder's states): the
-    decoder runs on one row per sentence (`prev`, h and c (B,...)) and its log-probabilities and states are
-    repeated for the K rows, a K-th of the work for the same result."""
+    decoder and the row top-k run on one row per sentence (`prev`, h and c (B,...)) and the candidates and states
+    are repeated for the K rows, a K-th of the work for the same result."""
 
     def __init__(self, members: list, beam_size: int, nbest: int = 0, first: bool = False, native: bool = False,
                  **kwargs):
@@ -145,9 +145,6 @@ class BeamStep(StepBlock):
         hs, cs, memories, (src_len, limits, lp_table), weights = self._split(args, 3)
         if self._first:
             log_probs, hs, cs = self._log_probs(F, prev, hs, cs, memories, src_len, 1, weights)   # (B,V)
-            if K > 1:
-                log_probs = F.repeat(log_probs, repeats=K, axis=0)
-                hs, cs = ([F.repeat(x, repeats=K, axis=0) for x in xs] for xs in (hs, cs))
         else:
             log_probs, hs, cs = self._log_probs(F, prev, hs, cs, memories, src_len, K, weights)   # (BK,V)
         # all active hypotheses of a sentence with max_len tokens are finished as they are
@@ -157,6 +154,9 @@ class BeamStep(StepBlock):
         # over K*V (the same choice, a fraction of the work).
         cand_lp, cand_tok = (F.nmt_row_topk(log_probs, k=R) if self._native else
                              F.topk(log_probs, axis=-1, k=R, ret_typ="both"))              # (BK,R)
+        if self._first and K > 1:   # the sentence's K rows are alike: its candidates and states, K times
+            cand_lp, cand_tok = (F.repeat(x, repeats=K, axis=0) for x in (cand_lp, cand_tok))
+            hs, cs = ([F.repeat(x, repeats=K, axis=0) for x in xs] for xs in (hs, cs))
         # a finished hypothesis has one candidate, itself under EOS, at an unchanged score
         column = F.broadcast_like(F.reshape(F.contrib.arange_like(cand_lp, axis=1), shape=(1, -1)), cand_lp)
         fin_b = F.broadcast_like(F.reshape(fin, shape=(-1, 1)), cand_lp)
