@@ -190,15 +190,20 @@ class Decoder(gluon.HybridBlock):
         return logits, F.transpose(h, axes=(1, 0, 2)), F.transpose(c, axes=(1, 0, 2)), attn
 
     def attend_and_project(self, F, dec, memory, src_len, out_weight, out_bias, combine=None, attention=(),
-                           lexical=(), lex_out=None, native: bool = False):
+                           lexical=(), lex_out=None, native: bool = False, dense=None):
         """Decoder outputs (B,T,H) over memory (B,S,M) -> logits (B,T,V), attention (B,T,S). The T queries of a
         row are independent, so a beam search passes a sentence's K beams as its T (one memory per sentence).
         `combine`: the combine layer's weight cut in its context and decoder halves and its bias (a search step
         adds two products instead of concatenating their inputs; without dropout); then `attention` and
         `lexical` hold the attention layers' and the lexical model's weights too (see `step_weights`), so the
         step uses no parameter of this block. `lex_out`: the lexical output weight in the training graph.
-        `native`: dot and general attention as one `nmt_attention` (`nmt.native`; the search on CPU)."""
+        `native`: dot and general attention as one `nmt_attention` (`nmt.native`; the search on CPU). `dense`:
+        `dense(x, weight, bias or None, num_hidden)` for the products per row of `dec` (the search's may leave
+        rows out), else FullyConnected."""
         H = self._hidden
+        if dense is None:
+            def dense(x, w, b, n):
+                return F.FullyConnected(x, w, b, no_bias=b is None, num_hidden=n, flatten=False)
         query_proj, score_proj = self.query_proj, self.score_proj
         if self._lexical:
             lex_proj = self.lex_proj
@@ -206,12 +211,12 @@ class Decoder(gluon.HybridBlock):
                 lex_out = lexical[1]
 
                 def lex_proj(x):
-                    return F.FullyConnected(x, lexical[0], no_bias=True, num_hidden=self._embed_size, flatten=False)
+                    return dense(x, lexical[0], None, self._embed_size)
         if combine is not None and self._attention != "dot":   # the same layers on the given weights
             w, mlp = list(attention), self._attention == "mlp"
 
             def query_proj(x):   # mlp: W and b; general: W only
-                return F.FullyConnected(x, w[0], w[1] if mlp else None, no_bias=not mlp, num_hidden=H, flatten=False)
+                return dense(x, w[0], w[1] if mlp else None, H)
 
             def score_proj(x):
                 return F.FullyConnected(x, w[2], no_bias=True, num_hidden=1, flatten=False)
@@ -238,18 +243,15 @@ class Decoder(gluon.HybridBlock):
             out = self.dropout(self.combine(F.concat(context, dec, dim=-1)))
         else:
             w_ctx, w_dec, b = combine
-            out = F.Activation(F.FullyConnected(context, w_ctx, b, num_hidden=H, flatten=False)
-                               + F.FullyConnected(dec, w_dec, no_bias=True, num_hidden=H, flatten=False),
-                               act_type="tanh")
-        logits = F.FullyConnected(out, out_weight, out_bias, num_hidden=self._vocab_size, flatten=False)
+            out = F.Activation(dense(context, w_ctx, b, H) + dense(dec, w_dec, None, H), act_type="tanh")
+        logits = dense(out, out_weight, out_bias, self._vocab_size)
         if self._lexical:
             emb = F.slice_axis(memory, axis=-1, begin=2 * H if mlp else H, end=None)
             lex = F.tanh(F.batch_dot(attn, emb))  # (B,T,E)
             lex = F.tanh(lex_proj(lex)) + lex
             if combine is None:
                 lex = self.dropout(lex)
-            logits = logits + F.FullyConnected(lex, lex_out, no_bias=True, num_hidden=self._vocab_size,
-                                               flatten=False)
+            logits = logits + dense(lex, lex_out, None, self._vocab_size)
         return logits, attn
 
     @property

@@ -1,7 +1,7 @@
-"""Native CPU kernels (`native_ops.cc`): for the search step a fused LSTM cell, attention and a one-pass row
-top-k; for training the gradient sum of CPU replicas fused with the gradient norm, and Adam's update
-(`nmt.optim.NativeAdam`); and the binding of a CPU context's engine thread to a core
-(`nmt.parallel.pin_context_threads`).
+"""Native CPU kernels (`native_ops.cc`): for the search step a fused LSTM cell, attention, a one-pass row
+top-k and matrix products that leave out the rows of finished hypotheses; for training the gradient sum of CPU
+replicas fused with the gradient norm, and Adam's update (`nmt.optim.NativeAdam`); and the binding of a CPU
+context's engine thread to a core (`nmt.parallel.pin_context_threads`).
 
 They are compiled once per machine with the system C++ compiler (`$CXX`, else g++ or c++; flags tuned to the
 CPU, `-march=native`), cached under `$NMT_CACHE_DIR` (default `$XDG_CACHE_HOME/nmt` or `~/.cache/nmt`) by a hash
@@ -117,6 +117,12 @@ def available() -> bool:
                     "native CPU kernels not used: %s; decoding, the gradient sum and norm and Adam's update on CPU "
                     "run on MXNet's operators (same results, slower)", _status)
     return _status == "" and not getattr(_local, "off", False)
+
+
+def has_op(name: str) -> bool:
+    """Whether the native kernels are `available` and include operator `name` (`nmt_masked_fc` is built only
+    for CPUs with AVX2 and FMA)."""
+    return available() and hasattr(mx.nd, name)
 
 
 @contextlib.contextmanager

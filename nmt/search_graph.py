@@ -10,6 +10,7 @@ import weakref
 
 from mxnet import gluon
 
+from nmt import native as native_ops
 from nmt.tokenizer import EOS_ID
 
 _NEG_INF = float("-inf")
@@ -20,7 +21,8 @@ def _act(F, x, kind: str):
     return F.Activation(x, act_type=kind)
 
 
-def decoder_step(F, decoder, prev, hs, cs, memory, src_len, group: int, weights, native: bool = False):
+def decoder_step(F, decoder, prev, hs, cs, memory, src_len, group: int, weights, native: bool = False,
+                 skip=None):
     """The decoder on one token per row: log-probs (N,V) and new per-layer states [(N,H)] * L for N = B*group
     rows, where the `group` rows of a sentence (its beams) share one memory row (B,S,M) and length (B,). The
     LSTM layers run on the weights of `Decoder.step_weights`: the first layer looks its input gates up per token
@@ -28,8 +30,15 @@ def decoder_step(F, decoder, prev, hs, cs, memory, src_len, group: int, weights,
     inputs; states stay per layer. On one time step this measured faster than the fused RNN kernel. The
     sentence's beams attend as one (group, S) product; the arithmetic is the training graph's, without
     dropout. `native`: the cell's element-wise part is one `nmt_lstm_cell`, dot and general attention one
-    `nmt_attention` (`nmt.native`)."""
+    `nmt_attention` (`nmt.native`). `skip` (N,) (needs `nmt_masked_fc`): rows whose results are not used
+    (1; finished hypotheses), left out of the matrix products; their log-probs and states are then meaningless
+    (finite)."""
     A, X = decoder.num_attention_weights, decoder.num_lexical_weights
+
+    def dense(x, w, b, n):   # x W^T (+ b) over the last axis
+        if skip is not None:
+            return F.nmt_masked_fc(x, skip, w, no_bias=1) if b is None else F.nmt_masked_fc(x, skip, w, b)
+        return F.FullyConnected(x, w, b, no_bias=b is None, num_hidden=n, flatten=False)
     gates_in, out_w, out_b, combine, attention, lexical, lstm = (
         weights[0], weights[1], weights[2], weights[3:6], weights[6:6 + A], weights[6 + A:6 + A + X],
         weights[6 + A + X:])
@@ -39,11 +48,11 @@ def decoder_step(F, decoder, prev, hs, cs, memory, src_len, group: int, weights,
     for l, (h_l, c_l) in enumerate(zip(hs, cs)):
         if l == 0:
             g_x = F.Embedding(prev, gates_in, input_dim=decoder._vocab_size, output_dim=4 * H)
-            g_h = F.FullyConnected(h_l, lstm[0], no_bias=True, num_hidden=4 * H)
+            g_h = dense(h_l, lstm[0], None, 4 * H)
         else:
             w_x, w_h, b = lstm[1 + 3 * (l - 1):4 + 3 * (l - 1)]
-            g_x = F.FullyConnected(x, w_x, b, num_hidden=4 * H)
-            g_h = F.FullyConnected(h_l, w_h, no_bias=True, num_hidden=4 * H)
+            g_x = dense(x, w_x, b, 4 * H)
+            g_h = dense(h_l, w_h, None, 4 * H)
         if native:
             x, c_l = F.nmt_lstm_cell(g_x, g_h, c_l)
         else:
@@ -54,7 +63,7 @@ def decoder_step(F, decoder, prev, hs, cs, memory, src_len, group: int, weights,
         new_hs.append(x)
         new_cs.append(c_l)
     logits, _ = decoder.attend_and_project(F, F.reshape(x, shape=(-1, group, H)), memory, src_len, out_w, out_b,
-                                          combine, attention, lexical, native=native)
+                                          combine, attention, lexical, native=native, dense=dense)
     return F.log_softmax(F.reshape(logits, shape=(-3, 0)), axis=-1), new_hs, new_cs
 
 
@@ -74,11 +83,13 @@ class _Decoders:
 
 class StepBlock(gluon.HybridBlock):
     """Shared by the step blocks: the argument layout and the ensemble's decoder step. `native`: use the
-    kernels of `nmt.native` (loaded; CPU contexts only)."""
+    kernels of `nmt.native` (loaded; CPU contexts only), the matrix products leaving out the rows whose results
+    are not used when the library has `nmt_masked_fc` (`_masked`)."""
 
     def __init__(self, members: list, native: bool = False, **kwargs):
         super().__init__(**kwargs)
         self._native = native
+        self._masked = native and native_ops.has_op("nmt_masked_fc")
         self._layers = [m.cfg.num_layers for m in members]
         self._num_weights = [m.decoder.num_step_weights for m in members]
         self._L = sum(self._layers)                      # decoder layers over all members
@@ -97,12 +108,15 @@ class StepBlock(gluon.HybridBlock):
             at += n
         return hs, cs, memories, consts, weights
 
-    def _log_probs(self, F, prev, hs, cs, memories, src_len, group: int, weights):
-        """Mean log-probabilities (N,V) of the members and their new states, member by member per layer."""
+    def _log_probs(self, F, prev, hs, cs, memories, src_len, group: int, weights, unused=None):
+        """Mean log-probabilities (N,V) of the members and their new states, member by member per layer.
+        `unused` (N,): rows whose results are not used (1), left out of the products when `_masked` (their
+        log-probabilities and states are then meaningless)."""
+        skip = unused if self._masked else None
         outs, new_hs, new_cs, at = [], [], [], 0
         for dec, L, memory, w in zip(self._decoders, self._layers, memories, weights):
             lp, h, c = decoder_step(F, dec, prev, hs[at:at + L], cs[at:at + L], memory, src_len, group, w,
-                                    self._native)
+                                    self._native, skip)
             outs.append(lp)
             new_hs += h
             new_cs += c
@@ -117,7 +131,7 @@ class GreedyStep(StepBlock):
 
     def hybrid_forward(self, F, prev, done, t, *args):
         hs, cs, memories, (src_len, limits), weights = self._split(args, 2)
-        log_probs, hs, cs = self._log_probs(F, prev, hs, cs, memories, src_len, 1, weights)
+        log_probs, hs, cs = self._log_probs(F, prev, hs, cs, memories, src_len, 1, weights, done)
         token = F.argmax(log_probs, axis=-1)
         stop = F.broadcast_logical_or(done, token == EOS_ID)
         emitted = F.where(stop, F.ones_like(token) * -1, token)
@@ -131,7 +145,8 @@ class BeamStep(StepBlock):
 
     `first`: the first step, whose K beams per sentence are one hypothesis (BOS, the encoder's states): the
     decoder and the row top-k run on one row per sentence (`prev`, h and c (B,...)) and the candidates and states
-    are repeated for the K rows, a K-th of the work for the same result."""
+    are repeated for the K rows, a K-th of the work for the same result. Later steps leave the finished
+    hypotheses' rows (late in a batch a fifth of them) out of the decoder's matrix products (`StepBlock`)."""
 
     def __init__(self, members: list, beam_size: int, nbest: int = 0, first: bool = False, native: bool = False,
                  **kwargs):
@@ -143,12 +158,12 @@ class BeamStep(StepBlock):
     def hybrid_forward(self, F, prev, scores, lengths, finished, t, *args):
         K, R = self._K, min(self._K, self._V)
         hs, cs, memories, (src_len, limits, lp_table), weights = self._split(args, 3)
-        if self._first:
-            log_probs, hs, cs = self._log_probs(F, prev, hs, cs, memories, src_len, 1, weights)   # (B,V)
-        else:
-            log_probs, hs, cs = self._log_probs(F, prev, hs, cs, memories, src_len, K, weights)   # (BK,V)
         # all active hypotheses of a sentence with max_len tokens are finished as they are
         fin = F.broadcast_logical_or(finished, F.broadcast_lesser_equal(limits, F.broadcast_like(t, limits)))
+        if self._first:
+            log_probs, hs, cs = self._log_probs(F, prev, hs, cs, memories, src_len, 1, weights)   # (B,V)
+        else:   # a finished hypothesis's step is never used (its one candidate is itself): left out
+            log_probs, hs, cs = self._log_probs(F, prev, hs, cs, memories, src_len, K, weights, fin)   # (BK,V)
         # Within a row every candidate shares the score and the length penalty, so the sentence's best K
         # candidates are among its rows' best K tokens: a top-k per row, then one over K*K, instead of one
         # over K*V (the same choice, a fraction of the work).

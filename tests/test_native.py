@@ -103,6 +103,29 @@ def test_add_sumsq_sums_replicas_in_place_and_returns_the_sum_of_squares(replica
     assert np.isnan(nd.nmt_add_sumsq(nan, num_arrays=1, num_replicas=1).asscalar())
 
 
+needs_masked_fc = pytest.mark.skipif(not native.has_op("nmt_masked_fc"),
+                                     reason=f"nmt_masked_fc: native kernels {native.status()}, or no AVX2/FMA")
+
+
+@needs_masked_fc
+@pytest.mark.parametrize("skipped", [(), (1, 5, 6, 11), tuple(range(12))])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("B, K, O", [(3, 33, 50), (3, 256, 64), (64, 40, 1030)])   # partial and whole panels
+def test_masked_fc_is_fully_connected_on_the_rows_not_skipped(skipped, bias, B, K, O):
+    rng = np.random.RandomState(1)
+    x, w, b = (nd.array(rng.normal(0, 1, shape)) for shape in ((B, 4, K), (O, K), (O,)))
+    skip = np.zeros(4 * B, np.float32)
+    skip[list(skipped)] = 1
+    y = (nd.nmt_masked_fc(x, nd.array(skip), w, b) if bias else
+         nd.nmt_masked_fc(x, nd.array(skip), w, no_bias=1)).asnumpy()
+    ref = nd.FullyConnected(x, w, b if bias else None, no_bias=not bias, num_hidden=O, flatten=False).asnumpy()
+    assert y.shape == (B, 4, O)
+    kept = skip == 0
+    y, ref = y.reshape(4 * B, O), ref.reshape(4 * B, O)
+    np.testing.assert_allclose(y[kept], ref[kept], rtol=1e-5, atol=2e-5 * np.sqrt(K))
+    assert not y[~kept].any()
+
+
 @needs_native
 def test_kernels_reject_bad_shapes_with_a_message():
     with pytest.raises(mx.base.MXNetError, match="1 <= k <= V"):
@@ -118,6 +141,11 @@ def test_kernels_reject_bad_shapes_with_a_message():
         nd.nmt_add_sumsq(nd.zeros(3), num_arrays=1, num_replicas=0).wait_to_read()
     with pytest.raises(mx.base.MXNetError, match="nmt_pin_thread: needs cores, a comma-separated list"):
         nd.nmt_pin_thread(nd.zeros((1,)), cores="first").wait_to_read()
+    if native.has_op("nmt_masked_fc"):
+        with pytest.raises(mx.base.MXNetError, match=r"skip \(N,\) with N the rows of x"):
+            nd.nmt_masked_fc(nd.zeros((2, 3, 4)), nd.zeros(2), nd.zeros((5, 4)), nd.zeros(5)).wait_to_read()
+        with pytest.raises(mx.base.MXNetError, match=r"weight \(O,K\)"):
+            nd.nmt_masked_fc(nd.zeros((2, 4)), nd.zeros(2), nd.zeros((5, 3)), no_bias=1).wait_to_read()
 
 
 _PIN = textwrap.dedent("""
