@@ -121,7 +121,7 @@ def available() -> bool:
 
 def has_op(name: str) -> bool:
     """Whether the native kernels are `available` and include operator `name` (`nmt_masked_fc` is built only
-    for CPUs with AVX2 and FMA)."""
+    for CPUs with AVX2 and FMA and without AVX-512, where oneDNN's products are wider)."""
     return available() and hasattr(mx.nd, name)
 
 

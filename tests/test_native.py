@@ -104,7 +104,7 @@ def test_add_sumsq_sums_replicas_in_place_and_returns_the_sum_of_squares(replica
 
 
 needs_masked_fc = pytest.mark.skipif(not native.has_op("nmt_masked_fc"),
-                                     reason=f"nmt_masked_fc: native kernels {native.status()}, or no AVX2/FMA")
+                                     reason=f"nmt_masked_fc: native kernels {native.status()}, or not AVX2 without AVX-512")
 
 
 @needs_masked_fc
