@@ -355,6 +355,7 @@ MXReturnValue maskedFcForward(const Attrs& attrs, std::vector<MXTensor>* in, std
       for (int64_t o = 0; o < O; ++o) y[n * O + o] = 0.0f;
   }
   const int64_t A = static_cast<int64_t>(rows.size()), panels = (O + kPanel - 1) / kPanel;
+  if (A == 0) return MX_SUCCESS;
 #pragma omp parallel if (A * O * K >= 64 * kParallelMin)
   {
     static thread_local std::vector<float> buffer;   // kept from call to call
