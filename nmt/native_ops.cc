@@ -11,6 +11,14 @@
 //   nmt_row_topk(x (N,V), k) -> values (N,k), indices (N,k) as float
 //       the k largest of each row, best first, the lower index first among equal values: one pass over the
 //       row that skips each 32-value chunk none of whose values beats the current k-th best.
+//   nmt_beam_update(cand_lp (N,R), cand_tok (N,R), scores, lengths, finished, limits (N,), t (1,), lp_table (T,),
+//                   beam=K, nbest, eos) -> token, scores, lengths, finished (N,), t + 1 (1,), rows, emitted (N,),
+//                   sentence_done (N/K,)
+//       the beam search's update after the row top-k (nmt.search_graph.BeamStep's MXNet operators, the same float
+//       arithmetic): candidate scores with the length penalty, each sentence's top K of its K*R candidates (the
+//       lower index first among equal scores, as MXNet's topk), back-pointers, new lengths, finished and emitted
+//       tokens, and whether each sentence is done (and, nbest > 0, settled). One thread: ~40 small operators,
+//       each paying OpenMP's fork and join, become one pass over a few hundred values.
 //   nmt_masked_fc(x (...,K), skip (N,), w (O,K), [b (O,)], no_bias) -> y (...,O)
 //       FullyConnected (flatten=False) on the rows of x (N: all axes but the last) whose skip is 0; the others
 //       come out 0. The search passes its finished hypotheses as skipped: their decoder step is never used (late
@@ -302,6 +310,120 @@ REGISTER_OP(nmt_row_topk)
     .setParseAttrs(arity<1, 2>)
     .setInferType(topkType)
     .setInferShape(topkShape);
+
+// ---- nmt_beam_update -------------------------------------------------------------------------------------------
+MXReturnValue beamUpdateForward(const Attrs& attrs, std::vector<MXTensor>* in, std::vector<MXTensor>* out,
+                                const OpResource&) {
+  const float* cand_lp = in->at(0).data<float>();
+  const float* cand_tok = in->at(1).data<float>();
+  const float* scores = in->at(2).data<float>();
+  const float* lengths = in->at(3).data<float>();
+  const float* finished = in->at(4).data<float>();
+  const float* limits = in->at(5).data<float>();
+  const float t = in->at(6).data<float>()[0];
+  const float* lp_table = in->at(7).data<float>();
+  float* token = out->at(0).data<float>();
+  float* new_scores = out->at(1).data<float>();
+  float* new_lengths = out->at(2).data<float>();
+  float* new_finished = out->at(3).data<float>();
+  float* rows = out->at(5).data<float>();
+  float* emitted = out->at(6).data<float>();
+  float* done = out->at(7).data<float>();
+  const int64_t N = in->at(0).shape[0], R = in->at(0).shape[1], T = in->at(7).shape[0];
+  const int K = intAttr(attrs, "beam"), nbest = intAttr(attrs, "nbest");
+  const float eos = static_cast<float>(intAttr(attrs, "eos")), t1 = t + 1.0f;
+  out->at(4).data<float>()[0] = t1;
+  auto penalty = [&](float index) {   // lp_table[index], the index clipped as MXNet's take does
+    const int64_t i = static_cast<int64_t>(index);
+    return lp_table[i < 0 ? 0 : (i >= T ? T - 1 : i)];
+  };
+  std::vector<float> raw(K * R), norm(K * R), best(K);
+  std::vector<int64_t> at(K);
+  std::vector<char> fin(K);
+  for (int64_t b = 0; b < N / K; ++b) {
+    const int64_t first = b * K;
+    for (int i = 0; i < K; ++i) {   // candidates: a finished hypothesis has one, itself under EOS, unchanged
+      const int64_t row = first + i;
+      fin[i] = finished[row] != 0.0f || limits[row] <= t;
+      const float pen = penalty(lengths[row] + 1.0f - (fin[i] ? 1.0f : 0.0f));
+      for (int64_t j = 0; j < R; ++j) {
+        const float lp = fin[i] ? (j == 0 ? 0.0f : -INFINITY) : cand_lp[row * R + j];
+        raw[i * R + j] = lp + scores[row];
+        norm[i * R + j] = raw[i * R + j] / pen;
+      }
+    }
+    int filled = 0;   // the K best of the K*R, best first, the lower index first among equal ones
+    for (int64_t c = 0; c < K * R; ++c) {
+      const float v = norm[c];
+      if (filled == K && !(v > best[K - 1])) continue;
+      int p = filled < K ? filled++ : K - 1;
+      for (; p > 0 && v > best[p - 1]; --p) {
+        best[p] = best[p - 1];
+        at[p] = at[p - 1];
+      }
+      best[p] = v;
+      at[p] = c;
+    }
+    bool all_done = true;
+    for (int k = 0; k < K; ++k) {
+      const int64_t slot = first + k, c = at[k], beam = c / R, src = first + beam;
+      const float score = raw[c], tok = fin[beam] ? eos : cand_tok[src * R + c % R];
+      const bool was_fin = fin[beam] != 0, is_eos = tok == eos;
+      token[slot] = tok;
+      new_scores[slot] = score;
+      rows[slot] = static_cast<float>(src);
+      new_lengths[slot] = lengths[src] + 1.0f - (was_fin ? 1.0f : 0.0f);
+      const bool now_fin = was_fin || is_eos || score == -INFINITY;
+      new_finished[slot] = now_fin ? 1.0f : 0.0f;
+      emitted[slot] = was_fin || is_eos ? -1.0f : tok;
+      all_done = all_done && (now_fin || limits[slot] <= t1);
+    }
+    if (!all_done && nbest > 0) {   // settled: see nmt.search_graph.BeamStep._settled
+      std::vector<float> fin_norm(K);
+      float best_active = -INFINITY;
+      for (int k = 0; k < K; ++k) {
+        const int64_t slot = first + k;
+        fin_norm[k] = new_finished[slot] != 0.0f ? new_scores[slot] / penalty(new_lengths[slot]) : -INFINITY;
+        if (new_finished[slot] == 0.0f) {
+          const float bound = new_scores[slot] / penalty(limits[slot] + 1.0f);
+          best_active = bound > best_active ? bound : best_active;
+        }
+      }
+      std::sort(fin_norm.begin(), fin_norm.end(), [](float x, float y) { return x > y; });
+      const float nth = fin_norm[nbest - 1];
+      all_done = nth > -INFINITY && nth >= best_active;
+    }
+    done[b] = all_done ? 1.0f : 0.0f;
+  }
+  return MX_SUCCESS;
+}
+MXReturnValue beamUpdateType(const Attrs&, std::vector<int>* in, std::vector<int>* out) {
+  return floatOnly("nmt_beam_update", *in, out);
+}
+MXReturnValue beamUpdateShape(const Attrs& attrs, std::vector<std::vector<unsigned int>>* in,
+                              std::vector<std::vector<unsigned int>>* out) {
+  const int K = intAttr(attrs, "beam"), nbest = intAttr(attrs, "nbest");
+  const auto& lp = in->at(0);
+  bool ok = lp.size() == 2 && K >= 1 && nbest >= 0 && nbest <= K && lp[0] % K == 0 && in->at(1) == lp &&
+            in->at(6) == std::vector<unsigned int>{1} && in->at(7).size() == 1 && in->at(7)[0] >= 1;
+  for (int i = 2; ok && i < 6; ++i) ok = in->at(i) == std::vector<unsigned int>{lp.size() == 2 ? lp[0] : 0};
+  if (!ok) {
+    MX_ERROR_MSG << "nmt_beam_update: expects candidates (N,R) twice, scores, lengths, finished and limits (N,), "
+                    "t (1,), lp_table (T,), N a multiple of beam >= 1, 0 <= nbest <= beam";
+    return MX_FAIL;
+  }
+  const unsigned n = lp[0];
+  for (int i = 0; i < 7; ++i) out->at(i) = {n};
+  out->at(4) = {1};
+  out->at(7) = {n / static_cast<unsigned>(K)};
+  return MX_SUCCESS;
+}
+REGISTER_OP(nmt_beam_update)
+    .setForward(beamUpdateForward, "cpu")
+    .setBackward(noBackward, "cpu")
+    .setParseAttrs(arity<8, 8>)
+    .setInferType(beamUpdateType)
+    .setInferShape(beamUpdateShape);
 
 #ifdef NMT_HAVE_AVX2
 // ---- nmt_masked_fc ---------------------------------------------------------------------------------------------

@@ -146,7 +146,8 @@ class BeamStep(StepBlock):
     `first`: the first step, whose K beams per sentence are one hypothesis (BOS, the encoder's states): the
     decoder and the row top-k run on one row per sentence (`prev`, h and c (B,...)) and the candidates and states
     are repeated for the K rows, a K-th of the work for the same result. Later steps leave the finished
-    hypotheses' rows (late in a batch a fifth of them) out of the decoder's matrix products (`StepBlock`)."""
+    hypotheses' rows (late in a batch a fifth of them) out of the decoder's matrix products (`StepBlock`). On
+    CPU the update after the row top-k is one `nmt_beam_update` (`_update` on MXNet's operators otherwise)."""
 
     def __init__(self, members: list, beam_size: int, nbest: int = 0, first: bool = False, native: bool = False,
                  **kwargs):
@@ -154,6 +155,7 @@ class BeamStep(StepBlock):
         self._K, self._V = beam_size, members[0].tgt_vocab_size
         self._nbest = nbest   # > 0: stop a sentence once its nbest best are final (needs a non-decreasing penalty)
         self._first = first
+        self._fused_update = native and native_ops.has_op("nmt_beam_update")
 
     def hybrid_forward(self, F, prev, scores, lengths, finished, t, *args):
         K, R = self._K, min(self._K, self._V)
@@ -172,6 +174,18 @@ class BeamStep(StepBlock):
         if self._first and K > 1:   # the sentence's K rows are alike: its candidates and states, K times
             cand_lp, cand_tok = (F.repeat(x, repeats=K, axis=0) for x in (cand_lp, cand_tok))
             hs, cs = ([F.repeat(x, repeats=K, axis=0) for x in xs] for xs in (hs, cs))
+        if self._fused_update:   # the rest of the step in one kernel, the same arithmetic
+            out = F.nmt_beam_update(cand_lp, cand_tok, scores, lengths, finished, limits, t, lp_table, beam=K,
+                                    nbest=self._nbest, eos=EOS_ID)
+        else:
+            out = self._update(F, cand_lp, cand_tok, scores, lengths, finished, fin, limits, t, lp_table)
+        rows = out[5]
+        return (*out, *[F.take(x, rows) for x in hs], *[F.take(x, rows) for x in cs])
+
+    def _update(self, F, cand_lp, cand_tok, scores, lengths, finished, fin, limits, t, lp_table):
+        """The search update after the row top-k (`nmt_beam_update` on CPU): (token, scores, lengths, finished,
+        t + 1, rows, emitted, sentence done)."""
+        K, R = self._K, min(self._K, self._V)
         # a finished hypothesis has one candidate, itself under EOS, at an unchanged score
         column = F.broadcast_like(F.reshape(F.contrib.arange_like(cand_lp, axis=1), shape=(1, -1)), cand_lp)
         fin_b = F.broadcast_like(F.reshape(fin, shape=(-1, 1)), cand_lp)
@@ -200,8 +214,7 @@ class BeamStep(StepBlock):
         if self._nbest:
             sentence_done = F.broadcast_logical_or(sentence_done, self._settled(F, new_scores, lengths, finished,
                                                                                 limits, lp_table))
-        return (token, new_scores, lengths, finished, t1, rows, emitted, sentence_done,
-                *[F.take(x, rows) for x in hs], *[F.take(x, rows) for x in cs])
+        return token, new_scores, lengths, finished, t1, rows, emitted, sentence_done
 
     def _settled(self, F, raw, lengths, finished, limits, lp_table):
         """Per sentence: whether its `nbest` best finished hypotheses can no longer be displaced. An active

@@ -141,6 +141,9 @@ def test_kernels_reject_bad_shapes_with_a_message():
         nd.nmt_add_sumsq(nd.zeros(3), num_arrays=1, num_replicas=0).wait_to_read()
     with pytest.raises(mx.base.MXNetError, match="nmt_pin_thread: needs cores, a comma-separated list"):
         nd.nmt_pin_thread(nd.zeros((1,)), cores="first").wait_to_read()
+    with pytest.raises(mx.base.MXNetError, match="nmt_beam_update: expects candidates"):
+        nd.nmt_beam_update(nd.zeros((6, 4)), nd.zeros((6, 4)), *[nd.zeros(6)] * 4, nd.zeros(1), nd.ones(9), beam=4,
+                           nbest=1, eos=2)[0].wait_to_read()   # 6 rows are not whole sentences of 4 beams
     if native.has_op("nmt_masked_fc"):
         with pytest.raises(mx.base.MXNetError, match=r"skip \(N,\) with N the rows of x"):
             nd.nmt_masked_fc(nd.zeros((2, 3, 4)), nd.zeros(2), nd.zeros((5, 4)), nd.zeros(5)).wait_to_read()

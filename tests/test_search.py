@@ -280,6 +280,36 @@ def test_search_step_computes_what_decode_step_computes(attention, tied, native)
             np.testing.assert_allclose(ours.asnumpy()[skip == 0], theirs.asnumpy()[skip == 0], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("nbest", [0, 1, 4])
+def test_native_beam_update_is_the_update_on_mxnet_operators(nbest):
+    """nmt_beam_update against BeamStep._update on random steps: finished and dead (-inf) hypotheses, equal
+    scores (the lower index first, as MXNet's topk), slots at their length limit, EOS among the candidates."""
+    from nmt import native
+    if not native.has_op("nmt_beam_update"):
+        pytest.skip(f"native kernels: {native.status()}")
+    from nmt.search_graph import BeamStep
+    model = build_model(ModelConfig(embed_size=8, hidden_size=8, num_layers=1, attention="dot", dropout=0.0), 30, 30)
+    K, B = 4, 6
+    block = BeamStep([model], K, nbest)
+    rng = np.random.RandomState(3)
+    lp_table = nd.array(((5.0 + np.arange(12)) / 6.0) ** 0.6)
+    for trial in range(20):
+        cand_lp = np.sort(np.round(rng.uniform(-4, 0, (B * K, K)), 1), axis=1)[:, ::-1]   # rounded: ties
+        cand_tok = rng.randint(0, 6, (B * K, K)).astype(np.float32)                      # EOS_ID among them
+        scores = np.round(rng.uniform(-6, 0, B * K), 1)
+        scores[rng.rand(B * K) < 0.1] = -np.inf
+        finished = (rng.rand(B * K) < 0.3).astype(np.float32)
+        t = float(rng.randint(1, 8))
+        lengths = np.minimum(rng.randint(0, 8, B * K), t).astype(np.float32)
+        limits = np.repeat(rng.randint(1, 10, B), K).astype(np.float32)
+        args = [nd.array(a) for a in (cand_lp.copy(), cand_tok, scores, lengths, finished, limits, [t])] + [lp_table]
+        fin = nd.broadcast_logical_or(args[4], nd.broadcast_lesser_equal(args[5], nd.broadcast_like(args[6], args[5])))
+        want = block._update(nd, *args[:5], fin, *args[5:])
+        got = nd.nmt_beam_update(*args, beam=K, nbest=nbest, eos=EOS_ID)
+        for i, (w, g) in enumerate(zip(want, got)):
+            np.testing.assert_array_equal(g.asnumpy(), w.asnumpy(), err_msg=f"trial {trial}, output {i}")
+
+
 # -- ensembles ---------------------------------------------------------------------------------------------------
 
 def _other_member(vocab=VOCAB):
