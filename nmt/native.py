@@ -1,5 +1,5 @@
 """Native CPU kernels (`native_ops.cc`): for the search step a fused LSTM cell, attention, a one-pass row
-top-k and matrix products that leave out the rows of finished hypotheses; for training the gradient sum of CPU
+top-k, the search update after it, and matrix products that leave out the rows of finished hypotheses; for training the gradient sum of CPU
 replicas fused with the gradient norm, and Adam's update (`nmt.optim.NativeAdam`); and the binding of a CPU
 context's engine thread to a core (`nmt.parallel.pin_context_threads`).
 
