@@ -244,6 +244,19 @@ REGISTER_OP(nmt_attention)
     .setInferType(attentionType)
     .setInferShape(attentionShape);
 
+// Offers value s (index v) to the sorted k best so far (best[0..filled), their indices at[]): strict, so that
+// among equal values the one offered first stays ahead, as MXNet's topk keeps the lower index.
+static inline void offerTopK(float s, int64_t v, int k, int& filled, float* best, int64_t* at) {
+  if (filled == k && !(s > best[k - 1])) return;
+  int p = filled < k ? filled++ : k - 1;
+  for (; p > 0 && s > best[p - 1]; --p) {
+    best[p] = best[p - 1];
+    at[p] = at[p - 1];
+  }
+  best[p] = s;
+  at[p] = v;
+}
+
 // ---- nmt_row_topk ----------------------------------------------------------------------------------------------
 MXReturnValue topkForward(const Attrs& attrs, std::vector<MXTensor>* in, std::vector<MXTensor>* out,
                           const OpResource&) {
@@ -261,16 +274,7 @@ MXReturnValue topkForward(const Attrs& attrs, std::vector<MXTensor>* in, std::ve
   for (int64_t n = 0; n < N; ++n) {
     const float* __restrict__ row = x + n * V;
     int filled = 0;
-    auto offer = [&](float s, int64_t v) {   // insertion into the sorted k best; strict: ties keep the earlier
-      if (filled == k && !(s > best[k - 1])) return;
-      int p = filled < k ? filled++ : k - 1;
-      for (; p > 0 && s > best[p - 1]; --p) {
-        best[p] = best[p - 1];
-        at[p] = at[p - 1];
-      }
-      best[p] = s;
-      at[p] = v;
-    };
+    auto offer = [&](float s, int64_t v) { offerTopK(s, v, k, filled, best.data(), at.data()); };
     int64_t v = 0;
     for (; v < V && filled < k; ++v) offer(row[v], v);
     for (; v + C <= V; v += C) {
@@ -353,17 +357,7 @@ MXReturnValue beamUpdateForward(const Attrs& attrs, std::vector<MXTensor>* in, s
       }
     }
     int filled = 0;   // the K best of the K*R, best first, the lower index first among equal ones
-    for (int64_t c = 0; c < K * R; ++c) {
-      const float v = norm[c];
-      if (filled == K && !(v > best[K - 1])) continue;
-      int p = filled < K ? filled++ : K - 1;
-      for (; p > 0 && v > best[p - 1]; --p) {
-        best[p] = best[p - 1];
-        at[p] = at[p - 1];
-      }
-      best[p] = v;
-      at[p] = c;
-    }
+    for (int64_t c = 0; c < K * R; ++c) offerTopK(norm[c], c, K, filled, best.data(), at.data());
     bool all_done = true;
     for (int k = 0; k < K; ++k) {
       const int64_t slot = first + k, c = at[k], beam = c / R, src = first + beam;
