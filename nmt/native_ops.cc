@@ -105,6 +105,12 @@ MXReturnValue arity(const Attrs&, int* num_in, int* num_out) {
   return MX_SUCCESS;
 }
 
+// Registers an operator: forward only (see noBackward), on the CPU; one that writes its inputs appends
+// .setMutateInputs(...). A parse function with template arguments goes in parentheses: (arity<3, 2>).
+#define NMT_REGISTER_OP(name, forward, parse, type, shape)                                                      \
+  REGISTER_OP(name).setForward(forward, "cpu").setBackward(noBackward, "cpu").setParseAttrs(parse)              \
+      .setInferType(type).setInferShape(shape)
+
 // An integer attribute (nmt_row_topk's k, the counts of nmt_add_sumsq and nmt_adam); 0 when absent.
 static int intAttr(const Attrs& attrs, const char* name) {
   auto it = attrs.find(name);
@@ -164,12 +170,7 @@ MXReturnValue cellShape(const Attrs&, std::vector<std::vector<unsigned int>>* in
   out->at(1) = c;
   return MX_SUCCESS;
 }
-REGISTER_OP(nmt_lstm_cell)
-    .setForward(cellForward, "cpu")
-    .setBackward(noBackward, "cpu")
-    .setParseAttrs(arity<3, 2>)
-    .setInferType(cellType)
-    .setInferShape(cellShape);
+NMT_REGISTER_OP(nmt_lstm_cell, cellForward, (arity<3, 2>), cellType, cellShape);
 
 // ---- nmt_attention ---------------------------------------------------------------------------------------------
 MXReturnValue attentionForward(const Attrs&, std::vector<MXTensor>* in, std::vector<MXTensor>* out,
@@ -237,12 +238,7 @@ MXReturnValue attentionShape(const Attrs&, std::vector<std::vector<unsigned int>
   out->at(1) = {q[0], q[1], v[1]};
   return MX_SUCCESS;
 }
-REGISTER_OP(nmt_attention)
-    .setForward(attentionForward, "cpu")
-    .setBackward(noBackward, "cpu")
-    .setParseAttrs(arity<3, 2>)
-    .setInferType(attentionType)
-    .setInferShape(attentionShape);
+NMT_REGISTER_OP(nmt_attention, attentionForward, (arity<3, 2>), attentionType, attentionShape);
 
 // Offers value s (index v) to the sorted k best so far (best[0..filled), their indices at[]): strict, so that
 // among equal values the one offered first stays ahead, as MXNet's topk keeps the lower index.
@@ -308,12 +304,7 @@ MXReturnValue topkShape(const Attrs& attrs, std::vector<std::vector<unsigned int
   out->at(1) = {x[0], static_cast<unsigned>(k)};
   return MX_SUCCESS;
 }
-REGISTER_OP(nmt_row_topk)
-    .setForward(topkForward, "cpu")
-    .setBackward(noBackward, "cpu")
-    .setParseAttrs(arity<1, 2>)
-    .setInferType(topkType)
-    .setInferShape(topkShape);
+NMT_REGISTER_OP(nmt_row_topk, topkForward, (arity<1, 2>), topkType, topkShape);
 
 // ---- nmt_beam_update -------------------------------------------------------------------------------------------
 MXReturnValue beamUpdateForward(const Attrs& attrs, std::vector<MXTensor>* in, std::vector<MXTensor>* out,
@@ -412,12 +403,7 @@ MXReturnValue beamUpdateShape(const Attrs& attrs, std::vector<std::vector<unsign
   out->at(7) = {n / static_cast<unsigned>(K)};
   return MX_SUCCESS;
 }
-REGISTER_OP(nmt_beam_update)
-    .setForward(beamUpdateForward, "cpu")
-    .setBackward(noBackward, "cpu")
-    .setParseAttrs(arity<8, 8>)
-    .setInferType(beamUpdateType)
-    .setInferShape(beamUpdateShape);
+NMT_REGISTER_OP(nmt_beam_update, beamUpdateForward, (arity<8, 8>), beamUpdateType, beamUpdateShape);
 
 #ifdef NMT_HAVE_AVX2
 // ---- nmt_masked_fc ---------------------------------------------------------------------------------------------
@@ -531,12 +517,7 @@ MXReturnValue maskedFcShape(const Attrs& attrs, std::vector<std::vector<unsigned
   out->at(0).back() = w[0];
   return MX_SUCCESS;
 }
-REGISTER_OP(nmt_masked_fc)
-    .setForward(maskedFcForward, "cpu")
-    .setBackward(noBackward, "cpu")
-    .setParseAttrs(maskedFcArity)
-    .setInferType(maskedFcType)
-    .setInferShape(maskedFcShape);
+NMT_REGISTER_OP(nmt_masked_fc, maskedFcForward, maskedFcArity, maskedFcType, maskedFcShape);
 #endif   // NMT_HAVE_AVX2
 
 // ---- nmt_add_sumsq ---------------------------------------------------------------------------------------------
@@ -611,13 +592,8 @@ MXReturnValue addSumsqShape(const Attrs& attrs, std::vector<std::vector<unsigned
                             std::vector<std::vector<unsigned int>>* out) {
   return groupedShapes("nmt_add_sumsq", "array ", " has different shapes in different replicas", attrs, in, out);
 }
-REGISTER_OP(nmt_add_sumsq)
-    .setForward(addSumsqForward, "cpu")
-    .setBackward(noBackward, "cpu")
-    .setParseAttrs(addSumsqArity)
-    .setMutateInputs(addSumsqMutates)
-    .setInferType(addSumsqType)
-    .setInferShape(addSumsqShape);
+NMT_REGISTER_OP(nmt_add_sumsq, addSumsqForward, addSumsqArity, addSumsqType, addSumsqShape)
+    .setMutateInputs(addSumsqMutates);
 
 // ---- nmt_adam --------------------------------------------------------------------------------------------------
 MXReturnValue adamArity(const Attrs& attrs, int* num_in, int* num_out) {
@@ -702,13 +678,8 @@ MXReturnValue adamShape(const Attrs& attrs, std::vector<std::vector<unsigned int
   return groupedShapes("nmt_adam", "the weight, gradient, mean and variance of array ", " differ in shape", attrs, in,
                        out);
 }
-REGISTER_OP(nmt_adam)
-    .setForward(adamForward, "cpu")
-    .setBackward(noBackward, "cpu")
-    .setParseAttrs(adamArity)
-    .setMutateInputs(adamMutates)
-    .setInferType(adamType)
-    .setInferShape(adamShape);
+NMT_REGISTER_OP(nmt_adam, adamForward, adamArity, adamType, adamShape)
+    .setMutateInputs(adamMutates);
 
 // ---- nmt_pin_thread ----------------------------------------------------------------------------------------------
 // Binds the engine thread that runs it (the worker of its input's CPU context) to the cores listed in "cores"
@@ -748,12 +719,7 @@ MXReturnValue pinShape(const Attrs& attrs, std::vector<std::vector<unsigned int>
   out->at(0) = {1};
   return MX_SUCCESS;
 }
-REGISTER_OP(nmt_pin_thread)
-    .setForward(pinForward, "cpu")
-    .setBackward(noBackward, "cpu")
-    .setParseAttrs(arity<1, 1>)
-    .setInferType(pinType)
-    .setInferShape(pinShape);
+NMT_REGISTER_OP(nmt_pin_thread, pinForward, (arity<1, 1>), pinType, pinShape);
 
 MXReturnValue initialize(int version) {
   if (version >= 10700) return MX_SUCCESS;
