@@ -4,7 +4,8 @@ replicas fused with the gradient norm, and Adam's update (`nmt.optim.NativeAdam`
 context's engine thread to a core (`nmt.parallel.pin_context_threads`).
 
 They are compiled once per machine with the system C++ compiler (`$CXX`, else g++ or c++; flags tuned to the
-CPU, `-march=native`), cached under `$NMT_CACHE_DIR` (default `$XDG_CACHE_HOME/nmt` or `~/.cache/nmt`) by a hash
+CPU, `-march=native`, or the target named by `$NMT_NATIVE_MARCH`, which this CPU must be able to run: e.g.
+`haswell` builds the AVX2 kernel, `nmt_masked_fc`, on an AVX-512 machine, where the tests use it), cached under `$NMT_CACHE_DIR` (default `$XDG_CACHE_HOME/nmt` or `~/.cache/nmt`) by a hash
 of everything that goes into the build, and loaded into MXNet as an operator library (`mx.library.load`). The
 search, the data-parallel step and the optimizer use them on CPU contexts when they load; otherwise (no compiler, a failed
 build, `NMT_NATIVE_OPS=0`, or a GPU) they run the same computation on MXNet's own operators, with the same
@@ -28,8 +29,7 @@ import mxnet as mx
 logger = logging.getLogger("nmt.native")
 
 SOURCE = Path(__file__).with_name("native_ops.cc")
-FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-fopenmp", "-std=c++11", "-shared",
-         "-fPIC")
+FLAGS = ("-O3", "-fno-math-errno", "-fno-trapping-math", "-fopenmp", "-std=c++11", "-shared", "-fPIC")
 BUILD_TIMEOUT = 300
 
 _lock = threading.Lock()
@@ -61,6 +61,11 @@ def _cpu_signature() -> str:
         return platform.processor() or platform.machine()
 
 
+def _flags() -> tuple:
+    """The compiler flags: FLAGS and -march=$NMT_NATIVE_MARCH (default native)."""
+    return (*FLAGS, f"-march={os.environ.get('NMT_NATIVE_MARCH', '').strip() or 'native'}")
+
+
 def _build(cxx: str) -> Path:
     """The library for this machine, built unless the cache has it; RuntimeError (with the compiler's message)
     when the build fails."""
@@ -69,9 +74,9 @@ def _build(cxx: str) -> Path:
     if not lib_api.exists():
         raise RuntimeError(f"this MXNet build ships no {lib_api} to build operator libraries with")
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=60).stdout
-    key = hashlib.sha256()
+    key, flags = hashlib.sha256(), _flags()
     for part in (SOURCE.read_bytes(), lib_api.read_bytes(), (include / "mxnet" / "lib_api.h").read_bytes(),
-                 " ".join(FLAGS).encode(), mx.__version__.encode(), version.encode(), _cpu_signature().encode()):
+                 " ".join(flags).encode(), mx.__version__.encode(), version.encode(), _cpu_signature().encode()):
         key.update(hashlib.sha256(part).digest())
     path = cache_dir() / f"nmt-native-ops-{key.hexdigest()[:16]}.so"
     if path.exists():
@@ -80,7 +85,7 @@ def _build(cxx: str) -> Path:
     tmp = str(path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp"))   # concurrent builds: own files
     logger.info("building the native CPU kernels with %s (once per machine, ~10 s) into %s", cxx, path)
     try:
-        done = subprocess.run([cxx, *FLAGS, str(SOURCE), str(lib_api), "-I", str(include), "-o", tmp],
+        done = subprocess.run([cxx, *flags, str(SOURCE), str(lib_api), "-I", str(include), "-o", tmp],
                               capture_output=True, text=True, timeout=BUILD_TIMEOUT)
         if done.returncode != 0:
             raise RuntimeError(f"{cxx} failed ({done.returncode}): {done.stderr.strip()[-800:]}")

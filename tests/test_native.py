@@ -255,3 +255,30 @@ def test_the_build_is_cached_per_machine(tmp_path):
     second = _status_in_fresh_process({}, tmp_path)
     assert "STATUS loaded" in second and "building" not in second
     assert list((tmp_path / "cache").glob("*")) == built
+
+
+def _cpu_flags() -> set:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((set(line.split(":", 1)[1].split()) for line in f if line.startswith("flags")), set())
+    except OSError:
+        return set()
+
+
+@needs_native
+@pytest.mark.skipif(native.has_op("nmt_masked_fc") or not {"avx2", "fma"} <= _cpu_flags(),
+                    reason="nmt_masked_fc is built here already (its tests ran above), or this CPU has no AVX2/FMA")
+def test_masked_fc_tests_on_an_avx2_build_of_the_kernels(tmp_path):
+    """On an AVX-512 CPU the kernels are built without nmt_masked_fc, the AVX2 product that decoding uses on AVX2
+    CPUs; its tests and the search tests that go through it run in a fresh process on an AVX2 build
+    (NMT_NATIVE_MARCH=haswell), with a cache of its own."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    tests = [os.path.join(here, "test_native.py::test_masked_fc_is_fully_connected_on_the_rows_not_skipped"),
+             os.path.join(here, "test_native.py::test_kernels_reject_bad_shapes_with_a_message"),
+             os.path.join(here, "test_search.py::test_search_step_computes_what_decode_step_computes")]
+    env = {**os.environ, "NMT_NATIVE_MARCH": "haswell", "NMT_CACHE_DIR": str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", *tests], env=env,
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "skipped" not in summary and int(summary.split(" passed")[0].split()[-1]) >= 18, summary
