@@ -303,7 +303,8 @@ def decode_worker(spec: dict, conn) -> None:
     from nmt.translate import Translator
     _reset_peak_rss()
     gpus = spec.get("gpus")
-    ctxs = parse_devices(",".join(gpus.split(",")[:spec["devices"]]) + "," if gpus else None, spec["devices"])
+    ctxs = parse_devices(",".join(gpus.split(",")[:spec["devices"]]) + "," if gpus else None, spec["devices"],
+                         spare_cpu0=True)   # as translate.py / evaluate.py
     tr = Translator.from_dir(spec["model_dir"], which=spec["checkpoint"], ctx=ctxs)
     test_name, test = next(iter(recipe_tests(tr.config, spec["data"].get("data_dir")).items()))
     lines = test.src[:spec["sentences"]] if spec["sentences"] else test.src

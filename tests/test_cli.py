@@ -98,6 +98,9 @@ def test_argparse_rejects_bad_types_and_choices(capsys):
 def test_device_parsing():
     assert parse_devices(None, 1) == [mx.cpu(0)]
     assert parse_devices(None, 2) == [mx.cpu(0), mx.cpu(1)]
+    # decoding on several leaves cpu(0)'s engine worker to the waits and host copies of every context
+    assert parse_devices(None, 2, spare_cpu0=True) == [mx.cpu(1), mx.cpu(2)]
+    assert parse_devices(None, 1, spare_cpu0=True) == [mx.cpu(0)]
     assert mx.context.num_gpus() == 0   # these machines have none; GPU parsing is checked by its errors
     with pytest.raises(DeviceError, match="only 0|no GPU found"):
         parse_devices("4,5,6,7")
