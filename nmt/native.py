@@ -3,13 +3,13 @@ top-k, the search update after it, and matrix products that leave out the rows o
 replicas fused with the gradient norm, and Adam's update (`nmt.optim.NativeAdam`); and the binding of a CPU
 context's engine thread to a core (`nmt.parallel.pin_context_threads`).
 
-They are compiled once per machine with the system C++ compiler (`$CXX`, else g++ or c++; flags tuned to the
-CPU, `-march=native`, or the target named by `$NMT_NATIVE_MARCH`, which this CPU must be able to run: e.g.
-`haswell` builds the AVX2 kernel, `nmt_masked_fc`, on an AVX-512 machine, where the tests use it), cached under `$NMT_CACHE_DIR` (default `$XDG_CACHE_HOME/nmt` or `~/.cache/nmt`) by a hash
-of everything that goes into the build, and loaded into MXNet as an operator library (`mx.library.load`). The
-search, the data-parallel step and the optimizer use them on CPU contexts when they load; otherwise (no compiler, a failed
-build, `NMT_NATIVE_OPS=0`, or a GPU) they run the same computation on MXNet's own operators, with the same
-result, more slowly (logged once).
+They are compiled once per machine with the system C++ compiler (`$CXX`, else g++ or c++; flags tuned to the CPU,
+`-march=native`, or the target named by `$NMT_NATIVE_MARCH`, which this CPU must be able to run: e.g. `haswell`
+builds the AVX2 kernel, `nmt_masked_fc`, on an AVX-512 machine, where the tests use it), cached under
+`$NMT_CACHE_DIR` (default `$XDG_CACHE_HOME/nmt` or `~/.cache/nmt`) by a hash of everything that goes into the build,
+and loaded into MXNet as an operator library (`mx.library.load`). The search, the data-parallel step and the
+optimizer use them on CPU contexts when they load; otherwise (no compiler, a failed build, `NMT_NATIVE_OPS=0`, or a
+GPU) they run the same computation on MXNet's own operators, with the same result, more slowly (logged once).
 """
 from __future__ import annotations
 

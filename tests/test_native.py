@@ -257,16 +257,8 @@ def test_the_build_is_cached_per_machine(tmp_path):
     assert list((tmp_path / "cache").glob("*")) == built
 
 
-def _cpu_flags() -> set:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next((set(line.split(":", 1)[1].split()) for line in f if line.startswith("flags")), set())
-    except OSError:
-        return set()
-
-
 @needs_native
-@pytest.mark.skipif(native.has_op("nmt_masked_fc") or not {"avx2", "fma"} <= _cpu_flags(),
+@pytest.mark.skipif(native.has_op("nmt_masked_fc") or not {"avx2", "fma"} <= set(native._cpu_signature().split()),
                     reason="nmt_masked_fc is built here already (its tests ran above), or this CPU has no AVX2/FMA")
 def test_masked_fc_tests_on_an_avx2_build_of_the_kernels(tmp_path):
     """On an AVX-512 CPU the kernels are built without nmt_masked_fc, the AVX2 product that decoding uses on AVX2
