@@ -61,9 +61,14 @@ def _cpu_signature() -> str:
         return platform.processor() or platform.machine()
 
 
+def _march() -> str:
+    """$NMT_NATIVE_MARCH, "" when unset."""
+    return os.environ.get("NMT_NATIVE_MARCH", "").strip()
+
+
 def _flags() -> tuple:
     """The compiler flags: FLAGS and -march=$NMT_NATIVE_MARCH (default native)."""
-    return (*FLAGS, f"-march={os.environ.get('NMT_NATIVE_MARCH', '').strip() or 'native'}")
+    return (*FLAGS, f"-march={_march() or 'native'}")
 
 
 def _build(cxx: str) -> Path:
@@ -88,7 +93,9 @@ def _build(cxx: str) -> Path:
         done = subprocess.run([cxx, *flags, str(SOURCE), str(lib_api), "-I", str(include), "-o", tmp],
                               capture_output=True, text=True, timeout=BUILD_TIMEOUT)
         if done.returncode != 0:
-            raise RuntimeError(f"{cxx} failed ({done.returncode}): {done.stderr.strip()[-800:]}")
+            march = (f" with NMT_NATIVE_MARCH={_march()} (a -march this compiler knows, e.g. haswell)"
+                     if _march() else "")
+            raise RuntimeError(f"{cxx} failed ({done.returncode}){march}: {done.stderr.strip()[-800:]}")
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

@@ -258,6 +258,15 @@ def test_the_build_is_cached_per_machine(tmp_path):
 
 
 @needs_native
+def test_an_unknown_target_cpu_says_which_setting_and_falls_back(tmp_path):
+    out = _status_in_fresh_process({"NMT_NATIVE_MARCH": "no-such-cpu"}, tmp_path)
+    assert "STATUS build or load failed" in out and "with NMT_NATIVE_MARCH=no-such-cpu" in out
+    assert "no-such-cpu" in out.split("NMT_NATIVE_MARCH=no-such-cpu", 1)[1]   # and the compiler's own words
+    assert "OUT [[" in out
+    assert not list((tmp_path / "cache").glob("*"))
+
+
+@needs_native
 @pytest.mark.skipif(native.has_op("nmt_masked_fc") or not {"avx2", "fma"} <= set(native._cpu_signature().split()),
                     reason="nmt_masked_fc is built here already (its tests ran above), or this CPU has no AVX2/FMA")
 def test_masked_fc_tests_on_an_avx2_build_of_the_kernels(tmp_path):
