@@ -62,6 +62,7 @@ DATA_FLAGS = [
          choices=("padding", "quantile")),
 ]
 MODEL_FLAGS = [
+    Flag("--arch", "model", "arch", str, "architecture", choices=("lstm",)),
     Flag("--embed-size", "model", "embed_size", int, "embedding width"),
     Flag("--hidden-size", "model", "hidden_size", int, "LSTM width"),
     Flag("--num-layers", "model", "num_layers", int, "encoder and decoder layers"),

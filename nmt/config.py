@@ -52,6 +52,7 @@ class DataConfig:
 
 @dataclass
 class ModelConfig:
+    arch: str = "lstm"                   # architecture (nmt.models registry): the model class built from this config
     embed_size: int = 256                # source and target embedding width
     hidden_size: int = 256               # LSTM hidden width (encoder per direction and decoder)
     num_layers: int = 2                  # encoder layers (first bidirectional) and decoder layers
