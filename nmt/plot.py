@@ -1,7 +1,9 @@
 """Attention heatmaps of a translation, with Hangul rendered by the NanumGothic font of `koreanize-matplotlib`.
 
-The attention is read along the greedy path (`Seq2Seq.encode` + one `decode_step` per output token), so the
-plotted translation is the greedy one; axes are labelled with the SentencePiece pieces of both sides.
+The attention is read along the greedy path through the model interface (`encode`, `init_state`, then one `step`
+per output token), so the plotted translation is the greedy one. What is shown is the attention `step` returns: for
+the LSTM architecture the weights of its one attention layer (decoder state over encoder outputs) at each output
+step. Axes are labelled with the SentencePiece pieces of both sides.
 """
 from __future__ import annotations
 
@@ -40,13 +42,13 @@ def attention(translator, sentence: str, max_len: Optional[int] = None) -> Atten
     limit = max_len if max_len is not None else int(np.ceil(d.max_len_a * src_len[0] + d.max_len_b))
     src_nd = mx.nd.array(src, ctx=ctx, dtype="float32")
     len_nd = mx.nd.array(src_len, ctx=ctx, dtype="float32")
-    memory, states = net.encode(src_nd, len_nd)
+    state = net.init_state(net.encode(src_nd, len_nd))
     prev = mx.nd.full((1,), BOS_ID, ctx=ctx, dtype="float32")
     out: List[int] = []
     rows: List[np.ndarray] = []
     ended = False
     for _ in range(limit):   # the very steps of greedy_search: stop at EOS or after `limit` tokens
-        log_probs, states, attn = net.decode_step(prev, states, memory, len_nd)
+        log_probs, state, attn = net.step(prev, state)
         prev = mx.nd.argmax(log_probs, axis=-1)
         token = int(prev.asscalar())
         rows.append(attn[0].asnumpy())

@@ -23,7 +23,8 @@ from nmt.config import Config, ConfigError
 from nmt.data import EncodedData, check_subword_sampling, encode_data, load_tokenizers, subword_resegmenter
 from nmt.evaluate import Scores, perplexity, score
 from nmt.log import MetricsWriter, Speedometer, setup_logging
-from nmt.model import Seq2SeqLoss, build_model
+from nmt.loss import Seq2SeqLoss
+from nmt.models import build_model
 from nmt.optim import adopt_loaded_optimizer, build_optimizer
 from nmt.parallel import DataParallel, default_kvstore, describe_hardware, init_amp, parse_devices
 from nmt.recipes import DatasetSplits, load_data

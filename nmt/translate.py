@@ -24,8 +24,9 @@ from nmt import checkpoint as ckpt
 from nmt.batching import pad_sources
 from nmt.config import Config, ConfigError, DecodeConfig
 from nmt.corpus import CorpusError, normalize
-from nmt.model import build_model
-from nmt.parallel import side_by_side
+from nmt.models import build_model
+from nmt.models.ensemble import as_model
+from nmt.parallel import concurrent_devices_safe
 from nmt.search import beam_search, greedy_search
 from nmt.tokenizer import Tokenizer, tokenizer_path
 
@@ -71,6 +72,7 @@ def _load_net(model_dir: Path, cfg: Config, src_tok: Tokenizer, tgt_tok: Tokeniz
     """The hybridized model of a model directory with its `which` parameters, and their file."""
     net = build_model(cfg.model, src_tok.vocab_size, tgt_tok.vocab_size)
     path = ckpt.params_path(model_dir, str(which))
+    _check_layout(path)
     try:
         net.load_parameters(str(path), ctx=ctx)
     except (mx.base.MXNetError, AssertionError, ValueError, KeyError) as e:
@@ -79,6 +81,21 @@ def _load_net(model_dir: Path, cfg: Config, src_tok: Tokenizer, tgt_tok: Tokeniz
                                    f"{model_dir / ckpt.CONFIG} ({first})") from None
     net.hybridize(static_alloc=True)
     return net, path
+
+
+# A name only parameter files of an earlier layout have (Gluon's per-matrix LSTM layers, before the fused one).
+_EARLIER_LAYOUT = "._unfused."
+
+
+def _check_layout(path: Path) -> None:
+    """CheckpointError naming the file when it was written by an earlier version of nmt (nothing converts it)."""
+    try:
+        names = mx.nd.load(str(path)).keys()
+    except (mx.base.MXNetError, AttributeError):
+        return   # missing or unreadable: the load that follows says so
+    if any(_EARLIER_LAYOUT in n for n in names):
+        raise ckpt.CheckpointError(f"{path}: these parameters were written by an earlier version of nmt (separate "
+                                   "per-matrix LSTM weights), which this version does not read; retrain the model")
 
 
 def _check_member_vocabulary(member: Path, model_dir: Path, what: str, mine: Tokenizer, theirs: Tokenizer) -> None:
@@ -112,7 +129,7 @@ class Translator:
         # Further devices, each with its own copy of the members (`from_dir` with several devices): batches are
         # dealt to all devices, each driven from its own thread.
         self.replicas: List[Tuple[mx.Context, list]] = []
-        self._side_by_side: Optional[bool] = None   # whether the devices may run at once (decided on first use)
+        self._concurrent: Optional[bool] = None   # whether the devices may run at once (decided on first use)
 
     @property
     def net(self):
@@ -127,7 +144,7 @@ class Translator:
         `which` is best, latest, avg or a step number; `decode` replaces the model's saved DecodeConfig.
         `ctx`: a device, or several: the model is loaded on each and the length-sorted batches are shared out
         among them (on CPU contexts they run side by side only with OMP_NUM_THREADS = cores / contexts; see
-        `nmt.parallel.side_by_side`).
+        `nmt.parallel.concurrent_devices_safe`).
         `ensemble`: further model directories (same languages and vocabularies, any architecture) whose
         `which` checkpoints decode together with this one, following the mean of their log-probabilities."""
         model_dir = Path(model_dir)
@@ -204,21 +221,21 @@ class Translator:
         bs = max(1, self.decode.batch_size)
         chunks = [todo[start:start + bs] for start in range(0, len(todo), bs)]
         devices = [(self.ctx, self.members)] + self.replicas
-        if len(devices) > 1 and self._side_by_side is None:
-            self._side_by_side = side_by_side(self.ctxs)
-        if not self._side_by_side:   # one device, or CPU contexts that would have to take turns: the first does all
+        if len(devices) > 1 and self._concurrent is None:
+            self._concurrent = concurrent_devices_safe(self.ctxs)
+        if not self._concurrent:   # one device, or CPU contexts that would have to take turns: the first does all
             devices = devices[:1]
         pending = iter(chunks[::-1])   # longest first: several devices then finish close together
         lock = threading.Lock()
 
         def work(ctx: mx.Context, members: list) -> None:
-            weights = [m.decoder.step_weights(ctx) for m in members]   # fixed for this call: cut once
+            model = as_model(members)
             while True:
                 with lock:
                     chunk = next(pending, None)
                 if chunk is None:
                     return
-                self._decode_chunk(ctx, members, weights, ids, chunk, beam, nbest, out)
+                self._decode_chunk(ctx, model, ids, chunk, beam, nbest, out)
         if len(devices) > 1 and len(chunks) > 1:
             with ThreadPoolExecutor(len(devices), thread_name_prefix="nmt-decode") as pool:
                 for future in [pool.submit(work, c, m) for c, m in devices]:
@@ -227,18 +244,18 @@ class Translator:
             work(*devices[0])
         return out
 
-    def _decode_chunk(self, ctx: mx.Context, members: list, weights: list, ids: List[List[int]], chunk: List[int],
-                      beam: int, nbest: int, out: List[Hyps]) -> None:
+    def _decode_chunk(self, ctx: mx.Context, model, ids: List[List[int]], chunk: List[int], beam: int, nbest: int,
+                      out: List[Hyps]) -> None:
         """Search one length-sorted batch (`chunk`: indices into `ids`) on `ctx`; hypotheses go to out[i]."""
         src, src_len = pad_sources([ids[i] for i in chunk], max(len(ids[i]) for i in chunk) + 1)
         max_len = np.ceil(self.decode.max_len_a * src_len + self.decode.max_len_b).astype("int64")
         src_nd = mx.nd.array(src, ctx=ctx, dtype="float32")
         len_nd = mx.nd.array(src_len, ctx=ctx, dtype="float32")
         if beam == 1 and nbest == 1:
-            hyps = [[(h, 0.0)] for h in greedy_search(members, src_nd, len_nd, max_len, weights=weights)]
+            hyps = [[(h, 0.0)] for h in greedy_search(model, src_nd, len_nd, max_len)]
         else:
             hyps = beam_search(members, src_nd, len_nd, beam_size=max(beam, nbest), max_len=max_len,
-                               alpha=self.decode.length_penalty_alpha, nbest=nbest, weights=weights)
+                               alpha=self.decode.length_penalty_alpha, nbest=nbest)
         for r, i in enumerate(chunk):
             out[i] = hyps[r]
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Callable, Dict, Type
 
+from nmt.config import ConfigError
 from nmt.models.base import DecoderState, Seq2SeqModel
 
 ARCHITECTURES: Dict[str, Type[Seq2SeqModel]] = {}
@@ -16,4 +17,15 @@ def register(name: str) -> Callable[[Type[Seq2SeqModel]], Type[Seq2SeqModel]]:
     return add
 
 
-__all__ = ["ARCHITECTURES", "DecoderState", "Seq2SeqModel", "register"]
+def build_model(cfg, src_vocab_size: int, tgt_vocab_size: int) -> Seq2SeqModel:
+    """The uninitialized model of `cfg.arch` for these vocabulary sizes; ConfigError naming the flag when `cfg`
+    cannot build one. Initialize it with e.g. `model.initialize(mx.init.Xavier(), ctx=ctx)`."""
+    if cfg.arch not in ARCHITECTURES:
+        raise ConfigError(f"--arch must be one of {', '.join(sorted(ARCHITECTURES))} (got {cfg.arch!r})")
+    return ARCHITECTURES[cfg.arch](cfg, src_vocab_size, tgt_vocab_size)
+
+
+# The architectures register themselves on import (after `register` exists, which they use).
+from nmt.models import lstm  # noqa: E402,F401  pylint: disable=wrong-import-position
+
+__all__ = ["ARCHITECTURES", "DecoderState", "Seq2SeqModel", "build_model", "register"]

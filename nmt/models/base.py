@@ -14,7 +14,9 @@ A search never looks inside a state: it calls `repeat` (each sentence's row K ti
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar, Sequence, Tuple
+import types
+import warnings
+from typing import Any, Callable, ClassVar, List, Sequence, Tuple
 
 import mxnet as mx
 from mxnet import gluon
@@ -28,24 +30,45 @@ def array_module(x: Any):
     return mx.sym if isinstance(x, mx.sym.Symbol) else mx.nd
 
 
+def length_mask(F, like, lengths, axis: int):
+    """(B, N) float mask, 1 where position < length along `axis` of `like` (N = that axis's size)."""
+    positions = F.cast(F.contrib.arange_like(like, axis=axis), "float32")
+    return F.broadcast_lesser(F.reshape(positions, shape=(1, -1)), F.reshape(lengths, shape=(-1, 1)))
+
+
+def _apply(value: Any, fn: Callable[[Any], Any], on_state: Callable[["DecoderState"], Any]) -> Any:
+    """`value` with `fn` applied to each array (a nested state goes to `on_state`, a tuple item by item)."""
+    if isinstance(value, DecoderState):
+        return on_state(value)
+    if isinstance(value, tuple):
+        return tuple(_apply(v, fn, on_state) for v in value)
+    return None if value is None else fn(value)
+
+
+def _leaves(value: Any) -> List[Any]:
+    """The arrays of a field value, depth first (None contributes nothing)."""
+    if isinstance(value, DecoderState):
+        return value.arrays()
+    if isinstance(value, tuple):
+        return [a for v in value for a in _leaves(v)]
+    return [] if value is None else [value]
+
+
 @dataclasses.dataclass(frozen=True)
 class DecoderState:
-    """A decoder state with named fields; every field is an NDArray with one row per hypothesis on axis 0.
+    """A decoder state with named fields; every field is an NDArray with one row per hypothesis on axis 0, a
+    tuple of those (e.g. one key/value cache per layer), a nested `DecoderState` (an ensemble's members) or None.
 
     `source_fields` name the fields that are the same for every hypothesis of a sentence (encoder memory, source
     length): `reorder` leaves them as they are, since beams only ever move within their own sentence. Subclasses
-    are frozen dataclasses whose fields are all NDArrays (or nested `DecoderState`s)."""
+    are frozen dataclasses."""
 
     source_fields: ClassVar[Tuple[str, ...]] = ()
 
-    def _map(self, fn, names: Sequence[str]) -> "DecoderState":
-        changes = {}
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, DecoderState):
-                changes[f.name] = fn(value)
-            elif f.name in names and value is not None:
-                changes[f.name] = fn(value)
+    def _map(self, fn: Callable[[Any], Any], on_state: Callable[["DecoderState"], Any],
+             names: Sequence[str]) -> "DecoderState":
+        changes = {f.name: _apply(getattr(self, f.name), fn, on_state) for f in dataclasses.fields(self)
+                   if f.name in names or isinstance(getattr(self, f.name), DecoderState)}
         return dataclasses.replace(self, **changes)
 
     def _names(self) -> Tuple[str, ...]:
@@ -53,31 +76,37 @@ class DecoderState:
 
     def select(self, rows: NDArray) -> "DecoderState":
         """The hypotheses `rows` (int or float indices on the state's device), in that order; every field."""
-        return self._map(lambda v: v.select(rows) if isinstance(v, DecoderState) else mx.nd.take(v, rows),
-                         self._names())
+        return self._map(lambda v: mx.nd.take(v, rows), lambda s: s.select(rows), self._names())
 
     def reorder(self, rows: NDArray) -> "DecoderState":
         """Hypotheses moved to `rows` within their own sentences (a beam search's back-pointers): the source
         fields stay as they are."""
         moving = tuple(n for n in self._names() if n not in self.source_fields)
-        return self._map(lambda v: v.reorder(rows) if isinstance(v, DecoderState) else mx.nd.take(v, rows), moving)
+        return self._map(lambda v: mx.nd.take(v, rows), lambda s: s.reorder(rows), moving)
 
     def repeat(self, k: int) -> "DecoderState":
         """Each row `k` times in a row (row b becomes rows b*k .. b*k + k - 1): one copy per beam."""
         if k == 1:
             return self
-        return self._map(lambda v: v.repeat(k) if isinstance(v, DecoderState) else mx.nd.repeat(v, k, axis=0),
+        return self._map(lambda v: mx.nd.repeat(v, k, axis=0), lambda s: s.repeat(k), self._names())
+
+    def arrays(self) -> List[Any]:
+        """Every array of the state, field by field, depth first (what a hybridized step takes as inputs)."""
+        return [a for f in dataclasses.fields(self) for a in _leaves(getattr(self, f.name))]
+
+    def with_arrays(self, arrays: Sequence[Any]) -> "DecoderState":
+        """A state of this one's structure holding `arrays` (in the order of `arrays()`): NDArrays or Symbols."""
+        it = iter(arrays)
+        return self._map(lambda _: next(it), lambda s: s.with_arrays([next(it) for _ in s.arrays()]),
                          self._names())
 
     @property
     def num_rows(self) -> int:
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, DecoderState):
-                return value.num_rows
-            if value is not None:
-                return int(value.shape[0])
-        raise ValueError(f"{type(self).__name__} has no arrays")
+        """Hypotheses in the state (rows of its first array)."""
+        first = self.arrays()
+        if not first:
+            raise ValueError(f"{type(self).__name__} has no arrays")
+        return int(first[0].shape[0])
 
 
 class Seq2SeqModel(gluon.HybridBlock):
@@ -88,6 +117,9 @@ class Seq2SeqModel(gluon.HybridBlock):
         super().__init__(**kwargs)
         self.cfg = cfg
         self.src_vocab_size, self.tgt_vocab_size = int(src_vocab_size), int(tgt_vocab_size)
+        # Built on first use; a namespace, not a Block attribute, so the graph is no child of the model (its
+        # parameters would then be saved twice) and Gluon's check of containers holding Blocks stays quiet.
+        self._compiled = types.SimpleNamespace(step=None)
 
     def hybrid_forward(self, F, src, src_len, tgt_in):   # pragma: no cover - interface
         """Teacher-forced logits (B,T,V) of `tgt_in` (B,T) given `src` (B,S) and its lengths (B,)."""
@@ -106,3 +138,48 @@ class Seq2SeqModel(gluon.HybridBlock):
         """Log-probabilities (N,V) of the next token after `prev_tokens` (N,), the new state, and the attention
         over the source (N,S) that produced them (what attention plots show)."""
         raise NotImplementedError
+
+    def hybrid_step(self, prev_tokens: NDArray, state: DecoderState) -> Tuple[NDArray, DecoderState, NDArray]:
+        """`step` run as one hybridized graph (`StepGraph`, built on first use): the same results, one cached
+        operator call per step instead of one per operator. What a search calls."""
+        if self._compiled.step is None:
+            self._compiled.step = StepGraph(self)
+        return self._compiled.step(prev_tokens, state)
+
+
+class StepGraph(gluon.HybridBlock):
+    """A model's `step` as a hybridized block: the state goes in as its flat list of arrays (`arrays()`) and comes
+    back rebuilt in the same structure (`with_arrays`). Arrays that the step passes through unchanged (the source
+    fields) are not outputs of the graph: the caller's arrays are reused, with no copy per step."""
+
+    def __init__(self, model: Seq2SeqModel):
+        super().__init__(prefix=model.prefix + "step_")
+        # Hybridized before the model becomes its child, so only this block is: the model itself (used for
+        # training too) keeps its own mode and cached graph.
+        self.hybridize(static_alloc=True)
+        self.model = model
+        self._template = None   # the structure of the state being decoded
+        self._passthrough = None   # positions of the state's arrays the step returns unchanged
+
+    def __call__(self, prev_tokens: NDArray, state: DecoderState):   # pylint: disable=arguments-differ
+        inputs = state.arrays()
+        if self._template is not None and type(state) is not type(self._template):
+            raise TypeError(f"{type(self).__name__}: a {type(state).__name__} after a {type(self._template).__name__}")
+        self._template = state
+        if self._passthrough is None:   # the first call builds the graph, which uses the decoder's parameters
+            with warnings.catch_warnings():   # only: Gluon warns about the encoder's
+                warnings.filterwarnings("ignore", message=r"Parameter .* is not used by any computation")
+                outputs = super().__call__(prev_tokens, *inputs)
+        else:
+            outputs = super().__call__(prev_tokens, *inputs)
+        log_probs, attention, changed = outputs[0], outputs[1], iter(outputs[2:])
+        arrays = [inputs[i] if i in self._passthrough else next(changed) for i in range(len(inputs))]
+        return log_probs, state.with_arrays(arrays), attention
+
+    def hybrid_forward(self, F, prev_tokens, *arrays):
+        log_probs, new_state, attention = self.model.step(prev_tokens, self._template.with_arrays(arrays))
+        new = new_state.arrays()
+        if len(new) != len(arrays):
+            raise ValueError(f"{type(self.model).__name__}.step returned a state of another structure")
+        self._passthrough = {i for i, (a, b) in enumerate(zip(new, arrays)) if a is b}
+        return (log_probs, attention, *[a for i, a in enumerate(new) if i not in self._passthrough])

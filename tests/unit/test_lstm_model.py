@@ -1,11 +1,15 @@
-"""Unit tests of nmt.model: padding/masking invariance, hybridization, step decoding, loss masking, tying."""
+"""Unit tests of the LSTM architecture (nmt.models.lstm) and the loss: padding/masking invariance, hybridization,
+step = teacher-forced forward, loss masking, tying, configuration errors, the FLOP estimate."""
 import mxnet as mx
 import numpy as np
 import pytest
 from mxnet import autograd, nd
 
 from nmt.config import ConfigError, ModelConfig
-from nmt.model import FusedLSTM, Seq2SeqLoss, build_model, count_flops_per_token
+from nmt.loss import Seq2SeqLoss
+from nmt.models import build_model
+from nmt.models.lstm import LSTMModel, LSTMState, count_flops_per_token
+from nmt.models.lstm_layers import FusedLSTM
 
 SRC_V, TGT_V = 30, 31  # different sizes catch swapped vocabularies
 # "+lex": with the lexical model (its source embeddings ride in the memory after the values and mlp keys)
@@ -78,21 +82,32 @@ def test_hybridized_equals_imperative(attention):
     assert logits.shape == (3, 6, TGT_V) and logits.dtype == np.float32
 
 
-@pytest.mark.parametrize("hybridize", [False, True])
+@pytest.mark.parametrize("tie", [False, True])
 @pytest.mark.parametrize("attention", ATTENTIONS)
-def test_decode_step_matches_full_sequence(attention, hybridize):
-    model = make_model(attention, num_layers=2)
-    if hybridize:
-        model.hybridize(static_alloc=True, static_shape=True)
+def test_step_log_probs_are_the_teacher_forced_ones(attention, tie):
+    """`step` (imperative, and as the search's hybridized `hybrid_step`) = the teacher-forced forward, position by
+    position, for every attention type, tied or not, with and without the lexical model."""
+    model = make_model(attention, num_layers=2, tie=tie)
     src, src_len, tgt_in, _, _ = make_batch([5, 2, 7], [6, 6, 6], 9, 6, seed=3)
     full = nd.log_softmax(model(src, src_len, tgt_in), axis=-1).asnumpy()
-    memory, states = model.encode(src, src_len)
-    for t in range(tgt_in.shape[1]):
-        log_probs, states, attn = model.decode_step(tgt_in[:, t], states, memory, src_len)
-        np.testing.assert_allclose(log_probs.asnumpy(), full[:, t], rtol=0, atol=1e-5)
-        attn = attn.asnumpy()
-        np.testing.assert_allclose(attn.sum(axis=1), 1.0, atol=1e-5)
-        assert attn[1, 2:].max() == 0.0 and attn[0, 5:].max() == 0.0  # padding gets no attention
+    model.hybridize(static_alloc=True)   # the forward hybridized too: the step runs its decoder block cached
+    for step in (model.step, model.hybrid_step):
+        state = model.init_state(model.encode(src, src_len))
+        assert isinstance(state, LSTMState) and state.h.shape == (3, 2, 16)
+        for t in range(tgt_in.shape[1]):
+            log_probs, state, attn = step(tgt_in[:, t], state)
+            np.testing.assert_allclose(log_probs.asnumpy(), full[:, t], rtol=0, atol=1e-5)
+            attn = attn.asnumpy()
+            np.testing.assert_allclose(attn.sum(axis=1), 1.0, atol=1e-5)
+            assert attn[1, 2:].max() == 0.0 and attn[0, 5:].max() == 0.0  # padding gets no attention
+
+
+def test_hybrid_step_passes_the_source_fields_through():
+    model = make_model("mlp")
+    src, src_len, tgt_in, _, _ = make_batch([5, 2], [3, 3], 6, 3)
+    state = model.init_state(model.encode(src, src_len))
+    _, new, _ = model.hybrid_step(tgt_in[:, 0], state)
+    assert new.memory is state.memory and new.src_len is state.src_len and new.h is not state.h
 
 
 def test_dropout_only_in_training():
@@ -208,11 +223,18 @@ def test_tie_weights_shares_one_parameter():
     (dict(dropout=-0.1), "--dropout"),
     (dict(hidden_size=0), "--hidden-size"),
     (dict(tie_weights=True, embed_size=16, hidden_size=32), "--tie-weights"),
+    (dict(arch="bogus"), "--arch"),
 ])
 def test_config_errors_name_the_flag(change, flag):
     cfg = ModelConfig(**{**dict(embed_size=16, hidden_size=16), **change})
     with pytest.raises(ConfigError, match=flag):
         build_model(cfg, SRC_V, TGT_V)
+
+
+def test_registry_builds_the_lstm_with_the_saved_parameter_names():
+    model = make_model()
+    assert type(model) is LSTMModel and model.prefix == "seq2seq_"
+    assert "seq2seq_decoder_rnn_rnn_param" in model.collect_params()
 
 
 def test_other_construction_errors():

@@ -1,0 +1,215 @@
+"""The LSTM architecture ("lstm"): GNMT-style LSTM encoder (`nmt.models.lstm_layers`), fused LSTM decoder,
+Luong (dot, general) or Bahdanau (mlp) attention, optional tied embeddings and lexical model.
+
+Decoder: target embedding -> word dropout -> dropout -> one fused L-layer LSTM over all target-in steps (no input
+feeding, so no Python loop over time) -> attention for all steps at once (scores (B,T,S) masked by source length)
+-> tanh(W[context; dec_out]) -> dropout -> output projection to the vocabulary.
+Lexical model (optional, Nguyen & Chiang 2018): the same attention weights also average the source embeddings,
+f = tanh(sum_s a_s emb_s); h = tanh(W f) + f adds its own projection to the logits, a shortcut from source words to
+target words that small data learns faster than through the LSTMs.
+
+`step` runs the very same decoder block on a length-1 target with the carried states, so step-wise decoding
+computes exactly what the teacher-forced graph computes.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, Tuple
+
+import mxnet as mx
+from mxnet import gluon
+from mxnet.gluon import nn
+
+from nmt.config import ConfigError, ModelConfig
+from nmt.models import register
+from nmt.models.base import DecoderState, Seq2SeqModel, array_module, length_mask
+from nmt.models.lstm_layers import Encoder, FusedLSTM, word_dropout
+
+ATTENTION_TYPES = ("dot", "general", "mlp")
+# Added to attention scores of padded source positions: exp() of it underflows to exactly 0 in
+# float32, so padding gets zero weight and zero gradient (unlike -inf, it never makes NaN).
+_MASK_VALUE = -1e9
+_MIN_VOCAB = 4  # PAD, UNK, BOS, EOS
+
+
+def validate_model_config(cfg: ModelConfig, src_vocab_size: int = _MIN_VOCAB,
+                          tgt_vocab_size: int = _MIN_VOCAB) -> None:
+    """Raise ConfigError naming the flag when `cfg` cannot build a model."""
+    if cfg.attention not in ATTENTION_TYPES:
+        raise ConfigError(f"--attention must be one of {', '.join(ATTENTION_TYPES)} (got {cfg.attention!r})")
+    for flag, value in (("--num-layers", cfg.num_layers), ("--embed-size", cfg.embed_size),
+                        ("--hidden-size", cfg.hidden_size)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"{flag} must be a positive integer (got {value!r})")
+    for flag, rate in (("--dropout", cfg.dropout), ("--word-dropout", cfg.word_dropout)):
+        if not isinstance(rate, (int, float)) or isinstance(rate, bool) or not 0.0 <= rate < 1.0:
+            raise ConfigError(f"{flag} must be in [0, 1) (got {rate!r})")
+    if cfg.tie_weights and cfg.embed_size != cfg.hidden_size:
+        raise ConfigError(f"--tie-weights needs --embed-size == --hidden-size, because the output "
+                          f"projection reuses the ({tgt_vocab_size}, embed) target embedding on hidden-size "
+                          f"vectors (got embed {cfg.embed_size}, hidden {cfg.hidden_size}); give equal sizes "
+                          "or --no-tie-weights")
+    for name, size in (("source", src_vocab_size), ("target", tgt_vocab_size)):
+        if size < _MIN_VOCAB:
+            raise ConfigError(f"{name} vocabulary size must be at least {_MIN_VOCAB} "
+                              f"(PAD, UNK, BOS, EOS); got {size}")
+
+
+class Decoder(gluon.HybridBlock):
+    """Target-in ids (B,T) + states (B,L,H) + memory -> logits (B,T,V), new states, attention (B,T,S)."""
+
+    def __init__(self, cfg: ModelConfig, vocab_size: int, **kwargs):
+        super().__init__(**kwargs)
+        H, E = cfg.hidden_size, cfg.embed_size
+        self._vocab_size, self._embed_size, self._hidden = vocab_size, E, H
+        self._attention, self._tied, self._lexical = cfg.attention, cfg.tie_weights, cfg.lexical_model
+        with self.name_scope():
+            # Raw parameters (not nn.Embedding/nn.Dense) so that tying is one shared Parameter.
+            # The output projection starts at std sqrt(2/H), whatever the global initializer: Xavier would
+            # scale it by 1/sqrt(vocab), and with a vocabulary much larger than the words in use (always the
+            # case with 256 byte-fallback pieces) the logits then barely depend on the decoder state, Adam
+            # turns the faint, noisy gradients into full-size steps, the tanh layers saturate and the model
+            # never leaves the unigram solution (on the synthetic task: dev BLEU 0 instead of 95).
+            out_init = mx.init.Normal(sigma=(2.0 / H) ** 0.5)
+            self.embed_weight = self.params.get("embed_weight", shape=(vocab_size, E),
+                                                init=out_init if self._tied else None)
+            if not self._tied:
+                self.out_weight = self.params.get("out_weight", shape=(vocab_size, H), init=out_init)
+            self.out_bias = self.params.get("out_bias", shape=(vocab_size,), init="zeros")
+            self.word_dropout = word_dropout(cfg.word_dropout)
+            self.dropout = nn.Dropout(cfg.dropout)
+            self.rnn = FusedLSTM(H, cfg.num_layers, input_size=E, dropout=cfg.dropout, with_states=True,
+                                 prefix="rnn_")
+            # general: h_t^T W h_s computed as (W^T h_t)^T h_s, so the keys need no per-step projection.
+            self.query_proj = (nn.Dense(H, flatten=False, use_bias=cfg.attention == "mlp", in_units=H,
+                                        prefix="query_proj_")
+                               if cfg.attention != "dot" else None)
+            self.score_proj = (nn.Dense(1, flatten=False, use_bias=False, in_units=H, prefix="score_proj_")
+                               if cfg.attention == "mlp" else None)
+            self.combine = nn.Dense(H, flatten=False, activation="tanh", in_units=2 * H, prefix="combine_")
+            if self._lexical:
+                self.lex_proj = nn.Dense(E, flatten=False, use_bias=False, in_units=E, prefix="lex_proj_")
+                self.lex_out_weight = self.params.get("lex_out_weight", shape=(vocab_size, E),
+                                                      init=mx.init.Normal(sigma=(2.0 / E) ** 0.5))
+
+    def hybrid_forward(self, F, tgt_in, h0, c0, memory, src_len, embed_weight, out_bias, out_weight=None,
+                       lex_out_weight=None):
+        x = F.Embedding(tgt_in, embed_weight, input_dim=self._vocab_size, output_dim=self._embed_size)
+        if self.word_dropout is not None:
+            x = self.word_dropout(x)
+        x = F.transpose(self.dropout(x), axes=(1, 0, 2))  # (T,B,E)
+        dec, h, c = self.rnn(x, F.transpose(h0, axes=(1, 0, 2)), F.transpose(c0, axes=(1, 0, 2)))  # states (L,B,H)
+        dec = F.transpose(dec, axes=(1, 0, 2))  # (B,T,H)
+        context, attn = self._attend(F, dec, memory, src_len)
+        out = self.dropout(self.combine(F.concat(context, dec, dim=-1)))
+        weight = embed_weight if self._tied else out_weight
+        logits = F.FullyConnected(out, weight, out_bias, num_hidden=self._vocab_size, flatten=False)
+        if self._lexical:
+            logits = logits + self._lexical_logits(F, attn, memory, lex_out_weight)
+        return logits, F.transpose(h, axes=(1, 0, 2)), F.transpose(c, axes=(1, 0, 2)), attn
+
+    def _attend(self, F, dec, memory, src_len):
+        """Decoder outputs (B,T,H) over memory (B,S,M) -> context (B,T,H), attention weights (B,T,S)."""
+        H, mlp = self._hidden, self._attention == "mlp"
+        # memory = [values (H); keys (H, mlp only); source embeddings (E, lexical model only)]
+        values = F.slice_axis(memory, axis=-1, begin=0, end=H) if mlp or self._lexical else memory
+        if mlp:
+            keys = F.slice_axis(memory, axis=-1, begin=H, end=2 * H)
+            hidden = F.tanh(F.broadcast_add(F.expand_dims(keys, axis=1),
+                                            F.expand_dims(self.query_proj(dec), axis=2)))  # (B,T,S,H)
+            scores = F.reshape(self.score_proj(hidden), shape=(0, 0, -1))
+        else:
+            query = dec if self.query_proj is None else self.query_proj(dec)
+            scores = F.batch_dot(query, values, transpose_b=True)  # (B,T,S)
+        mask = length_mask(F, memory, F.clip(F.cast(src_len, "float32"), 1, 1e9), axis=1)
+        scores = F.broadcast_add(scores, F.expand_dims((1 - mask) * _MASK_VALUE, axis=1))
+        attn = F.softmax(scores, axis=-1)
+        return F.batch_dot(attn, values), attn
+
+    def _lexical_logits(self, F, attn, memory, lex_out_weight):
+        """The lexical model's logits (B,T,V): the attention's average of the source embeddings, projected."""
+        begin = 2 * self._hidden if self._attention == "mlp" else self._hidden
+        emb = F.slice_axis(memory, axis=-1, begin=begin, end=None)
+        lex = F.tanh(F.batch_dot(attn, emb))  # (B,T,E)
+        lex = self.dropout(F.tanh(self.lex_proj(lex)) + lex)
+        return F.FullyConnected(lex, lex_out_weight, no_bias=True, num_hidden=self._vocab_size, flatten=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class LSTMState(DecoderState):
+    """The LSTM decoder's state: encoder memory (N,S,M) and source lengths (N,) (the same for every beam of a
+    sentence), and the decoder layers' hidden and cell states h, c (N,L,H)."""
+
+    source_fields = ("memory", "src_len")
+    memory: mx.nd.NDArray
+    src_len: mx.nd.NDArray
+    h: mx.nd.NDArray
+    c: mx.nd.NDArray
+
+
+@register("lstm")
+class LSTMModel(Seq2SeqModel):
+    """Attention encoder-decoder; `hybrid_forward(src, src_len, tgt_in)` -> logits (B,T,V) float32."""
+
+    def __init__(self, cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, **kwargs):
+        validate_model_config(cfg, src_vocab_size, tgt_vocab_size)
+        kwargs.setdefault("prefix", "seq2seq_")   # the parameter names every model directory uses
+        super().__init__(cfg, src_vocab_size, tgt_vocab_size, **kwargs)
+        with self.name_scope():
+            self.encoder = Encoder(cfg, src_vocab_size, prefix="encoder_")
+            self.decoder = Decoder(cfg, tgt_vocab_size, prefix="decoder_")
+
+    def hybrid_forward(self, F, src, src_len, tgt_in):
+        memory, h0, c0 = self.encoder(src, src_len)
+        logits, _, _, _ = self.decoder(tgt_in, h0, c0, memory, src_len)
+        return logits
+
+    def encode(self, src: mx.nd.NDArray, src_len: mx.nd.NDArray) -> Tuple[mx.nd.NDArray, ...]:
+        """(memory (B,S,M), h0 (B,L,H), c0 (B,L,H), src_len (B,))."""
+        memory, h0, c0 = self.encoder(src, src_len)
+        return memory, h0, c0, src_len
+
+    def init_state(self, encoded: Tuple[mx.nd.NDArray, ...]) -> LSTMState:
+        memory, h0, c0, src_len = encoded
+        return LSTMState(memory=memory, src_len=src_len, h=h0, c=c0)
+
+    def step(self, prev_tokens, state: LSTMState):
+        """The decoder block on one token per row (a length-1 target): log-probs (N,V), state, attention (N,S)."""
+        F = array_module(prev_tokens)
+        logits, h, c, attn = self.decoder(F.reshape(prev_tokens, shape=(-1, 1)), state.h, state.c, state.memory,
+                                          state.src_len)
+        log_probs = F.log_softmax(F.reshape(logits, shape=(-3, 0)), axis=-1)
+        return log_probs, dataclasses.replace(state, h=h, c=c), F.reshape(attn, shape=(-3, 0))
+
+
+def _lstm_macs(input_size: int, hidden: int) -> int:
+    return 4 * hidden * (input_size + hidden)
+
+
+def count_flops_per_token(cfg: ModelConfig, src_vocab: int, tgt_vocab: int,
+                          avg_src_len: float = 20.0) -> Dict[str, float]:
+    """Approximate training cost per source and per target token, from the weight-matrix products.
+
+    Forward multiply-adds (MACs) count every matrix product (LSTM gates, projections, attention
+    scores and context over `avg_src_len` source positions, output layer); embeddings lookups,
+    element-wise ops and the once-per-sentence bridge are ignored. Backward is taken as twice the
+    forward (gradients w.r.t. inputs and weights), so training FLOPs = 3 * 2 * forward MACs.
+    Returns src/tgt forward MACs and src/tgt forward+backward FLOPs per token.
+    """
+    validate_model_config(cfg, src_vocab, tgt_vocab)
+    H, E, L = cfg.hidden_size, cfg.embed_size, cfg.num_layers
+    src = 2 * _lstm_macs(E, H)
+    src += sum(_lstm_macs(2 * H if i == 1 else H, H) for i in range(1, L))
+    if L == 1:
+        src += 2 * H * H  # output projection 2H -> H
+    if cfg.attention == "mlp":
+        src += H * H  # key projection
+    tgt = _lstm_macs(E, H) + (L - 1) * _lstm_macs(H, H)
+    tgt += 2 * avg_src_len * H  # scores (dot products, or v^T tanh(.) for mlp) + context
+    if cfg.attention != "dot":
+        tgt += H * H  # query projection
+    tgt += 2 * H * H + H * tgt_vocab  # combine layer + output projection
+    if cfg.lexical_model:
+        tgt += avg_src_len * E + E * E + E * tgt_vocab  # source-embedding context, its projection and output
+    return {"src_forward_macs": float(src), "tgt_forward_macs": float(tgt),
+            "src_train_flops": 6.0 * src, "tgt_train_flops": 6.0 * tgt, "avg_src_len": float(avg_src_len)}

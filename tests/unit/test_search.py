@@ -1,0 +1,192 @@
+"""nmt.search on untrained models: beam 1 = greedy, batched = one by one, per-sentence max length, early stopping,
+ensembles (the mean of their members), the argument checks."""
+import gc
+import weakref
+
+import mxnet as mx
+import numpy as np
+import pytest
+from mxnet import nd
+
+from nmt.config import ModelConfig
+from nmt.models import build_model
+from nmt.models.ensemble import Ensemble
+from nmt.search import BOS_ID, EOS_ID, beam_search, greedy_search
+
+VOCAB = 30
+
+
+def untrained_model(attention="mlp", seed=3, **kw):
+    mx.random.seed(seed)
+    cfg = ModelConfig(**{**dict(embed_size=16, hidden_size=16, num_layers=2, attention=attention, dropout=0.0,
+                                word_dropout=0.0), **kw})
+    model = build_model(cfg, VOCAB, VOCAB)
+    model.initialize(mx.init.Xavier())
+    return model
+
+
+def other_member():
+    """An untrained member of another shape (one layer, dot attention, a lexical model), fairly confident."""
+    mx.random.seed(11)
+    cfg = ModelConfig(embed_size=24, hidden_size=16, num_layers=1, attention="dot", dropout=0.0,
+                      word_dropout=0.0, tie_weights=False, lexical_model=True)
+    model = build_model(cfg, VOCAB, VOCAB)
+    model.initialize(mx.init.Xavier(magnitude=3))
+    return model
+
+
+def ragged_sources(lengths, seed=0):
+    """Random sources of the given lengths, padded with junk (not PAD) to show padding is ignored."""
+    rng = np.random.RandomState(seed)
+    src = rng.randint(4, VOCAB, (len(lengths), max(lengths) + 3)).astype("float32")
+    return nd.array(src), nd.array(lengths)
+
+
+def assert_same_hypotheses(a, b, rtol=0.0, atol=1e-6):
+    for x, y in zip(a, b):
+        assert [ids for ids, _ in x] == [ids for ids, _ in y]
+        np.testing.assert_allclose([s for _, s in x], [s for _, s in y], rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("attention", ["dot", "general", "mlp"])
+def test_beam_of_one_equals_greedy(attention):
+    model = untrained_model(attention)
+    src, src_len = ragged_sources([9, 3, 6, 1], seed=2)
+    max_len = np.array([12, 5, 9, 3])
+    greedy = greedy_search(model, src, src_len, max_len)
+    assert [hyps[0][0] for hyps in beam_search(model, src, src_len, beam_size=1, max_len=max_len)] == greedy
+
+
+@pytest.mark.parametrize("attention", ["general", "mlp"])
+def test_batched_equals_one_by_one(attention):
+    model = untrained_model(attention)
+    lengths = [7, 2, 11, 4, 1]
+    src, src_len = ragged_sources(lengths, seed=5)
+    max_len = np.array([9, 4, 14, 6, 3])
+    greedy = greedy_search(model, src, src_len, max_len)
+    beam = beam_search(model, src, src_len, beam_size=3, max_len=max_len, nbest=3)
+    for i, n in enumerate(lengths):
+        one_src, one_len = src[i:i + 1, :n], src_len[i:i + 1]  # alone and unpadded
+        assert greedy_search(model, one_src, one_len, int(max_len[i])) == [greedy[i]]
+        alone = beam_search(model, one_src, one_len, beam_size=3, max_len=int(max_len[i]), nbest=3)
+        assert_same_hypotheses(alone, [beam[i]], atol=1e-5)
+
+
+def test_max_len_is_respected_per_sentence():
+    model = untrained_model()
+    src, src_len = ragged_sources([5, 5, 5, 5])
+    max_len = np.array([0, 1, 3, 6])
+    greedy = greedy_search(model, src, src_len, max_len)
+    beam = beam_search(model, src, src_len, beam_size=3, max_len=max_len, nbest=2)
+    assert greedy[0] == [] and beam[0] == [([], 0.0)]
+    for i in range(1, 4):
+        assert 0 < len(greedy[i]) <= max_len[i]
+        assert all(len(ids) <= max_len[i] and EOS_ID not in ids for ids, _ in beam[i])
+    # An untrained model rarely says EOS, so most outputs run to exactly max_len.
+    assert sum(len(g) == m for g, m in zip(greedy, max_len)) >= 3
+    assert greedy_search(model, src, src_len, 0) == [[]] * 4
+
+
+def test_bad_arguments():
+    model = untrained_model()
+    src, src_len = ragged_sources([3, 4])
+    with pytest.raises(ValueError, match="nbest"):
+        beam_search(model, src, src_len, beam_size=2, max_len=5, nbest=3)
+    with pytest.raises(ValueError, match="beam_size"):
+        beam_search(model, src, src_len, beam_size=0, max_len=5)
+    with pytest.raises(ValueError, match="max_len"):
+        greedy_search(model, src, src_len, np.array([3, 4, 5]))
+    with pytest.raises(ValueError, match="at least one model"):
+        greedy_search([], src, src_len, 5)
+
+
+def count_rows(monkeypatch, model):
+    """Rows the model's step decodes, summed over the steps of the searches that follow."""
+    rows = []
+    step = model.hybrid_step
+    monkeypatch.setattr(model, "hybrid_step", lambda prev, state: rows.append(prev.shape[0]) or step(prev, state))
+    return rows
+
+
+# (alpha, whether it saves steps here): a penalty growing fast with length keeps long hypotheses hopeful longer
+@pytest.mark.parametrize("alpha,saves", [(0.0, True), (0.6, True), (1.5, False)])
+@pytest.mark.parametrize("nbest", [1, 2])
+def test_early_stop_gives_the_same_result_in_fewer_steps(monkeypatch, alpha, saves, nbest):
+    """A sentence stops once no active hypothesis can beat its nbest-th finished one: the same hypotheses and
+    scores as running it until all its slots are finished, with fewer decoder steps. An untrained model biased
+    towards EOS and one other token finishes short hypotheses early while long ones go on."""
+    model = untrained_model("dot")
+    bias = model.decoder.out_bias.data().copy()
+    bias[EOS_ID], bias[5] = 1.5, 3.0
+    model.decoder.out_bias.set_data(bias)
+    src, src_len = ragged_sources([6, 3, 9, 5, 7, 2, 8, 4], seed=2)
+    rows = count_rows(monkeypatch, model)
+    full = beam_search(model, src, src_len, beam_size=4, max_len=20, alpha=alpha, nbest=nbest, early_stop=False)
+    full_rows = sum(rows)
+    rows.clear()
+    early = beam_search(model, src, src_len, beam_size=4, max_len=20, alpha=alpha, nbest=nbest)
+    assert_same_hypotheses(full, early)
+    assert sum(rows) < full_rows / 2 if saves else sum(rows) <= full_rows
+
+
+def reference_greedy(members, src, src_len, max_len):
+    """Greedy decoding one sentence at a time through each member's own `step`: argmax of the mean log-probs."""
+    out = []
+    for b in range(src.shape[0]):
+        one_src, one_len = src[b:b + 1], src_len[b:b + 1]
+        states = [m.init_state(m.encode(one_src, one_len)) for m in members]
+        prev, tokens = nd.array([BOS_ID]), []
+        for _ in range(int(max_len[b])):
+            steps = [m.step(prev, st) for m, st in zip(members, states)]
+            mean = sum(lp.asnumpy()[0].astype(np.float64) for lp, _, _ in steps) / len(members)
+            states = [st for _, st, _ in steps]
+            token = int(mean.argmax())
+            if token == EOS_ID:
+                break
+            tokens.append(token)
+            prev = nd.array([token])
+        out.append(tokens)
+    return out
+
+
+def test_ensemble_follows_the_mean_of_its_members_log_probs():
+    first, other = untrained_model("general"), other_member()
+    src, src_len = ragged_sources([6, 2, 8, 4], seed=9)
+    max_len = np.array([8, 4, 10, 6])
+    expected = reference_greedy([first, other], src, src_len, max_len)
+    assert greedy_search([first, other], src, src_len, max_len) == expected
+    assert [r[0][0] for r in beam_search([first, other], src, src_len, beam_size=1, max_len=max_len)] == expected
+    assert expected != greedy_search(first, src, src_len, max_len)
+    ensemble = Ensemble([first, other])
+    state = ensemble.init_state(ensemble.encode(src, src_len))
+    log_probs, _, attention = ensemble.step(nd.full((4,), BOS_ID), state)
+    members = [m.step(nd.full((4,), BOS_ID), m.init_state(m.encode(src, src_len))) for m in (first, other)]
+    np.testing.assert_allclose(log_probs.asnumpy(), (members[0][0] + members[1][0]).asnumpy() / 2, atol=1e-6)
+    assert attention.shape == (4, src.shape[1])
+    logits = ensemble(src, src_len, nd.full((4, 3), BOS_ID))
+    np.testing.assert_allclose(logits[:, 0].asnumpy(), log_probs.asnumpy(), atol=1e-5)
+
+
+def test_ensemble_of_one_model_twice_decodes_like_the_model():
+    model = untrained_model("dot")
+    src, src_len = ragged_sources([6, 2, 8, 4], seed=4)
+    assert greedy_search([model, model], src, src_len, 7) == greedy_search(model, src, src_len, 7)
+    alone = beam_search(model, src, src_len, beam_size=3, max_len=7, nbest=3)
+    assert_same_hypotheses(beam_search([model, model], src, src_len, beam_size=3, max_len=7, nbest=3), alone,
+                           rtol=1e-5, atol=1e-5)
+
+
+def test_ensemble_members_must_share_vocabularies():
+    small = build_model(ModelConfig(embed_size=16, hidden_size=16), 20, 20)
+    with pytest.raises(ValueError, match="member 2 has vocabularies of 20/20 pieces, member 1 30/30"):
+        Ensemble([untrained_model(), small])
+
+
+def test_compiled_steps_do_not_keep_models_alive():
+    src, src_len = ragged_sources([3, 4])
+    first, second = untrained_model(), untrained_model("dot")
+    beam_search([first, second], src, src_len, beam_size=2, max_len=4)
+    refs = [weakref.ref(first), weakref.ref(second)]
+    del first, second
+    gc.collect()
+    assert [r() for r in refs] == [None, None]
