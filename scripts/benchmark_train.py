@@ -19,7 +19,7 @@ machinery, so that the N-context row's time against it is the machinery's own co
 GPUs (`--amp` adds mixed precision there).
 
 The same run measures the cores' sgemm rate through MXNet (`nd.dot`, and oneDNN's FullyConnected, on 2048^3
-float32 products) and reports the training step's useful FLOP rate (nmt.model.count_flops_per_token x real
+float32 products) and reports the training step's useful FLOP rate (nmt.models.lstm.count_flops_per_token x real
 tokens/s) as a fraction of it; `--decode` times batched beam search against gluonnlp's BeamSearchSampler on the
 recipe's first test set (same model, beam, batch, maximum length; identical output is checked), plus the
 Translator's beam and greedy rates, on one device and on each count of `--decode-devices` (a process per count,
@@ -150,7 +150,7 @@ def train_worker(spec: dict, conn) -> None:
     if spec.get("omp_num_threads"):   # before MXNet (and its OpenMP runtime) is loaded in this fresh process
         os.environ["OMP_NUM_THREADS"] = str(spec["omp_num_threads"])
     import mxnet as mx
-    from nmt.model import count_flops_per_token
+    from nmt.models.lstm import count_flops_per_token
     with tempfile.TemporaryDirectory(prefix="nmt-bench-") as tmp:
         trainer = _new_trainer(spec, Path(tmp) / "model")
         per_epoch = len(trainer.sampler)
@@ -353,23 +353,22 @@ def _search_methods(tr, lines: List[str], K: int, bs: int) -> dict:
         max_len = int(math.ceil(d.max_len_a * int(src_len.max()) + d.max_len_b))
         batches.append((rows, mx.nd.array(src, ctx=tr.ctx), mx.nd.array(src_len, ctx=tr.ctx), max_len))
 
-    def ours():   # as the Translator does: the step's weights prepared once per call
-        w = net.decoder.step_weights(batches[0][1].context)
+    def ours():
         return [h[0][0] for rows, src, src_len, m in batches
-                for h in search.beam_search(net, src, src_len, K, m, alpha=d.length_penalty_alpha, weights=w)]
+                for h in search.beam_search(net, src, src_len, K, m, alpha=d.length_penalty_alpha)]
 
     def gluonnlp_sampler():
         from gluonnlp.model import BeamSearchSampler, BeamSearchScorer
         out = []
         for rows, src, src_len, m in batches:
-            memory, (h0, c0) = net.encode(src, src_len)
+            state = net.init_state(net.encode(src, src_len))
 
-            def step(tokens, states):
-                log_probs, (h, c), _ = net.decode_step(tokens.astype("float32"), states[:2], states[2], states[3])
-                return log_probs, [h, c, states[2], states[3]]
+            def step(tokens, states, state=state):
+                log_probs, new, _ = net.step(tokens.astype("float32"), state.with_arrays(states))
+                return log_probs, new.arrays()
             sampler = BeamSearchSampler(K, step, EOS_ID, BeamSearchScorer(alpha=d.length_penalty_alpha, K=5.0,
                                                                           from_logits=False), max_length=m)
-            samples, _, valid = sampler(mx.nd.full((len(rows),), BOS_ID, ctx=tr.ctx), [h0, c0, memory, src_len])
+            samples, _, valid = sampler(mx.nd.full((len(rows),), BOS_ID, ctx=tr.ctx), state.arrays())
             samples, valid = samples.asnumpy(), valid.asnumpy()
             for r in range(len(rows)):
                 seq = [int(x) for x in samples[r, 0, 1:valid[r, 0]]]

@@ -1,6 +1,5 @@
 """Correctness of the fast paths: trimmed shares, zero-copy loading, the clip factor folded into the update,
-CPU replicas updated once, the native gradient sum and norm, the fused-parameter LSTM and legacy checkpoints,
-AMP's CPU error."""
+CPU replicas updated once, the native gradient sum and norm, AMP's CPU error."""
 import contextlib
 import logging
 
@@ -8,12 +7,12 @@ import mxnet as mx
 import numpy as np
 import pytest
 from mxnet import gluon, nd
-from mxnet.gluon import rnn
 
 from nmt import native
 from nmt.batching import Batch, make_batch, split_batch
 from nmt.config import ConfigError, ModelConfig
-from nmt.model import FusedLSTM, Seq2SeqLoss, build_model, fuse_legacy_lstm_params
+from nmt.loss import Seq2SeqLoss
+from nmt.models import build_model
 from nmt.optim import build_optimizer
 from nmt.parallel import DataParallel, init_amp, load_share, share_width, trim_batch
 
@@ -177,66 +176,3 @@ def test_amp_without_gpus_is_a_config_error():
     trainer = gluon.Trainer(model.collect_params(), "adam")
     with pytest.raises(ConfigError, match="--amp"):
         DataParallel(Seq2SeqLoss(model), model.collect_params(), trainer, [mx.cpu()], amp=True)
-
-
-class _Holder(gluon.HybridBlock):
-    def __init__(self, layer, **kwargs):
-        super().__init__(**kwargs)
-        with self.name_scope():
-            self.rnn = layer
-
-    def hybrid_forward(self, F, x, h, c):
-        return self.rnn(x, [h, c]) if isinstance(self.rnn, rnn.LSTM) else self.rnn(x, h, c)
-
-
-def test_fused_lstm_equals_gluon_lstm_with_converted_weights(tmp_path):
-    """Gluon's rnn.LSTM parameters, saved and converted by fuse_legacy_lstm_params, give FusedLSTM the same
-    function: the flat layout and gate order are right."""
-    H, E, L = 6, 5, 2
-    legacy = _Holder(rnn.LSTM(H, num_layers=L, layout="TNC", input_size=E))
-    legacy.initialize(mx.init.Uniform(0.5))
-    for p in legacy.collect_params().values():    # non-zero biases too
-        p.set_data(nd.random.uniform(-0.5, 0.5, shape=p.shape))
-    x, h, c = nd.random.normal(shape=(7, 3, E)), nd.random.normal(shape=(L, 3, H)), nd.random.normal(shape=(L, 3, H))
-    out, (h1, c1) = legacy(x, h, c)
-    legacy.save_parameters(str(tmp_path / "legacy.params"))
-    saved = nd.load(str(tmp_path / "legacy.params"))
-    assert any("._unfused." in k for k in saved)
-    nd.save(str(tmp_path / "fused.params"), fuse_legacy_lstm_params(saved))
-    fused = _Holder(FusedLSTM(H, L, input_size=E, with_states=True))
-    fused.load_parameters(str(tmp_path / "fused.params"))
-    out2, h2, c2 = fused(x, h, c)
-    for a, b in ((out, out2), (h1, h2), (c1, c2)):
-        np.testing.assert_allclose(a.asnumpy(), b.asnumpy(), rtol=1e-5, atol=1e-6)
-
-
-def test_model_loads_checkpoints_written_with_per_matrix_lstm_weights(tmp_path):
-    model = tiny_model()
-    model.initialize(mx.init.Xavier())
-    src, src_len, tgt_in = nd.array([[5, 6, 7, 3]]), nd.array([4]), nd.array([[2, 8, 9]])
-    expected = model(src, src_len, tgt_in).asnumpy()
-    model.save_parameters(str(tmp_path / "new.params"))
-    legacy = {}
-    for name, value in nd.load(str(tmp_path / "new.params")).items():   # split the flat vectors back
-        if not name.endswith("rnn_param"):
-            legacy[name] = value
-            continue
-        block = name[:-len(".rnn_param")]
-        layer = model
-        for part in block.split("."):
-            layer = layer[int(part)] if part.isdigit() else getattr(layer, part)
-        layers = len(layer.piece_shapes) // 4
-        names = [f"{block}._unfused.{l}.{g}_{t}" for t in ("weight", "bias") for l in range(layers)
-                 for g in ("i2h", "h2h")]
-        offset = 0
-        for piece_name, shape in zip(names, layer.piece_shapes):
-            size = int(np.prod(shape))
-            legacy[piece_name] = value[offset:offset + size].reshape(shape)
-            offset += size
-    nd.save(str(tmp_path / "legacy.params"), legacy)
-    fresh = tiny_model(seed=9)
-    fresh.load_parameters(str(tmp_path / "legacy.params"))
-    np.testing.assert_allclose(fresh(src, src_len, tgt_in).asnumpy(), expected, rtol=0, atol=1e-6)
-    with pytest.raises(ValueError, match="missing .*i2h_bias"):   # a damaged legacy file still fails clearly
-        nd.save(str(tmp_path / "broken.params"), {k: v for k, v in legacy.items() if "i2h_bias" not in k})
-        tiny_model().load_parameters(str(tmp_path / "broken.params"))

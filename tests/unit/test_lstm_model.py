@@ -3,7 +3,8 @@ step = teacher-forced forward, loss masking, tying, configuration errors, the FL
 import mxnet as mx
 import numpy as np
 import pytest
-from mxnet import autograd, nd
+from mxnet import autograd, gluon, nd
+from mxnet.gluon import rnn
 
 from nmt.config import ConfigError, ModelConfig
 from nmt.loss import Seq2SeqLoss
@@ -265,3 +266,36 @@ def test_flop_estimate_matches_weight_matrices(attention, num_layers):
     per_position = 2 * 16 + (12 if cfg.lexical_model else 0)   # score and context (and source-embedding context)
     assert est["tgt_forward_macs"] - tgt_w == 20 * per_position
     assert est["tgt_train_flops"] == 6 * est["tgt_forward_macs"]
+
+
+class _Holder(gluon.HybridBlock):
+    def __init__(self, layer, **kwargs):
+        super().__init__(**kwargs)
+        with self.name_scope():
+            self.rnn = layer
+
+    def hybrid_forward(self, F, x, h, c):
+        return self.rnn(x, [h, c]) if isinstance(self.rnn, rnn.LSTM) else self.rnn(x, h, c)
+
+
+def test_fused_lstm_equals_gluon_lstm():
+    """Gluon's rnn.LSTM weights laid out flat (every layer's i2h and h2h weights, then their biases) give FusedLSTM
+    the same function: the flat layout and gate order are the fused kernel's."""
+    H, E, L = 6, 5, 2
+    gluon_lstm = rnn.LSTM(H, num_layers=L, layout="TNC", input_size=E)
+    reference = _Holder(gluon_lstm)
+    reference.initialize(mx.init.Uniform(0.5))
+    for p in reference.collect_params().values():    # non-zero biases too
+        p.set_data(nd.random.uniform(-0.5, 0.5, shape=p.shape))
+    x, h, c = nd.random.normal(shape=(7, 3, E)), nd.random.normal(shape=(L, 3, H)), nd.random.normal(shape=(L, 3, H))
+    out, (h1, c1) = reference(x, h, c)
+    params = {n.split("_", 1)[1]: p for n, p in gluon_lstm.collect_params().items()}   # e.g. l0_i2h_weight
+    order = [f"l{l}_{g}_{t}" for t in ("weight", "bias") for l in range(L) for g in ("i2h", "h2h")]
+    flat = [params[name].data().reshape((-1,)) for name in order]
+    fused_lstm = FusedLSTM(H, L, input_size=E, with_states=True)
+    fused = _Holder(fused_lstm)
+    fused.initialize()
+    fused_lstm.rnn_param.set_data(nd.concat(*flat, dim=0))
+    out2, h2, c2 = fused(x, h, c)
+    for a, b in ((out, out2), (h1, h2), (c1, c2)):
+        np.testing.assert_allclose(a.asnumpy(), b.asnumpy(), rtol=1e-5, atol=1e-6)
