@@ -2,8 +2,8 @@
 
 All sentences (times beams) advance together: per step the model's hybridized step gives log-probabilities and
 its new state, and one hybridized update block (`GreedyUpdate`, or `BeamUpdate` built from `RowTopK`,
-`UpdateScores`, `TopK` and `Settled`) chooses the tokens and back-pointers on the device; the state follows the
-back-pointers with `DecoderState.reorder`. The host reads only which sentences are done, one step late (while the
+`UpdateScores`, `TopK`, `Settled` and `SortStates`) chooses the tokens and back-pointers on the device and moves
+the state's arrays that follow the hypotheses (as `DecoderState.reorder` would). The host reads only which sentences are done, one step late (while the
 next step computes), so the device never waits for Python. Once a quarter of the batch is done, the done sentences
 leave it (`DecoderState.select`; their hypotheses are final) and the rest continue as a smaller batch. In beam
 search a sentence is done as soon as no active hypothesis can still beat its n-best finished ones (`Settled`: the
@@ -104,10 +104,20 @@ class Settled(gluon.HybridBlock):
         return F.broadcast_logical_and(nth > -inf, nth >= best_active)
 
 
+class SortStates(gluon.HybridBlock):
+    """The arrays of a decoder state that follow the hypotheses (`DecoderState.arrays(moving_only=True)`), taken
+    at the back-pointer rows: `DecoderState.reorder` inside the update's graph, one cached call for any number of
+    arrays (a Transformer's per-layer caches)."""
+
+    def hybrid_forward(self, F, rows, *moving):
+        return tuple(F.take(a, rows) for a in moving)
+
+
 class BeamUpdate(gluon.HybridBlock):
     """One beam-search update for B sentences x K beams (rows b*K + k), see `beam_search` for the rules:
-    (log_probs, scores, lengths, finished, limits, t, lp_table) -> (token, scores, lengths, finished, t + 1,
-    rows, emitted, sentence done), every output but `sentence done` (B,) and t one entry per row.
+    (log_probs, scores, lengths, finished, limits, t, lp_table, *moving) -> (token, scores, lengths, finished,
+    t + 1, rows, emitted, sentence done, *moving reordered), every output but `sentence done` (B,) and t one entry
+    per row; `moving`: the decoder state's arrays that follow the hypotheses.
 
     Within a row every candidate shares the score and the length penalty, so the sentence's best K candidates are
     among its rows' best K tokens: a top-k per row, then one over K*K, instead of one over K*V (the same choice,
@@ -122,8 +132,9 @@ class BeamUpdate(gluon.HybridBlock):
             self.update_scores = UpdateScores()
             self.top_k = TopK(beam_size, R)
             self.settled = Settled(beam_size, nbest) if nbest else None
+            self.sort_states = SortStates()
 
-    def hybrid_forward(self, F, log_probs, scores, lengths, finished, limits, t, lp_table):
+    def hybrid_forward(self, F, log_probs, scores, lengths, finished, limits, t, lp_table, *moving):
         # all active hypotheses of a sentence with max_len tokens are finished as they are
         fin = F.broadcast_logical_or(finished, F.broadcast_lesser_equal(limits, F.broadcast_like(t, limits)))
         cand_lp, cand_tok = self.row_topk(log_probs)                                          # (BK,R)
@@ -143,7 +154,8 @@ class BeamUpdate(gluon.HybridBlock):
         if self.settled is not None:
             sentence_done = F.broadcast_logical_or(
                 sentence_done, self.settled(new_scores, lengths, finished, limits, lp_table))
-        return token, new_scores, lengths, finished, t1, rows, emitted, sentence_done
+        return (token, new_scores, lengths, finished, t1, rows, emitted, sentence_done,
+                *self.sort_states(rows, *moving))
 
 
 class GreedyUpdate(gluon.HybridBlock):
@@ -159,13 +171,14 @@ class GreedyUpdate(gluon.HybridBlock):
         return token, done, t1, emitted
 
 
-# Update blocks per (kind, sizes, device), hybridized once and reused for every batch: they hold no parameters, and
-# one per device keeps threads decoding on different devices from sharing a cached graph.
+# Update blocks per (kind, sizes, device, state arrays), hybridized once and reused for every batch: they hold no
+# parameters, and one per device keeps threads decoding on different devices from sharing a cached graph.
 _UPDATES: Dict[tuple, gluon.HybridBlock] = {}
 
 
-def _update_block(ctx: mx.Context, beam_size: int = 0, vocab_size: int = 0, nbest: int = 0) -> gluon.HybridBlock:
-    key = (str(ctx), beam_size, vocab_size, nbest)
+def _update_block(ctx: mx.Context, beam_size: int = 0, vocab_size: int = 0, nbest: int = 0,
+                  num_moving: int = 0) -> gluon.HybridBlock:
+    key = (str(ctx), beam_size, vocab_size, nbest, num_moving)
     if key not in _UPDATES:
         block = BeamUpdate(beam_size, vocab_size, nbest) if beam_size else GreedyUpdate()
         block.hybridize(static_alloc=True)
@@ -343,8 +356,10 @@ def beam_search(model: Models, src: mx.nd.NDArray, src_len: mx.nd.NDArray, beam_
     num_steps = int(limits.max(initial=0))
     if num_steps == 0:
         return [[([], 0.0)] for _ in range(batch)]
+    state = model.init_state(model.encode(src, src_len))
     # stopping a sentence once its result is settled is exact for any non-decreasing length penalty
-    update = _update_block(ctx, K, model.tgt_vocab_size, nbest if early_stop and alpha >= 0 else 0)
+    update = _update_block(ctx, K, model.tgt_vocab_size, nbest if early_stop and alpha >= 0 else 0,
+                           len(state.arrays(moving_only=True)))
     # penalties of every possible length, computed in float64 once and rounded to float32 once
     lp_table = _upload(_length_penalty(np.arange(num_steps + 2), alpha), ctx)
     bos = _upload(np.full(batch, BOS_ID), ctx)
@@ -354,17 +369,18 @@ def beam_search(model: Models, src: mx.nd.NDArray, src_len: mx.nd.NDArray, beam_
         log_probs, state, _ = model.hybrid_step(bos if first else hyps.prev, state)
         if first and K > 1:
             log_probs, state = mx.nd.repeat(log_probs, K, axis=0), state.repeat(K)
-        token, scores, lengths, finished, t1, rows, emitted, done = update(
-            log_probs, hyps.scores, hyps.lengths, hyps.finished, hyps.limits, t, lp_table)
+        token, scores, lengths, finished, t1, rows, emitted, done, *moving = update(
+            log_probs, hyps.scores, hyps.lengths, hyps.finished, hyps.limits, t, lp_table,
+            *state.arrays(moving_only=True))
         hyps = dataclasses.replace(hyps, prev=token, scores=scores, lengths=lengths, finished=finished)
-        return state.reorder(rows), hyps, t1, emitted, rows, done
+        return state.with_arrays(moving, moving_only=True), hyps, t1, emitted, rows, done
 
     scores = np.full((batch, K), -np.inf)
     scores[:, 0] = 0.0  # one live hypothesis per sentence at the start, so beams do not duplicate it
     zeros = np.zeros(batch * K)
     hyps = _Hyps(prev=_upload(np.full(batch * K, BOS_ID), ctx), limits=_upload(np.repeat(limits, K), ctx),
                  scores=_upload(scores.reshape(-1), ctx), lengths=_upload(zeros, ctx), finished=_upload(zeros, ctx))
-    run = _search(advance, model.init_state(model.encode(src, src_len)), hyps, batch, K, num_steps)
+    run = _search(advance, state, hyps, batch, K, num_steps)
     results: List[List[Tuple[List[int], float]]] = []
     for b, history in enumerate(_trace(run.segments, batch, K)):
         raw, lengths = run.finals[b]

@@ -45,12 +45,12 @@ def _apply(value: Any, fn: Callable[[Any], Any], on_state: Callable[["DecoderSta
     return None if value is None else fn(value)
 
 
-def _leaves(value: Any) -> List[Any]:
+def _leaves(value: Any, moving_only: bool) -> List[Any]:
     """The arrays of a field value, depth first (None contributes nothing)."""
     if isinstance(value, DecoderState):
-        return value.arrays()
+        return value.arrays(moving_only)
     if isinstance(value, tuple):
-        return [a for v in value for a in _leaves(v)]
+        return [a for v in value for a in _leaves(v, moving_only)]
     return [] if value is None else [value]
 
 
@@ -68,11 +68,12 @@ class DecoderState:
     def _map(self, fn: Callable[[Any], Any], on_state: Callable[["DecoderState"], Any],
              names: Sequence[str]) -> "DecoderState":
         changes = {f.name: _apply(getattr(self, f.name), fn, on_state) for f in dataclasses.fields(self)
-                   if f.name in names or isinstance(getattr(self, f.name), DecoderState)}
+                   if f.name in names}
         return dataclasses.replace(self, **changes)
 
-    def _names(self) -> Tuple[str, ...]:
-        return tuple(f.name for f in dataclasses.fields(self))
+    def _names(self, moving_only: bool = False) -> Tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(self)
+                     if not (moving_only and f.name in self.source_fields))
 
     def select(self, rows: NDArray) -> "DecoderState":
         """The hypotheses `rows` (int or float indices on the state's device), in that order; every field."""
@@ -81,8 +82,7 @@ class DecoderState:
     def reorder(self, rows: NDArray) -> "DecoderState":
         """Hypotheses moved to `rows` within their own sentences (a beam search's back-pointers): the source
         fields stay as they are."""
-        moving = tuple(n for n in self._names() if n not in self.source_fields)
-        return self._map(lambda v: mx.nd.take(v, rows), lambda s: s.reorder(rows), moving)
+        return self._map(lambda v: mx.nd.take(v, rows), lambda s: s.reorder(rows), self._names(moving_only=True))
 
     def repeat(self, k: int) -> "DecoderState":
         """Each row `k` times in a row (row b becomes rows b*k .. b*k + k - 1): one copy per beam."""
@@ -90,15 +90,18 @@ class DecoderState:
             return self
         return self._map(lambda v: mx.nd.repeat(v, k, axis=0), lambda s: s.repeat(k), self._names())
 
-    def arrays(self) -> List[Any]:
-        """Every array of the state, field by field, depth first (what a hybridized step takes as inputs)."""
-        return [a for f in dataclasses.fields(self) for a in _leaves(getattr(self, f.name))]
+    def arrays(self, moving_only: bool = False) -> List[Any]:
+        """Every array of the state, field by field, depth first (what a hybridized step takes as inputs);
+        `moving_only`: those `reorder` moves (a search may reorder them inside its own graph)."""
+        return [a for n in self._names(moving_only) for a in _leaves(getattr(self, n), moving_only)]
 
-    def with_arrays(self, arrays: Sequence[Any]) -> "DecoderState":
-        """A state of this one's structure holding `arrays` (in the order of `arrays()`): NDArrays or Symbols."""
+    def with_arrays(self, arrays: Sequence[Any], moving_only: bool = False) -> "DecoderState":
+        """A state of this one's structure holding `arrays` (NDArrays or Symbols) in the order of
+        `arrays(moving_only)`; with `moving_only` the source fields stay as they are."""
         it = iter(arrays)
-        return self._map(lambda _: next(it), lambda s: s.with_arrays([next(it) for _ in s.arrays()]),
-                         self._names())
+        return self._map(lambda _: next(it),
+                         lambda s: s.with_arrays([next(it) for _ in s.arrays(moving_only)], moving_only),
+                         self._names(moving_only))
 
     @property
     def num_rows(self) -> int:
