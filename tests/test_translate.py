@@ -384,13 +384,6 @@ def test_ensemble_members_must_share_vocabularies_and_languages(tr, tmp_path, ca
     assert code == 2 and "cannot be used with --ensemble" in err
 
 
-def test_translate_cli_decodes_on_the_cpu_contexts_asked_for(tr):
-    from nmt.cli_decode import _load_translator, build_translate_parser
-    parse = build_translate_parser().parse_args
-    assert len(_load_translator(parse(["--model-dir", str(tr.model_dir), "--cpu-devices", "2"])).ctxs) == 2
-    assert _load_translator(parse(["--model-dir", str(tr.model_dir)])).ctxs == [mx.cpu(0)]
-
-
 def test_parameters_of_an_earlier_layout_are_refused_with_a_clear_error(model_dir, tmp_path, capsys):
     """A parameter file with per-matrix LSTM weights (written before the fused layout) names itself and says to
     retrain, on the API and on the command line (no traceback)."""
