@@ -15,8 +15,6 @@ import mxnet as mx
 import numpy as np
 from mxnet import gluon
 
-from nmt import native
-
 # Parameters the Updater hands to one `update` call: all of them (MXNet's "aggregated" updates).
 _ALL = 1 << 30
 
@@ -33,7 +31,7 @@ class NativeAdam(mx.optimizer.Adam):
     def update_multi_precision(self, index, weight, grad, state):
         if not isinstance(index, (list, tuple)):
             return super().update_multi_precision(index, weight, grad, state)
-        native_ok = native.available()
+        native_ok = hasattr(mx.nd, "nmt_adam")
         fused = [i for i in range(len(index)) if native_ok and _fusable(weight[i], grad[i], state[i])]
         rest = sorted(set(range(len(index))) - set(fused))
         for i in rest:

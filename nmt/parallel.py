@@ -32,7 +32,6 @@ import mxnet as mx
 import numpy as np
 from mxnet import autograd, gluon
 
-from nmt import native
 from nmt.batching import Batch, split_batch
 from nmt.config import ConfigError
 
@@ -204,7 +203,7 @@ def pin_context_threads(ctxs: Sequence[mx.Context]) -> Optional[Dict[int, int]]:
         return None
     ids = sorted({c.device_id for c in ctxs})
     allowed = sorted(os.sched_getaffinity(0))
-    if len(allowed) != len(ids) or not native.available():
+    if len(allowed) != len(ids) or not hasattr(mx.nd, "nmt_pin_thread"):
         return None
     wanted = dict(zip(ids, allowed))
     for dev, core in wanted.items():
@@ -287,7 +286,7 @@ class DataParallel:
         self._owners = self._balanced_owners() if self._cpu_replicas else [0] * len(self.params)
         # On CPU contexts the gradient sum and norm run on nmt.native's kernel when it loads (one pass, vectorized:
         # 5.5x as fast as MXNet's elemwise_add + multi_sum_sq at 5.8M parameters, 2-3.7x multi_sum_sq alone).
-        self._native = all(c.device_type == "cpu" for c in self.ctxs) and native.available()
+        self._native = all(c.device_type == "cpu" for c in self.ctxs) and hasattr(mx.nd, "nmt_add_sumsq")
         self.zero_grad()
         self._pool = (ThreadPoolExecutor(len(self.ctxs), thread_name_prefix="nmt-device")
                       if len(self.ctxs) > 1 and side_by_side(self.ctxs) else None)

@@ -30,7 +30,6 @@ its own. Run it on an otherwise idle machine: the load average before and after 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import os
@@ -246,7 +245,6 @@ def native_ab_worker(spec: dict) -> dict:
     if spec.get("omp_num_threads"):
         os.environ["OMP_NUM_THREADS"] = str(spec["omp_num_threads"])
     import mxnet as mx
-    from nmt import native
     with tempfile.TemporaryDirectory(prefix="nmt-bench-ab-") as tmp:
         trainer = _new_trainer(spec, Path(tmp) / "model")
         if not trainer.dp._native:
@@ -260,10 +258,9 @@ def native_ab_worker(spec: dict) -> dict:
         for r in range(2 * spec["repeats"]):
             on = trainer.dp._native = r % 2 == 0
             t0 = time.perf_counter()
-            with contextlib.nullcontext() if on else native.turned_off():   # NativeAdam asks at every update
-                for batch in batches:
-                    trainer.train_step(batch)
-                mx.nd.waitall()
+            for batch in batches:
+                trainer.train_step(batch)
+            mx.nd.waitall()
             ms[on].append(1000 * (time.perf_counter() - t0) / len(batches))
     return {"devices": spec["train"]["cpu_devices"], "batch_size": spec["data"]["batch_size"],
             "batches": len(batches), "rounds": spec["repeats"],
@@ -297,7 +294,6 @@ def decode_worker(spec: dict, conn) -> None:
     if spec.get("omp_num_threads"):   # before MXNet (and its OpenMP runtime) is loaded in this fresh process
         os.environ["OMP_NUM_THREADS"] = str(spec["omp_num_threads"])
     import mxnet as mx
-    from nmt import native
     from nmt.parallel import parse_devices
     from nmt.scoring import recipe_tests
     from nmt.translate import Translator
@@ -332,7 +328,7 @@ def decode_worker(spec: dict, conn) -> None:
     mx.nd.waitall()
     conn.send({"test_set": test_name, "sentences": len(lines), "beam": K, "batch": spec["batch"],
                "devices": [str(c) for c in ctxs], "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
-               "outputs": outputs, "peak_rss_mib": _proc_status("VmHWM"), "native_ops": native.status()})
+               "outputs": outputs, "peak_rss_mib": _proc_status("VmHWM")})
     conn.close()
 
 
@@ -340,7 +336,7 @@ def _search_methods(tr, lines: List[str], K: int, bs: int) -> dict:
     """Our beam search and gluonnlp's BeamSearchSampler over the same length-sorted batches of `lines` on the
     translator's model (target ids per sentence, in sorted order)."""
     import mxnet as mx
-    from nmt import native, search
+    from nmt import search
     from nmt.batching import pad_sources
     from nmt.tokenizer import BOS_ID, EOS_ID
     ids = tr.source_ids(lines)
@@ -374,14 +370,7 @@ def _search_methods(tr, lines: List[str], K: int, bs: int) -> dict:
                 seq = [int(x) for x in samples[r, 0, 1:valid[r, 0]]]
                 out.append(seq[:-1] if seq and seq[-1] == EOS_ID else seq)
         return out
-
-    def ours_mxnet_ops():   # the same search without nmt.native's kernels
-        with native.turned_off():
-            return ours()
-    methods = {"beam_search": ours, "gluonnlp_beam_search_sampler": gluonnlp_sampler}
-    if tr.ctx.device_type == "cpu" and native.available():   # (GPUs always run MXNet's operators)
-        methods["beam_search_mxnet_ops"] = ours_mxnet_ops
-    return methods
+    return {"beam_search": ours, "gluonnlp_beam_search_sampler": gluonnlp_sampler}
 
 
 def decode_model_worker(spec: dict, epochs: int) -> int:
@@ -415,11 +404,6 @@ def run_decode(spec: dict, device_counts: List[int]) -> dict:
                                                    for w in rounds)
     hyps = one["outputs"]["beam_search"]
     out["identical_outputs"] = sum(a == b for a, b in zip(hyps, one["outputs"]["gluonnlp_beam_search_sampler"]))
-    out["native_ops"] = one["native_ops"]
-    if "beam_search_mxnet_ops" in one["outputs"]:   # the native kernels' gain, per round
-        out["beam_search_mxnet_ops"] = rate(rounds, "beam_search_mxnet_ops")
-        out["native_speedup"] = statistics.median(w["beam_search_mxnet_ops"] / w["beam_search"] for w in rounds)
-        out["native_identical_outputs"] = sum(a == b for a, b in zip(hyps, one["outputs"]["beam_search_mxnet_ops"]))
     out["mean_output_tokens"] = sum(len(h) for h in hyps) / max(len(hyps), 1)
     out["peak_rss_mib"] = one["peak_rss_mib"]
     out["multi_device"] = []
@@ -703,12 +687,6 @@ def main(argv=None) -> int:
               f"{dec['identical_outputs']}/{dec['sentences']} identical); Translator beam "
               f"{dec['translator_beam']['sent_per_s']:.0f}, greedy {dec['translator_greedy']['sent_per_s']:.0f} "
               f"sent/s; peak RSS {dec['peak_rss_mib']:.0f} MiB")
-        if "native_speedup" in dec:
-            print(f"  native search kernels: x{dec['native_speedup']:.2f} over the same search on MXNet's operators "
-                  f"({dec['beam_search_mxnet_ops']['sent_per_s']:.0f} sent/s; {dec['native_identical_outputs']}/"
-                  f"{dec['sentences']} identical)")
-        else:
-            print(f"  native search kernels: {dec['native_ops']}")
         for m in dec["multi_device"]:
             print(f"  Translator on {len(m['devices'])} devices ({', '.join(m['devices'])}, OMP threads "
                   f"{m['omp_num_threads']} each): beam {m['translator_beam']['sent_per_s']:.0f} sent/s "

@@ -61,3 +61,12 @@ def test_nested_states_follow_their_own_source_fields():
     s = e.repeat(2).select(nd.array([5]))
     assert all(col(m.memory) == [20] for m in s.members) and len(e.arrays()) == 8
     np.testing.assert_array_equal(e.with_arrays(e.arrays()).members[1].h.asnumpy(), toy().h.asnumpy())
+
+
+def test_moving_arrays_are_what_reorder_moves():
+    s, rows = EnsembleState((toy(), toy())), nd.array([2, 0, 1])
+    moving = s.arrays(moving_only=True)
+    assert len(moving) == 6   # h and two caches per member; the memories stay
+    moved = s.with_arrays([nd.take(a, rows) for a in moving], moving_only=True)
+    for got, want in zip(moved.arrays(), s.reorder(rows).arrays()):
+        np.testing.assert_array_equal(got.asnumpy(), want.asnumpy())
