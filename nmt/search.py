@@ -255,6 +255,7 @@ class _Run:
         self.records = []
 
     def finalize(self, positions: np.ndarray, hyps: _Hyps) -> None:
+        """Keep the raw scores and lengths of the sentences at `positions` of the current batch (beam search)."""
         if hyps.scores is None:
             return
         raw, lengths = (x.asnumpy().reshape(len(self.ids), self.K) for x in (hyps.scores, hyps.lengths))
