@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Reproduce the README's "Results": train every run below, score it on its recipe's test sets, then regenerate
-# results/results.md, results/results.json, results/ablation.md and results/curves.png from the model directories.
+# Reproduce docs/results.md: train every run below, score it on its recipe's test sets, then regenerate
+# results/results.md, results/results.json, results/ablation.md and results/curves.png from the model directories,
+# and docs/results.md from them.
 #
 #   NMT_DATA_DIR=../shared/data scripts/reproduce_results.sh            # every run (about 15 hours on 2 cores)
 #   NMT_DATA_DIR=../shared/data scripts/reproduce_results.sh headline   # the chosen recipe only (about 5 hours)
@@ -219,3 +220,4 @@ if [ ${#abls[@]} -gt 1 ]; then
   "$PY" scripts/results_table.py "${abls[@]}" --ablation-base "$base" --ablation-test tatoeba-test \
     --decode-ablations "${decodes[@]}" --markdown results/ablation.md --curves results/ablation-curves.png
 fi
+if [ -f results/results.md ]; then "$PY" scripts/results_table.py --docs docs/results.md; fi
