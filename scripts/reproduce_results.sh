@@ -8,8 +8,8 @@
 #   scripts/reproduce_results.sh all-ko-en-up4-lex ...                  # only these runs, one after another
 #
 # Without run names (or with `headline`) it trains two queues side by side, one core each (OMP_NUM_THREADS=1,
-# logs in $MODELS/queue-1.log and queue-2.log), as the figures of docs/results.md were measured: the two members of every
-# ensemble train at the same time, one per queue, and every run shares the machine with one other run. Then it
+# logs in $MODELS/queue-1.log and queue-2.log), as the figures of docs/results.md were measured: the two members of
+# every ensemble train at the same time, one per queue, and every run shares the machine with one other run. Then it
 # scores the ensembles and regenerates the tables with all cores. Run it under nohup; it takes hours.
 #
 # Each run is resumable: run the script again after an interruption and an unfinished run continues (--resume)
