@@ -1,13 +1,16 @@
-"""Logging to console and to the model directory, a throughput meter, and one metrics row per validation."""
+"""Logging to console and to the model directory, a throughput meter, one metrics row per validation, and
+TensorBoard curves (`TensorBoardWriter`, when tensorboardX is installed)."""
 from __future__ import annotations
 
 import json
 import logging
+import math
 import os
+import struct
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from tqdm import tqdm
 
@@ -93,3 +96,149 @@ class Speedometer:
                "tok_per_s": (self.src_tokens + self.tgt_tokens) / dt}
         self.reset()
         return out
+
+
+TENSORBOARD_DIR = "tensorboard"   # inside the model directory: the curves travel with the model
+TENSORBOARD_PIP = "pip install 'tensorboardX==2.6.5' 'protobuf==5.29.6'"   # the versions requirements/common.txt pins
+
+log = logging.getLogger("nmt.log")
+
+
+def tensorboard_available() -> bool:
+    """Whether tensorboardX can be imported."""
+    try:
+        import tensorboardX  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class TensorBoardWriter:
+    """Training and validation curves and sample translations for TensorBoard, in `<model_dir>/tensorboard`.
+
+    Tags: `train/loss`, `train/learning_rate`, `train/grad_norm`, `train/tokens_per_s`; `dev/loss`,
+    `dev/perplexity`, `dev/bleu`, `dev/chrf`; text `dev/samples`. Steps are update numbers, so a resumed run
+    (`resume_step` = the step of the checkpoint it continues from) writes into the same directory and continues the
+    same curves; the events an interrupted run wrote after that checkpoint are dropped (`purge_step`). When disabled
+    (tensorboardX missing, `--tensorboard` off, or a worker other than rank 0) every method does nothing.
+    """
+
+    def __init__(self, logdir: Optional[Path], resume_step: Optional[int] = None):
+        self.logdir = Path(logdir) if logdir is not None else None
+        self._writer = None
+        if self.logdir is not None:
+            from tensorboardX import SummaryWriter
+            self.logdir.mkdir(parents=True, exist_ok=True)
+            # Events at steps > resume_step came from the interrupted run after its last checkpoint: the resumed run
+            # writes those steps again.
+            purge = resume_step + 1 if resume_step is not None else None
+            # tensorboardX names the file by the second and host only: the step a run starts from and the process
+            # id keep a resumed run from overwriting the file of the run before it.
+            suffix = f".step{resume_step or 0:010d}.{os.getpid()}"
+            self._writer = SummaryWriter(logdir=str(self.logdir), purge_step=purge, flush_secs=30,
+                                         filename_suffix=suffix)
+
+    @classmethod
+    def create(cls, model_dir: Path, requested: Optional[bool] = None, resume_step: Optional[int] = None,
+               rank: int = 0) -> "TensorBoardWriter":
+        """The writer for a training run in `model_dir`.
+
+        `requested`: True (`--tensorboard`: a ConfigError naming the flag and the pip command without
+        tensorboardX), False (`--no-tensorboard`: off), None (the default: on when tensorboardX is installed, else
+        one log line says how to turn it on). Only `rank` 0 writes."""
+        if requested is False or rank != 0:
+            return cls(None)
+        if not tensorboard_available():
+            if requested:
+                from nmt.config import ConfigError
+                raise ConfigError(f"--tensorboard needs tensorboardX, which is not installed: {TENSORBOARD_PIP}")
+            log.info("TensorBoard curves off: tensorboardX is not installed (%s)", TENSORBOARD_PIP)
+            return cls(None)
+        writer = cls(Path(model_dir) / TENSORBOARD_DIR, resume_step)
+        log.info("TensorBoard curves in %s (tensorboard --logdir %s)", writer.logdir, writer.logdir)
+        return writer
+
+    @property
+    def enabled(self) -> bool:
+        return self._writer is not None
+
+    def _scalars(self, step: int, values: Dict[str, Optional[float]]) -> None:
+        if self._writer is None:
+            return
+        for tag, value in values.items():
+            if value is not None:
+                self._writer.add_scalar(tag, float(value), int(step))
+
+    def log_train(self, step: int, loss: Optional[float] = None, learning_rate: Optional[float] = None,
+                  grad_norm: Optional[float] = None, tokens_per_s: Optional[float] = None) -> None:
+        """Training scalars at update `step` (None values are left out)."""
+        self._scalars(step, {"train/loss": loss, "train/learning_rate": learning_rate,
+                             "train/grad_norm": grad_norm, "train/tokens_per_s": tokens_per_s})
+
+    def log_validation(self, step: int, loss: Optional[float] = None, perplexity: Optional[float] = None,
+                       bleu: Optional[float] = None, chrf: Optional[float] = None) -> None:
+        """Validation scalars at update `step`; perplexity defaults to exp(loss). Flushed at once."""
+        if perplexity is None and loss is not None:
+            perplexity = math.exp(min(float(loss), 700.0))
+        self._scalars(step, {"dev/loss": loss, "dev/perplexity": perplexity, "dev/bleu": bleu, "dev/chrf": chrf})
+        self.flush()
+
+    def log_samples(self, step: int, sources: Sequence[str], hypotheses: Sequence[str],
+                    references: Optional[Sequence[str]] = None) -> None:
+        """A few dev translations at update `step`, as one Markdown table under the text tag `dev/samples`."""
+        if self._writer is None:
+            return
+        refs = list(references) if references is not None else [""] * len(sources)
+        cell = lambda t: str(t).replace("|", "\\|").replace("\n", " ")  # noqa: E731
+        rows = ["| source | output | reference |", "|---|---|---|"]
+        rows += [f"| {cell(s)} | {cell(h)} | {cell(r)} |" for s, h, r in zip(sources, hypotheses, refs)]
+        self._writer.add_text("dev/samples", "\n".join(rows), int(step))
+        self.flush()
+
+    def flush(self) -> None:
+        if self._writer is not None:
+            self._writer.flush()
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    def __enter__(self) -> "TensorBoardWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def read_tensorboard(logdir: Path) -> Tuple[Dict[str, List[Tuple[int, float]]], Dict[str, List[Tuple[int, str]]]]:
+    """(scalars, texts) of the event files in `logdir`, each tag's (step, value) in order of writing, with
+    TensorBoard's purge rule applied (a run started with `purge_step` S drops the earlier events at steps >= S).
+    Reads the TFRecord framing itself and parses with tensorboardX's own protobuf classes."""
+    from tensorboardX.proto.event_pb2 import Event
+    events = []
+    for path in Path(logdir).glob("events.out.tfevents.*"):
+        data, pos = path.read_bytes(), 0
+        while pos + 12 <= len(data):
+            (length,) = struct.unpack("<Q", data[pos:pos + 8])
+            record = data[pos + 12:pos + 12 + length]
+            pos += 12 + length + 4
+            if len(record) < length:   # a torn last record
+                break
+            events.append(Event.FromString(record))
+    scalars: Dict[str, List[Tuple[float, int, float]]] = {}
+    texts: Dict[str, List[Tuple[float, int, str]]] = {}
+    for ev in sorted(events, key=lambda e: e.wall_time):
+        if ev.HasField("session_log") and ev.session_log.status == ev.session_log.START:
+            for series in (*scalars.values(), *texts.values()):
+                series[:] = [x for x in series if x[1] < ev.step]
+        if not ev.HasField("summary"):
+            continue
+        for v in ev.summary.value:
+            if v.HasField("simple_value"):
+                scalars.setdefault(v.tag, []).append((ev.wall_time, ev.step, v.simple_value))
+            elif v.HasField("tensor") and v.tensor.string_val:
+                tag = v.tag[:-len("/text_summary")] if v.tag.endswith("/text_summary") else v.tag
+                texts.setdefault(tag, []).append((ev.wall_time, ev.step, v.tensor.string_val[0].decode("utf-8")))
+    strip = lambda d: {k: [(s, x) for _, s, x in v] for k, v in d.items()}  # noqa: E731
+    return strip(scalars), strip(texts)

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# Reproduce the README's "Results": train every run below, score it on its recipe's test sets, then regenerate
-# results/results.md, results/results.json, results/ablation.md and results/curves.png from the model directories.
+# Reproduce docs/results.md: train every run below, score it on its recipe's test sets, then regenerate
+# results/results.md, results/results.json, results/ablation.md and results/curves.png from the model directories,
+# and docs/results.md from them.
 #
 #   NMT_DATA_DIR=../shared/data scripts/reproduce_results.sh            # every run (about 15 hours on 2 cores)
 #   NMT_DATA_DIR=../shared/data scripts/reproduce_results.sh headline   # the chosen recipe only (about 5 hours)
 #   scripts/reproduce_results.sh all-ko-en-up4-lex ...                  # only these runs, one after another
 #
 # Without run names (or with `headline`) it trains two queues side by side, one core each (OMP_NUM_THREADS=1,
-# logs in $MODELS/queue-1.log and queue-2.log), as the README's figures were measured: the two members of every
-# ensemble train at the same time, one per queue, and every run shares the machine with one other run. Then it
+# logs in $MODELS/queue-1.log and queue-2.log), as the figures of docs/results.md were measured: the two members of
+# every ensemble train at the same time, one per queue, and every run shares the machine with one other run. Then it
 # scores the ensembles and regenerates the tables with all cores. Run it under nohup; it takes hours.
 #
 # Each run is resumable: run the script again after an interruption and an unfinished run continues (--resume)
@@ -26,7 +27,7 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
 
 # Every run below was made before --bucketing existed, with the length-quantile buckets: pinned, as the other
 # defaults that changed since.
-# Settings shared by the all-data runs (chosen on the Tatoeba ablations below; see README "Results").
+# Settings shared by the all-data runs (chosen on the Tatoeba ablations below; see docs/results.md).
 ALL=(--recipe all --vocab-size 4000 --dropout 0.3 --label-smoothing 0.1 --batch-size 64 --valid-every 1000
      --patience 8 --keep-last 5 --average-last 5 --time-budget 7200 --attention dot --word-dropout 0
      --no-lexical-model --bucketing quantile)
@@ -80,7 +81,7 @@ declare -A RUNS=(
   [ens15-seed3]="--src ko --tgt en ${TAT15[*]} --seed 3"
   [ens15-seed4]="--src ko --tgt en ${TAT15[*]} --seed 4"
 )
-# The two queues of a full run, one core each: the members of a pair (an ensemble, or runs compared in the README)
+# The two queues of a full run, one core each: the members of a pair (an ensemble, or runs compared in docs/results.md)
 # at the same position, so that they train side by side. The chosen recipe first: the Tatoeba-only pair, then
 # ko->en and en->ko on all data.
 HEADLINE_1=(abl-worddrop0.2-lex all-ko-en-up4-lex all-en-ko-up4-lex)
@@ -219,3 +220,4 @@ if [ ${#abls[@]} -gt 1 ]; then
   "$PY" scripts/results_table.py "${abls[@]}" --ablation-base "$base" --ablation-test tatoeba-test \
     --decode-ablations "${decodes[@]}" --markdown results/ablation.md --curves results/ablation-curves.png
 fi
+if [ -f results/results.md ]; then "$PY" scripts/results_table.py --docs docs/results.md; fi

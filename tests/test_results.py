@@ -167,3 +167,29 @@ def test_corrupt_file_is_named(scored_dirs, tmp_path, name):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert str(broken / name) in out.stderr
+
+
+def test_the_docs_page_is_assembled_from_the_results_tables(tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "results.md").write_text("| test set | BLEU |\n|---|---:|\n| t | 1.23 |\n", encoding="utf-8")
+    (results / "ablation.md").write_text("| run | BLEU |\n|---|---:|\n| abl-x | 4.56 |\n", encoding="utf-8")
+    (results / "curves.png").write_bytes(b"png")
+    page = tmp_path / "docs" / "results.md"
+    out = subprocess.run([sys.executable, str(REPO / "scripts/results_table.py"), "--docs", str(page),
+                          "--results-dir", str(results)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    text = page.read_text(encoding="utf-8")
+    assert text.startswith("# Results") and "| t | 1.23 |" in text and "| abl-x | 4.56 |" in text
+    assert "](../results/curves.png)" in text and "ablation-curves.png" not in text
+    missing = subprocess.run([sys.executable, str(REPO / "scripts/results_table.py"), "--docs", str(page),
+                              "--results-dir", str(tmp_path / "none")], capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 2 and "results.md not found" in missing.stderr
+
+
+def test_the_committed_docs_page_matches_the_results_tables():
+    """docs/results.md is what the script makes of the committed results/ (regenerate it when they change)."""
+    page = REPO / "docs" / "results.md"
+    assert page.is_file()
+    main_table = (REPO / "results" / "results.md").read_text(encoding="utf-8").strip()
+    assert main_table in page.read_text(encoding="utf-8")

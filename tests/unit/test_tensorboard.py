@@ -1,0 +1,84 @@
+"""nmt.log.TensorBoardWriter: the event files it writes read back, a resume continuing the curves, and the
+behaviour without tensorboardX."""
+from __future__ import annotations
+
+import builtins
+import logging
+import math
+
+import pytest
+
+from nmt.config import ConfigError
+from nmt.log import TENSORBOARD_DIR, TensorBoardWriter, read_tensorboard
+
+pytest.importorskip("tensorboardX")
+
+
+def test_scalars_and_samples_read_back(tmp_path):
+    with TensorBoardWriter.create(tmp_path) as tb:
+        assert tb.enabled and tb.logdir == tmp_path / TENSORBOARD_DIR
+        for step in (10, 20, 30):
+            tb.log_train(step, loss=5.0 - step / 10, learning_rate=1e-3 * step, grad_norm=2.5, tokens_per_s=1000 + step)
+        tb.log_validation(30, loss=2.0, bleu=12.5, chrf=31.25)
+        tb.log_samples(30, ["오늘 날씨가 좋네요.", "a | b"], ["The weather is nice today.", "x"],
+                       ["Nice weather.", "y"])
+    scalars, texts = read_tensorboard(tmp_path / TENSORBOARD_DIR)
+    assert scalars["train/loss"] == [(10, 4.0), (20, 3.0), (30, 2.0)]
+    assert [s for s, _ in scalars["train/learning_rate"]] == [10, 20, 30]
+    assert scalars["train/learning_rate"][2][1] == pytest.approx(0.03)
+    assert scalars["train/grad_norm"] == [(10, 2.5), (20, 2.5), (30, 2.5)]
+    assert scalars["train/tokens_per_s"] == [(10, 1010.0), (20, 1020.0), (30, 1030.0)]
+    assert scalars["dev/loss"] == [(30, 2.0)] and scalars["dev/bleu"] == [(30, 12.5)]
+    assert scalars["dev/chrf"] == [(30, 31.25)]
+    assert scalars["dev/perplexity"][0][0] == 30 and scalars["dev/perplexity"][0][1] == pytest.approx(math.exp(2.0))
+    [(step, text)] = texts["dev/samples"]
+    assert step == 30 and "| 오늘 날씨가 좋네요. | The weather is nice today. | Nice weather. |" in text
+    assert "a \\| b" in text   # a pipe inside a sentence does not break the table
+
+
+def test_a_resumed_run_continues_the_same_curves(tmp_path):
+    # The first run checkpoints at step 20, logs steps 30 and 40, and dies; the resumed run starts from step 20.
+    with TensorBoardWriter.create(tmp_path) as tb:
+        for step in (10, 20, 30, 40):
+            tb.log_train(step, loss=float(step))
+        tb.log_validation(20, loss=1.0, bleu=5.0)
+        tb.log_validation(40, loss=0.5, bleu=9.0)
+    with TensorBoardWriter.create(tmp_path, resume_step=20) as tb:
+        assert tb.logdir == tmp_path / TENSORBOARD_DIR
+        for step in (30, 40, 50):
+            tb.log_train(step, loss=step + 0.5)
+        tb.log_validation(40, loss=0.75, bleu=8.0)
+    scalars, _ = read_tensorboard(tmp_path / TENSORBOARD_DIR)
+    # one curve: steps 10 and 20 of the first run, then the resumed run's, nothing twice
+    assert scalars["train/loss"] == [(10, 10.0), (20, 20.0), (30, 30.5), (40, 40.5), (50, 50.5)]
+    assert scalars["dev/bleu"] == [(20, 5.0), (40, 8.0)]
+
+
+def test_disabled_writer_does_nothing(tmp_path):
+    for tb in (TensorBoardWriter.create(tmp_path, requested=False), TensorBoardWriter.create(tmp_path, rank=1)):
+        assert not tb.enabled
+        tb.log_train(1, loss=1.0)
+        tb.log_validation(1, loss=1.0, bleu=1.0)
+        tb.log_samples(1, ["a"], ["b"])
+        tb.close()
+    assert not (tmp_path / TENSORBOARD_DIR).exists()
+
+
+def test_without_tensorboardx(tmp_path, monkeypatch, caplog):
+    real_import = builtins.__import__
+
+    def no_tensorboardx(name, *args, **kwargs):
+        if name == "tensorboardX" or name.startswith("tensorboardX."):
+            raise ImportError(f"No module named {name!r}")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_tensorboardx)
+    with pytest.raises(ConfigError, match=r"--tensorboard .*pip install 'tensorboardX=="):
+        TensorBoardWriter.create(tmp_path, requested=True)
+    logger = logging.getLogger("nmt")
+    monkeypatch.setattr(logger, "propagate", True)
+    with caplog.at_level(logging.INFO, logger="nmt"):
+        tb = TensorBoardWriter.create(tmp_path)   # the default: off, with one line saying how to turn it on
+    assert not tb.enabled and not (tmp_path / TENSORBOARD_DIR).exists()
+    [line] = [r.getMessage() for r in caplog.records if "TensorBoard" in r.getMessage()]
+    assert "tensorboardX is not installed" in line and "pip install" in line
