@@ -16,4 +16,7 @@ def register(name: str) -> Callable[[Type[Seq2SeqModel]], Type[Seq2SeqModel]]:
     return add
 
 
+# The architectures register themselves on import (after `register` exists, which they use).
+from nmt.models import transformer  # noqa: E402,F401  pylint: disable=wrong-import-position
+
 __all__ = ["ARCHITECTURES", "DecoderState", "Seq2SeqModel", "register"]
