@@ -19,7 +19,7 @@ import mxnet as mx
 from nmt.config import ConfigError, ModelConfig
 from nmt.models import register
 from nmt.models.base import DecoderState, Seq2SeqModel, array_module
-from nmt.models.transformer_layers import TransformerDecoder, TransformerEncoder
+from nmt.models.transformer_layers import MemoryProjection, TransformerDecoder, TransformerEncoder
 
 logger = logging.getLogger(__name__)
 _MIN_VOCAB = 4  # PAD, UNK, BOS, EOS
@@ -101,11 +101,12 @@ class TransformerModel(Seq2SeqModel):
             self.out_bias = self.params.get("out_bias", shape=(tgt_vocab_size,), init="zeros")
             self.encoder = TransformerEncoder(cfg, src_vocab_size, prefix="encoder_")
             self.decoder = TransformerDecoder(cfg, tgt_vocab_size, prefix="decoder_")
+            self.memory_proj = MemoryProjection(cfg, prefix="decoder_memory_")
 
     def hybrid_forward(self, F, src, src_len, tgt_in, tgt_embed_weight, out_bias, src_embed_weight=None,
                        out_weight=None):
         memory = self.encoder(src, src_len, tgt_embed_weight if src_embed_weight is None else src_embed_weight)
-        mem_keys, mem_values = self.decoder.project_memory(memory)
+        mem_keys, mem_values = self.memory_proj(memory)
         empty = self.decoder.empty_cache(memory)
         positions = F.reshape(F.cast(F.contrib.arange_like(tgt_in, axis=1), "float32"), shape=(1, -1))
         logits, _, _, _ = self.decoder(tgt_in, positions, empty, empty, mem_keys, mem_values, src_len,
@@ -128,7 +129,7 @@ class TransformerModel(Seq2SeqModel):
         """Memory keys and values per decoder layer, empty self-attention caches, position 0."""
         memory, src_len = encoded
         F = array_module(memory)
-        mem_keys, mem_values = self.decoder.project_memory(memory)
+        mem_keys, mem_values = self.memory_proj(memory)
         empty = self.decoder.empty_cache(memory)
         position = F.zeros_like(F.cast(src_len, "float32"))
         return TransformerState(memory_keys=mem_keys, memory_values=mem_values, src_len=src_len, keys=empty,

@@ -63,23 +63,32 @@ def layer_slice(F, stacked, i: int):
     return F.reshape(F.slice_axis(stacked, axis=1, begin=i, end=i + 1), shape=(0, -3, 0))
 
 
-class MultiHeadAttention(gluon.HybridBlock):
-    """Multi-head scaled dot-product attention of queries over keys and values that `project_kv` projected
-    beforehand (so that a decoder can cache them). Returns the output (B,Tq,d) and the weights (B,heads,Tq,K)."""
+class KeyValue(gluon.HybridBlock):
+    """The key and value projections (B,K,d) each of (B,K,d) inputs; each head reads its own slice of d."""
 
-    def __init__(self, units: int, heads: int, dropout: float, **kwargs):
+    def __init__(self, units: int, **kwargs):
+        super().__init__(**kwargs)
+        with self.name_scope():
+            self.key = nn.Dense(units, flatten=False, in_units=units, prefix="key_")
+            self.value = nn.Dense(units, flatten=False, in_units=units, prefix="value_")
+
+    def hybrid_forward(self, F, x):
+        return self.key(x), self.value(x)
+
+
+class MultiHeadAttention(gluon.HybridBlock):
+    """Multi-head scaled dot-product attention of queries over keys and values projected beforehand (so that a
+    decoder can cache them): by this block's own `project_kv` for self-attention, by the model's `MemoryProjection`
+    for attention over the encoder memory. Returns the output (B,Tq,d) and the weights (B,heads,Tq,K)."""
+
+    def __init__(self, units: int, heads: int, dropout: float, self_attention: bool = True, **kwargs):
         super().__init__(**kwargs)
         self._heads = heads
         with self.name_scope():
             self.query = nn.Dense(units, flatten=False, in_units=units, prefix="query_")
-            self.key = nn.Dense(units, flatten=False, in_units=units, prefix="key_")
-            self.value = nn.Dense(units, flatten=False, in_units=units, prefix="value_")
+            self.project_kv = KeyValue(units, prefix="") if self_attention else None
             self.out = nn.Dense(units, flatten=False, in_units=units, prefix="out_")
             self.cell = DotProductAttentionCell(scaled=True, dropout=dropout, prefix="cell_")
-
-    def project_kv(self, memory):
-        """Keys and values (B,K,d) of `memory` (B,K,d), each head's in its own slice of the last axis."""
-        return self.key(memory), self.value(memory)
 
     def _split(self, F, x):
         """(B,T,d) -> (B*heads, T, d/heads)."""
@@ -142,7 +151,8 @@ class DecoderLayer(gluon.HybridBlock):
             self.self_norm = nn.LayerNorm(in_channels=d, prefix="self_norm_")
             self.self_attn = MultiHeadAttention(d, cfg.heads, cfg.attention_dropout, prefix="self_attn_")
             self.cross_norm = nn.LayerNorm(in_channels=d, prefix="cross_norm_")
-            self.cross_attn = MultiHeadAttention(d, cfg.heads, cfg.attention_dropout, prefix="cross_attn_")
+            self.cross_attn = MultiHeadAttention(d, cfg.heads, cfg.attention_dropout, self_attention=False,
+                                                 prefix="cross_attn_")
             self.ffn_norm = nn.LayerNorm(in_channels=d, prefix="ffn_norm_")
             self.ffn = FeedForward(d, cfg.ff_size, cfg.activation_dropout, prefix="ffn_")
             self.dropout = nn.Dropout(cfg.dropout)
@@ -200,10 +210,28 @@ class TransformerEncoder(gluon.HybridBlock):
         return self.norm(x)
 
 
+class MemoryProjection(gluon.HybridBlock):
+    """Every decoder layer's keys and values of the encoder memory (B,S,d), stacked (B,L,S,d) each: computed once
+    per sentence, not at every step."""
+
+    def __init__(self, cfg, **kwargs):
+        super().__init__(**kwargs)
+        with self.name_scope():
+            self.layers = nn.HybridSequential(prefix="")
+            for i in range(cfg.decoder_layers):
+                self.layers.add(KeyValue(cfg.model_size, prefix=f"layer{i}_"))
+
+    def hybrid_forward(self, F, memory):
+        pairs = [layer(memory) for layer in self.layers]
+        return F.stack(*[k for k, _ in pairs], axis=1), F.stack(*[v for _, v in pairs], axis=1)
+
+
 class TransformerDecoder(gluon.HybridBlock):
     """Target ids (B,Tq) at float positions (B|1,Tq), given the stacked self-attention caches (B,L,P,d) of the P
-    slots before them and the stacked memory keys and values (B,L,S,d) (`project_memory`) -> logits (B,Tq,V), the
+    slots before them and the stacked memory keys and values (B,L,S,d) (`MemoryProjection`) -> logits (B,Tq,V), the
     caches extended to P+Tq slots, and the last layer's memory attention averaged over heads (B,Tq,S).
+    (The memory projections are a block of their own, `MemoryProjection`, so that every parameter of this block
+    is used by this block's graph, in a step too.)
 
     The teacher-forced forward and a search step run this same block: the forward with all T positions and an
     empty cache, a step with one position and the cache of the steps before. MXNet 1.x has no zero-length arrays,
@@ -218,13 +246,6 @@ class TransformerDecoder(gluon.HybridBlock):
             for i in range(cfg.decoder_layers):
                 self.layers.add(DecoderLayer(cfg, prefix=f"layer{i}_"))
             self.norm = nn.LayerNorm(in_channels=cfg.model_size, prefix="norm_")
-
-    def project_memory(self, memory):
-        """Every layer's keys and values of the encoder memory (B,S,d), stacked (B,L,S,d): computed once per
-        sentence, not at every step."""
-        F = array_module(memory)
-        pairs = [layer.cross_attn.project_kv(memory) for layer in self.layers]
-        return F.stack(*[k for k, _ in pairs], axis=1), F.stack(*[v for _, v in pairs], axis=1)
 
     def empty_cache(self, like):
         """An empty self-attention cache (B,L,1,d): the placeholder slot, zeros, for the rows of `like` (B,*,d)."""
