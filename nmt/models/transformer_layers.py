@@ -132,41 +132,37 @@ class EncoderLayer(gluon.HybridBlock):
             self.ffn = FeedForward(d, cfg.ff_size, cfg.activation_dropout, prefix="ffn_")
             self.dropout = nn.Dropout(cfg.dropout)
 
+    def feed_forward(self, x):
+        """The last sublayer, the same in both layer kinds: x + dropout(FFN(LN(x)))."""
+        return x + self.dropout(self.ffn(self.ffn_norm(x)))
+
     def hybrid_forward(self, F, x, mask):
         h = self.attn_norm(x)
         a, _ = self.attn(h, *self.attn.project_kv(h), mask)
-        x = x + self.dropout(a)
-        return x + self.dropout(self.ffn(self.ffn_norm(x)))
+        return self.feed_forward(x + self.dropout(a))
 
 
-class DecoderLayer(gluon.HybridBlock):
-    """Masked self-attention over the key/value cache extended by this call's positions, attention over the
-    encoder memory, feed-forward; pre-norm residual sublayers as in `EncoderLayer`. Returns the output, the
-    extended keys and values, and the memory attention weights (B,heads,Tq,S)."""
+class DecoderLayer(EncoderLayer):
+    """Masked self-attention (`attn`) over the key/value cache extended by this call's positions, attention over
+    the encoder memory (`cross_attn`), feed-forward; pre-norm residual sublayers as in `EncoderLayer`. Returns the
+    output, the extended keys and values, and the memory attention weights (B,heads,Tq,S)."""
 
     def __init__(self, cfg, **kwargs):
-        super().__init__(**kwargs)
-        d = cfg.model_size
+        super().__init__(cfg, **kwargs)
         with self.name_scope():
-            self.self_norm = nn.LayerNorm(in_channels=d, prefix="self_norm_")
-            self.self_attn = MultiHeadAttention(d, cfg.heads, cfg.attention_dropout, prefix="self_attn_")
-            self.cross_norm = nn.LayerNorm(in_channels=d, prefix="cross_norm_")
-            self.cross_attn = MultiHeadAttention(d, cfg.heads, cfg.attention_dropout, self_attention=False,
-                                                 prefix="cross_attn_")
-            self.ffn_norm = nn.LayerNorm(in_channels=d, prefix="ffn_norm_")
-            self.ffn = FeedForward(d, cfg.ff_size, cfg.activation_dropout, prefix="ffn_")
-            self.dropout = nn.Dropout(cfg.dropout)
+            self.cross_norm = nn.LayerNorm(in_channels=cfg.model_size, prefix="cross_norm_")
+            self.cross_attn = MultiHeadAttention(cfg.model_size, cfg.heads, cfg.attention_dropout,
+                                                 self_attention=False, prefix="cross_attn_")
 
     def hybrid_forward(self, F, x, query_pos, past_keys, past_values, mem_keys, mem_values, mem_mask):
-        h = self.self_norm(x)
-        new_keys, new_values = self.self_attn.project_kv(h)
+        h = self.attn_norm(x)
+        new_keys, new_values = self.attn.project_kv(h)
         keys = F.concat(past_keys, new_keys, dim=1)
         values = F.concat(past_values, new_values, dim=1)
-        a, _ = self.self_attn(h, keys, values, causal_mask(F, h, keys, query_pos))
+        a, _ = self.attn(h, keys, values, causal_mask(F, h, keys, query_pos))
         x = x + self.dropout(a)
         a, weights = self.cross_attn(self.cross_norm(x), mem_keys, mem_values, mem_mask)
-        x = x + self.dropout(a)
-        return x + self.dropout(self.ffn(self.ffn_norm(x))), keys, values, weights
+        return self.feed_forward(x + self.dropout(a)), keys, values, weights
 
 
 class Embedder(gluon.HybridBlock):
@@ -188,18 +184,25 @@ class Embedder(gluon.HybridBlock):
         return self.dropout(F.broadcast_add(x, sinusoids(F, positions, x, self._size)))
 
 
-class TransformerEncoder(gluon.HybridBlock):
-    """Source ids (B,S), lengths (B,) and the source embedding matrix -> memory (B,S,d) (final layer norm; rows
-    past a sentence's length are defined but never attended to)."""
+class LayerStack(gluon.HybridBlock):
+    """What the encoder and the decoder share: the embedder, `num_layers` layers and the final layer norm."""
 
-    def __init__(self, cfg, vocab_size: int, **kwargs):
+    def __init__(self, cfg, vocab_size: int, layer_class, num_layers: int, **kwargs):
         super().__init__(**kwargs)
         with self.name_scope():
             self.embed = Embedder(cfg, vocab_size, prefix="embed_")
             self.layers = nn.HybridSequential(prefix="")
-            for i in range(cfg.encoder_layers):
-                self.layers.add(EncoderLayer(cfg, prefix=f"layer{i}_"))
+            for i in range(num_layers):
+                self.layers.add(layer_class(cfg, prefix=f"layer{i}_"))
             self.norm = nn.LayerNorm(in_channels=cfg.model_size, prefix="norm_")
+
+
+class TransformerEncoder(LayerStack):
+    """Source ids (B,S), lengths (B,) and the source embedding matrix -> memory (B,S,d) (final layer norm; rows
+    past a sentence's length are defined but never attended to)."""
+
+    def __init__(self, cfg, vocab_size: int, **kwargs):
+        super().__init__(cfg, vocab_size, EncoderLayer, cfg.encoder_layers, **kwargs)
 
     def hybrid_forward(self, F, src, src_len, embed_weight):
         positions = F.reshape(F.cast(F.contrib.arange_like(src, axis=1), "float32"), shape=(1, -1))
@@ -226,7 +229,7 @@ class MemoryProjection(gluon.HybridBlock):
         return F.stack(*[k for k, _ in pairs], axis=1), F.stack(*[v for _, v in pairs], axis=1)
 
 
-class TransformerDecoder(gluon.HybridBlock):
+class TransformerDecoder(LayerStack):
     """Target ids (B,Tq) at float positions (B|1,Tq), given the stacked self-attention caches (B,L,P,d) of the P
     slots before them and the stacked memory keys and values (B,L,S,d) (`MemoryProjection`) -> logits (B,Tq,V), the
     caches extended to P+Tq slots, and the last layer's memory attention averaged over heads (B,Tq,S).
@@ -238,14 +241,8 @@ class TransformerDecoder(gluon.HybridBlock):
     so an empty cache is one placeholder slot (`empty_cache`) that the causal mask always hides."""
 
     def __init__(self, cfg, vocab_size: int, **kwargs):
-        super().__init__(**kwargs)
+        super().__init__(cfg, vocab_size, DecoderLayer, cfg.decoder_layers, **kwargs)
         self._vocab_size = vocab_size
-        with self.name_scope():
-            self.embed = Embedder(cfg, vocab_size, prefix="embed_")
-            self.layers = nn.HybridSequential(prefix="")
-            for i in range(cfg.decoder_layers):
-                self.layers.add(DecoderLayer(cfg, prefix=f"layer{i}_"))
-            self.norm = nn.LayerNorm(in_channels=cfg.model_size, prefix="norm_")
 
     def empty_cache(self, like):
         """An empty self-attention cache (B,L,1,d): the placeholder slot, zeros, for the rows of `like` (B,*,d)."""
