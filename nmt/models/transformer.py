@@ -135,7 +135,8 @@ class TransformerModel(Seq2SeqModel):
         return TransformerState(memory_keys=mem_keys, memory_values=mem_values, src_len=src_len, keys=empty,
                                 values=empty, position=position)
 
-    def step(self, prev_tokens, state: TransformerState):
+    def step(self, prev_tokens: mx.nd.NDArray, state: TransformerState
+             ) -> Tuple[mx.nd.NDArray, TransformerState, mx.nd.NDArray]:
         """The decoder block on one token per row: log-probs (N,V), the state with the caches one slot longer,
         and the attention (N,S) that attention plots show: the last decoder layer's attention over the source,
         averaged over its heads."""

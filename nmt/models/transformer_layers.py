@@ -41,7 +41,7 @@ def length_mask(F, like, lengths, axis: int):
 
 def key_mask(F, queries, keys, key_len):
     """(B,Tq,K) mask: key slot k of row b is valid when k < key_len[b], for every query of `queries` (B,Tq,d)."""
-    valid = F.expand_dims(length_mask(F, keys, key_len, axis=1), axis=1)   # (B,1,K)
+    valid = F.expand_dims(length_mask(F, keys, F.cast(key_len, "float32"), axis=1), axis=1)   # (B,1,K)
     ones = F.ones_like(F.slice_axis(queries, axis=-1, begin=0, end=1))   # (B,Tq,1)
     return F.broadcast_mul(ones, valid)
 

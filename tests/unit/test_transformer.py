@@ -59,12 +59,23 @@ def test_source_padding_changes_nothing(hybridize):
     model = build()
     if hybridize:
         model.hybridize(static_alloc=True)
-    padded = nd.concat(SRC, nd.zeros((3, 4)), dim=1)
+    junk = nd.array(np.random.RandomState(0).randint(4, 20, (3, 4)))   # not PAD: the lengths alone mask
+    padded = nd.concat(SRC, junk, dim=1)
     np.testing.assert_allclose(log_probs(model, padded, SRC_LEN, TGT), log_probs(model, SRC, SRC_LEN, TGT),
                                atol=1e-5)
     # One sentence alone (no padding at all) = the same sentence padded in a batch.
     alone = log_probs(model, SRC[1:2, :3], SRC_LEN[1:2], TGT[1:2])
     np.testing.assert_allclose(alone, log_probs(model, padded, SRC_LEN, TGT)[1:2], atol=1e-5)
+
+
+def test_an_empty_filler_row_gives_finite_outputs():
+    """Multi-device batches are topped up with rows of length 0: they attend to nothing and stay finite."""
+    model = build()
+    out = log_probs(model, SRC, nd.array([5, 0, 4]), TGT)
+    assert np.isfinite(out).all()
+    state = model.init_state(model.encode(SRC, nd.array([5, 0, 4])))
+    _, _, attn = model.step(nd.array([BOS] * 3), state)
+    assert np.isfinite(attn.asnumpy()).all() and attn[1].sum().asscalar() == 0
 
 
 def test_later_target_tokens_do_not_change_earlier_outputs():
@@ -246,3 +257,12 @@ def test_a_tiny_model_learns_to_copy_and_greedy_steps_reproduce_the_input():
     src, src_len, _, _ = _copy_batch(np.random.default_rng(7), 20, vocab, max_len)
     expected = [row[:int(n) - 1] for row, n in zip(src.asnumpy().astype(int).tolist(), src_len.asnumpy())]
     assert greedy(model, src, src_len, max_len + 2) == expected
+
+
+@pytest.mark.parametrize("field", ["dropout", "attention_dropout", "activation_dropout", "word_dropout"])
+def test_each_dropout_acts_in_training_only(field):
+    model = build(small_config(**{field: 0.5}))
+    with autograd.train_mode():
+        first, second = (model(SRC, SRC_LEN, TGT).asnumpy() for _ in range(2))
+    assert np.abs(first - second).max() > 1e-3
+    np.testing.assert_array_equal(model(SRC, SRC_LEN, TGT).asnumpy(), model(SRC, SRC_LEN, TGT).asnumpy())
