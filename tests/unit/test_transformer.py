@@ -177,6 +177,9 @@ def test_two_way_tying(shared, tie, sizes, expected, caplog):
     big = {n for n, p in model.collect_params().items() if p.shape[0] in sizes and len(p.shape) == 2}
     assert big == expected
     assert ("--shared-vocab" in caplog.text) == (shared and sizes[0] != sizes[1])
+    state = model.init_state(model.encode(SRC, SRC_LEN))   # every combination of weights runs both paths
+    step_log_probs, _, _ = model.step(TGT[:, 0], state)
+    np.testing.assert_allclose(step_log_probs.asnumpy(), log_probs(model, SRC, SRC_LEN, TGT)[:, 0], atol=1e-5)
 
 
 @pytest.mark.parametrize("field, value, flag", [
