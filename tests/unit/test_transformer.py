@@ -236,16 +236,20 @@ def greedy(model, src, src_len, max_len: int):
     return rows
 
 
-def test_a_tiny_model_learns_to_copy_and_greedy_steps_reproduce_the_input():
-    vocab, max_len, steps, warmup, peak = 12, 6, 300, 30, 3e-3
+COPY_VOCAB, COPY_MAX_LEN = 12, 6
+
+
+def train_copy_model(steps: int = 300, warmup: int = 30, peak: float = 3e-3):
+    """A one-layer model trained in-process on the copy task (Adam, linear warm-up and decay); returns it and its
+    per-token losses."""
     model = build(small_config(model_size=64, ff_size=128, heads=4, encoder_layers=1, decoder_layers=1),
-                  vocab, vocab, seed=1)
+                  COPY_VOCAB, COPY_VOCAB, seed=1)
     model.hybridize(static_alloc=True)
     trainer = gluon.Trainer(model.collect_params(), "adam", {"learning_rate": peak, "beta2": 0.98})
     rng = np.random.default_rng(1)
     losses = []
     for i in range(steps):
-        src, src_len, tgt_in, tgt_out = _copy_batch(rng, 32, vocab, max_len)
+        src, src_len, tgt_in, tgt_out = _copy_batch(rng, 32, COPY_VOCAB, COPY_MAX_LEN)
         with autograd.record():
             mask = tgt_out > 0
             log_p = nd.pick(nd.log_softmax(model(src, src_len, tgt_in)), tgt_out)
@@ -256,10 +260,21 @@ def test_a_tiny_model_learns_to_copy_and_greedy_steps_reproduce_the_input():
         trainer.set_learning_rate(peak * min((i + 1) / warmup, (steps - i) / (steps - warmup)))
         trainer.step(1)
         losses.append(loss.asscalar())
+    return model, losses
+
+
+def copy_test_set(n: int = 20):
+    """Held-out copy-task sources, their lengths, and the sequences a perfect copy returns."""
+    src, src_len, _, _ = _copy_batch(np.random.default_rng(7), n, COPY_VOCAB, COPY_MAX_LEN)
+    expected = [row[:int(k) - 1] for row, k in zip(src.asnumpy().astype(int).tolist(), src_len.asnumpy())]
+    return src, src_len, expected
+
+
+def test_a_tiny_model_learns_to_copy_and_greedy_steps_reproduce_the_input():
+    model, losses = train_copy_model()
     assert np.mean(losses[-20:]) < 0.05 * np.mean(losses[:5])
-    src, src_len, _, _ = _copy_batch(np.random.default_rng(7), 20, vocab, max_len)
-    expected = [row[:int(n) - 1] for row, n in zip(src.asnumpy().astype(int).tolist(), src_len.asnumpy())]
-    assert greedy(model, src, src_len, max_len + 2) == expected
+    src, src_len, expected = copy_test_set()
+    assert greedy(model, src, src_len, COPY_MAX_LEN + 2) == expected
 
 
 @pytest.mark.parametrize("field", ["dropout", "attention_dropout", "activation_dropout", "word_dropout"])
