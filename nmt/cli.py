@@ -62,7 +62,7 @@ DATA_FLAGS = [
          choices=("padding", "quantile")),
 ]
 MODEL_FLAGS = [
-    Flag("--arch", "model", "arch", str, "architecture", choices=("lstm",)),
+    Flag("--arch", "model", "arch", str, "architecture", choices=("lstm", "transformer")),
     Flag("--embed-size", "model", "embed_size", int, "embedding width"),
     Flag("--hidden-size", "model", "hidden_size", int, "LSTM width"),
     Flag("--num-layers", "model", "num_layers", int, "encoder and decoder layers"),
@@ -77,6 +77,16 @@ MODEL_FLAGS = [
          "embeddings feed the output layer too (Nguyen & Chiang 2018; default)", boolean=True),
     Flag("--no-lexical-model", "model", "lexical_model", help="no lexical model (the plain attention decoder)",
          boolean=True, negate=True),
+    Flag("--encoder-layers", "model", "encoder_layers", int, "Transformer encoder layers"),
+    Flag("--decoder-layers", "model", "decoder_layers", int, "Transformer decoder layers"),
+    Flag("--model-size", "model", "model_size", int, "Transformer width (embeddings, attention, residuals)"),
+    Flag("--ff-size", "model", "ff_size", int, "Transformer feed-forward inner width"),
+    Flag("--heads", "model", "heads", int, "Transformer attention heads (must divide --model-size)"),
+    Flag("--attention-dropout", "model", "attention_dropout", float, "Transformer dropout on attention weights"),
+    Flag("--activation-dropout", "model", "activation_dropout", float,
+         "Transformer dropout after the feed-forward activation"),
+    Flag("--shared-vocab", "model", "shared_vocab", help="one SentencePiece model for both languages; the "
+         "Transformer ties source and target embeddings (and the output layer with --tie-weights)", boolean=True),
 ]
 OPTIM_FLAGS = [
     Flag("--optimizer", "optim", "optimizer", str, "optimizer"),

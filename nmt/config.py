@@ -62,6 +62,17 @@ class ModelConfig:
     word_dropout: float = 0.2            # drop whole source/target token embeddings in training (Sennrich & Zhang 2019)
     lexical_model: bool = True           # attention-weighted source embeddings also feed the output layer
                                          # (Nguyen & Chiang 2018), for rare words in small data
+    # Transformer (--arch transformer; the fields above that it shares: dropout, word_dropout, tie_weights).
+    # Sizes are those of a small model for small data (Araabi & Monz 2020): not yet tuned on this project's data.
+    encoder_layers: int = 3              # Transformer encoder layers
+    decoder_layers: int = 3              # Transformer decoder layers
+    model_size: int = 256                # Transformer width d (embeddings, attention, residual stream)
+    ff_size: int = 1024                  # Transformer feed-forward inner width (4 d, as in Vaswani et al. 2017)
+    heads: int = 4                       # attention heads (must divide model_size)
+    attention_dropout: float = 0.1       # dropout on attention weights (Transformer)
+    activation_dropout: float = 0.1      # dropout after the feed-forward ReLU (Transformer)
+    shared_vocab: bool = False           # one SentencePiece model for both languages; the Transformer then ties
+                                         # source embedding = target embedding (= output layer with tie_weights)
 
 
 @dataclass

@@ -26,6 +26,6 @@ def build_model(cfg, src_vocab_size: int, tgt_vocab_size: int) -> Seq2SeqModel:
 
 
 # The architectures register themselves on import (after `register` exists, which they use).
-from nmt.models import lstm  # noqa: E402,F401  pylint: disable=wrong-import-position
+from nmt.models import lstm, transformer  # noqa: E402,F401  pylint: disable=wrong-import-position
 
 __all__ = ["ARCHITECTURES", "DecoderState", "Seq2SeqModel", "build_model", "register"]

@@ -77,6 +77,7 @@ def test_without_tensorboardx(tmp_path, monkeypatch, caplog):
         TensorBoardWriter.create(tmp_path, requested=True)
     logger = logging.getLogger("nmt")
     monkeypatch.setattr(logger, "propagate", True)
+    caplog.clear()   # only the records of the call below (earlier tests may have left "nmt" at INFO)
     with caplog.at_level(logging.INFO, logger="nmt"):
         tb = TensorBoardWriter.create(tmp_path)   # the default: off, with one line saying how to turn it on
     assert not tb.enabled and not (tmp_path / TENSORBOARD_DIR).exists()

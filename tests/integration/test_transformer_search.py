@@ -1,0 +1,55 @@
+"""The search over a Transformer trained in-process on the copy task: greedy and beam search reproduce the copy,
+beam 1 = greedy, batched = one by one (n-best scores too), and an ensemble of a Transformer and an LSTM follows the
+mean of its members' log-probabilities. Needs the search over the model interface (`nmt.models.build_model`,
+`nmt.search`, `nmt.models.ensemble`); skipped where that is not there yet."""
+import numpy as np
+import pytest
+from mxnet import nd
+
+import nmt.models
+
+if not hasattr(nmt.models, "build_model"):
+    pytest.skip("needs the search over the model interface (nmt.models.build_model)", allow_module_level=True)
+
+from nmt.config import ModelConfig  # noqa: E402
+from nmt.models.ensemble import Ensemble  # noqa: E402
+from nmt.search import beam_search, greedy_search  # noqa: E402
+from tests.unit.test_search import assert_same_hypotheses, reference_greedy  # noqa: E402
+from tests.unit.test_transformer import COPY_MAX_LEN, COPY_VOCAB, copy_test_set, train_copy_model  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def copy_model():
+    return train_copy_model()[0]
+
+
+def test_greedy_and_beam_search_reproduce_the_copy(copy_model):
+    src, src_len, expected = copy_test_set()
+    assert greedy_search(copy_model, src, src_len, COPY_MAX_LEN + 2) == expected
+    assert [r[0][0] for r in beam_search(copy_model, src, src_len, beam_size=1, max_len=COPY_MAX_LEN + 2)] == \
+        expected
+    assert [r[0][0] for r in beam_search(copy_model, src, src_len, beam_size=4, max_len=COPY_MAX_LEN + 2)] == \
+        expected
+
+
+def test_batched_beam_search_equals_one_by_one(copy_model):
+    src, src_len, _ = copy_test_set(6)
+    batched = beam_search(copy_model, src, src_len, beam_size=4, max_len=COPY_MAX_LEN + 2, nbest=4)
+    for i in range(6):
+        n = int(src_len[i].asscalar())
+        alone = beam_search(copy_model, src[i:i + 1, :n], src_len[i:i + 1], beam_size=4, max_len=COPY_MAX_LEN + 2,
+                            nbest=4)
+        assert_same_hypotheses(alone, [batched[i]], atol=1e-5)
+
+
+def test_an_ensemble_with_an_lstm_follows_the_mean_of_its_members(copy_model):
+    lstm = nmt.models.build_model(ModelConfig(embed_size=16, hidden_size=16, dropout=0.0, word_dropout=0.0),
+                                  COPY_VOCAB, COPY_VOCAB)
+    lstm.initialize()
+    src, src_len, _ = copy_test_set(5)
+    max_len = np.full(5, COPY_MAX_LEN + 2)
+    expected = reference_greedy([copy_model, lstm], src, src_len, max_len)
+    assert greedy_search([copy_model, lstm], src, src_len, max_len) == expected
+    ensemble = Ensemble([copy_model, lstm])
+    _, _, attention = ensemble.step(nd.full((5,), 2), ensemble.init_state(ensemble.encode(src, src_len)))
+    assert attention.shape == (5, src.shape[1])
