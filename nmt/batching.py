@@ -26,7 +26,7 @@ import numpy as np
 
 from nmt.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
-_FINGERPRINT_VERSION = 1
+_FINGERPRINT_VERSION = 2
 
 
 class BatchError(ValueError):
@@ -149,8 +149,8 @@ def bucket_examples(s_pad: np.ndarray, t_pad: np.ndarray, num_buckets: int, buck
       source + longest target), is smallest (dynamic programming over the distinct lengths). A long tail gets
       buckets of its own: on Tatoeba ko-en (8 buckets) 85% of the computed positions are real tokens, against
       54% with quantiles, whose last bucket pads the longest 15% of the sentences to the single longest one.
-    * "quantile": boundaries at the k/num_buckets quantiles of each side's length (the scheme before
-      --bucketing existed; runs started then resume with it).
+    * "quantile": boundaries at the k/num_buckets quantiles of each side's length (the published results
+      were trained with it; scripts/reproduce_results.sh passes it).
     """
     if bucketing == "quantile":
         at = np.ceil(np.arange(1, num_buckets + 1) / num_buckets * (len(s_pad) - 1)).astype(np.int64)
@@ -312,9 +312,8 @@ class BucketSampler:
     def fingerprint(self) -> str:
         """Hash of the lengths and the batching configuration (what determines the batches besides seed/epoch)."""
         h = hashlib.sha256()
-        # "quantile" (the only scheme before --bucketing) hashes as it did then, so those runs still resume.
-        h.update(json.dumps([_FINGERPRINT_VERSION, self.batch_size, self.batch_tokens, self.num_buckets, self.shuffle]
-                            + ([] if self.bucketing == "quantile" else [self.bucketing])).encode())
+        h.update(json.dumps([_FINGERPRINT_VERSION, self.batch_size, self.batch_tokens, self.num_buckets, self.shuffle,
+                             self.bucketing]).encode())
         h.update(self.src_lens.astype("<i8").tobytes())
         h.update(self.tgt_lens.astype("<i8").tobytes())
         return h.hexdigest()[:20]
@@ -336,13 +335,9 @@ class BucketSampler:
             raise BatchError(f"sampler state lacks {', '.join(missing)}")
         if state["fingerprint"] != self.fingerprint():
             saved = {k: state.get(k) for k in self._describe()}
-            if "bucketing" not in state:   # saved before --bucketing existed, when every run bucketed by quantile
-                saved["bucketing"] = "quantile"
-            hint = " (--bucketing quantile for a run started before --bucketing existed)" \
-                if saved["bucketing"] != self.bucketing else ""
             raise BatchError(f"sampler state was saved for other training data or batching settings "
                              f"(fingerprint {state['fingerprint']} != {self.fingerprint()}): saved {saved}, "
-                             f"now {self._describe()}; resume with the same data and flags{hint}")
+                             f"now {self._describe()}; resume with the same data and flags")
         if int(state["seed"]) != self.seed:
             raise BatchError(f"sampler state was saved with seed {state['seed']}, this run uses seed {self.seed}")
         epoch, position = int(state["epoch"]), int(state["position"])

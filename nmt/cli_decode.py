@@ -51,7 +51,7 @@ def _load_translator(args: argparse.Namespace):
                                    "written by nmt-train")
     overrides = {k.split(".", 1)[1]: v for k, v in vars(args).items() if k.startswith("decode.")}
     decode = dataclasses.replace(Config.load(path).decode, **overrides)
-    ctxs = parse_devices(args.gpus, args.cpu_devices, spare_cpu0=True)
+    ctxs = parse_devices(args.gpus, args.cpu_devices)
     return Translator.from_dir(args.model_dir, args.checkpoint, ctx=ctxs, decode=decode, ensemble=args.ensemble)
 
 

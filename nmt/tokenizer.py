@@ -19,7 +19,7 @@ import re
 import tempfile
 import unicodedata
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence, Union
+from typing import Callable, List, Optional, Sequence, Tuple, Union
 
 import sentencepiece as spm
 
@@ -230,3 +230,8 @@ def load_or_train_tokenizer(out_dir: PathLike, lang: str,
     if callable(lines):
         lines = lines()
     return train_tokenizer(lines, out_dir, lang, vocab_size, model_type=model_type)
+
+
+def load_tokenizers(model_dir: PathLike, src_lang: str, tgt_lang: str) -> Tuple[Tokenizer, Tokenizer]:
+    """The source and target SentencePiece models saved in a model directory."""
+    return Tokenizer.load(tokenizer_path(model_dir, src_lang)), Tokenizer.load(tokenizer_path(model_dir, tgt_lang))

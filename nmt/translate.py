@@ -25,7 +25,7 @@ from nmt.batching import pad_sources
 from nmt.config import Config, ConfigError, DecodeConfig
 from nmt.corpus import CorpusError, normalize
 from nmt.model import build_model
-from nmt.parallel import side_by_side
+from nmt.parallel import concurrent_devices_safe
 from nmt.search import beam_search, greedy_search
 from nmt.tokenizer import Tokenizer, tokenizer_path
 
@@ -127,7 +127,7 @@ class Translator:
         `which` is best, latest, avg or a step number; `decode` replaces the model's saved DecodeConfig.
         `ctx`: a device, or several: the model is loaded on each and the length-sorted batches are shared out
         among them (on CPU contexts they run side by side only with OMP_NUM_THREADS = cores / contexts; see
-        `nmt.parallel.side_by_side`).
+        `nmt.parallel.concurrent_devices_safe`).
         `ensemble`: further model directories (same languages and vocabularies, any architecture) whose
         `which` checkpoints decode together with this one, following the mean of their log-probabilities."""
         model_dir = Path(model_dir)
@@ -205,7 +205,7 @@ class Translator:
         chunks = [todo[start:start + bs] for start in range(0, len(todo), bs)]
         devices = [(self.ctx, self.members)] + self.replicas
         if len(devices) > 1 and self._side_by_side is None:
-            self._side_by_side = side_by_side(self.ctxs)
+            self._side_by_side = concurrent_devices_safe(self.ctxs)
         if not self._side_by_side:   # one device, or CPU contexts that would have to take turns: the first does all
             devices = devices[:1]
         pending = iter(chunks[::-1])   # longest first: several devices then finish close together

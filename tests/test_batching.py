@@ -290,27 +290,6 @@ def test_fingerprint_mismatch_and_bad_state():
         BucketSampler(lens(src), lens(tgt), batch_size=8, seed=1, bucketing="quantile").load_state_dict(state)
 
 
-def test_runs_from_before_the_bucketing_flag_still_resume():
-    """Before --bucketing every sampler bucketed by quantile and its state had no 'bucketing' key: such a state
-    resumes with bucketing="quantile" (same fingerprint as then) and names the flag otherwise."""
-    import hashlib
-    src, tgt = synthetic_ids(100)
-    old = BucketSampler(lens(src), lens(tgt), batch_size=8, seed=1, bucketing="quantile")
-    h = hashlib.sha256()   # the fingerprint as that version computed it
-    h.update(json.dumps([1, 8, None, 8, True]).encode())
-    h.update(np.asarray(lens(src), dtype="<i8").tobytes())
-    h.update(np.asarray(lens(tgt), dtype="<i8").tobytes())
-    assert old.fingerprint() == h.hexdigest()[:20]
-    next(iter(old))
-    state = {k: v for k, v in old.state_dict().items() if k != "bucketing"}
-    resumed = BucketSampler(lens(src), lens(tgt), batch_size=8, seed=1, bucketing="quantile")
-    resumed.load_state_dict(state)
-    assert resumed.position == 1 and all_batches(resumed) == all_batches(old)
-    with pytest.raises(BatchError, match=r"resume with the same data and flags \(--bucketing quantile for a run "
-                                         r"started before --bucketing existed\)"):
-        BucketSampler(lens(src), lens(tgt), batch_size=8, seed=1).load_state_dict(state)
-
-
 def test_bad_sampler_and_iterator_arguments():
     src, tgt = synthetic_ids(20)
     with pytest.raises(BatchError, match="exactly one of batch_size"):

@@ -151,60 +151,6 @@ def test_kernels_reject_bad_shapes_with_a_message():
             nd.nmt_masked_fc(nd.zeros((2, 4)), nd.zeros(2), nd.zeros((5, 3)), no_bias=1).wait_to_read()
 
 
-_PIN = textwrap.dedent("""
-    import json, logging, os
-    os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:2])   # one core per context, before MXNet's threads
-    import mxnet as mx
-    logging.basicConfig(level=logging.INFO)
-    from nmt import parallel
-    def bound():   # the cores of this process's threads that are bound to fewer than all allowed cores
-        allowed = os.sched_getaffinity(0)
-        return sorted(sorted(a) for a in (os.sched_getaffinity(int(t)) for t in os.listdir("/proc/self/task"))
-                      if a != allowed)
-    one = parallel.pin_context_threads([mx.cpu(0)])
-    side = parallel.side_by_side([mx.cpu(0), mx.cpu(1)])
-    again = parallel.pin_context_threads([mx.cpu(1), mx.cpu(0)])
-    print(json.dumps({"one": one, "side_by_side": side, "again": again, "bound": bound()}))
-""")
-
-
-@needs_native
-@pytest.mark.skipif(len(getattr(os, "sched_getaffinity", lambda _: ())(0)) < 2, reason="needs 2 allowed cores")
-@pytest.mark.parametrize("omp,pin", [("1", "1"), ("2", "1"), ("1", "0")])
-def test_contexts_side_by_side_bind_their_engine_threads_to_a_core_each(omp, pin):
-    import json
-    env = {**os.environ, "OMP_NUM_THREADS": omp, "NMT_PIN_THREADS": pin}
-    done = subprocess.run([sys.executable, "-c", _PIN], env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    res = json.loads(done.stdout.strip().splitlines()[-1])
-    assert res["one"] is None   # one context: nothing to bind
-    first, second = sorted(os.sched_getaffinity(0))[:2]
-    if omp == "1" and pin == "1":   # each context's engine thread on a core of its own, in context order
-        assert res["side_by_side"] is True and res["again"] == {"0": first, "1": second}
-        assert res["bound"] == [[first], [second]]
-        assert "cpu(0) -> core %d, cpu(1) -> core %d" % (first, second) in done.stderr
-    else:   # two OpenMP threads: the contexts take turns; NMT_PIN_THREADS=0: side by side, unbound
-        assert res["side_by_side"] is (omp == "1") and res["again"] is None and res["bound"] == []
-
-
-def test_contexts_with_cores_to_spare_are_left_to_the_scheduler(monkeypatch):
-    """Binding only when the contexts take every allowed core: two jobs binding to the same first cores of a
-    larger machine would share them while the others idle."""
-    from nmt import parallel
-    calls = []
-    monkeypatch.setenv("NMT_PIN_THREADS", "1")
-    monkeypatch.setattr(parallel, "openmp_threads", lambda: 1)
-    monkeypatch.setattr(parallel.native, "available", lambda: True)
-    monkeypatch.setattr(mx.nd, "nmt_pin_thread", lambda *a, **k: calls.append(k) or nd.zeros((1,)), raising=False)
-    monkeypatch.setattr(parallel, "_pinned", {})
-    for allowed in ({0, 1, 2}, {0}):
-        monkeypatch.setattr(os, "sched_getaffinity", lambda _, allowed=allowed: allowed)
-        assert parallel.pin_context_threads([mx.cpu(0), mx.cpu(1)]) is None and calls == []
-    monkeypatch.setattr(os, "sched_getaffinity", lambda _: {4, 7})   # the cores taskset gave the run
-    assert parallel.pin_context_threads([mx.cpu(1), mx.cpu(0)]) == {0: 4, 1: 7}
-    assert calls == [{"cores": "4"}, {"cores": "7"}]
-
-
 def _status_in_fresh_process(env: dict, tmp_path) -> str:
     """nmt.native.status() and the greedy search's output in a new process with `env` added."""
     code = textwrap.dedent("""
