@@ -129,13 +129,16 @@ class Progress:
     def update(self, step: int, batch, loss_sum, lr: float) -> None:
         self.meter.add(loss_sum, batch.num_tgt_tokens)
         self.speed.update(batch.num_sentences, batch.num_src_tokens, batch.num_tgt_tokens)
-        self.bar.update(1)
+        if self.bar is not None:   # None: updates outside `fit` (e.g. a benchmark's), logged but not drawn
+            self.bar.update(1)
         if step % self.log_every == 0:
             self.last = {"loss": self.meter.mean(), **self.speed.read(), "lr": lr}
-            self.bar.set_postfix(loss=f"{self.last['loss']:.3f}", lr=f"{lr:.2e}",
-                                 tok_s=f"{self.last['tok_per_s']:.0f}")
+            if self.bar is not None:
+                self.bar.set_postfix(loss=f"{self.last['loss']:.3f}", lr=f"{lr:.2e}",
+                                     tok_s=f"{self.last['tok_per_s']:.0f}")
             logging.getLogger("nmt.train").debug("step %d loss %.4f", step, self.last["loss"])
 
     def end_epoch(self) -> None:
         if self.bar is not None:
             self.bar.close()
+            self.bar = None

@@ -21,7 +21,7 @@ from nmt import distributed as dist
 from nmt import workers
 from nmt.config import ConfigError
 from nmt.distributed import Host, Job, LaunchError, ProcSpec
-from nmt.train import Trainer
+from nmt.train import create_trainer
 from nmt.workers import WorkerGroup, _pack, _unpack
 from tests.synth import write_task
 from tests.test_train import assert_same_params, params_of, tiny_config
@@ -279,7 +279,7 @@ def test_two_workers_match_one_process(tmp_path, task):
     assert len(rows) == 1        # only rank 0 validated (once, at the end) and logged
     single = tiny_config(tmp_path, task, "single", max_steps=5)
     single.optim = cfg.optim
-    Trainer(single).fit()
+    create_trainer(single).fit()
     assert_same_params(params_of(single.train.model_dir), w0, rtol=1e-5, atol=1e-7)
 
 
@@ -354,5 +354,5 @@ def test_killed_worker_ends_the_job_then_resume_over_ssh_and_stop_by_sigterm(tmp
     single = tiny_config(tmp_path, task, "single", max_steps=state.step, valid_every=2, keep_last=2,
                          valid_max_sentences=5)
     single.optim = cfg.optim
-    Trainer(single).fit()
+    create_trainer(single).fit()
     assert_same_params(params_of(single.train.model_dir), w0, rtol=1e-5, atol=1e-7)
