@@ -283,6 +283,17 @@ def test_two_workers_match_one_process(tmp_path, task):
     assert_same_params(params_of(single.train.model_dir), w0, rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.parametrize("init", ["with", "without"])
+def test_the_first_gradients_are_taken_at_rank_0s_parameters(tmp_path, init):
+    """gluon.Trainer shares rank 0's parameters only in the first allreduce_grads, after the first backward pass:
+    a worker that started from other parameters sums a gradient taken at its own. WorkerGroup.init_trainer shares
+    them before (and this test shows the difference, so it fails if the workaround stops working or is dropped)."""
+    p = launch(tmp_path, ["-n", "2", "-s", "1"], [str(REPO / "tests" / "dist_init_worker.py"), init], "job")
+    assert finish(p, 60) == 0, (tmp_path / "job.err").read_text()[-3000:]
+    verdicts = set(re.findall(r"rank [01]: (\w+)", (tmp_path / "job.out").read_text()))
+    assert verdicts == ({"same"} if init == "with" else {"different"})
+
+
 def test_an_exception_in_a_worker_ends_the_job(tmp_path, task):
     # rank 0 raises at its first checkpoint; without leaving at once it would wait in MXNet's exit barrier for
     # the other worker, which waits for it in a collective: a hang instead of an error
