@@ -179,12 +179,6 @@ def params_path(model_dir: Path, which: str = "best") -> Path:
     return path
 
 
-def load_params(model_dir, which: str = "latest") -> Dict[str, Any]:
-    """The parameters of a checkpoint as name -> NDArray (names as written by `save_parameters`)."""
-    import mxnet as mx
-    return mx.nd.load(str(params_path(Path(model_dir), which)))
-
-
 def average_checkpoints(model_dir: Path, files: List[str]) -> Path:
     """Average parameter files element-wise into params.avg (checkpoint averaging)."""
     import mxnet as mx
@@ -197,7 +191,3 @@ def average_checkpoints(model_dir: Path, files: List[str]) -> Path:
     _save_with(lambda tmp: mx.nd.save(tmp, avg), model_dir / PARAMS_AVG)
     return model_dir / PARAMS_AVG
 
-
-def list_params_files(model_dir: Path) -> List[str]:
-    return sorted(os.path.basename(p) for p in glob.glob(str(Path(model_dir) / "params.*"))
-                  if params_step(p) is not None)

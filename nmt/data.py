@@ -8,9 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from nmt.batching import BatchIterator, BucketSampler, Resegment
+from nmt.batching import BatchIterator, Resegment
 from nmt.config import Config, ConfigError, DataConfig
 from nmt.recipes import DatasetSplits, load_data
+from nmt.sampler import BucketSampler
 from nmt.tokenizer import Tokenizer, load_or_train_tokenizer, load_tokenizers, tokenizer_path
 from nmt.workers import WorkerGroup
 
@@ -86,13 +87,13 @@ class TrainData:
     batches: BatchIterator
 
 
-def build_data(cfg: Config, model_dir: Path, resume: bool = False, workers: Optional[WorkerGroup] = None,
-               splits: Optional[DatasetSplits] = None) -> TrainData:
-    """The data of a run per `cfg.data`: `splits` (default: read per the recipe or files), tokenizers trained
-    into `model_dir` (or, on `resume`, loaded from it), token ids and the bucketed batches, seeded with
+def build_data(cfg: Config, model_dir: Path, resume: bool = False,
+               workers: Optional[WorkerGroup] = None) -> TrainData:
+    """The data of a run per `cfg.data`: the text splits of the recipe (or files), tokenizers trained into
+    `model_dir` (or, on `resume`, loaded from it), token ids and the bucketed batches, seeded with
     `cfg.train.seed` (the sampler starts at epoch 0; a resume loads its position)."""
     d = cfg.data
-    splits = splits if splits is not None else load_data(d)
+    splits = load_data(d)
     logger.info("data: %d train, %d dev pairs; tests: %s", len(splits.train.src), len(splits.dev.src),
                 ", ".join(f"{k} ({len(v.src)})" for k, v in splits.tests.items()) or "none")
     src_tok, tgt_tok = build_tokenizers(cfg, model_dir, None if resume else splits, workers)

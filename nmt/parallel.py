@@ -181,7 +181,7 @@ class DataParallel:
 
     def __init__(self, loss_block: gluon.HybridBlock, params: gluon.ParameterDict, trainer: gluon.Trainer,
                  ctxs: Sequence[mx.Context], accum_steps: int = 1, clip_norm: float = 0.0,
-                 num_workers: int = 1, rank: int = 0, trim: bool = True, amp: bool = False):
+                 num_workers: int = 1, rank: int = 0, amp: bool = False):
         self.loss_block = loss_block
         self.params = [p for p in params.values() if p.grad_req != "null"]
         self.trainer = trainer
@@ -190,7 +190,6 @@ class DataParallel:
         self.clip_norm = clip_norm
         self.num_workers = num_workers
         self.rank = rank
-        self.trim = trim
         self.amp = amp
         if amp:   # a dynamic loss scaler on the Trainer: scaled backward, unscaled update, overflow skips
             check_amp_devices(self.ctxs)   # AMP itself was turned on (`init_amp`) before the model was built
@@ -221,10 +220,10 @@ class DataParallel:
 
     def shares(self, batch: Batch) -> List[Batch]:
         """This worker's shares of a global batch: `accum_steps * num_devices` pieces of equal row count,
-        each cut to the columns it needs (when `trim`)."""
+        each cut to the columns it needs."""
         pieces = split_batch(batch, self.num_workers * self.num_shares)
         mine = pieces[self.rank * self.num_shares:(self.rank + 1) * self.num_shares]
-        return [trim_batch(p) for p in mine] if self.trim else mine
+        return [trim_batch(p) for p in mine]
 
     def forward_backward(self, batch: Batch) -> Tuple[List[mx.nd.NDArray], List[mx.nd.NDArray]]:
         """Forward + backward of this worker's part of `batch`; returns per-share (loss_sum, nll_sum) arrays,

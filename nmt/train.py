@@ -27,7 +27,6 @@ from nmt.loss import Seq2SeqLoss
 from nmt.model import build_model   # moves to nmt.models (the architecture registry) with the model interface
 from nmt.optim import build_optimizer, learning_rate
 from nmt.parallel import DataParallel, default_kvstore, describe_hardware, init_amp, parse_devices
-from nmt.recipes import DatasetSplits
 from nmt.scoring import score_test_set
 from nmt.translate import Translator
 from nmt.workers import WorkerGroup, create_kvstore
@@ -227,18 +226,16 @@ class Trainer:
         return results
 
 
-def create_trainer(cfg: Config, resume: bool = False, overwrite: bool = False,
-                   splits: Optional[DatasetSplits] = None, kv=None) -> Trainer:
+def create_trainer(cfg: Config, resume: bool = False, overwrite: bool = False) -> Trainer:
     """The Trainer of a run per `cfg`: devices, kvstore and workers, the model directory, then data, model and
-    optimizer built (and, with `resume`, restored from the latest checkpoint). `splits` replaces the data the
-    recipe would read; `kv`, the kvstore `cfg.train.kvstore` would create."""
+    optimizer built (and, with `resume`, restored from the latest checkpoint)."""
     t = cfg.train
     model_dir = Path(t.model_dir)
     ctxs = parse_devices(t.gpus, t.cpu_devices)
     if t.amp:
         init_amp(ctxs)   # ConfigError without GPUs; before the model is built (AMP rewrites its operators)
     kv_name = default_kvstore(ctxs, t.kvstore)
-    kv = kv if kv is not None else create_kvstore(kv_name)
+    kv = create_kvstore(kv_name)
     workers = WorkerGroup(kv)
     if workers.is_chief:
         ckpt.prepare_model_dir(model_dir, resume, overwrite)
@@ -246,7 +243,7 @@ def create_trainer(cfg: Config, resume: bool = False, overwrite: bool = False,
     state = _resumed_state(cfg, workers) if resume else ckpt.TrainState()
     state.hardware = describe_hardware(ctxs, workers.num_workers)
     logger.info("devices: %s, kvstore: %s, worker %d of %d", ctxs, kv_name, workers.rank, workers.num_workers)
-    data = build_data(cfg, model_dir, resume, workers, splits)
+    data = build_data(cfg, model_dir, resume, workers)
     if workers.is_chief and not resume:
         cfg.save(model_dir / ckpt.CONFIG)
     workers.check_same("training data and flags", {   # distributed: all must draw the same batches

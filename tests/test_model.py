@@ -5,7 +5,8 @@ import pytest
 from mxnet import autograd, nd
 
 from nmt.config import ConfigError, ModelConfig
-from nmt.model import FusedLSTM, Seq2SeqLoss, build_model, count_flops_per_token
+from nmt.loss import Seq2SeqLoss
+from nmt.model import FusedLSTM, build_model, count_flops_per_token
 
 SRC_V, TGT_V = 30, 31  # different sizes catch swapped vocabularies
 # "+lex": with the lexical model (its source embeddings ride in the memory after the values and mlp keys)

@@ -5,7 +5,8 @@ import pytest
 from mxnet import autograd, gluon, nd
 
 from nmt.config import ModelConfig
-from nmt.model import Seq2SeqLoss, build_model
+from nmt.loss import Seq2SeqLoss
+from nmt.model import build_model
 from nmt.search import BOS_ID, EOS_ID, beam_search, greedy_search
 
 VOCAB = 20

@@ -34,7 +34,7 @@ def tiny_model(tmp_path_factory) -> Path:
     """A tiny ko->en model of the synthetic reverse task, trained once per test session (~12 s) and shared by
     test_translate, test_evaluate and test_notebooks. Its directory also holds the task files under synth/."""
     from nmt.train import train
-    from tests.test_train import tiny_config
+    from tests.synth import tiny_config
     root = tmp_path_factory.getbasetemp() / "tiny-translate"
     model = root / "model"
     done = (model / ckpt.STATE).exists() and ckpt.TrainState.load(model).stopped == "max_steps"

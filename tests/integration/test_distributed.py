@@ -23,10 +23,9 @@ from nmt.config import ConfigError
 from nmt.distributed import Host, Job, LaunchError, ProcSpec
 from nmt.train import create_trainer
 from nmt.workers import WorkerGroup, _pack, _unpack
-from tests.synth import write_task
-from tests.test_train import assert_same_params, params_of, tiny_config
+from conftest import REPO
+from tests.synth import assert_same_params, load_params, params_of, tiny_config, write_task
 
-REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable
 ENV = dict(os.environ, OMP_NUM_THREADS="1")
 
@@ -333,7 +332,7 @@ def test_killed_worker_ends_the_job_then_resume_over_ssh_and_stop_by_sigterm(tmp
     assert f"worker 1 (pid {pids['worker 1']}) was killed by SIGKILL; stopping the other 3 processes" in err
     assert set(pids) == {"scheduler", "server 0", "worker 0", "worker 1"} and all(gone(x) for x in pids.values())
     step = ckpt.TrainState.load(model_dir).step
-    assert step >= 2 and ckpt.load_params(model_dir, "latest")     # the last checkpoint stays loadable
+    assert step >= 2 and load_params(model_dir, "latest")     # the last checkpoint stays loadable
 
     # resume, with both workers and two servers started through the ssh path (a stand-in ssh runs the remote
     # script here, in an environment holding only what the launcher forwards); then SIGTERM to the launcher: the

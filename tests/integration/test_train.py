@@ -16,35 +16,14 @@ import pytest
 from nmt import checkpoint as ckpt
 from nmt.config import Config, DataConfig, ModelConfig, OptimConfig, TrainConfig
 from nmt.train import create_trainer, train
-from tests.synth import make_pairs, write_task
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def tiny_config(tmp_path: Path, files: dict, name: str = "model", **train_kw) -> Config:
-    data = DataConfig(recipe=None, vocab_size=400, batch_size=16, num_buckets=3, **files)
-    model = ModelConfig(embed_size=32, hidden_size=48, num_layers=1, dropout=0.0, word_dropout=0.0, attention="dot",
-                        tie_weights=False)
-    optim = OptimConfig(lr=5e-3, warmup_steps=20, schedule="constant", label_smoothing=0.0)
-    t = dict(model_dir=str(tmp_path / name), max_epochs=200, valid_every=0, seed=3, progress=False,
-             valid_max_sentences=40, patience=0)
-    t.update(train_kw)
-    return Config(data=data, model=model, optim=optim, train=TrainConfig(**t))
+from conftest import REPO
+from tests.synth import (assert_same_params, list_params_files, load_params, make_pairs, params_of, tiny_config,
+                         write_task)
 
 
 @pytest.fixture(scope="module")
 def task(tmp_path_factory):
     return write_task(tmp_path_factory.mktemp("synth"))
-
-
-def params_of(model_dir) -> dict:
-    return {k: v.asnumpy() for k, v in ckpt.load_params(model_dir, "latest").items()}
-
-
-def assert_same_params(a: dict, b: dict, rtol=1e-5, atol=1e-6):
-    assert a.keys() == b.keys()
-    for k in a:
-        np.testing.assert_allclose(a[k], b[k], rtol=rtol, atol=atol, err_msg=k)
 
 
 def test_learns_reverse_task_and_model_dir_is_complete(tmp_path, task):
@@ -80,7 +59,7 @@ def test_learns_reverse_task_and_model_dir_is_complete(tmp_path, task):
     assert exact >= 14, list(zip(out, ref))
     # batched decoding gives what sentence-by-sentence decoding gives
     assert [tr.translate([x])[0] for x in src[:8]] == out[:8]
-    assert set(ckpt.load_params(copy, "best")) == set(ckpt.load_params(copy, "latest"))
+    assert set(load_params(copy, "best")) == set(load_params(copy, "latest"))
 
 
 def test_lexical_model_trains_saves_and_translates(tmp_path, task):
@@ -130,9 +109,9 @@ def test_cpu_contexts_run_side_by_side_only_with_one_openmp_thread(tmp_path, tas
     assert_same_params(params_of(base.train.model_dir), params_of(cfg.train.model_dir))
 
 
-# One device with dropout: its masks must be reproduced after a resume too. Two CPU contexts: the optimizer
-# states live on both (each parameter's owner); without dropout, as CPU contexts draw their masks from MXNet's
-# one CPU generator in an order that depends on how their threads run (not reproducible across a resume).
+# Bit-identical to the uninterrupted run. One device with dropout: its masks must be reproduced after a resume
+# too. Two CPU contexts (an optimizer state per context): without dropout, as CPU contexts draw their masks from
+# MXNet's one CPU generator in an order that depends on how their threads run (not reproducible across a resume).
 @pytest.mark.parametrize("devices,dropout", [(1, 0.3), (2, 0.0)])
 def test_resume_reaches_the_same_parameters(tmp_path, task, devices, dropout):
     kw = dict(valid_every=4, keep_last=2, cpu_devices=devices)
@@ -146,8 +125,8 @@ def test_resume_reaches_the_same_parameters(tmp_path, task, devices, dropout):
     part.train.max_steps = 12          # --max-steps counts every update, those before the resume included
     s2 = create_trainer(part, resume=True).fit()
     assert s2.step == 12
-    assert_same_params(params_of(full.train.model_dir), params_of(part.train.model_dir))
-    kept = ckpt.list_params_files(part.train.model_dir)
+    assert_same_params(params_of(full.train.model_dir), params_of(part.train.model_dir), rtol=0, atol=0)
+    kept = list_params_files(part.train.model_dir)
     assert kept == [ckpt.params_file(8), ckpt.params_file(12)]
     states = sorted(p.name for p in Path(part.train.model_dir).glob("trainer.*.states"))
     assert states == [ckpt.trainer_states_file(12)]
@@ -219,7 +198,7 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path, task):
     state = ckpt.TrainState.load(model_dir)
     assert state.stopped == "SIGTERM" and state.step >= 5
     assert (model_dir / ckpt.params_file(state.step)).exists()
-    ckpt.load_params(model_dir, "latest")
+    load_params(model_dir, "latest")
 
 
 def test_resume_with_other_batching_is_a_clear_error(tmp_path, task):

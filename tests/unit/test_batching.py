@@ -1,4 +1,4 @@
-"""Bucketed batching: triples, padding, determinism, device/worker splits, exact resume."""
+"""Bucketed batching: triples, padding, determinism, device splits, exact resume."""
 from __future__ import annotations
 
 import json
@@ -6,8 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from nmt.batching import (BUCKETINGS, Batch, BatchError, BatchIterator, BucketSampler, bucket_examples, make_batch,
-                          pad_sources, shard_for_worker, split_batch)
+from nmt.batching import Batch, BatchError, BatchIterator, make_batch, pad_sources, split_batch
+from nmt.sampler import BUCKETINGS, BucketSampler, bucket_examples
 from nmt.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -216,17 +216,6 @@ def test_global_batches_do_not_depend_on_the_split(num_shards):
         joined = _concat_real_rows(shares)
         for f, arr in joined.items():
             assert np.array_equal(arr, getattr(ref, f)), f
-
-
-def test_worker_sharding():
-    src, tgt = synthetic_ids(40)
-    batch = make_batch(src, tgt, list(range(10)), max(lens(src)) + 1, max(lens(tgt)) + 1)
-    parts = [shard_for_worker(batch, r, 4) for r in range(4)]
-    assert [p.num_sentences for p in parts] == [3, 3, 3, 1]
-    assert np.array_equal(parts[1].src, batch.src[3:6])
-    assert np.array_equal(np.concatenate([p.tgt_in[p.tgt_len > 0] for p in parts]), batch.tgt_in)
-    with pytest.raises(BatchError, match=r"worker rank 4 is not in \[0, 4\)"):
-        shard_for_worker(batch, 4, 4)
 
 
 @pytest.mark.parametrize("prefetch", [0, 3])
