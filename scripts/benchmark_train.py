@@ -146,7 +146,8 @@ def summarize(res: dict, one: dict) -> dict:
                                 for a, x in zip(one["windows"], w))
     tok = rate["src_tokens"] + rate["tgt_tokens"]
     return {"num_devices": res["num_devices"], "batch_size": res["batch_size"], "accum_steps": res["accum_steps"],
-            "omp_num_threads": res["omp_num_threads"], "ms_per_update": spu * 1e3, "epoch_s": spu * res["batches_per_epoch"],
+            "omp_num_threads": res["omp_num_threads"], "ms_per_update": spu * 1e3,
+            "epoch_s": spu * res["batches_per_epoch"],
             "updates_per_s": rate["updates"], "sent_per_s": rate["sentences"], "src_tok_per_s": rate["src_tokens"],
             "tgt_tok_per_s": rate["tgt_tokens"], "tok_per_s": tok, "speedup": speedup,
             "time_vs_1_device": 1.0 / speedup, "efficiency": speedup / res["num_devices"],

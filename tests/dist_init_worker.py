@@ -1,5 +1,6 @@
-"""A worker for tests/test_distributed.py whose initial parameters differ from rank 0's (as on a machine whose
-random generator differs): prints whether its first summed gradient is the one of rank 0's parameters.
+"""A worker for tests/integration/test_distributed.py whose initial parameters differ from rank 0's (as on a
+machine whose random generator differs): prints whether its first summed gradient is the one of rank 0's
+parameters.
 
     python tests/dist_init_worker.py with|without   (with or without WorkerGroup.init_trainer)
 """

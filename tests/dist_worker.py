@@ -1,5 +1,6 @@
-"""A training worker for tests/test_distributed.py: trains like scripts/train.py, then saves this worker's final
-parameters as DUMP_DIR/params.rank<R>, so a test can compare the workers with each other and with one process.
+"""A training worker for tests/integration/test_distributed.py: trains like scripts/train.py, then saves this
+worker's final parameters as DUMP_DIR/params.rank<R>, so a test can compare the workers with each other and with
+one process.
 With FAIL_ON_SAVE=R in the environment, the worker of kvstore rank R raises at its first checkpoint instead.
 
     python tests/dist_worker.py DUMP_DIR [train flags ...]

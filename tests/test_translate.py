@@ -384,11 +384,10 @@ def test_ensemble_members_must_share_vocabularies_and_languages(tr, tmp_path, ca
     assert code == 2 and "cannot be used with --ensemble" in err
 
 
-def test_translate_cli_decodes_on_cpu1_to_cpuN(tr):
-    """`--cpu-devices 2` decodes on cpu(1) and cpu(2), leaving cpu(0)'s engine worker to the waits and host copies
-    of both (`nmt.parallel.cpu_contexts`); one device stays cpu(0)."""
+def test_translate_cli_decodes_on_cpu0_to_cpuN_minus_1(tr):
+    """`--cpu-devices 2` decodes on cpu(0) and cpu(1), the contexts training uses (`nmt.parallel.parse_devices`)."""
     from nmt.cli_decode import _load_translator, build_translate_parser
     parse = build_translate_parser().parse_args
-    assert _load_translator(parse(["--model-dir", str(tr.model_dir), "--cpu-devices", "2"])).ctxs == [mx.cpu(1),
-                                                                                                      mx.cpu(2)]
+    assert _load_translator(parse(["--model-dir", str(tr.model_dir), "--cpu-devices", "2"])).ctxs == [mx.cpu(0),
+                                                                                                      mx.cpu(1)]
     assert _load_translator(parse(["--model-dir", str(tr.model_dir)])).ctxs == [mx.cpu(0)]
