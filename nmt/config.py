@@ -29,6 +29,10 @@ def _check(checks) -> None:
 # its own on dev BLEU; mlp attention beat dot alone, but not once word dropout was on (and costs ~25% per update).
 
 
+# Languages a model translates between (either direction).
+LANGS = ("ko", "en")
+
+
 @dataclass
 class DataConfig:
     src_lang: str = "ko"                 # source language code (ko or en)
@@ -61,6 +65,10 @@ class DataConfig:
                 (self.batch_tokens is None or self.batch_tokens >= 1,
                  f"--batch-tokens must be >= 1, got {self.batch_tokens}"),
                 (self.vocab_size >= 16, f"--vocab-size must be >= 16, got {self.vocab_size}"),
+                (self.src_lang in LANGS, f"--src {self.src_lang!r}: unsupported language; use one of "
+                                         + ", ".join(LANGS)),
+                (self.tgt_lang in LANGS, f"--tgt {self.tgt_lang!r}: unsupported language; use one of "
+                                         + ", ".join(LANGS)),
                 (self.src_lang != self.tgt_lang, f"--src and --tgt are both {self.src_lang!r}; "
                                                  "translate ko -> en or en -> ko"),
                 (self.subword_sampling == 0.0 or 0.0 < self.subword_sampling < 1.0,

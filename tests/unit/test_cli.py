@@ -137,3 +137,19 @@ def test_config_dataclasses_refuse_values_that_cannot_work(argv, message):
     with pytest.raises(ConfigError) as err:
         cfg_of(argv)
     assert message in str(err.value)
+
+
+def test_a_config_file_is_checked_like_the_flags(tmp_path):
+    """Values that bypass argparse's choices (a --config file, the Python API) meet the same checks."""
+    from nmt.config import DataConfig, TrainConfig
+    with pytest.raises(ConfigError, match="--tgt 'fr': unsupported language; use one of ko, en"):
+        DataConfig(tgt_lang="fr")
+    with pytest.raises(ConfigError, match="--log-every must be >= 1"):
+        TrainConfig(log_every=0)
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"optim": {"lr_schedule": "cosine"}}))
+    with pytest.raises(ConfigError, match="unknown key"):
+        cfg_of(["--config", str(path)])
+    path.write_text(json.dumps({"optim": {"schedule": "cosine"}}))
+    with pytest.raises(ConfigError, match="--lr-schedule 'cosine': use inv_sqrt, plateau or constant"):
+        cfg_of(["--config", str(path)])
