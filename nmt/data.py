@@ -1,6 +1,6 @@
-"""The training data as the trainer sees it: SentencePiece models of both languages (trained on the training
-split, or reused from the model directory), token ids of the training and dev pairs within the length limits,
-and the resegmentation of training batches for subword regularization."""
+"""The training data as the trainer sees it (`build_data`): SentencePiece models of both languages (trained on the
+training split, or reused from the model directory), token ids of the training and dev pairs within the length
+limits, the resegmentation of training batches for subword regularization, and the bucketed batches."""
 from __future__ import annotations
 
 import logging
