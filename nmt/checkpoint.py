@@ -48,6 +48,12 @@ def params_file(step: int) -> str:
     return f"params.{step:08d}"
 
 
+def params_step(name: str) -> Optional[int]:
+    """The step of a `params.<step>` file name; None for any other name (params.best, params.avg, ...)."""
+    m = _PARAMS_STEP.match(Path(name).name)
+    return int(m.group(1)) if m else None
+
+
 def trainer_states_file(step: int) -> str:
     return f"trainer.{step:08d}.states"
 
@@ -142,7 +148,10 @@ def latest_step(state: TrainState) -> int:
     """The step of the latest checkpoint named by `state` (its parameter and optimizer-state files)."""
     if not state.params_files:
         raise CheckpointError("the training state names no checkpoint file")
-    return int(state.params_files[-1].split(".")[1])
+    step = params_step(state.params_files[-1])
+    if step is None:
+        raise CheckpointError(f"the training state names {state.params_files[-1]!r}, not a params.<step> file")
+    return step
 
 
 def latest_params_path(model_dir: Path) -> Path:
@@ -170,12 +179,6 @@ def params_path(model_dir: Path, which: str = "best") -> Path:
     return path
 
 
-def load_params(model_dir, which: str = "latest") -> Dict[str, Any]:
-    """The parameters of a checkpoint as name -> NDArray (names as written by `save_parameters`)."""
-    import mxnet as mx
-    return mx.nd.load(str(params_path(Path(model_dir), which)))
-
-
 def average_checkpoints(model_dir: Path, files: List[str]) -> Path:
     """Average parameter files element-wise into params.avg (checkpoint averaging)."""
     import mxnet as mx
@@ -188,7 +191,3 @@ def average_checkpoints(model_dir: Path, files: List[str]) -> Path:
     _save_with(lambda tmp: mx.nd.save(tmp, avg), model_dir / PARAMS_AVG)
     return model_dir / PARAMS_AVG
 
-
-def list_params_files(model_dir: Path) -> List[str]:
-    return sorted(os.path.basename(p) for p in glob.glob(str(Path(model_dir) / "params.*"))
-                  if _PARAMS_STEP.match(os.path.basename(p)))

@@ -58,7 +58,7 @@ DATA_FLAGS = [
     Flag("--batch-tokens", "data", "batch_tokens", int, "global batch in target tokens (instead of --batch-size)"),
     Flag("--num-buckets", "data", "num_buckets", int, "length buckets (few fixed batch shapes)"),
     Flag("--bucketing", "data", "bucketing", str, "how examples are split into the buckets: the split that pads "
-         "least (padding, default) or length quantiles (quantile, the scheme before this flag)",
+         "least (padding, default) or length quantiles (quantile)",
          choices=("padding", "quantile")),
 ]
 MODEL_FLAGS = [
@@ -169,7 +169,7 @@ def config_from_args(args: argparse.Namespace, base: Optional[Config] = None) ->
     if getattr(args, "config", None):
         if not Path(args.config).is_file():
             raise ConfigError(f"--config {args.config}: file not found")
-        cfg = Config.load(args.config)
+        cfg = Config.load(args.config, complete=False)
     else:
         cfg = base or Config()
     d = cfg.to_dict()

@@ -16,10 +16,21 @@ class ConfigError(ValueError):
     """A configuration value that cannot work; the message names the flag or field."""
 
 
+def _check(checks) -> None:
+    """ConfigError with the message of the first (ok, message) pair that is not ok."""
+    for ok, message in checks:
+        if not ok:
+            raise ConfigError(message)
+
+
 # Defaults are the measured best of the default job (Tatoeba ko->en, 3.9k pairs, 30 minutes on one CPU core; README
 # "Results", ablations): small-data NMT is won by regularization and small vocabularies (Sennrich & Zhang 2019).
 # Each of vocabulary 2000, dropout 0.4, label smoothing 0.2 and word dropout 0.2 beat its alternative in a run of
 # its own on dev BLEU; mlp attention beat dot alone, but not once word dropout was on (and costs ~25% per update).
+
+
+# Languages a model translates between (either direction).
+LANGS = ("ko", "en")
 
 
 @dataclass
@@ -47,7 +58,23 @@ class DataConfig:
     batch_size: int = 32                 # global batch of one update, in sentences (whatever the device count)
     batch_tokens: Optional[int] = None   # or: global batch in target tokens (overrides batch_size)
     num_buckets: int = 8                 # bucket count; few fixed shapes keep the hybridized graph cached
-    bucketing: str = "padding"           # "padding": the buckets that pad least; "quantile": length quantiles (old)
+    bucketing: str = "padding"           # "padding": the buckets that pad least; "quantile": length quantiles
+
+    def __post_init__(self) -> None:
+        _check([(self.batch_size >= 1 or bool(self.batch_tokens), f"--batch-size must be >= 1, got {self.batch_size}"),
+                (self.batch_tokens is None or self.batch_tokens >= 1,
+                 f"--batch-tokens must be >= 1, got {self.batch_tokens}"),
+                (self.vocab_size >= 16, f"--vocab-size must be >= 16, got {self.vocab_size}"),
+                (self.src_lang in LANGS, f"--src {self.src_lang!r}: unsupported language; use one of "
+                                         + ", ".join(LANGS)),
+                (self.tgt_lang in LANGS, f"--tgt {self.tgt_lang!r}: unsupported language; use one of "
+                                         + ", ".join(LANGS)),
+                (self.src_lang != self.tgt_lang, f"--src and --tgt are both {self.src_lang!r}; "
+                                                 "translate ko -> en or en -> ko"),
+                (self.subword_sampling == 0.0 or 0.0 < self.subword_sampling < 1.0,
+                 "--subword-sampling must be between 0 and 1, exclusive (0 = off; " + (
+                     "smoothing alpha, 0.1-0.5 is usual" if self.spm_model_type == "unigram"
+                     else "BPE-dropout rate, 0.1 is usual") + f"), got {self.subword_sampling}")])
 
 
 @dataclass
@@ -75,6 +102,10 @@ class ModelConfig:
                                          # source embedding = target embedding (= output layer with tie_weights)
 
 
+# Optimizers of MXNet's registry that --optimizer accepts (those that take only lr and weight decay, plus Adam's betas).
+OPTIMIZERS = ("adam", "sgd", "nag", "adagrad", "rmsprop", "adadelta", "lamb", "ftml")
+
+
 @dataclass
 class OptimConfig:
     optimizer: str = "adam"
@@ -87,6 +118,14 @@ class OptimConfig:
     clip_norm: float = 5.0               # global gradient-norm clipping over all devices (0 disables)
     beta1: float = 0.9
     beta2: float = 0.98
+
+    def __post_init__(self) -> None:
+        _check([(self.optimizer in OPTIMIZERS, f"--optimizer {self.optimizer!r} is not supported; use one of "
+                                                + ", ".join(OPTIMIZERS)),
+                (self.lr > 0, f"--lr must be > 0, got {self.lr}"),
+                (0 <= self.label_smoothing < 1, f"--label-smoothing must be in [0, 1), got {self.label_smoothing}"),
+                (self.schedule in ("inv_sqrt", "plateau", "constant"),
+                 f"--lr-schedule {self.schedule!r}: use inv_sqrt, plateau or constant")])
 
 
 @dataclass
@@ -111,6 +150,14 @@ class TrainConfig:
     progress: bool = True                # tqdm bar on stderr
     amp: bool = False                    # automatic mixed precision (float16 compute, float32 weights); GPUs only
 
+    def __post_init__(self) -> None:
+        _check([(self.accum_steps >= 1, f"--accum-steps must be >= 1, got {self.accum_steps}"),
+                (self.max_steps >= 0, f"--max-steps must be >= 0, got {self.max_steps}"),
+                (self.max_epochs >= 1, f"--max-epochs must be >= 1, got {self.max_epochs}"),
+                (self.valid_every >= 0, f"--valid-every must be >= 0, got {self.valid_every}"),
+                (self.keep_last >= 1, f"--keep-last must be >= 1, got {self.keep_last}"),
+                (self.log_every >= 1, f"--log-every must be >= 1, got {self.log_every}")])
+
 
 @dataclass
 class DecodeConfig:
@@ -123,15 +170,6 @@ class DecodeConfig:
     max_input_tokens: int = 250          # longer inputs are truncated with a warning
 
 
-# A key missing from a saved config (written before the key existed) means what that version did, not today's
-# default: fields whose default changed after they were added are listed here with their old value.
-ABSENT_MEANS: Dict[tuple, Any] = {
-    ("model", "word_dropout"): 0.0,      # the default became 0.2 after models were trained without word dropout
-    ("model", "lexical_model"): False,   # models from before the lexical model had none
-    ("data", "bucketing"): "quantile",   # the only scheme before the field existed
-}
-
-
 @dataclass
 class Config:
     data: DataConfig = field(default_factory=DataConfig)
@@ -140,11 +178,17 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
 
+    def __post_init__(self) -> None:
+        d, t = self.data, self.train
+        _check([(bool(d.batch_tokens) or d.batch_size >= t.accum_steps,
+                 f"--batch-size {d.batch_size} is smaller than --accum-steps {t.accum_steps}")])
+
     def to_dict(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, d: Dict[str, Any], source: str = "config") -> "Config":
+    def from_dict(cls, d: Dict[str, Any], source: str = "config", complete: bool = False) -> "Config":
+        """A Config from its dict; with `complete` (a model directory's config.json) every key must be there."""
         parts = {}
         for f in dataclasses.fields(cls):
             sub = d.get(f.name, {}) or {}
@@ -154,8 +198,11 @@ class Config:
             if unknown:
                 raise ConfigError(f"{source}: unknown key(s) in section '{f.name}': {', '.join(unknown)}; "
                                   f"known: {', '.join(sorted(known))}")
-            absent = {k: v for (section, k), v in ABSENT_MEANS.items() if section == f.name and k not in sub}
-            parts[f.name] = klass(**{**absent, **sub})
+            missing = sorted(known - set(sub))
+            if complete and missing:
+                raise ConfigError(f"{source} was written by an earlier version of nmt (no '{f.name}.{missing[0]}'); "
+                                  "retrain the model with this version")
+            parts[f.name] = klass(**sub)
         unknown = sorted(set(d) - {f.name for f in dataclasses.fields(cls)})
         if unknown:
             raise ConfigError(f"{source}: unknown section(s) {', '.join(unknown)}; "
@@ -167,13 +214,14 @@ class Config:
         atomic_write_text(Path(path), json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n")
 
     @classmethod
-    def load(cls, path) -> "Config":
+    def load(cls, path, complete: bool = True) -> "Config":
+        """The config saved at `path`: complete (a model directory's), or partial (`--config FILE`) when not."""
         path = Path(path)
         try:
             d = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as e:
             raise ConfigError(f"{path}: not valid JSON ({e})") from None
-        return cls.from_dict(d, source=str(path))
+        return cls.from_dict(d, source=str(path), complete=complete)
 
     def replace(self, **sections) -> "Config":
         return dataclasses.replace(self, **sections)

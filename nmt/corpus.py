@@ -79,6 +79,20 @@ def read_lines(path: PathLike, *, skip_invalid_utf8: bool = False,
     return [None if t is None else normalize(t) for t in _decode_lines(path, skip_invalid_utf8, max_line_chars)]
 
 
+def _split_lines(data: bytes, path: Path) -> List[bytes]:
+    """The lines of `data`; blank lines at the very end are dropped (warned)."""
+    raw = data.split(b"\n")
+    if raw[-1] == b"":
+        raw.pop()   # the newline that ends the last line does not start another one
+    trailing = 0
+    while raw and not raw[-1].strip():
+        raw.pop()
+        trailing += 1
+    if trailing:
+        logger.warning("%s: ignored %d blank line(s) at the end of the file", path, trailing)
+    return raw
+
+
 def _decode_lines(path: PathLike, skip_invalid_utf8: bool, max_line_chars: int) -> List[Optional[str]]:
     """Decoded, not yet normalized lines of a UTF-8 text file; None for an undecodable line skipped on request.
 
@@ -112,15 +126,7 @@ def _decode_lines(path: PathLike, skip_invalid_utf8: bool, max_line_chars: int) 
         if crlf:
             logger.warning("%s: converted %d CRLF (Windows) line ends to LF", path, crlf)
             data = data.replace(b"\r\n", b"\n")
-    raw = data.split(b"\n")
-    if raw[-1] == b"":
-        raw.pop()   # the newline that ends the last line does not start another one
-    trailing = 0
-    while raw and not raw[-1].strip():
-        raw.pop()
-        trailing += 1
-    if trailing:
-        logger.warning("%s: ignored %d blank line(s) at the end of the file", path, trailing)
+    raw = _split_lines(data, path)
 
     lines: List[Optional[str]] = []
     bad: List[int] = []

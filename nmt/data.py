@@ -1,17 +1,18 @@
-"""The training data as the trainer sees it: SentencePiece models of both languages (trained on the training
-split, or reused from the model directory), token ids of the training and dev pairs within the length limits,
-and the resegmentation of training batches for subword regularization."""
+"""The training data as the trainer sees it (`build_data`): SentencePiece models of both languages (trained on the
+training split, or reused from the model directory), token ids of the training and dev pairs within the length
+limits, the resegmentation of training batches for subword regularization, and the bucketed batches."""
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import List, Optional, Tuple
 
-from nmt.batching import Resegment
+from nmt.batching import BatchIterator, Resegment
 from nmt.config import Config, ConfigError, DataConfig
-from nmt.recipes import DatasetSplits
-from nmt.tokenizer import Tokenizer, load_or_train_tokenizer, tokenizer_path
+from nmt.recipes import DatasetSplits, load_data
+from nmt.sampler import BucketSampler
+from nmt.tokenizer import Tokenizer, load_or_train_tokenizer, load_tokenizers, tokenizer_path
 from nmt.workers import WorkerGroup
 
 logger = logging.getLogger("nmt.data")
@@ -28,26 +29,22 @@ class EncodedData:
     train_tgt_text: List[str] = field(default_factory=list)
 
 
-def load_tokenizers(cfg: Config, model_dir: Path, splits: Optional[DatasetSplits],
-                    workers: Optional[WorkerGroup] = None) -> Dict[str, Tokenizer]:
-    """SentencePiece models of both languages: reused from the model directory, else trained on `splits.train`.
-    In a distributed job only rank 0 trains them and the other workers load its files (SentencePiece training is
-    not bit-identical across thread counts, and the workers must encode the data alike)."""
+def build_tokenizers(cfg: Config, model_dir: Path, splits: Optional[DatasetSplits],
+                     workers: Optional[WorkerGroup] = None) -> Tuple[Tokenizer, Tokenizer]:
+    """Source and target SentencePiece models: loaded from the model directory when `splits` is None (resume),
+    else reused from it or trained on `splits.train`. In a distributed job only rank 0 trains them and the other
+    workers load its files (SentencePiece training is not bit-identical across thread counts, and the workers
+    must encode the data alike)."""
     d = cfg.data
     if workers is not None and workers.num_workers > 1:
         if workers.is_chief:
-            load_tokenizers(cfg, model_dir, splits)
+            build_tokenizers(cfg, model_dir, splits)
         names = [tokenizer_path(model_dir, lang).name for lang in (d.src_lang, d.tgt_lang)]
-        model_dir = workers.share_files(model_dir, names)
-        splits = None
-    toks = {}
-    for lang, lines in ((d.src_lang, splits.train.src if splits else None),
-                        (d.tgt_lang, splits.train.tgt if splits else None)):
-        if lines is None:
-            toks[lang] = Tokenizer.load(tokenizer_path(model_dir, lang))
-        else:
-            toks[lang] = load_or_train_tokenizer(model_dir, lang, lines, d.vocab_size, d.spm_model_type)
-    return toks
+        return load_tokenizers(workers.share_files(model_dir, names), d.src_lang, d.tgt_lang)
+    if splits is None:
+        return load_tokenizers(model_dir, d.src_lang, d.tgt_lang)
+    return (load_or_train_tokenizer(model_dir, d.src_lang, splits.train.src, d.vocab_size, d.spm_model_type),
+            load_or_train_tokenizer(model_dir, d.tgt_lang, splits.train.tgt, d.vocab_size, d.spm_model_type))
 
 
 def encode_data(cfg: Config, splits: DatasetSplits, src_tok: Tokenizer, tgt_tok: Tokenizer) -> EncodedData:
@@ -68,21 +65,45 @@ def encode_data(cfg: Config, splits: DatasetSplits, src_tok: Tokenizer, tgt_tok:
                        [splits.train.src[i] for i in keep], [splits.train.tgt[i] for i in keep])
 
 
-def check_subword_sampling(d: DataConfig) -> None:
-    """ConfigError unless --subword-sampling is 0 (off) or strictly between 0 and 1."""
-    if d.subword_sampling != 0.0 and not 0.0 < d.subword_sampling < 1.0:
-        raise ConfigError(f"--subword-sampling must be between 0 and 1, exclusive (0 = off; {d.spm_model_type}: "
-                          + ("smoothing alpha, 0.1-0.5 is usual" if d.spm_model_type == "unigram"
-                             else "BPE-dropout rate, 0.1 is usual") + f"), got {d.subword_sampling}")
-
-
 def subword_resegmenter(d: DataConfig, data: EncodedData, src_tok: Tokenizer, tgt_tok: Tokenizer) -> Resegment:
     """(example indices, seed) -> their training pairs segmented with SentencePiece sampling (see
     `Tokenizer.encode_sampled`): subword regularization, a new segmentation of each sentence every epoch."""
-    check_subword_sampling(d)
     alpha = d.subword_sampling
 
     def resegment(indices, seed: int):
         return (src_tok.encode_sampled([data.train_src_text[i] for i in indices], alpha, seed),
                 tgt_tok.encode_sampled([data.train_tgt_text[i] for i in indices], alpha, seed + 1))
     return resegment
+
+
+@dataclass
+class TrainData:
+    """What training reads: the text splits, both tokenizers, their ids, and the batches over the ids."""
+    splits: DatasetSplits
+    src_tok: Tokenizer
+    tgt_tok: Tokenizer
+    encoded: EncodedData
+    sampler: BucketSampler
+    batches: BatchIterator
+
+
+def build_data(cfg: Config, model_dir: Path, resume: bool = False,
+               workers: Optional[WorkerGroup] = None) -> TrainData:
+    """The data of a run per `cfg.data`: the text splits of the recipe (or files), tokenizers trained into
+    `model_dir` (or, on `resume`, loaded from it), token ids and the bucketed batches, seeded with
+    `cfg.train.seed` (the sampler starts at epoch 0; a resume loads its position)."""
+    d = cfg.data
+    splits = load_data(d)
+    logger.info("data: %d train, %d dev pairs; tests: %s", len(splits.train.src), len(splits.dev.src),
+                ", ".join(f"{k} ({len(v.src)})" for k, v in splits.tests.items()) or "none")
+    src_tok, tgt_tok = build_tokenizers(cfg, model_dir, None if resume else splits, workers)
+    encoded = encode_data(cfg, splits, src_tok, tgt_tok)
+    sampler = BucketSampler([len(s) for s in encoded.train_src], [len(t) for t in encoded.train_tgt],
+                            batch_size=None if d.batch_tokens else d.batch_size, batch_tokens=d.batch_tokens,
+                            num_buckets=d.num_buckets, bucketing=d.bucketing, shuffle=True, seed=cfg.train.seed)
+    logger.info("batches: %d per epoch in %d shapes (%s bucketing), %.0f%% of the padded positions are tokens",
+                len(sampler), len(sampler.bucket_shapes), sampler.bucketing, 100 * sampler.real_fraction)
+    resegment = subword_resegmenter(d, encoded, src_tok, tgt_tok) if d.subword_sampling else None
+    batches = BatchIterator(encoded.train_src, encoded.train_tgt, sampler, prefetch=2, resegment=resegment)
+    sampler.set_epoch(0)
+    return TrainData(splits, src_tok, tgt_tok, encoded, sampler, batches)

@@ -98,6 +98,55 @@ class Speedometer:
         return out
 
 
+class LossMeter:
+    """Training loss summed over updates (on the device, so adding costs no host synchronization) and the target
+    tokens it covers; `mean()` reads the loss per token and starts over."""
+
+    def __init__(self):
+        self.total, self.tokens = None, 0
+
+    def add(self, loss_sum, tokens: int) -> None:
+        self.total = loss_sum if self.total is None else self.total + loss_sum
+        self.tokens += tokens
+
+    def mean(self) -> Optional[float]:
+        """Mean loss per target token since the last call (None if no token was added); a host synchronization."""
+        value = float(self.total.asscalar()) / self.tokens if self.tokens else None
+        self.total, self.tokens = None, 0
+        return value
+
+
+class Progress:
+    """The console's view of an epoch: a tqdm bar whose loss, learning rate and tokens/s refresh every
+    `log_every` updates (the loop's only host synchronization besides the gradient norm)."""
+
+    def __init__(self, log_every: int, enabled: bool):
+        self.log_every, self.enabled = log_every, enabled
+        self.speed, self.meter, self.bar = Speedometer(), LossMeter(), None
+        self.last: Dict[str, float] = {"loss": float("nan"), "tok_per_s": 0.0}
+
+    def start_epoch(self, epoch: int, total: int, done: int) -> None:
+        self.bar = tqdm(total=total, initial=done, desc=f"epoch {epoch + 1}", unit="upd", disable=not self.enabled,
+                        dynamic_ncols=True, leave=False)
+
+    def update(self, step: int, batch, loss_sum, lr: float) -> None:
+        self.meter.add(loss_sum, batch.num_tgt_tokens)
+        self.speed.update(batch.num_sentences, batch.num_src_tokens, batch.num_tgt_tokens)
+        if self.bar is not None:   # None: updates outside `fit` (e.g. a benchmark's), logged but not drawn
+            self.bar.update(1)
+        if step % self.log_every == 0:
+            self.last = {"loss": self.meter.mean(), **self.speed.read(), "lr": lr}
+            if self.bar is not None:
+                self.bar.set_postfix(loss=f"{self.last['loss']:.3f}", lr=f"{lr:.2e}",
+                                     tok_s=f"{self.last['tok_per_s']:.0f}")
+            logging.getLogger("nmt.train").debug("step %d loss %.4f", step, self.last["loss"])
+
+    def end_epoch(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
 TENSORBOARD_DIR = "tensorboard"   # inside the model directory: the curves travel with the model
 TENSORBOARD_PIP = "pip install 'tensorboardX==2.6.5' 'protobuf==5.29.6'"   # the versions requirements/common.txt pins
 

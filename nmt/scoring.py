@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import fcntl
 import json
-import re
 import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -94,11 +93,8 @@ def _model_split(cfg: Config, data_dir: Optional[str], kind: str, flag: str, nam
 def checkpoint_info(model_dir: Path, which: str) -> Dict[str, object]:
     """The parameter file behind `which` and, where known, its training step."""
     path = ckpt.params_path(model_dir, which)
-    step = None
-    m = re.match(r"^params\.(\d+)$", path.name)
-    if m:
-        step = int(m.group(1))
-    elif which == "best" and (Path(model_dir) / ckpt.STATE).exists():
+    step = ckpt.params_step(path.name)
+    if step is None and which == "best" and (Path(model_dir) / ckpt.STATE).exists():
         step = ckpt.TrainState.load(model_dir).best_step or None
     return {"params_file": path.name, "step": step}
 

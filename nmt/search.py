@@ -24,6 +24,7 @@ from mxnet import gluon
 
 from nmt.models.base import DecoderState, Seq2SeqModel
 from nmt.models.ensemble import as_model
+from nmt.parallel import to_device
 from nmt.tokenizer import BOS_ID, EOS_ID
 
 MaxLen = Union[int, Sequence[int], np.ndarray]
@@ -213,12 +214,6 @@ def _length_penalty(lengths: np.ndarray, alpha: float) -> np.ndarray:
     return ((5.0 + lengths) / 6.0) ** alpha
 
 
-def _upload(a: np.ndarray, ctx: mx.Context) -> mx.nd.NDArray:
-    """A fresh float32 NDArray on `ctx` without waiting for the engine (mx.nd.array would)."""
-    host = mx.nd.from_numpy(np.array(a, dtype=np.float32, order="C", copy=True), zero_copy=True)
-    return host if host.context == ctx else host.as_in_context(ctx)
-
-
 class _Segment:
     """Steps between two changes of the batch: its sentences (original numbering) and, per step, the
     back-pointers (beam index within the sentence) and the emitted tokens (-1: none), (steps, B, K) on the host."""
@@ -268,7 +263,7 @@ def _search(advance: Advance, state: DecoderState, hyps: _Hyps, batch: int, K: i
     read while the next one runs, and a step queued after all were done is dropped."""
     ctx = hyps.prev.context
     run = _Run(batch, K)
-    t, flags = _upload(np.zeros(1), ctx), None
+    t, flags = to_device(np.zeros(1), ctx), None
     for step in range(num_steps):
         new_state, new_hyps, new_t, emitted, rows, new_flags = advance(state, hyps, t, step == 0)
         done = None if flags is None else flags.asnumpy() > 0.5
@@ -281,9 +276,9 @@ def _search(advance: Advance, state: DecoderState, hyps: _Hyps, batch: int, K: i
             run.close()
             run.finalize(np.flatnonzero(done), hyps)
             keep = np.flatnonzero(~done)
-            rows_kept = _upload((keep[:, None] * K + np.arange(K)).reshape(-1), ctx)
+            rows_kept = to_device((keep[:, None] * K + np.arange(K)).reshape(-1), ctx)
             state, hyps = state.select(rows_kept), hyps.select(rows_kept)
-            flags = mx.nd.take(flags, _upload(keep, ctx))
+            flags = mx.nd.take(flags, to_device(keep, ctx))
             run.ids = run.ids[keep]
     run.close()
     run.finalize(np.arange(len(run.ids)), hyps)
@@ -324,8 +319,8 @@ def greedy_search(model: Models, src: mx.nd.NDArray, src_len: mx.nd.NDArray, max
         return state, dataclasses.replace(hyps, prev=token, finished=done), t1, emitted, None, done
 
     state = model.init_state(model.encode(src, src_len))
-    hyps = _Hyps(prev=_upload(np.full(batch, BOS_ID), ctx), limits=_upload(limits, ctx),
-                 finished=_upload(limits == 0, ctx))
+    hyps = _Hyps(prev=to_device(np.full(batch, BOS_ID), ctx), limits=to_device(limits, ctx),
+                 finished=to_device(limits == 0, ctx))
     run = _search(advance, state, hyps, batch, 1, num_steps)
     return [[int(x) for x in tokens[:, 0] if x >= 0] for tokens in _trace(run.segments, batch, 1)]
 
@@ -362,8 +357,8 @@ def beam_search(model: Models, src: mx.nd.NDArray, src_len: mx.nd.NDArray, beam_
     update = _update_block(ctx, K, model.tgt_vocab_size, nbest if early_stop and alpha >= 0 else 0,
                            len(state.arrays(moving_only=True)))
     # penalties of every possible length, computed in float64 once and rounded to float32 once
-    lp_table = _upload(_length_penalty(np.arange(num_steps + 2), alpha), ctx)
-    bos = _upload(np.full(batch, BOS_ID), ctx)
+    lp_table = to_device(_length_penalty(np.arange(num_steps + 2), alpha), ctx)
+    bos = to_device(np.full(batch, BOS_ID), ctx)
 
     def advance(state, hyps, t, first):
         # the first step's K beams of a sentence are one hypothesis: the model runs on one row per sentence
@@ -379,8 +374,8 @@ def beam_search(model: Models, src: mx.nd.NDArray, src_len: mx.nd.NDArray, beam_
     scores = np.full((batch, K), -np.inf)
     scores[:, 0] = 0.0  # one live hypothesis per sentence at the start, so beams do not duplicate it
     zeros = np.zeros(batch * K)
-    hyps = _Hyps(prev=_upload(np.full(batch * K, BOS_ID), ctx), limits=_upload(np.repeat(limits, K), ctx),
-                 scores=_upload(scores.reshape(-1), ctx), lengths=_upload(zeros, ctx), finished=_upload(zeros, ctx))
+    hyps = _Hyps(prev=to_device(np.full(batch * K, BOS_ID), ctx), limits=to_device(np.repeat(limits, K), ctx),
+                 scores=to_device(scores.reshape(-1), ctx), lengths=to_device(zeros, ctx), finished=to_device(zeros, ctx))
     run = _search(advance, state, hyps, batch, K, num_steps)
     results: List[List[Tuple[List[int], float]]] = []
     for b, history in enumerate(_trace(run.segments, batch, K)):

@@ -19,7 +19,7 @@ import re
 import tempfile
 import unicodedata
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence, Union
+from typing import Callable, List, Optional, Sequence, Tuple, Union
 
 import sentencepiece as spm
 
@@ -149,6 +149,23 @@ class Tokenizer:
         return f"Tokenizer(lang={self.lang!r}, vocab_size={self.vocab_size}, path='{self.path}')"
 
 
+def _write_training_text(lines: Sequence[str], path: Path, lang: str) -> int:
+    """The non-blank `lines`, NFC-normalized, one per line in `path`; returns their count (TokenizerError if 0)."""
+    n_lines = n_content = 0
+    with open(path, "w", encoding="utf-8", newline="\n") as f:
+        for i, line in enumerate(lines):
+            if not isinstance(line, str):
+                raise TokenizerError(f"train_tokenizer({lang}): line {i} is {type(line).__name__}, expected str")
+            n_lines += 1
+            if line.strip():
+                n_content += 1
+                f.write(_nfc(line) + "\n")
+    if n_content == 0:
+        raise TokenizerError(f"no training text for the {lang} tokenizer: "
+                             f"{'all ' + str(n_lines) + ' lines are blank' if n_lines else 'no lines given'}")
+    return n_content
+
+
 def train_tokenizer(lines: Sequence[str], out_dir: PathLike, lang: str, vocab_size: int,
                     model_type: str = "unigram", seed: int = 1,
                     num_threads: Optional[int] = None) -> Tokenizer:
@@ -171,18 +188,7 @@ def train_tokenizer(lines: Sequence[str], out_dir: PathLike, lang: str, vocab_si
 
     with tempfile.TemporaryDirectory(prefix=f"spm-{lang}-") as tmp:
         text_file = Path(tmp) / "train.txt"
-        n_lines = n_content = 0
-        with open(text_file, "w", encoding="utf-8", newline="\n") as f:
-            for i, line in enumerate(lines):
-                if not isinstance(line, str):
-                    raise TokenizerError(f"train_tokenizer({lang}): line {i} is {type(line).__name__}, expected str")
-                n_lines += 1
-                if line.strip():
-                    n_content += 1
-                    f.write(_nfc(line) + "\n")
-        if n_content == 0:
-            raise TokenizerError(f"no training text for the {lang} tokenizer: "
-                                 f"{'all ' + str(n_lines) + ' lines are blank' if n_lines else 'no lines given'}")
+        n_content = _write_training_text(lines, text_file, lang)
         prefix = Path(tmp) / "spm"
         spm.set_random_generator_seed(seed)
         try:
@@ -230,3 +236,8 @@ def load_or_train_tokenizer(out_dir: PathLike, lang: str,
     if callable(lines):
         lines = lines()
     return train_tokenizer(lines, out_dir, lang, vocab_size, model_type=model_type)
+
+
+def load_tokenizers(model_dir: PathLike, src_lang: str, tgt_lang: str) -> Tuple[Tokenizer, Tokenizer]:
+    """The source and target SentencePiece models saved in a model directory."""
+    return Tokenizer.load(tokenizer_path(model_dir, src_lang)), Tokenizer.load(tokenizer_path(model_dir, tgt_lang))

@@ -28,7 +28,7 @@ from nmt.models import build_model
 from nmt.models.ensemble import as_model
 from nmt.parallel import concurrent_devices_safe
 from nmt.search import beam_search, greedy_search
-from nmt.tokenizer import Tokenizer, tokenizer_path
+from nmt.tokenizer import Tokenizer, load_tokenizers
 
 logger = logging.getLogger("nmt.translate")
 
@@ -64,8 +64,7 @@ def _load_tokenizers(model_dir: Path) -> Tuple[Config, Tokenizer, Tokenizer]:
         raise ckpt.CheckpointError(f"{model_dir / ckpt.CONFIG} not found: --model-dir must be a directory "
                                    "written by nmt training")
     cfg = Config.load(model_dir / ckpt.CONFIG)
-    return (cfg, Tokenizer.load(tokenizer_path(model_dir, cfg.data.src_lang)),
-            Tokenizer.load(tokenizer_path(model_dir, cfg.data.tgt_lang)))
+    return (cfg, *load_tokenizers(model_dir, cfg.data.src_lang, cfg.data.tgt_lang))
 
 
 def _load_net(model_dir: Path, cfg: Config, src_tok: Tokenizer, tgt_tok: Tokenizer, which: str, ctx: mx.Context):

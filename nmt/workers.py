@@ -145,9 +145,12 @@ class WorkerGroup:
     def init_trainer(self, trainer) -> None:
         """Initialize `trainer`'s kvstore now (every worker gets rank 0's parameters) and wait for it.
 
-        gluon does this lazily in the first `allreduce_grads`, after the first backward pass; with
-        update_on_kvstore=False the parameter pull can then reach the server after the first gradient round and
-        return the summed gradient in place of the parameters (also with a single worker)."""
+        Works around a gluon.Trainer bug (MXNet 1.9.1, update_on_kvstore=False): the kvstore is initialized lazily,
+        in the first `allreduce_grads`, after the first backward pass, so a worker whose parameters differ from
+        rank 0's sums a first gradient taken at its own (tests/integration/test_distributed.py shows it), and the
+        parameter pull can reach the server after the first gradient round and return the summed gradient in place
+        of the parameters. Gluon offers no public call to initialize it earlier: this is the one place that uses
+        its private members."""
         if self.kv is None:
             return
         import mxnet as mx

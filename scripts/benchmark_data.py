@@ -18,7 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from nmt.batching import BatchIterator, BucketSampler
+from nmt.batching import BatchIterator
+from nmt.sampler import BucketSampler
 from nmt.config import DataConfig
 from nmt.recipes import load_data
 from nmt.tokenizer import train_tokenizer

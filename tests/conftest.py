@@ -10,11 +10,6 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
-# CPU contexts that train or decode side by side bind their engine threads to a core each for the rest of the
-# process (nmt.parallel.pin_context_threads). Tests monkeypatch the OpenMP thread count, so in this one long-lived
-# process a bound thread could take an OpenMP team onto one core: binding is tested in fresh processes only.
-os.environ.setdefault("NMT_PIN_THREADS", "0")
-
 
 @pytest.fixture(scope="session")
 def shared_data() -> Path:

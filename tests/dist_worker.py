@@ -1,5 +1,6 @@
-"""A training worker for tests/test_distributed.py: trains like scripts/train.py, then saves this worker's final
-parameters as DUMP_DIR/params.rank<R>, so a test can compare the workers with each other and with one process.
+"""A training worker for tests/integration/test_distributed.py: trains like scripts/train.py, then saves this
+worker's final parameters as DUMP_DIR/params.rank<R>, so a test can compare the workers with each other and with
+one process.
 With FAIL_ON_SAVE=R in the environment, the worker of kvstore rank R raises at its first checkpoint instead.
 
     python tests/dist_worker.py DUMP_DIR [train flags ...]
@@ -9,16 +10,16 @@ import sys
 from pathlib import Path
 
 from nmt.cli import build_train_parser, config_from_args
-from nmt.train import Trainer
+from nmt.train import create_trainer
 
 
 def main(argv) -> int:
     dump_dir, args = Path(argv[0]), build_train_parser().parse_args(argv[1:])
-    trainer = Trainer(config_from_args(args), resume=args.resume, overwrite=args.overwrite)
+    trainer = create_trainer(config_from_args(args), resume=args.resume, overwrite=args.overwrite)
     if os.environ.get("FAIL_ON_SAVE") == str(trainer.rank):
         def failing_save(is_best=False):
             raise RuntimeError(f"injected failure in worker rank {trainer.rank}")
-        trainer.save = failing_save
+        trainer.save_checkpoint = failing_save
     trainer.fit()
     trainer.net.save_parameters(str(dump_dir / f"params.rank{trainer.rank}"))
     return 0

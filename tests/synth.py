@@ -10,6 +10,11 @@ import random
 from pathlib import Path
 from typing import Dict, List, Tuple
 
+import numpy as np
+
+from nmt import checkpoint as ckpt
+from nmt.config import Config, DataConfig, ModelConfig, OptimConfig, TrainConfig
+
 _ONSETS = [("ㄱ", "g"), ("ㄴ", "n"), ("ㄷ", "d"), ("ㄹ", "r"), ("ㅁ", "m"), ("ㅂ", "b"), ("ㅅ", "s"), ("ㅈ", "j"),
            ("ㅊ", "ch"), ("ㅋ", "k"), ("ㅌ", "t"), ("ㅍ", "p"), ("ㅎ", "h")]
 _VOWELS = [(0, "a"), (8, "o"), (13, "u"), (20, "i")]   # ㅏ ㅗ ㅜ ㅣ as jamo indices
@@ -53,3 +58,36 @@ def write_task(root: Path, n_train: int = 1200, n_dev: int = 40, n_test: int = 4
             path.write_text("".join(p[col] + "\n" for p in pairs), encoding="utf-8")
             files[f"{split}_{side}"] = str(path)
     return files
+
+
+# -- the trainer's tiny configuration and parameter comparisons, shared by the integration tests -----------
+def tiny_config(tmp_path: Path, files: dict, name: str = "model", **train_kw) -> Config:
+    data = DataConfig(recipe=None, vocab_size=400, batch_size=16, num_buckets=3, **files)
+    model = ModelConfig(embed_size=32, hidden_size=48, num_layers=1, dropout=0.0, word_dropout=0.0, attention="dot",
+                        tie_weights=False)
+    optim = OptimConfig(lr=5e-3, warmup_steps=20, schedule="constant", label_smoothing=0.0)
+    t = dict(model_dir=str(tmp_path / name), max_epochs=200, valid_every=0, seed=3, progress=False,
+             valid_max_sentences=40, patience=0)
+    t.update(train_kw)
+    return Config(data=data, model=model, optim=optim, train=TrainConfig(**t))
+
+
+def load_params(model_dir, which: str = "latest") -> dict:
+    """The parameters of a checkpoint (`which` as `nmt.checkpoint.params_path` takes it): name -> NDArray."""
+    import mxnet as mx
+    return mx.nd.load(str(ckpt.params_path(Path(model_dir), which)))
+
+
+def list_params_files(model_dir) -> List[str]:
+    """The params.<step> files of a model directory, oldest first."""
+    return sorted(p.name for p in Path(model_dir).glob("params.*") if ckpt.params_step(p.name) is not None)
+
+
+def params_of(model_dir) -> dict:
+    return {k: v.asnumpy() for k, v in load_params(model_dir, "latest").items()}
+
+
+def assert_same_params(a: dict, b: dict, rtol=1e-5, atol=1e-6):
+    assert a.keys() == b.keys()
+    for k in a:
+        np.testing.assert_allclose(a[k], b[k], rtol=rtol, atol=atol, err_msg=k)

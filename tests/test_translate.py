@@ -34,7 +34,7 @@ def tiny_model(tmp_path_factory) -> Path:
     """A tiny ko->en model of the synthetic reverse task, trained once per test session (~12 s) and shared by
     test_translate, test_evaluate and test_notebooks. Its directory also holds the task files under synth/."""
     from nmt.train import train
-    from tests.test_train import tiny_config
+    from tests.synth import tiny_config
     root = tmp_path_factory.getbasetemp() / "tiny-translate"
     model = root / "model"
     done = (model / ckpt.STATE).exists() and ckpt.TrainState.load(model).stopped == "max_steps"
@@ -398,3 +398,12 @@ def test_parameters_of_an_earlier_layout_are_refused_with_a_clear_error(model_di
         Translator.from_dir(copy)
     code, _, err = run(["--model-dir", copy, "--input", synth_file(model_dir, "test.ko")], capsys)
     assert code == 2 and "earlier version of nmt" in err and "Traceback" not in err
+
+
+def test_translate_cli_decodes_on_cpu0_to_cpuN_minus_1(tr):
+    """`--cpu-devices 2` decodes on cpu(0) and cpu(1), the contexts training uses (`nmt.parallel.parse_devices`)."""
+    from nmt.cli_decode import _load_translator, build_translate_parser
+    parse = build_translate_parser().parse_args
+    assert _load_translator(parse(["--model-dir", str(tr.model_dir), "--cpu-devices", "2"])).ctxs == [mx.cpu(0),
+                                                                                                      mx.cpu(1)]
+    assert _load_translator(parse(["--model-dir", str(tr.model_dir)])).ctxs == [mx.cpu(0)]

@@ -13,7 +13,8 @@ from nmt.cli import build_train_parser, config_from_args, train_main
 from nmt.config import Config, ConfigError
 from nmt.parallel import DeviceError, parse_devices
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import REPO
+
 
 
 def cfg_of(argv):
@@ -98,9 +99,6 @@ def test_argparse_rejects_bad_types_and_choices(capsys):
 def test_device_parsing():
     assert parse_devices(None, 1) == [mx.cpu(0)]
     assert parse_devices(None, 2) == [mx.cpu(0), mx.cpu(1)]
-    # decoding on several leaves cpu(0)'s engine worker to the waits and host copies of every context
-    assert parse_devices(None, 2, spare_cpu0=True) == [mx.cpu(1), mx.cpu(2)]
-    assert parse_devices(None, 1, spare_cpu0=True) == [mx.cpu(0)]
     assert mx.context.num_gpus() == 0   # these machines have none; GPU parsing is checked by its errors
     with pytest.raises(DeviceError, match="only 0|no GPU found"):
         parse_devices("4,5,6,7")
@@ -114,17 +112,44 @@ def test_device_parsing():
         parse_devices(",")
 
 
-def test_a_key_missing_from_an_old_config_means_what_that_version_did(tmp_path):
-    """Models trained before --word-dropout and --lexical-model existed had neither: their config must not read as
-    today's defaults."""
-    from nmt.config import Config
+def test_a_config_written_by_an_earlier_version_is_refused(tmp_path):
+    """Nothing was released: a model directory's config.json that lacks a key is refused with a clear message,
+    while a --config file may give only some keys."""
     saved = Config().to_dict()
-    del saved["model"]["word_dropout"], saved["model"]["lexical_model"], saved["data"]["bucketing"]
+    del saved["model"]["word_dropout"]
     path = tmp_path / "config.json"
     path.write_text(json.dumps(saved))
-    assert Config.load(path).model.word_dropout == 0.0 and Config().model.word_dropout == 0.2
-    assert Config.load(path).data.bucketing == "quantile" and Config().data.bucketing == "padding"
-    assert Config.load(path).model.lexical_model is False and Config().model.lexical_model is True
-    saved["model"]["word_dropout"] = 0.3
-    path.write_text(json.dumps(saved))
-    assert Config.load(path).model.word_dropout == 0.3
+    with pytest.raises(ConfigError, match=r"written by an earlier version of nmt \(no 'model.word_dropout'\); "
+                                          "retrain"):
+        Config.load(path)
+    assert Config.load(path, complete=False).model.word_dropout == Config().model.word_dropout
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--lr", "0"], "--lr must be > 0"), (["--label-smoothing", "1"], "--label-smoothing must be in [0, 1)"),
+    (["--max-epochs", "0"], "--max-epochs must be >= 1"), (["--keep-last", "0"], "--keep-last must be >= 1"),
+    (["--vocab-size", "8"], "--vocab-size must be >= 16"), (["--batch-tokens", "0"], "--batch-tokens must be >= 1"),
+    (["--optimizer", "adamw"], "--optimizer 'adamw' is not supported"),
+    (["--batch-size", "2", "--accum-steps", "4"], "--batch-size 2 is smaller than --accum-steps 4"),
+    (["--subword-sampling", "1.5"], "--subword-sampling must be between 0 and 1"),
+])
+def test_config_dataclasses_refuse_values_that_cannot_work(argv, message):
+    with pytest.raises(ConfigError) as err:
+        cfg_of(argv)
+    assert message in str(err.value)
+
+
+def test_a_config_file_is_checked_like_the_flags(tmp_path):
+    """Values that bypass argparse's choices (a --config file, the Python API) meet the same checks."""
+    from nmt.config import DataConfig, TrainConfig
+    with pytest.raises(ConfigError, match="--tgt 'fr': unsupported language; use one of ko, en"):
+        DataConfig(tgt_lang="fr")
+    with pytest.raises(ConfigError, match="--log-every must be >= 1"):
+        TrainConfig(log_every=0)
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"optim": {"lr_schedule": "cosine"}}))
+    with pytest.raises(ConfigError, match="unknown key"):
+        cfg_of(["--config", str(path)])
+    path.write_text(json.dumps({"optim": {"schedule": "cosine"}}))
+    with pytest.raises(ConfigError, match="--lr-schedule 'cosine': use inv_sqrt, plateau or constant"):
+        cfg_of(["--config", str(path)])

@@ -12,9 +12,9 @@ import mxnet as mx
 import pytest
 
 from nmt import checkpoint as ckpt
+from conftest import REPO
 from nmt.atomic import atomic_open, atomic_write_text
-from tests.test_train import REPO, tiny_config
-from tests.synth import write_task
+from tests.synth import list_params_files, load_params, tiny_config, write_task
 
 
 def test_atomic_write_keeps_the_old_file_on_failure(tmp_path):
@@ -71,8 +71,8 @@ def test_failed_checkpoint_leaves_the_previous_one_loadable(tmp_path):
     with pytest.raises(OSError):
         ckpt.save_checkpoint(tmp_path, _Net(2.0, fail=True), _Trainer(), state, keep_last=2, is_best=False)
     assert ckpt.TrainState.load(tmp_path).step == 10
-    assert ckpt.load_params(tmp_path, "latest")["w"].asnumpy().tolist() == [1.0, 1.0]
-    assert ckpt.load_params(tmp_path, "best")["w"].asnumpy().tolist() == [1.0, 1.0]
+    assert load_params(tmp_path, "latest")["w"].asnumpy().tolist() == [1.0, 1.0]
+    assert load_params(tmp_path, "best")["w"].asnumpy().tolist() == [1.0, 1.0]
 
 
 def test_optimizer_states_always_match_the_checkpoint_state_json_names(tmp_path):
@@ -97,18 +97,18 @@ def test_keep_last_and_which(tmp_path):
     for step in (1, 2, 3, 4):
         state.step = step
         ckpt.save_checkpoint(tmp_path, _Net(float(step)), _Trainer(), state, keep_last=2, is_best=step == 2)
-    assert ckpt.list_params_files(tmp_path) == [ckpt.params_file(3), ckpt.params_file(4)]
-    assert ckpt.load_params(tmp_path, "latest")["w"].asnumpy()[0] == 4.0
-    assert ckpt.load_params(tmp_path, "best")["w"].asnumpy()[0] == 2.0
-    assert ckpt.load_params(tmp_path, "3")["w"].asnumpy()[0] == 3.0
+    assert list_params_files(tmp_path) == [ckpt.params_file(3), ckpt.params_file(4)]
+    assert load_params(tmp_path, "latest")["w"].asnumpy()[0] == 4.0
+    assert load_params(tmp_path, "best")["w"].asnumpy()[0] == 2.0
+    assert load_params(tmp_path, "3")["w"].asnumpy()[0] == 3.0
     ckpt.average_checkpoints(tmp_path, state.params_files)
-    assert ckpt.load_params(tmp_path, "avg")["w"].asnumpy()[0] == 3.5
+    assert load_params(tmp_path, "avg")["w"].asnumpy()[0] == 3.5
     with pytest.raises(ckpt.CheckpointError, match="unknown checkpoint"):
-        ckpt.load_params(tmp_path, "newest")
+        load_params(tmp_path, "newest")
     with pytest.raises(ckpt.CheckpointError, match="not found"):
-        ckpt.load_params(tmp_path, "1")
+        load_params(tmp_path, "1")
     with pytest.raises(ckpt.CheckpointError, match="holds no checkpoint"):
-        ckpt.load_params(tmp_path / "nothing", "latest")
+        load_params(tmp_path / "nothing", "latest")
 
 
 def test_prepare_model_dir(tmp_path):
@@ -151,7 +151,7 @@ def test_kill_9_mid_training_leaves_a_resumable_directory(tmp_path):
         if proc.poll() is None:
             proc.kill()
     state = ckpt.TrainState.load(model_dir)
-    assert len(ckpt.load_params(model_dir, "latest")) > 0
+    assert len(load_params(model_dir, "latest")) > 0
     r = subprocess.run([sys.executable, str(REPO / "scripts" / "train.py"), *args, "--resume",
                         "--max-steps", str(state.step + 3)], capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]

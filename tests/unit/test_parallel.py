@@ -1,5 +1,5 @@
-"""Correctness of the fast paths: trimmed shares, zero-copy loading, the clip factor folded into the update,
-CPU replicas updated once, the native gradient sum and norm, AMP's CPU error."""
+"""nmt.parallel: trimmed shares, zero-copy loading, the clip factor folded into the update, several devices
+through the kvstore equal to one, skipped non-finite updates, AMP's CPU error."""
 import logging
 
 import mxnet as mx
@@ -8,7 +8,7 @@ import pytest
 from mxnet import gluon, nd
 
 from nmt.batching import Batch, make_batch, split_batch
-from nmt.config import ConfigError, ModelConfig
+from nmt.config import ConfigError, ModelConfig, OptimConfig
 from nmt.loss import Seq2SeqLoss
 from nmt.models import build_model
 from nmt.optim import build_optimizer
@@ -66,42 +66,31 @@ def test_load_share_copies_values_to_any_context():
     np.testing.assert_array_equal(loaded[0].asnumpy(), before)
 
 
-def _parallel(ctxs, optimizer="sgd", clip=0.0, lr=0.1, seed=1, native_ops=True):
+def _parallel(ctxs, optimizer="sgd", clip=0.0, lr=0.1, seed=1):
     model = tiny_model(seed)
     model.initialize(mx.init.Xavier(), ctx=ctxs)
     loss_block = Seq2SeqLoss(model, label_smoothing=0.0)
     loss_block.hybridize(static_alloc=True)
-    trainer = gluon.Trainer(model.collect_params(), build_optimizer(optimizer, learning_rate=lr),   # as training
-                            kvstore="local", update_on_kvstore=False)
-    dp = DataParallel(loss_block, model.collect_params(), trainer, ctxs, clip_norm=clip)
-    dp._native = dp._native and native_ops
-    assert dp._native == (native_ops and hasattr(mx.nd, "nmt_add_sumsq"))
-    return model, dp
-
-
-# The gradient sum and norm on nmt.native's kernel, and on MXNet's operators (the fallback without a compiler).
-NATIVE_OPS = [pytest.param(True, id="native", marks=pytest.mark.skipif(
-    not hasattr(mx.nd, "nmt_add_sumsq"), reason="no nmt_add_sumsq operator registered")),
-    pytest.param(False, id="mxnet-ops")]
+    trainer = build_optimizer(OptimConfig(optimizer=optimizer, lr=lr), model.collect_params())   # as training
+    return model, DataParallel(loss_block, model.collect_params(), trainer, ctxs, clip_norm=clip)
 
 
 def _weights(model, k=0):
     return {n: p.list_data()[k].asnumpy().copy() for n, p in model.collect_params().items()}
 
 
-@pytest.mark.parametrize("native_ops", NATIVE_OPS)
-def test_clip_factor_and_normalizer_are_applied_once(native_ops):
+def test_clip_factor_and_normalizer_are_applied_once():
     """SGD is linear in the gradient, so the update must be exactly -lr * min(1, clip/norm) * grad / N."""
     batch = ragged_batch(seed=3)
-    model, dp = _parallel([mx.cpu()], clip=0.05, lr=0.5, native_ops=native_ops)
+    model, dp = _parallel([mx.cpu()], clip=0.05, lr=0.5)
     w0 = _weights(model)
-    losses, _ = dp.forward_backward(batch)
+    dp.forward_backward(batch)
     grads = {n: p.grad().asnumpy().copy() for n, p in model.collect_params().items()}
     n_tok = batch.num_tgt_tokens
     norm = np.sqrt(sum(float((g.astype(np.float64) ** 2).sum()) for g in grads.values())) / n_tok
     np.testing.assert_allclose(dp.global_norm(n_tok).asscalar(), norm, rtol=1e-5)
     assert norm > 0.05, "the test needs clipping to be active"
-    model2, dp2 = _parallel([mx.cpu()], clip=0.05, lr=0.5, native_ops=native_ops)
+    model2, dp2 = _parallel([mx.cpu()], clip=0.05, lr=0.5)
     _, _, got_norm = dp2.step(batch)
     np.testing.assert_allclose(got_norm.asscalar(), norm, rtol=1e-5)
     factor = 0.05 / (norm + 1e-6)
@@ -110,52 +99,27 @@ def test_clip_factor_and_normalizer_are_applied_once(native_ops):
                                    err_msg=name)
 
 
-@pytest.mark.parametrize("native_ops", NATIVE_OPS)
-def test_cpu_replicas_stay_identical_and_match_one_device(native_ops):
+@pytest.mark.parametrize("devices", [2, 3])
+def test_devices_through_the_kvstore_stay_identical_and_match_one_device(devices):
+    """Gradients summed by the kvstore, each replica updated by its own updater: the replicas stay bit-identical
+    and follow one device (clipping active, Adam)."""
     batch = ragged_batch(seed=5, rows=7)
-    one, dp1 = _parallel([mx.cpu(0)], optimizer="adam", clip=1.0, lr=0.01, native_ops=native_ops)
-    two, dp2 = _parallel([mx.cpu(0), mx.cpu(1)], optimizer="adam", clip=1.0, lr=0.01, native_ops=native_ops)
+    one, dp1 = _parallel([mx.cpu(0)], optimizer="adam", clip=1.0, lr=0.01)
+    many, dpn = _parallel([mx.cpu(k) for k in range(devices)], optimizer="adam", clip=1.0, lr=0.01)
     for _ in range(3):
-        dp1.step(batch)
-        dp2.step(batch)
-    first, second, single = _weights(two, 0), _weights(two, 1), _weights(one)
+        np.testing.assert_allclose(dp1.step(batch)[2].asscalar(), dpn.step(batch)[2].asscalar(), rtol=1e-5)
+    single, first = _weights(one), _weights(many, 0)
+    for k in range(1, devices):
+        for name, w in _weights(many, k).items():
+            np.testing.assert_array_equal(w, first[name], err_msg=name)
     for name in first:
-        np.testing.assert_array_equal(first[name], second[name], err_msg=name)   # replica 1 is a copy of 0
         np.testing.assert_allclose(first[name], single[name], rtol=1e-4, atol=1e-6, err_msg=name)
-    # each parameter has one owner replica, which sums, updates and copies it; both replicas own a share
-    states = dp2.trainer._updaters[0].states
-    assert len(states) == len(dp2.params) and set(dp2._owners) == {0, 1}
-    sizes = [sum(int(np.prod(p.shape)) for p, o in zip(dp2.params, dp2._owners) if o == k) for k in (0, 1)]
-    assert max(sizes) < 0.75 * sum(sizes)
-    for p, k in zip(dp2.params, dp2._owners):   # the Adam moments live on the owner's context
-        mean, _ = states[dp2.trainer._param2idx[p.name]]
-        assert mean.context == mx.cpu(k)
 
 
-@pytest.mark.skipif(not hasattr(mx.nd, "nmt_add_sumsq"), reason="no nmt_add_sumsq operator registered")
-@pytest.mark.parametrize("devices", [1, 3])
-def test_native_gradient_sum_and_norm_match_mxnet_operators(devices):
-    """Three updates with clipping active: the same norms and weights with the kernel as with elemwise_add and
-    multi_sum_sq (the sums are the same float32 additions; the norms differ in rounding only)."""
-    batch = ragged_batch(seed=7, rows=9)
-    ctxs = [mx.cpu(k) for k in range(devices)]
-    fast, dp_fast = _parallel(ctxs, optimizer="adam", clip=0.05, lr=0.01)
-    slow, dp_slow = _parallel(ctxs, optimizer="adam", clip=0.05, lr=0.01, native_ops=False)
-    for _ in range(3):
-        norm_fast, norm_slow = dp_fast.step(batch)[2].asscalar(), dp_slow.step(batch)[2].asscalar()
-        assert norm_slow > 0.05   # clipping active: the norm scales the update
-        np.testing.assert_allclose(norm_fast, norm_slow, rtol=1e-6)
-    for k in range(devices):
-        want = _weights(slow, k)
-        for name, w in _weights(fast, k).items():
-            np.testing.assert_allclose(w, want[name], rtol=1e-5, atol=1e-7, err_msg=name)
-
-
-@pytest.mark.parametrize("native_ops", NATIVE_OPS)
 @pytest.mark.parametrize("devices", [1, 2])
-def test_non_finite_gradient_skips_the_update(nmt_logs, devices, native_ops):
+def test_non_finite_gradient_skips_the_update(nmt_logs, devices):
     batch = ragged_batch(seed=2)
-    model, dp = _parallel([mx.cpu(k) for k in range(devices)], lr=0.5, native_ops=native_ops)
+    model, dp = _parallel([mx.cpu(k) for k in range(devices)], lr=0.5)
     w0 = _weights(model)
     model.decoder.out_bias.set_data(nd.full((V,), np.nan))
     w0["seq2seq_decoder_out_bias"] = np.full((V,), np.nan, dtype=np.float32)

@@ -1,4 +1,4 @@
-"""Bucketed batching: triples, padding, determinism, device/worker splits, exact resume."""
+"""Bucketed batching: triples, padding, determinism, device splits, exact resume."""
 from __future__ import annotations
 
 import json
@@ -6,8 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from nmt.batching import (BUCKETINGS, Batch, BatchError, BatchIterator, BucketSampler, bucket_examples, make_batch,
-                          pad_sources, shard_for_worker, split_batch)
+from nmt.batching import Batch, BatchError, BatchIterator, make_batch, pad_sources, split_batch
+from nmt.sampler import BUCKETINGS, BucketSampler, bucket_examples
 from nmt.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -218,17 +218,6 @@ def test_global_batches_do_not_depend_on_the_split(num_shards):
             assert np.array_equal(arr, getattr(ref, f)), f
 
 
-def test_worker_sharding():
-    src, tgt = synthetic_ids(40)
-    batch = make_batch(src, tgt, list(range(10)), max(lens(src)) + 1, max(lens(tgt)) + 1)
-    parts = [shard_for_worker(batch, r, 4) for r in range(4)]
-    assert [p.num_sentences for p in parts] == [3, 3, 3, 1]
-    assert np.array_equal(parts[1].src, batch.src[3:6])
-    assert np.array_equal(np.concatenate([p.tgt_in[p.tgt_len > 0] for p in parts]), batch.tgt_in)
-    with pytest.raises(BatchError, match=r"worker rank 4 is not in \[0, 4\)"):
-        shard_for_worker(batch, 4, 4)
-
-
 @pytest.mark.parametrize("prefetch", [0, 3])
 def test_resume_mid_epoch_yields_exactly_the_remaining_batches(prefetch):
     src, tgt = synthetic_ids(400, seed=4)
@@ -288,27 +277,6 @@ def test_fingerprint_mismatch_and_bad_state():
         sampler.load_state_dict({"epoch": 0, "position": 0, "seed": 1})
     with pytest.raises(BatchError, match=r"'bucketing': 'padding'.*'bucketing': 'quantile'"):
         BucketSampler(lens(src), lens(tgt), batch_size=8, seed=1, bucketing="quantile").load_state_dict(state)
-
-
-def test_runs_from_before_the_bucketing_flag_still_resume():
-    """Before --bucketing every sampler bucketed by quantile and its state had no 'bucketing' key: such a state
-    resumes with bucketing="quantile" (same fingerprint as then) and names the flag otherwise."""
-    import hashlib
-    src, tgt = synthetic_ids(100)
-    old = BucketSampler(lens(src), lens(tgt), batch_size=8, seed=1, bucketing="quantile")
-    h = hashlib.sha256()   # the fingerprint as that version computed it
-    h.update(json.dumps([1, 8, None, 8, True]).encode())
-    h.update(np.asarray(lens(src), dtype="<i8").tobytes())
-    h.update(np.asarray(lens(tgt), dtype="<i8").tobytes())
-    assert old.fingerprint() == h.hexdigest()[:20]
-    next(iter(old))
-    state = {k: v for k, v in old.state_dict().items() if k != "bucketing"}
-    resumed = BucketSampler(lens(src), lens(tgt), batch_size=8, seed=1, bucketing="quantile")
-    resumed.load_state_dict(state)
-    assert resumed.position == 1 and all_batches(resumed) == all_batches(old)
-    with pytest.raises(BatchError, match=r"resume with the same data and flags \(--bucketing quantile for a run "
-                                         r"started before --bucketing existed\)"):
-        BucketSampler(lens(src), lens(tgt), batch_size=8, seed=1).load_state_dict(state)
 
 
 def test_bad_sampler_and_iterator_arguments():
