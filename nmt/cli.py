@@ -119,6 +119,9 @@ TRAIN_FLAGS = [
     Flag("--valid-max-sentences", "train", "valid_max_sentences", int, "dev sentences translated for BLEU"),
     Flag("--no-progress", "train", "progress", help="no progress bar", boolean=True, negate=True),
     Flag("--amp", "train", "amp", help="automatic mixed precision (float16) on GPUs", boolean=True),
+    Flag("--tensorboard", "train", "tensorboard", help="TensorBoard curves in MODEL_DIR/tensorboard (default: on when "
+         "tensorboardX is installed)", boolean=True),
+    Flag("--no-tensorboard", "train", "tensorboard", help="no TensorBoard curves", boolean=True, negate=True),
 ]
 DECODE_FLAGS = [
     Flag("--beam-size", "decode", "beam_size", int, "beam size (1 = greedy)"),
