@@ -94,16 +94,22 @@ def parse(body: bytes, model: type) -> BaseModel:
 
 
 def validation_error(e: ValidationError, model: type) -> RequestError:
-    """The first pydantic error of a request as a RequestError naming the field and what it should be."""
-    err = e.errors(include_url=False)[0]
+    """Every pydantic error of a request (unknown fields first) as one RequestError naming the fields and what
+    each should be."""
+    errors = sorted(e.errors(include_url=False), key=lambda err: err["type"] != "extra_forbidden")
+    messages = [_field_message(err, model) for err in errors[:5]]
+    return RequestError(422, "; ".join(m for m, _ in messages), messages[0][1])
+
+
+def _field_message(err: dict, model: type) -> Tuple[str, str]:
+    """(message, field) of one pydantic error."""
     loc = "".join(f"[{p}]" if isinstance(p, int) else (f".{p}" if i else str(p)) for i, p in enumerate(err["loc"]))
-    fields = ", ".join(model.model_fields)
     if err["type"] == "extra_forbidden":
-        return RequestError(422, f"unknown field {loc!r}: remove it (the fields are {fields})", loc)
+        return f"unknown field {loc!r}: remove it (the fields are {', '.join(model.model_fields)})", loc
     if err["type"] == "missing":
-        return RequestError(422, f"field {loc!r} is missing: e.g. {EXAMPLE}", loc)
+        return f"field {loc!r} is missing: e.g. {EXAMPLE}", loc
     got = json.dumps(err.get("input"), ensure_ascii=False)[:60]
-    return RequestError(422, f"{loc}: {err['msg'].lower()} (got {got}); e.g. {EXAMPLE}", loc)
+    return f"{loc}: {err['msg'].lower()} (got {got}); e.g. {EXAMPLE}", loc
 
 
 def check_translate(req: TranslateRequest, limits: Limits, default_beam: int,
