@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import io
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +17,7 @@ from typing import Dict, List, Optional, Sequence
 
 from fastapi import FastAPI, Request
 from fastapi.openapi.docs import get_swagger_ui_html
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from nmt.serve.batcher import Batcher, Closed, QueueFull
@@ -136,13 +138,27 @@ def _mount_static(app: FastAPI) -> None:
                                    swagger_favicon_url="/static/swagger/favicon-32x32.png")
 
     @app.get("/static/korean.ttf", include_in_schema=False)
-    async def font() -> FileResponse:
-        from nmt.plot import korean_font_file
-        return FileResponse(korean_font_file(), media_type="font/ttf")
+    async def font() -> Response:
+        return Response(web_font(), media_type="font/ttf", headers={"Cache-Control": "max-age=86400"})
 
     @app.get("/", include_in_schema=False)
     async def page() -> FileResponse:
         return FileResponse(PAGE, media_type="text/html; charset=utf-8")
+
+
+@functools.lru_cache(maxsize=1)
+def web_font() -> bytes:
+    """NanumGothic (as koreanize-matplotlib ships it, for the attention plots too) without its TSI* tables:
+    they are Visual TrueType sources, useless for display, and one of them is empty, which browsers' font
+    sanitizer (OTS) rejects, dropping the whole font."""
+    from fontTools.ttLib import TTFont   # a dependency of matplotlib
+    from nmt.plot import korean_font_file
+    font = TTFont(str(korean_font_file()), lazy=True)
+    for tag in [t for t in font.keys() if t.startswith("TSI")]:
+        del font[tag]
+    out = io.BytesIO()
+    font.save(out)
+    return out.getvalue()
 
 
 def _body_schema(model: type) -> dict:
