@@ -79,6 +79,7 @@ class Batcher:
         self.batches = 0                      # translate calls made (for /health and the tests)
         self.sentences = 0                    # sentences translated
         self._seconds_per_sentence = 0.05     # running estimate, for Retry-After
+        self._last_end = 0.0                  # time.monotonic() when the last batch finished
         self._thread = threading.Thread(target=self._run, name="nmt-serve-worker", daemon=True)
         self._thread.start()
 
@@ -152,7 +153,9 @@ class Batcher:
             self._held.remove(job)
             batch.append(job)
             size += len(job.lines)
-        until = first.queued_at + self.max_wait
+        # Counted from the end of the previous batch too: the clients it answered send their next sentences within
+        # a few ms, and without this wait the requests held during that batch would leave as a half-full batch.
+        until = max(first.queued_at, self._last_end) + self.max_wait
         while size < self.max_batch and not stopping:
             try:
                 job = self._jobs.get(timeout=max(0.0, until - time.monotonic()))
@@ -181,6 +184,7 @@ class Batcher:
             for job in live:
                 job.resolve(error=e)
         finally:
+            self._last_end = time.monotonic()
             with self._lock:
                 self._queued -= sum(len(j.lines) if j.call is None else 1 for j in batch)
 
