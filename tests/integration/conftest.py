@@ -1,5 +1,5 @@
 """Fixtures of the service tests: one tiny trained ko->en model per session (the synthetic reverse task, with its
-test score recorded in scores.json as training records it) and one in-process application over it."""
+test score recorded in scores.json as training records it), its test sentences and its Translator."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -36,19 +36,3 @@ def serve_sentences(serve_model) -> list:
 def translator(serve_model):
     from nmt.translate import Translator
     return Translator.from_dir(serve_model)
-
-
-def make_app(translator, **kw):
-    """An application over `translator` with Limits(**limit_kw) and batcher settings (max_wait_ms, ...)."""
-    from nmt.serve.api import Service, create_app
-    from nmt.serve.schema import Limits
-    batch = {k: kw.pop(k) for k in ("max_batch", "max_wait_ms", "max_queue") if k in kw}
-    return create_app(Service([translator], Limits(**kw), **batch))
-
-
-@pytest.fixture
-def client(translator):
-    """A TestClient over a fresh application (its lifespan runs: the batcher is closed after the test)."""
-    from fastapi.testclient import TestClient
-    with TestClient(make_app(translator)) as c:
-        yield c

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from nmt.serve.cli import background_server
-from tests.integration.conftest import make_app
+from tests.integration.serve_app import make_app
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from nmt.serve.cli import background_server
-from tests.integration.conftest import make_app
+from tests.integration.serve_app import make_app
 
 CHROMIUM = os.environ.get("NMT_CHROMIUM", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("NMT_CHROMEDRIVER", "/usr/bin/chromedriver")
