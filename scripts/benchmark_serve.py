@@ -151,11 +151,16 @@ def main(argv=None) -> int:
         proc.terminate()
         proc.wait(30)
     ratios = [x["served_over_offline"] for x in rounds]
-    result = {"model_dir": str(args.model_dir), "arch": translator.config.model.arch, "beam_size": beam,
+    m = translator.config.model
+    result = {"model_dir": str(args.model_dir), "beam_size": beam,
+              "model": {"arch": m.arch, "embed_size": m.embed_size, "hidden_size": m.hidden_size,
+                        "num_layers": m.num_layers, "src_vocab": translator.src_tok.vocab_size,
+                        "tgt_vocab": translator.tgt_tok.vocab_size},
               "clients": args.clients, "sentences_per_request": args.sentences_per_request,
               "max_wait_ms": args.max_wait_ms, "distinct_sentences": len(lines), "rounds": rounds,
               "median_served_over_offline": statistics.median(ratios), "goal": ">= 0.70 at 16 clients x 1 sentence",
               "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                          "load_average": [round(x, 2) for x in os.getloadavg()],
                           "omp_num_threads": os.environ.get("OMP_NUM_THREADS")},
               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
