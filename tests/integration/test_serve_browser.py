@@ -26,7 +26,7 @@ def browser():
     opts = webdriver.ChromeOptions()
     opts.binary_location = CHROMIUM
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1000,830", "--lang=ko"):
+                "--window-size=1000,1050", "--lang=ko"):
         opts.add_argument(arg)
     return webdriver.Chrome(service=webdriver.ChromeService(executable_path=CHROMEDRIVER), options=opts)
 
