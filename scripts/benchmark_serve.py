@@ -121,6 +121,19 @@ async def load(url: str, lines: List[str], clients: int, per_request: int, secon
             "p95_ms": round(q[94] * 1000, 1), "p99_ms": round(q[98] * 1000, 1), "errors": errors}
 
 
+def worker_stats(url: str) -> Dict[str, float]:
+    """The server's batcher counters (batches, sentences, seconds in translate calls) from /health."""
+    return next(iter(httpx.get(url + "/health", timeout=10).json()["models"].values()))
+
+
+def batching(before: Dict[str, float], after: Dict[str, float], seconds: float) -> Dict[str, float]:
+    """Mean batch size, model time per sentence and the worker's busy share between two /health readings."""
+    batches, sents = after["batches"] - before["batches"], after["sentences"] - before["sentences"]
+    busy = after["busy_seconds"] - before["busy_seconds"]
+    return {"mean_batch": round(sents / max(batches, 1), 2), "model_ms_per_sentence": round(1000 * busy / max(sents, 1), 2),
+            "worker_busy": round(busy / seconds, 3)}
+
+
 def offline(translator, lines: List[str], beam: int) -> Dict[str, object]:
     """The batched Translator on the same sentences, after a warm-up."""
     translator.translate(lines[:64], beam_size=beam)
@@ -143,7 +156,9 @@ def main(argv=None) -> int:
     try:
         for r in range(args.rounds):   # alternate, so both sides see the same machine load
             off = offline(translator, lines, beam)
+            before, t0 = worker_stats(url), time.perf_counter()
             served = asyncio.run(load(url, lines, args.clients, args.sentences_per_request, args.seconds, beam))
+            served["server"] = batching(before, worker_stats(url), time.perf_counter() - t0)   # warm-up included
             rounds.append({"round": r + 1, "offline": off, "served": served,
                            "served_over_offline": round(served["sentences_per_s"] / off["sentences_per_s"], 3)})
             print(json.dumps(rounds[-1]), flush=True)

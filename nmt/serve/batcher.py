@@ -78,6 +78,7 @@ class Batcher:
         self._closed = False
         self.batches = 0                      # translate calls made (for /health and the tests)
         self.sentences = 0                    # sentences translated
+        self.busy_seconds = 0.0               # time spent in translate calls
         self._seconds_per_sentence = 0.05     # running estimate, for Retry-After
         self._last_end = 0.0                  # time.monotonic() when the last batch finished
         self._thread = threading.Thread(target=self._run, name="nmt-serve-worker", daemon=True)
@@ -193,8 +194,10 @@ class Batcher:
         beam, nbest = jobs[0].key
         t0 = time.perf_counter()
         out = self.translator.translate_nbest(lines, nbest, beam_size=beam)
+        seconds = time.perf_counter() - t0
+        self.busy_seconds += seconds
         if lines:   # smoothed cost per sentence, for Retry-After
-            self._seconds_per_sentence = 0.8 * self._seconds_per_sentence + 0.2 * (time.perf_counter() - t0) / len(lines)
+            self._seconds_per_sentence = 0.8 * self._seconds_per_sentence + 0.2 * seconds / len(lines)
         self.batches += 1
         self.sentences += len(lines)
         k = 0
