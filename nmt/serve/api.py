@@ -176,6 +176,8 @@ def _add_routes(app: FastAPI, service: Service) -> None:
         model = service.pick(req.src_lang, req.tgt_lang)
         tr = model.translator
         lines, beam, warnings = check_translate(req, limits, tr.decode.beam_size, tr.decode.max_input_tokens)
+        warnings += await _within_limit(model.batcher.call(lambda: token_warnings(tr, lines), limits.timeout_s),
+                                        limits) if any(len(x) > tr.decode.max_input_tokens // 4 for x in lines) else []
         nbests = await _within_limit(model.batcher.translate(lines, beam, req.nbest, limits.timeout_s), limits)
         return {"src_lang": tr.src_lang, "tgt_lang": tr.tgt_lang, "beam_size": beam, "warnings": warnings,
                 "translations": [{"translation": h[0][0] if h else "", "score": h[0][1] if h else None,
@@ -211,6 +213,20 @@ def _add_routes(app: FastAPI, service: Service) -> None:
     async def info() -> dict:
         """The models (languages, architecture, best recorded test score with its sacreBLEU signature), limits."""
         return {"models": [m.info() for m in service.models.values()], "limits": vars(limits)}
+
+
+def token_warnings(translator, lines: List[str]) -> List[str]:
+    """Warnings for the lines the Translator will cut to max_input_tokens subword tokens (its second rule after
+    the characters'), found with its own source_ids. Run on the worker thread: it uses the model's tokenizer."""
+    limit, out = translator.decode.max_input_tokens, []
+    for i, line in enumerate(lines):
+        if len(line) > limit // 4:   # shorter lines cannot reach the limit (<= 4 byte-fallback pieces a character)
+            before = translator.truncated
+            translator.source_ids([line])
+            if translator.truncated > before:
+                out.append(f"text[{i}] has more than {limit} subword tokens; truncated to {limit} "
+                           "(max_input_tokens), as nmt-translate does")
+    return out
 
 
 async def _within_limit(work, limits: Limits):

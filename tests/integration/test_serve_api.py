@@ -109,6 +109,15 @@ def test_one_megabyte_line_is_cut_like_the_cli_with_a_warning(http):
     assert r.json()["translations"][1]["translation"]
 
 
+def test_line_over_the_token_limit_is_cut_with_a_warning(http, serve_sentences):
+    words = (" ".join(serve_sentences) + " ") * 10   # under the character guard, over 250 subword tokens
+    assert len(words) < 4000
+    r = http.post("/translate", json={"text": [serve_sentences[0], words]}).json()
+    assert r["warnings"] == ["text[1] has more than 250 subword tokens; truncated to 250 (max_input_tokens), as "
+                             "nmt-translate does"]
+    assert r["translations"][1]["translation"]
+
+
 def test_empty_lines_and_control_characters_are_translated_with_warnings(http, translator):
     r = http.post("/translate", json={"text": ["", "  ", "가\x00나\x1b 다"]}).json()
     assert [t["translation"] for t in r["translations"]] == ["", "", translator.translate(["가나 다"])[0]]
