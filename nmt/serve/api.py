@@ -104,6 +104,9 @@ def create_app(service: Service) -> FastAPI:
     app = FastAPI(title="nmt-serve", version="1", lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Neural machine translation over a trained nmt model. POST /translate with "
                               "{\"text\": [...], \"beam_size\": 4, \"nbest\": 1}.")
+    # Swagger UI 4 (the newest that swagger-ui-bundle ships) reads OpenAPI 3.0 documents only; the schema
+    # FastAPI writes renders there as it is
+    app.openapi_version = "3.0.3"
     app.state.service = service
     _mount_static(app)
 

@@ -1,6 +1,6 @@
 """The web page in a real headless Chromium (Debian's `chromium` and `chromium-driver`, driven by selenium): it
 types a Korean sentence, waits for the result, checks it equals the API's answer, that the n-best list and the
-attention heatmap are shown, and saves a screenshot (in the test's tmp dir, and in $NMT_ARTIFACTS when set)."""
+attention heatmap are shown, that /docs renders offline, and saves a screenshot (in the test's tmp dir, and in $NMT_ARTIFACTS when set)."""
 from __future__ import annotations
 
 import os
@@ -55,6 +55,17 @@ def translate_on_page(driver, url: str, sentence: str) -> None:
                                     in ("done", "error"))
 
 
+def check_docs_page(driver, url: str, tmp_path: Path) -> None:
+    """/docs renders Swagger UI from the server's own files: the /translate operation appears."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+    driver.get(url + "/docs")
+    WebDriverWait(driver, 20).until(lambda d: d.find_elements(By.CSS_SELECTOR, ".opblock-summary-path"))
+    paths = [e.text for e in driver.find_elements(By.CSS_SELECTOR, ".opblock-summary-path")]
+    assert "/translate" in " ".join(paths), paths
+    save_screenshot(driver, tmp_path, "serve_docs.png")
+
+
 def test_page_shows_the_api_translation_nbest_and_heatmap(translator, serve_sentences, tmp_path):
     from selenium.webdriver.common.by import By
     driver = browser()
@@ -75,6 +86,7 @@ def test_page_shows_the_api_translation_nbest_and_heatmap(translator, serve_sent
             assert len(driver.find_elements(By.CSS_SELECTOR, "#heatmap td")) >= len(heads)
             fonts = driver.execute_script("return document.fonts.check('16px NanumGothic', '가')")
             assert fonts, "the page's Korean font did not load"
+            check_docs_page(driver, url, tmp_path)
     finally:
         driver.quit()
     assert shot.stat().st_size > 10_000

@@ -75,3 +75,9 @@ def test_sigterm_answers_requests_in_flight_and_refuses_new_ones(serve_model, se
             proc.kill()
         log.close()
     assert "Traceback" not in (tmp_path / "server.log").read_text()
+
+
+def test_cli_names_a_missing_model_directory(tmp_path, caplog):
+    from nmt.serve import main
+    assert main(["--model-dir", str(tmp_path / "nowhere"), "--log-level", "error"]) == 2
+    assert "nowhere" in caplog.text and "--model-dir" in caplog.text
