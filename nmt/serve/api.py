@@ -19,6 +19,7 @@ from fastapi import FastAPI, Request
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
+from starlette.concurrency import run_in_threadpool
 
 from nmt.serve.batcher import Batcher, Closed, QueueFull
 from nmt.serve.schema import (AttentionRequest, Limits, RequestError, TranslateRequest, check_line,
@@ -142,7 +143,8 @@ def _mount_static(app: FastAPI) -> None:
 
     @app.get("/static/korean.ttf", include_in_schema=False)
     async def font() -> Response:
-        return Response(web_font(), media_type="font/ttf", headers={"Cache-Control": "max-age=86400"})
+        data = await run_in_threadpool(web_font)   # the first call rewrites the file (0.1 s): not on the loop
+        return Response(data, media_type="font/ttf", headers={"Cache-Control": "max-age=86400"})
 
     @app.get("/", include_in_schema=False)
     async def page() -> FileResponse:
