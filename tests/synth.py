@@ -91,3 +91,24 @@ def assert_same_params(a: dict, b: dict, rtol=1e-5, atol=1e-6):
     assert a.keys() == b.keys()
     for k in a:
         np.testing.assert_allclose(a[k], b[k], rtol=rtol, atol=atol, err_msg=k)
+
+
+TINY_MODEL_STEPS = 600
+
+
+def tiny_model(tmp_path_factory) -> Path:
+    """A tiny ko->en model of the synthetic reverse task, trained once per test session (~12 s) and shared by
+    test_translate, test_evaluate and test_notebooks. Its directory also holds the task files under synth/."""
+    from nmt.train import train
+    root = tmp_path_factory.getbasetemp() / "tiny-translate"
+    model = root / "model"
+    done = (model / ckpt.STATE).exists() and ckpt.TrainState.load(model).stopped == "max_steps"
+    if not done:
+        files = write_task(root / "synth")
+        cfg = tiny_config(root, files, "model", max_steps=TINY_MODEL_STEPS, max_epochs=100)
+        train(cfg, overwrite=True, evaluate=False)
+    return model
+
+
+def synth_file(model: Path, name: str) -> Path:
+    return model.parent / "synth" / name

@@ -16,7 +16,7 @@ def serve_model(tmp_path_factory) -> Path:
     """A tiny ko->en model directory with scores.json; trained once per session (~10 s on CPU)."""
     from nmt.train import train
     from tests.synth import write_task
-    from tests.test_train import tiny_config
+    from tests.synth import tiny_config
     root = tmp_path_factory.getbasetemp() / "tiny-serve"
     model = root / "model"
     if not (model / ckpt.SCORES).exists():

@@ -4,7 +4,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-from tests.test_translate import synth_file, tiny_model
+from tests.synth import synth_file, tiny_model
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -16,9 +16,10 @@ import pytest
 from nmt import checkpoint as ckpt
 from nmt.config import Config, DataConfig, ModelConfig, OptimConfig, TrainConfig
 from nmt.train import create_trainer, train
-from conftest import REPO
 from tests.synth import (assert_same_params, list_params_files, load_params, make_pairs, params_of, tiny_config,
                          write_task)
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,8 @@ from nmt.cli import build_train_parser, config_from_args, train_main
 from nmt.config import Config, ConfigError
 from nmt.parallel import DeviceError, parse_devices
 
-from conftest import REPO
+REPO = Path(__file__).resolve().parents[2]
+
 
 
 

@@ -187,7 +187,7 @@ def test_load_or_train_reuses_existing_model(tmp_path):
 
 def _data_dir() -> Path:
     env = os.environ.get("NMT_DATA_DIR")
-    return Path(env) if env else Path(__file__).resolve().parents[1].parent / "shared" / "data"
+    return Path(env) if env else Path(__file__).resolve().parents[2].parent / "shared" / "data"
 
 
 def test_real_tatoeba_korean_round_trip(tmp_path):

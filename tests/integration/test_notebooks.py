@@ -9,9 +9,9 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from tests.test_translate import synth_file, tiny_model
+from tests.synth import synth_file, tiny_model
 
-NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
 
 def execute(name: str) -> nbformat.NotebookNode:
