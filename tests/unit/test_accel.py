@@ -127,3 +127,15 @@ def test_search_runs_with_accel_off_or_absent(tmp_path):
     absent_ids, absent_modules, absent_err = _decode(tmp_path, "absent")
     assert off_ids == absent_ids
     assert off_modules == absent_modules == "[]" and off_err == absent_err == []
+
+
+def test_translate_no_accel_flag_same_output(kernel, tmp_path_factory, capsys):
+    from tests.test_translate import run, synth_file, tiny_model
+    model = tiny_model(tmp_path_factory)
+    argv = ["--model-dir", model, "--input", synth_file(model, "test.ko"), "--beam-size", 4]
+    kernel.install()
+    code, accelerated, _ = run(argv, capsys)
+    assert code == 0 and search_update.ROW_TOPK is kernel.NativeRowTopK
+    code, plain, _ = run(argv + ["--no-accel"], capsys)
+    assert code == 0 and search_update.ROW_TOPK is RowTopK
+    assert plain == accelerated and plain.strip()
