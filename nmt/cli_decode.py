@@ -28,9 +28,6 @@ def _add_model_decode_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--cpu-devices", type=int, default=1, metavar="N",
                    help="without --gpus: decode on N CPU contexts side by side, each with its own copy of the model "
                         "(set OMP_NUM_THREADS to cores / N; default 1)")
-    g.add_argument("--no-accel", action="store_true",
-                   help="beam search on CPU without the optional nmt.accel top-k kernel (MXNet's operators only; "
-                        "same output, slower; as NMT_ACCEL=0)")
     g.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     d = p.add_argument_group("decoding (defaults: the model's saved decode config)")
     for f in DECODE_FLAGS:
@@ -48,9 +45,6 @@ def _load_translator(args: argparse.Namespace):
     from nmt.parallel import parse_devices
     from nmt.translate import Translator
     setup_logging(None, level=logging.DEBUG if args.verbose else logging.INFO)
-    if args.no_accel:
-        from nmt.search import RowTopK, set_row_topk
-        set_row_topk(RowTopK)   # an explicit choice: nmt.accel is then not tried
     path = Path(args.model_dir) / ckpt.CONFIG
     if not path.is_file():
         raise ckpt.CheckpointError(f"--model-dir {args.model_dir}: {path.name} not found; give a directory "

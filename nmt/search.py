@@ -1,16 +1,15 @@
 """Batched greedy and beam search over the model interface (`Seq2SeqModel.encode`, `init_state`, `hybrid_step`).
 
-All sentences (times beams) advance together: per step the model's hybridized step gives log-probabilities and its
-new state, and one hybridized update block (`nmt.search_update`; its per-row top-k on CPUs is the hook for the
-optional `nmt.accel`, `set_row_topk`) chooses the tokens and back-pointers on the device and moves the state's
-arrays that follow the hypotheses (as `DecoderState.reorder` would). The host reads only which sentences are done,
-one step late (while the next step computes), so the device never waits for Python. Once a quarter of the batch is
-done, the done sentences leave it (`DecoderState.select`; their hypotheses are final) and the rest continue as a
-smaller batch. In beam search a sentence is done as soon as no active hypothesis can still beat its n-best finished
-ones (`Settled`: the same result in fewer steps). The chosen tokens and back-pointers stay on the device until a
-sentence leaves, then one copy brings them to the host to trace the hypotheses back. A sentence stops growing at
-EOS or after its `max_len` tokens; every computation is per row, so a sentence decodes the same alone or in a
-batch.
+All sentences (times beams) advance together: per step the model's hybridized step gives log-probabilities and
+its new state, and one hybridized update block (`GreedyUpdate`, or `BeamUpdate` built from `RowTopK`,
+`UpdateScores`, `TopK`, `Settled` and `SortStates`) chooses the tokens and back-pointers on the device and moves
+the state's arrays that follow the hypotheses (as `DecoderState.reorder` would). The host reads only which sentences are done, one step late (while the
+next step computes), so the device never waits for Python. Once a quarter of the batch is done, the done sentences
+leave it (`DecoderState.select`; their hypotheses are final) and the rest continue as a smaller batch. In beam
+search a sentence is done as soon as no active hypothesis can still beat its n-best finished ones (`Settled`: the
+same result in fewer steps). The chosen tokens and back-pointers stay on the device until a sentence leaves, then
+one copy brings them to the host to trace the hypotheses back. A sentence stops growing at EOS or after its
+`max_len` tokens; every computation is per row, so a sentence decodes the same alone or in a batch.
 
 `model` may be a list of models sharing both vocabularies: they decode as an `nmt.models.ensemble.Ensemble`.
 """
@@ -21,18 +20,170 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import mxnet as mx
 import numpy as np
+from mxnet import gluon
 
 from nmt.models.base import DecoderState, Seq2SeqModel
 from nmt.models.ensemble import as_model
-# RowTopK and set_row_topk (the hook for optional acceleration) are also reached from here
-from nmt.search_update import RowTopK, set_row_topk, update_block  # noqa: F401
-from nmt.tokenizer import BOS_ID, EOS_ID  # noqa: F401 (EOS_ID: for callers)
+from nmt.tokenizer import BOS_ID, EOS_ID
 
 MaxLen = Union[int, Sequence[int], np.ndarray]
 Models = Union[Seq2SeqModel, Sequence[Seq2SeqModel]]
 # A batch sheds its done sentences once this fraction of it is done (each change of batch shape re-plans the
 # step graph, which costs about one step).
 _COMPACT_FRACTION = 0.25
+_NEG_INF = float("-inf")
+
+
+class RowTopK(gluon.HybridBlock):
+    """The k best tokens of every row of log-probabilities (N,V): values and ids (N,k), best first."""
+
+    def __init__(self, k: int, **kwargs):
+        super().__init__(**kwargs)
+        self._k = k
+
+    def hybrid_forward(self, F, log_probs):
+        return F.topk(log_probs, axis=-1, k=self._k, ret_typ="both")
+
+
+# The hook for an optional accelerated kernel: the block class `BeamUpdate` computes each step's per-row top-k
+# with (called as ROW_TOPK(k)). RowTopK, on MXNet's operators, is the reference it must match.
+ROW_TOPK: Callable[[int], gluon.HybridBlock] = RowTopK
+
+
+class UpdateScores(gluon.HybridBlock):
+    """Candidates (BK,R) of every hypothesis -> their summed log-probabilities (raw) and length-normalized scores.
+    A finished hypothesis (`fin`) has one candidate, itself under EOS, at an unchanged score."""
+
+    def hybrid_forward(self, F, cand_lp, cand_tok, scores, lengths, fin, lp_table):
+        column = F.broadcast_like(F.reshape(F.contrib.arange_like(cand_lp, axis=1), shape=(1, -1)), cand_lp)
+        fin_b = F.broadcast_like(F.reshape(fin, shape=(-1, 1)), cand_lp)
+        cand_lp = F.where(fin_b, F.where(column == 0, F.zeros_like(cand_lp), F.ones_like(cand_lp) * _NEG_INF),
+                          cand_lp)
+        cand_tok = F.where(fin_b, F.ones_like(cand_tok) * EOS_ID, cand_tok)
+        raw = F.broadcast_add(cand_lp, F.reshape(scores, shape=(-1, 1)))
+        penalty = F.take(lp_table, lengths + 1 - fin)                                  # of the candidate length
+        return raw, F.broadcast_div(raw, F.reshape(penalty, shape=(-1, 1))), cand_tok
+
+
+class TopK(gluon.HybridBlock):
+    """Per sentence, its K best candidates among the K*R of its rows: their flat positions in the (BK,R)
+    candidates and the rows (BK,) they extend (the back-pointers)."""
+
+    def __init__(self, beam_size: int, row_k: int, **kwargs):
+        super().__init__(**kwargs)
+        self._K, self._R = beam_size, row_k
+
+    def hybrid_forward(self, F, norm):
+        K, R = self._K, self._R
+        top = F.topk(F.reshape(norm, shape=(-1, K * R)), axis=-1, k=K, ret_typ="indices")   # (B,K)
+        first_row = F.reshape(F.contrib.arange_like(top, axis=0), shape=(-1, 1)) * K
+        pick = F.reshape(F.broadcast_add(top, first_row * R), shape=(-1,))
+        rows = F.reshape(F.broadcast_add(F.floor(top / R), first_row), shape=(-1,))
+        return pick, rows
+
+
+class Settled(gluon.HybridBlock):
+    """Per sentence: whether its `nbest` best finished hypotheses can no longer be displaced. An active
+    hypothesis with raw score s < 0 can only reach a normalized score <= s / lp(limit + 1) (raw scores only
+    fall, an ensemble's mean log-probabilities being <= 0 too, and the penalty only grows with length), so once
+    the nbest-th best finished score is at least that bound for every active slot, the rest of the search cannot
+    change the n-best list: the sentence stops early with the same result (active slots, scored as they are,
+    rank below it)."""
+
+    def __init__(self, beam_size: int, nbest: int, **kwargs):
+        super().__init__(**kwargs)
+        self._K, self._nbest = beam_size, nbest
+
+    def hybrid_forward(self, F, raw, lengths, finished, limits, lp_table):
+        K, inf = self._K, float("inf")
+        norm = raw / F.take(lp_table, lengths)
+        fin_norm = F.reshape(F.where(finished, norm, F.ones_like(norm) * -inf), shape=(-1, K))
+        nth = F.min(F.topk(fin_norm, axis=-1, k=self._nbest, ret_typ="value"), axis=1)          # (B,)
+        bound = raw / F.take(lp_table, limits + 1)
+        best_active = F.max(F.reshape(F.where(finished, F.ones_like(bound) * -inf, bound), shape=(-1, K)), axis=1)
+        return F.broadcast_logical_and(nth > -inf, nth >= best_active)
+
+
+class SortStates(gluon.HybridBlock):
+    """The arrays of a decoder state that follow the hypotheses (`DecoderState.arrays(moving_only=True)`), taken
+    at the back-pointer rows: `DecoderState.reorder` inside the update's graph, one cached call for any number of
+    arrays (a Transformer's per-layer caches)."""
+
+    def hybrid_forward(self, F, rows, *moving):
+        return tuple(F.take(a, rows) for a in moving)
+
+
+class BeamUpdate(gluon.HybridBlock):
+    """One beam-search update for B sentences x K beams (rows b*K + k), see `beam_search` for the rules:
+    (log_probs, scores, lengths, finished, limits, t, lp_table, *moving) -> (token, scores, lengths, finished,
+    t + 1, rows, emitted, sentence done, *moving reordered), every output but `sentence done` (B,) and t one entry
+    per row; `moving`: the decoder state's arrays that follow the hypotheses.
+
+    Within a row every candidate shares the score and the length penalty, so the sentence's best K candidates are
+    among its rows' best K tokens: a top-k per row, then one over K*K, instead of one over K*V (the same choice,
+    a fraction of the work). `nbest` > 0: a sentence is also done once `Settled`."""
+
+    def __init__(self, beam_size: int, vocab_size: int, nbest: int = 0, **kwargs):
+        super().__init__(**kwargs)
+        self._K = beam_size
+        R = min(beam_size, vocab_size)
+        with self.name_scope():
+            self.row_topk = ROW_TOPK(R)
+            self.update_scores = UpdateScores()
+            self.top_k = TopK(beam_size, R)
+            self.settled = Settled(beam_size, nbest) if nbest else None
+            self.sort_states = SortStates()
+
+    def hybrid_forward(self, F, log_probs, scores, lengths, finished, limits, t, lp_table, *moving):
+        # all active hypotheses of a sentence with max_len tokens are finished as they are
+        fin = F.broadcast_logical_or(finished, F.broadcast_lesser_equal(limits, F.broadcast_like(t, limits)))
+        cand_lp, cand_tok = self.row_topk(log_probs)                                          # (BK,R)
+        raw, norm, cand_tok = self.update_scores(cand_lp, cand_tok, scores, lengths, fin, lp_table)
+        pick, rows = self.top_k(norm)
+        new_scores = F.take(F.reshape(raw, shape=(-1,)), pick)
+        token = F.take(F.reshape(cand_tok, shape=(-1,)), pick)
+        was_fin = F.take(fin, rows)
+        is_eos = token == EOS_ID
+        lengths = F.take(lengths, rows) + 1 - was_fin
+        finished = F.broadcast_logical_or(F.broadcast_logical_or(was_fin, is_eos), new_scores == _NEG_INF)
+        emitted = F.where(F.broadcast_logical_or(was_fin, is_eos), F.ones_like(token) * -1, token)
+        t1 = t + 1
+        # a sentence is done when every slot is finished (or will be, by its length limit, at the next step)
+        slot_done = F.broadcast_logical_or(finished, F.broadcast_lesser_equal(limits, F.broadcast_like(t1, limits)))
+        sentence_done = F.min(F.reshape(slot_done, shape=(-1, self._K)), axis=1)
+        if self.settled is not None:
+            sentence_done = F.broadcast_logical_or(
+                sentence_done, self.settled(new_scores, lengths, finished, limits, lp_table))
+        return (token, new_scores, lengths, finished, t1, rows, emitted, sentence_done,
+                *self.sort_states(rows, *moving))
+
+
+class GreedyUpdate(gluon.HybridBlock):
+    """(log_probs, done, t, limits) -> (token, done, t + 1, emitted): the most probable token of every row;
+    a row is done after EOS or its `limits` tokens, and emits -1 once done."""
+
+    def hybrid_forward(self, F, log_probs, done, t, limits):
+        token = F.argmax(log_probs, axis=-1)
+        stop = F.broadcast_logical_or(done, token == EOS_ID)
+        emitted = F.where(stop, F.ones_like(token) * -1, token)
+        t1 = t + 1
+        done = F.broadcast_logical_or(stop, F.broadcast_greater_equal(F.broadcast_like(t1, limits), limits))
+        return token, done, t1, emitted
+
+
+# Update blocks per (kind, sizes, device, state arrays), hybridized once and reused for every batch: they hold no
+# parameters, and one per device keeps threads decoding on different devices from sharing a cached graph.
+_UPDATES: Dict[tuple, gluon.HybridBlock] = {}
+
+
+def _update_block(ctx: mx.Context, beam_size: int = 0, vocab_size: int = 0, nbest: int = 0,
+                  num_moving: int = 0) -> gluon.HybridBlock:
+    key = (str(ctx), beam_size, vocab_size, nbest, num_moving)
+    if key not in _UPDATES:
+        block = BeamUpdate(beam_size, vocab_size, nbest) if beam_size else GreedyUpdate()
+        block.hybridize(static_alloc=True)
+        _UPDATES[key] = block
+    return _UPDATES[key]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,7 +316,7 @@ def greedy_search(model: Models, src: mx.nd.NDArray, src_len: mx.nd.NDArray, max
     num_steps = int(limits.max(initial=0))
     if num_steps == 0:
         return [[] for _ in range(batch)]
-    update = update_block(ctx)
+    update = _update_block(ctx)
 
     def advance(state, hyps, t, first):
         log_probs, state, _ = model.hybrid_step(hyps.prev, state)
@@ -208,7 +359,7 @@ def beam_search(model: Models, src: mx.nd.NDArray, src_len: mx.nd.NDArray, beam_
         return [[([], 0.0)] for _ in range(batch)]
     state = model.init_state(model.encode(src, src_len))
     # stopping a sentence once its result is settled is exact for any non-decreasing length penalty
-    update = update_block(ctx, K, model.tgt_vocab_size, nbest if early_stop and alpha >= 0 else 0,
+    update = _update_block(ctx, K, model.tgt_vocab_size, nbest if early_stop and alpha >= 0 else 0,
                            len(state.arrays(moving_only=True)))
     # penalties of every possible length, computed in float64 once and rounded to float32 once
     lp_table = _upload(_length_penalty(np.arange(num_steps + 2), alpha), ctx)

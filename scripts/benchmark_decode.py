@@ -1,18 +1,14 @@
 #!/usr/bin/env python
-"""Beam-search decoding speed: nmt.search (MXNet operators) against gluonnlp 0.10's BeamSearchSampler, or with
---accel-ab nmt.search with the optional CPU kernel of `nmt.accel` against without it.
+"""Beam-search decoding speed: nmt.search (MXNet operators) against gluonnlp 0.10's BeamSearchSampler.
 
     OMP_NUM_THREADS=2 python scripts/benchmark_decode.py --model-dir models/tatoeba-ko-en --data-dir ../shared/data
-    OMP_NUM_THREADS=2 python scripts/benchmark_decode.py --model-dir models/tatoeba-ko-en --data-dir ../shared/data \
-        --accel-ab     # writes results/benchmark_accel.json
 
 On one model directory and test set (--src-file, else the first test set of the model's recipe), both searches
 decode the same length-sorted batches with the same beam, length penalty (gluonnlp's `BeamSearchScorer` with the
 same alpha and K = 5) and maximum length; the sampler drives the model through its `step` (the model interface).
 The two take turns for --rounds timed rounds after one warm-up round, in this one process, so a change of load
 hits both alike; rates are sentences/s from the median round, the speed-up is the median of the per-round ratios.
-Whether each sentence's best hypothesis is the same in both is counted. Writes --output (replacing it); the
-load average before and after goes in the report, since the host may be shared.
+Whether each sentence's best hypothesis is the same in both is counted. Writes --output (replacing it).
 """
 from __future__ import annotations
 
@@ -44,14 +40,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--src-file", help="source sentences (default: the first test set of the model's recipe)")
     p.add_argument("--data-dir", help="offline mirror for the recipe's test set (else the model's, $NMT_DATA_DIR)")
     p.add_argument("--sentences", type=int, default=0, help="decode only the first N sentences (0 = all)")
-    p.add_argument("--accel-ab", action="store_true",
-                   help="time nmt.search with the nmt.accel row top-k kernel against MXNet's topk instead")
-    p.add_argument("--output", type=Path, help="the report (default: results/benchmark_decode.json, with "
-                                               "--accel-ab results/benchmark_accel.json)")
-    args = p.parse_args(argv)
-    if args.output is None:
-        args.output = REPO / "results" / ("benchmark_accel.json" if args.accel_ab else "benchmark_decode.json")
-    return args
+    p.add_argument("--output", type=Path, default=REPO / "results" / "benchmark_decode.json")
+    return p.parse_args(argv)
 
 
 def make_batches(tr, lines: Sequence[str], batch: int) -> List[Batch]:
@@ -119,58 +109,31 @@ def _test_lines(args: argparse.Namespace, tr) -> tuple:
     return name, pairs.src
 
 
-def accel_methods() -> Dict[str, Callable]:
-    """nmt.search's beam search with MXNet's topk ("accel_off", the reference) and with nmt.accel's kernel
-    ("accel_on"), each setting the search's hook before it decodes."""
-    from nmt import accel
-    from nmt.search import RowTopK, set_row_topk
-    if not accel.install():
-        raise SystemExit(f"--accel-ab: the nmt.accel kernel is not available: {accel.status()}")
-
-    def using(block) -> Callable:
-        def decode(model, batches, beam, alpha):
-            set_row_topk(block)
-            return ours(model, batches, beam, alpha)
-        return decode
-    return {"accel_off": using(RowTopK), "accel_on": using(accel.NativeRowTopK)}
-
-
-def time_methods(methods: Dict[str, Callable], args, net, batches, alpha) -> tuple:
-    """Every method's outputs (from a warm-up over every shape) and seconds per timed round, taking turns."""
-    import mxnet as mx
-    outputs = {k: fn(net, batches, args.beam, alpha) for k, fn in methods.items()}
-    seconds: Dict[str, List[float]] = {k: [] for k in methods}
-    for _ in range(args.rounds):
-        for k, fn in methods.items():
-            t0 = time.perf_counter()
-            fn(net, batches, args.beam, alpha)
-            mx.nd.waitall()
-            seconds[k].append(time.perf_counter() - t0)
-    return outputs, seconds
-
-
 def run(args: argparse.Namespace) -> dict:
     """Warm-up, then alternating timed rounds; the report written to --output."""
+    import mxnet as mx
     from nmt.translate import Translator
     tr = Translator.from_dir(args.model_dir, which=args.checkpoint)
     name, lines = _test_lines(args, tr)
     lines = lines[:args.sentences] if args.sentences else lines
     batches = make_batches(tr, lines, args.batch)
     alpha, n = tr.decode.length_penalty_alpha, sum(b[0].shape[0] for b in batches)
-    if args.accel_ab:   # speed-up: the time of `slow` over that of `fast`
-        methods, (fast, slow), speedup = accel_methods(), ("accel_on", "accel_off"), "speedup_accel"
-    else:
-        methods = {"beam_search": ours, "gluonnlp_beam_search_sampler": gluonnlp_sampler}
-        (fast, slow), speedup = list(methods), "speedup_vs_gluonnlp"
-    load_before = os.getloadavg()
-    outputs, seconds = time_methods(methods, args, tr.net, batches, alpha)
-    same = sum(a == b for a, b in zip(outputs[fast], outputs[slow]))
-    report = {"machine": _machine(), "load_average": {"before": load_before, "after": os.getloadavg()},
-              "model_dir": str(args.model_dir), "checkpoint": args.checkpoint,
+    methods = {"beam_search": ours, "gluonnlp_beam_search_sampler": gluonnlp_sampler}
+    outputs = {k: fn(tr.net, batches, args.beam, alpha) for k, fn in methods.items()}   # warm-up: every shape
+    seconds: Dict[str, List[float]] = {k: [] for k in methods}
+    for _ in range(args.rounds):
+        for k, fn in methods.items():
+            t0 = time.perf_counter()
+            fn(tr.net, batches, args.beam, alpha)
+            mx.nd.waitall()
+            seconds[k].append(time.perf_counter() - t0)
+    same = sum(a == b for a, b in zip(outputs["beam_search"], outputs["gluonnlp_beam_search_sampler"]))
+    report = {"machine": _machine(), "model_dir": str(args.model_dir), "checkpoint": args.checkpoint,
               "model": dict(vars(tr.config.model)), "test_set": name, "sentences": n, "beam": args.beam,
               "batch": args.batch, "alpha": alpha, "rounds": args.rounds,
               **{k: {"sent_per_s": n / statistics.median(v), "seconds": v} for k, v in seconds.items()},
-              speedup: statistics.median(b / a for a, b in zip(seconds[fast], seconds[slow])),
+              "speedup_vs_gluonnlp": statistics.median(g / o for o, g in zip(seconds["beam_search"],
+                                                                             seconds["gluonnlp_beam_search_sampler"])),
               "identical_outputs": same, "differing_outputs": n - same}
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
@@ -182,12 +145,6 @@ def main(argv=None) -> int:
     if args.rounds < 1 or args.beam < 1 or args.batch < 1:
         raise SystemExit("--rounds, --beam and --batch must be >= 1")
     r = run(args)
-    if args.accel_ab:
-        print(f"{r['test_set']}: {r['sentences']} sentences, beam {r['beam']}, batch {r['batch']}: nmt.search "
-              f"{r['accel_off']['sent_per_s']:.1f} sent/s, with nmt.accel {r['accel_on']['sent_per_s']:.1f} sent/s, "
-              f"{r['speedup_accel']:.2f}x; {r['differing_outputs']} of {r['sentences']} best hypotheses differ; "
-              f"written to {args.output}")
-        return 0
     print(f"{r['test_set']}: {r['sentences']} sentences, beam {r['beam']}, batch {r['batch']}: nmt.search "
           f"{r['beam_search']['sent_per_s']:.1f} sent/s, gluonnlp BeamSearchSampler "
           f"{r['gluonnlp_beam_search_sampler']['sent_per_s']:.1f} sent/s, {r['speedup_vs_gluonnlp']:.2f}x; "
