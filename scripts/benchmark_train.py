@@ -61,6 +61,11 @@ def _run_updates(trainer, n: int) -> dict:
     return seen
 
 
+def count_parameters(net) -> int:
+    """Trainable numbers in `net`, each shared (tied) parameter once."""
+    return sum(p.data().size for p in net.collect_params().values())
+
+
 def train_worker(spec: dict, conn) -> None:
     """One configuration in its own process, driven over `conn`: "warmup" runs the warm-up updates, "window" one
     timed window (its figures are sent back), "finish" sends the configuration's details and ends."""
@@ -82,6 +87,8 @@ def train_worker(spec: dict, conn) -> None:
             else:
                 break
         conn.send({"devices": [str(c) for c in trainer.ctxs], "num_devices": len(trainer.ctxs),
+                   "arch": cfg.model.arch, "parameters": count_parameters(trainer.net),
+                   "src_vocab": trainer.data.src_tok.vocab_size, "tgt_vocab": trainer.data.tgt_tok.vocab_size,
                    "batch_size": cfg.data.batch_size, "accum_steps": cfg.train.accum_steps,
                    "batches_per_epoch": len(sampler), "bucket_shapes": sampler.bucket_shapes,
                    "real_positions": sampler.real_fraction, "warmup_updates": warm["updates"],

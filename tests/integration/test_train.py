@@ -286,5 +286,5 @@ def test_cli_reports_bad_model_flags_without_traceback(tmp_path, task, capsys, a
                        "--vocab-size", "400", "--no-progress", "--arch", arch, *argv])
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err
-    assert err.startswith("error: ") and message in err, err
+    assert err.strip().splitlines()[-1].startswith("error: ") and message in err, err
     assert not (tmp_path / "m").exists()
