@@ -18,6 +18,7 @@ def _bench(monkeypatch):
     return benchmark_arch
 
 
+@pytest.mark.slow   # real data
 def test_both_architectures_take_turns_and_report_useful_flops(shared_data, tmp_path, capsys, monkeypatch):
     out = tmp_path / "arch.json"
     assert _bench(monkeypatch).main(["--data-dir", str(shared_data), *TINY, "--json", str(out)]) == 0

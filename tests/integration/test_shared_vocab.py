@@ -6,8 +6,6 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import pytest
-
 from nmt import checkpoint as ckpt
 from nmt.config import Config
 from nmt.tokenizer import JOINT, tokenizer_path
@@ -16,19 +14,9 @@ from nmt.translate import Translator
 from tests.synth import params_of, tiny_config, write_task
 
 
-@pytest.fixture(scope="module")
-def task(tmp_path_factory):
-    return write_task(tmp_path_factory.mktemp("synth"))
-
-
-def shared_config(tmp_path, task, name: str = "shared", **train_kw) -> Config:
-    cfg = tiny_config(tmp_path, task, name, "transformer", **train_kw)
+def test_one_joint_model_serves_both_sides_ties_three_ways_and_is_all_from_dir_needs(tmp_path):
+    cfg = tiny_config(tmp_path, write_task(tmp_path / "synth"), "shared", "transformer", max_steps=4, valid_every=2)
     cfg.model.shared_vocab, cfg.model.tie_weights = True, True
-    return cfg
-
-
-def test_one_joint_model_serves_both_sides_and_ties_three_ways(tmp_path, task):
-    cfg = shared_config(tmp_path, task, max_steps=4)
     trainer = create_trainer(cfg)
     trainer.fit()
     d = Path(cfg.train.model_dir)
@@ -40,20 +28,16 @@ def test_one_joint_model_serves_both_sides_and_ties_three_ways(tmp_path, task):
     assert src_tok.encode(["가나"]) == tgt_tok.encode(["가나"]) and src_tok.encode(["ga"]) == tgt_tok.encode(["ga"])
     # three-way tie: one embedding matrix is source embedding, target embedding and output layer
     assert trainer.net.shares_source_embedding
-    embeddings = [k for k in params_of(d) if "embed" in k or "out_weight" in k]
-    assert embeddings == ["tgt_embed_weight"]
-
-
-def test_the_model_directory_alone_translates_and_resumes(tmp_path, task):
-    cfg = shared_config(tmp_path, task, max_steps=4, valid_every=2)
-    create_trainer(cfg).fit()
+    assert [k for k in params_of(d) if "embed" in k or "out_weight" in k] == ["tgt_embed_weight"]
+    # the model directory alone: a copy of it translates, with the languages (not the file's name) for scoring
     copy = tmp_path / "copied"
-    shutil.copytree(cfg.train.model_dir, copy)
+    shutil.copytree(d, copy)
     tr = Translator.from_dir(copy)
     assert tr.src_tok.path.name == tr.tgt_tok.path.name == "spm.joint.model"
-    assert (tr.src_lang, tr.tgt_lang) == ("ko", "en")   # the languages, not the file's name, for scoring
+    assert (tr.src_lang, tr.tgt_lang) == ("ko", "en")
     out = tr.translate(["가 나", "", "다"])
     assert len(out) == 3 and out[1] == ""
+    # and a resume reloads the joint model
     cfg.train.max_steps = 6
     state = create_trainer(cfg, resume=True).fit()
-    assert state.step == 6 and Config.load(Path(cfg.train.model_dir) / ckpt.CONFIG).model.shared_vocab
+    assert state.step == 6 and Config.load(d / ckpt.CONFIG).model.shared_vocab

@@ -27,8 +27,22 @@ def task(tmp_path_factory):
     return write_task(tmp_path_factory.mktemp("synth"))
 
 
-def test_learns_reverse_task_and_model_dir_is_complete(tmp_path, task):
-    cfg = tiny_config(tmp_path, task, max_steps=700, valid_every=350, max_epochs=100)
+@pytest.fixture(scope="module")
+def copy_task(tmp_path_factory):
+    return write_task(tmp_path_factory.mktemp("copy"), reverse=False)
+
+
+# The synthetic task each architecture is held to the same bar on (dev BLEU > 80, test BLEU > 70, 14 of 20 exact)
+# in 700 updates. A tiny Transformer does not learn the reversal in a test's budget (measured: best dev BLEU 29
+# after 2,100 updates at width 64 with 2 + 2 layers, 24 with dropout 0.1; it mixes up word boundaries), so it is
+# held to the bar on the copy task of the same generator.
+TASK_OF = {"lstm": "task", "transformer": "copy_task"}
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_learns_the_synthetic_task_and_model_dir_is_complete(tmp_path, request, arch):
+    task = request.getfixturevalue(TASK_OF[arch])
+    cfg = tiny_config(tmp_path, task, arch=arch, max_steps=700, valid_every=350, max_epochs=100)
     cfg.decode.beam_size = 3
     result = train(cfg)
     state = result.state
@@ -79,8 +93,13 @@ def test_lexical_model_trains_saves_and_translates(tmp_path, task):
     assert sum(o == r for o, r in zip(tr.translate(src), ref)) >= 8
 
 
-@pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("variant", [dict(cpu_devices=2), dict(accum_steps=2), dict(cpu_devices=2, accum_steps=2)])
+DEVICE_VARIANTS = {"2-devices": dict(cpu_devices=2), "accum-2": dict(accum_steps=2),
+                   "2-devices-accum-2": dict(cpu_devices=2, accum_steps=2)}
+
+
+@pytest.mark.parametrize("arch, variant", [
+    pytest.param(arch, variant, id=f"{arch}-{name}") for arch in ARCHS for name, variant in DEVICE_VARIANTS.items()
+    if arch == "lstm" or len(variant) == 1])   # the Transformer: each of the two alone (test time)
 def test_same_parameters_whatever_the_device_count(tmp_path, task, variant, arch):
     base = tiny_config(tmp_path, task, "one", arch, max_steps=5, cpu_devices=1)
     create_trainer(base).fit()
