@@ -37,11 +37,7 @@ SIZE_FLAGS = {"lstm": ("embed_size", "hidden_size", "num_layers"),
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data-dir", help="offline mirror laid out like shared/data (else $NMT_DATA_DIR, cache)")
-    p.add_argument("--recipe", default="tatoeba", help="dataset recipe (tatoeba or all)")
-    p.add_argument("--src", default="ko")
-    p.add_argument("--tgt", default="en")
-    p.add_argument("--vocab-size", type=int, default=2000, help="SentencePiece pieces per language")
+    benchmark_train.add_data_args(p, vocab_size=2000)   # the training default
     p.add_argument("--batch-size", type=int, default=32, help="global batch in sentences (the training default)")
     for arch, fields in SIZE_FLAGS.items():
         for field in fields:

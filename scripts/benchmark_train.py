@@ -226,13 +226,18 @@ def _int_list(text: str) -> List[int]:
     return values
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_data_args(p: argparse.ArgumentParser, vocab_size: int) -> None:
+    """The data flags of a training benchmark (also scripts/benchmark_arch.py's)."""
     p.add_argument("--data-dir", help="offline mirror laid out like shared/data (else $NMT_DATA_DIR, cache)")
     p.add_argument("--recipe", default="tatoeba", help="dataset recipe (tatoeba or all)")
     p.add_argument("--src", default="ko")
     p.add_argument("--tgt", default="en")
-    p.add_argument("--vocab-size", type=int, default=8000, help="SentencePiece pieces per language")
+    p.add_argument("--vocab-size", type=int, default=vocab_size, help="SentencePiece pieces per language")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_data_args(p, vocab_size=8000)
     p.add_argument("--embed-size", type=int, default=256)
     p.add_argument("--hidden-size", type=int, default=256)
     p.add_argument("--num-layers", type=int, default=2)
