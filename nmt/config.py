@@ -90,14 +90,15 @@ class ModelConfig:
     word_dropout: float = 0.2            # drop whole source/target token embeddings in training (Sennrich & Zhang 2019)
     lexical_model: bool = True           # attention-weighted source embeddings also feed the output layer
                                          # (Nguyen & Chiang 2018), for rare words in small data
-    # Transformer (--arch transformer; the fields above that it shares: dropout, word_dropout, tie_weights, whose
-    # Transformer defaults are in ARCH_DEFAULTS). Sizes of a small model for small data, after Araabi & Monz 2020
-    # (fewer layers and heads and a narrower feed-forward than Vaswani et al.'s base model); not yet tuned on dev.
-    encoder_layers: int = 3              # Transformer encoder layers (base model: 6; fewer win on small data)
+    # Transformer (--arch transformer; it shares dropout, word_dropout and tie_weights above, and takes its own
+    # dropout and word_dropout defaults from ARCH_DEFAULTS). Sizes of a small model for small data, after Araabi &
+    # Monz 2020 (fewer layers and heads and a narrower feed-forward than Vaswani et al.'s base model); not yet tuned
+    # on this project's dev sets.
+    encoder_layers: int = 3              # Transformer encoder layers (the base model has 6)
     decoder_layers: int = 3              # Transformer decoder layers
     model_size: int = 256                # Transformer width d (embeddings, attention, residual stream)
-    ff_size: int = 512                   # Transformer feed-forward inner width (2 d; the base model's 4 d overfits)
-    heads: int = 2                       # attention heads (must divide model_size; fewer heads on small data)
+    ff_size: int = 512                   # Transformer feed-forward inner width (2 d; the base model has 4 d)
+    heads: int = 2                       # attention heads (must divide model_size; the base model has 8)
     attention_dropout: float = 0.1       # dropout on attention weights (Transformer)
     activation_dropout: float = 0.1      # dropout after the feed-forward ReLU (Transformer)
     shared_vocab: bool = False           # one SentencePiece model for both languages (--vocab-size pieces in all);
