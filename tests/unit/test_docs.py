@@ -60,7 +60,7 @@ def test_results_holds_only_current_files():
     stale = [n for n in names if re.search(r"(_b|_c|_first|_r\d+b?|_amd|_zen5|_earlier)\.(json|png)$", n)
              or n.startswith(("earlier/", "part4-diagnosis/")) or n == "PERFORMANCE-HISTORY.md"]
     assert not stale
-    for benchmark in ("benchmark_train.json", "benchmark_train.png", "benchmark_decode.json", "benchmark_memory.json"):
+    for benchmark in ("benchmark_train.json", "benchmark_train.png", "benchmark_decode.json", "benchmark_ab.json"):
         assert benchmark in names
 
 
