@@ -104,15 +104,23 @@ def _save_with(writer, path: Path, needed: Optional[int] = None) -> None:
                 os.fsync(f.fileno())
             os.replace(tmp, path)
     except mx.base.MXNetError as e:
-        tmp.unlink(missing_ok=True)
+        _remove(tmp)
         err = mxnet_write_failure(path, e, needed)
         if err is None:
             raise
         raise err from None
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        _remove(tmp)
         raise
     fsync_dir(path.parent)
+
+
+def _remove(path: Path) -> None:
+    """Delete a temporary file if it exists and can be deleted (not on a read-only file system)."""
+    try:
+        path.unlink()
+    except OSError:
+        pass
 
 
 def check_model_dir(model_dir: Path, resume: bool, overwrite: bool) -> None:

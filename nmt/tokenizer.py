@@ -24,6 +24,7 @@ from typing import Callable, List, Optional, Sequence, Tuple, Union
 import sentencepiece as spm
 
 from nmt.atomic import atomic_copy
+from nmt.storage import guarded_write
 
 logger = logging.getLogger(__name__)
 
@@ -188,7 +189,8 @@ def train_tokenizer(lines: Sequence[str], out_dir: PathLike, lang: str, vocab_si
 
     with tempfile.TemporaryDirectory(prefix=f"spm-{lang}-") as tmp:
         text_file = Path(tmp) / "train.txt"
-        n_content = _write_training_text(lines, text_file, lang)
+        with guarded_write(text_file):   # the SentencePiece input, in the temporary directory
+            n_content = _write_training_text(lines, text_file, lang)
         prefix = Path(tmp) / "spm"
         spm.set_random_generator_seed(seed)
         try:
