@@ -23,6 +23,7 @@ _FIXABLE = {
     errno.EACCES: "check the permissions of the directory or choose another one",
     errno.EPERM: "check the permissions of the directory or choose another one",
     errno.EROFS: "the file system is mounted read-only; choose a writable directory",
+    errno.ENOTDIR: "a part of the path is a file, not a directory; choose another path",
 }
 _FULL = (errno.ENOSPC, errno.EDQUOT)
 
@@ -100,6 +101,8 @@ def check_writable(directory: PathLike, flag: str = "--model-dir") -> None:
     """StorageError unless a file can be created in `directory` (or, if it does not exist yet, where it would be
     created): found before training, not at the first checkpoint an hour later."""
     where = existing_ancestor(directory)
+    if not where.is_dir():
+        raise StorageError(f"{flag} {directory}: {where} is a file, not a directory; choose another {flag}")
     probe = where / f".nmt-write-probe-{os.getpid()}"
     try:
         with guarded_write(probe):
