@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from nmt.atomic import atomic_write_text
+from nmt.download import sha256_file as sha256_of   # cached by (path, size, mtime): verifying costs one read
 
 logger = logging.getLogger("nmt.checkpoint")
 
 FORMAT = 1
-_HASHES: Dict[Tuple[str, int, int], str] = {}   # (path, size, mtime_ns) -> sha256: a file is hashed once per process
 
 
 class CheckpointError(RuntimeError):
@@ -28,19 +28,6 @@ class CheckpointError(RuntimeError):
 
 def manifest_name(key: str) -> str:
     return f"manifest.{key}.json"
-
-
-def sha256_of(path: Path) -> str:
-    """sha256 of a file, cached by (path, size, mtime) so that verifying before each load costs one read."""
-    st = path.stat()
-    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
-    if key not in _HASHES:
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-        _HASHES[key] = h.hexdigest()
-    return _HASHES[key]
 
 
 def model_files(model_dir: Path) -> List[str]:

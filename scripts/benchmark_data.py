@@ -36,7 +36,7 @@ def timed(fn, repeats: int):
     return out, statistics.median(times)
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data-dir", help="offline mirror (else $NMT_DATA_DIR, cache, network)")
     p.add_argument("--recipe", default="all", help="dataset recipe (default: all, the largest)")
@@ -51,7 +51,11 @@ def main(argv=None) -> int:
     p.add_argument("--synthetic-pairs", type=int, help="measure the pipeline at scale on N synthetic pairs")
     p.add_argument("--work-dir", type=Path, default=Path(tempfile.gettempdir()) / "nmt-bench-data",
                    help="where --synthetic-pairs keeps its corpus (reused across runs) and tokenizers")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
     if args.synthetic_pairs:
         return at_scale(args)
 
