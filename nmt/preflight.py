@@ -2,8 +2,9 @@
 
 `check_checkpoint_room` is what every run checks once the model is built: room for --keep-last checkpoints.
 `dry_run(cfg)` (`nmt-train --dry-run`) validates the whole configuration, the data and the model directory
-(readable, clean or resumable, writable, room) and describes what would be trained, without training and without
-writing to the model directory.
+(readable, clean or resumable, writable, room) and describes what would be trained, without training. It runs the
+data pipeline for exact figures: a new run's tokenizers and encoded corpus go to a temporary directory; a resumed
+one's encoded corpus is cached in the model directory (nmt.encoded), which the run that follows then reuses.
 """
 from __future__ import annotations
 
@@ -69,8 +70,8 @@ def _first_batch_forward(net, data, ctx) -> None:
 
 
 def dry_run(cfg: Config, resume: bool = False, overwrite: bool = False) -> Dict[str, Any]:
-    """Everything `train(cfg)` would check before its first update, and what it would train; trains nothing and
-    writes nothing to the model directory (tokenizers, when not there yet, are trained in a temporary one)."""
+    """Everything `train(cfg)` would check before its first update, and what it would train; trains nothing, and
+    writes to the model directory at most its lock and (on --resume) the encoded-corpus cache."""
     import mxnet as mx
     from nmt.data import build_data
     from nmt.models import build_model

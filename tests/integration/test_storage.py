@@ -153,3 +153,30 @@ def test_check_room_names_what_is_needed(tmp_path, monkeypatch):
     monkeypatch.setattr(storage, "free_bytes", lambda path: 1000)
     with pytest.raises(StorageError, match=r"--model-dir .*: 1000 bytes free, but 2 checkpoints need about 1\.0 MiB"):
         storage.check_room(tmp_path, 1 << 20, "2 checkpoints")
+
+
+def test_full_disk_mid_training_exits_2_and_resume_continues(tmp_path, capsys, monkeypatch):
+    """nmt-train whose second checkpoint meets a full disk (injected): exit 2 naming the file, no traceback; the
+    first checkpoint is the newest intact one and --resume finishes the run from it."""
+    from mxnet import gluon
+    from nmt.cli import train_main
+    task = write_task(tmp_path / "task", n_train=300)
+    args = ["--train-src", task["train_src"], "--train-tgt", task["train_tgt"], "--dev-src", task["dev_src"],
+            "--dev-tgt", task["dev_tgt"], "--model-dir", str(tmp_path / "m"), "--vocab-size", "400",
+            "--embed-size", "16", "--hidden-size", "16", "--num-layers", "1", "--batch-size", "8",
+            "--valid-every", "2", "--max-steps", "6", "--no-progress", "--no-eval", "--patience", "0"]
+    real, calls = gluon.Block.save_parameters, []
+
+    def save_parameters(self, filename, *a, **kw):
+        calls.append(filename)
+        if len(calls) > 2:   # params.00000002 and params.best fit; params.00000004 does not
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(self, filename, *a, **kw)
+    monkeypatch.setattr(gluon.Block, "save_parameters", save_parameters)
+    assert train_main(args) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and f"cannot write {tmp_path / 'm' / ckpt.params_file(4)}: No space left" in err
+    assert ckpt.resume_state(tmp_path / "m").step == 2
+    monkeypatch.setattr(gluon.Block, "save_parameters", real)
+    assert train_main(args + ["--resume"]) == 0
+    assert ckpt.TrainState.load(tmp_path / "m").step == 6
