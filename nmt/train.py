@@ -28,8 +28,8 @@ from nmt.loss import Seq2SeqLoss
 from nmt.models import build_model
 from nmt.optim import build_optimizer, learning_rate
 from nmt.parallel import DataParallel, default_kvstore, describe_hardware, init_amp, parse_devices
-from nmt.scoring import score_test_set
 from nmt.preflight import check_checkpoint_room
+from nmt.scoring import score_test_set
 from nmt.storage import check_writable
 from nmt.translate import Translator
 from nmt.workers import WorkerGroup, create_kvstore
@@ -263,6 +263,8 @@ def create_trainer(cfg: Config, resume: bool = False, overwrite: bool = False) -
 
 
 def _create_locked(cfg: Config, resume: bool, overwrite: bool, ctxs, kv, workers: WorkerGroup) -> Trainer:
+    """`create_trainer` once the directory is ours: checked writable and, once the model is built, with room for
+    its checkpoints, so that a full disk shows before training rather than at the first checkpoint."""
     t = cfg.train
     model_dir = Path(t.model_dir)
     if workers.is_chief:
