@@ -77,6 +77,9 @@ def _problem(path: Path, entry: Dict[str, Any]) -> Optional[str]:
     """What is wrong with one listed file, or None."""
     if not path.is_file():
         return f"{path} is missing"
+    if path.name == "config.json" and sha256_of(path) != entry.get("sha256"):
+        return (f"{path} differs from the one this checkpoint was saved with (edited or damaged); restore it "
+                "(decoding settings can be given as flags instead of edited into it)")
     size = path.stat().st_size
     if size != entry.get("bytes"):
         kind = "truncated" if size < entry.get("bytes", 0) else "longer than written"

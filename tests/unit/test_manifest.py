@@ -135,3 +135,11 @@ def test_directories_without_manifests_still_load(tmp_path):
     for p in d.glob("manifest.*.json"):
         p.unlink()
     assert ckpt.resume_state(d).step == 30 and ckpt.params_path(d, "best").name == ckpt.PARAMS_BEST
+
+
+def test_an_edited_config_json_is_named_as_such(tmp_path):
+    d = _model_dir(tmp_path)
+    (d / ckpt.CONFIG).write_text('{"model": {"hidden_size": 512}}\n')
+    with pytest.raises(ckpt.CheckpointError, match=r"config\.json differs from the one this checkpoint was saved "
+                                                   r"with \(edited or damaged\); restore it"):
+        ckpt.params_path(d, "best")
