@@ -29,7 +29,7 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.9,<3.12",
     packages=find_packages(include=["nmt", "nmt.*"]),
-    package_data={"nmt": ["recipes.json"]},
+    package_data={"nmt": ["recipes.json", "serve/page.html"]},
     install_requires=_requirements("common.txt"),
     extras_require={
         "cpu": [MXNET["cpu"]],
@@ -42,6 +42,7 @@ setup(
             "nmt-translate=nmt.cli_decode:translate_main",
             "nmt-evaluate=nmt.cli_decode:evaluate_main",
             "nmt-launch=nmt.distributed:main",
+            "nmt-serve=nmt.serve:main",
         ]
     },
 )

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, List, Optional, Sequence
 
-from nmt.config import Config, ConfigError
+from nmt.config import ARCH_DEFAULTS, Config, ConfigError, DataConfig, read_json
 
 # (flag, section, field, type, help) -- the single table mapping flags to config fields
 _NONE = object()
@@ -47,7 +47,8 @@ DATA_FLAGS = [
     Flag("--max-chars", "data", "max_chars", int, "drop training pairs with a side longer than this (characters)"),
     Flag("--max-ratio", "data", "max_ratio", float, "drop training pairs whose length ratio exceeds this"),
     Flag("--skip-invalid-utf8", "data", "skip_invalid_utf8", help="skip (and count) undecodable lines", boolean=True),
-    Flag("--vocab-size", "data", "vocab_size", int, "SentencePiece vocabulary size per language"),
+    Flag("--vocab-size", "data", "vocab_size", int,
+         "SentencePiece vocabulary size per language (with --shared-vocab: of the one joint model)"),
     Flag("--spm-model-type", "data", "spm_model_type", str, "SentencePiece algorithm", choices=("unigram", "bpe")),
     Flag("--subword-sampling", "data", "subword_sampling", float,
          "subword regularization: segment each training batch anew, sampled with this alpha (unigram: smoothing, "
@@ -85,8 +86,9 @@ MODEL_FLAGS = [
     Flag("--attention-dropout", "model", "attention_dropout", float, "Transformer dropout on attention weights"),
     Flag("--activation-dropout", "model", "activation_dropout", float,
          "Transformer dropout after the feed-forward activation"),
-    Flag("--shared-vocab", "model", "shared_vocab", help="one SentencePiece model for both languages; the "
-         "Transformer ties source and target embeddings (and the output layer with --tie-weights)", boolean=True),
+    Flag("--shared-vocab", "model", "shared_vocab", help="one SentencePiece model for both languages (--vocab-size "
+         "pieces in all); the Transformer ties source and target embeddings (and the output layer with "
+         "--tie-weights)", boolean=True),
 ]
 OPTIM_FLAGS = [
     Flag("--optimizer", "optim", "optimizer", str, "optimizer"),
@@ -119,6 +121,9 @@ TRAIN_FLAGS = [
     Flag("--valid-max-sentences", "train", "valid_max_sentences", int, "dev sentences translated for BLEU"),
     Flag("--no-progress", "train", "progress", help="no progress bar", boolean=True, negate=True),
     Flag("--amp", "train", "amp", help="automatic mixed precision (float16) on GPUs", boolean=True),
+    Flag("--tensorboard", "train", "tensorboard", help="TensorBoard curves in MODEL_DIR/tensorboard (default: on when "
+         "tensorboardX is installed)", boolean=True),
+    Flag("--no-tensorboard", "train", "tensorboard", help="no TensorBoard curves", boolean=True, negate=True),
 ]
 DECODE_FLAGS = [
     Flag("--beam-size", "decode", "beam_size", int, "beam size (1 = greedy)"),
@@ -142,9 +147,11 @@ def _add_flags(parser: argparse.ArgumentParser, groups, defaults: Config) -> Non
                 g.add_argument(f.flag, dest=dest, action="store_const", const=not f.negate,
                                default=argparse.SUPPRESS, help=f.help)
             else:
+                other = ARCH_DEFAULTS["transformer"].get(f.section, {}).get(f.field)
+                also = "" if other is None else f"; with --arch transformer: {other}"
                 g.add_argument(f.flag, dest=dest, type=f.type, choices=f.choices, default=argparse.SUPPRESS,
                                metavar=f.field.upper() if not f.choices else None,
-                               help=f"{f.help} (default: {default})")
+                               help=f"{f.help} (default: {default}{also})")
 
 
 def build_train_parser() -> argparse.ArgumentParser:
@@ -167,24 +174,25 @@ def build_train_parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(args: argparse.Namespace, base: Optional[Config] = None) -> Config:
-    """Defaults < --config file (or `base`) < explicit flags."""
+    """Defaults of the chosen --arch < --config file (or `base`) < explicit flags."""
     if getattr(args, "config", None):
         if not Path(args.config).is_file():
             raise ConfigError(f"--config {args.config}: file not found")
-        cfg = Config.load(args.config, complete=False)
+        d = read_json(args.config)
+        Config.from_dict(d, source=str(args.config))   # its own errors name the file
     else:
-        cfg = base or Config()
-    d = cfg.to_dict()
-    for key, value in vars(args).items():
-        if "." in key:
-            section, field = key.split(".", 1)
-            d[section][field] = value
-    if d["data"].get("train_src") or d["data"].get("train_tgt"):
-        if "data.recipe" not in vars(args):
-            d["data"]["recipe"] = None
-    if "train.model_dir" not in vars(args) and not getattr(args, "config", None):
-        name = d["data"]["recipe"] or "custom"
-        d["train"]["model_dir"] = str(Path("models") / f"{name}-{d['data']['src_lang']}-{d['data']['tgt_lang']}")
+        d = base.to_dict() if base else {}
+    flags = {key: value for key, value in vars(args).items() if "." in key}
+    for key, value in flags.items():
+        section, field = key.split(".", 1)
+        d.setdefault(section, {})[field] = value
+    data = d.setdefault("data", {})
+    if (data.get("train_src") or data.get("train_tgt")) and "data.recipe" not in flags:
+        data["recipe"] = None
+    if "train.model_dir" not in flags and not getattr(args, "config", None):
+        name = data.get("recipe", DataConfig.recipe) or "custom"
+        langs = data.get("src_lang", DataConfig.src_lang), data.get("tgt_lang", DataConfig.tgt_lang)
+        d.setdefault("train", {})["model_dir"] = str(Path("models") / f"{name}-{langs[0]}-{langs[1]}")
     return Config.from_dict(d, source=str(getattr(args, "config", "") or "flags"))
 
 

@@ -50,7 +50,8 @@ class DataConfig:
     max_chars: int = 400                 # drop training pairs with a side longer than this (characters)
     max_ratio: float = 4.0               # drop training pairs whose character-length ratio exceeds this
     skip_invalid_utf8: bool = False      # skip (and count) undecodable lines instead of stopping with an error
-    vocab_size: int = 2000               # SentencePiece vocabulary per language; small vocabularies win on small data
+    vocab_size: int = 2000               # SentencePiece pieces per language (with --shared-vocab: of the one
+                                         # joint model); small vocabularies win on small data
     spm_model_type: str = "unigram"      # SentencePiece algorithm: unigram (default) or bpe
     subword_sampling: float = 0.0        # > 0: a sampled segmentation per training batch (Kudo 2018; BPE-dropout)
     max_src_tokens: int = 80             # training pairs longer than this (subword tokens) are dropped
@@ -89,17 +90,20 @@ class ModelConfig:
     word_dropout: float = 0.2            # drop whole source/target token embeddings in training (Sennrich & Zhang 2019)
     lexical_model: bool = True           # attention-weighted source embeddings also feed the output layer
                                          # (Nguyen & Chiang 2018), for rare words in small data
-    # Transformer (--arch transformer; the fields above that it shares: dropout, word_dropout, tie_weights).
-    # Sizes are those of a small model for small data (Araabi & Monz 2020): not yet tuned on this project's data.
-    encoder_layers: int = 3              # Transformer encoder layers
+    # Transformer (--arch transformer; it shares dropout, word_dropout and tie_weights above, and takes its own
+    # dropout and word_dropout defaults from ARCH_DEFAULTS). Sizes of a small model for small data, after Araabi &
+    # Monz 2020 (fewer layers and heads and a narrower feed-forward than Vaswani et al.'s base model); not yet tuned
+    # on this project's dev sets.
+    encoder_layers: int = 3              # Transformer encoder layers (the base model has 6)
     decoder_layers: int = 3              # Transformer decoder layers
     model_size: int = 256                # Transformer width d (embeddings, attention, residual stream)
-    ff_size: int = 1024                  # Transformer feed-forward inner width (4 d, as in Vaswani et al. 2017)
-    heads: int = 4                       # attention heads (must divide model_size)
+    ff_size: int = 512                   # Transformer feed-forward inner width (2 d; the base model has 4 d)
+    heads: int = 2                       # attention heads (must divide model_size; the base model has 8)
     attention_dropout: float = 0.1       # dropout on attention weights (Transformer)
     activation_dropout: float = 0.1      # dropout after the feed-forward ReLU (Transformer)
-    shared_vocab: bool = False           # one SentencePiece model for both languages; the Transformer then ties
-                                         # source embedding = target embedding (= output layer with tie_weights)
+    shared_vocab: bool = False           # one SentencePiece model for both languages (--vocab-size pieces in all);
+                                         # the Transformer then ties source embedding = target embedding
+                                         # (= output layer with tie_weights)
 
 
 # Optimizers of MXNet's registry that --optimizer accepts (those that take only lr and weight decay, plus Adam's betas).
@@ -149,6 +153,7 @@ class TrainConfig:
     valid_max_sentences: int = 500       # cap on dev sentences translated for BLEU (loss uses all)
     progress: bool = True                # tqdm bar on stderr
     amp: bool = False                    # automatic mixed precision (float16 compute, float32 weights); GPUs only
+    tensorboard: Optional[bool] = None   # TensorBoard curves in <model_dir>/tensorboard; None: on if tensorboardX is installed
 
     def __post_init__(self) -> None:
         _check([(self.accum_steps >= 1, f"--accum-steps must be >= 1, got {self.accum_steps}"),
@@ -170,6 +175,20 @@ class DecodeConfig:
     max_input_tokens: int = 250          # longer inputs are truncated with a warning
 
 
+# Defaults of shared fields that differ by architecture (`Config.from_dict` and the command line start from them;
+# explicit values win). The shared defaults above were measured with the LSTM. The Transformer's are standard
+# low-resource settings, not yet tuned on this project's data: dropout 0.3 and word dropout 0.1 (Araabi & Monz
+# 2020 raise the base model's 0.1 dropout for small data), and the inverse-square-root schedule with the peak of
+# Vaswani et al.'s at d = 256 and 4000 warm-up updates (256^-0.5 * 4000^-0.5 = 1e-3). The warm-up itself is shorter
+# (1000 updates): those 4000 were of ~4k-token batches, ours are 32 sentences (~330 target tokens), a 30-minute
+# one-core budget gives a few thousand updates, and pre-norm layers train stably with short warm-ups (Xiong et al.
+# 2020).
+ARCH_DEFAULTS: Dict[str, Dict[str, Dict[str, Any]]] = {
+    "lstm": {},
+    "transformer": {"model": {"dropout": 0.3, "word_dropout": 0.1}, "optim": {"lr": 1e-3, "warmup_steps": 1000}},
+}
+
+
 @dataclass
 class Config:
     data: DataConfig = field(default_factory=DataConfig)
@@ -188,7 +207,9 @@ class Config:
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any], source: str = "config", complete: bool = False) -> "Config":
-        """A Config from its dict; with `complete` (a model directory's config.json) every key must be there."""
+        """A Config from its dict; with `complete` (a model directory's config.json) every key must be there.
+        Keys left out take the defaults of the dict's architecture (`ARCH_DEFAULTS`, then the dataclasses')."""
+        arch_defaults = ARCH_DEFAULTS.get((d.get("model") or {}).get("arch", ModelConfig.arch), {})
         parts = {}
         for f in dataclasses.fields(cls):
             sub = d.get(f.name, {}) or {}
@@ -202,7 +223,7 @@ class Config:
             if complete and missing:
                 raise ConfigError(f"{source} was written by an earlier version of nmt (no '{f.name}.{missing[0]}'); "
                                   "retrain the model with this version")
-            parts[f.name] = klass(**sub)
+            parts[f.name] = klass(**{**arch_defaults.get(f.name, {}), **sub})
         unknown = sorted(set(d) - {f.name for f in dataclasses.fields(cls)})
         if unknown:
             raise ConfigError(f"{source}: unknown section(s) {', '.join(unknown)}; "
@@ -216,12 +237,24 @@ class Config:
     @classmethod
     def load(cls, path, complete: bool = True) -> "Config":
         """The config saved at `path`: complete (a model directory's), or partial (`--config FILE`) when not."""
-        path = Path(path)
-        try:
-            d = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"{path}: not valid JSON ({e})") from None
-        return cls.from_dict(d, source=str(path), complete=complete)
+        return cls.from_dict(read_json(path), source=str(path), complete=complete)
+
+    @classmethod
+    def for_arch(cls, arch: str) -> "Config":
+        """The default configuration of an architecture (the command line's defaults with `--arch arch`)."""
+        return cls.from_dict({"model": {"arch": arch}})
 
     def replace(self, **sections) -> "Config":
         return dataclasses.replace(self, **sections)
+
+
+def read_json(path) -> Dict[str, Any]:
+    """The JSON object (a dict of sections) in the file at `path`; ConfigError naming the file if it is not one."""
+    path = Path(path)
+    try:
+        d = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(d, dict):
+        raise ConfigError(f"{path}: expected a JSON object of sections (data, model, ...), got {type(d).__name__}")
+    return d

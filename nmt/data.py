@@ -1,6 +1,7 @@
-"""The training data as the trainer sees it (`build_data`): SentencePiece models of both languages (trained on the
-training split, or reused from the model directory), token ids of the training and dev pairs within the length
-limits, the resegmentation of training batches for subword regularization, and the bucketed batches."""
+"""The training data as the trainer sees it (`build_data`): SentencePiece models of both languages, or one joint
+model of both (trained on the training split, or reused from the model directory), token ids of the training and dev
+pairs within the length limits, the resegmentation of training batches for subword regularization, and the bucketed
+batches."""
 from __future__ import annotations
 
 import logging
@@ -15,7 +16,8 @@ from nmt.config import Config, ConfigError, DataConfig
 from nmt.encoded import RowsView, encode_flat, load_or_encode
 from nmt.recipes import DatasetSplits, load_data
 from nmt.sampler import BucketSampler
-from nmt.tokenizer import Tokenizer, load_or_train_tokenizer, load_tokenizers, tokenizer_path
+from nmt.tokenizer import (JOINT, Tokenizer, character_coverage, load_or_train_tokenizer, load_tokenizers,
+                           tokenizer_names)
 from nmt.workers import WorkerGroup
 
 logger = logging.getLogger("nmt.data")
@@ -36,17 +38,22 @@ class EncodedData:
 def build_tokenizers(cfg: Config, model_dir: Path, splits: Optional[DatasetSplits],
                      workers: Optional[WorkerGroup] = None) -> Tuple[Tokenizer, Tokenizer]:
     """Source and target SentencePiece models: loaded from the model directory when `splits` is None (resume),
-    else reused from it or trained on `splits.train`. In a distributed job only rank 0 trains them and the other
-    workers load its files (SentencePiece training is not bit-identical across thread counts, and the workers
-    must encode the data alike)."""
-    d = cfg.data
+    else reused from it or trained on `splits.train` (with `--shared-vocab`: one model of `--vocab-size` pieces on
+    both sides' text, serving as both). In a distributed job only rank 0 trains them and the other workers load
+    its files (SentencePiece training is not bit-identical across thread counts, and the workers must encode the
+    data alike)."""
+    d, shared = cfg.data, cfg.model.shared_vocab
     if workers is not None and workers.num_workers > 1:
         if workers.is_chief:
             build_tokenizers(cfg, model_dir, splits)
-        names = [tokenizer_path(model_dir, lang).name for lang in (d.src_lang, d.tgt_lang)]
-        return load_tokenizers(workers.share_files(model_dir, names), d.src_lang, d.tgt_lang)
+        names = sorted(set(tokenizer_names(d.src_lang, d.tgt_lang, shared)))
+        return load_tokenizers(workers.share_files(model_dir, names), d.src_lang, d.tgt_lang, shared)
     if splits is None:
-        return load_tokenizers(model_dir, d.src_lang, d.tgt_lang)
+        return load_tokenizers(model_dir, d.src_lang, d.tgt_lang, shared)
+    if shared:
+        load_or_train_tokenizer(model_dir, JOINT, lambda: list(splits.train.src) + list(splits.train.tgt),
+                                d.vocab_size, d.spm_model_type, coverage=character_coverage(d.src_lang, d.tgt_lang))
+        return load_tokenizers(model_dir, d.src_lang, d.tgt_lang, shared)
     return (load_or_train_tokenizer(model_dir, d.src_lang, splits.train.src, d.vocab_size, d.spm_model_type),
             load_or_train_tokenizer(model_dir, d.tgt_lang, splits.train.tgt, d.vocab_size, d.spm_model_type))
 

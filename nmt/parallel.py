@@ -206,6 +206,7 @@ class DataParallel:
         self._pool = (ThreadPoolExecutor(len(self.ctxs), thread_name_prefix="nmt-device")
                       if len(self.ctxs) > 1 and concurrent_devices_safe(self.ctxs) else None)
         self._graphs_built = False
+        self.last_grad_norm = float("nan")   # of the latest update, as read for clipping (for logs)
 
     @property
     def num_shares(self) -> int:
@@ -275,7 +276,7 @@ class DataParallel:
             from mxnet.contrib import amp as mx_amp
             mx_amp.unscale(self.trainer)
         norm = self.global_norm(batch.num_tgt_tokens)
-        value = float(norm.asscalar())
+        value = self.last_grad_norm = float(norm.asscalar())
         if math.isfinite(value):
             scale = min(1.0, self.clip_norm / (value + 1e-6)) if self.clip_norm > 0 else 1.0
             self.trainer.update(batch.num_tgt_tokens / scale)   # gradient * scale / N

@@ -8,8 +8,10 @@ Every model this module writes shares one convention, checked again on load:
   instead, so ``decode(encode(x)) == unicodedata.normalize("NFC", x)`` for any string, Hangul, Hanja and emoji
   included. (SentencePiece's default NFKC would rewrite full-width forms, compatibility Hanja, circled digits ...)
 
-Models live in the model directory as ``spm.<lang>.model`` / ``spm.<lang>.vocab``; they are trained in a
-temporary directory and published with atomic copies, so a crash never leaves a torn model behind.
+Models live in the model directory as ``spm.<lang>.model`` / ``spm.<lang>.vocab``, or, with ``--shared-vocab``,
+as one ``spm.joint.model`` trained on both languages' text that serves as source and target tokenizer (same ids).
+They are trained in a temporary directory and published with atomic copies, so a crash never leaves a torn model
+behind.
 """
 from __future__ import annotations
 
@@ -40,6 +42,7 @@ _LANG_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 _MODEL_NAME_RE = re.compile(r"^spm\.(.+)\.model$")
 
 PathLike = Union[str, "os.PathLike[str]"]
+JOINT = "joint"   # the name (spm.joint.model) of the one model of both languages (--shared-vocab)
 
 
 class TokenizerError(ValueError):
@@ -50,6 +53,12 @@ def tokenizer_path(model_dir: PathLike, lang: str) -> Path:
     """Path of the SentencePiece model of `lang` inside `model_dir` (``spm.<lang>.model``)."""
     _check_lang(lang)
     return Path(model_dir) / f"spm.{lang}.model"
+
+
+def character_coverage(*langs: str) -> float:
+    """SentencePiece's character coverage for text in `langs`: the lowest of theirs (a joint model of Korean and
+    English leaves Korean's rarest characters to byte fallback, as a Korean model does)."""
+    return min(CHARACTER_COVERAGE.get(lang, DEFAULT_CHARACTER_COVERAGE) for lang in langs)
 
 
 def _check_lang(lang: str) -> None:
@@ -72,8 +81,9 @@ class Tokenizer:
         self._threads = os.cpu_count() or 1
 
     @classmethod
-    def load(cls, path: PathLike) -> "Tokenizer":
-        """Load a ``.model`` file written by `train_tokenizer`; `TokenizerError` if missing, corrupt or foreign."""
+    def load(cls, path: PathLike, lang: Optional[str] = None) -> "Tokenizer":
+        """Load a ``.model`` file written by `train_tokenizer`; `TokenizerError` if missing, corrupt or foreign.
+        `lang`: the language it tokenizes (default: the one in the file name; a joint model serves either)."""
         path = Path(path)
         if not path.is_file():
             raise TokenizerError(f"{path}: SentencePiece model not found")
@@ -89,7 +99,7 @@ class Tokenizer:
             raise TokenizerError(f"{path}: model has no byte-fallback pieces, so unseen characters would be lost; "
                                  "retrain it with nmt.tokenizer.train_tokenizer")
         m = _MODEL_NAME_RE.match(path.name)
-        return cls(sp, path, m.group(1) if m else path.stem)
+        return cls(sp, path, lang or (m.group(1) if m else path.stem))
 
     @property
     def vocab_size(self) -> int:
@@ -170,13 +180,14 @@ def _write_training_text(lines: Sequence[str], path: Path, lang: str) -> int:
 
 def train_tokenizer(lines: Sequence[str], out_dir: PathLike, lang: str, vocab_size: int,
                     model_type: str = "unigram", seed: int = 1,
-                    num_threads: Optional[int] = None) -> Tokenizer:
+                    num_threads: Optional[int] = None, coverage: Optional[float] = None) -> Tokenizer:
     """Train a SentencePiece model on `lines` and publish it as ``out_dir/spm.<lang>.model`` (+ ``.vocab``).
 
     A `vocab_size` larger than the text supports is lowered to what it does support, with a warning. A
     `vocab_size` too small to hold the required characters, or text with no content, is a `TokenizerError`.
     Results are reproducible for a given seed, text and `num_threads` (default: all cores); unigram training
-    sums statistics over threads, so a different thread count can change the scores slightly.
+    sums statistics over threads, so a different thread count can change the scores slightly. `coverage`: the
+    character coverage (default: `lang`'s; see `character_coverage`).
     """
     _check_lang(lang)
     if model_type not in MODEL_TYPES:
@@ -197,7 +208,7 @@ def train_tokenizer(lines: Sequence[str], out_dir: PathLike, lang: str, vocab_si
         try:
             spm.SentencePieceTrainer.train(
                 input=str(text_file), model_prefix=str(prefix), vocab_size=vocab_size, model_type=model_type,
-                character_coverage=CHARACTER_COVERAGE.get(lang, DEFAULT_CHARACTER_COVERAGE),
+                character_coverage=character_coverage(lang) if coverage is None else coverage,
                 byte_fallback=True, pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
                 normalization_rule_name="identity", remove_extra_whitespaces=False,
                 # Soft limit: on small data the vocabulary stops at what the text supports instead of failing.
@@ -226,8 +237,9 @@ def train_tokenizer(lines: Sequence[str], out_dir: PathLike, lang: str, vocab_si
 
 def load_or_train_tokenizer(out_dir: PathLike, lang: str,
                             lines: Union[Sequence[str], Callable[[], Sequence[str]]],
-                            vocab_size: int, model_type: str = "unigram") -> Tokenizer:
-    """Load ``out_dir/spm.<lang>.model`` if it exists, else train it on `lines`.
+                            vocab_size: int, model_type: str = "unigram",
+                            coverage: Optional[float] = None) -> Tokenizer:
+    """Load ``out_dir/spm.<lang>.model`` if it exists, else train it on `lines` (see `train_tokenizer`).
 
     `lines` may be a callable returning the lines, so a resumed run does not have to read the corpus.
     """
@@ -238,9 +250,19 @@ def load_or_train_tokenizer(out_dir: PathLike, lang: str,
         return tok
     if callable(lines):
         lines = lines()
-    return train_tokenizer(lines, out_dir, lang, vocab_size, model_type=model_type)
+    return train_tokenizer(lines, out_dir, lang, vocab_size, model_type=model_type, coverage=coverage)
 
 
-def load_tokenizers(model_dir: PathLike, src_lang: str, tgt_lang: str) -> Tuple[Tokenizer, Tokenizer]:
-    """The source and target SentencePiece models saved in a model directory."""
-    return Tokenizer.load(tokenizer_path(model_dir, src_lang)), Tokenizer.load(tokenizer_path(model_dir, tgt_lang))
+def tokenizer_names(src_lang: str, tgt_lang: str, shared: bool = False) -> Tuple[str, str]:
+    """The names of the source and target models' files (``spm.joint.model`` twice with `shared`)."""
+    src, tgt = (JOINT, JOINT) if shared else (src_lang, tgt_lang)
+    return tokenizer_path("", src).name, tokenizer_path("", tgt).name
+
+
+def load_tokenizers(model_dir: PathLike, src_lang: str, tgt_lang: str,
+                    shared: bool = False) -> Tuple[Tokenizer, Tokenizer]:
+    """The source and target SentencePiece models saved in a model directory; with `shared`, the joint model as
+    both (same pieces, same ids), each knowing its language."""
+    src_name, tgt_name = tokenizer_names(src_lang, tgt_lang, shared)
+    return (Tokenizer.load(Path(model_dir) / src_name, lang=src_lang),
+            Tokenizer.load(Path(model_dir) / tgt_name, lang=tgt_lang))

@@ -11,7 +11,7 @@ import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import mxnet as mx
 import numpy as np
@@ -23,7 +23,7 @@ from nmt.config import Config, ConfigError
 from nmt.data import EncodedData, TrainData, build_data
 from nmt.dirlock import ModelDirLock, ModelDirLocked
 from nmt.evaluate import Scores, perplexity, score
-from nmt.log import LossMeter, MetricsWriter, Progress, setup_logging
+from nmt.log import LossMeter, MetricsWriter, Progress, TensorBoardWriter, setup_logging
 from nmt.loss import Seq2SeqLoss
 from nmt.models import build_model
 from nmt.optim import build_optimizer, learning_rate
@@ -38,6 +38,7 @@ __all__ = ["Trainer", "TrainResult", "build_data", "build_model", "build_optimiz
 
 logger = logging.getLogger("nmt.train")
 _INTERRUPTS = ("SIGINT", "SIGTERM")
+_SAMPLES = 5   # dev translations shown in TensorBoard at each validation
 
 
 def dev_loss(loss_block: gluon.Block, data: EncodedData, ctx: mx.Context, batch_size: int = 64) -> Tuple[float, int]:
@@ -60,7 +61,8 @@ class Trainer:
     and kvstore), the devices, the training state (fresh or resumed) and the group of workers."""
 
     def __init__(self, cfg: Config, data: TrainData, net: gluon.HybridBlock, optimizer: gluon.Trainer,
-                 ctxs, state: ckpt.TrainState, workers: Optional[WorkerGroup] = None):
+                 ctxs, state: ckpt.TrainState, workers: Optional[WorkerGroup] = None,
+                 tensorboard: Optional[TensorBoardWriter] = None):
         t = cfg.train
         self.cfg, self.data, self.net, self.optimizer, self.ctxs, self.state = cfg, data, net, optimizer, ctxs, state
         self.workers = workers or WorkerGroup()
@@ -75,6 +77,7 @@ class Trainer:
         self.translator = Translator(net, data.src_tok, data.tgt_tok, cfg.decode, ctx=ctxs[0])
         self.since_valid = LossMeter()   # training loss since the previous validation (its metrics row)
         self.progress = Progress(t.log_every, t.progress and self.is_chief)
+        self.tensorboard = tensorboard or TensorBoardWriter(None)   # curves (a writer that does nothing: off)
         self.signal_name = ""            # set by SIGINT/SIGTERM: checkpoint after this update, then stop
         self.lock: Optional[ModelDirLock] = None   # the model directory's lock (rank 0), released when fit() ends
         self._t_start, self._elapsed0 = time.perf_counter(), state.elapsed
@@ -91,6 +94,10 @@ class Trainer:
         self.state.elapsed = self._elapsed0 + time.perf_counter() - self._t_start
         self.since_valid.add(loss, batch.num_tgt_tokens)
         self.progress.update(self.state.step, batch, loss, lr)
+        if self.state.step % self.cfg.train.log_every == 0:   # the progress bar has just read loss and speed
+            last = self.progress.last
+            self.tensorboard.log_train(self.state.step, loss=last["loss"], learning_rate=lr,
+                                       grad_norm=self.dp.last_grad_norm, tokens_per_s=last.get("tok_per_s"))
         return loss
 
     def validate(self) -> bool:
@@ -99,7 +106,7 @@ class Trainer:
         train_loss = self.since_valid.mean()
         if not self.is_chief:
             return False
-        row = self._dev_scores()
+        row, sources, hyps, refs = self._dev_scores()
         if train_loss is not None:
             row["train_loss"] = train_loss
         improved = self._track_best(row["dev_bleu"])
@@ -108,20 +115,25 @@ class Trainer:
                     row["step"], row["epoch"], row["dev_ppl"], row["dev_bleu"], row["dev_chrf"], self.state.best_bleu,
                     self.state.best_step, "" if improved else f", {self.state.bad_validations} without gain")
         self.metrics.write(row)
+        self.tensorboard.log_validation(row["step"], loss=row["dev_nll"], perplexity=row["dev_ppl"],
+                                        bleu=row["dev_bleu"], chrf=row["dev_chrf"])
+        self.tensorboard.log_samples(row["step"], sources[:_SAMPLES], hyps[:_SAMPLES], refs[:_SAMPLES])
         return improved
 
-    def _dev_scores(self) -> Dict[str, float]:
+    def _dev_scores(self) -> Tuple[Dict[str, float], List[str], List[str], List[str]]:
+        """The validation's metrics row, and the dev sources, translations and references it scored."""
         t0 = time.perf_counter()
         nll, tokens = dev_loss(self.loss_block, self.data.encoded, self.ctxs[0])
         n = self.cfg.train.valid_max_sentences
         dev = self.data.splits.dev
         hyps = self.translator.translate(dev.src[:n], beam_size=self.cfg.train.valid_beam)
         sc = score(hyps, dev.tgt[:n], self.cfg.data.tgt_lang)
-        return {"step": self.state.step, "epoch": round(self.epochs_done(), 3), "dev_nll": nll / max(tokens, 1),
+        row = {"step": self.state.step, "epoch": round(self.epochs_done(), 3), "dev_nll": nll / max(tokens, 1),
                 "dev_ppl": perplexity(nll, tokens), "dev_bleu": sc.bleu, "dev_chrf": sc.chrf,
                 "lr": learning_rate(self.state.step, self.cfg.optim, self.state.lr_scale),
                 "tokens_seen": self.state.tokens_seen, "elapsed": round(self.state.elapsed, 1),
                 "valid_seconds": round(time.perf_counter() - t0, 1)}
+        return row, dev.src[:n], hyps, dev.tgt[:n]
 
     def _track_best(self, bleu: float) -> bool:
         """Record a validation's BLEU: the best so far, or one more without gain (halving a plateau schedule's
@@ -202,6 +214,7 @@ class Trainer:
             self._finish(stop or "max_epochs")
         finally:
             _restore_signal_handlers(old_handlers)
+            self.tensorboard.close()
         if t.average_last > 1 and self.is_chief and len(self.state.params_files) >= 2:
             ckpt.average_checkpoints(self.model_dir, self.state.params_files[-t.average_last:])
 
@@ -272,6 +285,8 @@ def _create_locked(cfg: Config, resume: bool, overwrite: bool, ctxs, kv, workers
         check_writable(model_dir)
     setup_logging(model_dir / ckpt.LOG if workers.is_chief else None, console=workers.is_chief)
     state = _resumed_state(cfg, workers) if resume else ckpt.TrainState()
+    # before the data is built: a --tensorboard without tensorboardX fails at once
+    tensorboard = TensorBoardWriter.create(model_dir, t.tensorboard, state.step if resume else None, workers.rank)
     state.hardware = describe_hardware(ctxs, workers.num_workers)
     logger.info("devices: %s, kvstore: %s, worker %d of %d", ctxs, getattr(kv, "type", kv), workers.rank,
                 workers.num_workers)
@@ -292,7 +307,7 @@ def _create_locked(cfg: Config, resume: bool, overwrite: bool, ctxs, kv, workers
     if resume:
         _restore(model_dir, net, optimizer, data, state, workers, ctxs)
     workers.init_trainer(optimizer)   # distributed: rank 0's parameters on every worker before update 1
-    return Trainer(cfg, data, net, optimizer, ctxs, state, workers)
+    return Trainer(cfg, data, net, optimizer, ctxs, state, workers, tensorboard)
 
 
 def _resumed_state(cfg: Config, workers: WorkerGroup) -> ckpt.TrainState:

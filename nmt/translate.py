@@ -64,7 +64,7 @@ def _load_tokenizers(model_dir: Path) -> Tuple[Config, Tokenizer, Tokenizer]:
         raise ckpt.CheckpointError(f"{model_dir / ckpt.CONFIG} not found: --model-dir must be a directory "
                                    "written by nmt training")
     cfg = Config.load(model_dir / ckpt.CONFIG)
-    return (cfg, *load_tokenizers(model_dir, cfg.data.src_lang, cfg.data.tgt_lang))
+    return (cfg, *load_tokenizers(model_dir, cfg.data.src_lang, cfg.data.tgt_lang, cfg.model.shared_vocab))
 
 
 def _load_net(model_dir: Path, cfg: Config, src_tok: Tokenizer, tgt_tok: Tokenizer, which: str, ctx: mx.Context):

@@ -61,6 +61,11 @@ def _run_updates(trainer, n: int) -> dict:
     return seen
 
 
+def count_parameters(net) -> int:
+    """Trainable numbers in `net`, each shared (tied) parameter once."""
+    return sum(p.data().size for p in net.collect_params().values())
+
+
 def train_worker(spec: dict, conn) -> None:
     """One configuration in its own process, driven over `conn`: "warmup" runs the warm-up updates, "window" one
     timed window (its figures are sent back), "finish" sends the configuration's details and ends."""
@@ -82,6 +87,8 @@ def train_worker(spec: dict, conn) -> None:
             else:
                 break
         conn.send({"devices": [str(c) for c in trainer.ctxs], "num_devices": len(trainer.ctxs),
+                   "arch": cfg.model.arch, "parameters": count_parameters(trainer.net),
+                   "src_vocab": trainer.data.src_tok.vocab_size, "tgt_vocab": trainer.data.tgt_tok.vocab_size,
                    "batch_size": cfg.data.batch_size, "accum_steps": cfg.train.accum_steps,
                    "batches_per_epoch": len(sampler), "bucket_shapes": sampler.bucket_shapes,
                    "real_positions": sampler.real_fraction, "warmup_updates": warm["updates"],
@@ -219,13 +226,18 @@ def _int_list(text: str) -> List[int]:
     return values
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_data_args(p: argparse.ArgumentParser, vocab_size: int) -> None:
+    """The data flags of a training benchmark (also scripts/benchmark_arch.py's)."""
     p.add_argument("--data-dir", help="offline mirror laid out like shared/data (else $NMT_DATA_DIR, cache)")
     p.add_argument("--recipe", default="tatoeba", help="dataset recipe (tatoeba or all)")
     p.add_argument("--src", default="ko")
     p.add_argument("--tgt", default="en")
-    p.add_argument("--vocab-size", type=int, default=8000, help="SentencePiece pieces per language")
+    p.add_argument("--vocab-size", type=int, default=vocab_size, help="SentencePiece pieces per language")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_data_args(p, vocab_size=8000)
     p.add_argument("--embed-size", type=int, default=256)
     p.add_argument("--hidden-size", type=int, default=256)
     p.add_argument("--num-layers", type=int, default=2)

@@ -61,15 +61,30 @@ def write_task(root: Path, n_train: int = 1200, n_dev: int = 40, n_test: int = 4
 
 
 # -- the trainer's tiny configuration and parameter comparisons, shared by the integration tests -----------
-def tiny_config(tmp_path: Path, files: dict, name: str = "model", **train_kw) -> Config:
+ARCHS = ("lstm", "transformer")
+
+
+def tiny_model_config(arch: str = "lstm") -> ModelConfig:
+    """A model of `arch` small enough for the integration tests, without dropout (runs are comparable)."""
+    if arch == "transformer":
+        return ModelConfig(arch="transformer", encoder_layers=1, decoder_layers=1, model_size=64, ff_size=128, heads=4,
+                           dropout=0.0, word_dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
+                           tie_weights=False)
+    return ModelConfig(embed_size=32, hidden_size=48, num_layers=1, dropout=0.0, word_dropout=0.0, attention="dot",
+                       tie_weights=False)
+
+
+def tiny_config(tmp_path: Path, files: dict, name: str = "model", arch: str = "lstm", **train_kw) -> Config:
     data = DataConfig(recipe=None, vocab_size=400, batch_size=16, num_buckets=3, **files)
-    model = ModelConfig(embed_size=32, hidden_size=48, num_layers=1, dropout=0.0, word_dropout=0.0, attention="dot",
-                        tie_weights=False)
-    optim = OptimConfig(lr=5e-3, warmup_steps=20, schedule="constant", label_smoothing=0.0)
+    # The Transformer learns the task fastest with a decaying rate (a constant one leaves it hovering; measured on
+    # the copy task: dev BLEU 89 after 608 updates at 3e-3, inverse square root after 100, against 76 at 700 with a
+    # constant 5e-3 at width 32).
+    optim = (OptimConfig(lr=3e-3, warmup_steps=100, schedule="inv_sqrt", label_smoothing=0.0) if arch == "transformer"
+             else OptimConfig(lr=5e-3, warmup_steps=20, schedule="constant", label_smoothing=0.0))
     t = dict(model_dir=str(tmp_path / name), max_epochs=200, valid_every=0, seed=3, progress=False,
              valid_max_sentences=40, patience=0)
     t.update(train_kw)
-    return Config(data=data, model=model, optim=optim, train=TrainConfig(**t))
+    return Config(data=data, model=tiny_model_config(arch), optim=optim, train=TrainConfig(**t))
 
 
 def load_params(model_dir, which: str = "latest") -> dict:
@@ -91,3 +106,24 @@ def assert_same_params(a: dict, b: dict, rtol=1e-5, atol=1e-6):
     assert a.keys() == b.keys()
     for k in a:
         np.testing.assert_allclose(a[k], b[k], rtol=rtol, atol=atol, err_msg=k)
+
+
+TINY_MODEL_STEPS = 600
+
+
+def tiny_model(tmp_path_factory) -> Path:
+    """A tiny ko->en model of the synthetic reverse task, trained once per test session (~12 s) and shared by
+    test_translate, test_evaluate and test_notebooks. Its directory also holds the task files under synth/."""
+    from nmt.train import train
+    root = tmp_path_factory.getbasetemp() / "tiny-translate"
+    model = root / "model"
+    done = (model / ckpt.STATE).exists() and ckpt.TrainState.load(model).stopped == "max_steps"
+    if not done:
+        files = write_task(root / "synth")
+        cfg = tiny_config(root, files, "model", max_steps=TINY_MODEL_STEPS, max_epochs=100)
+        train(cfg, overwrite=True, evaluate=False)
+    return model
+
+
+def synth_file(model: Path, name: str) -> Path:
+    return model.parent / "synth" / name

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Tuple
+from typing import Dict, Tuple
 
 import mxnet as mx
 
@@ -150,3 +150,24 @@ class TransformerModel(Seq2SeqModel):
         new_state = dataclasses.replace(state, keys=keys, values=values, position=state.position + 1)
         return log_probs, new_state, F.reshape(attn, shape=(-3, 0))
 
+
+
+def count_flops_per_token(cfg: ModelConfig, src_vocab: int, tgt_vocab: int, avg_src_len: float = 20.0,
+                          avg_tgt_len: float = 20.0) -> Dict[str, float]:
+    """Approximate training cost per source and per target token, from the matrix products (as
+    `nmt.models.lstm.count_flops_per_token` counts the LSTM's, for useful FLOP/s next to the sgemm rate).
+
+    Forward multiply-adds (MACs): per source token, each encoder layer's query, key, value and output projections
+    (4 d^2), attention scores and context over `avg_src_len` positions (2 S d) and feed-forward (2 d ff), plus each
+    decoder layer's projection of the memory into keys and values (2 d^2); per target token, each decoder layer's
+    self-attention (4 d^2 + 2 T d over `avg_tgt_len` positions: the masked half is computed too), attention over the
+    source (query and output projections 2 d^2, scores and context 2 S d) and feed-forward, and the output layer
+    (d V). Embedding lookups, layer norms and element-wise ops are ignored. Backward is taken as twice the forward,
+    so training FLOPs = 3 * 2 * forward MACs. Returns src/tgt forward MACs and src/tgt training FLOPs per token."""
+    validate_transformer_config(cfg, src_vocab, tgt_vocab)
+    d, ff, S, T = cfg.model_size, cfg.ff_size, avg_src_len, avg_tgt_len
+    feed_forward = 2 * d * ff
+    src = cfg.encoder_layers * (4 * d * d + 2 * S * d + feed_forward) + cfg.decoder_layers * 2 * d * d
+    tgt = cfg.decoder_layers * (4 * d * d + 2 * T * d + 2 * d * d + 2 * S * d + feed_forward) + d * tgt_vocab
+    return {"src_forward_macs": float(src), "tgt_forward_macs": float(tgt), "src_train_flops": 6.0 * src,
+            "tgt_train_flops": 6.0 * tgt, "avg_src_len": float(S), "avg_tgt_len": float(T)}

@@ -64,12 +64,16 @@ def layer_slice(F, stacked, i: int):
 
 
 class KeyValue(gluon.HybridBlock):
-    """The key and value projections (B,K,d) each of (B,K,d) inputs; each head reads its own slice of d."""
+    """The key and value projections (B,K,d) each of (B,K,d) inputs; each head reads its own slice of d.
+
+    The key projection has no bias: a bias adds q.b to every score of a query alike, which the softmax cancels, so
+    its true gradient is zero and Adam would turn rounding noise into updates (runs that should give the same
+    parameters, on 1 or 2 devices or with accumulation, then differ in it)."""
 
     def __init__(self, units: int, **kwargs):
         super().__init__(**kwargs)
         with self.name_scope():
-            self.key = nn.Dense(units, flatten=False, in_units=units, prefix="key_")
+            self.key = nn.Dense(units, flatten=False, use_bias=False, in_units=units, prefix="key_")
             self.value = nn.Dense(units, flatten=False, in_units=units, prefix="value_")
 
     def hybrid_forward(self, F, x):

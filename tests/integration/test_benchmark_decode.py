@@ -1,21 +1,34 @@
-"""scripts/benchmark_decode.py on the tiny synthetic model: both searches run, the report is written (no timing
-is checked)."""
+"""scripts/benchmark_decode.py on a tiny synthetic model of either architecture: both searches run, the report is
+written (no timing is checked)."""
 import importlib.util
 import json
 from pathlib import Path
 
-from tests.test_translate import synth_file, tiny_model
+import pytest
+
+from tests.synth import synth_file, tiny_model
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_benchmark_decode_compares_with_gluonnlp_and_writes_its_report(tmp_path_factory, tmp_path, capsys):
-    model_dir = tiny_model(tmp_path_factory)
+def tiny_transformer(root: Path) -> Path:
+    """A tiny Transformer of the synthetic task, trained a few updates (decoding speed needs no quality)."""
+    from nmt.train import train
+    from tests.synth import tiny_config, write_task
+    cfg = tiny_config(root, write_task(root / "synth"), "transformer", "transformer", max_steps=30)
+    train(cfg, evaluate=False)
+    return Path(cfg.train.model_dir)
+
+
+@pytest.mark.parametrize("arch", ["lstm", "transformer"])
+def test_benchmark_decode_compares_with_gluonnlp_and_writes_its_report(tmp_path_factory, tmp_path, capsys, arch):
+    model_dir = tiny_model(tmp_path_factory) if arch == "lstm" else tiny_transformer(tmp_path)
     spec = importlib.util.spec_from_file_location("benchmark_decode", REPO / "scripts" / "benchmark_decode.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     out = tmp_path / "results" / "benchmark_decode.json"
-    code = bench.main(["--model-dir", str(model_dir), "--src-file", str(synth_file(model_dir, "test.ko")),
+    src_file = synth_file(model_dir, "test.ko") if arch == "lstm" else model_dir.parent / "synth" / "test.ko"
+    code = bench.main(["--model-dir", str(model_dir), "--src-file", str(src_file),
                        "--sentences", "12", "--batch", "5", "--rounds", "1", "--output", str(out)])
     assert code == 0 and "best hypotheses differ" in capsys.readouterr().out
     report = json.loads(out.read_text())
@@ -23,4 +36,4 @@ def test_benchmark_decode_compares_with_gluonnlp_and_writes_its_report(tmp_path_
     assert report["identical_outputs"] + report["differing_outputs"] == 12 and report["identical_outputs"] >= 11
     for name in ("beam_search", "gluonnlp_beam_search_sampler"):
         assert report[name]["sent_per_s"] > 0 and len(report[name]["seconds"]) == 1
-    assert report["speedup_vs_gluonnlp"] > 0 and report["model"]["arch"] == "lstm"
+    assert report["speedup_vs_gluonnlp"] > 0 and report["model"]["arch"] == arch

@@ -23,8 +23,9 @@ from nmt.config import ConfigError
 from nmt.distributed import Host, Job, LaunchError, ProcSpec
 from nmt.train import create_trainer
 from nmt.workers import WorkerGroup, _pack, _unpack
-from conftest import REPO
 from tests.synth import assert_same_params, load_params, params_of, tiny_config, write_task
+
+REPO = Path(__file__).resolve().parents[2]
 
 PY = sys.executable
 ENV = dict(os.environ, OMP_NUM_THREADS="1")

@@ -12,9 +12,10 @@ import mxnet as mx
 import pytest
 
 from nmt import checkpoint as ckpt
-from conftest import REPO
 from nmt.atomic import atomic_open, atomic_write_text
 from tests.synth import list_params_files, load_params, tiny_config, write_task
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_atomic_write_keeps_the_old_file_on_failure(tmp_path):

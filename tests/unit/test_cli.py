@@ -13,7 +13,8 @@ from nmt.cli import build_train_parser, config_from_args, train_main
 from nmt.config import Config, ConfigError
 from nmt.parallel import DeviceError, parse_devices
 
-from conftest import REPO
+REPO = Path(__file__).resolve().parents[2]
+
 
 
 
@@ -153,3 +154,23 @@ def test_a_config_file_is_checked_like_the_flags(tmp_path):
     path.write_text(json.dumps({"optim": {"schedule": "cosine"}}))
     with pytest.raises(ConfigError, match="--lr-schedule 'cosine': use inv_sqrt, plateau or constant"):
         cfg_of(["--config", str(path)])
+
+
+def test_transformer_defaults_apply_where_nothing_was_given(tmp_path):
+    """--arch transformer starts from its own dropout, word dropout, lr and warm-up; the LSTM's are unchanged, and
+    a --config file or a flag still wins."""
+    def shared_fields(cfg):
+        return cfg.model.dropout, cfg.model.word_dropout, cfg.optim.lr, cfg.optim.warmup_steps
+    assert shared_fields(cfg_of([])) == (0.4, 0.2, 2e-3, 400)
+    transformer = cfg_of(["--arch", "transformer"])
+    assert shared_fields(transformer) == (0.3, 0.1, 1e-3, 1000)
+    assert (transformer.model.heads, transformer.model.ff_size, transformer.optim.schedule) == (2, 512, "inv_sqrt")
+    assert transformer == Config.for_arch("transformer").replace(train=transformer.train)
+    assert shared_fields(cfg_of(["--arch", "transformer", "--dropout", "0.2", "--lr", "5e-4"]))[:3] == (0.2, 0.1, 5e-4)
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"model": {"arch": "transformer", "word_dropout": 0.0}}))
+    assert shared_fields(cfg_of(["--config", str(path)])) == (0.3, 0.0, 1e-3, 1000)
+    assert shared_fields(cfg_of(["--config", str(path), "--arch", "lstm"])) == (0.4, 0.0, 2e-3, 400)
+    assert Config.load(path, complete=False).model.dropout == 0.3
+    help_text = build_train_parser().format_help()
+    assert "(default: 0.4; with --arch transformer: 0.3)" in " ".join(help_text.split())

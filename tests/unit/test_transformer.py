@@ -284,3 +284,22 @@ def test_each_dropout_acts_in_training_only(field):
         first, second = (model(SRC, SRC_LEN, TGT).asnumpy() for _ in range(2))
     assert np.abs(first - second).max() > 1e-3
     np.testing.assert_array_equal(model(SRC, SRC_LEN, TGT).asnumpy(), model(SRC, SRC_LEN, TGT).asnumpy())
+
+
+def test_flop_count_covers_every_weight_matrix_once():
+    """With no attention span, forward MACs per source + target token = the entries of the weight matrices (the
+    output layer's included, embeddings not); each position attended to adds 2 d per layer."""
+    from nmt.models.transformer import count_flops_per_token
+    cfg = small_config(encoder_layers=2, decoder_layers=3, tie_weights=False)
+    model = build(cfg)
+    matrices = sum(p.data().size for name, p in model.collect_params().items()
+                   if p.data().ndim == 2 and "embed_weight" not in name)
+    flat = count_flops_per_token(cfg, 20, 23, avg_src_len=0, avg_tgt_len=0)
+    assert flat["src_forward_macs"] + flat["tgt_forward_macs"] == matrices
+    wide = count_flops_per_token(cfg, 20, 23, avg_src_len=10, avg_tgt_len=5)
+    d = cfg.model_size
+    assert wide["src_forward_macs"] - flat["src_forward_macs"] == 2 * 2 * 10 * d       # encoder self-attention
+    assert wide["tgt_forward_macs"] - flat["tgt_forward_macs"] == 3 * 2 * (5 + 10) * d  # self + source attention
+    assert wide["tgt_train_flops"] == 6 * wide["tgt_forward_macs"]
+    with pytest.raises(ConfigError, match="--heads"):
+        count_flops_per_token(small_config(heads=3), 20, 23)

@@ -7,12 +7,10 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
 DOCS = REPO / "docs"
 PAGES = [README, *sorted(DOCS.glob("*.md"))]
-# Pages that other branches of the redesign write; links to them may dangle until those branches merge.
-PAGES_FROM_OTHER_BRANCHES = {"docs/serving.md", "docs/architecture.md"}
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 
@@ -27,7 +25,7 @@ def anchors(page: Path) -> set:
 
 
 def test_the_readme_is_short():
-    assert len(README.read_text(encoding="utf-8").splitlines()) <= 300
+    assert len(README.read_text(encoding="utf-8").splitlines()) <= 250
 
 
 def test_the_readme_test_command_is_what_ci_runs():
@@ -39,7 +37,8 @@ def test_the_readme_test_command_is_what_ci_runs():
 
 
 def test_docs_has_a_page_per_topic():
-    for name in ("training", "distributed", "translation", "evaluation", "performance", "results", "faq"):
+    for name in ("training", "distributed", "translation", "evaluation", "performance", "results", "faq",
+                 "architecture", "serving", "transformer"):
         assert (DOCS / f"{name}.md").is_file(), name
 
 
@@ -51,8 +50,6 @@ def test_relative_links_and_anchors_resolve(page):
         path, _, anchor = target.partition("#")
         dest = (page.parent / path).resolve() if path else page
         rel = dest.relative_to(REPO).as_posix() if dest.is_relative_to(REPO) else str(dest)
-        if rel in PAGES_FROM_OTHER_BRANCHES and not dest.exists():
-            continue
         assert dest.exists(), f"{page.name}: link to {target} does not resolve"
         if anchor and dest.suffix == ".md":
             assert anchor in anchors(dest), f"{page.name}: no heading for #{anchor} in {rel}"

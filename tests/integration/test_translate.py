@@ -24,29 +24,10 @@ from nmt.cli_decode import translate_main
 from nmt.corpus import CorpusError
 from nmt.tokenizer import UNK_ID
 from nmt.translate import Translator, interactive, one_line, read_raw_lines, translate_stream
-from tests.synth import write_task
+from tests.synth import synth_file, tiny_model
 
-REPO = Path(__file__).resolve().parents[1]
-STEPS = 600
+REPO = Path(__file__).resolve().parents[2]
 
-
-def tiny_model(tmp_path_factory) -> Path:
-    """A tiny ko->en model of the synthetic reverse task, trained once per test session (~12 s) and shared by
-    test_translate, test_evaluate and test_notebooks. Its directory also holds the task files under synth/."""
-    from nmt.train import train
-    from tests.synth import tiny_config
-    root = tmp_path_factory.getbasetemp() / "tiny-translate"
-    model = root / "model"
-    done = (model / ckpt.STATE).exists() and ckpt.TrainState.load(model).stopped == "max_steps"
-    if not done:
-        files = write_task(root / "synth")
-        cfg = tiny_config(root, files, "model", max_steps=STEPS, max_epochs=100)
-        train(cfg, overwrite=True, evaluate=False)
-    return model
-
-
-def synth_file(model: Path, name: str) -> Path:
-    return model.parent / "synth" / name
 
 
 @pytest.fixture(scope="module")

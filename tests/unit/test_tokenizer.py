@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import sentencepiece as spm
 
-from nmt.tokenizer import (BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, TokenizerError, load_or_train_tokenizer,
-                           tokenizer_path, train_tokenizer)
+from nmt.tokenizer import (BOS_ID, EOS_ID, JOINT, PAD_ID, UNK_ID, Tokenizer, TokenizerError, character_coverage,
+                           load_or_train_tokenizer, load_tokenizers, tokenizer_names, tokenizer_path, train_tokenizer)
 
 KO_WORDS = ["나는", "학교에", "갑니다", "오늘", "날씨가", "좋네요", "우리", "친구와", "함께", "밥을", "먹었어요",
             "책을", "읽고", "있습니다", "서울은", "한국의", "수도입니다", "내일", "비가", "올", "거예요",
@@ -187,7 +187,7 @@ def test_load_or_train_reuses_existing_model(tmp_path):
 
 def _data_dir() -> Path:
     env = os.environ.get("NMT_DATA_DIR")
-    return Path(env) if env else Path(__file__).resolve().parents[1].parent / "shared" / "data"
+    return Path(env) if env else Path(__file__).resolve().parents[2].parent / "shared" / "data"
 
 
 def test_real_tatoeba_korean_round_trip(tmp_path):
@@ -211,3 +211,20 @@ def test_sampled_segmentation_is_reproducible_and_spells_the_same_text(ko_tok):
     assert ko_tok.decode(a) == lines and UNK_ID not in {i for ids in a for i in ids}
     one = [ko_tok.encode_sampled(lines[:1], 0.2, seed=3) for _ in range(5)]   # a batch of one line too
     assert all(x == one[0] for x in one) and ko_tok.encode_sampled([], 0.2, seed=3) == []
+
+
+def test_a_joint_model_serves_both_languages_with_one_id_space(tmp_path):
+    """--shared-vocab: one model trained on both languages' text, loaded as source and target tokenizer."""
+    assert character_coverage("ko", "en") == character_coverage("ko") < character_coverage("en") == 1.0
+    lines = synthetic_lines(KO_WORDS, 800) + synthetic_lines(EN_WORDS, 800, seed=1)
+    train_tokenizer(lines, tmp_path, JOINT, 400, coverage=character_coverage("ko", "en"))
+    assert tokenizer_names("ko", "en", shared=True) == ("spm.joint.model", "spm.joint.model")
+    assert tokenizer_names("ko", "en") == ("spm.ko.model", "spm.en.model")
+    src, tgt = load_tokenizers(tmp_path, "ko", "en", shared=True)
+    assert (src.lang, tgt.lang) == ("ko", "en") and src.path == tgt.path == tmp_path / "spm.joint.model"
+    assert src.vocab_size == 400 and src.same_vocabulary(tgt)
+    for line in ("오늘 날씨가 좋네요.", "the weather is nice"):
+        ids = src.encode([line])
+        assert ids == tgt.encode([line]) and UNK_ID not in ids[0] and tgt.decode(ids) == [line]
+    with pytest.raises(TokenizerError, match="spm.ko.model"):
+        load_tokenizers(tmp_path, "ko", "en")   # the per-language models are not there

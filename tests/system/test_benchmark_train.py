@@ -3,9 +3,12 @@ window on the same batches, the per-round comparison with one device, and a work
 Nothing here is timed."""
 import json
 
+from pathlib import Path
+
 import pytest
 
-from conftest import REPO
+REPO = Path(__file__).resolve().parents[2]
+
 
 
 def _bench(monkeypatch):

@@ -14,9 +14,9 @@ from nmt.results import (ResultsError, ablation_table, config_diff, example_indi
                          results_rows)
 from nmt.scoring import score_test_set
 from nmt.translate import Translator
-from tests.test_translate import synth_file, tiny_model
+from tests.synth import synth_file, tiny_model
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from nmt.cli_decode import evaluate_main
 from nmt.config import Config
 from nmt.scoring import record_scores
 from nmt.translate import Translator
-from tests.test_translate import tiny_model
+from tests.synth import tiny_model
 
 
 @pytest.fixture(scope="module")
@@ -143,35 +143,6 @@ def test_a_model_without_recipe_or_files_says_which_flag_cannot_work(model_copy,
         code, _, err = run(["--model-dir", model_copy, flag], capsys)
         assert code == 2 and "Traceback" not in err, err
         assert f"{flag}: the model's data config names no known recipe (None) and no {kind} files" in err
-
-
-def test_dev_set_of_a_recipe_from_the_mirror(model_copy, shared_data, tmp_path, capsys):
-    from nmt.recipes import load_data
-    cfg = as_tatoeba_model(model_copy)
-    code, out, err = run(["--model-dir", model_copy, "--dev-set", "--data-dir", shared_data, "--beam-size", "1",
-                          "--max-sentences", "5", "--max-len-a", "0", "--max-len-b", "5", "--json", "--no-save"],
-                         capsys)
-    assert code == 0, err
-    entry = json.loads(out)["results"]["dev"]
-    cfg.data.data_dir = str(shared_data)
-    dev = load_data(cfg.data).dev   # the recipe's held-out split: its first 5 pairs scored by file give the same
-    (tmp_path / "d.ko").write_text("".join(x + "\n" for x in dev.src[:5]), encoding="utf-8")
-    (tmp_path / "d.en").write_text("".join(x + "\n" for x in dev.tgt[:5]), encoding="utf-8")
-    code, out, err = run(["--model-dir", model_copy, "--src-file", tmp_path / "d.ko", "--ref-file", tmp_path / "d.en",
-                          "--beam-size", "1", "--max-len-a", "0", "--max-len-b", "5", "--json", "--no-save"], capsys)
-    by_file = next(iter(json.loads(out)["results"].values()))
-    assert code == 0 and len(dev) == 500 and entry["n"] == by_file["n"] == 5
-    assert (entry["bleu"], entry["chrf"]) == (by_file["bleu"], by_file["chrf"])
-
-
-def test_recipe_tests_from_the_mirror(model_copy, shared_data, capsys):
-    as_tatoeba_model(model_copy)
-    code, out, err = run(["--model-dir", model_copy, "--recipe-tests", "--data-dir", shared_data, "--beam-size", "1",
-                          "--max-sentences", "5", "--max-len-a", "0", "--max-len-b", "5", "--json"], capsys)
-    assert code == 0, err
-    entry = json.loads(out)["results"]["tatoeba-test"]
-    assert entry["n"] == 5 and "tok:13a" in entry["bleu_signature"]
-    assert json.loads((model_copy / ckpt.SCORES).read_text())["tatoeba-test"]["best"]["n"] == 5
 
 
 def test_korean_output_adds_ko_mecab_bleu(model_copy, tmp_path, capsys, monkeypatch):

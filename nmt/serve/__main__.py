@@ -1,0 +1,6 @@
+"""`python -m nmt.serve`: the same as `nmt-serve`."""
+import sys
+
+from nmt.serve import main
+
+sys.exit(main())

@@ -1,0 +1,243 @@
+"""The service's FastAPI application: /translate, /attention, /health, /info, the web page at / and the OpenAPI
+page at /docs, over one `Batcher` per loaded model (chosen by language pair).
+
+Nothing is fetched from the internet: the page is one local file, its Korean font is the NanumGothic file that
+koreanize-matplotlib ships, and /docs uses the Swagger UI files of the swagger-ui-bundle package.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import io
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+from fastapi import FastAPI, Request
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
+from starlette.concurrency import run_in_threadpool
+
+from nmt.serve.batcher import Batcher, Closed, QueueFull
+from nmt.serve.schema import (AttentionRequest, Limits, RequestError, TranslateRequest, check_line,
+                              check_translate, parse, read_body)
+
+logger = logging.getLogger("nmt.serve")
+PAGE = Path(__file__).with_name("page.html")
+
+
+@dataclass
+class Model:
+    """One loaded model and the batcher that owns it."""
+    translator: object
+    batcher: Batcher
+
+    @property
+    def pair(self) -> str:
+        return f"{self.translator.src_lang}-{self.translator.tgt_lang}"
+
+    def info(self) -> dict:
+        """Languages, architecture, decoding settings and the recorded test scores of this model."""
+        tr = self.translator
+        return {"src_lang": tr.src_lang, "tgt_lang": tr.tgt_lang, "arch": tr.config.model.arch,
+                "model_dir": str(getattr(tr, "model_dir", "")), "checkpoint": getattr(tr, "checkpoint", None),
+                "beam_size": tr.decode.beam_size, "max_input_tokens": tr.decode.max_input_tokens,
+                "best_test_score": best_test_score(getattr(tr, "model_dir", None), getattr(tr, "checkpoint", None))}
+
+
+class Service:
+    """The models by language pair, the limits, and whether the server is shutting down."""
+
+    def __init__(self, translators: Sequence, limits: Limits, max_batch: Optional[int] = None,
+                 max_wait_ms: float = 5.0, max_queue: int = 1024):
+        self.limits, self.stopping = limits, False
+        self.models: Dict[str, Model] = {}
+        for tr in translators:
+            m = Model(tr, Batcher(tr, max_batch or tr.decode.batch_size, max_wait_ms, max_queue))
+            if m.pair in self.models:
+                raise ValueError(f"two models translate {m.pair}: give one --model-dir per language pair")
+            self.models[m.pair] = m
+
+    def pick(self, src: Optional[str], tgt: Optional[str]) -> Model:
+        """The model for a request's languages (any model's language may be left out when it is unambiguous)."""
+        found = [m for m in self.models.values()
+                 if src in (None, m.translator.src_lang) and tgt in (None, m.translator.tgt_lang)]
+        if len(found) == 1:
+            return found[0]
+        pairs = ", ".join(self.models)
+        if not found:
+            raise RequestError(422, f"no model translates {src or '*'}->{tgt or '*'}: this server has {pairs}",
+                               "src_lang")
+        raise RequestError(422, f"this server has several models ({pairs}): give src_lang and tgt_lang", "src_lang")
+
+    def close(self) -> None:
+        self.stopping = True
+        for m in self.models.values():
+            m.batcher.close()
+
+
+def best_test_score(model_dir, checkpoint: Optional[str]) -> Optional[dict]:
+    """The highest BLEU recorded in the model directory's scores.json for the loaded checkpoint (else for any
+    single-model checkpoint), with its test set and sacreBLEU signature; None when nothing is recorded."""
+    from nmt.scoring import DEV_SET, ENSEMBLE_PREFIX, read_scores
+    if model_dir is None:
+        return None
+    rows = [(test, key, e) for test, by_key in read_scores(Path(model_dir)).items() if test != DEV_SET
+            for key, e in by_key.items() if not key.startswith(ENSEMBLE_PREFIX) and isinstance(e, dict) and "bleu" in e]
+    mine = [r for r in rows if r[1] == checkpoint] or rows
+    if not mine:
+        return None
+    test, key, e = max(mine, key=lambda r: r[2]["bleu"])
+    return {"test_set": test, "checkpoint": key, "bleu": e["bleu"], "bleu_signature": e.get("bleu_signature"),
+            "chrf": e.get("chrf"), "chrf_signature": e.get("chrf_signature")}
+
+
+def create_app(service: Service) -> FastAPI:
+    """The ASGI application over `service`; the batchers are closed when the server shuts down."""
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        yield
+        service.close()   # uvicorn has answered the requests in flight by now
+
+    app = FastAPI(title="nmt-serve", version="1", lifespan=lifespan, docs_url=None, redoc_url=None,
+                  description="Neural machine translation over a trained nmt model. POST /translate with "
+                              "{\"text\": [...], \"beam_size\": 4, \"nbest\": 1}.")
+    # Swagger UI 4 (the newest that swagger-ui-bundle ships) reads OpenAPI 3.0 documents only; the schema
+    # FastAPI writes renders there as it is
+    app.openapi_version = "3.0.3"
+    app.state.service = service
+    _mount_static(app)
+
+    @app.exception_handler(RequestError)
+    async def refused(request: Request, e: RequestError) -> JSONResponse:
+        return JSONResponse(e.to_json(), status_code=e.status)
+
+    @app.exception_handler(QueueFull)
+    async def full(request: Request, e: QueueFull) -> JSONResponse:
+        return JSONResponse({"error": str(e), "field": None}, status_code=503,
+                            headers={"Retry-After": str(e.retry_after)})
+
+    @app.exception_handler(Closed)
+    async def closed(request: Request, e: Closed) -> JSONResponse:
+        return JSONResponse({"error": "the server is shutting down: retry on another instance", "field": None},
+                            status_code=503, headers={"Retry-After": "5"})
+
+    _add_routes(app, service)
+    return app
+
+
+def _mount_static(app: FastAPI) -> None:
+    """Local Swagger UI files and /docs; the Korean font for the page."""
+    from swagger_ui_bundle import swagger_ui_path
+    app.mount("/static/swagger", StaticFiles(directory=str(swagger_ui_path)), name="swagger")
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url="/openapi.json", title="nmt-serve API",
+                                   swagger_js_url="/static/swagger/swagger-ui-bundle.js",
+                                   swagger_css_url="/static/swagger/swagger-ui.css",
+                                   swagger_favicon_url="/static/swagger/favicon-32x32.png")
+
+    @app.get("/static/korean.ttf", include_in_schema=False)
+    async def font() -> Response:
+        data = await run_in_threadpool(web_font)   # the first call rewrites the file (0.1 s): not on the loop
+        return Response(data, media_type="font/ttf", headers={"Cache-Control": "max-age=86400"})
+
+    @app.get("/", include_in_schema=False)
+    async def page() -> FileResponse:
+        return FileResponse(PAGE, media_type="text/html; charset=utf-8")
+
+
+@functools.lru_cache(maxsize=1)
+def web_font() -> bytes:
+    """NanumGothic (as koreanize-matplotlib ships it, for the attention plots too) without its TSI* tables:
+    they are Visual TrueType sources, useless for display, and one of them is empty, which browsers' font
+    sanitizer (OTS) rejects, dropping the whole font."""
+    from fontTools.ttLib import TTFont   # a dependency of matplotlib
+    from nmt.plot import korean_font_file
+    font = TTFont(str(korean_font_file()), lazy=True)
+    for tag in [t for t in font.keys() if t.startswith("TSI")]:
+        del font[tag]
+    out = io.BytesIO()
+    font.save(out)
+    return out.getvalue()
+
+
+def _body_schema(model: type) -> dict:
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": model.model_json_schema()}}}}
+
+
+def _add_routes(app: FastAPI, service: Service) -> None:
+    limits = service.limits
+
+    @app.post("/translate", openapi_extra=_body_schema(TranslateRequest))
+    async def translate(request: Request) -> dict:
+        """Translations with scores, in input order: per sentence the best and its n-best list (best first).
+        Over-long lines are cut as nmt-translate cuts them, with a warning."""
+        req = parse(await read_body(request.stream(), limits.max_body_bytes), TranslateRequest)
+        model = service.pick(req.src_lang, req.tgt_lang)
+        tr = model.translator
+        lines, beam, warnings = check_translate(req, limits, tr.decode.beam_size, tr.decode.max_input_tokens)
+        warnings += await _within_limit(model.batcher.call(lambda: token_warnings(tr, lines), limits.timeout_s),
+                                        limits) if any(len(x) > tr.decode.max_input_tokens // 4 for x in lines) else []
+        nbests = await _within_limit(model.batcher.translate(lines, beam, req.nbest, limits.timeout_s), limits)
+        return {"src_lang": tr.src_lang, "tgt_lang": tr.tgt_lang, "beam_size": beam, "warnings": warnings,
+                "translations": [{"translation": h[0][0] if h else "", "score": h[0][1] if h else None,
+                                  "nbest": [{"translation": t, "score": s} for t, s in h]} for h in nbests]}
+
+    @app.post("/attention", openapi_extra=_body_schema(AttentionRequest))
+    async def attention(request: Request) -> dict:
+        """The greedy translation of one sentence with its attention weights (target piece x source piece)."""
+        from nmt.plot import attention as attend
+        req = parse(await read_body(request.stream(), limits.max_body_bytes), AttentionRequest)
+        model = service.pick(req.src_lang, req.tgt_lang)
+        line, warnings = check_line(req.text, "text", model.translator.decode.max_input_tokens)
+        if not line.strip():
+            raise RequestError(422, "text is empty: send one sentence", "text")
+        try:
+            a = await _within_limit(model.batcher.call(lambda: attend(model.translator, line), limits.timeout_s),
+                                    limits)
+        except ValueError as e:   # e.g. nothing left after normalization
+            raise RequestError(422, f"text: {e}", "text") from None
+        return {"translation": a.translation, "src_pieces": a.src_pieces, "tgt_pieces": a.tgt_pieces,
+                "weights": [[round(float(w), 4) for w in row] for row in a.weights], "warnings": warnings}
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        """200 while the server takes requests (503 once it is shutting down), with its queue sizes."""
+        body = {"status": "shutting down" if service.stopping else "ok",
+                "models": {p: {"queued": m.batcher.queued, "batches": m.batcher.batches,
+                               "sentences": m.batcher.sentences, "busy_seconds": round(m.batcher.busy_seconds, 3)}
+                           for p, m in service.models.items()}}
+        return JSONResponse(body, status_code=503 if service.stopping else 200)
+
+    @app.get("/info")
+    async def info() -> dict:
+        """The models (languages, architecture, best recorded test score with its sacreBLEU signature), limits."""
+        return {"models": [m.info() for m in service.models.values()], "limits": vars(limits)}
+
+
+def token_warnings(translator, lines: List[str]) -> List[str]:
+    """Warnings for the lines the Translator will cut to max_input_tokens subword tokens (its second rule after
+    the characters'), found with its own source_ids. Run on the worker thread: it uses the model's tokenizer."""
+    limit, out = translator.decode.max_input_tokens, []
+    for i, line in enumerate(lines):
+        if len(line) > limit // 4:   # shorter lines cannot reach the limit (<= 4 byte-fallback pieces a character)
+            before = translator.truncated
+            translator.source_ids([line])
+            if translator.truncated > before:
+                out.append(f"text[{i}] has more than {limit} subword tokens; truncated to {limit} "
+                           "(max_input_tokens), as nmt-translate does")
+    return out
+
+
+async def _within_limit(work, limits: Limits):
+    """`work`'s result, or a 504 RequestError after the per-request time limit."""
+    try:
+        return await work
+    except asyncio.TimeoutError:
+        raise RequestError(504, f"the translation took longer than the per-request limit of {limits.timeout_s} s: "
+                                "send fewer sentences or a smaller beam_size, or retry later") from None

@@ -1,0 +1,153 @@
+"""Requests of the translation service, checked before any work is queued: the JSON body (read with a byte cap,
+so a hostile body never sits whole in memory), its fields and types (pydantic, strict, unknown fields refused),
+and the service's limits. Every refusal is a `RequestError` whose message says what to change.
+
+Over-long lines follow the CLI's rule instead of being refused: they are cut to `max_input_tokens x 16`
+characters (`nmt.translate.CHARS_PER_TOKEN`) and the answer carries a warning saying so.
+"""
+from __future__ import annotations
+
+import json
+import re
+import unicodedata
+from dataclasses import dataclass
+from typing import AsyncIterator, List, Optional, Tuple
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from nmt.translate import CHARS_PER_TOKEN
+
+EXAMPLE = '{"text": ["안녕하세요"], "beam_size": 4, "nbest": 1}'
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_WHITESPACE_CONTROLS = "\t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"
+
+
+class RequestError(Exception):
+    """A request the service refuses: HTTP `status` and a message that says what to change."""
+
+    def __init__(self, status: int, message: str, field: Optional[str] = None):
+        super().__init__(message)
+        self.status, self.message, self.field = status, message, field
+
+    def to_json(self) -> dict:
+        return {"error": self.message, "field": self.field}
+
+
+@dataclass
+class Limits:
+    """What one request may ask for; each default keeps one request's work and memory small."""
+    max_body_bytes: int = 4 << 20     # a 1 MB line of Hangul, JSON-escaped, still fits; then it is cut
+    max_sentences: int = 256          # per request: a bigger job belongs to nmt-translate
+    max_beam_size: int = 16           # beam search memory and time grow with the beam
+    timeout_s: float = 60.0           # per request, from arrival to answer
+
+
+class TranslateRequest(BaseModel):
+    """POST /translate: sentences in one language, translated with one beam size and n-best size."""
+    model_config = ConfigDict(extra="forbid", strict=True,
+                              json_schema_extra={"examples": [json.loads(EXAMPLE)]})
+    text: List[str] = Field(description="sentences to translate, one per item; an empty string gives an empty "
+                                        "translation")
+    beam_size: Optional[int] = Field(None, description="beam size (1 = greedy); default: the model's")
+    nbest: int = Field(1, description="hypotheses returned per sentence, best first (<= beam_size)")
+    src_lang: Optional[str] = Field(None, description="source language; needed only when the server has "
+                                                      "several models")
+    tgt_lang: Optional[str] = Field(None, description="target language (as src_lang)")
+
+
+class AttentionRequest(BaseModel):
+    """POST /attention: one sentence; its greedy translation with the attention weights."""
+    model_config = ConfigDict(extra="forbid", strict=True)
+    text: str = Field(description="one sentence")
+    src_lang: Optional[str] = None
+    tgt_lang: Optional[str] = None
+
+
+async def read_body(chunks: AsyncIterator[bytes], limit: int) -> bytes:
+    """The request body, read chunk by chunk; a RequestError (413) as soon as it passes `limit` bytes."""
+    body = bytearray()
+    async for chunk in chunks:
+        body += chunk
+        if len(body) > limit:
+            raise RequestError(413, f"the request body is over {limit} bytes: send fewer or shorter sentences per "
+                                    "request (long lines are cut to the model's input limit anyway)")
+    return bytes(body)
+
+
+def parse(body: bytes, model: type) -> BaseModel:
+    """`model` from a JSON body; RequestError 400 for a body that is not UTF-8 JSON, 422 for wrong fields."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise RequestError(400, f"the body is not valid UTF-8 (byte 0x{body[e.start]:02x} at offset {e.start}): "
+                                f"send UTF-8 encoded JSON, e.g. {EXAMPLE}") from None
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise RequestError(400, f"the body is not valid JSON ({e}): send a JSON object, e.g. {EXAMPLE}") from None
+    if not isinstance(obj, dict):
+        raise RequestError(422, f"the body must be a JSON object, not {type(obj).__name__}: e.g. {EXAMPLE}")
+    try:
+        return model.model_validate(obj)
+    except ValidationError as e:
+        raise validation_error(e, model) from None
+
+
+def validation_error(e: ValidationError, model: type) -> RequestError:
+    """Every pydantic error of a request (unknown fields first) as one RequestError naming the fields and what
+    each should be."""
+    errors = sorted(e.errors(include_url=False), key=lambda err: err["type"] != "extra_forbidden")
+    messages = [_field_message(err, model) for err in errors[:5]]
+    return RequestError(422, "; ".join(m for m, _ in messages), messages[0][1])
+
+
+def _field_message(err: dict, model: type) -> Tuple[str, str]:
+    """(message, field) of one pydantic error."""
+    loc = "".join(f"[{p}]" if isinstance(p, int) else (f".{p}" if i else str(p)) for i, p in enumerate(err["loc"]))
+    if err["type"] == "extra_forbidden":
+        return f"unknown field {loc!r}: remove it (the fields are {', '.join(model.model_fields)})", loc
+    if err["type"] == "missing":
+        return f"field {loc!r} is missing: e.g. {EXAMPLE}", loc
+    got = json.dumps(err.get("input"), ensure_ascii=False)[:60]
+    return f"{loc}: {err['msg'].lower()} (got {got}); e.g. {EXAMPLE}", loc
+
+
+def check_translate(req: TranslateRequest, limits: Limits, default_beam: int,
+                    max_input_tokens: int) -> Tuple[List[str], int, List[str]]:
+    """(lines to translate, beam size, warnings) of a parsed request; RequestError for what the service refuses."""
+    if not req.text:
+        raise RequestError(422, f"text is empty: send at least one sentence, e.g. {EXAMPLE}", "text")
+    if len(req.text) > limits.max_sentences:
+        raise RequestError(413, f"text has {len(req.text)} sentences; at most {limits.max_sentences} per request: "
+                                "split them into several requests (or translate files with nmt-translate)", "text")
+    beam = default_beam if req.beam_size is None else req.beam_size
+    if not 1 <= beam <= limits.max_beam_size:
+        raise RequestError(422, f"beam_size must be between 1 and {limits.max_beam_size} (got {beam})", "beam_size")
+    if not 1 <= req.nbest <= beam:
+        raise RequestError(422, f"nbest must be between 1 and beam_size {beam} (got {req.nbest}): beam search "
+                                "keeps only beam_size hypotheses; raise beam_size or lower nbest", "nbest")
+    lines, warnings = [], []
+    for i, line in enumerate(req.text):
+        line, warning = check_line(line, f"text[{i}]", max_input_tokens)
+        lines.append(line)
+        warnings += warning
+    return lines, beam, warnings
+
+
+def check_line(line: str, where: str, max_input_tokens: int) -> Tuple[str, List[str]]:
+    """A line cut to the CLI's character limit, with warnings; RequestError for a lone surrogate."""
+    m = _SURROGATE.search(line)
+    if m:
+        raise RequestError(422, f"{where} has a lone surrogate U+{ord(m.group()):04X} at character {m.start()}: "
+                                "it is not a character; send valid Unicode (a complete surrogate pair, or remove "
+                                "it)", where)
+    warnings = []
+    max_chars = max_input_tokens * CHARS_PER_TOKEN
+    if len(line) > max_chars:
+        warnings.append(f"{where} has {len(line)} characters; truncated to {max_chars} (max_input_tokens "
+                        f"{max_input_tokens} x {CHARS_PER_TOKEN}), as nmt-translate does")
+        line = line[:max_chars]
+    controls = sum(1 for c in line if unicodedata.category(c) == "Cc" and c not in _WHITESPACE_CONTROLS)
+    if controls:
+        warnings.append(f"{where} has {controls} control character(s); they were removed before translating")
+    return line, warnings

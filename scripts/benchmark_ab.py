@@ -1,0 +1,71 @@
+#!/usr/bin/env python
+"""Training throughput of two checkouts of this repository, side by side: each checkout's own
+`scripts/benchmark_train.py` runs one device at one global batch, the two taking turns round by round (A, B, A, B ...),
+so a change of load on a shared machine hits both alike. Reports tokens/s per round and the per-round ratio B / A.
+
+    python scripts/benchmark_ab.py --a ../baseline --b . --rounds 4 --json results/benchmark_ab.json \\
+        -- --data-dir ../shared/data --batch-sizes 64
+
+Arguments after `--` go to both benchmark scripts (a flag one of them lacks makes it fail: pass only shared flags).
+Each run uses its checkout's code (PYTHONPATH) and `OMP_NUM_THREADS` as set (default 1: one core each).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import List
+
+
+def run_once(checkout: Path, shared: List[str], json_path: Path) -> float:
+    """tokens/s (source + target) of one device in `checkout`'s own training benchmark."""
+    env = dict(os.environ, PYTHONPATH=str(checkout))
+    env.setdefault("OMP_NUM_THREADS", "1")
+    cmd = [sys.executable, str(checkout / "scripts" / "benchmark_train.py"), "--devices", "1", "--repeats", "1",
+           "--json", str(json_path), *shared]
+    subprocess.run(cmd, check=True, env=env, cwd=checkout, stdout=subprocess.DEVNULL)
+    return float(json.loads(json_path.read_text())["train"][0]["tok_per_s"])
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    shared = argv[argv.index("--") + 1:] if "--" in argv else []
+    own = argv[:argv.index("--")] if "--" in argv else argv
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--a", type=Path, required=True, help="the reference checkout")
+    p.add_argument("--b", type=Path, required=True, help="the checkout compared with it")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--json", type=Path, help="write the figures here")
+    args = p.parse_args(own)
+    a, b = args.a.resolve(), args.b.resolve()
+    for name, path in (("--a", a), ("--b", b)):
+        if not (path / "scripts" / "benchmark_train.py").is_file():
+            p.error(f"{name} {path}: no scripts/benchmark_train.py there (give a checkout of this repository)")
+    rows = []
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(args.rounds):
+            ta = run_once(a, shared, Path(tmp) / f"a{r}.json")
+            tb = run_once(b, shared, Path(tmp) / f"b{r}.json")
+            rows.append({"round": r + 1, "a_tok_per_s": ta, "b_tok_per_s": tb, "b_over_a": tb / ta})
+            print(f"round {r + 1}: A {ta:8.0f} tok/s  B {tb:8.0f} tok/s  B/A {tb / ta:.3f}", flush=True)
+    ratio = statistics.median(x["b_over_a"] for x in rows)
+    print(f"median B/A over {len(rows)} rounds: {ratio:.3f}")
+    if args.json:
+        report = {"a": str(a), "b": str(b), "shared_args": shared, "omp_num_threads": os.environ.get("OMP_NUM_THREADS",
+                                                                                                      "1"),
+                  "loadavg_before": load_before, "loadavg_after": os.getloadavg(), "when": time.strftime("%Y-%m-%d"),
+                  "rounds": rows, "median_b_over_a": ratio}
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+#!/usr/bin/env python
+"""Training speed of the two architectures side by side: tokens/s of the Transformer and of the LSTM at about equal
+parameter count, and their useful FLOP/s against the cores' sgemm rate.
+
+    OMP_NUM_THREADS=1 python scripts/benchmark_arch.py --data-dir ../shared/data --json results/benchmark_arch.json
+
+Each architecture (its defaults, `Config.for_arch`, with the sizes given here; dropout as in those defaults) trains
+in its own process, scripts/benchmark_train.py's workers: `--warmup` updates (default: one epoch, every batch shape
+seen), then `--repeats` timed windows of `--updates` updates (default: one epoch), the two architectures taking turns
+window by window so that a change of load hits both alike. Rates are medians over the windows; the Transformer/LSTM
+ratio is the median of the per-round ratios. Useful FLOP/s = source tokens/s x training FLOPs per source token +
+target tokens/s x those per target token (each architecture's `count_flops_per_token` at the measured mean sentence
+lengths), against the rate of `nd.dot` on `--sgemm-size`^2 float32 matrices in this process (same threads), taken
+after the windows. Decoding speed (beam 4, sentences/s) of either architecture: scripts/benchmark_decode.py.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List
+
+REPO = Path(__file__).resolve().parent.parent
+for path in (REPO, REPO / "scripts"):   # run from a checkout without installing; its workers import benchmark_train
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+import benchmark_train  # noqa: E402
+
+ARCHS = ("lstm", "transformer")
+SIZE_FLAGS = {"lstm": ("embed_size", "hidden_size", "num_layers"),
+              "transformer": ("model_size", "ff_size", "heads", "encoder_layers", "decoder_layers")}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    benchmark_train.add_data_args(p, vocab_size=2000)   # the training default
+    p.add_argument("--batch-size", type=int, default=32, help="global batch in sentences (the training default)")
+    for arch, fields in SIZE_FLAGS.items():
+        for field in fields:
+            p.add_argument("--" + field.replace("_", "-"), type=int, help=f"{arch} size (default: the {arch}'s)")
+    p.add_argument("--warmup", type=int, default=0, help="warm-up updates (0 = one epoch)")
+    p.add_argument("--updates", type=int, default=0, help="updates per timed window (0 = one epoch)")
+    p.add_argument("--repeats", type=int, default=3, help="timed windows per architecture (median reported)")
+    p.add_argument("--sgemm-size", type=int, default=2048, help="matrix size of the sgemm rate")
+    p.add_argument("--json", type=Path, help="write all figures here")
+    return p.parse_args(argv)
+
+
+def build_specs(args: argparse.Namespace) -> List[dict]:
+    """One benchmark_train worker spec per architecture: its default model with the sizes given."""
+    from nmt.config import Config
+    data = dict(recipe=args.recipe, data_dir=args.data_dir, src_lang=args.src, tgt_lang=args.tgt,
+                vocab_size=args.vocab_size, batch_size=args.batch_size)
+    train = dict(progress=False, valid_every=0, max_epochs=10 ** 6, seed=1, patience=0)
+    specs = []
+    for arch in ARCHS:
+        model = dict(vars(Config.for_arch(arch).model))
+        model.update({f: getattr(args, f) for f in SIZE_FLAGS[arch] if getattr(args, f) is not None})
+        specs.append({"data": data, "model": model, "num_devices": 1, "warmup": args.warmup,
+                      "updates": args.updates, "repeats": args.repeats, "omp_num_threads": None, "train": train})
+    return specs
+
+
+def sgemm_gflops(size: int, repeats: int = 5) -> float:
+    """GFLOP/s of `nd.dot` on two (size, size) float32 matrices: the median of `repeats` timed products."""
+    import mxnet as mx
+    a, b = mx.nd.random.uniform(shape=(size, size)), mx.nd.random.uniform(shape=(size, size))
+    mx.nd.dot(a, b).wait_to_read()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        mx.nd.dot(a, b).wait_to_read()
+        times.append(time.perf_counter() - t0)
+    return 2.0 * size ** 3 / statistics.median(times) / 1e9
+
+
+def flops_per_token(res: dict, model: dict, src_len: float, tgt_len: float) -> Dict[str, float]:
+    """The architecture's training FLOPs per source and target token at the measured mean lengths."""
+    from nmt.config import ModelConfig
+    from nmt.models import lstm, transformer
+    cfg = ModelConfig(**model)
+    if cfg.arch == "transformer":
+        return transformer.count_flops_per_token(cfg, res["src_vocab"], res["tgt_vocab"], src_len, tgt_len)
+    return lstm.count_flops_per_token(cfg, res["src_vocab"], res["tgt_vocab"], src_len)
+
+
+def summarize(res: dict, model: dict, lstm: dict, sgemm: float) -> dict:
+    """A result row: medians over the windows, useful FLOP/s, and the per-round ratio of tokens/s to the LSTM's."""
+    w = res["windows"]
+    rate = {k: statistics.median(x[k] / x["seconds"] for x in w)
+            for k in ("updates", "sentences", "src_tokens", "tgt_tokens")}
+    src_len = sum(x["src_tokens"] for x in w) / sum(x["sentences"] for x in w)
+    tgt_len = sum(x["tgt_tokens"] for x in w) / sum(x["sentences"] for x in w)
+    flops = flops_per_token(res, model, src_len, tgt_len)
+    useful = rate["src_tokens"] * flops["src_train_flops"] + rate["tgt_tokens"] * flops["tgt_train_flops"]
+    tok = [(x["src_tokens"] + x["tgt_tokens"]) / x["seconds"] for x in w]
+    lstm_tok = [(x["src_tokens"] + x["tgt_tokens"]) / x["seconds"] for x in lstm["windows"]]
+    return {"arch": res["arch"], "parameters": res["parameters"], "batch_size": res["batch_size"],
+            "ms_per_update": 1e3 / rate["updates"], "sent_per_s": rate["sentences"],
+            "src_tok_per_s": rate["src_tokens"], "tgt_tok_per_s": rate["tgt_tokens"],
+            "tok_per_s": statistics.median(tok), "x_lstm_tok_per_s": statistics.median(
+                a / b for a, b in zip(tok, lstm_tok)), "flops_per_token": flops, "useful_gflops": useful / 1e9,
+            "sgemm_gflops": sgemm, "fraction_of_sgemm": useful / 1e9 / sgemm, "model": model, "raw": res}
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if min(args.repeats, args.batch_size, args.sgemm_size) < 1 or min(args.warmup, args.updates) < 0:
+        raise SystemExit("error: --repeats, --batch-size and --sgemm-size must be >= 1, --warmup and --updates >= 0")
+    specs = build_specs(args)
+    results = benchmark_train.run_interleaved(specs)
+    sgemm = sgemm_gflops(args.sgemm_size)
+    rows = [summarize(res, spec["model"], results[0], sgemm) for res, spec in zip(results, specs)]
+    for r in rows:
+        print(f"{r['arch']:11s} {r['parameters'] / 1e6:5.2f}M parameters, batch {r['batch_size']}: "
+              f"{r['ms_per_update']:7.1f} ms/update  {r['src_tok_per_s']:6.0f}+{r['tgt_tok_per_s']:.0f} tok/s  "
+              f"x{r['x_lstm_tok_per_s']:.2f} the LSTM's tokens/s  {r['useful_gflops']:6.2f} useful GFLOP/s = "
+              f"{100 * r['fraction_of_sgemm']:.1f}% of sgemm ({sgemm:.1f} GFLOP/s)")
+    if args.json:
+        from nmt.atomic import atomic_write_text
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        report = {"machine": benchmark_train._machine(), "train": rows}
+        atomic_write_text(args.json, json.dumps(report, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,188 @@
+#!/usr/bin/env python
+"""Throughput and latency of `nmt-serve` under N concurrent clients, against the offline batched Translator on
+the same model and sentences, measured in alternation in one run.
+
+    python scripts/benchmark_serve.py --model-dir models/ko-en [--src-file test.ko] [--clients 16]
+        [--sentences-per-request 1] [--seconds 10] [--rounds 2] [--json results/benchmark_serve.json]
+
+The server runs as a separate process (scripts/serve.py) on 127.0.0.1 only, so clients and server do not share
+one interpreter; the clients are asyncio tasks over one httpx connection pool, each sending its next request as
+soon as the last is answered, for a bounded time. Reported per round: requests/s, sentences/s, p50/p95/p99
+latency, errors by status; offline sentences/s; and served / offline. Sentences: --src-file, else the model's
+configured test source file.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+HOST = "127.0.0.1"   # loopback only: this tool never sends traffic off the machine
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model-dir", required=True)
+    p.add_argument("--src-file", help="sentences to send (default: the model's configured test source)")
+    p.add_argument("--max-sentences", type=int, default=400, help="distinct sentences used (cycled)")
+    p.add_argument("--clients", type=int, default=16)
+    p.add_argument("--sentences-per-request", type=int, default=1)
+    p.add_argument("--seconds", type=float, default=10.0, help="length of each served measurement")
+    p.add_argument("--rounds", type=int, default=2, help="offline/served alternations")
+    p.add_argument("--beam-size", type=int, default=None, help="default: the model's")
+    p.add_argument("--max-wait-ms", type=float, default=5.0, help="the server's batching wait")
+    p.add_argument("--json", default=str(REPO / "results" / "benchmark_serve.json"))
+    return p.parse_args(argv)
+
+
+def sentences(args: argparse.Namespace, translator) -> List[str]:
+    """The benchmark's source sentences (non-empty lines)."""
+    path = args.src_file or translator.config.data.test_src
+    if not path or not Path(path).is_file():
+        raise SystemExit(f"no sentences: the model's test source ({path}) is not a file; pass --src-file")
+    lines = [x for x in Path(path).read_text(encoding="utf-8").splitlines() if x.strip()]
+    return lines[:args.max_sentences]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def start_server(args: argparse.Namespace) -> (subprocess.Popen, str):
+    """scripts/serve.py on a free loopback port; returns (process, base URL) once /health answers."""
+    port = free_port()
+    cmd = [sys.executable, str(REPO / "scripts" / "serve.py"), "--model-dir", args.model_dir, "--host", HOST,
+           "--port", str(port), "--max-wait-ms", str(args.max_wait_ms), "--log-level", "warning",
+           "--max-queue", str(max(1024, 4 * args.clients * args.sentences_per_request))]
+    proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONPATH": str(REPO)})
+    url = f"http://{HOST}:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"the server exited with {proc.returncode}")
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    proc.kill()
+    raise SystemExit("the server did not start within 120 s")
+
+
+async def load(url: str, lines: List[str], clients: int, per_request: int, seconds: float,
+               beam: int) -> Dict[str, object]:
+    """`clients` closed-loop clients for `seconds`: throughput, latency percentiles and errors."""
+    latencies: List[float] = []
+    errors: Dict[str, int] = {}
+    sent = [0]
+
+    async def client(c: httpx.AsyncClient, k: int, until: float) -> None:
+        i = k * per_request
+        while time.monotonic() < until:
+            batch = [lines[(i + j) % len(lines)] for j in range(per_request)]
+            i += clients * per_request
+            t0 = time.perf_counter()
+            try:
+                r = await c.post("/translate", json={"text": batch, "beam_size": beam})
+                key = None if r.status_code == 200 else str(r.status_code)
+            except httpx.HTTPError as e:
+                key = type(e).__name__
+            if key is None:
+                latencies.append(time.perf_counter() - t0)
+                sent[0] += per_request
+            else:
+                errors[key] = errors.get(key, 0) + 1
+
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as c:
+        await asyncio.gather(*[client(c, k, time.monotonic() + min(2.0, seconds)) for k in range(clients)])  # warm
+        latencies.clear(), errors.clear()
+        sent[0] = 0
+        t0 = time.perf_counter()
+        await asyncio.gather(*[client(c, k, time.monotonic() + seconds) for k in range(clients)])
+        elapsed = time.perf_counter() - t0
+    q = statistics.quantiles(latencies, n=100) if len(latencies) > 1 else [float("nan")] * 99
+    return {"seconds": round(elapsed, 2), "requests": len(latencies), "requests_per_s": round(len(latencies) / elapsed, 2),
+            "sentences_per_s": round(sent[0] / elapsed, 2), "p50_ms": round(q[49] * 1000, 1),
+            "p95_ms": round(q[94] * 1000, 1), "p99_ms": round(q[98] * 1000, 1), "errors": errors}
+
+
+def worker_stats(url: str) -> Dict[str, float]:
+    """The server's batcher counters (batches, sentences, seconds in translate calls) from /health."""
+    return next(iter(httpx.get(url + "/health", timeout=10).json()["models"].values()))
+
+
+def batching(before: Dict[str, float], after: Dict[str, float], seconds: float) -> Dict[str, float]:
+    """Mean batch size, model time per sentence and the worker's busy share between two /health readings."""
+    batches, sents = after["batches"] - before["batches"], after["sentences"] - before["sentences"]
+    busy = after["busy_seconds"] - before["busy_seconds"]
+    return {"mean_batch": round(sents / max(batches, 1), 2), "model_ms_per_sentence": round(1000 * busy / max(sents, 1), 2),
+            "worker_busy": round(busy / seconds, 3)}
+
+
+def offline(translator, lines: List[str], beam: int) -> Dict[str, object]:
+    """The batched Translator on the same sentences, after a warm-up."""
+    translator.translate(lines[:64], beam_size=beam)
+    t0 = time.perf_counter()
+    translator.translate(lines, beam_size=beam)
+    seconds = time.perf_counter() - t0
+    return {"sentences": len(lines), "seconds": round(seconds, 3), "sentences_per_s": round(len(lines) / seconds, 2),
+            "batch_size": translator.decode.batch_size}
+
+
+def main(argv=None) -> int:
+    from nmt.atomic import atomic_write_text
+    from nmt.translate import Translator
+    args = parse_args(argv)
+    translator = Translator.from_dir(args.model_dir)
+    lines = sentences(args, translator)
+    beam = args.beam_size or translator.decode.beam_size
+    proc, url = start_server(args)
+    rounds = []
+    try:
+        for r in range(args.rounds):   # alternate, so both sides see the same machine load
+            off = offline(translator, lines, beam)
+            before, t0 = worker_stats(url), time.perf_counter()
+            served = asyncio.run(load(url, lines, args.clients, args.sentences_per_request, args.seconds, beam))
+            served["server"] = batching(before, worker_stats(url), time.perf_counter() - t0)   # warm-up included
+            rounds.append({"round": r + 1, "offline": off, "served": served,
+                           "served_over_offline": round(served["sentences_per_s"] / off["sentences_per_s"], 3)})
+            print(json.dumps(rounds[-1]), flush=True)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    ratios = [x["served_over_offline"] for x in rounds]
+    m = translator.config.model
+    result = {"model_dir": str(args.model_dir), "beam_size": beam,
+              "model": {"arch": m.arch, "embed_size": m.embed_size, "hidden_size": m.hidden_size,
+                        "num_layers": m.num_layers, "src_vocab": translator.src_tok.vocab_size,
+                        "tgt_vocab": translator.tgt_tok.vocab_size},
+              "clients": args.clients, "sentences_per_request": args.sentences_per_request,
+              "max_wait_ms": args.max_wait_ms, "distinct_sentences": len(lines), "rounds": rounds,
+              "median_served_over_offline": statistics.median(ratios), "goal": ">= 0.70 at 16 clients x 1 sentence",
+              "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                          "load_average": [round(x, 2) for x in os.getloadavg()],
+                          "omp_num_threads": os.environ.get("OMP_NUM_THREADS")},
+              "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(Path(args.json), json.dumps(result, indent=2) + "\n")
+    print(f"served/offline {result['median_served_over_offline']:.2f} (median of {len(ratios)}); wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

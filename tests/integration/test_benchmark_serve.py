@@ -1,0 +1,23 @@
+"""A short smoke run of scripts/benchmark_serve.py (not a timing test): a server process, a few clients for a
+second, the offline Translator, and the JSON it writes."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_benchmark_serve_writes_its_figures(serve_model, tmp_path):
+    spec = importlib.util.spec_from_file_location("benchmark_serve", REPO / "scripts" / "benchmark_serve.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "bench.json"
+    assert bench.main(["--model-dir", str(serve_model), "--clients", "4", "--seconds", "1", "--rounds", "1",
+                       "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    served = result["rounds"][0]["served"]
+    assert served["requests"] > 0 and served["errors"] == {}
+    assert served["p50_ms"] <= served["p95_ms"] <= served["p99_ms"]
+    assert result["rounds"][0]["offline"]["sentences_per_s"] > 0 and result["median_served_over_offline"] > 0

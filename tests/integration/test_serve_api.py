@@ -1,0 +1,151 @@
+"""The service over real HTTP (uvicorn on a loopback port, in this process) and a tiny trained model: answers equal
+the offline Translator's, concurrent requests share batches, the queue and time limits answer 503/504, every kind
+of hostile input gets a 4xx saying what to change (or the CLI's cut with a warning), and the server stays up."""
+from __future__ import annotations
+
+import json
+import resource
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+
+from nmt.serve.cli import background_server
+from tests.integration.serve_app import make_app
+
+
+@pytest.fixture(scope="module")
+def server(translator):
+    """(base URL, app) of one server for the module's tests."""
+    app = make_app(translator, max_wait_ms=20)
+    with background_server(app) as url:
+        yield url, app
+
+
+@pytest.fixture(scope="module")
+def http(server):
+    with httpx.Client(base_url=server[0], timeout=60) as c:
+        yield c
+
+
+def test_translate_equals_offline_translator_in_input_order(http, translator, serve_sentences):
+    lines = serve_sentences[:6] + [""]
+    r = http.post("/translate", json={"text": lines, "beam_size": 4, "nbest": 3})
+    assert r.status_code == 200, r.text
+    offline = translator.translate_nbest(lines, 3, beam_size=4)
+    got = r.json()["translations"]
+    assert [[h["translation"] for h in t["nbest"]] for t in got] == [[x for x, _ in h] for h in offline]
+    assert [t["translation"] for t in got] == translator.translate(lines, beam_size=4)
+    assert got[0]["score"] == pytest.approx(offline[0][0][1], abs=1e-4)
+    assert got[-1] == {"translation": "", "score": None, "nbest": []}
+    assert r.json()["warnings"] == [] and r.json()["src_lang"] == "ko"
+
+
+def test_concurrent_clients_are_batched_together(server, http, translator, serve_sentences):
+    batcher = server[1].state.service.models["ko-en"].batcher
+    before = batcher.batches
+    with ThreadPoolExecutor(16) as pool:
+        answers = list(pool.map(lambda s: http.post("/translate", json={"text": [s]}), serve_sentences[:32]))
+    assert all(a.status_code == 200 for a in answers)
+    assert [a.json()["translations"][0]["translation"] for a in answers] == translator.translate(serve_sentences[:32])
+    assert batcher.batches - before < 32, "no two requests shared a batch"
+
+
+def test_health_info_and_offline_docs(http):
+    assert http.get("/health").json()["status"] == "ok"
+    model = http.get("/info").json()["models"][0]
+    assert (model["src_lang"], model["tgt_lang"], model["arch"]) == ("ko", "en", "lstm")
+    score = model["best_test_score"]
+    assert score["bleu"] > 50 and score["bleu_signature"].startswith("nrefs:1|") and score["test_set"] == "test"
+    assert "/translate" in http.get("/openapi.json").json()["paths"]
+    docs = http.get("/docs").text
+    assert "/static/swagger/swagger-ui-bundle.js" in docs and "cdn" not in docs.lower()
+    assert http.get("/static/swagger/swagger-ui-bundle.js").status_code == 200
+    page = http.get("/").text
+    assert "http://" not in page and "https://" not in page, "the page must load nothing from the internet"
+    assert http.get("/static/korean.ttf").headers["content-type"] == "font/ttf"
+
+
+def test_attention_of_the_greedy_translation(http, translator, serve_sentences):
+    a = http.post("/attention", json={"text": serve_sentences[0]}).json()
+    assert a["translation"] == translator.translate([serve_sentences[0]], beam_size=1)[0]
+    assert len(a["weights"]) == len(a["tgt_pieces"]) and len(a["weights"][0]) == len(a["src_pieces"])
+    assert all(abs(sum(row) - 1) < 0.01 for row in a["weights"])
+    assert http.post("/attention", json={"text": "  "}).status_code == 422
+
+
+HOSTILE = {   # name: (body, expected status, words the error must contain)
+    "invalid JSON": (b'{"text": ["a"', 400, "not valid JSON"),
+    "invalid UTF-8": (b'{"text": ["\xff"]}', 400, "not valid UTF-8"),
+    "not an object": (b'"hello"', 422, "JSON object"),
+    "text not a list": (b'{"text": "hello"}', 422, "valid list"),
+    "number in text": (b'{"text": [1, 2]}', 422, "text[0]"),
+    "beam as string": (b'{"text": ["a"], "beam_size": "4"}', 422, "valid integer"),
+    "empty text": (b'{"text": []}', 422, "text is empty"),
+    "10,000 sentences": (json.dumps({"text": ["가"] * 10_000}).encode(), 413, "at most 256"),
+    "lone surrogate": (b'{"text": ["\\udc80 x"]}', 422, "lone surrogate U+DC80"),
+    "unknown field": (b'{"text": ["a"], "beem_size": 4}', 422, "unknown field 'beem_size'"),
+    "huge beam_size": (b'{"text": ["a"], "beam_size": 1000000000}', 422, "between 1 and 16"),
+    "nbest over beam": (b'{"text": ["a"], "beam_size": 2, "nbest": 5}', 422, "raise beam_size"),
+    "body too big": (json.dumps({"text": ["a" * (5 << 20)]}).encode(), 413, "over 4194304 bytes"),
+    "unknown language": (b'{"text": ["a"], "tgt_lang": "fr"}', 422, "no model translates"),
+}
+
+
+@pytest.mark.parametrize("name", list(HOSTILE))
+def test_hostile_input_gets_a_4xx_that_says_what_to_change(http, name):
+    body, status, words = HOSTILE[name]
+    r = http.post("/translate", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == status, r.text
+    assert words in r.json()["error"]
+    assert http.get("/health").json()["status"] == "ok"
+
+
+def test_one_megabyte_line_is_cut_like_the_cli_with_a_warning(http):
+    line = "가나 다라 " * ((1 << 20) // 14)   # 1 MB of UTF-8
+    r = http.post("/translate", json={"text": [line, "가"]})
+    assert r.status_code == 200
+    assert "truncated to 4000 (max_input_tokens 250 x 16)" in r.json()["warnings"][0]
+    assert r.json()["translations"][1]["translation"]
+
+
+def test_line_over_the_token_limit_is_cut_with_a_warning(http, serve_sentences):
+    words = (" ".join(serve_sentences) + " ") * 10   # under the character guard, over 250 subword tokens
+    assert len(words) < 4000
+    r = http.post("/translate", json={"text": [serve_sentences[0], words]}).json()
+    assert r["warnings"] == ["text[1] has more than 250 subword tokens; truncated to 250 (max_input_tokens), as "
+                             "nmt-translate does"]
+    assert r["translations"][1]["translation"]
+
+
+def test_empty_lines_and_control_characters_are_translated_with_warnings(http, translator):
+    r = http.post("/translate", json={"text": ["", "  ", "가\x00나\x1b 다"]}).json()
+    assert [t["translation"] for t in r["translations"]] == ["", "", translator.translate(["가나 다"])[0]]
+    assert r["warnings"] == ["text[2] has 2 control character(s); they were removed before translating"]
+
+
+def test_memory_stays_bounded_under_big_bodies(http):
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    for _ in range(10):
+        assert http.post("/translate", content=b'{"text": ["' + b"x" * (6 << 20) + b'"]}').status_code == 413
+        assert http.post("/translate", json={"text": ["가" * 300_000] * 3}).status_code == 200
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss) / 1024
+    assert grown_mb < 200, f"peak memory grew {grown_mb:.0f} MB"
+
+
+def test_full_queue_answers_503_with_retry_after(translator, serve_sentences):
+    app = make_app(translator, max_queue=4, max_wait_ms=400, max_batch=64)
+    with background_server(app) as url, httpx.Client(base_url=url, timeout=30) as c, ThreadPoolExecutor(1) as pool:
+        first = pool.submit(c.post, "/translate", json={"text": serve_sentences[:4]})
+        while app.state.service.models["ko-en"].batcher.queued < 4:
+            pass
+        r = c.post("/translate", json={"text": serve_sentences[4:5]})
+        assert r.status_code == 503 and int(r.headers["retry-after"]) >= 1 and "queue is full" in r.json()["error"]
+        assert first.result().status_code == 200
+
+
+def test_request_over_its_time_limit_gets_504(translator, serve_sentences):
+    app = make_app(translator, timeout_s=0.1, max_wait_ms=1000, max_batch=64)
+    with background_server(app) as url:
+        r = httpx.post(url + "/translate", json={"text": serve_sentences[:1]}, timeout=30)
+    assert r.status_code == 504 and "per-request limit of 0.1 s" in r.json()["error"]

@@ -1,0 +1,83 @@
+"""Graceful shutdown of a real `scripts/serve.py` process: on SIGTERM the request in flight is answered, new
+connections are refused, and the process ends cleanly."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(predicate, seconds: float, what: str):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        result = predicate()
+        if result:
+            return result
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {seconds} s waiting for {what}")
+
+
+def health(url: str):
+    try:
+        return httpx.get(url + "/health", timeout=2).json()
+    except httpx.HTTPError:
+        return None
+
+
+def test_sigterm_answers_requests_in_flight_and_refuses_new_ones(serve_model, serve_sentences, tmp_path):
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = open(tmp_path / "server.log", "w")
+    # a long batching wait keeps the first request in flight while the signal arrives
+    proc = subprocess.Popen([sys.executable, str(REPO / "scripts" / "serve.py"), "--model-dir", str(serve_model),
+                             "--port", str(port), "--max-wait-ms", "2000", "--log-level", "warning"],
+                            env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        t0 = time.monotonic()
+        wait_until(lambda: health(url), 60, "the server to start")
+        print(f"server up after {time.monotonic() - t0:.1f} s")
+        with ThreadPoolExecutor(1) as pool:
+            in_flight = pool.submit(httpx.post, url + "/translate", json={"text": serve_sentences[:1]}, timeout=30)
+            wait_until(lambda: (health(url) or {}).get("models", {}).get("ko-en", {}).get("queued"), 10,
+                       "the request to be queued")
+            proc.send_signal(signal.SIGTERM)
+
+            def refused() -> bool:
+                try:
+                    httpx.get(url + "/health", timeout=2)
+                    return False
+                except httpx.ConnectError:
+                    return True
+            wait_until(refused, 5, "new connections to be refused")
+            assert not in_flight.done(), "the request in flight should still be waiting for its batch"
+            answer = in_flight.result()
+        print(f"answered after {time.monotonic() - t0:.1f} s")
+        assert answer.status_code == 200 and answer.json()["translations"][0]["translation"]
+        # uvicorn re-raises the signal once it has shut down, so the exit status says "ended by SIGTERM"
+        assert proc.wait(timeout=30) in (0, -signal.SIGTERM)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        log.close()
+    assert "Traceback" not in (tmp_path / "server.log").read_text()
+
+
+def test_cli_names_a_missing_model_directory(tmp_path, caplog):
+    from nmt.serve import main
+    assert main(["--model-dir", str(tmp_path / "nowhere"), "--log-level", "error"]) == 2
+    assert "nowhere" in caplog.text and "--model-dir" in caplog.text

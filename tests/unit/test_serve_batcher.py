@@ -1,0 +1,162 @@
+"""The service's dynamic batcher over a stand-in translator: coalescing, batch bounds, keys kept apart, the bounded
+queue, per-request time limits, errors, shutdown, and an event loop that keeps running while the model works."""
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import List
+
+import pytest
+
+from nmt.serve.batcher import Batcher, Closed, QueueFull
+
+
+class FakeTranslator:
+    """translate_nbest that records its calls (lines, nbest, beam, thread) and takes `seconds` per call;
+    hypothesis j of line x is x reversed with j stars."""
+
+    def __init__(self, seconds: float = 0.0, fail_on: str = None):
+        self.seconds, self.fail_on = seconds, fail_on
+        self.calls: List[tuple] = []
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def translate_nbest(self, lines, nbest, beam_size=None):
+        self.gate.wait(10)
+        self.calls.append((list(lines), nbest, beam_size, threading.current_thread().name))
+        time.sleep(self.seconds)
+        if self.fail_on in lines:
+            raise RuntimeError("model failed")
+        return [[(x[::-1] + "*" * j, -float(j)) for j in range(nbest)] if x else [] for x in lines]
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+@pytest.fixture
+def fake():
+    return FakeTranslator(seconds=0.01)
+
+
+def test_concurrent_requests_share_batches_and_keep_their_order(fake):
+    b = Batcher(fake, max_batch=64, max_wait_ms=50)
+
+    async def main():
+        return await asyncio.gather(*[b.translate([f"s{i}", f"t{i}", ""], 4, 1) for i in range(16)])
+    out = run(main())
+    b.close()
+    for i, r in enumerate(out):
+        assert [h[0][0] if h else "" for h in r] == [f"s{i}"[::-1], f"t{i}"[::-1], ""]
+    assert len(fake.calls) <= 2, f"16 concurrent requests took {len(fake.calls)} model calls"
+    assert {c[3] for c in fake.calls} == {"nmt-serve-worker"}
+
+
+def test_batches_never_exceed_max_batch_and_requests_stay_whole(fake):
+    b = Batcher(fake, max_batch=8, max_wait_ms=30)
+
+    async def main():
+        return await asyncio.gather(*[b.translate([f"{i}-{k}" for k in range(3)], 1, 1) for i in range(10)])
+    out = run(main())
+    b.close()
+    assert all(len(c[0]) <= 8 for c in fake.calls)
+    assert sum(len(c[0]) for c in fake.calls) == 30
+    assert out[7] == [[(f"7-{k}"[::-1], 0.0)] for k in range(3)]
+
+
+def test_different_beam_or_nbest_never_share_a_call(fake):
+    b = Batcher(fake, max_batch=64, max_wait_ms=50)
+
+    async def main():
+        return await asyncio.gather(b.translate(["a"], 1, 1), b.translate(["b"], 4, 2), b.translate(["c"], 1, 1))
+    out = run(main())
+    b.close()
+    assert out[1] == [[("b", 0.0), ("b*", -1.0)]]
+    assert sorted((c[2], c[1], tuple(c[0])) for c in fake.calls) == [(1, 1, ("a", "c")), (4, 2, ("b",))]
+
+
+def test_full_queue_refuses_at_once_with_retry_after():
+    fake = FakeTranslator()
+    fake.gate.clear()   # the model is busy: nothing leaves the queue
+    b = Batcher(fake, max_batch=4, max_wait_ms=0, max_queue=5)
+
+    async def main():
+        first = asyncio.ensure_future(b.translate(["a", "b", "c", "d"], 1, 1))
+        await asyncio.sleep(0.05)
+        with pytest.raises(QueueFull) as e:
+            await b.translate(["e", "f"], 1, 1)
+        assert e.value.retry_after >= 1 and "5 sentences" in str(e.value)
+        fake.gate.set()
+        return await first
+    assert len(run(main())) == 4
+    assert b.queued == 0
+    b.close()
+
+
+def test_timed_out_request_is_dropped_before_it_reaches_the_model():
+    fake = FakeTranslator()
+    fake.gate.clear()
+    b = Batcher(fake, max_batch=1, max_wait_ms=0)
+
+    async def main():
+        first = asyncio.ensure_future(b.translate(["first"], 1, 1))
+        await asyncio.sleep(0.05)
+        with pytest.raises(asyncio.TimeoutError):
+            await b.translate(["late"], 1, 1, timeout=0.05)
+        fake.gate.set()
+        return await first
+    run(main())
+    b.close()
+    assert [c[0] for c in fake.calls] == [["first"]]
+    assert b.queued == 0
+
+
+def test_model_error_reaches_its_requests_and_the_worker_survives():
+    fake = FakeTranslator(fail_on="boom")
+    b = Batcher(fake, max_batch=8, max_wait_ms=0)
+
+    async def main():
+        with pytest.raises(RuntimeError, match="model failed"):
+            await b.translate(["boom"], 1, 1)
+        return await b.translate(["ok"], 1, 1)
+    assert run(main()) == [[("ko", 0.0)]]
+    b.close()
+
+
+def test_call_runs_on_the_worker_thread(fake):
+    b = Batcher(fake)
+    assert run(b.call(lambda: threading.current_thread().name)) == "nmt-serve-worker"
+    b.close()
+
+
+def test_close_finishes_queued_work_then_refuses():
+    fake = FakeTranslator(seconds=0.05)
+    b = Batcher(fake, max_batch=1, max_wait_ms=0)
+
+    async def main():
+        jobs = [asyncio.ensure_future(b.translate([f"x{i}"], 1, 1)) for i in range(3)]
+        await asyncio.sleep(0.01)
+        closer = threading.Thread(target=b.close)
+        closer.start()
+        out = await asyncio.gather(*jobs)
+        closer.join()
+        with pytest.raises(Closed):
+            await b.translate(["y"], 1, 1)
+        return out
+    assert [r[0][0][0] for r in run(main())] == ["0x", "1x", "2x"]
+
+
+def test_event_loop_keeps_running_while_the_model_works():
+    fake = FakeTranslator(seconds=0.3)
+    b = Batcher(fake, max_wait_ms=0)
+
+    async def main():
+        ticks = 0
+        job = asyncio.ensure_future(b.translate(["a"], 1, 1))
+        while not job.done():
+            await asyncio.sleep(0.01)
+            ticks += 1
+        return ticks
+    assert run(main()) >= 10   # ~30 expected: the loop was free during the 0.3 s call
+    b.close()

@@ -1,0 +1,70 @@
+"""Request checks of the service, without a model: each hostile body gets a RequestError with the right status
+and a message that says what to change; over-long lines are cut with a warning, as nmt-translate cuts them."""
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from nmt.serve.schema import Limits, RequestError, TranslateRequest, check_translate, parse, read_body
+
+
+def refused(body, status: int, *words: str) -> RequestError:
+    with pytest.raises(RequestError) as e:
+        req = parse(body if isinstance(body, bytes) else json.dumps(body).encode(), TranslateRequest)
+        check_translate(req, Limits(), default_beam=4, max_input_tokens=250)
+    assert e.value.status == status, e.value.message
+    for w in words:
+        assert w in e.value.message, e.value.message
+    return e.value
+
+
+def test_valid_request_uses_the_model_beam_by_default():
+    req = parse(b'{"text": ["\xea\xb0\x80", ""], "nbest": 2}', TranslateRequest)
+    assert check_translate(req, Limits(), 4, 250) == (["가", ""], 4, [])
+
+
+@pytest.mark.parametrize("body,status,words", [
+    (b'{"text": [', 400, ["not valid JSON", "e.g."]),
+    (b'\xff\xfe{}', 400, ["not valid UTF-8", "0xff"]),
+    (["a"], 422, ["JSON object"]),
+    ({"txt": ["a"]}, 422, ["unknown field 'txt'", "remove it"]),
+    ({"beam_size": 4}, 422, ["'text' is missing"]),
+    ({"text": "a"}, 422, ["text:", "valid list"]),
+    ({"text": ["a", 3]}, 422, ["text[1]", "valid string"]),
+    ({"text": ["a"], "beam_size": "4"}, 422, ["beam_size", "valid integer"]),
+    ({"text": ["a"], "beam_size": True}, 422, ["beam_size", "valid integer"]),
+    ({"text": []}, 422, ["text is empty"]),
+    ({"text": ["a"] * 10_000}, 413, ["10000 sentences", "at most 256", "split"]),
+    ({"text": ["a"], "beam_size": 10 ** 9}, 422, ["between 1 and 16"]),
+    ({"text": ["a"], "beam_size": 0}, 422, ["between 1 and 16"]),
+    ({"text": ["a"], "beam_size": 2, "nbest": 3}, 422, ["nbest", "raise beam_size"]),
+    ({"text": ["ok", "x\ud800y"]}, 422, ["text[1]", "lone surrogate U+D800", "character 1"]),
+])
+def test_hostile_requests_say_what_to_change(body, status, words):
+    refused(body, status, *words)
+
+
+def test_long_line_is_cut_like_the_cli_with_a_warning():
+    req = parse(json.dumps({"text": ["가" * 5000]}).encode(), TranslateRequest)
+    lines, _, warnings = check_translate(req, Limits(), 4, max_input_tokens=250)
+    assert len(lines[0]) == 4000
+    assert warnings == ["text[0] has 5000 characters; truncated to 4000 (max_input_tokens 250 x 16), as "
+                        "nmt-translate does"]
+
+
+def test_control_characters_are_accepted_with_a_warning():
+    req = parse(json.dumps({"text": ["a\x00b\x07c\td"]}).encode(), TranslateRequest)
+    lines, _, warnings = check_translate(req, Limits(), 4, 250)
+    assert lines == ["a\x00b\x07c\td"] and warnings == ["text[0] has 2 control character(s); they were removed "
+                                                        "before translating"]
+
+
+def test_body_over_the_limit_is_refused_while_reading():
+    async def chunks():
+        for _ in range(100):
+            yield b"x" * 1000
+    with pytest.raises(RequestError) as e:
+        asyncio.run(read_body(chunks(), limit=10_000))
+    assert e.value.status == 413 and "over 10000 bytes" in e.value.message
