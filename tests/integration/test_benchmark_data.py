@@ -4,9 +4,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
-from conftest import REPO
 from nmt.synthetic import write_corpus
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_synthetic_corpus_is_reproducible_and_has_duplicates_and_overlap(tmp_path):

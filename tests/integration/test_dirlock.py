@@ -17,8 +17,9 @@ import pytest
 
 from nmt import checkpoint as ckpt
 from nmt.dirlock import ModelDirLock, ModelDirLocked
-from conftest import REPO
 from tests.synth import write_task
+
+REPO = Path(__file__).resolve().parents[2]
 
 ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
 

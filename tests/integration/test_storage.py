@@ -17,8 +17,9 @@ from nmt import download, storage
 from nmt.log import MetricsWriter
 from nmt.storage import StorageError
 from nmt.tokenizer import train_tokenizer
-from conftest import REPO
 from tests.synth import make_pairs, write_task
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 class _Net:
