@@ -31,14 +31,14 @@ def manifest_name(key: str) -> str:
 
 
 def model_files(model_dir: Path) -> List[str]:
-    """The files every checkpoint needs besides its own: config.json and the SentencePiece models."""
-    names = ["config.json"] + sorted(p.name for p in model_dir.glob("spm.*.model"))
-    return [n for n in names if (model_dir / n).is_file()]
+    """The files every checkpoint needs besides its own: the SentencePiece models. Not config.json: people edit it
+    (decoding defaults, a variant's settings), and a damaged one fails loudly on its own (JSON, validation, shapes)."""
+    return sorted(p.name for p in model_dir.glob("spm.*.model") if p.is_file())
 
 
 def write_manifest(model_dir: Path, key: str, names: Sequence[str], step: int,
                    state: Optional[Dict[str, Any]] = None) -> None:
-    """List `names` (plus config.json and the SentencePiece models) with sizes and sha256 in manifest.<key>.json;
+    """List `names` (plus the SentencePiece models) with sizes and sha256 in manifest.<key>.json;
     call it after the files are complete and renamed into place."""
     model_dir = Path(model_dir)
     files = {n: {"bytes": (model_dir / n).stat().st_size, "sha256": sha256_of(model_dir / n)}
@@ -77,9 +77,6 @@ def _problem(path: Path, entry: Dict[str, Any]) -> Optional[str]:
     """What is wrong with one listed file, or None."""
     if not path.is_file():
         return f"{path} is missing"
-    if path.name == "config.json" and sha256_of(path) != entry.get("sha256"):
-        return (f"{path} differs from the one this checkpoint was saved with (edited or damaged); restore it "
-                "(decoding settings can be given as flags instead of edited into it)")
     size = path.stat().st_size
     if size != entry.get("bytes"):
         kind = "truncated" if size < entry.get("bytes", 0) else "longer than written"
