@@ -11,6 +11,8 @@ import secrets
 from pathlib import Path
 from typing import IO, Iterator, Union
 
+from nmt.storage import is_fixable, write_failure
+
 PathLike = Union[str, "os.PathLike[str]"]
 
 
@@ -26,7 +28,8 @@ def _create_sibling(path: Path) -> tuple:
             continue
 
 
-def _fsync_dir(directory: Path) -> None:
+def fsync_dir(directory: Path) -> None:
+    """Make a rename in `directory` durable (best effort: some file systems refuse fsync on directories)."""
     try:
         fd = os.open(str(directory), os.O_RDONLY)
     except OSError:
@@ -43,18 +46,26 @@ def _fsync_dir(directory: Path) -> None:
 def atomic_open(path: PathLike, mode: str = "wb", encoding: str = None) -> Iterator[IO]:
     """Open a temporary sibling of `path` for writing; on success it replaces `path` atomically."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = _create_sibling(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = _create_sibling(path)
+    except OSError as e:
+        if is_fixable(e):
+            raise write_failure(path, e) from None
+        raise
     try:
         with os.fdopen(fd, mode, encoding=encoding if "b" not in mode else None) as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-        _fsync_dir(path.parent)
-    except BaseException:
+        fsync_dir(path.parent)
+    except BaseException as e:
+        written = os.path.getsize(tmp) if os.path.exists(tmp) else 0
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if is_fixable(e):   # full disk, no permission, read-only: one clear error naming the file
+            raise write_failure(path, e, written + 1) from None
         raise
 
 

@@ -150,7 +150,8 @@ class BatchIterator:
         if len(src_ids) != sampler.num_examples:
             raise BatchError(f"the sampler was built for {sampler.num_examples} examples, got {len(src_ids)}")
         for side, ids, lens in (("source", src_ids, sampler.src_lens), ("target", tgt_ids, sampler.tgt_lens)):
-            actual = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
+            actual = (np.asarray(ids.lengths) if hasattr(ids, "lengths")   # flat ids (nmt.encoded): no loop
+                      else np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids)))
             bad = np.flatnonzero(actual != lens)
             if len(bad):
                 raise BatchError(f"example {bad[0]}: {side} has {actual[bad[0]]} tokens but the sampler was "

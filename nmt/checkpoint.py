@@ -9,14 +9,16 @@ Layout of a model directory (everything needed to translate or to resume, nothin
     params.avg                   average of the last N checkpoints (only with --average-last N)
     trainer.<step>.states        optimizer (Adam) states of the latest checkpoint (named by step, so that
                                  state.json never pairs one step's parameters with another step's moments)
+    manifest.<key>.json          per checkpoint (key: step, best, avg): its files' sizes and sha256 (nmt.manifest),
+                                 written after them; a step's manifest holds its TrainState too
     state.json                   TrainState of the latest checkpoint; written last, so it always points at
                                  files that exist (a crash at any instant leaves the previous one loadable)
+    train.lock                   held by the one trainer writing the directory (nmt.dirlock)
     metrics.jsonl                one row per validation
     train.log                    the training log
 """
 from __future__ import annotations
 
-import glob
 import json
 import logging
 import os
@@ -26,7 +28,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from nmt.atomic import _fsync_dir, atomic_write_text
+from nmt import manifest
+from nmt.atomic import atomic_write_text, fsync_dir
+from nmt.manifest import CheckpointError
+from nmt.storage import guarded_write, mxnet_write_failure
 
 logger = logging.getLogger("nmt.checkpoint")
 
@@ -37,11 +42,8 @@ PARAMS_AVG = "params.avg"
 METRICS = "metrics.jsonl"
 LOG = "train.log"
 SCORES = "scores.json"
+LOCK = "train.lock"
 _PARAMS_STEP = re.compile(r"^params\.(\d{8})$")
-
-
-class CheckpointError(RuntimeError):
-    """A model directory that is missing, incomplete or would be overwritten; the message says what to do."""
 
 
 def params_file(step: int) -> str:
@@ -89,59 +91,121 @@ class TrainState:
             raise CheckpointError(f"{path} is not a valid training state ({e})") from None
 
 
-def _save_with(writer, path: Path) -> None:
-    """Let an MXNet writer (save_parameters, save_states) write a temp file, fsync it, rename it into place."""
+def _save_with(writer, path: Path, needed: Optional[int] = None) -> None:
+    """Let an MXNet writer (save_parameters, save_states) write a temp file, fsync it, rename it into place. A full
+    disk, missing permission or read-only file system is a StorageError naming `path` (and, when full, the
+    `needed` bytes and those free); the file `path` held before stays as it was."""
+    import mxnet as mx
     tmp = path.with_name(f".{path.name}.tmp")
     try:
-        writer(str(tmp))
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        with guarded_write(path, needed):
+            writer(str(tmp))
+            with open(tmp, "rb") as f:
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+    except mx.base.MXNetError as e:
+        _remove(tmp)
+        err = mxnet_write_failure(path, e, needed)
+        if err is None:
+            raise
+        raise err from None
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        _remove(tmp)
         raise
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
-def prepare_model_dir(model_dir: Path, resume: bool, overwrite: bool) -> None:
-    """Create the model directory; refuse to clobber an existing one unless --resume or --overwrite."""
+def _remove(path: Path) -> None:
+    """Delete a temporary file if it exists and can be deleted (not on a read-only file system)."""
+    try:
+        path.unlink()
+    except OSError:
+        pass
+
+
+def check_model_dir(model_dir: Path, resume: bool, overwrite: bool) -> None:
+    """CheckpointError unless a run may use `model_dir` as asked; changes nothing (also for --dry-run)."""
     model_dir = Path(model_dir)
     if resume and overwrite:
         raise CheckpointError("--resume and --overwrite contradict each other; give one of them")
     if model_dir.exists() and not model_dir.is_dir():
         raise CheckpointError(f"--model-dir {model_dir} exists and is not a directory")
     if resume:
-        if not (model_dir / STATE).exists():
+        if not (model_dir / STATE).exists() and not manifest.step_keys(model_dir):
             raise CheckpointError(f"--resume: {model_dir / STATE} not found, so there is nothing to resume; "
                                   "drop --resume to start a new run")
         return
-    if model_dir.exists() and any(model_dir.iterdir()):
-        if not overwrite:
-            raise CheckpointError(f"--model-dir {model_dir} already exists and is not empty; pass --resume to "
-                                  "continue its training, --overwrite to delete it and start over, or another --model-dir")
+    if model_dir.exists() and any(p.name != LOCK for p in model_dir.iterdir()) and not overwrite:
+        raise CheckpointError(f"--model-dir {model_dir} already exists and is not empty; pass --resume to "
+                              "continue its training, --overwrite to delete it and start over, or another --model-dir")
+
+
+def prepare_model_dir(model_dir: Path, resume: bool, overwrite: bool) -> None:
+    """Create the model directory; refuse to clobber an existing one unless --resume or --overwrite (which deletes
+    everything in it but the lock of the run that asked)."""
+    model_dir = Path(model_dir)
+    check_model_dir(model_dir, resume, overwrite)
+    if not resume and overwrite and model_dir.exists():
         logger.warning("--overwrite: deleting %s", model_dir)
-        shutil.rmtree(model_dir)
-    model_dir.mkdir(parents=True, exist_ok=True)
+        for p in model_dir.iterdir():
+            if p.name != LOCK:
+                shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+    with guarded_write(model_dir):
+        model_dir.mkdir(parents=True, exist_ok=True)
 
 
 def save_checkpoint(model_dir: Path, net, trainer, state: TrainState, keep_last: int, is_best: bool) -> None:
-    """Write params.<step>, trainer.<step>.states and (last) state.json; copy to params.best; prune old files."""
+    """Write params.<step>, trainer.<step>.states, their manifest and (last) state.json; copy to params.best;
+    prune the files of checkpoints beyond `keep_last`. A failure at any point leaves the previous checkpoint the
+    newest intact one."""
     model_dir = Path(model_dir)
-    name = params_file(state.step)
-    _save_with(net.save_parameters, model_dir / name)
-    _save_with(trainer.save_states, model_dir / trainer_states_file(state.step))
+    name, states = params_file(state.step), trainer_states_file(state.step)
+    size = _file_size(model_dir, state.params_files[-1]) if state.params_files else None
+    _save_with(net.save_parameters, model_dir / name, size)
+    _save_with(trainer.save_states, model_dir / states, 2 * size if size else None)
     if is_best:
-        _save_with(net.save_parameters, model_dir / PARAMS_BEST)
+        _save_with(net.save_parameters, model_dir / PARAMS_BEST, size)
+        manifest.write_manifest(model_dir, "best", [PARAMS_BEST], state.step)
     kept = [f for f in state.params_files if f != name] + [name]
-    old, state.params_files = kept[:-keep_last] if keep_last > 0 else [], kept[-max(keep_last, 1):]
+    state.params_files = kept[-max(keep_last, 1):]
+    manifest.write_manifest(model_dir, f"{state.step:08d}", [name, states], state.step, asdict(state))
     state.save(model_dir)
-    old += [os.path.basename(p) for p in glob.glob(str(model_dir / "trainer.*.states"))
-            if os.path.basename(p) != trainer_states_file(state.step)]
-    for f in old:  # only after state.json no longer names them
-        try:
-            (model_dir / f).unlink()
-        except FileNotFoundError:
-            pass
+    _prune(model_dir, {params_step(f) for f in state.params_files})
+
+
+def _file_size(model_dir: Path, name: str) -> Optional[int]:
+    try:
+        return (model_dir / name).stat().st_size
+    except OSError:
+        return None
+
+
+def _prune(model_dir: Path, keep_steps: set) -> None:
+    """Delete the params, optimizer states and manifests of steps not in `keep_steps` (only after state.json no
+    longer names them); the manifest goes first, so a half-pruned checkpoint is never taken for an intact one."""
+    for pattern in ("manifest.*.json", "params.*", "trainer.*.states"):
+        for p in model_dir.glob(pattern):
+            key = p.name.split(".")[1]
+            if key.isdigit() and int(key) not in keep_steps:
+                try:
+                    p.unlink()
+                except FileNotFoundError:
+                    pass
+
+
+def resume_state(model_dir: Path) -> TrainState:
+    """The TrainState to resume from: that of the newest intact checkpoint (its manifest verified), with a warning
+    naming what is wrong with any newer one; state.json when the directory predates manifests."""
+    model_dir = Path(model_dir)
+    if not manifest.has_manifests(model_dir):
+        return TrainState.load(model_dir)
+    body, problems = manifest.newest_intact(model_dir)
+    state = TrainState(**body["state"])
+    if problems:
+        logger.warning("--resume: the newest checkpoint is damaged (%s); resuming from step %d, the newest intact "
+                       "one", "; ".join(problems), state.step)
+        state.save(model_dir)   # `latest` names an intact checkpoint again
+    return state
 
 
 def latest_step(state: TrainState) -> int:
@@ -168,7 +232,8 @@ def params_path(model_dir: Path, which: str = "best") -> Path:
         path = latest_params_path(model_dir)
     elif which in ("best", "avg"):
         path = model_dir / (PARAMS_BEST if which == "best" else PARAMS_AVG)
-        if which == "best" and not path.exists() and (model_dir / STATE).exists():
+        if which == "best" and not path.exists() and (model_dir / STATE).exists() \
+                and not (model_dir / manifest.manifest_name("best")).exists():
             path = latest_params_path(model_dir)   # no validation yet: the latest is the best we have
     elif str(which).isdigit():
         path = model_dir / params_file(int(which))
@@ -176,7 +241,21 @@ def params_path(model_dir: Path, which: str = "best") -> Path:
         raise CheckpointError(f"unknown checkpoint '{which}': use best, latest, avg or a step number")
     if not path.exists():
         raise CheckpointError(f"{path} not found in model directory {model_dir}")
+    verify_params(path)
     return path
+
+
+def verify_params(path: Path) -> None:
+    """CheckpointError naming the file and what is wrong unless the parameter file `path` (and config.json and the
+    SentencePiece models beside it) match its checkpoint's manifest; unchecked in directories without manifests."""
+    model_dir, step = path.parent, params_step(path.name)
+    if not manifest.has_manifests(model_dir):
+        return
+    key = f"{step:08d}" if step is not None else path.name.split(".", 1)[1]
+    try:
+        manifest.verify(model_dir, key)
+    except CheckpointError as e:
+        raise CheckpointError(f"checkpoint {path.name} of {model_dir} cannot be used: {e}") from None
 
 
 def average_checkpoints(model_dir: Path, files: List[str]) -> Path:
@@ -185,9 +264,11 @@ def average_checkpoints(model_dir: Path, files: List[str]) -> Path:
     model_dir = Path(model_dir)
     total = None
     for f in files:
+        verify_params(model_dir / f)
         p = mx.nd.load(str(model_dir / f))
         total = p if total is None else {k: total[k] + v for k, v in p.items()}
     avg = {k: v / len(files) for k, v in total.items()}
-    _save_with(lambda tmp: mx.nd.save(tmp, avg), model_dir / PARAMS_AVG)
+    _save_with(lambda tmp: mx.nd.save(tmp, avg), model_dir / PARAMS_AVG, _file_size(model_dir, files[-1]))
+    manifest.write_manifest(model_dir, "avg", [PARAMS_AVG], params_step(files[-1]) or 0)
     return model_dir / PARAMS_AVG
 

@@ -166,6 +166,8 @@ def build_train_parser() -> argparse.ArgumentParser:
     g.add_argument("--resume", action="store_true", help="continue training from the latest checkpoint in --model-dir")
     g.add_argument("--overwrite", action="store_true", help="delete an existing --model-dir and start over")
     g.add_argument("--no-eval", action="store_true", help="skip the test-set evaluation at the end")
+    g.add_argument("--dry-run", action="store_true", help="check the configuration, data and model directory "
+                   "(readable, clean, writable, room) and print what would be trained, without training")
     g.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     _add_flags(p, GROUPS, Config())
     return p
@@ -200,8 +202,9 @@ def user_errors() -> tuple:
     from nmt.checkpoint import CheckpointError
     from nmt.corpus import CorpusError
     from nmt.parallel import DeviceError
+    from nmt.storage import StorageError
     from nmt.tokenizer import TokenizerError
-    return (ConfigError, CorpusError, CheckpointError, DeviceError, TokenizerError, BatchError)
+    return (ConfigError, CorpusError, CheckpointError, DeviceError, TokenizerError, BatchError, StorageError)
 
 
 def run_cli(main: Callable[[], int]) -> int:
@@ -234,6 +237,10 @@ def train_main(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     if args.verbose:
         logging.getLogger("nmt").setLevel(logging.DEBUG)
+    if args.dry_run:
+        from nmt.preflight import describe, dry_run
+        print(describe(dry_run(cfg, resume=args.resume, overwrite=args.overwrite)))
+        return 0
     result = train(cfg, resume=args.resume, overwrite=args.overwrite, evaluate=not args.no_eval)
     state = result.state
     for name, sc in result.test_scores.items():

@@ -7,10 +7,13 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import List, Optional, Sequence, Tuple
+
+import numpy as np
 
 from nmt.batching import BatchIterator, Resegment
 from nmt.config import Config, ConfigError, DataConfig
+from nmt.encoded import RowsView, encode_flat, load_or_encode
 from nmt.recipes import DatasetSplits, load_data
 from nmt.sampler import BucketSampler
 from nmt.tokenizer import (JOINT, Tokenizer, character_coverage, load_or_train_tokenizer, load_tokenizers,
@@ -22,9 +25,10 @@ logger = logging.getLogger("nmt.data")
 
 @dataclass
 class EncodedData:
-    """Token ids of the training and dev sets, after dropping pairs longer than the token limits."""
-    train_src: List[List[int]]
-    train_tgt: List[List[int]]
+    """Token ids of the training and dev sets, after dropping pairs longer than the token limits (training ids are
+    views of flat arrays, nmt.encoded: no Python object per token)."""
+    train_src: Sequence[Sequence[int]]
+    train_tgt: Sequence[Sequence[int]]
     dev_src: List[List[int]]
     dev_tgt: List[List[int]]
     train_src_text: List[str] = field(default_factory=list)   # the kept training pairs' text (for resegmenting)
@@ -54,21 +58,27 @@ def build_tokenizers(cfg: Config, model_dir: Path, splits: Optional[DatasetSplit
             load_or_train_tokenizer(model_dir, d.tgt_lang, splits.train.tgt, d.vocab_size, d.spm_model_type))
 
 
-def encode_data(cfg: Config, splits: DatasetSplits, src_tok: Tokenizer, tgt_tok: Tokenizer) -> EncodedData:
+def encode_data(cfg: Config, splits: DatasetSplits, src_tok: Tokenizer, tgt_tok: Tokenizer,
+                cache_dir: Optional[Path] = None) -> EncodedData:
+    """Token ids of the splits; the training ids from (or into) the encoded-corpus cache in `cache_dir`."""
     d = cfg.data
-    tr_s, tr_t = src_tok.encode(splits.train.src), tgt_tok.encode(splits.train.tgt)
-    keep = [i for i in range(len(tr_s)) if 0 < len(tr_s[i]) <= d.max_src_tokens and 0 < len(tr_t[i]) <= d.max_tgt_tokens]
+    if cache_dir is not None:
+        tr_s, tr_t, _ = load_or_encode(cache_dir, src_tok, tgt_tok, splits.train.src, splits.train.tgt)
+    else:
+        tr_s, tr_t = encode_flat(src_tok, splits.train.src), encode_flat(tgt_tok, splits.train.tgt)
+    ls, lt = tr_s.lengths, tr_t.lengths
+    keep = np.flatnonzero((ls > 0) & (ls <= d.max_src_tokens) & (lt > 0) & (lt <= d.max_tgt_tokens))
     if len(keep) < len(tr_s):
         logger.info("dropped %d of %d training pairs longer than --max-src-tokens %d / --max-tgt-tokens %d "
                     "subword tokens (or empty after tokenization)", len(tr_s) - len(keep), len(tr_s),
                     d.max_src_tokens, d.max_tgt_tokens)
-    if not keep:
+    if not len(keep):
         raise ConfigError("no training pair is left after the token-length filter; raise --max-src-tokens/--max-tgt-tokens")
     dv_s, dv_t = src_tok.encode(splits.dev.src), tgt_tok.encode(splits.dev.tgt)
     # dev loss uses every dev pair, truncated to the training limits so its batches fit the same shapes
     dv_s = [s[:d.max_src_tokens] for s in dv_s]
     dv_t = [t[:d.max_tgt_tokens] for t in dv_t]
-    return EncodedData([tr_s[i] for i in keep], [tr_t[i] for i in keep], dv_s, dv_t,
+    return EncodedData(RowsView(tr_s, keep), RowsView(tr_t, keep), dv_s, dv_t,
                        [splits.train.src[i] for i in keep], [splits.train.tgt[i] for i in keep])
 
 
@@ -104,8 +114,9 @@ def build_data(cfg: Config, model_dir: Path, resume: bool = False,
     logger.info("data: %d train, %d dev pairs; tests: %s", len(splits.train.src), len(splits.dev.src),
                 ", ".join(f"{k} ({len(v.src)})" for k, v in splits.tests.items()) or "none")
     src_tok, tgt_tok = build_tokenizers(cfg, model_dir, None if resume else splits, workers)
-    encoded = encode_data(cfg, splits, src_tok, tgt_tok)
-    sampler = BucketSampler([len(s) for s in encoded.train_src], [len(t) for t in encoded.train_tgt],
+    chief = workers is None or workers.is_chief   # the others may not write the model directory
+    encoded = encode_data(cfg, splits, src_tok, tgt_tok, Path(model_dir) if chief else None)
+    sampler = BucketSampler(encoded.train_src.lengths, encoded.train_tgt.lengths,
                             batch_size=None if d.batch_tokens else d.batch_size, batch_tokens=d.batch_tokens,
                             num_buckets=d.num_buckets, bucketing=d.bucketing, shuffle=True, seed=cfg.train.seed)
     logger.info("batches: %d per epoch in %d shapes (%s bucketing), %.0f%% of the padded positions are tokens",

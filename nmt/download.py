@@ -19,6 +19,7 @@ from tqdm import tqdm
 
 from nmt.atomic import atomic_open, atomic_write_bytes
 from nmt.corpus import CorpusError
+from nmt.storage import guarded_write
 
 DOWNLOAD_TIMEOUT = 60.0   # seconds without progress before a download is abandoned
 _CHUNK = 1 << 16
@@ -103,11 +104,13 @@ def _reason(e: Exception) -> str:
 def download_archive(url: str, wanted: Sequence[Any], cache_dir: Path, *, timeout: float = DOWNLOAD_TIMEOUT) -> None:
     """Download a tar archive once and write the `wanted` members (file specs with `member`, `sha256` and `path`),
     each checksum-verified, into `cache_dir`."""
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".download-", dir=str(cache_dir)) as tmp:   # removed even on failure
+    with guarded_write(cache_dir):   # a read-only or foreign cache: StorageError naming it
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        workdir = tempfile.TemporaryDirectory(prefix=".download-", dir=str(cache_dir))
+    with workdir as tmp:   # removed even on failure
         archive = Path(tmp) / "archive"
         try:
-            with open(archive, "wb") as f:
+            with guarded_write(archive), open(archive, "wb") as f:
                 _stream(url, f, timeout, Path(url).name)
         except _NETWORK_ERRORS as e:
             raise _network_error(url, e) from None

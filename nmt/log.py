@@ -14,6 +14,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from tqdm import tqdm
 
+from nmt.storage import guarded_write
+
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
@@ -56,10 +58,12 @@ class MetricsWriter:
     def write(self, row: Dict[str, Any]) -> None:
         if self.path is None:
             return
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        line = json.dumps(row, ensure_ascii=False) + "\n"
+        with guarded_write(self.path, len(line.encode("utf-8"))):   # a full disk: StorageError naming the file
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(line)
+                f.flush()
+                os.fsync(f.fileno())
 
 
 def read_metrics(path: Path) -> list:

@@ -21,13 +21,16 @@ from nmt import checkpoint as ckpt
 from nmt.batching import Batch, make_batch
 from nmt.config import Config, ConfigError
 from nmt.data import EncodedData, TrainData, build_data
+from nmt.dirlock import ModelDirLock, ModelDirLocked
 from nmt.evaluate import Scores, perplexity, score
 from nmt.log import LossMeter, MetricsWriter, Progress, TensorBoardWriter, setup_logging
 from nmt.loss import Seq2SeqLoss
 from nmt.models import build_model
 from nmt.optim import build_optimizer, learning_rate
 from nmt.parallel import DataParallel, default_kvstore, describe_hardware, init_amp, parse_devices
+from nmt.preflight import check_checkpoint_room
 from nmt.scoring import score_test_set
+from nmt.storage import check_writable
 from nmt.translate import Translator
 from nmt.workers import WorkerGroup, create_kvstore
 
@@ -76,6 +79,7 @@ class Trainer:
         self.progress = Progress(t.log_every, t.progress and self.is_chief)
         self.tensorboard = tensorboard or TensorBoardWriter(None)   # curves (a writer that does nothing: off)
         self.signal_name = ""            # set by SIGINT/SIGTERM: checkpoint after this update, then stop
+        self.lock: Optional[ModelDirLock] = None   # the model directory's lock (rank 0), released when fit() ends
         self._t_start, self._elapsed0 = time.perf_counter(), state.elapsed
 
     # -- the parts of the loop ----------------------------------------------------------------------------------
@@ -180,6 +184,14 @@ class Trainer:
     def fit(self) -> ckpt.TrainState:
         """Train until a stop condition; validate and checkpoint every `valid_every` updates, at every epoch end
         and at the end."""
+        try:
+            self._fit()
+        finally:
+            if self.lock is not None:
+                self.lock.release()
+        return self.state
+
+    def _fit(self) -> None:
         t = self.cfg.train
         self._t_start, self._elapsed0, self.state.stopped = time.perf_counter(), self.state.elapsed, ""
         old_handlers = _install_signal_handlers(self)
@@ -205,7 +217,6 @@ class Trainer:
             self.tensorboard.close()
         if t.average_last > 1 and self.is_chief and len(self.state.params_files) >= 2:
             ckpt.average_checkpoints(self.model_dir, self.state.params_files[-t.average_last:])
-        return self.state
 
     def _next_epoch(self) -> None:
         last = self.progress.last
@@ -240,24 +251,45 @@ class Trainer:
 
 
 def create_trainer(cfg: Config, resume: bool = False, overwrite: bool = False) -> Trainer:
-    """The Trainer of a run per `cfg`: devices, kvstore and workers, the model directory, then data, model and
-    optimizer built (and, with `resume`, restored from the latest checkpoint)."""
+    """The Trainer of a run per `cfg`: devices, kvstore and workers, the model directory (locked by rank 0 until
+    `fit` ends: one trainer per directory), then data, model and optimizer built (and, with `resume`, restored from
+    the newest intact checkpoint)."""
     t = cfg.train
-    model_dir = Path(t.model_dir)
     ctxs = parse_devices(t.gpus, t.cpu_devices)
     if t.amp:
         init_amp(ctxs)   # ConfigError without GPUs; before the model is built (AMP rewrites its operators)
     kv_name = default_kvstore(ctxs, t.kvstore)
     kv = create_kvstore(kv_name)
     workers = WorkerGroup(kv)
+    lock = None
+    if workers.is_chief:
+        ckpt.check_model_dir(Path(t.model_dir), resume, overwrite)   # before the lock creates the directory
+        lock = ModelDirLock(Path(t.model_dir)).acquire()
+    try:
+        trainer = _create_locked(cfg, resume, overwrite, ctxs, kv, workers)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+    trainer.lock = lock
+    return trainer
+
+
+def _create_locked(cfg: Config, resume: bool, overwrite: bool, ctxs, kv, workers: WorkerGroup) -> Trainer:
+    """`create_trainer` once the directory is ours: checked writable and, once the model is built, with room for
+    its checkpoints, so that a full disk shows before training rather than at the first checkpoint."""
+    t = cfg.train
+    model_dir = Path(t.model_dir)
     if workers.is_chief:
         ckpt.prepare_model_dir(model_dir, resume, overwrite)
+        check_writable(model_dir)
     setup_logging(model_dir / ckpt.LOG if workers.is_chief else None, console=workers.is_chief)
     state = _resumed_state(cfg, workers) if resume else ckpt.TrainState()
     # before the data is built: a --tensorboard without tensorboardX fails at once
     tensorboard = TensorBoardWriter.create(model_dir, t.tensorboard, state.step if resume else None, workers.rank)
     state.hardware = describe_hardware(ctxs, workers.num_workers)
-    logger.info("devices: %s, kvstore: %s, worker %d of %d", ctxs, kv_name, workers.rank, workers.num_workers)
+    logger.info("devices: %s, kvstore: %s, worker %d of %d", ctxs, getattr(kv, "type", kv), workers.rank,
+                workers.num_workers)
     data = build_data(cfg, model_dir, resume, workers)
     if workers.is_chief and not resume:
         cfg.save(model_dir / ckpt.CONFIG)
@@ -269,6 +301,8 @@ def create_trainer(cfg: Config, resume: bool = False, overwrite: bool = False) -
     net = build_model(cfg.model, data.src_tok.vocab_size, data.tgt_tok.vocab_size)
     net.initialize(mx.init.Xavier(magnitude=2.24), ctx=ctxs)
     net.hybridize(static_alloc=True)
+    if workers.is_chief:
+        check_checkpoint_room(cfg, net)
     optimizer = build_optimizer(cfg.optim, net.collect_params(), kv)
     if resume:
         _restore(model_dir, net, optimizer, data, state, workers, ctxs)
@@ -280,9 +314,10 @@ def _resumed_state(cfg: Config, workers: WorkerGroup) -> ckpt.TrainState:
     """The training state of the model directory, after checking that `cfg` continues the same model (the other
     workers read rank 0's files from a private copy: no shared filesystem needed)."""
     model_dir = Path(cfg.train.model_dir)
-    read_dir = workers.share_files(model_dir, (ckpt.CONFIG, ckpt.STATE))
-    state = ckpt.TrainState.load(read_dir)
-    saved = Config.load(read_dir / ckpt.CONFIG)
+    state = ckpt.resume_state(model_dir) if workers.is_chief else ckpt.TrainState()
+    if workers.num_workers > 1:
+        state = ckpt.TrainState(**workers.broadcast_json(vars(state)))
+    saved = Config.load(workers.share_files(model_dir, (ckpt.CONFIG,)) / ckpt.CONFIG)
     if saved.model != cfg.model or (saved.data.src_lang, saved.data.tgt_lang) != (cfg.data.src_lang, cfg.data.tgt_lang):
         raise ConfigError(f"--resume: the model or languages differ from {model_dir / ckpt.CONFIG}; "
                           "resume with the same model flags (or start a new --model-dir)")
@@ -293,7 +328,7 @@ def _restore(model_dir: Path, net, optimizer: gluon.Trainer, data: TrainData, st
              workers: WorkerGroup, ctxs) -> None:
     """Parameters, optimizer states and the sampler's position of the latest checkpoint."""
     if workers.is_chief:   # the others get rank 0's parameters as the kvstore is initialized
-        net.load_parameters(str(ckpt.latest_params_path(model_dir)), ctx=ctxs)
+        net.load_parameters(str(model_dir / ckpt.params_file(ckpt.latest_step(state))), ctx=ctxs)
     states = ckpt.trainer_states_file(ckpt.latest_step(state))
     optimizer.load_states(str(workers.share_files(model_dir, (states,)) / states))
     data.batches.load_state_dict(state.sampler)
@@ -313,6 +348,8 @@ def train(cfg: Config, resume: bool = False, overwrite: bool = False, evaluate: 
     fresh = not resume and (overwrite or not model_dir.exists() or not any(model_dir.iterdir()))
     try:
         trainer = create_trainer(cfg, resume=resume, overwrite=overwrite)
+    except ModelDirLocked:
+        raise   # the directory is another trainer's: leave it alone
     except BaseException:
         # A run that failed while setting up (bad data, bad flags) leaves no half-made model directory behind
         # to block the next attempt.

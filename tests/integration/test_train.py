@@ -158,7 +158,7 @@ def test_resume_reaches_the_same_parameters(tmp_path, task, devices, dropout, ar
     kept = list_params_files(part.train.model_dir)
     assert kept == [ckpt.params_file(8), ckpt.params_file(12)]
     states = sorted(p.name for p in Path(part.train.model_dir).glob("trainer.*.states"))
-    assert states == [ckpt.trainer_states_file(12)]
+    assert states == [ckpt.trainer_states_file(8), ckpt.trainer_states_file(12)]   # one per kept checkpoint
 
 
 def test_time_budget_counts_every_run_and_metrics_carry_the_training_loss(tmp_path, task):

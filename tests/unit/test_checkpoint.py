@@ -90,7 +90,9 @@ def test_optimizer_states_always_match_the_checkpoint_state_json_names(tmp_path)
     assert not list(tmp_path.glob(".*.tmp"))   # no temporary file left behind
     state.step = 30
     ckpt.save_checkpoint(tmp_path, _Net(3.0), _Trainer(), state, keep_last=2, is_best=False)
-    assert sorted(p.name for p in tmp_path.glob("trainer.*.states")) == [ckpt.trainer_states_file(30)]
+    # each kept checkpoint keeps its optimizer states: --resume can fall back to it if the newest is damaged
+    assert sorted(p.name for p in tmp_path.glob("trainer.*.states")) == [ckpt.trainer_states_file(10),
+                                                                         ckpt.trainer_states_file(30)]
 
 
 def test_keep_last_and_which(tmp_path):

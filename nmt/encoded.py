@@ -1,0 +1,147 @@
+"""The encoded corpus as flat numpy arrays, cached next to the tokenizers.
+
+At millions of pairs, a list of Python ints per sentence costs ~36 bytes a token (5 million pairs: ~7 GB); here each
+side is one int32 array of all token ids plus an int64 array of sentence offsets (~4 bytes a token). SentencePiece
+encodes in chunks with its own threads (the GIL released), and only one chunk's lists exist at a time. The arrays
+are saved as `encoded.<key>.<side>.{ids,offsets}.npy`, keyed by checksums of the text and of both tokenizer models,
+and memory-mapped on load: a rerun or a resume of the same data skips encoding and reads only the pages it uses.
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import logging
+from pathlib import Path
+from typing import Iterator, Optional, Sequence, Tuple
+
+import numpy as np
+
+from nmt.atomic import atomic_open
+
+logger = logging.getLogger("nmt.data")
+
+CHUNK = 50_000   # lines per SentencePiece call: big enough for its threads, small enough that the lists stay small
+
+
+class FlatIds(Sequence):
+    """Token ids of many sentences in two arrays; `flat[i]` is sentence i's ids (an int32 view, no copy)."""
+
+    def __init__(self, ids: np.ndarray, offsets: np.ndarray):
+        if len(offsets) == 0 or offsets[-1] != len(ids):
+            raise ValueError(f"offsets end at {offsets[-1] if len(offsets) else None}, not at {len(ids)} ids")
+        self.ids, self.offsets = ids, offsets
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        return self.ids[self.offsets[i]:self.offsets[i + 1]]
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        return (self[i] for i in range(len(self)))
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Tokens per sentence (int64), without materializing any sentence."""
+        return np.diff(self.offsets)
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.offsets[-1])
+
+
+class RowsView(Sequence):
+    """Rows `rows` of a FlatIds, in that order, without copying ids (the pairs kept by the length filter)."""
+
+    def __init__(self, flat: FlatIds, rows: np.ndarray):
+        self.flat, self.rows = flat, np.asarray(rows, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        return self.flat[int(self.rows[i])]
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        return (self[i] for i in range(len(self)))
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return self.flat.lengths[self.rows]
+
+
+def encode_flat(tok, lines: Sequence[str], chunk: int = CHUNK) -> FlatIds:
+    """`tok.encode(lines)` as one FlatIds, chunk by chunk (SentencePiece's threads encode each chunk)."""
+    ids_parts, lengths_parts = [], []
+    for start in range(0, len(lines), chunk):
+        enc = tok.encode(lines[start:start + chunk])
+        lengths = np.fromiter(map(len, enc), dtype=np.int64, count=len(enc))
+        ids_parts.append(np.fromiter(itertools.chain.from_iterable(enc), dtype=np.int32, count=int(lengths.sum())))
+        lengths_parts.append(lengths)
+        del enc
+    lengths = np.concatenate(lengths_parts) if lengths_parts else np.zeros(0, np.int64)
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return FlatIds(np.concatenate(ids_parts) if ids_parts else np.zeros(0, np.int32), offsets)
+
+
+def text_checksum(lines: Sequence[str], chunk: int = 100_000) -> str:
+    """sha256 of the lines as text (newline-terminated), hashed in chunks: the corpus part of a cache key."""
+    h = hashlib.sha256()
+    for start in range(0, len(lines), chunk):
+        h.update(("\n".join(lines[start:start + chunk]) + "\n").encode("utf-8"))
+    return h.hexdigest()
+
+
+def cache_key(src_lines: Sequence[str], tgt_lines: Sequence[str], src_tok, tgt_tok) -> str:
+    """What the encoded arrays depend on: both texts and both tokenizer models (their files' bytes)."""
+    h = hashlib.sha256()
+    for part in (text_checksum(src_lines), text_checksum(tgt_lines)):
+        h.update(part.encode("ascii"))
+    for tok in (src_tok, tgt_tok):
+        h.update(hashlib.sha256(Path(tok.path).read_bytes()).digest())
+    return h.hexdigest()[:16]
+
+
+def _paths(cache_dir: Path, key: str, side: str) -> Tuple[Path, Path]:
+    return cache_dir / f"encoded.{key}.{side}.ids.npy", cache_dir / f"encoded.{key}.{side}.offsets.npy"
+
+
+def _load(cache_dir: Path, key: str, side: str) -> Optional[FlatIds]:
+    """The cached arrays of one side, memory-mapped; None when absent or unreadable (then encoded again)."""
+    ids_path, off_path = _paths(cache_dir, key, side)
+    try:
+        return FlatIds(np.load(ids_path, mmap_mode="r"), np.load(off_path, mmap_mode="r"))
+    except (OSError, ValueError):
+        return None
+
+
+def _save(cache_dir: Path, key: str, side: str, flat: FlatIds) -> None:
+    """Ids first, offsets last (each atomic): a cache entry with its offsets file is complete."""
+    ids_path, off_path = _paths(cache_dir, key, side)
+    for path, arr in ((ids_path, flat.ids), (off_path, flat.offsets)):
+        with atomic_open(path, "wb") as f:
+            np.save(f, arr)
+
+
+def load_or_encode(cache_dir: Path, src_tok, tgt_tok, src_lines: Sequence[str],
+                   tgt_lines: Sequence[str]) -> Tuple[FlatIds, FlatIds, bool]:
+    """Both sides' FlatIds from `cache_dir` if encoded before with the same text and tokenizers, else encoded,
+    saved there (replacing older entries) and memory-mapped. The bool says whether the cache had them."""
+    cache_dir = Path(cache_dir)
+    key = cache_key(src_lines, tgt_lines, src_tok, tgt_tok)
+    cached = [_load(cache_dir, key, side) for side in ("src", "tgt")]
+    if all(c is not None for c in cached):
+        logger.info("encoded corpus: reusing %s", _paths(cache_dir, key, "src")[0].name)
+        return cached[0], cached[1], True
+    for side, tok, lines in (("src", src_tok, src_lines), ("tgt", tgt_tok, tgt_lines)):
+        _save(cache_dir, key, side, encode_flat(tok, lines))
+    for old in cache_dir.glob("encoded.*.npy"):
+        if not old.name.startswith(f"encoded.{key}."):
+            old.unlink()
+    src, tgt = _load(cache_dir, key, "src"), _load(cache_dir, key, "tgt")
+    return src, tgt, False

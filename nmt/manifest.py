@@ -1,0 +1,134 @@
+"""Checkpoint manifests: which files a checkpoint is made of, with their sizes and sha256.
+
+`manifest.<key>.json` (key: the 8-digit step, `best` or `avg`) is written atomically after the files it lists, so a
+checkpoint whose manifest exists is complete, and one whose files no longer match it (truncated by a crash during a
+copy, a flipped byte, a deleted file) is known to be bad before MXNet reads it. A step checkpoint's manifest also
+holds its TrainState: `--resume` can fall back to the newest intact checkpoint even when state.json is damaged.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from nmt.atomic import atomic_write_text
+from nmt.download import sha256_file as sha256_of   # cached by (path, size, mtime): verifying costs one read
+
+logger = logging.getLogger("nmt.checkpoint")
+
+FORMAT = 1
+
+
+class CheckpointError(RuntimeError):
+    """A model directory that is missing, incomplete, damaged or would be overwritten; the message says what to do."""
+
+
+def manifest_name(key: str) -> str:
+    return f"manifest.{key}.json"
+
+
+def model_files(model_dir: Path) -> List[str]:
+    """The files every checkpoint needs besides its own: the SentencePiece models. Not config.json: people edit it
+    (decoding defaults, a variant's settings), and a damaged one fails loudly on its own (JSON, validation, shapes)."""
+    return sorted(p.name for p in model_dir.glob("spm.*.model") if p.is_file())
+
+
+def write_manifest(model_dir: Path, key: str, names: Sequence[str], step: int,
+                   state: Optional[Dict[str, Any]] = None) -> None:
+    """List `names` (plus the SentencePiece models) with sizes and sha256 in manifest.<key>.json;
+    call it after the files are complete and renamed into place."""
+    model_dir = Path(model_dir)
+    files = {n: {"bytes": (model_dir / n).stat().st_size, "sha256": sha256_of(model_dir / n)}
+             for n in list(names) + model_files(model_dir)}
+    body = {"format": FORMAT, "checkpoint": key, "step": step, "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "files": files}
+    if state is not None:
+        body["state"] = state
+    body["self_sha256"] = _self_hash(body)
+    atomic_write_text(model_dir / manifest_name(key), json.dumps(body, indent=1) + "\n")
+
+
+def _self_hash(body: Dict[str, Any]) -> str:
+    """sha256 of a manifest's content without its own hash: a flipped byte anywhere in the manifest shows."""
+    rest = {k: v for k, v in body.items() if k != "self_sha256"}
+    return hashlib.sha256(json.dumps(rest, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def read_manifest(model_dir: Path, key: str) -> Dict[str, Any]:
+    """The manifest of checkpoint `key`; CheckpointError naming it when missing or unreadable."""
+    path = Path(model_dir) / manifest_name(key)
+    try:
+        body = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(body, dict) or not isinstance(body.get("files"), dict):
+            raise ValueError("no file list")
+        if body.get("self_sha256") != _self_hash(body):
+            raise ValueError("its content differs from its own sha256")
+        return body
+    except FileNotFoundError:
+        raise CheckpointError(f"{path} is missing, so the checkpoint cannot be verified") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{path} is damaged (not a checkpoint manifest: {e})") from None
+
+
+def _problem(path: Path, entry: Dict[str, Any]) -> Optional[str]:
+    """What is wrong with one listed file, or None."""
+    if not path.is_file():
+        return f"{path} is missing"
+    size = path.stat().st_size
+    if size != entry.get("bytes"):
+        kind = "truncated" if size < entry.get("bytes", 0) else "longer than written"
+        return f"{path} is {kind}: {size} bytes, its manifest says {entry.get('bytes')}"
+    if sha256_of(path) != entry.get("sha256"):
+        return f"{path} is corrupted: its sha256 differs from the one in its manifest (same size, other content)"
+    return None
+
+
+def verify(model_dir: Path, key: str, attempts: int = 3) -> Dict[str, Any]:
+    """The manifest of checkpoint `key` after checking every file it lists; CheckpointError naming the first bad
+    file and what is wrong. A reader racing a trainer that replaces params.best may see the new file with the old
+    manifest for an instant: it reads both again before it gives up."""
+    for attempt in range(attempts):
+        body = read_manifest(model_dir, key)
+        problems = [p for p in (_problem(Path(model_dir) / n, e) for n, e in body["files"].items()) if p]
+        if not problems:
+            return body
+        if attempt + 1 < attempts:
+            time.sleep(0.2)
+    raise CheckpointError("; ".join(problems))
+
+
+def has_manifests(model_dir: Path) -> bool:
+    """Whether the directory was written by a version that keeps manifests (older ones are loaded unverified)."""
+    return any(Path(model_dir).glob("manifest.*.json"))
+
+
+def step_keys(model_dir: Path) -> List[int]:
+    """Steps that have a manifest or a parameter file (whose missing manifest is then the problem), newest first."""
+    steps = set()
+    for pattern in ("manifest.*.json", "params.*"):
+        for p in Path(model_dir).glob(pattern):
+            key = p.name.split(".")[1]
+            if key.isdigit():
+                steps.add(int(key))
+    return sorted(steps, reverse=True)
+
+
+def newest_intact(model_dir: Path) -> Tuple[Dict[str, Any], List[str]]:
+    """The manifest of the newest step checkpoint whose files all match it, and what was wrong with the newer
+    ones; CheckpointError listing every problem when none is intact."""
+    problems: List[str] = []
+    for step in step_keys(model_dir):
+        try:
+            body = verify(model_dir, f"{step:08d}", attempts=1)
+        except CheckpointError as e:
+            problems.append(f"step {step}: {e}")
+            continue
+        if "state" in body:
+            return body, problems
+        problems.append(f"step {step}: {Path(model_dir) / manifest_name(f'{step:08d}')} holds no training state")
+    raise CheckpointError(f"--resume: no intact checkpoint in {model_dir} ("
+                          + ("; ".join(problems) or "no checkpoint manifest") + "); restore the files from a backup "
+                          "or start a new run with --overwrite")

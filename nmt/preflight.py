@@ -1,0 +1,115 @@
+"""Checks before training, and the dry run that does only them.
+
+`check_checkpoint_room` is what every run checks once the model is built: room for --keep-last checkpoints.
+`dry_run(cfg)` (`nmt-train --dry-run`) validates the whole configuration, the data and the model directory
+(readable, clean or resumable, writable, room) and describes what would be trained, without training. It runs the
+data pipeline for exact figures: a new run's tokenizers and encoded corpus go to a temporary directory; a resumed
+one's encoded corpus is cached in the model directory (nmt.encoded), which the run that follows then reuses.
+"""
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, List
+
+import numpy as np
+
+from nmt import checkpoint as ckpt
+from nmt import manifest
+from nmt.config import Config
+from nmt.storage import check_room, check_writable, free_bytes, human_bytes
+
+
+def parameter_count(net) -> int:
+    """Parameters of a model whose shapes are known (deferred ones count 0 until the first forward)."""
+    return int(sum(np.prod(p.shape) for p in net.collect_params().values() if p.shape and all(p.shape)))
+
+
+def checkpoint_bytes(cfg: Config, net) -> int:
+    """Disk a run needs in its model directory: --keep-last checkpoints and the one being written (float32
+    parameters plus Adam's two moments each), params.best and, with --average-last, params.avg."""
+    t = cfg.train
+    params = 4 * parameter_count(net)
+    return (t.keep_last + 1) * 3 * params + params * (2 if t.average_last > 1 else 1)
+
+
+def check_checkpoint_room(cfg: Config, net) -> int:
+    """StorageError unless the model directory has room for `checkpoint_bytes`; returns that figure."""
+    t = cfg.train
+    needed = checkpoint_bytes(cfg, net)
+    per = 3 * 4 * parameter_count(net)
+    check_room(Path(t.model_dir), needed, f"--keep-last {t.keep_last} checkpoints of {human_bytes(per)} each "
+                                          "(parameters and optimizer states) and params.best")
+    return needed
+
+
+def _check_model_dir(cfg: Config, resume: bool, overwrite: bool) -> Dict[str, Any]:
+    """The model directory as a run would find it: clean or resumable (its newest intact checkpoint), writable,
+    not locked by a live trainer. Raises the error the run would raise."""
+    from nmt.dirlock import ModelDirLock
+    model_dir = Path(cfg.train.model_dir)
+    ckpt.check_model_dir(model_dir, resume, overwrite)
+    check_writable(model_dir)
+    out: Dict[str, Any] = {"model_dir": str(model_dir), "exists": model_dir.is_dir()}
+    if model_dir.is_dir():
+        with ModelDirLock(model_dir):   # refused, naming the holder, while another trainer writes it
+            pass
+    if resume and manifest.has_manifests(model_dir):
+        body, problems = manifest.newest_intact(model_dir)
+        out["resume_step"], out["damaged"] = body["step"], problems
+    elif resume:
+        out["resume_step"], out["damaged"] = ckpt.TrainState.load(model_dir).step, []
+    return out
+
+
+def _first_batch_forward(net, data, ctx) -> None:
+    """Run the model on the first batch: completes deferred shapes, so the parameter count is exact."""
+    import mxnet as mx
+    batch = next(iter(data.batches))
+    net(*[mx.nd.array(a, ctx=ctx) for a in (batch.src, batch.src_len, batch.tgt_in)])
+
+
+def dry_run(cfg: Config, resume: bool = False, overwrite: bool = False) -> Dict[str, Any]:
+    """Everything `train(cfg)` would check before its first update, and what it would train; trains nothing, and
+    writes to the model directory at most its lock and (on --resume) the encoded-corpus cache."""
+    import mxnet as mx
+    from nmt.data import build_data
+    from nmt.models import build_model
+    from nmt.parallel import parse_devices
+    t = cfg.train
+    ctxs = parse_devices(t.gpus, t.cpu_devices)
+    report: Dict[str, Any] = {"devices": [str(c) for c in ctxs]}
+    report.update(_check_model_dir(cfg, resume, overwrite))
+    model_dir = Path(t.model_dir)
+    with tempfile.TemporaryDirectory(prefix="nmt-dry-run-") as tmp:   # a resume loads the directory's tokenizers
+        data = build_data(cfg, model_dir if resume else Path(tmp), resume=resume)
+        net = build_model(cfg.model, data.src_tok.vocab_size, data.tgt_tok.vocab_size)
+        net.initialize(mx.init.Xavier(magnitude=2.24), ctx=ctxs[0])
+        _first_batch_forward(net, data, ctxs[0])
+    needed = check_checkpoint_room(cfg, net)
+    report.update({
+        "train_pairs": len(data.encoded.train_src), "dev_pairs": len(data.encoded.dev_src),
+        "tests": {k: len(v.src) for k, v in data.splits.tests.items()},
+        "vocab": {cfg.data.src_lang: data.src_tok.vocab_size, cfg.data.tgt_lang: data.tgt_tok.vocab_size},
+        "arch": cfg.model.arch, "parameters": parameter_count(net), "batches_per_epoch": len(data.sampler),
+        "disk_needed": needed, "disk_free": free_bytes(model_dir)})
+    return report
+
+
+def describe(report: Dict[str, Any]) -> str:
+    """The dry run's report for people."""
+    lines: List[str] = [
+        f"model directory: {report['model_dir']} ({'exists' if report['exists'] else 'new'}, writable, "
+        f"{human_bytes(report['disk_free'])} free, about {human_bytes(report['disk_needed'])} needed)"]
+    if "resume_step" in report:
+        lines.append(f"resume from step {report['resume_step']}"
+                     + (f" (damaged newer checkpoints: {'; '.join(report['damaged'])})" if report["damaged"] else ""))
+    tests = ", ".join(f"{k} ({v})" for k, v in report["tests"].items()) or "none"
+    lines += [f"data: {report['train_pairs']} training pairs within the length limits, {report['dev_pairs']} dev "
+              f"pairs; tests: {tests}",
+              "vocabulary: " + ", ".join(f"{k} {v}" for k, v in report["vocab"].items()),
+              f"model: {report['arch']}, {report['parameters']:,} parameters",
+              f"devices: {', '.join(report['devices'])}",
+              f"batches per epoch: {report['batches_per_epoch']}",
+              "dry run: configuration, data and model directory are valid; nothing was trained"]
+    return "\n".join(lines)

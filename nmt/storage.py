@@ -1,0 +1,122 @@
+"""Writing to disk when the disk says no: full, read-only or not ours.
+
+Every file the project writes goes through `guarded_write` (atomic saves, checkpoints, metrics rows, tokenizers,
+downloads), so that ENOSPC, EDQUOT, EACCES, EPERM and EROFS end in one `StorageError` that names the file, the
+error and, for a full disk, the space needed and free, instead of a traceback from deep inside MXNet or
+SentencePiece. `check_room` is the pre-flight check of a model directory before training starts.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+from pathlib import Path
+from typing import Iterator, Optional, Union
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+# The write errors a user can fix (free space, fix permissions, pick another directory), with what to do.
+_FIXABLE = {
+    errno.ENOSPC: "free some space or choose a directory on another disk",
+    errno.EDQUOT: "free some space within your quota or choose another directory",
+    errno.EACCES: "check the permissions of the directory or choose another one",
+    errno.EPERM: "check the permissions of the directory or choose another one",
+    errno.EROFS: "the file system is mounted read-only; choose a writable directory",
+    errno.ENOTDIR: "a part of the path is a file, not a directory; choose another path",
+}
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+class StorageError(RuntimeError):
+    """A file could not be written (full disk, no permission, read-only file system); the message names the file
+    and says what to do. Not an OSError on purpose: no `except OSError` meant for other failures swallows it."""
+
+
+def human_bytes(n: Optional[float]) -> str:
+    """1536 -> '1.5 KiB': sizes in messages people read."""
+    if n is None:
+        return "unknown"
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024.0
+    return f"{n:.1f} TiB"
+
+
+def existing_ancestor(path: PathLike) -> Path:
+    """`path` or its nearest ancestor that exists: where a file about to be created would land."""
+    p = Path(path).absolute()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p
+
+
+def free_bytes(path: PathLike) -> int:
+    """Bytes free for an unprivileged user on the file system that holds (or would hold) `path`."""
+    return shutil.disk_usage(existing_ancestor(path)).free
+
+
+def write_failure(path: PathLike, err: OSError, needed: Optional[int] = None) -> StorageError:
+    """The StorageError of a failed write of `path`: the file, the error, space needed and free, what to do."""
+    msg = f"cannot write {path}: {os.strerror(err.errno)} [errno {errno.errorcode.get(err.errno, err.errno)}]"
+    if err.errno in _FULL:
+        msg += f"; {human_bytes(free_bytes(path))} free"
+        msg += f", about {human_bytes(needed)} needed" if needed else ""
+    return StorageError(f"{msg}; {_FIXABLE[err.errno]}")
+
+
+def is_fixable(err: BaseException) -> bool:
+    return isinstance(err, OSError) and err.errno in _FIXABLE
+
+
+@contextlib.contextmanager
+def guarded_write(path: PathLike, needed: Optional[int] = None) -> Iterator[None]:
+    """Turn a full disk, a permission or a read-only error raised while writing `path` into a StorageError.
+    Other errors pass through unchanged."""
+    try:
+        yield
+    except OSError as e:
+        if is_fixable(e):
+            raise write_failure(path, e, needed) from None
+        raise
+
+
+def mxnet_write_failure(path: PathLike, err: Exception, needed: Optional[int]) -> Optional[StorageError]:
+    """MXNet reports a short write as `MXNetError: ... Write incomplete` with no errno. When the disk is (nearly)
+    full, that is what happened: the StorageError to raise instead; so is an error whose text carries one of the
+    fixable errors' messages (MXNet failing to open a file on a read-only file system); else None."""
+    for code in _FIXABLE:
+        if os.strerror(code) in str(err):
+            return write_failure(path, OSError(code, os.strerror(code)), needed)
+    free = free_bytes(path)
+    if "Write" not in str(err) and free > (needed or 0):
+        return None
+    first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    return StorageError(f"cannot write {path}: the write was cut short ({first[:200]}); {human_bytes(free)} free"
+                        f"{', about ' + human_bytes(needed) + ' needed' if needed else ''}; {_FIXABLE[errno.ENOSPC]}")
+
+
+def check_writable(directory: PathLike, flag: str = "--model-dir") -> None:
+    """StorageError unless a file can be created in `directory` (or, if it does not exist yet, where it would be
+    created): found before training, not at the first checkpoint an hour later."""
+    where = existing_ancestor(directory)
+    if not where.is_dir():
+        raise StorageError(f"{flag} {directory}: {where} is a file, not a directory; choose another {flag}")
+    probe = where / f".nmt-write-probe-{os.getpid()}"
+    try:
+        with guarded_write(probe):
+            probe.write_bytes(b"")
+    except StorageError as e:
+        raise StorageError(f"{flag} {directory}: {e}") from None
+    finally:
+        with contextlib.suppress(OSError):
+            probe.unlink()
+
+
+def check_room(directory: PathLike, needed: int, what: str, flag: str = "--model-dir") -> None:
+    """StorageError when the file system of `directory` has less than `needed` bytes free for `what`."""
+    free = free_bytes(directory)
+    if free < needed:
+        raise StorageError(f"{flag} {directory}: {human_bytes(free)} free, but {what} need about "
+                           f"{human_bytes(needed)}; free some space, lower --keep-last or choose another {flag}")

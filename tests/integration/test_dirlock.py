@@ -1,0 +1,94 @@
+"""One trainer per model directory, with two real processes: the second is refused naming the first (host, PID,
+since when) and leaves the directory alone; readers load checkpoints while it writes and only ever see intact
+ones; a lock left by a killed process does not block."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import mxnet as mx
+import pytest
+
+from nmt import checkpoint as ckpt
+from nmt.dirlock import ModelDirLock, ModelDirLocked
+from tests.synth import write_task
+
+REPO = Path(__file__).resolve().parents[2]
+
+ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+
+
+@pytest.fixture(scope="module")
+def task(tmp_path_factory):
+    return write_task(tmp_path_factory.mktemp("synth"), n_train=400)
+
+
+def train_cmd(task, model_dir: Path, *extra: str):
+    return [sys.executable, str(REPO / "scripts" / "train.py"), "--train-src", task["train_src"], "--train-tgt",
+            task["train_tgt"], "--dev-src", task["dev_src"], "--dev-tgt", task["dev_tgt"], "--model-dir",
+            str(model_dir), "--vocab-size", "400", "--embed-size", "16", "--hidden-size", "16", "--num-layers", "1",
+            "--batch-size", "8", "--valid-every", "3", "--keep-last", "3", "--no-progress",
+            "--valid-max-sentences", "5", "--no-eval", "--patience", "0", *extra]
+
+
+def wait_for(path: Path, proc: subprocess.Popen, seconds: float = 120) -> None:
+    deadline = time.time() + seconds
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()[1].decode()[-3000:]
+        assert time.time() < deadline, f"{path} not written within {seconds} s"
+        time.sleep(0.1)
+
+
+def test_second_trainer_is_refused_and_readers_see_only_intact_checkpoints(tmp_path, task):
+    d = tmp_path / "m"
+    first = subprocess.Popen(train_cmd(task, d, "--max-steps", "100000"), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, env=ENV)
+    try:
+        wait_for(d / ckpt.METRICS, first)
+        for extra in (["--resume"], ["--overwrite"]):
+            r = subprocess.run(train_cmd(task, d, *extra), capture_output=True, text=True, env=ENV, timeout=120)
+            assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-3000:]
+            assert f"is being trained by process {first.pid} on host {socket.gethostname()} (since " in r.stderr
+            assert "Wait for it to finish" in r.stderr
+            assert (d / ckpt.CONFIG).exists() and (d / ckpt.STATE).exists()   # --overwrite deleted nothing
+        loads, deadline = 0, time.time() + 4
+        while time.time() < deadline:   # the trainer saves every 3 updates meanwhile
+            for which in ("latest", "best"):
+                assert mx.nd.load(str(ckpt.params_path(d, which)))
+                loads += 1
+        assert loads >= 10 and first.poll() is None
+        first.send_signal(signal.SIGTERM)
+        _, err = first.communicate(timeout=60)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert first.returncode == 143, err.decode()[-3000:]
+    steps = ckpt.TrainState.load(d).step
+    assert steps >= 6
+    r = subprocess.run(train_cmd(task, d, "--resume", "--max-steps", str(steps + 2)), capture_output=True,
+                       text=True, env=ENV, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]   # once the first has stopped, the directory is free again
+
+
+def test_a_lock_left_by_a_killed_process_does_not_block(tmp_path):
+    d = tmp_path / "m"
+    code = ("import sys, time\nfrom nmt.dirlock import ModelDirLock\nlock = ModelDirLock(sys.argv[1]).acquire()\n"
+            "print('locked', flush=True)\ntime.sleep(600)\n")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(d)], stdout=subprocess.PIPE, env=ENV)
+    try:
+        assert holder.stdout.readline().strip() == b"locked"
+        with pytest.raises(ModelDirLocked, match=f"process {holder.pid} on host .* holds .*train.lock"):
+            ModelDirLock(d).acquire()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert json.loads((d / ckpt.LOCK).read_text())["pid"] == holder.pid   # its record is still there: stale
+    with ModelDirLock(d) as lock:
+        assert lock.held and json.loads((d / ckpt.LOCK).read_text())["pid"] == os.getpid()
+    assert not lock.held

@@ -1,0 +1,61 @@
+"""`nmt-train --dry-run`: validates configuration, data and model directory and says what it would train, without
+training or writing to the model directory; every problem is a clear error naming the file or flag."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nmt import checkpoint as ckpt
+from nmt.cli import train_main
+from tests.synth import write_task
+
+
+@pytest.fixture(scope="module")
+def task(tmp_path_factory):
+    return write_task(tmp_path_factory.mktemp("synth"), n_train=300)
+
+
+def args_for(task, model_dir: Path, *extra: str):
+    return ["--train-src", task["train_src"], "--train-tgt", task["train_tgt"], "--dev-src", task["dev_src"],
+            "--dev-tgt", task["dev_tgt"], "--test-src", task["test_src"], "--test-tgt", task["test_tgt"],
+            "--model-dir", str(model_dir), "--vocab-size", "400", "--embed-size", "16", "--hidden-size", "16",
+            "--num-layers", "1", "--batch-size", "8", "--no-progress", "--no-eval", *extra]
+
+
+def test_dry_run_describes_the_run_and_writes_nothing(tmp_path, task, capsys):
+    d = tmp_path / "m"
+    assert train_main(args_for(task, d, "--dry-run")) == 0
+    out = capsys.readouterr().out
+    for expected in ("model directory: ", "(new, writable, ", "300 training pairs", "40 dev pairs", "test (40)",
+                     "vocabulary: ko ", "model: lstm, ", " parameters", "devices: cpu(0)", "batches per epoch: 41",
+                     "nothing was trained"):
+        assert expected in out, (expected, out)
+    assert not d.exists()
+
+
+def test_dry_run_checks_the_model_directory(tmp_path, task, capsys):
+    d = tmp_path / "m"
+    assert train_main(args_for(task, d, "--max-steps", "4", "--valid-every", "2")) == 0
+    capsys.readouterr()
+    assert train_main(args_for(task, d, "--dry-run")) == 2
+    assert "already exists and is not empty" in capsys.readouterr().err
+    assert train_main(args_for(task, d, "--dry-run", "--resume")) == 0
+    assert "resume from step 4" in capsys.readouterr().out
+    (d / ckpt.params_file(4)).write_bytes(b"torn")
+    assert train_main(args_for(task, d, "--dry-run", "--resume")) == 0
+    out = capsys.readouterr().out
+    assert "resume from step 2" in out and "params.00000004 is truncated" in out
+    assert (d / ckpt.params_file(4)).read_bytes() == b"torn"   # a dry run repairs nothing either
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--batch-size", "0"], "--batch-size must be >= 1"),
+    (["--train-src", "/nonexistent/train.ko"], "/nonexistent/train.ko"),
+    (["--model-dir", "/proc/version/m"], "/proc/version is a file, not a directory"),
+    (["--keep-last", "100000000"], "free, but --keep-last 100000000 checkpoints"),
+])
+def test_dry_run_names_what_is_wrong(tmp_path, task, capsys, extra, message):
+    assert train_main(args_for(task, tmp_path / "m", "--dry-run", *extra)) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err, err

@@ -1,0 +1,183 @@
+"""Write failures: a full disk (a small tmpfs, or an injected OSError(ENOSPC) where mounting is not possible), a
+read-only file system and missing permissions end in one StorageError naming the file, the error and the space;
+the previous checkpoint stays the newest intact one; the CLI exits 2 without a traceback."""
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import mxnet as mx
+import pytest
+
+from nmt import checkpoint as ckpt
+from nmt import download, storage
+from nmt.log import MetricsWriter
+from nmt.storage import StorageError
+from nmt.tokenizer import train_tokenizer
+from tests.synth import make_pairs, write_task
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class _Net:
+    """Writes `n` float32 parameters with MXNet (a real NDArray file), or fails like a full disk."""
+
+    def __init__(self, value: float, n: int = 64, fail: bool = False):
+        self.value, self.n, self.fail = value, n, fail
+
+    def save_parameters(self, path: str) -> None:
+        if self.fail:
+            Path(path).write_bytes(b"torn")
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        mx.nd.save(path, {"w": mx.nd.full((self.n,), self.value)})
+
+
+class _Trainer:
+    def save_states(self, path: str) -> None:
+        Path(path).write_bytes(b"states")
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """small_disk(size, read_only=False): a fresh tmpfs of `size` mounted under tmp_path (root only)."""
+    mounted = []
+
+    def mount(size: str, read_only: bool = False) -> Path:
+        where = tmp_path / f"disk{len(mounted)}"
+        where.mkdir()
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True,
+                           text=True)
+        if r.returncode:
+            pytest.skip(f"cannot mount a tmpfs here ({r.stderr.strip() or r.returncode}); the injected-ENOSPC "
+                        "tests cover the same paths")
+        mounted.append(where)
+        if read_only:
+            subprocess.run(["mount", "-o", "remount,ro", str(where)], check=True)
+        return where
+    yield mount
+    for where in mounted:
+        subprocess.run(["umount", str(where)], check=False)
+
+
+def test_injected_enospc_in_a_checkpoint_names_the_file_and_keeps_the_previous(tmp_path):
+    state = ckpt.TrainState(step=10)
+    ckpt.save_checkpoint(tmp_path, _Net(1.0), _Trainer(), state, keep_last=2, is_best=True)
+    state.step = 20
+    with pytest.raises(StorageError, match=r"params\.00000020: No space left on device \[errno ENOSPC\]; .* free, "
+                                           r"about .* needed"):
+        ckpt.save_checkpoint(tmp_path, _Net(2.0, fail=True), _Trainer(), state, keep_last=2, is_best=False)
+    assert ckpt.resume_state(tmp_path).step == 10
+    assert mx.nd.load(str(ckpt.params_path(tmp_path, "latest")))["w"].asnumpy()[0] == 1.0
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_full_tmpfs_during_a_real_mxnet_save_keeps_the_previous_checkpoint(small_disk):
+    disk = small_disk("600k")
+    state = ckpt.TrainState()
+    with pytest.raises(StorageError, match=r"cannot write .*params\.0000000\d.* free, about .* needed"):
+        for step in range(1, 10):   # 200 KB each: the third does not fit
+            state.step = step
+            ckpt.save_checkpoint(disk, _Net(float(step), n=50_000), _Trainer(), state, keep_last=5, is_best=False)
+    good = ckpt.resume_state(disk)
+    assert good.step == step - 1
+    assert mx.nd.load(str(ckpt.params_path(disk, "latest")))["w"].asnumpy()[0] == step - 1
+
+
+def test_read_only_file_system_is_named(small_disk):
+    disk = small_disk("1m", read_only=True)
+    with pytest.raises(StorageError, match=r"params\.00000001: Read-only file system \[errno EROFS\].*read-only"):
+        ckpt.save_checkpoint(disk, _Net(1.0), _Trainer(), ckpt.TrainState(step=1), keep_last=1, is_best=False)
+    with pytest.raises(StorageError, match=r"--model-dir .*m: cannot write .*Read-only file system"):
+        storage.check_writable(disk / "m")
+
+
+def test_metrics_row_on_a_full_disk(tmp_path, monkeypatch):
+    def full(_fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(StorageError, match=r"metrics\.jsonl: No space left on device.* free, about \d+ bytes needed"):
+        MetricsWriter(tmp_path / ckpt.METRICS).write({"step": 1, "dev_bleu": 1.0})
+
+
+@pytest.mark.parametrize("variant", ["tmpfs", "injected"])
+def test_tokenizer_save_on_a_full_disk(small_disk, tmp_path, monkeypatch, variant):
+    lines = [ko for ko, _ in make_pairs(400, seed=1)]
+    if variant == "tmpfs":
+        out = small_disk("8k")
+    else:
+        out = tmp_path
+        real = os.replace
+
+        def full(src, dst):
+            if "spm.ko" in str(dst):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return real(src, dst)
+        monkeypatch.setattr(os, "replace", full)
+    with pytest.raises(StorageError, match=r"spm\.ko\.(vocab|model): No space left on device.* free"):
+        train_tokenizer(lines, out, "ko", 400)
+    assert not (out / "spm.ko.model").exists()
+
+
+@pytest.mark.parametrize("variant", ["tmpfs", "injected"])
+def test_download_on_a_full_disk(small_disk, tmp_path, monkeypatch, variant):
+    def stream(url, out, timeout, desc):
+        if variant == "injected":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        for _ in range(20):
+            out.write(b"x" * 10_000)
+        return "0" * 64
+    monkeypatch.setattr(download, "_stream", stream)
+    dest = (small_disk("64k") if variant == "tmpfs" else tmp_path) / "corpus.tsv"
+    with pytest.raises(StorageError, match=r"corpus\.tsv: No space left on device.* free"):
+        download.download("https://example.invalid/corpus.tsv", dest, "0" * 64)
+    assert not dest.exists()
+
+
+def test_preflight_refuses_a_model_dir_without_room(small_disk, tmp_path):
+    """The CLI on a model directory too small for --keep-last checkpoints: exit 2, one line, no traceback."""
+    task = write_task(tmp_path / "task", n_train=300)
+    disk = small_disk("300k")
+    args = ["--train-src", task["train_src"], "--train-tgt", task["train_tgt"], "--dev-src", task["dev_src"],
+            "--dev-tgt", task["dev_tgt"], "--vocab-size", "400", "--model-dir", str(disk / "m"), "--keep-last", "3",
+            "--no-progress"]
+    r = subprocess.run([sys.executable, str(REPO / "scripts" / "train.py"), *args], capture_output=True, text=True,
+                       timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
+    assert f"error: --model-dir {disk / 'm'}: " in r.stderr and "free, but --keep-last 3 checkpoints" in r.stderr
+
+
+def test_check_room_names_what_is_needed(tmp_path, monkeypatch):
+    monkeypatch.setattr(storage, "free_bytes", lambda path: 1000)
+    with pytest.raises(StorageError, match=r"--model-dir .*: 1000 bytes free, but 2 checkpoints need about 1\.0 MiB"):
+        storage.check_room(tmp_path, 1 << 20, "2 checkpoints")
+
+
+def test_full_disk_mid_training_exits_2_and_resume_continues(tmp_path, capsys, monkeypatch):
+    """nmt-train whose second checkpoint meets a full disk (injected): exit 2 naming the file, no traceback; the
+    first checkpoint is the newest intact one and --resume finishes the run from it."""
+    from mxnet import gluon
+    from nmt.cli import train_main
+    task = write_task(tmp_path / "task", n_train=300)
+    args = ["--train-src", task["train_src"], "--train-tgt", task["train_tgt"], "--dev-src", task["dev_src"],
+            "--dev-tgt", task["dev_tgt"], "--model-dir", str(tmp_path / "m"), "--vocab-size", "400",
+            "--embed-size", "16", "--hidden-size", "16", "--num-layers", "1", "--batch-size", "8",
+            "--valid-every", "2", "--max-steps", "6", "--no-progress", "--no-eval", "--patience", "0"]
+    real, calls = gluon.Block.save_parameters, []
+
+    def save_parameters(self, filename, *a, **kw):
+        calls.append(filename)
+        if len(calls) > 2:   # params.00000002 and params.best fit; params.00000004 does not
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(self, filename, *a, **kw)
+    monkeypatch.setattr(gluon.Block, "save_parameters", save_parameters)
+    assert train_main(args) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and f"cannot write {tmp_path / 'm' / ckpt.params_file(4)}: No space left" in err
+    assert ckpt.resume_state(tmp_path / "m").step == 2
+    monkeypatch.setattr(gluon.Block, "save_parameters", real)
+    assert train_main(args + ["--resume"]) == 0
+    assert ckpt.TrainState.load(tmp_path / "m").step == 6

@@ -1,0 +1,41 @@
+"""nmt-translate and nmt-evaluate on a model directory whose best or latest checkpoint is damaged: exit 2 with the
+file and what is wrong, no traceback; an intact directory translates."""
+from __future__ import annotations
+
+import pytest
+
+from nmt import checkpoint as ckpt
+from nmt.cli_decode import evaluate_main, translate_main
+from nmt.train import train
+from tests.synth import tiny_config, write_task
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    root = tmp_path_factory.mktemp("verified")
+    task = write_task(root / "task", n_train=300)
+    cfg = tiny_config(root, task, max_steps=4, valid_every=2, keep_last=2)
+    train(cfg, evaluate=False)
+    return cfg.train.model_dir, task
+
+
+@pytest.mark.parametrize("which, name", [("best", ckpt.PARAMS_BEST), ("latest", ckpt.params_file(4))])
+def test_translate_and_evaluate_name_the_damaged_file(model, tmp_path, capsys, which, name):
+    model_dir, task = model
+    path = f"{model_dir}/{name}"
+    good = open(path, "rb").read()
+    out = tmp_path / "out.en"
+    assert translate_main(["--model-dir", model_dir, "--checkpoint", which, "--input", task["test_src"],
+                           "--output", str(out)]) == 0
+    try:
+        open(path, "wb").write(good[:-10])
+        assert translate_main(["--model-dir", model_dir, "--checkpoint", which, "--input", task["test_src"],
+                               "--output", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert f"{name} is truncated: {len(good) - 10} bytes, its manifest says {len(good)}" in err, err
+        assert "Traceback" not in err
+        assert evaluate_main(["--model-dir", model_dir, "--checkpoint", which, "--src-file", task["test_src"],
+                              "--ref-file", task["test_tgt"], "--no-save"]) == 2
+        assert f"{name} is truncated" in capsys.readouterr().err
+    finally:
+        open(path, "wb").write(good)

@@ -1,0 +1,50 @@
+"""The encoded corpus as flat arrays: the same ids as Tokenizer.encode, a cache keyed by text and tokenizers that a
+rerun reuses, memory-mapped, and re-encoded when damaged or stale."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from nmt.encoded import FlatIds, RowsView, encode_flat, load_or_encode
+from nmt.tokenizer import train_tokenizer
+from tests.synth import make_pairs
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tok")
+    pairs = make_pairs(600, seed=5)
+    ko, en = [p[0] for p in pairs], [p[1] for p in pairs]
+    return d, ko, en, train_tokenizer(ko, d, "ko", 400), train_tokenizer(en, d, "en", 400)
+
+
+def test_flat_ids_equal_tokenizer_encode(corpus):
+    _, ko, _, tok, _ = corpus
+    flat = encode_flat(tok, ko, chunk=97)   # several chunks, the last one partial
+    assert len(flat) == len(ko) and [list(x) for x in flat] == tok.encode(ko)
+    assert flat.ids.dtype == np.int32 and flat.lengths.tolist() == [len(x) for x in tok.encode(ko)]
+    view = RowsView(flat, np.array([5, 2, 599]))
+    assert [list(x) for x in view] == [tok.encode([ko[i]])[0] for i in (5, 2, 599)]
+    assert view.lengths.tolist() == [len(view[i]) for i in range(3)]
+    with pytest.raises(ValueError, match="offsets end"):
+        FlatIds(np.zeros(3, np.int32), np.array([0, 2]))
+
+
+def test_cache_is_reused_memory_mapped_and_replaced_when_stale(corpus, tmp_path):
+    _, ko, en, src_tok, tgt_tok = corpus
+    src, tgt, hit = load_or_encode(tmp_path, src_tok, tgt_tok, ko, en)
+    assert not hit and len(list(tmp_path.glob("encoded.*.npy"))) == 4
+    src2, tgt2, hit = load_or_encode(tmp_path, src_tok, tgt_tok, ko, en)
+    assert hit and isinstance(src2.ids, np.memmap)
+    assert np.array_equal(src.ids, src2.ids) and np.array_equal(tgt.offsets, tgt2.offsets)
+    _, _, hit = load_or_encode(tmp_path, src_tok, tgt_tok, ko[:-1] + ["바뀐 문장"], en)   # other text: other key
+    assert not hit and len(list(tmp_path.glob("encoded.*.npy"))) == 4                 # the stale entry is gone
+
+
+def test_a_truncated_cache_is_encoded_again(corpus, tmp_path):
+    _, ko, en, src_tok, tgt_tok = corpus
+    load_or_encode(tmp_path, src_tok, tgt_tok, ko, en)
+    ids = next(tmp_path.glob("encoded.*.src.ids.npy"))
+    ids.write_bytes(ids.read_bytes()[:100])
+    src, _, hit = load_or_encode(tmp_path, src_tok, tgt_tok, ko, en)
+    assert not hit and [list(x) for x in src] == src_tok.encode(ko)

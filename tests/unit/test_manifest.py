@@ -1,0 +1,137 @@
+"""Verified checkpoints: every kind of checkpoint file truncated, flipped or deleted is found before MXNet reads it
+(config.json, which people edit, is checked by its own validation); --resume falls back to the newest intact checkpoint; translation names the file."""
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import mxnet as mx
+import pytest
+
+from nmt import checkpoint as ckpt
+from nmt import manifest
+
+
+class _Net:
+    def __init__(self, value: float):
+        self.value = value
+
+    def save_parameters(self, path: str) -> None:
+        mx.nd.save(path, {"w": mx.nd.full((64,), self.value)})
+
+
+class _Trainer:
+    def save_states(self, path: str) -> None:
+        Path(path).write_bytes(b"adam moments " * 50)
+
+
+def _model_dir(tmp_path: Path, steps=(10, 20, 30), best=20) -> Path:
+    """A model directory with config.json, two SentencePiece models and one checkpoint per step."""
+    d = tmp_path / "m"
+    d.mkdir()
+    (d / ckpt.CONFIG).write_text('{"model": {}}\n')
+    for lang in ("ko", "en"):
+        (d / f"spm.{lang}.model").write_bytes(bytes(range(256)) * 4)
+    state = ckpt.TrainState()
+    for step in steps:
+        state.step = step
+        ckpt.save_checkpoint(d, _Net(float(step)), _Trainer(), state, keep_last=3, is_best=step == best)
+    return d
+
+
+def _damage(path: Path, how: str) -> None:
+    data = path.read_bytes()
+    if how == "truncate":
+        path.write_bytes(data[:len(data) // 2])
+    elif how == "flip":
+        i = len(data) // 2
+        path.write_bytes(data[:i] + bytes([data[i] ^ 0x01]) + data[i + 1:])
+    else:
+        path.unlink()
+
+
+HOW = ("truncate", "flip", "delete")
+NEWEST = (ckpt.params_file(30), ckpt.trainer_states_file(30), manifest.manifest_name("00000030"))
+
+
+@pytest.mark.parametrize("how", HOW)
+@pytest.mark.parametrize("name", NEWEST)
+def test_resume_falls_back_to_the_newest_intact_checkpoint(tmp_path, caplog, name, how):
+    d = _model_dir(tmp_path)
+    _damage(d / name, how)
+    with caplog.at_level(logging.WARNING, logger="nmt.checkpoint"):
+        state = ckpt.resume_state(d)
+    assert state.step == 20 and state.params_files[-1] == ckpt.params_file(20)
+    warning = " ".join(r.getMessage() for r in caplog.records)
+    assert name in warning and "resuming from step 20" in warning
+    assert ckpt.TrainState.load(d).step == 20   # `latest` names the intact checkpoint again
+
+
+@pytest.mark.parametrize("how", HOW)
+def test_a_damaged_state_json_does_not_stop_a_resume(tmp_path, how):
+    d = _model_dir(tmp_path)
+    _damage(d / ckpt.STATE, how)
+    assert ckpt.resume_state(d).step == 30
+
+
+@pytest.mark.parametrize("how", HOW)
+@pytest.mark.parametrize("name", ("spm.ko.model", "spm.en.model"))
+def test_damaged_model_files_leave_no_intact_checkpoint(tmp_path, name, how):
+    d = _model_dir(tmp_path)
+    _damage(d / name, how)
+    with pytest.raises(ckpt.CheckpointError, match=r"no intact checkpoint .*" + name.replace(".", r"\.")):
+        ckpt.resume_state(d)
+
+
+@pytest.mark.parametrize("how, what", [("truncate", "truncated"), ("flip", "corrupted"), ("delete", "missing")])
+@pytest.mark.parametrize("which, name", [("best", ckpt.PARAMS_BEST), ("latest", ckpt.params_file(30)),
+                                         ("10", ckpt.params_file(10))])
+def test_loading_names_the_file_and_what_is_wrong(tmp_path, which, name, how, what):
+    d = _model_dir(tmp_path)
+    _damage(d / name, how)
+    with pytest.raises(ckpt.CheckpointError, match=f"{name}.*{what}" if how != "delete" else "not found"):
+        ckpt.params_path(d, which)
+
+
+@pytest.mark.parametrize("how", HOW)
+def test_a_damaged_manifest_is_named(tmp_path, how):
+    d = _model_dir(tmp_path)
+    _damage(d / manifest.manifest_name("best"), how)
+    with pytest.raises(ckpt.CheckpointError, match=r"manifest\.best\.json (is damaged|is missing)"):
+        ckpt.params_path(d, "best")
+
+
+def test_averaging_verifies_its_inputs_and_writes_a_manifest(tmp_path):
+    d = _model_dir(tmp_path)
+    ckpt.average_checkpoints(d, [ckpt.params_file(20), ckpt.params_file(30)])
+    assert mx.nd.load(str(ckpt.params_path(d, "avg")))["w"].asnumpy()[0] == 25.0
+    _damage(d / ckpt.params_file(20), "flip")
+    with pytest.raises(ckpt.CheckpointError, match="params.00000020 is corrupted"):
+        ckpt.average_checkpoints(d, [ckpt.params_file(20), ckpt.params_file(30)])
+
+
+def test_no_intact_checkpoint_is_a_clear_error(tmp_path):
+    d = _model_dir(tmp_path)
+    for step in (10, 20, 30):
+        _damage(d / ckpt.params_file(step), "truncate")
+    with pytest.raises(ckpt.CheckpointError, match="no intact checkpoint.*step 30.*step 20.*step 10"):
+        ckpt.resume_state(d)
+
+
+def test_manifest_lists_sizes_and_hashes_and_pruning_removes_old_ones(tmp_path):
+    d = _model_dir(tmp_path, steps=(10, 20, 30, 40))
+    assert manifest.step_keys(d) == [40, 30, 20]   # keep_last=3
+    body = json.loads((d / manifest.manifest_name("00000040")).read_text())
+    assert set(body["files"]) == {ckpt.params_file(40), ckpt.trainer_states_file(40), "spm.en.model", "spm.ko.model"}
+    assert body["state"]["step"] == 40 and len(body["files"]["spm.ko.model"]["sha256"]) == 64
+    assert not (d / ckpt.params_file(10)).exists() and not (d / ckpt.trainer_states_file(10)).exists()
+
+
+def test_directories_without_manifests_still_load(tmp_path):
+    """Model directories written before manifests existed are loaded unverified (nothing to check them against)."""
+    d = _model_dir(tmp_path)
+    for p in d.glob("manifest.*.json"):
+        p.unlink()
+    assert ckpt.resume_state(d).step == 30 and ckpt.params_path(d, "best").name == ckpt.PARAMS_BEST
+
