@@ -100,7 +100,7 @@ OPTIM_FLAGS = [
     Flag("--clip-norm", "optim", "clip_norm", float, "clip the global gradient norm (0 = off)"),
 ]
 TRAIN_FLAGS = [
-    Flag("--model-dir", "train", "model_dir", str, "model directory (default: models/<recipe>-<src>-<tgt>)"),
+    Flag("--model-dir", "train", "model_dir", str, "model directory (default: models/<recipe>-<src>-<tgt>, with -<arch> for other than lstm)"),
     Flag("--gpus", "train", "gpus", str,
          "GPUs: a count (2 = first two) or ids (4,5,6,7; 3, = GPU 3 alone); omit for CPU"),
     Flag("--cpu-devices", "train", "cpu_devices", int, "data-parallel over N CPU contexts (no --gpus)"),
@@ -192,7 +192,9 @@ def config_from_args(args: argparse.Namespace, base: Optional[Config] = None) ->
     if "train.model_dir" not in flags and not getattr(args, "config", None):
         name = data.get("recipe", DataConfig.recipe) or "custom"
         langs = data.get("src_lang", DataConfig.src_lang), data.get("tgt_lang", DataConfig.tgt_lang)
-        d.setdefault("train", {})["model_dir"] = str(Path("models") / f"{name}-{langs[0]}-{langs[1]}")
+        arch = d.get("model", {}).get("arch", "lstm")   # another architecture never lands in the LSTM's directory
+        suffix = "" if arch == "lstm" else f"-{arch}"
+        d.setdefault("train", {})["model_dir"] = str(Path("models") / f"{name}-{langs[0]}-{langs[1]}{suffix}")
     return Config.from_dict(d, source=str(getattr(args, "config", "") or "flags"))
 
 

@@ -22,6 +22,15 @@ def cfg_of(argv):
     return config_from_args(build_train_parser().parse_args(argv))
 
 
+@pytest.mark.parametrize("argv, model_dir", [
+    ([], "models/tatoeba-ko-en"), (["--src", "en", "--tgt", "ko"], "models/tatoeba-en-ko"),
+    (["--arch", "transformer"], "models/tatoeba-ko-en-transformer"),
+    (["--recipe", "all", "--arch", "lstm"], "models/all-ko-en"),
+    (["--arch", "transformer", "--model-dir", "m"], "m")])
+def test_the_default_model_dir_names_recipe_languages_and_a_non_lstm_arch(argv, model_dir):
+    assert cfg_of(argv).train.model_dir == model_dir
+
+
 def test_defaults_and_flags_map_onto_the_config():
     cfg = cfg_of([])
     assert cfg == Config().replace(train=cfg.train) and cfg.train.model_dir == "models/tatoeba-ko-en"
