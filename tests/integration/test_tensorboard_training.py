@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from nmt import checkpoint as ckpt
-from nmt.log import TENSORBOARD_DIR, read_tensorboard, tensorboard_available
+from nmt.log import TENSORBOARD_DIR, tensorboard_available
 from nmt.train import create_trainer
 from tests.synth import tiny_config, write_task
+from tests.tb_events import read_tensorboard
 
 pytestmark = pytest.mark.skipif(not tensorboard_available(), reason="tensorboardX is not installed")
 TRAIN_TAGS = ("train/loss", "train/learning_rate", "train/grad_norm", "train/tokens_per_s")

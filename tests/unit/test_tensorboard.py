@@ -9,7 +9,8 @@ import math
 import pytest
 
 from nmt.config import ConfigError
-from nmt.log import TENSORBOARD_DIR, TensorBoardWriter, read_tensorboard
+from nmt.log import TENSORBOARD_DIR, TensorBoardWriter
+from tests.tb_events import read_tensorboard
 
 pytest.importorskip("tensorboardX")
 
