@@ -100,7 +100,8 @@ OPTIM_FLAGS = [
     Flag("--clip-norm", "optim", "clip_norm", float, "clip the global gradient norm (0 = off)"),
 ]
 TRAIN_FLAGS = [
-    Flag("--model-dir", "train", "model_dir", str, "model directory (default: models/<recipe>-<src>-<tgt>, with -<arch> for other than lstm)"),
+    Flag("--model-dir", "train", "model_dir", str,
+         "model directory (default: models/<recipe>-<src>-<tgt>, with -<arch> for other than lstm)"),
     Flag("--gpus", "train", "gpus", str,
          "GPUs: a count (2 = first two) or ids (4,5,6,7; 3, = GPU 3 alone); omit for CPU"),
     Flag("--cpu-devices", "train", "cpu_devices", int, "data-parallel over N CPU contexts (no --gpus)"),

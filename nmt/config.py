@@ -151,7 +151,7 @@ class TrainConfig:
     valid_max_sentences: int = 500       # cap on dev sentences translated for BLEU (loss uses all)
     progress: bool = True                # tqdm bar on stderr
     amp: bool = False                    # automatic mixed precision (float16 compute, float32 weights); GPUs only
-    tensorboard: Optional[bool] = None   # TensorBoard curves in <model_dir>/tensorboard; None: on if tensorboardX is installed
+    tensorboard: Optional[bool] = None   # curves in <model_dir>/tensorboard; None: on when tensorboardX is installed
 
     def __post_init__(self) -> None:
         _check([(self.accum_steps >= 1, f"--accum-steps must be >= 1, got {self.accum_steps}"),

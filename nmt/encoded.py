@@ -17,6 +17,7 @@ from typing import Iterator, Optional, Sequence, Tuple
 import numpy as np
 
 from nmt.atomic import atomic_open
+from nmt.download import sha256_file
 
 logger = logging.getLogger("nmt.data")
 
@@ -103,7 +104,7 @@ def cache_key(src_lines: Sequence[str], tgt_lines: Sequence[str], src_tok, tgt_t
     for part in (text_checksum(src_lines), text_checksum(tgt_lines)):
         h.update(part.encode("ascii"))
     for tok in (src_tok, tgt_tok):
-        h.update(hashlib.sha256(Path(tok.path).read_bytes()).digest())
+        h.update(bytes.fromhex(sha256_file(Path(tok.path))))   # the same digest, hashed once per process
     return h.hexdigest()[:16]
 
 
