@@ -33,5 +33,7 @@ trainer.allreduce_grads()
 summed = [p.grad().asnumpy().copy() for p in net.collect_params().values()]
 local = grads()        # at the parameters every worker holds now: rank 0's
 ok = all(np.allclose(s, 2 * g, rtol=1e-6) for s, g in zip(summed, local))
-print(f"rank {kv.rank}: {'same' if ok else 'different'}", flush=True)
+# one write of a whole line: the launcher gathers both workers' output in one file
+sys.stdout.write(f"rank {kv.rank}: {'same' if ok else 'different'}\n")
+sys.stdout.flush()
 group.finished()
