@@ -116,6 +116,12 @@ class Seq2SeqModel(gluon.HybridBlock):
     """Base of every architecture. `cfg` is the `ModelConfig` it was built from; the vocabulary sizes are those of
     the SentencePiece models it was built for."""
 
+    # Whether `step` returns a state whose arrays have the shapes of the one it was given (the LSTM's do; a
+    # Transformer's key/value caches grow by one position per step). The search then plans its step graph once
+    # per batch shape (`static_shape`), which also lets stateful operators (oneDNN's fused RNN on CPU) keep their
+    # prepared weights from step to step instead of preparing them again at every call.
+    fixed_step_shapes = False
+
     def __init__(self, cfg, src_vocab_size: int, tgt_vocab_size: int, **kwargs):
         super().__init__(**kwargs)
         self.cfg = cfg
@@ -159,7 +165,7 @@ class StepGraph(gluon.HybridBlock):
         super().__init__(prefix=model.prefix + "step_")
         # Hybridized before the model becomes its child, so only this block is: the model itself (used for
         # training too) keeps its own mode and cached graph.
-        self.hybridize(static_alloc=True)
+        self.hybridize(static_alloc=True, static_shape=model.fixed_step_shapes)
         self.model = model
         self._template = None   # the structure of the state being decoded
         self._passthrough = None   # positions of the state's arrays the step returns unchanged

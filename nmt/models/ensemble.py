@@ -45,6 +45,7 @@ class Ensemble(Seq2SeqModel):
         kwargs.setdefault("prefix", "ensemble_")
         super().__init__(first.cfg, first.src_vocab_size, first.tgt_vocab_size, **kwargs)
         self._size = len(members)
+        self.fixed_step_shapes = all(m.fixed_step_shapes for m in members)
         for i, m in enumerate(members):
             setattr(self, f"member{i}", m)
 

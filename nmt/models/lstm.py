@@ -151,6 +151,8 @@ class LSTMState(DecoderState):
 class LSTMModel(Seq2SeqModel):
     """Attention encoder-decoder; `hybrid_forward(src, src_len, tgt_in)` -> logits (B,T,V) float32."""
 
+    fixed_step_shapes = True   # memory, source lengths and the (N,L,H) states keep their shapes
+
     def __init__(self, cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, **kwargs):
         validate_model_config(cfg, src_vocab_size, tgt_vocab_size)
         kwargs.setdefault("prefix", "seq2seq_")   # the parameter names every model directory uses

@@ -42,7 +42,10 @@ def ragged_sources(lengths, seed=0):
     return nd.array(src), nd.array(lengths)
 
 
-def assert_same_hypotheses(a, b, rtol=0.0, atol=1e-6):
+def assert_same_hypotheses(a, b, rtol=1e-5, atol=1e-5):
+    """The same token ids, and scores equal up to float32 rounding: a sentence's log-probabilities may differ in
+    the last bits with the shapes of the batches it is decoded in (and, with a step graph planned per shape, with
+    the shapes decoded before), and a score sums a few tens of them."""
     for x, y in zip(a, b):
         assert [ids for ids, _ in x] == [ids for ids, _ in y]
         np.testing.assert_allclose([s for _, s in x], [s for _, s in y], rtol=rtol, atol=atol)
