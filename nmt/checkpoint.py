@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -43,7 +42,6 @@ METRICS = "metrics.jsonl"
 LOG = "train.log"
 SCORES = "scores.json"
 LOCK = "train.lock"
-_PARAMS_STEP = re.compile(r"^params\.(\d{8})$")
 
 
 def params_file(step: int) -> str:
@@ -52,8 +50,7 @@ def params_file(step: int) -> str:
 
 def params_step(name: str) -> Optional[int]:
     """The step of a `params.<step>` file name; None for any other name (params.best, params.avg, ...)."""
-    m = _PARAMS_STEP.match(Path(name).name)
-    return int(m.group(1)) if m else None
+    return manifest.numbered_step(name, "params")
 
 
 def trainer_states_file(step: int) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -105,14 +106,23 @@ def has_manifests(model_dir: Path) -> bool:
     return any(Path(model_dir).glob("manifest.*.json"))
 
 
+def numbered_step(name: str, stem: str, suffix: str = "") -> Optional[int]:
+    """The step of a step checkpoint's file name `<stem>.<8-digit step><suffix>` (`params.00001000`,
+    `manifest.00001000.json`); None for any other name (`params.best`, `manifest.avg.json`, ...)."""
+    m = re.fullmatch(rf"{re.escape(stem)}\.(\d{{8}}){re.escape(suffix)}", Path(name).name)
+    return int(m.group(1)) if m else None
+
+
 def step_keys(model_dir: Path) -> List[int]:
     """Steps that have a manifest or a parameter file (whose missing manifest is then the problem), newest first."""
     steps = set()
-    for pattern in ("manifest.*.json", "params.*"):
-        for p in Path(model_dir).glob(pattern):
-            key = p.name.split(".")[1]
-            if key.isdigit():
-                steps.add(int(key))
+    if not Path(model_dir).is_dir():
+        return []
+    for p in Path(model_dir).iterdir():
+        for stem, suffix in (("manifest", ".json"), ("params", "")):
+            step = numbered_step(p.name, stem, suffix)
+            if step is not None:
+                steps.add(step)
     return sorted(steps, reverse=True)
 
 
