@@ -175,21 +175,24 @@ class Batcher:
         """Run one batch on the model and hand each job its share; expired jobs are skipped, errors passed on."""
         now = time.monotonic()
         live = [j for j in batch if j.deadline > now and not j.future.cancelled()]
+        answers: List[Tuple[_Job, Any, Optional[BaseException]]] = []
         try:
             if live and live[0].call is not None:
-                live[0].resolve(live[0].call())
+                answers = [(live[0], live[0].call(), None)]
             elif live:
-                self._translate(live)
+                answers = [(job, result, None) for job, result in zip(live, self._translate(live))]
         except Exception as e:   # the model failed on this batch: every request in it gets the error
             logger.exception("translation batch failed")
-            for job in live:
-                job.resolve(error=e)
+            answers = [(job, None, e) for job in live]
         finally:
             self._last_end = time.monotonic()
-            with self._lock:
+            with self._lock:   # before the answers go out: a client that has its answer sees the queue without it
                 self._queued -= sum(len(j.lines) if j.call is None else 1 for j in batch)
+        for job, result, error in answers:
+            job.resolve(result, error)
 
-    def _translate(self, jobs: List[_Job]) -> None:
+    def _translate(self, jobs: List[_Job]) -> List[List[NBest]]:
+        """Every job's n-best lists, from one translate call over all their sentences."""
         lines = [x for j in jobs for x in j.lines]
         beam, nbest = jobs[0].key
         t0 = time.perf_counter()
@@ -200,7 +203,8 @@ class Batcher:
             self._seconds_per_sentence = 0.8 * self._seconds_per_sentence + 0.2 * seconds / len(lines)
         self.batches += 1
         self.sentences += len(lines)
-        k = 0
+        shares, k = [], 0
         for job in jobs:
-            job.resolve(out[k:k + len(job.lines)])
+            shares.append(out[k:k + len(job.lines)])
             k += len(job.lines)
+        return shares
