@@ -35,7 +35,8 @@ HOST = "127.0.0.1"   # loopback only: this tool never sends traffic off the mach
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model-dir", required=True)
-    p.add_argument("--src-file", help="sentences to send (default: the model's configured test source)")
+    p.add_argument("--src-file", help="sentences to send (default: the model's test set)")
+    p.add_argument("--data-dir", help="offline mirror for the recipe's test set (else the model's, $NMT_DATA_DIR)")
     p.add_argument("--max-sentences", type=int, default=400, help="distinct sentences used (cycled)")
     p.add_argument("--clients", type=int, default=16)
     p.add_argument("--sentences-per-request", type=int, default=1)
@@ -48,12 +49,25 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def sentences(args: argparse.Namespace, translator) -> List[str]:
-    """The benchmark's source sentences (non-empty lines)."""
+    """The benchmark's source sentences (non-empty lines): --src-file, else the model's test source, else the first
+    test set of its recipe."""
+    from nmt.config import ConfigError
+    from nmt.corpus import CorpusError
+    from nmt.scoring import recipe_tests
     path = args.src_file or translator.config.data.test_src
-    if not path or not Path(path).is_file():
-        raise SystemExit(f"no sentences: the model's test source ({path}) is not a file; pass --src-file")
-    lines = [x for x in Path(path).read_text(encoding="utf-8").splitlines() if x.strip()]
-    return lines[:args.max_sentences]
+    if path:
+        if not Path(path).is_file():
+            raise SystemExit(f"no sentences: {path} is not a file")
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    else:
+        try:
+            tests = recipe_tests(translator.config, args.data_dir)
+        except (ConfigError, CorpusError, OSError) as e:
+            raise SystemExit(f"no sentences: {e}; pass --src-file or --data-dir") from None
+        if not tests:
+            raise SystemExit("no sentences: the model has no test set; pass --src-file")
+        lines = next(iter(tests.values())).src
+    return [x for x in lines if x.strip()][:args.max_sentences]
 
 
 def free_port() -> int:
