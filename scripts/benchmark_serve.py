@@ -29,6 +29,10 @@ from typing import Dict, List
 import httpx
 
 REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:   # run from a checkout without installing
+    sys.path.insert(0, str(REPO))
+from nmt.serve.batcher import DEFAULT_MAX_WAIT_MS  # noqa: E402  (stdlib-only module)
+
 HOST = "127.0.0.1"   # loopback only: this tool never sends traffic off the machine
 
 
@@ -43,7 +47,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seconds", type=float, default=10.0, help="length of each served measurement")
     p.add_argument("--rounds", type=int, default=2, help="offline/served alternations")
     p.add_argument("--beam-size", type=int, default=None, help="default: the model's")
-    p.add_argument("--max-wait-ms", type=float, default=5.0, help="the server's batching wait")
+    p.add_argument("--max-wait-ms", type=float, default=DEFAULT_MAX_WAIT_MS, help="the server's batching wait")
     p.add_argument("--json", default=str(REPO / "results" / "benchmark_serve.json"))
     return p.parse_args(argv)
 

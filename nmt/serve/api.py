@@ -21,7 +21,7 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 
-from nmt.serve.batcher import Batcher, Closed, QueueFull
+from nmt.serve.batcher import DEFAULT_MAX_WAIT_MS, Batcher, Closed, QueueFull
 from nmt.serve.schema import (AttentionRequest, Limits, RequestError, TranslateRequest, check_line,
                               check_translate, parse, read_body)
 
@@ -52,7 +52,7 @@ class Service:
     """The models by language pair, the limits, and whether the server is shutting down."""
 
     def __init__(self, translators: Sequence, limits: Limits, max_batch: Optional[int] = None,
-                 max_wait_ms: float = 5.0, max_queue: int = 1024):
+                 max_wait_ms: float = DEFAULT_MAX_WAIT_MS, max_queue: int = 1024):
         self.limits, self.stopping = limits, False
         self.models: Dict[str, Model] = {}
         for tr in translators:

@@ -15,6 +15,7 @@ import threading
 import time
 from typing import Iterator, List, Optional, Sequence
 
+from nmt.serve.batcher import DEFAULT_MAX_WAIT_MS
 from nmt.serve.schema import Limits
 
 logger = logging.getLogger("nmt.serve")
@@ -31,7 +32,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--checkpoint", default="best", help="best, latest, avg or a step number")
     p.add_argument("--max-batch", type=int, default=None,
                    help="most sentences decoded together (default: the model's decode batch size)")
-    p.add_argument("--max-wait-ms", type=float, default=5.0,
+    p.add_argument("--max-wait-ms", type=float, default=DEFAULT_MAX_WAIT_MS,
                    help="how long the first queued sentence waits for others to share its batch")
     p.add_argument("--max-queue", type=int, default=1024,
                    help="sentences queued per model before requests get 503 with Retry-After")
