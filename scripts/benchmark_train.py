@@ -38,8 +38,9 @@ GNMT_REFERENCE_TOK_PER_S = 2150.0
 
 def _config(spec: dict):
     from nmt.config import Config, DataConfig, ModelConfig, OptimConfig, TrainConfig
+    # no TensorBoard curves: the workers run updates through `train_step`, not `train`, which would close the writer
     return Config(data=DataConfig(**spec["data"]), model=ModelConfig(**spec["model"]), optim=OptimConfig(),
-                  train=TrainConfig(**spec["train"]))
+                  train=TrainConfig(**{"tensorboard": False, **spec["train"]}))
 
 
 def _run_updates(trainer, n: int) -> dict:
