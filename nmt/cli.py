@@ -163,7 +163,8 @@ def build_train_parser() -> argparse.ArgumentParser:
                "  python scripts/train.py --gpus 2 --batch-size 240\n"
                "  python scripts/train.py --src en --tgt ko --recipe all --model-dir models/all-en-ko\n")
     g = p.add_argument_group("run")
-    g.add_argument("--config", type=Path, help="JSON config file (same layout as a model's config.json); flags override it")
+    g.add_argument("--config", type=Path,
+                   help="JSON config file (same layout as a model's config.json); flags override it")
     g.add_argument("--resume", action="store_true", help="continue training from the latest checkpoint in --model-dir")
     g.add_argument("--overwrite", action="store_true", help="delete an existing --model-dir and start over")
     g.add_argument("--no-eval", action="store_true", help="skip the test-set evaluation at the end")

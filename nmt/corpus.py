@@ -104,7 +104,8 @@ def _decode_lines(path: PathLike, skip_invalid_utf8: bool, max_line_chars: int) 
     try:
         data = path.read_bytes()
     except FileNotFoundError:
-        raise CorpusError(f"{path}: file not found; check the path (and the --data-dir / NMT_DATA_DIR mirror)") from None
+        raise CorpusError(f"{path}: file not found; check the path "
+                          "(and the --data-dir / NMT_DATA_DIR mirror)") from None
     except OSError as e:
         raise CorpusError(f"{path}: cannot read ({e.strerror})") from None
     if data.startswith((b"\x1f\x8b", b"PK\x03\x04", b"BZh", b"\xfd7zXZ")):
@@ -144,8 +145,9 @@ def _decode_lines(path: PathLike, skip_invalid_utf8: bool, max_line_chars: int) 
             lines.append(None)
             continue
         if len(text) > max_line_chars:
-            raise CorpusError(f"{path}:{i}: line is {len(text)} characters long (limit {max_line_chars}); the file must "
-                              "hold one sentence per line -- check its line ends or split this line into sentences")
+            raise CorpusError(f"{path}:{i}: line is {len(text)} characters long (limit {max_line_chars}); the file "
+                              "must hold one sentence per line -- check its line ends or split this line into "
+                              "sentences")
         lines.append(text)
     if bad:
         logger.warning("%s: skipped %d line(s) with invalid UTF-8 (--skip-invalid-utf8): line %s",

@@ -73,7 +73,8 @@ def encode_data(cfg: Config, splits: DatasetSplits, src_tok: Tokenizer, tgt_tok:
                     "subword tokens (or empty after tokenization)", len(tr_s) - len(keep), len(tr_s),
                     d.max_src_tokens, d.max_tgt_tokens)
     if not len(keep):
-        raise ConfigError("no training pair is left after the token-length filter; raise --max-src-tokens/--max-tgt-tokens")
+        raise ConfigError("no training pair is left after the token-length filter; "
+                          "raise --max-src-tokens/--max-tgt-tokens")
     dv_s, dv_t = src_tok.encode(splits.dev.src), tgt_tok.encode(splits.dev.tgt)
     # dev loss uses every dev pair, truncated to the training limits so its batches fit the same shapes
     dv_s = [s[:d.max_src_tokens] for s in dv_s]

@@ -71,8 +71,8 @@ class BucketSampler:
 
     `src_lens` / `tgt_lens` are token counts of x and y (without EOS/BOS). The examples are split into at most
     `num_buckets` buckets (`bucketing`, see `bucket_examples`), each then tightened to the longest example it
-    holds, so every batch has one of at most `num_buckets` shapes. Give `batch_size` (sentences per batch) or `batch_tokens`
-    (``rows * tgt_pad_len <= batch_tokens``), not both. Each bucket's last batch may be smaller, so that
+    holds, so every batch has one of at most `num_buckets` shapes. Give `batch_size` (sentences per batch) or
+    `batch_tokens` (``rows * tgt_pad_len <= batch_tokens``), not both. Each bucket's last batch may be smaller, so that
     every example is drawn exactly once per epoch.
 
     Iterating yields the batches from `position` to the end of `epoch`; reaching the end moves to the start

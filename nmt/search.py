@@ -3,13 +3,14 @@
 All sentences (times beams) advance together: per step the model's hybridized step gives log-probabilities and
 its new state, and one hybridized update block (`GreedyUpdate`, or `BeamUpdate` built from `RowTopK`,
 `UpdateScores`, `TopK`, `Settled` and `SortStates`) chooses the tokens and back-pointers on the device and moves
-the state's arrays that follow the hypotheses (as `DecoderState.reorder` would). The host reads only which sentences are done, one step late (while the
-next step computes), so the device never waits for Python. Once a quarter of the batch is done, the done sentences
-leave it (`DecoderState.select`; their hypotheses are final) and the rest continue as a smaller batch. In beam
-search a sentence is done as soon as no active hypothesis can still beat its n-best finished ones (`Settled`: the
-same result in fewer steps). The chosen tokens and back-pointers stay on the device until a sentence leaves, then
-one copy brings them to the host to trace the hypotheses back. A sentence stops growing at EOS or after its
-`max_len` tokens; every computation is per row, so a sentence decodes the same alone or in a batch.
+the state's arrays that follow the hypotheses (as `DecoderState.reorder` would). The host reads only which
+sentences are done, one step late (while the next step computes), so the device never waits for Python. Once a
+quarter of the batch is done, the done sentences leave it (`DecoderState.select`; their hypotheses are final) and
+the rest continue as a smaller batch. In beam search a sentence is done as soon as no active hypothesis can still
+beat its n-best finished ones (`Settled`: the same result in fewer steps). The chosen tokens and back-pointers stay
+on the device until a sentence leaves, then one copy brings them to the host to trace the hypotheses back. A
+sentence stops growing at EOS or after its `max_len` tokens; every computation is per row, so a sentence decodes the
+same alone or in a batch (its scores equal up to float32 rounding, which may depend on the batch shapes).
 
 `model` may be a list of models sharing both vocabularies: they decode as an `nmt.models.ensemble.Ensemble`.
 """
@@ -375,7 +376,8 @@ def beam_search(model: Models, src: mx.nd.NDArray, src_len: mx.nd.NDArray, beam_
     scores[:, 0] = 0.0  # one live hypothesis per sentence at the start, so beams do not duplicate it
     zeros = np.zeros(batch * K)
     hyps = _Hyps(prev=to_device(np.full(batch * K, BOS_ID), ctx), limits=to_device(np.repeat(limits, K), ctx),
-                 scores=to_device(scores.reshape(-1), ctx), lengths=to_device(zeros, ctx), finished=to_device(zeros, ctx))
+                 scores=to_device(scores.reshape(-1), ctx), lengths=to_device(zeros, ctx),
+                 finished=to_device(zeros, ctx))
     run = _search(advance, state, hyps, batch, K, num_steps)
     results: List[List[Tuple[List[int], float]]] = []
     for b, history in enumerate(_trace(run.segments, batch, K)):
