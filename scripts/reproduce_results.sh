@@ -5,6 +5,7 @@
 #
 #   NMT_DATA_DIR=../shared/data scripts/reproduce_results.sh            # every run (about 15 hours on 2 cores)
 #   NMT_DATA_DIR=../shared/data scripts/reproduce_results.sh headline   # the chosen recipe only (about 5 hours)
+#   NMT_DATA_DIR=../shared/data scripts/reproduce_results.sh transformer  # the Transformer's runs (docs/transformer.md)
 #   scripts/reproduce_results.sh all-ko-en-up4-lex ...                  # only these runs, one after another
 #
 # Without run names (or with `headline`) it trains two queues side by side, one core each (OMP_NUM_THREADS=1,
@@ -38,6 +39,13 @@ TAT=(--recipe tatoeba --time-budget 1800 --keep-last 5 --average-last 5 --attent
 # Ensemble members: the defaults of then (word dropout 0.2, dot attention), 15 minutes each, no early stopping.
 TAT15=(--recipe tatoeba --time-budget 900 --keep-last 5 --average-last 5 --attention dot --word-dropout 0.2 --patience 0
        --no-lexical-model --bucketing quantile)
+
+# The Transformer (--arch transformer, its own defaults: docs/transformer.md): 30 minutes on Tatoeba alone, the
+# ablations that choose its settings (one change each from tf-tatoeba-ko-en, compared on dev), and 2 hours on all
+# data with the all-data recipe's settings. `scripts/reproduce_results.sh transformer` trains them in two queues.
+TF_TAT=(--recipe tatoeba --arch transformer --time-budget 1800 --keep-last 5 --average-last 5)
+TF_ALL=(--recipe all --arch transformer --vocab-size 4000 --label-smoothing 0.1 --batch-size 64 --valid-every 1000
+        --patience 8 --keep-last 5 --average-last 5 --time-budget 7200 --upsample tatoeba-manythings=4)
 
 declare -A RUNS=(
   [all-ko-en]="--src ko --tgt en ${ALL[*]}"
@@ -80,7 +88,16 @@ declare -A RUNS=(
   [ens15-seed2]="--src ko --tgt en ${TAT15[*]} --seed 2"
   [ens15-seed3]="--src ko --tgt en ${TAT15[*]} --seed 3"
   [ens15-seed4]="--src ko --tgt en ${TAT15[*]} --seed 4"
+  [tf-tatoeba-ko-en]="--src ko --tgt en ${TF_TAT[*]}"
+  [tf-abl-warmup400-lr2e-3]="--src ko --tgt en ${TF_TAT[*]} --warmup-steps 400 --lr 2e-3"
+  [tf-abl-shared4000]="--src ko --tgt en ${TF_TAT[*]} --shared-vocab --vocab-size 4000"
+  [tf-abl-layers2]="--src ko --tgt en ${TF_TAT[*]} --encoder-layers 2 --decoder-layers 2"
+  [tf-tatoeba-en-ko]="--src en --tgt ko ${TF_TAT[*]}"
+  [tf-all-ko-en]="--src ko --tgt en ${TF_ALL[*]}"
+  [tf-all-en-ko]="--src en --tgt ko ${TF_ALL[*]}"
 )
+TF_QUEUE_1=(tf-tatoeba-ko-en tf-abl-shared4000 tf-tatoeba-en-ko tf-all-ko-en)
+TF_QUEUE_2=(tf-abl-warmup400-lr2e-3 tf-abl-layers2 tf-all-en-ko)
 # The two queues of a full run, one core each: the members of a pair (an ensemble, or runs compared in docs/results.md)
 # at the same position, so that they train side by side. The chosen recipe first: the Tatoeba-only pair, then
 # ko->en and en->ko on all data.
@@ -94,8 +111,8 @@ QUEUE_2=("${HEADLINE_2[@]}" abl-worddrop0.2-seed2 all-ko-en-up4-seed2 abl-worddr
          abl-worddrop0.2-mlp)
 
 for name in "$@"; do
-  if [ "$name" = headline ]; then
-    [ $# = 1 ] || { echo "headline stands alone (it names six runs); got: $*" >&2; exit 2; }
+  if [ "$name" = headline ] || [ "$name" = transformer ]; then
+    [ $# = 1 ] || { echo "$name stands alone (it names a group of runs); got: $*" >&2; exit 2; }
   elif [ -z "${RUNS[$name]+x}" ]; then
     echo "unknown run $name (known: headline ${!RUNS[*]})" >&2; exit 2
   fi
@@ -111,8 +128,12 @@ stop_queues() {   # SIGTERM/Ctrl-C: stop the queues, then let their trainers sav
   echo "stopped; run the script again to resume" >&2
   exit 143
 }
-if [ $# -eq 0 ] || [ "$*" = headline ]; then
-  if [ $# -eq 0 ]; then q1=("${QUEUE_1[@]}"); q2=("${QUEUE_2[@]}"); else q1=("${HEADLINE_1[@]}"); q2=("${HEADLINE_2[@]}"); fi
+if [ $# -eq 0 ] || [ "$*" = headline ] || [ "$*" = transformer ]; then
+  case "$*" in
+    "") q1=("${QUEUE_1[@]}"); q2=("${QUEUE_2[@]}") ;;
+    headline) q1=("${HEADLINE_1[@]}"); q2=("${HEADLINE_2[@]}") ;;
+    transformer) q1=("${TF_QUEUE_1[@]}"); q2=("${TF_QUEUE_2[@]}") ;;
+  esac
   mkdir -p "$MODELS"
   echo "== queue 1 (log: $MODELS/queue-1.log): ${q1[*]}"
   echo "== queue 2 (log: $MODELS/queue-2.log): ${q2[*]}"
@@ -125,6 +146,15 @@ if [ $# -eq 0 ] || [ "$*" = headline ]; then
   wait $p2 || { echo "queue 2 failed: see $MODELS/queue-2.log" >&2; failed=1; }
   trap - TERM INT
   [ $failed = 0 ] || exit 1
+  if [ "$*" = transformer ]; then   # its own tables: results/transformer.md and transformer-ablation.md
+    tfs=(); for d in "$MODELS"/tf-*; do [ -f "$d/state.json" ] && tfs+=("$d"); done
+    "$PY" scripts/results_table.py "${tfs[@]}" --markdown results/transformer.md --json results/transformer.json \
+      --examples 5 --data-dir "$DATA_DIR" --hardware "$(getconf _NPROCESSORS_ONLN)-core CPU, 1 OpenMP thread(s) per run"
+    abl=(); for d in "$MODELS"/tf-tatoeba-ko-en "$MODELS"/tf-abl-*; do [ -f "$d/state.json" ] && abl+=("$d"); done
+    "$PY" scripts/results_table.py "${abl[@]}" --ablation-base "$MODELS/tf-tatoeba-ko-en" --ablation-test tatoeba-test \
+      --markdown results/transformer-ablation.md
+    exit 0
+  fi
   ORDER=()
 else
   ORDER=("$@")
