@@ -8,7 +8,9 @@ decode the same length-sorted batches with the same beam, length penalty (gluonn
 same alpha and K = 5) and maximum length; the sampler drives the model through its `step` (the model interface).
 The two take turns for --rounds timed rounds after one warm-up round, in this one process, so a change of load
 hits both alike; rates are sentences/s from the median round, the speed-up is the median of the per-round ratios.
-Whether each sentence's best hypothesis is the same in both is counted. Writes --output (replacing it).
+Whether each sentence's best hypothesis is the same in both is counted. With --other-model-dir (say, a Transformer
+beside an LSTM), that model's beam search takes its turn in the same rounds on the same sentences. Writes --output
+(replacing it).
 """
 from __future__ import annotations
 
@@ -40,6 +42,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--src-file", help="source sentences (default: the first test set of the model's recipe)")
     p.add_argument("--data-dir", help="offline mirror for the recipe's test set (else the model's, $NMT_DATA_DIR)")
     p.add_argument("--sentences", type=int, default=0, help="decode only the first N sentences (0 = all)")
+    p.add_argument("--other-model-dir", type=Path,
+                   help="a second model of the same source language (e.g. the other architecture): decoded by "
+                        "nmt.search in the same rounds, on the same sentences, and reported beside the first")
     p.add_argument("--output", type=Path, default=REPO / "results" / "benchmark_decode.json")
     return p.parse_args(argv)
 
@@ -118,13 +123,20 @@ def run(args: argparse.Namespace) -> dict:
     lines = lines[:args.sentences] if args.sentences else lines
     batches = make_batches(tr, lines, args.batch)
     alpha, n = tr.decode.length_penalty_alpha, sum(b[0].shape[0] for b in batches)
-    methods = {"beam_search": ours, "gluonnlp_beam_search_sampler": gluonnlp_sampler}
-    outputs = {k: fn(tr.net, batches, args.beam, alpha) for k, fn in methods.items()}   # warm-up: every shape
-    seconds: Dict[str, List[float]] = {k: [] for k in methods}
+    runs = {"beam_search": (ours, tr.net, batches),
+            "gluonnlp_beam_search_sampler": (gluonnlp_sampler, tr.net, batches)}
+    other = None
+    if args.other_model_dir:
+        other = Translator.from_dir(args.other_model_dir, which=args.checkpoint)
+        if other.src_lang != tr.src_lang:
+            raise SystemExit(f"--other-model-dir translates from {other.src_lang}, --model-dir from {tr.src_lang}")
+        runs["other_beam_search"] = (ours, other.net, make_batches(other, lines, args.batch))
+    outputs = {k: fn(net, b, args.beam, alpha) for k, (fn, net, b) in runs.items()}   # warm-up: every shape
+    seconds: Dict[str, List[float]] = {k: [] for k in runs}
     for _ in range(args.rounds):
-        for k, fn in methods.items():
+        for k, (fn, net, b) in runs.items():
             t0 = time.perf_counter()
-            fn(tr.net, batches, args.beam, alpha)
+            fn(net, b, args.beam, alpha)
             mx.nd.waitall()
             seconds[k].append(time.perf_counter() - t0)
     same = sum(a == b for a, b in zip(outputs["beam_search"], outputs["gluonnlp_beam_search_sampler"]))
@@ -135,6 +147,10 @@ def run(args: argparse.Namespace) -> dict:
               "speedup_vs_gluonnlp": statistics.median(g / o for o, g in zip(seconds["beam_search"],
                                                                              seconds["gluonnlp_beam_search_sampler"])),
               "identical_outputs": same, "differing_outputs": n - same}
+    if other is not None:   # per round, the first model's time over the other's: > 1 when the other is faster
+        report["other_beam_search"].update(
+            model_dir=str(args.other_model_dir), model=dict(vars(other.config.model)),
+            x_vs_first=statistics.median(a / b for a, b in zip(seconds["beam_search"], seconds["other_beam_search"])))
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     return report
@@ -149,6 +165,10 @@ def main(argv=None) -> int:
           f"{r['beam_search']['sent_per_s']:.1f} sent/s, gluonnlp BeamSearchSampler "
           f"{r['gluonnlp_beam_search_sampler']['sent_per_s']:.1f} sent/s, {r['speedup_vs_gluonnlp']:.2f}x; "
           f"{r['differing_outputs']} of {r['sentences']} best hypotheses differ; written to {args.output}")
+    if "other_beam_search" in r:
+        o = r["other_beam_search"]
+        print(f"{o['model_dir']} ({o['model']['arch']}): nmt.search {o['sent_per_s']:.1f} sent/s, "
+              f"{o['x_vs_first']:.2f}x the first model's")
     return 0
 
 
