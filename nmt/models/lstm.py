@@ -56,7 +56,9 @@ def validate_model_config(cfg: ModelConfig, src_vocab_size: int = _MIN_VOCAB,
 
 
 class Decoder(gluon.HybridBlock):
-    """Target-in ids (B,T) + states (B,L,H) + memory -> logits (B,T,V), new states, attention (B,T,S)."""
+    """Target-in ids (B,T) + states (B,L,H) + source lengths + memory (values (B,S,H), then keys (B,S,H) for mlp
+    attention, then source embeddings (B,S,E) for the lexical model) -> logits (B,T,V), new states, attention
+    (B,T,S)."""
 
     def __init__(self, cfg: ModelConfig, vocab_size: int, **kwargs):
         super().__init__(**kwargs)
@@ -92,7 +94,7 @@ class Decoder(gluon.HybridBlock):
                 self.lex_out_weight = self.params.get("lex_out_weight", shape=(vocab_size, E),
                                                       init=mx.init.Normal(sigma=(2.0 / E) ** 0.5))
 
-    def hybrid_forward(self, F, tgt_in, h0, c0, memory, src_len, embed_weight, out_bias, out_weight=None,
+    def hybrid_forward(self, F, tgt_in, h0, c0, src_len, *memory, embed_weight=None, out_bias=None, out_weight=None,
                        lex_out_weight=None):
         x = F.Embedding(tgt_in, embed_weight, input_dim=self._vocab_size, output_dim=self._embed_size)
         if self.word_dropout is not None:
@@ -100,36 +102,31 @@ class Decoder(gluon.HybridBlock):
         x = F.transpose(self.dropout(x), axes=(1, 0, 2))  # (T,B,E)
         dec, h, c = self.rnn(x, F.transpose(h0, axes=(1, 0, 2)), F.transpose(c0, axes=(1, 0, 2)))  # states (L,B,H)
         dec = F.transpose(dec, axes=(1, 0, 2))  # (B,T,H)
-        context, attn = self._attend(F, dec, memory, src_len)
+        context, attn = self._attend(F, dec, memory[0], memory[1] if self._attention == "mlp" else None, src_len)
         out = self.dropout(self.combine(F.concat(context, dec, dim=-1)))
         weight = embed_weight if self._tied else out_weight
         logits = F.FullyConnected(out, weight, out_bias, num_hidden=self._vocab_size, flatten=False)
         if self._lexical:
-            logits = logits + self._lexical_logits(F, attn, memory, lex_out_weight)
+            logits = logits + self._lexical_logits(F, attn, memory[-1], lex_out_weight)
         return logits, F.transpose(h, axes=(1, 0, 2)), F.transpose(c, axes=(1, 0, 2)), attn
 
-    def _attend(self, F, dec, memory, src_len):
-        """Decoder outputs (B,T,H) over memory (B,S,M) -> context (B,T,H), attention weights (B,T,S)."""
-        H, mlp = self._hidden, self._attention == "mlp"
-        # memory = [values (H); keys (H, mlp only); source embeddings (E, lexical model only)]
-        values = F.slice_axis(memory, axis=-1, begin=0, end=H) if mlp or self._lexical else memory
-        if mlp:
-            keys = F.slice_axis(memory, axis=-1, begin=H, end=2 * H)
+    def _attend(self, F, dec, values, keys, src_len):
+        """Decoder outputs (B,T,H) over values (B,S,H) (and, for mlp, their projected keys) -> context (B,T,H),
+        attention weights (B,T,S)."""
+        if keys is not None:
             hidden = F.tanh(F.broadcast_add(F.expand_dims(keys, axis=1),
                                             F.expand_dims(self.query_proj(dec), axis=2)))  # (B,T,S,H)
             scores = F.reshape(self.score_proj(hidden), shape=(0, 0, -1))
         else:
             query = dec if self.query_proj is None else self.query_proj(dec)
             scores = F.batch_dot(query, values, transpose_b=True)  # (B,T,S)
-        mask = length_mask(F, memory, F.clip(F.cast(src_len, "float32"), 1, 1e9), axis=1)
+        mask = length_mask(F, values, F.clip(F.cast(src_len, "float32"), 1, 1e9), axis=1)
         scores = F.broadcast_add(scores, F.expand_dims((1 - mask) * _MASK_VALUE, axis=1))
         attn = F.softmax(scores, axis=-1)
         return F.batch_dot(attn, values), attn
 
-    def _lexical_logits(self, F, attn, memory, lex_out_weight):
+    def _lexical_logits(self, F, attn, emb, lex_out_weight):
         """The lexical model's logits (B,T,V): the attention's average of the source embeddings, projected."""
-        begin = 2 * self._hidden if self._attention == "mlp" else self._hidden
-        emb = F.slice_axis(memory, axis=-1, begin=begin, end=None)
         lex = F.tanh(F.batch_dot(attn, emb))  # (B,T,E)
         lex = self.dropout(F.tanh(self.lex_proj(lex)) + lex)
         return F.FullyConnected(lex, lex_out_weight, no_bias=True, num_hidden=self._vocab_size, flatten=False)
@@ -137,11 +134,11 @@ class Decoder(gluon.HybridBlock):
 
 @dataclasses.dataclass(frozen=True)
 class LSTMState(DecoderState):
-    """The LSTM decoder's state: encoder memory (N,S,M) and source lengths (N,) (the same for every beam of a
-    sentence), and the decoder layers' hidden and cell states h, c (N,L,H)."""
+    """The LSTM decoder's state: the encoder memory (its arrays, as `Encoder` returns them) and source lengths (N,)
+    (the same for every beam of a sentence), and the decoder layers' hidden and cell states h, c (N,L,H)."""
 
     source_fields = ("memory", "src_len")
-    memory: mx.nd.NDArray
+    memory: Tuple[mx.nd.NDArray, ...]
     src_len: mx.nd.NDArray
     h: mx.nd.NDArray
     c: mx.nd.NDArray
@@ -162,24 +159,24 @@ class LSTMModel(Seq2SeqModel):
             self.decoder = Decoder(cfg, tgt_vocab_size, prefix="decoder_")
 
     def hybrid_forward(self, F, src, src_len, tgt_in):
-        memory, h0, c0 = self.encoder(src, src_len)
-        logits, _, _, _ = self.decoder(tgt_in, h0, c0, memory, src_len)
+        h0, c0, *memory = self.encoder(src, src_len)
+        logits, _, _, _ = self.decoder(tgt_in, h0, c0, src_len, *memory)
         return logits
 
     def encode(self, src: mx.nd.NDArray, src_len: mx.nd.NDArray) -> Tuple[mx.nd.NDArray, ...]:
-        """(memory (B,S,M), h0 (B,L,H), c0 (B,L,H), src_len (B,))."""
-        memory, h0, c0 = self.encoder(src, src_len)
-        return memory, h0, c0, src_len
+        """(h0 (B,L,H), c0 (B,L,H), src_len (B,), *memory arrays)."""
+        h0, c0, *memory = self.encoder(src, src_len)
+        return (h0, c0, src_len, *memory)
 
     def init_state(self, encoded: Tuple[mx.nd.NDArray, ...]) -> LSTMState:
-        memory, h0, c0, src_len = encoded
-        return LSTMState(memory=memory, src_len=src_len, h=h0, c=c0)
+        h0, c0, src_len, *memory = encoded
+        return LSTMState(memory=tuple(memory), src_len=src_len, h=h0, c=c0)
 
     def step(self, prev_tokens, state: LSTMState):
         """The decoder block on one token per row (a length-1 target): log-probs (N,V), state, attention (N,S)."""
         F = array_module(prev_tokens)
-        logits, h, c, attn = self.decoder(F.reshape(prev_tokens, shape=(-1, 1)), state.h, state.c, state.memory,
-                                          state.src_len)
+        logits, h, c, attn = self.decoder(F.reshape(prev_tokens, shape=(-1, 1)), state.h, state.c, state.src_len,
+                                          *state.memory)
         log_probs = F.log_softmax(F.reshape(logits, shape=(-3, 0)), axis=-1)
         return log_probs, dataclasses.replace(state, h=h, c=c), F.reshape(attn, shape=(-3, 0))
 

@@ -91,10 +91,9 @@ def word_dropout(rate: float) -> Optional[gluon.HybridBlock]:
 
 
 class Encoder(gluon.HybridBlock):
-    """Source ids (B,S) + lengths (B,) -> memory (B,S,M) and decoder initial states [h, c] (B,L,H).
-
-    The memory is the encoder output (H wide), followed for "mlp" attention by its projected attention keys (H)
-    and, with the lexical model, by the (dropped-out) source embeddings (E)."""
+    """Source ids (B,S) + lengths (B,) -> decoder initial states h, c (B,L,H) and the memory: the encoder output
+    (B,S,H), then for "mlp" attention its projected attention keys (B,S,H) and, with the lexical model, the
+    (dropped-out) source embeddings (B,S,E), as separate arrays (the decoder reads each at every step)."""
 
     def __init__(self, cfg, vocab_size: int, **kwargs):
         super().__init__(**kwargs)
@@ -142,11 +141,12 @@ class Encoder(gluon.HybridBlock):
         if self.out_proj is not None:
             out = self.out_proj(out)
         h0, c0 = self._bridge(F, finals)
+        memory = [out]
         if self.key_proj is not None:
-            out = F.concat(out, self.key_proj(out), dim=-1)  # memory = [values; keys]
+            memory.append(self.key_proj(out))
         if self._lexical:
-            out = F.concat(out, emb, dim=-1)  # memory = [values; (keys;) source embeddings]
-        return out, h0, c0
+            memory.append(emb)
+        return (h0, c0, *memory)
 
     def _bridge(self, F, finals):
         """The decoder's initial states (B,L,H) from each encoder layer's last valid output."""
