@@ -121,6 +121,16 @@ def write_docs_page(page: Path, results_dir: Path) -> int:
                   ablation.read_text(encoding="utf-8").strip() + "\n"]
         if (results_dir / "ablation-curves.png").is_file():
             parts.append(f"![training curves of the ablation runs]({rel(results_dir / 'ablation-curves.png')})\n")
+    transformer, tf_ablation = results_dir / "transformer.md", results_dir / "transformer-ablation.md"
+    if transformer.is_file():
+        parts += ["## The Transformer\n",
+                  "`--arch transformer` runs (`scripts/reproduce_results.sh transformer`; settings and discussion in "
+                  "[transformer.md](transformer.md)), scored as above; the hardware column says where each ran.\n",
+                  transformer.read_text(encoding="utf-8").strip() + "\n"]
+        if tf_ablation.is_file():
+            parts += ["Its ablations: Tatoeba ko→en, 30 minutes each on one core next to another run, one change from "
+                      "`tf-tatoeba-ko-en` each, chosen by best dev BLEU.\n",
+                      tf_ablation.read_text(encoding="utf-8").strip() + "\n"]
     page.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(page, "\n".join(parts))
     print(f"wrote {page}")

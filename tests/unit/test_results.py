@@ -182,6 +182,15 @@ def test_the_docs_page_is_assembled_from_the_results_tables(tmp_path):
     text = page.read_text(encoding="utf-8")
     assert text.startswith("# Results") and "| t | 1.23 |" in text and "| abl-x | 4.56 |" in text
     assert "](../results/curves.png)" in text and "ablation-curves.png" not in text
+    assert "## The Transformer" not in text   # no results/transformer.md: no section
+    (results / "transformer.md").write_text("| run | BLEU |\n|---|---:|\n| tf-x | 7.89 |\n", encoding="utf-8")
+    (results / "transformer-ablation.md").write_text("| run | BLEU |\n|---|---:|\n| tf-abl-y | 6.54 |\n",
+                                                      encoding="utf-8")
+    assert subprocess.run([sys.executable, str(REPO / "scripts/results_table.py"), "--docs", str(page),
+                           "--results-dir", str(results)], capture_output=True, timeout=120).returncode == 0
+    text = page.read_text(encoding="utf-8")
+    assert text.index("| abl-x | 4.56 |") < text.index("## The Transformer") < text.index("| tf-x | 7.89 |") \
+        < text.index("| tf-abl-y | 6.54 |")
     missing = subprocess.run([sys.executable, str(REPO / "scripts/results_table.py"), "--docs", str(page),
                               "--results-dir", str(tmp_path / "none")], capture_output=True, text=True, timeout=120)
     assert missing.returncode == 2 and "results.md not found" in missing.stderr
