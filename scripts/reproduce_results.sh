@@ -42,10 +42,13 @@ TAT15=(--recipe tatoeba --time-budget 900 --keep-last 5 --average-last 5 --atten
 
 # The Transformer (--arch transformer, its own defaults: docs/transformer.md): 30 minutes on Tatoeba alone, the
 # ablations that choose its settings (one change each from tf-tatoeba-ko-en, compared on dev), and 2 hours on all
-# data with the all-data recipe's settings. `scripts/reproduce_results.sh transformer` trains them in two queues.
+# data with the all-data recipe's settings. `scripts/reproduce_results.sh transformer` trains them in two queues,
+# with the LSTM's Tatoeba run (abl-worddrop0.2-lex, its defaults) again beside them: the same hardware for both.
 TF_TAT=(--recipe tatoeba --arch transformer --time-budget 1800 --keep-last 5 --average-last 5)
+# The all-data runs take the ablations' winner: 2+2 layers (tf-abl-layers2).
 TF_ALL=(--recipe all --arch transformer --vocab-size 4000 --label-smoothing 0.1 --batch-size 64 --valid-every 1000
-        --patience 8 --keep-last 5 --average-last 5 --time-budget 7200 --upsample tatoeba-manythings=4)
+        --patience 8 --keep-last 5 --average-last 5 --time-budget 7200 --upsample tatoeba-manythings=4
+        --encoder-layers 2 --decoder-layers 2)
 
 declare -A RUNS=(
   [all-ko-en]="--src ko --tgt en ${ALL[*]}"
@@ -97,7 +100,7 @@ declare -A RUNS=(
   [tf-all-en-ko]="--src en --tgt ko ${TF_ALL[*]}"
 )
 TF_QUEUE_1=(tf-tatoeba-ko-en tf-abl-shared4000 tf-tatoeba-en-ko tf-all-ko-en)
-TF_QUEUE_2=(tf-abl-warmup400-lr2e-3 tf-abl-layers2 tf-all-en-ko)
+TF_QUEUE_2=(tf-abl-warmup400-lr2e-3 tf-abl-layers2 abl-worddrop0.2-lex tf-all-en-ko)
 # The two queues of a full run, one core each: the members of a pair (an ensemble, or runs compared in docs/results.md)
 # at the same position, so that they train side by side. The chosen recipe first: the Tatoeba-only pair, then
 # ko->en and en->ko on all data.
@@ -147,7 +150,7 @@ if [ $# -eq 0 ] || [ "$*" = headline ] || [ "$*" = transformer ]; then
   trap - TERM INT
   [ $failed = 0 ] || exit 1
   if [ "$*" = transformer ]; then   # its own tables: results/transformer.md and transformer-ablation.md
-    tfs=(); for d in "$MODELS"/tf-*; do [ -f "$d/state.json" ] && tfs+=("$d"); done
+    tfs=(); for d in "$MODELS"/tf-* "$MODELS"/abl-worddrop0.2-lex; do [ -f "$d/state.json" ] && tfs+=("$d"); done
     "$PY" scripts/results_table.py "${tfs[@]}" --markdown results/transformer.md --json results/transformer.json \
       --examples 5 --data-dir "$DATA_DIR" --hardware "$(getconf _NPROCESSORS_ONLN)-core CPU, 1 OpenMP thread(s) per run"
     abl=(); for d in "$MODELS"/tf-tatoeba-ko-en "$MODELS"/tf-abl-*; do [ -f "$d/state.json" ] && abl+=("$d"); done
