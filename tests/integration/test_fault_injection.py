@@ -22,7 +22,7 @@ from tests.synth import write_task
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
-MAX_STEPS = 240
+MAX_STEPS = 400   # long enough that all 10 kills land before the run ends, also on a quiet fast host
 KILLS = 10
 
 
