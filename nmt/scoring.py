@@ -14,7 +14,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 from nmt import checkpoint as ckpt
 from nmt.atomic import atomic_write_text
 from nmt.config import Config, ConfigError, DataConfig
-from nmt.corpus import Pairs
+from nmt.corpus import Pairs, read_lines
 from nmt.evaluate import Scores, score
 from nmt.translate import Translator
 
@@ -60,6 +60,19 @@ def recipe_tests(cfg: Config, data_dir: Optional[str] = None) -> Dict[str, Pairs
     from nmt import recipes   # not at import time: the registry is only needed here
     # only the test files: load_data would also read and clean the training data
     return _model_split(cfg, data_dir, "test", "--recipe-tests", "test", recipes.load_tests)
+
+
+def first_test_sources(cfg: Config, data_dir: Optional[str] = None,
+                       src_file: Optional[str] = None) -> Tuple[str, List[Optional[str]]]:
+    """(name, source lines) a benchmark decodes: `src_file`, else the model's first test set (`recipe_tests`);
+    ConfigError when the model has none."""
+    if src_file:
+        return str(src_file), read_lines(src_file)
+    tests = recipe_tests(cfg, data_dir)
+    if not tests:
+        raise ConfigError("the model has no test set; pass --src-file")
+    name, pairs = next(iter(tests.items()))
+    return name, pairs.src
 
 
 DEV_SET = "dev"   # the scores.json name of a model's own dev set (`model_dev_set`); results tables leave it out

@@ -104,22 +104,18 @@ def _machine() -> dict:
             "mxnet": mx.__version__, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS")}
 
 
-def _test_lines(args: argparse.Namespace, tr) -> tuple:
-    """(name, source lines) of the test set."""
-    from nmt.corpus import read_lines
-    from nmt.scoring import recipe_tests
-    if args.src_file:
-        return str(args.src_file), read_lines(args.src_file)
-    name, pairs = next(iter(recipe_tests(tr.config, args.data_dir).items()))
-    return name, pairs.src
-
-
 def run(args: argparse.Namespace) -> dict:
     """Warm-up, then alternating timed rounds; the report written to --output."""
     import mxnet as mx
     from nmt.translate import Translator
     tr = Translator.from_dir(args.model_dir, which=args.checkpoint)
-    name, lines = _test_lines(args, tr)
+    from nmt.config import ConfigError
+    from nmt.corpus import CorpusError
+    from nmt.scoring import first_test_sources
+    try:
+        name, lines = first_test_sources(tr.config, args.data_dir, args.src_file)
+    except (ConfigError, CorpusError, OSError) as e:
+        raise SystemExit(f"no sentences: {e}") from None
     lines = lines[:args.sentences] if args.sentences else lines
     batches = make_batches(tr, lines, args.batch)
     alpha, n = tr.decode.length_penalty_alpha, sum(b[0].shape[0] for b in batches)

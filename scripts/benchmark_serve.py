@@ -53,25 +53,15 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def sentences(args: argparse.Namespace, translator) -> List[str]:
-    """The benchmark's source sentences (non-empty lines): --src-file, else the model's test source, else the first
-    test set of its recipe."""
+    """The benchmark's source sentences (non-empty lines): --src-file, else the model's first test set."""
     from nmt.config import ConfigError
     from nmt.corpus import CorpusError
-    from nmt.scoring import recipe_tests
-    path = args.src_file or translator.config.data.test_src
-    if path:
-        if not Path(path).is_file():
-            raise SystemExit(f"no sentences: {path} is not a file")
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    else:
-        try:
-            tests = recipe_tests(translator.config, args.data_dir)
-        except (ConfigError, CorpusError, OSError) as e:
-            raise SystemExit(f"no sentences: {e}; pass --src-file or --data-dir") from None
-        if not tests:
-            raise SystemExit("no sentences: the model has no test set; pass --src-file")
-        lines = next(iter(tests.values())).src
-    return [x for x in lines if x.strip()][:args.max_sentences]
+    from nmt.scoring import first_test_sources
+    try:
+        _, lines = first_test_sources(translator.config, args.data_dir, args.src_file)
+    except (ConfigError, CorpusError, OSError) as e:
+        raise SystemExit(f"no sentences: {e}") from None
+    return [x for x in lines if x and x.strip()][:args.max_sentences]
 
 
 def free_port() -> int:
