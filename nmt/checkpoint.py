@@ -45,7 +45,7 @@ LOCK = "train.lock"
 
 
 def params_file(step: int) -> str:
-    return f"params.{step:08d}"
+    return f"params.{manifest.step_key(step)}"
 
 
 def params_step(name: str) -> Optional[int]:
@@ -54,7 +54,7 @@ def params_step(name: str) -> Optional[int]:
 
 
 def trainer_states_file(step: int) -> str:
-    return f"trainer.{step:08d}.states"
+    return f"trainer.{manifest.step_key(step)}.states"
 
 
 @dataclass
@@ -165,7 +165,7 @@ def save_checkpoint(model_dir: Path, net, trainer, state: TrainState, keep_last:
         manifest.write_manifest(model_dir, "best", [PARAMS_BEST], state.step)
     kept = [f for f in state.params_files if f != name] + [name]
     state.params_files = kept[-max(keep_last, 1):]
-    manifest.write_manifest(model_dir, f"{state.step:08d}", [name, states], state.step, asdict(state))
+    manifest.write_manifest(model_dir, manifest.step_key(state.step), [name, states], state.step, asdict(state))
     state.save(model_dir)
     _prune(model_dir, {params_step(f) for f in state.params_files})
 
@@ -180,12 +180,13 @@ def _file_size(model_dir: Path, name: str) -> Optional[int]:
 def _prune(model_dir: Path, keep_steps: set) -> None:
     """Delete the params, optimizer states and manifests of steps not in `keep_steps` (only after state.json no
     longer names them); the manifest goes first, so a half-pruned checkpoint is never taken for an intact one."""
-    for pattern in ("manifest.*.json", "params.*", "trainer.*.states"):
-        for p in model_dir.glob(pattern):
-            key = p.name.split(".")[1]
-            if key.isdigit() and int(key) not in keep_steps:
+    names = [p.name for p in model_dir.iterdir()]
+    for stem, suffix in manifest.STEP_FILES:   # manifests first
+        for name in names:
+            step = manifest.numbered_step(name, stem, suffix)
+            if step is not None and step not in keep_steps:
                 try:
-                    p.unlink()
+                    (model_dir / name).unlink()
                 except FileNotFoundError:
                     pass
 
@@ -248,7 +249,7 @@ def verify_params(path: Path) -> None:
     model_dir, step = path.parent, params_step(path.name)
     if not manifest.has_manifests(model_dir):
         return
-    key = f"{step:08d}" if step is not None else path.name.split(".", 1)[1]
+    key = manifest.step_key(step) if step is not None else path.name.split(".", 1)[1]
     try:
         manifest.verify(model_dir, key)
     except CheckpointError as e:

@@ -106,6 +106,15 @@ def has_manifests(model_dir: Path) -> bool:
     return any(Path(model_dir).glob("manifest.*.json"))
 
 
+# The files of a step checkpoint, (stem, suffix) of `<stem>.<step_key(step)><suffix>`; the manifest first.
+STEP_FILES = (("manifest", ".json"), ("params", ""), ("trainer", ".states"))
+
+
+def step_key(step: int) -> str:
+    """A step checkpoint's key in its file names: the step in 8 digits (`params.00001000`)."""
+    return f"{step:08d}"
+
+
 def numbered_step(name: str, stem: str, suffix: str = "") -> Optional[int]:
     """The step of a step checkpoint's file name `<stem>.<8-digit step><suffix>` (`params.00001000`,
     `manifest.00001000.json`); None for any other name (`params.best`, `manifest.avg.json`, ...)."""
@@ -119,7 +128,7 @@ def step_keys(model_dir: Path) -> List[int]:
     if not Path(model_dir).is_dir():
         return []
     for p in Path(model_dir).iterdir():
-        for stem, suffix in (("manifest", ".json"), ("params", "")):
+        for stem, suffix in STEP_FILES[:2]:   # not the optimizer states: a resume can do without them
             step = numbered_step(p.name, stem, suffix)
             if step is not None:
                 steps.add(step)
@@ -132,13 +141,13 @@ def newest_intact(model_dir: Path) -> Tuple[Dict[str, Any], List[str]]:
     problems: List[str] = []
     for step in step_keys(model_dir):
         try:
-            body = verify(model_dir, f"{step:08d}", attempts=1)
+            body = verify(model_dir, step_key(step), attempts=1)
         except CheckpointError as e:
             problems.append(f"step {step}: {e}")
             continue
         if "state" in body:
             return body, problems
-        problems.append(f"step {step}: {Path(model_dir) / manifest_name(f'{step:08d}')} holds no training state")
+        problems.append(f"step {step}: {Path(model_dir) / manifest_name(step_key(step))} holds no training state")
     raise CheckpointError(f"--resume: no intact checkpoint in {model_dir} ("
                           + ("; ".join(problems) or "no checkpoint manifest") + "); restore the files from a backup "
                           "or start a new run with --overwrite")
