@@ -62,16 +62,12 @@ def _run_updates(trainer, n: int) -> dict:
     return seen
 
 
-def count_parameters(net) -> int:
-    """Trainable numbers in `net`, each shared (tied) parameter once."""
-    return sum(p.data().size for p in net.collect_params().values())
-
-
 def train_worker(spec: dict, conn) -> None:
     """One configuration in its own process, driven over `conn`: "warmup" runs the warm-up updates, "window" one
     timed window (its figures are sent back), "finish" sends the configuration's details and ends."""
     if spec.get("omp_num_threads"):   # before MXNet (and its OpenMP runtime) is loaded in this fresh process
         os.environ["OMP_NUM_THREADS"] = str(spec["omp_num_threads"])
+    from nmt.preflight import parameter_count
     from nmt.train import create_trainer
     with tempfile.TemporaryDirectory(prefix="nmt-bench-") as tmp:
         cfg = _config({**spec, "train": {**spec["train"], "model_dir": str(Path(tmp) / "model")}})
@@ -88,7 +84,7 @@ def train_worker(spec: dict, conn) -> None:
             else:
                 break
         conn.send({"devices": [str(c) for c in trainer.ctxs], "num_devices": len(trainer.ctxs),
-                   "arch": cfg.model.arch, "parameters": count_parameters(trainer.net),
+                   "arch": cfg.model.arch, "parameters": parameter_count(trainer.net),
                    "src_vocab": trainer.data.src_tok.vocab_size, "tgt_vocab": trainer.data.tgt_tok.vocab_size,
                    "batch_size": cfg.data.batch_size, "accum_steps": cfg.train.accum_steps,
                    "batches_per_epoch": len(sampler), "bucket_shapes": sampler.bucket_shapes,
