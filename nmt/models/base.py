@@ -54,6 +54,26 @@ def _leaves(value: Any, moving_only: bool) -> List[Any]:
     return [] if value is None else [value]
 
 
+def _concat_field(values: List[Any], name: str, pad_positions: bool) -> Any:
+    """One field of several states, their rows one after the other (`DecoderState.concat`); `pad_positions`: pad
+    axis 1 with zeros to the longest."""
+    if isinstance(values[0], DecoderState):
+        return DecoderState.concat(values)
+    if isinstance(values[0], tuple):
+        return tuple(_concat_field(list(v), f"{name}[{i}]", pad_positions) for i, v in enumerate(zip(*values)))
+    if values[0] is None:
+        return None
+    if pad_positions:
+        width = max(v.shape[1] for v in values)
+        values = [v if v.shape[1] == width else
+                  mx.nd.concat(v, mx.nd.zeros((v.shape[0], width - v.shape[1]) + v.shape[2:], ctx=v.context,
+                                              dtype=v.dtype), dim=1) for v in values]
+    shapes = {tuple(v.shape[1:]) for v in values}
+    if len(shapes) > 1:
+        raise ValueError(f"cannot join decoder states: {name} has rows of shapes {sorted(shapes)}")
+    return mx.nd.concat(*values, dim=0)
+
+
 @dataclasses.dataclass(frozen=True)
 class DecoderState:
     """A decoder state with named fields; every field is an NDArray with one row per hypothesis on axis 0, a
@@ -64,6 +84,9 @@ class DecoderState:
     are frozen dataclasses."""
 
     source_fields: ClassVar[Tuple[str, ...]] = ()
+    # Source fields whose arrays run over source positions on axis 1, masked beyond the source length (encoder
+    # memory): `concat` pads them with zeros to the widest, so sentences of any length join a running search.
+    source_position_fields: ClassVar[Tuple[str, ...]] = ()
 
     def _map(self, fn: Callable[[Any], Any], on_state: Callable[["DecoderState"], Any],
              names: Sequence[str]) -> "DecoderState":
@@ -89,6 +112,26 @@ class DecoderState:
         if k == 1:
             return self
         return self._map(lambda v: mx.nd.repeat(v, k, axis=0), lambda s: s.repeat(k), self._names())
+
+    @staticmethod
+    def concat(states: Sequence["DecoderState"]) -> "DecoderState":
+        """The rows of `states` one after the other (sentences joining a running search): states of one structure
+        whose arrays have the same shapes beyond axis 0 (axis 1 of `source_position_fields` is padded), else
+        ValueError naming the field."""
+        first = states[0]
+        changes = {f.name: _concat_field([getattr(s, f.name) for s in states], f"{type(first).__name__}.{f.name}",
+                                         f.name in first.source_position_fields)
+                   for f in dataclasses.fields(first)}
+        return dataclasses.replace(first, **changes)
+
+    def narrow_positions(self, width: int) -> "DecoderState":
+        """The state with `source_position_fields` cut to their first `width` positions (after the longest
+        sentences left: the rest attend over no more than they need)."""
+        def cut(v):
+            return v if v.shape[1] <= width else mx.nd.slice_axis(v, axis=1, begin=0, end=width)
+        changes = {f.name: _apply(getattr(self, f.name), cut if f.name in self.source_position_fields else lambda v: v,
+                                  lambda s: s.narrow_positions(width)) for f in dataclasses.fields(self)}
+        return dataclasses.replace(self, **changes)
 
     def arrays(self, moving_only: bool = False) -> List[Any]:
         """Every array of the state, field by field, depth first (what a hybridized step takes as inputs);

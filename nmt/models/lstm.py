@@ -138,6 +138,7 @@ class LSTMState(DecoderState):
     (the same for every beam of a sentence), and the decoder layers' hidden and cell states h, c (N,L,H)."""
 
     source_fields = ("memory", "src_len")
+    source_position_fields = ("memory",)
     memory: Tuple[mx.nd.NDArray, ...]
     src_len: mx.nd.NDArray
     h: mx.nd.NDArray

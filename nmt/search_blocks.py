@@ -1,0 +1,169 @@
+"""The hybridized blocks of a search step (`nmt.search`): per step one cached call chooses the tokens and
+back-pointers on the device (`GreedyUpdate`, or `BeamUpdate` built from `RowTopK`, `UpdateScores`, `TopK`,
+`Settled` and `SortStates`) and moves the decoder state's arrays that follow the hypotheses.
+
+A hypothesis's length (`lengths`, EOS counted) is the number of steps it has taken while active, so the rules that
+depend on how far a row has come (its length limit) read its own length, not a step counter of the batch: rows
+that joined a running batch later (`nmt.search.BeamStream`) follow the same rules.
+"""
+from __future__ import annotations
+
+from typing import Callable, Dict
+
+import mxnet as mx
+from mxnet import gluon
+
+from nmt.tokenizer import EOS_ID
+
+_NEG_INF = float("-inf")
+
+
+class RowTopK(gluon.HybridBlock):
+    """The k best tokens of every row of log-probabilities (N,V): values and ids (N,k), best first."""
+
+    def __init__(self, k: int, **kwargs):
+        super().__init__(**kwargs)
+        self._k = k
+
+    def hybrid_forward(self, F, log_probs):
+        return F.topk(log_probs, axis=-1, k=self._k, ret_typ="both")
+
+
+# The hook for an optional accelerated kernel: the block class `BeamUpdate` computes each step's per-row top-k
+# with (called as ROW_TOPK(k)). RowTopK, on MXNet's operators, is the reference it must match.
+ROW_TOPK: Callable[[int], gluon.HybridBlock] = RowTopK
+
+
+class UpdateScores(gluon.HybridBlock):
+    """Candidates (BK,R) of every hypothesis -> their summed log-probabilities (raw) and length-normalized scores.
+    A finished hypothesis (`fin`) has one candidate, itself under EOS, at an unchanged score."""
+
+    def hybrid_forward(self, F, cand_lp, cand_tok, scores, lengths, fin, lp_table):
+        column = F.broadcast_like(F.reshape(F.contrib.arange_like(cand_lp, axis=1), shape=(1, -1)), cand_lp)
+        fin_b = F.broadcast_like(F.reshape(fin, shape=(-1, 1)), cand_lp)
+        cand_lp = F.where(fin_b, F.where(column == 0, F.zeros_like(cand_lp), F.ones_like(cand_lp) * _NEG_INF),
+                          cand_lp)
+        cand_tok = F.where(fin_b, F.ones_like(cand_tok) * EOS_ID, cand_tok)
+        raw = F.broadcast_add(cand_lp, F.reshape(scores, shape=(-1, 1)))
+        penalty = F.take(lp_table, lengths + 1 - fin)                                  # of the candidate length
+        return raw, F.broadcast_div(raw, F.reshape(penalty, shape=(-1, 1))), cand_tok
+
+
+class TopK(gluon.HybridBlock):
+    """Per sentence, its K best candidates among the K*R of its rows: their flat positions in the (BK,R)
+    candidates and the rows (BK,) they extend (the back-pointers)."""
+
+    def __init__(self, beam_size: int, row_k: int, **kwargs):
+        super().__init__(**kwargs)
+        self._K, self._R = beam_size, row_k
+
+    def hybrid_forward(self, F, norm):
+        K, R = self._K, self._R
+        top = F.topk(F.reshape(norm, shape=(-1, K * R)), axis=-1, k=K, ret_typ="indices")   # (B,K)
+        first_row = F.reshape(F.contrib.arange_like(top, axis=0), shape=(-1, 1)) * K
+        pick = F.reshape(F.broadcast_add(top, first_row * R), shape=(-1,))
+        rows = F.reshape(F.broadcast_add(F.floor(top / R), first_row), shape=(-1,))
+        return pick, rows
+
+
+class Settled(gluon.HybridBlock):
+    """Per sentence: whether its `nbest` best finished hypotheses can no longer be displaced. An active
+    hypothesis with raw score s < 0 can only reach a normalized score <= s / lp(limit + 1) (raw scores only
+    fall, an ensemble's mean log-probabilities being <= 0 too, and the penalty only grows with length), so once
+    the nbest-th best finished score is at least that bound for every active slot, the rest of the search cannot
+    change the n-best list: the sentence stops early with the same result (active slots, scored as they are,
+    rank below it)."""
+
+    def __init__(self, beam_size: int, nbest: int, **kwargs):
+        super().__init__(**kwargs)
+        self._K, self._nbest = beam_size, nbest
+
+    def hybrid_forward(self, F, raw, lengths, finished, limits, lp_table):
+        K, inf = self._K, float("inf")
+        norm = raw / F.take(lp_table, lengths)
+        fin_norm = F.reshape(F.where(finished, norm, F.ones_like(norm) * -inf), shape=(-1, K))
+        nth = F.min(F.topk(fin_norm, axis=-1, k=self._nbest, ret_typ="value"), axis=1)          # (B,)
+        bound = raw / F.take(lp_table, limits + 1)
+        best_active = F.max(F.reshape(F.where(finished, F.ones_like(bound) * -inf, bound), shape=(-1, K)), axis=1)
+        return F.broadcast_logical_and(nth > -inf, nth >= best_active)
+
+
+class SortStates(gluon.HybridBlock):
+    """The arrays of a decoder state that follow the hypotheses (`DecoderState.arrays(moving_only=True)`), taken
+    at the back-pointer rows: `DecoderState.reorder` inside the update's graph, one cached call for any number of
+    arrays (a Transformer's per-layer caches)."""
+
+    def hybrid_forward(self, F, rows, *moving):
+        return tuple(F.take(a, rows) for a in moving)
+
+
+class BeamUpdate(gluon.HybridBlock):
+    """One beam-search update for B sentences x K beams (rows b*K + k), see `beam_search` for the rules:
+    (log_probs, scores, lengths, finished, limits, lp_table, *moving) -> (token, scores, lengths, finished, rows,
+    emitted, sentence done, *moving reordered), every output but `sentence done` (B,) one entry per row; `moving`:
+    the decoder state's arrays that follow the hypotheses. An active hypothesis's length is the steps its sentence
+    has taken, so a row reaches its sentence's `limits` (maximum length) when its length does.
+
+    Within a row every candidate shares the score and the length penalty, so the sentence's best K candidates are
+    among its rows' best K tokens: a top-k per row, then one over K*K, instead of one over K*V (the same choice,
+    a fraction of the work). `nbest` > 0: a sentence is also done once `Settled`."""
+
+    def __init__(self, beam_size: int, vocab_size: int, nbest: int = 0, **kwargs):
+        super().__init__(**kwargs)
+        self._K = beam_size
+        R = min(beam_size, vocab_size)
+        with self.name_scope():
+            self.row_topk = ROW_TOPK(R)
+            self.update_scores = UpdateScores()
+            self.top_k = TopK(beam_size, R)
+            self.settled = Settled(beam_size, nbest) if nbest else None
+            self.sort_states = SortStates()
+
+    def hybrid_forward(self, F, log_probs, scores, lengths, finished, limits, lp_table, *moving):
+        # all active hypotheses of a sentence with max_len tokens are finished as they are
+        fin = F.broadcast_logical_or(finished, limits <= lengths)
+        cand_lp, cand_tok = self.row_topk(log_probs)                                          # (BK,R)
+        raw, norm, cand_tok = self.update_scores(cand_lp, cand_tok, scores, lengths, fin, lp_table)
+        pick, rows = self.top_k(norm)
+        new_scores = F.take(F.reshape(raw, shape=(-1,)), pick)
+        token = F.take(F.reshape(cand_tok, shape=(-1,)), pick)
+        was_fin = F.take(fin, rows)
+        is_eos = token == EOS_ID
+        lengths = F.take(lengths, rows) + 1 - was_fin
+        finished = F.broadcast_logical_or(F.broadcast_logical_or(was_fin, is_eos), new_scores == _NEG_INF)
+        emitted = F.where(F.broadcast_logical_or(was_fin, is_eos), F.ones_like(token) * -1, token)
+        # a sentence is done when every slot is finished (or will be, by its length limit, at the next step)
+        slot_done = F.broadcast_logical_or(finished, limits <= lengths)
+        sentence_done = F.min(F.reshape(slot_done, shape=(-1, self._K)), axis=1)
+        if self.settled is not None:
+            sentence_done = F.broadcast_logical_or(
+                sentence_done, self.settled(new_scores, lengths, finished, limits, lp_table))
+        return (token, new_scores, lengths, finished, rows, emitted, sentence_done,
+                *self.sort_states(rows, *moving))
+
+
+class GreedyUpdate(gluon.HybridBlock):
+    """(log_probs, done, steps, limits) -> (token, done, steps + 1, emitted): the most probable token of every row;
+    a row is done after EOS or its `limits` tokens (`steps`: the tokens it has taken), and emits -1 once done."""
+
+    def hybrid_forward(self, F, log_probs, done, steps, limits):
+        token = F.argmax(log_probs, axis=-1)
+        stop = F.broadcast_logical_or(done, token == EOS_ID)
+        emitted = F.where(stop, F.ones_like(token) * -1, token)
+        steps = steps + 1
+        return token, F.broadcast_logical_or(stop, limits <= steps), steps, emitted
+
+
+# Update blocks per (kind, sizes, device, state arrays), hybridized once and reused for every batch: they hold no
+# parameters, and one per device keeps threads decoding on different devices from sharing a cached graph.
+_UPDATES: Dict[tuple, gluon.HybridBlock] = {}
+
+
+def update_block(ctx: mx.Context, beam_size: int = 0, vocab_size: int = 0, nbest: int = 0,
+                  num_moving: int = 0) -> gluon.HybridBlock:
+    key = (str(ctx), beam_size, vocab_size, nbest, num_moving)
+    if key not in _UPDATES:
+        block = BeamUpdate(beam_size, vocab_size, nbest) if beam_size else GreedyUpdate()
+        block.hybridize(static_alloc=True)
+        _UPDATES[key] = block
+    return _UPDATES[key]
