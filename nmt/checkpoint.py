@@ -270,3 +270,18 @@ def average_checkpoints(model_dir: Path, files: List[str]) -> Path:
     manifest.write_manifest(model_dir, "avg", [PARAMS_AVG], params_step(files[-1]) or 0)
     return model_dir / PARAMS_AVG
 
+
+# A name only parameter files of an earlier layout have (Gluon's per-matrix LSTM layers, before the fused one).
+_EARLIER_LAYOUT = "._unfused."
+
+
+def check_layout(path: Path) -> None:
+    """CheckpointError naming the file when it was written by an earlier version of nmt (nothing converts it)."""
+    import mxnet as mx   # not at import time, as above
+    try:
+        names = mx.nd.load(str(path)).keys()
+    except (mx.base.MXNetError, AttributeError):
+        return   # missing or unreadable: the load that follows says so
+    if any(_EARLIER_LAYOUT in n for n in names):
+        raise CheckpointError(f"{path}: these parameters were written by an earlier version of nmt (separate "
+                              "per-matrix LSTM weights), which this version does not read; retrain the model")

@@ -71,30 +71,16 @@ def _load_net(model_dir: Path, cfg: Config, src_tok: Tokenizer, tgt_tok: Tokeniz
     """The hybridized model of a model directory with its `which` parameters, and their file."""
     net = build_model(cfg.model, src_tok.vocab_size, tgt_tok.vocab_size)
     path = ckpt.params_path(model_dir, str(which))
-    _check_layout(path)
+    ckpt.check_layout(path)
     try:
         net.load_parameters(str(path), ctx=ctx)
     except (mx.base.MXNetError, AssertionError, ValueError, KeyError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ckpt.CheckpointError(f"{path}: cannot load these parameters into the model described by "
                                    f"{model_dir / ckpt.CONFIG} ({first})") from None
+    net.collect_params().setattr("grad_req", "null")   # inference only: no gradient arrays
     net.hybridize(static_alloc=True)
     return net, path
-
-
-# A name only parameter files of an earlier layout have (Gluon's per-matrix LSTM layers, before the fused one).
-_EARLIER_LAYOUT = "._unfused."
-
-
-def _check_layout(path: Path) -> None:
-    """CheckpointError naming the file when it was written by an earlier version of nmt (nothing converts it)."""
-    try:
-        names = mx.nd.load(str(path)).keys()
-    except (mx.base.MXNetError, AttributeError):
-        return   # missing or unreadable: the load that follows says so
-    if any(_EARLIER_LAYOUT in n for n in names):
-        raise ckpt.CheckpointError(f"{path}: these parameters were written by an earlier version of nmt (separate "
-                                   "per-matrix LSTM weights), which this version does not read; retrain the model")
 
 
 def _check_member_vocabulary(member: Path, model_dir: Path, what: str, mine: Tokenizer, theirs: Tokenizer) -> None:
@@ -247,7 +233,7 @@ class Translator:
                       out: List[Hyps]) -> None:
         """Search one length-sorted batch (`chunk`: indices into `ids`) on `ctx`; hypotheses go to out[i]."""
         src, src_len = pad_sources([ids[i] for i in chunk], max(len(ids[i]) for i in chunk) + 1)
-        max_len = np.ceil(self.decode.max_len_a * src_len + self.decode.max_len_b).astype("int64")
+        max_len = self.max_lengths(src_len)
         src_nd = mx.nd.array(src, ctx=ctx, dtype="float32")
         len_nd = mx.nd.array(src_len, ctx=ctx, dtype="float32")
         if beam == 1 and nbest == 1:
@@ -257,6 +243,16 @@ class Translator:
                                alpha=self.decode.length_penalty_alpha, nbest=nbest)
         for r, i in enumerate(chunk):
             out[i] = hyps[r]
+
+    def max_lengths(self, src_len: np.ndarray) -> np.ndarray:
+        """The longest translation allowed per source length (EOS included): max_len_a * length + max_len_b."""
+        return np.ceil(self.decode.max_len_a * src_len + self.decode.max_len_b).astype("int64")
+
+    def continuous(self, beam_size: Optional[int] = None, nbest: int = 1, max_batch: int = 0):
+        """A `nmt.continuous.ContinuousDecoder` on the first device: sentences added at any time join the running
+        search (what a service uses); `max_batch` defaults to the decode batch size."""
+        from nmt.continuous import ContinuousDecoder   # not at import time: only the service needs it
+        return ContinuousDecoder(self, beam_size or self.decode.beam_size, nbest, max_batch or self.decode.batch_size)
 
     def translate_nbest(self, lines: Sequence[str], nbest: int, beam_size: Optional[int] = None,
                         first_line: int = 1) -> List[List[Tuple[str, float]]]:

@@ -130,16 +130,17 @@ async def load(url: str, lines: List[str], clients: int, per_request: int, secon
 
 
 def worker_stats(url: str) -> Dict[str, float]:
-    """The server's batcher counters (batches, sentences, seconds in translate calls) from /health."""
+    """The server's batcher counters (steps, sentences, seconds in search steps) from /health."""
     return next(iter(httpx.get(url + "/health", timeout=10).json()["models"].values()))
 
 
 def batching(before: Dict[str, float], after: Dict[str, float], seconds: float) -> Dict[str, float]:
-    """Mean batch size, model time per sentence and the worker's busy share between two /health readings."""
-    batches, sents = after["batches"] - before["batches"], after["sentences"] - before["sentences"]
+    """Mean batch (sentences advanced per search step), model time per sentence and the worker's busy share
+    between two /health readings."""
+    steps, sents = after["steps"] - before["steps"], after["sentences"] - before["sentences"]
     busy = after["busy_seconds"] - before["busy_seconds"]
-    return {"mean_batch": round(sents / max(batches, 1), 2), "model_ms_per_sentence": round(1000 * busy / max(sents, 1), 2),
-            "worker_busy": round(busy / seconds, 3)}
+    return {"mean_batch": round((after["sentence_steps"] - before["sentence_steps"]) / max(steps, 1), 2),
+            "model_ms_per_sentence": round(1000 * busy / max(sents, 1), 2), "worker_busy": round(busy / seconds, 3)}
 
 
 def offline(translator, lines: List[str], beam: int) -> Dict[str, object]:

@@ -209,8 +209,9 @@ def _add_routes(app: FastAPI, service: Service) -> None:
     async def health() -> JSONResponse:
         """200 while the server takes requests (503 once it is shutting down), with its queue sizes."""
         body = {"status": "shutting down" if service.stopping else "ok",
-                "models": {p: {"queued": m.batcher.queued, "batches": m.batcher.batches,
-                               "sentences": m.batcher.sentences, "busy_seconds": round(m.batcher.busy_seconds, 3)}
+                "models": {p: {"queued": m.batcher.queued, "batches": m.batcher.batches, "steps": m.batcher.steps,
+                               "sentence_steps": m.batcher.sentence_steps, "sentences": m.batcher.sentences,
+                               "busy_seconds": round(m.batcher.busy_seconds, 3)}
                            for p, m in service.models.items()}}
         return JSONResponse(body, status_code=503 if service.stopping else 200)
 

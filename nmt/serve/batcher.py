@@ -1,10 +1,16 @@
-"""Dynamic batching for the service: the sentences of concurrent requests are coalesced into one
-`Translator.translate_nbest` call, run by the one worker thread that owns the model.
+"""Dynamic batching for the service: the sentences of concurrent requests are decoded together by one worker
+thread that owns the model, as one running search that sentences join while it runs and leave as soon as they are
+done (`Translator.continuous`, `nmt.continuous`): continuous batching.
 
 Why one thread: a hybridized MXNet block must not be called from two threads at once, and MXNet calls release
 the GIL only partly, so the asyncio event loop hands work to this thread and awaits a future; it never waits
-on MXNet itself. Why coalesce: a decoding batch of 16 sentences costs little more than a batch of one, so
-requests that arrive within `max_wait_ms` of each other share one length-sorted search.
+on MXNet itself. Why decode together: a step over 16 sentences costs little more than a step over one. Why
+continuously: with a batch per call, a batch runs until its longest sentence is done, while the sentences already
+done wait for it and new requests wait for the next batch.
+
+When the worker is idle, the first request waits up to `max_wait_ms` for others to start with it. A request is
+answered when all its sentences are done. Requests with another beam size or n-best wait until the running
+search is done; calls on the model (`call`) run between two steps.
 
 The queue is bounded in sentences (`max_queue`): `submit` raises `QueueFull` at once instead of letting a burst
 grow memory and latency without limit; the service answers that with 503 and Retry-After.
@@ -17,7 +23,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 logger = logging.getLogger("nmt.serve")
 
@@ -52,6 +58,12 @@ class _Job:
     call: Optional[Callable[[], Any]] = None
     deadline: float = float("inf")            # time.monotonic() after which nobody waits for the answer
     queued_at: float = field(default_factory=time.monotonic)
+    results: Dict[int, Any] = field(default_factory=dict)   # n-best lists of the sentences done so far
+
+    @property
+    def live(self) -> bool:
+        """Whether somebody still waits for the answer."""
+        return self.deadline > time.monotonic() and not self.future.cancelled()
 
     def resolve(self, result: Any = None, error: Optional[BaseException] = None) -> None:
         """Hand the result (or error) to the waiting request on its event loop; nothing if it gave up."""
@@ -68,8 +80,8 @@ class _Job:
 
 
 class Batcher:
-    """Coalesces sentences of concurrent requests into batches of at most `max_batch` sentences, waiting at most
-    `max_wait_ms` after the first queued job for more; runs them on one worker thread in arrival order."""
+    """Decodes the sentences of concurrent requests together, at most `max_batch` at a time, on one worker thread;
+    an idle worker waits at most `max_wait_ms` after the first request for more to start with it."""
 
     def __init__(self, translator, max_batch: int = 64, max_wait_ms: float = DEFAULT_MAX_WAIT_MS,
                  max_queue: int = 1024):
@@ -78,15 +90,19 @@ class Batcher:
         self.translator = translator
         self.max_batch, self.max_wait, self.max_queue = max_batch, max_wait_ms / 1000.0, max_queue
         self._jobs: "queue.Queue[Optional[_Job]]" = queue.Queue()
-        self._held: List[_Job] = []          # taken from the queue but not yet run (a different key)
+        self._held: List[_Job] = []          # taken from the queue but not yet started (another key)
+        self._decoder = None                  # the running search (`Translator.continuous`) and its key
+        self._key: Tuple[int, int] = (0, 0)
+        self._active: List[_Job] = []         # jobs whose sentences are in the decoder
         self._queued = 0                      # sentences submitted and not yet finished
         self._lock = threading.Lock()
         self._closed = False
-        self.batches = 0                      # translate calls made (for /health and the tests)
+        self.batches = 0                      # groups of sentences that started or joined a search together
         self.sentences = 0                    # sentences translated
-        self.busy_seconds = 0.0               # time spent in translate calls
+        self.steps = 0                        # search steps taken
+        self.sentence_steps = 0               # sum over the steps of the sentences they advanced
+        self.busy_seconds = 0.0               # time spent in search steps
         self._seconds_per_sentence = 0.05     # running estimate, for Retry-After
-        self._last_end = 0.0                  # time.monotonic() when the last batch finished
         self._thread = threading.Thread(target=self._run, name="nmt-serve-worker", daemon=True)
         self._thread.start()
 
@@ -131,18 +147,26 @@ class Batcher:
 
     # -- worker thread ----------------------------------------------------------------------------------------------
     def _run(self) -> None:
-        """Worker loop: take a batch of jobs with one key, run it, repeat until close()."""
+        """Worker loop: start a search with the oldest job's key, feed it the jobs with that key as they come, step
+        it until it is empty, repeat until close()."""
         stopping = False
         while True:
-            batch, stopping = self._next_batch(stopping)
-            if not batch and stopping:
-                return
-            if batch:
-                self._execute(batch)
+            if not self._active:
+                batch, stopping = self._next_batch(stopping)
+                if not batch and stopping:
+                    return
+                if batch and batch[0].call is not None:
+                    self._run_call(batch[0])
+                    continue
+                self._start(batch)
+            else:
+                stopping = self._admit(stopping)
+            if self._active:
+                self._step()
 
     def _next_batch(self, stopping: bool) -> Tuple[List[_Job], bool]:
-        """Jobs to run together: the oldest job, then every job with its key that arrives within max_wait of it,
-        up to max_batch sentences. A job with another key is held for a later batch."""
+        """Jobs to start a search with: the oldest job, then every job with its key that arrives within max_wait of
+        it, up to max_batch sentences. A job with another key is held for a later search."""
         first = self._held.pop(0) if self._held else None
         while first is None:   # after close(): drain what is still queued without waiting
             try:
@@ -155,14 +179,10 @@ class Batcher:
             return [first], stopping
         batch, size = [first], len(first.lines)
         for job in [j for j in self._held if j.call is None and j.key == first.key]:
-            if size + len(job.lines) > self.max_batch:
-                break
             self._held.remove(job)
             batch.append(job)
             size += len(job.lines)
-        # Counted from the end of the previous batch too: the clients it answered send their next sentences within
-        # a few ms, and without this wait the requests held during that batch would leave as a half-full batch.
-        until = max(first.queued_at, self._last_end) + self.max_wait
+        until = first.queued_at + self.max_wait
         while size < self.max_batch and not stopping:
             try:
                 job = self._jobs.get(timeout=max(0.0, until - time.monotonic()))
@@ -170,47 +190,93 @@ class Batcher:
                 break
             if job is None:
                 stopping = True
-            elif job.call is None and job.key == first.key and size + len(job.lines) <= self.max_batch:
+            elif job.call is None and job.key == first.key:
                 batch.append(job)
                 size += len(job.lines)
             else:
                 self._held.append(job)
         return batch, stopping
 
-    def _execute(self, batch: List[_Job]) -> None:
-        """Run one batch on the model and hand each job its share; expired jobs are skipped, errors passed on."""
-        now = time.monotonic()
-        live = [j for j in batch if j.deadline > now and not j.future.cancelled()]
-        answers: List[Tuple[_Job, Any, Optional[BaseException]]] = []
-        try:
-            if live and live[0].call is not None:
-                answers = [(live[0], live[0].call(), None)]
-            elif live:
-                answers = [(job, result, None) for job, result in zip(live, self._translate(live))]
-        except Exception as e:   # the model failed on this batch: every request in it gets the error
-            logger.exception("translation batch failed")
-            answers = [(job, None, e) for job in live]
-        finally:
-            self._last_end = time.monotonic()
-            with self._lock:   # before the answers go out: a client that has its answer sees the queue without it
-                self._queued -= sum(len(j.lines) if j.call is None else 1 for j in batch)
-        for job, result, error in answers:
-            job.resolve(result, error)
+    def _admit(self, stopping: bool) -> bool:
+        """Between two steps: jobs that arrived join the search if they have its key (else are held); calls run."""
+        same = [j for j in self._held if j.call is None and j.key == self._key]
+        if same:
+            self._held = [j for j in self._held if j not in same]
+            self._add(same)
+        while True:
+            try:
+                job = self._jobs.get_nowait()
+            except queue.Empty:
+                return stopping
+            if job is None:
+                stopping = True
+            elif job.call is not None:
+                self._run_call(job)
+            elif job.key == self._key:
+                self._add([job])
+            else:
+                self._held.append(job)
 
-    def _translate(self, jobs: List[_Job]) -> List[List[NBest]]:
-        """Every job's n-best lists, from one translate call over all their sentences."""
-        lines = [x for j in jobs for x in j.lines]
-        beam, nbest = jobs[0].key
-        t0 = time.perf_counter()
-        out = self.translator.translate_nbest(lines, nbest, beam_size=beam)
+    def _start(self, jobs: List[_Job]) -> None:
+        """A new search with the jobs' key."""
+        self._key = jobs[0].key
+        beam, nbest = self._key
+        self._decoder = self.translator.continuous(beam, nbest, self.max_batch)
+        self._add(jobs)
+
+    def _add(self, jobs: List[_Job]) -> None:
+        """Hand the live jobs' sentences to the search; the others are done (nobody waits)."""
+        for job in jobs:
+            if not job.live:
+                self._finish(job)
+            elif not job.lines:
+                self._finish(job, [])
+            else:
+                try:
+                    self._decoder.add(job.lines, [(id(job), i) for i in range(len(job.lines))])
+                except Exception as e:   # pylint: disable=broad-except - e.g. the tokenizer failed: the caller gets it
+                    logger.exception("could not start translating a request")
+                    self._finish(job, error=e)
+                    continue
+                self._active.append(job)
+        self.batches += 1
+
+    def _step(self) -> None:
+        """One step of the search; jobs whose sentences are all done get their answers."""
+        t0, before = time.perf_counter(), self._decoder.sentence_steps
+        try:
+            done = self._decoder.step()
+        except Exception as e:   # the model failed: every request in the search gets the error
+            logger.exception("translation step failed")
+            jobs, self._active, self._decoder = self._active, [], None
+            for job in jobs:
+                self._finish(job, error=e)
+            return
         seconds = time.perf_counter() - t0
         self.busy_seconds += seconds
-        if lines:   # smoothed cost per sentence, for Retry-After
-            self._seconds_per_sentence = 0.8 * self._seconds_per_sentence + 0.2 * seconds / len(lines)
-        self.batches += 1
-        self.sentences += len(lines)
-        shares, k = [], 0
-        for job in jobs:
-            shares.append(out[k:k + len(job.lines)])
-            k += len(job.lines)
-        return shares
+        self.steps += 1
+        self.sentence_steps += self._decoder.sentence_steps - before
+        by_id = {id(job): job for job in self._active}
+        for (job_id, i), nbest in done:
+            by_id[job_id].results[i] = nbest
+        if done:   # model time per sentence so far, for Retry-After
+            self.sentences += len(done)
+            self._seconds_per_sentence = self.busy_seconds / self.sentences
+        for job in [j for j in self._active if len(j.results) == len(j.lines)]:
+            self._active.remove(job)
+            self._finish(job, [job.results[i] for i in range(len(job.lines))])
+
+    def _run_call(self, job: _Job) -> None:
+        try:
+            result = job.call() if job.live else None
+        except Exception as e:   # pylint: disable=broad-except - the caller gets it
+            self._finish(job, error=e)
+            return
+        self._finish(job, result)
+
+    def _finish(self, job: _Job, result: Any = None, error: Optional[BaseException] = None) -> None:
+        """The job leaves the queue count, then its answer goes out (a client that has its answer sees the queue
+        without it)."""
+        with self._lock:
+            self._queued -= len(job.lines) if job.call is None else 1
+        job.resolve(result, error)

@@ -33,7 +33,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--max-batch", type=int, default=None,
                    help="most sentences decoded together (default: the model's decode batch size)")
     p.add_argument("--max-wait-ms", type=float, default=DEFAULT_MAX_WAIT_MS,
-                   help="how long the first queued sentence waits for others to share its batch")
+                   help="how long an idle worker waits after a request for others to start decoding with it")
     p.add_argument("--max-queue", type=int, default=1024,
                    help="sentences queued per model before requests get 503 with Retry-After")
     p.add_argument("--max-sentences", type=int, default=lim.max_sentences, help="sentences per request")

@@ -1,5 +1,6 @@
-"""The service's dynamic batcher over a stand-in translator: coalescing, batch bounds, keys kept apart, the bounded
-queue, per-request time limits, errors, shutdown, and an event loop that keeps running while the model works."""
+"""The service's dynamic batcher over a stand-in translator: coalescing, continuous batching (sentences join a
+running search and leave when done), batch bounds, keys kept apart, the bounded queue, per-request time limits,
+errors, shutdown, and an event loop that keeps running while the model works."""
 from __future__ import annotations
 
 import asyncio
@@ -13,22 +14,52 @@ from nmt.serve.batcher import Batcher, Closed, QueueFull
 
 
 class FakeTranslator:
-    """translate_nbest that records its calls (lines, nbest, beam, thread) and takes `seconds` per call;
-    hypothesis j of line x is x reversed with j stars."""
+    """The translator side of the batcher (`continuous`): a search in which sentence x takes `steps(x)` steps once
+    started, at most max_batch at a time, `seconds` per step; every step records its running sentences as a call
+    (lines, nbest, beam, thread). Hypothesis j of line x is x reversed with j stars."""
 
-    def __init__(self, seconds: float = 0.0, fail_on: str = None):
-        self.seconds, self.fail_on = seconds, fail_on
+    def __init__(self, seconds: float = 0.0, fail_on: str = None, steps=lambda line: 1):
+        self.seconds, self.fail_on, self.steps = seconds, fail_on, steps
         self.calls: List[tuple] = []
         self.gate = threading.Event()
         self.gate.set()
 
-    def translate_nbest(self, lines, nbest, beam_size=None):
-        self.gate.wait(10)
-        self.calls.append((list(lines), nbest, beam_size, threading.current_thread().name))
-        time.sleep(self.seconds)
-        if self.fail_on in lines:
+    def continuous(self, beam_size, nbest, max_batch):
+        return FakeDecoder(self, beam_size, nbest, max_batch)
+
+
+class FakeDecoder:
+    """`nmt.continuous.ContinuousDecoder`'s protocol over FakeTranslator's rules."""
+
+    def __init__(self, fake, beam, nbest, max_batch):
+        self.fake, self.beam, self.nbest, self.max_batch = fake, beam, nbest, max_batch
+        self.waiting, self.running = [], []
+        self.steps = self.sentence_steps = 0
+
+    @property
+    def pending(self):
+        return len(self.waiting) + len(self.running)
+
+    def add(self, lines, keys):
+        self.waiting += [[key, line, self.fake.steps(line)] for key, line in zip(keys, lines)]
+
+    def step(self):
+        self.fake.gate.wait(10)
+        while self.waiting and len(self.running) < self.max_batch:
+            self.running.append(self.waiting.pop(0))
+        lines = [line for _, line, _ in self.running]
+        self.fake.calls.append((lines, self.nbest, self.beam, threading.current_thread().name))
+        self.steps += 1
+        self.sentence_steps += len(lines)
+        time.sleep(self.fake.seconds)
+        if self.fake.fail_on in lines:
             raise RuntimeError("model failed")
-        return [[(x[::-1] + "*" * j, -float(j)) for j in range(nbest)] if x else [] for x in lines]
+        for r in self.running:
+            r[2] -= 1
+        done = [r for r in self.running if r[2] <= 0 or not r[1]]
+        self.running = [r for r in self.running if r not in done]
+        return [(key, [(x[::-1] + "*" * j, -float(j)) for j in range(self.nbest)] if x else [])
+                for key, x, _ in done]
 
 
 def run(coro):
@@ -53,7 +84,7 @@ def test_concurrent_requests_share_batches_and_keep_their_order(fake):
     assert {c[3] for c in fake.calls} == {"nmt-serve-worker"}
 
 
-def test_batches_never_exceed_max_batch_and_requests_stay_whole(fake):
+def test_batches_never_exceed_max_batch_and_answers_stay_whole(fake):
     b = Batcher(fake, max_batch=8, max_wait_ms=30)
 
     async def main():
@@ -160,3 +191,65 @@ def test_event_loop_keeps_running_while_the_model_works():
         return ticks
     assert run(main()) >= 10   # ~30 expected: the loop was free during the 0.3 s call
     b.close()
+
+
+def test_a_short_sentence_joins_a_running_search_and_is_answered_first():
+    fake = FakeTranslator(seconds=0.01, steps=len)   # "x" * 40 takes 40 steps, "ab" 2
+    b = Batcher(fake, max_batch=8, max_wait_ms=0)
+    order = []
+
+    async def main():
+        async def one(line):
+            out = await b.translate([line], 1, 1)
+            order.append(line)
+            return out
+        long = asyncio.ensure_future(one("x" * 40))
+        await asyncio.sleep(0.08)   # the long sentence is some steps in
+        short = await one("ab")
+        return short, await long
+    short, long = run(main())
+    b.close()
+    assert short == [[("ba", 0.0)]] and long == [[("x" * 40, 0.0)]]
+    assert order == ["ab", "x" * 40]
+    assert any(c[0] == ["x" * 40, "ab"] for c in fake.calls), "the short sentence never ran beside the long one"
+    assert len(fake.calls) == 40, "the long sentence's search was restarted"
+    assert b.sentences == 2 and b.steps == 40 and b.sentence_steps == 42
+
+
+def test_another_key_waits_until_the_running_search_is_done():
+    fake = FakeTranslator(seconds=0.01, steps=len)
+    b = Batcher(fake, max_batch=8, max_wait_ms=0)
+
+    async def main():
+        first = asyncio.ensure_future(b.translate(["a" * 10], 1, 1))
+        await asyncio.sleep(0.03)
+        other = asyncio.ensure_future(b.translate(["bb"], 4, 2))
+        same = asyncio.ensure_future(b.translate(["cc"], 1, 1))
+        return await asyncio.gather(first, other, same)
+    out = run(main())
+    b.close()
+    assert out[1] == [[("bb", 0.0), ("bb*", -1.0)]]
+    keys = [(c[2], c[1]) for c in fake.calls]
+    assert keys == [(1, 1)] * 10 + [(4, 2)] * 2, "a search of another key ran before the first was done"
+    assert any(c[0] == ["a" * 10, "cc"] for c in fake.calls), "a request with the running key did not join it"
+
+
+def test_a_failing_tokenizer_fails_its_request_only():
+    class Picky(FakeTranslator):
+        def continuous(self, beam_size, nbest, max_batch):
+            decoder = super().continuous(beam_size, nbest, max_batch)
+            add = decoder.add
+
+            def checked(lines, keys):
+                if "bad" in lines:
+                    raise ValueError("cannot tokenize")
+                add(lines, keys)
+            decoder.add = checked
+            return decoder
+    b = Batcher(Picky(), max_batch=8, max_wait_ms=30)
+
+    async def main():
+        return await asyncio.gather(b.translate(["ok"], 1, 1), b.translate(["bad"], 1, 1), return_exceptions=True)
+    good, bad = run(main())
+    b.close()
+    assert good == [[("ko", 0.0)]] and isinstance(bad, ValueError) and b.queued == 0

@@ -1,0 +1,105 @@
+"""Continuous batching: sentences that arrive while others are being translated join the running beam search
+between two of its steps, and each leaves with its answer as soon as it is done (`nmt.search.BeamStream`).
+
+A service with 16 clients holds at most 16 sentences at a time. Decoding them as separate batches, each batch
+runs until its longest sentence is done while the sentences already done wait for it and new arrivals wait for
+the next batch: the model steps over ever fewer sentences. Here the batch is refilled as it empties, so every step
+advances as many sentences as are waiting (up to `max_batch`), and no sentence waits for a longer one.
+
+New sentences join at a step where the batch changes shape anyway (sentences left it), once a quarter of the
+batch's size is waiting, or after `MAX_WAIT_STEPS` steps: a join gives the step graph a new shape to plan. They
+join in arrival order, encoded at their own padded width (the batch's encoder memory is padded to the widest).
+A model whose step changes its state's shapes (`Seq2SeqModel.fixed_step_shapes` False: a Transformer's caches
+grow) takes new sentences only into an empty batch: batch after batch, as without this module.
+"""
+from __future__ import annotations
+
+import collections
+from typing import Deque, Hashable, List, Sequence, Tuple
+
+import mxnet as mx
+import numpy as np
+
+from nmt.batching import pad_sources
+from nmt.models.ensemble import as_model
+from nmt.search import BeamStream
+from nmt.translate import one_line
+
+NBest = List[Tuple[str, float]]
+# The most steps a waiting sentence lets pass before it joins a batch that has room.
+MAX_WAIT_STEPS = 3
+_JOIN_FRACTION = 0.25
+
+
+class ContinuousDecoder:
+    """`add` lines under keys, `step` until `pending` is 0; each `step` returns (key, n-best list) of the lines
+    that are done, the same lists `Translator.translate_nbest` gives (greedy scores 0.0 with beam 1, nbest 1)."""
+
+    def __init__(self, translator, beam_size: int, nbest: int, max_batch: int):
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1 (got {max_batch})")
+        self.translator, self.max_batch = translator, max_batch
+        self.greedy = beam_size == 1 and nbest == 1
+        self.search = BeamStream(as_model(translator.members), translator.ctx, max(beam_size, nbest), nbest,
+                                 translator.decode.length_penalty_alpha)
+        self.waiting: Deque[Tuple[Hashable, List[int], int]] = collections.deque()   # (key, source ids, steps)
+        self.ready: List[Tuple[Hashable, NBest]] = []   # done without decoding (empty lines)
+        self.keys: dict = {}                            # search id -> key
+        self._next_id = 0
+        self.steps = 0            # steps taken
+        self.sentence_steps = 0   # sum over steps of the sentences in the batch
+
+    @property
+    def pending(self) -> int:
+        """Lines added and not yet returned by `step`."""
+        return len(self.waiting) + self.search.size + len(self.ready)
+
+    @property
+    def decoding(self) -> int:
+        """Sentences in the running batch."""
+        return self.search.size
+
+    def add(self, lines: Sequence[str], keys: Sequence[Hashable]) -> None:
+        """Queue `lines`, known by `keys` (same length) when they come back from `step`."""
+        if len(lines) != len(keys):
+            raise ValueError(f"ContinuousDecoder.add: {len(lines)} lines but {len(keys)} keys")
+        for key, ids in zip(keys, self.translator.source_ids(lines)):
+            if ids:
+                self.waiting.append((key, ids, 0))
+            else:
+                self.ready.append((key, []))
+
+    def step(self) -> List[Tuple[Hashable, NBest]]:
+        """Let waiting sentences join (see the module's rules), advance the batch by one token, and return the
+        lines that are done."""
+        out, self.ready = self.ready, []
+        self._join()
+        if self.search.size:
+            self.steps += 1
+            self.sentence_steps += self.search.size
+            done = self.search.step()
+            texts = self.translator.tgt_tok.decode([ids for _, hyps in done for ids, _ in hyps])
+            k = 0
+            for i, hyps in done:
+                out.append((self.keys.pop(i), [(one_line(texts[k + j]), 0.0 if self.greedy else score)
+                                               for j, (_, score) in enumerate(hyps)]))
+                k += len(hyps)
+        self.waiting = collections.deque((key, ids, waited + 1) for key, ids, waited in self.waiting)
+        return out
+
+    def _join(self) -> None:
+        """Move waiting sentences into the batch when the rules allow."""
+        running, room = self.search.size, self.max_batch - self.search.size
+        if not self.waiting or room <= 0 or not self.search.can_join:
+            return
+        if running and not (self.search.left_last_step or len(self.waiting) >= _JOIN_FRACTION * running
+                            or self.waiting[0][2] >= MAX_WAIT_STEPS):
+            return
+        taken = [self.waiting.popleft() for _ in range(min(room, len(self.waiting)))]
+        src, src_len = pad_sources([ids for _, ids, _ in taken], 1 + max(len(ids) for _, ids, _ in taken))
+        ids = np.arange(self._next_id, self._next_id + len(taken))
+        self._next_id += len(taken)
+        self.keys.update(zip(ids.tolist(), [key for key, _, _ in taken]))
+        ctx = self.translator.ctx
+        self.search.add(mx.nd.array(src, ctx=ctx, dtype="float32"), mx.nd.array(src_len, ctx=ctx, dtype="float32"),
+                        self.translator.max_lengths(src_len), ids)
