@@ -12,6 +12,7 @@ from nmt.config import ModelConfig
 from nmt.loss import Seq2SeqLoss
 from nmt.models import build_model
 from nmt.search import BOS_ID, EOS_ID, beam_search, greedy_search
+from tests.unit.test_beam_stream import alone, stream_decode
 from tests.unit.test_search import assert_same_hypotheses, count_rows, reference_greedy
 
 VOCAB = 20
@@ -155,3 +156,14 @@ def test_ensemble_follows_the_mean_of_its_members_log_probs(copy_model):
     alone = beam_search(model, src, src_len, beam_size=3, max_len=max_len, nbest=3)
     assert_same_hypotheses(beam_search([model, model], src, src_len, beam_size=3, max_len=max_len, nbest=3), alone,
                            rtol=1e-5, atol=1e-5)
+
+
+def test_sentences_joining_a_running_search_copy_as_alone(copy_model):
+    """A trained LSTM, sentences of 1-8 words joining a running beam search at different steps (BeamStream):
+    the same n-best lists as decoding each alone."""
+    model, _ = copy_model
+    (src, src_len, _, _, _), words = copy_batch(np.random.RandomState(5), 8)
+    max_len = (2 * src_len.asnumpy().astype(int)).tolist()
+    got, _, sizes = stream_decode(model, src, src_len, max_len, arrivals=[0, 0, 0, 1, 3, 3, 4, 6])
+    assert_same_hypotheses(got, alone(model, src, src_len, max_len))
+    assert sum(h[0][0] == w for h, w in zip(got, words)) >= 7 and max(sizes) > 3

@@ -14,6 +14,7 @@ if not hasattr(nmt.models, "build_model"):
 from nmt.config import ModelConfig  # noqa: E402
 from nmt.models.ensemble import Ensemble  # noqa: E402
 from nmt.search import beam_search, greedy_search  # noqa: E402
+from tests.unit.test_beam_stream import alone, stream_decode  # noqa: E402
 from tests.unit.test_search import assert_same_hypotheses, reference_greedy  # noqa: E402
 from tests.unit.test_transformer import COPY_MAX_LEN, COPY_VOCAB, copy_test_set, train_copy_model  # noqa: E402
 
@@ -53,3 +54,14 @@ def test_an_ensemble_with_an_lstm_follows_the_mean_of_its_members(copy_model):
     ensemble = Ensemble([copy_model, lstm])
     _, _, attention = ensemble.step(nd.full((5,), 2), ensemble.init_state(ensemble.encode(src, src_len)))
     assert attention.shape == (5, src.shape[1])
+
+
+def test_a_stream_decodes_each_sentence_as_alone(copy_model):
+    """Sentences added while others decode (nmt.search.BeamStream): a Transformer's caches grow, so they start a
+    new batch once the running one is done, and each decodes as it would alone."""
+    src, src_len, expected = copy_test_set(6)
+    max_len = [COPY_MAX_LEN + 2] * 6
+    got, _, sizes = stream_decode(copy_model, src, src_len, max_len, arrivals=[0, 0, 1, 2, 2, 7])
+    assert [h[0][0] for h in got] == expected
+    assert_same_hypotheses(got, alone(copy_model, src, src_len, max_len))
+    assert sizes[0] == 2 and 3 in sizes   # the first two alone, then the three that waited for them
