@@ -221,7 +221,12 @@ class Batcher:
         """A new search with the jobs' key."""
         self._key = jobs[0].key
         beam, nbest = self._key
-        self._decoder = self.translator.continuous(beam, nbest, self.max_batch)
+        try:
+            self._decoder = self.translator.continuous(beam, nbest, self.max_batch)
+        except Exception as e:   # pylint: disable=broad-except - e.g. a beam the search refuses: the callers get it
+            for job in jobs:
+                self._finish(job, error=e)
+            return
         self._add(jobs)
 
     def _add(self, jobs: List[_Job]) -> None:

@@ -253,3 +253,19 @@ def test_a_failing_tokenizer_fails_its_request_only():
     good, bad = run(main())
     b.close()
     assert good == [[("ko", 0.0)]] and isinstance(bad, ValueError) and b.queued == 0
+
+
+def test_a_search_that_cannot_start_fails_its_requests_and_the_worker_goes_on():
+    class NoBeam3(FakeTranslator):
+        def continuous(self, beam_size, nbest, max_batch):
+            if beam_size == 3:
+                raise ValueError("beam_size 3 is not allowed")
+            return super().continuous(beam_size, nbest, max_batch)
+    b = Batcher(NoBeam3(), max_batch=8, max_wait_ms=0)
+
+    async def main():
+        with pytest.raises(ValueError, match="beam_size 3"):
+            await b.translate(["x"], 3, 1)
+        return await b.translate(["ok"], 1, 1)
+    assert run(main()) == [[("ko", 0.0)]] and b.queued == 0
+    b.close()
