@@ -1,0 +1,119 @@
+"""nmt.continuous.ContinuousDecoder's rules over a stand-in search: when waiting sentences join the running batch
+(sentences left it, a quarter of its size is waiting, or the oldest waited MAX_WAIT_STEPS steps), the batch bound,
+arrival order, keys, empty lines, and a model that cannot take sentences into a running batch."""
+from __future__ import annotations
+
+import types
+
+import numpy as np
+import pytest
+
+import nmt.continuous as continuous
+
+
+class FakeSearch:
+    """BeamStream's surface: a sentence is done after as many steps as it has source tokens."""
+
+    def __init__(self, model, ctx, beam, nbest, alpha, joinable=True):
+        self.joinable, self.rows, self.joins, self.left_last_step = joinable, {}, [], False
+
+    @property
+    def size(self):
+        return len(self.rows)
+
+    @property
+    def can_join(self):
+        return self.size == 0 or self.joinable
+
+    def add(self, src, src_len, max_len, ids):
+        self.joins.append([int(i) for i in ids])
+        self.rows.update({int(i): int(n) - 1 for i, n in zip(ids, src_len.asnumpy())})
+
+    def step(self):
+        self.rows = {i: n - 1 for i, n in self.rows.items()}
+        done = [i for i, n in self.rows.items() if n <= 0]
+        for i in done:
+            del self.rows[i]
+        self.left_last_step = bool(done)
+        return [(i, [([7, 8], -1.0)]) for i in done]
+
+
+def decoder(monkeypatch, joinable=True, max_batch=8, beam=4):
+    monkeypatch.setattr(continuous, "BeamStream", lambda *a: FakeSearch(*a, joinable=joinable))
+    tok = types.SimpleNamespace(decode=lambda ids: [" ".join(map(str, x)) for x in ids])
+    tr = types.SimpleNamespace(members=[object()], ctx=None, decode=types.SimpleNamespace(length_penalty_alpha=0.6),
+                               source_ids=lambda lines: [[5] * len(x) for x in lines], tgt_tok=tok,
+                               max_lengths=lambda n: np.asarray(n) * 2)
+    monkeypatch.setattr(continuous, "as_model", lambda members: members[0])
+    return continuous.ContinuousDecoder(tr, beam, 1, max_batch)
+
+
+def run(dec, arrivals, steps=40):
+    """arrivals: {step: [(key, line)]}; the step at which each key came back."""
+    back = {}
+    for step in range(steps):
+        for key, line in arrivals.get(step, []):
+            dec.add([line], [key])
+        for key, nbest in dec.step():
+            back[key] = step
+    assert dec.pending == 0
+    return back
+
+
+def track_joins(dec):
+    """{search id: the decoder's step count when it joined}."""
+    joined_at, original = {}, dec.search.add
+
+    def add(src, src_len, max_len, ids):
+        joined_at.update({int(i): dec.steps for i in ids})
+        original(src, src_len, max_len, ids)
+    dec.search.add = add
+    return joined_at
+
+
+def test_join_timing_follows_the_rules(monkeypatch):
+    dec = decoder(monkeypatch, max_batch=16)
+    joined_at = track_joins(dec)
+    run(dec, {0: [(f"a{i}", "x" * 30) for i in range(8)], 2: [("one", "x" * 5)],
+              10: [(f"b{i}", "x" * 5) for i in range(2)]})
+    assert joined_at[8] == 2 + continuous.MAX_WAIT_STEPS   # 1 waiting, under a quarter of 8: it waits 3 steps
+    assert joined_at[9] == joined_at[10] == 10              # 2 waiting, a quarter of 8: at once
+
+
+def test_a_full_batch_takes_arrivals_when_sentences_leave(monkeypatch):
+    dec = decoder(monkeypatch, max_batch=8)
+    joined_at = track_joins(dec)
+    back = run(dec, {0: [("long", "x" * 20)] + [(f"s{i}", "x" * 12) for i in range(7)], 1: [("late", "xx")]})
+    assert joined_at[8] == back["s0"] + 1 == 12   # the step after the 12-token sentences left
+    assert back["late"] < back["long"]
+
+
+def test_keys_and_empty_lines_come_back_and_order_is_kept(monkeypatch):
+    dec = decoder(monkeypatch, max_batch=2)
+    dec.add(["xxx", "", "x", "xx"], ["a", "b", "c", "d"])
+    out = {}
+    while dec.pending:
+        out.update(dec.step())
+    assert out == {"a": [("7 8", -1.0)], "b": [], "c": [("7 8", -1.0)], "d": [("7 8", -1.0)]}
+    assert dec.search.joins == [[0, 1], [2]]   # two at a time, in arrival order
+
+
+def test_greedy_scores_are_zero_as_translate_nbest_gives_them(monkeypatch):
+    dec = decoder(monkeypatch, beam=1)
+    dec.add(["x"], ["k"])
+    assert dec.step() == [("k", [("7 8", 0.0)])]
+
+
+def test_without_joins_new_sentences_wait_for_an_empty_batch(monkeypatch):
+    dec = decoder(monkeypatch, joinable=False, max_batch=16)
+    back = run(dec, {0: [("long", "x" * 10)], 1: [(f"s{i}", "x") for i in range(6)]})
+    assert dec.search.joins == [[0], list(range(1, 7))]
+    assert all(back[f"s{i}"] > back["long"] for i in range(6))
+
+
+def test_bad_arguments(monkeypatch):
+    with pytest.raises(ValueError, match="max_batch"):
+        decoder(monkeypatch, max_batch=0)
+    dec = decoder(monkeypatch)
+    with pytest.raises(ValueError, match="2 lines but 1 keys"):
+        dec.add(["a", "b"], ["k"])
