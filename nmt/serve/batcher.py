@@ -27,9 +27,10 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 logger = logging.getLogger("nmt.serve")
 
-# How long a batch waits for more sentences. 16 closed-loop clients sending one sentence each come back over some
-# 10-20 ms after their answers; at 5 ms they formed batches of 8.2-8.7 sentences, at 20 ms of 12.7-14.0, for 1.2x
-# the served sentences/s and a lower median latency (docs/serving.md). A lone request waits at most this long.
+# How long an idle worker waits after a request for others to start with it (later ones join the running search).
+# Chosen with the earlier per-call batcher: 16 closed-loop clients come back some 10-20 ms after their answers, and
+# at 5 ms they formed batches of 8.2-8.7 sentences, at 20 ms of 12.7-14.0, for 1.2x the served sentences/s. A lone
+# request waits at most this long.
 DEFAULT_MAX_WAIT_MS = 20.0
 
 NBest = List[Tuple[str, float]]
