@@ -263,7 +263,8 @@ class BeamStream:
         return self.size == 0 or self.model.fixed_step_shapes
 
     def add(self, src: mx.nd.NDArray, src_len: mx.nd.NDArray, max_len: MaxLen, ids: Sequence[int]) -> None:
-        """Sentences `src` (n, S) with lengths (n,), at most `max_len` tokens each, known by `ids` (ints) from now on."""
+        """Sentences `src` (n, S) with lengths (n,), at most `max_len` tokens each, known from now on by `ids`
+        (ints)."""
         n, K, ctx = src.shape[0], self.K, self.ctx
         if not self.can_join:
             raise ValueError(f"BeamStream.add: {type(self.model).__name__}'s state changes shape from step to step: "
