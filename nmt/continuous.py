@@ -17,13 +17,10 @@ from __future__ import annotations
 import collections
 from typing import Deque, Hashable, List, Sequence, Tuple
 
-import mxnet as mx
 import numpy as np
 
-from nmt.batching import pad_sources
 from nmt.models.ensemble import as_model
 from nmt.search import BeamStream
-from nmt.translate import one_line
 
 NBest = List[Tuple[str, float]]
 # The most steps a waiting sentence lets pass before it joins a batch that has room.
@@ -42,7 +39,8 @@ class ContinuousDecoder:
         self.greedy = beam_size == 1 and nbest == 1
         self.search = BeamStream(as_model(translator.members), translator.ctx, max(beam_size, nbest), nbest,
                                  translator.decode.length_penalty_alpha)
-        self.waiting: Deque[Tuple[Hashable, List[int], int]] = collections.deque()   # (key, source ids, steps)
+        # (key, source ids, the step count when it arrived)
+        self.waiting: Deque[Tuple[Hashable, List[int], int]] = collections.deque()
         self.ready: List[Tuple[Hashable, NBest]] = []   # done without decoding (empty lines)
         self.keys: dict = {}                            # search id -> key
         self._next_id = 0
@@ -54,18 +52,13 @@ class ContinuousDecoder:
         """Lines added and not yet returned by `step`."""
         return len(self.waiting) + self.search.size + len(self.ready)
 
-    @property
-    def decoding(self) -> int:
-        """Sentences in the running batch."""
-        return self.search.size
-
     def add(self, lines: Sequence[str], keys: Sequence[Hashable]) -> None:
         """Queue `lines`, known by `keys` (same length) when they come back from `step`."""
         if len(lines) != len(keys):
             raise ValueError(f"ContinuousDecoder.add: {len(lines)} lines but {len(keys)} keys")
         for key, ids in zip(keys, self.translator.source_ids(lines)):
             if ids:
-                self.waiting.append((key, ids, 0))
+                self.waiting.append((key, ids, self.steps))
             else:
                 self.ready.append((key, []))
 
@@ -78,13 +71,9 @@ class ContinuousDecoder:
             self.steps += 1
             self.sentence_steps += self.search.size
             done = self.search.step()
-            texts = self.translator.tgt_tok.decode([ids for _, hyps in done for ids, _ in hyps])
-            k = 0
-            for i, hyps in done:
-                out.append((self.keys.pop(i), [(one_line(texts[k + j]), 0.0 if self.greedy else score)
-                                               for j, (_, score) in enumerate(hyps)]))
-                k += len(hyps)
-        self.waiting = collections.deque((key, ids, waited + 1) for key, ids, waited in self.waiting)
+            texts = self.translator.texts([[(ids, 0.0 if self.greedy else score) for ids, score in hyps]
+                                           for _, hyps in done])
+            out += [(self.keys.pop(i), nbest) for (i, _), nbest in zip(done, texts)]
         return out
 
     def _join(self) -> None:
@@ -93,13 +82,10 @@ class ContinuousDecoder:
         if not self.waiting or room <= 0 or not self.search.can_join:
             return
         if running and not (self.search.left_last_step or len(self.waiting) >= _JOIN_FRACTION * running
-                            or self.waiting[0][2] >= MAX_WAIT_STEPS):
+                            or self.steps - self.waiting[0][2] >= MAX_WAIT_STEPS):
             return
         taken = [self.waiting.popleft() for _ in range(min(room, len(self.waiting)))]
-        src, src_len = pad_sources([ids for _, ids, _ in taken], 1 + max(len(ids) for _, ids, _ in taken))
         ids = np.arange(self._next_id, self._next_id + len(taken))
         self._next_id += len(taken)
         self.keys.update(zip(ids.tolist(), [key for key, _, _ in taken]))
-        ctx = self.translator.ctx
-        self.search.add(mx.nd.array(src, ctx=ctx, dtype="float32"), mx.nd.array(src_len, ctx=ctx, dtype="float32"),
-                        self.translator.max_lengths(src_len), ids)
+        self.search.add(*self.translator.source_batch([src for _, src, _ in taken], self.translator.ctx), ids)

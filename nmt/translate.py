@@ -232,10 +232,7 @@ class Translator:
     def _decode_chunk(self, ctx: mx.Context, model, ids: List[List[int]], chunk: List[int], beam: int, nbest: int,
                       out: List[Hyps]) -> None:
         """Search one length-sorted batch (`chunk`: indices into `ids`) on `ctx`; hypotheses go to out[i]."""
-        src, src_len = pad_sources([ids[i] for i in chunk], max(len(ids[i]) for i in chunk) + 1)
-        max_len = self.max_lengths(src_len)
-        src_nd = mx.nd.array(src, ctx=ctx, dtype="float32")
-        len_nd = mx.nd.array(src_len, ctx=ctx, dtype="float32")
+        src_nd, len_nd, max_len = self.source_batch([ids[i] for i in chunk], ctx)
         if beam == 1 and nbest == 1:
             hyps = [[(h, 0.0)] for h in greedy_search(model, src_nd, len_nd, max_len)]
         else:
@@ -244,9 +241,22 @@ class Translator:
         for r, i in enumerate(chunk):
             out[i] = hyps[r]
 
-    def max_lengths(self, src_len: np.ndarray) -> np.ndarray:
-        """The longest translation allowed per source length (EOS included): max_len_a * length + max_len_b."""
-        return np.ceil(self.decode.max_len_a * src_len + self.decode.max_len_b).astype("int64")
+    def source_batch(self, src_ids: List[List[int]], ctx: mx.Context
+                     ) -> Tuple[mx.nd.NDArray, mx.nd.NDArray, np.ndarray]:
+        """Sources padded to the longest (+ EOS) on `ctx`, their lengths, and the longest translation allowed for
+        each (max_len_a * source length + max_len_b)."""
+        src, src_len = pad_sources(src_ids, max(len(x) for x in src_ids) + 1)
+        max_len = np.ceil(self.decode.max_len_a * src_len + self.decode.max_len_b).astype("int64")
+        return mx.nd.array(src, ctx=ctx, dtype="float32"), mx.nd.array(src_len, ctx=ctx, dtype="float32"), max_len
+
+    def texts(self, hyps: Sequence[Hyps]) -> List[List[Tuple[str, float]]]:
+        """Per sentence, its (target ids, score) hypotheses detokenized to single lines, in one tokenizer call."""
+        flat = self.tgt_tok.decode([ids for h in hyps for ids, _ in h])
+        out, k = [], 0
+        for h in hyps:
+            out.append([(one_line(flat[k + j]), score) for j, (_, score) in enumerate(h)])
+            k += len(h)
+        return out
 
     def continuous(self, beam_size: Optional[int] = None, nbest: int = 1, max_batch: int = 0):
         """A `nmt.continuous.ContinuousDecoder` on the first device: sentences added at any time join the running
@@ -257,13 +267,7 @@ class Translator:
     def translate_nbest(self, lines: Sequence[str], nbest: int, beam_size: Optional[int] = None,
                         first_line: int = 1) -> List[List[Tuple[str, float]]]:
         """Per input line, up to `nbest` (detokenized translation, score), best first ([] for an empty line)."""
-        res = self.translate_ids(lines, beam_size=beam_size, nbest=nbest, first_line=first_line)
-        flat = self.tgt_tok.decode([ids for r in res for ids, _ in r])
-        out, k = [], 0
-        for r in res:
-            out.append([(one_line(flat[k + j]), s) for j, (_, s) in enumerate(r)])
-            k += len(r)
-        return out
+        return self.texts(self.translate_ids(lines, beam_size=beam_size, nbest=nbest, first_line=first_line))
 
     def translate(self, lines: Sequence[str], beam_size: Optional[int] = None, first_line: int = 1) -> List[str]:
         """One detokenized, single-line translation per input line."""

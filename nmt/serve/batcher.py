@@ -94,7 +94,7 @@ class Batcher:
         self._held: List[_Job] = []          # taken from the queue but not yet started (another key)
         self._decoder = None                  # the running search (`Translator.continuous`) and its key
         self._key: Tuple[int, int] = (0, 0)
-        self._active: List[_Job] = []         # jobs whose sentences are in the decoder
+        self._active: Dict[int, _Job] = {}    # jobs whose sentences are in the decoder, by id (their keys there)
         self._queued = 0                      # sentences submitted and not yet finished
         self._lock = threading.Lock()
         self._closed = False
@@ -244,7 +244,7 @@ class Batcher:
                     logger.exception("could not start translating a request")
                     self._finish(job, error=e)
                     continue
-                self._active.append(job)
+                self._active[id(job)] = job
         self.batches += 1
 
     def _step(self) -> None:
@@ -254,23 +254,24 @@ class Batcher:
             done = self._decoder.step()
         except Exception as e:   # the model failed: every request in the search gets the error
             logger.exception("translation step failed")
-            jobs, self._active, self._decoder = self._active, [], None
-            for job in jobs:
+            jobs, self._active, self._decoder = self._active, {}, None
+            for job in jobs.values():
                 self._finish(job, error=e)
             return
         seconds = time.perf_counter() - t0
         self.busy_seconds += seconds
         self.steps += 1
         self.sentence_steps += self._decoder.sentence_steps - before
-        by_id = {id(job): job for job in self._active}
         for (job_id, i), nbest in done:
-            by_id[job_id].results[i] = nbest
+            self._active[job_id].results[i] = nbest
         if done:   # model time per sentence so far, for Retry-After
             self.sentences += len(done)
             self._seconds_per_sentence = self.busy_seconds / self.sentences
-        for job in [j for j in self._active if len(j.results) == len(j.lines)]:
-            self._active.remove(job)
-            self._finish(job, [job.results[i] for i in range(len(job.lines))])
+        for job_id in dict.fromkeys(job_id for (job_id, _), _ in done):   # the jobs that got answers, in order
+            job = self._active[job_id]
+            if len(job.results) == len(job.lines):
+                del self._active[job_id]
+                self._finish(job, [job.results[i] for i in range(len(job.lines))])
 
     def _run_call(self, job: _Job) -> None:
         try:

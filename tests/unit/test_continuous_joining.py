@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import types
 
-import numpy as np
+import mxnet as mx
 import pytest
 
 import nmt.continuous as continuous
+from nmt.translate import Translator
 
 
 class FakeSearch:
@@ -41,9 +42,10 @@ class FakeSearch:
 def decoder(monkeypatch, joinable=True, max_batch=8, beam=4):
     monkeypatch.setattr(continuous, "BeamStream", lambda *a: FakeSearch(*a, joinable=joinable))
     tok = types.SimpleNamespace(decode=lambda ids: [" ".join(map(str, x)) for x in ids])
-    tr = types.SimpleNamespace(members=[object()], ctx=None, decode=types.SimpleNamespace(length_penalty_alpha=0.6),
-                               source_ids=lambda lines: [[5] * len(x) for x in lines], tgt_tok=tok,
-                               max_lengths=lambda n: np.asarray(n) * 2)
+    decode = types.SimpleNamespace(length_penalty_alpha=0.6, max_len_a=2.0, max_len_b=0.0)
+    tr = types.SimpleNamespace(members=[object()], ctx=mx.cpu(), decode=decode, tgt_tok=tok,
+                               source_ids=lambda lines: [[5] * len(x) for x in lines])
+    tr.source_batch, tr.texts = (types.MethodType(f, tr) for f in (Translator.source_batch, Translator.texts))
     monkeypatch.setattr(continuous, "as_model", lambda members: members[0])
     return continuous.ContinuousDecoder(tr, beam, 1, max_batch)
 
