@@ -38,23 +38,6 @@ NBest = List[Tuple[List[int], float]]
 # A batch sheds its done sentences once this fraction of it is done (each change of batch shape re-plans the
 # step graph, which costs about one step).
 _COMPACT_FRACTION = 0.25
-# Batch shapes are kept to a few that recur from batch to batch, because the first step at a new shape costs oneDNN
-# a preparation (as much as one to three steps): a search of whole batches keeps a multiple of this many sentences
-# when done ones leave (the rest of the done ones leave later; their results do not change), and every search pads
-# the source width to a multiple of it.
-_SHAPE_QUANTUM = 8
-
-
-def _round_up(n: int) -> int:
-    return -(-n // _SHAPE_QUANTUM) * _SHAPE_QUANTUM
-
-
-def _pad_width(src: mx.nd.NDArray) -> mx.nd.NDArray:
-    """`src` (B,S) with padding ids (0) up to a width that is a multiple of `_SHAPE_QUANTUM` (masked beyond the
-    source lengths, as padding always is)."""
-    pad = _round_up(src.shape[1]) - src.shape[1]
-    return src if pad == 0 else mx.nd.concat(src, mx.nd.zeros((src.shape[0], pad), ctx=src.context, dtype=src.dtype),
-                                              dim=1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,9 +107,8 @@ class SearchBatch:
     """The sentences searched together, K rows each, and the steps they took: `step` runs `advance` once; the done
     sentences leave (their tokens traced back at once, `take`) and new ones may `join` between two steps."""
 
-    def __init__(self, advance: Advance, K: int, whole_batches: bool = False):
+    def __init__(self, advance: Advance, K: int):
         self.advance, self.K = advance, K
-        self.whole_batches = whole_batches   # sentences join only an empty batch: keep sizes to a multiple
         self.state: Optional[DecoderState] = None
         self.hyps: Optional[_Hyps] = None
         self.flags: Optional[mx.nd.NDArray] = None   # the last step's sentence-done flags, read one step late
@@ -169,11 +151,7 @@ class SearchBatch:
         self.state, self.hyps, self.flags, self.first = new_state, new_hyps, new_flags, False
         self.records.append((emitted, rows))
         if done is not None and done.sum() >= max(1.0, _COMPACT_FRACTION * self.size):
-            leaving = np.flatnonzero(done)   # done before this step means done after it
-            if self.whole_batches:   # some stay, so that a multiple of _SHAPE_QUANTUM sentences go on
-                leaving = leaving[(len(leaving) - self.size) % _SHAPE_QUANTUM:]
-            if len(leaving):
-                self._leave(leaving)
+            self._leave(np.flatnonzero(done))   # done before this step means done after it
 
     def take(self) -> List[Left]:
         """The sentences that left since the last call."""
@@ -231,8 +209,8 @@ def greedy_search(model: Models, src: mx.nd.NDArray, src_len: mx.nd.NDArray, max
         token, done, steps, emitted = update(log_probs, hyps.finished, hyps.lengths, hyps.limits)
         return state, dataclasses.replace(hyps, prev=token, finished=done, lengths=steps), emitted, None, done
 
-    search = SearchBatch(advance, 1, whole_batches=True)
-    search.join(model.init_state(model.encode(_pad_width(src), src_len)),
+    search = SearchBatch(advance, 1)
+    search.join(model.init_state(model.encode(src, src_len)),
                 _Hyps(prev=to_device(np.full(batch, BOS_ID), ctx), limits=to_device(limits, ctx),
                       lengths=to_device(np.zeros(batch), ctx), finished=to_device(limits == 0, ctx)),
                 np.arange(batch))
@@ -261,14 +239,12 @@ class BeamStream:
     `DecoderState.source_position_fields`); otherwise `can_join` says no and they wait until the batch is empty."""
 
     def __init__(self, model: Models, ctx: mx.Context, beam_size: int, nbest: int = 1, alpha: float = 0.6,
-                 early_stop: bool = True, whole_batches: bool = False):
+                 early_stop: bool = True):
         _check_beam_args(beam_size, nbest)
         self.model, self.ctx, self.K, self.nbest, self.alpha = as_model(model), ctx, beam_size, nbest, alpha
         # stopping a sentence once its result is settled is exact for any non-decreasing length penalty
         self._settle = nbest if early_stop and alpha >= 0 else 0
-        # whole_batches: one batch at a time (`beam_search`), so done sentences may wait to leave (`SearchBatch`);
-        # a service's stream hands every sentence back as soon as its batch sheds it
-        self._batch = SearchBatch(self._advance, beam_size, whole_batches)
+        self._batch = SearchBatch(self._advance, beam_size)
         self._update = None
         self._lp_table: Optional[mx.nd.NDArray] = None
         self._bos: Optional[mx.nd.NDArray] = None
@@ -295,7 +271,6 @@ class BeamStream:
                              "sentences can only start a batch")
         limits = _max_lens(max_len, n)
         self._length_penalties(int(limits.max(initial=0)) + 2)
-        src = _pad_width(src)
         state = self.model.init_state(self.model.encode(src, src_len))
         if self._update is None:
             self._update = update_block(ctx, K, self.model.tgt_vocab_size, self._settle,
@@ -319,7 +294,7 @@ class BeamStream:
         self.left_last_step = bool(done)
         for i, _ in done:
             del self._lengths[i]
-        needed = _round_up(max(self._lengths.values(), default=0))
+        needed = max(self._lengths.values(), default=0)
         if 0 < needed < self._width:   # the longest sources left: the rest attend over no more than they need
             self._batch.state, self._width = self._batch.state.narrow_positions(needed), needed
         return done
@@ -364,7 +339,7 @@ def beam_search(model: Models, src: mx.nd.NDArray, src_len: mx.nd.NDArray, beam_
     limits = _max_lens(max_len, batch)
     if int(limits.max(initial=0)) == 0:
         return [[([], 0.0)] for _ in range(batch)]
-    stream = BeamStream(model, src.context, beam_size, nbest, alpha, early_stop, whole_batches=True)
+    stream = BeamStream(model, src.context, beam_size, nbest, alpha, early_stop)
     stream.add(src, src_len, limits, np.arange(batch))
     out: List[NBest] = [[] for _ in range(batch)]
     while stream.size:

@@ -13,15 +13,8 @@ A search never looks inside a state: it calls `repeat` (each sentence's row K ti
 """
 from __future__ import annotations
 
-import atexit
-import collections
-import contextlib
 import dataclasses
-import gc
-import os
-import threading
 import types
-import weakref
 import warnings
 from typing import Any, Callable, ClassVar, List, Sequence, Tuple
 
@@ -178,7 +171,7 @@ class Seq2SeqModel(gluon.HybridBlock):
         self.src_vocab_size, self.tgt_vocab_size = int(src_vocab_size), int(tgt_vocab_size)
         # Built on first use; a namespace, not a Block attribute, so the graph is no child of the model (its
         # parameters would then be saved twice) and Gluon's check of containers holding Blocks stays quiet.
-        self._compiled = types.SimpleNamespace(step=None, params=None)
+        self._compiled = types.SimpleNamespace(step=None)
 
     def hybrid_forward(self, F, src, src_len, tgt_in):   # pragma: no cover - interface
         """Teacher-forced logits (B,T,V) of `tgt_in` (B,T) given `src` (B,S) and its lengths (B,)."""
@@ -199,28 +192,11 @@ class Seq2SeqModel(gluon.HybridBlock):
         raise NotImplementedError
 
     def hybrid_step(self, prev_tokens: NDArray, state: DecoderState) -> Tuple[NDArray, DecoderState, NDArray]:
-        """`step` run as one compiled graph, built on first use: the same results, one call per step instead of one
-        per operator. What a search calls. A model with `fixed_step_shapes` loaded for inference (no parameter
-        has gradients: `grad_req` "null", as `Translator.from_dir` leaves it) runs it as an MXNet executor
-        (`StepExecutor`), any other as a hybridized block (`StepGraph`)."""
-        executor = self.fixed_step_shapes and all(p.grad_req == "null" for p in self.parameter_list())
-        kind = StepExecutor if executor else StepGraph
-        if not isinstance(self._compiled.step, kind):
-            self._compiled.step = kind(self)
+        """`step` run as one hybridized graph (`StepGraph`, built on first use): the same results, one cached
+        operator call per step instead of one per operator. What a search calls."""
+        if self._compiled.step is None:
+            self._compiled.step = StepGraph(self)
         return self._compiled.step(prev_tokens, state)
-
-    def parameter_list(self) -> List[gluon.Parameter]:
-        """`collect_params()` as a list, collected once (a model's parameters do not change once it is built, their
-        arrays may; collecting costs about a millisecond, too much for every decoding step)."""
-        if self._compiled.params is None:
-            self._compiled.params = list(self.collect_params().values())
-        return self._compiled.params
-
-    def load_parameters(self, *args, **kwargs):   # pylint: disable=arguments-differ
-        """Gluon's `load_parameters`; a compiled step built before is dropped (an executor reads the parameters
-        it was bound to as constants)."""
-        super().load_parameters(*args, **kwargs)
-        self._compiled.step = None
 
 
 class StepGraph(gluon.HybridBlock):
@@ -259,113 +235,3 @@ class StepGraph(gluon.HybridBlock):
             raise ValueError(f"{type(self.model).__name__}.step returned a state of another structure")
         self._passthrough = {i for i, (a, b) in enumerate(zip(new, arrays)) if a is b}
         return (log_probs, attention, *[a for i, a in enumerate(new) if i not in self._passthrough])
-
-
-class StepExecutor:
-    """The `step` of a fixed-shape model (`fixed_step_shapes`) loaded for inference, as MXNet's symbolic executor
-    (`Symbol.bind`), bound once per batch shape (the last `MAX_SHAPES` shapes are kept): the same results as
-    `StepGraph`, but oneDNN's fused RNN keeps its prepared weights from step to step in every process. (A `CachedOp`
-    planned with `static_shape` leaves the operator's `need_grad` flag unset, and in most processes the RNN then
-    runs in training mode and prepares its weights again at every step: docs/performance.md#decoding.)
-
-    The parameters are constants to it: MXNet's default subgraph backend for executors (MKLDNN on CPU) fuses
-    FullyConnected layers that keep the weights they read first, so values written into the same arrays later
-    (`Parameter.set_data`) are not seen; new arrays are (it binds again), and `load_parameters` drops the
-    executor. Inputs are copied into the executor's own arrays, the source fields only when they are other arrays
-    than at the last step; outputs are copied out, so a caller may keep them."""
-
-    # An executor's first step at a new shape costs oneDNN's preparation (50-340 ms measured), and each keeps what
-    # it prepared: translating 2,400 sentences with the default LSTM peaked at 0.87 GB resident with 8 kept, 1.9 GB
-    # with 64, 0.5 GB with the planned graph. They share one memory pool for their intermediate arrays.
-    MAX_SHAPES = 8
-
-    def __init__(self, model: Seq2SeqModel):
-        self.model = model
-        _LIVE_EXECUTORS.add(self)
-        self._symbol = None   # (symbol, the state it was traced with, positions of the passed-through arrays)
-        # input shapes -> (executor, the inputs it read last, names of the parameters it was bound to)
-        self._bound: "collections.OrderedDict[tuple, tuple]" = collections.OrderedDict()
-
-    def __call__(self, prev_tokens: NDArray, state: DecoderState):
-        inputs = [prev_tokens, *state.arrays()]
-        traced = self._symbol[1] if self._symbol else None
-        if traced is None or type(state) is not type(traced) or len(inputs) != 1 + len(traced.arrays()):
-            self._symbol = self._trace(state)
-            self._bound.clear()
-        symbol, _, passthrough = self._symbol
-        key = (prev_tokens.context,) + tuple(tuple(a.shape) for a in inputs)
-        params = {p.name: p.data(prev_tokens.context) for p in self.model.parameter_list()}
-        exe, last = self._executor(key, symbol, params, inputs)
-        for i, (name, a) in enumerate(zip(_input_names(len(inputs)), inputs)):
-            if last[i] is not a:   # moving arrays at every step, source fields after the batch changed
-                a.copyto(exe.arg_dict[name])
-                last[i] = a
-        outputs = [o.copy() for o in exe.forward(is_train=False)]
-        changed = iter(outputs[2:])
-        arrays = [inputs[1 + i] if i in passthrough else next(changed) for i in range(len(inputs) - 1)]
-        return outputs[0], state.with_arrays(arrays), outputs[1]
-
-    def _trace(self, state: DecoderState):
-        names = _input_names(1 + len(state.arrays()))
-        template = state.with_arrays([mx.sym.var(n) for n in names[1:]])
-        log_probs, new_state, attention = self.model.step(mx.sym.var(names[0]), template)
-        old, new = template.arrays(), new_state.arrays()
-        if len(new) != len(old):
-            raise ValueError(f"{type(self.model).__name__}.step returned a state of another structure")
-        passthrough = {i for i, (a, b) in enumerate(zip(new, old)) if a is b}
-        outputs = [log_probs, attention, *[a for i, a in enumerate(new) if i not in passthrough]]
-        return mx.sym.Group(outputs), state, passthrough
-
-    def _executor(self, key, symbol, params, inputs):
-        """The executor bound for these shapes (and these parameter arrays), and the inputs it last read."""
-        found = self._bound.get(key)
-        if found is not None and all(params[n] is found[0].arg_dict[n] for n in found[2]):
-            self._bound.move_to_end(key)
-            return found[0], found[1]
-        names = _input_names(len(inputs))
-        used = [n for n in symbol.list_arguments() if n not in names]
-        args = {n: params[n] for n in used}
-        args.update({n: a.copy() for n, a in zip(names, inputs)})
-        shared = next(reversed(self._bound.values()))[0] if self._bound else None
-        with _quiet_bind():
-            exe = symbol.bind(inputs[0].context, args, grad_req="null", shared_exec=shared)
-        self._bound[key] = (exe, list(inputs), used)
-        while len(self._bound) > self.MAX_SHAPES:
-            self._bound.popitem(last=False)
-        return exe, self._bound[key][1]
-
-
-_BIND_LOCK = threading.Lock()
-_LIVE_EXECUTORS: "weakref.WeakSet[StepExecutor]" = weakref.WeakSet()
-
-
-@atexit.register   # registered after MXNet's own handler, so it runs before it
-def _free_executors() -> None:
-    """Free the bound executors while MXNet's engine still runs: freed after its shutdown at exit (when the
-    interpreter clears the modules), an executor's operators are deleted on a stopped engine, a segmentation
-    fault (seen in 3 of 3 runs of a script that kept 64 bound shapes alive to the end)."""
-    for step in list(_LIVE_EXECUTORS):
-        step._bound.clear()   # pylint: disable=protected-access
-    gc.collect()
-
-
-@contextlib.contextmanager
-def _quiet_bind():
-    """MXNet logs a line at every bind that partitions the graph for its subgraph backend (MKLDNN on CPU, by
-    default for executors) unless MXNET_SUBGRAPH_VERBOSE is 0, which it reads at every bind: set for the bind only,
-    under a lock (a user's own setting stays as it was)."""
-    with _BIND_LOCK:
-        before = os.environ.get("MXNET_SUBGRAPH_VERBOSE")
-        os.environ["MXNET_SUBGRAPH_VERBOSE"] = "0"
-        try:
-            yield
-        finally:
-            if before is None:
-                del os.environ["MXNET_SUBGRAPH_VERBOSE"]
-            else:
-                os.environ["MXNET_SUBGRAPH_VERBOSE"] = before
-
-
-def _input_names(n: int) -> List[str]:
-    """Names of a step's inputs in its symbol: the previous tokens, then the state's arrays."""
-    return ["step_prev_tokens"] + [f"step_state{i}" for i in range(n - 1)]

@@ -193,32 +193,3 @@ def test_compiled_steps_do_not_keep_models_alive():
     del first, second
     gc.collect()
     assert [r() for r in refs] == [None, None]
-
-
-def test_whole_batches_keep_a_few_recurring_shapes_with_the_same_results(monkeypatch):
-    """Done sentences leave so that a multiple of 8 go on, and sources are padded to a width that is a multiple of
-    8 (`_SHAPE_QUANTUM`): fewer batch shapes for the step to be prepared for, the same hypotheses as without."""
-    import nmt.search as search
-    model = untrained_model("dot")
-    model.collect_params().setattr("grad_req", "null")   # as loaded for translation: the executor's path
-    lengths = [int(x) for x in np.random.RandomState(4).randint(1, 14, 27)]
-    src, src_len = ragged_sources(lengths, seed=5)
-    max_len = np.array(lengths) + 2
-    shapes = []
-    step = model.hybrid_step
-
-    def recording(prev, state):
-        shapes.append((prev.shape[0], state.memory[0].shape[1]))
-        return step(prev, state)
-
-    monkeypatch.setattr(model, "hybrid_step", recording)
-    got = beam_search(model, src, src_len, beam_size=3, max_len=max_len, nbest=2)
-    first_rows, first_width = shapes[0]
-    assert first_rows == 27 and first_width == 16   # one row per sentence; widest source 13 + 3 junk -> 16
-    later = [rows for rows, _ in shapes[1:] if rows != 27 * 3]
-    assert later and all(rows % (8 * 3) == 0 for rows in later), shapes
-    assert all(width % 8 == 0 for _, width in shapes)
-    monkeypatch.setattr(search, "_SHAPE_QUANTUM", 1)
-    shapes.clear()
-    assert_same_hypotheses(beam_search(model, src, src_len, beam_size=3, max_len=max_len, nbest=2), got)
-    assert any(rows % (8 * 3) for rows, _ in shapes[1:] if rows != 27 * 3)   # without it, other sizes occur
