@@ -160,12 +160,9 @@ if [ $# -eq 0 ] || [ "$*" = headline ] || [ "$*" = transformer ]; then
     abl=(); for d in "$MODELS"/tf-tatoeba-ko-en "$MODELS"/tf-abl-*; do [ -f "$d/state.json" ] && abl+=("$d"); done
     "$PY" scripts/results_table.py "${abl[@]}" --ablation-base "$MODELS/tf-tatoeba-ko-en" --ablation-test tatoeba-test \
       --markdown results/transformer-ablation.md
-    all=(); for d in "$MODELS"/tf-all-abl-*; do [ -f "$d/state.json" ] && all+=("$d"); done
-    if [ ${#all[@]} -gt 0 ]; then   # the all-data ablations (their base, tf-all-ko-en, is in results/transformer.md)
-      "$PY" scripts/results_table.py "${all[@]}" --markdown results/transformer-all-ablation.md \
-        --curves results/transformer-all-ablation-curves.png \
-        --hardware "$(getconf _NPROCESSORS_ONLN)-core CPU, 1 OpenMP thread(s) per run"
-    fi
+    all=(); for d in "$MODELS"/tf-all-ko-en "$MODELS"/tf-all-abl-*; do [ -f "$d/state.json" ] && all+=("$d"); done
+    "$PY" scripts/results_table.py "${all[@]}" --ablation-base "$MODELS/tf-all-ko-en" --ablation-test tatoeba-test \
+      --markdown results/transformer-all-ablation.md --curves results/transformer-all-ablation-curves.png
     exit 0
   fi
   ORDER=()
