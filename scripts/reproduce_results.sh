@@ -45,6 +45,8 @@ TAT15=(--recipe tatoeba --time-budget 900 --keep-last 5 --average-last 5 --atten
 # data with the all-data recipe's settings. `scripts/reproduce_results.sh transformer` trains them in two queues,
 # with the LSTM's Tatoeba run (abl-worddrop0.2-lex, its defaults) again beside them: the same hardware for both.
 TF_TAT=(--recipe tatoeba --arch transformer --time-budget 1800 --keep-last 5 --average-last 5)
+# The second round of ablations starts from the first round's winner, 2+2 layers (tf-abl-layers2).
+TF_TAT2=("${TF_TAT[@]}" --encoder-layers 2 --decoder-layers 2)
 # The all-data runs take the ablations' winner: 2+2 layers (tf-abl-layers2).
 TF_ALL=(--recipe all --arch transformer --vocab-size 4000 --label-smoothing 0.1 --batch-size 64 --valid-every 1000
         --patience 8 --keep-last 5 --average-last 5 --time-budget 7200 --upsample tatoeba-manythings=4
@@ -96,6 +98,15 @@ declare -A RUNS=(
   [tf-abl-shared4000]="--src ko --tgt en ${TF_TAT[*]} --shared-vocab --vocab-size 4000"
   [tf-abl-layers2]="--src ko --tgt en ${TF_TAT[*]} --encoder-layers 2 --decoder-layers 2"
   [tf-tatoeba-en-ko]="--src en --tgt ko ${TF_TAT[*]}"
+  # second round, one change from tf-abl-layers2 each: width, vocabulary size, heads, batch size, the attention and
+  # activation dropouts
+  [tf-abl2-ff1024]="--src ko --tgt en ${TF_TAT2[*]} --ff-size 1024"
+  [tf-abl2-d128]="--src ko --tgt en ${TF_TAT2[*]} --model-size 128 --ff-size 256"
+  [tf-abl2-vocab4000]="--src ko --tgt en ${TF_TAT2[*]} --vocab-size 4000"
+  [tf-abl2-heads4]="--src ko --tgt en ${TF_TAT2[*]} --heads 4"
+  [tf-abl2-batch64]="--src ko --tgt en ${TF_TAT2[*]} --batch-size 64"
+  [tf-abl2-attdrop0.3-actdrop0.3]="--src ko --tgt en ${TF_TAT2[*]} --attention-dropout 0.3 --activation-dropout 0.3"
+  [tf-tatoeba-en-ko-layers2]="--src en --tgt ko ${TF_TAT2[*]}"
   [tf-all-ko-en]="--src ko --tgt en ${TF_ALL[*]}"
   [tf-all-en-ko]="--src en --tgt ko ${TF_ALL[*]}"
   # why the Transformer loses at 2 hours on all data: one change from tf-all-ko-en each, side by side, compared on dev
@@ -103,8 +114,10 @@ declare -A RUNS=(
   [tf-all-abl-layers3]="--src ko --tgt en ${TF_ALL[*]} --encoder-layers 3 --decoder-layers 3"
   [tf-all-abl-dropout0.1]="--src ko --tgt en ${TF_ALL[*]} --dropout 0.1 --word-dropout 0"
 )
-TF_QUEUE_1=(tf-tatoeba-ko-en tf-abl-shared4000 tf-tatoeba-en-ko tf-all-ko-en tf-all-abl-layers3)
-TF_QUEUE_2=(tf-abl-warmup400-lr2e-3 tf-abl-layers2 abl-worddrop0.2-lex tf-all-en-ko tf-all-abl-dropout0.1)
+TF_QUEUE_1=(tf-tatoeba-ko-en tf-abl-shared4000 tf-tatoeba-en-ko tf-all-ko-en tf-all-abl-layers3
+            tf-abl-layers2 tf-tatoeba-en-ko-layers2 tf-abl2-heads4 tf-abl2-d128)
+TF_QUEUE_2=(tf-abl-warmup400-lr2e-3 tf-abl-layers2 abl-worddrop0.2-lex tf-all-en-ko tf-all-abl-dropout0.1
+            tf-abl2-ff1024 tf-abl2-batch64 tf-abl2-attdrop0.3-actdrop0.3 tf-abl2-vocab4000)
 # The two queues of a full run, one core each: the members of a pair (an ensemble, or runs compared in docs/results.md)
 # at the same position, so that they train side by side. The chosen recipe first: the Tatoeba-only pair, then
 # ko->en and en->ko on all data.
@@ -160,6 +173,9 @@ if [ $# -eq 0 ] || [ "$*" = headline ] || [ "$*" = transformer ]; then
     abl=(); for d in "$MODELS"/tf-tatoeba-ko-en "$MODELS"/tf-abl-*; do [ -f "$d/state.json" ] && abl+=("$d"); done
     "$PY" scripts/results_table.py "${abl[@]}" --ablation-base "$MODELS/tf-tatoeba-ko-en" --ablation-test tatoeba-test \
       --markdown results/transformer-ablation.md
+    abl=(); for d in "$MODELS"/tf-abl-layers2 "$MODELS"/tf-abl2-*; do [ -f "$d/state.json" ] && abl+=("$d"); done
+    "$PY" scripts/results_table.py "${abl[@]}" --ablation-base "$MODELS/tf-abl-layers2" --ablation-test tatoeba-test \
+      --markdown results/transformer-ablation2.md --curves results/transformer-ablation2-curves.png
     all=(); for d in "$MODELS"/tf-all-ko-en "$MODELS"/tf-all-abl-*; do [ -f "$d/state.json" ] && all+=("$d"); done
     "$PY" scripts/results_table.py "${all[@]}" --ablation-base "$MODELS/tf-all-ko-en" --ablation-test tatoeba-test \
       --markdown results/transformer-all-ablation.md --curves results/transformer-all-ablation-curves.png
