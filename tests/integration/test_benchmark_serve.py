@@ -21,7 +21,8 @@ def test_benchmark_serve_writes_its_figures(serve_model, tmp_path):
     assert served["requests"] > 0 and served["errors"] == {}
     assert served["p50_ms"] <= served["p95_ms"] <= served["p99_ms"]
     assert result["rounds"][0]["offline"]["sentences_per_s"] > 0 and result["median_served_over_offline"] > 0
-    # the offline Translator also at the batch the 4 clients can fill
+    # the offline Translator also at the batch the 4 clients can fill, and continuous batching without HTTP
     small = result["rounds"][0]["offline_in_flight_batch"]
     assert small["batch_size"] == 4 and small["sentences_per_s"] > 0
+    assert result["rounds"][0]["continuous_in_process"]["sentences_per_s"] > 0
     assert result["rounds"][0]["offline"]["batch_size"] > 4
