@@ -44,7 +44,9 @@ TAT15=(--recipe tatoeba --time-budget 900 --keep-last 5 --average-last 5 --atten
 # ablations that choose its settings (one change each from tf-tatoeba-ko-en, compared on dev), and 2 hours on all
 # data with the all-data recipe's settings. `scripts/reproduce_results.sh transformer` trains them in two queues,
 # with the LSTM's Tatoeba run (abl-worddrop0.2-lex, its defaults) again beside them: the same hardware for both.
-TF_TAT=(--recipe tatoeba --arch transformer --time-budget 1800 --keep-last 5 --average-last 5)
+# The first round's base is the defaults of then, 3+3 layers (pinned: the ablations made 2+2 the default).
+TF_TAT=(--recipe tatoeba --arch transformer --time-budget 1800 --keep-last 5 --average-last 5
+        --encoder-layers 3 --decoder-layers 3)
 # The second round of ablations starts from the first round's winner, 2+2 layers (tf-abl-layers2).
 TF_TAT2=("${TF_TAT[@]}" --encoder-layers 2 --decoder-layers 2)
 # The all-data runs take the ablations' winner: 2+2 layers (tf-abl-layers2).
