@@ -108,7 +108,7 @@ declare -A RUNS=(
   [tf-abl2-heads4]="--src ko --tgt en ${TF_TAT2[*]} --heads 4"
   [tf-abl2-batch64]="--src ko --tgt en ${TF_TAT2[*]} --batch-size 64"
   # heads 4 won dev by 0.74 (one seed): both again with a second seed, side by side
-  [tf-abl-layers2-seed2]="--src ko --tgt en ${TF_TAT2[*]} --seed 2"
+  [tf-abl2-seed2]="--src ko --tgt en ${TF_TAT2[*]} --seed 2"
   [tf-abl2-heads4-seed2]="--src ko --tgt en ${TF_TAT2[*]} --heads 4 --seed 2"
   [tf-abl2-attdrop0.3-actdrop0.3]="--src ko --tgt en ${TF_TAT2[*]} --attention-dropout 0.3 --activation-dropout 0.3"
   [tf-tatoeba-en-ko-layers2]="--src en --tgt ko ${TF_TAT2[*]}"
@@ -122,11 +122,9 @@ declare -A RUNS=(
   [tf-all-abl-dropout0.1]="--src ko --tgt en ${TF_ALL[*]} --dropout 0.1 --word-dropout 0"
 )
 TF_QUEUE_1=(tf-tatoeba-ko-en tf-abl-shared4000 tf-tatoeba-en-ko tf-all-ko-en tf-all-abl-layers3
-            tf-abl-layers2 tf-tatoeba-en-ko-layers2 tf-abl2-heads4 tf-abl2-d128 tf-abl-layers2-seed2
-            lstm-tatoeba-en-ko)
+            tf-tatoeba-en-ko-layers2 tf-abl2-heads4 tf-abl2-d128 tf-abl2-seed2 lstm-tatoeba-en-ko)
 TF_QUEUE_2=(tf-abl-warmup400-lr2e-3 tf-abl-layers2 abl-worddrop0.2-lex tf-all-en-ko tf-all-abl-dropout0.1
-            tf-abl2-ff1024 tf-abl2-batch64 tf-abl2-attdrop0.3-actdrop0.3 tf-abl2-vocab4000
-            tf-abl2-heads4-seed2)
+            tf-abl2-ff1024 tf-abl2-batch64 tf-abl2-attdrop0.3-actdrop0.3 tf-abl2-heads4-seed2 tf-abl2-vocab4000)
 # The two queues of a full run, one core each: the members of a pair (an ensemble, or runs compared in docs/results.md)
 # at the same position, so that they train side by side. The chosen recipe first: the Tatoeba-only pair, then
 # ko->en and en->ko on all data.
@@ -176,13 +174,16 @@ if [ $# -eq 0 ] || [ "$*" = headline ] || [ "$*" = transformer ]; then
   trap - TERM INT
   [ $failed = 0 ] || exit 1
   if [ "$*" = transformer ]; then   # its own tables: results/transformer.md and transformer-ablation.md
-    tfs=(); for d in "$MODELS"/tf-* "$MODELS"/abl-worddrop0.2-lex "$MODELS"/lstm-tatoeba-en-ko; do [ -f "$d/state.json" ] && tfs+=("$d"); done
+    tfs=()
+    for d in "$MODELS"/tf-* "$MODELS"/abl-worddrop0.2-lex "$MODELS"/lstm-tatoeba-en-ko; do
+      [ -f "$d/state.json" ] && tfs+=("$d")
+    done
     "$PY" scripts/results_table.py "${tfs[@]}" --markdown results/transformer.md --json results/transformer.json \
       --examples 5 --data-dir "$DATA_DIR" --hardware "$(getconf _NPROCESSORS_ONLN)-core CPU, 1 OpenMP thread(s) per run"
     abl=(); for d in "$MODELS"/tf-tatoeba-ko-en "$MODELS"/tf-abl-*; do [ -f "$d/state.json" ] && abl+=("$d"); done
     "$PY" scripts/results_table.py "${abl[@]}" --ablation-base "$MODELS/tf-tatoeba-ko-en" --ablation-test tatoeba-test \
       --markdown results/transformer-ablation.md
-    abl=(); for d in "$MODELS"/tf-abl-layers2 "$MODELS"/tf-abl-layers2-seed2 "$MODELS"/tf-abl2-*; do [ -f "$d/state.json" ] && abl+=("$d"); done
+    abl=(); for d in "$MODELS"/tf-abl-layers2 "$MODELS"/tf-abl2-*; do [ -f "$d/state.json" ] && abl+=("$d"); done
     "$PY" scripts/results_table.py "${abl[@]}" --ablation-base "$MODELS/tf-abl-layers2" --ablation-test tatoeba-test \
       --markdown results/transformer-ablation2.md --curves results/transformer-ablation2-curves.png
     all=(); for d in "$MODELS"/tf-all-ko-en "$MODELS"/tf-all-abl-*; do [ -f "$d/state.json" ] && all+=("$d"); done
