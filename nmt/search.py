@@ -187,9 +187,9 @@ class SearchBatch:
             self.state = self.hyps = self.flags = None
             self.ids = np.zeros(0, np.int64)
         else:
-            rows_kept = to_device((keep[:, None] * K + np.arange(K)).reshape(-1), ctx)
-            self.state, self.hyps = self.state.select(rows_kept), self.hyps.select(rows_kept)
-            self.flags = mx.nd.take(self.flags, to_device(keep, ctx))
+            kept = to_device(keep, ctx)
+            self.state, self.hyps = self.state.select(kept), self.hyps.select(kept)
+            self.flags = mx.nd.take(self.flags, kept)
             self.ids = self.ids[keep]
         self.segments = [s for s in self.segments if np.isin(s.ids, self.ids).any()]
 
@@ -279,7 +279,7 @@ class BeamStream:
         scores[:, 0] = 0.0  # one live hypothesis per sentence at the start, so beams do not duplicate it
         zeros = to_device(np.zeros(n * K), ctx)
         hyps = _Hyps(prev=to_device(np.full(n * K, BOS_ID), ctx), limits=to_device(np.repeat(limits, K), ctx),
-                     scores=to_device(scores.reshape(-1), ctx), lengths=zeros, finished=zeros)
+                     scores=to_device(scores.reshape(-1), ctx), lengths=zeros, finished=zeros, beam=K)
         first = self.size == 0
         if first:   # the first step runs the model on one row per sentence (its K beams are one hypothesis)
             self._bos = to_device(np.full(n, BOS_ID), ctx)

@@ -5,7 +5,8 @@
 
 On one model directory and test set (--src-file, else the first test set of the model's recipe), both searches
 decode the same length-sorted batches with the same beam, length penalty (gluonnlp's `BeamSearchScorer` with the
-same alpha and K = 5) and maximum length; the sampler drives the model through its `step` (the model interface).
+same alpha and K = 5) and maximum length; the sampler drives the model through its `hybrid_step` (the model
+interface's step as one planned graph, as our search does).
 The two take turns for --rounds timed rounds after one warm-up round, in this one process, so a change of load
 hits both alike; rates are sentences/s from the median round, the speed-up is the median of the per-round ratios.
 Whether each sentence's best hypothesis is the same in both is counted. With --other-model-dir (say, a Transformer
@@ -71,10 +72,11 @@ def ours(model, batches: List[Batch], beam: int, alpha: float) -> List[List[int]
 
 
 def sampler_step(model, template) -> Callable:
-    """A gluonnlp `BeamSearchSampler` decoder over `model.step`: its states are the arrays of a state shaped like
-    `template` (the sampler repeats and reorders every one of them by rows, as the interface's state allows)."""
+    """A gluonnlp `BeamSearchSampler` decoder over the model's step, as one planned graph (`hybrid_step`, the
+    step our search runs): its states are the arrays of a state shaped like `template`, one hypothesis per
+    sentence, since the sampler repeats and reorders every one of them by rows, encoder memory included."""
     def step(tokens, states):
-        log_probs, state, _ = model.step(tokens.astype("float32"), template.with_arrays(states))
+        log_probs, state, _ = model.hybrid_step(tokens.astype("float32"), template.with_arrays(states))
         return log_probs, state.arrays()
     return step
 

@@ -8,8 +8,10 @@ An architecture is a `Seq2SeqModel` subclass registered under a name (`nmt.model
 * `step(prev_tokens (N,), state) -> (log_probs (N,V), state, attention (N,S))`.
 
 `step` runs the decoder's own blocks: the same parameters and the same math as `forward`, one position at a time.
-A search never looks inside a state: it calls `repeat` (each sentence's row K times, for K beams), `reorder`
-(hypotheses move between the beams of their own sentence) and `select` (sentences leave the batch).
+A search never looks inside a state: it calls `repeat` (each sentence's hypothesis K times, for K beams),
+`reorder` (hypotheses move between the beams of their own sentence) and `select` (sentences leave the batch).
+The source side of a state (encoder memory) has one row per sentence, shared by its beams: a step attends with
+all of a sentence's hypotheses at once (`fold_beams`).
 """
 from __future__ import annotations
 
@@ -34,6 +36,24 @@ def length_mask(F, like, lengths, axis: int):
     """(B, N) float mask, 1 where position < length along `axis` of `like` (N = that axis's size)."""
     positions = F.cast(F.contrib.arange_like(like, axis=axis), "float32")
     return F.broadcast_lesser(F.reshape(positions, shape=(1, -1)), F.reshape(lengths, shape=(-1, 1)))
+
+
+def fold_beams(F, x, beam: int):
+    """One step's hypotheses (B*beam, 1, ...) as (B, beam, ...): a sentence's beams side by side, like the positions
+    of a target, so that they attend over their sentence's source (one row per sentence) in one product. The
+    identity with beam 1, which the teacher-forced path (B,T,...) always has."""
+    return x if beam == 1 else F.reshape(x, shape=(-1, beam, -2))
+
+
+def unfold_beams(F, x, beam: int):
+    """The inverse of `fold_beams`: (B, beam, ...) -> (B*beam, 1, ...)."""
+    return x if beam == 1 else F.reshape(x, shape=(-1, 1, -2))
+
+
+def param_like(param: gluon.Parameter, like: Any):
+    """`param`'s Symbol inside a hybridized graph (when `like` is a Symbol), else its array on `like`'s device:
+    what Gluon hands `hybrid_forward`, for code that is no `hybrid_forward` (a step, which takes the beam)."""
+    return param.var() if isinstance(like, mx.sym.Symbol) else param.data(like.context)
 
 
 def _apply(value: Any, fn: Callable[[Any], Any], on_state: Callable[["DecoderState"], Any]) -> Any:
@@ -76,31 +96,41 @@ def _concat_field(values: List[Any], name: str, pad_positions: bool) -> Any:
 
 @dataclasses.dataclass(frozen=True)
 class DecoderState:
-    """A decoder state with named fields; every field is an NDArray with one row per hypothesis on axis 0, a
-    tuple of those (e.g. one key/value cache per layer), a nested `DecoderState` (an ensemble's members) or None.
+    """A decoder state with named fields; every field is an NDArray with one row per hypothesis or per sentence on
+    axis 0, a tuple of those (e.g. one key/value cache per layer), a nested `DecoderState` (an ensemble's members)
+    or None.
 
     `source_fields` name the fields that are the same for every hypothesis of a sentence (encoder memory, source
-    length): `reorder` leaves them as they are, since beams only ever move within their own sentence. Subclasses
-    are frozen dataclasses."""
+    length): they hold one row per sentence, which its `beam` hypotheses share (rows b*beam .. b*beam + beam - 1
+    of every other field are sentence b's; `fold_beams` lines them up with it). `reorder` leaves them as they are,
+    since beams only ever move within their own sentence. Subclasses are frozen dataclasses."""
 
     source_fields: ClassVar[Tuple[str, ...]] = ()
     # Source fields whose arrays run over source positions on axis 1, masked beyond the source length (encoder
     # memory): `concat` pads them with zeros to the widest, so sentences of any length join a running search.
     source_position_fields: ClassVar[Tuple[str, ...]] = ()
+    beam: int = dataclasses.field(default=1, kw_only=True)   # hypotheses per sentence
 
     def _map(self, fn: Callable[[Any], Any], on_state: Callable[["DecoderState"], Any],
              names: Sequence[str]) -> "DecoderState":
-        changes = {f.name: _apply(getattr(self, f.name), fn, on_state) for f in dataclasses.fields(self)
-                   if f.name in names}
+        changes = {name: _apply(getattr(self, name), fn, on_state) for name in names}
         return dataclasses.replace(self, **changes)
 
     def _names(self, moving_only: bool = False) -> Tuple[str, ...]:
+        """The fields holding arrays (all but `beam`); `moving_only`: those of the hypotheses."""
         return tuple(f.name for f in dataclasses.fields(self)
-                     if not (moving_only and f.name in self.source_fields))
+                     if f.name != "beam" and not (moving_only and f.name in self.source_fields))
 
-    def select(self, rows: NDArray) -> "DecoderState":
-        """The hypotheses `rows` (int or float indices on the state's device), in that order; every field."""
-        return self._map(lambda v: mx.nd.take(v, rows), lambda s: s.select(rows), self._names())
+    def select(self, sentences: NDArray) -> "DecoderState":
+        """The sentences at positions `sentences` (int or float indices on the state's device), in that order,
+        with all their hypotheses."""
+        rows = sentences
+        if self.beam > 1:
+            beams = mx.nd.arange(self.beam, ctx=sentences.context, dtype=sentences.dtype)
+            rows = mx.nd.broadcast_add(mx.nd.reshape(sentences, shape=(-1, 1)) * self.beam,
+                                       mx.nd.reshape(beams, shape=(1, -1))).reshape((-1,))
+        state = self._map(lambda v: mx.nd.take(v, sentences), lambda s: s.select(sentences), self.source_fields)
+        return state._map(lambda v: mx.nd.take(v, rows), lambda s: s.select(sentences), self._names(True))
 
     def reorder(self, rows: NDArray) -> "DecoderState":
         """Hypotheses moved to `rows` within their own sentences (a beam search's back-pointers): the source
@@ -108,20 +138,24 @@ class DecoderState:
         return self._map(lambda v: mx.nd.take(v, rows), lambda s: s.reorder(rows), self._names(moving_only=True))
 
     def repeat(self, k: int) -> "DecoderState":
-        """Each row `k` times in a row (row b becomes rows b*k .. b*k + k - 1): one copy per beam."""
+        """Each hypothesis `k` times in a row (row b becomes rows b*k .. b*k + k - 1): one copy per beam; the
+        source fields stay one row per sentence."""
         if k == 1:
             return self
-        return self._map(lambda v: mx.nd.repeat(v, k, axis=0), lambda s: s.repeat(k), self._names())
+        state = self._map(lambda v: mx.nd.repeat(v, k, axis=0), lambda s: s.repeat(k), self._names(True))
+        return dataclasses.replace(state, beam=self.beam * k)
 
     @staticmethod
     def concat(states: Sequence["DecoderState"]) -> "DecoderState":
-        """The rows of `states` one after the other (sentences joining a running search): states of one structure
-        whose arrays have the same shapes beyond axis 0 (axis 1 of `source_position_fields` is padded), else
-        ValueError naming the field."""
+        """The sentences of `states` one after the other (sentences joining a running search): states of one
+        structure and beam whose arrays have the same shapes beyond axis 0 (axis 1 of `source_position_fields` is
+        padded), else ValueError naming the field."""
         first = states[0]
-        changes = {f.name: _concat_field([getattr(s, f.name) for s in states], f"{type(first).__name__}.{f.name}",
-                                         f.name in first.source_position_fields)
-                   for f in dataclasses.fields(first)}
+        if len({s.beam for s in states}) > 1:
+            raise ValueError(f"cannot join decoder states of {sorted({s.beam for s in states})} beams per sentence")
+        changes = {n: _concat_field([getattr(s, n) for s in states], f"{type(first).__name__}.{n}",
+                                    n in first.source_position_fields)
+                   for n in first._names()}
         return dataclasses.replace(first, **changes)
 
     def narrow_positions(self, width: int) -> "DecoderState":
@@ -129,8 +163,8 @@ class DecoderState:
         sentences left: the rest attend over no more than they need)."""
         def cut(v):
             return v if v.shape[1] <= width else mx.nd.slice_axis(v, axis=1, begin=0, end=width)
-        changes = {f.name: _apply(getattr(self, f.name), cut if f.name in self.source_position_fields else lambda v: v,
-                                  lambda s: s.narrow_positions(width)) for f in dataclasses.fields(self)}
+        changes = {n: _apply(getattr(self, n), cut if n in self.source_position_fields else lambda v: v,
+                             lambda s: s.narrow_positions(width)) for n in self._names()}
         return dataclasses.replace(self, **changes)
 
     def arrays(self, moving_only: bool = False) -> List[Any]:
@@ -148,11 +182,11 @@ class DecoderState:
 
     @property
     def num_rows(self) -> int:
-        """Hypotheses in the state (rows of its first array)."""
-        first = self.arrays()
-        if not first:
+        """Hypotheses in the state."""
+        moving, every = self.arrays(moving_only=True), self.arrays()
+        if not every:
             raise ValueError(f"{type(self).__name__} has no arrays")
-        return int(first[0].shape[0])
+        return int(moving[0].shape[0]) if moving else int(every[0].shape[0]) * self.beam
 
 
 class Seq2SeqModel(gluon.HybridBlock):
@@ -171,7 +205,7 @@ class Seq2SeqModel(gluon.HybridBlock):
         self.src_vocab_size, self.tgt_vocab_size = int(src_vocab_size), int(tgt_vocab_size)
         # Built on first use; a namespace, not a Block attribute, so the graph is no child of the model (its
         # parameters would then be saved twice) and Gluon's check of containers holding Blocks stays quiet.
-        self._compiled = types.SimpleNamespace(step=None)
+        self._compiled = types.SimpleNamespace(steps={})
 
     def hybrid_forward(self, F, src, src_len, tgt_in):   # pragma: no cover - interface
         """Teacher-forced logits (B,T,V) of `tgt_in` (B,T) given `src` (B,S) and its lengths (B,)."""
@@ -193,10 +227,11 @@ class Seq2SeqModel(gluon.HybridBlock):
 
     def hybrid_step(self, prev_tokens: NDArray, state: DecoderState) -> Tuple[NDArray, DecoderState, NDArray]:
         """`step` run as one hybridized graph (`StepGraph`, built on first use): the same results, one cached
-        operator call per step instead of one per operator. What a search calls."""
-        if self._compiled.step is None:
-            self._compiled.step = StepGraph(self)
-        return self._compiled.step(prev_tokens, state)
+        operator call per step instead of one per operator; one graph per beam (hypotheses per sentence). What a
+        search calls."""
+        if state.beam not in self._compiled.steps:
+            self._compiled.steps[state.beam] = StepGraph(self, state.beam)
+        return self._compiled.steps[state.beam](prev_tokens, state)
 
 
 class StepGraph(gluon.HybridBlock):
@@ -204,19 +239,22 @@ class StepGraph(gluon.HybridBlock):
     back rebuilt in the same structure (`with_arrays`). Arrays that the step passes through unchanged (the source
     fields) are not outputs of the graph: the caller's arrays are reused, with no copy per step."""
 
-    def __init__(self, model: Seq2SeqModel):
-        super().__init__(prefix=model.prefix + "step_")
+    def __init__(self, model: Seq2SeqModel, beam: int = 1):
+        super().__init__(prefix=f"{model.prefix}step{beam}_")
         # Hybridized before the model becomes its child, so only this block is: the model itself (used for
         # training too) keeps its own mode and cached graph.
         self.hybridize(static_alloc=True, static_shape=model.fixed_step_shapes)
         self.model = model
         self._template = None   # the structure of the state being decoded
         self._passthrough = None   # positions of the state's arrays the step returns unchanged
+        self._beam = beam   # a Python number of the graph, like the state's structure
 
     def __call__(self, prev_tokens: NDArray, state: DecoderState):   # pylint: disable=arguments-differ
         inputs = state.arrays()
         if self._template is not None and type(state) is not type(self._template):
             raise TypeError(f"{type(self).__name__}: a {type(state).__name__} after a {type(self._template).__name__}")
+        if state.beam != self._beam:
+            raise ValueError(f"{type(self).__name__} for beam {self._beam} given a state of beam {state.beam}")
         self._template = state
         if self._passthrough is None:   # the first call builds the graph, which uses the decoder's parameters
             with warnings.catch_warnings():   # only: Gluon warns about the encoder's

@@ -64,19 +64,19 @@ class Ensemble(Seq2SeqModel):
 
     def step(self, prev_tokens, state: EnsembleState):
         """Mean log-probabilities and mean attention of the members' `step`s."""
-        return self._combine(prev_tokens, [m.step(prev_tokens, s) for m, s in zip(self.members, state.members)])
+        return self._combine(prev_tokens, state, [m.step(prev_tokens, s) for m, s in zip(self.members, state.members)])
 
     def hybrid_step(self, prev_tokens, state: EnsembleState):
         """As `step`, each member running its own hybridized step."""
-        return self._combine(prev_tokens,
+        return self._combine(prev_tokens, state,
                              [m.hybrid_step(prev_tokens, s) for m, s in zip(self.members, state.members)])
 
     @staticmethod
-    def _combine(prev_tokens, outs):
+    def _combine(prev_tokens, state: EnsembleState, outs):
         F = array_module(prev_tokens)
         log_probs = _mean(F, [lp for lp, _, _ in outs])
         attention = _mean(F, [a for _, _, a in outs])
-        return log_probs, EnsembleState(tuple(s for _, s, _ in outs)), attention
+        return log_probs, EnsembleState(tuple(s for _, s, _ in outs), beam=state.beam), attention
 
 
 def as_model(model) -> Seq2SeqModel:

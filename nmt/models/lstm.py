@@ -22,8 +22,8 @@ from mxnet.gluon import nn
 
 from nmt.config import ConfigError, ModelConfig
 from nmt.models import register
-from nmt.models.base import DecoderState, Seq2SeqModel, array_module, length_mask
-from nmt.models.lstm_layers import Encoder, FusedLSTM, word_dropout
+from nmt.models.base import DecoderState, Seq2SeqModel, array_module, fold_beams, length_mask, param_like
+from nmt.models.lstm_layers import Encoder, FusedLSTM, tanh, word_dropout
 
 ATTENTION_TYPES = ("dot", "general", "mlp")
 # Added to attention scores of padded source positions: exp() of it underflows to exactly 0 in
@@ -94,14 +94,25 @@ class Decoder(gluon.HybridBlock):
                 self.lex_out_weight = self.params.get("lex_out_weight", shape=(vocab_size, E),
                                                       init=mx.init.Normal(sigma=(2.0 / E) ** 0.5))
 
-    def hybrid_forward(self, F, tgt_in, h0, c0, src_len, *memory, embed_weight=None, out_bias=None, out_weight=None,
-                       lex_out_weight=None):
+    def hybrid_forward(self, F, tgt_in, h0, c0, src_len, *memory, **weights):
+        return self.decode(F, tgt_in, h0, c0, src_len, memory, 1, **weights)
+
+    def weights(self, like) -> Dict[str, object]:
+        """This block's own parameters as `hybrid_forward` gets them (Symbols or arrays like `like`), for `decode`
+        called by a step."""
+        names = ["embed_weight", "out_bias"] + ([] if self._tied else ["out_weight"])
+        return {n: param_like(getattr(self, n), like) for n in names + (["lex_out_weight"] if self._lexical else [])}
+
+    def decode(self, F, tgt_in, h0, c0, src_len, memory, beam: int, embed_weight=None, out_bias=None,
+               out_weight=None, lex_out_weight=None):
+        """`hybrid_forward` with `beam` hypotheses (rows) per sentence of `memory` and `src_len` (a step's, T = 1):
+        logits (B, beam*T, V), states (B*beam, L, H), attention (B, beam*T, S)."""
         x = F.Embedding(tgt_in, embed_weight, input_dim=self._vocab_size, output_dim=self._embed_size)
         if self.word_dropout is not None:
             x = self.word_dropout(x)
         x = F.transpose(self.dropout(x), axes=(1, 0, 2))  # (T,B,E)
         dec, h, c = self.rnn(x, F.transpose(h0, axes=(1, 0, 2)), F.transpose(c0, axes=(1, 0, 2)))  # states (L,B,H)
-        dec = F.transpose(dec, axes=(1, 0, 2))  # (B,T,H)
+        dec = fold_beams(F, F.transpose(dec, axes=(1, 0, 2)), beam)  # (B,T,H)
         context, attn = self._attend(F, dec, memory[0], memory[1] if self._attention == "mlp" else None, src_len)
         out = self.dropout(self.combine(F.concat(context, dec, dim=-1)))
         weight = embed_weight if self._tied else out_weight
@@ -114,7 +125,7 @@ class Decoder(gluon.HybridBlock):
         """Decoder outputs (B,T,H) over values (B,S,H) (and, for mlp, their projected keys) -> context (B,T,H),
         attention weights (B,T,S)."""
         if keys is not None:
-            hidden = F.tanh(F.broadcast_add(F.expand_dims(keys, axis=1),
+            hidden = tanh(F, F.broadcast_add(F.expand_dims(keys, axis=1),
                                             F.expand_dims(self.query_proj(dec), axis=2)))  # (B,T,S,H)
             scores = F.reshape(self.score_proj(hidden), shape=(0, 0, -1))
         else:
@@ -127,15 +138,15 @@ class Decoder(gluon.HybridBlock):
 
     def _lexical_logits(self, F, attn, emb, lex_out_weight):
         """The lexical model's logits (B,T,V): the attention's average of the source embeddings, projected."""
-        lex = F.tanh(F.batch_dot(attn, emb))  # (B,T,E)
-        lex = self.dropout(F.tanh(self.lex_proj(lex)) + lex)
+        lex = tanh(F, F.batch_dot(attn, emb))  # (B,T,E)
+        lex = self.dropout(tanh(F, self.lex_proj(lex)) + lex)
         return F.FullyConnected(lex, lex_out_weight, no_bias=True, num_hidden=self._vocab_size, flatten=False)
 
 
 @dataclasses.dataclass(frozen=True)
 class LSTMState(DecoderState):
-    """The LSTM decoder's state: the encoder memory (its arrays, as `Encoder` returns them) and source lengths (N,)
-    (the same for every beam of a sentence), and the decoder layers' hidden and cell states h, c (N,L,H)."""
+    """The LSTM decoder's state: the encoder memory (its arrays, as `Encoder` returns them) and source lengths (B,),
+    one row per sentence, and the decoder layers' hidden and cell states h, c (N,L,H), one row per hypothesis."""
 
     source_fields = ("memory", "src_len")
     source_position_fields = ("memory",)
@@ -176,8 +187,9 @@ class LSTMModel(Seq2SeqModel):
     def step(self, prev_tokens, state: LSTMState):
         """The decoder block on one token per row (a length-1 target): log-probs (N,V), state, attention (N,S)."""
         F = array_module(prev_tokens)
-        logits, h, c, attn = self.decoder(F.reshape(prev_tokens, shape=(-1, 1)), state.h, state.c, state.src_len,
-                                          *state.memory)
+        logits, h, c, attn = self.decoder.decode(F, F.reshape(prev_tokens, shape=(-1, 1)), state.h, state.c,
+                                                 state.src_len, state.memory, state.beam,
+                                                 **self.decoder.weights(prev_tokens))
         log_probs = F.log_softmax(F.reshape(logits, shape=(-3, 0)), axis=-1)
         return log_probs, dataclasses.replace(state, h=h, c=c), F.reshape(attn, shape=(-3, 0))
 

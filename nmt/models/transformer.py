@@ -18,7 +18,7 @@ import mxnet as mx
 
 from nmt.config import ConfigError, ModelConfig
 from nmt.models import register
-from nmt.models.base import DecoderState, Seq2SeqModel, array_module
+from nmt.models.base import DecoderState, Seq2SeqModel, array_module, param_like
 from nmt.models.transformer_layers import MemoryProjection, TransformerDecoder, TransformerEncoder
 
 logger = logging.getLogger(__name__)
@@ -53,12 +53,12 @@ def validate_transformer_config(cfg: ModelConfig, src_vocab_size: int = _MIN_VOC
 
 @dataclasses.dataclass(frozen=True)
 class TransformerState(DecoderState):
-    """The Transformer decoder's state, one row per hypothesis.
+    """The Transformer decoder's state.
 
-    Source fields (the same for every beam of a sentence): `memory_keys`, `memory_values` (N,L,S,d), each decoder
-    layer's projection of the encoder memory, and `src_len` (N,). Moving fields: `keys`, `values` (N,L,P,d), each
-    decoder layer's self-attention cache (slot 0 a placeholder, then one slot per target token read), and
-    `position` (N,) float, the position of the next token read."""
+    Source fields (one row per sentence, for all its beams): `memory_keys`, `memory_values` (B,L,S,d), each
+    decoder layer's projection of the encoder memory, and `src_len` (B,). Moving fields (one row per hypothesis):
+    `keys`, `values` (N,L,P,d), each decoder layer's self-attention cache (slot 0 a placeholder, then one slot per
+    target token read), and `position` (N,) float, the position of the next token read."""
 
     source_fields = ("memory_keys", "memory_values", "src_len")
     memory_keys: mx.nd.NDArray
@@ -67,12 +67,6 @@ class TransformerState(DecoderState):
     keys: mx.nd.NDArray
     values: mx.nd.NDArray
     position: mx.nd.NDArray
-
-
-def _param(param, like):
-    """`param`'s Symbol inside a hybridized graph (when `like` is a Symbol), else its array on `like`'s device:
-    what Gluon hands `hybrid_forward`, for the methods (`encode`, `step`) that are no `hybrid_forward`."""
-    return param.var() if isinstance(like, mx.sym.Symbol) else param.data(like.context)
 
 
 @register("transformer")
@@ -116,10 +110,10 @@ class TransformerModel(Seq2SeqModel):
 
     def _weights(self, like) -> Tuple:
         """(source embedding, target embedding, output weight, output bias) as arrays or Symbols like `like`."""
-        tgt = _param(self.tgt_embed_weight, like)
-        src = tgt if self.shares_source_embedding else _param(self.src_embed_weight, like)
-        out = tgt if self.cfg.tie_weights else _param(self.out_weight, like)
-        return src, tgt, out, _param(self.out_bias, like)
+        tgt = param_like(self.tgt_embed_weight, like)
+        src = tgt if self.shares_source_embedding else param_like(self.src_embed_weight, like)
+        out = tgt if self.cfg.tie_weights else param_like(self.out_weight, like)
+        return src, tgt, out, param_like(self.out_bias, like)
 
     def encode(self, src: mx.nd.NDArray, src_len: mx.nd.NDArray) -> Tuple[mx.nd.NDArray, mx.nd.NDArray]:
         """(memory (B,S,d), src_len (B,))."""
@@ -142,10 +136,10 @@ class TransformerModel(Seq2SeqModel):
         averaged over its heads."""
         F = array_module(prev_tokens)
         _, tgt, out, bias = self._weights(prev_tokens)
-        logits, keys, values, attn = self.decoder(F.reshape(prev_tokens, shape=(-1, 1)),
-                                                  F.reshape(state.position, shape=(-1, 1)), state.keys,
-                                                  state.values, state.memory_keys, state.memory_values,
-                                                  state.src_len, tgt, out, bias)
+        logits, keys, values, attn = self.decoder.decode(F, F.reshape(prev_tokens, shape=(-1, 1)),
+                                                         F.reshape(state.position, shape=(-1, 1)), state.keys,
+                                                         state.values, state.memory_keys, state.memory_values,
+                                                         state.src_len, tgt, out, bias, state.beam)
         log_probs = F.log_softmax(F.reshape(logits, shape=(-3, 0)), axis=-1)
         new_state = dataclasses.replace(state, keys=keys, values=values, position=state.position + 1)
         return log_probs, new_state, F.reshape(attn, shape=(-3, 0))

@@ -20,7 +20,7 @@ from gluonnlp.model.attention_cell import DotProductAttentionCell
 from mxnet import gluon
 from mxnet.gluon import nn
 
-from nmt.models.base import array_module
+from nmt.models.base import array_module, fold_beams, unfold_beams
 
 
 def sinusoids(F, positions, like, size: int):
@@ -100,6 +100,11 @@ class MultiHeadAttention(gluon.HybridBlock):
         return F.reshape(x, shape=(-1, 0, 0), reverse=True)
 
     def hybrid_forward(self, F, x, keys, values, mask):
+        return self.attend(F, x, keys, values, mask)
+
+    def attend(self, F, x, keys, values, mask):
+        """`hybrid_forward` as a method, for a decoder step: called as a block on its own (a step run
+        imperatively), this block's graph would not use `project_kv`'s parameters, and Gluon warns about them."""
         mask = F.reshape(F.broadcast_axis(F.expand_dims(mask, axis=1), axis=1, size=self._heads),
                          shape=(-1, 0, 0), reverse=True)
         context, weights = self.cell(self._split(F, self.query(x)), self._split(F, keys), self._split(F, values),
@@ -159,14 +164,19 @@ class DecoderLayer(EncoderLayer):
                                                  self_attention=False, prefix="cross_attn_")
 
     def hybrid_forward(self, F, x, query_pos, past_keys, past_values, mem_keys, mem_values, mem_mask):
+        return self.decode(F, x, query_pos, past_keys, past_values, mem_keys, mem_values, mem_mask, 1)
+
+    def decode(self, F, x, query_pos, past_keys, past_values, mem_keys, mem_values, mem_mask, beam: int):
+        """`hybrid_forward` with `beam` rows of x (a step's, one position each) per sentence of the memory:
+        `mem_mask` (B,beam,S), weights (B,heads,beam,S)."""
         h = self.attn_norm(x)
         new_keys, new_values = self.attn.project_kv(h)
         keys = F.concat(past_keys, new_keys, dim=1)
         values = F.concat(past_values, new_values, dim=1)
-        a, _ = self.attn(h, keys, values, causal_mask(F, h, keys, query_pos))
+        a, _ = self.attn.attend(F, h, keys, values, causal_mask(F, h, keys, query_pos))
         x = x + self.dropout(a)
-        a, weights = self.cross_attn(self.cross_norm(x), mem_keys, mem_values, mem_mask)
-        return self.feed_forward(x + self.dropout(a)), keys, values, weights
+        a, weights = self.cross_attn(fold_beams(F, self.cross_norm(x), beam), mem_keys, mem_values, mem_mask)
+        return self.feed_forward(x + self.dropout(unfold_beams(F, a, beam))), keys, values, weights
 
 
 class Embedder(gluon.HybridBlock):
@@ -256,12 +266,20 @@ class TransformerDecoder(LayerStack):
 
     def hybrid_forward(self, F, tgt, positions, past_keys, past_values, mem_keys, mem_values, src_len,
                        embed_weight, out_weight, out_bias):
+        return self.decode(F, tgt, positions, past_keys, past_values, mem_keys, mem_values, src_len, embed_weight,
+                           out_weight, out_bias, 1)
+
+    def decode(self, F, tgt, positions, past_keys, past_values, mem_keys, mem_values, src_len, embed_weight,
+               out_weight, out_bias, beam: int):
+        """`hybrid_forward` with `beam` rows of `tgt` (a step's, Tq = 1) per sentence of the memory and `src_len`;
+        the attention is then (B,beam,S)."""
         x = self.embed(tgt, positions, embed_weight)
-        mem_mask = key_mask(F, x, layer_slice(F, mem_keys, 0), src_len)
+        mem_mask = key_mask(F, fold_beams(F, x, beam), layer_slice(F, mem_keys, 0), src_len)
         keys, values = [], []
         for i, layer in enumerate(self.layers):
-            x, k, v, weights = layer(x, positions, layer_slice(F, past_keys, i), layer_slice(F, past_values, i),
-                                     layer_slice(F, mem_keys, i), layer_slice(F, mem_values, i), mem_mask)
+            x, k, v, weights = layer.decode(F, x, positions, layer_slice(F, past_keys, i),
+                                            layer_slice(F, past_values, i), layer_slice(F, mem_keys, i),
+                                            layer_slice(F, mem_values, i), mem_mask, beam)
             keys.append(k)
             values.append(v)
         logits = F.FullyConnected(self.norm(x), out_weight, out_bias, num_hidden=self._vocab_size, flatten=False)

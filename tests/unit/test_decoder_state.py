@@ -1,9 +1,11 @@
-"""DecoderState: select, reorder (source fields stay), repeat, the flat array list, nested and tuple fields."""
+"""DecoderState: select (sentences with all their beams), reorder (source fields stay), repeat (source fields stay
+one row per sentence), the flat array list, nested and tuple fields."""
 import dataclasses
 from typing import Tuple
 
 import mxnet as mx
 import numpy as np
+import pytest
 from mxnet import nd
 
 from nmt.models.base import DecoderState
@@ -39,11 +41,24 @@ def test_reorder_leaves_source_fields():
     assert col(s.memory) == [0, 10, 20] and col(s.h) == [1.5, 1.5, 0.5] and col(s.caches[1]) == [3, 3, 0]
 
 
-def test_repeat_copies_each_row_k_times_in_a_row():
+def test_repeat_copies_each_hypothesis_k_times_in_a_row_and_keeps_one_source_row():
     s = toy(2).repeat(3)
-    assert col(s.memory) == [0, 0, 0, 10, 10, 10] and col(s.caches[0]) == [0, 0, 0, 2, 2, 2]
+    assert col(s.memory) == [0, 10] and col(s.h) == [0.5] * 3 + [1.5] * 3 and col(s.caches[0]) == [0, 0, 0, 2, 2, 2]
+    assert s.beam == 3 and s.num_rows == 6 and s.repeat(2).beam == 6
     one = toy()
     assert one.repeat(1) is one
+
+
+def test_select_takes_sentences_with_all_their_beams():
+    s = toy(3).repeat(2).select(nd.array([2, 0]))
+    assert col(s.memory) == [20, 0] and col(s.h) == [2.5, 2.5, 0.5, 0.5] and s.beam == 2 and s.num_rows == 4
+
+
+def test_concat_refuses_states_of_different_beams():
+    with pytest.raises(ValueError, match=r"of \[1, 2\] beams per sentence"):
+        DecoderState.concat([toy(2), toy(2).repeat(2)])
+    joined = DecoderState.concat([toy(2).repeat(2), toy(1).repeat(2)])
+    assert col(joined.memory) == [0, 10, 0] and joined.num_rows == 6
 
 
 def test_arrays_round_trip():
@@ -58,8 +73,9 @@ def test_nested_states_follow_their_own_source_fields():
     e = EnsembleState((toy(), toy()))
     r = e.reorder(nd.array([2, 2, 2]))
     assert all(col(m.memory) == [0, 10, 20] and col(m.h) == [2.5] * 3 for m in r.members)
-    s = e.repeat(2).select(nd.array([5]))
-    assert all(col(m.memory) == [20] for m in s.members) and len(e.arrays()) == 8
+    s = e.repeat(2).select(nd.array([2]))
+    assert all(col(m.memory) == [20] and col(m.h) == [2.5, 2.5] and m.beam == 2 for m in s.members)
+    assert s.beam == 2 and len(e.arrays()) == 8
     np.testing.assert_array_equal(e.with_arrays(e.arrays()).members[1].h.asnumpy(), toy().h.asnumpy())
 
 

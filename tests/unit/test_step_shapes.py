@@ -1,6 +1,9 @@
 """`Seq2SeqModel.fixed_step_shapes` must tell the truth: the search plans its step graph once per batch shape
 (`static_shape`) for a model that declares it, which is only correct if `step` keeps every state array's shape."""
+import dataclasses
+
 import mxnet as mx
+import numpy as np
 import pytest
 
 from nmt.models import build_model
@@ -53,3 +56,34 @@ def test_the_planned_step_graph_equals_step_across_batch_shapes(arch):
         assert abs(got - want).max().asscalar() < 1e-5
         for a, b in zip(got_state.arrays(), want_state.arrays()):
             assert abs(a - b).max().asscalar() < 1e-5
+
+
+@pytest.mark.parametrize("arch", ARCHS + ("lstm-mlp-lexical",))
+@pytest.mark.parametrize("hybrid", [False, True])
+def test_beams_share_their_sentence_s_source_row(arch, hybrid):
+    """A step over K hypotheses per sentence and one memory row per sentence (`repeat(K)`) computes what a step
+    computes when every hypothesis has its own copy of the memory (a state of beam 1 with each sentence taken K
+    times), for every architecture's way of attending (dot, mlp with the lexical model, multi-head)."""
+    if arch == "lstm-mlp-lexical":
+        mx.random.seed(0)
+        cfg = dataclasses.replace(tiny_model_config("lstm"), attention="mlp", lexical_model=True, num_layers=2)
+        model = build_model(cfg, 30, 30)
+        model.initialize(mx.init.Xavier())
+    else:
+        model = _model(arch)
+    src = mx.nd.array([[5, 6, 7, 8, 9], [9, 10, 3, 0, 0]])
+    state = model.init_state(model.encode(src, mx.nd.array([5, 3])))
+    step = model.hybrid_step if hybrid else model.step
+    _, state, _ = step(mx.nd.array([2, 2]), state)   # one hypothesis per sentence at first
+    shared, copied = state.repeat(3), state.select(mx.nd.array([0, 0, 0, 1, 1, 1]))
+    assert shared.beam == 3 and copied.beam == 1
+    assert shared.arrays()[0].shape[0] == 2 and copied.arrays()[0].shape[0] == 6
+    tokens = mx.nd.array([4, 11, 12, 13, 14, 15])
+    for _ in range(2):
+        (lp_a, shared, att_a), (lp_b, copied, att_b) = step(tokens, shared), step(tokens, copied)
+        np.testing.assert_allclose(lp_a.asnumpy(), lp_b.asnumpy(), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(att_a.asnumpy(), att_b.asnumpy(), rtol=1e-5, atol=1e-6)
+        for a, b in zip(shared.arrays(moving_only=True), copied.arrays(moving_only=True)):
+            np.testing.assert_allclose(a.asnumpy(), b.asnumpy(), rtol=1e-5, atol=1e-5)
+        tokens = tokens[::-1]
+    assert float(mx.nd.abs(lp_a[0] - lp_a[1]).max().asscalar()) > 1e-4   # the hypotheses do differ
