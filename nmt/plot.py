@@ -1,7 +1,7 @@
 """Attention heatmaps of a translation, with Hangul rendered by the NanumGothic font of `koreanize-matplotlib`.
 
-The attention is read along the greedy path through the model interface (`encode`, `init_state`, then one `step`
-per output token), so the plotted translation is the greedy one. What is shown is the attention `step` returns: for
+The attention is read along the greedy path through the model interface (`encode`, `init_state`, then one step
+per output token, run as the search runs it: `hybrid_step`), so the plotted translation is the greedy one. What is shown is the attention `step` returns: for
 the LSTM architecture the weights of its one attention layer (decoder state over encoder outputs) at each output
 step. Axes are labelled with the SentencePiece pieces of both sides.
 """
@@ -48,7 +48,7 @@ def attention(translator, sentence: str, max_len: Optional[int] = None) -> Atten
     rows: List[np.ndarray] = []
     ended = False
     for _ in range(limit):   # the very steps of greedy_search: stop at EOS or after `limit` tokens
-        log_probs, state, attn = net.step(prev, state)
+        log_probs, state, attn = net.hybrid_step(prev, state)
         prev = mx.nd.argmax(log_probs, axis=-1)
         token = int(prev.asscalar())
         rows.append(attn[0].asnumpy())
