@@ -222,7 +222,8 @@ class Seq2SeqModel(gluon.HybridBlock):
     def step(self, prev_tokens: NDArray, state: DecoderState
              ) -> Tuple[NDArray, DecoderState, NDArray]:   # pragma: no cover - interface
         """Log-probabilities (N,V) of the next token after `prev_tokens` (N,), the new state, and the attention
-        over the source (N,S) that produced them (what attention plots show)."""
+        over the source (N,S) that produced them (what attention plots show). N = sentences x `state.beam`: the
+        hypotheses of a sentence read its single row of the source fields (`fold_beams`)."""
         raise NotImplementedError
 
     def hybrid_step(self, prev_tokens: NDArray, state: DecoderState) -> Tuple[NDArray, DecoderState, NDArray]:
