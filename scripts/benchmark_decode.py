@@ -5,10 +5,11 @@
 
 On one model directory and test set (--src-file, else the first test set of the model's recipe), both searches
 decode the same length-sorted batches with the same beam, length penalty (gluonnlp's `BeamSearchScorer` with the
-same alpha and K = 5) and maximum length; the sampler drives the model through its `hybrid_step` (the model
-interface's step as one planned graph, as our search does).
-The two take turns for --rounds timed rounds after one warm-up round, in this one process, so a change of load
-hits both alike; rates are sentences/s from the median round, the speed-up is the median of the per-round ratios.
+same alpha and K = 5) and maximum length. The sampler runs twice: driving the model through its `hybrid_step`
+(the model interface's step as one planned graph, as our search does: the strongest baseline) and through its
+imperative `step` (a hybridized decoder block per call, as a gluonnlp user would pass it).
+The searches take turns for --rounds timed rounds after one warm-up round, in this one process, so a change of load
+hits all alike; rates are sentences/s from the median round, the speed-up is the median of the per-round ratios.
 Whether each sentence's best hypothesis is the same in both is counted. With --other-model-dir (say, a Transformer
 beside an LSTM), that model's beam search takes its turn in the same rounds on the same sentences. Writes --output
 (replacing it).
@@ -71,17 +72,21 @@ def ours(model, batches: List[Batch], beam: int, alpha: float) -> List[List[int]
     return [hyps[0][0] for src, src_len, m in batches for hyps in beam_search(model, src, src_len, beam, m, alpha)]
 
 
-def sampler_step(model, template) -> Callable:
-    """A gluonnlp `BeamSearchSampler` decoder over the model's step, as one planned graph (`hybrid_step`, the
-    step our search runs): its states are the arrays of a state shaped like `template`, one hypothesis per
-    sentence, since the sampler repeats and reorders every one of them by rows, encoder memory included."""
+def sampler_step(model, template, planned: bool = True) -> Callable:
+    """A gluonnlp `BeamSearchSampler` decoder over the model's step: its states are the arrays of a state shaped
+    like `template`, one hypothesis per sentence, since the sampler repeats and reorders every one of them by rows,
+    encoder memory included. `planned`: the step as one planned graph (`hybrid_step`, the step our search runs: the
+    strongest baseline), else the model's imperative `step` (its decoder block one cached graph per call, as a
+    gluonnlp user would pass a hybridized decoder)."""
+    run = model.hybrid_step if planned else model.step
+
     def step(tokens, states):
-        log_probs, state, _ = model.hybrid_step(tokens.astype("float32"), template.with_arrays(states))
+        log_probs, state, _ = run(tokens.astype("float32"), template.with_arrays(states))
         return log_probs, state.arrays()
     return step
 
 
-def gluonnlp_sampler(model, batches: List[Batch], beam: int, alpha: float) -> List[List[int]]:
+def gluonnlp_sampler(model, batches: List[Batch], beam: int, alpha: float, planned: bool = True) -> List[List[int]]:
     """The best hypothesis of every sentence by gluonnlp 0.10's BeamSearchSampler and BeamSearchScorer."""
     import mxnet as mx
     from gluonnlp.model import BeamSearchSampler, BeamSearchScorer
@@ -90,7 +95,7 @@ def gluonnlp_sampler(model, batches: List[Batch], beam: int, alpha: float) -> Li
     for src, src_len, m in batches:
         state = model.init_state(model.encode(src, src_len))
         scorer = BeamSearchScorer(alpha=alpha, K=5.0, from_logits=False)
-        sampler = BeamSearchSampler(beam, sampler_step(model, state), EOS_ID, scorer, max_length=m)
+        sampler = BeamSearchSampler(beam, sampler_step(model, state, planned), EOS_ID, scorer, max_length=m)
         samples, _, valid = sampler(mx.nd.full((src.shape[0],), BOS_ID, ctx=src.context), state.arrays())
         samples, valid = samples.asnumpy(), valid.asnumpy()
         for r in range(src.shape[0]):
@@ -99,11 +104,21 @@ def gluonnlp_sampler(model, batches: List[Batch], beam: int, alpha: float) -> Li
     return out
 
 
+def gluonnlp_sampler_on_step(model, batches: List[Batch], beam: int, alpha: float) -> List[List[int]]:
+    """`gluonnlp_sampler` over the model's imperative `step`."""
+    return gluonnlp_sampler(model, batches, beam, alpha, planned=False)
+
+
 def _machine() -> dict:
     import mxnet as mx
     from nmt.parallel import cpu_name
     return {"cpu": cpu_name(), "cores": os.cpu_count(), "python": platform.python_version(),
             "mxnet": mx.__version__, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS")}
+
+
+def _speedup(seconds: Dict[str, List[float]], baseline: str) -> float:
+    """The median over rounds of the baseline's time over our search's."""
+    return statistics.median(g / o for o, g in zip(seconds["beam_search"], seconds[baseline]))
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -122,7 +137,8 @@ def run(args: argparse.Namespace) -> dict:
     batches = make_batches(tr, lines, args.batch)
     alpha, n = tr.decode.length_penalty_alpha, sum(b[0].shape[0] for b in batches)
     runs = {"beam_search": (ours, tr.net, batches),
-            "gluonnlp_beam_search_sampler": (gluonnlp_sampler, tr.net, batches)}
+            "gluonnlp_beam_search_sampler": (gluonnlp_sampler, tr.net, batches),
+            "gluonnlp_sampler_on_step": (gluonnlp_sampler_on_step, tr.net, batches)}
     other = None
     if args.other_model_dir:
         other = Translator.from_dir(args.other_model_dir, which=args.checkpoint)
@@ -142,9 +158,11 @@ def run(args: argparse.Namespace) -> dict:
               "model": dict(vars(tr.config.model)), "test_set": name, "sentences": n, "beam": args.beam,
               "batch": args.batch, "alpha": alpha, "rounds": args.rounds,
               **{k: {"sent_per_s": n / statistics.median(v), "seconds": v} for k, v in seconds.items()},
-              "speedup_vs_gluonnlp": statistics.median(g / o for o, g in zip(seconds["beam_search"],
-                                                                             seconds["gluonnlp_beam_search_sampler"])),
-              "identical_outputs": same, "differing_outputs": n - same}
+              "speedup_vs_gluonnlp": _speedup(seconds, "gluonnlp_beam_search_sampler"),
+              "speedup_vs_gluonnlp_on_step": _speedup(seconds, "gluonnlp_sampler_on_step"),
+              "identical_outputs": same, "differing_outputs": n - same,
+              "samplers_agree": sum(a == b for a, b in zip(outputs["gluonnlp_beam_search_sampler"],
+                                                           outputs["gluonnlp_sampler_on_step"]))}
     if other is not None:   # per round, the first model's time over the other's: > 1 when the other is faster
         report["other_beam_search"].update(
             model_dir=str(args.other_model_dir), model=dict(vars(other.config.model)),
@@ -161,7 +179,9 @@ def main(argv=None) -> int:
     r = run(args)
     print(f"{r['test_set']}: {r['sentences']} sentences, beam {r['beam']}, batch {r['batch']}: nmt.search "
           f"{r['beam_search']['sent_per_s']:.1f} sent/s, gluonnlp BeamSearchSampler "
-          f"{r['gluonnlp_beam_search_sampler']['sent_per_s']:.1f} sent/s, {r['speedup_vs_gluonnlp']:.2f}x; "
+          f"{r['gluonnlp_beam_search_sampler']['sent_per_s']:.1f} sent/s, {r['speedup_vs_gluonnlp']:.2f}x "
+          f"(on the imperative step {r['gluonnlp_sampler_on_step']['sent_per_s']:.1f} sent/s, "
+          f"{r['speedup_vs_gluonnlp_on_step']:.2f}x); "
           f"{r['differing_outputs']} of {r['sentences']} best hypotheses differ; written to {args.output}")
     if "other_beam_search" in r:
         o = r["other_beam_search"]

@@ -187,9 +187,12 @@ class LSTMModel(Seq2SeqModel):
     def step(self, prev_tokens, state: LSTMState):
         """The decoder block on one token per row (a length-1 target): log-probs (N,V), state, attention (N,S)."""
         F = array_module(prev_tokens)
-        logits, h, c, attn = self.decoder.decode(F, F.reshape(prev_tokens, shape=(-1, 1)), state.h, state.c,
-                                                 state.src_len, state.memory, state.beam,
-                                                 **self.decoder.weights(prev_tokens))
+        args = (F.reshape(prev_tokens, shape=(-1, 1)), state.h, state.c, state.src_len)
+        if state.beam == 1:   # the block itself: one cached graph when a hybridized model steps imperatively
+            logits, h, c, attn = self.decoder(*args, *state.memory)
+        else:   # a Block takes only arrays: its `decode` takes the beam
+            logits, h, c, attn = self.decoder.decode(F, *args, state.memory, state.beam,
+                                                     **self.decoder.weights(prev_tokens))
         log_probs = F.log_softmax(F.reshape(logits, shape=(-3, 0)), axis=-1)
         return log_probs, dataclasses.replace(state, h=h, c=c), F.reshape(attn, shape=(-3, 0))
 

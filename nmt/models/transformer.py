@@ -136,10 +136,12 @@ class TransformerModel(Seq2SeqModel):
         averaged over its heads."""
         F = array_module(prev_tokens)
         _, tgt, out, bias = self._weights(prev_tokens)
-        logits, keys, values, attn = self.decoder.decode(F, F.reshape(prev_tokens, shape=(-1, 1)),
-                                                         F.reshape(state.position, shape=(-1, 1)), state.keys,
-                                                         state.values, state.memory_keys, state.memory_values,
-                                                         state.src_len, tgt, out, bias, state.beam)
+        args = (F.reshape(prev_tokens, shape=(-1, 1)), F.reshape(state.position, shape=(-1, 1)), state.keys,
+                state.values, state.memory_keys, state.memory_values, state.src_len, tgt, out, bias)
+        # beam 1: the block itself (one cached graph when a hybridized model steps imperatively); a Block takes
+        # only arrays, so more beams go through its `decode`, which takes the beam
+        logits, keys, values, attn = (self.decoder(*args) if state.beam == 1
+                                      else self.decoder.decode(F, *args, state.beam))
         log_probs = F.log_softmax(F.reshape(logits, shape=(-3, 0)), axis=-1)
         new_state = dataclasses.replace(state, keys=keys, values=values, position=state.position + 1)
         return log_probs, new_state, F.reshape(attn, shape=(-3, 0))

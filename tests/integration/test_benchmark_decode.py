@@ -34,6 +34,7 @@ def test_benchmark_decode_compares_with_gluonnlp_and_writes_its_report(tmp_path_
     report = json.loads(out.read_text())
     assert report["sentences"] == 12 and report["beam"] == 4 and report["batch"] == 5
     assert report["identical_outputs"] + report["differing_outputs"] == 12 and report["identical_outputs"] >= 11
-    for name in ("beam_search", "gluonnlp_beam_search_sampler"):
+    for name in ("beam_search", "gluonnlp_beam_search_sampler", "gluonnlp_sampler_on_step"):
         assert report[name]["sent_per_s"] > 0 and len(report[name]["seconds"]) == 1
-    assert report["speedup_vs_gluonnlp"] > 0 and report["model"]["arch"] == arch
+    assert report["speedup_vs_gluonnlp"] > 0 and report["speedup_vs_gluonnlp_on_step"] > 0
+    assert report["samplers_agree"] >= 11 and report["model"]["arch"] == arch   # the planned step = `step`
