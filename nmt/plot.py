@@ -1,9 +1,9 @@
 """Attention heatmaps of a translation, with Hangul rendered by the NanumGothic font of `koreanize-matplotlib`.
 
 The attention is read along the greedy path through the model interface (`encode`, `init_state`, then one step
-per output token, run as the search runs it: `hybrid_step`), so the plotted translation is the greedy one. What is shown is the attention `step` returns: for
-the LSTM architecture the weights of its one attention layer (decoder state over encoder outputs) at each output
-step. Axes are labelled with the SentencePiece pieces of both sides.
+per output token, run as the search runs it: `hybrid_step`), so the plotted translation is the greedy one. What is
+shown is the attention a step returns: for the LSTM architecture the weights of its one attention layer (decoder
+state over encoder outputs) at each output step. Axes are labelled with the SentencePiece pieces of both sides.
 """
 from __future__ import annotations
 

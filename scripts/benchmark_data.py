@@ -101,7 +101,8 @@ def main(argv=None) -> int:
     print(f"{'tokenize (encode)':<28}{t_tok:>9.2f}{n / t_tok:>12,.0f}{tokens / t_tok:>13,.0f}")
     print(f"{'batch (one epoch)':<28}{t_batch:>9.2f}{n / t_batch:>12,.0f}{batched_tokens / t_batch:>13,.0f}")
     print(f"pipeline per epoch: {tokens / per_epoch:,.0f} tokens/s = "
-          f"{res['pipeline_per_epoch']['x_training_rate']:.0f}x a training rate of {args.train_tokens_per_s:,.0f} tokens/s")
+          f"{res['pipeline_per_epoch']['x_training_rate']:.0f}x a training rate of "
+          f"{args.train_tokens_per_s:,.0f} tokens/s")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(res, indent=2) + "\n")

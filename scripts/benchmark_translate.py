@@ -91,7 +91,8 @@ def main(argv=None) -> int:
         rows = []
         print(f"{tr.model_dir} ({tr.src_lang}->{tr.tgt_lang}, checkpoint {tr.checkpoint}), {len(lines)} sentences "
               f"from {args.src_file or TEST_SOURCE}, {ctx}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '-')}")
-        print(f"{'search':<9}{'batch':>6}{'seconds':>9}{'sent/s':>9}{'src tok/s':>11}{'out tok/s':>11}{'peak RSS MB':>13}")
+        print(f"{'search':<9}{'batch':>6}{'seconds':>9}{'sent/s':>9}{'src tok/s':>11}{'out tok/s':>11}"
+              f"{'peak RSS MB':>13}")
         for beam in beams:
             for bs in batch_sizes:
                 r = run_config(tr, lines, beam, bs, args.warmup)
