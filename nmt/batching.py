@@ -203,9 +203,9 @@ class BatchIterator:
         if self.prefetch == 0:
             for i in range(start, len(batches)):
                 batch = self._build(batches[i], i)
-                sampler._consumed(i + 1)
+                sampler.consumed(i + 1)
                 yield batch
-            sampler._end_epoch()
+            sampler.end_epoch()
             return
         ready: "queue.Queue" = queue.Queue(maxsize=self.prefetch)
         stop = threading.Event()
@@ -238,9 +238,9 @@ class BatchIterator:
                             raise BatchError("the batch prefetch thread stopped unexpectedly") from None
                 if isinstance(batch, BaseException):
                     raise batch
-                sampler._consumed(i + 1)
+                sampler.consumed(i + 1)
                 yield batch
-            sampler._end_epoch()
+            sampler.end_epoch()
         finally:
             stop.set()
             worker.join()

@@ -64,7 +64,7 @@ def attention(translator, sentence: str, max_len: Optional[int] = None) -> Atten
 
 def _piece(tok, token_id: int) -> str:
     # "▁" (U+2581, SentencePiece's word-start mark) is missing from common fonts: shown as "_".
-    return tok._sp.id_to_piece(int(token_id)).replace("\u2581", "_")
+    return tok.piece(token_id).replace("\u2581", "_")
 
 
 def korean_font_file() -> Path:

@@ -171,19 +171,21 @@ class BucketSampler:
             raise BatchError(f"epoch must be >= 0, got {epoch}")
         self.epoch, self.position = int(epoch), 0
 
-    def _consumed(self, position: int) -> None:
+    def consumed(self, position: int) -> None:
+        """The first `position` batches of this epoch are handed out: a saved state resumes after them."""
         self.position = position
 
-    def _end_epoch(self) -> None:
+    def end_epoch(self) -> None:
+        """Every batch of this epoch is handed out: move to the start of the next."""
         self.epoch, self.position = self.epoch + 1, 0
 
     def __iter__(self) -> Iterator[Tuple[np.ndarray, int, int]]:
         batches = self.epoch_batches(self.epoch)
         for i in range(self.position, len(batches)):
-            self._consumed(i + 1)  # handed out = consumed: a state saved while it is processed resumes after it
+            self.consumed(i + 1)  # handed out = consumed: a state saved while it is processed resumes after it
             idx, s, t = batches[i]
             yield idx.copy(), s, t
-        self._end_epoch()
+        self.end_epoch()
 
     def fingerprint(self) -> str:
         """Hash of the lengths and the batching configuration (what determines the batches besides seed/epoch)."""

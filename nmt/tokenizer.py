@@ -148,6 +148,14 @@ class Tokenizer:
             cleaned.append(out)
         return self._sp.decode(cleaned, num_threads=self._threads)
 
+    def piece(self, token_id: int) -> str:
+        """The subword piece of one id (attention plots label their axes with these)."""
+        size = self.vocab_size
+        if not 0 <= int(token_id) < size:
+            raise TokenizerError(f"piece: id {token_id} is outside the {self.lang} vocabulary "
+                                 f"(size {size}, {self.path})")
+        return self._sp.id_to_piece(int(token_id))
+
     def pieces(self, line: str) -> List[str]:
         """Subword pieces of one line (for inspection and logging)."""
         return self._sp.encode(_nfc(self._check_line(line, 0)), out_type=str)

@@ -31,7 +31,7 @@ class _FusedLSTMInit(mx.init.Initializer):
         for i, (start, end, shape) in enumerate(piece_ranges(self._shapes)):
             piece = mx.nd.zeros(shape, ctx=arr.context, dtype=arr.dtype)
             if len(shape) == 2:
-                glob._init_weight(mx.init.InitDesc(f"{desc}_{i}_weight"), piece)
+                glob(mx.init.InitDesc(f"{desc}_{i}_weight"), piece)
             arr[start:end] = piece.reshape((-1,))
 
 

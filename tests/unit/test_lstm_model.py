@@ -10,7 +10,7 @@ from nmt.config import ConfigError, ModelConfig
 from nmt.loss import Seq2SeqLoss
 from nmt.models import build_model
 from nmt.models.lstm import LSTMModel, LSTMState, count_flops_per_token
-from nmt.models.lstm_layers import FusedLSTM
+from nmt.models.lstm_layers import FusedLSTM, piece_ranges
 
 SRC_V, TGT_V = 30, 31  # different sizes catch swapped vocabularies
 # "+lex": with the lexical model (its source embeddings ride in the memory after the values and mlp keys)
@@ -301,3 +301,21 @@ def test_fused_lstm_equals_gluon_lstm():
     out2, h2, c2 = fused(x, h, c)
     for a, b in ((out, out2), (h1, h2), (c1, c2)):
         np.testing.assert_allclose(a.asnumpy(), b.asnumpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("init", ["constant", "xavier"])
+def test_fused_lstm_weights_follow_the_global_initializer_piece_by_piece(init):
+    """Each weight matrix in the flat vector is initialized as the global initializer would initialize it alone
+    (Xavier's scale from that matrix's own fan-in and fan-out), the biases zero."""
+    lstm = FusedLSTM(8, 2, input_size=5)
+    lstm.initialize(mx.init.Constant(0.5) if init == "constant" else mx.init.Xavier(magnitude=3))
+    flat = lstm.rnn_param.data().asnumpy()
+    for start, end, shape in piece_ranges(lstm.piece_shapes):
+        piece = flat[start:end]
+        if len(shape) == 1:
+            assert not piece.any(), f"bias {shape} not zero"
+        elif init == "constant":
+            np.testing.assert_array_equal(piece, 0.5)
+        else:
+            bound = np.sqrt(3.0 / ((shape[0] + shape[1]) / 2.0))
+            assert np.abs(piece).max() <= bound + 1e-6 and np.abs(piece).max() > 0.8 * bound, (shape, bound)

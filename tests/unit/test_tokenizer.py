@@ -228,3 +228,11 @@ def test_a_joint_model_serves_both_languages_with_one_id_space(tmp_path):
         assert ids == tgt.encode([line]) and UNK_ID not in ids[0] and tgt.decode(ids) == [line]
     with pytest.raises(TokenizerError, match="spm.ko.model"):
         load_tokenizers(tmp_path, "ko", "en")   # the per-language models are not there
+
+
+def test_piece_of_an_id(ko_tok):
+    ids = ko_tok.encode(["학교에"])[0]
+    assert [ko_tok.piece(i) for i in ids] == ko_tok.pieces("학교에")
+    assert ko_tok.piece(EOS_ID) == "</s>"
+    with pytest.raises(TokenizerError, match=r"piece: id 360 is outside the ko vocabulary \(size 360"):
+        ko_tok.piece(360)
