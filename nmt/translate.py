@@ -38,7 +38,6 @@ logger = logging.getLogger("nmt.translate")
 CHARS_PER_TOKEN = 16
 # str.splitlines() boundaries: a translation must never add a line to the output.
 _LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
-INVALID_UTF8 = ("error", "replace")
 
 Hyps = List[Tuple[List[int], float]]
 
