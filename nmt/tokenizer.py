@@ -142,19 +142,21 @@ class Tokenizer:
                 if tok in (PAD_ID, BOS_ID):
                     continue
                 if not 0 <= tok < size:
-                    raise TokenizerError(f"decode: id {tok} in sequence {row} is outside the {self.lang} "
-                                         f"vocabulary (size {size}, {self.path})")
+                    raise self._outside(f"decode: id {tok} in sequence {row}")
                 out.append(tok)
             cleaned.append(out)
         return self._sp.decode(cleaned, num_threads=self._threads)
 
     def piece(self, token_id: int) -> str:
         """The subword piece of one id (attention plots label their axes with these)."""
-        size = self.vocab_size
-        if not 0 <= int(token_id) < size:
-            raise TokenizerError(f"piece: id {token_id} is outside the {self.lang} vocabulary "
-                                 f"(size {size}, {self.path})")
-        return self._sp.id_to_piece(int(token_id))
+        token_id = int(token_id)
+        if not 0 <= token_id < self.vocab_size:
+            raise self._outside(f"piece: id {token_id}")
+        return self._sp.id_to_piece(token_id)
+
+    def _outside(self, what: str) -> TokenizerError:
+        """The error for an id (`what`: where it was found) that is not in this vocabulary."""
+        return TokenizerError(f"{what} is outside the {self.lang} vocabulary (size {self.vocab_size}, {self.path})")
 
     def pieces(self, line: str) -> List[str]:
         """Subword pieces of one line (for inspection and logging)."""
