@@ -1,7 +1,8 @@
 """Fault injection: SIGKILL at 10 seeded random moments of a training run; after each, `--resume` continues, and
-the run ends bit-identical to an uninterrupted one. Half the kills come at a random time (start-up included, between
-saves or in one by chance), half inside a save for sure: just before or after the N-th rename of a file into the
-model directory (a parameter file, optimizer states, a manifest, state.json), N drawn at random."""
+the run ends bit-identical to an uninterrupted one. Half the kills come at a random moment (start-up included,
+between saves or in one by chance), half inside a save for sure: just before or after the N-th rename of a file into
+the model directory (a parameter file, optimizer states, a manifest, state.json), N drawn at random. The random
+moments after start-up are drawn in validations, not seconds, so that a fast host cannot finish the run first."""
 from __future__ import annotations
 
 import os
@@ -22,7 +23,10 @@ from tests.synth import write_task
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
-MAX_STEPS = 400   # long enough that all 10 kills land before the run ends, also on a quiet fast host
+# Long enough that all 10 kills land before the run ends, on any host: the first comes before training starts, a
+# kill in a save within 32 renames (at most 8 checkpoints, 32 steps), one at a random moment within 4 validations
+# and 0.1 s (16 steps + 0.1 s).
+MAX_STEPS = 400
 KILLS = 10
 
 
@@ -61,17 +65,22 @@ def _killed_in_a_save(cmd, rng: random.Random) -> bool:
     return r.returncode == -signal.SIGKILL
 
 
-def _run_until_killed(cmd, log: Path, delay: float) -> bool:
-    """Start `cmd`; SIGKILL it `delay` seconds after it has built its data (or at once if delay < 0, during
-    start-up). Whether it was killed (False: it finished first)."""
+def _run_until_killed(cmd, log: Path, validations: int, delay: float) -> bool:
+    """Start `cmd`; SIGKILL it `delay` seconds after its `validations`-th validation of this run, or with
+    `validations` 0 during start-up: `delay` seconds after it started or once it has built its data, whichever
+    comes first. Whether it was killed (False: it finished first)."""
     with open(log, "wb") as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=ENV)
     try:
-        deadline = time.time() + 120
-        while delay >= 0 and b"batches:" not in log.read_bytes() and proc.poll() is None:
-            assert time.time() < deadline, log.read_text()[-3000:]
-            time.sleep(0.02)
-        time.sleep(abs(delay))
+        start = time.time()
+        if validations:
+            while log.read_bytes().count(b"validation step") < validations and proc.poll() is None:
+                assert time.time() < start + 120, log.read_text()[-3000:]
+                time.sleep(0.005)
+            time.sleep(delay)
+        else:
+            while time.time() < start + delay and b"batches:" not in log.read_bytes() and proc.poll() is None:
+                time.sleep(0.005)
         if proc.poll() is not None:
             assert proc.returncode == 0, log.read_text()[-3000:]
             return False
@@ -100,8 +109,9 @@ def test_sigkill_at_random_moments_then_resume_is_bit_identical(tmp_path):
             killed = _killed_in_a_save(_cmd(task, d, *extra), rng)
             mid_save += killed
         else:
-            delay = -rng.uniform(0.0, 2.5) if i == 0 else rng.uniform(0.0, 1.5)   # the first: during start-up
-            killed = _run_until_killed(_cmd(task, d, *extra), tmp_path / f"run{i}.log", delay)
+            validations = 0 if i == 0 else rng.randint(1, 4)   # the first: during start-up
+            delay = rng.uniform(0.0, 2.5) if i == 0 else rng.uniform(0.0, 0.1)
+            killed = _run_until_killed(_cmd(task, d, *extra), tmp_path / f"run{i}.log", validations, delay)
         if not killed:
             break
         kills += 1
