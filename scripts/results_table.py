@@ -52,7 +52,7 @@ def main(argv=None) -> int:
     from nmt.atomic import atomic_write_text
     from nmt.cli import user_errors
     from nmt.parallel import cpu_name
-    from nmt.results import ResultsError, ablation_table, load_run, markdown_table, plot_curves, results_rows
+    from scripts.runs import ResultsError, ablation_table, load_run, markdown_table, plot_curves, results_rows
     try:
         runs = [load_run(d) for d in args.model_dirs]
         base = load_run(args.ablation_base) if args.ablation_base else None
@@ -139,7 +139,7 @@ def write_docs_page(page: Path, results_dir: Path) -> int:
 
 def _read_report(path: Path) -> dict:
     """An evaluate.py --json report; ResultsError naming the file if it is not one."""
-    from nmt.results import ResultsError
+    from scripts.runs import ResultsError
     try:
         report = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
@@ -151,7 +151,7 @@ def _read_report(path: Path) -> dict:
 
 def examples(runs, n: int, data_dir) -> str:
     """`n` sentences spread over each run's first test set with reference and beam-search output."""
-    from nmt.results import example_indices
+    from scripts.runs import example_indices
     from nmt.scoring import recipe_tests
     from nmt.translate import Translator
     out = []

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from nmt.synthetic import write_corpus
+from scripts.synthetic_corpus import write_corpus
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -118,7 +118,7 @@ def test_dev_set_is_the_one_validated_on_and_stays_out_of_results_tables(model_c
     by_file = next(iter(json.loads(out)["results"].values()))
     assert code == 0 and entry["n"] == by_file["n"] == 40 and entry["bleu"] == by_file["bleu"]
     assert json.loads((model_copy / ckpt.SCORES).read_text())["dev"]["best"]["bleu"] == entry["bleu"]
-    from nmt.results import load_run, results_rows
+    from scripts.runs import load_run, results_rows
     assert "dev" not in {r["test_set"] for r in results_rows([load_run(model_copy)])}
 
 

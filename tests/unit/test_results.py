@@ -1,4 +1,4 @@
-"""nmt.results and scripts/results_table.py on a tiny trained model directory."""
+"""scripts/runs.py and scripts/results_table.py on a tiny trained model directory."""
 from __future__ import annotations
 
 import json
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from nmt.corpus import read_parallel
-from nmt.results import (ResultsError, ablation_table, config_diff, example_indices, load_run, markdown_table,
+from scripts.runs import (ResultsError, ablation_table, config_diff, example_indices, load_run, markdown_table,
                          results_rows)
 from nmt.scoring import score_test_set
 from nmt.translate import Translator
