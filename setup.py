@@ -41,6 +41,7 @@ setup(
             "nmt-train=nmt.cli:train_main",
             "nmt-translate=nmt.cli_decode:translate_main",
             "nmt-evaluate=nmt.cli_decode:evaluate_main",
+            "nmt-score=nmt.cli_decode:score_main",
             "nmt-launch=nmt.distributed:main",
             "nmt-serve=nmt.serve:main",
         ]

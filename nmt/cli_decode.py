@@ -14,8 +14,8 @@ from nmt.cli import DECODE_FLAGS, command
 from nmt.config import Config, ConfigError
 
 
-def _add_model_decode_args(p: argparse.ArgumentParser) -> None:
-    """--model-dir, --checkpoint, --gpus and the decoding flags, whose defaults come from the model's config.json."""
+def _add_model_decode_args(p: argparse.ArgumentParser, flags=DECODE_FLAGS, nbest: bool = True) -> None:
+    """--model-dir, --checkpoint, --gpus and the decoding `flags`, whose defaults come from the model's config.json."""
     g = p.add_argument_group("model")
     g.add_argument("--model-dir", required=True, type=Path, help="model directory written by nmt-train")
     g.add_argument("--checkpoint", default="best", metavar="WHICH",
@@ -30,11 +30,12 @@ def _add_model_decode_args(p: argparse.ArgumentParser) -> None:
                         "(set OMP_NUM_THREADS to cores / N; default 1)")
     g.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     d = p.add_argument_group("decoding (defaults: the model's saved decode config)")
-    for f in DECODE_FLAGS:
+    for f in flags:
         d.add_argument(f.flag, dest=f"decode.{f.field}", type=f.type, default=argparse.SUPPRESS,
                        metavar=f.field.upper(), help=f.help)
-    d.add_argument("--nbest", dest="decode.nbest", type=int, default=argparse.SUPPRESS, metavar="K",
-                   help="output the K best translations with their scores, one JSON object per input line")
+    if nbest:
+        d.add_argument("--nbest", dest="decode.nbest", type=int, default=argparse.SUPPRESS, metavar="K",
+                       help="output the K best translations with their scores, one JSON object per input line")
 
 
 def _load_translator(args: argparse.Namespace):
@@ -53,6 +54,27 @@ def _load_translator(args: argparse.Namespace):
     decode = dataclasses.replace(Config.load(path).decode, **overrides)
     ctxs = parse_devices(args.gpus, args.cpu_devices)
     return Translator.from_dir(args.model_dir, args.checkpoint, ctx=ctxs, decode=decode, ensemble=args.ensemble)
+
+
+def _open_output(stack, output):
+    """The output stream: stdout (UTF-8 whatever the locale says) for None or "-", else the file, opened in `stack`;
+    a CorpusError naming --output if it cannot be written."""
+    from nmt.corpus import CorpusError
+    if output in (None, "-"):
+        if hasattr(sys.stdout, "reconfigure"):
+            sys.stdout.reconfigure(encoding="utf-8")
+        return sys.stdout
+    try:
+        return stack.enter_context(open(output, "w", encoding="utf-8", newline="\n"))
+    except OSError as e:
+        raise CorpusError(f"--output {output}: cannot write ({e.strerror})") from None
+
+
+def _reader_gone() -> int:
+    """After a BrokenPipeError on stdout (e.g. `| head`): nothing more to write; exit code 141 as a shell's."""
+    import os
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 141
 
 
 def build_translate_parser() -> argparse.ArgumentParser:
@@ -81,7 +103,6 @@ def build_translate_parser() -> argparse.ArgumentParser:
 @command(build_translate_parser)
 def translate_main(args: argparse.Namespace) -> int:
     import contextlib
-    import os
     from nmt.corpus import CorpusError
     from nmt.plot import attention_saver
     from nmt.translate import CHARS_PER_TOKEN, interactive, read_raw_lines, translate_stream
@@ -94,7 +115,7 @@ def translate_main(args: argparse.Namespace) -> int:
     nbest = tr.decode.nbest
     stdin, stdout = args.input in (None, "-"), args.output in (None, "-")
     if stdout and hasattr(sys.stdout, "reconfigure"):
-        sys.stdout.reconfigure(encoding="utf-8")   # whatever the locale says
+        sys.stdout.reconfigure(encoding="utf-8")   # whatever the locale says (the prompt prints there too)
     if stdin and sys.stdin.isatty():
         if stdout:
             return interactive(tr, nbest, plot)
@@ -108,21 +129,14 @@ def translate_main(args: argparse.Namespace) -> int:
                 src = stack.enter_context(open(args.input, "rb"))
             except OSError as e:
                 raise CorpusError(f"--input {args.input}: cannot read ({e.strerror})") from None
-        if stdout:
-            out = sys.stdout
-        else:
-            try:
-                out = stack.enter_context(open(args.output, "w", encoding="utf-8", newline="\n"))
-            except OSError as e:
-                raise CorpusError(f"--output {args.output}: cannot write ({e.strerror})") from None
+        out = _open_output(stack, args.output)
         max_bytes = tr.decode.max_input_tokens * CHARS_PER_TOKEN * 4   # 4 = longest UTF-8 character
         try:
             stats = translate_stream(tr, read_raw_lines(src, max_bytes), out, name=name,
                                      chunk_lines=args.chunk_lines, on_invalid=args.on_invalid_utf8,
                                      nbest=nbest, on_chunk=plot)
-        except BrokenPipeError:   # e.g. `| head`: the reader is gone, nothing more to write
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            return 141
+        except BrokenPipeError:
+            return _reader_gone()
     logging.getLogger("nmt.translate").info(
         "translated %d lines in %.1f s (%.1f lines/s)%s%s", stats.lines, stats.seconds,
         stats.lines / max(stats.seconds, 1e-9), f"; {tr.truncated} truncated" if tr.truncated else "",
@@ -218,4 +232,68 @@ def evaluate_main(args: argparse.Namespace) -> int:
         atomic_write_text(Path(args.json), json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     if not args.no_save:
         print(f"scores recorded in {tr.model_dir / 'scores.json'}", file=sys.stderr)
+    return 0
+
+
+# Flags of nmt-score: how a translation is scored and batched (the search's flags do not apply).
+SCORE_FLAGS = [f for f in DECODE_FLAGS if f.flag in ("--length-penalty", "--decode-batch-size", "--max-input-tokens")]
+
+
+def build_score_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="nmt-score", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Score given translations under a model (forced decoding): one score per line pair, the "
+                    "summed log-probability of the translation's pieces and EOS divided by the GNMT length penalty "
+                    "(--length-penalty 0: the plain log-probability), as beam search scores its hypotheses. "
+                    "Higher is better. For filtering a parallel corpus, reranking n-best lists or comparing models "
+                    "on references; the corpus perplexity is logged at the end.",
+        epilog="Examples:\n  python scripts/score.py --model-dir M --src-file train.ko --tgt-file train.en > scores\n"
+               "  python scripts/score.py --model-dir M --src-file test.ko --tgt-file hyps.en --length-penalty 0 "
+               "--output-format json\n")
+    _add_model_decode_args(p, SCORE_FLAGS, nbest=False)
+    g = p.add_argument_group("input and output")
+    g.add_argument("--src-file", required=True, help="source sentences, UTF-8, one per line")
+    g.add_argument("--tgt-file", required=True, help="their translations, line-aligned with --src-file")
+    g.add_argument("--output", help="output file (default: stdout)")
+    g.add_argument("--output-format", choices=("score", "json"), default="score",
+                   help="score: one number per line (default); json: one object per line with the score, the "
+                        "log-probability, the length and every piece's log-probability")
+    return p
+
+
+@command(build_score_parser)
+def score_main(args: argparse.Namespace) -> int:
+    import contextlib
+    import math
+    import time
+    from nmt.corpus import CorpusError, read_lines
+    from nmt.evaluate import perplexity
+    from nmt.forced import score_ids, target_ids
+    src, tgt = (read_lines(f, keep_blank_end=True) for f in (args.src_file, args.tgt_file))   # every line a pair
+    if len(src) != len(tgt):
+        raise CorpusError(f"line counts differ: --src-file {args.src_file} has {len(src)} lines but --tgt-file "
+                          f"{args.tgt_file} has {len(tgt)}; they must be line-aligned (line i of --tgt-file "
+                          "translates line i of --src-file)")
+    tr = _load_translator(args)
+    tgt_ids = target_ids(tr, tgt, name=args.tgt_file)   # every target checked before anything is written
+    t0, log_prob, tokens, chunk = time.perf_counter(), 0.0, 0, 10_000
+    with contextlib.ExitStack() as stack:
+        out = _open_output(stack, args.output)
+        for start in range(0, len(src), chunk):
+            scored = score_ids(tr, tr.source_ids(src[start:start + chunk], start + 1), tgt_ids[start:start + chunk],
+                               tr.decode.length_penalty_alpha)
+            try:
+                if args.output_format == "json":
+                    out.write("".join(json.dumps(s.as_json(), ensure_ascii=False) + "\n" for s in scored))
+                else:
+                    out.write("".join(f"{s.score:.6f}\n" for s in scored))
+                out.flush()
+            except BrokenPipeError:
+                return _reader_gone()
+            log_prob += math.fsum(s.log_prob for s in scored)
+            tokens += sum(len(s.pieces) for s in scored)
+    logging.getLogger("nmt.forced").info(
+        "scored %d pairs in %.1f s: %d target tokens (EOS included), perplexity %.2f%s", len(src),
+        time.perf_counter() - t0, tokens, perplexity(-log_prob, tokens) if tokens else float("nan"),
+        f"; {tr.truncated} sources truncated" if tr.truncated else "")
     return 0

@@ -73,19 +73,21 @@ def _line_list(numbers: List[int], limit: int = 5) -> str:
     return shown + (f" (and {len(numbers) - limit} more)" if len(numbers) > limit else "")
 
 
-def read_lines(path: PathLike, *, skip_invalid_utf8: bool = False,
-               max_line_chars: int = MAX_LINE_CHARS) -> List[Optional[str]]:
-    """Lines of a UTF-8 text file, normalized; None for an undecodable line skipped on request."""
-    return [None if t is None else normalize(t) for t in _decode_lines(path, skip_invalid_utf8, max_line_chars)]
+def read_lines(path: PathLike, *, skip_invalid_utf8: bool = False, max_line_chars: int = MAX_LINE_CHARS,
+               keep_blank_end: bool = False) -> List[Optional[str]]:
+    """Lines of a UTF-8 text file, normalized; None for an undecodable line skipped on request. Blank lines at
+    the end are dropped (warned) unless `keep_blank_end` (a file whose every line is data, e.g. translations)."""
+    return [None if t is None else normalize(t)
+            for t in _decode_lines(path, skip_invalid_utf8, max_line_chars, keep_blank_end)]
 
 
-def _split_lines(data: bytes, path: Path) -> List[bytes]:
-    """The lines of `data`; blank lines at the very end are dropped (warned)."""
+def _split_lines(data: bytes, path: Path, keep_blank_end: bool = False) -> List[bytes]:
+    """The lines of `data`; blank lines at the very end are dropped (warned) unless `keep_blank_end`."""
     raw = data.split(b"\n")
     if raw[-1] == b"":
         raw.pop()   # the newline that ends the last line does not start another one
     trailing = 0
-    while raw and not raw[-1].strip():
+    while raw and not keep_blank_end and not raw[-1].strip():
         raw.pop()
         trailing += 1
     if trailing:
@@ -93,13 +95,13 @@ def _split_lines(data: bytes, path: Path) -> List[bytes]:
     return raw
 
 
-def _decode_lines(path: PathLike, skip_invalid_utf8: bool, max_line_chars: int) -> List[Optional[str]]:
+def _decode_lines(path: PathLike, skip_invalid_utf8: bool, max_line_chars: int,
+                  keep_blank_end: bool = False) -> List[Optional[str]]:
     """Decoded, not yet normalized lines of a UTF-8 text file; None for an undecodable line skipped on request.
 
-    A UTF-8 byte-order mark is stripped and CRLF line ends are converted, each with a logged warning;
-    blank lines at the very end are ignored (warned). Empty files, UTF-16, CR-only line ends,
-    invalid UTF-8 and absurdly long lines raise `CorpusError`.
-    """
+    A UTF-8 byte-order mark is stripped and CRLF line ends are converted, each with a logged warning (and blank lines
+    at the end dropped, see `read_lines`). Empty files, UTF-16, CR-only line ends, invalid UTF-8 and absurdly long
+    lines raise `CorpusError`."""
     path = Path(path)
     try:
         data = path.read_bytes()
@@ -127,7 +129,7 @@ def _decode_lines(path: PathLike, skip_invalid_utf8: bool, max_line_chars: int) 
         if crlf:
             logger.warning("%s: converted %d CRLF (Windows) line ends to LF", path, crlf)
             data = data.replace(b"\r\n", b"\n")
-    raw = _split_lines(data, path)
+    raw = _split_lines(data, path, keep_blank_end)
 
     lines: List[Optional[str]] = []
     bad: List[int] = []

@@ -63,7 +63,7 @@ def _max_lens(max_len: MaxLen, batch: int) -> np.ndarray:
     return np.maximum(arr.astype(np.int64), 0)
 
 
-def _length_penalty(lengths: np.ndarray, alpha: float) -> np.ndarray:
+def length_penalty(lengths: np.ndarray, alpha: float) -> np.ndarray:
     """GNMT length penalty ((5 + |Y|) / 6) ** alpha."""
     return ((5.0 + lengths) / 6.0) ** alpha
 
@@ -302,7 +302,7 @@ class BeamStream:
     def _length_penalties(self, size: int) -> None:
         """Penalties of every length below `size`, computed in float64 once and rounded to float32 once."""
         if self._lp_table is None or self._lp_table.shape[0] < size:
-            self._lp_table = to_device(_length_penalty(np.arange(size), self.alpha), self.ctx)
+            self._lp_table = to_device(length_penalty(np.arange(size), self.alpha), self.ctx)
 
     def _advance(self, state, hyps, first):
         log_probs, state, _ = self.model.hybrid_step(self._bos if first else hyps.prev, state)
@@ -316,7 +316,7 @@ class BeamStream:
 
     def _nbest(self, history: np.ndarray, final: Tuple[np.ndarray, np.ndarray]) -> NBest:
         raw, lengths = final
-        score = raw.astype(np.float64) / _length_penalty(lengths.astype(np.int64), self.alpha)
+        score = raw.astype(np.float64) / length_penalty(lengths.astype(np.int64), self.alpha)
         live = [k for k in np.argsort(-score, kind="stable") if np.isfinite(score[k])]
         return [([int(x) for x in history[:, k] if x >= 0], float(score[k])) for k in live[:self.nbest]]
 

@@ -25,6 +25,7 @@ from nmt.batching import pad_sources
 from nmt.config import Config, ConfigError, DecodeConfig
 from nmt.corpus import CorpusError, normalize
 from nmt.models import build_model
+from nmt.models.base import Seq2SeqModel
 from nmt.models.ensemble import as_model
 from nmt.parallel import concurrent_devices_safe
 from nmt.search import beam_search, greedy_search
@@ -204,12 +205,18 @@ class Translator:
         todo.sort(key=lambda i: len(ids[i]))   # length-sorted batches: little padding
         bs = max(1, self.decode.batch_size)
         chunks = [todo[start:start + bs] for start in range(0, len(todo), bs)]
+        self.share_out(chunks, lambda ctx, model, chunk: self._decode_chunk(ctx, model, ids, chunk, beam, nbest, out))
+        return out
+
+    def share_out(self, chunks: List[List[int]], run: Callable[[mx.Context, Seq2SeqModel, List[int]], None]) -> None:
+        """`run(ctx, model, chunk)` for every chunk (an ensemble of several models as one), dealt out among the
+        devices last chunk first (length-sorted: the longest first, so that the devices finish close together)."""
         devices = [(self.ctx, self.members)] + self.replicas
         if len(devices) > 1 and self._concurrent is None:
             self._concurrent = concurrent_devices_safe(self.ctxs)
         if not self._concurrent:   # one device, or CPU contexts that would have to take turns: the first does all
             devices = devices[:1]
-        pending = iter(chunks[::-1])   # longest first: several devices then finish close together
+        pending = iter(chunks[::-1])
         lock = threading.Lock()
 
         def work(ctx: mx.Context, members: list) -> None:
@@ -219,14 +226,13 @@ class Translator:
                     chunk = next(pending, None)
                 if chunk is None:
                     return
-                self._decode_chunk(ctx, model, ids, chunk, beam, nbest, out)
+                run(ctx, model, chunk)
         if len(devices) > 1 and len(chunks) > 1:
             with ThreadPoolExecutor(len(devices), thread_name_prefix="nmt-decode") as pool:
                 for future in [pool.submit(work, c, m) for c, m in devices]:
                     future.result()   # re-raises a device's error
         elif chunks:
             work(*devices[0])
-        return out
 
     def _decode_chunk(self, ctx: mx.Context, model, ids: List[List[int]], chunk: List[int], beam: int, nbest: int,
                       out: List[Hyps]) -> None:

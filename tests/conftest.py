@@ -1,4 +1,5 @@
-"""Shared fixtures: the real-data mirror (or a skip with the reason), synthetic files, captured `nmt` logs."""
+"""Shared fixtures: the real-data mirror (or a skip with the reason), synthetic files, captured `nmt` logs, the tiny
+trained model of the translation tests and its Translator."""
 from __future__ import annotations
 
 import logging
@@ -54,3 +55,16 @@ def nmt_logs() -> List[logging.LogRecord]:
     yield records
     logger.removeHandler(handler)
     logger.setLevel(level)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    """The tiny model directory of test_translate, test_score and test_evaluate (trained once per session)."""
+    from tests.synth import tiny_model
+    return tiny_model(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def tr(model_dir):
+    from nmt.translate import Translator
+    return Translator.from_dir(model_dir)

@@ -7,6 +7,7 @@ An architecture is a `Seq2SeqModel` subclass registered under a name (`nmt.model
 * `init_state(encoded) -> DecoderState` (one row per sentence),
 * `step(prev_tokens (N,), state) -> (log_probs (N,V), state, attention (N,S))`.
 
+`log_probs(src, src_len, tgt_in)` (the log-softmax of `forward`) scores given translations in one pass.
 `step` runs the decoder's own blocks: the same parameters and the same math as `forward`, one position at a time.
 A search never looks inside a state: it calls `repeat` (each sentence's hypothesis K times, for K beams),
 `reorder` (hypotheses move between the beams of their own sentence) and `select` (sentences leave the batch).
@@ -225,6 +226,11 @@ class Seq2SeqModel(gluon.HybridBlock):
         over the source (N,S) that produced them (what attention plots show). N = sentences x `state.beam`: the
         hypotheses of a sentence read its single row of the source fields (`fold_beams`)."""
         raise NotImplementedError
+
+    def log_probs(self, src: NDArray, src_len: NDArray, tgt_in: NDArray) -> NDArray:
+        """Teacher-forced log-probabilities (B,T,V): what `step` gives position by position, in one pass (forced
+        decoding, `nmt.forced`)."""
+        return mx.nd.log_softmax(self(src, src_len, tgt_in), axis=-1)
 
     def hybrid_step(self, prev_tokens: NDArray, state: DecoderState) -> Tuple[NDArray, DecoderState, NDArray]:
         """`step` run as one hybridized graph (`StepGraph`, built on first use): the same results, one cached

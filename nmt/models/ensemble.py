@@ -56,6 +56,10 @@ class Ensemble(Seq2SeqModel):
     def hybrid_forward(self, F, src, src_len, tgt_in):
         return _mean(F, [F.log_softmax(m(src, src_len, tgt_in), axis=-1) for m in self.members])
 
+    def log_probs(self, src: mx.nd.NDArray, src_len: mx.nd.NDArray, tgt_in: mx.nd.NDArray) -> mx.nd.NDArray:
+        """The mean of the members' teacher-forced log-probabilities, as `step` gives them (not renormalized)."""
+        return self(src, src_len, tgt_in)
+
     def encode(self, src: mx.nd.NDArray, src_len: mx.nd.NDArray) -> Tuple[Any, ...]:
         return tuple(m.encode(src, src_len) for m in self.members)
 

@@ -14,12 +14,6 @@ from nmt.cli_decode import evaluate_main
 from nmt.config import Config
 from nmt.scoring import record_scores
 from nmt.translate import Translator
-from tests.synth import tiny_model
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> Path:
-    return tiny_model(tmp_path_factory)
 
 
 @pytest.fixture

@@ -21,23 +21,12 @@ import pytest
 
 from nmt import checkpoint as ckpt
 from nmt.cli_decode import translate_main
-from nmt.corpus import CorpusError
 from nmt.tokenizer import UNK_ID
 from nmt.translate import Translator, interactive, one_line, read_raw_lines, translate_stream
-from tests.synth import synth_file, tiny_model
+from tests.synth import synth_file
 
 REPO = Path(__file__).resolve().parents[2]
 
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> Path:
-    return tiny_model(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def tr(model_dir) -> Translator:
-    return Translator.from_dir(model_dir)
 
 
 @pytest.fixture(scope="module")

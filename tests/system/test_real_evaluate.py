@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 from nmt import checkpoint as ckpt
-from tests.integration.test_evaluate import as_tatoeba_model, model_copy, model_dir, run  # noqa: F401 (fixtures)
+from tests.integration.test_evaluate import as_tatoeba_model, model_copy, run  # noqa: F401 (a fixture)
 
 
 def test_dev_set_of_a_recipe_from_the_mirror(model_copy, shared_data, tmp_path, capsys):

@@ -1,0 +1,172 @@
+"""Forced decoding (`nmt.forced`, `nmt-score`) on the tiny trained model, a Transformer and their ensemble: a
+translation's score is the one beam search gave it, whatever the batch; the command's output, formats and errors."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import mxnet as mx
+import numpy as np
+import pytest
+
+from nmt.cli_decode import score_main
+from nmt.forced import score_ids, score_lines
+from nmt.models import build_model
+from nmt.search import length_penalty
+from nmt.translate import Translator
+from tests.synth import synth_file, tiny_model_config
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def lines(model_dir):
+    def read(name):
+        return synth_file(model_dir, name).read_text(encoding="utf-8").splitlines()[:12]
+    return read("test.ko"), read("test.en")
+
+
+def _with_members(tr: Translator, which: str) -> Translator:
+    """The tiny LSTM, a seeded untrained Transformer over the same vocabularies, or both as an ensemble."""
+    if which == "lstm":
+        return tr
+    mx.random.seed(3)
+    net = build_model(tiny_model_config("transformer"), tr.src_tok.vocab_size, tr.tgt_tok.vocab_size)
+    net.initialize(mx.init.Xavier(magnitude=2.24))
+    net.hybridize(static_alloc=True)
+    out = Translator(net, tr.src_tok, tr.tgt_tok, tr.decode)
+    if which == "ensemble":
+        out.members = [tr.net, net]
+    return out
+
+
+@pytest.mark.parametrize("which", ["lstm", "transformer", "ensemble"])
+def test_a_translation_scores_what_beam_search_gave_it(tr, lines, which):
+    t = _with_members(tr, which)
+    src = lines[0]
+    nbest = t.translate_ids(src, beam_size=4, nbest=3)
+    src_ids = t.source_ids(src)
+    _, _, max_len = t.source_batch(src_ids, mx.cpu())
+    pairs = [(i, y, s) for i, h in enumerate(nbest) for y, s in h]
+    scored = score_ids(t, [src_ids[i] for i, _, _ in pairs], [y for _, y, _ in pairs], t.decode.length_penalty_alpha)
+    ended, cut = 0, 0
+    for (i, y, search_score), sc in zip(pairs, scored):
+        assert sc.pieces[-1] == "</s>" and len(sc.pieces) == len(y) + 1 == len(sc.piece_log_probs)
+        if len(y) < max_len[i]:   # ended by EOS, which the score counts
+            ended += 1
+            assert sc.score == pytest.approx(search_score, abs=1e-4)
+        else:                     # stopped at its maximum length: the search's score has no EOS
+            cut += 1
+            penalty = float(length_penalty(np.array(len(y)), t.decode.length_penalty_alpha))
+            no_eos = sum(sc.piece_log_probs[:-1]) / penalty
+            assert no_eos == pytest.approx(search_score, abs=1e-4)
+    assert ended + cut == len(pairs) >= 30
+    if which != "transformer":   # an untrained Transformer rarely ends a translation
+        assert ended > 0
+
+
+def test_a_pair_scores_the_same_alone_and_in_any_batch(tr, lines):
+    src, tgt = lines
+    batched = score_lines(tr, src, tgt)
+    alone = [score_lines(tr, [s], [t])[0] for s, t in zip(src, tgt)]
+    reversed_ = score_lines(tr, src[::-1], tgt[::-1])[::-1]
+    for a, b, c in zip(batched, alone, reversed_):
+        assert a.score == pytest.approx(b.score, abs=1e-5) == pytest.approx(c.score, abs=1e-5)
+        assert a.pieces == b.pieces
+    # the references of a model that learned the task score better than another sentence's reference
+    wrong = score_lines(tr, src, tgt[1:] + tgt[:1])
+    assert sum(a.score > w.score for a, w in zip(batched, wrong)) >= 10
+
+
+def test_without_a_length_penalty_the_score_is_the_log_probability(tr, lines):
+    import dataclasses
+    plain = Translator(tr.net, tr.src_tok, tr.tgt_tok, dataclasses.replace(tr.decode, length_penalty_alpha=0.0))
+    normalized = score_lines(tr, *lines)
+    for p, n in zip(score_lines(plain, *lines), normalized):
+        assert p.score == p.log_prob == pytest.approx(sum(p.piece_log_probs), abs=1e-9)
+        assert n.log_prob == pytest.approx(p.log_prob, abs=1e-6)
+        assert p.log_prob < 0 and all(x <= 0 for x in p.piece_log_probs)
+        penalty = ((5 + len(n.pieces)) / 6) ** tr.decode.length_penalty_alpha
+        assert n.score == pytest.approx(p.log_prob / penalty, rel=1e-9)
+
+
+def run(argv, capsys):
+    code = score_main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_the_command_writes_one_score_per_pair(tr, model_dir, lines, tmp_path, capsys):
+    src, tgt = lines
+    (tmp_path / "s.ko").write_text("\n".join(src + [""]) + "\n", encoding="utf-8")
+    (tmp_path / "t.en").write_text("\n".join(tgt + ["x"]) + "\n", encoding="utf-8")
+    code, out, err = run(["--model-dir", model_dir, "--src-file", tmp_path / "s.ko", "--tgt-file", tmp_path / "t.en"],
+                         capsys)
+    assert code == 0, err
+    scores = [float(x) for x in out.splitlines()]
+    assert len(scores) == 13 and np.isfinite(scores).all()   # an empty source is scored too
+    expected = [s.score for s in score_lines(tr, src, tgt)]
+    np.testing.assert_allclose(scores[:12], expected, atol=2e-6)
+    assert "scored 13 pairs" in err and "perplexity" in err
+    code, _, err = run(["--model-dir", model_dir, "--src-file", tmp_path / "s.ko", "--tgt-file", tmp_path / "t.en",
+                        "--output-format", "json", "--length-penalty", "0", "--output", tmp_path / "out.jsonl"],
+                       capsys)
+    assert code == 0, err
+    rows = [json.loads(x) for x in (tmp_path / "out.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert len(rows) == 13 and set(rows[0]) == {"score", "log_prob", "length", "pieces", "piece_log_probs"}
+    assert all(r["score"] == r["log_prob"] and r["length"] == len(r["pieces"]) == len(r["piece_log_probs"])
+               and r["pieces"][-1] == "</s>" for r in rows)
+
+
+def test_the_script_runs_from_a_checkout(model_dir, tmp_path):
+    (tmp_path / "s.ko").write_text("리 니\n", encoding="utf-8")
+    (tmp_path / "t.en").write_text("ni ri\n", encoding="utf-8")
+    r = subprocess.run([sys.executable, str(REPO / "scripts" / "score.py"), "--model-dir", str(model_dir),
+                        "--src-file", str(tmp_path / "s.ko"), "--tgt-file", str(tmp_path / "t.en")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert len(r.stdout.splitlines()) == 1 and float(r.stdout) < 0
+
+
+def test_bad_input_is_one_clear_error(model_dir, tmp_path, capsys):
+    src, two, bad, long_ = (tmp_path / n for n in ("s.ko", "two.en", "bad.en", "long.en"))
+    src.write_text("리 니\n리\n니 리\n", encoding="utf-8")
+    two.write_text("ni ri\nri\n", encoding="utf-8")
+    bad.write_bytes(b"ni ri\nri \xff\nri ni\n")
+    long_.write_text("ni ri\n" + "ri " * 300 + "\nri ni\n", encoding="utf-8")
+    base = ["--model-dir", model_dir, "--src-file", src]
+    code, out, err = run(base + ["--tgt-file", two], capsys)
+    assert code == 2 and out == ""
+    assert f"--src-file {src} has 3 lines but --tgt-file {two} has 2" in err
+    code, out, err = run(base + ["--tgt-file", bad], capsys)
+    assert code == 2 and out == "" and f"{bad}:2" in err and "UTF-8" in err
+    code, out, err = run(base + ["--tgt-file", long_], capsys)
+    assert code == 2 and out == "" and f"{long_}:2: the translation has" in err and "--max-input-tokens 250" in err
+    code, out, err = run(base + ["--tgt-file", long_, "--max-input-tokens", "400"], capsys)
+    assert code == 0 and len(out.splitlines()) == 3, err
+    code, _, err = run(base + ["--tgt-file", tmp_path / "missing.en"], capsys)
+    assert code == 2 and "missing.en" in err
+    code, _, err = run(["--model-dir", tmp_path, "--src-file", src, "--tgt-file", src], capsys)
+    assert code == 2 and "config.json not found" in err
+    with pytest.raises(SystemExit) as e:   # the search's flags do not apply to scoring
+        score_main(["--model-dir", str(model_dir), "--src-file", str(src), "--tgt-file", str(two), "--beam-size", "4"])
+    assert e.value.code == 2 and "unrecognized arguments: --beam-size" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("script", ["score.py", "translate.py"])
+def test_a_reader_that_goes_away_ends_the_command_quietly(model_dir, tmp_path, script):
+    """`... | head -1`: the command stops with exit code 141 (as a shell reports SIGPIPE), without a traceback."""
+    n = 20_001 if script == "score.py" else 40   # nmt-score writes 10,000 lines at a time, nmt-translate a chunk
+    (tmp_path / "s.ko").write_text("리 니\n" * n, encoding="utf-8")
+    (tmp_path / "t.en").write_text("ni ri\n" * n, encoding="utf-8")
+    args = (["--src-file", tmp_path / "s.ko", "--tgt-file", tmp_path / "t.en"] if script == "score.py"
+            else ["--input", tmp_path / "s.ko", "--chunk-lines", "1"])
+    p = subprocess.Popen([sys.executable, str(REPO / "scripts" / script), "--model-dir", model_dir, *map(str, args)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = p.stdout.readline()
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=300) == 141, err[-2000:]
+    assert first.strip() and "Traceback" not in err and "Exception ignored" not in err
