@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 from nmt import checkpoint as ckpt
-from nmt.config import Config, DataConfig, ModelConfig, OptimConfig, TrainConfig
+from nmt.config import Config
 from nmt.train import create_trainer, train
-from tests.synth import (ARCHS, assert_same_params, list_params_files, load_params, make_pairs, params_of,
-                         tiny_config, write_task)
+from tests.synth import (ARCHS, assert_same_params, list_params_files, load_params, params_of, tiny_config,
+                         write_task)
 
 REPO = Path(__file__).resolve().parents[2]
 

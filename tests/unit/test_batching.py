@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from nmt.batching import Batch, BatchError, BatchIterator, make_batch, pad_sources, split_batch
+from nmt.batching import BatchError, BatchIterator, make_batch, pad_sources, split_batch
 from nmt.sampler import BUCKETINGS, BucketSampler, bucket_examples
 from nmt.tokenizer import BOS_ID, EOS_ID, PAD_ID
 

@@ -13,7 +13,7 @@ import pytest
 
 from nmt import checkpoint as ckpt
 from nmt.atomic import atomic_open, atomic_write_text
-from tests.synth import list_params_files, load_params, tiny_config, write_task
+from tests.synth import list_params_files, load_params, write_task
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from nmt.config import ConfigError, DataConfig
-from nmt.corpus import CorpusError, Pairs, read_tsv
+from nmt.corpus import CorpusError, Pairs
 from nmt.recipes import (RECIPES, SOURCES, FileSpec, Recipe, Source, clean_rest_docs, default_cache_dir, download,
                          fetch, load_data, resolve_data_dir)
 

@@ -3,7 +3,6 @@ forward through select/reorder/repeat, tied embeddings, config errors naming the
 copy task learnt in-process and decoded greedily through `step`."""
 from __future__ import annotations
 
-import dataclasses
 import logging
 
 import mxnet as mx
