@@ -1,13 +1,15 @@
 #!/usr/bin/env python
-"""Translation speed of a trained model: sentences/s and tokens/s for greedy and beam search, batch sizes 1 and 64.
+"""Translation speed of a trained model: sentences/s and tokens/s for greedy and beam search, batch sizes 1 and 64,
+and for forced decoding (`nmt-score`) of the references.
 
     python scripts/benchmark_translate.py --model-dir models/tatoeba-ko-en [--data-dir ../shared/data]
         [--max-sentences 500] [--json results/benchmark_translate.json]
 
 Default test set: the Tatoeba-Challenge test (from the mirror: --data-dir, else $NMT_DATA_DIR, else the cache), its
-side in the model's source language; or any file with --src-file. Every configuration translates the same
-sentences after a short warm-up (MXNet builds a cached graph per new input shape). Reported: sentences/s, source
-and output subword tokens/s, and the process's peak resident memory after each configuration.
+side in the model's source language, and the other side as the translations to score; or any file with --src-file
+(and --tgt-file to time scoring too). Every configuration runs on the same sentences after a short warm-up (MXNet
+builds a cached graph per new input shape). Reported: sentences/s, source and output (or scored) subword tokens/s,
+and the process's peak resident memory after each configuration.
 """
 from __future__ import annotations
 
@@ -19,24 +21,25 @@ import resource
 import sys
 import time
 from pathlib import Path
-from typing import List
+from typing import List, Optional, Tuple
 
 from nmt.atomic import atomic_write_text
 from nmt.cli import run_cli
 from nmt.config import ConfigError
 from nmt.corpus import read_lines
+from nmt.forced import score_lines
 from nmt.parallel import parse_devices
 from nmt.translate import Translator
 
 TEST_SOURCE = "tatoeba-challenge-test"
 
 
-def default_sentences(translator: Translator, data_dir) -> List[str]:
-    """The Tatoeba-Challenge test sentences in the model's source language."""
+def default_pairs(translator: Translator, data_dir) -> Tuple[List[str], List[str]]:
+    """The Tatoeba-Challenge test sentences in the model's source language and their references."""
     from nmt import recipes
     cache = recipes.default_cache_dir()
     pairs, _ = recipes.load_source(recipes.SOURCES[TEST_SOURCE], recipes.resolve_data_dir(data_dir), cache)
-    return pairs.src if translator.src_lang == "ko" else pairs.tgt
+    return (pairs.src, pairs.tgt) if translator.src_lang == "ko" else (pairs.tgt, pairs.src)
 
 
 def peak_rss_mb() -> float:
@@ -59,11 +62,39 @@ def run_config(tr: Translator, lines: List[str], beam: int, batch_size: int, war
             "peak_rss_mb": round(peak_rss_mb(), 1)}
 
 
+def run_score(tr: Translator, lines: List[str], refs: List[str], batch_size: int, warmup: int) -> dict:
+    tr.decode.batch_size = batch_size
+    score_lines(tr, lines[:warmup], refs[:warmup])
+    src_tokens = sum(len(x) for x in tr.source_ids(lines))
+    t0 = time.perf_counter()
+    scored = score_lines(tr, lines, refs)
+    seconds = time.perf_counter() - t0
+    return {"search": "forced", "beam_size": None, "batch_size": batch_size, "sentences": len(lines),
+            "seconds": round(seconds, 3), "sentences_per_s": round(len(lines) / seconds, 2),
+            "src_tokens_per_s": round(src_tokens / seconds, 1),
+            "out_tokens_per_s": round(sum(len(s.pieces) for s in scored) / seconds, 1),
+            "peak_rss_mb": round(peak_rss_mb(), 1)}
+
+
+def _sentences(args, tr: Translator) -> Tuple[List[str], Optional[List[str]]]:
+    """The sources to translate, and the translations to score (None: scoring is not timed)."""
+    if not args.src_file:
+        src, refs = default_pairs(tr, args.data_dir)
+    else:
+        src, refs = read_lines(args.src_file), read_lines(args.tgt_file) if args.tgt_file else None
+        if refs is not None and len(refs) != len(src):
+            raise ConfigError(f"--src-file {args.src_file} has {len(src)} lines but --tgt-file {args.tgt_file} has "
+                              f"{len(refs)}; they must be line-aligned")
+    keep = [i for i, x in enumerate(src) if x][:args.max_sentences or None]
+    return [src[i] for i in keep], None if refs is None else [refs[i] for i in keep]
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model-dir", required=True, type=Path)
     p.add_argument("--checkpoint", default="best", help="best, latest, avg or a step number")
     p.add_argument("--src-file", help="sentences to translate (default: the Tatoeba-Challenge test from the mirror)")
+    p.add_argument("--tgt-file", help="with --src-file: their translations, to time forced decoding on")
     p.add_argument("--data-dir", help="offline mirror (else $NMT_DATA_DIR, then the download cache)")
     p.add_argument("--max-sentences", type=int, default=0, help="use only the first N sentences (0 = all)")
     p.add_argument("--beams", default="1,5", help="beam sizes to time, comma-separated (1 = greedy; default 1,5)")
@@ -84,8 +115,7 @@ def main(argv=None) -> int:
             raise ConfigError("--beams and --batch-sizes must be >= 1, --max-sentences >= 0")
         ctx = parse_devices(args.gpus)[0]
         tr = Translator.from_dir(args.model_dir, args.checkpoint, ctx=ctx)
-        lines = read_lines(args.src_file) if args.src_file else default_sentences(tr, args.data_dir)
-        lines = [x for x in lines if x][:args.max_sentences or None]
+        lines, refs = _sentences(args, tr)
         if not lines:
             raise ConfigError("no sentences to translate")
         rows = []
@@ -95,11 +125,11 @@ def main(argv=None) -> int:
               f"{'peak RSS MB':>13}")
         for beam in beams:
             for bs in batch_sizes:
-                r = run_config(tr, lines, beam, bs, args.warmup)
-                rows.append(r)
-                print(f"{r['search']:<9}{bs:>6}{r['seconds']:>9.2f}{r['sentences_per_s']:>9.1f}"
-                      f"{r['src_tokens_per_s']:>11.0f}{r['out_tokens_per_s']:>11.0f}{r['peak_rss_mb']:>13.0f}",
-                      flush=True)
+                rows.append(run_config(tr, lines, beam, bs, args.warmup))
+                _print_row(rows[-1])
+        for bs in batch_sizes if refs is not None else ():
+            rows.append(run_score(tr, lines, refs, bs, args.warmup))
+            _print_row(rows[-1])
         if args.json:
             res = {"machine": {"python": platform.python_version(), "processor": platform.processor() or
                                platform.machine(), "cpus": os.cpu_count(),
@@ -110,6 +140,11 @@ def main(argv=None) -> int:
             atomic_write_text(args.json, json.dumps(res, indent=2) + "\n")
         return 0
     return run_cli(run)
+
+
+def _print_row(r: dict) -> None:
+    print(f"{r['search']:<9}{r['batch_size']:>6}{r['seconds']:>9.2f}{r['sentences_per_s']:>9.1f}"
+          f"{r['src_tokens_per_s']:>11.0f}{r['out_tokens_per_s']:>11.0f}{r['peak_rss_mb']:>13.0f}", flush=True)
 
 
 if __name__ == "__main__":

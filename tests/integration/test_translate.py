@@ -299,15 +299,20 @@ def test_benchmark_script(tr, tmp_path, capsys):
     finally:
         sys.path.remove(str(REPO / "scripts"))
     out = tmp_path / "bench.json"
-    code = benchmark_translate.main(["--model-dir", str(tr.model_dir), "--src-file",
-                                     str(synth_file(tr.model_dir, "test.ko")), "--max-sentences", "6", "--warmup", "2",
+    files = ["--src-file", str(synth_file(tr.model_dir, "test.ko")),
+             "--tgt-file", str(synth_file(tr.model_dir, "test.en"))]
+    code = benchmark_translate.main(["--model-dir", str(tr.model_dir), *files, "--max-sentences", "6", "--warmup", "2",
                                      "--json", str(out)])
     printed = capsys.readouterr().out
-    assert code == 0 and "sent/s" in printed
+    assert code == 0 and "sent/s" in printed and "forced" in printed
     res = json.loads(out.read_text())
-    assert [(r["beam_size"], r["batch_size"]) for r in res["results"]] == [(1, 1), (1, 64), (5, 1), (5, 64)]
+    assert [(r["search"], r["batch_size"]) for r in res["results"]] == [
+        ("greedy", 1), ("greedy", 64), ("beam 5", 1), ("beam 5", 64), ("forced", 1), ("forced", 64)]
     assert all(r["sentences"] == 6 and r["sentences_per_s"] > 0 and r["out_tokens_per_s"] > 0 and r["peak_rss_mb"] > 50
                for r in res["results"])
+    code = benchmark_translate.main(["--model-dir", str(tr.model_dir), *files[:3], str(synth_file(tr.model_dir,
+                                     "train.en")), "--max-sentences", "6"])
+    assert code == 2 and "they must be line-aligned" in capsys.readouterr().err
 
 
 def test_parameters_that_do_not_fit_the_config_are_a_clear_error(model_dir, tmp_path):
