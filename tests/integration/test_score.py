@@ -3,6 +3,7 @@ translation's score is the one beam search gave it, whatever the batch; the comm
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -170,3 +171,31 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(model_dir, tmp_path, s
     err = p.stderr.read().decode()
     assert p.wait(timeout=300) == 141, err[-2000:]
     assert first.strip() and "Traceback" not in err and "Exception ignored" not in err
+
+
+# Scores the synthetic test set on two CPU contexts (one OpenMP thread each, as the CLI asks for) and prints which
+# context scored each batch, then the scores.
+_TWO_DEVICES = """
+import json, sys
+import mxnet as mx
+from nmt.forced import score_lines
+from nmt.translate import Translator
+tr = Translator.from_dir(sys.argv[1], ctx=[mx.cpu(0), mx.cpu(1)])
+tr.decode.batch_size = 2
+used = []
+for net in [tr.members[0]] + [members[0] for _, members in tr.replicas]:
+    net.log_probs = lambda src, *rest, _run=net.log_probs: (used.append(str(src.context)), _run(src, *rest))[1]
+src, tgt = (open(f, encoding="utf-8").read().splitlines()[:10] for f in sys.argv[2:4])
+print(json.dumps({"used": used, "scores": [s.score for s in score_lines(tr, src, tgt)]}))
+"""
+
+
+def test_two_devices_share_the_batches_and_score_like_one(tr, model_dir, lines):
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    p = subprocess.run([sys.executable, "-c", _TWO_DEVICES, str(model_dir), str(synth_file(model_dir, "test.ko")),
+                        str(synth_file(model_dir, "test.en"))], capture_output=True, env=env, timeout=120)
+    assert p.returncode == 0, p.stderr.decode()[-2000:]
+    res = json.loads(p.stdout)
+    assert set(res["used"]) == {"cpu(0)", "cpu(1)"} and len(res["used"]) == 5   # 5 batches of 2
+    np.testing.assert_allclose(res["scores"], [s.score for s in score_lines(tr, lines[0][:10], lines[1][:10])],
+                               atol=1e-5)
