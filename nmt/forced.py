@@ -23,6 +23,7 @@ from nmt.batching import make_batch
 from nmt.corpus import CorpusError, normalize
 from nmt.search import length_penalty
 from nmt.tokenizer import EOS_ID
+from nmt.translate import Translator
 
 
 @dataclass
@@ -39,7 +40,7 @@ class Scored:
                 "pieces": self.pieces, "piece_log_probs": [round(x, 6) for x in self.piece_log_probs]}
 
 
-def score_ids(translator, src_ids: Sequence[List[int]], tgt_ids: Sequence[List[int]],
+def score_ids(translator: Translator, src_ids: Sequence[List[int]], tgt_ids: Sequence[List[int]],
               alpha: float) -> List[Scored]:
     """Scores of target ids (without BOS/EOS) given source ids (without EOS), in input order, under the translator's
     model (or ensemble), in length-sorted batches of its decode batch size, shared out among its devices."""
@@ -68,7 +69,8 @@ def score_ids(translator, src_ids: Sequence[List[int]], tgt_ids: Sequence[List[i
     return out
 
 
-def target_ids(translator, targets: Sequence[str], first_line: int = 1, name: str = "target") -> List[List[int]]:
+def target_ids(translator: Translator, targets: Sequence[str], first_line: int = 1,
+               name: str = "target") -> List[List[int]]:
     """Normalized, tokenized translations; a CorpusError naming `name`:line for one longer than --max-input-tokens."""
     ids = translator.tgt_tok.encode([normalize(t) for t in targets])
     limit = translator.decode.max_input_tokens
@@ -80,7 +82,7 @@ def target_ids(translator, targets: Sequence[str], first_line: int = 1, name: st
     return ids
 
 
-def score_lines(translator, sources: Sequence[str], targets: Sequence[str], first_line: int = 1,
+def score_lines(translator: Translator, sources: Sequence[str], targets: Sequence[str], first_line: int = 1,
                 target_name: str = "target") -> List[Scored]:
     """Scores of translations `targets` of `sources` (raw text, line-aligned) with the translator's length penalty;
     line numbers in warnings and errors count from `first_line`."""
