@@ -48,8 +48,6 @@ def score_ids(translator: Translator, src_ids: Sequence[List[int]], tgt_ids: Seq
         raise ValueError(f"{len(src_ids)} sources but {len(tgt_ids)} targets")
     token_lps: List[np.ndarray] = [np.zeros(0)] * len(src_ids)
     order = sorted(range(len(src_ids)), key=lambda i: (len(tgt_ids[i]), len(src_ids[i])))
-    bs = max(1, translator.decode.batch_size)
-    chunks = [order[start:start + bs] for start in range(0, len(order), bs)]
 
     def run(ctx: mx.Context, model, chunk: List[int]) -> None:
         b = make_batch(src_ids, tgt_ids, chunk, max(len(src_ids[i]) for i in chunk) + 1,
@@ -59,7 +57,7 @@ def score_ids(translator: Translator, src_ids: Sequence[List[int]], tgt_ids: Seq
         picked = mx.nd.pick(model.log_probs(src, src_len, tgt_in), tgt_out, axis=-1).asnumpy()
         for r, i in enumerate(chunk):
             token_lps[i] = picked[r, :b.tgt_len[r]].astype(np.float64)
-    translator.share_out(chunks, run)
+    translator.share_out(order, run)
     out = []
     for y, lps in zip(tgt_ids, token_lps):
         log_prob = float(lps.sum())
@@ -86,8 +84,6 @@ def score_lines(translator: Translator, sources: Sequence[str], targets: Sequenc
                 target_name: str = "target") -> List[Scored]:
     """Scores of translations `targets` of `sources` (raw text, line-aligned) with the translator's length penalty;
     line numbers in warnings and errors count from `first_line`."""
-    if len(sources) != len(targets):
-        raise ValueError(f"{len(sources)} sources but {len(targets)} targets")
     tgt_ids = target_ids(translator, targets, first_line, target_name)
     return score_ids(translator, translator.source_ids(sources, first_line), tgt_ids,
                      translator.decode.length_penalty_alpha)

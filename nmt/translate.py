@@ -203,14 +203,14 @@ class Translator:
         out: List[Hyps] = [[] for _ in lines]
         todo = [i for i, x in enumerate(ids) if x]
         todo.sort(key=lambda i: len(ids[i]))   # length-sorted batches: little padding
-        bs = max(1, self.decode.batch_size)
-        chunks = [todo[start:start + bs] for start in range(0, len(todo), bs)]
-        self.share_out(chunks, lambda ctx, model, chunk: self._decode_chunk(ctx, model, ids, chunk, beam, nbest, out))
+        self.share_out(todo, lambda ctx, model, chunk: self._decode_chunk(ctx, model, ids, chunk, beam, nbest, out))
         return out
 
-    def share_out(self, chunks: List[List[int]], run: Callable[[mx.Context, Seq2SeqModel, List[int]], None]) -> None:
-        """`run(ctx, model, chunk)` for every chunk (an ensemble of several models as one), dealt out among the
-        devices last chunk first (length-sorted: the longest first, so that the devices finish close together)."""
+    def share_out(self, order: List[int], run: Callable[[mx.Context, Seq2SeqModel, List[int]], None]) -> None:
+        """`run(ctx, model, chunk)` per batch of the decode batch size cut from the length-sorted indices `order`, dealt
+        out among the devices longest first, so that they finish close together (several models run as an ensemble)."""
+        bs = max(1, self.decode.batch_size)
+        chunks = [order[start:start + bs] for start in range(0, len(order), bs)]
         devices = [(self.ctx, self.members)] + self.replicas
         if len(devices) > 1 and self._concurrent is None:
             self._concurrent = concurrent_devices_safe(self.ctxs)
