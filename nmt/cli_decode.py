@@ -56,14 +56,19 @@ def _load_translator(args: argparse.Namespace):
     return Translator.from_dir(args.model_dir, args.checkpoint, ctx=ctxs, decode=decode, ensemble=args.ensemble)
 
 
+def _utf8_stdout():
+    """sys.stdout, writing UTF-8 whatever the locale says."""
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(encoding="utf-8")
+    return sys.stdout
+
+
 def _open_output(stack, output):
-    """The output stream: stdout (UTF-8 whatever the locale says) for None or "-", else the file, opened in `stack`;
-    a CorpusError naming --output if it cannot be written."""
+    """The output stream: stdout (`_utf8_stdout`) for None or "-", else the file, opened in `stack`; a CorpusError
+    naming --output if it cannot be written."""
     from nmt.corpus import CorpusError
     if output in (None, "-"):
-        if hasattr(sys.stdout, "reconfigure"):
-            sys.stdout.reconfigure(encoding="utf-8")
-        return sys.stdout
+        return _utf8_stdout()
     try:
         return stack.enter_context(open(output, "w", encoding="utf-8", newline="\n"))
     except OSError as e:
@@ -114,10 +119,9 @@ def translate_main(args: argparse.Namespace) -> int:
     plot = attention_saver(tr, args.plot_attention) if args.plot_attention else None
     nbest = tr.decode.nbest
     stdin, stdout = args.input in (None, "-"), args.output in (None, "-")
-    if stdout and hasattr(sys.stdout, "reconfigure"):
-        sys.stdout.reconfigure(encoding="utf-8")   # whatever the locale says (the prompt prints there too)
     if stdin and sys.stdin.isatty():
         if stdout:
+            _utf8_stdout()
             return interactive(tr, nbest, plot)
         args.chunk_lines = 1   # typed lines: translate and write each one at once
     name = "<stdin>" if stdin else args.input
