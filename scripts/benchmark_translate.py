@@ -21,7 +21,7 @@ import resource
 import sys
 import time
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 from nmt.atomic import atomic_write_text
 from nmt.cli import run_cli
@@ -49,31 +49,30 @@ def peak_rss_mb() -> float:
 
 
 def run_config(tr: Translator, lines: List[str], beam: int, batch_size: int, warmup: int) -> dict:
-    tr.decode.batch_size = batch_size
-    tr.translate(lines[:warmup], beam_size=beam)
-    src_tokens = sum(len(x) for x in tr.source_ids(lines))
-    t0 = time.perf_counter()
-    res = tr.translate_ids(lines, beam_size=beam)
-    seconds = time.perf_counter() - t0
-    out_tokens = sum(len(r[0][0]) + 1 for r in res if r)   # + EOS: every hypothesis costs one step per token
-    return {"search": "greedy" if beam == 1 else f"beam {beam}", "beam_size": beam, "batch_size": batch_size,
-            "sentences": len(lines), "seconds": round(seconds, 3), "sentences_per_s": round(len(lines) / seconds, 2),
-            "src_tokens_per_s": round(src_tokens / seconds, 1), "out_tokens_per_s": round(out_tokens / seconds, 1),
-            "peak_rss_mb": round(peak_rss_mb(), 1)}
+    # output tokens + EOS: every hypothesis costs one step per token
+    return _timed(tr, lines, batch_size, warmup, lambda n: tr.translate_ids(lines[:n], beam_size=beam),
+                  lambda res: sum(len(r[0][0]) + 1 for r in res if r),
+                  {"search": "greedy" if beam == 1 else f"beam {beam}", "beam_size": beam})
 
 
 def run_score(tr: Translator, lines: List[str], refs: List[str], batch_size: int, warmup: int) -> dict:
+    return _timed(tr, lines, batch_size, warmup, lambda n: score_lines(tr, lines[:n], refs[:n]),
+                  lambda scored: sum(len(s.pieces) for s in scored), {"search": "forced", "beam_size": None})
+
+
+def _timed(tr: Translator, lines: List[str], batch_size: int, warmup: int, work: Callable[[int], list],
+           out_tokens: Callable[[list], int], kind: dict) -> dict:
+    """`work(n)` on the first n sentences at `batch_size`: once on `warmup` of them, then timed on all; a result
+    row (`kind` first) with the rates of the timed run and the peak memory so far."""
     tr.decode.batch_size = batch_size
-    score_lines(tr, lines[:warmup], refs[:warmup])
+    work(warmup)
     src_tokens = sum(len(x) for x in tr.source_ids(lines))
     t0 = time.perf_counter()
-    scored = score_lines(tr, lines, refs)
+    res = work(len(lines))
     seconds = time.perf_counter() - t0
-    return {"search": "forced", "beam_size": None, "batch_size": batch_size, "sentences": len(lines),
-            "seconds": round(seconds, 3), "sentences_per_s": round(len(lines) / seconds, 2),
-            "src_tokens_per_s": round(src_tokens / seconds, 1),
-            "out_tokens_per_s": round(sum(len(s.pieces) for s in scored) / seconds, 1),
-            "peak_rss_mb": round(peak_rss_mb(), 1)}
+    return {**kind, "batch_size": batch_size, "sentences": len(lines), "seconds": round(seconds, 3),
+            "sentences_per_s": round(len(lines) / seconds, 2), "src_tokens_per_s": round(src_tokens / seconds, 1),
+            "out_tokens_per_s": round(out_tokens(res) / seconds, 1), "peak_rss_mb": round(peak_rss_mb(), 1)}
 
 
 def _sentences(args, tr: Translator) -> Tuple[List[str], Optional[List[str]]]:
