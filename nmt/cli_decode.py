@@ -82,6 +82,14 @@ def _reader_gone() -> int:
     return 141
 
 
+def _misaligned(src_file, src: list, flag: str, other_file, other: list, other_is: str, src_is: str):
+    """The CorpusError for --src-file and `flag` files of different line counts (`other_is` / `src_is`: how the
+    message names the two sides)."""
+    from nmt.corpus import CorpusError
+    return CorpusError(f"line counts differ: --src-file {src_file} has {len(src)} lines but {flag} {other_file} has "
+                       f"{len(other)}; they must be line-aligned (line i of {other_is} translates line i of {src_is})")
+
+
 def build_translate_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="nmt-translate", formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -179,7 +187,7 @@ def build_evaluate_parser() -> argparse.ArgumentParser:
 
 def _test_sets(args: argparse.Namespace, tr) -> dict:
     """name -> Pairs of what to score (a file pair, the recipe's test sets or the model's dev set)."""
-    from nmt.corpus import CorpusError, Pairs, read_lines
+    from nmt.corpus import Pairs, read_lines
     from nmt.scoring import model_dev_set, recipe_tests
     files = bool(args.src_file or args.ref_file)
     if files + args.recipe_tests + args.dev_set != 1:
@@ -192,9 +200,7 @@ def _test_sets(args: argparse.Namespace, tr) -> dict:
         raise ConfigError("--src-file and --ref-file must be given together")
     src, ref = read_lines(args.src_file), read_lines(args.ref_file)
     if len(src) != len(ref):
-        raise CorpusError(f"line counts differ: --src-file {args.src_file} has {len(src)} lines but --ref-file "
-                          f"{args.ref_file} has {len(ref)}; they must be line-aligned (line i of the references "
-                          "translates line i of the source)")
+        raise _misaligned(args.src_file, src, "--ref-file", args.ref_file, ref, "the references", "the source")
     name = args.name or str(Path(args.src_file).resolve())
     return {name: Pairs(src, ref, name)}
 
@@ -270,14 +276,12 @@ def score_main(args: argparse.Namespace) -> int:
     import contextlib
     import math
     import time
-    from nmt.corpus import CorpusError, read_lines
+    from nmt.corpus import read_lines
     from nmt.evaluate import perplexity
     from nmt.forced import score_ids, target_ids
     src, tgt = (read_lines(f, keep_blank_end=True) for f in (args.src_file, args.tgt_file))   # every line a pair
     if len(src) != len(tgt):
-        raise CorpusError(f"line counts differ: --src-file {args.src_file} has {len(src)} lines but --tgt-file "
-                          f"{args.tgt_file} has {len(tgt)}; they must be line-aligned (line i of --tgt-file "
-                          "translates line i of --src-file)")
+        raise _misaligned(args.src_file, src, "--tgt-file", args.tgt_file, tgt, "--tgt-file", "--src-file")
     tr = _load_translator(args)
     tgt_ids = target_ids(tr, tgt, name=args.tgt_file)   # every target checked before anything is written
     t0, log_prob, tokens, chunk = time.perf_counter(), 0.0, 0, 10_000
