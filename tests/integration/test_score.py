@@ -12,7 +12,7 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from nmt.cli_decode import score_main
+from nmt.cli_decode import score_main, translate_main
 from nmt.forced import score_ids, score_lines
 from nmt.models import build_model
 from nmt.search import length_penalty
@@ -151,6 +151,14 @@ def test_bad_input_is_one_clear_error(model_dir, tmp_path, capsys):
     assert code == 2 and "missing.en" in err
     code, _, err = run(["--model-dir", tmp_path, "--src-file", src, "--tgt-file", src], capsys)
     assert code == 2 and "config.json not found" in err
+    (tmp_path / "empty.ko").write_text("", encoding="utf-8")
+    code, out, err = run(["--model-dir", model_dir, "--src-file", tmp_path / "empty.ko", "--tgt-file", two], capsys)
+    assert code == 2 and out == "" and f"{tmp_path / 'empty.ko'}: the file is empty" in err
+    for command, args in ((score_main, base + ["--tgt-file", src]), (translate_main, ["--model-dir", model_dir,
+                                                                                     "--input", src])):
+        code = command([str(a) for a in args + ["--output", tmp_path]])   # a directory: the output cannot be written
+        out, err = capsys.readouterr()
+        assert code == 2 and out == "" and f"error: --output {tmp_path}: cannot write (Is a directory)" in err
     with pytest.raises(SystemExit) as e:   # the search's flags do not apply to scoring
         score_main(["--model-dir", str(model_dir), "--src-file", str(src), "--tgt-file", str(two), "--beam-size", "4"])
     assert e.value.code == 2 and "unrecognized arguments: --beam-size" in capsys.readouterr().err
