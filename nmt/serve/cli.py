@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import logging
+import math
+import socket
 import threading
 import time
 from typing import Iterator, List, Optional, Sequence
@@ -21,26 +24,54 @@ from nmt.serve.schema import Limits
 logger = logging.getLogger("nmt.serve")
 
 
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+
+
+def _number(kind: type, low: float, high: Optional[float] = None, low_open: bool = False):
+    """An argparse type: a `kind` (int or float) >= `low` (> with `low_open`) and <= `high`; argparse names the flag
+    in its error."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+            if not math.isfinite(value):
+                raise ValueError(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a finite number'}"
+                                             ) from None
+        if value < low or (low_open and value == low) or (high is not None and value > high):
+            bound = f"> {low}" if low_open else f">= {low}"
+            raise argparse.ArgumentTypeError(f"must be {bound}" + (f" and <= {high}" if high is not None else "")
+                                             + f" (got {text})")
+        return value
+    return parse
+
+
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     lim = Limits()
-    p = argparse.ArgumentParser(prog="nmt-serve", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    count = _number(int, 1)
+    p = argparse.ArgumentParser(prog="nmt-serve", description=__doc__.split("\n\n")[0])
     p.add_argument("--model-dir", action="append", required=True,
                    help="a trained model directory; repeat for several language pairs")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
-    p.add_argument("--port", type=int, default=8080)
-    p.add_argument("--checkpoint", default="best", help="best, latest, avg or a step number")
-    p.add_argument("--max-batch", type=int, default=None,
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (0.0.0.0: every interface; default %(default)s)")
+    p.add_argument("--port", type=_number(int, 1, 65535), default=8080, help="port (default %(default)s)")
+    p.add_argument("--checkpoint", default="best", help="best, latest, avg or a step number (default %(default)s)")
+    p.add_argument("--max-batch", type=count, default=None,
                    help="most sentences decoded together (default: the model's decode batch size)")
-    p.add_argument("--max-wait-ms", type=float, default=DEFAULT_MAX_WAIT_MS,
-                   help="how long an idle worker waits after a request for others to start decoding with it")
-    p.add_argument("--max-queue", type=int, default=1024,
-                   help="sentences queued per model before requests get 503 with Retry-After")
-    p.add_argument("--max-sentences", type=int, default=lim.max_sentences, help="sentences per request")
-    p.add_argument("--max-beam-size", type=int, default=lim.max_beam_size)
-    p.add_argument("--max-body-bytes", type=int, default=lim.max_body_bytes)
-    p.add_argument("--timeout", type=float, default=lim.timeout_s, help="seconds per request")
-    p.add_argument("--log-level", default="info")
+    p.add_argument("--max-wait-ms", type=_number(float, 0), default=DEFAULT_MAX_WAIT_MS,
+                   help="how long an idle worker waits after a request for others to start decoding with it "
+                        "(default %(default)s)")
+    p.add_argument("--max-queue", type=count, default=1024,
+                   help="sentences queued per model before requests get 503 with Retry-After (default %(default)s)")
+    p.add_argument("--max-sentences", type=count, default=lim.max_sentences,
+                   help="sentences per request (default %(default)s)")
+    p.add_argument("--max-beam-size", type=count, default=lim.max_beam_size,
+                   help="largest beam_size a request may ask for (default %(default)s)")
+    p.add_argument("--max-body-bytes", type=count, default=lim.max_body_bytes,
+                   help="largest request body (default %(default)s)")
+    p.add_argument("--timeout", type=_number(float, 0, low_open=True), default=lim.timeout_s,
+                   help="seconds per request (default %(default)s)")
+    p.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="(default %(default)s)")
     return p.parse_args(argv)
 
 
@@ -64,6 +95,26 @@ def uvicorn_config(app, host: str, port: int, log_level: str = "info", max_queue
                           limit_concurrency=4 * max_queue + 64, lifespan="on")
 
 
+def check_address(host: str, port: int) -> None:
+    """Fail before the models load (which takes a while) if uvicorn could not listen on `host`:`port`: the host
+    must resolve and the port be free. Binds and closes one socket as uvicorn will (SO_REUSEADDR)."""
+    from nmt.config import ConfigError
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+    except socket.gaierror as e:
+        raise ConfigError(f"--host {host}: cannot be resolved ({e.strerror})") from None
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(address)
+        except OSError as e:
+            hint = {errno.EADDRINUSE: "; give another --port, or stop what is listening on it",
+                    errno.EADDRNOTAVAIL: "; --host must be an address of this machine (127.0.0.1, 0.0.0.0: all)",
+                    errno.EACCES: "; ports below 1024 need privileges"}.get(e.errno, "")
+            raise ConfigError(f"--host {host} --port {port}: cannot listen there ({e.strerror}){hint}") from None
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point of `nmt-serve` and scripts/serve.py."""
     import uvicorn
@@ -72,6 +123,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
+        check_address(args.host, args.port)
         app = build_app(args)
     except (CheckpointError, ConfigError, ValueError, OSError) as e:
         logger.error("%s", e)

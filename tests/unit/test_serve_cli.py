@@ -1,0 +1,54 @@
+"""`nmt-serve`'s flags: bad values and an address it cannot listen on are one-line errors naming the flag, given
+before any model loads."""
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from nmt.serve.cli import main, parse_args
+
+
+@pytest.mark.parametrize("flag, value, says", [
+    ("--port", "99999", "must be >= 1 and <= 65535"),
+    ("--port", "0", "must be >= 1"),
+    ("--max-batch", "0", "must be >= 1"),
+    ("--max-queue", "-3", "must be >= 1"),
+    ("--max-sentences", "many", "is not an integer"),
+    ("--max-beam-size", "0", "must be >= 1"),
+    ("--max-body-bytes", "0", "must be >= 1"),
+    ("--max-wait-ms", "-5", "must be >= 0"),
+    ("--max-wait-ms", "inf", "is not a finite number"),
+    ("--timeout", "0", "must be > 0"),
+    ("--timeout", "nan", "is not a finite number"),
+    ("--log-level", "loud", "invalid choice"),
+])
+def test_a_bad_flag_value_is_refused_naming_the_flag(capsys, flag, value, says):
+    with pytest.raises(SystemExit) as exit_:
+        parse_args(["--model-dir", "m", flag, value])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {flag}: " in err and says in err
+
+
+def test_good_values_pass():
+    args = parse_args(["--model-dir", "m", "--port", "65535", "--max-wait-ms", "0", "--timeout", "0.5",
+                       "--log-level", "debug"])
+    assert (args.port, args.max_wait_ms, args.timeout, args.log_level, args.max_batch) == (65535, 0.0, 0.5, "debug",
+                                                                                          None)
+
+
+def test_a_busy_port_is_named_before_the_models_load(tmp_path, caplog):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        # the model directory does not exist: the port's error coming first shows nothing was loaded
+        assert main(["--model-dir", str(tmp_path / "nowhere"), "--port", str(port), "--log-level", "error"]) == 2
+    assert f"--port {port}: cannot listen there" in caplog.text and "give another --port" in caplog.text
+    assert "nowhere" not in caplog.text
+
+
+def test_an_unknown_host_is_named(tmp_path, caplog):
+    assert main(["--model-dir", str(tmp_path / "nowhere"), "--host", "nowhere.invalid", "--log-level", "error"]) == 2
+    assert "--host nowhere.invalid: cannot be resolved" in caplog.text
