@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Optional
@@ -64,6 +65,7 @@ class DataConfig:
                 (self.batch_tokens is None or self.batch_tokens >= 1,
                  f"--batch-tokens must be >= 1, got {self.batch_tokens}"),
                 (self.vocab_size >= 16, f"--vocab-size must be >= 16, got {self.vocab_size}"),
+                (self.num_buckets >= 1, f"--num-buckets must be >= 1, got {self.num_buckets}"),
                 (self.src_lang in LANGS, f"--src {self.src_lang!r}: unsupported language; use one of "
                                          + ", ".join(LANGS)),
                 (self.tgt_lang in LANGS, f"--tgt {self.tgt_lang!r}: unsupported language; use one of "
@@ -124,8 +126,14 @@ class OptimConfig:
     def __post_init__(self) -> None:
         _check([(self.optimizer in OPTIMIZERS, f"--optimizer {self.optimizer!r} is not supported; use one of "
                                                 + ", ".join(OPTIMIZERS)),
-                (self.lr > 0, f"--lr must be > 0, got {self.lr}"),
+                (self.lr > 0 and math.isfinite(self.lr), f"--lr must be > 0 and finite, got {self.lr}"),
+                (self.warmup_steps >= 0, f"--warmup-steps must be >= 0, got {self.warmup_steps}"),
                 (0 <= self.label_smoothing < 1, f"--label-smoothing must be in [0, 1), got {self.label_smoothing}"),
+                (0 <= self.weight_decay < math.inf, f"--weight-decay must be >= 0, got {self.weight_decay}"),
+                (0 <= self.clip_norm < math.inf, f"--clip-norm must be >= 0 (0 = off), got {self.clip_norm}"),
+                (self.plateau_patience >= 1, f"optim.plateau_patience must be >= 1, got {self.plateau_patience}"),
+                (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1,
+                 f"optim.beta1 and optim.beta2 must be in [0, 1), got {self.beta1}, {self.beta2}"),
                 (self.schedule in ("inv_sqrt", "plateau", "constant"),
                  f"--lr-schedule {self.schedule!r}: use inv_sqrt, plateau or constant")])
 
@@ -158,6 +166,12 @@ class TrainConfig:
                 (self.max_steps >= 0, f"--max-steps must be >= 0, got {self.max_steps}"),
                 (self.max_epochs >= 1, f"--max-epochs must be >= 1, got {self.max_epochs}"),
                 (self.valid_every >= 0, f"--valid-every must be >= 0, got {self.valid_every}"),
+                (0 <= self.max_seconds < math.inf, f"--max-seconds must be >= 0 (0 = none), got {self.max_seconds}"),
+                (0 <= self.time_budget < math.inf, f"--time-budget must be >= 0 (0 = none), got {self.time_budget}"),
+                (self.patience >= 0, f"--patience must be >= 0 (0 = no early stop), got {self.patience}"),
+                (self.average_last >= 0, f"--average-last must be >= 0 (0 = off), got {self.average_last}"),
+                (self.valid_beam >= 1, f"--valid-beam must be >= 1, got {self.valid_beam}"),
+                (self.valid_max_sentences >= 1, f"--valid-max-sentences must be >= 1, got {self.valid_max_sentences}"),
                 (self.keep_last >= 1, f"--keep-last must be >= 1, got {self.keep_last}"),
                 (self.log_every >= 1, f"--log-every must be >= 1, got {self.log_every}")])
 

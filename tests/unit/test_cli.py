@@ -142,6 +142,13 @@ def test_a_config_written_by_an_earlier_version_is_refused(tmp_path):
     (["--optimizer", "adamw"], "--optimizer 'adamw' is not supported"),
     (["--batch-size", "2", "--accum-steps", "4"], "--batch-size 2 is smaller than --accum-steps 4"),
     (["--subword-sampling", "1.5"], "--subword-sampling must be between 0 and 1"),
+    (["--lr", "inf"], "--lr must be > 0 and finite"), (["--warmup-steps", "-1"], "--warmup-steps must be >= 0"),
+    (["--weight-decay", "-0.1"], "--weight-decay must be >= 0"), (["--clip-norm", "nan"], "--clip-norm must be >= 0"),
+    (["--max-seconds", "-1"], "--max-seconds must be >= 0"), (["--time-budget", "-5"], "--time-budget must be >= 0"),
+    (["--patience", "-1"], "--patience must be >= 0"), (["--average-last", "-2"], "--average-last must be >= 0"),
+    (["--valid-beam", "0"], "--valid-beam must be >= 1"),
+    (["--valid-max-sentences", "-1"], "--valid-max-sentences must be >= 1"),
+    (["--num-buckets", "0"], "--num-buckets must be >= 1"),
 ])
 def test_config_dataclasses_refuse_values_that_cannot_work(argv, message):
     with pytest.raises(ConfigError) as err:
@@ -151,11 +158,15 @@ def test_config_dataclasses_refuse_values_that_cannot_work(argv, message):
 
 def test_a_config_file_is_checked_like_the_flags(tmp_path):
     """Values that bypass argparse's choices (a --config file, the Python API) meet the same checks."""
-    from nmt.config import DataConfig, TrainConfig
+    from nmt.config import DataConfig, OptimConfig, TrainConfig
     with pytest.raises(ConfigError, match="--tgt 'fr': unsupported language; use one of ko, en"):
         DataConfig(tgt_lang="fr")
     with pytest.raises(ConfigError, match="--log-every must be >= 1"):
         TrainConfig(log_every=0)
+    with pytest.raises(ConfigError, match=r"optim.beta1 and optim.beta2 must be in \[0, 1\), got 0.9, 1.0"):
+        OptimConfig(beta2=1.0)
+    with pytest.raises(ConfigError, match="optim.plateau_patience must be >= 1"):
+        OptimConfig(plateau_patience=0)
     path = tmp_path / "c.json"
     path.write_text(json.dumps({"optim": {"lr_schedule": "cosine"}}))
     with pytest.raises(ConfigError, match="unknown key"):
