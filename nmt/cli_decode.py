@@ -46,10 +46,11 @@ def _load_translator(args: argparse.Namespace):
     from nmt.parallel import parse_devices
     from nmt.translate import Translator
     setup_logging(None, level=logging.DEBUG if args.verbose else logging.INFO)
+    for flag, model_dir in [("--model-dir", args.model_dir)] + [("--ensemble", d) for d in args.ensemble]:
+        if not (Path(model_dir) / ckpt.CONFIG).is_file():
+            raise ckpt.CheckpointError(f"{flag} {model_dir}: {ckpt.CONFIG} not found; give a directory written by "
+                                       "nmt-train")
     path = Path(args.model_dir) / ckpt.CONFIG
-    if not path.is_file():
-        raise ckpt.CheckpointError(f"--model-dir {args.model_dir}: {path.name} not found; give a directory "
-                                   "written by nmt-train")
     overrides = {k.split(".", 1)[1]: v for k, v in vars(args).items() if k.startswith("decode.")}
     decode = dataclasses.replace(Config.load(path).decode, **overrides)
     ctxs = parse_devices(args.gpus, args.cpu_devices)
@@ -73,6 +74,17 @@ def _open_output(stack, output):
         return stack.enter_context(open(output, "w", encoding="utf-8", newline="\n"))
     except OSError as e:
         raise CorpusError(f"--output {output}: cannot write ({e.strerror})") from None
+
+
+def _output_dir(flag: str, path: Path) -> Path:
+    """`path` made (with its parents) before any work, so that a directory that cannot be made is an error naming
+    `flag` at once rather than after decoding."""
+    from nmt.corpus import CorpusError
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise CorpusError(f"{flag} {path}: cannot make the directory ({e.strerror})") from None
+    return path
 
 
 def _reader_gone() -> int:
@@ -121,9 +133,11 @@ def translate_main(args: argparse.Namespace) -> int:
     from nmt.translate import CHARS_PER_TOKEN, interactive, read_raw_lines, translate_stream
     if args.chunk_lines < 1:
         raise ConfigError(f"--chunk-lines must be >= 1 (got {args.chunk_lines})")
-    tr = _load_translator(args)
     if args.plot_attention and args.ensemble:
         raise ConfigError("--plot-attention shows one model's attention; it cannot be used with --ensemble")
+    if args.plot_attention:
+        _output_dir("--plot-attention", args.plot_attention)
+    tr = _load_translator(args)
     plot = attention_saver(tr, args.plot_attention) if args.plot_attention else None
     nbest = tr.decode.nbest
     stdin, stdout = args.input in (None, "-"), args.output in (None, "-")
@@ -211,6 +225,8 @@ def evaluate_main(args: argparse.Namespace) -> int:
     from nmt.scoring import checkpoint_info, score_test_set
     if args.max_sentences < 0:
         raise ConfigError(f"--max-sentences must be >= 0 (got {args.max_sentences})")
+    if args.hyp_dir:
+        _output_dir("--hyp-dir", args.hyp_dir)
     tr = _load_translator(args)
     tests = _test_sets(args, tr)
     info = checkpoint_info(tr.model_dir, tr.checkpoint)

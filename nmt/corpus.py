@@ -106,8 +106,7 @@ def _decode_lines(path: PathLike, skip_invalid_utf8: bool, max_line_chars: int,
     try:
         data = path.read_bytes()
     except FileNotFoundError:
-        raise CorpusError(f"{path}: file not found; check the path "
-                          "(and the --data-dir / NMT_DATA_DIR mirror)") from None
+        raise CorpusError(f"{path}: file not found; check the path") from None
     except OSError as e:
         raise CorpusError(f"{path}: cannot read ({e.strerror})") from None
     if data.startswith((b"\x1f\x8b", b"PK\x03\x04", b"BZh", b"\xfd7zXZ")):

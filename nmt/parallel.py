@@ -88,8 +88,8 @@ def parse_devices(gpus: Optional[str], cpu_devices: int = 1) -> List[mx.Context]
         raise DeviceError(f"--gpus {spec!r}: give a count (--gpus 2 = first two GPUs) or a comma-separated "
                           "list of ids (--gpus 4,5,6,7; --gpus 3, = only GPU 3)") from None
     if not ids and "," not in spec:
-        raise DeviceError(f"--gpus {spec!r} is a count of GPUs and must be >= 1 (GPU 0 alone: --gpus 0, ; "
-                          "to train on the CPU, omit --gpus)")
+        raise DeviceError(f"--gpus {spec!r} is a count of GPUs and must be >= 1 (GPU 0 alone: --gpus 0, with "
+                          "the comma; to run on the CPU, omit --gpus)")
     if not ids:
         raise DeviceError(f"--gpus {spec!r}: no GPU id given")
     if min(ids) < 0 or len(set(ids)) != len(ids):
@@ -99,7 +99,7 @@ def parse_devices(gpus: Optional[str], cpu_devices: int = 1) -> List[mx.Context]
     where = f" (CUDA_VISIBLE_DEVICES={visible})" if visible is not None else ""
     if found == 0:
         raise DeviceError(f"--gpus {spec}: no GPU found{where}. This needs the CUDA build of MXNet "
-                          "(pip install -r requirements/gpu.txt) and a visible NVIDIA GPU; omit --gpus to train on CPU")
+                          "(pip install -r requirements/gpu.txt) and a visible NVIDIA GPU; omit --gpus to run on the CPU")
     if max(ids) >= found:
         raise DeviceError(f"--gpus {spec} asks for GPU id {max(ids)} ({len(ids)} GPUs) but only {found} "
                           f"GPU(s) were found{where}: valid ids are 0..{found - 1}")

@@ -90,7 +90,9 @@ def test_mismatched_line_counts_name_both_files(model_copy, tmp_path, capsys):
                       (["--src-file", src], "must be given together"),
                       (["--src-file", src, "--ref-file", src, "--recipe-tests"], "give one of"),
                       (["--recipe-tests", "--dev-set"], "give one of"),
-                      (["--src-file", tmp_path / "no.ko", "--ref-file", ref], "no.ko: file not found")]:
+                      (["--src-file", tmp_path / "no.ko", "--ref-file", ref], "no.ko: file not found"),
+                      (["--src-file", src, "--ref-file", ref, "--hyp-dir", src / "hyps"],
+                       f"--hyp-dir {src / 'hyps'}: cannot make the directory")]:
         code, _, err = run(["--model-dir", model_copy, *argv], capsys)
         assert code == 2 and msg in err, (argv, err)
 

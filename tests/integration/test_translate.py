@@ -163,7 +163,9 @@ def test_cli_nbest_checkpoint_and_bad_flags(tr, tmp_path, capsys):
                       (["--checkpoint", "12345"], "params.00012345 not found"),
                       (["--chunk-lines", "0"], "--chunk-lines must be >= 1"),
                       (["--cpu-devices", "0"], "--cpu-devices must be at least 1"),
-                      (["--input", tmp_path / "missing.ko"], "missing.ko: cannot read")]:
+                      (["--input", tmp_path / "missing.ko"], "missing.ko: cannot read"),
+                      (["--input", path, "--plot-attention", path / "plots"],
+                       f"--plot-attention {path / 'plots'}: cannot make the directory (Not a directory)")]:
         code, _, err = run(["--model-dir", tr.model_dir, *argv], capsys)
         assert code == 2 and msg in err and "Traceback" not in err, (argv, err)
     if mx.context.num_gpus() == 0:
@@ -353,7 +355,7 @@ def test_ensemble_members_must_share_vocabularies_and_languages(tr, tmp_path, ca
     assert f"{other}: cannot join an ensemble with {tr.model_dir}: its target SentencePiece model" in err
     assert "must share both vocabularies" in err
     code, _, err = run(["--model-dir", tr.model_dir, "--ensemble", tmp_path / "nothing"], capsys)
-    assert code == 2 and "nothing/config.json not found" in err
+    assert code == 2 and f"--ensemble {tmp_path / 'nothing'}: config.json not found" in err
     code, _, err = run(["--model-dir", tr.model_dir, "--ensemble", tr.model_dir, "--plot-attention",
                         tmp_path / "plots"], capsys)
     assert code == 2 and "cannot be used with --ensemble" in err
