@@ -225,6 +225,8 @@ class Config:
         parts = {}
         for f in dataclasses.fields(cls):
             sub = d.get(f.name, {}) or {}
+            if not isinstance(sub, dict):
+                raise ConfigError(f"{source}: section '{f.name}' must be a JSON object, got {json.dumps(sub)}")
             klass = f.default_factory  # type: ignore[misc]
             known = {x.name for x in dataclasses.fields(klass)}
             unknown = sorted(set(sub) - known)
@@ -235,6 +237,7 @@ class Config:
             if complete and missing:
                 raise ConfigError(f"{source} was written by an earlier version of nmt (no '{f.name}.{missing[0]}'); "
                                   "retrain the model with this version")
+            _check_types(klass, f.name, sub, source)
             parts[f.name] = klass(**{**arch_defaults.get(f.name, {}), **sub})
         unknown = sorted(set(d) - {f.name for f in dataclasses.fields(cls)})
         if unknown:
@@ -258,6 +261,26 @@ class Config:
 
     def replace(self, **sections) -> "Config":
         return dataclasses.replace(self, **sections)
+
+
+# What a JSON value of a config field may be, by the field's annotation (`int` excludes JSON's true/false).
+_JSON_KINDS = {"int": ((int,), "an integer"), "float": ((int, float), "a number"), "str": ((str,), "a string"),
+               "bool": ((bool,), "true or false")}
+
+
+def _check_types(klass, section: str, values: Dict[str, Any], source: str) -> None:
+    """ConfigError naming `source` and `section.key` for the first value whose JSON type does not fit its field."""
+    for f in dataclasses.fields(klass):
+        if f.name not in values:
+            continue
+        optional = str(f.type).startswith("Optional[")
+        kinds, says = _JSON_KINDS[str(f.type)[9:-1] if optional else str(f.type)]
+        value = values[f.name]
+        if value is None and optional:
+            continue
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+            raise ConfigError(f"{source}: {section}.{f.name} must be {says}{' or null' if optional else ''}, "
+                              f"got {json.dumps(value)}")
 
 
 def read_json(path) -> Dict[str, Any]:
