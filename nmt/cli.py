@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -199,6 +200,25 @@ def config_from_args(args: argparse.Namespace, base: Optional[Config] = None) ->
         suffix = "" if arch == "lstm" else f"-{arch}"
         d.setdefault("train", {})["model_dir"] = str(Path("models") / f"{name}-{langs[0]}-{langs[1]}{suffix}")
     return Config.from_dict(d, source=str(getattr(args, "config", "") or "flags"))
+
+
+def number(kind: type, low: float, high: Optional[float] = None, low_open: bool = False):
+    """An argparse type: a `kind` (int or float) >= `low` (> with `low_open`) and <= `high`; argparse names the flag
+    in its error."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+            if not math.isfinite(value):
+                raise ValueError(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a finite number'}"
+                                             ) from None
+        if value < low or (low_open and value == low) or (high is not None and value > high):
+            bound = f"> {low}" if low_open else f">= {low}"
+            raise argparse.ArgumentTypeError(f"must be {bound}" + (f" and <= {high}" if high is not None else "")
+                                             + f" (got {text})")
+        return value
+    return parse
 
 
 def user_errors() -> tuple:

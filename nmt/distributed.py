@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
+from nmt.cli import number
+
 
 # -- the launcher: what to start where ----------------------------------------------------------------------------
 class LaunchError(RuntimeError):
@@ -321,13 +323,15 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Examples:\n"
                "  %(prog)s -n 2 -s 1 -- python scripts/train.py --kvstore dist_sync --model-dir models/x\n"
                "  %(prog)s -n 2 -s 2 -H hosts -- python scripts/train.py --gpus 4 --kvstore dist_device_sync ...\n")
-    p.add_argument("-n", "--num-workers", type=int, required=True, help="worker processes (one per machine on GPUs)")
-    p.add_argument("-s", "--num-servers", type=int, help="server processes (default: 1, or one per host with -H)")
+    p.add_argument("-n", "--num-workers", type=number(int, 1), required=True,
+                   help="worker processes (one per machine on GPUs)")
+    p.add_argument("-s", "--num-servers", type=number(int, 1),
+                   help="server processes (default: 1, or one per host with -H)")
     p.add_argument("-H", "--hostfile", type=Path, help="run servers and workers over ssh, round-robin on these hosts "
                    "(one per line: host, user@host, host:sshport); without it everything runs here")
     p.add_argument("--scheduler-host", help="address of this machine that the hosts reach (default: 127.0.0.1, or "
                    "the address of the route to the first host)")
-    p.add_argument("--port", type=int, default=0, help="scheduler port (default: a free one)")
+    p.add_argument("--port", type=number(int, 1, 65535), help="scheduler port (default: a free one)")
     p.add_argument("--python", default=sys.executable,
                    help="interpreter for scheduler and servers, the same path on every host (default: %(default)s)")
     p.add_argument("--ssh", default="ssh", help="ssh command, e.g. 'ssh -i ~/.ssh/key' (default: ssh)")
@@ -336,11 +340,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env", action="append", default=[], metavar="NAME[=VALUE]",
                    help="also pass this variable to remote processes (repeatable); "
                         f"{', '.join(FORWARDED_ENV)} and {'*, '.join(FORWARDED_PREFIXES)}* always are")
-    p.add_argument("--timeout", type=float, default=0.0, help="stop the job after this many seconds (0 = never)")
-    p.add_argument("--grace", type=float, default=30.0, help="seconds for workers to checkpoint and exit after "
-                   "Ctrl-C/SIGTERM before they are killed (default: %(default)s)")
-    p.add_argument("--finish-timeout", type=float, default=120.0, help="a worker still running this long after "
-                   "another one finished is taken as stuck (default: %(default)s)")
+    p.add_argument("--timeout", type=number(float, 0), default=0.0,
+                   help="stop the job after this many seconds (0 = never)")
+    p.add_argument("--grace", type=number(float, 0), default=30.0,
+                   help="seconds for workers to checkpoint and exit after Ctrl-C/SIGTERM before they are killed "
+                        "(default: %(default)s)")
+    p.add_argument("--finish-timeout", type=number(float, 0, low_open=True), default=120.0,
+                   help="a worker still running this long after another one finished is taken as stuck "
+                        "(default: %(default)s)")
     p.add_argument("--dry-run", action="store_true", help="print the commands and exit")
     return p
 

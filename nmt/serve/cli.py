@@ -12,12 +12,12 @@ import argparse
 import contextlib
 import errno
 import logging
-import math
 import socket
 import threading
 import time
 from typing import Iterator, List, Optional, Sequence
 
+from nmt.cli import number
 from nmt.serve.batcher import DEFAULT_MAX_WAIT_MS
 from nmt.serve.schema import Limits
 
@@ -27,38 +27,19 @@ logger = logging.getLogger("nmt.serve")
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 
 
-def _number(kind: type, low: float, high: Optional[float] = None, low_open: bool = False):
-    """An argparse type: a `kind` (int or float) >= `low` (> with `low_open`) and <= `high`; argparse names the flag
-    in its error."""
-    def parse(text: str):
-        try:
-            value = kind(text)
-            if not math.isfinite(value):
-                raise ValueError(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a finite number'}"
-                                             ) from None
-        if value < low or (low_open and value == low) or (high is not None and value > high):
-            bound = f"> {low}" if low_open else f">= {low}"
-            raise argparse.ArgumentTypeError(f"must be {bound}" + (f" and <= {high}" if high is not None else "")
-                                             + f" (got {text})")
-        return value
-    return parse
-
-
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     lim = Limits()
-    count = _number(int, 1)
+    count = number(int, 1)
     p = argparse.ArgumentParser(prog="nmt-serve", description=__doc__.split("\n\n")[0])
     p.add_argument("--model-dir", action="append", required=True,
                    help="a trained model directory; repeat for several language pairs")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (0.0.0.0: every interface; default %(default)s)")
-    p.add_argument("--port", type=_number(int, 1, 65535), default=8080, help="port (default %(default)s)")
+    p.add_argument("--port", type=number(int, 1, 65535), default=8080, help="port (default %(default)s)")
     p.add_argument("--checkpoint", default="best", help="best, latest, avg or a step number (default %(default)s)")
     p.add_argument("--max-batch", type=count, default=None,
                    help="most sentences decoded together (default: the model's decode batch size)")
-    p.add_argument("--max-wait-ms", type=_number(float, 0), default=DEFAULT_MAX_WAIT_MS,
+    p.add_argument("--max-wait-ms", type=number(float, 0), default=DEFAULT_MAX_WAIT_MS,
                    help="how long an idle worker waits after a request for others to start decoding with it "
                         "(default %(default)s)")
     p.add_argument("--max-queue", type=count, default=1024,
@@ -69,7 +50,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                    help="largest beam_size a request may ask for (default %(default)s)")
     p.add_argument("--max-body-bytes", type=count, default=lim.max_body_bytes,
                    help="largest request body (default %(default)s)")
-    p.add_argument("--timeout", type=_number(float, 0, low_open=True), default=lim.timeout_s,
+    p.add_argument("--timeout", type=number(float, 0, low_open=True), default=lim.timeout_s,
                    help="seconds per request (default %(default)s)")
     p.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="(default %(default)s)")
     return p.parse_args(argv)

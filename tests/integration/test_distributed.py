@@ -130,6 +130,20 @@ def test_main_dry_run_and_input_errors(write_file, capsys):
     assert "node7 cannot reach the scheduler" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("flags, says", [
+    (["-n", "0"], "argument -n/--num-workers: must be >= 1 (got 0)"),
+    (["-n", "1", "-s", "0"], "argument -s/--num-servers: must be >= 1 (got 0)"),
+    (["-n", "1", "--port", "99999"], "argument --port: must be >= 1 and <= 65535 (got 99999)"),
+    (["-n", "1", "--grace", "-1"], "argument --grace: must be >= 0 (got -1)"),
+    (["-n", "1", "--finish-timeout", "0"], "argument --finish-timeout: must be > 0 (got 0)"),
+    (["-n", "1", "--timeout", "nan"], "argument --timeout: 'nan' is not a finite number"),
+])
+def test_launcher_flags_out_of_range_are_refused(capsys, flags, says):
+    with pytest.raises(SystemExit) as exit_:
+        dist.main([*flags, "--", "python", "t.py"])
+    assert exit_.value.code == 2 and says in capsys.readouterr().err
+
+
 # -- inside a worker, without a job --------------------------------------------------------------------------------
 def test_kvstore_choice_errors(monkeypatch):
     for v in workers.JOB_ENV:
