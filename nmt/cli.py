@@ -10,9 +10,9 @@ import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from nmt.config import ARCH_DEFAULTS, Config, ConfigError, DataConfig, read_json
+from nmt.config import ARCH_DEFAULTS, Config, ConfigError, DataConfig, read_json, resumed_config
 
 # (flag, section, field, type, help) -- the single table mapping flags to config fields
 _NONE = object()
@@ -256,10 +256,36 @@ def command(build_parser: Callable[[], argparse.ArgumentParser]):
     return wrap
 
 
+def given_keys(args: argparse.Namespace) -> Dict[str, str]:
+    """The config keys this command line sets, each as the user gave it: its flag, or "FILE: key" of --config."""
+    given = {}
+    if getattr(args, "config", None):
+        given = {f"{section}.{name}": f"{args.config}: {section}.{name}"
+                 for section, values in read_json(args.config).items() if isinstance(values, dict) for name in values}
+    for _, flags in GROUPS:
+        for f in flags:
+            key = f"{f.section}.{f.field}"
+            if key in vars(args) and (not f.boolean or getattr(args, key) == (not f.negate)):
+                given[key] = f.flag
+    return given
+
+
+def resume_config(cfg: Config, given: Dict[str, str]) -> Config:
+    """On --resume: the run's saved configuration, with what this command line gives (`resumed_config`), so that
+    `--resume` alone continues a run as it was started. `cfg` itself where the model directory has no config.json
+    here (nothing to resume, which training reports; or a worker of a distributed job on a machine without the
+    directory, which then needs the same flags as rank 0)."""
+    from nmt.checkpoint import CONFIG
+    path = Path(cfg.train.model_dir) / CONFIG
+    return resumed_config(Config.load(path), cfg, given, str(path))[0] if path.is_file() else cfg
+
+
 @command(build_train_parser)
 def train_main(args: argparse.Namespace) -> int:
     from nmt.train import train
     cfg = config_from_args(args)
+    if args.resume:
+        cfg = resume_config(cfg, given_keys(args))
     if args.verbose:
         logging.getLogger("nmt").setLevel(logging.DEBUG)
     if args.dry_run:

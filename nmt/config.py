@@ -10,7 +10,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 
 class ConfigError(ValueError):
@@ -281,6 +281,43 @@ def _check_types(klass, section: str, values: Dict[str, Any], source: str) -> No
         if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
             raise ConfigError(f"{source}: {section}.{f.name} must be {says}{' or null' if optional else ''}, "
                               f"got {json.dumps(value)}")
+
+
+# Keys a resumed run takes from its own command line, given or not: they describe this machine and this invocation
+# (devices, where the corpora are, this run's time limit, the progress bar), not the training.
+PER_INVOCATION = frozenset({"train.model_dir", "train.gpus", "train.cpu_devices", "train.kvstore", "train.amp",
+                            "train.max_seconds", "train.progress", "train.tensorboard", "data.data_dir",
+                            "data.cache_dir"})
+
+
+def _fixed_on_resume(key: str) -> bool:
+    """Whether a run cannot change `key` when it resumes: the model, the data it is trained on (tokenizers, pairs,
+    batches) and the seed its batches are drawn with."""
+    return key not in PER_INVOCATION and (key.split(".")[0] in ("model", "data") or key == "train.seed")
+
+
+def resumed_config(saved: Config, cfg: Config, given: Optional[Dict[str, str]], source: str
+                   ) -> Tuple[Config, List[str]]:
+    """The configuration a resumed run trains with: the run's own (`saved`, read from `source`), with this
+    invocation's per-invocation keys and the keys it gives (`given`: key -> how the user gave it, a flag or a file's
+    key; None: every key of `cfg`) taken from `cfg`. A given model or data key that differs is a ConfigError naming
+    it; the other differences come back as lines "key: old -> new" (a new --max-steps, --lr ...)."""
+    merged, changes = saved.to_dict(), []
+    for section, values in cfg.to_dict().items():
+        for name, value in values.items():
+            key, old = f"{section}.{name}", merged[section][name]
+            if value == old or not (key in PER_INVOCATION or given is None or key in given):
+                continue
+            label = key if given is None else given.get(key, key)
+            if _fixed_on_resume(key):
+                shown = f"{label} {json.dumps(value)}" if label.startswith("--") else f"{label} = {json.dumps(value)}"
+                raise ConfigError(f"--resume: {shown} differs from {json.dumps(old)}, which this run was trained with "
+                                  f"({source}); the model, the data and the seed cannot change within a run: drop "
+                                  "it, or train into a new --model-dir")
+            merged[section][name] = value
+            if key not in PER_INVOCATION:
+                changes.append(f"{label}: {json.dumps(old)} -> {json.dumps(value)}")
+    return Config.from_dict(merged, source=source), changes
 
 
 def read_json(path) -> Dict[str, Any]:

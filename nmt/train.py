@@ -19,7 +19,7 @@ from mxnet import gluon
 
 from nmt import checkpoint as ckpt
 from nmt.batching import Batch, make_batch
-from nmt.config import Config, ConfigError
+from nmt.config import Config, resumed_config
 from nmt.data import EncodedData, TrainData, build_data
 from nmt.dirlock import ModelDirLock, ModelDirLocked
 from nmt.evaluate import Scores, perplexity, score
@@ -291,7 +291,7 @@ def _create_locked(cfg: Config, resume: bool, overwrite: bool, ctxs, kv, workers
     logger.info("devices: %s, kvstore: %s, worker %d of %d", ctxs, getattr(kv, "type", kv), workers.rank,
                 workers.num_workers)
     data = build_data(cfg, model_dir, resume, workers)
-    if workers.is_chief and not resume:
+    if workers.is_chief:   # on resume, with the settings changed since (the next --resume continues with them)
         cfg.save(model_dir / ckpt.CONFIG)
     workers.check_same("training data and flags", {   # distributed: all must draw the same batches
         "batches": data.sampler.fingerprint(), "subword_sampling": cfg.data.subword_sampling,
@@ -318,9 +318,9 @@ def _resumed_state(cfg: Config, workers: WorkerGroup) -> ckpt.TrainState:
     if workers.num_workers > 1:
         state = ckpt.TrainState(**workers.broadcast_json(vars(state)))
     saved = Config.load(workers.share_files(model_dir, (ckpt.CONFIG,)) / ckpt.CONFIG)
-    if saved.model != cfg.model or (saved.data.src_lang, saved.data.tgt_lang) != (cfg.data.src_lang, cfg.data.tgt_lang):
-        raise ConfigError(f"--resume: the model or languages differ from {model_dir / ckpt.CONFIG}; "
-                          "resume with the same model flags (or start a new --model-dir)")
+    _, changes = resumed_config(saved, cfg, None, str(model_dir / ckpt.CONFIG))   # the model and data must match
+    if changes:
+        logger.info("resuming with settings changed since the last run: %s", "; ".join(changes))
     return state
 
 

@@ -230,18 +230,49 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path, task):
     load_params(model_dir, "latest")
 
 
-def test_resume_with_other_batching_is_a_clear_error(tmp_path, task):
+def test_resume_with_another_model_or_data_is_a_clear_error(tmp_path, task):
     cfg = tiny_config(tmp_path, task, max_steps=3)
     create_trainer(cfg).fit()
+    from nmt.config import ConfigError
+    saved = Path(cfg.train.model_dir) / ckpt.CONFIG
     cfg.data.batch_size = 12
-    from nmt.batching import BatchError
-    with pytest.raises(BatchError, match="resume with the same data and flags"):
+    with pytest.raises(ConfigError, match=rf"--resume: data.batch_size = 12 differs from 16, which this run was "
+                                          rf"trained with \({saved}\)"):
         create_trainer(cfg, resume=True)
     cfg.data.batch_size = 16
     cfg.model.hidden_size = 64
-    from nmt.config import ConfigError
-    with pytest.raises(ConfigError, match="--resume"):
+    with pytest.raises(ConfigError, match="--resume: model.hidden_size = 64 differs from 48"):
         create_trainer(cfg, resume=True)
+
+
+# The tiny task's run as flags: model, data and optimizer all off their defaults, so that a resume without them
+# would train another model on other batches.
+def _tiny_flags(task, model_dir) -> list:
+    files = [x for k in ("train_src", "train_tgt", "dev_src", "dev_tgt") for x in (f"--{k.replace('_', '-')}", task[k])]
+    return [*files, "--model-dir", str(model_dir), "--vocab-size", "400", "--embed-size", "16", "--hidden-size", "16",
+            "--num-layers", "1", "--dropout", "0", "--word-dropout", "0", "--batch-size", "8", "--lr", "0.005",
+            "--valid-every", "0", "--no-progress", "--no-eval", "--seed", "5"]
+
+
+def test_resume_alone_continues_the_run_as_it_was_started(tmp_path, task, capsys):
+    from nmt.cli import train_main
+    assert train_main(_tiny_flags(task, tmp_path / "whole") + ["--max-steps", "6"]) == 0
+    assert train_main(_tiny_flags(task, tmp_path / "part") + ["--max-steps", "3"]) == 0
+    # only what changes: the run's own flags come from its config.json
+    assert train_main(["--model-dir", str(tmp_path / "part"), "--resume", "--max-steps", "6", "--no-progress",
+                       "--no-eval"]) == 0
+    assert_same_params(params_of(tmp_path / "part"), params_of(tmp_path / "whole"), rtol=0, atol=0)
+    log = (tmp_path / "part" / ckpt.LOG).read_text(encoding="utf-8")
+    assert "resuming with settings changed since the last run: train.max_steps: 3 -> 6" in log
+    assert Config.load(tmp_path / "part" / ckpt.CONFIG).train.max_steps == 6   # the next --resume goes on from 6
+    capsys.readouterr()
+    for flags, says in [(["--hidden-size", "32"], "--resume: --hidden-size 32 differs from 16, which this run was "
+                                                   "trained with"),
+                        (["--seed", "1"], "--resume: --seed 1 differs from 5"),
+                        (["--no-tie-weights"], "--resume: --no-tie-weights false differs from true")]:
+        code = train_main(["--model-dir", str(tmp_path / "part"), "--resume", "--max-steps", "9", *flags])
+        err = capsys.readouterr().err
+        assert code == 2 and says in err and "Traceback" not in err, err
 
 
 def test_cli_reports_bad_data_without_traceback(tmp_path, task, capsys):
