@@ -238,7 +238,9 @@ def params_path(model_dir: Path, which: str = "best") -> Path:
     else:
         raise CheckpointError(f"unknown checkpoint '{which}': use best, latest, avg or a step number")
     if not path.exists():
-        raise CheckpointError(f"{path} not found in model directory {model_dir}")
+        hint = (f"; average the last N checkpoints into it with `nmt-train --model-dir {model_dir} --resume "
+                "--average-last N`" if which == "avg" else "")
+        raise CheckpointError(f"{path} not found in model directory {model_dir}{hint}")
     verify_params(path)
     return path
 

@@ -275,6 +275,20 @@ def test_resume_alone_continues_the_run_as_it_was_started(tmp_path, task, capsys
         assert code == 2 and says in err and "Traceback" not in err, err
 
 
+def test_a_finished_run_is_averaged_by_resuming_it_with_average_last(tmp_path, task):
+    from nmt.cli import train_main
+    model_dir = tmp_path / "m"
+    assert train_main(_tiny_flags(task, model_dir) + ["--max-steps", "4", "--valid-every", "2"]) == 0
+    with pytest.raises(ckpt.CheckpointError, match=r"params.avg not found .*--resume --average-last N"):
+        ckpt.params_path(model_dir, "avg")
+    assert train_main(["--model-dir", str(model_dir), "--resume", "--average-last", "2", "--no-progress",
+                       "--no-eval"]) == 0
+    assert ckpt.TrainState.load(model_dir).step == 4   # no update made
+    mean = {k: (load_params(model_dir, "2")[k] + load_params(model_dir, "4")[k]).asnumpy() / 2
+            for k in load_params(model_dir, "4")}
+    assert_same_params({k: v.asnumpy() for k, v in load_params(model_dir, "avg").items()}, mean)
+
+
 def test_cli_reports_bad_data_without_traceback(tmp_path, task, capsys):
     from nmt.cli import train_main
     bad = tmp_path / "bad.en"
