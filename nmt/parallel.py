@@ -79,6 +79,9 @@ def parse_devices(gpus: Optional[str], cpu_devices: int = 1) -> List[mx.Context]
             raise DeviceError(f"--cpu-devices must be at least 1, got {cpu_devices}")
         return [mx.cpu(i) for i in range(cpu_devices)]
     spec = str(gpus).strip()
+    if cpu_devices != 1:
+        raise DeviceError(f"--gpus {spec} and --cpu-devices {cpu_devices} exclude each other: give --gpus to run on "
+                          "GPUs, or --cpu-devices alone for CPU contexts")
     try:
         if "," in spec:
             ids = [int(x) for x in spec.split(",") if x.strip() != ""]

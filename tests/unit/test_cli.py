@@ -143,6 +143,8 @@ def test_device_parsing():
         parse_devices("0")
     with pytest.raises(DeviceError, match="no GPU id given"):
         parse_devices(",")
+    with pytest.raises(DeviceError, match="--gpus 2 and --cpu-devices 2 exclude each other"):
+        parse_devices("2", 2)
 
 
 def test_a_config_written_by_an_earlier_version_is_refused(tmp_path):
