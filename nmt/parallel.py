@@ -102,7 +102,8 @@ def parse_devices(gpus: Optional[str], cpu_devices: int = 1) -> List[mx.Context]
     where = f" (CUDA_VISIBLE_DEVICES={visible})" if visible is not None else ""
     if found == 0:
         raise DeviceError(f"--gpus {spec}: no GPU found{where}. This needs the CUDA build of MXNet "
-                          "(pip install -r requirements/gpu.txt) and a visible NVIDIA GPU; omit --gpus to run on the CPU")
+                          "(pip install -r requirements/gpu.txt) and a visible NVIDIA GPU; omit --gpus to run on "
+                          "the CPU")
     if max(ids) >= found:
         raise DeviceError(f"--gpus {spec} asks for GPU id {max(ids)} ({len(ids)} GPUs) but only {found} "
                           f"GPU(s) were found{where}: valid ids are 0..{found - 1}")
