@@ -192,10 +192,9 @@ def config_from_args(args: argparse.Namespace, base: Optional[Config] = None) ->
         d.setdefault(section, {})[field] = value
     data = d.setdefault("data", {})
     if data.get("train_src") or data.get("train_tgt"):
-        for key, flag in (("data.recipe", "--recipe"), ("data.upsample", "--upsample")):
-            if flags.get(key):
-                raise ConfigError(f"{flag} {flags[key]} and --train-src/--train-tgt exclude each other: a recipe "
-                                  "brings its own corpora; give a recipe, or your own files")
+        if flags.get("data.recipe"):
+            raise ConfigError(f"--recipe {flags['data.recipe']} and --train-src/--train-tgt exclude each other: a "
+                              "recipe brings its own corpora; give a recipe, or your own files")
         data["recipe"] = None
     if "train.model_dir" not in flags and not getattr(args, "config", None):
         name = data.get("recipe", DataConfig.recipe) or "custom"

@@ -112,7 +112,7 @@ def test_help_is_grouped_with_defaults():
     (["--train-src", "a.ko", "--train-tgt", "a.en", "--recipe", "all"],
      "--recipe all and --train-src/--train-tgt exclude each other"),
     (["--train-src", "a.ko", "--train-tgt", "a.en", "--upsample", "tatoeba=2"],
-     "--upsample tatoeba=2 and --train-src/--train-tgt exclude each other"),
+     "--upsample 'tatoeba=2' names corpora of a --recipe"),
 ])
 def test_bad_flags_give_one_clear_line(tmp_path, capsys, argv, message):
     code = train_main(argv + ["--model-dir", str(tmp_path / "m"), "--no-progress"])
