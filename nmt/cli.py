@@ -10,7 +10,7 @@ import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from nmt.config import ARCH_DEFAULTS, Config, ConfigError, DataConfig, read_json, resumed_config
 
@@ -273,27 +273,29 @@ def given_keys(args: argparse.Namespace) -> Dict[str, str]:
     return given
 
 
-def resume_config(cfg: Config, given: Dict[str, str]) -> Config:
-    """On --resume: the run's saved configuration, with what this command line gives (`resumed_config`), so that
-    `--resume` alone continues a run as it was started. `cfg` itself where the model directory has no config.json
-    here (nothing to resume, which training reports; or a worker of a distributed job on a machine without the
-    directory, which then needs the same flags as rank 0)."""
+def resume_config(cfg: Config, given: Dict[str, str]) -> Tuple[Config, List[str]]:
+    """On --resume: the run's saved configuration, with what this command line gives, and the changes
+    (`resumed_config`), so that `--resume` alone continues a run as it was started. `cfg` itself where the model
+    directory has no config.json here (nothing to resume, which training reports; or a worker of a distributed job
+    on a machine without the directory, which then needs the same flags as rank 0)."""
     from nmt.checkpoint import CONFIG
     path = Path(cfg.train.model_dir) / CONFIG
-    return resumed_config(Config.load(path), cfg, given, str(path))[0] if path.is_file() else cfg
+    return resumed_config(Config.load(path), cfg, given, str(path)) if path.is_file() else (cfg, [])
 
 
 @command(build_train_parser)
 def train_main(args: argparse.Namespace) -> int:
     from nmt.train import train
-    cfg = config_from_args(args)
+    cfg, changes = config_from_args(args), []
     if args.resume:
-        cfg = resume_config(cfg, given_keys(args))
+        cfg, changes = resume_config(cfg, given_keys(args))
     if args.verbose:
         logging.getLogger("nmt").setLevel(logging.DEBUG)
     if args.dry_run:
         from nmt.preflight import describe, dry_run
         print(describe(dry_run(cfg, resume=args.resume, overwrite=args.overwrite)))
+        if changes:
+            print(f"settings changed since the last run: {'; '.join(changes)}")
         return 0
     result = train(cfg, resume=args.resume, overwrite=args.overwrite, evaluate=not args.no_eval)
     state = result.state

@@ -266,6 +266,9 @@ def test_resume_alone_continues_the_run_as_it_was_started(tmp_path, task, capsys
     assert "resuming with settings changed since the last run: train.max_steps: 3 -> 6" in log
     assert Config.load(tmp_path / "part" / ckpt.CONFIG).train.max_steps == 6   # the next --resume goes on from 6
     capsys.readouterr()
+    assert train_main(["--model-dir", str(tmp_path / "part"), "--resume", "--max-steps", "9", "--lr", "0.01",
+                       "--dry-run"]) == 0
+    assert "settings changed since the last run: --lr: 0.005 -> 0.01; --max-steps: 6 -> 9" in capsys.readouterr().out
     for flags, says in [(["--hidden-size", "32"], "--resume: --hidden-size 32 differs from 16, which this run was "
                                                    "trained with"),
                         (["--seed", "1"], "--resume: --seed 1 differs from 5"),
