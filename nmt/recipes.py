@@ -25,6 +25,8 @@ from nmt.corpus import (CorpusError, Pairs, clean_training_pairs, concat, has_ha
 from nmt.download import DOWNLOAD_TIMEOUT, download, download_archive, verify_file
 
 logger = logging.getLogger("nmt.recipes")
+# Training files given without dev files: this many of their pairs, drawn with this seed, are the dev set.
+FILES_DEV_SIZE, FILES_DEV_SEED = 500, 1
 
 
 
@@ -219,18 +221,25 @@ def load_data(cfg: DataConfig) -> DatasetSplits:
     if len(pool) <= recipe.dev_size:
         raise CorpusError(f"recipe {recipe.name}: only {len(pool)} training pairs left after cleaning, too few to hold "
                           f"out {recipe.dev_size} for dev; relax --max-chars/--max-ratio")
-    # Random order (not sorted): any prefix of dev is itself a random sample (validation may use a prefix).
-    dev_idx = random.Random(recipe.dev_seed).sample(range(len(pool)), recipe.dev_size)
-    taken = set(dev_idx)
-    dev = pool.select(dev_idx, name="dev")
-    train, counts = clean_training_pairs(pool.select([i for i in range(len(pool)) if i not in taken]), [dev],
-                                         max_chars=cfg.max_chars, max_ratio=cfg.max_ratio)
-    drops.update(counts)
+    train, dev = _hold_out_dev(pool, recipe.dev_size, recipe.dev_seed, cfg, drops)
     train = _upsampled(train, dict(zip(recipe.train, parts)), factors)
     splits = DatasetSplits(train, dev, tests, dict(drops))
     logger.info("recipe %s %s->%s: %d train, %d dev, tests %s", recipe.name, cfg.src_lang, cfg.tgt_lang, len(train),
                 len(dev), ", ".join(f"{k} {len(v)}" for k, v in tests.items()))
     return _oriented(splits, cfg)
+
+
+def _hold_out_dev(pool: Pairs, size: int, seed: int, cfg: DataConfig, drops: Counter) -> Tuple[Pairs, Pairs]:
+    """`size` random pairs of the cleaned training `pool` as the dev set, and the rest (without pairs sharing a side
+    with them) as training pairs; the same split for the same pool and seed."""
+    # Random order (not sorted): any prefix of dev is itself a random sample (validation may use a prefix).
+    dev_idx = random.Random(seed).sample(range(len(pool)), size)
+    taken = set(dev_idx)
+    dev = pool.select(dev_idx, name="dev")
+    train, counts = clean_training_pairs(pool.select([i for i in range(len(pool)) if i not in taken]), [dev],
+                                         max_chars=cfg.max_chars, max_ratio=cfg.max_ratio)
+    drops.update(counts)
+    return train, dev
 
 
 def parse_upsample(spec: Optional[str], recipe: Recipe) -> Dict[str, int]:
@@ -307,7 +316,8 @@ def _pair_of_flags(cfg: DataConfig, kind: str) -> Optional[Tuple[str, str]]:
 
 
 def _load_files(cfg: DataConfig) -> DatasetSplits:
-    """Explicit files in the direction given (the *_src files are in cfg.src_lang)."""
+    """Explicit files in the direction given (the *_src files are in cfg.src_lang); without dev files,
+    `FILES_DEV_SIZE` random training pairs are the dev set."""
     if cfg.upsample:
         raise ConfigError(f"--upsample {cfg.upsample!r} names corpora of a --recipe; with --train-src/--train-tgt "
                           "files there is only one (repeat lines in the files to weight them)")
@@ -315,18 +325,23 @@ def _load_files(cfg: DataConfig) -> DatasetSplits:
     if train_files is None:
         raise ConfigError("dev/test files were given without training files: add --train-src and --train-tgt "
                           "(or drop the file flags to use --recipe)")
-    if dev_files is None:
-        raise ConfigError("explicit training files need a dev set: give --dev-src and --dev-tgt")
     skip = cfg.skip_invalid_utf8
     train = read_parallel(*train_files, skip_invalid_utf8=skip, name="train")
-    dev = read_parallel(*dev_files, skip_invalid_utf8=skip, name="dev")
+    dev = read_parallel(*dev_files, skip_invalid_utf8=skip, name="dev") if dev_files else None
     tests = {"test": read_parallel(*test_files, skip_invalid_utf8=skip, name="test")} if test_files else {}
+    held_out = [p for p in (dev, *tests.values()) if p is not None]
     drops: Counter = Counter()
-    for p in (train, dev, *tests.values()):
+    for p in (train, *held_out):
         drops.update(p.dropped)
-    train, counts = clean_training_pairs(train, [dev, *tests.values()], max_chars=cfg.max_chars,
-                                         max_ratio=cfg.max_ratio)
+    train, counts = clean_training_pairs(train, held_out, max_chars=cfg.max_chars, max_ratio=cfg.max_ratio)
     drops.update(counts)
+    if dev is None:   # held out of the training pairs, as a recipe's
+        if len(train) <= 2 * FILES_DEV_SIZE:
+            raise CorpusError(f"{train_files[0]} / {train_files[1]}: {len(train)} training pairs after cleaning, too "
+                              f"few to hold out {FILES_DEV_SIZE} for dev; give a dev set with --dev-src/--dev-tgt")
+        train, dev = _hold_out_dev(train, FILES_DEV_SIZE, FILES_DEV_SEED, cfg, drops)
+        logger.info("no --dev-src/--dev-tgt: %d random training pairs are the dev set (seed %d; nmt-evaluate "
+                    "--dev-set scores them)", len(dev), FILES_DEV_SEED)
     if not len(train):
         raise CorpusError(f"{train_files[0]} / {train_files[1]}: no training pairs left after filtering "
                           f"({', '.join(f'{k} {v}' for k, v in sorted(drops.items()))})")

@@ -251,7 +251,7 @@ def test_clean_rest_docs():
 @pytest.mark.parametrize("kwargs, flag", [({"recipe": "nope"}, "--recipe 'nope'"), ({"recipe": None}, "--recipe"),
                                           ({"src_lang": "en"}, "--src and --tgt"), ({"tgt_lang": "ja"}, "--tgt"),
                                           ({"train_src": "a"}, "--train-tgt"),
-                                          ({"train_src": "a", "train_tgt": "b"}, "--dev-src and --dev-tgt")])
+                                          ({"train_src": "a", "train_tgt": "b", "dev_src": "c"}, "--dev-tgt")])
 def test_load_data_config_errors(kwargs, flag):
     with pytest.raises(ConfigError) as e:
         load_data(DataConfig(**kwargs))
@@ -270,6 +270,27 @@ def test_load_data_explicit_files(write_file):
     assert splits.train.src == ["Hello.", "Cat."] and splits.train.tgt == ["안녕.", "고양이."]
     assert splits.dev.src == ["Dev sentence."] and list(splits.tests) == ["test"]
     assert splits.drops == {"overlap:dev": 1, "duplicate": 1, "overlap:test": 1, "empty_line": 1}
+
+
+def test_training_files_without_dev_files_hold_out_a_dev_set(write_file, monkeypatch, caplog):
+    import nmt.recipes as recipes
+    monkeypatch.setattr(recipes, "FILES_DEV_SIZE", 3)
+    src = [f"Sentence {i}." for i in range(10)] + ["Test."]
+    tgt = [f"문장 {i}." for i in range(10)] + ["시험."]
+    cfg = DataConfig(recipe=None, train_src=str(write_file("tr.en", src)), train_tgt=str(write_file("tr.ko", tgt)),
+                     test_src=str(write_file("te.en", ["Test."])), test_tgt=str(write_file("te.ko", ["시험."])),
+                     src_lang="en", tgt_lang="ko")
+    with caplog.at_level("INFO", logger="nmt.recipes"):
+        splits = load_data(cfg)
+    assert len(splits.dev) == 3 and len(splits.train) == 7   # the test pair is out of both
+    assert sorted(splits.train.src + splits.dev.src) == sorted(src[:10])
+    assert_no_shared_side(splits)
+    assert load_data(cfg).dev.src == splits.dev.src   # the same split every time (nmt-evaluate --dev-set)
+    assert "no --dev-src/--dev-tgt: 3 random training pairs are the dev set" in caplog.text
+    few = DataConfig(recipe=None, train_src=str(write_file("f.en", src[:6])), train_tgt=str(write_file("f.ko", tgt[:6])))
+    with pytest.raises(CorpusError, match="6 training pairs after cleaning, too few to hold out 3 for dev; give a "
+                                          "dev set with --dev-src/--dev-tgt"):
+        load_data(few)
 
 
 def _synthetic_recipe(monkeypatch, tmp_path, n=300):
