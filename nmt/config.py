@@ -237,6 +237,8 @@ class Config:
             if complete and missing:
                 raise ConfigError(f"{source} was written by an earlier version of nmt (no '{f.name}.{missing[0]}'); "
                                   "retrain the model with this version")
+            if f.name == "train" and type(sub.get("gpus")) is int:   # "gpus": 2 means what --gpus 2 does
+                sub = {**sub, "gpus": str(sub["gpus"])}
             _check_types(klass, f.name, sub, source)
             parts[f.name] = klass(**{**arch_defaults.get(f.name, {}), **sub})
         unknown = sorted(set(d) - {f.name for f in dataclasses.fields(cls)})

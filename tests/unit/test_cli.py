@@ -75,7 +75,7 @@ def test_bad_config_file_is_a_clear_error(tmp_path):
     ({"optim": {"lr": None}}, "optim.lr must be a number, got null"),
     ({"data": {"vocab_size": True}}, "data.vocab_size must be an integer, got true"),
     ({"model": {"tie_weights": "yes"}}, 'model.tie_weights must be true or false, got "yes"'),
-    ({"train": {"gpus": 2}}, "train.gpus must be a string or null, got 2"),
+    ({"train": {"gpus": 2.5}}, "train.gpus must be a string or null, got 2.5"),
     ({"train": 5}, "section 'train' must be a JSON object, got 5"),
 ])
 def test_a_config_value_of_the_wrong_json_type_is_named(tmp_path, sections, message):
@@ -91,6 +91,15 @@ def test_json_values_that_fit_their_fields_pass(tmp_path):
     path.write_text(json.dumps({"optim": {"lr": 1}, "train": {"gpus": None, "tensorboard": None, "max_seconds": 5}}))
     cfg = cfg_of(["--config", str(path)])
     assert (cfg.optim.lr, cfg.train.gpus, cfg.train.max_seconds) == (1, None, 5)
+
+
+def test_a_gpu_count_in_a_config_file_may_be_a_number(tmp_path):
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"train": {"gpus": 2}}))
+    assert cfg_of(["--config", str(path)]).train.gpus == "2"
+    path.write_text(json.dumps({"train": {"gpus": True}}))
+    with pytest.raises(ConfigError, match="train.gpus must be a string or null, got true"):
+        cfg_of(["--config", str(path)])
 
 
 def test_help_is_grouped_with_defaults():
