@@ -10,7 +10,7 @@ import logging
 import sys
 from pathlib import Path
 
-from nmt.cli import DECODE_FLAGS, command
+from nmt.cli import DECODE_FLAGS, command, number
 from nmt.config import Config, ConfigError
 
 
@@ -110,8 +110,15 @@ def build_translate_parser() -> argparse.ArgumentParser:
                     "are given; on a terminal it prompts for sentences.",
         epilog="Examples:\n  echo '안녕하세요.' | python scripts/translate.py --model-dir models/tatoeba-ko-en\n"
                "  python scripts/translate.py --model-dir M --input test.ko --output test.en --beam-size 1\n"
-               "  python scripts/translate.py --model-dir M --nbest 3 --beam-size 5 < in.ko > nbest.jsonl\n")
+               "  python scripts/translate.py --model-dir M --nbest 3 --beam-size 5 < in.ko > nbest.jsonl\n"
+               "  python scripts/translate.py --model-dir M --sample 10 --seed 2 < mono.ko > synthetic.en\n")
     _add_model_decode_args(p)
+    s = p.add_argument_group("sampling (instead of the search, e.g. for back-translation)")
+    s.add_argument("--sample", nargs="?", const=0, type=number(int, 0), metavar="K",
+                   help="draw each translation token by token from the model's distribution, renormalized over its "
+                        "K most probable tokens (--sample alone: over the whole vocabulary), instead of searching")
+    s.add_argument("--seed", type=int, help="random seed of --sample (default 1): the same seed, input and flags "
+                                            "give the same translations on one device")
     g = p.add_argument_group("input and output")
     g.add_argument("--input", help="input file, UTF-8, one sentence per line (default: stdin)")
     g.add_argument("--output", help="output file (default: stdout); written and flushed chunk by chunk")
@@ -123,6 +130,21 @@ def build_translate_parser() -> argparse.ArgumentParser:
     g.add_argument("--plot-attention", metavar="DIR", type=Path,
                    help="also save the attention heatmap of each line's greedy translation as DIR/line-N.png")
     return p
+
+
+def _check_sampling(args: argparse.Namespace) -> None:
+    """ConfigError for flags that do not go with --sample (a search's) or need it (--seed)."""
+    if args.sample is None:
+        if args.seed is not None:
+            raise ConfigError("--seed seeds --sample; a search (greedy or beam) draws nothing at random")
+        return
+    if args.plot_attention:
+        raise ConfigError("--plot-attention shows the attention of each line's greedy translation; it cannot be "
+                          "used with --sample")
+    given = [flag for flag, key in (("--beam-size", "beam_size"), ("--nbest", "nbest"),
+                                    ("--length-penalty", "length_penalty_alpha")) if f"decode.{key}" in vars(args)]
+    if given:
+        raise ConfigError(f"--sample draws one translation per line instead of a beam search: drop {given[0]}")
 
 
 @command(build_translate_parser)
@@ -137,7 +159,12 @@ def translate_main(args: argparse.Namespace) -> int:
         raise ConfigError("--plot-attention shows one model's attention; it cannot be used with --ensemble")
     if args.plot_attention:
         _output_dir("--plot-attention", args.plot_attention)
+    _check_sampling(args)
     tr = _load_translator(args)
+    if args.sample is not None:
+        import mxnet as mx
+        tr.sample = args.sample
+        mx.random.seed(1 if args.seed is None else args.seed)
     plot = attention_saver(tr, args.plot_attention) if args.plot_attention else None
     nbest = tr.decode.nbest
     stdin, stdout = args.input in (None, "-"), args.output in (None, "-")

@@ -194,15 +194,22 @@ class SearchBatch:
         self.segments = [s for s in self.segments if np.isin(s.ids, self.ids).any()]
 
 
-def greedy_search(model: Models, src: mx.nd.NDArray, src_len: mx.nd.NDArray, max_len: MaxLen) -> List[List[int]]:
+def greedy_search(model: Models, src: mx.nd.NDArray, src_len: mx.nd.NDArray, max_len: MaxLen,
+                  sample: Optional[int] = None) -> List[List[int]]:
     """Most probable next token at each step; per sentence the token ids without BOS/EOS. `model`: a model or a
-    list of models (an ensemble)."""
+    list of models (an ensemble).
+
+    With `sample` the next token is drawn instead from the model's distribution, renormalized over its `sample`
+    most probable tokens (0: over the whole vocabulary), with MXNet's random generator of `src`'s device
+    (`mx.random.seed`): the same seed gives the same translations of the same batches."""
     model = as_model(model)
     batch, ctx = src.shape[0], src.context
     limits = _max_lens(max_len, batch)
     if int(limits.max(initial=0)) == 0:
         return [[] for _ in range(batch)]
-    update = update_block(ctx)
+    if sample is not None and sample < 0:
+        raise ValueError(f"sample must be >= 0 (got {sample})")
+    update = update_block(ctx, sample_top=-1 if sample is None else min(sample, model.tgt_vocab_size))
 
     def advance(state, hyps, first):
         log_probs, state, _ = model.hybrid_step(hyps.prev, state)

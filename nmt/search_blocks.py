@@ -143,11 +143,23 @@ class BeamUpdate(gluon.HybridBlock):
 
 
 class GreedyUpdate(gluon.HybridBlock):
-    """(log_probs, done, steps, limits) -> (token, done, steps + 1, emitted): the most probable token of every row;
-    a row is done after EOS or its `limits` tokens (`steps`: the tokens it has taken), and emits -1 once done."""
+    """(log_probs, done, steps, limits) -> (token, done, steps + 1, emitted): the most probable token of every row,
+    or with `sample_top` >= 0 a token drawn from the row's distribution renormalized over its `sample_top` most
+    probable tokens (0: over all); a row is done after EOS or its `limits` tokens (`steps`: the tokens it has
+    taken), and emits -1 once done."""
+
+    def __init__(self, sample_top: int = -1, **kwargs):
+        super().__init__(**kwargs)
+        self._top = sample_top
 
     def hybrid_forward(self, F, log_probs, done, steps, limits):
-        token = F.argmax(log_probs, axis=-1)
+        if self._top < 0:
+            token = F.argmax(log_probs, axis=-1)
+        elif self._top == 0:   # softmax: an ensemble's mean log-probabilities are not normalized
+            token = F.sample_multinomial(F.softmax(log_probs, axis=-1), dtype="float32")
+        else:
+            values, ids = F.topk(log_probs, axis=-1, k=self._top, ret_typ="both")
+            token = F.pick(ids, F.sample_multinomial(F.softmax(values, axis=-1), dtype="float32"), axis=-1)
         stop = F.broadcast_logical_or(done, token == EOS_ID)
         emitted = F.where(stop, F.ones_like(token) * -1, token)
         steps = steps + 1
@@ -160,10 +172,10 @@ _UPDATES: Dict[tuple, gluon.HybridBlock] = {}
 
 
 def update_block(ctx: mx.Context, beam_size: int = 0, vocab_size: int = 0, nbest: int = 0,
-                  num_moving: int = 0) -> gluon.HybridBlock:
-    key = (str(ctx), beam_size, vocab_size, nbest, num_moving)
+                  num_moving: int = 0, sample_top: int = -1) -> gluon.HybridBlock:
+    key = (str(ctx), beam_size, vocab_size, nbest, num_moving, sample_top)
     if key not in _UPDATES:
-        block = BeamUpdate(beam_size, vocab_size, nbest) if beam_size else GreedyUpdate()
+        block = BeamUpdate(beam_size, vocab_size, nbest) if beam_size else GreedyUpdate(sample_top)
         block.hybridize(static_alloc=True)
         _UPDATES[key] = block
     return _UPDATES[key]

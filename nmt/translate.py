@@ -115,6 +115,7 @@ class Translator:
         # dealt to all devices, each driven from its own thread.
         self.replicas: List[Tuple[mx.Context, list]] = []
         self._concurrent: Optional[bool] = None   # whether the devices may run at once (decided on first use)
+        self.sample: Optional[int] = None   # draw translations from the top `sample` tokens (0: all), no search
 
     @property
     def net(self):
@@ -197,7 +198,7 @@ class Translator:
                       first_line: int = 1) -> List[Hyps]:
         """Per input line, up to `nbest` (target ids, score) pairs, best first ([] for an empty line).
 
-        Greedy search (beam 1, nbest 1) gives score 0.0; beam search gives the length-normalized log-probability."""
+        Greedy search (beam 1) and sampling give score 0.0; beam search the length-normalized log-probability."""
         beam = beam_size or self.decode.beam_size
         ids = self.source_ids(lines, first_line)
         out: List[Hyps] = [[] for _ in lines]
@@ -238,8 +239,8 @@ class Translator:
                       out: List[Hyps]) -> None:
         """Search one length-sorted batch (`chunk`: indices into `ids`) on `ctx`; hypotheses go to out[i]."""
         src_nd, len_nd, max_len = self.source_batch([ids[i] for i in chunk], ctx)
-        if beam == 1 and nbest == 1:
-            hyps = [[(h, 0.0)] for h in greedy_search(model, src_nd, len_nd, max_len)]
+        if (beam == 1 and nbest == 1) or self.sample is not None:
+            hyps = [[(h, 0.0)] for h in greedy_search(model, src_nd, len_nd, max_len, self.sample)]
         else:
             hyps = beam_search(model, src_nd, len_nd, beam_size=max(beam, nbest), max_len=max_len,
                                alpha=self.decode.length_penalty_alpha, nbest=nbest)
@@ -334,7 +335,6 @@ def format_nbest(hyps: List[Tuple[str, float]]) -> str:
 
 def translate_stream(translator: Translator, raw_lines: Iterable[Tuple[bytes, bool]], out: TextIO, *,
                      name: str = "<stdin>", chunk_lines: int = 1000, on_invalid: str = "error", nbest: int = 1,
-                     beam_size: Optional[int] = None,
                      on_chunk: Optional[Callable[[int, List[str]], None]] = None) -> StreamStats:
     """Translate (line, was_cut) items chunk by chunk, writing one output line per input line and flushing after
     every chunk; `on_chunk(first_line_number, lines)` runs after each chunk is written. On invalid UTF-8 (with
@@ -348,9 +348,9 @@ def translate_stream(translator: Translator, raw_lines: Iterable[Tuple[bytes, bo
         nonlocal chunk, first
         if chunk:
             if nbest > 1:
-                rows = [format_nbest(h) for h in translator.translate_nbest(chunk, nbest, beam_size, first)]
+                rows = [format_nbest(h) for h in translator.translate_nbest(chunk, nbest, first_line=first)]
             else:
-                rows = translator.translate(chunk, beam_size, first)
+                rows = translator.translate(chunk, first_line=first)
             out.write("".join(r + "\n" for r in rows))
             out.flush()
             if on_chunk is not None:
@@ -381,9 +381,9 @@ def translate_stream(translator: Translator, raw_lines: Iterable[Tuple[bytes, bo
 def interactive(translator: Translator, nbest: int = 1, on_line: Optional[Callable[[int, List[str]], None]] = None,
                 read: Callable[[str], str] = input) -> int:
     """Prompt for sentences (on a terminal) and print each translation, until end of input (Ctrl-D) or Ctrl-C."""
+    how = f"beam {translator.decode.beam_size}" if translator.sample is None else f"--sample {translator.sample}"
     print(f"nmt-translate {translator.src_lang} -> {translator.tgt_lang} ({translator.model_dir}, checkpoint "
-          f"{translator.checkpoint}, beam {translator.decode.beam_size}). Type a sentence and press Enter; "
-          "Ctrl-D to quit.", file=sys.stderr)
+          f"{translator.checkpoint}, {how}). Type a sentence and press Enter; Ctrl-D to quit.", file=sys.stderr)
     n = 0
     while True:
         try:

@@ -175,6 +175,25 @@ def test_cli_nbest_checkpoint_and_bad_flags(tr, tmp_path, capsys):
     assert code == 2 and "config.json not found" in err
 
 
+def test_cli_sampling(tr, src_lines, tmp_path, capsys):
+    path = tmp_path / "in.ko"
+    path.write_text("\n".join(src_lines[:12]) + "\n", encoding="utf-8")
+    base = ["--model-dir", tr.model_dir, "--input", path]
+    code, top1, _ = run(base + ["--sample", "1"], capsys)
+    assert code == 0 and top1.splitlines() == tr.translate(src_lines[:12], beam_size=1)
+    draws = [run(base + ["--sample", *seed], capsys)[1] for seed in ([], [], ["--seed", "1"])]
+    assert len(draws[0].splitlines()) == 12 and draws[0] == draws[1] == draws[2]   # the seed is 1 by default
+    for argv, msg in [(["--sample", "--beam-size", "4"], "instead of a beam search: drop --beam-size"),
+                      (["--sample", "3", "--nbest", "1"], "drop --nbest"),
+                      (["--seed", "3"], "--seed seeds --sample"),
+                      (["--sample", "--plot-attention", tmp_path / "p"], "cannot be used with --sample")]:
+        code, _, err = run(base + argv, capsys)
+        assert code == 2 and msg in err and "Traceback" not in err, (argv, err)
+    with pytest.raises(SystemExit):
+        run(base + ["--sample", "-1"], capsys)
+    assert "argument --sample: must be >= 0 (got -1)" in capsys.readouterr().err
+
+
 def test_cli_stdin_to_stdout(tr, src_lines):
     lines = src_lines[:5] + [""] + src_lines[5:8]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))

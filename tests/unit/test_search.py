@@ -193,3 +193,50 @@ def test_compiled_steps_do_not_keep_models_alive():
     del first, second
     gc.collect()
     assert [r() for r in refs] == [None, None]
+
+
+def first_token_probabilities(model, src, src_len, top=0):
+    """The model's distribution of a sentence's first token (renormalized over its `top` most probable tokens)."""
+    state = model.init_state(model.encode(src, src_len))
+    log_probs, _, _ = model.step(nd.full((1,), BOS_ID), state)
+    p = np.exp(log_probs.asnumpy()[0].astype(np.float64))
+    if top:
+        p[np.argsort(-p)[top:]] = 0.0
+    return p / p.sum()
+
+
+def peaked(model, seed=0):
+    """`model` with an output bias that makes it fairly confident (an untrained model is near-uniform)."""
+    bias = next(p for name, p in model.collect_params().items() if name.endswith("decoder_out_bias"))
+    bias.set_data(nd.array(np.random.RandomState(seed).normal(0, 1.5, VOCAB)))
+    return model
+
+
+@pytest.mark.parametrize("members, top", [("one", 0), ("one", 3), ("ensemble", 0)])
+def test_sampling_draws_from_the_models_distribution(members, top):
+    model = peaked(other_member()) if members == "one" else Ensemble([peaked(other_member()),
+                                                                      peaked(untrained_model(), 1)])
+    src, src_len = ragged_sources([6], seed=1)
+    p = first_token_probabilities(model, src, src_len, top)
+    assert 0.1 < p.max() < 0.9   # neither near-uniform nor near-certain: argmax or uniform draws would fail
+    n = 4000
+    mx.random.seed(7)
+    first = greedy_search(model, nd.repeat(src, n, axis=0), nd.repeat(src_len, n, axis=0), 1, sample=top)
+    drawn = np.bincount([t[0] if t else EOS_ID for t in first], minlength=VOCAB) / n
+    np.testing.assert_allclose(drawn, p, atol=0.03)
+    assert (drawn[p == 0] == 0).all()
+
+
+def test_sampling_from_the_top_token_is_greedy_and_a_seed_repeats_a_draw():
+    model = untrained_model()
+    src, src_len = ragged_sources([7, 2, 11, 4], seed=5)
+    max_len = np.array([9, 4, 14, 6])
+    assert greedy_search(model, src, src_len, max_len, sample=1) == greedy_search(model, src, src_len, max_len)
+    draws = []
+    for seed in (5, 5, 6):
+        mx.random.seed(seed)
+        draws.append(greedy_search(model, src, src_len, max_len, sample=0))
+    assert draws[0] == draws[1] != draws[2]
+    assert all(len(d) <= m for d, m in zip(draws[2], max_len))
+    with pytest.raises(ValueError, match="sample must be >= 0"):
+        greedy_search(model, src, src_len, max_len, sample=-1)
