@@ -72,6 +72,7 @@ class TrainState:
     params_files: List[str] = field(default_factory=list)   # params.<step> files kept, oldest first
     stopped: str = ""                      # why training ended ("max_steps", "early_stop", ...), "" while running
     hardware: str = ""                     # what the latest (resumed) run trained on (parallel.describe_hardware)
+    init_from: str = ""                    # the parameter file a fine-tuning run started from (--init-from)
 
     def save(self, model_dir: Path) -> None:
         atomic_write_text(Path(model_dir) / STATE, json.dumps(asdict(self), indent=1) + "\n")

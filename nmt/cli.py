@@ -169,6 +169,9 @@ def build_train_parser() -> argparse.ArgumentParser:
                    help="JSON config file (same layout as a model's config.json); flags override it")
     g.add_argument("--resume", action="store_true", help="continue training from the latest checkpoint in --model-dir")
     g.add_argument("--overwrite", action="store_true", help="delete an existing --model-dir and start over")
+    g.add_argument("--init-from", metavar="DIR", help="fine-tune: start a new run from the parameters of a trained "
+                   "model directory (its best, or DIR/params.avg, DIR/params.<step>), keeping its model settings, "
+                   "languages and SentencePiece models, with a fresh optimizer and learning-rate schedule")
     g.add_argument("--no-eval", action="store_true", help="skip the test-set evaluation at the end")
     g.add_argument("--dry-run", action="store_true", help="check the configuration, data and model directory "
                    "(readable, clean, writable, room) and print what would be trained, without training")
@@ -283,21 +286,35 @@ def resume_config(cfg: Config, given: Dict[str, str]) -> Tuple[Config, List[str]
     return resumed_config(Config.load(path), cfg, given, str(path)) if path.is_file() else (cfg, [])
 
 
+def training_run(args: argparse.Namespace) -> Tuple[Config, List[str], Optional[Path]]:
+    """What a training command line asks for: the configuration (on --resume the run's own with this command's
+    changes, listed; with --init-from the model's settings), and the parameter file of --init-from."""
+    cfg, changes, init = config_from_args(args), [], None
+    if args.resume:
+        cfg, changes = resume_config(cfg, given_keys(args))
+    if args.init_from is not None:
+        from nmt.finetune import init_config, init_params
+        if args.resume:
+            raise ConfigError("--init-from starts a new run from a trained model and --resume continues the run in "
+                              "--model-dir: give one of them")
+        init = init_params(args.init_from)
+        cfg = init_config(cfg, given_keys(args), init)
+    return cfg, changes, init
+
+
 @command(build_train_parser)
 def train_main(args: argparse.Namespace) -> int:
     from nmt.train import train
-    cfg, changes = config_from_args(args), []
-    if args.resume:
-        cfg, changes = resume_config(cfg, given_keys(args))
+    cfg, changes, init = training_run(args)
     if args.verbose:
         logging.getLogger("nmt").setLevel(logging.DEBUG)
     if args.dry_run:
         from nmt.preflight import describe, dry_run
-        print(describe(dry_run(cfg, resume=args.resume, overwrite=args.overwrite)))
+        print(describe(dry_run(cfg, resume=args.resume, overwrite=args.overwrite, init=init)))
         if changes:
             print(f"settings changed since the last run: {'; '.join(changes)}")
         return 0
-    result = train(cfg, resume=args.resume, overwrite=args.overwrite, evaluate=not args.no_eval)
+    result = train(cfg, resume=args.resume, overwrite=args.overwrite, evaluate=not args.no_eval, init=init)
     state = result.state
     for name, sc in result.test_scores.items():
         print(f"{name}: {sc.summary()} ({sc.n} sentences, best checkpoint, beam {cfg.decode.beam_size})")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
@@ -69,9 +69,12 @@ def _first_batch_forward(net, data, ctx) -> None:
     net(*[mx.nd.array(a, ctx=ctx) for a in (batch.src, batch.src_len, batch.tgt_in)])
 
 
-def dry_run(cfg: Config, resume: bool = False, overwrite: bool = False) -> Dict[str, Any]:
-    """Everything `train(cfg)` would check before its first update, and what it would train; trains nothing, and
-    writes to the model directory at most its lock and (on --resume) the encoded-corpus cache."""
+def dry_run(cfg: Config, resume: bool = False, overwrite: bool = False, init: Optional[Path] = None
+            ) -> Dict[str, Any]:
+    """Everything `train(cfg)` would check before its first update (with `init`: that its parameters load into the
+    model), and what it would train; trains nothing, and writes to the model directory at most its lock and (on
+    --resume) the encoded-corpus cache."""
+    from nmt.finetune import copy_tokenizers
     import mxnet as mx
     from nmt.data import build_data
     from nmt.models import build_model
@@ -82,10 +85,15 @@ def dry_run(cfg: Config, resume: bool = False, overwrite: bool = False) -> Dict[
     report.update(_check_model_dir(cfg, resume, overwrite))
     model_dir = Path(t.model_dir)
     with tempfile.TemporaryDirectory(prefix="nmt-dry-run-") as tmp:   # a resume loads the directory's tokenizers
+        if init is not None:
+            copy_tokenizers(init, cfg, Path(tmp))
         data = build_data(cfg, model_dir if resume else Path(tmp), resume=resume)
         net = build_model(cfg.model, data.src_tok.vocab_size, data.tgt_tok.vocab_size)
         net.initialize(mx.init.Xavier(magnitude=2.24), ctx=ctxs[0])
         _first_batch_forward(net, data, ctxs[0])
+        if init is not None:
+            net.load_parameters(str(init), ctx=ctxs[0])
+            report["init_from"] = str(init)
     needed = check_checkpoint_room(cfg, net)
     report.update({
         "train_pairs": len(data.encoded.train_src), "dev_pairs": len(data.encoded.dev_src),
@@ -101,6 +109,8 @@ def describe(report: Dict[str, Any]) -> str:
     lines: List[str] = [
         f"model directory: {report['model_dir']} ({'exists' if report['exists'] else 'new'}, writable, "
         f"{human_bytes(report['disk_free'])} free, about {human_bytes(report['disk_needed'])} needed)"]
+    if "init_from" in report:
+        lines.append(f"start from: {report['init_from']} (fine-tuning; its parameters load into the model)")
     if "resume_step" in report:
         lines.append(f"resume from step {report['resume_step']}"
                      + (f" (damaged newer checkpoints: {'; '.join(report['damaged'])})" if report["damaged"] else ""))

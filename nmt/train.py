@@ -23,6 +23,7 @@ from nmt.config import Config, resumed_config
 from nmt.data import EncodedData, TrainData, build_data
 from nmt.dirlock import ModelDirLock, ModelDirLocked
 from nmt.evaluate import Scores, perplexity, score
+from nmt.finetune import copy_tokenizers, start_from
 from nmt.log import LossMeter, MetricsWriter, Progress, TensorBoardWriter, setup_logging
 from nmt.loss import Seq2SeqLoss
 from nmt.models import build_model
@@ -250,10 +251,10 @@ class Trainer:
         return results
 
 
-def create_trainer(cfg: Config, resume: bool = False, overwrite: bool = False) -> Trainer:
+def create_trainer(cfg: Config, resume: bool = False, overwrite: bool = False, init: Optional[Path] = None) -> Trainer:
     """The Trainer of a run per `cfg`: devices, kvstore and workers, the model directory (locked by rank 0 until
     `fit` ends: one trainer per directory), then data, model and optimizer built (and, with `resume`, restored from
-    the newest intact checkpoint)."""
+    the newest intact checkpoint; with `init`, a parameter file, starting from it: `nmt.finetune`)."""
     t = cfg.train
     ctxs = parse_devices(t.gpus, t.cpu_devices)
     if t.amp:
@@ -266,7 +267,7 @@ def create_trainer(cfg: Config, resume: bool = False, overwrite: bool = False) -
         ckpt.check_model_dir(Path(t.model_dir), resume, overwrite)   # before the lock creates the directory
         lock = ModelDirLock(Path(t.model_dir)).acquire()
     try:
-        trainer = _create_locked(cfg, resume, overwrite, ctxs, kv, workers)
+        trainer = _create_locked(cfg, resume, overwrite, ctxs, kv, workers, init)
     except BaseException:
         if lock is not None:
             lock.release()
@@ -275,7 +276,8 @@ def create_trainer(cfg: Config, resume: bool = False, overwrite: bool = False) -
     return trainer
 
 
-def _create_locked(cfg: Config, resume: bool, overwrite: bool, ctxs, kv, workers: WorkerGroup) -> Trainer:
+def _create_locked(cfg: Config, resume: bool, overwrite: bool, ctxs, kv, workers: WorkerGroup,
+                   init: Optional[Path]) -> Trainer:
     """`create_trainer` once the directory is ours: checked writable and, once the model is built, with room for
     its checkpoints, so that a full disk shows before training rather than at the first checkpoint."""
     t = cfg.train
@@ -283,8 +285,10 @@ def _create_locked(cfg: Config, resume: bool, overwrite: bool, ctxs, kv, workers
     if workers.is_chief:
         ckpt.prepare_model_dir(model_dir, resume, overwrite)
         check_writable(model_dir)
+        if init is not None:
+            copy_tokenizers(init, cfg, model_dir)
     setup_logging(model_dir / ckpt.LOG if workers.is_chief else None, console=workers.is_chief)
-    state = _resumed_state(cfg, workers) if resume else ckpt.TrainState()
+    state = _resumed_state(cfg, workers) if resume else ckpt.TrainState(init_from=str(init or ""))
     # before the data is built: a --tensorboard without tensorboardX fails at once
     tensorboard = TensorBoardWriter.create(model_dir, t.tensorboard, state.step if resume else None, workers.rank)
     state.hardware = describe_hardware(ctxs, workers.num_workers)
@@ -306,6 +310,8 @@ def _create_locked(cfg: Config, resume: bool, overwrite: bool, ctxs, kv, workers
     optimizer = build_optimizer(cfg.optim, net.collect_params(), kv)
     if resume:
         _restore(model_dir, net, optimizer, data, state, workers, ctxs)
+    elif init is not None and workers.is_chief:   # the others get rank 0's parameters with the kvstore
+        start_from(net, init, ctxs)
     workers.init_trainer(optimizer)   # distributed: rank 0's parameters on every worker before update 1
     return Trainer(cfg, data, net, optimizer, ctxs, state, workers, tensorboard)
 
@@ -342,12 +348,13 @@ class TrainResult:
     test_scores: Dict[str, Scores]      # by test-set name, of the best checkpoint (empty if not evaluated)
 
 
-def train(cfg: Config, resume: bool = False, overwrite: bool = False, evaluate: bool = True) -> TrainResult:
-    """Train per `cfg`; with `evaluate`, score the best checkpoint on the recipe's test sets at the end."""
+def train(cfg: Config, resume: bool = False, overwrite: bool = False, evaluate: bool = True,
+          init: Optional[Path] = None) -> TrainResult:
+    """Train per `cfg` (from the parameters `init`: nmt.finetune); `evaluate`: score the best on the test sets."""
     model_dir = Path(cfg.train.model_dir)
     fresh = not resume and (overwrite or not model_dir.exists() or not any(model_dir.iterdir()))
     try:
-        trainer = create_trainer(cfg, resume=resume, overwrite=overwrite)
+        trainer = create_trainer(cfg, resume=resume, overwrite=overwrite, init=init)
     except ModelDirLocked:
         raise   # the directory is another trainer's: leave it alone
     except BaseException:

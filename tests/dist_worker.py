@@ -9,13 +9,14 @@ import os
 import sys
 from pathlib import Path
 
-from nmt.cli import build_train_parser, config_from_args
+from nmt.cli import build_train_parser, training_run
 from nmt.train import create_trainer
 
 
 def main(argv) -> int:
     dump_dir, args = Path(argv[0]), build_train_parser().parse_args(argv[1:])
-    trainer = create_trainer(config_from_args(args), resume=args.resume, overwrite=args.overwrite)
+    cfg, _, init = training_run(args)
+    trainer = create_trainer(cfg, resume=args.resume, overwrite=args.overwrite, init=init)
     if os.environ.get("FAIL_ON_SAVE") == str(trainer.rank):
         def failing_save(is_best=False):
             raise RuntimeError(f"injected failure in worker rank {trainer.rank}")

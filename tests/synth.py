@@ -87,6 +87,19 @@ def tiny_config(tmp_path: Path, files: dict, name: str = "model", arch: str = "l
     return Config(data=data, model=tiny_model_config(arch), optim=optim, train=TrainConfig(**t))
 
 
+def task_files(task: dict, *splits: str) -> list:
+    """The command line's flags of a task's files (`write_task`): --train-src FILE --train-tgt FILE ..."""
+    return [x for s in splits for side in ("src", "tgt") for x in (f"--{s}-{side}", task[f"{s}_{side}"])]
+
+
+def tiny_flags(task: dict, model_dir) -> list:
+    """The tiny task's run as flags: model, data and optimizer all off their defaults, so that a resume (or a
+    fine-tuning run) that did not take them from the run would train another model on other batches."""
+    return [*task_files(task, "train", "dev"), "--model-dir", str(model_dir), "--vocab-size", "400", "--embed-size",
+            "16", "--hidden-size", "16", "--num-layers", "1", "--dropout", "0", "--word-dropout", "0", "--batch-size",
+            "8", "--lr", "0.005", "--valid-every", "0", "--no-progress", "--no-eval", "--seed", "5"]
+
+
 def load_params(model_dir, which: str = "latest") -> dict:
     """The parameters of a checkpoint (`which` as `nmt.checkpoint.params_path` takes it): name -> NDArray."""
     import mxnet as mx

@@ -297,6 +297,30 @@ def test_two_workers_match_one_process(tmp_path, task):
     assert_same_params(params_of(single.train.model_dir), w0, rtol=1e-5, atol=1e-7)
 
 
+def test_two_workers_fine_tune_like_one_process(tmp_path, task):
+    """--init-from in a dist_sync job: rank 0 loads the model and its tokenizers, the other worker takes both from
+    it; both end where one process fine-tuning alone ends (plain SGD, as above)."""
+    create_trainer(tiny_config(tmp_path, task, "parent", max_steps=3)).fit()
+    cfg = tiny_config(tmp_path, task, "dist", max_steps=4)
+    cfg.optim.optimizer, cfg.optim.lr, cfg.optim.warmup_steps, cfg.optim.clip_norm = "sgd", 0.5, 1, 0.0
+    cfg.save(tmp_path / "cfg.json")
+    worker = [str(REPO / "tests" / "dist_worker.py"), str(tmp_path), "--config", "cfg.json", "--kvstore", "dist_sync",
+              "--init-from", str(tmp_path / "parent")]
+    p = launch(tmp_path, ["-n", "2", "-s", "1"], worker, "job")
+    assert finish(p, 90) == 0, (tmp_path / "job.err").read_text()[-3000:]
+    w0, w1 = load_dump(tmp_path / "params.rank0"), load_dump(tmp_path / "params.rank1")
+    assert_same_params(w0, w1, rtol=0, atol=0)
+    single = tiny_config(tmp_path, task, "single", max_steps=4)
+    single.optim = cfg.optim
+    create_trainer(single, init=ckpt.params_path(tmp_path / "parent", "best")).fit()
+    assert_same_params(params_of(single.train.model_dir), w0, rtol=1e-5, atol=1e-7)
+    scratch = tiny_config(tmp_path, task, "scratch", max_steps=4)   # the same run without the model: elsewhere
+    scratch.optim = cfg.optim
+    create_trainer(scratch).fit()
+    with pytest.raises(AssertionError):
+        assert_same_params(params_of(scratch.train.model_dir), w0, rtol=1e-3, atol=1e-3)
+
+
 @pytest.mark.parametrize("init", ["with", "without"])
 def test_the_first_gradients_are_taken_at_rank_0s_parameters(tmp_path, init):
     """gluon.Trainer shares rank 0's parameters only in the first allreduce_grads, after the first backward pass:

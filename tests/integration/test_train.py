@@ -18,7 +18,7 @@ from nmt import checkpoint as ckpt
 from nmt.config import Config
 from nmt.train import create_trainer, train
 from tests.synth import (ARCHS, assert_same_params, list_params_files, load_params, params_of, tiny_config,
-                         write_task)
+                         tiny_flags, write_task)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -245,19 +245,10 @@ def test_resume_with_another_model_or_data_is_a_clear_error(tmp_path, task):
         create_trainer(cfg, resume=True)
 
 
-# The tiny task's run as flags: model, data and optimizer all off their defaults, so that a resume without them
-# would train another model on other batches.
-def _tiny_flags(task, model_dir) -> list:
-    files = [x for k in ("train_src", "train_tgt", "dev_src", "dev_tgt") for x in (f"--{k.replace('_', '-')}", task[k])]
-    return [*files, "--model-dir", str(model_dir), "--vocab-size", "400", "--embed-size", "16", "--hidden-size", "16",
-            "--num-layers", "1", "--dropout", "0", "--word-dropout", "0", "--batch-size", "8", "--lr", "0.005",
-            "--valid-every", "0", "--no-progress", "--no-eval", "--seed", "5"]
-
-
 def test_resume_alone_continues_the_run_as_it_was_started(tmp_path, task, capsys):
     from nmt.cli import train_main
-    assert train_main(_tiny_flags(task, tmp_path / "whole") + ["--max-steps", "6"]) == 0
-    assert train_main(_tiny_flags(task, tmp_path / "part") + ["--max-steps", "3"]) == 0
+    assert train_main(tiny_flags(task, tmp_path / "whole") + ["--max-steps", "6"]) == 0
+    assert train_main(tiny_flags(task, tmp_path / "part") + ["--max-steps", "3"]) == 0
     # only what changes: the run's own flags come from its config.json
     assert train_main(["--model-dir", str(tmp_path / "part"), "--resume", "--max-steps", "6", "--no-progress",
                        "--no-eval"]) == 0
@@ -281,7 +272,7 @@ def test_resume_alone_continues_the_run_as_it_was_started(tmp_path, task, capsys
 def test_a_finished_run_is_averaged_by_resuming_it_with_average_last(tmp_path, task):
     from nmt.cli import train_main
     model_dir = tmp_path / "m"
-    assert train_main(_tiny_flags(task, model_dir) + ["--max-steps", "4", "--valid-every", "2"]) == 0
+    assert train_main(tiny_flags(task, model_dir) + ["--max-steps", "4", "--valid-every", "2"]) == 0
     with pytest.raises(ckpt.CheckpointError, match=r"params.avg not found .*--resume --average-last N"):
         ckpt.params_path(model_dir, "avg")
     assert train_main(["--model-dir", str(model_dir), "--resume", "--average-last", "2", "--no-progress",

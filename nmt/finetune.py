@@ -1,0 +1,77 @@
+"""Fine-tuning: a new run that starts from the parameters of a trained model (`nmt-train --init-from DIR`), as
+Sockeye's `--params`, fairseq's `--restore-file --reset-optimizer` and Marian's `--pretrained-model` do. The run
+keeps that model's settings, languages and SentencePiece models (the parameters are indexed by its pieces) and
+trains on its own data with a fresh optimizer, learning-rate schedule and step count. No MXNet here: the command
+line checks all of it before training starts.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Dict
+
+from nmt import checkpoint as ckpt
+from nmt.atomic import atomic_copy
+from nmt.config import Config, ConfigError
+from nmt.tokenizer import tokenizer_names
+
+logger = logging.getLogger("nmt.finetune")
+
+# What a fine-tuning run takes from its model besides the model section: the languages and the tokenizers' settings.
+INHERITED_DATA = ("src_lang", "tgt_lang", "vocab_size", "spm_model_type")
+
+
+def init_params(spec) -> Path:
+    """The parameter file `--init-from` names: a model directory's best parameters, or a params file in one
+    (params.avg, params.00005040 ...), checked against its checkpoint's manifest."""
+    path = Path(spec)
+    if not path.exists():
+        raise ConfigError(f"--init-from {spec}: no such model directory or parameter file")
+    model_dir = path if path.is_dir() else path.parent
+    if not (model_dir / ckpt.CONFIG).is_file():
+        raise ConfigError(f"--init-from {spec}: {model_dir / ckpt.CONFIG} not found; give a model directory written "
+                          "by nmt-train, or a params file in one (e.g. DIR/params.avg)")
+    if path.is_dir():
+        which = "best"
+    else:
+        step = ckpt.params_step(path.name)
+        which = str(step) if step is not None else {ckpt.PARAMS_BEST: "best", ckpt.PARAMS_AVG: "avg"}.get(path.name)
+        if which is None:
+            raise ConfigError(f"--init-from {spec}: not a parameter file (params.best, params.avg or params.<step>)")
+    params = ckpt.params_path(model_dir, which)
+    ckpt.check_layout(params)
+    return params
+
+
+def init_config(cfg: Config, given: Dict[str, str], params: Path) -> Config:
+    """`cfg` with the model section, languages and tokenizer settings of the model `params` belongs to; a
+    ConfigError naming the flag where the command line (`given`: key -> flag) asks for another value."""
+    source = params.parent / ckpt.CONFIG
+    if params.parent.resolve() == Path(cfg.train.model_dir).resolve():
+        raise ConfigError(f"--init-from {params.parent} is the --model-dir of this run: fine-tuning writes a new "
+                          "model directory (give another --model-dir; --resume continues that run instead)")
+    theirs, mine = Config.load(source).to_dict(), cfg.to_dict()
+    for section, name in [("model", k) for k in theirs["model"]] + [("data", k) for k in INHERITED_DATA]:
+        key, old = f"{section}.{name}", theirs[section][name]
+        if key in given and mine[section][name] != old:
+            raise ConfigError(f"{given[key]} {json.dumps(mine[section][name])}: --init-from {params} has {key} "
+                              f"{json.dumps(old)} ({source}); a fine-tuning run keeps its model's settings, "
+                              f"languages and vocabularies: drop {given[key]}")
+        mine[section][name] = old
+    return Config.from_dict(mine, source=str(source))
+
+
+def copy_tokenizers(params: Path, cfg: Config, model_dir: Path) -> None:
+    """The SentencePiece models of the model `params` belongs to, copied into `model_dir`, where the run's data
+    reuses them (`nmt.data.build_tokenizers`): the data is tokenized into the pieces the parameters are indexed by."""
+    for name in sorted(set(tokenizer_names(cfg.data.src_lang, cfg.data.tgt_lang, cfg.model.shared_vocab))):
+        for file in (name, name[:-len(".model")] + ".vocab"):
+            if (params.parent / file).is_file():
+                atomic_copy(params.parent / file, Path(model_dir) / file)
+
+
+def start_from(net, params: Path, ctxs) -> None:
+    """Load the parameters `params` into the freshly built model `net` (of the same settings and vocabularies)."""
+    net.load_parameters(str(params), ctx=ctxs)
+    logger.info("fine-tuning: starting from %s with a fresh optimizer and learning-rate schedule", params)

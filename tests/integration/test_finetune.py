@@ -1,0 +1,98 @@
+"""Fine-tuning (`nmt-train --init-from`): a new run starts from a trained model's parameters with its settings,
+languages and SentencePiece models, on other data, with a fresh optimizer; what does not fit is a clear error."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from nmt import checkpoint as ckpt
+from nmt.cli import train_main
+from nmt.config import Config
+from tests.synth import assert_same_params, list_params_files, load_params, params_of, task_files, write_task
+
+
+@pytest.fixture(scope="module")
+def parent(model_dir, tmp_path_factory):
+    """The tiny trained model of the session (hidden size 48, 400 pieces) and another task of the same languages."""
+    return model_dir, write_task(tmp_path_factory.mktemp("other"), n_train=400, seed=11)
+
+
+def run_flags(other, model_dir) -> list:
+    return [*task_files(other, "train", "dev"), "--model-dir", str(model_dir), "--no-progress", "--no-eval"]
+
+
+@pytest.mark.parametrize("which", ["dir", "step"])
+def test_a_run_starts_from_the_models_parameters_settings_and_vocabularies(parent, tmp_path, which):
+    model, other = parent
+    first = list_params_files(model)[0]
+    init = model if which == "dir" else model / first
+    run = tmp_path / "run"
+    # A learning rate far too small to move a float32 weight: the run ends with the parameters it started from. Its
+    # model flags are the defaults (256 wide, 2 layers ...), so only the model's own settings make them fit.
+    assert train_main(run_flags(other, run) + ["--init-from", str(init), "--lr", "1e-30", "--max-steps", "2"]) == 0
+    start = {k: v.asnumpy() for k, v in load_params(model, "best" if which == "dir" else first[7:]).items()}
+    assert_same_params(params_of(run), start, rtol=0, atol=1e-25)
+    for name in ("spm.ko.model", "spm.ko.vocab", "spm.en.model", "spm.en.vocab"):
+        assert (run / name).read_bytes() == (model / name).read_bytes()
+    mine, theirs = Config.load(run / ckpt.CONFIG), Config.load(model / ckpt.CONFIG)
+    assert mine.model == theirs.model and mine.data.vocab_size == 400 and mine.optim.lr == 1e-30
+    assert mine.model.hidden_size == 48 != Config().model.hidden_size
+    state = ckpt.TrainState.load(run)
+    assert state.step == 2 and state.init_from == str(ckpt.params_path(model, "best") if which == "dir" else init)
+    assert f"fine-tuning: starting from {state.init_from}" in (run / ckpt.LOG).read_text(encoding="utf-8")
+
+
+def test_it_goes_on_from_what_the_model_learned(parent, tmp_path):
+    """4 updates on the other task from the model, and from scratch with the model's settings given as flags: the
+    first is close to translating the task already, the second still near chance."""
+    model, other = parent
+    same = tmp_path / "same.json"   # the model's settings, for the run from scratch
+    same.write_text(json.dumps({"model": Config.load(model / ckpt.CONFIG).to_dict()["model"],
+                                "data": {"vocab_size": 400}}))
+    assert train_main(run_flags(other, tmp_path / "ft") + ["--init-from", str(model), "--max-steps", "4",
+                                                            "--valid-every", "4"]) == 0
+    assert train_main(run_flags(other, tmp_path / "scratch") + ["--config", str(same), "--max-steps", "4",
+                                                                 "--valid-every", "4"]) == 0
+    ft, fresh = (json.loads((tmp_path / d / ckpt.METRICS).read_text().splitlines()[-1]) for d in ("ft", "scratch"))
+    assert ft["dev_ppl"] < 0.1 * fresh["dev_ppl"] and ft["dev_bleu"] > 50 > fresh["dev_bleu"], (ft, fresh)
+
+
+def test_a_dry_run_loads_the_parameters(parent, tmp_path, capsys):
+    model, other = parent
+    assert train_main(run_flags(other, tmp_path / "run") + ["--init-from", str(model), "--dry-run",
+                                                             "--hidden-size", "48"]) == 0   # the model's own value
+    out = capsys.readouterr().out
+    assert f"start from: {ckpt.params_path(model, 'best')} (fine-tuning" in out and "vocabulary: ko" in out
+    assert not (tmp_path / "run").exists()
+
+
+def test_what_does_not_fit_is_a_clear_error(parent, tmp_path, capsys):
+    model, other = parent
+    damaged, intact = tmp_path / "damaged", tmp_path / "intact"
+    shutil.copytree(model, damaged)
+    shutil.copytree(model, intact)
+    with open(damaged / ckpt.PARAMS_BEST, "r+b") as f:
+        f.seek(-4, 2)
+        f.write(b"\0\0\0\0")
+    best = ckpt.params_path(model, "best")
+    for flags, says in [
+            (["--init-from", str(model), "--hidden-size", "32"],
+             f"--hidden-size 32: --init-from {best} has model.hidden_size 48 ({model / ckpt.CONFIG}); a fine-tuning "
+             "run keeps its model's settings, languages and vocabularies: drop --hidden-size"),
+            (["--init-from", str(model), "--src", "en", "--tgt", "ko"], '--src "en": --init-from'),
+            (["--init-from", str(model), "--vocab-size", "300"], "--vocab-size 300: --init-from"),
+            (["--init-from", str(model), "--resume"], "--init-from starts a new run from a trained model and --resume"),
+            (["--init-from", str(tmp_path / "nothing")], "nothing: no such model directory or parameter file"),
+            (["--init-from", str(tmp_path)], f"{tmp_path / ckpt.CONFIG} not found; give a model directory"),
+            (["--init-from", str(model / ckpt.CONFIG)], "not a parameter file"),
+            (["--init-from", str(model / ckpt.params_file(99))], "params.00000099: no such model directory or"),
+            (["--init-from", str(damaged)], f"{damaged / ckpt.PARAMS_BEST}"),
+            (["--init-from", str(intact), "--model-dir", str(intact), "--overwrite"],
+             f"--init-from {intact} is the --model-dir of this run")]:
+        code = train_main(run_flags(other, tmp_path / "run") + flags)
+        err = capsys.readouterr().err
+        assert code == 2 and says in err and "Traceback" not in err, (flags, err)
+        assert not (tmp_path / "run").exists()
+    assert (intact / ckpt.PARAMS_BEST).read_bytes() == (model / ckpt.PARAMS_BEST).read_bytes()   # not overwritten
