@@ -145,6 +145,10 @@ class Progress:
             logging.getLogger("nmt.train").debug("step %d loss %.4f", step, self.last["loss"])
 
     def end_epoch(self) -> None:
+        """Close the bar; `last` takes the loss and speed of the updates since the last logged one, if any: the
+        epoch's summary line reads it (an epoch shorter than --log-every has one too)."""
+        if self.meter.tokens:
+            self.last = {**self.last, "loss": self.meter.mean(), **self.speed.read()}
         if self.bar is not None:
             self.bar.close()
             self.bar = None

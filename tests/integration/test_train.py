@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -175,6 +176,13 @@ def test_time_budget_counts_every_run_and_metrics_carry_the_training_loss(tmp_pa
     cfg.train.time_budget = s1.elapsed + 3600   # budget left: it trains on
     s3 = create_trainer(cfg, resume=True).fit()
     assert s3.stopped == "max_steps" and s3.step == 100
+
+
+def test_an_epoch_shorter_than_log_every_still_reports_its_loss_and_speed(tmp_path, task):
+    create_trainer(tiny_config(tmp_path, task, "short", max_epochs=2, log_every=1000)).fit()
+    line = next(x for x in (tmp_path / "short" / ckpt.LOG).read_text().splitlines() if "epoch 1 done" in x)
+    loss, speed = (float(x) for x in re.search(r"train loss (\S+), (\S+) tokens/s", line).groups())
+    assert np.isfinite(loss) and loss > 0 and speed > 0, line
 
 
 def test_resume_across_an_epoch_boundary(tmp_path, task):
