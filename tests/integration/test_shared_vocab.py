@@ -41,3 +41,17 @@ def test_one_joint_model_serves_both_sides_ties_three_ways_and_is_all_from_dir_n
     cfg.train.max_steps = 6
     state = create_trainer(cfg, resume=True).fit()
     assert state.step == 6 and Config.load(d / ckpt.CONFIG).model.shared_vocab
+
+
+def test_fine_tuning_takes_the_joint_model_along(tmp_path):
+    from nmt.cli import train_main
+    from tests.synth import task_files
+    cfg = tiny_config(tmp_path, write_task(tmp_path / "synth"), "shared", "transformer", max_steps=2)
+    cfg.model.shared_vocab, cfg.model.tie_weights = True, True
+    create_trainer(cfg).fit()
+    other, run = write_task(tmp_path / "other", n_train=300, seed=11), tmp_path / "run"
+    assert train_main([*task_files(other, "train", "dev"), "--init-from", cfg.train.model_dir, "--model-dir", str(run),
+                       "--max-steps", "1", "--no-progress", "--no-eval"]) == 0
+    assert sorted(p.name for p in run.glob("spm.*")) == ["spm.joint.model", "spm.joint.vocab"]
+    assert (run / "spm.joint.model").read_bytes() == (Path(cfg.train.model_dir) / "spm.joint.model").read_bytes()
+    assert Config.load(run / ckpt.CONFIG).model == cfg.model and Translator.from_dir(run).translate(["가 나"])
