@@ -121,20 +121,26 @@ class LossMeter:
 
 class Progress:
     """The console's view of an epoch: a tqdm bar whose loss, learning rate and tokens/s refresh every
-    `log_every` updates (the loop's only host synchronization besides the gradient norm)."""
+    `log_every` updates (the loop's only host synchronization besides the gradient norm); and at its end, in
+    `epoch`, the mean loss and tokens/s of the epoch's updates (since a resume, in a resumed epoch; wall time,
+    validations included, as in the bar's)."""
 
     def __init__(self, log_every: int, enabled: bool):
         self.log_every, self.enabled = log_every, enabled
         self.speed, self.meter, self.bar = Speedometer(), LossMeter(), None
+        self.epoch_speed, self.epoch_meter = Speedometer(), LossMeter()
         self.last: Dict[str, float] = {"loss": float("nan"), "tok_per_s": 0.0}
+        self.epoch: Dict[str, float] = dict(self.last)
 
     def start_epoch(self, epoch: int, total: int, done: int) -> None:
         self.bar = tqdm(total=total, initial=done, desc=f"epoch {epoch + 1}", unit="upd", disable=not self.enabled,
                         dynamic_ncols=True, leave=False)
+        self.epoch_speed.reset()
 
     def update(self, step: int, batch, loss_sum, lr: float) -> None:
-        self.meter.add(loss_sum, batch.num_tgt_tokens)
-        self.speed.update(batch.num_sentences, batch.num_src_tokens, batch.num_tgt_tokens)
+        for meter, speed in ((self.meter, self.speed), (self.epoch_meter, self.epoch_speed)):
+            meter.add(loss_sum, batch.num_tgt_tokens)
+            speed.update(batch.num_sentences, batch.num_src_tokens, batch.num_tgt_tokens)
         if self.bar is not None:   # None: updates outside `fit` (e.g. a benchmark's), logged but not drawn
             self.bar.update(1)
         if step % self.log_every == 0:
@@ -145,10 +151,8 @@ class Progress:
             logging.getLogger("nmt.train").debug("step %d loss %.4f", step, self.last["loss"])
 
     def end_epoch(self) -> None:
-        """Close the bar; `last` takes the loss and speed of the updates since the last logged one, if any: the
-        epoch's summary line reads it (an epoch shorter than --log-every has one too)."""
-        if self.meter.tokens:
-            self.last = {**self.last, "loss": self.meter.mean(), **self.speed.read()}
+        if self.epoch_meter.tokens:
+            self.epoch = {"loss": self.epoch_meter.mean(), **self.epoch_speed.read()}
         if self.bar is not None:
             self.bar.close()
             self.bar = None

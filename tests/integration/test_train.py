@@ -178,11 +178,16 @@ def test_time_budget_counts_every_run_and_metrics_carry_the_training_loss(tmp_pa
     assert s3.stopped == "max_steps" and s3.step == 100
 
 
-def test_an_epoch_shorter_than_log_every_still_reports_its_loss_and_speed(tmp_path, task):
-    create_trainer(tiny_config(tmp_path, task, "short", max_epochs=2, log_every=1000)).fit()
-    line = next(x for x in (tmp_path / "short" / ckpt.LOG).read_text().splitlines() if "epoch 1 done" in x)
+@pytest.mark.parametrize("log_every", [5, 1000])
+def test_the_epoch_line_reports_the_epochs_mean_loss_and_speed(tmp_path, task, log_every):
+    """Also for an epoch shorter than --log-every; the oracle is the training loss of the metrics row of the
+    validation at the epoch's end, a mean over the same updates (valid_every 0: one validation per epoch)."""
+    model_dir = tmp_path / "short"
+    create_trainer(tiny_config(tmp_path, task, "short", max_epochs=2, log_every=log_every)).fit()
+    line = next(x for x in (model_dir / ckpt.LOG).read_text().splitlines() if "epoch 1 done" in x)
     loss, speed = (float(x) for x in re.search(r"train loss (\S+), (\S+) tokens/s", line).groups())
-    assert np.isfinite(loss) and loss > 0 and speed > 0, line
+    first = json.loads((model_dir / ckpt.METRICS).read_text().splitlines()[0])
+    assert abs(loss - first["train_loss"]) < 1e-3 and speed > 0, (line, first)
 
 
 def test_resume_across_an_epoch_boundary(tmp_path, task):
