@@ -33,13 +33,12 @@ def init_params(spec) -> Path:
         raise ConfigError(f"--init-from {spec}: {model_dir / ckpt.CONFIG} not found; give a model directory written "
                           "by nmt-train, or a params file in one (e.g. DIR/params.avg)")
     if path.is_dir():
-        which = "best"
+        params = ckpt.params_path(model_dir, "best")
+    elif ckpt.params_step(path.name) is None and path.name not in (ckpt.PARAMS_BEST, ckpt.PARAMS_AVG):
+        raise ConfigError(f"--init-from {spec}: not a parameter file (params.best, params.avg or params.<step>)")
     else:
-        step = ckpt.params_step(path.name)
-        which = str(step) if step is not None else {ckpt.PARAMS_BEST: "best", ckpt.PARAMS_AVG: "avg"}.get(path.name)
-        if which is None:
-            raise ConfigError(f"--init-from {spec}: not a parameter file (params.best, params.avg or params.<step>)")
-    params = ckpt.params_path(model_dir, which)
+        params = path
+        ckpt.verify_params(params)
     ckpt.check_layout(params)
     return params
 
@@ -66,7 +65,7 @@ def copy_tokenizers(params: Path, cfg: Config, model_dir: Path) -> None:
     """The SentencePiece models of the model `params` belongs to, copied into `model_dir`, where the run's data
     reuses them (`nmt.data.build_tokenizers`): the data is tokenized into the pieces the parameters are indexed by."""
     for name in sorted(set(tokenizer_names(cfg.data.src_lang, cfg.data.tgt_lang, cfg.model.shared_vocab))):
-        for file in (name, name[:-len(".model")] + ".vocab"):
+        for file in (name, Path(name).with_suffix(".vocab").name):
             if (params.parent / file).is_file():
                 atomic_copy(params.parent / file, Path(model_dir) / file)
 

@@ -73,9 +73,11 @@ def test_what_does_not_fit_is_a_clear_error(parent, tmp_path, capsys):
     damaged, intact = tmp_path / "damaged", tmp_path / "intact"
     shutil.copytree(model, damaged)
     shutil.copytree(model, intact)
-    with open(damaged / ckpt.PARAMS_BEST, "r+b") as f:
-        f.seek(-4, 2)
-        f.write(b"\0\0\0\0")
+    step_file = list_params_files(model)[0]
+    for name in (ckpt.PARAMS_BEST, step_file):
+        with open(damaged / name, "r+b") as f:
+            f.seek(-4, 2)
+            f.write(b"\0\0\0\0")
     best = ckpt.params_path(model, "best")
     for flags, says in [
             (["--init-from", str(model), "--hidden-size", "32"],
@@ -89,6 +91,7 @@ def test_what_does_not_fit_is_a_clear_error(parent, tmp_path, capsys):
             (["--init-from", str(model / ckpt.CONFIG)], "not a parameter file"),
             (["--init-from", str(model / ckpt.params_file(99))], "params.00000099: no such model directory or"),
             (["--init-from", str(damaged)], f"{damaged / ckpt.PARAMS_BEST}"),
+            (["--init-from", str(damaged / step_file)], f"checkpoint {step_file} of {damaged} cannot be used"),
             (["--init-from", str(intact), "--model-dir", str(intact), "--overwrite"],
              f"--init-from {intact} is the --model-dir of this run")]:
         code = train_main(run_flags(other, tmp_path / "run") + flags)
