@@ -220,10 +220,9 @@ class Trainer:
             ckpt.average_checkpoints(self.model_dir, self.state.params_files[-t.average_last:])
 
     def _next_epoch(self) -> None:
-        last = self.progress.epoch
+        epoch = self.progress.epoch   # nan and 0 until an epoch of this run has had an update
         logger.info("epoch %d done at step %d: train loss %.3f, %.0f tokens/s", self.state.epoch + 1,
-                    self.state.step, last["loss"] if last["loss"] is not None else float("nan"),
-                    last.get("tok_per_s", 0.0))
+                    self.state.step, epoch["loss"], epoch["tok_per_s"])
         self.state.epoch += 1
         self.data.sampler.set_epoch(self.state.epoch)
 
