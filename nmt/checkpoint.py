@@ -241,6 +241,9 @@ def params_path(model_dir: Path, which: str = "best") -> Path:
     if not path.exists():
         hint = (f"; average the last N checkpoints into it with `nmt-train --model-dir {model_dir} --resume "
                 "--average-last N`" if which == "avg" else "")
+        if str(which).isdigit():
+            kept = sorted(s for s in (params_step(p.name) for p in model_dir.glob("params.*")) if s is not None)
+            hint = f"; the steps kept there: {', '.join(map(str, kept))}" if kept else "; it keeps no step's parameters"
         raise CheckpointError(f"{path} not found in model directory {model_dir}{hint}")
     verify_params(path)
     return path

@@ -288,6 +288,8 @@ def test_a_finished_run_is_averaged_by_resuming_it_with_average_last(tmp_path, t
     assert train_main(tiny_flags(task, model_dir) + ["--max-steps", "4", "--valid-every", "2"]) == 0
     with pytest.raises(ckpt.CheckpointError, match=r"params.avg not found .*--resume --average-last N"):
         ckpt.params_path(model_dir, "avg")
+    with pytest.raises(ckpt.CheckpointError, match=r"params.00000003 not found .*the steps kept there: 2, 4$"):
+        ckpt.params_path(model_dir, "3")
     assert train_main(["--model-dir", str(model_dir), "--resume", "--average-last", "2", "--no-progress",
                        "--no-eval"]) == 0
     assert ckpt.TrainState.load(model_dir).step == 4   # no update made
