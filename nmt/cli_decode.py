@@ -122,7 +122,7 @@ def build_translate_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("input and output")
     g.add_argument("--input", help="input file, UTF-8, one sentence per line (default: stdin)")
     g.add_argument("--output", help="output file (default: stdout); written and flushed chunk by chunk")
-    g.add_argument("--chunk-lines", type=int, default=1000,
+    g.add_argument("--chunk-lines", type=number(int, 1), default=1000,
                    help="lines translated (length-sorted) and written at a time (default: 1000)")
     g.add_argument("--on-invalid-utf8", choices=("error", "replace"), default="error",
                    help="a line that is not UTF-8: stop with an error naming it after writing every line before "
@@ -153,8 +153,6 @@ def translate_main(args: argparse.Namespace) -> int:
     from nmt.corpus import CorpusError
     from nmt.plot import attention_saver
     from nmt.translate import CHARS_PER_TOKEN, interactive, read_raw_lines, translate_stream
-    if args.chunk_lines < 1:
-        raise ConfigError(f"--chunk-lines must be >= 1 (got {args.chunk_lines})")
     if args.plot_attention and args.ensemble:
         raise ConfigError("--plot-attention shows one model's attention; it cannot be used with --ensemble")
     if args.plot_attention:
@@ -217,7 +215,7 @@ def build_evaluate_parser() -> argparse.ArgumentParser:
                         "recorded as 'dev', which results tables leave out")
     g.add_argument("--data-dir", help="offline mirror for --recipe-tests / --dev-set (default: the model's, or "
                                       "$NMT_DATA_DIR)")
-    g.add_argument("--max-sentences", type=int, default=0, help="score only the first N sentences (0 = all)")
+    g.add_argument("--max-sentences", type=number(int, 0), default=0, help="score only the first N sentences (0 = all)")
     o = p.add_argument_group("output")
     o.add_argument("--json", nargs="?", const="-", metavar="FILE",
                    help="write the results as JSON to FILE, or to stdout instead of the text report")
@@ -250,8 +248,6 @@ def _test_sets(args: argparse.Namespace, tr) -> dict:
 def evaluate_main(args: argparse.Namespace) -> int:
     from nmt.atomic import atomic_write_text
     from nmt.scoring import checkpoint_info, score_test_set
-    if args.max_sentences < 0:
-        raise ConfigError(f"--max-sentences must be >= 0 (got {args.max_sentences})")
     if args.hyp_dir:
         _output_dir("--hyp-dir", args.hyp_dir)
     tr = _load_translator(args)

@@ -25,7 +25,11 @@ def model_copy(model_dir, tmp_path) -> Path:
 
 
 def run(argv, capsys):
-    code = evaluate_main([str(a) for a in argv])
+    """Exit code, stdout and stderr of the command (argparse's errors exit with 2, as on the command line)."""
+    try:
+        code = evaluate_main([str(a) for a in argv])
+    except SystemExit as e:
+        code = e.code
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -91,6 +95,8 @@ def test_mismatched_line_counts_name_both_files(model_copy, tmp_path, capsys):
                       (["--src-file", src, "--ref-file", src, "--recipe-tests"], "give one of"),
                       (["--recipe-tests", "--dev-set"], "give one of"),
                       (["--src-file", tmp_path / "no.ko", "--ref-file", ref], "no.ko: file not found"),
+                      (["--src-file", src, "--ref-file", ref, "--max-sentences", "-1"],
+                       "--max-sentences: must be >= 0 (got -1)"),
                       (["--src-file", src, "--ref-file", ref, "--hyp-dir", src / "hyps"],
                        f"--hyp-dir {src / 'hyps'}: cannot make the directory")]:
         code, _, err = run(["--model-dir", model_copy, *argv], capsys)
