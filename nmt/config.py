@@ -186,6 +186,18 @@ class DecodeConfig:
     nbest: int = 1
     max_input_tokens: int = 250          # longer inputs are truncated with a warning
 
+    def __post_init__(self) -> None:
+        for flag, value, low in (("--beam-size", self.beam_size, 1), ("--nbest", self.nbest, 1),
+                                 ("--decode-batch-size", self.batch_size, 1),
+                                 ("--max-input-tokens", self.max_input_tokens, 1), ("--max-len-b", self.max_len_b, 0)):
+            _check([(not isinstance(value, bool) and isinstance(value, int) and value >= low,
+                     f"{flag} must be an integer >= {low} (got {value!r})")])
+        for flag, value in (("--max-len-a", self.max_len_a), ("--length-penalty", self.length_penalty_alpha)):
+            _check([(isinstance(value, (int, float)) and 0 <= value < 1e6,
+                     f"{flag} must be a number >= 0 (got {value!r})")])
+        _check([(self.nbest <= self.beam_size, f"--nbest {self.nbest} is more than --beam-size {self.beam_size}: "
+                                               "beam search keeps only beam-size hypotheses; raise --beam-size")])
+
 
 # Defaults of shared fields that differ by architecture (`Config.from_dict` and the command line start from them;
 # explicit values win). The shared defaults above were measured with the LSTM. The Transformer's are standard

@@ -22,7 +22,7 @@ import numpy as np
 
 from nmt import checkpoint as ckpt
 from nmt.batching import pad_sources
-from nmt.config import Config, ConfigError, DecodeConfig
+from nmt.config import Config, DecodeConfig
 from nmt.corpus import CorpusError, normalize
 from nmt.models import build_model
 from nmt.models.base import Seq2SeqModel
@@ -41,21 +41,6 @@ CHARS_PER_TOKEN = 16
 _LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 
 Hyps = List[Tuple[List[int], float]]
-
-
-def check_decode(d: DecodeConfig) -> None:
-    """ConfigError naming the flag when a decoding setting cannot work."""
-    for flag, value, low in (("--beam-size", d.beam_size, 1), ("--nbest", d.nbest, 1),
-                             ("--decode-batch-size", d.batch_size, 1), ("--max-input-tokens", d.max_input_tokens, 1),
-                             ("--max-len-b", d.max_len_b, 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ConfigError(f"{flag} must be an integer >= {low} (got {value!r})")
-    for flag, value in (("--max-len-a", d.max_len_a), ("--length-penalty", d.length_penalty_alpha)):
-        if not isinstance(value, (int, float)) or not 0 <= value < 1e6:
-            raise ConfigError(f"{flag} must be a number >= 0 (got {value!r})")
-    if d.nbest > d.beam_size:
-        raise ConfigError(f"--nbest {d.nbest} is more than --beam-size {d.beam_size}: beam search keeps only "
-                          "beam-size hypotheses; raise --beam-size")
 
 
 def _load_tokenizers(model_dir: Path) -> Tuple[Config, Tokenizer, Tokenizer]:
@@ -136,7 +121,6 @@ class Translator:
         model_dir = Path(model_dir)
         cfg, src_tok, tgt_tok = _load_tokenizers(model_dir)
         decode = decode or cfg.decode
-        check_decode(decode)
         ctxs = list(ctx) if isinstance(ctx, (list, tuple)) else [ctx or mx.cpu()]
         if not ctxs:
             raise ValueError("Translator.from_dir: ctx is an empty list of devices")

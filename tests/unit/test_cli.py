@@ -187,6 +187,9 @@ def test_a_config_written_by_an_earlier_version_is_refused(tmp_path):
     (["--valid-beam", "0"], "--valid-beam must be >= 1"),
     (["--valid-max-sentences", "-1"], "--valid-max-sentences must be >= 1"),
     (["--num-buckets", "0"], "--num-buckets must be >= 1"),
+    (["--beam-size", "0"], "--beam-size must be an integer >= 1 (got 0)"),
+    (["--length-penalty", "-0.5"], "--length-penalty must be a number >= 0 (got -0.5)"),
+    (["--decode-batch-size", "0"], "--decode-batch-size must be an integer >= 1"),
 ])
 def test_config_dataclasses_refuse_values_that_cannot_work(argv, message):
     with pytest.raises(ConfigError) as err:
@@ -196,7 +199,7 @@ def test_config_dataclasses_refuse_values_that_cannot_work(argv, message):
 
 def test_a_config_file_is_checked_like_the_flags(tmp_path):
     """Values that bypass argparse's choices (a --config file, the Python API) meet the same checks."""
-    from nmt.config import DataConfig, OptimConfig, TrainConfig
+    from nmt.config import DataConfig, DecodeConfig, OptimConfig, TrainConfig
     with pytest.raises(ConfigError, match="--tgt 'fr': unsupported language; use one of ko, en"):
         DataConfig(tgt_lang="fr")
     with pytest.raises(ConfigError, match="--log-every must be >= 1"):
@@ -205,6 +208,8 @@ def test_a_config_file_is_checked_like_the_flags(tmp_path):
         OptimConfig(beta2=1.0)
     with pytest.raises(ConfigError, match="optim.plateau_patience must be >= 1"):
         OptimConfig(plateau_patience=0)
+    with pytest.raises(ConfigError, match="--nbest 6 is more than --beam-size 5"):
+        DecodeConfig(nbest=6)
     path = tmp_path / "c.json"
     path.write_text(json.dumps({"optim": {"lr_schedule": "cosine"}}))
     with pytest.raises(ConfigError, match="unknown key"):
