@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from nmt.config import ARCH_DEFAULTS, Config, ConfigError, DataConfig, read_json, resumed_config
+from nmt.config import ARCH_DEFAULTS, KVSTORES, Config, ConfigError, DataConfig, read_json, resumed_config
 
 # (flag, section, field, type, help) -- the single table mapping flags to config fields
 _NONE = object()
@@ -106,7 +106,8 @@ TRAIN_FLAGS = [
     Flag("--gpus", "train", "gpus", str,
          "GPUs: a count (2 = first two) or ids (4,5,6,7; 3, = GPU 3 alone); omit for CPU"),
     Flag("--cpu-devices", "train", "cpu_devices", int, "data-parallel over N CPU contexts (no --gpus)"),
-    Flag("--kvstore", "train", "kvstore", str, "auto, local, device, dist_sync, dist_device_sync"),
+    Flag("--kvstore", "train", "kvstore", str, "auto: device on GPUs, local on CPU contexts; dist_sync or "
+         "dist_device_sync across machines (nmt-launch)", choices=KVSTORES),
     Flag("--accum-steps", "train", "accum_steps", int, "micro-batches per update (gradient accumulation)"),
     Flag("--max-steps", "train", "max_steps", int, "stop after this many updates in all (0 = no limit)"),
     Flag("--max-epochs", "train", "max_epochs", int, "stop after this many epochs"),

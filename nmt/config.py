@@ -138,6 +138,10 @@ class OptimConfig:
                  f"--lr-schedule {self.schedule!r}: use inv_sqrt, plateau or constant")])
 
 
+# kvstores of --kvstore: auto picks device on GPUs and local on CPU contexts; dist_* across machines (nmt-launch).
+KVSTORES = ("auto", "local", "device", "dist_sync", "dist_device_sync")
+
+
 @dataclass
 class TrainConfig:
     model_dir: str = "models/tatoeba-ko-en"
@@ -173,7 +177,11 @@ class TrainConfig:
                 (self.valid_beam >= 1, f"--valid-beam must be >= 1, got {self.valid_beam}"),
                 (self.valid_max_sentences >= 1, f"--valid-max-sentences must be >= 1, got {self.valid_max_sentences}"),
                 (self.keep_last >= 1, f"--keep-last must be >= 1, got {self.keep_last}"),
-                (self.log_every >= 1, f"--log-every must be >= 1, got {self.log_every}")])
+                (self.log_every >= 1, f"--log-every must be >= 1, got {self.log_every}"),
+                (0 <= self.seed < 2 ** 32, f"--seed must be between 0 and 2**32 - 1, got {self.seed}"),
+                (self.kvstore in KVSTORES, f"--kvstore {self.kvstore!r}: use one of {', '.join(KVSTORES)} "
+                                           "(asynchronous dist_async is not supported: every worker must apply the "
+                                           "same update)")])
 
 
 @dataclass

@@ -190,6 +190,7 @@ def test_a_config_written_by_an_earlier_version_is_refused(tmp_path):
     (["--beam-size", "0"], "--beam-size must be an integer >= 1 (got 0)"),
     (["--length-penalty", "-0.5"], "--length-penalty must be a number >= 0 (got -0.5)"),
     (["--decode-batch-size", "0"], "--decode-batch-size must be an integer >= 1"),
+    (["--seed", "-1"], "--seed must be between 0 and 2**32 - 1, got -1"),
 ])
 def test_config_dataclasses_refuse_values_that_cannot_work(argv, message):
     with pytest.raises(ConfigError) as err:
@@ -210,6 +211,9 @@ def test_a_config_file_is_checked_like_the_flags(tmp_path):
         OptimConfig(plateau_patience=0)
     with pytest.raises(ConfigError, match="--nbest 6 is more than --beam-size 5"):
         DecodeConfig(nbest=6)
+    with pytest.raises(ConfigError, match="--kvstore 'dist_async': use one of auto, local, device, dist_sync, "
+                                          "dist_device_sync"):
+        TrainConfig(kvstore="dist_async")
     path = tmp_path / "c.json"
     path.write_text(json.dumps({"optim": {"lr_schedule": "cosine"}}))
     with pytest.raises(ConfigError, match="unknown key"):
