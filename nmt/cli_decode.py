@@ -215,7 +215,8 @@ def build_evaluate_parser() -> argparse.ArgumentParser:
                         "recorded as 'dev', which results tables leave out")
     g.add_argument("--data-dir", help="offline mirror for --recipe-tests / --dev-set (default: the model's, or "
                                       "$NMT_DATA_DIR)")
-    g.add_argument("--max-sentences", type=number(int, 0), default=0, help="score only the first N sentences (0 = all)")
+    g.add_argument("--max-sentences", type=number(int, 0), default=0,
+                   help="score only the first N sentences (0 = all); scores of part of a set are not recorded")
     o = p.add_argument_group("output")
     o.add_argument("--json", nargs="?", const="-", metavar="FILE",
                    help="write the results as JSON to FILE, or to stdout instead of the text report")
@@ -254,10 +255,13 @@ def evaluate_main(args: argparse.Namespace) -> int:
     tests = _test_sets(args, tr)
     info = checkpoint_info(tr.model_dir, tr.checkpoint)
     d = tr.decode
-    results = {}
+    results, recorded = {}, []
     for name, pairs in tests.items():
+        # a part of a set is not the set: its scores must not replace the whole set's in scores.json
+        save = not args.no_save and not 0 < args.max_sentences < len(pairs.src)
+        recorded += [name] if save else []
         entry, hyps, sc = score_test_set(
-            tr, name, pairs, max_sentences=args.max_sentences, save=not args.no_save,
+            tr, name, pairs, max_sentences=args.max_sentences, save=save,
             extra={"source": (f"recipe {tr.config.data.recipe}" if (args.recipe_tests or args.dev_set)
                               and tr.config.data.recipe else None),
                    "src_file": str(Path(args.src_file).resolve()) if args.src_file else None,
@@ -279,8 +283,11 @@ def evaluate_main(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2, ensure_ascii=False))
     elif args.json:
         atomic_write_text(Path(args.json), json.dumps(report, indent=2, ensure_ascii=False) + "\n")
-    if not args.no_save:
+    if recorded:
         print(f"scores recorded in {tr.model_dir / 'scores.json'}", file=sys.stderr)
+    if len(recorded) < len(tests) and not args.no_save:
+        print(f"not recorded in {tr.model_dir / 'scores.json'}: the scores of part of a set (--max-sentences "
+              f"{args.max_sentences})", file=sys.stderr)
     return 0
 
 

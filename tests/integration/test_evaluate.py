@@ -150,8 +150,8 @@ def test_korean_output_adds_ko_mecab_bleu(model_copy, tmp_path, capsys, monkeypa
     # BLEU (the references here are the Korean sources, so the numbers are low, the signature is what counts).
     monkeypatch.setattr(Translator, "tgt_lang", property(lambda self: "ko"))
     src = Path(Config.load(model_copy / ckpt.CONFIG).data.test_src)
-    code, out, err = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", src, "--beam-size", "1",
-                          "--max-sentences", "10"], capsys)
+    code, out, err = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", src, "--beam-size", "1"],
+                         capsys)
     assert code == 0, err
     assert "bleu_ko_mecab" in out and "tok:ko-mecab" in out
     entry = json.loads((model_copy / ckpt.SCORES).read_text())[str(src.resolve())]["best"]
@@ -172,3 +172,19 @@ def test_ensemble_scores_get_their_own_entry(model_copy, tmp_path, capsys):
     assert set(scores) == {"best", "ensemble-best:twin"}
     assert scores["ensemble-best:twin"]["ensemble"] == [str(model_copy.resolve()), str(twin.resolve())]
     assert scores["ensemble-best:twin"]["bleu"] == pytest.approx(scores["best"]["bleu"])   # twins: same output
+
+
+def test_scores_of_part_of_a_set_are_not_recorded(model_copy, capsys):
+    """--max-sentences is a quick look: its scores must not replace the whole set's in scores.json."""
+    src = Path(Config.load(model_copy / ckpt.CONFIG).data.test_src)
+    argv = ["--model-dir", model_copy, "--src-file", src, "--ref-file", src.with_suffix(".en"), "--beam-size", "1"]
+    assert run(argv, capsys)[0] == 0
+    whole = (model_copy / ckpt.SCORES).read_text()
+    code, out, err = run(argv + ["--max-sentences", "3"], capsys)
+    assert code == 0 and "3 sentences" in out
+    assert "not recorded in" in err and "scores recorded" not in err
+    assert (model_copy / ckpt.SCORES).read_text() == whole
+    n = len(src.read_text(encoding="utf-8").splitlines())
+    assert run(argv + ["--max-sentences", str(n)], capsys)[0] == 0   # N = the whole set: recorded
+    assert json.loads((model_copy / ckpt.SCORES).read_text())[str(src.resolve())]["best"]["n"] == n
+    assert (model_copy / ckpt.SCORES).read_text() != whole   # a new date
