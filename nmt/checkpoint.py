@@ -281,13 +281,23 @@ def average_checkpoints(model_dir: Path, files: List[str]) -> Path:
 _EARLIER_LAYOUT = "._unfused."
 
 
-def check_layout(path: Path) -> None:
-    """CheckpointError naming the file when it was written by an earlier version of nmt (nothing converts it)."""
+def load_parameters(net, path: Path, ctx, described_by: Path) -> None:
+    """Load the parameter file `path` into `net`, the model its config.json `described_by` describes; when they do
+    not fit, a CheckpointError naming the file, which says so when an earlier version of nmt wrote it (nothing
+    converts such files). Only a failed load looks for the earlier layout: another architecture may well be built
+    from Gluon's per-matrix RNN layers, whose names contain it."""
     import mxnet as mx   # not at import time, as above
     try:
-        names = mx.nd.load(str(path)).keys()
-    except (mx.base.MXNetError, AttributeError):
-        return   # missing or unreadable: the load that follows says so
-    if any(_EARLIER_LAYOUT in n for n in names):
-        raise CheckpointError(f"{path}: these parameters were written by an earlier version of nmt (separate "
-                              "per-matrix LSTM weights), which this version does not read; retrain the model")
+        net.load_parameters(str(path), ctx=ctx)
+    except (mx.base.MXNetError, AssertionError, ValueError, KeyError) as e:
+        try:
+            names = list(mx.nd.load(str(path)).keys())
+        except (mx.base.MXNetError, AttributeError):   # unreadable, or not a file of named arrays
+            names = []
+        if any(_EARLIER_LAYOUT in n for n in names):
+            raise CheckpointError(f"{path}: these parameters were written by an earlier version of nmt (separate "
+                                  "per-matrix LSTM weights), which this version does not read; retrain the model"
+                                  ) from None
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointError(f"{path}: cannot load these parameters into the model described by {described_by} "
+                              f"({first})") from None

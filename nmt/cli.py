@@ -64,7 +64,7 @@ DATA_FLAGS = [
          choices=("padding", "quantile")),
 ]
 MODEL_FLAGS = [
-    Flag("--arch", "model", "arch", str, "architecture", choices=("lstm", "transformer")),
+    Flag("--arch", "model", "arch", str, "architecture", choices=ARCH_DEFAULTS),   # its keys, read when parsing
     Flag("--embed-size", "model", "embed_size", int, "embedding width"),
     Flag("--hidden-size", "model", "hidden_size", int, "LSTM width"),
     Flag("--num-layers", "model", "num_layers", int, "encoder and decoder layers"),
@@ -151,8 +151,8 @@ def _add_flags(parser: argparse.ArgumentParser, groups, defaults: Config) -> Non
                 g.add_argument(f.flag, dest=dest, action="store_const", const=not f.negate,
                                default=argparse.SUPPRESS, help=f.help)
             else:
-                other = ARCH_DEFAULTS["transformer"].get(f.section, {}).get(f.field)
-                also = "" if other is None else f"; with --arch transformer: {other}"
+                also = "".join(f"; with --arch {arch}: {v[f.section][f.field]}" for arch, v in ARCH_DEFAULTS.items()
+                               if f.field in v.get(f.section, {}))
                 g.add_argument(f.flag, dest=dest, type=f.type, choices=f.choices, default=argparse.SUPPRESS,
                                metavar=f.field.upper() if not f.choices else None,
                                help=f"{f.help} (default: {default}{also})")

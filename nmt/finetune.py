@@ -39,7 +39,6 @@ def init_params(spec) -> Path:
     else:
         params = path
         ckpt.verify_params(params)
-    ckpt.check_layout(params)
     return params
 
 
@@ -72,5 +71,5 @@ def copy_tokenizers(params: Path, cfg: Config, model_dir: Path) -> None:
 
 def start_from(net, params: Path, ctxs) -> None:
     """Load the parameters `params` into the freshly built model `net` (of the same settings and vocabularies)."""
-    net.load_parameters(str(params), ctx=ctxs)
+    ckpt.load_parameters(net, params, ctxs, params.parent / ckpt.CONFIG)
     logger.info("fine-tuning: starting from %s with a fresh optimizer and learning-rate schedule", params)

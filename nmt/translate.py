@@ -56,13 +56,7 @@ def _load_net(model_dir: Path, cfg: Config, src_tok: Tokenizer, tgt_tok: Tokeniz
     """The hybridized model of a model directory with its `which` parameters, and their file."""
     net = build_model(cfg.model, src_tok.vocab_size, tgt_tok.vocab_size)
     path = ckpt.params_path(model_dir, str(which))
-    ckpt.check_layout(path)
-    try:
-        net.load_parameters(str(path), ctx=ctx)
-    except (mx.base.MXNetError, AssertionError, ValueError, KeyError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ckpt.CheckpointError(f"{path}: cannot load these parameters into the model described by "
-                                   f"{model_dir / ckpt.CONFIG} ({first})") from None
+    ckpt.load_parameters(net, path, ctx, model_dir / ckpt.CONFIG)
     net.collect_params().setattr("grad_req", "null")   # inference only: no gradient arrays
     net.hybridize(static_alloc=True)
     return net, path
