@@ -173,7 +173,7 @@ _UPDATES: Dict[tuple, gluon.HybridBlock] = {}
 
 def update_block(ctx: mx.Context, beam_size: int = 0, vocab_size: int = 0, nbest: int = 0,
                   num_moving: int = 0, sample_top: int = -1) -> gluon.HybridBlock:
-    key = (str(ctx), beam_size, vocab_size, nbest, num_moving, sample_top)
+    key = (ROW_TOPK, str(ctx), beam_size, vocab_size, nbest, num_moving, sample_top)   # the hook may change
     if key not in _UPDATES:
         block = BeamUpdate(beam_size, vocab_size, nbest) if beam_size else GreedyUpdate(sample_top)
         block.hybridize(static_alloc=True)

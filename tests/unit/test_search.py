@@ -240,3 +240,30 @@ def test_sampling_from_the_top_token_is_greedy_and_a_seed_repeats_a_draw():
     assert all(len(d) <= m for d, m in zip(draws[2], max_len))
     with pytest.raises(ValueError, match="sample must be >= 0"):
         greedy_search(model, src, src_len, max_len, sample=-1)
+
+
+def test_the_row_top_k_hook_is_used_and_matches_its_reference(monkeypatch):
+    """`search_blocks.ROW_TOPK`, where an optional kernel plugs in, is honoured whenever it is set (not only before
+    the first search) and checked against the MXNet reference as an accelerated kernel would be: here a top-k
+    made of a full sort."""
+    from mxnet import gluon
+    from nmt import search_blocks
+    made = []
+
+    class SortedTopK(gluon.HybridBlock):
+        def __init__(self, k, **kwargs):
+            super().__init__(**kwargs)
+            self._k = k
+            made.append(k)
+
+        def hybrid_forward(self, F, log_probs):
+            values = F.slice_axis(F.sort(log_probs, axis=-1, is_ascend=False), axis=-1, begin=0, end=self._k)
+            ids = F.slice_axis(F.argsort(log_probs, axis=-1, is_ascend=False), axis=-1, begin=0, end=self._k)
+            return values, ids
+
+    model = untrained_model("dot")
+    src, src_len = ragged_sources([7, 2, 11, 4, 1], seed=5)
+    reference = beam_search(model, src, src_len, beam_size=3, max_len=12, nbest=3)
+    monkeypatch.setattr(search_blocks, "ROW_TOPK", SortedTopK)
+    assert_same_hypotheses(beam_search(model, src, src_len, beam_size=3, max_len=12, nbest=3), reference)
+    assert made == [3]
