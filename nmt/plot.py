@@ -3,7 +3,8 @@
 The attention is read along the greedy path through the model interface (`encode`, `init_state`, then one step
 per output token, run as the search runs it: `hybrid_step`), so the plotted translation is the greedy one. What is
 shown is the attention a step returns: for the LSTM architecture the weights of its one attention layer (decoder
-state over encoder outputs) at each output step. Axes are labelled with the SentencePiece pieces of both sides.
+state over encoder outputs) at each output step; for an ensemble (the service's) the mean of its members'.
+Axes are labelled with the SentencePiece pieces of both sides.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import mxnet as mx
 import numpy as np
 
 from nmt.batching import pad_sources
+from nmt.models.ensemble import as_model
 from nmt.tokenizer import BOS_ID, EOS_ID
 
 FONT_FAMILY = "NanumGothic"
@@ -37,7 +39,7 @@ def attention(translator, sentence: str, max_len: Optional[int] = None) -> Atten
     ids = translator.source_ids([sentence])[0]
     if not ids:
         raise ValueError("attention: the sentence is empty after normalization")
-    net, ctx, d = translator.net, translator.ctx, translator.decode
+    net, ctx, d = as_model(translator.members), translator.ctx, translator.decode   # an ensemble: its mean
     src, src_len = pad_sources([ids], len(ids) + 1)
     limit = max_len if max_len is not None else int(np.ceil(d.max_len_a * src_len[0] + d.max_len_b))
     src_nd = mx.nd.array(src, ctx=ctx, dtype="float32")

@@ -40,12 +40,15 @@ class Model:
         return f"{self.translator.src_lang}-{self.translator.tgt_lang}"
 
     def info(self) -> dict:
-        """Languages, architecture, decoding settings and the recorded test scores of this model."""
+        """Languages, architecture, decoding settings and the recorded test scores of this model (or ensemble)."""
         tr = self.translator
+        members = list(getattr(tr, "member_dirs", []))
         return {"src_lang": tr.src_lang, "tgt_lang": tr.tgt_lang, "arch": tr.config.model.arch,
                 "model_dir": str(getattr(tr, "model_dir", "")), "checkpoint": getattr(tr, "checkpoint", None),
+                "ensemble": [str(d) for d in members],
                 "beam_size": tr.decode.beam_size, "max_input_tokens": tr.decode.max_input_tokens,
-                "best_test_score": best_test_score(getattr(tr, "model_dir", None), getattr(tr, "checkpoint", None))}
+                "best_test_score": best_test_score(getattr(tr, "model_dir", None), getattr(tr, "checkpoint", None),
+                                                   members)}
 
 
 class Service:
@@ -79,15 +82,22 @@ class Service:
             m.batcher.close()
 
 
-def best_test_score(model_dir, checkpoint: Optional[str]) -> Optional[dict]:
+def best_test_score(model_dir, checkpoint: Optional[str], members: Sequence = ()) -> Optional[dict]:
     """The highest BLEU recorded in the model directory's scores.json for the loaded checkpoint (else for any
-    single-model checkpoint), with its test set and sacreBLEU signature; None when nothing is recorded."""
-    from nmt.scoring import DEV_SET, ENSEMBLE_PREFIX, read_scores
+    single-model checkpoint), with its test set and sacreBLEU signature; None when nothing is recorded. With
+    `members` (the further model directories of an ensemble): the ensemble's own scores only."""
+    from nmt.scoring import DEV_SET, ENSEMBLE_PREFIX, ensemble_key, read_scores
     if model_dir is None:
         return None
     rows = [(test, key, e) for test, by_key in read_scores(Path(model_dir)).items() if test != DEV_SET
-            for key, e in by_key.items() if not key.startswith(ENSEMBLE_PREFIX) and isinstance(e, dict) and "bleu" in e]
-    mine = [r for r in rows if r[1] == checkpoint] or rows
+            for key, e in by_key.items() if isinstance(e, dict) and "bleu" in e]
+    if members:   # this ensemble's entries (the first member's scores.json holds them): the loaded checkpoint's
+        tail = ensemble_key("", members)[len(ENSEMBLE_PREFIX):]
+        same = [r for r in rows if r[1].startswith(ENSEMBLE_PREFIX) and r[1].endswith(tail)]
+        mine = [r for r in same if r[1] == ensemble_key(str(checkpoint), members)] or same
+    else:
+        rows = [r for r in rows if not r[1].startswith(ENSEMBLE_PREFIX)]
+        mine = [r for r in rows if r[1] == checkpoint] or rows
     if not mine:
         return None
     test, key, e = max(mine, key=lambda r: r[2]["bleu"])

@@ -15,9 +15,11 @@ import logging
 import socket
 import threading
 import time
+from pathlib import Path
 from typing import Iterator, List, Optional, Sequence
 
 from nmt.cli import number
+from nmt.config import Config
 from nmt.serve.batcher import DEFAULT_MAX_WAIT_MS
 from nmt.serve.schema import Limits
 
@@ -36,7 +38,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (0.0.0.0: every interface; default %(default)s)")
     p.add_argument("--port", type=number(int, 1, 65535), default=8080, help="port (default %(default)s)")
-    p.add_argument("--checkpoint", default="best", help="best, latest, avg or a step number (default %(default)s)")
+    p.add_argument("--ensemble", nargs="+", default=[], metavar="DIR",
+                   help="further model directories that decode together with the --model-dir of their language "
+                        "pair, following the mean of their log-probabilities (same vocabularies)")
+    p.add_argument("--checkpoint", default="best", help="best, latest, avg or a step number (default %(default)s); "
+                   "applies to all")
     p.add_argument("--max-batch", type=count, default=None,
                    help="most sentences decoded together (default: the model's decode batch size)")
     p.add_argument("--max-wait-ms", type=number(float, 0), default=DEFAULT_MAX_WAIT_MS,
@@ -58,13 +64,31 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 
 def build_app(args: argparse.Namespace):
     """The application over every --model-dir, each loaded once."""
+    from nmt.config import ConfigError
     from nmt.serve.api import Service, create_app
     from nmt.translate import Translator
-    translators = [Translator.from_dir(d, which=args.checkpoint) for d in args.model_dir]
+    pairs = {d: _pair(d) for d in [*args.model_dir, *args.ensemble]}
+    for d in args.ensemble:
+        if not any(pairs[m] == pairs[d] for m in args.model_dir):
+            raise ConfigError(f"--ensemble {d} translates {'-'.join(pairs[d])}, which no --model-dir does: an "
+                              "ensemble member joins the --model-dir of its language pair")
+    translators = [Translator.from_dir(d, which=args.checkpoint,
+                                       ensemble=[e for e in args.ensemble if pairs[e] == pairs[d]])
+                   for d in args.model_dir]
     limits = Limits(max_body_bytes=args.max_body_bytes, max_sentences=args.max_sentences,
                     max_beam_size=args.max_beam_size, timeout_s=args.timeout)
     service = Service(translators, limits, args.max_batch, args.max_wait_ms, args.max_queue)
     return create_app(service)
+
+
+def _pair(model_dir: str) -> tuple:
+    """(source, target) language of a model directory, from its config.json."""
+    from nmt.checkpoint import CONFIG, CheckpointError
+    path = Path(model_dir) / CONFIG
+    if not path.is_file():
+        raise CheckpointError(f"{path} not found: --model-dir and --ensemble take directories written by nmt-train")
+    data = Config.load(path).data
+    return data.src_lang, data.tgt_lang
 
 
 def uvicorn_config(app, host: str, port: int, log_level: str = "info", max_queue: int = 1024):

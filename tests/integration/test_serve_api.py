@@ -152,3 +152,56 @@ def test_request_over_its_time_limit_gets_504(translator, serve_sentences):
     with background_server(app) as url:
         r = httpx.post(url + "/translate", json={"text": serve_sentences[:1]}, timeout=30)
     assert r.status_code == 504 and "per-request limit of 0.1 s" in r.json()["error"]
+
+
+@pytest.fixture(scope="module")
+def served_ensemble(serve_model, tmp_path_factory):
+    """A copy of the served model and a second member: the same task and vocabularies, another seed, fewer steps."""
+    import shutil
+    from nmt import checkpoint as ckpt
+    from nmt.config import Config
+    from nmt.train import train
+    root = tmp_path_factory.mktemp("ensemble")
+    first = root / "first"
+    shutil.copytree(serve_model, first)
+    cfg = Config.load(serve_model / ckpt.CONFIG)
+    cfg.train.model_dir, cfg.train.seed, cfg.train.max_steps = str(root / "second"), 9, 150
+    train(cfg, overwrite=True, evaluate=False)
+    return first, root / "second"
+
+
+def test_an_ensemble_is_served_as_the_translator_decodes_it(served_ensemble, serve_sentences):
+    from nmt.corpus import read_parallel
+    from nmt.scoring import score_test_set
+    from nmt.serve.cli import build_app, parse_args
+    from nmt.translate import Translator
+    first, second = served_ensemble
+    offline = Translator.from_dir(first, ensemble=[second])
+    data = offline.config.data   # the ensemble's test score, recorded as nmt-evaluate records it
+    score_test_set(offline, "test", read_parallel(data.test_src, data.test_tgt, name="test"))
+    lines = serve_sentences[:6]
+    with background_server(build_app(parse_args(["--model-dir", str(first), "--ensemble", str(second)]))) as url:
+        got = httpx.post(url + "/translate", json={"text": lines, "beam_size": 4, "nbest": 2}, timeout=60).json()
+        info = httpx.get(url + "/info", timeout=60).json()["models"][0]
+        attention = httpx.post(url + "/attention", json={"text": lines[0]}, timeout=60).json()
+    want = offline.translate_nbest(lines, 2, beam_size=4)
+    assert [[h["translation"] for h in t["nbest"]] for t in got["translations"]] == [[x for x, _ in h] for h in want]
+    assert [t["score"] for t in got["translations"]] == pytest.approx([h[0][1] for h in want], abs=1e-4)
+    alone = Translator.from_dir(first).translate_nbest(lines, 1, beam_size=4)
+    assert [t["score"] for t in got["translations"]] != pytest.approx([h[0][1] for h in alone], abs=1e-4)
+    assert info["ensemble"] == [str(second)]
+    assert info["best_test_score"]["checkpoint"] == f"ensemble-best:{second.name}"
+    assert attention["translation"] == offline.translate([lines[0]], beam_size=1)[0]
+
+
+def test_an_ensemble_member_of_no_served_pair_is_refused(serve_model, tmp_path):
+    import json as json_
+    from nmt.config import ConfigError
+    from nmt.serve.cli import build_app, parse_args
+    en_ko = tmp_path / "en-ko"
+    en_ko.mkdir()
+    config = json_.loads((serve_model / "config.json").read_text())
+    config["data"].update(src_lang="en", tgt_lang="ko")
+    (en_ko / "config.json").write_text(json_.dumps(config))
+    with pytest.raises(ConfigError, match=f"--ensemble {en_ko} translates en-ko, which no --model-dir does"):
+        build_app(parse_args(["--model-dir", str(serve_model), "--ensemble", str(en_ko)]))
