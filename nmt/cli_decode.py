@@ -128,7 +128,8 @@ def build_translate_parser() -> argparse.ArgumentParser:
                    help="a line that is not UTF-8: stop with an error naming it after writing every line before "
                         "it (default), or replace the bad bytes with U+FFFD and warn")
     g.add_argument("--plot-attention", metavar="DIR", type=Path,
-                   help="also save the attention heatmap of each line's greedy translation as DIR/line-N.png")
+                   help="also save the attention heatmap of each line's greedy translation as DIR/line-N.png (an "
+                        "ensemble's: the mean of its members' attention)")
     return p
 
 
@@ -153,8 +154,6 @@ def translate_main(args: argparse.Namespace) -> int:
     from nmt.corpus import CorpusError
     from nmt.plot import attention_saver
     from nmt.translate import CHARS_PER_TOKEN, interactive, read_raw_lines, translate_stream
-    if args.plot_attention and args.ensemble:
-        raise ConfigError("--plot-attention shows one model's attention; it cannot be used with --ensemble")
     if args.plot_attention:
         _output_dir("--plot-attention", args.plot_attention)
     _check_sampling(args)

@@ -378,9 +378,12 @@ def test_ensemble_members_must_share_vocabularies_and_languages(tr, tmp_path, ca
     assert "must share both vocabularies" in err
     code, _, err = run(["--model-dir", tr.model_dir, "--ensemble", tmp_path / "nothing"], capsys)
     assert code == 2 and f"--ensemble {tmp_path / 'nothing'}: config.json not found" in err
-    code, _, err = run(["--model-dir", tr.model_dir, "--ensemble", tr.model_dir, "--plot-attention",
+    src = tmp_path / "three.ko"   # an ensemble's heatmaps: the mean of its members' attention
+    src.write_text("".join(synth_file(tr.model_dir, "test.ko").read_text(encoding="utf-8").splitlines(True)[:3]),
+                   encoding="utf-8")
+    code, _, err = run(["--model-dir", tr.model_dir, "--ensemble", tr.model_dir, "--input", src, "--plot-attention",
                         tmp_path / "plots"], capsys)
-    assert code == 2 and "cannot be used with --ensemble" in err
+    assert code == 0 and len(list((tmp_path / "plots").glob("line-*.png"))) == 3, err
 
 
 def test_parameters_of_an_earlier_layout_are_refused_with_a_clear_error(model_dir, tmp_path, capsys):
