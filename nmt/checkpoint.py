@@ -130,8 +130,10 @@ def check_model_dir(model_dir: Path, resume: bool, overwrite: bool) -> None:
         raise CheckpointError(f"--model-dir {model_dir} exists and is not a directory")
     if resume:
         if not (model_dir / STATE).exists() and not manifest.step_keys(model_dir):
-            raise CheckpointError(f"--resume: {model_dir / STATE} not found, so there is nothing to resume; "
-                                  "drop --resume to start a new run")
+            started = model_dir.is_dir() and any(p.name != LOCK for p in model_dir.iterdir())
+            raise CheckpointError(f"--resume: {model_dir / STATE} not found, so there is nothing to resume; " + (
+                "the run stopped before its first checkpoint: start it again with --overwrite instead of --resume"
+                if started else "drop --resume to start a new run"))
         return
     if model_dir.exists() and any(p.name != LOCK for p in model_dir.iterdir()) and not overwrite:
         raise CheckpointError(f"--model-dir {model_dir} already exists and is not empty; pass --resume to "

@@ -208,7 +208,11 @@ def test_existing_model_dir_is_not_overwritten(tmp_path, task):
         create_trainer(cfg)
     create_trainer(cfg, overwrite=True).fit()
     empty = tiny_config(tmp_path, task, "empty")
-    with pytest.raises(ckpt.CheckpointError, match="nothing to resume"):
+    with pytest.raises(ckpt.CheckpointError, match="nothing to resume; drop --resume to start a new run"):
+        create_trainer(empty, resume=True)
+    (tmp_path / "empty").mkdir()   # what a run killed before its first checkpoint leaves: no state.json
+    (tmp_path / "empty" / ckpt.CONFIG).write_text("{}")
+    with pytest.raises(ckpt.CheckpointError, match="before its first checkpoint: start it again with --overwrite"):
         create_trainer(empty, resume=True)
 
 
