@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Iterator, List, Optional, Sequence
 
 from nmt.cli import number
-from nmt.config import Config
+from nmt.config import Config, ConfigError
 from nmt.serve.batcher import DEFAULT_MAX_WAIT_MS
 from nmt.serve.schema import Limits
 
@@ -64,7 +64,6 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 
 def build_app(args: argparse.Namespace):
     """The application over every --model-dir, each loaded once."""
-    from nmt.config import ConfigError
     from nmt.serve.api import Service, create_app
     from nmt.translate import Translator
     pairs = {d: _pair(d) for d in [*args.model_dir, *args.ensemble]}
@@ -103,7 +102,6 @@ def uvicorn_config(app, host: str, port: int, log_level: str = "info", max_queue
 def check_address(host: str, port: int) -> None:
     """Fail before the models load (which takes a while) if uvicorn could not listen on `host`:`port`: the host
     must resolve and the port be free. Binds and closes one socket as uvicorn will (SO_REUSEADDR)."""
-    from nmt.config import ConfigError
     try:
         family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
                                                              flags=socket.AI_PASSIVE)[0]
@@ -124,7 +122,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     """Entry point of `nmt-serve` and scripts/serve.py."""
     import uvicorn
     from nmt.checkpoint import CheckpointError
-    from nmt.config import ConfigError
     args = parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
