@@ -92,7 +92,7 @@ def dry_run(cfg: Config, resume: bool = False, overwrite: bool = False, init: Op
         net.initialize(mx.init.Xavier(magnitude=2.24), ctx=ctxs[0])
         _first_batch_forward(net, data, ctxs[0])
         if init is not None:
-            net.load_parameters(str(init), ctx=ctxs[0])
+            ckpt.load_parameters(net, init, ctxs[0], init.parent / ckpt.CONFIG)
             report["init_from"] = str(init)
     needed = check_checkpoint_room(cfg, net)
     report.update({

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import mxnet as mx
 import pytest
 
 from nmt import checkpoint as ckpt
@@ -70,9 +71,14 @@ def test_a_dry_run_loads_the_parameters(parent, tmp_path, capsys):
 
 def test_what_does_not_fit_is_a_clear_error(parent, tmp_path, capsys):
     model, other = parent
-    damaged, intact = tmp_path / "damaged", tmp_path / "intact"
+    damaged, intact, old = tmp_path / "damaged", tmp_path / "intact", tmp_path / "old"
     shutil.copytree(model, damaged)
     shutil.copytree(model, intact)
+    shutil.copytree(model, old)   # parameters in the LSTM's earlier per-matrix layout, without manifests
+    for manifest in old.glob("manifest.*.json"):
+        manifest.unlink()
+    params = {k: v for k, v in load_params(old, "best").items() if not k.endswith("rnn_param")}
+    mx.nd.save(str(old / ckpt.PARAMS_BEST), {**params, "decoder.rnn._unfused.0.i2h_weight": mx.nd.zeros((4, 4))})
     step_file = list_params_files(model)[0]
     for name in (ckpt.PARAMS_BEST, step_file):
         with open(damaged / name, "r+b") as f:
@@ -92,6 +98,8 @@ def test_what_does_not_fit_is_a_clear_error(parent, tmp_path, capsys):
             (["--init-from", str(model / ckpt.params_file(99))], "params.00000099: no such model directory or"),
             (["--init-from", str(damaged)], f"{damaged / ckpt.PARAMS_BEST}"),
             (["--init-from", str(damaged / step_file)], f"checkpoint {step_file} of {damaged} cannot be used"),
+            (["--init-from", str(old)], "params.best: these parameters were written by an earlier version of nmt"),
+            (["--init-from", str(old), "--dry-run"], "params.best: these parameters were written by an earlier"),
             (["--init-from", str(intact), "--model-dir", str(intact), "--overwrite"],
              f"--init-from {intact} is the --model-dir of this run")]:
         code = train_main(run_flags(other, tmp_path / "run") + flags)
