@@ -121,8 +121,10 @@ def _remove(path: Path) -> None:
         pass
 
 
-def check_model_dir(model_dir: Path, resume: bool, overwrite: bool) -> None:
-    """CheckpointError unless a run may use `model_dir` as asked; changes nothing (also for --dry-run)."""
+def check_model_dir(model_dir: Path, resume: bool, overwrite: bool,
+                    inputs: Optional[Dict[str, Any]] = None) -> None:
+    """CheckpointError unless a run may use `model_dir` as asked; changes nothing (also for --dry-run). `inputs`:
+    the run's own files and directories by flag, which --overwrite must not delete."""
     model_dir = Path(model_dir)
     if resume and overwrite:
         raise CheckpointError("--resume and --overwrite contradict each other; give one of them")
@@ -135,16 +137,35 @@ def check_model_dir(model_dir: Path, resume: bool, overwrite: bool) -> None:
                 "the run stopped before its first checkpoint: start it again with --overwrite instead of --resume"
                 if started else "drop --resume to start a new run"))
         return
-    if model_dir.exists() and any(p.name != LOCK for p in model_dir.iterdir()) and not overwrite:
+    held = sorted(p.name for p in model_dir.iterdir() if p.name != LOCK) if model_dir.is_dir() else []
+    if held and not overwrite:
         raise CheckpointError(f"--model-dir {model_dir} already exists and is not empty; pass --resume to "
                               "continue its training, --overwrite to delete it and start over, or another --model-dir")
+    if held:
+        _check_overwrite(model_dir, held, inputs or {})
 
 
-def prepare_model_dir(model_dir: Path, resume: bool, overwrite: bool) -> None:
+def _check_overwrite(model_dir: Path, held: List[str], inputs: Dict[str, Any]) -> None:
+    """CheckpointError unless --overwrite may delete everything in `model_dir`: it must be a model directory (a
+    run wrote its log or config there first) and must not hold any of the run's `inputs`."""
+    if CONFIG not in held and LOG not in held:
+        shown = ", ".join(held[:3]) + (", ..." if len(held) > 3 else "")
+        raise CheckpointError(f"--overwrite deletes a model directory, and --model-dir {model_dir} is not one: it has "
+                              f"no {CONFIG} or {LOG} but holds {shown}; give the directory of the run to start "
+                              "over, or a new --model-dir")
+    root = model_dir.resolve()
+    for flag, path in inputs.items():
+        if path and (root == Path(path).resolve() or root in Path(path).resolve().parents):
+            raise CheckpointError(f"{flag} {path} is inside --model-dir {model_dir}, which --overwrite deletes: move "
+                                  "it out of the directory or give another --model-dir")
+
+
+def prepare_model_dir(model_dir: Path, resume: bool, overwrite: bool,
+                      inputs: Optional[Dict[str, Any]] = None) -> None:
     """Create the model directory; refuse to clobber an existing one unless --resume or --overwrite (which deletes
-    everything in it but the lock of the run that asked)."""
+    everything in it but the lock of the run that asked; `check_model_dir`)."""
     model_dir = Path(model_dir)
-    check_model_dir(model_dir, resume, overwrite)
+    check_model_dir(model_dir, resume, overwrite, inputs)
     if not resume and overwrite and model_dir.exists():
         logger.warning("--overwrite: deleting %s", model_dir)
         for p in model_dir.iterdir():

@@ -60,6 +60,12 @@ class DataConfig:
     num_buckets: int = 8                 # bucket count; few fixed shapes keep the hybridized graph cached
     bucketing: str = "padding"           # "padding": the buckets that pad least; "quantile": length quantiles
 
+    def input_paths(self) -> Dict[str, Optional[str]]:
+        """The files and directories this data is read from, by flag (for checks that a run does not delete or
+        overwrite them)."""
+        return {f"--{name.replace('_', '-')}": getattr(self, name) for name in (
+            "train_src", "train_tgt", "dev_src", "dev_tgt", "test_src", "test_tgt", "data_dir", "cache_dir")}
+
     def __post_init__(self) -> None:
         _check([(self.batch_size >= 1 or bool(self.batch_tokens), f"--batch-size must be >= 1, got {self.batch_size}"),
                 (self.batch_tokens is None or self.batch_tokens >= 1,

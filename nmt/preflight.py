@@ -43,12 +43,12 @@ def check_checkpoint_room(cfg: Config, net) -> int:
     return needed
 
 
-def _check_model_dir(cfg: Config, resume: bool, overwrite: bool) -> Dict[str, Any]:
+def _check_model_dir(cfg: Config, resume: bool, overwrite: bool, init: Optional[Path]) -> Dict[str, Any]:
     """The model directory as a run would find it: clean or resumable (its newest intact checkpoint), writable,
     not locked by a live trainer. Raises the error the run would raise."""
     from nmt.dirlock import ModelDirLock
     model_dir = Path(cfg.train.model_dir)
-    ckpt.check_model_dir(model_dir, resume, overwrite)
+    ckpt.check_model_dir(model_dir, resume, overwrite, {**cfg.data.input_paths(), "--init-from": init})
     check_writable(model_dir)
     out: Dict[str, Any] = {"model_dir": str(model_dir), "exists": model_dir.is_dir()}
     if model_dir.is_dir():
@@ -82,7 +82,7 @@ def dry_run(cfg: Config, resume: bool = False, overwrite: bool = False, init: Op
     t = cfg.train
     ctxs = parse_devices(t.gpus, t.cpu_devices)
     report: Dict[str, Any] = {"devices": [str(c) for c in ctxs]}
-    report.update(_check_model_dir(cfg, resume, overwrite))
+    report.update(_check_model_dir(cfg, resume, overwrite, init))
     model_dir = Path(t.model_dir)
     with tempfile.TemporaryDirectory(prefix="nmt-dry-run-") as tmp:   # a resume loads the directory's tokenizers
         if init is not None:

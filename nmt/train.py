@@ -11,7 +11,7 @@ import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import mxnet as mx
 import numpy as np
@@ -261,12 +261,12 @@ def create_trainer(cfg: Config, resume: bool = False, overwrite: bool = False, i
     kv_name = default_kvstore(ctxs, t.kvstore)
     kv = create_kvstore(kv_name)
     workers = WorkerGroup(kv)
-    lock = None
+    lock, inputs = None, {**cfg.data.input_paths(), "--init-from": init}   # what --overwrite must not delete
     if workers.is_chief:
-        ckpt.check_model_dir(Path(t.model_dir), resume, overwrite)   # before the lock creates the directory
+        ckpt.check_model_dir(Path(t.model_dir), resume, overwrite, inputs)   # before the lock creates the directory
         lock = ModelDirLock(Path(t.model_dir)).acquire()
     try:
-        trainer = _create_locked(cfg, resume, overwrite, ctxs, kv, workers, init)
+        trainer = _create_locked(cfg, resume, overwrite, ctxs, kv, workers, init, inputs)
     except BaseException:
         if lock is not None:
             lock.release()
@@ -276,13 +276,13 @@ def create_trainer(cfg: Config, resume: bool = False, overwrite: bool = False, i
 
 
 def _create_locked(cfg: Config, resume: bool, overwrite: bool, ctxs, kv, workers: WorkerGroup,
-                   init: Optional[Path]) -> Trainer:
+                   init: Optional[Path], inputs: Dict[str, Any]) -> Trainer:
     """`create_trainer` once the directory is ours: checked writable and, once the model is built, with room for
     its checkpoints, so that a full disk shows before training rather than at the first checkpoint."""
     t = cfg.train
     model_dir = Path(t.model_dir)
     if workers.is_chief:
-        ckpt.prepare_model_dir(model_dir, resume, overwrite)
+        ckpt.prepare_model_dir(model_dir, resume, overwrite, inputs)
         check_writable(model_dir)
         if init is not None:
             copy_tokenizers(init, cfg, model_dir)
@@ -351,7 +351,8 @@ def train(cfg: Config, resume: bool = False, overwrite: bool = False, evaluate: 
           init: Optional[Path] = None) -> TrainResult:
     """Train per `cfg` (from the parameters `init`: nmt.finetune); `evaluate`: score the best on the test sets."""
     model_dir = Path(cfg.train.model_dir)
-    fresh = not resume and (overwrite or not model_dir.exists() or not any(model_dir.iterdir()))
+    # only a directory this run makes is removed on failure (with --overwrite: what was there may not be deleted yet)
+    fresh = not resume and (not model_dir.exists() or not any(model_dir.iterdir()))
     try:
         trainer = create_trainer(cfg, resume=resume, overwrite=overwrite, init=init)
     except ModelDirLocked:

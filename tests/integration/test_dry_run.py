@@ -49,6 +49,28 @@ def test_dry_run_checks_the_model_directory(tmp_path, task, capsys):
     assert (d / ckpt.params_file(4)).read_bytes() == b"torn"   # a dry run repairs nothing either
 
 
+def test_overwrite_deletes_only_a_model_directory_and_nothing_the_run_reads(tmp_path, task, capsys):
+    parent = tmp_path / "models"   # e.g. --model-dir models instead of models/run2: the other models stay
+    (parent / "run1").mkdir(parents=True)
+    (parent / "run1" / ckpt.PARAMS_BEST).write_bytes(b"weights")
+    d = tmp_path / "m"
+    assert train_main(args_for(task, d, "--max-steps", "2", "--valid-every", "0")) == 0
+    own = d / "train.ko"   # the run's own training file, kept in its model directory
+    own.write_bytes(Path(task["train_src"]).read_bytes())
+    for extra in (["--dry-run"], []):
+        assert train_main(args_for(task, parent, "--overwrite", *extra)) == 2
+        err = capsys.readouterr().err
+        assert (f"--overwrite deletes a model directory, and --model-dir {parent} is not one: it has no config.json "
+                "or train.log but holds run1" in err and "Traceback" not in err), err
+        assert train_main(args_for(task, d, "--overwrite", "--train-src", str(own), *extra)) == 2
+        err = capsys.readouterr().err
+        assert f"--train-src {own} is inside --model-dir {d}, which --overwrite deletes" in err, err
+    assert (parent / "run1" / ckpt.PARAMS_BEST).read_bytes() == b"weights" and own.exists()
+    assert (d / ckpt.STATE).exists()
+    assert train_main(args_for(task, d, "--overwrite", "--max-steps", "2", "--valid-every", "0")) == 0
+    assert not own.exists() and ckpt.TrainState.load(d).step == 2
+
+
 @pytest.mark.parametrize("extra, message", [
     (["--batch-size", "0"], "--batch-size must be >= 1"),
     (["--train-src", "/nonexistent/train.ko"], "/nonexistent/train.ko"),

@@ -120,8 +120,16 @@ def test_prepare_model_dir(tmp_path):
     (d / "x").write_text("x")
     with pytest.raises(ckpt.CheckpointError, match="already exists"):
         ckpt.prepare_model_dir(d, resume=False, overwrite=False)
-    ckpt.prepare_model_dir(d, resume=False, overwrite=True)
-    assert not (d / "x").exists()
+    with pytest.raises(ckpt.CheckpointError, match="is not one: it has no config.json or train.log but holds x"):
+        ckpt.prepare_model_dir(d, resume=False, overwrite=True)   # not a model directory: nothing deleted
+    (d / ckpt.LOG).write_text("")   # the first file a run writes
+    with pytest.raises(ckpt.CheckpointError, match="--dev-tgt .*/x is inside --model-dir"):
+        ckpt.prepare_model_dir(d, resume=False, overwrite=True, inputs={"--dev-src": None, "--dev-tgt": d / "x"})
+    with pytest.raises(ckpt.CheckpointError, match="--cache-dir .* is inside --model-dir"):
+        ckpt.prepare_model_dir(d, resume=False, overwrite=True, inputs={"--cache-dir": str(d)})
+    assert (d / "x").exists()
+    ckpt.prepare_model_dir(d, resume=False, overwrite=True, inputs={"--train-src": tmp_path / "train.ko"})
+    assert not (d / "x").exists() and not (d / ckpt.LOG).exists()
     f = tmp_path / "file"
     f.write_text("")
     with pytest.raises(ckpt.CheckpointError, match="not a directory"):
