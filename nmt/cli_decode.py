@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -76,6 +77,17 @@ def _open_output(stack, output):
         raise CorpusError(f"--output {output}: cannot write ({e.strerror})") from None
 
 
+def _refuse_overwriting(flag: str, output, inputs: dict) -> None:
+    """ConfigError if the file `output` (of `flag`) is one of the files the command reads (`inputs`, by flag):
+    writing it would destroy them."""
+    if output in (None, "-") or not os.path.isfile(output):
+        return
+    for source, path in inputs.items():
+        if path not in (None, "-") and os.path.isfile(path) and os.path.samefile(output, path):
+            raise ConfigError(f"{flag} {output} is the {source} file: writing it would destroy what this command "
+                              f"reads; give another {flag}")
+
+
 def _output_dir(flag: str, path: Path) -> Path:
     """`path` made (with its parents) before any work, so that a directory that cannot be made is an error naming
     `flag` at once rather than after decoding."""
@@ -117,8 +129,9 @@ def build_translate_parser() -> argparse.ArgumentParser:
     s.add_argument("--sample", nargs="?", const=0, type=number(int, 0), metavar="K",
                    help="draw each translation token by token from the model's distribution, renormalized over its "
                         "K most probable tokens (--sample alone: over the whole vocabulary), instead of searching")
-    s.add_argument("--seed", type=int, help="random seed of --sample (default 1): the same seed, input and flags "
-                                            "give the same translations on one device")
+    s.add_argument("--seed", type=number(int, 0, 2 ** 32 - 1),
+                   help="random seed of --sample (default 1): the same seed, input and flags give the same "
+                        "translations on one device")
     g = p.add_argument_group("input and output")
     g.add_argument("--input", help="input file, UTF-8, one sentence per line (default: stdin)")
     g.add_argument("--output", help="output file (default: stdout); written and flushed chunk by chunk")
@@ -157,6 +170,7 @@ def translate_main(args: argparse.Namespace) -> int:
     if args.plot_attention:
         _output_dir("--plot-attention", args.plot_attention)
     _check_sampling(args)
+    _refuse_overwriting("--output", args.output, {"--input": args.input})
     tr = _load_translator(args)
     if args.sample is not None:
         import mxnet as mx
@@ -252,6 +266,11 @@ def evaluate_main(args: argparse.Namespace) -> int:
         _output_dir("--hyp-dir", args.hyp_dir)
     tr = _load_translator(args)
     tests = _test_sets(args, tr)
+    inputs = {"--src-file": args.src_file, "--ref-file": args.ref_file}
+    _refuse_overwriting("--json", args.json, inputs)
+    hyp_files = {name: args.hyp_dir / f"{Path(name).name}.{tr.tgt_lang}" for name in tests} if args.hyp_dir else {}
+    for path in hyp_files.values():
+        _refuse_overwriting("--hyp-dir", path, inputs)
     info = checkpoint_info(tr.model_dir, tr.checkpoint)
     d = tr.decode
     results, recorded = {}, []
@@ -267,8 +286,8 @@ def evaluate_main(args: argparse.Namespace) -> int:
                    "ref_file": str(Path(args.ref_file).resolve()) if args.ref_file else None})
         seconds = entry["seconds"]
         results[name] = entry
-        if args.hyp_dir:
-            atomic_write_text(args.hyp_dir / f"{Path(name).name}.{tr.tgt_lang}", "".join(h + "\n" for h in hyps))
+        if name in hyp_files:
+            atomic_write_text(hyp_files[name], "".join(h + "\n" for h in hyps))
         if args.json != "-":
             print(f"{name}: {sc.n} sentences, checkpoint {tr.checkpoint} ({info['params_file']}"
                   f"{', step %s' % info['step'] if info['step'] else ''}), beam {d.beam_size}, {seconds:.1f} s"
@@ -324,6 +343,7 @@ def score_main(args: argparse.Namespace) -> int:
     from nmt.corpus import read_lines
     from nmt.evaluate import perplexity
     from nmt.forced import score_ids, target_ids
+    _refuse_overwriting("--output", args.output, {"--src-file": args.src_file, "--tgt-file": args.tgt_file})
     src, tgt = (read_lines(f, keep_blank_end=True) for f in (args.src_file, args.tgt_file))   # every line a pair
     if len(src) != len(tgt):
         raise _misaligned(args.src_file, src, "--tgt-file", args.tgt_file, tgt, "--tgt-file", "--src-file")

@@ -90,6 +90,8 @@ def test_mismatched_line_counts_name_both_files(model_copy, tmp_path, capsys):
     assert code == 2 and "Traceback" not in err
     assert f"--src-file {src} has 3 lines but --ref-file {ref} has 2" in err
     assert not (model_copy / ckpt.SCORES).exists()
+    src2 = tmp_path / "s2.ko"
+    src2.write_text("리 니\n차\n", encoding="utf-8")
     for argv, msg in [([], "give one of: --src-file and --ref-file, --recipe-tests, --dev-set"),
                       (["--src-file", src], "must be given together"),
                       (["--src-file", src, "--ref-file", src, "--recipe-tests"], "give one of"),
@@ -98,9 +100,14 @@ def test_mismatched_line_counts_name_both_files(model_copy, tmp_path, capsys):
                       (["--src-file", src, "--ref-file", ref, "--max-sentences", "-1"],
                        "--max-sentences: must be >= 0 (got -1)"),
                       (["--src-file", src, "--ref-file", ref, "--hyp-dir", src / "hyps"],
-                       f"--hyp-dir {src / 'hyps'}: cannot make the directory")]:
+                       f"--hyp-dir {src / 'hyps'}: cannot make the directory"),
+                      # the hypotheses of a set named "r" go to HYP_DIR/r.en: here the references
+                      (["--src-file", src2, "--ref-file", ref, "--name", "r", "--hyp-dir", tmp_path],
+                       f"--hyp-dir {ref} is the --ref-file file: writing it would destroy what this command reads"),
+                      (["--src-file", src2, "--ref-file", ref, "--json", src2], f"--json {src2} is the --src-file")]:
         code, _, err = run(["--model-dir", model_copy, *argv], capsys)
         assert code == 2 and msg in err, (argv, err)
+    assert ref.read_text(encoding="utf-8") == "ni ri\ncha\n" and src2.read_text(encoding="utf-8") == "리 니\n차\n"
 
 
 def test_recipe_tests_of_explicit_files(model_copy, capsys):

@@ -159,6 +159,11 @@ def test_bad_input_is_one_clear_error(model_dir, tmp_path, capsys):
         code = command([str(a) for a in args + ["--output", tmp_path]])   # a directory: the output cannot be written
         out, err = capsys.readouterr()
         assert code == 2 and out == "" and f"error: --output {tmp_path}: cannot write (Is a directory)" in err
+    for flag, path in (("--src-file", src), ("--tgt-file", two)):   # written after reading, but lost all the same
+        before = path.read_bytes()
+        code, out, err = run(base + ["--tgt-file", two, "--output", path], capsys)
+        assert code == 2 and out == "" and f"--output {path} is the {flag} file: writing it would destroy" in err
+        assert path.read_bytes() == before
     with pytest.raises(SystemExit) as e:   # the search's flags do not apply to scoring
         score_main(["--model-dir", str(model_dir), "--src-file", str(src), "--tgt-file", str(two), "--beam-size", "4"])
     assert e.value.code == 2 and "unrecognized arguments: --beam-size" in capsys.readouterr().err

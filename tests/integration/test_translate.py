@@ -195,6 +195,23 @@ def test_cli_sampling(tr, src_lines, tmp_path, capsys):
         assert code == 2 and msg in err and "Traceback" not in err, (argv, err)
     code, _, err = run(base + ["--sample", "-1"], capsys)
     assert code == 2 and "argument --sample: must be >= 0 (got -1)" in err
+    for seed in ("-1", str(2 ** 32)):   # numpy's range, as nmt-train takes it
+        code, _, err = run(base + ["--sample", "--seed", seed], capsys)
+        assert code == 2 and f"argument --seed: must be >= 0 and <= {2 ** 32 - 1} (got {seed})" in err
+
+
+def test_cli_refuses_to_write_over_its_input(tr, tmp_path, capsys):
+    """`--output` naming the `--input` file (or a link to it) would empty it before it is read."""
+    path, link = tmp_path / "in.ko", tmp_path / "link.ko"
+    path.write_text("리 니\n두포 푸시\n", encoding="utf-8")
+    link.symlink_to(path)
+    for output in (path, link):
+        code, out, err = run(["--model-dir", tr.model_dir, "--input", path, "--output", output], capsys)
+        assert code == 2 and out == "" and "Traceback" not in err
+        assert f"--output {output} is the --input file: writing it would destroy what this command reads" in err
+        assert path.read_text(encoding="utf-8") == "리 니\n두포 푸시\n"
+    code, _, err = run(["--model-dir", tr.model_dir, "--input", path, "--output", tmp_path / "out.en"], capsys)
+    assert code == 0 and len((tmp_path / "out.en").read_text(encoding="utf-8").splitlines()) == 2, err
 
 
 def test_cli_stdin_to_stdout(tr, src_lines):
