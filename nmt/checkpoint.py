@@ -285,10 +285,14 @@ def verify_params(path: Path) -> None:
         raise CheckpointError(f"checkpoint {path.name} of {model_dir} cannot be used: {e}") from None
 
 
-def average_checkpoints(model_dir: Path, files: List[str]) -> Path:
-    """Average parameter files element-wise into params.avg (checkpoint averaging)."""
+def average_checkpoints(model_dir: Path, files: List[str], last: int = 0) -> Path:
+    """Average parameter files element-wise into params.avg (checkpoint averaging): the `last` of `files` (0: all;
+    fewer than `last` are averaged with a warning)."""
     import mxnet as mx
     model_dir = Path(model_dir)
+    if last and len(files) < last:
+        logger.warning("--average-last %d: the run has %d checkpoints; params.avg averages those", last, len(files))
+    files = files[-last:] if last else files
     total = None
     for f in files:
         verify_params(model_dir / f)

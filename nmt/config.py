@@ -180,6 +180,9 @@ class TrainConfig:
                 (0 <= self.time_budget < math.inf, f"--time-budget must be >= 0 (0 = none), got {self.time_budget}"),
                 (self.patience >= 0, f"--patience must be >= 0 (0 = no early stop), got {self.patience}"),
                 (self.average_last >= 0, f"--average-last must be >= 0 (0 = off), got {self.average_last}"),
+                (self.average_last <= self.keep_last,
+                 f"--average-last {self.average_last} averages the last {self.average_last} of the checkpoints kept: "
+                 f"give --keep-last {self.average_last} or more (got {self.keep_last})"),
                 (self.valid_beam >= 1, f"--valid-beam must be >= 1, got {self.valid_beam}"),
                 (self.valid_max_sentences >= 1, f"--valid-max-sentences must be >= 1, got {self.valid_max_sentences}"),
                 (self.keep_last >= 1, f"--keep-last must be >= 1, got {self.keep_last}"),

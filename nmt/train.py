@@ -217,7 +217,7 @@ class Trainer:
             _restore_signal_handlers(old_handlers)
             self.tensorboard.close()
         if t.average_last > 1 and self.is_chief and len(self.state.params_files) >= 2:
-            ckpt.average_checkpoints(self.model_dir, self.state.params_files[-t.average_last:])
+            ckpt.average_checkpoints(self.model_dir, self.state.params_files, last=t.average_last)
 
     def _next_epoch(self) -> None:
         epoch = self.progress.epoch   # nan and 0 until an epoch of this run has had an update

@@ -286,7 +286,7 @@ def test_resume_alone_continues_the_run_as_it_was_started(tmp_path, task, capsys
         assert code == 2 and says in err and "Traceback" not in err, err
 
 
-def test_a_finished_run_is_averaged_by_resuming_it_with_average_last(tmp_path, task):
+def test_a_finished_run_is_averaged_by_resuming_it_with_average_last(tmp_path, task, capsys):
     from nmt.cli import train_main
     model_dir = tmp_path / "m"
     assert train_main(tiny_flags(task, model_dir) + ["--max-steps", "4", "--valid-every", "2"]) == 0
@@ -294,8 +294,13 @@ def test_a_finished_run_is_averaged_by_resuming_it_with_average_last(tmp_path, t
         ckpt.params_path(model_dir, "avg")
     with pytest.raises(ckpt.CheckpointError, match=r"params.00000003 not found .*the steps kept there: 2, 4$"):
         ckpt.params_path(model_dir, "3")
-    assert train_main(["--model-dir", str(model_dir), "--resume", "--average-last", "2", "--no-progress",
-                       "--no-eval"]) == 0
+    resume = ["--model-dir", str(model_dir), "--resume", "--no-progress", "--no-eval"]
+    assert train_main(resume + ["--average-last", "5"]) == 2   # the run keeps 3 (--keep-last): not 5 to average
+    assert ("--average-last 5 averages the last 5 of the checkpoints kept: give --keep-last 5 or more (got 3)"
+            in capsys.readouterr().err)
+    assert not (model_dir / ckpt.PARAMS_AVG).exists()
+    assert train_main(resume + ["--average-last", "5", "--keep-last", "5"]) == 0   # has 2: averages them, says so
+    assert "--average-last 5: the run has 2 checkpoints; params.avg averages those" in (model_dir / ckpt.LOG).read_text()
     assert ckpt.TrainState.load(model_dir).step == 4   # no update made
     mean = {k: (load_params(model_dir, "2")[k] + load_params(model_dir, "4")[k]).asnumpy() / 2
             for k in load_params(model_dir, "4")}
