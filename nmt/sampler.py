@@ -109,13 +109,13 @@ class BucketSampler:
         self.num_buckets, self.shuffle, self.seed = int(num_buckets), bool(shuffle), int(seed)
 
         self.bucket_shapes, self._members = self._make_buckets()
-        self.bucket_batch_sizes = []
-        for s, t in self.bucket_shapes:
-            rows = self.batch_size if self.batch_tokens is None else self.batch_tokens // t
-            if rows < 1:
-                raise BatchError(f"batch_tokens={self.batch_tokens} cannot hold one sentence of the longest bucket "
-                                 f"({t} target positions); raise batch_tokens or lower max_tgt_tokens")
-            self.bucket_batch_sizes.append(int(rows))
+        longest = max(t for _, t in self.bucket_shapes)
+        if self.batch_tokens is not None and self.batch_tokens < longest:
+            raise BatchError(f"--batch-tokens {self.batch_tokens} cannot hold one sentence of the longest length "
+                             f"bucket ({longest} target positions); give --batch-tokens {longest} or more, or a "
+                             "lower --max-tgt-tokens")
+        self.bucket_batch_sizes = [int(self.batch_size if self.batch_tokens is None else self.batch_tokens // t)
+                                   for _, t in self.bucket_shapes]
         self._num_batches = sum(-(-len(m) // b) for m, b in zip(self._members, self.bucket_batch_sizes))
         self.epoch, self.position = 0, 0
         self._cache: Tuple[int, List[Tuple[np.ndarray, int, int]]] = (-1, [])

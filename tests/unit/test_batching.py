@@ -170,8 +170,12 @@ def test_batch_tokens_limit():
     assert max(sizes[min(sizes)]) > max(sizes[max(sizes)])
     for t, rows in sizes.items():
         assert max(rows) == 200 // t
-    with pytest.raises(BatchError, match=r"batch_tokens=20 cannot hold one sentence .*\(\d+ target positions\)"):
-        BucketSampler(lens(src), lens(tgt), batch_tokens=20)
+    longest = max(t for _, t in sampler.bucket_shapes)
+    with pytest.raises(BatchError, match=rf"--batch-tokens {longest - 1} cannot hold one sentence of the longest "
+                                         rf"length bucket \({longest} target positions\); give --batch-tokens "
+                                         rf"{longest} or more"):
+        BucketSampler(lens(src), lens(tgt), batch_tokens=longest - 1)
+    assert BucketSampler(lens(src), lens(tgt), batch_tokens=longest).bucket_batch_sizes[-1] == 1
 
 
 def test_split_into_equal_shares_with_filler_rows():
