@@ -68,6 +68,15 @@ def has_hangul(text: str) -> bool:
     return _HANGUL.search(text) is not None
 
 
+def hangul_share(lines: Sequence[str], sample: int = 10_000) -> float:
+    """The fraction of `lines` with Hangul in them, from at most `sample` lines spread over the whole list."""
+    if not len(lines):
+        return 0.0
+    step = max(1, len(lines) // sample)
+    picked = lines[::step]
+    return sum(map(has_hangul, picked)) / len(picked)
+
+
 def _line_list(numbers: List[int], limit: int = 5) -> str:
     shown = ", ".join(str(n) for n in numbers[:limit])
     return shown + (f" (and {len(numbers) - limit} more)" if len(numbers) > limit else "")

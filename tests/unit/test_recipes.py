@@ -1,4 +1,5 @@
 """Dataset recipes: registry, checksummed mirror/cache/download (against a local HTTP server), load_data."""
+import dataclasses
 import hashlib
 import io
 import re
@@ -272,6 +273,28 @@ def test_load_data_explicit_files(write_file):
     assert splits.drops == {"overlap:dev": 1, "duplicate": 1, "overlap:test": 1, "empty_line": 1}
 
 
+@pytest.mark.parametrize("direction", [("ko", "en"), ("en", "ko")])
+def test_swapped_or_one_language_files_are_refused(write_file, direction):
+    """Files given the wrong way round (or one file twice) would train the other direction, or a copy model."""
+    ko = str(write_file("t.ko", ["안녕하세요.", "고양이가 있다.", "OK 좋아요.", "2024"]))   # Hangul on 75% of lines
+    en = str(write_file("t.en", ["Hello.", "There is a cat.", "OK 좋아요.", "2024"]))    # and on 25%: still right
+    dev = {"ko": str(write_file("d.ko", ["개발."])), "en": str(write_file("d.en", ["Dev."]))}
+    src_lang, tgt_lang = direction
+    right = {"ko": ko, "en": en}
+    good = DataConfig(recipe=None, src_lang=src_lang, tgt_lang=tgt_lang, train_src=right[src_lang],
+                      train_tgt=right[tgt_lang], dev_src=dev[src_lang], dev_tgt=dev[tgt_lang])
+    assert load_data(good).train.src[0] == ("안녕하세요." if src_lang == "ko" else "Hello.")
+    ko_side = "src" if src_lang == "ko" else "tgt"
+    for kind, files in (("train", (right[tgt_lang], right[src_lang])), ("dev", (dev[tgt_lang], dev[src_lang])),
+                        ("train", (ko, ko)), ("train", (en, en))):
+        cfg = dataclasses.replace(good, **{f"{kind}_src": files[0], f"{kind}_tgt": files[1]})
+        with pytest.raises(CorpusError) as e:
+            load_data(cfg)
+        assert (f"--{kind}-{ko_side} {getattr(cfg, f'{kind}_{ko_side}')} should be the Korean side (--src {src_lang} "
+                f"--tgt {tgt_lang}) but has Hangul on ") in str(e.value)
+        assert "are the files swapped, or of one language?" in str(e.value)
+
+
 def test_training_files_without_dev_files_hold_out_a_dev_set(write_file, monkeypatch, caplog):
     import nmt.recipes as recipes
     monkeypatch.setattr(recipes, "FILES_DEV_SIZE", 3)
@@ -287,7 +310,8 @@ def test_training_files_without_dev_files_hold_out_a_dev_set(write_file, monkeyp
     assert_no_shared_side(splits)
     assert load_data(cfg).dev.src == splits.dev.src   # the same split every time (nmt-evaluate --dev-set)
     assert "no --dev-src/--dev-tgt: 3 random training pairs are the dev set" in caplog.text
-    few = DataConfig(recipe=None, train_src=str(write_file("f.en", src[:6])), train_tgt=str(write_file("f.ko", tgt[:6])))
+    few = DataConfig(recipe=None, src_lang="en", tgt_lang="ko", train_src=str(write_file("f.en", src[:6])),
+                     train_tgt=str(write_file("f.ko", tgt[:6])))
     with pytest.raises(CorpusError, match="6 training pairs after cleaning, too few to hold out 3 for dev; give a "
                                           "dev set with --dev-src/--dev-tgt"):
         load_data(few)
