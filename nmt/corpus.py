@@ -68,6 +68,20 @@ def has_hangul(text: str) -> bool:
     return _HANGUL.search(text) is not None
 
 
+def check_languages(src: Sequence[str], tgt: Sequence[str], src_lang: str, names: Tuple[str, str],
+                    direction: str) -> None:
+    """CorpusError if the Korean side of parallel text (by `src_lang`) has Hangul on no more of its lines than the
+    English side: the files are swapped, or both are in one language. `names`: how the error names the source and
+    the target side (e.g. "--train-src a.ko"); `direction`: where their languages come from (e.g. "--src ko --tgt
+    en")."""
+    shares = (hangul_share(src), hangul_share(tgt))
+    ko = 0 if src_lang == "ko" else 1
+    if shares[ko] <= shares[1 - ko]:
+        raise CorpusError(f"{names[ko]} should be the Korean side ({direction}) but has Hangul on {shares[ko]:.0%} "
+                          f"of its lines, against {shares[1 - ko]:.0%} in {names[1 - ko]}: are the files swapped, or "
+                          "of one language?")
+
+
 def hangul_share(lines: Sequence[str], sample: int = 10_000) -> float:
     """The fraction of `lines` with Hangul in them, from at most `sample` lines spread over the whole list."""
     if not len(lines):

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
 from nmt.config import ConfigError, DataConfig
-from nmt.corpus import (CorpusError, Pairs, clean_training_pairs, concat, hangul_share, has_hangul,
+from nmt.corpus import (CorpusError, Pairs, check_languages, clean_training_pairs, concat, has_hangul,
                         read_parallel, read_tsv, strip_rest_markup)
 from nmt.download import DOWNLOAD_TIMEOUT, download, download_archive, verify_file
 
@@ -315,18 +315,6 @@ def _pair_of_flags(cfg: DataConfig, kind: str) -> Optional[Tuple[str, str]]:
     return (src, tgt) if src else None
 
 
-def _check_languages(pairs: Pairs, kind: str, cfg: DataConfig) -> None:
-    """CorpusError if the Korean side of --KIND-src/--KIND-tgt (by --src/--tgt) has Hangul on no more of its lines
-    than the English side: the files are swapped, or both are in one language."""
-    shares = {side: hangul_share(getattr(pairs, side)) for side in ("src", "tgt")}
-    ko, en = ("src", "tgt") if cfg.src_lang == "ko" else ("tgt", "src")
-    if shares[ko] <= shares[en]:
-        path = {side: getattr(cfg, f"{kind}_{side}") for side in ("src", "tgt")}
-        raise CorpusError(f"--{kind}-{ko} {path[ko]} should be the Korean side (--src {cfg.src_lang} --tgt "
-                          f"{cfg.tgt_lang}) but has Hangul on {shares[ko]:.0%} of its lines, against "
-                          f"{shares[en]:.0%} in --{kind}-{en} {path[en]}: are the files swapped, or of one language?")
-
-
 def _load_files(cfg: DataConfig) -> DatasetSplits:
     """Explicit files in the direction given (the *_src files are in cfg.src_lang); without dev files,
     `FILES_DEV_SIZE` random training pairs are the dev set."""
@@ -343,7 +331,9 @@ def _load_files(cfg: DataConfig) -> DatasetSplits:
     tests = {"test": read_parallel(*test_files, skip_invalid_utf8=skip, name="test")} if test_files else {}
     for kind, pairs in (("train", train), ("dev", dev), ("test", tests.get("test"))):
         if pairs is not None:
-            _check_languages(pairs, kind, cfg)
+            check_languages(pairs.src, pairs.tgt, cfg.src_lang, tuple(
+                f"--{kind}-{side} {getattr(cfg, f'{kind}_{side}')}" for side in ("src", "tgt")),
+                f"--src {cfg.src_lang} --tgt {cfg.tgt_lang}")
     held_out = [p for p in (dev, *tests.values()) if p is not None]
     drops: Counter = Counter()
     for p in (train, *held_out):

@@ -104,7 +104,10 @@ def test_mismatched_line_counts_name_both_files(model_copy, tmp_path, capsys):
                       # the hypotheses of a set named "r" go to HYP_DIR/r.en: here the references
                       (["--src-file", src2, "--ref-file", ref, "--name", "r", "--hyp-dir", tmp_path],
                        f"--hyp-dir {ref} is the --ref-file file: writing it would destroy what this command reads"),
-                      (["--src-file", src2, "--ref-file", ref, "--json", src2], f"--json {src2} is the --src-file")]:
+                      (["--src-file", src2, "--ref-file", ref, "--json", src2], f"--json {src2} is the --src-file"),
+                      (["--src-file", ref, "--ref-file", src2], f"--src-file {ref} should be the Korean side (the model "
+                                                                 "translates ko -> en) but has Hangul on 0% of its "
+                                                                 f"lines, against 100% in --ref-file {src2}")]:
         code, _, err = run(["--model-dir", model_copy, *argv], capsys)
         assert code == 2 and msg in err, (argv, err)
     assert ref.read_text(encoding="utf-8") == "ni ri\ncha\n" and src2.read_text(encoding="utf-8") == "리 니\n차\n"
@@ -153,11 +156,14 @@ def test_a_model_without_recipe_or_files_says_which_flag_cannot_work(model_copy,
 
 
 def test_korean_output_adds_ko_mecab_bleu(model_copy, tmp_path, capsys, monkeypatch):
-    # The tiny model translates into romanized text; labelled as Korean output, its scores must gain the ko-mecab
-    # BLEU (the references here are the Korean sources, so the numbers are low, the signature is what counts).
+    # The tiny model translates into romanized text; labelled as an en -> ko model, its scores must gain the ko-mecab
+    # BLEU (the sources here are the romanized side, the references the Korean one, so the numbers are low: the
+    # signature is what counts).
+    monkeypatch.setattr(Translator, "src_lang", property(lambda self: "en"))
     monkeypatch.setattr(Translator, "tgt_lang", property(lambda self: "ko"))
-    src = Path(Config.load(model_copy / ckpt.CONFIG).data.test_src)
-    code, out, err = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", src, "--beam-size", "1"],
+    data = Config.load(model_copy / ckpt.CONFIG).data
+    src, ref = Path(data.test_tgt), Path(data.test_src)
+    code, out, err = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", ref, "--beam-size", "1"],
                          capsys)
     assert code == 0, err
     assert "bleu_ko_mecab" in out and "tok:ko-mecab" in out

@@ -154,11 +154,16 @@ def test_bad_input_is_one_clear_error(model_dir, tmp_path, capsys):
     (tmp_path / "empty.ko").write_text("", encoding="utf-8")
     code, out, err = run(["--model-dir", model_dir, "--src-file", tmp_path / "empty.ko", "--tgt-file", two], capsys)
     assert code == 2 and out == "" and f"{tmp_path / 'empty.ko'}: the file is empty" in err
-    for command, args in ((score_main, base + ["--tgt-file", src]), (translate_main, ["--model-dir", model_dir,
+    ok = tmp_path / "ok.en"
+    ok.write_text("ni ri\nri\nri ni\n", encoding="utf-8")
+    for command, args in ((score_main, base + ["--tgt-file", ok]), (translate_main, ["--model-dir", model_dir,
                                                                                      "--input", src])):
         code = command([str(a) for a in args + ["--output", tmp_path]])   # a directory: the output cannot be written
         out, err = capsys.readouterr()
         assert code == 2 and out == "" and f"error: --output {tmp_path}: cannot write (Is a directory)" in err
+    code, out, err = run(["--model-dir", model_dir, "--src-file", src, "--tgt-file", src], capsys)
+    assert code == 2 and out == "" and f"--src-file {src} should be the Korean side (the model translates ko -> en) " \
+                                       f"but has Hangul on 100% of its lines, against 100% in --tgt-file {src}" in err
     for flag, path in (("--src-file", src), ("--tgt-file", two)):   # written after reading, but lost all the same
         before = path.read_bytes()
         code, out, err = run(base + ["--tgt-file", two, "--output", path], capsys)
