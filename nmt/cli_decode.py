@@ -77,11 +77,10 @@ def _open_output(stack, output):
         raise CorpusError(f"--output {output}: cannot write ({e.strerror})") from None
 
 
-def _check_languages(tr, src, tgt, src_flag, tgt_flag) -> None:
+def _check_languages(tr, src, tgt, src_name: str, tgt_name: str) -> None:
     """CorpusError unless the source and target lines are in the model's languages (`corpus.check_languages`)."""
     from nmt.corpus import check_languages
-    check_languages(src, tgt, tr.src_lang, (" ".join(map(str, src_flag)), " ".join(map(str, tgt_flag))),
-                    f"the model translates {tr.src_lang} -> {tr.tgt_lang}")
+    check_languages(src, tgt, tr.src_lang, (src_name, tgt_name), f"the model translates {tr.src_lang} -> {tr.tgt_lang}")
 
 
 def _refuse_overwriting(flag: str, output, inputs: dict) -> None:
@@ -261,7 +260,7 @@ def _test_sets(args: argparse.Namespace, tr) -> dict:
     src, ref = read_lines(args.src_file), read_lines(args.ref_file)
     if len(src) != len(ref):
         raise _misaligned(args.src_file, src, "--ref-file", args.ref_file, ref, "the references", "the source")
-    _check_languages(tr, src, ref, ("--src-file", args.src_file), ("--ref-file", args.ref_file))
+    _check_languages(tr, src, ref, f"--src-file {args.src_file}", f"--ref-file {args.ref_file}")
     name = args.name or str(Path(args.src_file).resolve())
     return {name: Pairs(src, ref, name)}
 
@@ -356,7 +355,7 @@ def score_main(args: argparse.Namespace) -> int:
     if len(src) != len(tgt):
         raise _misaligned(args.src_file, src, "--tgt-file", args.tgt_file, tgt, "--tgt-file", "--src-file")
     tr = _load_translator(args)
-    _check_languages(tr, src, tgt, ("--src-file", args.src_file), ("--tgt-file", args.tgt_file))
+    _check_languages(tr, src, tgt, f"--src-file {args.src_file}", f"--tgt-file {args.tgt_file}")
     tgt_ids = target_ids(tr, tgt, name=args.tgt_file)   # every target checked before anything is written
     t0, log_prob, tokens, chunk = time.perf_counter(), 0.0, 0, 10_000
     with contextlib.ExitStack() as stack:
