@@ -153,6 +153,8 @@ class Translator:
 
     def source_ids(self, lines: Sequence[str], first_line: int = 1) -> List[List[int]]:
         """Normalized, tokenized, length-limited source ids (warnings name the line as first_line + index)."""
+        if isinstance(lines, str):   # would be read as one sentence per character
+            raise TypeError(f"lines must be a list of sentences, not one string ({lines[:40]!r}): give [sentence]")
         limit = self.decode.max_input_tokens
         max_chars = limit * CHARS_PER_TOKEN
         texts = []
@@ -248,13 +250,18 @@ class Translator:
         from nmt.continuous import ContinuousDecoder   # not at import time: only the service needs it
         return ContinuousDecoder(self, beam_size or self.decode.beam_size, nbest, max_batch or self.decode.batch_size)
 
-    def translate_nbest(self, lines: Sequence[str], nbest: int, beam_size: Optional[int] = None,
-                        first_line: int = 1) -> List[List[Tuple[str, float]]]:
-        """Per input line, up to `nbest` (detokenized translation, score), best first ([] for an empty line)."""
+    def translate_nbest(self, lines: Union[str, Sequence[str]], nbest: int, beam_size: Optional[int] = None,
+                        first_line: int = 1):
+        """Per input line, up to `nbest` (detokenized translation, score), best first ([] for an empty line); for
+        one string, its list."""
+        if isinstance(lines, str):
+            return self.translate_nbest([lines], nbest, beam_size, first_line)[0]
         return self.texts(self.translate_ids(lines, beam_size=beam_size, nbest=nbest, first_line=first_line))
 
-    def translate(self, lines: Sequence[str], beam_size: Optional[int] = None, first_line: int = 1) -> List[str]:
-        """One detokenized, single-line translation per input line."""
+    def translate(self, lines: Union[str, Sequence[str]], beam_size: Optional[int] = None, first_line: int = 1):
+        """One detokenized, single-line translation per input line; for one string, its translation."""
+        if isinstance(lines, str):
+            return self.translate([lines], beam_size, first_line)[0]
         return [r[0][0] if r else "" for r in self.translate_nbest(lines, 1, beam_size, first_line)]
 
 

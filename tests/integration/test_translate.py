@@ -68,6 +68,15 @@ def test_one_output_per_input_in_order_and_empty_lines(tr, src_lines):
     assert one_line("a\nb\r\nc\u2028d") == "a b  c d"
 
 
+def test_one_string_is_one_sentence(tr, src_lines):
+    """Python API: a string is translated as one sentence (not one per character), as fairseq's hub does."""
+    line = src_lines[2]
+    assert tr.translate(line) == tr.translate([line])[0] and isinstance(tr.translate(line), str)
+    assert tr.translate_nbest(line, 2, beam_size=3) == tr.translate_nbest([line], 2, beam_size=3)[0]
+    with pytest.raises(TypeError, match="lines must be a list of sentences, not one string"):
+        tr.translate_ids(line)
+
+
 def test_control_characters_are_normalized_away(tr):
     clean = "리 니 차"
     dirty = "\ufeff리\x00 니\x1b\u200b \t차\x7f"
