@@ -71,6 +71,9 @@ class DataConfig:
                 (self.batch_tokens is None or self.batch_tokens >= 1,
                  f"--batch-tokens must be >= 1, got {self.batch_tokens}"),
                 (self.vocab_size >= 16, f"--vocab-size must be >= 16, got {self.vocab_size}"),
+                (self.max_chars >= 1, f"--max-chars must be >= 1, got {self.max_chars}"),
+                (self.max_ratio >= 1, "--max-ratio must be >= 1 (the longer side's UTF-8 bytes over the shorter's; "
+                                      f"inf: no limit), got {self.max_ratio}"),
                 (self.num_buckets >= 1, f"--num-buckets must be >= 1, got {self.num_buckets}"),
                 (self.src_lang in LANGS, f"--src {self.src_lang!r}: unsupported language; use one of "
                                          + ", ".join(LANGS)),

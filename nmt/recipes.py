@@ -260,6 +260,8 @@ def parse_upsample(spec: Optional[str], recipe: Recipe) -> Dict[str, int]:
             factor = 0
         if not sep or factor < 1:
             raise ConfigError(f"--upsample {spec!r}: give corpus=K with an integer K >= 1 (e.g. {name}=4)")
+        if name in out:
+            raise ConfigError(f"--upsample {spec!r}: {name} is given twice; give each corpus once")
         out[name] = factor
     return out
 

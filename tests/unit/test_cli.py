@@ -185,6 +185,8 @@ def test_a_config_written_by_an_earlier_version_is_refused(tmp_path):
     (["--max-seconds", "-1"], "--max-seconds must be >= 0"), (["--time-budget", "-5"], "--time-budget must be >= 0"),
     (["--patience", "-1"], "--patience must be >= 0"), (["--average-last", "-2"], "--average-last must be >= 0"),
     (["--average-last", "5"], "--average-last 5 averages the last 5 of the checkpoints kept: give --keep-last 5"),
+    (["--max-chars", "0"], "--max-chars must be >= 1, got 0"), (["--max-ratio", "nan"], "--max-ratio must be >= 1"),
+    (["--max-ratio", "0.5"], "--max-ratio must be >= 1 (the longer side's UTF-8 bytes over the shorter's; inf: no "),
     (["--valid-beam", "0"], "--valid-beam must be >= 1"),
     (["--valid-max-sentences", "-1"], "--valid-max-sentences must be >= 1"),
     (["--num-buckets", "0"], "--num-buckets must be >= 1"),

@@ -15,7 +15,7 @@ import pytest
 from nmt.config import ConfigError, DataConfig
 from nmt.corpus import CorpusError, Pairs
 from nmt.recipes import (RECIPES, SOURCES, FileSpec, Recipe, Source, clean_rest_docs, default_cache_dir, download,
-                         fetch, load_data, resolve_data_dir)
+                         fetch, load_data, parse_upsample, resolve_data_dir)
 
 REPO = Path(__file__).resolve().parents[2]
 RAW_URL = re.compile(r"^https://raw\.githubusercontent\.com/[\w.-]+/[\w.-]+/[0-9a-f]{40}/\S+$")
@@ -370,6 +370,14 @@ def test_load_data_recipe_downloads_into_cache_dir(monkeypatch, tmp_path, server
 
 
 # --- the real recipes (skipped without the mirror) ---------------------------------------------------------------
+
+
+def test_upsample_names_each_corpus_once():
+    tatoeba = RECIPES["tatoeba"]
+    assert parse_upsample("tatoeba-manythings=3", tatoeba) == {"tatoeba-manythings": 3}
+    with pytest.raises(ConfigError, match="--upsample 'tatoeba-manythings=2,tatoeba-manythings=3': "
+                                          "tatoeba-manythings is given twice; give each corpus once"):
+        parse_upsample("tatoeba-manythings=2,tatoeba-manythings=3", tatoeba)
 
 
 def test_upsample_needs_a_recipe(tmp_path):
