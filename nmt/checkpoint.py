@@ -130,14 +130,13 @@ def check_model_dir(model_dir: Path, resume: bool, overwrite: bool,
         raise CheckpointError("--resume and --overwrite contradict each other; give one of them")
     if model_dir.exists() and not model_dir.is_dir():
         raise CheckpointError(f"--model-dir {model_dir} exists and is not a directory")
+    held = sorted(p.name for p in model_dir.iterdir() if p.name != LOCK) if model_dir.is_dir() else []
     if resume:
         if not (model_dir / STATE).exists() and not manifest.step_keys(model_dir):
-            started = model_dir.is_dir() and any(p.name != LOCK for p in model_dir.iterdir())
             raise CheckpointError(f"--resume: {model_dir / STATE} not found, so there is nothing to resume; " + (
                 "the run stopped before its first checkpoint: start it again with --overwrite instead of --resume"
-                if started else "drop --resume to start a new run"))
+                if held else "drop --resume to start a new run"))
         return
-    held = sorted(p.name for p in model_dir.iterdir() if p.name != LOCK) if model_dir.is_dir() else []
     if held and not overwrite:
         raise CheckpointError(f"--model-dir {model_dir} already exists and is not empty; pass --resume to "
                               "continue its training, --overwrite to delete it and start over, or another --model-dir")

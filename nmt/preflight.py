@@ -43,12 +43,18 @@ def check_checkpoint_room(cfg: Config, net) -> int:
     return needed
 
 
+def run_inputs(cfg: Config, init: Optional[Path]) -> Dict[str, Any]:
+    """What a run reads, by flag: its data files and directories and the --init-from parameters (which --overwrite
+    must not delete)."""
+    return {**cfg.data.input_paths(), "--init-from": init}
+
+
 def _check_model_dir(cfg: Config, resume: bool, overwrite: bool, init: Optional[Path]) -> Dict[str, Any]:
     """The model directory as a run would find it: clean or resumable (its newest intact checkpoint), writable,
     not locked by a live trainer. Raises the error the run would raise."""
     from nmt.dirlock import ModelDirLock
     model_dir = Path(cfg.train.model_dir)
-    ckpt.check_model_dir(model_dir, resume, overwrite, {**cfg.data.input_paths(), "--init-from": init})
+    ckpt.check_model_dir(model_dir, resume, overwrite, run_inputs(cfg, init))
     check_writable(model_dir)
     out: Dict[str, Any] = {"model_dir": str(model_dir), "exists": model_dir.is_dir()}
     if model_dir.is_dir():

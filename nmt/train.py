@@ -29,7 +29,7 @@ from nmt.loss import Seq2SeqLoss
 from nmt.models import build_model
 from nmt.optim import build_optimizer, learning_rate
 from nmt.parallel import DataParallel, default_kvstore, describe_hardware, init_amp, parse_devices
-from nmt.preflight import check_checkpoint_room
+from nmt.preflight import check_checkpoint_room, run_inputs
 from nmt.scoring import score_test_set
 from nmt.storage import check_writable
 from nmt.translate import Translator
@@ -261,7 +261,7 @@ def create_trainer(cfg: Config, resume: bool = False, overwrite: bool = False, i
     kv_name = default_kvstore(ctxs, t.kvstore)
     kv = create_kvstore(kv_name)
     workers = WorkerGroup(kv)
-    lock, inputs = None, {**cfg.data.input_paths(), "--init-from": init}   # what --overwrite must not delete
+    lock, inputs = None, run_inputs(cfg, init)
     if workers.is_chief:
         ckpt.check_model_dir(Path(t.model_dir), resume, overwrite, inputs)   # before the lock creates the directory
         lock = ModelDirLock(Path(t.model_dir)).acquire()
