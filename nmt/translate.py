@@ -71,6 +71,15 @@ def _check_member_vocabulary(member: Path, model_dir: Path, what: str, mine: Tok
             "--vocab-size and --spm-model-type)")
 
 
+def _refuse_repeated_member(member: Path, members: Sequence[Path]) -> None:
+    """CheckpointError if `member` is one of `members` (by path or link): the mean would weigh that model twice."""
+    for earlier in members:
+        if member.resolve() == earlier.resolve():
+            raise ckpt.CheckpointError(
+                f"{member}: cannot join an ensemble with {members[0]}: it is {earlier} again, and the ensemble's "
+                "mean would count that model twice; give each model directory once")
+
+
 def one_line(text: str) -> str:
     """`text` with line-break characters turned into spaces, so one input line always gives one output line."""
     return _LINE_BREAKS.sub(" ", text)
@@ -121,6 +130,7 @@ class Translator:
         ctx = ctxs[0]
         others = []
         for other in map(Path, ensemble):   # every member's vocabularies are checked before any model is loaded
+            _refuse_repeated_member(other, [model_dir] + [d for d, _ in others])
             o_cfg, o_src, o_tgt = _load_tokenizers(other)
             for what, mine, theirs in (("source", src_tok, o_src), ("target", tgt_tok, o_tgt)):
                 _check_member_vocabulary(other, model_dir, what, mine, theirs)
