@@ -97,7 +97,8 @@ OPTIM_FLAGS = [
     Flag("--warmup-steps", "optim", "warmup_steps", int, "linear warmup updates"),
     Flag("--lr-schedule", "optim", "schedule", str, "decay after warmup", choices=("inv_sqrt", "plateau", "constant")),
     Flag("--label-smoothing", "optim", "label_smoothing", float, "label smoothing"),
-    Flag("--weight-decay", "optim", "weight_decay", float, "weight decay"),
+    Flag("--weight-decay", "optim", "weight_decay", float,
+         "L2 weight decay: MXNet's wd, added to each gradient before the optimizer's update (with adam: not AdamW)"),
     Flag("--clip-norm", "optim", "clip_norm", float, "clip the global gradient norm (0 = off)"),
 ]
 TRAIN_FLAGS = [
