@@ -216,7 +216,10 @@ class DecodeConfig:
             _check([(isinstance(value, (int, float)) and 0 <= value < 1e6,
                      f"{flag} must be a number >= 0 (got {value!r})")])
         _check([(self.nbest <= self.beam_size, f"--nbest {self.nbest} is more than --beam-size {self.beam_size}: "
-                                               "beam search keeps only beam-size hypotheses; raise --beam-size")])
+                                               "beam search keeps only beam-size hypotheses; raise --beam-size"),
+                (self.max_len_a > 0 or self.max_len_b >= 1, f"--max-len-a {self.max_len_a} --max-len-b "
+                 f"{self.max_len_b} allow no output token (the longest translation is a * source length + b): "
+                 "raise either")])
 
 
 # Defaults of shared fields that differ by architecture (`Config.from_dict` and the command line start from them;

@@ -193,6 +193,7 @@ def test_a_config_written_by_an_earlier_version_is_refused(tmp_path):
     (["--beam-size", "0"], "--beam-size must be an integer >= 1 (got 0)"),
     (["--length-penalty", "-0.5"], "--length-penalty must be a number >= 0 (got -0.5)"),
     (["--decode-batch-size", "0"], "--decode-batch-size must be an integer >= 1"),
+    (["--max-len-a", "0", "--max-len-b", "0"], "--max-len-a 0.0 --max-len-b 0 allow no output token"),
     (["--seed", "-1"], "--seed must be between 0 and 2**32 - 1, got -1"),
 ])
 def test_config_dataclasses_refuse_values_that_cannot_work(argv, message):
