@@ -222,7 +222,7 @@ def build_evaluate_parser() -> argparse.ArgumentParser:
                     "directory's scores.json, keyed by test set and checkpoint.",
         epilog="Examples:\n  python scripts/evaluate.py --model-dir M --src-file test.ko --ref-file test.en\n"
                "  python scripts/evaluate.py --model-dir M --recipe-tests --data-dir ../shared/data --json\n")
-    _add_model_decode_args(p)
+    _add_model_decode_args(p, nbest=False)   # BLEU scores the best translation
     g = p.add_argument_group("test data")
     g.add_argument("--src-file", help="source sentences, one per line, in the model's source language")
     g.add_argument("--ref-file", help="reference translations, line-aligned with --src-file")

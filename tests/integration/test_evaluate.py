@@ -97,6 +97,8 @@ def test_mismatched_line_counts_name_both_files(model_copy, tmp_path, capsys):
                       (["--src-file", src, "--ref-file", src, "--recipe-tests"], "give one of"),
                       (["--recipe-tests", "--dev-set"], "give one of"),
                       (["--src-file", tmp_path / "no.ko", "--ref-file", ref], "no.ko: file not found"),
+                      # BLEU scores the best translation: an n-best list has no place here
+                      (["--src-file", src2, "--ref-file", ref, "--nbest", "3"], "unrecognized arguments: --nbest 3"),
                       (["--src-file", src, "--ref-file", ref, "--max-sentences", "-1"],
                        "--max-sentences: must be >= 0 (got -1)"),
                       (["--src-file", src, "--ref-file", ref, "--hyp-dir", src / "hyps"],
