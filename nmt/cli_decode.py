@@ -183,7 +183,8 @@ def translate_main(args: argparse.Namespace) -> int:
         tr.sample = args.sample
         mx.random.seed(1 if args.seed is None else args.seed)
     plot = attention_saver(tr, args.plot_attention) if args.plot_attention else None
-    nbest = tr.decode.nbest
+    # n-best rows when asked for (--nbest 1 too: the best translation with its score), else plain translations
+    nbest = tr.decode.nbest if "decode.nbest" in vars(args) or tr.decode.nbest > 1 else None
     stdin, stdout = args.input in (None, "-"), args.output in (None, "-")
     if stdin and sys.stdin.isatty():
         if stdout:

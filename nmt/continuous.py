@@ -30,13 +30,12 @@ _JOIN_FRACTION = 0.25
 
 class ContinuousDecoder:
     """`add` lines under keys, `step` until `pending` is 0; each `step` returns (key, n-best list) of the lines
-    that are done, the same lists `Translator.translate_nbest` gives (greedy scores 0.0 with beam 1, nbest 1)."""
+    that are done, the same lists `Translator.translate_nbest` gives."""
 
     def __init__(self, translator, beam_size: int, nbest: int, max_batch: int):
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1 (got {max_batch})")
         self.translator, self.max_batch = translator, max_batch
-        self.greedy = beam_size == 1 and nbest == 1
         self.search = BeamStream(as_model(translator.members), translator.ctx, max(beam_size, nbest), nbest,
                                  translator.decode.length_penalty_alpha)
         # (key, source ids, the step count when it arrived)
@@ -71,8 +70,7 @@ class ContinuousDecoder:
             self.steps += 1
             self.sentence_steps += self.search.size
             done = self.search.step()
-            texts = self.translator.texts([[(ids, 0.0 if self.greedy else score) for ids, score in hyps]
-                                           for _, hyps in done])
+            texts = self.translator.texts([hyps for _, hyps in done])
             out += [(self.keys.pop(i), nbest) for (i, _), nbest in zip(done, texts)]
         return out
 

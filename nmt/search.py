@@ -43,8 +43,7 @@ _COMPACT_FRACTION = 0.25
 @dataclasses.dataclass(frozen=True)
 class _Hyps(DecoderState):
     """The search's own per-row variables, selected together with the decoder state when sentences leave: the last
-    tokens, every row's length limit, the tokens taken (`lengths`), finished flags and for beam search the raw
-    scores."""
+    tokens, every row's length limit, the tokens taken (`lengths`), finished flags and the raw scores."""
 
     prev: mx.nd.NDArray
     limits: mx.nd.NDArray
@@ -195,9 +194,10 @@ class SearchBatch:
 
 
 def greedy_search(model: Models, src: mx.nd.NDArray, src_len: mx.nd.NDArray, max_len: MaxLen,
-                  sample: Optional[int] = None) -> List[List[int]]:
-    """Most probable next token at each step; per sentence the token ids without BOS/EOS. `model`: a model or a
-    list of models (an ensemble).
+                  sample: Optional[int] = None, alpha: float = 0.6) -> List[Tuple[List[int], float]]:
+    """Most probable next token at each step; per sentence (token ids without BOS/EOS, score), the score as
+    `beam_search` gives it with length penalty `alpha` (beam search with beam 1 is this search). `model`: a model
+    or a list of models (an ensemble).
 
     With `sample` the next token is drawn instead from the model's distribution, renormalized over its `sample`
     most probable tokens (0: over the whole vocabulary), with MXNet's random generator of `src`'s device
@@ -206,26 +206,30 @@ def greedy_search(model: Models, src: mx.nd.NDArray, src_len: mx.nd.NDArray, max
     batch, ctx = src.shape[0], src.context
     limits = _max_lens(max_len, batch)
     if int(limits.max(initial=0)) == 0:
-        return [[] for _ in range(batch)]
+        return [([], 0.0) for _ in range(batch)]
     if sample is not None and sample < 0:
         raise ValueError(f"sample must be >= 0 (got {sample})")
     update = update_block(ctx, sample_top=-1 if sample is None else min(sample, model.tgt_vocab_size))
 
     def advance(state, hyps, first):
         log_probs, state, _ = model.hybrid_step(hyps.prev, state)
-        token, done, steps, emitted = update(log_probs, hyps.finished, hyps.lengths, hyps.limits)
-        return state, dataclasses.replace(hyps, prev=token, finished=done, lengths=steps), emitted, None, done
+        token, done, steps, emitted, scores = update(log_probs, hyps.finished, hyps.lengths, hyps.limits,
+                                                     hyps.scores)
+        hyps = dataclasses.replace(hyps, prev=token, finished=done, lengths=steps, scores=scores)
+        return state, hyps, emitted, None, done
 
     search = SearchBatch(advance, 1)
+    zeros = to_device(np.zeros(batch), ctx)
     search.join(model.init_state(model.encode(src, src_len)),
                 _Hyps(prev=to_device(np.full(batch, BOS_ID), ctx), limits=to_device(limits, ctx),
-                      lengths=to_device(np.zeros(batch), ctx), finished=to_device(limits == 0, ctx)),
+                      lengths=zeros, finished=to_device(limits == 0, ctx), scores=zeros),
                 np.arange(batch))
-    out: List[List[int]] = [[] for _ in range(batch)]
+    out: List[Tuple[List[int], float]] = [([], 0.0) for _ in range(batch)]
     while search.size:
         search.step()
-        for i, tokens, _ in search.take():
-            out[i] = [int(x) for x in tokens[:, 0] if x >= 0]
+        for i, tokens, (raw, lengths) in search.take():
+            score = raw[0].astype(np.float64) / length_penalty(lengths[0].astype(np.int64), alpha)
+            out[i] = ([int(x) for x in tokens[:, 0] if x >= 0], float(score))
     return out
 
 

@@ -143,16 +143,17 @@ class BeamUpdate(gluon.HybridBlock):
 
 
 class GreedyUpdate(gluon.HybridBlock):
-    """(log_probs, done, steps, limits) -> (token, done, steps + 1, emitted): the most probable token of every row,
-    or with `sample_top` >= 0 a token drawn from the row's distribution renormalized over its `sample_top` most
-    probable tokens (0: over all); a row is done after EOS or its `limits` tokens (`steps`: the tokens it has
-    taken), and emits -1 once done."""
+    """(log_probs, done, steps, limits, scores) -> (token, done, steps, emitted, scores): the most probable token of
+    every row, or with `sample_top` >= 0 a token drawn from the row's distribution renormalized over its
+    `sample_top` most probable tokens (0: over all); a row is done after EOS or its `limits` tokens (`steps`: the
+    tokens it has taken, EOS included), and emits -1 once done. `scores` sums the log-probabilities of the tokens
+    taken, as beam search's raw scores do."""
 
     def __init__(self, sample_top: int = -1, **kwargs):
         super().__init__(**kwargs)
         self._top = sample_top
 
-    def hybrid_forward(self, F, log_probs, done, steps, limits):
+    def hybrid_forward(self, F, log_probs, done, steps, limits, scores):
         if self._top < 0:
             token = F.argmax(log_probs, axis=-1)
         elif self._top == 0:   # softmax: an ensemble's mean log-probabilities are not normalized
@@ -162,8 +163,9 @@ class GreedyUpdate(gluon.HybridBlock):
             token = F.pick(ids, F.sample_multinomial(F.softmax(values, axis=-1), dtype="float32"), axis=-1)
         stop = F.broadcast_logical_or(done, token == EOS_ID)
         emitted = F.where(stop, F.ones_like(token) * -1, token)
-        steps = steps + 1
-        return token, F.broadcast_logical_or(stop, limits <= steps), steps, emitted
+        scores = scores + F.where(done, F.zeros_like(scores), F.pick(log_probs, token, axis=-1))
+        steps = steps + 1 - done
+        return token, F.broadcast_logical_or(stop, limits <= steps), steps, emitted, scores
 
 
 # Update blocks per (kind, sizes, device, state arrays), hybridized once and reused for every batch: they hold no

@@ -230,7 +230,8 @@ class Translator:
         """Search one length-sorted batch (`chunk`: indices into `ids`) on `ctx`; hypotheses go to out[i]."""
         src_nd, len_nd, max_len = self.source_batch([ids[i] for i in chunk], ctx)
         if (beam == 1 and nbest == 1) or self.sample is not None:
-            hyps = [[(h, 0.0)] for h in greedy_search(model, src_nd, len_nd, max_len, self.sample)]
+            hyps = [[h] for h in greedy_search(model, src_nd, len_nd, max_len, self.sample,
+                                               self.decode.length_penalty_alpha)]
         else:
             hyps = beam_search(model, src_nd, len_nd, beam_size=max(beam, nbest), max_len=max_len,
                                alpha=self.decode.length_penalty_alpha, nbest=nbest)
@@ -329,10 +330,12 @@ def format_nbest(hyps: List[Tuple[str, float]]) -> str:
 
 
 def translate_stream(translator: Translator, raw_lines: Iterable[Tuple[bytes, bool]], out: TextIO, *,
-                     name: str = "<stdin>", chunk_lines: int = 1000, on_invalid: str = "error", nbest: int = 1,
+                     name: str = "<stdin>", chunk_lines: int = 1000, on_invalid: str = "error",
+                     nbest: Optional[int] = None,
                      on_chunk: Optional[Callable[[int, List[str]], None]] = None) -> StreamStats:
-    """Translate (line, was_cut) items chunk by chunk, writing one output line per input line and flushing after
-    every chunk; `on_chunk(first_line_number, lines)` runs after each chunk is written. On invalid UTF-8 (with
+    """Translate (line, was_cut) items chunk by chunk, writing one output line per input line (its translation,
+    or with `nbest` its `format_nbest` row of the nbest best) and flushing after every chunk;
+    `on_chunk(first_line_number, lines)` runs after each chunk is written. On invalid UTF-8 (with
     on_invalid="error") every line before the bad one is translated and written first, then the CorpusError
     naming the line is raised."""
     stats, t0 = StreamStats(), time.perf_counter()
@@ -342,7 +345,7 @@ def translate_stream(translator: Translator, raw_lines: Iterable[Tuple[bytes, bo
     def flush() -> None:
         nonlocal chunk, first
         if chunk:
-            if nbest > 1:
+            if nbest:
                 rows = [format_nbest(h) for h in translator.translate_nbest(chunk, nbest, first_line=first)]
             else:
                 rows = translator.translate(chunk, first_line=first)
@@ -373,9 +376,10 @@ def translate_stream(translator: Translator, raw_lines: Iterable[Tuple[bytes, bo
     return stats
 
 
-def interactive(translator: Translator, nbest: int = 1, on_line: Optional[Callable[[int, List[str]], None]] = None,
-                read: Callable[[str], str] = input) -> int:
-    """Prompt for sentences (on a terminal) and print each translation, until end of input (Ctrl-D) or Ctrl-C."""
+def interactive(translator: Translator, nbest: Optional[int] = None,
+                on_line: Optional[Callable[[int, List[str]], None]] = None, read: Callable[[str], str] = input) -> int:
+    """Prompt for sentences (on a terminal) and print each translation (with `nbest`: its n-best row), until end of
+    input (Ctrl-D) or Ctrl-C."""
     how = f"beam {translator.decode.beam_size}" if translator.sample is None else f"--sample {translator.sample}"
     print(f"nmt-translate {translator.src_lang} -> {translator.tgt_lang} ({translator.model_dir}, checkpoint "
           f"{translator.checkpoint}, {how}). Type a sentence and press Enter; Ctrl-D to quit.", file=sys.stderr)
@@ -387,7 +391,7 @@ def interactive(translator: Translator, nbest: int = 1, on_line: Optional[Callab
             print(file=sys.stderr)
             return 0
         n += 1
-        if nbest > 1:
+        if nbest:
             print(format_nbest(translator.translate_nbest([line], nbest, first_line=n)[0]), flush=True)
         else:
             print(translator.translate([line], first_line=n)[0], flush=True)

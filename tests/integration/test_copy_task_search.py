@@ -69,7 +69,7 @@ def test_greedy_and_beam_reproduce_the_copy(copy_model):
     model, _ = copy_model
     (src, src_len, _, _, _), words = copy_batch(np.random.RandomState(123), 24)
     max_len = 2 * src_len.asnumpy().astype(int)  # room to run on: output must stop at EOS by itself
-    greedy = greedy_search(model, src, src_len, max_len)
+    greedy = [ids for ids, _ in greedy_search(model, src, src_len, max_len)]
     beam = [hyps[0][0] for hyps in beam_search(model, src, src_len, beam_size=4, max_len=max_len)]
     assert sum(g == w for g, w in zip(greedy, words)) >= 22
     assert sum(b == w for b, w in zip(beam, words)) >= 22
@@ -96,6 +96,9 @@ def test_beam_nbest_scores_are_normalized_log_probs(copy_model):
         for ids, score in hyps:
             expected = _score(model, src[i:i + 1], src_len[i:i + 1], ids, 0.8, eos=len(ids) < 20)
             assert abs(score - expected) < 1e-4
+    for i, (ids, score) in enumerate(greedy_search(model, src, src_len, max_len=[20, 20, 20, 3], alpha=0.8)):
+        expected = _score(model, src[i:i + 1], src_len[i:i + 1], ids, 0.8, eos=len(ids) < (3 if i == 3 else 20))
+        assert abs(score - expected) < 1e-4   # the same for greedy search's, also when cut at its max length
 
 
 def _benchmark_decode():
@@ -149,10 +152,10 @@ def test_ensemble_follows_the_mean_of_its_members_log_probs(copy_model):
     (src, src_len, _, _, _), _ = copy_batch(np.random.RandomState(9), 10)
     max_len = 2 * src_len.asnumpy().astype(int)
     expected = reference_greedy([model, other], src, src_len, max_len)
-    assert greedy_search([model, other], src, src_len, max_len) == expected
+    assert [ids for ids, _ in greedy_search([model, other], src, src_len, max_len)] == expected
     assert [r[0][0] for r in beam_search([model, other], src, src_len, beam_size=1, max_len=max_len)] == expected
-    assert expected != greedy_search(model, src, src_len, max_len)
-    assert expected != greedy_search(other, src, src_len, max_len)
+    for member in (model, other):
+        assert expected != [ids for ids, _ in greedy_search(member, src, src_len, max_len)]
     alone = beam_search(model, src, src_len, beam_size=3, max_len=max_len, nbest=3)
     assert_same_hypotheses(beam_search([model, model], src, src_len, beam_size=3, max_len=max_len, nbest=3), alone,
                            rtol=1e-5, atol=1e-5)

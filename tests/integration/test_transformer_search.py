@@ -26,7 +26,7 @@ def copy_model():
 
 def test_greedy_and_beam_search_reproduce_the_copy(copy_model):
     src, src_len, expected = copy_test_set()
-    assert greedy_search(copy_model, src, src_len, COPY_MAX_LEN + 2) == expected
+    assert [ids for ids, _ in greedy_search(copy_model, src, src_len, COPY_MAX_LEN + 2)] == expected
     assert [r[0][0] for r in beam_search(copy_model, src, src_len, beam_size=1, max_len=COPY_MAX_LEN + 2)] == \
         expected
     assert [r[0][0] for r in beam_search(copy_model, src, src_len, beam_size=4, max_len=COPY_MAX_LEN + 2)] == \
@@ -50,7 +50,7 @@ def test_an_ensemble_with_an_lstm_follows_the_mean_of_its_members(copy_model):
     src, src_len, _ = copy_test_set(5)
     max_len = np.full(5, COPY_MAX_LEN + 2)
     expected = reference_greedy([copy_model, lstm], src, src_len, max_len)
-    assert greedy_search([copy_model, lstm], src, src_len, max_len) == expected
+    assert [ids for ids, _ in greedy_search([copy_model, lstm], src, src_len, max_len)] == expected
     ensemble = Ensemble([copy_model, lstm])
     _, _, attention = ensemble.step(nd.full((5,), 2), ensemble.init_state(ensemble.encode(src, src_len)))
     assert attention.shape == (5, src.shape[1])

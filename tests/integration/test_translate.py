@@ -170,6 +170,11 @@ def test_cli_nbest_checkpoint_and_bad_flags(tr, tmp_path, capsys):
     rows = [json.loads(x) for x in out.splitlines()]
     assert code == 0 and len(rows) == 3 and rows[1] == {"translations": [], "scores": []}
     assert len(rows[0]["translations"]) == 3 and rows[0]["scores"] == sorted(rows[0]["scores"], reverse=True)
+    code, out, _ = run(["--model-dir", tr.model_dir, "--input", path, "--nbest", "1", "--beam-size", "1"], capsys)
+    rows = [json.loads(x) for x in out.splitlines()]   # asked for, one best is a row too: greedy's, with its score
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert code == 0 and [r["translations"] for r in rows] == [[t] if t else [] for t in tr.translate(lines, 1)]
+    assert [len(r["scores"]) for r in rows] == [1, 0, 1] and all(s < 0 for r in rows for s in r["scores"])
     for argv, msg in [(["--nbest", "6"], "--nbest 6 is more than --beam-size 5"),
                       (["--beam-size", "0"], "--beam-size must be an integer >= 1"),
                       (["--checkpoint", "nope"], "unknown checkpoint 'nope'"),
@@ -314,7 +319,7 @@ def test_interactive_loop_in_process(tr, capsys):
             return next(inputs)
         except StopIteration:
             raise EOFError from None
-    assert interactive(tr, nbest=1, read=read) == 0
+    assert interactive(tr, read=read) == 0
     assert capsys.readouterr().out.split("\n") == [*tr.translate(["리 니", "", "차"]), ""]
 
 

@@ -39,7 +39,7 @@ class FakeSearch:
         return [(i, [([7, 8], -1.0)]) for i in done]
 
 
-def decoder(monkeypatch, joinable=True, max_batch=8, beam=4):
+def decoder(monkeypatch, joinable=True, max_batch=8):
     monkeypatch.setattr(continuous, "BeamStream", lambda *a: FakeSearch(*a, joinable=joinable))
     tok = types.SimpleNamespace(decode=lambda ids: [" ".join(map(str, x)) for x in ids])
     decode = types.SimpleNamespace(length_penalty_alpha=0.6, max_len_a=2.0, max_len_b=0.0)
@@ -47,7 +47,7 @@ def decoder(monkeypatch, joinable=True, max_batch=8, beam=4):
                                source_ids=lambda lines: [[5] * len(x) for x in lines])
     tr.source_batch, tr.texts = (types.MethodType(f, tr) for f in (Translator.source_batch, Translator.texts))
     monkeypatch.setattr(continuous, "as_model", lambda members: members[0])
-    return continuous.ContinuousDecoder(tr, beam, 1, max_batch)
+    return continuous.ContinuousDecoder(tr, 4, 1, max_batch)
 
 
 def run(dec, arrivals, steps=40):
@@ -98,12 +98,6 @@ def test_keys_and_empty_lines_come_back_and_order_is_kept(monkeypatch):
         out.update(dec.step())
     assert out == {"a": [("7 8", -1.0)], "b": [], "c": [("7 8", -1.0)], "d": [("7 8", -1.0)]}
     assert dec.search.joins == [[0, 1], [2]]   # two at a time, in arrival order
-
-
-def test_greedy_scores_are_zero_as_translate_nbest_gives_them(monkeypatch):
-    dec = decoder(monkeypatch, beam=1)
-    dec.add(["x"], ["k"])
-    assert dec.step() == [("k", [("7 8", 0.0)])]
 
 
 def test_without_joins_new_sentences_wait_for_an_empty_batch(monkeypatch):

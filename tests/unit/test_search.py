@@ -51,13 +51,16 @@ def assert_same_hypotheses(a, b, rtol=1e-5, atol=1e-5):
         np.testing.assert_allclose([s for _, s in x], [s for _, s in y], rtol=rtol, atol=atol)
 
 
-@pytest.mark.parametrize("attention", ["dot", "general", "mlp"])
-def test_beam_of_one_equals_greedy(attention):
+@pytest.mark.parametrize("attention, alpha", [("dot", 0.6), ("general", 0.0), ("mlp", 1.0)])
+def test_beam_of_one_equals_greedy(attention, alpha):
+    """The same translations with the same scores (normalized log-probabilities, as beam search scores them)."""
     model = untrained_model(attention)
     src, src_len = ragged_sources([9, 3, 6, 1], seed=2)
     max_len = np.array([12, 5, 9, 3])
-    greedy = greedy_search(model, src, src_len, max_len)
-    assert [hyps[0][0] for hyps in beam_search(model, src, src_len, beam_size=1, max_len=max_len)] == greedy
+    greedy = greedy_search(model, src, src_len, max_len, alpha=alpha)
+    assert_same_hypotheses([[g] for g in greedy],
+                           beam_search(model, src, src_len, beam_size=1, max_len=max_len, alpha=alpha))
+    assert all(score < 0 for _, score in greedy)
 
 
 @pytest.mark.parametrize("attention", ["general", "mlp"])
@@ -70,7 +73,7 @@ def test_batched_equals_one_by_one(attention):
     beam = beam_search(model, src, src_len, beam_size=3, max_len=max_len, nbest=3)
     for i, n in enumerate(lengths):
         one_src, one_len = src[i:i + 1, :n], src_len[i:i + 1]  # alone and unpadded
-        assert greedy_search(model, one_src, one_len, int(max_len[i])) == [greedy[i]]
+        assert_same_hypotheses([greedy_search(model, one_src, one_len, int(max_len[i]))], [[greedy[i]]])
         alone = beam_search(model, one_src, one_len, beam_size=3, max_len=int(max_len[i]), nbest=3)
         assert_same_hypotheses(alone, [beam[i]], atol=1e-5)
 
@@ -81,13 +84,13 @@ def test_max_len_is_respected_per_sentence():
     max_len = np.array([0, 1, 3, 6])
     greedy = greedy_search(model, src, src_len, max_len)
     beam = beam_search(model, src, src_len, beam_size=3, max_len=max_len, nbest=2)
-    assert greedy[0] == [] and beam[0] == [([], 0.0)]
+    assert greedy[0] == ([], 0.0) and beam[0] == [([], 0.0)]
     for i in range(1, 4):
-        assert 0 < len(greedy[i]) <= max_len[i]
+        assert 0 < len(greedy[i][0]) <= max_len[i]
         assert all(len(ids) <= max_len[i] and EOS_ID not in ids for ids, _ in beam[i])
     # An untrained model rarely says EOS, so most outputs run to exactly max_len.
-    assert sum(len(g) == m for g, m in zip(greedy, max_len)) >= 3
-    assert greedy_search(model, src, src_len, 0) == [[]] * 4
+    assert sum(len(ids) == m for (ids, _), m in zip(greedy, max_len)) >= 3
+    assert greedy_search(model, src, src_len, 0) == [([], 0.0)] * 4
 
 
 def test_bad_arguments():
@@ -157,9 +160,9 @@ def test_ensemble_follows_the_mean_of_its_members_log_probs():
     src, src_len = ragged_sources([6, 2, 8, 4], seed=9)
     max_len = np.array([8, 4, 10, 6])
     expected = reference_greedy([first, other], src, src_len, max_len)
-    assert greedy_search([first, other], src, src_len, max_len) == expected
+    assert [ids for ids, _ in greedy_search([first, other], src, src_len, max_len)] == expected
     assert [r[0][0] for r in beam_search([first, other], src, src_len, beam_size=1, max_len=max_len)] == expected
-    assert expected != greedy_search(first, src, src_len, max_len)
+    assert expected != [ids for ids, _ in greedy_search(first, src, src_len, max_len)]
     ensemble = Ensemble([first, other])
     state = ensemble.init_state(ensemble.encode(src, src_len))
     log_probs, _, attention = ensemble.step(nd.full((4,), BOS_ID), state)
@@ -173,7 +176,8 @@ def test_ensemble_follows_the_mean_of_its_members_log_probs():
 def test_ensemble_of_one_model_twice_decodes_like_the_model():
     model = untrained_model("dot")
     src, src_len = ragged_sources([6, 2, 8, 4], seed=4)
-    assert greedy_search([model, model], src, src_len, 7) == greedy_search(model, src, src_len, 7)
+    assert_same_hypotheses([[g] for g in greedy_search([model, model], src, src_len, 7)],
+                           [[g] for g in greedy_search(model, src, src_len, 7)])
     alone = beam_search(model, src, src_len, beam_size=3, max_len=7, nbest=3)
     assert_same_hypotheses(beam_search([model, model], src, src_len, beam_size=3, max_len=7, nbest=3), alone,
                            rtol=1e-5, atol=1e-5)
@@ -222,7 +226,7 @@ def test_sampling_draws_from_the_models_distribution(members, top):
     n = 4000
     mx.random.seed(7)
     first = greedy_search(model, nd.repeat(src, n, axis=0), nd.repeat(src_len, n, axis=0), 1, sample=top)
-    drawn = np.bincount([t[0] if t else EOS_ID for t in first], minlength=VOCAB) / n
+    drawn = np.bincount([ids[0] if ids else EOS_ID for ids, _ in first], minlength=VOCAB) / n
     np.testing.assert_allclose(drawn, p, atol=0.03)
     assert (drawn[p == 0] == 0).all()
 
@@ -237,7 +241,7 @@ def test_sampling_from_the_top_token_is_greedy_and_a_seed_repeats_a_draw():
         mx.random.seed(seed)
         draws.append(greedy_search(model, src, src_len, max_len, sample=0))
     assert draws[0] == draws[1] != draws[2]
-    assert all(len(d) <= m for d, m in zip(draws[2], max_len))
+    assert all(len(ids) <= m for (ids, _), m in zip(draws[2], max_len))
     with pytest.raises(ValueError, match="sample must be >= 0"):
         greedy_search(model, src, src_len, max_len, sample=-1)
 
