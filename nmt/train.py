@@ -39,6 +39,9 @@ __all__ = ["Trainer", "TrainResult", "build_data", "build_model", "build_optimiz
 
 logger = logging.getLogger("nmt.train")
 _INTERRUPTS = ("SIGINT", "SIGTERM")
+# the flag that lets a resumed run go on past each limit a finished run stopped at
+_LIMIT_FLAGS = {"max_steps": "--max-steps", "max_epochs": "--max-epochs", "time_budget": "--time-budget",
+                "early_stop": "--patience"}
 _SAMPLES = 5   # dev translations shown in TensorBoard at each validation
 
 
@@ -195,6 +198,7 @@ class Trainer:
     def _fit(self) -> None:
         t = self.cfg.train
         self._t_start, self._elapsed0, self.state.stopped = time.perf_counter(), self.state.elapsed, ""
+        step0 = self.state.step
         old_handlers = _install_signal_handlers(self)
         try:
             stop = self.should_stop()
@@ -212,9 +216,10 @@ class Trainer:
                     self._next_epoch()
                     self.save_checkpoint(self.validate())
                     stop = self.should_stop()
-            self._finish(stop or "max_epochs")
+            self._finish(stop or "max_epochs", trained=self.state.step > step0)
         finally:
-            _restore_signal_handlers(old_handlers)
+            for sig, handler in old_handlers.items():
+                signal.signal(sig, handler)
             self.tensorboard.close()
         if t.average_last > 1 and self.is_chief and len(self.state.params_files) >= 2:
             ckpt.average_checkpoints(self.model_dir, self.state.params_files, last=t.average_last)
@@ -226,9 +231,12 @@ class Trainer:
         self.state.epoch += 1
         self.data.sampler.set_epoch(self.state.epoch)
 
-    def _finish(self, stop: str) -> None:
+    def _finish(self, stop: str, trained: bool = True) -> None:
         """Record why training stopped; a final validation and checkpoint unless the last update has one."""
         self.state.stopped = stop
+        if not trained and stop in _LIMIT_FLAGS:   # e.g. --resume of a finished run
+            logger.warning("no update made: the run had already reached its %s limit; give a higher %s to train on",
+                           stop, _LIMIT_FLAGS[stop])
         last = ckpt.params_step(self.state.params_files[-1]) if self.state.params_files else None
         if self.state.step != last:
             self.save_checkpoint(stop not in _INTERRUPTS and self.validate())
@@ -300,7 +308,8 @@ def _create_locked(cfg: Config, resume: bool, overwrite: bool, ctxs, kv, workers
         "batches": data.sampler.fingerprint(), "subword_sampling": cfg.data.subword_sampling,
         "model": vars(cfg.model), "optim": vars(cfg.optim),
         "train": {k: getattr(t, k) for k in ("seed", "accum_steps", "max_steps", "max_epochs", "valid_every")}})
-    _seed_everything(t.seed)
+    for seed in (random.seed, np.random.seed, mx.random.seed):
+        seed(t.seed)
     net = build_model(cfg.model, data.src_tok.vocab_size, data.tgt_tok.vocab_size)
     net.initialize(mx.init.Xavier(magnitude=2.24), ctx=ctxs)
     net.hybridize(static_alloc=True)
@@ -371,12 +380,6 @@ def train(cfg: Config, resume: bool = False, overwrite: bool = False, evaluate: 
     return TrainResult(state, scores)
 
 
-def _seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    mx.random.seed(seed)
-
-
 def _install_signal_handlers(trainer: Trainer):
     """SIGINT/SIGTERM set a flag; the loop saves a checkpoint after the current update and exits cleanly."""
     def handler(signum, _frame):
@@ -393,8 +396,3 @@ def _install_signal_handlers(trainer: Trainer):
         except ValueError:   # not the main thread (e.g. inside some notebook runners)
             pass
     return old
-
-
-def _restore_signal_handlers(old) -> None:
-    for sig, h in old.items():
-        signal.signal(sig, h)

@@ -301,7 +301,9 @@ def test_a_finished_run_is_averaged_by_resuming_it_with_average_last(tmp_path, t
     assert not (model_dir / ckpt.PARAMS_AVG).exists()
     assert train_main(resume + ["--average-last", "5", "--keep-last", "5"]) == 0   # has 2: averages them, says so
     assert "--average-last 5: the run has 2 checkpoints; params.avg averages those" in (model_dir / ckpt.LOG).read_text()
-    assert ckpt.TrainState.load(model_dir).step == 4   # no update made
+    assert ckpt.TrainState.load(model_dir).step == 4   # no update made, and the log says how to train on
+    assert ("no update made: the run had already reached its max_steps limit; give a higher --max-steps to train on"
+            in (model_dir / ckpt.LOG).read_text())
     mean = {k: (load_params(model_dir, "2")[k] + load_params(model_dir, "4")[k]).asnumpy() / 2
             for k in load_params(model_dir, "4")}
     assert_same_params({k: v.asnumpy() for k, v in load_params(model_dir, "avg").items()}, mean)
