@@ -170,7 +170,7 @@ def _check_sampling(args: argparse.Namespace) -> None:
 @command(build_translate_parser)
 def translate_main(args: argparse.Namespace) -> int:
     import contextlib
-    from nmt.corpus import CorpusError
+    from nmt.corpus import CorpusError, has_hangul
     from nmt.plot import attention_saver
     from nmt.translate import CHARS_PER_TOKEN, interactive, read_raw_lines, translate_stream
     if args.plot_attention:
@@ -192,6 +192,13 @@ def translate_main(args: argparse.Namespace) -> int:
             return interactive(tr, nbest, plot)
         args.chunk_lines = 1   # typed lines: translate and write each one at once
     name = "<stdin>" if stdin else args.input
+    tally = [0, 0]   # the input's non-empty lines and those with Hangul: is it in the model's source language?
+
+    def on_chunk(first: int, lines: list) -> None:
+        tally[0] += sum(1 for x in lines if x.strip())
+        tally[1] += sum(map(has_hangul, lines))
+        if plot is not None:
+            plot(first, lines)
     with contextlib.ExitStack() as stack:
         if stdin:
             src = sys.stdin.buffer
@@ -205,14 +212,24 @@ def translate_main(args: argparse.Namespace) -> int:
         try:
             stats = translate_stream(tr, read_raw_lines(src, max_bytes), out, name=name,
                                      chunk_lines=args.chunk_lines, on_invalid=args.on_invalid_utf8,
-                                     nbest=nbest, on_chunk=plot)
+                                     nbest=nbest, on_chunk=on_chunk)
         except BrokenPipeError:
             return _reader_gone()
+    _check_input_language(tr, name, *tally)
     logging.getLogger("nmt.translate").info(
         "translated %d lines in %.1f s (%.1f lines/s)%s%s", stats.lines, stats.seconds,
         stats.lines / max(stats.seconds, 1e-9), f"; {tr.truncated} truncated" if tr.truncated else "",
         f"; {stats.invalid_utf8} with invalid UTF-8 replaced" if stats.invalid_utf8 else "")
     return 0
+
+
+def _check_input_language(tr, name: str, lines: int, hangul: int) -> None:
+    """Warn when most lines of the input look like the model's target language (e.g. English given to a ko -> en
+    model, as in a back-translation run with the model of the wrong direction): its translations are of no use."""
+    if lines and (hangul < lines / 2 if tr.src_lang == "ko" else hangul > lines / 2):
+        logging.getLogger("nmt.translate").warning(
+            "%s: %d of %d lines have Hangul, but the model translates %s -> %s: is the input in the model's source "
+            "language (or is this the model of the other direction)?", name, hangul, lines, tr.src_lang, tr.tgt_lang)
 
 
 def build_evaluate_parser() -> argparse.ArgumentParser:

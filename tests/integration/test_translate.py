@@ -214,6 +214,19 @@ def test_cli_sampling(tr, src_lines, tmp_path, capsys):
         assert code == 2 and f"argument --seed: must be >= 0 and <= {2 ** 32 - 1} (got {seed})" in err
 
 
+def test_input_in_the_target_language_is_translated_with_a_warning(tr, tmp_path, capsys):
+    """English given to a ko -> en model (a back-translation run with the model of the wrong direction) is
+    translated, line for line, and the log says what looks wrong; the model's source language passes quietly."""
+    for name, lang, warned in (("four.en", "en", True), ("four.ko", "ko", False)):
+        path = tmp_path / name
+        lines = synth_file(tr.model_dir, f"test.{lang}").read_text(encoding="utf-8").splitlines(True)[:4]
+        path.write_text("".join(lines) + "\n", encoding="utf-8")   # and an empty line, which does not count
+        code, out, err = run(["--model-dir", tr.model_dir, "--input", path], capsys)
+        assert code == 0 and len(out.splitlines()) == 5, err
+        message = f"{path}: {0 if warned else 4} of 4 lines have Hangul, but the model translates ko -> en"
+        assert (message in err) == warned and ("have Hangul" in err) == warned, err
+
+
 def test_cli_refuses_to_write_over_its_input(tr, tmp_path, capsys):
     """`--output` naming the `--input` file (or a link to it) would empty it before it is read."""
     path, link = tmp_path / "in.ko", tmp_path / "link.ko"
