@@ -23,6 +23,7 @@ from nmt.config import ConfigError, DataConfig
 from nmt.corpus import (CorpusError, Pairs, check_languages, clean_training_pairs, concat, has_hangul,
                         read_parallel, read_tsv, strip_rest_markup)
 from nmt.download import DOWNLOAD_TIMEOUT, download, download_archive, verify_file
+from nmt.storage import check_writable
 
 logger = logging.getLogger("nmt.recipes")
 # Training files given without dev files: this many of their pairs, drawn with this seed, are the dev set.
@@ -129,6 +130,7 @@ def fetch(source: Source, key: str, data_dir: Optional[Path], cache_dir: Path, *
         raise CorpusError(f"{what}: {spec.path} is mirror-only{missing}: it cannot be downloaded because it was "
                           f"derived by a procedure ({spec.derived}). Pass --data-dir DIR or set NMT_DATA_DIR=DIR to a "
                           f"directory laid out like shared/data that contains {spec.path}.")
+    check_writable(cache_dir, "--cache-dir")   # a clear error before any download
     logger.info("downloading %s into %s", what, cache_dir)
     try:
         if spec.archive_url:

@@ -109,6 +109,9 @@ def check_writable(directory: PathLike, flag: str = "--model-dir") -> None:
             probe.write_bytes(b"")
     except StorageError as e:
         raise StorageError(f"{flag} {directory}: {e}") from None
+    except OSError as e:   # not a fixable write error, yet no file can be made there (e.g. a path under /proc)
+        raise StorageError(f"{flag} {directory}: cannot create a file in {where} ({e.strerror}); choose another "
+                           f"{flag}") from None
     finally:
         with contextlib.suppress(OSError):
             probe.unlink()

@@ -136,6 +136,20 @@ def test_download_on_a_full_disk(small_disk, tmp_path, monkeypatch, variant):
     assert not dest.exists()
 
 
+def test_a_cache_dir_where_no_file_can_be_made_is_named_before_downloading(tmp_path, monkeypatch, capsys):
+    """A --cache-dir under a file, or where the kernel makes no files (/proc: ENOENT, not a write error people
+    usually meet), is one line naming the flag, before any network access."""
+    from nmt.cli import train_main
+    monkeypatch.delenv("NMT_DATA_DIR", raising=False)   # no mirror: the recipe's files would be downloaded
+    monkeypatch.setattr(download, "_stream", lambda *a: pytest.fail("downloaded"))
+    (tmp_path / "file").write_text("")
+    for cache, why in ((tmp_path / "file" / "cache", f"{tmp_path / 'file'} is a file, not a directory"),
+                       ("/proc/nmt-cache", "cannot create a file in /proc (No such file or directory)")):
+        code = train_main(["--dry-run", "--model-dir", str(tmp_path / "m"), "--cache-dir", str(cache)])
+        err = capsys.readouterr().err
+        assert code == 2 and "Traceback" not in err and f"error: --cache-dir {cache}: {why}" in err, err
+
+
 def test_preflight_refuses_a_model_dir_without_room(small_disk, tmp_path):
     """The CLI on a model directory too small for --keep-last checkpoints: exit 2, one line, no traceback."""
     task = write_task(tmp_path / "task", n_train=300)
