@@ -94,14 +94,17 @@ def _refuse_overwriting(flag: str, output, inputs: dict) -> None:
                               f"reads; give another {flag}")
 
 
-def _output_dir(flag: str, path: Path) -> Path:
-    """`path` made (with its parents) before any work, so that a directory that cannot be made is an error naming
-    `flag` at once rather than after decoding."""
+def _output_dir(flag: str, path: Path, file: str = "") -> Path:
+    """`path` made (with its parents) and found writable before any work, so that an output that cannot be written
+    is an error naming `flag` at once rather than after decoding; `file`: the output of `flag` that goes there."""
     from nmt.corpus import CorpusError
+    from nmt.storage import check_writable
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise CorpusError(f"{flag} {path}: cannot make the directory ({e.strerror})") from None
+        where = f"{file}: cannot make its directory {path}" if file else f"{path}: cannot make the directory"
+        raise CorpusError(f"{flag} {where} ({e.strerror})") from None
+    check_writable(path, flag, shown=file or None)
     return path
 
 
@@ -170,7 +173,7 @@ def _check_sampling(args: argparse.Namespace) -> None:
 @command(build_translate_parser)
 def translate_main(args: argparse.Namespace) -> int:
     import contextlib
-    from nmt.corpus import CorpusError, has_hangul
+    from nmt.corpus import CorpusError, has_hangul, warn_if_other_language
     from nmt.plot import attention_saver
     from nmt.translate import CHARS_PER_TOKEN, interactive, read_raw_lines, translate_stream
     if args.plot_attention:
@@ -215,21 +218,12 @@ def translate_main(args: argparse.Namespace) -> int:
                                      nbest=nbest, on_chunk=on_chunk)
         except BrokenPipeError:
             return _reader_gone()
-    _check_input_language(tr, name, *tally)
+    warn_if_other_language(name, *tally, tr.src_lang, tr.tgt_lang)
     logging.getLogger("nmt.translate").info(
         "translated %d lines in %.1f s (%.1f lines/s)%s%s", stats.lines, stats.seconds,
         stats.lines / max(stats.seconds, 1e-9), f"; {tr.truncated} truncated" if tr.truncated else "",
         f"; {stats.invalid_utf8} with invalid UTF-8 replaced" if stats.invalid_utf8 else "")
     return 0
-
-
-def _check_input_language(tr, name: str, lines: int, hangul: int) -> None:
-    """Warn when most lines of the input look like the model's target language (e.g. English given to a ko -> en
-    model, as in a back-translation run with the model of the wrong direction): its translations are of no use."""
-    if lines and (hangul < lines / 2 if tr.src_lang == "ko" else hangul > lines / 2):
-        logging.getLogger("nmt.translate").warning(
-            "%s: %d of %d lines have Hangul, but the model translates %s -> %s: is the input in the model's source "
-            "language (or is this the model of the other direction)?", name, hangul, lines, tr.src_lang, tr.tgt_lang)
 
 
 def build_evaluate_parser() -> argparse.ArgumentParser:
@@ -289,6 +283,8 @@ def evaluate_main(args: argparse.Namespace) -> int:
     from nmt.scoring import checkpoint_info, score_test_set
     if args.hyp_dir:
         _output_dir("--hyp-dir", args.hyp_dir)
+    if args.json not in (None, "-"):   # written at the end: its directory is checked now
+        _output_dir("--json", Path(args.json).parent, file=args.json)
     tr = _load_translator(args)
     tests = _test_sets(args, tr)
     inputs = {"--src-file": args.src_file, "--ref-file": args.ref_file}

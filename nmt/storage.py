@@ -97,10 +97,12 @@ def mxnet_write_failure(path: PathLike, err: Exception, needed: Optional[int]) -
                         f"{', about ' + human_bytes(needed) + ' needed' if needed else ''}; {_FIXABLE[errno.ENOSPC]}")
 
 
-def check_writable(directory: PathLike, flag: str = "--model-dir") -> None:
+def check_writable(directory: PathLike, flag: str = "--model-dir", shown: Optional[PathLike] = None) -> None:
     """StorageError unless a file can be created in `directory` (or, if it does not exist yet, where it would be
-    created): found before training, not at the first checkpoint an hour later."""
+    created): found before training, not at the first checkpoint an hour later. The error names `flag` with its
+    value, `shown` (e.g. a file of `directory`) or `directory`."""
     where = existing_ancestor(directory)
+    directory = shown or directory
     if not where.is_dir():
         raise StorageError(f"{flag} {directory}: {where} is a file, not a directory; choose another {flag}")
     probe = where / f".nmt-write-probe-{os.getpid()}"

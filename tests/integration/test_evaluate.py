@@ -107,6 +107,11 @@ def test_mismatched_line_counts_name_both_files(model_copy, tmp_path, capsys):
                       (["--src-file", src2, "--ref-file", ref, "--name", "r", "--hyp-dir", tmp_path],
                        f"--hyp-dir {ref} is the --ref-file file: writing it would destroy what this command reads"),
                       (["--src-file", src2, "--ref-file", ref, "--json", src2], f"--json {src2} is the --src-file"),
+                      # written after the decoding: where it cannot be, said before
+                      (["--src-file", src2, "--ref-file", ref, "--json", src2 / "r.json"],
+                       f"--json {src2 / 'r.json'}: cannot make its directory {src2} (File exists)"),
+                      (["--src-file", src2, "--ref-file", ref, "--json", "/proc/r.json"],
+                       "--json /proc/r.json: cannot create a file in /proc"),
                       (["--src-file", ref, "--ref-file", src2], f"--src-file {ref} should be the Korean side (the model "
                                                                  "translates ko -> en) but has Hangul on 0% of its "
                                                                  f"lines, against 100% in --ref-file {src2}")]:
