@@ -173,7 +173,7 @@ def _check_sampling(args: argparse.Namespace) -> None:
 @command(build_translate_parser)
 def translate_main(args: argparse.Namespace) -> int:
     import contextlib
-    from nmt.corpus import CorpusError, has_hangul, warn_if_other_language
+    from nmt.corpus import CorpusError, has_hangul, other_language_warning
     from nmt.plot import attention_saver
     from nmt.translate import CHARS_PER_TOKEN, interactive, read_raw_lines, translate_stream
     if args.plot_attention:
@@ -218,7 +218,9 @@ def translate_main(args: argparse.Namespace) -> int:
                                      nbest=nbest, on_chunk=on_chunk)
         except BrokenPipeError:
             return _reader_gone()
-    warn_if_other_language(name, *tally, tr.src_lang, tr.tgt_lang)
+    warning = other_language_warning(*tally, tr.src_lang, tr.tgt_lang)
+    if warning:
+        logging.getLogger("nmt.translate").warning("%s: %s", name, warning)
     logging.getLogger("nmt.translate").info(
         "translated %d lines in %.1f s (%.1f lines/s)%s%s", stats.lines, stats.seconds,
         stats.lines / max(stats.seconds, 1e-9), f"; {tr.truncated} truncated" if tr.truncated else "",

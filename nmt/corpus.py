@@ -82,14 +82,14 @@ def check_languages(src: Sequence[str], tgt: Sequence[str], src_lang: str, names
                           "of one language?")
 
 
-def warn_if_other_language(name: str, lines: int, hangul: int, src_lang: str, tgt_lang: str) -> None:
-    """Warn when most of the `lines` non-empty lines of an input to translate (`hangul` of them with Hangul) look
-    like the target language (e.g. English given to a ko -> en model, as in a back-translation run with the model
-    of the wrong direction): their translations are of no use."""
+def other_language_warning(lines: int, hangul: int, src_lang: str, tgt_lang: str) -> str:
+    """What to warn of when most of the `lines` non-empty lines of an input to translate (`hangul` of them with
+    Hangul) look like the target language, e.g. English given to a ko -> en model (a back-translation run with the
+    model of the wrong direction): their translations are of no use. "" when they do not."""
     if lines and (hangul < lines / 2 if src_lang == "ko" else hangul > lines / 2):
-        logger.warning("%s: %d of %d lines have Hangul, but the model translates %s -> %s: is the input in the "
-                       "model's source language (or is this the model of the other direction)?", name, hangul, lines,
-                       src_lang, tgt_lang)
+        return (f"{hangul} of {lines} non-empty lines have Hangul, but the model translates {src_lang} -> {tgt_lang}: "
+                "is the input in the model's source language (or is this the model of the other direction)?")
+    return ""
 
 
 def hangul_share(lines: Sequence[str], sample: int = 10_000) -> float:

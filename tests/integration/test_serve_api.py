@@ -125,6 +125,10 @@ def test_empty_lines_and_control_characters_are_translated_with_warnings(http, t
     r = http.post("/translate", json={"text": ["", "  ", "가\x00나\x1b 다"]}).json()
     assert [t["translation"] for t in r["translations"]] == ["", "", translator.translate(["가나 다"])[0]]
     assert r["warnings"] == ["text[2] has 2 control character(s); they were removed before translating"]
+    r = http.post("/translate", json={"text": ["Thank you.", "", "Fine.", "가 나"]}).json()   # mostly English
+    assert r["warnings"] == ["text: 1 of 3 non-empty lines have Hangul, but the model translates ko -> en: is the "
+                             "input in the model's source language (or is this the model of the other direction)?"]
+    assert r["translations"][0]["translation"] == translator.translate("Thank you.")   # translated all the same
 
 
 def test_memory_stays_bounded_under_big_bodies(http):

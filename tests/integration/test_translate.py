@@ -223,7 +223,7 @@ def test_input_in_the_target_language_is_translated_with_a_warning(tr, tmp_path,
         path.write_text("".join(lines) + "\n", encoding="utf-8")   # and an empty line, which does not count
         code, out, err = run(["--model-dir", tr.model_dir, "--input", path], capsys)
         assert code == 0 and len(out.splitlines()) == 5, err
-        message = f"{path}: {0 if warned else 4} of 4 lines have Hangul, but the model translates ko -> en"
+        message = f"{path}: {0 if warned else 4} of 4 non-empty lines have Hangul, but the model translates ko -> en"
         assert (message in err) == warned and ("have Hangul" in err) == warned, err
 
 
