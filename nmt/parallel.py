@@ -71,6 +71,17 @@ class DeviceError(ValueError):
     """--gpus / --cpu-devices asks for devices this machine does not have."""
 
 
+def check_gpus(ctxs: Sequence[mx.Context]) -> None:
+    """DeviceError if one of the GPU contexts in `ctxs` is not a GPU this process can use (`parse_devices` checks the
+    command line's the same way, naming --gpus)."""
+    ids = [c.device_id for c in ctxs if c.device_type == "gpu"]
+    found = mx.context.num_gpus() if ids else 0
+    if ids and max(ids) >= found:
+        raise DeviceError(f"{mx.gpu(max(ids))}: {found} GPU(s) found here" + (
+            "" if found else "; using GPUs needs the CUDA build of MXNet (pip install -r requirements/gpu.txt) and a "
+            "visible NVIDIA GPU"))
+
+
 def parse_devices(gpus: Optional[str], cpu_devices: int = 1) -> List[mx.Context]:
     """Contexts from the command line: "2" = the first two visible GPUs, "4,5,6,7" = exactly those ids
     (ids as CUDA numbers them after CUDA_VISIBLE_DEVICES), None = `cpu_devices` CPU contexts cpu(0)..cpu(N-1)."""

@@ -27,7 +27,7 @@ from nmt.corpus import CorpusError, normalize
 from nmt.models import build_model
 from nmt.models.base import Seq2SeqModel
 from nmt.models.ensemble import as_model
-from nmt.parallel import concurrent_devices_safe
+from nmt.parallel import check_gpus, concurrent_devices_safe
 from nmt.search import beam_search, greedy_search
 from nmt.tokenizer import Tokenizer, load_tokenizers
 
@@ -127,6 +127,7 @@ class Translator:
         ctxs = list(ctx) if isinstance(ctx, (list, tuple)) else [ctx or mx.cpu()]
         if not ctxs:
             raise ValueError("Translator.from_dir: ctx is an empty list of devices")
+        check_gpus(ctxs)   # else a missing GPU would look like parameters that do not fit the model
         ctx = ctxs[0]
         others = []
         for other in map(Path, ensemble):   # every member's vocabularies are checked before any model is loaded
@@ -169,6 +170,8 @@ class Translator:
         max_chars = limit * CHARS_PER_TOKEN
         texts = []
         for i, x in enumerate(lines):
+            if not isinstance(x, str):
+                raise TypeError(f"lines[{i}] is {type(x).__name__}, not str: give a list of sentences (str)")
             if len(x) > max_chars:   # before normalizing/tokenizing: bounded work and memory for any line
                 self.truncated += 1
                 logger.warning("input line %d has %d characters; truncated to %d (--max-input-tokens %d x %d)",
@@ -186,9 +189,7 @@ class Translator:
 
     def translate_ids(self, lines: Sequence[str], beam_size: Optional[int] = None, nbest: int = 1,
                       first_line: int = 1) -> List[Hyps]:
-        """Per input line, up to `nbest` (target ids, score) pairs, best first ([] for an empty line).
-
-        Greedy search (beam 1) and sampling give score 0.0; beam search the length-normalized log-probability."""
+        """Per input line, up to `nbest` (target ids, normalized log-probability), best first ([]: empty line)."""
         beam = beam_size or self.decode.beam_size
         ids = self.source_ids(lines, first_line)
         out: List[Hyps] = [[] for _ in lines]

@@ -75,6 +75,18 @@ def test_one_string_is_one_sentence(tr, src_lines):
     assert tr.translate_nbest(line, 2, beam_size=3) == tr.translate_nbest([line], 2, beam_size=3)[0]
     with pytest.raises(TypeError, match="lines must be a list of sentences, not one string"):
         tr.translate_ids(line)
+    for bad, what in (([line, None], "lines\\[1\\] is NoneType"), ([line.encode()], "lines\\[0\\] is bytes")):
+        with pytest.raises(TypeError, match=what + ", not str: give a list of sentences"):
+            tr.translate(bad)
+
+
+def test_a_gpu_context_without_a_gpu_is_named(tr):
+    """The API's devices meet the command line's check: without the GPU, a DeviceError naming the context (it
+    looked like parameters that do not fit the model)."""
+    from nmt.parallel import DeviceError
+    missing = mx.gpu(mx.context.num_gpus())   # the first id past those present
+    with pytest.raises(DeviceError, match=rf"gpu\({missing.device_id}\): {mx.context.num_gpus()} GPU\(s\) found here"):
+        Translator.from_dir(tr.model_dir, ctx=[mx.cpu(), missing])
 
 
 def test_control_characters_are_normalized_away(tr):
@@ -356,7 +368,8 @@ def test_attention_heatmap(tr, src_lines, tmp_path, capsys):
     path.write_text(f"{line}\n\n리 니\n", encoding="utf-8")
     code, _, _ = run(["--model-dir", tr.model_dir, "--input", path, "--output", tmp_path / "o.en",
                       "--plot-attention", tmp_path / "plots"], capsys)
-    assert code == 0 and sorted(p.name for p in (tmp_path / "plots").iterdir()) == ["line-000001.png", "line-000003.png"]
+    plots = sorted(p.name for p in (tmp_path / "plots").iterdir())
+    assert code == 0 and plots == ["line-000001.png", "line-000003.png"]
 
 
 # -- benchmark ------------------------------------------------------------------------------------------------------
