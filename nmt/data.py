@@ -68,10 +68,11 @@ def encode_data(cfg: Config, splits: DatasetSplits, src_tok: Tokenizer, tgt_tok:
         tr_s, tr_t = encode_flat(src_tok, splits.train.src), encode_flat(tgt_tok, splits.train.tgt)
     ls, lt = tr_s.lengths, tr_t.lengths
     keep = np.flatnonzero((ls > 0) & (ls <= d.max_src_tokens) & (lt > 0) & (lt <= d.max_tgt_tokens))
-    if len(keep) < len(tr_s):
-        logger.info("dropped %d of %d training pairs longer than --max-src-tokens %d / --max-tgt-tokens %d "
-                    "subword tokens (or empty after tokenization)", len(tr_s) - len(keep), len(tr_s),
-                    d.max_src_tokens, d.max_tgt_tokens)
+    if len(keep) < len(tr_s):   # a warning when it is more than a few: the limits may be too low for the data
+        logger.log(logging.WARNING if len(keep) < 0.95 * len(tr_s) else logging.INFO,
+                   "dropped %d of %d training pairs longer than --max-src-tokens %d / --max-tgt-tokens %d subword "
+                   "tokens (or empty after tokenization)", len(tr_s) - len(keep), len(tr_s), d.max_src_tokens,
+                   d.max_tgt_tokens)
     if not len(keep):
         raise ConfigError("no training pair is left after the token-length filter; "
                           "raise --max-src-tokens/--max-tgt-tokens")

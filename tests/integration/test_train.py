@@ -309,6 +309,15 @@ def test_a_finished_run_is_averaged_by_resuming_it_with_average_last(tmp_path, t
     assert_same_params({k: v.asnumpy() for k, v in load_params(model_dir, "avg").items()}, mean)
 
 
+@pytest.mark.parametrize("limit, level", [(3, "WARNING"), (200, None)])
+def test_pairs_over_the_length_limits_are_counted_and_many_are_a_warning(tmp_path, task, capsys, limit, level):
+    """Most training pairs dropped by a low --max-src-tokens is a warning, not a line among the INFO ones."""
+    from nmt.cli import train_main
+    assert train_main(tiny_flags(task, tmp_path / "m") + ["--max-steps", "1", "--max-src-tokens", str(limit)]) == 0
+    dropped = [x for x in capsys.readouterr().err.splitlines() if "training pairs longer than --max-src-tokens" in x]
+    assert [f" {level} nmt.data: dropped " in x for x in dropped] == ([True] if level else [])
+
+
 def test_cli_reports_bad_data_without_traceback(tmp_path, task, capsys):
     from nmt.cli import train_main
     bad = tmp_path / "bad.en"
