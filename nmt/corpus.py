@@ -306,8 +306,11 @@ def clean_training_pairs(train: Pairs, exclude: Sequence[Pairs], *, max_chars: i
         else:
             counts[reason] += 1
     kept = Pairs(keep_s, keep_t, train.name, dict(train.dropped))
-    logger.info("%s: kept %d of %d training pairs%s", train.name, len(kept), len(train),
-                "; dropped " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) if counts else "")
+    filtered = counts["too_long"] + counts["ratio"]   # a warning past 5%: --max-chars or --max-ratio may be too low
+    logger.log(logging.WARNING if filtered > 0.05 * len(train) else logging.INFO,
+               "%s: kept %d of %d training pairs%s%s", train.name, len(kept), len(train),
+               "; dropped " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) if counts else "",
+               f" (too_long: over --max-chars {max_chars}, ratio: over --max-ratio {max_ratio})" if filtered else "")
     return kept, dict(counts)
 
 

@@ -123,6 +123,9 @@ def build_data(cfg: Config, model_dir: Path, resume: bool = False,
                             num_buckets=d.num_buckets, bucketing=d.bucketing, shuffle=True, seed=cfg.train.seed)
     logger.info("batches: %d per epoch in %d shapes (%s bucketing), %.0f%% of the padded positions are tokens",
                 len(sampler), len(sampler.bucket_shapes), sampler.bucketing, 100 * sampler.real_fraction)
+    if not d.batch_tokens and d.batch_size > sampler.num_examples:   # e.g. a token count given as --batch-size
+        logger.warning("--batch-size %d is more than the %d training pairs: each batch is a whole bucket; for a "
+                       "batch of about N target tokens give --batch-tokens N", d.batch_size, sampler.num_examples)
     resegment = subword_resegmenter(d, encoded, src_tok, tgt_tok) if d.subword_sampling else None
     batches = BatchIterator(encoded.train_src, encoded.train_tgt, sampler, prefetch=2, resegment=resegment)
     sampler.set_epoch(0)

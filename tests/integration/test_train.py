@@ -318,6 +318,13 @@ def test_pairs_over_the_length_limits_are_counted_and_many_are_a_warning(tmp_pat
     assert [f" {level} nmt.data: dropped " in x for x in dropped] == ([True] if level else [])
 
 
+def test_a_batch_size_over_the_corpus_is_a_warning(tmp_path, task, capsys):
+    """--batch-size 4096 (a token count, as fairseq's --max-tokens) on a smaller corpus: each batch is a bucket."""
+    from nmt.cli import train_main
+    assert train_main(tiny_flags(task, tmp_path / "m") + ["--max-steps", "1", "--batch-size", "4096"]) == 0
+    assert " WARNING nmt.data: --batch-size 4096 is more than the " in capsys.readouterr().err
+
+
 def test_cli_reports_bad_data_without_traceback(tmp_path, task, capsys):
     from nmt.cli import train_main
     bad = tmp_path / "bad.en"

@@ -208,6 +208,9 @@ def test_clean_training_pairs_each_reason(nmt_logs):
     assert counts == {"overlap:test": 2, "overlap:dev": 1, "too_long": 1, "ratio": 1, "duplicate": 1, "empty": 1}
     assert len(kept) + sum(counts.values()) == len(train)
     assert "kept 2 of 9" in messages(nmt_logs) and "overlap:test 2" in messages(nmt_logs)
+    # 2 of 9 dropped by the length and ratio limits: a warning that names them
+    assert [r.levelname for r in nmt_logs] == ["WARNING"]
+    assert "(too_long: over --max-chars 40, ratio: over --max-ratio 3.0)" in messages(nmt_logs)
 
 
 def test_ratio_uses_bytes_so_short_korean_pairs_survive():
@@ -216,13 +219,14 @@ def test_ratio_uses_bytes_so_short_korean_pairs_survive():
     assert kept.src == ["수고했어."] and counts == {"ratio": 1}
 
 
-def test_clean_keeps_order_on_random_data():
+def test_clean_keeps_order_on_random_data(nmt_logs):
     rng = random.Random(0)
     src = [f"문장 {rng.randrange(50)}" for _ in range(200)]
     tgt = [f"sentence {s.split()[1]}" for s in src]
     kept, counts = clean_training_pairs(Pairs(src, tgt, "r"), [], max_chars=100, max_ratio=5.0)
     firsts = list(dict.fromkeys(zip(src, tgt)))
     assert list(zip(kept.src, kept.tgt)) == firsts and counts == {"duplicate": 200 - len(firsts)}
+    assert [r.levelname for r in nmt_logs] == ["INFO"]   # duplicates are no sign of a limit set too low
 
 
 # --- reST markup ------------------------------------------------------------------------------------------
