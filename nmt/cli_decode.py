@@ -173,7 +173,7 @@ def _check_sampling(args: argparse.Namespace) -> None:
 @command(build_translate_parser)
 def translate_main(args: argparse.Namespace) -> int:
     import contextlib
-    from nmt.corpus import CorpusError, has_hangul, other_language_warning
+    from nmt.corpus import CorpusError, hangul_counts, other_language_warning
     from nmt.plot import attention_saver
     from nmt.translate import CHARS_PER_TOKEN, interactive, read_raw_lines, translate_stream
     if args.plot_attention:
@@ -198,8 +198,8 @@ def translate_main(args: argparse.Namespace) -> int:
     tally = [0, 0]   # the input's non-empty lines and those with Hangul: is it in the model's source language?
 
     def on_chunk(first: int, lines: list) -> None:
-        tally[0] += sum(1 for x in lines if x.strip())
-        tally[1] += sum(map(has_hangul, lines))
+        non_empty, hangul = hangul_counts(lines)
+        tally[0], tally[1] = tally[0] + non_empty, tally[1] + hangul
         if plot is not None:
             plot(first, lines)
     with contextlib.ExitStack() as stack:

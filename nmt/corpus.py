@@ -82,6 +82,11 @@ def check_languages(src: Sequence[str], tgt: Sequence[str], src_lang: str, names
                           "of one language?")
 
 
+def hangul_counts(lines: Sequence[str]) -> Tuple[int, int]:
+    """(non-empty lines, lines with Hangul) of `lines`: what `other_language_warning` reads."""
+    return sum(1 for x in lines if x.strip()), sum(map(has_hangul, lines))
+
+
 def other_language_warning(lines: int, hangul: int, src_lang: str, tgt_lang: str) -> str:
     """What to warn of when most of the `lines` non-empty lines of an input to translate (`hangul` of them with
     Hangul) look like the target language, e.g. English given to a ko -> en model (a back-translation run with the

@@ -21,7 +21,7 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 
-from nmt.corpus import has_hangul, other_language_warning
+from nmt.corpus import hangul_counts, other_language_warning
 from nmt.serve.batcher import DEFAULT_MAX_WAIT_MS, Batcher, Closed, QueueFull
 from nmt.serve.schema import (AttentionRequest, Limits, RequestError, TranslateRequest, check_line,
                               check_translate, parse, read_body)
@@ -192,8 +192,7 @@ def _add_routes(app: FastAPI, service: Service) -> None:
         model = service.pick(req.src_lang, req.tgt_lang)
         tr = model.translator
         lines, beam, warnings = check_translate(req, limits, tr.decode.beam_size, tr.decode.max_input_tokens)
-        language = other_language_warning(sum(1 for x in lines if x.strip()), sum(map(has_hangul, lines)),
-                                          tr.src_lang, tr.tgt_lang)
+        language = other_language_warning(*hangul_counts(lines), tr.src_lang, tr.tgt_lang)
         warnings += [f"text: {language}"] if language else []
         warnings += await _within_limit(model.batcher.call(lambda: token_warnings(tr, lines), limits.timeout_s),
                                         limits) if any(len(x) > tr.decode.max_input_tokens // 4 for x in lines) else []
