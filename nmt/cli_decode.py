@@ -175,7 +175,8 @@ def translate_main(args: argparse.Namespace) -> int:
     import contextlib
     from nmt.corpus import CorpusError, hangul_counts, other_language_warning
     from nmt.plot import attention_saver
-    from nmt.translate import CHARS_PER_TOKEN, interactive, read_raw_lines, translate_stream
+    from nmt.stream import interactive, read_raw_lines, translate_stream
+    from nmt.translate import CHARS_PER_TOKEN
     if args.plot_attention:
         _output_dir("--plot-attention", args.plot_attention)
     _check_sampling(args)

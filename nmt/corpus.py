@@ -28,6 +28,7 @@ MAX_LINE_CHARS = 20_000
 _INVISIBLE = re.compile("[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f\u200b\u2060\ufeff]")
 
 _HANGUL = re.compile("[\uac00-\ud7a3\u1100-\u11ff\u3130-\u318f]")
+_LINE_END = re.compile("[\r\n]")
 
 
 class CorpusError(ValueError):
@@ -80,6 +81,15 @@ def check_languages(src: Sequence[str], tgt: Sequence[str], src_lang: str, names
         raise CorpusError(f"{names[ko]} should be the Korean side ({direction}) but has Hangul on {shares[ko]:.0%} "
                           f"of its lines, against {shares[1 - ko]:.0%} in {names[1 - ko]}: are the files swapped, or "
                           "of one language?")
+
+
+def count_lines(text: str) -> int:
+    """How many lines of `text` (split at LF, CRLF or CR, as Python's universal newlines) have something on them.
+    More than one in what should be one sentence means several sentences: a model trained on sentences reads
+    them as one and usually translates the first alone, leaving out the rest."""
+    if "\n" not in text and "\r" not in text:
+        return 1 if text.strip() else 0
+    return sum(1 for part in _LINE_END.split(text) if part.strip())
 
 
 def hangul_counts(lines: Sequence[str]) -> Tuple[int, int]:

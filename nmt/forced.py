@@ -20,7 +20,7 @@ import mxnet as mx
 import numpy as np
 
 from nmt.batching import make_batch
-from nmt.corpus import CorpusError, normalize
+from nmt.corpus import CorpusError, count_lines, normalize
 from nmt.search import length_penalty
 from nmt.tokenizer import EOS_ID
 from nmt.translate import Translator
@@ -70,6 +70,10 @@ def score_ids(translator: Translator, src_ids: Sequence[List[int]], tgt_ids: Seq
 def target_ids(translator: Translator, targets: Sequence[str], first_line: int = 1,
                name: str = "target") -> List[List[int]]:
     """Normalized, tokenized translations; a CorpusError naming `name`:line for one longer than --max-input-tokens."""
+    for i, t in enumerate(targets):
+        if count_lines(t) > 1:
+            raise CorpusError(f"{name}:{first_line + i}: the translation has text on {count_lines(t)} lines: give one "
+                              "line per translation")
     ids = translator.tgt_tok.encode([normalize(t) for t in targets])
     limit = translator.decode.max_input_tokens
     for i, y in enumerate(ids):

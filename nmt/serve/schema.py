@@ -15,6 +15,7 @@ from typing import AsyncIterator, List, Optional, Tuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from nmt.corpus import count_lines
 from nmt.translate import CHARS_PER_TOKEN
 
 EXAMPLE = '{"text": ["안녕하세요"], "beam_size": 4, "nbest": 1}'
@@ -46,8 +47,8 @@ class TranslateRequest(BaseModel):
     """POST /translate: sentences in one language, translated with one beam size and n-best size."""
     model_config = ConfigDict(extra="forbid", strict=True,
                               json_schema_extra={"examples": [json.loads(EXAMPLE)]})
-    text: List[str] = Field(description="sentences to translate, one per item; an empty string gives an empty "
-                                        "translation")
+    text: List[str] = Field(description="sentences to translate, one line per item; an empty string gives an "
+                                        "empty translation")
     beam_size: Optional[int] = Field(None, description="beam size (1 = greedy); default: the model's")
     nbest: int = Field(1, description="hypotheses returned per sentence, best first (<= beam_size)")
     src_lang: Optional[str] = Field(None, description="source language; needed only when the server has "
@@ -135,12 +136,17 @@ def check_translate(req: TranslateRequest, limits: Limits, default_beam: int,
 
 
 def check_line(line: str, where: str, max_input_tokens: int) -> Tuple[str, List[str]]:
-    """A line cut to the CLI's character limit, with warnings; RequestError for a lone surrogate."""
+    """A line cut to the CLI's character limit, with warnings; RequestError for a lone surrogate or text on several
+    lines."""
     m = _SURROGATE.search(line)
     if m:
         raise RequestError(422, f"{where} has a lone surrogate U+{ord(m.group()):04X} at character {m.start()}: "
                                 "it is not a character; send valid Unicode (a complete surrogate pair, or remove "
                                 "it)", where)
+    lines = count_lines(line)
+    if lines > 1:
+        raise RequestError(422, f"{where} has text on {lines} lines: send each line as its own sentence (read as one, "
+                                "all but the first would usually be left out of the translation)", where)
     warnings = []
     max_chars = max_input_tokens * CHARS_PER_TOKEN
     if len(line) > max_chars:

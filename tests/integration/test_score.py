@@ -82,6 +82,16 @@ def test_a_pair_scores_the_same_alone_and_in_any_batch(tr, lines):
     assert sum(a.score > w.score for a, w in zip(batched, wrong)) >= 10
 
 
+def test_a_translation_on_several_lines_is_refused(tr, lines):
+    """Read as one sentence, a translation of two lines would be scored as another sentence than either."""
+    from nmt.corpus import CorpusError
+    src, tgt = lines
+    with pytest.raises(CorpusError, match="hyps:4: the translation has text on 2 lines"):
+        score_lines(tr, src[:3], [tgt[0], tgt[1], tgt[2] + "\n" + tgt[0]], first_line=2, target_name="hyps")
+    with pytest.raises(ValueError, match=r"lines\[0\] has text on 2 lines"):
+        score_lines(tr, [src[0] + "\r" + src[1]], tgt[:1])
+
+
 def test_without_a_length_penalty_the_score_is_the_log_probability(tr, lines):
     import dataclasses
     plain = Translator(tr.net, tr.src_tok, tr.tgt_tok, dataclasses.replace(tr.decode, length_penalty_alpha=0.0))

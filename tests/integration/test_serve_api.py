@@ -75,6 +75,8 @@ def test_attention_of_the_greedy_translation(http, translator, serve_sentences):
     assert len(a["weights"]) == len(a["tgt_pieces"]) and len(a["weights"][0]) == len(a["src_pieces"])
     assert all(abs(sum(row) - 1) < 0.01 for row in a["weights"])
     assert http.post("/attention", json={"text": "  "}).status_code == 422
+    r = http.post("/attention", json={"text": "리 니\n차"})
+    assert r.status_code == 422 and "text has text on 2 lines" in r.json()["error"]
 
 
 HOSTILE = {   # name: (body, expected status, words the error must contain)
@@ -87,6 +89,7 @@ HOSTILE = {   # name: (body, expected status, words the error must contain)
     "empty text": (b'{"text": []}', 422, "text is empty"),
     "10,000 sentences": (json.dumps({"text": ["가"] * 10_000}).encode(), 413, "at most 256"),
     "lone surrogate": (b'{"text": ["\\udc80 x"]}', 422, "lone surrogate U+DC80"),
+    "two lines in one": (b'{"text": ["a", "b\\nc"]}', 422, "text[1] has text on 2 lines"),
     "unknown field": (b'{"text": ["a"], "beem_size": 4}', 422, "unknown field 'beem_size'"),
     "huge beam_size": (b'{"text": ["a"], "beam_size": 1000000000}', 422, "between 1 and 16"),
     "nbest over beam": (b'{"text": ["a"], "beam_size": 2, "nbest": 5}', 422, "raise beam_size"),

@@ -1,6 +1,7 @@
 """The web page in a real headless Chromium (Debian's `chromium` and `chromium-driver`, driven by selenium): it
 types a Korean sentence, waits for the result, checks it equals the API's answer, that the n-best list and the
-attention heatmap are shown, that /docs renders offline, and saves a screenshot (in the test's tmp dir, and in $NMT_ARTIFACTS when set)."""
+attention heatmap are shown, that several lines are translated line by line, that /docs renders offline, and saves a
+screenshot (in the test's tmp dir, and in $NMT_ARTIFACTS when set)."""
 from __future__ import annotations
 
 import os
@@ -51,6 +52,12 @@ def translate_on_page(driver, url: str, sentence: str) -> None:
     box.clear()
     box.send_keys(sentence)
     driver.find_element(By.ID, "go").click()
+    wait_done(driver)
+
+
+def wait_done(driver) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
     WebDriverWait(driver, 30).until(lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-state")
                                     in ("done", "error"))
 
@@ -90,3 +97,33 @@ def test_page_shows_the_api_translation_nbest_and_heatmap(translator, serve_sent
     finally:
         driver.quit()
     assert shot.stat().st_size > 10_000
+
+
+def test_several_lines_are_translated_line_by_line(translator, serve_sentences, tmp_path):
+    """A paragraph pasted into the box was sent as one sentence, and the model translated its first line alone.
+    Each line is now a sentence of its own; clicking a line of the translation shows its n-best list and heatmap."""
+    from selenium.webdriver.common.by import By
+    driver = browser()
+    lines = [serve_sentences[1], "", serve_sentences[2]]
+    try:
+        with background_server(make_app(translator)) as url:
+            translate_on_page(driver, url, "\n".join(lines) + "\n\n")
+            assert driver.find_element(By.ID, "error").text == ""
+            beam, nbest = (int(driver.find_element(By.ID, k).get_attribute("value")) for k in ("beam", "nbest"))
+            api = httpx.post(url + "/translate", json={"text": lines, "beam_size": beam, "nbest": nbest}).json()
+            shown = driver.find_elements(By.CSS_SELECTOR, "#translation .line")
+            assert [d.text for d in shown] == [t["translation"] for t in api["translations"]]
+            for i in (0, 2):
+                if i:
+                    shown[i].click()
+                    wait_done(driver)
+                hyps = [li.text for li in driver.find_elements(By.CSS_SELECTOR, "#nbest-list li .hyp")]
+                assert hyps == [h["translation"] for h in api["translations"][i]["nbest"]]
+                assert driver.find_element(By.ID, "nbest-of").text == f"(line {i + 1} of 3; click a line to choose)"
+                assert "selected" in shown[i].get_attribute("class")
+                heads = "".join(th.text for th in driver.find_elements(By.CSS_SELECTOR, "#heatmap th.src"))
+                pieces = httpx.post(url + "/attention", json={"text": lines[i]}).json()["src_pieces"]
+                assert heads == "".join(pieces).replace(" ", "")
+            save_screenshot(driver, tmp_path, "serve_page_lines.png")
+    finally:
+        driver.quit()

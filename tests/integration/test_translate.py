@@ -22,7 +22,8 @@ import pytest
 from nmt import checkpoint as ckpt
 from nmt.cli_decode import translate_main
 from nmt.tokenizer import UNK_ID
-from nmt.translate import Translator, interactive, one_line, read_raw_lines, translate_stream
+from nmt.stream import interactive, read_raw_lines, translate_stream
+from nmt.translate import Translator, one_line
 from tests.synth import synth_file
 
 REPO = Path(__file__).resolve().parents[2]
@@ -78,6 +79,15 @@ def test_one_string_is_one_sentence(tr, src_lines):
     for bad, what in (([line, None], "lines\\[1\\] is NoneType"), ([line.encode()], "lines\\[0\\] is bytes")):
         with pytest.raises(TypeError, match=what + ", not str: give a list of sentences"):
             tr.translate(bad)
+
+
+def test_text_on_several_lines_is_refused_not_cut_to_its_first(tr, src_lines):
+    """A paragraph given as one item was read as one sentence, and the model translated its first line alone."""
+    with pytest.raises(ValueError, match=r"lines\[1\] has text on 2 lines: give each line as its own item"):
+        tr.translate([src_lines[0], src_lines[1] + "\n" + src_lines[2]])
+    with pytest.raises(ValueError, match="has text on 3 lines"):
+        tr.translate("a\r\nb\rc")
+    assert tr.translate([src_lines[1] + "\n", "\n" + src_lines[1] + "\r\n\n"]) == tr.translate([src_lines[1]] * 2)
 
 
 def test_a_gpu_context_without_a_gpu_is_named(tr):
@@ -144,6 +154,17 @@ def test_invalid_utf8_error_names_the_line_after_writing_all_before(tr, tmp_path
     assert code == 2
     assert f"error: {path}:4: invalid UTF-8 (byte 0xff at byte 1 of the line)" in err and "Traceback" not in err
     assert out.read_text(encoding="utf-8").splitlines() == tr.translate(good)
+
+
+def test_cr_line_ends_are_named_after_writing_the_lines_before(tr, tmp_path, capsys):
+    """Lines of old Mac line ends (CR) in an LF input were translated as one line: one output line for several."""
+    path = tmp_path / "in.ko"
+    path.write_bytes("리 니\r\n차\r \n두포 푸시\r차\r\n".encode())
+    out = tmp_path / "out.en"
+    code, _, err = run(["--model-dir", tr.model_dir, "--input", path, "--output", out], capsys)
+    assert code == 2 and "Traceback" not in err
+    assert f"error: {path}:3: carriage returns (CR) split the line into 2 lines" in err and "tr '\\r' '\\n'" in err
+    assert out.read_text(encoding="utf-8").splitlines() == tr.translate(["리 니", "차"])
 
 
 def test_invalid_utf8_replaced_on_request(tr, tmp_path, capsys):

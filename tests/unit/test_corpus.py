@@ -245,3 +245,10 @@ def test_clean_keeps_order_on_random_data(nmt_logs):
 ])
 def test_strip_rest_markup(text, plain):
     assert strip_rest_markup(text) == plain
+
+
+def test_count_lines_counts_lines_with_text_on_them():
+    from nmt.corpus import count_lines
+    assert [count_lines(t) for t in ("", " ", "a", "a\n", "\r\na\r\n\n", "a\nb", "a\r\nb", "a\rb", "a\n \n\tb\rc")] \
+        == [0, 0, 1, 1, 1, 2, 2, 2, 3]
+    assert count_lines("a\u2028b\x85c\x0bd") == 1   # soft breaks, whitespace to normalize(): one sentence

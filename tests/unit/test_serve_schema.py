@@ -41,6 +41,7 @@ def test_valid_request_uses_the_model_beam_by_default():
     ({"text": ["a"], "beam_size": 0}, 422, ["between 1 and 16"]),
     ({"text": ["a"], "beam_size": 2, "nbest": 3}, 422, ["nbest", "raise beam_size"]),
     ({"text": ["ok", "x\ud800y"]}, 422, ["text[1]", "lone surrogate U+D800", "character 1"]),
+    ({"text": ["ok", "one.\ntwo.\r\nthree."]}, 422, ["text[1] has text on 3 lines", "its own sentence"]),
 ])
 def test_hostile_requests_say_what_to_change(body, status, words):
     refused(body, status, *words)
@@ -52,6 +53,12 @@ def test_long_line_is_cut_like_the_cli_with_a_warning():
     assert len(lines[0]) == 4000
     assert warnings == ["text[0] has 5000 characters; truncated to 4000 (max_input_tokens 250 x 16), as "
                         "nmt-translate does"]
+
+
+def test_a_line_end_around_one_line_is_not_a_second_line():
+    req = parse(json.dumps({"text": ["a\n", "\r\n b \r\n\n", "\n"]}).encode(), TranslateRequest)
+    lines, _, warnings = check_translate(req, Limits(), 4, 250)
+    assert lines == ["a\n", "\r\n b \r\n\n", "\n"] and warnings == []
 
 
 def test_control_characters_are_accepted_with_a_warning():

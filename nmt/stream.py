@@ -1,0 +1,145 @@
+"""The line streams of `nmt-translate`: raw input lines read with a bound on their length, decoded and checked
+(`read_raw_lines`, `decode_line`), translated chunk by chunk with one output line per input line
+(`translate_stream`), and the interactive prompt (`interactive`).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from dataclasses import dataclass
+from typing import BinaryIO, Callable, Iterable, Iterator, List, Optional, TextIO, Tuple
+
+from nmt.corpus import CorpusError, count_lines
+from nmt.translate import CHARS_PER_TOKEN, Translator
+
+logger = logging.getLogger("nmt.translate")
+
+
+def read_raw_lines(stream: BinaryIO, max_bytes: int) -> Iterator[Tuple[bytes, bool]]:
+    """(line without its line end, was_cut) of a binary stream; a line longer than `max_bytes` is cut there and
+    the rest of it is read and discarded in pieces, so no line is ever held whole in memory."""
+    while True:
+        raw = stream.readline(max_bytes + 1)
+        if not raw:
+            return
+        cut = False
+        if len(raw) > max_bytes and not raw.endswith(b"\n"):
+            cut = True
+            rest = raw
+            while rest and not rest.endswith(b"\n"):
+                rest = stream.readline(1 << 20)
+            raw = raw[:max_bytes]
+            end = len(raw)   # back off to a character boundary (drop a partial UTF-8 sequence)
+            while end > 0 and (raw[end - 1] & 0xC0) == 0x80:
+                end -= 1
+            if end > 0 and raw[end - 1] >= 0xC0:
+                end -= 1
+            raw = raw[:end]
+        yield raw.rstrip(b"\r\n"), cut
+
+
+def decode_line(raw: bytes, line_no: int, name: str, on_invalid: str = "error") -> Tuple[str, bool]:
+    """(text, had_invalid_bytes) of one input line; invalid UTF-8 is a CorpusError naming the line, or replaced
+    by U+FFFD with a warning when `on_invalid` is "replace"."""
+    replaced = False
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        if on_invalid != "replace":
+            raise CorpusError(f"{name}:{line_no}: invalid UTF-8 (byte 0x{raw[e.start]:02x} at byte {e.start + 1} of "
+                              "the line); the translations of all lines before it have been written. Convert the "
+                              "input to UTF-8 (Korean legacy text is often CP949: `iconv -f CP949 -t UTF-8`) or pass "
+                              "--on-invalid-utf8 replace") from None
+        logger.warning("%s:%d: invalid UTF-8 replaced by U+FFFD (--on-invalid-utf8 replace)", name, line_no)
+        text, replaced = raw.decode("utf-8", errors="replace"), True
+    if count_lines(text) > 1:   # LF splits lines as they are read: a CR is left
+        raise CorpusError(f"{name}:{line_no}: carriage returns (CR) split the line into {count_lines(text)} lines (old "
+                          "Mac line ends?); the translations of all lines before it have been written. Convert them "
+                          "to line ends, e.g. `tr '\\r' '\\n' < in.txt > out.txt`")
+    return text, replaced
+
+
+@dataclass
+class StreamStats:
+    lines: int = 0
+    invalid_utf8: int = 0           # lines whose invalid bytes were replaced
+    cut: int = 0                    # lines cut while reading (longer than the byte guard)
+    seconds: float = 0.0
+
+
+def format_nbest(hyps: List[Tuple[str, float]]) -> str:
+    """One JSON object per input line: {"translations": [...], "scores": [...]}, best first."""
+    return json.dumps({"translations": [t for t, _ in hyps], "scores": [round(s, 6) for _, s in hyps]},
+                      ensure_ascii=False)
+
+
+def translate_stream(translator: Translator, raw_lines: Iterable[Tuple[bytes, bool]], out: TextIO, *,
+                     name: str = "<stdin>", chunk_lines: int = 1000, on_invalid: str = "error",
+                     nbest: Optional[int] = None,
+                     on_chunk: Optional[Callable[[int, List[str]], None]] = None) -> StreamStats:
+    """Translate (line, was_cut) items chunk by chunk, writing one output line per input line (its translation,
+    or with `nbest` its `format_nbest` row of the nbest best) and flushing after every chunk;
+    `on_chunk(first_line_number, lines)` runs after each chunk is written. On invalid UTF-8 (with
+    on_invalid="error") every line before the bad one is translated and written first, then the CorpusError
+    naming the line is raised."""
+    stats, t0 = StreamStats(), time.perf_counter()
+    chunk: List[str] = []
+    first = 1
+
+    def flush() -> None:
+        nonlocal chunk, first
+        if chunk:
+            if nbest:
+                rows = [format_nbest(h) for h in translator.translate_nbest(chunk, nbest, first_line=first)]
+            else:
+                rows = translator.translate(chunk, first_line=first)
+            out.write("".join(r + "\n" for r in rows))
+            out.flush()
+            if on_chunk is not None:
+                on_chunk(first, chunk)
+            first += len(chunk)
+            chunk = []
+
+    for line_no, (raw, cut) in enumerate(raw_lines, 1):
+        if cut:
+            stats.cut += 1
+            logger.warning("%s:%d: line longer than the input guard (--max-input-tokens x %d characters); cut while "
+                           "reading", name, line_no, CHARS_PER_TOKEN)
+        try:
+            text, replaced = decode_line(raw, line_no, name, on_invalid)
+        except CorpusError:
+            flush()
+            raise
+        stats.invalid_utf8 += replaced
+        stats.lines += 1
+        chunk.append(text)
+        if len(chunk) >= chunk_lines:
+            flush()
+    flush()
+    stats.seconds = time.perf_counter() - t0
+    return stats
+
+
+def interactive(translator: Translator, nbest: Optional[int] = None,
+                on_line: Optional[Callable[[int, List[str]], None]] = None, read: Callable[[str], str] = input) -> int:
+    """Prompt for sentences (on a terminal) and print each translation (with `nbest`: its n-best row), until end of
+    input (Ctrl-D) or Ctrl-C."""
+    how = f"beam {translator.decode.beam_size}" if translator.sample is None else f"--sample {translator.sample}"
+    print(f"nmt-translate {translator.src_lang} -> {translator.tgt_lang} ({translator.model_dir}, checkpoint "
+          f"{translator.checkpoint}, {how}). Type a sentence and press Enter; Ctrl-D to quit.", file=sys.stderr)
+    n = 0
+    while True:
+        try:
+            line = read(f"{translator.src_lang}> ")
+        except (EOFError, KeyboardInterrupt):
+            print(file=sys.stderr)
+            return 0
+        n += 1
+        if nbest:
+            print(format_nbest(translator.translate_nbest([line], nbest, first_line=n)[0]), flush=True)
+        else:
+            print(translator.translate([line], first_line=n)[0], flush=True)
+        if on_line is not None:
+            on_line(n, [line])
