@@ -70,6 +70,7 @@ def score_ids(translator: Translator, src_ids: Sequence[List[int]], tgt_ids: Seq
 def target_ids(translator: Translator, targets: Sequence[str], first_line: int = 1,
                name: str = "target") -> List[List[int]]:
     """Normalized, tokenized translations; a CorpusError naming `name`:line for one longer than --max-input-tokens."""
+    targets = list(targets)   # read twice below; an iterator would be empty the second time
     for i, t in enumerate(targets):
         if count_lines(t) > 1:
             raise CorpusError(f"{name}:{first_line + i}: the translation has text on {count_lines(t)} lines: give one "

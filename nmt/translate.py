@@ -11,7 +11,7 @@ import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Iterable, List, Optional, Sequence, Tuple, Union
 
 import mxnet as mx
 import numpy as np
@@ -158,7 +158,7 @@ class Translator:
     def tgt_lang(self) -> str:
         return self.tgt_tok.lang
 
-    def source_ids(self, lines: Sequence[str], first_line: int = 1) -> List[List[int]]:
+    def source_ids(self, lines: Iterable[str], first_line: int = 1) -> List[List[int]]:
         """Normalized, tokenized, length-limited source ids (warnings name the line as first_line + index)."""
         if isinstance(lines, str):   # would be read as one sentence per character
             raise TypeError(f"lines must be a list of sentences, not one string ({lines[:40]!r}): give [sentence]")
@@ -186,12 +186,12 @@ class Translator:
                 ids[i] = x[:limit]
         return ids
 
-    def translate_ids(self, lines: Sequence[str], beam_size: Optional[int] = None, nbest: int = 1,
+    def translate_ids(self, lines: Iterable[str], beam_size: Optional[int] = None, nbest: int = 1,
                       first_line: int = 1) -> List[Hyps]:
         """Per input line, up to `nbest` (target ids, normalized log-probability), best first ([]: empty line)."""
         beam = beam_size or self.decode.beam_size
         ids = self.source_ids(lines, first_line)
-        out: List[Hyps] = [[] for _ in lines]
+        out: List[Hyps] = [[] for _ in ids]   # ids, not lines: lines may be an iterator, read once
         todo = [i for i, x in enumerate(ids) if x]
         todo.sort(key=lambda i: len(ids[i]))   # length-sorted batches: little padding
         self.share_out(todo, lambda ctx, model, chunk: self._decode_chunk(ctx, model, ids, chunk, beam, nbest, out))
@@ -261,7 +261,7 @@ class Translator:
         from nmt.continuous import ContinuousDecoder   # not at import time: only the service needs it
         return ContinuousDecoder(self, beam_size or self.decode.beam_size, nbest, max_batch or self.decode.batch_size)
 
-    def translate_nbest(self, lines: Union[str, Sequence[str]], nbest: int, beam_size: Optional[int] = None,
+    def translate_nbest(self, lines: Union[str, Iterable[str]], nbest: int, beam_size: Optional[int] = None,
                         first_line: int = 1):
         """Per input line, up to `nbest` (detokenized translation, score), best first ([] for an empty line); for
         one string, its list."""
@@ -269,7 +269,7 @@ class Translator:
             return self.translate_nbest([lines], nbest, beam_size, first_line)[0]
         return self.texts(self.translate_ids(lines, beam_size=beam_size, nbest=nbest, first_line=first_line))
 
-    def translate(self, lines: Union[str, Sequence[str]], beam_size: Optional[int] = None, first_line: int = 1):
+    def translate(self, lines: Union[str, Iterable[str]], beam_size: Optional[int] = None, first_line: int = 1):
         """One detokenized, single-line translation per input line; for one string, its translation."""
         if isinstance(lines, str):
             return self.translate([lines], beam_size, first_line)[0]

@@ -90,6 +90,7 @@ def test_a_translation_on_several_lines_is_refused(tr, lines):
         score_lines(tr, src[:3], [tgt[0], tgt[1], tgt[2] + "\n" + tgt[0]], first_line=2, target_name="hyps")
     with pytest.raises(ValueError, match=r"lines\[0\] has text on 2 lines"):
         score_lines(tr, [src[0] + "\r" + src[1]], tgt[:1])
+    assert score_lines(tr, iter(src[:3]), iter(tgt[:3])) == score_lines(tr, src[:3], tgt[:3])
 
 
 def test_without_a_length_penalty_the_score_is_the_log_probability(tr, lines):

@@ -90,6 +90,13 @@ def test_text_on_several_lines_is_refused_not_cut_to_its_first(tr, src_lines):
     assert tr.translate([src_lines[1] + "\n", "\n" + src_lines[1] + "\r\n\n"]) == tr.translate([src_lines[1]] * 2)
 
 
+def test_an_iterator_of_sentences_is_read_once(tr, src_lines):
+    """`translate(line.strip() for line in f)` died in an IndexError: the lines were counted after being read."""
+    lines = src_lines[:5]
+    assert tr.translate(x for x in lines) == tr.translate(lines)
+    assert tr.translate_nbest(iter(lines), 2, beam_size=3) == tr.translate_nbest(lines, 2, beam_size=3)
+
+
 def test_a_gpu_context_without_a_gpu_is_named(tr):
     """The API's devices meet the command line's check: without the GPU, a DeviceError naming the context (it
     looked like parameters that do not fit the model)."""
