@@ -36,7 +36,7 @@ class ContinuousDecoder:
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1 (got {max_batch})")
         self.translator, self.max_batch = translator, max_batch
-        self.search = BeamStream(as_model(translator.members), translator.ctx, max(beam_size, nbest), nbest,
+        self.search = BeamStream(as_model(translator.members), translator.ctx, beam_size, nbest,
                                  translator.decode.length_penalty_alpha)
         # (key, source ids, the step count when it arrived)
         self.waiting: Deque[Tuple[Hashable, List[int], int]] = collections.deque()

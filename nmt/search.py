@@ -233,7 +233,8 @@ def greedy_search(model: Models, src: mx.nd.NDArray, src_len: mx.nd.NDArray, max
     return out
 
 
-def _check_beam_args(beam_size: int, nbest: int) -> None:
+def check_beam_args(beam_size: int, nbest: int) -> None:
+    """ValueError unless 1 <= nbest <= beam_size."""
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1 (got {beam_size})")
     if not 1 <= nbest <= beam_size:
@@ -251,7 +252,7 @@ class BeamStream:
 
     def __init__(self, model: Models, ctx: mx.Context, beam_size: int, nbest: int = 1, alpha: float = 0.6,
                  early_stop: bool = True):
-        _check_beam_args(beam_size, nbest)
+        check_beam_args(beam_size, nbest)
         self.model, self.ctx, self.K, self.nbest, self.alpha = as_model(model), ctx, beam_size, nbest, alpha
         # stopping a sentence once its result is settled is exact for any non-decreasing length penalty
         self._settle = nbest if early_stop and alpha >= 0 else 0
@@ -345,7 +346,7 @@ def beam_search(model: Models, src: mx.nd.NDArray, src_len: mx.nd.NDArray, beam_
     With `early_stop` (and alpha >= 0) a sentence stops as soon as no active hypothesis can still beat its
     `nbest`-th best finished one (`Settled`): the same result, fewer steps.
     """
-    _check_beam_args(beam_size, nbest)
+    check_beam_args(beam_size, nbest)
     batch = src.shape[0]
     limits = _max_lens(max_len, batch)
     if int(limits.max(initial=0)) == 0:

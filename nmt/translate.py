@@ -24,7 +24,7 @@ from nmt.models import build_model
 from nmt.models.base import Seq2SeqModel
 from nmt.models.ensemble import as_model
 from nmt.parallel import check_gpus, concurrent_devices_safe
-from nmt.search import beam_search, greedy_search
+from nmt.search import beam_search, check_beam_args, greedy_search
 from nmt.tokenizer import Tokenizer, load_tokenizers
 
 logger = logging.getLogger("nmt.translate")
@@ -189,7 +189,11 @@ class Translator:
     def translate_ids(self, lines: Iterable[str], beam_size: Optional[int] = None, nbest: int = 1,
                       first_line: int = 1) -> List[Hyps]:
         """Per input line, up to `nbest` (target ids, normalized log-probability), best first ([]: empty line)."""
-        beam = beam_size or self.decode.beam_size
+        beam = self.decode.beam_size if beam_size is None else beam_size
+        if self.sample is None:
+            check_beam_args(beam, nbest)
+        elif nbest != 1:
+            raise ValueError(f"nbest {nbest} needs beam search, but the translator samples (sample={self.sample})")
         ids = self.source_ids(lines, first_line)
         out: List[Hyps] = [[] for _ in ids]   # ids, not lines: lines may be an iterator, read once
         todo = [i for i, x in enumerate(ids) if x]
@@ -233,7 +237,7 @@ class Translator:
             hyps = [[h] for h in greedy_search(model, src_nd, len_nd, max_len, self.sample,
                                                self.decode.length_penalty_alpha)]
         else:
-            hyps = beam_search(model, src_nd, len_nd, beam_size=max(beam, nbest), max_len=max_len,
+            hyps = beam_search(model, src_nd, len_nd, beam_size=beam, max_len=max_len,
                                alpha=self.decode.length_penalty_alpha, nbest=nbest)
         for r, i in enumerate(chunk):
             out[i] = hyps[r]
@@ -259,7 +263,8 @@ class Translator:
         """A `nmt.continuous.ContinuousDecoder` on the first device: sentences added at any time join the running
         search (what a service uses); `max_batch` defaults to the decode batch size."""
         from nmt.continuous import ContinuousDecoder   # not at import time: only the service needs it
-        return ContinuousDecoder(self, beam_size or self.decode.beam_size, nbest, max_batch or self.decode.batch_size)
+        beam = self.decode.beam_size if beam_size is None else beam_size
+        return ContinuousDecoder(self, beam, nbest, max_batch or self.decode.batch_size)
 
     def translate_nbest(self, lines: Union[str, Iterable[str]], nbest: int, beam_size: Optional[int] = None,
                         first_line: int = 1):

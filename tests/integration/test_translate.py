@@ -97,6 +97,22 @@ def test_an_iterator_of_sentences_is_read_once(tr, src_lines):
     assert tr.translate_nbest(iter(lines), 2, beam_size=3) == tr.translate_nbest(lines, 2, beam_size=3)
 
 
+def test_beam_and_nbest_out_of_range_are_refused(tr, src_lines):
+    """beam_size 0 fell back to the saved beam, -1 ran greedy search, and nbest 3 with beam_size 2 ran beam 3."""
+    line = src_lines[0]
+    for beam, nbest, what in ((0, 1, "beam_size must be >= 1 \\(got 0\\)"), (-1, 1, "beam_size must be >= 1"),
+                              (2, 3, "nbest must be between 1 and beam_size=2 \\(got 3\\)")):
+        with pytest.raises(ValueError, match=what):
+            tr.translate_nbest([line], nbest, beam_size=beam)
+    with pytest.raises(ValueError, match="beam_size must be >= 1"):
+        tr.continuous(beam_size=0)
+    sampler = Translator(tr.net, tr.src_tok, tr.tgt_tok, tr.decode)
+    sampler.sample = 5
+    with pytest.raises(ValueError, match="nbest 2 needs beam search, but the translator samples"):
+        sampler.translate_nbest([line], 2)
+    assert len(tr.translate_nbest(line, 2, beam_size=2)) == 2
+
+
 def test_a_gpu_context_without_a_gpu_is_named(tr):
     """The API's devices meet the command line's check: without the GPU, a DeviceError naming the context (it
     looked like parameters that do not fit the model)."""
