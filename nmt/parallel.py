@@ -85,7 +85,10 @@ def check_gpus(ctxs: Sequence[mx.Context]) -> None:
 def parse_devices(gpus: Optional[str], cpu_devices: int = 1) -> List[mx.Context]:
     """Contexts from the command line: "2" = the first two visible GPUs, "4,5,6,7" = exactly those ids
     (ids as CUDA numbers them after CUDA_VISIBLE_DEVICES), None = `cpu_devices` CPU contexts cpu(0)..cpu(N-1)."""
-    if gpus is None or str(gpus).strip() == "":
+    if gpus is not None and str(gpus).strip() == "":   # `--gpus "$N"` with N unset: not a request for the CPU
+        raise DeviceError("--gpus is empty: give a count or ids of GPUs (--gpus 2, --gpus 4,5,6,7), or omit --gpus "
+                          "to run on the CPU")
+    if gpus is None:
         if cpu_devices < 1:
             raise DeviceError(f"--cpu-devices must be at least 1, got {cpu_devices}")
         return [mx.cpu(i) for i in range(cpu_devices)]

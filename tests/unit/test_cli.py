@@ -158,6 +158,9 @@ def test_device_parsing():
         parse_devices(",")
     with pytest.raises(DeviceError, match="--gpus 2 and --cpu-devices 2 exclude each other"):
         parse_devices("2", 2)
+    for empty in ("", " "):   # `--gpus "$NGPUS"` with the variable unset ran on the CPU
+        with pytest.raises(DeviceError, match="--gpus is empty: give a count or ids of GPUs"):
+            parse_devices(empty)
 
 
 def test_a_config_written_by_an_earlier_version_is_refused(tmp_path):
