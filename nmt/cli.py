@@ -155,7 +155,8 @@ def _add_flags(parser: argparse.ArgumentParser, groups, defaults: Config) -> Non
             else:
                 also = "".join(f"; with --arch {arch}: {v[f.section][f.field]}" for arch, v in ARCH_DEFAULTS.items()
                                if f.field in v.get(f.section, {}))
-                g.add_argument(f.flag, dest=dest, type=f.type, choices=f.choices, default=argparse.SUPPRESS,
+                kind = nonempty() if f.type is str and not f.choices else f.type
+                g.add_argument(f.flag, dest=dest, type=kind, choices=f.choices, default=argparse.SUPPRESS,
                                metavar=f.field.upper() if not f.choices else None,
                                help=f"{f.help} (default: {default}{also})")
 
@@ -168,13 +169,14 @@ def build_train_parser() -> argparse.ArgumentParser:
                "  python scripts/train.py --gpus 2 --batch-size 240\n"
                "  python scripts/train.py --src en --tgt ko --recipe all --model-dir models/all-en-ko\n")
     g = p.add_argument_group("run")
-    g.add_argument("--config", type=Path,
+    g.add_argument("--config", type=nonempty(Path),
                    help="JSON config file (same layout as a model's config.json); flags override it")
     g.add_argument("--resume", action="store_true", help="continue training from the latest checkpoint in --model-dir")
     g.add_argument("--overwrite", action="store_true", help="delete an existing --model-dir and start over")
-    g.add_argument("--init-from", metavar="DIR", help="fine-tune: start a new run from the parameters of a trained "
-                   "model directory (its best, or DIR/params.avg, DIR/params.<step>), keeping its model settings, "
-                   "languages and SentencePiece models, with a fresh optimizer and learning-rate schedule")
+    g.add_argument("--init-from", metavar="DIR", type=nonempty(),
+                   help="fine-tune: start a new run from the parameters of a trained model directory (its best, or "
+                   "DIR/params.avg, DIR/params.<step>), keeping its model settings, languages and SentencePiece "
+                   "models, with a fresh optimizer and learning-rate schedule")
     g.add_argument("--no-eval", action="store_true", help="skip the test-set evaluation at the end")
     g.add_argument("--dry-run", action="store_true", help="check the configuration, data and model directory "
                    "(readable, clean, writable, room) and print what would be trained, without training")
@@ -227,6 +229,16 @@ def number(kind: type, low: float, high: Optional[float] = None, low_open: bool 
             raise argparse.ArgumentTypeError(f"must be {bound}" + (f" and <= {high}" if high is not None else "")
                                              + f" (got {text})")
         return value
+    return parse
+
+
+def nonempty(kind: Callable[[str], Any] = str):
+    """An argparse type: `kind` of a value that is not blank. `--data-dir "$DIR"` with DIR unset gives '', which
+    would otherwise mean the current directory, no value, or every interface."""
+    def parse(text: str):
+        if not text.strip():
+            raise argparse.ArgumentTypeError("is empty (an unset shell variable?): give a value, or leave the flag out")
+        return kind(text)
     return parse
 
 

@@ -11,21 +11,21 @@ import os
 import sys
 from pathlib import Path
 
-from nmt.cli import DECODE_FLAGS, command, number
+from nmt.cli import DECODE_FLAGS, command, nonempty, number
 from nmt.config import Config, ConfigError
 
 
 def _add_model_decode_args(p: argparse.ArgumentParser, flags=DECODE_FLAGS, nbest: bool = True) -> None:
     """--model-dir, --checkpoint, --gpus and the decoding `flags`, whose defaults come from the model's config.json."""
     g = p.add_argument_group("model")
-    g.add_argument("--model-dir", required=True, type=Path, help="model directory written by nmt-train")
-    g.add_argument("--checkpoint", default="best", metavar="WHICH",
+    g.add_argument("--model-dir", required=True, type=nonempty(Path), help="model directory written by nmt-train")
+    g.add_argument("--checkpoint", default="best", metavar="WHICH", type=nonempty(),
                    help="best, latest, avg or a step number (default: best)")
-    g.add_argument("--ensemble", nargs="+", type=Path, default=[], metavar="DIR",
+    g.add_argument("--ensemble", nargs="+", type=nonempty(Path), default=[], metavar="DIR",
                    help="further model directories (same languages and vocabularies) that decode together with "
                         "--model-dir, following the mean of their log-probabilities; --checkpoint applies to all")
-    g.add_argument("--gpus", help="decode on GPUs: a count or ids as for training; batches are shared out among "
-                                  "them (omit for CPU)")
+    g.add_argument("--gpus", type=nonempty(),
+                   help="decode on GPUs: a count or ids as for training; batches are shared among them (omit for CPU)")
     g.add_argument("--cpu-devices", type=int, default=1, metavar="N",
                    help="without --gpus: decode on N CPU contexts side by side, each with its own copy of the model "
                         "(set OMP_NUM_THREADS to cores / N; default 1)")
@@ -142,14 +142,14 @@ def build_translate_parser() -> argparse.ArgumentParser:
                    help="random seed of --sample (default 1): the same seed, input and flags give the same "
                         "translations on one device")
     g = p.add_argument_group("input and output")
-    g.add_argument("--input", help="input file, UTF-8, one sentence per line (default: stdin)")
-    g.add_argument("--output", help="output file (default: stdout); written and flushed chunk by chunk")
+    g.add_argument("--input", type=nonempty(), help="input file, UTF-8, one sentence per line (default: stdin)")
+    g.add_argument("--output", type=nonempty(), help="output file (default: stdout); flushed chunk by chunk")
     g.add_argument("--chunk-lines", type=number(int, 1), default=1000,
                    help="lines translated (length-sorted) and written at a time (default: 1000)")
     g.add_argument("--on-invalid-utf8", choices=("error", "replace"), default="error",
                    help="a line that is not UTF-8: stop with an error naming it after writing every line before "
                         "it (default), or replace the bad bytes with U+FFFD and warn")
-    g.add_argument("--plot-attention", metavar="DIR", type=Path,
+    g.add_argument("--plot-attention", metavar="DIR", type=nonempty(Path),
                    help="also save the attention heatmap of each line's greedy translation as DIR/line-N.png (an "
                         "ensemble's: the mean of its members' attention)")
     return p
@@ -239,22 +239,22 @@ def build_evaluate_parser() -> argparse.ArgumentParser:
                "  python scripts/evaluate.py --model-dir M --recipe-tests --data-dir ../shared/data --json\n")
     _add_model_decode_args(p, nbest=False)   # BLEU scores the best translation
     g = p.add_argument_group("test data")
-    g.add_argument("--src-file", help="source sentences, one per line, in the model's source language")
-    g.add_argument("--ref-file", help="reference translations, line-aligned with --src-file")
-    g.add_argument("--name", help="test-set name in scores.json (default: the --src-file path)")
+    g.add_argument("--src-file", type=nonempty(), help="source sentences, one per line, in the model's source language")
+    g.add_argument("--ref-file", type=nonempty(), help="reference translations, line-aligned with --src-file")
+    g.add_argument("--name", type=nonempty(), help="test-set name in scores.json (default: the --src-file path)")
     g.add_argument("--recipe-tests", action="store_true", help="score every test set of the model's recipe")
     g.add_argument("--dev-set", action="store_true",
                    help="score the dev set the model was validated on (its recipe's held-out split or its dev "
                         "files), e.g. to choose checkpoints, beams or ensemble members without the test sets; "
                         "recorded as 'dev', which results tables leave out")
-    g.add_argument("--data-dir", help="offline mirror for --recipe-tests / --dev-set (default: the model's, or "
-                                      "$NMT_DATA_DIR)")
+    g.add_argument("--data-dir", type=nonempty(),
+                   help="offline mirror for --recipe-tests / --dev-set (default: the model's, or $NMT_DATA_DIR)")
     g.add_argument("--max-sentences", type=number(int, 0), default=0,
                    help="score only the first N sentences (0 = all); scores of part of a set are not recorded")
     o = p.add_argument_group("output")
-    o.add_argument("--json", nargs="?", const="-", metavar="FILE",
+    o.add_argument("--json", nargs="?", const="-", metavar="FILE", type=nonempty(),
                    help="write the results as JSON to FILE, or to stdout instead of the text report")
-    o.add_argument("--hyp-dir", type=Path, help="also write the translations as DIR/<test name>.<tgt>")
+    o.add_argument("--hyp-dir", type=nonempty(Path), help="also write the translations as DIR/<test name>.<tgt>")
     o.add_argument("--no-save", action="store_true", help="do not record the scores in MODEL_DIR/scores.json")
     return p
 
@@ -350,9 +350,9 @@ def build_score_parser() -> argparse.ArgumentParser:
                "--output-format json\n")
     _add_model_decode_args(p, SCORE_FLAGS, nbest=False)
     g = p.add_argument_group("input and output")
-    g.add_argument("--src-file", required=True, help="source sentences, UTF-8, one per line")
-    g.add_argument("--tgt-file", required=True, help="their translations, line-aligned with --src-file")
-    g.add_argument("--output", help="output file (default: stdout)")
+    g.add_argument("--src-file", required=True, type=nonempty(), help="source sentences, UTF-8, one per line")
+    g.add_argument("--tgt-file", required=True, type=nonempty(), help="translations of --src-file, line by line")
+    g.add_argument("--output", type=nonempty(), help="output file (default: stdout)")
     g.add_argument("--output-format", choices=("score", "json"), default="score",
                    help="score: one number per line (default); json: one object per line with the score, the "
                         "log-probability, the length and every piece's log-probability")

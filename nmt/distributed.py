@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from nmt.cli import number
+from nmt.cli import nonempty, number
 
 
 # -- the launcher: what to start where ----------------------------------------------------------------------------
@@ -327,16 +327,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="worker processes (one per machine on GPUs)")
     p.add_argument("-s", "--num-servers", type=number(int, 1),
                    help="server processes (default: 1, or one per host with -H)")
-    p.add_argument("-H", "--hostfile", type=Path, help="run servers and workers over ssh, round-robin on these hosts "
-                   "(one per line: host, user@host, host:sshport); without it everything runs here")
-    p.add_argument("--scheduler-host", help="address of this machine that the hosts reach (default: 127.0.0.1, or "
-                   "the address of the route to the first host)")
+    p.add_argument("-H", "--hostfile", type=nonempty(Path), help="run servers and workers over ssh, round-robin on "
+                   "these hosts (one per line: host, user@host, host:sshport); without it everything runs here")
+    p.add_argument("--scheduler-host", type=nonempty(), help="address of this machine that the hosts reach "
+                   "(default: 127.0.0.1, or the address of the route to the first host)")
     p.add_argument("--port", type=number(int, 1, 65535), help="scheduler port (default: a free one)")
-    p.add_argument("--python", default=sys.executable,
+    p.add_argument("--python", default=sys.executable, type=nonempty(),
                    help="interpreter for scheduler and servers, the same path on every host (default: %(default)s)")
-    p.add_argument("--ssh", default="ssh", help="ssh command, e.g. 'ssh -i ~/.ssh/key' (default: ssh)")
-    p.add_argument("--workdir", default=os.getcwd(), help="directory the commands run in, the same path on every "
-                   "host (default: the current one)")
+    p.add_argument("--ssh", default="ssh", type=nonempty(), help="ssh command, e.g. 'ssh -i ~/.ssh/key' (default: ssh)")
+    p.add_argument("--workdir", default=os.getcwd(), type=nonempty(), help="directory the commands run in, the same "
+                   "path on every host (default: the current one)")
     p.add_argument("--env", action="append", default=[], metavar="NAME[=VALUE]",
                    help="also pass this variable to remote processes (repeatable); "
                         f"{', '.join(FORWARDED_ENV)} and {'*, '.join(FORWARDED_PREFIXES)}* always are")

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Iterator, List, Optional, Sequence
 
-from nmt.cli import number
+from nmt.cli import nonempty, number
 from nmt.config import Config, ConfigError
 from nmt.serve.batcher import DEFAULT_MAX_WAIT_MS
 from nmt.serve.schema import Limits
@@ -33,16 +33,16 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     lim = Limits()
     count = number(int, 1)
     p = argparse.ArgumentParser(prog="nmt-serve", description=__doc__.split("\n\n")[0])
-    p.add_argument("--model-dir", action="append", required=True,
+    p.add_argument("--model-dir", action="append", required=True, type=nonempty(),
                    help="a trained model directory; repeat for several language pairs")
-    p.add_argument("--host", default="127.0.0.1",
+    p.add_argument("--host", default="127.0.0.1", type=nonempty(),
                    help="address to listen on (0.0.0.0: every interface; default %(default)s)")
     p.add_argument("--port", type=number(int, 1, 65535), default=8080, help="port (default %(default)s)")
-    p.add_argument("--ensemble", nargs="+", default=[], metavar="DIR",
+    p.add_argument("--ensemble", nargs="+", default=[], metavar="DIR", type=nonempty(),
                    help="further model directories that decode together with the --model-dir of their language "
                         "pair, following the mean of their log-probabilities (same vocabularies)")
-    p.add_argument("--checkpoint", default="best", help="best, latest, avg or a step number (default %(default)s); "
-                   "applies to all")
+    p.add_argument("--checkpoint", default="best", type=nonempty(),
+                   help="best, latest, avg or a step number (default %(default)s); applies to all")
     p.add_argument("--max-batch", type=count, default=None,
                    help="most sentences decoded together (default: the model's decode batch size)")
     p.add_argument("--max-wait-ms", type=number(float, 0), default=DEFAULT_MAX_WAIT_MS,

@@ -248,3 +248,44 @@ def test_transformer_defaults_apply_where_nothing_was_given(tmp_path):
     assert Config.load(path, complete=False).model.dropout == 0.3
     help_text = build_train_parser().format_help()
     assert "(default: 0.4; with --arch transformer: 0.3)" in " ".join(help_text.split())
+
+
+def _parse_with(build, required):
+    return lambda argv: build().parse_args([*required, *argv])
+
+
+def _empty_flag_cases():
+    """command -> (parse, flags that take a name, a path or an address)"""
+    from nmt import cli_decode, distributed
+    from nmt.serve import cli as serve_cli
+    m = ["--model-dir", "m"]
+    return {
+        "nmt-train": (_parse_with(build_train_parser, []),
+                      ["--config", "--init-from", "--recipe", "--data-dir", "--cache-dir", "--train-src", "--train-tgt",
+                       "--dev-src", "--dev-tgt", "--test-src", "--test-tgt", "--upsample", "--optimizer",
+                       "--model-dir", "--gpus"]),
+        "nmt-translate": (_parse_with(cli_decode.build_translate_parser, m),
+                          ["--model-dir", "--checkpoint", "--ensemble", "--gpus", "--input", "--output",
+                           "--plot-attention"]),
+        "nmt-evaluate": (_parse_with(cli_decode.build_evaluate_parser, m),
+                         ["--src-file", "--ref-file", "--name", "--data-dir", "--json", "--hyp-dir"]),
+        "nmt-score": (_parse_with(cli_decode.build_score_parser, [*m, "--src-file", "a", "--tgt-file", "b"]),
+                      ["--src-file", "--tgt-file", "--output"]),
+        "nmt-serve": (lambda argv: serve_cli.parse_args([*m, *argv]), ["--model-dir", "--host", "--ensemble",
+                                                                       "--checkpoint"]),
+        "nmt-launch": (lambda argv: distributed.build_parser().parse_args(["-n", "1", *argv, "--", "echo"]),
+                       ["--hostfile", "--scheduler-host", "--python", "--ssh", "--workdir"]),
+    }
+
+
+@pytest.mark.parametrize("command", ["nmt-train", "nmt-translate", "nmt-evaluate", "nmt-score", "nmt-serve",
+                                     "nmt-launch"])
+def test_an_empty_value_is_refused_naming_the_flag(command, capsys):
+    """`--data-dir "$DIR"` with DIR unset: '' meant the current directory (--model-dir, --hyp-dir: files written
+    there), nothing (--data-dir, --upsample: silently ignored) or a later, vaguer error."""
+    parse, flags = _empty_flag_cases()[command]
+    for flag in flags:
+        for empty in ("", "  "):
+            with pytest.raises(SystemExit):
+                parse([flag, empty])
+            assert f"{flag}: is empty (an unset shell variable?)" in capsys.readouterr().err, flag
