@@ -114,7 +114,7 @@ TRAIN_FLAGS = [
     Flag("--max-epochs", "train", "max_epochs", int, "stop after this many epochs"),
     Flag("--max-seconds", "train", "max_seconds", float, "stop after this many seconds of this run (0 = none)"),
     Flag("--time-budget", "train", "time_budget", float,
-         "stop when the training wall time over all runs (resumes included) reaches this many seconds"),
+         "stop when the training wall time over all runs (resumes included) reaches this many seconds (0 = none)"),
     Flag("--seed", "train", "seed", int, "random seed"),
     Flag("--valid-every", "train", "valid_every", int,
          "validate every N updates and at each epoch end (0: at epoch ends only)"),
