@@ -127,3 +127,24 @@ def test_several_lines_are_translated_line_by_line(translator, serve_sentences, 
             save_screenshot(driver, tmp_path, "serve_page_lines.png")
     finally:
         driver.quit()
+
+
+def test_ctrl_enter_waits_for_the_hangul_being_composed(translator, serve_sentences):
+    """With a Korean IME, Ctrl+Enter pressed while a syllable is still being composed arrives as a keydown with
+    isComposing (keyCode 229) before the syllable is in the box: translating then would drop it. The page waits
+    for the keydown that follows the composition."""
+    from selenium.webdriver.common.by import By
+    driver = browser()
+    press = ("document.getElementById('source').dispatchEvent(new KeyboardEvent('keydown', "
+             "{key: 'Enter', ctrlKey: true, isComposing: arguments[0], bubbles: true}));"
+             "return document.body.dataset.state || '';")
+    try:
+        with background_server(make_app(translator)) as url:
+            translate_on_page(driver, url, serve_sentences[0])
+            driver.execute_script("document.body.dataset.state = 'typing';")
+            assert driver.execute_script(press, True) == "typing"
+            assert driver.execute_script(press, False) == "busy"
+            wait_done(driver)
+            assert driver.find_element(By.ID, "translation").text
+    finally:
+        driver.quit()
