@@ -148,3 +148,34 @@ def test_ctrl_enter_waits_for_the_hangul_being_composed(translator, serve_senten
             assert driver.find_element(By.ID, "translation").text
     finally:
         driver.quit()
+
+
+def test_a_late_answer_to_an_earlier_request_is_not_shown(translator, serve_sentences):
+    """Translate pressed twice: when the first answer arrives after the second (here held back 1.5 s in the page's
+    fetch), the page went on to show it under the second text. The newest request wins."""
+    import time
+    from selenium.webdriver.common.by import By
+    driver = browser()
+    hold_first = ("const real = window.fetch; let n = 0;"
+                  "window.fetch = async (path, opts) => { const k = n++; const r = await real(path, opts);"
+                  "  if (k === 0) await new Promise((ok) => setTimeout(ok, 1500)); return r; };")
+    first, second = serve_sentences[3], serve_sentences[4]
+    try:
+        with background_server(make_app(translator)) as url:
+            translate_on_page(driver, url, "")   # the page loaded
+            driver.execute_script(hold_first)
+            box = driver.find_element(By.ID, "source")
+            for sentence in (first, second):
+                box.clear()
+                box.send_keys(sentence)
+                driver.find_element(By.ID, "go").click()
+            wait_done(driver)
+            time.sleep(2.5)   # the first answer has arrived by now
+            beam = int(driver.find_element(By.ID, "beam").get_attribute("value"))
+            api = httpx.post(url + "/translate", json={"text": [first, second], "beam_size": beam}).json()
+            expected = [t["translation"] for t in api["translations"]]
+            assert expected[0] != expected[1]
+            assert driver.find_element(By.ID, "translation").text == expected[1]
+            assert "(" + expected[1] + ")" in driver.find_element(By.ID, "attention-note").text
+    finally:
+        driver.quit()
