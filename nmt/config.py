@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
@@ -67,6 +68,9 @@ class DataConfig:
             "train_src", "train_tgt", "dev_src", "dev_tgt", "test_src", "test_tgt", "data_dir", "cache_dir")}
 
     def __post_init__(self) -> None:
+        for name in ("train_src", "train_tgt", "dev_src", "dev_tgt", "test_src", "test_tgt"):
+            if getattr(self, name):   # relative to where the run started: its resume or evaluation may run elsewhere
+                setattr(self, name, os.path.abspath(os.path.expanduser(getattr(self, name))))
         _check([(self.batch_size >= 1 or bool(self.batch_tokens), f"--batch-size must be >= 1, got {self.batch_size}"),
                 (self.batch_tokens is None or self.batch_tokens >= 1,
                  f"--batch-tokens must be >= 1, got {self.batch_tokens}"),

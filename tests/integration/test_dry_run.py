@@ -34,6 +34,25 @@ def test_dry_run_describes_the_run_and_writes_nothing(tmp_path, task, capsys):
     assert not d.exists()
 
 
+def test_a_run_on_relative_paths_resumes_and_evaluates_from_elsewhere(tmp_path, task, capsys, monkeypatch):
+    """The data files' paths were saved as given, relative to where the run started: a resume or `nmt-evaluate
+    --dev-set` from another directory said "train.ko: file not found"."""
+    from nmt.cli_decode import evaluate_main
+    from nmt.config import Config
+    data = Path(task["train_src"]).parent
+    relative = {k: Path(v).name for k, v in task.items() if k.endswith(("_src", "_tgt"))}
+    monkeypatch.chdir(data)
+    d = tmp_path / "m"
+    assert train_main(args_for(relative, d, "--max-steps", "2", "--valid-every", "2")) == 0
+    assert Config.load(d / ckpt.CONFIG).data.dev_src == str(data / relative["dev_src"])
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    assert train_main(["--model-dir", str(d), "--resume", "--max-steps", "4", "--no-progress", "--no-eval"]) == 0
+    assert "resumed from step 2" in capsys.readouterr().err
+    assert evaluate_main(["--model-dir", str(d), "--dev-set", "--no-save", "--max-sentences", "5"]) == 0
+    assert "dev: 5 sentences" in capsys.readouterr().out
+
+
 def test_dry_run_checks_the_model_directory(tmp_path, task, capsys):
     d = tmp_path / "m"
     assert train_main(args_for(task, d, "--max-steps", "4", "--valid-every", "2")) == 0
