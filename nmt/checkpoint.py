@@ -256,6 +256,8 @@ def params_path(model_dir: Path, which: str = "best") -> Path:
         if which == "best" and not path.exists() and (model_dir / STATE).exists() \
                 and not (model_dir / manifest.manifest_name("best")).exists():
             path = latest_params_path(model_dir)   # no validation yet: the latest is the best we have
+            logger.warning("%s: no checkpoint validated yet (no %s, the run stopped before its first validation): "
+                           "using the latest, %s", model_dir, PARAMS_BEST, path.name)
     elif str(which).isdigit():
         path = model_dir / params_file(int(which))
     else:

@@ -242,8 +242,9 @@ class Trainer:
             self.save_checkpoint(stop not in _INTERRUPTS and self.validate())
         elif self.is_chief:
             self.state.save(self.model_dir)   # record why training stopped
-        logger.info("training stopped (%s) at step %d, epoch %.2f; best dev BLEU %.2f at step %d",
-                    stop, self.state.step, self.epochs_done(), self.state.best_bleu, self.state.best_step)
+        best = (f"best dev BLEU {self.state.best_bleu:.2f} at step {self.state.best_step}" if self.state.best_step
+                else "no validation yet")
+        logger.info("training stopped (%s) at step %d, epoch %.2f; %s", stop, self.state.step, self.epochs_done(), best)
         self.workers.finished()   # distributed: no collective after this, leave with the others (else: at once)
 
     def evaluate_tests(self, which: str = "best") -> Dict[str, Scores]:

@@ -100,3 +100,29 @@ def test_dry_run_names_what_is_wrong(tmp_path, task, capsys, extra, message):
     assert train_main(args_for(task, tmp_path / "m", "--dry-run", *extra)) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err, err
+
+
+def test_a_run_stopped_before_its_first_validation_says_so(tmp_path, task):
+    """Stopped by Ctrl-C before any validation, the run logged "best dev BLEU -1.00 at step 0", and translating
+    with its "best" checkpoint silently used the latest."""
+    import logging
+    from nmt.cli import build_train_parser, config_from_args
+    from nmt.train import create_trainer
+    from nmt.translate import Translator
+    d = tmp_path / "m"
+    cfg = config_from_args(build_train_parser().parse_args(args_for(task, d, "--max-steps", "50")))
+    trainer = create_trainer(cfg)
+    trainer.signal_name = "SIGINT"   # as the handler sets it: stop before the next update
+    state = trainer.fit()
+    assert state.step == 0 and not (d / ckpt.PARAMS_BEST).exists()
+    assert "training stopped (SIGINT) at step 0, epoch 0.00; no validation yet" in (d / ckpt.LOG).read_text()
+    records = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = records.append
+    logging.getLogger("nmt").addHandler(handler)
+    try:
+        tr = Translator.from_dir(d)
+    finally:
+        logging.getLogger("nmt").removeHandler(handler)
+    assert tr.checkpoint == "best" and f"{d}: no checkpoint validated yet (no params.best, the run stopped before " \
+        "its first validation): using the latest, params.00000000" in [r.getMessage() for r in records]
