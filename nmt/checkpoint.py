@@ -53,6 +53,20 @@ def params_step(name: str) -> Optional[int]:
     return manifest.numbered_step(name, "params")
 
 
+def config_of(model_dir: Path, flag: str = "model directory") -> Path:
+    """`model_dir`/config.json; a CheckpointError naming `flag` when `model_dir` is not a model directory (a
+    checkpoint file in one, a path that does not exist, a directory nmt-train did not write)."""
+    model_dir = Path(model_dir)
+    if (model_dir / CONFIG).is_file():
+        return model_dir / CONFIG
+    if model_dir.is_file():
+        which = {PARAMS_BEST: "best", PARAMS_AVG: "avg"}.get(model_dir.name, params_step(model_dir.name))
+        raise CheckpointError(f"{flag} {model_dir} is a file: give the model directory that holds it, "
+                              f"{model_dir.parent}" + (f", with checkpoint {which}" if which is not None else ""))
+    found = f"{CONFIG} not found" if model_dir.is_dir() else "no such directory"
+    raise CheckpointError(f"{flag} {model_dir}: {found}; give a directory written by nmt-train")
+
+
 def trainer_states_file(step: int) -> str:
     return f"trainer.{manifest.step_key(step)}.states"
 

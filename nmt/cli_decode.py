@@ -47,11 +47,9 @@ def _load_translator(args: argparse.Namespace):
     from nmt.parallel import parse_devices
     from nmt.translate import Translator
     setup_logging(None, level=logging.DEBUG if args.verbose else logging.INFO)
-    for flag, model_dir in [("--model-dir", args.model_dir)] + [("--ensemble", d) for d in args.ensemble]:
-        if not (Path(model_dir) / ckpt.CONFIG).is_file():
-            raise ckpt.CheckpointError(f"{flag} {model_dir}: {ckpt.CONFIG} not found; give a directory written by "
-                                       "nmt-train")
-    path = Path(args.model_dir) / ckpt.CONFIG
+    for model_dir in args.ensemble:
+        ckpt.config_of(model_dir, "--ensemble")
+    path = ckpt.config_of(args.model_dir, "--model-dir")
     overrides = {k.split(".", 1)[1]: v for k, v in vars(args).items() if k.startswith("decode.")}
     decode = dataclasses.replace(Config.load(path).decode, **overrides)
     ctxs = parse_devices(args.gpus, args.cpu_devices)

@@ -41,10 +41,7 @@ Hyps = List[Tuple[List[int], float]]
 
 def _load_tokenizers(model_dir: Path) -> Tuple[Config, Tokenizer, Tokenizer]:
     """config and source and target tokenizers of a model directory."""
-    if not (model_dir / ckpt.CONFIG).exists():
-        raise ckpt.CheckpointError(f"{model_dir / ckpt.CONFIG} not found: --model-dir must be a directory "
-                                   "written by nmt training")
-    cfg = Config.load(model_dir / ckpt.CONFIG)
+    cfg = Config.load(ckpt.config_of(model_dir))
     return (cfg, *load_tokenizers(model_dir, cfg.data.src_lang, cfg.data.tgt_lang, cfg.model.shared_vocab))
 
 

@@ -15,7 +15,6 @@ import logging
 import socket
 import threading
 import time
-from pathlib import Path
 from typing import Iterator, List, Optional, Sequence
 
 from nmt.cli import nonempty, number
@@ -66,7 +65,8 @@ def build_app(args: argparse.Namespace):
     """The application over every --model-dir, each loaded once."""
     from nmt.serve.api import Service, create_app
     from nmt.translate import Translator
-    pairs = {d: _pair(d) for d in [*args.model_dir, *args.ensemble]}
+    pairs = {d: _pair(d, "--model-dir") for d in args.model_dir}
+    pairs.update({d: _pair(d, "--ensemble") for d in args.ensemble})
     for d in args.ensemble:
         if not any(pairs[m] == pairs[d] for m in args.model_dir):
             raise ConfigError(f"--ensemble {d} translates {'-'.join(pairs[d])}, which no --model-dir does: an "
@@ -80,13 +80,10 @@ def build_app(args: argparse.Namespace):
     return create_app(service)
 
 
-def _pair(model_dir: str) -> tuple:
+def _pair(model_dir: str, flag: str) -> tuple:
     """(source, target) language of a model directory, from its config.json."""
-    from nmt.checkpoint import CONFIG, CheckpointError
-    path = Path(model_dir) / CONFIG
-    if not path.is_file():
-        raise CheckpointError(f"{path} not found: --model-dir and --ensemble take directories written by nmt-train")
-    data = Config.load(path).data
+    from nmt.checkpoint import config_of
+    data = Config.load(config_of(model_dir, flag)).data
     return data.src_lang, data.tgt_lang
 
 

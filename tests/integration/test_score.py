@@ -162,7 +162,7 @@ def test_bad_input_is_one_clear_error(model_dir, tmp_path, capsys):
     code, _, err = run(base + ["--tgt-file", tmp_path / "missing.en"], capsys)
     assert code == 2 and "missing.en" in err
     code, _, err = run(["--model-dir", tmp_path, "--src-file", src, "--tgt-file", src], capsys)
-    assert code == 2 and "config.json not found" in err
+    assert code == 2 and f"--model-dir {tmp_path}: config.json not found" in err
     (tmp_path / "empty.ko").write_text("", encoding="utf-8")
     code, out, err = run(["--model-dir", model_dir, "--src-file", tmp_path / "empty.ko", "--tgt-file", two], capsys)
     assert code == 2 and out == "" and f"{tmp_path / 'empty.ko'}: the file is empty" in err

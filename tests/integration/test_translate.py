@@ -21,8 +21,8 @@ import pytest
 
 from nmt import checkpoint as ckpt
 from nmt.cli_decode import translate_main
-from nmt.tokenizer import UNK_ID
 from nmt.stream import interactive, read_raw_lines, translate_stream
+from nmt.tokenizer import UNK_ID
 from nmt.translate import Translator, one_line
 from tests.synth import synth_file
 
@@ -246,7 +246,15 @@ def test_cli_nbest_checkpoint_and_bad_flags(tr, tmp_path, capsys):
         code, _, err = run(["--model-dir", tr.model_dir, "--gpus", "1"], capsys)
         assert code == 2 and "--gpus 1: no GPU found" in err
     code, _, err = run(["--model-dir", tmp_path / "nothing"], capsys)
-    assert code == 2 and "config.json not found" in err
+    assert code == 2 and f"--model-dir {tmp_path / 'nothing'}: no such directory; give a directory written" in err
+    code, _, err = run(["--model-dir", tmp_path], capsys)
+    assert code == 2 and f"--model-dir {tmp_path}: config.json not found; give a directory written" in err
+    step = ckpt.params_step(sorted(Path(tr.model_dir).glob("params.0*"))[0].name)
+    for name, which in (("params.best", ", with checkpoint best"),   # a checkpoint file, as fairseq takes one
+                        (ckpt.params_file(step), f", with checkpoint {step}"), ("config.json", "")):
+        code, _, err = run(["--model-dir", Path(tr.model_dir) / name], capsys)
+        assert code == 2 and f"--model-dir {Path(tr.model_dir) / name} is a file: give the model directory that " \
+            f"holds it, {tr.model_dir}{which}\n" in err, err
 
 
 def test_cli_sampling(tr, src_lines, tmp_path, capsys):
@@ -478,7 +486,7 @@ def test_ensemble_members_must_share_vocabularies_and_languages(tr, tmp_path, ca
     assert f"{other}: cannot join an ensemble with {tr.model_dir}: its target SentencePiece model" in err
     assert "must share both vocabularies" in err
     code, _, err = run(["--model-dir", tr.model_dir, "--ensemble", tmp_path / "nothing"], capsys)
-    assert code == 2 and f"--ensemble {tmp_path / 'nothing'}: config.json not found" in err
+    assert code == 2 and f"--ensemble {tmp_path / 'nothing'}: no such directory" in err
     src = tmp_path / "three.ko"   # an ensemble's heatmaps: the mean of its members' attention
     src.write_text("".join(synth_file(tr.model_dir, "test.ko").read_text(encoding="utf-8").splitlines(True)[:3]),
                    encoding="utf-8")
