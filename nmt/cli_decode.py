@@ -281,12 +281,14 @@ def _test_sets(args: argparse.Namespace, tr) -> dict:
 @command(build_evaluate_parser)
 def evaluate_main(args: argparse.Namespace) -> int:
     from nmt.atomic import atomic_write_text
-    from nmt.scoring import checkpoint_info, score_test_set
+    from nmt.scoring import checkpoint_info, read_scores, score_test_set
     if args.hyp_dir:
         _output_dir("--hyp-dir", args.hyp_dir)
     if args.json not in (None, "-"):   # written at the end: its directory is checked now
         _output_dir("--json", Path(args.json).parent, file=args.json)
     tr = _load_translator(args)
+    if not args.no_save:   # recorded after each test set is decoded: a damaged file is named before that
+        read_scores(tr.model_dir)
     tests = _test_sets(args, tr)
     inputs = {"--src-file": args.src_file, "--ref-file": args.ref_file}
     _refuse_overwriting("--json", args.json, inputs)

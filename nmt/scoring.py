@@ -119,9 +119,13 @@ def read_scores(model_dir: Path) -> Dict[str, Dict[str, object]]:
     if not path.exists():
         return {}
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise ckpt.CheckpointError(f"{path} is not valid JSON ({e}); move it away to record new scores") from None
+    if not (isinstance(data, dict) and all(isinstance(v, dict) for v in data.values())):
+        raise ckpt.CheckpointError(f"{path} is not a scores file (an object of test set -> checkpoint -> scores); "
+                                   "move it away to record new scores")
+    return data
 
 
 def record_scores(model_dir: Path, test_key: str, checkpoint: str, entry: Dict[str, object]) -> Path:

@@ -22,6 +22,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 
 from nmt.corpus import hangul_counts, other_language_warning
+from nmt.manifest import CheckpointError
 from nmt.serve.batcher import DEFAULT_MAX_WAIT_MS, Batcher, Closed, QueueFull
 from nmt.serve.schema import (AttentionRequest, Limits, RequestError, TranslateRequest, check_line,
                               check_translate, parse, read_body)
@@ -90,8 +91,13 @@ def best_test_score(model_dir, checkpoint: Optional[str], members: Sequence = ()
     from nmt.scoring import DEV_SET, ENSEMBLE_PREFIX, ensemble_key, read_scores
     if model_dir is None:
         return None
-    rows = [(test, key, e) for test, by_key in read_scores(Path(model_dir)).items() if test != DEV_SET
-            for key, e in by_key.items() if isinstance(e, dict) and "bleu" in e]
+    try:
+        scores = read_scores(Path(model_dir))
+    except CheckpointError as e:   # the model still translates: /info (and the page) go on without its score
+        logger.warning("%s; /info shows no test score for %s", e, model_dir)
+        return None
+    rows = [(test, key, e) for test, by_key in scores.items() if test != DEV_SET
+            for key, e in by_key.items() if isinstance(e, dict) and isinstance(e.get("bleu"), (int, float))]
     if members:   # this ensemble's entries (the first member's scores.json holds them): the loaded checkpoint's
         tail = ensemble_key("", members)[len(ENSEMBLE_PREFIX):]
         same = [r for r in rows if r[1].startswith(ENSEMBLE_PREFIX) and r[1].endswith(tail)]

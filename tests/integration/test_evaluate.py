@@ -79,6 +79,29 @@ def test_record_scores_keeps_other_entries_and_rejects_a_corrupt_file(tmp_path):
     with pytest.raises(ckpt.CheckpointError, match="scores.json is not valid JSON"):
         record_scores(tmp_path, "c", "best", {})
     assert (tmp_path / ckpt.SCORES).read_text() == "{oops"   # never overwritten: earlier scores are not lost
+    for other in ("[]", '{"a": 3}'):   # JSON, but not scores: refused the same way, not a TypeError
+        (tmp_path / ckpt.SCORES).write_text(other)
+        with pytest.raises(ckpt.CheckpointError, match="scores.json is not a scores file"):
+            record_scores(tmp_path, "c", "best", {})
+
+
+def test_a_damaged_scores_file_is_named_before_decoding(model_copy, tmp_path, capsys, monkeypatch):
+    """Every test set was decoded, then recording its scores failed: the scores were never shown."""
+    from nmt.translate import Translator
+    cfg = Translator.from_dir(model_copy).config.data
+    (model_copy / ckpt.SCORES).write_text("{oops")
+    decoded = []
+
+    def translate(self, lines, *args, **kwargs):
+        decoded.append(lines)
+        return ["x"] * len(lines)
+    monkeypatch.setattr(Translator, "translate", translate)
+    code, _, err = run(["--model-dir", model_copy, "--src-file", cfg.test_src, "--ref-file", cfg.test_tgt], capsys)
+    assert code == 2 and "scores.json is not valid JSON" in err and decoded == []
+    monkeypatch.undo()
+    code, out, _ = run(["--model-dir", model_copy, "--src-file", cfg.test_src, "--ref-file", cfg.test_tgt,
+                        "--no-save", "--max-sentences", "5"], capsys)
+    assert code == 0 and "BLEU" in out
 
 
 def test_mismatched_line_counts_name_both_files(model_copy, tmp_path, capsys):

@@ -2,6 +2,8 @@
 ambiguous request gets a 422 that lists the pairs it has."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from nmt.config import Config, DecodeConfig
@@ -43,3 +45,16 @@ def test_unknown_or_ambiguous_pair_is_refused_with_the_pairs(service, src, tgt, 
 def test_two_models_for_one_pair_are_refused():
     with pytest.raises(ValueError, match="two models translate ko-en"):
         Service([Stub("ko", "en"), Stub("ko", "en")], Limits())
+
+
+def test_a_damaged_scores_file_leaves_info_without_a_score(tmp_path, nmt_logs):
+    """A scores.json that is not valid JSON (or not scores) made GET /info answer 500, and the web page, which
+    starts from /info, showed nothing; the model still translates, so /info goes on without its test score."""
+    from nmt.serve.api import best_test_score
+    good = {"test": {"best": {"bleu": 12.5, "bleu_signature": "s"}, "700": {"bleu": "n/a"}}}
+    (tmp_path / "scores.json").write_text(json.dumps(good))
+    assert best_test_score(tmp_path, "best")["bleu"] == 12.5
+    for damaged in ('{"test": {"best"', "[1, 2]", '{"test": 3}'):
+        (tmp_path / "scores.json").write_text(damaged)
+        assert best_test_score(tmp_path, "best") is None
+        assert f"/info shows no test score for {tmp_path}" in nmt_logs[-1].getMessage()
