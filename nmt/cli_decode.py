@@ -143,7 +143,8 @@ def build_translate_parser() -> argparse.ArgumentParser:
     g.add_argument("--input", type=nonempty(), help="input file, UTF-8, one sentence per line (default: stdin)")
     g.add_argument("--output", type=nonempty(), help="output file (default: stdout); flushed chunk by chunk")
     g.add_argument("--chunk-lines", type=number(int, 1), default=1000,
-                   help="lines translated (length-sorted) and written at a time (default: 1000)")
+                   help="lines translated (length-sorted) and written at a time, fewer when the input pauses "
+                        "(default: 1000)")
     g.add_argument("--on-invalid-utf8", choices=("error", "replace"), default="error",
                    help="a line that is not UTF-8: stop with an error naming it after writing every line before "
                         "it (default), or replace the bad bytes with U+FFFD and warn")
@@ -173,7 +174,7 @@ def translate_main(args: argparse.Namespace) -> int:
     import contextlib
     from nmt.corpus import CorpusError, hangul_counts, other_language_warning
     from nmt.plot import attention_saver
-    from nmt.stream import interactive, read_raw_lines, translate_stream
+    from nmt.stream import IDLE_SECONDS, interactive, read_raw_lines, translate_stream
     from nmt.translate import CHARS_PER_TOKEN
     if args.plot_attention:
         _output_dir("--plot-attention", args.plot_attention)
@@ -212,7 +213,7 @@ def translate_main(args: argparse.Namespace) -> int:
         out = _open_output(stack, args.output)
         max_bytes = tr.decode.max_input_tokens * CHARS_PER_TOKEN * 4   # 4 = longest UTF-8 character
         try:
-            stats = translate_stream(tr, read_raw_lines(src, max_bytes), out, name=name,
+            stats = translate_stream(tr, read_raw_lines(src, max_bytes, IDLE_SECONDS), out, name=name,
                                      chunk_lines=args.chunk_lines, on_invalid=args.on_invalid_utf8,
                                      nbest=nbest, on_chunk=on_chunk)
         except BrokenPipeError:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import select
 import sys
 import time
 from dataclasses import dataclass
@@ -17,27 +19,64 @@ from nmt.translate import CHARS_PER_TOKEN, Translator
 logger = logging.getLogger("nmt.translate")
 
 
-def read_raw_lines(stream: BinaryIO, max_bytes: int) -> Iterator[Tuple[bytes, bool]]:
+# How long the input may pause before the lines read so far are translated: a program that writes a line into the
+# pipe and waits for its translation gets it, while a file still fills whole chunks.
+IDLE_SECONDS = 0.05
+PAUSE = (b"", None)   # what read_raw_lines yields when the input pauses
+
+
+def read_raw_lines(stream: BinaryIO, max_bytes: int, idle: Optional[float] = None) -> Iterator[Tuple[bytes, bool]]:
     """(line without its line end, was_cut) of a binary stream; a line longer than `max_bytes` is cut there and
-    the rest of it is read and discarded in pieces, so no line is ever held whole in memory."""
+    the rest of it is read and discarded, so no line is ever held whole in memory. With `idle` (seconds) and a
+    stream with a file descriptor, PAUSE is yielded once when no line is ready and nothing arrives for that long.
+    The descriptor is read directly (os.read), not through the stream's buffer, so that select sees all there is."""
+    fd = _fileno(stream)
+    buf, start, skipping, paused = b"", 0, False, False
     while True:
-        raw = stream.readline(max_bytes + 1)
-        if not raw:
+        if skipping:   # the rest of a cut line: nothing of it is kept
+            nl = buf.find(b"\n", start)
+            if nl >= 0:
+                start, skipping = nl + 1, False
+                continue
+            buf, start = b"", 0
+        else:
+            nl = buf.find(b"\n", start, start + max_bytes + 1)
+            if nl >= 0:
+                line, start = buf[start:nl], nl + 1
+                yield line.rstrip(b"\r"), False
+                continue
+            if len(buf) - start > max_bytes:
+                yield _cut(buf[start:start + max_bytes]), True
+                skipping = True
+                continue
+        if idle is not None and fd is not None and not paused and not select.select([fd], [], [], idle)[0]:
+            paused = True
+            yield PAUSE
+            continue
+        data = os.read(fd, 1 << 16) if fd is not None else stream.read(1 << 16)
+        paused = False
+        if not data:
+            if len(buf) > start and not skipping:
+                yield buf[start:].rstrip(b"\r"), False
             return
-        cut = False
-        if len(raw) > max_bytes and not raw.endswith(b"\n"):
-            cut = True
-            rest = raw
-            while rest and not rest.endswith(b"\n"):
-                rest = stream.readline(1 << 20)
-            raw = raw[:max_bytes]
-            end = len(raw)   # back off to a character boundary (drop a partial UTF-8 sequence)
-            while end > 0 and (raw[end - 1] & 0xC0) == 0x80:
-                end -= 1
-            if end > 0 and raw[end - 1] >= 0xC0:
-                end -= 1
-            raw = raw[:end]
-        yield raw.rstrip(b"\r\n"), cut
+        buf, start = buf[start:] + data, 0
+
+
+def _fileno(stream) -> Optional[int]:
+    try:
+        return stream.fileno()
+    except (AttributeError, OSError, ValueError):   # io.UnsupportedOperation (BytesIO) is an OSError
+        return None
+
+
+def _cut(raw: bytes) -> bytes:
+    """`raw` backed off to a character boundary (a partial UTF-8 sequence at its end dropped)."""
+    end = len(raw)
+    while end > 0 and (raw[end - 1] & 0xC0) == 0x80:
+        end -= 1
+    if end > 0 and raw[end - 1] >= 0xC0:
+        end -= 1
+    return raw[:end].rstrip(b"\r")
 
 
 def decode_line(raw: bytes, line_no: int, name: str, on_invalid: str = "error") -> Tuple[str, bool]:
@@ -80,10 +119,10 @@ def translate_stream(translator: Translator, raw_lines: Iterable[Tuple[bytes, bo
                      nbest: Optional[int] = None,
                      on_chunk: Optional[Callable[[int, List[str]], None]] = None) -> StreamStats:
     """Translate (line, was_cut) items chunk by chunk, writing one output line per input line (its translation,
-    or with `nbest` its `format_nbest` row of the nbest best) and flushing after every chunk;
-    `on_chunk(first_line_number, lines)` runs after each chunk is written. On invalid UTF-8 (with
-    on_invalid="error") every line before the bad one is translated and written first, then the CorpusError
-    naming the line is raised."""
+    or with `nbest` its `format_nbest` row of the nbest best) and flushing after every chunk: `chunk_lines` lines,
+    or those read when `raw_lines` yields PAUSE; `on_chunk(first_line_number, lines)` runs after each chunk is
+    written. On invalid UTF-8 (with on_invalid="error") every line before the bad one is translated and written
+    first, then the CorpusError naming the line is raised."""
     stats, t0 = StreamStats(), time.perf_counter()
     chunk: List[str] = []
     first = 1
@@ -102,7 +141,13 @@ def translate_stream(translator: Translator, raw_lines: Iterable[Tuple[bytes, bo
             first += len(chunk)
             chunk = []
 
-    for line_no, (raw, cut) in enumerate(raw_lines, 1):
+    line_no = 0
+    for item in raw_lines:
+        if item is PAUSE:   # the input paused: a program may be waiting for what it gave so far
+            flush()
+            continue
+        raw, cut = item
+        line_no += 1
         if cut:
             stats.cut += 1
             logger.warning("%s:%d: line longer than the input guard (--max-input-tokens x %d characters); cut while "

@@ -21,7 +21,7 @@ import pytest
 
 from nmt import checkpoint as ckpt
 from nmt.cli_decode import translate_main
-from nmt.stream import interactive, read_raw_lines, translate_stream
+from nmt.stream import PAUSE, interactive, read_raw_lines, translate_stream
 from nmt.tokenizer import UNK_ID
 from nmt.translate import Translator, one_line
 from tests.synth import synth_file
@@ -217,6 +217,29 @@ def test_stream_writes_each_chunk_before_reading_on(tr):
     assert stats.lines == 5 and written[-1] == 5
 
 
+def test_a_pause_in_the_input_gets_the_lines_before_it_translated(tr):
+    """A program that writes lines into a pipe and waits for their translations waited forever: lines were
+    translated only once --chunk-lines (1,000) had come or the input had ended. The reader says when a pipe
+    pauses; the stream then translates what it has."""
+    read, write = os.pipe()
+    with open(read, "rb") as r, open(write, "wb", buffering=0) as w:
+        w.write("리 니\n차".encode())
+        lines = read_raw_lines(r, 100, idle=0.05)
+        assert next(lines) == ("리 니".encode(), False) and next(lines) is PAUSE   # "차" has no line end yet
+        w.write(b"\n\n")
+        assert next(lines) == ("차".encode(), False) and next(lines) == (b"", False) and next(lines) is PAUSE
+        w.close()
+        assert list(lines) == []
+    written = []
+
+    class Out(io.StringIO):
+        def flush(self):
+            written.append(self.getvalue().count("\n"))
+    item = ("리 니".encode(), False)
+    stats = translate_stream(tr, [PAUSE, item, item, item, PAUSE, PAUSE, item], Out())
+    assert stats.lines == 4 and written == [3, 4]
+
+
 # -- the command line ----------------------------------------------------------------------------------------------
 def test_cli_nbest_checkpoint_and_bad_flags(tr, tmp_path, capsys):
     path = tmp_path / "in.ko"
@@ -313,6 +336,24 @@ def test_cli_stdin_to_stdout(tr, src_lines):
                        timeout=120)
     assert p.returncode == 0, p.stderr.decode()
     assert p.stdout.decode("utf-8").split("\n") == tr.translate(lines) + [""]
+
+
+def test_cli_answers_each_line_of_a_pipe_kept_open(tr, src_lines):
+    """A program driving nmt-translate line by line: each translation comes while stdin stays open."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    p = subprocess.Popen([sys.executable, str(REPO / "scripts" / "translate.py"), "--model-dir", str(tr.model_dir)],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+    try:
+        for line in src_lines[:3]:
+            p.stdin.write(line.encode() + b"\n")
+            p.stdin.flush()
+            ready, _, _ = select.select([p.stdout], [], [], 120)
+            assert ready, f"no translation of {line!r} within 120 s while the pipe stays open"
+            assert p.stdout.readline().decode().rstrip("\n") == tr.translate(line)
+        p.stdin.close()
+        assert p.wait(60) == 0 and p.stdout.read() == b""
+    finally:
+        p.kill()
 
 
 # Decodes the synthetic test set on two CPU contexts (one OpenMP thread each, as the CLI asks for) and prints
