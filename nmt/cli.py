@@ -234,7 +234,7 @@ def number(kind: type, low: float, high: Optional[float] = None, low_open: bool 
 
 def nonempty(kind: Callable[[str], Any] = str):
     """An argparse type: `kind` of a value that is not blank. `--data-dir "$DIR"` with DIR unset gives '', which
-    would otherwise mean the current directory, no value, or every interface."""
+    would otherwise mean the current directory (a Path) or no value at all."""
     def parse(text: str):
         if not text.strip():
             raise argparse.ArgumentTypeError("is empty (an unset shell variable?): give a value, or leave the flag out")
