@@ -15,6 +15,7 @@ import logging
 import socket
 import threading
 import time
+from pathlib import Path
 from typing import Iterator, List, Optional, Sequence
 
 from nmt.cli import nonempty, number
@@ -66,6 +67,7 @@ def build_app(args: argparse.Namespace):
     from nmt.serve.api import Service, create_app
     from nmt.translate import Translator
     pairs = {d: _pair(d, "--model-dir") for d in args.model_dir}
+    _one_model_per_pair(args.model_dir, pairs)
     pairs.update({d: _pair(d, "--ensemble") for d in args.ensemble})
     for d in args.ensemble:
         if not any(pairs[m] == pairs[d] for m in args.model_dir):
@@ -78,6 +80,21 @@ def build_app(args: argparse.Namespace):
                     max_beam_size=args.max_beam_size, timeout_s=args.timeout)
     service = Service(translators, limits, args.max_batch, args.max_wait_ms, args.max_queue)
     return create_app(service)
+
+
+def _one_model_per_pair(model_dirs: Sequence[str], pairs: dict) -> None:
+    """ConfigError, before any model loads, when two --model-dir translate the same language pair: a request names
+    only its languages. Meant to decode together, the second is an --ensemble member."""
+    first: dict = {}
+    for d in model_dirs:
+        if pairs[d] in first:
+            other, pair = first[pairs[d]], "-".join(pairs[d])
+            said = (f"--model-dir {d} is given twice" if Path(other).resolve() == Path(d).resolve() else
+                    f"--model-dir {other} and --model-dir {d} both translate {pair}; a request names only its "
+                    f"languages, so the service takes one model per language pair (to decode the two together, "
+                    f"as an ensemble: --model-dir {other} --ensemble {d})")
+            raise ConfigError(said)
+        first[pairs[d]] = d
 
 
 def _pair(model_dir: str, flag: str) -> tuple:

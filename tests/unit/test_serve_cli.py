@@ -52,3 +52,20 @@ def test_a_busy_port_is_named_before_the_models_load(tmp_path, caplog):
 def test_an_unknown_host_is_named(tmp_path, caplog):
     assert main(["--model-dir", str(tmp_path / "nowhere"), "--host", "nowhere.invalid", "--log-level", "error"]) == 2
     assert "--host nowhere.invalid: cannot be resolved" in caplog.text
+
+
+def test_two_models_of_one_pair_are_named_before_any_loads(tmp_path):
+    """Two --model-dir of one language pair (a fairseq user's way to give an ensemble) were refused only after both
+    had loaded, by a message naming neither; they are named now, with the --ensemble that decodes them together,
+    before loading (these directories hold nothing but config.json, so a load would fail otherwise)."""
+    from nmt.config import Config, ConfigError
+    from nmt.serve.cli import build_app
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        Config().save(tmp_path / name / "config.json")
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    with pytest.raises(ConfigError, match=f"--model-dir {a} and --model-dir {b} both translate ko-en; .* "
+                                          f"--model-dir {a} --ensemble {b}"):
+        build_app(parse_args(["--model-dir", a, "--model-dir", b]))
+    with pytest.raises(ConfigError, match=f"--model-dir {a}/ is given twice"):
+        build_app(parse_args(["--model-dir", a, "--model-dir", a + "/"]))
