@@ -167,10 +167,19 @@ def translate_stream(translator: Translator, raw_lines: Iterable[Tuple[bytes, bo
     return stats
 
 
+def prompt_on_stderr(prompt: str) -> str:
+    """input() with its prompt on stderr. input() itself writes it to stdout when that is not a terminal, and so
+    into the file or pipe standard output was redirected to (`nmt-translate ... > out.en`, typing at the terminal)."""
+    sys.stderr.write(prompt)
+    sys.stderr.flush()
+    return input()
+
+
 def interactive(translator: Translator, nbest: Optional[int] = None,
-                on_line: Optional[Callable[[int, List[str]], None]] = None, read: Callable[[str], str] = input) -> int:
-    """Prompt for sentences (on a terminal) and print each translation (with `nbest`: its n-best row), until end of
-    input (Ctrl-D) or Ctrl-C."""
+                on_line: Optional[Callable[[int, List[str]], None]] = None,
+                read: Callable[[str], str] = prompt_on_stderr) -> int:
+    """Prompt for sentences (on a terminal; the prompt on stderr) and print each translation (with `nbest`: its
+    n-best row) to stdout, until end of input (Ctrl-D) or Ctrl-C."""
     how = f"beam {translator.decode.beam_size}" if translator.sample is None else f"--sample {translator.sample}"
     print(f"nmt-translate {translator.src_lang} -> {translator.tgt_lang} ({translator.model_dir}, checkpoint "
           f"{translator.checkpoint}, {how}). Type a sentence and press Enter; Ctrl-D to quit.", file=sys.stderr)

@@ -407,6 +407,8 @@ def test_cpu_contexts_that_would_take_turns_leave_the_work_to_the_first(tr, src_
 
 
 def test_interactive_prompt_on_a_terminal(tr):
+    """Typed at a terminal with standard output redirected (`nmt-translate ... > out.en`): the prompt goes to
+    stderr and the output holds the translations alone (it held "ko> " before each, and one after the last)."""
     master, slave = pty.openpty()
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
     p = subprocess.Popen([sys.executable, str(REPO / "scripts" / "translate.py"), "--model-dir", str(tr.model_dir),
@@ -419,10 +421,41 @@ def test_interactive_prompt_on_a_terminal(tr):
         while b"\n" not in line and time.time() < deadline:
             if select.select([p.stdout], [], [], 1)[0]:
                 line += os.read(p.stdout.fileno(), 1024)
-        assert line.decode().split("\n")[0] == "ko> " + tr.translate(["리 니 차"], beam_size=1)[0]
+        assert line.decode() == tr.translate(["리 니 차"], beam_size=1)[0] + "\n"
         os.write(master, b"\x04")   # Ctrl-D: end of input
         assert p.wait(timeout=30) == 0
-        assert "Type a sentence" in p.stderr.read().decode()
+        assert p.stdout.read() == b""
+        err = p.stderr.read().decode()
+        assert "Type a sentence" in err and err.count("ko> ") == 2
+    finally:
+        os.close(master)
+        if p.poll() is None:
+            p.kill()
+
+
+def test_interactive_prompt_with_output_on_the_terminal(tr):
+    """On a terminal (stdin, stdout and stderr): the prompt shows before anything is typed."""
+    master, slave = pty.openpty()
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    p = subprocess.Popen([sys.executable, str(REPO / "scripts" / "translate.py"), "--model-dir", str(tr.model_dir),
+                          "--beam-size", "1"], stdin=slave, stdout=slave, stderr=slave, env=env)
+    os.close(slave)
+    want = tr.translate(["리 니 차"], beam_size=1)[0]
+    try:
+        seen, deadline = b"", time.time() + 60
+
+        def read_until(text: str) -> None:
+            nonlocal seen
+            while text.encode() not in seen and time.time() < deadline:
+                if select.select([master], [], [], 1)[0]:
+                    seen += os.read(master, 1024)
+        read_until("ko> ")   # the banner and the prompt, before anything is typed
+        assert seen.endswith(b"Ctrl-D to quit.\r\nko> ")
+        os.write(master, "리 니 차\n".encode())
+        read_until(want)
+        os.write(master, b"\x04")
+        assert p.wait(timeout=30) == 0
+        assert want in seen.decode()
     finally:
         os.close(master)
         if p.poll() is None:
