@@ -61,7 +61,8 @@ def test_sigterm_answers_requests_in_flight_and_refuses_new_ones(serve_model, se
                 try:
                     httpx.get(url + "/health", timeout=2)
                     return False
-                except httpx.ConnectError:
+                # a connection the kernel queued just before the listening socket closed is then dropped unanswered
+                except (httpx.ConnectError, httpx.RemoteProtocolError):
                     return True
             wait_until(refused, 5, "new connections to be refused")
             assert not in_flight.done(), "the request in flight should still be waiting for its batch"
