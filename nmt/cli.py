@@ -340,5 +340,8 @@ def train_main(args: argparse.Namespace) -> int:
     if state.stopped in ("SIGINT", "SIGTERM"):
         print(f"stopped by {state.stopped} at step {state.step}; checkpoint saved in {cfg.train.model_dir}. "
               "Continue with --resume.", file=sys.stderr)
-        return 130 if state.stopped == "SIGINT" else 143
-    return 0
+    elif result.interrupted:   # it came as training ended by its own limit, before the test sets were scored
+        print(f"{result.interrupted} received as training ended ({state.stopped} at step {state.step}); checkpoint "
+              f"saved in {cfg.train.model_dir}" + ("" if args.no_eval else "; no test set was scored (`nmt-evaluate "
+              f"--model-dir {cfg.train.model_dir} --recipe-tests` scores them)"), file=sys.stderr)
+    return {"SIGINT": 130, "SIGTERM": 143}.get(result.interrupted, 0)

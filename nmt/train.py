@@ -355,6 +355,7 @@ def _restore(model_dir: Path, net, optimizer: gluon.Trainer, data: TrainData, st
 class TrainResult:
     state: ckpt.TrainState
     test_scores: Dict[str, Scores]      # by test-set name, of the best checkpoint (empty if not evaluated)
+    interrupted: str = ""               # "SIGINT"/"SIGTERM" if one came (as training ended too: no test scores)
 
 
 def train(cfg: Config, resume: bool = False, overwrite: bool = False, evaluate: bool = True,
@@ -374,11 +375,11 @@ def train(cfg: Config, resume: bool = False, overwrite: bool = False, evaluate: 
             setup_logging(None)   # close the log file before removing it
             shutil.rmtree(model_dir, ignore_errors=True)
         raise
-    state = trainer.fit()
-    scores: Dict[str, Scores] = {}
-    if evaluate and trainer.is_chief and state.stopped not in _INTERRUPTS and trainer.data.splits.tests:
+    state, scores = trainer.fit(), {}
+    interrupted = state.stopped if state.stopped in _INTERRUPTS else trainer.signal_name   # also in the last step
+    if evaluate and trainer.is_chief and not interrupted and trainer.data.splits.tests:
         scores = trainer.evaluate_tests("best")
-    return TrainResult(state, scores)
+    return TrainResult(state, scores, interrupted)
 
 
 def _install_signal_handlers(trainer: Trainer):

@@ -19,7 +19,7 @@ from nmt import checkpoint as ckpt
 from nmt.config import Config
 from nmt.train import create_trainer, train
 from tests.synth import (ARCHS, assert_same_params, list_params_files, load_params, params_of, tiny_config,
-                         tiny_flags, write_task)
+                         task_files, tiny_flags, write_task)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -245,6 +245,31 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path, task):
     assert state.stopped == "SIGTERM" and state.step >= 5
     assert (model_dir / ckpt.params_file(state.step)).exists()
     load_params(model_dir, "latest")
+
+
+def test_a_signal_as_training_ends_skips_the_test_sets(tmp_path, task, monkeypatch, capsys):
+    """Ctrl-C during the final validation of a run that reached --max-steps was acknowledged ("saving a checkpoint
+    after this update, then stopping") and then ignored: the test sets were decoded (minutes with a recipe's three)
+    and the command exited 0."""
+    from nmt.cli import train_main
+    from nmt.train import Trainer
+    validate = Trainer.validate
+
+    def validate_then_interrupt(self) -> bool:
+        improved = validate(self)
+        if self.state.step == 4:   # the final validation: the run is ending by its own limit
+            os.kill(os.getpid(), signal.SIGINT)   # through the handler the run installs
+        return improved
+    monkeypatch.setattr(Trainer, "validate", validate_then_interrupt)
+    d = tmp_path / "m"
+    flags = [f for f in tiny_flags(task, d) if f != "--no-eval"] + task_files(task, "test") + ["--max-steps", "4"]
+    assert train_main(flags) == 130
+    err = capsys.readouterr().err
+    assert f"SIGINT received as training ended (max_steps at step 4); checkpoint saved in {d}; no test set was " \
+           f"scored (`nmt-evaluate --model-dir {d} --recipe-tests` scores them)" in err
+    assert not (d / "scores.json").exists()
+    state = ckpt.TrainState.load(d)
+    assert state.stopped == "max_steps" and state.step == 4 and (d / ckpt.params_file(4)).exists()
 
 
 def test_resume_with_another_model_or_data_is_a_clear_error(tmp_path, task):
