@@ -194,6 +194,8 @@ def translate_main(args: argparse.Namespace) -> int:
             _utf8_stdout()
             return interactive(tr, nbest, plot)
         args.chunk_lines = 1   # typed lines: translate and write each one at once
+        print(f"nmt-translate {tr.src_lang} -> {tr.tgt_lang}: type sentences, one per line; each translation goes to "
+              f"{args.output} as you press Enter; Ctrl-D to end.", file=sys.stderr)
     name = "<stdin>" if stdin else args.input
     tally = [0, 0]   # the input's non-empty lines and those with Hangul: is it in the model's source language?
 

@@ -462,6 +462,32 @@ def test_interactive_prompt_with_output_on_the_terminal(tr):
             p.kill()
 
 
+def test_typed_lines_with_an_output_file_say_where_they_go(tr, tmp_path):
+    """Typed at a terminal with --output: nothing showed on the terminal, so the command looked hung; it now says
+    where each translation goes, and writes it there as each line is typed."""
+    master, slave = pty.openpty()
+    out = tmp_path / "out.en"
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    p = subprocess.Popen([sys.executable, str(REPO / "scripts" / "translate.py"), "--model-dir", str(tr.model_dir),
+                          "--beam-size", "1", "--output", str(out)], stdin=slave, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, env=env)
+    os.close(slave)
+    want = tr.translate(["리 니 차"], beam_size=1)[0] + "\n"
+    try:
+        os.write(master, "리 니 차\n".encode())
+        deadline = time.time() + 60
+        while not (out.exists() and out.read_text(encoding="utf-8") == want) and time.time() < deadline:
+            time.sleep(0.1)
+        assert out.read_text(encoding="utf-8") == want   # written before the input ends
+        os.write(master, b"\x04")
+        assert p.wait(timeout=30) == 0
+        assert f"each translation goes to {out} as you press Enter; Ctrl-D to end" in p.stderr.read().decode()
+    finally:
+        os.close(master)
+        if p.poll() is None:
+            p.kill()
+
+
 def test_interactive_loop_in_process(tr, capsys):
     inputs = iter(["리 니", "", "차"])
 
