@@ -301,6 +301,21 @@ def resume_config(cfg: Config, given: Dict[str, str]) -> Tuple[Config, List[str]
     return resumed_config(Config.load(path), cfg, given, str(path)) if path.is_file() else (cfg, [])
 
 
+def check_model_flags(arch: str, given: Dict[str, str]) -> None:
+    """ConfigError for a model flag given that `arch` does not read (`Seq2SeqModel.config_fields`): saved in
+    config.json, it would change nothing, without a word. Not for a --config file's keys: a model directory's
+    config.json, a natural --config, holds every field."""
+    from nmt.models import ARCHITECTURES   # imports mxnet, which training needs anyway
+    fields = ARCHITECTURES[arch].config_fields if arch in ARCHITECTURES else ()
+    for key, flag in given.items():
+        section, field = key.split(".", 1)
+        if fields and section == "model" and flag.startswith("--") and field not in (*fields, "arch", "shared_vocab"):
+            owners = " or ".join(f"--arch {a}" for a, c in sorted(ARCHITECTURES.items()) if field in c.config_fields)
+            raise ConfigError(f"{flag} is an option of {owners or 'another architecture'}, not of --arch {arch}, which "
+                              f"would ignore it; the model flags of --arch {arch}: " + ", ".join(
+                                  f.flag for f in MODEL_FLAGS if f.field in fields and not f.negate))
+
+
 def training_run(args: argparse.Namespace) -> Tuple[Config, List[str], Optional[Path]]:
     """What a training command line asks for: the configuration (on --resume the run's own with this command's
     changes, listed; with --init-from the model's settings), and the parameter file of --init-from."""
@@ -314,6 +329,7 @@ def training_run(args: argparse.Namespace) -> Tuple[Config, List[str], Optional[
                               "--model-dir: give one of them")
         init = init_params(args.init_from)
         cfg = init_config(cfg, given_keys(args), init)
+    check_model_flags(cfg.model.arch, given_keys(args))
     return cfg, changes, init
 
 

@@ -199,6 +199,9 @@ class Seq2SeqModel(gluon.HybridBlock):
     # per batch shape (`static_shape`), which also lets stateful operators (oneDNN's fused RNN on CPU) keep their
     # prepared weights from step to step instead of preparing them again at every call.
     fixed_step_shapes = False
+    # The `ModelConfig` fields this architecture reads, besides `arch` and `shared_vocab`: `nmt-train` refuses a
+    # flag of any other model field for it (`--hidden-size` with `--arch transformer`). Empty: every flag accepted.
+    config_fields: Tuple[str, ...] = ()
 
     def __init__(self, cfg, src_vocab_size: int, tgt_vocab_size: int, **kwargs):
         super().__init__(**kwargs)

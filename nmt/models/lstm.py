@@ -161,6 +161,8 @@ class LSTMModel(Seq2SeqModel):
     """Attention encoder-decoder; `hybrid_forward(src, src_len, tgt_in)` -> logits (B,T,V) float32."""
 
     fixed_step_shapes = True   # memory, source lengths and the (N,L,H) states keep their shapes
+    config_fields = ("embed_size", "hidden_size", "num_layers", "attention", "dropout", "word_dropout", "tie_weights",
+                     "lexical_model")
 
     def __init__(self, cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, **kwargs):
         validate_model_config(cfg, src_vocab_size, tgt_vocab_size)

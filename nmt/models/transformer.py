@@ -73,6 +73,9 @@ class TransformerState(DecoderState):
 class TransformerModel(Seq2SeqModel):
     """Pre-norm Transformer encoder-decoder; `hybrid_forward(src, src_len, tgt_in)` -> logits (B,T,V) float32."""
 
+    config_fields = ("encoder_layers", "decoder_layers", "model_size", "ff_size", "heads", "dropout", "word_dropout",
+                     "attention_dropout", "activation_dropout", "tie_weights")
+
     def __init__(self, cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, **kwargs):
         validate_transformer_config(cfg, src_vocab_size, tgt_vocab_size)
         kwargs.setdefault("prefix", "transformer_")

@@ -122,12 +122,26 @@ def test_help_is_grouped_with_defaults():
      "--recipe all and --train-src/--train-tgt exclude each other"),
     (["--train-src", "a.ko", "--train-tgt", "a.en", "--upsample", "tatoeba=2"],
      "--upsample 'tatoeba=2' names corpora of a --recipe"),
+    # a flag of another architecture was saved in config.json and changed nothing
+    (["--arch", "transformer", "--hidden-size", "512"], "--hidden-size is an option of --arch lstm, not of --arch "
+     "transformer, which would ignore it; the model flags of --arch transformer: --dropout, --word-dropout, "
+     "--tie-weights, --encoder-layers, --decoder-layers, --model-size"),
+    (["--arch", "transformer", "--no-lexical-model"], "--no-lexical-model is an option of --arch lstm, not of"),
+    (["--heads", "4"], "--heads is an option of --arch transformer, not of --arch lstm"),
 ])
 def test_bad_flags_give_one_clear_line(tmp_path, capsys, argv, message):
     code = train_main(argv + ["--model-dir", str(tmp_path / "m"), "--no-progress"])
     err = capsys.readouterr().err
     assert code == 2
     assert message in err and "Traceback" not in err
+
+
+def test_the_model_flags_every_architecture_takes_pass():
+    from nmt.cli import check_model_flags, given_keys
+    for arch in ("lstm", "transformer"):
+        args = build_train_parser().parse_args(["--arch", arch, "--dropout", "0.1", "--word-dropout", "0",
+                                                "--no-tie-weights", "--shared-vocab"])
+        check_model_flags(arch, given_keys(args))
 
 
 def test_argparse_rejects_bad_types_and_choices(capsys):
