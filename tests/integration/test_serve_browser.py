@@ -18,8 +18,9 @@ CHROMIUM = os.environ.get("NMT_CHROMIUM", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("NMT_CHROMEDRIVER", "/usr/bin/chromedriver")
 
 
-def browser():
-    """A headless Chromium under selenium; skips the test with the reason when either is missing."""
+def browser(phone: bool = False):
+    """A headless Chromium under selenium (`phone`: emulating a 360-pixel-wide phone screen); skips the test with
+    the reason when either is missing."""
     missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not Path(p).is_file()]
     if missing:
         pytest.skip(f"no browser: {', '.join(missing)} not installed (apt-get install chromium chromium-driver)")
@@ -29,6 +30,9 @@ def browser():
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
                 "--window-size=1000,1050", "--lang=ko"):
         opts.add_argument(arg)
+    if phone:
+        opts.add_experimental_option("mobileEmulation", {"deviceMetrics": {"width": 360, "height": 740,
+                                                                           "pixelRatio": 2.0}})
     return webdriver.Chrome(service=webdriver.ChromeService(executable_path=CHROMEDRIVER), options=opts)
 
 
@@ -177,5 +181,29 @@ def test_a_late_answer_to_an_earlier_request_is_not_shown(translator, serve_sent
             assert expected[0] != expected[1]
             assert driver.find_element(By.ID, "translation").text == expected[1]
             assert "(" + expected[1] + ")" in driver.find_element(By.ID, "attention-note").text
+    finally:
+        driver.quit()
+
+
+def test_on_a_phone_only_the_heatmap_scrolls_sideways(translator, serve_sentences, tmp_path):
+    """Without a viewport tag a phone laid the page out 980 pixels wide and showed it shrunk; and the heatmap of a
+    long sentence, wider than the page, made the whole page scroll sideways. The page now takes the screen's width
+    and the heatmap scrolls in its own box, its target pieces staying in view."""
+    from selenium.webdriver.common.by import By
+    driver = browser(phone=True)
+    try:
+        with background_server(make_app(translator)) as url:
+            translate_on_page(driver, url, " ".join(serve_sentences[:6]))
+            save_screenshot(driver, tmp_path, "serve_page_phone.png")
+            assert driver.find_element(By.ID, "error").text == ""
+            assert driver.execute_script("return window.innerWidth") == 360
+            page, heatmap = driver.execute_script(
+                "const h = document.getElementById('heatmap'); h.scrollLeft = h.scrollWidth;"
+                "return [document.documentElement.scrollWidth, [h.scrollWidth, h.clientWidth]];")
+            assert page <= 360, f"the page is {page} pixels wide on a 360-pixel screen"
+            assert heatmap[0] > heatmap[1] > 0, f"the heatmap fits the screen ({heatmap}): the test shows nothing"
+            label = driver.find_element(By.CSS_SELECTOR, "#heatmap th.tgt")
+            box = driver.find_element(By.ID, "heatmap")
+            assert label.rect["x"] >= box.rect["x"] and label.text, "scrolled, the target pieces left the screen"
     finally:
         driver.quit()
