@@ -309,7 +309,19 @@ def test_training_files_without_dev_files_hold_out_a_dev_set(write_file, monkeyp
     assert sorted(splits.train.src + splits.dev.src) == sorted(src[:10])
     assert_no_shared_side(splits)
     assert load_data(cfg).dev.src == splits.dev.src   # the same split every time (nmt-evaluate --dev-set)
-    assert "no --dev-src/--dev-tgt: 3 random training pairs are the dev set" in caplog.text
+    held = [r for r in caplog.records if "no --dev-src/--dev-tgt" in r.message]
+    assert held[0].message.startswith("no --dev-src/--dev-tgt: 3 random training pairs (30% of them) are the dev set,"
+                                      " not trained on")
+    # 3 of 10 pairs: a warning that says how to train on all of them; 3 of 100 would be an INFO line
+    assert held[0].levelname == "WARNING" and "give a dev set with --dev-src/--dev-tgt" in held[0].message
+    many = DataConfig(recipe=None, src_lang="en", tgt_lang="ko",
+                      train_src=str(write_file("m.en", [f"Sentence {i}." for i in range(100)])),
+                      train_tgt=str(write_file("m.ko", [f"문장 {i}." for i in range(100)])))
+    caplog.clear()
+    with caplog.at_level("INFO", logger="nmt.recipes"):
+        load_data(many)
+    held = [r for r in caplog.records if "no --dev-src/--dev-tgt" in r.message]
+    assert held[0].levelname == "INFO" and "(3% of them)" in held[0].message
     few = DataConfig(recipe=None, src_lang="en", tgt_lang="ko", train_src=str(write_file("f.en", src[:6])),
                      train_tgt=str(write_file("f.ko", tgt[:6])))
     with pytest.raises(CorpusError, match="6 training pairs after cleaning, too few to hold out 3 for dev; give a "
