@@ -263,6 +263,9 @@ def latest_params_path(model_dir: Path) -> Path:
 def params_path(model_dir: Path, which: str = "best") -> Path:
     """Path of the parameters `which` in {"best", "latest", "avg"} or an explicit step number."""
     model_dir = Path(model_dir)
+    if which in ("best", "latest") and not (model_dir / STATE).exists() and not (model_dir / PARAMS_BEST).exists():
+        raise CheckpointError(f"{model_dir} holds no checkpoint yet (no {STATE}, no {PARAMS_BEST}): nmt-train writes "
+                              "the first at its first validation (--valid-every) or when stopped with Ctrl-C")
     if which == "latest":
         path = latest_params_path(model_dir)
     elif which in ("best", "avg"):

@@ -94,6 +94,17 @@ def test_loading_names_the_file_and_what_is_wrong(tmp_path, which, name, how, wh
         ckpt.params_path(d, which)
 
 
+@pytest.mark.parametrize("which", ["best", "latest"])
+def test_a_model_directory_without_a_checkpoint_says_so(tmp_path, which):
+    """A run's directory before its first checkpoint (config.json, tokenizers): `--checkpoint latest` said that
+    state.json was missing and to "start without --resume", to nmt-translate, which has no such flag."""
+    (tmp_path / ckpt.CONFIG).write_text("{}")
+    with pytest.raises(ckpt.CheckpointError) as e:
+        ckpt.params_path(tmp_path, which)
+    assert str(e.value) == (f"{tmp_path} holds no checkpoint yet (no state.json, no params.best): nmt-train writes "
+                            "the first at its first validation (--valid-every) or when stopped with Ctrl-C")
+
+
 @pytest.mark.parametrize("how", HOW)
 def test_a_damaged_manifest_is_named(tmp_path, how):
     d = _model_dir(tmp_path)
