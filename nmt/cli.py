@@ -125,7 +125,7 @@ TRAIN_FLAGS = [
     Flag("--log-every", "train", "log_every", int, "updates between progress updates"),
     Flag("--valid-beam", "train", "valid_beam", int, "beam size for dev BLEU during training"),
     Flag("--valid-max-sentences", "train", "valid_max_sentences", int, "dev sentences translated for BLEU"),
-    Flag("--no-progress", "train", "progress", help="no progress bar", boolean=True, negate=True),
+    Flag("--no-progress", "train", "progress", help="no progress bar (default: one when stderr is a terminal)", boolean=True, negate=True),
     Flag("--amp", "train", "amp", help="automatic mixed precision (float16) on GPUs", boolean=True),
     Flag("--tensorboard", "train", "tensorboard", help="TensorBoard curves in MODEL_DIR/tensorboard (default: on when "
          "tensorboardX is installed)", boolean=True),

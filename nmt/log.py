@@ -133,8 +133,9 @@ class Progress:
         self.epoch: Dict[str, float] = dict(self.last)
 
     def start_epoch(self, epoch: int, total: int, done: int) -> None:
-        self.bar = tqdm(total=total, initial=done, desc=f"epoch {epoch + 1}", unit="upd", disable=not self.enabled,
-                        dynamic_ncols=True, leave=False)
+        # disable=None: drawn only on a terminal; redirected to a file, its frames would fill it (~13 kB an epoch)
+        self.bar = tqdm(total=total, initial=done, desc=f"epoch {epoch + 1}", unit="upd",
+                        disable=None if self.enabled else True, dynamic_ncols=True, leave=False)
         self.epoch_speed.reset()
 
     def update(self, step: int, batch, loss_sum, lr: float) -> None:

@@ -1,0 +1,34 @@
+"""The training progress bar: drawn on a terminal, left out of a redirected stderr (`nohup nmt-train > log &`),
+whose file would otherwise fill with a frame per update."""
+from __future__ import annotations
+
+import io
+import sys
+from types import SimpleNamespace
+
+import mxnet as mx
+import pytest
+
+from nmt.log import Progress
+
+
+class Terminal(io.StringIO):
+    """A stderr that says it is a terminal, as a tty does."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("stream, enabled, drawn", [(Terminal, True, True), (io.StringIO, True, False),
+                                                    (Terminal, False, False)])
+def test_the_bar_is_drawn_only_on_a_terminal(monkeypatch, stream, enabled, drawn):
+    err = stream()
+    monkeypatch.setattr(sys, "stderr", err)
+    progress = Progress(log_every=2, enabled=enabled)
+    progress.start_epoch(0, total=4, done=0)
+    batch = SimpleNamespace(num_sentences=2, num_src_tokens=10, num_tgt_tokens=12)
+    for step in range(1, 5):
+        progress.update(step, batch, mx.nd.array([24.0]), lr=1e-3)
+    progress.end_epoch()
+    assert ("epoch 1" in err.getvalue()) == drawn, repr(err.getvalue())
+    assert progress.epoch["loss"] == pytest.approx(2.0)   # the epoch's figures are kept either way, for its log line
