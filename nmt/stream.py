@@ -23,6 +23,7 @@ logger = logging.getLogger("nmt.translate")
 # pipe and waits for its translation gets it, while a file still fills whole chunks.
 IDLE_SECONDS = 0.05
 PAUSE = (b"", None)   # what read_raw_lines yields when the input pauses
+REPORT_SECONDS = 60.0  # a long input logs how far it got this often (a 100,000-line file takes ~15 minutes on a CPU)
 
 
 def read_raw_lines(stream: BinaryIO, max_bytes: int, idle: Optional[float] = None) -> Iterator[Tuple[bytes, bool]]:
@@ -125,10 +126,10 @@ def translate_stream(translator: Translator, raw_lines: Iterable[Tuple[bytes, bo
     first, then the CorpusError naming the line is raised."""
     stats, t0 = StreamStats(), time.perf_counter()
     chunk: List[str] = []
-    first = 1
+    first, reported = 1, t0
 
-    def flush() -> None:
-        nonlocal chunk, first
+    def flush(last: bool = False) -> None:
+        nonlocal chunk, first, reported
         if chunk:
             if nbest:
                 rows = [format_nbest(h) for h in translator.translate_nbest(chunk, nbest, first_line=first)]
@@ -140,6 +141,10 @@ def translate_stream(translator: Translator, raw_lines: Iterable[Tuple[bytes, bo
                 on_chunk(first, chunk)
             first += len(chunk)
             chunk = []
+            now = time.perf_counter()
+            if now - reported >= REPORT_SECONDS and not last:   # the last: the caller's summary says it
+                reported = now
+                logger.info("%s: %d lines translated so far (%.1f lines/s)", name, first - 1, (first - 1) / (now - t0))
 
     line_no = 0
     for item in raw_lines:
@@ -162,7 +167,7 @@ def translate_stream(translator: Translator, raw_lines: Iterable[Tuple[bytes, bo
         chunk.append(text)
         if len(chunk) >= chunk_lines:
             flush()
-    flush()
+    flush(last=True)
     stats.seconds = time.perf_counter() - t0
     return stats
 

@@ -217,6 +217,20 @@ def test_stream_writes_each_chunk_before_reading_on(tr):
     assert stats.lines == 5 and written[-1] == 5
 
 
+def test_a_long_input_says_how_far_it_got(tr, monkeypatch, caplog):
+    """A 100,000-line file said nothing for the quarter of an hour it took; every REPORT_SECONDS it now logs the
+    lines translated so far (here every chunk, and none with the default, a minute)."""
+    import nmt.stream
+    items = [("리 니".encode(), False)] * 5
+    with caplog.at_level("INFO", logger="nmt.translate"):
+        translate_stream(tr, items, io.StringIO(), name="big.ko", chunk_lines=2)
+        assert "so far" not in caplog.text
+        monkeypatch.setattr(nmt.stream, "REPORT_SECONDS", 0.0)
+        translate_stream(tr, items, io.StringIO(), name="big.ko", chunk_lines=2)
+    said = [r.message.split(" (")[0] for r in caplog.records if "so far" in r.message]
+    assert said == [f"big.ko: {n} lines translated so far" for n in (2, 4)]   # 5: the summary
+
+
 def test_a_pause_in_the_input_gets_the_lines_before_it_translated(tr):
     """A program that writes lines into a pipe and waits for their translations waited forever: lines were
     translated only once --chunk-lines (1,000) had come or the input had ended. The reader says when a pipe
