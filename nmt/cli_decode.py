@@ -172,9 +172,9 @@ def _check_sampling(args: argparse.Namespace) -> None:
 @command(build_translate_parser)
 def translate_main(args: argparse.Namespace) -> int:
     import contextlib
-    from nmt.corpus import CorpusError, hangul_counts, other_language_warning
+    from nmt.corpus import hangul_counts, other_language_warning
     from nmt.plot import attention_saver
-    from nmt.stream import IDLE_SECONDS, interactive, read_raw_lines, translate_stream
+    from nmt.stream import IDLE_SECONDS, interactive, open_input, read_raw_lines, translate_stream
     from nmt.translate import CHARS_PER_TOKEN
     if args.plot_attention:
         _output_dir("--plot-attention", args.plot_attention)
@@ -205,17 +205,11 @@ def translate_main(args: argparse.Namespace) -> int:
         if plot is not None:
             plot(first, lines)
     with contextlib.ExitStack() as stack:
-        if stdin:
-            src = sys.stdin.buffer
-        else:
-            try:
-                src = stack.enter_context(open(args.input, "rb"))
-            except OSError as e:
-                raise CorpusError(f"--input {args.input}: cannot read ({e.strerror})") from None
+        src, idle = (sys.stdin.buffer, IDLE_SECONDS) if stdin else open_input(args.input, stack)
         out = _open_output(stack, args.output)
         max_bytes = tr.decode.max_input_tokens * CHARS_PER_TOKEN * 4   # 4 = longest UTF-8 character
         try:
-            stats = translate_stream(tr, read_raw_lines(src, max_bytes, IDLE_SECONDS), out, name=name,
+            stats = translate_stream(tr, read_raw_lines(src, max_bytes, idle), out, name=name,
                                      chunk_lines=args.chunk_lines, on_invalid=args.on_invalid_utf8,
                                      nbest=nbest, on_chunk=on_chunk)
         except BrokenPipeError:

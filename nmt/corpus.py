@@ -6,14 +6,17 @@ undecodable lines when asked to skip them, filtered training pairs) is counted a
 """
 from __future__ import annotations
 
+import bz2
 import codecs
+import gzip
 import logging
+import lzma
 import re
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 logger = logging.getLogger("nmt.corpus")
 
@@ -33,6 +36,39 @@ _LINE_END = re.compile("[\r\n]")
 
 class CorpusError(ValueError):
     """Unusable input data; the message names the file(s), line, problem and what to do."""
+
+
+# Compressed text is read as the text it holds (as Sockeye and Marian read corpora): the leading bytes of each format
+# (bzip2's with a block or end-of-stream marker, so that a text starting "BZh" stays text), its name and opener.
+COMPRESSED = [(re.compile(rb"\x1f\x8b"), "gzip", gzip.open), (re.compile(rb"\xfd7zXZ\x00"), "xz", lzma.open),
+              (re.compile(rb"BZh[1-9](1AY&SY|\x17rE8P\x90)"), "bzip2", bz2.open)]
+
+
+def compression(path: PathLike) -> Optional[Tuple[str, Callable]]:
+    """(name, opener) of a gzip, bzip2 or xz file, None for any other; a CorpusError for a zip archive (which may
+    hold several files) and for a file that cannot be read, each naming it."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(10)
+    except FileNotFoundError:
+        raise CorpusError(f"{path}: file not found; check the path") from None
+    except OSError as e:
+        raise CorpusError(f"{path}: cannot read ({e.strerror})") from None
+    if head.startswith(b"PK\x03\x04"):
+        raise CorpusError(f"{path}: this is a zip archive, not text; unzip it and give the file of sentences "
+                          "(gzip, bzip2 and xz files are read as they are)")
+    return next(((name, opener) for magic, name, opener in COMPRESSED if magic.match(head)), None)
+
+
+def _read_bytes(path: Path) -> bytes:
+    """The bytes of `path`, decompressed when it is a gzip, bzip2 or xz file."""
+    kind = compression(path)
+    try:
+        with (kind[1] if kind else open)(path, "rb") as f:
+            return f.read()
+    except (OSError, EOFError, lzma.LZMAError) as e:   # a truncated or corrupt archive; a directory
+        problem = f"a damaged {kind[0]} file ({e})" if kind else f"cannot read ({e.strerror})"
+        raise CorpusError(f"{path}: {problem}") from None
 
 
 @dataclass
@@ -84,9 +120,8 @@ def check_languages(src: Sequence[str], tgt: Sequence[str], src_lang: str, names
 
 
 def count_lines(text: str) -> int:
-    """How many lines of `text` (split at LF, CRLF or CR, as Python's universal newlines) have something on them.
-    More than one in what should be one sentence means several sentences: a model trained on sentences reads
-    them as one and usually translates the first alone, leaving out the rest."""
+    """How many lines of `text` (split at LF, CRLF or CR) have something on them. More than one in what should be one
+    sentence means several: a model trained on sentences usually translates the first alone, leaving out the rest."""
     if "\n" not in text and "\r" not in text:
         return 1 if text.strip() else 0
     return sum(1 for part in _LINE_END.split(text) if part.strip())
@@ -111,8 +146,7 @@ def hangul_share(lines: Sequence[str], sample: int = 10_000) -> float:
     """The fraction of `lines` with Hangul in them, from at most `sample` lines spread over the whole list."""
     if not len(lines):
         return 0.0
-    step = max(1, len(lines) // sample)
-    picked = lines[::step]
+    picked = lines[::max(1, len(lines) // sample)]
     return sum(map(has_hangul, picked)) / len(picked)
 
 
@@ -151,14 +185,7 @@ def _decode_lines(path: PathLike, skip_invalid_utf8: bool, max_line_chars: int,
     at the end dropped, see `read_lines`). Empty files, UTF-16, CR-only line ends, invalid UTF-8 and absurdly long
     lines raise `CorpusError`."""
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise CorpusError(f"{path}: file not found; check the path") from None
-    except OSError as e:
-        raise CorpusError(f"{path}: cannot read ({e.strerror})") from None
-    if data.startswith((b"\x1f\x8b", b"PK\x03\x04", b"BZh", b"\xfd7zXZ")):
-        raise CorpusError(f"{path}: this is a compressed file (gzip/zip/bzip2/xz), not text; decompress it first")
+    data = _read_bytes(path)
     if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
         raise CorpusError(f"{path}: the file is UTF-16 (it starts with a UTF-16 byte-order mark); convert it to "
                           f"UTF-8, e.g. `iconv -f UTF-16 -t UTF-8 {path} > out.txt`")

@@ -4,6 +4,7 @@
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -13,7 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import BinaryIO, Callable, Iterable, Iterator, List, Optional, TextIO, Tuple
 
-from nmt.corpus import CorpusError, count_lines
+from nmt.corpus import CorpusError, compression, count_lines
 from nmt.translate import CHARS_PER_TOKEN, Translator
 
 logger = logging.getLogger("nmt.translate")
@@ -29,9 +30,9 @@ REPORT_SECONDS = 60.0  # a long input logs how far it got this often (a 100,000-
 def read_raw_lines(stream: BinaryIO, max_bytes: int, idle: Optional[float] = None) -> Iterator[Tuple[bytes, bool]]:
     """(line without its line end, was_cut) of a binary stream; a line longer than `max_bytes` is cut there and
     the rest of it is read and discarded, so no line is ever held whole in memory. With `idle` (seconds) and a
-    stream with a file descriptor, PAUSE is yielded once when no line is ready and nothing arrives for that long.
-    The descriptor is read directly (os.read), not through the stream's buffer, so that select sees all there is."""
-    fd = _fileno(stream)
+    stream with a file descriptor, PAUSE is yielded once when no line is ready and nothing arrives for that long;
+    the descriptor is then read directly (os.read), not through the stream's buffer, so that select sees all."""
+    fd = _fileno(stream) if idle is not None else None
     buf, start, skipping, paused = b"", 0, False, False
     while True:
         if skipping:   # the rest of a cut line: nothing of it is kept
@@ -61,6 +62,18 @@ def read_raw_lines(stream: BinaryIO, max_bytes: int, idle: Optional[float] = Non
                 yield buf[start:].rstrip(b"\r"), False
             return
         buf, start = buf[start:] + data, 0
+
+
+def open_input(path: str, stack: contextlib.ExitStack) -> Tuple[BinaryIO, Optional[float]]:
+    """nmt-translate's --input file, open in `stack` (decompressed if gzip, bzip2 or xz), and the `idle` time to
+    read it with (None for a compressed file: its descriptor holds the compressed bytes)."""
+    try:
+        kind = compression(path)
+        return stack.enter_context((kind[1] if kind else open)(path, "rb")), None if kind else IDLE_SECONDS
+    except CorpusError as e:
+        raise CorpusError(f"--input {e}") from None
+    except OSError as e:
+        raise CorpusError(f"--input {path}: cannot read ({e.strerror})") from None
 
 
 def _fileno(stream) -> Optional[int]:

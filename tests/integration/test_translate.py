@@ -231,6 +231,25 @@ def test_a_long_input_says_how_far_it_got(tr, monkeypatch, caplog):
     assert said == [f"big.ko: {n} lines translated so far" for n in (2, 4)]   # 5: the summary
 
 
+def test_a_compressed_input_is_translated(tr, tmp_path, capsys):
+    """--input big.ko.gz was read as its compressed bytes, and stopped at line 1 as invalid UTF-8 ("convert the
+    input to UTF-8 ... CP949"). gzip, bzip2 and xz input is read as the text it holds."""
+    import bz2
+    import gzip
+    lines = ["리 니 차", "", "두포 푸시"]
+    expected = run(["--model-dir", tr.model_dir, "--input", _write(tmp_path / "in.ko", lines)], capsys)
+    for name, compress in (("in.ko.gz", gzip.compress), ("in.ko.bz2", bz2.compress)):
+        path = tmp_path / name
+        path.write_bytes(compress("".join(x + "\n" for x in lines).encode()))
+        assert run(["--model-dir", tr.model_dir, "--input", path], capsys)[:2] == (0, expected[1])
+    assert expected[0] == 0 and len(expected[1].splitlines()) == 3
+
+
+def _write(path, lines):
+    path.write_text("".join(x + "\n" for x in lines), encoding="utf-8")
+    return path
+
+
 def test_a_pause_in_the_input_gets_the_lines_before_it_translated(tr):
     """A program that writes lines into a pipe and waits for their translations waited forever: lines were
     translated only once --chunk-lines (1,000) had come or the input had ended. The reader says when a pipe
@@ -274,7 +293,7 @@ def test_cli_nbest_checkpoint_and_bad_flags(tr, tmp_path, capsys):
                       (["--checkpoint", "12345"], "params.00012345 not found"),
                       (["--chunk-lines", "0"], "--chunk-lines: must be >= 1 (got 0)"),
                       (["--cpu-devices", "0"], "--cpu-devices must be at least 1"),
-                      (["--input", tmp_path / "missing.ko"], "missing.ko: cannot read"),
+                      (["--input", tmp_path / "missing.ko"], f"--input {tmp_path / 'missing.ko'}: file not found"),
                       (["--input", path, "--plot-attention", path / "plots"],
                        f"--plot-attention {path / 'plots'}: cannot make the directory (Not a directory)")]:
         code, _, err = run(["--model-dir", tr.model_dir, *argv], capsys)

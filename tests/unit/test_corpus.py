@@ -111,12 +111,34 @@ def test_empty_file_is_an_error(write_file, content):
     assert str(ko) in str(e.value)
 
 
-def test_compressed_file_is_an_error(write_file):
+@pytest.mark.parametrize("module", ["gzip", "bz2", "lzma"])
+def test_compressed_files_are_read_as_their_text(write_file, module):
+    """OPUS and most corpus sites ship .gz (some .bz2 or .xz) files, which Sockeye and Marian read as they are;
+    they were refused here ("decompress it first")."""
+    import importlib
+    compress = importlib.import_module(module).compress
+    plain = read_parallel(write_file("p.ko", KO), write_file("p.en", EN))
+    packed = read_parallel(write_file("c.ko.z", compress("\n".join(KO).encode() + b"\n")),
+                           write_file("c.en.z", compress("\r\n".join(EN).encode())))   # the usual checks still apply
+    assert (packed.src, packed.tgt) == (plain.src, plain.tgt) and packed.src
+
+
+def test_a_zip_archive_or_a_damaged_compressed_file_is_named(write_file):
     import gzip
-    ko = write_file("x.ko.gz", gzip.compress("\n".join(KO).encode()))
-    with pytest.raises(CorpusError, match="compressed file.*decompress") as e:
-        read_parallel(ko, write_file("x.en", EN))
-    assert str(ko) in str(e.value)
+    import zipfile
+    archive = write_file("x.zip", b"")
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("x.ko", "\n".join(KO))
+    with pytest.raises(CorpusError, match=f"{archive}: this is a zip archive, not text; unzip it"):
+        read_parallel(archive, write_file("x.en", EN))
+    cut = write_file("cut.ko.gz", gzip.compress("\n".join(KO * 50).encode())[:-20])
+    with pytest.raises(CorpusError, match=f"{cut}: a damaged gzip file"):
+        read_parallel(cut, write_file("x.en", EN))
+
+
+def test_text_that_starts_like_a_bzip2_header_is_text(write_file):
+    pairs = read_parallel(write_file("b.en", ["BZh9 is a model number.", "Hello."]), write_file("b.ko", KO[:2]))
+    assert pairs.src[0] == "BZh9 is a model number."
 
 
 def test_no_usable_pairs_is_an_error(write_file):
