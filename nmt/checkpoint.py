@@ -77,8 +77,9 @@ class TrainState:
     step: int = 0                          # updates done, over all runs of this model directory
     epoch: int = 0                         # current epoch (0-based)
     sampler: Dict[str, Any] = field(default_factory=dict)   # BucketSampler.state_dict() of the next batch
-    best_bleu: float = -1.0
+    best_bleu: float = -1.0                # dev BLEU of the best checkpoint
     best_step: int = 0
+    best_score: Optional[float] = None     # its dev --valid-metric (absent from runs before the flag: its BLEU)
     bad_validations: int = 0               # validations since the best one (early stopping)
     lr_scale: float = 1.0                  # plateau schedule multiplier
     tokens_seen: int = 0                   # target tokens trained on
@@ -87,6 +88,10 @@ class TrainState:
     stopped: str = ""                      # why training ended ("max_steps", "early_stop", ...), "" while running
     hardware: str = ""                     # what the latest (resumed) run trained on (parallel.describe_hardware)
     init_from: str = ""                    # the parameter file a fine-tuning run started from (--init-from)
+
+    def __post_init__(self) -> None:
+        if self.best_score is None and self.best_step:   # a state written before --valid-metric, which was BLEU then
+            self.best_score = self.best_bleu
 
     def save(self, model_dir: Path) -> None:
         atomic_write_text(Path(model_dir) / STATE, json.dumps(asdict(self), indent=1) + "\n")

@@ -167,7 +167,8 @@ class TrainConfig:
     max_seconds: float = 0.0             # wall-clock budget for this run (0 = none); a checkpoint is saved at the end
     time_budget: float = 0.0             # training wall time over all runs, resumes included, in seconds (0 = none)
     valid_every: int = 500               # validate every N updates (and at every epoch end)
-    patience: int = 10                   # early stop after this many validations without a better dev BLEU
+    patience: int = 10                   # early stop after this many validations without a better valid_metric
+    valid_metric: str = "bleu"           # the dev score that picks params.best and stops early: bleu, chrf or ppl
     keep_last: int = 3                   # parameter files of the last N checkpoints kept
     average_last: int = 0                # average the last N checkpoints into params.avg at the end (0 = off)
     seed: int = 1
@@ -190,6 +191,8 @@ class TrainConfig:
                 (self.average_last <= self.keep_last,
                  f"--average-last {self.average_last} averages the last {self.average_last} of the checkpoints kept: "
                  f"give --keep-last {self.average_last} or more (got {self.keep_last})"),
+                (self.valid_metric in ("bleu", "chrf", "ppl"),
+                 f"--valid-metric {self.valid_metric!r}: use bleu, chrf or ppl"),
                 (self.valid_beam >= 1, f"--valid-beam must be >= 1, got {self.valid_beam}"),
                 (self.valid_max_sentences >= 1, f"--valid-max-sentences must be >= 1, got {self.valid_max_sentences}"),
                 (self.keep_last >= 1, f"--keep-last must be >= 1, got {self.keep_last}"),
@@ -331,10 +334,13 @@ PER_INVOCATION = frozenset({"train.model_dir", "train.gpus", "train.cpu_devices"
                             "data.cache_dir"})
 
 
+_FIXED_TRAIN_KEYS = ("train.seed", "train.valid_metric")
+
+
 def _fixed_on_resume(key: str) -> bool:
     """Whether a run cannot change `key` when it resumes: the model, the data it is trained on (tokenizers, pairs,
-    batches) and the seed its batches are drawn with."""
-    return key not in PER_INVOCATION and (key.split(".")[0] in ("model", "data") or key == "train.seed")
+    batches), the seed its batches are drawn with and the metric its best checkpoint was chosen by."""
+    return key not in PER_INVOCATION and (key.split(".")[0] in ("model", "data") or key in _FIXED_TRAIN_KEYS)
 
 
 def resumed_config(saved: Config, cfg: Config, given: Optional[Dict[str, str]], source: str
@@ -353,8 +359,8 @@ def resumed_config(saved: Config, cfg: Config, given: Optional[Dict[str, str]], 
             if _fixed_on_resume(key):
                 shown = f"{label} {json.dumps(value)}" if label.startswith("--") else f"{label} = {json.dumps(value)}"
                 raise ConfigError(f"--resume: {shown} differs from {json.dumps(old)}, which this run was trained with "
-                                  f"({source}); the model, the data and the seed cannot change within a run: drop "
-                                  "it, or train into a new --model-dir")
+                                  f"({source}); the model, the data, the seed and the --valid-metric cannot change "
+                                  "within a run: drop it, or train into a new --model-dir")
             merged[section][name] = value
             if key not in PER_INVOCATION:
                 changes.append(f"{label}: {json.dumps(old)} -> {json.dumps(value)}")

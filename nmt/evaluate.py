@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Dict, Sequence
+from typing import Dict, Optional, Sequence
 
 import sacrebleu
 
@@ -26,6 +26,17 @@ class Scores:
         for k, v in self.extra.items():
             s += f" {k} {v:.2f}"
         return s
+
+
+# --valid-metric, the dev score that chooses the best checkpoint and stops training early: its name in the log, its
+# key in metrics.jsonl rows, and whether higher is better.
+VALID_METRICS = {"bleu": ("BLEU", "dev_bleu", True), "chrf": ("chrF", "dev_chrf", True),
+                 "ppl": ("perplexity", "dev_ppl", False)}
+
+
+def improves(metric: str, value: float, best: Optional[float]) -> bool:
+    """Whether a dev `value` of `metric` (a VALID_METRICS key) beats `best` (None: there is none yet)."""
+    return best is None or (value > best if VALID_METRICS[metric][2] else value < best)
 
 
 def score(hyps: Sequence[str], refs: Sequence[str], tgt_lang: str) -> Scores:

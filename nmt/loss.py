@@ -1,11 +1,20 @@
-"""The training loss: per-sentence label-smoothed cross-entropy of a `Seq2SeqModel`'s teacher-forced logits."""
+"""The training loss: per-sentence label-smoothed cross-entropy of a `Seq2SeqModel`'s teacher-forced logits; the dev
+set's summed NLL for perplexity."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Tuple
+
+import mxnet as mx
+import numpy as np
 from mxnet import gluon
 
+from nmt.batching import make_batch
 from nmt.config import ConfigError
 from nmt.models.base import Seq2SeqModel as Seq2Seq
 from nmt.models.base import length_mask as _length_mask
+
+if TYPE_CHECKING:
+    from nmt.data import EncodedData
 
 
 class Seq2SeqLoss(gluon.HybridBlock):
@@ -42,3 +51,17 @@ class Seq2SeqLoss(gluon.HybridBlock):
         inv_v = F.BlockGrad(F.ones_like(row) / self.model.tgt_vocab_size)
         return F.reshape(F.FullyConnected(logp, inv_v, no_bias=True, num_hidden=1, flatten=False), shape=(0, 0))
 
+
+def dev_loss(loss_block: gluon.Block, data: "EncodedData", ctx: mx.Context, batch_size: int = 64) -> Tuple[float, int]:
+    """Summed NLL and target-token count of the dev set (no label smoothing): for perplexity."""
+    nll_total, tokens = 0.0, 0
+    order = np.argsort([len(t) for t in data.dev_tgt], kind="stable")
+    for i in range(0, len(order), batch_size):
+        idx = order[i:i + batch_size]
+        b = make_batch(data.dev_src, data.dev_tgt, idx, max(len(data.dev_src[j]) for j in idx) + 1,
+                       max(len(data.dev_tgt[j]) for j in idx) + 1)
+        arrays = [mx.nd.array(a, ctx=ctx, dtype="float32") for a in (b.src, b.src_len, b.tgt_in, b.tgt_out, b.tgt_len)]
+        _, nll = loss_block(*arrays)
+        nll_total += float(nll.sum().asscalar())
+        tokens += b.num_tgt_tokens
+    return nll_total, tokens

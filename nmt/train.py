@@ -18,14 +18,14 @@ import numpy as np
 from mxnet import gluon
 
 from nmt import checkpoint as ckpt
-from nmt.batching import Batch, make_batch
+from nmt.batching import Batch
 from nmt.config import Config, resumed_config
-from nmt.data import EncodedData, TrainData, build_data
+from nmt.data import TrainData, build_data
 from nmt.dirlock import ModelDirLock, ModelDirLocked
-from nmt.evaluate import Scores, perplexity, score
+from nmt.evaluate import VALID_METRICS, Scores, improves, perplexity, score
 from nmt.finetune import copy_tokenizers, start_from
 from nmt.log import LossMeter, MetricsWriter, Progress, TensorBoardWriter, setup_logging
-from nmt.loss import Seq2SeqLoss
+from nmt.loss import Seq2SeqLoss, dev_loss
 from nmt.models import build_model
 from nmt.optim import build_optimizer, learning_rate
 from nmt.parallel import DataParallel, default_kvstore, describe_hardware, init_amp, parse_devices
@@ -43,21 +43,6 @@ _INTERRUPTS = ("SIGINT", "SIGTERM")
 _LIMIT_FLAGS = {"max_steps": "--max-steps", "max_epochs": "--max-epochs", "time_budget": "--time-budget",
                 "early_stop": "--patience"}
 _SAMPLES = 5   # dev translations shown in TensorBoard at each validation
-
-
-def dev_loss(loss_block: gluon.Block, data: EncodedData, ctx: mx.Context, batch_size: int = 64) -> Tuple[float, int]:
-    """Summed NLL and target-token count of the dev set (no label smoothing): for perplexity."""
-    nll_total, tokens = 0.0, 0
-    order = np.argsort([len(t) for t in data.dev_tgt], kind="stable")
-    for i in range(0, len(order), batch_size):
-        idx = order[i:i + batch_size]
-        b = make_batch(data.dev_src, data.dev_tgt, idx, max(len(data.dev_src[j]) for j in idx) + 1,
-                       max(len(data.dev_tgt[j]) for j in idx) + 1)
-        arrays = [mx.nd.array(a, ctx=ctx, dtype="float32") for a in (b.src, b.src_len, b.tgt_in, b.tgt_out, b.tgt_len)]
-        _, nll = loss_block(*arrays)
-        nll_total += float(nll.sum().asscalar())
-        tokens += b.num_tgt_tokens
-    return nll_total, tokens
 
 
 class Trainer:
@@ -113,10 +98,10 @@ class Trainer:
         row, sources, hyps, refs = self._dev_scores()
         if train_loss is not None:
             row["train_loss"] = train_loss
-        improved = self._track_best(row["dev_bleu"])
-        row["best_bleu"] = self.state.best_bleu
-        logger.info("validation step %d epoch %.2f: dev ppl %.2f BLEU %.2f chrF %.2f (best %.2f at step %d)%s",
-                    row["step"], row["epoch"], row["dev_ppl"], row["dev_bleu"], row["dev_chrf"], self.state.best_bleu,
+        improved = self._track_best(row)
+        row["best_bleu"], row["best_score"] = self.state.best_bleu, self.state.best_score
+        logger.info("validation step %d epoch %.2f: dev ppl %.2f BLEU %.2f chrF %.2f (best %s at step %d)%s",
+                    row["step"], row["epoch"], row["dev_ppl"], row["dev_bleu"], row["dev_chrf"], self._best(),
                     self.state.best_step, "" if improved else f", {self.state.bad_validations} without gain")
         self.metrics.write(row)
         self.tensorboard.log_validation(row["step"], loss=row["dev_nll"], perplexity=row["dev_ppl"],
@@ -139,12 +124,13 @@ class Trainer:
                 "valid_seconds": round(time.perf_counter() - t0, 1)}
         return row, dev.src[:n], hyps, dev.tgt[:n]
 
-    def _track_best(self, bleu: float) -> bool:
-        """Record a validation's BLEU: the best so far, or one more without gain (halving a plateau schedule's
-        learning rate every `plateau_patience` of them)."""
-        s, o = self.state, self.cfg.optim
-        if bleu > s.best_bleu:
-            s.best_bleu, s.best_step, s.bad_validations = bleu, s.step, 0
+    def _track_best(self, row: Dict[str, float]) -> bool:
+        """Record a validation (its metrics `row`): the best so far by --valid-metric, or one more without gain
+        (halving a plateau schedule's learning rate every `plateau_patience` of them)."""
+        s, o, metric = self.state, self.cfg.optim, self.cfg.train.valid_metric
+        value = row[VALID_METRICS[metric][1]]
+        if improves(metric, value, s.best_score if s.best_step else None):
+            s.best_score, s.best_bleu, s.best_step, s.bad_validations = value, row["dev_bleu"], s.step, 0
             return True
         s.bad_validations += 1
         if o.schedule == "plateau" and s.bad_validations % o.plateau_patience == 0:
@@ -160,6 +146,10 @@ class Trainer:
                                  is_best)
         if self.workers.num_workers > 1:
             self.state = ckpt.TrainState(**self.workers.broadcast_json(vars(self.state)))
+
+    def _best(self) -> str:
+        """The best dev score so far by --valid-metric, named (e.g. "BLEU 8.33")."""
+        return f"{VALID_METRICS[self.cfg.train.valid_metric][0]} {self.state.best_score:.2f}"
 
     def epochs_done(self) -> float:
         """Training progress in epochs (1.5 = half-way through the second epoch)."""
@@ -242,7 +232,7 @@ class Trainer:
             self.save_checkpoint(stop not in _INTERRUPTS and self.validate())
         elif self.is_chief:
             self.state.save(self.model_dir)   # record why training stopped
-        best = (f"best dev BLEU {self.state.best_bleu:.2f} at step {self.state.best_step}" if self.state.best_step
+        best = (f"best dev {self._best()} at step {self.state.best_step}" if self.state.best_step
                 else "no validation yet")
         logger.info("training stopped (%s) at step %d, epoch %.2f; %s", stop, self.state.step, self.epochs_done(), best)
         self.workers.finished()   # distributed: no collective after this, leave with the others (else: at once)

@@ -311,6 +311,30 @@ def test_resume_alone_continues_the_run_as_it_was_started(tmp_path, task, capsys
         assert code == 2 and says in err and "Traceback" not in err, err
 
 
+@pytest.mark.parametrize("metric, key, pick", [("ppl", "dev_ppl", min), ("chrf", "dev_chrf", max)])
+def test_valid_metric_picks_the_best_checkpoint_and_is_fixed_for_the_run(tmp_path, task, capsys, metric, key, pick):
+    """The best checkpoint (and early stopping) went by dev BLEU alone, whose 13a tokenization reads Korean output
+    poorly; Sockeye's --optimized-metric and fairseq's --best-checkpoint-metric choose. Early validations of the tiny
+    task all score BLEU 0.0, so BLEU would keep the first while perplexity and chrF move on."""
+    from nmt.cli import train_main
+    from nmt.log import read_metrics
+    model_dir = tmp_path / "m"
+    flags = tiny_flags(task, model_dir) + ["--max-steps", "21", "--valid-every", "3", "--keep-last", "10"]
+    assert train_main(flags + ["--valid-metric", metric]) == 0
+    rows = [r for r in read_metrics(model_dir / ckpt.METRICS) if "dev_bleu" in r]
+    best = pick(rows, key=lambda r: r[key])   # the first of equals, as the run keeps
+    by_bleu = max(rows, key=lambda r: r["dev_bleu"])
+    assert best["step"] != by_bleu["step"], f"this run does not tell {metric} from BLEU apart: {rows}"
+    state = ckpt.TrainState.load(model_dir)
+    assert (state.best_step, state.best_score, state.best_bleu) == (best["step"], best[key], best["dev_bleu"])
+    kept = ({k: v.asnumpy() for k, v in load_params(model_dir, w).items()} for w in ("best", str(best["step"])))
+    assert_same_params(*kept)
+    name = {"ppl": "perplexity", "chrf": "chrF"}[metric]
+    assert f"best dev {name} {best[key]:.2f} at step {best['step']}" in capsys.readouterr().err
+    code = train_main(["--model-dir", str(model_dir), "--resume", "--max-steps", "14", "--valid-metric", "bleu"])
+    assert code == 2 and f'--resume: --valid-metric "bleu" differs from "{metric}"' in capsys.readouterr().err
+
+
 def test_a_finished_run_is_averaged_by_resuming_it_with_average_last(tmp_path, task, capsys):
     from nmt.cli import train_main
     model_dir = tmp_path / "m"

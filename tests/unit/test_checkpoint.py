@@ -1,6 +1,7 @@
 """The model directory: atomic writes, what a crash leaves behind, keep-N, load_params."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -93,6 +94,17 @@ def test_optimizer_states_always_match_the_checkpoint_state_json_names(tmp_path)
     # each kept checkpoint keeps its optimizer states: --resume can fall back to it if the newest is damaged
     assert sorted(p.name for p in tmp_path.glob("trainer.*.states")) == [ckpt.trainer_states_file(10),
                                                                          ckpt.trainer_states_file(30)]
+
+
+def test_a_state_written_before_valid_metric_keeps_its_best_bleu_as_the_best_score(tmp_path):
+    """Runs trained before --valid-metric (which went by BLEU) resume, and average, against the BLEU they kept."""
+    old = {k: v for k, v in vars(ckpt.TrainState(step=30, best_bleu=7.5, best_step=20)).items() if k != "best_score"}
+    (tmp_path / ckpt.STATE).write_text(json.dumps(old))
+    assert ckpt.TrainState.load(tmp_path).best_score == 7.5
+    assert ckpt.TrainState(**old).best_score == 7.5   # as --resume reads it from a checkpoint's manifest
+    old.update(best_bleu=-1.0, best_step=0)   # no validation yet: no best
+    (tmp_path / ckpt.STATE).write_text(json.dumps(old))
+    assert ckpt.TrainState.load(tmp_path).best_score is None
 
 
 def test_keep_last_and_which(tmp_path):

@@ -93,6 +93,13 @@ def test_json_values_that_fit_their_fields_pass(tmp_path):
     assert (cfg.optim.lr, cfg.train.gpus, cfg.train.max_seconds) == (1, None, 5)
 
 
+def test_an_unknown_valid_metric_in_a_config_file_is_named(tmp_path):
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"train": {"valid_metric": "ter"}}))
+    with pytest.raises(ConfigError, match="--valid-metric 'ter': use bleu, chrf or ppl"):
+        cfg_of(["--config", str(path)])
+
+
 def test_a_gpu_count_in_a_config_file_may_be_a_number(tmp_path):
     path = tmp_path / "c.json"
     path.write_text(json.dumps({"train": {"gpus": 2}}))
