@@ -25,6 +25,8 @@ from nmt.search import length_penalty
 from nmt.tokenizer import EOS_ID
 from nmt.translate import Translator
 
+SCORE_CHUNK = 10_000   # pairs nmt-score scores and writes at a time
+
 
 @dataclass
 class Scored:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -131,6 +132,24 @@ def test_the_command_writes_one_score_per_pair(tr, model_dir, lines, tmp_path, c
     assert len(rows) == 13 and set(rows[0]) == {"score", "log_prob", "length", "pieces", "piece_log_probs"}
     assert all(r["score"] == r["log_prob"] and r["length"] == len(r["pieces"]) == len(r["piece_log_probs"])
                and r["pieces"][-1] == "</s>" for r in rows)
+
+
+def test_a_long_corpus_says_how_far_it_got(model_dir, lines, tmp_path, capsys, monkeypatch):
+    """Scoring a corpus to filter it (millions of pairs) said nothing until the end; every REPORT_SECONDS it now logs
+    the pairs scored so far (here at every chunk of 5 but the last; none with the default, a minute)."""
+    import nmt.forced
+    import nmt.stream
+    src, tgt = lines
+    (tmp_path / "s.ko").write_text("\n".join(src) + "\n", encoding="utf-8")
+    (tmp_path / "t.en").write_text("\n".join(tgt) + "\n", encoding="utf-8")
+    argv = ["--model-dir", model_dir, "--src-file", tmp_path / "s.ko", "--tgt-file", tmp_path / "t.en"]
+    monkeypatch.setattr(nmt.forced, "SCORE_CHUNK", 5)
+    whole = run(argv, capsys)
+    assert whole[0] == 0 and "so far" not in whole[2]
+    monkeypatch.setattr(nmt.stream, "REPORT_SECONDS", 0.0)
+    code, out, err = run(argv, capsys)
+    assert code == 0 and out == whole[1]
+    assert re.findall(r"(\d+ of \d+) pairs scored so far", err) == ["5 of 12", "10 of 12"]
 
 
 def test_the_script_runs_from_a_checkout(model_dir, tmp_path):
