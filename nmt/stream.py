@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import lzma
 import os
 import select
 import sys
@@ -55,7 +56,7 @@ def read_raw_lines(stream: BinaryIO, max_bytes: int, idle: Optional[float] = Non
             paused = True
             yield PAUSE
             continue
-        data = os.read(fd, 1 << 16) if fd is not None else stream.read(1 << 16)
+        data = os.read(fd, 1 << 16) if fd is not None else getattr(stream, "read1", stream.read)(1 << 16)
         paused = False
         if not data:
             if len(buf) > start and not skipping:
@@ -160,29 +161,45 @@ def translate_stream(translator: Translator, raw_lines: Iterable[Tuple[bytes, bo
                 logger.info("%s: %d lines translated so far (%.1f lines/s)", name, first - 1, (first - 1) / (now - t0))
 
     line_no = 0
-    for item in raw_lines:
-        if item is PAUSE:   # the input paused: a program may be waiting for what it gave so far
-            flush()
-            continue
-        raw, cut = item
-        line_no += 1
-        if cut:
-            stats.cut += 1
-            logger.warning("%s:%d: line longer than the input guard (--max-input-tokens x %d characters); cut while "
-                           "reading", name, line_no, CHARS_PER_TOKEN)
-        try:
+    try:   # an unreadable or undecodable line: every line before it is translated and written first
+        for item in _readable(raw_lines, name):
+            if item is PAUSE:   # the input paused: a program may be waiting for what it gave so far
+                flush()
+                continue
+            raw, cut = item
+            line_no += 1
+            if cut:
+                stats.cut += 1
+                logger.warning("%s:%d: line longer than the input guard (--max-input-tokens x %d characters); cut "
+                               "while reading", name, line_no, CHARS_PER_TOKEN)
             text, replaced = decode_line(raw, line_no, name, on_invalid)
-        except CorpusError:
-            flush()
-            raise
-        stats.invalid_utf8 += replaced
-        stats.lines += 1
-        chunk.append(text)
-        if len(chunk) >= chunk_lines:
-            flush()
+            stats.invalid_utf8 += replaced
+            stats.lines += 1
+            chunk.append(text)
+            if len(chunk) >= chunk_lines:
+                flush()
+    except CorpusError:
+        flush()
+        raise
     flush(last=True)
     stats.seconds = time.perf_counter() - t0
     return stats
+
+
+def _readable(raw_lines: Iterable[Tuple[bytes, bool]], name: str) -> Iterator[Tuple[bytes, bool]]:
+    """The items of `raw_lines`; a read error (e.g. a truncated .gz --input) is a CorpusError naming the input and
+    the last line read whole."""
+    lines, items = 0, iter(raw_lines)
+    while True:
+        try:
+            item = next(items)
+        except StopIteration:
+            return
+        except (EOFError, OSError, lzma.LZMAError) as e:
+            raise CorpusError(f"{name}: unreadable after line {lines} ({e}); the translations of the lines before it "
+                              "have been written") from None
+        lines += item is not PAUSE
+        yield item
 
 
 def prompt_on_stderr(prompt: str) -> str:

@@ -7,6 +7,7 @@ import io
 import json
 import os
 import pty
+import re
 import select
 import shutil
 import subprocess
@@ -243,6 +244,15 @@ def test_a_compressed_input_is_translated(tr, tmp_path, capsys):
         path.write_bytes(compress("".join(x + "\n" for x in lines).encode()))
         assert run(["--model-dir", tr.model_dir, "--input", path], capsys)[:2] == (0, expected[1])
     assert expected[0] == 0 and len(expected[1].splitlines()) == 3
+    # a truncated archive: the lines before the damage are translated and written, then one error naming the file
+    words = ["리 니 차", "두포 푸시", "모다 티"]
+    many = [" ".join(words[i % 3] for _ in range(1 + i % 4)) + f" {i}" for i in range(3000)]
+    whole = run(["--model-dir", tr.model_dir, "--input", _write(tmp_path / "many.ko", many)], capsys)[1].splitlines()
+    cut = tmp_path / "cut.ko.gz"
+    cut.write_bytes(gzip.compress("".join(x + "\n" for x in many).encode())[:-200])
+    code, out, err = run(["--model-dir", tr.model_dir, "--input", cut], capsys)
+    done = int(re.search(r"cut.ko.gz: unreadable after line (\d+) \(Compressed file ended", err).group(1))
+    assert code == 2 and 0 < done < 3000 and out.splitlines() == whole[:done] and "Traceback" not in err
 
 
 def _write(path, lines):
