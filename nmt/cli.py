@@ -121,8 +121,8 @@ TRAIN_FLAGS = [
     Flag("--patience", "train", "patience", int,
          "early stop after N validations without a better --valid-metric (0 = never)"),
     Flag("--valid-metric", "train", "valid_metric", str,
-         "dev score that picks the best checkpoint and stops early (chrf suits Korean output, whose 13a BLEU is low)",
-         choices=("bleu", "chrf", "ppl")),
+         "dev score that picks the best checkpoint and stops early (for Korean output chrf or ko-mecab, BLEU on "
+         "morphemes, read it better than 13a BLEU)", choices=("bleu", "chrf", "ko-mecab", "ppl")),
     Flag("--keep-last", "train", "keep_last", int, "parameter files of the last N checkpoints to keep"),
     Flag("--average-last", "train", "average_last", int, "average the last N checkpoints at the end (0 = off)"),
     Flag("--log-every", "train", "log_every", int, "updates between progress updates"),

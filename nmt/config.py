@@ -168,7 +168,7 @@ class TrainConfig:
     time_budget: float = 0.0             # training wall time over all runs, resumes included, in seconds (0 = none)
     valid_every: int = 500               # validate every N updates (and at every epoch end)
     patience: int = 10                   # early stop after this many validations without a better valid_metric
-    valid_metric: str = "bleu"           # the dev score that picks params.best and stops early: bleu, chrf or ppl
+    valid_metric: str = "bleu"           # the dev score that picks params.best, stops early: bleu chrf ko-mecab ppl
     keep_last: int = 3                   # parameter files of the last N checkpoints kept
     average_last: int = 0                # average the last N checkpoints into params.avg at the end (0 = off)
     seed: int = 1
@@ -191,8 +191,8 @@ class TrainConfig:
                 (self.average_last <= self.keep_last,
                  f"--average-last {self.average_last} averages the last {self.average_last} of the checkpoints kept: "
                  f"give --keep-last {self.average_last} or more (got {self.keep_last})"),
-                (self.valid_metric in ("bleu", "chrf", "ppl"),
-                 f"--valid-metric {self.valid_metric!r}: use bleu, chrf or ppl"),
+                (self.valid_metric in ("bleu", "chrf", "ko-mecab", "ppl"),
+                 f"--valid-metric {self.valid_metric!r}: use bleu, chrf, ko-mecab or ppl"),
                 (self.valid_beam >= 1, f"--valid-beam must be >= 1, got {self.valid_beam}"),
                 (self.valid_max_sentences >= 1, f"--valid-max-sentences must be >= 1, got {self.valid_max_sentences}"),
                 (self.keep_last >= 1, f"--keep-last must be >= 1, got {self.keep_last}"),
@@ -254,7 +254,10 @@ class Config:
     def __post_init__(self) -> None:
         d, t = self.data, self.train
         _check([(bool(d.batch_tokens) or d.batch_size >= t.accum_steps,
-                 f"--batch-size {d.batch_size} is smaller than --accum-steps {t.accum_steps}")])
+                 f"--batch-size {d.batch_size} is smaller than --accum-steps {t.accum_steps}"),
+                (t.valid_metric != "ko-mecab" or d.tgt_lang == "ko",
+                 f"--valid-metric ko-mecab scores Korean output, and this model translates into {d.tgt_lang!r}: use "
+                 "bleu, chrf or ppl")])
 
     def to_dict(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)

@@ -31,7 +31,7 @@ class Scores:
 # --valid-metric, the dev score that chooses the best checkpoint and stops training early: its name in the log, its
 # key in metrics.jsonl rows, and whether higher is better.
 VALID_METRICS = {"bleu": ("BLEU", "dev_bleu", True), "chrf": ("chrF", "dev_chrf", True),
-                 "ppl": ("perplexity", "dev_ppl", False)}
+                 "ko-mecab": ("ko-mecab BLEU", "dev_bleu_ko_mecab", True), "ppl": ("perplexity", "dev_ppl", False)}
 
 
 def improves(metric: str, value: float, best: Optional[float]) -> bool:

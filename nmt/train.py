@@ -119,6 +119,7 @@ class Trainer:
         sc = score(hyps, dev.tgt[:n], self.cfg.data.tgt_lang)
         row = {"step": self.state.step, "epoch": round(self.epochs_done(), 3), "dev_nll": nll / max(tokens, 1),
                 "dev_ppl": perplexity(nll, tokens), "dev_bleu": sc.bleu, "dev_chrf": sc.chrf,
+                **{f"dev_{k}": v for k, v in sc.extra.items()},   # dev_bleu_ko_mecab for Korean output
                 "lr": learning_rate(self.state.step, self.cfg.optim, self.state.lr_scale),
                 "tokens_seen": self.state.tokens_seen, "elapsed": round(self.state.elapsed, 1),
                 "valid_seconds": round(time.perf_counter() - t0, 1)}

@@ -335,6 +335,27 @@ def test_valid_metric_picks_the_best_checkpoint_and_is_fixed_for_the_run(tmp_pat
     assert code == 2 and f'--resume: --valid-metric "bleu" differs from "{metric}"' in capsys.readouterr().err
 
 
+def test_valid_metric_ko_mecab_picks_by_morpheme_bleu_of_korean_output(tmp_path, task, capsys):
+    """For Korean output, BLEU on ko-mecab morphemes (sacreBLEU's tokenizer, which the validation already ran) may
+    choose; every validation row records it. English output has no such score: refused before anything runs."""
+    from nmt.cli import train_main
+    from nmt.log import read_metrics
+    model_dir = tmp_path / "enko"
+    swapped = {f"{split}_{a}": task[f"{split}_{b}"] for split in ("train", "dev") for a, b in (("src", "tgt"),
+                                                                                             ("tgt", "src"))}
+    flags = tiny_flags(swapped, model_dir) + ["--src", "en", "--tgt", "ko", "--max-steps", "12", "--valid-every", "3"]
+    assert train_main(flags + ["--valid-metric", "ko-mecab"]) == 0
+    rows = [r for r in read_metrics(model_dir / ckpt.METRICS) if "dev_bleu" in r]
+    best = max(rows, key=lambda r: r["dev_bleu_ko_mecab"])
+    assert best["dev_bleu_ko_mecab"] != best["dev_bleu"], rows   # the score kept is the morphemes', not 13a's
+    state = ckpt.TrainState.load(model_dir)
+    assert (state.best_step, state.best_score) == (best["step"], best["dev_bleu_ko_mecab"])
+    assert f"best dev ko-mecab BLEU {best['dev_bleu_ko_mecab']:.2f} at step" in capsys.readouterr().err
+    assert train_main(tiny_flags(task, tmp_path / "koen") + ["--valid-metric", "ko-mecab", "--max-steps", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "--valid-metric ko-mecab scores Korean output, and this model translates into 'en'" in err
+
+
 def test_a_finished_run_is_averaged_by_resuming_it_with_average_last(tmp_path, task, capsys):
     from nmt.cli import train_main
     model_dir = tmp_path / "m"

@@ -96,7 +96,7 @@ def test_json_values_that_fit_their_fields_pass(tmp_path):
 def test_an_unknown_valid_metric_in_a_config_file_is_named(tmp_path):
     path = tmp_path / "c.json"
     path.write_text(json.dumps({"train": {"valid_metric": "ter"}}))
-    with pytest.raises(ConfigError, match="--valid-metric 'ter': use bleu, chrf or ppl"):
+    with pytest.raises(ConfigError, match="--valid-metric 'ter': use bleu, chrf, ko-mecab or ppl"):
         cfg_of(["--config", str(path)])
 
 
