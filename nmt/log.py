@@ -237,11 +237,14 @@ class TensorBoardWriter:
                              "train/grad_norm": grad_norm, "train/tokens_per_s": tokens_per_s})
 
     def log_validation(self, step: int, loss: Optional[float] = None, perplexity: Optional[float] = None,
-                       bleu: Optional[float] = None, chrf: Optional[float] = None) -> None:
-        """Validation scalars at update `step`; perplexity defaults to exp(loss). Flushed at once."""
+                       bleu: Optional[float] = None, chrf: Optional[float] = None,
+                       bleu_ko_mecab: Optional[float] = None) -> None:
+        """Validation scalars at update `step` (`bleu_ko_mecab`: for Korean output); perplexity defaults to
+        exp(loss). Flushed at once."""
         if perplexity is None and loss is not None:
             perplexity = math.exp(min(float(loss), 700.0))
-        self._scalars(step, {"dev/loss": loss, "dev/perplexity": perplexity, "dev/bleu": bleu, "dev/chrf": chrf})
+        self._scalars(step, {"dev/loss": loss, "dev/perplexity": perplexity, "dev/bleu": bleu, "dev/chrf": chrf,
+                             "dev/bleu_ko_mecab": bleu_ko_mecab})
         self.flush()
 
     def log_samples(self, step: int, sources: Sequence[str], hypotheses: Sequence[str],

@@ -100,12 +100,14 @@ class Trainer:
             row["train_loss"] = train_loss
         improved = self._track_best(row)
         row["best_bleu"], row["best_score"] = self.state.best_bleu, self.state.best_score
-        logger.info("validation step %d epoch %.2f: dev ppl %.2f BLEU %.2f chrF %.2f (best %s at step %d)%s",
-                    row["step"], row["epoch"], row["dev_ppl"], row["dev_bleu"], row["dev_chrf"], self._best(),
-                    self.state.best_step, "" if improved else f", {self.state.bad_validations} without gain")
+        mecab = row.get("dev_bleu_ko_mecab")   # Korean output
+        logger.info("validation step %d epoch %.2f: dev ppl %.2f BLEU %.2f chrF %.2f%s (best %s at step %d)%s",
+                    row["step"], row["epoch"], row["dev_ppl"], row["dev_bleu"], row["dev_chrf"],
+                    "" if mecab is None else f" ko-mecab BLEU {mecab:.2f}", self._best(), self.state.best_step,
+                    "" if improved else f", {self.state.bad_validations} without gain")
         self.metrics.write(row)
         self.tensorboard.log_validation(row["step"], loss=row["dev_nll"], perplexity=row["dev_ppl"],
-                                        bleu=row["dev_bleu"], chrf=row["dev_chrf"])
+                                        bleu=row["dev_bleu"], chrf=row["dev_chrf"], bleu_ko_mecab=mecab)
         self.tensorboard.log_samples(row["step"], sources[:_SAMPLES], hyps[:_SAMPLES], refs[:_SAMPLES])
         return improved
 

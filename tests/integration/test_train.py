@@ -339,7 +339,7 @@ def test_valid_metric_ko_mecab_picks_by_morpheme_bleu_of_korean_output(tmp_path,
     """For Korean output, BLEU on ko-mecab morphemes (sacreBLEU's tokenizer, which the validation already ran) may
     choose; every validation row records it. English output has no such score: refused before anything runs."""
     from nmt.cli import train_main
-    from nmt.log import read_metrics
+    from nmt.log import TENSORBOARD_DIR, read_metrics, tensorboard_available
     model_dir = tmp_path / "enko"
     swapped = {f"{split}_{a}": task[f"{split}_{b}"] for split in ("train", "dev") for a, b in (("src", "tgt"),
                                                                                              ("tgt", "src"))}
@@ -350,7 +350,14 @@ def test_valid_metric_ko_mecab_picks_by_morpheme_bleu_of_korean_output(tmp_path,
     assert best["dev_bleu_ko_mecab"] != best["dev_bleu"], rows   # the score kept is the morphemes', not 13a's
     state = ckpt.TrainState.load(model_dir)
     assert (state.best_step, state.best_score) == (best["step"], best["dev_bleu_ko_mecab"])
-    assert f"best dev ko-mecab BLEU {best['dev_bleu_ko_mecab']:.2f} at step" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"best dev ko-mecab BLEU {best['dev_bleu_ko_mecab']:.2f} at step" in err
+    for r in rows:   # every validation line shows it, and so does TensorBoard when it is installed
+        assert f"chrF {r['dev_chrf']:.2f} ko-mecab BLEU {r['dev_bleu_ko_mecab']:.2f} (best" in err
+    if tensorboard_available():
+        from tests.tb_events import read_tensorboard
+        curve = read_tensorboard(model_dir / TENSORBOARD_DIR)[0]["dev/bleu_ko_mecab"]
+        assert curve == [(r["step"], pytest.approx(r["dev_bleu_ko_mecab"])) for r in rows]
     assert train_main(tiny_flags(task, tmp_path / "koen") + ["--valid-metric", "ko-mecab", "--max-steps", "2"]) == 2
     err = capsys.readouterr().err
     assert "--valid-metric ko-mecab scores Korean output, and this model translates into 'en'" in err
