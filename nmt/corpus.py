@@ -16,7 +16,7 @@ import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import BinaryIO, Dict, List, Optional, Sequence, Tuple, Union
 
 logger = logging.getLogger("nmt.corpus")
 
@@ -44,31 +44,22 @@ COMPRESSED = [(re.compile(rb"\x1f\x8b"), "gzip", gzip.open), (re.compile(rb"\xfd
               (re.compile(rb"BZh[1-9](1AY&SY|\x17rE8P\x90)"), "bzip2", bz2.open)]
 
 
-def compression(path: PathLike) -> Optional[Tuple[str, Callable]]:
-    """(name, opener) of a gzip, bzip2 or xz file, None for any other; a CorpusError for a zip archive (which may
-    hold several files) and for a file that cannot be read, each naming it."""
+def open_bytes(path: PathLike) -> Tuple[BinaryIO, Optional[str]]:
+    """`path` open for reading its bytes, through its decompressor when it is a gzip, bzip2 or xz file, and that
+    format's name (None: plain); a CorpusError naming the file when it cannot be opened or is a zip archive (which
+    may hold several files)."""
     try:
         with open(path, "rb") as f:
             head = f.read(10)
+        if head.startswith(b"PK\x03\x04"):
+            raise CorpusError(f"{path}: this is a zip archive, not text; unzip it and give the file of sentences "
+                              "(gzip, bzip2 and xz files are read as they are)")
+        name, opener = next(((n, o) for magic, n, o in COMPRESSED if magic.match(head)), (None, open))
+        return opener(path, "rb"), name
     except FileNotFoundError:
         raise CorpusError(f"{path}: file not found; check the path") from None
     except OSError as e:
         raise CorpusError(f"{path}: cannot read ({e.strerror})") from None
-    if head.startswith(b"PK\x03\x04"):
-        raise CorpusError(f"{path}: this is a zip archive, not text; unzip it and give the file of sentences "
-                          "(gzip, bzip2 and xz files are read as they are)")
-    return next(((name, opener) for magic, name, opener in COMPRESSED if magic.match(head)), None)
-
-
-def _read_bytes(path: Path) -> bytes:
-    """The bytes of `path`, decompressed when it is a gzip, bzip2 or xz file."""
-    kind = compression(path)
-    try:
-        with (kind[1] if kind else open)(path, "rb") as f:
-            return f.read()
-    except (OSError, EOFError, lzma.LZMAError) as e:   # a truncated or corrupt archive; a directory
-        problem = f"a damaged {kind[0]} file ({e})" if kind else f"cannot read ({e.strerror})"
-        raise CorpusError(f"{path}: {problem}") from None
 
 
 @dataclass
@@ -185,7 +176,13 @@ def _decode_lines(path: PathLike, skip_invalid_utf8: bool, max_line_chars: int,
     at the end dropped, see `read_lines`). Empty files, UTF-16, CR-only line ends, invalid UTF-8 and absurdly long
     lines raise `CorpusError`."""
     path = Path(path)
-    data = _read_bytes(path)
+    f, kind = open_bytes(path)
+    try:
+        with f:
+            data = f.read()
+    except (OSError, EOFError, lzma.LZMAError) as e:   # a truncated or corrupt archive
+        problem = f"a damaged {kind} file ({e})" if kind else f"cannot read ({e.strerror})"
+        raise CorpusError(f"{path}: {problem}") from None
     if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
         raise CorpusError(f"{path}: the file is UTF-16 (it starts with a UTF-16 byte-order mark); convert it to "
                           f"UTF-8, e.g. `iconv -f UTF-16 -t UTF-8 {path} > out.txt`")

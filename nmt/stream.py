@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import BinaryIO, Callable, Iterable, Iterator, List, Optional, TextIO, Tuple
 
-from nmt.corpus import CorpusError, compression, count_lines
+from nmt.corpus import CorpusError, count_lines, open_bytes
 from nmt.translate import CHARS_PER_TOKEN, Translator
 
 logger = logging.getLogger("nmt.translate")
@@ -69,12 +69,10 @@ def open_input(path: str, stack: contextlib.ExitStack) -> Tuple[BinaryIO, Option
     """nmt-translate's --input file, open in `stack` (decompressed if gzip, bzip2 or xz), and the `idle` time to
     read it with (None for a compressed file: its descriptor holds the compressed bytes)."""
     try:
-        kind = compression(path)
-        return stack.enter_context((kind[1] if kind else open)(path, "rb")), None if kind else IDLE_SECONDS
+        f, kind = open_bytes(path)
     except CorpusError as e:
         raise CorpusError(f"--input {e}") from None
-    except OSError as e:
-        raise CorpusError(f"--input {path}: cannot read ({e.strerror})") from None
+    return stack.enter_context(f), None if kind else IDLE_SECONDS
 
 
 def _fileno(stream) -> Optional[int]:
