@@ -365,6 +365,7 @@ def score_main(args: argparse.Namespace) -> int:
     from nmt.evaluate import perplexity
     from nmt import stream
     from nmt.forced import SCORE_CHUNK, score_ids, target_ids
+    from nmt.log import Every
     _refuse_overwriting("--output", args.output, {"--src-file": args.src_file, "--tgt-file": args.tgt_file})
     src, tgt = (read_lines(f, keep_blank_end=True) for f in (args.src_file, args.tgt_file))   # every line a pair
     if len(src) != len(tgt):
@@ -373,7 +374,7 @@ def score_main(args: argparse.Namespace) -> int:
     _check_languages(tr, src, tgt, f"--src-file {args.src_file}", f"--tgt-file {args.tgt_file}")
     tgt_ids = target_ids(tr, tgt, name=args.tgt_file)   # every target checked before anything is written
     t0, log_prob, tokens, chunk = time.perf_counter(), 0.0, 0, SCORE_CHUNK
-    reported = t0
+    report = Every(stream.REPORT_SECONDS)   # a long corpus: how far it got
     with contextlib.ExitStack() as stack:
         out = _open_output(stack, args.output)
         for start in range(0, len(src), chunk):
@@ -389,10 +390,8 @@ def score_main(args: argparse.Namespace) -> int:
                 return _reader_gone()
             log_prob += math.fsum(s.log_prob for s in scored)
             tokens += sum(len(s.pieces) for s in scored)
-            done, now = start + len(scored), time.perf_counter()
-            if now - reported >= stream.REPORT_SECONDS and done < len(src):   # a long corpus: how far it got
-                reported = now
-                logging.getLogger("nmt.forced").info("%d of %d pairs scored so far", done, len(src))
+            if start + len(scored) < len(src) and report.due():
+                logging.getLogger("nmt.forced").info("%d of %d pairs scored so far", start + len(scored), len(src))
     logging.getLogger("nmt.forced").info(
         "scored %d pairs in %.1f s: %d target tokens (EOS included), perplexity %.2f%s", len(src),
         time.perf_counter() - t0, tokens, perplexity(-log_prob, tokens) if tokens else float("nan"),

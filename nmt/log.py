@@ -76,6 +76,21 @@ def read_metrics(path: Path) -> list:
     return rows
 
 
+class Every:
+    """`due()` is true once each `seconds`, counted from the last time it was (at first, from construction): how
+    often a long job logs how far it got."""
+
+    def __init__(self, seconds: float):
+        self.seconds, self.last = seconds, time.perf_counter()
+
+    def due(self) -> bool:
+        now = time.perf_counter()
+        if now - self.last < self.seconds:
+            return False
+        self.last = now
+        return True
+
+
 class Speedometer:
     """Throughput since the last `read()`: updates/s, sentences/s, source and target tokens/s."""
 

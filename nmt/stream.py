@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import BinaryIO, Callable, Iterable, Iterator, List, Optional, TextIO, Tuple
 
 from nmt.corpus import CorpusError, count_lines, open_bytes
+from nmt.log import Every
 from nmt.translate import CHARS_PER_TOKEN, Translator
 
 logger = logging.getLogger("nmt.translate")
@@ -138,10 +139,10 @@ def translate_stream(translator: Translator, raw_lines: Iterable[Tuple[bytes, bo
     first, then the CorpusError naming the line is raised."""
     stats, t0 = StreamStats(), time.perf_counter()
     chunk: List[str] = []
-    first, reported = 1, t0
+    first, report = 1, Every(REPORT_SECONDS)
 
     def flush(last: bool = False) -> None:
-        nonlocal chunk, first, reported
+        nonlocal chunk, first
         if chunk:
             if nbest:
                 rows = [format_nbest(h) for h in translator.translate_nbest(chunk, nbest, first_line=first)]
@@ -153,10 +154,9 @@ def translate_stream(translator: Translator, raw_lines: Iterable[Tuple[bytes, bo
                 on_chunk(first, chunk)
             first += len(chunk)
             chunk = []
-            now = time.perf_counter()
-            if now - reported >= REPORT_SECONDS and not last:   # the last: the caller's summary says it
-                reported = now
-                logger.info("%s: %d lines translated so far (%.1f lines/s)", name, first - 1, (first - 1) / (now - t0))
+            if not last and report.due():   # the last: the caller's summary says it
+                logger.info("%s: %d lines translated so far (%.1f lines/s)", name, first - 1,
+                            (first - 1) / (time.perf_counter() - t0))
 
     line_no = 0
     try:   # an unreadable or undecodable line: every line before it is translated and written first
