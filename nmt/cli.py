@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from nmt.config import ARCH_DEFAULTS, KVSTORES, Config, ConfigError, DataConfig, read_json, resumed_config
+from nmt.config import (ARCH_DEFAULTS, KVSTORES, VALID_METRIC_NAMES, Config, ConfigError, DataConfig, read_json,
+                        resumed_config)
 
 # (flag, section, field, type, help) -- the single table mapping flags to config fields
 _NONE = object()
@@ -122,7 +123,7 @@ TRAIN_FLAGS = [
          "early stop after N validations without a better --valid-metric (0 = never)"),
     Flag("--valid-metric", "train", "valid_metric", str,
          "dev score that picks the best checkpoint and stops early (for Korean output chrf or ko-mecab, BLEU on "
-         "morphemes, read it better than 13a BLEU)", choices=("bleu", "chrf", "ko-mecab", "ppl")),
+         "morphemes, read it better than 13a BLEU)", choices=VALID_METRIC_NAMES),
     Flag("--keep-last", "train", "keep_last", int, "parameter files of the last N checkpoints to keep"),
     Flag("--average-last", "train", "average_last", int, "average the last N checkpoints at the end (0 = off)"),
     Flag("--log-every", "train", "log_every", int, "updates between progress updates"),

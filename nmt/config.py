@@ -155,6 +155,10 @@ class OptimConfig:
 KVSTORES = ("auto", "local", "device", "dist_sync", "dist_device_sync")
 
 
+# --valid-metric's choices (nmt.evaluate.VALID_METRICS says how each is read from a validation)
+VALID_METRIC_NAMES = ("bleu", "chrf", "ko-mecab", "ppl")
+
+
 @dataclass
 class TrainConfig:
     model_dir: str = "models/tatoeba-ko-en"
@@ -191,8 +195,8 @@ class TrainConfig:
                 (self.average_last <= self.keep_last,
                  f"--average-last {self.average_last} averages the last {self.average_last} of the checkpoints kept: "
                  f"give --keep-last {self.average_last} or more (got {self.keep_last})"),
-                (self.valid_metric in ("bleu", "chrf", "ko-mecab", "ppl"),
-                 f"--valid-metric {self.valid_metric!r}: use bleu, chrf, ko-mecab or ppl"),
+                (self.valid_metric in VALID_METRIC_NAMES, f"--valid-metric {self.valid_metric!r}: use "
+                 f"{', '.join(VALID_METRIC_NAMES[:-1])} or {VALID_METRIC_NAMES[-1]}"),
                 (self.valid_beam >= 1, f"--valid-beam must be >= 1, got {self.valid_beam}"),
                 (self.valid_max_sentences >= 1, f"--valid-max-sentences must be >= 1, got {self.valid_max_sentences}"),
                 (self.keep_last >= 1, f"--keep-last must be >= 1, got {self.keep_last}"),

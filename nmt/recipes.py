@@ -349,11 +349,12 @@ def _load_files(cfg: DataConfig) -> DatasetSplits:
             raise CorpusError(f"{train_files[0]} / {train_files[1]}: {len(train)} training pairs after cleaning, too "
                               f"few to hold out {FILES_DEV_SIZE} for dev; give a dev set with --dev-src/--dev-tgt")
         train, dev = _hold_out_dev(train, FILES_DEV_SIZE, FILES_DEV_SEED, cfg, drops)
-        share = len(dev) / (len(train) + len(dev))   # a warning past 5%, as for pairs the length filters drop
-        logger.log(logging.WARNING if share > 0.05 else logging.INFO,
+        share = len(dev) / (len(train) + len(dev))
+        large = share > 0.05   # a warning past 5%, as for pairs the length filters drop
+        logger.log(logging.WARNING if large else logging.INFO,
                    "no --dev-src/--dev-tgt: %d random training pairs (%.0f%% of them) are the dev set, not trained on "
                    "(seed %d; nmt-evaluate --dev-set scores them)%s", len(dev), 100 * share, FILES_DEV_SEED,
-                   "; give a dev set with --dev-src/--dev-tgt to train on all of them" if share > 0.05 else "")
+                   "; give a dev set with --dev-src/--dev-tgt to train on all of them" if large else "")
     if not len(train):
         raise CorpusError(f"{train_files[0]} / {train_files[1]}: no training pairs left after filtering "
                           f"({', '.join(f'{k} {v}' for k, v in sorted(drops.items()))})")

@@ -132,7 +132,7 @@ class Trainer:
         (halving a plateau schedule's learning rate every `plateau_patience` of them)."""
         s, o, metric = self.state, self.cfg.optim, self.cfg.train.valid_metric
         value = row[VALID_METRICS[metric][1]]
-        if improves(metric, value, s.best_score if s.best_step else None):
+        if improves(metric, value, s.best_score):   # None until the first validation
             s.best_score, s.best_bleu, s.best_step, s.bad_validations = value, row["dev_bleu"], s.step, 0
             return True
         s.bad_validations += 1
