@@ -1,124 +1,19 @@
-"""Command lines of translation and evaluation (`nmt-translate`, `nmt-evaluate`): the model and decoding flags,
-whose defaults come from the model's saved config, over `nmt.translate` and `nmt.scoring`. Training's command line
-and the flag table are in `nmt.cli`.
+"""Command lines of translation, evaluation and scoring (`nmt-translate`, `nmt-evaluate`, `nmt-score`) over
+`nmt.translate`, `nmt.scoring` and `nmt.forced`; the flags and outputs they share are in `nmt.cli_io`. Training's
+command line and the flag table are in `nmt.cli`.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import logging
-import os
 import sys
 from pathlib import Path
 
 from nmt.cli import DECODE_FLAGS, command, nonempty, number
-from nmt.config import Config, ConfigError
-
-
-def _add_model_decode_args(p: argparse.ArgumentParser, flags=DECODE_FLAGS, nbest: bool = True) -> None:
-    """--model-dir, --checkpoint, --gpus and the decoding `flags`, whose defaults come from the model's config.json."""
-    g = p.add_argument_group("model")
-    g.add_argument("--model-dir", required=True, type=nonempty(Path), help="model directory written by nmt-train")
-    g.add_argument("--checkpoint", default="best", metavar="WHICH", type=nonempty(),
-                   help="best, latest, avg or a step number (default: best)")
-    g.add_argument("--ensemble", nargs="+", type=nonempty(Path), default=[], metavar="DIR",
-                   help="further model directories (same languages and vocabularies) that decode together with "
-                        "--model-dir, following the mean of their log-probabilities; --checkpoint applies to all")
-    g.add_argument("--gpus", type=nonempty(),
-                   help="decode on GPUs: a count or ids as for training; batches are shared among them (omit for CPU)")
-    g.add_argument("--cpu-devices", type=int, default=1, metavar="N",
-                   help="without --gpus: decode on N CPU contexts side by side, each with its own copy of the model "
-                        "(set OMP_NUM_THREADS to cores / N; default 1)")
-    g.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    d = p.add_argument_group("decoding (defaults: the model's saved decode config)")
-    for f in flags:
-        d.add_argument(f.flag, dest=f"decode.{f.field}", type=f.type, default=argparse.SUPPRESS,
-                       metavar=f.field.upper(), help=f.help)
-    if nbest:
-        d.add_argument("--nbest", dest="decode.nbest", type=int, default=argparse.SUPPRESS, metavar="K",
-                       help="output the K best translations with their scores, one JSON object per input line")
-
-
-def _load_translator(args: argparse.Namespace):
-    """A Translator for --model-dir/--checkpoint on the requested device, decode flags over the saved config."""
-    import dataclasses
-    from nmt import checkpoint as ckpt
-    from nmt.log import setup_logging
-    from nmt.parallel import parse_devices
-    from nmt.translate import Translator
-    setup_logging(None, level=logging.DEBUG if args.verbose else logging.INFO)
-    for model_dir in args.ensemble:
-        ckpt.config_of(model_dir, "--ensemble")
-    path = ckpt.config_of(args.model_dir, "--model-dir")
-    overrides = {k.split(".", 1)[1]: v for k, v in vars(args).items() if k.startswith("decode.")}
-    decode = dataclasses.replace(Config.load(path).decode, **overrides)
-    ctxs = parse_devices(args.gpus, args.cpu_devices)
-    return Translator.from_dir(args.model_dir, args.checkpoint, ctx=ctxs, decode=decode, ensemble=args.ensemble)
-
-
-def _utf8_stdout():
-    """sys.stdout, writing UTF-8 whatever the locale says."""
-    if hasattr(sys.stdout, "reconfigure"):
-        sys.stdout.reconfigure(encoding="utf-8")
-    return sys.stdout
-
-
-def _open_output(stack, output):
-    """The output stream: stdout (`_utf8_stdout`) for None or "-", else the file, opened in `stack`; a CorpusError
-    naming --output if it cannot be written."""
-    from nmt.corpus import CorpusError
-    if output in (None, "-"):
-        return _utf8_stdout()
-    try:
-        return stack.enter_context(open(output, "w", encoding="utf-8", newline="\n"))
-    except OSError as e:
-        raise CorpusError(f"--output {output}: cannot write ({e.strerror})") from None
-
-
-def _check_languages(tr, src, tgt, src_name: str, tgt_name: str) -> None:
-    """CorpusError unless the source and target lines are in the model's languages (`corpus.check_languages`)."""
-    from nmt.corpus import check_languages
-    check_languages(src, tgt, tr.src_lang, (src_name, tgt_name), f"the model translates {tr.src_lang} -> {tr.tgt_lang}")
-
-
-def _refuse_overwriting(flag: str, output, inputs: dict) -> None:
-    """ConfigError if the file `output` (of `flag`) is one of the files the command reads (`inputs`, by flag):
-    writing it would destroy them."""
-    if output in (None, "-") or not os.path.isfile(output):
-        return
-    for source, path in inputs.items():
-        if path not in (None, "-") and os.path.isfile(path) and os.path.samefile(output, path):
-            raise ConfigError(f"{flag} {output} is the {source} file: writing it would destroy what this command "
-                              f"reads; give another {flag}")
-
-
-def _output_dir(flag: str, path: Path, file: str = "") -> Path:
-    """`path` made (with its parents) and found writable before any work, so that an output that cannot be written
-    is an error naming `flag` at once rather than after decoding; `file`: the output of `flag` that goes there."""
-    from nmt.corpus import CorpusError
-    from nmt.storage import check_writable
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        where = f"{file}: cannot make its directory {path}" if file else f"{path}: cannot make the directory"
-        raise CorpusError(f"{flag} {where} ({e.strerror})") from None
-    check_writable(path, flag, shown=file or None)
-    return path
-
-
-def _reader_gone() -> int:
-    """After a BrokenPipeError on stdout (e.g. `| head`): nothing more to write; exit code 141 as a shell's."""
-    import os
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    return 141
-
-
-def _misaligned(src_file, src: list, flag: str, other_file, other: list, other_is: str, src_is: str):
-    """The CorpusError for --src-file and `flag` files of different line counts (`other_is` / `src_is`: how the
-    message names the two sides)."""
-    from nmt.corpus import CorpusError
-    return CorpusError(f"line counts differ: --src-file {src_file} has {len(src)} lines but {flag} {other_file} has "
-                       f"{len(other)}; they must be line-aligned (line i of {other_is} translates line i of {src_is})")
+from nmt.cli_io import (add_model_decode_args, check_languages_of, load_translator, misaligned, open_output,
+                        output_dir, reader_gone, refuse_overwriting, utf8_stdout)
+from nmt.config import ConfigError
 
 
 def build_translate_parser() -> argparse.ArgumentParser:
@@ -131,7 +26,7 @@ def build_translate_parser() -> argparse.ArgumentParser:
                "  python scripts/translate.py --model-dir M --input test.ko --output test.en --beam-size 1\n"
                "  python scripts/translate.py --model-dir M --nbest 3 --beam-size 5 < in.ko > nbest.jsonl\n"
                "  python scripts/translate.py --model-dir M --sample 10 --seed 2 < mono.ko > synthetic.en\n")
-    _add_model_decode_args(p)
+    add_model_decode_args(p)
     s = p.add_argument_group("sampling (instead of the search, e.g. for back-translation)")
     s.add_argument("--sample", nargs="?", const=0, type=number(int, 0), metavar="K",
                    help="draw each translation token by token from the model's distribution, renormalized over its "
@@ -177,10 +72,10 @@ def translate_main(args: argparse.Namespace) -> int:
     from nmt.stream import IDLE_SECONDS, interactive, open_input, read_raw_lines, translate_stream
     from nmt.translate import CHARS_PER_TOKEN
     if args.plot_attention:
-        _output_dir("--plot-attention", args.plot_attention)
+        output_dir("--plot-attention", args.plot_attention)
     _check_sampling(args)
-    _refuse_overwriting("--output", args.output, {"--input": args.input})
-    tr = _load_translator(args)
+    refuse_overwriting("--output", args.output, {"--input": args.input})
+    tr = load_translator(args)
     if args.sample is not None:
         import mxnet as mx
         tr.sample = args.sample
@@ -191,7 +86,7 @@ def translate_main(args: argparse.Namespace) -> int:
     stdin, stdout = args.input in (None, "-"), args.output in (None, "-")
     if stdin and sys.stdin.isatty():
         if stdout:
-            _utf8_stdout()
+            utf8_stdout()
             return interactive(tr, nbest, plot)
         args.chunk_lines = 1   # typed lines: translate and write each one at once
         print(f"nmt-translate {tr.src_lang} -> {tr.tgt_lang}: type sentences, one per line; each translation goes to "
@@ -206,14 +101,14 @@ def translate_main(args: argparse.Namespace) -> int:
             plot(first, lines)
     with contextlib.ExitStack() as stack:
         src, idle = (sys.stdin.buffer, IDLE_SECONDS) if stdin else open_input(args.input, stack)
-        out = _open_output(stack, args.output)
+        out = open_output(stack, args.output)
         max_bytes = tr.decode.max_input_tokens * CHARS_PER_TOKEN * 4   # 4 = longest UTF-8 character
         try:
             stats = translate_stream(tr, read_raw_lines(src, max_bytes, idle), out, name=name,
                                      chunk_lines=args.chunk_lines, on_invalid=args.on_invalid_utf8,
                                      nbest=nbest, on_chunk=on_chunk)
         except BrokenPipeError:
-            return _reader_gone()
+            return reader_gone()
     warning = other_language_warning(*tally, tr.src_lang, tr.tgt_lang)
     if warning:
         logging.getLogger("nmt.translate").warning("%s: %s", name, warning)
@@ -232,7 +127,7 @@ def build_evaluate_parser() -> argparse.ArgumentParser:
                     "directory's scores.json, keyed by test set and checkpoint.",
         epilog="Examples:\n  python scripts/evaluate.py --model-dir M --src-file test.ko --ref-file test.en\n"
                "  python scripts/evaluate.py --model-dir M --recipe-tests --data-dir ../shared/data --json\n")
-    _add_model_decode_args(p, nbest=False)   # BLEU scores the best translation
+    add_model_decode_args(p, nbest=False)   # BLEU scores the best translation
     g = p.add_argument_group("test data")
     g.add_argument("--src-file", type=nonempty(), help="source sentences, one per line, in the model's source language")
     g.add_argument("--ref-file", type=nonempty(), help="reference translations, line-aligned with --src-file")
@@ -269,8 +164,8 @@ def _test_sets(args: argparse.Namespace, tr) -> dict:
         raise ConfigError("--src-file and --ref-file must be given together")
     src, ref = read_lines(args.src_file), read_lines(args.ref_file)
     if len(src) != len(ref):
-        raise _misaligned(args.src_file, src, "--ref-file", args.ref_file, ref, "the references", "the source")
-    _check_languages(tr, src, ref, f"--src-file {args.src_file}", f"--ref-file {args.ref_file}")
+        raise misaligned(args.src_file, src, "--ref-file", args.ref_file, ref, "the references", "the source")
+    check_languages_of(tr, src, ref, f"--src-file {args.src_file}", f"--ref-file {args.ref_file}")
     name = args.name or str(Path(args.src_file).resolve())
     return {name: Pairs(src, ref, name)}
 
@@ -280,18 +175,18 @@ def evaluate_main(args: argparse.Namespace) -> int:
     from nmt.atomic import atomic_write_text
     from nmt.scoring import checkpoint_info, read_scores, score_test_set
     if args.hyp_dir:
-        _output_dir("--hyp-dir", args.hyp_dir)
+        output_dir("--hyp-dir", args.hyp_dir)
     if args.json not in (None, "-"):   # written at the end: its directory is checked now
-        _output_dir("--json", Path(args.json).parent, file=args.json)
-    tr = _load_translator(args)
+        output_dir("--json", Path(args.json).parent, file=args.json)
+    tr = load_translator(args)
     if not args.no_save:   # recorded after each test set is decoded: a damaged file is named before that
         read_scores(tr.model_dir)
     tests = _test_sets(args, tr)
     inputs = {"--src-file": args.src_file, "--ref-file": args.ref_file}
-    _refuse_overwriting("--json", args.json, inputs)
+    refuse_overwriting("--json", args.json, inputs)
     hyp_files = {name: args.hyp_dir / f"{Path(name).name}.{tr.tgt_lang}" for name in tests} if args.hyp_dir else {}
     for path in hyp_files.values():
-        _refuse_overwriting("--hyp-dir", path, inputs)
+        refuse_overwriting("--hyp-dir", path, inputs)
     info = checkpoint_info(tr.model_dir, tr.checkpoint)
     d = tr.decode
     results, recorded = {}, []
@@ -345,7 +240,7 @@ def build_score_parser() -> argparse.ArgumentParser:
         epilog="Examples:\n  python scripts/score.py --model-dir M --src-file train.ko --tgt-file train.en > scores\n"
                "  python scripts/score.py --model-dir M --src-file test.ko --tgt-file hyps.en --length-penalty 0 "
                "--output-format json\n")
-    _add_model_decode_args(p, SCORE_FLAGS, nbest=False)
+    add_model_decode_args(p, SCORE_FLAGS, nbest=False)
     g = p.add_argument_group("input and output")
     g.add_argument("--src-file", required=True, type=nonempty(), help="source sentences, UTF-8, one per line")
     g.add_argument("--tgt-file", required=True, type=nonempty(), help="translations of --src-file, line by line")
@@ -366,17 +261,17 @@ def score_main(args: argparse.Namespace) -> int:
     from nmt import stream
     from nmt.forced import SCORE_CHUNK, score_ids, target_ids
     from nmt.log import Every
-    _refuse_overwriting("--output", args.output, {"--src-file": args.src_file, "--tgt-file": args.tgt_file})
+    refuse_overwriting("--output", args.output, {"--src-file": args.src_file, "--tgt-file": args.tgt_file})
     src, tgt = (read_lines(f, keep_blank_end=True) for f in (args.src_file, args.tgt_file))   # every line a pair
     if len(src) != len(tgt):
-        raise _misaligned(args.src_file, src, "--tgt-file", args.tgt_file, tgt, "--tgt-file", "--src-file")
-    tr = _load_translator(args)
-    _check_languages(tr, src, tgt, f"--src-file {args.src_file}", f"--tgt-file {args.tgt_file}")
+        raise misaligned(args.src_file, src, "--tgt-file", args.tgt_file, tgt, "--tgt-file", "--src-file")
+    tr = load_translator(args)
+    check_languages_of(tr, src, tgt, f"--src-file {args.src_file}", f"--tgt-file {args.tgt_file}")
     tgt_ids = target_ids(tr, tgt, name=args.tgt_file)   # every target checked before anything is written
     t0, log_prob, tokens, chunk = time.perf_counter(), 0.0, 0, SCORE_CHUNK
     report = Every(stream.REPORT_SECONDS)   # a long corpus: how far it got
     with contextlib.ExitStack() as stack:
-        out = _open_output(stack, args.output)
+        out = open_output(stack, args.output)
         for start in range(0, len(src), chunk):
             scored = score_ids(tr, tr.source_ids(src[start:start + chunk], start + 1), tgt_ids[start:start + chunk],
                                tr.decode.length_penalty_alpha)
@@ -387,7 +282,7 @@ def score_main(args: argparse.Namespace) -> int:
                     out.write("".join(f"{s.score:.6f}\n" for s in scored))
                 out.flush()
             except BrokenPipeError:
-                return _reader_gone()
+                return reader_gone()
             log_prob += math.fsum(s.log_prob for s in scored)
             tokens += sum(len(s.pieces) for s in scored)
             if start + len(scored) < len(src) and report.due():

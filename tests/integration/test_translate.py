@@ -666,8 +666,9 @@ def test_parameters_of_an_earlier_layout_are_refused_with_a_clear_error(model_di
 
 def test_translate_cli_decodes_on_cpu0_to_cpuN_minus_1(tr):
     """`--cpu-devices 2` decodes on cpu(0) and cpu(1), the contexts training uses (`nmt.parallel.parse_devices`)."""
-    from nmt.cli_decode import _load_translator, build_translate_parser
+    from nmt.cli_decode import build_translate_parser
+    from nmt.cli_io import load_translator
     parse = build_translate_parser().parse_args
-    assert _load_translator(parse(["--model-dir", str(tr.model_dir), "--cpu-devices", "2"])).ctxs == [mx.cpu(0),
+    assert load_translator(parse(["--model-dir", str(tr.model_dir), "--cpu-devices", "2"])).ctxs == [mx.cpu(0),
                                                                                                       mx.cpu(1)]
-    assert _load_translator(parse(["--model-dir", str(tr.model_dir)])).ctxs == [mx.cpu(0)]
+    assert load_translator(parse(["--model-dir", str(tr.model_dir)])).ctxs == [mx.cpu(0)]

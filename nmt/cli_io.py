@@ -1,0 +1,119 @@
+"""What the decoding commands (`nmt-translate`, `nmt-evaluate`, `nmt-score`, in `nmt.cli_decode`) share: the model
+and decoding flags, whose defaults come from the model's saved config, loading the Translator they ask for, and
+their outputs (stdout or a file, never one of the inputs; a reader that went away).
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+from nmt.cli import DECODE_FLAGS, nonempty
+from nmt.config import Config, ConfigError
+
+
+def add_model_decode_args(p: argparse.ArgumentParser, flags=DECODE_FLAGS, nbest: bool = True) -> None:
+    """--model-dir, --checkpoint, --gpus and the decoding `flags`, whose defaults come from the model's config.json."""
+    g = p.add_argument_group("model")
+    g.add_argument("--model-dir", required=True, type=nonempty(Path), help="model directory written by nmt-train")
+    g.add_argument("--checkpoint", default="best", metavar="WHICH", type=nonempty(),
+                   help="best, latest, avg or a step number (default: best)")
+    g.add_argument("--ensemble", nargs="+", type=nonempty(Path), default=[], metavar="DIR",
+                   help="further model directories (same languages and vocabularies) that decode together with "
+                        "--model-dir, following the mean of their log-probabilities; --checkpoint applies to all")
+    g.add_argument("--gpus", type=nonempty(),
+                   help="decode on GPUs: a count or ids as for training; batches are shared among them (omit for CPU)")
+    g.add_argument("--cpu-devices", type=int, default=1, metavar="N",
+                   help="without --gpus: decode on N CPU contexts side by side, each with its own copy of the model "
+                        "(set OMP_NUM_THREADS to cores / N; default 1)")
+    g.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    d = p.add_argument_group("decoding (defaults: the model's saved decode config)")
+    for f in flags:
+        d.add_argument(f.flag, dest=f"decode.{f.field}", type=f.type, default=argparse.SUPPRESS,
+                       metavar=f.field.upper(), help=f.help)
+    if nbest:
+        d.add_argument("--nbest", dest="decode.nbest", type=int, default=argparse.SUPPRESS, metavar="K",
+                       help="output the K best translations with their scores, one JSON object per input line")
+
+
+def load_translator(args: argparse.Namespace):
+    """A Translator for --model-dir/--checkpoint on the requested device, decode flags over the saved config."""
+    import dataclasses
+    from nmt import checkpoint as ckpt
+    from nmt.log import setup_logging
+    from nmt.parallel import parse_devices
+    from nmt.translate import Translator
+    setup_logging(None, level=logging.DEBUG if args.verbose else logging.INFO)
+    for model_dir in args.ensemble:
+        ckpt.config_of(model_dir, "--ensemble")
+    path = ckpt.config_of(args.model_dir, "--model-dir")
+    overrides = {k.split(".", 1)[1]: v for k, v in vars(args).items() if k.startswith("decode.")}
+    decode = dataclasses.replace(Config.load(path).decode, **overrides)
+    ctxs = parse_devices(args.gpus, args.cpu_devices)
+    return Translator.from_dir(args.model_dir, args.checkpoint, ctx=ctxs, decode=decode, ensemble=args.ensemble)
+
+
+def utf8_stdout():
+    """sys.stdout, writing UTF-8 whatever the locale says."""
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(encoding="utf-8")
+    return sys.stdout
+
+
+def open_output(stack, output):
+    """The output stream: stdout (`utf8_stdout`) for None or "-", else the file, opened in `stack`; a CorpusError
+    naming --output if it cannot be written."""
+    from nmt.corpus import CorpusError
+    if output in (None, "-"):
+        return utf8_stdout()
+    try:
+        return stack.enter_context(open(output, "w", encoding="utf-8", newline="\n"))
+    except OSError as e:
+        raise CorpusError(f"--output {output}: cannot write ({e.strerror})") from None
+
+
+def check_languages_of(tr, src, tgt, src_name: str, tgt_name: str) -> None:
+    """CorpusError unless the source and target lines are in the model's languages (`corpus.check_languages`)."""
+    from nmt.corpus import check_languages
+    check_languages(src, tgt, tr.src_lang, (src_name, tgt_name), f"the model translates {tr.src_lang} -> {tr.tgt_lang}")
+
+
+def refuse_overwriting(flag: str, output, inputs: dict) -> None:
+    """ConfigError if the file `output` (of `flag`) is one of the files the command reads (`inputs`, by flag):
+    writing it would destroy them."""
+    if output in (None, "-") or not os.path.isfile(output):
+        return
+    for source, path in inputs.items():
+        if path not in (None, "-") and os.path.isfile(path) and os.path.samefile(output, path):
+            raise ConfigError(f"{flag} {output} is the {source} file: writing it would destroy what this command "
+                              f"reads; give another {flag}")
+
+
+def output_dir(flag: str, path: Path, file: str = "") -> Path:
+    """`path` made (with its parents) and found writable before any work, so that an output that cannot be written
+    is an error naming `flag` at once rather than after decoding; `file`: the output of `flag` that goes there."""
+    from nmt.corpus import CorpusError
+    from nmt.storage import check_writable
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        where = f"{file}: cannot make its directory {path}" if file else f"{path}: cannot make the directory"
+        raise CorpusError(f"{flag} {where} ({e.strerror})") from None
+    check_writable(path, flag, shown=file or None)
+    return path
+
+
+def reader_gone() -> int:
+    """After a BrokenPipeError on stdout (e.g. `| head`): nothing more to write; exit code 141 as a shell's."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 141
+
+
+def misaligned(src_file, src: list, flag: str, other_file, other: list, other_is: str, src_is: str):
+    """The CorpusError for --src-file and `flag` files of different line counts (`other_is` / `src_is`: how the
+    message names the two sides)."""
+    from nmt.corpus import CorpusError
+    return CorpusError(f"line counts differ: --src-file {src_file} has {len(src)} lines but {flag} {other_file} has "
+                       f"{len(other)}; they must be line-aligned (line i of {other_is} translates line i of {src_is})")
