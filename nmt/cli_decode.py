@@ -25,6 +25,7 @@ def build_translate_parser() -> argparse.ArgumentParser:
         epilog="Examples:\n  echo '안녕하세요.' | python scripts/translate.py --model-dir models/tatoeba-ko-en\n"
                "  python scripts/translate.py --model-dir M --input test.ko --output test.en --beam-size 1\n"
                "  python scripts/translate.py --model-dir M --nbest 3 --beam-size 5 < in.ko > nbest.jsonl\n"
+               "  python scripts/translate.py --model-dir M --alignment < in.ko > out.en-aligned\n"
                "  python scripts/translate.py --model-dir M --sample 10 --seed 2 < mono.ko > synthetic.en\n")
     add_model_decode_args(p)
     s = p.add_argument_group("sampling (instead of the search, e.g. for back-translation)")
@@ -43,6 +44,9 @@ def build_translate_parser() -> argparse.ArgumentParser:
     g.add_argument("--on-invalid-utf8", choices=("error", "replace"), default="error",
                    help="a line that is not UTF-8: stop with an error naming it after writing every line before "
                         "it (default), or replace the bad bytes with U+FFFD and warn")
+    g.add_argument("--alignment", action="store_true",
+                   help="also give each translation's word alignment from the attention: 'translation ||| 0-1 1-0' "
+                        "(source word - translation word, from 0), or an \"alignments\" list with --nbest")
     g.add_argument("--plot-attention", metavar="DIR", type=nonempty(Path),
                    help="also save the attention heatmap of each line's greedy translation as DIR/line-N.png (an "
                         "ensemble's: the mean of its members' attention)")
@@ -87,7 +91,7 @@ def translate_main(args: argparse.Namespace) -> int:
     if stdin and sys.stdin.isatty():
         if stdout:
             utf8_stdout()
-            return interactive(tr, nbest, plot)
+            return interactive(tr, nbest, plot, alignment=args.alignment)
         args.chunk_lines = 1   # typed lines: translate and write each one at once
         print(f"nmt-translate {tr.src_lang} -> {tr.tgt_lang}: type sentences, one per line; each translation goes to "
               f"{args.output} as you press Enter; Ctrl-D to end.", file=sys.stderr)
@@ -106,7 +110,7 @@ def translate_main(args: argparse.Namespace) -> int:
         try:
             stats = translate_stream(tr, read_raw_lines(src, max_bytes, idle), out, name=name,
                                      chunk_lines=args.chunk_lines, on_invalid=args.on_invalid_utf8,
-                                     nbest=nbest, on_chunk=on_chunk)
+                                     nbest=nbest, alignment=args.alignment, on_chunk=on_chunk)
         except BrokenPipeError:
             return reader_gone()
     warning = other_language_warning(*tally, tr.src_lang, tr.tgt_lang)

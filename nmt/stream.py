@@ -13,8 +13,9 @@ import select
 import sys
 import time
 from dataclasses import dataclass
-from typing import BinaryIO, Callable, Iterable, Iterator, List, Optional, TextIO, Tuple
+from typing import BinaryIO, Callable, Iterable, Iterator, List, Optional, Sequence, TextIO, Tuple
 
+from nmt.align import format_links
 from nmt.corpus import CorpusError, count_lines, open_bytes
 from nmt.log import Every
 from nmt.translate import CHARS_PER_TOKEN, Translator
@@ -122,18 +123,35 @@ class StreamStats:
     seconds: float = 0.0
 
 
-def format_nbest(hyps: List[Tuple[str, float]]) -> str:
-    """One JSON object per input line: {"translations": [...], "scores": [...]}, best first."""
-    return json.dumps({"translations": [t for t, _ in hyps], "scores": [round(s, 6) for _, s in hyps]},
-                      ensure_ascii=False)
+def format_nbest(hyps: Sequence[Tuple], alignment: bool = False) -> str:
+    """One JSON object per input line: {"translations": [...], "scores": [...]}, best first; with `alignment`
+    ((text, score, links) items) "alignments": [...] too."""
+    row = {"translations": [h[0] for h in hyps], "scores": [round(h[1], 6) for h in hyps]}
+    if alignment:
+        row["alignments"] = [format_links(h[2]) for h in hyps]
+    return json.dumps(row, ensure_ascii=False)
+
+
+def translation_rows(translator: Translator, lines: List[str], first_line: int, nbest: Optional[int] = None,
+                     alignment: bool = False) -> List[str]:
+    """The output line of each input line: its translation; with `nbest`, its `format_nbest` row; with `alignment`,
+    the translation, " ||| " and its word alignment (or alignments in the n-best row)."""
+    if alignment:
+        hyps = translator.translate_aligned(lines, nbest or 1, first_line=first_line)
+        if nbest:
+            return [format_nbest(h, alignment=True) for h in hyps]
+        return [f"{h[0][0]} ||| {format_links(h[0][2])}" if h else " ||| " for h in hyps]
+    if nbest:
+        return [format_nbest(h) for h in translator.translate_nbest(lines, nbest, first_line=first_line)]
+    return translator.translate(lines, first_line=first_line)
 
 
 def translate_stream(translator: Translator, raw_lines: Iterable[Tuple[bytes, bool]], out: TextIO, *,
                      name: str = "<stdin>", chunk_lines: int = 1000, on_invalid: str = "error",
-                     nbest: Optional[int] = None,
+                     nbest: Optional[int] = None, alignment: bool = False,
                      on_chunk: Optional[Callable[[int, List[str]], None]] = None) -> StreamStats:
-    """Translate (line, was_cut) items chunk by chunk, writing one output line per input line (its translation,
-    or with `nbest` its `format_nbest` row of the nbest best) and flushing after every chunk: `chunk_lines` lines,
+    """Translate (line, was_cut) items chunk by chunk, writing one output line per input line (its
+    `translation_rows` row) and flushing after every chunk: `chunk_lines` lines,
     or those read when `raw_lines` yields PAUSE; `on_chunk(first_line_number, lines)` runs after each chunk is
     written. On invalid UTF-8 (with on_invalid="error") every line before the bad one is translated and written
     first, then the CorpusError naming the line is raised."""
@@ -144,10 +162,7 @@ def translate_stream(translator: Translator, raw_lines: Iterable[Tuple[bytes, bo
     def flush(last: bool = False) -> None:
         nonlocal chunk, first
         if chunk:
-            if nbest:
-                rows = [format_nbest(h) for h in translator.translate_nbest(chunk, nbest, first_line=first)]
-            else:
-                rows = translator.translate(chunk, first_line=first)
+            rows = translation_rows(translator, chunk, first, nbest, alignment)
             out.write("".join(r + "\n" for r in rows))
             out.flush()
             if on_chunk is not None:
@@ -210,9 +225,9 @@ def prompt_on_stderr(prompt: str) -> str:
 
 def interactive(translator: Translator, nbest: Optional[int] = None,
                 on_line: Optional[Callable[[int, List[str]], None]] = None,
-                read: Callable[[str], str] = prompt_on_stderr) -> int:
-    """Prompt for sentences (on a terminal; the prompt on stderr) and print each translation (with `nbest`: its
-    n-best row) to stdout, until end of input (Ctrl-D) or Ctrl-C."""
+                read: Callable[[str], str] = prompt_on_stderr, alignment: bool = False) -> int:
+    """Prompt for sentences (on a terminal; the prompt on stderr) and print each one's `translation_rows` row to
+    stdout, until end of input (Ctrl-D) or Ctrl-C."""
     how = f"beam {translator.decode.beam_size}" if translator.sample is None else f"--sample {translator.sample}"
     print(f"nmt-translate {translator.src_lang} -> {translator.tgt_lang} ({translator.model_dir}, checkpoint "
           f"{translator.checkpoint}, {how}). Type a sentence and press Enter; Ctrl-D to quit.", file=sys.stderr)
@@ -224,9 +239,6 @@ def interactive(translator: Translator, nbest: Optional[int] = None,
             print(file=sys.stderr)
             return 0
         n += 1
-        if nbest:
-            print(format_nbest(translator.translate_nbest([line], nbest, first_line=n)[0]), flush=True)
-        else:
-            print(translator.translate([line], first_line=n)[0], flush=True)
+        print(translation_rows(translator, [line], n, nbest, alignment)[0], flush=True)
         if on_line is not None:
             on_line(n, [line])

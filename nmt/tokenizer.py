@@ -154,6 +154,26 @@ class Tokenizer:
             raise self._outside(f"piece: id {token_id}")
         return self._sp.id_to_piece(token_id)
 
+    def piece_words(self, ids: Sequence[int]) -> Tuple[str, List[Optional[int]]]:
+        """The text of `ids` (as `decode`) and, per id, the index of the whitespace-separated word of that text its
+        piece begins (None: a piece of spaces alone), from SentencePiece's offsets into the decoded text."""
+        if not len(ids):   # SentencePiece reads [] as an empty batch
+            return "", []
+        proto = self._sp.decode_ids_as_immutable_proto([int(t) for t in ids])
+        text = proto.text
+        word_at: List[Optional[int]] = [None] * (len(text) + 1)
+        word, in_word = -1, False
+        for i, ch in enumerate(text):
+            if not ch.isspace():
+                word += not in_word
+                word_at[i] = word
+            in_word = not ch.isspace()
+        out: List[Optional[int]] = []
+        for p in proto.pieces:   # a byte piece of a character split over several has an empty surface: its begin
+            lead = len(p.surface) - len(p.surface.lstrip())   # points at that character all the same
+            out.append(word_at[p.begin + lead] if p.begin + lead < p.end or not p.surface else None)
+        return text, out
+
     def _outside(self, what: str) -> TokenizerError:
         """The error for an id (`what`: where it was found) that is not in this vocabulary."""
         return TokenizerError(f"{what} is outside the {self.lang} vocabulary (size {self.vocab_size}, {self.path})")

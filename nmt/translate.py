@@ -6,6 +6,7 @@ scores.json in `nmt.scoring`.
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import re
 import threading
@@ -187,16 +188,23 @@ class Translator:
                       first_line: int = 1) -> List[Hyps]:
         """Per input line, up to `nbest` (target ids, normalized log-probability), best first ([]: empty line)."""
         beam = self.decode.beam_size if beam_size is None else beam_size
-        if self.sample is None:
-            check_beam_args(beam, nbest)
-        elif nbest != 1:
-            raise ValueError(f"nbest {nbest} needs beam search, but the translator samples (sample={self.sample})")
-        ids = self.source_ids(lines, first_line)
-        out: List[Hyps] = [[] for _ in ids]   # ids, not lines: lines may be an iterator, read once
+        self.check_search(beam, nbest)
+        return self.search_ids(self.source_ids(lines, first_line), beam, nbest)
+
+    def search_ids(self, ids: List[List[int]], beam: int, nbest: int) -> List[Hyps]:
+        """`translate_ids` of source ids (`source_ids`), with a beam and nbest `check_search` accepts."""
+        out: List[Hyps] = [[] for _ in ids]
         todo = [i for i, x in enumerate(ids) if x]
         todo.sort(key=lambda i: len(ids[i]))   # length-sorted batches: little padding
         self.share_out(todo, lambda ctx, model, chunk: self._decode_chunk(ctx, model, ids, chunk, beam, nbest, out))
         return out
+
+    def check_search(self, beam: int, nbest: int) -> None:
+        """ValueError for a beam or nbest the search cannot give (nbest > 1 needs beam search, not sampling)."""
+        if self.sample is None:
+            check_beam_args(beam, nbest)
+        elif nbest != 1:
+            raise ValueError(f"nbest {nbest} needs beam search, but the translator samples (sample={self.sample})")
 
     def share_out(self, order: List[int], run: Callable[[mx.Context, Seq2SeqModel, List[int]], None]) -> None:
         """`run(ctx, model, chunk)` per batch of the decode batch size cut from the length-sorted indices `order`, dealt
@@ -270,6 +278,19 @@ class Translator:
         if isinstance(lines, str):
             return self.translate_nbest([lines], nbest, beam_size, first_line)[0]
         return self.texts(self.translate_ids(lines, beam_size=beam_size, nbest=nbest, first_line=first_line))
+
+    def translate_aligned(self, lines: Iterable[str], nbest: int = 1, beam_size: Optional[int] = None,
+                          first_line: int = 1) -> List[List[Tuple[str, float, List[Tuple[int, int]]]]]:
+        """`translate_nbest` with each translation's word alignment: per input line, up to `nbest` (translation,
+        score, links), links being (source word, translation word) pairs counted from 0 (`nmt.align`)."""
+        from nmt.align import align_ids
+        beam = self.decode.beam_size if beam_size is None else beam_size
+        self.check_search(beam, nbest)
+        src = self.source_ids(lines, first_line)
+        hyps = self.search_ids(src, beam, nbest)
+        links = align_ids(self, [x for x, h in zip(src, hyps) for _ in h], [ids for h in hyps for ids, _ in h])
+        flat = iter(zip(links, [t for h in self.texts(hyps) for t in h]))
+        return [[(text, score, link) for link, (text, score) in itertools.islice(flat, len(h))] for h in hyps]
 
     def translate(self, lines: Union[str, Iterable[str]], beam_size: Optional[int] = None, first_line: int = 1):
         """One detokenized, single-line translation per input line; for one string, its translation."""

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Translation speed of a trained model: sentences/s and tokens/s for greedy and beam search, batch sizes 1 and 64,
-and for forced decoding (`nmt-score`) of the references.
+beam search with word alignments (`--alignment`), and forced decoding (`nmt-score`) of the references.
 
     python scripts/benchmark_translate.py --model-dir models/tatoeba-ko-en [--data-dir ../shared/data]
         [--max-sentences 500] [--json results/benchmark_translate.json]
@@ -53,6 +53,14 @@ def run_config(tr: Translator, lines: List[str], beam: int, batch_size: int, war
     return _timed(tr, lines, batch_size, warmup, lambda n: tr.translate_ids(lines[:n], beam_size=beam),
                   lambda res: sum(len(r[0][0]) + 1 for r in res if r),
                   {"search": "greedy" if beam == 1 else f"beam {beam}", "beam_size": beam})
+
+
+def run_aligned(tr: Translator, lines: List[str], beam: int, batch_size: int, warmup: int) -> dict:
+    """`run_config` with each translation's word alignment (`nmt-translate --alignment`): the search, then a
+    teacher-forced pass over its output."""
+    return _timed(tr, lines, batch_size, warmup, lambda n: tr.translate_aligned(lines[:n], beam_size=beam),
+                  lambda res: sum(len(tr.tgt_tok.encode([r[0][0]])[0]) + 1 for r in res if r),
+                  {"search": f"beam {beam} + alignment" if beam > 1 else "greedy + alignment", "beam_size": beam})
 
 
 def run_score(tr: Translator, lines: List[str], refs: List[str], batch_size: int, warmup: int) -> dict:
@@ -120,12 +128,15 @@ def main(argv=None) -> int:
         rows = []
         print(f"{tr.model_dir} ({tr.src_lang}->{tr.tgt_lang}, checkpoint {tr.checkpoint}), {len(lines)} sentences "
               f"from {args.src_file or TEST_SOURCE}, {ctx}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '-')}")
-        print(f"{'search':<9}{'batch':>6}{'seconds':>9}{'sent/s':>9}{'src tok/s':>11}{'out tok/s':>11}"
+        print(f"{'search':<20}{'batch':>6}{'seconds':>9}{'sent/s':>9}{'src tok/s':>11}{'out tok/s':>11}"
               f"{'peak RSS MB':>13}")
         for beam in beams:
             for bs in batch_sizes:
                 rows.append(run_config(tr, lines, beam, bs, args.warmup))
                 _print_row(rows[-1])
+        for bs in batch_sizes:   # the cost of --alignment, next to the search it follows (the last beam)
+            rows.append(run_aligned(tr, lines, beams[-1], bs, args.warmup))
+            _print_row(rows[-1])
         for bs in batch_sizes if refs is not None else ():
             rows.append(run_score(tr, lines, refs, bs, args.warmup))
             _print_row(rows[-1])
@@ -142,7 +153,7 @@ def main(argv=None) -> int:
 
 
 def _print_row(r: dict) -> None:
-    print(f"{r['search']:<9}{r['batch_size']:>6}{r['seconds']:>9.2f}{r['sentences_per_s']:>9.1f}"
+    print(f"{r['search']:<20}{r['batch_size']:>6}{r['seconds']:>9.2f}{r['sentences_per_s']:>9.1f}"
           f"{r['src_tokens_per_s']:>11.0f}{r['out_tokens_per_s']:>11.0f}{r['peak_rss_mb']:>13.0f}", flush=True)
 
 

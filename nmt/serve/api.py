@@ -203,9 +203,14 @@ def _add_routes(app: FastAPI, service: Service) -> None:
         warnings += await _within_limit(model.batcher.call(lambda: token_warnings(tr, lines), limits.timeout_s),
                                         limits) if any(len(x) > tr.decode.max_input_tokens // 4 for x in lines) else []
         nbests = await _within_limit(model.batcher.translate(lines, beam, req.nbest, limits.timeout_s), limits)
+        if req.alignment:   # each hypothesis gets its links: (text, score) -> (text, score, links)
+            from nmt.align import align
+            srcs, texts = [line for line, h in zip(lines, nbests) for _ in h], [t for h in nbests for t, _ in h]
+            links = iter(await _within_limit(model.batcher.call(lambda: align(tr, srcs, texts), limits.timeout_s),
+                                             limits))
+            nbests = [[(t, s, next(links)) for t, s in h] for h in nbests]
         return {"src_lang": tr.src_lang, "tgt_lang": tr.tgt_lang, "beam_size": beam, "warnings": warnings,
-                "translations": [{"translation": h[0][0] if h else "", "score": h[0][1] if h else None,
-                                  "nbest": [{"translation": t, "score": s} for t, s in h]} for h in nbests]}
+                "translations": [_translation_item(h, req.alignment) for h in nbests]}
 
     @app.post("/attention", openapi_extra=_body_schema(AttentionRequest))
     async def attention(request: Request) -> dict:
@@ -238,6 +243,17 @@ def _add_routes(app: FastAPI, service: Service) -> None:
     async def info() -> dict:
         """The models (languages, architecture, best recorded test score with its sacreBLEU signature), limits."""
         return {"models": [m.info() for m in service.models.values()], "limits": vars(limits)}
+
+
+def _translation_item(hyps: list, alignment: bool) -> dict:
+    """The answer for one sentence: its best translation and score and its n-best list; with `alignment`
+    ((text, score, links) hypotheses) each one's links too."""
+    items = [{"translation": h[0], "score": h[1]} for h in hyps]
+    if alignment:
+        for item, h in zip(items, hyps):
+            item["alignment"] = [list(link) for link in h[2]]
+    empty = {"translation": "", "score": None, **({"alignment": []} if alignment else {})}
+    return {**(items[0] if items else empty), "nbest": items}
 
 
 def token_warnings(translator, lines: List[str]) -> List[str]:

@@ -51,6 +51,8 @@ class TranslateRequest(BaseModel):
                                         "empty translation")
     beam_size: Optional[int] = Field(None, description="beam size (1 = greedy); default: the model's")
     nbest: int = Field(1, description="hypotheses returned per sentence, best first (<= beam_size)")
+    alignment: bool = Field(False, description="also return each translation's word alignment from the attention: "
+                                               "[source word, translation word] pairs, counted from 0")
     src_lang: Optional[str] = Field(None, description="source language; needed only when the server has "
                                                       "several models")
     tgt_lang: Optional[str] = Field(None, description="target language (as src_lang)")

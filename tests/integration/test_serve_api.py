@@ -41,6 +41,21 @@ def test_translate_equals_offline_translator_in_input_order(http, translator, se
     assert r.json()["warnings"] == [] and r.json()["src_lang"] == "ko"
 
 
+def test_alignment_is_the_translators_for_every_hypothesis(http, translator, serve_sentences):
+    lines = serve_sentences[:4] + [""]
+    r = http.post("/translate", json={"text": lines, "beam_size": 4, "nbest": 2, "alignment": True})
+    assert r.status_code == 200, r.text
+    offline = translator.translate_aligned(lines, nbest=2, beam_size=4)
+    got = r.json()["translations"]
+    assert [[h["alignment"] for h in t["nbest"]] for t in got] == [[[list(x) for x in h[2]] for h in o]
+                                                                   for o in offline]
+    assert [t["alignment"] for t in got[:-1]] == [t["nbest"][0]["alignment"] for t in got[:-1]]
+    assert got[-1] == {"translation": "", "score": None, "alignment": [], "nbest": []}
+    assert "alignment" not in http.post("/translate", json={"text": lines[:1]}).json()["translations"][0]
+    r = http.post("/translate", json={"text": lines[:1], "alignment": "yes"})
+    assert r.status_code == 422 and "alignment" in r.json()["error"]
+
+
 def test_concurrent_clients_are_batched_together(server, http, translator, serve_sentences):
     batcher = server[1].state.service.models["ko-en"].batcher
     before = batcher.batches

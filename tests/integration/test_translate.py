@@ -583,7 +583,8 @@ def test_benchmark_script(tr, tmp_path, capsys):
     assert code == 0 and "sent/s" in printed and "forced" in printed
     res = json.loads(out.read_text())
     assert [(r["search"], r["batch_size"]) for r in res["results"]] == [
-        ("greedy", 1), ("greedy", 64), ("beam 5", 1), ("beam 5", 64), ("forced", 1), ("forced", 64)]
+        ("greedy", 1), ("greedy", 64), ("beam 5", 1), ("beam 5", 64), ("beam 5 + alignment", 1),
+        ("beam 5 + alignment", 64), ("forced", 1), ("forced", 64)]
     assert all(r["sentences"] == 6 and r["sentences_per_s"] > 0 and r["out_tokens_per_s"] > 0 and r["peak_rss_mb"] > 50
                for r in res["results"])
     code = benchmark_translate.main(["--model-dir", str(tr.model_dir), *files[:3], str(synth_file(tr.model_dir,

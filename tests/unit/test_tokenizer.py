@@ -236,3 +236,16 @@ def test_piece_of_an_id(ko_tok):
     assert ko_tok.piece(EOS_ID) == "</s>"
     with pytest.raises(TokenizerError, match=r"piece: id 360 is outside the ko vocabulary \(size 360"):
         ko_tok.piece(360)
+
+
+@pytest.mark.parametrize("text", ROUND_TRIP)
+def test_piece_words_map_each_piece_to_its_word(ko_tok, text):
+    """`piece_words` (word alignments) puts every piece in the whitespace-separated word it spells: the pieces of
+    word j decode to word j, byte pieces of one character included; pieces of spaces alone are in none."""
+    ids = ko_tok.encode([text])[0]
+    decoded, words = ko_tok.piece_words(ids)
+    assert decoded == text and len(words) == len(ids)
+    for j, word in enumerate(text.split()):
+        assert ko_tok.decode([[t for t, w in zip(ids, words) if w == j]])[0].strip() == word
+    assert all(ko_tok.decode([[t]])[0].strip() == "" for t, w in zip(ids, words) if w is None)
+    assert {w for w in words if w is not None} == set(range(len(text.split())))
