@@ -17,6 +17,7 @@ all of a sentence's hypotheses at once (`fold_beams`).
 from __future__ import annotations
 
 import dataclasses
+import threading
 import types
 import warnings
 from typing import Any, Callable, ClassVar, List, Sequence, Tuple
@@ -244,6 +245,9 @@ class Seq2SeqModel(gluon.HybridBlock):
         return self._compiled.steps[state.beam](prev_tokens, state)
 
 
+_FIRST_BUILD = threading.Lock()
+
+
 class StepGraph(gluon.HybridBlock):
     """A model's `step` as a hybridized block: the state goes in as its flat list of arrays (`arrays()`) and comes
     back rebuilt in the same structure (`with_arrays`). Arrays that the step passes through unchanged (the source
@@ -267,7 +271,9 @@ class StepGraph(gluon.HybridBlock):
             raise ValueError(f"{type(self).__name__} for beam {self._beam} given a state of beam {state.beam}")
         self._template = state
         if self._passthrough is None:   # the first call builds the graph, which uses the decoder's parameters
-            with warnings.catch_warnings():   # only: Gluon warns about the encoder's
+            # only: Gluon warns about the encoder's. One build at a time: the warning filters are global, and the
+            # graphs of several devices (one thread each) would otherwise put back each other's.
+            with _FIRST_BUILD, warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=r"Parameter .* is not used by any computation")
                 outputs = super().__call__(prev_tokens, *inputs)
         else:
