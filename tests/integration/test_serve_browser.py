@@ -1,7 +1,8 @@
 """The web page in a real headless Chromium (Debian's `chromium` and `chromium-driver`, driven by selenium): it
 types a Korean sentence, waits for the result, checks it equals the API's answer, that the n-best list and the
-attention heatmap are shown, that several lines are translated line by line, that /docs renders offline, and saves a
-screenshot (in the test's tmp dir, and in $NMT_ARTIFACTS when set)."""
+attention heatmap are shown, that pointing at a word marks the words it is aligned with, that several lines are
+translated line by line, that /docs renders offline, and saves screenshots (in the test's tmp dir, and in
+$NMT_ARTIFACTS when set; docs/images/serve_page.png is serve_page_alignment.png)."""
 from __future__ import annotations
 
 import os
@@ -129,6 +130,41 @@ def test_several_lines_are_translated_line_by_line(translator, serve_sentences, 
                 pieces = httpx.post(url + "/attention", json={"text": lines[i]}).json()["src_pieces"]
                 assert heads == "".join(pieces).replace(" ", "")
             save_screenshot(driver, tmp_path, "serve_page_lines.png")
+    finally:
+        driver.quit()
+
+
+def test_pointing_at_a_word_marks_the_words_it_is_aligned_with(translator, serve_sentences, tmp_path):
+    """The page asks for word alignments: pointing at a word of the best translation marks it and the source words
+    the API links it to, and the other way round; an empty box is answered with a message, not a blank result."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    driver = browser()
+    sentence = max(serve_sentences[:10], key=lambda x: len(x.split()))
+    try:
+        with background_server(make_app(translator)) as url:
+            translate_on_page(driver, url, sentence)
+            beam = int(driver.find_element(By.ID, "beam").get_attribute("value"))
+            links = httpx.post(url + "/translate", json={"text": [sentence], "beam_size": beam,
+                                                         "alignment": True}).json()["translations"][0]["alignment"]
+            src = driver.find_elements(By.CSS_SELECTOR, "#align-src span")
+            tgt = driver.find_elements(By.CSS_SELECTOR, "#align-tgt span")
+            assert [w.text for w in src] == sentence.split() and len(tgt) > 1 and links
+
+            def marked(spans):
+                return [k for k, w in enumerate(spans) if "linked" in w.get_attribute("class")]
+            for j, word in enumerate(tgt):
+                ActionChains(driver).move_to_element(word).perform()
+                assert marked(tgt) == [j] and marked(src) == sorted(i for i, t in links if t == j)
+            ActionChains(driver).move_to_element(src[0]).perform()
+            assert marked(src) == [0] and marked(tgt) == sorted(t for i, t in links if i == 0)
+            save_screenshot(driver, tmp_path, "serve_page_alignment.png")
+            box = driver.find_element(By.ID, "source")
+            box.clear()
+            box.send_keys("  \n")
+            driver.find_element(By.ID, "go").click()
+            wait_done(driver)
+            assert driver.find_element(By.ID, "error").text == "Type a sentence to translate (one per line)."
     finally:
         driver.quit()
 
