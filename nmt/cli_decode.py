@@ -252,6 +252,9 @@ def build_score_parser() -> argparse.ArgumentParser:
     g.add_argument("--output-format", choices=("score", "json"), default="score",
                    help="score: one number per line (default); json: one object per line with the score, the "
                         "log-probability, the length and every piece's log-probability")
+    g.add_argument("--alignment", action="store_true",
+                   help="also give each pair's word alignment from the attention, as marian-scorer does: "
+                        "'score ||| 0-1 1-0' (source word - translation word, from 0), or \"alignment\" in json")
     return p
 
 
@@ -263,6 +266,7 @@ def score_main(args: argparse.Namespace) -> int:
     from nmt.corpus import read_lines
     from nmt.evaluate import perplexity
     from nmt import stream
+    from nmt.align import align_ids
     from nmt.forced import SCORE_CHUNK, score_ids, target_ids
     from nmt.log import Every
     refuse_overwriting("--output", args.output, {"--src-file": args.src_file, "--tgt-file": args.tgt_file})
@@ -277,13 +281,12 @@ def score_main(args: argparse.Namespace) -> int:
     with contextlib.ExitStack() as stack:
         out = open_output(stack, args.output)
         for start in range(0, len(src), chunk):
-            scored = score_ids(tr, tr.source_ids(src[start:start + chunk], start + 1), tgt_ids[start:start + chunk],
-                               tr.decode.length_penalty_alpha)
+            src_ids, part = tr.source_ids(src[start:start + chunk], start + 1), tgt_ids[start:start + chunk]
+            scored = score_ids(tr, src_ids, part, tr.decode.length_penalty_alpha)
+            links = align_ids(tr, src_ids, part) if args.alignment else None
             try:
-                if args.output_format == "json":
-                    out.write("".join(json.dumps(s.as_json(), ensure_ascii=False) + "\n" for s in scored))
-                else:
-                    out.write("".join(f"{s.score:.6f}\n" for s in scored))
+                out.write("".join(_score_row(s, args.output_format, links and links[k]) + "\n"
+                                  for k, s in enumerate(scored)))
                 out.flush()
             except BrokenPipeError:
                 return reader_gone()
@@ -296,3 +299,13 @@ def score_main(args: argparse.Namespace) -> int:
         time.perf_counter() - t0, tokens, perplexity(-log_prob, tokens) if tokens else float("nan"),
         f"; {tr.truncated} sources truncated" if tr.truncated else "")
     return 0
+
+
+def _score_row(scored, output_format: str, links) -> str:
+    """One line of nmt-score's output: the score (and " ||| " and the links of `links`, unless None), or its JSON
+    object (with "alignment")."""
+    from nmt.align import format_links
+    if output_format == "json":
+        row = scored.as_json() if links is None else {**scored.as_json(), "alignment": format_links(links)}
+        return json.dumps(row, ensure_ascii=False)
+    return f"{scored.score:.6f}" if links is None else f"{scored.score:.6f} ||| {format_links(links)}"

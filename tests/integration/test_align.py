@@ -112,3 +112,24 @@ def test_the_interactive_prompt_aligns_too(tr, lines, capsys):
     assert interactive(tr, read=read, alignment=True) == 0
     text, _, links = tr.translate_aligned([lines[0]])[0][0]
     assert capsys.readouterr().out.splitlines() == [f"{text} ||| {format_links(links)}", " ||| "]
+
+
+def test_nmt_score_aligns_given_translations(tr, lines, model_dir, tmp_path, capsys):
+    """As marian-scorer --alignment: each pair's score, " ||| " and its links; in JSON an "alignment" field."""
+    from nmt.cli_decode import score_main
+    from nmt.forced import score_lines
+    refs = synth_file(model_dir, "test.en").read_text(encoding="utf-8").splitlines()[:6]
+    src, tgt = tmp_path / "s.ko", tmp_path / "t.en"
+    src.write_text("\n".join(lines[:5] + [""]) + "\n", encoding="utf-8")
+    tgt.write_text("\n".join(refs[:5] + [""]) + "\n", encoding="utf-8")
+    argv = ["--model-dir", str(tr.model_dir), "--src-file", str(src), "--tgt-file", str(tgt), "--alignment"]
+    assert score_main(argv) == 0
+    rows = capsys.readouterr().out.splitlines()
+    links = align(tr, lines[:5], refs[:5])
+    scores = [s.score for s in score_lines(tr, lines[:5] + [""], refs[:5] + [""])]
+    assert rows == [f"{s:.6f} ||| {format_links(x)}" for s, x in zip(scores, links + [[]])]
+    assert sum(map(len, links)) >= 5 * 2   # the links are real ones, not empty
+    assert score_main(argv + ["--output-format", "json"]) == 0
+    objects = [json.loads(r) for r in capsys.readouterr().out.splitlines()]
+    assert [o["alignment"] for o in objects] == [format_links(x) for x in links + [[]]]
+    assert [o["score"] for o in objects] == [round(s, 6) for s in scores]
