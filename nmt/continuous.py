@@ -65,13 +65,14 @@ class ContinuousDecoder:
         """Let waiting sentences join (see the module's rules), advance the batch by one token, and return the
         lines that are done."""
         out, self.ready = self.ready, []
-        self._join()
-        if self.search.size:
-            self.steps += 1
-            self.sentence_steps += self.search.size
-            done = self.search.step()
-            texts = self.translator.texts([hyps for _, hyps in done])
-            out += [(self.keys.pop(i), nbest) for (i, _), nbest in zip(done, texts)]
+        with self.translator.lock:   # the translator's other calls (other threads) wait
+            self._join()
+            if self.search.size:
+                self.steps += 1
+                self.sentence_steps += self.search.size
+                done = self.search.step()
+                texts = self.translator.texts([hyps for _, hyps in done])
+                out += [(self.keys.pop(i), nbest) for (i, _), nbest in zip(done, texts)]
         return out
 
     def _join(self) -> None:

@@ -36,6 +36,11 @@ class Attention:
 
 def attention(translator, sentence: str, max_len: Optional[int] = None) -> Attention:
     """Greedy translation of one sentence with its attention matrix (output step x source position)."""
+    with translator.lock:   # the translator's calls from other threads wait
+        return _attention(translator, sentence, max_len)
+
+
+def _attention(translator, sentence: str, max_len: Optional[int]) -> Attention:
     ids = translator.source_ids([sentence])[0]
     if not ids:
         raise ValueError("attention: the sentence is empty after normalization")

@@ -97,6 +97,9 @@ class Translator:
         # dealt to all devices, each driven from its own thread.
         self.replicas: List[Tuple[mx.Context, list]] = []
         self._concurrent: Optional[bool] = None   # whether the devices may run at once (decided on first use)
+        # Held while the models compute: calls from several threads take turns. Gluon builds a block's graph on its
+        # first call, and two threads building at once fail ("'NoneType' object has no attribute '__exit__'").
+        self.lock = threading.RLock()
         self.sample: Optional[int] = None   # draw translations from the top `sample` tokens (0: all), no search
 
     @property
@@ -227,12 +230,13 @@ class Translator:
                 if chunk is None:
                     return
                 run(ctx, model, chunk)
-        if len(devices) > 1 and len(chunks) > 1:
-            with ThreadPoolExecutor(len(devices), thread_name_prefix="nmt-decode") as pool:
-                for future in [pool.submit(work, c, m) for c, m in devices]:
-                    future.result()   # re-raises a device's error
-        elif chunks:
-            work(*devices[0])
+        with self.lock:
+            if len(devices) > 1 and len(chunks) > 1:
+                with ThreadPoolExecutor(len(devices), thread_name_prefix="nmt-decode") as pool:
+                    for future in [pool.submit(work, c, m) for c, m in devices]:
+                        future.result()   # re-raises a device's error
+            elif chunks:
+                work(*devices[0])
 
     def _decode_chunk(self, ctx: mx.Context, model, ids: List[List[int]], chunk: List[int], beam: int, nbest: int,
                       out: List[Hyps]) -> None:

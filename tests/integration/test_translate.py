@@ -673,3 +673,26 @@ def test_translate_cli_decodes_on_cpu0_to_cpuN_minus_1(tr):
     assert load_translator(parse(["--model-dir", str(tr.model_dir), "--cpu-devices", "2"])).ctxs == [mx.cpu(0),
                                                                                                       mx.cpu(1)]
     assert load_translator(parse(["--model-dir", str(tr.model_dir)])).ctxs == [mx.cpu(0)]
+
+
+def test_threads_sharing_a_translator_get_what_one_thread_gets(model_dir, src_lines):
+    """A web app's threads may share one Translator (its calls keep no state between them but the `truncated`
+    count): 8 threads translating overlapping batches of other sizes at once get the sequential answers."""
+    import threading
+    tr = Translator.from_dir(model_dir)   # fresh: the threads also race to build the step graphs
+    sizes = [1 + (k * 7) % len(src_lines) for k in range(8)] + [len(src_lines)] * 8
+    expected = {n: tr_n for n, tr_n in ((n, Translator.from_dir(model_dir).translate(src_lines[:n]))
+                                        for n in set(sizes))}
+    got, errors = {}, []
+
+    def work(k: int) -> None:
+        try:
+            got[k] = tr.translate(src_lines[:sizes[k]])
+        except Exception as e:   # noqa: BLE001 - reported below with its thread
+            errors.append((k, repr(e)))
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(len(sizes))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and all(got[k] == expected[sizes[k]] for k in range(len(sizes)))
