@@ -148,7 +148,8 @@ def build_evaluate_parser() -> argparse.ArgumentParser:
     o = p.add_argument_group("output")
     o.add_argument("--json", nargs="?", const="-", metavar="FILE", type=nonempty(),
                    help="write the results as JSON to FILE, or to stdout instead of the text report")
-    o.add_argument("--hyp-dir", type=nonempty(Path), help="also write the translations as DIR/<test name>.<tgt>")
+    o.add_argument("--hyp-dir", type=nonempty(Path), help="also write the translations as DIR/<test name>.<tgt> and "
+                   "the references they were scored against as DIR/<test name>.ref.<tgt>")
     o.add_argument("--no-save", action="store_true", help="do not record the scores in MODEL_DIR/scores.json")
     return p
 
@@ -189,7 +190,7 @@ def evaluate_main(args: argparse.Namespace) -> int:
     inputs = {"--src-file": args.src_file, "--ref-file": args.ref_file}
     refuse_overwriting("--json", args.json, inputs)
     hyp_files = {name: args.hyp_dir / f"{Path(name).name}.{tr.tgt_lang}" for name in tests} if args.hyp_dir else {}
-    for path in hyp_files.values():
+    for path in [p for h in hyp_files.values() for p in (h, _ref_file(h))]:
         refuse_overwriting("--hyp-dir", path, inputs)
     info = checkpoint_info(tr.model_dir, tr.checkpoint)
     d = tr.decode
@@ -204,18 +205,15 @@ def evaluate_main(args: argparse.Namespace) -> int:
                               and tr.config.data.recipe else None),
                    "src_file": str(Path(args.src_file).resolve()) if args.src_file else None,
                    "ref_file": str(Path(args.ref_file).resolve()) if args.ref_file else None})
-        seconds = entry["seconds"]
         results[name] = entry
-        if name in hyp_files:
+        if name in hyp_files:   # the translations, and the references they were scored against (for sacrebleu)
             atomic_write_text(hyp_files[name], "".join(h + "\n" for h in hyps))
+            atomic_write_text(_ref_file(hyp_files[name]), "".join(r + "\n" for r in pairs.tgt[:len(hyps)]))
         if args.json != "-":
             print(f"{name}: {sc.n} sentences, checkpoint {tr.checkpoint} ({info['params_file']}"
-                  f"{', step %s' % info['step'] if info['step'] else ''}), beam {d.beam_size}, {seconds:.1f} s"
-                  + (f", ensemble of {len(tr.members)} models" if tr.member_dirs else ""))
-            print(f"  BLEU            {sc.bleu:6.2f}  {sc.bleu_signature}")
-            print(f"  chrF            {sc.chrf:6.2f}  {sc.chrf_signature}")
-            for k, v in sc.extra.items():
-                print(f"  {k:<15} {v:6.2f}  {sc.extra_signatures.get(k, '')}")
+                  f"{', step %s' % info['step'] if info['step'] else ''}), beam {d.beam_size}, "
+                  f"{entry['seconds']:.1f} s" + (f", ensemble of {len(tr.members)} models" if tr.member_dirs else ""))
+            _print_scores(sc)
     report = {"model_dir": str(tr.model_dir.resolve()), "checkpoint": tr.checkpoint, "results": results}
     if args.json == "-":
         print(json.dumps(report, indent=2, ensure_ascii=False))
@@ -227,6 +225,19 @@ def evaluate_main(args: argparse.Namespace) -> int:
         print(f"not recorded in {tr.model_dir / 'scores.json'}: the scores of part of a set (--max-sentences "
               f"{args.max_sentences})", file=sys.stderr)
     return 0
+
+
+def _ref_file(hyp_file: Path) -> Path:
+    """Where --hyp-dir puts the references of the translations in `hyp_file` (<test name>.ref.<tgt>)."""
+    return hyp_file.with_name(f"{hyp_file.stem}.ref{hyp_file.suffix}")
+
+
+def _print_scores(sc) -> None:
+    """The text report's lines of one test set's scores, each with its sacreBLEU signature."""
+    print(f"  BLEU            {sc.bleu:6.2f}  {sc.bleu_signature}")
+    print(f"  chrF            {sc.chrf:6.2f}  {sc.chrf_signature}")
+    for k, v in sc.extra.items():
+        print(f"  {k:<15} {v:6.2f}  {sc.extra_signatures.get(k, '')}")
 
 
 # Flags of nmt-score: how a translation is scored and batched (the search's flags do not apply).

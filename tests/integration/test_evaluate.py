@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -61,11 +63,17 @@ def test_scores_with_signatures_saved_and_merged(model_copy, capsys):
     step = ckpt.TrainState.load(model_copy).step
     assert scores2[key] == scores[key] and scores2["synth-test"][str(step)]["params_file"] == ckpt.params_file(step)
     assert not [p for p in model_copy.iterdir() if p.name.endswith(".tmp")]
-    # --no-save leaves scores.json alone; --hyp-dir writes the translations
-    code, _, _ = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", ref, "--name", "other",
-                      "--no-save", "--max-sentences", "5", "--hyp-dir", model_copy / "hyps"], capsys)
+    # --no-save leaves scores.json alone; --hyp-dir writes the translations and the references they were scored
+    # against, which sacreBLEU's command line then scores as nmt-evaluate did
+    code, out, _ = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", ref, "--name", "other",
+                        "--no-save", "--max-sentences", "5", "--hyp-dir", model_copy / "hyps"], capsys)
     assert code == 0 and json.loads((model_copy / ckpt.SCORES).read_text()) == scores2
     assert (model_copy / "hyps" / "other.en").read_text(encoding="utf-8").splitlines() == hyps[:5]
+    assert (model_copy / "hyps" / "other.ref.en").read_text(encoding="utf-8").splitlines() == refs[:5]
+    cli = subprocess.run([sys.executable, "-m", "sacrebleu", str(model_copy / "hyps" / "other.ref.en"), "-i",
+                          str(model_copy / "hyps" / "other.en"), "-m", "bleu", "-b", "-w", "2"],
+                         capture_output=True, text=True, check=True)
+    assert f"BLEU            {float(cli.stdout):6.2f}" in out
 
 
 def test_record_scores_keeps_other_entries_and_rejects_a_corrupt_file(tmp_path):
@@ -115,6 +123,8 @@ def test_mismatched_line_counts_name_both_files(model_copy, tmp_path, capsys):
     assert not (model_copy / ckpt.SCORES).exists()
     src2 = tmp_path / "s2.ko"
     src2.write_text("리 니\n차\n", encoding="utf-8")
+    ref_ref = tmp_path / "r.ref.en"
+    ref_ref.write_text("ni ri\ncha\n", encoding="utf-8")
     for argv, msg in [([], "give one of: --src-file and --ref-file, --recipe-tests, --dev-set"),
                       (["--src-file", src], "must be given together"),
                       (["--src-file", src, "--ref-file", src, "--recipe-tests"], "give one of"),
@@ -129,6 +139,9 @@ def test_mismatched_line_counts_name_both_files(model_copy, tmp_path, capsys):
                       # the hypotheses of a set named "r" go to HYP_DIR/r.en: here the references
                       (["--src-file", src2, "--ref-file", ref, "--name", "r", "--hyp-dir", tmp_path],
                        f"--hyp-dir {ref} is the --ref-file file: writing it would destroy what this command reads"),
+                      # and their references to HYP_DIR/r.ref.en
+                      (["--src-file", src2, "--ref-file", ref_ref, "--name", "r", "--hyp-dir", tmp_path],
+                       f"--hyp-dir {ref_ref} is the --ref-file file"),
                       (["--src-file", src2, "--ref-file", ref, "--json", src2], f"--json {src2} is the --src-file"),
                       # written after the decoding: where it cannot be, said before
                       (["--src-file", src2, "--ref-file", ref, "--json", src2 / "r.json"],
