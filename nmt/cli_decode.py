@@ -227,6 +227,9 @@ def evaluate_main(args: argparse.Namespace) -> int:
     return 0
 
 
+EXTRA_LABELS = {"bleu_ko_mecab": "BLEU ko-mecab"}   # the text report's names of the extra scores
+
+
 def _ref_file(hyp_file: Path) -> Path:
     """Where --hyp-dir puts the references of the translations in `hyp_file` (<test name>.ref.<tgt>)."""
     return hyp_file.with_name(f"{hyp_file.stem}.ref{hyp_file.suffix}")
@@ -236,8 +239,8 @@ def _print_scores(sc) -> None:
     """The text report's lines of one test set's scores, each with its sacreBLEU signature."""
     print(f"  BLEU            {sc.bleu:6.2f}  {sc.bleu_signature}")
     print(f"  chrF            {sc.chrf:6.2f}  {sc.chrf_signature}")
-    for k, v in sc.extra.items():
-        print(f"  {k:<15} {v:6.2f}  {sc.extra_signatures.get(k, '')}")
+    for k, v in sc.extra.items():   # named as the README's results table names it; its key in scores.json
+        print(f"  {EXTRA_LABELS.get(k, k):<15} {v:6.2f}  {sc.extra_signatures.get(k, '')}")
 
 
 # Flags of nmt-score: how a translation is scored and batched (the search's flags do not apply).
