@@ -34,10 +34,26 @@ class Attention:
     weights: np.ndarray          # (len(tgt_pieces), len(src_pieces)); each row sums to 1
 
 
-def attention(translator, sentence: str, max_len: Optional[int] = None) -> Attention:
-    """Greedy translation of one sentence with its attention matrix (output step x source position)."""
+def attention(translator, sentence: str, max_len: Optional[int] = None, translation: Optional[str] = None
+              ) -> Attention:
+    """Greedy translation of one sentence with its attention matrix (output step x source position); with
+    `translation`, the attention of that translation, its pieces fed back through the model (`nmt.align`)."""
+    if translation is not None:
+        return _forced(translator, sentence, translation)
     with translator.lock:   # the translator's calls from other threads wait
         return _attention(translator, sentence, max_len)
+
+
+def _forced(translator, sentence: str, translation: str) -> Attention:
+    from nmt.align import forced_attention
+    from nmt.corpus import normalize
+    ids = translator.source_ids([sentence])[0]
+    if not ids:
+        raise ValueError("attention: the sentence is empty after normalization")
+    tgt = translator.tgt_tok.encode([normalize(translation)])[0]
+    weights = forced_attention(translator, [ids], [tgt])[0] if tgt else np.zeros((0, len(ids) + 1))
+    return Attention(sentence, translation, [_piece(translator.src_tok, i) for i in ids] + ["</s>"],
+                     [_piece(translator.tgt_tok, i) for i in tgt] + (["</s>"] if tgt else []), weights)
 
 
 def _attention(translator, sentence: str, max_len: Optional[int]) -> Attention:

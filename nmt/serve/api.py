@@ -214,16 +214,21 @@ def _add_routes(app: FastAPI, service: Service) -> None:
 
     @app.post("/attention", openapi_extra=_body_schema(AttentionRequest))
     async def attention(request: Request) -> dict:
-        """The greedy translation of one sentence with its attention weights (target piece x source piece)."""
+        """The attention weights (target piece x source piece) of one sentence's greedy translation, or of the
+        translation given."""
         from nmt.plot import attention as attend
         req = parse(await read_body(request.stream(), limits.max_body_bytes), AttentionRequest)
         model = service.pick(req.src_lang, req.tgt_lang)
         line, warnings = check_line(req.text, "text", model.translator.decode.max_input_tokens)
         if not line.strip():
             raise RequestError(422, "text is empty: send one sentence", "text")
+        given = None
+        if req.translation is not None:   # cut like a source: its pieces are steps of the model
+            given, cut = check_line(req.translation, "translation", model.translator.decode.max_input_tokens)
+            warnings += cut
         try:
-            a = await _within_limit(model.batcher.call(lambda: attend(model.translator, line), limits.timeout_s),
-                                    limits)
+            a = await _within_limit(model.batcher.call(lambda: attend(model.translator, line, translation=given),
+                                                       limits.timeout_s), limits)
         except ValueError as e:   # e.g. nothing left after normalization
             raise RequestError(422, f"text: {e}", "text") from None
         return {"translation": a.translation, "src_pieces": a.src_pieces, "tgt_pieces": a.tgt_pieces,

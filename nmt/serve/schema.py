@@ -59,9 +59,12 @@ class TranslateRequest(BaseModel):
 
 
 class AttentionRequest(BaseModel):
-    """POST /attention: one sentence; its greedy translation with the attention weights."""
+    """POST /attention: one sentence; the attention weights of its greedy translation, or of a given one."""
     model_config = ConfigDict(extra="forbid", strict=True)
     text: str = Field(description="one sentence")
+    translation: Optional[str] = Field(None, description="a translation of text (e.g. /translate's) to show the "
+                                                         "attention of, fed back through the model; default: the "
+                                                         "greedy translation")
     src_lang: Optional[str] = None
     tgt_lang: Optional[str] = None
 

@@ -94,6 +94,25 @@ def test_attention_of_the_greedy_translation(http, translator, serve_sentences):
     assert r.status_code == 422 and "text has text on 2 lines" in r.json()["error"]
 
 
+def test_attention_of_a_given_translation_is_its_forced_attention(http, translator, serve_sentences):
+    """The page shows the heatmap of the translation it shows (the beam's best), not of the greedy one."""
+    import numpy as np
+    from nmt.align import forced_attention
+    source = serve_sentences[1]
+    best, other = (t for t, _ in translator.translate_nbest([source], 2, beam_size=4)[0])
+    for translation in (best, other):
+        a = http.post("/attention", json={"text": source, "translation": translation}).json()
+        pieces = translator.tgt_tok.pieces(translation)
+        assert a["translation"] == translation and a["tgt_pieces"] == [p.replace("\u2581", "_") for p in pieces] + [
+            "</s>"]
+        src_ids = translator.source_ids([source])
+        want = forced_attention(translator, src_ids, translator.tgt_tok.encode([translation]))[0]
+        np.testing.assert_allclose(a["weights"], want, atol=1e-4)
+        assert all(abs(sum(row) - 1) < 0.01 for row in a["weights"]) and a["warnings"] == []
+    r = http.post("/attention", json={"text": source, "translation": "a\nb"})
+    assert r.status_code == 422 and "translation has text on 2 lines" in r.json()["error"]
+
+
 HOSTILE = {   # name: (body, expected status, words the error must contain)
     "invalid JSON": (b'{"text": ["a"', 400, "not valid JSON"),
     "invalid UTF-8": (b'{"text": ["\xff"]}', 400, "not valid UTF-8"),

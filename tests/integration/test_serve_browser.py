@@ -136,7 +136,8 @@ def test_several_lines_are_translated_line_by_line(translator, serve_sentences, 
 
 def test_pointing_at_a_word_marks_the_words_it_is_aligned_with(translator, serve_sentences, tmp_path):
     """The page asks for word alignments: pointing at a word of the best translation marks it and the source words
-    the API links it to, and the other way round; an empty box is answered with a message, not a blank result."""
+    the API links it to, and the other way round; the heatmap shows that translation's attention; an empty box is
+    answered with a message, not a blank result."""
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
     driver = browser()
@@ -150,6 +151,10 @@ def test_pointing_at_a_word_marks_the_words_it_is_aligned_with(translator, serve
             src = driver.find_elements(By.CSS_SELECTOR, "#align-src span")
             tgt = driver.find_elements(By.CSS_SELECTOR, "#align-tgt span")
             assert [w.text for w in src] == sentence.split() and len(tgt) > 1 and links
+            # the heatmap is the attention of the translation shown (the beam's best), row by row
+            shown = driver.find_element(By.ID, "translation").text
+            rows = [th.text for th in driver.find_elements(By.CSS_SELECTOR, "#heatmap th.tgt")]
+            assert rows == [p.replace("\u2581", "_") for p in translator.tgt_tok.pieces(shown)] + ["</s>"]
 
             def marked(spans):
                 return [k for k, w in enumerate(spans) if "linked" in w.get_attribute("class")]
