@@ -24,7 +24,7 @@ from starlette.concurrency import run_in_threadpool
 from nmt.corpus import hangul_counts, other_language_warning
 from nmt.manifest import CheckpointError
 from nmt.serve.batcher import DEFAULT_MAX_WAIT_MS, Batcher, Closed, QueueFull
-from nmt.serve.schema import (AttentionRequest, Limits, RequestError, TranslateRequest, check_line,
+from nmt.serve.schema import (AttentionRequest, Limits, RequestError, TranslateRequest, check_attention,
                               check_translate, parse, read_body)
 
 logger = logging.getLogger("nmt.serve")
@@ -219,13 +219,7 @@ def _add_routes(app: FastAPI, service: Service) -> None:
         from nmt.plot import attention as attend
         req = parse(await read_body(request.stream(), limits.max_body_bytes), AttentionRequest)
         model = service.pick(req.src_lang, req.tgt_lang)
-        line, warnings = check_line(req.text, "text", model.translator.decode.max_input_tokens)
-        if not line.strip():
-            raise RequestError(422, "text is empty: send one sentence", "text")
-        given = None
-        if req.translation is not None:   # cut like a source: its pieces are steps of the model
-            given, cut = check_line(req.translation, "translation", model.translator.decode.max_input_tokens)
-            warnings += cut
+        line, given, warnings = check_attention(req, model.translator.decode.max_input_tokens)
         try:
             a = await _within_limit(model.batcher.call(lambda: attend(model.translator, line, translation=given),
                                                        limits.timeout_s), limits)

@@ -140,6 +140,18 @@ def check_translate(req: TranslateRequest, limits: Limits, default_beam: int,
     return lines, beam, warnings
 
 
+def check_attention(req: AttentionRequest, max_input_tokens: int) -> Tuple[str, Optional[str], List[str]]:
+    """(sentence, translation or None, warnings) of a parsed /attention request; RequestError for what is refused.
+    A translation is cut like a sentence: its pieces are steps of the model."""
+    line, warnings = check_line(req.text, "text", max_input_tokens)
+    if not line.strip():
+        raise RequestError(422, "text is empty: send one sentence", "text")
+    if req.translation is None:
+        return line, None, warnings
+    translation, cut = check_line(req.translation, "translation", max_input_tokens)
+    return line, translation, warnings + cut
+
+
 def check_line(line: str, where: str, max_input_tokens: int) -> Tuple[str, List[str]]:
     """A line cut to the CLI's character limit, with warnings; RequestError for a lone surrogate or text on several
     lines."""
