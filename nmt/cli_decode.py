@@ -48,7 +48,7 @@ def build_translate_parser() -> argparse.ArgumentParser:
                    help="also give each translation's word alignment from the attention: 'translation ||| 0-1 1-0' "
                         "(source word - translation word, from 0), or an \"alignments\" list with --nbest")
     g.add_argument("--plot-attention", metavar="DIR", type=nonempty(Path),
-                   help="also save the attention heatmap of each line's greedy translation as DIR/line-N.png (an "
+                   help="also save the attention heatmap of each line's translation as DIR/line-N.png (an "
                         "ensemble's: the mean of its members' attention)")
     return p
 
@@ -59,9 +59,6 @@ def _check_sampling(args: argparse.Namespace) -> None:
         if args.seed is not None:
             raise ConfigError("--seed seeds --sample; a search (greedy or beam) draws nothing at random")
         return
-    if args.plot_attention:
-        raise ConfigError("--plot-attention shows the attention of each line's greedy translation; it cannot be "
-                          "used with --sample")
     given = [flag for flag, key in (("--beam-size", "beam_size"), ("--nbest", "nbest"),
                                     ("--length-penalty", "length_penalty_alpha")) if f"decode.{key}" in vars(args)]
     if given:
@@ -98,11 +95,11 @@ def translate_main(args: argparse.Namespace) -> int:
     name = "<stdin>" if stdin else args.input
     tally = [0, 0]   # the input's non-empty lines and those with Hangul: is it in the model's source language?
 
-    def on_chunk(first: int, lines: list) -> None:
+    def on_chunk(first: int, lines: list, translations: list) -> None:
         non_empty, hangul = hangul_counts(lines)
         tally[0], tally[1] = tally[0] + non_empty, tally[1] + hangul
         if plot is not None:
-            plot(first, lines)
+            plot(first, lines, translations)
     with contextlib.ExitStack() as stack:
         src, idle = (sys.stdin.buffer, IDLE_SECONDS) if stdin else open_input(args.input, stack)
         out = open_output(stack, args.output)

@@ -1,8 +1,9 @@
 """Attention heatmaps of a translation, with Hangul rendered by the NanumGothic font of `koreanize-matplotlib`.
 
-The attention is read along the greedy path through the model interface (`encode`, `init_state`, then one step
-per output token, run as the search runs it: `hybrid_step`), so the plotted translation is the greedy one. What is
-shown is the attention a step returns: for the LSTM architecture the weights of its one attention layer (decoder
+The attention is read through the model interface (`encode`, `init_state`, then one step per output token, run as
+the search runs it: `hybrid_step`): of a given translation (the one `nmt-translate` wrote, the page's best), its
+pieces fed back through the model (`nmt.align.forced_attention`), or along the greedy path. What is shown is the
+attention a step returns: for the LSTM architecture the weights of its one attention layer (decoder
 state over encoder outputs) at each output step; for an ensemble (the service's) the mean of its members'.
 Axes are labelled with the SentencePiece pieces of both sides.
 """
@@ -28,7 +29,7 @@ _font_ready = False
 @dataclass
 class Attention:
     source: str                  # the input sentence
-    translation: str             # its greedy translation
+    translation: str             # its translation (given, or the greedy one)
     src_pieces: List[str]        # SentencePiece pieces of the source, then "</s>"
     tgt_pieces: List[str]        # pieces of the translation, then "</s>" when it ended with EOS
     weights: np.ndarray          # (len(tgt_pieces), len(src_pieces)); each row sums to 1
@@ -126,7 +127,7 @@ def attention_figure(att: Attention, title: Optional[str] = None):
     ax.set_yticks(range(n_tgt))
     ax.set_yticklabels(att.tgt_pieces, fontproperties=font)
     ax.set_xlabel("source", fontproperties=font)
-    ax.set_ylabel("translation (greedy)", fontproperties=font)
+    ax.set_ylabel("translation", fontproperties=font)
     head = title if title is not None else f"{att.source}\n→ {att.translation}"
     ax.set_title(head, fontproperties=FontProperties(family=[FONT_FAMILY, FALLBACK_FAMILY], size=11))
     fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
@@ -134,11 +135,13 @@ def attention_figure(att: Attention, title: Optional[str] = None):
     return fig
 
 
-def save_attention_plot(translator, sentence: str, path, title: Optional[str] = None) -> Path:
-    """Translate `sentence` greedily and save its attention heatmap as a PNG at `path`."""
+def save_attention_plot(translator, sentence: str, path, title: Optional[str] = None,
+                        translation: Optional[str] = None) -> Path:
+    """Save the attention heatmap of `sentence`'s `translation` (default: its greedy translation) as a PNG at
+    `path`."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from nmt.atomic import atomic_open
-    fig = attention_figure(attention(translator, sentence), title)
+    fig = attention_figure(attention(translator, sentence, translation=translation), title)
     FigureCanvasAgg(fig)
     path = Path(path)
     with atomic_open(path, "wb") as f:
@@ -146,14 +149,15 @@ def save_attention_plot(translator, sentence: str, path, title: Optional[str] = 
     return path
 
 
-def attention_saver(translator, out_dir) -> Callable[[int, List[str]], None]:
-    """A callback `(first_line_number, lines)` that saves out_dir/line-<n>.png for every non-empty line
-    (used by `scripts/translate.py --plot-attention DIR`)."""
+def attention_saver(translator, out_dir) -> Callable[[int, List[str], List[str]], None]:
+    """A callback `(first_line_number, lines, translations)` that saves the heatmap of each non-empty line's
+    translation as out_dir/line-<n>.png (used by `scripts/translate.py --plot-attention DIR`)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
 
-    def save(first_line: int, lines: List[str]) -> None:
-        for k, line in enumerate(lines):
-            if line.strip():
-                save_attention_plot(translator, line, out_dir / f"line-{first_line + k:06d}.png")
+    def save(first_line: int, lines: List[str], translations: List[str]) -> None:
+        for k, (line, translation) in enumerate(zip(lines, translations)):
+            if line.strip():   # an empty translation: the greedy path's heatmap (its end of sentence at least)
+                save_attention_plot(translator, line, out_dir / f"line-{first_line + k:06d}.png",
+                                    translation=translation or None)
     return save

@@ -133,28 +133,31 @@ def format_nbest(hyps: Sequence[Tuple], alignment: bool = False) -> str:
 
 
 def translation_rows(translator: Translator, lines: List[str], first_line: int, nbest: Optional[int] = None,
-                     alignment: bool = False) -> List[str]:
-    """The output line of each input line: its translation; with `nbest`, its `format_nbest` row; with `alignment`,
-    the translation, " ||| " and its word alignment (or alignments in the n-best row)."""
+                     alignment: bool = False) -> Tuple[List[str], List[str]]:
+    """The output line of each input line (its translation; with `nbest`, its `format_nbest` row; with `alignment`,
+    the translation, " ||| " and its word alignment, or alignments in the n-best row), and its best translation."""
     if alignment:
         hyps = translator.translate_aligned(lines, nbest or 1, first_line=first_line)
-        if nbest:
-            return [format_nbest(h, alignment=True) for h in hyps]
-        return [f"{h[0][0]} ||| {format_links(h[0][2])}" if h else " ||| " for h in hyps]
-    if nbest:
-        return [format_nbest(h) for h in translator.translate_nbest(lines, nbest, first_line=first_line)]
-    return translator.translate(lines, first_line=first_line)
+        rows = ([format_nbest(h, alignment=True) for h in hyps] if nbest else
+                [f"{h[0][0]} ||| {format_links(h[0][2])}" if h else " ||| " for h in hyps])
+    elif nbest:
+        hyps = translator.translate_nbest(lines, nbest, first_line=first_line)
+        rows = [format_nbest(h) for h in hyps]
+    else:
+        rows = translator.translate(lines, first_line=first_line)
+        return rows, rows
+    return rows, [h[0][0] if h else "" for h in hyps]
 
 
 def translate_stream(translator: Translator, raw_lines: Iterable[Tuple[bytes, bool]], out: TextIO, *,
                      name: str = "<stdin>", chunk_lines: int = 1000, on_invalid: str = "error",
                      nbest: Optional[int] = None, alignment: bool = False,
-                     on_chunk: Optional[Callable[[int, List[str]], None]] = None) -> StreamStats:
+                     on_chunk: Optional[Callable[[int, List[str], List[str]], None]] = None) -> StreamStats:
     """Translate (line, was_cut) items chunk by chunk, writing one output line per input line (its
-    `translation_rows` row) and flushing after every chunk: `chunk_lines` lines,
-    or those read when `raw_lines` yields PAUSE; `on_chunk(first_line_number, lines)` runs after each chunk is
-    written. On invalid UTF-8 (with on_invalid="error") every line before the bad one is translated and written
-    first, then the CorpusError naming the line is raised."""
+    `translation_rows` row) and flushing after every chunk: `chunk_lines` lines, or those read when `raw_lines`
+    yields PAUSE; `on_chunk(first_line_number, lines, best_translations)` runs after each chunk is written. On
+    invalid UTF-8 (with on_invalid="error") every line before the bad one is translated and written first, then the
+    CorpusError naming the line is raised."""
     stats, t0 = StreamStats(), time.perf_counter()
     chunk: List[str] = []
     first, report = 1, Every(REPORT_SECONDS)
@@ -162,11 +165,11 @@ def translate_stream(translator: Translator, raw_lines: Iterable[Tuple[bytes, bo
     def flush(last: bool = False) -> None:
         nonlocal chunk, first
         if chunk:
-            rows = translation_rows(translator, chunk, first, nbest, alignment)
+            rows, best = translation_rows(translator, chunk, first, nbest, alignment)
             out.write("".join(r + "\n" for r in rows))
             out.flush()
             if on_chunk is not None:
-                on_chunk(first, chunk)
+                on_chunk(first, chunk, best)
             first += len(chunk)
             chunk = []
             if not last and report.due():   # the last: the caller's summary says it
@@ -224,7 +227,7 @@ def prompt_on_stderr(prompt: str) -> str:
 
 
 def interactive(translator: Translator, nbest: Optional[int] = None,
-                on_line: Optional[Callable[[int, List[str]], None]] = None,
+                on_line: Optional[Callable[[int, List[str], List[str]], None]] = None,
                 read: Callable[[str], str] = prompt_on_stderr, alignment: bool = False) -> int:
     """Prompt for sentences (on a terminal; the prompt on stderr) and print each one's `translation_rows` row to
     stdout, until end of input (Ctrl-D) or Ctrl-C."""
@@ -239,6 +242,7 @@ def interactive(translator: Translator, nbest: Optional[int] = None,
             print(file=sys.stderr)
             return 0
         n += 1
-        print(translation_rows(translator, [line], n, nbest, alignment)[0], flush=True)
+        rows, best = translation_rows(translator, [line], n, nbest, alignment)
+        print(rows[0], flush=True)
         if on_line is not None:
-            on_line(n, [line])
+            on_line(n, [line], best)

@@ -333,8 +333,7 @@ def test_cli_sampling(tr, src_lines, tmp_path, capsys):
     assert len(draws[0].splitlines()) == 12 and draws[0] == draws[1] == draws[2]   # the seed is 1 by default
     for argv, msg in [(["--sample", "--beam-size", "4"], "instead of a beam search: drop --beam-size"),
                       (["--sample", "3", "--nbest", "1"], "drop --nbest"),
-                      (["--seed", "3"], "--seed seeds --sample"),
-                      (["--sample", "--plot-attention", tmp_path / "p"], "cannot be used with --sample")]:
+                      (["--seed", "3"], "--seed seeds --sample")]:
         code, _, err = run(base + argv, capsys)
         assert code == 2 and msg in err and "Traceback" not in err, (argv, err)
     code, _, err = run(base + ["--sample", "-1"], capsys)
@@ -565,6 +564,28 @@ def test_attention_heatmap(tr, src_lines, tmp_path, capsys):
                       "--plot-attention", tmp_path / "plots"], capsys)
     plots = sorted(p.name for p in (tmp_path / "plots").iterdir())
     assert code == 0 and plots == ["line-000001.png", "line-000003.png"]
+
+
+@pytest.mark.parametrize("flags", [[], ["--beam-size", "1"], ["--nbest", "2"], ["--alignment"], ["--sample", "3"]],
+                         ids=["beam", "greedy", "nbest", "alignment", "sample"])
+def test_plots_show_the_translation_written(tr, src_lines, tmp_path, capsys, monkeypatch, flags):
+    """--plot-attention plotted the greedy path whatever was written (beam search's best, a sample); each plot is
+    now of the line's translation in the output."""
+    import nmt.plot
+    plotted = {}
+
+    def record(translator, sentence, path, title=None, translation=None):
+        plotted[Path(path).name] = translation
+    monkeypatch.setattr(nmt.plot, "save_attention_plot", record)
+    path = tmp_path / "in.ko"
+    path.write_text("\n".join(src_lines[:6] + ["", src_lines[6]]) + "\n", encoding="utf-8")
+    code, out, err = run(["--model-dir", tr.model_dir, "--input", path, "--plot-attention", tmp_path / "p", *flags],
+                         capsys)
+    rows = out.splitlines()
+    best = ([json.loads(r)["translations"][0] if json.loads(r)["translations"] else "" for r in rows]
+            if "--nbest" in flags else [r.split(" ||| ")[0] for r in rows])
+    assert code == 0 and len(best) == 8, err
+    assert plotted == {f"line-{i + 1:06d}.png": best[i] for i in range(8) if i != 6}
 
 
 # -- benchmark ------------------------------------------------------------------------------------------------------
