@@ -24,7 +24,6 @@ import numpy as np
 
 from nmt.batching import make_batch
 from nmt.corpus import normalize
-from nmt.tokenizer import EOS_ID
 
 Links = List[Tuple[int, int]]
 
@@ -76,11 +75,11 @@ def format_links(links: Links) -> str:
 
 
 def align_ids(translator, src_ids: Sequence[List[int]], tgt_ids: Sequence[List[int]]) -> List[Links]:
-    """Word links of each (source ids, target ids) pair; an empty source or target has none."""
-    clean = [[t for t in y if t != EOS_ID] for y in tgt_ids]
-    weights = forced_attention(translator, src_ids, clean)
+    """Word links of each (source ids, target ids) pair (without BOS/EOS, as the search and the tokenizer give
+    them); an empty source or target has none."""
+    weights = forced_attention(translator, src_ids, tgt_ids)
     out = []
-    for x, y, w in zip(src_ids, clean, weights):
+    for x, y, w in zip(src_ids, tgt_ids, weights):
         if not x or not y:
             out.append([])
             continue

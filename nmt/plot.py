@@ -39,28 +39,25 @@ def attention(translator, sentence: str, max_len: Optional[int] = None, translat
               ) -> Attention:
     """Greedy translation of one sentence with its attention matrix (output step x source position); with
     `translation`, the attention of that translation, its pieces fed back through the model (`nmt.align`)."""
-    if translation is not None:
-        return _forced(translator, sentence, translation)
-    with translator.lock:   # the translator's calls from other threads wait
-        return _attention(translator, sentence, max_len)
-
-
-def _forced(translator, sentence: str, translation: str) -> Attention:
-    from nmt.align import forced_attention
-    from nmt.corpus import normalize
     ids = translator.source_ids([sentence])[0]
     if not ids:
         raise ValueError("attention: the sentence is empty after normalization")
+    if translation is not None:
+        return _forced(translator, sentence, ids, translation)
+    with translator.lock:   # the translator's calls from other threads wait
+        return _greedy(translator, sentence, ids, max_len)
+
+
+def _forced(translator, sentence: str, ids: List[int], translation: str) -> Attention:
+    from nmt.align import forced_attention
+    from nmt.corpus import normalize
     tgt = translator.tgt_tok.encode([normalize(translation)])[0]
     weights = forced_attention(translator, [ids], [tgt])[0] if tgt else np.zeros((0, len(ids) + 1))
     return Attention(sentence, translation, [_piece(translator.src_tok, i) for i in ids] + ["</s>"],
                      [_piece(translator.tgt_tok, i) for i in tgt] + (["</s>"] if tgt else []), weights)
 
 
-def _attention(translator, sentence: str, max_len: Optional[int]) -> Attention:
-    ids = translator.source_ids([sentence])[0]
-    if not ids:
-        raise ValueError("attention: the sentence is empty after normalization")
+def _greedy(translator, sentence: str, ids: List[int], max_len: Optional[int]) -> Attention:
     net, ctx, d = as_model(translator.members), translator.ctx, translator.decode   # an ensemble: its mean
     src, src_len = pad_sources([ids], len(ids) + 1)
     limit = max_len if max_len is not None else int(np.ceil(d.max_len_a * src_len[0] + d.max_len_b))

@@ -6,7 +6,6 @@ scores.json in `nmt.scoring`.
 """
 from __future__ import annotations
 
-import itertools
 import logging
 import re
 import threading
@@ -292,9 +291,8 @@ class Translator:
         self.check_search(beam, nbest)
         src = self.source_ids(lines, first_line)
         hyps = self.search_ids(src, beam, nbest)
-        links = align_ids(self, [x for x, h in zip(src, hyps) for _ in h], [ids for h in hyps for ids, _ in h])
-        flat = iter(zip(links, [t for h in self.texts(hyps) for t in h]))
-        return [[(text, score, link) for link, (text, score) in itertools.islice(flat, len(h))] for h in hyps]
+        links = iter(align_ids(self, [x for x, h in zip(src, hyps) for _ in h], [ids for h in hyps for ids, _ in h]))
+        return [[(text, score, next(links)) for text, score in h] for h in self.texts(hyps)]
 
     def translate(self, lines: Union[str, Iterable[str]], beam_size: Optional[int] = None, first_line: int = 1):
         """One detokenized, single-line translation per input line; for one string, its translation."""
