@@ -26,6 +26,8 @@ def build_translate_parser() -> argparse.ArgumentParser:
                "  python scripts/translate.py --model-dir M --input test.ko --output test.en --beam-size 1\n"
                "  python scripts/translate.py --model-dir M --nbest 3 --beam-size 5 < in.ko > nbest.jsonl\n"
                "  python scripts/translate.py --model-dir M --alignment < in.ko > out.en-aligned\n"
+               "  echo '{\"text\": \"안녕하세요.\", \"target_prefix\": \"Hi\"}' | python scripts/translate.py --model-dir M "
+               "--json-input\n"
                "  python scripts/translate.py --model-dir M --sample 10 --seed 2 < mono.ko > synthetic.en\n")
     add_model_decode_args(p)
     s = p.add_argument_group("sampling (instead of the search, e.g. for back-translation)")
@@ -41,6 +43,9 @@ def build_translate_parser() -> argparse.ArgumentParser:
     g.add_argument("--chunk-lines", type=number(int, 1), default=1000,
                    help="lines translated (length-sorted) and written at a time, fewer when the input pauses "
                         "(default: 1000)")
+    g.add_argument("--json-input", action="store_true",
+                   help="each input line is a JSON object: {\"text\": \"...\"} with an optional \"target_prefix\": "
+                        "text the translation must start with (it is forced, then the search goes on from it)")
     g.add_argument("--on-invalid-utf8", choices=("error", "replace"), default="error",
                    help="a line that is not UTF-8: stop with an error naming it after writing every line before "
                         "it (default), or replace the bad bytes with U+FFFD and warn")
@@ -88,7 +93,7 @@ def translate_main(args: argparse.Namespace) -> int:
     if stdin and sys.stdin.isatty():
         if stdout:
             utf8_stdout()
-            return interactive(tr, nbest, plot, alignment=args.alignment)
+            return interactive(tr, nbest, plot, alignment=args.alignment, json_input=args.json_input)
         args.chunk_lines = 1   # typed lines: translate and write each one at once
         print(f"nmt-translate {tr.src_lang} -> {tr.tgt_lang}: type sentences, one per line; each translation goes to "
               f"{args.output} as you press Enter; Ctrl-D to end.", file=sys.stderr)
@@ -107,7 +112,8 @@ def translate_main(args: argparse.Namespace) -> int:
         try:
             stats = translate_stream(tr, read_raw_lines(src, max_bytes, idle), out, name=name,
                                      chunk_lines=args.chunk_lines, on_invalid=args.on_invalid_utf8,
-                                     nbest=nbest, alignment=args.alignment, on_chunk=on_chunk)
+                                     nbest=nbest, alignment=args.alignment, json_input=args.json_input,
+                                     on_chunk=on_chunk)
         except BrokenPipeError:
             return reader_gone()
     warning = other_language_warning(*tally, tr.src_lang, tr.tgt_lang)

@@ -15,7 +15,7 @@ grow) takes new sentences only into an empty batch: batch after batch, as withou
 from __future__ import annotations
 
 import collections
-from typing import Deque, Hashable, List, Sequence, Tuple
+from typing import Deque, Hashable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -38,8 +38,8 @@ class ContinuousDecoder:
         self.translator, self.max_batch = translator, max_batch
         self.search = BeamStream(as_model(translator.members), translator.ctx, beam_size, nbest,
                                  translator.decode.length_penalty_alpha)
-        # (key, source ids, the step count when it arrived)
-        self.waiting: Deque[Tuple[Hashable, List[int], int]] = collections.deque()
+        # (key, source ids, target prefix ids, the step count when it arrived)
+        self.waiting: Deque[Tuple[Hashable, List[int], List[int], int]] = collections.deque()
         self.ready: List[Tuple[Hashable, NBest]] = []   # done without decoding (empty lines)
         self.keys: dict = {}                            # search id -> key
         self._next_id = 0
@@ -51,13 +51,17 @@ class ContinuousDecoder:
         """Lines added and not yet returned by `step`."""
         return len(self.waiting) + self.search.size + len(self.ready)
 
-    def add(self, lines: Sequence[str], keys: Sequence[Hashable]) -> None:
-        """Queue `lines`, known by `keys` (same length) when they come back from `step`."""
-        if len(lines) != len(keys):
-            raise ValueError(f"ContinuousDecoder.add: {len(lines)} lines but {len(keys)} keys")
-        for key, ids in zip(keys, self.translator.source_ids(lines)):
-            if ids:
-                self.waiting.append((key, ids, self.steps))
+    def add(self, lines: Sequence[str], keys: Sequence[Hashable],
+            prefixes: Optional[Sequence[Optional[str]]] = None) -> None:
+        """Queue `lines`, known by `keys` (same length) when they come back from `step`; `prefixes`: per line, text
+        its translations start with (None or "": none)."""
+        if len(lines) != len(keys) or (prefixes is not None and len(prefixes) != len(lines)):
+            raise ValueError(f"ContinuousDecoder.add: {len(lines)} lines but {len(keys)} keys"
+                             + ("" if prefixes is None else f" and {len(prefixes)} prefixes"))
+        prefix_ids = self.translator.prefix_ids(prefixes) or [[] for _ in lines]
+        for key, ids, prefix in zip(keys, self.translator.source_ids(lines), prefix_ids):
+            if ids or prefix:
+                self.waiting.append((key, ids, prefix, self.steps))
             else:
                 self.ready.append((key, []))
 
@@ -81,10 +85,11 @@ class ContinuousDecoder:
         if not self.waiting or room <= 0 or not self.search.can_join:
             return
         if running and not (self.search.left_last_step or len(self.waiting) >= _JOIN_FRACTION * running
-                            or self.steps - self.waiting[0][2] >= MAX_WAIT_STEPS):
+                            or self.steps - self.waiting[0][3] >= MAX_WAIT_STEPS):
             return
         taken = [self.waiting.popleft() for _ in range(min(room, len(self.waiting)))]
         ids = np.arange(self._next_id, self._next_id + len(taken))
         self._next_id += len(taken)
-        self.keys.update(zip(ids.tolist(), [key for key, _, _ in taken]))
-        self.search.add(*self.translator.source_batch([src for _, src, _ in taken], self.translator.ctx), ids)
+        self.keys.update(zip(ids.tolist(), [key for key, _, _, _ in taken]))
+        self.search.add(*self.translator.source_batch([src for _, src, _, _ in taken], self.translator.ctx), ids,
+                        [prefix for _, _, prefix, _ in taken])

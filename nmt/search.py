@@ -17,6 +17,11 @@ batch shapes).
 (`nmt.serve`). `beam_search` is a stream that is given one batch.
 
 `model` may be a list of models sharing both vocabularies: they decode as an `nmt.models.ensemble.Ensemble`.
+
+A sentence may be given a target prefix (token ids): its translations start with it. While a sentence is within
+its prefix, the model's log-probabilities are masked to the prefix's next token (`ForceTokens`) before the search
+chooses, so the prefix's tokens are scored by the model like any other, the search knows nothing of it, and a
+beam starts to spread only after it. The prefix does not count against the sentence's `max_len`.
 """
 from __future__ import annotations
 
@@ -29,12 +34,14 @@ import numpy as np
 from nmt.models.base import DecoderState, Seq2SeqModel
 from nmt.models.ensemble import as_model
 from nmt.parallel import to_device
-from nmt.search_blocks import update_block
+from nmt.search_blocks import Forcing, update_block
 from nmt.tokenizer import BOS_ID, EOS_ID  # noqa: F401  (EOS_ID: the tests take both from here)
 
 MaxLen = Union[int, Sequence[int], np.ndarray]
 Models = Union[Seq2SeqModel, Sequence[Seq2SeqModel]]
 NBest = List[Tuple[List[int], float]]
+# per sentence, the token ids its translations must start with (None or []: none)
+Prefixes = Optional[Sequence[Optional[Sequence[int]]]]
 # A batch sheds its done sentences once this fraction of it is done (each change of batch shape re-plans the
 # step graph, which costs about one step).
 _COMPACT_FRACTION = 0.25
@@ -198,17 +205,21 @@ class SearchBatch:
 
 
 def greedy_search(model: Models, src: mx.nd.NDArray, src_len: mx.nd.NDArray, max_len: MaxLen,
-                  sample: Optional[int] = None, alpha: float = 0.6) -> List[Tuple[List[int], float]]:
+                  sample: Optional[int] = None, alpha: float = 0.6, prefixes: Prefixes = None
+                  ) -> List[Tuple[List[int], float]]:
     """Most probable next token at each step; per sentence (token ids without BOS/EOS, score), the score as
     `beam_search` gives it with length penalty `alpha` (beam search with beam 1 is this search). `model`: a model
     or a list of models (an ensemble).
 
     With `sample` the next token is drawn instead from the model's distribution, renormalized over its `sample`
     most probable tokens (0: over the whole vocabulary), with MXNet's random generator of `src`'s device
-    (`mx.random.seed`): the same seed gives the same translations of the same batches."""
+    (`mx.random.seed`): the same seed gives the same translations of the same batches.
+
+    `prefixes`: per sentence, token ids its translation starts with (see the module's docstring)."""
     model = as_model(model)
     batch, ctx = src.shape[0], src.context
-    limits = _max_lens(max_len, batch)
+    forcing = Forcing(ctx)
+    limits = forcing.add(range(batch), prefixes, _max_lens(max_len, batch))
     if int(limits.max(initial=0)) == 0:
         return [([], 0.0) for _ in range(batch)]
     if sample is not None and sample < 0:
@@ -217,6 +228,7 @@ def greedy_search(model: Models, src: mx.nd.NDArray, src_len: mx.nd.NDArray, max
 
     def advance(state, hyps, first):
         log_probs, state, _ = model.hybrid_step(hyps.prev, state)
+        log_probs = forcing.apply(log_probs, search.ids, 1)
         token, done, steps, emitted, scores = update(log_probs, hyps.finished, hyps.lengths, hyps.limits,
                                                      hyps.scores)
         hyps = dataclasses.replace(hyps, prev=token, finished=done, lengths=steps, scores=scores)
@@ -267,6 +279,7 @@ class BeamStream:
         self.left_last_step = False   # whether sentences left the batch at the last step (it changed shape)
         self._lengths: Dict[int, int] = {}   # source length (EOS included) of every sentence in the batch
         self._width = 0                       # positions of the batch's encoder memory
+        self._forcing = Forcing(ctx)
 
     @property
     def size(self) -> int:
@@ -278,14 +291,15 @@ class BeamStream:
         """Whether sentences can be added now."""
         return self.size == 0 or self.model.fixed_step_shapes
 
-    def add(self, src: mx.nd.NDArray, src_len: mx.nd.NDArray, max_len: MaxLen, ids: Sequence[int]) -> None:
-        """Sentences `src` (n, S) with lengths (n,), at most `max_len` tokens each, known from now on by `ids`
-        (ints)."""
+    def add(self, src: mx.nd.NDArray, src_len: mx.nd.NDArray, max_len: MaxLen, ids: Sequence[int],
+            prefixes: Prefixes = None) -> None:
+        """Sentences `src` (n, S) with lengths (n,), at most `max_len` tokens each (besides their `prefixes`, token
+        ids their translations start with), known from now on by `ids` (ints)."""
         n, K, ctx = src.shape[0], self.K, self.ctx
         if not self.can_join:
             raise ValueError(f"BeamStream.add: {type(self.model).__name__}'s state changes shape from step to step: "
                              "sentences can only start a batch")
-        limits = _max_lens(max_len, n)
+        limits = self._forcing.add(ids, prefixes, _max_lens(max_len, n))
         self._length_penalties(int(limits.max(initial=0)) + 2)
         state = self.model.init_state(self.model.encode(src, src_len))
         if self._update is None:
@@ -310,6 +324,7 @@ class BeamStream:
         self.left_last_step = bool(done)
         for i, _ in done:
             del self._lengths[i]
+            self._forcing.discard(i)
         needed = max(self._lengths.values(), default=0)
         if 0 < needed < self._width:   # the longest sources left: the rest attend over no more than they need
             self._batch.state, self._width = self._batch.state.narrow_positions(needed), needed
@@ -324,6 +339,7 @@ class BeamStream:
         log_probs, state, _ = self.model.hybrid_step(self._bos if first else hyps.prev, state)
         if first and self.K > 1:
             log_probs, state = mx.nd.repeat(log_probs, self.K, axis=0), state.repeat(self.K)
+        log_probs = self._forcing.apply(log_probs, self._batch.ids, self.K)
         token, scores, lengths, finished, rows, emitted, done, *moving = self._update(
             log_probs, hyps.scores, hyps.lengths, hyps.finished, hyps.limits, self._lp_table,
             *state.arrays(moving_only=True))
@@ -338,7 +354,8 @@ class BeamStream:
 
 
 def beam_search(model: Models, src: mx.nd.NDArray, src_len: mx.nd.NDArray, beam_size: int, max_len: MaxLen,
-                alpha: float = 0.6, nbest: int = 1, early_stop: bool = True) -> List[NBest]:
+                alpha: float = 0.6, nbest: int = 1, early_stop: bool = True, prefixes: Prefixes = None
+                ) -> List[NBest]:
     """Beam search; per sentence up to `nbest` (token ids without BOS/EOS, score), best first.
 
     Scores are summed log-probabilities (the EOS one included) divided by the GNMT length penalty
@@ -349,14 +366,17 @@ def beam_search(model: Models, src: mx.nd.NDArray, src_len: mx.nd.NDArray, beam_
 
     With `early_stop` (and alpha >= 0) a sentence stops as soon as no active hypothesis can still beat its
     `nbest`-th best finished one (`Settled`): the same result, fewer steps.
+
+    `prefixes`: per sentence, token ids its translations start with (see the module's docstring).
     """
     check_beam_args(beam_size, nbest)
     batch = src.shape[0]
     limits = _max_lens(max_len, batch)
-    if int(limits.max(initial=0)) == 0:
+    forced = prefixes is not None and any(p is not None and len(p) for p in prefixes)
+    if int(limits.max(initial=0)) == 0 and not forced:
         return [[([], 0.0)] for _ in range(batch)]
     stream = BeamStream(model, src.context, beam_size, nbest, alpha, early_stop)
-    stream.add(src, src_len, limits, np.arange(batch))
+    stream.add(src, src_len, limits, np.arange(batch), prefixes)
     out: List[NBest] = [[] for _ in range(batch)]
     while stream.size:
         for i, hyps in stream.step():

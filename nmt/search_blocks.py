@@ -1,6 +1,8 @@
 """The hybridized blocks of a search step (`nmt.search`): per step one cached call chooses the tokens and
 back-pointers on the device (`GreedyUpdate`, or `BeamUpdate` built from `RowTopK`, `UpdateScores`, `TopK`,
-`Settled` and `SortStates`) and moves the decoder state's arrays that follow the hypotheses.
+`Settled` and `SortStates`) and moves the decoder state's arrays that follow the hypotheses. While sentences are
+within their target prefixes, `Forcing` masks the step's log-probabilities to the prefix tokens first
+(`ForceTokens`).
 
 A hypothesis's length (`lengths`, EOS counted) is the number of steps it has taken while active, so the rules that
 depend on how far a row has come (its length limit) read its own length, not a step counter of the batch: rows
@@ -8,11 +10,13 @@ that joined a running batch later (`nmt.search.BeamStream`) follow the same rule
 """
 from __future__ import annotations
 
-from typing import Callable, Dict
+from typing import Callable, Dict, Optional, Sequence
 
 import mxnet as mx
+import numpy as np
 from mxnet import gluon
 
+from nmt.parallel import to_device
 from nmt.tokenizer import EOS_ID
 
 _NEG_INF = float("-inf")
@@ -142,6 +146,18 @@ class BeamUpdate(gluon.HybridBlock):
                 *self.sort_states(rows, *moving))
 
 
+class ForceTokens(gluon.HybridBlock):
+    """(log_probs (N,V), forced (N,)) -> log_probs where a row with a forced token (>= 0) keeps only that token's
+    log-probability (-inf elsewhere) and a row with -1 keeps all: any search or sampler then takes the forced token
+    (a target prefix, `nmt.search`) and scores it by the model."""
+
+    def hybrid_forward(self, F, log_probs, forced):
+        column = F.reshape(F.contrib.arange_like(log_probs, axis=1), shape=(1, -1))
+        forced = F.reshape(forced, shape=(-1, 1))
+        keep = F.broadcast_logical_or(F.broadcast_equal(column, forced), forced < 0)
+        return F.where(keep, log_probs, F.ones_like(log_probs) * _NEG_INF)
+
+
 class GreedyUpdate(gluon.HybridBlock):
     """(log_probs, done, steps, limits, scores) -> (token, done, steps, emitted, scores): the most probable token of
     every row, or with `sample_top` >= 0 a token drawn from the row's distribution renormalized over its
@@ -168,16 +184,66 @@ class GreedyUpdate(gluon.HybridBlock):
         return token, F.broadcast_logical_or(stop, limits <= steps), steps, emitted, scores
 
 
+class Forcing:
+    """The target prefixes of the sentences being searched, by sentence id, and how many steps each has taken:
+    `apply` masks a step's log-probabilities to the token each row must take (`ForceTokens`), and does nothing
+    once no sentence is within its prefix."""
+
+    def __init__(self, ctx: mx.Context):
+        self.ctx = ctx
+        self.prefixes: Dict[int, np.ndarray] = {}
+        self.taken: Dict[int, int] = {}
+
+    def add(self, ids: Sequence[int], prefixes: Optional[Sequence[Optional[Sequence[int]]]],
+            limits: np.ndarray) -> np.ndarray:
+        """Take the prefixes of sentences `ids`; their length limits raised by their prefixes' lengths."""
+        if prefixes is None:
+            return limits
+        if len(prefixes) != len(ids):
+            raise ValueError(f"prefixes must have one entry per sentence ({len(ids)}); got {len(prefixes)}")
+        limits = limits.copy()
+        for n, (i, prefix) in enumerate(zip(ids, prefixes)):
+            if prefix is not None and len(prefix):
+                self.prefixes[int(i)], self.taken[int(i)] = np.asarray(prefix, dtype=np.float32), 0
+                limits[n] += len(prefix)
+        return limits
+
+    def apply(self, log_probs: mx.nd.NDArray, ids: np.ndarray, beam: int) -> mx.nd.NDArray:
+        """`log_probs` of this step of the sentences `ids` (`beam` rows each), masked to the prefix tokens due."""
+        if not self.prefixes:
+            return log_probs
+        forced = np.full(len(ids), -1.0, dtype=np.float32)
+        for n, i in enumerate(ids.tolist()):
+            prefix = self.prefixes.get(i)
+            if prefix is not None:
+                forced[n] = prefix[self.taken[i]]
+                self.taken[i] += 1
+                if self.taken[i] == len(prefix):   # the rest of its steps are free
+                    self.discard(i)
+        mask = update_block(self.ctx, force=True)
+        return mask(log_probs, to_device(np.repeat(forced, beam), self.ctx))
+
+    def discard(self, i: int) -> None:
+        """Forget sentence `i` (past its prefix, or gone from the search)."""
+        self.prefixes.pop(i, None)
+        self.taken.pop(i, None)
+
+
 # Update blocks per (kind, sizes, device, state arrays), hybridized once and reused for every batch: they hold no
 # parameters, and one per device keeps threads decoding on different devices from sharing a cached graph.
 _UPDATES: Dict[tuple, gluon.HybridBlock] = {}
 
 
 def update_block(ctx: mx.Context, beam_size: int = 0, vocab_size: int = 0, nbest: int = 0,
-                  num_moving: int = 0, sample_top: int = -1) -> gluon.HybridBlock:
-    key = (ROW_TOPK, str(ctx), beam_size, vocab_size, nbest, num_moving, sample_top)   # the hook may change
+                  num_moving: int = 0, sample_top: int = -1, force: bool = False) -> gluon.HybridBlock:
+    """The update block of a search (`BeamUpdate` with a `beam_size`, else `GreedyUpdate`), or with `force` the
+    `ForceTokens` block, for device `ctx`."""
+    key = (ROW_TOPK, str(ctx), beam_size, vocab_size, nbest, num_moving, sample_top, force)   # the hook may change
     if key not in _UPDATES:
-        block = BeamUpdate(beam_size, vocab_size, nbest) if beam_size else GreedyUpdate(sample_top)
+        if force:
+            block = ForceTokens()
+        else:
+            block = BeamUpdate(beam_size, vocab_size, nbest) if beam_size else GreedyUpdate(sample_top)
         block.hybridize(static_alloc=True)
         _UPDATES[key] = block
     return _UPDATES[key]

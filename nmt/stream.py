@@ -132,46 +132,86 @@ def format_nbest(hyps: Sequence[Tuple], alignment: bool = False) -> str:
     return json.dumps(row, ensure_ascii=False)
 
 
+JSON_FIELDS = ("text", "target_prefix")
+JSON_EXAMPLE = '{"text": "안녕하세요.", "target_prefix": "Hello"}'
+
+
+def parse_json_line(line: str, line_no: int, name: str) -> Tuple[str, Optional[str]]:
+    """(text, target prefix or None) of one --json-input line (a blank line: an empty sentence); a CorpusError
+    naming the line and the field for anything else."""
+    if not line.strip():
+        return "", None
+    where = f"{name}:{line_no}"
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise CorpusError(f"{where}: not JSON ({e.msg} at character {e.pos + 1}); with --json-input each line is a "
+                          f"JSON object such as {JSON_EXAMPLE}") from None
+    if not isinstance(obj, dict):
+        raise CorpusError(f"{where}: a JSON {type(obj).__name__}, not an object; with --json-input each line is a "
+                          f"JSON object such as {JSON_EXAMPLE}")
+    unknown = [k for k in obj if k not in JSON_FIELDS]
+    if unknown:
+        raise CorpusError(f"{where}: unknown field {unknown[0]!r}; the fields are {', '.join(JSON_FIELDS)}")
+    if not isinstance(obj.get("text"), str):
+        got = "missing" if "text" not in obj else f"a JSON {type(obj['text']).__name__}"
+        raise CorpusError(f"{where}: field 'text' (the sentence to translate, a string) is {got}: e.g. {JSON_EXAMPLE}")
+    prefix = obj.get("target_prefix")
+    if prefix is not None and not isinstance(prefix, str):
+        raise CorpusError(f"{where}: field 'target_prefix' (text the translation starts with) is a JSON "
+                          f"{type(prefix).__name__}, not a string")
+    for field in JSON_FIELDS:
+        if count_lines(obj.get(field) or "") > 1:
+            raise CorpusError(f"{where}: field {field!r} has text on {count_lines(obj[field])} lines; give one "
+                              "sentence per JSON line")
+    return obj["text"], prefix
+
+
 def translation_rows(translator: Translator, lines: List[str], first_line: int, nbest: Optional[int] = None,
-                     alignment: bool = False) -> Tuple[List[str], List[str]]:
+                     alignment: bool = False, prefixes: Optional[List[Optional[str]]] = None
+                     ) -> Tuple[List[str], List[str]]:
     """The output line of each input line (its translation; with `nbest`, its `format_nbest` row; with `alignment`,
-    the translation, " ||| " and its word alignment, or alignments in the n-best row), and its best translation."""
+    the translation, " ||| " and its word alignment, or alignments in the n-best row), and its best translation.
+    `prefixes`: per line, text its translations start with (None: none)."""
     if alignment:
-        hyps = translator.translate_aligned(lines, nbest or 1, first_line=first_line)
+        hyps = translator.translate_aligned(lines, nbest or 1, first_line=first_line, prefixes=prefixes)
         rows = ([format_nbest(h, alignment=True) for h in hyps] if nbest else
                 [f"{h[0][0]} ||| {format_links(h[0][2])}" if h else " ||| " for h in hyps])
     elif nbest:
-        hyps = translator.translate_nbest(lines, nbest, first_line=first_line)
+        hyps = translator.translate_nbest(lines, nbest, first_line=first_line, prefixes=prefixes)
         rows = [format_nbest(h) for h in hyps]
     else:
-        rows = translator.translate(lines, first_line=first_line)
+        rows = translator.translate(lines, first_line=first_line, prefixes=prefixes)
         return rows, rows
     return rows, [h[0][0] if h else "" for h in hyps]
 
 
 def translate_stream(translator: Translator, raw_lines: Iterable[Tuple[bytes, bool]], out: TextIO, *,
                      name: str = "<stdin>", chunk_lines: int = 1000, on_invalid: str = "error",
-                     nbest: Optional[int] = None, alignment: bool = False,
+                     nbest: Optional[int] = None, alignment: bool = False, json_input: bool = False,
                      on_chunk: Optional[Callable[[int, List[str], List[str]], None]] = None) -> StreamStats:
     """Translate (line, was_cut) items chunk by chunk, writing one output line per input line (its
     `translation_rows` row) and flushing after every chunk: `chunk_lines` lines, or those read when `raw_lines`
     yields PAUSE; `on_chunk(first_line_number, lines, best_translations)` runs after each chunk is written. On
     invalid UTF-8 (with on_invalid="error") every line before the bad one is translated and written first, then the
-    CorpusError naming the line is raised."""
+    CorpusError naming the line is raised; so too for a line that is not a `parse_json_line` object with
+    `json_input`."""
     stats, t0 = StreamStats(), time.perf_counter()
     chunk: List[str] = []
+    prefixes: List[Optional[str]] = []
     first, report = 1, Every(REPORT_SECONDS)
 
     def flush(last: bool = False) -> None:
-        nonlocal chunk, first
+        nonlocal chunk, prefixes, first
         if chunk:
-            rows, best = translation_rows(translator, chunk, first, nbest, alignment)
+            rows, best = translation_rows(translator, chunk, first, nbest, alignment,
+                                          prefixes if json_input else None)
             out.write("".join(r + "\n" for r in rows))
             out.flush()
             if on_chunk is not None:
                 on_chunk(first, chunk, best)
             first += len(chunk)
-            chunk = []
+            chunk, prefixes = [], []
             if not last and report.due():   # the last: the caller's summary says it
                 logger.info("%s: %d lines translated so far (%.1f lines/s)", name, first - 1,
                             (first - 1) / (time.perf_counter() - t0))
@@ -190,8 +230,12 @@ def translate_stream(translator: Translator, raw_lines: Iterable[Tuple[bytes, bo
                                "while reading", name, line_no, CHARS_PER_TOKEN)
             text, replaced = decode_line(raw, line_no, name, on_invalid)
             stats.invalid_utf8 += replaced
+            prefix = None
+            if json_input:
+                text, prefix = parse_json_line(text, line_no, name)
             stats.lines += 1
             chunk.append(text)
+            prefixes.append(prefix)
             if len(chunk) >= chunk_lines:
                 flush()
     except CorpusError:
@@ -228,9 +272,11 @@ def prompt_on_stderr(prompt: str) -> str:
 
 def interactive(translator: Translator, nbest: Optional[int] = None,
                 on_line: Optional[Callable[[int, List[str], List[str]], None]] = None,
-                read: Callable[[str], str] = prompt_on_stderr, alignment: bool = False) -> int:
+                read: Callable[[str], str] = prompt_on_stderr, alignment: bool = False,
+                json_input: bool = False) -> int:
     """Prompt for sentences (on a terminal; the prompt on stderr) and print each one's `translation_rows` row to
-    stdout, until end of input (Ctrl-D) or Ctrl-C."""
+    stdout, until end of input (Ctrl-D) or Ctrl-C. With `json_input` each typed line is a JSON object
+    (`parse_json_line`); a bad one is reported and the prompt goes on."""
     how = f"beam {translator.decode.beam_size}" if translator.sample is None else f"--sample {translator.sample}"
     print(f"nmt-translate {translator.src_lang} -> {translator.tgt_lang} ({translator.model_dir}, checkpoint "
           f"{translator.checkpoint}, {how}). Type a sentence and press Enter; Ctrl-D to quit.", file=sys.stderr)
@@ -242,7 +288,14 @@ def interactive(translator: Translator, nbest: Optional[int] = None,
             print(file=sys.stderr)
             return 0
         n += 1
-        rows, best = translation_rows(translator, [line], n, nbest, alignment)
+        prefix = None
+        if json_input:
+            try:
+                line, prefix = parse_json_line(line, n, "input")
+            except CorpusError as e:
+                print(f"error: {e}", file=sys.stderr)
+                continue
+        rows, best = translation_rows(translator, [line], n, nbest, alignment, [prefix] if json_input else None)
         print(rows[0], flush=True)
         if on_line is not None:
             on_line(n, [line], best)

@@ -160,45 +160,72 @@ class Translator:
 
     def source_ids(self, lines: Iterable[str], first_line: int = 1) -> List[List[int]]:
         """Normalized, tokenized, length-limited source ids (warnings name the line as first_line + index)."""
+        return self._encode(self.src_tok, lines, first_line, "input line")
+
+    def prefix_ids(self, prefixes: Optional[Sequence[Optional[str]]], first_line: int = 1
+                   ) -> Optional[List[List[int]]]:
+        """Target prefixes (None or "": none) as target ids, normalized and length-limited as sources are."""
+        if prefixes is None:
+            return None
+        if isinstance(prefixes, str):
+            raise TypeError(f"prefixes must be a list with one prefix per line, not one string ({prefixes[:40]!r})")
+        return self._encode(self.tgt_tok, ["" if p is None else p for p in prefixes], first_line,
+                            "target prefix of line", "prefixes")
+
+    def _encode(self, tok: Tokenizer, lines: Iterable[str], first_line: int, what: str,
+                arg: str = "lines") -> List[List[int]]:
         if isinstance(lines, str):   # would be read as one sentence per character
-            raise TypeError(f"lines must be a list of sentences, not one string ({lines[:40]!r}): give [sentence]")
+            raise TypeError(f"{arg} must be a list of sentences, not one string ({lines[:40]!r}): give [sentence]")
         limit = self.decode.max_input_tokens
         max_chars = limit * CHARS_PER_TOKEN
         texts = []
         for i, x in enumerate(lines):
             if not isinstance(x, str):
-                raise TypeError(f"lines[{i}] is {type(x).__name__}, not str: give a list of sentences (str)")
+                raise TypeError(f"{arg}[{i}] is {type(x).__name__}, not str: give a list of sentences (str)")
             if count_lines(x) > 1:
-                raise ValueError(f"lines[{i}] has text on {count_lines(x)} lines: give each line as its own item (read "
+                raise ValueError(f"{arg}[{i}] has text on {count_lines(x)} lines: give each line as its own item (read "
                                  "as one sentence, all but the first would usually be left out of its translation)")
             if len(x) > max_chars:   # before normalizing/tokenizing: bounded work and memory for any line
                 self.truncated += 1
-                logger.warning("input line %d has %d characters; truncated to %d (--max-input-tokens %d x %d)",
-                               first_line + i, len(x), max_chars, limit, CHARS_PER_TOKEN)
+                logger.warning("%s %d has %d characters; truncated to %d (--max-input-tokens %d x %d)",
+                               what, first_line + i, len(x), max_chars, limit, CHARS_PER_TOKEN)
                 x = x[:max_chars]
             texts.append(normalize(x))
-        ids = self.src_tok.encode(texts)
+        ids = tok.encode(texts)
         for i, x in enumerate(ids):
             if len(x) > limit:
                 self.truncated += 1
-                logger.warning("input line %d has %d subword tokens; truncated to %d (--max-input-tokens)",
-                               first_line + i, len(x), limit)
+                logger.warning("%s %d has %d subword tokens; truncated to %d (--max-input-tokens)",
+                               what, first_line + i, len(x), limit)
                 ids[i] = x[:limit]
         return ids
 
     def translate_ids(self, lines: Iterable[str], beam_size: Optional[int] = None, nbest: int = 1,
-                      first_line: int = 1) -> List[Hyps]:
-        """Per input line, up to `nbest` (target ids, normalized log-probability), best first ([]: empty line)."""
+                      first_line: int = 1, prefixes: Optional[Sequence[Optional[str]]] = None) -> List[Hyps]:
+        """Per input line, up to `nbest` (target ids, normalized log-probability), best first ([]: empty line).
+        `prefixes`: per line, text its translations must start with (None or "": none; see `nmt.search`)."""
         beam = self.decode.beam_size if beam_size is None else beam_size
         self.check_search(beam, nbest)
-        return self.search_ids(self.source_ids(lines, first_line), beam, nbest)
+        src = self.source_ids(lines, first_line)
+        return self.search_ids(src, beam, nbest, self._prefixes_for(src, prefixes, first_line))
 
-    def search_ids(self, ids: List[List[int]], beam: int, nbest: int) -> List[Hyps]:
-        """`translate_ids` of source ids (`source_ids`), with a beam and nbest `check_search` accepts."""
+    def _prefixes_for(self, src: List[List[int]], prefixes, first_line: int) -> Optional[List[List[int]]]:
+        ids = self.prefix_ids(prefixes, first_line)
+        if ids is not None and len(ids) != len(src):
+            raise ValueError(f"prefixes has {len(ids)} items for {len(src)} lines: give one per line (None or \"\" "
+                             "for none)")
+        return ids
+
+    def search_ids(self, ids: List[List[int]], beam: int, nbest: int,
+                   prefix_ids: Optional[List[List[int]]] = None) -> List[Hyps]:
+        """`translate_ids` of source ids (`source_ids`) and target prefix ids (`prefix_ids`), with a beam and
+        nbest `check_search` accepts."""
         out: List[Hyps] = [[] for _ in ids]
-        todo = [i for i, x in enumerate(ids) if x]
+        prefix_ids = prefix_ids or [[] for _ in ids]
+        todo = [i for i, (x, p) in enumerate(zip(ids, prefix_ids)) if x or p]   # a prefix alone is translated too
         todo.sort(key=lambda i: len(ids[i]))   # length-sorted batches: little padding
-        self.share_out(todo, lambda ctx, model, chunk: self._decode_chunk(ctx, model, ids, chunk, beam, nbest, out))
+        self.share_out(todo, lambda ctx, model, chunk: self._decode_chunk(ctx, model, ids, prefix_ids, chunk, beam,
+                                                                          nbest, out))
         return out
 
     def check_search(self, beam: int, nbest: int) -> None:
@@ -237,16 +264,17 @@ class Translator:
             elif chunks:
                 work(*devices[0])
 
-    def _decode_chunk(self, ctx: mx.Context, model, ids: List[List[int]], chunk: List[int], beam: int, nbest: int,
-                      out: List[Hyps]) -> None:
+    def _decode_chunk(self, ctx: mx.Context, model, ids: List[List[int]], prefix_ids: List[List[int]],
+                      chunk: List[int], beam: int, nbest: int, out: List[Hyps]) -> None:
         """Search one length-sorted batch (`chunk`: indices into `ids`) on `ctx`; hypotheses go to out[i]."""
         src_nd, len_nd, max_len = self.source_batch([ids[i] for i in chunk], ctx)
+        prefixes = [prefix_ids[i] for i in chunk]
         if (beam == 1 and nbest == 1) or self.sample is not None:
             hyps = [[h] for h in greedy_search(model, src_nd, len_nd, max_len, self.sample,
-                                               self.decode.length_penalty_alpha)]
+                                               self.decode.length_penalty_alpha, prefixes)]
         else:
             hyps = beam_search(model, src_nd, len_nd, beam_size=beam, max_len=max_len,
-                               alpha=self.decode.length_penalty_alpha, nbest=nbest)
+                               alpha=self.decode.length_penalty_alpha, nbest=nbest, prefixes=prefixes)
         for r, i in enumerate(chunk):
             out[i] = hyps[r]
 
@@ -275,27 +303,32 @@ class Translator:
         return ContinuousDecoder(self, beam, nbest, max_batch or self.decode.batch_size)
 
     def translate_nbest(self, lines: Union[str, Iterable[str]], nbest: int, beam_size: Optional[int] = None,
-                        first_line: int = 1):
+                        first_line: int = 1, prefixes: Union[None, str, Sequence[Optional[str]]] = None):
         """Per input line, up to `nbest` (detokenized translation, score), best first ([] for an empty line); for
-        one string, its list."""
+        one string, its list. `prefixes`: per line, text its translations start with (for one string, a string)."""
         if isinstance(lines, str):
-            return self.translate_nbest([lines], nbest, beam_size, first_line)[0]
-        return self.texts(self.translate_ids(lines, beam_size=beam_size, nbest=nbest, first_line=first_line))
+            one = None if prefixes is None else [prefixes]
+            return self.translate_nbest([lines], nbest, beam_size, first_line, one)[0]
+        return self.texts(self.translate_ids(lines, beam_size=beam_size, nbest=nbest, first_line=first_line,
+                                             prefixes=prefixes))
 
     def translate_aligned(self, lines: Iterable[str], nbest: int = 1, beam_size: Optional[int] = None,
-                          first_line: int = 1) -> List[List[Tuple[str, float, List[Tuple[int, int]]]]]:
+                          first_line: int = 1, prefixes: Optional[Sequence[Optional[str]]] = None
+                          ) -> List[List[Tuple[str, float, List[Tuple[int, int]]]]]:
         """`translate_nbest` with each translation's word alignment: per input line, up to `nbest` (translation,
         score, links), links being (source word, translation word) pairs counted from 0 (`nmt.align`)."""
         from nmt.align import align_ids
         beam = self.decode.beam_size if beam_size is None else beam_size
         self.check_search(beam, nbest)
         src = self.source_ids(lines, first_line)
-        hyps = self.search_ids(src, beam, nbest)
+        hyps = self.search_ids(src, beam, nbest, self._prefixes_for(src, prefixes, first_line))
         links = iter(align_ids(self, [x for x, h in zip(src, hyps) for _ in h], [ids for h in hyps for ids, _ in h]))
         return [[(text, score, next(links)) for text, score in h] for h in self.texts(hyps)]
 
-    def translate(self, lines: Union[str, Iterable[str]], beam_size: Optional[int] = None, first_line: int = 1):
-        """One detokenized, single-line translation per input line; for one string, its translation."""
+    def translate(self, lines: Union[str, Iterable[str]], beam_size: Optional[int] = None, first_line: int = 1,
+                  prefixes: Union[None, str, Sequence[Optional[str]]] = None):
+        """One detokenized, single-line translation per input line; for one string, its translation.
+        `prefixes`: per line, text its translation starts with (None or "": none; for one string, a string)."""
         if isinstance(lines, str):
-            return self.translate([lines], beam_size, first_line)[0]
-        return [r[0][0] if r else "" for r in self.translate_nbest(lines, 1, beam_size, first_line)]
+            return self.translate([lines], beam_size, first_line, None if prefixes is None else [prefixes])[0]
+        return [r[0][0] if r else "" for r in self.translate_nbest(lines, 1, beam_size, first_line, prefixes)]

@@ -25,7 +25,7 @@ from nmt.corpus import hangul_counts, other_language_warning
 from nmt.manifest import CheckpointError
 from nmt.serve.batcher import DEFAULT_MAX_WAIT_MS, Batcher, Closed, QueueFull
 from nmt.serve.schema import (AttentionRequest, Limits, RequestError, TranslateRequest, check_attention,
-                              check_translate, parse, read_body)
+                              check_prefixes, check_translate, parse, read_body)
 
 logger = logging.getLogger("nmt.serve")
 PAGE = Path(__file__).with_name("page.html")
@@ -198,11 +198,15 @@ def _add_routes(app: FastAPI, service: Service) -> None:
         model = service.pick(req.src_lang, req.tgt_lang)
         tr = model.translator
         lines, beam, warnings = check_translate(req, limits, tr.decode.beam_size, tr.decode.max_input_tokens)
+        prefixes, cut = check_prefixes(req, tr.decode.max_input_tokens)
+        warnings += cut
         language = other_language_warning(*hangul_counts(lines), tr.src_lang, tr.tgt_lang)
         warnings += [f"text: {language}"] if language else []
-        warnings += await _within_limit(model.batcher.call(lambda: token_warnings(tr, lines), limits.timeout_s),
-                                        limits) if any(len(x) > tr.decode.max_input_tokens // 4 for x in lines) else []
-        nbests = await _within_limit(model.batcher.translate(lines, beam, req.nbest, limits.timeout_s), limits)
+        long_lines = any(len(x) > tr.decode.max_input_tokens // 4 for x in lines + (prefixes or []))
+        warnings += await _within_limit(model.batcher.call(lambda: token_warnings(tr, lines, prefixes),
+                                                           limits.timeout_s), limits) if long_lines else []
+        nbests = await _within_limit(model.batcher.translate(lines, beam, req.nbest, limits.timeout_s, prefixes),
+                                     limits)
         if req.alignment:   # each hypothesis gets its links: (text, score) -> (text, score, links)
             from nmt.align import align
             srcs, texts = [line for line, h in zip(lines, nbests) for _ in h], [t for h in nbests for t, _ in h]
@@ -255,17 +259,20 @@ def _translation_item(hyps: list, alignment: bool) -> dict:
     return {**(items[0] if items else empty), "nbest": items}
 
 
-def token_warnings(translator, lines: List[str]) -> List[str]:
-    """Warnings for the lines the Translator will cut to max_input_tokens subword tokens (its second rule after
-    the characters'), found with its own source_ids. Run on the worker thread: it uses the model's tokenizer."""
+def token_warnings(translator, lines: List[str], prefixes: Optional[List[str]] = None) -> List[str]:
+    """Warnings for the lines (and target prefixes) the Translator will cut to max_input_tokens subword tokens (its
+    second rule after the characters'), found with its own source_ids and prefix_ids. Run on the worker thread: it
+    uses the model's tokenizers."""
     limit, out = translator.decode.max_input_tokens, []
-    for i, line in enumerate(lines):
-        if len(line) > limit // 4:   # shorter lines cannot reach the limit (<= 4 byte-fallback pieces a character)
-            before = translator.truncated
-            translator.source_ids([line])
-            if translator.truncated > before:
-                out.append(f"text[{i}] has more than {limit} subword tokens; truncated to {limit} "
-                           "(max_input_tokens), as nmt-translate does")
+    for field, texts, encode in (("text", lines, translator.source_ids),
+                                 ("target_prefix", prefixes or [], translator.prefix_ids)):
+        for i, line in enumerate(texts):
+            if len(line) > limit // 4:   # shorter lines cannot reach the limit (<= 4 byte-fallback pieces a character)
+                before = translator.truncated
+                encode([line])
+                if translator.truncated > before:
+                    out.append(f"{field}[{i}] has more than {limit} subword tokens; truncated to {limit} "
+                               "(max_input_tokens), as nmt-translate does")
     return out
 
 

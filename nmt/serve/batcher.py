@@ -55,6 +55,7 @@ class _Job:
     future: asyncio.Future
     loop: asyncio.AbstractEventLoop
     lines: Sequence[str] = ()
+    prefixes: Optional[Sequence[Optional[str]]] = None   # per line, text its translations start with
     key: Tuple[int, int] = (0, 0)             # (beam_size, nbest): only jobs with the same key share a call
     call: Optional[Callable[[], Any]] = None
     deadline: float = float("inf")            # time.monotonic() after which nobody waits for the answer
@@ -112,11 +113,13 @@ class Batcher:
         """Sentences waiting or being translated."""
         return self._queued
 
-    async def translate(self, lines: Sequence[str], beam_size: int, nbest: int,
-                        timeout: Optional[float] = None) -> List[NBest]:
-        """The n-best lists of `lines` (input order); QueueFull when the queue cannot take them,
-        asyncio.TimeoutError after `timeout` seconds (the sentences are then dropped if not yet started)."""
-        return await self._submit(dict(lines=list(lines), key=(beam_size, nbest)), len(lines), timeout)
+    async def translate(self, lines: Sequence[str], beam_size: int, nbest: int, timeout: Optional[float] = None,
+                        prefixes: Optional[Sequence[Optional[str]]] = None) -> List[NBest]:
+        """The n-best lists of `lines` (input order), each line's translations starting with its `prefixes` item
+        if given; QueueFull when the queue cannot take them, asyncio.TimeoutError after `timeout` seconds (the
+        sentences are then dropped if not yet started)."""
+        return await self._submit(dict(lines=list(lines), key=(beam_size, nbest), prefixes=prefixes), len(lines),
+                                  timeout)
 
     async def call(self, fn: Callable[[], Any], timeout: Optional[float] = None) -> Any:
         """Run `fn()` on the worker thread (any use of the model outside translation, e.g. attention)."""
@@ -239,7 +242,7 @@ class Batcher:
                 self._finish(job, [])
             else:
                 try:
-                    self._decoder.add(job.lines, [(id(job), i) for i in range(len(job.lines))])
+                    self._decoder.add(job.lines, [(id(job), i) for i in range(len(job.lines))], job.prefixes)
                 except Exception as e:   # pylint: disable=broad-except - e.g. the tokenizer failed: the caller gets it
                     logger.exception("could not start translating a request")
                     self._finish(job, error=e)

@@ -51,6 +51,9 @@ class TranslateRequest(BaseModel):
                                         "empty translation")
     beam_size: Optional[int] = Field(None, description="beam size (1 = greedy); default: the model's")
     nbest: int = Field(1, description="hypotheses returned per sentence, best first (<= beam_size)")
+    target_prefix: Optional[List[Optional[str]]] = Field(
+        None, description="per sentence of text, the words its translations must start with (\"\" or null: none): "
+                          "they are forced, then the search goes on from them")
     alignment: bool = Field(False, description="also return each translation's word alignment from the attention: "
                                                "[source word, translation word] pairs, counted from 0")
     src_lang: Optional[str] = Field(None, description="source language; needed only when the server has "
@@ -138,6 +141,22 @@ def check_translate(req: TranslateRequest, limits: Limits, default_beam: int,
         lines.append(line)
         warnings += warning
     return lines, beam, warnings
+
+
+def check_prefixes(req: TranslateRequest, max_input_tokens: int) -> Tuple[Optional[List[str]], List[str]]:
+    """(target prefixes or None, warnings) of a parsed /translate request; RequestError unless it has one per
+    sentence."""
+    if req.target_prefix is None:
+        return None, []
+    if len(req.target_prefix) != len(req.text):
+        raise RequestError(422, f"target_prefix has {len(req.target_prefix)} items for {len(req.text)} sentences in "
+                                "text: give one per sentence (\"\" or null for none)", "target_prefix")
+    prefixes, warnings = [], []
+    for i, prefix in enumerate(req.target_prefix):
+        prefix, warning = check_line(prefix or "", f"target_prefix[{i}]", max_input_tokens)
+        prefixes.append(prefix)
+        warnings += warning
+    return prefixes, warnings
 
 
 def check_attention(req: AttentionRequest, max_input_tokens: int) -> Tuple[str, Optional[str], List[str]]:

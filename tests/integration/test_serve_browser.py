@@ -248,3 +248,31 @@ def test_on_a_phone_only_the_heatmap_scrolls_sideways(translator, serve_sentence
             assert label.rect["x"] >= box.rect["x"] and label.text, "scrolled, the target pieces left the screen"
     finally:
         driver.quit()
+
+
+def test_the_translation_can_be_made_to_start_with_given_words(translator, serve_sentences):
+    """Words typed into "translation starts with" are forced as the translation's first words (the API's
+    target_prefix), and Enter there translates."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import WebDriverWait
+    driver = browser()
+    sentence = serve_sentences[5]
+    try:
+        with background_server(make_app(translator)) as url:
+            translate_on_page(driver, url, sentence)
+            free = driver.find_element(By.ID, "translation").text
+            prefix = "ga ma"
+            assert not free.startswith(prefix)
+            driver.find_element(By.ID, "prefix").send_keys(prefix + Keys.ENTER)
+            WebDriverWait(driver, 30).until(lambda d: d.find_element(By.ID, "translation").text != free)
+            wait_done(driver)
+            beam, nbest = (int(driver.find_element(By.ID, k).get_attribute("value")) for k in ("beam", "nbest"))
+            api = httpx.post(url + "/translate", json={"text": [sentence], "beam_size": beam, "nbest": nbest,
+                                                       "target_prefix": [prefix]}).json()["translations"][0]
+            assert driver.find_element(By.ID, "translation").text == api["translation"]
+            assert api["translation"].startswith(prefix)
+            hyps = [li.text for li in driver.find_elements(By.CSS_SELECTOR, "#nbest-list li .hyp")]
+            assert hyps == [h["translation"] for h in api["nbest"]]
+    finally:
+        driver.quit()

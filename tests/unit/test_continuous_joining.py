@@ -27,7 +27,7 @@ class FakeSearch:
     def can_join(self):
         return self.size == 0 or self.joinable
 
-    def add(self, src, src_len, max_len, ids):
+    def add(self, src, src_len, max_len, ids, prefixes=None):
         self.joins.append([int(i) for i in ids])
         self.rows.update({int(i): int(n) - 1 for i, n in zip(ids, src_len.asnumpy())})
 
@@ -45,7 +45,8 @@ def decoder(monkeypatch, joinable=True, max_batch=8):
     tok = types.SimpleNamespace(decode=lambda ids: [" ".join(map(str, x)) for x in ids])
     decode = types.SimpleNamespace(length_penalty_alpha=0.6, max_len_a=2.0, max_len_b=0.0)
     tr = types.SimpleNamespace(members=[object()], ctx=mx.cpu(), decode=decode, tgt_tok=tok,
-                               source_ids=lambda lines: [[5] * len(x) for x in lines], lock=threading.RLock())
+                               source_ids=lambda lines: [[5] * len(x) for x in lines], lock=threading.RLock(),
+                               prefix_ids=lambda prefixes: None if prefixes is None else [[6] for _ in prefixes])
     tr.source_batch, tr.texts = (types.MethodType(f, tr) for f in (Translator.source_batch, Translator.texts))
     monkeypatch.setattr(continuous, "as_model", lambda members: members[0])
     return continuous.ContinuousDecoder(tr, 4, 1, max_batch)
@@ -67,9 +68,9 @@ def track_joins(dec):
     """{search id: the decoder's step count when it joined}."""
     joined_at, original = {}, dec.search.add
 
-    def add(src, src_len, max_len, ids):
+    def add(src, src_len, max_len, ids, prefixes=None):
         joined_at.update({int(i): dec.steps for i in ids})
-        original(src, src_len, max_len, ids)
+        original(src, src_len, max_len, ids, prefixes)
     dec.search.add = add
     return joined_at
 

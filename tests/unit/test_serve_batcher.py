@@ -40,7 +40,7 @@ class FakeDecoder:
     def pending(self):
         return len(self.waiting) + len(self.running)
 
-    def add(self, lines, keys):
+    def add(self, lines, keys, prefixes=None):
         self.waiting += [[key, line, self.fake.steps(line)] for key, line in zip(keys, lines)]
 
     def step(self):
@@ -240,10 +240,10 @@ def test_a_failing_tokenizer_fails_its_request_only():
             decoder = super().continuous(beam_size, nbest, max_batch)
             add = decoder.add
 
-            def checked(lines, keys):
+            def checked(lines, keys, prefixes=None):
                 if "bad" in lines:
                     raise ValueError("cannot tokenize")
-                add(lines, keys)
+                add(lines, keys, prefixes)
             decoder.add = checked
             return decoder
     b = Batcher(Picky(), max_batch=8, max_wait_ms=30)

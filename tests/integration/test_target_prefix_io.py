@@ -1,0 +1,175 @@
+"""Target prefixes on the tiny trained model, through every way in: the Python API (translations start with the
+prefix, a prefix the model would have written changes nothing), `nmt-translate --json-input` (its output, its
+errors naming the line and field after the lines before are written, the interactive prompt), and POST
+/translate's `target_prefix` (the Translator's answers, also among concurrent requests without one)."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+
+from nmt.cli_decode import translate_main
+from nmt.serve.cli import background_server
+from nmt.stream import interactive
+from nmt.translate import Translator
+from tests.integration.serve_app import make_app
+
+
+def test_translations_start_with_the_prefix(translator, serve_sentences):
+    lines = serve_sentences[:6]
+    free = translator.translate(lines, beam_size=1)
+    # the model's own first word: the same translation; another sentence's words: forced, then continued
+    own = [t.split()[0] for t in free]
+    assert translator.translate(lines, beam_size=1, prefixes=own) == free
+    other = [free[(i + 1) % len(free)].split()[0] + " " + free[(i + 2) % len(free)].split()[0]
+             for i in range(len(lines))]
+    for beam in (1, 4):
+        for prefix, hyps in zip(other, translator.translate_nbest(lines, 3 if beam > 1 else 1, beam_size=beam,
+                                                                  prefixes=other)):
+            assert all(text.startswith(prefix) for text, _ in hyps), (prefix, hyps)
+    mixed = [other[0], None, "", other[3]]
+    got = translator.translate(lines[:4], beam_size=4, prefixes=mixed)
+    assert got[1:3] == translator.translate(lines[1:3], beam_size=4)
+    assert got[0].startswith(other[0]) and got[3].startswith(other[3])
+    assert translator.translate(lines[0], prefixes=other[0]) == got[0]   # one string, one prefix
+    aligned = translator.translate_aligned(lines[:2], prefixes=other[:2])
+    assert [h[0][0] for h in aligned] == translator.translate(lines[:2], prefixes=other[:2])
+
+
+def test_an_empty_line_with_a_prefix_is_translated(translator):
+    assert translator.translate(["", ""], prefixes=["ga", None]) != ["", ""]
+    assert translator.translate(["", ""], prefixes=["ga", None])[1] == ""
+    assert translator.translate([""], prefixes=["ga"])[0].startswith("ga")
+
+
+def test_bad_prefixes_are_refused_and_a_long_one_is_cut_with_a_warning(translator, serve_sentences, caplog):
+    lines = serve_sentences[:2]
+    with pytest.raises(ValueError, match="prefixes has 1 items for 2 lines"):
+        translator.translate(lines, prefixes=["ga"])
+    with pytest.raises(TypeError, match="not one string"):
+        translator.translate(lines, prefixes="ga")
+    with pytest.raises(ValueError, match=r"prefixes\[1\] has text on 2 lines"):
+        translator.translate(lines, prefixes=["ga", "a\nb"])
+    short = Translator(translator.net, translator.src_tok, translator.tgt_tok,
+                       dataclasses.replace(translator.decode, max_input_tokens=4))
+    prefix = "ga na da ra ma ba sa"
+    cut = translator.tgt_tok.decode([translator.tgt_tok.encode([prefix])[0][:4]])[0]
+    with caplog.at_level("WARNING", logger="nmt.translate"):
+        out = short.translate([lines[0]], prefixes=[prefix], first_line=7)[0]
+    assert out.startswith(cut) and not out.startswith(prefix)
+    assert "target prefix of line 7 has" in caplog.text and "truncated to 4" in caplog.text
+
+
+def run(argv, capsys):
+    try:
+        code = translate_main([str(a) for a in argv])
+    except SystemExit as e:
+        code = e.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_json_input(translator, serve_sentences, tmp_path, capsys):
+    lines = serve_sentences[:3]
+    prefixes = ["ga", None, "ma ba"]
+    rows = [json.dumps({"text": x, **({"target_prefix": p} if p else {})}, ensure_ascii=False)
+            for x, p in zip(lines, prefixes)]
+    src = tmp_path / "in.jsonl"
+    src.write_text("\n".join(rows[:2] + [""] + rows[2:]) + "\n", encoding="utf-8")
+    out = tmp_path / "out.en"
+    model = ["--model-dir", translator.model_dir]
+    code, _, err = run(model + ["--json-input", "--input", src, "--output", out, "--beam-size", "3"], capsys)
+    assert code == 0, err
+    want = translator.translate(lines, beam_size=3, prefixes=prefixes)
+    assert out.read_text(encoding="utf-8").splitlines() == want[:2] + [""] + want[2:]
+    code, _, err = run(model + ["--json-input", "--input", src, "--output", tmp_path / "nbest.jsonl", "--nbest", "2",
+                                "--alignment"], capsys)
+    assert code == 0, err
+    nbest = [json.loads(x) for x in (tmp_path / "nbest.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert all(t.startswith("ma ba") for t in nbest[3]["translations"]) and len(nbest[3]["alignments"]) == 2
+
+
+BAD_LINES = {   # the third line: the words the error must contain
+    '{"text": "가", "target_prefix": 3}': "field 'target_prefix' (text the translation starts with) is a JSON int",
+    '{"txt": "가"}': "unknown field 'txt'; the fields are text, target_prefix",
+    '{"target_prefix": "ga"}': "field 'text' (the sentence to translate, a string) is missing",
+    '{"text": "가", "target_prefix": "a\\nb"}': "field 'target_prefix' has text on 2 lines",
+    '"가"': "a JSON str, not an object",
+    '{"text": "가"': "not JSON (Expecting ',' delimiter at character 13)",
+}
+
+
+@pytest.mark.parametrize("bad", list(BAD_LINES))
+def test_cli_json_input_errors_name_the_line_after_writing_the_lines_before(translator, serve_sentences, tmp_path,
+                                                                          capsys, bad):
+    src = tmp_path / "in.jsonl"
+    good = [json.dumps({"text": x}, ensure_ascii=False) for x in serve_sentences[:2]]
+    src.write_text("\n".join(good + [bad, good[0]]) + "\n", encoding="utf-8")
+    out = tmp_path / "out.en"
+    code, _, err = run(["--model-dir", translator.model_dir, "--json-input", "--input", src, "--output", out,
+                        "--chunk-lines", "2"], capsys)
+    assert code == 2
+    assert f"error: {src}:3: {BAD_LINES[bad]}" in err
+    assert out.read_text(encoding="utf-8").splitlines() == translator.translate(serve_sentences[:2])
+
+
+def test_interactive_json_input_reports_a_bad_line_and_goes_on(translator, serve_sentences, capsys):
+    typed = iter(['{"text": "%s", "target_prefix": "ga"}' % serve_sentences[0], "not json",
+                  '{"text": "%s"}' % serve_sentences[1]])
+
+    def read(prompt):
+        item = next(typed, None)
+        if item is None:
+            raise EOFError
+        return item
+    assert interactive(translator, read=read, json_input=True) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines() == [translator.translate(serve_sentences[0], prefixes="ga"),
+                                translator.translate(serve_sentences[1])]
+    assert "error: input:2: not JSON" in err
+
+
+@pytest.fixture(scope="module")
+def url(translator):
+    with background_server(make_app(translator, max_wait_ms=20)) as u:
+        yield u
+
+
+def test_service_target_prefix_is_the_translators(url, translator, serve_sentences):
+    lines = serve_sentences[:4] + [""]
+    prefixes = ["ga", "", None, "na", "da"]
+    r = httpx.post(url + "/translate", json={"text": lines, "beam_size": 4, "nbest": 2, "target_prefix": prefixes,
+                                             "alignment": True}, timeout=60)
+    assert r.status_code == 200, r.text
+    got = [[h["translation"] for h in t["nbest"]] for t in r.json()["translations"]]
+    offline = translator.translate_nbest(lines, 2, beam_size=4, prefixes=prefixes)
+    assert got == [[x for x, _ in h] for h in offline]
+    assert all(t.startswith("da") for t in got[4]) and got[4]
+    # requests with and without prefixes decode together, each as alone
+    jobs = [{"text": [s], **({"target_prefix": ["ga"]} if i % 2 else {})} for i, s in enumerate(serve_sentences[:12])]
+    with ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(lambda j: httpx.post(url + "/translate", json=j, timeout=60).json(), jobs))
+    served = [a["translations"][0]["translation"] for a in answers]
+    assert served == [translator.translate(j["text"], prefixes=j.get("target_prefix"))[0] for j in jobs]
+
+
+@pytest.mark.parametrize("prefix, words", [(["ga"], "target_prefix has 1 items for 2 sentences"),
+                                           ([1, "ga"], "target_prefix[0]"),
+                                           ("ga", "target_prefix: input should be a valid list"),
+                                           (["ga", "a\nb"], "target_prefix[1] has text on 2 lines")])
+def test_service_refuses_bad_prefixes_naming_the_field(url, serve_sentences, prefix, words):
+    r = httpx.post(url + "/translate", json={"text": serve_sentences[:2], "target_prefix": prefix}, timeout=60)
+    assert r.status_code == 422 and words in r.json()["error"], r.text
+    assert r.json()["field"].startswith("target_prefix")
+
+
+def test_service_warns_of_a_prefix_it_cuts(url, translator, serve_sentences):
+    limit = translator.decode.max_input_tokens
+    r = httpx.post(url + "/translate", json={"text": serve_sentences[:1], "target_prefix": ["ga " * (limit + 10)]},
+                   timeout=60)
+    assert r.status_code == 200, r.text
+    assert r.json()["warnings"] == [f"target_prefix[0] has more than {limit} subword tokens; truncated to {limit} "
+                                    "(max_input_tokens), as nmt-translate does"]
