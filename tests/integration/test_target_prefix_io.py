@@ -11,11 +11,11 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from nmt.cli_decode import translate_main
 from nmt.serve.cli import background_server
 from nmt.stream import interactive
 from nmt.translate import Translator
 from tests.integration.serve_app import make_app
+from tests.integration.test_translate import run
 
 
 def test_translations_start_with_the_prefix(translator, serve_sentences):
@@ -61,15 +61,6 @@ def test_bad_prefixes_are_refused_and_a_long_one_is_cut_with_a_warning(translato
         out = short.translate([lines[0]], prefixes=[prefix], first_line=7)[0]
     assert out.startswith(cut) and not out.startswith(prefix)
     assert "target prefix of line 7 has" in caplog.text and "truncated to 4" in caplog.text
-
-
-def run(argv, capsys):
-    try:
-        code = translate_main([str(a) for a in argv])
-    except SystemExit as e:
-        code = e.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_cli_json_input(translator, serve_sentences, tmp_path, capsys):
