@@ -109,6 +109,8 @@ def translate_main(args: argparse.Namespace) -> int:
         src, idle = (sys.stdin.buffer, IDLE_SECONDS) if stdin else open_input(args.input, stack)
         out = open_output(stack, args.output)
         max_bytes = tr.decode.max_input_tokens * CHARS_PER_TOKEN * 4   # 4 = longest UTF-8 character
+        if args.json_input:   # two fields, each up to the guard's characters, JSON-escaped (\uXXXX: 6 bytes)
+            max_bytes = max_bytes * 3 + 1024
         try:
             stats = translate_stream(tr, read_raw_lines(src, max_bytes, idle), out, name=name,
                                      chunk_lines=args.chunk_lines, on_invalid=args.on_invalid_utf8,

@@ -224,6 +224,11 @@ def translate_stream(translator: Translator, raw_lines: Iterable[Tuple[bytes, bo
                 continue
             raw, cut = item
             line_no += 1
+            if cut and json_input:   # a cut object is no longer JSON
+                raise CorpusError(f"{name}:{line_no}: the line is longer than the input guard (--max-input-tokens x "
+                                  f"{CHARS_PER_TOKEN} characters per field) and was cut while reading, so it is no "
+                                  "longer a JSON object; its text would be cut to --max-input-tokens anyway: shorten "
+                                  "it, or raise --max-input-tokens")
             if cut:
                 stats.cut += 1
                 logger.warning("%s:%d: line longer than the input guard (--max-input-tokens x %d characters); cut "

@@ -164,3 +164,20 @@ def test_service_warns_of_a_prefix_it_cuts(url, translator, serve_sentences):
     assert r.status_code == 200, r.text
     assert r.json()["warnings"] == [f"target_prefix[0] has more than {limit} subword tokens; truncated to {limit} "
                                     "(max_input_tokens), as nmt-translate does"]
+
+
+def test_cli_json_input_reads_fields_up_to_the_guard_whole_and_names_a_longer_line(translator, tmp_path, capsys):
+    """The reading guard cuts a line after --max-input-tokens x 16 characters' worth of bytes; a cut JSON line is no
+    longer JSON. With --json-input it leaves room for both fields at that length, JSON-escaped; a longer line is an
+    error that says why."""
+    guard = 20 * 16   # --max-input-tokens 20
+    at_guard = json.dumps({"text": "가" * guard, "target_prefix": "나" * guard})   # \uXXXX escapes: 6 bytes each
+    over = json.dumps({"text": "가" * guard * 4})
+    src = tmp_path / "in.jsonl"
+    src.write_text(at_guard + "\n" + over + "\n", encoding="utf-8")
+    out = tmp_path / "out.en"
+    code, _, err = run(["--model-dir", translator.model_dir, "--json-input", "--input", src, "--output", out,
+                        "--max-input-tokens", "20", "--chunk-lines", "1", "--beam-size", "1"], capsys)
+    assert code == 2
+    assert f"{src}:2: the line is longer than the input guard" in err and "no longer a JSON object" in err
+    assert "not JSON" not in err and len(out.read_text(encoding="utf-8").splitlines()) == 1
