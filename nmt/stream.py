@@ -283,8 +283,9 @@ def interactive(translator: Translator, nbest: Optional[int] = None,
     stdout, until end of input (Ctrl-D) or Ctrl-C. With `json_input` each typed line is a JSON object
     (`parse_json_line`); a bad one is reported and the prompt goes on."""
     how = f"beam {translator.decode.beam_size}" if translator.sample is None else f"--sample {translator.sample}"
+    what = f"a JSON object such as {JSON_EXAMPLE}" if json_input else "a sentence"
     print(f"nmt-translate {translator.src_lang} -> {translator.tgt_lang} ({translator.model_dir}, checkpoint "
-          f"{translator.checkpoint}, {how}). Type a sentence and press Enter; Ctrl-D to quit.", file=sys.stderr)
+          f"{translator.checkpoint}, {how}). Type {what} and press Enter; Ctrl-D to quit.", file=sys.stderr)
     n = 0
     while True:
         try:

@@ -120,7 +120,7 @@ def test_interactive_json_input_reports_a_bad_line_and_goes_on(translator, serve
     out, err = capsys.readouterr()
     assert out.splitlines() == [translator.translate(serve_sentences[0], prefixes="ga"),
                                 translator.translate(serve_sentences[1])]
-    assert "error: input:2: not JSON" in err
+    assert "error: input:2: not JSON" in err and "Type a JSON object such as {" in err
 
 
 @pytest.fixture(scope="module")
