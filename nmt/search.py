@@ -18,10 +18,11 @@ batch shapes).
 
 `model` may be a list of models sharing both vocabularies: they decode as an `nmt.models.ensemble.Ensemble`.
 
-A sentence may be given a target prefix (token ids): its translations start with it. While a sentence is within
-its prefix, the model's log-probabilities are masked to the prefix's next token (`ForceTokens`) before the search
-chooses, so the prefix's tokens are scored by the model like any other, the search knows nothing of it, and a
-beam starts to spread only after it. The prefix does not count against the sentence's `max_len`.
+A sentence may be given a target prefix (token ids, or a `TargetPrefix`: token ids, then a word to complete): its
+translations start with it. While a sentence is within its prefix, the model's log-probabilities are masked to the
+prefix's next token, or to the tokens that fit the word (`Forcing`), before the search chooses, so the prefix is
+scored by the model like any other text and the search knows nothing of it; a beam spreads only where the prefix
+leaves a choice. The prefix does not count against the sentence's `max_len`.
 """
 from __future__ import annotations
 
@@ -34,14 +35,14 @@ import numpy as np
 from nmt.models.base import DecoderState, Seq2SeqModel
 from nmt.models.ensemble import as_model
 from nmt.parallel import to_device
-from nmt.search_blocks import Forcing, update_block
+from nmt.search_blocks import Forcing, TargetPrefix, update_block
 from nmt.tokenizer import BOS_ID, EOS_ID  # noqa: F401  (EOS_ID: the tests take both from here)
 
 MaxLen = Union[int, Sequence[int], np.ndarray]
 Models = Union[Seq2SeqModel, Sequence[Seq2SeqModel]]
 NBest = List[Tuple[List[int], float]]
-# per sentence, the token ids its translations must start with (None or []: none)
-Prefixes = Optional[Sequence[Optional[Sequence[int]]]]
+# per sentence, the token ids its translations must start with, or a TargetPrefix (None or []: none)
+Prefixes = Optional[Sequence[Union[None, Sequence[int], TargetPrefix]]]
 # A batch sheds its done sentences once this fraction of it is done (each change of batch shape re-plans the
 # step graph, which costs about one step).
 _COMPACT_FRACTION = 0.25
@@ -231,6 +232,7 @@ def greedy_search(model: Models, src: mx.nd.NDArray, src_len: mx.nd.NDArray, max
         log_probs = forcing.apply(log_probs, search.ids, 1)
         token, done, steps, emitted, scores = update(log_probs, hyps.finished, hyps.lengths, hyps.limits,
                                                      hyps.scores)
+        forcing.after(search.ids, 1, token, None)
         hyps = dataclasses.replace(hyps, prev=token, finished=done, lengths=steps, scores=scores)
         return state, hyps, emitted, None, done
 
@@ -343,6 +345,7 @@ class BeamStream:
         token, scores, lengths, finished, rows, emitted, done, *moving = self._update(
             log_probs, hyps.scores, hyps.lengths, hyps.finished, hyps.limits, self._lp_table,
             *state.arrays(moving_only=True))
+        self._forcing.after(self._batch.ids, self.K, token, rows)
         hyps = dataclasses.replace(hyps, prev=token, scores=scores, lengths=lengths, finished=finished)
         return state.with_arrays(moving, moving_only=True), hyps, emitted, rows, done
 
@@ -372,7 +375,8 @@ def beam_search(model: Models, src: mx.nd.NDArray, src_len: mx.nd.NDArray, beam_
     check_beam_args(beam_size, nbest)
     batch = src.shape[0]
     limits = _max_lens(max_len, batch)
-    forced = prefixes is not None and any(p is not None and len(p) for p in prefixes)
+    forced = prefixes is not None and any(p is not None and (p.steps if isinstance(p, TargetPrefix) else len(p))
+                                          for p in prefixes)
     if int(limits.max(initial=0)) == 0 and not forced:
         return [[([], 0.0)] for _ in range(batch)]
     stream = BeamStream(model, src.context, beam_size, nbest, alpha, early_stop)

@@ -10,7 +10,8 @@ that joined a running batch later (`nmt.search.BeamStream`) follow the same rule
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, Optional, Sequence
+import dataclasses
+from typing import Callable, Dict, Optional, Sequence, Union
 
 import mxnet as mx
 import numpy as np
@@ -158,6 +159,14 @@ class ForceTokens(gluon.HybridBlock):
         return F.where(keep, log_probs, F.ones_like(log_probs) * _NEG_INF)
 
 
+class MaskTokens(gluon.HybridBlock):
+    """(log_probs (N,V), mask (N,V)) -> log_probs at -inf where the mask is 0: the tokens a row may take (a word of
+    a target prefix being completed, `Forcing`)."""
+
+    def hybrid_forward(self, F, log_probs, mask):
+        return F.where(mask, log_probs, F.ones_like(log_probs) * _NEG_INF)
+
+
 class GreedyUpdate(gluon.HybridBlock):
     """(log_probs, done, steps, limits, scores) -> (token, done, steps, emitted, scores): the most probable token of
     every row, or with `sample_top` >= 0 a token drawn from the row's distribution renormalized over its
@@ -184,49 +193,110 @@ class GreedyUpdate(gluon.HybridBlock):
         return token, F.broadcast_logical_or(stop, limits <= steps), steps, emitted, scores
 
 
+@dataclasses.dataclass(frozen=True)
+class TargetPrefix:
+    """What a sentence's translations must start with: `tokens`, then optionally a word to complete, as a table:
+    `allowed[o]` (V,) says which tokens may follow the first o characters of the word, and a token writes
+    `sizes[token]` characters (one that writes at least the rest of the word completes it)."""
+    tokens: Sequence[int]
+    allowed: Optional[np.ndarray] = None   # (characters of the word, V) bool
+    sizes: Optional[np.ndarray] = None     # (V,) int
+
+    @property
+    def steps(self) -> int:
+        """The most steps it can take: its tokens and a token per character of the word."""
+        return len(self.tokens) + (0 if self.allowed is None else len(self.allowed))
+
+
+class _Progress:
+    """How far one sentence has come through its `TargetPrefix`: tokens taken, then each row's characters of the
+    word written (`offsets`; None until the tokens are taken)."""
+
+    def __init__(self, prefix: TargetPrefix):
+        self.prefix, self.taken = prefix, 0
+        self.offsets: Optional[np.ndarray] = None
+
+
 class Forcing:
-    """The target prefixes of the sentences being searched, by sentence id, and how many steps each has taken:
-    `apply` masks a step's log-probabilities to the token each row must take (`ForceTokens`), and does nothing
-    once no sentence is within its prefix."""
+    """The target prefixes of the sentences being searched, by sentence id: `apply` masks a step's
+    log-probabilities to the token each row must take (`ForceTokens`) or, while a word is being completed, to the
+    tokens that fit it (`MaskTokens`); `after` follows the tokens chosen (read from the device only while a word is
+    being completed). Once no sentence is within its prefix, both do nothing."""
 
     def __init__(self, ctx: mx.Context):
         self.ctx = ctx
-        self.prefixes: Dict[int, np.ndarray] = {}
-        self.taken: Dict[int, int] = {}
+        self.progress: Dict[int, _Progress] = {}
 
-    def add(self, ids: Sequence[int], prefixes: Optional[Sequence[Optional[Sequence[int]]]],
+    def add(self, ids: Sequence[int], prefixes: Optional[Sequence[Union[None, Sequence[int], TargetPrefix]]],
             limits: np.ndarray) -> np.ndarray:
-        """Take the prefixes of sentences `ids`; their length limits raised by their prefixes' lengths."""
+        """Take the prefixes of sentences `ids` (token ids or `TargetPrefix`); their length limits raised by the
+        steps the prefixes can take."""
         if prefixes is None:
             return limits
         if len(prefixes) != len(ids):
             raise ValueError(f"prefixes must have one entry per sentence ({len(ids)}); got {len(prefixes)}")
         limits = limits.copy()
         for n, (i, prefix) in enumerate(zip(ids, prefixes)):
-            if prefix is not None and len(prefix):
-                self.prefixes[int(i)], self.taken[int(i)] = np.asarray(prefix, dtype=np.float32), 0
-                limits[n] += len(prefix)
+            if prefix is not None and not isinstance(prefix, TargetPrefix):
+                prefix = TargetPrefix(prefix)
+            if prefix is not None and prefix.steps:
+                self.progress[int(i)] = _Progress(prefix)
+                limits[n] += prefix.steps
         return limits
 
     def apply(self, log_probs: mx.nd.NDArray, ids: np.ndarray, beam: int) -> mx.nd.NDArray:
-        """`log_probs` of this step of the sentences `ids` (`beam` rows each), masked to the prefix tokens due."""
-        if not self.prefixes:
+        """`log_probs` of this step of the sentences `ids` (`beam` rows each), masked to the prefixes."""
+        if not self.progress:
             return log_probs
         forced = np.full(len(ids), -1.0, dtype=np.float32)
+        words = []   # (position, progress) of the sentences completing a word at this step
         for n, i in enumerate(ids.tolist()):
-            prefix = self.prefixes.get(i)
-            if prefix is not None:
-                forced[n] = prefix[self.taken[i]]
-                self.taken[i] += 1
-                if self.taken[i] == len(prefix):   # the rest of its steps are free
-                    self.discard(i)
-        mask = update_block(self.ctx, force=True)
-        return mask(log_probs, to_device(np.repeat(forced, beam), self.ctx))
+            p = self.progress.get(i)
+            if p is None:
+                continue
+            if p.taken < len(p.prefix.tokens):
+                forced[n] = p.prefix.tokens[p.taken]
+                p.taken += 1
+                if p.taken == len(p.prefix.tokens) and p.prefix.allowed is None:
+                    self.discard(i)   # the rest of its steps are free
+                continue
+            if p.offsets is None:   # its tokens are taken: the word starts
+                p.offsets = np.zeros(beam, np.int64)
+            words.append((n, p))
+        if not words:
+            return update_block(self.ctx, force="tokens")(log_probs, to_device(np.repeat(forced, beam), self.ctx))
+        mask = np.ones((len(ids), beam, log_probs.shape[1]), dtype=np.float32)
+        for n in np.flatnonzero(forced >= 0):
+            mask[n] = 0.0
+            mask[n, :, int(forced[n])] = 1.0
+        for n, p in words:
+            within = p.offsets < len(p.prefix.allowed)
+            mask[n, within] = p.prefix.allowed[p.offsets[within]]
+        return update_block(self.ctx, force="mask")(log_probs, to_device(mask.reshape(len(ids) * beam, -1), self.ctx))
+
+    def after(self, ids: np.ndarray, beam: int, token: mx.nd.NDArray, rows: Optional[mx.nd.NDArray]) -> None:
+        """Follow the tokens chosen at this step (`rows`: the back-pointers, None for one row per sentence) through
+        the words being completed: the only time the search waits for the device at a step."""
+        words = [(n, i) for n, i in enumerate(ids.tolist())
+                 if i in self.progress and self.progress[i].offsets is not None]
+        if not words:
+            return
+        tokens = token.asnumpy().astype(np.int64).reshape(-1, beam)
+        parents = np.arange(len(ids) * beam) if rows is None else rows.asnumpy().astype(np.int64)
+        parents = parents.reshape(-1, beam) - np.arange(len(ids))[:, None] * beam   # rows within the sentence
+        for n, i in words:
+            p = self.progress[i]
+            length = len(p.prefix.allowed)
+            start = p.offsets[parents[n]]
+            # a row whose token did not fit (a candidate at -inf) or that wrote the rest of the word is past it
+            fits = (start < length) & p.prefix.allowed[np.minimum(start, length - 1), tokens[n]]
+            p.offsets = np.where(fits, start + p.prefix.sizes[tokens[n]], length)
+            if (p.offsets >= length).all():
+                self.discard(i)
 
     def discard(self, i: int) -> None:
         """Forget sentence `i` (past its prefix, or gone from the search)."""
-        self.prefixes.pop(i, None)
-        self.taken.pop(i, None)
+        self.progress.pop(i, None)
 
 
 # Update blocks per (kind, sizes, device, state arrays), hybridized once and reused for every batch: they hold no
@@ -235,13 +305,13 @@ _UPDATES: Dict[tuple, gluon.HybridBlock] = {}
 
 
 def update_block(ctx: mx.Context, beam_size: int = 0, vocab_size: int = 0, nbest: int = 0,
-                  num_moving: int = 0, sample_top: int = -1, force: bool = False) -> gluon.HybridBlock:
+                  num_moving: int = 0, sample_top: int = -1, force: str = "") -> gluon.HybridBlock:
     """The update block of a search (`BeamUpdate` with a `beam_size`, else `GreedyUpdate`), or with `force` the
-    `ForceTokens` block, for device `ctx`."""
+    block of a target prefix ("tokens": `ForceTokens`, "mask": `MaskTokens`), for device `ctx`."""
     key = (ROW_TOPK, str(ctx), beam_size, vocab_size, nbest, num_moving, sample_top, force)   # the hook may change
     if key not in _UPDATES:
         if force:
-            block = ForceTokens()
+            block = ForceTokens() if force == "tokens" else MaskTokens()
         else:
             block = BeamUpdate(beam_size, vocab_size, nbest) if beam_size else GreedyUpdate(sample_top)
         block.hybridize(static_alloc=True)

@@ -222,23 +222,8 @@ def translate_stream(translator: Translator, raw_lines: Iterable[Tuple[bytes, bo
             if item is PAUSE:   # the input paused: a program may be waiting for what it gave so far
                 flush()
                 continue
-            raw, cut = item
             line_no += 1
-            if cut and json_input:   # a cut object is no longer JSON
-                raise CorpusError(f"{name}:{line_no}: the line is longer than the input guard (--max-input-tokens x "
-                                  f"{CHARS_PER_TOKEN} characters per field) and was cut while reading, so it is no "
-                                  "longer a JSON object; its text would be cut to --max-input-tokens anyway: shorten "
-                                  "it, or raise --max-input-tokens")
-            if cut:
-                stats.cut += 1
-                logger.warning("%s:%d: line longer than the input guard (--max-input-tokens x %d characters); cut "
-                               "while reading", name, line_no, CHARS_PER_TOKEN)
-            text, replaced = decode_line(raw, line_no, name, on_invalid)
-            stats.invalid_utf8 += replaced
-            prefix = None
-            if json_input:
-                text, prefix = parse_json_line(text, line_no, name)
-            stats.lines += 1
+            text, prefix = _read_line(*item, line_no, name, on_invalid, json_input, stats)
             chunk.append(text)
             prefixes.append(prefix)
             if len(chunk) >= chunk_lines:
@@ -249,6 +234,28 @@ def translate_stream(translator: Translator, raw_lines: Iterable[Tuple[bytes, bo
     flush(last=True)
     stats.seconds = time.perf_counter() - t0
     return stats
+
+
+def _read_line(raw: bytes, cut: bool, line_no: int, name: str, on_invalid: str, json_input: bool,
+               stats: StreamStats) -> Tuple[str, Optional[str]]:
+    """(text, target prefix or None) of one raw input line, counted in `stats`; a CorpusError naming the line for
+    what cannot be read."""
+    if cut and json_input:   # a cut object is no longer JSON
+        raise CorpusError(f"{name}:{line_no}: the line is longer than the input guard (--max-input-tokens x "
+                          f"{CHARS_PER_TOKEN} characters per field) and was cut while reading, so it is no longer a "
+                          "JSON object; its text would be cut to --max-input-tokens anyway: shorten it, or raise "
+                          "--max-input-tokens")
+    if cut:
+        stats.cut += 1
+        logger.warning("%s:%d: line longer than the input guard (--max-input-tokens x %d characters); cut while "
+                       "reading", name, line_no, CHARS_PER_TOKEN)
+    text, replaced = decode_line(raw, line_no, name, on_invalid)
+    stats.invalid_utf8 += replaced
+    prefix = None
+    if json_input:
+        text, prefix = parse_json_line(text, line_no, name)
+    stats.lines += 1
+    return text, prefix
 
 
 def _readable(raw_lines: Iterable[Tuple[bytes, bool]], name: str) -> Iterator[Tuple[bytes, bool]]:

@@ -79,6 +79,7 @@ class Tokenizer:
         self.lang = lang
         # Batch encoding/decoding is parallel in C++; one thread per core, as for training.
         self._threads = os.cpu_count() or 1
+        self._surfaces: Optional[List[Optional[str]]] = None
 
     @classmethod
     def load(cls, path: PathLike, lang: Optional[str] = None) -> "Tokenizer":
@@ -153,6 +154,15 @@ class Tokenizer:
         if not 0 <= token_id < self.vocab_size:
             raise self._outside(f"piece: id {token_id}")
         return self._sp.id_to_piece(token_id)
+
+    def surfaces(self) -> List[Optional[str]]:
+        """Per id, the text its piece writes ("▁" for a space before it), None for special and byte pieces (what
+        completing a word of a target prefix may use, `nmt.prefix`)."""
+        if self._surfaces is None:
+            sp = self._sp
+            self._surfaces = [None if sp.is_control(i) or sp.is_unknown(i) or sp.is_byte(i) or sp.is_unused(i)
+                              else sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+        return self._surfaces
 
     def piece_words(self, ids: Sequence[int]) -> Tuple[str, List[Optional[int]]]:
         """The text of `ids` (as `decode`) and, per id, the index of the whitespace-separated word of that text its

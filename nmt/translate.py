@@ -24,7 +24,9 @@ from nmt.models import build_model
 from nmt.models.base import Seq2SeqModel
 from nmt.models.ensemble import as_model
 from nmt.parallel import check_gpus, concurrent_devices_safe
+from nmt.prefix import WORD_START, split_last_word, word_table
 from nmt.search import beam_search, check_beam_args, greedy_search
+from nmt.search_blocks import TargetPrefix
 from nmt.tokenizer import Tokenizer, load_tokenizers
 
 logger = logging.getLogger("nmt.translate")
@@ -160,20 +162,32 @@ class Translator:
 
     def source_ids(self, lines: Iterable[str], first_line: int = 1) -> List[List[int]]:
         """Normalized, tokenized, length-limited source ids (warnings name the line as first_line + index)."""
-        return self._encode(self.src_tok, lines, first_line, "input line")
+        return self._ids(self.src_tok, self._texts(lines, first_line, "input line"), first_line, "input line")
 
     def prefix_ids(self, prefixes: Optional[Sequence[Optional[str]]], first_line: int = 1
-                   ) -> Optional[List[List[int]]]:
-        """Target prefixes (None or "": none) as target ids, normalized and length-limited as sources are."""
+                   ) -> Optional[List[Optional[TargetPrefix]]]:
+        """Target prefixes (None or "": none) as the search takes them, normalized and length-limited as sources
+        are; a prefix that does not end with a space leaves its last word to be completed (`nmt.prefix`)."""
         if prefixes is None:
             return None
         if isinstance(prefixes, str):
             raise TypeError(f"prefixes must be a list with one prefix per line, not one string ({prefixes[:40]!r})")
-        return self._encode(self.tgt_tok, ["" if p is None else p for p in prefixes], first_line,
-                            "target prefix of line", "prefixes")
+        raw = ["" if p is None else p for p in prefixes]
+        what = "target prefix of line"
+        texts = self._texts(raw, first_line, what, "prefixes")
+        parts = [split_last_word(t) if t and not r[-1:].isspace() else (t, "") for r, t in zip(raw, texts)]
+        heads = self._ids(self.tgt_tok, [head for head, _ in parts], first_line, what)
+        out: List[Optional[TargetPrefix]] = []
+        for text, head, (_, word) in zip(texts, heads, parts):
+            # the last word to complete, or (after a space) a word to begin
+            table = word_table(self.tgt_tok.surfaces(), WORD_START + word, may_end=not word) if text else None
+            if word and table is None:   # no pieces spell it but byte pieces: its own pieces, as they are
+                head = self._ids(self.tgt_tok, [text], first_line, what)[0]
+            out.append(TargetPrefix(head, *table) if table else TargetPrefix(head) if head else None)
+        return out
 
-    def _encode(self, tok: Tokenizer, lines: Iterable[str], first_line: int, what: str,
-                arg: str = "lines") -> List[List[int]]:
+    def _texts(self, lines: Iterable[str], first_line: int, what: str, arg: str = "lines") -> List[str]:
+        """Lines checked, cut to the character guard and normalized."""
         if isinstance(lines, str):   # would be read as one sentence per character
             raise TypeError(f"{arg} must be a list of sentences, not one string ({lines[:40]!r}): give [sentence]")
         limit = self.decode.max_input_tokens
@@ -191,6 +205,11 @@ class Translator:
                                what, first_line + i, len(x), max_chars, limit, CHARS_PER_TOKEN)
                 x = x[:max_chars]
             texts.append(normalize(x))
+        return texts
+
+    def _ids(self, tok: Tokenizer, texts: List[str], first_line: int, what: str) -> List[List[int]]:
+        """Normalized texts tokenized and cut to max_input_tokens, with a warning naming the line."""
+        limit = self.decode.max_input_tokens
         ids = tok.encode(texts)
         for i, x in enumerate(ids):
             if len(x) > limit:
@@ -209,7 +228,7 @@ class Translator:
         src = self.source_ids(lines, first_line)
         return self.search_ids(src, beam, nbest, self._prefixes_for(src, prefixes, first_line))
 
-    def _prefixes_for(self, src: List[List[int]], prefixes, first_line: int) -> Optional[List[List[int]]]:
+    def _prefixes_for(self, src: List[List[int]], prefixes, first_line: int) -> Optional[List[Optional[TargetPrefix]]]:
         ids = self.prefix_ids(prefixes, first_line)
         if ids is not None and len(ids) != len(src):
             raise ValueError(f"prefixes has {len(ids)} items for {len(src)} lines: give one per line (None or \"\" "
@@ -217,11 +236,11 @@ class Translator:
         return ids
 
     def search_ids(self, ids: List[List[int]], beam: int, nbest: int,
-                   prefix_ids: Optional[List[List[int]]] = None) -> List[Hyps]:
-        """`translate_ids` of source ids (`source_ids`) and target prefix ids (`prefix_ids`), with a beam and
-        nbest `check_search` accepts."""
+                   prefix_ids: Optional[List[Optional[TargetPrefix]]] = None) -> List[Hyps]:
+        """`translate_ids` of source ids (`source_ids`) and target prefixes (`prefix_ids`), with a beam and nbest
+        `check_search` accepts."""
         out: List[Hyps] = [[] for _ in ids]
-        prefix_ids = prefix_ids or [[] for _ in ids]
+        prefix_ids = prefix_ids or [None for _ in ids]
         todo = [i for i, (x, p) in enumerate(zip(ids, prefix_ids)) if x or p]   # a prefix alone is translated too
         todo.sort(key=lambda i: len(ids[i]))   # length-sorted batches: little padding
         self.share_out(todo, lambda ctx, model, chunk: self._decode_chunk(ctx, model, ids, prefix_ids, chunk, beam,
@@ -264,7 +283,7 @@ class Translator:
             elif chunks:
                 work(*devices[0])
 
-    def _decode_chunk(self, ctx: mx.Context, model, ids: List[List[int]], prefix_ids: List[List[int]],
+    def _decode_chunk(self, ctx: mx.Context, model, ids: List[List[int]], prefix_ids: List[Optional[TargetPrefix]],
                       chunk: List[int], beam: int, nbest: int, out: List[Hyps]) -> None:
         """Search one length-sorted batch (`chunk`: indices into `ids`) on `ctx`; hypotheses go to out[i]."""
         src_nd, len_nd, max_len = self.source_batch([ids[i] for i in chunk], ctx)

@@ -39,6 +39,27 @@ def test_translations_start_with_the_prefix(translator, serve_sentences):
     assert [h[0][0] for h in aligned] == translator.translate(lines[:2], prefixes=other[:2])
 
 
+def test_a_word_cut_short_is_completed(translator, serve_sentences):
+    """A prefix that ends inside a word (as typed): the translation goes on with the word, which SentencePiece
+    would cut differently alone; a cut of the model's own greedy translation gives that translation again."""
+    lines = serve_sentences[:8]
+    cases = [(x, t[:n], t) for x, t in zip(lines, translator.translate(lines, beam_size=1))
+             for n in range(1, len(t)) if t[n - 1] != " "]
+    sources, cuts, full = (list(c) for c in zip(*cases))
+    assert translator.translate(sources, beam_size=1, prefixes=cuts) == full
+    tok = translator.tgt_tok
+    assert any(tok.pieces(c) != tok.pieces(t)[:len(tok.pieces(c))] for c, t in zip(cuts, full)), "no word cut short"
+    for text, hyps in zip(cuts, translator.translate_nbest(sources, 3, beam_size=4, prefixes=cuts)):
+        assert all(h.startswith(text) for h, _ in hyps), (text, hyps)
+
+
+def test_a_prefix_ending_with_a_space_is_taken_as_whole_words(translator, serve_sentences):
+    line, word = next((x, t.split()[0]) for x, t in zip(serve_sentences, translator.translate(serve_sentences[:20]))
+                      if len(t.split()[0]) > 1)
+    assert translator.translate(line, prefixes=word[:-1]).startswith(word)
+    assert translator.translate(line, prefixes=word[:-1] + " ").startswith(word[:-1] + " ")
+
+
 def test_an_empty_line_with_a_prefix_is_translated(translator):
     assert translator.translate(["", ""], prefixes=["ga", None]) != ["", ""]
     assert translator.translate(["", ""], prefixes=["ga", None])[1] == ""

@@ -8,7 +8,9 @@ import pytest
 from mxnet import nd
 
 from nmt.models.ensemble import as_model
+from nmt.prefix import word_table
 from nmt.search import BOS_ID, EOS_ID, BeamStream, beam_search, greedy_search, length_penalty
+from nmt.search_blocks import Forcing, TargetPrefix
 from tests.unit.test_search import (VOCAB, assert_same_hypotheses, other_member, peaked, ragged_sources,
                                     untrained_model)
 from tests.unit.test_transformer import build as build_transformer
@@ -113,3 +115,101 @@ def test_one_prefix_per_sentence():
     src, src_len = ragged_sources([5, 7], seed=6)
     with pytest.raises(ValueError, match="one entry per sentence"):
         beam_search(model, src, src_len, 2, 5, prefixes=[[4]])
+
+
+# -- a word to complete ---------------------------------------------------------------------------------------------
+# surfaces of the 30 tokens of the untrained models ("_" for SentencePiece's space mark; None: special pieces)
+SURFACES = [None] * 4 + ["\u2581" + s if s[0] != "+" else s[1:] for s in [
+    "a", "ab", "abc", "abcd", "+b", "+bc", "+c", "+cd", "+d", "x", "xy", "+y", "+yz", "b", "c", "+a", "+e",
+    "ca", "+ab", "+ca", "y", "z", "+x", "+z", "q", "+q"]]
+
+
+def test_word_table_spells_the_word_with_any_tokens_that_can_finish_it():
+    allowed, sizes = word_table(SURFACES, "\u2581abc")
+    words = {v: SURFACES[v] for v in range(len(SURFACES))}
+    assert {words[v] for v in np.flatnonzero(allowed[0])} == {"\u2581a", "\u2581ab", "\u2581abc", "\u2581abcd"}
+    assert {words[v] for v in np.flatnonzero(allowed[2])} == {"b", "bc"}   # after "▁a"
+    assert {words[v] for v in np.flatnonzero(allowed[3])} == {"c", "cd", "ca"}   # after "▁ab": the rest, or more
+    assert sizes[SURFACES.index("\u2581abcd")] == 5 and sizes[0] == 0
+    # "▁xyq": "▁x" then "y" leaves "q", which no token but "q" spells: "▁xy" "q" and "▁x" "y" "q" only
+    allowed, _ = word_table(SURFACES, "\u2581xyq")
+    assert {words[v] for v in np.flatnonzero(allowed[0])} == {"\u2581x", "\u2581xy"}
+    assert {words[v] for v in np.flatnonzero(allowed[2])} == {"y"} and not allowed[2, SURFACES.index("yz")]
+    assert word_table(SURFACES, "\u2581w") is None   # nothing spells it
+    # after a prefix's last space: a token that begins a word, or the end
+    allowed, sizes = word_table(SURFACES, "\u2581", may_end=True)
+    assert set(np.flatnonzero(allowed[0])) == {EOS_ID} | {v for v, s in enumerate(SURFACES) if s and s[0] == "\u2581"}
+    assert sizes[EOS_ID] == 1
+
+
+def spelled(tokens):
+    return "".join(SURFACES[t] for t in tokens)
+
+
+@pytest.mark.parametrize("kind", ["lstm", "transformer"])
+def test_a_word_is_completed_by_the_tokens_that_spell_it(kind):
+    model = model_of(kind)
+    lengths = [5, 3, 7]
+    src, src_len = ragged_sources(lengths, seed=5)
+    word = "\u2581abc"
+    prefixes = [TargetPrefix([20, 21], *word_table(SURFACES, word)), TargetPrefix([], *word_table(SURFACES, word)),
+                None]
+    max_len = [6, 6, 6]
+    beam = beam_search(model, src, src_len, 4, max_len, nbest=4, prefixes=prefixes)
+    greedy = greedy_search(model, src, src_len, max_len, prefixes=prefixes)
+    for i, prefix in enumerate(prefixes[:2]):
+        limit = max_len[i] + prefix.steps
+        one_src, one_len = src[i:i + 1, :lengths[i]], src_len[i:i + 1]
+        for tokens, score in [greedy[i]] + beam[i]:
+            n = len(prefix.tokens)
+            assert tokens[:n] == list(prefix.tokens) and spelled(tokens[n:n + 4]).startswith(word)
+            np.testing.assert_allclose(score, forced_score(model, one_src, one_len, tokens, limit), rtol=1e-4)
+        assert len({tuple(t) for t, _ in beam[i]}) == 4
+        assert len({spelled(t[len(prefix.tokens):][:2]) for t, _ in beam[i]}) > 1, "one way of spelling the word"
+        alone = beam_search(model, one_src, one_len, 4, max_len[i], nbest=4, prefixes=[prefix])
+        assert_same_hypotheses(alone, [beam[i]])
+
+
+def test_a_cut_of_the_free_translation_inside_a_word_changes_nothing():
+    """Greedy search's own translation spells any cut of its beginning, so completing the word the cut falls in
+    takes the same tokens: the most probable token is always one that fits."""
+    model = untrained_model("mlp")
+    vocab = [None] * 4 + [("\u2581" if v % 3 else "") + chr(97 + v % 26) for v in range(4, VOCAB)]
+    checked = 0
+    for seed in range(8):
+        src, src_len = ragged_sources([6], seed=seed)
+        free = greedy_search(model, src, src_len, 12)[0][0]
+        if not free or min(free) < 4 or not vocab[free[0]].startswith("\u2581"):
+            continue
+        text = "".join(vocab[t] for t in free)
+        ends = np.cumsum([len(vocab[t]) for t in free])   # where each token's text ends
+        for cut in range(1, len(text) + 1):
+            start = text.rfind("\u2581", 0, cut)   # the word the cut falls in; a "▁" always begins a token
+            whole = free[:int(np.searchsorted(ends, start, side="right"))]
+            prefix = TargetPrefix(whole, *word_table(vocab, text[start:cut]))
+            assert greedy_search(model, src, src_len, 12, prefixes=[prefix])[0][0][:len(free)] == free
+            checked += 1
+    assert checked > 10, checked
+
+
+def test_each_row_follows_its_back_pointer_through_the_word():
+    """The characters of the word each row has written move with the beam's back-pointers: row k continues from
+    the row it extends, not from row k."""
+    allowed, sizes = word_table(SURFACES, "\u2581abc")
+    forcing = Forcing(mx.cpu())
+    forcing.add([7], [TargetPrefix([], allowed, sizes)], np.array([5]))
+    ids, tok = np.array([7]), SURFACES.index
+
+    def free_tokens(rows):   # per row, the tokens the step allows (None: every one)
+        lp = forcing.apply(nd.zeros((3, VOCAB)), ids, 3).asnumpy()
+        return [None if (lp[r] == 0).all() else {SURFACES[v] for v in np.flatnonzero(lp[r] == 0)} for r in rows]
+    assert free_tokens([0])[0] == {"\u2581a", "\u2581ab", "\u2581abc", "\u2581abcd"}
+    forcing.after(ids, 3, nd.array([tok("\u2581a"), tok("\u2581ab"), tok("\u2581abc")]), nd.array([0, 0, 0]))
+    assert free_tokens([0, 1]) == [{"b", "bc"}, {"c", "cd", "ca"}]
+    assert free_tokens([2]) == [None]   # the word is written: anything
+    # row 0 extends row 1 ("▁ab" + "c": done), row 1 extends row 0 ("▁a" + "b": "c" still to come)
+    forcing.after(ids, 3, nd.array([tok("c"), tok("b"), tok("x")]), nd.array([1, 0, 2]))
+    assert free_tokens([1]) == [{"c", "cd", "ca"}]
+    assert free_tokens([0, 2]) == [None, None]
+    forcing.after(ids, 3, nd.array([tok("x"), tok("cd"), tok("x")]), nd.array([0, 1, 2]))
+    assert not forcing.progress   # every row is past the word: the sentence is free

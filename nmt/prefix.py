@@ -1,0 +1,51 @@
+"""Target prefixes from text, as the search takes them (`nmt.search_blocks.TargetPrefix`).
+
+A prefix that ends inside a word (no space after it, as when a translator is typing) leaves its last word to be
+completed: its whole words are forced as tokens, and the word's characters may then be written by any tokens that
+spell them and go on (typed "I wa", the translation may go on with "▁was", or "▁w" "a" "ter", ...), as the model
+prefers. SentencePiece cuts a word alone differently from the same word within a longer one ("▁w" "a" for "wa", but
+"▁wa" "ter" or "▁water" for "water"), so forcing the pieces of "wa" would leave the model only continuations of
+"▁w" "a". A prefix ending in a space is taken as whole words: after its pieces the next one begins a word (or the
+translation ends), where forced pieces alone would let the model add letters to the last word.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from nmt.tokenizer import EOS_ID
+
+WORD_START = "\u2581"   # SentencePiece's mark of a space before a piece
+
+
+def split_last_word(text: str) -> Tuple[str, str]:
+    """(the text before the last word, the last word) of a normalized text (single spaces, stripped)."""
+    head, _, word = text.rpartition(" ")
+    return head, word
+
+
+def word_table(surfaces: Sequence[Optional[str]], word: str, may_end: bool = False
+               ) -> Optional[Tuple[np.ndarray, np.ndarray]]:
+    """How tokens may spell `word` (its SentencePiece form, e.g. "▁was"): `allowed` (len(word), V) bool, whether a
+    token may follow the word's first o characters (its text is the next part of the word, or the rest of the word
+    and more), only where the word can still be finished; and `sizes` (V,), the characters each token writes.
+    `surfaces`: each token's text (None: a special or byte piece, which spells nothing). None when no tokens can
+    spell the word (a character only byte pieces write). `may_end`: the translation may also end (EOS) instead
+    (the word "▁" of a prefix that ends with a space: the next token begins a word, or there is none)."""
+    sizes = np.array([len(s) if s else 0 for s in surfaces], dtype=np.int64)
+    by_first: Dict[str, List[int]] = {}
+    for v, s in enumerate(surfaces):
+        if s:
+            by_first.setdefault(s[0], []).append(v)
+    length = len(word)
+    allowed = np.zeros((length, len(surfaces)), dtype=bool)
+    for o in range(length - 1, -1, -1):   # from the end: a part of the word is allowed only if the rest can follow
+        rest = word[o:]
+        for v in by_first.get(rest[0], ()):
+            s = surfaces[v]
+            if s.startswith(rest) or (rest.startswith(s) and allowed[o + len(s)].any()):
+                allowed[o, v] = True
+    if may_end and length:
+        allowed[0, EOS_ID], sizes[EOS_ID] = True, length
+    return (allowed, sizes) if length and allowed[0].any() else None
