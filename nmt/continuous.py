@@ -58,8 +58,8 @@ class ContinuousDecoder:
         if len(lines) != len(keys) or (prefixes is not None and len(prefixes) != len(lines)):
             raise ValueError(f"ContinuousDecoder.add: {len(lines)} lines but {len(keys)} keys"
                              + ("" if prefixes is None else f" and {len(prefixes)} prefixes"))
-        prefix_ids = self.translator.prefix_ids(prefixes) or [None for _ in lines]
-        for key, ids, prefix in zip(keys, self.translator.source_ids(lines), prefix_ids):
+        targets = self.translator.target_prefixes(prefixes) or [None for _ in lines]
+        for key, ids, prefix in zip(keys, self.translator.source_ids(lines), targets):
             if ids or prefix:
                 self.waiting.append((key, ids, prefix, self.steps))
             else:

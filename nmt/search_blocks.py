@@ -1,8 +1,8 @@
 """The hybridized blocks of a search step (`nmt.search`): per step one cached call chooses the tokens and
 back-pointers on the device (`GreedyUpdate`, or `BeamUpdate` built from `RowTopK`, `UpdateScores`, `TopK`,
 `Settled` and `SortStates`) and moves the decoder state's arrays that follow the hypotheses. While sentences are
-within their target prefixes, `Forcing` masks the step's log-probabilities to the prefix tokens first
-(`ForceTokens`).
+within their target prefixes, `Forcing` first masks the step's log-probabilities to the prefix's tokens
+(`ForceTokens`), or to those that can write its last word (`MaskTokens`).
 
 A hypothesis's length (`lengths`, EOS counted) is the number of steps it has taken while active, so the rules that
 depend on how far a row has come (its length limit) read its own length, not a step counter of the batch: rows

@@ -164,7 +164,7 @@ class Translator:
         """Normalized, tokenized, length-limited source ids (warnings name the line as first_line + index)."""
         return self._ids(self.src_tok, self._texts(lines, first_line, "input line"), first_line, "input line")
 
-    def prefix_ids(self, prefixes: Optional[Sequence[Optional[str]]], first_line: int = 1
+    def target_prefixes(self, prefixes: Optional[Sequence[Optional[str]]], first_line: int = 1
                    ) -> Optional[List[Optional[TargetPrefix]]]:
         """Target prefixes (None or "": none) as the search takes them, normalized and length-limited as sources
         are; a prefix that does not end with a space leaves its last word to be completed (`nmt.prefix`)."""
@@ -229,21 +229,21 @@ class Translator:
         return self.search_ids(src, beam, nbest, self._prefixes_for(src, prefixes, first_line))
 
     def _prefixes_for(self, src: List[List[int]], prefixes, first_line: int) -> Optional[List[Optional[TargetPrefix]]]:
-        ids = self.prefix_ids(prefixes, first_line)
+        ids = self.target_prefixes(prefixes, first_line)
         if ids is not None and len(ids) != len(src):
             raise ValueError(f"prefixes has {len(ids)} items for {len(src)} lines: give one per line (None or \"\" "
                              "for none)")
         return ids
 
     def search_ids(self, ids: List[List[int]], beam: int, nbest: int,
-                   prefix_ids: Optional[List[Optional[TargetPrefix]]] = None) -> List[Hyps]:
-        """`translate_ids` of source ids (`source_ids`) and target prefixes (`prefix_ids`), with a beam and nbest
-        `check_search` accepts."""
+                   prefixes: Optional[List[Optional[TargetPrefix]]] = None) -> List[Hyps]:
+        """`translate_ids` of source ids (`source_ids`) and target prefixes (`target_prefixes`), with a beam and
+        nbest `check_search` accepts."""
         out: List[Hyps] = [[] for _ in ids]
-        prefix_ids = prefix_ids or [None for _ in ids]
-        todo = [i for i, (x, p) in enumerate(zip(ids, prefix_ids)) if x or p]   # a prefix alone is translated too
+        prefixes = prefixes or [None for _ in ids]
+        todo = [i for i, (x, p) in enumerate(zip(ids, prefixes)) if x or p]   # a prefix alone is translated too
         todo.sort(key=lambda i: len(ids[i]))   # length-sorted batches: little padding
-        self.share_out(todo, lambda ctx, model, chunk: self._decode_chunk(ctx, model, ids, prefix_ids, chunk, beam,
+        self.share_out(todo, lambda ctx, model, chunk: self._decode_chunk(ctx, model, ids, prefixes, chunk, beam,
                                                                           nbest, out))
         return out
 
@@ -283,11 +283,11 @@ class Translator:
             elif chunks:
                 work(*devices[0])
 
-    def _decode_chunk(self, ctx: mx.Context, model, ids: List[List[int]], prefix_ids: List[Optional[TargetPrefix]],
+    def _decode_chunk(self, ctx: mx.Context, model, ids: List[List[int]], targets: List[Optional[TargetPrefix]],
                       chunk: List[int], beam: int, nbest: int, out: List[Hyps]) -> None:
         """Search one length-sorted batch (`chunk`: indices into `ids`) on `ctx`; hypotheses go to out[i]."""
         src_nd, len_nd, max_len = self.source_batch([ids[i] for i in chunk], ctx)
-        prefixes = [prefix_ids[i] for i in chunk]
+        prefixes = [targets[i] for i in chunk]
         if (beam == 1 and nbest == 1) or self.sample is not None:
             hyps = [[h] for h in greedy_search(model, src_nd, len_nd, max_len, self.sample,
                                                self.decode.length_penalty_alpha, prefixes)]

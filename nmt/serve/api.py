@@ -261,11 +261,11 @@ def _translation_item(hyps: list, alignment: bool) -> dict:
 
 def token_warnings(translator, lines: List[str], prefixes: Optional[List[str]] = None) -> List[str]:
     """Warnings for the lines (and target prefixes) the Translator will cut to max_input_tokens subword tokens (its
-    second rule after the characters'), found with its own source_ids and prefix_ids. Run on the worker thread: it
+    second rule after the characters'), found with its own source_ids and target_prefixes. Run on the worker thread: it
     uses the model's tokenizers."""
     limit, out = translator.decode.max_input_tokens, []
     for field, texts, encode in (("text", lines, translator.source_ids),
-                                 ("target_prefix", prefixes or [], translator.prefix_ids)):
+                                 ("target_prefix", prefixes or [], translator.target_prefixes)):
         for i, line in enumerate(texts):
             if len(line) > limit // 4:   # shorter lines cannot reach the limit (<= 4 byte-fallback pieces a character)
                 before = translator.truncated
