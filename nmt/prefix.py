@@ -17,12 +17,16 @@ import numpy as np
 from nmt.tokenizer import EOS_ID
 
 WORD_START = "\u2581"   # SentencePiece's mark of a space before a piece
+# The longest last word completed (characters); a longer one (a URL, a hostile request) is forced as its pieces. Its
+# table takes a row of V booleans per character, and each character may cost a step that waits for the device.
+MAX_OPEN_WORD = 48
 
 
 def split_last_word(text: str) -> Tuple[str, str]:
-    """(the text before the last word, the last word) of a normalized text (single spaces, stripped)."""
+    """(the text before the last word, the last word) of a normalized text (single spaces, stripped); (text, "")
+    when the last word is over MAX_OPEN_WORD characters: it is then taken as a whole word."""
     head, _, word = text.rpartition(" ")
-    return head, word
+    return (head, word) if len(word) <= MAX_OPEN_WORD else (text, "")
 
 
 def word_table(surfaces: Sequence[Optional[str]], word: str, may_end: bool = False

@@ -265,14 +265,15 @@ class Forcing:
             words.append((n, p))
         if not words:
             return update_block(self.ctx, force="tokens")(log_probs, to_device(np.repeat(forced, beam), self.ctx))
-        mask = np.ones((len(ids), beam, log_probs.shape[1]), dtype=np.float32)
+        mask = np.ones((len(ids), beam, log_probs.shape[1]), dtype=np.uint8)
         for n in np.flatnonzero(forced >= 0):
-            mask[n] = 0.0
-            mask[n, :, int(forced[n])] = 1.0
+            mask[n] = 0
+            mask[n, :, int(forced[n])] = 1
         for n, p in words:
             within = p.offsets < len(p.prefix.allowed)
             mask[n, within] = p.prefix.allowed[p.offsets[within]]
-        return update_block(self.ctx, force="mask")(log_probs, to_device(mask.reshape(len(ids) * beam, -1), self.ctx))
+        mask = mx.nd.array(mask.reshape(len(ids) * beam, -1), ctx=self.ctx, dtype="uint8")
+        return update_block(self.ctx, force="mask")(log_probs, mask)
 
     def after(self, ids: np.ndarray, beam: int, token: mx.nd.NDArray, rows: Optional[mx.nd.NDArray]) -> None:
         """Follow the tokens chosen at this step (`rows`: the back-pointers, None for one row per sentence) through

@@ -202,3 +202,14 @@ def test_cli_json_input_reads_fields_up_to_the_guard_whole_and_names_a_longer_li
     assert code == 2
     assert f"{src}:2: the line is longer than the input guard" in err and "no longer a JSON object" in err
     assert "not JSON" not in err and len(out.read_text(encoding="utf-8").splitlines()) == 1
+
+
+def test_an_overlong_last_word_is_taken_as_whole(translator, serve_sentences):
+    """A last word of over MAX_OPEN_WORD characters (a URL, a hostile request) is not completed: its table would
+    take a row of the vocabulary per character, and each character a step that waits for the device."""
+    from nmt.prefix import MAX_OPEN_WORD
+    long_word, open_word = "g" * (MAX_OPEN_WORD + 1), "g" * MAX_OPEN_WORD
+    prefixes = translator.target_prefixes([f"ga {long_word}", f"ga {open_word}"])
+    assert len(prefixes[0].allowed) == 1 and prefixes[0].tokens == translator.tgt_tok.encode([f"ga {long_word}"])[0]
+    assert len(prefixes[1].allowed) == MAX_OPEN_WORD + 1   # "▁" and the word
+    assert translator.translate(serve_sentences[0], prefixes=f"ga {long_word}").startswith(f"ga {long_word}")
