@@ -413,7 +413,8 @@ def spy(ctx, *args):
 tr._decode_chunk = spy
 lines = open(sys.argv[2], encoding="utf-8").read().splitlines()
 print(json.dumps({"used": used, "greedy": tr.translate(lines, beam_size=1),
-                  "nbest": tr.translate_nbest(lines, nbest=3, beam_size=4)}))
+                  "nbest": tr.translate_nbest(lines, nbest=3, beam_size=4),
+                  "prefixed": tr.translate_nbest(lines, nbest=2, beam_size=3, prefixes=["ga", "g"] * 5 + ["ga "])}))
 """
 
 
@@ -426,11 +427,13 @@ def test_two_devices_share_the_batches_and_translate_like_one(tr, src_lines, tmp
                        env=env, timeout=120)
     assert p.returncode == 0, p.stderr.decode()
     res = json.loads(p.stdout)
-    assert set(res["used"]) == {"cpu(0)", "cpu(1)"} and len(res["used"]) == 2 * 5   # 5 batches of 2, twice
+    assert set(res["used"]) == {"cpu(0)", "cpu(1)"} and len(res["used"]) == 2 * 5 + 6   # 5 batches of 2, 6 of 2
     assert res["greedy"] == tr.translate(lines, beam_size=1)
     nbest = tr.translate_nbest(lines, nbest=3, beam_size=4)
     assert [[t for t, _ in h] for h in res["nbest"]] == [[t for t, _ in h] for h in nbest]
     np.testing.assert_allclose([s for h in res["nbest"] for _, s in h], [s for h in nbest for _, s in h], atol=1e-5)
+    prefixed = tr.translate_nbest(lines, nbest=2, beam_size=3, prefixes=["ga", "g"] * 5 + ["ga "])   # target prefixes
+    assert [[t for t, _ in h] for h in res["prefixed"]] == [[t for t, _ in h] for h in prefixed]
 
 
 def test_cpu_contexts_that_would_take_turns_leave_the_work_to_the_first(tr, src_lines, monkeypatch, caplog):
