@@ -45,7 +45,8 @@ def build_translate_parser() -> argparse.ArgumentParser:
                         "(default: 1000)")
     g.add_argument("--json-input", action="store_true",
                    help="each input line is a JSON object: {\"text\": \"...\"} with an optional \"target_prefix\": "
-                        "text the translation must start with (it is forced, then the search goes on from it)")
+                        "text the translation must start with (it is forced, then the search goes on from it; a "
+                        "last word without a space after it is completed)")
     g.add_argument("--on-invalid-utf8", choices=("error", "replace"), default="error",
                    help="a line that is not UTF-8: stop with an error naming it after writing every line before "
                         "it (default), or replace the bad bytes with U+FFFD and warn")
