@@ -1,19 +1,23 @@
 #!/usr/bin/env python
 """Translation speed of a trained model: sentences/s and tokens/s for greedy and beam search, batch sizes 1 and 64,
-beam search with word alignments (`--alignment`), and forced decoding (`nmt-score`) of the references.
+beam search with word alignments (`--alignment`), beam search with target prefixes (each reference's first word,
+left open to complete and as a whole word: `--json-input`'s "target_prefix"), and forced decoding (`nmt-score`) of
+the references.
 
     python scripts/benchmark_translate.py --model-dir models/tatoeba-ko-en [--data-dir ../shared/data]
-        [--max-sentences 500] [--json results/benchmark_translate.json]
+        [--max-sentences 500] [--rounds 3] [--json results/benchmark_translate.json]
 
 Default test set: the Tatoeba-Challenge test (from the mirror: --data-dir, else $NMT_DATA_DIR, else the cache), its
 side in the model's source language, and the other side as the translations to score; or any file with --src-file
 (and --tgt-file to time scoring too). Every configuration runs on the same sentences after a short warm-up (MXNet
-builds a cached graph per new input shape). Reported: sentences/s, source and output (or scored) subword tokens/s,
+builds a cached graph per new input shape); with --rounds N the configurations take turns N times and each is
+reported by its median round. Reported: sentences/s, source and output (or scored) subword tokens/s,
 and the process's peak resident memory after each configuration.
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -63,6 +67,17 @@ def run_aligned(tr: Translator, lines: List[str], beam: int, batch_size: int, wa
                   {"search": f"beam {beam} + alignment" if beam > 1 else "greedy + alignment", "beam_size": beam})
 
 
+def run_prefixed(tr: Translator, lines: List[str], refs: List[str], beam: int, batch_size: int, warmup: int,
+                 whole: bool) -> dict:
+    """`run_config` with each reference's first word as the target prefix: left open (completed by the search,
+    which then waits for each step's tokens) or, with `whole`, followed by a space."""
+    prefixes = [(r.split() or [""])[0] + (" " if whole else "") for r in refs]
+    return _timed(tr, lines, batch_size, warmup,
+                  lambda n: tr.translate_ids(lines[:n], beam_size=beam, prefixes=prefixes[:n]),
+                  lambda res: sum(len(r[0][0]) + 1 for r in res if r),
+                  {"search": f"beam {beam} + {'word' if whole else 'open'} prefix", "beam_size": beam})
+
+
 def run_score(tr: Translator, lines: List[str], refs: List[str], batch_size: int, warmup: int) -> dict:
     return _timed(tr, lines, batch_size, warmup, lambda n: score_lines(tr, lines[:n], refs[:n]),
                   lambda scored: sum(len(s.pieces) for s in scored), {"search": "forced", "beam_size": None})
@@ -107,6 +122,8 @@ def main(argv=None) -> int:
     p.add_argument("--beams", default="1,5", help="beam sizes to time, comma-separated (1 = greedy; default 1,5)")
     p.add_argument("--batch-sizes", default="1,64", help="decoding batch sizes, comma-separated (default 1,64)")
     p.add_argument("--warmup", type=int, default=8, help="sentences translated before timing each configuration")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="rounds in which the configurations take turns; each is reported by its median round")
     p.add_argument("--gpus", help="decode on the first of these GPUs (omit for CPU)")
     p.add_argument("--json", type=Path, help="write the figures to this JSON file")
     args = p.parse_args(argv)
@@ -118,28 +135,35 @@ def main(argv=None) -> int:
         except ValueError:
             raise ConfigError(f"--beams {args.beams!r} / --batch-sizes {args.batch_sizes!r}: give comma-separated "
                               "integers, e.g. 1,5") from None
-        if min(beams + batch_sizes) < 1 or args.max_sentences < 0:
-            raise ConfigError("--beams and --batch-sizes must be >= 1, --max-sentences >= 0")
+        if min(beams + batch_sizes + [args.rounds]) < 1 or args.max_sentences < 0:
+            raise ConfigError("--beams, --batch-sizes and --rounds must be >= 1, --max-sentences >= 0")
         ctx = parse_devices(args.gpus)[0]
         tr = Translator.from_dir(args.model_dir, args.checkpoint, ctx=ctx)
         lines, refs = _sentences(args, tr)
         if not lines:
             raise ConfigError("no sentences to translate")
-        rows = []
         print(f"{tr.model_dir} ({tr.src_lang}->{tr.tgt_lang}, checkpoint {tr.checkpoint}), {len(lines)} sentences "
               f"from {args.src_file or TEST_SOURCE}, {ctx}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '-')}")
-        print(f"{'search':<20}{'batch':>6}{'seconds':>9}{'sent/s':>9}{'src tok/s':>11}{'out tok/s':>11}"
+        print(f"{'search':<24}{'batch':>6}{'seconds':>9}{'sent/s':>9}{'src tok/s':>11}{'out tok/s':>11}"
               f"{'peak RSS MB':>13}")
-        for beam in beams:
-            for bs in batch_sizes:
-                rows.append(run_config(tr, lines, beam, bs, args.warmup))
-                _print_row(rows[-1])
-        for bs in batch_sizes:   # the cost of --alignment, next to the search it follows (the last beam)
-            rows.append(run_aligned(tr, lines, beams[-1], bs, args.warmup))
-            _print_row(rows[-1])
-        for bs in batch_sizes if refs is not None else ():
-            rows.append(run_score(tr, lines, refs, bs, args.warmup))
-            _print_row(rows[-1])
+        configs = [functools.partial(run_config, tr, lines, beam, bs, args.warmup) for beam in beams
+                   for bs in batch_sizes]
+        # the costs of --alignment and of target prefixes, next to the search they follow (the last beam)
+        configs += [functools.partial(run_aligned, tr, lines, beams[-1], bs, args.warmup) for bs in batch_sizes]
+        if refs is not None:
+            configs += [functools.partial(run_prefixed, tr, lines, refs, beams[-1], bs, args.warmup, whole)
+                        for whole in (True, False) for bs in batch_sizes]
+            configs += [functools.partial(run_score, tr, lines, refs, bs, args.warmup) for bs in batch_sizes]
+        runs = [[] for _ in configs]
+        for r in range(args.rounds):   # the configurations take turns, so that a change of load hits all alike
+            for config, done in zip(configs, runs):
+                done.append(config())
+                _print_row(done[-1], f" (round {r + 1})" if args.rounds > 1 else "")
+        rows = [_median(done) for done in runs]
+        if args.rounds > 1:
+            print("medians:")
+            for row in rows:
+                _print_row(row)
         if args.json:
             res = {"machine": {"python": platform.python_version(), "processor": platform.processor() or
                                platform.machine(), "cpus": os.cpu_count(),
@@ -152,9 +176,15 @@ def main(argv=None) -> int:
     return run_cli(run)
 
 
-def _print_row(r: dict) -> None:
-    print(f"{r['search']:<20}{r['batch_size']:>6}{r['seconds']:>9.2f}{r['sentences_per_s']:>9.1f}"
-          f"{r['src_tokens_per_s']:>11.0f}{r['out_tokens_per_s']:>11.0f}{r['peak_rss_mb']:>13.0f}", flush=True)
+def _median(done: List[dict]) -> dict:
+    """The round of median time, with every round's seconds."""
+    row = sorted(done, key=lambda r: r["seconds"])[(len(done) - 1) // 2]
+    return {**row, "round_seconds": [r["seconds"] for r in done]}
+
+
+def _print_row(r: dict, note: str = "") -> None:
+    print(f"{r['search']:<24}{r['batch_size']:>6}{r['seconds']:>9.2f}{r['sentences_per_s']:>9.1f}"
+          f"{r['src_tokens_per_s']:>11.0f}{r['out_tokens_per_s']:>11.0f}{r['peak_rss_mb']:>13.0f}{note}", flush=True)
 
 
 if __name__ == "__main__":

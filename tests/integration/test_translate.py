@@ -602,15 +602,16 @@ def test_benchmark_script(tr, tmp_path, capsys):
     files = ["--src-file", str(synth_file(tr.model_dir, "test.ko")),
              "--tgt-file", str(synth_file(tr.model_dir, "test.en"))]
     code = benchmark_translate.main(["--model-dir", str(tr.model_dir), *files, "--max-sentences", "6", "--warmup", "2",
-                                     "--json", str(out)])
+                                     "--rounds", "2", "--json", str(out)])
     printed = capsys.readouterr().out
     assert code == 0 and "sent/s" in printed and "forced" in printed
     res = json.loads(out.read_text())
     assert [(r["search"], r["batch_size"]) for r in res["results"]] == [
         ("greedy", 1), ("greedy", 64), ("beam 5", 1), ("beam 5", 64), ("beam 5 + alignment", 1),
-        ("beam 5 + alignment", 64), ("forced", 1), ("forced", 64)]
+        ("beam 5 + alignment", 64), ("beam 5 + word prefix", 1), ("beam 5 + word prefix", 64),
+        ("beam 5 + open prefix", 1), ("beam 5 + open prefix", 64), ("forced", 1), ("forced", 64)]
     assert all(r["sentences"] == 6 and r["sentences_per_s"] > 0 and r["out_tokens_per_s"] > 0 and r["peak_rss_mb"] > 50
-               for r in res["results"])
+               and len(r["round_seconds"]) == 2 and r["seconds"] == min(r["round_seconds"]) for r in res["results"])
     code = benchmark_translate.main(["--model-dir", str(tr.model_dir), *files[:3], str(synth_file(tr.model_dir,
                                      "train.en")), "--max-sentences", "6"])
     assert code == 2 and "they must be line-aligned" in capsys.readouterr().err
