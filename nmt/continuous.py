@@ -21,6 +21,7 @@ import numpy as np
 
 from nmt.models.ensemble import as_model
 from nmt.search import BeamStream
+from nmt.search_blocks import TargetPrefix
 
 NBest = List[Tuple[str, float]]
 # The most steps a waiting sentence lets pass before it joins a batch that has room.
@@ -38,8 +39,8 @@ class ContinuousDecoder:
         self.translator, self.max_batch = translator, max_batch
         self.search = BeamStream(as_model(translator.members), translator.ctx, beam_size, nbest,
                                  translator.decode.length_penalty_alpha)
-        # (key, source ids, target prefix ids, the step count when it arrived)
-        self.waiting: Deque[Tuple[Hashable, List[int], List[int], int]] = collections.deque()
+        # (key, source ids, target prefix or None, the step count when it arrived)
+        self.waiting: Deque[Tuple[Hashable, List[int], Optional[TargetPrefix], int]] = collections.deque()
         self.ready: List[Tuple[Hashable, NBest]] = []   # done without decoding (empty lines)
         self.keys: dict = {}                            # search id -> key
         self._next_id = 0

@@ -53,7 +53,8 @@ class TranslateRequest(BaseModel):
     nbest: int = Field(1, description="hypotheses returned per sentence, best first (<= beam_size)")
     target_prefix: Optional[List[Optional[str]]] = Field(
         None, description="per sentence of text, the words its translations must start with (\"\" or null: none): "
-                          "they are forced, then the search goes on from them")
+                          "they are forced, then the search goes on from them; a last word without a space after "
+                          "it is completed")
     alignment: bool = Field(False, description="also return each translation's word alignment from the attention: "
                                                "[source word, translation word] pairs, counted from 0")
     src_lang: Optional[str] = Field(None, description="source language; needed only when the server has "
