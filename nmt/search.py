@@ -35,7 +35,7 @@ import numpy as np
 from nmt.models.base import DecoderState, Seq2SeqModel
 from nmt.models.ensemble import as_model
 from nmt.parallel import to_device
-from nmt.search_blocks import Forcing, TargetPrefix, update_block
+from nmt.search_blocks import Forcing, TargetPrefix, as_prefix, update_block
 from nmt.tokenizer import BOS_ID, EOS_ID  # noqa: F401  (EOS_ID: the tests take both from here)
 
 MaxLen = Union[int, Sequence[int], np.ndarray]
@@ -375,9 +375,7 @@ def beam_search(model: Models, src: mx.nd.NDArray, src_len: mx.nd.NDArray, beam_
     check_beam_args(beam_size, nbest)
     batch = src.shape[0]
     limits = _max_lens(max_len, batch)
-    forced = prefixes is not None and any(p is not None and (p.steps if isinstance(p, TargetPrefix) else len(p))
-                                          for p in prefixes)
-    if int(limits.max(initial=0)) == 0 and not forced:
+    if int(limits.max(initial=0)) == 0 and not any(map(as_prefix, prefixes or ())):
         return [[([], 0.0)] for _ in range(batch)]
     stream = BeamStream(model, src.context, beam_size, nbest, alpha, early_stop)
     stream.add(src, src_len, limits, np.arange(batch), prefixes)

@@ -208,6 +208,13 @@ class TargetPrefix:
         return len(self.tokens) + (0 if self.allowed is None else len(self.allowed))
 
 
+def as_prefix(prefix: Union[None, Sequence[int], TargetPrefix]) -> Optional[TargetPrefix]:
+    """A sentence's prefix (token ids or a `TargetPrefix`) as a `TargetPrefix`; None when it forces nothing."""
+    if prefix is not None and not isinstance(prefix, TargetPrefix):
+        prefix = TargetPrefix(prefix)
+    return prefix if prefix is not None and prefix.steps else None
+
+
 class _Progress:
     """How far one sentence has come through its `TargetPrefix`: tokens taken, then each row's characters of the
     word written (`offsets`; None until the tokens are taken)."""
@@ -236,10 +243,8 @@ class Forcing:
         if len(prefixes) != len(ids):
             raise ValueError(f"prefixes must have one entry per sentence ({len(ids)}); got {len(prefixes)}")
         limits = limits.copy()
-        for n, (i, prefix) in enumerate(zip(ids, prefixes)):
-            if prefix is not None and not isinstance(prefix, TargetPrefix):
-                prefix = TargetPrefix(prefix)
-            if prefix is not None and prefix.steps:
+        for n, (i, prefix) in enumerate(zip(ids, map(as_prefix, prefixes))):
+            if prefix is not None:
                 self.progress[int(i)] = _Progress(prefix)
                 limits[n] += prefix.steps
         return limits
@@ -278,6 +283,8 @@ class Forcing:
     def after(self, ids: np.ndarray, beam: int, token: mx.nd.NDArray, rows: Optional[mx.nd.NDArray]) -> None:
         """Follow the tokens chosen at this step (`rows`: the back-pointers, None for one row per sentence) through
         the words being completed: the only time the search waits for the device at a step."""
+        if not self.progress:
+            return
         words = [(n, i) for n, i in enumerate(ids.tolist())
                  if i in self.progress and self.progress[i].offsets is not None]
         if not words:
