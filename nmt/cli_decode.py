@@ -151,6 +151,11 @@ def build_evaluate_parser() -> argparse.ArgumentParser:
                    help="offline mirror for --recipe-tests / --dev-set (default: the model's, or $NMT_DATA_DIR)")
     g.add_argument("--max-sentences", type=number(int, 0), default=0,
                    help="score only the first N sentences (0 = all); scores of part of a set are not recorded")
+    g.add_argument("--prefix-words", type=number(int, 1), metavar="N",
+                   help="start each translation with its reference's first N words (fairseq's --prefix-size, in "
+                        "words), as when a translator has typed them: besides BLEU and chrF of the whole "
+                        "translations, how often the model's next word is the reference's. Not recorded in "
+                        "scores.json")
     o = p.add_argument_group("output")
     o.add_argument("--json", nargs="?", const="-", metavar="FILE", type=nonempty(),
                    help="write the results as JSON to FILE, or to stdout instead of the text report")
@@ -190,7 +195,7 @@ def evaluate_main(args: argparse.Namespace) -> int:
     if args.json not in (None, "-"):   # written at the end: its directory is checked now
         output_dir("--json", Path(args.json).parent, file=args.json)
     tr = load_translator(args)
-    if not args.no_save:   # recorded after each test set is decoded: a damaged file is named before that
+    if not (args.no_save or args.prefix_words):   # recorded after each test set: a damaged file is named first
         read_scores(tr.model_dir)
     tests = _test_sets(args, tr)
     inputs = {"--src-file": args.src_file, "--ref-file": args.ref_file}
@@ -202,11 +207,12 @@ def evaluate_main(args: argparse.Namespace) -> int:
     d = tr.decode
     results, recorded = {}, []
     for name, pairs in tests.items():
-        # a part of a set is not the set: its scores must not replace the whole set's in scores.json
-        save = not args.no_save and not 0 < args.max_sentences < len(pairs.src)
+        # a part of a set is not the set, nor translations given the references' words: their scores must not
+        # replace the set's own in scores.json
+        save = not args.no_save and not 0 < args.max_sentences < len(pairs.src) and not args.prefix_words
         recorded += [name] if save else []
         entry, hyps, sc = score_test_set(
-            tr, name, pairs, max_sentences=args.max_sentences, save=save,
+            tr, name, pairs, max_sentences=args.max_sentences, save=save, prefix_words=args.prefix_words or 0,
             extra={"source": (f"recipe {tr.config.data.recipe}" if (args.recipe_tests or args.dev_set)
                               and tr.config.data.recipe else None),
                    "src_file": str(Path(args.src_file).resolve()) if args.src_file else None,
@@ -218,8 +224,12 @@ def evaluate_main(args: argparse.Namespace) -> int:
         if args.json != "-":
             print(f"{name}: {sc.n} sentences, checkpoint {tr.checkpoint} ({info['params_file']}"
                   f"{', step %s' % info['step'] if info['step'] else ''}), beam {d.beam_size}, "
-                  f"{entry['seconds']:.1f} s" + (f", ensemble of {len(tr.members)} models" if tr.member_dirs else ""))
+                  f"{entry['seconds']:.1f} s" + (f", ensemble of {len(tr.members)} models" if tr.member_dirs else "")
+                  + (f", each translation started with its reference's first {_words(args.prefix_words)}"
+                     if args.prefix_words else ""))
             _print_scores(sc)
+            if args.prefix_words:
+                _print_next_word(entry)
     report = {"model_dir": str(tr.model_dir.resolve()), "checkpoint": tr.checkpoint, "results": results}
     if args.json == "-":
         print(json.dumps(report, indent=2, ensure_ascii=False))
@@ -228,8 +238,9 @@ def evaluate_main(args: argparse.Namespace) -> int:
     if recorded:
         print(f"scores recorded in {tr.model_dir / 'scores.json'}", file=sys.stderr)
     if len(recorded) < len(tests) and not args.no_save:
-        print(f"not recorded in {tr.model_dir / 'scores.json'}: the scores of part of a set (--max-sentences "
-              f"{args.max_sentences})", file=sys.stderr)
+        why = (f"translations given the references' first words (--prefix-words {args.prefix_words})"
+               if args.prefix_words else f"the scores of part of a set (--max-sentences {args.max_sentences})")
+        print(f"not recorded in {tr.model_dir / 'scores.json'}: {why}", file=sys.stderr)
     return 0
 
 
@@ -247,6 +258,17 @@ def _print_scores(sc) -> None:
     print(f"  chrF            {sc.chrf:6.2f}  {sc.chrf_signature}")
     for k, v in sc.extra.items():   # named as the README's results table names it; its key in scores.json
         print(f"  {EXTRA_LABELS.get(k, k):<15} {v:6.2f}  {sc.extra_signatures.get(k, '')}")
+
+
+def _words(n: int) -> str:
+    return "word" if n == 1 else f"{n} words"
+
+
+def _print_next_word(entry: dict) -> None:
+    """The text report's line of --prefix-words: how often the word after the prefix is the reference's."""
+    n, accuracy = entry["next_word_sentences"], entry["next_word_accuracy"]
+    print(f"  next word       {accuracy:6.2f}  % of {n} sentences whose reference goes on after the prefix" if n else
+          "  next word          -   no reference goes on after the prefix")
 
 
 # Flags of nmt-score: how a translation is scored and batched (the search's flags do not apply).

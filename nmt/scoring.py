@@ -14,24 +14,34 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 from nmt import checkpoint as ckpt
 from nmt.atomic import atomic_write_text
 from nmt.config import Config, ConfigError, DataConfig
-from nmt.corpus import Pairs, read_lines
+from nmt.corpus import Pairs, normalize, read_lines
 from nmt.evaluate import Scores, score
 from nmt.translate import Translator
 
 
 def score_test_set(translator: Translator, name: str, pairs: Pairs, *, max_sentences: int = 0, save: bool = True,
-                   extra: Optional[Dict[str, object]] = None) -> Tuple[Dict[str, object], List[str], Scores]:
+                   extra: Optional[Dict[str, object]] = None, prefix_words: int = 0
+                   ) -> Tuple[Dict[str, object], List[str], Scores]:
     """Translate and score one test set; the entry (scores, signatures, checkpoint, decoding settings, time) is
-    merged into the model directory's scores.json unless `save` is False. Used by evaluate and by training."""
+    merged into the model directory's scores.json unless `save` is False. Used by evaluate and by training.
+
+    With `prefix_words`, each translation starts with its reference's first words (`reference_prefixes`), and the
+    entry also says how often the model's next word is the reference's (`next_word_accuracy`)."""
     from datetime import datetime, timezone
     n = max_sentences or len(pairs.src)
+    refs = pairs.tgt[:n]
     t0 = time.perf_counter()
-    hyps = translator.translate(pairs.src[:n])
+    hyps = translator.translate(pairs.src[:n], prefixes=reference_prefixes(refs, prefix_words) if prefix_words
+                                else None)
     seconds = time.perf_counter() - t0
-    sc = score(hyps, pairs.tgt[:n], translator.tgt_lang)
+    sc = score(hyps, refs, translator.tgt_lang)
     d = translator.decode
     info = (checkpoint_info(translator.model_dir, translator.checkpoint) if translator.model_dir
             else {"params_file": None, "step": None})
+    if prefix_words:
+        accuracy, counted = next_word_accuracy(hyps, refs, prefix_words)
+        extra = {**(extra or {}), "prefix_words": prefix_words, "next_word_accuracy": accuracy,
+                 "next_word_sentences": counted}
     entry = {**sc.to_dict(), "checkpoint": translator.checkpoint, **info, "beam_size": d.beam_size,
              "length_penalty": d.length_penalty_alpha, "max_len_a": d.max_len_a, "max_len_b": d.max_len_b,
              **(extra or {}), "seconds": round(seconds, 2),
@@ -43,6 +53,25 @@ def score_test_set(translator: Translator, name: str, pairs: Pairs, *, max_sente
     if save and translator.model_dir:
         record_scores(translator.model_dir, name, key, entry)
     return entry, hyps, sc
+
+
+def reference_prefixes(refs: Sequence[str], words: int) -> List[str]:
+    """Each reference's first `words` words (split at whitespace, as the model writes text: `normalize`), followed
+    by a space: whole words, after which the translation goes on with a word of its own ("" for a blank one)."""
+    heads = [normalize(r).split()[:words] for r in refs]
+    return [" ".join(h) + " " if h else "" for h in heads]
+
+
+def next_word_accuracy(hyps: Sequence[str], refs: Sequence[str], words: int) -> Tuple[Optional[float], int]:
+    """Of the sentences whose reference goes on after its first `words` words, the percentage whose translation
+    (started with those words) has the reference's next word as its next word, compared as the model writes text;
+    and how many such sentences there are (None, 0 when none)."""
+    pairs = [(h.split(), normalize(r).split()) for h, r in zip(hyps, refs)]
+    counted = [(h, r) for h, r in pairs if len(r) > words]
+    if not counted:
+        return None, 0
+    hits = sum(len(h) > words and h[words] == r[words] for h, r in counted)
+    return 100.0 * hits / len(counted), len(counted)
 
 
 ENSEMBLE_PREFIX = "ensemble-"

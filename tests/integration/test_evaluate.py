@@ -135,6 +135,9 @@ def test_mismatched_line_counts_name_both_files(model_copy, tmp_path, capsys):
                       (["--src-file", src2, "--ref-file", ref, "--nbest", "3"], "unrecognized arguments: --nbest 3"),
                       (["--src-file", src, "--ref-file", ref, "--max-sentences", "-1"],
                        "--max-sentences: must be >= 0 (got -1)"),
+                      (["--src-file", src, "--ref-file", ref, "--prefix-words", "0"],
+                       "--prefix-words: must be >= 1 (got 0)"),
+                      (["--src-file", src, "--ref-file", ref, "--prefix-words", "two"], "--prefix-words: "),
                       (["--src-file", src, "--ref-file", ref, "--hyp-dir", src / "hyps"],
                        f"--hyp-dir {src / 'hyps'}: cannot make the directory"),
                       # the hypotheses of a set named "r" go to HYP_DIR/r.en: here the references
@@ -245,3 +248,30 @@ def test_scores_of_part_of_a_set_are_not_recorded(model_copy, capsys):
     n = len(src.read_text(encoding="utf-8").splitlines())
     assert run(argv + ["--max-sentences", str(n)], capsys)[0] == 0   # N = the whole set: recorded
     assert json.loads((model_copy / ckpt.SCORES).read_text())[str(src.resolve())]["best"]["n"] == n
+
+
+def test_prefix_words_start_each_translation_with_its_reference(model_copy, capsys):
+    """--prefix-words N: every translation begins with its reference's first N words, the next word is counted
+    against the reference's, and these scores stay out of scores.json. The references here begin with another
+    one's first two words, so that the free translations do not."""
+    src = Path(Config.load(model_copy / ckpt.CONFIG).data.test_src)
+    true_refs = src.with_suffix(".en").read_text(encoding="utf-8").splitlines()
+    refs = [" ".join(o.split()[:2] + r.split()[2:]) for o, r in zip(true_refs[1:] + true_refs[:1], true_refs)]
+    ref = model_copy / "refs.en"
+    ref.write_text("".join(r + "\n" for r in refs), encoding="utf-8")
+    code, out, err = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", ref, "--prefix-words", "2",
+                          "--hyp-dir", model_copy / "hyps", "--json", model_copy / "r.json"], capsys)
+    assert code == 0, err
+    hyps = (model_copy / "hyps" / f"{src.name}.en").read_text(encoding="utf-8").splitlines()
+    free = Translator.from_dir(model_copy).translate(src.read_text(encoding="utf-8").splitlines())
+    assert len(hyps) == len(refs) and sum(f.split()[:2] != r.split()[:2] for f, r in zip(free, refs)) > len(refs) / 2
+    for h, r in zip(hyps, refs):
+        assert h.split()[:2] == r.split()[:2], (h, r)
+    goes_on = [(h.split(), r.split()) for h, r in zip(hyps, refs) if len(r.split()) > 2]
+    hits = sum(len(h) > 2 and h[2] == r[2] for h, r in goes_on)
+    entry = json.loads((model_copy / "r.json").read_text())["results"][str(src.resolve())]
+    assert entry["prefix_words"] == 2 and entry["next_word_sentences"] == len(goes_on) > 0
+    assert entry["next_word_accuracy"] == pytest.approx(100.0 * hits / len(goes_on))
+    assert entry["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs], tokenize="13a").score)
+    assert "started with its reference's first 2 words" in out and re.search(r"next word +\d+\.\d\d  % of", out)
+    assert "not recorded in" in err and "--prefix-words 2" in err and not (model_copy / ckpt.SCORES).exists()
