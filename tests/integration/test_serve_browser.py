@@ -1,7 +1,8 @@
 """The web page in a real headless Chromium (Debian's `chromium` and `chromium-driver`, driven by selenium): it
 types a Korean sentence, waits for the result, checks it equals the API's answer, that the n-best list and the
 attention heatmap are shown, that pointing at a word marks the words it is aligned with, that several lines are
-translated line by line, that /docs renders offline, and saves screenshots (in the test's tmp dir, and in
+translated line by line, that words typed into "translation starts with" begin the chosen line's translation,
+that /docs renders offline, and saves screenshots (in the test's tmp dir, and in
 $NMT_ARTIFACTS when set; docs/images/serve_page.png is serve_page_alignment.png)."""
 from __future__ import annotations
 
@@ -274,5 +275,40 @@ def test_the_translation_can_be_made_to_start_with_given_words(translator, serve
             assert api["translation"].startswith(prefix)
             hyps = [li.text for li in driver.find_elements(By.CSS_SELECTOR, "#nbest-list li .hyp")]
             assert hyps == [h["translation"] for h in api["nbest"]]
+    finally:
+        driver.quit()
+
+
+def test_with_several_lines_the_words_start_the_chosen_lines_translation(translator, serve_sentences):
+    """The "starts with" box used to force its words on every line of a several-line input; it now applies to the
+    line chosen in the translation (the first at first), and its label says which."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    driver = browser()
+    lines = [serve_sentences[5], serve_sentences[6]]
+    try:
+        with background_server(make_app(translator)) as url:
+            translate_on_page(driver, url, "\n".join(lines))
+            label = driver.find_element(By.ID, "prefix-label")
+            assert label.text == "translation of line 1 starts with"
+            beam, nbest = (int(driver.find_element(By.ID, k).get_attribute("value")) for k in ("beam", "nbest"))
+            free = httpx.post(url + "/translate", json={"text": lines, "beam_size": beam,
+                                                        "nbest": nbest}).json()["translations"]
+            driver.find_elements(By.CSS_SELECTOR, "#translation .line")[1].click()
+            wait_done(driver)
+            assert label.text == "translation of line 2 starts with"
+            prefix = "ga ma"
+            assert not any(t["translation"].startswith(prefix) for t in free)
+            driver.find_element(By.ID, "prefix").send_keys(prefix + Keys.ENTER)
+            wait_done(driver)
+            api = httpx.post(url + "/translate", json={"text": lines, "beam_size": beam, "nbest": nbest,
+                                                       "target_prefix": ["", prefix]}).json()["translations"]
+            shown = driver.find_elements(By.CSS_SELECTOR, "#translation .line")
+            assert [d.text for d in shown] == [free[0]["translation"], api[1]["translation"]]
+            assert api[1]["translation"].startswith(prefix) and "selected" in shown[1].get_attribute("class")
+            hyps = [li.text for li in driver.find_elements(By.CSS_SELECTOR, "#nbest-list li .hyp")]
+            assert hyps == [h["translation"] for h in api[1]["nbest"]]
+            driver.find_element(By.ID, "source").send_keys(Keys.CONTROL, "a", Keys.DELETE, lines[0])
+            assert label.text == "translation starts with"
     finally:
         driver.quit()
