@@ -9,6 +9,7 @@ import json
 import logging
 import sys
 from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
 
 from nmt.cli import DECODE_FLAGS, command, nonempty, number
 from nmt.cli_io import (add_model_decode_args, check_languages_of, load_translator, misaligned, open_output,
@@ -140,7 +141,9 @@ def build_evaluate_parser() -> argparse.ArgumentParser:
     add_model_decode_args(p, nbest=False)   # BLEU scores the best translation
     g = p.add_argument_group("test data")
     g.add_argument("--src-file", type=nonempty(), help="source sentences, one per line, in the model's source language")
-    g.add_argument("--ref-file", type=nonempty(), help="reference translations, line-aligned with --src-file")
+    g.add_argument("--ref-file", type=nonempty(), nargs="+", metavar="REF",
+                   help="reference translations, line-aligned with --src-file; several files: several references "
+                        "per sentence (sacreBLEU's nrefs)")
     g.add_argument("--name", type=nonempty(), help="test-set name in scores.json (default: the --src-file path)")
     g.add_argument("--recipe-tests", action="store_true", help="score every test set of the model's recipe")
     g.add_argument("--dev-set", action="store_true",
@@ -152,10 +155,10 @@ def build_evaluate_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-sentences", type=number(int, 0), default=0,
                    help="score only the first N sentences (0 = all); scores of part of a set are not recorded")
     g.add_argument("--prefix-words", type=number(int, 1), metavar="N",
-                   help="start each translation with its reference's first N words (fairseq's --prefix-size, in "
-                        "words), as when a translator has typed them: besides BLEU and chrF of the whole "
-                        "translations, how often the model's next word is the reference's. Not recorded in "
-                        "scores.json")
+                   help="start each translation with its reference's first N words (of the first --ref-file; "
+                        "fairseq's --prefix-size, in words), as when a translator has typed them: besides BLEU and "
+                        "chrF of the whole translations, how often the model's next word is the reference's. Not "
+                        "recorded in scores.json")
     o = p.add_argument_group("output")
     o.add_argument("--json", nargs="?", const="-", metavar="FILE", type=nonempty(),
                    help="write the results as JSON to FILE, or to stdout instead of the text report")
@@ -165,31 +168,32 @@ def build_evaluate_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _test_sets(args: argparse.Namespace, tr) -> dict:
-    """name -> Pairs of what to score (a file pair, the recipe's test sets or the model's dev set)."""
+def _test_sets(args: argparse.Namespace, tr) -> Dict[str, Tuple[Any, List[List[str]]]]:
+    """name -> (Pairs, further references) of what to score (files, the recipe's test sets or the model's dev
+    set)."""
     from nmt.corpus import Pairs, read_lines
     from nmt.scoring import model_dev_set, recipe_tests
     files = bool(args.src_file or args.ref_file)
     if files + args.recipe_tests + args.dev_set != 1:
         raise ConfigError("give one of: --src-file and --ref-file, --recipe-tests, --dev-set")
-    if args.recipe_tests:
-        return recipe_tests(tr.config, args.data_dir)
-    if args.dev_set:
-        return model_dev_set(tr.config, args.data_dir)
+    if args.recipe_tests or args.dev_set:
+        sets = recipe_tests(tr.config, args.data_dir) if args.recipe_tests else model_dev_set(tr.config, args.data_dir)
+        return {name: (pairs, []) for name, pairs in sets.items()}
     if not (args.src_file and args.ref_file):
         raise ConfigError("--src-file and --ref-file must be given together")
-    src, ref = read_lines(args.src_file), read_lines(args.ref_file)
-    if len(src) != len(ref):
-        raise misaligned(args.src_file, src, "--ref-file", args.ref_file, ref, "the references", "the source")
-    check_languages_of(tr, src, ref, f"--src-file {args.src_file}", f"--ref-file {args.ref_file}")
+    src, refs = read_lines(args.src_file), [read_lines(r) for r in args.ref_file]
+    for path, ref in zip(args.ref_file, refs):
+        if len(src) != len(ref):
+            raise misaligned(args.src_file, src, "--ref-file", path, ref, "the references", "the source")
+        check_languages_of(tr, src, ref, f"--src-file {args.src_file}", f"--ref-file {path}")
     name = args.name or str(Path(args.src_file).resolve())
-    return {name: Pairs(src, ref, name)}
+    return {name: (Pairs(src, refs[0], name), refs[1:])}
 
 
 @command(build_evaluate_parser)
 def evaluate_main(args: argparse.Namespace) -> int:
     from nmt.atomic import atomic_write_text
-    from nmt.scoring import checkpoint_info, read_scores, score_test_set
+    from nmt.scoring import read_scores
     if args.hyp_dir:
         output_dir("--hyp-dir", args.hyp_dir)
     if args.json not in (None, "-"):   # written at the end: its directory is checked now
@@ -198,38 +202,19 @@ def evaluate_main(args: argparse.Namespace) -> int:
     if not (args.no_save or args.prefix_words):   # recorded after each test set: a damaged file is named first
         read_scores(tr.model_dir)
     tests = _test_sets(args, tr)
-    inputs = {"--src-file": args.src_file, "--ref-file": args.ref_file}
-    refuse_overwriting("--json", args.json, inputs)
+    inputs = [{"--src-file": args.src_file}] + [{"--ref-file": r} for r in args.ref_file or ()]
     hyp_files = {name: args.hyp_dir / f"{Path(name).name}.{tr.tgt_lang}" for name in tests} if args.hyp_dir else {}
-    for path in [p for h in hyp_files.values() for p in (h, _ref_file(h))]:
-        refuse_overwriting("--hyp-dir", path, inputs)
-    info = checkpoint_info(tr.model_dir, tr.checkpoint)
-    d = tr.decode
+    for flag, path in [("--json", args.json)] + [("--hyp-dir", p) for name, h in hyp_files.items()
+                                                 for p in (h, *_ref_files(h, 1 + len(tests[name][1])))]:
+        for files in inputs:
+            refuse_overwriting(flag, path, files)
     results, recorded = {}, []
-    for name, pairs in tests.items():
+    for name, (pairs, more_refs) in tests.items():
         # a part of a set is not the set, nor translations given the references' words: their scores must not
         # replace the set's own in scores.json
         save = not args.no_save and not 0 < args.max_sentences < len(pairs.src) and not args.prefix_words
         recorded += [name] if save else []
-        entry, hyps, sc = score_test_set(
-            tr, name, pairs, max_sentences=args.max_sentences, save=save, prefix_words=args.prefix_words or 0,
-            extra={"source": (f"recipe {tr.config.data.recipe}" if (args.recipe_tests or args.dev_set)
-                              and tr.config.data.recipe else None),
-                   "src_file": str(Path(args.src_file).resolve()) if args.src_file else None,
-                   "ref_file": str(Path(args.ref_file).resolve()) if args.ref_file else None})
-        results[name] = entry
-        if name in hyp_files:   # the translations, and the references they were scored against (for sacrebleu)
-            atomic_write_text(hyp_files[name], "".join(h + "\n" for h in hyps))
-            atomic_write_text(_ref_file(hyp_files[name]), "".join(r + "\n" for r in pairs.tgt[:len(hyps)]))
-        if args.json != "-":
-            print(f"{name}: {sc.n} sentences, checkpoint {tr.checkpoint} ({info['params_file']}"
-                  f"{', step %s' % info['step'] if info['step'] else ''}), beam {d.beam_size}, "
-                  f"{entry['seconds']:.1f} s" + (f", ensemble of {len(tr.members)} models" if tr.member_dirs else "")
-                  + (f", each translation started with its reference's first {_words(args.prefix_words)}"
-                     if args.prefix_words else ""))
-            _print_scores(sc)
-            if args.prefix_words:
-                _print_next_word(entry)
+        results[name] = _evaluate_set(args, tr, name, pairs, more_refs, save, hyp_files.get(name))
     report = {"model_dir": str(tr.model_dir.resolve()), "checkpoint": tr.checkpoint, "results": results}
     if args.json == "-":
         print(json.dumps(report, indent=2, ensure_ascii=False))
@@ -244,12 +229,46 @@ def evaluate_main(args: argparse.Namespace) -> int:
     return 0
 
 
+def _evaluate_set(args: argparse.Namespace, tr, name: str, pairs, more_refs: List[List[str]], save: bool,
+                  hyp_file: Optional[Path]) -> dict:
+    """Translate and score one test set (`score_test_set`); its translations and references written to
+    `hyp_file` and beside it (--hyp-dir), its report printed unless the JSON goes to stdout; the entry."""
+    from nmt.atomic import atomic_write_text
+    from nmt.scoring import checkpoint_info, score_test_set
+    files = {"source": (f"recipe {tr.config.data.recipe}" if (args.recipe_tests or args.dev_set)
+                        and tr.config.data.recipe else None),
+             "src_file": str(Path(args.src_file).resolve()) if args.src_file else None,
+             "ref_file": str(Path(args.ref_file[0]).resolve()) if args.ref_file else None}
+    if more_refs:
+        files["more_ref_files"] = [str(Path(r).resolve()) for r in args.ref_file[1:]]
+    entry, hyps, sc = score_test_set(tr, name, pairs, max_sentences=args.max_sentences, save=save, extra=files,
+                                     prefix_words=args.prefix_words or 0, more_refs=more_refs)
+    if hyp_file:   # the translations, and the references they were scored against (for sacrebleu)
+        atomic_write_text(hyp_file, "".join(h + "\n" for h in hyps))
+        for path, refs in zip(_ref_files(hyp_file, 1 + len(more_refs)), [pairs.tgt, *more_refs]):
+            atomic_write_text(path, "".join(r + "\n" for r in refs[:len(hyps)]))
+    if args.json != "-":
+        info, d = checkpoint_info(tr.model_dir, tr.checkpoint), tr.decode
+        print(f"{name}: {sc.n} sentences, checkpoint {tr.checkpoint} ({info['params_file']}"
+              f"{', step %s' % info['step'] if info['step'] else ''}), beam {d.beam_size}, "
+              f"{entry['seconds']:.1f} s" + (f", ensemble of {len(tr.members)} models" if tr.member_dirs else "")
+              + (f", {1 + len(more_refs)} references each" if more_refs else "")
+              + (f", each translation started with its reference's first {_words(args.prefix_words)}"
+                 if args.prefix_words else ""))
+        _print_scores(sc)
+        if args.prefix_words:
+            _print_next_word(entry)
+    return entry
+
+
 EXTRA_LABELS = {"bleu_ko_mecab": "BLEU ko-mecab"}   # the text report's names of the extra scores
 
 
-def _ref_file(hyp_file: Path) -> Path:
-    """Where --hyp-dir puts the references of the translations in `hyp_file` (<test name>.ref.<tgt>)."""
-    return hyp_file.with_name(f"{hyp_file.stem}.ref{hyp_file.suffix}")
+def _ref_files(hyp_file: Path, count: int) -> List[Path]:
+    """Where --hyp-dir puts the `count` references of the translations in `hyp_file`: <test name>.ref.<tgt>, then
+    <test name>.ref2.<tgt> ..."""
+    return [hyp_file.with_name(f"{hyp_file.stem}.ref{k if k > 1 else ''}{hyp_file.suffix}")
+            for k in range(1, count + 1)]
 
 
 def _print_scores(sc) -> None:

@@ -39,11 +39,14 @@ def improves(metric: str, value: float, best: Optional[float]) -> bool:
     return best is None or (value > best if VALID_METRICS[metric][2] else value < best)
 
 
-def score(hyps: Sequence[str], refs: Sequence[str], tgt_lang: str) -> Scores:
-    """BLEU (13a) and chrF of detokenized hypotheses; for Korean output also BLEU with tokenize='ko-mecab'."""
-    if len(hyps) != len(refs):
-        raise ValueError(f"{len(hyps)} hypotheses but {len(refs)} references: they must be line-aligned")
-    hyps, refs = list(hyps), [list(refs)]
+def score(hyps: Sequence[str], refs: Sequence[str], tgt_lang: str, more_refs: Sequence[Sequence[str]] = ()
+          ) -> Scores:
+    """BLEU (13a) and chrF of detokenized hypotheses; for Korean output also BLEU with tokenize='ko-mecab'.
+    `more_refs`: further references of each hypothesis, line-aligned like `refs` (sacreBLEU's nrefs)."""
+    for other in (refs, *more_refs):
+        if len(hyps) != len(other):
+            raise ValueError(f"{len(hyps)} hypotheses but {len(other)} references: they must be line-aligned")
+    hyps, refs = list(hyps), [list(r) for r in (refs, *more_refs)]
     bleu = sacrebleu.metrics.BLEU(tokenize="13a")
     chrf = sacrebleu.metrics.CHRF()
     b, c = bleu.corpus_score(hyps, refs), chrf.corpus_score(hyps, refs)

@@ -20,10 +20,11 @@ from nmt.translate import Translator
 
 
 def score_test_set(translator: Translator, name: str, pairs: Pairs, *, max_sentences: int = 0, save: bool = True,
-                   extra: Optional[Dict[str, object]] = None, prefix_words: int = 0
-                   ) -> Tuple[Dict[str, object], List[str], Scores]:
+                   extra: Optional[Dict[str, object]] = None, prefix_words: int = 0,
+                   more_refs: Sequence[Sequence[str]] = ()) -> Tuple[Dict[str, object], List[str], Scores]:
     """Translate and score one test set; the entry (scores, signatures, checkpoint, decoding settings, time) is
     merged into the model directory's scores.json unless `save` is False. Used by evaluate and by training.
+    `more_refs`: further references, line-aligned with `pairs.tgt`.
 
     With `prefix_words`, each translation starts with its reference's first words (`reference_prefixes`), and the
     entry also says how often the model's next word is the reference's (`next_word_accuracy`)."""
@@ -34,7 +35,7 @@ def score_test_set(translator: Translator, name: str, pairs: Pairs, *, max_sente
     hyps = translator.translate(pairs.src[:n], prefixes=reference_prefixes(refs, prefix_words) if prefix_words
                                 else None)
     seconds = time.perf_counter() - t0
-    sc = score(hyps, refs, translator.tgt_lang)
+    sc = score(hyps, refs, translator.tgt_lang, [r[:n] for r in more_refs])
     d = translator.decode
     info = (checkpoint_info(translator.model_dir, translator.checkpoint) if translator.model_dir
             else {"params_file": None, "step": None})

@@ -275,3 +275,36 @@ def test_prefix_words_start_each_translation_with_its_reference(model_copy, caps
     assert entry["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs], tokenize="13a").score)
     assert "started with its reference's first 2 words" in out and re.search(r"next word +\d+\.\d\d  % of", out)
     assert "not recorded in" in err and "--prefix-words 2" in err and not (model_copy / ckpt.SCORES).exists()
+
+
+def test_several_reference_files_are_several_references_per_sentence(model_copy, tmp_path, capsys):
+    """--ref-file A B scores against both references of each sentence (sacreBLEU's nrefs:2), as sacrebleu A B
+    does; --hyp-dir writes both beside the translations; a second file that does not fit is named."""
+    src = Path(Config.load(model_copy / ckpt.CONFIG).data.test_src)
+    ref = src.with_suffix(".en")
+    refs = ref.read_text(encoding="utf-8").splitlines()
+    # a second reference where the model's translations differ from the first: its own translations
+    other = Translator.from_dir(model_copy).translate(src.read_text(encoding="utf-8").splitlines())
+    assert other != refs
+    ref2 = tmp_path / "ref2.en"
+    ref2.write_text("".join(r + "\n" for r in other), encoding="utf-8")
+    code, out, err = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", ref, ref2, "--name", "two",
+                          "--hyp-dir", tmp_path / "hyps"], capsys)
+    assert code == 0, err
+    hyps = (tmp_path / "hyps" / "two.en").read_text(encoding="utf-8").splitlines()
+    bleu = sacrebleu.corpus_bleu(hyps, [refs, other], tokenize="13a")
+    assert bleu.score == pytest.approx(100) and sacrebleu.corpus_bleu(hyps, [refs], tokenize="13a").score < 99
+    assert re.search(rf"\n  BLEU +{bleu.score:.2f}  nrefs:2\|", out) and "2 references each" in out
+    assert (tmp_path / "hyps" / "two.ref.en").read_text(encoding="utf-8").splitlines() == refs
+    assert (tmp_path / "hyps" / "two.ref2.en").read_text(encoding="utf-8").splitlines() == other
+    entry = json.loads((model_copy / ckpt.SCORES).read_text())["two"]["best"]
+    assert entry["bleu"] == pytest.approx(bleu.score) and entry["more_ref_files"] == [str(ref2.resolve())]
+    short, korean = tmp_path / "short.en", tmp_path / "ko.en"
+    short.write_text("".join(r + "\n" for r in other[:-1]), encoding="utf-8")
+    korean.write_text(src.read_text(encoding="utf-8"), encoding="utf-8")
+    for extra, msg in [([short], f"--ref-file {short} has {len(refs) - 1}"),
+                       ([korean], f"--ref-file {korean}: are the files swapped, or of one language?"),
+                       ([ref2, "--name", "ref2", "--hyp-dir", tmp_path, "--beam-size", "1"],
+                        f"--hyp-dir {ref2} is the --ref-file file")]:
+        code, _, err = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", ref, *extra], capsys)
+        assert code == 2 and msg in err and "Traceback" not in err, (extra, err)
