@@ -36,7 +36,7 @@ from nmt.models.base import DecoderState, Seq2SeqModel
 from nmt.models.ensemble import as_model
 from nmt.parallel import to_device
 from nmt.search_blocks import Forcing, TargetPrefix, as_prefix, update_block
-from nmt.tokenizer import BOS_ID, EOS_ID  # noqa: F401  (EOS_ID: the tests take both from here)
+from nmt.tokenizer import BOS_ID
 
 MaxLen = Union[int, Sequence[int], np.ndarray]
 Models = Union[Seq2SeqModel, Sequence[Seq2SeqModel]]

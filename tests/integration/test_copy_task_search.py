@@ -11,7 +11,8 @@ from mxnet import autograd, gluon, nd
 from nmt.config import ModelConfig
 from nmt.loss import Seq2SeqLoss
 from nmt.models import build_model
-from nmt.search import BOS_ID, EOS_ID, beam_search, greedy_search
+from nmt.search import beam_search, greedy_search
+from nmt.tokenizer import BOS_ID, EOS_ID
 from tests.unit.test_beam_stream import alone, stream_decode
 from tests.unit.test_search import assert_same_hypotheses, count_rows, reference_greedy
 

@@ -11,7 +11,8 @@ from mxnet import nd
 from nmt.config import ModelConfig
 from nmt.models import build_model
 from nmt.models.ensemble import Ensemble
-from nmt.search import BOS_ID, EOS_ID, beam_search, greedy_search
+from nmt.search import beam_search, greedy_search
+from nmt.tokenizer import BOS_ID, EOS_ID
 
 VOCAB = 30
 

@@ -9,8 +9,9 @@ from mxnet import nd
 
 from nmt.models.ensemble import as_model
 from nmt.prefix import word_table
-from nmt.search import BOS_ID, EOS_ID, BeamStream, beam_search, greedy_search, length_penalty
+from nmt.search import BeamStream, beam_search, greedy_search, length_penalty
 from nmt.search_blocks import Forcing, TargetPrefix
+from nmt.tokenizer import BOS_ID, EOS_ID
 from tests.unit.test_search import (VOCAB, assert_same_hypotheses, other_member, peaked, ragged_sources,
                                     untrained_model)
 from tests.unit.test_transformer import build as build_transformer
