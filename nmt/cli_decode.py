@@ -159,6 +159,11 @@ def build_evaluate_parser() -> argparse.ArgumentParser:
                         "fairseq's --prefix-size, in words), as when a translator has typed them: besides BLEU and "
                         "chrF of the whole translations, how often the model's next word is the reference's. Not "
                         "recorded in scores.json")
+    g.add_argument("--word-strokes", action="store_true",
+                   help="also simulate a translator who accepts each translation up to its first wrong word, types "
+                        "the reference's word there and lets the model go on, until the translation is the "
+                        "reference: the share of reference words typed (word stroke ratio, Barrachina et al. 2009; "
+                        "one translation per stroke)")
     o = p.add_argument_group("output")
     o.add_argument("--json", nargs="?", const="-", metavar="FILE", type=nonempty(),
                    help="write the results as JSON to FILE, or to stdout instead of the text report")
@@ -198,6 +203,9 @@ def evaluate_main(args: argparse.Namespace) -> int:
         output_dir("--hyp-dir", args.hyp_dir)
     if args.json not in (None, "-"):   # written at the end: its directory is checked now
         output_dir("--json", Path(args.json).parent, file=args.json)
+    if args.prefix_words and args.word_strokes:
+        raise ConfigError("give --prefix-words or --word-strokes, not both: the simulated translator types its own "
+                          "prefixes")
     tr = load_translator(args)
     if not (args.no_save or args.prefix_words):   # recorded after each test set: a damaged file is named first
         read_scores(tr.model_dir)
@@ -234,13 +242,16 @@ def _evaluate_set(args: argparse.Namespace, tr, name: str, pairs, more_refs: Lis
     """Translate and score one test set (`score_test_set`); its translations and references written to
     `hyp_file` and beside it (--hyp-dir), its report printed unless the JSON goes to stdout; the entry."""
     from nmt.atomic import atomic_write_text
-    from nmt.scoring import checkpoint_info, score_test_set
+    from nmt.scoring import checkpoint_info, score_test_set, word_strokes
     files = {"source": (f"recipe {tr.config.data.recipe}" if (args.recipe_tests or args.dev_set)
                         and tr.config.data.recipe else None),
              "src_file": str(Path(args.src_file).resolve()) if args.src_file else None,
              "ref_file": str(Path(args.ref_file[0]).resolve()) if args.ref_file else None}
     if more_refs:
         files["more_ref_files"] = [str(Path(r).resolve()) for r in args.ref_file[1:]]
+    if args.word_strokes:
+        n = args.max_sentences or len(pairs.src)
+        files.update(word_strokes(tr, pairs.src[:n], pairs.tgt[:n]))
     entry, hyps, sc = score_test_set(tr, name, pairs, max_sentences=args.max_sentences, save=save, extra=files,
                                      prefix_words=args.prefix_words or 0, more_refs=more_refs)
     if hyp_file:   # the translations, and the references they were scored against (for sacrebleu)
@@ -258,6 +269,8 @@ def _evaluate_set(args: argparse.Namespace, tr, name: str, pairs, more_refs: Lis
         _print_scores(sc)
         if args.prefix_words:
             _print_next_word(entry)
+        if args.word_strokes:
+            _print_word_strokes(entry)
     return entry
 
 
@@ -288,6 +301,14 @@ def _print_next_word(entry: dict) -> None:
     n, accuracy = entry["next_word_sentences"], entry["next_word_accuracy"]
     print(f"  next word       {accuracy:6.2f}  % of {n} sentences whose reference goes on after the prefix" if n else
           "  next word          -   no reference goes on after the prefix")
+
+
+def _print_word_strokes(entry: dict) -> None:
+    """The text report's line of --word-strokes."""
+    ratio = entry["word_stroke_ratio"]
+    print(f"  word strokes    {ratio:6.2f}  % of {entry['reference_words']} reference words typed, the model "
+          f"completing the rest ({entry['word_stroke_translations']} translations)" if ratio is not None else
+          "  word strokes       -   the references have no words")
 
 
 # Flags of nmt-score: how a translation is scored and batched (the search's flags do not apply).

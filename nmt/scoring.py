@@ -75,6 +75,36 @@ def next_word_accuracy(hyps: Sequence[str], refs: Sequence[str], words: int) -> 
     return 100.0 * hits / len(counted), len(counted)
 
 
+def word_strokes(translator: Translator, sources: Sequence[str], refs: Sequence[str]) -> Dict[str, object]:
+    """The word stroke ratio of interactive translation (Barrachina et al. 2009), by a simulated translator: it
+    reads the model's translation, accepts it up to the first word that differs from the reference, types the
+    reference's word there, and the model translates again starting with the accepted and typed words (a target
+    prefix of whole words), until the translation is the reference. A translation that goes on after the
+    reference's last word costs one stroke too (the translator ends it). Words are compared as in
+    `next_word_accuracy`. Returns the strokes, the reference words, their ratio (%) and the translations it took."""
+    words = [normalize(r).split() for r in refs]
+    kept = [0] * len(words)   # per sentence, the reference words accepted or typed so far
+    strokes, translations, todo = 0, 0, list(range(len(words)))
+    while todo:
+        hyps = translator.translate([sources[i] for i in todo],
+                                    prefixes=[" ".join(words[i][:kept[i]]) + " " if kept[i] else None for i in todo])
+        translations += len(todo)
+        left = []
+        for i, hyp in zip(todo, hyps):
+            got, want, k = hyp.split(), words[i], kept[i]
+            while k < len(want) and k < len(got) and got[k] == want[k]:
+                k += 1
+            if k == len(want):   # the whole reference: done, once the translator has ended any words after it
+                strokes += len(got) > k
+            else:                # the translator types the reference's word k; the model goes on after it
+                strokes, kept[i] = strokes + 1, k + 1
+                left.append(i)
+        todo = left
+    total = sum(map(len, words))
+    return {"word_strokes": strokes, "reference_words": total,
+            "word_stroke_ratio": 100.0 * strokes / total if total else None, "word_stroke_translations": translations}
+
+
 ENSEMBLE_PREFIX = "ensemble-"
 
 

@@ -308,3 +308,28 @@ def test_several_reference_files_are_several_references_per_sentence(model_copy,
                         f"--hyp-dir {ref2} is the --ref-file file")]:
         code, _, err = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", ref, *extra], capsys)
         assert code == 2 and msg in err and "Traceback" not in err, (extra, err)
+
+
+def test_word_strokes_of_a_trained_model(model_copy, tmp_path, capsys):
+    """--word-strokes: against references that are the model's own translations a translator types nothing; with
+    the last word of some changed, that word (and at most one more, ending what the model adds after it)."""
+    src = Path(Config.load(model_copy / ckpt.CONFIG).data.test_src)
+    own = Translator.from_dir(model_copy).translate(src.read_text(encoding="utf-8").splitlines())
+    changed = [" ".join(t.split()[:-1] + ["zz"]) if len(t.split()) > 1 and i % 2 else t for i, t in enumerate(own)]
+    n_changed = sum(a != b for a, b in zip(own, changed))
+    assert n_changed > 2
+    for refs, low, high in [(own, 0, 0), (changed, n_changed, 2 * n_changed)]:
+        ref = tmp_path / "refs.en"
+        ref.write_text("".join(r + "\n" for r in refs), encoding="utf-8")
+        code, out, err = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", ref, "--word-strokes",
+                              "--no-save", "--json"], capsys)
+        assert code == 0, err
+        entry = json.loads(out)["results"][str(src.resolve())]
+        assert low <= entry["word_strokes"] <= high and entry["reference_words"] == sum(len(r.split()) for r in refs)
+        assert entry["word_stroke_translations"] == len(refs) + (n_changed if low else 0)
+    code, out, _ = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", ref, "--word-strokes",
+                        "--no-save"], capsys)
+    assert code == 0 and re.search(r"\n  word strokes +\d+\.\d\d  % of \d+ reference words typed", out)
+    code, _, err = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", ref, "--word-strokes",
+                        "--prefix-words", "1"], capsys)
+    assert code == 2 and "give --prefix-words or --word-strokes, not both" in err
