@@ -163,7 +163,7 @@ def build_evaluate_parser() -> argparse.ArgumentParser:
                    help="also simulate a translator who accepts each translation up to its first wrong word, types "
                         "the reference's word there and lets the model go on, until the translation is the "
                         "reference: the share of reference words typed (word stroke ratio, Barrachina et al. 2009; "
-                        "one translation per stroke)")
+                        "one more translation per typed word)")
     o = p.add_argument_group("output")
     o.add_argument("--json", nargs="?", const="-", metavar="FILE", type=nonempty(),
                    help="write the results as JSON to FILE, or to stdout instead of the text report")
