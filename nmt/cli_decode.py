@@ -242,26 +242,23 @@ def _evaluate_set(args: argparse.Namespace, tr, name: str, pairs, more_refs: Lis
     """Translate and score one test set (`score_test_set`); its translations and references written to
     `hyp_file` and beside it (--hyp-dir), its report printed unless the JSON goes to stdout; the entry."""
     from nmt.atomic import atomic_write_text
-    from nmt.scoring import checkpoint_info, score_test_set, word_strokes
+    from nmt.scoring import score_test_set
     files = {"source": (f"recipe {tr.config.data.recipe}" if (args.recipe_tests or args.dev_set)
                         and tr.config.data.recipe else None),
              "src_file": str(Path(args.src_file).resolve()) if args.src_file else None,
              "ref_file": str(Path(args.ref_file[0]).resolve()) if args.ref_file else None}
     if more_refs:
         files["more_ref_files"] = [str(Path(r).resolve()) for r in args.ref_file[1:]]
-    if args.word_strokes:
-        n = args.max_sentences or len(pairs.src)
-        files.update(word_strokes(tr, pairs.src[:n], pairs.tgt[:n]))
     entry, hyps, sc = score_test_set(tr, name, pairs, max_sentences=args.max_sentences, save=save, extra=files,
-                                     prefix_words=args.prefix_words or 0, more_refs=more_refs)
+                                     prefix_words=args.prefix_words or 0, strokes=args.word_strokes,
+                                     more_refs=more_refs)
     if hyp_file:   # the translations, and the references they were scored against (for sacrebleu)
         atomic_write_text(hyp_file, "".join(h + "\n" for h in hyps))
         for path, refs in zip(_ref_files(hyp_file, 1 + len(more_refs)), [pairs.tgt, *more_refs]):
             atomic_write_text(path, "".join(r + "\n" for r in refs[:len(hyps)]))
     if args.json != "-":
-        info, d = checkpoint_info(tr.model_dir, tr.checkpoint), tr.decode
-        print(f"{name}: {sc.n} sentences, checkpoint {tr.checkpoint} ({info['params_file']}"
-              f"{', step %s' % info['step'] if info['step'] else ''}), beam {d.beam_size}, "
+        print(f"{name}: {sc.n} sentences, checkpoint {tr.checkpoint} ({entry['params_file']}"
+              f"{', step %s' % entry['step'] if entry['step'] else ''}), beam {entry['beam_size']}, "
               f"{entry['seconds']:.1f} s" + (f", ensemble of {len(tr.members)} models" if tr.member_dirs else "")
               + (f", {1 + len(more_refs)} references each" if more_refs else "")
               + (f", each translation started with its reference's first {_words(args.prefix_words)}"

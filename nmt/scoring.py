@@ -20,14 +20,15 @@ from nmt.translate import Translator
 
 
 def score_test_set(translator: Translator, name: str, pairs: Pairs, *, max_sentences: int = 0, save: bool = True,
-                   extra: Optional[Dict[str, object]] = None, prefix_words: int = 0,
+                   extra: Optional[Dict[str, object]] = None, prefix_words: int = 0, strokes: bool = False,
                    more_refs: Sequence[Sequence[str]] = ()) -> Tuple[Dict[str, object], List[str], Scores]:
     """Translate and score one test set; the entry (scores, signatures, checkpoint, decoding settings, time) is
     merged into the model directory's scores.json unless `save` is False. Used by evaluate and by training.
     `more_refs`: further references, line-aligned with `pairs.tgt`.
 
     With `prefix_words`, each translation starts with its reference's first words (`reference_prefixes`), and the
-    entry also says how often the model's next word is the reference's (`next_word_accuracy`)."""
+    entry also says how often the model's next word is the reference's (`next_word_accuracy`); with `strokes`, how
+    many of the reference's words a simulated translator types (`word_strokes`)."""
     from datetime import datetime, timezone
     n = max_sentences or len(pairs.src)
     refs = pairs.tgt[:n]
@@ -43,6 +44,8 @@ def score_test_set(translator: Translator, name: str, pairs: Pairs, *, max_sente
         accuracy, counted = next_word_accuracy(hyps, refs, prefix_words)
         extra = {**(extra or {}), "prefix_words": prefix_words, "next_word_accuracy": accuracy,
                  "next_word_sentences": counted}
+    if strokes:
+        extra = {**(extra or {}), **word_strokes(translator, pairs.src[:n], refs)}
     entry = {**sc.to_dict(), "checkpoint": translator.checkpoint, **info, "beam_size": d.beam_size,
              "length_penalty": d.length_penalty_alpha, "max_len_a": d.max_len_a, "max_len_b": d.max_len_b,
              **(extra or {}), "seconds": round(seconds, 2),
