@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from nmt.config import (ARCH_DEFAULTS, KVSTORES, VALID_METRIC_NAMES, Config, ConfigError, DataConfig, read_json,
-                        resumed_config)
+from nmt.config import (ARCH_DEFAULTS, KVSTORES, VALID_METRIC_NAMES, Config, ConfigError, DataConfig, ModelConfig,
+                        TrainConfig, read_json, resumed_config)
 
 # (flag, section, field, type, help) -- the single table mapping flags to config fields
 _NONE = object()
@@ -125,7 +125,8 @@ TRAIN_FLAGS = [
          "dev score that picks the best checkpoint and stops early (for Korean output chrf or ko-mecab, BLEU on "
          "morphemes, read it better than 13a BLEU)", choices=VALID_METRIC_NAMES),
     Flag("--keep-last", "train", "keep_last", int, "parameter files of the last N checkpoints to keep"),
-    Flag("--average-last", "train", "average_last", int, "average the last N checkpoints at the end (0 = off)"),
+    Flag("--average-last", "train", "average_last", int,
+         "average the last N checkpoints into params.avg at the end, also scored on the test sets (0 = off)"),
     Flag("--log-every", "train", "log_every", int, "updates between progress updates"),
     Flag("--valid-beam", "train", "valid_beam", int, "beam size for dev BLEU during training"),
     Flag("--valid-max-sentences", "train", "valid_max_sentences", int, "dev sentences translated for BLEU"),
@@ -192,6 +193,12 @@ def build_train_parser() -> argparse.ArgumentParser:
 
 def config_from_args(args: argparse.Namespace, base: Optional[Config] = None) -> Config:
     """Defaults of the chosen --arch < --config file (or `base`) < explicit flags."""
+    return Config.from_dict(args_dict(args, base), source=str(getattr(args, "config", "") or "flags"))
+
+
+def args_dict(args: argparse.Namespace, base: Optional[Config] = None) -> Dict[str, Dict[str, Any]]:
+    """The sections and keys a command line gives (with a --config file's, or `base`'s), not yet checked together:
+    `config_from_args` makes them a Config; on --resume they first join the run's own (`resume_config`)."""
     if getattr(args, "config", None):
         if not Path(args.config).is_file():
             raise ConfigError(f"--config {args.config}: file not found")
@@ -215,7 +222,7 @@ def config_from_args(args: argparse.Namespace, base: Optional[Config] = None) ->
         arch = d.get("model", {}).get("arch", "lstm")   # another architecture never lands in the LSTM's directory
         suffix = "" if arch == "lstm" else f"-{arch}"
         d.setdefault("train", {})["model_dir"] = str(Path("models") / f"{name}-{langs[0]}-{langs[1]}{suffix}")
-    return Config.from_dict(d, source=str(getattr(args, "config", "") or "flags"))
+    return d
 
 
 def number(kind: type, low: float, high: Optional[float] = None, low_open: bool = False):
@@ -296,14 +303,21 @@ def given_keys(args: argparse.Namespace) -> Dict[str, str]:
     return given
 
 
-def resume_config(cfg: Config, given: Dict[str, str]) -> Tuple[Config, List[str]]:
+def resume_config(args: argparse.Namespace) -> Tuple[Config, List[str]]:
     """On --resume: the run's saved configuration, with what this command line gives, and the changes
-    (`resumed_config`), so that `--resume` alone continues a run as it was started. `cfg` itself where the model
-    directory has no config.json here (nothing to resume, which training reports; or a worker of a distributed job
-    on a machine without the directory, which then needs the same flags as rank 0)."""
+    (`resumed_config`), so that `--resume` alone continues a run as it was started; the flags are checked together
+    with the run's settings (`--average-last 5` alone, in a run that keeps 5 checkpoints). The command line's own
+    configuration where the model directory has no config.json here (nothing to resume, which training reports; or
+    a worker of a distributed job on a machine without the directory, which then needs the same flags as rank 0)."""
     from nmt.checkpoint import CONFIG
-    path = Path(cfg.train.model_dir) / CONFIG
-    return resumed_config(Config.load(path), cfg, given, str(path)) if path.is_file() else (cfg, [])
+    d = args_dict(args)
+    path = Path((d.get("train") or {}).get("model_dir", TrainConfig.model_dir)) / CONFIG
+    if not path.is_file():
+        return config_from_args(args), []
+    wanted = Config.for_arch((d.get("model") or {}).get("arch", ModelConfig.arch)).to_dict()
+    for section, values in d.items():
+        wanted[section].update(values)
+    return resumed_config(Config.load(path), wanted, given_keys(args), str(path))
 
 
 def check_model_flags(arch: str, given: Dict[str, str]) -> None:
@@ -324,9 +338,8 @@ def check_model_flags(arch: str, given: Dict[str, str]) -> None:
 def training_run(args: argparse.Namespace) -> Tuple[Config, List[str], Optional[Path]]:
     """What a training command line asks for: the configuration (on --resume the run's own with this command's
     changes, listed; with --init-from the model's settings), and the parameter file of --init-from."""
-    cfg, changes, init = config_from_args(args), [], None
-    if args.resume:
-        cfg, changes = resume_config(cfg, given_keys(args))
+    cfg, changes = resume_config(args) if args.resume else (config_from_args(args), [])
+    init = None
     if args.init_from is not None:
         from nmt.finetune import init_config, init_params
         if args.resume:
@@ -352,12 +365,11 @@ def train_main(args: argparse.Namespace) -> int:
         return 0
     result = train(cfg, resume=args.resume, overwrite=args.overwrite, evaluate=not args.no_eval, init=init)
     state = result.state
-    for name, sc in result.test_scores.items():
-        print(f"{name}: {sc.summary()} ({sc.n} sentences, best checkpoint, beam {cfg.decode.beam_size})")
-        print(f"  {sc.bleu_signature}")
-        print(f"  {sc.chrf_signature}")
-        for key, sig in sc.extra_signatures.items():
-            print(f"  {sig}")
+    for which, scores in (("best checkpoint", result.test_scores), ("params.avg", result.average_scores)):
+        for name, sc in scores.items():
+            print(f"{name}: {sc.summary()} ({sc.n} sentences, {which}, beam {cfg.decode.beam_size})")
+            for sig in (sc.bleu_signature, sc.chrf_signature, *sc.extra_signatures.values()):
+                print(f"  {sig}")
     if state.stopped in ("SIGINT", "SIGTERM"):
         print(f"stopped by {state.stopped} at step {state.step}; checkpoint saved in {cfg.train.model_dir}. "
               "Continue with --resume.", file=sys.stderr)

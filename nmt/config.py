@@ -191,7 +191,8 @@ class TrainConfig:
                 (0 <= self.max_seconds < math.inf, f"--max-seconds must be >= 0 (0 = none), got {self.max_seconds}"),
                 (0 <= self.time_budget < math.inf, f"--time-budget must be >= 0 (0 = none), got {self.time_budget}"),
                 (self.patience >= 0, f"--patience must be >= 0 (0 = no early stop), got {self.patience}"),
-                (self.average_last >= 0, f"--average-last must be >= 0 (0 = off), got {self.average_last}"),
+                (self.average_last == 0 or self.average_last >= 2, "--average-last must be 0 (off) or >= 2 (the "
+                 f"average of one checkpoint is that checkpoint), got {self.average_last}"),
                 (self.average_last <= self.keep_last,
                  f"--average-last {self.average_last} averages the last {self.average_last} of the checkpoints kept: "
                  f"give --keep-last {self.average_last} or more (got {self.keep_last})"),
@@ -350,14 +351,15 @@ def _fixed_on_resume(key: str) -> bool:
     return key not in PER_INVOCATION and (key.split(".")[0] in ("model", "data") or key in _FIXED_TRAIN_KEYS)
 
 
-def resumed_config(saved: Config, cfg: Config, given: Optional[Dict[str, str]], source: str
+def resumed_config(saved: Config, wanted: Dict[str, Dict[str, Any]], given: Optional[Dict[str, str]], source: str
                    ) -> Tuple[Config, List[str]]:
     """The configuration a resumed run trains with: the run's own (`saved`, read from `source`), with this
     invocation's per-invocation keys and the keys it gives (`given`: key -> how the user gave it, a flag or a file's
-    key; None: every key of `cfg`) taken from `cfg`. A given model or data key that differs is a ConfigError naming
-    it; the other differences come back as lines "key: old -> new" (a new --max-steps, --lr ...)."""
+    key; None: every key of `wanted`, a Config's dict) taken from `wanted`, checked together. A given model or data
+    key that differs is a ConfigError naming it; the other differences come back as lines "key: old -> new" (a new
+    --max-steps, --lr ...)."""
     merged, changes = saved.to_dict(), []
-    for section, values in cfg.to_dict().items():
+    for section, values in wanted.items():
         for name, value in values.items():
             key, old = f"{section}.{name}", merged[section][name]
             if value == old or not (key in PER_INVOCATION or given is None or key in given):

@@ -9,7 +9,7 @@ import random
 import shutil
 import signal
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -69,6 +69,7 @@ class Trainer:
         self.tensorboard = tensorboard or TensorBoardWriter(None)   # curves (a writer that does nothing: off)
         self.signal_name = ""            # set by SIGINT/SIGTERM: checkpoint after this update, then stop
         self.lock: Optional[ModelDirLock] = None   # the model directory's lock (rank 0), released when fit() ends
+        self.averaged = False            # fit() wrote params.avg (--average-last)
         self._t_start, self._elapsed0 = time.perf_counter(), state.elapsed
 
     # -- the parts of the loop ----------------------------------------------------------------------------------
@@ -214,8 +215,9 @@ class Trainer:
             for sig, handler in old_handlers.items():
                 signal.signal(sig, handler)
             self.tensorboard.close()
-        if t.average_last > 1 and self.is_chief and len(self.state.params_files) >= 2:
+        if t.average_last and self.is_chief and len(self.state.params_files) >= 2:
             ckpt.average_checkpoints(self.model_dir, self.state.params_files, last=t.average_last)
+            self.averaged = True
 
     def _next_epoch(self) -> None:
         epoch = self.progress.epoch   # nan and 0 until an epoch of this run has had an update
@@ -326,7 +328,8 @@ def _resumed_state(cfg: Config, workers: WorkerGroup) -> ckpt.TrainState:
     if workers.num_workers > 1:
         state = ckpt.TrainState(**workers.broadcast_json(vars(state)))
     saved = Config.load(workers.share_files(model_dir, (ckpt.CONFIG,)) / ckpt.CONFIG)
-    _, changes = resumed_config(saved, cfg, None, str(model_dir / ckpt.CONFIG))   # the model and data must match
+    # the model and data must match
+    _, changes = resumed_config(saved, cfg.to_dict(), None, str(model_dir / ckpt.CONFIG))
     if changes:
         logger.info("resuming with settings changed since the last run: %s", "; ".join(changes))
     return state
@@ -349,6 +352,7 @@ class TrainResult:
     state: ckpt.TrainState
     test_scores: Dict[str, Scores]      # by test-set name, of the best checkpoint (empty if not evaluated)
     interrupted: str = ""               # "SIGINT"/"SIGTERM" if one came (as training ended too: no test scores)
+    average_scores: Dict[str, Scores] = field(default_factory=dict)   # of params.avg, when this run wrote it
 
 
 def train(cfg: Config, resume: bool = False, overwrite: bool = False, evaluate: bool = True,
@@ -370,9 +374,12 @@ def train(cfg: Config, resume: bool = False, overwrite: bool = False, evaluate: 
         raise
     state, scores = trainer.fit(), {}
     interrupted = state.stopped if state.stopped in _INTERRUPTS else trainer.signal_name   # also in the last step
+    averages: Dict[str, Scores] = {}
     if evaluate and trainer.is_chief and not interrupted and trainer.data.splits.tests:
         scores = trainer.evaluate_tests("best")
-    return TrainResult(state, scores, interrupted)
+        if trainer.averaged:
+            averages = trainer.evaluate_tests("avg")
+    return TrainResult(state, scores, interrupted, averages)
 
 
 def _install_signal_handlers(trainer: Trainer):

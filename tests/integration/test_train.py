@@ -388,6 +388,28 @@ def test_a_finished_run_is_averaged_by_resuming_it_with_average_last(tmp_path, t
     assert_same_params({k: v.asnumpy() for k, v in load_params(model_dir, "avg").items()}, mean)
 
 
+def test_average_last_alone_resumes_a_run_keeping_enough_and_the_average_is_scored(tmp_path, task, capsys):
+    """`--resume --average-last 4` alone was checked against the default --keep-last 3 before the run's own 5
+    joined it; and the average, written at the end, was not scored on the test sets as the best was."""
+    from nmt.cli import train_main
+    from nmt.scoring import read_scores
+    model_dir = tmp_path / "m"
+    flags = tiny_flags(task, model_dir) + task_files(task, "test") + ["--max-steps", "4", "--keep-last", "5"]
+    assert train_main(flags + ["--valid-every", "1"]) == 0
+    assert not (model_dir / ckpt.PARAMS_AVG).exists()
+    assert train_main(["--model-dir", str(model_dir), "--resume", "--no-progress", "--average-last", "4"]) == 0
+    out = capsys.readouterr().out
+    assert ckpt.TrainState.load(model_dir).step == 4 and (model_dir / ckpt.PARAMS_AVG).exists()
+    scores = read_scores(model_dir)["test"]
+    assert set(scores) == {"best", "avg"}
+    for which, label in (("best", "best checkpoint"), ("avg", "params.avg")):
+        assert f"test: BLEU {scores[which]['bleu']:.2f} chrF {scores[which]['chrf']:.2f} ({scores[which]['n']} " \
+               f"sentences, {label}, beam " in out
+    assert train_main(["--model-dir", str(model_dir), "--resume", "--no-progress", "--average-last", "6"]) == 2
+    assert "--average-last 6 averages the last 6 of the checkpoints kept: give --keep-last 6 or more (got 5)" \
+        in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("limit, level", [(3, "WARNING"), (200, None)])
 def test_pairs_over_the_length_limits_are_counted_and_many_are_a_warning(tmp_path, task, capsys, limit, level):
     """Most training pairs dropped by a low --max-src-tokens is a warning, not a line among the INFO ones."""
