@@ -3,10 +3,13 @@
 # results/results.md, results/results.json, results/ablation.md and results/curves.png from the model directories,
 # and docs/results.md from them.
 #
-#   NMT_DATA_DIR=../shared/data scripts/reproduce_results.sh            # every run (about 15 hours on 2 cores)
-#   NMT_DATA_DIR=../shared/data scripts/reproduce_results.sh headline   # the chosen recipe only (about 5 hours)
-#   NMT_DATA_DIR=../shared/data scripts/reproduce_results.sh transformer  # the Transformer's runs (docs/transformer.md)
-#   scripts/reproduce_results.sh all-ko-en-up4-lex ...                  # only these runs, one after another
+#   scripts/reproduce_results.sh              # every run (about 15 hours on 2 cores)
+#   scripts/reproduce_results.sh headline     # the chosen recipe only (about 5 hours)
+#   scripts/reproduce_results.sh transformer  # the Transformer's runs (docs/transformer.md)
+#   scripts/reproduce_results.sh all-ko-en-up4-lex ...   # only these runs, one after another
+#
+# The corpora come from $NMT_DATA_DIR when it names an offline mirror, else from the download cache or the network;
+# the all-data recipe's python-docs-ko only from a mirror (docs/training.md#recipes).
 #
 # Without run names (or with `headline`) it trains two queues side by side, one core each (OMP_NUM_THREADS=1,
 # logs in $MODELS/queue-1.log and queue-2.log), as the figures of docs/results.md were measured: the two members of
@@ -21,7 +24,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-DATA_DIR=${NMT_DATA_DIR:-../shared/data}
 MODELS=${MODELS:-models}
 PY=${PYTHON:-python}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
@@ -179,7 +181,7 @@ if [ $# -eq 0 ] || [ "$*" = headline ] || [ "$*" = transformer ]; then
       [ -f "$d/state.json" ] && tfs+=("$d")
     done
     "$PY" scripts/results_table.py "${tfs[@]}" --markdown results/transformer.md --json results/transformer.json \
-      --examples 5 --data-dir "$DATA_DIR" --hardware "$(getconf _NPROCESSORS_ONLN)-core CPU, 1 OpenMP thread(s) per run"
+      --examples 5 --hardware "$(getconf _NPROCESSORS_ONLN)-core CPU, 1 OpenMP thread(s) per run"
     abl=(); for d in "$MODELS"/tf-tatoeba-ko-en "$MODELS"/tf-abl-*; do [ -f "$d/state.json" ] && abl+=("$d"); done
     "$PY" scripts/results_table.py "${abl[@]}" --ablation-base "$MODELS/tf-tatoeba-ko-en" --ablation-test tatoeba-test \
       --markdown results/transformer-ablation.md
@@ -207,9 +209,9 @@ scored() {    # whether checkpoint $2 of the run in $1 has test scores
     "$1/scores.json" "$2" 2>/dev/null
 }
 score_checkpoints() {   # test scores of the best and the averaged checkpoint of the run in $1, where missing
-  scored "$1" best || "$PY" scripts/evaluate.py --model-dir "$1" --recipe-tests --data-dir "$DATA_DIR"
+  scored "$1" best || "$PY" scripts/evaluate.py --model-dir "$1" --recipe-tests
   if [ -f "$1/params.avg" ] && ! scored "$1" avg; then
-    "$PY" scripts/evaluate.py --model-dir "$1" --checkpoint avg --recipe-tests --data-dir "$DATA_DIR"
+    "$PY" scripts/evaluate.py --model-dir "$1" --checkpoint avg --recipe-tests
   fi
 }
 
@@ -225,7 +227,7 @@ for name in "${ORDER[@]}"; do
   [ -f "$dir/state.json" ] && resume=(--resume)
   echo "== $name: training ${resume[*]} (log: $dir/train.log)"
   # shellcheck disable=SC2086
-  "$PY" scripts/train.py $flags --data-dir "$DATA_DIR" --model-dir "$dir" --no-progress "${resume[@]}"
+  "$PY" scripts/train.py $flags --model-dir "$dir" --no-progress "${resume[@]}"
   if finished "$dir"; then score_checkpoints "$dir"; fi
 done
 
@@ -239,7 +241,7 @@ if [ -f "$base/params.best" ]; then
                  "--beam-size 10"; do
     tag=$(echo "$setting" | tr -d '-' | tr ' ' '_')
     [ "results/decode-ablation/$tag.json" -nt "$base/params.best" ] && continue   # done for this checkpoint
-    "$PY" scripts/evaluate.py --model-dir "$base" --recipe-tests --data-dir "$DATA_DIR" $setting --no-save \
+    "$PY" scripts/evaluate.py --model-dir "$base" --recipe-tests $setting --no-save \
       --json "results/decode-ablation/$tag.json" > /dev/null
   done
 fi
@@ -264,8 +266,7 @@ for members in "${ENSEMBLES[@]}"; do
   leads+=("$lead")
   for name in "${names[@]:1}"; do others+=("$MODELS/$name"); done
   if ! scored "$lead" "ensemble-avg:$(IFS=+; echo "${names[*]:1}")"; then   # nmt.scoring.ensemble_key
-    "$PY" scripts/evaluate.py --model-dir "$lead" --ensemble "${others[@]}" --checkpoint avg --recipe-tests \
-      --data-dir "$DATA_DIR"
+    "$PY" scripts/evaluate.py --model-dir "$lead" --ensemble "${others[@]}" --checkpoint avg --recipe-tests
   fi
 done
 
@@ -278,7 +279,7 @@ if [ ${#mains[@]} -gt 0 ]; then
   # --hardware labels the runs whose state.json predates its hardware record: all of them trained in this script's
   # two one-core queues (not at the OMP_NUM_THREADS of whatever invocation regenerates the tables)
   "$PY" scripts/results_table.py "${mains[@]}" --markdown results/results.md --json results/results.json \
-    --curves results/curves.png --examples 5 --data-dir "$DATA_DIR" \
+    --curves results/curves.png --examples 5 \
     --hardware "$(getconf _NPROCESSORS_ONLN)-core CPU, 1 OpenMP thread(s) per run"
 fi
 if [ ${#abls[@]} -gt 1 ]; then
