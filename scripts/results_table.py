@@ -91,11 +91,12 @@ member; training time and updates per member); BLEU 13a and chrF, and for Korean
 `ko-mecab` tokenizer. Training time is wall time summed over resumed runs; two runs trained side by side on a 2-core
 CPU, one core each (`OMP_NUM_THREADS=1`).
 
-Runs: `abl-worddrop0.2-lex` (and its seed-2 twin) is the current defaults with a 30-minute budget on Tatoeba alone;
-`all-ko-en-up4-lex` (and its twin) the all-data recipe (vocabulary 4,000, dropout 0.3, label smoothing 0.1, batch
-64, no word dropout, Tatoeba weighted 4x) for 2 hours; `all-en-ko-up4-lex` the same for en→ko. The rows after them
-are the runs that led there: without the lexical model (`all-ko-en-up4`, `abl-worddrop0.2`), without the Tatoeba
-weighting (`all-ko-en`, `all-en-ko`) and the earlier defaults (`tatoeba-ko-en`).
+Runs: `abl-worddrop0.2-lex` (and its seed-2 twin) is the current defaults (but the length-quantile buckets of then,
+`--bucketing quantile`) with a 30-minute budget on Tatoeba alone; `all-ko-en-up4-lex` (and its twin) the all-data
+recipe (vocabulary 4,000, dropout 0.3, label smoothing 0.1, batch 64, no word dropout, Tatoeba weighted 4x) for 2
+hours; `all-en-ko-up4-lex` the same for en→ko. The rows after them are the runs that led there: without the lexical
+model (`all-ko-en-up4`, `abl-worddrop0.2`), without the Tatoeba weighting (`all-ko-en`, `all-en-ko`) and the earlier
+defaults (`tatoeba-ko-en`).
 """
 
 

@@ -21,7 +21,15 @@ def slug(heading: str) -> str:
 
 
 def anchors(page: Path) -> set:
-    return {slug(m.group(1)) for m in re.finditer(r"^#+ (.+)$", page.read_text(encoding="utf-8"), re.M)}
+    """The anchors of a page's headings; a line starting with # in a fenced code block (a shell comment) is none."""
+    prose = re.sub(r"^```.*?^```", "", page.read_text(encoding="utf-8"), flags=re.M | re.S)
+    return {slug(m.group(1)) for m in re.finditer(r"^#+ (.+)$", prose, re.M)}
+
+
+def test_comments_in_code_blocks_are_not_headings(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("# Title\n\n```bash\n# train a model\nnmt-train\n```\n\n## Serving\n", encoding="utf-8")
+    assert anchors(page) == {"title", "serving"}
 
 
 def test_the_readme_is_short():
