@@ -21,8 +21,9 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from nmt.config import ConfigError, DataConfig
 from nmt.corpus import (CorpusError, Pairs, check_languages, clean_training_pairs, concat, has_hangul,
-                        read_parallel, read_tsv, strip_rest_markup)
+                        read_parallel, read_tsv)
 from nmt.download import DOWNLOAD_TIMEOUT, download, download_archive, verify_file
+from nmt.rest_markup import strip_rest_markup
 from nmt.storage import check_writable
 
 logger = logging.getLogger("nmt.recipes")

@@ -1,0 +1,48 @@
+"""reStructuredText markup stripped from text as its rendered page shows it: the python-docs-ko corpus's sentences
+come from the .po files of Sphinx documentation, whose roles, literals and links carry no language."""
+from __future__ import annotations
+
+import re
+
+# reStructuredText markup that carries no language: roles, literals, links, emphasis, escapes.
+_REST = re.compile(r"""
+    :(?P<role>(?:[A-Za-z0-9_+.-]+:)+)`(?P<rtext>[^`]+)`            # :func:`x`, :c:func:`x`, :ref:`t <label>`
+  | ``(?P<lit>.+?)``                                               # ``code``
+  | `(?P<ltext>[^`]+?)`(?:__?)?                                    # `text <url>`_, `text`_, `default role`
+  | \*\*(?P<strong>[^*]+?)\*\*                                     # **strong**
+  | (?<![\w\\])\*(?P<emph>(?:\\.|[^\s*\\])(?:(?:\\.|[^*\\])*?(?:\\.|[^\s*\\]))?)\*(?!\w)   # *emphasis*
+  | \\(?P<esc>.)                                                   # \x -> x; "\ " joins (Korean particles)
+""", re.X)
+_TARGET = re.compile(r"(.*?)\s*<[^<>]*>", re.S)
+
+
+def _shown_text(text: str) -> str:
+    """What Sphinx shows for a role/link target: the title of `title <target>`, the last part of `~a.b`."""
+    m = _TARGET.fullmatch(text)
+    if m and m.group(1):
+        return m.group(1)
+    text = text.lstrip("!")
+    return text[1:].rsplit(".", 1)[-1] if text.startswith("~") else text
+
+
+def _rest_sub(m: "re.Match[str]") -> str:
+    kind = m.lastgroup
+    if kind == "rtext":
+        text, role = _shown_text(m.group("rtext")), m.group("role")
+        return {"pep:": "PEP ", "rfc:": "RFC "}.get(role, "") + text
+    if kind == "lit":
+        return m.group("lit")
+    if kind == "ltext":
+        return _shown_text(m.group("ltext"))
+    if kind in ("strong", "emph"):
+        return strip_rest_markup(m.group(kind))
+    return "" if m.group("esc") == " " else m.group("esc")
+
+
+def strip_rest_markup(text: str) -> str:
+    """Text as a reader of the rendered reST sees it: `:func:`x`` -> x, ``code`` -> code, `t <url>`_ -> t."""
+    text = _REST.sub(_rest_sub, text)
+    # "Example::" renders as "Example:" and a lone " ::" vanishes (both introduce a literal block).
+    if text.endswith("::"):
+        text = text[:-3] if text.endswith(" ::") else text[:-1]
+    return text.strip()
