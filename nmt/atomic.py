@@ -44,8 +44,20 @@ def fsync_dir(directory: Path) -> None:
 
 @contextlib.contextmanager
 def atomic_open(path: PathLike, mode: str = "wb", encoding: str = None) -> Iterator[IO]:
-    """Open a temporary sibling of `path` for writing; on success it replaces `path` atomically."""
+    """Open a temporary sibling of `path` for writing; on success it replaces `path` atomically. A symbolic link
+    stays: the file it points to is replaced. A path that exists and is neither a regular file nor a directory (a
+    device such as /dev/stdout, a named pipe) is not replaced but written to as it is."""
     path = Path(path)
+    if path.exists() and not path.is_file() and not path.is_dir():   # (through links: /dev/stdout, a pipe of a shell)
+        try:
+            with open(path, mode, encoding=encoding if "b" not in mode else None) as f:
+                yield f
+        except OSError as e:
+            if is_fixable(e):   # /dev/full, no permission: one clear error naming the file
+                raise write_failure(path, e) from None
+            raise
+        return
+    path = Path(os.path.realpath(path)) if path.is_symlink() else path
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = _create_sibling(path)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -104,7 +105,9 @@ class TrainState:
         except FileNotFoundError:
             raise CheckpointError(f"{path} not found: {model_dir} holds no checkpoint to resume from; "
                                   "start without --resume") from None
-        except (json.JSONDecodeError, TypeError) as e:
+        except OSError as e:   # no permission, a directory, ...
+            raise CheckpointError(f"{path} cannot be read ({e.strerror or e})") from None
+        except (ValueError, TypeError) as e:   # not JSON (json.JSONDecodeError), not UTF-8, not a state's fields
             raise CheckpointError(f"{path} is not a valid training state ({e})") from None
 
 
@@ -239,7 +242,10 @@ def resume_state(model_dir: Path) -> TrainState:
     model_dir = Path(model_dir)
     if not manifest.has_manifests(model_dir):
         return TrainState.load(model_dir)
-    body, problems = manifest.newest_intact(model_dir)
+    try:
+        body, problems = manifest.newest_intact(model_dir)
+    except OSError as e:   # a file of a checkpoint exists but cannot be read: no permission, ...
+        raise CheckpointError(f"--resume: {e.filename or model_dir} cannot be read ({e.strerror or e})") from None
     state = TrainState(**body["state"])
     if problems:
         logger.warning("--resume: the newest checkpoint is damaged (%s); resuming from step %d, the newest intact "
@@ -306,6 +312,9 @@ def verify_params(path: Path) -> None:
         manifest.verify(model_dir, key)
     except CheckpointError as e:
         raise CheckpointError(f"checkpoint {path.name} of {model_dir} cannot be used: {e}") from None
+    except OSError as e:   # a file it lists (or the manifest) exists but cannot be read: no permission, ...
+        raise CheckpointError(f"checkpoint {path.name} of {model_dir} cannot be used: {e.filename or path} cannot be "
+                              f"read ({e.strerror or e})") from None
 
 
 def average_checkpoints(model_dir: Path, files: List[str], last: int = 0) -> Path:
@@ -338,16 +347,35 @@ def load_parameters(net, path: Path, ctx, described_by: Path) -> None:
     from Gluon's per-matrix RNN layers, whose names contain it."""
     import mxnet as mx   # not at import time, as above
     try:
+        with open(path, "rb"):   # no permission, a directory: said plainly, not in MXNet's words
+            pass
+    except OSError as e:
+        raise CheckpointError(f"{path} cannot be read ({e.strerror or e})") from None
+    try:
         net.load_parameters(str(path), ctx=ctx)
     except (mx.base.MXNetError, AssertionError, ValueError, KeyError) as e:
         try:
             names = list(mx.nd.load(str(path)).keys())
-        except (mx.base.MXNetError, AttributeError):   # unreadable, or not a file of named arrays
+        except mx.base.MXNetError as unreadable:
+            raise CheckpointError(f"{path}: not a complete MXNet parameter file (truncated, damaged or another kind of "
+                                  f"file: {_reason(unreadable)})") from None
+        except AttributeError:   # not a file of named arrays
             names = []
         if any(_EARLIER_LAYOUT in n for n in names):
             raise CheckpointError(f"{path}: these parameters were written by an earlier version of nmt (separate "
                                   "per-matrix LSTM weights), which this version does not read; retrain the model"
                                   ) from None
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise CheckpointError(f"{path}: cannot load these parameters into the model described by {described_by} "
-                              f"({first})") from None
+                              f"({_reason(e)})") from None
+
+
+# Lines of the C++ stack MXNet's error messages carry around their own ("Traceback ...", "File ...", "[bt] ...").
+_STACK_LINE = re.compile(r"Traceback \(most recent call last\)|File \"|\[bt\]|Stack trace|\d+: ")
+
+
+def _reason(e: BaseException) -> str:
+    """What an error says, in one line: MXNet's "Check failed: ..." line or else its first line that is not of a
+    stack trace, without the "MXNetError: " before it; the exception's class when it says nothing."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip() and not _STACK_LINE.match(line.strip())]
+    line = next((line for line in lines if "Check failed" in line), lines[0] if lines else type(e).__name__)
+    return line[len("MXNetError: "):] if line.startswith("MXNetError: ") else line

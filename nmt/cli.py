@@ -201,16 +201,23 @@ def args_dict(args: argparse.Namespace, base: Optional[Config] = None) -> Dict[s
     `config_from_args` makes them a Config; on --resume they first join the run's own (`resume_config`)."""
     if getattr(args, "config", None):
         if not Path(args.config).is_file():
-            raise ConfigError(f"--config {args.config}: file not found")
+            raise ConfigError(f"--config {args.config}: " + ("a directory, not a file" if Path(args.config).is_dir()
+                                                             else "file not found"))
         d = read_json(args.config)
-        Config.from_dict(d, source=str(args.config))   # its own errors name the file
+        Config.from_dict(d, source=str(args.config), file=True)   # its own errors name the file
     else:
         d = base.to_dict() if base else {}
     flags = {key: value for key, value in vars(args).items() if "." in key}
+    if "data.batch_size" in flags and "data.batch_tokens" in flags:   # --batch-tokens would override --batch-size
+        raise ConfigError(f"--batch-size {flags['data.batch_size']} and --batch-tokens {flags['data.batch_tokens']} "
+                          "contradict each other: a batch is counted in sentences (--batch-size) or in target tokens "
+                          "(--batch-tokens); give one of them")
     for key, value in flags.items():
         section, field = key.split(".", 1)
         d.setdefault(section, {})[field] = value
     data = d.setdefault("data", {})
+    if "data.batch_size" in flags:   # a batch in sentences, also over a --config file's batch in tokens
+        data["batch_tokens"] = None
     if data.get("train_src") or data.get("train_tgt"):
         if flags.get("data.recipe"):
             raise ConfigError(f"--recipe {flags['data.recipe']} and --train-src/--train-tgt exclude each other: a "
@@ -317,7 +324,12 @@ def resume_config(args: argparse.Namespace) -> Tuple[Config, List[str]]:
     wanted = Config.for_arch((d.get("model") or {}).get("arch", ModelConfig.arch)).to_dict()
     for section, values in d.items():
         wanted[section].update(values)
-    return resumed_config(Config.load(path), wanted, given_keys(args), str(path))
+    saved = Config.load(path)
+    if "data.batch_size" in vars(args) and saved.data.batch_tokens:   # the run's batch_tokens would override it
+        raise ConfigError(f"--resume: --batch-size {vars(args)['data.batch_size']} asks for batches of sentences, and "
+                          f"this run was trained with --batch-tokens {saved.data.batch_tokens} ({path}); the data "
+                          "cannot change within a run: drop --batch-size, or train into a new --model-dir")
+    return resumed_config(saved, wanted, given_keys(args), str(path))
 
 
 def check_model_flags(arch: str, given: Dict[str, str]) -> None:

@@ -28,7 +28,6 @@ def _check(checks) -> None:
 # Defaults are the best of the default job's ablations on dev BLEU (Tatoeba ko->en, 3.9k pairs, 30 minutes on one
 # CPU core; docs/results.md): small-data NMT is won by regularization and small vocabularies (Sennrich & Zhang 2019).
 
-
 # Languages a model translates between (either direction).
 LANGS = ("ko", "en")
 
@@ -154,7 +153,6 @@ class OptimConfig:
 # kvstores of --kvstore: auto picks device on GPUs and local on CPU contexts; dist_* across machines (nmt-launch).
 KVSTORES = ("auto", "local", "device", "dist_sync", "dist_device_sync")
 
-
 # --valid-metric's choices (nmt.evaluate.VALID_METRICS says how each is read from a validation)
 VALID_METRIC_NAMES = ("bleu", "chrf", "ko-mecab", "ppl")
 
@@ -237,11 +235,10 @@ class DecodeConfig:
 # Defaults of shared fields that differ by architecture (`Config.from_dict` and the command line start from them;
 # explicit values win). The shared defaults above were measured with the LSTM. The Transformer's are standard
 # low-resource settings, some checked by ablation (docs/transformer.md): dropout 0.3 and word dropout 0.1 (Araabi & Monz
-# 2020 raise the base model's 0.1 dropout for small data), and the inverse-square-root schedule with the peak of
-# Vaswani et al.'s at d = 256 and 4000 warm-up updates (256^-0.5 * 4000^-0.5 = 1e-3). The warm-up itself is shorter
-# (1000 updates): those 4000 were of ~4k-token batches, ours are 32 sentences (~330 target tokens), a 30-minute
-# one-core budget gives a few thousand updates, and pre-norm layers train stably with short warm-ups (Xiong et al.
-# 2020).
+# 2020 raise the base model's 0.1 dropout for small data), and the inverse-square-root schedule with the peak of Vaswani
+# et al.'s at d = 256 and 4000 warm-up updates (256^-0.5 * 4000^-0.5 = 1e-3). The warm-up itself is shorter (1000
+# updates): those 4000 were of ~4k-token batches, ours are 32 sentences (~330 target tokens), a 30-minute one-core
+# budget gives a few thousand updates, and pre-norm layers train stably with short warm-ups (Xiong et al. 2020).
 ARCH_DEFAULTS: Dict[str, Dict[str, Dict[str, Any]]] = {
     "lstm": {},
     "transformer": {"model": {"dropout": 0.3, "word_dropout": 0.1}, "optim": {"lr": 1e-3, "warmup_steps": 1000}},
@@ -268,9 +265,10 @@ class Config:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, d: Dict[str, Any], source: str = "config", complete: bool = False) -> "Config":
+    def from_dict(cls, d: Dict, source: str = "config", complete: bool = False, file: bool = False) -> "Config":
         """A Config from its dict; with `complete` (a model directory's config.json) every key must be there.
-        Keys left out take the defaults of the dict's architecture (`ARCH_DEFAULTS`, then the dataclasses')."""
+        Keys left out take the defaults of the dict's architecture (`ARCH_DEFAULTS`, then the dataclasses').
+        With `file` (`d` is what the file `source` holds, not mixed with flags) a bad value names the file and key."""
         arch_defaults = ARCH_DEFAULTS.get((d.get("model") or {}).get("arch", ModelConfig.arch), {})
         parts = {}
         for f in dataclasses.fields(cls):
@@ -290,12 +288,24 @@ class Config:
             if f.name == "train" and type(sub.get("gpus")) is int:   # "gpus": 2 means what --gpus 2 does
                 sub = {**sub, "gpus": str(sub["gpus"])}
             _check_types(klass, f.name, sub, source)
-            parts[f.name] = klass(**{**arch_defaults.get(f.name, {}), **sub})
+            try:   # the value checks name the flags; in a file, they name the file and the key of the flag
+                if file and f.name == "model":   # ranges, in nmt.models' words (it checks the flags' as it builds)
+                    _check([(0 <= v < 1, f"--{k.replace('_', '-')} must be in [0, 1) (got {v!r})")
+                            if k.endswith("dropout") else (v >= 1, f"--{k.replace('_', '-')} must be a positive "
+                                                           f"integer (got {v!r})")
+                            for k, v in sub.items() if k.endswith(("_size", "layers", "heads", "dropout"))])
+                parts[f.name] = klass(**{**arch_defaults.get(f.name, {}), **sub})
+            except ConfigError as e:
+                key = next((f"{f.name}.{k}: " for k in sub if str(e).startswith(f"--{k.replace('_', '-')} ")), "")
+                raise (ConfigError(f"{source}: {key}{e}") if file else e) from None
         unknown = sorted(set(d) - {f.name for f in dataclasses.fields(cls)})
         if unknown:
             raise ConfigError(f"{source}: unknown section(s) {', '.join(unknown)}; "
                               "known: data, model, optim, train, decode")
-        return cls(**parts)
+        try:
+            return cls(**parts)
+        except ConfigError as e:   # a check of values from several sections
+            raise (ConfigError(f"{source}: {e}") if file else e) from None
 
     def save(self, path) -> None:
         from nmt.atomic import atomic_write_text
@@ -304,7 +314,7 @@ class Config:
     @classmethod
     def load(cls, path, complete: bool = True) -> "Config":
         """The config saved at `path`: complete (a model directory's), or partial (`--config FILE`) when not."""
-        return cls.from_dict(read_json(path), source=str(path), complete=complete)
+        return cls.from_dict(read_json(path), source=str(path), complete=complete, file=True)
 
     @classmethod
     def for_arch(cls, arch: str) -> "Config":
@@ -340,7 +350,6 @@ def _check_types(klass, section: str, values: Dict[str, Any], source: str) -> No
 PER_INVOCATION = frozenset({"train.model_dir", "train.gpus", "train.cpu_devices", "train.kvstore", "train.amp",
                             "train.max_seconds", "train.progress", "train.tensorboard", "data.data_dir",
                             "data.cache_dir"})
-
 
 _FIXED_TRAIN_KEYS = ("train.seed", "train.valid_metric")
 
@@ -381,7 +390,9 @@ def read_json(path) -> Dict[str, Any]:
     path = Path(path)
     try:
         d = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
+    except OSError as e:   # no permission, a directory, ...
+        raise ConfigError(f"{path}: cannot be read ({e.strerror or e})") from None
+    except ValueError as e:   # json.JSONDecodeError, or UnicodeDecodeError: JSON is UTF-8 text
         raise ConfigError(f"{path}: not valid JSON ({e})") from None
     if not isinstance(d, dict):
         raise ConfigError(f"{path}: expected a JSON object of sections (data, model, ...), got {type(d).__name__}")

@@ -71,6 +71,11 @@ class DeviceError(ValueError):
     """--gpus / --cpu-devices asks for devices this machine does not have."""
 
 
+# Most CPU contexts --cpu-devices gives: they share this machine's cores and exist to test the multi-device (GPU) code
+# path, which 2-4 do; each holds its own copy of the model and its buffers (1000 took 24 GB of memory).
+MAX_CPU_DEVICES = 64
+
+
 def check_gpus(ctxs: Sequence[mx.Context]) -> None:
     """DeviceError if one of the GPU contexts in `ctxs` is not a GPU this process can use (`parse_devices` checks the
     command line's the same way, naming --gpus)."""
@@ -91,6 +96,10 @@ def parse_devices(gpus: Optional[str], cpu_devices: int = 1) -> List[mx.Context]
     if gpus is None:
         if cpu_devices < 1:
             raise DeviceError(f"--cpu-devices must be at least 1, got {cpu_devices}")
+        if cpu_devices > MAX_CPU_DEVICES:
+            raise DeviceError(f"--cpu-devices {cpu_devices} is more than {MAX_CPU_DEVICES}: CPU contexts share this "
+                              f"machine's {os.cpu_count()} cores, so more make nothing faster, and each holds its own "
+                              "copy of the model; they exist to test the multi-device (GPU) code path, which 2-4 do")
         return [mx.cpu(i) for i in range(cpu_devices)]
     spec = str(gpus).strip()
     if cpu_devices != 1:

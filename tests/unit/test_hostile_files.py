@@ -1,0 +1,289 @@
+"""Hostile files and flags: binary, unreadable or misplaced configs, states and parameter files, contradictory batch
+flags, symlinks and special files as output paths, absurd device counts. Each is one clear error naming the file, key
+or flag (`error: ...`, exit code 2, no traceback), or is written where the user meant it."""
+from __future__ import annotations
+
+import json
+import os
+import stat
+import threading
+from pathlib import Path
+
+import mxnet as mx
+import pytest
+from mxnet import gluon
+
+from nmt import checkpoint as ckpt
+from nmt import manifest
+from nmt.atomic import atomic_write_text
+from nmt.cli import build_train_parser, config_from_args, train_main, training_run, user_errors
+from nmt.config import Config, ConfigError, read_json
+from nmt.parallel import MAX_CPU_DEVICES, DeviceError, parse_devices
+
+ROOT = os.geteuid() == 0
+needs_non_root = pytest.mark.skipif(ROOT, reason="root reads files whatever their permissions")
+
+BINARY = bytes(range(256)) * 4   # not UTF-8 (0x80.. are continuation bytes), with NULs
+
+
+def cfg_of(argv):
+    return config_from_args(build_train_parser().parse_args(argv))
+
+
+def run_of(argv):
+    return training_run(build_train_parser().parse_args(argv))
+
+
+# -- 1. config files: binary, a directory, unreadable ----------------------------------------------------------------
+def test_a_binary_config_is_a_config_error_naming_the_file(tmp_path, capsys):
+    path = tmp_path / "c.json"
+    path.write_bytes(BINARY)
+    for read in (lambda: read_json(path), lambda: Config.load(path), lambda: cfg_of(["--config", str(path)])):
+        with pytest.raises(ConfigError, match=rf"^{path}: not valid JSON \('utf-8' codec can't decode byte 0x80"):
+            read()
+    assert train_main(["--config", str(path), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path}: not valid JSON") and "Traceback" not in err
+
+
+def test_a_directory_for_a_config_is_a_config_error_naming_it(tmp_path):
+    (tmp_path / "config.json").mkdir()
+    with pytest.raises(ConfigError, match=rf"^{tmp_path / 'config.json'}: cannot be read \(Is a directory\)$"):
+        Config.load(tmp_path / "config.json")
+    with pytest.raises(ConfigError, match=rf"^--config {tmp_path}: a directory, not a file$"):
+        cfg_of(["--config", str(tmp_path)])
+
+
+@needs_non_root
+def test_an_unreadable_config_is_a_config_error_naming_it(tmp_path):
+    path = tmp_path / "c.json"
+    path.write_text("{}")
+    path.chmod(0)
+    with pytest.raises(ConfigError, match=rf"^{path}: cannot be read \(Permission denied\)$"):
+        cfg_of(["--config", str(path)])
+
+
+# -- 2. state.json ----------------------------------------------------------------------------------------------------
+def test_a_binary_or_misplaced_state_json_is_a_checkpoint_error_naming_it(tmp_path):
+    state = tmp_path / ckpt.STATE
+    state.write_bytes(BINARY)
+    with pytest.raises(ckpt.CheckpointError, match=rf"^{state} is not a valid training state \('utf-8' codec"):
+        ckpt.TrainState.load(tmp_path)
+    state.unlink()
+    state.mkdir()
+    with pytest.raises(ckpt.CheckpointError, match=rf"^{state} cannot be read \(Is a directory\)$"):
+        ckpt.TrainState.load(tmp_path)
+
+
+@needs_non_root
+def test_an_unreadable_state_json_is_a_checkpoint_error_naming_it(tmp_path):
+    ckpt.TrainState(step=3).save(tmp_path)
+    (tmp_path / ckpt.STATE).chmod(0)
+    with pytest.raises(ckpt.CheckpointError, match=r"state.json cannot be read \(Permission denied\)"):
+        ckpt.TrainState.load(tmp_path)
+
+
+# -- 3. unreadable parameter files of a directory with manifests ----------------------------------------------------
+class _Net:
+    def save_parameters(self, path: str) -> None:
+        mx.nd.save(path, {"w": mx.nd.ones((3,))})
+
+
+class _Trainer:
+    def save_states(self, path: str) -> None:
+        Path(path).write_bytes(b"states")
+
+
+def _checkpointed(model_dir: Path) -> Path:
+    """A model directory with one checkpoint (step 5, also the best) and its manifests."""
+    ckpt.save_checkpoint(model_dir, _Net(), _Trainer(), ckpt.TrainState(step=5), keep_last=2, is_best=True)
+    return model_dir
+
+
+def _denied(path: Path):
+    """`nmt.manifest`'s sha256 as it fails on a file the user may not read (root may read any)."""
+    def sha256_of(p):
+        if Path(p) == path:
+            raise PermissionError(13, "Permission denied", str(p))
+        return real(p)
+    real = manifest.sha256_of
+    return sha256_of
+
+
+def test_an_unreadable_parameter_file_is_a_checkpoint_error_naming_it(tmp_path, monkeypatch):
+    model_dir = _checkpointed(tmp_path)
+    best = model_dir / ckpt.PARAMS_BEST
+    monkeypatch.setattr(manifest, "sha256_of", _denied(best))
+    for check in (lambda: ckpt.verify_params(best), lambda: ckpt.params_path(model_dir, "best")):
+        with pytest.raises(ckpt.CheckpointError, match=rf"^checkpoint params.best of {model_dir} cannot be used: "
+                                                       rf"{best} cannot be read \(Permission denied\)$"):
+            check()
+    monkeypatch.setattr(manifest, "sha256_of", _denied(model_dir / ckpt.params_file(5)))
+    with pytest.raises(ckpt.CheckpointError, match=r"^--resume: .*params.00000005 cannot be read \(Permission denied"):
+        ckpt.resume_state(model_dir)
+
+
+@needs_non_root
+def test_a_parameter_file_without_read_permission_is_a_checkpoint_error(tmp_path):
+    model_dir = _checkpointed(tmp_path)
+    best = model_dir / ckpt.PARAMS_BEST
+    best.chmod(0)
+    st = best.stat()
+    os.utime(best, ns=(st.st_atime_ns, st.st_mtime_ns + 1000))   # not the sha256 cached when it was written
+    with pytest.raises(ckpt.CheckpointError, match=r"params.best cannot be read \(Permission denied\)"):
+        ckpt.params_path(model_dir, "best")
+
+
+# -- 4. a truncated parameter file, in a directory without manifests ------------------------------------------------
+def _dense(in_units: int = 100) -> gluon.nn.Dense:
+    net = gluon.nn.Dense(64, in_units=in_units)
+    net.initialize(ctx=mx.cpu())
+    return net
+
+
+def test_a_truncated_parameter_file_is_said_to_be_one_not_a_traceback(tmp_path):
+    path = tmp_path / ckpt.PARAMS_BEST
+    _dense().save_parameters(str(path))
+    path.write_bytes(path.read_bytes()[:10000])   # `head -c 10000`
+    with pytest.raises(ckpt.CheckpointError) as err:
+        ckpt.load_parameters(_dense(), path, mx.cpu(), tmp_path / ckpt.CONFIG)
+    assert str(err.value) == (f"{path}: not a complete MXNet parameter file (truncated, damaged or another kind of "
+                              "file: Check failed: fi->Read(data): Invalid NDArray file format)")
+
+
+def test_parameters_of_another_model_keep_the_message_shape_with_mxnets_reason(tmp_path):
+    path = tmp_path / ckpt.PARAMS_BEST
+    _dense(in_units=50).save_parameters(str(path))
+    with pytest.raises(ckpt.CheckpointError, match=rf"^{path}: cannot load these parameters into the model described "
+                                                   r"by .*config.json \(.*shape") as err:
+        ckpt.load_parameters(_dense(), path, mx.cpu(), tmp_path / ckpt.CONFIG)
+    assert "Traceback" not in str(err.value)
+
+
+def test_a_directory_for_a_parameter_file_is_said_to_be_unreadable(tmp_path):
+    (tmp_path / ckpt.PARAMS_BEST).mkdir()
+    with pytest.raises(ckpt.CheckpointError, match=r"params.best cannot be read \(Is a directory\)$"):
+        ckpt.load_parameters(_dense(), tmp_path / ckpt.PARAMS_BEST, mx.cpu(), tmp_path / ckpt.CONFIG)
+
+
+# -- 5. bad values in a config file name the file (and the key); the command line's stay as they were -------------
+@pytest.mark.parametrize("sections, says", [
+    ({"model": {"hidden_size": -5}}, "model.hidden_size: --hidden-size must be a positive integer (got -5)"),
+    ({"model": {"arch": "transformer", "dropout": 1.5}}, "model.dropout: --dropout must be in [0, 1) (got 1.5)"),
+    ({"data": {"vocab_size": -3}}, "data.vocab_size: --vocab-size must be >= 16, got -3"),
+    ({"decode": {"beam_size": 0}}, "decode.beam_size: --beam-size must be an integer >= 1 (got 0)"),
+    ({"optim": {"schedule": "cosine"}}, "--lr-schedule 'cosine': use inv_sqrt, plateau or constant"),   # no key
+    ({"data": {"batch_size": 2}, "train": {"accum_steps": 4}}, "--batch-size 2 is smaller than --accum-steps 4"),
+])
+def test_a_bad_value_in_a_config_file_names_the_file_and_key(tmp_path, sections, says):
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(sections))
+    for load in (lambda: Config.load(path, complete=False), lambda: cfg_of(["--config", str(path)])):
+        with pytest.raises(ConfigError) as err:
+            load()
+        assert str(err.value) == f"{path}: {says}"
+
+
+def test_a_models_config_json_with_a_bad_value_names_it(tmp_path):
+    saved = Config().to_dict()
+    saved["model"]["hidden_size"] = -5
+    (tmp_path / ckpt.CONFIG).write_text(json.dumps(saved))
+    with pytest.raises(ConfigError) as err:
+        Config.load(ckpt.config_of(tmp_path))
+    assert str(err.value) == f"{tmp_path / ckpt.CONFIG}: model.hidden_size: --hidden-size must be a positive integer " \
+                             "(got -5)"
+
+
+def test_a_bad_flag_is_not_blamed_on_the_config_file_or_the_runs_config(tmp_path):
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"decode": {"beam_size": 4}}))
+    with pytest.raises(ConfigError) as err:
+        cfg_of(["--config", str(path), "--beam-size", "0"])
+    assert str(err.value) == "--beam-size must be an integer >= 1 (got 0)"
+    model_dir = tmp_path / "m"
+    model_dir.mkdir()
+    Config().save(model_dir / ckpt.CONFIG)
+    with pytest.raises(ConfigError) as err:
+        run_of(["--model-dir", str(model_dir), "--resume", "--lr", "-1"])
+    assert str(err.value) == "--lr must be > 0 and finite, got -1.0"
+
+
+# -- 6. --batch-size and --batch-tokens -------------------------------------------------------------------------------
+def test_batch_size_and_batch_tokens_on_one_command_line_contradict_each_other(tmp_path, capsys):
+    says = ("--batch-size 16 and --batch-tokens 500 contradict each other: a batch is counted in sentences "
+            "(--batch-size) or in target tokens (--batch-tokens); give one of them")
+    with pytest.raises(ConfigError) as err:
+        cfg_of(["--batch-size", "16", "--batch-tokens", "500"])
+    assert str(err.value) == says
+    assert train_main(["--batch-size", "16", "--batch-tokens", "500", "--model-dir", str(tmp_path / "m"),
+                       "--dry-run"]) == 2
+    assert capsys.readouterr().err == f"error: {says}\n"
+
+
+def test_a_config_file_may_hold_both_and_a_flag_overrides_its_kind_of_batch(tmp_path):
+    path = tmp_path / "c.json"
+    saved = Config().to_dict()   # a model's config.json: batch_size 32 always, here with batch_tokens too
+    saved["data"]["batch_tokens"] = 500
+    path.write_text(json.dumps(saved))
+    assert (cfg_of(["--config", str(path)]).data.batch_tokens, cfg_of(["--config", str(path)]).data.batch_size) == \
+        (500, 32)
+    by_flag = cfg_of(["--config", str(path), "--batch-size", "16"]).data   # sentences, as the command line says
+    assert (by_flag.batch_size, by_flag.batch_tokens) == (16, None)
+    by_flag = cfg_of(["--config", str(path), "--batch-tokens", "300"]).data
+    assert (by_flag.batch_size, by_flag.batch_tokens) == (32, 300)
+
+
+@pytest.mark.parametrize("trained, flags, says", [
+    ({}, ["--batch-tokens", "500"], "--resume: --batch-tokens 500 differs from null, which this run was trained with"),
+    ({"batch_tokens": 500}, ["--batch-size", "32"], "--resume: --batch-size 32 asks for batches of sentences, and "
+                                                    "this run was trained with --batch-tokens 500"),
+])
+def test_resume_refuses_the_other_kind_of_batch(tmp_path, trained, flags, says):
+    model_dir = tmp_path / "m"
+    model_dir.mkdir()
+    saved = Config().to_dict()
+    saved["data"].update(trained)
+    (model_dir / ckpt.CONFIG).write_text(json.dumps(saved))
+    with pytest.raises(ConfigError, match=r"^" + says.replace("(", r"\(")):
+        run_of(["--model-dir", str(model_dir), "--resume", *flags])
+
+
+# -- 7. atomic writes through a symbolic link and into a named pipe ------------------------------------------------
+def test_an_atomic_write_to_a_symlink_replaces_its_target_and_keeps_the_link(tmp_path):
+    (tmp_path / "real").mkdir()
+    target, link = tmp_path / "real" / "scores.json", tmp_path / "link.json"
+    target.write_text("old")
+    link.symlink_to(Path("real") / "scores.json")   # relative, as `ln -s` makes them
+    atomic_write_text(link, "new")
+    assert link.is_symlink() and os.readlink(link) == str(Path("real") / "scores.json")
+    assert target.read_text() == "new" and sorted(os.listdir(tmp_path / "real")) == ["scores.json"]
+    dangling = tmp_path / "dangling.json"
+    dangling.symlink_to(tmp_path / "real" / "new.json")
+    atomic_write_text(dangling, "created")
+    assert dangling.is_symlink() and (tmp_path / "real" / "new.json").read_text() == "created"
+
+
+@pytest.mark.parametrize("through_a_link", [False, True])   # a link: like /dev/stdout when a shell pipes it
+def test_an_atomic_write_to_a_fifo_writes_into_it_and_keeps_it(tmp_path, through_a_link):
+    fifo, link = tmp_path / "pipe", tmp_path / "out.json"
+    os.mkfifo(fifo)
+    link.symlink_to(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    atomic_write_text(link if through_a_link else fifo, "through the pipe\n")
+    reader.join(timeout=10)
+    assert got == [b"through the pipe\n"]
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and link.is_symlink()
+    assert sorted(os.listdir(tmp_path)) == ["out.json", "pipe"]   # no temporary file
+
+
+# -- 8. --cpu-devices ------------------------------------------------------------------------------------------------
+def test_an_absurd_cpu_device_count_is_refused_before_any_context_exists(tmp_path, capsys):
+    assert len(parse_devices(None, 4)) == 4 and len(parse_devices(None, MAX_CPU_DEVICES)) == MAX_CPU_DEVICES
+    with pytest.raises(DeviceError, match=rf"^--cpu-devices 1000 is more than {MAX_CPU_DEVICES}: CPU contexts share"):
+        parse_devices(None, 1000)
+    assert DeviceError in user_errors()
+    assert train_main(["--cpu-devices", "1000", "--model-dir", str(tmp_path / "m"), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --cpu-devices 1000 is more than 64") and "Traceback" not in err
