@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from nmt.cli import DECODE_FLAGS, command, nonempty, number
 from nmt.cli_io import (add_model_decode_args, check_languages_of, load_translator, misaligned, open_output,
-                        output_dir, reader_gone, refuse_overwriting, utf8_stdout)
+                        output_dir, output_errors, reader_gone, refuse_overwriting, utf8_stdout)
 from nmt.config import ConfigError
 
 
@@ -107,7 +107,7 @@ def translate_main(args: argparse.Namespace) -> int:
         tally[0], tally[1] = tally[0] + non_empty, tally[1] + hangul
         if plot is not None:
             plot(first, lines, translations)
-    with contextlib.ExitStack() as stack:
+    with output_errors(args.output), contextlib.ExitStack() as stack:
         src, idle = (sys.stdin.buffer, IDLE_SECONDS) if stdin else open_input(args.input, stack)
         out = open_output(stack, args.output)
         max_bytes = tr.decode.max_input_tokens * CHARS_PER_TOKEN * 4   # 4 = longest UTF-8 character
@@ -124,9 +124,10 @@ def translate_main(args: argparse.Namespace) -> int:
     if warning:
         logging.getLogger("nmt.translate").warning("%s: %s", name, warning)
     logging.getLogger("nmt.translate").info(
-        "translated %d lines in %.1f s (%.1f lines/s)%s%s", stats.lines, stats.seconds,
+        "translated %d lines in %.1f s (%.1f lines/s)%s%s%s", stats.lines, stats.seconds,
         stats.lines / max(stats.seconds, 1e-9), f"; {tr.truncated} truncated" if tr.truncated else "",
-        f"; {stats.invalid_utf8} with invalid UTF-8 replaced" if stats.invalid_utf8 else "")
+        f"; {stats.invalid_utf8} with invalid UTF-8 replaced" if stats.invalid_utf8 else "",
+        f"; {stats.controls} with control characters removed" if stats.controls else "")
     return 0
 
 
@@ -198,7 +199,7 @@ def _test_sets(args: argparse.Namespace, tr) -> Dict[str, Tuple[Any, List[List[s
 @command(build_evaluate_parser)
 def evaluate_main(args: argparse.Namespace) -> int:
     from nmt.atomic import atomic_write_text
-    from nmt.scoring import read_scores
+    from nmt.scoring import cannot_record, read_scores
     if args.hyp_dir:
         output_dir("--hyp-dir", args.hyp_dir)
     if args.json not in (None, "-"):   # written at the end: its directory is checked now
@@ -207,8 +208,10 @@ def evaluate_main(args: argparse.Namespace) -> int:
         raise ConfigError("give --prefix-words or --word-strokes, not both: the simulated translator types its own "
                           "prefixes")
     tr = load_translator(args)
+    readonly = ""
     if not (args.no_save or args.prefix_words):   # recorded after each test set: a damaged file is named first
         read_scores(tr.model_dir)
+        readonly = cannot_record(tr.model_dir)
     tests = _test_sets(args, tr)
     inputs = [{"--src-file": args.src_file}] + [{"--ref-file": r} for r in args.ref_file or ()]
     hyp_files = {name: args.hyp_dir / f"{Path(name).name}.{tr.tgt_lang}" for name in tests} if args.hyp_dir else {}
@@ -217,22 +220,27 @@ def evaluate_main(args: argparse.Namespace) -> int:
         for files in inputs:
             refuse_overwriting(flag, path, files)
     results, recorded = {}, []
-    for name, (pairs, more_refs) in tests.items():
-        # a part of a set is not the set, nor translations given the references' words: their scores must not
-        # replace the set's own in scores.json
-        save = not args.no_save and not 0 < args.max_sentences < len(pairs.src) and not args.prefix_words
-        recorded += [name] if save else []
-        results[name] = _evaluate_set(args, tr, name, pairs, more_refs, save, hyp_files.get(name))
-    report = {"model_dir": str(tr.model_dir.resolve()), "checkpoint": tr.checkpoint, "results": results}
-    if args.json == "-":
-        print(json.dumps(report, indent=2, ensure_ascii=False))
-    elif args.json:
+    try:
+        with output_errors(None):
+            for name, (pairs, more_refs) in tests.items():
+                # a part of a set is not the set, nor translations given the references' words: their scores must
+                # not replace the set's own in scores.json
+                save = not (args.no_save or readonly or 0 < args.max_sentences < len(pairs.src) or args.prefix_words)
+                recorded += [name] if save else []
+                results[name] = _evaluate_set(args, tr, name, pairs, more_refs, save, hyp_files.get(name))
+            report = {"model_dir": str(tr.model_dir.resolve()), "checkpoint": tr.checkpoint, "results": results}
+            if args.json == "-":
+                print(json.dumps(report, indent=2, ensure_ascii=False))
+    except BrokenPipeError:
+        return reader_gone()
+    if args.json not in (None, "-"):
         atomic_write_text(Path(args.json), json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     if recorded:
         print(f"scores recorded in {tr.model_dir / 'scores.json'}", file=sys.stderr)
     if len(recorded) < len(tests) and not args.no_save:
         why = (f"translations given the references' first words (--prefix-words {args.prefix_words})"
-               if args.prefix_words else f"the scores of part of a set (--max-sentences {args.max_sentences})")
+               if args.prefix_words else readonly or f"the scores of part of a set (--max-sentences "
+               f"{args.max_sentences})")
         print(f"not recorded in {tr.model_dir / 'scores.json'}: {why}", file=sys.stderr)
     return 0
 
@@ -357,7 +365,7 @@ def score_main(args: argparse.Namespace) -> int:
     tgt_ids = target_ids(tr, tgt, name=args.tgt_file)   # every target checked before anything is written
     t0, log_prob, tokens, chunk = time.perf_counter(), 0.0, 0, SCORE_CHUNK
     report = Every(stream.REPORT_SECONDS)   # a long corpus: how far it got
-    with contextlib.ExitStack() as stack:
+    with output_errors(args.output), contextlib.ExitStack() as stack:
         out = open_output(stack, args.output)
         for start in range(0, len(src), chunk):
             src_ids, part = tr.source_ids(src[start:start + chunk], start + 1), tgt_ids[start:start + chunk]

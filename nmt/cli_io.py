@@ -5,10 +5,12 @@ their outputs (stdout or a file, never one of the inputs; a reader that went awa
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
 from pathlib import Path
+from typing import Iterator
 
 from nmt.cli import DECODE_FLAGS, nonempty
 from nmt.config import Config, ConfigError
@@ -52,7 +54,13 @@ def load_translator(args: argparse.Namespace):
     overrides = {k.split(".", 1)[1]: v for k, v in vars(args).items() if k.startswith("decode.")}
     decode = dataclasses.replace(Config.load(path).decode, **overrides)
     ctxs = parse_devices(args.gpus, args.cpu_devices)
-    return Translator.from_dir(args.model_dir, args.checkpoint, ctx=ctxs, decode=decode, ensemble=args.ensemble)
+    tr = Translator.from_dir(args.model_dir, args.checkpoint, ctx=ctxs, decode=decode, ensemble=args.ensemble)
+    scores = decode.beam_size * decode.batch_size * tr.tgt_tok.vocab_size   # a search step's (rows, vocabulary)
+    if scores >= 2 ** 31:
+        raise ConfigError(f"--beam-size {decode.beam_size} x --decode-batch-size {decode.batch_size} hypotheses x "
+                          f"{tr.tgt_tok.vocab_size} target pieces is {scores:,} scores per search step, more than "
+                          "MXNet's 32-bit indices reach (2**31): lower --beam-size or --decode-batch-size")
+    return tr
 
 
 def utf8_stdout():
@@ -74,10 +82,23 @@ def open_output(stack, output):
         raise CorpusError(f"--output {output}: cannot write ({e.strerror})") from None
 
 
+def warn_one_sided_blanks(src: list, other: list, src_name: str, other_name: str) -> None:
+    """Warn (naming the lines) where exactly one of two line-aligned files is blank: a sentence missing from one
+    side shifts every line after it, which the scores would not show."""
+    lines = [i for i, (x, y) in enumerate(zip(src, other), 1) if bool(x.strip()) != bool(y.strip())]
+    if lines:
+        shown = ", ".join(map(str, lines[:10])) + (f" and {len(lines) - 10} more" if len(lines) > 10 else "")
+        logging.getLogger("nmt").warning("%s and %s: %d line(s) blank on one side only (line %s): are the files "
+                                         "misaligned, a sentence missing from one of them?", src_name, other_name,
+                                         len(lines), shown)
+
+
 def check_languages_of(tr, src, tgt, src_name: str, tgt_name: str) -> None:
-    """CorpusError unless the source and target lines are in the model's languages (`corpus.check_languages`)."""
+    """CorpusError unless the source and target lines are in the model's languages (`corpus.check_languages`); a
+    warning where one side only is blank (`warn_one_sided_blanks`)."""
     from nmt.corpus import check_languages
     check_languages(src, tgt, tr.src_lang, (src_name, tgt_name), f"the model translates {tr.src_lang} -> {tr.tgt_lang}")
+    warn_one_sided_blanks(src, tgt, src_name, tgt_name)
 
 
 def refuse_overwriting(flag: str, output, inputs: dict) -> None:
@@ -103,6 +124,26 @@ def output_dir(flag: str, path: Path, file: str = "") -> Path:
         raise CorpusError(f"{flag} {where} ({e.strerror})") from None
     check_writable(path, flag, shown=file or None)
     return path
+
+
+@contextlib.contextmanager
+def output_errors(output) -> Iterator[None]:
+    """Around the writes to `output` (a file; standard output for None or "-", flushed here): a full disk, a
+    read-only or forbidden file is a StorageError naming it rather than a traceback. A reader that went away from
+    standard output (BrokenPipeError) passes through, for `reader_gone`."""
+    from nmt.storage import StorageError, is_fixable, write_failure
+    stdout = output in (None, "-")
+    try:
+        yield
+        if stdout:
+            sys.stdout.flush()
+    except OSError as e:
+        if not is_fixable(e):
+            raise
+        if not stdout:
+            raise write_failure(output, e) from None
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # what is left unwritten goes nowhere
+        raise StorageError(f"cannot write the standard output: {e.strerror}") from None
 
 
 def reader_gone() -> int:

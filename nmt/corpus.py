@@ -29,6 +29,8 @@ MAX_LINE_CHARS = 20_000
 # Control characters go; whitespace-like ones (tab, CR, vertical tab, NEL, ...) become spaces via str.split().
 # Zero-width space, word joiner and a stray BOM are invisible but would become tokens of their own.
 _INVISIBLE = re.compile("[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f\u200b\u2060\ufeff]")
+_CONTROL = re.compile("[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f]")   # the control characters `normalize` removes
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 _HANGUL = re.compile("[\uac00-\ud7a3\u1100-\u11ff\u3130-\u318f]")
 _LINE_END = re.compile("[\r\n]")
@@ -92,6 +94,18 @@ def normalize(text: str) -> str:
     return " ".join(_INVISIBLE.sub("", unicodedata.normalize("NFC", text)).split())
 
 
+def control_characters(text: str) -> int:
+    """How many control characters (NUL, ESC ...; not whitespace) `normalize` removes from `text`."""
+    return len(_CONTROL.findall(text))
+
+
+def lone_surrogate(text: str) -> str:
+    """"" for valid Unicode; else where its first lone surrogate is (a JSON escape such as \\ud800, or bytes a
+    terminal could not decode), which SentencePiece cannot take: "U+D800 at character 2"."""
+    m = _SURROGATE.search(text)
+    return f"U+{ord(m.group()):04X} at character {m.start()}" if m else ""
+
+
 def has_hangul(text: str) -> bool:
     return _HANGUL.search(text) is not None
 
@@ -147,11 +161,12 @@ def _line_list(numbers: List[int], limit: int = 5) -> str:
 
 
 def read_lines(path: PathLike, *, skip_invalid_utf8: bool = False, max_line_chars: int = MAX_LINE_CHARS,
-               keep_blank_end: bool = False) -> List[Optional[str]]:
+               keep_blank_end: bool = False, skippable: bool = False) -> List[Optional[str]]:
     """Lines of a UTF-8 text file, normalized; None for an undecodable line skipped on request. Blank lines at
-    the end are dropped (warned) unless `keep_blank_end` (a file whose every line is data, e.g. translations)."""
+    the end are dropped (warned) unless `keep_blank_end` (a file whose every line is data, e.g. translations).
+    `skippable`: the error for invalid UTF-8 offers --skip-invalid-utf8 (training data; not a test set)."""
     return [None if t is None else normalize(t)
-            for t in _decode_lines(path, skip_invalid_utf8, max_line_chars, keep_blank_end)]
+            for t in _decode_lines(path, skip_invalid_utf8, max_line_chars, keep_blank_end, skippable)]
 
 
 def _split_lines(data: bytes, path: Path, keep_blank_end: bool = False) -> List[bytes]:
@@ -169,7 +184,7 @@ def _split_lines(data: bytes, path: Path, keep_blank_end: bool = False) -> List[
 
 
 def _decode_lines(path: PathLike, skip_invalid_utf8: bool, max_line_chars: int,
-                  keep_blank_end: bool = False) -> List[Optional[str]]:
+                  keep_blank_end: bool = False, skippable: bool = False) -> List[Optional[str]]:
     """Decoded, not yet normalized lines of a UTF-8 text file; None for an undecodable line skipped on request.
 
     A UTF-8 byte-order mark is stripped and CRLF line ends are converted, each with a logged warning (and blank lines
@@ -212,8 +227,8 @@ def _decode_lines(path: PathLike, skip_invalid_utf8: bool, max_line_chars: int,
                 raise CorpusError(
                     f"{path}:{i}: invalid UTF-8 (byte 0x{b[e.start]:02x} at byte {e.start + 1} of the line). "
                     f"Convert the file to UTF-8 (Korean legacy files are often CP949: `iconv -f CP949 -t UTF-8 "
-                    f"{path}`), or pass --skip-invalid-utf8 to drop such lines and their translations (counted)."
-                ) from None
+                    f"{path}`)" + (", or pass --skip-invalid-utf8 to drop such lines and their translations "
+                                    "(counted)." if skippable else ".")) from None
             bad.append(i)
             lines.append(None)
             continue
@@ -256,8 +271,8 @@ def _align(src: List[Optional[str]], tgt: List[Optional[str]], name: str, where:
 def read_parallel(src_path: PathLike, tgt_path: PathLike, *, skip_invalid_utf8: bool = False,
                   name: Optional[str] = None) -> Pairs:
     """Line-aligned file pair: line i of `src_path` translates to line i of `tgt_path`."""
-    src = read_lines(src_path, skip_invalid_utf8=skip_invalid_utf8)
-    tgt = read_lines(tgt_path, skip_invalid_utf8=skip_invalid_utf8)
+    src = read_lines(src_path, skip_invalid_utf8=skip_invalid_utf8, skippable=True)
+    tgt = read_lines(tgt_path, skip_invalid_utf8=skip_invalid_utf8, skippable=True)
     if len(src) != len(tgt):
         raise CorpusError(
             f"line counts differ: {src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}. Parallel files must "

@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 import fcntl
 import json
+import logging
+import os
 import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -17,6 +19,8 @@ from nmt.config import Config, ConfigError, DataConfig
 from nmt.corpus import Pairs, normalize, read_lines
 from nmt.evaluate import Scores, score
 from nmt.translate import Translator
+
+logger = logging.getLogger("nmt.evaluate")
 
 
 def score_test_set(translator: Translator, name: str, pairs: Pairs, *, max_sentences: int = 0, save: bool = True,
@@ -183,12 +187,24 @@ def read_scores(model_dir: Path) -> Dict[str, Dict[str, object]]:
         return {}
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
+    except ValueError as e:   # not JSON, or not UTF-8 text
         raise ckpt.CheckpointError(f"{path} is not valid JSON ({e}); move it away to record new scores") from None
+    except OSError as e:
+        raise ckpt.CheckpointError(f"{path}: cannot read it ({e.strerror})") from None
     if not (isinstance(data, dict) and all(isinstance(v, dict) for v in data.values())):
         raise ckpt.CheckpointError(f"{path} is not a scores file (an object of test set -> checkpoint -> scores); "
                                    "move it away to record new scores")
     return data
+
+
+def cannot_record(model_dir: Path) -> str:
+    """Why scores cannot be recorded in the model directory (another user's, on a read-only disk), warned at once
+    so that its scores can still be printed; "" when they can."""
+    if os.access(model_dir, os.W_OK):
+        return ""
+    why = f"{model_dir} is not writable (another user's, or a read-only disk)"
+    logger.warning("%s: the scores are printed but not recorded in its scores.json", why)
+    return why
 
 
 def record_scores(model_dir: Path, test_key: str, checkpoint: str, entry: Dict[str, object]) -> Path:

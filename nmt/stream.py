@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import BinaryIO, Callable, Iterable, Iterator, List, Optional, Sequence, TextIO, Tuple
 
 from nmt.align import format_links
-from nmt.corpus import CorpusError, count_lines, open_bytes
+from nmt.corpus import CorpusError, control_characters, count_lines, lone_surrogate, open_bytes
 from nmt.log import Every
 from nmt.translate import CHARS_PER_TOKEN, Translator
 
@@ -27,6 +27,7 @@ logger = logging.getLogger("nmt.translate")
 # pipe and waits for its translation gets it, while a file still fills whole chunks.
 IDLE_SECONDS = 0.05
 PAUSE = (b"", None)   # what read_raw_lines yields when the input pauses
+CONTROL_WARNINGS = 5   # lines whose control characters are named one by one; the summary counts the rest
 REPORT_SECONDS = 60.0  # a long input logs how far it got this often (a 100,000-line file takes ~15 minutes on a CPU)
 
 
@@ -120,6 +121,7 @@ class StreamStats:
     lines: int = 0
     invalid_utf8: int = 0           # lines whose invalid bytes were replaced
     cut: int = 0                    # lines cut while reading (longer than the byte guard)
+    controls: int = 0               # lines with control characters (removed before translating)
     seconds: float = 0.0
 
 
@@ -136,34 +138,46 @@ JSON_FIELDS = ("text", "target_prefix")
 JSON_EXAMPLE = '{"text": "안녕하세요.", "target_prefix": "Hello"}'
 
 
+def _json_type(value) -> str:
+    """What JSON calls the type of a parsed value: object, array, string, number, true/false, null."""
+    kinds = ((bool, "true/false"), (dict, "object"), (list, "array"), (str, "string"), ((int, float), "number"))
+    return next((name for kind, name in kinds if isinstance(value, kind)), "null")
+
+
 def parse_json_line(line: str, line_no: int, name: str) -> Tuple[str, Optional[str]]:
     """(text, target prefix or None) of one --json-input line (a blank line: an empty sentence); a CorpusError
     naming the line and the field for anything else."""
     if not line.strip():
         return "", None
     where = f"{name}:{line_no}"
+    if line_no == 1:
+        line = line.lstrip("\ufeff")   # a byte-order mark some editors write at the start of a file
     try:
         obj = json.loads(line)
     except json.JSONDecodeError as e:
         raise CorpusError(f"{where}: not JSON ({e.msg} at character {e.pos + 1}); with --json-input each line is a "
                           f"JSON object such as {JSON_EXAMPLE}") from None
     if not isinstance(obj, dict):
-        raise CorpusError(f"{where}: a JSON {type(obj).__name__}, not an object; with --json-input each line is a "
+        raise CorpusError(f"{where}: a JSON {_json_type(obj)}, not an object; with --json-input each line is a "
                           f"JSON object such as {JSON_EXAMPLE}")
     unknown = [k for k in obj if k not in JSON_FIELDS]
     if unknown:
         raise CorpusError(f"{where}: unknown field {unknown[0]!r}; the fields are {', '.join(JSON_FIELDS)}")
     if not isinstance(obj.get("text"), str):
-        got = "missing" if "text" not in obj else f"a JSON {type(obj['text']).__name__}"
+        got = "missing" if "text" not in obj else f"a JSON {_json_type(obj['text'])}"
         raise CorpusError(f"{where}: field 'text' (the sentence to translate, a string) is {got}: e.g. {JSON_EXAMPLE}")
     prefix = obj.get("target_prefix")
     if prefix is not None and not isinstance(prefix, str):
         raise CorpusError(f"{where}: field 'target_prefix' (text the translation starts with) is a JSON "
-                          f"{type(prefix).__name__}, not a string")
+                          f"{_json_type(prefix)}, not a string")
     for field in JSON_FIELDS:
         if count_lines(obj.get(field) or "") > 1:
             raise CorpusError(f"{where}: field {field!r} has text on {count_lines(obj[field])} lines; give one "
                               "sentence per JSON line")
+        surrogate = lone_surrogate(obj.get(field) or "")
+        if surrogate:
+            raise CorpusError(f"{where}: field {field!r} has a lone surrogate {surrogate} (a \\uD800-\\uDFFF escape "
+                              "without its pair): it is not a character; give valid Unicode")
     return obj["text"], prefix
 
 
@@ -254,6 +268,13 @@ def _read_line(raw: bytes, cut: bool, line_no: int, name: str, on_invalid: str, 
     prefix = None
     if json_input:
         text, prefix = parse_json_line(text, line_no, name)
+    controls = control_characters(text) + control_characters(prefix or "")
+    if controls:   # removed by `normalize`, as the service does, which says so too
+        stats.controls += 1
+        if stats.controls <= CONTROL_WARNINGS:
+            logger.warning("%s:%d: %d control character(s) removed before translating%s", name, line_no, controls,
+                           " (the last such warning; the summary counts them all)"
+                           if stats.controls == CONTROL_WARNINGS else "")
     stats.lines += 1
     return text, prefix
 
@@ -302,6 +323,10 @@ def interactive(translator: Translator, nbest: Optional[int] = None,
             return 0
         n += 1
         prefix = None
+        if lone_surrogate(line):   # bytes the terminal's encoding could not decode
+            print(f"error: input:{n}: not UTF-8 text ({lone_surrogate(line)}): set the terminal to UTF-8, or pipe "
+                  "the text in (--on-invalid-utf8 decides what to do with invalid bytes)", file=sys.stderr)
+            continue
         if json_input:
             try:
                 line, prefix = parse_json_line(line, n, "input")

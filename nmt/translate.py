@@ -11,7 +11,7 @@ import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Collection, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 import mxnet as mx
 import numpy as np
@@ -162,7 +162,9 @@ class Translator:
 
     def source_ids(self, lines: Iterable[str], first_line: int = 1) -> List[List[int]]:
         """Normalized, tokenized, length-limited source ids (warnings name the line as first_line + index)."""
-        return self._ids(self.src_tok, self._texts(lines, first_line, "input line"), first_line, "input line")
+        cut: Set[int] = set()   # lines cut to the character guard: counted once in `truncated`
+        return self._ids(self.src_tok, self._texts(lines, first_line, "input line", cut=cut), first_line,
+                         "input line", cut)
 
     def target_prefixes(self, prefixes: Optional[Sequence[Optional[str]]], first_line: int = 1
                    ) -> Optional[List[Optional[TargetPrefix]]]:
@@ -186,8 +188,9 @@ class Translator:
             out.append(TargetPrefix(head, *table) if table else TargetPrefix(head) if head else None)
         return out
 
-    def _texts(self, lines: Iterable[str], first_line: int, what: str, arg: str = "lines") -> List[str]:
-        """Lines checked, cut to the character guard and normalized."""
+    def _texts(self, lines: Iterable[str], first_line: int, what: str, arg: str = "lines",
+               cut: Optional[Set[int]] = None) -> List[str]:
+        """Lines checked, cut to the character guard (their indices added to `cut`) and normalized."""
         if isinstance(lines, str):   # would be read as one sentence per character
             raise TypeError(f"{arg} must be a list of sentences, not one string ({lines[:40]!r}): give [sentence]")
         limit = self.decode.max_input_tokens
@@ -204,16 +207,21 @@ class Translator:
                 logger.warning("%s %d has %d characters; truncated to %d (--max-input-tokens %d x %d)",
                                what, first_line + i, len(x), max_chars, limit, CHARS_PER_TOKEN)
                 x = x[:max_chars]
+                if cut is not None:
+                    cut.add(i)
             texts.append(normalize(x))
         return texts
 
-    def _ids(self, tok: Tokenizer, texts: List[str], first_line: int, what: str) -> List[List[int]]:
-        """Normalized texts tokenized and cut to max_input_tokens, with a warning naming the line."""
+    def _ids(self, tok: Tokenizer, texts: List[str], first_line: int, what: str,
+             counted: Collection[int] = ()) -> List[List[int]]:
+        """Normalized texts tokenized and cut to max_input_tokens, with a warning naming the line (counted in
+        `truncated` unless its index is in `counted`, cut already)."""
         limit = self.decode.max_input_tokens
         ids = tok.encode(texts)
         for i, x in enumerate(ids):
             if len(x) > limit:
-                self.truncated += 1
+                if i not in counted:
+                    self.truncated += 1
                 logger.warning("%s %d has %d subword tokens; truncated to %d (--max-input-tokens)",
                                what, first_line + i, len(x), limit)
                 ids[i] = x[:limit]

@@ -8,19 +8,15 @@ characters (`nmt.translate.CHARS_PER_TOKEN`) and the answer carries a warning sa
 from __future__ import annotations
 
 import json
-import re
-import unicodedata
 from dataclasses import dataclass
 from typing import AsyncIterator, List, Optional, Tuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from nmt.corpus import count_lines
+from nmt.corpus import control_characters, count_lines, lone_surrogate
 from nmt.translate import CHARS_PER_TOKEN
 
 EXAMPLE = '{"text": ["안녕하세요"], "beam_size": 4, "nbest": 1}'
-_SURROGATE = re.compile("[\ud800-\udfff]")
-_WHITESPACE_CONTROLS = "\t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"
 
 
 class RequestError(Exception):
@@ -175,11 +171,10 @@ def check_attention(req: AttentionRequest, max_input_tokens: int) -> Tuple[str, 
 def check_line(line: str, where: str, max_input_tokens: int) -> Tuple[str, List[str]]:
     """A line cut to the CLI's character limit, with warnings; RequestError for a lone surrogate or text on several
     lines."""
-    m = _SURROGATE.search(line)
-    if m:
-        raise RequestError(422, f"{where} has a lone surrogate U+{ord(m.group()):04X} at character {m.start()}: "
-                                "it is not a character; send valid Unicode (a complete surrogate pair, or remove "
-                                "it)", where)
+    surrogate = lone_surrogate(line)
+    if surrogate:
+        raise RequestError(422, f"{where} has a lone surrogate {surrogate}: it is not a character; send valid "
+                                "Unicode (a complete surrogate pair, or remove it)", where)
     lines = count_lines(line)
     if lines > 1:
         raise RequestError(422, f"{where} has text on {lines} lines: send each line as its own sentence (read as one, "
@@ -190,7 +185,7 @@ def check_line(line: str, where: str, max_input_tokens: int) -> Tuple[str, List[
         warnings.append(f"{where} has {len(line)} characters; truncated to {max_chars} (max_input_tokens "
                         f"{max_input_tokens} x {CHARS_PER_TOKEN}), as nmt-translate does")
         line = line[:max_chars]
-    controls = sum(1 for c in line if unicodedata.category(c) == "Cc" and c not in _WHITESPACE_CONTROLS)
+    controls = control_characters(line)
     if controls:
         warnings.append(f"{where} has {controls} control character(s); they were removed before translating")
     return line, warnings

@@ -105,11 +105,13 @@ def test_cli_json_input(translator, serve_sentences, tmp_path, capsys):
 
 
 BAD_LINES = {   # the third line: the words the error must contain
-    '{"text": "가", "target_prefix": 3}': "field 'target_prefix' (text the translation starts with) is a JSON int",
+    '{"text": "가", "target_prefix": 3}': "field 'target_prefix' (text the translation starts with) is a JSON number",
+    '{"text": null}': "field 'text' (the sentence to translate, a string) is a JSON null",
     '{"txt": "가"}': "unknown field 'txt'; the fields are text, target_prefix",
     '{"target_prefix": "ga"}': "field 'text' (the sentence to translate, a string) is missing",
     '{"text": "가", "target_prefix": "a\\nb"}': "field 'target_prefix' has text on 2 lines",
-    '"가"': "a JSON str, not an object",
+    '"가"': "a JSON string, not an object",
+    '{"text": "가", "target_prefix": "\\ud800"}': "field 'target_prefix' has a lone surrogate U+D800 at character 0",
     '{"text": "가"': "not JSON (Expecting ',' delimiter at character 13)",
 }
 

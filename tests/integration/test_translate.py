@@ -155,6 +155,7 @@ def test_over_long_lines_are_truncated_with_a_warning(tr, capsys, tmp_path):
     assert len((tmp_path / "out.en").read_text(encoding="utf-8").split("\n")) == 4
     assert f"{path}:2: line longer than the input guard" in err            # cut while reading: bounded memory
     assert "input line 2 has 250 subword tokens" not in err and "input line 2 has" in err and "truncated to" in err
+    assert "; 1 truncated" in err   # cut to the character guard, then to the tokens: one line (it said 2)
 
 
 def test_reader_cuts_a_giant_line_without_holding_it(tmp_path):

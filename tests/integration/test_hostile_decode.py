@@ -1,0 +1,177 @@
+"""Bad input and hostile surroundings of the decoding commands (`nmt-translate`, `nmt-evaluate`, `nmt-score`) on the
+tiny trained model, each found by trying them as a user would: a full disk, a reader that goes away, a model
+directory that cannot be written, lone surrogates, a beam too wide for MXNet's indices, control characters, files
+with a sentence missing on one side. Each is one clear line (an error, or a warning where the work goes on), never a
+traceback."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nmt.cli_decode import evaluate_main, score_main, translate_main
+from nmt.stream import interactive
+from nmt.translate import Translator
+from tests.synth import synth_file
+
+REPO = Path(__file__).resolve().parents[2]
+FULL = Path("/dev/full")   # every write fails with ENOSPC
+
+
+def run(main, argv, capsys):
+    try:
+        code = main([str(a) for a in argv])
+    except SystemExit as e:
+        code = e.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(scope="module")
+def test_files(model_dir):
+    return synth_file(model_dir, "test.ko"), synth_file(model_dir, "test.en")
+
+
+@pytest.mark.skipif(not FULL.exists(), reason="no /dev/full on this system")
+@pytest.mark.parametrize("main", [translate_main, score_main])
+def test_a_full_disk_on_the_output_is_an_error_naming_it(model_dir, test_files, capsys, main):
+    src, ref = test_files
+    argv = (["--input", src, "--beam-size", "1"] if main is translate_main else ["--src-file", src, "--tgt-file", ref])
+    code, _, err = run(main, ["--model-dir", model_dir, *argv, "--output", FULL], capsys)
+    assert code == 2 and "Traceback" not in err
+    assert f"error: cannot write {FULL}: No space left on device [errno ENOSPC]" in err
+
+
+@pytest.mark.skipif(not FULL.exists(), reason="no /dev/full on this system")
+@pytest.mark.parametrize("script", ["translate.py", "evaluate.py"])
+def test_a_full_disk_on_standard_output_is_an_error(model_dir, test_files, script):
+    src, ref = test_files
+    args = ["--input", src] if script == "translate.py" else ["--src-file", src, "--ref-file", ref, "--no-save"]
+    with open(FULL, "w") as full:
+        p = subprocess.run([sys.executable, str(REPO / "scripts" / script), "--model-dir", str(model_dir),
+                            *map(str, args), "--beam-size", "1"], stdout=full, stderr=subprocess.PIPE, text=True,
+                           timeout=300)
+    assert p.returncode == 2 and "Traceback" not in p.stderr and "Exception ignored" not in p.stderr, p.stderr
+    assert "error: cannot write the standard output: No space left on device" in p.stderr
+
+
+def test_an_evaluation_whose_reader_went_away_ends_quietly(model_dir, test_files):
+    """`nmt-evaluate ... | head -1` gave a BrokenPipeError traceback."""
+    src, ref = test_files
+    p = subprocess.Popen([sys.executable, str(REPO / "scripts" / "evaluate.py"), "--model-dir", str(model_dir),
+                          "--src-file", str(src), "--ref-file", str(ref), "--no-save", "--beam-size", "1"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p.stdout.close()   # gone before the first line
+    err = p.stderr.read()
+    assert p.wait(timeout=300) == 141, err[-2000:]
+    assert "Traceback" not in err and "Exception ignored" not in err
+
+
+def test_a_model_directory_that_cannot_be_written_is_still_evaluated(model_dir, test_files, tmp_path, capsys,
+                                                                      monkeypatch):
+    """Someone else's model (or a read-only disk): the scores are printed, with a word on why they are not recorded;
+    evaluating it used to end in a PermissionError on scores.json.lock after all the decoding. Root may write
+    anywhere, so the directory's answer to "may I write?" is set here."""
+    import nmt.scoring
+    before = (Path(model_dir) / "scores.json").read_bytes() if (Path(model_dir) / "scores.json").exists() else None
+    real_access = os.access
+    monkeypatch.setattr(nmt.scoring.os, "access", lambda path, mode: mode != os.W_OK and real_access(path, mode))
+    src, ref = test_files
+    code, out, err = run(evaluate_main, ["--model-dir", model_dir, "--src-file", src, "--ref-file", ref,
+                                         "--beam-size", "1"], capsys)
+    assert code == 0 and "BLEU" in out
+    assert f"{model_dir} is not writable (another user's, or a read-only disk): the scores are printed but not " \
+           "recorded in its scores.json" in err
+    assert f"not recorded in {Path(model_dir) / 'scores.json'}: {model_dir} is not writable" in err
+    after = (Path(model_dir) / "scores.json").read_bytes() if (Path(model_dir) / "scores.json").exists() else None
+    assert after == before
+
+
+def test_a_lone_surrogate_in_json_input_names_the_line_and_field(model_dir, tmp_path, capsys):
+    path = tmp_path / "in.jsonl"
+    path.write_text('{"text": "리 니"}\n{"text": "리 \\ud800니"}\n', encoding="utf-8")
+    code, out, err = run(translate_main, ["--model-dir", model_dir, "--json-input", "--input", path,
+                                          "--beam-size", "1"], capsys)
+    assert code == 2 and "Traceback" not in err
+    assert f"error: {path}:2: field 'text' has a lone surrogate U+D800 at character 2" in err
+    assert len(out.splitlines()) == 1   # the line before it translated and written
+
+
+def test_a_line_the_terminal_could_not_decode_is_refused_and_the_prompt_goes_on(model_dir, capsys):
+    """Typed in a CP949 terminal, Korean reaches `input()` as lone surrogates (surrogateescape), which SentencePiece
+    refused with a TypeError that ended the session."""
+    tr = Translator.from_dir(model_dir)
+    typed = iter(["리 니", "리 \udcb8\udcde", "니"])
+
+    def read(prompt):
+        try:
+            return next(typed)
+        except StopIteration:
+            raise EOFError from None
+    assert interactive(tr, read=read) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines() == tr.translate(["리 니", "니"])
+    assert "error: input:2: not UTF-8 text (U+DCB8 at character 2): set the terminal to UTF-8" in err
+
+
+def test_a_beam_too_wide_for_mxnets_indices_names_the_flags(model_dir, test_files, capsys, monkeypatch):
+    """--beam-size 100000 ended in an MXNetError from a reshape (int32 overflow); on the tiny model it takes 24 GB
+    before that: a search reached here fails the test at once."""
+    def searched(*args, **kwargs):
+        raise AssertionError("the search ran")
+    monkeypatch.setattr(Translator, "search_ids", searched)
+    code, _, err = run(translate_main, ["--model-dir", model_dir, "--input", test_files[0], "--beam-size", "100000"],
+                       capsys)
+    assert code == 2 and "Traceback" not in err
+    assert "error: --beam-size 100000 x --decode-batch-size 64 hypotheses x" in err
+    assert "more than MXNet's 32-bit indices reach (2**31): lower --beam-size or --decode-batch-size" in err
+
+
+def test_control_characters_are_removed_with_a_warning(model_dir, tmp_path, capsys):
+    """The service says so; the command line removed them without a word."""
+    path = tmp_path / "in.ko"
+    path.write_text("리\x00 니\x1b\n차\n", encoding="utf-8")
+    code, out, err = run(translate_main, ["--model-dir", model_dir, "--input", path, "--beam-size", "1"], capsys)
+    assert code == 0
+    assert out.splitlines() == Translator.from_dir(model_dir, decode=None).translate(["리 니", "차"], beam_size=1)
+    assert f"{path}:1: 2 control character(s) removed before translating" in err
+    assert f"{path}:2:" not in err and "; 1 with control characters removed" in err
+
+
+@pytest.mark.parametrize("main, flag", [(evaluate_main, "--ref-file"), (score_main, "--tgt-file")])
+def test_a_line_blank_on_one_side_only_is_a_warning(model_dir, test_files, tmp_path, capsys, main, flag):
+    """Usually a sentence missing from one of the files, which shifts every line after it."""
+    src = test_files[0].read_text(encoding="utf-8").splitlines()[:6]
+    ref = test_files[1].read_text(encoding="utf-8").splitlines()[:6]
+    src[2], ref[4] = "", "  "
+    (tmp_path / "s.ko").write_text("\n".join(src) + "\n", encoding="utf-8")
+    (tmp_path / "r.en").write_text("\n".join(ref) + "\n", encoding="utf-8")
+    code, _, err = run(main, ["--model-dir", model_dir, "--src-file", tmp_path / "s.ko", flag, tmp_path / "r.en"]
+                       + (["--no-save", "--beam-size", "1"] if main is evaluate_main else []), capsys)
+    assert code == 0
+    assert f"--src-file {tmp_path / 's.ko'} and {flag} {tmp_path / 'r.en'}: 2 line(s) blank on one side only " \
+           "(line 3, 5): are the files misaligned" in err
+
+
+def test_invalid_utf8_in_a_test_set_offers_no_skipping(model_dir, test_files, tmp_path, capsys):
+    """--skip-invalid-utf8 is a training flag: a test set with lines dropped would be another test set."""
+    bad = tmp_path / "bad.ko"
+    bad.write_bytes("리 니\n".encode() + "고양이".encode("cp949") + b"\n")
+    (tmp_path / "r.en").write_text("ni ri\nri\n", encoding="utf-8")
+    for main, flag in ((evaluate_main, "--ref-file"), (score_main, "--tgt-file")):
+        code, _, err = run(main, ["--model-dir", model_dir, "--src-file", bad, flag, tmp_path / "r.en"], capsys)
+        assert code == 2 and f"error: {bad}:2: invalid UTF-8" in err and "iconv" in err
+        assert "--skip-invalid-utf8" not in err
+
+
+def test_json_input_may_start_with_a_byte_order_mark(model_dir, tmp_path, capsys):
+    """Plain input has its BOM stripped; a JSON-lines file saved with one was "not JSON"."""
+    path = tmp_path / "in.jsonl"
+    path.write_text('{"text": "리 니"}\n{"text": "차"}\n', encoding="utf-8-sig")
+    code, out, err = run(translate_main, ["--model-dir", model_dir, "--json-input", "--input", path,
+                                          "--beam-size", "1"], capsys)
+    assert code == 0, err
+    assert out.splitlines() == Translator.from_dir(model_dir).translate(["리 니", "차"], beam_size=1)
