@@ -162,8 +162,12 @@ def _model_split(cfg: Config, data_dir: Optional[str], kind: str, flag: str, nam
     d = dataclasses.replace(cfg.data, data_dir=data_dir or cfg.data.data_dir)
     src, tgt = getattr(d, f"{kind}_src"), getattr(d, f"{kind}_tgt")
     if src and tgt:
-        from nmt.corpus import read_parallel
-        return {name: read_parallel(src, tgt, skip_invalid_utf8=d.skip_invalid_utf8, name=name)}
+        from nmt.corpus import CorpusError, read_parallel
+        try:
+            return {name: read_parallel(src, tgt, skip_invalid_utf8=d.skip_invalid_utf8, name=name)}
+        except CorpusError as e:   # the paths come from the model's configuration, which the user may not know
+            raise CorpusError(f"{flag}: the model's {kind} files (data.{kind}_src, data.{kind}_tgt of its config.json "
+                              f"as trained): {e}") from None
     if not d.recipe or d.recipe not in recipes.RECIPES:
         raise ConfigError(f"{flag}: the model's data config names no known recipe ({d.recipe!r}) and no {kind} "
                           "files; give --src-file and --ref-file instead")

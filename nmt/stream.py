@@ -138,6 +138,18 @@ JSON_FIELDS = ("text", "target_prefix")
 JSON_EXAMPLE = '{"text": "안녕하세요.", "target_prefix": "Hello"}'
 
 
+class _Repeated(ValueError):
+    """A key given twice in one JSON object."""
+
+
+def _unique_keys(pairs: List[Tuple[str, object]]) -> dict:
+    keys = [k for k, _ in pairs]
+    for k in keys:
+        if keys.count(k) > 1:
+            raise _Repeated(k)
+    return dict(pairs)
+
+
 def _json_type(value) -> str:
     """What JSON calls the type of a parsed value: object, array, string, number, true/false, null."""
     kinds = ((bool, "true/false"), (dict, "object"), (list, "array"), (str, "string"), ((int, float), "number"))
@@ -153,7 +165,9 @@ def parse_json_line(line: str, line_no: int, name: str) -> Tuple[str, Optional[s
     if line_no == 1:
         line = line.lstrip("\ufeff")   # a byte-order mark some editors write at the start of a file
     try:
-        obj = json.loads(line)
+        obj = json.loads(line, object_pairs_hook=_unique_keys)
+    except _Repeated as e:   # json.loads would keep the last value without a word
+        raise CorpusError(f"{where}: field {e.args[0]!r} is given twice; give each field once") from None
     except json.JSONDecodeError as e:
         raise CorpusError(f"{where}: not JSON ({e.msg} at character {e.pos + 1}); with --json-input each line is a "
                           f"JSON object such as {JSON_EXAMPLE}") from None

@@ -202,6 +202,19 @@ def test_a_model_without_recipe_or_files_says_which_flag_cannot_work(model_copy,
         assert f"{flag}: the model's data config names no known recipe (None) and no {kind} files" in err
 
 
+def test_a_models_own_files_gone_missing_say_where_their_paths_come_from(model_copy, tmp_path, capsys):
+    """The dev and test files of a model trained on its own files are read from the paths in its config.json; an
+    error that named only the path left the user to guess where it came from."""
+    cfg = Config.load(model_copy / ckpt.CONFIG)
+    cfg.data.dev_src = cfg.data.test_src = str(tmp_path / "moved.ko")
+    cfg.save(model_copy / ckpt.CONFIG)
+    for flag, kind in (("--recipe-tests", "test"), ("--dev-set", "dev")):
+        code, _, err = run(["--model-dir", model_copy, flag], capsys)
+        assert code == 2 and "Traceback" not in err, err
+        assert f"error: {flag}: the model's {kind} files (data.{kind}_src, data.{kind}_tgt of its config.json as " \
+               f"trained): {tmp_path / 'moved.ko'}" in err
+
+
 def test_korean_output_adds_ko_mecab_bleu(model_copy, tmp_path, capsys, monkeypatch):
     # The tiny model translates into romanized text; labelled as an en -> ko model, its scores must gain the ko-mecab
     # BLEU (the sources here are the romanized side, the references the Korean one, so the numbers are low: the

@@ -108,6 +108,7 @@ BAD_LINES = {   # the third line: the words the error must contain
     '{"text": "가", "target_prefix": 3}': "field 'target_prefix' (text the translation starts with) is a JSON number",
     '{"text": null}': "field 'text' (the sentence to translate, a string) is a JSON null",
     '{"txt": "가"}': "unknown field 'txt'; the fields are text, target_prefix",
+    '{"text": "가", "text": "나"}': "field 'text' is given twice; give each field once",
     '{"target_prefix": "ga"}': "field 'text' (the sentence to translate, a string) is missing",
     '{"text": "가", "target_prefix": "a\\nb"}': "field 'target_prefix' has text on 2 lines",
     '"가"': "a JSON string, not an object",
