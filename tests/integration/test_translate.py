@@ -91,6 +91,12 @@ def test_text_on_several_lines_is_refused_not_cut_to_its_first(tr, src_lines):
     assert tr.translate([src_lines[1] + "\n", "\n" + src_lines[1] + "\r\n\n"]) == tr.translate([src_lines[1]] * 2)
 
 
+def test_a_lone_surrogate_is_a_value_error_naming_the_item(tr, src_lines):
+    """SentencePiece refused it with "TypeError: list must contain strings"."""
+    with pytest.raises(ValueError, match=r"lines\[1\] has a lone surrogate U\+DCB8 at character 1: it is not a char"):
+        tr.translate([src_lines[0], "리\udcb8"])
+
+
 def test_an_iterator_of_sentences_is_read_once(tr, src_lines):
     """`translate(line.strip() for line in f)` died in an IndexError: the lines were counted after being read."""
     lines = src_lines[:5]
