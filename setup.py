@@ -44,6 +44,7 @@ setup(
             "nmt-score=nmt.cli_decode:score_main",
             "nmt-launch=nmt.distributed:main",
             "nmt-serve=nmt.serve:main",
+            "nmt-export=nmt.export:export_main",
         ]
     },
 )

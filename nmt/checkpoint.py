@@ -43,6 +43,7 @@ METRICS = "metrics.jsonl"
 LOG = "train.log"
 SCORES = "scores.json"
 LOCK = "train.lock"
+EXPORT = "export.json"   # in a directory nmt-export wrote (nmt.export): one checkpoint, no training state
 
 
 def params_file(step: int) -> str:
@@ -153,6 +154,10 @@ def check_model_dir(model_dir: Path, resume: bool, overwrite: bool,
     if model_dir.exists() and not model_dir.is_dir():
         raise CheckpointError(f"--model-dir {model_dir} exists and is not a directory")
     held = sorted(p.name for p in model_dir.iterdir() if p.name != LOCK) if model_dir.is_dir() else []
+    if EXPORT in held and not overwrite:
+        raise CheckpointError(f"--model-dir {model_dir} is an export (nmt-export: one checkpoint, no training state; "
+                              f"its {EXPORT} names the directory it came from): resume that directory, or fine-tune "
+                              f"from this one into a new directory with --init-from {model_dir}")
     if resume:
         if not (model_dir / STATE).exists() and not manifest.step_keys(model_dir):
             raise CheckpointError(f"--resume: {model_dir / STATE} not found, so there is nothing to resume; " + (

@@ -18,6 +18,7 @@ from nmt.atomic import atomic_write_text
 from nmt.config import Config, ConfigError, DataConfig
 from nmt.corpus import Pairs, normalize, read_lines
 from nmt.evaluate import Scores, score
+from nmt.manifest import manifest_name, read_manifest
 from nmt.translate import Translator
 
 logger = logging.getLogger("nmt.evaluate")
@@ -180,6 +181,8 @@ def checkpoint_info(model_dir: Path, which: str) -> Dict[str, object]:
     step = ckpt.params_step(path.name)
     if step is None and which == "best" and (Path(model_dir) / ckpt.STATE).exists():
         step = ckpt.TrainState.load(model_dir).best_step or None
+    elif step is None and (Path(model_dir) / manifest_name(str(which))).is_file():   # e.g. an export (nmt.export)
+        step = read_manifest(model_dir, str(which)).get("step") or None
     return {"params_file": path.name, "step": step}
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from nmt.cli import build_train_parser, config_from_args, train_main
 from nmt.config import Config, ConfigError
+from nmt.export import build_export_parser
 from nmt.parallel import DeviceError, parse_devices
 
 REPO = Path(__file__).resolve().parents[2]
@@ -298,11 +299,12 @@ def _empty_flag_cases():
                                                                        "--checkpoint"]),
         "nmt-launch": (lambda argv: distributed.build_parser().parse_args(["-n", "1", *argv, "--", "echo"]),
                        ["--hostfile", "--scheduler-host", "--python", "--ssh", "--workdir"]),
+        "nmt-export": (_parse_with(build_export_parser, [*m, "--output", "out"]), ["--model-dir", "--output"]),
     }
 
 
 @pytest.mark.parametrize("command", ["nmt-train", "nmt-translate", "nmt-evaluate", "nmt-score", "nmt-serve",
-                                     "nmt-launch"])
+                                     "nmt-launch", "nmt-export"])
 def test_an_empty_value_is_refused_naming_the_flag(command, capsys):
     """`--data-dir "$DIR"` with DIR unset: '' meant the current directory (--model-dir, --hyp-dir: files written
     there), nothing (--data-dir, --upsample: silently ignored) or a later, vaguer error."""

@@ -1,0 +1,128 @@
+"""`nmt-export`: a model directory's one checkpoint as a directory that translates and nothing else, to copy to a
+server or hand to someone (what OpenNMT's `onmt_release_model` does, and fairseq users do by stripping the
+optimizer from a checkpoint).
+
+A training directory holds every kept checkpoint, the optimizer's states (twice the parameters' size each), the
+encoded corpus, logs and curves: 193 MB for the quick start's model, of which translating reads 20. The export holds
+config.json, the SentencePiece models, the chosen checkpoint's parameters as `params.best` with a manifest (so they
+are verified on every load), its test scores (scores.json, for `nmt-serve`'s /info) and `export.json`, which says
+where it came from. `nmt-translate`, `nmt-evaluate`, `nmt-score`, `nmt-serve` and `nmt-train --init-from` take it as
+they take the training directory; `nmt-train --resume` cannot (no training state).
+
+The directory is assembled beside its destination and renamed into place: an interrupted export leaves nothing
+half-written under that name.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Dict
+
+from nmt import checkpoint as ckpt
+from nmt import manifest
+from nmt.atomic import atomic_copy, atomic_write_text
+from nmt.cli import command, nonempty
+from nmt.config import Config, ConfigError
+
+EXPORT = ckpt.EXPORT   # what an export was made from; --overwrite replaces only a directory that has one
+
+
+def build_export_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="nmt-export", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Write one checkpoint of a model directory as a directory that only translates: config.json, "
+                    "the SentencePiece models, the parameters as params.best (verified by their manifest) and the "
+                    "checkpoint's test scores, without optimizer states, other checkpoints, logs or caches.",
+        epilog="Examples:\n  python scripts/export.py --model-dir models/tatoeba-ko-en --output release/tatoeba-ko-en\n"
+               "  python scripts/export.py --model-dir M --checkpoint avg --output release/M-avg\n")
+    p.add_argument("--model-dir", required=True, type=nonempty(Path), help="a model directory written by nmt-train")
+    p.add_argument("--checkpoint", default="best", metavar="WHICH",
+                   help="best, avg, latest or a step number (default: best)")
+    p.add_argument("--output", required=True, type=nonempty(Path), help="the directory to write (must not exist)")
+    p.add_argument("--overwrite", action="store_true", help="replace an earlier export at --output")
+    return p
+
+
+@command(build_export_parser)
+def export_main(args: argparse.Namespace) -> int:
+    out = export_model(args.model_dir, args.output, args.checkpoint, overwrite=args.overwrite)
+    size = sum(f.stat().st_size for f in out.iterdir())
+    print(f"exported checkpoint {args.checkpoint} of {args.model_dir} to {out} ({size / 2 ** 20:.1f} MiB)")
+    return 0
+
+
+def export_model(model_dir, output, which: str = "best", overwrite: bool = False) -> Path:
+    """Write checkpoint `which` of `model_dir` to the new directory `output` (see the module's docstring)."""
+    model_dir, output = Path(model_dir), Path(output)
+    cfg = Config.load(ckpt.config_of(model_dir, "--model-dir"))
+    params = ckpt.params_path(model_dir, which)   # verified against its manifest
+    _check_output(model_dir, output, overwrite)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    tmp = output.parent / f".{output.name}.export-{os.getpid()}"   # made with the umask's permissions
+    shutil.rmtree(tmp, ignore_errors=True)   # left by an export of this process id that was killed
+    tmp.mkdir()
+    try:
+        step = _step_of(model_dir, which, params)
+        for name in [ckpt.CONFIG] + _tokenizer_files(model_dir, cfg):
+            atomic_copy(model_dir / name, tmp / name)
+        atomic_copy(params, tmp / ckpt.PARAMS_BEST)
+        manifest.write_manifest(tmp, "best", [ckpt.PARAMS_BEST], step)
+        scores = _scores_of(model_dir, which)
+        if scores:
+            atomic_write_text(tmp / ckpt.SCORES, json.dumps(scores, indent=2, ensure_ascii=False, sort_keys=True)
+                              + "\n")
+        atomic_write_text(tmp / EXPORT, json.dumps({
+            "model_dir": str(model_dir.resolve()), "checkpoint": str(which), "params_file": params.name,
+            "step": step, "params_sha256": manifest.sha256_of(params),
+            "exported": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, indent=2) + "\n")
+        if output.exists():   # an earlier export (`_check_output`): replaced only now that the new one is complete
+            shutil.rmtree(output)
+        tmp.rename(output)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return output
+
+
+def _check_output(model_dir: Path, output: Path, overwrite: bool) -> None:
+    """ConfigError unless `output` is a new (or empty) directory, or with `overwrite` an earlier export."""
+    if output.resolve() == model_dir.resolve():
+        raise ConfigError(f"--output {output} is the model directory: give another directory")
+    if output.exists() and not output.is_dir():
+        raise ConfigError(f"--output {output} is a file: give a directory to create")
+    if output.is_dir() and any(output.iterdir()):
+        if not overwrite:
+            raise ConfigError(f"--output {output} exists and is not empty: give a new directory, or --overwrite to "
+                              "replace an earlier export there")
+        if not (output / EXPORT).is_file():
+            raise ConfigError(f"--overwrite replaces only an earlier export, and {output} has no {EXPORT} (a model "
+                              "directory of nmt-train?): give another --output")
+
+
+def _tokenizer_files(model_dir: Path, cfg: Config) -> list:
+    """The SentencePiece models (and their readable .vocab files, where present) the model's config names."""
+    from nmt.tokenizer import tokenizer_names
+    names = sorted(set(tokenizer_names(cfg.data.src_lang, cfg.data.tgt_lang, cfg.model.shared_vocab)))
+    return names + [v for v in (Path(n).with_suffix(".vocab").name for n in names) if (model_dir / v).is_file()]
+
+
+def _step_of(model_dir: Path, which: str, params: Path) -> int:
+    """The training step of the exported parameters: from their name, else from their checkpoint's manifest."""
+    step = ckpt.params_step(params.name)
+    if step is None and (model_dir / manifest.manifest_name(str(which))).is_file():
+        step = manifest.read_manifest(model_dir, str(which)).get("step")
+    return int(step or 0)
+
+
+def _scores_of(model_dir: Path, which: str) -> Dict[str, Dict[str, object]]:
+    """The test scores recorded for checkpoint `which`, as the export's `best` (its only checkpoint)."""
+    from nmt.scoring import read_scores
+    out = {}
+    for test, entries in read_scores(model_dir).items():
+        if str(which) in entries:
+            out[test] = {"best": {**entries[str(which)], "checkpoint": "best", "params_file": ckpt.PARAMS_BEST}}
+    return out

@@ -1,0 +1,114 @@
+"""`nmt-export` on the tiny trained model: the exported directory holds only what translating needs, translates as
+the checkpoint it came from, carries that checkpoint's scores and step, and is refused where it would destroy
+something."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nmt import checkpoint as ckpt
+from nmt.cli import train_main
+from nmt.cli_decode import evaluate_main
+from nmt.export import EXPORT, export_main
+from nmt.finetune import init_params
+from nmt.scoring import read_scores, record_scores
+from nmt.translate import Translator
+from tests.synth import list_params_files, synth_file
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run(main, argv, capsys):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def model_copy(model_dir, tmp_path):
+    """The tiny model with test scores recorded for its best and its first kept step (a copy: scores are added)."""
+    copy = tmp_path / "model"
+    shutil.copytree(model_dir, copy)
+    for which, bleu in (("best", 11.0), (str(ckpt.params_step(list_params_files(copy)[0])), 7.0)):
+        record_scores(copy, "test", which, {"bleu": bleu, "chrf": 30.0, "checkpoint": which, "n": 3,
+                                            "params_file": "x"})
+    return copy
+
+
+def test_the_export_holds_what_translating_needs_and_translates_the_same(model_dir, model_copy, tmp_path, capsys):
+    out = tmp_path / "release" / "tiny"
+    code, printed, err = run(export_main, ["--model-dir", model_copy, "--output", out], capsys)
+    assert code == 0, err
+    assert printed.startswith(f"exported checkpoint best of {model_copy} to {out} (")
+    spm = sorted(p.name for p in model_copy.glob("spm.*"))
+    assert sorted(p.name for p in out.iterdir()) == sorted(["config.json", "params.best", "manifest.best.json",
+                                                            "scores.json", EXPORT, *spm])
+    assert (out / "params.best").read_bytes() == (model_copy / "params.best").read_bytes()
+    lines = synth_file(model_dir, "test.ko").read_text(encoding="utf-8").splitlines()[:20]
+    a, b = Translator.from_dir(model_copy), Translator.from_dir(out)
+    assert b.translate_nbest(lines, 3, beam_size=3) == a.translate_nbest(lines, 3, beam_size=3)
+    best_step = ckpt.TrainState.load(model_copy).best_step
+    made = json.loads((out / EXPORT).read_text())
+    assert made["model_dir"] == str(model_copy.resolve()) and made["checkpoint"] == "best"
+    assert made["step"] == best_step and made["params_file"] == "params.best"
+    assert read_scores(out) == {"test": {"best": {**read_scores(model_copy)["test"]["best"],
+                                                  "params_file": "params.best"}}}
+    assert init_params(out) == out / "params.best"   # --init-from takes it
+    from nmt.serve.api import best_test_score
+    assert best_test_score(out, "best")["bleu"] == 11.0   # what nmt-serve's /info shows
+    code, printed, err = run(evaluate_main, ["--model-dir", out, "--src-file", synth_file(model_dir, "test.ko"),
+                                             "--ref-file", synth_file(model_dir, "test.en"), "--beam-size", "1",
+                                             "--no-save"], capsys)
+    assert code == 0 and f"checkpoint best (params.best, step {best_step})" in printed, err
+    assert train_main(["--model-dir", str(out), "--resume", "--no-progress"]) == 2
+    assert f"error: --model-dir {out} is an export (nmt-export: one checkpoint, no training state; its export.json " \
+           f"names the directory it came from): resume that directory, or fine-tune from this one into a new " \
+           f"directory with --init-from {out}" in capsys.readouterr().err
+
+
+def test_a_step_is_exported_as_the_best_of_the_export_with_its_scores(model_copy, tmp_path, capsys):
+    first = list_params_files(model_copy)[0]
+    step = ckpt.params_step(first)
+    out = tmp_path / "step"
+    assert run(export_main, ["--model-dir", model_copy, "--checkpoint", step, "--output", out], capsys)[0] == 0
+    assert (out / "params.best").read_bytes() == (model_copy / first).read_bytes()
+    assert json.loads((out / "manifest.best.json").read_text())["step"] == step
+    assert read_scores(out)["test"]["best"]["bleu"] == 7.0 and read_scores(out)["test"]["best"]["checkpoint"] == "best"
+
+
+def test_an_export_is_refused_where_it_would_destroy_something(model_copy, tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    code, _, err = run(export_main, ["--model-dir", model_copy, "--output", out], capsys)
+    assert code == 2 and f"error: --output {out} exists and is not empty: give a new directory, or --overwrite" in err
+    code, _, err = run(export_main, ["--model-dir", model_copy, "--output", out, "--overwrite"], capsys)
+    assert code == 2 and f"--overwrite replaces only an earlier export, and {out} has no {EXPORT}" in err
+    assert (out / "notes.txt").read_text() == "mine"
+    code, _, err = run(export_main, ["--model-dir", model_copy, "--output", model_copy, "--overwrite"], capsys)
+    assert code == 2 and f"error: --output {model_copy} is the model directory" in err
+    code, _, err = run(export_main, ["--model-dir", model_copy, "--checkpoint", "soon", "--output", tmp_path / "x"],
+                       capsys)
+    assert code == 2 and "unknown checkpoint 'soon'" in err and not (tmp_path / "x").exists()
+    assert not list(tmp_path.glob(".*export*"))   # nothing half-made left beside the outputs
+
+
+def test_overwrite_replaces_an_earlier_export(model_copy, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert run(export_main, ["--model-dir", model_copy, "--output", out], capsys)[0] == 0
+    step = ckpt.params_step(list_params_files(model_copy)[0])
+    assert run(export_main, ["--model-dir", model_copy, "--output", out, "--checkpoint", step, "--overwrite"],
+               capsys)[0] == 0
+    assert json.loads((out / EXPORT).read_text())["step"] == step
+
+
+def test_the_script_runs_from_a_checkout(model_dir, tmp_path):
+    r = subprocess.run([sys.executable, str(REPO / "scripts" / "export.py"), "--model-dir", str(model_dir),
+                        "--output", str(tmp_path / "out")], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (tmp_path / "out" / "params.best").read_bytes() == (model_dir / "params.best").read_bytes()
