@@ -1,6 +1,6 @@
 """Bad input and hostile surroundings of the decoding commands (`nmt-translate`, `nmt-evaluate`, `nmt-score`) on the
 tiny trained model, each found by trying them as a user would: a full disk, a reader that goes away, a model
-directory that cannot be written, lone surrogates, a beam too wide for MXNet's indices, control characters, files
+directory that cannot be written, lone surrogates in JSON input, a beam too wide for MXNet's indices, control characters, files
 with a sentence missing on one side. Each is one clear line (an error, or a warning where the work goes on), never a
 traceback."""
 from __future__ import annotations
@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from nmt.cli_decode import evaluate_main, score_main, translate_main
-from nmt.stream import interactive
 from nmt.translate import Translator
 from tests.synth import synth_file
 
@@ -98,23 +97,6 @@ def test_a_lone_surrogate_in_json_input_names_the_line_and_field(model_dir, tmp_
     assert code == 2 and "Traceback" not in err
     assert f"error: {path}:2: field 'text' has a lone surrogate U+D800 at character 2" in err
     assert len(out.splitlines()) == 1   # the line before it translated and written
-
-
-def test_a_line_the_terminal_could_not_decode_is_refused_and_the_prompt_goes_on(model_dir, capsys):
-    """Typed in a CP949 terminal, Korean reaches `input()` as lone surrogates (surrogateescape), which SentencePiece
-    refused with a TypeError that ended the session."""
-    tr = Translator.from_dir(model_dir)
-    typed = iter(["리 니", "리 \udcb8\udcde", "니"])
-
-    def read(prompt):
-        try:
-            return next(typed)
-        except StopIteration:
-            raise EOFError from None
-    assert interactive(tr, read=read) == 0
-    out, err = capsys.readouterr()
-    assert out.splitlines() == tr.translate(["리 니", "니"])
-    assert "error: input:2: not UTF-8 text (U+DCB8 at character 2): set the terminal to UTF-8" in err
 
 
 def test_a_beam_too_wide_for_mxnets_indices_names_the_flags(model_dir, test_files, capsys, monkeypatch):

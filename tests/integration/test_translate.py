@@ -540,16 +540,30 @@ def test_typed_lines_with_an_output_file_say_where_they_go(tr, tmp_path):
             p.kill()
 
 
-def test_interactive_loop_in_process(tr, capsys):
-    inputs = iter(["리 니", "", "차"])
+def typing(lines):
+    """`interactive`'s read function for these typed lines, then end of input (Ctrl-D)."""
+    typed = iter(lines)
 
     def read(prompt):
         try:
-            return next(inputs)
+            return next(typed)
         except StopIteration:
             raise EOFError from None
-    assert interactive(tr, read=read) == 0
+    return read
+
+
+def test_interactive_loop_in_process(tr, capsys):
+    assert interactive(tr, read=typing(["리 니", "", "차"])) == 0
     assert capsys.readouterr().out.split("\n") == [*tr.translate(["리 니", "", "차"]), ""]
+
+
+def test_a_line_the_terminal_could_not_decode_is_refused_and_the_prompt_goes_on(tr, capsys):
+    """Typed in a CP949 terminal, Korean reaches `input()` as lone surrogates (surrogateescape), which SentencePiece
+    refused with a TypeError that ended the session."""
+    assert interactive(tr, read=typing(["리 니", "리 \udcb8\udcde", "니"])) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines() == tr.translate(["리 니", "니"])
+    assert "error: input:2: not UTF-8 text (U+DCB8 at character 2): set the terminal to UTF-8" in err
 
 
 # -- attention ------------------------------------------------------------------------------------------------------
