@@ -65,10 +65,15 @@ def score_test_set(translator: Translator, name: str, pairs: Pairs, *, max_sente
 
 
 def reference_prefixes(refs: Sequence[str], words: int) -> List[str]:
-    """Each reference's first `words` words (split at whitespace, as the model writes text: `normalize`), followed
-    by a space: whole words, after which the translation goes on with a word of its own ("" for a blank one)."""
-    heads = [normalize(r).split()[:words] for r in refs]
-    return [" ".join(h) + " " if h else "" for h in heads]
+    """Each reference's first `words` words (split at whitespace, as the model writes text: `normalize`) as a
+    prefix of whole words (`whole_words`)."""
+    return [whole_words(normalize(r).split()[:words]) for r in refs]
+
+
+def whole_words(words: Sequence[str]) -> str:
+    """A target prefix of whole words: joined, and a space after the last, so that the translation goes on with a
+    word of its own; "" (no prefix) for none."""
+    return " ".join(words) + " " if words else ""
 
 
 def next_word_accuracy(hyps: Sequence[str], refs: Sequence[str], words: int) -> Tuple[Optional[float], int]:
@@ -95,7 +100,7 @@ def word_strokes(translator: Translator, sources: Sequence[str], refs: Sequence[
     strokes, translations, todo = 0, 0, list(range(len(words)))
     while todo:
         hyps = translator.translate([sources[i] for i in todo],
-                                    prefixes=[" ".join(words[i][:kept[i]]) + " " if kept[i] else None for i in todo])
+                                    prefixes=[whole_words(words[i][:kept[i]]) for i in todo])
         translations += len(todo)
         left = []
         for i, hyp in zip(todo, hyps):

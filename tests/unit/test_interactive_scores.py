@@ -37,7 +37,7 @@ class Believer:
         out = []
         for s, p in zip(sources, prefixes):
             given = (p or "").split()
-            assert p is None or p.endswith(" "), "the typed words must be whole words"
+            assert not p or p.endswith(" "), "the typed words must be whole words"   # "" and None: none
             out.append(" ".join(given + self.beliefs[s].split()[len(given):]))
         return out
 
@@ -62,6 +62,6 @@ def test_word_strokes_of_a_batch_type_each_sentences_own_words():
     model = Believer({"s1": "a x c", "s2": "p q", "s3": "u v w"})
     got = word_strokes(model, ["s1", "s2", "s3"], ["a b c", "p q", "u"])
     # s1: types "b" (1); s2: right; s3: ends after "u" (1). Second round only s1, from "a b "
-    assert model.calls == [[None, None, None], ["a b "]]
+    assert model.calls == [["", "", ""], ["a b "]]
     assert got == {"word_strokes": 2, "reference_words": 6, "word_stroke_ratio": pytest.approx(100 * 2 / 6),
                    "word_stroke_translations": 4}
