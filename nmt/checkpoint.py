@@ -64,7 +64,8 @@ def config_of(model_dir: Path, flag: str = "model directory") -> Path:
     if model_dir.is_file():
         which = {PARAMS_BEST: "best", PARAMS_AVG: "avg"}.get(model_dir.name, params_step(model_dir.name))
         raise CheckpointError(f"{flag} {model_dir} is a file: give the model directory that holds it, "
-                              f"{model_dir.parent}" + (f", with checkpoint {which}" if which is not None else ""))
+                              f"{model_dir.absolute().parent}" + (f", with checkpoint {which}" if which is not None
+                                                                  else ""))
     found = f"{CONFIG} not found" if model_dir.is_dir() else "no such directory"
     raise CheckpointError(f"{flag} {model_dir}: {found}; give a directory written by nmt-train")
 
@@ -163,6 +164,10 @@ def check_model_dir(model_dir: Path, resume: bool, overwrite: bool,
             raise CheckpointError(f"--resume: {model_dir / STATE} not found, so there is nothing to resume; " + (
                 "the run stopped before its first checkpoint: start it again with --overwrite instead of --resume"
                 if held else "drop --resume to start a new run"))
+        if not (model_dir / CONFIG).is_file():
+            raise CheckpointError(f"--resume: {model_dir / CONFIG} not found: a run resumes with the settings it "
+                                  "was started with, which that file holds; restore it (or train into a new "
+                                  "--model-dir)")
         return
     if held and not overwrite:
         raise CheckpointError(f"--model-dir {model_dir} already exists and is not empty; pass --resume to "

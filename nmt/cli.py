@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from nmt.config import (ARCH_DEFAULTS, KVSTORES, VALID_METRIC_NAMES, Config, ConfigError, DataConfig, ModelConfig,
+from nmt.config import (ARCH_DEFAULTS, KVSTORES, PER_INVOCATION, VALID_METRIC_NAMES, Config, ConfigError, DataConfig,
                         TrainConfig, read_json, resumed_config)
 
 # (flag, section, field, type, help) -- the single table mapping flags to config fields
@@ -223,7 +223,7 @@ def args_dict(args: argparse.Namespace, base: Optional[Config] = None) -> Dict[s
             raise ConfigError(f"--recipe {flags['data.recipe']} and --train-src/--train-tgt exclude each other: a "
                               "recipe brings its own corpora; give a recipe, or your own files")
         data["recipe"] = None
-    if "train.model_dir" not in flags and not getattr(args, "config", None):
+    if "train.model_dir" not in flags and not getattr(args, "config", None) and base is None:
         name = data.get("recipe", DataConfig.recipe) or "custom"
         langs = data.get("src_lang", DataConfig.src_lang), data.get("tgt_lang", DataConfig.tgt_lang)
         arch = d.get("model", {}).get("arch", "lstm")   # another architecture never lands in the LSTM's directory
@@ -317,19 +317,23 @@ def resume_config(args: argparse.Namespace) -> Tuple[Config, List[str]]:
     configuration where the model directory has no config.json here (nothing to resume, which training reports; or
     a worker of a distributed job on a machine without the directory, which then needs the same flags as rank 0)."""
     from nmt.checkpoint import CONFIG
-    d = args_dict(args)
-    path = Path((d.get("train") or {}).get("model_dir", TrainConfig.model_dir)) / CONFIG
+    path = Path((args_dict(args).get("train") or {}).get("model_dir", TrainConfig.model_dir)) / CONFIG
     if not path.is_file():
         return config_from_args(args), []
-    wanted = Config.for_arch((d.get("model") or {}).get("arch", ModelConfig.arch)).to_dict()
-    for section, values in d.items():
-        wanted[section].update(values)
     saved = Config.load(path)
     if "data.batch_size" in vars(args) and saved.data.batch_tokens:   # the run's batch_tokens would override it
         raise ConfigError(f"--resume: --batch-size {vars(args)['data.batch_size']} asks for batches of sentences, and "
                           f"this run was trained with --batch-tokens {saved.data.batch_tokens} ({path}); the data "
                           "cannot change within a run: drop --batch-size, or train into a new --model-dir")
-    return resumed_config(saved, wanted, given_keys(args), str(path))
+    # the flags over the run's settings (this invocation's own keys at their defaults), made a Config as on any
+    # command line (relative paths made absolute, values checked together), then compared with the run's
+    base, defaults = saved.to_dict(), Config.for_arch(saved.model.arch).to_dict()
+    for key in PER_INVOCATION:
+        section, name = key.split(".")
+        base[section][name] = defaults[section][name]
+    base["train"]["model_dir"] = str(path.parent)
+    wanted = config_from_args(args, base=Config.from_dict(base, source=str(path)))
+    return resumed_config(saved, wanted.to_dict(), given_keys(args), str(path))
 
 
 def check_model_flags(arch: str, given: Dict[str, str]) -> None:

@@ -84,9 +84,13 @@ def dry_run(cfg: Config, resume: bool = False, overwrite: bool = False, init: Op
     import mxnet as mx
     from nmt.data import build_data
     from nmt.models import build_model
-    from nmt.parallel import parse_devices
+    from nmt.parallel import check_amp_devices, default_kvstore, parse_devices
+    from nmt.workers import check_kvstore
     t = cfg.train
     ctxs = parse_devices(t.gpus, t.cpu_devices)
+    if t.amp:
+        check_amp_devices(ctxs)
+    check_kvstore(default_kvstore(ctxs, t.kvstore))
     report: Dict[str, Any] = {"devices": [str(c) for c in ctxs]}
     report.update(_check_model_dir(cfg, resume, overwrite, init))
     model_dir = Path(t.model_dir)
@@ -100,6 +104,9 @@ def dry_run(cfg: Config, resume: bool = False, overwrite: bool = False, init: Op
         if init is not None:
             ckpt.load_parameters(net, init, ctxs[0], init.parent / ckpt.CONFIG)
             report["init_from"] = str(init)
+        resumed = model_dir / ckpt.params_file(report.get("resume_step") or 0)
+        if resume and resumed.is_file():   # the checkpoint a resume starts from fits the model config.json describes
+            ckpt.load_parameters(net, resumed, ctxs[0], model_dir / ckpt.CONFIG)
     needed = check_checkpoint_room(cfg, net)
     report.update({
         "train_pairs": len(data.encoded.train_src), "dev_pairs": len(data.encoded.dev_src),

@@ -244,7 +244,7 @@ class Trainer:
 
     def evaluate_tests(self, which: str = "best") -> Dict[str, Scores]:
         """Translate every test set of the recipe with the `which` checkpoint; scores merged into scores.json."""
-        self.net.load_parameters(str(ckpt.params_path(self.model_dir, which)), ctx=self.ctxs)
+        ckpt.load_parameters(self.net, ckpt.params_path(self.model_dir, which), self.ctxs, self.model_dir / ckpt.CONFIG)
         self.translator.model_dir, self.translator.checkpoint = self.model_dir, which
         results = {}
         for name, pairs in self.data.splits.tests.items():
@@ -339,7 +339,7 @@ def _restore(model_dir: Path, net, optimizer: gluon.Trainer, data: TrainData, st
              workers: WorkerGroup, ctxs) -> None:
     """Parameters, optimizer states and the sampler's position of the latest checkpoint."""
     if workers.is_chief:   # the others get rank 0's parameters as the kvstore is initialized
-        net.load_parameters(str(model_dir / ckpt.params_file(ckpt.latest_step(state))), ctx=ctxs)
+        ckpt.load_parameters(net, model_dir / ckpt.params_file(ckpt.latest_step(state)), ctxs, model_dir / ckpt.CONFIG)
     states = ckpt.trainer_states_file(ckpt.latest_step(state))
     optimizer.load_states(str(workers.share_files(model_dir, (states,)) / states))
     data.batches.load_state_dict(state.sampler)

@@ -26,12 +26,26 @@ SYNC_KVSTORES = ("dist_sync", "dist_device_sync")
 def create_kvstore(name: str):
     """--kvstore NAME -> the kvstore of this distributed job for dist_* (needs the launcher's environment), else
     NAME unchanged (gluon creates local kvstores itself)."""
+    check_kvstore(name)
+    if not name.startswith("dist"):
+        return name
+    import mxnet as mx
+    kv = mx.kv.create(name)
+    # every worker says who it is: the launcher's numbering is not the kvstore's, and rank 0 writes the model dir
+    print(f"nmt: kvstore {name} rank {kv.rank} of {kv.num_workers} on {socket.gethostname()} (pid {os.getpid()})",
+          file=sys.stderr, flush=True)
+    return kv
+
+
+def check_kvstore(name: str) -> None:
+    """ConfigError unless --kvstore NAME fits this process: dist_* only inside a job of the launcher, whose workers
+    use nothing else (`--dry-run` checks it too)."""
     in_job = os.environ.get("DMLC_ROLE") == "worker"
     if not name.startswith("dist"):
         if in_job:
             raise ConfigError(f"this process was started by the launcher as a distributed worker (DMLC_ROLE=worker) "
                               f"but --kvstore is {name!r}: pass --kvstore dist_sync (dist_device_sync on GPUs)")
-        return name
+        return
     if name not in SYNC_KVSTORES:
         raise ConfigError(f"--kvstore {name}: use dist_sync or dist_device_sync (asynchronous updates are not "
                           "supported: every worker must apply the same update)")
@@ -40,12 +54,6 @@ def create_kvstore(name: str):
         why = f"{', '.join(missing)} not set" if missing else f"DMLC_ROLE is {os.environ['DMLC_ROLE']!r}"
         raise ConfigError(f"--kvstore {name} runs only inside a job started by the launcher ({why}): "
                           f"python scripts/launch.py -n 2 -s 1 -- python scripts/train.py --kvstore {name} ...")
-    import mxnet as mx
-    kv = mx.kv.create(name)
-    # every worker says who it is: the launcher's numbering is not the kvstore's, and rank 0 writes the model dir
-    print(f"nmt: kvstore {name} rank {kv.rank} of {kv.num_workers} on {socket.gethostname()} (pid {os.getpid()})",
-          file=sys.stderr, flush=True)
-    return kv
 
 
 STOP_WISHES = ("SIGINT", "SIGTERM", "max_seconds")   # stop reasons that may reach workers at different updates

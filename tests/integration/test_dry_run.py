@@ -53,6 +53,19 @@ def test_a_run_on_relative_paths_resumes_and_evaluates_from_elsewhere(tmp_path, 
     assert "dev: 5 sentences" in capsys.readouterr().out
 
 
+def test_a_resume_without_the_runs_config_json_is_refused_before_anything(tmp_path, task, capsys):
+    """--resume in a directory whose config.json is gone: the dry run checked the default recipe instead of the
+    run's data and called it valid; the run failed later on the missing file."""
+    d = tmp_path / "m"
+    assert train_main(args_for(task, d, "--max-steps", "2", "--valid-every", "2")) == 0
+    (d / ckpt.CONFIG).unlink()
+    capsys.readouterr()
+    for dry in (["--dry-run"], []):
+        assert train_main(["--model-dir", str(d), "--resume", "--no-progress", *dry]) == 2
+        assert f"error: --resume: {d / ckpt.CONFIG} not found: a run resumes with the settings it was started " \
+               "with" in capsys.readouterr().err
+
+
 def test_dry_run_checks_the_model_directory(tmp_path, task, capsys):
     d = tmp_path / "m"
     assert train_main(args_for(task, d, "--max-steps", "4", "--valid-every", "2")) == 0
@@ -95,6 +108,9 @@ def test_overwrite_deletes_only_a_model_directory_and_nothing_the_run_reads(tmp_
     (["--train-src", "/nonexistent/train.ko"], "/nonexistent/train.ko"),
     (["--model-dir", "/proc/version/m"], "/proc/version is a file, not a directory"),
     (["--keep-last", "100000000"], "free, but --keep-last 100000000 checkpoints"),
+    # said valid by the dry run, refused by the run
+    (["--amp"], "--amp needs --gpus: automatic mixed precision runs float16 kernels on GPUs"),
+    (["--kvstore", "dist_sync"], "--kvstore dist_sync runs only inside a job started by the launcher"),
 ])
 def test_dry_run_names_what_is_wrong(tmp_path, task, capsys, extra, message):
     assert train_main(args_for(task, tmp_path / "m", "--dry-run", *extra)) == 2

@@ -410,6 +410,35 @@ def test_average_last_alone_resumes_a_run_keeping_enough_and_the_average_is_scor
         in capsys.readouterr().err
 
 
+def test_the_first_command_again_with_resume_continues_with_relative_paths(tmp_path, task, monkeypatch, capsys):
+    """distributed.md and the README say: run the same command again with --resume. With the data given as relative
+    paths (as people type them) that was refused ("--train-src "train.ko" differs from "/.../train.ko"") while the
+    flags were compared before becoming a configuration, which makes the paths absolute."""
+    from nmt.cli import train_main
+    monkeypatch.chdir(Path(task["train_src"]).parent)
+    flags = [os.path.relpath(f) if os.path.isfile(str(f)) else f for f in tiny_flags(task, tmp_path / "m")]
+    assert any(f == "train.ko" or f.endswith(".ko") and not os.path.isabs(f) for f in flags)
+    assert train_main(flags + ["--max-steps", "2"]) == 0
+    assert train_main(flags + ["--max-steps", "4", "--resume"]) == 0, capsys.readouterr().err
+    assert ckpt.TrainState.load(tmp_path / "m").step == 4
+
+
+def test_a_config_json_that_no_longer_fits_its_parameters_is_named_on_resume(tmp_path, task, capsys):
+    """An edited config.json (another --hidden-size) made --resume die in an AssertionError from Gluon, while
+    --dry-run said the run was fine."""
+    from nmt.cli import train_main
+    model_dir = tmp_path / "m"
+    assert train_main(tiny_flags(task, model_dir) + ["--max-steps", "2"]) == 0
+    cfg = json.loads((model_dir / ckpt.CONFIG).read_text())
+    cfg["model"]["hidden_size"] = cfg["model"]["embed_size"] = 32
+    (model_dir / ckpt.CONFIG).write_text(json.dumps(cfg))
+    for dry in (["--dry-run"], []):
+        assert train_main(["--model-dir", str(model_dir), "--resume", "--no-progress", "--max-steps", "4", *dry]) == 2
+        err = capsys.readouterr().err
+        assert f"error: {model_dir / ckpt.params_file(2)}: cannot load these parameters into the model described by " \
+               f"{model_dir / ckpt.CONFIG} (" in err and "Traceback" not in err, err
+
+
 @pytest.mark.parametrize("limit, level", [(3, "WARNING"), (200, None)])
 def test_pairs_over_the_length_limits_are_counted_and_many_are_a_warning(tmp_path, task, capsys, limit, level):
     """Most training pairs dropped by a low --max-src-tokens is a warning, not a line among the INFO ones."""

@@ -328,6 +328,13 @@ def test_cli_nbest_checkpoint_and_bad_flags(tr, tmp_path, capsys):
         code, _, err = run(["--model-dir", Path(tr.model_dir) / name], capsys)
         assert code == 2 and f"--model-dir {Path(tr.model_dir) / name} is a file: give the model directory that " \
             f"holds it, {tr.model_dir}{which}\n" in err, err
+    cwd = os.getcwd()
+    os.chdir(tr.model_dir)   # a file named from inside the directory: the directory is named, not "."
+    try:
+        code, _, err = run(["--model-dir", "params.best"], capsys)
+    finally:
+        os.chdir(cwd)
+    assert code == 2 and f"holds it, {Path(tr.model_dir).absolute()}, with checkpoint best\n" in err, err
 
 
 def test_cli_sampling(tr, src_lines, tmp_path, capsys):
