@@ -46,7 +46,7 @@ def load_translator(args: argparse.Namespace):
     from nmt import checkpoint as ckpt
     from nmt.log import setup_logging
     from nmt.parallel import parse_devices
-    from nmt.translate import Translator
+    from nmt.translate import Translator, search_too_wide
     setup_logging(None, level=logging.DEBUG if args.verbose else logging.INFO)
     for model_dir in args.ensemble:
         ckpt.config_of(model_dir, "--ensemble")
@@ -55,11 +55,10 @@ def load_translator(args: argparse.Namespace):
     decode = dataclasses.replace(Config.load(path).decode, **overrides)
     ctxs = parse_devices(args.gpus, args.cpu_devices)
     tr = Translator.from_dir(args.model_dir, args.checkpoint, ctx=ctxs, decode=decode, ensemble=args.ensemble)
-    scores = decode.beam_size * decode.batch_size * tr.tgt_tok.vocab_size   # a search step's (rows, vocabulary)
-    if scores >= 2 ** 31:
-        raise ConfigError(f"--beam-size {decode.beam_size} x --decode-batch-size {decode.batch_size} hypotheses x "
-                          f"{tr.tgt_tok.vocab_size} target pieces is {scores:,} scores per search step, more than "
-                          "MXNet's 32-bit indices reach (2**31): lower --beam-size or --decode-batch-size")
+    too_wide = search_too_wide(decode.beam_size, decode.batch_size, tr.tgt_tok.vocab_size, "--beam-size",
+                               "--decode-batch-size")
+    if too_wide:
+        raise ConfigError(too_wide)
     return tr
 
 

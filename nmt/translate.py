@@ -35,6 +35,9 @@ logger = logging.getLogger("nmt.translate")
 # few characters, so max_input_tokens * 16 characters always hold max_input_tokens tokens, while an absurd
 # line (a whole file without line ends) is cut before the tokenizer sees it.
 CHARS_PER_TOKEN = 16
+# MXNet 1.9.1's builds index arrays with 32-bit integers: a search step's scores (hypotheses x target vocabulary)
+# must stay below this (`search_too_wide`).
+MAX_ARRAY_SIZE = 2 ** 31
 # str.splitlines() boundaries: a translation must never add a line to the output.
 _LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 
@@ -73,6 +76,16 @@ def _refuse_repeated_member(member: Path, members: Sequence[Path]) -> None:
             raise ckpt.CheckpointError(
                 f"{member}: cannot join an ensemble with {members[0]}: it is {earlier} again, and the ensemble's "
                 "mean would count that model twice; give each model directory once")
+
+
+def search_too_wide(beam: int, batch: int, vocab: int, beam_flag: str, batch_flag: str) -> str:
+    """Why a search of `beam` hypotheses for each of `batch` sentences cannot run over a `vocab`-piece target
+    vocabulary (its step's scores pass `MAX_ARRAY_SIZE`), naming the flags that set them; "" when it can."""
+    scores = beam * batch * vocab
+    if scores < MAX_ARRAY_SIZE:
+        return ""
+    return (f"{beam_flag} {beam} x {batch_flag} {batch} hypotheses x {vocab} target pieces is {scores:,} scores per "
+            f"search step, more than MXNet's 32-bit indices reach (2**31): lower {beam_flag} or {batch_flag}")
 
 
 def one_line(text: str) -> str:

@@ -13,6 +13,7 @@ import contextlib
 import errno
 import logging
 import socket
+import sys
 import threading
 import time
 from pathlib import Path
@@ -23,7 +24,6 @@ from nmt.config import Config, ConfigError
 from nmt.serve.batcher import DEFAULT_MAX_WAIT_MS
 from nmt.serve.schema import Limits
 
-logger = logging.getLogger("nmt.serve")
 
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
@@ -59,13 +59,17 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--timeout", type=number(float, 0, low_open=True), default=lim.timeout_s,
                    help="seconds per request (default %(default)s)")
     p.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="(default %(default)s)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.max_wait_ms / 1000 >= args.timeout:
+        p.error(f"--max-wait-ms {args.max_wait_ms:g} is not shorter than --timeout {args.timeout:g} s: every request "
+                "would time out waiting for others to join its batch")
+    return args
 
 
 def build_app(args: argparse.Namespace):
     """The application over every --model-dir, each loaded once."""
     from nmt.serve.api import Service, create_app
-    from nmt.translate import Translator
+    from nmt.translate import Translator, search_too_wide
     pairs = {d: _pair(d, "--model-dir") for d in args.model_dir}
     _one_model_per_pair(args.model_dir, pairs)
     pairs.update({d: _pair(d, "--ensemble") for d in args.ensemble})
@@ -76,6 +80,11 @@ def build_app(args: argparse.Namespace):
     translators = [Translator.from_dir(d, which=args.checkpoint,
                                        ensemble=[e for e in args.ensemble if pairs[e] == pairs[d]])
                    for d in args.model_dir]
+    for tr in translators:
+        too_wide = search_too_wide(args.max_beam_size, args.max_batch or tr.decode.batch_size, tr.tgt_tok.vocab_size,
+                                   "--max-beam-size", "--max-batch")
+        if too_wide:
+            raise ConfigError(too_wide)
     limits = Limits(max_body_bytes=args.max_body_bytes, max_sentences=args.max_sentences,
                     max_beam_size=args.max_beam_size, timeout_s=args.timeout)
     service = Service(translators, limits, args.max_batch, args.max_wait_ms, args.max_queue)
@@ -142,7 +151,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         check_address(args.host, args.port)
         app = build_app(args)
     except (CheckpointError, ConfigError, ValueError, OSError) as e:
-        logger.error("%s", e)
+        print(f"error: {e}", file=sys.stderr)   # as every nmt command says it
         return 2
     uvicorn.Server(uvicorn_config(app, args.host, args.port, args.log_level, args.max_queue)).run()
     return 0

@@ -78,7 +78,8 @@ def test_sigterm_answers_requests_in_flight_and_refuses_new_ones(serve_model, se
     assert "Traceback" not in (tmp_path / "server.log").read_text()
 
 
-def test_cli_names_a_missing_model_directory(tmp_path, caplog):
+def test_cli_names_a_missing_model_directory(tmp_path, capsys):
     from nmt.serve import main
     assert main(["--model-dir", str(tmp_path / "nowhere"), "--log-level", "error"]) == 2
-    assert "nowhere" in caplog.text and "--model-dir" in caplog.text
+    assert capsys.readouterr().err == f"error: --model-dir {tmp_path / 'nowhere'}: no such directory; give a " \
+                                      "directory written by nmt-train\n"

@@ -38,20 +38,40 @@ def test_good_values_pass():
                                                                                           None)
 
 
-def test_a_busy_port_is_named_before_the_models_load(tmp_path, caplog):
+def test_a_busy_port_is_named_before_the_models_load(tmp_path, capsys):
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
         # the model directory does not exist: the port's error coming first shows nothing was loaded
         assert main(["--model-dir", str(tmp_path / "nowhere"), "--port", str(port), "--log-level", "error"]) == 2
-    assert f"--port {port}: cannot listen there" in caplog.text and "give another --port" in caplog.text
-    assert "nowhere" not in caplog.text
+    err = capsys.readouterr().err
+    assert err.startswith("error: --host 127.0.0.1 --port") and "give another --port" in err   # as every command
+    assert f"--port {port}: cannot listen there" in err and "nowhere" not in err
 
 
-def test_an_unknown_host_is_named(tmp_path, caplog):
+def test_an_unknown_host_is_named(tmp_path, capsys):
     assert main(["--model-dir", str(tmp_path / "nowhere"), "--host", "nowhere.invalid", "--log-level", "error"]) == 2
-    assert "--host nowhere.invalid: cannot be resolved" in caplog.text
+    assert "error: --host nowhere.invalid: cannot be resolved" in capsys.readouterr().err
+
+
+def test_a_batch_wait_as_long_as_the_timeout_is_refused(capsys):
+    """--max-wait-ms 1e12 was taken, and every request then timed out (504) waiting for its batch."""
+    with pytest.raises(SystemExit) as exit_:
+        parse_args(["--model-dir", "m", "--max-wait-ms", "1e12"])
+    assert exit_.value.code == 2
+    assert "--max-wait-ms 1e+12 is not shorter than --timeout 60 s: every request would time out" in \
+        capsys.readouterr().err
+    assert parse_args(["--model-dir", "m", "--max-wait-ms", "500", "--timeout", "0.6"]).max_wait_ms == 500
+
+
+def test_a_beam_limit_too_wide_for_mxnets_indices_is_refused(model_dir):
+    """--max-beam-size 100000 was taken; a request asking for it got a plain-text 500 and an MXNet traceback."""
+    from nmt.config import ConfigError
+    from nmt.serve.cli import build_app
+    with pytest.raises(ConfigError, match=r"--max-beam-size 100000 x --max-batch 64 hypotheses x \d+ target pieces is "
+                                          r".* more than MXNet's 32-bit indices reach"):
+        build_app(parse_args(["--model-dir", str(model_dir), "--max-beam-size", "100000"]))
 
 
 def test_two_models_of_one_pair_are_named_before_any_loads(tmp_path):
