@@ -186,8 +186,8 @@ class TrainConfig:
                 (self.max_steps >= 0, f"--max-steps must be >= 0, got {self.max_steps}"),
                 (self.max_epochs >= 1, f"--max-epochs must be >= 1, got {self.max_epochs}"),
                 (self.valid_every >= 0, f"--valid-every must be >= 0, got {self.valid_every}"),
-                (0 <= self.max_seconds < math.inf, f"--max-seconds must be >= 0 (0 = none), got {self.max_seconds}"),
-                (0 <= self.time_budget < math.inf, f"--time-budget must be >= 0 (0 = none), got {self.time_budget}"),
+                *[(0 <= v < math.inf, f"{flag} must be finite, >= 0 (0: none), got {v}")
+                  for flag, v in (("--max-seconds", self.max_seconds), ("--time-budget", self.time_budget))],
                 (self.patience >= 0, f"--patience must be >= 0 (0 = no early stop), got {self.patience}"),
                 (self.average_last == 0 or self.average_last >= 2, "--average-last must be 0 (off) or >= 2 (the "
                  f"average of one checkpoint is that checkpoint), got {self.average_last}"),

@@ -169,6 +169,26 @@ def read_lines(path: PathLike, *, skip_invalid_utf8: bool = False, max_line_char
             for t in _decode_lines(path, skip_invalid_utf8, max_line_chars, keep_blank_end, skippable)]
 
 
+def _text_bytes(data: bytes, path: Path) -> bytes:
+    """A file's bytes without a UTF-8 byte-order mark (warned); CorpusError for UTF-16 and for a file without text.
+    UTF-16 without its byte-order mark shows as NUL bytes, one for every ASCII character (spaces and punctuation of
+    Korean text too), where UTF-8 text has none but a stray control character."""
+    head = data[:1000]
+    utf16 = ("it starts with a UTF-16 byte-order mark" if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))
+             else "or not text: NUL bytes fill its start" if head.count(0) * 10 >= len(head) > 0 else "")
+    if utf16:
+        raise CorpusError(f"{path}: the file is UTF-16 ({utf16}); convert it to UTF-8, e.g. `iconv -f UTF-16 -t "
+                          f"UTF-8 {path} > out.txt`")
+    if data.startswith(codecs.BOM_UTF8):
+        # Harmless once removed; otherwise U+FEFF would be glued to the first word of line 1.
+        logger.warning("%s: removed the UTF-8 byte-order mark at the start of the file", path)
+        data = data[len(codecs.BOM_UTF8):]
+    if not data.strip():
+        raise CorpusError(f"{path}: the file " + ("is empty" if not data else "has only blank lines") +
+                          "; give a file with one sentence per line")
+    return data
+
+
 def _split_lines(data: bytes, path: Path, keep_blank_end: bool = False) -> List[bytes]:
     """The lines of `data`; blank lines at the very end are dropped (warned) unless `keep_blank_end`."""
     raw = data.split(b"\n")
@@ -198,15 +218,7 @@ def _decode_lines(path: PathLike, skip_invalid_utf8: bool, max_line_chars: int,
     except (OSError, EOFError, lzma.LZMAError) as e:   # a truncated or corrupt archive
         problem = f"a damaged {kind} file ({e})" if kind else f"cannot read ({e.strerror})"
         raise CorpusError(f"{path}: {problem}") from None
-    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        raise CorpusError(f"{path}: the file is UTF-16 (it starts with a UTF-16 byte-order mark); convert it to "
-                          f"UTF-8, e.g. `iconv -f UTF-16 -t UTF-8 {path} > out.txt`")
-    if data.startswith(codecs.BOM_UTF8):
-        # Harmless once removed; otherwise U+FEFF would be glued to the first word of line 1.
-        logger.warning("%s: removed the UTF-8 byte-order mark at the start of the file", path)
-        data = data[len(codecs.BOM_UTF8):]
-    if not data.strip():
-        raise CorpusError(f"{path}: the file is empty; give a file with one sentence per line")
+    data = _text_bytes(data, path)
     if b"\r" in data:
         if b"\n" not in data:
             raise CorpusError(f"{path}: line ends are CR only (old Mac format), so the whole file reads as one line; "
@@ -271,8 +283,15 @@ def _align(src: List[Optional[str]], tgt: List[Optional[str]], name: str, where:
 def read_parallel(src_path: PathLike, tgt_path: PathLike, *, skip_invalid_utf8: bool = False,
                   name: Optional[str] = None) -> Pairs:
     """Line-aligned file pair: line i of `src_path` translates to line i of `tgt_path`."""
-    src = read_lines(src_path, skip_invalid_utf8=skip_invalid_utf8, skippable=True)
-    tgt = read_lines(tgt_path, skip_invalid_utf8=skip_invalid_utf8, skippable=True)
+    src, tgt = (read_lines(p, skip_invalid_utf8=skip_invalid_utf8, keep_blank_end=True, skippable=True)
+                for p in (src_path, tgt_path))
+    for lines, other, path in ((src, tgt, src_path), (tgt, src, tgt_path)):   # blank lines a file ends with
+        extra = 0
+        while lines and lines[-1] == "" and (len(lines) > len(other) or other[len(lines) - 1] == ""):
+            lines.pop()
+            extra += 1
+        if extra:
+            logger.warning("%s: ignored %d blank line(s) at the end of the file", path, extra)
     if len(src) != len(tgt):
         raise CorpusError(
             f"line counts differ: {src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}. Parallel files must "

@@ -245,6 +245,9 @@ def _hold_out_dev(pool: Pairs, size: int, seed: int, cfg: DataConfig, drops: Cou
     return train, dev
 
 
+MAX_UPSAMPLE = 1000   # most copies --upsample makes of a corpus (100,000,000 ran out of memory)
+
+
 def parse_upsample(spec: Optional[str], recipe: Recipe) -> Dict[str, int]:
     """--upsample "corpus=K[,corpus=K]" -> {corpus: K}; ConfigError naming the flag unless every corpus is one
     of the recipe's training corpora and every K an integer >= 1."""
@@ -263,6 +266,9 @@ def parse_upsample(spec: Optional[str], recipe: Recipe) -> Dict[str, int]:
             factor = 0
         if not sep or factor < 1:
             raise ConfigError(f"--upsample {spec!r}: give corpus=K with an integer K >= 1 (e.g. {name}=4)")
+        if factor > MAX_UPSAMPLE:   # K copies of the corpus are made in memory
+            raise ConfigError(f"--upsample {spec!r}: {name} repeated {factor} times would hold {factor} copies of it "
+                              f"in memory; give K <= {MAX_UPSAMPLE} (weights of 2-10 are usual)")
         if name in out:
             raise ConfigError(f"--upsample {spec!r}: {name} is given twice; give each corpus once")
         out[name] = factor

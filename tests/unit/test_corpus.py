@@ -78,6 +78,29 @@ def test_trailing_blank_lines_ignored_with_warning(write_file, nmt_logs):
     assert "2 blank line(s) at the end" in messages(nmt_logs)
 
 
+def test_a_blank_last_line_against_a_translation_is_a_pair_dropped_not_a_count_error(write_file, nmt_logs):
+    """The blank end of one file was dropped before the files were aligned, so a last sentence missing its
+    translation was "line counts differ: ... has 2 lines" where both files have 3."""
+    ko, en = write_file("b.ko", KO[:2] + [""]), write_file("b.en", EN)
+    pairs = read_parallel(ko, en)
+    assert len(pairs) == 2 and pairs.dropped == {"empty_line": 1}
+    assert f"{ko} / {en}: dropped 1 pair(s) with an empty side: line 3" in messages(nmt_logs)
+
+
+def test_utf16_without_a_byte_order_mark_and_blank_files_are_named_as_such(tmp_path):
+    """UTF-16 without a BOM was "invalid UTF-8" with a hint to convert from CP949; a file of blank lines "empty"."""
+    from nmt.corpus import read_lines
+    (tmp_path / "u.ko").write_bytes("안녕하세요. 고마워요.\n".encode("utf-16-le") * 3)
+    with pytest.raises(CorpusError, match=r"u.ko: the file is UTF-16 \(or not text: NUL bytes fill its start\); "
+                                          r"convert it to UTF-8, e.g. `iconv -f UTF-16"):
+        read_lines(tmp_path / "u.ko")
+    (tmp_path / "b.ko").write_text("\n  \n\n", encoding="utf-8")
+    with pytest.raises(CorpusError, match=r"b.ko: the file has only blank lines; give a file with one sentence"):
+        read_lines(tmp_path / "b.ko")
+    (tmp_path / "n.ko").write_bytes("안녕\x00하세요.\n".encode())   # one stray NUL: a control character, removed
+    assert read_lines(tmp_path / "n.ko") == ["안녕하세요."]
+
+
 # --- read_parallel: bad input -------------------------------------------------------------------------------
 
 def test_mismatched_line_counts_name_both_files_and_counts(write_file):

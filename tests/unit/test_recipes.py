@@ -392,6 +392,15 @@ def test_upsample_names_each_corpus_once():
         parse_upsample("tatoeba-manythings=2,tatoeba-manythings=3", tatoeba)
 
 
+def test_upsample_is_bounded():
+    """--upsample tatoeba-manythings=100000000 made that many copies in memory until it ran out (MemoryError)."""
+    tatoeba = RECIPES["tatoeba"]
+    assert parse_upsample("tatoeba-manythings=1000", tatoeba) == {"tatoeba-manythings": 1000}
+    with pytest.raises(ConfigError, match=r"--upsample 'tatoeba-manythings=100000000': tatoeba-manythings repeated "
+                                          r"100000000 times would hold 100000000 copies of it in memory; give K <= 1000"):
+        parse_upsample("tatoeba-manythings=100000000", tatoeba)
+
+
 def test_upsample_needs_a_recipe(tmp_path):
     (tmp_path / "a.ko").write_text("가\n", encoding="utf-8")
     (tmp_path / "a.en").write_text("a\n", encoding="utf-8")
