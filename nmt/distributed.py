@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import errno
 import os
 import shlex
 import signal
@@ -22,7 +23,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from nmt.cli import nonempty, number
 
@@ -76,20 +77,6 @@ def read_hostfile(path: Path) -> List[Host]:
     return hosts
 
 
-def free_port(address: str = "127.0.0.1") -> int:
-    """A TCP port nobody listens on right now (bind to port 0, let the OS choose)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((address, 0))
-        return s.getsockname()[1]
-
-
-def local_address_towards(host: str) -> str:
-    """This machine's address on the route to `host` (a UDP connect sends nothing)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.connect((host, 9))
-        return s.getsockname()[0]
-
-
 def plan_job(command: Sequence[str], num_workers: int, num_servers: int, hosts: Optional[List[Host]] = None,
              scheduler_host: str = "127.0.0.1", port: int = 9091, python: str = sys.executable) -> List[ProcSpec]:
     """The processes of a job: the scheduler here, servers and workers here (no `hosts`) or round-robin over
@@ -124,10 +111,8 @@ def forwarded_env(extra: Sequence[str] = (), environ: Optional[Dict[str, str]] =
         name, eq, value = item.partition("=")
         if not name.isidentifier():
             raise LaunchError(f"--env {item!r}: expected NAME or NAME=VALUE")
-        if eq:
-            env[name] = value
-        elif name in environ:
-            env[name] = environ[name]
+        if eq or name in environ:
+            env[name] = value if eq else environ[name]
     return env
 
 
@@ -140,12 +125,10 @@ def remote_script(argv: Sequence[str], env: Dict[str, str], workdir: str, kill_a
         f"cd {shlex.quote(workdir)} || exit 1",
         "unset PORT DMLC_RANK",   # ps-lite takes them as this node's port and a restarted node's rank
         f"export {exports}" if exports else ":",
-        f"{shlex.join(argv)} 3<&- &",
-        "pid=$!",
+        f"{shlex.join(argv)} 3<&- &", "pid=$!",
         f"{{ cat >/dev/null; kill -TERM $pid; sleep {kill_after:g}; kill -KILL $pid; }} <&3 >/dev/null 2>&1 &",
         "watcher=$!",
-        "wait $pid",
-        "rc=$?",
+        "wait $pid", "rc=$?",
         "kill $watcher 2>/dev/null",   # the command is done: its pid must not be signalled any more
         "exit $rc",
     ])
@@ -182,17 +165,13 @@ def describe_exit(code: int) -> str:
     return f"exited with code {code}" + (f" (128 + {name(code - 128)}?)" if 128 < code < 160 else "")
 
 
-def _exit_code(code: int) -> int:
-    return 128 - code if code < 0 else code
-
-
 @dataclass
 class Job:
     """Starts the processes of `specs`, watches them, and ends the job as soon as one of them fails."""
     specs: List[ProcSpec]
     workdir: str = field(default_factory=os.getcwd)
     ssh: Sequence[str] = ("ssh",)
-    extra_env: Dict[str, str] = field(default_factory=dict)   # forwarded to remote processes
+    extra_env: Dict[str, str] = field(default_factory=dict)   # every process gets these (forwarded_env)
     timeout: float = 0.0          # whole-job wall-clock limit in seconds (0 = none)
     grace: float = 30.0           # after a forwarded SIGINT/SIGTERM: time to checkpoint and exit before SIGKILL
     finish_timeout: float = 120.0  # workers leave together (ps-lite's exit barrier); one alone this long = stuck
@@ -201,6 +180,10 @@ class Job:
 
     def log(self, msg: str) -> None:
         print(f"nmt-launch: {msg}", file=sys.stderr, flush=True)
+
+    def local_env(self, spec: ProcSpec) -> Dict[str, str]:
+        """What a process on this machine gets on top of the launcher's environment: --env and the job's variables."""
+        return {**{k: v for k, v in self.extra_env.items() if os.environ.get(k) != v}, **spec.env}
 
     def argv(self, spec: ProcSpec) -> List[str]:
         if spec.host is None:
@@ -213,14 +196,14 @@ class Job:
         if "PORT" in os.environ:
             self.log("PORT is set here; the job's processes do not get it (ps-lite would take it as their own port)")
         for spec in self.specs:
-            env = dict(base, **spec.env) if spec.host is None else base
+            env = dict(base, **self.local_env(spec)) if spec.host is None else base
             argv = self.argv(spec)
             try:
                 p = subprocess.Popen(argv, env=env, cwd=self.workdir, start_new_session=True,
                                      stdin=subprocess.PIPE if spec.host else subprocess.DEVNULL,
                                      preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
             except OSError as e:
-                raise LaunchError(f"cannot start {spec.label}: {argv[0]}: {e.strerror}") from None
+                raise LaunchError(f"cannot start {spec.label}: {e.filename or argv[0]}: {e.strerror}") from None
             self.procs.append(p)
             what = shlex.join(spec.argv) if spec.role == "worker" else "python -c 'import mxnet'"
             self.log(f"started {spec.label} (pid {p.pid}): {what}")
@@ -241,8 +224,7 @@ class Job:
         t0, first_done, stop_deadline = time.monotonic(), None, None
         workers = [i for i, s in enumerate(self.specs) if s.role == "worker"]
         while True:
-            codes = [p.poll() for p in self.procs]
-            now = time.monotonic()
+            codes, now = [p.poll() for p in self.procs], time.monotonic()
             if self._signals:
                 name = signal.Signals(self._signals[0]).name
                 if stop_deadline is None:
@@ -258,7 +240,7 @@ class Job:
                     i = failed[0]
                     self.log(f"{self.specs[i].label} (pid {self.procs[i].pid}) {describe_exit(codes[i])}; "
                              f"stopping the other {sum(c is None for c in codes)} processes of the job")
-                    return _exit_code(codes[i])
+                    return 128 - codes[i] if codes[i] < 0 else codes[i]   # killed by signal S: 128 + S
                 if all(codes[i] == 0 for i in workers):
                     self.wait_servers()
                     return 0
@@ -323,10 +305,10 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Examples:\n"
                "  %(prog)s -n 2 -s 1 -- python scripts/train.py --kvstore dist_sync --model-dir models/x\n"
                "  %(prog)s -n 2 -s 2 -H hosts -- python scripts/train.py --gpus 4 --kvstore dist_device_sync ...\n")
-    p.add_argument("-n", "--num-workers", type=number(int, 1), required=True,
-                   help="worker processes (one per machine on GPUs)")
-    p.add_argument("-s", "--num-servers", type=number(int, 1),
-                   help="server processes (default: 1, or one per host with -H)")
+    p.add_argument("-n", "--num-workers", type=number(int, 1), required=True, help="worker processes (one per "
+                   "machine on GPUs)")
+    p.add_argument("-s", "--num-servers", type=number(int, 1), help="server processes (default: 1, or one per host "
+                   "with -H)")
     p.add_argument("-H", "--hostfile", type=nonempty(Path), help="run servers and workers over ssh, round-robin on "
                    "these hosts (one per line: host, user@host, host:sshport); without it everything runs here")
     p.add_argument("--scheduler-host", type=nonempty(), help="address of this machine that the hosts reach "
@@ -334,26 +316,58 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=number(int, 1, 65535), help="scheduler port (default: a free one)")
     p.add_argument("--python", default=sys.executable, type=nonempty(),
                    help="interpreter for scheduler and servers, the same path on every host (default: %(default)s)")
-    p.add_argument("--ssh", default="ssh", type=nonempty(), help="ssh command, e.g. 'ssh -i ~/.ssh/key' (default: ssh)")
+    p.add_argument("--ssh", default="ssh", type=nonempty(ssh_command),
+                   help="ssh command, split into words as the shell would, e.g. 'ssh -i ~/.ssh/key' (default: ssh)")
     p.add_argument("--workdir", default=os.getcwd(), type=nonempty(), help="directory the commands run in, the same "
-                   "path on every host (default: the current one)")
-    p.add_argument("--env", action="append", default=[], metavar="NAME[=VALUE]",
-                   help="also pass this variable to remote processes (repeatable); "
-                        f"{', '.join(FORWARDED_ENV)} and {'*, '.join(FORWARDED_PREFIXES)}* always are")
-    p.add_argument("--timeout", type=number(float, 0), default=0.0,
-                   help="stop the job after this many seconds (0 = never)")
-    p.add_argument("--grace", type=number(float, 0), default=30.0,
-                   help="seconds for workers to checkpoint and exit after Ctrl-C/SIGTERM before they are killed "
-                        "(default: %(default)s)")
-    p.add_argument("--finish-timeout", type=number(float, 0, low_open=True), default=120.0,
-                   help="a worker still running this long after another one finished is taken as stuck "
-                        "(default: %(default)s)")
+                   "path here (the scheduler runs in it) and on every host (default: the current one)")
+    p.add_argument("--env", action="append", default=[], metavar="NAME[=VALUE]", help="set this variable in every "
+                   "process of the job (repeatable; NAME alone: its value here, for remote processes); remote ones "
+                   f"always get {', '.join(FORWARDED_ENV)} and {'*, '.join(FORWARDED_PREFIXES)}*")
+    p.add_argument("--timeout", type=number(float, 0), default=0.0, help="time limit of the job in seconds (0 = none)")
+    p.add_argument("--grace", type=number(float, 0), default=30.0, help="seconds for workers to checkpoint and "
+                   "exit after Ctrl-C/SIGTERM before they are killed (default: %(default)s)")
+    p.add_argument("--finish-timeout", type=number(float, 0, low_open=True), default=120.0, help="a worker still "
+                   "running this long after another one finished is taken as stuck (default: %(default)s)")
     p.add_argument("--dry-run", action="store_true", help="print the commands and exit")
     return p
 
 
-def _is_loopback(name: str) -> bool:
-    return name == "localhost" or name.startswith("127.")
+def ssh_command(text: str) -> List[str]:
+    """An argparse type: --ssh split into words as the shell would; argparse names the flag in its error."""
+    try:
+        return shlex.split(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{text!r}: {e}; balance the quotes as in a shell") from None
+
+
+def scheduler_address(args: argparse.Namespace, hosts: Optional[List[Host]]) -> Tuple[str, int]:
+    """The scheduler's address and port, checked: it runs here, where the launcher runs, the hosts must reach it, and
+    it must be able to listen there (bind and close a socket as ps-lite will, SO_REUSEADDR); no --port: a free one."""
+    sched, port, loopback = args.scheduler_host or "127.0.0.1", args.port, ("127.", "localhost")
+    if hosts and not args.scheduler_host:   # this machine's address on the route to the first host
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.connect((hosts[0].name, 9))    # a UDP connect sends nothing
+                sched = s.getsockname()[0]
+        except OSError as e:
+            raise LaunchError(f"-H {args.hostfile}: no route to {hosts[0].name} ({e.strerror}); check the host "
+                              "name, or give --scheduler-host") from None
+    remote = [h.name for h in hosts or [] if not h.name.startswith(loopback)]
+    if sched.startswith(loopback) and remote:
+        raise LaunchError(f"--scheduler-host {sched} is a loopback address, so {remote[0]} cannot reach the "
+                          "scheduler; give this machine's address on the network the hosts share")
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, int(bool(port)))
+        try:
+            s.bind((sched, port or 0))
+        except OSError as e:
+            if port and e.errno in (errno.EADDRINUSE, errno.EACCES):
+                flags = f"--scheduler-host {sched} --port {port}" if args.scheduler_host else f"--port {port}"
+                raise LaunchError(f"{flags}: the scheduler cannot listen on {sched}:{port} ({e.strerror}); "
+                                  "give another --port, or leave it out to take a free one") from None
+            raise LaunchError(f"--scheduler-host {sched}: not an address of this machine ({e}); the scheduler "
+                              "runs where the launcher runs") from None
+        return sched, s.getsockname()[1]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -363,31 +377,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args, command = build_parser().parse_args(argv[:cut]), argv[cut + 1:]
     try:
         hosts = read_hostfile(args.hostfile) if args.hostfile else None
-        sched = args.scheduler_host or (local_address_towards(hosts[0].name) if hosts else "127.0.0.1")
-        remote = [h.name for h in hosts or [] if not _is_loopback(h.name)]
-        if _is_loopback(sched) and remote:
-            raise LaunchError(f"--scheduler-host {sched} is a loopback address, so {remote[0]} cannot reach the "
-                              "scheduler; give this machine's address on the network the hosts share")
-        try:
-            port = args.port or free_port(sched)
-        except OSError as e:
-            raise LaunchError(f"--scheduler-host {sched}: not an address of this machine ({e}); the scheduler "
-                              "runs where the launcher runs") from None
+        extra = forwarded_env(args.env)
+        if not os.path.isdir(args.workdir):    # Popen's error for a missing cwd would name the program
+            raise LaunchError(f"--workdir {args.workdir}: not a directory on this machine, where the scheduler "
+                              "(without -H, every process of the job) runs in it")
+        sched, port = scheduler_address(args, hosts)
         specs = plan_job(command, args.num_workers, args.num_servers or (len(hosts) if hosts else 1), hosts,
                          sched, port, args.python)
-        extra = forwarded_env(args.env) if hosts else {}
-    except LaunchError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    job = Job(specs, workdir=args.workdir, ssh=shlex.split(args.ssh), extra_env=extra, timeout=args.timeout,
-              grace=args.grace, finish_timeout=args.finish_timeout)
-    if args.dry_run:
+        job = Job(specs, workdir=args.workdir, ssh=args.ssh, extra_env=extra, timeout=args.timeout,
+                  grace=args.grace, finish_timeout=args.finish_timeout)
+        if not args.dry_run:
+            return job.run()
         for spec in specs:
-            env = "" if spec.host else shlex.join(f"{k}={v}" for k, v in sorted(spec.env.items())) + " "
+            env = "" if spec.host else shlex.join(f"{k}={v}" for k, v in sorted(job.local_env(spec).items())) + " "
             print(f"# {spec.label}\n{env}{shlex.join(job.argv(spec))}")
         return 0
-    try:
-        return job.run()
     except LaunchError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -8,6 +8,7 @@ import os
 import re
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -119,10 +120,13 @@ def test_forwarded_environment():
 
 def test_main_dry_run_and_input_errors(write_file, capsys):
     hosts = write_file("hosts", ["127.0.0.1", "127.0.0.1:2222"])
-    assert dist.main(["-n", "2", "-H", str(hosts), "--port", "9100", "--dry-run", "--", "python", "t.py"]) == 0
+    with socket.socket() as s:     # a port free now: a dry run checks that the scheduler could listen there
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    assert dist.main(["-n", "2", "-H", str(hosts), "--port", str(port), "--dry-run", "--", "python", "t.py"]) == 0
     out = capsys.readouterr().out
     assert out.count("# server") == 2 and out.count("# worker") == 2 and "DMLC_ROLE=scheduler" in out
-    assert "-p 2222 127.0.0.1" in out and "DMLC_PS_ROOT_PORT=9100" in out
+    assert "-p 2222 127.0.0.1" in out and f"DMLC_PS_ROOT_PORT={port}" in out
     assert dist.main(["-n", "2"]) == 2
     assert "after `--`" in capsys.readouterr().err
     remote = write_file("remote", ["node7"])
