@@ -333,7 +333,7 @@ def resume_config(args: argparse.Namespace) -> Tuple[Config, List[str]]:
         base[section][name] = defaults[section][name]
     base["train"]["model_dir"] = str(path.parent)
     wanted = config_from_args(args, base=Config.from_dict(base, source=str(path)))
-    return resumed_config(saved, wanted.to_dict(), given_keys(args), str(path))
+    return resumed_config(saved, wanted, given_keys(args), str(path))
 
 
 def check_model_flags(arch: str, given: Dict[str, str]) -> None:

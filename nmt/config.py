@@ -360,15 +360,14 @@ def _fixed_on_resume(key: str) -> bool:
     return key not in PER_INVOCATION and (key.split(".")[0] in ("model", "data") or key in _FIXED_TRAIN_KEYS)
 
 
-def resumed_config(saved: Config, wanted: Dict[str, Dict[str, Any]], given: Optional[Dict[str, str]], source: str
+def resumed_config(saved: Config, cfg: Config, given: Optional[Dict[str, str]], source: str
                    ) -> Tuple[Config, List[str]]:
     """The configuration a resumed run trains with: the run's own (`saved`, read from `source`), with this
     invocation's per-invocation keys and the keys it gives (`given`: key -> how the user gave it, a flag or a file's
-    key; None: every key of `wanted`, a Config's dict) taken from `wanted`, checked together. A given model or data
-    key that differs is a ConfigError naming it; the other differences come back as lines "key: old -> new" (a new
-    --max-steps, --lr ...)."""
+    key; None: every key of `cfg`) taken from `cfg`. A given model or data key that differs is a ConfigError naming
+    it; the other differences come back as lines "key: old -> new" (a new --max-steps, --lr ...)."""
     merged, changes = saved.to_dict(), []
-    for section, values in wanted.items():
+    for section, values in cfg.to_dict().items():
         for name, value in values.items():
             key, old = f"{section}.{name}", merged[section][name]
             if value == old or not (key in PER_INVOCATION or given is None or key in given):

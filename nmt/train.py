@@ -328,8 +328,7 @@ def _resumed_state(cfg: Config, workers: WorkerGroup) -> ckpt.TrainState:
     if workers.num_workers > 1:
         state = ckpt.TrainState(**workers.broadcast_json(vars(state)))
     saved = Config.load(workers.share_files(model_dir, (ckpt.CONFIG,)) / ckpt.CONFIG)
-    # the model and data must match
-    _, changes = resumed_config(saved, cfg.to_dict(), None, str(model_dir / ckpt.CONFIG))
+    _, changes = resumed_config(saved, cfg, None, str(model_dir / ckpt.CONFIG))   # the model and data must match
     if changes:
         logger.info("resuming with settings changed since the last run: %s", "; ".join(changes))
     return state
