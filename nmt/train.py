@@ -237,7 +237,7 @@ class Trainer:
             self.save_checkpoint(stop not in _INTERRUPTS and self.validate())
         elif self.is_chief:
             self.state.save(self.model_dir)   # record why training stopped
-        best = (f"best dev {self._best()} at step {self.state.best_step}" if self.state.best_step
+        best = (f"best dev {self._best()} at step {self.state.best_step}" if self.state.best_score is not None
                 else "no validation yet")
         logger.info("training stopped (%s) at step %d, epoch %.2f; %s", stop, self.state.step, self.epochs_done(), best)
         self.workers.finished()   # distributed: no collective after this, leave with the others (else: at once)

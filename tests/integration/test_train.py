@@ -439,6 +439,17 @@ def test_a_config_json_that_no_longer_fits_its_parameters_is_named_on_resume(tmp
                f"{model_dir / ckpt.CONFIG} (" in err and "Traceback" not in err, err
 
 
+def test_a_run_validated_at_step_0_does_not_say_it_never_validated(tmp_path, task):
+    """--max-seconds 1e-9 validates the untrained model at step 0 and then said "no validation yet": step 0 was read
+    as no best step."""
+    from nmt.cli import train_main
+    assert train_main(tiny_flags(task, tmp_path / "m") + ["--max-seconds", "1e-9"]) == 0
+    log = (tmp_path / "m" / ckpt.LOG).read_text()
+    assert "(best BLEU" in log and "at step 0)" in log, log   # it validated at step 0
+    assert "no validation yet" not in log and re.search(r"training stopped \(max_seconds\) at step 0, epoch [\d.]+; "
+                                                         r"best dev BLEU [\d.]+ at step 0", log), log
+
+
 @pytest.mark.parametrize("limit, level", [(3, "WARNING"), (200, None)])
 def test_pairs_over_the_length_limits_are_counted_and_many_are_a_warning(tmp_path, task, capsys, limit, level):
     """Most training pairs dropped by a low --max-src-tokens is a warning, not a line among the INFO ones."""
