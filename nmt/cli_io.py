@@ -84,12 +84,12 @@ def open_output(stack, output):
 def warn_one_sided_blanks(src: list, other: list, src_name: str, other_name: str) -> None:
     """Warn (naming the lines) where exactly one of two line-aligned files is blank: a sentence missing from one
     side shifts every line after it, which the scores would not show."""
+    from nmt.corpus import line_list
     lines = [i for i, (x, y) in enumerate(zip(src, other), 1) if bool(x.strip()) != bool(y.strip())]
     if lines:
-        shown = ", ".join(map(str, lines[:10])) + (f" and {len(lines) - 10} more" if len(lines) > 10 else "")
         logging.getLogger("nmt").warning("%s and %s: %d line(s) blank on one side only (line %s): are the files "
                                          "misaligned, a sentence missing from one of them?", src_name, other_name,
-                                         len(lines), shown)
+                                         len(lines), line_list(lines, 10))
 
 
 def check_languages_of(tr, src, tgt, src_name: str, tgt_name: str) -> None:
@@ -141,13 +141,18 @@ def output_errors(output) -> Iterator[None]:
             raise
         if not stdout:
             raise write_failure(output, e) from None
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # what is left unwritten goes nowhere
+        _discard_stdout()   # what is left unwritten goes nowhere, not into a traceback at exit
         raise StorageError(f"cannot write the standard output: {e.strerror}") from None
+
+
+def _discard_stdout() -> None:
+    """Standard output goes to /dev/null from now on: nothing more can be written where it went."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def reader_gone() -> int:
     """After a BrokenPipeError on stdout (e.g. `| head`): nothing more to write; exit code 141 as a shell's."""
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    _discard_stdout()
     return 141
 
 

@@ -155,7 +155,8 @@ def hangul_share(lines: Sequence[str], sample: int = 10_000) -> float:
     return sum(map(has_hangul, picked)) / len(picked)
 
 
-def _line_list(numbers: List[int], limit: int = 5) -> str:
+def line_list(numbers: List[int], limit: int = 5) -> str:
+    """Line numbers for a message: the first `limit`, and how many more."""
     shown = ", ".join(str(n) for n in numbers[:limit])
     return shown + (f" (and {len(numbers) - limit} more)" if len(numbers) > limit else "")
 
@@ -251,7 +252,7 @@ def _decode_lines(path: PathLike, skip_invalid_utf8: bool, max_line_chars: int,
         lines.append(text)
     if bad:
         logger.warning("%s: skipped %d line(s) with invalid UTF-8 (--skip-invalid-utf8): line %s",
-                       path, len(bad), _line_list(bad))
+                       path, len(bad), line_list(bad))
     return lines
 
 
@@ -274,7 +275,7 @@ def _align(src: List[Optional[str]], tgt: List[Optional[str]], name: str, where:
         dropped["invalid_utf8"] = len(invalid)
     if empty:
         dropped["empty_line"] = len(empty)
-        logger.warning("%s: dropped %d pair(s) with an empty side: line %s", where, len(empty), _line_list(empty))
+        logger.warning("%s: dropped %d pair(s) with an empty side: line %s", where, len(empty), line_list(empty))
     if not out_s:
         raise CorpusError(f"{where}: no usable pairs (every line has an empty or undecodable side)")
     return Pairs(out_s, out_t, name, dropped)

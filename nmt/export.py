@@ -58,15 +58,16 @@ def export_main(args: argparse.Namespace) -> int:
 def export_model(model_dir, output, which: str = "best", overwrite: bool = False) -> Path:
     """Write checkpoint `which` of `model_dir` to the new directory `output` (see the module's docstring)."""
     model_dir, output = Path(model_dir), Path(output)
+    from nmt.scoring import checkpoint_info
     cfg = Config.load(ckpt.config_of(model_dir, "--model-dir"))
-    params = ckpt.params_path(model_dir, which)   # verified against its manifest
+    info = checkpoint_info(model_dir, which)   # its parameters verified against their manifest, and its step
+    params, step = model_dir / str(info["params_file"]), int(info["step"] or 0)
     _check_output(model_dir, output, overwrite)
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = output.parent / f".{output.name}.export-{os.getpid()}"   # made with the umask's permissions
     shutil.rmtree(tmp, ignore_errors=True)   # left by an export of this process id that was killed
     tmp.mkdir()
     try:
-        step = _step_of(model_dir, which, params)
         for name in [ckpt.CONFIG] + _tokenizer_files(model_dir, cfg):
             atomic_copy(model_dir / name, tmp / name)
         atomic_copy(params, tmp / ckpt.PARAMS_BEST)
@@ -108,14 +109,6 @@ def _tokenizer_files(model_dir: Path, cfg: Config) -> list:
     from nmt.tokenizer import tokenizer_names
     names = sorted(set(tokenizer_names(cfg.data.src_lang, cfg.data.tgt_lang, cfg.model.shared_vocab)))
     return names + [v for v in (Path(n).with_suffix(".vocab").name for n in names) if (model_dir / v).is_file()]
-
-
-def _step_of(model_dir: Path, which: str, params: Path) -> int:
-    """The training step of the exported parameters: from their name, else from their checkpoint's manifest."""
-    step = ckpt.params_step(params.name)
-    if step is None and (model_dir / manifest.manifest_name(str(which))).is_file():
-        step = manifest.read_manifest(model_dir, str(which)).get("step")
-    return int(step or 0)
 
 
 def _scores_of(model_dir: Path, which: str) -> Dict[str, Dict[str, object]]:

@@ -337,9 +337,10 @@ def interactive(translator: Translator, nbest: Optional[int] = None,
             return 0
         n += 1
         prefix = None
-        if lone_surrogate(line):   # bytes the terminal's encoding could not decode
-            print(f"error: input:{n}: not UTF-8 text ({lone_surrogate(line)}): set the terminal to UTF-8, or pipe "
-                  "the text in (--on-invalid-utf8 decides what to do with invalid bytes)", file=sys.stderr)
+        surrogate = lone_surrogate(line)
+        if surrogate:   # bytes the terminal's encoding could not decode
+            print(f"error: input:{n}: not UTF-8 text ({surrogate}): set the terminal to UTF-8, or pipe the text in "
+                  "(--on-invalid-utf8 decides what to do with invalid bytes)", file=sys.stderr)
             continue
         if json_input:
             try:

@@ -215,9 +215,10 @@ class Translator:
             if count_lines(x) > 1:
                 raise ValueError(f"{arg}[{i}] has text on {count_lines(x)} lines: give each line as its own item (read "
                                  "as one sentence, all but the first would usually be left out of its translation)")
-            if lone_surrogate(x):   # SentencePiece would fail on it with a TypeError
-                raise ValueError(f"{arg}[{i}] has a lone surrogate {lone_surrogate(x)}: it is not a character; give "
-                                 "valid Unicode")
+            surrogate = lone_surrogate(x)
+            if surrogate:   # SentencePiece would fail on it with a TypeError
+                raise ValueError(f"{arg}[{i}] has a lone surrogate {surrogate}: it is not a character; give valid "
+                                 "Unicode")
             if len(x) > max_chars:   # before normalizing/tokenizing: bounded work and memory for any line
                 self.truncated += 1
                 logger.warning("%s %d has %d characters; truncated to %d (--max-input-tokens %d x %d)",

@@ -25,7 +25,6 @@ from nmt.serve.batcher import DEFAULT_MAX_WAIT_MS
 from nmt.serve.schema import Limits
 
 
-
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 
 
