@@ -19,9 +19,11 @@ import pytest
 
 from nmt import checkpoint as ckpt
 from nmt import distributed as dist
+from nmt import launch as launcher
 from nmt import workers
 from nmt.config import ConfigError
-from nmt.distributed import Host, Job, LaunchError, ProcSpec
+from nmt.distributed import Host, LaunchError, ProcSpec
+from nmt.job import Job
 from nmt.train import create_trainer
 from nmt.workers import WorkerGroup, _pack, _unpack
 from tests.synth import assert_same_params, load_params, params_of, tiny_config, write_task
@@ -123,14 +125,14 @@ def test_main_dry_run_and_input_errors(write_file, capsys):
     with socket.socket() as s:     # a port free now: a dry run checks that the scheduler could listen there
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    assert dist.main(["-n", "2", "-H", str(hosts), "--port", str(port), "--dry-run", "--", "python", "t.py"]) == 0
+    assert launcher.main(["-n", "2", "-H", str(hosts), "--port", str(port), "--dry-run", "--", "python", "t.py"]) == 0
     out = capsys.readouterr().out
     assert out.count("# server") == 2 and out.count("# worker") == 2 and "DMLC_ROLE=scheduler" in out
     assert "-p 2222 127.0.0.1" in out and f"DMLC_PS_ROOT_PORT={port}" in out
-    assert dist.main(["-n", "2"]) == 2
+    assert launcher.main(["-n", "2"]) == 2
     assert "after `--`" in capsys.readouterr().err
     remote = write_file("remote", ["node7"])
-    assert dist.main(["-n", "1", "-H", str(remote), "--scheduler-host", "127.0.0.1", "--", "x"]) == 2
+    assert launcher.main(["-n", "1", "-H", str(remote), "--scheduler-host", "127.0.0.1", "--", "x"]) == 2
     assert "node7 cannot reach the scheduler" in capsys.readouterr().err
 
 
@@ -144,7 +146,7 @@ def test_main_dry_run_and_input_errors(write_file, capsys):
 ])
 def test_launcher_flags_out_of_range_are_refused(capsys, flags, says):
     with pytest.raises(SystemExit) as exit_:
-        dist.main([*flags, "--", "python", "t.py"])
+        launcher.main([*flags, "--", "python", "t.py"])
     assert exit_.value.code == 2 and says in capsys.readouterr().err
 
 

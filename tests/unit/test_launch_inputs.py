@@ -1,25 +1,29 @@
 """nmt-launch on bad input: an `error: ...` naming the flag (exit 2) before anything starts, never a traceback or a
-message blaming something else; and --env reaches the processes of a job on this machine too. The real jobs here
-run stand-ins (`--python` true for scheduler and server, a one-line worker): no MXNet, well under a second."""
+message blaming something else; --env reaches the processes of a job on this machine too; and a scheduler or server
+that fails after the workers fails the job. The real jobs here run stand-ins (`--python` true for scheduler and
+server, one-line workers): no MXNet, a second or two."""
 from __future__ import annotations
 
 import shutil
+import signal
 import socket
 import sys
+import time
 
 import pytest
 
-from nmt import distributed as dist
-from nmt.distributed import Job, LaunchError, ProcSpec
+from nmt import launch as launcher
+from nmt.distributed import LaunchError, ProcSpec
+from nmt.job import Job
 
 PY = sys.executable
 TRUE = shutil.which("true")
 
 
 def launch(capsys, *argv):
-    """dist.main in-process: (exit code, stdout, stderr)."""
+    """launcher.main in-process: (exit code, stdout, stderr)."""
     try:
-        code = dist.main(list(argv))
+        code = launcher.main(list(argv))
     except SystemExit as e:      # argparse: a bad value of a flag
         code = e.code
     out = capsys.readouterr()
@@ -47,7 +51,18 @@ def test_ssh_is_split_as_the_shell_would(capsys, tmp_path):
     code, out, _ = launch(capsys, "-n", "1", "-H", str(hosts), "--ssh", "ssh -i '/my keys/id'", "--dry-run", "--",
                           "x")
     assert code == 0 and "\nssh -i '/my keys/id' -o BatchMode=yes" in out
-    assert dist.build_parser().parse_args(["-n", "1"]).ssh == ["ssh"]
+    code, out, _ = launch(capsys, "-n", "1", "-H", str(hosts), "--dry-run", "--", "x")
+    assert code == 0 and "\nssh -o BatchMode=yes" in out     # no --ssh: plain ssh
+
+
+@pytest.mark.parametrize("dry_run", [["--dry-run"], []])
+def test_ssh_without_a_host_file_is_refused(capsys, dry_run):
+    """Without -H every process runs here and --ssh has nothing to do: a given one is a forgotten -H."""
+    code, out, err = launch(capsys, "-n", "1", "--ssh", "ssh -i key", "--python", TRUE, *dry_run, "--", PY, "-c",
+                            "pass")
+    assert code == 2 and out == "" and "started" not in err
+    assert err == ("error: --ssh 'ssh -i key' is used only with -H HOSTFILE (without it every process runs on this "
+                   "machine): give -H HOSTFILE too, or leave --ssh out\n")
 
 
 # -- --port --------------------------------------------------------------------------------------------------------
@@ -121,6 +136,33 @@ def test_a_bad_env_name_is_refused_without_a_host_file_too(capsys):
     assert code == 2 and err == "error: --env '1bad name': expected NAME or NAME=VALUE\n"
 
 
+PORT_REFUSED = ("ps-lite takes PORT as a process's own port, the same one for every process of the job; leave it out "
+                "(each process picks a free port, and --port sets the scheduler's)")
+DMLC_REFUSED = ("the launcher sets the job's DMLC_* variables for each process itself; leave it out (-n, -s, "
+                "--scheduler-host and --port set them)")
+
+
+@pytest.mark.parametrize("item, why", [
+    ("PORT=9000", PORT_REFUSED),
+    ("PORT", PORT_REFUSED),
+    ("DMLC_ROLE=worker", DMLC_REFUSED),
+    ("DMLC_NUM_WORKER", DMLC_REFUSED),
+    ("DMLC_PS_ROOT_PORT=9000", DMLC_REFUSED),
+])
+@pytest.mark.parametrize("dry_run", [["--dry-run"], []])
+def test_env_that_ps_lite_reads_is_refused(capsys, monkeypatch, item, why, dry_run):
+    monkeypatch.setenv("PORT", "8080")         # a NAME alone is refused whether it is set here or not
+    monkeypatch.delenv("DMLC_NUM_WORKER", raising=False)
+    code, out, err = launch(capsys, "-n", "1", "--env", item, "--python", TRUE, *dry_run, "--", PY, "-c", "pass")
+    assert code == 2 and out == "" and "started" not in err
+    assert err == f"error: --env {item!r}: {why}\n"
+
+
+def test_env_may_choose_the_jobs_network_interface(capsys):
+    code, out, err = launch(capsys, "-n", "1", "--env", "DMLC_INTERFACE=eth9", "--dry-run", "--", PY, "-c", "pass")
+    assert code == 0 and out.count("DMLC_INTERFACE=eth9") == 3, err   # scheduler, server and worker
+
+
 # -- the scheduler's address ---------------------------------------------------------------------------------------
 def test_a_host_without_a_route_is_named(capsys, tmp_path):
     hosts = tmp_path / "hosts"
@@ -128,3 +170,37 @@ def test_a_host_without_a_route_is_named(capsys, tmp_path):
     code, _, err = launch(capsys, "-n", "1", "-H", str(hosts), "--dry-run", "--", "x")
     assert code == 2 and err.startswith(f"error: -H {hosts}: no route to nosuchhost.invalid (")
     assert err.endswith("); check the host name, or give --scheduler-host\n")
+
+
+# -- the scheduler and servers after the workers ---------------------------------------------------------------------
+WAIT_FOR_THE_WORKERS = "import glob, time\nwhile len(glob.glob('done.*')) < 2: time.sleep(0.05)\ntime.sleep(0.3)\n"
+
+
+@pytest.mark.parametrize("index, failing, code, exit_", [
+    (0, "import sys; sys.exit(3)", 3, "exited with code 3"),
+    (1, "import os, signal; os.kill(os.getpid(), signal.SIGKILL)", 128 + 9, "was killed by SIGKILL"),
+])
+def test_a_scheduler_or_server_failing_after_the_workers_fails_the_job(capsys, tmp_path, index, failing, code, exit_):
+    """Both workers exit 0 first (each leaves a file); then the scheduler (index 0) or the server fails: the job
+    fails with its code (128 + S for signal S), and the launcher names it."""
+    fine = "import time; time.sleep(60)"      # the other one lingers, as ps-lite's do: killed, no failure
+    specs = [ProcSpec("scheduler", 0, [PY, "-c", fine], {}), ProcSpec("server", 0, [PY, "-c", fine], {}),
+             *(ProcSpec("worker", i, [PY, "-c", f"open('done.{i}', 'w').close()"], {}) for i in range(2))]
+    specs[index].argv = [PY, "-c", WAIT_FOR_THE_WORKERS + failing]
+    job = Job(specs, workdir=str(tmp_path))
+    t0 = time.monotonic()
+    assert job.run() == code
+    assert time.monotonic() - t0 < 20        # the failure ends the wait for the other one at once
+    err = capsys.readouterr().err
+    label = specs[index].label
+    assert f"{label} (pid {job.procs[index].pid}) {exit_} after all workers finished; stopping the other 1 " in err
+
+
+def test_a_scheduler_still_running_after_the_workers_is_killed_and_the_job_succeeds(capsys, tmp_path):
+    job = Job([ProcSpec("scheduler", 0, [PY, "-c", "import time; time.sleep(60)"], {}),
+               ProcSpec("server", 0, [PY, "-c", WAIT_FOR_THE_WORKERS], {}),
+               *(ProcSpec("worker", i, [PY, "-c", f"open('done.{i}', 'w').close()"], {}) for i in range(2))],
+              workdir=str(tmp_path), server_wait=2.0)
+    assert job.run() == 0
+    assert "scheduler still running 2 s after all workers finished; killing it" in capsys.readouterr().err
+    assert job.procs[0].returncode == -signal.SIGTERM and job.procs[1].returncode == 0

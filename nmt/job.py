@@ -1,0 +1,182 @@
+"""Running a job planned by `nmt.distributed`: `Job` starts its processes (here, or over ssh), watches them, and
+ends the whole job with a message naming the process when any of them fails; when the launcher gets SIGINT or
+SIGTERM it asks the workers to checkpoint and stop. Every child dies with the launcher (Linux)."""
+from __future__ import annotations
+
+import ctypes
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Sequence
+
+from nmt.distributed import LaunchError, ProcSpec, ssh_argv
+
+
+def _die_with_parent() -> None:
+    """Runs in each child before exec: SIGKILL when the launcher dies (Linux), so nothing outlives a killed launcher."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))   # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def describe_exit(code: int) -> str:
+    """Popen.returncode in words; a shell (or ssh) reports a command killed by signal S as 128 + S."""
+    def name(sig: int) -> str:
+        try:
+            return signal.Signals(sig).name
+        except ValueError:
+            return f"signal {sig}"
+    if code < 0:
+        return f"was killed by {name(-code)}"
+    return f"exited with code {code}" + (f" (128 + {name(code - 128)}?)" if 128 < code < 160 else "")
+
+
+@dataclass
+class Job:
+    """Starts the processes of `specs`, watches them, and ends the job as soon as one of them fails."""
+    specs: List[ProcSpec]
+    workdir: str = field(default_factory=os.getcwd)
+    ssh: Sequence[str] = ("ssh",)
+    extra_env: Dict[str, str] = field(default_factory=dict)   # every process gets these (forwarded_env)
+    timeout: float = 0.0          # whole-job wall-clock limit in seconds (0 = none)
+    grace: float = 30.0           # after a forwarded SIGINT/SIGTERM: time to checkpoint and exit before SIGKILL
+    finish_timeout: float = 120.0  # workers leave together (ps-lite's exit barrier); one alone this long = stuck
+    server_wait: float = 30.0     # after the workers: time for the scheduler and servers to exit before they are killed
+    procs: List[subprocess.Popen] = field(default_factory=list)
+    _signals: List[int] = field(default_factory=list)
+
+    def log(self, msg: str) -> None:
+        print(f"nmt-launch: {msg}", file=sys.stderr, flush=True)
+
+    def local_env(self, spec: ProcSpec) -> Dict[str, str]:
+        """What a process on this machine gets on top of the launcher's environment: --env and the job's variables."""
+        return {**{k: v for k, v in self.extra_env.items() if os.environ.get(k) != v}, **spec.env}
+
+    def argv(self, spec: ProcSpec) -> List[str]:
+        if spec.host is None:
+            return list(spec.argv)
+        return ssh_argv(spec, self.workdir, self.ssh, self.extra_env, kill_after=self.grace)
+
+    def start(self) -> None:
+        # ps-lite takes PORT as the node's own port, and a DMLC_RANK as a restarted node's
+        base = {k: v for k, v in os.environ.items() if k not in ("PORT", "DMLC_RANK")}
+        if "PORT" in os.environ:
+            self.log("PORT is set here; the job's processes do not get it (ps-lite would take it as their own port)")
+        for spec in self.specs:
+            env = dict(base, **self.local_env(spec)) if spec.host is None else base
+            argv = self.argv(spec)
+            try:
+                p = subprocess.Popen(argv, env=env, cwd=self.workdir, start_new_session=True,
+                                     stdin=subprocess.PIPE if spec.host else subprocess.DEVNULL,
+                                     preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+            except OSError as e:
+                raise LaunchError(f"cannot start {spec.label}: {e.filename or argv[0]}: {e.strerror}") from None
+            self.procs.append(p)
+            what = shlex.join(spec.argv) if spec.role == "worker" else "python -c 'import mxnet'"
+            self.log(f"started {spec.label} (pid {p.pid}): {what}")
+
+    def run(self) -> int:
+        """Start, watch, clean up; the exit code is 0, the failed process's code, or 128 + the stopping signal."""
+        old = {s: signal.signal(s, lambda signum, _frame: self._signals.append(signum))
+               for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            self.start()
+            return self.watch()
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+            self.kill_all()
+
+    def watch(self) -> int:
+        t0 = time.monotonic()
+        first_done = stop_deadline = None      # when the first worker finished; when a forwarded signal kills
+        workers = [i for i, s in enumerate(self.specs) if s.role == "worker"]
+        while True:
+            codes = [p.poll() for p in self.procs]
+            now = time.monotonic()
+            if self._signals:
+                name = signal.Signals(self._signals[0]).name
+                if stop_deadline is None:
+                    self.log(f"{name}: asking the workers to checkpoint and stop (again to kill at once)")
+                    stop_deadline = now + self.grace
+                    for i in workers:
+                        self.ask_to_stop(i)
+                if all(codes[i] is not None for i in workers) or len(self._signals) > 1 or now > stop_deadline:
+                    return 128 + self._signals[0]
+            else:
+                failed = [i for i, c in enumerate(codes) if c not in (None, 0)]
+                if failed:
+                    return self.failed(failed[0])
+                if all(codes[i] == 0 for i in workers):
+                    return self.wait_servers()
+                if first_done is None and any(codes[i] == 0 for i in workers):
+                    first_done = now
+                if first_done is not None and now - first_done > self.finish_timeout:
+                    late = [self.specs[i].label for i in workers if codes[i] is None]
+                    self.log(f"{', '.join(late)} still running {self.finish_timeout:.0f} s after another worker "
+                             "finished: stuck (did every worker run with --kvstore dist_sync and the same data?)")
+                    return 1
+                if self.timeout and now - t0 > self.timeout:
+                    self.log(f"--timeout {self.timeout:.0f} s reached; stopping the job")
+                    return 124
+            time.sleep(0.1)
+
+    def failed(self, i: int, when: str = "") -> int:
+        """Process i exited with an error: name it and how (`when` is added), and return the launcher's exit code,
+        the process's code, or 128 + S for a process killed by signal S (as a shell reports it)."""
+        code, running = self.procs[i].returncode, sum(p.poll() is None for p in self.procs)
+        rest = f"; stopping the other {running} processes of the job" if running else ""
+        self.log(f"{self.specs[i].label} (pid {self.procs[i].pid}) {describe_exit(code)}{when}{rest}")
+        return 128 - code if code < 0 else code
+
+    def wait_servers(self) -> int:
+        """Workers are done: scheduler and servers exit by themselves, or get killed after `server_wait` seconds
+        (ps-lite's may linger: no failure). One that exits with an error fails the job: its exit code."""
+        deadline = time.monotonic() + self.server_wait
+        while True:
+            codes = [p.poll() for p in self.procs]
+            failed = [i for i, c in enumerate(codes) if c not in (None, 0)]
+            if failed:
+                return self.failed(failed[0], " after all workers finished")
+            if None not in codes or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        for spec, code in zip(self.specs, codes):
+            if code is None:
+                self.log(f"{spec.label} still running {self.server_wait:.0f} s after all workers finished; killing it")
+        return 0
+
+    def ask_to_stop(self, i: int) -> None:
+        """SIGTERM to worker i. A remote one gets it from its script when its ssh stdin closes; the connection stays
+        up until the worker has saved and exited, so its exit code still arrives."""
+        if self.specs[i].host is None:
+            self.signal(i, signal.SIGTERM)
+        elif self.procs[i].stdin:
+            self.procs[i].stdin.close()
+
+    def signal(self, i: int, sig: int) -> None:
+        """Signal the process group of process i (a shell command's children too). For a remote process that is the
+        local ssh client: the connection ends, and the remote script passes a SIGTERM on."""
+        try:
+            os.killpg(self.procs[i].pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def kill_all(self, patience: float = 3.0) -> None:
+        """SIGTERM, then SIGKILL after `patience` seconds, to every process group still there; reap them all."""
+        for i, p in enumerate(self.procs):
+            if p.poll() is None:
+                self.signal(i, signal.SIGTERM)
+        deadline = time.monotonic() + patience
+        while any(p.poll() is None for p in self.procs) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for i, p in enumerate(self.procs):
+            self.signal(i, signal.SIGKILL)     # also members of a group whose leader already exited
+            p.wait()
+            if p.stdin:
+                p.stdin.close()

@@ -1,0 +1,124 @@
+"""The `nmt-launch` command (scripts/launch.py): its flags, the scheduler's address, and a job planned by
+`nmt.distributed` and run by `nmt.job` (or, with --dry-run, its commands printed)."""
+from __future__ import annotations
+
+import argparse
+import errno
+import os
+import shlex
+import socket
+import sys
+from pathlib import Path
+from typing import List, Optional, Sequence, Tuple
+
+from nmt.cli import nonempty, number
+from nmt.distributed import (FORWARDED_ENV, FORWARDED_PREFIXES, Host, LaunchError, forwarded_env, plan_job,
+                             read_hostfile)
+from nmt.job import Job
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="nmt-launch", formatter_class=argparse.RawDescriptionHelpFormatter,
+        usage="%(prog)s -n WORKERS [-s SERVERS] [-H HOSTFILE] [options] -- COMMAND ...",
+        description="Start a distributed MXNet job (scheduler, servers, workers) and watch it: when any process "
+                    "fails, all are stopped and the failing one is named.",
+        epilog="Examples:\n"
+               "  %(prog)s -n 2 -s 1 -- python scripts/train.py --kvstore dist_sync --model-dir models/x\n"
+               "  %(prog)s -n 2 -s 2 -H hosts -- python scripts/train.py --gpus 4 --kvstore dist_device_sync ...\n")
+    p.add_argument("-n", "--num-workers", type=number(int, 1), required=True, help="worker processes (one per "
+                   "machine on GPUs)")
+    p.add_argument("-s", "--num-servers", type=number(int, 1), help="server processes (default: 1, or one per host "
+                   "with -H)")
+    p.add_argument("-H", "--hostfile", type=nonempty(Path), help="run servers and workers over ssh, round-robin on "
+                   "these hosts (one per line: host, user@host, host:sshport); without it everything runs here")
+    p.add_argument("--scheduler-host", type=nonempty(), help="address of this machine that the hosts reach "
+                   "(default: 127.0.0.1, or the address of the route to the first host)")
+    p.add_argument("--port", type=number(int, 1, 65535), help="scheduler port (default: a free one)")
+    p.add_argument("--python", default=sys.executable, type=nonempty(),
+                   help="interpreter for scheduler and servers, the same path on every host (default: %(default)s)")
+    p.add_argument("--ssh", type=nonempty(ssh_command), help="with -H: the ssh command, split into words as the "
+                   "shell would, e.g. 'ssh -i ~/.ssh/key' (default: ssh)")
+    p.add_argument("--workdir", default=os.getcwd(), type=nonempty(), help="directory the commands run in, the same "
+                   "path here (the scheduler runs in it) and on every host (default: the current one)")
+    p.add_argument("--env", action="append", default=[], metavar="NAME[=VALUE]", help="set this variable in every "
+                   "process of the job (repeatable; NAME alone: its value here, for remote processes); remote ones "
+                   f"always get {', '.join(FORWARDED_ENV)} and {'*, '.join(FORWARDED_PREFIXES)}*")
+    p.add_argument("--timeout", type=number(float, 0), default=0.0, help="time limit of the job in seconds (0 = none)")
+    p.add_argument("--grace", type=number(float, 0), default=30.0, help="seconds for workers to checkpoint and "
+                   "exit after Ctrl-C/SIGTERM before they are killed (default: %(default)s)")
+    p.add_argument("--finish-timeout", type=number(float, 0, low_open=True), default=120.0, help="a worker still "
+                   "running this long after another one finished is taken as stuck (default: %(default)s)")
+    p.add_argument("--dry-run", action="store_true", help="print the commands and exit")
+    return p
+
+
+def ssh_command(text: str) -> List[str]:
+    """An argparse type: --ssh split into words as the shell would; argparse names the flag in its error."""
+    try:
+        return shlex.split(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{text!r}: {e}; balance the quotes as in a shell") from None
+
+
+def scheduler_address(args: argparse.Namespace, hosts: Optional[List[Host]]) -> Tuple[str, int]:
+    """The scheduler's address and port, checked: it runs here, where the launcher runs, the hosts must reach it, and
+    it must be able to listen there (bind and close a socket as ps-lite will, SO_REUSEADDR); no --port: a free one."""
+    sched = args.scheduler_host or "127.0.0.1"
+    port = args.port
+    loopback = ("127.", "localhost")
+    if hosts and not args.scheduler_host:   # this machine's address on the route to the first host
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.connect((hosts[0].name, 9))    # a UDP connect sends nothing
+                sched = s.getsockname()[0]
+        except OSError as e:
+            raise LaunchError(f"-H {args.hostfile}: no route to {hosts[0].name} ({e.strerror}); check the host "
+                              "name, or give --scheduler-host") from None
+    remote = [h.name for h in hosts or [] if not h.name.startswith(loopback)]
+    if sched.startswith(loopback) and remote:
+        raise LaunchError(f"--scheduler-host {sched} is a loopback address, so {remote[0]} cannot reach the "
+                          "scheduler; give this machine's address on the network the hosts share")
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, int(bool(port)))
+        try:
+            s.bind((sched, port or 0))
+        except OSError as e:
+            if port and e.errno in (errno.EADDRINUSE, errno.EACCES):
+                flags = f"--scheduler-host {sched} --port {port}" if args.scheduler_host else f"--port {port}"
+                raise LaunchError(f"{flags}: the scheduler cannot listen on {sched}:{port} ({e.strerror}); "
+                                  "give another --port, or leave it out to take a free one") from None
+            raise LaunchError(f"--scheduler-host {sched}: not an address of this machine ({e}); the scheduler "
+                              "runs where the launcher runs") from None
+        return sched, s.getsockname()[1]
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """`nmt-launch [options] -- COMMAND ...`; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args = build_parser().parse_args(argv[:cut])
+    command = argv[cut + 1:]
+    try:
+        if args.ssh is not None and not args.hostfile:
+            raise LaunchError(f"--ssh {shlex.quote(shlex.join(args.ssh))} is used only with -H HOSTFILE (without it "
+                              "every process runs on this machine): give -H HOSTFILE too, or leave --ssh out")
+        hosts = read_hostfile(args.hostfile) if args.hostfile else None
+        extra = forwarded_env(args.env)
+        if not os.path.isdir(args.workdir):    # Popen's error for a missing cwd would name the program
+            raise LaunchError(f"--workdir {args.workdir}: not a directory on this machine, where the scheduler "
+                              "(without -H, every process of the job) runs in it")
+        sched, port = scheduler_address(args, hosts)
+        specs = plan_job(command, args.num_workers, args.num_servers or (len(hosts) if hosts else 1), hosts,
+                         sched, port, args.python)
+        job = Job(specs, workdir=args.workdir, ssh=args.ssh or ["ssh"], extra_env=extra, timeout=args.timeout,
+                  grace=args.grace, finish_timeout=args.finish_timeout)
+        if not args.dry_run:
+            return job.run()
+        for spec in specs:
+            env = "" if spec.host else shlex.join(f"{k}={v}" for k, v in sorted(job.local_env(spec).items())) + " "
+            print(f"# {spec.label}\n{env}{shlex.join(job.argv(spec))}")
+        return 0
+    except LaunchError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
