@@ -1,19 +1,22 @@
 """Checksummed files: hashing, verification and atomic downloads (single files and members of tar archives).
 
-A failed or mismatching download never leaves a file behind; every error is a `CorpusError` naming the URL or
-file and, for network failures, how to work offline.
+A failed or mismatching download never leaves a file behind, nor a directory it created (a mistyped --cache-dir
+leaves no tree); every error is a `CorpusError` naming the URL or file and, for network failures, how to work
+offline.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.client
+import os
 import socket
 import tarfile
 import tempfile
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import IO, Any, Dict, Sequence, Tuple
+from typing import IO, Any, Dict, Iterable, Iterator, Sequence, Tuple
 
 from tqdm import tqdm
 
@@ -76,7 +79,7 @@ def _stream(url: str, out: IO[bytes], timeout: float, desc: str) -> str:
 def download(url: str, dest: Path, sha256: str, *, timeout: float = DOWNLOAD_TIMEOUT) -> Path:
     """Download `url` to `dest` atomically; a failed or mismatching download leaves nothing at `dest`."""
     try:
-        with atomic_open(dest, "wb") as f:
+        with _new_dirs_removed_on_failure([dest.parent]), atomic_open(dest, "wb") as f:
             actual = _stream(url, f, timeout, dest.name)
             if actual != sha256:
                 raise CorpusError(f"{url}: checksum mismatch: expected sha256 {sha256}, got {actual}; the upstream "
@@ -84,6 +87,25 @@ def download(url: str, dest: Path, sha256: str, *, timeout: float = DOWNLOAD_TIM
     except _NETWORK_ERRORS as e:
         raise _network_error(url, e) from None
     return dest
+
+
+@contextlib.contextmanager
+def _new_dirs_removed_on_failure(dirs: Iterable[Path]) -> Iterator[None]:
+    """Run a block that creates `dirs` (with their ancestors) to write into; when it fails, remove those of them that
+    did not exist before, deepest first, each only if empty: pre-existing directories and files stay."""
+    missing = set()
+    for d in dirs:
+        d = Path(d).absolute()
+        while not os.path.lexists(d) and d != d.parent:
+            missing.add(d)
+            d = d.parent
+    try:
+        yield
+    except BaseException:
+        for d in sorted(missing, key=lambda p: len(p.parts), reverse=True):   # children before their parents
+            with contextlib.suppress(OSError):   # not empty (another process's file), or never created
+                d.rmdir()
+        raise
 
 
 def _network_error(url: str, e: Exception) -> CorpusError:
@@ -103,7 +125,12 @@ def _reason(e: Exception) -> str:
 
 def download_archive(url: str, wanted: Sequence[Any], cache_dir: Path, *, timeout: float = DOWNLOAD_TIMEOUT) -> None:
     """Download a tar archive once and write the `wanted` members (file specs with `member`, `sha256` and `path`),
-    each checksum-verified, into `cache_dir`."""
+    each checksum-verified, into `cache_dir`. A failure removes the directories it created."""
+    with _new_dirs_removed_on_failure([cache_dir, *((cache_dir / s.path).parent for s in wanted)]):
+        _download_archive(url, wanted, cache_dir, timeout)
+
+
+def _download_archive(url: str, wanted: Sequence[Any], cache_dir: Path, timeout: float) -> None:
     with guarded_write(cache_dir):   # a read-only or foreign cache: StorageError naming it
         cache_dir.mkdir(parents=True, exist_ok=True)
         workdir = tempfile.TemporaryDirectory(prefix=".download-", dir=str(cache_dir))

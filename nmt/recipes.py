@@ -349,7 +349,8 @@ def _load_files(cfg: DataConfig) -> DatasetSplits:
     drops: Counter = Counter()
     for p in (train, *held_out):
         drops.update(p.dropped)
-    train, counts = clean_training_pairs(train, held_out, max_chars=cfg.max_chars, max_ratio=cfg.max_ratio)
+    train, counts = clean_training_pairs(train, held_out, max_chars=cfg.max_chars, max_ratio=cfg.max_ratio,
+                                         where=" / ".join(train_files))
     drops.update(counts)
     if dev is None:   # held out of the training pairs, as a recipe's
         if len(train) <= 2 * FILES_DEV_SIZE:

@@ -272,7 +272,30 @@ def test_clean_keeps_order_on_random_data(nmt_logs):
     kept, counts = clean_training_pairs(Pairs(src, tgt, "r"), [], max_chars=100, max_ratio=5.0)
     firsts = list(dict.fromkeys(zip(src, tgt)))
     assert list(zip(kept.src, kept.tgt)) == firsts and counts == {"duplicate": 200 - len(firsts)}
-    assert [r.levelname for r in nmt_logs] == ["INFO"]   # duplicates are no sign of a limit set too low
+    # most pairs are duplicates: a warning of that, not of a limit set too low
+    assert [r.levelname for r in nmt_logs] == ["WARNING"] and "--max-chars" not in messages(nmt_logs)
+    assert f"{200 - len(firsts)} of 200 training pairs" in messages(nmt_logs)
+
+
+def test_a_corpus_given_twice_is_warned_of(nmt_logs):
+    """A file catted twice lost half its pairs as duplicates with only an INFO line."""
+    src, tgt = [f"문장 {i}." for i in range(100)], [f"Sentence {i}." for i in range(100)]
+    kept, counts = clean_training_pairs(Pairs(src * 2, tgt * 2, "train"), [], max_chars=100, max_ratio=5.0,
+                                        where="tr.ko / tr.en")
+    assert len(kept) == 100 and counts == {"duplicate": 100}
+    assert [r.levelname for r in nmt_logs] == ["WARNING"]
+    assert messages(nmt_logs) == ("tr.ko / tr.en: kept 100 of 200 training pairs; dropped duplicate 100; 100 of 200 "
+                                  "training pairs (50%) are exact duplicates of earlier pairs and were dropped: was a "
+                                  "file concatenated twice, or a corpus given twice?")
+
+
+@pytest.mark.parametrize("repeats", [1, 10])   # one repeated pair among many; 10 of 110: the share allowed
+def test_a_few_duplicates_are_no_warning(nmt_logs, repeats):
+    src, tgt = [f"문장 {i}." for i in range(100)], [f"Sentence {i}." for i in range(100)]
+    kept, counts = clean_training_pairs(Pairs(src + src[:repeats], tgt + tgt[:repeats], "t"), [], max_chars=100,
+                                        max_ratio=5.0)
+    assert len(kept) == 100 and counts == {"duplicate": repeats}
+    assert [r.levelname for r in nmt_logs] == ["INFO"] and "exact duplicates" not in messages(nmt_logs)
 
 
 # --- reST markup ------------------------------------------------------------------------------------------

@@ -1,0 +1,78 @@
+"""A failed download removes the directories it created (a mistyped --cache-dir leaves no tree behind), and only
+those: directories that existed before stay, as do directories another file was written into."""
+import hashlib
+import socket
+import urllib.error
+from pathlib import Path
+
+import pytest
+
+from nmt import download as dl
+from nmt.config import DataConfig
+from nmt.corpus import CorpusError
+from nmt.recipes import RECIPES, SOURCES, FileSpec, load_tests
+
+
+def closed_port_url(name: str = "kor.txt") -> str:
+    """A URL nothing answers: the connection is refused at once, as offline."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}/{name}"
+
+
+def test_failed_download_removes_the_directories_it_created(tmp_path):
+    with pytest.raises(CorpusError, match="cannot download"):
+        dl.download(closed_port_url(), tmp_path / "a" / "b" / "c" / "kor.txt", "0" * 64, timeout=5)
+    assert not (tmp_path / "a").exists() and list(tmp_path.iterdir()) == []
+
+
+def test_failed_download_keeps_directories_that_existed(tmp_path):
+    kept = tmp_path / "cache"
+    kept.mkdir()
+    with pytest.raises(CorpusError, match="cannot download"):
+        dl.download(closed_port_url(), kept / "new" / "deeper" / "kor.txt", "0" * 64, timeout=5)
+    assert kept.is_dir() and list(kept.iterdir()) == []   # the empty pre-existing directory stays; new/ is gone
+    with pytest.raises(CorpusError, match="cannot download"):
+        dl.download(closed_port_url(), kept / "kor.txt", "0" * 64, timeout=5)
+    assert kept.is_dir()
+
+
+def test_checksum_mismatch_removes_the_directories_too(tmp_path, monkeypatch):
+    def stream(url, out, timeout, desc):
+        out.write(b"other bytes")
+        return hashlib.sha256(b"other bytes").hexdigest()
+    monkeypatch.setattr(dl, "_stream", stream)
+    with pytest.raises(CorpusError, match="checksum mismatch"):
+        dl.download("https://example.invalid/kor.txt", tmp_path / "a" / "b" / "kor.txt", "0" * 64)
+    assert not (tmp_path / "a").exists()
+
+
+def test_a_directory_that_got_another_file_stays(tmp_path, monkeypatch):
+    """Not empty (a file of another download, written meanwhile): not removed, nor are its parents."""
+    def stream(url, out, timeout, desc):
+        (tmp_path / "a" / "b" / "other.txt").write_bytes(b"x")
+        raise urllib.error.URLError("offline")
+    monkeypatch.setattr(dl, "_stream", stream)
+    with pytest.raises(CorpusError, match="offline"):
+        dl.download("https://example.invalid/kor.txt", tmp_path / "a" / "b" / "c" / "kor.txt", "0" * 64)
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == ["a", "a/b", "a/b/other.txt"]
+
+
+def test_failed_archive_download_removes_the_directories_it_created(tmp_path):
+    wanted = [FileSpec(path=f"corpus/sub/x.{k}", sha256="0" * 64, bytes=1, archive_url=closed_port_url("x.tar.gz"),
+                       member=f"x.{k}") for k in ("ko", "en")]
+    with pytest.raises(CorpusError, match="cannot download"):
+        dl.download_archive(wanted[0].archive_url, wanted, tmp_path / "a" / "b" / "cache", timeout=5)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_offline_recipe_with_a_mistyped_cache_dir_leaves_no_tree(tmp_path, monkeypatch):
+    """`nmt-train --cache-dir /nonexistent/x/y --dry-run` offline left x/y/tatoeba-challenge-test-eng-kor/ behind."""
+    monkeypatch.delenv("NMT_DATA_DIR", raising=False)   # no mirror: the test set would be downloaded
+    for spec in SOURCES[RECIPES["tatoeba"].tests["tatoeba-test"]].files.values():
+        monkeypatch.setattr(spec, "url", closed_port_url(Path(spec.path).name))
+    cache = tmp_path / "x" / "y"
+    with pytest.raises(CorpusError, match="tatoeba-challenge-test .*cannot download"):
+        load_tests(DataConfig(recipe="tatoeba", cache_dir=str(cache)))
+    assert list(tmp_path.iterdir()) == []
