@@ -281,7 +281,7 @@ def _parse_with(build, required):
 
 def _empty_flag_cases():
     """command -> (parse, flags that take a name, a path or an address)"""
-    from nmt import cli_decode, distributed
+    from nmt import cli_decode, launch
     from nmt.serve import cli as serve_cli
     m = ["--model-dir", "m"]
     return {
@@ -298,7 +298,7 @@ def _empty_flag_cases():
                       ["--src-file", "--tgt-file", "--output"]),
         "nmt-serve": (lambda argv: serve_cli.parse_args([*m, *argv]), ["--model-dir", "--host", "--ensemble",
                                                                        "--checkpoint"]),
-        "nmt-launch": (lambda argv: distributed.build_parser().parse_args(["-n", "1", *argv, "--", "echo"]),
+        "nmt-launch": (lambda argv: launch.build_parser().parse_args(["-n", "1", *argv, "--", "echo"]),
                        ["--hostfile", "--scheduler-host", "--python", "--ssh", "--workdir"]),
         "nmt-export": (_parse_with(build_export_parser, [*m, "--output", "out"]), ["--model-dir", "--output"]),
     }
