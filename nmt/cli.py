@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from nmt.config import (ARCH_DEFAULTS, KVSTORES, PER_INVOCATION, VALID_METRIC_NAMES, Config, ConfigError, DataConfig,
-                        TrainConfig, read_json, resumed_config)
+                        TrainConfig, resumed_config)
+from nmt import jsonio
 
 # (flag, section, field, type, help) -- the single table mapping flags to config fields
-_NONE = object()
 
 
 @dataclass
@@ -61,8 +61,7 @@ DATA_FLAGS = [
     Flag("--batch-tokens", "data", "batch_tokens", int, "global batch in target tokens (instead of --batch-size)"),
     Flag("--num-buckets", "data", "num_buckets", int, "length buckets (few fixed batch shapes)"),
     Flag("--bucketing", "data", "bucketing", str, "how examples are split into the buckets: the split that pads "
-         "least (padding, default) or length quantiles (quantile)",
-         choices=("padding", "quantile")),
+         "least (padding, default) or length quantiles (quantile)", choices=("padding", "quantile")),
 ]
 MODEL_FLAGS = [
     Flag("--arch", "model", "arch", str, "architecture", choices=ARCH_DEFAULTS),   # its keys, read when parsing
@@ -116,8 +115,7 @@ TRAIN_FLAGS = [
     Flag("--max-seconds", "train", "max_seconds", float, "stop after this many seconds of this run (0 = none)"),
     Flag("--time-budget", "train", "time_budget", float,
          "stop when the training wall time over all runs (resumes included) reaches this many seconds (0 = none)"),
-    Flag("--seed", "train", "seed", int, "random seed"),
-    Flag("--valid-every", "train", "valid_every", int,
+    Flag("--seed", "train", "seed", int, "random seed"), Flag("--valid-every", "train", "valid_every", int,
          "validate every N updates and at each epoch end (0: at epoch ends only)"),
     Flag("--patience", "train", "patience", int,
          "early stop after N validations without a better --valid-metric (0 = never)"),
@@ -203,7 +201,7 @@ def args_dict(args: argparse.Namespace, base: Optional[Config] = None) -> Dict[s
         if not Path(args.config).is_file():
             raise ConfigError(f"--config {args.config}: " + ("a directory, not a file" if Path(args.config).is_dir()
                                                              else "file not found"))
-        d = read_json(args.config)
+        d = jsonio.read_object(args.config, ConfigError)
         Config.from_dict(d, source=str(args.config), file=True)   # its own errors name the file
     else:
         d = base.to_dict() if base else {}
@@ -300,8 +298,8 @@ def given_keys(args: argparse.Namespace) -> Dict[str, str]:
     """The config keys this command line sets, each as the user gave it: its flag, or "FILE: key" of --config."""
     given = {}
     if getattr(args, "config", None):
-        given = {f"{section}.{name}": f"{args.config}: {section}.{name}"
-                 for section, values in read_json(args.config).items() if isinstance(values, dict) for name in values}
+        given = {f"{section}.{name}": f"{args.config}: {section}.{name}" for section, values in
+                 jsonio.read_object(args.config, ConfigError).items() if isinstance(values, dict) for name in values}
     for _, flags in GROUPS:
         for f in flags:
             key = f"{f.section}.{f.field}"

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+from nmt import jsonio
+
 
 class ConfigError(ValueError):
     """A configuration value that cannot work; the message names the flag or field."""
@@ -314,7 +316,7 @@ class Config:
     @classmethod
     def load(cls, path, complete: bool = True) -> "Config":
         """The config saved at `path`: complete (a model directory's), or partial (`--config FILE`) when not."""
-        return cls.from_dict(read_json(path), source=str(path), complete=complete, file=True)
+        return cls.from_dict(jsonio.read_object(path, ConfigError), source=str(path), complete=complete, file=True)
 
     @classmethod
     def for_arch(cls, arch: str) -> "Config":
@@ -383,16 +385,3 @@ def resumed_config(saved: Config, cfg: Config, given: Optional[Dict[str, str]], 
                 changes.append(f"{label}: {json.dumps(old)} -> {json.dumps(value)}")
     return Config.from_dict(merged, source=source), changes
 
-
-def read_json(path) -> Dict[str, Any]:
-    """The JSON object (a dict of sections) in the file at `path`; ConfigError naming the file if it is not one."""
-    path = Path(path)
-    try:
-        d = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as e:   # no permission, a directory, ...
-        raise ConfigError(f"{path}: cannot be read ({e.strerror or e})") from None
-    except ValueError as e:   # json.JSONDecodeError, or UnicodeDecodeError: JSON is UTF-8 text
-        raise ConfigError(f"{path}: not valid JSON ({e})") from None
-    if not isinstance(d, dict):
-        raise ConfigError(f"{path}: expected a JSON object of sections (data, model, ...), got {type(d).__name__}")
-    return d

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import BinaryIO, Callable, Iterable, Iterator, List, Optional, Sequence, TextIO, Tuple
 
+from nmt import jsonio
 from nmt.align import format_links
 from nmt.corpus import CorpusError, control_characters, count_lines, lone_surrogate, open_bytes
 from nmt.log import Every
@@ -138,24 +139,6 @@ JSON_FIELDS = ("text", "target_prefix")
 JSON_EXAMPLE = '{"text": "안녕하세요.", "target_prefix": "Hello"}'
 
 
-class _Repeated(ValueError):
-    """A key given twice in one JSON object."""
-
-
-def _unique_keys(pairs: List[Tuple[str, object]]) -> dict:
-    keys = [k for k, _ in pairs]
-    for k in keys:
-        if keys.count(k) > 1:
-            raise _Repeated(k)
-    return dict(pairs)
-
-
-def _json_type(value) -> str:
-    """What JSON calls the type of a parsed value: object, array, string, number, true/false, null."""
-    kinds = ((bool, "true/false"), (dict, "object"), (list, "array"), (str, "string"), ((int, float), "number"))
-    return next((name for kind, name in kinds if isinstance(value, kind)), "null")
-
-
 def parse_json_line(line: str, line_no: int, name: str) -> Tuple[str, Optional[str]]:
     """(text, target prefix or None) of one --json-input line (a blank line: an empty sentence); a CorpusError
     naming the line and the field for anything else."""
@@ -165,25 +148,25 @@ def parse_json_line(line: str, line_no: int, name: str) -> Tuple[str, Optional[s
     if line_no == 1:
         line = line.lstrip("\ufeff")   # a byte-order mark some editors write at the start of a file
     try:
-        obj = json.loads(line, object_pairs_hook=_unique_keys)
-    except _Repeated as e:   # json.loads would keep the last value without a word
+        obj = jsonio.loads(line)
+    except jsonio.RepeatedKey as e:
         raise CorpusError(f"{where}: field {e.args[0]!r} is given twice; give each field once") from None
     except json.JSONDecodeError as e:
         raise CorpusError(f"{where}: not JSON ({e.msg} at character {e.pos + 1}); with --json-input each line is a "
                           f"JSON object such as {JSON_EXAMPLE}") from None
     if not isinstance(obj, dict):
-        raise CorpusError(f"{where}: a JSON {_json_type(obj)}, not an object; with --json-input each line is a "
+        raise CorpusError(f"{where}: a JSON {jsonio.json_type(obj)}, not an object; with --json-input each line is a "
                           f"JSON object such as {JSON_EXAMPLE}")
     unknown = [k for k in obj if k not in JSON_FIELDS]
     if unknown:
         raise CorpusError(f"{where}: unknown field {unknown[0]!r}; the fields are {', '.join(JSON_FIELDS)}")
     if not isinstance(obj.get("text"), str):
-        got = "missing" if "text" not in obj else f"a JSON {_json_type(obj['text'])}"
+        got = "missing" if "text" not in obj else f"a JSON {jsonio.json_type(obj['text'])}"
         raise CorpusError(f"{where}: field 'text' (the sentence to translate, a string) is {got}: e.g. {JSON_EXAMPLE}")
     prefix = obj.get("target_prefix")
     if prefix is not None and not isinstance(prefix, str):
         raise CorpusError(f"{where}: field 'target_prefix' (text the translation starts with) is a JSON "
-                          f"{_json_type(prefix)}, not a string")
+                          f"{jsonio.json_type(prefix)}, not a string")
     for field in JSON_FIELDS:
         if count_lines(obj.get(field) or "") > 1:
             raise CorpusError(f"{where}: field {field!r} has text on {count_lines(obj[field])} lines; give one "

@@ -13,6 +13,7 @@ from typing import AsyncIterator, List, Optional, Tuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from nmt import jsonio
 from nmt.corpus import control_characters, count_lines, lone_surrogate
 from nmt.translate import CHARS_PER_TOKEN
 
@@ -88,11 +89,13 @@ def parse(body: bytes, model: type) -> BaseModel:
         raise RequestError(400, f"the body is not valid UTF-8 (byte 0x{body[e.start]:02x} at offset {e.start}): "
                                 f"send UTF-8 encoded JSON, e.g. {EXAMPLE}") from None
     try:
-        obj = json.loads(text)
+        obj = jsonio.loads(text)
+    except jsonio.RepeatedKey as e:   # json.loads would keep the last value
+        raise RequestError(422, f"field {e.args[0]!r} is given twice; give each field once") from None
     except json.JSONDecodeError as e:
         raise RequestError(400, f"the body is not valid JSON ({e}): send a JSON object, e.g. {EXAMPLE}") from None
     if not isinstance(obj, dict):
-        raise RequestError(422, f"the body must be a JSON object, not {type(obj).__name__}: e.g. {EXAMPLE}")
+        raise RequestError(422, f"the body must be a JSON object, not a JSON {jsonio.json_type(obj)}: e.g. {EXAMPLE}")
     try:
         return model.model_validate(obj)
     except ValidationError as e:

@@ -17,7 +17,8 @@ from nmt import checkpoint as ckpt
 from nmt import manifest
 from nmt.atomic import atomic_write_text
 from nmt.cli import build_train_parser, config_from_args, train_main, training_run, user_errors
-from nmt.config import Config, ConfigError, read_json
+from nmt.config import Config, ConfigError
+from nmt.jsonio import read_object
 from nmt.parallel import MAX_CPU_DEVICES, DeviceError, parse_devices
 
 ROOT = os.geteuid() == 0
@@ -38,7 +39,7 @@ def run_of(argv):
 def test_a_binary_config_is_a_config_error_naming_the_file(tmp_path, capsys):
     path = tmp_path / "c.json"
     path.write_bytes(BINARY)
-    for read in (lambda: read_json(path), lambda: Config.load(path), lambda: cfg_of(["--config", str(path)])):
+    for read in (lambda: read_object(path, ConfigError), lambda: Config.load(path), lambda: cfg_of(["--config", str(path)])):
         with pytest.raises(ConfigError, match=rf"^{path}: not valid JSON \('utf-8' codec can't decode byte 0x80"):
             read()
     assert train_main(["--config", str(path), "--dry-run"]) == 2
@@ -206,6 +207,21 @@ def test_a_bad_flag_is_not_blamed_on_the_config_file_or_the_runs_config(tmp_path
     with pytest.raises(ConfigError) as err:
         run_of(["--model-dir", str(model_dir), "--resume", "--lr", "-1"])
     assert str(err.value) == "--lr must be > 0 and finite, got -1.0"
+
+
+def test_a_key_given_twice_in_a_config_file_is_refused_naming_it(tmp_path, capsys):
+    path = tmp_path / "c.json"   # json.loads would keep 900 without a word
+    path.write_text('{"data": {"vocab_size": 800, "vocab_size": 900}}')
+    says = f"{path}: key 'vocab_size' is given twice in one object; give each key once"
+    for load in (lambda: Config.load(path, complete=False), lambda: cfg_of(["--config", str(path)])):
+        with pytest.raises(ConfigError) as err:
+            load()
+        assert str(err.value) == says
+    assert train_main(["--config", str(path), "--dry-run"]) == 2
+    assert capsys.readouterr().err == f"error: {says}\n"
+    (tmp_path / ckpt.CONFIG).write_text('{"data": {}, "data": {}}')   # a model's own config.json
+    with pytest.raises(ConfigError, match="key 'data' is given twice"):
+        Config.load(ckpt.config_of(tmp_path))
 
 
 # -- 6. --batch-size and --batch-tokens -------------------------------------------------------------------------------

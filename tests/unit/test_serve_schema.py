@@ -28,7 +28,8 @@ def test_valid_request_uses_the_model_beam_by_default():
 @pytest.mark.parametrize("body,status,words", [
     (b'{"text": [', 400, ["not valid JSON", "e.g."]),
     (b'\xff\xfe{}', 400, ["not valid UTF-8", "0xff"]),
-    (["a"], 422, ["JSON object"]),
+    (["a"], 422, ["JSON object, not a JSON array"]),
+    (b'{"text": ["a"], "text": ["b"]}', 422, ["field 'text' is given twice"]),   # json.loads would take ["b"]
     ({"txt": ["a"]}, 422, ["unknown field 'txt'", "remove it"]),
     ({"beam_size": 4}, 422, ["'text' is missing"]),
     ({"text": "a"}, 422, ["text:", "valid list"]),

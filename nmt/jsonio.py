@@ -1,0 +1,47 @@
+"""JSON that users write (config files, --json-input lines, service requests): a key given twice in one object is
+refused, as `json.loads` would keep its last value without a word, and types are named as JSON names them."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Tuple
+
+
+class RepeatedKey(ValueError):
+    """A key given twice in one JSON object; args[0] is the key."""
+
+
+def _unique_keys(pairs: List[Tuple[str, Any]]) -> dict:
+    seen = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise RepeatedKey(key)
+        seen.add(key)
+    return dict(pairs)
+
+
+def loads(text: str) -> Any:
+    """`json.loads`, but RepeatedKey for a key given twice in an object (json.JSONDecodeError as usual)."""
+    return json.loads(text, object_pairs_hook=_unique_keys)
+
+
+def json_type(value: Any) -> str:
+    """What JSON calls the type of a parsed value: object, array, string, number, true/false, null."""
+    kinds = ((bool, "true/false"), (dict, "object"), (list, "array"), (str, "string"), ((int, float), "number"))
+    return next((name for kind, name in kinds if isinstance(value, kind)), "null")
+
+
+def read_object(path, error: Callable[[str], Exception]) -> Dict[str, Any]:
+    """The JSON object in the file at `path` (a config file); `error(message naming the file)` if it is not one."""
+    path = Path(path)
+    try:
+        d = loads(path.read_text(encoding="utf-8"))
+    except OSError as e:   # no permission, a directory, ...
+        raise error(f"{path}: cannot be read ({e.strerror or e})") from None
+    except RepeatedKey as e:
+        raise error(f"{path}: key {e.args[0]!r} is given twice in one object; give each key once") from None
+    except ValueError as e:   # json.JSONDecodeError, or UnicodeDecodeError: JSON is UTF-8 text
+        raise error(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(d, dict):
+        raise error(f"{path}: a JSON {json_type(d)}, where a JSON object of sections (data, model, ...) belongs")
+    return d
