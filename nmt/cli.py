@@ -221,12 +221,18 @@ def args_dict(args: argparse.Namespace, base: Optional[Config] = None) -> Dict[s
             raise ConfigError(f"--recipe {flags['data.recipe']} and --train-src/--train-tgt exclude each other: a "
                               "recipe brings its own corpora; give a recipe, or your own files")
         data["recipe"] = None
-    if "train.model_dir" not in flags and not getattr(args, "config", None) and base is None:
-        name = data.get("recipe", DataConfig.recipe) or "custom"
+    train, arch = d.setdefault("train", {}), d.get("model", {}).get("arch", "lstm")
+    if "train.model_dir" in flags or base is not None:
+        return d
+    if "model_dir" not in train:   # named after the data and the architecture: another never lands in the LSTM's
         langs = data.get("src_lang", DataConfig.src_lang), data.get("tgt_lang", DataConfig.tgt_lang)
-        arch = d.get("model", {}).get("arch", "lstm")   # another architecture never lands in the LSTM's directory
-        suffix = "" if arch == "lstm" else f"-{arch}"
-        d.setdefault("train", {})["model_dir"] = str(Path("models") / f"{name}-{langs[0]}-{langs[1]}{suffix}")
+        name = f"{data.get('recipe', DataConfig.recipe) or 'custom'}-{langs[0]}-{langs[1]}"
+        train["model_dir"] = str(Path("models") / (name if arch == "lstm" else f"{name}-{arch}"))
+    elif not str(train["model_dir"]).strip() or not getattr(args, "resume", True) and (
+            Path(train["model_dir"]).resolve() == Path(args.config).resolve().parent):
+        raise ConfigError(f"--config {args.config}: " + ("train.model_dir is empty; give --model-dir" if not str(
+            train["model_dir"]).strip() else "its train.model_dir is the directory of the run whose settings it "
+            "holds; give the new run's --model-dir (or --resume to continue that run)"))
     return d
 
 

@@ -3,6 +3,7 @@ flags, symlinks and special files as output paths, absurd device counts. Each is
 or flag (`error: ...`, exit code 2, no traceback), or is written where the user meant it."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import stat
@@ -17,7 +18,7 @@ from nmt import checkpoint as ckpt
 from nmt import manifest
 from nmt.atomic import atomic_write_text
 from nmt.cli import build_train_parser, config_from_args, train_main, training_run, user_errors
-from nmt.config import Config, ConfigError
+from nmt.config import Config, ConfigError, TrainConfig
 from nmt.jsonio import read_object
 from nmt.parallel import MAX_CPU_DEVICES, DeviceError, parse_devices
 
@@ -222,6 +223,28 @@ def test_a_key_given_twice_in_a_config_file_is_refused_naming_it(tmp_path, capsy
     (tmp_path / ckpt.CONFIG).write_text('{"data": {}, "data": {}}')   # a model's own config.json
     with pytest.raises(ConfigError, match="key 'data' is given twice"):
         Config.load(ckpt.config_of(tmp_path))
+
+
+def test_a_runs_config_json_as_config_does_not_make_that_run_the_new_runs_directory(tmp_path, capsys):
+    run = tmp_path / "run"   # a trained model's config.json, the natural --config, names its own directory
+    run.mkdir()
+    Config().replace(train=dataclasses.replace(TrainConfig(), model_dir=str(run))).save(run / ckpt.CONFIG)
+    argv = ["--config", str(run / ckpt.CONFIG)]
+    with pytest.raises(ConfigError) as err:
+        run_of(argv)
+    assert str(err.value) == (f"--config {run / ckpt.CONFIG}: its train.model_dir is the directory of the run whose "
+                              "settings it holds; give the new run's --model-dir (or --resume to continue that run)")
+    assert train_main([*argv, "--dry-run"]) == 2 and "--overwrite" not in capsys.readouterr().err
+    assert run_of([*argv, "--model-dir", str(tmp_path / "new")])[0].train.model_dir == str(tmp_path / "new")
+    assert run_of([*argv, "--resume"])[0].train.model_dir == str(run)
+    other = tmp_path / "c.json"   # a config file elsewhere that names a directory: that is the run's directory
+    other.write_text(json.dumps({"train": {"model_dir": str(run)}}))
+    assert run_of(["--config", str(other)])[0].train.model_dir == str(run)
+    other.write_text(json.dumps({"train": {"model_dir": " "}}))
+    with pytest.raises(ConfigError, match=r"train.model_dir is empty; give --model-dir$"):
+        run_of(["--config", str(other)])
+    other.write_text(json.dumps({"data": {"src_lang": "en", "tgt_lang": "ko"}}))   # none named: as without --config
+    assert run_of(["--config", str(other)])[0].train.model_dir == str(Path("models") / "tatoeba-en-ko")
 
 
 # -- 6. --batch-size and --batch-tokens -------------------------------------------------------------------------------
