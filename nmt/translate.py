@@ -20,6 +20,7 @@ from nmt import checkpoint as ckpt
 from nmt.batching import pad_sources
 from nmt.config import Config, DecodeConfig
 from nmt.corpus import count_lines, lone_surrogate, normalize
+from nmt.download import sha256_file
 from nmt.models import build_model
 from nmt.models.base import Seq2SeqModel
 from nmt.models.ensemble import as_model
@@ -69,13 +70,23 @@ def _check_member_vocabulary(member: Path, model_dir: Path, what: str, mine: Tok
             "--vocab-size and --spm-model-type)")
 
 
-def _refuse_repeated_member(member: Path, members: Sequence[Path]) -> None:
-    """CheckpointError if `member` is one of `members` (by path or link): the mean would weigh that model twice."""
+def _refuse_repeated_member(member: Path, members: Sequence[Path], which: str) -> None:
+    """CheckpointError if `member` is one of `members` (by path or link): the ensemble's mean would weigh that model
+    twice. A copy of one (its `which` parameters the same bytes) is warned about: it decodes as that model alone."""
+    def digest(model_dir: Path) -> Optional[str]:   # None: no such file, unreadable; loading it will say so
+        try:
+            return sha256_file(ckpt.params_path(model_dir, which))
+        except OSError:
+            return None
+    mine = digest(member)
     for earlier in members:
         if member.resolve() == earlier.resolve():
             raise ckpt.CheckpointError(
                 f"{member}: cannot join an ensemble with {members[0]}: it is {earlier} again, and the ensemble's "
                 "mean would count that model twice; give each model directory once")
+        if mine is not None and mine == digest(earlier):
+            logger.warning("%s: its %s parameters are those of %s (the same bytes: a copy); the ensemble translates "
+                           "as that model alone would, more slowly", member, which, earlier)
 
 
 def search_too_wide(beam: int, batch: int, vocab: int, beam_flag: str, batch_flag: str) -> str:
@@ -142,10 +153,10 @@ class Translator:
         ctx = ctxs[0]
         others = []
         for other in map(Path, ensemble):   # every member's vocabularies are checked before any model is loaded
-            _refuse_repeated_member(other, [model_dir] + [d for d, _ in others])
             o_cfg, o_src, o_tgt = _load_tokenizers(other)
             for what, mine, theirs in (("source", src_tok, o_src), ("target", tgt_tok, o_tgt)):
                 _check_member_vocabulary(other, model_dir, what, mine, theirs)
+            _refuse_repeated_member(other, [model_dir] + [d for d, _ in others], str(which))
             others.append((other, o_cfg))
         dirs = [(model_dir, cfg)] + others
 

@@ -667,6 +667,7 @@ def test_cli_ensemble_of_twin_models_translates_like_one(tr, src_lines, tmp_path
     code, out, err = run(["--model-dir", tr.model_dir, "--ensemble", twin, "--input", path], capsys)
     assert code == 0, err
     assert out.splitlines() == tr.translate(src_lines[:10])
+    assert f"{twin}: its best parameters are those of {tr.model_dir} (the same bytes: a copy)" in err
     both = Translator.from_dir(tr.model_dir, ensemble=[twin])
     assert len(both.members) == 2 and both.member_dirs == [twin]
 
