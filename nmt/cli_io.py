@@ -116,6 +116,10 @@ def output_dir(flag: str, path: Path, file: str = "") -> Path:
     is an error naming `flag` at once rather than after decoding; `file`: the output of `flag` that goes there."""
     from nmt.corpus import CorpusError
     from nmt.storage import check_writable
+    if file and os.path.exists(file) and not os.path.isfile(file) and not os.path.isdir(file):
+        if not os.access(file, os.W_OK):   # a device or a pipe (/dev/stdout) is written as it is (nmt.atomic)
+            raise CorpusError(f"{flag} {file}: cannot write it (permission denied)")
+        return path
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as e:

@@ -5,6 +5,7 @@ with a sentence missing on one side. Each is one clear line (an error, or a warn
 traceback."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -157,3 +158,16 @@ def test_json_input_may_start_with_a_byte_order_mark(model_dir, tmp_path, capsys
                                           "--beam-size", "1"], capsys)
     assert code == 0, err
     assert out.splitlines() == Translator.from_dir(model_dir).translate(["리 니", "차"], beam_size=1)
+
+
+def test_json_scores_go_to_a_device_without_a_file_made_beside_it(model_dir, test_files):
+    """`--json /dev/stdout` is written as it is (nmt.atomic). Its directory may not take a new file, as /dev for any
+    user but root: the check that the output can be written tried that, and refused. /proc/self/fd refuses even
+    root."""
+    src, ref = test_files
+    p = subprocess.run([sys.executable, str(REPO / "scripts" / "evaluate.py"), "--model-dir", str(model_dir),
+                        "--src-file", str(src), "--ref-file", str(ref), "--no-save", "--beam-size", "1", "--json",
+                        "/proc/self/fd/1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+    scores = json.loads(p.stdout[p.stdout.index("{"):])["results"][str(src)]
+    assert scores["bleu"] > 0 and scores["n"] == len(src.read_text(encoding="utf-8").splitlines())
