@@ -103,7 +103,7 @@ class Trainer:
         row["best_bleu"], row["best_score"] = self.state.best_bleu, self.state.best_score
         mecab = row.get("dev_bleu_ko_mecab")   # Korean output
         logger.info("validation step %d epoch %.2f: dev ppl %.2f BLEU %.2f chrF %.2f%s (best %s at step %d)%s",
-                    row["step"], row["epoch"], row["dev_ppl"], row["dev_bleu"], row["dev_chrf"],
+                    row["step"], self.epochs_done(), row["dev_ppl"], row["dev_bleu"], row["dev_chrf"],
                     "" if mecab is None else f" ko-mecab BLEU {mecab:.2f}", self._best(), self.state.best_step,
                     "" if improved else f", {self.state.bad_validations} without gain")
         self.metrics.write(row)
@@ -342,8 +342,9 @@ def _restore(model_dir: Path, net, optimizer: gluon.Trainer, data: TrainData, st
     states = ckpt.trainer_states_file(ckpt.latest_step(state))
     optimizer.load_states(str(workers.share_files(model_dir, (states,)) / states))
     data.batches.load_state_dict(state.sampler)
-    logger.info("resumed from step %d (epoch %d, batch %d of %d)", state.step, state.epoch + 1,
-                data.sampler.position, len(data.sampler))
+    at, size = data.sampler.position, len(data.sampler)
+    logger.info("resumed from step %d, epoch %.2f (batch %d of %d of epoch %d)", state.step,
+                data.sampler.epoch + at / max(size, 1), at, size, data.sampler.epoch + 1)
 
 
 @dataclass

@@ -2,6 +2,7 @@
 training or writing to the model directory; every problem is a clear error naming the file or flag."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -48,7 +49,10 @@ def test_a_run_on_relative_paths_resumes_and_evaluates_from_elsewhere(tmp_path, 
     monkeypatch.chdir(tmp_path)
     capsys.readouterr()
     assert train_main(["--model-dir", str(d), "--resume", "--max-steps", "4", "--no-progress", "--no-eval"]) == 0
-    assert "resumed from step 2" in capsys.readouterr().err
+    err = capsys.readouterr().err   # epochs counted one way: fractional from 0, the 1-based one named as such
+    assert "resumed from step 2, epoch 0.05 (batch 2 of 41 of epoch 1)" in err
+    validated = re.search(r"validation step 4 epoch ([\d.]+):", err).group(1)
+    assert re.search(r"training stopped \(max_steps\) at step 4, epoch ([\d.]+);", err).group(1) == validated
     assert evaluate_main(["--model-dir", str(d), "--dev-set", "--no-save", "--max-sentences", "5"]) == 0
     assert "dev: 5 sentences" in capsys.readouterr().out
 
