@@ -139,11 +139,6 @@ class BucketSampler:
         return len(self.src_lens)
 
     @property
-    def bucket_sizes(self) -> List[int]:
-        """Examples per bucket, in the order of `bucket_shapes`."""
-        return [len(m) for m in self._members]
-
-    @property
     def real_fraction(self) -> float:
         """Fraction of the source + target positions of an epoch's padded batches that hold real tokens
         (EOS/BOS included)."""

@@ -182,14 +182,6 @@ class DecoderState:
                          lambda s: s.with_arrays([next(it) for _ in s.arrays(moving_only)], moving_only),
                          self._names(moving_only))
 
-    @property
-    def num_rows(self) -> int:
-        """Hypotheses in the state."""
-        moving, every = self.arrays(moving_only=True), self.arrays()
-        if not every:
-            raise ValueError(f"{type(self).__name__} has no arrays")
-        return int(moving[0].shape[0]) if moving else int(every[0].shape[0]) * self.beam
-
 
 class Seq2SeqModel(gluon.HybridBlock):
     """Base of every architecture. `cfg` is the `ModelConfig` it was built from; the vocabulary sizes are those of

@@ -3,21 +3,17 @@
     nmt-serve --model-dir models/ko-en [--model-dir models/en-ko] [--host 127.0.0.1] [--port 8080]
 
 uvicorn handles SIGTERM and Ctrl-C gracefully: it stops listening (new connections are refused), answers the
-requests in flight, then the application's shutdown closes the batchers. `background_server` runs the same
-server on a thread, for the tests and the benchmark.
+requests in flight, then the application's shutdown closes the batchers.
 """
 from __future__ import annotations
 
 import argparse
-import contextlib
 import errno
 import logging
 import socket
 import sys
-import threading
-import time
 from pathlib import Path
-from typing import Iterator, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
 from nmt.cli import nonempty, number
 from nmt.config import Config, ConfigError
@@ -113,7 +109,7 @@ def _pair(model_dir: str, flag: str) -> tuple:
 
 
 def uvicorn_config(app, host: str, port: int, log_level: str = "info", max_queue: int = 1024):
-    """uvicorn settings shared by the CLI and `background_server`: in-flight requests get as long as the
+    """uvicorn settings of the CLI (and of the tests' servers on a thread): in-flight requests get as long as the
     per-request limit to finish at shutdown; connections beyond a bound get uvicorn's own 503."""
     import uvicorn
     timeout = app.state.service.limits.timeout_s
@@ -154,23 +150,3 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2
     uvicorn.Server(uvicorn_config(app, args.host, args.port, args.log_level, args.max_queue)).run()
     return 0
-
-
-@contextlib.contextmanager
-def background_server(app, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning") -> Iterator[str]:
-    """Run `app` with uvicorn on a thread; yields its base URL (a free port when `port` is 0); stops it after."""
-    import uvicorn
-    server = uvicorn.Server(uvicorn_config(app, host, port, log_level))
-    thread = threading.Thread(target=server.run, name="nmt-serve-http", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError(f"the server did not start on {host}:{port}")
-        time.sleep(0.02)
-    bound = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"http://{host}:{bound}"
-    finally:
-        server.should_exit = True
-        thread.join(30)

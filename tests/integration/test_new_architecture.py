@@ -18,9 +18,8 @@ from mxnet.gluon import nn, rnn
 from nmt.config import ARCH_DEFAULTS, ModelConfig
 from nmt.models import ARCHITECTURES, DecoderState, Seq2SeqModel, build_model, register
 from nmt.models.base import array_module, fold_beams, length_mask
-from nmt.serve.cli import background_server
 from nmt.translate import Translator
-from tests.integration.serve_app import make_app
+from tests.integration.serve_app import background_server, make_app
 from tests.synth import tiny_flags, write_task
 from tests.unit.test_search import assert_same_hypotheses
 

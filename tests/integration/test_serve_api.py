@@ -10,8 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from nmt.serve.cli import background_server
-from tests.integration.serve_app import make_app
+from tests.integration.serve_app import background_server, make_app
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from nmt.serve.cli import background_server
-from tests.integration.serve_app import make_app
+from tests.integration.serve_app import background_server, make_app
 
 CHROMIUM = os.environ.get("NMT_CHROMIUM", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("NMT_CHROMEDRIVER", "/usr/bin/chromedriver")

@@ -11,10 +11,9 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from nmt.serve.cli import background_server
 from nmt.stream import interactive
 from nmt.translate import Translator
-from tests.integration.serve_app import make_app
+from tests.integration.serve_app import background_server, make_app
 from tests.integration.test_translate import run
 
 

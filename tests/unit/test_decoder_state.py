@@ -30,10 +30,15 @@ def col(x):
     return x.asnumpy()[:, 0].tolist()
 
 
+def rows(state):
+    """Hypotheses in a state: the rows of its moving fields."""
+    return state.h.shape[0]
+
+
 def test_select_takes_every_field():
     s = toy().select(nd.array([2, 0]))
     assert col(s.memory) == [20, 0] and col(s.h) == [2.5, 0.5] and [col(c) for c in s.caches] == [[4, 0], [6, 0]]
-    assert s.extra is None and s.num_rows == 2
+    assert s.extra is None and rows(s) == 2
 
 
 def test_reorder_leaves_source_fields():
@@ -44,21 +49,21 @@ def test_reorder_leaves_source_fields():
 def test_repeat_copies_each_hypothesis_k_times_in_a_row_and_keeps_one_source_row():
     s = toy(2).repeat(3)
     assert col(s.memory) == [0, 10] and col(s.h) == [0.5] * 3 + [1.5] * 3 and col(s.caches[0]) == [0, 0, 0, 2, 2, 2]
-    assert s.beam == 3 and s.num_rows == 6 and s.repeat(2).beam == 6
+    assert s.beam == 3 and rows(s) == 6 and s.repeat(2).beam == 6
     one = toy()
     assert one.repeat(1) is one
 
 
 def test_select_takes_sentences_with_all_their_beams():
     s = toy(3).repeat(2).select(nd.array([2, 0]))
-    assert col(s.memory) == [20, 0] and col(s.h) == [2.5, 2.5, 0.5, 0.5] and s.beam == 2 and s.num_rows == 4
+    assert col(s.memory) == [20, 0] and col(s.h) == [2.5, 2.5, 0.5, 0.5] and s.beam == 2 and rows(s) == 4
 
 
 def test_concat_refuses_states_of_different_beams():
     with pytest.raises(ValueError, match=r"of \[1, 2\] beams per sentence"):
         DecoderState.concat([toy(2), toy(2).repeat(2)])
     joined = DecoderState.concat([toy(2).repeat(2), toy(1).repeat(2)])
-    assert col(joined.memory) == [0, 10, 0] and joined.num_rows == 6
+    assert col(joined.memory) == [0, 10, 0] and rows(joined) == 6
 
 
 def test_arrays_round_trip():
