@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from nmt.cli import DECODE_FLAGS, command, nonempty, number
+from nmt.cli import DECODE_FLAGS
+from nmt.commands import command, nonempty, number
 from nmt.cli_io import (add_model_decode_args, check_languages_of, load_translator, misaligned, open_output,
                         output_dir, output_errors, reader_gone, refuse_overwriting, utf8_stdout)
 from nmt.config import ConfigError

@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 from typing import Iterator
 
-from nmt.cli import DECODE_FLAGS, nonempty
+from nmt.cli import DECODE_FLAGS
+from nmt.commands import nonempty
 from nmt.config import Config, ConfigError
 
 

@@ -25,7 +25,7 @@ from typing import Dict
 from nmt import checkpoint as ckpt
 from nmt import manifest
 from nmt.atomic import atomic_copy, atomic_write_text
-from nmt.cli import command, nonempty
+from nmt.commands import command, nonempty
 from nmt.config import Config, ConfigError
 
 EXPORT = ckpt.EXPORT   # what an export was made from; --overwrite replaces only a directory that has one

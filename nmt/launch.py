@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
-from nmt.cli import nonempty, number
+from nmt.commands import nonempty, number
 from nmt.distributed import (FORWARDED_ENV, FORWARDED_PREFIXES, Host, LaunchError, forwarded_env, plan_job,
                              read_hostfile)
 from nmt.job import Job

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Callable, List, Optional, Tuple
 
 from nmt.atomic import atomic_write_text
-from nmt.cli import run_cli
+from nmt.commands import run_cli
 from nmt.config import ConfigError
 from nmt.corpus import read_lines
 from nmt.forced import score_lines

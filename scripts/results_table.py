@@ -50,7 +50,7 @@ def main(argv=None) -> int:
         return write_docs_page(args.docs, args.results_dir)
 
     from nmt.atomic import atomic_write_text
-    from nmt.cli import user_errors
+    from nmt.commands import user_errors
     from nmt.parallel import cpu_name
     from scripts.runs import ResultsError, ablation_table, load_run, markdown_table, plot_curves, results_rows
     try:

@@ -17,7 +17,8 @@ from mxnet import gluon
 from nmt import checkpoint as ckpt
 from nmt import manifest
 from nmt.atomic import atomic_write_text
-from nmt.cli import build_train_parser, config_from_args, train_main, training_run, user_errors
+from nmt.cli import build_train_parser, config_from_args, train_main, training_run
+from nmt.commands import user_errors
 from nmt.config import Config, ConfigError, TrainConfig
 from nmt.jsonio import read_object
 from nmt.parallel import MAX_CPU_DEVICES, DeviceError, parse_devices

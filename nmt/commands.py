@@ -1,0 +1,75 @@
+"""What every `nmt-*` command shares: argparse types that name the flag in their errors (`number`, `nonempty`),
+and the entry point of a command (`command`), which prints bad input as one `error: ...` line with exit code 2
+(`run_cli`, `user_errors`) rather than a traceback."""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from typing import Any, Callable, List, Optional
+
+from nmt.config import ConfigError
+
+
+def number(kind: type, low: float, high: Optional[float] = None, low_open: bool = False):
+    """An argparse type: a `kind` (int or float) >= `low` (> with `low_open`) and <= `high`; argparse names the flag
+    in its error."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+            if not math.isfinite(value):
+                raise ValueError(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a finite number'}"
+                                             ) from None
+        if value < low or (low_open and value == low) or (high is not None and value > high):
+            bound = f"> {low}" if low_open else f">= {low}"
+            raise argparse.ArgumentTypeError(f"must be {bound}" + (f" and <= {high}" if high is not None else "")
+                                             + f" (got {text})")
+        return value
+    return parse
+
+
+def nonempty(kind: Callable[[str], Any] = str):
+    """An argparse type: `kind` of a value that is not blank. `--data-dir "$DIR"` with DIR unset gives '', which
+    would otherwise mean the current directory (a Path) or no value at all."""
+    def parse(text: str):
+        if not text.strip():
+            raise argparse.ArgumentTypeError("is empty (an unset shell variable?): give a value, or leave the flag out")
+        return kind(text)
+    return parse
+
+
+def user_errors() -> tuple:
+    """Exception classes that mean bad input: printed as one clear line, never as a traceback."""
+    from nmt.batching import BatchError
+    from nmt.checkpoint import CheckpointError
+    from nmt.corpus import CorpusError
+    from nmt.parallel import DeviceError
+    from nmt.storage import StorageError
+    from nmt.tokenizer import TokenizerError
+    return (ConfigError, CorpusError, CheckpointError, DeviceError, TokenizerError, BatchError, StorageError)
+
+
+def run_cli(main: Callable[[], int]) -> int:
+    """Run `main`, turning the project's bad-input errors into `error: ...` on stderr and exit code 2."""
+    try:
+        return main()
+    except user_errors() as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def command(build_parser: Callable[[], argparse.ArgumentParser]):
+    """A console entry point `name(argv=None) -> exit code` from `body(args)`: parse `argv` (default: sys.argv)
+    with `build_parser()`, then run `body` under `run_cli`."""
+    def wrap(body: Callable[[argparse.Namespace], int]) -> Callable[..., int]:
+        def entry(argv: Optional[List[str]] = None) -> int:
+            args = build_parser().parse_args(argv)
+            return run_cli(lambda: body(args))
+        entry.__name__, entry.__qualname__, entry.__doc__ = body.__name__, body.__qualname__, body.__doc__
+        return entry
+    return wrap
