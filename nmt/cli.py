@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from nmt.config import (ARCH_DEFAULTS, KVSTORES, PER_INVOCATION, VALID_METRIC_NAMES, Config, ConfigError, DataConfig,
-                        TrainConfig, resumed_config)
+                        ModelConfig, TrainConfig, resumed_config)
 from nmt import jsonio
 from nmt.commands import command, nonempty
 
@@ -291,6 +291,18 @@ def check_model_flags(arch: str, given: Dict[str, str]) -> None:
                                   f.flag for f in MODEL_FLAGS if f.field in fields and not f.negate))
 
 
+def check_model(model: ModelConfig, given: Dict[str, str]) -> None:
+    """The architecture's own checks of the model settings before any data is read (`build_model` over a 4-piece
+    vocabulary: no arrays are made); a value from a --config file is named by the file and key, as any other."""
+    from nmt.models import build_model
+    try:
+        build_model(model, 4, 4)
+    except ConfigError as e:
+        key = next((k for k in given if k.startswith("model.") and str(e).startswith(f"--{k[6:].replace('_', '-')} ")
+                    and not given[k].startswith("--")), None)
+        raise ConfigError(f"{given[key]}: {e}" if key else str(e)) from None
+
+
 def training_run(args: argparse.Namespace) -> Tuple[Config, List[str], Optional[Path]]:
     """What a training command line asks for: the configuration (on --resume the run's own with this command's
     changes, listed; with --init-from the model's settings), and the parameter file of --init-from."""
@@ -303,7 +315,9 @@ def training_run(args: argparse.Namespace) -> Tuple[Config, List[str], Optional[
                               "--model-dir: give one of them")
         init = init_params(args.init_from)
         cfg = init_config(cfg, given_keys(args), init)
-    check_model_flags(cfg.model.arch, given_keys(args))
+    given = given_keys(args)
+    check_model_flags(cfg.model.arch, given)
+    check_model(cfg.model, given)
     return cfg, changes, init
 
 

@@ -46,7 +46,7 @@ def validate_model_config(cfg: ModelConfig, src_vocab_size: int = _MIN_VOCAB,
             raise ConfigError(f"{flag} must be in [0, 1) (got {rate!r})")
     if cfg.tie_weights and cfg.embed_size != cfg.hidden_size:
         raise ConfigError(f"--tie-weights needs --embed-size == --hidden-size, because the output "
-                          f"projection reuses the ({tgt_vocab_size}, embed) target embedding on hidden-size "
+                          f"projection reuses the (vocabulary, embed) target embedding on hidden-size "
                           f"vectors (got embed {cfg.embed_size}, hidden {cfg.hidden_size}); give equal sizes "
                           "or --no-tie-weights")
     for name, size in (("source", src_vocab_size), ("target", tgt_vocab_size)):

@@ -197,6 +197,22 @@ def test_a_models_config_json_with_a_bad_value_names_it(tmp_path):
                              "(got -5)"
 
 
+@pytest.mark.parametrize("model, says", [
+    ({"arch": "LSTM"}, "model.arch: --arch must be one of lstm, transformer (got 'LSTM')"),
+    ({"attention": "bahdanau"}, "model.attention: --attention must be one of dot, general, mlp (got 'bahdanau')"),
+    ({"arch": "transformer", "model_size": 250, "heads": 3}, "model.model_size: --model-size 250 must be divisible "
+                                                             "by --heads 3"),
+])
+def test_a_model_value_the_architecture_refuses_names_the_config_file_before_any_data(tmp_path, model, says):
+    path = tmp_path / "c.json"   # these were said after the data was read (and SentencePiece trained), as flags
+    path.write_text(json.dumps({"model": model}))
+    with pytest.raises(ConfigError) as err:
+        run_of(["--config", str(path), "--train-src", str(tmp_path / "none.ko"), "--train-tgt", str(tmp_path / "x")])
+    assert str(err.value).startswith(f"{path}: {says}")
+    with pytest.raises(ConfigError, match=r"^--tie-weights needs --embed-size == --hidden-size"):   # a flag's: as is
+        run_of(["--embed-size", "128", "--train-src", str(tmp_path / "none.ko"), "--train-tgt", str(tmp_path / "x")])
+
+
 def test_a_bad_flag_is_not_blamed_on_the_config_file_or_the_runs_config(tmp_path):
     path = tmp_path / "c.json"
     path.write_text(json.dumps({"decode": {"beam_size": 4}}))
