@@ -307,6 +307,14 @@ def test_with_several_lines_the_words_start_the_chosen_lines_translation(transla
             assert api[1]["translation"].startswith(prefix) and "selected" in shown[1].get_attribute("class")
             hyps = [li.text for li in driver.find_elements(By.CSS_SELECTOR, "#nbest-list li .hyp")]
             assert hyps == [h["translation"] for h in api[1]["nbest"]]
+            driver.execute_script(   # a line added above the chosen one: the choice stays with its sentence
+                "const s = document.getElementById('source'); s.value = arguments[0]; "
+                "s.dispatchEvent(new Event('input'));", "\n".join([serve_sentences[7], *lines]))
+            assert label.text == "translation of line 3 starts with"
+            driver.find_element(By.ID, "go").click()
+            wait_done(driver)
+            shown = [d.text for d in driver.find_elements(By.CSS_SELECTOR, "#translation .line")]
+            assert shown[2] == api[1]["translation"] and not shown[0].startswith(prefix)
             driver.find_element(By.ID, "source").send_keys(Keys.CONTROL, "a", Keys.DELETE, lines[0])
             assert label.text == "translation starts with"
     finally:
