@@ -23,7 +23,7 @@ import mxnet as mx
 import numpy as np
 
 from nmt.batching import make_batch
-from nmt.corpus import normalize
+from nmt.forced import target_ids
 
 Links = List[Tuple[int, int]]
 
@@ -90,8 +90,8 @@ def align_ids(translator, src_ids: Sequence[List[int]], tgt_ids: Sequence[List[i
 def align(translator, sources: Sequence[str], translations: Sequence[str], first_line: int = 1) -> List[Links]:
     """Word links of given translations of `sources` (raw text, line-aligned) under the translator's model: the
     Python API's way to align a corpus (`Translator.translate_aligned` aligns its own translations)."""
-    sources, translations = list(sources), list(translations)
-    if len(sources) != len(translations):
-        raise ValueError(f"{len(sources)} sources but {len(translations)} translations: they must be line-aligned")
-    tgt = translator.tgt_tok.encode([normalize(t) for t in translations])
-    return align_ids(translator, translator.source_ids(sources, first_line), tgt)
+    src = translator.source_ids(sources, first_line)
+    tgt = target_ids(translator, translations, first_line, "translation")   # checked as forced decoding takes them
+    if len(src) != len(tgt):
+        raise ValueError(f"{len(src)} sources but {len(tgt)} translations: they must be line-aligned")
+    return align_ids(translator, src, tgt)

@@ -43,10 +43,14 @@ def score(hyps: Sequence[str], refs: Sequence[str], tgt_lang: str, more_refs: Se
           ) -> Scores:
     """BLEU (13a) and chrF of detokenized hypotheses; for Korean output also BLEU with tokenize='ko-mecab'.
     `more_refs`: further references of each hypothesis, line-aligned like `refs` (sacreBLEU's nrefs)."""
-    for other in (refs, *more_refs):
+    if any(isinstance(x, str) for x in (hyps, refs, *more_refs)):   # sacreBLEU would score one per character
+        raise TypeError("score: hypotheses and references must be lists of strings, not one string: give [text]")
+    hyps, refs = list(hyps), [list(r) for r in (refs, *more_refs)]
+    if not hyps:
+        raise ValueError("score: no hypotheses to score")
+    for other in refs:
         if len(hyps) != len(other):
             raise ValueError(f"{len(hyps)} hypotheses but {len(other)} references: they must be line-aligned")
-    hyps, refs = list(hyps), [list(r) for r in (refs, *more_refs)]
     bleu = sacrebleu.metrics.BLEU(tokenize="13a")
     chrf = sacrebleu.metrics.CHRF()
     b, c = bleu.corpus_score(hyps, refs), chrf.corpus_score(hyps, refs)

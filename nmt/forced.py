@@ -14,13 +14,13 @@ than that is an error naming its line, since a cut translation would be scored a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Sequence
+from typing import Iterable, List, Sequence
 
 import mxnet as mx
 import numpy as np
 
 from nmt.batching import make_batch
-from nmt.corpus import CorpusError, count_lines, normalize
+from nmt.corpus import CorpusError, count_lines, lone_surrogate, normalize
 from nmt.search import length_penalty
 from nmt.tokenizer import EOS_ID
 from nmt.translate import Translator
@@ -72,8 +72,15 @@ def score_ids(translator: Translator, src_ids: Sequence[List[int]], tgt_ids: Seq
 def target_ids(translator: Translator, targets: Sequence[str], first_line: int = 1,
                name: str = "target") -> List[List[int]]:
     """Normalized, tokenized translations; a CorpusError naming `name`:line for one longer than --max-input-tokens."""
+    if isinstance(targets, str) or not isinstance(targets, Iterable):   # a string: one sentence per character
+        raise TypeError(f"the translations must be a list of strings, got {type(targets).__name__}: give [text]")
     targets = list(targets)   # read twice below; an iterator would be empty the second time
     for i, t in enumerate(targets):
+        if not isinstance(t, str):
+            raise TypeError(f"{name}:{first_line + i}: the translation is {type(t).__name__}, not str")
+        if lone_surrogate(t):   # SentencePiece would fail on it with a TypeError
+            raise CorpusError(f"{name}:{first_line + i}: the translation has a lone surrogate {lone_surrogate(t)}: "
+                              "it is not a character; give valid Unicode")
         if count_lines(t) > 1:
             raise CorpusError(f"{name}:{first_line + i}: the translation has text on {count_lines(t)} lines: give one "
                               "line per translation")
@@ -82,8 +89,8 @@ def target_ids(translator: Translator, targets: Sequence[str], first_line: int =
     for i, y in enumerate(ids):
         if len(y) > limit:
             raise CorpusError(f"{name}:{first_line + i}: the translation has {len(y)} subword tokens, more than "
-                              f"--max-input-tokens {limit}; raise --max-input-tokens to score it (a cut translation "
-                              "would be scored as another sentence)")
+                              f"--max-input-tokens {limit}; raise --max-input-tokens (decode.max_input_tokens) for "
+                              "it: cut, it would be another sentence")
     return ids
 
 

@@ -50,8 +50,8 @@ def attention(translator, sentence: str, max_len: Optional[int] = None, translat
 
 def _forced(translator, sentence: str, ids: List[int], translation: str) -> Attention:
     from nmt.align import forced_attention
-    from nmt.corpus import normalize
-    tgt = translator.tgt_tok.encode([normalize(translation)])[0]
+    from nmt.forced import target_ids
+    tgt = target_ids(translator, [translation], name="translation")[0]   # checked as forced decoding takes it
     weights = forced_attention(translator, [ids], [tgt])[0] if tgt else np.zeros((0, len(ids) + 1))
     return Attention(sentence, translation, [_piece(translator.src_tok, i) for i in ids] + ["</s>"],
                      [_piece(translator.tgt_tok, i) for i in tgt] + (["</s>"] if tgt else []), weights)

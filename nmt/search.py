@@ -27,6 +27,7 @@ leaves a choice. The prefix does not count against the sentence's `max_len`.
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import mxnet as mx
@@ -223,6 +224,8 @@ def greedy_search(model: Models, src: mx.nd.NDArray, src_len: mx.nd.NDArray, max
     limits = forcing.add(range(batch), prefixes, _max_lens(max_len, batch))
     if int(limits.max(initial=0)) == 0:
         return [([], 0.0) for _ in range(batch)]
+    if sample is not None:
+        _check_int("sample", sample)
     if sample is not None and sample < 0:
         raise ValueError(f"sample must be >= 0 (got {sample})")
     update = update_block(ctx, sample_top=-1 if sample is None else min(sample, model.tgt_vocab_size))
@@ -251,8 +254,16 @@ def greedy_search(model: Models, src: mx.nd.NDArray, src_len: mx.nd.NDArray, max
     return out
 
 
+def _check_int(name: str, value) -> None:
+    """TypeError unless `value` is an integer (not a bool): the search's blocks are built once for each value."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+
+
 def check_beam_args(beam_size: int, nbest: int) -> None:
-    """ValueError unless 1 <= nbest <= beam_size."""
+    """TypeError unless both are ints; ValueError unless 1 <= nbest <= beam_size."""
+    _check_int("beam_size", beam_size)
+    _check_int("nbest", nbest)
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1 (got {beam_size})")
     if not 1 <= nbest <= beam_size:

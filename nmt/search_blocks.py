@@ -11,6 +11,7 @@ that joined a running batch later (`nmt.search.BeamStream`) follow the same rule
 from __future__ import annotations
 
 import dataclasses
+import threading
 from typing import Callable, Dict, Optional, Sequence, Union
 
 import mxnet as mx
@@ -307,8 +308,10 @@ class Forcing:
         self.progress.pop(i, None)
 
 
-# Update blocks per (kind, sizes, device, state arrays), hybridized once and reused for every batch: they hold no
-# parameters, and one per device keeps threads decoding on different devices from sharing a cached graph.
+# Update blocks per (thread, kind, sizes, device, state arrays), hybridized once and reused for every batch: they
+# hold no parameters. Two threads never share one: building one block's graph in two threads at once fails inside
+# Gluon (each enters the block's name scope, and the first to leave clears the other's: "'NoneType' object has no
+# attribute '__exit__'"), as two models served at once did (nmt-serve runs a thread per model).
 _UPDATES: Dict[tuple, gluon.HybridBlock] = {}
 
 
@@ -316,7 +319,7 @@ def update_block(ctx: mx.Context, beam_size: int = 0, vocab_size: int = 0, nbest
                   num_moving: int = 0, sample_top: int = -1, force: str = "") -> gluon.HybridBlock:
     """The update block of a search (`BeamUpdate` with a `beam_size`, else `GreedyUpdate`), or with `force` the
     block of a target prefix ("tokens": `ForceTokens`, "mask": `MaskTokens`), for device `ctx`."""
-    key = (ROW_TOPK, str(ctx), beam_size, vocab_size, nbest, num_moving, sample_top, force)   # the hook may change
+    key = (threading.get_ident(), ROW_TOPK, str(ctx), beam_size, vocab_size, nbest, num_moving, sample_top, force)
     if key not in _UPDATES:
         if force:
             block = ForceTokens() if force == "tokens" else MaskTokens()

@@ -143,6 +143,10 @@ class Translator:
         `nmt.parallel.concurrent_devices_safe`).
         `ensemble`: further model directories (same languages and vocabularies, any architecture) whose
         `which` checkpoints decode together with this one, following the mean of their log-probabilities."""
+        if isinstance(ensemble, (str, Path)):   # would be read as one directory per character
+            raise TypeError(f"ensemble must be a list of model directories, not one ({str(ensemble)!r}): give [dir]")
+        if decode is not None and not isinstance(decode, DecodeConfig):
+            raise TypeError(f"decode must be a DecodeConfig, got {type(decode).__name__}")
         model_dir = Path(model_dir)
         cfg, src_tok, tgt_tok = _load_tokenizers(model_dir)
         decode = decode or cfg.decode
@@ -217,6 +221,8 @@ class Translator:
         """Lines checked, cut to the character guard (their indices added to `cut`) and normalized."""
         if isinstance(lines, str):   # would be read as one sentence per character
             raise TypeError(f"{arg} must be a list of sentences, not one string ({lines[:40]!r}): give [sentence]")
+        if not isinstance(lines, Iterable):
+            raise TypeError(f"{arg} must be a list of sentences, got {type(lines).__name__}")
         limit = self.decode.max_input_tokens
         max_chars = limit * CHARS_PER_TOKEN
         texts = []
@@ -284,9 +290,14 @@ class Translator:
         return out
 
     def check_search(self, beam: int, nbest: int) -> None:
-        """ValueError for a beam or nbest the search cannot give (nbest > 1 needs beam search, not sampling)."""
+        """ValueError for a beam or nbest the search cannot give (nbest > 1 needs beam search, not sampling, and
+        beam x batch x vocabulary must fit MXNet's indices); TypeError for one that is not an int."""
         if self.sample is None:
             check_beam_args(beam, nbest)
+            wide = search_too_wide(beam, self.decode.batch_size, self.tgt_tok.vocab_size, "beam_size",
+                                   "decode.batch_size")
+            if wide:
+                raise ValueError(wide)
         elif nbest != 1:
             raise ValueError(f"nbest {nbest} needs beam search, but the translator samples (sample={self.sample})")
 

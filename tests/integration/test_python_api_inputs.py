@@ -1,0 +1,117 @@
+"""The Python API given what a user may get wrong (an audit's findings): a float for an int, a string where a list
+belongs, an empty list, a beam too wide for MXNet's indices, a translation that is no text, and two Translators
+used from two threads at once. Each is an error naming the argument before any work, and nothing it leaves behind
+breaks the calls that follow."""
+from __future__ import annotations
+
+import threading
+
+import mxnet as mx
+import pytest
+
+from nmt import search_blocks
+from nmt.align import align
+from nmt.corpus import CorpusError
+from nmt.evaluate import score
+from nmt.forced import score_lines
+from nmt.translate import Translator
+from tests.synth import synth_file
+
+
+@pytest.fixture(scope="module")
+def lines(model_dir):
+    return synth_file(model_dir, "test.ko").read_text(encoding="utf-8").splitlines()
+
+
+@pytest.mark.parametrize("call, says", [
+    (lambda tr, s: tr.translate_nbest([s], nbest=2.0), "nbest must be an int, got 2.0"),
+    (lambda tr, s: tr.translate([s], beam_size=3.0), "beam_size must be an int, got 3.0"),
+    (lambda tr, s: tr.translate([s], beam_size="4"), "beam_size must be an int, got '4'"),
+    (lambda tr, s: tr.translate_nbest([s], nbest=True), "nbest must be an int, got True"),
+])
+def test_a_number_of_another_type_is_refused_and_later_calls_still_work(tr, lines, call, says):
+    """A float used to build a search block under a key equal to the int's (2.0 == 2), so after one failed call
+    every later call with the int failed too, in any Translator of the process."""
+    with pytest.raises(TypeError, match=f"^{says}$"):
+        call(tr, lines[0])
+    assert len(tr.translate_nbest([lines[0]], nbest=2, beam_size=3)[0]) == 2
+    assert tr.translate([lines[0]], beam_size=3) == tr.translate([lines[0]], beam_size=3)
+
+
+def test_a_sampling_size_of_another_type_is_refused(tr, lines):
+    tr.sample = True
+    try:
+        with pytest.raises(TypeError, match="^sample must be an int, got True$"):
+            tr.translate([lines[0]])
+        tr.sample = 1
+        assert isinstance(tr.translate([lines[0]])[0], str)
+    finally:
+        tr.sample = None
+
+
+def test_a_beam_too_wide_for_mxnets_indices_is_refused_before_any_work(tr, lines):
+    with pytest.raises(ValueError, match=r"^beam_size 10000000 x decode.batch_size \d+ hypotheses x \d+ target pieces "
+                                         r"is [\d,]+ scores per search step, more than MXNet's 32-bit indices"):
+        tr.translate([lines[0]], beam_size=10 ** 7)
+
+
+def test_two_translators_decode_in_two_threads_at_once(model_dir, lines):
+    """Every Translator of a device shared one update block per search shape, and two threads building its graph at
+    once failed inside Gluon ("'NoneType' object has no attribute '__exit__'"): nmt-serve with two models gave 500s
+    to simultaneous first requests, about 1 start in 3. Each thread now has its own blocks (checked directly), and
+    a dozen fresh simultaneous starts all decode (the old code failed about 1 in 3 of them)."""
+    made = []
+    ready = threading.Barrier(2)
+
+    def get_block():
+        ready.wait()
+        made.append(search_blocks.update_block(mx.cpu(), beam_size=3, vocab_size=50, nbest=1, num_moving=2))
+    threads = [threading.Thread(target=get_block) for _ in range(2)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert made[0] is not made[1]
+
+    a, b = Translator.from_dir(model_dir), Translator.from_dir(model_dir)
+    expected = a.translate(lines[:6], beam_size=5)
+    for _ in range(12):
+        search_blocks._UPDATES.clear()   # as in a new process: every block built at the first call again
+        results, errors, start = {}, [], threading.Barrier(2)
+
+        def run(name, tr):
+            try:
+                start.wait()
+                results[name] = tr.translate(lines[:6], beam_size=5)
+            except Exception as e:   # pylint: disable=broad-except
+                errors.append(repr(e))
+        threads = [threading.Thread(target=run, args=(n, t)) for n, t in (("a", a), ("b", b))]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        assert not errors and results == {"a": expected, "b": expected}
+
+
+def test_a_string_where_a_list_belongs_is_refused(tr, model_dir, lines):
+    """align, score_lines and score read a string as one sentence per character, and scored or aligned those."""
+    with pytest.raises(TypeError, match="the translations must be a list of strings, got str"):
+        score_lines(tr, lines[:2], "Hi")
+    with pytest.raises(TypeError, match="^lines must be a list of sentences, not one string"):
+        align(tr, lines[0], "Thanks")
+    with pytest.raises(TypeError, match="the translations must be a list of strings, got str"):
+        align(tr, [lines[0]], "Thanks")
+    with pytest.raises(TypeError, match="not one string: give \\[text\\]"):
+        score("Thank you.", "Thank yuo.", "en")
+    with pytest.raises(TypeError, match="^ensemble must be a list of model directories, not one"):
+        Translator.from_dir(model_dir, ensemble=str(model_dir))
+    with pytest.raises(TypeError, match="^decode must be a DecodeConfig, got dict"):
+        Translator.from_dir(model_dir, decode={"beam_size": 2})
+    with pytest.raises(TypeError, match="^lines must be a list of sentences, got NoneType"):
+        tr.translate(None)
+
+
+def test_nothing_to_score_and_translations_that_are_no_text_are_named(tr, lines):
+    with pytest.raises(ValueError, match="^score: no hypotheses to score$"):
+        score([], [], "en")
+    assert score(iter(["a b c d"]), iter(["a b c d"]), "en").bleu == pytest.approx(100.0)   # iterables are lists
+    with pytest.raises(TypeError, match="^target:2: the translation is NoneType, not str$"):
+        score_lines(tr, lines[:2], ["x", None])
+    with pytest.raises(CorpusError, match="^translation:1: the translation has a lone surrogate U\\+DC80"):
+        align(tr, [lines[0]], ["Thanks \udc80"])
