@@ -271,12 +271,16 @@ class Config:
         """A Config from its dict; with `complete` (a model directory's config.json) every key must be there.
         Keys left out take the defaults of the dict's architecture (`ARCH_DEFAULTS`, then the dataclasses').
         With `file` (`d` is what the file `source` holds, not mixed with flags) a bad value names the file and key."""
-        arch_defaults = ARCH_DEFAULTS.get((d.get("model") or {}).get("arch", ModelConfig.arch), {})
-        parts = {}
+        if not isinstance(d, dict):
+            raise ConfigError(f"{source}: a configuration is a dict of sections (data, model, ...), got "
+                              f"{type(d).__name__}")
+        model, parts = d.get("model") or {}, {}   # a model section that is no dict is named below
+        arch_defaults = ARCH_DEFAULTS.get(model.get("arch", ModelConfig.arch) if isinstance(model, dict) else "", {})
         for f in dataclasses.fields(cls):
             sub = d.get(f.name, {}) or {}
             if not isinstance(sub, dict):
                 raise ConfigError(f"{source}: section '{f.name}' must be a JSON object, got {json.dumps(sub)}")
+            sub = {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in sub.items()}   # a Path: its str
             klass = f.default_factory  # type: ignore[misc]
             known = {x.name for x in dataclasses.fields(klass)}
             unknown = sorted(set(sub) - known)

@@ -56,11 +56,12 @@ class ContinuousDecoder:
             prefixes: Optional[Sequence[Optional[str]]] = None) -> None:
         """Queue `lines`, known by `keys` (same length) when they come back from `step`; `prefixes`: per line, text
         its translations start with (None or "": none)."""
-        if len(lines) != len(keys) or (prefixes is not None and len(prefixes) != len(lines)):
-            raise ValueError(f"ContinuousDecoder.add: {len(lines)} lines but {len(keys)} keys"
+        src = self.translator.source_ids(lines)   # checked first: a string is not read as one line per character
+        if len(src) != len(keys) or (prefixes is not None and len(prefixes) != len(src)):
+            raise ValueError(f"ContinuousDecoder.add: {len(src)} lines but {len(keys)} keys"
                              + ("" if prefixes is None else f" and {len(prefixes)} prefixes"))
-        targets = self.translator.target_prefixes(prefixes) or [None for _ in lines]
-        for key, ids, prefix in zip(keys, self.translator.source_ids(lines), targets):
+        targets = self.translator.target_prefixes(prefixes) or [None for _ in src]
+        for key, ids, prefix in zip(keys, src, targets):
             if ids or prefix:
                 self.waiting.append((key, ids, prefix, self.steps))
             else:

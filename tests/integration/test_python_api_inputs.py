@@ -105,6 +105,8 @@ def test_a_string_where_a_list_belongs_is_refused(tr, model_dir, lines):
         Translator.from_dir(model_dir, decode={"beam_size": 2})
     with pytest.raises(TypeError, match="^lines must be a list of sentences, got NoneType"):
         tr.translate(None)
+    with pytest.raises(TypeError, match="^lines must be a list of sentences, not one string"):   # not "5 lines"
+        tr.continuous().add(lines[0], ["k"])
 
 
 def test_nothing_to_score_and_translations_that_are_no_text_are_named(tr, lines):

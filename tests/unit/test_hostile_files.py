@@ -213,6 +213,26 @@ def test_a_model_value_the_architecture_refuses_names_the_config_file_before_any
         run_of(["--embed-size", "128", "--train-src", str(tmp_path / "none.ko"), "--train-tgt", str(tmp_path / "x")])
 
 
+@pytest.mark.parametrize("d, says", [
+    (None, "config: a configuration is a dict of sections (data, model, ...), got NoneType"),
+    ([], "config: a configuration is a dict of sections (data, model, ...), got list"),
+    ({"model": "transformer"}, "config: section 'model' must be a JSON object, got \"transformer\""),
+])
+def test_config_from_dict_names_what_is_no_dict(d, says):
+    """Config.from_dict (the Python API's way to a configuration) raised AttributeError: '...' has no 'get'."""
+    with pytest.raises(ConfigError) as err:
+        Config.from_dict(d)
+    assert str(err.value) == says
+
+
+def test_config_from_dict_takes_paths_as_their_strings(tmp_path):
+    """A Path for a directory made the error message itself fail (PosixPath is not JSON serializable)."""
+    cfg = Config.from_dict({"train": {"model_dir": tmp_path / "m"}, "data": {"data_dir": tmp_path}})
+    assert (cfg.train.model_dir, cfg.data.data_dir) == (str(tmp_path / "m"), str(tmp_path))
+    cfg.save(tmp_path / "c.json")
+    assert Config.load(tmp_path / "c.json").train.model_dir == str(tmp_path / "m")
+
+
 def test_a_bad_flag_is_not_blamed_on_the_config_file_or_the_runs_config(tmp_path):
     path = tmp_path / "c.json"
     path.write_text(json.dumps({"decode": {"beam_size": 4}}))
