@@ -78,7 +78,10 @@ MAX_CPU_DEVICES = 64
 
 def check_gpus(ctxs: Sequence[mx.Context]) -> None:
     """DeviceError if one of the GPU contexts in `ctxs` is not a GPU this process can use (`parse_devices` checks the
-    command line's the same way, naming --gpus)."""
+    command line's the same way, naming --gpus); TypeError for one that is not an mx.Context (the Python API's)."""
+    wrong = next((c for c in ctxs if not isinstance(c, mx.Context)), None)
+    if wrong is not None:
+        raise TypeError(f"ctx must be an mx.Context, such as mx.cpu() or mx.gpu(0), or a list of them; got {wrong!r}")
     ids = [c.device_id for c in ctxs if c.device_type == "gpu"]
     found = mx.context.num_gpus() if ids else 0
     if ids and max(ids) >= found:

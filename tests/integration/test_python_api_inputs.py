@@ -101,6 +101,9 @@ def test_a_string_where_a_list_belongs_is_refused(tr, model_dir, lines):
         score("Thank you.", "Thank yuo.", "en")
     with pytest.raises(TypeError, match="^ensemble must be a list of model directories, not one"):
         Translator.from_dir(model_dir, ensemble=str(model_dir))
+    for ctx in ("cpu", (c for c in [mx.cpu()])):   # AttributeError: 'str' object has no attribute 'device_type'
+        with pytest.raises(TypeError, match="^ctx must be an mx.Context, such as mx.cpu"):
+            Translator.from_dir(model_dir, ctx=ctx)
     with pytest.raises(TypeError, match="^decode must be a DecodeConfig, got dict"):
         Translator.from_dir(model_dir, decode={"beam_size": 2})
     with pytest.raises(TypeError, match="^lines must be a list of sentences, got NoneType"):
