@@ -6,24 +6,24 @@ koreanize-matplotlib ships, and /docs uses the Swagger UI files of the swagger-u
 """
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import io
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from fastapi import FastAPI, Request
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 
-from nmt.corpus import hangul_counts, other_language_warning
+from nmt.corpus import hangul_counts, normalize, other_language_warning
 from nmt.manifest import CheckpointError
-from nmt.serve.batcher import DEFAULT_MAX_WAIT_MS, Batcher, Closed, QueueFull
+from nmt.serve.batcher import DEFAULT_MAX_WAIT_MS, Batcher, Closed, QueueFull, TimedOut
 from nmt.serve.schema import (AttentionRequest, Limits, RequestError, TranslateRequest, check_attention,
                               check_prefixes, check_translate, parse, read_body)
 
@@ -73,9 +73,10 @@ class Service:
         if len(found) == 1:
             return found[0]
         pairs = ", ".join(self.models)
-        if not found:
-            raise RequestError(422, f"no model translates {src or '*'}->{tgt or '*'}: this server has {pairs}",
-                               "src_lang")
+        if not found:   # the source language when no model has it, else the target language
+            wrong = "src_lang" if all(src not in (None, m.translator.src_lang) for m in self.models.values()) \
+                else "tgt_lang"
+            raise RequestError(422, f"no model translates {src or '*'}->{tgt or '*'}: this server has {pairs}", wrong)
         raise RequestError(422, f"this server has several models ({pairs}): give src_lang and tgt_lang", "src_lang")
 
     def close(self) -> None:
@@ -142,8 +143,34 @@ def create_app(service: Service) -> FastAPI:
         return JSONResponse({"error": "the server is shutting down: retry on another instance", "field": None},
                             status_code=503, headers={"Retry-After": "5"})
 
+    _add_error_handlers(app)
     _add_routes(app, service)
+    _add_status_routes(app, service)
     return app
+
+
+ENDPOINTS = "POST /translate, POST /attention, GET /health, GET /info, GET /docs and GET / (the web page)"
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """Starlette's own refusals (no such path, a method a path does not take) and unexpected failures answered in
+    the service's JSON shape, {"error": ..., "field": null}."""
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, e: HTTPException) -> JSONResponse:
+        path = request.url.path
+        allowed = (e.headers or {}).get("Allow")
+        message = {404: f"not found: {path}; the endpoints are {ENDPOINTS}",
+                   405: f"{request.method} is not allowed on {path}" + (f": use {allowed}" if allowed else "")
+                   }.get(e.status_code, str(e.detail))
+        return JSONResponse({"error": message, "field": None}, status_code=e.status_code, headers=e.headers)
+
+    @app.exception_handler(Exception)
+    async def failed(request: Request, e: Exception) -> JSONResponse:
+        # Starlette raises the exception again after this answer, and uvicorn logs it with its traceback; the answer
+        # carries no traceback (it would show the server's code and paths to any client)
+        logger.error("%s %s failed with %s (traceback below)", request.method, request.url.path, type(e).__name__)
+        return JSONResponse({"error": "the server failed while answering this request (its log has the details); "
+                                      "retry, and report it if it persists", "field": None}, status_code=500)
 
 
 def _mount_static(app: FastAPI) -> None:
@@ -151,19 +178,19 @@ def _mount_static(app: FastAPI) -> None:
     from swagger_ui_bundle import swagger_ui_path
     app.mount("/static/swagger", StaticFiles(directory=str(swagger_ui_path)), name="swagger")
 
-    @app.get("/docs", include_in_schema=False)
+    @app.api_route("/docs", methods=["GET", "HEAD"], include_in_schema=False)
     async def docs() -> HTMLResponse:
         return get_swagger_ui_html(openapi_url="/openapi.json", title="nmt-serve API",
                                    swagger_js_url="/static/swagger/swagger-ui-bundle.js",
                                    swagger_css_url="/static/swagger/swagger-ui.css",
                                    swagger_favicon_url="/static/swagger/favicon-32x32.png")
 
-    @app.get("/static/korean.ttf", include_in_schema=False)
+    @app.api_route("/static/korean.ttf", methods=["GET", "HEAD"], include_in_schema=False)
     async def font() -> Response:
         data = await run_in_threadpool(web_font)   # the first call rewrites the file (0.1 s): not on the loop
         return Response(data, media_type="font/ttf", headers={"Cache-Control": "max-age=86400"})
 
-    @app.get("/", include_in_schema=False)
+    @app.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
     async def page() -> FileResponse:
         return FileResponse(PAGE, media_type="text/html; charset=utf-8")
 
@@ -187,6 +214,25 @@ def _body_schema(model: type) -> dict:
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": model.model_json_schema()}}}}
 
 
+def _get(app: FastAPI, path: str):
+    """A GET route that answers HEAD too (uvicorn sends no body then). The route that answers is left out of the
+    OpenAPI document, where its HEAD would repeat the GET operation's id; a GET route after it (never reached)
+    documents the GET. One route for both keeps the Allow header of a 405 whole."""
+    def register(endpoint):
+        app.api_route(path, methods=["GET", "HEAD"], include_in_schema=False)(endpoint)
+        return app.get(path)(endpoint)
+    return register
+
+
+async def _parse_request(request: Request, model: type, limits: Limits):
+    """The request's body, read within the byte limit, parsed as `model`; 415 for a compressed body."""
+    encoding = request.headers.get("content-encoding", "").strip().lower()
+    if encoding not in ("", "identity"):
+        raise RequestError(415, f"the body is compressed (Content-Encoding: {encoding}): compressed request bodies "
+                                "are not accepted; send the JSON uncompressed, without a Content-Encoding header")
+    return parse(await read_body(request.stream(), limits.max_body_bytes), model)
+
+
 def _add_routes(app: FastAPI, service: Service) -> None:
     limits = service.limits
 
@@ -194,7 +240,7 @@ def _add_routes(app: FastAPI, service: Service) -> None:
     async def translate(request: Request) -> dict:
         """Translations with scores, in input order: per sentence the best and its n-best list (best first).
         Over-long lines are cut as nmt-translate cuts them, with a warning."""
-        req = parse(await read_body(request.stream(), limits.max_body_bytes), TranslateRequest)
+        req = await _parse_request(request, TranslateRequest, limits)
         model = service.pick(req.src_lang, req.tgt_lang)
         tr = model.translator
         lines, beam, warnings = check_translate(req, limits, tr.decode.beam_size, tr.decode.max_input_tokens)
@@ -203,15 +249,16 @@ def _add_routes(app: FastAPI, service: Service) -> None:
         language = other_language_warning(*hangul_counts(lines), tr.src_lang, tr.tgt_lang)
         warnings += [f"text: {language}"] if language else []
         long_lines = any(len(x) > tr.decode.max_input_tokens // 4 for x in lines + (prefixes or []))
+        fewer = "send fewer sentences or a smaller beam_size"
         warnings += await _within_limit(model.batcher.call(lambda: token_warnings(tr, lines, prefixes),
-                                                           limits.timeout_s), limits) if long_lines else []
+                                                           limits.timeout_s), limits, fewer) if long_lines else []
         nbests = await _within_limit(model.batcher.translate(lines, beam, req.nbest, limits.timeout_s, prefixes),
-                                     limits)
+                                     limits, fewer)
         if req.alignment:   # each hypothesis gets its links: (text, score) -> (text, score, links)
             from nmt.align import align
             srcs, texts = [line for line, h in zip(lines, nbests) for _ in h], [t for h in nbests for t, _ in h]
             links = iter(await _within_limit(model.batcher.call(lambda: align(tr, srcs, texts), limits.timeout_s),
-                                             limits))
+                                             limits, "send fewer sentences or a smaller nbest"))
             nbests = [[(t, s, next(links)) for t, s in h] for h in nbests]
         return {"src_lang": tr.src_lang, "tgt_lang": tr.tgt_lang, "beam_size": beam, "warnings": warnings,
                 "translations": [_translation_item(h, req.alignment) for h in nbests]}
@@ -219,20 +266,23 @@ def _add_routes(app: FastAPI, service: Service) -> None:
     @app.post("/attention", openapi_extra=_body_schema(AttentionRequest))
     async def attention(request: Request) -> dict:
         """The attention weights (target piece x source piece) of one sentence's greedy translation, or of the
-        translation given."""
-        from nmt.plot import attention as attend
-        req = parse(await read_body(request.stream(), limits.max_body_bytes), AttentionRequest)
+        translation given (cut to max_input_tokens pieces, with a warning, as lines are)."""
+        req = await _parse_request(request, AttentionRequest, limits)
         model = service.pick(req.src_lang, req.tgt_lang)
         line, given, warnings = check_attention(req, model.translator.decode.max_input_tokens)
         try:
-            a = await _within_limit(model.batcher.call(lambda: attend(model.translator, line, translation=given),
-                                                       limits.timeout_s), limits)
+            a, cut = await _within_limit(model.batcher.call(lambda: attention_within(model.translator, line, given),
+                                                            limits.timeout_s), limits,
+                                         "send a shorter text or translation")
         except ValueError as e:   # e.g. nothing left after normalization
             raise RequestError(422, f"text: {e}", "text") from None
+        warnings += cut
         return {"translation": a.translation, "src_pieces": a.src_pieces, "tgt_pieces": a.tgt_pieces,
                 "weights": [[round(float(w), 4) for w in row] for row in a.weights], "warnings": warnings}
 
-    @app.get("/health")
+
+def _add_status_routes(app: FastAPI, service: Service) -> None:
+    @_get(app, "/health")
     async def health() -> JSONResponse:
         """200 while the server takes requests (503 once it is shutting down), with its queue sizes."""
         body = {"status": "shutting down" if service.stopping else "ok",
@@ -242,10 +292,10 @@ def _add_routes(app: FastAPI, service: Service) -> None:
                            for p, m in service.models.items()}}
         return JSONResponse(body, status_code=503 if service.stopping else 200)
 
-    @app.get("/info")
+    @_get(app, "/info")
     async def info() -> dict:
         """The models (languages, architecture, best recorded test score with its sacreBLEU signature), limits."""
-        return {"models": [m.info() for m in service.models.values()], "limits": vars(limits)}
+        return {"models": [m.info() for m in service.models.values()], "limits": vars(service.limits)}
 
 
 def _translation_item(hyps: list, alignment: bool) -> dict:
@@ -276,10 +326,38 @@ def token_warnings(translator, lines: List[str], prefixes: Optional[List[str]] =
     return out
 
 
-async def _within_limit(work, limits: Limits):
-    """`work`'s result, or a 504 RequestError after the per-request time limit."""
+def attention_within(translator, line: str, given: Optional[str]) -> Tuple[object, List[str]]:
+    """(`nmt.plot.attention` of `line`, warnings); a given translation over max_input_tokens target pieces is first
+    cut to its longest start within them, with a warning, as a line is cut: each piece is a step of the model, and
+    the character guard alone lets one translation take minutes (an emoji is 4 byte pieces). Run on the worker
+    thread: it uses the model's tokenizer."""
+    from nmt.plot import attention
+    limit, warnings = translator.decode.max_input_tokens, []
+    if given is not None:
+        pieces = _pieces(translator, given)
+        if pieces > limit:
+            lo, hi = 0, len(given)   # given[:lo] fits, given[:hi] does not
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                lo, hi = (mid, hi) if _pieces(translator, given[:mid]) <= limit else (lo, mid)
+            given = given[:lo]
+            warnings.append(f"translation has {pieces} subword tokens; truncated to its first {lo} characters "
+                            f"(at most {limit} tokens: max_input_tokens), as nmt-translate cuts input lines")
+    return attention(translator, line, translation=given), warnings
+
+
+def _pieces(translator, text: str) -> int:
+    return len(translator.tgt_tok.encode([normalize(text)])[0])
+
+
+async def _within_limit(work, limits: Limits, hint: str):
+    """`work`'s result, or a 504 RequestError after the per-request time limit: saying the server is busy if the
+    work never started (it waited behind others), else `hint` (what makes the request cheaper)."""
     try:
         return await work
-    except asyncio.TimeoutError:
-        raise RequestError(504, f"the translation took longer than the per-request limit of {limits.timeout_s} s: "
-                                "send fewer sentences or a smaller beam_size, or retry later") from None
+    except TimedOut as e:
+        if not e.started:
+            raise RequestError(504, f"the request waited the whole per-request limit of {limits.timeout_s} s "
+                                    "without starting: the server is busy; retry later") from None
+        raise RequestError(504, f"the request took longer than the per-request limit of {limits.timeout_s} s: "
+                                f"{hint}, or retry later") from None

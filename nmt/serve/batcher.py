@@ -10,7 +10,9 @@ done wait for it and new requests wait for the next batch.
 
 When the worker is idle, the first request waits up to `max_wait_ms` for others to start with it. A request is
 answered when all its sentences are done. Requests with another beam size or n-best wait until the running
-search is done; calls on the model (`call`) run between two steps.
+search is done; once one has waited longer than `max_wait_ms`, the running search takes no new requests, so that
+it ends and the waiting key goes next (no key starves under steady traffic of another). Calls on the model
+(`call`) run between two steps.
 
 The queue is bounded in sentences (`max_queue`): `submit` raises `QueueFull` at once instead of letting a burst
 grow memory and latency without limit; the service answers that with 503 and Retry-After.
@@ -49,6 +51,14 @@ class Closed(Exception):
     """The batcher is shutting down and takes no new work."""
 
 
+class TimedOut(asyncio.TimeoutError):
+    """A request's time limit passed; `started`: whether its work had reached the model (else it only waited)."""
+
+    def __init__(self, started: bool):
+        super().__init__("started" if started else "never started")
+        self.started = started
+
+
 @dataclass
 class _Job:
     """One request's work: sentences to translate (with one beam/nbest setting), or a callable on the model."""
@@ -60,6 +70,7 @@ class _Job:
     call: Optional[Callable[[], Any]] = None
     deadline: float = float("inf")            # time.monotonic() after which nobody waits for the answer
     queued_at: float = field(default_factory=time.monotonic)
+    started: bool = False                     # set by the worker when its sentences join a search or its call runs
     results: Dict[int, Any] = field(default_factory=dict)   # n-best lists of the sentences done so far
 
     @property
@@ -116,7 +127,7 @@ class Batcher:
     async def translate(self, lines: Sequence[str], beam_size: int, nbest: int, timeout: Optional[float] = None,
                         prefixes: Optional[Sequence[Optional[str]]] = None) -> List[NBest]:
         """The n-best lists of `lines` (input order), each line's translations starting with its `prefixes` item
-        if given; QueueFull when the queue cannot take them, asyncio.TimeoutError after `timeout` seconds (the
+        if given; QueueFull when the queue cannot take them, TimedOut after `timeout` seconds (the
         sentences are then dropped if not yet started)."""
         return await self._submit(dict(lines=list(lines), key=(beam_size, nbest), prefixes=prefixes), len(lines),
                                   timeout)
@@ -136,7 +147,10 @@ class Batcher:
                 raise QueueFull(self._queued, self.max_queue, self.retry_after())
             self._queued += size
         self._jobs.put(job)
-        return await asyncio.wait_for(job.future, timeout)   # on timeout the future is cancelled: the worker skips it
+        try:   # on timeout the future is cancelled: the worker skips the job
+            return await asyncio.wait_for(job.future, timeout)
+        except asyncio.TimeoutError:
+            raise TimedOut(job.started) from None
 
     def retry_after(self) -> int:
         """Seconds until the current queue is likely drained (at least 1)."""
@@ -202,24 +216,42 @@ class Batcher:
         return batch, stopping
 
     def _admit(self, stopping: bool) -> bool:
-        """Between two steps: jobs that arrived join the search if they have its key (else are held); calls run."""
-        same = [j for j in self._held if j.call is None and j.key == self._key]
-        if same:
-            self._held = [j for j in self._held if j not in same]
-            self._add(same)
+        """Between two steps: calls run; jobs that arrived join the search if they have its key (else are held),
+        unless the search is draining (`_draining`); held jobs nobody waits for any more are done."""
         while True:
             try:
                 job = self._jobs.get_nowait()
             except queue.Empty:
-                return stopping
+                break
             if job is None:
                 stopping = True
-            elif job.call is not None:
-                self._run_call(job)
-            elif job.key == self._key:
-                self._add([job])
             else:
                 self._held.append(job)
+        for job in [j for j in self._held if j.call is not None or not j.live]:
+            self._held.remove(job)
+            if job.call is not None:
+                self._run_call(job)
+            else:
+                self._finish(job, error=asyncio.TimeoutError())
+        if not self._draining():
+            same = [j for j in self._held if j.key == self._key]
+            if same:
+                self._held = [j for j in self._held if j.key != self._key]
+                self._add(same)
+        return stopping
+
+    def _draining(self) -> bool:
+        """Whether a held job of another key has waited longer than max_wait: the running search then takes no new
+        jobs, so that it ends and the held key starts next (FIFO between keys), instead of starving while jobs of
+        the running key keep it busy.
+
+        Why max_wait: it is the delay the service already accepts for the sake of batching. Draining takes as long
+        as the longest sentence left in the search (up to max_len steps, some 0.1-1 s), which dominates a held
+        request's wait anyway; a longer bound (e.g. a fraction of the 60 s timeout) would keep such a request tens
+        of times longer than on an idle server without bounding anything better. The cost is one drain per switch
+        of key; jobs of the held key that arrive meanwhile start together with it."""
+        now = time.monotonic()
+        return any(j.key != self._key and now - j.queued_at > self.max_wait for j in self._held)
 
     def _start(self, jobs: List[_Job]) -> None:
         """A new search with the jobs' key."""
@@ -237,10 +269,11 @@ class Batcher:
         """Hand the live jobs' sentences to the search; the others are done (nobody waits)."""
         for job in jobs:
             if not job.live:
-                self._finish(job)
+                self._finish(job, error=asyncio.TimeoutError())
             elif not job.lines:
                 self._finish(job, [])
             else:
+                job.started = True
                 try:
                     self._decoder.add(job.lines, [(id(job), i) for i in range(len(job.lines))], job.prefixes)
                 except Exception as e:   # pylint: disable=broad-except - e.g. the tokenizer failed: the caller gets it
@@ -277,8 +310,12 @@ class Batcher:
                 self._finish(job, [job.results[i] for i in range(len(job.lines))])
 
     def _run_call(self, job: _Job) -> None:
+        if not job.live:
+            self._finish(job, error=asyncio.TimeoutError())
+            return
+        job.started = True
         try:
-            result = job.call() if job.live else None
+            result = job.call()
         except Exception as e:   # pylint: disable=broad-except - the caller gets it
             self._finish(job, error=e)
             return

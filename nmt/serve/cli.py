@@ -58,6 +58,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     if args.max_wait_ms / 1000 >= args.timeout:
         p.error(f"--max-wait-ms {args.max_wait_ms:g} is not shorter than --timeout {args.timeout:g} s: every request "
                 "would time out waiting for others to join its batch")
+    if args.max_sentences > args.max_queue:
+        p.error(f"--max-sentences {args.max_sentences} is more than --max-queue {args.max_queue}: a request of more "
+                f"than {args.max_queue} sentences would get 503 (queue full) on every retry; give a --max-queue of at "
+                "least --max-sentences, or a smaller --max-sentences")
     return args
 
 

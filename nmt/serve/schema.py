@@ -8,16 +8,23 @@ characters (`nmt.translate.CHARS_PER_TOKEN`) and the answer carries a warning sa
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
-from typing import AsyncIterator, List, Optional, Tuple
+from typing import Any, AsyncIterator, List, Optional, Tuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.requests import ClientDisconnect
 
 from nmt import jsonio
 from nmt.corpus import control_characters, count_lines, lone_surrogate
 from nmt.translate import CHARS_PER_TOKEN
 
 EXAMPLE = '{"text": ["안녕하세요"], "beam_size": 4, "nbest": 1}'
+# Arrays and objects a body may nest: a request nests 2 (an object of lists of strings). Much deeper JSON would only
+# reach Python's recursion limit in the parser, the validation or the error message (a 500 instead of a 400).
+MAX_DEPTH = 32
+
+logger = logging.getLogger("nmt.serve")
 
 
 class RequestError(Exception):
@@ -71,13 +78,18 @@ class AttentionRequest(BaseModel):
 
 
 async def read_body(chunks: AsyncIterator[bytes], limit: int) -> bytes:
-    """The request body, read chunk by chunk; a RequestError (413) as soon as it passes `limit` bytes."""
+    """The request body, read chunk by chunk; a RequestError (413) as soon as it passes `limit` bytes, (400) when
+    the client goes away before sending all of it (logged in one line: nobody reads the answer)."""
     body = bytearray()
-    async for chunk in chunks:
-        body += chunk
-        if len(body) > limit:
-            raise RequestError(413, f"the request body is over {limit} bytes: send fewer or shorter sentences per "
-                                    "request (long lines are cut to the model's input limit anyway)")
+    try:
+        async for chunk in chunks:
+            body += chunk
+            if len(body) > limit:
+                raise RequestError(413, f"the request body is over {limit} bytes: send fewer or shorter sentences "
+                                        "per request (long lines are cut to the model's input limit anyway)")
+    except ClientDisconnect:
+        logger.info("a client disconnected after sending %d bytes of its request body", len(body))
+        raise RequestError(400, "the client disconnected before sending the whole request body") from None
     return bytes(body)
 
 
@@ -88,18 +100,36 @@ def parse(body: bytes, model: type) -> BaseModel:
     except UnicodeDecodeError as e:
         raise RequestError(400, f"the body is not valid UTF-8 (byte 0x{body[e.start]:02x} at offset {e.start}): "
                                 f"send UTF-8 encoded JSON, e.g. {EXAMPLE}") from None
+    too_deep = RequestError(400, f"the body is nested too deeply (more than {MAX_DEPTH} levels of arrays and "
+                                 f"objects): send a JSON object of fields, e.g. {EXAMPLE}")
     try:
         obj = jsonio.loads(text)
     except jsonio.RepeatedKey as e:   # json.loads would keep the last value
         raise RequestError(422, f"field {e.args[0]!r} is given twice; give each field once") from None
     except json.JSONDecodeError as e:
         raise RequestError(400, f"the body is not valid JSON ({e}): send a JSON object, e.g. {EXAMPLE}") from None
+    except RecursionError:   # the parser recurses once per level
+        raise too_deep from None
+    if nested_deeper(obj, MAX_DEPTH):
+        raise too_deep
     if not isinstance(obj, dict):
         raise RequestError(422, f"the body must be a JSON object, not a JSON {jsonio.json_type(obj)}: e.g. {EXAMPLE}")
     try:
         return model.model_validate(obj)
     except ValidationError as e:
         raise validation_error(e, model) from None
+
+
+def nested_deeper(obj: Any, limit: int) -> bool:
+    """Whether parsed JSON nests arrays and objects more than `limit` levels deep (found without recursion)."""
+    stack = [(obj, 1)] if isinstance(obj, (list, dict)) else []
+    while stack:
+        value, depth = stack.pop()
+        if depth > limit:
+            return True
+        items = value.values() if isinstance(value, dict) else value
+        stack.extend((v, depth + 1) for v in items if isinstance(v, (list, dict)))
+    return False
 
 
 def validation_error(e: ValidationError, model: type) -> RequestError:

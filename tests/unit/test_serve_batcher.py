@@ -1,6 +1,6 @@
 """The service's dynamic batcher over a stand-in translator: coalescing, continuous batching (sentences join a
-running search and leave when done), batch bounds, keys kept apart, the bounded queue, per-request time limits,
-errors, shutdown, and an event loop that keeps running while the model works."""
+running search and leave when done), batch bounds, keys kept apart and taking turns, the bounded queue, per-request
+time limits, errors, shutdown, and an event loop that keeps running while the model works."""
 from __future__ import annotations
 
 import asyncio
@@ -10,7 +10,7 @@ from typing import List
 
 import pytest
 
-from nmt.serve.batcher import Batcher, Closed, QueueFull
+from nmt.serve.batcher import Batcher, Closed, QueueFull, TimedOut
 
 
 class FakeTranslator:
@@ -217,12 +217,14 @@ def test_a_short_sentence_joins_a_running_search_and_is_answered_first():
 
 
 def test_another_key_waits_until_the_running_search_is_done():
+    """A request of another key waits until the running search is done; one of the running key that arrives with
+    it joins the search (the other has not yet waited max_wait, after which the search would take no new ones)."""
     fake = FakeTranslator(seconds=0.01, steps=len)
-    b = Batcher(fake, max_batch=8, max_wait_ms=0)
+    b = Batcher(fake, max_batch=8, max_wait_ms=20)
 
     async def main():
         first = asyncio.ensure_future(b.translate(["a" * 10], 1, 1))
-        await asyncio.sleep(0.03)
+        await asyncio.sleep(0.05)   # the first starts after 20 ms alone, and runs for 10 steps of 10 ms
         other = asyncio.ensure_future(b.translate(["bb"], 4, 2))
         same = asyncio.ensure_future(b.translate(["cc"], 1, 1))
         return await asyncio.gather(first, other, same)
@@ -269,3 +271,56 @@ def test_a_search_that_cannot_start_fails_its_requests_and_the_worker_goes_on():
         return await b.translate(["ok"], 1, 1)
     assert run(main()) == [[("ko", 0.0)]] and b.queued == 0
     b.close()
+
+
+def test_another_key_is_not_starved_by_steady_traffic_of_the_running_key():
+    """Under steady traffic of one key the running search never emptied, so a request with another beam size or
+    n-best (held until it does) never started and timed out (504). Once it has waited max_wait, the running search
+    takes no new requests, ends, and the held key goes next; the steady traffic goes on after it."""
+    fake = FakeTranslator(seconds=0.005, steps=len)
+    b = Batcher(fake, max_batch=16, max_wait_ms=20)
+    served = []
+
+    async def main():
+        stop = asyncio.Event()
+
+        async def client(k):   # closed loop: a new request as soon as the last is answered
+            while not stop.is_set():
+                await b.translate(["x" * (5 + 2 * k)], 1, 1, timeout=10)
+                served.append(k)
+        clients = [asyncio.ensure_future(client(k)) for k in range(8)]
+        await asyncio.sleep(0.2)
+        t0 = time.monotonic()
+        other = await b.translate(["ab"], 4, 2, timeout=3)
+        waited = time.monotonic() - t0
+        before = len(served)
+        await asyncio.sleep(0.2)
+        stop.set()
+        await asyncio.gather(*clients)
+        return other, waited, len(served) - before
+    other, waited, after = run(main())
+    b.close()
+    assert other == [[("ba", 0.0), ("ba*", -1.0)]]
+    assert waited < 1.0, f"the request of another key waited {waited:.2f} s"
+    assert after > 10, "the steady traffic did not go on after the other key's search"
+    assert b.queued == 0
+
+
+def test_a_timed_out_request_says_whether_it_had_started():
+    fake = FakeTranslator()
+    fake.gate.clear()   # the model is stuck in a step: the first request has started, the second never does
+    b = Batcher(fake, max_batch=1, max_wait_ms=0)
+
+    async def main():
+        first = asyncio.ensure_future(b.translate(["first"], 1, 1, timeout=0.2))
+        await asyncio.sleep(0.05)
+        with pytest.raises(TimedOut) as late:
+            await b.translate(["late"], 1, 1, timeout=0.05)
+        with pytest.raises(TimedOut) as started:
+            await first
+        fake.gate.set()
+        return late.value, started.value
+    late, started = run(main())
+    b.close()
+    assert not late.started and started.started and isinstance(late, asyncio.TimeoutError)
+    assert b.queued == 0

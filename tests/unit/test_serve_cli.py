@@ -89,3 +89,14 @@ def test_two_models_of_one_pair_are_named_before_any_loads(tmp_path):
         build_app(parse_args(["--model-dir", a, "--model-dir", b]))
     with pytest.raises(ConfigError, match=f"--model-dir {a}/ is given twice"):
         build_app(parse_args(["--model-dir", a, "--model-dir", a + "/"]))
+
+
+def test_a_queue_smaller_than_one_request_is_refused(capsys):
+    """--max-queue 100 with the default --max-sentences 256 was taken, and a request of 101-256 sentences then got 503
+    "queue is full (0 of 100 sentences waiting)" on every retry, even on an idle server."""
+    with pytest.raises(SystemExit) as exit_:
+        parse_args(["--model-dir", "m", "--max-queue", "100"])
+    assert exit_.value.code == 2
+    assert "error: --max-sentences 256 is more than --max-queue 100: a request of more than 100 sentences would get " \
+           "503" in capsys.readouterr().err
+    assert parse_args(["--model-dir", "m", "--max-queue", "100", "--max-sentences", "100"]).max_queue == 100

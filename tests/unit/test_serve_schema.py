@@ -6,6 +6,7 @@ import asyncio
 import json
 
 import pytest
+from starlette.requests import ClientDisconnect
 
 from nmt.serve.schema import Limits, RequestError, TranslateRequest, check_translate, parse, read_body
 
@@ -43,6 +44,11 @@ def test_valid_request_uses_the_model_beam_by_default():
     ({"text": ["a"], "beam_size": 2, "nbest": 3}, 422, ["nbest", "raise beam_size"]),
     ({"text": ["ok", "x\ud800y"]}, 422, ["text[1]", "lone surrogate U+D800", "character 1"]),
     ({"text": ["ok", "one.\ntwo.\r\nthree."]}, 422, ["text[1] has text on 3 lines", "its own sentence"]),
+    # a RecursionError (a 500) in the parser; at 990 levels, or not, depending on how deep the caller's stack is
+    (b"[" * 3000 + b"]" * 3000, 400, ["nested too deeply", "more than 32 levels"]),
+    (b'{"text": ' + b"[" * 3000 + b"]" * 3000 + b"}", 400, ["nested too deeply"]),
+    (b'{"text": ["a"], "x": ' + b'{"a": ' * 3000 + b"1" + b"}" * 3000 + b"}", 400, ["nested too deeply"]),
+    (b'{"text": ' + b"[" * 990 + b"]" * 990 + b"}", 400, ["nested too deeply"]),
 ])
 def test_hostile_requests_say_what_to_change(body, status, words):
     refused(body, status, *words)
@@ -76,3 +82,21 @@ def test_body_over_the_limit_is_refused_while_reading():
     with pytest.raises(RequestError) as e:
         asyncio.run(read_body(chunks(), limit=10_000))
     assert e.value.status == 413 and "over 10000 bytes" in e.value.message
+
+
+def test_a_client_that_leaves_mid_body_is_one_info_line(caplog):
+    """starlette's ClientDisconnect went up to uvicorn, which logged it as an ERROR with a traceback."""
+    async def chunks():
+        yield b'{"text": ["'
+        raise ClientDisconnect()
+    with caplog.at_level("DEBUG", logger="nmt.serve"), pytest.raises(RequestError) as e:
+        asyncio.run(read_body(chunks(), limit=10_000))
+    assert e.value.status == 400 and "disconnected" in e.value.message
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("INFO", "a client disconnected after sending 11 bytes of its request body")]
+
+
+def test_json_nested_within_the_limit_is_parsed():
+    req = parse(b'{"text": ["a"], "target_prefix": [null]}', TranslateRequest)
+    assert req.target_prefix == [None]
+    refused({"text": [[[["a"]]]]}, 422, "text[0]", "valid string")

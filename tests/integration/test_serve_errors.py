@@ -1,0 +1,215 @@
+"""The service's refusals and failures over real HTTP, as the audit of nmt-serve found them: each is JSON in the
+documented {"error", "field"} shape with a message that fits the case, and none leaves a traceback in the answer,
+or in the log for what is no fault of the server."""
+from __future__ import annotations
+
+import contextlib
+import gzip
+import logging
+import socket
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Iterator, List
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+
+from tests.integration.serve_app import background_server, make_app
+
+
+@pytest.fixture(scope="module")
+def server(translator):
+    app = make_app(translator, max_wait_ms=5)
+    with background_server(app) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def http(server):
+    with httpx.Client(base_url=server, timeout=60) as c:
+        yield c
+
+
+class Records(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.records: List[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@contextlib.contextmanager
+def server_log() -> Iterator[List[logging.LogRecord]]:
+    """The records of the service's and uvicorn's loggers meanwhile (uvicorn's do not reach pytest's caplog); enter
+    it once the server has started (uvicorn's logging setup removes the loggers' handlers)."""
+    handler, loggers = Records(), [logging.getLogger(n) for n in ("nmt.serve", "uvicorn.error")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.addHandler(handler)
+        lg.setLevel(logging.DEBUG)
+    try:
+        yield handler.records
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.removeHandler(handler)
+            lg.setLevel(level)
+
+
+def test_deeply_nested_json_is_a_400_saying_so(http):
+    """It was a RecursionError: 500 text/plain."""
+    for body in (b"[" * 3000 + b"]" * 3000, b'{"text": ["a"], "x": ' + b'{"a": ' * 3000 + b"1" + b"}" * 3000 + b"}"):
+        r = http.post("/translate", content=body)
+        assert r.status_code == 400 and r.headers["content-type"] == "application/json", r.text
+        assert "nested too deeply" in r.json()["error"] and r.json()["field"] is None
+    r = http.post("/attention", content=b'{"text": ' + b"[" * 3000 + b"]" * 3000 + b"}")
+    assert r.status_code == 400 and "nested too deeply" in r.json()["error"]
+
+
+def test_a_client_that_leaves_mid_body_leaves_no_traceback(server, http):
+    """It left starlette's ClientDisconnect, with a traceback, at ERROR in uvicorn's log."""
+    host, port = urlsplit(server).hostname, urlsplit(server).port
+    with server_log() as records:
+        with socket.create_connection((host, port)) as s:
+            s.sendall(b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: 1000\r\n\r\n" + b'{"text": ["abcdefghi')
+            time.sleep(0.2)
+        deadline = time.monotonic() + 5
+        while not any("disconnected" in r.getMessage() for r in records) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.2)   # anything logged after it
+    assert [(r.levelname, r.getMessage()) for r in records] == [
+        ("INFO", "a client disconnected after sending 20 bytes of its request body")]
+    assert http.get("/health").json()["status"] == "ok"
+
+
+def test_a_long_given_translation_is_cut_to_max_input_tokens_pieces(http, serve_sentences):
+    """A translation was cut only to max_input_tokens x 16 characters: 4000 emoji (16,000 byte pieces) held the
+    model's only worker for about 40 s, and the request and those behind it got 504."""
+    source = serve_sentences[0]
+    for translation, characters in (("\U0001F600" * 4000, []), ("Thanks a lot. " * 300, [
+            "translation has 4200 characters; truncated to 4000 (max_input_tokens 250 x 16), as nmt-translate does"])):
+        t0 = time.monotonic()
+        r = http.post("/attention", json={"text": source, "translation": translation})
+        assert r.status_code == 200, r.text
+        a = r.json()
+        assert len(a["tgt_pieces"]) <= 251 and len(a["weights"]) == len(a["tgt_pieces"])   # 250 and </s>
+        assert translation.startswith(a["translation"]) and a["translation"]
+        cut = [w for w in a["warnings"] if w.startswith("translation has ") and w not in characters]
+        assert a["warnings"][:len(characters)] == characters
+        assert len(cut) == 1 and f"truncated to its first {len(a['translation'])} characters (at most 250 tokens: " \
+                                  "max_input_tokens)" in cut[0], a["warnings"]
+        assert time.monotonic() - t0 < 20
+    r = http.post("/attention", json={"text": source, "translation": "Thanks a lot."})
+    assert r.json()["warnings"] == [] and r.json()["translation"] == "Thanks a lot."
+
+
+def test_a_504_says_whether_the_request_was_too_big_or_the_server_busy(translator, serve_sentences, monkeypatch):
+    """Every 504 said "send fewer sentences or a smaller beam_size", also for /attention, which has neither, and for
+    a request that never started because others held the worker."""
+    import nmt.plot
+
+    def slow(*args, **kw):
+        time.sleep(1.0)
+    monkeypatch.setattr(nmt.plot, "attention", slow)
+    app = make_app(translator, timeout_s=0.3, max_wait_ms=0)
+    with background_server(app) as url, httpx.Client(base_url=url, timeout=30) as c, ThreadPoolExecutor(1) as pool:
+        attention = pool.submit(c.post, "/attention", json={"text": serve_sentences[0]})
+        time.sleep(0.1)   # the attention call holds the worker for 1 s
+        waited = c.post("/translate", json={"text": serve_sentences[:1]})
+        slow_one = attention.result()
+    assert slow_one.status_code == 504 and slow_one.json()["error"] == (
+        "the request took longer than the per-request limit of 0.3 s: send a shorter text or translation, or retry "
+        "later")
+    assert waited.status_code == 504 and waited.json()["error"] == (
+        "the request waited the whole per-request limit of 0.3 s without starting: the server is busy; retry later")
+
+
+@pytest.mark.parametrize("languages, field", [({"tgt_lang": "fr"}, "tgt_lang"), ({"src_lang": "fr"}, "src_lang"),
+                                              ({"src_lang": "fr", "tgt_lang": "en"}, "src_lang"),
+                                              ({"src_lang": "ko", "tgt_lang": "ko"}, "tgt_lang")])
+def test_a_language_no_model_has_is_named_by_its_field(http, languages, field):
+    """A tgt_lang that no model has was reported as field src_lang."""
+    r = http.post("/translate", json={"text": ["가"], **languages})
+    assert r.status_code == 422 and "no model translates" in r.json()["error"] and r.json()["field"] == field
+    r = http.post("/attention", json={"text": "가", **languages})
+    assert r.status_code == 422 and r.json()["field"] == field
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate", "br"])
+def test_a_compressed_body_is_refused_as_compressed(http, encoding):
+    """A gzip body got "the body is not valid UTF-8 (byte 0x8b at offset 1)"."""
+    body = gzip.compress(b'{"text": ["\xea\xb0\x80"]}')
+    for path in ("/translate", "/attention"):
+        r = http.post(path, content=body, headers={"content-type": "application/json", "content-encoding": encoding})
+        assert r.status_code == 415 and r.headers["content-type"] == "application/json", r.text
+        assert r.json() == {"error": f"the body is compressed (Content-Encoding: {encoding}): compressed request "
+                                     "bodies are not accepted; send the JSON uncompressed, without a Content-Encoding "
+                                     "header", "field": None}
+    assert http.post("/translate", json={"text": ["가"]}, headers={"content-encoding": "identity"}).status_code == 200
+
+
+def test_404_and_405_are_in_the_documented_shape_and_head_is_answered(http):
+    """404 and 405 were Starlette's {"detail": ...}; HEAD /health and HEAD / were 405."""
+    for path in ("/nope", "/static/swagger/nope.js", "/translate/x"):
+        r = http.get(path)
+        assert r.status_code == 404 and r.json()["field"] is None, r.text
+        assert r.json()["error"].startswith(f"not found: {path}; the endpoints are POST /translate, ")
+    r = http.get("/translate")
+    assert r.status_code == 405 and r.json() == {"error": "GET is not allowed on /translate: use POST", "field": None}
+    assert r.headers["allow"] == "POST"
+    r = http.post("/health")
+    assert r.status_code == 405 and r.json()["error"] in ("POST is not allowed on /health: use GET, HEAD",
+                                                          "POST is not allowed on /health: use HEAD, GET")
+    for path in ("/health", "/", "/info", "/docs", "/static/korean.ttf"):
+        head, get = http.head(path), http.get(path)
+        assert head.status_code == 200 and head.content == b"", path
+        assert head.headers["content-type"] == get.headers["content-type"], path
+    paths = http.get("/openapi.json").json()["paths"]
+    assert set(paths["/health"]) == {"get"} and set(paths["/info"]) == {"get"}
+
+
+def test_a_failure_in_the_worker_is_a_json_500_without_the_traceback(translator, serve_sentences):
+    """A worker exception was a 500 text/plain "Internal Server Error"; the answer is now JSON, and the traceback is
+    in the server's log only."""
+    class Broken:
+        def continuous(self, *args):
+            raise RuntimeError("the model broke at /secret/path")
+    app = make_app(translator, max_wait_ms=0)
+    app.state.service.models["ko-en"].batcher.translator = Broken()
+    with background_server(app) as url, server_log() as records:
+        r = httpx.post(url + "/translate", json={"text": serve_sentences[:1]}, timeout=30)
+        health = httpx.get(url + "/health", timeout=30)
+    assert r.status_code == 500 and r.headers["content-type"] == "application/json"
+    assert r.json() == {"error": "the server failed while answering this request (its log has the details); retry, "
+                                 "and report it if it persists", "field": None}
+    assert "secret" not in r.text and "Traceback" not in r.text
+    assert any(r.exc_info and "the model broke at /secret/path" in str(r.exc_info[1]) for r in records), \
+        [x.getMessage() for x in records]
+    assert "POST /translate failed with RuntimeError (traceback below)" in [x.getMessage() for x in records]
+    assert health.status_code == 200
+
+
+def test_a_request_of_another_beam_size_is_served_under_steady_traffic(translator, serve_sentences):
+    """Under steady traffic at the default settings, a request with another beam_size or nbest was held until the
+    running search emptied, which it never did: 504 after the whole time limit."""
+    import threading
+    app = make_app(translator, timeout_s=10)
+    stop, answers = threading.Event(), []
+    with background_server(app) as url, httpx.Client(base_url=url, timeout=30) as c, ThreadPoolExecutor(8) as pool:
+        def client(k: int) -> None:   # closed loop: a new request as soon as the last is answered
+            while not stop.is_set():
+                answers.append(c.post("/translate", json={"text": serve_sentences[k:k + 1 + k % 4]}).status_code)
+        clients = [pool.submit(client, k) for k in range(8)]
+        time.sleep(1.0)
+        t0 = time.monotonic()
+        other = [c.post("/translate", json={"text": serve_sentences[:1], "beam_size": 2, "nbest": 2}),
+                 c.post("/translate", json={"text": serve_sentences[:1], "beam_size": 3, "nbest": 1})]
+        waited = time.monotonic() - t0
+        stop.set()
+        for f in clients:
+            f.result()
+    assert [r.status_code for r in other] == [200, 200], [r.text for r in other]
+    assert waited < 5, f"two requests of other keys took {waited:.1f} s under load"
+    assert set(answers) == {200}
