@@ -20,9 +20,17 @@ def _unique_keys(pairs: List[Tuple[str, Any]]) -> dict:
     return dict(pairs)
 
 
+class TooDeep(json.JSONDecodeError):
+    """JSON nested deeper than Python's recursion limit lets the parser go (RecursionError, not a parse error)."""
+
+
 def loads(text: str) -> Any:
-    """`json.loads`, but RepeatedKey for a key given twice in an object (json.JSONDecodeError as usual)."""
-    return json.loads(text, object_pairs_hook=_unique_keys)
+    """`json.loads`, but RepeatedKey for a key given twice in an object, and TooDeep (a json.JSONDecodeError) for
+    JSON nested past the parser's recursion limit."""
+    try:
+        return json.loads(text, object_pairs_hook=_unique_keys)
+    except RecursionError:
+        raise TooDeep("arrays and objects nested too deeply", text, 0) from None
 
 
 def json_type(value: Any) -> str:

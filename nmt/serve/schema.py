@@ -106,10 +106,10 @@ def parse(body: bytes, model: type) -> BaseModel:
         obj = jsonio.loads(text)
     except jsonio.RepeatedKey as e:   # json.loads would keep the last value
         raise RequestError(422, f"field {e.args[0]!r} is given twice; give each field once") from None
+    except jsonio.TooDeep:   # the parser recurses once per level
+        raise too_deep from None
     except json.JSONDecodeError as e:
         raise RequestError(400, f"the body is not valid JSON ({e}): send a JSON object, e.g. {EXAMPLE}") from None
-    except RecursionError:   # the parser recurses once per level
-        raise too_deep from None
     if nested_deeper(obj, MAX_DEPTH):
         raise too_deep
     if not isinstance(obj, dict):

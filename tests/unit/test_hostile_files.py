@@ -262,6 +262,19 @@ def test_a_key_given_twice_in_a_config_file_is_refused_naming_it(tmp_path, capsy
         Config.load(ckpt.config_of(tmp_path))
 
 
+def test_json_nested_past_the_parsers_recursion_is_named_as_bad_json(tmp_path):
+    """A RecursionError traceback, from a config file and from a --json-input line."""
+    from nmt.corpus import CorpusError
+    from nmt.stream import parse_json_line
+    deep = "[" * 100_000 + "]" * 100_000
+    path = tmp_path / "c.json"
+    path.write_text('{"data": ' + deep + "}")
+    with pytest.raises(ConfigError, match=rf"^{path}: not valid JSON \(arrays and objects nested too deeply"):
+        Config.load(path, complete=False)
+    with pytest.raises(CorpusError, match=r"^in.jsonl:3: not JSON \(arrays and objects nested too deeply"):
+        parse_json_line(deep, 3, "in.jsonl")
+
+
 def test_a_runs_config_json_as_config_does_not_make_that_run_the_new_runs_directory(tmp_path, capsys):
     run = tmp_path / "run"   # a trained model's config.json, the natural --config, names its own directory
     run.mkdir()
