@@ -143,10 +143,29 @@ def create_app(service: Service) -> FastAPI:
         return JSONResponse({"error": "the server is shutting down: retry on another instance", "field": None},
                             status_code=503, headers={"Retry-After": "5"})
 
+    app.add_middleware(HeadAsGet)
     _add_error_handlers(app)
     _add_routes(app, service)
     _add_status_routes(app, service)
     return app
+
+
+class HeadAsGet:
+    """ASGI middleware: a HEAD request is answered as its GET, without the body (RFC 9110), so that every GET
+    endpoint answers HEAD with one route, which alone is in the OpenAPI document."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["method"] != "HEAD":
+            return await self.app(scope, receive, send)
+
+        async def without_body(message):
+            if message["type"] == "http.response.body":
+                message = {**message, "body": b""}
+            await send(message)
+        return await self.app({**scope, "method": "GET"}, receive, without_body)
 
 
 ENDPOINTS = "POST /translate, POST /attention, GET /health, GET /info, GET /docs and GET / (the web page)"
@@ -157,12 +176,14 @@ def _add_error_handlers(app: FastAPI) -> None:
     the service's JSON shape, {"error": ..., "field": null}."""
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, e: HTTPException) -> JSONResponse:
-        path = request.url.path
-        allowed = (e.headers or {}).get("Allow")
+        path, headers = request.url.path, dict(e.headers or {})
+        if "GET" in headers.get("Allow", "").split(", "):   # HEAD is answered wherever GET is (HeadAsGet)
+            headers["Allow"] += ", HEAD"
+        allowed = headers.get("Allow")
         message = {404: f"not found: {path}; the endpoints are {ENDPOINTS}",
                    405: f"{request.method} is not allowed on {path}" + (f": use {allowed}" if allowed else "")
                    }.get(e.status_code, str(e.detail))
-        return JSONResponse({"error": message, "field": None}, status_code=e.status_code, headers=e.headers)
+        return JSONResponse({"error": message, "field": None}, status_code=e.status_code, headers=headers)
 
     @app.exception_handler(Exception)
     async def failed(request: Request, e: Exception) -> JSONResponse:
@@ -178,19 +199,19 @@ def _mount_static(app: FastAPI) -> None:
     from swagger_ui_bundle import swagger_ui_path
     app.mount("/static/swagger", StaticFiles(directory=str(swagger_ui_path)), name="swagger")
 
-    @app.api_route("/docs", methods=["GET", "HEAD"], include_in_schema=False)
+    @app.get("/docs", include_in_schema=False)
     async def docs() -> HTMLResponse:
         return get_swagger_ui_html(openapi_url="/openapi.json", title="nmt-serve API",
                                    swagger_js_url="/static/swagger/swagger-ui-bundle.js",
                                    swagger_css_url="/static/swagger/swagger-ui.css",
                                    swagger_favicon_url="/static/swagger/favicon-32x32.png")
 
-    @app.api_route("/static/korean.ttf", methods=["GET", "HEAD"], include_in_schema=False)
+    @app.get("/static/korean.ttf", include_in_schema=False)
     async def font() -> Response:
         data = await run_in_threadpool(web_font)   # the first call rewrites the file (0.1 s): not on the loop
         return Response(data, media_type="font/ttf", headers={"Cache-Control": "max-age=86400"})
 
-    @app.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
+    @app.get("/", include_in_schema=False)
     async def page() -> FileResponse:
         return FileResponse(PAGE, media_type="text/html; charset=utf-8")
 
@@ -212,16 +233,6 @@ def web_font() -> bytes:
 
 def _body_schema(model: type) -> dict:
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": model.model_json_schema()}}}}
-
-
-def _get(app: FastAPI, path: str):
-    """A GET route that answers HEAD too (uvicorn sends no body then). The route that answers is left out of the
-    OpenAPI document, where its HEAD would repeat the GET operation's id; a GET route after it (never reached)
-    documents the GET. One route for both keeps the Allow header of a 405 whole."""
-    def register(endpoint):
-        app.api_route(path, methods=["GET", "HEAD"], include_in_schema=False)(endpoint)
-        return app.get(path)(endpoint)
-    return register
 
 
 async def _parse_request(request: Request, model: type, limits: Limits):
@@ -282,7 +293,7 @@ def _add_routes(app: FastAPI, service: Service) -> None:
 
 
 def _add_status_routes(app: FastAPI, service: Service) -> None:
-    @_get(app, "/health")
+    @app.get("/health")
     async def health() -> JSONResponse:
         """200 while the server takes requests (503 once it is shutting down), with its queue sizes."""
         body = {"status": "shutting down" if service.stopping else "ok",
@@ -292,7 +303,7 @@ def _add_status_routes(app: FastAPI, service: Service) -> None:
                            for p, m in service.models.items()}}
         return JSONResponse(body, status_code=503 if service.stopping else 200)
 
-    @_get(app, "/info")
+    @app.get("/info")
     async def info() -> dict:
         """The models (languages, architecture, best recorded test score with its sacreBLEU signature), limits."""
         return {"models": [m.info() for m in service.models.values()], "limits": vars(service.limits)}
