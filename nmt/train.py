@@ -358,23 +358,23 @@ class TrainResult:
 def train(cfg: Config, resume: bool = False, overwrite: bool = False, evaluate: bool = True,
           init: Optional[Path] = None) -> TrainResult:
     """Train per `cfg` (from the parameters `init`: nmt.finetune); `evaluate`: score the best on the test sets."""
-    model_dir = Path(cfg.train.model_dir)
+    if not isinstance(cfg, Config):
+        raise TypeError(f"train: cfg must be a Config (Config.from_dict makes one of a dict), got {type(cfg).__name__}")
+    model_dir, init = Path(cfg.train.model_dir), None if init is None else Path(init)
     # only a directory this run makes is removed on failure (with --overwrite: what was there may not be deleted yet)
-    fresh = not resume and (not model_dir.exists() or not any(model_dir.iterdir()))
+    fresh = not resume and (not model_dir.exists() or model_dir.is_dir() and not any(model_dir.iterdir()))
     try:
         trainer = create_trainer(cfg, resume=resume, overwrite=overwrite, init=init)
     except ModelDirLocked:
         raise   # the directory is another trainer's: leave it alone
     except BaseException:
-        # A run that failed while setting up (bad data, bad flags) leaves no half-made model directory behind
-        # to block the next attempt.
+        # a run that failed while setting up (bad data, flags) leaves no half-made directory to block the next
         if fresh and model_dir.is_dir() and not (model_dir / ckpt.STATE).exists():
             setup_logging(None)   # close the log file before removing it
             shutil.rmtree(model_dir, ignore_errors=True)
         raise
-    state, scores = trainer.fit(), {}
+    state, scores, averages = trainer.fit(), {}, {}
     interrupted = state.stopped if state.stopped in _INTERRUPTS else trainer.signal_name   # also in the last step
-    averages: Dict[str, Scores] = {}
     if evaluate and trainer.is_chief and not interrupted and trainer.data.splits.tests:
         scores = trainer.evaluate_tests("best")
         if trainer.averaged:

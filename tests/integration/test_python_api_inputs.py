@@ -120,3 +120,22 @@ def test_nothing_to_score_and_translations_that_are_no_text_are_named(tr, lines)
         score_lines(tr, lines[:2], ["x", None])
     with pytest.raises(CorpusError, match="^translation:1: the translation has a lone surrogate U\\+DC80"):
         align(tr, [lines[0]], ["Thanks \udc80"])
+
+
+def test_train_names_a_config_that_is_no_config_and_takes_init_as_a_string(model_dir, tmp_path):
+    """train(dict) raised AttributeError: 'dict' object has no attribute 'train'; init="..." (a str) failed with
+    'str' object has no attribute 'parent'; a model_dir that is a file, with a bare NotADirectoryError."""
+    import dataclasses
+    from nmt import checkpoint as ckpt
+    from nmt.config import Config
+    from nmt.train import train
+    with pytest.raises(TypeError, match=r"^train: cfg must be a Config \(Config.from_dict makes one of a dict\), "
+                                        r"got dict$"):
+        train({"train": {"model_dir": str(tmp_path / "m")}})
+    saved = Config.load(model_dir / ckpt.CONFIG)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ckpt.CheckpointError, match="exists and is not a directory"):
+        train(saved.replace(train=dataclasses.replace(saved.train, model_dir=str(tmp_path / "file"))))
+    tuned = saved.replace(train=dataclasses.replace(saved.train, model_dir=str(tmp_path / "ft"), max_steps=2))
+    result = train(tuned, init=str(model_dir / ckpt.PARAMS_BEST), evaluate=False)
+    assert result.state.step == 2 and result.state.init_from == str(model_dir / ckpt.PARAMS_BEST)
