@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from nmt.config import (ARCH_DEFAULTS, KVSTORES, PER_INVOCATION, VALID_METRIC_NAMES, Config, ConfigError, DataConfig,
-                        ModelConfig, TrainConfig, resumed_config)
+                        ModelConfig, resumed_config)
 from nmt import jsonio
 from nmt.commands import command, nonempty
 
@@ -115,7 +115,8 @@ TRAIN_FLAGS = [
     Flag("--max-seconds", "train", "max_seconds", float, "stop after this many seconds of this run (0 = none)"),
     Flag("--time-budget", "train", "time_budget", float,
          "stop when the training wall time over all runs (resumes included) reaches this many seconds (0 = none)"),
-    Flag("--seed", "train", "seed", int, "random seed"), Flag("--valid-every", "train", "valid_every", int,
+    Flag("--seed", "train", "seed", int, "random seed"),
+    Flag("--valid-every", "train", "valid_every", int,
          "validate every N updates and at each epoch end (0: at epoch ends only)"),
     Flag("--patience", "train", "patience", int,
          "early stop after N validations without a better --valid-metric (0 = never)"),
@@ -257,7 +258,7 @@ def resume_config(args: argparse.Namespace) -> Tuple[Config, List[str]]:
     configuration where the model directory has no config.json here (nothing to resume, which training reports; or
     a worker of a distributed job on a machine without the directory, which then needs the same flags as rank 0)."""
     from nmt.checkpoint import CONFIG
-    path = Path((args_dict(args).get("train") or {}).get("model_dir", TrainConfig.model_dir)) / CONFIG
+    path = Path(args_dict(args)["train"]["model_dir"]) / CONFIG   # args_dict always names the directory
     if not path.is_file():
         return config_from_args(args), []
     saved = Config.load(path)

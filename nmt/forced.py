@@ -78,9 +78,10 @@ def target_ids(translator: Translator, targets: Sequence[str], first_line: int =
     for i, t in enumerate(targets):
         if not isinstance(t, str):
             raise TypeError(f"{name}:{first_line + i}: the translation is {type(t).__name__}, not str")
-        if lone_surrogate(t):   # SentencePiece would fail on it with a TypeError
-            raise CorpusError(f"{name}:{first_line + i}: the translation has a lone surrogate {lone_surrogate(t)}: "
-                              "it is not a character; give valid Unicode")
+        surrogate = lone_surrogate(t)
+        if surrogate:   # SentencePiece would fail on it with a TypeError
+            raise CorpusError(f"{name}:{first_line + i}: the translation has a lone surrogate {surrogate}: it is not "
+                              "a character; give valid Unicode")
         if count_lines(t) > 1:
             raise CorpusError(f"{name}:{first_line + i}: the translation has text on {count_lines(t)} lines: give one "
                               "line per translation")

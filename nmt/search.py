@@ -226,8 +226,8 @@ def greedy_search(model: Models, src: mx.nd.NDArray, src_len: mx.nd.NDArray, max
         return [([], 0.0) for _ in range(batch)]
     if sample is not None:
         _check_int("sample", sample)
-    if sample is not None and sample < 0:
-        raise ValueError(f"sample must be >= 0 (got {sample})")
+        if sample < 0:
+            raise ValueError(f"sample must be >= 0 (got {sample})")
     update = update_block(ctx, sample_top=-1 if sample is None else min(sample, model.tgt_vocab_size))
 
     def advance(state, hyps, first):
