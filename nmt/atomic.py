@@ -6,12 +6,13 @@ the project writes that someone may read back (checkpoints, configs, downloads, 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
 from pathlib import Path
 from typing import IO, Iterator, Union
 
-from nmt.storage import is_fixable, write_failure
+from nmt.storage import StorageError, is_fixable, write_failure
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -42,11 +43,31 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def _create_beside(path: Path) -> tuple:
+    """`_create_sibling(path)`, its directory made first; a StorageError naming `path` (not the temporary file) when
+    no file can be created beside it."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:   # a file where a directory of the path should be
+        raise write_failure(path, NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))) from None
+    except OSError as e:
+        raise write_failure(path, e) if is_fixable(e) else StorageError(
+            f"cannot write {path}: cannot make its directory {path.parent} ({e.strerror}); choose another "
+            "directory") from None
+    try:
+        return _create_sibling(path)
+    except OSError as e:   # e.g. a directory of a virtual file system such as /proc
+        raise write_failure(path, e) if is_fixable(e) else StorageError(
+            f"cannot write {path}: cannot create a file in {path.parent} ({e.strerror}); choose another "
+            "directory") from None
+
+
 @contextlib.contextmanager
 def atomic_open(path: PathLike, mode: str = "wb", encoding: str = None) -> Iterator[IO]:
     """Open a temporary sibling of `path` for writing; on success it replaces `path` atomically. A symbolic link
     stays: the file it points to is replaced. A path that exists and is neither a regular file nor a directory (a
-    device such as /dev/stdout, a named pipe) is not replaced but written to as it is."""
+    device such as /dev/stdout, a named pipe) is not replaced but written to as it is. A `path` that is a directory,
+    or where no file can be created, is a StorageError naming it."""
     path = Path(path)
     if path.exists() and not path.is_file() and not path.is_dir():   # (through links: /dev/stdout, a pipe of a shell)
         try:
@@ -57,14 +78,10 @@ def atomic_open(path: PathLike, mode: str = "wb", encoding: str = None) -> Itera
                 raise write_failure(path, e) from None
             raise
         return
+    if path.is_dir():   # (through links) else found only by the final rename, which names the temporary file
+        raise write_failure(path, IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR)))
     path = Path(os.path.realpath(path)) if path.is_symlink() else path
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = _create_sibling(path)
-    except OSError as e:
-        if is_fixable(e):
-            raise write_failure(path, e) from None
-        raise
+    fd, tmp = _create_beside(path)
     try:
         with os.fdopen(fd, mode, encoding=encoding if "b" not in mode else None) as f:
             yield f

@@ -219,6 +219,11 @@ class DecodeConfig:
     max_input_tokens: int = 250          # longer inputs are truncated with a warning
 
     def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """ConfigError naming the flag of the first bad setting: run when made, and again before a Translator
+        decodes, since a field may be set by hand (`tr.decode.max_input_tokens = 0`)."""
         for flag, value, low in (("--beam-size", self.beam_size, 1), ("--nbest", self.nbest, 1),
                                  ("--decode-batch-size", self.batch_size, 1),
                                  ("--max-input-tokens", self.max_input_tokens, 1), ("--max-len-b", self.max_len_b, 0)):

@@ -33,7 +33,8 @@ _CONTROL = re.compile("[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f]")   # the control 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 _HANGUL = re.compile("[\uac00-\ud7a3\u1100-\u11ff\u3130-\u318f]")
-_LINE_END = re.compile("[\r\n]")
+# Where text breaks into lines: str.splitlines()'s boundaries (LF, CR, VT, FF, FS, GS, RS, NEL, U+2028, U+2029).
+LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 
 
 class CorpusError(ValueError):
@@ -125,11 +126,10 @@ def check_languages(src: Sequence[str], tgt: Sequence[str], src_lang: str, names
 
 
 def count_lines(text: str) -> int:
-    """How many lines of `text` (split at LF, CRLF or CR) have something on them. More than one in what should be one
-    sentence means several: a model trained on sentences usually translates the first alone, leaving out the rest."""
-    if "\n" not in text and "\r" not in text:
-        return 1 if text.strip() else 0
-    return sum(1 for part in _LINE_END.split(text) if part.strip())
+    """How many lines of `text` (split at `LINE_BREAKS`, as str.splitlines splits: LF, CR, U+2028, ...) have something
+    on them. More than one in what should be one sentence means several: a model trained on sentences usually
+    translates the first alone, leaving out the rest."""
+    return sum(1 for part in LINE_BREAKS.split(text) if part.strip())
 
 
 def hangul_counts(lines: Sequence[str]) -> Tuple[int, int]:

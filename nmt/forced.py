@@ -23,7 +23,7 @@ from nmt.batching import make_batch
 from nmt.corpus import CorpusError, count_lines, lone_surrogate, normalize
 from nmt.search import length_penalty
 from nmt.tokenizer import EOS_ID
-from nmt.translate import Translator
+from nmt.translate import Translator, checked_decode
 
 SCORE_CHUNK = 10_000   # pairs nmt-score scores and writes at a time
 
@@ -74,6 +74,7 @@ def target_ids(translator: Translator, targets: Sequence[str], first_line: int =
     """Normalized, tokenized translations; a CorpusError naming `name`:line for one longer than --max-input-tokens."""
     if isinstance(targets, str) or not isinstance(targets, Iterable):   # a string: one sentence per character
         raise TypeError(f"the translations must be a list of strings, got {type(targets).__name__}: give [text]")
+    limit = checked_decode(translator.decode).max_input_tokens
     targets = list(targets)   # read twice below; an iterator would be empty the second time
     for i, t in enumerate(targets):
         if not isinstance(t, str):
@@ -86,7 +87,6 @@ def target_ids(translator: Translator, targets: Sequence[str], first_line: int =
             raise CorpusError(f"{name}:{first_line + i}: the translation has text on {count_lines(t)} lines: give one "
                               "line per translation")
     ids = translator.tgt_tok.encode([normalize(t) for t in targets])
-    limit = translator.decode.max_input_tokens
     for i, y in enumerate(ids):
         if len(y) > limit:
             raise CorpusError(f"{name}:{first_line + i}: the translation has {len(y)} subword tokens, more than "

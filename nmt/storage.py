@@ -24,6 +24,7 @@ _FIXABLE = {
     errno.EPERM: "check the permissions of the directory or choose another one",
     errno.EROFS: "the file system is mounted read-only; choose a writable directory",
     errno.ENOTDIR: "a part of the path is a file, not a directory; choose another path",
+    errno.EISDIR: "give the path of a file, not of a directory",
 }
 _FULL = (errno.ENOSPC, errno.EDQUOT)
 

@@ -19,7 +19,7 @@ from nmt import jsonio
 from nmt.align import format_links
 from nmt.corpus import CorpusError, control_characters, count_lines, lone_surrogate, open_bytes
 from nmt.log import Every
-from nmt.translate import CHARS_PER_TOKEN, Translator
+from nmt.translate import CHARS_PER_TOKEN, Translator, one_line
 
 logger = logging.getLogger("nmt.translate")
 
@@ -110,8 +110,10 @@ def decode_line(raw: bytes, line_no: int, name: str, on_invalid: str = "error") 
                               "--on-invalid-utf8 replace") from None
         logger.warning("%s:%d: invalid UTF-8 replaced by U+FFFD (--on-invalid-utf8 replace)", name, line_no)
         text, replaced = raw.decode("utf-8", errors="replace"), True
-    if count_lines(text) > 1:   # LF splits lines as they are read: a CR is left
-        raise CorpusError(f"{name}:{line_no}: carriage returns (CR) split the line into {count_lines(text)} lines (old "
+    # LF splits lines as they are read: a CR is left. Other separators (U+2028, VT, FF, ...) are part of the line.
+    parts = sum(1 for part in text.split("\r") if part.strip())
+    if parts > 1:
+        raise CorpusError(f"{name}:{line_no}: carriage returns (CR) split the line into {parts} lines (old "
                           "Mac line ends?); the translations of all lines before it have been written. Convert them "
                           "to line ends, e.g. `tr '\\r' '\\n' < in.txt > out.txt`")
     return text, replaced
@@ -265,6 +267,8 @@ def _read_line(raw: bytes, cut: bool, line_no: int, name: str, on_invalid: str, 
     prefix = None
     if json_input:
         text, prefix = parse_json_line(text, line_no, name)
+    else:   # one line of the input, one sentence: U+2028 and the like are spaces to it, as normalize makes them
+        text = one_line(text)
     controls = control_characters(text) + control_characters(prefix or "")
     if controls:   # removed by `normalize`, as the service does, which says so too
         stats.controls += 1
@@ -331,6 +335,8 @@ def interactive(translator: Translator, nbest: Optional[int] = None,
             except CorpusError as e:
                 print(f"error: {e}", file=sys.stderr)
                 continue
+        else:   # one typed line, one sentence, as a line of a file
+            line = one_line(line)
         rows, best = translation_rows(translator, [line], n, nbest, alignment, [prefix] if json_input else None)
         print(rows[0], flush=True)
         if on_line is not None:

@@ -7,7 +7,7 @@ scores.json in `nmt.scoring`.
 from __future__ import annotations
 
 import logging
-import re
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -19,10 +19,10 @@ import numpy as np
 from nmt import checkpoint as ckpt
 from nmt.batching import pad_sources
 from nmt.config import Config, DecodeConfig
-from nmt.corpus import count_lines, lone_surrogate, normalize
-from nmt.download import sha256_file
+from nmt.corpus import LINE_BREAKS, count_lines, lone_surrogate, normalize
 from nmt.models import build_model
 from nmt.models.base import Seq2SeqModel
+from nmt.members import check_member_vocabulary, refuse_repeated_member
 from nmt.models.ensemble import as_model
 from nmt.parallel import check_gpus, concurrent_devices_safe
 from nmt.prefix import WORD_START, split_last_word, word_table
@@ -39,8 +39,6 @@ CHARS_PER_TOKEN = 16
 # MXNet 1.9.1's builds index arrays with 32-bit integers: a search step's scores (hypotheses x target vocabulary)
 # must stay below this (`search_too_wide`).
 MAX_ARRAY_SIZE = 2 ** 31
-# str.splitlines() boundaries: a translation must never add a line to the output.
-_LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 
 Hyps = List[Tuple[List[int], float]]
 
@@ -61,34 +59,6 @@ def _load_net(model_dir: Path, cfg: Config, src_tok: Tokenizer, tgt_tok: Tokeniz
     return net, path
 
 
-def _check_member_vocabulary(member: Path, model_dir: Path, what: str, mine: Tokenizer, theirs: Tokenizer) -> None:
-    if mine.lang != theirs.lang or not mine.same_vocabulary(theirs):
-        raise ckpt.CheckpointError(
-            f"{member}: cannot join an ensemble with {model_dir}: its {what} SentencePiece model ({theirs.lang}, "
-            f"{theirs.vocab_size} pieces) differs from {mine.path} ({mine.lang}, {mine.vocab_size} pieces); "
-            "ensemble members must share both vocabularies (train them on the same data with the same "
-            "--vocab-size and --spm-model-type)")
-
-
-def _refuse_repeated_member(member: Path, members: Sequence[Path], which: str) -> None:
-    """CheckpointError if `member` is one of `members` (by path or link): the ensemble's mean would weigh that model
-    twice. A copy of one (its `which` parameters the same bytes) is warned about: it decodes as that model alone."""
-    def digest(model_dir: Path) -> Optional[str]:   # None: no such file, unreadable; loading it will say so
-        try:
-            return sha256_file(ckpt.params_path(model_dir, which))
-        except OSError:
-            return None
-    mine = digest(member)
-    for earlier in members:
-        if member.resolve() == earlier.resolve():
-            raise ckpt.CheckpointError(
-                f"{member}: cannot join an ensemble with {members[0]}: it is {earlier} again, and the ensemble's "
-                "mean would count that model twice; give each model directory once")
-        if mine is not None and mine == digest(earlier):
-            logger.warning("%s: its %s parameters are those of %s (the same bytes: a copy); the ensemble translates "
-                           "as that model alone would, more slowly", member, which, earlier)
-
-
 def search_too_wide(beam: int, batch: int, vocab: int, beam_flag: str, batch_flag: str) -> str:
     """Why a search of `beam` hypotheses for each of `batch` sentences cannot run over a `vocab`-piece target
     vocabulary (its step's scores pass `MAX_ARRAY_SIZE`), naming the flags that set them; "" when it can."""
@@ -99,9 +69,18 @@ def search_too_wide(beam: int, batch: int, vocab: int, beam_flag: str, batch_fla
             f"search step, more than MXNet's 32-bit indices reach (2**31): lower {beam_flag} or {batch_flag}")
 
 
+def checked_decode(decode) -> DecodeConfig:
+    """`decode` with its checks run again (`DecodeConfig.check`): one changed by hand fails with the config's own
+    message before it is used, not as empty translations or deep inside a search."""
+    if not isinstance(decode, DecodeConfig):
+        raise TypeError(f"decode must be a DecodeConfig, got {type(decode).__name__}")
+    decode.check()
+    return decode
+
+
 def one_line(text: str) -> str:
-    """`text` with line-break characters turned into spaces, so one input line always gives one output line."""
-    return _LINE_BREAKS.sub(" ", text)
+    """`text` with line-break characters (`LINE_BREAKS`) turned into spaces: one input line gives one output line."""
+    return LINE_BREAKS.sub(" ", text)
 
 
 class Translator:
@@ -145,8 +124,9 @@ class Translator:
         `which` checkpoints decode together with this one, following the mean of their log-probabilities."""
         if isinstance(ensemble, (str, Path)):   # would be read as one directory per character
             raise TypeError(f"ensemble must be a list of model directories, not one ({str(ensemble)!r}): give [dir]")
-        if decode is not None and not isinstance(decode, DecodeConfig):
-            raise TypeError(f"decode must be a DecodeConfig, got {type(decode).__name__}")
+        if not isinstance(model_dir, (str, os.PathLike)):
+            raise TypeError(f"model_dir must be a model directory (str or Path), got {type(model_dir).__name__}")
+        decode = None if decode is None else checked_decode(decode)
         model_dir = Path(model_dir)
         cfg, src_tok, tgt_tok = _load_tokenizers(model_dir)
         decode = decode or cfg.decode
@@ -159,8 +139,8 @@ class Translator:
         for other in map(Path, ensemble):   # every member's vocabularies are checked before any model is loaded
             o_cfg, o_src, o_tgt = _load_tokenizers(other)
             for what, mine, theirs in (("source", src_tok, o_src), ("target", tgt_tok, o_tgt)):
-                _check_member_vocabulary(other, model_dir, what, mine, theirs)
-            _refuse_repeated_member(other, [model_dir] + [d for d, _ in others], str(which))
+                check_member_vocabulary(other, model_dir, what, mine, theirs)
+            refuse_repeated_member(other, [model_dir] + [d for d, _ in others], str(which))
             others.append((other, o_cfg))
         dirs = [(model_dir, cfg)] + others
 
@@ -190,6 +170,7 @@ class Translator:
 
     def source_ids(self, lines: Iterable[str], first_line: int = 1) -> List[List[int]]:
         """Normalized, tokenized, length-limited source ids (warnings name the line as first_line + index)."""
+        checked_decode(self.decode)
         cut: Set[int] = set()   # lines cut to the character guard: counted once in `truncated`
         return self._ids(self.src_tok, self._texts(lines, first_line, "input line", cut=cut), first_line,
                          "input line", cut)
@@ -265,7 +246,7 @@ class Translator:
                       first_line: int = 1, prefixes: Optional[Sequence[Optional[str]]] = None) -> List[Hyps]:
         """Per input line, up to `nbest` (target ids, normalized log-probability), best first ([]: empty line).
         `prefixes`: per line, text its translations must start with (None or "": none; see `nmt.search`)."""
-        beam = self.decode.beam_size if beam_size is None else beam_size
+        beam = self._beam(beam_size)
         self.check_search(beam, nbest)
         src = self.source_ids(lines, first_line)
         return self.search_ids(src, beam, nbest, self._prefixes_for(src, prefixes, first_line))
@@ -288,6 +269,11 @@ class Translator:
         self.share_out(todo, lambda ctx, model, chunk: self._decode_chunk(ctx, model, ids, prefixes, chunk, beam,
                                                                           nbest, out))
         return out
+
+    def _beam(self, beam_size: Optional[int]) -> int:
+        """`beam_size`, or the decode settings' beam for None, after checking the settings (`checked_decode`)."""
+        decode = checked_decode(self.decode)
+        return decode.beam_size if beam_size is None else beam_size
 
     def check_search(self, beam: int, nbest: int) -> None:
         """ValueError for a beam or nbest the search cannot give (nbest > 1 needs beam search, not sampling, and
@@ -365,7 +351,7 @@ class Translator:
         """A `nmt.continuous.ContinuousDecoder` on the first device: sentences added at any time join the running
         search (what a service uses); `max_batch` defaults to the decode batch size."""
         from nmt.continuous import ContinuousDecoder   # not at import time: only the service needs it
-        beam = self.decode.beam_size if beam_size is None else beam_size
+        beam = self._beam(beam_size)
         return ContinuousDecoder(self, beam, nbest, max_batch or self.decode.batch_size)
 
     def translate_nbest(self, lines: Union[str, Iterable[str]], nbest: int, beam_size: Optional[int] = None,
@@ -384,7 +370,7 @@ class Translator:
         """`translate_nbest` with each translation's word alignment: per input line, up to `nbest` (translation,
         score, links), links being (source word, translation word) pairs counted from 0 (`nmt.align`)."""
         from nmt.align import align_ids
-        beam = self.decode.beam_size if beam_size is None else beam_size
+        beam = self._beam(beam_size)
         self.check_search(beam, nbest)
         src = self.source_ids(lines, first_line)
         hyps = self.search_ids(src, beam, nbest, self._prefixes_for(src, prefixes, first_line))

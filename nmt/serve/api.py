@@ -25,7 +25,7 @@ from nmt.corpus import hangul_counts, normalize, other_language_warning
 from nmt.manifest import CheckpointError
 from nmt.serve.batcher import DEFAULT_MAX_WAIT_MS, Batcher, Closed, QueueFull, TimedOut
 from nmt.serve.schema import (AttentionRequest, Limits, RequestError, TranslateRequest, check_attention,
-                              check_prefixes, check_translate, parse, read_body)
+                              check_prefixes, check_translate, error_responses, parse, read_body)
 
 logger = logging.getLogger("nmt.serve")
 PAGE = Path(__file__).with_name("page.html")
@@ -152,7 +152,8 @@ def create_app(service: Service) -> FastAPI:
 
 class HeadAsGet:
     """ASGI middleware: a HEAD request is answered as its GET, without the body (RFC 9110), so that every GET
-    endpoint answers HEAD with one route, which alone is in the OpenAPI document."""
+    endpoint answers HEAD with one route, which alone is in the OpenAPI document. The request's state says it was a
+    HEAD (`head`), for the 405 of a path without GET."""
 
     def __init__(self, app):
         self.app = app
@@ -165,7 +166,8 @@ class HeadAsGet:
             if message["type"] == "http.response.body":
                 message = {**message, "body": b""}
             await send(message)
-        return await self.app({**scope, "method": "GET"}, receive, without_body)
+        state = {**scope.get("state", {}), "head": True}
+        return await self.app({**scope, "method": "GET", "state": state}, receive, without_body)
 
 
 ENDPOINTS = "POST /translate, POST /attention, GET /health, GET /info, GET /docs and GET / (the web page)"
@@ -180,8 +182,9 @@ def _add_error_handlers(app: FastAPI) -> None:
         if "GET" in headers.get("Allow", "").split(", "):   # HEAD is answered wherever GET is (HeadAsGet)
             headers["Allow"] += ", HEAD"
         allowed = headers.get("Allow")
+        method = "HEAD" if getattr(request.state, "head", False) else request.method   # HeadAsGet made it a GET
         message = {404: f"not found: {path}; the endpoints are {ENDPOINTS}",
-                   405: f"{request.method} is not allowed on {path}" + (f": use {allowed}" if allowed else "")
+                   405: f"{method} is not allowed on {path}" + (f": use {allowed}" if allowed else "")
                    }.get(e.status_code, str(e.detail))
         return JSONResponse({"error": message, "field": None}, status_code=e.status_code, headers=headers)
 
@@ -247,7 +250,8 @@ async def _parse_request(request: Request, model: type, limits: Limits):
 def _add_routes(app: FastAPI, service: Service) -> None:
     limits = service.limits
 
-    @app.post("/translate", openapi_extra=_body_schema(TranslateRequest))
+    @app.post("/translate", openapi_extra=_body_schema(TranslateRequest),
+              responses=error_responses(400, 413, 415, 422, 500, 503, 504))
     async def translate(request: Request) -> dict:
         """Translations with scores, in input order: per sentence the best and its n-best list (best first).
         Over-long lines are cut as nmt-translate cuts them, with a warning."""
@@ -274,7 +278,8 @@ def _add_routes(app: FastAPI, service: Service) -> None:
         return {"src_lang": tr.src_lang, "tgt_lang": tr.tgt_lang, "beam_size": beam, "warnings": warnings,
                 "translations": [_translation_item(h, req.alignment) for h in nbests]}
 
-    @app.post("/attention", openapi_extra=_body_schema(AttentionRequest))
+    @app.post("/attention", openapi_extra=_body_schema(AttentionRequest),
+              responses=error_responses(400, 413, 415, 422, 500, 503, 504))
     async def attention(request: Request) -> dict:
         """The attention weights (target piece x source piece) of one sentence's greedy translation, or of the
         translation given (cut to max_input_tokens pieces, with a warning, as lines are)."""
@@ -293,7 +298,8 @@ def _add_routes(app: FastAPI, service: Service) -> None:
 
 
 def _add_status_routes(app: FastAPI, service: Service) -> None:
-    @app.get("/health")
+    @app.get("/health", responses={503: {"description": "the server is shutting down: the same body, with \"status\": "
+                                                       "\"shutting down\""}, **error_responses(500)})
     async def health() -> JSONResponse:
         """200 while the server takes requests (503 once it is shutting down), with its queue sizes."""
         body = {"status": "shutting down" if service.stopping else "ok",
@@ -303,7 +309,7 @@ def _add_status_routes(app: FastAPI, service: Service) -> None:
                            for p, m in service.models.items()}}
         return JSONResponse(body, status_code=503 if service.stopping else 200)
 
-    @app.get("/info")
+    @app.get("/info", responses=error_responses(500))
     async def info() -> dict:
         """The models (languages, architecture, best recorded test score with its sacreBLEU signature), limits."""
         return {"models": [m.info() for m in service.models.values()], "limits": vars(service.limits)}

@@ -38,6 +38,30 @@ class RequestError(Exception):
         return {"error": self.message, "field": self.field}
 
 
+class ErrorBody(BaseModel):
+    """The body of every refusal and failure (`RequestError.to_json`), as the OpenAPI document shows it."""
+    error: str = Field(description="what is wrong and what to change")
+    field: Optional[str] = Field(description="the request field at fault (text[1], beam_size, ...); null when no "
+                                             "one field is")
+
+
+# Each refusal's status and when it is given (docs/serving.md), for the OpenAPI document.
+ERRORS = {400: "the body is not UTF-8, not JSON, or nested more than 32 levels deep",
+          413: "the body is over --max-body-bytes, or (/translate) has more sentences than --max-sentences",
+          415: "the body is compressed (any Content-Encoding but identity)",
+          422: "a field is wrong: its type or range, a language no model has, text on several lines, ...",
+          500: "the server failed (a bug); its log has the details",
+          503: "the queue is full or the server is shutting down; retry after Retry-After seconds",
+          504: "over the per-request time limit (--timeout)"}
+RETRY_AFTER = {"Retry-After": {"description": "seconds to wait before retrying", "schema": {"type": "integer"}}}
+
+
+def error_responses(*statuses: int) -> dict:
+    """FastAPI's `responses` for these statuses: each with its `ERRORS` description and the `ErrorBody` model."""
+    return {s: {"model": ErrorBody, "description": ERRORS[s], **({"headers": RETRY_AFTER} if s == 503 else {})}
+            for s in statuses}
+
+
 @dataclass
 class Limits:
     """What one request may ask for; each default keeps one request's work and memory small."""

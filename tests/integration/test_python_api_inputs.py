@@ -4,6 +4,7 @@ used from two threads at once. Each is an error naming the argument before any w
 breaks the calls that follow."""
 from __future__ import annotations
 
+import re
 import threading
 
 import mxnet as mx
@@ -110,6 +111,58 @@ def test_a_string_where_a_list_belongs_is_refused(tr, model_dir, lines):
         tr.translate(None)
     with pytest.raises(TypeError, match="^lines must be a list of sentences, not one string"):   # not "5 lines"
         tr.continuous().add(lines[0], ["k"])
+
+
+def test_a_model_dir_that_is_no_path_is_named(model_dir):
+    """from_dir(None) and from_dir(5) failed in pathlib: "expected str, bytes or os.PathLike object"."""
+    for bad, got in ((None, "NoneType"), (5, "int"), ([str(model_dir)], "list")):
+        with pytest.raises(TypeError, match=fr"^model_dir must be a model directory \(str or Path\), got {got}$"):
+            Translator.from_dir(bad)
+
+
+def test_decode_settings_changed_by_hand_are_checked_at_the_next_call(tr, lines):
+    """`tr.decode.max_input_tokens = 0` gave ["", ""] with a log warning (DecodeConfig's checks ran only when it was
+    made); `tr.decode = None` or a dict, an AttributeError deep inside the first call."""
+    import dataclasses
+    import nmt.plot
+    from nmt.config import ConfigError
+    mine = Translator(tr.net, tr.src_tok, tr.tgt_tok, dataclasses.replace(tr.decode))
+    calls = {"translate": lambda: mine.translate([lines[0], lines[0]]),
+             "translate_nbest": lambda: mine.translate_nbest([lines[0]], 2, beam_size=3),
+             "translate_aligned": lambda: mine.translate_aligned([lines[0]], beam_size=2),
+             "score_lines": lambda: score_lines(mine, [lines[0]], ["x"]),
+             "align": lambda: align(mine, [lines[0]], ["x"]),
+             "attention": lambda: nmt.plot.attention(mine, lines[0]),
+             "continuous": lambda: mine.continuous()}
+    for field, value, says in (("max_input_tokens", 0, "--max-input-tokens must be an integer >= 1 (got 0)"),
+                               ("beam_size", "4", "--beam-size must be an integer >= 1 (got '4')"),
+                               ("length_penalty_alpha", -1.0, "--length-penalty must be a number >= 0 (got -1.0)")):
+        setattr(mine.decode, field, value)
+        for name, call in calls.items():
+            with pytest.raises(ConfigError, match=f"^{re.escape(says)}$"):
+                call()
+        setattr(mine.decode, field, getattr(tr.decode, field))
+    for bad, got in (({"beam_size": 2}, "dict"), (None, "NoneType")):
+        mine.decode = bad
+        for name, call in calls.items():
+            with pytest.raises(TypeError, match=f"^decode must be a DecodeConfig, got {got}$"):
+                call()
+    mine.decode = dataclasses.replace(tr.decode)
+    assert mine.translate([lines[0]]) == tr.translate([lines[0]])
+
+
+def test_an_attention_plot_that_cannot_be_written_names_its_path(tr, lines, tmp_path):
+    """A directory gave IsADirectoryError naming a temporary file ('/tmp/.x.040cef36.tmp' -> '/tmp/x'), a directory
+    where no file can be made FileNotFoundError naming one ('/proc/.x.png.5f438d72.tmp')."""
+    from nmt.plot import save_attention_plot
+    from nmt.storage import StorageError
+    with pytest.raises(StorageError, match=f"^cannot write {re.escape(str(tmp_path))}: Is a directory \\[errno "
+                                           "EISDIR\\]; give the path of a file, not of a directory$"):
+        save_attention_plot(tr, lines[0], tmp_path)
+    with pytest.raises(StorageError, match=r"^cannot write /proc/x\.png: cannot create a file in /proc \(.*\); "
+                                           "choose another directory$"):
+        save_attention_plot(tr, lines[0], "/proc/x.png")
+    assert [p.name for p in tmp_path.parent.iterdir() if p.name.startswith(f".{tmp_path.name}.")] == []
 
 
 def test_nothing_to_score_and_translations_that_are_no_text_are_named(tr, lines):

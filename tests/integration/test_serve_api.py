@@ -89,8 +89,9 @@ def test_attention_of_the_greedy_translation(http, translator, serve_sentences):
     assert len(a["weights"]) == len(a["tgt_pieces"]) and len(a["weights"][0]) == len(a["src_pieces"])
     assert all(abs(sum(row) - 1) < 0.01 for row in a["weights"])
     assert http.post("/attention", json={"text": "  "}).status_code == 422
-    r = http.post("/attention", json={"text": "리 니\n차"})
-    assert r.status_code == 422 and "text has text on 2 lines" in r.json()["error"]
+    for sep in ("\n", "\u2028", "\x1e"):   # "\n", and str.splitlines' other boundaries with it
+        r = http.post("/attention", json={"text": f"리 니{sep}차"})
+        assert r.status_code == 422 and "text has text on 2 lines" in r.json()["error"], sep
 
 
 def test_attention_of_a_given_translation_is_its_forced_attention(http, translator, serve_sentences):
@@ -108,8 +109,9 @@ def test_attention_of_a_given_translation_is_its_forced_attention(http, translat
         want = forced_attention(translator, src_ids, translator.tgt_tok.encode([translation]))[0]
         np.testing.assert_allclose(a["weights"], want, atol=1e-4)
         assert all(abs(sum(row) - 1) < 0.01 for row in a["weights"]) and a["warnings"] == []
-    r = http.post("/attention", json={"text": source, "translation": "a\nb"})
-    assert r.status_code == 422 and "translation has text on 2 lines" in r.json()["error"]
+    for sep in ("\n", "\u2029", "\x0c"):
+        r = http.post("/attention", json={"text": source, "translation": f"a{sep}b"})
+        assert r.status_code == 422 and "translation has text on 2 lines" in r.json()["error"], sep
 
 
 HOSTILE = {   # name: (body, expected status, words the error must contain)
@@ -123,6 +125,8 @@ HOSTILE = {   # name: (body, expected status, words the error must contain)
     "10,000 sentences": (json.dumps({"text": ["가"] * 10_000}).encode(), 413, "at most 256"),
     "lone surrogate": (b'{"text": ["\\udc80 x"]}', 422, "lone surrogate U+DC80"),
     "two lines in one": (b'{"text": ["a", "b\\nc"]}', 422, "text[1] has text on 2 lines"),
+    "U+2028 in one": (b'{"text": ["a", "b\\u2028c"]}', 422, "text[1] has text on 2 lines"),
+    "FS in one": (b'{"text": ["b\\u001cc\\u0085d"]}', 422, "text[0] has text on 3 lines"),
     "unknown field": (b'{"text": ["a"], "beem_size": 4}', 422, "unknown field 'beem_size'"),
     "huge beam_size": (b'{"text": ["a"], "beam_size": 1000000000}', 422, "between 1 and 16"),
     "nbest over beam": (b'{"text": ["a"], "beam_size": 2, "nbest": 5}', 422, "raise beam_size"),

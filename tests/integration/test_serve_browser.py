@@ -134,6 +134,27 @@ def test_several_lines_are_translated_line_by_line(translator, serve_sentences, 
         driver.quit()
 
 
+def test_a_line_separator_in_pasted_text_ends_a_line(translator, serve_sentences):
+    """Text pasted with U+2028 (LINE SEPARATOR) between two sentences was sent as one line, which the API refuses
+    (text on 2 lines): the page now ends lines where the API does."""
+    from selenium.webdriver.common.by import By
+    driver = browser()
+    lines = [serve_sentences[1], serve_sentences[2]]
+    try:
+        with background_server(make_app(translator)) as url:
+            translate_on_page(driver, url, "x")
+            driver.execute_script("document.getElementById('source').value = arguments[0];", "\u2028".join(lines))
+            driver.find_element(By.ID, "go").click()
+            wait_done(driver)
+            assert driver.find_element(By.ID, "error").text == ""
+            beam, nbest = (int(driver.find_element(By.ID, k).get_attribute("value")) for k in ("beam", "nbest"))
+            api = httpx.post(url + "/translate", json={"text": lines, "beam_size": beam, "nbest": nbest}).json()
+            shown = driver.find_elements(By.CSS_SELECTOR, "#translation .line")
+            assert [d.text for d in shown] == [t["translation"] for t in api["translations"]]
+    finally:
+        driver.quit()
+
+
 def test_pointing_at_a_word_marks_the_words_it_is_aligned_with(translator, serve_sentences, tmp_path):
     """The page asks for word alignments: pointing at a word of the best translation marks it and the source words
     the API links it to, and the other way round; the heatmap shows that translation's attention; an empty box is

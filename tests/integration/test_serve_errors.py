@@ -170,6 +170,36 @@ def test_404_and_405_are_in_the_documented_shape_and_head_is_answered(http):
     assert set(paths["/health"]) == {"get"} and set(paths["/info"]) == {"get"}
 
 
+def test_a_head_to_a_path_without_get_is_a_405_naming_head(http):
+    """HEAD /translate was answered as a GET (HeadAsGet), so its 405 said "GET is not allowed on /translate"."""
+    for path in ("/translate", "/attention"):   # no body (HEAD), but the length of the one a GET would get
+        r = http.head(path)
+        assert r.status_code == 405 and r.headers["allow"] == "POST" and r.content == b"", path
+        body = f'{{"error":"HEAD is not allowed on {path}: use POST","field":null}}'
+        assert r.headers["content-length"] == str(len(body)), path
+    r = http.get("/translate")   # a GET's 405 still says GET, and a HEAD of a GET path is still answered
+    assert r.status_code == 405 and r.json()["error"] == "GET is not allowed on /translate: use POST"
+    assert http.head("/health").status_code == 200
+
+
+def test_the_openapi_document_lists_the_error_answers(http):
+    """/openapi.json listed only the 200 answer of each path, so a client generator knew none of the refusals."""
+    doc = http.get("/openapi.json").json()
+    error = doc["components"]["schemas"]["ErrorBody"]
+    assert set(error["properties"]) == {"error", "field"} and set(error["required"]) == {"error", "field"}
+    ref = {"$ref": "#/components/schemas/ErrorBody"}
+    for path, statuses in (("/translate", {400, 413, 415, 422, 500, 503, 504}),
+                           ("/attention", {400, 413, 415, 422, 500, 503, 504}), ("/info", {500})):
+        answers = doc["paths"][path]["post" if path != "/info" else "get"]["responses"]
+        assert set(answers) == {"200"} | {str(s) for s in statuses}, path
+        for s in statuses:
+            assert answers[str(s)]["content"]["application/json"]["schema"] == ref and answers[str(s)]["description"]
+        if 503 in statuses:
+            assert "Retry-After" in answers["503"]["headers"]
+    health = doc["paths"]["/health"]["get"]["responses"]
+    assert set(health) == {"200", "500", "503"} and "shutting down" in health["503"]["description"]
+
+
 def test_a_failure_in_the_worker_is_a_json_500_without_the_traceback(translator, serve_sentences):
     """A worker exception was a 500 text/plain "Internal Server Error"; the answer is now JSON, and the traceback is
     in the server's log only."""

@@ -110,6 +110,9 @@ BAD_LINES = {   # the third line: the words the error must contain
     '{"text": "가", "text": "나"}': "field 'text' is given twice; give each field once",
     '{"target_prefix": "ga"}': "field 'text' (the sentence to translate, a string) is missing",
     '{"text": "가", "target_prefix": "a\\nb"}': "field 'target_prefix' has text on 2 lines",
+    '{"text": "가\\u2028나"}': "field 'text' has text on 2 lines",   # str.splitlines' boundaries, as "\\n"
+    '{"text": "가", "target_prefix": "a\\u001cb\\u000bc"}': "field 'target_prefix' has text on 3 lines",
+    '{"text": "가\u2028나"}': "field 'text' has text on 2 lines",   # unescaped: JSON allows U+2028 in a string
     '"가"': "a JSON string, not an object",
     '{"text": "가", "target_prefix": "\\ud800"}': "field 'target_prefix' has a lone surrogate U+D800 at character 0",
     '{"text": "가"': "not JSON (Expecting ',' delimiter at character 13)",

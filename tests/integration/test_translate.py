@@ -88,6 +88,11 @@ def test_text_on_several_lines_is_refused_not_cut_to_its_first(tr, src_lines):
         tr.translate([src_lines[0], src_lines[1] + "\n" + src_lines[2]])
     with pytest.raises(ValueError, match="has text on 3 lines"):
         tr.translate("a\r\nb\rc")
+    # str.splitlines' other line boundaries (one_line breaks output lines there too) were read as one sentence
+    with pytest.raises(ValueError, match=r"lines\[0\] has text on 2 lines: give each line as its own item"):
+        tr.translate(["고마워요.\u2028오늘 날씨가 좋네요."])
+    with pytest.raises(ValueError, match=r"lines\[1\] has text on 3 lines"):
+        tr.translate_nbest([src_lines[0], src_lines[1] + "\x1c" + src_lines[2] + "\x0b" + src_lines[3]], 1)
     assert tr.translate([src_lines[1] + "\n", "\n" + src_lines[1] + "\r\n\n"]) == tr.translate([src_lines[1]] * 2)
 
 
@@ -196,6 +201,20 @@ def test_cr_line_ends_are_named_after_writing_the_lines_before(tr, tmp_path, cap
     assert code == 2 and "Traceback" not in err
     assert f"error: {path}:3: carriage returns (CR) split the line into 2 lines" in err and "tr '\\r' '\\n'" in err
     assert out.read_text(encoding="utf-8").splitlines() == tr.translate(["리 니", "차"])
+
+
+def test_a_line_of_a_file_with_other_line_separators_is_one_line(tr, tmp_path, capsys):
+    """Only LF (and a CR, refused above) ends a line of a file: U+2028, VT, FS or NEL in one is part of it, a space
+    once normalized, as in the model's training data. (The Python API refuses them in an item: str.splitlines and
+    the output side break lines there.) The prompt reads a line the same way."""
+    path = tmp_path / "in.ko"
+    path.write_bytes("리 니\n차\u2028두포\x0b푸시\x1c차\x85리\n니\n".encode())
+    out = tmp_path / "out.en"
+    code, _, err = run(["--model-dir", tr.model_dir, "--input", path, "--output", out], capsys)
+    assert code == 0 and "error" not in err, err
+    assert out.read_text(encoding="utf-8").split("\n") == tr.translate(["리 니", "차 두포 푸시 차 리", "니"]) + [""]
+    assert interactive(tr, read=typing(["차\u2028두포 푸시", "니"])) == 0
+    assert capsys.readouterr().out.split("\n") == [*tr.translate(["차 두포 푸시", "니"]), ""]
 
 
 def test_invalid_utf8_replaced_on_request(tr, tmp_path, capsys):

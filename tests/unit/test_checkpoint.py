@@ -30,6 +30,30 @@ def test_atomic_write_keeps_the_old_file_on_failure(tmp_path):
     assert os.listdir(tmp_path) == ["f.txt"]   # no temporary file left behind
 
 
+def test_an_atomic_write_that_cannot_be_made_names_the_path_given(tmp_path, capsys):
+    """A directory at the path gave IsADirectoryError naming a temporary file ('/tmp/.x.040cef36.tmp' -> '/tmp/x');
+    a directory where no file can be created, FileNotFoundError naming one ('/proc/.x.png.5f438d72.tmp')."""
+    import re
+    from nmt.commands import run_cli
+    from nmt.storage import StorageError
+    (tmp_path / "d").mkdir()
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "link").symlink_to(tmp_path / "d")
+    for path, says in ((tmp_path / "d", "Is a directory [errno EISDIR]; give the path of a file, not of a directory"),
+                       (tmp_path / "link", "Is a directory [errno EISDIR]"),
+                       (tmp_path / "file" / "x.png", "Not a directory [errno ENOTDIR]; a part of the path is a file"),
+                       (Path("/proc/x.png"), "cannot create a file in /proc ("),
+                       (Path("/proc/nmt-none/x.png"), "cannot make its directory /proc/nmt-none (")):
+        with pytest.raises(StorageError, match=f"^cannot write {re.escape(str(path))}: {re.escape(says)}"):
+            atomic_write_text(path, "x")
+    assert sorted(os.listdir(tmp_path)) == ["d", "file", "link"] and os.listdir(tmp_path / "d") == []
+    assert (tmp_path / "file").read_text() == "x"
+    # a command's one-line error, not a traceback
+    assert run_cli(lambda: atomic_write_text(tmp_path / "d", "x")) == 2
+    assert capsys.readouterr().err == (f"error: cannot write {tmp_path / 'd'}: Is a directory [errno EISDIR]; give "
+                                       "the path of a file, not of a directory\n")
+
+
 @pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
 def test_atomic_writes_get_the_permissions_of_a_plain_write(tmp_path, umask, mode):
     """Not mkstemp's private 0600: a model directory must be readable wherever it is copied or shared."""

@@ -320,4 +320,16 @@ def test_count_lines_counts_lines_with_text_on_them():
     from nmt.corpus import count_lines
     assert [count_lines(t) for t in ("", " ", "a", "a\n", "\r\na\r\n\n", "a\nb", "a\r\nb", "a\rb", "a\n \n\tb\rc")] \
         == [0, 0, 1, 1, 1, 2, 2, 2, 3]
-    assert count_lines("a\u2028b\x85c\x0bd") == 1   # soft breaks, whitespace to normalize(): one sentence
+    # str.splitlines' other boundaries too, where the output side (translate.one_line) breaks lines; not \x1f or tab
+    assert count_lines("a\u2028b\x85c\x0bd") == 4 and count_lines("a\x1fb\tc\u2028") == 1
+    assert [count_lines(f"a{c}b") for c in "\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"] == [2] * 8
+
+
+def test_a_line_of_a_file_is_split_at_carriage_returns_only():
+    """A line of a file is what lies between LFs: a CR left in it is an old Mac line end (refused), while U+2028 and
+    the like stay in it (normalize makes them spaces)."""
+    from nmt.stream import decode_line
+    line = "가\u2028나\x0b다\x1c라\x85마"
+    assert decode_line(line.encode(), 3, "in.ko") == (line, False) and normalize(line) == "가 나 다 라 마"
+    with pytest.raises(CorpusError, match="^in.ko:3: carriage returns \\(CR\\) split the line into 2 lines"):
+        decode_line("가\u2028나\r다 ".encode(), 3, "in.ko")

@@ -44,6 +44,8 @@ def test_valid_request_uses_the_model_beam_by_default():
     ({"text": ["a"], "beam_size": 2, "nbest": 3}, 422, ["nbest", "raise beam_size"]),
     ({"text": ["ok", "x\ud800y"]}, 422, ["text[1]", "lone surrogate U+D800", "character 1"]),
     ({"text": ["ok", "one.\ntwo.\r\nthree."]}, 422, ["text[1] has text on 3 lines", "its own sentence"]),
+    ({"text": ["ok", "one.\u2028two."]}, 422, ["text[1] has text on 2 lines", "its own sentence"]),   # splitlines'
+    ({"text": ["one.\x1ctwo.\x0bthree.", "ok"]}, 422, ["text[0] has text on 3 lines"]),
     # a RecursionError (a 500) in the parser; at 990 levels, or not, depending on how deep the caller's stack is
     (b"[" * 3000 + b"]" * 3000, 400, ["nested too deeply", "more than 32 levels"]),
     (b'{"text": ' + b"[" * 3000 + b"]" * 3000 + b"}", 400, ["nested too deeply"]),

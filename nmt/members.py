@@ -1,0 +1,43 @@
+"""The further model directories of an ensemble (`Translator.from_dir(path, ensemble=[...])`), checked before any
+model loads: each must share both vocabularies with the first, and none may be a model already in the ensemble.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Optional, Sequence
+
+from nmt import checkpoint as ckpt
+from nmt.download import sha256_file
+from nmt.tokenizer import Tokenizer
+
+logger = logging.getLogger("nmt.translate")   # the messages of Translator.from_dir
+
+
+def check_member_vocabulary(member: Path, model_dir: Path, what: str, mine: Tokenizer, theirs: Tokenizer) -> None:
+    """CheckpointError unless `member`'s `what` (source or target) tokenizer `theirs` is `model_dir`'s, `mine`."""
+    if mine.lang != theirs.lang or not mine.same_vocabulary(theirs):
+        raise ckpt.CheckpointError(
+            f"{member}: cannot join an ensemble with {model_dir}: its {what} SentencePiece model ({theirs.lang}, "
+            f"{theirs.vocab_size} pieces) differs from {mine.path} ({mine.lang}, {mine.vocab_size} pieces); "
+            "ensemble members must share both vocabularies (train them on the same data with the same "
+            "--vocab-size and --spm-model-type)")
+
+
+def refuse_repeated_member(member: Path, members: Sequence[Path], which: str) -> None:
+    """CheckpointError if `member` is one of `members` (by path or link): the ensemble's mean would weigh that model
+    twice. A copy of one (its `which` parameters the same bytes) is warned about: it decodes as that model alone."""
+    def digest(model_dir: Path) -> Optional[str]:   # None: no such file, unreadable; loading it will say so
+        try:
+            return sha256_file(ckpt.params_path(model_dir, which))
+        except OSError:
+            return None
+    mine = digest(member)
+    for earlier in members:
+        if member.resolve() == earlier.resolve():
+            raise ckpt.CheckpointError(
+                f"{member}: cannot join an ensemble with {members[0]}: it is {earlier} again, and the ensemble's "
+                "mean would count that model twice; give each model directory once")
+        if mine is not None and mine == digest(earlier):
+            logger.warning("%s: its %s parameters are those of %s (the same bytes: a copy); the ensemble translates "
+                           "as that model alone would, more slowly", member, which, earlier)
