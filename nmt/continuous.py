@@ -81,6 +81,19 @@ class ContinuousDecoder:
                 out += [(self.keys.pop(i), nbest) for (i, _), nbest in zip(done, texts)]
         return out
 
+    def cancel(self, keys: Sequence[Hashable]) -> None:
+        """Stop translating the lines added under `keys` (nobody waits for them any more): waiting ones are
+        forgotten, ones being decoded leave the batch now, and `step` returns none of them."""
+        gone = set(keys)
+        self.waiting = collections.deque(w for w in self.waiting if w[0] not in gone)
+        self.ready = [r for r in self.ready if r[0] not in gone]
+        ids = [i for i, key in self.keys.items() if key in gone]
+        if ids:
+            with self.translator.lock:
+                self.search.cancel(ids)
+            for i in ids:
+                del self.keys[i]
+
     def _join(self) -> None:
         """Move waiting sentences into the batch when the rules allow."""
         running, room = self.search.size, self.max_batch - self.search.size

@@ -28,14 +28,15 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
-from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import mxnet as mx
 import numpy as np
 
-from nmt.models.base import DecoderState, Seq2SeqModel
+from nmt.models.base import Seq2SeqModel
 from nmt.models.ensemble import as_model
 from nmt.parallel import to_device
+from nmt.search_batch import Hyps, SearchBatch
 from nmt.search_blocks import Forcing, TargetPrefix, as_prefix, update_block
 from nmt.tokenizer import BOS_ID
 
@@ -44,21 +45,6 @@ Models = Union[Seq2SeqModel, Sequence[Seq2SeqModel]]
 NBest = List[Tuple[List[int], float]]
 # per sentence, the token ids its translations must start with, or a TargetPrefix (None or []: none)
 Prefixes = Optional[Sequence[Union[None, Sequence[int], TargetPrefix]]]
-# A batch sheds its done sentences once this fraction of it is done (each change of batch shape re-plans the
-# step graph, which costs about one step).
-_COMPACT_FRACTION = 0.25
-
-
-@dataclasses.dataclass(frozen=True)
-class _Hyps(DecoderState):
-    """The search's own per-row variables, selected together with the decoder state when sentences leave: the last
-    tokens, every row's length limit, the tokens taken (`lengths`), finished flags and the raw scores."""
-
-    prev: mx.nd.NDArray
-    limits: mx.nd.NDArray
-    lengths: mx.nd.NDArray
-    finished: mx.nd.NDArray
-    scores: Optional[mx.nd.NDArray] = None
 
 
 def _max_lens(max_len: MaxLen, batch: int) -> np.ndarray:
@@ -74,136 +60,6 @@ def _max_lens(max_len: MaxLen, batch: int) -> np.ndarray:
 def length_penalty(lengths: np.ndarray, alpha: float) -> np.ndarray:
     """GNMT length penalty ((5 + |Y|) / 6) ** alpha."""
     return ((5.0 + lengths) / 6.0) ** alpha
-
-
-class _Segment:
-    """Steps between two changes of the batch: its sentences (the caller's ids) and, per step, the back-pointers
-    (beam index within the sentence) and the emitted tokens (-1: none), (steps, B, K) on the host."""
-
-    def __init__(self, ids: np.ndarray, beams: np.ndarray, emitted: np.ndarray):
-        self.ids, self.beams, self.emitted = ids, beams, emitted
-
-
-def _trace(segments: List[_Segment], ids: Sequence[int], K: int) -> Dict[int, np.ndarray]:
-    """For the sentences `ids`, (steps, K) tokens of their final slots, traced back through the back-pointers."""
-    wanted = set(int(i) for i in ids)
-    slots: Dict[int, np.ndarray] = {}
-    parts: Dict[int, list] = {i: [] for i in wanted}
-    for seg in reversed(segments):
-        pos = [p for p, i in enumerate(seg.ids) if int(i) in wanted]
-        if not pos or not len(seg.emitted):
-            continue
-        emitted, beams = seg.emitted[:, pos], seg.beams[:, pos]
-        slot = np.stack([slots.get(int(seg.ids[p]), np.arange(K)) for p in pos])   # (B', K); the last segment first
-        history = np.empty_like(emitted)
-        for t in range(len(emitted) - 1, -1, -1):
-            history[t] = np.take_along_axis(emitted[t], slot, axis=1)
-            slot = np.take_along_axis(beams[t], slot, axis=1)
-        for b, p in enumerate(pos):
-            slots[int(seg.ids[p])] = slot[b]
-            parts[int(seg.ids[p])].append(history[:, b])
-    return {i: np.concatenate(parts[i][::-1], axis=0) if parts[i] else np.zeros((0, K), np.int64) for i in wanted}
-
-
-# advance(state, hyps, first) -> (state, hyps, emitted (BK,), back-pointer rows (BK,) or None, done (B,))
-Advance = Callable[[DecoderState, _Hyps, bool], tuple]
-# a sentence that left: id, (steps, K) tokens of its final slots, their raw scores and lengths (K,) (beam search)
-Left = Tuple[int, np.ndarray, Optional[Tuple[np.ndarray, np.ndarray]]]
-
-
-class SearchBatch:
-    """The sentences searched together, K rows each, and the steps they took: `step` runs `advance` once; the done
-    sentences leave (their tokens traced back at once, `take`) and new ones may `join` between two steps."""
-
-    def __init__(self, advance: Advance, K: int):
-        self.advance, self.K = advance, K
-        self.state: Optional[DecoderState] = None
-        self.hyps: Optional[_Hyps] = None
-        self.flags: Optional[mx.nd.NDArray] = None   # the last step's sentence-done flags, read one step late
-        self.first = False                             # the state has one row per sentence, not K
-        self.ids = np.zeros(0, np.int64)
-        self.segments: List[_Segment] = []
-        self.records: list = []
-        self.left: List[Left] = []
-
-    @property
-    def size(self) -> int:
-        """Sentences in the batch."""
-        return len(self.ids)
-
-    def join(self, state: DecoderState, hyps: _Hyps, ids: np.ndarray, first: bool = False) -> None:
-        """Add sentences `ids` with their K rows of `hyps` and of `state` (or one row each with `first`, only into
-        an empty batch: its first step then runs the model once per sentence)."""
-        self._close()
-        if self.state is None:
-            self.state, self.hyps, self.flags, self.first, self.ids = state, hyps, None, first, np.asarray(ids)
-            return
-        if first:
-            raise ValueError("SearchBatch.join: first=True needs an empty batch")
-        if self.first:   # no step taken yet: one row per sentence so far
-            self.state, self.first = self.state.repeat(self.K), False
-        self.state = DecoderState.concat([self.state, state])
-        self.hyps = DecoderState.concat([self.hyps, hyps])
-        if self.flags is not None:
-            self.flags = mx.nd.concat(self.flags, mx.nd.zeros(len(ids), ctx=self.flags.context), dim=0)
-        self.ids = np.concatenate([self.ids, ids])
-
-    def step(self) -> None:
-        """One step of every sentence; the ones done before it leave (a step queued after all were done is
-        dropped)."""
-        new_state, new_hyps, emitted, rows, new_flags = self.advance(self.state, self.hyps, self.first)
-        done = None if self.flags is None else self.flags.asnumpy() > 0.5
-        if done is not None and done.all():
-            # The step just queued is dropped: let it finish, so that no computation outlives the search. A process
-            # that exits while MXNet's engine still runs one aborts ("terminate called without an active
-            # exception"): nmt-translate exited 134 in about 1 run of 6 on the tiny test model.
-            new_flags.wait_to_read()
-            self._leave(np.arange(self.size))
-            return
-        self.state, self.hyps, self.flags, self.first = new_state, new_hyps, new_flags, False
-        self.records.append((emitted, rows))
-        if done is not None and done.sum() >= max(1.0, _COMPACT_FRACTION * self.size):
-            self._leave(np.flatnonzero(done))   # done before this step means done after it
-
-    def take(self) -> List[Left]:
-        """The sentences that left since the last call."""
-        out, self.left = self.left, []
-        return out
-
-    def _close(self) -> None:
-        """Bring the current segment's tokens and back-pointers to the host."""
-        if self.records:
-            n, B, K = len(self.records), self.size, self.K
-            emitted = mx.nd.stack(*[e for e, _ in self.records]).asnumpy().astype(np.int64).reshape(n, B, K)
-            if self.records[0][1] is None:
-                beams = np.zeros_like(emitted)
-            else:
-                rows = mx.nd.stack(*[r for _, r in self.records]).asnumpy().astype(np.int64).reshape(n, B, K)
-                beams = rows - (np.arange(B) * K)[None, :, None]
-            self.segments.append(_Segment(self.ids, beams, emitted))
-        self.records = []
-
-    def _leave(self, positions: np.ndarray) -> None:
-        """The sentences at `positions` leave with their hypotheses as they are."""
-        self._close()
-        K, ctx = self.K, self.hyps.prev.context
-        gone = self.ids[positions]
-        finals = [None] * len(gone)
-        if self.hyps.scores is not None:
-            raw, lengths = (x.asnumpy().reshape(-1, K)[positions] for x in (self.hyps.scores, self.hyps.lengths))
-            finals = list(zip(raw, lengths))
-        histories = _trace(self.segments, gone, K)
-        self.left += [(int(i), histories[int(i)], final) for i, final in zip(gone, finals)]
-        keep = np.setdiff1d(np.arange(self.size), positions)
-        if len(keep) == 0:
-            self.state = self.hyps = self.flags = None
-            self.ids = np.zeros(0, np.int64)
-        else:
-            kept = to_device(keep, ctx)
-            self.state, self.hyps = self.state.select(kept), self.hyps.select(kept)
-            self.flags = mx.nd.take(self.flags, kept)
-            self.ids = self.ids[keep]
-        self.segments = [s for s in self.segments if np.isin(s.ids, self.ids).any()]
 
 
 def greedy_search(model: Models, src: mx.nd.NDArray, src_len: mx.nd.NDArray, max_len: MaxLen,
@@ -242,7 +98,7 @@ def greedy_search(model: Models, src: mx.nd.NDArray, src_len: mx.nd.NDArray, max
     search = SearchBatch(advance, 1)
     zeros = to_device(np.zeros(batch), ctx)
     search.join(model.init_state(model.encode(src, src_len)),
-                _Hyps(prev=to_device(np.full(batch, BOS_ID), ctx), limits=to_device(limits, ctx),
+                Hyps(prev=to_device(np.full(batch, BOS_ID), ctx), limits=to_device(limits, ctx),
                       lengths=zeros, finished=to_device(limits == 0, ctx), scores=zeros),
                 np.arange(batch))
     out: List[Tuple[List[int], float]] = [([], 0.0) for _ in range(batch)]
@@ -321,7 +177,7 @@ class BeamStream:
         scores = np.full((n, K), -np.inf)
         scores[:, 0] = 0.0  # one live hypothesis per sentence at the start, so beams do not duplicate it
         zeros = to_device(np.zeros(n * K), ctx)
-        hyps = _Hyps(prev=to_device(np.full(n * K, BOS_ID), ctx), limits=to_device(np.repeat(limits, K), ctx),
+        hyps = Hyps(prev=to_device(np.full(n * K, BOS_ID), ctx), limits=to_device(np.repeat(limits, K), ctx),
                      scores=to_device(scores.reshape(-1), ctx), lengths=zeros, finished=zeros, beam=K)
         first = self.size == 0
         if first:   # the first step runs the model on one row per sentence (its K beams are one hypothesis)
@@ -335,13 +191,28 @@ class BeamStream:
         self._batch.step()
         done = [(i, self._nbest(tokens, final)) for i, tokens, final in self._batch.take()]
         self.left_last_step = bool(done)
-        for i, _ in done:
+        self._forget([i for i, _ in done])
+        return done
+
+    def cancel(self, ids: Sequence[int]) -> None:
+        """Stop decoding the sentences `ids` (those still in the batch): they leave it now, and `step` never returns
+        them. For a caller that no longer waits for them (a request that timed out)."""
+        ids = [int(i) for i in ids if int(i) in self._lengths]
+        if ids:
+            self._batch.drop(ids)
+            if self._batch.first:   # no step taken yet: the first step's tokens are one BOS per sentence
+                self._bos = self._bos[:self.size]
+            self.left_last_step = True   # the batch changed shape: a good step for others to join
+            self._forget(ids)
+
+    def _forget(self, ids: Sequence[int]) -> None:
+        """Sentences `ids` have left the batch."""
+        for i in ids:
             del self._lengths[i]
             self._forcing.discard(i)
         needed = max(self._lengths.values(), default=0)
         if 0 < needed < self._width:   # the longest sources left: the rest attend over no more than they need
             self._batch.state, self._width = self._batch.state.narrow_positions(needed), needed
-        return done
 
     def _length_penalties(self, size: int) -> None:
         """Penalties of every length below `size`, computed in float64 once and rounded to float32 once."""

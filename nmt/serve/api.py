@@ -6,6 +6,7 @@ koreanize-matplotlib ships, and /docs uses the Swagger UI files of the swagger-u
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import io
@@ -265,15 +266,16 @@ def _add_routes(app: FastAPI, service: Service) -> None:
         warnings += [f"text: {language}"] if language else []
         long_lines = any(len(x) > tr.decode.max_input_tokens // 4 for x in lines + (prefixes or []))
         fewer = "send fewer sentences or a smaller beam_size"
-        warnings += await _within_limit(model.batcher.call(lambda: token_warnings(tr, lines, prefixes),
-                                                           limits.timeout_s), limits, fewer) if long_lines else []
+        if long_lines:
+            warnings += await _within_limit(model.batcher.call(lambda: token_warnings(tr, lines, prefixes),
+                                                               limits.timeout_s), limits, fewer, request)
         nbests = await _within_limit(model.batcher.translate(lines, beam, req.nbest, limits.timeout_s, prefixes),
-                                     limits, fewer)
+                                     limits, fewer, request)
         if req.alignment:   # each hypothesis gets its links: (text, score) -> (text, score, links)
             from nmt.align import align
             srcs, texts = [line for line, h in zip(lines, nbests) for _ in h], [t for h in nbests for t, _ in h]
             links = iter(await _within_limit(model.batcher.call(lambda: align(tr, srcs, texts), limits.timeout_s),
-                                             limits, "send fewer sentences or a smaller nbest"))
+                                             limits, "send fewer sentences or a smaller nbest", request))
             nbests = [[(t, s, next(links)) for t, s in h] for h in nbests]
         return {"src_lang": tr.src_lang, "tgt_lang": tr.tgt_lang, "beam_size": beam, "warnings": warnings,
                 "translations": [_translation_item(h, req.alignment) for h in nbests]}
@@ -289,7 +291,7 @@ def _add_routes(app: FastAPI, service: Service) -> None:
         try:
             a, cut = await _within_limit(model.batcher.call(lambda: attention_within(model.translator, line, given),
                                                             limits.timeout_s), limits,
-                                         "send a shorter text or translation")
+                                         "send a shorter text or translation", request)
         except ValueError as e:   # e.g. nothing left after normalization
             raise RequestError(422, f"text: {e}", "text") from None
         warnings += cut
@@ -363,15 +365,33 @@ def attention_within(translator, line: str, given: Optional[str]) -> Tuple[objec
     return attention(translator, line, translation=given), warnings
 
 
+async def _disconnected(request: Request) -> None:
+    """Return once the client has disconnected (the body is read: the next message says so, or that it ended)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
 def _pieces(translator, text: str) -> int:
     return len(translator.tgt_tok.encode([normalize(text)])[0])
 
 
-async def _within_limit(work, limits: Limits, hint: str):
+async def _within_limit(work, limits: Limits, hint: str, request: Request):
     """`work`'s result, or a 504 RequestError after the per-request time limit: saying the server is busy if the
-    work never started (it waited behind others), else `hint` (what makes the request cheaper)."""
+    work never started (it waited behind others), else `hint` (what makes the request cheaper). If the client
+    disconnects first, the work is cancelled (its sentences leave the search) and nobody gets an answer."""
+    task, gone = asyncio.ensure_future(work), asyncio.ensure_future(_disconnected(request))
     try:
-        return await work
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not task.done():
+            task.cancel()
+    if not task.done() or task.cancelled():
+        logger.info("%s %s: the client disconnected before its answer; its work was dropped", request.method,
+                    request.url.path)
+        raise RequestError(499, "the client disconnected before its answer")
+    try:
+        return task.result()
     except TimedOut as e:
         if not e.started:
             raise RequestError(504, f"the request waited the whole per-request limit of {limits.timeout_s} s "

@@ -9,9 +9,10 @@ continuously: with a batch per call, a batch runs until its longest sentence is 
 done wait for it and new requests wait for the next batch.
 
 When the worker is idle, the first request waits up to `max_wait_ms` for others to start with it. A request is
-answered when all its sentences are done. Requests with another beam size or n-best wait until the running
-search is done; once one has waited longer than `max_wait_ms`, the running search takes no new requests, so that
-it ends and the waiting key goes next (no key starves under steady traffic of another). Calls on the model
+answered when all its sentences are done. A request nobody waits for any more (its time limit passed, or its client
+left) stops at the next step: its sentences leave the search. Requests with another beam size or n-best wait until
+the running search is done; once one has waited longer than `max_wait_ms`, the running search takes no new requests,
+so that it ends and the waiting key goes next (no key starves under steady traffic of another). Calls on the model
 (`call`) run between two steps.
 
 The queue is bounded in sentences (`max_queue`): `submit` raises `QueueFull` at once instead of letting a burst
@@ -217,7 +218,8 @@ class Batcher:
 
     def _admit(self, stopping: bool) -> bool:
         """Between two steps: calls run; jobs that arrived join the search if they have its key (else are held),
-        unless the search is draining (`_draining`); held jobs nobody waits for any more are done."""
+        unless the search is draining (`_draining`); jobs nobody waits for any more are done (their sentences
+        leave the search)."""
         while True:
             try:
                 job = self._jobs.get_nowait()
@@ -233,6 +235,10 @@ class Batcher:
                 self._run_call(job)
             else:
                 self._finish(job, error=asyncio.TimeoutError())
+        for job in [j for j in self._active.values() if not j.live]:   # its sentences leave the search
+            del self._active[id(job)]
+            self._decoder.cancel([(id(job), i) for i in range(len(job.lines))])
+            self._finish(job, error=asyncio.TimeoutError())
         if not self._draining():
             same = [j for j in self._held if j.key == self._key]
             if same:

@@ -72,6 +72,29 @@ def test_ids_come_back_and_the_batch_empties():
     assert len(done[20]) == 3 and stream.size == 0 and stream.can_join
 
 
+@pytest.mark.parametrize("after_steps", [0, 2])
+def test_cancelled_sentences_leave_at_once_and_the_rest_decode_as_alone(after_steps):
+    model = untrained_model("dot")
+    src, src_len = ragged_sources([4, 12, 3, 7], seed=5)   # sentence 1's source is the longest
+    max_len = [9, 16, 6, 10]
+    stream = BeamStream(model, mx.cpu(), 4, nbest=2)
+    stream.add(src, src_len, max_len, [0, 1, 2, 3])
+    out = {}
+    for _ in range(after_steps):   # 0: before the first step, while the batch has one row per sentence
+        out.update(stream.step())
+    stream.cancel([1, 3, 99])   # 99 was never added
+    assert stream.size == 2 and not out
+    while stream.size:
+        out.update(stream.step())
+    assert sorted(out) == [0, 2]
+    expected = alone(model, src, src_len, max_len)
+    assert_same_hypotheses([out[0], out[2]], [expected[0], expected[2]])
+    stream.cancel([0, 2])   # gone already: nothing happens
+    stream.add(src[:1], src_len[:1], 5, [7])   # an empty stream takes new sentences
+    stream.cancel([7])
+    assert stream.size == 0 and stream.can_join
+
+
 def test_concat_pads_source_positions_and_narrow_cuts_them():
     model = untrained_model("dot")
     short = model.init_state(model.encode(*ragged_sources([2, 3], seed=0)))

@@ -31,6 +31,11 @@ class FakeSearch:
         self.joins.append([int(i) for i in ids])
         self.rows.update({int(i): int(n) - 1 for i, n in zip(ids, src_len.asnumpy())})
 
+    def cancel(self, ids):
+        for i in ids:
+            del self.rows[i]
+        self.left_last_step = True
+
     def step(self):
         self.rows = {i: n - 1 for i, n in self.rows.items()}
         done = [i for i, n in self.rows.items() if n <= 0]
@@ -107,6 +112,19 @@ def test_without_joins_new_sentences_wait_for_an_empty_batch(monkeypatch):
     back = run(dec, {0: [("long", "x" * 10)], 1: [(f"s{i}", "x") for i in range(6)]})
     assert dec.search.joins == [[0], list(range(1, 7))]
     assert all(back[f"s{i}"] > back["long"] for i in range(6))
+
+
+def test_cancelled_keys_never_come_back(monkeypatch):
+    dec = decoder(monkeypatch, max_batch=2)
+    dec.add(["xxxx", "xxxx", "", "xx", "x"], ["run", "keep", "empty", "wait", "wait2"])
+    dec.cancel(["empty", "wait"])   # one ready without decoding, one waiting
+    assert dec.pending == 3
+    out = dict(dec.step())           # "run" and "keep" join the search
+    dec.cancel(["run", "nobody"])    # one being decoded; a key never added is ignored
+    assert dec.search.size == 1 and dec.pending == 2
+    while dec.pending:
+        out.update(dec.step())
+    assert set(out) == {"keep", "wait2"}
 
 
 def test_bad_arguments(monkeypatch):

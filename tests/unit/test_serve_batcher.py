@@ -43,6 +43,10 @@ class FakeDecoder:
     def add(self, lines, keys, prefixes=None):
         self.waiting += [[key, line, self.fake.steps(line)] for key, line in zip(keys, lines)]
 
+    def cancel(self, keys):
+        self.waiting = [r for r in self.waiting if r[0] not in keys]
+        self.running = [r for r in self.running if r[0] not in keys]
+
     def step(self):
         self.fake.gate.wait(10)
         while self.waiting and len(self.running) < self.max_batch:
@@ -324,3 +328,23 @@ def test_a_timed_out_request_says_whether_it_had_started():
     b.close()
     assert not late.started and started.started and isinstance(late, asyncio.TimeoutError)
     assert b.queued == 0
+
+
+def test_a_request_that_timed_out_leaves_the_running_search():
+    fake = FakeTranslator(seconds=0.01, steps=len)   # the long line would take 1,000 steps (10 s)
+    b = Batcher(fake, max_batch=8, max_wait_ms=0)
+
+    async def main():
+        with pytest.raises(TimedOut) as late:
+            await b.translate(["x" * 1000, "y" * 1000], 1, 1, timeout=0.1)
+        return late.value.started, await b.translate(["ab"], 1, 1)
+    started, short = run(main())
+    deadline = time.monotonic() + 2
+    while b.queued and time.monotonic() < deadline:
+        time.sleep(0.01)
+    steps = len(fake.calls)
+    time.sleep(0.1)
+    b.close()
+    assert started and short == [[("ba", -0.0)]]
+    assert b.queued == 0 and len(fake.calls) == steps, "the timed-out request kept the worker stepping"
+    assert all("x" * 1000 not in lines for lines, *_ in fake.calls[-2:])
