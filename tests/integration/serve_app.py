@@ -37,3 +37,14 @@ def background_server(app, host: str = "127.0.0.1", port: int = 0, log_level: st
     finally:
         server.should_exit = True
         thread.join(30)
+
+
+def wait_until(predicate, seconds: float, what: str):
+    """`predicate()`'s first true result, polled every 20 ms; AssertionError naming `what` after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        result = predicate()
+        if result:
+            return result
+        time.sleep(0.02)
+    raise AssertionError(f"timed out after {seconds} s waiting for {what}")

@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from tests.integration.serve_app import background_server, make_app
+from tests.integration.serve_app import background_server, make_app, wait_until
 
 BEAM = 16
 MAX_BATCH = 4
@@ -17,16 +17,6 @@ MAX_BATCH = 4
 
 def model_stats(c: httpx.Client) -> dict:
     return c.get("/health").json()["models"]["ko-en"]
-
-
-def wait_until(predicate, seconds: float, what: str):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        result = predicate()
-        if result:
-            return result
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {seconds} s waiting for {what}")
 
 
 def big_request(serve_sentences) -> dict:

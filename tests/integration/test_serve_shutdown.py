@@ -13,6 +13,8 @@ from pathlib import Path
 
 import httpx
 
+from tests.integration.serve_app import wait_until
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -20,16 +22,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def wait_until(predicate, seconds: float, what: str):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        result = predicate()
-        if result:
-            return result
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {seconds} s waiting for {what}")
 
 
 def health(url: str):
