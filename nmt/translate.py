@@ -20,9 +20,9 @@ from nmt import checkpoint as ckpt
 from nmt.batching import pad_sources
 from nmt.config import Config, DecodeConfig
 from nmt.corpus import LINE_BREAKS, count_lines, lone_surrogate, normalize
+from nmt.members import check_member_vocabulary, refuse_repeated_member
 from nmt.models import build_model
 from nmt.models.base import Seq2SeqModel
-from nmt.members import check_member_vocabulary, refuse_repeated_member
 from nmt.models.ensemble import as_model
 from nmt.parallel import check_gpus, concurrent_devices_safe
 from nmt.prefix import WORD_START, split_last_word, word_table
