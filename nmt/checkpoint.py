@@ -240,10 +240,7 @@ def _prune(model_dir: Path, keep_steps: set) -> None:
         for name in names:
             step = manifest.numbered_step(name, stem, suffix)
             if step is not None and step not in keep_steps:
-                try:
-                    (model_dir / name).unlink()
-                except FileNotFoundError:
-                    pass
+                (model_dir / name).unlink(missing_ok=True)
 
 
 def resume_state(model_dir: Path) -> TrainState:
@@ -275,10 +272,10 @@ def latest_step(state: TrainState) -> int:
 
 
 def latest_params_path(model_dir: Path) -> Path:
-    state = TrainState.load(model_dir)
-    if not state.params_files:
-        raise CheckpointError(f"{Path(model_dir) / STATE} names no parameter file")
-    return Path(model_dir) / state.params_files[-1]
+    if (Path(model_dir) / EXPORT).exists():
+        raise CheckpointError(f"{model_dir} was written by nmt-export: it holds one checkpoint, {PARAMS_BEST}, and no "
+                              "latest; use --checkpoint best")
+    return Path(model_dir) / params_file(latest_step(TrainState.load(model_dir)))
 
 
 def params_path(model_dir: Path, which: str = "best") -> Path:
@@ -298,6 +295,9 @@ def params_path(model_dir: Path, which: str = "best") -> Path:
                            "using the latest, %s", model_dir, PARAMS_BEST, path.name)
     elif str(which).isdigit():
         path = model_dir / params_file(int(which))
+        if not path.exists() and best_step(model_dir) == int(which):   # pruned, but params.best holds that step
+            logger.info("%s: step %s is the best checkpoint, %s", model_dir, which, PARAMS_BEST)
+            path = model_dir / PARAMS_BEST
     else:
         raise CheckpointError(f"unknown checkpoint '{which}': use best, latest, avg or a step number")
     if not path.exists():
@@ -309,6 +309,14 @@ def params_path(model_dir: Path, which: str = "best") -> Path:
         raise CheckpointError(f"{path} not found in model directory {model_dir}{hint}")
     verify_params(path)
     return path
+
+
+def best_step(model_dir: Path) -> Optional[int]:
+    """The training step of params.best: from the training state, else from its manifest (an nmt-export)."""
+    if (model_dir / STATE).exists():
+        return TrainState.load(model_dir).best_step or None
+    best = model_dir / manifest.manifest_name("best")
+    return manifest.read_manifest(model_dir, "best").get("step") if best.is_file() else None
 
 
 def verify_params(path: Path) -> None:

@@ -184,8 +184,8 @@ def checkpoint_info(model_dir: Path, which: str) -> Dict[str, object]:
     """The parameter file behind `which` and, where known, its training step."""
     path = ckpt.params_path(model_dir, which)
     step = ckpt.params_step(path.name)
-    if step is None and which == "best" and (Path(model_dir) / ckpt.STATE).exists():
-        step = ckpt.TrainState.load(model_dir).best_step or None
+    if step is None and path.name == ckpt.PARAMS_BEST:   # "best", or the step number of the best (pruned since)
+        step = ckpt.best_step(Path(model_dir))
     elif step is None and (Path(model_dir) / manifest_name(str(which))).is_file():   # e.g. an export (nmt.export)
         step = read_manifest(model_dir, str(which)).get("step") or None
     return {"params_file": path.name, "step": step}

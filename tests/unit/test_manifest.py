@@ -146,3 +146,31 @@ def test_directories_without_manifests_still_load(tmp_path):
         p.unlink()
     assert ckpt.resume_state(d).step == 30 and ckpt.params_path(d, "best").name == ckpt.PARAMS_BEST
 
+
+
+def test_the_best_checkpoints_step_finds_params_best_after_its_own_file_was_pruned(tmp_path):
+    """`--checkpoint 20` said "params.00000020 not found" although params.best holds step 20."""
+    d = _model_dir(tmp_path, steps=(10, 20, 30, 40, 50), best=20)   # keep_last=3 pruned step 20's own file
+    state = ckpt.TrainState.load(d)
+    state.best_step = 20
+    state.save(d)
+    assert not (d / ckpt.params_file(20)).exists()
+    assert ckpt.params_path(d, "20").name == ckpt.PARAMS_BEST
+    from nmt.scoring import checkpoint_info   # what nmt-evaluate records its scores under
+    assert checkpoint_info(d, "20") == {"params_file": ckpt.PARAMS_BEST, "step": 20}
+    with pytest.raises(ckpt.CheckpointError, match=r"params.00000010 not found .*the steps kept there: 30, 40, 50$"):
+        ckpt.params_path(d, "10")
+
+
+def test_an_export_has_no_latest_checkpoint_and_knows_the_step_of_its_own(tmp_path):
+    """`nmt-translate --checkpoint latest` on an nmt-export directory said "holds no checkpoint to resume from;
+    start without --resume", a flag nmt-translate does not have."""
+    d = _model_dir(tmp_path, steps=(10, 20, 30), best=20)
+    for p in list(d.glob("params.0*")) + list(d.glob("trainer.*")) + list(d.glob("manifest.0*")) + [d / ckpt.STATE]:
+        p.unlink()
+    (d / ckpt.EXPORT).write_text("{}")
+    with pytest.raises(ckpt.CheckpointError) as e:
+        ckpt.params_path(d, "latest")
+    assert str(e.value) == (f"{d} was written by nmt-export: it holds one checkpoint, params.best, and no latest; "
+                            "use --checkpoint best")
+    assert ckpt.params_path(d, "20").name == ckpt.PARAMS_BEST
