@@ -37,14 +37,16 @@ def build_translate_parser() -> argparse.ArgumentParser:
                    help="draw each translation token by token from the model's distribution, renormalized over its "
                         "K most probable tokens (--sample alone: over the whole vocabulary), instead of searching")
     s.add_argument("--seed", type=number(int, 0, 2 ** 32 - 1),
-                   help="random seed of --sample (default 1): the same seed, input and flags give the same "
-                        "translations on one device")
+                   help="random seed of --sample (default 1): the same seed, input and flags (--chunk-lines and "
+                        "--decode-batch-size too) give the same translations on one device; with --seed, input that "
+                        "pauses is still translated --chunk-lines lines at a time, so that the draws do not depend "
+                        "on its timing")
     g = p.add_argument_group("input and output")
     g.add_argument("--input", type=nonempty(), help="input file, UTF-8, one sentence per line (default: stdin)")
     g.add_argument("--output", type=nonempty(), help="output file (default: stdout); flushed chunk by chunk")
     g.add_argument("--chunk-lines", type=number(int, 1), default=1000,
                    help="lines translated (length-sorted) and written at a time, fewer when the input pauses "
-                        "(default: 1000)")
+                        "(except with --sample and --seed) (default: 1000)")
     g.add_argument("--json-input", action="store_true",
                    help="each input line is a JSON object: {\"text\": \"...\"} with an optional \"target_prefix\": "
                         "text the translation must start with (it is forced, then the search goes on from it; a "
@@ -110,6 +112,8 @@ def translate_main(args: argparse.Namespace) -> int:
             plot(first, lines, translations)
     with output_errors(args.output), contextlib.ExitStack() as stack:
         src, idle = (sys.stdin.buffer, IDLE_SECONDS) if stdin else open_input(args.input, stack)
+        if args.seed is not None:   # repeatable draws: the chunks (and so the draws) must not depend on pauses
+            idle = None
         out = open_output(stack, args.output)
         max_bytes = tr.decode.max_input_tokens * CHARS_PER_TOKEN * 4   # 4 = longest UTF-8 character
         if args.json_input:   # two fields, each up to the guard's characters, JSON-escaped (\uXXXX: 6 bytes)
@@ -136,8 +140,9 @@ def build_evaluate_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="nmt-evaluate", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Translate a test set and score it with sacreBLEU (BLEU 13a and chrF with their signatures; "
-                    "for Korean output also BLEU with the ko-mecab tokenizer). Scores are merged into the model "
-                    "directory's scores.json, keyed by test set and checkpoint.",
+                    "for Korean output also BLEU with the ko-mecab tokenizer). Scores at the model's saved decoding "
+                    "settings are merged into the model directory's scores.json, keyed by test set and checkpoint; "
+                    "scores at others (--beam-size, --length-penalty, ...) are reported only (--json keeps them).",
         epilog="Examples:\n  python scripts/evaluate.py --model-dir M --src-file test.ko --ref-file test.en\n"
                "  python scripts/evaluate.py --model-dir M --recipe-tests --data-dir ../shared/data --json\n")
     add_model_decode_args(p, nbest=False)   # BLEU scores the best translation
@@ -200,7 +205,7 @@ def _test_sets(args: argparse.Namespace, tr) -> Dict[str, Tuple[Any, List[List[s
 @command(build_evaluate_parser)
 def evaluate_main(args: argparse.Namespace) -> int:
     from nmt.atomic import atomic_write_text
-    from nmt.scoring import cannot_record, read_scores
+    from nmt.scoring import cannot_record, other_decoding, read_scores
     if args.hyp_dir:
         output_dir("--hyp-dir", args.hyp_dir)
     if args.json not in (None, "-"):   # written at the end: its directory is checked now
@@ -209,10 +214,10 @@ def evaluate_main(args: argparse.Namespace) -> int:
         raise ConfigError("give --prefix-words or --word-strokes, not both: the simulated translator types its own "
                           "prefixes")
     tr = load_translator(args)
-    readonly = ""
+    readonly = other = ""   # why no scores can be recorded: a directory not writable, other decoding settings
     if not (args.no_save or args.prefix_words):   # recorded after each test set: a damaged file is named first
         read_scores(tr.model_dir)
-        readonly = cannot_record(tr.model_dir)
+        readonly, other = cannot_record(tr.model_dir), other_decoding(tr)
     tests = _test_sets(args, tr)
     inputs = [{"--src-file": args.src_file}] + [{"--ref-file": r} for r in args.ref_file or ()]
     hyp_files = {name: args.hyp_dir / f"{Path(name).name}.{tr.tgt_lang}" for name in tests} if args.hyp_dir else {}
@@ -224,9 +229,10 @@ def evaluate_main(args: argparse.Namespace) -> int:
     try:
         with output_errors(None):
             for name, (pairs, more_refs) in tests.items():
-                # a part of a set is not the set, nor translations given the references' words: their scores must
-                # not replace the set's own in scores.json
-                save = not (args.no_save or readonly or 0 < args.max_sentences < len(pairs.src) or args.prefix_words)
+                # a part of a set is not the set, nor translations given the references' words or decoded at other
+                # settings than the model's: their scores must not replace the set's own in scores.json
+                part = 0 < args.max_sentences < len(pairs.src)
+                save = not (args.no_save or readonly or other or part or args.prefix_words)
                 recorded += [name] if save else []
                 results[name] = _evaluate_set(args, tr, name, pairs, more_refs, save, hyp_files.get(name))
             report = {"model_dir": str(tr.model_dir.resolve()), "checkpoint": tr.checkpoint, "results": results}
@@ -239,10 +245,11 @@ def evaluate_main(args: argparse.Namespace) -> int:
     if recorded:
         print(f"scores recorded in {tr.model_dir / 'scores.json'}", file=sys.stderr)
     if len(recorded) < len(tests) and not args.no_save:
-        why = (f"translations given the references' first words (--prefix-words {args.prefix_words})"
-               if args.prefix_words else readonly or f"the scores of part of a set (--max-sentences "
-               f"{args.max_sentences})")
-        print(f"not recorded in {tr.model_dir / 'scores.json'}: {why}", file=sys.stderr)
+        part = any(0 < args.max_sentences < len(pairs.src) for pairs, _ in tests.values())
+        why = [f"translations given the references' first words (--prefix-words {args.prefix_words})"
+               if args.prefix_words else "", readonly, other,
+               f"the scores of part of a set (--max-sentences {args.max_sentences})" if part else ""]
+        print(f"not recorded in {tr.model_dir / 'scores.json'}: {'; '.join(w for w in why if w)}", file=sys.stderr)
     return 0
 
 
@@ -251,7 +258,7 @@ def _evaluate_set(args: argparse.Namespace, tr, name: str, pairs, more_refs: Lis
     """Translate and score one test set (`score_test_set`); its translations and references written to
     `hyp_file` and beside it (--hyp-dir), its report printed unless the JSON goes to stdout; the entry."""
     from nmt.atomic import atomic_write_text
-    from nmt.scoring import score_test_set
+    from nmt.scoring import report_lines, score_test_set
     files = {"source": (f"recipe {tr.config.data.recipe}" if (args.recipe_tests or args.dev_set)
                         and tr.config.data.recipe else None),
              "src_file": str(Path(args.src_file).resolve()) if args.src_file else None,
@@ -272,15 +279,8 @@ def _evaluate_set(args: argparse.Namespace, tr, name: str, pairs, more_refs: Lis
               + (f", {1 + len(more_refs)} references each" if more_refs else "")
               + (f", each translation started with its reference's first {_words(args.prefix_words)}"
                  if args.prefix_words else ""))
-        _print_scores(sc)
-        if args.prefix_words:
-            _print_next_word(entry)
-        if args.word_strokes:
-            _print_word_strokes(entry)
+        print("\n".join(report_lines(sc, entry)))
     return entry
-
-
-EXTRA_LABELS = {"bleu_ko_mecab": "BLEU ko-mecab"}   # the text report's names of the extra scores
 
 
 def _ref_files(hyp_file: Path, count: int) -> List[Path]:
@@ -290,31 +290,8 @@ def _ref_files(hyp_file: Path, count: int) -> List[Path]:
             for k in range(1, count + 1)]
 
 
-def _print_scores(sc) -> None:
-    """The text report's lines of one test set's scores, each with its sacreBLEU signature."""
-    print(f"  BLEU            {sc.bleu:6.2f}  {sc.bleu_signature}")
-    print(f"  chrF            {sc.chrf:6.2f}  {sc.chrf_signature}")
-    for k, v in sc.extra.items():   # named as the README's results table names it; its key in scores.json
-        print(f"  {EXTRA_LABELS.get(k, k):<15} {v:6.2f}  {sc.extra_signatures.get(k, '')}")
-
-
 def _words(n: int) -> str:
     return "word" if n == 1 else f"{n} words"
-
-
-def _print_next_word(entry: dict) -> None:
-    """The text report's line of --prefix-words: how often the word after the prefix is the reference's."""
-    n, accuracy = entry["next_word_sentences"], entry["next_word_accuracy"]
-    print(f"  next word       {accuracy:6.2f}  % of {n} sentences whose reference goes on after the prefix" if n else
-          "  next word          -   no reference goes on after the prefix")
-
-
-def _print_word_strokes(entry: dict) -> None:
-    """The text report's line of --word-strokes."""
-    ratio = entry["word_stroke_ratio"]
-    print(f"  word strokes    {ratio:6.2f}  % of {entry['reference_words']} reference words typed, the model "
-          f"completing the rest ({entry['word_stroke_translations']} translations)" if ratio is not None else
-          "  word strokes       -   the references have no words")
 
 
 # Flags of nmt-score: how a translation is scored and batched (the search's flags do not apply).

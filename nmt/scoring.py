@@ -1,6 +1,8 @@
 """Scoring a model on test sets and recording the scores in its directory: `score_test_set` (translate, sacreBLEU,
 merge into scores.json atomically), the test sets of a model's recipe (`recipe_tests`) and its dev set
-(`model_dev_set`), and scores.json itself (`read_scores`, `record_scores`, `ensemble_key`).
+(`model_dev_set`), and scores.json itself (`read_scores`, `record_scores`, `ensemble_key`): which scores it keeps
+(the model's own decoding settings: `other_decoding`) and which of them is the model's test score
+(`model_test_score`, what nmt-serve's /info shows).
 """
 from __future__ import annotations
 
@@ -53,7 +55,7 @@ def score_test_set(translator: Translator, name: str, pairs: Pairs, *, max_sente
         extra = {**(extra or {}), **word_strokes(translator, pairs.src[:n], refs)}
     entry = {**sc.to_dict(), "checkpoint": translator.checkpoint, **info, "beam_size": d.beam_size,
              "length_penalty": d.length_penalty_alpha, "max_len_a": d.max_len_a, "max_len_b": d.max_len_b,
-             **(extra or {}), "seconds": round(seconds, 2),
+             "max_input_tokens": d.max_input_tokens, **(extra or {}), "seconds": round(seconds, 2),
              "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     key = translator.checkpoint if translator.checkpoint in ("best", "avg") else str(info["step"])
     if translator.member_dirs:   # an ensemble: its own entry, never one of the first member's alone
@@ -116,6 +118,29 @@ def word_strokes(translator: Translator, sources: Sequence[str], refs: Sequence[
     total = sum(map(len, words))
     return {"word_strokes": strokes, "reference_words": total,
             "word_stroke_ratio": 100.0 * strokes / total if total else None, "word_stroke_translations": translations}
+
+
+EXTRA_LABELS = {"bleu_ko_mecab": "BLEU ko-mecab"}   # the text report's names of the extra scores
+
+
+def report_lines(sc: Scores, entry: Dict[str, object]) -> List[str]:
+    """nmt-evaluate's text report of one test set's scores (`score_test_set`'s Scores and entry): each score with
+    its sacreBLEU signature, then the next-word accuracy (--prefix-words) and the word stroke ratio (--word-strokes)
+    if the entry has them."""
+    lines = [f"  BLEU            {sc.bleu:6.2f}  {sc.bleu_signature}",
+             f"  chrF            {sc.chrf:6.2f}  {sc.chrf_signature}"]
+    for k, v in sc.extra.items():   # named as the README's results table names it; its key in scores.json
+        lines.append(f"  {EXTRA_LABELS.get(k, k):<15} {v:6.2f}  {sc.extra_signatures.get(k, '')}")
+    if "next_word_sentences" in entry:   # how often the word after the prefix is the reference's
+        n, accuracy = entry["next_word_sentences"], entry["next_word_accuracy"]
+        lines.append(f"  next word       {accuracy:6.2f}  % of {n} sentences whose reference goes on after the prefix"
+                     if n else "  next word          -   no reference goes on after the prefix")
+    if "word_strokes" in entry:
+        ratio = entry["word_stroke_ratio"]
+        lines.append(f"  word strokes    {ratio:6.2f}  % of {entry['reference_words']} reference words typed, the "
+                     f"model completing the rest ({entry['word_stroke_translations']} translations)"
+                     if ratio is not None else "  word strokes       -   the references have no words")
+    return lines
 
 
 ENSEMBLE_PREFIX = "ensemble-"
@@ -230,3 +255,81 @@ def record_scores(model_dir: Path, test_key: str, checkpoint: str, entry: Dict[s
         data.setdefault(test_key, {})[checkpoint] = entry
         atomic_write_text(path, json.dumps(data, indent=2, ensure_ascii=False, sort_keys=True) + "\n")
     return path
+
+
+# The decoding settings that change scores, by the flags that set them. scores.json holds a model's scores at its own
+# settings (its config.json's decode section); scores at others are kept by nmt-evaluate's --json reports, which the
+# ablation tables read (scripts/runs.py decode_rows).
+SCORED_DECODE = (("--beam-size", "beam_size"), ("--length-penalty", "length_penalty_alpha"),
+                 ("--max-len-a", "max_len_a"), ("--max-len-b", "max_len_b"), ("--max-input-tokens", "max_input_tokens"))
+
+
+def other_decoding(translator: Translator) -> str:
+    """Why `translator`'s scores may not be recorded in scores.json: the settings of SCORED_DECODE in which it
+    decodes otherwise than its model's saved decode config, with the saved values; "" when it decodes as saved (or
+    has no saved config)."""
+    saved = getattr(getattr(translator, "config", None), "decode", None)
+    differ = [f"{flag} {getattr(translator.decode, f)} (saved: {getattr(saved, f)})" for flag, f in SCORED_DECODE
+              if saved is not None and getattr(translator.decode, f) != getattr(saved, f)]
+    return (f"decoding settings other than the model's saved ones, {', '.join(differ)}: scores.json holds its scores "
+            "at those of its config.json, and --json keeps such scores" if differ else "")
+
+
+def model_test_sets(cfg: Optional[Config]) -> List[str]:
+    """The scores.json names of a model's own test sets, in order: "test" for its --test-src/--test-tgt files, else
+    its recipe's test sets in the recipe's order (as `recipe_tests` and training name them); [] for neither."""
+    from nmt import recipes
+    if cfg is None:
+        return []
+    if cfg.data.test_src and cfg.data.test_tgt:
+        return ["test"]
+    return list(recipes.RECIPES[cfg.data.recipe].tests) if cfg.data.recipe in recipes.RECIPES else []
+
+
+def checkpoint_key(checkpoint: Optional[str], params_file=None) -> Optional[str]:
+    """The scores.json key under which `score_test_set` records a loaded checkpoint's scores: best and avg by name,
+    any other by its step (a step number as given, latest by the step of its `params_file`)."""
+    if checkpoint is None or checkpoint in ("best", "avg"):
+        return checkpoint
+    if str(checkpoint).isdigit():
+        return str(int(checkpoint))
+    step = ckpt.params_step(Path(params_file).name) if params_file else None
+    return str(step) if step is not None else str(checkpoint)
+
+
+def model_test_score(model_dir, checkpoint: Optional[str], members: Sequence = (),
+                     tests: Sequence[str] = ()) -> Optional[dict]:
+    """The model's test score in its scores.json, for nmt-serve's /info: of the loaded checkpoint (its scores.json
+    key, `checkpoint_key`; if it has none recorded, of any checkpoint: best, avg, then the latest step), on the first
+    of the model's own test sets `tests` (`model_test_sets`) recorded, else on another set, the first by name; never
+    the dev set, and never chosen by its score. With its test set, checkpoint, sacreBLEU signatures and decoding
+    settings; None when nothing is recorded (or scores.json is damaged). With `members` (the further model
+    directories of an ensemble): the ensemble's own scores only."""
+    if model_dir is None:
+        return None
+    try:
+        scores = read_scores(Path(model_dir))
+    except ckpt.CheckpointError as e:   # the model still translates: /info (and the page) go on without its score
+        logger.warning("%s; /info shows no test score for %s", e, model_dir)
+        return None
+    rows = [(test, key, e) for test, by_key in scores.items() if test != DEV_SET
+            for key, e in by_key.items() if isinstance(e, dict) and isinstance(e.get("bleu"), (int, float))]
+    if members:   # this ensemble's entries (the first member's scores.json holds them): the loaded checkpoint's
+        tail = ensemble_key("", members)[len(ENSEMBLE_PREFIX):]
+        rows = [r for r in rows if r[1].startswith(ENSEMBLE_PREFIX) and r[1].endswith(tail)]
+        mine = [r for r in rows if r[1] == ensemble_key(str(checkpoint), members)] or rows
+    else:
+        rows = [r for r in rows if not r[1].startswith(ENSEMBLE_PREFIX)]
+        mine = [r for r in rows if r[1] == checkpoint] or rows
+    if not mine:
+        return None
+    order = {t: i for i, t in enumerate(tests)}
+
+    def rank(row) -> tuple:   # the model's own sets in order, then the others by name; best, avg, latest step
+        key = row[1].split(":", 1)[0][len(ENSEMBLE_PREFIX) if members else 0:]
+        step = int(key) if key.isdigit() else -1
+        return order.get(row[0], len(order)), row[0], {"best": 0, "avg": 1}.get(key, 2), -step, row[1]
+    test, key, e = min(mine, key=rank)
+    return {"test_set": test, "checkpoint": key, "bleu": e["bleu"], "bleu_signature": e.get("bleu_signature"),
+            "chrf": e.get("chrf"), "chrf_signature": e.get("chrf_signature"), "beam_size": e.get("beam_size"),
+            "length_penalty": e.get("length_penalty")}

@@ -23,7 +23,6 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from nmt.corpus import hangul_counts, normalize, other_language_warning
-from nmt.manifest import CheckpointError
 from nmt.serve.batcher import DEFAULT_MAX_WAIT_MS, Batcher, Closed, QueueFull, TimedOut
 from nmt.serve.schema import (AttentionRequest, Limits, RequestError, TranslateRequest, check_attention,
                               check_prefixes, check_translate, error_responses, parse, read_body)
@@ -43,15 +42,20 @@ class Model:
         return f"{self.translator.src_lang}-{self.translator.tgt_lang}"
 
     def info(self) -> dict:
-        """Languages, architecture, decoding settings and the recorded test scores of this model (or ensemble)."""
+        """Languages, architecture, decoding settings and the recorded test score of this model (or ensemble): its
+        own test set's, for the loaded checkpoint (`nmt.scoring.model_test_score`)."""
+        from nmt.scoring import checkpoint_key, model_test_score, model_test_sets
         tr = self.translator
+        dec = tr.decode
         members = list(getattr(tr, "member_dirs", []))
+        key = checkpoint_key(getattr(tr, "checkpoint", None), getattr(tr, "params_file", None))
         return {"src_lang": tr.src_lang, "tgt_lang": tr.tgt_lang, "arch": tr.config.model.arch,
                 "model_dir": str(getattr(tr, "model_dir", "")), "checkpoint": getattr(tr, "checkpoint", None),
-                "ensemble": [str(d) for d in members],
-                "beam_size": tr.decode.beam_size, "max_input_tokens": tr.decode.max_input_tokens,
-                "best_test_score": best_test_score(getattr(tr, "model_dir", None), getattr(tr, "checkpoint", None),
-                                                   members)}
+                "ensemble": [str(d) for d in members], "beam_size": dec.beam_size,
+                "length_penalty": dec.length_penalty_alpha, "max_len_a": dec.max_len_a, "max_len_b": dec.max_len_b,
+                "max_input_tokens": dec.max_input_tokens,
+                "best_test_score": model_test_score(getattr(tr, "model_dir", None), key, members,
+                                                    model_test_sets(tr.config))}
 
 
 class Service:
@@ -84,34 +88,6 @@ class Service:
         self.stopping = True
         for m in self.models.values():
             m.batcher.close()
-
-
-def best_test_score(model_dir, checkpoint: Optional[str], members: Sequence = ()) -> Optional[dict]:
-    """The highest BLEU recorded in the model directory's scores.json for the loaded checkpoint (else for any
-    single-model checkpoint), with its test set and sacreBLEU signature; None when nothing is recorded. With
-    `members` (the further model directories of an ensemble): the ensemble's own scores only."""
-    from nmt.scoring import DEV_SET, ENSEMBLE_PREFIX, ensemble_key, read_scores
-    if model_dir is None:
-        return None
-    try:
-        scores = read_scores(Path(model_dir))
-    except CheckpointError as e:   # the model still translates: /info (and the page) go on without its score
-        logger.warning("%s; /info shows no test score for %s", e, model_dir)
-        return None
-    rows = [(test, key, e) for test, by_key in scores.items() if test != DEV_SET
-            for key, e in by_key.items() if isinstance(e, dict) and isinstance(e.get("bleu"), (int, float))]
-    if members:   # this ensemble's entries (the first member's scores.json holds them): the loaded checkpoint's
-        tail = ensemble_key("", members)[len(ENSEMBLE_PREFIX):]
-        same = [r for r in rows if r[1].startswith(ENSEMBLE_PREFIX) and r[1].endswith(tail)]
-        mine = [r for r in same if r[1] == ensemble_key(str(checkpoint), members)] or same
-    else:
-        rows = [r for r in rows if not r[1].startswith(ENSEMBLE_PREFIX)]
-        mine = [r for r in rows if r[1] == checkpoint] or rows
-    if not mine:
-        return None
-    test, key, e = max(mine, key=lambda r: r[2]["bleu"])
-    return {"test_set": test, "checkpoint": key, "bleu": e["bleu"], "bleu_signature": e.get("bleu_signature"),
-            "chrf": e.get("chrf"), "chrf_signature": e.get("chrf_signature")}
 
 
 def create_app(service: Service) -> FastAPI:
@@ -313,7 +289,8 @@ def _add_status_routes(app: FastAPI, service: Service) -> None:
 
     @app.get("/info", responses=error_responses(500))
     async def info() -> dict:
-        """The models (languages, architecture, best recorded test score with its sacreBLEU signature), limits."""
+        """The models (languages, architecture, decoding settings, the test score recorded for the loaded checkpoint
+        on the model's own test set, with its sacreBLEU signature), limits."""
         return {"models": [m.info() for m in service.models.values()], "limits": vars(service.limits)}
 
 

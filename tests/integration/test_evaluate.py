@@ -55,11 +55,11 @@ def test_scores_with_signatures_saved_and_merged(model_copy, capsys):
     entry = scores[key]["best"]
     assert entry["bleu"] == pytest.approx(bleu.score) and entry["n"] == len(refs) and entry["beam_size"] == 5
     assert entry["params_file"] == ckpt.PARAMS_BEST and entry["step"] == ckpt.TrainState.load(model_copy).best_step
-    # a second evaluation (another name, checkpoint and beam) is merged in; the first one stays as it was
+    # a second evaluation (another name and checkpoint) is merged in; the first one stays as it was
     code, out, _ = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", ref, "--name", "synth-test",
-                        "--checkpoint", "latest", "--beam-size", "1", "--json"], capsys)
+                        "--checkpoint", "latest", "--json"], capsys)
     report = json.loads(out)
-    assert code == 0 and report["results"]["synth-test"]["beam_size"] == 1
+    assert code == 0 and report["results"]["synth-test"]["beam_size"] == 5
     scores2 = json.loads((model_copy / ckpt.SCORES).read_text())
     step = ckpt.TrainState.load(model_copy).step
     assert scores2[key] == scores[key] and scores2["synth-test"][str(step)]["params_file"] == ckpt.params_file(step)
@@ -161,19 +161,19 @@ def test_mismatched_line_counts_name_both_files(model_copy, tmp_path, capsys):
 
 
 def test_recipe_tests_of_explicit_files(model_copy, capsys):
-    code, out, err = run(["--model-dir", model_copy, "--recipe-tests", "--beam-size", "1"], capsys)
+    code, out, err = run(["--model-dir", model_copy, "--recipe-tests"], capsys)
     assert code == 0, err
     assert out.startswith("test: 40 sentences") and "test" in json.loads((model_copy / ckpt.SCORES).read_text())
 
 
 def test_dev_set_is_the_one_validated_on_and_stays_out_of_results_tables(model_copy, capsys):
     cfg = Config.load(model_copy / ckpt.CONFIG)
-    code, out, err = run(["--model-dir", model_copy, "--dev-set", "--beam-size", "1", "--json"], capsys)
+    code, out, err = run(["--model-dir", model_copy, "--dev-set", "--json"], capsys)
     assert code == 0, err
     entry = json.loads(out)["results"]["dev"]
     # the same as scoring the model's dev files by name
     code, out, err = run(["--model-dir", model_copy, "--src-file", cfg.data.dev_src, "--ref-file", cfg.data.dev_tgt,
-                          "--beam-size", "1", "--json", "--no-save"], capsys)
+                          "--json", "--no-save"], capsys)
     by_file = next(iter(json.loads(out)["results"].values()))
     assert code == 0 and entry["n"] == by_file["n"] == 40 and entry["bleu"] == by_file["bleu"]
     assert json.loads((model_copy / ckpt.SCORES).read_text())["dev"]["best"]["bleu"] == entry["bleu"]
@@ -223,8 +223,7 @@ def test_korean_output_adds_ko_mecab_bleu(model_copy, tmp_path, capsys, monkeypa
     monkeypatch.setattr(Translator, "tgt_lang", property(lambda self: "ko"))
     data = Config.load(model_copy / ckpt.CONFIG).data
     src, ref = Path(data.test_tgt), Path(data.test_src)
-    code, out, err = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", ref, "--beam-size", "1"],
-                         capsys)
+    code, out, err = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", ref], capsys)
     assert code == 0, err
     assert re.search(r"\n  BLEU ko-mecab +[0-9.]+  nrefs:1\|.*\|tok:ko-mecab-", out), out
     entry = json.loads((model_copy / ckpt.SCORES).read_text())[str(src.resolve())]["best"]
@@ -250,7 +249,7 @@ def test_ensemble_scores_get_their_own_entry(model_copy, tmp_path, capsys):
 def test_scores_of_part_of_a_set_are_not_recorded(model_copy, capsys):
     """--max-sentences is a quick look: its scores must not replace the whole set's in scores.json."""
     src = Path(Config.load(model_copy / ckpt.CONFIG).data.test_src)
-    argv = ["--model-dir", model_copy, "--src-file", src, "--ref-file", src.with_suffix(".en"), "--beam-size", "1"]
+    argv = ["--model-dir", model_copy, "--src-file", src, "--ref-file", src.with_suffix(".en")]
     assert run(argv, capsys)[0] == 0
     whole = (model_copy / ckpt.SCORES).read_text()
     code, out, err = run(argv + ["--max-sentences", "3"], capsys)
@@ -261,6 +260,36 @@ def test_scores_of_part_of_a_set_are_not_recorded(model_copy, capsys):
     n = len(src.read_text(encoding="utf-8").splitlines())
     assert run(argv + ["--max-sentences", str(n)], capsys)[0] == 0   # N = the whole set: recorded
     assert json.loads((model_copy / ckpt.SCORES).read_text())[str(src.resolve())]["best"]["n"] == n
+
+
+def test_scores_at_other_decoding_settings_are_not_recorded(model_copy, capsys):
+    """scores.json holds the model's scores at its own decoding settings (its config.json's); --beam-size 1
+    --length-penalty 2.0 silently replaced the model's test score there, which nmt-serve's /info and nmt-export then
+    presented as the model's. Such scores are reported (and kept by --json) but not recorded, saying why; the
+    model's own settings given explicitly are recorded."""
+    src = Path(Config.load(model_copy / ckpt.CONFIG).data.test_src)
+    argv = ["--model-dir", model_copy, "--src-file", src, "--ref-file", src.with_suffix(".en"), "--name", "t"]
+    assert run(argv, capsys)[0] == 0
+    whole = (model_copy / ckpt.SCORES).read_text()
+    code, out, err = run(argv + ["--beam-size", "1", "--length-penalty", "2.0", "--json"], capsys)
+    assert code == 0 and json.loads(out)["results"]["t"]["beam_size"] == 1, err
+    assert f"not recorded in {model_copy / ckpt.SCORES}: decoding settings other than the model's saved ones, " \
+           "--beam-size 1 (saved: 5), --length-penalty 2.0 (saved: 0.6): scores.json holds its scores at those of " \
+           "its config.json, and --json keeps such scores\n" in err and "scores recorded" not in err
+    assert (model_copy / ckpt.SCORES).read_text() == whole
+    for flag, value, saved in (("--max-len-a", "3", "1.5"), ("--max-len-b", "4", "10"),
+                               ("--max-input-tokens", "100", "250")):
+        code, _, err = run(argv + ["--beam-size", "1", flag, value, "--max-sentences", "3"], capsys)
+        assert code == 0 and f"(saved: 5), {flag} {float(value) if flag == '--max-len-a' else value} " \
+                             f"(saved: {saved}): scores.json" in err, err
+        assert err.rstrip().endswith("; the scores of part of a set (--max-sentences 3)")
+        assert (model_copy / ckpt.SCORES).read_text() == whole
+    (model_copy / ckpt.SCORES).unlink()
+    code, _, err = run(argv + ["--beam-size", "5", "--length-penalty", "0.6", "--max-len-a", "1.5", "--max-len-b", "10",
+                               "--max-input-tokens", "250", "--decode-batch-size", "7"], capsys)
+    assert code == 0 and "scores recorded in" in err and "not recorded" not in err, err
+    entry = json.loads((model_copy / ckpt.SCORES).read_text())["t"]["best"]
+    assert (entry["beam_size"], entry["length_penalty"], entry["max_input_tokens"]) == (5, 0.6, 250)
 
 
 def test_prefix_words_start_each_translation_with_its_reference(model_copy, capsys):

@@ -74,6 +74,8 @@ def test_health_info_and_offline_docs(http):
     assert (model["src_lang"], model["tgt_lang"], model["arch"]) == ("ko", "en", "lstm")
     score = model["best_test_score"]
     assert score["bleu"] > 50 and score["bleu_signature"].startswith("nrefs:1|") and score["test_set"] == "test"
+    assert (score["beam_size"], score["length_penalty"]) == (model["beam_size"], model["length_penalty"]) == (4, 0.6)
+    assert (model["max_len_a"], model["max_len_b"], model["max_input_tokens"]) == (1.5, 10, 250)
     assert "/translate" in http.get("/openapi.json").json()["paths"]
     docs = http.get("/docs").text
     assert "/static/swagger/swagger-ui-bundle.js" in docs and "cdn" not in docs.lower()

@@ -376,6 +376,46 @@ def test_cli_sampling(tr, src_lines, tmp_path, capsys):
         assert code == 2 and f"argument --seed: must be >= 0 and <= {2 ** 32 - 1} (got {seed})" in err
 
 
+def translate_with_a_pause(model_dir, lines, flags) -> str:
+    """nmt-translate's output for `lines` given on a pipe that pauses after the first half: once the command has read
+    that half, nothing more comes for 0.5 s (10 times IDLE_SECONDS), then the rest."""
+    import fcntl
+    import struct
+    import termios
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    read, write = os.pipe()
+    p = subprocess.Popen([sys.executable, str(REPO / "scripts" / "translate.py"), "--model-dir", str(model_dir),
+                          *flags], stdin=read, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+    half = len(lines) // 2
+    try:
+        os.write(write, "".join(x + "\n" for x in lines[:half]).encode())
+        deadline = time.time() + 60
+        while struct.unpack("i", fcntl.ioctl(read, termios.FIONREAD, b"\0" * 4))[0] and time.time() < deadline:
+            time.sleep(0.05)   # bytes still in the pipe: the command has not read them yet
+        time.sleep(0.5)
+        os.write(write, "".join(x + "\n" for x in lines[half:]).encode())
+    finally:
+        os.close(write)
+        os.close(read)
+    out = p.stdout.read().decode()
+    assert p.wait(timeout=60) == 0
+    return out
+
+
+def test_seeded_samples_do_not_depend_on_the_inputs_pauses(tr, src_lines, tmp_path, capsys):
+    """--sample --seed is repeatable (the same seed, input and flags give the same translations), but a pipe that
+    paused was cut into chunks by arrival time, and the draws depend on the chunks: piped with a pause, 39 of 40
+    lines differed from --input. With --seed the chunks are --chunk-lines lines whatever the pauses; without it a
+    pause still gets the lines before it translated at once (and so drawn otherwise)."""
+    lines = src_lines[:40]
+    path = tmp_path / "in.ko"
+    path.write_text("".join(x + "\n" for x in lines), encoding="utf-8")
+    code, from_file, err = run(["--model-dir", tr.model_dir, "--input", path, "--sample", "--seed", "1"], capsys)
+    assert code == 0 and len(from_file.splitlines()) == 40, err
+    assert translate_with_a_pause(tr.model_dir, lines, ["--sample", "--seed", "1"]) == from_file
+    assert translate_with_a_pause(tr.model_dir, lines, ["--sample"]) != from_file   # the seed is 1 by default
+
+
 def test_input_in_the_target_language_is_translated_with_a_warning(tr, tmp_path, capsys):
     """English given to a ko -> en model (a back-translation run with the model of the wrong direction) is
     translated, line for line, and the log says what looks wrong; the model's source language passes quietly."""

@@ -50,11 +50,62 @@ def test_two_models_for_one_pair_are_refused():
 def test_a_damaged_scores_file_leaves_info_without_a_score(tmp_path, nmt_logs):
     """A scores.json that is not valid JSON (or not scores) made GET /info answer 500, and the web page, which
     starts from /info, showed nothing; the model still translates, so /info goes on without its test score."""
-    from nmt.serve.api import best_test_score
+    from nmt.scoring import model_test_score
     good = {"test": {"best": {"bleu": 12.5, "bleu_signature": "s"}, "700": {"bleu": "n/a"}}}
     (tmp_path / "scores.json").write_text(json.dumps(good))
-    assert best_test_score(tmp_path, "best")["bleu"] == 12.5
+    assert model_test_score(tmp_path, "best")["bleu"] == 12.5
     for damaged in ('{"test": {"best"', "[1, 2]", '{"test": 3}'):
         (tmp_path / "scores.json").write_text(damaged)
-        assert best_test_score(tmp_path, "best") is None
+        assert model_test_score(tmp_path, "best") is None
         assert f"/info shows no test score for {tmp_path}" in nmt_logs[-1].getMessage()
+
+
+def entry(bleu: float, beam: int = 5, alpha: float = 0.6) -> dict:
+    return {"bleu": bleu, "bleu_signature": "nrefs:1|tok:13a", "chrf": 30.0, "chrf_signature": "nc:6",
+            "beam_size": beam, "length_penalty": alpha}
+
+
+def test_info_shows_the_score_on_the_models_own_test_set(tmp_path):
+    """/info's test score was the highest BLEU over every test set recorded for the checkpoint: after nmt-evaluate
+    --name my-set on 200 training pairs it advertised 47 BLEU instead of the recipe test's 7.89. It is now the
+    model's own test set's (its recipe's, in the recipe's order), never chosen by its score, with the beam size
+    and length penalty it was decoded with; /info also gives the length penalty and maximum lengths the model
+    decodes with."""
+    from nmt.scoring import model_test_score
+    from nmt.serve.api import Model
+    scores = {"my-set": {"best": entry(47.0)}, "dev": {"best": entry(60.0)}, "tatoeba-test": {"best": entry(7.89)},
+              "zz": {"best": entry(99.0)}}
+    (tmp_path / "scores.json").write_text(json.dumps(scores))
+    stub = Stub("ko", "en")   # Config(): the tatoeba recipe, whose one test set is tatoeba-test
+    stub.model_dir, stub.checkpoint, stub.member_dirs = tmp_path, "best", []
+    stub.decode = DecodeConfig(beam_size=4, length_penalty_alpha=1.0, max_len_a=2.0, max_len_b=7)
+    info = Model(stub, batcher=None).info()
+    assert info["best_test_score"] == {"test_set": "tatoeba-test", "checkpoint": "best", **entry(7.89)}
+    assert (info["beam_size"], info["length_penalty"], info["max_len_a"], info["max_len_b"]) == (4, 1.0, 2.0, 7)
+    # the recipe's sets in its order, whatever their scores
+    scores["flores200-devtest"] = {"best": entry(20.0)}
+    (tmp_path / "scores.json").write_text(json.dumps(scores))
+    assert model_test_score(tmp_path, "best", tests=["tatoeba-test", "flores200-devtest"])["bleu"] == 7.89
+    assert model_test_score(tmp_path, "best", tests=["flores200-devtest", "tatoeba-test"])["bleu"] == 20.0
+    # a model trained on its own test files: "test"; none of its own sets recorded: another, the first by name
+    scores["test"] = {"best": entry(3.5, beam=1)}
+    (tmp_path / "scores.json").write_text(json.dumps(scores))
+    assert model_test_score(tmp_path, "best", tests=["test"])["bleu"] == 3.5
+    assert model_test_score(tmp_path, "best", tests=["test"])["beam_size"] == 1
+    assert model_test_score(tmp_path, "best", tests=["other"])["test_set"] == "flores200-devtest"
+    # the loaded checkpoint's scores first; when it has none, best's, then avg's, then the latest step's
+    scores = {"tatoeba-test": {"700": entry(1.0), "900": entry(2.0), "best": entry(3.0)}, "zz": {"1100": entry(9.0)}}
+    (tmp_path / "scores.json").write_text(json.dumps(scores))
+    assert model_test_score(tmp_path, "700", tests=["tatoeba-test"])["bleu"] == 1.0
+    assert model_test_score(tmp_path, "1100", tests=["tatoeba-test"])["bleu"] == 9.0
+    assert model_test_score(tmp_path, "avg", tests=["tatoeba-test"])["bleu"] == 3.0
+    del scores["tatoeba-test"]["best"]
+    (tmp_path / "scores.json").write_text(json.dumps(scores))
+    assert model_test_score(tmp_path, "avg", tests=["tatoeba-test"])["checkpoint"] == "900"
+
+
+def test_the_loaded_checkpoint_is_found_by_its_step(tmp_path):
+    """scores.json keys a step's scores by its number: --checkpoint latest (or 00000700) is found there."""
+    from nmt.scoring import checkpoint_key
+    assert [checkpoint_key(c) for c in ("best", "avg", "00000700", "700", None)] == ["best", "avg", "700", "700", None]
+    assert checkpoint_key("latest", tmp_path / "params.00000900") == "900"
