@@ -5,7 +5,7 @@ Layout of a model directory (everything needed to translate or to resume, nothin
     config.json                  the full Config (data, model, optim, train, decode)
     spm.<src>.model / .vocab     SentencePiece models of both languages
     params.<step>                parameters of the last `keep_last` checkpoints
-    params.best                  parameters of the best checkpoint by dev BLEU
+    params.best                  parameters of the best checkpoint by dev BLEU (or --valid-metric)
     params.avg                   average of the last N checkpoints (only with --average-last N)
     trainer.<step>.states        optimizer (Adam) states of the latest checkpoint (named by step, so that
                                  state.json never pairs one step's parameters with another step's moments)
@@ -19,6 +19,7 @@ Layout of a model directory (everything needed to translate or to resume, nothin
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -83,6 +84,7 @@ class TrainState:
     best_bleu: float = -1.0                # dev BLEU of the best checkpoint
     best_step: int = 0
     best_score: Optional[float] = None     # its dev --valid-metric (absent from runs before the flag: its BLEU)
+    best_ppl: Optional[float] = None       # its dev perplexity: a tie of the metric goes to the lower (None: unknown)
     bad_validations: int = 0               # validations since the best one (early stopping)
     lr_scale: float = 1.0                  # plateau schedule multiplier
     tokens_seen: int = 0                   # target tokens trained on
@@ -139,10 +141,8 @@ def _save_with(writer, path: Path, needed: Optional[int] = None) -> None:
 
 def _remove(path: Path) -> None:
     """Delete a temporary file if it exists and can be deleted (not on a read-only file system)."""
-    try:
+    with contextlib.suppress(OSError):
         path.unlink()
-    except OSError:
-        pass
 
 
 def check_model_dir(model_dir: Path, resume: bool, overwrite: bool,
@@ -165,9 +165,8 @@ def check_model_dir(model_dir: Path, resume: bool, overwrite: bool,
                 "the run stopped before its first checkpoint: start it again with --overwrite instead of --resume"
                 if held else "drop --resume to start a new run"))
         if not (model_dir / CONFIG).is_file():
-            raise CheckpointError(f"--resume: {model_dir / CONFIG} not found: a run resumes with the settings it "
-                                  "was started with, which that file holds; restore it (or train into a new "
-                                  "--model-dir)")
+            raise CheckpointError(f"--resume: {model_dir / CONFIG} not found: a run resumes with the settings it was "
+                                  "started with, which that file holds; restore it (or train into a new --model-dir)")
         return
     if held and not overwrite:
         raise CheckpointError(f"--model-dir {model_dir} already exists and is not empty; pass --resume to "
@@ -343,6 +342,7 @@ def average_checkpoints(model_dir: Path, files: List[str], last: int = 0) -> Pat
     if last and len(files) < last:
         logger.warning("--average-last %d: the run has %d checkpoints; params.avg averages those", last, len(files))
     files = files[-last:] if last else files
+    logger.info("params.avg: the average of the checkpoints of steps %s", ", ".join(str(params_step(f)) for f in files))
     total = None
     for f in files:
         verify_params(model_dir / f)

@@ -58,7 +58,8 @@ DATA_FLAGS = [
     Flag("--max-src-tokens", "data", "max_src_tokens", int, "drop training pairs with more source subwords"),
     Flag("--max-tgt-tokens", "data", "max_tgt_tokens", int, "drop training pairs with more target subwords"),
     Flag("--batch-size", "data", "batch_size", int, "global batch of one update in sentences, any device count"),
-    Flag("--batch-tokens", "data", "batch_tokens", int, "global batch in target tokens (instead of --batch-size)"),
+    Flag("--batch-tokens", "data", "batch_tokens", int, "global batch in padded target positions, at most this many "
+         "(sentences x their length bucket's longest target + 1), instead of --batch-size"),
     Flag("--num-buckets", "data", "num_buckets", int, "length buckets (few fixed batch shapes)"),
     Flag("--bucketing", "data", "bucketing", str, "how examples are split into the buckets: the split that pads "
          "least (padding, default) or length quantiles (quantile)", choices=("padding", "quantile")),
@@ -103,7 +104,8 @@ OPTIM_FLAGS = [
 ]
 TRAIN_FLAGS = [
     Flag("--model-dir", "train", "model_dir", str,
-         "model directory (default: models/<recipe>-<src>-<tgt>, with -<arch> for other than lstm)"),
+         "model directory, by default models/<recipe>-<src>-<tgt> (models/custom-<src>-<tgt> for your own "
+         "--train-src/--train-tgt files; -<arch> appended for other than lstm)"),
     Flag("--gpus", "train", "gpus", str,
          "GPUs: a count (2 = first two) or ids (4,5,6,7; 3, = GPU 3 alone); omit for CPU"),
     Flag("--cpu-devices", "train", "cpu_devices", int, "data-parallel over N CPU contexts (no --gpus)"),
@@ -209,8 +211,8 @@ def args_dict(args: argparse.Namespace, base: Optional[Config] = None) -> Dict[s
     flags = {key: value for key, value in vars(args).items() if "." in key}
     if "data.batch_size" in flags and "data.batch_tokens" in flags:   # --batch-tokens would override --batch-size
         raise ConfigError(f"--batch-size {flags['data.batch_size']} and --batch-tokens {flags['data.batch_tokens']} "
-                          "contradict each other: a batch is counted in sentences (--batch-size) or in target tokens "
-                          "(--batch-tokens); give one of them")
+                          "contradict each other: a batch is counted in sentences (--batch-size) or in padded target "
+                          "positions (--batch-tokens); give one of them")
     for key, value in flags.items():
         section, field = key.split(".", 1)
         d.setdefault(section, {})[field] = value
@@ -229,12 +231,19 @@ def args_dict(args: argparse.Namespace, base: Optional[Config] = None) -> Dict[s
         langs = data.get("src_lang", DataConfig.src_lang), data.get("tgt_lang", DataConfig.tgt_lang)
         name = f"{data.get('recipe', DataConfig.recipe) or 'custom'}-{langs[0]}-{langs[1]}"
         train["model_dir"] = str(Path("models") / (name if arch == "lstm" else f"{name}-{arch}"))
-    elif not str(train["model_dir"]).strip() or not getattr(args, "resume", True) and (
-            Path(train["model_dir"]).resolve() == Path(args.config).resolve().parent):
+    elif not str(train["model_dir"]).strip() or not getattr(args, "resume", True) and _names_its_directory(
+            str(train["model_dir"]), Path(args.config)):
         raise ConfigError(f"--config {args.config}: " + ("train.model_dir is empty; give --model-dir" if not str(
             train["model_dir"]).strip() else "its train.model_dir is the directory of the run whose settings it "
             "holds; give the new run's --model-dir (or --resume to continue that run)"))
     return d
+
+
+def _names_its_directory(model_dir: str, config: Path) -> bool:
+    """Whether `model_dir`, the train.model_dir of the --config file `config`, is the directory that holds the file:
+    the same once resolved (a run saves it absolute) or, relative as earlier versions saved it, the end of its path."""
+    home, path = config.resolve().parent, Path(model_dir).expanduser()
+    return path.resolve() == home or not path.is_absolute() and home.parts[-len(path.parts):] == path.parts
 
 
 def given_keys(args: argparse.Namespace) -> Dict[str, str]:

@@ -58,7 +58,7 @@ class DataConfig:
     max_src_tokens: int = 80             # training pairs longer than this (subword tokens) are dropped
     max_tgt_tokens: int = 80
     batch_size: int = 32                 # global batch of one update, in sentences (whatever the device count)
-    batch_tokens: Optional[int] = None   # or: global batch in target tokens (overrides batch_size)
+    batch_tokens: Optional[int] = None   # or: global batch in padded target positions (overrides batch_size)
     num_buckets: int = 8                 # bucket count; few fixed shapes keep the hybridized graph cached
     bucketing: str = "padding"           # "padding": the buckets that pad least; "quantile": length quantiles
 
@@ -80,10 +80,8 @@ class DataConfig:
                 (self.max_ratio >= 1, "--max-ratio must be >= 1 (the longer side's UTF-8 bytes over the shorter's; "
                                       f"inf: no limit), got {self.max_ratio}"),
                 (self.num_buckets >= 1, f"--num-buckets must be >= 1, got {self.num_buckets}"),
-                (self.src_lang in LANGS, f"--src {self.src_lang!r}: unsupported language; use one of "
-                                         + ", ".join(LANGS)),
-                (self.tgt_lang in LANGS, f"--tgt {self.tgt_lang!r}: unsupported language; use one of "
-                                         + ", ".join(LANGS)),
+                *[(lang in LANGS, f"{flag} {lang!r}: unsupported language; use one of " + ", ".join(LANGS))
+                  for flag, lang in (("--src", self.src_lang), ("--tgt", self.tgt_lang))],
                 (self.src_lang != self.tgt_lang, f"--src and --tgt are both {self.src_lang!r}; "
                                                  "translate ko -> en or en -> ko"),
                 (self.subword_sampling == 0.0 or 0.0 < self.subword_sampling < 1.0,
@@ -319,8 +317,11 @@ class Config:
             raise (ConfigError(f"{source}: {e}") if file else e) from None
 
     def save(self, path) -> None:
+        """JSON with the model directory absolute, like the data files (read from elsewhere, it names its run)."""
         from nmt.atomic import atomic_write_text
-        atomic_write_text(Path(path), json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n")
+        d = self.to_dict()
+        d["train"]["model_dir"] = os.path.abspath(os.path.expanduser(d["train"]["model_dir"]))
+        atomic_write_text(Path(path), json.dumps(d, indent=2, ensure_ascii=False) + "\n")
 
     @classmethod
     def load(cls, path, complete: bool = True) -> "Config":
@@ -362,13 +363,13 @@ PER_INVOCATION = frozenset({"train.model_dir", "train.gpus", "train.cpu_devices"
                             "train.max_seconds", "train.progress", "train.tensorboard", "data.data_dir",
                             "data.cache_dir"})
 
-_FIXED_TRAIN_KEYS = ("train.seed", "train.valid_metric")
+_FIXED_KEYS = ("train.seed", "train.valid_metric", "optim.optimizer")
 
 
 def _fixed_on_resume(key: str) -> bool:
-    """Whether a run cannot change `key` when it resumes: the model, the data it is trained on (tokenizers, pairs,
-    batches), the seed its batches are drawn with and the metric its best checkpoint was chosen by."""
-    return key not in PER_INVOCATION and (key.split(".")[0] in ("model", "data") or key in _FIXED_TRAIN_KEYS)
+    """Whether a run cannot change `key` when it resumes: its model and data (tokenizers, pairs, batches), the seed
+    of its batches, the metric that chose its best checkpoint, and the optimizer its saved states belong to."""
+    return key not in PER_INVOCATION and (key.split(".")[0] in ("model", "data") or key in _FIXED_KEYS)
 
 
 def resumed_config(saved: Config, cfg: Config, given: Optional[Dict[str, str]], source: str
@@ -386,9 +387,12 @@ def resumed_config(saved: Config, cfg: Config, given: Optional[Dict[str, str]], 
             label = key if given is None else given.get(key, key)
             if _fixed_on_resume(key):
                 shown = f"{label} {json.dumps(value)}" if label.startswith("--") else f"{label} = {json.dumps(value)}"
+                why = ("the model, the data, the seed and the --valid-metric cannot change within a run: drop it, or "
+                       "train into a new --model-dir") if key != "optim.optimizer" else (
+                    f"its saved optimizer states belong to the {old} optimizer: drop it, or to switch optimizers "
+                    f"fine-tune into a new --model-dir with --init-from {Path(source).parent}")
                 raise ConfigError(f"--resume: {shown} differs from {json.dumps(old)}, which this run was trained with "
-                                  f"({source}); the model, the data, the seed and the --valid-metric cannot change "
-                                  "within a run: drop it, or train into a new --model-dir")
+                                  f"({source}); {why}")
             merged[section][name] = value
             if key not in PER_INVOCATION:
                 changes.append(f"{label}: {json.dumps(old)} -> {json.dumps(value)}")

@@ -34,9 +34,16 @@ VALID_METRICS = {"bleu": ("BLEU", "dev_bleu", True), "chrf": ("chrF", "dev_chrf"
                  "ko-mecab": ("ko-mecab BLEU", "dev_bleu_ko_mecab", True), "ppl": ("perplexity", "dev_ppl", False)}
 
 
-def improves(metric: str, value: float, best: Optional[float]) -> bool:
-    """Whether a dev `value` of `metric` (a VALID_METRICS key) beats `best` (None: there is none yet)."""
-    return best is None or (value > best if VALID_METRICS[metric][2] else value < best)
+def improves(metric: str, value: float, best: Optional[float], ppl: Optional[float] = None,
+             best_ppl: Optional[float] = None) -> bool:
+    """Whether a dev `value` of `metric` (a VALID_METRICS key) beats `best` (None: there is none yet). An exact tie
+    is broken by dev perplexity: `ppl` lower than the best's `best_ppl` wins (early in a run dev BLEU is 0.00 at
+    several validations while the perplexity falls). With metric ppl a tie is no gain."""
+    if best is None:
+        return True
+    if value != best:
+        return value > best if VALID_METRICS[metric][2] else value < best
+    return metric != "ppl" and ppl is not None and best_ppl is not None and ppl < best_ppl
 
 
 def score(hyps: Sequence[str], refs: Sequence[str], tgt_lang: str, more_refs: Sequence[Sequence[str]] = ()

@@ -20,6 +20,9 @@ logger = logging.getLogger("nmt.finetune")
 
 # What a fine-tuning run takes from its model besides the model section: the languages and the tokenizers' settings.
 INHERITED_DATA = ("src_lang", "tgt_lang", "vocab_size", "spm_model_type")
+# Model settings a fine-tuning run may change: they regularize training and shape no parameter (a small corpus often
+# wants more dropout). Not given, they are the model's.
+TUNABLE = ("dropout", "word_dropout", "attention_dropout", "activation_dropout")
 
 
 def init_params(spec) -> Path:
@@ -43,8 +46,9 @@ def init_params(spec) -> Path:
 
 
 def init_config(cfg: Config, given: Dict[str, str], params: Path) -> Config:
-    """`cfg` with the model section, languages and tokenizer settings of the model `params` belongs to; a
-    ConfigError naming the flag where the command line (`given`: key -> flag) asks for another value."""
+    """`cfg` with the model section, languages and tokenizer settings of the model `params` belongs to, but for the
+    `TUNABLE` settings the command line gives (`given`: key -> flag); a ConfigError naming the flag where it asks
+    for another value of any other."""
     source = params.parent / ckpt.CONFIG
     if params.parent.resolve() == Path(cfg.train.model_dir).resolve():
         raise ConfigError(f"--init-from {params.parent} is the --model-dir of this run: fine-tuning writes a new "
@@ -52,6 +56,8 @@ def init_config(cfg: Config, given: Dict[str, str], params: Path) -> Config:
     theirs, mine = Config.load(source).to_dict(), cfg.to_dict()
     for section, name in [("model", k) for k in theirs["model"]] + [("data", k) for k in INHERITED_DATA]:
         key, old = f"{section}.{name}", theirs[section][name]
+        if key in given and section == "model" and name in TUNABLE:
+            continue
         if key in given and mine[section][name] != old:
             raise ConfigError(f"{given[key]} {json.dumps(mine[section][name])}: --init-from {params} has {key} "
                               f"{json.dumps(old)} ({source}); a fine-tuning run keeps its model's settings, "

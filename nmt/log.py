@@ -9,7 +9,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 from tqdm import tqdm
 
@@ -117,34 +117,43 @@ class Speedometer:
 
 
 class LossMeter:
-    """Training loss summed over updates (on the device, so adding costs no host synchronization) and the target
-    tokens it covers; `mean()` reads the loss per token and starts over."""
+    """Training loss (label-smoothed) and, when given, its plain NLL, summed over updates (on the device, so adding
+    costs no host synchronization), and the target tokens they cover; `means()` reads both per token and starts
+    over."""
 
     def __init__(self):
-        self.total, self.tokens = None, 0
+        self.total, self.nll, self.tokens = None, None, 0
 
-    def add(self, loss_sum, tokens: int) -> None:
+    def add(self, loss_sum, tokens: int, nll_sum=None) -> None:
         self.total = loss_sum if self.total is None else self.total + loss_sum
+        if nll_sum is not None:
+            self.nll = nll_sum if self.nll is None else self.nll + nll_sum
         self.tokens += tokens
+
+    def means(self) -> Tuple[Optional[float], Optional[float]]:
+        """Mean loss and NLL per target token since the last call (None if no token, or no NLL, was added); a host
+        synchronization."""
+        loss, nll = ((None if x is None or not self.tokens else float(x.asscalar()) / self.tokens)
+                     for x in (self.total, self.nll))
+        self.total, self.nll, self.tokens = None, None, 0
+        return loss, nll
 
     def mean(self) -> Optional[float]:
         """Mean loss per target token since the last call (None if no token was added); a host synchronization."""
-        value = float(self.total.asscalar()) / self.tokens if self.tokens else None
-        self.total, self.tokens = None, 0
-        return value
+        return self.means()[0]
 
 
 class Progress:
     """The console's view of an epoch: a tqdm bar whose loss, learning rate and tokens/s refresh every
     `log_every` updates (the loop's only host synchronization besides the gradient norm); and at its end, in
-    `epoch`, the mean loss and tokens/s of the epoch's updates (since a resume, in a resumed epoch; wall time,
-    validations included, as in the bar's)."""
+    `epoch`, the mean loss, NLL and tokens/s of the epoch's updates (since a resume, in a resumed epoch; wall time,
+    validations included, as in the bar's). `last` and `epoch` hold "nll" only when `update` is given it."""
 
     def __init__(self, log_every: int, enabled: bool):
         self.log_every, self.enabled = log_every, enabled
         self.speed, self.meter, self.bar = Speedometer(), LossMeter(), None
         self.epoch_speed, self.epoch_meter = Speedometer(), LossMeter()
-        self.last: Dict[str, float] = {"loss": float("nan"), "tok_per_s": 0.0}
+        self.last: Dict[str, float] = {"loss": float("nan"), "nll": float("nan"), "tok_per_s": 0.0}
         self.epoch: Dict[str, float] = dict(self.last)
 
     def start_epoch(self, epoch: int, total: int, done: int) -> None:
@@ -153,14 +162,15 @@ class Progress:
                         disable=None if self.enabled else True, dynamic_ncols=True, leave=False)
         self.epoch_speed.reset()
 
-    def update(self, step: int, batch, loss_sum, lr: float) -> None:
+    def update(self, step: int, batch, loss_sum, lr: float, nll_sum=None) -> None:
         for meter, speed in ((self.meter, self.speed), (self.epoch_meter, self.epoch_speed)):
-            meter.add(loss_sum, batch.num_tgt_tokens)
+            meter.add(loss_sum, batch.num_tgt_tokens, nll_sum)
             speed.update(batch.num_sentences, batch.num_src_tokens, batch.num_tgt_tokens)
         if self.bar is not None:   # None: updates outside `fit` (e.g. a benchmark's), logged but not drawn
             self.bar.update(1)
         if step % self.log_every == 0:
-            self.last = {"loss": self.meter.mean(), **self.speed.read(), "lr": lr}
+            loss, nll = self.meter.means()
+            self.last = {"loss": loss, "nll": nll, **self.speed.read(), "lr": lr}
             if self.bar is not None:
                 self.bar.set_postfix(loss=f"{self.last['loss']:.3f}", lr=f"{lr:.2e}",
                                      tok_s=f"{self.last['tok_per_s']:.0f}")
@@ -168,7 +178,8 @@ class Progress:
 
     def end_epoch(self) -> None:
         if self.epoch_meter.tokens:
-            self.epoch = {"loss": self.epoch_meter.mean(), **self.epoch_speed.read()}
+            loss, nll = self.epoch_meter.means()
+            self.epoch = {"loss": loss, "nll": nll, **self.epoch_speed.read()}
         if self.bar is not None:
             self.bar.close()
             self.bar = None
@@ -192,10 +203,11 @@ def tensorboard_available() -> bool:
 class TensorBoardWriter:
     """Training and validation curves and sample translations for TensorBoard, in `<model_dir>/tensorboard`.
 
-    Tags: `train/loss`, `train/learning_rate`, `train/grad_norm`, `train/tokens_per_s`; `dev/loss`,
-    `dev/perplexity`, `dev/bleu`, `dev/chrf`; text `dev/samples`. Steps are update numbers, so a resumed run
-    (`resume_step` = the step of the checkpoint it continues from) writes into the same directory and continues the
-    same curves; the events an interrupted run wrote after that checkpoint are dropped (`purge_step`). When disabled
+    Tags: `train/loss` (label-smoothed), `train/nll` (plain NLL, to compare with `dev/loss`), `train/learning_rate`,
+    `train/grad_norm`, `train/tokens_per_s`; `dev/loss`, `dev/perplexity`, `dev/bleu`, `dev/chrf`; text
+    `dev/samples`. Steps are update numbers, so a resumed run (`resume_step` = the step of the checkpoint it
+    continues from) writes into the same directory and continues the same curves; the events an interrupted run
+    wrote after that checkpoint are dropped (`purge_step`). When disabled
     (tensorboardX missing, `--tensorboard` off, or a worker other than rank 0) every method does nothing.
     """
 
@@ -246,9 +258,10 @@ class TensorBoardWriter:
                 self._writer.add_scalar(tag, float(value), int(step))
 
     def log_train(self, step: int, loss: Optional[float] = None, learning_rate: Optional[float] = None,
-                  grad_norm: Optional[float] = None, tokens_per_s: Optional[float] = None) -> None:
+                  grad_norm: Optional[float] = None, tokens_per_s: Optional[float] = None,
+                  nll: Optional[float] = None) -> None:
         """Training scalars at update `step` (None values are left out)."""
-        self._scalars(step, {"train/loss": loss, "train/learning_rate": learning_rate,
+        self._scalars(step, {"train/loss": loss, "train/nll": nll, "train/learning_rate": learning_rate,
                              "train/grad_norm": grad_norm, "train/tokens_per_s": tokens_per_s})
 
     def log_validation(self, step: int, loss: Optional[float] = None, perplexity: Optional[float] = None,

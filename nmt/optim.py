@@ -2,24 +2,41 @@
 from __future__ import annotations
 
 import math
+from typing import Dict
 
 from mxnet import gluon
 
 from nmt.config import OptimConfig
 
 
+def optimizer_settings(o: OptimConfig) -> Dict[str, float]:
+    """The settings `o` gives MXNet's optimizer, by its attribute names (the learning rate aside: the schedule sets
+    it at every update)."""
+    settings = {"wd": o.weight_decay}
+    if o.optimizer == "adam":
+        settings.update(beta1=o.beta1, beta2=o.beta2, epsilon=1e-9)
+    return settings
+
+
 def build_optimizer(o: OptimConfig, params: gluon.ParameterDict, kvstore="local") -> gluon.Trainer:
     """A Trainer updating `params` with the optimizer `o` names. The update is applied outside the kvstore
     (`update_on_kvstore=False`), so the summed gradient can be clipped first (see `nmt.parallel`)."""
-    kwargs = {"learning_rate": o.lr, "wd": o.weight_decay}
-    if o.optimizer == "adam":
-        kwargs.update(beta1=o.beta1, beta2=o.beta2, epsilon=1e-9)
-    return gluon.Trainer(params, o.optimizer, kwargs, kvstore=kvstore, update_on_kvstore=False)
+    return gluon.Trainer(params, o.optimizer, {"learning_rate": o.lr, **optimizer_settings(o)}, kvstore=kvstore,
+                         update_on_kvstore=False)
+
+
+def apply_settings(trainer: gluon.Trainer, o: OptimConfig) -> None:
+    """Give `trainer`'s optimizer the settings of `o`. `Trainer.load_states` restores the optimizer pickled with a
+    checkpoint, settings included: after it, this makes a resumed run's new --weight-decay (or beta1, beta2) take
+    effect. The optimizer itself cannot change within a run (`nmt.config.resumed_config`)."""
+    for name, value in optimizer_settings(o).items():
+        setattr(trainer.optimizer, name, value)
 
 
 def learning_rate(step: int, o: OptimConfig, lr_scale: float = 1.0) -> float:
     """Linear warmup to `o.lr`, then inverse-square-root decay (or constant; plateau: constant times `lr_scale`,
-    which the trainer halves on stalled validations)."""
+    which the trainer halves on stalled validations). `lr_scale` applies only under the plateau schedule: a run
+    resumed with another --lr-schedule leaves the plateau's halvings behind (and finds them again if it returns)."""
     warm = max(o.warmup_steps, 1)
     if step < warm:
         lr = o.lr * (step + 1) / warm
@@ -27,4 +44,4 @@ def learning_rate(step: int, o: OptimConfig, lr_scale: float = 1.0) -> float:
         lr = o.lr * math.sqrt(warm / (step + 1))
     else:
         lr = o.lr
-    return lr * lr_scale
+    return lr * lr_scale if o.schedule == "plateau" else lr

@@ -1,9 +1,9 @@
 """Training from parts: `build_data` (nmt.data), `build_model` (the architecture registry), `build_optimizer`
-(nmt.optim), and a `Trainer` that receives what they built and whose `fit()` only checks stop conditions and calls
-`train_step`, `validate` and `save_checkpoint`. `train(cfg)` wires the parts together: the entry point of
-scripts/train.py and of the tests."""
+(nmt.optim), and a `Trainer` of what they built, whose `fit()` only checks stop conditions and calls `train_step`,
+`validate` and `save_checkpoint`. `train(cfg)` wires the parts together (for scripts/train.py and the tests)."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import shutil
@@ -27,7 +27,7 @@ from nmt.finetune import copy_tokenizers, start_from
 from nmt.log import LossMeter, MetricsWriter, Progress, TensorBoardWriter, setup_logging
 from nmt.loss import Seq2SeqLoss, dev_loss
 from nmt.models import build_model
-from nmt.optim import build_optimizer, learning_rate
+from nmt.optim import apply_settings, build_optimizer, learning_rate
 from nmt.parallel import DataParallel, default_kvstore, describe_hardware, init_amp, parse_devices
 from nmt.preflight import check_checkpoint_room, run_inputs
 from nmt.scoring import score_test_set
@@ -64,7 +64,7 @@ class Trainer:
                                amp=t.amp)
         self.metrics = MetricsWriter(self.model_dir / ckpt.METRICS if self.is_chief else None)
         self.translator = Translator(net, data.src_tok, data.tgt_tok, cfg.decode, ctx=ctxs[0])
-        self.since_valid = LossMeter()   # training loss since the previous validation (its metrics row)
+        self.since_valid = LossMeter()   # training loss and NLL since the previous validation (its metrics row)
         self.progress = Progress(t.log_every, t.progress and self.is_chief)
         self.tensorboard = tensorboard or TensorBoardWriter(None)   # curves (a writer that does nothing: off)
         self.signal_name = ""            # set by SIGINT/SIGTERM: checkpoint after this update, then stop
@@ -74,31 +74,31 @@ class Trainer:
 
     # -- the parts of the loop ----------------------------------------------------------------------------------
     def train_step(self, batch: Batch) -> mx.nd.NDArray:
-        """One update on a global batch; returns its summed training loss (on the device)."""
+        """One update on a global batch; returns its summed training loss, label-smoothed (on the device)."""
         lr = learning_rate(self.state.step, self.cfg.optim, self.state.lr_scale)
         self.optimizer.set_learning_rate(lr)
         mx.random.seed(self.cfg.train.seed * 100003 + self.state.step)   # dropout masks resumable per update
-        loss, _, _ = self.dp.step(batch)
+        loss, nll, _ = self.dp.step(batch)   # summed over the batch: label-smoothed loss, plain NLL
         self.state.step += 1
         self.state.tokens_seen += batch.num_tgt_tokens
         self.state.elapsed = self._elapsed0 + time.perf_counter() - self._t_start
-        self.since_valid.add(loss, batch.num_tgt_tokens)
-        self.progress.update(self.state.step, batch, loss, lr)
+        self.since_valid.add(loss, batch.num_tgt_tokens, nll)
+        self.progress.update(self.state.step, batch, loss, lr, nll)
         if self.state.step % self.cfg.train.log_every == 0:   # the progress bar has just read loss and speed
             last = self.progress.last
-            self.tensorboard.log_train(self.state.step, loss=last["loss"], learning_rate=lr,
+            self.tensorboard.log_train(self.state.step, loss=last["loss"], nll=last["nll"], learning_rate=lr,
                                        grad_norm=self.dp.last_grad_norm, tokens_per_s=last.get("tok_per_s"))
         return loss
 
     def validate(self) -> bool:
-        """Dev loss and BLEU on rank 0, one metrics.jsonl row; whether dev BLEU improved (the other workers: False;
-        they take rank 0's state at the checkpoint that follows)."""
-        train_loss = self.since_valid.mean()
+        """Dev loss and BLEU on rank 0, one metrics.jsonl row; whether the dev --valid-metric improved (the other
+        workers: False; they take rank 0's state at the checkpoint that follows)."""
+        train_loss, train_nll = self.since_valid.means()
         if not self.is_chief:
             return False
         row, sources, hyps, refs = self._dev_scores()
-        if train_loss is not None:
-            row["train_loss"] = train_loss
+        if train_loss is not None:   # label-smoothed; train_nll is the one to compare with dev_nll
+            row["train_loss"], row["train_nll"] = train_loss, train_nll
         improved = self._track_best(row)
         row["best_bleu"], row["best_score"] = self.state.best_bleu, self.state.best_score
         mecab = row.get("dev_bleu_ko_mecab")   # Korean output
@@ -116,8 +116,7 @@ class Trainer:
         """The validation's metrics row, and the dev sources, translations and references it scored."""
         t0 = time.perf_counter()
         nll, tokens = dev_loss(self.loss_block, self.data.encoded, self.ctxs[0])
-        n = self.cfg.train.valid_max_sentences
-        dev = self.data.splits.dev
+        n, dev = self.cfg.train.valid_max_sentences, self.data.splits.dev
         hyps = self.translator.translate(dev.src[:n], beam_size=self.cfg.train.valid_beam)
         sc = score(hyps, dev.tgt[:n], self.cfg.data.tgt_lang)
         row = {"step": self.state.step, "epoch": round(self.epochs_done(), 3), "dev_nll": nll / max(tokens, 1),
@@ -129,12 +128,13 @@ class Trainer:
         return row, dev.src[:n], hyps, dev.tgt[:n]
 
     def _track_best(self, row: Dict[str, float]) -> bool:
-        """Record a validation (its metrics `row`): the best so far by --valid-metric, or one more without gain
-        (halving a plateau schedule's learning rate every `plateau_patience` of them)."""
+        """Record a validation (its metrics `row`): the best so far by --valid-metric (of equals, by lower dev
+        perplexity), or one more without gain (halving a plateau schedule's learning rate every `plateau_patience`)."""
         s, o, metric = self.state, self.cfg.optim, self.cfg.train.valid_metric
-        value = row[VALID_METRICS[metric][1]]
-        if improves(metric, value, s.best_score):   # None until the first validation
-            s.best_score, s.best_bleu, s.best_step, s.bad_validations = value, row["dev_bleu"], s.step, 0
+        value, ppl = row[VALID_METRICS[metric][1]], row["dev_ppl"]
+        if improves(metric, value, s.best_score, ppl, s.best_ppl):   # best_score: None until the first validation
+            s.best_score, s.best_bleu, s.best_ppl, s.best_step = value, row["dev_bleu"], ppl, s.step
+            s.bad_validations = 0
             return True
         s.bad_validations += 1
         if o.schedule == "plateau" and s.bad_validations % o.plateau_patience == 0:
@@ -174,9 +174,7 @@ class Trainer:
             return "max_steps"
         if wish:
             return wish
-        if t.patience and self.state.bad_validations >= t.patience:
-            return "early_stop"
-        return ""
+        return "early_stop" if t.patience and self.state.bad_validations >= t.patience else ""
 
     # -- the loop ------------------------------------------------------------------------------------------------
     def fit(self) -> ckpt.TrainState:
@@ -215,23 +213,27 @@ class Trainer:
             for sig, handler in old_handlers.items():
                 signal.signal(sig, handler)
             self.tensorboard.close()
-        if t.average_last and self.is_chief and len(self.state.params_files) >= 2:
+        if self.averages():
             ckpt.average_checkpoints(self.model_dir, self.state.params_files, last=t.average_last)
             self.averaged = True
 
+    def averages(self) -> bool:
+        """Whether the run ends by averaging its last checkpoints into params.avg (--average-last, on rank 0)."""
+        return bool(self.cfg.train.average_last) and self.is_chief and len(self.state.params_files) >= 2
+
     def _next_epoch(self) -> None:
         epoch = self.progress.epoch   # nan and 0 until an epoch of this run has had an update
-        logger.info("epoch %d done at step %d: train loss %.3f, %.0f tokens/s", self.state.epoch + 1,
-                    self.state.step, epoch["loss"], epoch["tok_per_s"])
+        logger.info("epoch %d done at step %d: train loss %.3f (NLL %.3f), %.0f tokens/s",
+                    self.state.epoch + 1, self.state.step, epoch["loss"], epoch["nll"], epoch["tok_per_s"])
         self.state.epoch += 1
         self.data.sampler.set_epoch(self.state.epoch)
 
     def _finish(self, stop: str, trained: bool = True) -> None:
         """Record why training stopped; a final validation and checkpoint unless the last update has one."""
         self.state.stopped = stop
-        if not trained and stop in _LIMIT_FLAGS:   # e.g. --resume of a finished run
-            logger.warning("no update made: the run had already reached its %s limit; give a higher %s to train on",
-                           stop, _LIMIT_FLAGS[stop])
+        if not trained and stop in _LIMIT_FLAGS:   # --resume of a finished run: a warning, unless it is to average it
+            logger.log(logging.INFO if self.averages() else logging.WARNING, "no update made: the run had already "
+                       "reached its %s limit; give a higher %s to train on", stop, _LIMIT_FLAGS[stop])
         last = ckpt.params_step(self.state.params_files[-1]) if self.state.params_files else None
         if self.state.step != last:
             self.save_checkpoint(stop not in _INTERRUPTS and self.validate())
@@ -262,8 +264,7 @@ def create_trainer(cfg: Config, resume: bool = False, overwrite: bool = False, i
     ctxs = parse_devices(t.gpus, t.cpu_devices)
     if t.amp:
         init_amp(ctxs)   # ConfigError without GPUs; before the model is built (AMP rewrites its operators)
-    kv_name = default_kvstore(ctxs, t.kvstore)
-    kv = create_kvstore(kv_name)
+    kv = create_kvstore(default_kvstore(ctxs, t.kvstore))
     workers = WorkerGroup(kv)
     lock, inputs = None, run_inputs(cfg, init)
     if workers.is_chief:
@@ -314,6 +315,7 @@ def _create_locked(cfg: Config, resume: bool, overwrite: bool, ctxs, kv, workers
     optimizer = build_optimizer(cfg.optim, net.collect_params(), kv)
     if resume:
         _restore(model_dir, net, optimizer, data, state, workers, ctxs)
+        apply_settings(optimizer, cfg.optim)   # the states came with the settings saved with them: now this run's
     elif init is not None and workers.is_chief:   # the others get rank 0's parameters with the kvstore
         start_from(net, init, ctxs)
     workers.init_trainer(optimizer)   # distributed: rank 0's parameters on every worker before update 1
@@ -393,8 +395,6 @@ def _install_signal_handlers(trainer: Trainer):
         trainer.signal_name = name
     old = {}
     for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
+        with contextlib.suppress(ValueError):   # not the main thread (e.g. inside some notebook runners)
             old[sig] = signal.signal(sig, handler)
-        except ValueError:   # not the main thread (e.g. inside some notebook runners)
-            pass
     return old

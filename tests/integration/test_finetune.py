@@ -45,6 +45,19 @@ def test_a_run_starts_from_the_models_parameters_settings_and_vocabularies(paren
     assert f"fine-tuning: starting from {state.init_from}" in (run / ckpt.LOG).read_text(encoding="utf-8")
 
 
+def test_dropout_may_change_and_is_otherwise_the_models(parent, tmp_path):
+    """`--init-from` refused --dropout and --word-dropout, which shape no parameter."""
+    model, other = parent
+    theirs = Config.load(model / ckpt.CONFIG).model
+    flags = ["--init-from", str(model), "--max-steps", "1"]
+    assert train_main(run_flags(other, tmp_path / "tuned") + flags + ["--dropout", "0.05", "--word-dropout", "0"]) == 0
+    tuned = Config.load(tmp_path / "tuned" / ckpt.CONFIG).model
+    assert (tuned.dropout, tuned.word_dropout) == (0.05, 0.0) != (theirs.dropout, theirs.word_dropout)
+    assert tuned.hidden_size == theirs.hidden_size
+    assert train_main(run_flags(other, tmp_path / "kept") + flags) == 0
+    assert Config.load(tmp_path / "kept" / ckpt.CONFIG).model == theirs
+
+
 def test_it_goes_on_from_what_the_model_learned(parent, tmp_path):
     """4 updates on the other task from the model, and from scratch with the model's settings given as flags: the
     first is close to translating the task already, the second still near chance."""

@@ -171,6 +171,7 @@ def test_time_budget_counts_every_run_and_metrics_carry_the_training_loss(tmp_pa
     rows = [json.loads(line) for line in (Path(cfg.train.model_dir) / ckpt.METRICS).read_text().splitlines()]
     assert [r["step"] for r in rows] == [4, 8]
     assert all(np.isfinite(r["train_loss"]) and r["train_loss"] > 0 for r in rows)
+    assert all(r["train_nll"] == pytest.approx(r["train_loss"], rel=1e-6) for r in rows)   # no label smoothing here
     # resumed with a budget the earlier run already used up: stops at once, no update made
     cfg.train.max_steps, cfg.train.time_budget = 100, s1.elapsed
     s2 = create_trainer(cfg, resume=True).fit()
@@ -183,13 +184,17 @@ def test_time_budget_counts_every_run_and_metrics_carry_the_training_loss(tmp_pa
 @pytest.mark.parametrize("log_every", [5, 1000])
 def test_the_epoch_line_reports_the_epochs_mean_loss_and_speed(tmp_path, task, log_every):
     """Also for an epoch shorter than --log-every; the oracle is the training loss of the metrics row of the
-    validation at the epoch's end, a mean over the same updates (valid_every 0: one validation per epoch)."""
+    validation at the epoch's end, a mean over the same updates (valid_every 0: one validation per epoch). The loss
+    is label-smoothed, which dev_nll is not: the plain NLL of the same updates is recorded beside it (train_nll)."""
     model_dir = tmp_path / "short"
-    create_trainer(tiny_config(tmp_path, task, "short", max_epochs=2, log_every=log_every)).fit()
+    cfg = tiny_config(tmp_path, task, "short", max_epochs=2, log_every=log_every)
+    cfg.optim.label_smoothing = 0.2
+    create_trainer(cfg).fit()
     line = next(x for x in (model_dir / ckpt.LOG).read_text().splitlines() if "epoch 1 done" in x)
-    loss, speed = (float(x) for x in re.search(r"train loss (\S+), (\S+) tokens/s", line).groups())
+    loss, nll, speed = (float(x) for x in re.search(r"train loss (\S+) \(NLL (\S+)\), (\S+) tokens/s", line).groups())
     first = json.loads((model_dir / ckpt.METRICS).read_text().splitlines()[0])
-    assert abs(loss - first["train_loss"]) < 1e-3 and speed > 0, (line, first)
+    assert abs(loss - first["train_loss"]) < 1e-3 and abs(nll - first["train_nll"]) < 1e-3 and speed > 0, (line, first)
+    assert first["train_nll"] < first["train_loss"] - 0.1, first   # smoothing costs a model that has learned
 
 
 def test_resume_across_an_epoch_boundary(tmp_path, task):
@@ -313,6 +318,74 @@ def test_resume_alone_continues_the_run_as_it_was_started(tmp_path, task, capsys
         assert code == 2 and says in err and "Traceback" not in err, err
 
 
+def test_a_resume_takes_a_new_weight_decay_and_refuses_another_optimizer(tmp_path, task, capsys):
+    """Trainer.load_states restores MXNet's pickled optimizer, its class and weight decay with it: a resume's new
+    --weight-decay was logged and saved to config.json but not used, and --optimizer sgd died in an AssertionError
+    inside MXNet after config.json was rewritten, so that every later plain --resume died too."""
+    from nmt.cli import train_main
+    from nmt.config import ConfigError
+    for name in ("plain", "wd"):
+        assert train_main(tiny_flags(task, tmp_path / name) + ["--max-steps", "3"]) == 0
+
+    def resume(name, *flags):
+        return train_main(["--model-dir", str(tmp_path / name), "--resume", "--max-steps", "6", "--no-progress",
+                           "--no-eval", *flags])
+    config = (tmp_path / "wd" / ckpt.CONFIG).read_bytes()
+    for flags in (["--optimizer", "sgd"], ["--optimizer", "sgd", "--dry-run"]):
+        assert resume("wd", *flags) == 2
+        err = capsys.readouterr().err
+        assert f'--resume: --optimizer "sgd" differs from "adam", which this run was trained with ({tmp_path / "wd"}' \
+               f"/{ckpt.CONFIG}); its saved optimizer states belong to the adam optimizer: drop it, or to switch " \
+               f"optimizers fine-tune into a new --model-dir with --init-from {tmp_path / 'wd'}" in err, err
+        assert "Traceback" not in err and (tmp_path / "wd" / ckpt.CONFIG).read_bytes() == config
+    assert resume("wd", "--weight-decay", "0.5") == 0 and resume("plain") == 0
+    log = (tmp_path / "wd" / ckpt.LOG).read_text()
+    assert "settings changed since the last run: optim.weight_decay: 0.0 -> 0.5" in log
+    wd, plain = params_of(tmp_path / "wd"), params_of(tmp_path / "plain")
+    assert max(float(np.abs(wd[k] - plain[k]).max()) for k in wd) > 1e-4   # the decay was applied
+    cfg = Config.load(tmp_path / "wd" / ckpt.CONFIG)   # the Python API: the optimizer of the trainer itself
+    cfg.optim.weight_decay, cfg.optim.beta2, cfg.train.max_steps = 0.25, 0.9, 8
+    trainer = create_trainer(cfg, resume=True)
+    trainer.lock.release()
+    assert (type(trainer.optimizer.optimizer).__name__, trainer.optimizer.optimizer.wd,
+            trainer.optimizer.optimizer.beta2) == ("Adam", 0.25, 0.9)
+    cfg.optim.optimizer = "sgd"
+    with pytest.raises(ConfigError, match=r'--resume: optim.optimizer = "sgd" differs from "adam"'):
+        create_trainer(cfg, resume=True)
+    assert Config.load(tmp_path / "wd" / ckpt.CONFIG).optim.optimizer == "adam"
+
+
+def test_a_tie_of_the_dev_score_goes_to_the_lower_perplexity_and_resumes_exactly(tmp_path, task, monkeypatch):
+    """Early in a run dev BLEU is 0.00 at several validations while dev perplexity falls fast: the first of them
+    stayed params.best, --patience stopped the run there and --lr-schedule plateau halved the learning rate. Here
+    every validation scores BLEU 0 (a constant scorer), so the perplexity alone tells them apart."""
+    from nmt.evaluate import Scores
+    from nmt.log import read_metrics
+    from nmt.optim import learning_rate
+    monkeypatch.setattr("nmt.train.score", lambda hyps, refs, lang: Scores(0.0, 0.0, "bleu", "chrf", len(hyps)))
+
+    def config(name, steps):
+        cfg = tiny_config(tmp_path, task, name, max_steps=steps, valid_every=3, patience=2, keep_last=10)
+        cfg.optim.schedule = "plateau"
+        return cfg
+    whole = config("whole", 12)
+    s = create_trainer(whole).fit()
+    rows = read_metrics(Path(whole.train.model_dir) / ckpt.METRICS)
+    assert [r["step"] for r in rows] == [3, 6, 9, 12] and all(r["dev_bleu"] == 0.0 for r in rows)
+    assert all(b["dev_ppl"] < a["dev_ppl"] for a, b in zip(rows, rows[1:])), rows   # the oracle's premise
+    assert (s.stopped, s.best_step, s.best_ppl, s.bad_validations, s.lr_scale) == (
+        "max_steps", 12, rows[-1]["dev_ppl"], 0, 1.0)
+    assert [r["lr"] for r in rows] == [learning_rate(r["step"], whole.optim) for r in rows]   # no plateau halving
+    assert_same_params(*({k: v.asnumpy() for k, v in load_params(whole.train.model_dir, w).items()}
+                         for w in ("best", "12")))
+    part = config("part", 6)   # resumed between ties: the best's perplexity travels in the training state
+    create_trainer(part).fit()
+    part.train.max_steps = 12
+    r = create_trainer(part, resume=True).fit()
+    assert (r.best_step, r.best_ppl, r.lr_scale) == (s.best_step, s.best_ppl, s.lr_scale)
+    assert_same_params(params_of(whole.train.model_dir), params_of(part.train.model_dir), rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("metric, key, pick", [("ppl", "dev_ppl", min), ("chrf", "dev_chrf", max)])
 def test_valid_metric_picks_the_best_checkpoint_and_is_fixed_for_the_run(tmp_path, task, capsys, metric, key, pick):
     """The best checkpoint (and early stopping) went by dev BLEU alone, whose 13a tokenization reads Korean output
@@ -324,7 +397,7 @@ def test_valid_metric_picks_the_best_checkpoint_and_is_fixed_for_the_run(tmp_pat
     flags = tiny_flags(task, model_dir) + ["--max-steps", "21", "--valid-every", "3", "--keep-last", "10"]
     assert train_main(flags + ["--valid-metric", metric]) == 0
     rows = [r for r in read_metrics(model_dir / ckpt.METRICS) if "dev_bleu" in r]
-    best = pick(rows, key=lambda r: r[key])   # the first of equals, as the run keeps
+    best = pick(rows, key=lambda r: r[key] if metric == "ppl" else (r[key], -r["dev_ppl"]))   # ties: lower ppl
     by_bleu = max(rows, key=lambda r: r["dev_bleu"])
     assert best["step"] != by_bleu["step"], f"this run does not tell {metric} from BLEU apart: {rows}"
     state = ckpt.TrainState.load(model_dir)
@@ -348,7 +421,7 @@ def test_valid_metric_ko_mecab_picks_by_morpheme_bleu_of_korean_output(tmp_path,
     flags = tiny_flags(swapped, model_dir) + ["--src", "en", "--tgt", "ko", "--max-steps", "12", "--valid-every", "3"]
     assert train_main(flags + ["--valid-metric", "ko-mecab"]) == 0
     rows = [r for r in read_metrics(model_dir / ckpt.METRICS) if "dev_bleu" in r]
-    best = max(rows, key=lambda r: r["dev_bleu_ko_mecab"])
+    best = max(rows, key=lambda r: (r["dev_bleu_ko_mecab"], -r["dev_ppl"]))   # a tie goes to the lower perplexity
     assert best["dev_bleu_ko_mecab"] != best["dev_bleu"], rows   # the score kept is the morphemes', not 13a's
     state = ckpt.TrainState.load(model_dir)
     assert (state.best_step, state.best_score) == (best["step"], best["dev_bleu_ko_mecab"])
@@ -374,15 +447,21 @@ def test_a_finished_run_is_averaged_by_resuming_it_with_average_last(tmp_path, t
     with pytest.raises(ckpt.CheckpointError, match=r"params.00000003 not found .*the steps kept there: 2, 4$"):
         ckpt.params_path(model_dir, "3")
     resume = ["--model-dir", str(model_dir), "--resume", "--no-progress", "--no-eval"]
+    assert train_main(resume) == 0   # a plain resume of the finished run: no update, and a warning says how to train on
+    assert ("WARNING nmt.train: no update made: the run had already reached its max_steps limit; give a higher "
+            "--max-steps to train on" in (model_dir / ckpt.LOG).read_text())
+    (model_dir / ckpt.LOG).write_text("")
     assert train_main(resume + ["--average-last", "5"]) == 2   # the run keeps 3 (--keep-last): not 5 to average
     assert ("--average-last 5 averages the last 5 of the checkpoints kept: give --keep-last 5 or more (got 3)"
             in capsys.readouterr().err)
     assert not (model_dir / ckpt.PARAMS_AVG).exists()
     assert train_main(resume + ["--average-last", "5", "--keep-last", "5"]) == 0   # has 2: averages them, says so
     assert "--average-last 5: the run has 2 checkpoints; params.avg averages those" in (model_dir / ckpt.LOG).read_text()
-    assert ckpt.TrainState.load(model_dir).step == 4   # no update made, and the log says how to train on
-    assert ("no update made: the run had already reached its max_steps limit; give a higher --max-steps to train on"
-            in (model_dir / ckpt.LOG).read_text())
+    log = (model_dir / ckpt.LOG).read_text()
+    assert "params.avg: the average of the checkpoints of steps 2, 4" in log
+    assert ckpt.TrainState.load(model_dir).step == 4
+    assert "WARNING nmt.train" not in log   # averaging without training was what was asked: no warning about it
+    assert "INFO nmt.train: no update made: the run had already reached its max_steps limit" in log
     mean = {k: (load_params(model_dir, "2")[k] + load_params(model_dir, "4")[k]).asnumpy() / 2
             for k in load_params(model_dir, "4")}
     assert_same_params({k: v.asnumpy() for k, v in load_params(model_dir, "avg").items()}, mean)

@@ -1,7 +1,9 @@
 """Command line -> Config mapping, --help, --config files and bad flags."""
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -47,6 +49,10 @@ def test_defaults_and_flags_map_onto_the_config():
 def test_explicit_files_replace_the_recipe():
     cfg = cfg_of(["--train-src", "a.ko", "--train-tgt", "a.en", "--dev-src", "d.ko", "--dev-tgt", "d.en"])
     assert cfg.data.recipe is None and cfg.train.model_dir == "models/custom-ko-en"
+    help_text = " ".join(build_train_parser().format_help().split())   # --help said models/<recipe>-... for these too
+    assert "models/<recipe>-<src>-<tgt> (models/custom-<src>-<tgt> for your own --train-src/--train-tgt files;" \
+        in help_text
+    assert "--batch-tokens BATCH_TOKENS global batch in padded target positions" in help_text
 
 
 def test_config_file_then_flags_override(tmp_path):
@@ -54,9 +60,11 @@ def test_config_file_then_flags_override(tmp_path):
     path.write_text(json.dumps({"model": {"hidden_size": 128}, "data": {"batch_size": 32}}))
     cfg = cfg_of(["--config", str(path), "--batch-size", "48"])
     assert cfg.model.hidden_size == 128 and cfg.data.batch_size == 48
-    # a saved config.json round-trips
+    # a saved config.json round-trips, its model directory made absolute (as the data files are when given)
     cfg.save(tmp_path / "saved.json")
-    assert Config.load(tmp_path / "saved.json") == cfg
+    absolute = dataclasses.replace(cfg.train, model_dir=os.path.abspath(cfg.train.model_dir))
+    assert cfg.train.model_dir == "models/tatoeba-ko-en" and Config.load(tmp_path / "saved.json") == cfg.replace(
+        train=absolute)
 
 
 def test_bad_config_file_is_a_clear_error(tmp_path):

@@ -297,10 +297,38 @@ def test_a_runs_config_json_as_config_does_not_make_that_run_the_new_runs_direct
     assert run_of(["--config", str(other)])[0].train.model_dir == str(Path("models") / "tatoeba-en-ko")
 
 
+def test_a_runs_config_json_names_its_directory_from_any_working_directory(tmp_path, monkeypatch, capsys):
+    """config.json kept train.model_dir as typed ("rel2") while it kept the data files absolute: `--config
+    ../rel2/config.json` from another directory started a new run in ./rel2 instead of being refused."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rel2").mkdir()
+    (tmp_path / "other").mkdir()
+    config = tmp_path / "rel2" / ckpt.CONFIG
+    Config().replace(train=dataclasses.replace(TrainConfig(), model_dir="rel2")).save(config)
+    assert read_object(config, ConfigError)["train"]["model_dir"] == str(tmp_path / "rel2")   # absolute, as the data
+    monkeypatch.chdir(tmp_path / "other")
+    says = ("--config ../rel2/config.json: its train.model_dir is the directory of the run whose settings it holds; "
+            "give the new run's --model-dir (or --resume to continue that run)")
+    saved = json.loads(config.read_text())
+    for model_dir in (str(tmp_path / "rel2"), "rel2"):   # as saved now, and relative as earlier versions saved it
+        saved["train"]["model_dir"] = model_dir
+        config.write_text(json.dumps(saved))
+        with pytest.raises(ConfigError) as err:
+            run_of(["--config", "../rel2/config.json"])
+        assert str(err.value) == says
+        assert train_main(["--config", "../rel2/config.json", "--dry-run"]) == 2
+        assert capsys.readouterr().err == f"error: {says}\n"
+    assert not (tmp_path / "other" / "rel2").exists()
+    assert run_of(["--config", "../rel2/config.json", "--model-dir", "new"])[0].train.model_dir == "new"
+    saved["train"]["model_dir"] = "elsewhere"   # a relative directory that is not the file's: the run's own
+    config.write_text(json.dumps(saved))
+    assert run_of(["--config", "../rel2/config.json"])[0].train.model_dir == "elsewhere"
+
+
 # -- 6. --batch-size and --batch-tokens -------------------------------------------------------------------------------
 def test_batch_size_and_batch_tokens_on_one_command_line_contradict_each_other(tmp_path, capsys):
     says = ("--batch-size 16 and --batch-tokens 500 contradict each other: a batch is counted in sentences "
-            "(--batch-size) or in target tokens (--batch-tokens); give one of them")
+            "(--batch-size) or in padded target positions (--batch-tokens); give one of them")
     with pytest.raises(ConfigError) as err:
         cfg_of(["--batch-size", "16", "--batch-tokens", "500"])
     assert str(err.value) == says

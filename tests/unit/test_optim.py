@@ -6,7 +6,7 @@ import pytest
 from mxnet import autograd, gluon
 
 from nmt.config import OptimConfig
-from nmt.optim import build_optimizer, learning_rate
+from nmt.optim import apply_settings, build_optimizer, learning_rate
 
 
 def _net(seed=0):
@@ -62,3 +62,33 @@ def test_schedule_warms_up_then_decays():
     assert learning_rate(15, o) == pytest.approx(0.5)
     flat = OptimConfig(lr=1.0, warmup_steps=4, schedule="plateau")
     assert learning_rate(100, flat, lr_scale=0.5) == 0.5
+
+
+def test_plateau_halvings_apply_only_under_the_plateau_schedule():
+    """lr_scale, which state.json keeps, applied under every schedule: a run resumed from plateau with --lr-schedule
+    inv_sqrt or constant kept the plateau's halvings."""
+    for schedule in ("inv_sqrt", "constant"):
+        o = OptimConfig(lr=1.0, warmup_steps=4, schedule=schedule)
+        assert [learning_rate(s, o, lr_scale=0.25) for s in (0, 3, 15, 99)] == \
+            [learning_rate(s, o) for s in (0, 3, 15, 99)]
+    flat = OptimConfig(lr=1.0, warmup_steps=4, schedule="plateau")
+    assert [learning_rate(s, flat, lr_scale=0.25) for s in (0, 3, 99)] == [0.0625, 0.25, 0.25]
+
+
+@pytest.mark.parametrize("name", ["adam", "sgd"])
+def test_loaded_states_take_this_runs_settings(tmp_path, name):
+    """Trainer.load_states restores the optimizer pickled with the states, with the weight decay (and betas) of the
+    run that saved them: a resumed run's new --weight-decay was logged and saved, and never used."""
+    net = _net()
+    trainer = build_optimizer(OptimConfig(optimizer=name, lr=0.05), net.collect_params())
+    _steps(net, trainer, 2)
+    trainer.save_states(str(tmp_path / "s"))
+    new = OptimConfig(optimizer=name, lr=0.05, weight_decay=0.125, beta1=0.5, beta2=0.75)
+    resumed = build_optimizer(new, _net().collect_params())
+    resumed.load_states(str(tmp_path / "s"))
+    assert resumed.optimizer.wd == 0.0   # MXNet's restore: the old settings
+    apply_settings(resumed, new)
+    opt = resumed.optimizer
+    assert opt.wd == 0.125 and type(opt) is type(trainer.optimizer)
+    if name == "adam":
+        assert (opt.beta1, opt.beta2, opt.epsilon) == (0.5, 0.75, 1e-9)

@@ -1,0 +1,47 @@
+"""Which validation is a gain: the best checkpoint, early stopping and the plateau schedule all follow
+`nmt.evaluate.improves`, whose exact ties of --valid-metric go to the lower dev perplexity."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from nmt import checkpoint as ckpt
+from nmt.evaluate import improves
+
+
+@pytest.mark.parametrize("metric", ["bleu", "chrf", "ko-mecab"])
+@pytest.mark.parametrize("value, ppl, gain", [
+    (0.0, 50.0, True),     # a tie of the metric with a lower dev perplexity: the better model
+    (0.0, 250.0, False),   # a tie with a higher perplexity
+    (0.0, 100.0, False),   # a tie of both
+    (0.5, 900.0, True),    # strictly better, whatever the perplexity
+    (-0.5, 10.0, False),   # strictly worse, whatever the perplexity
+])
+def test_a_tie_of_a_score_goes_to_the_lower_dev_perplexity(metric, value, ppl, gain):
+    """Early in a run dev BLEU is 0.00 at several validations while the perplexity falls 5x: the first of them
+    stayed the best checkpoint, --patience stopped the run and --lr-schedule plateau halved the learning rate."""
+    assert improves(metric, value, 0.0, ppl, 100.0) is gain
+
+
+@pytest.mark.parametrize("value, ppl, gain", [(100.0, 1.0, False), (99.0, 500.0, True), (101.0, 1.0, False)])
+def test_with_perplexity_itself_as_the_metric_nothing_breaks_a_tie(value, ppl, gain):
+    assert improves("ppl", value, 100.0, ppl, 100.0) is gain
+
+
+def test_the_first_validation_is_a_gain_and_an_unknown_perplexity_breaks_no_tie():
+    assert improves("bleu", 0.0, None) and improves("bleu", 0.0, None, 80.0, None)
+    assert not improves("bleu", 0.0, 0.0, 80.0, None)   # the best of a run saved before best_ppl was kept
+    assert not improves("bleu", 0.0, 0.0)
+
+
+def test_a_state_written_before_best_ppl_loads_without_it(tmp_path):
+    """state.json (and a checkpoint's manifest) of an earlier run has no best_ppl: it loads, and a tie waits for
+    the next better score to record one."""
+    old = {k: v for k, v in vars(ckpt.TrainState(step=30, best_bleu=7.5, best_step=20)).items() if k != "best_ppl"}
+    (tmp_path / ckpt.STATE).write_text(json.dumps(old))
+    state = ckpt.TrainState.load(tmp_path)
+    assert state.best_ppl is None and state.best_score == 7.5
+    state.best_ppl = 12.5
+    state.save(tmp_path)
+    assert ckpt.TrainState.load(tmp_path).best_ppl == 12.5
