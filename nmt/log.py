@@ -29,23 +29,27 @@ class _TqdmHandler(logging.StreamHandler):
 
 
 def setup_logging(log_file: Optional[Path] = None, level: int = logging.INFO, console: bool = True) -> None:
-    """Configure the `nmt` logger: console (via tqdm) and, if given, an appended log file."""
-    root = logging.getLogger("nmt")
-    root.setLevel(level)
-    root.propagate = False
-    for h in list(root.handlers):
-        root.removeHandler(h)
-        h.close()
+    """Configure the `nmt` logger: console (via tqdm) and, if given, an appended log file. sacreBLEU's warnings
+    (about the translations it scores) go the same way, formatted and into the log file, not raw to the console."""
+    handlers = []
     fmt = logging.Formatter(FORMAT, datefmt="%Y-%m-%d %H:%M:%S")
     if console:
-        ch = _TqdmHandler()
-        ch.setFormatter(fmt)
-        root.addHandler(ch)
+        handlers.append(_TqdmHandler())
     if log_file is not None:
         Path(log_file).parent.mkdir(parents=True, exist_ok=True)
-        fh = logging.FileHandler(log_file, encoding="utf-8")
-        fh.setFormatter(fmt)
-        root.addHandler(fh)
+        handlers.append(logging.FileHandler(log_file, encoding="utf-8"))
+    for h in handlers:
+        h.setFormatter(fmt)
+    for name, at in (("nmt", level), ("sacrebleu", max(level, logging.WARNING))):
+        logger = logging.getLogger(name)
+        logger.setLevel(at)
+        logger.propagate = False
+        for h in list(logger.handlers):
+            logger.removeHandler(h)
+            if name == "nmt":   # (the same handlers as sacrebleu's)
+                h.close()
+        for h in handlers:
+            logger.addHandler(h)
 
 
 class MetricsWriter:

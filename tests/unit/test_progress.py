@@ -1,5 +1,5 @@
 """The training progress bar: drawn on a terminal, left out of a redirected stderr (`nohup nmt-train > log &`),
-whose file would otherwise fill with a frame per update."""
+whose file would otherwise fill with a frame per update; and the log's handlers, which sacreBLEU's warnings use too."""
 from __future__ import annotations
 
 import io
@@ -32,3 +32,33 @@ def test_the_bar_is_drawn_only_on_a_terminal(monkeypatch, stream, enabled, drawn
     progress.end_epoch()
     assert ("epoch 1" in err.getvalue()) == drawn, repr(err.getvalue())
     assert progress.epoch["loss"] == pytest.approx(2.0)   # the epoch's figures are kept either way, for its log line
+
+
+def test_sacrebleu_warnings_go_to_the_log_file_formatted(tmp_path, capsys):
+    """sacreBLEU's warnings about the translations it scores (e.g. "That's 100 lines that end in a tokenized
+    period") reached the console raw and never the run's train.log."""
+    import logging
+
+    import sacrebleu
+
+    from nmt.log import setup_logging
+    log = tmp_path / "train.log"
+    loggers = [logging.getLogger(name) for name in ("nmt", "sacrebleu")]
+    saved = [(lg.handlers[:], lg.level, lg.propagate) for lg in loggers]
+    setup_logging(log)
+    try:
+        hyps = ["a b c ."] * 100
+        sacrebleu.metrics.BLEU().corpus_score(hyps, [hyps])
+        logging.getLogger("nmt.test").info("after")
+    finally:
+        for lg, (handlers, level, propagate) in zip(loggers, saved):
+            for h in lg.handlers[:]:
+                lg.removeHandler(h)
+                h.close()
+            for h in handlers:
+                lg.addHandler(h)
+            lg.setLevel(level)
+            lg.propagate = propagate
+    text = log.read_text(encoding="utf-8")
+    assert "WARNING" in text and "That's 100 lines that end in a tokenized period" in text and "after" in text
+    assert "That's 100 lines" in capsys.readouterr().err   # the console too, formatted the same way
