@@ -328,7 +328,26 @@ def training_run(args: argparse.Namespace) -> Tuple[Config, List[str], Optional[
     given = given_keys(args)
     check_model_flags(cfg.model.arch, given)
     check_model(cfg.model, given)
+    if getattr(args, "config", None) and "model.arch" in given and given["model.arch"].startswith("--"):
+        _warn_other_arch(cfg, given, args.config)
     return cfg, changes, init
+
+
+def _warn_other_arch(cfg: Config, given: Dict[str, str], config: str) -> None:
+    """Warn when --arch changes the architecture of a --config file that sets what depends on the architecture
+    (`ARCH_DEFAULTS`: dropout, learning rate, warm-up): those values were chosen for the other one, and stay."""
+    theirs = jsonio.read_object(config, ConfigError)
+    old = theirs.get("model", {}).get("arch", "lstm")
+    keys = sorted({(sec, k) for d in ARCH_DEFAULTS.values() for sec, kv in d.items() for k in kv})
+    kept = [(sec, k) for sec, k in keys
+            if k in theirs.get(sec, {}) and not given.get(f"{sec}.{k}", "").startswith("--")]
+    if old == cfg.model.arch or not kept:
+        return
+    new = Config.from_dict({"model": {"arch": cfg.model.arch}}).to_dict()
+    print(f"warning: --arch {cfg.model.arch} over --config {config} (arch {old}): its "
+          + ", ".join(f"{sec}.{k} {theirs[sec][k]}" for sec, k in kept) + f" were chosen for {old} and stay "
+          f"({cfg.model.arch}'s defaults: " + ", ".join(f"{new[sec][k]}" for sec, k in kept)
+          + "); give them as flags to change them", file=sys.stderr)
 
 
 @command(build_train_parser)

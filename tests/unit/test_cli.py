@@ -323,3 +323,21 @@ def test_an_empty_value_is_refused_naming_the_flag(command, capsys):
             with pytest.raises(SystemExit):
                 parse([flag, empty])
             assert f"{flag}: is empty (an unset shell variable?)" in capsys.readouterr().err, flag
+
+
+def test_another_arch_over_a_config_file_warns_of_the_settings_chosen_for_its_own(tmp_path, capsys):
+    """`--config run/config.json --arch transformer` silently kept the LSTM run's dropout, learning rate and
+    warm-up, where a bare --arch transformer gets the Transformer's defaults."""
+    from nmt.cli import training_run
+    config = tmp_path / "lstm.json"
+    config.write_text(json.dumps({"model": {"arch": "lstm", "dropout": 0.4}, "optim": {"lr": 0.002}}))
+
+    def run(*flags):
+        training_run(build_train_parser().parse_args(["--config", str(config), "--model-dir", str(tmp_path / "m"),
+                                                      *flags]))
+        return capsys.readouterr().err
+    assert run("--arch", "transformer") == (
+        f"warning: --arch transformer over --config {config} (arch lstm): its model.dropout 0.4, optim.lr 0.002 were "
+        "chosen for lstm and stay (transformer's defaults: 0.3, 0.001); give them as flags to change them\n")
+    assert "its optim.lr 0.002 were" in run("--arch", "transformer", "--dropout", "0.2")
+    assert run("--arch", "lstm") == run() == run("--arch", "transformer", "--dropout", "0.2", "--lr", "1e-3") == ""
