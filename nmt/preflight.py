@@ -112,9 +112,32 @@ def dry_run(cfg: Config, resume: bool = False, overwrite: bool = False, init: Op
         "train_pairs": len(data.encoded.train_src), "dev_pairs": len(data.encoded.dev_src),
         "tests": {k: len(v.src) for k, v in data.splits.tests.items()},
         "vocab": {cfg.data.src_lang: data.src_tok.vocab_size, cfg.data.tgt_lang: data.tgt_tok.vocab_size},
-        "arch": cfg.model.arch, "parameters": parameter_count(net), "batches_per_epoch": len(data.sampler),
+        "arch": cfg.model.arch, "parameters": parameter_count(net), "settings": settings_lines(cfg),
+        "batches_per_epoch": len(data.sampler),
         "disk_needed": needed, "disk_free": free_bytes(model_dir)})
     return report
+
+
+def settings_lines(cfg: Config) -> List[str]:
+    """The settings that decide what a run learns and when it stops, for people (the dry run's report and the
+    training log; config.json holds every one): the model's own (its architecture's `config_fields`), the optimizer
+    and schedule, the batch, validation and the limits."""
+    from nmt.models import ARCHITECTURES
+    m, o, d, t = cfg.model, cfg.optim, cfg.data, cfg.train
+    fields = getattr(ARCHITECTURES.get(m.arch), "config_fields", ()) or [f for f in vars(m) if f != "arch"]
+    then = {"inv_sqrt": "then inverse square root", "constant": "then constant",
+            "plateau": f"then halved after every {o.plateau_patience} validations without gain"}[o.schedule]
+    limits = [f"{name} {value:g}{unit}" for name, value, unit in (
+        ("max_steps", t.max_steps, ""), ("max_epochs", t.max_epochs, ""), ("time_budget", t.time_budget, " s"),
+        ("max_seconds", t.max_seconds, " s")) if value]
+    return [f"model settings ({m.arch}): " + ", ".join(f"{f} {getattr(m, f)}" for f in fields),
+            f"optimizer: {o.optimizer}, lr {o.lr:g} after {o.warmup_steps} warm-up updates, {then}; label smoothing "
+            f"{o.label_smoothing:g}, weight decay {o.weight_decay:g}, clip norm {o.clip_norm:g}",
+            "batch: " + (f"{d.batch_tokens} padded target positions" if d.batch_tokens else f"{d.batch_size} sentences")
+            + (f" in {t.accum_steps} micro-batches" if t.accum_steps > 1 else "") + f", seed {t.seed}",
+            f"validation: every {t.valid_every} updates and at each epoch end, by dev {t.valid_metric} (beam "
+            f"{t.valid_beam}); " + (f"early stop after {t.patience} without gain" if t.patience else "no early stop")
+            + "; limits: " + (", ".join(limits) or "none")]
 
 
 def describe(report: Dict[str, Any]) -> str:
@@ -131,7 +154,7 @@ def describe(report: Dict[str, Any]) -> str:
     lines += [f"data: {report['train_pairs']} training pairs within the length limits, {report['dev_pairs']} dev "
               f"pairs; tests: {tests}",
               "vocabulary: " + ", ".join(f"{k} {v}" for k, v in report["vocab"].items()),
-              f"model: {report['arch']}, {report['parameters']:,} parameters",
+              f"model: {report['arch']}, {report['parameters']:,} parameters", *report["settings"],
               f"devices: {', '.join(report['devices'])}",
               f"batches per epoch: {report['batches_per_epoch']}",
               "dry run: configuration, data and model directory are valid; nothing was trained"]

@@ -29,7 +29,7 @@ from nmt.loss import Seq2SeqLoss, dev_loss
 from nmt.models import build_model
 from nmt.optim import apply_settings, build_optimizer, learning_rate
 from nmt.parallel import DataParallel, default_kvstore, describe_hardware, init_amp, parse_devices
-from nmt.preflight import check_checkpoint_room, run_inputs
+from nmt.preflight import check_checkpoint_room, run_inputs, settings_lines
 from nmt.scoring import score_test_set
 from nmt.storage import check_writable
 from nmt.translate import Translator
@@ -284,8 +284,7 @@ def _create_locked(cfg: Config, resume: bool, overwrite: bool, ctxs, kv, workers
                    init: Optional[Path], inputs: Dict[str, Any]) -> Trainer:
     """`create_trainer` once the directory is ours: checked writable and, once the model is built, with room for
     its checkpoints, so that a full disk shows before training rather than at the first checkpoint."""
-    t = cfg.train
-    model_dir = Path(t.model_dir)
+    t, model_dir = cfg.train, Path(cfg.train.model_dir)
     if workers.is_chief:
         ckpt.prepare_model_dir(model_dir, resume, overwrite, inputs)
         check_writable(model_dir)
@@ -296,8 +295,9 @@ def _create_locked(cfg: Config, resume: bool, overwrite: bool, ctxs, kv, workers
     # before the data is built: a --tensorboard without tensorboardX fails at once
     tensorboard = TensorBoardWriter.create(model_dir, t.tensorboard, state.step if resume else None, workers.rank)
     state.hardware = describe_hardware(ctxs, workers.num_workers)
-    logger.info("devices: %s, kvstore: %s, worker %d of %d", ctxs, getattr(kv, "type", kv), workers.rank,
-                workers.num_workers)
+    for line in (f"devices: {ctxs}, kvstore: {getattr(kv, 'type', kv)}, worker {workers.rank} of "
+                 f"{workers.num_workers}", *settings_lines(cfg)):   # what config.json holds, for people
+        logger.info(line)
     data = build_data(cfg, model_dir, resume, workers)
     if workers.is_chief:   # on resume, with the settings changed since (the next --resume continues with them)
         cfg.save(model_dir / ckpt.CONFIG)

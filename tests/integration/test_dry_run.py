@@ -32,7 +32,17 @@ def test_dry_run_describes_the_run_and_writes_nothing(tmp_path, task, capsys):
                      "vocabulary: ko ", "model: lstm, ", " parameters", "devices: cpu(0)", "batches per epoch: 41",
                      "nothing was trained"):
         assert expected in out, (expected, out)
+    # the settings that decide what the run learns, which the dry run left out (and the training log too)
+    for expected in ("model settings (lstm): embed_size 16, hidden_size 16, num_layers 1, attention dot, dropout 0.4",
+                     "optimizer: adam, lr 0.002 after 400 warm-up updates, then inverse square root; label smoothing",
+                     "batch: 8 sentences, seed 1", "validation: every 500 updates and at each epoch end, by dev bleu "
+                     "(beam 1); early stop after 10 without gain; limits: max_epochs 60"):
+        assert expected in out, (expected, out)
     assert not d.exists()
+    assert train_main(args_for(task, d, "--max-steps", "1", "--lr-schedule", "plateau", "--patience", "0")) == 0
+    log = (d / "train.log").read_text(encoding="utf-8")
+    assert "INFO nmt.train: model settings (lstm): embed_size 16" in log
+    assert "then halved after every 2 validations without gain" in log and "no early stop; limits: max_steps 1" in log
 
 
 def test_a_run_on_relative_paths_resumes_and_evaluates_from_elsewhere(tmp_path, task, capsys, monkeypatch):
