@@ -122,8 +122,8 @@ def create_app(service: Service) -> FastAPI:
 
     app.add_middleware(HeadAsGet)
     _add_error_handlers(app)
-    _add_routes(app, service)
-    _add_status_routes(app, service)
+    _add_routes(app, service.limits)
+    _add_status_routes(app)
     return app
 
 
@@ -224,16 +224,21 @@ async def _parse_request(request: Request, model: type, limits: Limits):
     return parse(await read_body(request.stream(), limits.max_body_bytes), model)
 
 
-def _add_routes(app: FastAPI, service: Service) -> None:
-    limits = service.limits
+# The endpoints find the service as `request.app.state.service`, not in a closure: FastAPI keeps each endpoint
+# function in a module-level cache, and a closure would keep the service (its models' arrays) alive until the
+# interpreter exits, after MXNet's engine, and freeing them then crashed the process.
+def _service(request: Request) -> Service:
+    return request.app.state.service
 
+
+def _add_routes(app: FastAPI, limits: Limits) -> None:
     @app.post("/translate", openapi_extra=_body_schema(TranslateRequest),
               responses=error_responses(400, 413, 415, 422, 500, 503, 504))
     async def translate(request: Request) -> dict:
         """Translations with scores, in input order: per sentence the best and its n-best list (best first).
         Over-long lines are cut as nmt-translate cuts them, with a warning."""
         req = await _parse_request(request, TranslateRequest, limits)
-        model = service.pick(req.src_lang, req.tgt_lang)
+        model = _service(request).pick(req.src_lang, req.tgt_lang)
         tr = model.translator
         lines, beam, warnings = check_translate(req, limits, tr.decode.beam_size, tr.decode.max_input_tokens)
         prefixes, cut = check_prefixes(req, tr.decode.max_input_tokens)
@@ -262,7 +267,7 @@ def _add_routes(app: FastAPI, service: Service) -> None:
         """The attention weights (target piece x source piece) of one sentence's greedy translation, or of the
         translation given (cut to max_input_tokens pieces, with a warning, as lines are)."""
         req = await _parse_request(request, AttentionRequest, limits)
-        model = service.pick(req.src_lang, req.tgt_lang)
+        model = _service(request).pick(req.src_lang, req.tgt_lang)
         line, given, warnings = check_attention(req, model.translator.decode.max_input_tokens)
         try:
             a, cut = await _within_limit(model.batcher.call(lambda: attention_within(model.translator, line, given),
@@ -275,11 +280,12 @@ def _add_routes(app: FastAPI, service: Service) -> None:
                 "weights": [[round(float(w), 4) for w in row] for row in a.weights], "warnings": warnings}
 
 
-def _add_status_routes(app: FastAPI, service: Service) -> None:
+def _add_status_routes(app: FastAPI) -> None:
     @app.get("/health", responses={503: {"description": "the server is shutting down: the same body, with \"status\": "
                                                        "\"shutting down\""}, **error_responses(500)})
-    async def health() -> JSONResponse:
+    async def health(request: Request) -> JSONResponse:
         """200 while the server takes requests (503 once it is shutting down), with its queue sizes."""
+        service = _service(request)
         body = {"status": "shutting down" if service.stopping else "ok",
                 "models": {p: {"queued": m.batcher.queued, "batches": m.batcher.batches, "steps": m.batcher.steps,
                                "sentence_steps": m.batcher.sentence_steps, "sentences": m.batcher.sentences,
@@ -288,9 +294,10 @@ def _add_status_routes(app: FastAPI, service: Service) -> None:
         return JSONResponse(body, status_code=503 if service.stopping else 200)
 
     @app.get("/info", responses=error_responses(500))
-    async def info() -> dict:
+    async def info(request: Request) -> dict:
         """The models (languages, architecture, decoding settings, the test score recorded for the loaded checkpoint
         on the model's own test set, with its sacreBLEU signature), limits."""
+        service = _service(request)
         return {"models": [m.info() for m in service.models.values()], "limits": vars(service.limits)}
 
 

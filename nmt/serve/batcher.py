@@ -163,6 +163,8 @@ class Batcher:
             self._closed = True
         self._jobs.put(None)
         self._thread.join(timeout)
+        if not self._thread.is_alive():   # its search (the model's arrays) goes now, not at interpreter exit
+            self._decoder = None
 
     # -- worker thread ----------------------------------------------------------------------------------------------
     def _run(self) -> None:

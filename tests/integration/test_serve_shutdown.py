@@ -75,3 +75,21 @@ def test_cli_names_a_missing_model_directory(tmp_path, capsys):
     assert main(["--model-dir", str(tmp_path / "nowhere"), "--log-level", "error"]) == 2
     assert capsys.readouterr().err == f"error: --model-dir {tmp_path / 'nowhere'}: no such directory; give a " \
                                       "directory written by nmt-train\n"
+
+
+def test_a_stopped_server_keeps_no_reference_to_its_service(translator, serve_sentences):
+    """FastAPI caches each endpoint function for good; endpoints that closed over the service kept it, with its
+    search's arrays, alive until the interpreter exited after MXNet's engine, and the test run (1,018 tests)
+    crashed there with a segmentation fault. The endpoints now find the service on the app."""
+    import gc
+    import weakref
+
+    from tests.integration.serve_app import background_server, make_app
+    app = make_app(translator, max_wait_ms=0)
+    service = weakref.ref(app.state.service)
+    with background_server(app) as url:
+        assert httpx.post(url + "/translate", json={"text": serve_sentences[:2]}).status_code == 200
+        assert httpx.get(url + "/info").status_code == httpx.get(url + "/health").status_code == 200
+    del app
+    gc.collect()
+    assert service() is None
