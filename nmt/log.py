@@ -142,10 +142,6 @@ class LossMeter:
         self.total, self.nll, self.tokens = None, None, 0
         return loss, nll
 
-    def mean(self) -> Optional[float]:
-        """Mean loss per target token since the last call (None if no token was added); a host synchronization."""
-        return self.means()[0]
-
 
 class Progress:
     """The console's view of an epoch: a tqdm bar whose loss, learning rate and tokens/s refresh every
