@@ -30,7 +30,8 @@ def score_test_set(translator: Translator, name: str, pairs: Pairs, *, max_sente
                    extra: Optional[Dict[str, object]] = None, prefix_words: int = 0, strokes: bool = False,
                    more_refs: Sequence[Sequence[str]] = ()) -> Tuple[Dict[str, object], List[str], Scores]:
     """Translate and score one test set; the entry (scores, signatures, checkpoint, decoding settings, time) is
-    merged into the model directory's scores.json unless `save` is False. Used by evaluate and by training.
+    merged into the model directory's scores.json unless `save` is False or the translator decodes otherwise than
+    its model's saved settings (`other_decoding`: then a warning says so). Used by evaluate and by training.
     `more_refs`: further references, line-aligned with `pairs.tgt`.
 
     With `prefix_words`, each translation starts with its reference's first words (`reference_prefixes`), and the
@@ -61,7 +62,10 @@ def score_test_set(translator: Translator, name: str, pairs: Pairs, *, max_sente
     if translator.member_dirs:   # an ensemble: its own entry, never one of the first member's alone
         entry["ensemble"] = [str(p.resolve()) for p in [translator.model_dir, *translator.member_dirs]]
         key = ensemble_key(key, translator.member_dirs)
-    if save and translator.model_dir:
+    other = other_decoding(translator) if save and translator.model_dir else ""
+    if other:   # (nmt-evaluate says so itself, and passes save=False)
+        logger.warning("%s: not recorded in %s: %s", name, translator.model_dir / ckpt.SCORES, other)
+    elif save and translator.model_dir:
         record_scores(translator.model_dir, name, key, entry)
     return entry, hyps, sc
 

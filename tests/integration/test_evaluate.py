@@ -3,6 +3,7 @@ sets, Korean output (ko-mecab BLEU) and bad input."""
 from __future__ import annotations
 
 import json
+import logging
 import re
 import shutil
 import subprocess
@@ -290,6 +291,28 @@ def test_scores_at_other_decoding_settings_are_not_recorded(model_copy, capsys):
     assert code == 0 and "scores recorded in" in err and "not recorded" not in err, err
     entry = json.loads((model_copy / ckpt.SCORES).read_text())["t"]["best"]
     assert (entry["beam_size"], entry["length_penalty"], entry["max_input_tokens"]) == (5, 0.6, 250)
+
+
+def test_the_python_api_does_not_record_scores_at_other_settings_either(model_copy, caplog, monkeypatch):
+    """`score_test_set` recorded whatever settings its Translator decoded with; only nmt-evaluate checked them."""
+    import dataclasses
+
+    from nmt.corpus import read_parallel
+    from nmt.scoring import score_test_set
+    from nmt.translate import Translator
+    cfg = Config.load(model_copy / ckpt.CONFIG)
+    pairs = read_parallel(cfg.data.test_src, cfg.data.test_tgt)
+    tr = Translator.from_dir(model_copy)
+    tr.decode = dataclasses.replace(tr.decode, beam_size=1)
+    monkeypatch.setattr(logging.getLogger("nmt"), "propagate", True)   # to caplog, also after a run's setup_logging
+    with caplog.at_level("WARNING", logger="nmt.evaluate"):
+        score_test_set(tr, "t", pairs, max_sentences=3)
+    assert not (model_copy / ckpt.SCORES).exists()
+    assert f"t: not recorded in {model_copy / ckpt.SCORES}: decoding settings other than the model's saved ones, " \
+           "--beam-size 1 (saved: 5)" in caplog.text
+    tr.decode = dataclasses.replace(tr.decode, beam_size=5)
+    score_test_set(tr, "t", pairs, max_sentences=3)
+    assert json.loads((model_copy / ckpt.SCORES).read_text())["t"]["best"]["beam_size"] == 5
 
 
 def test_prefix_words_start_each_translation_with_its_reference(model_copy, capsys):
