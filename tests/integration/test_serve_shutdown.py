@@ -54,7 +54,8 @@ def test_sigterm_answers_requests_in_flight_and_refuses_new_ones(serve_model, se
                     httpx.get(url + "/health", timeout=2)
                     return False
                 # a connection the kernel queued just before the listening socket closed is then dropped unanswered
-                except (httpx.ConnectError, httpx.RemoteProtocolError):
+                # (closed, or reset: a fresh clone's CI once saw "Connection reset by peer")
+                except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError):
                     return True
             wait_until(refused, 5, "new connections to be refused")
             assert not in_flight.done(), "the request in flight should still be waiting for its batch"
