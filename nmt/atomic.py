@@ -51,15 +51,17 @@ def _create_beside(path: Path) -> tuple:
     except FileExistsError:   # a file where a directory of the path should be
         raise write_failure(path, NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))) from None
     except OSError as e:
-        raise write_failure(path, e) if is_fixable(e) else StorageError(
-            f"cannot write {path}: cannot make its directory {path.parent} ({e.strerror}); choose another "
-            "directory") from None
+        raise _cannot_write(path, e, f"make its directory {path.parent}") from None
     try:
         return _create_sibling(path)
     except OSError as e:   # e.g. a directory of a virtual file system such as /proc
-        raise write_failure(path, e) if is_fixable(e) else StorageError(
-            f"cannot write {path}: cannot create a file in {path.parent} ({e.strerror}); choose another "
-            "directory") from None
+        raise _cannot_write(path, e, f"create a file in {path.parent}") from None
+
+
+def _cannot_write(path: Path, e: OSError, what: str) -> StorageError:
+    """The error of an `e` that keeps a file from being written at `path` while trying to do `what`."""
+    return write_failure(path, e) if is_fixable(e) else StorageError(
+        f"cannot write {path}: cannot {what} ({e.strerror}); choose another directory")
 
 
 @contextlib.contextmanager

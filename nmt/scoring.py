@@ -58,7 +58,7 @@ def score_test_set(translator: Translator, name: str, pairs: Pairs, *, max_sente
              "length_penalty": d.length_penalty_alpha, "max_len_a": d.max_len_a, "max_len_b": d.max_len_b,
              "max_input_tokens": d.max_input_tokens, **(extra or {}), "seconds": round(seconds, 2),
              "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-    key = translator.checkpoint if translator.checkpoint in ("best", "avg") else str(info["step"])
+    key = checkpoint_key(translator.checkpoint, info["params_file"])
     if translator.member_dirs:   # an ensemble: its own entry, never one of the first member's alone
         entry["ensemble"] = [str(p.resolve()) for p in [translator.model_dir, *translator.member_dirs]]
         key = ensemble_key(key, translator.member_dirs)
@@ -291,8 +291,9 @@ def model_test_sets(cfg: Optional[Config]) -> List[str]:
 
 
 def checkpoint_key(checkpoint: Optional[str], params_file=None) -> Optional[str]:
-    """The scores.json key under which `score_test_set` records a loaded checkpoint's scores: best and avg by name,
-    any other by its step (a step number as given, latest by the step of its `params_file`)."""
+    """The scores.json key of a loaded checkpoint's scores (`score_test_set` records them under it, /info looks them
+    up): best and avg by name, any other by its step (a step number as given, latest by the step of its
+    `params_file`)."""
     if checkpoint is None or checkpoint in ("best", "avg"):
         return checkpoint
     if str(checkpoint).isdigit():

@@ -46,7 +46,7 @@ class ErrorBody(BaseModel):
 
 
 # Each refusal's status and when it is given (docs/serving.md), for the OpenAPI document.
-ERRORS = {400: "the body is not UTF-8, not JSON, or nested more than 32 levels deep",
+ERRORS = {400: f"the body is not UTF-8, not JSON, or nested more than {MAX_DEPTH} levels deep",
           413: "the body is over --max-body-bytes, or (/translate) has more sentences than --max-sentences",
           415: "the body is compressed (any Content-Encoding but identity)",
           422: "a field is wrong: its type or range, a language no model has, text on several lines, ...",
