@@ -47,7 +47,8 @@ def build_tokenizers(cfg: Config, model_dir: Path, splits: Optional[DatasetSplit
         if workers.is_chief:
             build_tokenizers(cfg, model_dir, splits)
         names = sorted(set(tokenizer_names(d.src_lang, d.tgt_lang, shared)))
-        return load_tokenizers(workers.share_files(model_dir, names), d.src_lang, d.tgt_lang, shared)
+        with workers.shared_files(model_dir, names) as copy:
+            return load_tokenizers(copy, d.src_lang, d.tgt_lang, shared)
     if splits is None:
         return load_tokenizers(model_dir, d.src_lang, d.tgt_lang, shared)
     if shared:

@@ -329,7 +329,7 @@ def _resumed_state(cfg: Config, workers: WorkerGroup) -> ckpt.TrainState:
     state = ckpt.resume_state(model_dir) if workers.is_chief else ckpt.TrainState()
     if workers.num_workers > 1:
         state = ckpt.TrainState(**workers.broadcast_json(vars(state)))
-    saved = Config.load(workers.share_files(model_dir, (ckpt.CONFIG,)) / ckpt.CONFIG)
+    saved = workers.read_shared(model_dir, ckpt.CONFIG, Config.load)
     _, changes = resumed_config(saved, cfg, None, str(model_dir / ckpt.CONFIG))   # the model and data must match
     if changes:
         logger.info("resuming with settings changed since the last run: %s", "; ".join(changes))
@@ -342,7 +342,7 @@ def _restore(model_dir: Path, net, optimizer: gluon.Trainer, data: TrainData, st
     if workers.is_chief:   # the others get rank 0's parameters as the kvstore is initialized
         ckpt.load_parameters(net, model_dir / ckpt.params_file(ckpt.latest_step(state)), ctxs, model_dir / ckpt.CONFIG)
     states = ckpt.trainer_states_file(ckpt.latest_step(state))
-    optimizer.load_states(str(workers.share_files(model_dir, (states,)) / states))
+    workers.read_shared(model_dir, states, lambda path: optimizer.load_states(str(path)))
     data.batches.load_state_dict(state.sampler)
     at, size = data.sampler.position, len(data.sampler)
     logger.info("resumed from step %d, epoch %.2f (batch %d of %d of epoch %d)", state.step,

@@ -5,14 +5,14 @@ every worker must run the same updates, and every collective call must be made b
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
-import shutil
 import socket
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, Optional, Sequence
 
 import numpy as np
 
@@ -134,21 +134,29 @@ class WorkerGroup:
             raise ConfigError(f"the {what} of worker rank {self.rank} differ from rank 0's in: {', '.join(differ)}; "
                               "every machine needs the same code, data files and flags")
 
-    def share_files(self, src_dir: Path, names: Sequence[str]) -> Path:
-        """A directory holding rank 0's `src_dir/name` files: `src_dir` on rank 0, a private temporary copy on the
-        others (no shared filesystem and no write access to the model directory needed). Files missing on rank 0
-        are missing in the copy too, so every worker fails alike."""
-        if self.num_workers == 1:
-            return Path(src_dir)
-        copy = None if self.is_chief else Path(tempfile.mkdtemp(prefix=f"nmt-worker{self.rank}-"))
-        if copy is not None:
-            atexit.register(shutil.rmtree, copy, True)
-        for name in names:
-            path = Path(src_dir) / name
-            data = self.broadcast_bytes(path.read_bytes() if self.is_chief and path.is_file() else None)
-            if copy is not None and data is not None:
-                atomic_write_bytes(copy / name, data)
-        return Path(src_dir) if copy is None else copy
+    @contextlib.contextmanager
+    def shared_files(self, src_dir: Path, names: Sequence[str]) -> Iterator[Path]:
+        """A directory holding rank 0's `src_dir/name` files while the `with` block reads them: `src_dir` on rank 0,
+        a private temporary copy on the others (no shared filesystem and no write access to the model directory
+        needed), deleted as the block ends, so that a worker killed later leaves nothing behind. Files missing on
+        rank 0 are missing in the copy too, so every worker fails alike."""
+        if self.num_workers == 1 or self.is_chief:
+            for name in names if self.num_workers > 1 else ():
+                path = Path(src_dir) / name
+                self.broadcast_bytes(path.read_bytes() if path.is_file() else None)
+            yield Path(src_dir)
+            return
+        with tempfile.TemporaryDirectory(prefix=f"nmt-worker{self.rank}-") as copy:
+            for name in names:
+                data = self.broadcast_bytes(None)
+                if data is not None:
+                    atomic_write_bytes(Path(copy) / name, data)
+            yield Path(copy)
+
+    def read_shared(self, src_dir: Path, name: str, read: Callable[[Path], Any]) -> Any:
+        """`read(path)` of rank 0's file `src_dir/name` (see `shared_files`)."""
+        with self.shared_files(src_dir, (name,)) as where:
+            return read(where / name)
 
     def init_trainer(self, trainer) -> None:
         """Initialize `trainer`'s kvstore now (every worker gets rank 0's parameters) and wait for it.

@@ -174,7 +174,9 @@ def test_bytes_survive_the_float_packing():
 def test_one_worker_group_is_the_identity(tmp_path):
     g = WorkerGroup("local")
     assert (g.rank, g.num_workers, g.is_chief) == (0, 1, True)
-    assert g.broadcast_bytes(b"x") == b"x" and g.share_files(tmp_path, ["a"]) == tmp_path
+    assert g.broadcast_bytes(b"x") == b"x"
+    with g.shared_files(tmp_path, ["a"]) as where:
+        assert where == tmp_path
     assert g.agree_stop("SIGTERM") == "SIGTERM" and g.agree_stop("") == ""
 
 
@@ -361,7 +363,9 @@ def test_killed_worker_ends_the_job_then_resume_over_ssh_and_stop_by_sigterm(tmp
     cfg.save(tmp_path / "cfg.json")
     model_dir = Path(cfg.train.model_dir)
     train = [str(REPO / "scripts" / "train.py"), "--config", "cfg.json", "--kvstore", "dist_sync", "--no-eval"]
-    p = launch(tmp_path, ["-n", "2", "-s", "1"], train, "killed")
+    tmp = tmp_path / "tmp"   # the workers' temporary files: none may outlive a killed worker
+    tmp.mkdir()
+    p = launch(tmp_path, ["-n", "2", "-s", "1"], train, "killed", TMPDIR=str(tmp))
     try:
         deadline = time.monotonic() + 60
         while not (model_dir / ckpt.STATE).exists():
@@ -379,6 +383,7 @@ def test_killed_worker_ends_the_job_then_resume_over_ssh_and_stop_by_sigterm(tmp
     assert set(pids) == {"scheduler", "server 0", "worker 0", "worker 1"} and all(gone(x) for x in pids.values())
     step = ckpt.TrainState.load(model_dir).step
     assert step >= 2 and load_params(model_dir, "latest")     # the last checkpoint stays loadable
+    assert not list(tmp.iterdir()), "a killed worker left its copy of rank 0's files"
 
     # resume, with both workers and two servers started through the ssh path (a stand-in ssh runs the remote
     # script here, in an environment holding only what the launcher forwards); then SIGTERM to the launcher: the
