@@ -129,8 +129,9 @@ def translate_main(args: argparse.Namespace) -> int:
     if warning:
         logging.getLogger("nmt.translate").warning("%s: %s", name, warning)
     logging.getLogger("nmt.translate").info(
-        "translated %d lines in %.1f s (%.1f lines/s)%s%s%s", stats.lines, stats.seconds,
+        "translated %d lines in %.1f s (%.1f lines/s)%s%s%s%s", stats.lines, stats.seconds,
         stats.lines / max(stats.seconds, 1e-9), f"; {tr.truncated} truncated" if tr.truncated else "",
+        f"; {tr.cut_off} at the length limit" if tr.cut_off else "",
         f"; {stats.invalid_utf8} with invalid UTF-8 replaced" if stats.invalid_utf8 else "",
         f"; {stats.controls} with control characters removed" if stats.controls else "")
     return 0

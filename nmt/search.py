@@ -48,13 +48,26 @@ Prefixes = Optional[Sequence[Union[None, Sequence[int], TargetPrefix]]]
 
 
 def _max_lens(max_len: MaxLen, batch: int) -> np.ndarray:
-    """Per-sentence maximum output length (tokens, EOS excluded) as an int array of shape (batch,)."""
+    """Per-sentence maximum output length (steps, EOS included) as an int array of shape (batch,)."""
     arr = np.asarray(max_len)
     if arr.ndim == 0:
         arr = np.full(batch, int(arr))
     if arr.shape != (batch,):
         raise ValueError(f"max_len must be an int or have one entry per sentence ({batch}); got shape {arr.shape}")
     return np.maximum(arr.astype(np.int64), 0)
+
+
+def length_limits(src_lens: np.ndarray, a: float, b: int) -> np.ndarray:
+    """The most steps each sentence's translation may take (EOS included): a x its source length (EOS included)
+    + b, rounded up."""
+    return np.ceil(a * np.asarray(src_lens) + b).astype(np.int64)
+
+
+def reached_limit(tokens: Sequence[int], limit: int, prefix: Union[None, Sequence[int], TargetPrefix]) -> bool:
+    """Whether a hypothesis of `tokens` (EOS excluded) took its sentence's every step without reaching EOS: it was
+    cut off by the length `limit`, raised by its prefix's steps as the search raises it."""
+    prefix = as_prefix(prefix)
+    return len(tokens) >= limit + (prefix.steps if prefix is not None else 0)
 
 
 def length_penalty(lengths: np.ndarray, alpha: float) -> np.ndarray:

@@ -63,7 +63,7 @@ class Trainer:
                                clip_norm=cfg.optim.clip_norm, num_workers=self.workers.num_workers, rank=self.rank,
                                amp=t.amp)
         self.metrics = MetricsWriter(self.model_dir / ckpt.METRICS if self.is_chief else None)
-        self.translator = Translator(net, data.src_tok, data.tgt_tok, cfg.decode, ctx=ctxs[0])
+        self.translator = Translator(net, data.src_tok, data.tgt_tok, cfg.decode, ctx=ctxs[0], warn_cut_off=False)
         self.since_valid = LossMeter()   # training loss and NLL since the previous validation (its metrics row)
         self.progress = Progress(t.log_every, t.progress and self.is_chief)
         self.tensorboard = tensorboard or TensorBoardWriter(None)   # curves (a writer that does nothing: off)

@@ -26,7 +26,7 @@ from nmt.models.base import Seq2SeqModel
 from nmt.models.ensemble import as_model
 from nmt.parallel import check_gpus, concurrent_devices_safe
 from nmt.prefix import WORD_START, split_last_word, word_table
-from nmt.search import beam_search, check_beam_args, greedy_search
+from nmt.search import beam_search, check_beam_args, greedy_search, length_limits, reached_limit
 from nmt.search_blocks import TargetPrefix
 from nmt.tokenizer import Tokenizer, load_tokenizers
 
@@ -87,10 +87,13 @@ class Translator:
     """Batched, length-sorted translation with greedy or beam search. Output order = input order; an empty
     input line gives an empty output line."""
 
-    def __init__(self, net, src_tok: Tokenizer, tgt_tok: Tokenizer, decode: DecodeConfig, ctx: mx.Context = None):
+    def __init__(self, net, src_tok: Tokenizer, tgt_tok: Tokenizer, decode: DecodeConfig, ctx: mx.Context = None,
+                 warn_cut_off: bool = True):
         self.src_tok, self.tgt_tok, self.decode = src_tok, tgt_tok, decode
         self.ctx = ctx or mx.cpu()
         self.truncated = 0          # inputs cut to decode.max_input_tokens (or its character guard) so far
+        self.cut_off = 0            # translations that reached their length limit (max_len_a, max_len_b) so far
+        self.warn_cut_off = warn_cut_off   # a warning naming their lines (not at validations: early on most are)
         self.model_dir: Optional[Path] = None
         self.checkpoint: Optional[str] = None      # "best", "latest", "avg" or a step number
         self.params_file: Optional[Path] = None
@@ -249,7 +252,7 @@ class Translator:
         beam = self._beam(beam_size)
         self.check_search(beam, nbest)
         src = self.source_ids(lines, first_line)
-        return self.search_ids(src, beam, nbest, self._prefixes_for(src, prefixes, first_line))
+        return self.search_ids(src, beam, nbest, self._prefixes_for(src, prefixes, first_line), first_line)
 
     def _prefixes_for(self, src: List[List[int]], prefixes, first_line: int) -> Optional[List[Optional[TargetPrefix]]]:
         ids = self.target_prefixes(prefixes, first_line)
@@ -259,15 +262,23 @@ class Translator:
         return ids
 
     def search_ids(self, ids: List[List[int]], beam: int, nbest: int,
-                   prefixes: Optional[List[Optional[TargetPrefix]]] = None) -> List[Hyps]:
+                   prefixes: Optional[List[Optional[TargetPrefix]]] = None, first_line: int = 1) -> List[Hyps]:
         """`translate_ids` of source ids (`source_ids`) and target prefixes (`target_prefixes`), with a beam and
-        nbest `check_search` accepts."""
+        nbest `check_search` accepts; a warning names the lines whose best translation reached its length limit."""
         out: List[Hyps] = [[] for _ in ids]
         prefixes = prefixes or [None for _ in ids]
         todo = [i for i, (x, p) in enumerate(zip(ids, prefixes)) if x or p]   # a prefix alone is translated too
         todo.sort(key=lambda i: len(ids[i]))   # length-sorted batches: little padding
         self.share_out(todo, lambda ctx, model, chunk: self._decode_chunk(ctx, model, ids, prefixes, chunk, beam,
                                                                           nbest, out))
+        limits = length_limits([len(x) + 1 for x in ids], self.decode.max_len_a, self.decode.max_len_b)
+        cut = sorted(first_line + i for i in todo if out[i] and reached_limit(out[i][0][0], limits[i], prefixes[i]))
+        self.cut_off += len(cut)
+        if cut and self.warn_cut_off:
+            logger.warning("input line%s %s%s: the translation reached its length limit (--max-len-a %g x source "
+                           "tokens + --max-len-b %d) and may be cut off", "s" if len(cut) > 1 else "",
+                           ", ".join(map(str, cut[:10])), f" and {len(cut) - 10} more" if len(cut) > 10 else "",
+                           self.decode.max_len_a, self.decode.max_len_b)
         return out
 
     def _beam(self, beam_size: Optional[int]) -> int:
@@ -335,7 +346,7 @@ class Translator:
         """Sources padded to the longest (+ EOS) on `ctx`, their lengths, and the longest translation allowed for
         each (max_len_a * source length + max_len_b)."""
         src, src_len = pad_sources(src_ids, max(len(x) for x in src_ids) + 1)
-        max_len = np.ceil(self.decode.max_len_a * src_len + self.decode.max_len_b).astype("int64")
+        max_len = length_limits(src_len, self.decode.max_len_a, self.decode.max_len_b)
         return mx.nd.array(src, ctx=ctx, dtype="float32"), mx.nd.array(src_len, ctx=ctx, dtype="float32"), max_len
 
     def texts(self, hyps: Sequence[Hyps]) -> List[List[Tuple[str, float]]]:
@@ -373,7 +384,7 @@ class Translator:
         beam = self._beam(beam_size)
         self.check_search(beam, nbest)
         src = self.source_ids(lines, first_line)
-        hyps = self.search_ids(src, beam, nbest, self._prefixes_for(src, prefixes, first_line))
+        hyps = self.search_ids(src, beam, nbest, self._prefixes_for(src, prefixes, first_line), first_line)
         links = iter(align_ids(self, [x for x, h in zip(src, hyps) for _ in h], [ids for h in hyps for ids, _ in h]))
         return [[(text, score, next(links)) for text, score in h] for h in self.texts(hyps)]
 

@@ -3,6 +3,7 @@ over-long lines, unseen and control characters), n-best, the CLI (files, stdin/s
 and the translation benchmark."""
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -167,6 +168,35 @@ def test_over_long_lines_are_truncated_with_a_warning(tr, capsys, tmp_path):
     assert f"{path}:2: line longer than the input guard" in err            # cut while reading: bounded memory
     assert "input line 2 has 250 subword tokens" not in err and "input line 2 has" in err and "truncated to" in err
     assert "; 1 truncated" in err   # cut to the character guard, then to the tokens: one line (it said 2)
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_translations_cut_at_the_length_limit_are_named(tr, src_lines, tmp_path, capsys, caplog, beam):
+    """A translation that takes its every step without reaching EOS was cut off by --max-len-a/-b: a warning
+    names its line. Greedy search's oracle: the translations made without a limit that are at least as long."""
+    lines = src_lines[:8]
+    free = [len(h[0][0]) for h in tr.translate_ids(lines, beam_size=beam)]
+    b = sorted(free)[len(free) // 2]                    # some lines are longer, some shorter
+    short = Translator(tr.net, tr.src_tok, tr.tgt_tok, dataclasses.replace(tr.decode, max_len_a=0.0, max_len_b=b))
+    caplog.clear()
+    hyps = short.translate_ids(lines, beam_size=beam, first_line=11)
+    at_limit = [11 + i for i, h in enumerate(hyps) if len(h[0][0]) == b]
+    if beam == 1:
+        assert at_limit == [11 + i for i, n in enumerate(free) if n >= b]
+    assert 0 < len(at_limit) < len(lines) and short.cut_off == len(at_limit)
+    assert all(len(h[0][0]) <= b for h in hyps)
+    said = [r.getMessage() for r in caplog.records if "length limit" in r.getMessage()]
+    assert said == [f"input line{'s' if len(at_limit) > 1 else ''} {', '.join(map(str, at_limit))}: the translation "
+                    f"reached its length limit (--max-len-a 0 x source tokens + --max-len-b {b}) and may be cut off"]
+    caplog.clear()
+    tr.translate_ids(lines, beam_size=beam)
+    assert not [r for r in caplog.records if "length limit" in r.getMessage()]
+    # nmt-translate counts them in its summary
+    path = tmp_path / "in.ko"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    code, _, err = run(["--model-dir", tr.model_dir, "--input", path, "--output", tmp_path / "out.en", "--beam-size",
+                        beam, "--max-len-a", "0", "--max-len-b", b], capsys)
+    assert code == 0 and f"; {len(at_limit)} at the length limit" in err, err
 
 
 def test_reader_cuts_a_giant_line_without_holding_it(tmp_path):
