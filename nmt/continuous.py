@@ -15,23 +15,32 @@ grow) takes new sentences only into an empty batch: batch after batch, as withou
 from __future__ import annotations
 
 import collections
-from typing import Deque, Hashable, List, Optional, Sequence, Tuple
+from typing import Deque, Dict, Hashable, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
 from nmt.models.ensemble import as_model
-from nmt.search import BeamStream
+from nmt.search import BeamStream, reached_limit
 from nmt.search_blocks import TargetPrefix
 
 NBest = List[Tuple[str, float]]
+
+
+class Done(NamedTuple):
+    """A line `ContinuousDecoder.step` is done with: its key, its n-best list, and whether its best translation
+    reached the length limit (max_len_a, max_len_b) and may be cut off."""
+    key: Hashable
+    nbest: NBest
+    cut_off: bool = False
+
 # The most steps a waiting sentence lets pass before it joins a batch that has room.
 MAX_WAIT_STEPS = 3
 _JOIN_FRACTION = 0.25
 
 
 class ContinuousDecoder:
-    """`add` lines under keys, `step` until `pending` is 0; each `step` returns (key, n-best list) of the lines
-    that are done, the same lists `Translator.translate_nbest` gives."""
+    """`add` lines under keys, `step` until `pending` is 0; each `step` returns the lines that are done (`Done`:
+    key, n-best list, cut off), the same lists `Translator.translate_nbest` gives."""
 
     def __init__(self, translator, beam_size: int, nbest: int, max_batch: int):
         if max_batch < 1:
@@ -41,8 +50,9 @@ class ContinuousDecoder:
                                  translator.decode.length_penalty_alpha)
         # (key, source ids, target prefix or None, the step count when it arrived)
         self.waiting: Deque[Tuple[Hashable, List[int], Optional[TargetPrefix], int]] = collections.deque()
-        self.ready: List[Tuple[Hashable, NBest]] = []   # done without decoding (empty lines)
+        self.ready: List[Done] = []                     # done without decoding (empty lines)
         self.keys: dict = {}                            # search id -> key
+        self.limits: Dict[int, Tuple[int, Optional[TargetPrefix]]] = {}   # search id -> length limit, prefix
         self._next_id = 0
         self.steps = 0            # steps taken
         self.sentence_steps = 0   # sum over steps of the sentences in the batch
@@ -65,9 +75,9 @@ class ContinuousDecoder:
             if ids or prefix:
                 self.waiting.append((key, ids, prefix, self.steps))
             else:
-                self.ready.append((key, []))
+                self.ready.append(Done(key, []))
 
-    def step(self) -> List[Tuple[Hashable, NBest]]:
+    def step(self) -> List[Done]:
         """Let waiting sentences join (see the module's rules), advance the batch by one token, and return the
         lines that are done."""
         out, self.ready = self.ready, []
@@ -78,7 +88,8 @@ class ContinuousDecoder:
                 self.sentence_steps += self.search.size
                 done = self.search.step()
                 texts = self.translator.texts([hyps for _, hyps in done])
-                out += [(self.keys.pop(i), nbest) for (i, _), nbest in zip(done, texts)]
+                out += [Done(self.keys.pop(i), nbest, bool(hyps) and reached_limit(hyps[0][0], *self.limits.pop(i)))
+                        for (i, hyps), nbest in zip(done, texts)]
         return out
 
     def cancel(self, keys: Sequence[Hashable]) -> None:
@@ -92,7 +103,7 @@ class ContinuousDecoder:
             with self.translator.lock:
                 self.search.cancel(ids)
             for i in ids:
-                del self.keys[i]
+                del self.keys[i], self.limits[i]
 
     def _join(self) -> None:
         """Move waiting sentences into the batch when the rules allow."""
@@ -106,5 +117,6 @@ class ContinuousDecoder:
         ids = np.arange(self._next_id, self._next_id + len(taken))
         self._next_id += len(taken)
         self.keys.update(zip(ids.tolist(), [key for key, _, _, _ in taken]))
-        self.search.add(*self.translator.source_batch([src for _, src, _, _ in taken], self.translator.ctx), ids,
-                        [prefix for _, _, prefix, _ in taken])
+        src, src_len, max_len = self.translator.source_batch([src for _, src, _, _ in taken], self.translator.ctx)
+        self.limits.update(zip(ids.tolist(), zip(max_len.tolist(), [prefix for _, _, prefix, _ in taken])))
+        self.search.add(src, src_len, max_len, ids, [prefix for _, _, prefix, _ in taken])

@@ -179,7 +179,7 @@ def in_process(translator, lines: List[str], clients: int, per_request: int, sec
     def run(until: float) -> int:
         done = 0
         while time.perf_counter() < until:
-            for (k, _), _ in decoder.step():
+            for (k, _), _, _ in decoder.step():
                 done += 1
                 left[k] -= 1
                 if not left[k]:

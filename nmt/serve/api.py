@@ -250,8 +250,11 @@ def _add_routes(app: FastAPI, limits: Limits) -> None:
         if long_lines:
             warnings += await _within_limit(model.batcher.call(lambda: token_warnings(tr, lines, prefixes),
                                                                limits.timeout_s), limits, fewer, request)
-        nbests = await _within_limit(model.batcher.translate(lines, beam, req.nbest, limits.timeout_s, prefixes),
-                                     limits, fewer, request)
+        nbests, cut_off = await _within_limit(model.batcher.translate(lines, beam, req.nbest, limits.timeout_s,
+                                                                      prefixes), limits, fewer, request)
+        d = tr.decode
+        warnings += [f"text[{i}]: the translation reached the model's length limit (max_len_a {d.max_len_a:g} x "
+                     f"source tokens + max_len_b {d.max_len_b}) and may be cut off" for i in cut_off]
         if req.alignment:   # each hypothesis gets its links: (text, score) -> (text, score, links)
             from nmt.align import align
             srcs, texts = [line for line, h in zip(lines, nbests) for _ in h], [t for h in nbests for t, _ in h]

@@ -26,7 +26,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 logger = logging.getLogger("nmt.serve")
 
@@ -37,6 +37,13 @@ logger = logging.getLogger("nmt.serve")
 DEFAULT_MAX_WAIT_MS = 20.0
 
 NBest = List[Tuple[str, float]]
+
+
+class Translations(NamedTuple):
+    """A request's answer: the n-best list of each line (input order), and the lines (indices) whose best
+    translation reached the length limit and may be cut off."""
+    nbests: List[NBest]
+    cut_off: List[int]
 
 
 class QueueFull(Exception):
@@ -73,6 +80,7 @@ class _Job:
     queued_at: float = field(default_factory=time.monotonic)
     started: bool = False                     # set by the worker when its sentences join a search or its call runs
     results: Dict[int, Any] = field(default_factory=dict)   # n-best lists of the sentences done so far
+    cut_off: List[int] = field(default_factory=list)        # those at the length limit
 
     @property
     def live(self) -> bool:
@@ -126,10 +134,10 @@ class Batcher:
         return self._queued
 
     async def translate(self, lines: Sequence[str], beam_size: int, nbest: int, timeout: Optional[float] = None,
-                        prefixes: Optional[Sequence[Optional[str]]] = None) -> List[NBest]:
+                        prefixes: Optional[Sequence[Optional[str]]] = None) -> Translations:
         """The n-best lists of `lines` (input order), each line's translations starting with its `prefixes` item
-        if given; QueueFull when the queue cannot take them, TimedOut after `timeout` seconds (the
-        sentences are then dropped if not yet started)."""
+        if given, and the lines cut off at the length limit; QueueFull when the queue cannot take them, TimedOut
+        after `timeout` seconds (the sentences are then dropped if not yet started)."""
         return await self._submit(dict(lines=list(lines), key=(beam_size, nbest), prefixes=prefixes), len(lines),
                                   timeout)
 
@@ -279,7 +287,7 @@ class Batcher:
             if not job.live:
                 self._finish(job, error=asyncio.TimeoutError())
             elif not job.lines:
-                self._finish(job, [])
+                self._finish(job, Translations([], []))
             else:
                 job.started = True
                 try:
@@ -306,16 +314,18 @@ class Batcher:
         self.busy_seconds += seconds
         self.steps += 1
         self.sentence_steps += self._decoder.sentence_steps - before
-        for (job_id, i), nbest in done:
+        for (job_id, i), nbest, cut_off in done:
             self._active[job_id].results[i] = nbest
+            if cut_off:
+                self._active[job_id].cut_off.append(i)
         if done:   # model time per sentence so far, for Retry-After
             self.sentences += len(done)
             self._seconds_per_sentence = self.busy_seconds / self.sentences
-        for job_id in dict.fromkeys(job_id for (job_id, _), _ in done):   # the jobs that got answers, in order
+        for job_id in dict.fromkeys(key[0] for key, _, _ in done):   # the jobs that got answers, in order
             job = self._active[job_id]
             if len(job.results) == len(job.lines):
                 del self._active[job_id]
-                self._finish(job, [job.results[i] for i in range(len(job.lines))])
+                self._finish(job, Translations([job.results[i] for i in range(len(job.lines))], sorted(job.cut_off)))
 
     def _run_call(self, job: _Job) -> None:
         if not job.live:

@@ -3,8 +3,11 @@ the n-best lists `translate_nbest` gives them, greedy scores 0.0 as there, empty
 does not hold back the short ones that joined after it."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
+from nmt.translate import Translator
 from tests.unit.test_search import assert_same_hypotheses
 
 
@@ -15,7 +18,7 @@ def run_stream(decoder, arrivals):
         if step < len(arrivals) and arrivals[step]:
             keys, lines = zip(*arrivals[step])
             decoder.add(list(lines), list(keys))
-        for key, nbest in decoder.step():
+        for key, nbest, _ in decoder.step():
             out[key], at[key] = nbest, step
         step += 1
     return out, at
@@ -44,6 +47,24 @@ def test_a_long_line_does_not_hold_back_short_ones(translator, serve_sentences):
     assert_same_hypotheses([out["short"], out["long"]], translator.translate_nbest([short, long], 1, beam_size=4),
                            rtol=1e-4, atol=1e-4)
 
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_lines_cut_off_at_the_length_limit_are_those_translate_names(translator, serve_sentences, beam):
+    """The oracle: the lines whose best translation from `translate_ids` has all the steps of the limit."""
+    lines = serve_sentences[:10]
+    free = [len(h[0][0]) for h in translator.translate_ids(lines, beam_size=beam)]
+    b = sorted(free)[len(free) // 2]                    # some lines are longer, some shorter
+    short = Translator(translator.net, translator.src_tok, translator.tgt_tok,
+                       dataclasses.replace(translator.decode, max_len_a=0.0, max_len_b=b))
+    offline = [i for i, h in enumerate(short.translate_ids(lines, beam_size=beam)) if len(h[0][0]) == b]
+    decoder, flagged = short.continuous(beam, 1, max_batch=4), []
+    decoder.add(lines[:6], list(range(6)))
+    while decoder.pending:
+        if decoder.steps == 2:                          # the others join a running search
+            decoder.add(lines[6:], list(range(6, 10)))
+        flagged += [d.key for d in decoder.step() if d.cut_off]
+    assert 0 < len(offline) < len(lines) and sorted(flagged) == offline and not decoder.limits
 
 
 def test_a_loaded_model_holds_no_gradients(translator):

@@ -3,6 +3,8 @@ the offline Translator's, concurrent requests share batches, the queue and time 
 of hostile input gets a 4xx saying what to change (or the CLI's cut with a warning), and the server stays up."""
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 import resource
 from concurrent.futures import ThreadPoolExecutor
@@ -161,6 +163,20 @@ def test_line_over_the_token_limit_is_cut_with_a_warning(http, serve_sentences):
     assert r["warnings"] == ["text[1] has more than 250 subword tokens; truncated to 250 (max_input_tokens), as "
                              "nmt-translate does"]
     assert r["translations"][1]["translation"]
+
+
+def test_translations_at_the_length_limit_are_named_in_the_warnings(translator, serve_sentences):
+    lines = serve_sentences[:8]
+    free = [len(h[0][0]) for h in translator.translate_ids(lines, beam_size=4)]
+    b = sorted(free)[len(free) // 2]                    # some lines are longer, some shorter
+    short = copy.copy(translator)                       # the same model with a shorter length limit
+    short.decode = dataclasses.replace(translator.decode, max_len_a=0.0, max_len_b=b)
+    at_limit = [i for i, h in enumerate(short.translate_ids(lines, beam_size=4)) if len(h[0][0]) == b]
+    assert 0 < len(at_limit) < len(lines)
+    with background_server(make_app(short)) as url:
+        r = httpx.post(f"{url}/translate", json={"text": lines, "beam_size": 4}, timeout=60).json()
+    assert r["warnings"] == [f"text[{i}]: the translation reached the model's length limit (max_len_a 0 x source "
+                             f"tokens + max_len_b {b}) and may be cut off" for i in at_limit]
 
 
 def test_empty_lines_and_control_characters_are_translated_with_warnings(http, translator):

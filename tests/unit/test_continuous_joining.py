@@ -63,7 +63,7 @@ def run(dec, arrivals, steps=40):
     for step in range(steps):
         for key, line in arrivals.get(step, []):
             dec.add([line], [key])
-        for key, nbest in dec.step():
+        for key, _, _ in dec.step():
             back[key] = step
     assert dec.pending == 0
     return back
@@ -102,7 +102,7 @@ def test_keys_and_empty_lines_come_back_and_order_is_kept(monkeypatch):
     dec.add(["xxx", "", "x", "xx"], ["a", "b", "c", "d"])
     out = {}
     while dec.pending:
-        out.update(dec.step())
+        out.update((d.key, d.nbest) for d in dec.step())
     assert out == {"a": [("7 8", -1.0)], "b": [], "c": [("7 8", -1.0)], "d": [("7 8", -1.0)]}
     assert dec.search.joins == [[0, 1], [2]]   # two at a time, in arrival order
 
@@ -119,11 +119,11 @@ def test_cancelled_keys_never_come_back(monkeypatch):
     dec.add(["xxxx", "xxxx", "", "xx", "x"], ["run", "keep", "empty", "wait", "wait2"])
     dec.cancel(["empty", "wait"])   # one ready without decoding, one waiting
     assert dec.pending == 3
-    out = dict(dec.step())           # "run" and "keep" join the search
+    out = {d.key: d.nbest for d in dec.step()}   # "run" and "keep" join the search
     dec.cancel(["run", "nobody"])    # one being decoded; a key never added is ignored
     assert dec.search.size == 1 and dec.pending == 2
     while dec.pending:
-        out.update(dec.step())
+        out.update((d.key, d.nbest) for d in dec.step())
     assert set(out) == {"keep", "wait2"}
 
 

@@ -16,7 +16,8 @@ from nmt.serve.batcher import Batcher, Closed, QueueFull, TimedOut
 class FakeTranslator:
     """The translator side of the batcher (`continuous`): a search in which sentence x takes `steps(x)` steps once
     started, at most max_batch at a time, `seconds` per step; every step records its running sentences as a call
-    (lines, nbest, beam, thread). Hypothesis j of line x is x reversed with j stars."""
+    (lines, nbest, beam, thread). Hypothesis j of line x is x reversed with j stars; a line ending in "!" is cut off
+    at the length limit."""
 
     def __init__(self, seconds: float = 0.0, fail_on: str = None, steps=lambda line: 1):
         self.seconds, self.fail_on, self.steps = seconds, fail_on, steps
@@ -62,7 +63,7 @@ class FakeDecoder:
             r[2] -= 1
         done = [r for r in self.running if r[2] <= 0 or not r[1]]
         self.running = [r for r in self.running if r not in done]
-        return [(key, [(x[::-1] + "*" * j, -float(j)) for j in range(self.nbest)] if x else [])
+        return [(key, [(x[::-1] + "*" * j, -float(j)) for j in range(self.nbest)] if x else [], x.endswith("!"))
                 for key, x, _ in done]
 
 
@@ -83,7 +84,7 @@ def test_concurrent_requests_share_batches_and_keep_their_order(fake):
     out = run(main())
     b.close()
     for i, r in enumerate(out):
-        assert [h[0][0] if h else "" for h in r] == [f"s{i}"[::-1], f"t{i}"[::-1], ""]
+        assert [h[0][0] if h else "" for h in r.nbests] == [f"s{i}"[::-1], f"t{i}"[::-1], ""]
     assert len(fake.calls) <= 2, f"16 concurrent requests took {len(fake.calls)} model calls"
     assert {c[3] for c in fake.calls} == {"nmt-serve-worker"}
 
@@ -97,7 +98,7 @@ def test_batches_never_exceed_max_batch_and_answers_stay_whole(fake):
     b.close()
     assert all(len(c[0]) <= 8 for c in fake.calls)
     assert sum(len(c[0]) for c in fake.calls) == 30
-    assert out[7] == [[(f"7-{k}"[::-1], 0.0)] for k in range(3)]
+    assert out[7].nbests == [[(f"7-{k}"[::-1], 0.0)] for k in range(3)]
 
 
 def test_different_beam_or_nbest_never_share_a_call(fake):
@@ -107,8 +108,20 @@ def test_different_beam_or_nbest_never_share_a_call(fake):
         return await asyncio.gather(b.translate(["a"], 1, 1), b.translate(["b"], 4, 2), b.translate(["c"], 1, 1))
     out = run(main())
     b.close()
-    assert out[1] == [[("b", 0.0), ("b*", -1.0)]]
+    assert out[1].nbests == [[("b", 0.0), ("b*", -1.0)]]
     assert sorted((c[2], c[1], tuple(c[0])) for c in fake.calls) == [(1, 1, ("a", "c")), (4, 2, ("b",))]
+
+
+def test_each_request_gets_its_own_lines_cut_off_at_the_length_limit(fake):
+    b = Batcher(fake, max_batch=64, max_wait_ms=50)
+
+    async def main():
+        return await asyncio.gather(b.translate(["a!", "b", "c!", ""], 1, 1), b.translate(["d", "e!"], 1, 1),
+                                    b.translate(["f"], 1, 1))
+    out = run(main())
+    b.close()
+    assert [r.cut_off for r in out] == [[0, 2], [1], []]
+    assert out[0].nbests == [[("!a", 0.0)], [("b", 0.0)], [("!c", 0.0)], []]
 
 
 def test_full_queue_refuses_at_once_with_retry_after():
@@ -124,7 +137,7 @@ def test_full_queue_refuses_at_once_with_retry_after():
         assert e.value.retry_after >= 1 and "5 sentences" in str(e.value)
         fake.gate.set()
         return await first
-    assert len(run(main())) == 4
+    assert len(run(main()).nbests) == 4
     assert b.queued == 0
     b.close()
 
@@ -155,7 +168,7 @@ def test_model_error_reaches_its_requests_and_the_worker_survives():
         with pytest.raises(RuntimeError, match="model failed"):
             await b.translate(["boom"], 1, 1)
         return await b.translate(["ok"], 1, 1)
-    assert run(main()) == [[("ko", 0.0)]]
+    assert run(main()).nbests == [[("ko", 0.0)]]
     b.close()
 
 
@@ -179,7 +192,7 @@ def test_close_finishes_queued_work_then_refuses():
         with pytest.raises(Closed):
             await b.translate(["y"], 1, 1)
         return out
-    assert [r[0][0][0] for r in run(main())] == ["0x", "1x", "2x"]
+    assert [r.nbests[0][0][0] for r in run(main())] == ["0x", "1x", "2x"]
 
 
 def test_event_loop_keeps_running_while_the_model_works():
@@ -213,7 +226,7 @@ def test_a_short_sentence_joins_a_running_search_and_is_answered_first():
         return short, await long
     short, long = run(main())
     b.close()
-    assert short == [[("ba", 0.0)]] and long == [[("x" * 40, 0.0)]]
+    assert short.nbests == [[("ba", 0.0)]] and long.nbests == [[("x" * 40, 0.0)]]
     assert order == ["ab", "x" * 40]
     assert any(c[0] == ["x" * 40, "ab"] for c in fake.calls), "the short sentence never ran beside the long one"
     assert len(fake.calls) == 40, "the long sentence's search was restarted"
@@ -234,7 +247,7 @@ def test_another_key_waits_until_the_running_search_is_done():
         return await asyncio.gather(first, other, same)
     out = run(main())
     b.close()
-    assert out[1] == [[("bb", 0.0), ("bb*", -1.0)]]
+    assert out[1].nbests == [[("bb", 0.0), ("bb*", -1.0)]]
     keys = [(c[2], c[1]) for c in fake.calls]
     assert keys == [(1, 1)] * 10 + [(4, 2)] * 2, "a search of another key ran before the first was done"
     assert any(c[0] == ["a" * 10, "cc"] for c in fake.calls), "a request with the running key did not join it"
@@ -258,7 +271,7 @@ def test_a_failing_tokenizer_fails_its_request_only():
         return await asyncio.gather(b.translate(["ok"], 1, 1), b.translate(["bad"], 1, 1), return_exceptions=True)
     good, bad = run(main())
     b.close()
-    assert good == [[("ko", 0.0)]] and isinstance(bad, ValueError) and b.queued == 0
+    assert good.nbests == [[("ko", 0.0)]] and isinstance(bad, ValueError) and b.queued == 0
 
 
 def test_a_search_that_cannot_start_fails_its_requests_and_the_worker_goes_on():
@@ -273,7 +286,7 @@ def test_a_search_that_cannot_start_fails_its_requests_and_the_worker_goes_on():
         with pytest.raises(ValueError, match="beam_size 3"):
             await b.translate(["x"], 3, 1)
         return await b.translate(["ok"], 1, 1)
-    assert run(main()) == [[("ko", 0.0)]] and b.queued == 0
+    assert run(main()).nbests == [[("ko", 0.0)]] and b.queued == 0
     b.close()
 
 
@@ -304,7 +317,7 @@ def test_another_key_is_not_starved_by_steady_traffic_of_the_running_key():
         return other, waited, len(served) - before
     other, waited, after = run(main())
     b.close()
-    assert other == [[("ba", 0.0), ("ba*", -1.0)]]
+    assert other.nbests == [[("ba", 0.0), ("ba*", -1.0)]]
     assert waited < 1.0, f"the request of another key waited {waited:.2f} s"
     assert after > 10, "the steady traffic did not go on after the other key's search"
     assert b.queued == 0
@@ -345,6 +358,6 @@ def test_a_request_that_timed_out_leaves_the_running_search():
     steps = len(fake.calls)
     time.sleep(0.1)
     b.close()
-    assert started and short == [[("ba", -0.0)]]
+    assert started and short.nbests == [[("ba", -0.0)]]
     assert b.queued == 0 and len(fake.calls) == steps, "the timed-out request kept the worker stepping"
     assert all("x" * 1000 not in lines for lines, *_ in fake.calls[-2:])
