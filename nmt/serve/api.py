@@ -11,9 +11,10 @@ import contextlib
 import functools
 import io
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Optional, Sequence
 
 from fastapi import FastAPI, Request
 from fastapi.openapi.docs import get_swagger_ui_html
@@ -22,10 +23,11 @@ from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
-from nmt.corpus import hangul_counts, normalize, other_language_warning
+from nmt.corpus import hangul_counts, other_language_warning
 from nmt.serve.batcher import DEFAULT_MAX_WAIT_MS, Batcher, Closed, QueueFull, TimedOut
-from nmt.serve.schema import (AttentionRequest, Limits, RequestError, TranslateRequest, check_attention,
-                              check_prefixes, check_translate, error_responses, parse, read_body)
+from nmt.serve.schema import (AttentionRequest, Limits, RequestError, TranslateRequest, attention_within,
+                              check_attention, check_prefixes, check_translate, error_responses, parse, read_body,
+                              token_warnings)
 
 logger = logging.getLogger("nmt.serve")
 PAGE = Path(__file__).with_name("page.html")
@@ -237,6 +239,7 @@ def _add_routes(app: FastAPI, limits: Limits) -> None:
     async def translate(request: Request) -> dict:
         """Translations with scores, in input order: per sentence the best and its n-best list (best first).
         Over-long lines are cut as nmt-translate cuts them, with a warning."""
+        clock = _Clock(limits.timeout_s)
         req = await _parse_request(request, TranslateRequest, limits)
         model = _service(request).pick(req.src_lang, req.tgt_lang)
         tr = model.translator
@@ -249,17 +252,17 @@ def _add_routes(app: FastAPI, limits: Limits) -> None:
         fewer = "send fewer sentences or a smaller beam_size"
         if long_lines:
             warnings += await _within_limit(model.batcher.call(lambda: token_warnings(tr, lines, prefixes),
-                                                               limits.timeout_s), limits, fewer, request)
-        nbests, cut_off = await _within_limit(model.batcher.translate(lines, beam, req.nbest, limits.timeout_s,
-                                                                      prefixes), limits, fewer, request)
+                                                               clock.left()), clock, fewer, request)
+        nbests, cut_off = await _within_limit(model.batcher.translate(lines, beam, req.nbest, clock.left(), prefixes),
+                                              clock, fewer, request)
         d = tr.decode
         warnings += [f"text[{i}]: the translation reached the model's length limit (max_len_a {d.max_len_a:g} x "
                      f"source tokens + max_len_b {d.max_len_b}) and may be cut off" for i in cut_off]
         if req.alignment:   # each hypothesis gets its links: (text, score) -> (text, score, links)
             from nmt.align import align
             srcs, texts = [line for line, h in zip(lines, nbests) for _ in h], [t for h in nbests for t, _ in h]
-            links = iter(await _within_limit(model.batcher.call(lambda: align(tr, srcs, texts), limits.timeout_s),
-                                             limits, "send fewer sentences or a smaller nbest", request))
+            links = iter(await _within_limit(model.batcher.call(lambda: align(tr, srcs, texts), clock.left()),
+                                             clock, "send fewer sentences or a smaller nbest", request))
             nbests = [[(t, s, next(links)) for t, s in h] for h in nbests]
         return {"src_lang": tr.src_lang, "tgt_lang": tr.tgt_lang, "beam_size": beam, "warnings": warnings,
                 "translations": [_translation_item(h, req.alignment) for h in nbests]}
@@ -269,12 +272,13 @@ def _add_routes(app: FastAPI, limits: Limits) -> None:
     async def attention(request: Request) -> dict:
         """The attention weights (target piece x source piece) of one sentence's greedy translation, or of the
         translation given (cut to max_input_tokens pieces, with a warning, as lines are)."""
+        clock = _Clock(limits.timeout_s)
         req = await _parse_request(request, AttentionRequest, limits)
         model = _service(request).pick(req.src_lang, req.tgt_lang)
         line, given, warnings = check_attention(req, model.translator.decode.max_input_tokens)
         try:
             a, cut = await _within_limit(model.batcher.call(lambda: attention_within(model.translator, line, given),
-                                                            limits.timeout_s), limits,
+                                                            clock.left()), clock,
                                          "send a shorter text or translation", request)
         except ValueError as e:   # e.g. nothing left after normalization
             raise RequestError(422, f"text: {e}", "text") from None
@@ -315,56 +319,27 @@ def _translation_item(hyps: list, alignment: bool) -> dict:
     return {**(items[0] if items else empty), "nbest": items}
 
 
-def token_warnings(translator, lines: List[str], prefixes: Optional[List[str]] = None) -> List[str]:
-    """Warnings for the lines (and target prefixes) the Translator will cut to max_input_tokens subword tokens (its
-    second rule after the characters'), found with its own source_ids and target_prefixes. Run on the worker thread: it
-    uses the model's tokenizers."""
-    limit, out = translator.decode.max_input_tokens, []
-    for field, texts, encode in (("text", lines, translator.source_ids),
-                                 ("target_prefix", prefixes or [], translator.target_prefixes)):
-        for i, line in enumerate(texts):
-            if len(line) > limit // 4:   # shorter lines cannot reach the limit (<= 4 byte-fallback pieces a character)
-                before = translator.truncated
-                encode([line])
-                if translator.truncated > before:
-                    out.append(f"{field}[{i}] has more than {limit} subword tokens; truncated to {limit} "
-                               "(max_input_tokens), as nmt-translate does")
-    return out
-
-
-def attention_within(translator, line: str, given: Optional[str]) -> Tuple[object, List[str]]:
-    """(`nmt.plot.attention` of `line`, warnings); a given translation over max_input_tokens target pieces is first
-    cut to its longest start within them, with a warning, as a line is cut: each piece is a step of the model, and
-    the character guard alone lets one translation take minutes (an emoji is 4 byte pieces). Run on the worker
-    thread: it uses the model's tokenizer."""
-    from nmt.plot import attention
-    limit, warnings = translator.decode.max_input_tokens, []
-    if given is not None:
-        pieces = _pieces(translator, given)
-        if pieces > limit:
-            lo, hi = 0, len(given)   # given[:lo] fits, given[:hi] does not
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                lo, hi = (mid, hi) if _pieces(translator, given[:mid]) <= limit else (lo, mid)
-            given = given[:lo]
-            warnings.append(f"translation has {pieces} subword tokens; truncated to its first {lo} characters "
-                            f"(at most {limit} tokens: max_input_tokens), as nmt-translate cuts input lines")
-    return attention(translator, line, translation=given), warnings
-
-
 async def _disconnected(request: Request) -> None:
     """Return once the client has disconnected (the body is read: the next message says so, or that it ended)."""
     while (await request.receive())["type"] != "http.disconnect":
         pass
 
 
-def _pieces(translator, text: str) -> int:
-    return len(translator.tgt_tok.encode([normalize(text)])[0])
+class _Clock:
+    """A request's time limit, counted from its arrival and shared by its stages of work on the model."""
+
+    def __init__(self, limit_s: float):
+        self.limit_s, self.deadline = limit_s, time.monotonic() + limit_s
+        self.worked = False   # a stage has run on the model
+
+    def left(self) -> float:
+        """Seconds left (a millisecond at least: the batcher reads 0 as no limit)."""
+        return max(self.deadline - time.monotonic(), 1e-3)
 
 
-async def _within_limit(work, limits: Limits, hint: str, request: Request):
-    """`work`'s result, or a 504 RequestError after the per-request time limit: saying the server is busy if the
-    work never started (it waited behind others), else `hint` (what makes the request cheaper). If the client
+async def _within_limit(work, clock: _Clock, hint: str, request: Request):
+    """`work`'s result, or a 504 RequestError once the request's time is up: saying the server is busy if no work
+    of the request started (it waited behind others), else `hint` (what makes the request cheaper). If the client
     disconnects first, the work is cancelled (its sentences leave the search) and nobody gets an answer."""
     task, gone = asyncio.ensure_future(work), asyncio.ensure_future(_disconnected(request))
     try:
@@ -378,10 +353,12 @@ async def _within_limit(work, limits: Limits, hint: str, request: Request):
                     request.url.path)
         raise RequestError(499, "the client disconnected before its answer")
     try:
-        return task.result()
+        result = task.result()
     except TimedOut as e:
-        if not e.started:
-            raise RequestError(504, f"the request waited the whole per-request limit of {limits.timeout_s} s "
+        if not (e.started or clock.worked):
+            raise RequestError(504, f"the request waited the whole per-request limit of {clock.limit_s} s "
                                     "without starting: the server is busy; retry later") from None
-        raise RequestError(504, f"the request took longer than the per-request limit of {limits.timeout_s} s: "
+        raise RequestError(504, f"the request took longer than the per-request limit of {clock.limit_s} s: "
                                 f"{hint}, or retry later") from None
+    clock.worked = True
+    return result

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import ClientDisconnect
 
 from nmt import jsonio
-from nmt.corpus import control_characters, count_lines, lone_surrogate
+from nmt.corpus import control_characters, count_lines, lone_surrogate, normalize
 from nmt.translate import CHARS_PER_TOKEN
 
 EXAMPLE = '{"text": ["안녕하세요"], "beam_size": 4, "nbest": 1}'
@@ -246,3 +246,44 @@ def check_line(line: str, where: str, max_input_tokens: int) -> Tuple[str, List[
     if controls:
         warnings.append(f"{where} has {controls} control character(s); they were removed before translating")
     return line, warnings
+
+
+def token_warnings(translator, lines: List[str], prefixes: Optional[List[str]] = None) -> List[str]:
+    """Warnings for the lines (and target prefixes) the Translator will cut to max_input_tokens subword tokens (its
+    second rule after the characters'), found with its own source_ids and target_prefixes. Run on the worker thread: it
+    uses the model's tokenizers."""
+    limit, out = translator.decode.max_input_tokens, []
+    for field, texts, encode in (("text", lines, translator.source_ids),
+                                 ("target_prefix", prefixes or [], translator.target_prefixes)):
+        for i, line in enumerate(texts):
+            if len(line) > limit // 4:   # shorter lines cannot reach the limit (<= 4 byte-fallback pieces a character)
+                before = translator.truncated
+                encode([line])
+                if translator.truncated > before:
+                    out.append(f"{field}[{i}] has more than {limit} subword tokens; truncated to {limit} "
+                               "(max_input_tokens), as nmt-translate does")
+    return out
+
+
+def attention_within(translator, line: str, given: Optional[str]) -> Tuple[object, List[str]]:
+    """(`nmt.plot.attention` of `line`, warnings); a given translation over max_input_tokens target pieces is first
+    cut to its longest start within them, with a warning, as a line is cut: each piece is a step of the model, and
+    the character guard alone lets one translation take minutes (an emoji is 4 byte pieces). Run on the worker
+    thread: it uses the model's tokenizer."""
+    from nmt.plot import attention
+    limit, warnings = translator.decode.max_input_tokens, []
+    if given is not None:
+        pieces = _pieces(translator, given)
+        if pieces > limit:
+            lo, hi = 0, len(given)   # given[:lo] fits, given[:hi] does not
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                lo, hi = (mid, hi) if _pieces(translator, given[:mid]) <= limit else (lo, mid)
+            given = given[:lo]
+            warnings.append(f"translation has {pieces} subword tokens; truncated to its first {lo} characters "
+                            f"(at most {limit} tokens: max_input_tokens), as nmt-translate cuts input lines")
+    return attention(translator, line, translation=given), warnings
+
+
+def _pieces(translator, text: str) -> int:
+    return len(translator.tgt_tok.encode([normalize(text)])[0])

@@ -4,6 +4,7 @@ or in the log for what is no fault of the server."""
 from __future__ import annotations
 
 import contextlib
+import copy
 import gzip
 import logging
 import socket
@@ -124,6 +125,27 @@ def test_a_504_says_whether_the_request_was_too_big_or_the_server_busy(translato
         "later")
     assert waited.status_code == 504 and waited.json()["error"] == (
         "the request waited the whole per-request limit of 0.3 s without starting: the server is busy; retry later")
+
+
+def test_the_time_limit_covers_all_of_a_requests_stages(translator, serve_sentences, monkeypatch):
+    """/translate with alignment runs the search, then the alignment, each on the worker: each stage got the whole
+    limit, so a request took up to twice --timeout and still got its 200."""
+    import nmt.align
+    align = nmt.align.align
+
+    def slow_align(*args, **kw):
+        time.sleep(1.0)
+        return align(*args, **kw)
+    monkeypatch.setattr(nmt.align, "align", slow_align)
+    slow = copy.copy(translator)                        # the same model, whose search takes 1 s more
+    slow.texts = lambda hyps: (time.sleep(1.0 if hyps else 0), translator.texts(hyps))[1]   # as sentences finish
+    with background_server(make_app(slow, timeout_s=1.5, max_wait_ms=0)) as url:
+        t0 = time.monotonic()
+        r = httpx.post(f"{url}/translate", json={"text": serve_sentences[:1], "alignment": True}, timeout=30)
+        took = time.monotonic() - t0
+    assert r.status_code == 504 and took < 2.5, (r.status_code, took)
+    assert r.json()["error"] == ("the request took longer than the per-request limit of 1.5 s: send fewer sentences "
+                                 "or a smaller nbest, or retry later")
 
 
 @pytest.mark.parametrize("languages, field", [({"tgt_lang": "fr"}, "tgt_lang"), ({"src_lang": "fr"}, "src_lang"),
