@@ -303,13 +303,15 @@ class Batcher:
         """One step of the search; jobs whose sentences are all done get their answers."""
         t0, before = time.perf_counter(), self._decoder.sentence_steps
         try:
-            done = self._decoder.step()
-        except Exception as e:   # the model failed: every request in the search gets the error
+            self._record(self._decoder.step(), t0, before)
+        except Exception as e:   # the model (or this bookkeeping) failed: every request in the search gets the error
             logger.exception("translation step failed")
             jobs, self._active, self._decoder = self._active, {}, None
             for job in jobs.values():
                 self._finish(job, error=e)
-            return
+
+    def _record(self, done: list, t0: float, before: int) -> None:
+        """Count a step, and hand each job whose sentences are all `done` its answer."""
         seconds = time.perf_counter() - t0
         self.busy_seconds += seconds
         self.steps += 1

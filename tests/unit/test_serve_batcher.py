@@ -172,6 +172,29 @@ def test_model_error_reaches_its_requests_and_the_worker_survives():
     b.close()
 
 
+def test_a_failure_after_a_step_fails_its_requests_and_the_worker_survives():
+    """A step whose answers cannot be handed out (here: a key of no request) killed the worker thread, and every
+    request after it waited for its time limit."""
+    class Garbled(FakeTranslator):
+        def continuous(self, beam_size, nbest, max_batch):
+            decoder = super().continuous(beam_size, nbest, max_batch)
+            step = decoder.step
+
+            def garbled():
+                bad = any(line == "bad" for _, line, _ in decoder.waiting + decoder.running)
+                return step() + ([(("nobody", 0), [], False)] if bad else [])
+            decoder.step = garbled
+            return decoder
+    b = Batcher(Garbled(), max_batch=8, max_wait_ms=0)
+
+    async def main():
+        with pytest.raises(KeyError):
+            await b.translate(["bad"], 1, 1, timeout=5)
+        return await b.translate(["ok"], 1, 1, timeout=5)
+    assert run(main()).nbests == [[("ko", 0.0)]] and b.queued == 0
+    b.close()
+
+
 def test_call_runs_on_the_worker_thread(fake):
     b = Batcher(fake)
     assert run(b.call(lambda: threading.current_thread().name)) == "nmt-serve-worker"
