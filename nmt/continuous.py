@@ -24,6 +24,9 @@ from nmt.search import BeamStream, reached_limit
 from nmt.search_blocks import TargetPrefix
 
 NBest = List[Tuple[str, float]]
+# The most steps a waiting sentence lets pass before it joins a batch that has room.
+MAX_WAIT_STEPS = 3
+_JOIN_FRACTION = 0.25
 
 
 class Done(NamedTuple):
@@ -32,10 +35,6 @@ class Done(NamedTuple):
     key: Hashable
     nbest: NBest
     cut_off: bool = False
-
-# The most steps a waiting sentence lets pass before it joins a batch that has room.
-MAX_WAIT_STEPS = 3
-_JOIN_FRACTION = 0.25
 
 
 class ContinuousDecoder:
