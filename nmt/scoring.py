@@ -261,20 +261,25 @@ def record_scores(model_dir: Path, test_key: str, checkpoint: str, entry: Dict[s
     return path
 
 
-# The decoding settings that change scores, by the flags that set them. scores.json holds a model's scores at its own
-# settings (its config.json's decode section); scores at others are kept by nmt-evaluate's --json reports, which the
-# ablation tables read (scripts/runs.py decode_rows).
-SCORED_DECODE = (("--beam-size", "beam_size"), ("--length-penalty", "length_penalty_alpha"),
-                 ("--max-len-a", "max_len_a"), ("--max-len-b", "max_len_b"), ("--max-input-tokens", "max_input_tokens"))
+# The decoding settings that do not change a translation or its score: how many sentences are decoded together and
+# how many translations are listed. Every other DecodeConfig field does, a field added later too: scores.json holds
+# a model's scores at its own settings (its config.json's decode section); scores at others are kept by
+# nmt-evaluate's --json reports, which the ablation tables read (scripts/runs.py decode_rows).
+UNSCORED_DECODE = ("batch_size", "nbest")
 
 
 def other_decoding(translator: Translator) -> str:
-    """Why `translator`'s scores may not be recorded in scores.json: the settings of SCORED_DECODE in which it
-    decodes otherwise than its model's saved decode config, with the saved values; "" when it decodes as saved (or
-    has no saved config)."""
+    """Why `translator`'s scores may not be recorded in scores.json: the decoding settings (but UNSCORED_DECODE) in
+    which it decodes otherwise than its model's saved decode config, by flag, with the saved values; "" when it
+    decodes as saved (or has no saved config)."""
+    from nmt.cli import DECODE_FLAGS
     saved = getattr(getattr(translator, "config", None), "decode", None)
-    differ = [f"{flag} {getattr(translator.decode, f)} (saved: {getattr(saved, f)})" for flag, f in SCORED_DECODE
-              if saved is not None and getattr(translator.decode, f) != getattr(saved, f)]
+    if saved is None:
+        return ""
+    flags = {f.field: f.flag for f in DECODE_FLAGS}
+    differ = [f"{flags.get(f.name, f.name)} {getattr(translator.decode, f.name)} (saved: {getattr(saved, f.name)})"
+              for f in dataclasses.fields(saved)
+              if f.name not in UNSCORED_DECODE and getattr(translator.decode, f.name) != getattr(saved, f.name)]
     return (f"decoding settings other than the model's saved ones, {', '.join(differ)}: scores.json holds its scores "
             "at those of its config.json, and --json keeps such scores" if differ else "")
 
