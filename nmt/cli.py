@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from nmt.config import (ARCH_DEFAULTS, KVSTORES, PER_INVOCATION, VALID_METRIC_NAMES, Config, ConfigError, DataConfig,
-                        ModelConfig, resumed_config)
+from nmt.config import (ARCH_DEFAULTS, KVSTORES, LR_SCHEDULES, PER_INVOCATION, VALID_METRIC_NAMES, Config,
+                        ConfigError, DataConfig, ModelConfig, resumed_config)
 from nmt import jsonio
 from nmt.commands import command, nonempty
 
@@ -96,7 +96,7 @@ OPTIM_FLAGS = [
     Flag("--optimizer", "optim", "optimizer", str, "optimizer"),
     Flag("--lr", "optim", "lr", float, "peak learning rate"),
     Flag("--warmup-steps", "optim", "warmup_steps", int, "linear warmup updates"),
-    Flag("--lr-schedule", "optim", "schedule", str, "decay after warmup", choices=("inv_sqrt", "plateau", "constant")),
+    Flag("--lr-schedule", "optim", "schedule", str, "decay after warmup", choices=LR_SCHEDULES),
     Flag("--label-smoothing", "optim", "label_smoothing", float, "label smoothing"),
     Flag("--weight-decay", "optim", "weight_decay", float,
          "L2 weight decay: MXNet's wd, added to each gradient before the optimizer's update (with adam: not AdamW)"),

@@ -146,11 +146,12 @@ class OptimConfig:
                 (self.plateau_patience >= 1, f"optim.plateau_patience must be >= 1, got {self.plateau_patience}"),
                 (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1,
                  f"optim.beta1 and optim.beta2 must be in [0, 1), got {self.beta1}, {self.beta2}"),
-                (self.schedule in ("inv_sqrt", "plateau", "constant"),
-                 f"--lr-schedule {self.schedule!r}: use inv_sqrt, plateau or constant")])
+                (self.schedule in LR_SCHEDULES,
+                 f"--lr-schedule {self.schedule!r}: use {', '.join(LR_SCHEDULES[:-1])} or {LR_SCHEDULES[-1]}")])
 
 
 # kvstores of --kvstore: auto picks device on GPUs and local on CPU contexts; dist_* across machines (nmt-launch).
+LR_SCHEDULES = ("inv_sqrt", "plateau", "constant")   # after warm-up: nmt.optim.learning_rate, preflight.settings_lines
 KVSTORES = ("auto", "local", "device", "dist_sync", "dist_device_sync")
 
 # --valid-metric's choices (nmt.evaluate.VALID_METRICS says how each is read from a validation)
@@ -244,10 +245,8 @@ class DecodeConfig:
 # et al.'s at d = 256 and 4000 warm-up updates (256^-0.5 * 4000^-0.5 = 1e-3). The warm-up itself is shorter (1000
 # updates): those 4000 were of ~4k-token batches, ours are 32 sentences (~330 target tokens), a 30-minute one-core
 # budget gives a few thousand updates, and pre-norm layers train stably with short warm-ups (Xiong et al. 2020).
-ARCH_DEFAULTS: Dict[str, Dict[str, Dict[str, Any]]] = {
-    "lstm": {},
-    "transformer": {"model": {"dropout": 0.3, "word_dropout": 0.1}, "optim": {"lr": 1e-3, "warmup_steps": 1000}},
-}
+ARCH_DEFAULTS: Dict[str, Dict[str, Dict[str, Any]]] = {"lstm": {}, "transformer": {
+    "model": {"dropout": 0.3, "word_dropout": 0.1}, "optim": {"lr": 1e-3, "warmup_steps": 1000}}}
 
 
 @dataclass

@@ -42,6 +42,8 @@ def learning_rate(step: int, o: OptimConfig, lr_scale: float = 1.0) -> float:
         lr = o.lr * (step + 1) / warm
     elif o.schedule == "inv_sqrt":
         lr = o.lr * math.sqrt(warm / (step + 1))
-    else:
+    elif o.schedule in ("constant", "plateau"):
         lr = o.lr
+    else:   # a schedule added to config.LR_SCHEDULES but not here
+        raise ValueError(f"no learning rate for schedule {o.schedule!r}")
     return lr * lr_scale if o.schedule == "plateau" else lr

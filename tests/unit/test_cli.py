@@ -12,9 +12,11 @@ import mxnet as mx
 import pytest
 
 from nmt.cli import build_train_parser, config_from_args, train_main
-from nmt.config import Config, ConfigError
+from nmt.config import LR_SCHEDULES, Config, ConfigError, OptimConfig
 from nmt.export import build_export_parser
+from nmt.optim import learning_rate
 from nmt.parallel import DeviceError, parse_devices
+from nmt.preflight import settings_lines
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -341,3 +343,22 @@ def test_another_arch_over_a_config_file_warns_of_the_settings_chosen_for_its_ow
         "chosen for lstm and stay (transformer's defaults: 0.3, 0.001); give them as flags to change them\n")
     assert "its optim.lr 0.002 were" in run("--arch", "transformer", "--dropout", "0.2")
     assert run("--arch", "lstm") == run() == run("--arch", "transformer", "--dropout", "0.2", "--lr", "1e-3") == ""
+
+
+@pytest.mark.parametrize("schedule", LR_SCHEDULES)
+def test_every_lr_schedule_is_a_choice_with_a_learning_rate_and_a_description(schedule):
+    """The schedules are named once (config.LR_SCHEDULES); the flag, the learning rate and the training log's
+    settings each follow that list, so a schedule added there and not to one of them fails here, not in a run."""
+    cfg = cfg_of(["--lr-schedule", schedule, "--warmup-steps", "4", "--lr", "1.0"])
+    assert cfg.optim.schedule == schedule
+    rates = [learning_rate(step, cfg.optim) for step in (0, 3, 100)]
+    assert rates[0] == 0.25 and rates[1] == 1.0 and 0 < rates[2] <= 1.0
+    assert any(line.startswith(f"optimizer: {cfg.optim.optimizer}, lr 1 after 4 warm-up updates, then ")
+               for line in settings_lines(cfg))
+
+
+def test_a_schedule_without_a_learning_rate_is_an_error_not_a_constant_rate():
+    o = OptimConfig(warmup_steps=4)
+    o.schedule = "cosine"   # as if added to LR_SCHEDULES and not to learning_rate
+    with pytest.raises(ValueError, match="no learning rate for schedule 'cosine'"):
+        learning_rate(100, o)
