@@ -17,9 +17,8 @@ from typing import Callable, List, Optional
 import mxnet as mx
 import numpy as np
 
-from nmt.batching import pad_sources
 from nmt.models.ensemble import as_model
-from nmt.tokenizer import BOS_ID, EOS_ID
+from nmt.tokenizer import BOS_ID
 
 FONT_FAMILY = "NanumGothic"
 FALLBACK_FAMILY = "DejaVu Sans"   # matplotlib's own font: glyphs NanumGothic lacks fall back to it
@@ -58,29 +57,20 @@ def _forced(translator, sentence: str, ids: List[int], translation: str) -> Atte
 
 
 def _greedy(translator, sentence: str, ids: List[int], max_len: Optional[int]) -> Attention:
-    net, ctx, d = as_model(translator.members), translator.ctx, translator.decode   # an ensemble: its mean
-    src, src_len = pad_sources([ids], len(ids) + 1)
-    limit = max_len if max_len is not None else int(np.ceil(d.max_len_a * src_len[0] + d.max_len_b))
-    src_nd = mx.nd.array(src, ctx=ctx, dtype="float32")
-    len_nd = mx.nd.array(src_len, ctx=ctx, dtype="float32")
-    state = net.init_state(net.encode(src_nd, len_nd))
-    prev = mx.nd.full((1,), BOS_ID, ctx=ctx, dtype="float32")
-    out: List[int] = []
-    rows: List[np.ndarray] = []
-    ended = False
-    for _ in range(limit):   # the very steps of greedy_search: stop at EOS or after `limit` tokens
-        log_probs, state, attn = net.hybrid_step(prev, state)
-        prev = mx.nd.argmax(log_probs, axis=-1)
-        token = int(prev.asscalar())
-        rows.append(attn[0].asnumpy())
-        if token == EOS_ID:
-            ended = True
-            break
-        out.append(token)
+    """The greedy translation (`greedy_search`, as the model's length limit or `max_len` allows) and the attention
+    of its steps, its pieces fed back through the model; a translation the limit cut off has no "</s>" row."""
+    from nmt.align import batch_attention
+    from nmt.search import greedy_search, reached_limit
+    model, ctx = as_model(translator.members), translator.ctx   # an ensemble: its mean
+    src, src_len, limits = translator.source_batch([ids], ctx)
+    limit = int(limits[0]) if max_len is None else max_len
+    out = greedy_search(model, src, src_len, [limit], alpha=translator.decode.length_penalty_alpha)[0][0]
+    ended = not reached_limit(out, limit, None)
+    weights = batch_attention(model, src, src_len, mx.nd.array([[BOS_ID] + out], ctx=ctx, dtype="float32"))[0]
     src_pieces = [_piece(translator.src_tok, i) for i in ids] + ["</s>"]
     tgt_pieces = [_piece(translator.tgt_tok, i) for i in out] + (["</s>"] if ended else [])
     return Attention(sentence, translator.tgt_tok.decode([out])[0], src_pieces, tgt_pieces,
-                     np.stack(rows) if rows else np.zeros((0, len(src_pieces))))
+                     weights[:len(tgt_pieces), :len(src_pieces)])
 
 
 def _piece(tok, token_id: int) -> str:

@@ -673,6 +673,9 @@ def test_attention_heatmap(tr, src_lines, tmp_path, capsys):
     # the task reverses word order: the attended source position moves right to left
     focus = att.weights[:-1, :-1].argmax(axis=1)
     assert np.corrcoef(np.arange(len(focus)), focus)[0, 1] < -0.5, att.weights.round(2)
+    cut = attention(tr, line, max_len=2)   # cut off by the limit: its first two steps, and no "</s>" row
+    assert cut.tgt_pieces == att.tgt_pieces[:2] and len(att.tgt_pieces) > 3
+    np.testing.assert_allclose(cut.weights, att.weights[:2], atol=1e-5)
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*missing from font")   # a Hangul glyph drawn as an empty box
         png = save_attention_plot(tr, line, tmp_path / "att.png")
