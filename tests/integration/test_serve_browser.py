@@ -3,7 +3,10 @@ types a Korean sentence, waits for the result, checks it equals the API's answer
 attention heatmap are shown, that pointing at a word marks the words it is aligned with, that several lines are
 translated line by line, that words typed into "translation starts with" begin the chosen line's translation,
 that /docs renders offline, and saves screenshots (in the test's tmp dir, and in
-$NMT_ARTIFACTS when set; docs/images/serve_page.png is serve_page_alignment.png)."""
+$NMT_ARTIFACTS when set; docs/images/serve_page.png is serve_page_alignment.png).
+
+Then what a browser audit found: answers that come late or not at all (held back, or blocked, in the page's
+fetch), a double-click, an error after a result, a change of model while translating, and keyboard use."""
 from __future__ import annotations
 
 import os
@@ -50,14 +53,82 @@ def save_screenshot(driver, tmp_path: Path, name: str) -> Path:
 def translate_on_page(driver, url: str, sentence: str) -> None:
     """Open the page, type `sentence`, press Translate and wait until the page shows the answer."""
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
-    driver.get(url + "/")
-    WebDriverWait(driver, 20).until(lambda d: d.find_element(By.ID, "pair").text)   # /info loaded
+    open_page(driver, url)
     box = driver.find_element(By.ID, "source")
     box.clear()
     box.send_keys(sentence)
     driver.find_element(By.ID, "go").click()
     wait_done(driver)
+
+
+def open_page(driver, url: str) -> None:
+    """Open the page and wait until it has loaded the server's models (/info)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+    driver.get(url + "/")
+    WebDriverWait(driver, 20).until(lambda d: d.find_element(By.ID, "pair").text)
+
+
+def set_source(driver, value: str) -> None:
+    """Put `value` in the text box as if typed (faster than send_keys for many lines)."""
+    driver.execute_script("const s = document.getElementById('source'); s.value = arguments[0];"
+                          "s.dispatchEvent(new Event('input'));", value)
+
+
+def content(driver, *ids: str) -> dict:
+    """The text of each element, shown or hidden (WebElement.text is empty for hidden elements)."""
+    return driver.execute_script("return Object.fromEntries(arguments[0].map((id) => "
+                                 "[id, document.getElementById(id).textContent]))", list(ids))
+
+
+RESULT = ("translation", "warnings", "align-src", "align-tgt", "nbest-list", "attention-note", "heatmap")
+
+# Installed in a loaded page, over its fetch: window.sent logs the requests it sends ([path, body]); window.hold()
+# holds back the answer of the next /translate until window.release(); window.pending counts the requests whose
+# answer the page has not yet read and reacted to (counted down in a task queued once it has read it, which runs
+# after the page's own reaction, requests it then sends included).
+FETCH_LOG = """
+window.sent = []; window.pending = 0;
+let gate = null;
+window.hold = () => { gate = new Promise((go) => { window.release = go; }); };
+const real = window.fetch;
+window.fetch = async (path, init) => {
+  window.sent.push([path, init && init.body ? JSON.parse(init.body) : null]);
+  const held = path === "/translate" ? gate : null;
+  if (held) gate = null;
+  window.pending++;
+  try {
+    const r = await real(path, init);
+    await held;
+    const json = r.json.bind(r);
+    r.json = () => json().finally(() => setTimeout(() => window.pending--, 0));
+    return r;
+  } catch (e) {
+    window.pending--;
+    throw e;
+  }
+};
+"""
+
+
+def sent(driver, path: str) -> list:
+    """The bodies of the requests to `path` the page sent since FETCH_LOG was installed."""
+    return [body for p, body in driver.execute_script("return window.sent") if p == path]
+
+
+def wait_settled(driver) -> None:
+    """Wait until the page has reacted to every answer (FETCH_LOG) and is done or shows an error."""
+    from selenium.webdriver.support.ui import WebDriverWait
+    WebDriverWait(driver, 30).until(lambda d: d.execute_script(
+        "return window.pending === 0 && ['done', 'error'].includes(document.body.dataset.state)"))
+
+
+def api_translations(url: str, driver, lines: list, **langs) -> list:
+    """The API's best translations of `lines` with the page's beam (`langs`: src_lang and tgt_lang)."""
+    from selenium.webdriver.common.by import By
+    beam = int(driver.find_element(By.ID, "beam").get_attribute("value"))
+    answer = httpx.post(url + "/translate", json={"text": lines, "beam_size": beam, **langs}).json()
+    return [t["translation"] for t in answer["translations"]]
 
 
 def wait_done(driver) -> None:
@@ -78,7 +149,30 @@ def check_docs_page(driver, url: str, tmp_path: Path) -> None:
     save_screenshot(driver, tmp_path, "serve_docs.png")
 
 
+def heatmap_contrasts(driver) -> list:
+    """The contrast ratio (WCAG 2) of each number in the heatmap with its cell's colour, drawn over white."""
+    import re
+    cells = driver.execute_script("return [...document.querySelectorAll('#heatmap td')].filter((td) => "
+                                  "td.textContent).map((td) => [getComputedStyle(td).color, td.style.background])")
+
+    def luminance(rgb):
+        linear = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in (x / 255 for x in rgb)]
+        return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+    ratios = []
+    for color, background in cells:
+        text = [float(x) for x in re.findall(r"[\d.]+", color)][:3]
+        numbers = [float(x) for x in re.findall(r"[\d.]+", background)] + [1.0]   # a weight of 1 is rgb(...)
+        rgb, alpha = numbers[:3], numbers[3]
+        lum = sorted([luminance(text), luminance([255 - alpha * (255 - c) for c in rgb])])
+        ratios.append((lum[1] + 0.05) / (lum[0] + 0.05))
+    assert ratios, "no numbers in the heatmap"
+    return ratios
+
+
 def test_page_shows_the_api_translation_nbest_and_heatmap(translator, serve_sentences, tmp_path):
+    """The page shows the API's translation, n-best list (its score explained) and heatmap (its rows and columns
+    named; every number readable, at a contrast of 4.5:1 or more: white text on weights from 0.5 had 2.4-4:1); the
+    Korean font loads, and /docs renders."""
     from selenium.webdriver.common.by import By
     driver = browser()
     sentence = serve_sentences[0]
@@ -96,6 +190,13 @@ def test_page_shows_the_api_translation_nbest_and_heatmap(translator, serve_sent
             heads = [th.text for th in driver.find_elements(By.CSS_SELECTOR, "#heatmap th.src")]
             assert any("\uac00" <= ch <= "\ud7a3" for ch in "".join(heads)), f"no Hangul in the heatmap: {heads}"
             assert len(driver.find_elements(By.CSS_SELECTOR, "#heatmap td")) >= len(heads)
+            note = driver.find_element(By.ID, "attention-note").text
+            assert "Rows: its pieces; columns: the source line's pieces" in note
+            name = driver.find_element(By.CSS_SELECTOR, "#heatmap table").get_attribute("aria-label")
+            assert "a row per piece of the translation, a column per piece of the source line" in name
+            assert min(heatmap_contrasts(driver)) >= 4.5
+            score = driver.find_element(By.CSS_SELECTOR, "#nbest-list .score").get_attribute("title")
+            assert "log-probability" in score and "length penalty" in score
             fonts = driver.execute_script("return document.fonts.check('16px NanumGothic', '가')")
             assert fonts, "the page's Korean font did not load"
             check_docs_page(driver, url, tmp_path)
@@ -106,7 +207,8 @@ def test_page_shows_the_api_translation_nbest_and_heatmap(translator, serve_sent
 
 def test_several_lines_are_translated_line_by_line(translator, serve_sentences, tmp_path):
     """A paragraph pasted into the box was sent as one sentence, and the model translated its first line alone.
-    Each line is now a sentence of its own; clicking a line of the translation shows its n-best list and heatmap."""
+    Each line is now a sentence of its own; clicking a line of the translation shows its n-best list and heatmap (a
+    blank line cannot be chosen)."""
     from selenium.webdriver.common.by import By
     driver = browser()
     lines = [serve_sentences[1], "", serve_sentences[2]]
@@ -125,10 +227,13 @@ def test_several_lines_are_translated_line_by_line(translator, serve_sentences, 
                 hyps = [li.text for li in driver.find_elements(By.CSS_SELECTOR, "#nbest-list li .hyp")]
                 assert hyps == [h["translation"] for h in api["translations"][i]["nbest"]]
                 assert driver.find_element(By.ID, "nbest-of").text == f"(line {i + 1} of 3; click a line to choose)"
-                assert "selected" in shown[i].get_attribute("class")
+                assert shown[i].get_attribute("aria-selected") == "true"
                 heads = "".join(th.text for th in driver.find_elements(By.CSS_SELECTOR, "#heatmap th.src"))
                 pieces = httpx.post(url + "/attention", json={"text": lines[i]}).json()["src_pieces"]
                 assert heads == "".join(pieces).replace(" ", "")
+            shown[1].click()   # the blank line: nothing to choose (its empty n-best list did not match the label)
+            assert driver.find_element(By.ID, "nbest-of").text == "(line 3 of 3; click a line to choose)"
+            assert shown[2].get_attribute("aria-selected") == "true"
             save_screenshot(driver, tmp_path, "serve_page_lines.png")
     finally:
         driver.quit()
@@ -157,8 +262,9 @@ def test_a_line_separator_in_pasted_text_ends_a_line(translator, serve_sentences
 
 def test_pointing_at_a_word_marks_the_words_it_is_aligned_with(translator, serve_sentences, tmp_path):
     """The page asks for word alignments: pointing at a word of the best translation marks it and the source words
-    the API links it to, and the other way round; the heatmap shows that translation's attention; an empty box is
-    answered with a message, not a blank result."""
+    the API links it to, and the other way round; the heatmap shows that translation's attention; of a line the
+    server cut, only the words up to the last linked one are shown (all were); an empty box is answered with a
+    message, and the previous text's result no longer shows (it passed for the answer)."""
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
     driver = browser()
@@ -169,8 +275,8 @@ def test_pointing_at_a_word_marks_the_words_it_is_aligned_with(translator, serve
             beam = int(driver.find_element(By.ID, "beam").get_attribute("value"))
             links = httpx.post(url + "/translate", json={"text": [sentence], "beam_size": beam,
                                                          "alignment": True}).json()["translations"][0]["alignment"]
-            src = driver.find_elements(By.CSS_SELECTOR, "#align-src span")
-            tgt = driver.find_elements(By.CSS_SELECTOR, "#align-tgt span")
+            src = driver.find_elements(By.CSS_SELECTOR, "#align-src button")
+            tgt = driver.find_elements(By.CSS_SELECTOR, "#align-tgt button")
             assert [w.text for w in src] == sentence.split() and len(tgt) > 1 and links
             # the heatmap is the attention of the translation shown (the beam's best), row by row
             shown = driver.find_element(By.ID, "translation").text
@@ -185,12 +291,24 @@ def test_pointing_at_a_word_marks_the_words_it_is_aligned_with(translator, serve
             ActionChains(driver).move_to_element(src[0]).perform()
             assert marked(src) == [0] and marked(tgt) == sorted(t for i, t in links if i == 0)
             save_screenshot(driver, tmp_path, "serve_page_alignment.png")
+            long = " ".join(serve_sentences * 4).split()[:200]   # over 250 pieces: the server cuts it
+            set_source(driver, " ".join(long))
+            driver.find_element(By.ID, "go").click()
+            wait_done(driver)
+            links = httpx.post(url + "/translate", json={"text": [" ".join(long)], "beam_size": beam,
+                                                         "alignment": True}).json()["translations"][0]["alignment"]
+            last = max(i for i, _ in links)
+            assert last < len(long) - 1, "the line was not cut: the test shows nothing"
+            src = driver.find_elements(By.CSS_SELECTOR, "#align-src button")
+            assert [w.text for w in src] == long[:last + 1]
+            assert "cut before translating" in driver.find_element(By.ID, "alignment-note").text
             box = driver.find_element(By.ID, "source")
             box.clear()
             box.send_keys("  \n")
             driver.find_element(By.ID, "go").click()
             wait_done(driver)
             assert driver.find_element(By.ID, "error").text == "Type a sentence to translate (one per line)."
+            assert set(content(driver, *RESULT).values()) == {""}
     finally:
         driver.quit()
 
@@ -198,51 +316,283 @@ def test_pointing_at_a_word_marks_the_words_it_is_aligned_with(translator, serve
 def test_ctrl_enter_waits_for_the_hangul_being_composed(translator, serve_sentences):
     """With a Korean IME, Ctrl+Enter pressed while a syllable is still being composed arrives as a keydown with
     isComposing (keyCode 229) before the syllable is in the box: translating then would drop it. The page waits
-    for the keydown that follows the composition."""
+    for the keydown that follows the composition. Cmd+Enter (a Mac's) translates too."""
     from selenium.webdriver.common.by import By
     driver = browser()
     press = ("document.getElementById('source').dispatchEvent(new KeyboardEvent('keydown', "
-             "{key: 'Enter', ctrlKey: true, isComposing: arguments[0], bubbles: true}));"
+             "{key: 'Enter', [arguments[1]]: true, isComposing: arguments[0], bubbles: true}));"
              "return document.body.dataset.state || '';")
     try:
         with background_server(make_app(translator)) as url:
             translate_on_page(driver, url, serve_sentences[0])
             driver.execute_script("document.body.dataset.state = 'typing';")
-            assert driver.execute_script(press, True) == "typing"
-            assert driver.execute_script(press, False) == "busy"
+            assert driver.execute_script(press, True, "ctrlKey") == "typing"
+            assert driver.execute_script(press, False, "ctrlKey") == "busy"
             wait_done(driver)
             assert driver.find_element(By.ID, "translation").text
+            driver.execute_script("document.body.dataset.state = 'typing';")
+            assert driver.execute_script(press, False, "metaKey") == "busy"   # Cmd+Enter on a Mac
+            wait_done(driver)
     finally:
         driver.quit()
 
 
-def test_a_late_answer_to_an_earlier_request_is_not_shown(translator, serve_sentences):
-    """Translate pressed twice: when the first answer arrives after the second (here held back 1.5 s in the page's
-    fetch), the page went on to show it under the second text. The newest request wins."""
-    import time
+def two_model_app(translator, model_dir):
+    """An application with two models, so that the page shows its model selector: `translator` (ko->en), and the
+    same model loaded again as if it translated en->ko (what it translates does not matter here)."""
+    from nmt.serve.api import Service, create_app
+    from nmt.serve.schema import Limits
+    from nmt.translate import Translator
+
+    class Reversed(Translator):
+        src_lang, tgt_lang = "en", "ko"
+    return create_app(Service([translator, Reversed.from_dir(model_dir)], Limits()))
+
+
+def test_a_result_keeps_the_pair_it_was_translated_with(translator, serve_model, serve_sentences):
+    """With two models, a translation still on its way when the model was changed was shown under the new model,
+    and the page asked the new model for its attention (the audit saw a ko->en sentence drawn as en->ko byte
+    pieces); a result shown stayed after the change. A change of model now clears the result and drops the
+    translation on its way; a late answer to an earlier Translate is still not shown over a newer one."""
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
     driver = browser()
-    hold_first = ("const real = window.fetch; let n = 0;"
-                  "window.fetch = async (path, opts) => { const k = n++; const r = await real(path, opts);"
-                  "  if (k === 0) await new Promise((ok) => setTimeout(ok, 1500)); return r; };")
-    first, second = serve_sentences[3], serve_sentences[4]
+    first, second, third = serve_sentences[3:6]
+    ko_en = {"src_lang": "ko", "tgt_lang": "en"}
+    try:
+        with background_server(two_model_app(translator, serve_model)) as url:
+            open_page(driver, url)
+            driver.execute_script(FETCH_LOG)
+            model, go = Select(driver.find_element(By.ID, "model")), driver.find_element(By.ID, "go")
+            set_source(driver, first)
+            go.click()
+            wait_settled(driver)
+            assert driver.find_element(By.ID, "translation").text
+            model.select_by_index(1)   # en -> ko: the ko -> en result goes
+            assert set(content(driver, *RESULT).values()) == {""}
+
+            model.select_by_index(0)
+            driver.execute_script("window.hold()")
+            set_source(driver, second)
+            go.click()
+            model.select_by_index(1)   # while ko -> en translates
+            driver.execute_script("window.release()")
+            wait_settled(driver)
+            assert set(content(driver, *RESULT).values()) == {""}
+
+            driver.execute_script("window.hold()")   # an en -> ko translation, dropped by the change of model...
+            go.click()
+            model.select_by_index(0)
+            set_source(driver, third)
+            go.click()   # ...and a ko -> en one, answered first
+            WebDriverWait(driver, 30).until(lambda d: d.execute_script(
+                "return window.pending === 1 && document.body.dataset.state === 'done'"))
+            driver.execute_script("window.release()")
+            wait_settled(driver)
+            expected, late = api_translations(url, driver, [third, second], **ko_en)
+            assert expected != late
+            assert driver.find_element(By.ID, "translation").text == expected
+            assert "(" + expected + ")" in driver.find_element(By.ID, "attention-note").text
+            for body in sent(driver, "/attention"):   # each asked of the model of its translation: all ko -> en
+                assert {k: body[k] for k in ko_en} == ko_en, body
+    finally:
+        driver.quit()
+
+
+def test_choosing_a_line_while_translating_keeps_the_new_translation(translator, serve_sentences):
+    """A click on a line of the previous result while a Translate ran threw the new translation away when it came
+    (the click and the Translate shared one count of the newest action), and the page said it was done. A choice
+    of line now drops only older choices of line, and the page stays busy until the translation is shown."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+    driver = browser()
+    old, new = serve_sentences[5:7], serve_sentences[7:10]
     try:
         with background_server(make_app(translator)) as url:
-            translate_on_page(driver, url, "")   # the page loaded
-            driver.execute_script(hold_first)
-            box = driver.find_element(By.ID, "source")
-            for sentence in (first, second):
-                box.clear()
-                box.send_keys(sentence)
-                driver.find_element(By.ID, "go").click()
+            open_page(driver, url)
+            driver.execute_script(FETCH_LOG)
+            set_source(driver, "\n".join(old))
+            go = driver.find_element(By.ID, "go")
+            go.click()
+            wait_settled(driver)
+            driver.execute_script("window.hold()")
+            set_source(driver, "\n".join(new))
+            go.click()
+            driver.find_elements(By.CSS_SELECTOR, "#translation .line")[1].click()   # a line of the old result
+            WebDriverWait(driver, 30).until(lambda d: d.execute_script("return window.pending === 1"))
+            assert driver.find_element(By.TAG_NAME, "body").get_attribute("data-state") == "busy"
+            driver.execute_script("window.release()")
+            wait_settled(driver)
+            expected = api_translations(url, driver, new)
+            assert [d.text for d in driver.find_elements(By.CSS_SELECTOR, "#translation .line")] == expected
+            assert driver.find_element(By.ID, "error").text == ""
+            assert "(" + expected[0] + ")" in driver.find_element(By.ID, "attention-note").text
+    finally:
+        driver.quit()
+
+
+def test_while_translating_the_page_says_so_and_sends_one_request(translator, serve_sentences):
+    """Nothing showed that a translation ran and the button stayed live: a double-click sent two requests (the
+    server translated twice, and a 503 for the second replaced the first's answer). While a Translate runs the
+    button now reads "Translating…", the previous result is dimmed and marked busy, and neither a second click nor
+    Ctrl+Enter sends anything."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    driver = browser()
+    try:
+        with background_server(make_app(translator)) as url:
+            translate_on_page(driver, url, serve_sentences[0])
+            driver.execute_script(FETCH_LOG + "window.hold();")
+            set_source(driver, serve_sentences[1])
+            go = driver.find_element(By.ID, "go")
+            ActionChains(driver).double_click(go).perform()
+            driver.find_element(By.ID, "source").send_keys(Keys.CONTROL, Keys.ENTER)
+            assert len(sent(driver, "/translate")) == 1
+            assert go.text == "Translating…" and go.get_attribute("aria-disabled") == "true"
+            result = driver.find_element(By.ID, "result")
+            assert result.get_attribute("aria-busy") == "true" and float(result.value_of_css_property("opacity")) < 1
+            assert driver.find_element(By.TAG_NAME, "body").value_of_css_property("cursor") == "progress"
+            driver.execute_script("window.release()")
+            wait_settled(driver)
+            assert len(sent(driver, "/translate")) == 1
+            assert go.text == "Translate" and result.get_attribute("aria-busy") == "false"
+            expected = api_translations(url, driver, [serve_sentences[1]])
+            assert driver.find_element(By.ID, "translation").text == expected[0]
+    finally:
+        driver.quit()
+
+
+def test_a_refused_translate_leaves_no_old_result_and_speaks_of_lines(translator, serve_sentences):
+    """After a refusal the previous text's translation, n-best list, heatmap and warnings stayed under the error,
+    as if they answered the new text; the API's words (text[0], requests) were shown as they are; and an empty
+    beam was sent as 0. The old result now goes, messages speak of lines, and beam and n-best are checked first."""
+    from selenium.webdriver.common.by import By
+    driver = browser()
+    try:
+        with background_server(make_app(translator, max_sentences=2)) as url:
+            open_page(driver, url)
+            driver.execute_script(FETCH_LOG)
+            set_source(driver, serve_sentences[0] + "\x07")   # a control character: the answer warns
+            go = driver.find_element(By.ID, "go")
+            go.click()
+            wait_settled(driver)
+            warnings = httpx.post(url + "/translate", json={"text": [serve_sentences[0] + "\x07"]}).json()["warnings"]
+            assert warnings and warnings[0].startswith("text[0] ")
+            assert driver.find_element(By.ID, "warnings").text == warnings[0].replace("text[0]", "line 1")
+
+            set_source(driver, "\n".join(serve_sentences[1:4]))   # 3 lines; the server takes 2
+            go.click()
+            wait_settled(driver)
+            error = driver.find_element(By.ID, "error").text
+            assert error.startswith("the text has 3 lines; at most 2 ") and "request" not in error, error
+            assert set(content(driver, *RESULT).values()) == {""}
+
+            set_source(driver, serve_sentences[1])
+            requests = len(sent(driver, "/translate"))
+            beam, nbest = driver.find_element(By.ID, "beam"), driver.find_element(By.ID, "nbest")
+            beam.clear()
+            go.click()
+            assert driver.find_element(By.ID, "error").text == "Beam must be a whole number from 1 to 16."
+            beam.send_keys("2")
+            nbest.clear()
+            nbest.send_keys("3")
+            go.click()
+            assert driver.find_element(By.ID, "error").text == "N-best must be a whole number from 1 to 2 (the beam)."
+            assert len(sent(driver, "/translate")) == requests
+    finally:
+        driver.quit()
+
+
+# Over the page's fetch: /translate answers as a proxy does when its server is gone, with an HTML page
+BAD_GATEWAY = ("const real = window.fetch; window.fetch = (path, init) => path !== '/translate' ? real(path, init) :"
+               "Promise.resolve(new Response('<html><body>502 Bad Gateway</body></html>', "
+               "{status: 502, statusText: 'Bad Gateway', headers: {'Content-Type': 'text/html'}}));")
+
+
+def test_failed_requests_say_what_happened(translator, serve_sentences):
+    """A request that got no answer showed "Failed to fetch", a non-JSON answer (a proxy's error page) the JSON
+    parser's error, a failed /info nothing at all; and when /attention failed, the previous sentence's heatmap
+    stayed under the new translation. Each now says what happened, and a failed heatmap leaves none."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+    driver = browser()
+    unreachable = "Cannot reach the server (is nmt-serve still running?)"
+
+    def block(*paths):   # requests to these paths fail in the browser, as when the server is down
+        driver.execute_cdp_cmd("Network.setBlockedURLs", {"urls": [f"*{p}" for p in paths]})
+    try:
+        with background_server(make_app(translator)) as url:
+            driver.execute_cdp_cmd("Network.enable", {})
+            block("/info")
+            driver.get(url + "/")
+            WebDriverWait(driver, 5).until(lambda d: d.find_element(By.ID, "error").text)
+            assert driver.find_element(By.ID, "error").text == \
+                f"The server's models could not be loaded from /info: {unreachable}"
+            block()
+            translate_on_page(driver, url, serve_sentences[0])
+            assert driver.find_elements(By.CSS_SELECTOR, "#heatmap td")
+            block("/attention")
+            set_source(driver, serve_sentences[1])
+            driver.find_element(By.ID, "go").click()
             wait_done(driver)
-            time.sleep(2.5)   # the first answer has arrived by now
-            beam = int(driver.find_element(By.ID, "beam").get_attribute("value"))
-            api = httpx.post(url + "/translate", json={"text": [first, second], "beam_size": beam}).json()
-            expected = [t["translation"] for t in api["translations"]]
-            assert expected[0] != expected[1]
-            assert driver.find_element(By.ID, "translation").text == expected[1]
-            assert "(" + expected[1] + ")" in driver.find_element(By.ID, "attention-note").text
+            expected = api_translations(url, driver, [serve_sentences[1]])
+            assert driver.find_element(By.ID, "translation").text == expected[0]
+            assert driver.find_element(By.ID, "error").text == unreachable
+            assert content(driver, "heatmap", "attention-note") == {"heatmap": "", "attention-note": ""}
+            block("/translate")
+            driver.find_element(By.ID, "go").click()
+            wait_done(driver)
+            assert driver.find_element(By.ID, "error").text == unreachable
+            assert set(content(driver, *RESULT).values()) == {""}
+            block()
+            driver.execute_script(BAD_GATEWAY)
+            driver.find_element(By.ID, "go").click()
+            wait_done(driver)
+            assert driver.find_element(By.ID, "error").text == "the server answered 502 Bad Gateway"
+    finally:
+        driver.quit()
+
+
+def test_lines_and_words_are_usable_by_keyboard_and_labelled(translator, serve_sentences):
+    """The translation's lines and the alignment's words reacted to the mouse only, errors were not announced, the
+    whole page was marked Korean and the text box had no label. Tab now reaches the chosen line, the arrow keys and
+    Enter choose another, Tab goes on to the words (a focused word marks its links); the error is an alert; the page
+    is English, and the source text, source pieces and translations carry their languages."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    driver = browser()
+    lines = serve_sentences[5:7]
+    try:
+        with background_server(make_app(translator)) as url:
+            open_page(driver, url)
+            assert driver.execute_script("const s = document.getElementById('source');"
+                                         "return [document.documentElement.lang, s.lang, s.labels.length]") \
+                == ["en", "ko", 1]
+            assert driver.find_element(By.ID, "error").get_attribute("role") == "alert"
+            set_source(driver, "\n".join(lines))
+            driver.find_element(By.ID, "go").click()
+            wait_done(driver)
+            langs = driver.execute_script(
+                "const lang = (css) => document.querySelector(css).lang;"
+                "return ['#translation', '#nbest-list', '#align-src', '#align-tgt', '#heatmap th.src',"
+                "        '#heatmap th.tgt'].map(lang)")
+            assert langs == ["en", "en", "ko", "en", "ko", "en"]
+            expected = api_translations(url, driver, lines)
+            driver.find_element(By.ID, "prefix").send_keys(Keys.TAB)
+            line = driver.switch_to.active_element
+            assert (line.get_attribute("role"), line.get_attribute("aria-selected"), line.text) == \
+                ("option", "true", expected[0])
+            line.send_keys(Keys.ARROW_DOWN)
+            driver.switch_to.active_element.send_keys(Keys.ENTER)
+            wait_done(driver)
+            assert driver.find_element(By.ID, "nbest-of").text == "(line 2 of 2; click a line to choose)"
+            line = driver.switch_to.active_element
+            assert (line.get_attribute("aria-selected"), line.text) == ("true", expected[1])
+            line.send_keys(Keys.TAB)
+            word = driver.switch_to.active_element
+            assert word == driver.find_elements(By.CSS_SELECTOR, "#align-src button")[0]
+            assert "linked" in word.get_attribute("class")
     finally:
         driver.quit()
 
@@ -325,7 +675,7 @@ def test_with_several_lines_the_words_start_the_chosen_lines_translation(transla
                                                        "target_prefix": ["", prefix]}).json()["translations"]
             shown = driver.find_elements(By.CSS_SELECTOR, "#translation .line")
             assert [d.text for d in shown] == [free[0]["translation"], api[1]["translation"]]
-            assert api[1]["translation"].startswith(prefix) and "selected" in shown[1].get_attribute("class")
+            assert api[1]["translation"].startswith(prefix) and shown[1].get_attribute("aria-selected") == "true"
             hyps = [li.text for li in driver.find_elements(By.CSS_SELECTOR, "#nbest-list li .hyp")]
             assert hyps == [h["translation"] for h in api[1]["nbest"]]
             driver.execute_script(   # a line added above the chosen one: the choice stays with its sentence
