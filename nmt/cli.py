@@ -15,8 +15,9 @@ from nmt.config import (ARCH_DEFAULTS, KVSTORES, LR_SCHEDULES, PER_INVOCATION, V
                         ConfigError, DataConfig, ModelConfig, resumed_config)
 from nmt import jsonio
 from nmt.commands import command, nonempty
+from nmt.recipes import RECIPES
 
-# (flag, section, field, type, help) -- the single table mapping flags to config fields
+# (flag, section, field, type, help): the tables mapping flags to config fields, one per config section
 
 
 @dataclass
@@ -34,7 +35,7 @@ class Flag:
 DATA_FLAGS = [
     Flag("--src", "data", "src_lang", str, "source language", choices=("ko", "en")),
     Flag("--tgt", "data", "tgt_lang", str, "target language", choices=("ko", "en")),
-    Flag("--recipe", "data", "recipe", str, "dataset recipe (see nmt.recipes): tatoeba, all"),
+    Flag("--recipe", "data", "recipe", str, f"dataset recipe (nmt/recipes.json): {', '.join(RECIPES)}"),
     Flag("--data-dir", "data", "data_dir", str, "offline mirror laid out like shared/data (or $NMT_DATA_DIR)"),
     Flag("--cache-dir", "data", "cache_dir", str, "download cache directory"),
     Flag("--train-src", "data", "train_src", str, "training source file (instead of --recipe)"),
@@ -172,9 +173,9 @@ def build_train_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="nmt-train", description="Train a Korean<->English seq2seq-attention model, data-parallel over devices.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Examples:\n  python scripts/train.py                       # Tatoeba ko->en on CPU\n"
-               "  python scripts/train.py --gpus 2 --batch-size 240\n"
-               "  python scripts/train.py --src en --tgt ko --recipe all --model-dir models/all-en-ko\n")
+        epilog="Examples:\n  nmt-train                       # Tatoeba ko->en on CPU\n"
+               "  nmt-train --gpus 2 --batch-size 240\n"
+               "  nmt-train --src en --tgt ko --recipe all --model-dir models/all-en-ko\n")
     g = p.add_argument_group("run")
     g.add_argument("--config", type=nonempty(Path),
                    help="JSON config file (same layout as a model's config.json); flags override it")

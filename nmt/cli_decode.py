@@ -24,13 +24,13 @@ def build_translate_parser() -> argparse.ArgumentParser:
         description="Translate text with a trained model: one output line per input line, in input order "
                     "(an empty line gives an empty line). Reads stdin and writes stdout unless --input/--output "
                     "are given; on a terminal it prompts for sentences.",
-        epilog="Examples:\n  echo '안녕하세요.' | python scripts/translate.py --model-dir models/tatoeba-ko-en\n"
-               "  python scripts/translate.py --model-dir M --input test.ko --output test.en --beam-size 1\n"
-               "  python scripts/translate.py --model-dir M --nbest 3 --beam-size 5 < in.ko > nbest.jsonl\n"
-               "  python scripts/translate.py --model-dir M --alignment < in.ko > out.en-aligned\n"
-               "  echo '{\"text\": \"안녕하세요.\", \"target_prefix\": \"Hi\"}' | python scripts/translate.py --model-dir M "
+        epilog="Examples:\n  echo '안녕하세요.' | nmt-translate --model-dir models/tatoeba-ko-en\n"
+               "  nmt-translate --model-dir M --input test.ko --output test.en --beam-size 1\n"
+               "  nmt-translate --model-dir M --nbest 3 --beam-size 5 < in.ko > nbest.jsonl\n"
+               "  nmt-translate --model-dir M --alignment < in.ko > out.en-aligned\n"
+               "  echo '{\"text\": \"안녕하세요.\", \"target_prefix\": \"Hi\"}' | nmt-translate --model-dir M "
                "--json-input\n"
-               "  python scripts/translate.py --model-dir M --sample 10 --seed 2 < mono.ko > synthetic.en\n")
+               "  nmt-translate --model-dir M --sample 10 --seed 2 < mono.ko > synthetic.en\n")
     add_model_decode_args(p)
     s = p.add_argument_group("sampling (instead of the search, e.g. for back-translation)")
     s.add_argument("--sample", nargs="?", const=0, type=number(int, 0), metavar="K",

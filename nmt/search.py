@@ -99,7 +99,7 @@ def greedy_search(model: Models, src: mx.nd.NDArray, src_len: mx.nd.NDArray, max
             raise ValueError(f"sample must be >= 0 (got {sample})")
     update = update_block(ctx, sample_top=-1 if sample is None else min(sample, model.tgt_vocab_size))
 
-    def advance(state, hyps, first):
+    def advance(state, hyps, first):   # the step of `search`, the SearchBatch made below (its ids: the sentences)
         log_probs, state, _ = model.hybrid_step(hyps.prev, state)
         log_probs = forcing.apply(log_probs, search.ids, 1)
         token, done, steps, emitted, scores = update(log_probs, hyps.finished, hyps.lengths, hyps.limits,

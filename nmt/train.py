@@ -1,6 +1,6 @@
 """Training from parts: `build_data` (nmt.data), `build_model` (the architecture registry), `build_optimizer`
 (nmt.optim), and a `Trainer` of what they built, whose `fit()` only checks stop conditions and calls `train_step`,
-`validate` and `save_checkpoint`. `train(cfg)` wires the parts together (for scripts/train.py and the tests)."""
+`validate` and `save_checkpoint`. `train(cfg)` wires the parts together (for nmt-train and the tests)."""
 from __future__ import annotations
 
 import contextlib
