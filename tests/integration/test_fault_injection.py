@@ -15,7 +15,6 @@ from pathlib import Path
 
 import mxnet as mx
 import numpy as np
-import pytest
 
 from nmt import checkpoint as ckpt
 from nmt import manifest
@@ -96,7 +95,6 @@ def _final_params(model_dir: Path) -> dict:
     return {k: v.asnumpy() for k, v in mx.nd.load(str(model_dir / ckpt.params_file(MAX_STEPS))).items()}
 
 
-@pytest.mark.slow
 def test_sigkill_at_random_moments_then_resume_is_bit_identical(tmp_path):
     task = write_task(tmp_path / "task", n_train=400)
     ref = tmp_path / "ref"

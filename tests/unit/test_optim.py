@@ -65,8 +65,8 @@ def test_schedule_warms_up_then_decays():
 
 
 def test_plateau_halvings_apply_only_under_the_plateau_schedule():
-    """lr_scale, which state.json keeps, applied under every schedule: a run resumed from plateau with --lr-schedule
-    inv_sqrt or constant kept the plateau's halvings."""
+    """lr_scale (the plateau's halvings, which state.json keeps) scales the rate only under the plateau schedule, so
+    that a run resumed from plateau with --lr-schedule inv_sqrt or constant trains at that schedule's own rate."""
     for schedule in ("inv_sqrt", "constant"):
         o = OptimConfig(lr=1.0, warmup_steps=4, schedule=schedule)
         assert [learning_rate(s, o, lr_scale=0.25) for s in (0, 3, 15, 99)] == \

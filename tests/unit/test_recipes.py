@@ -445,11 +445,3 @@ def test_dry_run_shows_the_duplicate_warning(tmp_path):
     assert f"{task['train_src']} / {task['train_tgt']}: kept 200 of 400 training pairs" in r.stderr, r.stderr
     assert "200 of 400 training pairs (50%) are exact duplicates of earlier pairs and were dropped: was a file " \
            "concatenated twice" in r.stderr, r.stderr
-
-
-@pytest.mark.parametrize("recipe", sorted(RECIPES))
-def test_shipped_recipes_do_not_warn_of_duplicates(recipe, shared_data, nmt_logs):
-    """Measured: python-docs-ko drops 3.0% of its pairs as duplicates, the other corpora none (DUPLICATE_WARN_SHARE)."""
-    load_data(DataConfig(recipe=recipe, data_dir=str(shared_data)))
-    kept = [r.getMessage() for r in nmt_logs if ": kept " in r.getMessage()]
-    assert kept and not [m for m in kept if "exact duplicates" in m], kept

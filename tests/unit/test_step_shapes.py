@@ -8,7 +8,7 @@ import pytest
 
 from nmt.models import build_model
 from nmt.models.ensemble import Ensemble
-from synth import ARCHS, tiny_model_config
+from tests.synth import ARCHS, tiny_model_config
 
 
 def _model(arch: str, seed: int = 0):

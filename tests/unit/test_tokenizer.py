@@ -185,23 +185,6 @@ def test_load_or_train_reuses_existing_model(tmp_path):
     assert other.path == Path(tmp_path) / "spm.ko.model" and other.lang == "ko"
 
 
-def _data_dir() -> Path:
-    env = os.environ.get("NMT_DATA_DIR")
-    return Path(env) if env else Path(__file__).resolve().parents[2].parent / "shared" / "data"
-
-
-def test_real_tatoeba_korean_round_trip(tmp_path):
-    path = _data_dir() / "tatoeba-kor-eng-manythings" / "kor.txt"
-    if not path.is_file():
-        pytest.skip(f"real data not found at {path} (set NMT_DATA_DIR)")
-    pairs = [line.rstrip("\n").split("\t") for line in path.open(encoding="utf-8")]
-    ko = [p[1] for p in pairs]
-    tok = train_tokenizer(ko, tmp_path, "ko", 4000)
-    assert tok.decode(tok.encode(ko)) == [unicodedata.normalize("NFC", x) for x in ko]
-    ids = tok.encode(ko)
-    assert sum(map(len, ids)) < sum(map(len, ko))  # subwords: fewer tokens than characters
-
-
 def test_sampled_segmentation_is_reproducible_and_spells_the_same_text(ko_tok):
     lines = synthetic_lines(KO_WORDS, n=40, seed=5)
     a, b = ko_tok.encode_sampled(lines, 0.2, seed=11), ko_tok.encode_sampled(lines, 0.2, seed=11)
