@@ -78,13 +78,29 @@ class DatasetSplits:
     drops: Dict[str, int] = field(default_factory=dict)   # pairs removed, by reason (reading and cleaning)
 
 
+# What load_source reads: a source's format -> the files it needs; its optional cleaning step
+FORMATS, CLEANERS = {"parallel": {"ko", "en"}, "tsv": {"tsv"}}, (None, "rest-docs")
+
+
 def _load_registry(path: Path) -> Tuple[Dict[str, Source], Dict[str, Recipe]]:
+    """The sources and recipes of `path`; ValueError naming the entry for a format, cleaning step or source name
+    that nothing reads (a typo would otherwise train on other text than meant)."""
     reg = json.loads(path.read_text(encoding="utf-8"))
     sources = {}
     for name, s in reg["sources"].items():
         files = {k: FileSpec(**f) for k, f in s.pop("files").items()}
-        sources[name] = Source(name=name, files=files, **s)
+        sources[name] = src = Source(name=name, files=files, **s)
+        bad = ([f"format {src.format!r} (use {' or '.join(FORMATS)})"] if src.format not in FORMATS else
+               [f"files {sorted(files)} (format {src.format} needs {sorted(FORMATS[src.format])})"]
+               if set(files) != FORMATS[src.format] else [])
+        bad += [f"clean {src.clean!r} (use rest-docs or leave it out)"] if src.clean not in CLEANERS else []
+        if bad:
+            raise ValueError(f"{path}: source {name!r}: {'; '.join(bad)}")
     recipes = {name: Recipe(name=name, **r) for name, r in reg["recipes"].items()}
+    for name, r in recipes.items():
+        unknown = sorted(set(r.train) - set(sources)) + sorted(set(r.tests.values()) - set(sources))
+        if unknown:
+            raise ValueError(f"{path}: recipe {name!r} names unknown sources {unknown}")
     return sources, recipes
 
 

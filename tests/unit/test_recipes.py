@@ -2,6 +2,7 @@
 import dataclasses
 import hashlib
 import io
+import json
 import os
 import re
 import socket
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from nmt import recipes
 from nmt.config import ConfigError, DataConfig
 from nmt.corpus import CorpusError, Pairs
 from nmt.recipes import (RECIPES, SOURCES, FileSpec, Recipe, Source, clean_rest_docs, default_cache_dir, download,
@@ -445,3 +447,33 @@ def test_dry_run_shows_the_duplicate_warning(tmp_path):
     assert f"{task['train_src']} / {task['train_tgt']}: kept 200 of 400 training pairs" in r.stderr, r.stderr
     assert "200 of 400 training pairs (50%) are exact duplicates of earlier pairs and were dropped: was a file " \
            "concatenated twice" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("change, says", [
+    (lambda s: s.update(format="csv"), "source 'x': format 'csv' (use parallel or tsv)"),
+    (lambda s: s.update(clean="rest_docs"), "source 'x': clean 'rest_docs' (use rest-docs or leave it out)"),
+    (lambda s: s["files"].pop("en"), "source 'x': files ['ko'] (format parallel needs ['en', 'ko'])"),
+])
+def test_a_registry_entry_nothing_reads_is_refused(tmp_path, change, says):
+    """A typo in recipes.json ("rest_docs") trained on uncleaned text, and an unknown format read a source as
+    parallel files: each is refused when the registry loads, naming the file and the entry."""
+    spec = {"path": "x/x.ko", "sha256": "0" * 64, "bytes": 1, "url": "https://example.org/x"}
+    source = {"title": "t", "license": "l", "citation": "c", "homepage": "h", "format": "parallel",
+              "files": {"ko": dict(spec), "en": dict(spec, path="x/x.en")}}
+    recipe = {"description": "d", "train": ["x"], "tests": {"x-test": "x"}, "dev_size": 1, "dev_seed": 1}
+    path = tmp_path / "recipes.json"
+    path.write_text(json.dumps({"sources": {"x": source}, "recipes": {"r": recipe}}))
+    assert set(recipes._load_registry(path)[1]) == {"r"}
+    change(source)
+    path.write_text(json.dumps({"sources": {"x": source}, "recipes": {"r": recipe}}))
+    with pytest.raises(ValueError) as e:
+        recipes._load_registry(path)
+    assert str(e.value) == f"{path}: {says}"
+
+
+def test_a_recipe_naming_an_unknown_source_is_refused(tmp_path):
+    path = tmp_path / "recipes.json"
+    recipe = {"description": "d", "train": ["nope"], "tests": {}, "dev_size": 1, "dev_seed": 1}
+    path.write_text(json.dumps({"sources": {}, "recipes": {"r": recipe}}))
+    with pytest.raises(ValueError, match=r"recipe 'r' names unknown sources \['nope'\]"):
+        recipes._load_registry(path)
