@@ -200,7 +200,7 @@ def config_from_args(args: argparse.Namespace, base: Optional[Config] = None) ->
 
 def args_dict(args: argparse.Namespace, base: Optional[Config] = None) -> Dict[str, Dict[str, Any]]:
     """The sections and keys a command line gives (with a --config file's, or `base`'s), not yet checked together:
-    `config_from_args` makes them a Config; on --resume they first join the run's own (`resume_config`)."""
+    `config_from_args` makes them a Config; on --resume they first join the run's own (`config_for_resume`)."""
     if getattr(args, "config", None):
         if not Path(args.config).is_file():
             raise ConfigError(f"--config {args.config}: " + ("a directory, not a file" if Path(args.config).is_dir()
@@ -261,7 +261,7 @@ def given_keys(args: argparse.Namespace) -> Dict[str, str]:
     return given
 
 
-def resume_config(args: argparse.Namespace) -> Tuple[Config, List[str]]:
+def config_for_resume(args: argparse.Namespace) -> Tuple[Config, List[str]]:
     """On --resume: the run's saved configuration, with what this command line gives, and the changes
     (`resumed_config`), so that `--resume` alone continues a run as it was started; the flags are checked together
     with the run's settings (`--average-last 5` alone, in a run that keeps 5 checkpoints). The command line's own
@@ -317,7 +317,7 @@ def check_model(model: ModelConfig, given: Dict[str, str]) -> None:
 def training_run(args: argparse.Namespace) -> Tuple[Config, List[str], Optional[Path]]:
     """What a training command line asks for: the configuration (on --resume the run's own with this command's
     changes, listed; with --init-from the model's settings), and the parameter file of --init-from."""
-    cfg, changes = resume_config(args) if args.resume else (config_from_args(args), [])
+    cfg, changes = config_for_resume(args) if args.resume else (config_from_args(args), [])
     init = None
     if args.init_from is not None:
         from nmt.finetune import init_config, init_params

@@ -327,17 +327,17 @@ class Translator:
             elif chunks:
                 work(*devices[0])
 
-    def _decode_chunk(self, ctx: mx.Context, model, ids: List[List[int]], targets: List[Optional[TargetPrefix]],
+    def _decode_chunk(self, ctx: mx.Context, model, ids: List[List[int]], prefixes: List[Optional[TargetPrefix]],
                       chunk: List[int], beam: int, nbest: int, out: List[Hyps]) -> None:
         """Search one length-sorted batch (`chunk`: indices into `ids`) on `ctx`; hypotheses go to out[i]."""
         src_nd, len_nd, max_len = self.source_batch([ids[i] for i in chunk], ctx)
-        prefixes = [targets[i] for i in chunk]
+        chunk_prefixes = [prefixes[i] for i in chunk]
         if (beam == 1 and nbest == 1) or self.sample is not None:
             hyps = [[h] for h in greedy_search(model, src_nd, len_nd, max_len, self.sample,
-                                               self.decode.length_penalty_alpha, prefixes)]
+                                               self.decode.length_penalty_alpha, chunk_prefixes)]
         else:
             hyps = beam_search(model, src_nd, len_nd, beam_size=beam, max_len=max_len,
-                               alpha=self.decode.length_penalty_alpha, nbest=nbest, prefixes=prefixes)
+                               alpha=self.decode.length_penalty_alpha, nbest=nbest, prefixes=chunk_prefixes)
         for r, i in enumerate(chunk):
             out[i] = hyps[r]
 
