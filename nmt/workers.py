@@ -140,8 +140,8 @@ class WorkerGroup:
         a private temporary copy on the others (no shared filesystem and no write access to the model directory
         needed), deleted as the block ends, so that a worker killed later leaves nothing behind. Files missing on
         rank 0 are missing in the copy too, so every worker fails alike."""
-        if self.num_workers == 1 or self.is_chief:
-            for name in names if self.num_workers > 1 else ():
+        if self.is_chief:
+            for name in names if self.num_workers > 1 else ():   # one worker: nobody to send them to
                 path = Path(src_dir) / name
                 self.broadcast_bytes(path.read_bytes() if path.is_file() else None)
             yield Path(src_dir)
