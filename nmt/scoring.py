@@ -105,8 +105,12 @@ def word_strokes(translator: Translator, sources: Sequence[str], refs: Sequence[
     kept = [0] * len(words)   # per sentence, the reference words accepted or typed so far
     strokes, translations, todo = 0, 0, list(range(len(words)))
     while todo:
-        hyps = translator.translate([sources[i] for i in todo],
-                                    prefixes=[whole_words(words[i][:kept[i]]) for i in todo])
+        warn, translator.warn_cut_off = translator.warn_cut_off, False   # a round's lines are not the set's
+        try:
+            hyps = translator.translate([sources[i] for i in todo],
+                                        prefixes=[whole_words(words[i][:kept[i]]) for i in todo])
+        finally:
+            translator.warn_cut_off = warn
         translations += len(todo)
         left = []
         for i, hyp in zip(todo, hyps):
