@@ -150,8 +150,8 @@ class OptimConfig:
                  f"--lr-schedule {self.schedule!r}: use {', '.join(LR_SCHEDULES[:-1])} or {LR_SCHEDULES[-1]}")])
 
 
-# kvstores of --kvstore: auto picks device on GPUs and local on CPU contexts; dist_* across machines (nmt-launch).
 LR_SCHEDULES = ("inv_sqrt", "plateau", "constant")   # after warm-up: nmt.optim.learning_rate, preflight.settings_lines
+# kvstores of --kvstore: auto picks device on GPUs and local on CPU contexts; dist_* across machines (nmt-launch).
 KVSTORES = ("auto", "local", "device", "dist_sync", "dist_device_sync")
 
 # --valid-metric's choices (nmt.evaluate.VALID_METRICS says how each is read from a validation)

@@ -104,25 +104,25 @@ def word_strokes(translator: Translator, sources: Sequence[str], refs: Sequence[
     words = [normalize(r).split() for r in refs]
     kept = [0] * len(words)   # per sentence, the reference words accepted or typed so far
     strokes, translations, todo = 0, 0, list(range(len(words)))
-    while todo:
-        warn, translator.warn_cut_off = translator.warn_cut_off, False   # a round's lines are not the set's
-        try:
+    warn, translator.warn_cut_off = translator.warn_cut_off, False   # a round's lines are not the set's
+    try:
+        while todo:
             hyps = translator.translate([sources[i] for i in todo],
                                         prefixes=[whole_words(words[i][:kept[i]]) for i in todo])
-        finally:
-            translator.warn_cut_off = warn
-        translations += len(todo)
-        left = []
-        for i, hyp in zip(todo, hyps):
-            got, want, k = hyp.split(), words[i], kept[i]
-            while k < len(want) and k < len(got) and got[k] == want[k]:
-                k += 1
-            if k == len(want):   # the whole reference: done, once the translator has ended any words after it
-                strokes += len(got) > k
-            else:                # the translator types the reference's word k; the model goes on after it
-                strokes, kept[i] = strokes + 1, k + 1
-                left.append(i)
-        todo = left
+            translations += len(todo)
+            left = []
+            for i, hyp in zip(todo, hyps):
+                got, want, k = hyp.split(), words[i], kept[i]
+                while k < len(want) and k < len(got) and got[k] == want[k]:
+                    k += 1
+                if k == len(want):   # the whole reference: done, once the translator has ended any words after it
+                    strokes += len(got) > k
+                else:                # the translator types the reference's word k; the model goes on after it
+                    strokes, kept[i] = strokes + 1, k + 1
+                    left.append(i)
+            todo = left
+    finally:
+        translator.warn_cut_off = warn
     total = sum(map(len, words))
     return {"word_strokes": strokes, "reference_words": total,
             "word_stroke_ratio": 100.0 * strokes / total if total else None, "word_stroke_translations": translations}
