@@ -180,18 +180,22 @@ class Batcher:
         it until it is empty, repeat until close()."""
         stopping = False
         while True:
-            if not self._active:
-                batch, stopping = self._next_batch(stopping)
-                if not batch and stopping:
-                    return
-                if batch and batch[0].call is not None:
-                    self._run_call(batch[0])
-                    continue
-                self._start(batch)
-            else:
-                stopping = self._admit(stopping)
-            if self._active:
-                self._step()
+            try:
+                if not self._active:
+                    batch, stopping = self._next_batch(stopping)
+                    if not batch and stopping:
+                        return
+                    if batch and batch[0].call is not None:
+                        self._run_call(batch[0])
+                        continue
+                    self._start(batch)
+                else:
+                    stopping = self._admit(stopping)
+                if self._active:
+                    self._step()
+            except Exception as e:   # pylint: disable=broad-except - a bug between steps must not end the thread
+                logger.exception("the translation worker failed between steps")
+                self._abandon(e)
 
     def _next_batch(self, stopping: bool) -> Tuple[List[_Job], bool]:
         """Jobs to start a search with: the oldest job, then every job with its key that arrives within max_wait of
@@ -247,8 +251,8 @@ class Batcher:
                 self._finish(job, error=asyncio.TimeoutError())
         for job in [j for j in self._active.values() if not j.live]:   # its sentences leave the search
             del self._active[id(job)]
-            self._decoder.cancel([(id(job), i) for i in range(len(job.lines))])
             self._finish(job, error=asyncio.TimeoutError())
+            self._decoder.cancel([(id(job), i) for i in range(len(job.lines))])
         if not self._draining():
             same = [j for j in self._held if j.key == self._key]
             if same:
@@ -306,9 +310,13 @@ class Batcher:
             self._record(self._decoder.step(), t0, before)
         except Exception as e:   # the model (or this bookkeeping) failed: every request in the search gets the error
             logger.exception("translation step failed")
-            jobs, self._active, self._decoder = self._active, {}, None
-            for job in jobs.values():
-                self._finish(job, error=e)
+            self._abandon(e)
+
+    def _abandon(self, error: BaseException) -> None:
+        """The running search is dropped: every request in it gets `error` (the held ones start a new search)."""
+        jobs, self._active, self._decoder = self._active, {}, None
+        for job in jobs.values():
+            self._finish(job, error=error)
 
     def _record(self, done: list, t0: float, before: int) -> None:
         """Count a step, and hand each job whose sentences are all `done` its answer."""

@@ -384,3 +384,31 @@ def test_a_request_that_timed_out_leaves_the_running_search():
     assert started and short.nbests == [[("ba", -0.0)]]
     assert b.queued == 0 and len(fake.calls) == steps, "the timed-out request kept the worker stepping"
     assert all("x" * 1000 not in lines for lines, *_ in fake.calls[-2:])
+
+
+def test_a_failure_between_steps_fails_the_running_search_and_the_worker_survives():
+    """Leaving the search (a timed-out request's sentences) happens between steps; an error there ended the worker
+    thread, and every request after it waited for its time limit."""
+    class Stuck(FakeTranslator):
+        def continuous(self, beam_size, nbest, max_batch):
+            decoder = super().continuous(beam_size, nbest, max_batch)
+
+            def cancel(keys):
+                raise RuntimeError("cannot cancel")
+            decoder.cancel = cancel
+            return decoder
+    b = Batcher(Stuck(seconds=0.01, steps=len), max_batch=8, max_wait_ms=0)
+
+    async def main():
+        other = asyncio.ensure_future(b.translate(["y" * 300], 1, 1, timeout=5))
+        with pytest.raises(TimedOut):
+            await b.translate(["x" * 1000], 1, 1, timeout=0.1)
+        with pytest.raises(RuntimeError, match="cannot cancel"):
+            await other
+        return await b.translate(["ok"], 1, 1, timeout=5)
+    assert run(main()).nbests == [[("ko", 0.0)]]
+    deadline = time.monotonic() + 2
+    while b.queued and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert b.queued == 0
+    b.close()
