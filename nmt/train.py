@@ -172,9 +172,7 @@ class Trainer:
             return wish
         if t.max_steps and self.state.step >= t.max_steps:
             return "max_steps"
-        if wish:
-            return wish
-        return "early_stop" if t.patience and self.state.bad_validations >= t.patience else ""
+        return wish or ("early_stop" if t.patience and self.state.bad_validations >= t.patience else "")
 
     # -- the loop ------------------------------------------------------------------------------------------------
     def fit(self) -> ckpt.TrainState:
@@ -188,9 +186,8 @@ class Trainer:
         return self.state
 
     def _fit(self) -> None:
-        t = self.cfg.train
+        t, step0 = self.cfg.train, self.state.step
         self._t_start, self._elapsed0, self.state.stopped = time.perf_counter(), self.state.elapsed, ""
-        step0 = self.state.step
         old_handlers = _install_signal_handlers(self)
         try:
             stop = self.should_stop()
@@ -198,15 +195,15 @@ class Trainer:
                 self.progress.start_epoch(self.state.epoch, len(self.data.sampler), self.data.sampler.position)
                 for batch in self.data.batches:
                     self.train_step(batch)
-                    if t.valid_every and self.state.step % t.valid_every == 0:
+                    if self._validation_due():
                         self.save_checkpoint(self.validate())
                     stop = self.should_stop()
                     if stop:
                         break
                 self.progress.end_epoch()
-                if not stop:   # epoch end: validate, checkpoint at the start of the next epoch
+                if not stop:   # epoch end: checkpoint at the start of the next epoch, validated unless just done
                     self._next_epoch()
-                    self.save_checkpoint(self.validate())
+                    self.save_checkpoint(not self._validation_due() and self.validate())
                     stop = self.should_stop()
             self._finish(stop or "max_epochs", trained=self.state.step > step0)
         finally:
@@ -216,6 +213,9 @@ class Trainer:
         if self.averages():
             ckpt.average_checkpoints(self.model_dir, self.state.params_files, last=t.average_last)
             self.averaged = True
+
+    def _validation_due(self) -> bool:   # the last update is one --valid-every validates (an epoch end not again)
+        return bool(self.cfg.train.valid_every) and self.state.step % self.cfg.train.valid_every == 0
 
     def averages(self) -> bool:
         """Whether the run ends by averaging its last checkpoints into params.avg (--average-last, on rank 0)."""
@@ -387,12 +387,11 @@ def train(cfg: Config, resume: bool = False, overwrite: bool = False, evaluate: 
 def _install_signal_handlers(trainer: Trainer):
     """SIGINT/SIGTERM set a flag; the loop saves a checkpoint after the current update and exits cleanly."""
     def handler(signum, _frame):
-        name = signal.Signals(signum).name
         if trainer.signal_name:       # second signal: stop at once
             raise KeyboardInterrupt
+        trainer.signal_name = signal.Signals(signum).name
         logger.warning("%s received: saving a checkpoint after this update, then stopping "
-                       "(send it again to stop at once)", name)
-        trainer.signal_name = name
+                       "(send it again to stop at once)", trainer.signal_name)
     old = {}
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(ValueError):   # not the main thread (e.g. inside some notebook runners)

@@ -199,6 +199,19 @@ def test_the_epoch_line_reports_the_epochs_mean_loss_and_speed(tmp_path, task, l
     assert first["train_nll"] < first["train_loss"] - 0.1, first   # smoothing costs a model that has learned
 
 
+def test_an_epoch_that_ends_on_a_validation_is_validated_once(tmp_path, task):
+    """When an epoch's last update is also a --valid-every one, the epoch's end validated that update again: a
+    second metrics row for the step, counted as one more validation without gain towards --patience."""
+    probe = create_trainer(tiny_config(tmp_path, task, "probe", max_steps=1))
+    probe.fit()
+    per_epoch = len(probe.data.sampler)   # updates per epoch (no accumulation)
+    cfg = tiny_config(tmp_path, task, "once", valid_every=per_epoch, max_epochs=2)
+    state = create_trainer(cfg).fit()
+    rows = [json.loads(x) for x in (Path(cfg.train.model_dir) / ckpt.METRICS).read_text().splitlines()]
+    assert [r["step"] for r in rows] == [per_epoch, 2 * per_epoch], rows
+    assert state.epoch == 2 and state.bad_validations == (rows[1]["best_score"] == rows[0]["best_score"])
+
+
 def test_resume_across_an_epoch_boundary(tmp_path, task):
     # 600 pairs / 16 = ~38 batches per epoch: 45 updates cross an epoch end
     full = tiny_config(tmp_path, task, "full", max_steps=45)
