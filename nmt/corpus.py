@@ -52,12 +52,18 @@ def open_bytes(path: PathLike) -> Tuple[BinaryIO, Optional[str]]:
     format's name (None: plain); a CorpusError naming the file when it cannot be opened or is a zip archive (which
     may hold several files)."""
     try:
-        with open(path, "rb") as f:
-            head = f.read(10)
+        f = open(path, "rb")   # opened once: a pipe (--input <(...), /dev/stdin) cannot be read again
+        head = f.peek(10)[:10]
         if head.startswith(b"PK\x03\x04"):
+            f.close()
             raise CorpusError(f"{path}: this is a zip archive, not text; unzip it and give the file of sentences "
                               "(gzip, bzip2 and xz files are read as they are)")
-        name, opener = next(((n, o) for magic, n, o in COMPRESSED if magic.match(head)), (None, open))
+        name, opener = next(((n, o) for magic, n, o in COMPRESSED if magic.match(head)), (None, None))
+        if opener is None:
+            return f, None
+        if not f.seekable():   # the decompressor reads on from the peeked bytes
+            return opener(f), name
+        f.close()
         return opener(path, "rb"), name
     except FileNotFoundError:
         raise CorpusError(f"{path}: file not found; check the path") from None

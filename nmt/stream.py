@@ -39,6 +39,8 @@ def read_raw_lines(stream: BinaryIO, max_bytes: int, idle: Optional[float] = Non
     the descriptor is then read directly (os.read), not through the stream's buffer, so that select sees all."""
     fd = _fileno(stream) if idle is not None else None
     buf, start, skipping, paused = b"", 0, False, False
+    if fd is not None and hasattr(stream, "peek"):   # what the buffer holds already (open_bytes peeked at it)
+        buf = stream.read(len(stream.peek(1)))
     while True:
         if skipping:   # the rest of a cut line: nothing of it is kept
             nl = buf.find(b"\n", start)

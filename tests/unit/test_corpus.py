@@ -333,3 +333,36 @@ def test_a_line_of_a_file_is_split_at_carriage_returns_only():
     assert decode_line(line.encode(), 3, "in.ko") == (line, False) and normalize(line) == "가 나 다 라 마"
     with pytest.raises(CorpusError, match="^in.ko:3: carriage returns \\(CR\\) split the line into 2 lines"):
         decode_line("가\u2028나\r다 ".encode(), 3, "in.ko")
+
+
+@pytest.mark.parametrize("compress", [None, "gzip"])
+def test_a_pipe_is_read_from_its_first_byte(compress):
+    """A pipe (`--input <(...)`, /dev/stdin) was opened twice, once to look at its first bytes: the first read took up
+    to 8 KiB of lines with it, and nmt-translate, nmt-score and nmt-evaluate went on without them."""
+    import contextlib
+    import gzip
+    import os
+    import threading
+
+    from nmt.corpus import read_lines
+    from nmt.stream import open_input, read_raw_lines
+    lines = [f"줄 {i} 안녕하세요." for i in range(2000)]
+    data = ("\n".join(lines) + "\n").encode("utf-8")
+    data = gzip.compress(data) if compress else data
+
+    def piped(read):
+        r, w = os.pipe()
+        writer = threading.Thread(target=lambda: (os.write(w, data), os.close(w)))
+        writer.start()
+        try:
+            return read(f"/dev/fd/{r}")
+        finally:
+            writer.join()
+            os.close(r)
+    assert piped(read_lines) == lines
+
+    def streamed(path):
+        with contextlib.ExitStack() as stack:
+            f, idle = open_input(path, stack)
+            return [raw.decode("utf-8") for raw, _ in read_raw_lines(f, 1 << 16, idle) if raw]
+    assert piped(streamed) == lines
