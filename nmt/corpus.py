@@ -139,8 +139,9 @@ def count_lines(text: str) -> int:
 
 
 def hangul_counts(lines: Sequence[str]) -> Tuple[int, int]:
-    """(non-empty lines, lines with Hangul) of `lines`: what `other_language_warning` reads."""
-    return sum(1 for x in lines if x.strip()), sum(map(has_hangul, lines))
+    """(non-empty lines, lines with Hangul) of `lines`: what `other_language_warning` reads. A line of spaces and
+    control characters is empty: normalization leaves nothing of it."""
+    return sum(1 for x in lines if any(unicodedata.category(c)[0] not in "CZ" for c in x)), sum(map(has_hangul, lines))
 
 
 def other_language_warning(lines: int, hangul: int, src_lang: str, tgt_lang: str) -> str:

@@ -3,6 +3,7 @@ refused, as `json.loads` would keep its last value without a word, and types are
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Tuple
 
@@ -25,10 +26,16 @@ class TooDeep(json.JSONDecodeError):
 
 
 def loads(text: str) -> Any:
-    """`json.loads`, but RepeatedKey for a key given twice in an object, and TooDeep (a json.JSONDecodeError) for
-    JSON nested past the parser's recursion limit."""
+    """`json.loads`, but RepeatedKey for a key given twice in an object, and a json.JSONDecodeError for JSON nested
+    past the parser's recursion limit (TooDeep) or a number longer than Python reads (over 4,300 digits)."""
+    def number(digits: str) -> int:
+        try:
+            return int(digits)
+        except ValueError:
+            raise json.JSONDecodeError(f"a number of {len(digits)} digits (at most {sys.get_int_max_str_digits()})",
+                                       text, text.find(digits)) from None
     try:
-        return json.loads(text, object_pairs_hook=_unique_keys)
+        return json.loads(text, object_pairs_hook=_unique_keys, parse_int=number)
     except RecursionError:
         raise TooDeep("arrays and objects nested too deeply", text, 0) from None
 

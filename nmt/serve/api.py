@@ -14,7 +14,7 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from fastapi import FastAPI, Request
 from fastapi.openapi.docs import get_swagger_ui_html
@@ -217,13 +217,19 @@ def _body_schema(model: type) -> dict:
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": model.model_json_schema()}}}}
 
 
-async def _parse_request(request: Request, model: type, limits: Limits):
-    """The request's body, read within the byte limit, parsed as `model`; 415 for a compressed body."""
+async def _parse_request(request: Request, model: type, limits: Limits, clock: "_Clock"):
+    """The request's body, read within the byte and time limits, parsed as `model`; 415 for a compressed body, 408
+    for one that takes the request's whole time to arrive."""
     encoding = request.headers.get("content-encoding", "").strip().lower()
     if encoding not in ("", "identity"):
         raise RequestError(415, f"the body is compressed (Content-Encoding: {encoding}): compressed request bodies "
                                 "are not accepted; send the JSON uncompressed, without a Content-Encoding header")
-    return parse(await read_body(request.stream(), limits.max_body_bytes), model)
+    try:
+        body = await asyncio.wait_for(read_body(request.stream(), limits.max_body_bytes), clock.left())
+    except asyncio.TimeoutError:
+        raise RequestError(408, f"the request's body took longer than the per-request limit of {clock.limit_s} s "
+                                "to arrive: send it at once") from None
+    return parse(body, model)
 
 
 # The endpoints find the service as `request.app.state.service`, not in a closure: FastAPI keeps each endpoint
@@ -235,12 +241,12 @@ def _service(request: Request) -> Service:
 
 def _add_routes(app: FastAPI, limits: Limits) -> None:
     @app.post("/translate", openapi_extra=_body_schema(TranslateRequest),
-              responses=error_responses(400, 413, 415, 422, 500, 503, 504))
+              responses=error_responses(400, 408, 413, 415, 422, 500, 503, 504))
     async def translate(request: Request) -> dict:
         """Translations with scores, in input order: per sentence the best and its n-best list (best first).
         Over-long lines are cut as nmt-translate cuts them, with a warning."""
         clock = _Clock(limits.timeout_s)
-        req = await _parse_request(request, TranslateRequest, limits)
+        req = await _parse_request(request, TranslateRequest, limits, clock)
         model = _service(request).pick(req.src_lang, req.tgt_lang)
         tr = model.translator
         lines, beam, warnings = check_translate(req, limits, tr.decode.beam_size, tr.decode.max_input_tokens)
@@ -259,21 +265,18 @@ def _add_routes(app: FastAPI, limits: Limits) -> None:
         warnings += [f"text[{i}]: the translation reached the model's length limit (max_len_a {d.max_len_a:g} x "
                      f"source tokens + max_len_b {d.max_len_b}) and may be cut off" for i in cut_off]
         if req.alignment:   # each hypothesis gets its links: (text, score) -> (text, score, links)
-            from nmt.align import align
-            srcs, texts = [line for line, h in zip(lines, nbests) for _ in h], [t for h in nbests for t, _ in h]
-            links = iter(await _within_limit(model.batcher.call(lambda: align(tr, srcs, texts), clock.left()),
-                                             clock, "send fewer sentences or a smaller nbest", request))
+            links = iter(await _aligned(model, lines, nbests, clock, request))
             nbests = [[(t, s, next(links)) for t, s in h] for h in nbests]
         return {"src_lang": tr.src_lang, "tgt_lang": tr.tgt_lang, "beam_size": beam, "warnings": warnings,
                 "translations": [_translation_item(h, req.alignment) for h in nbests]}
 
     @app.post("/attention", openapi_extra=_body_schema(AttentionRequest),
-              responses=error_responses(400, 413, 415, 422, 500, 503, 504))
+              responses=error_responses(400, 408, 413, 415, 422, 500, 503, 504))
     async def attention(request: Request) -> dict:
         """The attention weights (target piece x source piece) of one sentence's greedy translation, or of the
         translation given (cut to max_input_tokens pieces, with a warning, as lines are)."""
         clock = _Clock(limits.timeout_s)
-        req = await _parse_request(request, AttentionRequest, limits)
+        req = await _parse_request(request, AttentionRequest, limits, clock)
         model = _service(request).pick(req.src_lang, req.tgt_lang)
         line, given, warnings = check_attention(req, model.translator.decode.max_input_tokens)
         try:
@@ -323,6 +326,20 @@ async def _disconnected(request: Request) -> None:
     """Return once the client has disconnected (the body is read: the next message says so, or that it ended)."""
     while (await request.receive())["type"] != "http.disconnect":
         pass
+
+
+async def _aligned(model: Model, lines: List[str], nbests: list, clock: "_Clock", request: Request) -> list:
+    """The word alignment of every hypothesis, a decode batch of them per call of the worker: between two calls the
+    running search steps on, and a request over its time (or whose client left) stops using the model."""
+    from nmt.align import align
+    tr = model.translator
+    srcs, texts = [line for line, h in zip(lines, nbests) for _ in h], [t for h in nbests for t, _ in h]
+    links, size = [], max(1, tr.decode.batch_size)
+    for start in range(0, len(texts), size):
+        part = slice(start, start + size)
+        links += await _within_limit(model.batcher.call(lambda: align(tr, srcs[part], texts[part]), clock.left()),
+                                     clock, "send fewer sentences or a smaller nbest", request)
+    return links
 
 
 class _Clock:

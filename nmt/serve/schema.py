@@ -27,10 +27,16 @@ MAX_DEPTH = 32
 logger = logging.getLogger("nmt.serve")
 
 
+def _sendable(text: str) -> str:
+    """`text` with a lone surrogate (quoted from a request's JSON escapes) as its escape: UTF-8 cannot encode it."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 class RequestError(Exception):
     """A request the service refuses: HTTP `status` and a message that says what to change."""
 
     def __init__(self, status: int, message: str, field: Optional[str] = None):
+        message, field = _sendable(message), None if field is None else _sendable(field)
         super().__init__(message)
         self.status, self.message, self.field = status, message, field
 
@@ -47,6 +53,7 @@ class ErrorBody(BaseModel):
 
 # Each refusal's status and when it is given (docs/serving.md), for the OpenAPI document.
 ERRORS = {400: f"the body is not UTF-8, not JSON, or nested more than {MAX_DEPTH} levels deep",
+          408: "the body took longer than the per-request limit (--timeout) to arrive",
           413: "the body is over --max-body-bytes, or (/translate) has more sentences than --max-sentences",
           415: "the body is compressed (any Content-Encoding but identity)",
           422: "a field is wrong: its type or range, a language no model has, text on several lines, ...",
@@ -129,7 +136,7 @@ def parse(body: bytes, model: type) -> BaseModel:
     try:
         obj = jsonio.loads(text)
     except jsonio.RepeatedKey as e:   # json.loads would keep the last value
-        raise RequestError(422, f"field {e.args[0]!r} is given twice; give each field once") from None
+        raise RequestError(422, f"field {e.args[0]!r} is given twice; give each field once", e.args[0]) from None
     except jsonio.TooDeep:   # the parser recurses once per level
         raise too_deep from None
     except json.JSONDecodeError as e:
@@ -172,7 +179,7 @@ def _field_message(err: dict, model: type) -> Tuple[str, str]:
     if err["type"] == "missing":
         return f"field {loc!r} is missing: e.g. {EXAMPLE}", loc
     got = json.dumps(err.get("input"), ensure_ascii=False)[:60]
-    return f"{loc}: {err['msg'].lower()} (got {got}); e.g. {EXAMPLE}", loc
+    return f"{loc or 'a field name'}: {err['msg'].lower()} (got {got}); e.g. {EXAMPLE}", loc or None
 
 
 def check_translate(req: TranslateRequest, limits: Limits, default_beam: int,
@@ -252,17 +259,21 @@ def token_warnings(translator, lines: List[str], prefixes: Optional[List[str]] =
     """Warnings for the lines (and target prefixes) the Translator will cut to max_input_tokens subword tokens (its
     second rule after the characters'), found with its own source_ids and target_prefixes. Run on the worker thread: it
     uses the model's tokenizers."""
-    limit, out = translator.decode.max_input_tokens, []
-    for field, texts, encode in (("text", lines, translator.source_ids),
-                                 ("target_prefix", prefixes or [], translator.target_prefixes)):
-        for i, line in enumerate(texts):
-            if len(line) > limit // 4:   # shorter lines cannot reach the limit (<= 4 byte-fallback pieces a character)
-                before = translator.truncated
-                encode([line])
-                if translator.truncated > before:
-                    out.append(f"{field}[{i}] has more than {limit} subword tokens; truncated to {limit} "
-                               "(max_input_tokens), as nmt-translate does")
-    return out
+    out = [_token_warning(translator, f"text[{i}]", line, translator.source_ids) for i, line in enumerate(lines)]
+    out += [_token_warning(translator, f"target_prefix[{i}]", line, translator.target_prefixes)
+            for i, line in enumerate(prefixes or [])]
+    return [w for w in out if w]
+
+
+def _token_warning(translator, where: str, line: str, encode) -> str:
+    """The warning for a line that `encode` (the Translator's) cuts to max_input_tokens pieces, or ""."""
+    limit = translator.decode.max_input_tokens
+    if len(line) <= limit // 4:   # a shorter line cannot reach the limit (<= 4 byte-fallback pieces a character)
+        return ""
+    before = translator.truncated
+    encode([line])
+    return (f"{where} has more than {limit} subword tokens; truncated to {limit} (max_input_tokens), as "
+            "nmt-translate does") if translator.truncated > before else ""
 
 
 def attention_within(translator, line: str, given: Optional[str]) -> Tuple[object, List[str]]:
@@ -271,7 +282,8 @@ def attention_within(translator, line: str, given: Optional[str]) -> Tuple[objec
     the character guard alone lets one translation take minutes (an emoji is 4 byte pieces). Run on the worker
     thread: it uses the model's tokenizer."""
     from nmt.plot import attention
-    limit, warnings = translator.decode.max_input_tokens, []
+    limit = translator.decode.max_input_tokens
+    warnings = [_token_warning(translator, "text", line, translator.source_ids)]
     if given is not None:
         pieces = _pieces(translator, given)
         if pieces > limit:
@@ -282,7 +294,7 @@ def attention_within(translator, line: str, given: Optional[str]) -> Tuple[objec
             given = given[:lo]
             warnings.append(f"translation has {pieces} subword tokens; truncated to its first {lo} characters "
                             f"(at most {limit} tokens: max_input_tokens), as nmt-translate cuts input lines")
-    return attention(translator, line, translation=given), warnings
+    return attention(translator, line, translation=given), [w for w in warnings if w]
 
 
 def _pieces(translator, text: str) -> int:

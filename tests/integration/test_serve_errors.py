@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import gzip
 import logging
 import socket
@@ -66,6 +67,55 @@ def test_deeply_nested_json_is_a_400_saying_so(http):
         assert "nested too deeply" in r.json()["error"] and r.json()["field"] is None
     r = http.post("/attention", content=b'{"text": ' + b"[" * 3000 + b"]" * 3000 + b"}")
     assert r.status_code == 400 and "nested too deeply" in r.json()["error"]
+
+
+@pytest.mark.parametrize("path, body, field", [
+    ("/translate", b'{"text": "\\ud800"}', "text"),
+    ("/translate", b'{"text": ["a"], "\\ud800": 1}', None),   # a field name pydantic cannot read
+    ("/translate", b'{"text": ["a"], "src_lang": "\\ud800"}', "src_lang"),
+    ("/translate", b'{"text": ["a"], "beam_size": "\\udfff"}', "beam_size"),
+    ("/attention", b'{"text": "a", "tgt_lang": "\\ud800"}', "tgt_lang")])
+def test_a_lone_surrogate_quoted_in_a_refusal_is_sent_escaped(http, path, body, field):
+    """A lone surrogate outside a sentence was quoted in the refusal, which UTF-8 cannot encode: a 500."""
+    r = http.post(path, content=body)
+    assert r.status_code == 422 and r.json()["field"] == field, r.text
+    assert "\\ud800" in r.json()["error"] or "\\udfff" in r.json()["error"], r.text
+
+
+def test_a_number_too_long_to_read_and_a_repeated_field_are_named(http):
+    """A number of over 4,300 digits was a ValueError past the JSON parser's errors (500); a field given twice was
+    named in the message only."""
+    r = http.post("/translate", content=b'{"text": ["a"], "beam_size": ' + b"9" * 5000 + b"}")
+    assert r.status_code == 400 and "a number of 5000 digits (at most 4300)" in r.json()["error"], r.text
+    r = http.post("/translate", content=b'{"text": ["a"], "text": ["b"]}')
+    assert r.status_code == 422 and r.json()["field"] == "text", r.text
+
+
+def test_a_body_slower_than_the_time_limit_is_a_408(translator):
+    """The time a body took to arrive counted against --timeout, and the 504 then said the server was busy."""
+    with background_server(make_app(translator, timeout_s=0.5, max_wait_ms=0)) as url:
+        host, port = urlsplit(url).hostname, urlsplit(url).port
+        body = b'{"text": ["abc"]}'
+        with socket.create_connection((host, port)) as s:
+            s.sendall(b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: %d\r\n\r\n" % len(body) + body[:5])
+            time.sleep(0.8)
+            s.sendall(body[5:])
+            s.settimeout(10)
+            answer = s.recv(65536).decode()
+    assert answer.startswith("HTTP/1.1 408") and "took longer than the per-request limit of 0.5 s to arrive" in answer
+
+
+def test_attention_warns_of_a_text_cut_to_max_input_tokens(http):
+    """/attention cut a text of over max_input_tokens pieces without a word (/translate warns)."""
+    a = http.post("/attention", json={"text": "\U0001F600" * 300}).json()
+    assert len(a["src_pieces"]) == 251 and a["warnings"] == [
+        "text has more than 250 subword tokens; truncated to 250 (max_input_tokens), as nmt-translate does"]
+
+
+def test_a_line_of_control_characters_is_not_counted_as_in_the_other_language(http):
+    r = http.post("/translate", json={"text": ["\u0000"]}).json()
+    assert r["translations"][0]["translation"] == "" and not any("Hangul" in w for w in r["warnings"]), r
 
 
 def test_a_client_that_leaves_mid_body_leaves_no_traceback(server, http):
@@ -148,6 +198,25 @@ def test_the_time_limit_covers_all_of_a_requests_stages(translator, serve_senten
                                  "or a smaller nbest, or retry later")
 
 
+def test_an_alignment_over_the_time_limit_stops_using_the_model(translator, serve_sentences, monkeypatch):
+    """The alignment of all of a request's hypotheses was one call of the worker, which ran to its end after the
+    request got its 504 (or its client left), holding up every request behind it."""
+    import nmt.align
+    align, aligned = nmt.align.align, []
+
+    def slow_align(tr, sources, translations):
+        time.sleep(0.15 * len(translations))
+        aligned.append(len(translations))
+        return align(tr, sources, translations)
+    monkeypatch.setattr(nmt.align, "align", slow_align)
+    small = copy.copy(translator)
+    small.decode = dataclasses.replace(translator.decode, batch_size=2)
+    with background_server(make_app(small, timeout_s=0.8, max_wait_ms=0)) as url:
+        r = httpx.post(f"{url}/translate", json={"text": serve_sentences[:10], "alignment": True}, timeout=30)
+        time.sleep(2.0)   # what the worker does after the 504
+    assert r.status_code == 504 and 0 < sum(aligned) < 10 and set(aligned) == {2}, (r.status_code, aligned)
+
+
 @pytest.mark.parametrize("languages, field", [({"tgt_lang": "fr"}, "tgt_lang"), ({"src_lang": "fr"}, "src_lang"),
                                               ({"src_lang": "fr", "tgt_lang": "en"}, "src_lang"),
                                               ({"src_lang": "ko", "tgt_lang": "ko"}, "tgt_lang")])
@@ -210,8 +279,8 @@ def test_the_openapi_document_lists_the_error_answers(http):
     error = doc["components"]["schemas"]["ErrorBody"]
     assert set(error["properties"]) == {"error", "field"} and set(error["required"]) == {"error", "field"}
     ref = {"$ref": "#/components/schemas/ErrorBody"}
-    for path, statuses in (("/translate", {400, 413, 415, 422, 500, 503, 504}),
-                           ("/attention", {400, 413, 415, 422, 500, 503, 504}), ("/info", {500})):
+    for path, statuses in (("/translate", {400, 408, 413, 415, 422, 500, 503, 504}),
+                           ("/attention", {400, 408, 413, 415, 422, 500, 503, 504}), ("/info", {500})):
         answers = doc["paths"][path]["post" if path != "/info" else "get"]["responses"]
         assert set(answers) == {"200"} | {str(s) for s in statuses}, path
         for s in statuses:
