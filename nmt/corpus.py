@@ -139,9 +139,9 @@ def count_lines(text: str) -> int:
 
 
 def hangul_counts(lines: Sequence[str]) -> Tuple[int, int]:
-    """(non-empty lines, lines with Hangul) of `lines`: what `other_language_warning` reads. A line of spaces and
-    control characters is empty: normalization leaves nothing of it."""
-    return sum(1 for x in lines if any(unicodedata.category(c)[0] not in "CZ" for c in x)), sum(map(has_hangul, lines))
+    """(lines with something left after `normalize`, lines with Hangul) of `lines`: what `other_language_warning`
+    reads."""
+    return sum(1 for x in lines if normalize(x)), sum(map(has_hangul, lines))
 
 
 def other_language_warning(lines: int, hangul: int, src_lang: str, tgt_lang: str) -> str:
@@ -371,22 +371,9 @@ def clean_training_pairs(train: Pairs, exclude: Sequence[Pairs], *, max_chars: i
     keep_s: List[str] = []
     keep_t: List[str] = []
     for s, t in zip(train.src, train.tgt):
-        ls, lt = len(s), len(t)
-        reason = None
-        if not ls or not lt:
-            reason = "empty"
-        else:
-            for ex_name, ex_src, ex_tgt in held_out:
-                if s in ex_src or t in ex_tgt:
-                    reason = f"overlap:{ex_name}"
-                    break
-        if reason is None:
-            if ls > max_chars or lt > max_chars:
-                reason = "too_long"
-            elif _ratio(s, t) > max_ratio:
-                reason = "ratio"
-            elif (s, t) in seen:
-                reason = "duplicate"
+        overlap = next((f"overlap:{name}" for name, ex_src, ex_tgt in held_out if s in ex_src or t in ex_tgt), None)
+        reason = ("empty" if not s or not t else overlap or ("too_long" if len(s) > max_chars or len(t) > max_chars
+                  else "ratio" if _ratio(s, t) > max_ratio else "duplicate" if (s, t) in seen else None))
         if reason is None:
             seen.add((s, t))
             keep_s.append(s)
