@@ -292,7 +292,7 @@ def params_path(model_dir: Path, which: str = "best") -> Path:
             path = latest_params_path(model_dir)   # no validation yet: the latest is the best we have
             logger.warning("%s: no checkpoint validated yet (no %s, the run stopped before its first validation): "
                            "using the latest, %s", model_dir, PARAMS_BEST, path.name)
-    elif str(which).isdigit():
+    elif str(which).isdecimal():
         path = model_dir / params_file(int(which))
         if not path.exists() and best_step(model_dir) == int(which):   # pruned, but params.best holds that step
             logger.info("%s: step %s is the best checkpoint, %s", model_dir, which, PARAMS_BEST)
@@ -302,7 +302,7 @@ def params_path(model_dir: Path, which: str = "best") -> Path:
     if not path.exists():
         hint = (f"; average the last N checkpoints into it with `nmt-train --model-dir {model_dir} --resume "
                 "--average-last N`" if which == "avg" else "")
-        if str(which).isdigit():
+        if str(which).isdecimal():
             kept = sorted(s for s in (params_step(p.name) for p in model_dir.glob("params.*")) if s is not None)
             hint = f"; the steps kept there: {', '.join(map(str, kept))}" if kept else "; it keeps no step's parameters"
         raise CheckpointError(f"{path} not found in model directory {model_dir}{hint}")

@@ -17,10 +17,22 @@ from nmt.commands import nonempty
 from nmt.config import Config, ConfigError
 
 
+class _Once(argparse.Action):
+    """--model-dir, which a second time would silently replace the first (Sockeye's and Marian's -m take several
+    models as an ensemble; here that is --ensemble)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if getattr(namespace, self.dest, None) is not None:
+            parser.error(f"{option_string} is given twice: give one, and the models that decode with it as an "
+                         f"ensemble after --ensemble ({option_string} A --ensemble B C)")
+        setattr(namespace, self.dest, values)
+
+
 def add_model_decode_args(p: argparse.ArgumentParser, flags=DECODE_FLAGS, nbest: bool = True) -> None:
     """--model-dir, --checkpoint, --gpus and the decoding `flags`, whose defaults come from the model's config.json."""
     g = p.add_argument_group("model")
-    g.add_argument("--model-dir", required=True, type=nonempty(Path), help="model directory written by nmt-train")
+    g.add_argument("--model-dir", required=True, type=nonempty(Path), action=_Once,
+                   help="model directory written by nmt-train")
     g.add_argument("--checkpoint", default="best", metavar="WHICH", type=nonempty(),
                    help="best, latest, avg or a step number (default: best)")
     g.add_argument("--ensemble", nargs="+", type=nonempty(Path), default=[], metavar="DIR",
@@ -117,7 +129,9 @@ def output_dir(flag: str, path: Path, file: str = "") -> Path:
     is an error naming `flag` at once rather than after decoding; `file`: the output of `flag` that goes there."""
     from nmt.corpus import CorpusError
     from nmt.storage import check_writable
-    if file and os.path.exists(file) and not os.path.isfile(file) and not os.path.isdir(file):
+    if file and os.path.isdir(file):
+        raise CorpusError(f"{flag} {file} is a directory: give the file to write")
+    if file and os.path.exists(file) and not os.path.isfile(file):
         if not os.access(file, os.W_OK):   # a device or a pipe (/dev/stdout) is written as it is (nmt.atomic)
             raise CorpusError(f"{flag} {file}: cannot write it (permission denied)")
         return path

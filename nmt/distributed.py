@@ -61,7 +61,7 @@ def read_hostfile(path: Path) -> List[Host]:
         if not entry:
             continue
         address, _, port = entry.partition(":")
-        if " " in entry or "\t" in entry or not address or (port and not (port.isdigit() and 0 < int(port) < 65536)):
+        if " " in entry or "\t" in entry or not address or (port and not (port.isdecimal() and 0 < int(port) < 65536)):
             raise LaunchError(f"{path}:{no}: {line.strip()!r} is not `host`, `user@host` or `host:sshport`")
         hosts.append(Host(address, int(port) if port else None))
     if not hosts:

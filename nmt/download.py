@@ -60,7 +60,7 @@ def _stream(url: str, out: IO[bytes], timeout: float, desc: str) -> str:
     h = hashlib.sha256()
     with urllib.request.urlopen(url, timeout=timeout) as resp:
         total = resp.headers.get("Content-Length")
-        total = int(total) if total and total.isdigit() else None
+        total = int(total) if total and total.isdecimal() else None
         got = 0
         with tqdm(total=total, unit="B", unit_scale=True, desc=desc, disable=None, leave=False) as bar:
             while True:

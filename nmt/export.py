@@ -63,7 +63,11 @@ def export_model(model_dir, output, which: str = "best", overwrite: bool = False
     info = checkpoint_info(model_dir, which)   # its parameters verified against their manifest, and its step
     params, step = model_dir / str(info["params_file"]), int(info["step"] or 0)
     _check_output(model_dir, output, overwrite)
-    output.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:   # a file where a directory belongs, no permission, ...
+        why = "a file is in its path" if isinstance(e, (FileExistsError, NotADirectoryError)) else e.strerror
+        raise ConfigError(f"--output {output}: cannot make its directory {output.parent} ({why})") from None
     tmp = output.parent / f".{output.name}.export-{os.getpid()}"   # made with the umask's permissions
     shutil.rmtree(tmp, ignore_errors=True)   # left by an export of this process id that was killed
     tmp.mkdir()

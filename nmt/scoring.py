@@ -61,7 +61,7 @@ def score_test_set(translator: Translator, name: str, pairs: Pairs, *, max_sente
     key = checkpoint_key(translator.checkpoint, info["params_file"])
     if translator.member_dirs:   # an ensemble: its own entry, never one of the first member's alone
         entry["ensemble"] = [str(p.resolve()) for p in [translator.model_dir, *translator.member_dirs]]
-        key = ensemble_key(key, translator.member_dirs)
+        key = ensemble_key(key, translator.model_dir, translator.member_dirs)
     other = other_decoding(translator) if save and translator.model_dir else ""
     if other:   # (nmt-evaluate says so itself, and passes save=False)
         logger.warning("%s: not recorded in %s: %s", name, translator.model_dir / ckpt.SCORES, other)
@@ -154,10 +154,13 @@ def report_lines(sc: Scores, entry: Dict[str, object]) -> List[str]:
 ENSEMBLE_PREFIX = "ensemble-"
 
 
-def ensemble_key(checkpoint: str, member_dirs: Sequence[Path]) -> str:
-    """scores.json key of an ensemble's scores: its checkpoint and the directory names of the members after the
-    first (in whose scores.json it is recorded), e.g. ensemble-avg:run-b+run-c."""
-    return f"{ENSEMBLE_PREFIX}{checkpoint}:" + "+".join(Path(p).resolve().name for p in member_dirs)
+def ensemble_key(checkpoint: str, model_dir: Path, member_dirs: Sequence[Path]) -> str:
+    """scores.json key of an ensemble's scores: its checkpoint and the members after the first, `model_dir` (in
+    whose scores.json it is recorded), each by its path from the directory that holds `model_dir`, e.g.
+    ensemble-avg:run-b+run-c for runs beside it, ensemble-best:../seed2/model for runs/seed1/model's: two ensembles
+    of directories of one name stay apart."""
+    home = Path(model_dir).resolve().parent
+    return f"{ENSEMBLE_PREFIX}{checkpoint}:" + "+".join(os.path.relpath(Path(p).resolve(), home) for p in member_dirs)
 
 
 def recipe_tests(cfg: Config, data_dir: Optional[str] = None) -> Dict[str, Pairs]:
@@ -305,7 +308,7 @@ def checkpoint_key(checkpoint: Optional[str], params_file=None) -> Optional[str]
     `params_file`)."""
     if checkpoint is None or checkpoint in ("best", "avg"):
         return checkpoint
-    if str(checkpoint).isdigit():
+    if str(checkpoint).isdecimal():
         return str(int(checkpoint))
     step = ckpt.params_step(Path(params_file).name) if params_file else None
     return str(step) if step is not None else str(checkpoint)
@@ -329,9 +332,9 @@ def model_test_score(model_dir, checkpoint: Optional[str], members: Sequence = (
     rows = [(test, key, e) for test, by_key in scores.items() if test != DEV_SET
             for key, e in by_key.items() if isinstance(e, dict) and isinstance(e.get("bleu"), (int, float))]
     if members:   # this ensemble's entries (the first member's scores.json holds them): the loaded checkpoint's
-        tail = ensemble_key("", members)[len(ENSEMBLE_PREFIX):]
+        tail = ensemble_key("", model_dir, members)[len(ENSEMBLE_PREFIX):]
         rows = [r for r in rows if r[1].startswith(ENSEMBLE_PREFIX) and r[1].endswith(tail)]
-        mine = [r for r in rows if r[1] == ensemble_key(str(checkpoint), members)] or rows
+        mine = [r for r in rows if r[1] == ensemble_key(str(checkpoint), model_dir, members)] or rows
     else:
         rows = [r for r in rows if not r[1].startswith(ENSEMBLE_PREFIX)]
         mine = [r for r in rows if r[1] == checkpoint] or rows
@@ -341,7 +344,7 @@ def model_test_score(model_dir, checkpoint: Optional[str], members: Sequence = (
 
     def rank(row) -> tuple:   # the model's own sets in order, then the others by name; best, avg, latest step
         key = row[1].split(":", 1)[0][len(ENSEMBLE_PREFIX) if members else 0:]
-        step = int(key) if key.isdigit() else -1
+        step = int(key) if key.isdecimal() else -1
         return order.get(row[0], len(order)), row[0], {"best": 0, "avg": 1}.get(key, 2), -step, row[1]
     test, key, e = min(mine, key=rank)
     return {"test_set": test, "checkpoint": key, "bleu": e["bleu"], "bleu_signature": e.get("bleu_signature"),

@@ -247,6 +247,28 @@ def test_ensemble_scores_get_their_own_entry(model_copy, tmp_path, capsys):
     assert scores["ensemble-best:twin"]["bleu"] == pytest.approx(scores["best"]["bleu"])   # twins: same output
 
 
+def test_ensembles_of_directories_of_one_name_are_recorded_apart(model_copy, tmp_path, capsys):
+    """The key named each member by its directory's name alone: the ensembles with r2/m and with r3/m shared one
+    entry, the second replacing the first without a word."""
+    src = Path(Config.load(model_copy / ckpt.CONFIG).data.test_src)
+    for run_dir in ("r2", "r3"):
+        shutil.copytree(model_copy, tmp_path / run_dir / "m")
+        code, _, err = run(["--model-dir", model_copy, "--ensemble", tmp_path / run_dir / "m", "--src-file", src,
+                            "--ref-file", src.with_suffix(".en"), "--name", "t", "--max-sentences", "0"], capsys)
+        assert code == 0, err
+    scores = json.loads((model_copy / ckpt.SCORES).read_text())["t"]
+    assert set(scores) == {"ensemble-best:r2/m", "ensemble-best:r3/m"}
+    assert scores["ensemble-best:r3/m"]["ensemble"][1] == str((tmp_path / "r3" / "m").resolve())
+
+
+def test_json_naming_a_directory_is_refused_before_decoding(model_copy, tmp_path, capsys):
+    src = Path(Config.load(model_copy / ckpt.CONFIG).data.test_src)
+    code, out, err = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", src.with_suffix(".en"),
+                          "--json", tmp_path], capsys)
+    assert code == 2 and f"--json {tmp_path} is a directory: give the file to write" in err and "BLEU" not in out
+    assert not (model_copy / ckpt.SCORES).exists()
+
+
 def test_scores_of_part_of_a_set_are_not_recorded(model_copy, capsys):
     """--max-sentences is a quick look: its scores must not replace the whole set's in scores.json."""
     src = Path(Config.load(model_copy / ckpt.CONFIG).data.test_src)

@@ -95,6 +95,12 @@ def test_an_export_is_refused_where_it_would_destroy_something(model_copy, tmp_p
     code, _, err = run(export_main, ["--model-dir", model_copy, "--checkpoint", "soon", "--output", tmp_path / "x"],
                        capsys)
     assert code == 2 and "unknown checkpoint 'soon'" in err and not (tmp_path / "x").exists()
+    code, _, err = run(export_main, ["--model-dir", model_copy, "--checkpoint", "\u00b2", "--output", tmp_path / "x"],
+                       capsys)   # a digit to str.isdigit, not to int()
+    assert code == 2 and "unknown checkpoint '\u00b2'" in err, err
+    (tmp_path / "afile").write_text("mine")
+    code, _, err = run(export_main, ["--model-dir", model_copy, "--output", tmp_path / "afile" / "x"], capsys)
+    assert code == 2 and f"cannot make its directory {tmp_path / 'afile'} (a file is in its path)" in err, err
     assert not list(tmp_path.glob(".*export*"))   # nothing half-made left beside the outputs
 
 

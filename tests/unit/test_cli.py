@@ -327,6 +327,16 @@ def test_an_empty_value_is_refused_naming_the_flag(command, capsys):
             assert f"{flag}: is empty (an unset shell variable?)" in capsys.readouterr().err, flag
 
 
+@pytest.mark.parametrize("build", ["build_translate_parser", "build_evaluate_parser", "build_score_parser"])
+def test_a_second_model_dir_is_refused_pointing_to_ensemble(build, capsys):
+    """Sockeye's and Marian's -m take several models as an ensemble; a second --model-dir replaced the first."""
+    from nmt import cli_decode
+    with pytest.raises(SystemExit):
+        getattr(cli_decode, build)().parse_args(["--model-dir", "a", "--model-dir", "b", "--src-file", "s", "--tgt-file", "t"])
+    assert "--model-dir is given twice: give one, and the models that decode with it as an ensemble after " \
+           "--ensemble" in capsys.readouterr().err
+
+
 def test_another_arch_over_a_config_file_warns_of_the_settings_chosen_for_its_own(tmp_path, capsys):
     """`--config run/config.json --arch transformer` silently kept the LSTM run's dropout, learning rate and
     warm-up, where a bare --arch transformer gets the Transformer's defaults."""
