@@ -85,7 +85,8 @@ class TrainState:
     best_step: int = 0
     best_score: Optional[float] = None     # its dev --valid-metric (absent from runs before the flag: its BLEU)
     best_ppl: Optional[float] = None       # its dev perplexity: a tie of the metric goes to the lower (None: unknown)
-    bad_validations: int = 0               # validations since the best one (early stopping)
+    bad_validations: int = 0               # scheduled validations since the best of them (early stopping)
+    scheduled_best: Optional[list] = None  # [score, ppl] of that best if not best_* (evaluate.track_best)
     lr_scale: float = 1.0                  # plateau schedule multiplier
     tokens_seen: int = 0                   # target tokens trained on
     elapsed: float = 0.0                   # training wall time over all runs, seconds

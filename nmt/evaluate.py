@@ -46,6 +46,28 @@ def improves(metric: str, value: float, best: Optional[float], ppl: Optional[flo
     return metric != "ppl" and ppl is not None and best_ppl is not None and ppl < best_ppl
 
 
+def track_best(state, row: Dict[str, float], metric: str, scheduled: bool = True, halve_every: int = 0) -> bool:
+    """Record a validation (its metrics `row`) in the training `state` (nmt.checkpoint.TrainState); whether it is the
+    best so far by `metric` (`improves`): params.best. A scheduled validation (every --valid-every updates, each
+    epoch's end) is also compared with the best of the scheduled ones, for --patience (`bad_validations`) and the
+    plateau schedule (`lr_scale` halved every `halve_every` without gain). The validation at a stop at a limit is not
+    scheduled: a run resumed past that limit then trains as one that never stopped there."""
+    s, value, ppl = state, row[VALID_METRICS[metric][1]], row["dev_ppl"]
+    best = improves(metric, value, s.best_score, ppl, s.best_ppl)   # best_score: None until the first validation
+    ref_score, ref_ppl = s.scheduled_best or (s.best_score, s.best_ppl)
+    if scheduled and improves(metric, value, ref_score, ppl, ref_ppl):
+        s.bad_validations, s.scheduled_best = 0, None if best else [value, ppl]
+    elif scheduled:
+        s.bad_validations += 1
+        if halve_every and s.bad_validations % halve_every == 0:
+            s.lr_scale *= 0.5
+    elif best and s.scheduled_best is None:   # the scheduled ones go on comparing with the best before it
+        s.scheduled_best = [s.best_score, s.best_ppl]
+    if best:
+        s.best_score, s.best_bleu, s.best_ppl, s.best_step = value, row["dev_bleu"], ppl, s.step
+    return best
+
+
 def score(hyps: Sequence[str], refs: Sequence[str], tgt_lang: str, more_refs: Sequence[Sequence[str]] = ()
           ) -> Scores:
     """BLEU (13a) and chrF of detokenized hypotheses; for Korean output also BLEU with tokenize='ko-mecab'.

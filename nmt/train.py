@@ -22,7 +22,7 @@ from nmt.batching import Batch
 from nmt.config import Config, resumed_config
 from nmt.data import TrainData, build_data
 from nmt.dirlock import ModelDirLock, ModelDirLocked
-from nmt.evaluate import VALID_METRICS, Scores, improves, perplexity, score
+from nmt.evaluate import VALID_METRICS, Scores, perplexity, score, track_best
 from nmt.finetune import copy_tokenizers, start_from
 from nmt.log import LossMeter, MetricsWriter, Progress, TensorBoardWriter, setup_logging
 from nmt.loss import Seq2SeqLoss, dev_loss
@@ -90,16 +90,19 @@ class Trainer:
                                        grad_norm=self.dp.last_grad_norm, tokens_per_s=last.get("tok_per_s"))
         return loss
 
-    def validate(self) -> bool:
+    def validate(self, scheduled: bool = True) -> bool:
         """Dev loss and BLEU on rank 0, one metrics.jsonl row; whether the dev --valid-metric improved (the other
-        workers: False; they take rank 0's state at the checkpoint that follows)."""
+        workers: False; they take rank 0's state at the checkpoint that follows). `scheduled`: one of --valid-every's
+        or an epoch's end, not that of a stop at a limit (see `track_best`)."""
         train_loss, train_nll = self.since_valid.means()
         if not self.is_chief:
             return False
         row, sources, hyps, refs = self._dev_scores()
         if train_loss is not None:   # label-smoothed; train_nll is the one to compare with dev_nll
             row["train_loss"], row["train_nll"] = train_loss, train_nll
-        improved = self._track_best(row)
+        o = self.cfg.optim
+        improved = track_best(self.state, row, self.cfg.train.valid_metric, scheduled,
+                              o.plateau_patience if o.schedule == "plateau" else 0)
         row["best_bleu"], row["best_score"] = self.state.best_bleu, self.state.best_score
         mecab = row.get("dev_bleu_ko_mecab")   # Korean output
         logger.info("validation step %d epoch %.2f: dev ppl %.2f BLEU %.2f chrF %.2f%s (best %s at step %d)%s",
@@ -126,20 +129,6 @@ class Trainer:
                 "tokens_seen": self.state.tokens_seen, "elapsed": round(self.state.elapsed, 1),
                 "valid_seconds": round(time.perf_counter() - t0, 1)}
         return row, dev.src[:n], hyps, dev.tgt[:n]
-
-    def _track_best(self, row: Dict[str, float]) -> bool:
-        """Record a validation (its metrics `row`): the best so far by --valid-metric (of equals, by lower dev
-        perplexity), or one more without gain (halving a plateau schedule's learning rate every `plateau_patience`)."""
-        s, o, metric = self.state, self.cfg.optim, self.cfg.train.valid_metric
-        value, ppl = row[VALID_METRICS[metric][1]], row["dev_ppl"]
-        if improves(metric, value, s.best_score, ppl, s.best_ppl):   # best_score: None until the first validation
-            s.best_score, s.best_bleu, s.best_ppl, s.best_step = value, row["dev_bleu"], ppl, s.step
-            s.bad_validations = 0
-            return True
-        s.bad_validations += 1
-        if o.schedule == "plateau" and s.bad_validations % o.plateau_patience == 0:
-            s.lr_scale *= 0.5
-        return False
 
     def save_checkpoint(self, is_best: bool = False) -> None:
         """Checkpoint on rank 0; every worker continues from rank 0's state (its validations decide lr scale and
@@ -201,10 +190,10 @@ class Trainer:
                     if stop:
                         break
                 self.progress.end_epoch()
-                if not stop:   # epoch end: checkpoint at the start of the next epoch, validated unless just done
-                    self._next_epoch()
+                if self._epoch_done() and stop not in _INTERRUPTS:   # also at a limit: its validation is scheduled
+                    self._next_epoch()   # checkpoint at the start of the next epoch, validated unless just done
                     self.save_checkpoint(not self._validation_due() and self.validate())
-                    stop = self.should_stop()
+                    stop = stop or self.should_stop()
             self._finish(stop or "max_epochs", trained=self.state.step > step0)
         finally:
             for sig, handler in old_handlers.items():
@@ -214,6 +203,10 @@ class Trainer:
             ckpt.average_checkpoints(self.model_dir, self.state.params_files, last=t.average_last)
             self.averaged = True
 
+    def _epoch_done(self) -> bool:   # every batch of the epoch has been trained on
+        sampler = self.data.sampler
+        return sampler.epoch > self.state.epoch or sampler.position >= len(sampler)
+
     def _validation_due(self) -> bool:   # the last update is one --valid-every validates (an epoch end not again)
         return bool(self.cfg.train.valid_every) and self.state.step % self.cfg.train.valid_every == 0
 
@@ -222,9 +215,9 @@ class Trainer:
         return bool(self.cfg.train.average_last) and self.is_chief and len(self.state.params_files) >= 2
 
     def _next_epoch(self) -> None:
-        epoch = self.progress.epoch   # nan and 0 until an epoch of this run has had an update
-        logger.info("epoch %d done at step %d: train loss %.3f (NLL %.3f), %.0f tokens/s",
-                    self.state.epoch + 1, self.state.step, epoch["loss"], epoch["nll"], epoch["tok_per_s"])
+        e = self.progress.epoch   # nan and 0 until an epoch of this run has had an update (none: a resume at its end)
+        logger.info("epoch %d done at step %d%s", self.state.epoch + 1, self.state.step, "" if not e["tok_per_s"]
+                    else f": train loss {e['loss']:.3f} (NLL {e['nll']:.3f}), {e['tok_per_s']:.0f} tokens/s")
         self.state.epoch += 1
         self.data.sampler.set_epoch(self.state.epoch)
 
@@ -236,7 +229,7 @@ class Trainer:
                        "reached its %s limit; give a higher %s to train on", stop, _LIMIT_FLAGS[stop])
         last = ckpt.params_step(self.state.params_files[-1]) if self.state.params_files else None
         if self.state.step != last:
-            self.save_checkpoint(stop not in _INTERRUPTS and self.validate())
+            self.save_checkpoint(stop not in _INTERRUPTS and self.validate(scheduled=False))
         elif self.is_chief:
             self.state.save(self.model_dir)   # record why training stopped
         best = (f"best dev {self._best()} at step {self.state.best_step}" if self.state.best_score is not None

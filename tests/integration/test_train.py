@@ -212,6 +212,27 @@ def test_an_epoch_that_ends_on_a_validation_is_validated_once(tmp_path, task):
     assert state.epoch == 2 and state.bad_validations == (rows[1]["best_score"] == rows[0]["best_score"])
 
 
+def test_a_limit_at_an_epochs_end_is_the_epochs_end(tmp_path, task):
+    """A run whose limit fell on an epoch's last update validated there as a stop, not as the epoch's end; resumed,
+    it began with that epoch's end: a second validation of the update, "train loss nan" for an epoch of no updates,
+    and one more validation towards --patience than a run that had not stopped."""
+    probe = create_trainer(tiny_config(tmp_path, task, "probe", max_steps=1))
+    probe.fit()
+    per_epoch = len(probe.data.sampler)
+    whole = tiny_config(tmp_path, task, "whole", valid_every=5, max_steps=per_epoch + 3)
+    create_trainer(whole).fit()
+    part = tiny_config(tmp_path, task, "part", valid_every=5, max_steps=per_epoch)
+    assert create_trainer(part).fit().epoch == 1
+    part.train.max_steps = per_epoch + 3
+    create_trainer(part, resume=True).fit()
+    rows = {name: [json.loads(x) for x in (tmp_path / name / ckpt.METRICS).read_text().splitlines()]
+            for name in ("whole", "part")}
+    assert [r["step"] for r in rows["part"]] == [r["step"] for r in rows["whole"]]
+    assert len({r["step"] for r in rows["part"]}) == len(rows["part"])
+    assert "nan" not in (tmp_path / "part" / ckpt.LOG).read_text()
+    assert_same_params(params_of(tmp_path / "whole"), params_of(tmp_path / "part"))
+
+
 def test_resume_across_an_epoch_boundary(tmp_path, task):
     # 600 pairs / 16 = ~38 batches per epoch: 45 updates cross an epoch end
     full = tiny_config(tmp_path, task, "full", max_steps=45)
@@ -277,8 +298,8 @@ def test_a_signal_as_training_ends_skips_the_test_sets(tmp_path, task, monkeypat
     from nmt.train import Trainer
     validate = Trainer.validate
 
-    def validate_then_interrupt(self) -> bool:
-        improved = validate(self)
+    def validate_then_interrupt(self, scheduled: bool = True) -> bool:
+        improved = validate(self, scheduled)
         if self.state.step == 4:   # the final validation: the run is ending by its own limit
             os.kill(os.getpid(), signal.SIGINT)   # through the handler the run installs
         return improved
@@ -368,6 +389,36 @@ def test_a_resume_takes_a_new_weight_decay_and_refuses_another_optimizer(tmp_pat
     with pytest.raises(ConfigError, match=r'--resume: optim.optimizer = "sgd" differs from "adam"'):
         create_trainer(cfg, resume=True)
     assert Config.load(tmp_path / "wd" / ckpt.CONFIG).optim.optimizer == "adam"
+
+
+def test_a_run_stopped_at_a_limit_resumes_as_one_that_was_not(tmp_path, task, monkeypatch):
+    """A run that stops at a limit between two --valid-every updates validates there. That validation counted for
+    --patience and the plateau schedule, which an uninterrupted run never sees: resumed, the run halved its rate
+    at other validations and ended on other parameters. Dev BLEU by step here: the validation at the stop (step 6)
+    is the best of all, and one later (step 8) is better than those before the stop only."""
+    from nmt.train import Trainer
+    bleu = {4: 10.0, 6: 30.0, 8: 20.0, 12: 15.0, 16: 25.0}
+    dev_scores = Trainer._dev_scores
+
+    def scripted(self):
+        row, *rest = dev_scores(self)
+        row["dev_bleu"] = bleu[row["step"]]
+        return (row, *rest)
+    monkeypatch.setattr(Trainer, "_dev_scores", scripted)
+
+    def config(name, steps):
+        cfg = tiny_config(tmp_path, task, name, max_steps=steps, valid_every=4, keep_last=10)
+        cfg.optim.schedule, cfg.optim.plateau_patience = "plateau", 1
+        return cfg
+    whole = create_trainer(config("whole", 16)).fit()
+    part_cfg = config("part", 6)
+    part = create_trainer(part_cfg).fit()
+    assert (part.best_step, part.best_score) == (6, 30.0)   # the stop's validation chooses params.best
+    part_cfg.train.max_steps = 16
+    resumed = create_trainer(part_cfg, resume=True).fit()
+    assert (whole.lr_scale, whole.bad_validations) == (0.5, 0)
+    assert (resumed.lr_scale, resumed.bad_validations, resumed.best_step) == (0.5, 0, 6)
+    assert_same_params(params_of(tmp_path / "whole"), params_of(tmp_path / "part"))
 
 
 def test_a_tie_of_the_dev_score_goes_to_the_lower_perplexity_and_resumes_exactly(tmp_path, task, monkeypatch):
