@@ -23,7 +23,6 @@ import contextlib
 import json
 import logging
 import os
-import re
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -32,7 +31,7 @@ from typing import Any, Dict, List, Optional
 from nmt import manifest
 from nmt.atomic import atomic_write_text, fsync_dir
 from nmt.manifest import CheckpointError
-from nmt.storage import guarded_write, mxnet_write_failure
+from nmt.storage import error_line, guarded_write, mxnet_write_failure
 
 logger = logging.getLogger("nmt.checkpoint")
 
@@ -377,7 +376,7 @@ def load_parameters(net, path: Path, ctx, described_by: Path) -> None:
             names = list(mx.nd.load(str(path)).keys())
         except mx.base.MXNetError as unreadable:
             raise CheckpointError(f"{path}: not a complete MXNet parameter file (truncated, damaged or another kind of "
-                                  f"file: {_reason(unreadable)})") from None
+                                  f"file: {error_line(unreadable)})") from None
         except AttributeError:   # not a file of named arrays
             names = []
         if any(_EARLIER_LAYOUT in n for n in names):
@@ -385,16 +384,5 @@ def load_parameters(net, path: Path, ctx, described_by: Path) -> None:
                                   "per-matrix LSTM weights), which this version does not read; retrain the model"
                                   ) from None
         raise CheckpointError(f"{path}: cannot load these parameters into the model described by {described_by} "
-                              f"({_reason(e)})") from None
+                              f"({error_line(e)})") from None
 
-
-# Lines of the C++ stack MXNet's error messages carry around their own ("Traceback ...", "File ...", "[bt] ...").
-_STACK_LINE = re.compile(r"Traceback \(most recent call last\)|File \"|\[bt\]|Stack trace|\d+: ")
-
-
-def _reason(e: BaseException) -> str:
-    """What an error says, in one line: MXNet's "Check failed: ..." line or else its first line that is not of a
-    stack trace, without the "MXNetError: " before it; the exception's class when it says nothing."""
-    lines = [line.strip() for line in str(e).splitlines() if line.strip() and not _STACK_LINE.match(line.strip())]
-    line = next((line for line in lines if "Check failed" in line), lines[0] if lines else type(e).__name__)
-    return line[len("MXNetError: "):] if line.startswith("MXNetError: ") else line

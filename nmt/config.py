@@ -226,11 +226,11 @@ class DecodeConfig:
         for flag, value, low in (("--beam-size", self.beam_size, 1), ("--nbest", self.nbest, 1),
                                  ("--decode-batch-size", self.batch_size, 1),
                                  ("--max-input-tokens", self.max_input_tokens, 1), ("--max-len-b", self.max_len_b, 0)):
-            _check([(not isinstance(value, bool) and isinstance(value, int) and value >= low,
-                     f"{flag} must be an integer >= {low} (got {value!r})")])
+            _check([(not isinstance(value, bool) and isinstance(value, int) and low <= value < 1e6,
+                     f"{flag} must be an integer from {low} to 999999 (got {value!r})")])
         for flag, value in (("--max-len-a", self.max_len_a), ("--length-penalty", self.length_penalty_alpha)):
             _check([(isinstance(value, (int, float)) and 0 <= value < 1e6,
-                     f"{flag} must be a number >= 0 (got {value!r})")])
+                     f"{flag} must be a number from 0 to below 1e6 (got {value!r})")])
         _check([(self.nbest <= self.beam_size, f"--nbest {self.nbest} is more than --beam-size {self.beam_size}: "
                                                "beam search keeps only beam-size hypotheses; raise --beam-size"),
                 (self.max_len_a > 0 or self.max_len_b >= 1, f"--max-len-a {self.max_len_a} --max-len-b "

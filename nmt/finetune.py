@@ -13,7 +13,7 @@ from typing import Dict
 
 from nmt import checkpoint as ckpt
 from nmt.atomic import atomic_copy
-from nmt.config import Config, ConfigError
+from nmt.config import ARCH_DEFAULTS, Config, ConfigError
 from nmt.tokenizer import tokenizer_names
 
 logger = logging.getLogger("nmt.finetune")
@@ -63,6 +63,10 @@ def init_config(cfg: Config, given: Dict[str, str], params: Path) -> Config:
                               f"{json.dumps(old)} ({source}); a fine-tuning run keeps its model's settings, "
                               f"languages and vocabularies: drop {given[key]}")
         mine[section][name] = old
+    for section, defaults in ARCH_DEFAULTS.get(theirs["model"]["arch"], {}).items():   # not the default arch's
+        for name in defaults:
+            if section != "model" and f"{section}.{name}" not in given:
+                del mine[section][name]   # from_dict fills in the model's architecture's default
     return Config.from_dict(mine, source=str(source))
 
 

@@ -28,9 +28,12 @@ class _TqdmHandler(logging.StreamHandler):
             self.handleError(record)
 
 
-def setup_logging(log_file: Optional[Path] = None, level: int = logging.INFO, console: bool = True) -> None:
+def setup_logging(log_file: Optional[Path] = None, level: Optional[int] = None, console: bool = True) -> None:
     """Configure the `nmt` logger: console (via tqdm) and, if given, an appended log file. sacreBLEU's warnings
-    (about the translations it scores) go the same way, formatted and into the log file, not raw to the console."""
+    (about the translations it scores) go the same way, formatted and into the log file, not raw to the console.
+    `level` None: INFO, or DEBUG if the logger is at DEBUG already (a command's -v, set before the run)."""
+    if level is None:
+        level = min(logging.INFO, logging.getLogger("nmt").level or logging.INFO)
     handlers = []
     fmt = logging.Formatter(FORMAT, datefmt="%Y-%m-%d %H:%M:%S")
     if console:

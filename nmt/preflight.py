@@ -27,10 +27,11 @@ def parameter_count(net) -> int:
 
 def checkpoint_bytes(cfg: Config, net) -> int:
     """Disk a run needs in its model directory: --keep-last checkpoints and the one being written (float32
-    parameters plus Adam's two moments each), params.best and, with --average-last, params.avg."""
+    parameters plus Adam's two moments each), params.best and its next copy while that is written and, with
+    --average-last, params.avg."""
     t = cfg.train
     params = 4 * parameter_count(net)
-    return (t.keep_last + 1) * 3 * params + params * (2 if t.average_last > 1 else 1)
+    return (t.keep_last + 1) * 3 * params + params * (3 if t.average_last > 1 else 2)
 
 
 def check_checkpoint_room(cfg: Config, net) -> int:

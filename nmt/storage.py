@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Iterator, Optional, Union
@@ -93,8 +94,8 @@ def mxnet_write_failure(path: PathLike, err: Exception, needed: Optional[int]) -
     free = free_bytes(path)
     if "Write" not in str(err) and free > (needed or 0):
         return None
-    first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-    return StorageError(f"cannot write {path}: the write was cut short ({first[:200]}); {human_bytes(free)} free"
+    return StorageError(f"cannot write {path}: the write was cut short ({error_line(err)[:200]}); "
+                        f"{human_bytes(free)} free"
                         f"{', about ' + human_bytes(needed) + ' needed' if needed else ''}; {_FIXABLE[errno.ENOSPC]}")
 
 
@@ -126,3 +127,15 @@ def check_room(directory: PathLike, needed: int, what: str, flag: str = "--model
     if free < needed:
         raise StorageError(f"{flag} {directory}: {human_bytes(free)} free, but {what} need about "
                            f"{human_bytes(needed)}; free some space, lower --keep-last or choose another {flag}")
+
+
+# Lines of the C++ stack MXNet's error messages carry around their own ("Traceback ...", "File ...", "[bt] ...").
+_STACK_LINE = re.compile(r"Traceback \(most recent call last\)|File \"|\[bt\]|Stack trace|\d+: ")
+
+
+def error_line(e: BaseException) -> str:
+    """What an error says, in one line: MXNet's "Check failed: ..." line or else its first line that is not of a
+    stack trace, without the "MXNetError: " before it; the exception's class when it says nothing."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip() and not _STACK_LINE.match(line.strip())]
+    line = next((line for line in lines if "Check failed" in line), lines[0] if lines else type(e).__name__)
+    return line[len("MXNetError: "):] if line.startswith("MXNetError: ") else line

@@ -202,6 +202,9 @@ class Trainer:
         if self.averages():
             ckpt.average_checkpoints(self.model_dir, self.state.params_files, last=t.average_last)
             self.averaged = True
+        elif t.average_last and self.is_chief:
+            logger.warning("--average-last %d: the run has %d checkpoint, nothing to average: no params.avg",
+                           t.average_last, len(self.state.params_files))
 
     def _epoch_done(self) -> bool:   # every batch of the epoch has been trained on
         sampler = self.data.sampler

@@ -120,3 +120,20 @@ def test_what_does_not_fit_is_a_clear_error(parent, tmp_path, capsys):
         assert code == 2 and says in err and "Traceback" not in err, (flags, err)
         assert not (tmp_path / "run").exists()
     assert (intact / ckpt.PARAMS_BEST).read_bytes() == (model / ckpt.PARAMS_BEST).read_bytes()   # not overwritten
+
+
+def test_a_transformer_is_fine_tuned_with_the_transformers_optimizer_defaults(tmp_path):
+    """The command line fills in the default architecture's (the LSTM's) learning rate and warm-up; fine-tuning a
+    Transformer kept them unless --arch transformer was given again: twice its peak rate, without a word."""
+    from nmt.config import ARCH_DEFAULTS
+    from nmt.finetune import init_config
+    model = tmp_path / "tf"
+    model.mkdir()
+    Config.from_dict({"model": {"arch": "transformer"}}).save(model / ckpt.CONFIG)
+    cfg = Config.from_dict({"train": {"model_dir": str(tmp_path / "run")}})
+    assert cfg.optim.lr != ARCH_DEFAULTS["transformer"]["optim"]["lr"]
+    tuned, theirs = init_config(cfg, {}, model / ckpt.PARAMS_BEST), ARCH_DEFAULTS["transformer"]["optim"]
+    assert (tuned.model.arch, tuned.optim.lr, tuned.optim.warmup_steps) == ("transformer", theirs["lr"],
+                                                                            theirs["warmup_steps"])
+    cfg.optim.lr = 5e-5
+    assert init_config(cfg, {"optim.lr": "--lr"}, model / ckpt.PARAMS_BEST).optim.lr == 5e-5   # given: kept

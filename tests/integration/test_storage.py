@@ -77,10 +77,11 @@ def test_injected_enospc_in_a_checkpoint_names_the_file_and_keeps_the_previous(t
 def test_full_tmpfs_during_a_real_mxnet_save_keeps_the_previous_checkpoint(small_disk):
     disk = small_disk("600k")
     state = ckpt.TrainState()
-    with pytest.raises(StorageError, match=r"cannot write .*params\.0000000\d.* free, about .* needed"):
+    with pytest.raises(StorageError, match=r"cannot write .*params\.0000000\d.* free, about .* needed") as e:
         for step in range(1, 10):   # 200 KB each: the third does not fit
             state.step = step
             ckpt.save_checkpoint(disk, _Net(float(step), n=50_000), _Trainer(), state, keep_last=5, is_best=False)
+    assert "Traceback" not in str(e.value), e.value   # MXNet's message starts with its C++ stack
     good = ckpt.resume_state(disk)
     assert good.step == step - 1
     assert mx.nd.load(str(ckpt.params_path(disk, "latest")))["w"].asnumpy()[0] == step - 1

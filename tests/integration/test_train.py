@@ -290,6 +290,19 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path, task):
     load_params(model_dir, "latest")
 
 
+def test_verbose_training_logs_debug_lines(tmp_path, task):
+    """nmt-train -v set the debug level, which the run's own logging set-up then reset to INFO."""
+    import logging
+
+    from nmt.cli import train_main
+    d = tmp_path / "v"
+    try:
+        assert train_main(tiny_flags(task, d) + ["--max-steps", "4", "--log-every", "2", "-v"]) == 0
+    finally:
+        logging.getLogger("nmt").setLevel(logging.NOTSET)
+    assert "DEBUG nmt.train: step 2 loss" in (d / ckpt.LOG).read_text()
+
+
 def test_a_signal_as_training_ends_skips_the_test_sets(tmp_path, task, monkeypatch, capsys):
     """Ctrl-C during the final validation of a run that reached --max-steps was acknowledged ("saving a checkpoint
     after this update, then stopping") and then ignored: the test sets were decoded (minutes with a recipe's three)
@@ -502,6 +515,16 @@ def test_valid_metric_ko_mecab_picks_by_morpheme_bleu_of_korean_output(tmp_path,
     assert train_main(tiny_flags(task, tmp_path / "koen") + ["--valid-metric", "ko-mecab", "--max-steps", "2"]) == 2
     err = capsys.readouterr().err
     assert "--valid-metric ko-mecab scores Korean output, and this model translates into 'en'" in err
+
+
+def test_average_last_over_a_single_checkpoint_says_there_is_nothing_to_average(tmp_path, task):
+    """A run with one checkpoint wrote no params.avg, scored none and said nothing of --average-last."""
+    from nmt.cli import train_main
+    model_dir = tmp_path / "one"
+    assert train_main(tiny_flags(task, model_dir) + ["--max-steps", "2", "--average-last", "3"]) == 0
+    assert not (model_dir / ckpt.PARAMS_AVG).exists()
+    assert ("WARNING nmt.train: --average-last 3: the run has 1 checkpoint, nothing to average: no params.avg"
+            in (model_dir / ckpt.LOG).read_text())
 
 
 def test_a_finished_run_is_averaged_by_resuming_it_with_average_last(tmp_path, task, capsys):

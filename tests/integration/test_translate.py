@@ -354,7 +354,7 @@ def test_cli_nbest_checkpoint_and_bad_flags(tr, tmp_path, capsys):
     assert code == 0 and [r["translations"] for r in rows] == [[t] if t else [] for t in tr.translate(lines, 1)]
     assert [len(r["scores"]) for r in rows] == [1, 0, 1] and all(s < 0 for r in rows for s in r["scores"])
     for argv, msg in [(["--nbest", "6"], "--nbest 6 is more than --beam-size 5"),
-                      (["--beam-size", "0"], "--beam-size must be an integer >= 1"),
+                      (["--beam-size", "0"], "--beam-size must be an integer from 1 to 999999"),
                       (["--checkpoint", "nope"], "unknown checkpoint 'nope'"),
                       (["--checkpoint", "12345"], "params.00012345 not found"),
                       (["--chunk-lines", "0"], "--chunk-lines: must be >= 1 (got 0)"),

@@ -228,9 +228,10 @@ def test_a_config_written_by_an_earlier_version_is_refused(tmp_path):
     (["--valid-beam", "0"], "--valid-beam must be >= 1"),
     (["--valid-max-sentences", "-1"], "--valid-max-sentences must be >= 1"),
     (["--num-buckets", "0"], "--num-buckets must be >= 1"),
-    (["--beam-size", "0"], "--beam-size must be an integer >= 1 (got 0)"),
-    (["--length-penalty", "-0.5"], "--length-penalty must be a number >= 0 (got -0.5)"),
-    (["--decode-batch-size", "0"], "--decode-batch-size must be an integer >= 1"),
+    (["--beam-size", "0"], "--beam-size must be an integer from 1 to 999999 (got 0)"),
+    (["--max-len-b", str(10 ** 20)], f"--max-len-b must be an integer from 0 to 999999 (got {10 ** 20})"),
+    (["--length-penalty", "-0.5"], "--length-penalty must be a number from 0 to below 1e6 (got -0.5)"),
+    (["--decode-batch-size", "0"], "--decode-batch-size must be an integer from 1 to 999999"),
     (["--max-len-a", "0", "--max-len-b", "0"], "--max-len-a 0.0 --max-len-b 0 allow no output token"),
     (["--seed", "-1"], "--seed must be between 0 and 2**32 - 1, got -1"),
 ])
