@@ -23,7 +23,6 @@ import contextlib
 import json
 import logging
 import os
-import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -192,15 +191,10 @@ def _check_overwrite(model_dir: Path, held: List[str], inputs: Dict[str, Any]) -
 
 def prepare_model_dir(model_dir: Path, resume: bool, overwrite: bool,
                       inputs: Optional[Dict[str, Any]] = None) -> None:
-    """Create the model directory; refuse to clobber an existing one unless --resume or --overwrite (which deletes
-    everything in it but the lock of the run that asked; `check_model_dir`)."""
+    """Create the model directory; refuse to clobber an existing one unless --resume or --overwrite (whose files
+    `nmt.dirlock.set_aside` then moves aside; `check_model_dir`)."""
     model_dir = Path(model_dir)
     check_model_dir(model_dir, resume, overwrite, inputs)
-    if not resume and overwrite and model_dir.exists():
-        logger.warning("--overwrite: deleting %s", model_dir)
-        for p in model_dir.iterdir():
-            if p.name != LOCK:
-                shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
     with guarded_write(model_dir):
         model_dir.mkdir(parents=True, exist_ok=True)
 

@@ -6,13 +6,16 @@ included), so a lock left by a dead process never blocks the next run. The file 
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
+import logging
 import os
+import shutil
 import socket
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 from nmt.checkpoint import LOCK, CheckpointError
 from nmt.storage import guarded_write
@@ -73,3 +76,42 @@ class ModelDirLock:
 
     def __del__(self) -> None:
         self.release()
+
+
+logger = logging.getLogger("nmt.train")
+OVERWRITTEN = ".overwritten"   # --overwrite: the replaced run's files, until the new run's data is read
+
+
+def set_aside(model_dir: Path) -> Optional[Path]:
+    """--overwrite, by the holder of the lock: every file of `model_dir` but the lock moves into its OVERWRITTEN
+    directory, which is returned for `replacing` (None: the directory holds nothing to replace)."""
+    model_dir = Path(model_dir)
+    held = [p for p in model_dir.iterdir() if p.name not in (LOCK, OVERWRITTEN)]
+    if not held:
+        return None
+    logger.warning("--overwrite: replacing %s (its files are kept aside until the new run's data is read)", model_dir)
+    aside = model_dir / OVERWRITTEN
+    shutil.rmtree(aside, ignore_errors=True)   # of a run killed before it could delete it
+    aside.mkdir()
+    for p in held:
+        p.rename(aside / p.name)
+    return aside
+
+
+@contextlib.contextmanager
+def replacing(model_dir: Path, aside: Optional[Path]) -> Iterator[None]:
+    """Around a run's set-up until its data is read: then the run that --overwrite replaces (`aside`) is deleted; if
+    the set-up fails first (a missing file, a bad setting), what it wrote goes and that run's files come back."""
+    try:
+        yield
+    except BaseException:
+        if aside is not None:
+            for p in Path(model_dir).iterdir():
+                if p.name not in (LOCK, OVERWRITTEN):
+                    shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+            for p in aside.iterdir():
+                p.rename(Path(model_dir) / p.name)
+            aside.rmdir()
+        raise
+    if aside is not None:
+        shutil.rmtree(aside)

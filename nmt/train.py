@@ -21,7 +21,7 @@ from nmt import checkpoint as ckpt
 from nmt.batching import Batch
 from nmt.config import Config, resumed_config
 from nmt.data import TrainData, build_data
-from nmt.dirlock import ModelDirLock, ModelDirLocked
+from nmt.dirlock import ModelDirLock, ModelDirLocked, replacing, set_aside
 from nmt.evaluate import VALID_METRICS, Scores, perplexity, score, track_best
 from nmt.finetune import copy_tokenizers, start_from
 from nmt.log import LossMeter, MetricsWriter, Progress, TensorBoardWriter, setup_logging
@@ -280,21 +280,24 @@ def _create_locked(cfg: Config, resume: bool, overwrite: bool, ctxs, kv, workers
                    init: Optional[Path], inputs: Dict[str, Any]) -> Trainer:
     """`create_trainer` once the directory is ours: checked writable and, once the model is built, with room for
     its checkpoints, so that a full disk shows before training rather than at the first checkpoint."""
-    t, model_dir = cfg.train, Path(cfg.train.model_dir)
+    t, model_dir, aside = cfg.train, Path(cfg.train.model_dir), None
     if workers.is_chief:
         ckpt.prepare_model_dir(model_dir, resume, overwrite, inputs)
-        check_writable(model_dir)
-        if init is not None:
-            copy_tokenizers(init, cfg, model_dir)
-    setup_logging(model_dir / ckpt.LOG if workers.is_chief else None, console=workers.is_chief)
-    state = _resumed_state(cfg, workers) if resume else ckpt.TrainState(init_from=str(init or ""))
-    # before the data is built: a --tensorboard without tensorboardX fails at once
-    tensorboard = TensorBoardWriter.create(model_dir, t.tensorboard, state.step if resume else None, workers.rank)
-    state.hardware = describe_hardware(ctxs, workers.num_workers)
-    for line in (f"devices: {ctxs}, kvstore: {getattr(kv, 'type', kv)}, worker {workers.rank} of "
-                 f"{workers.num_workers}", *settings_lines(cfg)):   # what config.json holds, for people
-        logger.info(line)
-    data = build_data(cfg, model_dir, resume, workers)
+        aside = set_aside(model_dir) if overwrite and not resume else None
+    with replacing(model_dir, aside):   # --overwrite: the run it replaces is deleted once the data is read
+        if workers.is_chief:
+            check_writable(model_dir)
+            if init is not None:
+                copy_tokenizers(init, cfg, model_dir)
+        setup_logging(model_dir / ckpt.LOG if workers.is_chief else None, console=workers.is_chief)
+        state = _resumed_state(cfg, workers) if resume else ckpt.TrainState(init_from=str(init or ""))
+        # before the data is built: a --tensorboard without tensorboardX fails at once
+        tensorboard = TensorBoardWriter.create(model_dir, t.tensorboard, state.step if resume else None, workers.rank)
+        state.hardware = describe_hardware(ctxs, workers.num_workers)
+        for line in (f"devices: {ctxs}, kvstore: {getattr(kv, 'type', kv)}, worker {workers.rank} of "
+                     f"{workers.num_workers}", *settings_lines(cfg)):   # what config.json holds, for people
+            logger.info(line)
+        data = build_data(cfg, model_dir, resume, workers)
     if workers.is_chief:   # on resume, with the settings changed since (the next --resume continues with them)
         cfg.save(model_dir / ckpt.CONFIG)
     workers.check_same("training data and flags", {   # distributed: all must draw the same batches

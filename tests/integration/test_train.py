@@ -244,6 +244,29 @@ def test_resume_across_an_epoch_boundary(tmp_path, task):
     assert_same_params(params_of(full.train.model_dir), params_of(part.train.model_dir))
 
 
+def test_overwrite_keeps_the_run_it_replaces_until_the_new_data_is_read(tmp_path, task):
+    """--overwrite deleted the model directory before reading the new run's data: a mistyped path or a bad setting
+    found then left a directory of train.lock and train.log, the replaced run's checkpoints gone."""
+    from nmt.corpus import CorpusError
+    cfg = tiny_config(tmp_path, task, "m", max_steps=2)
+    create_trainer(cfg).fit()
+    model_dir = Path(cfg.train.model_dir)
+    kept = lambda: {p.name: p.read_bytes() for p in model_dir.iterdir()   # noqa: E731 (the log: this process's)
+                    if p.is_file() and p.name not in (ckpt.LOCK, ckpt.LOG)}
+    before = kept()
+    bad = tiny_config(tmp_path, task, "m", max_steps=2)
+    bad.data.train_tgt = str(tmp_path / "nonexistent.en")
+    with pytest.raises(CorpusError, match="nonexistent.en: file not found"):
+        train(bad, overwrite=True)
+    hidden = lambda: [p.name for p in model_dir.iterdir() if p.name.startswith(".")]   # noqa: E731
+    assert kept() == before and (model_dir / ckpt.LOG).exists() and not hidden()
+    assert ckpt.resume_state(model_dir).step == 2
+    cfg.train.max_steps = 1
+    create_trainer(cfg, overwrite=True).fit()
+    assert ckpt.resume_state(model_dir).step == 1 and not hidden()
+    assert list_params_files(model_dir) == [ckpt.params_file(1)]
+
+
 def test_existing_model_dir_is_not_overwritten(tmp_path, task):
     cfg = tiny_config(tmp_path, task, max_steps=2)
     create_trainer(cfg).fit()
