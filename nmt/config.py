@@ -80,8 +80,10 @@ class DataConfig:
                 (self.max_ratio >= 1, "--max-ratio must be >= 1 (the longer side's UTF-8 bytes over the shorter's; "
                                       f"inf: no limit), got {self.max_ratio}"),
                 (self.num_buckets >= 1, f"--num-buckets must be >= 1, got {self.num_buckets}"),
-                *[(lang in LANGS, f"{flag} {lang!r}: unsupported language; use one of " + ", ".join(LANGS))
-                  for flag, lang in (("--src", self.src_lang), ("--tgt", self.tgt_lang))],
+                *[(value in allowed, f"{flag} {value!r}: use one of {', '.join(allowed)}")
+                  for flag, value, allowed in (("--src", self.src_lang, LANGS), ("--tgt", self.tgt_lang, LANGS),
+                                               ("--bucketing", self.bucketing, ("padding", "quantile")),
+                                               ("--spm-model-type", self.spm_model_type, ("unigram", "bpe")))],
                 (self.src_lang != self.tgt_lang, f"--src and --tgt are both {self.src_lang!r}; "
                                                  "translate ko -> en or en -> ko"),
                 (self.subword_sampling == 0.0 or 0.0 < self.subword_sampling < 1.0,
@@ -100,8 +102,7 @@ class ModelConfig:
     dropout: float = 0.4                 # dropout on embeddings, between layers and before the output
     tie_weights: bool = True             # share target embedding and output projection (embed==hidden needed)
     word_dropout: float = 0.2            # drop whole source/target token embeddings in training (Sennrich & Zhang 2019)
-    lexical_model: bool = True           # attention-weighted source embeddings also feed the output layer
-                                         # (Nguyen & Chiang 2018), for rare words in small data
+    lexical_model: bool = True           # attention-weighted source embeddings feed the output (Nguyen & Chiang 2018)
     # Transformer (--arch transformer; it shares dropout, word_dropout and tie_weights above, and takes its own
     # dropout and word_dropout defaults from ARCH_DEFAULTS). Sizes of a small model for small data, after Araabi &
     # Monz 2020 (fewer layers and heads and a narrower feed-forward than Vaswani et al.'s base model); the depth

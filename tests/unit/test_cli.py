@@ -244,8 +244,13 @@ def test_config_dataclasses_refuse_values_that_cannot_work(argv, message):
 def test_a_config_file_is_checked_like_the_flags(tmp_path):
     """Values that bypass argparse's choices (a --config file, the Python API) meet the same checks."""
     from nmt.config import DataConfig, DecodeConfig, OptimConfig, TrainConfig
-    with pytest.raises(ConfigError, match="--tgt 'fr': unsupported language; use one of ko, en"):
+    with pytest.raises(ConfigError, match="--tgt 'fr': use one of ko, en"):
         DataConfig(tgt_lang="fr")
+    for key, bad, choices in (("bucketing", "x", "padding, quantile"), ("spm_model_type", "char", "unigram, bpe")):
+        path = tmp_path / f"{key}.json"   # was found after the tokenizers were trained, without the file's name
+        path.write_text(json.dumps({"data": {key: bad}}))
+        with pytest.raises(ConfigError, match=f"data.{key}: --{key.replace('_', '-')} '{bad}': use one of {choices}"):
+            cfg_of(["--config", str(path)])
     with pytest.raises(ConfigError, match="--log-every must be >= 1"):
         TrainConfig(log_every=0)
     with pytest.raises(ConfigError, match=r"optim.beta1 and optim.beta2 must be in \[0, 1\), got 0.9, 1.0"):
