@@ -58,8 +58,8 @@ def build_translate_parser() -> argparse.ArgumentParser:
                    help="also give each translation's word alignment from the attention: 'translation ||| 0-1 1-0' "
                         "(source word - translation word, from 0), or an \"alignments\" list with --nbest")
     g.add_argument("--plot-attention", metavar="DIR", type=nonempty(Path),
-                   help="also save the attention heatmap of each non-empty line's translation as DIR/line-N.png (an "
-                        "ensemble's: the mean of its members' attention)")
+                   help="also save the attention heatmap of each non-empty line's translation as DIR/line-NNNNNN.png "
+                        "(line-000001.png: line 1; an ensemble's: the mean of its members' attention)")
     return p
 
 
