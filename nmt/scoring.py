@@ -62,7 +62,10 @@ def score_test_set(translator: Translator, name: str, pairs: Pairs, *, max_sente
     if translator.member_dirs:   # an ensemble: its own entry, never one of the first member's alone
         entry["ensemble"] = [str(p.resolve()) for p in [translator.model_dir, *translator.member_dirs]]
         key = ensemble_key(key, translator.model_dir, translator.member_dirs)
-    other = other_decoding(translator) if save and translator.model_dir else ""
+    why = [other_decoding(translator),   # a part of a set, or translations helped by the references, are not it
+           f"the scores of part of a set ({n} of {len(pairs.src)} sentences)" if n < len(pairs.src) else "",
+           f"translations given the references' first words (prefix_words {prefix_words})" if prefix_words else ""]
+    other = "; ".join(w for w in why if w) if save and translator.model_dir else ""
     if other:   # (nmt-evaluate says so itself, and passes save=False)
         logger.warning("%s: not recorded in %s: %s", name, translator.model_dir / ckpt.SCORES, other)
     elif save and translator.model_dir:
@@ -287,6 +290,8 @@ def other_decoding(translator: Translator) -> str:
     differ = [f"{flags.get(f.name, f.name)} {getattr(translator.decode, f.name)} (saved: {getattr(saved, f.name)})"
               for f in dataclasses.fields(saved)
               if f.name not in UNSCORED_DECODE and getattr(translator.decode, f.name) != getattr(saved, f.name)]
+    sample = getattr(translator, "sample", None)
+    differ += [f"--sample {sample} (sampling, not the search)"] if sample is not None else []
     return (f"decoding settings other than the model's saved ones, {', '.join(differ)}: scores.json holds its scores "
             "at those of its config.json, and --json keeps such scores" if differ else "")
 

@@ -333,8 +333,20 @@ def test_the_python_api_does_not_record_scores_at_other_settings_either(model_co
     assert f"t: not recorded in {model_copy / ckpt.SCORES}: decoding settings other than the model's saved ones, " \
            "--beam-size 1 (saved: 5)" in caplog.text
     tr.decode = dataclasses.replace(tr.decode, beam_size=5)
-    score_test_set(tr, "t", pairs, max_sentences=3)
-    assert json.loads((model_copy / ckpt.SCORES).read_text())["t"]["best"]["beam_size"] == 5
+    # nor a part of the set, translations started with the references' words, or sampled ones (all recorded, over
+    # the model's own score, which nmt-serve's /info and nmt-export show)
+    with caplog.at_level("WARNING", logger="nmt.evaluate"):
+        score_test_set(tr, "t", pairs, max_sentences=3)
+        score_test_set(tr, "t", pairs, prefix_words=1)
+        tr.sample = 0
+        score_test_set(tr, "t", pairs)
+        tr.sample = None
+    assert not (model_copy / ckpt.SCORES).exists()
+    for why in (f"the scores of part of a set (3 of {len(pairs.src)} sentences)",
+                "translations given the references' first words (prefix_words 1)", "--sample 0 (sampling, not"):
+        assert why in caplog.text, why
+    score_test_set(tr, "t", pairs)
+    assert json.loads((model_copy / ckpt.SCORES).read_text())["t"]["best"]["n"] == len(pairs.src)
 
 
 def test_prefix_words_start_each_translation_with_its_reference(model_copy, capsys):
