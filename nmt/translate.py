@@ -362,6 +362,9 @@ class Translator:
         """A `nmt.continuous.ContinuousDecoder` on the first device: sentences added at any time join the running
         search (what a service uses); `max_batch` defaults to the decode batch size."""
         from nmt.continuous import ContinuousDecoder   # not at import time: only the service needs it
+        if self.sample is not None:
+            raise ValueError(f"continuous runs beam search, but the translator samples (sample={self.sample}): set "
+                             "sample to None first, or translate with `translate`")
         beam = self._beam(beam_size)
         return ContinuousDecoder(self, beam, nbest, max_batch or self.decode.batch_size)
 

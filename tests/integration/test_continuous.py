@@ -71,3 +71,12 @@ def test_a_loaded_model_holds_no_gradients(translator):
     """A Translator only decodes: its parameters carry no gradient arrays (memory the size of the model)."""
     params = translator.net.collect_params().values()
     assert all(p.grad_req == "null" for p in params) and all(p.data().grad is None for p in params)
+
+
+def test_a_sampling_translator_is_not_searched_continuously(translator):
+    """`tr.sample = 10` samples every translation from then on, but `continuous()` ran beam search regardless."""
+    import copy
+    sampling = copy.copy(translator)
+    sampling.sample = 10
+    with pytest.raises(ValueError, match=r"continuous runs beam search, but the translator samples \(sample=10\)"):
+        sampling.continuous()
