@@ -99,6 +99,8 @@ def dry_run(cfg: Config, resume: bool = False, overwrite: bool = False, init: Op
         if init is not None:
             copy_tokenizers(init, cfg, Path(tmp))
         data = build_data(cfg, model_dir if resume else Path(tmp), resume=resume)
+        if resume:   # the position a resume continues from belongs to these batches (else an error names why)
+            data.batches.load_state_dict(ckpt.resume_state(model_dir).sampler)
         net = build_model(cfg.model, data.src_tok.vocab_size, data.tgt_tok.vocab_size)
         net.initialize(mx.init.Xavier(magnitude=2.24), ctx=ctxs[0])
         _first_batch_forward(net, data, ctxs[0])

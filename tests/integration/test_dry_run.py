@@ -156,3 +156,24 @@ def test_a_run_stopped_before_its_first_validation_says_so(tmp_path, task):
         logging.getLogger("nmt").removeHandler(handler)
     assert tr.checkpoint == "best" and f"{d}: no checkpoint validated yet (no params.best, the run stopped before " \
         "its first validation): using the latest, params.00000000" in [r.getMessage() for r in records]
+
+
+def test_a_dry_run_of_a_resume_on_changed_data_fails_as_the_resume_would(tmp_path, task, capsys):
+    """The dry run of a resume read the data but not the batch position it resumes from: it said "valid" where the
+    resume then failed on training data that had changed since."""
+    import shutil
+    mine = {k: str(tmp_path / Path(v).name) for k, v in task.items() if k.endswith(("_src", "_tgt"))}
+    for k, v in mine.items():
+        shutil.copy(task[k], v)
+    d = tmp_path / "m"
+    assert train_main(args_for(mine, d, "--max-steps", "2", "--valid-every", "2")) == 0
+    for side, line in (("train_src", "새 문장 {} 입니다"), ("train_tgt", "new sentence {} here")):   # other batches
+        with open(mine[side], "a", encoding="utf-8") as f:
+            f.write("".join(line.format(i) + "\n" for i in range(20)))
+    capsys.readouterr()
+    resume = ["--model-dir", str(d), "--resume", "--max-steps", "4", "--no-progress", "--no-eval"]
+    assert train_main(resume + ["--dry-run"]) == 2
+    dry = capsys.readouterr().err
+    assert train_main(resume) == 2
+    assert "sampler state was saved for other training data" in dry and dry.strip().splitlines()[-1] in \
+        capsys.readouterr().err
