@@ -213,6 +213,8 @@ def _model_split(cfg: Config, data_dir: Optional[str], kind: str, flag: str, nam
         except CorpusError as e:   # the paths come from the model's configuration, which the user may not know
             raise CorpusError(f"{flag}: the model's {kind} files (data.{kind}_src, data.{kind}_tgt of its config.json "
                               f"as trained): {e}") from None
+    if kind == "dev" and d.train_src:   # training files without dev files: the pairs held out of them
+        return from_recipe(d)
     if not d.recipe or d.recipe not in recipes.RECIPES:
         raise ConfigError(f"{flag}: the model's data config names no known recipe ({d.recipe!r}) and no {kind} "
                           "files; give --src-file and --ref-file instead")

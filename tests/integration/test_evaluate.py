@@ -182,6 +182,18 @@ def test_dev_set_is_the_one_validated_on_and_stays_out_of_results_tables(model_c
     assert "dev" not in {r["test_set"] for r in results_rows([load_run(model_copy)])}
 
 
+def test_dev_set_of_a_run_without_dev_files_is_the_pairs_held_out_of_its_training_data(model_copy, capsys):
+    """A run on training files alone validates on pairs held out of them, and its log says `nmt-evaluate --dev-set`
+    scores them; --dev-set said the model named no recipe and no dev files."""
+    from nmt.recipes import load_data
+    cfg = Config.load(model_copy / ckpt.CONFIG)
+    cfg.data.dev_src = cfg.data.dev_tgt = None
+    cfg.save(model_copy / ckpt.CONFIG)
+    code, out, err = run(["--model-dir", model_copy, "--dev-set", "--json", "--no-save"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["results"]["dev"]["n"] == len(load_data(cfg.data).dev.src) > 0
+
+
 def as_tatoeba_model(model_dir: Path) -> Config:
     """Rewrite the copied model's config as if it had been trained on the tatoeba recipe (no data files)."""
     cfg = Config.load(model_dir / ckpt.CONFIG)
