@@ -69,7 +69,7 @@ class DataConfig:
             "train_src", "train_tgt", "dev_src", "dev_tgt", "test_src", "test_tgt", "data_dir", "cache_dir")}
 
     def __post_init__(self) -> None:
-        for name in ("train_src", "train_tgt", "dev_src", "dev_tgt", "test_src", "test_tgt"):
+        for name in ("train_src", "train_tgt", "dev_src", "dev_tgt", "test_src", "test_tgt", "data_dir", "cache_dir"):
             if getattr(self, name):   # relative to where the run started: its resume or evaluation may run elsewhere
                 setattr(self, name, os.path.abspath(os.path.expanduser(getattr(self, name))))
         _check([(self.batch_size >= 1 or bool(self.batch_tokens), f"--batch-size must be >= 1, got {self.batch_size}"),
@@ -357,11 +357,11 @@ def _check_types(klass, section: str, values: Dict[str, Any], source: str) -> No
                               f"got {json.dumps(value)}")
 
 
+_CORPORA_PLACE = ("data.data_dir", "data.cache_dir")
 # Keys a resumed run takes from its own command line, given or not: they describe this machine and this invocation
-# (devices, where the corpora are, this run's time limit, the progress bar), not the training.
+# (devices, this run's time limit, the progress bar), not the training; where the corpora are, only when given.
 PER_INVOCATION = frozenset({"train.model_dir", "train.gpus", "train.cpu_devices", "train.kvstore", "train.amp",
-                            "train.max_seconds", "train.progress", "train.tensorboard", "data.data_dir",
-                            "data.cache_dir"})
+                            "train.max_seconds", "train.progress", "train.tensorboard", *_CORPORA_PLACE})
 
 _FIXED_KEYS = ("train.seed", "train.valid_metric", "optim.optimizer")
 
@@ -382,7 +382,8 @@ def resumed_config(saved: Config, cfg: Config, given: Optional[Dict[str, str]], 
     for section, values in cfg.to_dict().items():
         for name, value in values.items():
             key, old = f"{section}.{name}", merged[section][name]
-            if value == old or not (key in PER_INVOCATION or given is None or key in given):
+            if value == old or not (key in PER_INVOCATION or given is None or key in given) or (
+                    key in _CORPORA_PLACE and given is not None and key not in given):
                 continue
             label = key if given is None else given.get(key, key)
             if _fixed_on_resume(key):
@@ -397,4 +398,3 @@ def resumed_config(saved: Config, cfg: Config, given: Optional[Dict[str, str]], 
             if key not in PER_INVOCATION:
                 changes.append(f"{label}: {json.dumps(old)} -> {json.dumps(value)}")
     return Config.from_dict(merged, source=source), changes
-

@@ -378,3 +378,18 @@ def test_a_schedule_without_a_learning_rate_is_an_error_not_a_constant_rate():
     o.schedule = "cosine"   # as if added to LR_SCHEDULES and not to learning_rate
     with pytest.raises(ValueError, match="no learning rate for schedule 'cosine'"):
         learning_rate(100, o)
+
+
+def test_a_resume_finds_the_corpora_where_the_run_did_unless_told_otherwise(tmp_path, monkeypatch):
+    """--data-dir was saved as typed (relative: wrong from any other directory) and a resume without it dropped it:
+    an offline resume of a recipe run then tried to download its corpora."""
+    from nmt.config import Config, resumed_config
+    monkeypatch.chdir(tmp_path)
+    saved = Config.from_dict({"data": {"recipe": "tatoeba", "data_dir": "mirror", "cache_dir": "cache"}})
+    assert (saved.data.data_dir, saved.data.cache_dir) == (str(tmp_path / "mirror"), str(tmp_path / "cache"))
+    again = Config.from_dict({"data": {"recipe": "tatoeba"}})
+    merged, changes = resumed_config(saved, again, {}, "config.json")
+    assert (merged.data.data_dir, merged.data.cache_dir, changes) == (saved.data.data_dir, saved.data.cache_dir, [])
+    elsewhere = Config.from_dict({"data": {"recipe": "tatoeba", "data_dir": "/other/mirror"}})
+    merged, _ = resumed_config(saved, elsewhere, {"data.data_dir": "--data-dir"}, "config.json")
+    assert merged.data.data_dir == "/other/mirror" and merged.data.cache_dir == saved.data.cache_dir
