@@ -256,7 +256,7 @@ def create_trainer(cfg: Config, resume: bool = False, overwrite: bool = False, i
     """The Trainer of a run per `cfg`: devices, kvstore and workers, the model directory (locked by rank 0 until
     `fit` ends: one trainer per directory), then data, model and optimizer built (and, with `resume`, restored from
     the newest intact checkpoint; with `init`, a parameter file, starting from it: `nmt.finetune`)."""
-    t = cfg.train
+    t, _ = _config(cfg, "create_trainer").train, build_model(cfg.model, 4, 4)   # its checks, before the data is read
     ctxs = parse_devices(t.gpus, t.cpu_devices)
     if t.amp:
         init_amp(ctxs)   # ConfigError without GPUs; before the model is built (AMP rewrites its operators)
@@ -359,17 +359,14 @@ class TrainResult:
 def train(cfg: Config, resume: bool = False, overwrite: bool = False, evaluate: bool = True,
           init: Optional[Path] = None) -> TrainResult:
     """Train per `cfg` (from the parameters `init`: nmt.finetune); `evaluate`: score the best on the test sets."""
-    if not isinstance(cfg, Config):
-        raise TypeError(f"train: cfg must be a Config (Config.from_dict makes one of a dict), got {type(cfg).__name__}")
-    model_dir, init = Path(cfg.train.model_dir), None if init is None else Path(init)
+    model_dir, init = Path(_config(cfg, "train").train.model_dir), None if init is None else Path(init)
     # only a directory this run makes is removed on failure (with --overwrite: what was there may not be deleted yet)
     fresh = not resume and (not model_dir.exists() or model_dir.is_dir() and not any(model_dir.iterdir()))
     try:
         trainer = create_trainer(cfg, resume=resume, overwrite=overwrite, init=init)
     except ModelDirLocked:
         raise   # the directory is another trainer's: leave it alone
-    except BaseException:
-        # a run that failed while setting up (bad data, flags) leaves no half-made directory to block the next
+    except BaseException:   # a run that failed while setting up leaves no half-made directory to block the next
         if fresh and model_dir.is_dir() and not (model_dir / ckpt.STATE).exists():
             setup_logging(None)   # close the log file before removing it
             shutil.rmtree(model_dir, ignore_errors=True)
@@ -377,10 +374,15 @@ def train(cfg: Config, resume: bool = False, overwrite: bool = False, evaluate: 
     state, scores, averages = trainer.fit(), {}, {}
     interrupted = state.stopped if state.stopped in _INTERRUPTS else trainer.signal_name   # also in the last step
     if evaluate and trainer.is_chief and not interrupted and trainer.data.splits.tests:
-        scores = trainer.evaluate_tests("best")
-        if trainer.averaged:
-            averages = trainer.evaluate_tests("avg")
+        scores, averages = trainer.evaluate_tests("best"), trainer.evaluate_tests("avg") if trainer.averaged else {}
     return TrainResult(state, scores, interrupted, averages)
+
+
+def _config(cfg, caller: str) -> Config:
+    if not isinstance(cfg, Config):
+        raise TypeError(f"{caller}: cfg must be a Config (Config.from_dict makes one of a dict), got "
+                        f"{type(cfg).__name__}")
+    return cfg
 
 
 def _install_signal_handlers(trainer: Trainer):

@@ -180,11 +180,21 @@ def test_train_names_a_config_that_is_no_config_and_takes_init_as_a_string(model
     'str' object has no attribute 'parent'; a model_dir that is a file, with a bare NotADirectoryError."""
     import dataclasses
     from nmt import checkpoint as ckpt
-    from nmt.config import Config
+    from nmt.config import Config, ConfigError
     from nmt.train import train
     with pytest.raises(TypeError, match=r"^train: cfg must be a Config \(Config.from_dict makes one of a dict\), "
                                         r"got dict$"):
         train({"train": {"model_dir": str(tmp_path / "m")}})
+    from nmt.train import create_trainer   # the same for the part, and its model settings before any data is read
+    with pytest.raises(TypeError, match=r"^create_trainer: cfg must be a Config"):
+        create_trainer({"train": {"model_dir": str(tmp_path / "m")}})
+    for model, message in (({"arch": "gru"}, "--arch must be one of lstm, transformer (got 'gru')"),
+                           ({"attention": "foo"}, "--attention")):
+        files = {"train_src": str(tmp_path / "no.ko"), "train_tgt": str(tmp_path / "no.en")}
+        missing = Config.from_dict({"data": files, "model": model, "train": {"model_dir": str(tmp_path / "m")}})
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            create_trainer(missing)
+    assert not (tmp_path / "m").exists()
     saved = Config.load(model_dir / ckpt.CONFIG)
     (tmp_path / "file").write_text("x")
     with pytest.raises(ckpt.CheckpointError, match="exists and is not a directory"):
