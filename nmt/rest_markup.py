@@ -29,7 +29,7 @@ def _rest_sub(m: "re.Match[str]") -> str:
     kind = m.lastgroup
     if kind == "rtext":
         text, role = _shown_text(m.group("rtext")), m.group("role")
-        return {"pep:": "PEP ", "rfc:": "RFC "}.get(role, "") + text
+        return {"pep:": "PEP ", "rfc:": "RFC "}.get(role.lower(), "") + text   # roles are case-insensitive
     if kind == "lit":
         return m.group("lit")
     if kind == "ltext":
