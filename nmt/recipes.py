@@ -227,6 +227,10 @@ def load_data(cfg: DataConfig) -> DatasetSplits:
         drops.update(pairs.dropped)
         return pairs
 
+    for name in (*recipe.tests.values(), *recipe.train):   # a mirror-only corpus missing: say so before downloading
+        for key, spec in SOURCES[name].files.items():
+            if spec.derived and not any(d is not None and (d / spec.path).is_file() for d in (data_dir, cache_dir)):
+                fetch(SOURCES[name], key, data_dir, cache_dir)   # its error names the corpus and the way out
     tests = _test_sets(recipe, load)
     parts = []
     for name in recipe.train:   # cleaned one by one so that the log says what each corpus contributes

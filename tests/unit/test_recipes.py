@@ -224,6 +224,19 @@ def test_mirror_only_file_without_mirror(tmp_path):
     assert "mirror-only" in msg and "polib" in msg and "--data-dir" in msg and "NMT_DATA_DIR" in msg
 
 
+def test_a_recipe_with_a_mirror_only_corpus_says_so_before_downloading(tmp_path, monkeypatch):
+    """--recipe all without a mirror first downloaded (or, offline, failed to download) its other corpora, and only
+    then said that python-docs-ko cannot be downloaded."""
+    from nmt import recipes
+    monkeypatch.delenv("NMT_DATA_DIR", raising=False)
+    fetched = []
+    monkeypatch.setattr(recipes, "download", lambda *a, **k: fetched.append(a))
+    monkeypatch.setattr(recipes, "download_archive", lambda *a, **k: fetched.append(a))
+    with pytest.raises(CorpusError, match="python-docs-ko.* is mirror-only"):
+        load_data(DataConfig(recipe="all", cache_dir=str(tmp_path / "cache")))
+    assert fetched == []
+
+
 def test_resolve_data_dir(tmp_path, monkeypatch):
     monkeypatch.delenv("NMT_DATA_DIR", raising=False)
     assert resolve_data_dir(None) is None
