@@ -66,10 +66,12 @@ class ContinuousDecoder:
         """Queue `lines`, known by `keys` (same length) when they come back from `step`; `prefixes`: per line, text
         its translations start with (None or "": none)."""
         src = self.translator.source_ids(lines)   # checked first: a string is not read as one line per character
-        if len(src) != len(keys) or (prefixes is not None and len(prefixes) != len(src)):
+        targets = self.translator.target_prefixes(prefixes) or [None for _ in src]   # (nor as one prefix per one)
+        if not isinstance(keys, Sequence) or isinstance(keys, str):
+            raise TypeError(f"ContinuousDecoder.add: keys must be a list, one per line, got {type(keys).__name__}")
+        if len(src) != len(keys) or len(targets) != len(src):
             raise ValueError(f"ContinuousDecoder.add: {len(src)} lines but {len(keys)} keys"
-                             + ("" if prefixes is None else f" and {len(prefixes)} prefixes"))
-        targets = self.translator.target_prefixes(prefixes) or [None for _ in src]
+                             + ("" if prefixes is None else f" and {len(targets)} prefixes"))
         for key, ids, prefix in zip(keys, src, targets):
             if ids or prefix:
                 self.waiting.append((key, ids, prefix, self.steps))

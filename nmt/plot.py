@@ -38,6 +38,10 @@ def attention(translator, sentence: str, max_len: Optional[int] = None, translat
               ) -> Attention:
     """Greedy translation of one sentence with its attention matrix (output step x source position); with
     `translation`, the attention of that translation, its pieces fed back through the model (`nmt.align`)."""
+    if not isinstance(sentence, str):
+        raise TypeError(f"attention: sentence must be a str, got {type(sentence).__name__}")
+    if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1):
+        raise ValueError(f"attention: max_len must be an int >= 1 or None (the model's limit), got {max_len!r}")
     ids = translator.source_ids([sentence])[0]
     if not ids:
         raise ValueError("attention: the sentence is empty after normalization")

@@ -50,13 +50,12 @@ def _load_tokenizers(model_dir: Path) -> Tuple[Config, Tokenizer, Tokenizer]:
 
 
 def _load_net(model_dir: Path, cfg: Config, src_tok: Tokenizer, tgt_tok: Tokenizer, which: str, ctx: mx.Context):
-    """The hybridized model of a model directory with its `which` parameters, and their file."""
+    """The hybridized model of a model directory with its `which` parameters."""
     net = build_model(cfg.model, src_tok.vocab_size, tgt_tok.vocab_size)
-    path = ckpt.params_path(model_dir, str(which))
-    ckpt.load_parameters(net, path, ctx, model_dir / ckpt.CONFIG)
+    ckpt.load_parameters(net, ckpt.params_path(model_dir, str(which)), ctx, model_dir / ckpt.CONFIG)
     net.collect_params().setattr("grad_req", "null")   # inference only: no gradient arrays
     net.hybridize(static_alloc=True)
-    return net, path
+    return net
 
 
 def search_too_wide(beam: int, batch: int, vocab: int, beam_flag: str, batch_flag: str) -> str:
@@ -100,8 +99,7 @@ class Translator:
         self.config: Optional[Config] = None
         self.members = [net]        # the models that decode together (more than one: an ensemble)
         self.member_dirs: List[Path] = []   # model directories of members[1:]
-        # Further devices, each with its own copy of the members (`from_dir` with several devices): batches are
-        # dealt to all devices, each driven from its own thread.
+        # Further devices with their own copy of the members (`from_dir`), each driven from its own thread.
         self.replicas: List[Tuple[mx.Context, list]] = []
         self._concurrent: Optional[bool] = None   # whether the devices may run at once (decided on first use)
         # Held while the models compute: calls from several threads take turns. Gluon builds a block's graph on its
@@ -139,7 +137,7 @@ class Translator:
         check_gpus(ctxs)   # else a missing GPU would look like parameters that do not fit the model
         ctx = ctxs[0]
         others = []
-        for other in map(Path, ensemble):   # every member's vocabularies are checked before any model is loaded
+        for other in map(Path, ensemble or ()):   # every member's vocabularies are checked before any is loaded
             o_cfg, o_src, o_tgt = _load_tokenizers(other)
             for what, mine, theirs in (("source", src_tok, o_src), ("target", tgt_tok, o_tgt)):
                 check_member_vocabulary(other, model_dir, what, mine, theirs)
@@ -148,7 +146,7 @@ class Translator:
         dirs = [(model_dir, cfg)] + others
 
         def load_members(c: mx.Context) -> list:
-            return [_load_net(d, d_cfg, src_tok, tgt_tok, which, c)[0] for d, d_cfg in dirs]
+            return [_load_net(d, d_cfg, src_tok, tgt_tok, which, c) for d, d_cfg in dirs]
         first = load_members(ctx)
         tr = cls(first[0], src_tok, tgt_tok, decode, ctx=ctx)
         tr.model_dir, tr.checkpoint, tr.config = model_dir, str(which), cfg
@@ -207,6 +205,8 @@ class Translator:
             raise TypeError(f"{arg} must be a list of sentences, not one string ({lines[:40]!r}): give [sentence]")
         if not isinstance(lines, Iterable):
             raise TypeError(f"{arg} must be a list of sentences, got {type(lines).__name__}")
+        if isinstance(first_line, bool) or not isinstance(first_line, int):
+            raise TypeError(f"first_line must be an int (the first line's number), got {type(first_line).__name__}")
         limit = self.decode.max_input_tokens
         max_chars = limit * CHARS_PER_TOKEN
         texts = []

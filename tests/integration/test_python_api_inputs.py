@@ -10,6 +10,7 @@ import threading
 import mxnet as mx
 import pytest
 
+import nmt.plot
 from nmt import search_blocks
 from nmt.align import align
 from nmt.corpus import CorpusError
@@ -111,6 +112,18 @@ def test_a_string_where_a_list_belongs_is_refused(tr, model_dir, lines):
         tr.translate(None)
     with pytest.raises(TypeError, match="^lines must be a list of sentences, not one string"):   # not "5 lines"
         tr.continuous().add(lines[0], ["k"])
+    with pytest.raises(TypeError, match="^prefixes must be a list with one prefix per line, not one string"):
+        tr.continuous().add([lines[0]], ["k"], "Thanks")   # was "1 lines but 1 keys and 6 prefixes"
+    with pytest.raises(TypeError, match="^ContinuousDecoder.add: keys must be a list, one per line, got NoneType"):
+        tr.continuous().add([lines[0]], None)
+    with pytest.raises(TypeError, match="^first_line must be an int .*got str"):   # was str + int deep inside
+        tr.translate(["가" * 5000], first_line="x")
+    with pytest.raises(TypeError, match="^attention: sentence must be a str, got NoneType"):
+        nmt.plot.attention(tr, None)
+    for bad in ("3", 0, -1):   # "3": str + int deep in the search; 0 and -1: an empty plot
+        with pytest.raises(ValueError, match="^attention: max_len must be an int >= 1 or None"):
+            nmt.plot.attention(tr, lines[0], max_len=bad)
+    assert len(Translator.from_dir(model_dir, ensemble=None).members) == 1   # None: no further models, as ()
 
 
 def test_a_model_dir_that_is_no_path_is_named(model_dir):
