@@ -53,7 +53,10 @@ class ModelDirLock:
             h = json.loads(self.path.read_text(encoding="utf-8"))
             who = f"process {h['pid']} on host {h['host']} (since {h['since']})"
         except (OSError, ValueError, KeyError, TypeError):
-            who = "another process (its details are unreadable)"
+            who, h = "another process (its details are unreadable)", {}
+        if h.get("pid") == os.getpid() and h.get("host") == socket.gethostname():   # e.g. a notebook's cell run again
+            return (f"--model-dir {self.path.parent} is held by this very process: a Trainer of create_trainer keeps "
+                    "it until its fit() ends; fit that trainer, or give the directory up with trainer.lock.release()")
         return (f"--model-dir {self.path.parent} is being trained by {who}, which holds {self.path}; two trainers "
                 "would overwrite each other's checkpoints. Wait for it to finish, stop it (SIGTERM saves a "
                 "checkpoint; then --resume), or train into another --model-dir")

@@ -92,3 +92,16 @@ def test_a_lock_left_by_a_killed_process_does_not_block(tmp_path):
     with ModelDirLock(d) as lock:
         assert lock.held and json.loads((d / ckpt.LOCK).read_text())["pid"] == os.getpid()
     assert not lock.held
+
+
+def test_a_trainer_of_this_process_not_yet_fitted_is_named_as_such(tmp_path, task):
+    """A notebook cell that made a Trainer and failed before fit(), run again, was told that process <its own PID>
+    trains the directory, with nothing to say how to go on."""
+    from nmt.train import create_trainer
+    from tests.synth import tiny_config
+    cfg = tiny_config(tmp_path, task, "m", max_steps=1)
+    first = create_trainer(cfg)
+    with pytest.raises(ModelDirLocked, match="held by this very process: .*trainer.lock.release()"):
+        create_trainer(cfg, overwrite=True)
+    first.lock.release()
+    create_trainer(cfg, overwrite=True).fit()
