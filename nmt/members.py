@@ -32,12 +32,12 @@ def refuse_repeated_member(member: Path, members: Sequence[Path], which: str) ->
             return sha256_file(ckpt.params_path(model_dir, which))
         except OSError:
             return None
+    again = next((earlier for earlier in members if member.resolve() == earlier.resolve()), None)
+    if again is not None:   # before any copy is warned about
+        raise ckpt.CheckpointError(f"{member}: given twice in the ensemble (the first time as {again}): its mean would "
+                                   "count that model twice; give each model directory once")
     mine = digest(member)
     for earlier in members:
-        if member.resolve() == earlier.resolve():
-            raise ckpt.CheckpointError(
-                f"{member}: cannot join an ensemble with {members[0]}: it is {earlier} again, and the ensemble's "
-                "mean would count that model twice; give each model directory once")
         if mine is not None and mine == digest(earlier):
             logger.warning("%s: its %s parameters are those of %s (the same bytes: a copy); the ensemble translates "
                            "as that model alone would, more slowly", member, which, earlier)
