@@ -87,6 +87,7 @@ class TrainState:
     scheduled_best: Optional[list] = None  # [score, ppl] of that best if not best_* (evaluate.track_best)
     lr_scale: float = 1.0                  # plateau schedule multiplier
     tokens_seen: int = 0                   # target tokens trained on
+    since_valid: list = field(default_factory=list)   # [loss sum, NLL sum, tokens] since the last validation
     elapsed: float = 0.0                   # training wall time over all runs, seconds
     params_files: List[str] = field(default_factory=list)   # params.<step> files kept, oldest first
     stopped: str = ""                      # why training ended ("max_steps", "early_stop", ...), "" while running

@@ -61,6 +61,16 @@ class MetricsWriter:
     def __init__(self, path: Optional[Path]):
         self.path = Path(path) if path else None
 
+    def keep_until(self, step: int) -> "MetricsWriter":
+        """Drop the rows after `step` (a run resumed from an earlier checkpoint than the newest makes them again)."""
+        if self.path is not None and self.path.is_file():
+            rows = read_metrics(self.path)
+            if any(r.get("step", 0) > step for r in rows):
+                from nmt.atomic import atomic_write_text
+                atomic_write_text(self.path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows
+                                                     if r.get("step", 0) <= step))
+        return self
+
     def write(self, row: Dict[str, Any]) -> None:
         if self.path is None:
             return
@@ -128,14 +138,19 @@ class LossMeter:
     costs no host synchronization), and the target tokens they cover; `means()` reads both per token and starts
     over."""
 
-    def __init__(self):
-        self.total, self.nll, self.tokens = None, None, 0
+    def __init__(self, totals: Optional[list] = None):
+        self.total, self.nll, self.tokens = totals or (None, None, 0)   # (`totals` of a checkpoint)
 
     def add(self, loss_sum, tokens: int, nll_sum=None) -> None:
         self.total = loss_sum if self.total is None else self.total + loss_sum
         if nll_sum is not None:
             self.nll = nll_sum if self.nll is None else self.nll + nll_sum
         self.tokens += tokens
+
+    def totals(self) -> list:
+        """[loss sum, NLL sum, tokens] so far, what a checkpoint keeps for a resume (a host synchronization)."""
+        return [x if x is None or isinstance(x, float) else float(x.asscalar()) for x in (self.total, self.nll)] \
+            + [self.tokens]
 
     def means(self) -> Tuple[Optional[float], Optional[float]]:
         """Mean loss and NLL per target token since the last call (None if no token, or no NLL, was added); a host

@@ -62,9 +62,9 @@ class Trainer:
         self.dp = DataParallel(self.loss_block, net.collect_params(), optimizer, ctxs, accum_steps=t.accum_steps,
                                clip_norm=cfg.optim.clip_norm, num_workers=self.workers.num_workers, rank=self.rank,
                                amp=t.amp)
-        self.metrics = MetricsWriter(self.model_dir / ckpt.METRICS if self.is_chief else None)
+        self.metrics = MetricsWriter(self.model_dir / ckpt.METRICS if self.is_chief else None).keep_until(state.step)
         self.translator = Translator(net, data.src_tok, data.tgt_tok, cfg.decode, ctx=ctxs[0], warn_cut_off=False)
-        self.since_valid = LossMeter()   # training loss and NLL since the previous validation (its metrics row)
+        self.since_valid = LossMeter(state.since_valid)   # training loss and NLL since the previous validation
         self.progress = Progress(t.log_every, t.progress and self.is_chief)
         self.tensorboard = tensorboard or TensorBoardWriter(None)   # curves (a writer that does nothing: off)
         self.signal_name = ""            # set by SIGINT/SIGTERM: checkpoint after this update, then stop
@@ -133,7 +133,7 @@ class Trainer:
     def save_checkpoint(self, is_best: bool = False) -> None:
         """Checkpoint on rank 0; every worker continues from rank 0's state (its validations decide lr scale and
         early stop)."""
-        self.state.sampler = self.data.batches.state_dict()
+        self.state.sampler, self.state.since_valid = self.data.batches.state_dict(), self.since_valid.totals()
         if self.is_chief:
             ckpt.save_checkpoint(self.model_dir, self.net, self.optimizer, self.state, self.cfg.train.keep_last,
                                  is_best)

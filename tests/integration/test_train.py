@@ -326,6 +326,37 @@ def test_verbose_training_logs_debug_lines(tmp_path, task):
     assert "DEBUG nmt.train: step 2 loss" in (d / ckpt.LOG).read_text()
 
 
+def test_a_resumed_run_writes_the_metrics_rows_an_uninterrupted_one_writes(tmp_path, task, monkeypatch):
+    """The training loss since the last validation was not checkpointed: after a signal at step 5 and a resume, the
+    row of step 8 covered updates 6-8 only. And a resume from an earlier checkpoint than the newest (a damaged
+    one) validated its steps again beside their old rows."""
+    from nmt.train import Trainer
+    step = Trainer.train_step
+
+    def interrupted(self, batch):
+        loss = step(self, batch)
+        if self.state.step == 5 and "part" in str(self.model_dir):
+            self.signal_name = "SIGINT"
+        return loss
+    monkeypatch.setattr(Trainer, "train_step", interrupted)
+    rows = {}
+    for name in ("whole", "part"):
+        cfg = tiny_config(tmp_path, task, name, max_steps=12, valid_every=4, keep_last=5)
+        create_trainer(cfg).fit()
+        if name == "part":
+            assert ckpt.TrainState.load(tmp_path / name).step == 5
+            create_trainer(cfg, resume=True).fit()
+        rows[name] = [json.loads(x) for x in (tmp_path / name / ckpt.METRICS).read_text().splitlines()]
+    assert [r["step"] for r in rows["part"]] == [r["step"] for r in rows["whole"]] == [4, 8, 12]
+    for a, b in zip(rows["whole"], rows["part"]):
+        assert abs(a["train_loss"] - b["train_loss"]) < 1e-5, (a, b)
+    damaged = tmp_path / "part" / ckpt.params_file(12)   # the resume falls back to step 8 and validates 12 again
+    damaged.write_bytes(damaged.read_bytes()[:100])
+    cfg.train.max_steps = 12
+    create_trainer(cfg, resume=True).fit()
+    assert [json.loads(x)["step"] for x in (tmp_path / "part" / ckpt.METRICS).read_text().splitlines()] == [4, 8, 12]
+
+
 def test_a_signal_as_training_ends_skips_the_test_sets(tmp_path, task, monkeypatch, capsys):
     """Ctrl-C during the final validation of a run that reached --max-steps was acknowledged ("saving a checkpoint
     after this update, then stopping") and then ignored: the test sets were decoded (minutes with a recipe's three)
