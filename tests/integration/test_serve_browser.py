@@ -690,3 +690,39 @@ def test_with_several_lines_the_words_start_the_chosen_lines_translation(transla
             assert label.text == "translation starts with"
     finally:
         driver.quit()
+
+
+def test_invisible_lines_long_words_and_the_news_of_a_result(translator, serve_sentences):
+    """What a second browser audit found: a line of a zero-width space counted as text (choosable, and choosing it
+    asked /attention, which refused it in red); the arrow keys stopped on blank lines; a URL made the whole page
+    scroll sideways; and a screen reader heard nothing when a result came."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    driver = browser()
+    url_word = "https://www.example.com/" + "averyveryverylongpathsegment/" * 5 + "index.html"
+    lines = [serve_sentences[1], "\u200b", f"{url_word} {serve_sentences[2]}"]
+    try:
+        with background_server(make_app(translator)) as url:
+            open_page(driver, url)
+            driver.execute_script(FETCH_LOG)
+            set_source(driver, "\n".join(lines))
+            driver.find_element(By.ID, "go").click()
+            wait_settled(driver)
+            assert driver.find_element(By.ID, "error").text == ""
+            shown = driver.find_elements(By.CSS_SELECTOR, "#translation .line")
+            assert shown[1].get_attribute("aria-disabled") == "true"
+            shown[0].click()
+            wait_settled(driver)
+            driver.switch_to.active_element.send_keys(Keys.ARROW_DOWN)   # over the blank line, to line 3
+            assert driver.switch_to.active_element == shown[2]
+            driver.switch_to.active_element.send_keys(Keys.ENTER)
+            wait_settled(driver)
+            assert [b["text"] for b in sent(driver, "/attention")] == [lines[0], lines[0], lines[2]]
+            assert driver.find_element(By.ID, "error").text == ""
+            width = driver.execute_script("return [document.documentElement.scrollWidth, window.innerWidth]")
+            assert width[0] <= width[1], f"the page is {width[0]} pixels wide in a {width[1]}-pixel window"
+            status = driver.find_element(By.ID, "status")
+            assert status.get_attribute("role") == "status" and content(driver, "status")["status"].startswith(
+                "Translated 3 lines")
+    finally:
+        driver.quit()
