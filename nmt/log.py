@@ -9,7 +9,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from tqdm import tqdm
 
@@ -152,13 +152,16 @@ class LossMeter:
         return [x if x is None or isinstance(x, float) else float(x.asscalar()) for x in (self.total, self.nll)] \
             + [self.tokens]
 
-    def means(self) -> Tuple[Optional[float], Optional[float]]:
+    def means(self, add_up: Callable[[List[float]], List[float]] = list) -> Tuple[Optional[float], Optional[float]]:
         """Mean loss and NLL per target token since the last call (None if no token, or no NLL, was added); a host
-        synchronization."""
-        loss, nll = ((None if x is None or not self.tokens else float(x.asscalar()) / self.tokens)
-                     for x in (self.total, self.nll))
+        synchronization. `add_up`: the sums of loss and NLL over a job's workers, when each added its own part of
+        the batches it counted the tokens of."""
+        loss, nll, tokens = self.totals()
         self.total, self.nll, self.tokens = None, None, 0
-        return loss, nll
+        if not tokens:
+            return None, None
+        sums = add_up([loss or 0.0, nll or 0.0])
+        return (None if loss is None else sums[0] / tokens), (None if nll is None else sums[1] / tokens)
 
 
 class Progress:

@@ -237,6 +237,7 @@ class DataParallel:
                       if len(self.ctxs) > 1 and concurrent_devices_safe(self.ctxs) else None)
         self._graphs_built = False
         self.last_grad_norm = float("nan")   # of the latest update, as read for clipping (for logs)
+        self.last_share = 1.0                # this worker's part of the latest batch's target tokens
 
     @property
     def num_shares(self) -> int:
@@ -261,6 +262,7 @@ class DataParallel:
         """Forward + backward of this worker's part of `batch`; returns per-share (loss_sum, nll_sum) arrays,
         left on their devices (no host synchronization)."""
         shares = self.shares(batch)
+        self.last_share = sum(s.num_tgt_tokens for s in shares) / max(batch.num_tgt_tokens, 1)
         n = len(self.ctxs)
         per_device = [[shares[k * n + i] for k in range(self.accum_steps)] for i in range(n)]
         if self._pool is None or not self._graphs_built:

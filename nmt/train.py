@@ -67,9 +67,8 @@ class Trainer:
         self.since_valid = LossMeter(state.since_valid)   # training loss and NLL since the previous validation
         self.progress = Progress(t.log_every, t.progress and self.is_chief)
         self.tensorboard = tensorboard or TensorBoardWriter(None)   # curves (a writer that does nothing: off)
-        self.signal_name = ""            # set by SIGINT/SIGTERM: checkpoint after this update, then stop
+        self.signal_name, self.averaged = "", False   # SIGINT/SIGTERM's name (checkpoint, stop); fit() wrote params.avg
         self.lock: Optional[ModelDirLock] = None   # the model directory's lock (rank 0), released when fit() ends
-        self.averaged = False            # fit() wrote params.avg (--average-last)
         self._t_start, self._elapsed0 = time.perf_counter(), state.elapsed
 
     # -- the parts of the loop ----------------------------------------------------------------------------------
@@ -82,8 +81,9 @@ class Trainer:
         self.state.step += 1
         self.state.tokens_seen += batch.num_tgt_tokens
         self.state.elapsed = self._elapsed0 + time.perf_counter() - self._t_start
-        self.since_valid.add(loss, batch.num_tgt_tokens, nll)
-        self.progress.update(self.state.step, batch, loss, lr, nll)
+        self.since_valid.add(loss, batch.num_tgt_tokens, nll)   # this worker's part: summed over workers (validate)
+        share = self.dp.last_share or 1.0   # the bar and the curves show this worker's part's mean
+        self.progress.update(self.state.step, batch, loss / share, lr, nll / share)
         if self.state.step % self.cfg.train.log_every == 0:   # the progress bar has just read loss and speed
             last = self.progress.last
             self.tensorboard.log_train(self.state.step, loss=last["loss"], nll=last["nll"], learning_rate=lr,
@@ -94,7 +94,7 @@ class Trainer:
         """Dev loss and BLEU on rank 0, one metrics.jsonl row; whether the dev --valid-metric improved (the other
         workers: False; they take rank 0's state at the checkpoint that follows). `scheduled`: one of --valid-every's
         or an epoch's end, not that of a stop at a limit (see `track_best`)."""
-        train_loss, train_nll = self.since_valid.means()
+        train_loss, train_nll = self.since_valid.means(self.workers.sum)   # a collective: every worker calls it
         if not self.is_chief:
             return False
         row, sources, hyps, refs = self._dev_scores()

@@ -12,7 +12,7 @@ import socket
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
 
@@ -56,10 +56,11 @@ def check_kvstore(name: str) -> None:
                           f"python scripts/launch.py -n 2 -s 1 -- python scripts/train.py --kvstore {name} ...")
 
 
-STOP_WISHES = ("SIGINT", "SIGTERM", "max_seconds")   # stop reasons that may reach workers at different updates
+# stop reasons that may reach workers at different updates (signals, wall-clock limits: `Trainer.should_stop`)
+STOP_WISHES = ("SIGINT", "SIGTERM", "max_seconds", "time_budget")
 # kvstore keys of our collectives: above gluon.Trainer's 0..num_params-1, and small enough that MXNet's key-to-server
 # hash (key * 9973, a C int) does not overflow: a vote key, a length key, one key per power-of-two payload size
-_VOTE_KEY, _SIZE_KEY, _PAYLOAD_KEY = 100_000, 100_001, 100_002
+_SUM_KEY, _VOTE_KEY, _SIZE_KEY, _PAYLOAD_KEY = 99_999, 100_000, 100_001, 100_002
 
 
 class WorkerGroup:
@@ -102,6 +103,12 @@ class WorkerGroup:
         out = mx.nd.zeros(values.shape)
         self.kv.pushpull(key, mx.nd.array(values, dtype="float32"), out=out)
         return out
+
+    def sum(self, values: Sequence[float]) -> List[float]:
+        """Each of `values` summed over the workers (float32: about 7 significant digits)."""
+        if self.num_workers == 1:
+            return list(values)
+        return self._sum(_SUM_KEY, np.array(values, dtype=np.float32)).asnumpy().astype(float).tolist()
 
     def broadcast_bytes(self, data: Optional[bytes]) -> Optional[bytes]:
         """Rank 0's `data` (None = absent) on every worker; the other workers' argument is ignored."""

@@ -4,6 +4,7 @@ killed worker ends the job with a clear error, and `--resume` continues it (serv
 the ssh code path, with a stand-in `ssh` that runs the remote script here in a clean environment)."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -180,6 +181,23 @@ def test_one_worker_group_is_the_identity(tmp_path):
     assert g.agree_stop("SIGTERM") == "SIGTERM" and g.agree_stop("") == ""
 
 
+def test_every_wall_clock_stop_is_a_vote_of_the_workers():
+    """--time-budget crashed every distributed job once reached: "unknown stop wish 'time_budget'"."""
+    class OneOfTwo:   # worker 0's kvstore of a two-worker job whose other worker never wishes to stop
+        num_workers, rank, type = 2, 0, "dist_sync"
+
+        def init(self, key, value):
+            pass
+
+        def pushpull(self, key, value, out):
+            value.copyto(out)
+    for wish in ("SIGINT", "SIGTERM", "max_seconds", "time_budget"):
+        g = WorkerGroup(OneOfTwo())
+        g.finished()   # no exit barrier to leave through
+        assert (g.agree_stop(wish), g.agree_stop("")) == ("", wish)   # decided one update later, for all
+    assert g.sum([1.5, 2.0]) == [1.5, 2.0]   # (the other worker's parts: none here)
+
+
 def test_check_same_names_what_differs(monkeypatch):
     g = WorkerGroup("local")
     g.rank = 1
@@ -303,6 +321,11 @@ def test_two_workers_match_one_process(tmp_path, task):
     single.optim = cfg.optim
     create_trainer(single).fit()
     assert_same_params(params_of(single.train.model_dir), w0, rtol=1e-5, atol=1e-7)
+    # the training loss of the row is every worker's (rank 0 divided its own part's by the whole batches' tokens)
+    one = json.loads((Path(single.train.model_dir) / ckpt.METRICS).read_text().splitlines()[0])
+    two = json.loads(rows[0])
+    assert abs(one["train_loss"] - two["train_loss"]) < 1e-4 and abs(one["train_nll"] - two["train_nll"]) < 1e-4, \
+        (one, two)
 
 
 def test_two_workers_fine_tune_like_one_process(tmp_path, task):
