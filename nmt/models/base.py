@@ -20,7 +20,7 @@ import dataclasses
 import threading
 import types
 import warnings
-from typing import Any, Callable, ClassVar, List, Sequence, Tuple
+from typing import Any, Callable, ClassVar, List, Optional, Sequence, Tuple
 
 import mxnet as mx
 from mxnet import gluon
@@ -76,20 +76,20 @@ def _leaves(value: Any, moving_only: bool) -> List[Any]:
     return [] if value is None else [value]
 
 
-def _concat_field(values: List[Any], name: str, pad_positions: bool) -> Any:
-    """One field of several states, their rows one after the other (`DecoderState.concat`); `pad_positions`: pad
-    axis 1 with zeros to the longest."""
+def _concat_field(values: List[Any], name: str, pad_axis: Optional[int]) -> Any:
+    """One field of several states, their rows one after the other (`DecoderState.concat`); `pad_axis`: the axis
+    of source positions, padded with zeros to the longest."""
     if isinstance(values[0], DecoderState):
         return DecoderState.concat(values)
     if isinstance(values[0], tuple):
-        return tuple(_concat_field(list(v), f"{name}[{i}]", pad_positions) for i, v in enumerate(zip(*values)))
+        return tuple(_concat_field(list(v), f"{name}[{i}]", pad_axis) for i, v in enumerate(zip(*values)))
     if values[0] is None:
         return None
-    if pad_positions:
-        width = max(v.shape[1] for v in values)
-        values = [v if v.shape[1] == width else
-                  mx.nd.concat(v, mx.nd.zeros((v.shape[0], width - v.shape[1]) + v.shape[2:], ctx=v.context,
-                                              dtype=v.dtype), dim=1) for v in values]
+    if pad_axis is not None:
+        a, width = pad_axis, max(v.shape[pad_axis] for v in values)
+        values = [v if v.shape[a] == width else
+                  mx.nd.concat(v, mx.nd.zeros(v.shape[:a] + (width - v.shape[a],) + v.shape[a + 1:], ctx=v.context,
+                                              dtype=v.dtype), dim=a) for v in values]
     shapes = {tuple(v.shape[1:]) for v in values}
     if len(shapes) > 1:
         raise ValueError(f"cannot join decoder states: {name} has rows of shapes {sorted(shapes)}")
@@ -108,9 +108,11 @@ class DecoderState:
     since beams only ever move within their own sentence. Subclasses are frozen dataclasses."""
 
     source_fields: ClassVar[Tuple[str, ...]] = ()
-    # Source fields whose arrays run over source positions on axis 1, masked beyond the source length (encoder
-    # memory): `concat` pads them with zeros to the widest, so sentences of any length join a running search.
+    # Source fields whose arrays run over source positions on axis `source_position_axis`, masked beyond the source
+    # length (encoder memory): `concat` pads them with zeros to the widest, so sentences of any length join a
+    # running search, and `narrow_positions` cuts them (an ensemble's members then attend over equal widths).
     source_position_fields: ClassVar[Tuple[str, ...]] = ()
+    source_position_axis: ClassVar[int] = 1
     beam: int = dataclasses.field(default=1, kw_only=True)   # hypotheses per sentence
 
     def _map(self, fn: Callable[[Any], Any], on_state: Callable[["DecoderState"], Any],
@@ -150,13 +152,13 @@ class DecoderState:
     @staticmethod
     def concat(states: Sequence["DecoderState"]) -> "DecoderState":
         """The sentences of `states` one after the other (sentences joining a running search): states of one
-        structure and beam whose arrays have the same shapes beyond axis 0 (axis 1 of `source_position_fields` is
-        padded), else ValueError naming the field."""
+        structure and beam whose arrays have the same shapes beyond axis 0 (the source positions of
+        `source_position_fields` are padded), else ValueError naming the field."""
         first = states[0]
         if len({s.beam for s in states}) > 1:
             raise ValueError(f"cannot join decoder states of {sorted({s.beam for s in states})} beams per sentence")
         changes = {n: _concat_field([getattr(s, n) for s in states], f"{type(first).__name__}.{n}",
-                                    n in first.source_position_fields)
+                                    first.source_position_axis if n in first.source_position_fields else None)
                    for n in first._names()}
         return dataclasses.replace(first, **changes)
 
@@ -164,7 +166,8 @@ class DecoderState:
         """The state with `source_position_fields` cut to their first `width` positions (after the longest
         sentences left: the rest attend over no more than they need)."""
         def cut(v):
-            return v if v.shape[1] <= width else mx.nd.slice_axis(v, axis=1, begin=0, end=width)
+            a = self.source_position_axis
+            return v if v.shape[a] <= width else mx.nd.slice_axis(v, axis=a, begin=0, end=width)
         changes = {n: _apply(getattr(self, n), cut if n in self.source_position_fields else lambda v: v,
                              lambda s: s.narrow_positions(width)) for n in self._names()}
         return dataclasses.replace(self, **changes)

@@ -61,6 +61,7 @@ class TransformerState(DecoderState):
     target token read), and `position` (N,) float, the position of the next token read."""
 
     source_fields = ("memory_keys", "memory_values", "src_len")
+    source_position_fields, source_position_axis = ("memory_keys", "memory_values"), 2
     memory_keys: mx.nd.NDArray
     memory_values: mx.nd.NDArray
     src_len: mx.nd.NDArray

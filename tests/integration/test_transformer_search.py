@@ -56,6 +56,25 @@ def test_an_ensemble_with_an_lstm_follows_the_mean_of_its_members(copy_model):
     assert attention.shape == (5, src.shape[1])
 
 
+def test_an_ensemble_with_an_lstm_searches_a_batch_whose_longest_sentences_end_first(copy_model):
+    """Beam search of an LSTM + Transformer ensemble failed once the longest sentences of a batch were done: the
+    search cut the LSTM's encoder memory to the width the others need, not the Transformer's, and the members'
+    attention no longer lined up (MXNetError: expected [5,8], got [5,14])."""
+    lstm = nmt.models.build_model(ModelConfig(embed_size=16, hidden_size=16, dropout=0.0, word_dropout=0.0),
+                                  COPY_VOCAB, COPY_VOCAB)
+    lstm.initialize()
+    src, src_len, _ = copy_test_set(6)
+    lengths = src_len.asnumpy()
+    max_len = np.where(lengths == lengths.max(), 1, COPY_MAX_LEN + 2)   # the longest are cut off after a token
+    assert 0 < (lengths == lengths.max()).sum() < 6
+    batched = beam_search([copy_model, lstm], src, src_len, beam_size=3, max_len=max_len, nbest=2)
+    for i in range(6):
+        n = int(lengths[i])
+        alone = beam_search([copy_model, lstm], src[i:i + 1, :n], src_len[i:i + 1], beam_size=3,
+                            max_len=max_len[i:i + 1], nbest=2)
+        assert_same_hypotheses(alone, [batched[i]], atol=1e-5)
+
+
 def test_a_stream_decodes_each_sentence_as_alone(copy_model):
     """Sentences added while others decode (nmt.search.BeamStream): a Transformer's caches grow, so they start a
     new batch once the running one is done, and each decodes as it would alone."""
