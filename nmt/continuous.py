@@ -30,11 +30,13 @@ _JOIN_FRACTION = 0.25
 
 
 class Done(NamedTuple):
-    """A line `ContinuousDecoder.step` is done with: its key, its n-best list, and whether its best translation
-    reached the length limit (max_len_a, max_len_b) and may be cut off."""
+    """A line `ContinuousDecoder.step` is done with: its key, its n-best list, whether its best translation
+    reached the length limit (max_len_a, max_len_b) and may be cut off, and the target ids of each translation (what
+    `nmt.align.align_ids` aligns, as nmt-translate --alignment does)."""
     key: Hashable
     nbest: NBest
     cut_off: bool = False
+    ids: Tuple[List[int], ...] = ()
 
 
 class ContinuousDecoder:
@@ -89,8 +91,8 @@ class ContinuousDecoder:
                 self.sentence_steps += self.search.size
                 done = self.search.step()
                 texts = self.translator.texts([hyps for _, hyps in done])
-                out += [Done(self.keys.pop(i), nbest, bool(hyps) and reached_limit(hyps[0][0], *self.limits.pop(i)))
-                        for (i, hyps), nbest in zip(done, texts)]
+                out += [Done(self.keys.pop(i), nbest, bool(hyps) and reached_limit(hyps[0][0], *self.limits.pop(i)),
+                             tuple(ids for ids, _ in hyps)) for (i, hyps), nbest in zip(done, texts)]
         return out
 
     def cancel(self, keys: Sequence[Hashable]) -> None:

@@ -259,13 +259,13 @@ def _add_routes(app: FastAPI, limits: Limits) -> None:
         if long_lines:
             warnings += await _within_limit(model.batcher.call(lambda: token_warnings(tr, lines, prefixes),
                                                                clock.left()), clock, fewer, request)
-        nbests, cut_off = await _within_limit(model.batcher.translate(lines, beam, req.nbest, clock.left(), prefixes),
-                                              clock, fewer, request)
+        nbests, cut_off, ids = await _within_limit(model.batcher.translate(lines, beam, req.nbest, clock.left(),
+                                                                         prefixes), clock, fewer, request)
         d = tr.decode
         warnings += [f"text[{i}]: the translation reached the model's length limit (max_len_a {d.max_len_a:g} x "
                      f"source tokens + max_len_b {d.max_len_b}) and may be cut off" for i in cut_off]
         if req.alignment:   # each hypothesis gets its links: (text, score) -> (text, score, links)
-            links = iter(await _aligned(model, lines, nbests, clock, request))
+            links = iter(await _aligned(model, lines, ids, clock, request))
             nbests = [[(t, s, next(links)) for t, s in h] for h in nbests]
         return {"src_lang": tr.src_lang, "tgt_lang": tr.tgt_lang, "beam_size": beam, "warnings": warnings,
                 "translations": [_translation_item(h, req.alignment) for h in nbests]}
@@ -328,17 +328,19 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
-async def _aligned(model: Model, lines: List[str], nbests: list, clock: "_Clock", request: Request) -> list:
-    """The word alignment of every hypothesis, a decode batch of them per call of the worker: between two calls the
-    running search steps on, and a request over its time (or whose client left) stops using the model."""
-    from nmt.align import align
+async def _aligned(model: Model, lines: List[str], ids: List[tuple], clock: "_Clock", request: Request) -> list:
+    """The word alignment of every hypothesis (`ids`: each line's translations' target ids, as the search gave them:
+    aligned as nmt-translate --alignment aligns them), a decode batch of them per call of the worker: between two
+    calls the running search steps on, and a request over its time (or whose client left) stops using the model."""
+    from nmt.align import align_ids
     tr = model.translator
-    srcs, texts = [line for line, h in zip(lines, nbests) for _ in h], [t for h in nbests for t, _ in h]
+    srcs, tgts = [line for line, h in zip(lines, ids) for _ in h], [t for h in ids for t in h]
     links, size = [], max(1, tr.decode.batch_size)
-    for start in range(0, len(texts), size):
+    for start in range(0, len(tgts), size):
         part = slice(start, start + size)
-        links += await _within_limit(model.batcher.call(lambda: align(tr, srcs[part], texts[part]), clock.left()),
-                                     clock, "send fewer sentences or a smaller nbest", request)
+        links += await _within_limit(model.batcher.call(lambda: align_ids(tr, tr.source_ids(srcs[part]), tgts[part]),
+                                                        clock.left()), clock, "send fewer sentences or a smaller nbest",
+                                     request)
     return links
 
 

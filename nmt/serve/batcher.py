@@ -40,10 +40,11 @@ NBest = List[Tuple[str, float]]
 
 
 class Translations(NamedTuple):
-    """A request's answer: the n-best list of each line (input order), and the lines (indices) whose best
-    translation reached the length limit and may be cut off."""
+    """A request's answer: the n-best list of each line (input order), the lines (indices) whose best translation
+    reached the length limit and may be cut off, and the target ids of each line's translations (`Done.ids`)."""
     nbests: List[NBest]
     cut_off: List[int]
+    ids: List[tuple] = []
 
 
 class QueueFull(Exception):
@@ -324,18 +325,19 @@ class Batcher:
         self.busy_seconds += seconds
         self.steps += 1
         self.sentence_steps += self._decoder.sentence_steps - before
-        for (job_id, i), nbest, cut_off in done:
-            self._active[job_id].results[i] = nbest
+        for (job_id, i), nbest, cut_off, *ids in done:
+            self._active[job_id].results[i] = nbest, (ids or [()])[0]
             if cut_off:
                 self._active[job_id].cut_off.append(i)
         if done:   # model time per sentence so far, for Retry-After
             self.sentences += len(done)
             self._seconds_per_sentence = self.busy_seconds / self.sentences
-        for job_id in dict.fromkeys(key[0] for key, _, _ in done):   # the jobs that got answers, in order
+        for job_id in dict.fromkeys(d[0][0] for d in done):   # the jobs that got answers, in order
             job = self._active[job_id]
             if len(job.results) == len(job.lines):
                 del self._active[job_id]
-                self._finish(job, Translations([job.results[i] for i in range(len(job.lines))], sorted(job.cut_off)))
+                lines = [job.results[i] for i in range(len(job.lines))]
+                self._finish(job, Translations([n for n, _ in lines], sorted(job.cut_off), [t for _, t in lines]))
 
     def _run_call(self, job: _Job) -> None:
         if not job.live:

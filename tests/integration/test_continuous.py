@@ -18,7 +18,7 @@ def run_stream(decoder, arrivals):
         if step < len(arrivals) and arrivals[step]:
             keys, lines = zip(*arrivals[step])
             decoder.add(list(lines), list(keys))
-        for key, nbest, _ in decoder.step():
+        for key, nbest, *_ in decoder.step():
             out[key], at[key] = nbest, step
         step += 1
     return out, at

@@ -181,12 +181,12 @@ def test_the_time_limit_covers_all_of_a_requests_stages(translator, serve_senten
     """/translate with alignment runs the search, then the alignment, each on the worker: each stage got the whole
     limit, so a request took up to twice --timeout and still got its 200."""
     import nmt.align
-    align = nmt.align.align
+    align = nmt.align.align_ids
 
     def slow_align(*args, **kw):
         time.sleep(1.0)
         return align(*args, **kw)
-    monkeypatch.setattr(nmt.align, "align", slow_align)
+    monkeypatch.setattr(nmt.align, "align_ids", slow_align)
     slow = copy.copy(translator)                        # the same model, whose search takes 1 s more
     slow.texts = lambda hyps: (time.sleep(1.0 if hyps else 0), translator.texts(hyps))[1]   # as sentences finish
     with background_server(make_app(slow, timeout_s=1.5, max_wait_ms=0)) as url:
@@ -202,13 +202,13 @@ def test_an_alignment_over_the_time_limit_stops_using_the_model(translator, serv
     """The alignment of all of a request's hypotheses was one call of the worker, which ran to its end after the
     request got its 504 (or its client left), holding up every request behind it."""
     import nmt.align
-    align, aligned = nmt.align.align, []
+    align, aligned = nmt.align.align_ids, []
 
     def slow_align(tr, sources, translations):
         time.sleep(0.15 * len(translations))
         aligned.append(len(translations))
         return align(tr, sources, translations)
-    monkeypatch.setattr(nmt.align, "align", slow_align)
+    monkeypatch.setattr(nmt.align, "align_ids", slow_align)
     small = copy.copy(translator)
     small.decode = dataclasses.replace(translator.decode, batch_size=2)
     with background_server(make_app(small, timeout_s=0.8, max_wait_ms=0)) as url:

@@ -63,7 +63,7 @@ def run(dec, arrivals, steps=40):
     for step in range(steps):
         for key, line in arrivals.get(step, []):
             dec.add([line], [key])
-        for key, _, _ in dec.step():
+        for key, *_ in dec.step():
             back[key] = step
     assert dec.pending == 0
     return back
