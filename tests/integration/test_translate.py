@@ -687,6 +687,11 @@ def test_attention_heatmap(tr, src_lines, tmp_path, capsys):
                       "--plot-attention", tmp_path / "plots"], capsys)
     plots = sorted(p.name for p in (tmp_path / "plots").iterdir())
     assert code == 0 and plots == ["line-000001.png", "line-000003.png"]
+    # a line cut to --max-input-tokens is warned of once, by its number: its plot warned again, as "line 1"
+    path.write_text(f"리 니\n\n{' '.join(['리 니'] * 200)}\n", encoding="utf-8")
+    code, _, err = run(["--model-dir", tr.model_dir, "--input", path, "--output", tmp_path / "o.en",
+                        "--max-input-tokens", "20", "--plot-attention", tmp_path / "plots"], capsys)
+    assert code == 0 and err.count("truncated to 20") == 1 and "input line 3 " in err and "1 truncated" in err, err
 
 
 @pytest.mark.parametrize("flags", [[], ["--beam-size", "1"], ["--nbest", "2"], ["--alignment"], ["--sample", "3"]],
