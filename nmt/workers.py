@@ -153,9 +153,9 @@ class WorkerGroup:
                 self.broadcast_bytes(path.read_bytes() if path.is_file() else None)
             yield Path(src_dir)
             return
+        datas = [self.broadcast_bytes(None) for _ in names]   # first: a worker stopped while it waits leaves nothing
         with tempfile.TemporaryDirectory(prefix=f"nmt-worker{self.rank}-") as copy:
-            for name in names:
-                data = self.broadcast_bytes(None)
+            for name, data in zip(names, datas):
                 if data is not None:
                     atomic_write_bytes(Path(copy) / name, data)
             yield Path(copy)

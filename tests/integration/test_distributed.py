@@ -379,6 +379,22 @@ def test_an_exception_in_a_worker_ends_the_job(tmp_path, task):
     assert all(gone(pid) for pid in started_pids(err).values())
 
 
+def test_a_job_refused_at_the_start_leaves_no_temporary_files(tmp_path, task):
+    """Rank 0 refused the model directory (it exists) while the other worker waited for rank 0's tokenizers in a
+    directory it had made: the launcher stopped it there, and every failed launch left a /tmp/nmt-worker1-*."""
+    tiny_config(tmp_path, task, "dist", max_steps=2).save(tmp_path / "cfg.json")
+    (tmp_path / "dist").mkdir()
+    (tmp_path / "dist" / "notes.txt").write_text("mine")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    train = [str(REPO / "scripts" / "train.py"), "--config", "cfg.json", "--kvstore", "dist_sync", "--no-eval"]
+    p = launch(tmp_path, ["-n", "2", "-s", "1"], train, "refused", TMPDIR=str(tmp))
+    code = finish(p, 60)
+    err = (tmp_path / "refused.err").read_text()
+    assert code != 0 and "already exists and is not empty" in err, err[-3000:]
+    assert list(tmp.iterdir()) == [], err[-3000:]
+
+
 def test_killed_worker_ends_the_job_then_resume_over_ssh_and_stop_by_sigterm(tmp_path, task):
     # Adam (its states must reach every worker on resume) with always-active clipping by the global norm
     cfg = tiny_config(tmp_path, task, "dist", max_steps=100000, valid_every=2, keep_last=2, valid_max_sentences=5)
