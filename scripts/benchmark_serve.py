@@ -51,7 +51,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=2, help="offline/served alternations")
     p.add_argument("--beam-size", type=int, default=None, help="default: the model's")
     p.add_argument("--max-wait-ms", type=float, default=DEFAULT_MAX_WAIT_MS, help="the server's batching wait")
-    p.add_argument("--json", default=str(REPO / "results" / "benchmark_serve.json"))
+    p.add_argument("--json", default=str(REPO / "results" / "benchmark_serve.json"),
+                   help="the JSON of figures (default: results/benchmark_serve.json, which docs/performance.md cites: "
+                        "give another for a trial run)")
     return p.parse_args(argv)
 
 
@@ -179,7 +181,7 @@ def in_process(translator, lines: List[str], clients: int, per_request: int, sec
     def run(until: float) -> int:
         done = 0
         while time.perf_counter() < until:
-            for (k, _), _, _ in decoder.step():
+            for (k, _), *_ in decoder.step():
                 done += 1
                 left[k] -= 1
                 if not left[k]:
