@@ -56,7 +56,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--train-tokens-per-s", type=float, default=5400.0,
                    help="training consumption to compare with (source+target tokens/s)")
-    p.add_argument("--json", type=Path, help="write the figures to this JSON file")
+    p.add_argument("--json", type=Path, help="write the figures to this JSON file (with --synthetic-pairs, by "
+                                             "default results/benchmark_data.json, which docs/performance.md cites)")
     p.add_argument("--synthetic-pairs", type=int, help="measure the pipeline at scale on N synthetic pairs")
     p.add_argument("--work-dir", type=Path, default=Path(tempfile.gettempdir()) / "nmt-bench-data",
                    help="where --synthetic-pairs keeps its corpus (reused across runs) and tokenizers")
@@ -131,6 +132,7 @@ def at_scale(args: argparse.Namespace) -> int:
           f"{res['seconds_to_first_update_rerun']:.0f} s); peak RSS {res['peak_rss_gib']:.2f} GiB")
     out = args.json or REPO / "results" / "benchmark_data.json"
     atomic_write_text(out, json.dumps(res, indent=2) + "\n")
+    print(f"wrote {out}")
     return 0
 
 

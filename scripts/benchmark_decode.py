@@ -47,7 +47,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--other-model-dir", type=Path,
                    help="a second model of the same source language (e.g. the other architecture): decoded by "
                         "nmt.search in the same rounds, on the same sentences, and reported beside the first")
-    p.add_argument("--output", type=Path, default=REPO / "results" / "benchmark_decode.json")
+    p.add_argument("--output", type=Path, default=REPO / "results" / "benchmark_decode.json",
+                   help="the JSON of figures (default: results/benchmark_decode.json, which docs/performance.md cites: "
+                        "give another for a trial run)")
     return p.parse_args(argv)
 
 
@@ -125,9 +127,15 @@ def run(args: argparse.Namespace) -> dict:
     """Warm-up, then alternating timed rounds; the report written to --output."""
     import mxnet as mx
     from nmt.translate import Translator
-    tr = Translator.from_dir(args.model_dir, which=args.checkpoint)
+    if args.sentences < 0:
+        raise SystemExit(f"error: --sentences must be >= 0 (0 = all), got {args.sentences}")
+    from nmt.checkpoint import CheckpointError
     from nmt.config import ConfigError
     from nmt.corpus import CorpusError
+    try:
+        tr = Translator.from_dir(args.model_dir, which=args.checkpoint)
+    except (CheckpointError, ConfigError) as e:
+        raise SystemExit(f"error: {e}") from None
     from nmt.scoring import first_test_sources
     try:
         name, lines = first_test_sources(tr.config, args.data_dir, args.src_file)
