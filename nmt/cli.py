@@ -15,7 +15,7 @@ from nmt.config import (ARCH_DEFAULTS, KVSTORES, LR_SCHEDULES, PER_INVOCATION, V
                         ConfigError, DataConfig, ModelConfig, resumed_config)
 from nmt import jsonio
 from nmt.commands import command, nonempty
-from nmt.recipes import RECIPES
+from nmt.recipes import RECIPES, resolve_data_dir
 
 # (flag, section, field, type, help): the tables mapping flags to config fields, one per config section
 
@@ -318,6 +318,9 @@ def training_run(args: argparse.Namespace) -> Tuple[Config, List[str], Optional[
     """What a training command line asks for: the configuration (on --resume the run's own with this command's
     changes, listed; with --init-from the model's settings), and the parameter file of --init-from."""
     cfg, changes = config_for_resume(args) if args.resume else (config_from_args(args), [])
+    if not args.resume and cfg.data.recipe and cfg.data.data_dir is None:   # $NMT_DATA_DIR, recorded as --data-dir is
+        mirror = resolve_data_dir(None)   # (a CorpusError naming the variable when it names no directory)
+        cfg.data.data_dir = None if mirror is None else str(mirror.resolve())
     init = None
     if args.init_from is not None:
         from nmt.finetune import init_config, init_params

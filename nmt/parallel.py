@@ -127,9 +127,11 @@ def parse_devices(gpus: Optional[str], cpu_devices: int = 1) -> List[mx.Context]
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     where = f" (CUDA_VISIBLE_DEVICES={visible})" if visible is not None else ""
     if found == 0:
-        raise DeviceError(f"--gpus {spec}: no GPU found{where}. This needs the CUDA build of MXNet "
-                          "(pip install -r requirements/gpu.txt) and a visible NVIDIA GPU; omit --gpus to run on "
-                          "the CPU")
+        cuda = mx.runtime.Features().is_enabled("CUDA")
+        raise DeviceError(f"--gpus {spec}: no GPU found{where}. " + (
+            "No NVIDIA GPU is visible to this CUDA build of MXNet" if cuda else "This MXNet is the CPU build: replace "
+            "it with the CUDA build (pip uninstall -y mxnet && pip install -r requirements/gpu.txt; the two builds "
+            "write one package, so never install both)") + "; omit --gpus to run on the CPU")
     if max(ids) >= found:
         raise DeviceError(f"--gpus {spec} asks for GPU id {max(ids)} ({len(ids)} GPUs) but only {found} "
                           f"GPU(s) were found{where}: valid ids are 0..{found - 1}")

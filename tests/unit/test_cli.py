@@ -132,7 +132,8 @@ def test_help_is_grouped_with_defaults():
     (["--batch-size", "0"], "--batch-size must be >= 1"),
     (["--src", "ko", "--tgt", "ko"], "--src and --tgt are both"),
     (["--accum-steps", "0"], "--accum-steps must be >= 1"),
-    (["--gpus", "2"], "no GPU found"),
+    (["--gpus", "2"], "no GPU found. This MXNet is the CPU build: replace it with the CUDA build (pip uninstall -y "
+                      "mxnet && pip install -r requirements/gpu.txt"),   # installing beside it breaks both
     (["--gpus", "x"], "give a count"),
     (["--cpu-devices", "0"], "--cpu-devices must be at least 1"),
     (["--resume", "--overwrite"], "contradict"),
@@ -393,3 +394,16 @@ def test_a_resume_finds_the_corpora_where_the_run_did_unless_told_otherwise(tmp_
     elsewhere = Config.from_dict({"data": {"recipe": "tatoeba", "data_dir": "/other/mirror"}})
     merged, _ = resumed_config(saved, elsewhere, {"data.data_dir": "--data-dir"}, "config.json")
     assert merged.data.data_dir == "/other/mirror" and merged.data.cache_dir == saved.data.cache_dir
+
+
+def test_a_mirror_named_by_nmt_data_dir_is_recorded_as_data_dir_is(tmp_path, monkeypatch):
+    """A run trained with $NMT_DATA_DIR saved data_dir null: its evaluation (--recipe-tests) and its resume without
+    the variable then tried to download the corpora."""
+    from nmt.cli import training_run
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    monkeypatch.setenv("NMT_DATA_DIR", str(mirror))
+    args = build_train_parser().parse_args(["--model-dir", str(tmp_path / "m")])
+    assert training_run(args)[0].data.data_dir == str(mirror.resolve())
+    monkeypatch.delenv("NMT_DATA_DIR")
+    assert training_run(args)[0].data.data_dir is None
