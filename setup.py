@@ -27,7 +27,7 @@ setup(
     description="Korean<->English neural machine translation trainer on Apache MXNet Gluon",
     long_description=(HERE / "README.md").read_text(encoding="utf-8") if (HERE / "README.md").exists() else "",
     long_description_content_type="text/markdown",
-    python_requires=">=3.9,<3.12",
+    python_requires=">=3.11,<3.12",   # the pinned requirements (fastapi, starlette, ipykernel) need 3.11
     packages=find_packages(include=["nmt", "nmt.*"]),
     package_data={"nmt": ["recipes.json", "serve/page.html"]},
     install_requires=_requirements("common.txt"),
