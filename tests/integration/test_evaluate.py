@@ -206,8 +206,8 @@ def as_tatoeba_model(model_dir: Path) -> Config:
 
 def test_a_model_without_recipe_or_files_says_which_flag_cannot_work(model_copy, capsys):
     cfg = Config.load(model_copy / ckpt.CONFIG)
-    for f in ("test_src", "test_tgt", "dev_src", "dev_tgt"):
-        setattr(cfg.data, f, None)
+    for f in ("train_src", "train_tgt", "test_src", "test_tgt", "dev_src", "dev_tgt"):   # (training files alone:
+        setattr(cfg.data, f, None)                                                     # their held-out dev set)
     cfg.save(model_copy / ckpt.CONFIG)
     for flag, kind in (("--recipe-tests", "test"), ("--dev-set", "dev")):
         code, _, err = run(["--model-dir", model_copy, flag], capsys)
