@@ -147,21 +147,22 @@ class LossMeter:
             self.nll = nll_sum if self.nll is None else self.nll + nll_sum
         self.tokens += tokens
 
-    def totals(self) -> list:
-        """[loss sum, NLL sum, tokens] so far, what a checkpoint keeps for a resume (a host synchronization)."""
-        return [x if x is None or isinstance(x, float) else float(x.asscalar()) for x in (self.total, self.nll)] \
-            + [self.tokens]
+    def totals(self, add_up: Callable[[List[float]], List[float]] = list) -> list:
+        """[loss sum, NLL sum, tokens] so far (a host synchronization; what a checkpoint keeps). `add_up`: the sums
+        over a job's workers (a collective), each of which added its own part of the batches it counted the tokens
+        of."""
+        sums = [x if x is None or isinstance(x, float) else float(x.asscalar()) for x in (self.total, self.nll)]
+        if self.tokens:   # the same on every worker: all of them call `add_up`, or none
+            sums = [None if x is None else y for x, y in zip(sums, add_up([x or 0.0 for x in sums]))]
+        return sums + [self.tokens]
 
     def means(self, add_up: Callable[[List[float]], List[float]] = list) -> Tuple[Optional[float], Optional[float]]:
-        """Mean loss and NLL per target token since the last call (None if no token, or no NLL, was added); a host
-        synchronization. `add_up`: the sums of loss and NLL over a job's workers, when each added its own part of
-        the batches it counted the tokens of."""
-        loss, nll, tokens = self.totals()
+        """Mean loss and NLL per target token since the last call (None if no token, or no NLL, was added), summed
+        with `add_up` as `totals` does."""
+        loss, nll, tokens = self.totals(add_up)
         self.total, self.nll, self.tokens = None, None, 0
-        if not tokens:
-            return None, None
-        sums = add_up([loss or 0.0, nll or 0.0])
-        return (None if loss is None else sums[0] / tokens), (None if nll is None else sums[1] / tokens)
+        return (None, None) if not tokens else (None if loss is None else loss / tokens,
+                                                None if nll is None else nll / tokens)
 
 
 class Progress:

@@ -64,7 +64,7 @@ class Trainer:
                                amp=t.amp)
         self.metrics = MetricsWriter(self.model_dir / ckpt.METRICS if self.is_chief else None).keep_until(state.step)
         self.translator = Translator(net, data.src_tok, data.tgt_tok, cfg.decode, ctx=ctxs[0], warn_cut_off=False)
-        self.since_valid = LossMeter(state.since_valid)   # training loss and NLL since the previous validation
+        self.since_valid = LossMeter(state.since_valid if self.is_chief else None)   # loss since the last validation
         self.progress = Progress(t.log_every, t.progress and self.is_chief)
         self.tensorboard = tensorboard or TensorBoardWriter(None)   # curves (a writer that does nothing: off)
         self.signal_name, self.averaged = "", False   # SIGINT/SIGTERM's name (checkpoint, stop); fit() wrote params.avg
@@ -131,9 +131,9 @@ class Trainer:
         return row, dev.src[:n], hyps, dev.tgt[:n]
 
     def save_checkpoint(self, is_best: bool = False) -> None:
-        """Checkpoint on rank 0; every worker continues from rank 0's state (its validations decide lr scale and
-        early stop)."""
-        self.state.sampler, self.state.since_valid = self.data.batches.state_dict(), self.since_valid.totals()
+        """Checkpoint on rank 0; every worker goes on from rank 0's state (its validations decide lr and stopping)."""
+        self.state.sampler = self.data.batches.state_dict()
+        self.state.since_valid = self.since_valid.totals(self.workers.sum)   # every worker's (a collective)
         if self.is_chief:
             ckpt.save_checkpoint(self.model_dir, self.net, self.optimizer, self.state, self.cfg.train.keep_last,
                                  is_best)
