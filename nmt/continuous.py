@@ -68,7 +68,7 @@ class ContinuousDecoder:
         """Queue `lines`, known by `keys` (same length) when they come back from `step`; `prefixes`: per line, text
         its translations start with (None or "": none)."""
         src = self.translator.source_ids(lines)   # checked first: a string is not read as one line per character
-        targets = self.translator.target_prefixes(prefixes) or [None for _ in src]   # (nor as one prefix per one)
+        targets = self.translator.target_prefixes(prefixes) or [None for _ in src]   # (nor a string as prefixes)
         if not isinstance(keys, Sequence) or isinstance(keys, str):
             raise TypeError(f"ContinuousDecoder.add: keys must be a list, one per line, got {type(keys).__name__}")
         if len(src) != len(keys) or len(targets) != len(src):
