@@ -40,9 +40,11 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--a", type=Path, required=True, help="the reference checkout")
     p.add_argument("--b", type=Path, required=True, help="the checkout compared with it")
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=3, help="alternated rounds, each A then B (default 3)")
     p.add_argument("--json", type=Path, help="write the figures here")
     args = p.parse_args(own)
+    if args.rounds < 1:
+        p.error(f"--rounds must be >= 1, got {args.rounds}")
     a, b = args.a.resolve(), args.b.resolve()
     for name, path in (("--a", a), ("--b", b)):
         if not (path / "scripts" / "benchmark_train.py").is_file():

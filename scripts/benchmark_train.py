@@ -261,6 +261,8 @@ def main(argv=None) -> int:
         raise SystemExit("error: --amp needs --gpus: automatic mixed precision is a GPU feature (float16 kernels)")
     if 1 not in args.devices:
         raise SystemExit("error: --devices must include 1: every count is compared with one device")
+    if args.repeats < 1:
+        raise SystemExit(f"error: --repeats must be >= 1 (timed windows whose median is reported), got {args.repeats}")
     rows = []
     for batch in args.batch_sizes:
         results = run_interleaved(build_specs(args, batch))

@@ -24,6 +24,14 @@ def test_benchmark_train_refuses_bad_arguments(monkeypatch, capsys):
         bench.main(["--devices", "2"])
     with pytest.raises(SystemExit, match="--amp needs --gpus"):
         bench.main(["--amp"])
+    with pytest.raises(SystemExit, match="--repeats must be >= 1"):   # was statistics.median of nothing, at the end
+        bench.main(["--repeats", "0"])
     with pytest.raises(SystemExit):
         bench.main(["--batch-sizes", "0"])
     assert "expected comma-separated positive integers" in capsys.readouterr().err
+
+
+def test_benchmark_ab_refuses_no_rounds(monkeypatch, capsys):
+    with pytest.raises(SystemExit):
+        _script(monkeypatch, "benchmark_ab").main(["--a", str(REPO), "--b", str(REPO), "--rounds", "0"])
+    assert "--rounds must be >= 1, got 0" in capsys.readouterr().err
