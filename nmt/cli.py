@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from nmt.config import (ARCH_DEFAULTS, KVSTORES, LR_SCHEDULES, PER_INVOCATION, VALID_METRIC_NAMES, Config,
-                        ConfigError, DataConfig, ModelConfig, resumed_config)
+from nmt.config import (ARCH_DEFAULTS, BUCKETINGS, KVSTORES, LANGS, LR_SCHEDULES, PER_INVOCATION, SPM_MODEL_TYPES,
+                        VALID_METRIC_NAMES, Config, ConfigError, DataConfig, ModelConfig, resumed_config)
 from nmt import jsonio
 from nmt.commands import command, nonempty
 from nmt.recipes import RECIPES, resolve_data_dir
@@ -33,8 +33,8 @@ class Flag:
 
 
 DATA_FLAGS = [
-    Flag("--src", "data", "src_lang", str, "source language", choices=("ko", "en")),
-    Flag("--tgt", "data", "tgt_lang", str, "target language", choices=("ko", "en")),
+    Flag("--src", "data", "src_lang", str, "source language", choices=LANGS),
+    Flag("--tgt", "data", "tgt_lang", str, "target language", choices=LANGS),
     Flag("--recipe", "data", "recipe", str, f"dataset recipe (nmt/recipes.json): {', '.join(RECIPES)}"),
     Flag("--data-dir", "data", "data_dir", str, "offline mirror laid out like shared/data (or $NMT_DATA_DIR)"),
     Flag("--cache-dir", "data", "cache_dir", str, "download cache directory"),
@@ -52,7 +52,7 @@ DATA_FLAGS = [
     Flag("--skip-invalid-utf8", "data", "skip_invalid_utf8", help="skip (and count) undecodable lines", boolean=True),
     Flag("--vocab-size", "data", "vocab_size", int,
          "SentencePiece vocabulary size per language (with --shared-vocab: of the one joint model)"),
-    Flag("--spm-model-type", "data", "spm_model_type", str, "SentencePiece algorithm", choices=("unigram", "bpe")),
+    Flag("--spm-model-type", "data", "spm_model_type", str, "SentencePiece algorithm", choices=SPM_MODEL_TYPES),
     Flag("--subword-sampling", "data", "subword_sampling", float,
          "subword regularization: segment each training batch anew, sampled with this alpha (unigram: smoothing, "
          "0.1-0.5; bpe: BPE-dropout rate, 0.1); 0 = off"),
@@ -63,7 +63,7 @@ DATA_FLAGS = [
          "(sentences x their length bucket's longest target + 1), instead of --batch-size"),
     Flag("--num-buckets", "data", "num_buckets", int, "length buckets (few fixed batch shapes)"),
     Flag("--bucketing", "data", "bucketing", str, "how examples are split into the buckets: the split that pads "
-         "least (padding, default) or length quantiles (quantile)", choices=("padding", "quantile")),
+         "least (padding, default) or length quantiles (quantile)", choices=BUCKETINGS),
 ]
 MODEL_FLAGS = [
     Flag("--arch", "model", "arch", str, "architecture", choices=ARCH_DEFAULTS),   # its keys, read when parsing

@@ -30,8 +30,8 @@ def _check(checks) -> None:
 # Defaults are the best of the default job's ablations on dev BLEU (Tatoeba ko->en, 3.9k pairs, 30 minutes on one
 # CPU core; docs/results.md): small-data NMT is won by regularization and small vocabularies (Sennrich & Zhang 2019).
 
-# Languages a model translates between (either direction).
-LANGS = ("ko", "en")
+# Languages a model translates between (either direction); the choices of --bucketing and --spm-model-type.
+LANGS, BUCKETINGS, SPM_MODEL_TYPES = ("ko", "en"), ("padding", "quantile"), ("unigram", "bpe")
 
 
 @dataclass
@@ -82,8 +82,8 @@ class DataConfig:
                 (self.num_buckets >= 1, f"--num-buckets must be >= 1, got {self.num_buckets}"),
                 *[(value in allowed, f"{flag} {value!r}: use one of {', '.join(allowed)}")
                   for flag, value, allowed in (("--src", self.src_lang, LANGS), ("--tgt", self.tgt_lang, LANGS),
-                                               ("--bucketing", self.bucketing, ("padding", "quantile")),
-                                               ("--spm-model-type", self.spm_model_type, ("unigram", "bpe")))],
+                                               ("--bucketing", self.bucketing, BUCKETINGS),
+                                               ("--spm-model-type", self.spm_model_type, SPM_MODEL_TYPES))],
                 (self.src_lang != self.tgt_lang, f"--src and --tgt are both {self.src_lang!r}; "
                                                  "translate ko -> en or en -> ko"),
                 (self.subword_sampling == 0.0 or 0.0 < self.subword_sampling < 1.0,
