@@ -184,9 +184,10 @@ class Progress:
                         disable=None if self.enabled else True, dynamic_ncols=True, leave=False)
         self.epoch_speed.reset()
 
-    def update(self, step: int, batch, loss_sum, lr: float, nll_sum=None) -> None:
+    def update(self, step: int, batch, loss_sum, lr: float, nll_sum=None, share: float = 1.0) -> None:
+        """`share`: the part of the batch's target tokens whose loss `loss_sum` sums (a worker's of a job's)."""
         for meter, speed in ((self.meter, self.speed), (self.epoch_meter, self.epoch_speed)):
-            meter.add(loss_sum, batch.num_tgt_tokens, nll_sum)
+            meter.add(loss_sum, batch.num_tgt_tokens * share, nll_sum)
             speed.update(batch.num_sentences, batch.num_src_tokens, batch.num_tgt_tokens)
         if self.bar is not None:   # None: updates outside `fit` (e.g. a benchmark's), logged but not drawn
             self.bar.update(1)

@@ -82,8 +82,7 @@ class Trainer:
         self.state.tokens_seen += batch.num_tgt_tokens
         self.state.elapsed = self._elapsed0 + time.perf_counter() - self._t_start
         self.since_valid.add(loss, batch.num_tgt_tokens, nll)   # this worker's part: summed over workers (validate)
-        share = self.dp.last_share or 1.0   # the bar and the curves show this worker's part's mean
-        self.progress.update(self.state.step, batch, loss / share, lr, nll / share)
+        self.progress.update(self.state.step, batch, loss, lr, nll, self.dp.last_share or 1.0)   # this worker's part
         if self.state.step % self.cfg.train.log_every == 0:   # the progress bar has just read loss and speed
             last = self.progress.last
             self.tensorboard.log_train(self.state.step, loss=last["loss"], nll=last["nll"], learning_rate=lr,
