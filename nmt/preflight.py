@@ -63,9 +63,10 @@ def _check_model_dir(cfg: Config, resume: bool, overwrite: bool, init: Optional[
             pass
     if resume and manifest.has_manifests(model_dir):
         body, problems = manifest.newest_intact(model_dir)
-        out["resume_step"], out["damaged"] = body["step"], problems
+        out["resume_step"], out["damaged"], out["sampler"] = body["step"], problems, body["state"]["sampler"]
     elif resume:
-        out["resume_step"], out["damaged"] = ckpt.TrainState.load(model_dir).step, []
+        state = ckpt.TrainState.load(model_dir)
+        out["resume_step"], out["damaged"], out["sampler"] = state.step, [], state.sampler
     return out
 
 
@@ -99,8 +100,9 @@ def dry_run(cfg: Config, resume: bool = False, overwrite: bool = False, init: Op
         if init is not None:
             copy_tokenizers(init, cfg, Path(tmp))
         data = build_data(cfg, model_dir if resume else Path(tmp), resume=resume)
+        sampler = report.pop("sampler", None)   # of the checkpoint a resume starts from (checked above)
         if resume:   # the position a resume continues from belongs to these batches (else an error names why)
-            data.batches.load_state_dict(ckpt.resume_state(model_dir).sampler)
+            data.batches.load_state_dict(sampler)
         net = build_model(cfg.model, data.src_tok.vocab_size, data.tgt_tok.vocab_size)
         net.initialize(mx.init.Xavier(magnitude=2.24), ctx=ctxs[0])
         _first_batch_forward(net, data, ctxs[0])

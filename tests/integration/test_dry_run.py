@@ -177,3 +177,18 @@ def test_a_dry_run_of_a_resume_on_changed_data_fails_as_the_resume_would(tmp_pat
     assert train_main(resume) == 2
     assert "sampler state was saved for other training data" in dry and dry.strip().splitlines()[-1] in \
         capsys.readouterr().err
+
+
+def test_a_dry_run_of_a_resume_past_a_damaged_checkpoint_writes_nothing(tmp_path, task, capsys):
+    """The dry run read the resume's batch position through the resume's own reading of the state, which, past a
+    damaged newest checkpoint, writes state.json anew (and verifies every checkpoint file a second time)."""
+    d = tmp_path / "m"
+    assert train_main(args_for(task, d, "--max-steps", "4", "--valid-every", "2", "--keep-last", "3")) == 0
+    damaged = d / ckpt.params_file(4)
+    damaged.write_bytes(damaged.read_bytes()[:100])
+    state = (d / ckpt.STATE).read_bytes()
+    capsys.readouterr()
+    assert train_main(["--model-dir", str(d), "--resume", "--max-steps", "6", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "resume from step 2 (damaged newer checkpoints:" in out, out
+    assert (d / ckpt.STATE).read_bytes() == state
