@@ -325,14 +325,15 @@ class Batcher:
         self.busy_seconds += seconds
         self.steps += 1
         self.sentence_steps += self._decoder.sentence_steps - before
-        for (job_id, i), nbest, cut_off, *ids in done:
-            self._active[job_id].results[i] = nbest, (ids or [()])[0]
-            if cut_off:
+        for d in done:   # `nmt.continuous.Done`
+            job_id, i = d.key
+            self._active[job_id].results[i] = d.nbest, d.ids
+            if d.cut_off:
                 self._active[job_id].cut_off.append(i)
         if done:   # model time per sentence so far, for Retry-After
             self.sentences += len(done)
             self._seconds_per_sentence = self.busy_seconds / self.sentences
-        for job_id in dict.fromkeys(d[0][0] for d in done):   # the jobs that got answers, in order
+        for job_id in dict.fromkeys(d.key[0] for d in done):   # the jobs that got answers, in order
             job = self._active[job_id]
             if len(job.results) == len(job.lines):
                 del self._active[job_id]

@@ -10,6 +10,7 @@ from typing import List
 
 import pytest
 
+from nmt.continuous import Done
 from nmt.serve.batcher import Batcher, Closed, QueueFull, TimedOut
 
 
@@ -63,7 +64,7 @@ class FakeDecoder:
             r[2] -= 1
         done = [r for r in self.running if r[2] <= 0 or not r[1]]
         self.running = [r for r in self.running if r not in done]
-        return [(key, [(x[::-1] + "*" * j, -float(j)) for j in range(self.nbest)] if x else [], x.endswith("!"))
+        return [Done(key, [(x[::-1] + "*" * j, -float(j)) for j in range(self.nbest)] if x else [], x.endswith("!"))
                 for key, x, _ in done]
 
 
@@ -182,7 +183,7 @@ def test_a_failure_after_a_step_fails_its_requests_and_the_worker_survives():
 
             def garbled():
                 bad = any(line == "bad" for _, line, _ in decoder.waiting + decoder.running)
-                return step() + ([(("nobody", 0), [], False)] if bad else [])
+                return step() + ([Done(("nobody", 0), [], False)] if bad else [])
             decoder.step = garbled
             return decoder
     b = Batcher(Garbled(), max_batch=8, max_wait_ms=0)
