@@ -59,7 +59,8 @@ def load_translator(args: argparse.Namespace):
     from nmt import checkpoint as ckpt
     from nmt.log import setup_logging
     from nmt.parallel import parse_devices
-    from nmt.translate import Translator, search_too_wide
+    from nmt.search import search_too_wide
+    from nmt.translate import Translator
     setup_logging(None, level=logging.DEBUG if args.verbose else logging.INFO)
     for model_dir in args.ensemble:
         ckpt.config_of(model_dir, "--ensemble")

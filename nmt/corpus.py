@@ -131,6 +131,11 @@ def check_languages(src: Sequence[str], tgt: Sequence[str], src_lang: str, names
                           "of one language?")
 
 
+def one_line(text: str) -> str:
+    """`text` with line-break characters (`LINE_BREAKS`) turned into spaces: one input line gives one output line."""
+    return LINE_BREAKS.sub(" ", text)
+
+
 def count_lines(text: str) -> int:
     """How many lines of `text` (split at `LINE_BREAKS`, as str.splitlines splits: LF, CR, U+2028, ...) have something
     on them. More than one in what should be one sentence means several: a model trained on sentences usually

@@ -10,7 +10,6 @@ Axes are labelled with the SentencePiece pieces of both sides.
 from __future__ import annotations
 
 import importlib.util
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, List, Optional
@@ -148,16 +147,9 @@ def attention_saver(translator, out_dir) -> Callable[[int, List[str], List[str]]
     out_dir.mkdir(parents=True, exist_ok=True)
 
     def save(first_line: int, lines: List[str], translations: List[str]) -> None:
-        # the lines were translated (their cuts warned of and counted) already: their plots say nothing more of them
-        quiet = logging.getLogger("nmt.translate")
-        before, level = translator.truncated, quiet.level
-        quiet.setLevel(logging.ERROR)
-        try:
+        with translator.unreported():   # the lines were translated (their cuts reported) already
             for k, (line, translation) in enumerate(zip(lines, translations)):
                 if line.strip():   # an empty translation: the greedy path's heatmap (its end of sentence at least)
                     save_attention_plot(translator, line, out_dir / f"line-{first_line + k:06d}.png",
                                         translation=translation or None)
-        finally:
-            quiet.setLevel(level)
-            translator.truncated = before
     return save

@@ -107,8 +107,7 @@ def word_strokes(translator: Translator, sources: Sequence[str], refs: Sequence[
     words = [normalize(r).split() for r in refs]
     kept = [0] * len(words)   # per sentence, the reference words accepted or typed so far
     strokes, translations, todo = 0, 0, list(range(len(words)))
-    warn, translator.warn_cut_off = translator.warn_cut_off, False   # a round's lines are not the set's
-    try:
+    with translator.unreported():   # the set's lines, translated (and reported) already
         while todo:
             hyps = translator.translate([sources[i] for i in todo],
                                         prefixes=[whole_words(words[i][:kept[i]]) for i in todo])
@@ -124,8 +123,6 @@ def word_strokes(translator: Translator, sources: Sequence[str], refs: Sequence[
                     strokes, kept[i] = strokes + 1, k + 1
                     left.append(i)
             todo = left
-    finally:
-        translator.warn_cut_off = warn
     total = sum(map(len, words))
     return {"word_strokes": strokes, "reference_words": total,
             "word_stroke_ratio": 100.0 * strokes / total if total else None, "word_stroke_translations": translations}

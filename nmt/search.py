@@ -40,6 +40,10 @@ from nmt.search_batch import Hyps, SearchBatch
 from nmt.search_blocks import Forcing, TargetPrefix, as_prefix, update_block
 from nmt.tokenizer import BOS_ID
 
+# MXNet 1.9.1's builds index arrays with 32-bit integers: a search step's scores (hypotheses x target vocabulary)
+# must stay below this (`search_too_wide`).
+MAX_ARRAY_SIZE = 2 ** 31
+
 MaxLen = Union[int, Sequence[int], np.ndarray]
 Models = Union[Seq2SeqModel, Sequence[Seq2SeqModel]]
 NBest = List[Tuple[List[int], float]]
@@ -137,6 +141,16 @@ def check_beam_args(beam_size: int, nbest: int) -> None:
         raise ValueError(f"beam_size must be >= 1 (got {beam_size})")
     if not 1 <= nbest <= beam_size:
         raise ValueError(f"nbest must be between 1 and beam_size={beam_size} (got {nbest})")
+
+
+def search_too_wide(beam: int, batch: int, vocab: int, beam_flag: str, batch_flag: str) -> str:
+    """Why a search of `beam` hypotheses for each of `batch` sentences cannot run over a `vocab`-piece target
+    vocabulary (its step's scores pass `MAX_ARRAY_SIZE`), naming the flags that set them; "" when it can."""
+    scores = beam * batch * vocab
+    if scores < MAX_ARRAY_SIZE:
+        return ""
+    return (f"{beam_flag} {beam} x {batch_flag} {batch} hypotheses x {vocab} target pieces is {scores:,} scores per "
+            f"search step, more than MXNet's 32-bit indices reach (2**31): lower {beam_flag} or {batch_flag}")
 
 
 class BeamStream:

@@ -17,9 +17,9 @@ from typing import BinaryIO, Callable, Iterable, Iterator, List, Optional, Seque
 
 from nmt import jsonio
 from nmt.align import format_links
-from nmt.corpus import CorpusError, control_characters, count_lines, lone_surrogate, open_bytes
+from nmt.corpus import CorpusError, control_characters, count_lines, lone_surrogate, one_line, open_bytes
 from nmt.log import Every
-from nmt.translate import CHARS_PER_TOKEN, Translator, one_line
+from nmt.translate import CHARS_PER_TOKEN, Translator
 
 logger = logging.getLogger("nmt.translate")
 

@@ -10,6 +10,7 @@ import logging
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Collection, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
@@ -19,14 +20,14 @@ import numpy as np
 from nmt import checkpoint as ckpt
 from nmt.batching import pad_sources
 from nmt.config import Config, DecodeConfig
-from nmt.corpus import LINE_BREAKS, count_lines, lone_surrogate, normalize
+from nmt.corpus import count_lines, lone_surrogate, normalize, one_line
 from nmt.members import check_member_vocabulary, refuse_repeated_member
 from nmt.models import build_model
 from nmt.models.base import Seq2SeqModel
 from nmt.models.ensemble import as_model
 from nmt.parallel import check_gpus, concurrent_devices_safe
 from nmt.prefix import WORD_START, split_last_word, word_table
-from nmt.search import beam_search, check_beam_args, greedy_search, length_limits, reached_limit
+from nmt.search import beam_search, check_beam_args, greedy_search, length_limits, reached_limit, search_too_wide
 from nmt.search_blocks import TargetPrefix
 from nmt.tokenizer import Tokenizer, load_tokenizers
 
@@ -36,10 +37,6 @@ logger = logging.getLogger("nmt.translate")
 # few characters, so max_input_tokens * 16 characters always hold max_input_tokens tokens, while an absurd
 # line (a whole file without line ends) is cut before the tokenizer sees it.
 CHARS_PER_TOKEN = 16
-# MXNet 1.9.1's builds index arrays with 32-bit integers: a search step's scores (hypotheses x target vocabulary)
-# must stay below this (`search_too_wide`).
-MAX_ARRAY_SIZE = 2 ** 31
-
 Hyps = List[Tuple[List[int], float]]
 
 
@@ -58,16 +55,6 @@ def _load_net(model_dir: Path, cfg: Config, src_tok: Tokenizer, tgt_tok: Tokeniz
     return net
 
 
-def search_too_wide(beam: int, batch: int, vocab: int, beam_flag: str, batch_flag: str) -> str:
-    """Why a search of `beam` hypotheses for each of `batch` sentences cannot run over a `vocab`-piece target
-    vocabulary (its step's scores pass `MAX_ARRAY_SIZE`), naming the flags that set them; "" when it can."""
-    scores = beam * batch * vocab
-    if scores < MAX_ARRAY_SIZE:
-        return ""
-    return (f"{beam_flag} {beam} x {batch_flag} {batch} hypotheses x {vocab} target pieces is {scores:,} scores per "
-            f"search step, more than MXNet's 32-bit indices reach (2**31): lower {beam_flag} or {batch_flag}")
-
-
 def checked_decode(decode) -> DecodeConfig:
     """`decode` with its checks run again (`DecodeConfig.check`): one changed by hand fails with the config's own
     message before it is used, not as empty translations or deep inside a search."""
@@ -75,11 +62,6 @@ def checked_decode(decode) -> DecodeConfig:
         raise TypeError(f"decode must be a DecodeConfig, got {type(decode).__name__}")
     decode.check()
     return decode
-
-
-def one_line(text: str) -> str:
-    """`text` with line-break characters (`LINE_BREAKS`) turned into spaces: one input line gives one output line."""
-    return LINE_BREAKS.sub(" ", text)
 
 
 class Translator:
@@ -106,6 +88,26 @@ class Translator:
         # first call, and two threads building at once fail ("'NoneType' object has no attribute '__exit__'").
         self.lock = threading.RLock()
         self.sample: Optional[int] = None   # draw translations from the top `sample` tokens (0: all), no search
+        self._unreported = threading.local()   # `unreported`'s list of cut lines on this thread, while it runs
+
+    @contextmanager
+    def unreported(self):
+        """For lines reported once already (or to be): within it, this thread's cut inputs and translations at their
+        length limit are neither warned of nor counted; the yielded list gets each cut input's line number."""
+        outer, self._unreported.cut = getattr(self._unreported, "cut", None), []
+        try:
+            yield self._unreported.cut
+        finally:
+            self._unreported.cut = outer
+
+    def _report_cut(self, line: int, count: bool, message: str, *args) -> None:
+        """An input cut at `line`: a warning and (if `count`) one more `truncated`, or within `unreported` its line."""
+        cut = getattr(self._unreported, "cut", None)
+        if cut is not None:
+            cut.append(line)
+            return
+        self.truncated += count
+        logger.warning(message, *args)
 
     @property
     def net(self):
@@ -221,9 +223,8 @@ class Translator:
                 raise ValueError(f"{arg}[{i}] has a lone surrogate {surrogate}: it is not a character; give valid "
                                  "Unicode")
             if len(x) > max_chars:   # before normalizing/tokenizing: bounded work and memory for any line
-                self.truncated += 1
-                logger.warning("%s %d has %d characters; truncated to %d (--max-input-tokens %d x %d)",
-                               what, first_line + i, len(x), max_chars, limit, CHARS_PER_TOKEN)
+                self._report_cut(first_line + i, True, "%s %d has %d characters; truncated to %d (--max-input-tokens "
+                                 "%d x %d)", what, first_line + i, len(x), max_chars, limit, CHARS_PER_TOKEN)
                 x = x[:max_chars]
                 if cut is not None:
                     cut.add(i)
@@ -238,10 +239,8 @@ class Translator:
         ids = tok.encode(texts)
         for i, x in enumerate(ids):
             if len(x) > limit:
-                if i not in counted:
-                    self.truncated += 1
-                logger.warning("%s %d has %d subword tokens; truncated to %d (--max-input-tokens)",
-                               what, first_line + i, len(x), limit)
+                self._report_cut(first_line + i, i not in counted, "%s %d has %d subword tokens; truncated to %d "
+                                 "(--max-input-tokens)", what, first_line + i, len(x), limit)
                 ids[i] = x[:limit]
         return ids
 
@@ -273,8 +272,9 @@ class Translator:
                                                                           nbest, out))
         limits = length_limits([len(x) + 1 for x in ids], self.decode.max_len_a, self.decode.max_len_b)
         cut = sorted(first_line + i for i in todo if out[i] and reached_limit(out[i][0][0], limits[i], prefixes[i]))
-        self.cut_off += len(cut)
-        if cut and self.warn_cut_off:
+        quiet = getattr(self._unreported, "cut", None) is not None   # within `unreported`
+        self.cut_off += 0 if quiet else len(cut)
+        if cut and self.warn_cut_off and not quiet:
             logger.warning("input line%s %s%s: the translation reached its length limit (--max-len-a %g x source "
                            "tokens + --max-len-b %d) and may be cut off", "s" if len(cut) > 1 else "",
                            ", ".join(map(str, cut[:10])), f" and {len(cut) - 10} more" if len(cut) > 10 else "",

@@ -336,11 +336,14 @@ async def _aligned(model: Model, lines: List[str], ids: List[tuple], clock: "_Cl
     tr = model.translator
     srcs, tgts = [line for line, h in zip(lines, ids) for _ in h], [t for h in ids for t in h]
     links, size = [], max(1, tr.decode.batch_size)
+
+    def align(part: slice) -> list:
+        with tr.unreported():   # the sources were translated (their cuts reported) already
+            return align_ids(tr, tr.source_ids(srcs[part]), tgts[part])
     for start in range(0, len(tgts), size):
         part = slice(start, start + size)
-        links += await _within_limit(model.batcher.call(lambda: align_ids(tr, tr.source_ids(srcs[part]), tgts[part]),
-                                                        clock.left()), clock, "send fewer sentences or a smaller nbest",
-                                     request)
+        links += await _within_limit(model.batcher.call(lambda: align(part), clock.left()), clock,
+                                     "send fewer sentences or a smaller nbest", request)
     return links
 
 

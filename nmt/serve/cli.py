@@ -68,7 +68,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 def build_app(args: argparse.Namespace):
     """The application over every --model-dir, each loaded once."""
     from nmt.serve.api import Service, create_app
-    from nmt.translate import Translator, search_too_wide
+    from nmt.search import search_too_wide
+    from nmt.translate import Translator
     pairs = {d: _pair(d, "--model-dir") for d in args.model_dir}
     _one_model_per_pair(args.model_dir, pairs)
     pairs.update({d: _pair(d, "--ensemble") for d in args.ensemble})

@@ -270,10 +270,10 @@ def _token_warning(translator, where: str, line: str, encode) -> str:
     limit = translator.decode.max_input_tokens
     if len(line) <= limit // 4:   # a shorter line cannot reach the limit (<= 4 byte-fallback pieces a character)
         return ""
-    before = translator.truncated
-    encode([line])
+    with translator.unreported() as cut:   # the translation reports it in the log
+        encode([line])
     return (f"{where} has more than {limit} subword tokens; truncated to {limit} (max_input_tokens), as "
-            "nmt-translate does") if translator.truncated > before else ""
+            "nmt-translate does") if cut else ""
 
 
 def attention_within(translator, line: str, given: Optional[str]) -> Tuple[object, List[str]]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import logging
 import resource
 from concurrent.futures import ThreadPoolExecutor
 
@@ -158,13 +159,18 @@ def test_one_megabyte_line_is_cut_like_the_cli_with_a_warning(http):
     assert r.json()["translations"][1]["translation"]
 
 
-def test_line_over_the_token_limit_is_cut_with_a_warning(http, serve_sentences):
+def test_line_over_the_token_limit_is_cut_with_a_warning(http, translator, serve_sentences, caplog):
+    """... once in the answer, and once in the server's log and count: the warnings' check and the alignment
+    tokenize the line again (each said so in the log as well)."""
     words = (" ".join(serve_sentences) + " ") * 10   # under the character guard, over 250 subword tokens
     assert len(words) < 4000
-    r = http.post("/translate", json={"text": [serve_sentences[0], words]}).json()
+    before = translator.truncated   # the server's
+    with caplog.at_level(logging.WARNING, logger="nmt.translate"):
+        r = http.post("/translate", json={"text": [serve_sentences[0], words], "alignment": True}).json()
     assert r["warnings"] == ["text[1] has more than 250 subword tokens; truncated to 250 (max_input_tokens), as "
                              "nmt-translate does"]
-    assert r["translations"][1]["translation"]
+    assert r["translations"][1]["translation"] and r["translations"][1]["alignment"]
+    assert caplog.text.count("subword tokens; truncated to 250") == 1 and translator.truncated == before + 1, caplog.text
 
 
 def test_translations_at_the_length_limit_are_named_in_the_warnings(translator, serve_sentences):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import logging
 import os
 import pty
 import re
@@ -25,7 +26,9 @@ from nmt import checkpoint as ckpt
 from nmt.cli_decode import translate_main
 from nmt.stream import PAUSE, interactive, read_raw_lines, translate_stream
 from nmt.tokenizer import UNK_ID
-from nmt.translate import Translator, one_line
+from nmt.config import DecodeConfig
+from nmt.corpus import one_line
+from nmt.translate import Translator
 from tests.synth import synth_file
 
 REPO = Path(__file__).resolve().parents[2]
@@ -692,6 +695,26 @@ def test_attention_heatmap(tr, src_lines, tmp_path, capsys):
     code, _, err = run(["--model-dir", tr.model_dir, "--input", path, "--output", tmp_path / "o.en",
                         "--max-input-tokens", "20", "--plot-attention", tmp_path / "plots"], capsys)
     assert code == 0 and err.count("truncated to 20") == 1 and "input line 3 " in err and "1 truncated" in err, err
+
+
+def test_unreported_work_neither_warns_nor_counts_on_its_own_thread(model_dir, caplog):
+    """Work over lines reported once (attention plots, word strokes' rounds, the service's alignment) runs within
+    `unreported`: it names the cut lines to its caller alone; the translator's counts and its other threads' reports
+    are as without it."""
+    import threading
+    tr = Translator.from_dir(model_dir, decode=DecodeConfig(max_input_tokens=4, max_len_a=0, max_len_b=2))
+    long = " ".join(["리 니"] * 10)
+    with caplog.at_level(logging.WARNING, logger="nmt.translate"):
+        with tr.unreported() as cut:
+            quiet = tr.translate(["리", long], first_line=7)
+            other = threading.Thread(target=tr.translate, args=([long],))   # another thread: reported as usual
+            other.start()
+            other.join()
+            assert cut == [8]
+        assert (tr.truncated, tr.cut_off, caplog.text.count("input line 1 has")) == (1, 1, 1), caplog.text
+        assert "input line 8" not in caplog.text and "input lines 7" not in caplog.text
+        assert tr.translate(["리", long], first_line=7) == quiet   # and outside it, reported again
+    assert (tr.truncated, tr.cut_off) == (2, 3) and "input line 8 has" in caplog.text
 
 
 @pytest.mark.parametrize("flags", [[], ["--beam-size", "1"], ["--nbest", "2"], ["--alignment"], ["--sample", "3"]],

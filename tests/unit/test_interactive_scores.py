@@ -1,5 +1,7 @@
 """Scores of interactive translation in nmt-evaluate: --prefix-words (the references' first words as prefixes, the
 next-word accuracy) and --word-strokes (a simulated translator's word stroke ratio), on a stand-in model."""
+from contextlib import contextmanager
+
 import pytest
 
 from nmt.scoring import next_word_accuracy, reference_prefixes, word_strokes
@@ -31,11 +33,19 @@ class Believer:
 
     def __init__(self, beliefs):
         self.beliefs, self.calls = beliefs, []
-        self.warn_cut_off, self.warned = True, False
+        self.quiet, self.warned = False, False
+
+    @contextmanager
+    def unreported(self):
+        self.quiet = True
+        try:
+            yield []
+        finally:
+            self.quiet = False
 
     def translate(self, sources, prefixes=None):
         self.calls.append(list(prefixes))
-        self.warned |= self.warn_cut_off   # a Translator would name "input lines" of this round, not of the set
+        self.warned |= not self.quiet   # a Translator would name "input lines" of this round, not of the set
         out = []
         for s, p in zip(sources, prefixes):
             given = (p or "").split()
@@ -65,6 +75,6 @@ def test_word_strokes_of_a_batch_type_each_sentences_own_words():
     got = word_strokes(model, ["s1", "s2", "s3"], ["a b c", "p q", "u"])
     # s1: types "b" (1); s2: right; s3: ends after "u" (1). Second round only s1, from "a b "
     assert model.calls == [["", "", ""], ["a b "]]
-    assert not model.warned and model.warn_cut_off   # no length-limit warnings in the rounds; the setting restored
+    assert not model.warned and not model.quiet   # no warnings or counts in the rounds; reported again after
     assert got == {"word_strokes": 2, "reference_words": 6, "word_stroke_ratio": pytest.approx(100 * 2 / 6),
                    "word_stroke_translations": 4}
