@@ -78,7 +78,7 @@ def _check_sampling(args: argparse.Namespace) -> None:
 @command(build_translate_parser)
 def translate_main(args: argparse.Namespace) -> int:
     import contextlib
-    from nmt.corpus import hangul_counts, other_language_warning
+    from nmt.languages import hangul_counts, other_language_warning
     from nmt.plot import attention_saver
     from nmt.stream import IDLE_SECONDS, interactive, open_input, read_raw_lines, translate_stream
     from nmt.translate import CHARS_PER_TOKEN
@@ -184,7 +184,7 @@ def build_evaluate_parser() -> argparse.ArgumentParser:
 def _test_sets(args: argparse.Namespace, tr) -> Dict[str, Tuple[Any, List[List[str]]]]:
     """name -> (Pairs, further references) of what to score (files, the recipe's test sets or the model's dev
     set)."""
-    from nmt.corpus import Pairs, read_lines
+    from nmt.corpus import Pairs, drop_blank_ends, read_lines
     from nmt.scoring import model_dev_set, recipe_tests
     files = bool(args.src_file or args.ref_file)
     if files + args.recipe_tests + args.dev_set != 1:
@@ -194,7 +194,10 @@ def _test_sets(args: argparse.Namespace, tr) -> Dict[str, Tuple[Any, List[List[s
         return {name: (pairs, []) for name, pairs in sets.items()}
     if not (args.src_file and args.ref_file):
         raise ConfigError("--src-file and --ref-file must be given together")
-    src, refs = read_lines(args.src_file), [read_lines(r) for r in args.ref_file]
+    # sources as nmt-translate reads them (a long line is cut, with a warning); blank last lines only where all are
+    src = read_lines(args.src_file, max_line_chars=None, keep_blank_end=True)
+    refs = [read_lines(r, keep_blank_end=True) for r in args.ref_file]
+    drop_blank_ends([(args.src_file, src), *zip(args.ref_file, refs)])
     for path, ref in zip(args.ref_file, refs):
         if len(src) != len(ref):
             raise misaligned(args.src_file, src, "--ref-file", path, ref, "the references", "the source")
@@ -329,14 +332,15 @@ def score_main(args: argparse.Namespace) -> int:
     import contextlib
     import math
     import time
-    from nmt.corpus import read_lines
+    from nmt.corpus import MAX_LINE_CHARS, read_lines
     from nmt.evaluate import perplexity
     from nmt import stream
     from nmt.align import align_ids
     from nmt.forced import SCORE_CHUNK, score_ids, target_ids
     from nmt.log import Every
     refuse_overwriting("--output", args.output, {"--src-file": args.src_file, "--tgt-file": args.tgt_file})
-    src, tgt = (read_lines(f, keep_blank_end=True) for f in (args.src_file, args.tgt_file))   # every line a pair
+    src, tgt = (read_lines(f, max_line_chars=limit, keep_blank_end=True)   # every line a pair; a long source is cut
+                for f, limit in ((args.src_file, None), (args.tgt_file, MAX_LINE_CHARS)))
     if len(src) != len(tgt):
         raise misaligned(args.src_file, src, "--tgt-file", args.tgt_file, tgt, "--tgt-file", "--src-file")
     tr = load_translator(args)

@@ -107,9 +107,9 @@ def warn_one_sided_blanks(src: list, other: list, src_name: str, other_name: str
 
 
 def check_languages_of(tr, src, tgt, src_name: str, tgt_name: str) -> None:
-    """CorpusError unless the source and target lines are in the model's languages (`corpus.check_languages`); a
+    """CorpusError unless the source and target lines are in the model's languages (`languages.check_languages`); a
     warning where one side only is blank (`warn_one_sided_blanks`)."""
-    from nmt.corpus import check_languages
+    from nmt.languages import check_languages
     check_languages(src, tgt, tr.src_lang, (src_name, tgt_name), f"the model translates {tr.src_lang} -> {tr.tgt_lang}")
     warn_one_sided_blanks(src, tgt, src_name, tgt_name)
 

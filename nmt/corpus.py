@@ -27,12 +27,13 @@ PathLike = Union[str, Path]
 MAX_LINE_CHARS = 20_000
 
 # Control characters go; whitespace-like ones (tab, CR, vertical tab, NEL, ...) become spaces via str.split().
-# Zero-width space, word joiner and a stray BOM are invisible but would become tokens of their own.
-_INVISIBLE = re.compile("[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f\u200b\u2060\ufeff]")
+# Characters that show nothing but would become tokens of their own go too: zero-width space, word joiner and the
+# invisible operators, a stray BOM, the soft hyphen, bidirectional marks, embeddings and isolates, Hangul fillers.
+_INVISIBLE = re.compile("[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f\xad\u061c\u115f\u1160\u180e\u200b\u200e"
+                        "\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\u3164\ufeff\uffa0]")
 _CONTROL = re.compile("[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f]")   # the control characters `normalize` removes
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
-_HANGUL = re.compile("[\uac00-\ud7a3\u1100-\u11ff\u3130-\u318f]")
 # Where text breaks into lines: str.splitlines()'s boundaries (LF, CR, VT, FF, FS, GS, RS, NEL, U+2028, U+2029).
 LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 
@@ -113,24 +114,6 @@ def lone_surrogate(text: str) -> str:
     return f"U+{ord(m.group()):04X} at character {m.start()}" if m else ""
 
 
-def has_hangul(text: str) -> bool:
-    return _HANGUL.search(text) is not None
-
-
-def check_languages(src: Sequence[str], tgt: Sequence[str], src_lang: str, names: Tuple[str, str],
-                    direction: str) -> None:
-    """CorpusError if the Korean side of parallel text (by `src_lang`) has Hangul on no more of its lines than the
-    English side: the files are swapped, or both are in one language. `names`: how the error names the source and
-    the target side (e.g. "--train-src a.ko"); `direction`: where their languages come from (e.g. "--src ko --tgt
-    en")."""
-    shares = (hangul_share(src), hangul_share(tgt))
-    ko = 0 if src_lang == "ko" else 1
-    if shares[ko] <= shares[1 - ko]:
-        raise CorpusError(f"{names[ko]} should be the Korean side ({direction}) but has Hangul on {shares[ko]:.0%} "
-                          f"of its lines, against {shares[1 - ko]:.0%} in {names[1 - ko]}: are the files swapped, or "
-                          "of one language?")
-
-
 def one_line(text: str) -> str:
     """`text` with line-break characters (`LINE_BREAKS`) turned into spaces: one input line gives one output line."""
     return LINE_BREAKS.sub(" ", text)
@@ -143,37 +126,13 @@ def count_lines(text: str) -> int:
     return sum(1 for part in LINE_BREAKS.split(text) if part.strip())
 
 
-def hangul_counts(lines: Sequence[str]) -> Tuple[int, int]:
-    """(lines with something left after `normalize`, lines with Hangul) of `lines`: what `other_language_warning`
-    reads."""
-    return sum(1 for x in lines if normalize(x)), sum(map(has_hangul, lines))
-
-
-def other_language_warning(lines: int, hangul: int, src_lang: str, tgt_lang: str) -> str:
-    """What to warn of when most of the `lines` non-empty lines of an input to translate (`hangul` of them with
-    Hangul) look like the target language, e.g. English given to a ko -> en model (a back-translation run with the
-    model of the wrong direction): their translations are of no use. "" when they do not."""
-    if lines and (hangul < lines / 2 if src_lang == "ko" else hangul > lines / 2):
-        return (f"{hangul} of {lines} non-empty lines have Hangul, but the model translates {src_lang} -> {tgt_lang}: "
-                "is the input in the model's source language (or is this the model of the other direction)?")
-    return ""
-
-
-def hangul_share(lines: Sequence[str], sample: int = 10_000) -> float:
-    """The fraction of `lines` with Hangul in them, from at most `sample` lines spread over the whole list."""
-    if not len(lines):
-        return 0.0
-    picked = lines[::max(1, len(lines) // sample)]
-    return sum(map(has_hangul, picked)) / len(picked)
-
-
 def line_list(numbers: List[int], limit: int = 5) -> str:
     """Line numbers for a message: the first `limit`, and how many more."""
     shown = ", ".join(str(n) for n in numbers[:limit])
     return shown + (f" (and {len(numbers) - limit} more)" if len(numbers) > limit else "")
 
 
-def read_lines(path: PathLike, *, skip_invalid_utf8: bool = False, max_line_chars: int = MAX_LINE_CHARS,
+def read_lines(path: PathLike, *, skip_invalid_utf8: bool = False, max_line_chars: Optional[int] = MAX_LINE_CHARS,
                keep_blank_end: bool = False, skippable: bool = False) -> List[Optional[str]]:
     """Lines of a UTF-8 text file, normalized; None for an undecodable line skipped on request. Blank lines at
     the end are dropped (warned) unless `keep_blank_end` (a file whose every line is data, e.g. translations).
@@ -186,9 +145,7 @@ def _text_bytes(data: bytes, path: Path) -> bytes:
     """A file's bytes without a UTF-8 byte-order mark (warned); CorpusError for UTF-16 and for a file without text.
     UTF-16 without its byte-order mark shows as NUL bytes, one for every ASCII character (spaces and punctuation of
     Korean text too), where UTF-8 text has none but a stray control character."""
-    head = data[:1000]
-    utf16 = ("it starts with a UTF-16 byte-order mark" if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))
-             else "or not text: NUL bytes fill its start" if head.count(0) * 10 >= len(head) > 0 else "")
+    utf16 = utf16_sign(data)
     if utf16:
         raise CorpusError(f"{path}: the file is UTF-16 ({utf16}); convert it to UTF-8, e.g. `iconv -f UTF-16 -t "
                           f"UTF-8 {path} > out.txt`")
@@ -200,6 +157,14 @@ def _text_bytes(data: bytes, path: Path) -> bytes:
         raise CorpusError(f"{path}: the file " + ("is empty" if not data else "has only blank lines") +
                           "; give a file with one sentence per line")
     return data
+
+
+def utf16_sign(data: bytes) -> str:
+    """What shows that text starting with `data` is UTF-16 (a byte-order mark, or NUL bytes as a tenth or more of
+    its first 1,000 bytes), or "" when nothing does."""
+    head = data[:1000]
+    return ("it starts with a UTF-16 byte-order mark" if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))
+            else "or not text: NUL bytes fill its start" if head.count(0) * 10 >= len(head) > 0 else "")
 
 
 def _split_lines(data: bytes, path: Path, keep_blank_end: bool = False) -> List[bytes]:
@@ -257,7 +222,12 @@ def _decode_lines(path: PathLike, skip_invalid_utf8: bool, max_line_chars: int,
             bad.append(i)
             lines.append(None)
             continue
-        if len(text) > max_line_chars:
+        parts = sum(1 for part in text.split("\r") if part.strip())   # CRLF line ends were converted above
+        if parts > 1:
+            raise CorpusError(f"{path}:{i}: a carriage return (CR) splits the line into {parts} lines (lines end with "
+                              "LF or CRLF); read as one line, its translation would usually leave all but the first "
+                              f"out. Make it one line (`tr '\\r' ' '`), or split it in both files of a pair")
+        if max_line_chars is not None and len(text) > max_line_chars:
             raise CorpusError(f"{path}:{i}: line is {len(text)} characters long (limit {max_line_chars}); the file "
                               "must hold one sentence per line -- check its line ends or split this line into "
                               "sentences")
@@ -293,18 +263,25 @@ def _align(src: List[Optional[str]], tgt: List[Optional[str]], name: str, where:
     return Pairs(out_s, out_t, name, dropped)
 
 
+def drop_blank_ends(files: Sequence[Tuple[PathLike, List[Optional[str]]]]) -> None:
+    """Drops (warned) the blank lines the line-aligned files' lines (read with `keep_blank_end`) end with, but not
+    one that another file has text beside: a pair with one blank side is the caller's to warn of or drop."""
+    for path, lines in files:
+        extra = 0
+        while lines and lines[-1] == "" and all(len(lines) > len(o) or o[len(lines) - 1] == ""
+                                                 for p, o in files if o is not lines):
+            lines.pop()
+            extra += 1
+        if extra:
+            logger.warning("%s: ignored %d blank line(s) at the end of the file", path, extra)
+
+
 def read_parallel(src_path: PathLike, tgt_path: PathLike, *, skip_invalid_utf8: bool = False,
                   name: Optional[str] = None) -> Pairs:
     """Line-aligned file pair: line i of `src_path` translates to line i of `tgt_path`."""
     src, tgt = (read_lines(p, skip_invalid_utf8=skip_invalid_utf8, keep_blank_end=True, skippable=True)
                 for p in (src_path, tgt_path))
-    for lines, other, path in ((src, tgt, src_path), (tgt, src, tgt_path)):   # blank lines a file ends with
-        extra = 0
-        while lines and lines[-1] == "" and (len(lines) > len(other) or other[len(lines) - 1] == ""):
-            lines.pop()
-            extra += 1
-        if extra:
-            logger.warning("%s: ignored %d blank line(s) at the end of the file", path, extra)
+    drop_blank_ends([(src_path, src), (tgt_path, tgt)])
     if len(src) != len(tgt):
         raise CorpusError(
             f"line counts differ: {src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}. Parallel files must "

@@ -17,7 +17,8 @@ from typing import BinaryIO, Callable, Iterable, Iterator, List, Optional, Seque
 
 from nmt import jsonio
 from nmt.align import format_links
-from nmt.corpus import CorpusError, control_characters, count_lines, lone_surrogate, one_line, open_bytes
+from nmt.corpus import (CorpusError, control_characters, count_lines, lone_surrogate, one_line, open_bytes,
+                        utf16_sign)
 from nmt.log import Every
 from nmt.translate import CHARS_PER_TOKEN, Translator
 
@@ -38,10 +39,15 @@ def read_raw_lines(stream: BinaryIO, max_bytes: int, idle: Optional[float] = Non
     stream with a file descriptor, PAUSE is yielded once when no line is ready and nothing arrives for that long;
     the descriptor is then read directly (os.read), not through the stream's buffer, so that select sees all."""
     fd = _fileno(stream) if idle is not None else None
-    buf, start, skipping, paused = b"", 0, False, False
+    buf, start, skipping, paused, first = b"", 0, False, False, True
     if fd is not None and hasattr(stream, "peek"):   # what the buffer holds already (open_bytes peeked at it)
         buf = stream.read(len(stream.peek(1)))
     while True:
+        if first and buf:   # UTF-16 would pass as lines of odd characters with NULs removed (and one line more)
+            first, utf16 = False, utf16_sign(buf)
+            if utf16:
+                raise CorpusError(f"the input is UTF-16 ({utf16}); convert it to UTF-8, e.g. `iconv -f UTF-16 -t "
+                                  "UTF-8`")
         if skipping:   # the rest of a cut line: nothing of it is kept
             nl = buf.find(b"\n", start)
             if nl >= 0:
@@ -294,6 +300,8 @@ def _readable(raw_lines: Iterable[Tuple[bytes, bool]], name: str) -> Iterator[Tu
         except (EOFError, OSError, lzma.LZMAError) as e:
             raise CorpusError(f"{name}: unreadable after line {lines} ({e}); the translations of the lines before it "
                               "have been written") from None
+        except CorpusError as e:   # read_raw_lines' own, which do not know the input's name
+            raise CorpusError(f"{name}: {e}") from None
         lines += item is not PAUSE
         yield item
 

@@ -23,7 +23,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
-from nmt.corpus import hangul_counts, other_language_warning
+from nmt.languages import hangul_counts, other_language_warning
 from nmt.serve.batcher import DEFAULT_MAX_WAIT_MS, Batcher, Closed, QueueFull, TimedOut
 from nmt.serve.schema import (AttentionRequest, Limits, RequestError, TranslateRequest, attention_within,
                               check_attention, check_prefixes, check_translate, error_responses, parse, read_body,

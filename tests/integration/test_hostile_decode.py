@@ -139,6 +139,43 @@ def test_a_line_blank_on_one_side_only_is_a_warning(model_dir, test_files, tmp_p
            "(line 3, 5): are the files misaligned" in err
 
 
+@pytest.mark.parametrize("main, flag", [(evaluate_main, "--ref-file"), (score_main, "--tgt-file")])
+def test_a_blank_last_line_on_one_side_is_the_same_warning(model_dir, test_files, tmp_path, capsys, main, flag):
+    """nmt-evaluate dropped a file's blank last lines alone, then refused "--src-file has 3 lines but --ref-file has
+    2" of two 3-line files; a line over 20,000 characters was refused, where nmt-translate cuts it."""
+    src = test_files[0].read_text(encoding="utf-8").splitlines()[:3] + ["리 " * 12000]
+    ref = test_files[1].read_text(encoding="utf-8").splitlines()[:3] + [""]
+    (tmp_path / "s.ko").write_text("\n".join(src) + "\n\n", encoding="utf-8")   # and a blank line on both sides
+    (tmp_path / "r.en").write_text("\n".join(ref) + "\n\n", encoding="utf-8")
+    code, _, err = run(main, ["--model-dir", model_dir, "--src-file", tmp_path / "s.ko", flag, tmp_path / "r.en"]
+                       + (["--no-save", "--beam-size", "1"] if main is evaluate_main else []), capsys)
+    assert code == 0, err
+    assert "1 line(s) blank on one side only (line 4)" in err
+    # nmt-score writes a score for every line pair, a blank one too
+    assert ("ignored 1 blank line(s) at the end" in err) == (main is evaluate_main)
+    assert "line 4 has 23999 characters; truncated to 4000" in err
+
+
+@pytest.mark.parametrize("main, flag", [(evaluate_main, "--ref-file"), (score_main, "--tgt-file")])
+def test_a_carriage_return_inside_a_test_line_is_refused_as_nmt_translate_does(model_dir, tmp_path, capsys, main,
+                                                                                flag):
+    (tmp_path / "s.ko").write_text("리 니\n차\r리\n", encoding="utf-8")
+    (tmp_path / "r.en").write_text("ni ri\nri\n", encoding="utf-8")
+    code, _, err = run(main, ["--model-dir", model_dir, "--src-file", tmp_path / "s.ko", flag, tmp_path / "r.en"],
+                       capsys)
+    assert code == 2 and f"error: {tmp_path / 's.ko'}:2: a carriage return (CR) splits the line into 2" in err, err
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be"])
+def test_utf16_input_to_translate_is_named_as_such(model_dir, tmp_path, capsys, encoding):
+    """It was "invalid UTF-8 ... often CP949" with a byte-order mark, and without one translated with its NULs
+    removed, one output line more than the input's."""
+    path = tmp_path / "in.en"
+    path.write_bytes("Thank you.\nGood weather.\n".encode(encoding))
+    code, out, err = run(translate_main, ["--model-dir", model_dir, "--input", path], capsys)
+    assert code == 2 and out == "" and f"error: {path}: the input is UTF-16 (" in err and "iconv -f UTF-16" in err
+
+
 def test_invalid_utf8_in_a_test_set_offers_no_skipping(model_dir, test_files, tmp_path, capsys):
     """--skip-invalid-utf8 is a training flag: a test set with lines dropped would be another test set."""
     bad = tmp_path / "bad.ko"

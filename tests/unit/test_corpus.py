@@ -30,6 +30,16 @@ def test_normalize_whitespace_and_invisible_characters():
     assert normalize(" \t \u200b ") == ""
 
 
+@pytest.mark.parametrize("mark", ["\u200e", "\u200f", "\u061c", "\u202a", "\u202b", "\u202c", "\u202d", "\u202e",
+                                  "\u2066", "\u2067", "\u2068", "\u2069", "\u00ad", "\u3164", "\uffa0", "\u115f",
+                                  "\u1160", "\u2061", "\u2064", "\u180e"])
+def test_characters_that_show_nothing_are_removed(mark):
+    """Bidirectional marks and isolates, the soft hyphen and the Hangul fillers reached the model as byte pieces: a
+    line that looked blank got a translation ("Hold it." for a lone LRM), and "고마워요." with an RLM another."""
+    assert normalize(mark) == "" and normalize(f"{mark}고마{mark}워요.{mark}") == "고마워요."
+    assert normalize("\U0001f469\u200d\U0001f4bb \u200c") == "\U0001f469\u200d\U0001f4bb \u200c"   # ZWJ, ZWNJ join
+
+
 # --- read_parallel: good input ------------------------------------------------------------------------------
 
 def test_read_parallel_aligned_and_normalized(write_file):
@@ -63,6 +73,28 @@ def test_crlf_converted_with_warning(write_file, nmt_logs):
     pairs = read_parallel(ko, write_file("c.en", EN))
     assert pairs.src == KO and not any("\r" in s for s in pairs.src)
     assert "3 CRLF" in messages(nmt_logs)
+
+
+def test_a_carriage_return_inside_a_line_is_an_error_naming_it(write_file):
+    """nmt-translate refused such a line while nmt-score, nmt-evaluate and training read it as one sentence with a
+    space: the translation of the two sentences left one out."""
+    from nmt.corpus import read_lines
+    ko = write_file("r.ko", "고마워요.\r오늘 날씨가 좋네요.\n" + "\n".join(KO[1:]) + "\n")
+    with pytest.raises(CorpusError, match=r"r.ko:1: a carriage return \(CR\) splits the line into 2 lines") as e:
+        read_parallel(ko, write_file("r.en", EN))
+    assert "tr '\\r' ' '" in str(e.value)
+    with pytest.raises(CorpusError, match="r.ko:1: a carriage return"):
+        read_lines(ko, keep_blank_end=True)
+    # a CR before the line end (CRLF) or beside only blanks is no second line
+    assert read_lines(write_file("e.ko", "가 \r \r\n나\r\n")) == ["가", "나"]
+
+
+def test_blank_ends_are_dropped_only_where_every_file_is_blank(tmp_path, nmt_logs):
+    from nmt.corpus import drop_blank_ends
+    a, b, c = ["x", "y", "", ""], ["x", "", "", "", ""], ["x", "y", "z", ""]
+    drop_blank_ends([("a", a), ("b", b), ("c", c)])
+    assert (a, b, c) == (["x", "y", ""], ["x", "", ""], ["x", "y", "z"])   # line 3 has text in c
+    assert "b: ignored 2 blank line(s) at the end" in messages(nmt_logs)
 
 
 def test_cr_only_line_ends_are_an_error(write_file):

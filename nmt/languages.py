@@ -1,0 +1,52 @@
+"""Which language a text is in, as far as a Korean <-> English system needs to know: lines with Hangul are Korean.
+Used to catch swapped or one-language parallel files, and an input given to the model of the other direction."""
+from __future__ import annotations
+
+import re
+from typing import Sequence, Tuple
+
+from nmt.corpus import CorpusError, normalize
+
+_HANGUL = re.compile("[\uac00-\ud7a3\u1100-\u11ff\u3130-\u318f]")
+
+
+def has_hangul(text: str) -> bool:
+    return _HANGUL.search(text) is not None
+
+
+def check_languages(src: Sequence[str], tgt: Sequence[str], src_lang: str, names: Tuple[str, str],
+                    direction: str) -> None:
+    """CorpusError if the Korean side of parallel text (by `src_lang`) has Hangul on no more of its lines than the
+    English side: the files are swapped, or both are in one language. `names`: how the error names the source and
+    the target side (e.g. "--train-src a.ko"); `direction`: where their languages come from (e.g. "--src ko --tgt
+    en")."""
+    shares = (hangul_share(src), hangul_share(tgt))
+    ko = 0 if src_lang == "ko" else 1
+    if shares[ko] <= shares[1 - ko]:
+        raise CorpusError(f"{names[ko]} should be the Korean side ({direction}) but has Hangul on {shares[ko]:.0%} "
+                          f"of its lines, against {shares[1 - ko]:.0%} in {names[1 - ko]}: are the files swapped, or "
+                          "of one language?")
+
+
+def hangul_counts(lines: Sequence[str]) -> Tuple[int, int]:
+    """(lines with something left after `normalize`, lines with Hangul) of `lines`: what `other_language_warning`
+    reads."""
+    return sum(1 for x in lines if normalize(x)), sum(map(has_hangul, lines))
+
+
+def other_language_warning(lines: int, hangul: int, src_lang: str, tgt_lang: str) -> str:
+    """What to warn of when most of the `lines` non-empty lines of an input to translate (`hangul` of them with
+    Hangul) look like the target language, e.g. English given to a ko -> en model (a back-translation run with the
+    model of the wrong direction): their translations are of no use. "" when they do not."""
+    if lines and (hangul < lines / 2 if src_lang == "ko" else hangul > lines / 2):
+        return (f"{hangul} of {lines} non-empty lines have Hangul, but the model translates {src_lang} -> {tgt_lang}: "
+                "is the input in the model's source language (or is this the model of the other direction)?")
+    return ""
+
+
+def hangul_share(lines: Sequence[str], sample: int = 10_000) -> float:
+    """The fraction of `lines` with Hangul in them, from at most `sample` lines spread over the whole list."""
+    if not len(lines):
+        return 0.0
+    picked = lines[::max(1, len(lines) // sample)]
+    return sum(map(has_hangul, picked)) / len(picked)
