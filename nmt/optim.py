@@ -25,6 +25,15 @@ def build_optimizer(o: OptimConfig, params: gluon.ParameterDict, kvstore="local"
                          update_on_kvstore=False)
 
 
+def load_states(trainer: gluon.Trainer, path: str) -> None:
+    """`Trainer.load_states`, with the update count every device continues from. The pickled optimizer counts the
+    updates of the devices that saved it (Adam's bias correction reads them); a device that was not among them (a
+    resume on more GPUs or CPU contexts, or on other GPUs) would count again from 0 and take larger steps than the
+    others, its copy of the parameters drifting from theirs. `begin_num_update` is where a new count starts."""
+    trainer.load_states(path)
+    trainer.optimizer.begin_num_update = trainer.optimizer.num_update
+
+
 def apply_settings(trainer: gluon.Trainer, o: OptimConfig) -> None:
     """Give `trainer`'s optimizer the settings of `o`. `Trainer.load_states` restores the optimizer pickled with a
     checkpoint, settings included: after it, this makes a resumed run's new --weight-decay (or beta1, beta2) take

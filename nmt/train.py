@@ -27,7 +27,7 @@ from nmt.finetune import copy_tokenizers, start_from
 from nmt.log import LossMeter, MetricsWriter, Progress, TensorBoardWriter, setup_logging
 from nmt.loss import Seq2SeqLoss, dev_loss
 from nmt.models import build_model
-from nmt.optim import apply_settings, build_optimizer, learning_rate
+from nmt.optim import apply_settings, build_optimizer, learning_rate, load_states
 from nmt.parallel import DataParallel, default_kvstore, describe_hardware, init_amp, parse_devices
 from nmt.preflight import check_checkpoint_room, run_inputs, settings_lines
 from nmt.scoring import score_test_set
@@ -340,7 +340,7 @@ def _restore(model_dir: Path, net, optimizer: gluon.Trainer, data: TrainData, st
     if workers.is_chief:   # the others get rank 0's parameters as the kvstore is initialized
         ckpt.load_parameters(net, model_dir / ckpt.params_file(ckpt.latest_step(state)), ctxs, model_dir / ckpt.CONFIG)
     states = ckpt.trainer_states_file(ckpt.latest_step(state))
-    workers.read_shared(model_dir, states, lambda path: optimizer.load_states(str(path)))
+    workers.read_shared(model_dir, states, lambda path: load_states(optimizer, str(path)))
     data.batches.load_state_dict(state.sampler)
     at, size = data.sampler.position, len(data.sampler)
     logger.info("resumed from step %d, epoch %.2f (batch %d of %d of epoch %d)", state.step,

@@ -164,6 +164,22 @@ def test_resume_reaches_the_same_parameters(tmp_path, task, devices, dropout, ar
     assert states == [ckpt.trainer_states_file(8), ckpt.trainer_states_file(12)]   # one per kept checkpoint
 
 
+@pytest.mark.parametrize("before, after", [(1, 2), (2, 1)])
+def test_a_resume_on_another_device_count_reaches_the_same_parameters(tmp_path, task, before, after):
+    """The optimizer saved counts updates per device: on a device it had not counted, Adam started again at step 1
+    (a step about twice as large), and the devices' copies of the parameters drifted apart (0.039 after 20+20)."""
+    full = tiny_config(tmp_path, task, "full", max_steps=12, valid_every=6, cpu_devices=1)
+    create_trainer(full).fit()
+    part = tiny_config(tmp_path, task, "part", max_steps=6, valid_every=6, cpu_devices=before)
+    create_trainer(part).fit()
+    part.train.max_steps, part.train.cpu_devices = 12, after
+    trainer = create_trainer(part, resume=True)
+    trainer.fit()
+    assert_same_params(params_of(full.train.model_dir), params_of(part.train.model_dir))
+    for p in trainer.net.collect_params().values():   # and the devices' copies stay one
+        assert all(np.array_equal(p.data(trainer.ctxs[0]).asnumpy(), d.asnumpy()) for d in p.list_data())
+
+
 def test_time_budget_counts_every_run_and_metrics_carry_the_training_loss(tmp_path, task):
     cfg = tiny_config(tmp_path, task, "budget", max_steps=8, valid_every=4)
     s1 = create_trainer(cfg).fit()
