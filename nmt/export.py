@@ -63,20 +63,21 @@ def export_model(model_dir, output, which: str = "best", overwrite: bool = False
     info = checkpoint_info(model_dir, which)   # its parameters verified against their manifest, and its step
     params, step = model_dir / str(info["params_file"]), int(info["step"] or 0)
     _check_output(model_dir, output, overwrite)
+    tmp = output.parent / f".{output.name}.export-{os.getpid()}"   # made with the umask's permissions
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:   # a file where a directory belongs, no permission, ...
+        shutil.rmtree(tmp, ignore_errors=True)   # left by an export of this process id that was killed
+        tmp.mkdir()
+    except OSError as e:   # a file where a directory belongs, no permission, a read-only file system, ...
         why = "a file is in its path" if isinstance(e, (FileExistsError, NotADirectoryError)) else e.strerror
-        raise ConfigError(f"--output {output}: cannot make its directory {output.parent} ({why})") from None
-    tmp = output.parent / f".{output.name}.export-{os.getpid()}"   # made with the umask's permissions
-    shutil.rmtree(tmp, ignore_errors=True)   # left by an export of this process id that was killed
-    tmp.mkdir()
+        made = "write in" if output.parent.is_dir() else "make"
+        raise ConfigError(f"--output {output}: cannot {made} its directory {output.parent} ({why})") from None
     try:
         for name in [ckpt.CONFIG] + _tokenizer_files(model_dir, cfg):
             atomic_copy(model_dir / name, tmp / name)
         atomic_copy(params, tmp / ckpt.PARAMS_BEST)
         manifest.write_manifest(tmp, "best", [ckpt.PARAMS_BEST], step)
-        scores = _scores_of(model_dir, which)
+        scores = _scores_of(model_dir, which, info)
         if scores:
             atomic_write_text(tmp / ckpt.SCORES, json.dumps(scores, indent=2, ensure_ascii=False, sort_keys=True)
                               + "\n")
@@ -115,11 +116,16 @@ def _tokenizer_files(model_dir: Path, cfg: Config) -> list:
     return names + [v for v in (Path(n).with_suffix(".vocab").name for n in names) if (model_dir / v).is_file()]
 
 
-def _scores_of(model_dir: Path, which: str) -> Dict[str, Dict[str, object]]:
-    """The test scores recorded for checkpoint `which`, as the export's `best` (its only checkpoint)."""
-    from nmt.scoring import read_scores
+def _scores_of(model_dir: Path, which: str, info: dict) -> Dict[str, Dict[str, object]]:
+    """The test scores recorded for checkpoint `which` (`checkpoint_info`: its parameter file and step), under any
+    name of its parameters (latest is its step; the best's step is best), as the export's `best`."""
+    from nmt.scoring import checkpoint_key, read_scores
+    keys = [checkpoint_key(str(which), info["params_file"])]
+    if info["params_file"] != ckpt.PARAMS_AVG:   # (an average's step is that of the last checkpoint in it)
+        keys += [str(info["step"])] + (["best"] if info["step"] == ckpt.best_step(model_dir) else [])
     out = {}
     for test, entries in read_scores(model_dir).items():
-        if str(which) in entries:
-            out[test] = {"best": {**entries[str(which)], "checkpoint": "best", "params_file": ckpt.PARAMS_BEST}}
+        entry = next((entries[k] for k in keys if k in entries), None)
+        if entry is not None:
+            out[test] = {"best": {**entry, "checkpoint": "best", "params_file": ckpt.PARAMS_BEST}}
     return out

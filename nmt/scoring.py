@@ -270,6 +270,30 @@ def record_scores(model_dir: Path, test_key: str, checkpoint: str, entry: Dict[s
     return path
 
 
+def retire_scores(model_dir: Path, which: str) -> None:
+    """After training wrote new `which` parameters (params.best or params.avg): the scores.json entries recorded for
+    the old ones are no longer theirs. A best's entry moves to the key of its step (those were that step's
+    parameters), unless that step has one; an average's, and an ensemble's with either, are dropped."""
+    path = Path(model_dir) / ckpt.SCORES
+    if not path.exists():
+        return
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            data = read_scores(model_dir)
+        except ckpt.CheckpointError as e:   # training goes on; evaluating the model will name the file
+            logger.warning("%s; its %s entries were not retired", e, which)
+            return
+        for by_key in data.values():
+            old = by_key.pop(which, None)
+            step = old.get("step") if which == "best" and isinstance(old, dict) else None
+            if isinstance(step, int) and str(step) not in by_key:
+                by_key[str(step)] = {**old, "checkpoint": str(step), "params_file": ckpt.params_file(step)}
+            for key in [k for k in by_key if k.startswith(f"{ENSEMBLE_PREFIX}{which}:")]:
+                del by_key[key]
+        atomic_write_text(path, json.dumps(data, indent=2, ensure_ascii=False, sort_keys=True) + "\n")
+
+
 # The decoding settings that do not change a translation or its score: how many sentences are decoded together and
 # how many translations are listed. Every other DecodeConfig field does, a field added later too: scores.json holds
 # a model's scores at its own settings (its config.json's decode section); scores at others are kept by

@@ -30,7 +30,7 @@ from nmt.models import build_model
 from nmt.optim import apply_settings, build_optimizer, learning_rate, load_states
 from nmt.parallel import DataParallel, default_kvstore, describe_hardware, init_amp, parse_devices
 from nmt.preflight import check_checkpoint_room, run_inputs, settings_lines
-from nmt.scoring import score_test_set
+from nmt.scoring import retire_scores, score_test_set
 from nmt.storage import check_writable
 from nmt.translate import Translator
 from nmt.workers import WorkerGroup, create_kvstore
@@ -55,8 +55,7 @@ class Trainer:
         t = cfg.train
         self.cfg, self.data, self.net, self.optimizer, self.ctxs, self.state = cfg, data, net, optimizer, ctxs, state
         self.workers = workers or WorkerGroup()
-        self.rank, self.is_chief = self.workers.rank, self.workers.is_chief
-        self.model_dir = Path(t.model_dir)
+        self.rank, self.is_chief, self.model_dir = self.workers.rank, self.workers.is_chief, Path(t.model_dir)
         self.loss_block = Seq2SeqLoss(net, label_smoothing=cfg.optim.label_smoothing)
         self.loss_block.hybridize(static_alloc=True)
         self.dp = DataParallel(self.loss_block, net.collect_params(), optimizer, ctxs, accum_steps=t.accum_steps,
@@ -136,6 +135,8 @@ class Trainer:
         if self.is_chief:
             ckpt.save_checkpoint(self.model_dir, self.net, self.optimizer, self.state, self.cfg.train.keep_last,
                                  is_best)
+            if is_best:   # the test scores of the best before are its step's now
+                retire_scores(self.model_dir, "best")
         if self.workers.num_workers > 1:
             self.state = ckpt.TrainState(**self.workers.broadcast_json(vars(self.state)))
 
@@ -164,8 +165,7 @@ class Trainer:
 
     # -- the loop ------------------------------------------------------------------------------------------------
     def fit(self) -> ckpt.TrainState:
-        """Train until a stop condition; validate and checkpoint every `valid_every` updates, at every epoch end
-        and at the end."""
+        """Train until a stop condition, validating and checkpointing per `valid_every`, at epoch ends and the end."""
         try:
             self._fit()
         finally:
@@ -200,6 +200,7 @@ class Trainer:
             self.tensorboard.close()
         if self.averages():
             ckpt.average_checkpoints(self.model_dir, self.state.params_files, last=t.average_last)
+            retire_scores(self.model_dir, "avg")
             self.averaged = True
         elif t.average_last and self.is_chief:
             logger.warning("--average-last %d: the run has %d checkpoint, nothing to average: no params.avg",

@@ -81,6 +81,30 @@ def test_a_step_is_exported_as_the_best_of_the_export_with_its_scores(model_copy
     assert read_scores(out)["test"]["best"]["bleu"] == 7.0 and read_scores(out)["test"]["best"]["checkpoint"] == "best"
 
 
+def test_latest_and_the_best_named_by_its_step_carry_their_scores(model_copy, tmp_path, capsys):
+    """Scores are recorded under a step's number (latest is its step) and the best's under best: the export looked
+    for the key "latest" (none), and for the best's step only under its number."""
+    latest = ckpt.params_step(list_params_files(model_copy)[-1])
+    record_scores(model_copy, "test", str(latest), {"bleu": 9.0, "checkpoint": str(latest), "params_file": "x"})
+    assert run(export_main, ["--model-dir", model_copy, "--checkpoint", "latest", "--output", tmp_path / "l"],
+               capsys)[0] == 0
+    assert read_scores(tmp_path / "l")["test"]["best"]["bleu"] == 9.0
+    best, scores = ckpt.best_step(model_copy), read_scores(model_copy)
+    del scores["test"][str(best)]   # the best's scores only as best's
+    (model_copy / ckpt.SCORES).write_text(json.dumps(scores))
+    assert run(export_main, ["--model-dir", model_copy, "--checkpoint", best, "--output", tmp_path / "b"],
+               capsys)[0] == 0
+    assert read_scores(tmp_path / "b")["test"]["best"]["bleu"] == 11.0
+
+
+def test_an_export_into_a_read_only_directory_is_one_line(model_copy, tmp_path, capsys, monkeypatch):
+    def read_only(self, *args, **kwargs):
+        raise OSError(30, "Read-only file system")
+    monkeypatch.setattr(Path, "mkdir", read_only)
+    code, _, err = run(export_main, ["--model-dir", model_copy, "--output", model_copy.parent / "rel"], capsys)
+    assert code == 2 and f"cannot write in its directory {model_copy.parent} (Read-only file system)" in err, err
+
+
 def test_an_export_is_refused_where_it_would_destroy_something(model_copy, tmp_path, capsys):
     out = tmp_path / "out"
     out.mkdir()

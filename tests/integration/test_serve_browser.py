@@ -726,3 +726,27 @@ def test_invisible_lines_long_words_and_the_news_of_a_result(translator, serve_s
                 "Translated 3 lines")
     finally:
         driver.quit()
+
+
+def test_a_test_score_of_another_checkpoint_is_named_with_it(translator):
+    """/info gives the loaded checkpoint's recorded score, else another's (with its key): the page showed "BLEU 7.9"
+    for a model serving --checkpoint latest, the score being the best checkpoint's."""
+    app = make_app(translator)
+    driver = browser()
+    try:
+        with background_server(app) as url:
+            open_page(driver, url)
+            got = driver.execute_script("""
+                const base = models[0], out = [];
+                for (const [loaded, scored] of arguments[0]) {
+                  models[0] = {...base, checkpoint: loaded, best_test_score: {bleu: 7.89, test_set: "t",
+                                                                              checkpoint: scored}};
+                  choose(0);
+                  out.push(document.getElementById("pair").textContent.split(" · ").pop());
+                }
+                return out;""", [["best", "best"], ["latest", "best"], ["latest", "6048"],
+                                 ["best", "ensemble-best:b+c"], ["avg", "ensemble-best:b"]])
+    finally:
+        driver.quit()
+    assert got == ["BLEU 7.9 (t)", "BLEU 7.9 (t, checkpoint best)", "BLEU 7.9 (t, checkpoint 6048)", "BLEU 7.9 (t)",
+                   "BLEU 7.9 (t, checkpoint best)"]

@@ -180,6 +180,18 @@ def test_a_resume_on_another_device_count_reaches_the_same_parameters(tmp_path, 
         assert all(np.array_equal(p.data(trainer.ctxs[0]).asnumpy(), d.asnumpy()) for d in p.list_data())
 
 
+def test_a_resumed_run_with_a_new_best_moves_the_old_bests_scores_to_its_step(tmp_path, task):
+    from nmt.scoring import read_scores, record_scores
+    cfg = tiny_config(tmp_path, task, "moved", max_steps=4, valid_every=4)
+    cfg.train.valid_metric = "ppl"   # falls at every validation this early: each is a new best
+    state = create_trainer(cfg).fit()
+    record_scores(Path(cfg.train.model_dir), "test", "best", {"bleu": 1.0, "step": state.best_step})
+    cfg.train.max_steps = 8
+    assert create_trainer(cfg, resume=True).fit().best_step == 8
+    assert read_scores(Path(cfg.train.model_dir))["test"] == {"4": {"bleu": 1.0, "step": 4, "checkpoint": "4",
+                                                                    "params_file": ckpt.params_file(4)}}
+
+
 def test_time_budget_counts_every_run_and_metrics_carry_the_training_loss(tmp_path, task):
     cfg = tiny_config(tmp_path, task, "budget", max_steps=8, valid_every=4)
     s1 = create_trainer(cfg).fit()

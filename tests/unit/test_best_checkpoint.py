@@ -45,3 +45,27 @@ def test_a_state_written_before_best_ppl_loads_without_it(tmp_path):
     state.best_ppl = 12.5
     state.save(tmp_path)
     assert ckpt.TrainState.load(tmp_path).best_ppl == 12.5
+
+
+def test_scores_of_a_replaced_best_or_average_are_retired(tmp_path):
+    """A resumed run wrote a new params.best (or params.avg), and scores.json kept the old one's test scores under
+    best (avg): results tables, /info and nmt-export showed them as the new parameters' (chrF 7.39 for 0.00)."""
+    from nmt.scoring import read_scores, record_scores, retire_scores
+    entries = {"best": {"bleu": 5.0, "step": 60, "checkpoint": "best", "params_file": "params.best"},
+               "avg": {"bleu": 6.0, "step": 60, "checkpoint": "avg"}, "40": {"bleu": 4.0, "step": 40},
+               "ensemble-best:b": {"bleu": 7.0, "step": 60}, "ensemble-avg:b": {"bleu": 8.0, "step": 60}}
+    for key, entry in entries.items():
+        record_scores(tmp_path, "test", key, entry)
+    record_scores(tmp_path, "other", "best", {"bleu": 1.0, "step": 40})   # that step has its own entry: dropped
+    record_scores(tmp_path, "other", "40", {"bleu": 2.0, "step": 40})
+    retire_scores(tmp_path, "best")
+    got = read_scores(tmp_path)
+    assert got["test"] == {"avg": entries["avg"], "40": entries["40"], "ensemble-avg:b": entries["ensemble-avg:b"],
+                           "60": {**entries["best"], "checkpoint": "60", "params_file": ckpt.params_file(60)}}
+    assert got["other"] == {"40": {"bleu": 2.0, "step": 40}}
+    retire_scores(tmp_path, "avg")
+    assert set(read_scores(tmp_path)["test"]) == {"40", "60"}
+    retire_scores(tmp_path / "none", "best")   # no scores.json: nothing to do
+    (tmp_path / ckpt.SCORES).write_text("{")   # a damaged one: left for evaluation to name, training goes on
+    retire_scores(tmp_path, "best")
+    assert (tmp_path / ckpt.SCORES).read_text() == "{"
