@@ -14,7 +14,7 @@ than that is an error naming its line, since a cut translation would be scored a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, List, Sequence
+from typing import Iterable, List, Optional, Sequence
 
 import mxnet as mx
 import numpy as np
@@ -70,11 +70,13 @@ def score_ids(translator: Translator, src_ids: Sequence[List[int]], tgt_ids: Seq
 
 
 def target_ids(translator: Translator, targets: Sequence[str], first_line: int = 1,
-               name: str = "target") -> List[List[int]]:
-    """Normalized, tokenized translations; a CorpusError naming `name`:line for one longer than --max-input-tokens."""
+               name: str = "target", limit: Optional[int] = None) -> List[List[int]]:
+    """Normalized, tokenized translations; a CorpusError naming `name`:line for one longer than `limit` pieces
+    (default: --max-input-tokens)."""
     if isinstance(targets, str) or not isinstance(targets, Iterable):   # a string: one sentence per character
         raise TypeError(f"the translations must be a list of strings, got {type(targets).__name__}: give [text]")
-    limit = checked_decode(translator.decode).max_input_tokens
+    limit_name = "the limit" if limit else "--max-input-tokens"
+    limit = limit or checked_decode(translator.decode).max_input_tokens
     targets = list(targets)   # read twice below; an iterator would be empty the second time
     for i, t in enumerate(targets):
         if not isinstance(t, str):
@@ -90,8 +92,8 @@ def target_ids(translator: Translator, targets: Sequence[str], first_line: int =
     for i, y in enumerate(ids):
         if len(y) > limit:
             raise CorpusError(f"{name}:{first_line + i}: the translation has {len(y)} subword tokens, more than "
-                              f"--max-input-tokens {limit}; raise --max-input-tokens (decode.max_input_tokens) for "
-                              "it: cut, it would be another sentence")
+                              f"{limit_name} {limit}; raise --max-input-tokens (decode.max_input_tokens) for it: cut, "
+                              "it would be another sentence")
     return ids
 
 

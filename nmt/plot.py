@@ -17,6 +17,7 @@ from typing import Callable, List, Optional
 import mxnet as mx
 import numpy as np
 
+from nmt.corpus import normalize
 from nmt.models.ensemble import as_model
 from nmt.tokenizer import BOS_ID
 
@@ -54,7 +55,10 @@ def attention(translator, sentence: str, max_len: Optional[int] = None, translat
 def _forced(translator, sentence: str, ids: List[int], translation: str) -> Attention:
     from nmt.align import forced_attention
     from nmt.forced import target_ids
-    tgt = target_ids(translator, [translation], name="translation")[0]   # checked as forced decoding takes it
+    from nmt.search import length_limits
+    d = translator.decode   # as long as the search may write: a prefix cut to max_input_tokens, then its limit
+    limit = d.max_input_tokens + int(length_limits([len(ids) + 1], d.max_len_a, d.max_len_b)[0])
+    tgt = target_ids(translator, [translation], name="translation", limit=limit)[0]
     weights = forced_attention(translator, [ids], [tgt])[0] if tgt else np.zeros((0, len(ids) + 1))
     return Attention(sentence, translation, [_piece(translator.src_tok, i) for i in ids] + ["</s>"],
                      [_piece(translator.tgt_tok, i) for i in tgt] + (["</s>"] if tgt else []), weights)
@@ -149,7 +153,7 @@ def attention_saver(translator, out_dir) -> Callable[[int, List[str], List[str]]
     def save(first_line: int, lines: List[str], translations: List[str]) -> None:
         with translator.unreported():   # the lines were translated (their cuts reported) already
             for k, (line, translation) in enumerate(zip(lines, translations)):
-                if line.strip():   # an empty translation: the greedy path's heatmap (its end of sentence at least)
+                if normalize(line):   # an empty translation: the greedy path's heatmap (its end of sentence at least)
                     save_attention_plot(translator, line, out_dir / f"line-{first_line + k:06d}.png",
                                         translation=translation or None)
     return save

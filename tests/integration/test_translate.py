@@ -695,6 +695,13 @@ def test_attention_heatmap(tr, src_lines, tmp_path, capsys):
     code, _, err = run(["--model-dir", tr.model_dir, "--input", path, "--output", tmp_path / "o.en",
                         "--max-input-tokens", "20", "--plot-attention", tmp_path / "plots"], capsys)
     assert code == 0 and err.count("truncated to 20") == 1 and "input line 3 " in err and "1 truncated" in err, err
+    # a line of invisible characters alone (blank to the model) gets no plot, and a translation longer than
+    # --max-input-tokens its plot: both stopped the run with the lines after them untranslated
+    path.write_text("리 니\n\x01\u200b\n리 니 리 니\n리\n", encoding="utf-8")
+    code, _, err = run(["--model-dir", tr.model_dir, "--input", path, "--output", tmp_path / "o.en", "--chunk-lines",
+                        "1", "--max-input-tokens", "2", "--plot-attention", tmp_path / "p2"], capsys)
+    assert code == 0 and len((tmp_path / "o.en").read_text(encoding="utf-8").splitlines()) == 4, err
+    assert sorted(p.name for p in (tmp_path / "p2").iterdir()) == [f"line-00000{n}.png" for n in (1, 3, 4)]
 
 
 def test_unreported_work_neither_warns_nor_counts_on_its_own_thread(model_dir, caplog):
