@@ -85,6 +85,10 @@ def build_app(args: argparse.Namespace):
                                    "--max-beam-size", "--max-batch")
         if too_wide:
             raise ConfigError(too_wide)
+        if tr.decode.beam_size > args.max_beam_size:   # else every request without its own beam_size is refused
+            raise ConfigError(f"--max-beam-size {args.max_beam_size} is below the beam size of --model-dir "
+                              f"{tr.model_dir} ({tr.decode.beam_size}, its config.json's decode.beam_size), which "
+                              f"requests without a beam_size use: give --max-beam-size {tr.decode.beam_size} or more")
     limits = Limits(max_body_bytes=args.max_body_bytes, max_sentences=args.max_sentences,
                     max_beam_size=args.max_beam_size, timeout_s=args.timeout)
     service = Service(translators, limits, args.max_batch, args.max_wait_ms, args.max_queue)

@@ -74,6 +74,17 @@ def test_a_beam_limit_too_wide_for_mxnets_indices_is_refused(model_dir):
         build_app(parse_args(["--model-dir", str(model_dir), "--max-beam-size", "100000"]))
 
 
+def test_a_beam_limit_below_the_models_beam_is_refused(model_dir):
+    """The server started, then refused every request without a beam_size (the model's 5 is over the limit 2),
+    naming a field the client had not sent; so did the page's first Translate."""
+    from nmt.config import ConfigError
+    from nmt.serve.cli import build_app
+    with pytest.raises(ConfigError, match=r"--max-beam-size 2 is below the beam size of --model-dir .* \(5, its "
+                                          r"config.json's decode.beam_size\).*give --max-beam-size 5 or more"):
+        build_app(parse_args(["--model-dir", str(model_dir), "--max-beam-size", "2"]))
+    build_app(parse_args(["--model-dir", str(model_dir), "--max-beam-size", "5"]))
+
+
 def test_two_models_of_one_pair_are_named_before_any_loads(tmp_path):
     """Two --model-dir of one language pair (a fairseq user's way to give an ensemble) were refused only after both
     had loaded, by a message naming neither; they are named now, with the --ensemble that decodes them together,
