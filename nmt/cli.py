@@ -5,6 +5,7 @@ Precedence: dataclass defaults < `--config FILE` (JSON, same layout as a model's
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from dataclasses import dataclass
@@ -12,7 +13,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from nmt.config import (ARCH_DEFAULTS, BUCKETINGS, KVSTORES, LANGS, LR_SCHEDULES, PER_INVOCATION, SPM_MODEL_TYPES,
-                        VALID_METRIC_NAMES, Config, ConfigError, DataConfig, ModelConfig, resumed_config)
+                        VALID_METRIC_NAMES, Config, ConfigError, DataConfig, ModelConfig, TrainConfig, resumed_config)
 from nmt import jsonio
 from nmt.commands import command, nonempty
 from nmt.recipes import RECIPES, resolve_data_dir
@@ -207,6 +208,7 @@ def args_dict(args: argparse.Namespace, base: Optional[Config] = None) -> Dict[s
                                                              else "file not found"))
         d = jsonio.read_object(args.config, ConfigError)
         Config.from_dict(d, source=str(args.config), file=True)   # its own errors name the file
+        _drop_devices(d, args.config)
     else:
         d = base.to_dict() if base else {}
     flags = {key: value for key, value in vars(args).items() if "." in key}
@@ -225,6 +227,9 @@ def args_dict(args: argparse.Namespace, base: Optional[Config] = None) -> Dict[s
             raise ConfigError(f"--recipe {flags['data.recipe']} and --train-src/--train-tgt exclude each other: a "
                               "recipe brings its own corpora; give a recipe, or your own files")
         data["recipe"] = None
+    if getattr(args, "init_from", None) and not getattr(args, "resume", False):
+        from nmt.finetune import kept_settings
+        kept_settings(d, Path(args.init_from))
     train, arch = d.setdefault("train", {}), d.get("model", {}).get("arch", "lstm")
     if "train.model_dir" in flags or base is not None:
         return d
@@ -238,6 +243,18 @@ def args_dict(args: argparse.Namespace, base: Optional[Config] = None) -> Dict[s
             train["model_dir"]).strip() else "its train.model_dir is the directory of the run whose settings it "
             "holds; give the new run's --model-dir (or --resume to continue that run)"))
     return d
+
+
+# A --config file's keys of the machine it was written on: devices come from each command line, as on --resume.
+DEVICE_KEYS = ("gpus", "cpu_devices", "kvstore", "amp")
+
+
+def _drop_devices(d: Dict[str, Dict[str, Any]], config: str) -> None:
+    taken = {k: d["train"].pop(k) for k in DEVICE_KEYS if k in (d.get("train") or {})}
+    said = [f"train.{k} = {json.dumps(v)}" for k, v in taken.items() if v != getattr(TrainConfig, k)]
+    if said:
+        logging.getLogger("nmt").warning("--config %s: %s not taken: the devices are this command line's (--gpus, "
+                                         "--cpu-devices, --kvstore, --amp)", config, ", ".join(said))
 
 
 def _names_its_directory(model_dir: str, config: Path) -> bool:

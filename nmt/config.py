@@ -184,6 +184,7 @@ class TrainConfig:
     tensorboard: Optional[bool] = None   # curves in <model_dir>/tensorboard; None: on when tensorboardX is installed
 
     def __post_init__(self) -> None:
+        self.model_dir = os.path.expanduser(self.model_dir)   # --model-dir=~/m and a config file's "~/m" too
         _check([(self.accum_steps >= 1, f"--accum-steps must be >= 1, got {self.accum_steps}"),
                 (self.max_steps >= 0, f"--max-steps must be >= 0, got {self.max_steps}"),
                 (self.max_epochs >= 1, f"--max-epochs must be >= 1, got {self.max_epochs}"),
@@ -320,7 +321,7 @@ class Config:
         """JSON with the model directory absolute, like the data files (read from elsewhere, it names its run)."""
         from nmt.atomic import atomic_write_text
         d = self.to_dict()
-        d["train"]["model_dir"] = os.path.abspath(os.path.expanduser(d["train"]["model_dir"]))
+        d["train"]["model_dir"] = os.path.abspath(d["train"]["model_dir"])
         atomic_write_text(Path(path), json.dumps(d, indent=2, ensure_ascii=False) + "\n")
 
     @classmethod
@@ -332,9 +333,6 @@ class Config:
     def for_arch(cls, arch: str) -> "Config":
         """The default configuration of an architecture (the command line's defaults with `--arch arch`)."""
         return cls.from_dict({"model": {"arch": arch}})
-
-    def replace(self, **sections) -> "Config":
-        return dataclasses.replace(self, **sections)
 
 
 # What a JSON value of a config field may be, by the field's annotation (`int` excludes JSON's true/false).

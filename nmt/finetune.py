@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Dict
+from typing import Any, Dict
 
-from nmt import checkpoint as ckpt
+from nmt import checkpoint as ckpt, jsonio
 from nmt.atomic import atomic_copy
 from nmt.config import ARCH_DEFAULTS, Config, ConfigError
 from nmt.tokenizer import tokenizer_names
@@ -43,6 +43,17 @@ def init_params(spec) -> Path:
         params = path
         ckpt.verify_params(params)
     return params
+
+
+def kept_settings(d: Dict[str, Dict[str, Any]], init_from: Path) -> None:
+    """The languages and architecture of the model --init-from names, which a fine-tuning run keeps
+    (`init_config`), in `d` where it gives none: the default --model-dir is named after them, and the
+    checks of the settings together see them. (A path that is no model directory is named by `init_params` later.)"""
+    config = (init_from if init_from.is_dir() else init_from.parent) / ckpt.CONFIG
+    theirs = jsonio.read_object(config, ConfigError) if config.is_file() else {}
+    for section, name in (("data", "src_lang"), ("data", "tgt_lang"), ("model", "arch")):
+        if name in theirs.get(section, {}):
+            d.setdefault(section, {}).setdefault(name, theirs[section][name])
 
 
 def init_config(cfg: Config, given: Dict[str, str], params: Path) -> Config:

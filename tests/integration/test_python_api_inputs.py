@@ -211,7 +211,8 @@ def test_train_names_a_config_that_is_no_config_and_takes_init_as_a_string(model
     saved = Config.load(model_dir / ckpt.CONFIG)
     (tmp_path / "file").write_text("x")
     with pytest.raises(ckpt.CheckpointError, match="exists and is not a directory"):
-        train(saved.replace(train=dataclasses.replace(saved.train, model_dir=str(tmp_path / "file"))))
-    tuned = saved.replace(train=dataclasses.replace(saved.train, model_dir=str(tmp_path / "ft"), max_steps=2))
+        train(dataclasses.replace(saved, train=dataclasses.replace(saved.train, model_dir=str(tmp_path / "file"))))
+    tuned = dataclasses.replace(saved, train=dataclasses.replace(saved.train, model_dir=str(tmp_path / "ft"),
+                                                                 max_steps=2))
     result = train(tuned, init=str(model_dir / ckpt.PARAMS_BEST), evaluate=False)
     assert result.state.step == 2 and result.state.init_from == str(model_dir / ckpt.PARAMS_BEST)

@@ -38,7 +38,7 @@ def test_the_default_model_dir_names_recipe_languages_and_a_non_lstm_arch(argv, 
 
 def test_defaults_and_flags_map_onto_the_config():
     cfg = cfg_of([])
-    assert cfg == Config().replace(train=cfg.train) and cfg.train.model_dir == "models/tatoeba-ko-en"
+    assert cfg == dataclasses.replace(Config(), train=cfg.train) and cfg.train.model_dir == "models/tatoeba-ko-en"
     cfg = cfg_of(["--src", "en", "--tgt", "ko", "--batch-size", "60", "--accum-steps", "2", "--gpus", "4,5",
                   "--dropout", "0.3", "--attention", "general", "--no-progress", "--tie-weights", "--lr-schedule", "plateau"])
     assert (cfg.data.src_lang, cfg.data.tgt_lang, cfg.data.batch_size) == ("en", "ko", 60)
@@ -65,8 +65,18 @@ def test_config_file_then_flags_override(tmp_path):
     # a saved config.json round-trips, its model directory made absolute (as the data files are when given)
     cfg.save(tmp_path / "saved.json")
     absolute = dataclasses.replace(cfg.train, model_dir=os.path.abspath(cfg.train.model_dir))
-    assert cfg.train.model_dir == "models/tatoeba-ko-en" and Config.load(tmp_path / "saved.json") == cfg.replace(
-        train=absolute)
+    assert cfg.train.model_dir == "models/tatoeba-ko-en"
+    assert Config.load(tmp_path / "saved.json") == dataclasses.replace(cfg, train=absolute)
+
+
+def test_a_tilde_in_the_model_directory_is_the_home_directory(tmp_path, monkeypatch):
+    """Not expanded by the shell after "=" (--model-dir=~/m) nor in a config file: the run went to ./~/m while
+    config.json recorded $HOME/m."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert cfg_of(["--model-dir=~/m"]).train.model_dir == str(tmp_path / "m")
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"train": {"model_dir": "~/n"}}))
+    assert Config.load(path, complete=False).train.model_dir == str(tmp_path / "n")
 
 
 def test_bad_config_file_is_a_clear_error(tmp_path):
@@ -114,7 +124,7 @@ def test_an_unknown_valid_metric_in_a_config_file_is_named(tmp_path):
 def test_a_gpu_count_in_a_config_file_may_be_a_number(tmp_path):
     path = tmp_path / "c.json"
     path.write_text(json.dumps({"train": {"gpus": 2}}))
-    assert cfg_of(["--config", str(path)]).train.gpus == "2"
+    assert cfg_of(["--config", str(path)]).train.gpus is None   # a valid value, of the machine it was written on
     path.write_text(json.dumps({"train": {"gpus": True}}))
     with pytest.raises(ConfigError, match="train.gpus must be a string or null, got true"):
         cfg_of(["--config", str(path)])
@@ -281,7 +291,7 @@ def test_transformer_defaults_apply_where_nothing_was_given(tmp_path):
     transformer = cfg_of(["--arch", "transformer"])
     assert shared_fields(transformer) == (0.3, 0.1, 1e-3, 1000)
     assert (transformer.model.heads, transformer.model.ff_size, transformer.optim.schedule) == (2, 512, "inv_sqrt")
-    assert transformer == Config.for_arch("transformer").replace(train=transformer.train)
+    assert transformer == dataclasses.replace(Config.for_arch("transformer"), train=transformer.train)
     assert shared_fields(cfg_of(["--arch", "transformer", "--dropout", "0.2", "--lr", "5e-4"]))[:3] == (0.2, 0.1, 5e-4)
     path = tmp_path / "c.json"
     path.write_text(json.dumps({"model": {"arch": "transformer", "word_dropout": 0.0}}))
@@ -407,3 +417,31 @@ def test_a_mirror_named_by_nmt_data_dir_is_recorded_as_data_dir_is(tmp_path, mon
     assert training_run(args)[0].data.data_dir == str(mirror.resolve())
     monkeypatch.delenv("NMT_DATA_DIR")
     assert training_run(args)[0].data.data_dir is None
+
+
+def test_a_fine_tuning_run_is_named_and_checked_with_its_models_languages_and_architecture(tmp_path):
+    """Its default directory was named after the command line's defaults: models/tatoeba-ko-en for an en -> ko
+    Transformer (the quick start's model, refused or with --overwrite deleted); and --valid-metric ko-mecab was
+    refused as "this model translates into 'en'" for a model translating into Korean."""
+    model = tmp_path / "m"
+    model.mkdir()
+    saved = Config.for_arch("transformer")
+    saved.data.src_lang, saved.data.tgt_lang = "en", "ko"
+    saved.save(model / "config.json")
+    cfg = cfg_of(["--init-from", str(model), "--recipe", "tatoeba", "--valid-metric", "ko-mecab"])
+    assert cfg.train.model_dir == "models/tatoeba-en-ko-transformer"
+    assert (cfg.data.src_lang, cfg.data.tgt_lang, cfg.model.arch) == ("en", "ko", "transformer")
+    assert cfg_of(["--init-from", str(model / "params.best")]).train.model_dir == "models/tatoeba-en-ko-transformer"
+    assert cfg_of(["--init-from", str(model), "--src", "ko", "--tgt", "en"]).data.src_lang == "ko"   # finetune refuses
+
+
+def test_a_config_file_brings_no_devices(tmp_path, caplog):
+    """A GPU run's config.json as --config on a CPU machine: "--gpus 2: no GPU found ... omit --gpus", and no flag
+    could undo it (nor its "amp": true). Devices are each command line's, as on --resume, with a warning."""
+    path = tmp_path / "gpu.json"
+    path.write_text(json.dumps({"train": {"gpus": "2", "amp": True, "kvstore": "device", "valid_every": 7}}))
+    with caplog.at_level("WARNING", logger="nmt"):
+        cfg = cfg_of(["--config", str(path), "--model-dir", str(tmp_path / "m")])
+    assert (cfg.train.gpus, cfg.train.amp, cfg.train.kvstore, cfg.train.valid_every) == (None, False, "auto", 7)
+    assert f'--config {path}: train.gpus = "2", train.kvstore = "device", train.amp = true not taken' in caplog.text
+    assert cfg_of(["--config", str(path), "--model-dir", "m", "--cpu-devices", "2"]).train.cpu_devices == 2

@@ -278,7 +278,7 @@ def test_json_nested_past_the_parsers_recursion_is_named_as_bad_json(tmp_path):
 def test_a_runs_config_json_as_config_does_not_make_that_run_the_new_runs_directory(tmp_path, capsys):
     run = tmp_path / "run"   # a trained model's config.json, the natural --config, names its own directory
     run.mkdir()
-    Config().replace(train=dataclasses.replace(TrainConfig(), model_dir=str(run))).save(run / ckpt.CONFIG)
+    dataclasses.replace(Config(), train=dataclasses.replace(TrainConfig(), model_dir=str(run))).save(run / ckpt.CONFIG)
     argv = ["--config", str(run / ckpt.CONFIG)]
     with pytest.raises(ConfigError) as err:
         run_of(argv)
@@ -304,7 +304,7 @@ def test_a_runs_config_json_names_its_directory_from_any_working_directory(tmp_p
     (tmp_path / "rel2").mkdir()
     (tmp_path / "other").mkdir()
     config = tmp_path / "rel2" / ckpt.CONFIG
-    Config().replace(train=dataclasses.replace(TrainConfig(), model_dir="rel2")).save(config)
+    dataclasses.replace(Config(), train=dataclasses.replace(TrainConfig(), model_dir="rel2")).save(config)
     assert read_object(config, ConfigError)["train"]["model_dir"] == str(tmp_path / "rel2")   # absolute, as the data
     monkeypatch.chdir(tmp_path / "other")
     says = ("--config ../rel2/config.json: its train.model_dir is the directory of the run whose settings it holds; "
