@@ -111,8 +111,9 @@ def parse_devices(gpus: Optional[str], cpu_devices: int = 1) -> List[mx.Context]
     try:
         if "," in spec:
             ids = [int(x) for x in spec.split(",") if x.strip() != ""]
-        else:
-            ids = list(range(int(spec)))
+        else:   # a count: listed within reason (--gpus 10000000000 filled the memory before any check)
+            ids = list(range(int(spec))) if int(spec) <= MAX_CPU_DEVICES else [0, int(spec) - 1]
+        asked = len(ids) if "," in spec else int(spec)
     except ValueError:
         raise DeviceError(f"--gpus {spec!r}: give a count (--gpus 2 = first two GPUs) or a comma-separated "
                           "list of ids (--gpus 4,5,6,7; --gpus 3, = only GPU 3)") from None
@@ -133,7 +134,7 @@ def parse_devices(gpus: Optional[str], cpu_devices: int = 1) -> List[mx.Context]
             "it with the CUDA build (pip uninstall -y mxnet && pip install -r requirements/gpu.txt; the two builds "
             "write one package, so never install both)") + "; omit --gpus to run on the CPU")
     if max(ids) >= found:
-        raise DeviceError(f"--gpus {spec} asks for GPU id {max(ids)} ({len(ids)} GPUs) but only {found} "
+        raise DeviceError(f"--gpus {spec} asks for GPU id {max(ids)} ({asked} GPUs) but only {found} "
                           f"GPU(s) were found{where}: valid ids are 0..{found - 1}")
     return [mx.gpu(i) for i in ids]
 

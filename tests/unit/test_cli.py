@@ -445,3 +445,14 @@ def test_a_config_file_brings_no_devices(tmp_path, caplog):
     assert (cfg.train.gpus, cfg.train.amp, cfg.train.kvstore, cfg.train.valid_every) == (None, False, "auto", 7)
     assert f'--config {path}: train.gpus = "2", train.kvstore = "device", train.amp = true not taken' in caplog.text
     assert cfg_of(["--config", str(path), "--model-dir", "m", "--cpu-devices", "2"]).train.cpu_devices == 2
+
+
+def test_a_huge_gpu_count_is_named_without_listing_it(monkeypatch):
+    """--gpus 10000000000 made a list of every id first: gigabytes, then a MemoryError traceback."""
+    monkeypatch.setattr(mx.context, "num_gpus", lambda: 8)
+    with pytest.raises(DeviceError, match=r"--gpus 10000000000 asks for GPU id 9999999999 \(10000000000 GPUs\) but "
+                                          r"only 8 GPU\(s\) were found"):
+        parse_devices("10000000000")
+    with pytest.raises(DeviceError, match=r"asks for GPU id 8 \(9 GPUs\) but only 8"):
+        parse_devices("9")
+    assert parse_devices("2") == [mx.gpu(0), mx.gpu(1)]
