@@ -82,8 +82,11 @@ def _greedy(translator, sentence: str, ids: List[int], max_len: Optional[int]) -
 
 
 def _piece(tok, token_id: int) -> str:
-    # "▁" (U+2581, SentencePiece's word-start mark) is missing from common fonts: shown as "_".
-    return tok.piece(token_id).replace("\u2581", "_")
+    return tok.piece(token_id)   # as SentencePiece writes it: "▁" (U+2581) starts a word
+
+
+def _label(piece: str) -> str:
+    return piece.replace("\u2581", "_")   # the word-start mark is missing from common fonts
 
 
 def korean_font_file() -> Path:
@@ -118,9 +121,9 @@ def attention_figure(att: Attention, title: Optional[str] = None):
     ax = fig.add_subplot(1, 1, 1)
     im = ax.imshow(att.weights, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
     ax.set_xticks(range(n_src))
-    ax.set_xticklabels(att.src_pieces, rotation=60, ha="right", fontproperties=font)
+    ax.set_xticklabels([_label(p) for p in att.src_pieces], rotation=60, ha="right", fontproperties=font)
     ax.set_yticks(range(n_tgt))
-    ax.set_yticklabels(att.tgt_pieces, fontproperties=font)
+    ax.set_yticklabels([_label(p) for p in att.tgt_pieces], fontproperties=font)
     ax.set_xlabel("source", fontproperties=font)
     ax.set_ylabel("translation", fontproperties=font)
     head = title if title is not None else f"{att.source}\n→ {att.translation}"

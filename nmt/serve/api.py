@@ -75,6 +75,10 @@ class Service:
 
     def pick(self, src: Optional[str], tgt: Optional[str]) -> Model:
         """The model for a request's languages (any model's language may be left out when it is unambiguous)."""
+        for field, lang in (("src_lang", src), ("tgt_lang", tgt)):
+            if lang is not None and not lang.strip():
+                raise RequestError(422, f"{field} is empty: give a language of this server's models "
+                                        f"({', '.join(self.models)}), or leave it out", field)
         found = [m for m in self.models.values()
                  if src in (None, m.translator.src_lang) and tgt in (None, m.translator.tgt_lang)]
         if len(found) == 1:
@@ -158,7 +162,8 @@ def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, e: HTTPException) -> JSONResponse:
         path, headers = request.url.path, dict(e.headers or {})
-        if "GET" in headers.get("Allow", "").split(", "):   # HEAD is answered wherever GET is (HeadAsGet)
+        allow = headers.get("Allow", "").split(", ")
+        if "GET" in allow and "HEAD" not in allow:   # HEAD is answered wherever GET is (HeadAsGet)
             headers["Allow"] += ", HEAD"
         allowed = headers.get("Allow")
         method = "HEAD" if getattr(request.state, "head", False) else request.method   # HeadAsGet made it a GET

@@ -19,7 +19,7 @@ from nmt import jsonio
 from nmt.corpus import control_characters, count_lines, lone_surrogate, normalize
 from nmt.translate import CHARS_PER_TOKEN
 
-EXAMPLE = '{"text": ["안녕하세요"], "beam_size": 4, "nbest": 1}'
+EXAMPLE = '{"text": ["안녕하세요"], "beam_size": 4, "nbest": 1}'   # of /translate; /attention's below
 # Arrays and objects a body may nest: a request nests 2 (an object of lists of strings). Much deeper JSON would only
 # reach Python's recursion limit in the parser, the validation or the error message (a 500 instead of a 400).
 MAX_DEPTH = 32
@@ -99,7 +99,7 @@ class TranslateRequest(BaseModel):
 
 class AttentionRequest(BaseModel):
     """POST /attention: one sentence; the attention weights of its greedy translation, or of a given one."""
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"examples": [{"text": "안녕하세요"}]})
     text: str = Field(description="one sentence")
     translation: Optional[str] = Field(None, description="a translation of text (e.g. /translate's) to show the "
                                                          "attention of, fed back through the model; default: the "
@@ -124,15 +124,20 @@ async def read_body(chunks: AsyncIterator[bytes], limit: int) -> bytes:
     return bytes(body)
 
 
+def example(model: type) -> str:
+    """The body a request of `model` is shown as in its errors: the example of its schema."""
+    return json.dumps(model.model_config["json_schema_extra"]["examples"][0], ensure_ascii=False)
+
+
 def parse(body: bytes, model: type) -> BaseModel:
     """`model` from a JSON body; RequestError 400 for a body that is not UTF-8 JSON, 422 for wrong fields."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as e:
         raise RequestError(400, f"the body is not valid UTF-8 (byte 0x{body[e.start]:02x} at offset {e.start}): "
-                                f"send UTF-8 encoded JSON, e.g. {EXAMPLE}") from None
+                                f"send UTF-8 encoded JSON, e.g. {example(model)}") from None
     too_deep = RequestError(400, f"the body is nested too deeply (more than {MAX_DEPTH} levels of arrays and "
-                                 f"objects): send a JSON object of fields, e.g. {EXAMPLE}")
+                                 f"objects): send a JSON object of fields, e.g. {example(model)}")
     try:
         obj = jsonio.loads(text)
     except jsonio.RepeatedKey as e:   # json.loads would keep the last value
@@ -140,11 +145,13 @@ def parse(body: bytes, model: type) -> BaseModel:
     except jsonio.TooDeep:   # the parser recurses once per level
         raise too_deep from None
     except json.JSONDecodeError as e:
-        raise RequestError(400, f"the body is not valid JSON ({e}): send a JSON object, e.g. {EXAMPLE}") from None
+        raise RequestError(400, f"the body is not valid JSON ({e}): send a JSON object, e.g. "
+                                f"{example(model)}") from None
     if nested_deeper(obj, MAX_DEPTH):
         raise too_deep
     if not isinstance(obj, dict):
-        raise RequestError(422, f"the body must be a JSON object, not a JSON {jsonio.json_type(obj)}: e.g. {EXAMPLE}")
+        raise RequestError(422, f"the body must be a JSON object, not a JSON {jsonio.json_type(obj)}: e.g. "
+                                f"{example(model)}")
     try:
         return model.model_validate(obj)
     except ValidationError as e:
@@ -177,9 +184,9 @@ def _field_message(err: dict, model: type) -> Tuple[str, str]:
     if err["type"] == "extra_forbidden":
         return f"unknown field {loc!r}: remove it (the fields are {', '.join(model.model_fields)})", loc
     if err["type"] == "missing":
-        return f"field {loc!r} is missing: e.g. {EXAMPLE}", loc
+        return f"field {loc!r} is missing: e.g. {example(model)}", loc
     got = json.dumps(err.get("input"), ensure_ascii=False)[:60]
-    return f"{loc or 'a field name'}: {err['msg'].lower()} (got {got}); e.g. {EXAMPLE}", loc or None
+    return f"{loc or 'a field name'}: {err['msg'].lower()} (got {got}); e.g. {example(model)}", loc or None
 
 
 def check_translate(req: TranslateRequest, limits: Limits, default_beam: int,

@@ -259,6 +259,17 @@ def test_404_and_405_are_in_the_documented_shape_and_head_is_answered(http):
         assert head.headers["content-type"] == get.headers["content-type"], path
     paths = http.get("/openapi.json").json()["paths"]
     assert set(paths["/health"]) == {"get"} and set(paths["/info"]) == {"get"}
+    r = http.post("/static/swagger/swagger-ui.css")   # static files say HEAD themselves: "GET, HEAD, HEAD"
+    assert r.status_code == 405 and sorted(r.headers["allow"].split(", ")) == ["GET", "HEAD"], r.headers
+
+
+def test_an_attention_request_is_shown_an_attention_example(http):
+    """/attention's errors showed a /translate body, which /attention then refused too."""
+    for body in (b'{"text": ["a"]}', b"{}", b"[1]", b"{nope"):
+        r = http.post("/attention", content=body, headers={"content-type": "application/json"})
+        assert r.status_code in (400, 422) and r.json()["error"].endswith('e.g. {"text": "안녕하세요"}'), r.text
+    r = http.post("/translate", json={"text": "a"})
+    assert r.json()["error"].endswith('e.g. {"text": ["안녕하세요"], "beam_size": 4, "nbest": 1}'), r.text
 
 
 def test_a_head_to_a_path_without_get_is_a_405_naming_head(http):

@@ -35,7 +35,11 @@ def test_requests_are_routed_by_language_pair(service):
 
 
 @pytest.mark.parametrize("src,tgt,words", [(None, None, "give src_lang and tgt_lang"),
-                                           ("ko", "fr", "no model translates ko->fr: this server has ko-en, en-ko")])
+                                           ("ko", "fr", "no model translates ko->fr: this server has ko-en, en-ko"),
+                                           # was "no model translates *->ko: this server has ko-en, en-ko"
+                                           ("", "ko", "src_lang is empty: give a language of this server's models "
+                                                      "(ko-en, en-ko), or leave it out"),
+                                           ("ko", " ", "tgt_lang is empty")])
 def test_unknown_or_ambiguous_pair_is_refused_with_the_pairs(service, src, tgt, words):
     with pytest.raises(RequestError) as e:
         service.pick(src, tgt)
