@@ -79,6 +79,11 @@ def encode_data(cfg: Config, splits: DatasetSplits, src_tok: Tokenizer, tgt_tok:
                           "raise --max-src-tokens/--max-tgt-tokens")
     dv_s, dv_t = src_tok.encode(splits.dev.src), tgt_tok.encode(splits.dev.tgt)
     # dev loss uses every dev pair, truncated to the training limits so its batches fit the same shapes
+    cut = sum(len(s) > d.max_src_tokens or len(t) > d.max_tgt_tokens for s, t in zip(dv_s, dv_t))
+    if cut:
+        logger.info("dev loss and perplexity: %d of %d dev pairs are cut to --max-src-tokens %d / --max-tgt-tokens "
+                    "%d subword tokens (dev BLEU translates them whole)", cut, len(dv_s), d.max_src_tokens,
+                    d.max_tgt_tokens)
     dv_s = [s[:d.max_src_tokens] for s in dv_s]
     dv_t = [t[:d.max_tgt_tokens] for t in dv_t]
     return EncodedData(RowsView(tr_s, keep), RowsView(tr_t, keep), dv_s, dv_t,

@@ -48,3 +48,22 @@ def test_a_truncated_cache_is_encoded_again(corpus, tmp_path):
     ids.write_bytes(ids.read_bytes()[:100])
     src, _, hit = load_or_encode(tmp_path, src_tok, tgt_tok, ko, en)
     assert not hit and [list(x) for x in src] == src_tok.encode(ko)
+
+
+def test_dev_pairs_cut_for_the_dev_loss_are_counted(corpus, caplog):
+    """Dev pairs over --max-src-tokens / --max-tgt-tokens were cut for the dev loss and perplexity (a false end of
+    sentence scored: what --valid-metric ppl picks by) without a word."""
+    from nmt.config import Config
+    from nmt.corpus import Pairs
+    from nmt.data import encode_data
+    from nmt.recipes import DatasetSplits
+    _, ko, en, src_tok, tgt_tok = corpus
+    cfg = Config()
+    cfg.data.max_src_tokens = cfg.data.max_tgt_tokens = 6
+    dev = Pairs(ko[:40], en[:40], "dev")
+    longer = sum(len(s) > 6 or len(t) > 6 for s, t in zip(src_tok.encode(dev.src), tgt_tok.encode(dev.tgt)))
+    assert 0 < longer < 40
+    with caplog.at_level("INFO", logger="nmt"):
+        data = encode_data(cfg, DatasetSplits(Pairs(ko, en, "train"), dev, {}), src_tok, tgt_tok)
+    assert f"{longer} of 40 dev pairs are cut to --max-src-tokens 6 / --max-tgt-tokens 6" in caplog.text
+    assert max(map(len, data.dev_src)) <= 6
