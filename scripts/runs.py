@@ -50,13 +50,18 @@ def load_run(path) -> Run:
 
 
 def _best_record(run: Run, test: str, checkpoint: Optional[str]) -> Optional[dict]:
-    per_ckpt = run.scores.get(test, {})
+    """The run's own record (never an ensemble's) of `checkpoint` (best, avg, latest or a step), or by default of
+    best, else avg, else its latest step recorded."""
+    per_ckpt = {k: v for k, v in run.scores.get(test, {}).items() if not k.startswith(ENSEMBLE_PREFIX)}
+    steps = sorted((int(k) for k in per_ckpt if k.isdecimal()), reverse=True)
+    if checkpoint == "latest":   # recorded under its step
+        return per_ckpt.get(str(ckpt.latest_step(run.state))) if run.state.params_files else None
     if checkpoint:
-        return per_ckpt.get(checkpoint)
+        return per_ckpt.get(str(int(checkpoint)) if checkpoint.isdecimal() else checkpoint)
     for name in ("best", "avg"):   # dev-selected first: choosing by test score would tune on the test
         if name in per_ckpt:
             return per_ckpt[name]
-    return next(iter(per_ckpt.values()), None)   # else a step's scores
+    return per_ckpt[str(steps[0])] if steps else None
 
 
 def _records(run: Run, test: str, checkpoint: Optional[str]) -> List[tuple]:
@@ -101,7 +106,7 @@ def _row(run: Run, name: str, test: str, rec: dict, states: Sequence[Optional[ck
     return {"run": name, "test_set": test, "direction": run.direction, "n": rec.get("n"),
             "bleu": rec["bleu"], "chrf": rec["chrf"], "bleu_ko_mecab": rec.get("extra", {}).get("bleu_ko_mecab"),
             "bleu_signature": rec.get("bleu_signature"), "chrf_signature": rec.get("chrf_signature"),
-            "checkpoint": rec.get("checkpoint"), "beam_size": rec.get("beam_size"),
+            "mecab_signature": rec.get("extra_signatures", {}).get("bleu_ko_mecab"), "checkpoint": rec.get("checkpoint"), "beam_size": rec.get("beam_size"),
             "length_penalty": rec.get("length_penalty"),
             "hours": [None if s is None else s.elapsed / 3600.0 for s in states],
             "updates": [None if s is None else s.step for s in states], "epochs": run.state.epoch,
@@ -132,11 +137,15 @@ def markdown_table(rows: Sequence[dict], hardware: str) -> str:
                      f"{' + '.join('?' if h is None else f'{h * 60:.0f}' for h in r['hours'])} min | "
                      f"{' + '.join('?' if u is None else str(u) for u in r['updates'])} | "
                      f"{r.get('hardware') or hardware} |")
-    sigs = sorted({r["bleu_signature"] for r in rows if r["bleu_signature"]} |
-                  {r["chrf_signature"] for r in rows if r["chrf_signature"]})
+    sigs = sorted({s for r in rows for s in (r["bleu_signature"], r["chrf_signature"], r["mecab_signature"]) if s})
     if sigs:
         lines += ["", "sacreBLEU signatures: " + "; ".join(f"`{s}`" for s in sigs)]
     return "\n".join(lines) + "\n"
+
+
+# What a scores record says of how it was decoded (nmt.scoring.score_test_set): a decoding ablation names each
+# that differs from the base's record.
+DECODE_KEYS = ("beam_size", "length_penalty", "max_len_a", "max_len_b", "max_input_tokens", "prefix_words")
 
 
 def decode_rows(base: Run, reports: Sequence[dict], test: str) -> List[dict]:
@@ -151,7 +160,9 @@ def decode_rows(base: Run, reports: Sequence[dict], test: str) -> List[dict]:
         rec = report.get("results", {}).get(test)
         if not rec:
             continue
-        diff = [f"{k}={rec.get(k)}" for k in ("beam_size", "length_penalty") if rec.get(k) != best.get(k)]
+        diff = [f"{k}={rec.get(k)}" for k in DECODE_KEYS if rec.get(k) != best.get(k)]
+        if best.get("n") and rec.get("n") != best["n"]:   # a part of the set (--max-sentences)
+            diff.append(f"{rec.get('n')} of {best['n']} sentences")
         rows.append({"what": f"decoding: {', '.join(diff) or 'same as base'} ({rec.get('checkpoint')} checkpoint)",
                      "record": rec})
     return sorted(rows, key=lambda r: r["what"])

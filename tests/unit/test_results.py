@@ -202,3 +202,44 @@ def test_the_committed_docs_page_matches_the_results_tables():
     assert page.is_file()
     main_table = (REPO / "results" / "results.md").read_text(encoding="utf-8").strip()
     assert main_table in page.read_text(encoding="utf-8")
+
+
+def test_a_runs_row_is_its_own_latest_step_never_an_ensembles(scored_dirs, tmp_path):
+    """The row took the first key in text order: an ensemble's score as the run's own (the run alone never
+    scored), a lower step before the latest ("5922" < "6048"); and --checkpoint latest found nothing."""
+    from scripts.runs import _best_record
+    run = load_run(scored_dirs[0])
+    rec = dict(next(iter(run.scores["synth-test"].values())))
+    latest = ckpt_latest(run)
+    run.scores["synth-test"] = {"ensemble-latest:x": {**rec, "bleu": 50.0}, "1": {**rec, "bleu": 1.0},
+                                str(latest): {**rec, "bleu": 2.0}}
+    assert _best_record(run, "synth-test", None)["bleu"] == 2.0
+    assert _best_record(run, "synth-test", "latest")["bleu"] == 2.0
+    assert _best_record(run, "synth-test", "1")["bleu"] == 1.0 and _best_record(run, "synth-test", "best") is None
+    run.scores["synth-test"] = {"ensemble-best:x": {**rec, "bleu": 50.0}}
+    assert _best_record(run, "synth-test", None) is None
+
+
+def ckpt_latest(run) -> int:
+    from nmt import checkpoint as ckpt
+    return ckpt.latest_step(run.state)
+
+
+def test_decoding_rows_name_every_setting_that_differs_and_a_part_of_the_set(scored_dirs):
+    """Other length limits and a --max-sentences part were "decoding: same as base"."""
+    base = load_run(scored_dirs[0])
+    rec = dict(next(iter(base.scores["synth-test"].values())))
+    reports = [{"results": {"synth-test": {**rec, "max_len_b": 2, "bleu": 1.0}}},
+               {"results": {"synth-test": {**rec, "n": 3, "bleu": 2.0}}}]
+    table = ablation_table(base, [base], "synth-test", reports)
+    assert "decoding: max_len_b=2 (" in table and f"decoding: 3 of {rec['n']} sentences (" in table, table
+
+
+def test_the_ko_mecab_signature_is_listed_with_the_others(scored_dirs):
+    """A Korean-output row showed its ko-mecab BLEU without the signature scores.json records for it."""
+    run = load_run(scored_dirs[0])
+    for rec in run.scores["synth-test"].values():
+        rec.update(extra={"bleu_ko_mecab": 12.2},
+                   extra_signatures={"bleu_ko_mecab": "nrefs:1|tok:ko-mecab-0.996/ko-0.9.2-KO|version:2.4.3"})
+    table = markdown_table(results_rows([run]), "m")
+    assert "| 12.20 |" in table and "`nrefs:1|tok:ko-mecab-0.996/ko-0.9.2-KO|version:2.4.3`" in table, table
