@@ -36,11 +36,15 @@ def checkpoint_bytes(cfg: Config, net) -> int:
 
 def check_checkpoint_room(cfg: Config, net) -> int:
     """StorageError unless the model directory has room for `checkpoint_bytes`; returns that figure."""
-    t = cfg.train
+    t, model_dir = cfg.train, Path(cfg.train.model_dir)
     needed = checkpoint_bytes(cfg, net)
     per = 3 * 4 * parameter_count(net)
-    check_room(Path(t.model_dir), needed, f"--keep-last {t.keep_last} checkpoints of {human_bytes(per)} each "
-                                          "(parameters and optimizer states) and params.best")
+    # a resumed run's checkpoints are there already: new ones take their place as they are pruned
+    there = sum(f.stat().st_size for pattern in ("params.*", "trainer.*.states") for f in model_dir.glob(pattern)
+                if f.is_file())
+    check_room(model_dir, needed - there, f"--keep-last {t.keep_last} checkpoints of {human_bytes(per)} each "
+                                          "(parameters and optimizer states) and params.best" +
+               (f" (beyond the {human_bytes(there)} of checkpoints already there)" if there else ""))
     return needed
 
 

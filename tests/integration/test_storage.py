@@ -196,3 +196,24 @@ def test_full_disk_mid_training_exits_2_and_resume_continues(tmp_path, capsys, m
     monkeypatch.setattr(gluon.Block, "save_parameters", real)
     assert train_main(args + ["--resume"]) == 0
     assert ckpt.TrainState.load(tmp_path / "m").step == 6
+
+
+def test_a_resume_needs_room_only_beyond_the_checkpoints_already_there(tmp_path, monkeypatch):
+    """A resume was refused ("2.8 MiB free, but ... need about 7.0 MiB") where it ran to the end with the space
+    there: its kept checkpoints are deleted as new ones are written."""
+    from nmt import preflight
+    from nmt.models import build_model
+    from tests.synth import tiny_config
+    cfg = tiny_config(tmp_path, {}, "m")
+    net = build_model(cfg.model, 400, 400)
+    net.initialize()
+    needed = preflight.checkpoint_bytes(cfg, net)
+    (tmp_path / "m").mkdir()
+    for name, size in ((ckpt.params_file(4), needed // 4), (ckpt.trainer_states_file(4), needed // 2)):
+        (tmp_path / "m" / name).write_bytes(b"\0" * size)
+    there = needed // 4 + needed // 2
+    monkeypatch.setattr(storage, "free_bytes", lambda path: needed - there)
+    assert preflight.check_checkpoint_room(cfg, net) == needed
+    monkeypatch.setattr(storage, "free_bytes", lambda path: needed - there - 1000)
+    with pytest.raises(StorageError, match=r"\(beyond the .* of checkpoints already there\) need about"):
+        preflight.check_checkpoint_room(cfg, net)
