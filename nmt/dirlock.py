@@ -15,7 +15,7 @@ import shutil
 import socket
 import time
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 from nmt.checkpoint import LOCK, CheckpointError
 from nmt.storage import guarded_write
@@ -47,6 +47,15 @@ class ModelDirLock:
         os.pwrite(fd, (json.dumps(holder) + "\n").encode("utf-8"), 0)
         self._fd = fd
         return self
+
+    def acquire_after(self, check: Callable[[], None]) -> "ModelDirLock":
+        """`acquire` once `check()` of what the directory holds passes, but a live trainer's lock is named first: a
+        directory it writes may hold no checkpoint yet, which `check` would take for a run that stopped early."""
+        if self.path.parent.is_dir():
+            with self:
+                pass
+        check()
+        return self.acquire()
 
     def _refusal(self) -> str:
         try:

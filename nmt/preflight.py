@@ -59,12 +59,12 @@ def _check_model_dir(cfg: Config, resume: bool, overwrite: bool, init: Optional[
     not locked by a live trainer. Raises the error the run would raise."""
     from nmt.dirlock import ModelDirLock
     model_dir = Path(cfg.train.model_dir)
-    ckpt.check_model_dir(model_dir, resume, overwrite, run_inputs(cfg, init))
-    check_writable(model_dir)
-    out: Dict[str, Any] = {"model_dir": str(model_dir), "exists": model_dir.is_dir()}
     if model_dir.is_dir():
         with ModelDirLock(model_dir):   # refused, naming the holder, while another trainer writes it
             pass
+    ckpt.check_model_dir(model_dir, resume, overwrite, run_inputs(cfg, init))
+    check_writable(model_dir)
+    out: Dict[str, Any] = {"model_dir": str(model_dir), "exists": model_dir.is_dir()}
     if resume and manifest.has_manifests(model_dir):
         body, problems = manifest.newest_intact(model_dir)
         out["resume_step"], out["damaged"], out["sampler"] = body["step"], problems, body["state"]["sampler"]

@@ -263,9 +263,9 @@ def create_trainer(cfg: Config, resume: bool = False, overwrite: bool = False, i
     kv = create_kvstore(default_kvstore(ctxs, t.kvstore))
     workers = WorkerGroup(kv)
     lock, inputs = None, run_inputs(cfg, init)
-    if workers.is_chief:
-        ckpt.check_model_dir(Path(t.model_dir), resume, overwrite, inputs)   # before the lock creates the directory
-        lock = ModelDirLock(Path(t.model_dir)).acquire()
+    if workers.is_chief:   # what the directory holds is checked before the lock creates it
+        lock = ModelDirLock(Path(t.model_dir)).acquire_after(lambda: ckpt.check_model_dir(Path(t.model_dir), resume,
+                                                                                          overwrite, inputs))
     try:
         trainer = _create_locked(cfg, resume, overwrite, ctxs, kv, workers, init, inputs)
     except BaseException:

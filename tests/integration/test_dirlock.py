@@ -105,3 +105,19 @@ def test_a_trainer_of_this_process_not_yet_fitted_is_named_as_such(tmp_path, tas
         create_trainer(cfg, overwrite=True)
     first.lock.release()
     create_trainer(cfg, overwrite=True).fit()
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_a_live_trainer_before_its_first_checkpoint_is_named(tmp_path, task, capsys, dry_run):
+    """A second trainer was told the live run "stopped before its first checkpoint: start it again with
+    --overwrite" (for the first minutes of a real run): what the directory held was judged before its lock."""
+    from nmt.cli import train_main
+    d = tmp_path / "m"
+    lock = ModelDirLock(d).acquire()   # a trainer that has made its directory, not yet a checkpoint
+    try:
+        argv = train_cmd(task, d, "--resume", *(["--dry-run"] if dry_run else []))[2:]
+        assert train_main(argv) == 2
+        err = capsys.readouterr().err
+        assert "is held by this very process" in err and "stopped before its first checkpoint" not in err, err
+    finally:
+        lock.release()
