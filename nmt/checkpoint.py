@@ -306,11 +306,11 @@ def params_path(model_dir: Path, which: str = "best") -> Path:
 
 
 def best_step(model_dir: Path) -> Optional[int]:
-    """The training step of params.best: from the training state, else from its manifest (an nmt-export)."""
-    if (model_dir / STATE).exists():
-        return TrainState.load(model_dir).best_step or None
-    best = model_dir / manifest.manifest_name("best")
-    return manifest.read_manifest(model_dir, "best").get("step") if best.is_file() else None
+    """The training step of params.best: from its manifest (written with it; state.json follows it, so a run killed
+    between the two says the old step there), else from the training state."""
+    with contextlib.suppress(CheckpointError):   # a damaged one is named where params.best is loaded
+        return manifest.read_manifest(model_dir, "best").get("step") or None
+    return TrainState.load(model_dir).best_step or None if (model_dir / STATE).exists() else None
 
 
 def verify_params(path: Path) -> None:

@@ -69,3 +69,20 @@ def test_scores_of_a_replaced_best_or_average_are_retired(tmp_path):
     (tmp_path / ckpt.SCORES).write_text("{")   # a damaged one: left for evaluation to name, training goes on
     retire_scores(tmp_path, "best")
     assert (tmp_path / ckpt.SCORES).read_text() == "{"
+
+
+def test_the_best_step_is_its_manifests(model_dir, tmp_path):
+    """A run killed between writing params.best's manifest and state.json left state.json naming the old best's
+    step: evaluation printed and recorded "params.best, step 40" for step 60's parameters, and an export said step
+    40 beside step 60's sha256. The manifest is written with the file; a damaged one falls back to state.json."""
+    import shutil
+    from nmt.scoring import checkpoint_info
+    d = tmp_path / "m"
+    shutil.copytree(model_dir, d)
+    real = json.loads((d / "manifest.best.json").read_text())["step"]
+    state = json.loads((d / ckpt.STATE).read_text())
+    state["best_step"] = real - 1
+    (d / ckpt.STATE).write_text(json.dumps(state))
+    assert ckpt.best_step(d) == real and checkpoint_info(d, "best")["step"] == real
+    (d / "manifest.best.json").write_text("{")
+    assert ckpt.best_step(d) == real - 1
