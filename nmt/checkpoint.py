@@ -248,11 +248,27 @@ def resume_state(model_dir: Path) -> TrainState:
     except OSError as e:   # a file of a checkpoint exists but cannot be read: no permission, ...
         raise CheckpointError(f"--resume: {e.filename or model_dir} cannot be read ({e.strerror or e})") from None
     state = TrainState(**body["state"])
+    check_kept_files(model_dir)
     if problems:
         logger.warning("--resume: the newest checkpoint is damaged (%s); resuming from step %d, the newest intact "
                        "one", "; ".join(problems), state.step)
         state.save(model_dir)   # `latest` names an intact checkpoint again
     return state
+
+
+def check_kept_files(model_dir: Path) -> None:
+    """Before a resumed run trains, the files it reads only at its end: a CheckpointError for a damaged scores.json
+    (where its test scores go), a warning for a params.best that does not match its manifest (their checkpoint,
+    unless a new best replaces it; also what a run killed while saving a new best leaves, which it saves again)."""
+    from nmt.scoring import read_scores
+    read_scores(model_dir)
+    if (model_dir / PARAMS_BEST).exists():
+        try:
+            verify_params(model_dir / PARAMS_BEST)
+        except CheckpointError as e:
+            logger.warning("--resume: %s; unless the run finds a new best, scoring its best at the end will fail: "
+                           "restore the file (the best's step checkpoint, if still kept, holds the same parameters)",
+                           e)
 
 
 def latest_step(state: TrainState) -> int:
