@@ -90,6 +90,7 @@ class TrainState:
     since_valid: list = field(default_factory=list)   # [loss sum, NLL sum, tokens] since the last validation
     elapsed: float = 0.0                   # training wall time over all runs, seconds
     params_files: List[str] = field(default_factory=list)   # params.<step> files kept, oldest first
+    stop_file: str = ""                    # of them, one saved at a stop (Ctrl-C, a limit): dropped at the next save
     stopped: str = ""                      # why training ended ("max_steps", "early_stop", ...), "" while running
     hardware: str = ""                     # what the latest (resumed) run trained on (parallel.describe_hardware)
     init_from: str = ""                    # the parameter file a fine-tuning run started from (--init-from)
@@ -212,8 +213,9 @@ def save_checkpoint(model_dir: Path, net, trainer, state: TrainState, keep_last:
     if is_best:
         _save_with(net.save_parameters, model_dir / PARAMS_BEST, size)
         manifest.write_manifest(model_dir, "best", [PARAMS_BEST], state.step)
-    kept = [f for f in state.params_files if f != name] + [name]
-    state.params_files = kept[-max(keep_last, 1):]
+    # a stop's checkpoint (where a resume starts) goes at the next save: those kept are an uninterrupted run's
+    kept = [f for f in state.params_files if f not in (name, state.stop_file)] + [name]
+    state.params_files, state.stop_file = kept[-max(keep_last, 1):], name if state.stopped else ""
     manifest.write_manifest(model_dir, manifest.step_key(state.step), [name, states], state.step, asdict(state))
     state.save(model_dir)
     _prune(model_dir, {params_step(f) for f in state.params_files})
@@ -257,9 +259,8 @@ def resume_state(model_dir: Path) -> TrainState:
 
 
 def check_kept_files(model_dir: Path) -> None:
-    """Before a resumed run trains, the files it reads only at its end: a CheckpointError for a damaged scores.json
-    (where its test scores go), a warning for a params.best that does not match its manifest (their checkpoint,
-    unless a new best replaces it; also what a run killed while saving a new best leaves, which it saves again)."""
+    """Before a resumed run trains, the files it reads only at its end: CheckpointError for a damaged scores.json; a
+    warning for a params.best unlike its manifest (as a run killed while saving a best leaves it: saved again)."""
     from nmt.scoring import read_scores
     read_scores(model_dir)
     if (model_dir / PARAMS_BEST).exists():

@@ -192,6 +192,22 @@ def test_a_resumed_run_with_a_new_best_moves_the_old_bests_scores_to_its_step(tm
                                                                     "params_file": ckpt.params_file(4)}}
 
 
+def test_a_stop_between_validations_leaves_the_kept_and_averaged_checkpoints_alone(tmp_path, task):
+    """The checkpoint saved at a stop (Ctrl-C, a limit) took a --keep-last slot and joined the average: a run
+    stopped at 190 and resumed averaged 180, 190, 200 where one that never stopped averaged 168, 180, 200."""
+    kw = dict(valid_every=4, keep_last=3, average_last=3)
+    full = tiny_config(tmp_path, task, "full", max_steps=16, **kw)
+    create_trainer(full).fit()
+    part = tiny_config(tmp_path, task, "part", max_steps=10, **kw)
+    assert create_trainer(part).fit().params_files[-1] == ckpt.params_file(10)   # where the resume starts
+    part.train.max_steps = 16
+    state = create_trainer(part, resume=True).fit()
+    assert state.params_files == ckpt.TrainState.load(full.train.model_dir).params_files
+    assert list_params_files(part.train.model_dir) == list_params_files(full.train.model_dir)
+    assert (Path(full.train.model_dir) / ckpt.PARAMS_AVG).read_bytes() == \
+        (Path(part.train.model_dir) / ckpt.PARAMS_AVG).read_bytes()
+
+
 def test_time_budget_counts_every_run_and_metrics_carry_the_training_loss(tmp_path, task):
     cfg = tiny_config(tmp_path, task, "budget", max_steps=8, valid_every=4)
     s1 = create_trainer(cfg).fit()
