@@ -163,13 +163,8 @@ class Translator:
         """The devices this translator decodes on."""
         return [self.ctx] + [c for c, _ in self.replicas]
 
-    @property
-    def src_lang(self) -> str:
-        return self.src_tok.lang
-
-    @property
-    def tgt_lang(self) -> str:
-        return self.tgt_tok.lang
+    src_lang = property(lambda self: self.src_tok.lang, doc="the source language's code (ko or en)")
+    tgt_lang = property(lambda self: self.tgt_tok.lang, doc="the target language's code")
 
     def source_ids(self, lines: Iterable[str], first_line: int = 1) -> List[List[int]]:
         """Normalized, tokenized, length-limited source ids (warnings name the line as first_line + index)."""
@@ -189,12 +184,14 @@ class Translator:
         raw = ["" if p is None else p for p in prefixes]
         what = "target prefix of line"
         texts = self._texts(raw, first_line, what, "prefixes")
-        parts = [split_last_word(t) if t and not r[-1:].isspace() else (t, "") for r, t in zip(raw, texts)]
+        fits = [len(x) <= self.decode.max_input_tokens for x in self.tgt_tok.encode(texts)]
+        parts = [split_last_word(t) if t and not r[-1:].isspace() and ok else (t, "")
+                 for r, t, ok in zip(raw, texts, fits)]
         heads = self._ids(self.tgt_tok, [head for head, _ in parts], first_line, what)
         out: List[Optional[TargetPrefix]] = []
-        for text, head, (_, word) in zip(texts, heads, parts):
-            # the last word to complete, or (after a space) a word to begin
-            table = word_table(self.tgt_tok.surfaces(), WORD_START + word, may_end=not word) if text else None
+        for text, head, (_, word), ok in zip(texts, heads, parts, fits):
+            # the last word to complete, or (after a space) a word to begin; a cut prefix: its pieces alone
+            table = word_table(self.tgt_tok.surfaces(), WORD_START + word, may_end=not word) if text and ok else None
             if word and table is None:   # no pieces spell it but byte pieces: its own pieces, as they are
                 head = self._ids(self.tgt_tok, [text], first_line, what)[0]
             out.append(TargetPrefix(head, *table) if table else TargetPrefix(head) if head else None)

@@ -81,6 +81,11 @@ def test_bad_prefixes_are_refused_and_a_long_one_is_cut_with_a_warning(translato
         out = short.translate([lines[0]], prefixes=[prefix], first_line=7)[0]
     assert out.startswith(cut) and not out.startswith(prefix)
     assert "target prefix of line 7 has" in caplog.text and "truncated to 4" in caplog.text
+    # its last word "sa" was left open: cut, the words before it were cut and "sa" spliced on after the cut ("I went
+    # to the school by yester" became "I went to yesterday."); now what is forced is the prefix's first 4 pieces
+    forced = short.target_prefixes([prefix])[0]
+    assert list(forced.tokens) == translator.tgt_tok.encode([prefix])[0][:4] and forced.allowed is None
+    assert short.target_prefixes(["ga sa"])[0].allowed is not None   # within the limit, still completed
 
 
 def test_cli_json_input(translator, serve_sentences, tmp_path, capsys):
