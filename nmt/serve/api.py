@@ -25,6 +25,7 @@ from starlette.exceptions import HTTPException
 
 from nmt.languages import hangul_counts, other_language_warning
 from nmt.serve.batcher import DEFAULT_MAX_WAIT_MS, Batcher, Closed, QueueFull, TimedOut
+from nmt.serve.openapi import openapi_30
 from nmt.serve.schema import (AttentionRequest, Limits, RequestError, TranslateRequest, attention_within,
                               check_attention, check_prefixes, check_translate, error_responses, parse, read_body,
                               token_warnings)
@@ -106,9 +107,8 @@ def create_app(service: Service) -> FastAPI:
     app = FastAPI(title="nmt-serve", version="1", lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Neural machine translation over a trained nmt model. POST /translate with "
                               "{\"text\": [...], \"beam_size\": 4, \"nbest\": 1}.")
-    # Swagger UI 4 (the newest that swagger-ui-bundle ships) reads OpenAPI 3.0 documents only; the schema
-    # FastAPI writes renders there as it is
-    app.openapi_version = "3.0.3"
+    fastapi_openapi = app.openapi
+    app.openapi = lambda: openapi_30(fastapi_openapi())   # as Swagger UI 4 reads it (nmt.serve.openapi)
     app.state.service = service
     _mount_static(app)
 

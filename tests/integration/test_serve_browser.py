@@ -9,6 +9,7 @@ Then what a browser audit found: answers that come late or not at all (held back
 fetch), a double-click, an error after a result, a change of model while translating, and keyboard use."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -147,6 +148,11 @@ def check_docs_page(driver, url: str, tmp_path: Path) -> None:
     paths = [e.text for e in driver.find_elements(By.CSS_SELECTOR, ".opblock-summary-path")]
     assert "/translate" in " ".join(paths), paths
     save_screenshot(driver, tmp_path, "serve_docs.png")
+    # "Try it out" starts from the schema's example (a body the server takes), not {"text": ["string"], ...}
+    next(e for e in driver.find_elements(By.CSS_SELECTOR, ".opblock-summary") if "/translate" in e.text).click()
+    WebDriverWait(driver, 20).until(lambda d: d.find_elements(By.CSS_SELECTOR, ".try-out__btn"))[0].click()
+    body = WebDriverWait(driver, 20).until(lambda d: d.find_elements(By.CSS_SELECTOR, "textarea.body-param__text"))
+    assert json.loads(body[0].get_attribute("value")) == {"text": ["안녕하세요"], "beam_size": 4, "nbest": 1}
 
 
 def heatmap_contrasts(driver) -> list:
