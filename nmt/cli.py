@@ -5,7 +5,6 @@ Precedence: dataclass defaults < `--config FILE` (JSON, same layout as a model's
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from dataclasses import dataclass
@@ -13,9 +12,10 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from nmt.config import (ARCH_DEFAULTS, BUCKETINGS, KVSTORES, LANGS, LR_SCHEDULES, PER_INVOCATION, SPM_MODEL_TYPES,
-                        VALID_METRIC_NAMES, Config, ConfigError, DataConfig, ModelConfig, TrainConfig, resumed_config)
+                        VALID_METRIC_NAMES, Config, ConfigError, DataConfig, ModelConfig, resumed_config)
 from nmt import jsonio
 from nmt.commands import command, nonempty
+from nmt.config_file import names_its_directory, read_config_file
 from nmt.recipes import RECIPES, resolve_data_dir
 
 # (flag, section, field, type, help): the tables mapping flags to config fields, one per config section
@@ -199,16 +199,13 @@ def config_from_args(args: argparse.Namespace, base: Optional[Config] = None) ->
     return Config.from_dict(args_dict(args, base), source=str(getattr(args, "config", "") or "flags"))
 
 
-def args_dict(args: argparse.Namespace, base: Optional[Config] = None) -> Dict[str, Dict[str, Any]]:
+def args_dict(args: argparse.Namespace, base: Optional[Config] = None, check: bool = True
+              ) -> Dict[str, Dict[str, Any]]:
     """The sections and keys a command line gives (with a --config file's, or `base`'s), not yet checked together:
-    `config_from_args` makes them a Config; on --resume they first join the run's own (`config_for_resume`)."""
+    `config_from_args` makes them a Config; on --resume they first join the run's own (`config_for_resume`).
+    `check`: a --config file's values are checked (over `base`, or the defaults)."""
     if getattr(args, "config", None):
-        if not Path(args.config).is_file():
-            raise ConfigError(f"--config {args.config}: " + ("a directory, not a file" if Path(args.config).is_dir()
-                                                             else "file not found"))
-        d = jsonio.read_object(args.config, ConfigError)
-        Config.from_dict(d, source=str(args.config), file=True)   # its own errors name the file
-        _drop_devices(d, args.config)
+        d = read_config_file(args.config, base, check)
     else:
         d = base.to_dict() if base else {}
     flags = {key: value for key, value in vars(args).items() if "." in key}
@@ -222,6 +219,9 @@ def args_dict(args: argparse.Namespace, base: Optional[Config] = None) -> Dict[s
     data = d.setdefault("data", {})
     if "data.batch_size" in flags:   # a batch in sentences, also over a --config file's batch in tokens
         data["batch_tokens"] = None
+    files = [f"{side}_{end}" for side in ("train", "dev", "test") for end in ("src", "tgt")]
+    if flags.get("data.recipe") and not any(f"data.{f}" in flags for f in files):   # over a --config file's files
+        data.update({f: None for f in files if data.get(f)})
     if data.get("train_src") or data.get("train_tgt"):
         if flags.get("data.recipe"):
             raise ConfigError(f"--recipe {flags['data.recipe']} and --train-src/--train-tgt exclude each other: a "
@@ -237,31 +237,12 @@ def args_dict(args: argparse.Namespace, base: Optional[Config] = None) -> Dict[s
         langs = data.get("src_lang", DataConfig.src_lang), data.get("tgt_lang", DataConfig.tgt_lang)
         name = f"{data.get('recipe', DataConfig.recipe) or 'custom'}-{langs[0]}-{langs[1]}"
         train["model_dir"] = str(Path("models") / (name if arch == "lstm" else f"{name}-{arch}"))
-    elif not str(train["model_dir"]).strip() or not getattr(args, "resume", True) and _names_its_directory(
+    elif not str(train["model_dir"]).strip() or not getattr(args, "resume", True) and names_its_directory(
             str(train["model_dir"]), Path(args.config)):
         raise ConfigError(f"--config {args.config}: " + ("train.model_dir is empty; give --model-dir" if not str(
             train["model_dir"]).strip() else "its train.model_dir is the directory of the run whose settings it "
             "holds; give the new run's --model-dir (or --resume to continue that run)"))
     return d
-
-
-# A --config file's keys of the machine it was written on: devices come from each command line, as on --resume.
-DEVICE_KEYS = ("gpus", "cpu_devices", "kvstore", "amp")
-
-
-def _drop_devices(d: Dict[str, Dict[str, Any]], config: str) -> None:
-    taken = {k: d["train"].pop(k) for k in DEVICE_KEYS if k in (d.get("train") or {})}
-    said = [f"train.{k} = {json.dumps(v)}" for k, v in taken.items() if v != getattr(TrainConfig, k)]
-    if said:
-        logging.getLogger("nmt").warning("--config %s: %s not taken: the devices are this command line's (--gpus, "
-                                         "--cpu-devices, --kvstore, --amp)", config, ", ".join(said))
-
-
-def _names_its_directory(model_dir: str, config: Path) -> bool:
-    """Whether `model_dir`, the train.model_dir of the --config file `config`, is the directory that holds the file:
-    the same once resolved (a run saves it absolute) or, relative as earlier versions saved it, the end of its path."""
-    home, path = config.resolve().parent, Path(model_dir).expanduser()
-    return path.resolve() == home or not path.is_absolute() and home.parts[-len(path.parts):] == path.parts
 
 
 def given_keys(args: argparse.Namespace) -> Dict[str, str]:
@@ -285,7 +266,7 @@ def config_for_resume(args: argparse.Namespace) -> Tuple[Config, List[str]]:
     configuration where the model directory has no config.json here (nothing to resume, which training reports; or
     a worker of a distributed job on a machine without the directory, which then needs the same flags as rank 0)."""
     from nmt.checkpoint import CONFIG
-    path = Path(args_dict(args)["train"]["model_dir"]) / CONFIG   # args_dict always names the directory
+    path = Path(args_dict(args, check=False)["train"]["model_dir"]) / CONFIG   # (always named; checked below)
     if not path.is_file():
         return config_from_args(args), []
     saved = Config.load(path)
@@ -293,8 +274,7 @@ def config_for_resume(args: argparse.Namespace) -> Tuple[Config, List[str]]:
         raise ConfigError(f"--resume: --batch-size {vars(args)['data.batch_size']} asks for batches of sentences, and "
                           f"this run was trained with --batch-tokens {saved.data.batch_tokens} ({path}); the data "
                           "cannot change within a run: drop --batch-size, or train into a new --model-dir")
-    # the flags over the run's settings (this invocation's own keys at their defaults), made a Config as on any
-    # command line (relative paths made absolute, values checked together), then compared with the run's
+    # the flags (and a --config file) over the run's settings, its per-invocation keys at their defaults
     base, defaults = saved.to_dict(), Config.for_arch(saved.model.arch).to_dict()
     for key in PER_INVOCATION:
         section, name = key.split(".")

@@ -456,3 +456,35 @@ def test_a_huge_gpu_count_is_named_without_listing_it(monkeypatch):
     with pytest.raises(DeviceError, match=r"asks for GPU id 8 \(9 GPUs\) but only 8"):
         parse_devices("9")
     assert parse_devices("2") == [mx.gpu(0), mx.gpu(1)]
+
+
+def test_a_resume_checks_a_config_file_over_the_runs_own_settings(tmp_path):
+    """`--resume --config F` with {"train": {"average_last": 5}} was refused as "give --keep-last 5 or more (got
+    3)" for a run that keeps 5: the file was checked over the defaults; the flag --average-last 5 was taken."""
+    from nmt.cli import config_for_resume
+    run = tmp_path / "run"
+    run.mkdir()
+    saved = Config()
+    saved.train.model_dir, saved.train.keep_last = str(run), 5
+    saved.save(run / "config.json")
+    path = tmp_path / "avg5.json"
+    path.write_text(json.dumps({"train": {"average_last": 5}}))
+    parse = build_train_parser().parse_args
+    cfg, changes = config_for_resume(parse(["--model-dir", str(run), "--resume", "--config", str(path)]))
+    assert (cfg.train.average_last, cfg.train.keep_last) == (5, 5) and changes == [f"{path}: train.average_last: 0 -> 5"]
+    path.write_text(json.dumps({"train": {"average_last": 6}}))   # more than the run keeps: refused, naming the file
+    with pytest.raises(ConfigError, match=rf"{path}: .*give --keep-last 6 or more \(got 5\)"):
+        config_for_resume(parse(["--model-dir", str(run), "--resume", "--config", str(path)]))
+
+
+def test_a_recipe_flag_overrides_a_config_files_own_files(tmp_path):
+    """--config of a run on its own files with --recipe tatoeba was refused as "--recipe tatoeba and
+    --train-src/--train-tgt exclude each other", flags the user had not given (a recipe config with --train-src
+    was taken)."""
+    path = tmp_path / "files.json"
+    path.write_text(json.dumps({"data": {"recipe": None, "train_src": "a.ko", "train_tgt": "a.en", "dev_src": "d.ko",
+                                         "dev_tgt": "d.en"}}))
+    cfg = cfg_of(["--config", str(path), "--model-dir", "m", "--recipe", "tatoeba"])
+    assert cfg.data.recipe == "tatoeba" and cfg.data.train_src is None and cfg.data.dev_src is None
+    with pytest.raises(ConfigError, match="exclude each other"):
+        cfg_of(["--config", str(path), "--model-dir", "m", "--recipe", "tatoeba", "--train-src", "b.ko"])

@@ -1,0 +1,45 @@
+"""`nmt-train --config FILE`: a JSON file of config sections and keys, read as the command line's base (its flags
+override it). Its values are checked where they stand, over the defaults or, on --resume, over the run's own
+settings; the keys of the machine it was written on (its devices) are not taken. No MXNet here."""
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+from nmt import jsonio
+from nmt.config import Config, ConfigError, TrainConfig
+
+# A --config file's keys of the machine it was written on: devices come from each command line, as on --resume.
+DEVICE_KEYS = ("gpus", "cpu_devices", "kvstore", "amp")
+
+
+def read_config_file(path, base: Optional[Config] = None, check: bool = True) -> Dict[str, Dict[str, Any]]:
+    """The sections of the --config file `path` (over `base`'s settings when given), checked unless not `check`:
+    a ConfigError names the file and key."""
+    if not Path(path).is_file():
+        raise ConfigError(f"--config {path}: " + ("a directory, not a file" if Path(path).is_dir() else
+                                                  "file not found"))
+    d = jsonio.read_object(path, ConfigError)
+    if base is not None and all(isinstance(v, dict) for v in d.values()):   # --resume: over the run's settings
+        d = {k: {**v, **d.get(k, {})} for k, v in {**d, **base.to_dict()}.items()}
+    if check:
+        Config.from_dict(d, source=str(path), file=True)
+    _drop_devices(d, str(path))
+    return d
+
+
+def _drop_devices(d: Dict[str, Dict[str, Any]], config: str) -> None:
+    taken = {k: d["train"].pop(k) for k in DEVICE_KEYS if isinstance(d.get("train"), dict) and k in d["train"]}
+    said = [f"train.{k} = {json.dumps(v)}" for k, v in taken.items() if v != getattr(TrainConfig, k)]
+    if said:
+        logging.getLogger("nmt").warning("--config %s: %s not taken: the devices are this command line's (--gpus, "
+                                         "--cpu-devices, --kvstore, --amp)", config, ", ".join(said))
+
+
+def names_its_directory(model_dir: str, config: Path) -> bool:
+    """Whether `model_dir`, the train.model_dir of the --config file `config`, is the directory that holds the file:
+    the same once resolved (a run saves it absolute) or, relative, the end of its path."""
+    home, path = config.resolve().parent, Path(model_dir).expanduser()
+    return path.resolve() == home or not path.is_absolute() and home.parts[-len(path.parts):] == path.parts
