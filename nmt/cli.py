@@ -152,6 +152,15 @@ GROUPS = [("data", DATA_FLAGS), ("model", MODEL_FLAGS), ("optimization", OPTIM_F
           ("training", TRAIN_FLAGS), ("decoding", DECODE_FLAGS)]
 
 
+class _Joined(argparse.Action):
+    """--upsample given again adds its corpora to the first's (Marian's repeated options add up) instead of
+    silently replacing them; a corpus named twice is refused where the value is read (`recipes.parse_upsample`)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        before = getattr(namespace, self.dest, None)
+        setattr(namespace, self.dest, f"{before},{values}" if before else values)
+
+
 def _add_flags(parser: argparse.ArgumentParser, groups, defaults: Config) -> None:
     for title, flags in groups:
         g = parser.add_argument_group(title)
@@ -166,6 +175,7 @@ def _add_flags(parser: argparse.ArgumentParser, groups, defaults: Config) -> Non
                                if f.field in v.get(f.section, {}))
                 kind = nonempty() if f.type is str and not f.choices else f.type
                 g.add_argument(f.flag, dest=dest, type=kind, choices=f.choices, default=argparse.SUPPRESS,
+                               action=_Joined if f.field == "upsample" else "store",
                                metavar=f.field.upper() if not f.choices else None,
                                help=f"{f.help} (default: {default}{also})")
 
