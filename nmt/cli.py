@@ -316,8 +316,8 @@ def check_model(model: ModelConfig, given: Dict[str, str]) -> None:
     try:
         build_model(model, 4, 4)
     except ConfigError as e:
-        key = next((k for k in given if k.startswith("model.") and str(e).startswith(f"--{k[6:].replace('_', '-')} ")
-                    and not given[k].startswith("--")), None)
+        key = next((k for k in given if k.startswith("model.") and f"--{k[6:].replace('_', '-')} " in f"{e} "
+                    and not given[k].startswith("--")), None)   # a key of a --config file the message names
         raise ConfigError(f"{given[key]}: {e}" if key else str(e)) from None
 
 

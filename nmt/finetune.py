@@ -27,8 +27,8 @@ TUNABLE = ("dropout", "word_dropout", "attention_dropout", "activation_dropout")
 
 def init_params(spec) -> Path:
     """The parameter file `--init-from` names: a model directory's best parameters, or a params file in one
-    (params.avg, params.00005040 ...), checked against its checkpoint's manifest."""
-    path = Path(spec)
+    (params.avg, params.00005040 ...), checked against its checkpoint's manifest; absolute, as state.json records it."""
+    path = Path(spec).absolute()
     if not path.exists():
         raise ConfigError(f"--init-from {spec}: no such model directory or parameter file")
     model_dir = path if path.is_dir() else path.parent

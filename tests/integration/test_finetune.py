@@ -137,3 +137,12 @@ def test_a_transformer_is_fine_tuned_with_the_transformers_optimizer_defaults(tm
                                                                             theirs["warmup_steps"])
     cfg.optim.lr = 5e-5
     assert init_config(cfg, {"optim.lr": "--lr"}, model / ckpt.PARAMS_BEST).optim.lr == 5e-5   # given: kept
+
+
+def test_a_relative_init_from_is_recorded_absolute(parent, tmp_path, monkeypatch):
+    """state.json kept --init-from as typed ("ex1/params.best") while config.json keeps paths absolute."""
+    model, other = parent
+    monkeypatch.chdir(model.parent)
+    run = tmp_path / "rel"
+    assert train_main(run_flags(other, run) + ["--init-from", model.name, "--max-steps", "1"]) == 0
+    assert ckpt.TrainState.load(run).init_from == str(ckpt.params_path(model, "best"))

@@ -499,3 +499,16 @@ def test_a_repeated_upsample_adds_its_corpora(tmp_path):
     with pytest.raises(ConfigError, match="tatoeba-manythings is given twice"):
         parse_upsample(cfg_of(["--recipe", "all", "--upsample", "tatoeba-manythings=4", "--upsample",
                                "tatoeba-manythings=2"]).data.upsample, RECIPES["all"])
+
+
+def test_small_messages_say_what_was_given(tmp_path):
+    """--valid-every 0 was "validation: every 0 updates and at each epoch end"; a --config file's heads 3 was named
+    as "--model-size 256 must be divisible by --heads 3", flags nobody gave."""
+    from nmt.cli import training_run
+    from nmt.preflight import settings_lines
+    assert any(line.startswith("validation: at each epoch end, by dev bleu") for line in
+               settings_lines(cfg_of(["--valid-every", "0"])))
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"model": {"arch": "transformer", "heads": 3}}))
+    with pytest.raises(ConfigError, match=rf"^{path}: model.heads: --model-size 256 must be divisible by --heads 3"):
+        training_run(build_train_parser().parse_args(["--config", str(path), "--model-dir", str(tmp_path / "m")]))
