@@ -62,6 +62,8 @@ def export_model(model_dir, output, which: str = "best", overwrite: bool = False
     cfg = Config.load(ckpt.config_of(model_dir, "--model-dir"))
     info = checkpoint_info(model_dir, which)   # its parameters verified against their manifest, and its step
     params, step = model_dir / str(info["params_file"]), int(info["step"] or 0)
+    if params.name == ckpt.PARAMS_AVG:   # no step's parameters: a step number given to the export finds none
+        step = 0
     _check_output(model_dir, output, overwrite)
     tmp = output.parent / f".{output.name}.export-{os.getpid()}"   # made with the umask's permissions
     try:
@@ -83,7 +85,7 @@ def export_model(model_dir, output, which: str = "best", overwrite: bool = False
                               + "\n")
         atomic_write_text(tmp / EXPORT, json.dumps({
             "model_dir": str(model_dir.resolve()), "checkpoint": str(which), "params_file": params.name,
-            "step": step, "params_sha256": manifest.sha256_of(params),
+            "step": step or None, "params_sha256": manifest.sha256_of(params),
             "exported": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, indent=2) + "\n")
         if output.exists():   # an earlier export (`_check_output`): replaced only now that the new one is complete
             shutil.rmtree(output)

@@ -13,7 +13,7 @@ import pytest
 
 from nmt import checkpoint as ckpt
 from nmt.cli import train_main
-from nmt.cli_decode import evaluate_main
+from nmt.cli_decode import evaluate_main, translate_main
 from nmt.export import EXPORT, export_main
 from nmt.finetune import init_params
 from nmt.scoring import read_scores, record_scores
@@ -142,3 +142,18 @@ def test_the_script_runs_from_a_checkout(model_dir, tmp_path):
                         "--output", str(tmp_path / "out")], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert (tmp_path / "out" / "params.best").read_bytes() == (model_dir / "params.best").read_bytes()
+
+
+def test_an_export_of_the_average_is_no_steps_checkpoint(model_copy, tmp_path, capsys):
+    """Exported, params.avg carried the step of the last checkpoint in it, so `--checkpoint 6048` on the export
+    translated with the average, logged as "step 6048 is the best checkpoint"."""
+    files = [f for f in list_params_files(model_copy)][-2:]
+    ckpt.average_checkpoints(model_copy, files)
+    out = tmp_path / "avg"
+    assert run(export_main, ["--model-dir", model_copy, "--checkpoint", "avg", "--output", out], capsys)[0] == 0
+    made = json.loads((out / EXPORT).read_text())
+    assert made["checkpoint"] == "avg" and made["step"] is None and (out / "params.best").read_bytes() == \
+        (model_copy / ckpt.PARAMS_AVG).read_bytes()
+    step = ckpt.params_step(files[-1])
+    code = translate_main(["--model-dir", str(out), "--checkpoint", str(step), "--input", "/dev/null"])
+    assert code == 2 and f"{step}" in capsys.readouterr().err
