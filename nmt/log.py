@@ -62,10 +62,11 @@ class MetricsWriter:
         self.path = Path(path) if path else None
 
     def keep_until(self, step: int) -> "MetricsWriter":
-        """Drop the rows after `step` (a run resumed from an earlier checkpoint than the newest makes them again)."""
+        """Drop the rows after `step` (a run resumed from an earlier checkpoint than the newest makes them again),
+        and a torn last line (a crash mid-append), which the next row would be appended to."""
         if self.path is not None and self.path.is_file():
-            rows = read_metrics(self.path)
-            if any(r.get("step", 0) > step for r in rows):
+            rows, text = read_metrics(self.path), self.path.read_text(encoding="utf-8")
+            if any(r.get("step", 0) > step for r in rows) or text and not text.endswith("\n"):
                 from nmt.atomic import atomic_write_text
                 atomic_write_text(self.path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows
                                                      if r.get("step", 0) <= step))

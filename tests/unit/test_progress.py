@@ -62,3 +62,16 @@ def test_sacrebleu_warnings_go_to_the_log_file_formatted(tmp_path, capsys):
     text = log.read_text(encoding="utf-8")
     assert "WARNING" in text and "That's 100 lines that end in a tokenized period" in text and "after" in text
     assert "That's 100 lines" in capsys.readouterr().err   # the console too, formatted the same way
+
+
+def test_a_torn_metrics_row_is_dropped_before_the_next_is_appended(tmp_path):
+    """A crash mid-append left half a row without its line end: the resumed run's next row was appended onto it,
+    and reading dropped the merged line (the rows ended at 180 where the run had 200)."""
+    from nmt.log import MetricsWriter, read_metrics
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 160}\n{"step": 180}\n{"step": 20', encoding="utf-8")
+    writer = MetricsWriter(path).keep_until(180)
+    writer.write({"step": 200})
+    assert [r["step"] for r in read_metrics(path)] == [160, 180, 200]
+    MetricsWriter(path).keep_until(200)   # whole rows: left as they are
+    assert path.read_text(encoding="utf-8") == '{"step": 160}\n{"step": 180}\n{"step": 200}\n'
