@@ -68,7 +68,9 @@ def export_model(model_dir, output, which: str = "best", overwrite: bool = False
     tmp = output.parent / f".{output.name}.export-{os.getpid()}"   # made with the umask's permissions
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(tmp, ignore_errors=True)   # left by an export of this process id that was killed
+        for left in output.parent.glob(f".{output.name}.export-*"):   # by an export killed (SIGKILL, SIGTERM)
+            if left == tmp or not _alive(left.name.rsplit("-", 1)[-1]):
+                shutil.rmtree(left, ignore_errors=True)
         tmp.mkdir()
     except OSError as e:   # a file where a directory belongs, no permission, a read-only file system, ...
         why = "a file is in its path" if isinstance(e, (FileExistsError, NotADirectoryError)) else e.strerror
@@ -94,6 +96,17 @@ def export_model(model_dir, output, which: str = "best", overwrite: bool = False
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return output
+
+
+def _alive(pid: str) -> bool:
+    """Whether the process `pid` (a number as text) is running on this host."""
+    try:
+        os.kill(int(pid), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:   # another user's
+        return True
+    return True
 
 
 def _check_output(model_dir: Path, output: Path, overwrite: bool) -> None:

@@ -4,6 +4,7 @@ something."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -157,3 +158,17 @@ def test_an_export_of_the_average_is_no_steps_checkpoint(model_copy, tmp_path, c
     step = ckpt.params_step(files[-1])
     code = translate_main(["--model-dir", str(out), "--checkpoint", str(step), "--input", "/dev/null"])
     assert code == 2 and f"{step}" in capsys.readouterr().err
+
+
+def test_an_export_killed_leaves_nothing_after_the_next(model_copy, tmp_path, capsys):
+    """A SIGTERM mid-export left .NAME.export-PID (a 19 MB copy) for good: only this very process id's was removed.
+    The next export beside it removes those of processes that are gone, not of running ones."""
+    import subprocess
+    gone = subprocess.Popen(["true"])   # a process id no longer in use
+    gone.wait()
+    dead, live = tmp_path / f".out.export-{gone.pid}", tmp_path / f".out.export-{os.getppid()}"
+    for d in (dead, live):
+        d.mkdir()
+        (d / "params.best").write_bytes(b"x")
+    assert run(export_main, ["--model-dir", model_copy, "--output", tmp_path / "out"], capsys)[0] == 0
+    assert not dead.exists() and live.exists()
