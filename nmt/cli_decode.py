@@ -337,8 +337,9 @@ def score_main(args: argparse.Namespace) -> int:
     from nmt import stream
     from nmt.align import align_ids
     from nmt.forced import SCORE_CHUNK, score_ids, target_ids
-    from nmt.log import Every
+    from nmt.log import Every, setup_logging
     refuse_overwriting("--output", args.output, {"--src-file": args.src_file, "--tgt-file": args.tgt_file})
+    setup_logging(None, level=logging.DEBUG if args.verbose else logging.INFO)   # the files' warnings come first
     src, tgt = (read_lines(f, max_line_chars=limit, keep_blank_end=True)   # every line a pair; a long source is cut
                 for f, limit in ((args.src_file, None), (args.tgt_file, MAX_LINE_CHARS)))
     if len(src) != len(tgt):

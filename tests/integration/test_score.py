@@ -254,3 +254,16 @@ def test_two_devices_share_the_batches_and_score_like_one(tr, model_dir, lines):
     assert set(res["used"]) == {"cpu(0)", "cpu(1)"} and len(res["used"]) == 5   # 5 batches of 2
     np.testing.assert_allclose(res["scores"], [s.score for s in score_lines(tr, lines[0][:10], lines[1][:10])],
                                atol=1e-5)
+
+
+def test_the_files_warnings_are_log_lines(model_dir, tmp_path):
+    """A CRLF or BOM file's warning came as a bare line, before the log was set up, unlike every other warning."""
+    src, tgt = tmp_path / "s.ko", tmp_path / "t.en"
+    src.write_bytes("리 니\r\n차\r\n".encode())
+    tgt.write_bytes("\ufeffni ri\nri\n".encode())
+    r = subprocess.run([sys.executable, str(REPO / "scripts" / "score.py"), "--model-dir", str(model_dir),
+                        "--src-file", str(src), "--tgt-file", str(tgt)], capture_output=True, text=True,
+                       env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO)), timeout=120)
+    assert r.returncode == 0 and len(r.stdout.splitlines()) == 2, r.stderr
+    assert re.search(rf"^\S+ \S+ WARNING nmt.corpus: {src}: converted 2 CRLF", r.stderr, re.M), r.stderr
+    assert re.search(rf"^\S+ \S+ WARNING nmt.corpus: {tgt}: removed the UTF-8 byte-order mark", r.stderr, re.M)
