@@ -263,7 +263,7 @@ def check_kept_files(model_dir: Path) -> None:
     warning for a params.best unlike its manifest (as a run killed while saving a best leaves it: saved again)."""
     from nmt.scoring import read_scores
     read_scores(model_dir)
-    if (model_dir / PARAMS_BEST).exists():
+    if (model_dir / PARAMS_BEST).exists() or (model_dir / manifest.manifest_name("best")).is_file():
         try:
             verify_params(model_dir / PARAMS_BEST)
         except CheckpointError as e:

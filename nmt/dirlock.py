@@ -51,7 +51,7 @@ class ModelDirLock:
     def acquire_after(self, check: Callable[[], None]) -> "ModelDirLock":
         """`acquire` once `check()` of what the directory holds passes, but a live trainer's lock is named first: a
         directory it writes may hold no checkpoint yet, which `check` would take for a run that stopped early."""
-        if self.path.parent.is_dir():
+        if self.path.is_file():   # a live trainer holds it (a refused run makes no lock file where it had none)
             with self:
                 pass
         check()

@@ -42,8 +42,10 @@ def check_checkpoint_room(cfg: Config, net) -> int:
     # a resumed run's checkpoints are there already: new ones take their place as they are pruned
     there = sum(f.stat().st_size for pattern in ("params.*", "trainer.*.states") for f in model_dir.glob(pattern)
                 if f.is_file())
-    check_room(model_dir, needed - there, f"--keep-last {t.keep_last} checkpoints of {human_bytes(per)} each "
-                                          "(parameters and optimizer states) and params.best" +
+    # ... but at least room for one more checkpoint, a copy of params.best and of params.avg, before any is pruned
+    least = per + 4 * parameter_count(net) * (2 if t.average_last else 1)
+    check_room(model_dir, max(needed - there, least), f"--keep-last {t.keep_last} checkpoints of "
+               f"{human_bytes(per)} each (parameters and optimizer states) and params.best" +
                (f" (beyond the {human_bytes(there)} of checkpoints already there)" if there else ""))
     return needed
 
@@ -59,7 +61,7 @@ def _check_model_dir(cfg: Config, resume: bool, overwrite: bool, init: Optional[
     not locked by a live trainer. Raises the error the run would raise."""
     from nmt.dirlock import ModelDirLock
     model_dir = Path(cfg.train.model_dir)
-    if model_dir.is_dir():
+    if (model_dir / ckpt.LOCK).is_file():
         with ModelDirLock(model_dir):   # refused, naming the holder, while another trainer writes it
             pass
     ckpt.check_model_dir(model_dir, resume, overwrite, run_inputs(cfg, init))

@@ -121,3 +121,16 @@ def test_a_live_trainer_before_its_first_checkpoint_is_named(tmp_path, task, cap
         assert "is held by this very process" in err and "stopped before its first checkpoint" not in err, err
     finally:
         lock.release()
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_a_refused_directory_is_left_without_a_lock_file(tmp_path, task, capsys, dry_run):
+    """Probing for a live trainer made train.lock in any existing directory, one refused as not a model directory
+    too (a mistyped path, a data folder)."""
+    from nmt.cli import train_main
+    d = tmp_path / "notes"
+    d.mkdir()
+    (d / "a.txt").write_text("mine")
+    assert train_main(train_cmd(task, d, *(["--dry-run"] if dry_run else []))[2:]) == 2
+    assert "already exists and is not empty" in capsys.readouterr().err
+    assert sorted(p.name for p in d.iterdir()) == ["a.txt"]

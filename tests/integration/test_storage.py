@@ -203,17 +203,27 @@ def test_a_resume_needs_room_only_beyond_the_checkpoints_already_there(tmp_path,
     there: its kept checkpoints are deleted as new ones are written."""
     from nmt import preflight
     from nmt.models import build_model
+    from nmt.preflight import parameter_count
     from tests.synth import tiny_config
     cfg = tiny_config(tmp_path, {}, "m")
     net = build_model(cfg.model, 400, 400)
     net.initialize()
     needed = preflight.checkpoint_bytes(cfg, net)
     (tmp_path / "m").mkdir()
-    for name, size in ((ckpt.params_file(4), needed // 4), (ckpt.trainer_states_file(4), needed // 2)):
+    for name, size in ((ckpt.params_file(4), needed // 4), (ckpt.trainer_states_file(4), needed // 4)):
         (tmp_path / "m" / name).write_bytes(b"\0" * size)
-    there = needed // 4 + needed // 2
+    there = needed // 4 + needed // 4
     monkeypatch.setattr(storage, "free_bytes", lambda path: needed - there)
     assert preflight.check_checkpoint_room(cfg, net) == needed
     monkeypatch.setattr(storage, "free_bytes", lambda path: needed - there - 1000)
     with pytest.raises(StorageError, match=r"\(beyond the .* of checkpoints already there\) need about"):
+        preflight.check_checkpoint_room(cfg, net)
+    # however much is there, a save writes a checkpoint and a copy of params.best before it prunes any (a resume
+    # on a disk that held its checkpoints and little more passed the check, then failed at its first save)
+    (tmp_path / "m" / ckpt.params_file(8)).write_bytes(b"\0" * needed)
+    least = 4 * 4 * parameter_count(net)
+    monkeypatch.setattr(storage, "free_bytes", lambda path: least)
+    assert preflight.check_checkpoint_room(cfg, net) == needed
+    monkeypatch.setattr(storage, "free_bytes", lambda path: least - 1000)
+    with pytest.raises(StorageError):
         preflight.check_checkpoint_room(cfg, net)

@@ -41,7 +41,7 @@ def test_translate_and_evaluate_name_the_damaged_file(model, tmp_path, capsys, w
         open(path, "wb").write(good)
 
 
-@pytest.mark.parametrize("damage", ["params.best", "scores.json"])
+@pytest.mark.parametrize("damage", ["params.best", "scores.json", "missing"])
 @pytest.mark.parametrize("dry_run", [True, False])
 def test_a_resume_names_a_damaged_best_or_scores_file_before_training(model, tmp_path, capsys, damage, dry_run):
     """Found only at the end of the resumed run (after its training) by the test scoring; the dry run called the
@@ -50,7 +50,9 @@ def test_a_resume_names_a_damaged_best_or_scores_file_before_training(model, tmp
     from nmt.cli import train_main
     d = tmp_path / "m"
     shutil.copytree(model[0], d)
-    if damage == "params.best":
+    if damage == "missing":   # its manifest says there was one
+        (d / "params.best").unlink()
+    elif damage == "params.best":
         (d / damage).write_bytes((d / damage).read_bytes()[:1000])
     else:
         (d / damage).write_text("{ not json")
@@ -61,5 +63,6 @@ def test_a_resume_names_a_damaged_best_or_scores_file_before_training(model, tmp
     if damage == "scores.json":   # where the test scores go: refused before training
         assert code == 2 and "scores.json is not valid JSON" in err and ckpt.TrainState.load(d).step == steps, err
     else:   # also what a kill while saving a new best leaves (the resume saves it again): a warning first
-        assert code == 0 and "params.best is truncated" in err and "scoring its best at the end will fail" in err
-        assert dry_run or err.index("params.best is truncated") < err.index("resumed from step"), err
+        said = "params.best is truncated" if damage == "params.best" else "params.best is missing"
+        assert code == 0 and said in err and "scoring its best at the end will fail" in err, err
+        assert dry_run or err.index(said) < err.index("resumed from step"), err
