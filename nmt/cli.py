@@ -192,7 +192,7 @@ def build_train_parser() -> argparse.ArgumentParser:
                    help="JSON config file (same layout as a model's config.json); flags override it")
     g.add_argument("--resume", action="store_true", help="continue training from the latest checkpoint in --model-dir")
     g.add_argument("--overwrite", action="store_true", help="delete an existing --model-dir and start over")
-    g.add_argument("--init-from", metavar="DIR", type=nonempty(),
+    g.add_argument("--init-from", metavar="DIR", type=nonempty(Path),
                    help="fine-tune: start a new run from the parameters of a trained model directory (its best, or "
                    "DIR/params.avg, DIR/params.<step>), keeping its model settings, languages and SentencePiece "
                    "models, with a fresh optimizer and learning-rate schedule")
@@ -276,7 +276,7 @@ def config_for_resume(args: argparse.Namespace) -> Tuple[Config, List[str]]:
     configuration where the model directory has no config.json here (nothing to resume, which training reports; or
     a worker of a distributed job on a machine without the directory, which then needs the same flags as rank 0)."""
     from nmt.checkpoint import CONFIG
-    path = Path(args_dict(args, check=False)["train"]["model_dir"]) / CONFIG   # (always named; checked below)
+    path = Path(args_dict(args, check=False)["train"]["model_dir"]).expanduser() / CONFIG   # (checked below)
     if not path.is_file():
         return config_from_args(args), []
     saved = Config.load(path)

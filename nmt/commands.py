@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from pathlib import Path
 from typing import Any, Callable, List, Optional
 
 from nmt.config import ConfigError
@@ -32,11 +33,13 @@ def number(kind: type, low: float, high: Optional[float] = None, low_open: bool 
 
 def nonempty(kind: Callable[[str], Any] = str):
     """An argparse type: `kind` of a value that is not blank. `--data-dir "$DIR"` with DIR unset gives '', which
-    would otherwise mean the current directory (a Path) or no value at all."""
+    would otherwise mean the current directory (a Path) or no value at all. A Path's "~" is the home directory
+    (the shell leaves it in `--model-dir=~/m`)."""
     def parse(text: str):
         if not text.strip():
             raise argparse.ArgumentTypeError("is empty (an unset shell variable?): give a value, or leave the flag out")
-        return kind(text)
+        value = kind(text)
+        return value.expanduser() if isinstance(value, Path) else value
     return parse
 
 

@@ -512,3 +512,19 @@ def test_small_messages_say_what_was_given(tmp_path):
     path.write_text(json.dumps({"model": {"arch": "transformer", "heads": 3}}))
     with pytest.raises(ConfigError, match=rf"^{path}: model.heads: --model-size 256 must be divisible by --heads 3"):
         training_run(build_train_parser().parse_args(["--config", str(path), "--model-dir", str(tmp_path / "m")]))
+
+
+def test_a_tilde_reaches_every_command_and_the_resume(tmp_path, monkeypatch):
+    """Only nmt-train expanded "~": `nmt-translate --model-dir=~/m` found no directory, and `--resume
+    --model-dir=~/m` missed the run's config.json, resuming with the defaults (lr 0.002 for its 0.0005)."""
+    from nmt.cli import config_for_resume
+    from nmt.cli_decode import build_translate_parser
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert build_translate_parser().parse_args(["--model-dir=~/m"]).model_dir == tmp_path / "m"
+    assert build_train_parser().parse_args(["--init-from=~/m"]).init_from == tmp_path / "m"
+    (tmp_path / "m").mkdir()
+    saved = Config()
+    saved.train.model_dir, saved.optim.lr = str(tmp_path / "m"), 5e-4
+    saved.save(tmp_path / "m" / "config.json")
+    cfg, changes = config_for_resume(build_train_parser().parse_args(["--resume", "--model-dir=~/m"]))
+    assert cfg.optim.lr == 5e-4 and changes == []
