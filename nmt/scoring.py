@@ -375,6 +375,8 @@ def model_test_score(model_dir, checkpoint: Optional[str], members: Sequence = (
         step = int(key) if key.isdecimal() else -1
         return order.get(row[0], len(order)), row[0], {"best": 0, "avg": 1}.get(key, 2), -step, row[1]
     test, key, e = min(mine, key=rank)
-    return {"test_set": test, "checkpoint": key, "bleu": e["bleu"], "bleu_signature": e.get("bleu_signature"),
+    loaded = key == (ensemble_key(str(checkpoint), model_dir, members) if members else checkpoint)
+    return {"test_set": test, "checkpoint": key, "of_loaded_checkpoint": loaded, "bleu": e["bleu"],
+            "bleu_signature": e.get("bleu_signature"),
             "chrf": e.get("chrf"), "chrf_signature": e.get("chrf_signature"), "beam_size": e.get("beam_size"),
             "length_penalty": e.get("length_penalty")}

@@ -290,7 +290,10 @@ def _add_routes(app: FastAPI, limits: Limits) -> None:
                                          "send a shorter text or translation", request)
         except ValueError as e:   # e.g. nothing left after normalization
             raise RequestError(422, f"text: {e}", "text") from None
-        warnings += cut
+        d = model.translator.decode
+        warnings += cut + ([f"the translation reached the model's length limit (max_len_a {d.max_len_a:g} x source "
+                            f"tokens + max_len_b {d.max_len_b}) and may be cut off"]
+                           if given is None and a.tgt_pieces[-1:] != ["</s>"] else [])
         return {"translation": a.translation, "src_pieces": a.src_pieces, "tgt_pieces": a.tgt_pieces,
                 "weights": [[round(float(w), 4) for w in row] for row in a.weights], "warnings": warnings}
 

@@ -182,8 +182,15 @@ def test_translations_at_the_length_limit_are_named_in_the_warnings(translator, 
     assert 0 < len(at_limit) < len(lines)
     with background_server(make_app(short)) as url:
         r = httpx.post(f"{url}/translate", json={"text": lines, "beam_size": 4}, timeout=60).json()
+        # /attention's greedy translation too ("warnings": [] with its </s> missing)
+        greedy = [len(h[0][0]) == b for h in short.translate_ids(lines, beam_size=1)]
+        att = [httpx.post(f"{url}/attention", json={"text": line}, timeout=60).json() for line in lines]
     assert r["warnings"] == [f"text[{i}]: the translation reached the model's length limit (max_len_a 0 x source "
                              f"tokens + max_len_b {b}) and may be cut off" for i in at_limit]
+    assert any(greedy) and [bool(a["warnings"]) for a in att] == greedy
+    assert all(a["warnings"] == ["the translation reached the model's length limit (max_len_a 0 x source tokens + "
+                                 f"max_len_b {b}) and may be cut off"] for a, cut in zip(att, greedy) if cut)
+    assert all((a["tgt_pieces"][-1] == "</s>") != cut for a, cut in zip(att, greedy))
 
 
 def test_empty_lines_and_control_characters_are_translated_with_warnings(http, translator):

@@ -744,15 +744,16 @@ def test_a_test_score_of_another_checkpoint_is_named_with_it(translator):
             open_page(driver, url)
             got = driver.execute_script("""
                 const base = models[0], out = [];
-                for (const [loaded, scored] of arguments[0]) {
-                  models[0] = {...base, checkpoint: loaded, best_test_score: {bleu: 7.89, test_set: "t",
-                                                                              checkpoint: scored}};
+                for (const [scored, loaded] of arguments[0]) {
+                  models[0] = {...base, best_test_score: {bleu: 7.89, test_set: "t", checkpoint: scored,
+                                                          of_loaded_checkpoint: loaded}};
                   choose(0);
                   out.push(document.getElementById("pair").textContent.split(" · ").pop());
                 }
-                return out;""", [["best", "best"], ["latest", "best"], ["latest", "6048"],
-                                 ["best", "ensemble-best:b+c"], ["avg", "ensemble-best:b"]])
+                return out;""", [["best", True], ["best", False], ["6048", True], ["6048", False],
+                                 ["ensemble-best:b+c", True], ["ensemble-best:b", False]])
     finally:
         driver.quit()
-    assert got == ["BLEU 7.9 (t)", "BLEU 7.9 (t, checkpoint best)", "BLEU 7.9 (t, checkpoint 6048)", "BLEU 7.9 (t)",
-                   "BLEU 7.9 (t, checkpoint best)"]
+    # (--checkpoint latest, whose scores are recorded under its step: of the loaded checkpoint, named nothing)
+    assert got == ["BLEU 7.9 (t)", "BLEU 7.9 (t, checkpoint best)", "BLEU 7.9 (t)", "BLEU 7.9 (t, checkpoint 6048)",
+                   "BLEU 7.9 (t)", "BLEU 7.9 (t, checkpoint best)"]

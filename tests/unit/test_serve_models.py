@@ -84,7 +84,8 @@ def test_info_shows_the_score_on_the_models_own_test_set(tmp_path):
     stub.model_dir, stub.checkpoint, stub.member_dirs = tmp_path, "best", []
     stub.decode = DecodeConfig(beam_size=4, length_penalty_alpha=1.0, max_len_a=2.0, max_len_b=7)
     info = Model(stub, batcher=None).info()
-    assert info["best_test_score"] == {"test_set": "tatoeba-test", "checkpoint": "best", **entry(7.89)}
+    assert info["best_test_score"] == {"test_set": "tatoeba-test", "checkpoint": "best", "of_loaded_checkpoint": True,
+                                       **entry(7.89)}
     assert (info["beam_size"], info["length_penalty"], info["max_len_a"], info["max_len_b"]) == (4, 1.0, 2.0, 7)
     # the recipe's sets in its order, whatever their scores
     scores["flores200-devtest"] = {"best": entry(20.0)}
@@ -101,7 +102,9 @@ def test_info_shows_the_score_on_the_models_own_test_set(tmp_path):
     scores = {"tatoeba-test": {"700": entry(1.0), "900": entry(2.0), "best": entry(3.0)}, "zz": {"1100": entry(9.0)}}
     (tmp_path / "scores.json").write_text(json.dumps(scores))
     assert model_test_score(tmp_path, "700", tests=["tatoeba-test"])["bleu"] == 1.0
+    assert model_test_score(tmp_path, "700", tests=["tatoeba-test"])["of_loaded_checkpoint"] is True
     assert model_test_score(tmp_path, "1100", tests=["tatoeba-test"])["bleu"] == 9.0
+    assert model_test_score(tmp_path, "avg", tests=["tatoeba-test"])["of_loaded_checkpoint"] is False   # best's
     assert model_test_score(tmp_path, "avg", tests=["tatoeba-test"])["bleu"] == 3.0
     del scores["tatoeba-test"]["best"]
     (tmp_path / "scores.json").write_text(json.dumps(scores))
