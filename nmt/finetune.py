@@ -62,8 +62,10 @@ def init_config(cfg: Config, given: Dict[str, str], params: Path) -> Config:
     for another value of any other."""
     source = params.parent / ckpt.CONFIG
     if params.parent.resolve() == Path(cfg.train.model_dir).resolve():
-        raise ConfigError(f"--init-from {params.parent} is the --model-dir of this run: fine-tuning writes a new "
-                          "model directory (give another --model-dir; --resume continues that run instead)")
+        named = "" if "train.model_dir" in given else (" (the default, named after the data, languages and "
+                                                        "architecture, as that model's was)")
+        raise ConfigError(f"--init-from {params.parent} is the --model-dir of this run{named}: fine-tuning writes a "
+                          "new model directory (give another --model-dir; --resume continues that run instead)")
     theirs, mine = Config.load(source).to_dict(), cfg.to_dict()
     for section, name in [("model", k) for k in theirs["model"]] + [("data", k) for k in INHERITED_DATA]:
         key, old = f"{section}.{name}", theirs[section][name]

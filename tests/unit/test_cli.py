@@ -528,3 +528,16 @@ def test_a_tilde_reaches_every_command_and_the_resume(tmp_path, monkeypatch):
     saved.save(tmp_path / "m" / "config.json")
     cfg, changes = config_for_resume(build_train_parser().parse_args(["--resume", "--model-dir=~/m"]))
     assert cfg.optim.lr == 5e-4 and changes == []
+
+
+def test_a_fine_tuning_run_whose_default_directory_is_its_models_says_so(tmp_path, monkeypatch):
+    """The quick start's model fine-tuned on the Tatoeba recipe without --model-dir was told "is the --model-dir of
+    this run", a flag nobody gave."""
+    from nmt.cli import training_run
+    monkeypatch.chdir(tmp_path)
+    model = tmp_path / "models" / "tatoeba-ko-en"
+    model.mkdir(parents=True)
+    Config().save(model / "config.json")
+    (model / "params.best").write_bytes(b"x")
+    with pytest.raises(ConfigError, match=r"is the --model-dir of this run \(the default, named after the data"):
+        training_run(build_train_parser().parse_args(["--init-from", str(model)]))
