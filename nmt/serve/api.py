@@ -25,7 +25,7 @@ from starlette.exceptions import HTTPException
 
 from nmt.languages import hangul_counts, other_language_warning
 from nmt.serve.batcher import DEFAULT_MAX_WAIT_MS, Batcher, Closed, QueueFull, TimedOut
-from nmt.serve.openapi import openapi_30
+from nmt.serve.openapi import fit_examples, openapi_30
 from nmt.serve.schema import (AttentionRequest, Limits, RequestError, TranslateRequest, attention_within,
                               check_attention, check_prefixes, check_translate, error_responses, parse, read_body,
                               token_warnings)
@@ -108,7 +108,8 @@ def create_app(service: Service) -> FastAPI:
                   description="Neural machine translation over a trained nmt model. POST /translate with "
                               "{\"text\": [...], \"beam_size\": 4, \"nbest\": 1}.")
     fastapi_openapi = app.openapi
-    app.openapi = lambda: openapi_30(fastapi_openapi())   # as Swagger UI 4 reads it (nmt.serve.openapi)
+    pairs = [(m.translator.src_lang, m.translator.tgt_lang) for m in service.models.values()]
+    app.openapi = lambda: fit_examples(openapi_30(fastapi_openapi()), pairs)   # as Swagger UI 4 reads it
     app.state.service = service
     _mount_static(app)
 

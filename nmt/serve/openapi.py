@@ -2,7 +2,7 @@
 client generators that check the version reject 3.1's JSON Schema keywords in a document that says 3.0.3. FastAPI
 and pydantic 2 write 3.1 only, and no kept library converts it, so this does, for what they write here: an `anyOf`
 with `{"type": "null"}` (an Optional field) becomes `nullable`, and a schema's `examples` list its `example` (which
-Swagger UI's "Try it out" then fills in)."""
+Swagger UI's "Try it out" then fills in), each example made a request this very server takes (`fit_examples`)."""
 from __future__ import annotations
 
 from typing import Any
@@ -36,3 +36,20 @@ def _convert(node: Any) -> None:
         node["example"] = node.pop("examples")[0]
     for value in node.values():
         _convert(value)
+
+
+HELLO = {"ko": "안녕하세요", "en": "Hello."}
+
+
+def fit_examples(doc: dict, pairs: list) -> dict:
+    """`doc`'s request examples as this server takes them: text in its first model's source language, and with
+    several models (`pairs`: (source, target) languages, the first first) the languages, without which a request
+    is refused."""
+    src, tgt = pairs[0]
+    for path in ("/translate", "/attention"):
+        schema = doc["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+        example = schema["example"]
+        text = HELLO.get(src, example["text"])
+        schema["example"] = {**example, "text": [text] if isinstance(example["text"], list) else text,
+                             **({"src_lang": src, "tgt_lang": tgt} if len(pairs) > 1 else {})}
+    return doc

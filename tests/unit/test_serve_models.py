@@ -116,3 +116,22 @@ def test_the_loaded_checkpoint_is_found_by_its_step(tmp_path):
     from nmt.scoring import checkpoint_key
     assert [checkpoint_key(c) for c in ("best", "avg", "00000700", "700", None)] == ["best", "avg", "700", "700", None]
     assert checkpoint_key("latest", tmp_path / "params.00000900") == "900"
+
+
+@pytest.mark.parametrize("pairs, text, langs", [([("ko", "en"), ("en", "ko")], "안녕하세요", {"src_lang": "ko",
+                                                                                          "tgt_lang": "en"}),
+                                                ([("en", "ko")], "Hello.", {})])
+def test_the_documents_examples_are_requests_this_server_takes(pairs, text, langs):
+    """On a server of two models "Try it out" sent the example without languages, refused with "this server has
+    several models (ko-en, en-ko): give src_lang and tgt_lang"; an en -> ko server's was Korean."""
+    from nmt.serve.api import create_app
+    service = Service([Stub(*p) for p in pairs], Limits())
+    try:
+        doc = create_app(service).openapi()
+    finally:
+        service.close()
+    body = {p: doc["paths"][p]["post"]["requestBody"]["content"]["application/json"]["schema"]["example"]
+            for p in ("/translate", "/attention")}
+    assert body["/translate"] == {"text": [text], "beam_size": 4, "nbest": 1, **langs}
+    assert body["/attention"] == {"text": text, **langs}
+    service.pick(langs.get("src_lang"), langs.get("tgt_lang"))   # routed, not refused
