@@ -18,7 +18,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 from nmt import checkpoint as ckpt
 from nmt.atomic import atomic_write_text
 from nmt.config import Config, ConfigError, DataConfig
-from nmt.corpus import Pairs, normalize, read_lines
+from nmt.corpus import Pairs, line_list, normalize, read_lines
 from nmt.evaluate import Scores, score
 from nmt.manifest import manifest_name, read_manifest
 from nmt.translate import Translator
@@ -103,18 +103,24 @@ def word_strokes(translator: Translator, sources: Sequence[str], refs: Sequence[
     reference's word there, and the model translates again starting with the accepted and typed words (a target
     prefix of whole words), until the translation is the reference. A translation that goes on after the
     reference's last word costs one stroke too (the translator ends it). Words are compared as in
-    `next_word_accuracy`. Returns the strokes, the reference words, their ratio (%) and the translations it took."""
+    `next_word_accuracy`. Returns the strokes, the reference words, their ratio (%) and the translations it took.
+    Words that make the typed prefix longer than max_input_tokens pieces (it would be cut) count as typed."""
     words = [normalize(r).split() for r in refs]
     kept = [0] * len(words)   # per sentence, the reference words accepted or typed so far
-    strokes, translations, todo = 0, 0, list(range(len(words)))
-    with translator.unreported():   # the set's lines, translated (and reported) already
+    strokes, translations, todo, long = 0, 0, list(range(len(words))), []
+    with translator.unreported() as cut:   # the set's lines, translated (and reported) already
         while todo:
+            before = len(cut)
             hyps = translator.translate([sources[i] for i in todo],
                                         prefixes=[whole_words(words[i][:kept[i]]) for i in todo])
             translations += len(todo)
-            left = []
+            left, too_long = [], {todo[n - 1] for what, n in cut[before:] if what != "input line"}
             for i, hyp in zip(todo, hyps):
                 got, want, k = hyp.split(), words[i], kept[i]
+                if i in too_long:   # the model was not given the words typed: the translator types the rest
+                    strokes += len(want) - k
+                    long.append(i + 1)
+                    continue
                 while k < len(want) and k < len(got) and got[k] == want[k]:
                     k += 1
                 if k == len(want):   # the whole reference: done, once the translator has ended any words after it
@@ -123,6 +129,10 @@ def word_strokes(translator: Translator, sources: Sequence[str], refs: Sequence[
                     strokes, kept[i] = strokes + 1, k + 1
                     left.append(i)
             todo = left
+    if long:
+        logger.warning("--word-strokes: the words typed for %d sentence(s) (line %s) became a prefix longer than "
+                       "--max-input-tokens %d pieces; the rest of their words count as typed", len(long),
+                       line_list(long), translator.decode.max_input_tokens)
     total = sum(map(len, words))
     return {"word_strokes": strokes, "reference_words": total,
             "word_stroke_ratio": 100.0 * strokes / total if total else None, "word_stroke_translations": translations}

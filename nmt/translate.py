@@ -93,21 +93,22 @@ class Translator:
     @contextmanager
     def unreported(self):
         """For lines reported once already (or to be): within it, this thread's cut inputs and translations at their
-        length limit are neither warned of nor counted; the yielded list gets each cut input's line number."""
+        length limit are neither warned of nor counted; the yielded list gets (what, line number) of each cut."""
         outer, self._unreported.cut = getattr(self._unreported, "cut", None), []
         try:
             yield self._unreported.cut
         finally:
             self._unreported.cut = outer
 
-    def _report_cut(self, line: int, count: bool, message: str, *args) -> None:
-        """An input cut at `line`: a warning and (if `count`) one more `truncated`, or within `unreported` its line."""
+    def _report_cut(self, what: str, line: int, count: bool, message: str, *args) -> None:
+        """`what` `line` (an "input line", a "target prefix of line") was cut: a warning "<what> <line> <message>"
+        and (if `count`) one more `truncated`, or within `unreported` (what, line) in its list."""
         cut = getattr(self._unreported, "cut", None)
         if cut is not None:
-            cut.append(line)
+            cut.append((what, line))
             return
         self.truncated += count
-        logger.warning(message, *args)
+        logger.warning("%s %d " + message, what, line, *args)
 
     @property
     def net(self):
@@ -220,8 +221,8 @@ class Translator:
                 raise ValueError(f"{arg}[{i}] has a lone surrogate {surrogate}: it is not a character; give valid "
                                  "Unicode")
             if len(x) > max_chars:   # before normalizing/tokenizing: bounded work and memory for any line
-                self._report_cut(first_line + i, True, "%s %d has %d characters; truncated to %d (--max-input-tokens "
-                                 "%d x %d)", what, first_line + i, len(x), max_chars, limit, CHARS_PER_TOKEN)
+                self._report_cut(what, first_line + i, True, "has %d characters; truncated to %d (--max-input-tokens "
+                                 "%d x %d)", len(x), max_chars, limit, CHARS_PER_TOKEN)
                 x = x[:max_chars]
                 if cut is not None:
                     cut.add(i)
@@ -236,8 +237,8 @@ class Translator:
         ids = tok.encode(texts)
         for i, x in enumerate(ids):
             if len(x) > limit:
-                self._report_cut(first_line + i, i not in counted, "%s %d has %d subword tokens; truncated to %d "
-                                 "(--max-input-tokens)", what, first_line + i, len(x), limit)
+                self._report_cut(what, first_line + i, i not in counted, "has %d subword tokens; truncated to %d "
+                                 "(--max-input-tokens)", len(x), limit)
                 ids[i] = x[:limit]
         return ids
 

@@ -444,3 +444,19 @@ def test_word_strokes_of_a_trained_model(model_copy, tmp_path, capsys):
     code, _, err = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", ref, "--word-strokes",
                         "--prefix-words", "1"], capsys)
     assert code == 2 and "give --prefix-words or --word-strokes, not both" in err
+
+
+def test_word_strokes_past_the_input_limit_count_the_rest_as_typed(model_copy, tmp_path, capsys):
+    """Typed words that made the prefix longer than --max-input-tokens were cut from it, silently: the model never
+    wrote them, yet they counted as accepted (66.67% where every word had to be typed)."""
+    src = tmp_path / "s.ko"
+    src.write_text("리 니\n", encoding="utf-8")
+    ref = tmp_path / "r.en"
+    ref.write_text("qq " * 12 + "\n", encoding="utf-8")   # words the model never writes: each one typed
+    code, out, err = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", ref, "--word-strokes",
+                          "--no-save", "--json", "--max-input-tokens", "6"], capsys)
+    assert code == 0, err
+    entry = json.loads(out)["results"][str(src.resolve())]
+    assert (entry["word_strokes"], entry["reference_words"]) == (12, 12), entry
+    assert "--word-strokes: the words typed for 1 sentence(s) (line 1) became a prefix longer than " \
+           "--max-input-tokens 6 pieces" in err

@@ -717,7 +717,7 @@ def test_unreported_work_neither_warns_nor_counts_on_its_own_thread(model_dir, c
             other = threading.Thread(target=tr.translate, args=([long],))   # another thread: reported as usual
             other.start()
             other.join()
-            assert cut == [8]
+            assert cut == [("input line", 8)]
         assert (tr.truncated, tr.cut_off, caplog.text.count("input line 1 has")) == (1, 1, 1), caplog.text
         assert "input line 8" not in caplog.text and "input lines 7" not in caplog.text
         assert tr.translate(["리", long], first_line=7) == quiet   # and outside it, reported again
