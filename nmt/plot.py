@@ -10,6 +10,7 @@ Axes are labelled with the SentencePiece pieces of both sides.
 from __future__ import annotations
 
 import importlib.util
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, List, Optional
@@ -17,10 +18,11 @@ from typing import Callable, List, Optional
 import mxnet as mx
 import numpy as np
 
-from nmt.corpus import normalize
+from nmt.corpus import CorpusError, normalize
 from nmt.models.ensemble import as_model
 from nmt.tokenizer import BOS_ID
 
+logger = logging.getLogger("nmt.plot")
 FONT_FAMILY = "NanumGothic"
 FALLBACK_FAMILY = "DejaVu Sans"   # matplotlib's own font: glyphs NanumGothic lacks fall back to it
 _font_ready = False
@@ -126,7 +128,7 @@ def attention_figure(att: Attention, title: Optional[str] = None):
     ax.set_yticklabels([_label(p) for p in att.tgt_pieces], fontproperties=font)
     ax.set_xlabel("source", fontproperties=font)
     ax.set_ylabel("translation", fontproperties=font)
-    head = title if title is not None else f"{att.source}\n→ {att.translation}"
+    head = title if title is not None else f"{normalize(att.source)}\n→ {att.translation}"   # as the model read it
     ax.set_title(head, fontproperties=FontProperties(family=[FONT_FAMILY, FALLBACK_FAMILY], size=11))
     fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
     fig.tight_layout()
@@ -156,7 +158,11 @@ def attention_saver(translator, out_dir) -> Callable[[int, List[str], List[str]]
     def save(first_line: int, lines: List[str], translations: List[str]) -> None:
         with translator.unreported():   # the lines were translated (their cuts reported) already
             for k, (line, translation) in enumerate(zip(lines, translations)):
-                if normalize(line):   # an empty translation: the greedy path's heatmap (its end of sentence at least)
+                if not normalize(line):
+                    continue
+                try:   # an empty translation: the greedy path's heatmap (its end of sentence at least)
                     save_attention_plot(translator, line, out_dir / f"line-{first_line + k:06d}.png",
                                         translation=translation or None)
+                except CorpusError as e:   # its text tokenized again is longer (a sampled byte piece as U+FFFD)
+                    logger.warning("line %d: no attention plot: %s", first_line + k, str(e).split(": ", 1)[-1])
     return save

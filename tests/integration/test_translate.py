@@ -724,6 +724,17 @@ def test_unreported_work_neither_warns_nor_counts_on_its_own_thread(model_dir, c
     assert (tr.truncated, tr.cut_off) == (2, 3) and "input line 8 has" in caplog.text
 
 
+def test_a_plot_that_cannot_be_made_is_a_warning_naming_its_line(tr, tmp_path, caplog):
+    """A sampled byte piece writes U+FFFD, which tokenizes again as 3 pieces: the translation's plot was refused as
+    longer than the limit ("translation:1", whatever the line), and the run stopped with the lines after it."""
+    from nmt.plot import attention_saver
+    save = attention_saver(tr, tmp_path / "p")
+    with caplog.at_level(logging.WARNING, logger="nmt.plot"):
+        save(7, ["리 니", "리"], ["\ufffd" * 2000, "ri"])
+    assert sorted(p.name for p in (tmp_path / "p").iterdir()) == ["line-000008.png"]
+    assert "line 7: no attention plot: the translation has" in caplog.text and "translation:1" not in caplog.text
+
+
 @pytest.mark.parametrize("flags", [[], ["--beam-size", "1"], ["--nbest", "2"], ["--alignment"], ["--sample", "3"]],
                          ids=["beam", "greedy", "nbest", "alignment", "sample"])
 def test_plots_show_the_translation_written(tr, src_lines, tmp_path, capsys, monkeypatch, flags):
