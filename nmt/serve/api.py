@@ -28,7 +28,7 @@ from nmt.serve.batcher import DEFAULT_MAX_WAIT_MS, Batcher, Closed, QueueFull, T
 from nmt.serve.openapi import fit_examples, openapi_30
 from nmt.serve.schema import (AttentionRequest, Limits, RequestError, TranslateRequest, attention_within,
                               check_attention, check_prefixes, check_translate, error_responses, parse, read_body,
-                              token_warnings)
+                              token_warnings, within_pieces)
 
 logger = logging.getLogger("nmt.serve")
 PAGE = Path(__file__).with_name("page.html")
@@ -260,7 +260,7 @@ def _add_routes(app: FastAPI, limits: Limits) -> None:
         warnings += cut
         language = other_language_warning(*hangul_counts(lines), tr.src_lang, tr.tgt_lang)
         warnings += [f"text: {language}"] if language else []
-        long_lines = any(len(x) > tr.decode.max_input_tokens // 4 for x in lines + (prefixes or []))
+        long_lines = any(not within_pieces(x, tr.decode.max_input_tokens) for x in lines + (prefixes or []))
         fewer = "send fewer sentences or a smaller beam_size"
         if long_lines:
             warnings += await _within_limit(model.batcher.call(lambda: token_warnings(tr, lines, prefixes),

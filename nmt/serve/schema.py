@@ -272,10 +272,16 @@ def token_warnings(translator, lines: List[str], prefixes: Optional[List[str]] =
     return [w for w in out if w]
 
 
+def within_pieces(line: str, limit: int) -> bool:
+    """Whether `line` is too short to pass `limit` pieces whatever its characters: at most 4 byte-fallback pieces
+    a character, and the word start SentencePiece puts before them."""
+    return 4 * len(line) + 1 <= limit
+
+
 def _token_warning(translator, where: str, line: str, encode) -> str:
     """The warning for a line that `encode` (the Translator's) cuts to max_input_tokens pieces, or ""."""
     limit = translator.decode.max_input_tokens
-    if len(line) <= limit // 4:   # a shorter line cannot reach the limit (<= 4 byte-fallback pieces a character)
+    if within_pieces(line, limit):
         return ""
     with translator.unreported() as cut:   # the translation reports it in the log
         encode([line])

@@ -102,3 +102,16 @@ def test_json_nested_within_the_limit_is_parsed():
     req = parse(b'{"text": ["a"], "target_prefix": [null]}', TranslateRequest)
     assert req.target_prefix == [None]
     refused({"text": [[[["a"]]]]}, 422, "text[0]", "valid string")
+
+
+def test_a_line_of_four_byte_characters_cut_at_the_limit_is_warned_of(model_dir):
+    """Five emoji are 21 pieces (4 byte pieces each and a word start): with max_input_tokens 20 the line was cut and
+    the answer said nothing, the check having skipped lines of up to limit / 4 characters."""
+    import dataclasses
+    from nmt.serve.schema import token_warnings
+    from nmt.translate import Translator
+    tr = Translator.from_dir(model_dir)
+    tr.decode = dataclasses.replace(tr.decode, max_input_tokens=20)
+    assert len(tr.src_tok.encode(["\U0001f600" * 5])[0]) == 21
+    assert token_warnings(tr, ["\U0001f600" * 5, "\U0001f600" * 4]) == [
+        "text[0] has more than 20 subword tokens; truncated to 20 (max_input_tokens), as nmt-translate does"]
