@@ -84,6 +84,10 @@ def encode_data(cfg: Config, splits: DatasetSplits, src_tok: Tokenizer, tgt_tok:
         logger.info("dev loss and perplexity: %d of %d dev pairs are cut to --max-src-tokens %d / --max-tgt-tokens "
                     "%d subword tokens (dev BLEU translates them whole)", cut, len(dv_s), d.max_src_tokens,
                     d.max_tgt_tokens)
+    n, limit = cfg.train.valid_max_sentences, cfg.decode.max_input_tokens
+    if any(len(s) > limit for s in dv_s[:n]):   # validations translate them quietly
+        logger.info("dev BLEU: %d of the %d dev sources validated on have more than --max-input-tokens %d subword "
+                    "tokens; they are translated cut", sum(len(s) > limit for s in dv_s[:n]), len(dv_s[:n]), limit)
     dv_s = [s[:d.max_src_tokens] for s in dv_s]
     dv_t = [t[:d.max_tgt_tokens] for t in dv_t]
     return EncodedData(RowsView(tr_s, keep), RowsView(tr_t, keep), dv_s, dv_t,

@@ -115,10 +115,10 @@ class Trainer:
 
     def _dev_scores(self) -> Tuple[Dict[str, float], List[str], List[str], List[str]]:
         """The validation's metrics row, and the dev sources, translations and references it scored."""
-        t0 = time.perf_counter()
+        t0, n, dev = time.perf_counter(), self.cfg.train.valid_max_sentences, self.data.splits.dev
         nll, tokens = dev_loss(self.loss_block, self.data.encoded, self.ctxs[0])
-        n, dev = self.cfg.train.valid_max_sentences, self.data.splits.dev
-        hyps = self.translator.translate(dev.src[:n], beam_size=self.cfg.train.valid_beam)
+        with self.translator.unreported():   # dev sources cut: said once, as the data was read (nmt.data)
+            hyps = self.translator.translate(dev.src[:n], beam_size=self.cfg.train.valid_beam)
         sc = score(hyps, dev.tgt[:n], self.cfg.data.tgt_lang)
         row = {"step": self.state.step, "epoch": round(self.epochs_done(), 3), "dev_nll": nll / max(tokens, 1),
                 "dev_ppl": perplexity(nll, tokens), "dev_bleu": sc.bleu, "dev_chrf": sc.chrf,

@@ -208,6 +208,17 @@ def test_a_stop_between_validations_leaves_the_kept_and_averaged_checkpoints_alo
         (Path(part.train.model_dir) / ckpt.PARAMS_AVG).read_bytes()
 
 
+def test_dev_sources_cut_at_the_input_limit_are_said_once(tmp_path, task):
+    """Every validation warned again of each dev source over --max-input-tokens ("input line 6 has 120 subword
+    tokens", three times in a run of three validations)."""
+    cfg = tiny_config(tmp_path, task, "cut", max_steps=6, valid_every=2)
+    cfg.decode.max_input_tokens = 3
+    create_trainer(cfg).fit()
+    log = (Path(cfg.train.model_dir) / ckpt.LOG).read_text(encoding="utf-8")
+    assert "subword tokens; truncated to 3" not in log and log.count("dev sources validated on have more than "
+                                                                     "--max-input-tokens 3 subword tokens") == 1, log
+
+
 def test_time_budget_counts_every_run_and_metrics_carry_the_training_loss(tmp_path, task):
     cfg = tiny_config(tmp_path, task, "budget", max_steps=8, valid_every=4)
     s1 = create_trainer(cfg).fit()
