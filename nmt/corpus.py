@@ -31,6 +31,9 @@ MAX_LINE_CHARS = 20_000
 # invisible operators, a stray BOM, the soft hyphen, bidirectional marks, embeddings and isolates, Hangul fillers.
 _INVISIBLE = re.compile("[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f\xad\u061c\u115f\u1160\u180e\u200b\u200e"
                         "\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\u3164\ufeff\uffa0]")
+# Joiners and variation selectors shape the characters beside them (an emoji sequence); a word of them alone shows
+# nothing.
+_JOINERS = re.compile("[\u034f\u200c\u200d\ufe00-\ufe0f]+")
 _CONTROL = re.compile("[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f]")   # the control characters `normalize` removes
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -96,10 +99,12 @@ class Pairs:
 
 
 def normalize(text: str) -> str:
-    """NFC, control and zero-width characters removed, whitespace runs (tab, NBSP, ...) collapsed, stripped."""
-    # NFC first: Korean typed or saved on macOS arrives as decomposed jamo (NFD), which the
-    # tokenizer would see as different, longer strings than the same syllables in NFC.
-    return " ".join(_INVISIBLE.sub("", unicodedata.normalize("NFC", text)).split())
+    """NFC, control and zero-width characters removed, whitespace runs (tab, NBSP, ...) collapsed, stripped, and
+    words of joiners alone dropped."""
+    # NFC: Korean typed or saved on macOS arrives as decomposed jamo (NFD), which the tokenizer would see as different,
+    # longer strings than the same syllables in NFC; after the removals, which could leave a sequence NFC composes.
+    words = unicodedata.normalize("NFC", _INVISIBLE.sub("", text)).split()
+    return " ".join(w for w in words if not _JOINERS.fullmatch(w))
 
 
 def control_characters(text: str) -> int:

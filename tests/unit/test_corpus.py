@@ -37,7 +37,18 @@ def test_characters_that_show_nothing_are_removed(mark):
     """Bidirectional marks and isolates, the soft hyphen and the Hangul fillers reached the model as byte pieces: a
     line that looked blank got a translation ("Hold it." for a lone LRM), and "고마워요." with an RLM another."""
     assert normalize(mark) == "" and normalize(f"{mark}고마{mark}워요.{mark}") == "고마워요."
-    assert normalize("\U0001f469\u200d\U0001f4bb \u200c") == "\U0001f469\u200d\U0001f4bb \u200c"   # ZWJ, ZWNJ join
+    assert normalize("\U0001f469\u200d\U0001f4bb \u2764\ufe0f") == "\U0001f469\u200d\U0001f4bb \u2764\ufe0f"   # joined
+
+
+@pytest.mark.parametrize("mark", ["\u200d", "\u200c", "\u034f", "\ufe0f", "\u200d\ufe0f"])
+def test_a_word_of_joiners_alone_is_nothing(mark):
+    """A line of a ZWJ alone was translated "I'm adder.", of a variation selector "You don't say."."""
+    assert normalize(mark) == "" and normalize(f"가 {mark} 나") == "가 나"
+
+
+def test_nfc_comes_after_what_is_removed():
+    # "e", a zero-width space, then a combining acute: composed once the space between is gone
+    assert normalize("e\u200b\u0301t\u00e9") == "\u00e9t\u00e9"
 
 
 # --- read_parallel: good input ------------------------------------------------------------------------------
