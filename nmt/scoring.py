@@ -132,7 +132,7 @@ def word_strokes(translator: Translator, sources: Sequence[str], refs: Sequence[
     if long:
         logger.warning("--word-strokes: the words typed for %d sentence(s) (line %s) became a prefix longer than "
                        "--max-input-tokens %d pieces; the rest of their words count as typed", len(long),
-                       line_list(long), translator.decode.max_input_tokens)
+                       line_list(sorted(long)), translator.decode.max_input_tokens)
     total = sum(map(len, words))
     return {"word_strokes": strokes, "reference_words": total,
             "word_stroke_ratio": 100.0 * strokes / total if total else None, "word_stroke_translations": translations}

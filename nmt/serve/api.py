@@ -109,7 +109,8 @@ def create_app(service: Service) -> FastAPI:
                               "{\"text\": [...], \"beam_size\": 4, \"nbest\": 1}.")
     fastapi_openapi = app.openapi
     pairs = [(m.translator.src_lang, m.translator.tgt_lang) for m in service.models.values()]
-    app.openapi = lambda: fit_examples(openapi_30(fastapi_openapi()), pairs)   # as Swagger UI 4 reads it
+    beam = min(next(iter(service.models.values())).translator.decode.beam_size, service.limits.max_beam_size)
+    app.openapi = lambda: fit_examples(openapi_30(fastapi_openapi()), pairs, beam)   # as Swagger UI 4 reads it
     app.state.service = service
     _mount_static(app)
 

@@ -41,15 +41,16 @@ def _convert(node: Any) -> None:
 HELLO = {"ko": "안녕하세요", "en": "Hello."}
 
 
-def fit_examples(doc: dict, pairs: list) -> dict:
-    """`doc`'s request examples as this server takes them: text in its first model's source language, and with
-    several models (`pairs`: (source, target) languages, the first first) the languages, without which a request
-    is refused."""
+def fit_examples(doc: dict, pairs: list, beam: int) -> dict:
+    """`doc`'s request examples as this server takes them: text in its first model's source language, its beam
+    size (`beam`: the server takes it), and with several models (`pairs`: (source, target) languages, the first
+    first) the languages, without which a request is refused."""
     src, tgt = pairs[0]
     for path in ("/translate", "/attention"):
         schema = doc["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]
         example = schema["example"]
         text = HELLO.get(src, example["text"])
         schema["example"] = {**example, "text": [text] if isinstance(example["text"], list) else text,
+                             **({"beam_size": beam} if "beam_size" in example else {}),
                              **({"src_lang": src, "tgt_lang": tgt} if len(pairs) > 1 else {})}
     return doc

@@ -8,6 +8,7 @@ characters (`nmt.translate.CHARS_PER_TOKEN`) and the answer carries a warning sa
 from __future__ import annotations
 
 import json
+import unicodedata
 import logging
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, List, Optional, Tuple
@@ -274,8 +275,8 @@ def token_warnings(translator, lines: List[str], prefixes: Optional[List[str]] =
 
 def within_pieces(line: str, limit: int) -> bool:
     """Whether `line` is too short to pass `limit` pieces whatever its characters: at most 4 byte-fallback pieces
-    a character, and the word start SentencePiece puts before them."""
-    return 4 * len(line) + 1 <= limit
+    a character of its NFC form (one code point may become three: U+1D160), and the word start before them."""
+    return 4 * len(unicodedata.normalize("NFC", line)) + 1 <= limit
 
 
 def _token_warning(translator, where: str, line: str, encode) -> str:

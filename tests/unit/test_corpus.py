@@ -38,9 +38,13 @@ def test_characters_that_show_nothing_are_removed(mark):
     line that looked blank got a translation ("Hold it." for a lone LRM), and "고마워요." with an RLM another."""
     assert normalize(mark) == "" and normalize(f"{mark}고마{mark}워요.{mark}") == "고마워요."
     assert normalize("\U0001f469\u200d\U0001f4bb \u2764\ufe0f") == "\U0001f469\u200d\U0001f4bb \u2764\ufe0f"   # joined
+    flag = "\U0001f3f4\U000e0067\U000e0062\U000e0065\U000e006e\U000e0067\U000e007f"   # England's: tags after a flag
+    assert normalize(f"{flag} 가") == f"{flag} 가"
 
 
-@pytest.mark.parametrize("mark", ["\u200d", "\u200c", "\u034f", "\ufe0f", "\u200d\ufe0f"])
+@pytest.mark.parametrize("mark", ["\u200d", "\u200c", "\u034f", "\ufe0f", "\u200d\ufe0f", "\u180b", "\u180c",
+                                  "\U000e0001", "\U000e0020", "\U000e007f", "\U000e0100", "\U000e01ef",
+                                  "\U0001bca0", "\u17b5"])
 def test_a_word_of_joiners_alone_is_nothing(mark):
     """A line of a ZWJ alone was translated "I'm adder.", of a variation selector "You don't say."."""
     assert normalize(mark) == "" and normalize(f"가 {mark} 나") == "가 나"

@@ -115,3 +115,6 @@ def test_a_line_of_four_byte_characters_cut_at_the_limit_is_warned_of(model_dir)
     assert len(tr.src_tok.encode(["\U0001f600" * 5])[0]) == 21
     assert token_warnings(tr, ["\U0001f600" * 5, "\U0001f600" * 4]) == [
         "text[0] has more than 20 subword tokens; truncated to 20 (max_input_tokens), as nmt-translate does"]
+    # U+1D160 is 3 code points in NFC (12 byte pieces): 2 of them, 25 pieces, were cut without a word
+    assert token_warnings(tr, ["\U0001d160" * 2]) == [
+        "text[0] has more than 20 subword tokens; truncated to 20 (max_input_tokens), as nmt-translate does"]
