@@ -30,7 +30,7 @@ from typing import Any, Dict, List, Optional
 from nmt import manifest
 from nmt.atomic import atomic_write_text, fsync_dir
 from nmt.manifest import CheckpointError
-from nmt.storage import error_line, guarded_write, mxnet_write_failure
+from nmt.storage import error_line, guarded_write, mxnet_write_failure, written_whole
 
 logger = logging.getLogger("nmt.checkpoint")
 
@@ -127,13 +127,12 @@ def _save_with(writer, path: Path, needed: Optional[int] = None) -> None:
             writer(str(tmp))
             with open(tmp, "rb") as f:
                 os.fsync(f.fileno())
+            if path.name.startswith("params"):
+                written_whole(tmp, path, needed)
             os.replace(tmp, path)
     except mx.base.MXNetError as e:
         _remove(tmp)
-        err = mxnet_write_failure(path, e, needed)
-        if err is None:
-            raise
-        raise err from None
+        raise (mxnet_write_failure(path, e, needed) or e) from None
     except BaseException:
         _remove(tmp)
         raise

@@ -22,7 +22,12 @@ def read_config_file(path, base: Optional[Config] = None, check: bool = True) ->
         raise ConfigError(f"--config {path}: " + ("a directory, not a file" if Path(path).is_dir() else
                                                   "file not found"))
     d = jsonio.read_object(path, ConfigError)
-    if base is not None and all(isinstance(v, dict) for v in d.values()):   # --resume: over the run's settings
+    for section, values in d.items():   # checked also when not `check`: the command line reads its sections
+        if not isinstance(values, dict):
+            raise ConfigError(f"{path}: section {section!r} must be a JSON object, got {json.dumps(values)}")
+    if not isinstance(d.get("train", {}).get("model_dir", ""), str):
+        raise ConfigError(f"{path}: train.model_dir must be a string, got {json.dumps(d['train']['model_dir'])}")
+    if base is not None:   # --resume: over the run's settings
         d = {k: {**v, **d.get(k, {})} for k, v in {**d, **base.to_dict()}.items()}
     if check:
         Config.from_dict(d, source=str(path), file=True)

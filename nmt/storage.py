@@ -99,6 +99,18 @@ def mxnet_write_failure(path: PathLike, err: Exception, needed: Optional[int]) -
                         f"{', about ' + human_bytes(needed) + ' needed' if needed else ''}; {_FIXABLE[errno.ENOSPC]}")
 
 
+def written_whole(tmp: PathLike, path: PathLike, needed: Optional[int]) -> None:
+    """StorageError unless the MXNet parameter file `tmp`, written for `path`, loads whole: MXNet's file stream may
+    not report a write that a full disk cut short, and the file would be renamed into place and its manifest made."""
+    import mxnet as mx   # not at import time: the command line's checks run without MXNet
+    try:
+        mx.nd.load(str(tmp))
+    except mx.base.MXNetError as e:
+        about = f", about {human_bytes(needed)} needed" if needed else ""
+        raise StorageError(f"cannot write {path}: the file written is incomplete ({error_line(e)[:200]}); "
+                           f"{human_bytes(free_bytes(path))} free{about}; {_FIXABLE[errno.ENOSPC]}") from None
+
+
 def check_writable(directory: PathLike, flag: str = "--model-dir", shown: Optional[PathLike] = None) -> None:
     """StorageError unless a file can be created in `directory` (or, if it does not exist yet, where it would be
     created): found before training, not at the first checkpoint an hour later. The error names `flag` with its

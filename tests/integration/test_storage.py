@@ -221,9 +221,34 @@ def test_a_resume_needs_room_only_beyond_the_checkpoints_already_there(tmp_path,
     # however much is there, a save writes a checkpoint and a copy of params.best before it prunes any (a resume
     # on a disk that held its checkpoints and little more passed the check, then failed at its first save)
     (tmp_path / "m" / ckpt.params_file(8)).write_bytes(b"\0" * needed)
-    least = 4 * 4 * parameter_count(net)
+    least = 4 * 4 * parameter_count(net) + (1 << 20)
     monkeypatch.setattr(storage, "free_bytes", lambda path: least)
     assert preflight.check_checkpoint_room(cfg, net) == needed
     monkeypatch.setattr(storage, "free_bytes", lambda path: least - 1000)
     with pytest.raises(StorageError):
         preflight.check_checkpoint_room(cfg, net)
+
+
+def test_a_parameter_file_cut_short_without_an_error_is_not_kept(tmp_path, capsys, monkeypatch):
+    """On a nearly full disk MXNet's stream wrote params.best short and reported nothing: it was renamed into place,
+    its manifest hashed the cut file, the run exited 0, and nmt-translate then failed on it."""
+    from mxnet import gluon
+    from nmt.cli import train_main
+    task = write_task(tmp_path / "task", n_train=300)
+    args = ["--train-src", task["train_src"], "--train-tgt", task["train_tgt"], "--dev-src", task["dev_src"],
+            "--dev-tgt", task["dev_tgt"], "--model-dir", str(tmp_path / "m"), "--vocab-size", "400",
+            "--embed-size", "16", "--hidden-size", "16", "--num-layers", "1", "--batch-size", "8",
+            "--valid-every", "2", "--max-steps", "4", "--no-progress", "--no-eval", "--patience", "0"]
+    real, calls = gluon.Block.save_parameters, []
+
+    def short(self, filename, *a, **kw):   # the third file (params.00000004) comes out 100 bytes short, silently
+        real(self, filename, *a, **kw)
+        calls.append(filename)
+        if len(calls) == 3:
+            os.truncate(filename, os.path.getsize(filename) - 100)
+    monkeypatch.setattr(gluon.Block, "save_parameters", short)
+    assert train_main(args) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and f"cannot write {tmp_path / 'm' / ckpt.params_file(4)}: the file written is " \
+        "incomplete" in err, err
+    assert not (tmp_path / "m" / ckpt.params_file(4)).exists() and ckpt.resume_state(tmp_path / "m").step == 2

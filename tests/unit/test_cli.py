@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import os
 import subprocess
 import sys
@@ -541,3 +542,17 @@ def test_a_fine_tuning_run_whose_default_directory_is_its_models_says_so(tmp_pat
     (model / "params.best").write_bytes(b"x")
     with pytest.raises(ConfigError, match=r"is the --model-dir of this run \(the default, named after the data"):
         training_run(build_train_parser().parse_args(["--init-from", str(model)]))
+
+
+@pytest.mark.parametrize("body, says", [({"train": 5}, "section 'train' must be a JSON object, got 5"),
+                                        ({"data": 3}, "section 'data' must be a JSON object, got 3"),
+                                        ({"train": {"model_dir": None}}, "train.model_dir must be a string, got null")])
+def test_a_resume_with_a_malformed_config_file_is_one_error(tmp_path, body, says):
+    """7e2448f read a --config file's sections unchecked to find the run to resume: a traceback ('int' object does
+    not support item assignment) where a new run says what is wrong."""
+    from nmt.cli import config_for_resume
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(body))
+    with pytest.raises(ConfigError, match=rf"^{path}: {re.escape(says)}"):
+        config_for_resume(build_train_parser().parse_args(["--resume", "--model-dir", str(tmp_path),
+                                                           "--config", str(path)]))
