@@ -28,12 +28,12 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     lim = Limits()
     count = number(int, 1)
     p = argparse.ArgumentParser(prog="nmt-serve", description=__doc__.split("\n\n")[0])
-    p.add_argument("--model-dir", action="append", required=True, type=nonempty(),
+    p.add_argument("--model-dir", action="append", required=True, type=nonempty(Path),
                    help="a trained model directory; repeat for several language pairs")
     p.add_argument("--host", default="127.0.0.1", type=nonempty(),
                    help="address to listen on (0.0.0.0: every interface; default %(default)s)")
     p.add_argument("--port", type=number(int, 1, 65535), default=8080, help="port (default %(default)s)")
-    p.add_argument("--ensemble", nargs="+", default=[], metavar="DIR", type=nonempty(),
+    p.add_argument("--ensemble", nargs="+", default=[], metavar="DIR", type=nonempty(Path),
                    help="further model directories that decode together with the --model-dir of their language "
                         "pair, following the mean of their log-probabilities (same vocabularies)")
     p.add_argument("--checkpoint", default="best", type=nonempty(),

@@ -98,7 +98,7 @@ def test_two_models_of_one_pair_are_named_before_any_loads(tmp_path):
     with pytest.raises(ConfigError, match=f"--model-dir {a} and --model-dir {b} both translate ko-en; .* "
                                           f"--model-dir {a} --ensemble {b}"):
         build_app(parse_args(["--model-dir", a, "--model-dir", b]))
-    with pytest.raises(ConfigError, match=f"--model-dir {a}/ is given twice"):
+    with pytest.raises(ConfigError, match=f"--model-dir {a} is given twice"):
         build_app(parse_args(["--model-dir", a, "--model-dir", a + "/"]))
 
 
@@ -111,3 +111,10 @@ def test_a_queue_smaller_than_one_request_is_refused(capsys):
     assert "error: --max-sentences 256 is more than --max-queue 100: a request of more than 100 sentences would get " \
            "503" in capsys.readouterr().err
     assert parse_args(["--model-dir", "m", "--max-queue", "100", "--max-sentences", "100"]).max_queue == 100
+
+
+def test_a_tilde_in_the_model_directories_is_the_home_directory(tmp_path, monkeypatch):
+    """`nmt-serve --model-dir=~/m` (the shell leaves "~" after "=") was "no such directory", as in every command."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    args = parse_args(["--model-dir=~/m", "--ensemble", "~/e"])
+    assert args.model_dir == [tmp_path / "m"] and args.ensemble == [tmp_path / "e"]
