@@ -127,3 +127,16 @@ def replacing(model_dir: Path, aside: Optional[Path]) -> Iterator[None]:
         raise
     if aside is not None:
         shutil.rmtree(aside)
+
+
+def remove_made(model_dir: Path, existed: bool) -> None:
+    """What a run that failed while setting up made: its model directory, or when the directory was there (empty)
+    before the run, what is in it now."""
+    if not existed:
+        shutil.rmtree(model_dir, ignore_errors=True)
+        return
+    for path in model_dir.iterdir():
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import random
-import shutil
 import signal
 import time
 from dataclasses import dataclass, field
@@ -21,7 +20,7 @@ from nmt import checkpoint as ckpt
 from nmt.batching import Batch
 from nmt.config import Config, resumed_config
 from nmt.data import TrainData, build_data
-from nmt.dirlock import ModelDirLock, ModelDirLocked, replacing, set_aside
+from nmt.dirlock import ModelDirLock, ModelDirLocked, remove_made, replacing, set_aside
 from nmt.evaluate import VALID_METRICS, Scores, perplexity, score, track_best
 from nmt.finetune import copy_tokenizers, start_from
 from nmt.log import LossMeter, MetricsWriter, Progress, TensorBoardWriter, setup_logging
@@ -362,6 +361,7 @@ def train(cfg: Config, resume: bool = False, overwrite: bool = False, evaluate: 
     model_dir, init = Path(_config(cfg, "train").train.model_dir), None if init is None else Path(init)
     # only a directory this run makes is removed on failure (with --overwrite: what was there may not be deleted yet)
     fresh = not resume and (not model_dir.exists() or model_dir.is_dir() and not any(model_dir.iterdir()))
+    existed = model_dir.exists()   # (an empty directory of the user's stays, emptied again)
     try:
         trainer = create_trainer(cfg, resume=resume, overwrite=overwrite, init=init)
     except ModelDirLocked:
@@ -369,7 +369,7 @@ def train(cfg: Config, resume: bool = False, overwrite: bool = False, evaluate: 
     except BaseException:   # a run that failed while setting up leaves no half-made directory to block the next
         if fresh and model_dir.is_dir() and not (model_dir / ckpt.STATE).exists():
             setup_logging(None)   # close the log file before removing it
-            shutil.rmtree(model_dir, ignore_errors=True)
+            remove_made(model_dir, existed)
         raise
     state, scores, averages = trainer.fit(), {}, {}
     interrupted = state.stopped if state.stopped in _INTERRUPTS else trainer.signal_name   # also in the last step

@@ -753,6 +753,11 @@ def test_cli_reports_bad_data_without_traceback(tmp_path, task, capsys):
     assert code == 2 and "Traceback" not in err
     assert "bad.en" in err and "train" in err
     assert not (tmp_path / "m").exists()   # no half-made model directory blocks the next attempt
+    (tmp_path / "mine").mkdir()   # an empty directory of the user's: emptied again, not deleted (it was)
+    assert train_main(["--train-src", task["train_src"], "--train-tgt", str(bad), "--dev-src", task["dev_src"],
+                       "--dev-tgt", task["dev_tgt"], "--model-dir", str(tmp_path / "mine"), "--no-progress"]) == 2
+    assert (tmp_path / "mine").is_dir() and not any((tmp_path / "mine").iterdir())
+    capsys.readouterr()
     code = train_main(["--train-src", str(tmp_path / "missing.ko"), "--train-tgt", str(bad), "--dev-src",
                        task["dev_src"], "--dev-tgt", task["dev_tgt"], "--model-dir", str(tmp_path / "m2"),
                        "--no-progress"])
