@@ -142,5 +142,6 @@ def _scores_of(model_dir: Path, which: str, info: dict) -> Dict[str, Dict[str, o
     for test, entries in read_scores(model_dir).items():
         entry = next((entries[k] for k in keys if k in entries), None)
         if entry is not None:
-            out[test] = {"best": {**entry, "checkpoint": "best", "params_file": ckpt.PARAMS_BEST}}
+            out[test] = {"best": {**entry, "checkpoint": "best", "params_file": ckpt.PARAMS_BEST,
+                                  **({"step": None} if info["params_file"] == ckpt.PARAMS_AVG else {})}}
     return out

@@ -155,6 +155,10 @@ def test_an_export_of_the_average_is_no_steps_checkpoint(model_copy, tmp_path, c
     made = json.loads((out / EXPORT).read_text())
     assert made["checkpoint"] == "avg" and made["step"] is None and (out / "params.best").read_bytes() == \
         (model_copy / ckpt.PARAMS_AVG).read_bytes()
+    record_scores(model_copy, "test", "avg", {"bleu": 5.0, "checkpoint": "avg", "step": 600})
+    assert run(export_main, ["--model-dir", model_copy, "--checkpoint", "avg", "--output", out, "--overwrite"],
+               capsys)[0] == 0
+    assert read_scores(out)["test"]["best"]["step"] is None   # the score, without the last averaged step
     step = ckpt.params_step(files[-1])
     code = translate_main(["--model-dir", str(out), "--checkpoint", str(step), "--input", "/dev/null"])
     assert code == 2 and f"{step}" in capsys.readouterr().err
