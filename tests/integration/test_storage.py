@@ -171,16 +171,21 @@ def test_check_room_names_what_is_needed(tmp_path, monkeypatch):
         storage.check_room(tmp_path, 1 << 20, "2 checkpoints")
 
 
+def checkpoint_every_2(tmp_path, steps: int) -> list:
+    """nmt-train's flags of a tiny run into tmp_path/m that checkpoints every 2 updates, for `steps` updates."""
+    task = write_task(tmp_path / "task", n_train=300)
+    return ["--train-src", task["train_src"], "--train-tgt", task["train_tgt"], "--dev-src", task["dev_src"],
+            "--dev-tgt", task["dev_tgt"], "--model-dir", str(tmp_path / "m"), "--vocab-size", "400",
+            "--embed-size", "16", "--hidden-size", "16", "--num-layers", "1", "--batch-size", "8",
+            "--valid-every", "2", "--max-steps", str(steps), "--no-progress", "--no-eval", "--patience", "0"]
+
+
 def test_full_disk_mid_training_exits_2_and_resume_continues(tmp_path, capsys, monkeypatch):
     """nmt-train whose second checkpoint meets a full disk (injected): exit 2 naming the file, no traceback; the
     first checkpoint is the newest intact one and --resume finishes the run from it."""
     from mxnet import gluon
     from nmt.cli import train_main
-    task = write_task(tmp_path / "task", n_train=300)
-    args = ["--train-src", task["train_src"], "--train-tgt", task["train_tgt"], "--dev-src", task["dev_src"],
-            "--dev-tgt", task["dev_tgt"], "--model-dir", str(tmp_path / "m"), "--vocab-size", "400",
-            "--embed-size", "16", "--hidden-size", "16", "--num-layers", "1", "--batch-size", "8",
-            "--valid-every", "2", "--max-steps", "6", "--no-progress", "--no-eval", "--patience", "0"]
+    args = checkpoint_every_2(tmp_path, 6)
     real, calls = gluon.Block.save_parameters, []
 
     def save_parameters(self, filename, *a, **kw):
@@ -234,11 +239,7 @@ def test_a_parameter_file_cut_short_without_an_error_is_not_kept(tmp_path, capsy
     its manifest hashed the cut file, the run exited 0, and nmt-translate then failed on it."""
     from mxnet import gluon
     from nmt.cli import train_main
-    task = write_task(tmp_path / "task", n_train=300)
-    args = ["--train-src", task["train_src"], "--train-tgt", task["train_tgt"], "--dev-src", task["dev_src"],
-            "--dev-tgt", task["dev_tgt"], "--model-dir", str(tmp_path / "m"), "--vocab-size", "400",
-            "--embed-size", "16", "--hidden-size", "16", "--num-layers", "1", "--batch-size", "8",
-            "--valid-every", "2", "--max-steps", "4", "--no-progress", "--no-eval", "--patience", "0"]
+    args = checkpoint_every_2(tmp_path, 4)
     real, calls = gluon.Block.save_parameters, []
 
     def short(self, filename, *a, **kw):   # the third file (params.00000004) comes out 100 bytes short, silently
