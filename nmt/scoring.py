@@ -28,7 +28,8 @@ logger = logging.getLogger("nmt.evaluate")
 
 def score_test_set(translator: Translator, name: str, pairs: Pairs, *, max_sentences: int = 0, save: bool = True,
                    extra: Optional[Dict[str, object]] = None, prefix_words: int = 0, strokes: bool = False,
-                   more_refs: Sequence[Sequence[str]] = ()) -> Tuple[Dict[str, object], List[str], Scores]:
+                   more_refs: Sequence[Sequence[str]] = (), one_warning: bool = False
+                   ) -> Tuple[Dict[str, object], List[str], Scores]:
     """Translate and score one test set; the entry (scores, signatures, checkpoint, decoding settings, time) is
     merged into the model directory's scores.json unless `save` is False or the translator decodes otherwise than
     its model's saved settings (`other_decoding`: then a warning says so). Used by evaluate and by training.
@@ -36,13 +37,20 @@ def score_test_set(translator: Translator, name: str, pairs: Pairs, *, max_sente
 
     With `prefix_words`, each translation starts with its reference's first words (`reference_prefixes`), and the
     entry also says how often the model's next word is the reference's (`next_word_accuracy`); with `strokes`, how
-    many of the reference's words a simulated translator types (`word_strokes`)."""
+    many of the reference's words a simulated translator types (`word_strokes`). `one_warning`: sources cut to
+    max_input_tokens are counted in one warning naming the set (training's), not warned of line by line."""
+    import contextlib
     from datetime import datetime, timezone
     n = max_sentences or len(pairs.src)
     refs = pairs.tgt[:n]
     t0 = time.perf_counter()
-    hyps = translator.translate(pairs.src[:n], prefixes=reference_prefixes(refs, prefix_words) if prefix_words
-                                else None)
+    with translator.unreported() if one_warning else contextlib.nullcontext([]) as cut:
+        hyps = translator.translate(pairs.src[:n], prefixes=reference_prefixes(refs, prefix_words) if prefix_words
+                                    else None)
+    if cut:
+        logger.warning("%s: %d of %d sources have more than --max-input-tokens %d subword tokens; they were translated "
+                       "cut", name, len({line for what, line in cut if what == "input line"}), n,
+                       translator.decode.max_input_tokens)
     seconds = time.perf_counter() - t0
     sc = score(hyps, refs, translator.tgt_lang, [r[:n] for r in more_refs])
     d = translator.decode

@@ -213,10 +213,11 @@ def test_dev_sources_cut_at_the_input_limit_are_said_once(tmp_path, task):
     tokens", three times in a run of three validations)."""
     cfg = tiny_config(tmp_path, task, "cut", max_steps=6, valid_every=2)
     cfg.decode.max_input_tokens = 3
-    create_trainer(cfg).fit()
+    train(cfg)   # and the test set's at the end: one warning naming it, not one per line
     log = (Path(cfg.train.model_dir) / ckpt.LOG).read_text(encoding="utf-8")
     assert "subword tokens; truncated to 3" not in log and log.count("dev sources validated on have more than "
                                                                      "--max-input-tokens 3 subword tokens") == 1, log
+    assert re.search(r"test: \d+ of \d+ sources have more than --max-input-tokens 3 subword tokens", log), log
 
 
 def test_time_budget_counts_every_run_and_metrics_carry_the_training_loss(tmp_path, task):
