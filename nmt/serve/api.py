@@ -26,9 +26,9 @@ from starlette.exceptions import HTTPException
 from nmt.languages import hangul_counts, other_language_warning
 from nmt.serve.batcher import DEFAULT_MAX_WAIT_MS, Batcher, Closed, QueueFull, TimedOut
 from nmt.serve.openapi import fit_examples, openapi_30
-from nmt.serve.schema import (AttentionRequest, Limits, RequestError, TranslateRequest, attention_within,
-                              check_attention, check_prefixes, check_translate, error_responses, parse, read_body,
-                              token_warnings, within_pieces)
+from nmt.serve.schema import (AttentionRequest, Limits, RequestError, TranslateRequest, at_length_limit,
+                              attention_within, check_attention, check_prefixes, check_translate, error_responses,
+                              parse, read_body, token_warnings, within_pieces)
 
 logger = logging.getLogger("nmt.serve")
 PAGE = Path(__file__).with_name("page.html")
@@ -268,9 +268,7 @@ def _add_routes(app: FastAPI, limits: Limits) -> None:
                                                                clock.left()), clock, fewer, request)
         nbests, cut_off, ids = await _within_limit(model.batcher.translate(lines, beam, req.nbest, clock.left(),
                                                                          prefixes), clock, fewer, request)
-        d = tr.decode
-        warnings += [f"text[{i}]: the translation reached the model's length limit (max_len_a {d.max_len_a:g} x "
-                     f"source tokens + max_len_b {d.max_len_b}) and may be cut off" for i in cut_off]
+        warnings += [f"text[{i}]: {at_length_limit(tr.decode)}" for i in cut_off]
         if req.alignment:   # each hypothesis gets its links: (text, score) -> (text, score, links)
             links = iter(await _aligned(model, lines, ids, clock, request))
             nbests = [[(t, s, next(links)) for t, s in h] for h in nbests]
@@ -292,10 +290,8 @@ def _add_routes(app: FastAPI, limits: Limits) -> None:
                                          "send a shorter text or translation", request)
         except ValueError as e:   # e.g. nothing left after normalization
             raise RequestError(422, f"text: {e}", "text") from None
-        d = model.translator.decode
-        warnings += cut + ([f"the translation reached the model's length limit (max_len_a {d.max_len_a:g} x source "
-                            f"tokens + max_len_b {d.max_len_b}) and may be cut off"]
-                           if given is None and a.tgt_pieces[-1:] != ["</s>"] else [])
+        ended = given is not None or a.tgt_pieces[-1:] == ["</s>"]   # (a given translation is as given)
+        warnings += cut + ([] if ended else [at_length_limit(model.translator.decode)])
         return {"translation": a.translation, "src_pieces": a.src_pieces, "tgt_pieces": a.tgt_pieces,
                 "weights": [[round(float(w), 4) for w in row] for row in a.weights], "warnings": warnings}
 

@@ -273,6 +273,12 @@ def token_warnings(translator, lines: List[str], prefixes: Optional[List[str]] =
     return [w for w in out if w]
 
 
+def at_length_limit(decode) -> str:
+    """The warning for a translation that reached the model's length limit (`decode`: its DecodeConfig)."""
+    return (f"the translation reached the model's length limit (max_len_a {decode.max_len_a:g} x source tokens + "
+            f"max_len_b {decode.max_len_b}) and may be cut off")
+
+
 def within_pieces(line: str, limit: int) -> bool:
     """Whether `line` is too short to pass `limit` pieces whatever its characters: at most 4 byte-fallback pieces
     a character of its NFC form (one code point may become three: U+1D160), and the word start before them."""
