@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from nmt.config import (ARCH_DEFAULTS, BUCKETINGS, KVSTORES, LANGS, LR_SCHEDULES, PER_INVOCATION, SPM_MODEL_TYPES,
-                        VALID_METRIC_NAMES, Config, ConfigError, DataConfig, ModelConfig, resumed_config)
+from nmt.config import (ARCH_DEFAULTS, BUCKETINGS, CORPUS_FILES, KVSTORES, LANGS, LR_SCHEDULES, PER_INVOCATION,
+                        SPM_MODEL_TYPES, VALID_METRIC_NAMES, Config, ConfigError, DataConfig, ModelConfig,
+                        resumed_config)
 from nmt import jsonio
 from nmt.commands import command, nonempty
 from nmt.config_file import names_its_directory, read_config_file
@@ -229,9 +230,8 @@ def args_dict(args: argparse.Namespace, base: Optional[Config] = None, check: bo
     data = d.setdefault("data", {})
     if "data.batch_size" in flags:   # a batch in sentences, also over a --config file's batch in tokens
         data["batch_tokens"] = None
-    files = [f"{side}_{end}" for side in ("train", "dev", "test") for end in ("src", "tgt")]
-    if flags.get("data.recipe") and not any(f"data.{f}" in flags for f in files):   # over a --config file's files
-        data.update({f: None for f in files if data.get(f)})
+    if flags.get("data.recipe") and not any(f"data.{f}" in flags for f in CORPUS_FILES):   # over a --config file's
+        data.update({f: None for f in CORPUS_FILES if data.get(f)})
     if data.get("train_src") or data.get("train_tgt"):
         if flags.get("data.recipe"):
             raise ConfigError(f"--recipe {flags['data.recipe']} and --train-src/--train-tgt exclude each other: a "

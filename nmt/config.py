@@ -30,6 +30,8 @@ def _check(checks) -> None:
 # Defaults are the best of the default job's ablations on dev BLEU (Tatoeba ko->en, 3.9k pairs, 30 minutes on one
 # CPU core; docs/results.md): small-data NMT is won by regularization and small vocabularies (Sennrich & Zhang 2019).
 
+# The parallel files a run may be given instead of a recipe's corpora (--train-src ... --test-tgt).
+CORPUS_FILES = ("train_src", "train_tgt", "dev_src", "dev_tgt", "test_src", "test_tgt")
 # Languages a model translates between (either direction); the choices of --bucketing and --spm-model-type.
 LANGS, BUCKETINGS, SPM_MODEL_TYPES = ("ko", "en"), ("padding", "quantile"), ("unigram", "bpe")
 
@@ -65,11 +67,10 @@ class DataConfig:
     def input_paths(self) -> Dict[str, Optional[str]]:
         """The files and directories this data is read from, by flag (for checks that a run does not delete or
         overwrite them)."""
-        return {f"--{name.replace('_', '-')}": getattr(self, name) for name in (
-            "train_src", "train_tgt", "dev_src", "dev_tgt", "test_src", "test_tgt", "data_dir", "cache_dir")}
+        return {f"--{name.replace('_', '-')}": getattr(self, name) for name in (*CORPUS_FILES, "data_dir", "cache_dir")}
 
     def __post_init__(self) -> None:
-        for name in ("train_src", "train_tgt", "dev_src", "dev_tgt", "test_src", "test_tgt", "data_dir", "cache_dir"):
+        for name in (*CORPUS_FILES, "data_dir", "cache_dir"):
             if getattr(self, name):   # relative to where the run started: its resume or evaluation may run elsewhere
                 setattr(self, name, os.path.abspath(os.path.expanduser(getattr(self, name))))
         _check([(self.batch_size >= 1 or bool(self.batch_tokens), f"--batch-size must be >= 1, got {self.batch_size}"),
