@@ -65,7 +65,8 @@ class MetricsWriter:
         """Drop the rows after `step` (a run resumed from an earlier checkpoint than the newest makes them again),
         and a torn last line (a crash mid-append), which the next row would be appended to."""
         if self.path is not None and self.path.is_file():
-            rows, text = read_metrics(self.path), self.path.read_text(encoding="utf-8")
+            text = self.path.read_text(encoding="utf-8")
+            rows = metrics_rows(text)
             if any(r.get("step", 0) > step for r in rows) or text and not text.endswith("\n"):
                 from nmt.atomic import atomic_write_text
                 atomic_write_text(self.path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows
@@ -85,8 +86,13 @@ class MetricsWriter:
 
 def read_metrics(path: Path) -> list:
     """Rows of a metrics.jsonl file (a torn last line from a crash is ignored)."""
+    return metrics_rows(Path(path).read_text(encoding="utf-8"))
+
+
+def metrics_rows(text: str) -> list:
+    """Rows of a metrics.jsonl file's text (`read_metrics`)."""
     rows = []
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
+    for line in text.splitlines():
         try:
             rows.append(json.loads(line))
         except json.JSONDecodeError:
