@@ -21,7 +21,7 @@ from nmt.config import Config, ConfigError, DataConfig
 from nmt.corpus import Pairs, line_list, normalize, read_lines
 from nmt.evaluate import Scores, score
 from nmt.manifest import manifest_name, read_manifest
-from nmt.translate import Translator
+from nmt.translate import SOURCE, Translator
 
 logger = logging.getLogger("nmt.evaluate")
 
@@ -49,7 +49,7 @@ def score_test_set(translator: Translator, name: str, pairs: Pairs, *, max_sente
                                     else None)
     if cut:
         logger.warning("%s: %d of %d sources have more than --max-input-tokens %d subword tokens; they were translated "
-                       "cut", name, len({line for what, line in cut if what == "input line"}), n,
+                       "cut", name, len({line for what, line in cut if what == SOURCE}), n,
                        translator.decode.max_input_tokens)
     seconds = time.perf_counter() - t0
     sc = score(hyps, refs, translator.tgt_lang, [r[:n] for r in more_refs])
@@ -122,7 +122,7 @@ def word_strokes(translator: Translator, sources: Sequence[str], refs: Sequence[
             hyps = translator.translate([sources[i] for i in todo],
                                         prefixes=[whole_words(words[i][:kept[i]]) for i in todo])
             translations += len(todo)
-            left, too_long = [], {todo[n - 1] for what, n in cut[before:] if what != "input line"}
+            left, too_long = [], {todo[n - 1] for what, n in cut[before:] if what != SOURCE}
             for i, hyp in zip(todo, hyps):
                 got, want, k = hyp.split(), words[i], kept[i]
                 if i in too_long:   # the model was not given the words typed: the translator types the rest

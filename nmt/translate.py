@@ -38,6 +38,7 @@ logger = logging.getLogger("nmt.translate")
 # line (a whole file without line ends) is cut before the tokenizer sees it.
 CHARS_PER_TOKEN = 16
 Hyps = List[Tuple[List[int], float]]
+SOURCE = "input line"   # what a cut source is called in warnings and in `unreported`'s list (a prefix: otherwise)
 
 
 def _load_tokenizers(model_dir: Path) -> Tuple[Config, Tokenizer, Tokenizer]:
@@ -171,8 +172,7 @@ class Translator:
         """Normalized, tokenized, length-limited source ids (warnings name the line as first_line + index)."""
         checked_decode(self.decode)
         cut: Set[int] = set()   # lines cut to the character guard: counted once in `truncated`
-        return self._ids(self.src_tok, self._texts(lines, first_line, "input line", cut=cut), first_line,
-                         "input line", cut)
+        return self._ids(self.src_tok, self._texts(lines, first_line, SOURCE, cut=cut), first_line, SOURCE, cut)
 
     def target_prefixes(self, prefixes: Optional[Sequence[Optional[str]]], first_line: int = 1
                    ) -> Optional[List[Optional[TargetPrefix]]]:
