@@ -276,7 +276,7 @@ def drop_blank_ends(files: Sequence[Tuple[PathLike, List[Optional[str]]]]) -> No
     for path, lines in files:
         extra = 0
         while lines and lines[-1] == "" and all(len(lines) > len(o) or o[len(lines) - 1] == ""
-                                                 for p, o in files if o is not lines):
+                                                 for _, o in files if o is not lines):
             lines.pop()
             extra += 1
         if extra:

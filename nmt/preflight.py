@@ -38,13 +38,14 @@ def check_checkpoint_room(cfg: Config, net) -> int:
     """StorageError unless the model directory has room for `checkpoint_bytes`; returns that figure."""
     t, model_dir = cfg.train, Path(cfg.train.model_dir)
     needed = checkpoint_bytes(cfg, net)
-    per = 3 * 4 * parameter_count(net)
+    params = 4 * parameter_count(net)   # bytes of one parameter file (float32)
+    per = 3 * params
     # a resumed run's checkpoints are there already: new ones take their place as they are pruned
     there = sum(f.stat().st_size for pattern in ("params.*", "trainer.*.states") for f in model_dir.glob(pattern)
                 if f.is_file())
     # ... but at least room for one more checkpoint, a copy of params.best and of params.avg before any is pruned, and
     # 1 MiB for the small files beside them and the file system's rounding
-    least = per + 4 * parameter_count(net) * (2 if t.average_last else 1) + (1 << 20)
+    least = per + params * (2 if t.average_last else 1) + (1 << 20)
     check_room(model_dir, max(needed - there, least), f"--keep-last {t.keep_last} checkpoints of "
                f"{human_bytes(per)} each (parameters and optimizer states) and params.best" +
                (f" (beyond the {human_bytes(there)} of checkpoints already there)" if there else ""))
