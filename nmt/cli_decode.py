@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from nmt.cli import DECODE_FLAGS
-from nmt.commands import command, nonempty, number
+from nmt.commands import command, file_arg, nonempty, number
 from nmt.cli_io import (add_model_decode_args, check_languages_of, load_translator, misaligned, open_output,
                         output_dir, output_errors, reader_gone, refuse_overwriting, utf8_stdout)
 from nmt.config import ConfigError
@@ -42,8 +42,8 @@ def build_translate_parser() -> argparse.ArgumentParser:
                         "pauses is still translated --chunk-lines lines at a time, so that the draws do not depend "
                         "on its timing")
     g = p.add_argument_group("input and output")
-    g.add_argument("--input", type=nonempty(), help="input file, UTF-8, one sentence per line (default: stdin)")
-    g.add_argument("--output", type=nonempty(), help="output file (default: stdout); flushed chunk by chunk")
+    g.add_argument("--input", type=nonempty(file_arg), help="input file, UTF-8, one sentence per line (default: stdin)")
+    g.add_argument("--output", type=nonempty(file_arg), help="output file (default: stdout); flushed chunk by chunk")
     g.add_argument("--chunk-lines", type=number(int, 1), default=1000,
                    help="lines translated (length-sorted) and written at a time, fewer when the input pauses "
                         "(except with --sample and --seed) (default: 1000)")
@@ -148,8 +148,9 @@ def build_evaluate_parser() -> argparse.ArgumentParser:
                "  python scripts/evaluate.py --model-dir M --recipe-tests --data-dir ../shared/data --json\n")
     add_model_decode_args(p, nbest=False)   # BLEU scores the best translation
     g = p.add_argument_group("test data")
-    g.add_argument("--src-file", type=nonempty(), help="source sentences, one per line, in the model's source language")
-    g.add_argument("--ref-file", type=nonempty(), nargs="+", metavar="REF",
+    g.add_argument("--src-file", type=nonempty(file_arg),
+                   help="source sentences, one per line, in the model's source language")
+    g.add_argument("--ref-file", type=nonempty(file_arg), nargs="+", metavar="REF",
                    help="reference translations, line-aligned with --src-file; several files: several references "
                         "per sentence (sacreBLEU's nrefs)")
     g.add_argument("--name", type=nonempty(), help="test-set name in scores.json (default: the --src-file path)")
@@ -158,7 +159,7 @@ def build_evaluate_parser() -> argparse.ArgumentParser:
                    help="score the dev set the model was validated on (its recipe's held-out split or its dev "
                         "files), e.g. to choose checkpoints, beams or ensemble members without the test sets; "
                         "recorded as 'dev', which results tables leave out")
-    g.add_argument("--data-dir", type=nonempty(),
+    g.add_argument("--data-dir", type=nonempty(file_arg),
                    help="offline mirror for --recipe-tests / --dev-set (default: the model's, or $NMT_DATA_DIR)")
     g.add_argument("--max-sentences", type=number(int, 0), default=0,
                    help="score only the first N sentences (0 = all); scores of part of a set are not recorded")
@@ -173,7 +174,7 @@ def build_evaluate_parser() -> argparse.ArgumentParser:
                         "reference: the share of reference words typed (word stroke ratio, Barrachina et al. 2009; "
                         "one more translation per typed word)")
     o = p.add_argument_group("output")
-    o.add_argument("--json", nargs="?", const="-", metavar="FILE", type=nonempty(),
+    o.add_argument("--json", nargs="?", const="-", metavar="FILE", type=nonempty(file_arg),
                    help="write the results as JSON to FILE, or to stdout instead of the text report")
     o.add_argument("--hyp-dir", type=nonempty(Path), help="also write the translations as DIR/<test name>.<tgt> and "
                    "the references they were scored against as DIR/<test name>.ref.<tgt>")
@@ -315,9 +316,10 @@ def build_score_parser() -> argparse.ArgumentParser:
                "--output-format json\n")
     add_model_decode_args(p, SCORE_FLAGS, nbest=False)
     g = p.add_argument_group("input and output")
-    g.add_argument("--src-file", required=True, type=nonempty(), help="source sentences, UTF-8, one per line")
-    g.add_argument("--tgt-file", required=True, type=nonempty(), help="translations of --src-file, line by line")
-    g.add_argument("--output", type=nonempty(), help="output file (default: stdout)")
+    g.add_argument("--src-file", required=True, type=nonempty(file_arg), help="source sentences, UTF-8, one per line")
+    g.add_argument("--tgt-file", required=True, type=nonempty(file_arg),
+                   help="translations of --src-file, line by line")
+    g.add_argument("--output", type=nonempty(file_arg), help="output file (default: stdout)")
     g.add_argument("--output-format", choices=("score", "json"), default="score",
                    help="score: one number per line (default); json: one object per line with the score, the "
                         "log-probability, the length and every piece's log-probability")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Any, Callable, List, Optional
@@ -41,6 +42,11 @@ def nonempty(kind: Callable[[str], Any] = str):
         value = kind(text)
         return value.expanduser() if isinstance(value, Path) else value
     return parse
+
+
+def file_arg(text: str) -> str:
+    """A file named by a flag, kept as text ("-" is standard input or output), with "~" as the home directory."""
+    return os.path.expanduser(text)
 
 
 def user_errors() -> tuple:

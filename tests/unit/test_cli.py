@@ -531,6 +531,23 @@ def test_a_tilde_reaches_every_command_and_the_resume(tmp_path, monkeypatch):
     assert cfg.optim.lr == 5e-4 and changes == []
 
 
+def test_a_tilde_in_the_decoding_commands_file_flags_is_the_home_directory(tmp_path, monkeypatch):
+    """`nmt-translate --input=~/in.ko` (the shell leaves "~" after "=") was "no such file": the decoding commands'
+    files were kept as typed, where every directory flag expanded "~"; "-" stays standard input or output."""
+    from nmt.cli_decode import build_evaluate_parser, build_score_parser, build_translate_parser
+    monkeypatch.setenv("HOME", str(tmp_path))
+    home = str(tmp_path)
+    args = build_translate_parser().parse_args(["--model-dir=m", "--input=~/in", "--output=~/out"])
+    assert (args.input, args.output) == (f"{home}/in", f"{home}/out")
+    assert build_translate_parser().parse_args(["--model-dir=m", "--input=-", "--output=-"]).input == "-"
+    args = build_evaluate_parser().parse_args(["--model-dir=m", "--src-file=~/s", "--ref-file", "~/r1", "~/r2",
+                                               "--json=~/j", "--data-dir=~/d"])
+    assert (args.src_file, args.ref_file, args.json, args.data_dir) == (
+        f"{home}/s", [f"{home}/r1", f"{home}/r2"], f"{home}/j", f"{home}/d")
+    args = build_score_parser().parse_args(["--model-dir=m", "--src-file=~/s", "--tgt-file=~/t", "--output=~/o"])
+    assert (args.src_file, args.tgt_file, args.output) == (f"{home}/s", f"{home}/t", f"{home}/o")
+
+
 def test_a_fine_tuning_run_whose_default_directory_is_its_models_says_so(tmp_path, monkeypatch):
     """The quick start's model fine-tuned on the Tatoeba recipe without --model-dir was told "is the --model-dir of
     this run", a flag nobody gave."""
