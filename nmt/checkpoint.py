@@ -108,8 +108,7 @@ class TrainState:
         try:
             return cls(**json.loads(path.read_text(encoding="utf-8")))
         except FileNotFoundError:
-            raise CheckpointError(f"{path} not found: {model_dir} holds no checkpoint to resume from; "
-                                  "start without --resume") from None
+            raise CheckpointError(f"{path} not found: {model_dir} holds no training state") from None
         except OSError as e:   # no permission, a directory, ...
             raise CheckpointError(f"{path} cannot be read ({e.strerror or e})") from None
         except (ValueError, TypeError) as e:   # not JSON (json.JSONDecodeError), not UTF-8, not a state's fields
@@ -285,6 +284,8 @@ def latest_params_path(model_dir: Path) -> Path:
     if (Path(model_dir) / EXPORT).exists():
         raise CheckpointError(f"{model_dir} was written by nmt-export: it holds one checkpoint, {PARAMS_BEST}, and no "
                               "latest; use --checkpoint best")
+    if not (Path(model_dir) / STATE).exists():   # (copied without it, or deleted)
+        raise CheckpointError(f"{model_dir} has no {STATE} to name its latest checkpoint: use best or a step number")
     return Path(model_dir) / params_file(latest_step(TrainState.load(model_dir)))
 
 

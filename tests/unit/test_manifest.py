@@ -162,6 +162,17 @@ def test_the_best_checkpoints_step_finds_params_best_after_its_own_file_was_prun
         ckpt.params_path(d, "10")
 
 
+def test_a_directory_without_its_training_state_has_no_latest_but_its_best(tmp_path):
+    """With state.json deleted (or not copied), `nmt-translate --checkpoint latest` said "holds no checkpoint to
+    resume from; start without --resume", a flag nmt-translate does not have."""
+    d = _model_dir(tmp_path, steps=(10, 20), best=20)
+    (d / ckpt.STATE).unlink()
+    with pytest.raises(ckpt.CheckpointError) as e:
+        ckpt.params_path(d, "latest")
+    assert str(e.value) == f"{d} has no state.json to name its latest checkpoint: use best or a step number"
+    assert ckpt.params_path(d, "best").name == ckpt.PARAMS_BEST
+
+
 def test_an_export_has_no_latest_checkpoint_and_knows_the_step_of_its_own(tmp_path):
     """`nmt-translate --checkpoint latest` on an nmt-export directory said "holds no checkpoint to resume from;
     start without --resume", a flag nmt-translate does not have."""
