@@ -281,9 +281,6 @@ def latest_step(state: TrainState) -> int:
 
 
 def latest_params_path(model_dir: Path) -> Path:
-    if (Path(model_dir) / EXPORT).exists():
-        raise CheckpointError(f"{model_dir} was written by nmt-export: it holds one checkpoint, {PARAMS_BEST}, and no "
-                              "latest; use --checkpoint best")
     if not (Path(model_dir) / STATE).exists():   # (copied without it, or deleted)
         raise CheckpointError(f"{model_dir} has no {STATE} to name its latest checkpoint: use best or a step number")
     return Path(model_dir) / params_file(latest_step(TrainState.load(model_dir)))
@@ -295,6 +292,9 @@ def params_path(model_dir: Path, which: str = "best") -> Path:
     if which in ("best", "latest") and not (model_dir / STATE).exists() and not (model_dir / PARAMS_BEST).exists():
         raise CheckpointError(f"{model_dir} holds no checkpoint yet (no {STATE}, no {PARAMS_BEST}): nmt-train writes "
                               "the first at its first validation (--valid-every) or when stopped with Ctrl-C")
+    if which in ("latest", "avg") and (model_dir / EXPORT).exists():
+        raise CheckpointError(f"{model_dir} was written by nmt-export: it holds one checkpoint, {PARAMS_BEST}, and no "
+                              f"{which}; use --checkpoint best")
     if which == "latest":
         path = latest_params_path(model_dir)
     elif which in ("best", "avg"):

@@ -175,7 +175,7 @@ def test_a_directory_without_its_training_state_has_no_latest_but_its_best(tmp_p
 
 def test_an_export_has_no_latest_checkpoint_and_knows_the_step_of_its_own(tmp_path):
     """`nmt-translate --checkpoint latest` on an nmt-export directory said "holds no checkpoint to resume from;
-    start without --resume", a flag nmt-translate does not have."""
+    start without --resume", a flag nmt-translate does not have; `--checkpoint avg` to make one with --resume."""
     d = _model_dir(tmp_path, steps=(10, 20, 30), best=20)
     for p in list(d.glob("params.0*")) + list(d.glob("trainer.*")) + list(d.glob("manifest.0*")) + [d / ckpt.STATE]:
         p.unlink()
@@ -183,5 +183,9 @@ def test_an_export_has_no_latest_checkpoint_and_knows_the_step_of_its_own(tmp_pa
     with pytest.raises(ckpt.CheckpointError) as e:
         ckpt.params_path(d, "latest")
     assert str(e.value) == (f"{d} was written by nmt-export: it holds one checkpoint, params.best, and no latest; "
+                            "use --checkpoint best")
+    with pytest.raises(ckpt.CheckpointError) as e:   # (it said to average into it with `nmt-train --resume`)
+        ckpt.params_path(d, "avg")
+    assert str(e.value) == (f"{d} was written by nmt-export: it holds one checkpoint, params.best, and no avg; "
                             "use --checkpoint best")
     assert ckpt.params_path(d, "20").name == ckpt.PARAMS_BEST
