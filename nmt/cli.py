@@ -5,6 +5,7 @@ Precedence: dataclass defaults < `--config FILE` (JSON, same layout as a model's
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from dataclasses import dataclass
@@ -291,22 +292,30 @@ def config_for_resume(args: argparse.Namespace) -> Tuple[Config, List[str]]:
         base[section][name] = defaults[section][name]
     base["train"]["model_dir"] = str(path.parent)
     wanted = config_from_args(args, base=Config.from_dict(base, source=str(path)))
+    check_model_flags(saved.model.arch, given_keys(args), wanted.model)   # before "differs from" an unused default
     return resumed_config(saved, wanted, given_keys(args), str(path))
 
 
-def check_model_flags(arch: str, given: Dict[str, str]) -> None:
+def check_model_flags(arch: str, given: Dict[str, str], model: Optional[ModelConfig] = None) -> None:
     """ConfigError for a model flag given that `arch` does not read (`Seq2SeqModel.config_fields`): saved in
-    config.json, it would change nothing, without a word. Not for a --config file's keys: a model directory's
-    config.json, a natural --config, holds every field."""
+    config.json, it would change nothing, without a word; with `model`, for a --config file's such key not at its
+    default too (a model directory's config.json, a natural --config, holds every field)."""
     from nmt.models import ARCHITECTURES   # imports mxnet, which training needs anyway
     fields = ARCHITECTURES[arch].config_fields if arch in ARCHITECTURES else ()
     for key, flag in given.items():
         section, field = key.split(".", 1)
-        if fields and section == "model" and flag.startswith("--") and field not in (*fields, "arch", "shared_vocab"):
-            owners = " or ".join(f"--arch {a}" for a, c in sorted(ARCHITECTURES.items()) if field in c.config_fields)
-            raise ConfigError(f"{flag} is an option of {owners or 'another architecture'}, not of --arch {arch}, which "
-                              f"would ignore it; the model flags of --arch {arch}: " + ", ".join(
-                                  f.flag for f in MODEL_FLAGS if f.field in fields and not f.negate))
+        if not fields or section != "model" or field in (*fields, "arch", "shared_vocab"):
+            continue
+        owners = " or ".join(f"--arch {a}" for a, c in sorted(ARCHITECTURES.items()) if field in c.config_fields)
+        theirs = f"the model flags of --arch {arch}: " + ", ".join(f.flag for f in MODEL_FLAGS
+                                                                   if f.field in fields and not f.negate)
+        if flag.startswith("--"):
+            raise ConfigError(f"{flag} is an option of {owners or 'another architecture'}, not of --arch {arch}, "
+                              f"which would ignore it; {theirs}")
+        value = getattr(model, field, None)
+        if model is not None and value != getattr(ModelConfig, field):
+            raise ConfigError(f"{flag} {json.dumps(value)} is a setting of {owners or 'another architecture'}, not "
+                              f"of --arch {arch}, which would ignore it: leave it out of the file; {theirs}")
 
 
 def check_model(model: ModelConfig, given: Dict[str, str]) -> None:
@@ -335,9 +344,10 @@ def training_run(args: argparse.Namespace) -> Tuple[Config, List[str], Optional[
             raise ConfigError("--init-from starts a new run from a trained model and --resume continues the run in "
                               "--model-dir: give one of them")
         init = init_params(args.init_from)
+        check_model_flags(Config.load(init.parent / "config.json").model.arch, given_keys(args), cfg.model)
         cfg = init_config(cfg, given_keys(args), init)
     given = given_keys(args)
-    check_model_flags(cfg.model.arch, given)
+    check_model_flags(cfg.model.arch, given, cfg.model)
     check_model(cfg.model, given)
     if getattr(args, "config", None) and "model.arch" in given and given["model.arch"].startswith("--"):
         _warn_other_arch(cfg, given, args.config)

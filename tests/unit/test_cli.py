@@ -174,6 +174,35 @@ def test_the_model_flags_every_architecture_takes_pass():
         check_model_flags(arch, given_keys(args))
 
 
+def test_a_setting_of_another_architecture_is_refused_in_a_file_and_on_resume(tmp_path):
+    """A --config file's settings of the other architecture were silently dropped (a Transformer "hidden_size": 64
+    trained at 256; "heads": 4 for the LSTM), where their flags are refused; on --resume or --init-from, such a flag
+    was said to differ from an unused default ("--embed-size 64 differs from 256, which this run was trained with")."""
+    from nmt.cli import training_run
+    path = tmp_path / "c.json"
+    for model, message in (({"arch": "transformer", "hidden_size": 64}, "model.hidden_size 64 is a setting of --arch "
+                            "lstm, not of --arch transformer, which would ignore it: leave it out of the file"),
+                           ({"heads": 4}, "model.heads 4 is a setting of --arch transformer, not of --arch lstm")):
+        path.write_text(json.dumps({"model": model}))
+        with pytest.raises(ConfigError, match=f"^{path}: {message}"):
+            training_run(build_train_parser().parse_args(["--config", str(path), "--model-dir", str(tmp_path / "m")]))
+    lstm = Config().to_dict()   # a run's config.json: every field, the other architecture's at their defaults
+    lstm["train"]["model_dir"] = str(tmp_path / "n")
+    path.write_text(json.dumps(lstm))
+    cfg, _, _ = training_run(build_train_parser().parse_args(["--config", str(path), "--arch", "transformer",
+                                                              "--model-dir", str(tmp_path / "m")]))
+    assert cfg.model.arch == "transformer"
+    run = tmp_path / "tf"
+    run.mkdir()
+    Config.from_dict({"model": {"arch": "transformer"}, "train": {"model_dir": str(run)}}).save(run / "config.json")
+    (run / "params.best").write_bytes(b"x")
+    for argv in (["--resume", "--model-dir", str(run), "--embed-size", "64"],
+                 ["--init-from", str(run), "--model-dir", str(tmp_path / "ft"), "--hidden-size", "128"]):
+        with pytest.raises(ConfigError, match=r"^--(embed|hidden)-size is an option of --arch lstm, not of --arch "
+                                              "transformer"):
+            training_run(build_train_parser().parse_args(argv))
+
+
 def test_argparse_rejects_bad_types_and_choices(capsys):
     with pytest.raises(SystemExit):
         build_train_parser().parse_args(["--batch-size", "many"])
