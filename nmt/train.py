@@ -18,7 +18,7 @@ from mxnet import gluon
 
 from nmt import checkpoint as ckpt
 from nmt.batching import Batch
-from nmt.config import Config, resumed_config
+from nmt.config import PER_INVOCATION, Config, resumed_config
 from nmt.data import TrainData, build_data
 from nmt.dirlock import ModelDirLock, ModelDirLocked, remove_made, replacing, set_aside
 from nmt.evaluate import VALID_METRICS, Scores, perplexity, score, track_best
@@ -280,6 +280,7 @@ def _create_locked(cfg: Config, resume: bool, overwrite: bool, ctxs, kv, workers
     """`create_trainer` once the directory is ours: checked writable and, once the model is built, with room for
     its checkpoints, so that a full disk shows before training rather than at the first checkpoint."""
     t, model_dir, aside = cfg.train, Path(cfg.train.model_dir), None
+    workers.check_same("flags", {"resume": resume, "devices": len(ctxs)})   # a worker's share: 1 / workers x devices
     if workers.is_chief:
         ckpt.prepare_model_dir(model_dir, resume, overwrite, inputs)
         aside = set_aside(model_dir) if overwrite and not resume else None
@@ -300,9 +301,8 @@ def _create_locked(cfg: Config, resume: bool, overwrite: bool, ctxs, kv, workers
     if workers.is_chief:   # on resume, with the settings changed since (the next --resume continues with them)
         cfg.save(model_dir / ckpt.CONFIG)
     workers.check_same("training data and flags", {   # distributed: all must draw the same batches
-        "batches": data.sampler.fingerprint(), "subword_sampling": cfg.data.subword_sampling,
-        "model": vars(cfg.model), "optim": vars(cfg.optim),
-        "train": {k: getattr(t, k) for k in ("seed", "accum_steps", "max_steps", "max_epochs", "valid_every")}})
+        "batches": data.sampler.fingerprint(), "subword_sampling": cfg.data.subword_sampling, "model": vars(cfg.model),
+        "optim": vars(cfg.optim), "train": {k: v for k, v in vars(t).items() if f"train.{k}" not in PER_INVOCATION}})
     for seed in (random.seed, np.random.seed, mx.random.seed):
         seed(t.seed)
     net = build_model(cfg.model, data.src_tok.vocab_size, data.tgt_tok.vocab_size)

@@ -207,6 +207,20 @@ def test_check_same_names_what_differs(monkeypatch):
         g.check_same("training data and flags", {"batches": "xyz", "model": {"dropout": 0.2}})
 
 
+def test_workers_agree_on_resume_devices_and_every_training_flag(tmp_path, task, monkeypatch):
+    """Workers with other --patience hung for good (one stopped early, the other waited in the next sum); with other
+    device counts they split each batch differently, and some sentences were never trained on (or twice); --resume
+    on some workers only put rank 0's broadcasts out of step ("not a readable SentencePiece model")."""
+    seen = {}
+    monkeypatch.setattr(WorkerGroup, "check_same", lambda self, what, values: seen.update({what: values}))
+    cfg = tiny_config(tmp_path, task, "m", max_steps=1)
+    cfg.train.cpu_devices, cfg.train.patience = 2, 7
+    create_trainer(cfg).lock.release()
+    assert list(seen) == ["flags", "training data and flags"] and seen["flags"] == {"resume": False, "devices": 2}
+    train = seen["training data and flags"]["train"]
+    assert train["patience"] == 7 and train["valid_metric"] == "bleu" and "cpu_devices" not in train
+
+
 # -- the watchdog, on stand-in processes ---------------------------------------------------------------------------
 def stand_in(role: str, index: int, code: str) -> ProcSpec:
     return ProcSpec(role, index, [PY, "-c", code], {"DMLC_ROLE": role})
