@@ -41,7 +41,7 @@ def forced_attention(translator, src_ids: Sequence[List[int]], tgt_ids: Sequence
                                            for a in (b.src, b.src_len, b.tgt_in)))
         for r, i in enumerate(chunk):
             out[i] = weights[r, :len(tgt_ids[i]) + 1, :len(src_ids[i]) + 1]
-    translator.share_out([i for i in order if src_ids[i] and tgt_ids[i]], run)
+    translator.share_out([i for i in order if src_ids[i]], run)   # an empty target too: its EOS row
     return out
 
 

@@ -29,13 +29,13 @@ MAX_LINE_CHARS = 20_000
 # Control characters go; whitespace-like ones (tab, CR, vertical tab, NEL, ...) become spaces via str.split().
 # Characters that show nothing but would become tokens of their own go too: zero-width space, word joiner and the
 # invisible operators, a stray BOM, the soft hyphen, bidirectional marks, embeddings and isolates, Hangul fillers.
-_INVISIBLE = re.compile("[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f\xad\u061c\u115f\u1160\u17b4\u17b5\u180e"
-                        "\u200b\u200e\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\u3164\ufeff\uffa0"
-                        "\U0001bca0-\U0001bca3]")
+INVISIBLE = re.compile("[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f\xad\u061c\u115f\u1160\u17b4\u17b5\u180e"
+                       "\u200b\u200e\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\u3164\ufeff\uffa0"
+                       "\U0001bca0-\U0001bca3]")
 # Joiners, variation selectors and tag characters shape the characters beside them (an emoji sequence, a flag); a
 # word of them alone shows nothing.
-_JOINERS = re.compile("[\u034f\u180b-\u180d\u180f\u200c\u200d\ufe00-\ufe0f\U000e0001\U000e0020-\U000e007f"
-                      "\U000e0100-\U000e01ef]+")
+JOINERS = re.compile("[\u034f\u180b-\u180d\u180f\u200c\u200d\ufe00-\ufe0f\U000e0001\U000e0020-\U000e007f"
+                     "\U000e0100-\U000e01ef]+")
 _CONTROL = re.compile("[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f]")   # the control characters `normalize` removes
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -105,8 +105,8 @@ def normalize(text: str) -> str:
     words of joiners alone dropped."""
     # NFC: Korean typed or saved on macOS arrives as decomposed jamo (NFD), which the tokenizer would see as different,
     # longer strings than the same syllables in NFC; after the removals, which could leave a sequence NFC composes.
-    words = unicodedata.normalize("NFC", _INVISIBLE.sub("", text)).split()
-    return " ".join(w for w in words if not _JOINERS.fullmatch(w))
+    words = unicodedata.normalize("NFC", INVISIBLE.sub("", text)).split()
+    return " ".join(w for w in words if not JOINERS.fullmatch(w))
 
 
 def control_characters(text: str) -> int:

@@ -61,9 +61,9 @@ def _forced(translator, sentence: str, ids: List[int], translation: str) -> Atte
     d = translator.decode   # as long as the search may write: a prefix cut to max_input_tokens, then its limit
     limit = d.max_input_tokens + int(length_limits([len(ids) + 1], d.max_len_a, d.max_len_b)[0])
     tgt = target_ids(translator, [translation], name="translation", limit=limit)[0]
-    weights = forced_attention(translator, [ids], [tgt])[0] if tgt else np.zeros((0, len(ids) + 1))
+    weights = forced_attention(translator, [ids], [tgt])[0]   # an empty translation: the row of its "</s>"
     return Attention(sentence, translation, [_piece(translator.src_tok, i) for i in ids] + ["</s>"],
-                     [_piece(translator.tgt_tok, i) for i in tgt] + (["</s>"] if tgt else []), weights)
+                     [_piece(translator.tgt_tok, i) for i in tgt] + ["</s>"], weights)
 
 
 def _greedy(translator, sentence: str, ids: List[int], max_len: Optional[int]) -> Attention:

@@ -13,12 +13,11 @@ import io
 import logging
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from fastapi import FastAPI, Request
 from fastapi.openapi.docs import get_swagger_ui_html
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -26,12 +25,12 @@ from starlette.exceptions import HTTPException
 from nmt.languages import hangul_counts, other_language_warning
 from nmt.serve.batcher import DEFAULT_MAX_WAIT_MS, Batcher, Closed, QueueFull, TimedOut
 from nmt.serve.openapi import fit_examples, openapi_30
+from nmt.serve.page import page_html
 from nmt.serve.schema import (AttentionRequest, Limits, RequestError, TranslateRequest, at_length_limit,
                               attention_within, check_attention, check_prefixes, check_translate, error_responses,
                               parse, read_body, token_warnings, within_pieces)
 
 logger = logging.getLogger("nmt.serve")
-PAGE = Path(__file__).with_name("page.html")
 
 
 @dataclass
@@ -201,8 +200,8 @@ def _mount_static(app: FastAPI) -> None:
         return Response(data, media_type="font/ttf", headers={"Cache-Control": "max-age=86400"})
 
     @app.get("/", include_in_schema=False)
-    async def page() -> FileResponse:
-        return FileResponse(PAGE, media_type="text/html; charset=utf-8")
+    async def page() -> HTMLResponse:
+        return HTMLResponse(page_html())
 
 
 @functools.lru_cache(maxsize=1)

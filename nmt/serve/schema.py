@@ -232,7 +232,7 @@ def check_attention(req: AttentionRequest, max_input_tokens: int) -> Tuple[str, 
     """(sentence, translation or None, warnings) of a parsed /attention request; RequestError for what is refused.
     A translation is cut like a sentence: its pieces are steps of the model."""
     line, warnings = check_line(req.text, "text", max_input_tokens)
-    if not line.strip():
+    if not normalize(line):   # spaces, or invisible characters the model does not read
         raise RequestError(422, "text is empty: send one sentence", "text")
     if req.translation is None:
         return line, None, warnings

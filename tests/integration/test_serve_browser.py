@@ -17,6 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from nmt.corpus import normalize
+
 from tests.integration.serve_app import background_server, make_app
 
 CHROMIUM = os.environ.get("NMT_CHROMIUM", "/usr/bin/chromium")
@@ -89,12 +91,13 @@ RESULT = ("translation", "warnings", "align-src", "align-tgt", "nbest-list", "at
 # answer the page has not yet read and reacted to (counted down in a task queued once it has read it, which runs
 # after the page's own reaction, requests it then sends included).
 FETCH_LOG = """
-window.sent = []; window.pending = 0;
+window.sent = []; window.signals = []; window.pending = 0;
 let gate = null;
 window.hold = () => { gate = new Promise((go) => { window.release = go; }); };
 const real = window.fetch;
 window.fetch = async (path, init) => {
   window.sent.push([path, init && init.body ? JSON.parse(init.body) : null]);
+  window.signals.push(init && init.signal);
   const held = path === "/translate" ? gate : null;
   if (held) gate = null;
   window.pending++;
@@ -359,7 +362,8 @@ def test_a_result_keeps_the_pair_it_was_translated_with(translator, serve_model,
     """With two models, a translation still on its way when the model was changed was shown under the new model,
     and the page asked the new model for its attention (the audit saw a ko->en sentence drawn as en->ko byte
     pieces); a result shown stayed after the change. A change of model now clears the result and drops the
-    translation on its way; a late answer to an earlier Translate is still not shown over a newer one."""
+    translation on its way, closing its request, which had gone on holding the model for the next Translate; a late
+    answer to an earlier Translate is still not shown over a newer one."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select, WebDriverWait
     driver = browser()
@@ -381,7 +385,8 @@ def test_a_result_keeps_the_pair_it_was_translated_with(translator, serve_model,
             driver.execute_script("window.hold()")
             set_source(driver, second)
             go.click()
-            model.select_by_index(1)   # while ko -> en translates
+            model.select_by_index(1)   # while ko -> en translates: its request is closed (the server stops it)
+            assert driver.execute_script("return window.signals.at(-1).aborted") is True
             driver.execute_script("window.release()")
             wait_settled(driver)
             assert set(content(driver, *RESULT).values()) == {""}
@@ -390,9 +395,9 @@ def test_a_result_keeps_the_pair_it_was_translated_with(translator, serve_model,
             go.click()
             model.select_by_index(0)
             set_source(driver, third)
-            go.click()   # ...and a ko -> en one, answered first
+            go.click()   # ...and a ko -> en one, answered first (the other's request is closed, or its answer held)
             WebDriverWait(driver, 30).until(lambda d: d.execute_script(
-                "return window.pending === 1 && document.body.dataset.state === 'done'"))
+                "return document.body.dataset.state === 'done' && document.getElementById('translation').textContent"))
             driver.execute_script("window.release()")
             wait_settled(driver)
             expected, late = api_translations(url, driver, [third, second], **ko_en)
@@ -657,7 +662,8 @@ def test_the_translation_can_be_made_to_start_with_given_words(translator, serve
 
 def test_with_several_lines_the_words_start_the_chosen_lines_translation(translator, serve_sentences):
     """The "starts with" box used to force its words on every line of a several-line input; it now applies to the
-    line chosen in the translation (the first at first), and its label says which."""
+    line chosen in the translation (the first at first), and its label says which. Text with none of the lines it
+    was chosen among kept the choice's number (a browser audit)."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
     driver = browser()
@@ -692,6 +698,8 @@ def test_with_several_lines_the_words_start_the_chosen_lines_translation(transla
             wait_done(driver)
             shown = [d.text for d in driver.find_elements(By.CSS_SELECTOR, "#translation .line")]
             assert shown[2] == api[1]["translation"] and not shown[0].startswith(prefix)
+            set_source(driver, "\n".join(serve_sentences[8:11]))   # new text: its first line, not its third
+            assert label.text == "translation of line 1 starts with"
             driver.find_element(By.ID, "source").send_keys(Keys.CONTROL, "a", Keys.DELETE, lines[0])
             assert label.text == "translation starts with"
     finally:
@@ -701,15 +709,22 @@ def test_with_several_lines_the_words_start_the_chosen_lines_translation(transla
 def test_invisible_lines_long_words_and_the_news_of_a_result(translator, serve_sentences):
     """What a second browser audit found: a line of a zero-width space counted as text (choosable, and choosing it
     asked /attention, which refused it in red); the arrow keys stopped on blank lines; a URL made the whole page
-    scroll sideways; and a screen reader heard nothing when a result came."""
+    scroll sideways; and a screen reader heard nothing when a result came. A third: the page's copy of what the
+    server drops from a line had fallen behind (a Hangul filler, a direction mark or a lone joiner counted as a
+    word, and the word alignment marked the word before the one linked); it now has the server's classes."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
     driver = browser()
     url_word = "https://www.example.com/" + "averyveryverylongpathsegment/" * 5 + "index.html"
-    lines = [serve_sentences[1], "\u200b", f"{url_word} {serve_sentences[2]}"]
+    lines = [serve_sentences[1], "\u200b \u3164 \u200d\ufe0f", f"{url_word} {serve_sentences[2]}"]
     try:
         with background_server(make_app(translator)) as url:
             open_page(driver, url)
+            samples = [f"a{c}b c {c} d" for c in sorted(set(page_characters()))] + ["\u1112\u1161 \u1100"]
+            assert driver.execute_script("return arguments[0].map(words)", samples) == [
+                normalize(x).split() for x in samples]
+            driver.execute_script("showNbest([{translation: '', score: -1.5}])")   # a model that ended at once
+            assert content(driver, "nbest-list")["nbest-list"] == "(empty translation)-1.5000"
             driver.execute_script(FETCH_LOG)
             set_source(driver, "\n".join(lines))
             driver.find_element(By.ID, "go").click()
@@ -732,6 +747,20 @@ def test_invisible_lines_long_words_and_the_news_of_a_result(translator, serve_s
                 "Translated 3 lines")
     finally:
         driver.quit()
+
+
+def page_characters() -> str:
+    """Every character of the classes the page gets from the server, a character either side of each range, and
+    whitespace: what its words() must split and drop as nmt.corpus.normalize does."""
+    from nmt.corpus import INVISIBLE, JOINERS
+    out = [chr(c) for c in range(0x3001) if chr(c).isspace()]
+    for pattern in (INVISIBLE.pattern, JOINERS.pattern):
+        body = pattern[1:pattern.rindex("]")]
+        for k, c in enumerate(body):
+            if c != "-" and (k + 1 == len(body) or body[k + 1] != "-"):
+                low = ord(body[k - 2]) if k >= 2 and body[k - 1] == "-" else ord(c)
+                out += [chr(x) for x in range(max(low - 1, 1), ord(c) + 2) if not 0xd800 <= x <= 0xdfff]
+    return "".join(out)
 
 
 def test_a_test_score_of_another_checkpoint_is_named_with_it(translator):

@@ -114,6 +114,14 @@ def test_attention_warns_of_a_text_cut_to_max_input_tokens(http):
         "text has more than 250 subword tokens; truncated to 250 (max_input_tokens), as nmt-translate does"]
 
 
+def test_the_attention_of_an_empty_translation_is_its_end(http, serve_sentences):
+    """An empty translation (a model ending at once) had no rows, where any other ends with the row of its "</s>",
+    whose probability the search scored: the page drew a table of headers alone."""
+    a = http.post("/attention", json={"text": serve_sentences[0], "translation": ""}).json()
+    assert a["tgt_pieces"] == ["</s>"] and len(a["weights"]) == 1
+    assert abs(sum(a["weights"][0]) - 1) < 1e-4 and len(a["weights"][0]) == len(a["src_pieces"])
+
+
 def test_a_line_of_control_characters_is_not_counted_as_in_the_other_language(http):
     r = http.post("/translate", json={"text": ["\u0000"]}).json()
     assert r["translations"][0]["translation"] == "" and not any("Hangul" in w for w in r["warnings"]), r

@@ -118,3 +118,34 @@ def test_a_line_of_four_byte_characters_cut_at_the_limit_is_warned_of(model_dir)
     # U+1D160 is 3 code points in NFC (12 byte pieces): 2 of them, 25 pieces, were cut without a word
     assert token_warnings(tr, ["\U0001d160" * 2]) == [
         "text[0] has more than 20 subword tokens; truncated to 20 (max_input_tokens), as nmt-translate does"]
+
+
+def test_an_attention_text_of_invisible_characters_is_empty():
+    """A line of a Hangul filler (a "blank" in Korean chat) or a lone joiner passed `line.strip()` and got "attention:
+    the sentence is empty after normalization" from deep in the model, where a line of spaces got this answer."""
+    from nmt.serve.schema import AttentionRequest, check_attention
+    for text in ("\u3164", "\u200e \u200d", "   "):
+        with pytest.raises(RequestError) as e:
+            check_attention(parse(json.dumps({"text": text}).encode(), AttentionRequest), 250)
+        assert (e.value.status, e.value.message) == (422, "text is empty: send one sentence")
+
+
+def test_the_page_gets_the_servers_character_classes():
+    """The page carried its own, shorter copy of the characters the server drops from a line; it now gets the
+    server's, each character written as \\u{hex}, which mean the same classes (every code point checked)."""
+    import re
+    from nmt.corpus import INVISIBLE, JOINERS
+    from nmt.serve.page import READ_RULES, js_class, page_html
+    for pattern in (INVISIBLE.pattern, JOINERS.pattern.removesuffix("+")):
+        js = js_class(pattern)
+        assert re.fullmatch(r"\[(\\u\{[0-9a-f]+\}|-)+\]", js)
+        back = re.compile(re.sub(r"\\u\{([0-9a-f]+)\}", lambda m: f"\\U{int(m[1], 16):08x}", js))
+        original = re.compile(pattern)
+        assert [c for c in range(0x110000) if back.match(chr(c))] == [c for c in range(0x110000)
+                                                                       if original.match(chr(c))]
+    html = page_html()
+    assert READ_RULES not in html
+    rules = json.loads(re.search(r"const READ = (\{.*?\});", html)[1])
+    assert set(rules) == {"invisible", "joiners", "space"} and "\\u{3164}" in rules["invisible"]
+    with pytest.raises(ValueError, match="not a character class"):
+        js_class("[^a]")
