@@ -6,6 +6,7 @@ scores.json in `nmt.scoring`.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -134,7 +135,7 @@ class Translator:
         decode = None if decode is None else checked_decode(decode)
         model_dir = Path(model_dir)
         cfg, src_tok, tgt_tok = _load_tokenizers(model_dir)
-        decode = decode or cfg.decode
+        decode = decode or dataclasses.replace(cfg.decode)   # a copy: a change of tr.decode is not the model's
         ctxs = list(ctx) if isinstance(ctx, (list, tuple)) else [ctx or mx.cpu()]
         if not ctxs:
             raise ValueError("Translator.from_dir: ctx is an empty list of devices")
@@ -153,9 +154,9 @@ class Translator:
             return [_load_net(d, d_cfg, src_tok, tgt_tok, which, c) for d, d_cfg in dirs]
         first = load_members(ctx)
         tr = cls(first[0], src_tok, tgt_tok, decode, ctx=ctx)
-        tr.model_dir, tr.checkpoint, tr.config = model_dir, str(which), cfg
-        tr.params_file = ckpt.params_path(model_dir, str(which))
-        tr.members, tr.member_dirs = first, [d for d, _ in others]
+        tr.model_dir, tr.checkpoint, tr.config = model_dir.absolute(), str(which), cfg   # whatever chdir follows
+        tr.params_file = ckpt.params_path(tr.model_dir, str(which))
+        tr.members, tr.member_dirs = first, [d.absolute() for d, _ in others]
         for c in ctxs[1:]:   # a hybridized block is not safe to call from two threads: one copy per device
             tr.replicas.append((c, load_members(c)))
         return tr

@@ -361,6 +361,27 @@ def test_the_python_api_does_not_record_scores_at_other_settings_either(model_co
     assert json.loads((model_copy / ckpt.SCORES).read_text())["t"]["best"]["n"] == len(pairs.src)
 
 
+def test_tr_decode_changed_in_place_or_a_chdir_leave_the_models_own(model_copy, caplog, monkeypatch, tmp_path):
+    """`tr.decode.beam_size = 1` (as the docs change it) changed the model's saved settings too (one object), and
+    score_test_set recorded beam-1 scores over the model's beam-5 ones; after an os.chdir, a Translator loaded
+    from a relative path was told its directory "holds no checkpoint yet"."""
+    from nmt.corpus import read_parallel
+    from nmt.scoring import score_test_set
+    from nmt.translate import Translator
+    cfg = Config.load(model_copy / ckpt.CONFIG)
+    pairs = read_parallel(cfg.data.test_src, cfg.data.test_tgt)
+    monkeypatch.chdir(model_copy.parent)
+    tr = Translator.from_dir(model_copy.name)
+    monkeypatch.chdir(tmp_path.parent)
+    tr.decode.beam_size = 1
+    assert tr.config.decode.beam_size == 5
+    monkeypatch.setattr(logging.getLogger("nmt"), "propagate", True)
+    with caplog.at_level("WARNING", logger="nmt.evaluate"):
+        score_test_set(tr, "t", pairs)
+    assert f"t: not recorded in {model_copy / ckpt.SCORES}: decoding settings other than the model's saved ones, " \
+           "--beam-size 1 (saved: 5)" in caplog.text and not (model_copy / ckpt.SCORES).exists()
+
+
 def test_prefix_words_start_each_translation_with_its_reference(model_copy, capsys):
     """--prefix-words N: every translation begins with its reference's first N words, the next word is counted
     against the reference's, and these scores stay out of scores.json. The references here begin with another
