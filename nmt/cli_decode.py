@@ -150,7 +150,7 @@ def build_evaluate_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("test data")
     g.add_argument("--src-file", type=nonempty(file_arg),
                    help="source sentences, one per line, in the model's source language")
-    g.add_argument("--ref-file", type=nonempty(file_arg), nargs="+", metavar="REF",
+    g.add_argument("--ref-file", type=nonempty(file_arg), nargs="+", action="extend", metavar="REF",
                    help="reference translations, line-aligned with --src-file; several files: several references "
                         "per sentence (sacreBLEU's nrefs)")
     g.add_argument("--name", type=nonempty(), help="test-set name in scores.json (default: the --src-file path)")

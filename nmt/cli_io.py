@@ -35,7 +35,7 @@ def add_model_decode_args(p: argparse.ArgumentParser, flags=DECODE_FLAGS, nbest:
                    help="model directory written by nmt-train")
     g.add_argument("--checkpoint", default="best", metavar="WHICH", type=nonempty(),
                    help="best, latest, avg or a step number (default: best)")
-    g.add_argument("--ensemble", nargs="+", type=nonempty(Path), default=[], metavar="DIR",
+    g.add_argument("--ensemble", nargs="+", action="extend", type=nonempty(Path), default=[], metavar="DIR",
                    help="further model directories (same languages and vocabularies) that decode together with "
                         "--model-dir, following the mean of their log-probabilities; --checkpoint applies to all")
     g.add_argument("--gpus", type=nonempty(),

@@ -33,7 +33,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--host", default="127.0.0.1", type=nonempty(),
                    help="address to listen on (0.0.0.0: every interface; default %(default)s)")
     p.add_argument("--port", type=number(int, 1, 65535), default=8080, help="port (default %(default)s)")
-    p.add_argument("--ensemble", nargs="+", default=[], metavar="DIR", type=nonempty(Path),
+    p.add_argument("--ensemble", nargs="+", action="extend", default=[], metavar="DIR", type=nonempty(Path),
                    help="further model directories that decode together with the --model-dir of their language "
                         "pair, following the mean of their log-probabilities (same vocabularies)")
     p.add_argument("--checkpoint", default="best", type=nonempty(),

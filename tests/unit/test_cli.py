@@ -602,3 +602,17 @@ def test_a_resume_with_a_malformed_config_file_is_one_error(tmp_path, body, says
     with pytest.raises(ConfigError, match=rf"^{path}: {re.escape(says)}"):
         config_for_resume(build_train_parser().parse_args(["--resume", "--model-dir", str(tmp_path),
                                                            "--config", str(path)]))
+
+
+def test_a_repeated_reference_or_ensemble_flag_adds_up():
+    """`--ref-file a.en --ref-file b.en` scored against b.en alone (nrefs:1, and recorded so), and `--ensemble B
+    --ensemble C` decoded without B: argparse kept the last; they add up, as Marian's repeated options do."""
+    from nmt.cli_decode import build_evaluate_parser, build_translate_parser
+    from nmt.serve.cli import parse_args
+    args = build_evaluate_parser().parse_args(["--model-dir", "m", "--src-file", "s", "--ref-file", "a", "--ref-file",
+                                               "b", "c", "--ensemble", "B", "--ensemble", "C"])
+    assert args.ref_file == ["a", "b", "c"] and args.ensemble == [Path("B"), Path("C")]
+    assert build_translate_parser().parse_args(["--model-dir", "m", "--ensemble", "B", "--ensemble", "C"]).ensemble \
+        == [Path("B"), Path("C")]
+    assert parse_args(["--model-dir", "m", "--ensemble", "B", "--ensemble", "C"]).ensemble == [Path("B"), Path("C")]
+    assert build_translate_parser().parse_args(["--model-dir", "m"]).ensemble == []   # the default list untouched
