@@ -64,12 +64,12 @@ def run_cli(main: Callable[[], int]) -> int:
     """Run `main`, turning the project's bad-input errors into `error: ...` on stderr and exit code 2."""
     try:
         return main()
+    except KeyboardInterrupt:   # first: user_errors() imports mxnet, maybe the very import Ctrl-C cut short
+        print("interrupted", file=sys.stderr)
+        return 130
     except user_errors() as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
 
 
 def command(build_parser: Callable[[], argparse.ArgumentParser]):
@@ -77,8 +77,7 @@ def command(build_parser: Callable[[], argparse.ArgumentParser]):
     with `build_parser()`, then run `body` under `run_cli`."""
     def wrap(body: Callable[[argparse.Namespace], int]) -> Callable[..., int]:
         def entry(argv: Optional[List[str]] = None) -> int:
-            args = build_parser().parse_args(argv)
-            return run_cli(lambda: body(args))
+            return run_cli(lambda: body(build_parser().parse_args(argv)))
         entry.__name__, entry.__qualname__, entry.__doc__ = body.__name__, body.__qualname__, body.__doc__
         return entry
     return wrap

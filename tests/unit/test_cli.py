@@ -616,3 +616,14 @@ def test_a_repeated_reference_or_ensemble_flag_adds_up():
         == [Path("B"), Path("C")]
     assert parse_args(["--model-dir", "m", "--ensemble", "B", "--ensemble", "C"]).ensemble == [Path("B"), Path("C")]
     assert build_translate_parser().parse_args(["--model-dir", "m"]).ensemble == []   # the default list untouched
+
+
+def test_ctrl_c_while_mxnet_is_imported_is_an_interruption(monkeypatch, capsys):
+    """Ctrl-C during a command's `import mxnet` (seconds on a loaded host) gave two tracebacks ending in "NameError:
+    name 'type_check' is not defined": run_cli imported mxnet again, half-imported, to list the errors it catches."""
+    from nmt.commands import run_cli
+    monkeypatch.setitem(sys.modules, "nmt.parallel", None)   # an import cut short: importing it again fails
+
+    def main():
+        raise KeyboardInterrupt
+    assert run_cli(main) == 130 and capsys.readouterr().err == "interrupted\n"
