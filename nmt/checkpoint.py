@@ -144,8 +144,7 @@ def _remove(path: Path) -> None:
         path.unlink()
 
 
-def check_model_dir(model_dir: Path, resume: bool, overwrite: bool,
-                    inputs: Optional[Dict[str, Any]] = None) -> None:
+def check_model_dir(model_dir: Path, resume: bool, overwrite: bool, inputs: Optional[Dict[str, Any]] = None) -> None:
     """CheckpointError unless a run may use `model_dir` as asked; changes nothing (also for --dry-run). `inputs`:
     the run's own files and directories by flag, which --overwrite must not delete."""
     model_dir = Path(model_dir)
@@ -189,8 +188,7 @@ def _check_overwrite(model_dir: Path, held: List[str], inputs: Dict[str, Any]) -
                                   "it out of the directory or give another --model-dir")
 
 
-def prepare_model_dir(model_dir: Path, resume: bool, overwrite: bool,
-                      inputs: Optional[Dict[str, Any]] = None) -> None:
+def prepare_model_dir(model_dir: Path, resume: bool, overwrite: bool, inputs: Optional[Dict[str, Any]] = None) -> None:
     """Create the model directory; refuse to clobber an existing one unless --resume or --overwrite (whose files
     `nmt.dirlock.set_aside` then moves aside; `check_model_dir`)."""
     model_dir = Path(model_dir)
@@ -258,10 +256,11 @@ def resume_state(model_dir: Path) -> TrainState:
 
 def check_kept_files(model_dir: Path) -> None:
     """Before a resumed run trains, the files it reads only at its end: CheckpointError for a damaged scores.json; a
-    warning for a params.best unlike its manifest (as a run killed while saving a best leaves it: saved again)."""
+    warning for a params.best unlike its manifest (as a run killed while saving a best leaves it: saved again), or
+    missing where the training state names a best."""
     from nmt.scoring import read_scores
     read_scores(model_dir)
-    if (model_dir / PARAMS_BEST).exists() or (model_dir / manifest.manifest_name("best")).is_file():
+    if (model_dir / PARAMS_BEST).exists() or best_step(model_dir):
         try:
             verify_params(model_dir / PARAMS_BEST)
         except CheckpointError as e:
@@ -299,8 +298,7 @@ def params_path(model_dir: Path, which: str = "best") -> Path:
         path = latest_params_path(model_dir)
     elif which in ("best", "avg"):
         path = model_dir / (PARAMS_BEST if which == "best" else PARAMS_AVG)
-        if which == "best" and not path.exists() and (model_dir / STATE).exists() \
-                and not (model_dir / manifest.manifest_name("best")).exists():
+        if which == "best" and not path.exists() and (model_dir / STATE).exists() and not best_step(model_dir):
             path = latest_params_path(model_dir)   # no validation yet: the latest is the best we have
             logger.warning("%s: no checkpoint validated yet (no %s, the run stopped before its first validation): "
                            "using the latest, %s", model_dir, PARAMS_BEST, path.name)
@@ -313,7 +311,9 @@ def params_path(model_dir: Path, which: str = "best") -> Path:
         raise CheckpointError(f"unknown checkpoint '{which}': use best, latest, avg or a step number")
     if not path.exists():
         hint = (f"; average the last N checkpoints into it with `nmt-train --model-dir {model_dir} --resume "
-                "--average-last N`" if which == "avg" else "")
+                "--average-last N`" if which == "avg" else f"; it held step {best_step(model_dir)}, the best on dev "
+                "(restore it: that step's params file, if still kept, holds the same parameters)" if which == "best"
+                else "")
         if str(which).isdecimal():
             kept = sorted(s for s in (params_step(p.name) for p in model_dir.glob("params.*")) if s is not None)
             hint = f"; the steps kept there: {', '.join(map(str, kept))}" if kept else "; it keeps no step's parameters"

@@ -162,6 +162,24 @@ def test_the_best_checkpoints_step_finds_params_best_after_its_own_file_was_prun
         ckpt.params_path(d, "10")
 
 
+def test_a_deleted_best_with_its_manifest_is_not_replaced_by_the_latest(tmp_path, caplog):
+    """With params.best and manifest.best.json both gone, the latest checkpoint was loaded, scored and recorded as
+    "best", with the warning "no checkpoint validated yet (... stopped before its first validation)", where the
+    training state names the best of step 20; a resume warned of nothing."""
+    d = _model_dir(tmp_path, steps=(10, 20, 30), best=20)
+    state = ckpt.TrainState.load(d)
+    state.best_step = 20
+    state.save(d)
+    (d / ckpt.PARAMS_BEST).unlink()
+    (d / manifest.manifest_name("best")).unlink()
+    with pytest.raises(ckpt.CheckpointError, match=r"params.best not found in model directory .*; it held step 20, "
+                                                   r"the best on dev \(restore it"):
+        ckpt.params_path(d, "best")
+    with caplog.at_level("WARNING", logger="nmt.checkpoint"):
+        ckpt.check_kept_files(d)
+    assert "checkpoint params.best of" in caplog.text and "scoring its best at the end will fail" in caplog.text
+
+
 def test_a_directory_without_its_training_state_has_no_latest_but_its_best(tmp_path):
     """With state.json deleted (or not copied), `nmt-translate --checkpoint latest` said "holds no checkpoint to
     resume from; start without --resume", a flag nmt-translate does not have."""
