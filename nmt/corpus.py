@@ -28,10 +28,11 @@ MAX_LINE_CHARS = 20_000
 
 # Control characters go; whitespace-like ones (tab, CR, vertical tab, NEL, ...) become spaces via str.split().
 # Characters that show nothing but would become tokens of their own go too: zero-width space, word joiner and the
-# invisible operators, a stray BOM, the soft hyphen, bidirectional marks, embeddings and isolates, Hangul fillers.
+# invisible operators, a stray BOM, the soft hyphen, bidirectional marks, embeddings and isolates, Hangul fillers and
+# the Braille blank (chat's "blank" lines), deprecated, interlinear, musical and Egyptian format controls.
 INVISIBLE = re.compile("[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f\xad\u061c\u115f\u1160\u17b4\u17b5\u180e"
-                       "\u200b\u200e\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\u3164\ufeff\uffa0"
-                       "\U0001bca0-\U0001bca3]")
+                       "\u200b\u200e\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\u2800\u3164\ufeff\uffa0"
+                       "\ufff9-\ufffb\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a]")
 # Joiners, variation selectors and tag characters shape the characters beside them (an emoji sequence, a flag); a
 # word of them alone shows nothing.
 JOINERS = re.compile("[\u034f\u180b-\u180d\u180f\u200c\u200d\ufe00-\ufe0f\U000e0001\U000e0020-\U000e007f"

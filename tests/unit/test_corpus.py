@@ -32,10 +32,13 @@ def test_normalize_whitespace_and_invisible_characters():
 
 @pytest.mark.parametrize("mark", ["\u200e", "\u200f", "\u061c", "\u202a", "\u202b", "\u202c", "\u202d", "\u202e",
                                   "\u2066", "\u2067", "\u2068", "\u2069", "\u00ad", "\u3164", "\uffa0", "\u115f",
-                                  "\u1160", "\u2061", "\u2064", "\u180e"])
+                                  "\u1160", "\u2061", "\u2064", "\u180e",
+                                  "\u206a", "\u206f", "\u2800", "\ufff9", "\ufffb", "\U00013430", "\U0001343f",
+                                  "\U0001d173", "\U0001d17a"])
 def test_characters_that_show_nothing_are_removed(mark):
     """Bidirectional marks and isolates, the soft hyphen and the Hangul fillers reached the model as byte pieces: a
-    line that looked blank got a translation ("Hold it." for a lone LRM), and "고마워요." with an RLM another."""
+    line that looked blank got a translation ("Hold it." for a lone LRM), and "고마워요." with an RLM another; then
+    the deprecated, interlinear, musical and Egyptian format controls and the Braille blank ("I'm sick.")."""
     assert normalize(mark) == "" and normalize(f"{mark}고마{mark}워요.{mark}") == "고마워요."
     assert normalize("\U0001f469\u200d\U0001f4bb \u2764\ufe0f") == "\U0001f469\u200d\U0001f4bb \u2764\ufe0f"   # joined
     flag = "\U0001f3f4\U000e0067\U000e0062\U000e0065\U000e006e\U000e0067\U000e007f"   # England's: tags after a flag
