@@ -304,7 +304,8 @@ class Config:
                     _check([(0 <= v < 1, f"--{k.replace('_', '-')} must be in [0, 1) (got {v!r})")
                             if k.endswith("dropout") else (v >= 1, f"--{k.replace('_', '-')} must be a positive "
                                                            f"integer (got {v!r})")
-                            for k, v in sub.items() if k.endswith(("_size", "layers", "heads", "dropout"))])
+                            for k, v in sub.items() if k.endswith(("_size", "layers", "heads", "dropout"))
+                            and v != getattr(ModelConfig, k, v)])   # a default is valid (a new option's "0 = off")
                 parts[f.name] = klass(**{**arch_defaults.get(f.name, {}), **sub})
             except ConfigError as e:
                 key = next((f"{f.name}.{k}: " for k in sub if str(e).startswith(f"--{k.replace('_', '-')} ")), "")

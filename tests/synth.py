@@ -66,6 +66,9 @@ ARCHS = ("lstm", "transformer")
 
 def tiny_model_config(arch: str = "lstm") -> ModelConfig:
     """A model of `arch` small enough for the integration tests, without dropout (runs are comparable)."""
+    if arch not in ARCHS:   # a new architecture's tests would otherwise train an LSTM
+        raise ValueError(f"no tiny {arch!r} model: add one here, its optimizer to tiny_config, and its task to TASK_OF "
+                         "in tests/integration/test_train.py (docs/architecture.md)")
     if arch == "transformer":
         return ModelConfig(arch="transformer", encoder_layers=1, decoder_layers=1, model_size=64, ff_size=128, heads=4,
                            dropout=0.0, word_dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,

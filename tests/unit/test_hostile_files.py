@@ -19,7 +19,7 @@ from nmt import manifest
 from nmt.atomic import atomic_write_text
 from nmt.cli import build_train_parser, config_from_args, train_main, training_run
 from nmt.commands import user_errors
-from nmt.config import Config, ConfigError, TrainConfig
+from nmt.config import ARCH_DEFAULTS, Config, ConfigError, TrainConfig
 from nmt.jsonio import read_object
 from nmt.parallel import MAX_CPU_DEVICES, DeviceError, parse_devices
 
@@ -197,8 +197,23 @@ def test_a_models_config_json_with_a_bad_value_names_it(tmp_path):
                              "(got -5)"
 
 
+def test_a_new_options_default_of_0_passes_the_files_range_check(tmp_path, monkeypatch):
+    """A model option named like a size ("window_size", 0 = off) was refused as "must be a positive integer (got 0)"
+    in every config.json the trainer wrote with it: a file's sizes were checked by their names alone."""
+    from nmt.config import ModelConfig
+    monkeypatch.setattr(ModelConfig, "ff_size", 0)   # an option whose default is 0
+    saved = Config().to_dict()
+    saved["model"]["ff_size"] = 0
+    (tmp_path / ckpt.CONFIG).write_text(json.dumps(saved))
+    assert Config.load(tmp_path / ckpt.CONFIG).model.ff_size == 0
+    saved["model"]["ff_size"] = -1
+    (tmp_path / ckpt.CONFIG).write_text(json.dumps(saved))
+    with pytest.raises(ConfigError, match=r"model.ff_size: --ff-size must be a positive integer \(got -1\)"):
+        Config.load(tmp_path / ckpt.CONFIG)
+
+
 @pytest.mark.parametrize("model, says", [
-    ({"arch": "LSTM"}, "model.arch: --arch must be one of lstm, transformer (got 'LSTM')"),
+    ({"arch": "LSTM"}, f"model.arch: --arch must be one of {', '.join(sorted(ARCH_DEFAULTS))} (got 'LSTM')"),
     ({"attention": "bahdanau"}, "model.attention: --attention must be one of dot, general, mlp (got 'bahdanau')"),
     ({"arch": "transformer", "model_size": 250, "heads": 3}, "model.model_size: --model-size 250 must be divisible "
                                                              "by --heads 3"),
