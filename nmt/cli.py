@@ -17,7 +17,7 @@ from nmt.config import (ARCH_DEFAULTS, BUCKETINGS, CORPUS_FILES, KVSTORES, LANGS
                         resumed_config)
 from nmt import jsonio
 from nmt.commands import command, nonempty
-from nmt.config_file import names_its_directory, read_config_file
+from nmt.config_file import names_its_directory, read_config_file, warn_other_arch
 from nmt.recipes import RECIPES, resolve_data_dir
 
 # (flag, section, field, type, help): the tables mapping flags to config fields, one per config section
@@ -234,9 +234,10 @@ def args_dict(args: argparse.Namespace, base: Optional[Config] = None, check: bo
     if flags.get("data.recipe") and not any(f"data.{f}" in flags for f in CORPUS_FILES):   # over a --config file's
         data.update({f: None for f in CORPUS_FILES if data.get(f)})
     if data.get("train_src") or data.get("train_tgt"):
-        if flags.get("data.recipe"):
-            raise ConfigError(f"--recipe {flags['data.recipe']} and --train-src/--train-tgt exclude each other: a "
-                              "recipe brings its own corpora; give a recipe, or your own files")
+        if flags.get("data.recipe") or base is None and data.get("recipe") and "data.train_src" not in flags:
+            said = "--recipe" if flags.get("data.recipe") else f"{args.config}: data.recipe"   # (both in the file)
+            raise ConfigError(f"{said} {data['recipe']} and --train-src/--train-tgt exclude each other: a recipe "
+                              "brings its own corpora; give a recipe, or your own files")
         data["recipe"] = None
     if getattr(args, "init_from", None) and not getattr(args, "resume", False):
         from nmt.finetune import kept_settings
@@ -312,8 +313,7 @@ def check_model_flags(arch: str, given: Dict[str, str], model: Optional[ModelCon
         if flag.startswith("--"):
             raise ConfigError(f"{flag} is an option of {owners or 'another architecture'}, not of --arch {arch}, "
                               f"which would ignore it; {theirs}")
-        value = getattr(model, field, None)
-        if model is not None and value != getattr(ModelConfig, field):
+        if model is not None and (value := getattr(model, field)) != getattr(ModelConfig, field):
             raise ConfigError(f"{flag} {json.dumps(value)} is a setting of {owners or 'another architecture'}, not "
                               f"of --arch {arch}, which would ignore it: leave it out of the file; {theirs}")
 
@@ -350,25 +350,8 @@ def training_run(args: argparse.Namespace) -> Tuple[Config, List[str], Optional[
     check_model_flags(cfg.model.arch, given, cfg.model)
     check_model(cfg.model, given)
     if getattr(args, "config", None) and "model.arch" in given and given["model.arch"].startswith("--"):
-        _warn_other_arch(cfg, given, args.config)
+        warn_other_arch(cfg, given, args.config)
     return cfg, changes, init
-
-
-def _warn_other_arch(cfg: Config, given: Dict[str, str], config: str) -> None:
-    """Warn when --arch changes the architecture of a --config file that sets what depends on the architecture
-    (`ARCH_DEFAULTS`: dropout, learning rate, warm-up): those values were chosen for the other one, and stay."""
-    theirs = jsonio.read_object(config, ConfigError)
-    old = theirs.get("model", {}).get("arch", "lstm")
-    keys = sorted({(sec, k) for d in ARCH_DEFAULTS.values() for sec, kv in d.items() for k in kv})
-    kept = [(sec, k) for sec, k in keys
-            if k in theirs.get(sec, {}) and not given.get(f"{sec}.{k}", "").startswith("--")]
-    if old == cfg.model.arch or not kept:
-        return
-    new = Config.from_dict({"model": {"arch": cfg.model.arch}}).to_dict()
-    print(f"warning: --arch {cfg.model.arch} over --config {config} (arch {old}): its "
-          + ", ".join(f"{sec}.{k} {theirs[sec][k]}" for sec, k in kept) + f" were chosen for {old} and stay "
-          f"({cfg.model.arch}'s defaults: " + ", ".join(f"{new[sec][k]}" for sec, k in kept)
-          + "); give them as flags to change them", file=sys.stderr)
 
 
 @command(build_train_parser)
@@ -377,8 +360,10 @@ def train_main(args: argparse.Namespace) -> int:
     cfg, changes, init = training_run(args)
     if args.verbose:
         logging.getLogger("nmt").setLevel(logging.DEBUG)
-    if args.dry_run:
+    if args.dry_run:   # what training logs as it reads the data (each filter's drops) goes to the console too
+        from nmt.log import setup_logging
         from nmt.preflight import describe, dry_run
+        setup_logging(None)
         print(describe(dry_run(cfg, resume=args.resume, overwrite=args.overwrite, init=init)))
         if changes:
             print(f"settings changed since the last run: {'; '.join(changes)}")

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from pathlib import Path
 from typing import Any, Dict, Optional
 
 from nmt import jsonio
-from nmt.config import Config, ConfigError, TrainConfig
+from nmt.config import ARCH_DEFAULTS, Config, ConfigError, TrainConfig
 
 # A --config file's keys of the machine it was written on: devices come from each command line, as on --resume.
 DEVICE_KEYS = ("gpus", "cpu_devices", "kvstore", "amp")
@@ -48,3 +49,20 @@ def names_its_directory(model_dir: str, config: Path) -> bool:
     the same once resolved (a run saves it absolute) or, relative, the end of its path."""
     home, path = config.resolve().parent, Path(model_dir).expanduser()
     return path.resolve() == home or not path.is_absolute() and home.parts[-len(path.parts):] == path.parts
+
+
+def warn_other_arch(cfg: Config, given: Dict[str, str], config: str) -> None:
+    """Warn when --arch changes the architecture of a --config file that sets what depends on the architecture
+    (`ARCH_DEFAULTS`: dropout, learning rate, warm-up): those values were chosen for the other one, and stay."""
+    theirs = jsonio.read_object(config, ConfigError)
+    old = theirs.get("model", {}).get("arch", "lstm")
+    keys = sorted({(sec, k) for d in ARCH_DEFAULTS.values() for sec, kv in d.items() for k in kv})
+    kept = [(sec, k) for sec, k in keys
+            if k in theirs.get(sec, {}) and not given.get(f"{sec}.{k}", "").startswith("--")]
+    if old == cfg.model.arch or not kept:
+        return
+    new = Config.from_dict({"model": {"arch": cfg.model.arch}}).to_dict()
+    print(f"warning: --arch {cfg.model.arch} over --config {config} (arch {old}): its "
+          + ", ".join(f"{sec}.{k} {theirs[sec][k]}" for sec, k in kept) + f" were chosen for {old} and stay "
+          f"({cfg.model.arch}'s defaults: " + ", ".join(f"{new[sec][k]}" for sec, k in kept)
+          + "); give them as flags to change them", file=sys.stderr)

@@ -125,6 +125,9 @@ def build_data(cfg: Config, model_dir: Path, resume: bool = False,
     splits = load_data(d)
     logger.info("data: %d train, %d dev pairs; tests: %s", len(splits.train.src), len(splits.dev.src),
                 ", ".join(f"{k} ({len(v.src)})" for k, v in splits.tests.items()) or "none")
+    if len(splits.dev.src) > cfg.train.valid_max_sentences:   # a file in document or domain order: its first part
+        logger.info("dev BLEU and chrF: on the first %d of the %d dev pairs (--valid-max-sentences); the loss on all",
+                    cfg.train.valid_max_sentences, len(splits.dev.src))
     src_tok, tgt_tok = build_tokenizers(cfg, model_dir, None if resume else splits, workers)
     chief = workers is None or workers.is_chief   # the others may not write the model directory
     encoded = encode_data(cfg, splits, src_tok, tgt_tok, Path(model_dir) if chief else None)

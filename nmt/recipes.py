@@ -350,8 +350,8 @@ def _load_files(cfg: DataConfig) -> DatasetSplits:
     """Explicit files in the direction given (the *_src files are in cfg.src_lang); without dev files,
     `FILES_DEV_SIZE` random training pairs are the dev set."""
     if cfg.upsample:
-        raise ConfigError(f"--upsample {cfg.upsample!r} names corpora of a --recipe; with --train-src/--train-tgt "
-                          "files there is only one (repeat lines in the files to weight them)")
+        raise ConfigError(f"--upsample {cfg.upsample!r} names corpora of a --recipe; --train-src/--train-tgt are "
+                          "one corpus, whose repeated pairs are dropped as duplicates, so it cannot be weighted")
     train_files, dev_files, test_files = (_pair_of_flags(cfg, k) for k in ("train", "dev", "test"))
     if train_files is None:
         raise ConfigError("dev/test files were given without training files: add --train-src and --train-tgt "

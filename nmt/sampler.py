@@ -208,9 +208,11 @@ class BucketSampler:
             raise BatchError(f"sampler state lacks {', '.join(missing)}")
         if state["fingerprint"] != self.fingerprint():
             saved = {k: state.get(k) for k in self._describe()}
+            what = (f"saved {saved}, now {self._describe()}" if saved != self._describe() else "the same counts and "
+                    "settings, so the content of the training files changed (an edited --train-src/--train-tgt?)")
             raise BatchError(f"sampler state was saved for other training data or batching settings "
-                             f"(fingerprint {state['fingerprint']} != {self.fingerprint()}): saved {saved}, "
-                             f"now {self._describe()}; resume with the same data and flags")
+                             f"(fingerprint {state['fingerprint']} != {self.fingerprint()}): {what}; resume with the "
+                             "same data and flags, or start a new --model-dir from this one with --init-from")
         if int(state["seed"]) != self.seed:
             raise BatchError(f"sampler state was saved with seed {state['seed']}, this run uses seed {self.seed}")
         epoch, position = int(state["epoch"]), int(state["position"])

@@ -27,7 +27,8 @@ def args_for(task, model_dir: Path, *extra: str):
 def test_dry_run_describes_the_run_and_writes_nothing(tmp_path, task, capsys):
     d = tmp_path / "m"
     assert train_main(args_for(task, d, "--dry-run")) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert "train.en: kept 300 of 300 training pairs" in err   # each filter's drops, as training logs them
     for expected in ("model directory: ", "(new, writable, ", "300 training pairs", "40 dev pairs", "test (40)",
                      "vocabulary: ko ", "model: lstm, ", " parameters", "devices: cpu(0)", "batches per epoch: 41",
                      "nothing was trained"):
@@ -39,8 +40,10 @@ def test_dry_run_describes_the_run_and_writes_nothing(tmp_path, task, capsys):
                      "(beam 1); early stop after 10 without gain; limits: max_epochs 60"):
         assert expected in out, (expected, out)
     assert not d.exists()
-    assert train_main(args_for(task, d, "--max-steps", "1", "--lr-schedule", "plateau", "--patience", "0")) == 0
+    assert train_main(args_for(task, d, "--max-steps", "1", "--lr-schedule", "plateau", "--patience", "0",
+                               "--valid-max-sentences", "10")) == 0
     log = (d / "train.log").read_text(encoding="utf-8")
+    assert "dev BLEU and chrF: on the first 10 of the 40 dev pairs (--valid-max-sentences); the loss on all" in log
     assert "INFO nmt.train: model settings (lstm): embed_size 16" in log
     assert "then halved after every 2 validations without gain" in log and "no early stop; limits: max_steps 1" in log
 

@@ -278,6 +278,11 @@ def test_fingerprint_mismatch_and_bad_state():
     changed_data = BucketSampler(lens(src[:-1]), lens(tgt[:-1]), batch_size=8, seed=1)
     with pytest.raises(BatchError, match=r"other training data or batching settings .*'num_examples': 100"):
         changed_data.load_state_dict(state)
+    edited = lens(src)
+    edited[0] += 1   # a line of a training file edited: the same counts, and the message printed two equal dicts
+    with pytest.raises(BatchError, match=r"the same counts and settings, so the content of the training files "
+                                         r"changed .*--init-from"):
+        BucketSampler(edited, lens(tgt), batch_size=8, seed=1).load_state_dict(state)
     changed_cfg = BucketSampler(lens(src), lens(tgt), batch_size=16, seed=1)
     with pytest.raises(BatchError, match="fingerprint"):
         changed_cfg.load_state_dict(state)

@@ -151,7 +151,8 @@ def test_help_is_grouped_with_defaults():
     (["--train-src", "a.ko", "--train-tgt", "a.en", "--recipe", "all"],
      "--recipe all and --train-src/--train-tgt exclude each other"),
     (["--train-src", "a.ko", "--train-tgt", "a.en", "--upsample", "tatoeba=2"],
-     "--upsample 'tatoeba=2' names corpora of a --recipe"),
+     "--upsample 'tatoeba=2' names corpora of a --recipe; --train-src/--train-tgt are one corpus, whose repeated "
+     "pairs are dropped as duplicates, so it cannot be weighted"),   # it said to repeat lines, which dedup drops
     # a flag of another architecture was saved in config.json and changed nothing
     (["--arch", "transformer", "--hidden-size", "512"], "--hidden-size is an option of --arch lstm, not of --arch "
      "transformer, which would ignore it; the model flags of --arch transformer: --dropout, --word-dropout, "
@@ -627,3 +628,18 @@ def test_ctrl_c_while_mxnet_is_imported_is_an_interruption(monkeypatch, capsys):
     def main():
         raise KeyboardInterrupt
     assert run_cli(main) == 130 and capsys.readouterr().err == "interrupted\n"
+
+
+def test_a_config_file_with_a_recipe_and_files_is_refused(tmp_path):
+    """A --config file giving both "recipe" and "train_src" trained on the files without a word (the same as flags
+    is refused); a --train-src flag over a file's recipe replaces it, as --recipe replaces a file's files."""
+    from nmt.cli import training_run
+    path = tmp_path / "c.json"
+    files = {"train_src": "t.ko", "train_tgt": "t.en"}
+    path.write_text(json.dumps({"data": {"recipe": "all", **files}}))
+    with pytest.raises(ConfigError, match=rf"^{path}: data.recipe all and --train-src/--train-tgt exclude each other"):
+        training_run(build_train_parser().parse_args(["--config", str(path), "--model-dir", str(tmp_path / "m")]))
+    path.write_text(json.dumps({"data": {"recipe": "all"}}))
+    cfg, _, _ = training_run(build_train_parser().parse_args(["--config", str(path), "--train-src", "t.ko",
+                                                              "--train-tgt", "t.en", "--model-dir", str(tmp_path / "m")]))
+    assert cfg.data.recipe is None and cfg.data.train_src.endswith("t.ko")
