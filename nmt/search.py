@@ -80,8 +80,8 @@ def length_penalty(lengths: np.ndarray, alpha: float) -> np.ndarray:
 
 
 def greedy_search(model: Models, src: mx.nd.NDArray, src_len: mx.nd.NDArray, max_len: MaxLen,
-                  sample: Optional[int] = None, alpha: float = 0.6, prefixes: Prefixes = None
-                  ) -> List[Tuple[List[int], float]]:
+                  sample: Optional[int] = None, alpha: float = 0.6, prefixes: Prefixes = None,
+                  banned: Sequence[int] = ()) -> List[Tuple[List[int], float]]:
     """Most probable next token at each step; per sentence (token ids without BOS/EOS, score), the score as
     `beam_search` gives it with length penalty `alpha` (beam search with beam 1 is this search). `model`: a model
     or a list of models (an ensemble).
@@ -90,7 +90,8 @@ def greedy_search(model: Models, src: mx.nd.NDArray, src_len: mx.nd.NDArray, max
     most probable tokens (0: over the whole vocabulary), with MXNet's random generator of `src`'s device
     (`mx.random.seed`): the same seed gives the same translations of the same batches.
 
-    `prefixes`: per sentence, token ids its translation starts with (see the module's docstring)."""
+    `prefixes`: per sentence, token ids its translation starts with (see the module's docstring); `banned`: token
+    ids never taken (`Tokenizer.never_written`, for sampling)."""
     model = as_model(model)
     batch, ctx = src.shape[0], src.context
     forcing = Forcing(ctx)
@@ -102,10 +103,13 @@ def greedy_search(model: Models, src: mx.nd.NDArray, src_len: mx.nd.NDArray, max
         if sample < 0:
             raise ValueError(f"sample must be >= 0 (got {sample})")
     update = update_block(ctx, sample_top=-1 if sample is None else min(sample, model.tgt_vocab_size))
+    ban = np.zeros((1, model.tgt_vocab_size), dtype=np.float32)
+    ban[0, list(banned)] = -np.inf
+    ban = to_device(ban, ctx) if len(banned) else None
 
     def advance(state, hyps, first):   # the step of `search`, the SearchBatch made below (its ids: the sentences)
         log_probs, state, _ = model.hybrid_step(hyps.prev, state)
-        log_probs = forcing.apply(log_probs, search.ids, 1)
+        log_probs = forcing.apply(log_probs if ban is None else mx.nd.broadcast_add(log_probs, ban), search.ids, 1)
         token, done, steps, emitted, scores = update(log_probs, hyps.finished, hyps.lengths, hyps.limits,
                                                      hyps.scores)
         forcing.after(search.ids, 1, token, None)

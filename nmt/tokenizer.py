@@ -155,6 +155,13 @@ class Tokenizer:
             raise self._outside(f"piece: id {token_id}")
         return self._sp.id_to_piece(token_id)
 
+    def never_written(self) -> List[int]:
+        """Ids of pieces no training text holds: <unk> (byte fallback leaves none) and the bytes of control
+        characters (the corpus reader drops them); what sampling over the whole vocabulary must not draw."""
+        sp = self._sp
+        return [i for i in range(sp.get_piece_size()) if sp.is_unknown(i) or sp.is_byte(i) and (
+            int(sp.id_to_piece(i)[1:-1], 16) < 0x20 or sp.id_to_piece(i) == "<0x7F>")]
+
     def surfaces(self) -> List[Optional[str]]:
         """Per id, the text its piece writes ("▁" for a space before it), None for special and byte pieces (what
         completing a word of a target prefix may use, `nmt.prefix`)."""

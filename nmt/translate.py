@@ -333,7 +333,8 @@ class Translator:
         chunk_prefixes = [prefixes[i] for i in chunk]
         if (beam == 1 and nbest == 1) or self.sample is not None:
             hyps = [[h] for h in greedy_search(model, src_nd, len_nd, max_len, self.sample,
-                                               self.decode.length_penalty_alpha, chunk_prefixes)]
+                                               self.decode.length_penalty_alpha, chunk_prefixes,
+                                               () if self.sample is None else self.tgt_tok.never_written())]
         else:
             hyps = beam_search(model, src_nd, len_nd, beam_size=beam, max_len=max_len,
                                alpha=self.decode.length_penalty_alpha, nbest=nbest, prefixes=chunk_prefixes)

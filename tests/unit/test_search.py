@@ -232,6 +232,33 @@ def test_sampling_draws_from_the_models_distribution(members, top):
     assert (drawn[p == 0] == 0).all()
 
 
+def test_sampling_never_draws_a_banned_token():
+    """Sampling over the whole vocabulary wrote control characters and "⁇" into back-translations (38 and 2 lines
+    of 1,000): <unk> and the bytes of control characters, which no training text holds, kept label smoothing's
+    share of the probability. `banned` ids (`Tokenizer.never_written`) are never drawn; the rest keep their odds."""
+    model = peaked(other_member())
+    src, src_len = ragged_sources([6], seed=1)
+    p = first_token_probabilities(model, src, src_len, 0)
+    banned = [int(i) for i in np.argsort(-p)[:2]]   # the two likeliest first tokens
+    n = 2000
+    mx.random.seed(7)
+    first = greedy_search(model, nd.repeat(src, n, axis=0), nd.repeat(src_len, n, axis=0), 1, sample=0,
+                          banned=banned)
+    drawn = np.bincount([ids[0] if ids else EOS_ID for ids, _ in first], minlength=VOCAB) / n
+    assert drawn[banned].sum() == 0 and p[banned].sum() > 0.2
+    rest = p.copy()
+    rest[banned] = 0
+    np.testing.assert_allclose(drawn, rest / rest.sum(), atol=0.04)
+
+
+def test_the_tokenizers_never_written_pieces_are_unk_and_control_bytes(tmp_path):
+    from nmt.tokenizer import train_tokenizer
+    from tests.unit.test_tokenizer import EN_WORDS, synthetic_lines
+    tok = train_tokenizer(synthetic_lines(EN_WORDS, n=500, seed=1), tmp_path, "en", 400)
+    pieces = [tok.piece(i) for i in tok.never_written()]
+    assert pieces == ["<unk>"] + [f"<0x{b:02X}>" for b in [*range(0x20), 0x7F]]
+
+
 def test_sampling_from_the_top_token_is_greedy_and_a_seed_repeats_a_draw():
     model = untrained_model()
     src, src_len = ragged_sources([7, 2, 11, 4], seed=5)
