@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Tuple
 
 from nmt import checkpoint as ckpt, jsonio
 from nmt.atomic import atomic_copy
@@ -43,6 +43,14 @@ def init_params(spec) -> Path:
         params = path
         ckpt.verify_params(params)
     return params
+
+
+def for_init(cfg: Config, spec) -> Tuple[Config, Path]:
+    """`train(cfg, init=spec)`, as `--init-from`: the parameter file `spec` names (a model directory or a params file
+    in one) and `cfg` with that model's settings, languages and vocabulary size but for the `TUNABLE` ones, cfg's
+    own (a command line's are in `cfg` already)."""
+    params = init_params(spec)
+    return init_config(cfg, {f"model.{k}": f"model.{k}" for k in TUNABLE}, params), params
 
 
 def kept_settings(d: Dict[str, Dict[str, Any]], init_from: Path) -> None:

@@ -18,17 +18,18 @@ from mxnet import gluon
 
 from nmt import checkpoint as ckpt
 from nmt.batching import Batch
-from nmt.config import PER_INVOCATION, Config, resumed_config
+from nmt.config import PER_INVOCATION, Config
 from nmt.data import TrainData, build_data
 from nmt.dirlock import ModelDirLock, ModelDirLocked, remove_made, replacing, set_aside
 from nmt.evaluate import VALID_METRICS, Scores, perplexity, score, track_best
-from nmt.finetune import copy_tokenizers, start_from
+from nmt.finetune import copy_tokenizers, for_init, start_from
 from nmt.log import LossMeter, MetricsWriter, Progress, TensorBoardWriter, setup_logging
 from nmt.loss import Seq2SeqLoss, dev_loss
 from nmt.models import build_model
-from nmt.optim import apply_settings, build_optimizer, learning_rate, load_states
+from nmt.optim import apply_settings, build_optimizer, learning_rate
 from nmt.parallel import DataParallel, default_kvstore, describe_hardware, init_amp, parse_devices
 from nmt.preflight import check_checkpoint_room, run_inputs, settings_lines
+from nmt.resume import restore, resumed_state
 from nmt.scoring import retire_scores, score_test_set
 from nmt.storage import check_writable
 from nmt.translate import Translator
@@ -290,7 +291,7 @@ def _create_locked(cfg: Config, resume: bool, overwrite: bool, ctxs, kv, workers
             if init is not None:
                 copy_tokenizers(init, cfg, model_dir)
         setup_logging(model_dir / ckpt.LOG if workers.is_chief else None, console=workers.is_chief)
-        state = _resumed_state(cfg, workers) if resume else ckpt.TrainState(init_from=str(init or ""))
+        state = resumed_state(cfg, workers) if resume else ckpt.TrainState(init_from=str(init or ""))
         # before the data is built: a --tensorboard without tensorboardX fails at once
         tensorboard = TensorBoardWriter.create(model_dir, t.tensorboard, state.step if resume else None, workers.rank)
         state.hardware = describe_hardware(ctxs, workers.num_workers)
@@ -312,39 +313,12 @@ def _create_locked(cfg: Config, resume: bool, overwrite: bool, ctxs, kv, workers
         check_checkpoint_room(cfg, net)
     optimizer = build_optimizer(cfg.optim, net.collect_params(), kv)
     if resume:
-        _restore(model_dir, net, optimizer, data, state, workers, ctxs)
+        restore(model_dir, net, optimizer, data, state, workers, ctxs)
         apply_settings(optimizer, cfg.optim)   # the states came with the settings saved with them: now this run's
     elif init is not None and workers.is_chief:   # the others get rank 0's parameters with the kvstore
         start_from(net, init, ctxs)
     workers.init_trainer(optimizer)   # distributed: rank 0's parameters on every worker before update 1
     return Trainer(cfg, data, net, optimizer, ctxs, state, workers, tensorboard)
-
-
-def _resumed_state(cfg: Config, workers: WorkerGroup) -> ckpt.TrainState:
-    """The training state of the model directory, after checking that `cfg` continues the same model (the other
-    workers read rank 0's files from a private copy: no shared filesystem needed)."""
-    model_dir = Path(cfg.train.model_dir)
-    state = ckpt.resume_state(model_dir) if workers.is_chief else ckpt.TrainState()
-    if workers.num_workers > 1:
-        state = ckpt.TrainState(**workers.broadcast_json(vars(state)))
-    saved = workers.read_shared(model_dir, ckpt.CONFIG, Config.load)
-    _, changes = resumed_config(saved, cfg, None, str(model_dir / ckpt.CONFIG))   # the model and data must match
-    if changes:
-        logger.info("resuming with settings changed since the last run: %s", "; ".join(changes))
-    return state
-
-
-def _restore(model_dir: Path, net, optimizer: gluon.Trainer, data: TrainData, state: ckpt.TrainState,
-             workers: WorkerGroup, ctxs) -> None:
-    """Parameters, optimizer states and the sampler's position of the latest checkpoint."""
-    if workers.is_chief:   # the others get rank 0's parameters as the kvstore is initialized
-        ckpt.load_parameters(net, model_dir / ckpt.params_file(ckpt.latest_step(state)), ctxs, model_dir / ckpt.CONFIG)
-    states = ckpt.trainer_states_file(ckpt.latest_step(state))
-    workers.read_shared(model_dir, states, lambda path: load_states(optimizer, str(path)))
-    data.batches.load_state_dict(state.sampler)
-    at, size = data.sampler.position, len(data.sampler)
-    logger.info("resumed from step %d, epoch %.2f (batch %d of %d of epoch %d)", state.step,
-                data.sampler.epoch + at / max(size, 1), at, size, data.sampler.epoch + 1)
 
 
 @dataclass
@@ -357,8 +331,10 @@ class TrainResult:
 
 def train(cfg: Config, resume: bool = False, overwrite: bool = False, evaluate: bool = True,
           init: Optional[Path] = None) -> TrainResult:
-    """Train per `cfg` (from the parameters `init`: nmt.finetune); `evaluate`: score the best on the test sets."""
-    model_dir, init = Path(_config(cfg, "train").train.model_dir), None if init is None else Path(init)
+    """Train per `cfg` (from `init`, a model directory or params file, as --init-from: nmt.finetune); `evaluate`:
+    score the best checkpoint on the test sets."""
+    cfg, init = for_init(_config(cfg, "train"), init) if init is not None else (cfg, None)
+    model_dir = Path(_config(cfg, "train").train.model_dir)
     # only a directory this run makes is removed on failure (with --overwrite: what was there may not be deleted yet)
     fresh = not resume and (not model_dir.exists() or model_dir.is_dir() and not any(model_dir.iterdir()))
     existed = model_dir.exists()   # (an empty directory of the user's stays, emptied again)

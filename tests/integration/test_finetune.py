@@ -45,6 +45,24 @@ def test_a_run_starts_from_the_models_parameters_settings_and_vocabularies(paren
     assert f"fine-tuning: starting from {state.init_from}" in (run / ckpt.LOG).read_text(encoding="utf-8")
 
 
+def test_the_python_api_fine_tunes_as_the_flag_does(parent, tmp_path):
+    """`train(cfg, init=DIR)` (training.md: "init=Path(...) as the flags") said "DIR cannot be read (Is a
+    directory)", and with a params file refused the model's parameters for cfg's default sizes; given sizes that
+    fit, config.json recorded cfg's vocabulary size, not that of the SentencePiece models it copied."""
+    from nmt.config import DataConfig, TrainConfig
+    from nmt.train import train
+    model, other = parent
+    files = {k: other[k] for k in ("train_src", "train_tgt", "dev_src", "dev_tgt")}
+    cfg = Config(data=DataConfig(recipe=None, vocab_size=300, **files),
+                 train=TrainConfig(model_dir=str(tmp_path / "run"), max_steps=1, progress=False))
+    cfg.model.dropout = 0.05
+    result = train(cfg, evaluate=False, init=model)
+    assert result.state.init_from == str(ckpt.params_path(model, "best")) and result.state.step == 1
+    mine, theirs = Config.load(tmp_path / "run" / ckpt.CONFIG), Config.load(model / ckpt.CONFIG)
+    assert mine.data.vocab_size == theirs.data.vocab_size == 400 and mine.model.hidden_size == 48
+    assert mine.model.dropout == 0.05   # a setting that shapes no parameter is the run's own
+
+
 def test_dropout_may_change_and_is_otherwise_the_models(parent, tmp_path):
     """`--init-from` refused --dropout and --word-dropout, which shape no parameter."""
     model, other = parent

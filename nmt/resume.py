@@ -1,0 +1,44 @@
+"""Where a resumed run starts: the training state of its model directory, checked against the run's settings, and
+the latest checkpoint's parameters, optimizer states and sampler position restored (rank 0's files on every worker:
+no shared filesystem needed)."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from mxnet import gluon
+
+from nmt import checkpoint as ckpt
+from nmt.config import Config, resumed_config
+from nmt.data import TrainData
+from nmt.optim import load_states
+from nmt.workers import WorkerGroup
+
+logger = logging.getLogger("nmt.train")
+
+
+def resumed_state(cfg: Config, workers: WorkerGroup) -> ckpt.TrainState:
+    """The training state of the model directory, after checking that `cfg` continues the same model (the other
+    workers read rank 0's files from a private copy: no shared filesystem needed)."""
+    model_dir = Path(cfg.train.model_dir)
+    state = ckpt.resume_state(model_dir) if workers.is_chief else ckpt.TrainState()
+    if workers.num_workers > 1:
+        state = ckpt.TrainState(**workers.broadcast_json(vars(state)))
+    saved = workers.read_shared(model_dir, ckpt.CONFIG, Config.load)
+    _, changes = resumed_config(saved, cfg, None, str(model_dir / ckpt.CONFIG))   # the model and data must match
+    if changes:
+        logger.info("resuming with settings changed since the last run: %s", "; ".join(changes))
+    return state
+
+
+def restore(model_dir: Path, net, optimizer: gluon.Trainer, data: TrainData, state: ckpt.TrainState,
+             workers: WorkerGroup, ctxs) -> None:
+    """Parameters, optimizer states and the sampler's position of the latest checkpoint."""
+    if workers.is_chief:   # the others get rank 0's parameters as the kvstore is initialized
+        ckpt.load_parameters(net, model_dir / ckpt.params_file(ckpt.latest_step(state)), ctxs, model_dir / ckpt.CONFIG)
+    states = ckpt.trainer_states_file(ckpt.latest_step(state))
+    workers.read_shared(model_dir, states, lambda path: load_states(optimizer, str(path)))
+    data.batches.load_state_dict(state.sampler)
+    at, size = data.sampler.position, len(data.sampler)
+    logger.info("resumed from step %d, epoch %.2f (batch %d of %d of epoch %d)", state.step,
+                data.sampler.epoch + at / max(size, 1), at, size, data.sampler.epoch + 1)
