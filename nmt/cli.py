@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from nmt.config import (ARCH_DEFAULTS, BUCKETINGS, CORPUS_FILES, KVSTORES, LANGS, LR_SCHEDULES, PER_INVOCATION,
-                        SPM_MODEL_TYPES, VALID_METRIC_NAMES, Config, ConfigError, DataConfig, ModelConfig,
-                        resumed_config)
+from nmt.config import (ARCH_DEFAULTS, BUCKETINGS, CORPUS_FILES, KVSTORES, LANGS, LR_SCHEDULES, SPM_MODEL_TYPES,
+                        VALID_METRIC_NAMES, Config, ConfigError, DataConfig, ModelConfig)
+from nmt.config_resume import PER_INVOCATION, resumed_config
 from nmt import jsonio
 from nmt.commands import command, nonempty
 from nmt.config_file import names_its_directory, read_config_file, warn_other_arch

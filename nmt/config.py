@@ -8,16 +8,38 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import numbers
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Optional
 
 from nmt import jsonio
 
 
 class ConfigError(ValueError):
     """A configuration value that cannot work; the message names the flag or field."""
+
+
+_KINDS = {"int": ("an integer", int), "float": ("a number", float), "str": ("a string", os.fspath),
+          "bool": ("true or false", bool)}
+
+
+def _typed(config) -> None:
+    """Each field of the config dataclass `config` as its type, numpy's numbers and paths taken (a sweep over
+    np.arange, a Path); a ConfigError naming the field for another type ("100" for an int), which would fail deep in
+    training. (Flags come typed by argparse, and a --config file's values are checked by `_check_types`.)"""
+    for f in dataclasses.fields(config):
+        value, kind = getattr(config, f.name), str(f.type).removeprefix("Optional[").removesuffix("]")
+        if value is None and str(f.type).startswith("Optional["):
+            continue
+        number = not isinstance(value, bool) and isinstance(value, numbers.Integral if kind == "int" else numbers.Real)
+        ok = {"int": number, "float": number, "str": isinstance(value, (str, os.PathLike)),
+              "bool": isinstance(value, bool) or type(value).__name__ == "bool_"}[kind]
+        if not ok:
+            raise ConfigError(f"{type(config).__name__}.{f.name} must be {_KINDS[kind][0]}, got {value!r} "
+                              f"({type(value).__name__})")
+        setattr(config, f.name, _KINDS[kind][1](value))
 
 
 def _check(checks) -> None:
@@ -70,6 +92,7 @@ class DataConfig:
         return {f"--{name.replace('_', '-')}": getattr(self, name) for name in (*CORPUS_FILES, "data_dir", "cache_dir")}
 
     def __post_init__(self) -> None:
+        _typed(self)
         for name in (*CORPUS_FILES, "data_dir", "cache_dir"):
             if getattr(self, name):   # relative to where the run started: its resume or evaluation may run elsewhere
                 setattr(self, name, os.path.abspath(os.path.expanduser(getattr(self, name))))
@@ -119,6 +142,9 @@ class ModelConfig:
                                          # the Transformer then ties source embedding = target embedding
                                          # (= output layer with tie_weights)
 
+    def __post_init__(self) -> None:   # the values are checked by the architecture (nmt.models), the types here
+        _typed(self)
+
 
 # Optimizers of MXNet's registry that --optimizer accepts (those that take only lr and weight decay, plus Adam's betas).
 OPTIMIZERS = ("adam", "sgd", "nag", "adagrad", "rmsprop", "adadelta", "lamb", "ftml")
@@ -138,6 +164,7 @@ class OptimConfig:
     beta2: float = 0.98
 
     def __post_init__(self) -> None:
+        _typed(self)
         _check([(self.optimizer in OPTIMIZERS, f"--optimizer {self.optimizer!r} is not supported; use one of "
                                                 + ", ".join(OPTIMIZERS)),
                 (self.lr > 0 and math.isfinite(self.lr), f"--lr must be > 0 and finite, got {self.lr}"),
@@ -185,6 +212,7 @@ class TrainConfig:
     tensorboard: Optional[bool] = None   # curves in <model_dir>/tensorboard; None: on when tensorboardX is installed
 
     def __post_init__(self) -> None:
+        _typed(self)
         self.model_dir = os.path.expanduser(self.model_dir)   # --model-dir=~/m and a config file's "~/m" too
         _check([(self.accum_steps >= 1, f"--accum-steps must be >= 1, got {self.accum_steps}"),
                 (self.max_steps >= 0, f"--max-steps must be >= 0, got {self.max_steps}"),
@@ -221,6 +249,7 @@ class DecodeConfig:
     max_input_tokens: int = 250          # longer inputs are truncated with a warning
 
     def __post_init__(self) -> None:
+        _typed(self)
         self.check()
 
     def check(self) -> None:
@@ -229,10 +258,10 @@ class DecodeConfig:
         for flag, value, low in (("--beam-size", self.beam_size, 1), ("--nbest", self.nbest, 1),
                                  ("--decode-batch-size", self.batch_size, 1),
                                  ("--max-input-tokens", self.max_input_tokens, 1), ("--max-len-b", self.max_len_b, 0)):
-            _check([(not isinstance(value, bool) and isinstance(value, int) and low <= value < 1e6,
+            _check([(not isinstance(value, bool) and isinstance(value, numbers.Integral) and low <= value < 1e6,
                      f"{flag} must be an integer from {low} to 999999 (got {value!r})")])
         for flag, value in (("--max-len-a", self.max_len_a), ("--length-penalty", self.length_penalty_alpha)):
-            _check([(isinstance(value, (int, float)) and 0 <= value < 1e6,
+            _check([(not isinstance(value, bool) and isinstance(value, numbers.Real) and 0 <= value < 1e6,
                      f"{flag} must be a number from 0 to below 1e6 (got {value!r})")])
         _check([(self.nbest <= self.beam_size, f"--nbest {self.nbest} is more than --beam-size {self.beam_size}: "
                                                "beam search keeps only beam-size hypotheses; raise --beam-size"),
@@ -355,46 +384,3 @@ def _check_types(klass, section: str, values: Dict[str, Any], source: str) -> No
         if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
             raise ConfigError(f"{source}: {section}.{f.name} must be {says}{' or null' if optional else ''}, "
                               f"got {json.dumps(value)}")
-
-
-_CORPORA_PLACE = ("data.data_dir", "data.cache_dir")
-# Keys a resumed run takes from its own command line, given or not: they describe this machine and this invocation
-# (devices, this run's time limit, the progress bar), not the training; where the corpora are, only when given.
-PER_INVOCATION = frozenset({"train.model_dir", "train.gpus", "train.cpu_devices", "train.kvstore", "train.amp",
-                            "train.max_seconds", "train.progress", "train.tensorboard", *_CORPORA_PLACE})
-
-_FIXED_KEYS = ("train.seed", "train.valid_metric", "optim.optimizer")
-
-
-def _fixed_on_resume(key: str) -> bool:
-    """Whether a run cannot change `key` when it resumes: its model and data (tokenizers, pairs, batches), the seed
-    of its batches, the metric that chose its best checkpoint, and the optimizer its saved states belong to."""
-    return key not in PER_INVOCATION and (key.split(".")[0] in ("model", "data") or key in _FIXED_KEYS)
-
-
-def resumed_config(saved: Config, cfg: Config, given: Optional[Dict[str, str]], source: str
-                   ) -> Tuple[Config, List[str]]:
-    """The configuration a resumed run trains with: the run's own (`saved`, read from `source`), with this
-    invocation's per-invocation keys and the keys it gives (`given`: key -> how the user gave it, a flag or a file's
-    key; None: every key of `cfg`) taken from `cfg`. A given model or data key that differs is a ConfigError naming
-    it; the other differences come back as lines "key: old -> new" (a new --max-steps, --lr ...)."""
-    merged, changes = saved.to_dict(), []
-    for section, values in cfg.to_dict().items():
-        for name, value in values.items():
-            key, old = f"{section}.{name}", merged[section][name]
-            if value == old or not (key in PER_INVOCATION or given is None or key in given) or (
-                    key in _CORPORA_PLACE and given is not None and key not in given):
-                continue
-            label = key if given is None else given.get(key, key)
-            if _fixed_on_resume(key):
-                shown = f"{label} {json.dumps(value)}" if label.startswith("--") else f"{label} = {json.dumps(value)}"
-                why = ("the model, the data, the seed and the --valid-metric cannot change within a run: drop it, or "
-                       "train into a new --model-dir") if key != "optim.optimizer" else (
-                    f"its saved optimizer states belong to the {old} optimizer: drop it, or to switch optimizers "
-                    f"fine-tune into a new --model-dir with --init-from {Path(source).parent}")
-                raise ConfigError(f"--resume: {shown} differs from {json.dumps(old)}, which this run was trained with "
-                                  f"({source}); {why}")
-            merged[section][name] = value
-            if key not in PER_INVOCATION:
-                changes.append(f"{label}: {json.dumps(old)} -> {json.dumps(value)}")
-    return Config.from_dict(merged, source=source), changes

@@ -37,7 +37,7 @@ def load_states(trainer: gluon.Trainer, path: str) -> None:
 def apply_settings(trainer: gluon.Trainer, o: OptimConfig) -> None:
     """Give `trainer`'s optimizer the settings of `o`. `Trainer.load_states` restores the optimizer pickled with a
     checkpoint, settings included: after it, this makes a resumed run's new --weight-decay (or beta1, beta2) take
-    effect. The optimizer itself cannot change within a run (`nmt.config.resumed_config`)."""
+    effect. The optimizer itself cannot change within a run (`nmt.config_resume.resumed_config`)."""
     for name, value in optimizer_settings(o).items():
         setattr(trainer.optimizer, name, value)
 

@@ -9,7 +9,8 @@ from pathlib import Path
 from mxnet import gluon
 
 from nmt import checkpoint as ckpt
-from nmt.config import Config, resumed_config
+from nmt.config import Config
+from nmt.config_resume import resumed_config
 from nmt.data import TrainData
 from nmt.optim import load_states
 from nmt.workers import WorkerGroup

@@ -18,7 +18,8 @@ from mxnet import gluon
 
 from nmt import checkpoint as ckpt
 from nmt.batching import Batch
-from nmt.config import PER_INVOCATION, Config
+from nmt.config import Config
+from nmt.config_resume import PER_INVOCATION
 from nmt.data import TrainData, build_data
 from nmt.dirlock import ModelDirLock, ModelDirLocked, remove_made, replacing, set_aside
 from nmt.evaluate import VALID_METRICS, Scores, perplexity, score, track_best

@@ -425,7 +425,8 @@ def test_a_schedule_without_a_learning_rate_is_an_error_not_a_constant_rate():
 def test_a_resume_finds_the_corpora_where_the_run_did_unless_told_otherwise(tmp_path, monkeypatch):
     """--data-dir was saved as typed (relative: wrong from any other directory) and a resume without it dropped it:
     an offline resume of a recipe run then tried to download its corpora."""
-    from nmt.config import Config, resumed_config
+    from nmt.config import Config
+    from nmt.config_resume import resumed_config
     monkeypatch.chdir(tmp_path)
     saved = Config.from_dict({"data": {"recipe": "tatoeba", "data_dir": "mirror", "cache_dir": "cache"}})
     assert (saved.data.data_dir, saved.data.cache_dir) == (str(tmp_path / "mirror"), str(tmp_path / "cache"))

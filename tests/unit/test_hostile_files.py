@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import stat
 import threading
 from pathlib import Path
@@ -419,3 +420,24 @@ def test_an_absurd_cpu_device_count_is_refused_before_any_context_exists(tmp_pat
     assert train_main(["--cpu-devices", "1000", "--model-dir", str(tmp_path / "m"), "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: --cpu-devices 1000 is more than 64") and "Traceback" not in err
+
+
+def test_a_config_made_in_python_checks_its_types_and_takes_numpys_numbers():
+    """`TrainConfig(max_steps="100")` raised "'>=' not supported between 'str' and 'int'", naming no field;
+    `DataConfig(max_src_tokens="80")` and `TrainConfig(cpu_devices="1")` passed and failed deep in training, and
+    `progress="yes"` or `recipe=5` were taken; numpy's numbers (a sweep over np.arange) were refused with "must be
+    an integer ... (got 3)"."""
+    import numpy as np
+    from nmt.config import DataConfig, DecodeConfig, ModelConfig
+    for make, says in ((lambda: TrainConfig(max_steps="100"), "TrainConfig.max_steps must be an integer, got '100'"),
+                       (lambda: DataConfig(max_src_tokens="80"), "DataConfig.max_src_tokens must be an integer"),
+                       (lambda: DataConfig(recipe=5), "DataConfig.recipe must be a string, got 5 (int)"),
+                       (lambda: TrainConfig(progress="yes"), "TrainConfig.progress must be true or false"),
+                       (lambda: ModelConfig(hidden_size=2.5), "ModelConfig.hidden_size must be an integer")):
+        with pytest.raises(ConfigError, match=re.escape(says)):
+            make()
+    d = DecodeConfig(beam_size=np.int64(3), length_penalty_alpha=np.float32(1.0))
+    assert (d.beam_size, d.length_penalty_alpha) == (3, 1.0) and type(d.beam_size) is int
+    d.beam_size = np.int64(4)   # set by hand, as a Translator's decode is: checked again before decoding
+    d.check()
+    assert TrainConfig(model_dir=Path("m"), progress=np.bool_(False)).progress is False

@@ -189,7 +189,8 @@ def test_two_way_tying(shared, tie, sizes, expected, caplog):
     ("word_dropout", True, "--word-dropout"),
 ])
 def test_bad_config_names_the_flag(field, value, flag):
-    with pytest.raises(ConfigError, match=flag):
+    """A bad value names the flag; one of another type (2.5 for an int) the field, as the config is made."""
+    with pytest.raises(ConfigError, match=f"{flag} |ModelConfig.{field} must be"):
         TransformerModel(small_config(**{field: value}), 20, 20)
 
 

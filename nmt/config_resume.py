@@ -1,0 +1,52 @@
+"""On `--resume`: the configuration a resumed run trains with, its saved settings with what this command line may
+change (`resumed_config`), and the keys of each invocation rather than of the training (`PER_INVOCATION`). No
+MXNet here."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+from nmt.config import Config, ConfigError
+
+_CORPORA_PLACE = ("data.data_dir", "data.cache_dir")
+# Keys a resumed run takes from its own command line, given or not: they describe this machine and this invocation
+# (devices, this run's time limit, the progress bar), not the training; where the corpora are, only when given.
+PER_INVOCATION = frozenset({"train.model_dir", "train.gpus", "train.cpu_devices", "train.kvstore", "train.amp",
+                            "train.max_seconds", "train.progress", "train.tensorboard", *_CORPORA_PLACE})
+
+_FIXED_KEYS = ("train.seed", "train.valid_metric", "optim.optimizer")
+
+
+def _fixed_on_resume(key: str) -> bool:
+    """Whether a run cannot change `key` when it resumes: its model and data (tokenizers, pairs, batches), the seed
+    of its batches, the metric that chose its best checkpoint, and the optimizer its saved states belong to."""
+    return key not in PER_INVOCATION and (key.split(".")[0] in ("model", "data") or key in _FIXED_KEYS)
+
+
+def resumed_config(saved: Config, cfg: Config, given: Optional[Dict[str, str]], source: str
+                   ) -> Tuple[Config, List[str]]:
+    """The configuration a resumed run trains with: the run's own (`saved`, read from `source`), with this
+    invocation's per-invocation keys and the keys it gives (`given`: key -> how the user gave it, a flag or a file's
+    key; None: every key of `cfg`) taken from `cfg`. A given model or data key that differs is a ConfigError naming
+    it; the other differences come back as lines "key: old -> new" (a new --max-steps, --lr ...)."""
+    merged, changes = saved.to_dict(), []
+    for section, values in cfg.to_dict().items():
+        for name, value in values.items():
+            key, old = f"{section}.{name}", merged[section][name]
+            if value == old or not (key in PER_INVOCATION or given is None or key in given) or (
+                    key in _CORPORA_PLACE and given is not None and key not in given):
+                continue
+            label = key if given is None else given.get(key, key)
+            if _fixed_on_resume(key):
+                shown = f"{label} {json.dumps(value)}" if label.startswith("--") else f"{label} = {json.dumps(value)}"
+                why = ("the model, the data, the seed and the --valid-metric cannot change within a run: drop it, or "
+                       "train into a new --model-dir") if key != "optim.optimizer" else (
+                    f"its saved optimizer states belong to the {old} optimizer: drop it, or to switch optimizers "
+                    f"fine-tune into a new --model-dir with --init-from {Path(source).parent}")
+                raise ConfigError(f"--resume: {shown} differs from {json.dumps(old)}, which this run was trained with "
+                                  f"({source}); {why}")
+            merged[section][name] = value
+            if key not in PER_INVOCATION:
+                changes.append(f"{label}: {json.dumps(old)} -> {json.dumps(value)}")
+    return Config.from_dict(merged, source=source), changes
