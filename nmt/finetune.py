@@ -47,10 +47,11 @@ def init_params(spec) -> Path:
 
 def for_init(cfg: Config, spec) -> Tuple[Config, Path]:
     """`train(cfg, init=spec)`, as `--init-from`: the parameter file `spec` names (a model directory or a params file
-    in one) and `cfg` with that model's settings, languages and vocabulary size but for the `TUNABLE` ones, cfg's
-    own (a command line's are in `cfg` already)."""
-    params = init_params(spec)
-    return init_config(cfg, {f"model.{k}": f"model.{k}" for k in TUNABLE}, params), params
+    in one) and `cfg` with that model's settings, languages and vocabulary size, but for what `cfg` sets otherwise
+    than its architecture's defaults, taken as a command line's flags (`init_config`)."""
+    params, defaults, mine = init_params(spec), Config.for_arch(cfg.model.arch).to_dict(), cfg.to_dict()
+    given = {f"{s}.{k}": f"{s}.{k}" for s, values in mine.items() for k, v in values.items() if v != defaults[s][k]}
+    return init_config(cfg, given, params), params
 
 
 def kept_settings(d: Dict[str, Dict[str, Any]], init_from: Path) -> None:

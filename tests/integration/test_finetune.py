@@ -10,7 +10,7 @@ import pytest
 
 from nmt import checkpoint as ckpt
 from nmt.cli import train_main
-from nmt.config import Config
+from nmt.config import Config, ConfigError
 from tests.synth import assert_same_params, list_params_files, load_params, params_of, task_files, write_task
 
 
@@ -53,14 +53,17 @@ def test_the_python_api_fine_tunes_as_the_flag_does(parent, tmp_path):
     from nmt.train import train
     model, other = parent
     files = {k: other[k] for k in ("train_src", "train_tgt", "dev_src", "dev_tgt")}
-    cfg = Config(data=DataConfig(recipe=None, vocab_size=300, **files),
+    cfg = Config(data=DataConfig(recipe=None, **files),
                  train=TrainConfig(model_dir=str(tmp_path / "run"), max_steps=1, progress=False))
-    cfg.model.dropout = 0.05
+    cfg.model.dropout, cfg.optim.lr = 0.05, 5e-4
     result = train(cfg, evaluate=False, init=model)
     assert result.state.init_from == str(ckpt.params_path(model, "best")) and result.state.step == 1
     mine, theirs = Config.load(tmp_path / "run" / ckpt.CONFIG), Config.load(model / ckpt.CONFIG)
     assert mine.data.vocab_size == theirs.data.vocab_size == 400 and mine.model.hidden_size == 48
-    assert mine.model.dropout == 0.05   # a setting that shapes no parameter is the run's own
+    assert mine.model.dropout == 0.05 and mine.optim.lr == 5e-4   # what shapes no parameter is the run's own
+    cfg.data.vocab_size, cfg.train.model_dir = 300, str(tmp_path / "other")
+    with pytest.raises(ConfigError, match=r"^data.vocab_size 300: --init-from .* has data.vocab_size 400"):
+        train(cfg, evaluate=False, init=model)   # as the flag --vocab-size is
 
 
 def test_dropout_may_change_and_is_otherwise_the_models(parent, tmp_path):
@@ -144,7 +147,7 @@ def test_a_transformer_is_fine_tuned_with_the_transformers_optimizer_defaults(tm
     """The command line fills in the default architecture's (the LSTM's) learning rate and warm-up; fine-tuning a
     Transformer kept them unless --arch transformer was given again: twice its peak rate, without a word."""
     from nmt.config import ARCH_DEFAULTS
-    from nmt.finetune import init_config
+    from nmt.finetune import for_init, init_config
     model = tmp_path / "tf"
     model.mkdir()
     Config.from_dict({"model": {"arch": "transformer"}}).save(model / ckpt.CONFIG)
@@ -155,6 +158,15 @@ def test_a_transformer_is_fine_tuned_with_the_transformers_optimizer_defaults(tm
                                                                             theirs["warmup_steps"])
     cfg.optim.lr = 5e-5
     assert init_config(cfg, {"optim.lr": "--lr"}, model / ckpt.PARAMS_BEST).optim.lr == 5e-5   # given: kept
+    # train(cfg, init=...) applies it again (finetune.for_init): the command line's --lr 5e-5 and --warmup-steps 50
+    # over a Transformer were lost to its defaults there, and a Python config's LSTM dropouts were taken
+    (model / ckpt.PARAMS_BEST).write_bytes(b"x")   # (no manifest: not verified)
+    cli = init_config(cfg, {"optim.lr": "--lr", "optim.warmup_steps": "--warmup-steps"}, model / ckpt.PARAMS_BEST)
+    cli.optim.warmup_steps = 50
+    again, _ = for_init(cli, model)
+    assert (again.optim.lr, again.optim.warmup_steps) == (5e-5, 50) and again.model == cli.model
+    python, _ = for_init(Config.from_dict({"train": {"model_dir": str(tmp_path / "run")}}), model)
+    assert (python.model.dropout, python.optim.lr) == (Config.for_arch("transformer").model.dropout, theirs["lr"])
 
 
 def test_a_relative_init_from_is_recorded_absolute(parent, tmp_path, monkeypatch):
