@@ -303,6 +303,7 @@ def check_model_flags(arch: str, given: Dict[str, str], model: Optional[ModelCon
     default too (a model directory's config.json, a natural --config, holds every field)."""
     from nmt.models import ARCHITECTURES   # imports mxnet, which training needs anyway
     fields = ARCHITECTURES[arch].config_fields if arch in ARCHITECTURES else ()
+    unread = []   # with --arch over a file of another architecture (a run's config.json): that one's settings
     for key, flag in given.items():
         section, field = key.split(".", 1)
         if not fields or section != "model" or field in (*fields, "arch", "shared_vocab"):
@@ -314,8 +315,13 @@ def check_model_flags(arch: str, given: Dict[str, str], model: Optional[ModelCon
             raise ConfigError(f"{flag} is an option of {owners or 'another architecture'}, not of --arch {arch}, "
                               f"which would ignore it; {theirs}")
         if model is not None and (value := getattr(model, field)) != getattr(ModelConfig, field):
+            if given.get("model.arch", "").startswith("--"):
+                unread.append(f"{flag.rsplit(': ', 1)[-1]} {json.dumps(value)}")
+                continue
             raise ConfigError(f"{flag} {json.dumps(value)} is a setting of {owners or 'another architecture'}, not "
                               f"of --arch {arch}, which would ignore it: leave it out of the file; {theirs}")
+    if unread:
+        print(f"warning: --arch {arch} does not read the --config file's {', '.join(unread)}", file=sys.stderr)
 
 
 def check_model(model: ModelConfig, given: Dict[str, str]) -> None:

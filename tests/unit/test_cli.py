@@ -175,7 +175,7 @@ def test_the_model_flags_every_architecture_takes_pass():
         check_model_flags(arch, given_keys(args))
 
 
-def test_a_setting_of_another_architecture_is_refused_in_a_file_and_on_resume(tmp_path):
+def test_a_setting_of_another_architecture_is_refused_in_a_file_and_on_resume(tmp_path, capsys):
     """A --config file's settings of the other architecture were silently dropped (a Transformer "hidden_size": 64
     trained at 256; "heads": 4 for the LSTM), where their flags are refused; on --resume or --init-from, such a flag
     was said to differ from an unused default ("--embed-size 64 differs from 256, which this run was trained with")."""
@@ -188,11 +188,14 @@ def test_a_setting_of_another_architecture_is_refused_in_a_file_and_on_resume(tm
         with pytest.raises(ConfigError, match=f"^{path}: {message}"):
             training_run(build_train_parser().parse_args(["--config", str(path), "--model-dir", str(tmp_path / "m")]))
     lstm = Config().to_dict()   # a run's config.json: every field, the other architecture's at their defaults
-    lstm["train"]["model_dir"] = str(tmp_path / "n")
+    lstm["train"]["model_dir"], lstm["model"]["hidden_size"] = str(tmp_path / "n"), 64
     path.write_text(json.dumps(lstm))
+    capsys.readouterr()
     cfg, _, _ = training_run(build_train_parser().parse_args(["--config", str(path), "--arch", "transformer",
                                                               "--model-dir", str(tmp_path / "m")]))
-    assert cfg.model.arch == "transformer"
+    assert cfg.model.arch == "transformer"   # --arch over the file: its LSTM settings are not read, and it says so
+    assert "warning: --arch transformer does not read the --config file's model.hidden_size 64" in \
+        capsys.readouterr().err
     run = tmp_path / "tf"
     run.mkdir()
     Config.from_dict({"model": {"arch": "transformer"}, "train": {"model_dir": str(run)}}).save(run / "config.json")
