@@ -262,7 +262,8 @@ def create_trainer(cfg: Config, resume: bool = False, overwrite: bool = False, i
     if t.amp:
         init_amp(ctxs)   # ConfigError without GPUs; before the model is built (AMP rewrites its operators)
     kv = create_kvstore(default_kvstore(ctxs, t.kvstore))
-    workers = WorkerGroup(kv)
+    workers = WorkerGroup(kv)   # they agree first (a worker's share of a batch: 1 / workers x devices)
+    workers.check_same("flags", {"resume": resume, "init_from": bool(init), "devices": len(ctxs)})
     lock, inputs = None, run_inputs(cfg, init)
     if workers.is_chief:   # what the directory holds is checked before the lock creates it
         lock = ModelDirLock(Path(t.model_dir)).acquire_after(lambda: ckpt.check_model_dir(Path(t.model_dir), resume,
@@ -282,7 +283,6 @@ def _create_locked(cfg: Config, resume: bool, overwrite: bool, ctxs, kv, workers
     """`create_trainer` once the directory is ours: checked writable and, once the model is built, with room for
     its checkpoints, so that a full disk shows before training rather than at the first checkpoint."""
     t, model_dir, aside = cfg.train, Path(cfg.train.model_dir), None
-    workers.check_same("flags", {"resume": resume, "devices": len(ctxs)})   # a worker's share: 1 / workers x devices
     if workers.is_chief:
         ckpt.prepare_model_dir(model_dir, resume, overwrite, inputs)
         aside = set_aside(model_dir) if overwrite and not resume else None
@@ -300,11 +300,12 @@ def _create_locked(cfg: Config, resume: bool, overwrite: bool, ctxs, kv, workers
                      f"{workers.num_workers}", *settings_lines(cfg)):   # what config.json holds, for people
             logger.info(line)
         data = build_data(cfg, model_dir, resume, workers)
+        workers.check_same("training data and flags", {   # distributed: all must draw the same batches
+            "batches": data.sampler.fingerprint(), "subword_sampling": cfg.data.subword_sampling,
+            "model": vars(cfg.model), "optim": vars(cfg.optim),
+            "train": {k: v for k, v in vars(t).items() if f"train.{k}" not in PER_INVOCATION}})
     if workers.is_chief:   # on resume, with the settings changed since (the next --resume continues with them)
         cfg.save(model_dir / ckpt.CONFIG)
-    workers.check_same("training data and flags", {   # distributed: all must draw the same batches
-        "batches": data.sampler.fingerprint(), "subword_sampling": cfg.data.subword_sampling, "model": vars(cfg.model),
-        "optim": vars(cfg.optim), "train": {k: v for k, v in vars(t).items() if f"train.{k}" not in PER_INVOCATION}})
     for seed in (random.seed, np.random.seed, mx.random.seed):
         seed(t.seed)
     net = build_model(cfg.model, data.src_tok.vocab_size, data.tgt_tok.vocab_size)

@@ -59,8 +59,9 @@ def check_kvstore(name: str) -> None:
 # stop reasons that may reach workers at different updates (signals, wall-clock limits: `Trainer.should_stop`)
 STOP_WISHES = ("SIGINT", "SIGTERM", "max_seconds", "time_budget")
 # kvstore keys of our collectives: above gluon.Trainer's 0..num_params-1, and small enough that MXNet's key-to-server
-# hash (key * 9973, a C int) does not overflow: a vote key, a length key, one key per power-of-two payload size
-_SUM_KEY, _VOTE_KEY, _SIZE_KEY, _PAYLOAD_KEY = 99_999, 100_000, 100_001, 100_002
+# hash (key * 9973, a C int) does not overflow: each holds one size (a sum, a vote, a verdict of `check_same`, a
+# length), and one key per power-of-two payload size
+_SUM_KEY, _VOTE_KEY, _SIZE_KEY, _PAYLOAD_KEY, _SAME_KEY = 99_999, 100_000, 100_001, 100_002, 99_998
 
 
 class WorkerGroup:
@@ -110,6 +111,12 @@ class WorkerGroup:
             return list(values)
         return self._sum(_SUM_KEY, np.array(values, dtype=np.float32)).asnumpy().astype(float).tolist()
 
+    def agree(self, objection: bool) -> bool:
+        """Whether any worker objects."""
+        if self.num_workers == 1:
+            return objection
+        return bool(self._sum(_SAME_KEY, np.array([float(objection)], dtype=np.float32)).asnumpy()[0])
+
     def broadcast_bytes(self, data: Optional[bytes]) -> Optional[bytes]:
         """Rank 0's `data` (None = absent) on every worker; the other workers' argument is ignored."""
         if self.num_workers == 1:
@@ -133,12 +140,17 @@ class WorkerGroup:
         return json.loads(self.broadcast_bytes(json.dumps(obj).encode("utf-8") if self.is_chief else None))
 
     def check_same(self, what: str, values: Dict[str, Any]) -> None:
-        """ConfigError on a worker whose `values` differ from rank 0's (different data files or flags on another
-        machine would give other batches, or another number of them: wrong updates or a hang at the epoch end)."""
-        mine, theirs = json.loads(json.dumps(values)), self.broadcast_json(values)   # both as JSON sees them
-        differ = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+        """ConfigError on every worker when any worker's `values` differ from rank 0's (different data files or
+        flags on another machine would give other batches, or another number of them: wrong updates or a hang at
+        the epoch end); all of them learn it (a sum), so that none goes on alone to be killed half-way."""
+        mine, theirs = _flat(json.loads(json.dumps(values))), _flat(self.broadcast_json(values))   # as JSON sees them
+        differ = [f"{k} {json.dumps(mine.get(k))} (rank 0: {json.dumps(theirs.get(k))})"
+                  for k in sorted(set(mine) | set(theirs)) if mine.get(k) != theirs.get(k)]
+        if self.agree(bool(differ)) and not differ:
+            raise ConfigError(f"the {what} of another worker differ from rank 0's (its error says which); every "
+                              "machine needs the same code, data files and flags")
         if differ:
-            raise ConfigError(f"the {what} of worker rank {self.rank} differ from rank 0's in: {', '.join(differ)}; "
+            raise ConfigError(f"the {what} of worker rank {self.rank} differ from rank 0's: {'; '.join(differ)}; "
                               "every machine needs the same code, data files and flags")
 
     @contextlib.contextmanager
@@ -198,6 +210,14 @@ class WorkerGroup:
         counts = self._vote.asnumpy() if self._vote is not None else np.zeros(len(STOP_WISHES))
         self._vote = self._sum(_VOTE_KEY, np.array([float(w == wish) for w in STOP_WISHES], dtype=np.float32))
         return next((w for w, c in zip(STOP_WISHES, counts) if c > 0), "")
+
+
+def _flat(values: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
+    """`values` with its dicts' keys joined by dots ({"train": {"patience": 3}} -> {"train.patience": 3})."""
+    out: Dict[str, Any] = {}
+    for k, v in values.items():
+        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out
 
 
 def _pack(data: bytes) -> np.ndarray:

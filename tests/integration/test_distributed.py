@@ -198,27 +198,51 @@ def test_every_wall_clock_stop_is_a_vote_of_the_workers():
     assert g.sum([1.5, 2.0]) == [1.5, 2.0]   # (the other worker's parts: none here)
 
 
-def test_check_same_names_what_differs(monkeypatch):
+def test_check_same_names_what_differs_and_every_worker_stops(monkeypatch):
+    """It named only the section ("in: train", some 20 flags), and only the worker that differed stopped: rank 0
+    went on setting up until the launcher killed it, and left a half-made model directory (or the run --overwrite
+    replaces set aside)."""
     g = WorkerGroup("local")
     g.rank = 1
-    monkeypatch.setattr(g, "broadcast_json", lambda obj: {"batches": "abc", "model": {"dropout": 0.1}})
-    g.check_same("training data and flags", {"batches": "abc", "model": {"dropout": 0.1}})
-    with pytest.raises(ConfigError, match=r"flags of worker rank 1 differ from rank 0's in: batches, model; every"):
-        g.check_same("training data and flags", {"batches": "xyz", "model": {"dropout": 0.2}})
+    rank0 = {"batches": "abc", "model": {"dropout": 0.1}, "train": {"patience": 3, "seed": 1}}
+    monkeypatch.setattr(g, "broadcast_json", lambda obj: rank0)
+    g.check_same("training data and flags", rank0)
+    with pytest.raises(ConfigError, match=r"^the training data and flags of worker rank 1 differ from rank 0's: "
+                                          r'batches "xyz" \(rank 0: "abc"\); train.patience 5 \(rank 0: 3\); every'):
+        g.check_same("training data and flags", {"batches": "xyz", "model": {"dropout": 0.1},
+                                                 "train": {"patience": 5, "seed": 1}})
+    g.rank = 0   # rank 0 agrees with itself, and learns from the sum that another worker does not
+    monkeypatch.setattr(g, "agree", lambda objection: True)
+    with pytest.raises(ConfigError, match=r"^the flags of another worker differ from rank 0's \(its error says"):
+        g.check_same("flags", rank0)
 
 
 def test_workers_agree_on_resume_devices_and_every_training_flag(tmp_path, task, monkeypatch):
     """Workers with other --patience hung for good (one stopped early, the other waited in the next sum); with other
     device counts they split each batch differently, and some sentences were never trained on (or twice); --resume
-    on some workers only put rank 0's broadcasts out of step ("not a readable SentencePiece model")."""
+    on some workers only put rank 0's broadcasts out of step ("not a readable SentencePiece model"), and
+    --init-from on some only was used or not by which worker became rank 0; a refused resume had already rewritten
+    the run's config.json, which the next --resume then continued with."""
     seen = {}
     monkeypatch.setattr(WorkerGroup, "check_same", lambda self, what, values: seen.update({what: values}))
     cfg = tiny_config(tmp_path, task, "m", max_steps=1)
     cfg.train.cpu_devices, cfg.train.patience = 2, 7
     create_trainer(cfg).lock.release()
-    assert list(seen) == ["flags", "training data and flags"] and seen["flags"] == {"resume": False, "devices": 2}
+    assert list(seen) == ["flags", "training data and flags"]
+    assert seen["flags"] == {"resume": False, "init_from": False, "devices": 2}
     train = seen["training data and flags"]["train"]
     assert train["patience"] == 7 and train["valid_metric"] == "bleu" and "cpu_devices" not in train
+    create_trainer(cfg, overwrite=True).fit()
+    saved = (Path(cfg.train.model_dir) / ckpt.CONFIG).read_bytes()
+
+    def refuse(self, what, values):
+        if what == "training data and flags":
+            raise ConfigError("differ")
+    monkeypatch.setattr(WorkerGroup, "check_same", refuse)
+    cfg.optim.lr = 1e-4
+    with pytest.raises(ConfigError):
+        create_trainer(cfg, resume=True)
+    assert (Path(cfg.train.model_dir) / ckpt.CONFIG).read_bytes() == saved
 
 
 # -- the watchdog, on stand-in processes ---------------------------------------------------------------------------
