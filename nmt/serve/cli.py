@@ -154,8 +154,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         check_address(args.host, args.port)
         app = build_app(args)
+        uvicorn.Server(uvicorn_config(app, args.host, args.port, args.log_level, args.max_queue)).run()
     except (CheckpointError, ConfigError, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)   # as every nmt command says it
         return 2
-    uvicorn.Server(uvicorn_config(app, args.host, args.port, args.log_level, args.max_queue)).run()
+    except KeyboardInterrupt:   # Ctrl-C: while the models load, or re-raised by uvicorn once it has shut down
+        return 130
     return 0
