@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from nmt.cli import DECODE_FLAGS
-from nmt.commands import command, file_arg, nonempty, number
+from nmt.commands import Once, command, file_arg, nonempty, number
 from nmt.cli_io import (add_model_decode_args, check_languages_of, load_translator, misaligned, open_output,
                         output_dir, output_errors, reader_gone, refuse_overwriting, utf8_stdout)
 from nmt.config import ConfigError
@@ -42,8 +42,10 @@ def build_translate_parser() -> argparse.ArgumentParser:
                         "pauses is still translated --chunk-lines lines at a time, so that the draws do not depend "
                         "on its timing")
     g = p.add_argument_group("input and output")
-    g.add_argument("--input", type=nonempty(file_arg), help="input file, UTF-8, one sentence per line (default: stdin)")
-    g.add_argument("--output", type=nonempty(file_arg), help="output file (default: stdout); flushed chunk by chunk")
+    g.add_argument("--input", action=Once, type=nonempty(file_arg),
+                   help="input file, UTF-8, one sentence per line (default: stdin)")
+    g.add_argument("--output", action=Once, type=nonempty(file_arg),
+                   help="output file (default: stdout); flushed chunk by chunk")
     g.add_argument("--chunk-lines", type=number(int, 1), default=1000,
                    help="lines translated (length-sorted) and written at a time, fewer when the input pauses "
                         "(except with --sample and --seed) (default: 1000)")
@@ -57,7 +59,7 @@ def build_translate_parser() -> argparse.ArgumentParser:
     g.add_argument("--alignment", action="store_true",
                    help="also give each translation's word alignment from the attention: 'translation ||| 0-1 1-0' "
                         "(source word - translation word, from 0), or an \"alignments\" list with --nbest")
-    g.add_argument("--plot-attention", metavar="DIR", type=nonempty(Path),
+    g.add_argument("--plot-attention", action=Once, metavar="DIR", type=nonempty(Path),
                    help="also save the attention heatmap of each non-empty line's translation as DIR/line-NNNNNN.png "
                         "(line-000001.png: line 1; an ensemble's: the mean of its members' attention)")
     return p
@@ -148,12 +150,13 @@ def build_evaluate_parser() -> argparse.ArgumentParser:
                "  python scripts/evaluate.py --model-dir M --recipe-tests --data-dir ../shared/data --json\n")
     add_model_decode_args(p, nbest=False)   # BLEU scores the best translation
     g = p.add_argument_group("test data")
-    g.add_argument("--src-file", type=nonempty(file_arg),
+    g.add_argument("--src-file", action=Once, type=nonempty(file_arg),
                    help="source sentences, one per line, in the model's source language")
     g.add_argument("--ref-file", type=nonempty(file_arg), nargs="+", action="extend", metavar="REF",
                    help="reference translations, line-aligned with --src-file; several files: several references "
                         "per sentence (sacreBLEU's nrefs)")
-    g.add_argument("--name", type=nonempty(), help="test-set name in scores.json (default: the --src-file path)")
+    g.add_argument("--name", action=Once, type=nonempty(),
+                   help="test-set name in scores.json (default: the --src-file path)")
     g.add_argument("--recipe-tests", action="store_true", help="score every test set of the model's recipe")
     g.add_argument("--dev-set", action="store_true",
                    help="score the dev set the model was validated on (its recipe's held-out split or its dev "
@@ -174,10 +177,11 @@ def build_evaluate_parser() -> argparse.ArgumentParser:
                         "reference: the share of reference words typed (word stroke ratio, Barrachina et al. 2009; "
                         "one more translation per typed word)")
     o = p.add_argument_group("output")
-    o.add_argument("--json", nargs="?", const="-", metavar="FILE", type=nonempty(file_arg),
+    o.add_argument("--json", action=Once, nargs="?", const="-", metavar="FILE", type=nonempty(file_arg),
                    help="write the results as JSON to FILE, or to stdout instead of the text report")
-    o.add_argument("--hyp-dir", type=nonempty(Path), help="also write the translations as DIR/<test name>.<tgt> and "
-                   "the references they were scored against as DIR/<test name>.ref.<tgt>")
+    o.add_argument("--hyp-dir", action=Once, type=nonempty(Path),
+                   help="also write the translations as DIR/<test name>.<tgt> and "
+                        "the references they were scored against as DIR/<test name>.ref.<tgt>")
     o.add_argument("--no-save", action="store_true", help="do not record the scores in MODEL_DIR/scores.json")
     return p
 
@@ -316,10 +320,11 @@ def build_score_parser() -> argparse.ArgumentParser:
                "--output-format json\n")
     add_model_decode_args(p, SCORE_FLAGS, nbest=False)
     g = p.add_argument_group("input and output")
-    g.add_argument("--src-file", required=True, type=nonempty(file_arg), help="source sentences, UTF-8, one per line")
-    g.add_argument("--tgt-file", required=True, type=nonempty(file_arg),
+    g.add_argument("--src-file", action=Once, required=True, type=nonempty(file_arg),
+                   help="source sentences, UTF-8, one per line")
+    g.add_argument("--tgt-file", action=Once, required=True, type=nonempty(file_arg),
                    help="translations of --src-file, line by line")
-    g.add_argument("--output", type=nonempty(file_arg), help="output file (default: stdout)")
+    g.add_argument("--output", action=Once, type=nonempty(file_arg), help="output file (default: stdout)")
     g.add_argument("--output-format", choices=("score", "json"), default="score",
                    help="score: one number per line (default); json: one object per line with the score, the "
                         "log-probability, the length and every piece's log-probability")

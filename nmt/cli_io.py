@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Iterator
 
 from nmt.cli import DECODE_FLAGS
-from nmt.commands import nonempty
+from nmt.commands import Once, nonempty
 from nmt.config import Config, ConfigError
 
 
@@ -33,7 +33,7 @@ def add_model_decode_args(p: argparse.ArgumentParser, flags=DECODE_FLAGS, nbest:
     g = p.add_argument_group("model")
     g.add_argument("--model-dir", required=True, type=nonempty(Path), action=_Once,
                    help="model directory written by nmt-train")
-    g.add_argument("--checkpoint", default="best", metavar="WHICH", type=nonempty(),
+    g.add_argument("--checkpoint", action=Once, default="best", metavar="WHICH", type=nonempty(),
                    help="best, latest, avg or a step number (default: best)")
     g.add_argument("--ensemble", nargs="+", action="extend", type=nonempty(Path), default=[], metavar="DIR",
                    help="further model directories (same languages and vocabularies) that decode together with "

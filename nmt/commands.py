@@ -44,6 +44,18 @@ def nonempty(kind: Callable[[str], Any] = str):
     return parse
 
 
+class Once(argparse.Action):
+    """A flag that a second time would silently replace the first (`--src-file a.ko --ref-file a.en --src-file
+    b.ko ...` scored b.ko against both references): refused, naming both values."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        first = getattr(namespace, f"_once_{self.dest}", None)
+        if first is not None:
+            parser.error(f"{option_string} is given twice ({first} and {values}): give it once")
+        setattr(namespace, f"_once_{self.dest}", values)
+        setattr(namespace, self.dest, values)
+
+
 def file_arg(text: str) -> str:
     """A file named by a flag, kept as text ("-" is standard input or output), with "~" as the home directory."""
     return os.path.expanduser(text)

@@ -647,3 +647,18 @@ def test_a_config_file_with_a_recipe_and_files_is_refused(tmp_path):
     cfg, _, _ = training_run(build_train_parser().parse_args(["--config", str(path), "--train-src", "t.ko",
                                                               "--train-tgt", "t.en", "--model-dir", str(tmp_path / "m")]))
     assert cfg.data.recipe is None and cfg.data.train_src.endswith("t.ko")
+
+
+def test_a_repeated_file_or_checkpoint_flag_is_refused(capsys):
+    """`nmt-evaluate --src-file a.ko --ref-file a.en --src-file b.ko --ref-file b.en` scored b.ko against both files
+    of references (nrefs:2, recorded): argparse keeps the last --src-file, now that --ref-file adds up."""
+    from nmt.cli_decode import build_evaluate_parser, build_score_parser, build_translate_parser
+    for build, argv in ((build_evaluate_parser, ["--src-file", "a", "--ref-file", "r", "--src-file", "b"]),
+                        (build_translate_parser, ["--input", "a", "--input", "b"]),
+                        (build_translate_parser, ["--checkpoint", "best", "--checkpoint", "avg"]),
+                        (build_score_parser, ["--src-file", "a", "--tgt-file", "t", "--tgt-file", "u"])):
+        with pytest.raises(SystemExit):
+            build().parse_args(["--model-dir", "m", *argv])
+        assert "is given twice (" in capsys.readouterr().err
+    args = build_evaluate_parser().parse_args(["--model-dir", "m", "--src-file", "a", "--ref-file", "r", "--json"])
+    assert (args.src_file, args.json, args.checkpoint) == ("a", "-", "best")
