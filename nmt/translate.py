@@ -221,13 +221,13 @@ class Translator:
             if surrogate:   # SentencePiece would fail on it with a TypeError
                 raise ValueError(f"{arg}[{i}] has a lone surrogate {surrogate}: it is not a character; give valid "
                                  "Unicode")
-            if len(x) > max_chars:   # before normalizing/tokenizing: bounded work and memory for any line
+            x = normalize(x)   # then cut (4,000 spaces before a text are no part of it), before tokenizing
+            if len(x) > max_chars:   # bounded work and memory for any line
                 self._report_cut(what, first_line + i, True, "has %d characters; truncated to %d (--max-input-tokens "
                                  "%d x %d)", len(x), max_chars, limit, CHARS_PER_TOKEN)
-                x = x[:max_chars]
-                if cut is not None:
-                    cut.add(i)
-            texts.append(normalize(x))
+                x = x[:max_chars].rstrip()
+                (cut if cut is not None else set()).add(i)
+            texts.append(x)
         return texts
 
     def _ids(self, tok: Tokenizer, texts: List[str], first_line: int, what: str,

@@ -251,13 +251,13 @@ def check_line(line: str, where: str, max_input_tokens: int) -> Tuple[str, List[
     if lines > 1:
         raise RequestError(422, f"{where} has text on {lines} lines: send each line as its own sentence (read as one, "
                                 "all but the first would usually be left out of the translation)", where)
-    warnings = []
+    warnings, controls = [], control_characters(line)
     max_chars = max_input_tokens * CHARS_PER_TOKEN
-    if len(line) > max_chars:
+    if len(read := normalize(line)) > max_chars:   # the line as read (4,000 spaces before its text are not counted)
+        line = read
         warnings.append(f"{where} has {len(line)} characters; truncated to {max_chars} (max_input_tokens "
                         f"{max_input_tokens} x {CHARS_PER_TOKEN}), as nmt-translate does")
-        line = line[:max_chars]
-    controls = control_characters(line)
+        line = line[:max_chars].rstrip()
     if controls:
         warnings.append(f"{where} has {controls} control character(s); they were removed before translating")
     return line, warnings

@@ -114,6 +114,18 @@ def test_attention_warns_of_a_text_cut_to_max_input_tokens(http):
         "text has more than 250 subword tokens; truncated to 250 (max_input_tokens), as nmt-translate does"]
 
 
+def test_spaces_before_a_sentence_do_not_count_against_its_length(http, serve_sentences):
+    """4,000 spaces (or zero-width spaces) before a sentence: the character guard cut the line to them alone, so
+    /translate answered an empty translation and /attention "text is empty: send one sentence"."""
+    for pad in (" ", "\u200b"):
+        line = pad * 4000 + serve_sentences[0]
+        t = http.post("/translate", json={"text": [line]}).json()
+        assert t["translations"][0]["translation"] == http.post(
+            "/translate", json={"text": [serve_sentences[0]]}).json()["translations"][0]["translation"] != ""
+        assert not any("truncated" in w for w in t["warnings"]), t["warnings"]
+        assert http.post("/attention", json={"text": line}).status_code == 200
+
+
 def test_the_attention_of_an_empty_translation_is_its_end(http, serve_sentences):
     """An empty translation (a model ending at once) had no rows, where any other ends with the row of its "</s>",
     whose probability the search scored: the page drew a table of headers alone."""
@@ -149,7 +161,7 @@ def test_a_long_given_translation_is_cut_to_max_input_tokens_pieces(http, serve_
     model's only worker for about 40 s, and the request and those behind it got 504."""
     source = serve_sentences[0]
     for translation, characters in (("\U0001F600" * 4000, []), ("Thanks a lot. " * 300, [
-            "translation has 4200 characters; truncated to 4000 (max_input_tokens 250 x 16), as nmt-translate does"])):
+            "translation has 4199 characters; truncated to 4000 (max_input_tokens 250 x 16), as nmt-translate does"])):
         t0 = time.monotonic()
         r = http.post("/attention", json={"text": source, "translation": translation})
         assert r.status_code == 200, r.text
