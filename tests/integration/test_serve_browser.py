@@ -9,9 +9,11 @@ Then what a browser audit found: answers that come late or not at all (held back
 fetch), a double-click, an error after a result, a change of model while translating, and keyboard use."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import threading
 from pathlib import Path
 
 import httpx
@@ -95,14 +97,15 @@ window.sent = []; window.signals = []; window.pending = 0;
 let gate = null;
 window.hold = () => { gate = new Promise((go) => { window.release = go; }); };
 const real = window.fetch;
-window.fetch = async (path, init) => {
+window.fetch = async (url, init) => {
+  const path = "/" + url.replace(/^[/]/, "");   // the page's relative URLs as the paths they ask for
   window.sent.push([path, init && init.body ? JSON.parse(init.body) : null]);
   window.signals.push(init && init.signal);
   const held = path === "/translate" ? gate : null;
   if (held) gate = null;
   window.pending++;
   try {
-    const r = await real(path, init);
+    const r = await real(url, init);
     await held;
     const json = r.json.bind(r);
     r.json = () => json().finally(() => setTimeout(() => window.pending--, 0));
@@ -516,7 +519,7 @@ def test_a_refused_translate_leaves_no_old_result_and_speaks_of_lines(translator
 
 
 # Over the page's fetch: /translate answers as a proxy does when its server is gone, with an HTML page
-BAD_GATEWAY = ("const real = window.fetch; window.fetch = (path, init) => path !== '/translate' ? real(path, init) :"
+BAD_GATEWAY = ("const real = window.fetch; window.fetch = (path, init) => path !== 'translate' ? real(path, init) :"
                "Promise.resolve(new Response('<html><body>502 Bad Gateway</body></html>', "
                "{status: 502, statusText: 'Bad Gateway', headers: {'Content-Type': 'text/html'}}));")
 
@@ -700,6 +703,14 @@ def test_with_several_lines_the_words_start_the_chosen_lines_translation(transla
             assert shown[2] == api[1]["translation"] and not shown[0].startswith(prefix)
             set_source(driver, "\n".join(serve_sentences[8:11]))   # new text: its first line, not its third
             assert label.text == "translation of line 1 starts with"
+            twice = [serve_sentences[5], serve_sentences[6], serve_sentences[5]]   # the second copy chosen ...
+            set_source(driver, "\n".join(twice))
+            driver.find_element(By.ID, "go").click()
+            wait_done(driver)
+            driver.find_elements(By.CSS_SELECTOR, "#translation .line")[2].click()
+            wait_done(driver)
+            set_source(driver, "\n".join([serve_sentences[7], *twice]))   # ... stays chosen below a line added
+            assert label.text == "translation of line 4 starts with"
             driver.find_element(By.ID, "source").send_keys(Keys.CONTROL, "a", Keys.DELETE, lines[0])
             assert label.text == "translation starts with"
     finally:
@@ -786,3 +797,51 @@ def test_a_test_score_of_another_checkpoint_is_named_with_it(translator):
     # (--checkpoint latest, whose scores are recorded under its step: of the loaded checkpoint, named nothing)
     assert got == ["BLEU 7.9 (t)", "BLEU 7.9 (t, checkpoint best)", "BLEU 7.9 (t)", "BLEU 7.9 (t, checkpoint 6048)",
                    "BLEU 7.9 (t)", "BLEU 7.9 (t, checkpoint best)"]
+
+
+@contextlib.contextmanager
+def under_a_path(url: str, prefix: str = "/nmt"):
+    """A reverse proxy on a free port that serves `url`'s server under `prefix` (as nginx's `location /nmt/`);
+    yields its base URL with the prefix."""
+    import http.server
+
+    class Proxy(http.server.BaseHTTPRequestHandler):
+        def relay(self):
+            if not self.path.startswith(prefix + "/"):
+                self.send_error(404)
+                return
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            r = httpx.request(self.command, url + self.path[len(prefix):], content=body or None,
+                              headers={"Content-Type": self.headers.get("Content-Type", "text/plain")})
+            self.send_response(r.status_code)
+            self.send_header("Content-Type", r.headers.get("content-type", "text/plain"))
+            self.end_headers()
+            self.wfile.write(r.content)
+        do_GET = do_POST = relay
+
+        def log_message(self, *args):
+            pass
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}{prefix}"
+    finally:
+        server.shutdown()
+
+
+def test_the_page_works_under_a_path_of_a_reverse_proxy(translator, serve_sentences):
+    """Behind a proxy serving it under /nmt/ the page asked /info, /translate and the font at the site's root
+    (404: "The server's models could not be loaded"); it asks by relative URLs now, and for no /favicon.ico."""
+    from selenium.webdriver.common.by import By
+    driver = browser()
+    try:
+        with background_server(make_app(translator)) as url, under_a_path(url) as proxied:
+            translate_on_page(driver, proxied, serve_sentences[0])
+            assert driver.find_element(By.ID, "error").text == ""
+            expected = api_translations(url, driver, serve_sentences[:1])[0]
+            assert driver.find_element(By.ID, "translation").text == expected
+            assert driver.find_elements(By.CSS_SELECTOR, "#heatmap td")
+            assert driver.execute_script("return document.fonts.check('16px NanumGothic', '가')")
+    finally:
+        driver.quit()
