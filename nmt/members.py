@@ -1,17 +1,36 @@
-"""The further model directories of an ensemble (`Translator.from_dir(path, ensemble=[...])`), checked before any
-model loads: each must share both vocabularies with the first, and none may be a model already in the ensemble.
-"""
+"""The model directories a `Translator.from_dir(path, ensemble=[...])` loads: their files, and the further ones
+(an ensemble's) checked before any model loads: each must share both vocabularies with the first, and none may be a
+model already in the ensemble."""
 from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Tuple
+
+import mxnet as mx
 
 from nmt import checkpoint as ckpt
+from nmt.config import Config
 from nmt.download import sha256_file
-from nmt.tokenizer import Tokenizer
+from nmt.models import build_model
+from nmt.tokenizer import Tokenizer, load_tokenizers
 
 logger = logging.getLogger("nmt.translate")   # the messages of Translator.from_dir
+
+
+def model_files(model_dir: Path) -> Tuple[Config, Tokenizer, Tokenizer]:
+    """The config and the source and target tokenizers of a model directory."""
+    cfg = Config.load(ckpt.config_of(model_dir))
+    return (cfg, *load_tokenizers(model_dir, cfg.data.src_lang, cfg.data.tgt_lang, cfg.model.shared_vocab))
+
+
+def load_member(model_dir: Path, cfg: Config, src_tok: Tokenizer, tgt_tok: Tokenizer, which: str, ctx: mx.Context):
+    """The hybridized model of a model directory with its `which` parameters."""
+    net = build_model(cfg.model, src_tok.vocab_size, tgt_tok.vocab_size)
+    ckpt.load_parameters(net, ckpt.params_path(model_dir, str(which)), ctx, model_dir / ckpt.CONFIG)
+    net.collect_params().setattr("grad_req", "null")   # inference only: no gradient arrays
+    net.hybridize(static_alloc=True)
+    return net
 
 
 def check_member_vocabulary(member: Path, model_dir: Path, what: str, mine: Tokenizer, theirs: Tokenizer) -> None:

@@ -22,15 +22,14 @@ from nmt import checkpoint as ckpt
 from nmt.batching import pad_sources
 from nmt.config import Config, DecodeConfig
 from nmt.corpus import count_lines, lone_surrogate, normalize, one_line
-from nmt.members import check_member_vocabulary, refuse_repeated_member
-from nmt.models import build_model
+from nmt.members import check_member_vocabulary, load_member, model_files, refuse_repeated_member
 from nmt.models.base import Seq2SeqModel
 from nmt.models.ensemble import as_model
 from nmt.parallel import check_gpus, concurrent_devices_safe
 from nmt.prefix import WORD_START, split_last_word, word_table
 from nmt.search import beam_search, check_beam_args, greedy_search, length_limits, reached_limit, search_too_wide
 from nmt.search_blocks import TargetPrefix
-from nmt.tokenizer import Tokenizer, load_tokenizers
+from nmt.tokenizer import Tokenizer
 
 logger = logging.getLogger("nmt.translate")
 
@@ -40,21 +39,6 @@ logger = logging.getLogger("nmt.translate")
 CHARS_PER_TOKEN = 16
 Hyps = List[Tuple[List[int], float]]
 SOURCE = "input line"   # what a cut source is called in warnings and in `unreported`'s list (a prefix: otherwise)
-
-
-def _load_tokenizers(model_dir: Path) -> Tuple[Config, Tokenizer, Tokenizer]:
-    """config and source and target tokenizers of a model directory."""
-    cfg = Config.load(ckpt.config_of(model_dir))
-    return (cfg, *load_tokenizers(model_dir, cfg.data.src_lang, cfg.data.tgt_lang, cfg.model.shared_vocab))
-
-
-def _load_net(model_dir: Path, cfg: Config, src_tok: Tokenizer, tgt_tok: Tokenizer, which: str, ctx: mx.Context):
-    """The hybridized model of a model directory with its `which` parameters."""
-    net = build_model(cfg.model, src_tok.vocab_size, tgt_tok.vocab_size)
-    ckpt.load_parameters(net, ckpt.params_path(model_dir, str(which)), ctx, model_dir / ckpt.CONFIG)
-    net.collect_params().setattr("grad_req", "null")   # inference only: no gradient arrays
-    net.hybridize(static_alloc=True)
-    return net
 
 
 def checked_decode(decode) -> DecodeConfig:
@@ -130,11 +114,12 @@ class Translator:
         `which` checkpoints decode together with this one, following the mean of their log-probabilities."""
         if isinstance(ensemble, (str, Path)):   # would be read as one directory per character
             raise TypeError(f"ensemble must be a list of model directories, not one ({str(ensemble)!r}): give [dir]")
-        if not isinstance(model_dir, (str, os.PathLike)):
-            raise TypeError(f"model_dir must be a model directory (str or Path), got {type(model_dir).__name__}")
+        for name, d in [("model_dir", model_dir)] + [(f"ensemble[{i}]", e) for i, e in enumerate(ensemble or ())]:
+            if not isinstance(d, (str, os.PathLike)):
+                raise TypeError(f"{name} must be a model directory (str or Path), got {type(d).__name__}")
         decode = None if decode is None else checked_decode(decode)
-        model_dir = Path(model_dir)
-        cfg, src_tok, tgt_tok = _load_tokenizers(model_dir)
+        model_dir, ensemble = Path(model_dir).expanduser(), [Path(e).expanduser() for e in ensemble or ()]
+        cfg, src_tok, tgt_tok = model_files(model_dir)
         decode = decode or dataclasses.replace(cfg.decode)   # a copy: a change of tr.decode is not the model's
         ctxs = list(ctx) if isinstance(ctx, (list, tuple)) else [ctx or mx.cpu()]
         if not ctxs:
@@ -143,7 +128,7 @@ class Translator:
         ctx = ctxs[0]
         others = []
         for other in map(Path, ensemble or ()):   # every member's vocabularies are checked before any is loaded
-            o_cfg, o_src, o_tgt = _load_tokenizers(other)
+            o_cfg, o_src, o_tgt = model_files(other)
             for what, mine, theirs in (("source", src_tok, o_src), ("target", tgt_tok, o_tgt)):
                 check_member_vocabulary(other, model_dir, what, mine, theirs)
             refuse_repeated_member(other, [model_dir] + [d for d, _ in others], str(which))
@@ -151,7 +136,7 @@ class Translator:
         dirs = [(model_dir, cfg)] + others
 
         def load_members(c: mx.Context) -> list:
-            return [_load_net(d, d_cfg, src_tok, tgt_tok, which, c) for d, d_cfg in dirs]
+            return [load_member(d, d_cfg, src_tok, tgt_tok, which, c) for d, d_cfg in dirs]
         first = load_members(ctx)
         tr = cls(first[0], src_tok, tgt_tok, decode, ctx=ctx)
         tr.model_dir, tr.checkpoint, tr.config = model_dir.absolute(), str(which), cfg   # whatever chdir follows
@@ -202,8 +187,10 @@ class Translator:
     def _texts(self, lines: Iterable[str], first_line: int, what: str, arg: str = "lines",
                cut: Optional[Set[int]] = None) -> List[str]:
         """Lines checked, cut to the character guard (their indices added to `cut`) and normalized."""
-        if isinstance(lines, str):   # would be read as one sentence per character
-            raise TypeError(f"{arg} must be a list of sentences, not one string ({lines[:40]!r}): give [sentence]")
+        if isinstance(lines, (str, bytes)):   # would be read as one sentence per character (or byte)
+            raise TypeError(f"{arg} must be a list of sentences, not one " + (
+                f"string ({lines[:40]!r}): give [sentence]" if isinstance(lines, str) else
+                f"bytes object ({lines[:40]!r}): give [text.decode('utf-8')]"))
         if not isinstance(lines, Iterable):
             raise TypeError(f"{arg} must be a list of sentences, got {type(lines).__name__}")
         if isinstance(first_line, bool) or not isinstance(first_line, int):

@@ -126,11 +126,19 @@ def test_a_string_where_a_list_belongs_is_refused(tr, model_dir, lines):
     assert len(Translator.from_dir(model_dir, ensemble=None).members) == 1   # None: no further models, as ()
 
 
-def test_a_model_dir_that_is_no_path_is_named(model_dir):
-    """from_dir(None) and from_dir(5) failed in pathlib: "expected str, bytes or os.PathLike object"."""
+def test_a_model_dir_that_is_no_path_is_named(model_dir, tmp_path, monkeypatch, lines):
+    """from_dir(None) and from_dir(5) failed in pathlib: "expected str, bytes or os.PathLike object", and so did
+    ensemble=[None]; from_dir("~/m") was "no such directory", where every command and TrainConfig take "~"; and
+    translate(b"...") said "lines[0] is int": bytes were read as one sentence per byte."""
     for bad, got in ((None, "NoneType"), (5, "int"), ([str(model_dir)], "list")):
         with pytest.raises(TypeError, match=fr"^model_dir must be a model directory \(str or Path\), got {got}$"):
             Translator.from_dir(bad)
+    with pytest.raises(TypeError, match=r"^ensemble\[1\] must be a model directory \(str or Path\), got NoneType$"):
+        Translator.from_dir(model_dir, ensemble=[model_dir, None])
+    monkeypatch.setenv("HOME", str(model_dir.parent))
+    assert Translator.from_dir(f"~/{model_dir.name}").model_dir == model_dir
+    with pytest.raises(TypeError, match=r"^lines must be a list of sentences, not one bytes object \(b'"):
+        Translator.from_dir(model_dir).translate(lines[0].encode())
 
 
 def test_decode_settings_changed_by_hand_are_checked_at_the_next_call(tr, lines):
