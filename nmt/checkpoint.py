@@ -235,38 +235,10 @@ def _prune(model_dir: Path, keep_steps: set) -> None:
                 (model_dir / name).unlink(missing_ok=True)
 
 
-def resume_state(model_dir: Path) -> TrainState:
-    """The TrainState to resume from: that of the newest intact checkpoint (its manifest verified), with a warning
-    naming what is wrong with any newer one; state.json when the directory predates manifests."""
-    model_dir = Path(model_dir)
-    if not manifest.has_manifests(model_dir):
-        return TrainState.load(model_dir)
-    try:
-        body, problems = manifest.newest_intact(model_dir)
-    except OSError as e:   # a file of a checkpoint exists but cannot be read: no permission, ...
-        raise CheckpointError(f"--resume: {e.filename or model_dir} cannot be read ({e.strerror or e})") from None
-    state = TrainState(**body["state"])
-    check_kept_files(model_dir)
-    if problems:
-        logger.warning("--resume: the newest checkpoint is damaged (%s); resuming from step %d, the newest intact "
-                       "one", "; ".join(problems), state.step)
-        state.save(model_dir)   # `latest` names an intact checkpoint again
-    return state
-
-
-def check_kept_files(model_dir: Path) -> None:
-    """Before a resumed run trains, the files it reads only at its end: CheckpointError for a damaged scores.json; a
-    warning for a params.best unlike its manifest (as a run killed while saving a best leaves it: saved again), or
-    missing where the training state names a best."""
-    from nmt.scoring import read_scores
-    read_scores(model_dir)
-    if (model_dir / PARAMS_BEST).exists() or best_step(model_dir):
-        try:
-            verify_params(model_dir / PARAMS_BEST)
-        except CheckpointError as e:
-            logger.warning("--resume: %s; unless the run finds a new best, scoring its best at the end will fail: "
-                           "restore the file (the best's step checkpoint, if still kept, holds the same parameters)",
-                           e)
+def restore_best(step: Optional[int]) -> str:
+    """How to put back a lost or damaged params.best: from the step checkpoint of the same parameters."""
+    return (f"restore it: copy {params_file(step)} and {manifest.manifest_name(manifest.step_key(step))} (if still "
+            f"kept) to {PARAMS_BEST} and {manifest.manifest_name('best')}" if step else "restore it")
 
 
 def latest_step(state: TrainState) -> int:
@@ -311,9 +283,8 @@ def params_path(model_dir: Path, which: str = "best") -> Path:
         raise CheckpointError(f"unknown checkpoint '{which}': use best, latest, avg or a step number")
     if not path.exists():
         hint = (f"; average the last N checkpoints into it with `nmt-train --model-dir {model_dir} --resume "
-                "--average-last N`" if which == "avg" else f"; it held step {best_step(model_dir)}, the best on dev "
-                "(restore it: that step's params file, if still kept, holds the same parameters)" if which == "best"
-                else "")
+                "--average-last N`" if which == "avg" else f"; it held step {best_step(model_dir)}, the best on dev: "
+                f"{restore_best(best_step(model_dir))}" if which == "best" else "")
         if str(which).isdecimal():
             kept = sorted(s for s in (params_step(p.name) for p in model_dir.glob("params.*")) if s is not None)
             hint = f"; the steps kept there: {', '.join(map(str, kept))}" if kept else "; it keeps no step's parameters"

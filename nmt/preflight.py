@@ -70,7 +70,8 @@ def _check_model_dir(cfg: Config, resume: bool, overwrite: bool, init: Optional[
     check_writable(model_dir)
     out: Dict[str, Any] = {"model_dir": str(model_dir), "exists": model_dir.is_dir()}
     if resume and manifest.has_manifests(model_dir):
-        ckpt.check_kept_files(model_dir)
+        from nmt.resume import check_kept_files
+        check_kept_files(model_dir)
         body, problems = manifest.newest_intact(model_dir)
         out["resume_step"], out["damaged"], out["sampler"] = body["step"], problems, body["state"]["sampler"]
     elif resume:

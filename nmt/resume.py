@@ -8,7 +8,7 @@ from pathlib import Path
 
 from mxnet import gluon
 
-from nmt import checkpoint as ckpt
+from nmt import checkpoint as ckpt, manifest
 from nmt.config import Config
 from nmt.config_resume import resumed_config
 from nmt.data import TrainData
@@ -16,13 +16,14 @@ from nmt.optim import load_states
 from nmt.workers import WorkerGroup
 
 logger = logging.getLogger("nmt.train")
+ckpt_logger = logging.getLogger("nmt.checkpoint")   # (what the model directory's files say)
 
 
 def resumed_state(cfg: Config, workers: WorkerGroup) -> ckpt.TrainState:
     """The training state of the model directory, after checking that `cfg` continues the same model (the other
     workers read rank 0's files from a private copy: no shared filesystem needed)."""
     model_dir = Path(cfg.train.model_dir)
-    state = ckpt.resume_state(model_dir) if workers.is_chief else ckpt.TrainState()
+    state = resume_state(model_dir) if workers.is_chief else ckpt.TrainState()
     if workers.num_workers > 1:
         state = ckpt.TrainState(**workers.broadcast_json(vars(state)))
     saved = workers.read_shared(model_dir, ckpt.CONFIG, Config.load)
@@ -33,7 +34,7 @@ def resumed_state(cfg: Config, workers: WorkerGroup) -> ckpt.TrainState:
 
 
 def restore(model_dir: Path, net, optimizer: gluon.Trainer, data: TrainData, state: ckpt.TrainState,
-             workers: WorkerGroup, ctxs) -> None:
+            workers: WorkerGroup, ctxs) -> None:
     """Parameters, optimizer states and the sampler's position of the latest checkpoint."""
     if workers.is_chief:   # the others get rank 0's parameters as the kvstore is initialized
         ckpt.load_parameters(net, model_dir / ckpt.params_file(ckpt.latest_step(state)), ctxs, model_dir / ckpt.CONFIG)
@@ -43,3 +44,38 @@ def restore(model_dir: Path, net, optimizer: gluon.Trainer, data: TrainData, sta
     at, size = data.sampler.position, len(data.sampler)
     logger.info("resumed from step %d, epoch %.2f (batch %d of %d of epoch %d)", state.step,
                 data.sampler.epoch + at / max(size, 1), at, size, data.sampler.epoch + 1)
+
+
+def resume_state(model_dir: Path) -> ckpt.TrainState:
+    """The TrainState to resume from: that of the newest intact checkpoint (its manifest verified), with a warning
+    naming what is wrong with any newer one; state.json when the directory predates manifests."""
+    model_dir = Path(model_dir)
+    if not manifest.has_manifests(model_dir):
+        return ckpt.TrainState.load(model_dir)
+    try:
+        body, problems = manifest.newest_intact(model_dir)
+    except OSError as e:   # a file of a checkpoint exists but cannot be read: no permission, ...
+        raise ckpt.CheckpointError(f"--resume: {e.filename or model_dir} cannot be read ({e.strerror or e})") from None
+    state = ckpt.TrainState(**body["state"])
+    check_kept_files(model_dir)
+    if problems:
+        ckpt_logger.warning("--resume: the newest checkpoint is damaged (%s); resuming from step %d, the newest intact "
+                       "one", "; ".join(problems), state.step)
+        state.save(model_dir)   # `latest` names an intact checkpoint again
+    return state
+
+
+def check_kept_files(model_dir: Path) -> None:
+    """Before a resumed run trains, the files it reads only at its end: CheckpointError for a damaged scores.json; a
+    warning for a params.best unlike its manifest (as a run killed while saving a best leaves it: saved again), or
+    missing where the training state names a best."""
+    from nmt.scoring import read_scores
+    read_scores(model_dir)
+    if (model_dir / ckpt.PARAMS_BEST).exists() or ckpt.best_step(model_dir):
+        try:
+            if not (model_dir / ckpt.PARAMS_BEST).exists():
+                raise ckpt.CheckpointError(f"{model_dir / ckpt.PARAMS_BEST} is missing")
+            ckpt.verify_params(model_dir / ckpt.PARAMS_BEST)
+        except ckpt.CheckpointError as e:
+            ckpt_logger.warning("--resume: %s; unless the run finds a new best, scoring its best at the end will "
+                                "fail: %s", e, ckpt.restore_best(ckpt.best_step(model_dir)))

@@ -15,6 +15,7 @@ import pytest
 from nmt import checkpoint as ckpt
 from nmt import download, storage
 from nmt.log import MetricsWriter
+from nmt.resume import resume_state
 from nmt.storage import StorageError
 from nmt.tokenizer import train_tokenizer
 from tests.synth import make_pairs, write_task
@@ -69,7 +70,7 @@ def test_injected_enospc_in_a_checkpoint_names_the_file_and_keeps_the_previous(t
     with pytest.raises(StorageError, match=r"params\.00000020: No space left on device \[errno ENOSPC\]; .* free, "
                                            r"about .* needed"):
         ckpt.save_checkpoint(tmp_path, _Net(2.0, fail=True), _Trainer(), state, keep_last=2, is_best=False)
-    assert ckpt.resume_state(tmp_path).step == 10
+    assert resume_state(tmp_path).step == 10
     assert mx.nd.load(str(ckpt.params_path(tmp_path, "latest")))["w"].asnumpy()[0] == 1.0
     assert not list(tmp_path.glob(".*.tmp"))
 
@@ -82,7 +83,7 @@ def test_full_tmpfs_during_a_real_mxnet_save_keeps_the_previous_checkpoint(small
             state.step = step
             ckpt.save_checkpoint(disk, _Net(float(step), n=50_000), _Trainer(), state, keep_last=5, is_best=False)
     assert "Traceback" not in str(e.value), e.value   # MXNet's message starts with its C++ stack
-    good = ckpt.resume_state(disk)
+    good = resume_state(disk)
     assert good.step == step - 1
     assert mx.nd.load(str(ckpt.params_path(disk, "latest")))["w"].asnumpy()[0] == step - 1
 
@@ -197,7 +198,7 @@ def test_full_disk_mid_training_exits_2_and_resume_continues(tmp_path, capsys, m
     assert train_main(args) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and f"cannot write {tmp_path / 'm' / ckpt.params_file(4)}: No space left" in err
-    assert ckpt.resume_state(tmp_path / "m").step == 2
+    assert resume_state(tmp_path / "m").step == 2
     monkeypatch.setattr(gluon.Block, "save_parameters", real)
     assert train_main(args + ["--resume"]) == 0
     assert ckpt.TrainState.load(tmp_path / "m").step == 6
@@ -252,4 +253,4 @@ def test_a_parameter_file_cut_short_without_an_error_is_not_kept(tmp_path, capsy
     err = capsys.readouterr().err
     assert "Traceback" not in err and f"cannot write {tmp_path / 'm' / ckpt.params_file(4)}: the file written is " \
         "incomplete" in err, err
-    assert not (tmp_path / "m" / ckpt.params_file(4)).exists() and ckpt.resume_state(tmp_path / "m").step == 2
+    assert not (tmp_path / "m" / ckpt.params_file(4)).exists() and resume_state(tmp_path / "m").step == 2

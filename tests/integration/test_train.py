@@ -17,6 +17,7 @@ import pytest
 
 from nmt import checkpoint as ckpt
 from nmt.config import Config
+from nmt.resume import resume_state
 from nmt.train import create_trainer, train
 from tests.synth import (ARCHS, assert_same_params, list_params_files, load_params, params_of, tiny_config,
                          task_files, tiny_flags, write_task)
@@ -316,10 +317,10 @@ def test_overwrite_keeps_the_run_it_replaces_until_the_new_data_is_read(tmp_path
         train(bad, overwrite=True)
     hidden = lambda: [p.name for p in model_dir.iterdir() if p.name.startswith(".")]   # noqa: E731
     assert kept() == before and (model_dir / ckpt.LOG).exists() and not hidden()
-    assert ckpt.resume_state(model_dir).step == 2
+    assert resume_state(model_dir).step == 2
     cfg.train.max_steps = 1
     create_trainer(cfg, overwrite=True).fit()
-    assert ckpt.resume_state(model_dir).step == 1 and not hidden()
+    assert resume_state(model_dir).step == 1 and not hidden()
     assert list_params_files(model_dir) == [ckpt.params_file(1)]
 
 

@@ -23,6 +23,7 @@ from nmt.commands import user_errors
 from nmt.config import ARCH_DEFAULTS, Config, ConfigError, TrainConfig
 from nmt.jsonio import read_object
 from nmt.parallel import MAX_CPU_DEVICES, DeviceError, parse_devices
+from nmt.resume import resume_state
 
 ROOT = os.geteuid() == 0
 needs_non_root = pytest.mark.skipif(ROOT, reason="root reads files whatever their permissions")
@@ -124,7 +125,7 @@ def test_an_unreadable_parameter_file_is_a_checkpoint_error_naming_it(tmp_path, 
             check()
     monkeypatch.setattr(manifest, "sha256_of", _denied(model_dir / ckpt.params_file(5)))
     with pytest.raises(ckpt.CheckpointError, match=r"^--resume: .*params.00000005 cannot be read \(Permission denied"):
-        ckpt.resume_state(model_dir)
+        resume_state(model_dir)
 
 
 @needs_non_root

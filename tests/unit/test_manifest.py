@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 from pathlib import Path
 
 import mxnet as mx
@@ -11,6 +12,7 @@ import pytest
 
 from nmt import checkpoint as ckpt
 from nmt import manifest
+from nmt.resume import check_kept_files, resume_state
 
 
 class _Net:
@@ -61,7 +63,7 @@ def test_resume_falls_back_to_the_newest_intact_checkpoint(tmp_path, caplog, nam
     d = _model_dir(tmp_path)
     _damage(d / name, how)
     with caplog.at_level(logging.WARNING, logger="nmt.checkpoint"):
-        state = ckpt.resume_state(d)
+        state = resume_state(d)
     assert state.step == 20 and state.params_files[-1] == ckpt.params_file(20)
     warning = " ".join(r.getMessage() for r in caplog.records)
     assert name in warning and "resuming from step 20" in warning
@@ -72,7 +74,7 @@ def test_resume_falls_back_to_the_newest_intact_checkpoint(tmp_path, caplog, nam
 def test_a_damaged_state_json_does_not_stop_a_resume(tmp_path, how):
     d = _model_dir(tmp_path)
     _damage(d / ckpt.STATE, how)
-    assert ckpt.resume_state(d).step == 30
+    assert resume_state(d).step == 30
 
 
 @pytest.mark.parametrize("how", HOW)
@@ -81,7 +83,7 @@ def test_damaged_model_files_leave_no_intact_checkpoint(tmp_path, name, how):
     d = _model_dir(tmp_path)
     _damage(d / name, how)
     with pytest.raises(ckpt.CheckpointError, match=r"no intact checkpoint .*" + name.replace(".", r"\.")):
-        ckpt.resume_state(d)
+        resume_state(d)
 
 
 @pytest.mark.parametrize("how, what", [("truncate", "truncated"), ("flip", "corrupted"), ("delete", "missing")])
@@ -127,7 +129,7 @@ def test_no_intact_checkpoint_is_a_clear_error(tmp_path):
     for step in (10, 20, 30):
         _damage(d / ckpt.params_file(step), "truncate")
     with pytest.raises(ckpt.CheckpointError, match="no intact checkpoint.*step 30.*step 20.*step 10"):
-        ckpt.resume_state(d)
+        resume_state(d)
 
 
 def test_manifest_lists_sizes_and_hashes_and_pruning_removes_old_ones(tmp_path):
@@ -144,7 +146,7 @@ def test_directories_without_manifests_still_load(tmp_path):
     d = _model_dir(tmp_path)
     for p in d.glob("manifest.*.json"):
         p.unlink()
-    assert ckpt.resume_state(d).step == 30 and ckpt.params_path(d, "best").name == ckpt.PARAMS_BEST
+    assert resume_state(d).step == 30 and ckpt.params_path(d, "best").name == ckpt.PARAMS_BEST
 
 
 
@@ -172,12 +174,19 @@ def test_a_deleted_best_with_its_manifest_is_not_replaced_by_the_latest(tmp_path
     state.save(d)
     (d / ckpt.PARAMS_BEST).unlink()
     (d / manifest.manifest_name("best")).unlink()
-    with pytest.raises(ckpt.CheckpointError, match=r"params.best not found in model directory .*; it held step 20, "
-                                                   r"the best on dev \(restore it"):
+    restore = "restore it: copy params.00000020 and manifest.00000020.json (if still kept) to params.best and " \
+              "manifest.best.json"   # both: params.best alone was refused, its manifest missing
+    with pytest.raises(ckpt.CheckpointError) as e:
         ckpt.params_path(d, "best")
+    assert str(e.value).endswith(f"params.best not found in model directory {d}; it held step 20, the best on dev: "
+                                 f"{restore}")
     with caplog.at_level("WARNING", logger="nmt.checkpoint"):
-        ckpt.check_kept_files(d)
-    assert "checkpoint params.best of" in caplog.text and "scoring its best at the end will fail" in caplog.text
+        check_kept_files(d)
+    assert f"--resume: {d / ckpt.PARAMS_BEST} is missing; unless the run finds a new best, scoring its best at the " \
+           f"end will fail: {restore}" in caplog.text
+    for name in (ckpt.params_file(20), manifest.manifest_name(manifest.step_key(20))):   # as the advice says
+        shutil.copy(d / name, d / name.replace("00000020", "best"))
+    assert ckpt.params_path(d, "best").name == ckpt.PARAMS_BEST
 
 
 def test_a_directory_without_its_training_state_has_no_latest_but_its_best(tmp_path):
