@@ -153,6 +153,10 @@ def _text_bytes(data: bytes, path: Path) -> bytes:
     """A file's bytes without a UTF-8 byte-order mark (warned); CorpusError for UTF-16 and for a file without text.
     UTF-16 without its byte-order mark shows as NUL bytes, one for every ASCII character (spaces and punctuation of
     Korean text too), where UTF-8 text has none but a stray control character."""
+    archive = archive_sign(data)
+    if archive:   # (a zip archive is named as it is opened)
+        raise CorpusError(f"{path}: this is {archive}, not text; extract or decompress the file of sentences first "
+                          "(gzip, bzip2 and xz files of text are read as they are)")
     utf16 = utf16_sign(data)
     if utf16:
         raise CorpusError(f"{path}: the file is UTF-16 ({utf16}); convert it to UTF-8, e.g. `iconv -f UTF-16 -t "
@@ -165,6 +169,14 @@ def _text_bytes(data: bytes, path: Path) -> bytes:
         raise CorpusError(f"{path}: the file " + ("is empty" if not data else "has only blank lines") +
                           "; give a file with one sentence per line")
     return data
+
+
+def archive_sign(data: bytes) -> str:
+    """The archive or compression format of data starting with `data`, by its magic bytes, or "" (a tar archive
+    also inside gzip, bzip2 or xz: their reader gives its bytes)."""
+    return ("a zip archive" if data.startswith(b"PK\x03\x04") else "a tar archive" if data[257:262] == b"ustar"
+            else "zstd data" if data.startswith(b"\x28\xb5\x2f\xfd") else
+            next((f"{name} data" for magic, name, _ in COMPRESSED if magic.match(data)), ""))
 
 
 def utf16_sign(data: bytes) -> str:
@@ -214,6 +226,7 @@ def _decode_lines(path: PathLike, skip_invalid_utf8: bool, max_line_chars: int,
             logger.warning("%s: converted %d CRLF (Windows) line ends to LF", path, crlf)
             data = data.replace(b"\r\n", b"\n")
     raw = _split_lines(data, path, keep_blank_end)
+    cat = {"gzip": "zcat", "bzip2": "bzcat", "xz": "xzcat"}.get(kind or "")
 
     lines: List[Optional[str]] = []
     bad: List[int] = []
@@ -224,9 +237,10 @@ def _decode_lines(path: PathLike, skip_invalid_utf8: bool, max_line_chars: int,
             if not skip_invalid_utf8:
                 raise CorpusError(
                     f"{path}:{i}: invalid UTF-8 (byte 0x{b[e.start]:02x} at byte {e.start + 1} of the line). "
-                    f"Convert the file to UTF-8 (Korean legacy files are often CP949: `iconv -f CP949 -t UTF-8 "
-                    f"{path}`)" + (", or pass --skip-invalid-utf8 to drop such lines and their translations "
-                                    "(counted)." if skippable else ".")) from None
+                    "Convert the file to UTF-8 (Korean legacy files are often CP949: " + (
+                        f"`{cat} {path} | iconv -f CP949 -t UTF-8`" if cat else f"`iconv -f CP949 -t UTF-8 {path}`")
+                    + ")" + (", or pass --skip-invalid-utf8 to drop such lines and their translations (counted)."
+                             if skippable else ".")) from None
             bad.append(i)
             lines.append(None)
             continue

@@ -17,8 +17,8 @@ from typing import BinaryIO, Callable, Iterable, Iterator, List, Optional, Seque
 
 from nmt import jsonio
 from nmt.align import format_links
-from nmt.corpus import (CorpusError, control_characters, count_lines, lone_surrogate, one_line, open_bytes,
-                        utf16_sign)
+from nmt.corpus import (CorpusError, archive_sign, control_characters, count_lines, lone_surrogate, one_line,
+                        open_bytes, utf16_sign)
 from nmt.log import Every
 from nmt.translate import CHARS_PER_TOKEN, Translator
 
@@ -44,7 +44,10 @@ def read_raw_lines(stream: BinaryIO, max_bytes: int, idle: Optional[float] = Non
         buf = stream.read(len(stream.peek(1)))
     while True:
         if first and buf:   # UTF-16 would pass as lines of odd characters with NULs removed (and one line more)
-            first, utf16 = False, utf16_sign(buf)
+            first, utf16, archive = False, utf16_sign(buf), archive_sign(buf)
+            if archive:
+                raise CorpusError(f"the input is {archive}, not text: give a gzip, bzip2 or xz file with --input, "
+                                  "which reads it as it is, or extract or decompress it first")
             if utf16:
                 raise CorpusError(f"the input is UTF-16 ({utf16}); convert it to UTF-8, e.g. `iconv -f UTF-16 -t "
                                   "UTF-8`")

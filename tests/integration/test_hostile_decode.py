@@ -176,6 +176,17 @@ def test_utf16_input_to_translate_is_named_as_such(model_dir, tmp_path, capsys, 
     assert code == 2 and out == "" and f"error: {path}: the input is UTF-16 (" in err and "iconv -f UTF-16" in err
 
 
+def test_gzip_on_standard_input_is_named_as_such(model_dir, capsys, monkeypatch):
+    """`zcat`-less `cat in.ko.gz | nmt-translate` said "invalid UTF-8 ... often CP949"; --input reads the file."""
+    import gzip
+    import io
+    import sys
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(gzip.compress("고마워요.\n".encode()))))
+    code, out, err = run(translate_main, ["--model-dir", model_dir], capsys)
+    assert code == 2 and out == "" and "the input is gzip data, not text: give a gzip, bzip2 or xz file with --input" \
+        in err, err
+
+
 def test_invalid_utf8_in_a_test_set_offers_no_skipping(model_dir, test_files, tmp_path, capsys):
     """--skip-invalid-utf8 is a training flag: a test set with lines dropped would be another test set."""
     bad = tmp_path / "bad.ko"

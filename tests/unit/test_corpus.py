@@ -137,6 +137,29 @@ def test_a_blank_last_line_against_a_translation_is_a_pair_dropped_not_a_count_e
     assert f"{ko} / {en}: dropped 1 pair(s) with an empty side: line 3" in messages(nmt_logs)
 
 
+def test_archives_and_compressed_files_not_read_are_named_as_such(tmp_path):
+    """A zstd file was "invalid UTF-8 ... often CP949", a .tgz "UTF-16 (or not text ...)", and a bad byte in a .gz
+    was to be fixed by `iconv` on the gzip file itself."""
+    import gzip
+    import io
+    import tarfile
+    from nmt.corpus import read_lines
+    text = "안녕하세요.\n고마워요.\n".encode()
+    (tmp_path / "a.ko.zst").write_bytes(b"\x28\xb5\x2f\xfd" + bytes(range(40)))
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        info = tarfile.TarInfo("a.ko")
+        info.size = len(text)
+        tar.addfile(info, io.BytesIO(text))
+    (tmp_path / "a.tgz").write_bytes(buffer.getvalue())
+    for name, what in (("a.ko.zst", "zstd data"), ("a.tgz", "a tar archive")):
+        with pytest.raises(CorpusError, match=f"{name}: this is {what}, not text; extract or decompress the file"):
+            read_lines(tmp_path / name)
+    (tmp_path / "bad.ko.gz").write_bytes(gzip.compress(text + b"\xff\n"))
+    with pytest.raises(CorpusError, match=r"bad.ko.gz:3: invalid UTF-8 .*`zcat .*bad.ko.gz \| iconv -f CP949"):
+        read_lines(tmp_path / "bad.ko.gz")
+
+
 def test_utf16_without_a_byte_order_mark_and_blank_files_are_named_as_such(tmp_path):
     """UTF-16 without a BOM was "invalid UTF-8" with a hint to convert from CP949; a file of blank lines "empty"."""
     from nmt.corpus import read_lines
