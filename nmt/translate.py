@@ -365,12 +365,15 @@ class Translator:
         return self.texts(self.translate_ids(lines, beam_size=beam_size, nbest=nbest, first_line=first_line,
                                              prefixes=prefixes))
 
-    def translate_aligned(self, lines: Iterable[str], nbest: int = 1, beam_size: Optional[int] = None,
-                          first_line: int = 1, prefixes: Optional[Sequence[Optional[str]]] = None
-                          ) -> List[List[Tuple[str, float, List[Tuple[int, int]]]]]:
+    def translate_aligned(self, lines: Union[str, Iterable[str]], nbest: int = 1, beam_size: Optional[int] = None,
+                          first_line: int = 1, prefixes: Union[None, str, Sequence[Optional[str]]] = None):
         """`translate_nbest` with each translation's word alignment: per input line, up to `nbest` (translation,
-        score, links), links being (source word, translation word) pairs counted from 0 (`nmt.align`)."""
+        score, links), links being (source word, translation word) pairs counted from 0 (`nmt.align`); for one
+        string, its list."""
         from nmt.align import align_ids
+        if isinstance(lines, str):
+            return self.translate_aligned([lines], nbest, beam_size, first_line,
+                                          None if prefixes is None else [prefixes])[0]
         beam = self._beam(beam_size)
         self.check_search(beam, nbest)
         src = self.source_ids(lines, first_line)

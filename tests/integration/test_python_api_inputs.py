@@ -139,6 +139,8 @@ def test_a_model_dir_that_is_no_path_is_named(model_dir, tmp_path, monkeypatch, 
     assert Translator.from_dir(f"~/{model_dir.name}").model_dir == model_dir
     with pytest.raises(TypeError, match=r"^lines must be a list of sentences, not one bytes object \(b'"):
         Translator.from_dir(model_dir).translate(lines[0].encode())
+    tr = Translator.from_dir(model_dir)   # one string: its list, as translate_nbest gives (it refused one)
+    assert tr.translate_aligned(lines[0], nbest=2) == tr.translate_aligned([lines[0]], nbest=2)[0]
 
 
 def test_decode_settings_changed_by_hand_are_checked_at_the_next_call(tr, lines):
