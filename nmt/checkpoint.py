@@ -252,9 +252,12 @@ def latest_step(state: TrainState) -> int:
 
 
 def latest_params_path(model_dir: Path) -> Path:
-    if not (Path(model_dir) / STATE).exists():   # (copied without it, or deleted)
-        raise CheckpointError(f"{model_dir} has no {STATE} to name its latest checkpoint: use best or a step number")
-    return Path(model_dir) / params_file(latest_step(TrainState.load(model_dir)))
+    model_dir = Path(model_dir)
+    if (model_dir / STATE).exists():
+        return model_dir / params_file(latest_step(TrainState.load(model_dir)))
+    if manifest.has_manifests(model_dir):   # state.json copied without, or deleted: the newest intact, as --resume
+        return model_dir / params_file(latest_step(TrainState(**manifest.newest_intact(model_dir)[0]["state"])))
+    raise CheckpointError(f"{model_dir} has no {STATE} to name its latest checkpoint: use best or a step number")
 
 
 def params_path(model_dir: Path, which: str = "best") -> Path:

@@ -189,11 +189,16 @@ def test_a_deleted_best_with_its_manifest_is_not_replaced_by_the_latest(tmp_path
     assert ckpt.params_path(d, "best").name == ckpt.PARAMS_BEST
 
 
-def test_a_directory_without_its_training_state_has_no_latest_but_its_best(tmp_path):
+def test_a_directory_without_its_training_state_takes_its_latest_from_the_manifests(tmp_path):
     """With state.json deleted (or not copied), `nmt-translate --checkpoint latest` said "holds no checkpoint to
-    resume from; start without --resume", a flag nmt-translate does not have."""
-    d = _model_dir(tmp_path, steps=(10, 20), best=20)
+    resume from; start without --resume", a flag nmt-translate does not have; then that there was no latest, where
+    --resume found it in the checkpoints' manifests. Without manifests either, there is none."""
+    d = _model_dir(tmp_path, steps=(10, 20, 30), best=20)
     (d / ckpt.STATE).unlink()
+    _damage(d / ckpt.params_file(30), "flip")   # the newest intact, as --resume takes it
+    assert ckpt.params_path(d, "latest").name == ckpt.params_file(20) and not (d / ckpt.STATE).exists()
+    for m in d.glob("manifest.*.json"):
+        m.unlink()
     with pytest.raises(ckpt.CheckpointError) as e:
         ckpt.params_path(d, "latest")
     assert str(e.value) == f"{d} has no state.json to name its latest checkpoint: use best or a step number"
