@@ -238,7 +238,10 @@ def args_dict(args: argparse.Namespace, base: Optional[Config] = None, check: bo
             said = "--recipe" if flags.get("data.recipe") else f"{args.config}: data.recipe"   # (both in the file)
             raise ConfigError(f"{said} {data['recipe']} and --train-src/--train-tgt exclude each other: a recipe "
                               "brings its own corpora; give a recipe, or your own files")
-        data["recipe"] = None
+        config = getattr(args, "config", None)
+        if base is None or not (config and "recipe" in jsonio.read_object(config, ConfigError).get("data", {})):
+            # (on --resume a --config file's recipe is compared with the run's, by resumed_config)
+            data["recipe"] = None
     if getattr(args, "init_from", None) and not getattr(args, "resume", False):
         from nmt.finetune import kept_settings
         kept_settings(d, Path(args.init_from))

@@ -662,3 +662,19 @@ def test_a_repeated_file_or_checkpoint_flag_is_refused(capsys):
         assert "is given twice (" in capsys.readouterr().err
     args = build_evaluate_parser().parse_args(["--model-dir", "m", "--src-file", "a", "--ref-file", "r", "--json"])
     assert (args.src_file, args.json, args.checkpoint) == ("a", "-", "best")
+
+
+def test_a_config_files_recipe_on_resume_of_a_run_on_files_is_refused(tmp_path):
+    """`--resume --config f.json` with {"data": {"recipe": "tatoeba"}} over a run on its own files dropped the
+    recipe without a word, where `--resume --recipe tatoeba` is refused."""
+    from nmt.cli import config_for_resume
+    run = tmp_path / "m"
+    run.mkdir()
+    saved = Config.from_dict({"data": {"train_src": "t.ko", "train_tgt": "t.en", "recipe": None},
+                              "train": {"model_dir": str(run)}})
+    saved.save(run / "config.json")
+    path = tmp_path / "rec.json"
+    path.write_text(json.dumps({"data": {"recipe": "tatoeba"}}))
+    with pytest.raises(ConfigError, match=r"^--resume: .*data.recipe = \"tatoeba\" differs from null"):
+        config_for_resume(build_train_parser().parse_args(["--resume", "--model-dir", str(run), "--config",
+                                                           str(path)]))
