@@ -101,8 +101,10 @@ def test_cli_nbest_rows_carry_an_alignment_per_translation(tr, lines, tmp_path, 
                     capsys)
     first, empty = (json.loads(r) for r in out.splitlines())
     hyps = tr.translate_aligned([lines[0]], nbest=2, beam_size=3)[0]
-    assert code == 0 and first == {"translations": [h[0] for h in hyps], "scores": [round(h[1], 6) for h in hyps],
-                                   "alignments": [format_links(h[2]) for h in hyps]}
+    # scores to float32 rounding: a row's last bits depend on the batch shapes its Translator decoded before
+    # (docs/performance.md), and this one (the fixture's) has decoded others than the command's
+    assert code == 0 and first.pop("scores") == pytest.approx([h[1] for h in hyps], abs=2e-6)
+    assert first == {"translations": [h[0] for h in hyps], "alignments": [format_links(h[2]) for h in hyps]}
     assert empty == {"translations": [], "scores": [], "alignments": []}
 
 
