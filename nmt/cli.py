@@ -365,7 +365,7 @@ def training_run(args: argparse.Namespace) -> Tuple[Config, List[str], Optional[
 
 @command(build_train_parser)
 def train_main(args: argparse.Namespace) -> int:
-    from nmt.train import train
+    from nmt.train import run_training
     cfg, changes, init = training_run(args)
     if args.verbose:
         logging.getLogger("nmt").setLevel(logging.DEBUG)
@@ -377,7 +377,7 @@ def train_main(args: argparse.Namespace) -> int:
         if changes:
             print(f"settings changed since the last run: {'; '.join(changes)}")
         return 0
-    result = train(cfg, resume=args.resume, overwrite=args.overwrite, evaluate=not args.no_eval, init=init)
+    result = run_training(cfg, resume=args.resume, overwrite=args.overwrite, evaluate=not args.no_eval, params=init)
     state = result.state
     for which, scores in (("best checkpoint", result.test_scores), ("params.avg", result.average_scores)):
         for name, sc in scores.items():

@@ -50,6 +50,7 @@ def for_init(cfg: Config, spec) -> Tuple[Config, Path]:
     in one) and `cfg` with that model's settings, languages and vocabulary size, but for what `cfg` sets otherwise
     than its architecture's defaults, taken as a command line's flags (`init_config`)."""
     params, defaults, mine = init_params(spec), Config.for_arch(cfg.model.arch).to_dict(), cfg.to_dict()
+    defaults["model"]["arch"] = Config().model.arch   # a config of the Transformer asks for one
     given = {f"{s}.{k}": f"{s}.{k}" for s, values in mine.items() for k, v in values.items() if v != defaults[s][k]}
     return init_config(cfg, given, params), params
 

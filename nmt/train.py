@@ -36,7 +36,8 @@ from nmt.storage import check_writable
 from nmt.translate import Translator
 from nmt.workers import WorkerGroup, create_kvstore
 
-__all__ = ["Trainer", "TrainResult", "build_data", "build_model", "build_optimizer", "create_trainer", "train"]
+__all__ = ["Trainer", "TrainResult", "build_data", "build_model", "build_optimizer", "create_trainer", "run_training",
+           "train"]
 
 logger = logging.getLogger("nmt.train")
 _INTERRUPTS = ("SIGINT", "SIGTERM")
@@ -333,10 +334,17 @@ class TrainResult:
 
 def train(cfg: Config, resume: bool = False, overwrite: bool = False, evaluate: bool = True,
           init: Optional[Path] = None) -> TrainResult:
-    """Train per `cfg` (from `init`, a model directory or params file, as --init-from: nmt.finetune); `evaluate`:
-    score the best checkpoint on the test sets."""
-    cfg, init = for_init(_config(cfg, "train"), init) if init is not None else (cfg, None)
-    model_dir = Path(_config(cfg, "train").train.model_dir)
+    """Train per `cfg` (from `init`, a model directory or params file, as --init-from: with the model's settings but
+    for what `cfg` sets otherwise, `nmt.finetune.for_init`); `evaluate`: score the best checkpoint on the tests."""
+    if init is not None:
+        cfg, init = for_init(_config(cfg, "train"), init)
+    return run_training(cfg, resume, overwrite, evaluate, init)
+
+
+def run_training(cfg: Config, resume: bool = False, overwrite: bool = False, evaluate: bool = True,
+                 params: Optional[Path] = None) -> TrainResult:
+    """`train` with `cfg` made for the parameter file `params` already (nmt-train's, by `cli.training_run`)."""
+    model_dir, init = Path(_config(cfg, "train").train.model_dir), params
     # only a directory this run makes is removed on failure (with --overwrite: what was there may not be deleted yet)
     fresh = not resume and (not model_dir.exists() or model_dir.is_dir() and not any(model_dir.iterdir()))
     existed = model_dir.exists()   # (an empty directory of the user's stays, emptied again)

@@ -64,6 +64,10 @@ def test_the_python_api_fine_tunes_as_the_flag_does(parent, tmp_path):
     cfg.data.vocab_size, cfg.train.model_dir = 300, str(tmp_path / "other")
     with pytest.raises(ConfigError, match=r"^data.vocab_size 300: --init-from .* has data.vocab_size 400"):
         train(cfg, evaluate=False, init=model)   # as the flag --vocab-size is
+    cfg.data.vocab_size = Config().data.vocab_size
+    cfg.model = Config.for_arch("transformer").model   # a Transformer asked of an LSTM: it trained the LSTM
+    with pytest.raises(ConfigError, match=r'^model.arch "transformer": --init-from .* has model.arch "lstm"'):
+        train(cfg, evaluate=False, init=model)
 
 
 def test_dropout_may_change_and_is_otherwise_the_models(parent, tmp_path):
@@ -77,6 +81,10 @@ def test_dropout_may_change_and_is_otherwise_the_models(parent, tmp_path):
     assert tuned.hidden_size == theirs.hidden_size
     assert train_main(run_flags(other, tmp_path / "kept") + flags) == 0
     assert Config.load(tmp_path / "kept" / ckpt.CONFIG).model == theirs
+    default = Config().model.dropout   # given as the flag, though it is the default: kept (it fell back to theirs)
+    assert theirs.dropout != default
+    assert train_main(run_flags(other, tmp_path / "dflt") + flags + ["--dropout", str(default)]) == 0
+    assert Config.load(tmp_path / "dflt" / ckpt.CONFIG).model.dropout == default
 
 
 def test_it_goes_on_from_what_the_model_learned(parent, tmp_path):
