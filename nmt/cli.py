@@ -320,6 +320,7 @@ def check_model_flags(arch: str, given: Dict[str, str], model: Optional[ModelCon
         if model is not None and (value := getattr(model, field)) != getattr(ModelConfig, field):
             if given.get("model.arch", "").startswith("--"):
                 unread.append(f"{flag.rsplit(': ', 1)[-1]} {json.dumps(value)}")
+                setattr(model, field, getattr(ModelConfig, field))   # (config.json saves the default, unread)
                 continue
             raise ConfigError(f"{flag} {json.dumps(value)} is a setting of {owners or 'another architecture'}, not "
                               f"of --arch {arch}, which would ignore it: leave it out of the file; {theirs}")

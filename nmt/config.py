@@ -381,6 +381,8 @@ def _check_types(klass, section: str, values: Dict[str, Any], source: str) -> No
         value = values[f.name]
         if value is None and optional:
             continue
-        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        number = not isinstance(value, bool) and isinstance(value, numbers.Real if float in kinds else numbers.Integral)
+        if (not isinstance(value, kinds) or isinstance(value, bool) and bool not in kinds) and not (
+                number and int in kinds):   # numpy's numbers are taken (`_typed`)
             raise ConfigError(f"{source}: {section}.{f.name} must be {says}{' or null' if optional else ''}, "
-                              f"got {json.dumps(value)}")
+                              f"got {json.dumps(value, default=repr)}")

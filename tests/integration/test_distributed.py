@@ -229,7 +229,7 @@ def test_workers_agree_on_resume_devices_and_every_training_flag(tmp_path, task,
     cfg.train.cpu_devices, cfg.train.patience = 2, 7
     create_trainer(cfg).lock.release()
     assert list(seen) == ["flags", "training data and flags"]
-    assert seen["flags"] == {"resume": False, "init_from": False, "devices": 2}
+    assert seen["flags"] == {"resume": False, "overwrite": False, "init_from": False, "devices": 2}
     train = seen["training data and flags"]["train"]
     assert train["patience"] == 7 and train["valid_metric"] == "bleu" and "cpu_devices" not in train
     create_trainer(cfg, overwrite=True).fit()

@@ -196,6 +196,8 @@ def test_a_setting_of_another_architecture_is_refused_in_a_file_and_on_resume(tm
     assert cfg.model.arch == "transformer"   # --arch over the file: its LSTM settings are not read, and it says so
     assert "warning: --arch transformer does not read the --config file's model.hidden_size 64" in \
         capsys.readouterr().err
+    assert cfg.model.hidden_size == Config().model.hidden_size   # its config.json takes the default, unread: a
+    # --config of that file was refused ("model.hidden_size 64 is a setting of --arch lstm")
     run = tmp_path / "tf"
     run.mkdir()
     Config.from_dict({"model": {"arch": "transformer"}, "train": {"model_dir": str(run)}}).save(run / "config.json")

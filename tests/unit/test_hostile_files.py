@@ -442,3 +442,7 @@ def test_a_config_made_in_python_checks_its_types_and_takes_numpys_numbers():
     d.beam_size = np.int64(4)   # set by hand, as a Translator's decode is: checked again before decoding
     d.check()
     assert TrainConfig(model_dir=Path("m"), progress=np.bool_(False)).progress is False
+    made = Config.from_dict({"optim": {"lr": np.float32(1e-3)}, "decode": {"beam_size": np.int64(3)}})   # (it raised
+    assert made.decode.beam_size == 3 and type(made.optim.lr) is float   # "float32 is not JSON serializable")
+    with pytest.raises(ConfigError, match=r"^f.json: decode.beam_size must be an integer, got \"2.0\""):
+        Config.from_dict({"decode": {"beam_size": np.float32(2)}}, source="f.json")
