@@ -109,7 +109,8 @@ def create_app(service: Service) -> FastAPI:
     fastapi_openapi = app.openapi
     pairs = [(m.translator.src_lang, m.translator.tgt_lang) for m in service.models.values()]
     beam = min(next(iter(service.models.values())).translator.decode.beam_size, service.limits.max_beam_size)
-    app.openapi = lambda: fit_examples(openapi_30(fastapi_openapi()), pairs, beam)   # as Swagger UI 4 reads it
+    # as Swagger UI 4 reads it; its requests go where the document is (a proxy's /nmt/ too), not to the site's root
+    app.openapi = lambda: {**fit_examples(openapi_30(fastapi_openapi()), pairs, beam), "servers": [{"url": "."}]}
     app.state.service = service
     _mount_static(app)
 
@@ -189,10 +190,10 @@ def _mount_static(app: FastAPI) -> None:
 
     @app.get("/docs", include_in_schema=False)
     async def docs() -> HTMLResponse:
-        return get_swagger_ui_html(openapi_url="/openapi.json", title="nmt-serve API",
-                                   swagger_js_url="/static/swagger/swagger-ui-bundle.js",
-                                   swagger_css_url="/static/swagger/swagger-ui.css",
-                                   swagger_favicon_url="/static/swagger/favicon-32x32.png")
+        return get_swagger_ui_html(openapi_url="openapi.json", title="nmt-serve API",   # relative, as the page's
+                                   swagger_js_url="static/swagger/swagger-ui-bundle.js",
+                                   swagger_css_url="static/swagger/swagger-ui.css",
+                                   swagger_favicon_url="static/swagger/favicon-32x32.png")
 
     @app.get("/static/korean.ttf", include_in_schema=False)
     async def font() -> Response:

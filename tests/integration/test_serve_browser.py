@@ -830,10 +830,11 @@ def under_a_path(url: str, prefix: str = "/nmt"):
         server.shutdown()
 
 
-def test_the_page_works_under_a_path_of_a_reverse_proxy(translator, serve_sentences):
+def test_the_page_works_under_a_path_of_a_reverse_proxy(translator, serve_sentences, tmp_path):
     """Behind a proxy serving it under /nmt/ the page asked /info, /translate and the font at the site's root
     (404: "The server's models could not be loaded"); it asks by relative URLs now, and for no /favicon.ico."""
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
     driver = browser()
     try:
         with background_server(make_app(translator)) as url, under_a_path(url) as proxied:
@@ -843,5 +844,10 @@ def test_the_page_works_under_a_path_of_a_reverse_proxy(translator, serve_senten
             assert driver.find_element(By.ID, "translation").text == expected
             assert driver.find_elements(By.CSS_SELECTOR, "#heatmap td")
             assert driver.execute_script("return document.fonts.check('16px NanumGothic', '가')")
+            check_docs_page(driver, proxied, tmp_path)   # /docs too (it was blank: its files asked at the root)
+            driver.find_element(By.CSS_SELECTOR, ".execute").click()   # and "Try it out" asks the server behind it
+            status = ".live-responses-table tbody .response-col_status"
+            code = WebDriverWait(driver, 20).until(lambda d: d.find_elements(By.CSS_SELECTOR, status))
+            assert code[0].text.startswith("200"), code[0].text
     finally:
         driver.quit()
