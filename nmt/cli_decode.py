@@ -53,7 +53,7 @@ def build_translate_parser() -> argparse.ArgumentParser:
                    help="each input line is a JSON object: {\"text\": \"...\"} with an optional \"target_prefix\": "
                         "text the translation must start with (it is forced, then the search goes on from it; a "
                         "last word without a space after it is completed)")
-    g.add_argument("--on-invalid-utf8", choices=("error", "replace"), default="error",
+    g.add_argument("--on-invalid-utf8", action=Once, choices=("error", "replace"), default="error",
                    help="a line that is not UTF-8: stop with an error naming it after writing every line before "
                         "it (default), or replace the bad bytes with U+FFFD and warn")
     g.add_argument("--alignment", action="store_true",
@@ -162,9 +162,9 @@ def build_evaluate_parser() -> argparse.ArgumentParser:
                    help="score the dev set the model was validated on (its recipe's held-out split or its dev "
                         "files), e.g. to choose checkpoints, beams or ensemble members without the test sets; "
                         "recorded as 'dev', which results tables leave out")
-    g.add_argument("--data-dir", type=nonempty(file_arg),
+    g.add_argument("--data-dir", action=Once, type=nonempty(file_arg),
                    help="offline mirror for --recipe-tests / --dev-set (default: the model's, or $NMT_DATA_DIR)")
-    g.add_argument("--max-sentences", type=number(int, 0), default=0,
+    g.add_argument("--max-sentences", action=Once, type=number(int, 0), default=0,
                    help="score only the first N sentences (0 = all); scores of part of a set are not recorded")
     g.add_argument("--prefix-words", type=number(int, 1), metavar="N",
                    help="start each translation with its reference's first N words (of the first --ref-file; "
@@ -325,7 +325,7 @@ def build_score_parser() -> argparse.ArgumentParser:
     g.add_argument("--tgt-file", action=Once, required=True, type=nonempty(file_arg),
                    help="translations of --src-file, line by line")
     g.add_argument("--output", action=Once, type=nonempty(file_arg), help="output file (default: stdout)")
-    g.add_argument("--output-format", choices=("score", "json"), default="score",
+    g.add_argument("--output-format", action=Once, choices=("score", "json"), default="score",
                    help="score: one number per line (default); json: one object per line with the score, the "
                         "log-probability, the length and every piece's log-probability")
     g.add_argument("--alignment", action="store_true",

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from nmt.commands import nonempty, number
+from nmt.commands import Once, nonempty, number
 from nmt.config import Config, ConfigError
 from nmt.serve.batcher import DEFAULT_MAX_WAIT_MS
 from nmt.serve.schema import Limits
@@ -30,13 +30,13 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="nmt-serve", description=__doc__.split("\n\n")[0])
     p.add_argument("--model-dir", action="append", required=True, type=nonempty(Path),
                    help="a trained model directory; repeat for several language pairs")
-    p.add_argument("--host", default="127.0.0.1", type=nonempty(),
+    p.add_argument("--host", action=Once, default="127.0.0.1", type=nonempty(),
                    help="address to listen on (0.0.0.0: every interface; default %(default)s)")
-    p.add_argument("--port", type=number(int, 1, 65535), default=8080, help="port (default %(default)s)")
+    p.add_argument("--port", action=Once, type=number(int, 1, 65535), default=8080, help="port (default %(default)s)")
     p.add_argument("--ensemble", nargs="+", action="extend", default=[], metavar="DIR", type=nonempty(Path),
                    help="further model directories that decode together with the --model-dir of their language "
                         "pair, following the mean of their log-probabilities (same vocabularies)")
-    p.add_argument("--checkpoint", default="best", type=nonempty(),
+    p.add_argument("--checkpoint", action=Once, default="best", type=nonempty(),
                    help="best, latest, avg or a step number (default %(default)s); applies to all")
     p.add_argument("--max-batch", type=count, default=None,
                    help="most sentences decoded together (default: the model's decode batch size)")

@@ -655,10 +655,20 @@ def test_a_repeated_file_or_checkpoint_flag_is_refused(capsys):
     """`nmt-evaluate --src-file a.ko --ref-file a.en --src-file b.ko --ref-file b.en` scored b.ko against both files
     of references (nrefs:2, recorded): argparse keeps the last --src-file, now that --ref-file adds up."""
     from nmt.cli_decode import build_evaluate_parser, build_score_parser, build_translate_parser
+    from types import SimpleNamespace
+    from nmt.serve.cli import parse_args
+    serve_parser = SimpleNamespace(parse_args=parse_args)   # nmt-serve's, as a parser's
     for build, argv in ((build_evaluate_parser, ["--src-file", "a", "--ref-file", "r", "--src-file", "b"]),
                         (build_translate_parser, ["--input", "a", "--input", "b"]),
                         (build_translate_parser, ["--checkpoint", "best", "--checkpoint", "avg"]),
-                        (build_score_parser, ["--src-file", "a", "--tgt-file", "t", "--tgt-file", "u"])):
+                        (build_score_parser, ["--src-file", "a", "--tgt-file", "t", "--tgt-file", "u"]),
+                        (build_score_parser, ["--src-file", "a", "--tgt-file", "t", "--output-format", "json",
+                                              "--output-format", "score"]),
+                        (build_evaluate_parser, ["--max-sentences", "2", "--max-sentences", "3"]),
+                        (build_evaluate_parser, ["--data-dir", "x", "--data-dir", "y"]),
+                        (build_translate_parser, ["--on-invalid-utf8", "replace", "--on-invalid-utf8", "error"]),
+                        (lambda: serve_parser, ["--checkpoint", "10", "--checkpoint", "best"]),
+                        (lambda: serve_parser, ["--port", "8081", "--port", "8082"])):
         with pytest.raises(SystemExit):
             build().parse_args(["--model-dir", "m", *argv])
         assert "is given twice (" in capsys.readouterr().err
