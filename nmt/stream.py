@@ -115,10 +115,12 @@ def decode_line(raw: bytes, line_no: int, name: str, on_invalid: str = "error") 
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         if on_invalid != "replace":
+            cat = {".gz": "zcat", ".bz2": "bzcat", ".xz": "xzcat"}.get(os.path.splitext(name)[1])   # (read as such)
             raise CorpusError(f"{name}:{line_no}: invalid UTF-8 (byte 0x{raw[e.start]:02x} at byte {e.start + 1} of "
                               "the line); the translations of all lines before it have been written. Convert the "
-                              "input to UTF-8 (Korean legacy text is often CP949: `iconv -f CP949 -t UTF-8`) or pass "
-                              "--on-invalid-utf8 replace") from None
+                              "input to UTF-8 (Korean legacy text is often CP949: " + (
+                                  f"`{cat} {name} | iconv -f CP949 -t UTF-8`" if cat else "`iconv -f CP949 -t UTF-8`")
+                              + ") or pass --on-invalid-utf8 replace") from None
         logger.warning("%s:%d: invalid UTF-8 replaced by U+FFFD (--on-invalid-utf8 replace)", name, line_no)
         text, replaced = raw.decode("utf-8", errors="replace"), True
     # LF splits lines as they are read: a CR is left. Other separators (U+2028, VT, FF, ...) are part of the line.

@@ -176,7 +176,7 @@ def test_utf16_input_to_translate_is_named_as_such(model_dir, tmp_path, capsys, 
     assert code == 2 and out == "" and f"error: {path}: the input is UTF-16 (" in err and "iconv -f UTF-16" in err
 
 
-def test_gzip_on_standard_input_is_named_as_such(model_dir, capsys, monkeypatch):
+def test_gzip_on_standard_input_is_named_as_such(model_dir, capsys, monkeypatch, tmp_path):
     """`zcat`-less `cat in.ko.gz | nmt-translate` said "invalid UTF-8 ... often CP949"; --input reads the file."""
     import gzip
     import io
@@ -185,6 +185,10 @@ def test_gzip_on_standard_input_is_named_as_such(model_dir, capsys, monkeypatch)
     code, out, err = run(translate_main, ["--model-dir", model_dir], capsys)
     assert code == 2 and out == "" and "the input is gzip data, not text: give a gzip, bzip2 or xz file with --input" \
         in err, err
+    bad = tmp_path / "bad.ko.gz"   # a bad byte in a gzip file: the hint pipes it through zcat, as nmt-score's does
+    bad.write_bytes(gzip.compress("고마워요.\n".encode() + b"\xff\n"))
+    code, out, err = run(translate_main, ["--model-dir", model_dir, "--input", bad], capsys)
+    assert code == 2 and f"`zcat {bad} | iconv -f CP949 -t UTF-8`" in err, err
 
 
 def test_invalid_utf8_in_a_test_set_offers_no_skipping(model_dir, test_files, tmp_path, capsys):
