@@ -238,10 +238,8 @@ def args_dict(args: argparse.Namespace, base: Optional[Config] = None, check: bo
             said = "--recipe" if flags.get("data.recipe") else f"{args.config}: data.recipe"   # (both in the file)
             raise ConfigError(f"{said} {data['recipe']} and --train-src/--train-tgt exclude each other: a recipe "
                               "brings its own corpora; give a recipe, or your own files")
-        config = getattr(args, "config", None)
-        if base is None or not (config and "recipe" in jsonio.read_object(config, ConfigError).get("data", {})):
-            # (on --resume a --config file's recipe is compared with the run's, by resumed_config)
-            data["recipe"] = None
+        if base is None or data.get("recipe") == base.data.recipe:   # (on --resume, a --config file's other
+            data["recipe"] = None   # recipe is left for resumed_config to compare with the run's)
     if getattr(args, "init_from", None) and not getattr(args, "resume", False):
         from nmt.finetune import kept_settings
         kept_settings(d, Path(args.init_from))
@@ -303,7 +301,8 @@ def config_for_resume(args: argparse.Namespace) -> Tuple[Config, List[str]]:
 def check_model_flags(arch: str, given: Dict[str, str], model: Optional[ModelConfig] = None) -> None:
     """ConfigError for a model flag given that `arch` does not read (`Seq2SeqModel.config_fields`): saved in
     config.json, it would change nothing, without a word; with `model`, for a --config file's such key not at its
-    default too (a model directory's config.json, a natural --config, holds every field)."""
+    default too (a model directory's config.json, a natural --config, holds every field), but under an --arch flag
+    (a run's config.json of the other architecture): then it is set back to its default in `model`, with a warning."""
     from nmt.models import ARCHITECTURES   # imports mxnet, which training needs anyway
     fields = ARCHITECTURES[arch].config_fields if arch in ARCHITECTURES else ()
     unread = []   # with --arch over a file of another architecture (a run's config.json): that one's settings

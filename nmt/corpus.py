@@ -61,7 +61,7 @@ def open_bytes(path: PathLike) -> Tuple[BinaryIO, Optional[str]]:
     try:
         f = open(path, "rb")   # opened once: a pipe (--input <(...), /dev/stdin) cannot be read again
         head = f.peek(10)[:10]
-        if head.startswith(b"PK\x03\x04"):
+        if archive_sign(head) == "a zip archive":
             f.close()
             raise CorpusError(f"{path}: this is a zip archive, not text; unzip it and give the file of sentences "
                               "(gzip, bzip2 and xz files are read as they are)")

@@ -59,8 +59,8 @@ def resume_state(model_dir: Path) -> ckpt.TrainState:
     state = ckpt.TrainState(**body["state"])
     check_kept_files(model_dir)
     if problems:
-        ckpt_logger.warning("--resume: the newest checkpoint is damaged (%s); resuming from step %d, the newest intact "
-                       "one", "; ".join(problems), state.step)
+        ckpt_logger.warning("--resume: the newest checkpoint is damaged (%s); resuming from step %d, the newest "
+                            "intact one", "; ".join(problems), state.step)
         state.save(model_dir)   # `latest` names an intact checkpoint again
     return state
 
