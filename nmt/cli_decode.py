@@ -121,7 +121,7 @@ def translate_main(args: argparse.Namespace) -> int:
         if args.json_input:   # two fields, each up to the guard's characters, JSON-escaped (\uXXXX: 6 bytes)
             max_bytes = max_bytes * 3 + 1024
         try:
-            stats = translate_stream(tr, read_raw_lines(src, max_bytes, idle), out, name=name,
+            stats = translate_stream(tr, read_raw_lines(src, max_bytes, idle, squeeze=not args.json_input), out, name=name,
                                      chunk_lines=args.chunk_lines, on_invalid=args.on_invalid_utf8,
                                      nbest=nbest, alignment=args.alignment, json_input=args.json_input,
                                      on_chunk=on_chunk)

@@ -9,6 +9,7 @@ import json
 import logging
 import lzma
 import os
+import re
 import select
 import sys
 import time
@@ -33,11 +34,15 @@ CONTROL_WARNINGS = 5   # lines whose control characters are named one by one; th
 REPORT_SECONDS = 60.0  # a long input logs how far it got this often (a 100,000-line file takes ~15 minutes on a CPU)
 
 
-def read_raw_lines(stream: BinaryIO, max_bytes: int, idle: Optional[float] = None) -> Iterator[Tuple[bytes, bool]]:
+def read_raw_lines(stream: BinaryIO, max_bytes: int, idle: Optional[float] = None,
+                   squeeze: bool = True) -> Iterator[Tuple[bytes, bool]]:
     """(line without its line end, was_cut) of a binary stream; a line longer than `max_bytes` is cut there and
-    the rest of it is read and discarded, so no line is ever held whole in memory. With `idle` (seconds) and a
-    stream with a file descriptor, PAUSE is yielded once when no line is ready and nothing arrives for that long;
-    the descriptor is then read directly (os.read), not through the stream's buffer, so that select sees all."""
+    the rest of it is read and discarded, so no line is ever held whole in memory. With `squeeze`, a line's spaces
+    and tabs count as `normalize` leaves them (leading ones dropped, a run as one space) before it is cut: a sentence
+    after 20,000 spaces is kept, as the Translator, which cuts after normalizing, keeps it (not for JSON lines, whose
+    strings squeezing would change). With `idle` (seconds) and a stream with a file descriptor, PAUSE is yielded once
+    when no line is ready and nothing arrives for that long; the descriptor is then read directly (os.read), not
+    through the stream's buffer, so that select sees all."""
     fd = _fileno(stream) if idle is not None else None
     buf, start, skipping, paused, first = b"", 0, False, False, True
     if fd is not None and hasattr(stream, "peek"):   # what the buffer holds already (open_bytes peeked at it)
@@ -63,6 +68,13 @@ def read_raw_lines(stream: BinaryIO, max_bytes: int, idle: Optional[float] = Non
                 line, start = buf[start:nl], nl + 1
                 yield line.rstrip(b"\r"), False
                 continue
+            if squeeze and len(buf) - start > max_bytes:
+                end = buf.find(b"\n", start)
+                end = len(buf) if end < 0 else end
+                squeezed = _squeeze(buf[start:end])
+                if len(squeezed) < end - start:
+                    buf, start = squeezed + buf[end:], 0
+                    continue
             if len(buf) - start > max_bytes:
                 yield _cut(buf[start:start + max_bytes]), True
                 skipping = True
@@ -95,6 +107,15 @@ def _fileno(stream) -> Optional[int]:
         return stream.fileno()
     except (AttributeError, OSError, ValueError):   # io.UnsupportedOperation (BytesIO) is an OSError
         return None
+
+
+_BLANKS = re.compile(rb"[ \t]{2,}")
+
+
+def _squeeze(pending: bytes) -> bytes:
+    """The start of a line read so far, its leading spaces and tabs dropped and its runs of them made one space
+    (ASCII bytes, never inside a UTF-8 character)."""
+    return _BLANKS.sub(b" ", pending.lstrip(b" \t"))
 
 
 def _cut(raw: bytes) -> bytes:

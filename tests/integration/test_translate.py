@@ -211,6 +211,35 @@ def test_reader_cuts_a_giant_line_without_holding_it(tmp_path):
     assert lines[2][0] == b"x" * 100
 
 
+class Trickle(io.BytesIO):
+    """A stream that hands out at most 333 bytes a read, as a slow pipe does."""
+    def read1(self, size=-1):
+        return super().read1(min(size, 333))
+
+
+@pytest.mark.parametrize("stream", [io.BytesIO, Trickle])
+def test_reader_counts_blanks_as_normalize_leaves_them(stream):
+    """Leading spaces and runs of spaces or tabs count once, as normalize leaves them, before the byte guard cuts a
+    line: 5,000 spaces before a sentence cut it to spaces alone, which the Translator translates whole."""
+    data = (b" " * 5000 + "가나다".encode() + b" \t" * 300 + b"x  y\n" + b" " * 5000 + b"\n" + b"z" * 150 +
+            b"\n" + "\u3000".encode() * 50 + b"\nlast")
+    assert list(read_raw_lines(stream(data), max_bytes=100)) == [
+        ("가나다 x y".encode(), False), (b"", False), (b"z" * 100, True), ("\u3000".encode() * 33, True),
+        (b"last", False)]
+    assert next(read_raw_lines(stream(data), max_bytes=100, squeeze=False)) == (b" " * 100, True)
+
+
+def test_cli_translates_a_sentence_after_many_spaces_as_the_translator_does(tr, tmp_path, capsys):
+    line = " " * 5000 + "리 니 차" + "\t \t" * 2000 + "리"
+    path = tmp_path / "in.ko"
+    path.write_text(f"{line}\n리 니\n", encoding="utf-8")
+    code, _, err = run(["--model-dir", tr.model_dir, "--input", path, "--output", tmp_path / "out.en",
+                        "--max-input-tokens", "20"], capsys)
+    assert code == 0 and "input guard" not in err, err
+    assert (tmp_path / "out.en").read_text(encoding="utf-8").splitlines() == tr.translate([line, "리 니"])
+    assert tr.translate([line])[0] == tr.translate(["리 니 차 리"])[0]
+
+
 # -- invalid UTF-8 ----------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("chunk", [2, 1000])
 def test_invalid_utf8_error_names_the_line_after_writing_all_before(tr, tmp_path, capsys, chunk):
