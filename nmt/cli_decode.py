@@ -82,7 +82,7 @@ def translate_main(args: argparse.Namespace) -> int:
     import contextlib
     from nmt.languages import hangul_counts, other_language_warning
     from nmt.plot import attention_saver
-    from nmt.stream import IDLE_SECONDS, interactive, open_input, read_raw_lines, translate_stream
+    from nmt.stream import IDLE_SECONDS, STDIN, interactive, open_input, read_raw_lines, translate_stream
     from nmt.translate import CHARS_PER_TOKEN
     if args.plot_attention:
         output_dir("--plot-attention", args.plot_attention)
@@ -104,7 +104,7 @@ def translate_main(args: argparse.Namespace) -> int:
         args.chunk_lines = 1   # typed lines: translate and write each one at once
         print(f"nmt-translate {tr.src_lang} -> {tr.tgt_lang}: type sentences, one per line; each translation goes to "
               f"{args.output} as you press Enter; Ctrl-D to end.", file=sys.stderr)
-    name = "<stdin>" if stdin else args.input
+    name = STDIN if stdin else args.input
     tally = [0, 0]   # the input's non-empty lines and those with Hangul: is it in the model's source language?
 
     def on_chunk(first: int, lines: list, translations: list) -> None:
@@ -113,7 +113,7 @@ def translate_main(args: argparse.Namespace) -> int:
         if plot is not None:
             plot(first, lines, translations)
     with output_errors(args.output), contextlib.ExitStack() as stack:
-        src, idle = (sys.stdin.buffer, IDLE_SECONDS) if stdin else open_input(args.input, stack)
+        src, idle, compressed = (sys.stdin.buffer, IDLE_SECONDS, None) if stdin else open_input(args.input, stack)
         if args.seed is not None:   # repeatable draws: the chunks (and so the draws) must not depend on pauses
             idle = None
         out = open_output(stack, args.output)
@@ -121,7 +121,8 @@ def translate_main(args: argparse.Namespace) -> int:
         if args.json_input:   # two fields, each up to the guard's characters, JSON-escaped (\uXXXX: 6 bytes)
             max_bytes = max_bytes * 3 + 1024
         try:
-            stats = translate_stream(tr, read_raw_lines(src, max_bytes, idle, squeeze=not args.json_input), out, name=name,
+            lines = read_raw_lines(src, max_bytes, idle, squeeze=not args.json_input)
+            stats = translate_stream(tr, lines, out, name=name, compressed=compressed,
                                      chunk_lines=args.chunk_lines, on_invalid=args.on_invalid_utf8,
                                      nbest=nbest, alignment=args.alignment, json_input=args.json_input,
                                      on_chunk=on_chunk)

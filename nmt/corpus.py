@@ -171,6 +171,12 @@ def _text_bytes(data: bytes, path: Path) -> bytes:
     return data
 
 
+def cp949_command(path: Optional[PathLike], kind: Optional[str]) -> str:
+    """The command converting CP949 text in `path` (None: standard input; read as `kind`: "gzip" ...) to UTF-8."""
+    cat, tail = {"gzip": "zcat", "bzip2": "bzcat", "xz": "xzcat"}.get(kind or ""), "" if path is None else f" {path}"
+    return f"`{cat} {path} | iconv -f CP949 -t UTF-8`" if cat else f"`iconv -f CP949 -t UTF-8{tail}`"
+
+
 def archive_sign(data: bytes) -> str:
     """The archive or compression format of data starting with `data`, by its magic bytes, or "" (a tar archive
     also inside gzip, bzip2 or xz: their reader gives its bytes)."""
@@ -226,7 +232,6 @@ def _decode_lines(path: PathLike, skip_invalid_utf8: bool, max_line_chars: int,
             logger.warning("%s: converted %d CRLF (Windows) line ends to LF", path, crlf)
             data = data.replace(b"\r\n", b"\n")
     raw = _split_lines(data, path, keep_blank_end)
-    cat = {"gzip": "zcat", "bzip2": "bzcat", "xz": "xzcat"}.get(kind or "")
 
     lines: List[Optional[str]] = []
     bad: List[int] = []
@@ -237,9 +242,8 @@ def _decode_lines(path: PathLike, skip_invalid_utf8: bool, max_line_chars: int,
             if not skip_invalid_utf8:
                 raise CorpusError(
                     f"{path}:{i}: invalid UTF-8 (byte 0x{b[e.start]:02x} at byte {e.start + 1} of the line). "
-                    "Convert the file to UTF-8 (Korean legacy files are often CP949: " + (
-                        f"`{cat} {path} | iconv -f CP949 -t UTF-8`" if cat else f"`iconv -f CP949 -t UTF-8 {path}`")
-                    + ")" + (", or pass --skip-invalid-utf8 to drop such lines and their translations (counted)."
+                    f"Convert the file to UTF-8 (Korean legacy files are often CP949: {cp949_command(path, kind)})"
+                    + (", or pass --skip-invalid-utf8 to drop such lines and their translations (counted)."
                              if skippable else ".")) from None
             bad.append(i)
             lines.append(None)

@@ -18,8 +18,8 @@ from typing import BinaryIO, Callable, Iterable, Iterator, List, Optional, Seque
 
 from nmt import jsonio
 from nmt.align import format_links
-from nmt.corpus import (CorpusError, archive_sign, control_characters, count_lines, lone_surrogate, one_line,
-                        open_bytes, utf16_sign)
+from nmt.corpus import (CorpusError, archive_sign, control_characters, count_lines, cp949_command, lone_surrogate,
+                        one_line, open_bytes, utf16_sign)
 from nmt.log import Every
 from nmt.translate import CHARS_PER_TOKEN, Translator
 
@@ -30,6 +30,7 @@ logger = logging.getLogger("nmt.translate")
 # pipe and waits for its translation gets it, while a file still fills whole chunks.
 IDLE_SECONDS = 0.05
 PAUSE = (b"", None)   # what read_raw_lines yields when the input pauses
+STDIN = "<stdin>"     # the name of standard input in messages
 CONTROL_WARNINGS = 5   # lines whose control characters are named one by one; the summary counts the rest
 REPORT_SECONDS = 60.0  # a long input logs how far it got this often (a 100,000-line file takes ~15 minutes on a CPU)
 
@@ -92,14 +93,15 @@ def read_raw_lines(stream: BinaryIO, max_bytes: int, idle: Optional[float] = Non
         buf, start = buf[start:] + data, 0
 
 
-def open_input(path: str, stack: contextlib.ExitStack) -> Tuple[BinaryIO, Optional[float]]:
-    """nmt-translate's --input file, open in `stack` (decompressed if gzip, bzip2 or xz), and the `idle` time to
-    read it with (None for a compressed file: its descriptor holds the compressed bytes)."""
+def open_input(path: str, stack: contextlib.ExitStack) -> Tuple[BinaryIO, Optional[float], Optional[str]]:
+    """nmt-translate's --input file, open in `stack` (decompressed if gzip, bzip2 or xz), the `idle` time to read
+    it with (None for a compressed file: its descriptor holds the compressed bytes) and its compression (None:
+    plain)."""
     try:
         f, kind = open_bytes(path)
     except CorpusError as e:
         raise CorpusError(f"--input {e}") from None
-    return stack.enter_context(f), None if kind else IDLE_SECONDS
+    return stack.enter_context(f), None if kind else IDLE_SECONDS, kind
 
 
 def _fileno(stream) -> Optional[int]:
@@ -128,20 +130,20 @@ def _cut(raw: bytes) -> bytes:
     return raw[:end].rstrip(b"\r")
 
 
-def decode_line(raw: bytes, line_no: int, name: str, on_invalid: str = "error") -> Tuple[str, bool]:
-    """(text, had_invalid_bytes) of one input line; invalid UTF-8 is a CorpusError naming the line, or replaced
-    by U+FFFD with a warning when `on_invalid` is "replace"."""
+def decode_line(raw: bytes, line_no: int, name: str, on_invalid: str = "error",
+                compressed: Optional[str] = None) -> Tuple[str, bool]:
+    """(text, had_invalid_bytes) of one input line of `name` (read as `compressed`: "gzip", ... or None); invalid
+    UTF-8 is a CorpusError naming the line, or replaced by U+FFFD with a warning when `on_invalid` is "replace"."""
     replaced = False
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         if on_invalid != "replace":
-            cat = {".gz": "zcat", ".bz2": "bzcat", ".xz": "xzcat"}.get(os.path.splitext(name)[1])   # (read as such)
             raise CorpusError(f"{name}:{line_no}: invalid UTF-8 (byte 0x{raw[e.start]:02x} at byte {e.start + 1} of "
                               "the line); the translations of all lines before it have been written. Convert the "
-                              "input to UTF-8 (Korean legacy text is often CP949: " + (
-                                  f"`{cat} {name} | iconv -f CP949 -t UTF-8`" if cat else "`iconv -f CP949 -t UTF-8`")
-                              + ") or pass --on-invalid-utf8 replace") from None
+                              "input to UTF-8 (Korean legacy text is often CP949: "
+                              f"{cp949_command(None if name == STDIN else name, compressed)}) or pass "
+                              "--on-invalid-utf8 replace") from None
         logger.warning("%s:%d: invalid UTF-8 replaced by U+FFFD (--on-invalid-utf8 replace)", name, line_no)
         text, replaced = raw.decode("utf-8", errors="replace"), True
     # LF splits lines as they are read: a CR is left. Other separators (U+2028, VT, FF, ...) are part of the line.
@@ -234,7 +236,8 @@ def translation_rows(translator: Translator, lines: List[str], first_line: int, 
 
 
 def translate_stream(translator: Translator, raw_lines: Iterable[Tuple[bytes, bool]], out: TextIO, *,
-                     name: str = "<stdin>", chunk_lines: int = 1000, on_invalid: str = "error",
+                     name: str = STDIN, compressed: Optional[str] = None, chunk_lines: int = 1000,
+                     on_invalid: str = "error",
                      nbest: Optional[int] = None, alignment: bool = False, json_input: bool = False,
                      on_chunk: Optional[Callable[[int, List[str], List[str]], None]] = None) -> StreamStats:
     """Translate (line, was_cut) items chunk by chunk, writing one output line per input line (its
@@ -270,7 +273,7 @@ def translate_stream(translator: Translator, raw_lines: Iterable[Tuple[bytes, bo
                 flush()
                 continue
             line_no += 1
-            text, prefix = _read_line(*item, line_no, name, on_invalid, json_input, stats)
+            text, prefix = _read_line(*item, line_no, (name, compressed), on_invalid, json_input, stats)
             chunk.append(text)
             prefixes.append(prefix)
             if len(chunk) >= chunk_lines:
@@ -283,10 +286,11 @@ def translate_stream(translator: Translator, raw_lines: Iterable[Tuple[bytes, bo
     return stats
 
 
-def _read_line(raw: bytes, cut: bool, line_no: int, name: str, on_invalid: str, json_input: bool,
-               stats: StreamStats) -> Tuple[str, Optional[str]]:
-    """(text, target prefix or None) of one raw input line, counted in `stats`; a CorpusError naming the line for
-    what cannot be read."""
+def _read_line(raw: bytes, cut: bool, line_no: int, source: Tuple[str, Optional[str]], on_invalid: str,
+               json_input: bool, stats: StreamStats) -> Tuple[str, Optional[str]]:
+    """(text, target prefix or None) of one raw input line of `source` (name, compression), counted in `stats`; a
+    CorpusError naming the line for what cannot be read."""
+    name = source[0]
     if cut and json_input:   # a cut object is no longer JSON
         raise CorpusError(f"{name}:{line_no}: the line is longer than the input guard (--max-input-tokens x "
                           f"{CHARS_PER_TOKEN} characters per field) and was cut while reading, so it is no longer a "
@@ -296,7 +300,7 @@ def _read_line(raw: bytes, cut: bool, line_no: int, name: str, on_invalid: str, 
         stats.cut += 1
         logger.warning("%s:%d: line longer than the input guard (--max-input-tokens x %d characters); cut while "
                        "reading", name, line_no, CHARS_PER_TOKEN)
-    text, replaced = decode_line(raw, line_no, name, on_invalid)
+    text, replaced = decode_line(raw, line_no, name, on_invalid, source[1])
     stats.invalid_utf8 += replaced
     prefix = None
     if json_input:

@@ -189,6 +189,12 @@ def test_gzip_on_standard_input_is_named_as_such(model_dir, capsys, monkeypatch,
     bad.write_bytes(gzip.compress("고마워요.\n".encode() + b"\xff\n"))
     code, out, err = run(translate_main, ["--model-dir", model_dir, "--input", bad], capsys)
     assert code == 2 and f"`zcat {bad} | iconv -f CP949 -t UTF-8`" in err, err
+    for name, data, cat in [("bad.txt", gzip.compress(b"\xff\n"), "zcat "), ("bad.gz", b"\xff\n", "")]:
+        path = tmp_path / name   # by what the file holds, not by its name (it was "iconv" alone, and zcat for bad.gz)
+        path.write_bytes(data)
+        code, out, err = run(translate_main, ["--model-dir", model_dir, "--input", path], capsys)
+        assert code == 2 and f"`{cat}{path} | iconv -f CP949 -t UTF-8`" in err if cat else \
+            f"`iconv -f CP949 -t UTF-8 {path}`" in err, err
 
 
 def test_invalid_utf8_in_a_test_set_offers_no_skipping(model_dir, test_files, tmp_path, capsys):

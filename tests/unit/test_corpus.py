@@ -437,6 +437,6 @@ def test_a_pipe_is_read_from_its_first_byte(compress):
 
     def streamed(path):
         with contextlib.ExitStack() as stack:
-            f, idle = open_input(path, stack)
+            f, idle, _ = open_input(path, stack)
             return [raw.decode("utf-8") for raw, _ in read_raw_lines(f, 1 << 16, idle) if raw]
     assert piped(streamed) == lines
