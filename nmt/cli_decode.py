@@ -15,7 +15,7 @@ from nmt.cli import DECODE_FLAGS
 from nmt.commands import Once, command, file_arg, nonempty, number
 from nmt.cli_io import (add_model_decode_args, check_languages_of, load_translator, misaligned, open_output,
                         output_dir, output_errors, reader_gone, refuse_overwriting, utf8_stdout)
-from nmt.config import ConfigError
+from nmt.config import CHARS_PER_TOKEN, ConfigError
 
 
 def build_translate_parser() -> argparse.ArgumentParser:
@@ -83,7 +83,6 @@ def translate_main(args: argparse.Namespace) -> int:
     from nmt.languages import hangul_counts, other_language_warning
     from nmt.plot import attention_saver
     from nmt.stream import IDLE_SECONDS, STDIN, interactive, open_input, read_raw_lines, translate_stream
-    from nmt.translate import CHARS_PER_TOKEN
     if args.plot_attention:
         output_dir("--plot-attention", args.plot_attention)
     _check_sampling(args)

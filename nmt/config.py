@@ -238,6 +238,12 @@ class TrainConfig:
                                            "same update)")])
 
 
+# Characters kept per allowed subword token before tokenizing: a SentencePiece piece rarely spans more than a
+# few characters, so max_input_tokens * 16 characters always hold max_input_tokens tokens, while an absurd
+# line (a whole file without line ends) is cut before the tokenizer sees it.
+CHARS_PER_TOKEN = 16
+
+
 @dataclass
 class DecodeConfig:
     beam_size: int = 5

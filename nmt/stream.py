@@ -21,7 +21,8 @@ from nmt.align import format_links
 from nmt.corpus import (CorpusError, archive_sign, control_characters, count_lines, cp949_command, lone_surrogate,
                         one_line, open_bytes, utf16_sign)
 from nmt.log import Every
-from nmt.translate import CHARS_PER_TOKEN, Translator
+from nmt.config import CHARS_PER_TOKEN
+from nmt.translate import Translator
 
 logger = logging.getLogger("nmt.translate")
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from nmt import checkpoint as ckpt
 from nmt.batching import pad_sources
-from nmt.config import Config, DecodeConfig
+from nmt.config import CHARS_PER_TOKEN, Config, DecodeConfig
 from nmt.corpus import count_lines, lone_surrogate, normalize, one_line
 from nmt.members import check_member_vocabulary, load_member, model_files, refuse_repeated_member
 from nmt.models.base import Seq2SeqModel
@@ -33,10 +33,6 @@ from nmt.tokenizer import Tokenizer
 
 logger = logging.getLogger("nmt.translate")
 
-# Characters kept per allowed subword token before tokenizing: a SentencePiece piece rarely spans more than a
-# few characters, so max_input_tokens * 16 characters always hold max_input_tokens tokens, while an absurd
-# line (a whole file without line ends) is cut before the tokenizer sees it.
-CHARS_PER_TOKEN = 16
 Hyps = List[Tuple[List[int], float]]
 SOURCE = "input line"   # what a cut source is called in warnings and in `unreported`'s list (a prefix: otherwise)
 

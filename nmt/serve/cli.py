@@ -8,8 +8,10 @@ requests in flight, then the application's shutdown closes the batchers.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import errno
 import logging
+import signal
 import socket
 import sys
 from pathlib import Path
@@ -18,13 +20,13 @@ from typing import List, Optional, Sequence
 from nmt.commands import Once, nonempty, number
 from nmt.config import Config, ConfigError
 from nmt.serve.batcher import DEFAULT_MAX_WAIT_MS
-from nmt.serve.schema import Limits
 
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    from nmt.serve.schema import Limits   # (pydantic and starlette: imported once nmt-serve runs)
     lim = Limits()
     count = number(int, 1)
     p = argparse.ArgumentParser(prog="nmt-serve", description=__doc__.split("\n\n")[0])
@@ -68,6 +70,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 def build_app(args: argparse.Namespace):
     """The application over every --model-dir, each loaded once."""
     from nmt.serve.api import Service, create_app
+    from nmt.serve.schema import Limits
     from nmt.search import search_too_wide
     from nmt.translate import Translator
     pairs = {d: _pair(d, "--model-dir") for d in args.model_dir}
@@ -145,19 +148,60 @@ def check_address(host: str, port: int) -> None:
             raise ConfigError(f"--host {host} --port {port}: cannot listen there ({e.strerror}){hint}") from None
 
 
+class _Cancelled(logging.Filter):
+    """Drops uvicorn's tracebacks of the tasks its forced exit (a second Ctrl-C) leaves to be cancelled: the
+    lifespan and each request in flight (whose client gets a 500)."""
+    def __init__(self, server) -> None:
+        super().__init__()
+        self.server = server
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        cancelled = (record.exc_info and record.exc_info[0] is asyncio.CancelledError
+                     or record.getMessage().rstrip().endswith("asyncio.exceptions.CancelledError"))   # (lifespan's)
+        return not (self.server.force_exit and cancelled)
+
+
+def run_server(server) -> int:
+    """Run a uvicorn server until a signal stops it; 130 when Ctrl-C did. uvicorn raises the signals it caught
+    again once it has shut down; after a second Ctrl-C (its forced exit) that raised KeyboardInterrupt inside the
+    event loop, whose tasks then ended with tracebacks. Here a handler of our own takes SIGINT when it comes again."""
+    interrupted, quiet, log = [], _Cancelled(server), logging.getLogger("uvicorn.error")
+
+    def on_sigint(sig, frame) -> None:
+        interrupted.append(sig)
+        server.should_exit = True   # (a Ctrl-C before uvicorn's own handler is in place)
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    log.addFilter(quiet)
+    try:
+        server.run()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        log.removeFilter(quiet)
+    if server.force_exit:
+        logging.getLogger("nmt.serve").warning("forced exit: requests in flight were not answered")
+    return 130 if interrupted else 0
+
+
 def main(argv: Optional[List[str]] = None) -> int:
-    """Entry point of `nmt-serve` and scripts/serve.py."""
+    """Entry point of `nmt-serve` and scripts/serve.py. Importing it loads no framework (nor does --help), so that
+    Ctrl-C while the framework or the models load ends the command with 130 and no traceback, as it does the
+    other commands."""
+    try:
+        return _serve(parse_args(argv))
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def _serve(args: argparse.Namespace) -> int:
     import uvicorn
     from nmt.checkpoint import CheckpointError
-    args = parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         check_address(args.host, args.port)
         app = build_app(args)
-        uvicorn.Server(uvicorn_config(app, args.host, args.port, args.log_level, args.max_queue)).run()
+        return run_server(uvicorn.Server(uvicorn_config(app, args.host, args.port, args.log_level, args.max_queue)))
     except (CheckpointError, ConfigError, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)   # as every nmt command says it
         return 2
-    except KeyboardInterrupt:   # Ctrl-C: while the models load, or re-raised by uvicorn once it has shut down
-        return 130
     return 0

@@ -17,8 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import ClientDisconnect
 
 from nmt import jsonio
+from nmt.config import CHARS_PER_TOKEN
 from nmt.corpus import control_characters, count_lines, lone_surrogate, normalize
-from nmt.translate import CHARS_PER_TOKEN
 
 EXAMPLE = '{"text": ["안녕하세요"], "beam_size": 4, "nbest": 1}'   # of /translate; /attention's below
 # Arrays and objects a body may nest: a request nests 2 (an object of lists of strings). Much deeper JSON would only

@@ -32,17 +32,59 @@ def health(url: str):
         return None
 
 
+def start_server(model_dir: Path, log_path: Path):
+    """(url, process, log file) of scripts/serve.py serving `model_dir`, its output going to `log_path`. A long
+    batching wait keeps a first request in flight while a signal arrives."""
+    port = free_port()
+    log = open(log_path, "w")
+    proc = subprocess.Popen([sys.executable, str(REPO / "scripts" / "serve.py"), "--model-dir", str(model_dir),
+                             "--port", str(port), "--max-wait-ms", "2000", "--log-level", "warning"],
+                            env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=log, stderr=subprocess.STDOUT)
+    return f"http://127.0.0.1:{port}", proc, log
+
+
+def test_a_second_ctrl_c_quits_at_once_without_tracebacks(serve_model, serve_sentences, tmp_path):
+    """Ctrl-C again while a request is in flight is uvicorn's forced exit, which raised KeyboardInterrupt inside the
+    event loop: tracebacks of its lifespan and of the request's cancelled task. Now a warning says what was lost."""
+    url, proc, log = start_server(serve_model, tmp_path / "server.log")
+    try:
+        wait_until(lambda: health(url), 60, "the server to start")
+        with ThreadPoolExecutor(1) as pool:
+            in_flight = pool.submit(httpx.post, url + "/translate", json={"text": serve_sentences[:1]}, timeout=30)
+            wait_until(lambda: (health(url) or {}).get("models", {}).get("ko-en", {}).get("queued"), 10,
+                       "the request to be queued")
+            proc.send_signal(signal.SIGINT)
+            time.sleep(0.3)
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=30) == 130
+            try:
+                assert in_flight.result().status_code == 500
+            except httpx.HTTPError:   # or the connection closed unanswered
+                pass
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        log.close()
+    text = (tmp_path / "server.log").read_text()
+    assert "Traceback" not in text and "CancelledError" not in text, text
+    assert "forced exit: requests in flight were not answered" in text, text
+
+
+def test_ctrl_c_while_the_models_load_is_an_interruption(monkeypatch, tmp_path, capsys):
+    from nmt.serve import cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(cli, "build_app", interrupted)
+    assert cli.main(["--model-dir", str(tmp_path), "--port", str(free_port())]) == 130
+    assert capsys.readouterr().err == "interrupted\n"
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_sigterm_answers_requests_in_flight_and_refuses_new_ones(serve_model, serve_sentences, tmp_path, sig):
     """... and Ctrl-C (SIGINT) alike, which ended with two tracebacks (uvicorn re-raises it once it has shut
     down)."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    log = open(tmp_path / "server.log", "w")
-    # a long batching wait keeps the first request in flight while the signal arrives
-    proc = subprocess.Popen([sys.executable, str(REPO / "scripts" / "serve.py"), "--model-dir", str(serve_model),
-                             "--port", str(port), "--max-wait-ms", "2000", "--log-level", "warning"],
-                            env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=log, stderr=subprocess.STDOUT)
+    url, proc, log = start_server(serve_model, tmp_path / "server.log")
     try:
         t0 = time.monotonic()
         wait_until(lambda: health(url), 60, "the server to start")

@@ -58,3 +58,15 @@ def test_import_refuses_two_mxnet_builds(tmp_path):
                        env={"PYTHONPATH": f"{tmp_path}:{REPO}", "PATH": "/usr/bin:/bin"})
     assert r.returncode != 0
     assert "Several MXNet builds are installed" in r.stderr and "requirements/cpu.txt" in r.stderr
+
+
+def test_the_commands_import_no_framework_before_they_run():
+    """Each console command's module loads without MXNet (seconds to import), so that --help is quick and Ctrl-C
+    while the framework loads is the command's own "interrupted" (exit 130), not a traceback of the import. nmt-serve
+    imported MXNet with its module (3.6 s; found by a check of Ctrl-C during start-up)."""
+    setup = (REPO / "setup.py").read_text()
+    modules = sorted(set(re.findall(r'"nmt-[a-z]+=([\w.]+):\w+"', setup)))
+    assert "nmt.serve" in modules and len(modules) == 5
+    code = f"import sys\nfor m in {modules!r}: __import__(m)\nprint(sorted(m for m in sys.modules if m == 'mxnet'))"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={"PYTHONPATH": str(REPO)})
+    assert r.returncode == 0 and r.stdout == "[]\n", (r.stdout, r.stderr)
