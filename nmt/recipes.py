@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
+from nmt.cleaning import clean_training_pairs
 from nmt.config import ConfigError, DataConfig
-from nmt.corpus import CorpusError, Pairs, clean_training_pairs, concat, read_parallel, read_tsv
+from nmt.corpus import CorpusError, Pairs, concat, read_parallel, read_tsv
 from nmt.download import DOWNLOAD_TIMEOUT, download, download_archive, verify_file
 from nmt.languages import check_languages, has_hangul
 from nmt.rest_markup import strip_rest_markup

@@ -216,7 +216,8 @@ def _first_update(train_src, train_tgt, src_vocab: int, tgt_vocab: int, batch_si
 
 def run(out_dir: Path, pairs: int, vocab_size: int = 8000, batch_size: int = 64) -> Dict[str, Any]:
     """Measure every stage on a corpus of `pairs` pairs under `out_dir`; returns the figures."""
-    from nmt.corpus import clean_training_pairs, read_parallel
+    from nmt.cleaning import clean_training_pairs
+    from nmt.corpus import read_parallel
     from nmt.encoded import load_or_encode
     from scripts.synthetic_corpus import write_corpus
     from nmt.tokenizer import INPUT_SENTENCE_SIZE, train_tokenizer

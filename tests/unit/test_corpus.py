@@ -4,8 +4,8 @@ import unicodedata
 
 import pytest
 
-from nmt.corpus import (MAX_LINE_CHARS, CorpusError, Pairs, clean_training_pairs, concat, normalize, read_parallel,
-                        read_tsv)
+from nmt.cleaning import clean_training_pairs
+from nmt.corpus import MAX_LINE_CHARS, CorpusError, Pairs, concat, normalize, read_parallel, read_tsv
 from nmt.rest_markup import strip_rest_markup
 
 KO = ["안녕하세요.", "고양이가 잔다.", "비가 온다."]
