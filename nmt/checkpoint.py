@@ -182,8 +182,9 @@ def _check_overwrite(model_dir: Path, held: List[str], inputs: Dict[str, Any]) -
                               f"no {CONFIG} or {LOG} but holds {shown}; give the directory of the run to start "
                               "over, or a new --model-dir")
     root = model_dir.resolve()
-    for flag, path in inputs.items():
-        if path and (root == Path(path).resolve() or root in Path(path).resolve().parents):
+    for flag, path in inputs.items():   # the file, and a symbolic link to it in the directory (deleted with it)
+        if path and any(root == p or root in p.parents for p in (Path(path).resolve(),
+                                                                  Path(path).parent.resolve() / Path(path).name)):
             raise CheckpointError(f"{flag} {path} is inside --model-dir {model_dir}, which --overwrite deletes: move "
                                   "it out of the directory or give another --model-dir")
 

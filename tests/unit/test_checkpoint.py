@@ -163,6 +163,11 @@ def test_prepare_model_dir(tmp_path):
         ckpt.prepare_model_dir(d, resume=False, overwrite=True, inputs={"--dev-src": None, "--dev-tgt": d / "x"})
     with pytest.raises(ckpt.CheckpointError, match="--cache-dir .* is inside --model-dir"):
         ckpt.prepare_model_dir(d, resume=False, overwrite=True, inputs={"--cache-dir": str(d)})
+    (tmp_path / "train.ko").write_text("가\n")
+    (d / "link.ko").symlink_to(tmp_path / "train.ko")   # the link goes with the directory: "file not found" later
+    with pytest.raises(ckpt.CheckpointError, match="--train-src .*/link.ko is inside --model-dir"):
+        ckpt.prepare_model_dir(d, resume=False, overwrite=True, inputs={"--train-src": d / "link.ko"})
+    (d / "link.ko").unlink()
     assert (d / "x").exists()
     ckpt.prepare_model_dir(d, resume=False, overwrite=True, inputs={"--train-src": tmp_path / "train.ko"})
     assert (d / "x").exists() and (d / ckpt.LOG).exists()   # checked only: nmt.dirlock.set_aside moves them
