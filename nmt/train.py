@@ -8,7 +8,7 @@ import logging
 import random
 import signal
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -18,7 +18,7 @@ from mxnet import gluon
 
 from nmt import checkpoint as ckpt
 from nmt.batching import Batch
-from nmt.config import Config
+from nmt.config import CORPUS_FILES, Config
 from nmt.config_resume import PER_INVOCATION
 from nmt.data import TrainData, build_data
 from nmt.dirlock import ModelDirLock, ModelDirLocked, remove_made, replacing, set_aside
@@ -337,8 +337,12 @@ def train(cfg: Config, resume: bool = False, overwrite: bool = False, evaluate: 
           init: Optional[Path] = None) -> TrainResult:
     """Train per `cfg` (from `init`, a model directory or params file, as --init-from: with the model's settings but
     for what `cfg` sets otherwise, `nmt.finetune.for_init`); `evaluate`: score the best checkpoint on the tests."""
+    cfg = _config(cfg, "train")
+    if not resume and cfg.data.recipe and any(getattr(cfg.data, f) for f in CORPUS_FILES):   # files replace the
+        # recipe (a DataConfig's default "tatoeba"), as load_data reads them: config.json names none, as nmt-train's
+        cfg = replace(cfg, data=replace(cfg.data, recipe=None))
     if init is not None:
-        cfg, init = for_init(_config(cfg, "train"), init)
+        cfg, init = for_init(cfg, init)
     return run_training(cfg, resume, overwrite, evaluate, init)
 
 
