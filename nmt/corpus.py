@@ -281,6 +281,8 @@ def _align(src: List[Optional[str]], tgt: List[Optional[str]], name: str, where:
     dropped = {}
     if invalid:
         dropped["invalid_utf8"] = len(invalid)
+        logger.warning("%s: dropped %d pair(s) with a skipped side (invalid UTF-8): line %s", where, len(invalid),
+                       line_list(invalid))
     if empty:
         dropped["empty_line"] = len(empty)
         logger.warning("%s: dropped %d pair(s) with an empty side: line %s", where, len(empty), line_list(empty))
@@ -303,16 +305,21 @@ def drop_blank_ends(files: Sequence[Tuple[PathLike, List[Optional[str]]]]) -> No
 
 
 def read_parallel(src_path: PathLike, tgt_path: PathLike, *, skip_invalid_utf8: bool = False,
-                  name: Optional[str] = None) -> Pairs:
-    """Line-aligned file pair: line i of `src_path` translates to line i of `tgt_path`."""
-    src, tgt = (read_lines(p, skip_invalid_utf8=skip_invalid_utf8, keep_blank_end=True, skippable=True)
-                for p in (src_path, tgt_path))
+                  name: Optional[str] = None, whole: bool = False) -> Pairs:
+    """Line-aligned file pair: line i of `src_path` translates to line i of `tgt_path`. Pairs with an empty or
+    skipped side are dropped (counted), unless `whole`: a test set, read as nmt-evaluate reads its files (every line
+    counts, none is skipped, and a source line of any length is the Translator's to cut)."""
+    src, tgt = (read_lines(p, skip_invalid_utf8=skip_invalid_utf8 and not whole, keep_blank_end=True,
+                           skippable=not whole, max_line_chars=None if whole and side == 0 else MAX_LINE_CHARS)
+                for side, p in enumerate((src_path, tgt_path)))
     drop_blank_ends([(src_path, src), (tgt_path, tgt)])
     if len(src) != len(tgt):
         raise CorpusError(
             f"line counts differ: {src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}. Parallel files must "
             "be line-aligned (line i of one translates line i of the other); find the extra or missing line "
             "(a sentence broken over two lines, or a missing translation) and fix the files.")
+    if whole:
+        return Pairs(src, tgt, name or Path(src_path).stem)   # type: ignore[arg-type]   (no None: nothing skipped)
     return _align(src, tgt, name or Path(src_path).stem, f"{src_path} / {tgt_path}")
 
 

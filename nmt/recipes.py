@@ -357,10 +357,15 @@ def _load_files(cfg: DataConfig) -> DatasetSplits:
     if train_files is None:
         raise ConfigError("dev/test files were given without training files: add --train-src and --train-tgt "
                           "(or drop the file flags to use --recipe)")
+    for flag, path in cfg.input_paths().items():
+        if path and flag.endswith(("-src", "-tgt")) and os.path.exists(path) and not (os.path.isfile(path) or
+                                                                                      os.path.isdir(path)):
+            logger.warning("%s %s is not a regular file (a pipe?): it can be read only once, so this run cannot be "
+                           "resumed nor its data read again by nmt-evaluate; give a file to be able to", flag, path)
     skip = cfg.skip_invalid_utf8
     train = read_parallel(*train_files, skip_invalid_utf8=skip, name="train")
     dev = read_parallel(*dev_files, skip_invalid_utf8=skip, name="dev") if dev_files else None
-    tests = {"test": read_parallel(*test_files, skip_invalid_utf8=skip, name="test")} if test_files else {}
+    tests = {"test": read_parallel(*test_files, name="test", whole=True)} if test_files else {}
     for kind, pairs in (("train", train), ("dev", dev), ("test", tests.get("test"))):
         if pairs is not None:
             check_languages(pairs.src, pairs.tgt, cfg.src_lang, tuple(

@@ -198,6 +198,9 @@ def test_invalid_utf8_skipped_on_request_and_counted(write_file, nmt_logs):
     assert pairs.src == [KO[0], KO[2]] and pairs.tgt == [EN[0], EN[2]]   # the translation goes too: alignment kept
     assert pairs.dropped == {"invalid_utf8": 1}
     assert "skipped 1 line(s) with invalid UTF-8" in messages(nmt_logs) and "line 2" in messages(nmt_logs)
+    # the pairs they took with them too (each file said how many lines it skipped; 10 and 15 lines took 20 pairs)
+    assert f"{ko} / " in messages(nmt_logs) and "dropped 1 pair(s) with a skipped side (invalid UTF-8): line 2" \
+        in messages(nmt_logs)
 
 
 @pytest.mark.parametrize("content", [b"", b"\n\n  \n", b"\xef\xbb\xbf"])
