@@ -66,19 +66,34 @@ def test_bleu_eval_names_the_command_of_its_numbers():
 
 
 def test_bleu_eval_notebook(tmp_path_factory, tmp_path, monkeypatch):
+    """... reading its test files as nmt-evaluate reads them: a blank last reference line counts (the notebook stopped
+    on "test.ko has N lines but ref.en has N - 1", where nmt-evaluate scores the files)."""
     model = tiny_model(tmp_path_factory)
+    ref = synth_file(model, "test.en").read_text(encoding="utf-8").splitlines()
+    (tmp_path / "ref.en").write_text("\n".join(ref[:-1] + [""]) + "\n", encoding="utf-8")
     monkeypatch.setenv("NMT_MODEL_DIR", str(model))
     monkeypatch.setenv("NMT_SRC_FILE", str(synth_file(model, "test.ko")))
-    monkeypatch.setenv("NMT_REF_FILE", str(synth_file(model, "test.en")))
-    monkeypatch.setenv("NMT_MAX_SENTENCES", "20")
+    monkeypatch.setenv("NMT_REF_FILE", str(tmp_path / "ref.en"))
+    monkeypatch.setenv("NMT_MAX_SENTENCES", "0")
     monkeypatch.setenv("NMT_PLOT_DIR", str(tmp_path / "plots"))
     nb = execute("bleu_eval.ipynb")
     text = text_of(nb)
-    assert "test set test.ko: 20 sentence pairs" in text
+    assert f"test set test.ko: {len(ref)} sentence pairs" in text
     assert "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.4.3" in text and "chrF" in text
     assert "<table><tr><th>#</th><th>source</th><th>translation</th><th>reference</th></tr>" in text
     images = [o for c in nb.cells for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
     assert len(images) == 1 and (tmp_path / "plots" / "attention-example.png").stat().st_size > 5000
+
+
+def test_bleu_eval_refuses_a_source_file_without_references(tmp_path_factory, monkeypatch):
+    """NMT_SRC_FILE without NMT_REF_FILE was ignored without a word: the recipe's test set was scored instead."""
+    from nbclient.exceptions import CellExecutionError
+    model = tiny_model(tmp_path_factory)
+    monkeypatch.setenv("NMT_MODEL_DIR", str(model))
+    monkeypatch.setenv("NMT_SRC_FILE", str(synth_file(model, "test.ko")))
+    monkeypatch.delenv("NMT_REF_FILE", raising=False)
+    with pytest.raises(CellExecutionError, match="NMT_SRC_FILE and NMT_REF_FILE go together"):
+        execute("bleu_eval.ipynb")
 
 
 def test_multi_gpu_intro_notebook(tmp_path, monkeypatch):
