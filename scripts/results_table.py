@@ -56,7 +56,7 @@ def main(argv=None) -> int:
     try:
         runs = [load_run(d) for d in args.model_dirs]
         base = load_run(args.ablation_base) if args.ablation_base else None
-        reports = [_read_report(f) for f in args.decode_ablations]
+        reports = [_read_report(f, base) for f in args.decode_ablations]
     except (ResultsError, OSError, ValueError, *user_errors()) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -138,15 +138,20 @@ def write_docs_page(page: Path, results_dir: Path) -> int:
     return 0
 
 
-def _read_report(path: Path) -> dict:
-    """An evaluate.py --json report; ResultsError naming the file if it is not one."""
+def _read_report(path: Path, base) -> dict:
+    """An evaluate.py --json report of the ablation `base` run; ResultsError naming the file if it is not one."""
     from scripts.runs import ResultsError
+    if base is None:
+        raise ResultsError(f"--decode-ablations {path}: decodings of the ablation base; give --ablation-base too")
     try:
         report = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise ResultsError(f"{path}: not JSON ({e})") from None
     if not isinstance(report, dict) or not isinstance(report.get("results"), dict):
         raise ResultsError(f"{path}: not a report of scripts/evaluate.py --json (no \"results\")")
+    if Path(str(report.get("model_dir"))).resolve() != base.path.resolve():
+        raise ResultsError(f"{path}: a report of --model-dir {report.get('model_dir')}, not of the ablation base "
+                           f"{base.path}: its rows would be shown as decodings of the base")
     return report
 
 

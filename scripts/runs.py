@@ -161,6 +161,8 @@ def decode_rows(base: Run, reports: Sequence[dict], test: str) -> List[dict]:
         if not rec:
             continue
         diff = [f"{k}={rec.get(k)}" for k in DECODE_KEYS if rec.get(k) != best.get(k)]
+        if rec.get("ensemble"):   # the base and other models decoding together
+            diff.insert(0, "ensemble with " + " + ".join(Path(p).name for p in rec["ensemble"][1:]))
         if best.get("n") and rec.get("n") != best["n"]:   # a part of the set (--max-sentences)
             diff.append(f"{rec.get('n')} of {best['n']} sentences")
         rows.append({"what": f"decoding: {', '.join(diff) or 'same as base'} ({rec.get('checkpoint')} checkpoint)",

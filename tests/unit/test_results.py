@@ -235,6 +235,26 @@ def test_decoding_rows_name_every_setting_that_differs_and_a_part_of_the_set(sco
     assert "decoding: max_len_b=2 (" in table and f"decoding: 3 of {rec['n']} sentences (" in table, table
 
 
+def test_decoding_rows_are_the_base_runs_own_and_say_ensemble(scored_dirs, tmp_path, capsys):
+    """A report of another model (even of the other direction) became a row "base, decoding: same as base", an
+    ensemble's a row of the base alone, and --decode-ablations without --ablation-base was ignored."""
+    from scripts.results_table import main
+    a, b = scored_dirs
+    base = load_run(a)
+    rec = dict(next(iter(base.scores["synth-test"].values())))
+    ensemble = {**rec, "ensemble": [str(a), str(b)], "bleu": 3.0}
+    assert f"decoding: ensemble with {b.name} (" in ablation_table(base, [base], "synth-test",
+                                                                    [{"results": {"synth-test": ensemble}}])
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"model_dir": str(b), "checkpoint": "best", "results": {"synth-test": rec}}))
+    assert main([str(a), "--ablation-base", str(a), "--decode-ablations", str(other)]) == 2
+    assert f"{other}: a report of --model-dir {b}, not of the ablation base {a}" in capsys.readouterr().err
+    assert main([str(a), "--decode-ablations", str(other)]) == 2
+    assert "give --ablation-base too" in capsys.readouterr().err
+    other.write_text(json.dumps({"model_dir": str(a), "checkpoint": "best", "results": {"synth-test": rec}}))
+    assert main([str(a), "--ablation-base", str(a), "--decode-ablations", str(other)]) == 0
+
+
 def test_the_ko_mecab_signature_is_listed_with_the_others(scored_dirs):
     """A Korean-output row showed its ko-mecab BLEU without the signature scores.json records for it."""
     run = load_run(scored_dirs[0])
