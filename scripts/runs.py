@@ -66,13 +66,15 @@ def _best_record(run: Run, test: str, checkpoint: Optional[str]) -> Optional[dic
 
 def _records(run: Run, test: str, checkpoint: Optional[str]) -> List[tuple]:
     """(row name, record, member states) of the run's own checkpoint, then of each ensemble led by it
-    (`evaluate --ensemble`)."""
+    (`evaluate --ensemble`; with `checkpoint`, those of that checkpoint)."""
     out = []
     rec = _best_record(run, test, checkpoint)
     if rec is not None:
         out.append((run.name, rec, [run.state]))
+    own = (checkpoint if not checkpoint or not checkpoint.isdecimal() and checkpoint != "latest" else   # its key
+           str(ckpt.latest_step(run.state) if checkpoint == "latest" else int(checkpoint)))
     for key, ens in sorted(run.scores.get(test, {}).items()):
-        if key.startswith(ENSEMBLE_PREFIX) and "ensemble" in ens:
+        if key.startswith(f"{ENSEMBLE_PREFIX}{own}:" if own else ENSEMBLE_PREFIX) and "ensemble" in ens:
             names = [Path(p).name for p in ens["ensemble"]]
             out.append((" + ".join(names) + " (ensemble)", ens, _member_states(run, ens["ensemble"])))
     return out

@@ -83,6 +83,9 @@ def test_an_ensemble_led_by_a_run_gets_its_own_row(scored_dirs, tmp_path, tmp_pa
         shutil.move(str(d), moved / d.name)
     rows = results_rows([load_run(moved / "lead")])
     assert [r["run"] for r in rows] == ["lead", "lead + variant (ensemble)"]
+    # --checkpoint: the ensembles of that checkpoint only (a best-checkpoint ensemble was listed under "latest")
+    assert [r["run"] for r in results_rows([load_run(moved / "lead")], "latest")][-1] == "lead + variant (ensemble)"
+    assert "lead + variant (ensemble)" not in [r["run"] for r in results_rows([load_run(moved / "lead")], "best")]
     lead_updates, lead_hours = rows[0]["updates"][0], rows[0]["hours"][0]
     assert rows[1]["bleu"] == entry["bleu"]
     assert rows[1]["updates"] == [lead_updates, state["step"]] and rows[1]["hours"] == [lead_hours, 0.5]
