@@ -171,10 +171,23 @@ def _text_bytes(data: bytes, path: Path) -> bytes:
     return data
 
 
-def cp949_command(path: Optional[PathLike], kind: Optional[str]) -> str:
-    """The command converting CP949 text in `path` (None: standard input; read as `kind`: "gzip" ...) to UTF-8."""
+def to_utf8_hint(line: bytes, path: Optional[PathLike], kind: Optional[str]) -> str:
+    """What a line of invalid UTF-8 probably is and the command converting `path` (None: standard input; read as
+    `kind`: "gzip" ...) to UTF-8: Korean legacy text is CP949; a line that reads as Windows-1252 (or Latin-1) text
+    of Latin letters and quotes, not as Hangul (an English file's "Café"), is taken for that."""
+    latin = "[\x00-\x7f\xa0-\xff\u2013\u2014\u2018\u2019\u201c\u201d\u2026\u20ac]*$"
+    enc = "CP1252" if _reads_as(line, "cp1252", latin) and not _reads_as(line, "cp949", "[\uac00-\ud7a3]") else "CP949"
     cat, tail = {"gzip": "zcat", "bzip2": "bzcat", "xz": "xzcat"}.get(kind or ""), "" if path is None else f" {path}"
-    return f"`{cat} {path} | iconv -f CP949 -t UTF-8`" if cat else f"`iconv -f CP949 -t UTF-8{tail}`"
+    command = f"`{cat} {path} | iconv -f {enc} -t UTF-8`" if cat else f"`iconv -f {enc} -t UTF-8{tail}`"
+    return ("Korean legacy text is often CP949: " if enc == "CP949" else
+            "the line reads as Windows-1252 (Latin-1) text: ") + command
+
+
+def _reads_as(line: bytes, encoding: str, pattern: str) -> bool:
+    try:
+        return re.match(pattern, line.decode(encoding)) is not None
+    except UnicodeDecodeError:
+        return False
 
 
 def archive_sign(data: bytes) -> str:
@@ -242,9 +255,9 @@ def _decode_lines(path: PathLike, skip_invalid_utf8: bool, max_line_chars: int,
             if not skip_invalid_utf8:
                 raise CorpusError(
                     f"{path}:{i}: invalid UTF-8 (byte 0x{b[e.start]:02x} at byte {e.start + 1} of the line). "
-                    f"Convert the file to UTF-8 (Korean legacy files are often CP949: {cp949_command(path, kind)})"
+                    f"Convert the file to UTF-8 ({to_utf8_hint(b, path, kind)})"
                     + (", or pass --skip-invalid-utf8 to drop such lines and their translations (counted)."
-                             if skippable else ".")) from None
+                       if skippable else ".")) from None
             bad.append(i)
             lines.append(None)
             continue

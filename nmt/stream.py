@@ -18,8 +18,8 @@ from typing import BinaryIO, Callable, Iterable, Iterator, List, Optional, Seque
 
 from nmt import jsonio
 from nmt.align import format_links
-from nmt.corpus import (CorpusError, archive_sign, control_characters, count_lines, cp949_command, lone_surrogate,
-                        one_line, open_bytes, utf16_sign)
+from nmt.corpus import (CorpusError, archive_sign, control_characters, count_lines, lone_surrogate,
+                        one_line, open_bytes, to_utf8_hint, utf16_sign)
 from nmt.log import Every
 from nmt.config import CHARS_PER_TOKEN
 from nmt.translate import Translator
@@ -142,9 +142,8 @@ def decode_line(raw: bytes, line_no: int, name: str, on_invalid: str = "error",
         if on_invalid != "replace":
             raise CorpusError(f"{name}:{line_no}: invalid UTF-8 (byte 0x{raw[e.start]:02x} at byte {e.start + 1} of "
                               "the line); the translations of all lines before it have been written. Convert the "
-                              "input to UTF-8 (Korean legacy text is often CP949: "
-                              f"{cp949_command(None if name == STDIN else name, compressed)}) or pass "
-                              "--on-invalid-utf8 replace") from None
+                              f"input to UTF-8 ({to_utf8_hint(raw, None if name == STDIN else name, compressed)}) "
+                              "or pass --on-invalid-utf8 replace") from None
         logger.warning("%s:%d: invalid UTF-8 replaced by U+FFFD (--on-invalid-utf8 replace)", name, line_no)
         text, replaced = raw.decode("utf-8", errors="replace"), True
     # LF splits lines as they are read: a CR is left. Other separators (U+2028, VT, FF, ...) are part of the line.

@@ -186,10 +186,11 @@ def test_gzip_on_standard_input_is_named_as_such(model_dir, capsys, monkeypatch,
     assert code == 2 and out == "" and "the input is gzip data, not text: give a gzip, bzip2 or xz file with --input" \
         in err, err
     bad = tmp_path / "bad.ko.gz"   # a bad byte in a gzip file: the hint pipes it through zcat, as nmt-score's does
-    bad.write_bytes(gzip.compress("고마워요.\n".encode() + b"\xff\n"))
+    cp949 = "고마워요.\n".encode("cp949")
+    bad.write_bytes(gzip.compress("고마워요.\n".encode() + cp949))
     code, out, err = run(translate_main, ["--model-dir", model_dir, "--input", bad], capsys)
     assert code == 2 and f"`zcat {bad} | iconv -f CP949 -t UTF-8`" in err, err
-    for name, data, cat in [("bad.txt", gzip.compress(b"\xff\n"), "zcat "), ("bad.gz", b"\xff\n", "")]:
+    for name, data, cat in [("bad.txt", gzip.compress(cp949), "zcat "), ("bad.gz", cp949, "")]:
         path = tmp_path / name   # by what the file holds, not by its name (it was "iconv" alone, and zcat for bad.gz)
         path.write_bytes(data)
         code, out, err = run(translate_main, ["--model-dir", model_dir, "--input", path], capsys)

@@ -189,7 +189,14 @@ def test_invalid_utf8_names_file_and_line(write_file):
     with pytest.raises(CorpusError) as e:
         read_parallel(ko, write_file("e.en", EN))
     msg = str(e.value)
-    assert f"{ko}:2:" in msg and "invalid UTF-8" in msg and "--skip-invalid-utf8" in msg and "iconv" in msg
+    assert f"{ko}:2:" in msg and "invalid UTF-8" in msg and "--skip-invalid-utf8" in msg
+    assert f"Korean legacy text is often CP949: `iconv -f CP949 -t UTF-8 {ko}`" in msg
+    # an English file in Latin-1 or Windows-1252 got the CP949 command too, which would make Hangul of its accents
+    en = write_file("l.en", EN[0].encode() + b"\n" + "\u201cCaf\u00e9\u201d au lait.".encode("cp1252") + b"\n" +
+                    EN[2].encode() + b"\n")
+    with pytest.raises(CorpusError, match=r"l.en:2: .*the line reads as Windows-1252 \(Latin-1\) text: `iconv -f "
+                                          r"CP1252 -t UTF-8 .*l.en`"):
+        read_parallel(write_file("k.ko", KO), en)
 
 
 def test_invalid_utf8_skipped_on_request_and_counted(write_file, nmt_logs):
