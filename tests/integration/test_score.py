@@ -138,6 +138,12 @@ def test_the_command_writes_one_score_per_pair(tr, model_dir, lines, tmp_path, c
     assert len(rows) == 13 and set(rows[0]) == {"score", "log_prob", "length", "pieces", "piece_log_probs"}
     assert all(r["score"] == r["log_prob"] and r["length"] == len(r["pieces"]) == len(r["piece_log_probs"])
                and r["pieces"][-1] == "</s>" for r in rows)
+    # blank lines one file ends with and the other has not: dropped with a warning, as nmt-evaluate drops them (they
+    # were "line counts differ")
+    (tmp_path / "t.en").write_text("\n".join(tgt + ["x", "", ""]) + "\n", encoding="utf-8")
+    code, out, err = run(["--model-dir", model_dir, "--src-file", tmp_path / "s.ko", "--tgt-file", tmp_path / "t.en"],
+                         capsys)
+    assert code == 0 and len(out.splitlines()) == 13 and "t.en: ignored 2 blank line(s) at the end of the file" in err
 
 
 def test_a_long_corpus_says_how_far_it_got(model_dir, lines, tmp_path, capsys, monkeypatch):
