@@ -236,10 +236,14 @@ def _prune(model_dir: Path, keep_steps: set) -> None:
                 (model_dir / name).unlink(missing_ok=True)
 
 
-def restore_best(step: Optional[int]) -> str:
-    """How to put back a lost or damaged params.best: from the step checkpoint of the same parameters."""
-    return (f"restore it: copy {params_file(step)} and {manifest.manifest_name(manifest.step_key(step))} (if still "
-            f"kept) to {PARAMS_BEST} and {manifest.manifest_name('best')}" if step else "restore it")
+def restore_best(model_dir: Path, step: Optional[int]) -> str:
+    """How to put back a lost or damaged params.best (or its manifest): from the step checkpoint of the same
+    parameters, unless --keep-last has pruned it."""
+    if step and not (Path(model_dir) / params_file(step)).exists():
+        return (f"{params_file(step)}, the step's own copy, is no longer kept (--keep-last), so the best parameters "
+                "are lost: use --checkpoint latest or a kept step, or train again")
+    return (f"restore it: copy {params_file(step)} and {manifest.manifest_name(manifest.step_key(step))} to "
+            f"{PARAMS_BEST} and {manifest.manifest_name('best')}" if step else "restore it")
 
 
 def latest_step(state: TrainState) -> int:
@@ -288,7 +292,7 @@ def params_path(model_dir: Path, which: str = "best") -> Path:
     if not path.exists():
         hint = (f"; average the last N checkpoints into it with `nmt-train --model-dir {model_dir} --resume "
                 "--average-last N`" if which == "avg" else f"; it held step {best_step(model_dir)}, the best on dev: "
-                f"{restore_best(best_step(model_dir))}" if which == "best" else "")
+                f"{restore_best(model_dir, best_step(model_dir))}" if which == "best" else "")
         if str(which).isdecimal():
             kept = sorted(s for s in (params_step(p.name) for p in model_dir.glob("params.*")) if s is not None)
             hint = f"; the steps kept there: {', '.join(map(str, kept))}" if kept else "; it keeps no step's parameters"
@@ -315,7 +319,8 @@ def verify_params(path: Path) -> None:
     try:
         manifest.verify(model_dir, key)
     except CheckpointError as e:
-        raise CheckpointError(f"checkpoint {path.name} of {model_dir} cannot be used: {e}") from None
+        advice = f"; {restore_best(model_dir, best_step(model_dir))}" if key == "best" else ""
+        raise CheckpointError(f"checkpoint {path.name} of {model_dir} cannot be used: {e}{advice}") from None
     except OSError as e:   # a file it lists (or the manifest) exists but cannot be read: no permission, ...
         raise CheckpointError(f"checkpoint {path.name} of {model_dir} cannot be used: {e.filename or path} cannot be "
                               f"read ({e.strerror or e})") from None

@@ -78,4 +78,4 @@ def check_kept_files(model_dir: Path) -> None:
             ckpt.verify_params(model_dir / ckpt.PARAMS_BEST)
         except ckpt.CheckpointError as e:
             ckpt_logger.warning("--resume: %s; unless the run finds a new best, scoring its best at the end will "
-                                "fail: %s", e, ckpt.restore_best(ckpt.best_step(model_dir)))
+                                "fail: %s", e, ckpt.restore_best(model_dir, ckpt.best_step(model_dir)))

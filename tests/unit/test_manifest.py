@@ -174,7 +174,7 @@ def test_a_deleted_best_with_its_manifest_is_not_replaced_by_the_latest(tmp_path
     state.save(d)
     (d / ckpt.PARAMS_BEST).unlink()
     (d / manifest.manifest_name("best")).unlink()
-    restore = "restore it: copy params.00000020 and manifest.00000020.json (if still kept) to params.best and " \
+    restore = "restore it: copy params.00000020 and manifest.00000020.json to params.best and " \
               "manifest.best.json"   # both: params.best alone was refused, its manifest missing
     with pytest.raises(ckpt.CheckpointError) as e:
         ckpt.params_path(d, "best")
@@ -187,6 +187,15 @@ def test_a_deleted_best_with_its_manifest_is_not_replaced_by_the_latest(tmp_path
     for name in (ckpt.params_file(20), manifest.manifest_name(manifest.step_key(20))):   # as the advice says
         shutil.copy(d / name, d / name.replace("00000020", "best"))
     assert ckpt.params_path(d, "best").name == ckpt.PARAMS_BEST
+    (d / manifest.manifest_name("best")).unlink()   # the manifest alone: no advice was given
+    with pytest.raises(ckpt.CheckpointError, match=f"manifest.best.json is missing, .*; {restore}$"):
+        ckpt.params_path(d, "best")
+    (d / ckpt.PARAMS_BEST).unlink()
+    (d / ckpt.params_file(20)).unlink()   # pruned by --keep-last: nothing to copy back, which the advice said anyway
+    with pytest.raises(ckpt.CheckpointError, match="it held step 20, the best on dev: params.00000020, the step's own "
+                                                   r"copy, is no longer kept \(--keep-last\), so the best parameters are "
+                                                   "lost: use --checkpoint latest or a kept step, or train again$"):
+        ckpt.params_path(d, "best")
 
 
 def test_a_directory_without_its_training_state_takes_its_latest_from_the_manifests(tmp_path):
