@@ -135,10 +135,10 @@ class Trainer:
         self.state.sampler = self.data.batches.state_dict()
         self.state.since_valid = self.since_valid.totals(self.workers.sum)   # every worker's (a collective)
         if self.is_chief:
+            if is_best:   # the test scores of the best before are its step's now (first: a run killed between the
+                retire_scores(self.model_dir, "best")   # two left them as the new best's)
             ckpt.save_checkpoint(self.model_dir, self.net, self.optimizer, self.state, self.cfg.train.keep_last,
                                  is_best)
-            if is_best:   # the test scores of the best before are its step's now
-                retire_scores(self.model_dir, "best")
         if self.workers.num_workers > 1:
             self.state = ckpt.TrainState(**self.workers.broadcast_json(vars(self.state)))
 
@@ -201,8 +201,8 @@ class Trainer:
                 signal.signal(sig, handler)
             self.tensorboard.close()
         if self.averages():
-            ckpt.average_checkpoints(self.model_dir, self.state.params_files, last=t.average_last)
             retire_scores(self.model_dir, "avg")
+            ckpt.average_checkpoints(self.model_dir, self.state.params_files, last=t.average_last)
             self.averaged = True
         elif t.average_last and self.is_chief:
             logger.warning("--average-last %d: the run has %d checkpoint, nothing to average: no params.avg",

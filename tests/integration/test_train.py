@@ -98,6 +98,22 @@ def test_lexical_model_trains_saves_and_translates(tmp_path, task):
     assert sum(o == r for o, r in zip(tr.translate(src), ref)) >= 8
 
 
+def test_the_old_bests_scores_are_retired_before_a_new_best_is_written(tmp_path, task, monkeypatch):
+    """A run killed after writing a new params.best but before moving the old best's test scores to their step left
+    scores.json saying the new params.best scored them: nmt-export and /info passed them on as its scores."""
+    from nmt import train as train_module
+    from nmt.scoring import read_scores, record_scores
+    trainer = create_trainer(tiny_config(tmp_path, task, max_steps=2))
+    record_scores(trainer.model_dir, "test", "best", {"bleu": 5.0, "step": 40, "checkpoint": "best"})
+
+    def killed(*args, **kwargs):
+        raise RuntimeError("killed while saving")
+    monkeypatch.setattr(train_module.ckpt, "save_checkpoint", killed)
+    with pytest.raises(RuntimeError):
+        trainer.save_checkpoint(is_best=True)
+    assert set(read_scores(trainer.model_dir)["test"]) == {"40"}
+
+
 DEVICE_VARIANTS = {"2-devices": dict(cpu_devices=2), "accum-2": dict(accum_steps=2),
                    "2-devices-accum-2": dict(cpu_devices=2, accum_steps=2)}
 
