@@ -77,5 +77,9 @@ def check_kept_files(model_dir: Path) -> None:
                 raise ckpt.CheckpointError(f"{model_dir / ckpt.PARAMS_BEST} is missing")
             ckpt.verify_params(model_dir / ckpt.PARAMS_BEST)
         except ckpt.CheckpointError as e:
-            ckpt_logger.warning("--resume: %s; unless the run finds a new best, scoring its best at the end will "
-                                "fail: %s", e, ckpt.restore_best(model_dir, ckpt.best_step(model_dir)))
+            if ckpt.rebuild_best(model_dir):
+                ckpt_logger.warning("--resume: %s; written again from %s, the same parameters", e,
+                                    ckpt.params_file(ckpt.best_step(model_dir)))
+            else:
+                ckpt_logger.warning("--resume: %s; unless the run finds a new best, scoring its best at the end will "
+                                    "fail: %s", e, ckpt.restore_best(model_dir, ckpt.best_step(model_dir)))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import shutil
 from pathlib import Path
 
@@ -167,35 +168,44 @@ def test_the_best_checkpoints_step_finds_params_best_after_its_own_file_was_prun
 def test_a_deleted_best_with_its_manifest_is_not_replaced_by_the_latest(tmp_path, caplog):
     """With params.best and manifest.best.json both gone, the latest checkpoint was loaded, scored and recorded as
     "best", with the warning "no checkpoint validated yet (... stopped before its first validation)", where the
-    training state names the best of step 20; a resume warned of nothing."""
+    training state names the best of step 20; a resume warned of nothing. Now an error says what to use instead, and
+    a resume writes params.best again from its step's checkpoint. The advice had been to copy that step's files and
+    manifest, whose manifest names them, not params.best: the best broke once --keep-last pruned the step."""
     d = _model_dir(tmp_path, steps=(10, 20, 30), best=20)
     state = ckpt.TrainState.load(d)
     state.best_step = 20
     state.save(d)
+    best = (d / ckpt.PARAMS_BEST).read_bytes()
     (d / ckpt.PARAMS_BEST).unlink()
     (d / manifest.manifest_name("best")).unlink()
-    restore = "restore it: copy params.00000020 and manifest.00000020.json to params.best and " \
-              "manifest.best.json"   # both: params.best alone was refused, its manifest missing
+    advice = "use --checkpoint 20, the same parameters (nmt-train --resume writes params.best again from " \
+             "params.00000020)"
     with pytest.raises(ckpt.CheckpointError) as e:
         ckpt.params_path(d, "best")
     assert str(e.value).endswith(f"params.best not found in model directory {d}; it held step 20, the best on dev: "
-                                 f"{restore}")
+                                 f"{advice}")
     with caplog.at_level("WARNING", logger="nmt.checkpoint"):
         check_kept_files(d)
-    assert f"--resume: {d / ckpt.PARAMS_BEST} is missing; unless the run finds a new best, scoring its best at the " \
-           f"end will fail: {restore}" in caplog.text
-    for name in (ckpt.params_file(20), manifest.manifest_name(manifest.step_key(20))):   # as the advice says
-        shutil.copy(d / name, d / name.replace("00000020", "best"))
-    assert ckpt.params_path(d, "best").name == ckpt.PARAMS_BEST
+    assert f"--resume: {d / ckpt.PARAMS_BEST} is missing; written again from params.00000020, the same parameters" \
+        in caplog.text
+    assert (d / ckpt.PARAMS_BEST).read_bytes() == best and ckpt.params_path(d, "best").name == ckpt.PARAMS_BEST
     (d / manifest.manifest_name("best")).unlink()   # the manifest alone: no advice was given
-    with pytest.raises(ckpt.CheckpointError, match=f"manifest.best.json is missing, .*; {restore}$"):
+    with pytest.raises(ckpt.CheckpointError, match=f"manifest.best.json is missing, .*; {re.escape(advice)}$"):
         ckpt.params_path(d, "best")
-    (d / ckpt.PARAMS_BEST).unlink()
-    (d / ckpt.params_file(20)).unlink()   # pruned by --keep-last: nothing to copy back, which the advice said anyway
+    check_kept_files(d)
+    for name in (ckpt.params_file(20), manifest.manifest_name(manifest.step_key(20))):   # pruned by --keep-last
+        (d / name).unlink()
+    assert ckpt.params_path(d, "best").name == ckpt.PARAMS_BEST   # its own manifest: unharmed
+    (d / ckpt.PARAMS_BEST).unlink()   # now nothing to write it from, which the advice says
     with pytest.raises(ckpt.CheckpointError, match="it held step 20, the best on dev: params.00000020, the step's own "
                                                    r"copy, is no longer kept \(--keep-last\), so the best parameters are "
                                                    "lost: use --checkpoint latest or a kept step, or train again$"):
         ckpt.params_path(d, "best")
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="nmt.checkpoint"):
+        check_kept_files(d)
+    assert "scoring its best at the end will fail: params.00000020, the step's own copy, is no longer kept" \
+        in caplog.text
 
 
 def test_a_directory_without_its_training_state_takes_its_latest_from_the_manifests(tmp_path):
