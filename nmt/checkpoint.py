@@ -23,6 +23,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -44,6 +45,9 @@ LOG = "train.log"
 SCORES = "scores.json"
 LOCK = "train.lock"
 EXPORT = "export.json"   # in a directory nmt-export wrote (nmt.export): one checkpoint, no training state
+# Every file a run keeps in its model directory, by name: no command's output may be written over one (nmt.cli_io)
+OWN_FILE = re.compile(r"(config|state|scores|export)\.json|scores\.json\.lock|metrics\.jsonl|train\.(log|lock)|params\."
+                      r"(best|avg|\d+)|trainer\.\d+\.states|(manifest|encoded)\..+\.(json|npy)|spm\.\w+\.(model|vocab)")
 
 
 def params_file(step: int) -> str:
@@ -220,10 +224,7 @@ def save_checkpoint(model_dir: Path, net, trainer, state: TrainState, keep_last:
 
 
 def _file_size(model_dir: Path, name: str) -> Optional[int]:
-    try:
-        return (model_dir / name).stat().st_size
-    except OSError:
-        return None
+    return (model_dir / name).stat().st_size if (model_dir / name).is_file() else None
 
 
 def _prune(model_dir: Path, keep_steps: set) -> None:

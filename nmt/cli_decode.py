@@ -86,7 +86,7 @@ def translate_main(args: argparse.Namespace) -> int:
     if args.plot_attention:
         output_dir("--plot-attention", args.plot_attention)
     _check_sampling(args)
-    refuse_overwriting("--output", args.output, {"--input": args.input})
+    refuse_overwriting("--output", args.output, {"--input": args.input}, [args.model_dir, *args.ensemble])
     tr = load_translator(args)
     if args.sample is not None:
         import mxnet as mx
@@ -233,7 +233,7 @@ def evaluate_main(args: argparse.Namespace) -> int:
     for flag, path in [("--json", args.json)] + [("--hyp-dir", p) for name, h in hyp_files.items()
                                                  for p in (h, *_ref_files(h, 1 + len(tests[name][1])))]:
         for files in inputs:
-            refuse_overwriting(flag, path, files)
+            refuse_overwriting(flag, path, files, [args.model_dir, *args.ensemble])
     results, recorded = {}, []
     try:
         with output_errors(None):
@@ -345,7 +345,8 @@ def score_main(args: argparse.Namespace) -> int:
     from nmt.align import align_ids
     from nmt.forced import SCORE_CHUNK, score_ids, target_ids
     from nmt.log import Every, setup_logging
-    refuse_overwriting("--output", args.output, {"--src-file": args.src_file, "--tgt-file": args.tgt_file})
+    refuse_overwriting("--output", args.output, {"--src-file": args.src_file, "--tgt-file": args.tgt_file},
+                       [args.model_dir, *args.ensemble])
     setup_logging(None, level=logging.DEBUG if args.verbose else logging.INFO)   # the files' warnings come first
     src, tgt = (read_lines(f, max_line_chars=limit, keep_blank_end=True)   # every line a pair; a long source is cut
                 for f, limit in ((args.src_file, None), (args.tgt_file, MAX_LINE_CHARS)))

@@ -114,10 +114,18 @@ def check_languages_of(tr, src, tgt, src_name: str, tgt_name: str) -> None:
     warn_one_sided_blanks(src, tgt, src_name, tgt_name)
 
 
-def refuse_overwriting(flag: str, output, inputs: dict) -> None:
-    """ConfigError if the file `output` (of `flag`) is one of the files the command reads (`inputs`, by flag):
-    writing it would destroy them."""
-    if output in (None, "-") or not os.path.isfile(output):
+def refuse_overwriting(flag: str, output, inputs: dict, model_dirs=()) -> None:
+    """ConfigError if the file `output` (of `flag`) is one of the files the command reads (`inputs`, by flag), or
+    one of the files of `model_dirs` (config.json, params.best, scores.json ...): writing it would destroy them."""
+    from nmt.checkpoint import OWN_FILE
+    if output in (None, "-"):
+        return
+    for model_dir in model_dirs:   # (the files a run keeps there: checkpoint.OWN_FILE)
+        target = Path(output).resolve()
+        if target.parent == Path(model_dir).resolve() and OWN_FILE.fullmatch(target.name):
+            raise ConfigError(f"{flag} {output} is a file of the model directory {model_dir}: writing it would destroy "
+                              f"what the model needs; give another {flag}")
+    if not os.path.isfile(output):
         return
     for source, path in inputs.items():
         if path not in (None, "-") and os.path.isfile(path) and os.path.samefile(output, path):

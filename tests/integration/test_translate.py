@@ -505,6 +505,30 @@ def test_cli_refuses_to_write_over_its_input(tr, tmp_path, capsys):
     assert code == 0 and len((tmp_path / "out.en").read_text(encoding="utf-8").splitlines()) == 2, err
 
 
+def test_no_output_is_written_over_a_file_of_the_model(tr, tmp_path, capsys):
+    """nmt-translate --output m/params.best, nmt-evaluate --json m/scores.json and nmt-score --output m/config.json
+    wrote over the model's files: the model was unusable or its recorded scores gone, and the errors that followed
+    blamed "an earlier version of nmt"."""
+    from nmt.cli_decode import evaluate_main, score_main
+    model = tmp_path / "m"
+    shutil.copytree(tr.model_dir, model)
+    before = {p.name: p.read_bytes() for p in model.iterdir() if p.is_file()}
+    (tmp_path / "in.ko").write_text("리 니\n", encoding="utf-8")
+    (tmp_path / "in.en").write_text("ri ni\n", encoding="utf-8")
+    files = ["--src-file", tmp_path / "in.ko"]
+    for main, argv, flag, name in [
+            (translate_main, ["--input", tmp_path / "in.ko", "--output"], "--output", "params.best"),
+            (evaluate_main, [*files, "--ref-file", tmp_path / "in.en", "--json"], "--json", "scores.json"),
+            (score_main, [*files, "--tgt-file", tmp_path / "in.en", "--output"], "--output", "config.json")]:
+        code = main([str(a) for a in ["--model-dir", model, *argv, model / name]])
+        err = capsys.readouterr().err
+        assert code == 2 and f"{flag} {model / name} is a file of the model directory {model}: writing it would " \
+            "destroy what the model needs" in err, err
+    assert {p.name: p.read_bytes() for p in model.iterdir() if p.is_file()} == before
+    assert translate_main([str(a) for a in ["--model-dir", model, "--input", tmp_path / "in.ko", "--output",
+                                            model / "hyp.en"]]) == 0   # a file of one's own there is fine
+
+
 def test_cli_stdin_to_stdout(tr, src_lines):
     lines = src_lines[:5] + [""] + src_lines[5:8]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
