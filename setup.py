@@ -41,7 +41,7 @@ setup(
             "nmt-train=nmt.cli:train_main",
             "nmt-translate=nmt.cli_decode:translate_main",
             "nmt-evaluate=nmt.cli_decode:evaluate_main",
-            "nmt-score=nmt.cli_decode:score_main",
+            "nmt-score=nmt.cli_score:score_main",
             "nmt-launch=nmt.launch:main",
             "nmt-serve=nmt.serve:main",
             "nmt-export=nmt.export:export_main",

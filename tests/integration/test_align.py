@@ -123,7 +123,7 @@ def test_the_interactive_prompt_aligns_too(tr, lines, capsys):
 
 def test_nmt_score_aligns_given_translations(tr, lines, model_dir, tmp_path, capsys):
     """As marian-scorer --alignment: each pair's score, " ||| " and its links; in JSON an "alignment" field."""
-    from nmt.cli_decode import score_main
+    from nmt.cli_score import score_main
     from nmt.forced import score_lines
     refs = synth_file(model_dir, "test.en").read_text(encoding="utf-8").splitlines()[:6]
     src, tgt = tmp_path / "s.ko", tmp_path / "t.en"

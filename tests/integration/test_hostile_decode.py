@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from nmt.cli_decode import evaluate_main, score_main, translate_main
+from nmt.cli_decode import evaluate_main, translate_main
+from nmt.cli_score import score_main
 from nmt.translate import Translator
 from tests.synth import synth_file
 

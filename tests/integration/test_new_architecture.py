@@ -112,7 +112,8 @@ def test_step_equals_the_teacher_forced_forward(toy_arch):
 
 def test_a_new_architecture_goes_through_every_command(toy_arch, tmp_path, capsys):
     from nmt.cli import train_main
-    from nmt.cli_decode import score_main, translate_main
+    from nmt.cli_decode import translate_main
+    from nmt.cli_score import score_main
     task = write_task(tmp_path / "synth", n_train=300, n_dev=12, n_test=12)
     toy, lstm = tmp_path / "toy", tmp_path / "lstm"
     run(train_main, tiny_flags(task, toy) + ["--arch", toy_arch, "--max-steps", "40"], capsys)

@@ -13,7 +13,8 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from nmt.cli_decode import score_main, translate_main
+from nmt.cli_decode import translate_main
+from nmt.cli_score import score_main
 from nmt.forced import score_ids, score_lines
 from nmt.models import build_model
 from nmt.search import length_penalty

@@ -509,7 +509,8 @@ def test_no_output_is_written_over_a_file_of_the_model(tr, tmp_path, capsys):
     """nmt-translate --output m/params.best, nmt-evaluate --json m/scores.json and nmt-score --output m/config.json
     wrote over the model's files: the model was unusable or its recorded scores gone, and the errors that followed
     blamed "an earlier version of nmt"."""
-    from nmt.cli_decode import evaluate_main, score_main
+    from nmt.cli_decode import evaluate_main
+    from nmt.cli_score import score_main
     model = tmp_path / "m"
     shutil.copytree(tr.model_dir, model)
     before = {p.name: p.read_bytes() for p in model.iterdir() if p.is_file()}

@@ -344,7 +344,7 @@ def _parse_with(build, required):
 
 def _empty_flag_cases():
     """command -> (parse, flags that take a name, a path or an address)"""
-    from nmt import cli_decode, launch
+    from nmt import cli_decode, cli_score, launch
     from nmt.serve import cli as serve_cli
     m = ["--model-dir", "m"]
     return {
@@ -357,7 +357,7 @@ def _empty_flag_cases():
                            "--plot-attention"]),
         "nmt-evaluate": (_parse_with(cli_decode.build_evaluate_parser, m),
                          ["--src-file", "--ref-file", "--name", "--data-dir", "--json", "--hyp-dir"]),
-        "nmt-score": (_parse_with(cli_decode.build_score_parser, [*m, "--src-file", "a", "--tgt-file", "b"]),
+        "nmt-score": (_parse_with(cli_score.build_score_parser, [*m, "--src-file", "a", "--tgt-file", "b"]),
                       ["--src-file", "--tgt-file", "--output"]),
         "nmt-serve": (lambda argv: serve_cli.parse_args([*m, *argv]), ["--model-dir", "--host", "--ensemble",
                                                                        "--checkpoint"]),
@@ -383,9 +383,10 @@ def test_an_empty_value_is_refused_naming_the_flag(command, capsys):
 @pytest.mark.parametrize("build", ["build_translate_parser", "build_evaluate_parser", "build_score_parser"])
 def test_a_second_model_dir_is_refused_pointing_to_ensemble(build, capsys):
     """Sockeye's and Marian's -m take several models as an ensemble; a second --model-dir replaced the first."""
-    from nmt import cli_decode
+    from nmt import cli_decode, cli_score
     with pytest.raises(SystemExit):
-        getattr(cli_decode, build)().parse_args(["--model-dir", "a", "--model-dir", "b", "--src-file", "s", "--tgt-file", "t"])
+        getattr(cli_score if build == "build_score_parser" else cli_decode, build)().parse_args(
+            ["--model-dir", "a", "--model-dir", "b", "--src-file", "s", "--tgt-file", "t"])
     assert "--model-dir is given twice: give one, and the models that decode with it as an ensemble after " \
            "--ensemble" in capsys.readouterr().err
 
@@ -570,7 +571,8 @@ def test_a_tilde_reaches_every_command_and_the_resume(tmp_path, monkeypatch):
 def test_a_tilde_in_the_decoding_commands_file_flags_is_the_home_directory(tmp_path, monkeypatch):
     """`nmt-translate --input=~/in.ko` (the shell leaves "~" after "=") was "no such file": the decoding commands'
     files were kept as typed, where every directory flag expanded "~"; "-" stays standard input or output."""
-    from nmt.cli_decode import build_evaluate_parser, build_score_parser, build_translate_parser
+    from nmt.cli_decode import build_evaluate_parser, build_translate_parser
+    from nmt.cli_score import build_score_parser
     monkeypatch.setenv("HOME", str(tmp_path))
     home = str(tmp_path)
     args = build_translate_parser().parse_args(["--model-dir=m", "--input=~/in", "--output=~/out"])
@@ -654,7 +656,8 @@ def test_a_config_file_with_a_recipe_and_files_is_refused(tmp_path):
 def test_a_repeated_file_or_checkpoint_flag_is_refused(capsys):
     """`nmt-evaluate --src-file a.ko --ref-file a.en --src-file b.ko --ref-file b.en` scored b.ko against both files
     of references (nrefs:2, recorded): argparse keeps the last --src-file, now that --ref-file adds up."""
-    from nmt.cli_decode import build_evaluate_parser, build_score_parser, build_translate_parser
+    from nmt.cli_decode import build_evaluate_parser, build_translate_parser
+    from nmt.cli_score import build_score_parser
     from types import SimpleNamespace
     from nmt.serve.cli import parse_args
     serve_parser = SimpleNamespace(parse_args=parse_args)   # nmt-serve's, as a parser's

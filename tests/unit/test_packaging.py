@@ -66,7 +66,7 @@ def test_the_commands_import_no_framework_before_they_run():
     imported MXNet with its module (3.6 s; found by a check of Ctrl-C during start-up)."""
     setup = (REPO / "setup.py").read_text()
     modules = sorted(set(re.findall(r'"nmt-[a-z]+=([\w.]+):\w+"', setup)))
-    assert "nmt.serve" in modules and len(modules) == 5
+    assert "nmt.serve" in modules and len(modules) == 6
     code = f"import sys\nfor m in {modules!r}: __import__(m)\nprint(sorted(m for m in sys.modules if m == 'mxnet'))"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={"PYTHONPATH": str(REPO)})
     assert r.returncode == 0 and r.stdout == "[]\n", (r.stdout, r.stderr)
