@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
@@ -207,7 +208,24 @@ def _test_sets(args: argparse.Namespace, tr) -> Dict[str, Tuple[Any, List[List[s
             raise misaligned(args.src_file, src, "--ref-file", path, ref, "the references", "the source")
         check_languages_of(tr, src, ref, f"--src-file {args.src_file}", f"--ref-file {path}")
     name = args.name or str(Path(args.src_file).resolve())
+    _own_name(name, args, tr.config)
     return {name: (Pairs(src, refs[0], name), refs[1:])}
+
+
+def _own_name(name: str, args: argparse.Namespace, cfg) -> None:
+    """ConfigError when --name is that of one of the model's own sets (its recipe's test sets, "test", "dev") but the
+    files are not that set's: their scores would replace the set's own, which /info and nmt-export show."""
+    from nmt.scoring import DEV_SET, model_test_sets
+    d = cfg.data
+    own = {**{n: (None, None) for n in model_test_sets(cfg)}, DEV_SET: (d.dev_src, d.dev_tgt),
+           "test": (d.test_src, d.test_tgt)}
+    given = (args.src_file, args.ref_file[0])
+    same = None not in own.get(name, (None,)) and [*map(os.path.realpath, own[name])] == [*map(os.path.realpath, given)]
+    if name in own and not same:
+        dev = name == DEV_SET
+        raise ConfigError(f"--name {name} is the name of the model's own {'dev' if dev else 'test'} set, which "
+                          f"{given[0]} and {given[1]} are not: their scores would replace that set's in scores.json; "
+                          f"give another --name (or {'--dev-set' if dev else '--recipe-tests'})")
 
 
 @command(build_evaluate_parser)

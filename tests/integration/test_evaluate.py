@@ -114,6 +114,24 @@ def test_a_damaged_scores_file_is_named_before_decoding(model_copy, tmp_path, ca
     assert code == 0 and "BLEU" in out
 
 
+def test_a_name_of_the_models_own_sets_is_only_for_their_files(model_copy, tmp_path, capsys):
+    """`--name test` (or a recipe's test set, or dev) on other files replaced the model's recorded score of that set
+    with theirs, which /info and nmt-export then showed as the model's test score."""
+    from nmt.translate import Translator
+    cfg = Translator.from_dir(model_copy).config.data
+    src, ref = tmp_path / "s.ko", tmp_path / "r.en"
+    src.write_text("리 니\n", encoding="utf-8")
+    ref.write_text("ni ri\n", encoding="utf-8")
+    for name, what, instead in (("test", "test", "--recipe-tests"), ("dev", "dev", "--dev-set")):
+        code, _, err = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", ref, "--name", name], capsys)
+        assert code == 2 and f"--name {name} is the name of the model's own {what} set, which {src} and {ref} are " \
+            f"not: their scores would replace that set's in scores.json; give another --name (or {instead})" in err
+    assert not (model_copy / ckpt.SCORES).exists()
+    code, _, err = run(["--model-dir", model_copy, "--src-file", cfg.test_src, "--ref-file", cfg.test_tgt, "--name",
+                        "test", "--max-sentences", "3"], capsys)   # its own test files: that set, under its name
+    assert code == 0, err
+
+
 def test_mismatched_line_counts_name_both_files(model_copy, tmp_path, capsys):
     src = tmp_path / "s.ko"
     ref = tmp_path / "r.en"
