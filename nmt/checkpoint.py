@@ -24,7 +24,6 @@ import json
 import logging
 import os
 import re
-import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -240,28 +239,12 @@ def _prune(model_dir: Path, keep_steps: set) -> None:
 
 def restore_best(model_dir: Path, step: Optional[int]) -> str:
     """How to do without a lost or damaged params.best (or its manifest): the step checkpoint of the same parameters,
-    unless --keep-last has pruned it (`rebuild_best` writes params.best again from it)."""
+    unless --keep-last has pruned it (`nmt.resume.rebuild_best` writes params.best again from it)."""
     if step and not (Path(model_dir) / params_file(step)).exists():
         return (f"{params_file(step)}, the step's own copy, is no longer kept (--keep-last), so the best parameters "
                 "are lost: use --checkpoint latest or a kept step, or train again")
     return (f"use --checkpoint {step}, the same parameters (nmt-train --resume writes {PARAMS_BEST} again from "
             f"{params_file(step)})" if step else "restore it from a copy")
-
-
-def rebuild_best(model_dir: Path) -> bool:
-    """Write params.best and its manifest again from the best step's own checkpoint (the same parameters) when that
-    is kept and intact; False when it cannot be."""
-    model_dir, step = Path(model_dir), best_step(model_dir)
-    source = model_dir / params_file(step or 0)
-    if not step or not source.exists():
-        return False
-    try:
-        verify_params(source)
-    except CheckpointError:
-        return False
-    _save_with(lambda tmp: shutil.copyfile(source, tmp), model_dir / PARAMS_BEST, source.stat().st_size)
-    manifest.write_manifest(model_dir, "best", [PARAMS_BEST], step)
-    return True
 
 
 def latest_step(state: TrainState) -> int:

@@ -9,6 +9,7 @@ from pathlib import Path
 from mxnet import gluon
 
 from nmt import checkpoint as ckpt, manifest
+from nmt.atomic import atomic_copy
 from nmt.config import Config
 from nmt.config_resume import resumed_config
 from nmt.data import TrainData
@@ -65,6 +66,22 @@ def resume_state(model_dir: Path) -> ckpt.TrainState:
     return state
 
 
+def rebuild_best(model_dir: Path) -> bool:
+    """Write params.best and its manifest again from the best step's own checkpoint (the same parameters) when that
+    is kept and intact; False when it cannot be."""
+    model_dir, step = Path(model_dir), ckpt.best_step(model_dir)
+    source = model_dir / ckpt.params_file(step or 0)
+    if not step or not source.exists():
+        return False
+    try:
+        ckpt.verify_params(source)
+    except ckpt.CheckpointError:
+        return False
+    atomic_copy(source, model_dir / ckpt.PARAMS_BEST)
+    manifest.write_manifest(model_dir, "best", [ckpt.PARAMS_BEST], step)
+    return True
+
+
 def check_kept_files(model_dir: Path) -> None:
     """Before a resumed run trains, the files it reads only at its end: CheckpointError for a damaged scores.json; a
     warning for a params.best unlike its manifest (as a run killed while saving a best leaves it: saved again), or
@@ -77,7 +94,7 @@ def check_kept_files(model_dir: Path) -> None:
                 raise ckpt.CheckpointError(f"{model_dir / ckpt.PARAMS_BEST} is missing")
             ckpt.verify_params(model_dir / ckpt.PARAMS_BEST)
         except ckpt.CheckpointError as e:
-            if ckpt.rebuild_best(model_dir):
+            if rebuild_best(model_dir):
                 ckpt_logger.warning("--resume: %s; written again from %s, the same parameters", e,
                                     ckpt.params_file(ckpt.best_step(model_dir)))
             else:
