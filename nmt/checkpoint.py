@@ -260,7 +260,12 @@ def latest_step(state: TrainState) -> int:
 def latest_params_path(model_dir: Path) -> Path:
     model_dir = Path(model_dir)
     if (model_dir / STATE).exists():
-        return model_dir / params_file(latest_step(TrainState.load(model_dir)))
+        try:
+            return model_dir / params_file(latest_step(TrainState.load(model_dir)))
+        except CheckpointError as e:   # damaged: as without it, when the manifests can tell (as --resume finds it)
+            if not manifest.has_manifests(model_dir):
+                raise CheckpointError(f"{model_dir / STATE}: {e}") if STATE not in str(e) else e from None
+            logger.warning("%s; the latest checkpoint is the newest intact one of the manifests", e)
     if manifest.has_manifests(model_dir):   # state.json copied without, or deleted: the newest intact, as --resume
         return model_dir / params_file(latest_step(TrainState(**manifest.newest_intact(model_dir)[0]["state"])))
     raise CheckpointError(f"{model_dir} has no {STATE} to name its latest checkpoint: use best or a step number")

@@ -213,6 +213,10 @@ def test_a_directory_without_its_training_state_takes_its_latest_from_the_manife
     resume from; start without --resume", a flag nmt-translate does not have; then that there was no latest, where
     --resume found it in the checkpoints' manifests. Without manifests either, there is none."""
     d = _model_dir(tmp_path, steps=(10, 20, 30), best=20)
+    state = (d / ckpt.STATE).read_text()
+    for damaged in ("{}", state[:40]):   # a damaged one too ("the training state names no checkpoint file")
+        (d / ckpt.STATE).write_text(damaged)
+        assert ckpt.params_path(d, "latest").name == ckpt.params_file(30)
     (d / ckpt.STATE).unlink()
     _damage(d / ckpt.params_file(30), "flip")   # the newest intact, as --resume takes it
     assert ckpt.params_path(d, "latest").name == ckpt.params_file(20) and not (d / ckpt.STATE).exists()
@@ -221,6 +225,9 @@ def test_a_directory_without_its_training_state_takes_its_latest_from_the_manife
     with pytest.raises(ckpt.CheckpointError) as e:
         ckpt.params_path(d, "latest")
     assert str(e.value) == f"{d} has no state.json to name its latest checkpoint: use best or a step number"
+    (d / ckpt.STATE).write_text("{}")
+    with pytest.raises(ckpt.CheckpointError, match=f"^{d / ckpt.STATE}: the training state names no checkpoint file"):
+        ckpt.params_path(d, "latest")
     assert ckpt.params_path(d, "best").name == ckpt.PARAMS_BEST
 
 
