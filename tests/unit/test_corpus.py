@@ -155,7 +155,7 @@ def test_archives_and_compressed_files_not_read_are_named_as_such(tmp_path):
     for name, what in (("a.ko.zst", "zstd data"), ("a.tgz", "a tar archive")):
         with pytest.raises(CorpusError, match=f"{name}: this is {what}, not text; extract or decompress the file"):
             read_lines(tmp_path / name)
-    (tmp_path / "bad.ko.gz").write_bytes(gzip.compress(text + b"\xff\n"))
+    (tmp_path / "bad.ko.gz").write_bytes(gzip.compress(text + "고양이\n".encode("cp949")))
     with pytest.raises(CorpusError, match=r"bad.ko.gz:3: invalid UTF-8 .*`zcat .*bad.ko.gz \| iconv -f CP949"):
         read_lines(tmp_path / "bad.ko.gz")
 
