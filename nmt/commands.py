@@ -72,13 +72,18 @@ def user_errors() -> tuple:
     return (ConfigError, CorpusError, CheckpointError, DeviceError, TokenizerError, BatchError, StorageError)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM taken as an interruption (`nmt.signals`): the command ends as by Ctrl-C, with the signal's exit code."""
+    exit_code = 128 + 15
+
+
 def run_cli(main: Callable[[], int]) -> int:
     """Run `main`, turning the project's bad-input errors into `error: ...` on stderr and exit code 2."""
     try:
         return main()
-    except KeyboardInterrupt:   # first: user_errors() imports mxnet, maybe the very import Ctrl-C cut short
+    except KeyboardInterrupt as e:   # first: user_errors() imports mxnet, maybe the very import Ctrl-C cut short
         print("interrupted", file=sys.stderr)
-        return 130
+        return e.exit_code if isinstance(e, Terminated) else 130
     except user_errors() as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -3,10 +3,8 @@
 `validate` and `save_checkpoint`. `train(cfg)` wires the parts together (for nmt-train and the tests)."""
 from __future__ import annotations
 
-import contextlib
 import logging
 import random
-import signal
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -32,6 +30,7 @@ from nmt.parallel import DataParallel, default_kvstore, describe_hardware, init_
 from nmt.preflight import check_checkpoint_room, run_inputs, settings_lines
 from nmt.resume import restore, resumed_state
 from nmt.scoring import retire_scores, score_test_set
+from nmt.signals import checkpoint_on_signal, terminated_as_interrupt
 from nmt.storage import check_writable
 from nmt.translate import Translator
 from nmt.workers import WorkerGroup, create_kvstore
@@ -178,27 +177,25 @@ class Trainer:
     def _fit(self) -> None:
         t, step0 = self.cfg.train, self.state.step
         self._t_start, self._elapsed0, self.state.stopped = time.perf_counter(), self.state.elapsed, ""
-        old_handlers = _install_signal_handlers(self)
         try:
-            stop = self.should_stop()
-            while not stop and self.state.epoch < t.max_epochs:
-                self.progress.start_epoch(self.state.epoch, len(self.data.sampler), self.data.sampler.position)
-                for batch in self.data.batches:
-                    self.train_step(batch)
-                    if self._validation_due():
-                        self.save_checkpoint(self.validate())
-                    stop = self.should_stop()
-                    if stop:
-                        break
-                self.progress.end_epoch()
-                if self._epoch_done() and stop not in _INTERRUPTS:   # also at a limit: its validation is scheduled
-                    self._next_epoch()   # checkpoint at the start of the next epoch, validated unless just done
-                    self.save_checkpoint(not self._validation_due() and self.validate())
-                    stop = stop or self.should_stop()
-            self._finish(stop or "max_epochs", trained=self.state.step > step0)
+            with checkpoint_on_signal(self):
+                stop = self.should_stop()
+                while not stop and self.state.epoch < t.max_epochs:
+                    self.progress.start_epoch(self.state.epoch, len(self.data.sampler), self.data.sampler.position)
+                    for batch in self.data.batches:
+                        self.train_step(batch)
+                        if self._validation_due():
+                            self.save_checkpoint(self.validate())
+                        stop = self.should_stop()
+                        if stop:
+                            break
+                    self.progress.end_epoch()
+                    if self._epoch_done() and stop not in _INTERRUPTS:   # also at a limit: its validation is due
+                        self._next_epoch()   # checkpoint at the start of the next epoch, validated unless just done
+                        self.save_checkpoint(not self._validation_due() and self.validate())
+                        stop = stop or self.should_stop()
+                self._finish(stop or "max_epochs", trained=self.state.step > step0)
         finally:
-            for sig, handler in old_handlers.items():
-                signal.signal(sig, handler)
             self.tensorboard.close()
         if self.averages():
             retire_scores(self.model_dir, "avg")
@@ -354,7 +351,8 @@ def run_training(cfg: Config, resume: bool = False, overwrite: bool = False, eva
     fresh = not resume and (not model_dir.exists() or model_dir.is_dir() and not any(model_dir.iterdir()))
     existed = model_dir.exists()   # (an empty directory of the user's stays, emptied again)
     try:
-        trainer = create_trainer(cfg, resume=resume, overwrite=overwrite, init=init)
+        with terminated_as_interrupt():   # (the default kill left what it had made: "already exists")
+            trainer = create_trainer(cfg, resume=resume, overwrite=overwrite, init=init)
     except ModelDirLocked:
         raise   # the directory is another trainer's: leave it alone
     except BaseException:   # a run that failed while setting up leaves no half-made directory to block the next
@@ -365,7 +363,14 @@ def run_training(cfg: Config, resume: bool = False, overwrite: bool = False, eva
     state, scores, averages = trainer.fit(), {}, {}
     interrupted = state.stopped if state.stopped in _INTERRUPTS else trainer.signal_name   # also in the last step
     if evaluate and trainer.is_chief and not interrupted and trainer.data.splits.tests:
-        scores, averages = trainer.evaluate_tests("best"), trainer.evaluate_tests("avg") if trainer.averaged else {}
+        try:
+            with terminated_as_interrupt():
+                scores = trainer.evaluate_tests("best")
+                averages = trainer.evaluate_tests("avg") if trainer.averaged else {}
+        except KeyboardInterrupt:
+            logger.warning("the test sets are not (all) scored: `nmt-evaluate --model-dir %s --recipe-tests` scores "
+                           "them", model_dir)
+            raise
     return TrainResult(state, scores, interrupted, averages)
 
 
@@ -374,18 +379,3 @@ def _config(cfg, caller: str) -> Config:
         raise TypeError(f"{caller}: cfg must be a Config (Config.from_dict makes one of a dict), got "
                         f"{type(cfg).__name__}")
     return cfg
-
-
-def _install_signal_handlers(trainer: Trainer):
-    """SIGINT/SIGTERM set a flag; the loop saves a checkpoint after the current update and exits cleanly."""
-    def handler(signum, _frame):
-        if trainer.signal_name:       # second signal: stop at once
-            raise KeyboardInterrupt
-        trainer.signal_name = signal.Signals(signum).name
-        logger.warning("%s received: saving a checkpoint after this update, then stopping "
-                       "(send it again to stop at once)", trainer.signal_name)
-    old = {}
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(ValueError):   # not the main thread (e.g. inside some notebook runners)
-            old[sig] = signal.signal(sig, handler)
-    return old

@@ -355,6 +355,44 @@ def test_existing_model_dir_is_not_overwritten(tmp_path, task):
         create_trainer(empty, resume=True)
 
 
+@pytest.fixture
+def sigterm_raises():
+    """SIGTERM raises RuntimeError (the default would kill the test process) unless the code under test takes it."""
+    def killed(signum, frame):
+        raise RuntimeError("killed by SIGTERM")
+    old = signal.signal(signal.SIGTERM, killed)
+    yield
+    signal.signal(signal.SIGTERM, old)
+
+
+def test_sigterm_outside_the_training_loop_is_an_interruption(tmp_path, task, monkeypatch, sigterm_raises):
+    """SIGTERM while setting up (SentencePiece, the first encoding) killed the run at once, leaving a half-made
+    directory that blocked the same command ("already exists"); while scoring the test sets, it ended without a word.
+    Now it is Ctrl-C's interruption (exit code 143): the directory is removed, and the unscored tests are named."""
+    from nmt import train as train_module
+    from nmt.commands import Terminated
+    real = train_module.create_trainer
+
+    def setting_up(cfg, **kwargs):
+        (Path(cfg.train.model_dir) / ckpt.LOG).parent.mkdir()
+        (Path(cfg.train.model_dir) / ckpt.LOG).write_text("")
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)   # the signal arrives here
+        return real(cfg, **kwargs)
+    monkeypatch.setattr(train_module, "create_trainer", setting_up)
+    with pytest.raises(Terminated):
+        train_module.run_training(tiny_config(tmp_path, task, "m", max_steps=2))
+    assert not (tmp_path / "m").exists()
+    monkeypatch.setattr(train_module, "create_trainer", real)
+    monkeypatch.setattr(train_module.Trainer, "evaluate_tests", lambda self, which: os.kill(os.getpid(),
+                                                                                            signal.SIGTERM))
+    with pytest.raises(Terminated):
+        train_module.run_training(tiny_config(tmp_path, task, "n", max_steps=2))
+    said = (tmp_path / "n" / ckpt.LOG).read_text()
+    assert "SIGTERM received: stopping" in said
+    assert f"the test sets are not (all) scored: `nmt-evaluate --model-dir {tmp_path / 'n'} --recipe-tests`" in said
+
+
 def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path, task):
     model_dir = tmp_path / "sig"
     cmd = [sys.executable, str(REPO / "scripts" / "train.py"),

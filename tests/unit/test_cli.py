@@ -630,12 +630,16 @@ def test_a_repeated_reference_or_ensemble_flag_adds_up():
 def test_ctrl_c_while_mxnet_is_imported_is_an_interruption(monkeypatch, capsys):
     """Ctrl-C during a command's `import mxnet` (seconds on a loaded host) gave two tracebacks ending in "NameError:
     name 'type_check' is not defined": run_cli imported mxnet again, half-imported, to list the errors it catches."""
-    from nmt.commands import run_cli
+    from nmt.commands import Terminated, run_cli
     monkeypatch.setitem(sys.modules, "nmt.parallel", None)   # an import cut short: importing it again fails
 
     def main():
         raise KeyboardInterrupt
     assert run_cli(main) == 130 and capsys.readouterr().err == "interrupted\n"
+
+    def terminated():   # SIGTERM outside the training loop (nmt.signals): the signal's own exit code
+        raise Terminated
+    assert run_cli(terminated) == 143 and capsys.readouterr().err == "interrupted\n"
 
 
 def test_a_config_file_with_a_recipe_and_files_is_refused(tmp_path):

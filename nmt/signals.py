@@ -1,0 +1,48 @@
+"""How a training run meets SIGINT and SIGTERM (Ctrl-C, a cluster's preemption). In the training loop either one
+asks for a checkpoint after the current update and a clean stop (`checkpoint_on_signal`); before the loop (setting up)
+and after it (scoring the test sets) SIGTERM is what Ctrl-C is there, an interruption (`terminated_as_interrupt`):
+its default, an immediate kill, left a half-made model directory that blocked the same command again, or a run that
+ended without a word."""
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+from typing import Callable, Iterator
+
+from nmt.commands import Terminated
+
+logger = logging.getLogger("nmt.train")
+
+
+@contextlib.contextmanager
+def _handling(signals, handler: Callable) -> Iterator[None]:
+    old = {}
+    for sig in signals:
+        with contextlib.suppress(ValueError):   # not the main thread (e.g. inside some notebook runners)
+            old[sig] = signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, previous in old.items():
+            signal.signal(sig, previous)
+
+
+def checkpoint_on_signal(trainer) -> contextlib.AbstractContextManager:
+    """SIGINT/SIGTERM set `trainer.signal_name`; the loop saves a checkpoint after the current update and exits
+    cleanly. A second signal stops at once (KeyboardInterrupt)."""
+    def handler(signum, _frame):
+        if trainer.signal_name:       # second signal: stop at once
+            raise KeyboardInterrupt
+        trainer.signal_name = signal.Signals(signum).name
+        logger.warning("%s received: saving a checkpoint after this update, then stopping "
+                       "(send it again to stop at once)", trainer.signal_name)
+    return _handling((signal.SIGINT, signal.SIGTERM), handler)
+
+
+def terminated_as_interrupt() -> contextlib.AbstractContextManager:
+    """SIGTERM raises `Terminated`, a KeyboardInterrupt (as SIGINT does) with exit code 143, while the block runs."""
+    def handler(signum, _frame):
+        logger.warning("%s received: stopping", signal.Signals(signum).name)
+        raise Terminated
+    return _handling((signal.SIGTERM,), handler)
