@@ -26,10 +26,10 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Examples:\n"
                "  %(prog)s -n 2 -s 1 -- python scripts/train.py --kvstore dist_sync --model-dir models/x\n"
                "  %(prog)s -n 2 -s 2 -H hosts -- python scripts/train.py --gpus 4 --kvstore dist_device_sync ...\n")
-    p.add_argument("-n", "--num-workers", type=number(int, 1), required=True, help="worker processes (one per "
-                   "machine on GPUs)")
-    p.add_argument("-s", "--num-servers", type=number(int, 1), help="server processes (default: 1, or one per host "
-                   "with -H)")
+    p.add_argument("-n", "--num-workers", type=number(int, 1, 1024), required=True, help="worker processes (one per "
+                   "machine on GPUs; at most 1024)")
+    p.add_argument("-s", "--num-servers", type=number(int, 1, 1024), help="server processes (default: 1, or one per "
+                   "host with -H; at most 1024)")
     p.add_argument("-H", "--hostfile", type=nonempty(Path), help="run servers and workers over ssh, round-robin on "
                    "these hosts (one per line: host, user@host, host:sshport); without it everything runs here")
     p.add_argument("--scheduler-host", type=nonempty(), help="address of this machine that the hosts reach "

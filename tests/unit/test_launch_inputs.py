@@ -38,6 +38,13 @@ def listening_socket(reuse: bool = False) -> socket.socket:
     return s
 
 
+@pytest.mark.parametrize("flag", ["-n", "-s"])
+def test_process_counts_are_bounded(capsys, flag):
+    """`-n 99999999` (a typo) planned 99,999,999 processes without a word (with --dry-run: past 90 s)."""
+    code, _, err = launch(capsys, "-n", "1", flag, "99999999", "--dry-run", "--", "x")
+    assert code == 2 and "must be >= 1 and <= 1024 (got 99999999)" in err
+
+
 # -- --ssh ---------------------------------------------------------------------------------------------------------
 def test_ssh_with_an_unbalanced_quote_is_refused_naming_the_flag(capsys):
     code, _, err = launch(capsys, "-n", "1", "--ssh", "ssh -i 'key", "--dry-run", "--", "x")
