@@ -99,7 +99,7 @@ class DataConfig:
         _check([(self.batch_size >= 1 or bool(self.batch_tokens), f"--batch-size must be >= 1, got {self.batch_size}"),
                 (self.batch_tokens is None or self.batch_tokens >= 1,
                  f"--batch-tokens must be >= 1, got {self.batch_tokens}"),
-                (self.vocab_size >= 16, f"--vocab-size must be >= 16, got {self.vocab_size}"),
+                (16 <= self.vocab_size <= 1_000_000, f"--vocab-size must be from 16 to 1000000, got {self.vocab_size}"),
                 (self.max_chars >= 1, f"--max-chars must be >= 1, got {self.max_chars}"),
                 (self.max_ratio >= 1, "--max-ratio must be >= 1 (the longer side's UTF-8 bytes over the shorter's; "
                                       f"inf: no limit), got {self.max_ratio}"),
@@ -223,14 +223,14 @@ class TrainConfig:
                 (self.patience >= 0, f"--patience must be >= 0 (0 = no early stop), got {self.patience}"),
                 (self.average_last == 0 or self.average_last >= 2, "--average-last must be 0 (off) or >= 2 (the "
                  f"average of one checkpoint is that checkpoint), got {self.average_last}"),
+                (self.keep_last >= 1, f"--keep-last must be >= 1, got {self.keep_last}"),
                 (self.average_last <= self.keep_last,
                  f"--average-last {self.average_last} averages the last {self.average_last} of the checkpoints kept: "
                  f"give --keep-last {self.average_last} or more (got {self.keep_last})"),
                 (self.valid_metric in VALID_METRIC_NAMES, f"--valid-metric {self.valid_metric!r}: use "
                  f"{', '.join(VALID_METRIC_NAMES[:-1])} or {VALID_METRIC_NAMES[-1]}"),
-                (self.valid_beam >= 1, f"--valid-beam must be >= 1, got {self.valid_beam}"),
+                (1 <= self.valid_beam <= 999_999, f"--valid-beam must be from 1 to 999999, got {self.valid_beam}"),
                 (self.valid_max_sentences >= 1, f"--valid-max-sentences must be >= 1, got {self.valid_max_sentences}"),
-                (self.keep_last >= 1, f"--keep-last must be >= 1, got {self.keep_last}"),
                 (self.log_every >= 1, f"--log-every must be >= 1, got {self.log_every}"),
                 (0 <= self.seed < 2 ** 32, f"--seed must be between 0 and 2**32 - 1, got {self.seed}"),
                 (self.kvstore in KVSTORES, f"--kvstore {self.kvstore!r}: use one of {', '.join(KVSTORES)} "

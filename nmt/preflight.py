@@ -16,7 +16,7 @@ import numpy as np
 
 from nmt import checkpoint as ckpt
 from nmt import manifest
-from nmt.config import Config
+from nmt.config import Config, ConfigError
 from nmt.storage import check_room, check_writable, free_bytes, human_bytes
 
 
@@ -32,6 +32,17 @@ def checkpoint_bytes(cfg: Config, net) -> int:
     t = cfg.train
     params = 4 * parameter_count(net)
     return (t.keep_last + 1) * 3 * params + params * (3 if t.average_last > 1 else 2)
+
+
+def check_search_widths(cfg: Config, tgt_vocab: int) -> None:
+    """ConfigError naming the flags when the dev translations (--valid-beam) or the test sets' (--beam-size) could
+    not run over the target vocabulary: found before training, where a run found it at its first validation or after
+    its last update."""
+    from nmt.search import search_too_wide
+    for beam, flag in ((cfg.train.valid_beam, "--valid-beam"), (cfg.decode.beam_size, "--beam-size")):
+        why = search_too_wide(beam, cfg.decode.batch_size, tgt_vocab, flag, "--decode-batch-size")
+        if why:
+            raise ConfigError(why)
 
 
 def check_checkpoint_room(cfg: Config, net) -> int:
@@ -110,6 +121,7 @@ def dry_run(cfg: Config, resume: bool = False, overwrite: bool = False, init: Op
         if init is not None:
             copy_tokenizers(init, cfg, Path(tmp))
         data = build_data(cfg, model_dir if resume else Path(tmp), resume=resume)
+        check_search_widths(cfg, data.tgt_tok.vocab_size)
         sampler = report.pop("sampler", None)   # of the checkpoint a resume starts from (checked above)
         if resume:   # the position a resume continues from belongs to these batches (else an error names why)
             data.batches.load_state_dict(sampler)

@@ -27,7 +27,7 @@ from nmt.loss import Seq2SeqLoss, dev_loss
 from nmt.models import build_model
 from nmt.optim import apply_settings, build_optimizer, learning_rate
 from nmt.parallel import DataParallel, default_kvstore, describe_hardware, init_amp, parse_devices
-from nmt.preflight import check_checkpoint_room, run_inputs, settings_lines
+from nmt.preflight import check_checkpoint_room, check_search_widths, run_inputs, settings_lines
 from nmt.resume import restore, resumed_state
 from nmt.scoring import retire_scores, score_test_set
 from nmt.signals import checkpoint_on_signal, terminated_as_interrupt
@@ -299,6 +299,7 @@ def _create_locked(cfg: Config, resume: bool, overwrite: bool, ctxs, kv, workers
                      f"{workers.num_workers}", *settings_lines(cfg)):   # what config.json holds, for people
             logger.info(line)
         data = build_data(cfg, model_dir, resume, workers)
+        check_search_widths(cfg, data.tgt_tok.vocab_size)
         workers.check_same("training data and flags", {   # distributed: all must draw the same batches
             "batches": data.sampler.fingerprint(), "subword_sampling": cfg.data.subword_sampling,
             "model": vars(cfg.model), "optim": vars(cfg.optim),

@@ -20,12 +20,31 @@ import dataclasses
 import threading
 import types
 import warnings
-from typing import Any, Callable, ClassVar, List, Optional, Sequence, Tuple
+from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Tuple
 
 import mxnet as mx
 from mxnet import gluon
 
+from nmt.config import ConfigError
+
 NDArray = mx.nd.NDArray
+MIN_VOCAB = 4   # PAD, UNK, BOS, EOS
+
+
+def check_model_size(src_vocab: int, tgt_vocab: int, largest: Dict[str, int], total: int, flags: str) -> None:
+    """ConfigError for a vocabulary without room for the 4 special pieces, or for a model past MXNet's 32-bit indices
+    (2**31) in its largest parameter array (`largest`: name -> values) or in all its `total` values (8 GB): such a
+    model failed to allocate with a traceback, or hung building millions of layers. `flags`: what makes it smaller."""
+    for name, size in (("source", src_vocab), ("target", tgt_vocab)):
+        if size < MIN_VOCAB:
+            raise ConfigError(f"{name} vocabulary size must be at least {MIN_VOCAB} (PAD, UNK, BOS, EOS); got {size}")
+    name, values = max(largest.items(), key=lambda item: item[1])
+    if values >= 2 ** 31:
+        raise ConfigError(f"the model's {name} would hold up to {values:,} values in one array, more than MXNet's "
+                          f"32-bit indices reach (2**31): lower {flags}")
+    if total >= 2 ** 31:
+        raise ConfigError(f"the model would hold up to {total:,} parameters, more than 2**31 (8 GB of float32): lower "
+                          f"{flags}")
 
 
 def array_module(x: Any):

@@ -22,18 +22,18 @@ from mxnet.gluon import nn
 
 from nmt.config import ConfigError, ModelConfig
 from nmt.models import register
-from nmt.models.base import DecoderState, Seq2SeqModel, array_module, fold_beams, length_mask, param_like
+from nmt.models.base import (MIN_VOCAB, DecoderState, Seq2SeqModel, array_module, check_model_size, fold_beams,
+                             length_mask, param_like)
 from nmt.models.lstm_layers import Encoder, FusedLSTM, tanh, word_dropout
 
 ATTENTION_TYPES = ("dot", "general", "mlp")
 # Added to attention scores of padded source positions: exp() of it underflows to exactly 0 in
 # float32, so padding gets zero weight and zero gradient (unlike -inf, it never makes NaN).
 _MASK_VALUE = -1e9
-_MIN_VOCAB = 4  # PAD, UNK, BOS, EOS
 
 
-def validate_model_config(cfg: ModelConfig, src_vocab_size: int = _MIN_VOCAB,
-                          tgt_vocab_size: int = _MIN_VOCAB) -> None:
+def validate_model_config(cfg: ModelConfig, src_vocab_size: int = MIN_VOCAB,
+                          tgt_vocab_size: int = MIN_VOCAB) -> None:
     """Raise ConfigError naming the flag when `cfg` cannot build a model."""
     if cfg.attention not in ATTENTION_TYPES:
         raise ConfigError(f"--attention must be one of {', '.join(ATTENTION_TYPES)} (got {cfg.attention!r})")
@@ -49,10 +49,11 @@ def validate_model_config(cfg: ModelConfig, src_vocab_size: int = _MIN_VOCAB,
                           f"projection reuses the (vocabulary, embed) target embedding on hidden-size "
                           f"vectors (got embed {cfg.embed_size}, hidden {cfg.hidden_size}); give equal sizes "
                           "or --no-tie-weights")
-    for name, size in (("source", src_vocab_size), ("target", tgt_vocab_size)):
-        if size < _MIN_VOCAB:
-            raise ConfigError(f"{name} vocabulary size must be at least {_MIN_VOCAB} "
-                              f"(PAD, UNK, BOS, EOS); got {size}")
+    e, h = cfg.embed_size, cfg.hidden_size
+    largest = {"source embedding": src_vocab_size * e, "target embedding": tgt_vocab_size * e,
+               "output layer": tgt_vocab_size * h, "fused LSTM": 8 * h * (e + 2 * h) * cfg.num_layers}   # (at most)
+    check_model_size(src_vocab_size, tgt_vocab_size, largest, sum(largest.values()) + largest["fused LSTM"],
+                     "--embed-size, --hidden-size, --num-layers or --vocab-size")
 
 
 class Decoder(gluon.HybridBlock):

@@ -18,19 +18,18 @@ import mxnet as mx
 
 from nmt.config import ConfigError, ModelConfig
 from nmt.models import register
-from nmt.models.base import DecoderState, Seq2SeqModel, array_module, param_like
+from nmt.models.base import MIN_VOCAB, DecoderState, Seq2SeqModel, array_module, check_model_size, param_like
 from nmt.models.transformer_layers import MemoryProjection, TransformerDecoder, TransformerEncoder
 
 logger = logging.getLogger(__name__)
-_MIN_VOCAB = 4  # PAD, UNK, BOS, EOS
 
 
 def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def validate_transformer_config(cfg: ModelConfig, src_vocab_size: int = _MIN_VOCAB,
-                                tgt_vocab_size: int = _MIN_VOCAB) -> None:
+def validate_transformer_config(cfg: ModelConfig, src_vocab_size: int = MIN_VOCAB,
+                                tgt_vocab_size: int = MIN_VOCAB) -> None:
     """Raise ConfigError naming the flag when `cfg` cannot build a Transformer."""
     for flag, value in (("--encoder-layers", cfg.encoder_layers), ("--decoder-layers", cfg.decoder_layers),
                         ("--model-size", cfg.model_size), ("--ff-size", cfg.ff_size), ("--heads", cfg.heads)):
@@ -46,9 +45,12 @@ def validate_transformer_config(cfg: ModelConfig, src_vocab_size: int = _MIN_VOC
                        ("--activation-dropout", cfg.activation_dropout), ("--word-dropout", cfg.word_dropout)):
         if not isinstance(rate, (int, float)) or isinstance(rate, bool) or not 0.0 <= rate < 1.0:
             raise ConfigError(f"{flag} must be in [0, 1) (got {rate!r})")
-    for name, size in (("source", src_vocab_size), ("target", tgt_vocab_size)):
-        if size < _MIN_VOCAB:
-            raise ConfigError(f"{name} vocabulary size must be at least {_MIN_VOCAB} (PAD, UNK, BOS, EOS); got {size}")
+    m, f, layers = cfg.model_size, cfg.ff_size, cfg.encoder_layers + cfg.decoder_layers
+    largest = {"source embedding": src_vocab_size * m, "target embedding": tgt_vocab_size * m,
+               "feed-forward layer": m * f}
+    check_model_size(src_vocab_size, tgt_vocab_size, largest, sum(largest.values()) + tgt_vocab_size * m
+                     + layers * (4 * m * m + 2 * m * f) + cfg.decoder_layers * 4 * m * m,
+                     "--model-size, --ff-size, --encoder-layers, --decoder-layers or --vocab-size")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -128,11 +128,29 @@ def test_overwrite_deletes_only_a_model_directory_and_nothing_the_run_reads(tmp_
     # said valid by the dry run, refused by the run
     (["--amp"], "--amp needs --gpus: automatic mixed precision runs float16 kernels on GPUs"),
     (["--kvstore", "dist_sync"], "--kvstore dist_sync runs only inside a job started by the launcher"),
+    # passed by the dry run, then a traceback after training (or at the first validation, or none: a hang)
+    (["--beam-size", "200000"], "--beam-size 200000 x --decode-batch-size 64 hypotheses x 400 target pieces"),
+    (["--valid-beam", "99999999999"], "--valid-beam must be from 1 to 999999, got 99999999999"),
+    (["--valid-beam", "90000"], "--valid-beam 90000 x --decode-batch-size 64 hypotheses x 400 target pieces"),
+    (["--num-layers", "99999999"], "the model's fused LSTM would hold up to 614,399,993,856 values in one array"),
+    (["--embed-size", "99999999", "--hidden-size", "99999999"], "more than MXNet's 32-bit indices reach (2**31): "
+                                                               "lower --embed-size, --hidden-size, --num-layers"),
+    (["--vocab-size", "2147483648"], "--vocab-size must be from 16 to 1000000, got 2147483648"),
+    (["--keep-last", "-1"], "--keep-last must be >= 1, got -1"),   # was blamed on --average-last 0
 ])
 def test_dry_run_names_what_is_wrong(tmp_path, task, capsys, extra, message):
     assert train_main(args_for(task, tmp_path / "m", "--dry-run", *extra)) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err, err
+
+
+def test_a_transformer_of_millions_of_layers_is_refused_at_once(tmp_path, task, capsys):
+    """It hung, building layer after layer while its memory grew."""
+    argv = [a for a in args_for(task, tmp_path / "m", "--dry-run")
+            if a not in ("--embed-size", "--hidden-size", "--num-layers", "16", "1")]
+    assert train_main([*argv, "--arch", "transformer", "--encoder-layers", "99999999"]) == 2
+    assert "more than 2**31 (8 GB of float32): lower --model-size, --ff-size, --encoder-layers" in \
+        capsys.readouterr().err
 
 
 def test_a_run_stopped_before_its_first_validation_says_so(tmp_path, task):

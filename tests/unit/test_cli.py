@@ -258,7 +258,7 @@ def test_a_config_written_by_an_earlier_version_is_refused(tmp_path):
 @pytest.mark.parametrize("argv, message", [
     (["--lr", "0"], "--lr must be > 0"), (["--label-smoothing", "1"], "--label-smoothing must be in [0, 1)"),
     (["--max-epochs", "0"], "--max-epochs must be >= 1"), (["--keep-last", "0"], "--keep-last must be >= 1"),
-    (["--vocab-size", "8"], "--vocab-size must be >= 16"), (["--batch-tokens", "0"], "--batch-tokens must be >= 1"),
+    (["--vocab-size", "8"], "--vocab-size must be from 16 to 1000000"), (["--batch-tokens", "0"], "--batch-tokens must be >= 1"),
     (["--optimizer", "adamw"], "--optimizer 'adamw' is not supported"),
     (["--batch-size", "2", "--accum-steps", "4"], "--batch-size 2 is smaller than --accum-steps 4"),
     (["--subword-sampling", "1.5"], "--subword-sampling must be between 0 and 1"),
@@ -272,7 +272,7 @@ def test_a_config_written_by_an_earlier_version_is_refused(tmp_path):
     (["--average-last", "5"], "--average-last 5 averages the last 5 of the checkpoints kept: give --keep-last 5"),
     (["--max-chars", "0"], "--max-chars must be >= 1, got 0"), (["--max-ratio", "nan"], "--max-ratio must be >= 1"),
     (["--max-ratio", "0.5"], "--max-ratio must be >= 1 (the longer side's UTF-8 bytes over the shorter's; inf: no "),
-    (["--valid-beam", "0"], "--valid-beam must be >= 1"),
+    (["--valid-beam", "0"], "--valid-beam must be from 1 to 999999"),
     (["--valid-max-sentences", "-1"], "--valid-max-sentences must be >= 1"),
     (["--num-buckets", "0"], "--num-buckets must be >= 1"),
     (["--beam-size", "0"], "--beam-size must be an integer from 1 to 999999 (got 0)"),

@@ -175,7 +175,7 @@ def test_a_directory_for_a_parameter_file_is_said_to_be_unreadable(tmp_path):
 @pytest.mark.parametrize("sections, says", [
     ({"model": {"hidden_size": -5}}, "model.hidden_size: --hidden-size must be a positive integer (got -5)"),
     ({"model": {"arch": "transformer", "dropout": 1.5}}, "model.dropout: --dropout must be in [0, 1) (got 1.5)"),
-    ({"data": {"vocab_size": -3}}, "data.vocab_size: --vocab-size must be >= 16, got -3"),
+    ({"data": {"vocab_size": -3}}, "data.vocab_size: --vocab-size must be from 16 to 1000000, got -3"),
     ({"decode": {"beam_size": 0}}, "decode.beam_size: --beam-size must be an integer from 1 to 999999 (got 0)"),
     ({"optim": {"schedule": "cosine"}}, "--lr-schedule 'cosine': use inv_sqrt, plateau or constant"),   # no key
     ({"data": {"batch_size": 2}, "train": {"accum_steps": 4}}, "--batch-size 2 is smaller than --accum-steps 4"),
