@@ -103,7 +103,9 @@ def create_app(service: Service) -> FastAPI:
         yield
         service.close()   # uvicorn has answered the requests in flight by now
 
+    # redirect_slashes off: Starlette's redirect of /health/ names the absolute URL, which leaves a proxy's /nmt/
     app = FastAPI(title="nmt-serve", version="1", lifespan=lifespan, docs_url=None, redoc_url=None,
+                  redirect_slashes=False,
                   description="Neural machine translation over a trained nmt model. POST /translate with "
                               "{\"text\": [...], \"beam_size\": 4, \"nbest\": 1}.")
     fastapi_openapi = app.openapi

@@ -162,24 +162,26 @@ class _Cancelled(logging.Filter):
 
 
 def run_server(server) -> int:
-    """Run a uvicorn server until a signal stops it; 130 when Ctrl-C did. uvicorn raises the signals it caught
-    again once it has shut down; after a second Ctrl-C (its forced exit) that raised KeyboardInterrupt inside the
-    event loop, whose tasks then ended with tracebacks. Here a handler of our own takes SIGINT when it comes again."""
-    interrupted, quiet, log = [], _Cancelled(server), logging.getLogger("uvicorn.error")
+    """Run a uvicorn server until a signal stops it; 130 when Ctrl-C did, 129 on SIGHUP (a closed terminal), which
+    stops it gracefully too. uvicorn raises the signals it caught again once it has shut down; after a second Ctrl-C
+    (its forced exit) that raised KeyboardInterrupt inside the event loop, whose tasks then ended with tracebacks.
+    Here a handler of our own takes SIGINT when it comes again."""
+    caught, quiet, log = [], _Cancelled(server), logging.getLogger("uvicorn.error")
 
-    def on_sigint(sig, frame) -> None:
-        interrupted.append(sig)
-        server.should_exit = True   # (a Ctrl-C before uvicorn's own handler is in place)
-    previous = signal.signal(signal.SIGINT, on_sigint)
+    def on_signal(sig, frame) -> None:   # SIGINT again after uvicorn's shutdown; SIGHUP: a graceful stop, as SIGTERM
+        caught.append(sig)                 # (a closed terminal dropped the requests in flight)
+        server.should_exit = True
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGHUP)}
     log.addFilter(quiet)
     try:
         server.run()
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         log.removeFilter(quiet)
     if server.force_exit:
         logging.getLogger("nmt.serve").warning("forced exit: requests in flight were not answered")
-    return 130 if interrupted else 0
+    return 128 + (signal.SIGHUP if signal.SIGHUP in caught else signal.SIGINT) if caught else 0
 
 
 def main(argv: Optional[List[str]] = None) -> int:

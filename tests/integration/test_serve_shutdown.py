@@ -80,10 +80,10 @@ def test_ctrl_c_while_the_models_load_is_an_interruption(monkeypatch, tmp_path, 
     assert capsys.readouterr().err == "interrupted\n"
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_sigterm_answers_requests_in_flight_and_refuses_new_ones(serve_model, serve_sentences, tmp_path, sig):
     """... and Ctrl-C (SIGINT) alike, which ended with two tracebacks (uvicorn re-raises it once it has shut
-    down)."""
+    down), and SIGHUP (a closed terminal), which killed the server at once, dropping the requests in flight."""
     url, proc, log = start_server(serve_model, tmp_path / "server.log")
     try:
         t0 = time.monotonic()
@@ -109,7 +109,8 @@ def test_sigterm_answers_requests_in_flight_and_refuses_new_ones(serve_model, se
         print(f"answered after {time.monotonic() - t0:.1f} s")
         assert answer.status_code == 200 and answer.json()["translations"][0]["translation"]
         # uvicorn re-raises the signal once it has shut down, so the exit status says "ended by SIGTERM"
-        assert proc.wait(timeout=30) in ((0, -signal.SIGTERM) if sig == signal.SIGTERM else (130,))
+        assert proc.wait(timeout=30) in {signal.SIGTERM: (0, -signal.SIGTERM), signal.SIGINT: (130,),
+                                         signal.SIGHUP: (129,)}[sig]
     finally:
         if proc.poll() is None:
             proc.kill()
