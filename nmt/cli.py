@@ -283,6 +283,10 @@ def config_for_resume(args: argparse.Namespace) -> Tuple[Config, List[str]]:
     if not path.is_file():
         return config_from_args(args), []
     saved = Config.load(path)
+    try:   # a config.json edited by hand: its model settings, in the flags' words
+        check_model(saved.model, {})
+    except ConfigError as e:
+        raise ConfigError(f"--resume: {path}: {e}") from None
     if "data.batch_size" in vars(args) and saved.data.batch_tokens:   # the run's batch_tokens would override it
         raise ConfigError(f"--resume: --batch-size {vars(args)['data.batch_size']} asks for batches of sentences, and "
                           f"this run was trained with --batch-tokens {saved.data.batch_tokens} ({path}); the data "

@@ -10,7 +10,7 @@ from typing import Optional, Sequence, Tuple
 import mxnet as mx
 
 from nmt import checkpoint as ckpt
-from nmt.config import Config
+from nmt.config import Config, ConfigError
 from nmt.download import sha256_file
 from nmt.models import build_model
 from nmt.tokenizer import Tokenizer, load_tokenizers
@@ -26,7 +26,10 @@ def model_files(model_dir: Path) -> Tuple[Config, Tokenizer, Tokenizer]:
 
 def load_member(model_dir: Path, cfg: Config, src_tok: Tokenizer, tgt_tok: Tokenizer, which: str, ctx: mx.Context):
     """The hybridized model of a model directory with its `which` parameters."""
-    net = build_model(cfg.model, src_tok.vocab_size, tgt_tok.vocab_size)
+    try:
+        net = build_model(cfg.model, src_tok.vocab_size, tgt_tok.vocab_size)
+    except ConfigError as e:   # a config.json edited by hand: its model settings, in the flags' words
+        raise ConfigError(f"{model_dir / ckpt.CONFIG}: {e}") from None
     ckpt.load_parameters(net, ckpt.params_path(model_dir, str(which)), ctx, model_dir / ckpt.CONFIG)
     net.collect_params().setattr("grad_req", "null")   # inference only: no gradient arrays
     net.hybridize(static_alloc=True)

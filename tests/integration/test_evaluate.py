@@ -132,6 +132,21 @@ def test_a_name_of_the_models_own_sets_is_only_for_their_files(model_copy, tmp_p
     assert code == 0, err
 
 
+def test_a_config_json_edited_into_a_model_that_cannot_be_built_is_named(model_copy, capsys):
+    """`"tie_weights": true` written into config.json beside unequal sizes was "--tie-weights needs --embed-size ==
+    --hidden-size ... give equal sizes or --no-tie-weights", naming flags nobody gave and not the file."""
+    import json
+    from nmt.cli import train_main
+    cfg = json.loads((model_copy / ckpt.CONFIG).read_text())
+    assert cfg["model"]["embed_size"] != cfg["model"]["hidden_size"]
+    cfg["model"]["tie_weights"] = True
+    (model_copy / ckpt.CONFIG).write_text(json.dumps(cfg))
+    code, _, err = run(["--model-dir", model_copy, "--recipe-tests"], capsys)
+    assert code == 2 and f"error: {model_copy / ckpt.CONFIG}: --tie-weights needs --embed-size == --hidden-size" in err
+    assert train_main(["--model-dir", str(model_copy), "--resume", "--no-progress"]) == 2
+    assert f"error: --resume: {model_copy / ckpt.CONFIG}: --tie-weights needs" in capsys.readouterr().err
+
+
 def test_mismatched_line_counts_name_both_files(model_copy, tmp_path, capsys):
     src = tmp_path / "s.ko"
     ref = tmp_path / "r.en"
