@@ -4,19 +4,22 @@ At millions of pairs, a list of Python ints per sentence costs ~36 bytes a token
 side is one int32 array of all token ids plus an int64 array of sentence offsets (~4 bytes a token). SentencePiece
 encodes in chunks with its own threads (the GIL released), and only one chunk's lists exist at a time. The arrays
 are saved as `encoded.<key>.<side>.{ids,offsets}.npy`, keyed by checksums of the text and of both tokenizer models,
-and memory-mapped on load: a rerun or a resume of the same data skips encoding and reads only the pages it uses.
+and memory-mapped on load: a rerun or a resume of the same data skips encoding. The arrays' own sha256 sums are saved
+beside them (`encoded.<key>.json`) and checked on load: a damaged cache, which would otherwise give a resumed run
+other batches without a word, is encoded again.
 """
 from __future__ import annotations
 
 import hashlib
 import itertools
+import json
 import logging
 from pathlib import Path
 from typing import Iterator, Optional, Sequence, Tuple
 
 import numpy as np
 
-from nmt.atomic import atomic_open
+from nmt.atomic import atomic_open, atomic_write_text
 from nmt.download import sha256_file
 
 logger = logging.getLogger("nmt.data")
@@ -129,20 +132,34 @@ def _save(cache_dir: Path, key: str, side: str, flat: FlatIds) -> None:
             np.save(f, arr)
 
 
+def _sums(cached: Sequence[FlatIds]) -> dict:
+    """sha256 of every array of both sides (read whole: about a second for 5 million pairs)."""
+    return {f"{side}.{part}": hashlib.sha256(memoryview(np.ascontiguousarray(getattr(flat, part)))).hexdigest()
+            for side, flat in zip(("src", "tgt"), cached) for part in ("ids", "offsets")}
+
+
 def load_or_encode(cache_dir: Path, src_tok, tgt_tok, src_lines: Sequence[str],
                    tgt_lines: Sequence[str]) -> Tuple[FlatIds, FlatIds, bool]:
     """Both sides' FlatIds from `cache_dir` if encoded before with the same text and tokenizers, else encoded,
     saved there (replacing older entries) and memory-mapped. The bool says whether the cache had them."""
     cache_dir = Path(cache_dir)
     key = cache_key(src_lines, tgt_lines, src_tok, tgt_tok)
-    cached = [_load(cache_dir, key, side) for side in ("src", "tgt")]
+    cached, sums_path = [_load(cache_dir, key, side) for side in ("src", "tgt")], cache_dir / f"encoded.{key}.json"
     if all(c is not None for c in cached):
-        logger.info("encoded corpus: reusing %s", _paths(cache_dir, key, "src")[0].name)
-        return cached[0], cached[1], True
+        try:
+            saved = json.loads(sums_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            saved = None
+        if saved == _sums(cached):
+            logger.info("encoded corpus: reusing %s", _paths(cache_dir, key, "src")[0].name)
+            return cached[0], cached[1], True
+        logger.warning("encoded corpus: %s of %s, encoding it again", "damaged: its arrays do not match the sums in "
+                       f"{sums_path.name}" if saved else f"no {sums_path.name}", _paths(cache_dir, key, "src")[0].name)
     for side, tok, lines in (("src", src_tok, src_lines), ("tgt", tgt_tok, tgt_lines)):
         _save(cache_dir, key, side, encode_flat(tok, lines))
-    for old in cache_dir.glob("encoded.*.npy"):
+    for old in [*cache_dir.glob("encoded.*.npy"), *cache_dir.glob("encoded.*.json")]:
         if not old.name.startswith(f"encoded.{key}."):
             old.unlink()
     src, tgt = _load(cache_dir, key, "src"), _load(cache_dir, key, "tgt")
+    atomic_write_text(sums_path, json.dumps(_sums([src, tgt]), indent=1) + "\n")
     return src, tgt, False

@@ -50,6 +50,24 @@ def test_a_truncated_cache_is_encoded_again(corpus, tmp_path):
     assert not hit and [list(x) for x in src] == src_tok.encode(ko)
 
 
+def test_a_damaged_cache_of_the_same_size_is_encoded_again(corpus, tmp_path, caplog):
+    """Ids overwritten in place (valid ids, the same size) were reused without a word: a resumed run trained on other
+    batches (a helper's dev perplexity 377 against 174). The arrays' sums are saved beside them and checked."""
+    _, ko, en, src_tok, tgt_tok = corpus
+    load_or_encode(tmp_path, src_tok, tgt_tok, ko, en)
+    ids = next(tmp_path.glob("encoded.*.tgt.ids.npy"))
+    damaged = np.load(ids)
+    damaged[:] = 5
+    np.save(ids, damaged)
+    with caplog.at_level("WARNING", logger="nmt.data"):
+        _, tgt, hit = load_or_encode(tmp_path, src_tok, tgt_tok, ko, en)
+    assert not hit and [list(x) for x in tgt] == tgt_tok.encode(en)
+    assert "damaged: its arrays do not match the sums in encoded." in caplog.text
+    assert load_or_encode(tmp_path, src_tok, tgt_tok, ko, en)[2]   # its sums saved again: reused
+    next(tmp_path.glob("encoded.*.json")).unlink()   # without them (a cache of an earlier version): encoded again
+    assert not load_or_encode(tmp_path, src_tok, tgt_tok, ko, en)[2]
+
+
 def test_dev_pairs_cut_for_the_dev_loss_are_counted(corpus, caplog):
     """Dev pairs over --max-src-tokens / --max-tgt-tokens were cut for the dev loss and perplexity (a false end of
     sentence scored: what --valid-metric ppl picks by) without a word."""
