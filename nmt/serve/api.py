@@ -26,9 +26,10 @@ from nmt.languages import hangul_counts, other_language_warning
 from nmt.serve.batcher import DEFAULT_MAX_WAIT_MS, Batcher, Closed, QueueFull, TimedOut
 from nmt.serve.openapi import fit_examples, openapi_30
 from nmt.serve.page import page_html
+from nmt.serve.responses import AttentionAnswer, HealthAnswer, InfoAnswer, TranslateAnswer, responses
 from nmt.serve.schema import (AttentionRequest, Limits, RequestError, TranslateRequest, at_length_limit,
-                              attention_within, check_attention, check_prefixes, check_translate, error_responses,
-                              parse, read_body, token_warnings, within_pieces)
+                              attention_within, check_attention, check_prefixes, check_translate, parse, read_body,
+                              token_warnings, within_pieces)
 
 logger = logging.getLogger("nmt.serve")
 
@@ -249,8 +250,8 @@ def _service(request: Request) -> Service:
 
 
 def _add_routes(app: FastAPI, limits: Limits) -> None:
-    @app.post("/translate", openapi_extra=_body_schema(TranslateRequest),
-              responses=error_responses(400, 408, 413, 415, 422, 500, 503, 504))
+    @app.post("/translate", openapi_extra=_body_schema(TranslateRequest), response_model=None,
+              responses=responses(TranslateAnswer, "the translations", 400, 408, 413, 415, 422, 500, 503, 504))
     async def translate(request: Request) -> dict:
         """Translations with scores, in input order: per sentence the best and its n-best list (best first).
         Over-long lines are cut as nmt-translate cuts them, with a warning."""
@@ -277,8 +278,8 @@ def _add_routes(app: FastAPI, limits: Limits) -> None:
         return {"src_lang": tr.src_lang, "tgt_lang": tr.tgt_lang, "beam_size": beam, "warnings": warnings,
                 "translations": [_translation_item(h, req.alignment) for h in nbests]}
 
-    @app.post("/attention", openapi_extra=_body_schema(AttentionRequest),
-              responses=error_responses(400, 408, 413, 415, 422, 500, 503, 504))
+    @app.post("/attention", openapi_extra=_body_schema(AttentionRequest), response_model=None,
+              responses=responses(AttentionAnswer, "the attention weights", 400, 408, 413, 415, 422, 500, 503, 504))
     async def attention(request: Request) -> dict:
         """The attention weights (target piece x source piece) of one sentence's greedy translation, or of the
         translation given (cut to max_input_tokens pieces, with a warning, as lines are)."""
@@ -299,8 +300,10 @@ def _add_routes(app: FastAPI, limits: Limits) -> None:
 
 
 def _add_status_routes(app: FastAPI) -> None:
-    @app.get("/health", responses={503: {"description": "the server is shutting down: the same body, with \"status\": "
-                                                       "\"shutting down\""}, **error_responses(500)})
+    stopping = {503: {"description": "the server is shutting down: the same body, with \"status\": \"shutting down\""}}
+
+    @app.get("/health", response_model=None, responses=responses(HealthAnswer, "the server takes requests", 500,
+                                                                 extra=stopping))
     async def health(request: Request) -> JSONResponse:
         """200 while the server takes requests (503 once it is shutting down), with its queue sizes."""
         service = _service(request)
@@ -311,7 +314,7 @@ def _add_status_routes(app: FastAPI) -> None:
                            for p, m in service.models.items()}}
         return JSONResponse(body, status_code=503 if service.stopping else 200)
 
-    @app.get("/info", responses=error_responses(500))
+    @app.get("/info", response_model=None, responses=responses(InfoAnswer, "the models and limits", 500))
     async def info(request: Request) -> dict:
         """The models (languages, architecture, decoding settings, the test score recorded for the loaded checkpoint
         on the model's own test set, with its sacreBLEU signature), limits."""

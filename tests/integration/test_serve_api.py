@@ -90,6 +90,27 @@ def test_health_info_and_offline_docs(http):
     assert http.get("/static/korean.ttf").headers["content-type"] == "font/ttf"
 
 
+def test_the_answers_are_those_the_openapi_document_describes(http, serve_sentences):
+    """Each 200 answer was {"type": "object", "additionalProperties": true} in /openapi.json (/health: {}), so a
+    client generated from it knew none of the fields serving.md documents. The real answers fit the models exactly
+    (no field missing, none unknown)."""
+    from nmt.serve.responses import AttentionAnswer, HealthAnswer, InfoAnswer, TranslateAnswer
+    lines = serve_sentences[:2] + [""]
+    for body in ({"text": lines, "beam_size": 3, "nbest": 2, "alignment": True}, {"text": lines}):
+        TranslateAnswer.model_validate(http.post("/translate", json=body).json())
+    AttentionAnswer.model_validate(http.post("/attention", json={"text": lines[0]}).json())
+    HealthAnswer.model_validate(http.get("/health").json())
+    InfoAnswer.model_validate(http.get("/info").json())
+    doc = http.get("/openapi.json").json()
+    for path, method, model in (("/translate", "post", "TranslateAnswer"), ("/attention", "post", "AttentionAnswer"),
+                                ("/health", "get", "HealthAnswer"), ("/info", "get", "InfoAnswer")):
+        answer = doc["paths"][path][method]["responses"]["200"]["content"]["application/json"]["schema"]
+        assert answer == {"$ref": f"#/components/schemas/{model}"}, (path, answer)
+    fields = doc["components"]["schemas"]["Translation"]["properties"]
+    assert {"translation", "score", "nbest", "alignment"} <= set(fields) and doc["openapi"] == "3.0.3"
+    assert "anyOf" not in json.dumps(doc["components"]["schemas"]["Translation"])   # 3.0: nullable, not 3.1's null
+
+
 def test_attention_of_the_greedy_translation(http, translator, serve_sentences):
     a = http.post("/attention", json={"text": serve_sentences[0]}).json()
     assert a["translation"] == translator.translate([serve_sentences[0]], beam_size=1)[0]

@@ -1,0 +1,104 @@
+"""The bodies nmt-serve answers with, as pydantic models: they describe each endpoint's 200 answer in the OpenAPI
+document, so that a client generated from it knows their fields. The endpoints build the bodies as plain dicts; the
+tests check real answers against these models (unknown fields refused), so the two cannot drift apart."""
+from __future__ import annotations
+
+from typing import Dict, List, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from nmt.serve.schema import error_responses
+
+ALIGNMENT = "[source word, translation word] pairs, words counted from 0 (with \"alignment\": true)"
+
+
+class _Answer(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Hypothesis(_Answer):
+    translation: str
+    score: float = Field(description="log-probability divided by the GNMT length penalty, as nmt-translate --nbest")
+    alignment: Optional[List[List[int]]] = Field(None, description=ALIGNMENT)
+
+
+class Translation(_Answer):
+    translation: str = Field(description="the best translation; \"\" for an empty line")
+    score: Optional[float] = Field(description="its score; null for an empty line")
+    alignment: Optional[List[List[int]]] = Field(None, description=ALIGNMENT)
+    nbest: List[Hypothesis] = Field(description="the n-best list, best first; [] for an empty line")
+
+
+class TranslateAnswer(_Answer):
+    src_lang: str
+    tgt_lang: str
+    beam_size: int = Field(description="the beam the request was decoded with")
+    warnings: List[str] = Field(description="lines cut, translations at the length limit, text in another language")
+    translations: List[Translation] = Field(description="one per sentence of text, in its order")
+
+
+class AttentionAnswer(_Answer):
+    translation: str
+    src_pieces: List[str] = Field(description="the source's SentencePiece pieces (▁ starts a word)")
+    tgt_pieces: List[str] = Field(description="the translation's pieces, </s> last when the model ended it")
+    weights: List[List[float]] = Field(description="attention, target piece x source piece; each row sums to 1")
+    warnings: List[str]
+
+
+class ModelLoad(_Answer):
+    queued: int = Field(description="sentences waiting")
+    batches: int
+    steps: int
+    sentence_steps: int = Field(description="sentence_steps / steps: the mean number of sentences a step advanced")
+    sentences: int
+    busy_seconds: float
+
+
+class HealthAnswer(_Answer):
+    status: str = Field(description="\"ok\", or \"shutting down\" (with status 503)")
+    models: Dict[str, ModelLoad] = Field(description="by language pair, e.g. \"ko-en\"")
+
+
+class TestScore(_Answer):
+    test_set: str
+    checkpoint: str = Field(description="the checkpoint scored: best, avg, a step, or an ensemble's key")
+    of_loaded_checkpoint: bool = Field(description="whether that is the checkpoint the server loaded")
+    bleu: float
+    bleu_signature: Optional[str]
+    chrf: Optional[float]
+    chrf_signature: Optional[str]
+    beam_size: Optional[int]
+    length_penalty: Optional[float]
+
+
+class ModelInfo(_Answer):
+    src_lang: str
+    tgt_lang: str
+    arch: str
+    model_dir: str
+    checkpoint: Optional[str]
+    ensemble: List[str] = Field(description="the further model directories of an ensemble")
+    beam_size: int
+    length_penalty: float
+    max_len_a: float
+    max_len_b: int
+    max_input_tokens: int
+    best_test_score: Optional[TestScore] = Field(description="the test score recorded in the model's scores.json")
+
+
+class LimitsInfo(_Answer):
+    max_body_bytes: int
+    max_sentences: int
+    max_beam_size: int
+    timeout_s: float
+
+
+class InfoAnswer(_Answer):
+    models: List[ModelInfo]
+    limits: LimitsInfo
+
+
+def responses(answer: type, description: str, *errors: int, extra: Optional[dict] = None) -> dict:
+    """FastAPI's `responses` of an endpoint: its 200 `answer` model and `description`, its error statuses
+    (`error_responses`), and `extra` ones."""
+    return {200: {"model": answer, "description": description}, **error_responses(*errors), **(extra or {})}
