@@ -4,6 +4,7 @@ no shared filesystem needed)."""
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 
 from mxnet import gluon
@@ -59,11 +60,28 @@ def resume_state(model_dir: Path) -> ckpt.TrainState:
         raise ckpt.CheckpointError(f"--resume: {e.filename or model_dir} cannot be read ({e.strerror or e})") from None
     state = ckpt.TrainState(**body["state"])
     check_kept_files(model_dir)
+    remove_leftovers(model_dir)
     if problems:
         ckpt_logger.warning("--resume: the newest checkpoint is damaged (%s); resuming from step %d, the newest "
                             "intact one", "; ".join(problems), state.step)
         state.save(model_dir)   # `latest` names an intact checkpoint again
     return state
+
+
+# The temporary files of what only a trainer writes (under the directory's lock): parameters, optimizer states,
+# manifests and the training state, before their rename into place (`checkpoint._save_with`, `nmt.atomic`).
+_LEFTOVER = re.compile(r"\.(params\.\w+|trainer\.\d+\.states|manifest\.\w+\.json|state\.json)(\.[0-9a-f]{8})?\.tmp")
+
+
+def remove_leftovers(model_dir: Path) -> None:
+    """Delete the temporary files a run killed while saving left behind (as large as a checkpoint each): no later
+    save writes their names again, so they stayed for good."""
+    left = [p for p in Path(model_dir).iterdir() if _LEFTOVER.fullmatch(p.name)]
+    for p in left:
+        p.unlink(missing_ok=True)
+    if left:
+        ckpt_logger.info("--resume: removed %d temporary file(s) a run killed while saving left: %s", len(left),
+                         ", ".join(sorted(p.name for p in left)))
 
 
 def rebuild_best(model_dir: Path) -> bool:
