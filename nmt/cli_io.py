@@ -120,8 +120,8 @@ def refuse_overwriting(flag: str, output, inputs: dict, model_dirs=()) -> None:
     from nmt.checkpoint import OWN_FILE
     if output in (None, "-"):
         return
+    target = Path(output).resolve()
     for model_dir in model_dirs:   # (the files a run keeps there: checkpoint.OWN_FILE)
-        target = Path(output).resolve()
         if target.parent == Path(model_dir).resolve() and OWN_FILE.fullmatch(target.name):
             raise ConfigError(f"{flag} {output} is a file of the model directory {model_dir}: writing it would destroy "
                               f"what the model needs; give another {flag}")

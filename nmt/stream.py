@@ -18,10 +18,10 @@ from typing import BinaryIO, Callable, Iterable, Iterator, List, Optional, Seque
 
 from nmt import jsonio
 from nmt.align import format_links
+from nmt.config import CHARS_PER_TOKEN
 from nmt.corpus import (CorpusError, archive_sign, control_characters, count_lines, lone_surrogate,
                         one_line, open_bytes, to_utf8_hint, utf16_sign)
 from nmt.log import Every
-from nmt.config import CHARS_PER_TOKEN
 from nmt.translate import Translator
 
 logger = logging.getLogger("nmt.translate")
