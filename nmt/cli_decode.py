@@ -218,7 +218,7 @@ def _own_name(name: str, args: argparse.Namespace, cfg) -> None:
     from nmt.scoring import DEV_SET, model_test_sets
     d = cfg.data
     own = {**{n: (None, None) for n in model_test_sets(cfg)}, DEV_SET: (d.dev_src, d.dev_tgt),
-           "test": (d.test_src, d.test_tgt)}
+           **({"test": (d.test_src, d.test_tgt)} if d.test_src else {})}   # (a recipe's sets are not "test")
     given = (args.src_file, args.ref_file[0])
     same = None not in own.get(name, (None,)) and [*map(os.path.realpath, own[name])] == [*map(os.path.realpath, given)]
     if name in own and not same:

@@ -130,12 +130,20 @@ def test_a_name_of_the_models_own_sets_is_only_for_their_files(model_copy, tmp_p
     code, _, err = run(["--model-dir", model_copy, "--src-file", cfg.test_src, "--ref-file", cfg.test_tgt, "--name",
                         "test", "--max-sentences", "3"], capsys)   # its own test files: that set, under its name
     assert code == 0, err
+    saved = json.loads((model_copy / ckpt.CONFIG).read_text())   # a recipe's model: its sets' names, not "test"
+    saved["data"].update(recipe="tatoeba", test_src=None, test_tgt=None)
+    (model_copy / ckpt.CONFIG).write_text(json.dumps(saved))
+    code, _, err = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", ref, "--name", "tatoeba-test"],
+                       capsys)
+    assert code == 2 and "--name tatoeba-test is the name of the model's own test set" in err, err
+    code, _, err = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", ref, "--name", "test", "--no-save"],
+                       capsys)
+    assert code == 0, err
 
 
 def test_a_config_json_edited_into_a_model_that_cannot_be_built_is_named(model_copy, capsys):
     """`"tie_weights": true` written into config.json beside unequal sizes was "--tie-weights needs --embed-size ==
     --hidden-size ... give equal sizes or --no-tie-weights", naming flags nobody gave and not the file."""
-    import json
     from nmt.cli import train_main
     cfg = json.loads((model_copy / ckpt.CONFIG).read_text())
     assert cfg["model"]["embed_size"] != cfg["model"]["hidden_size"]
