@@ -98,6 +98,7 @@ class TrainState:
     stopped: str = ""                      # why training ended ("max_steps", "early_stop", ...), "" while running
     hardware: str = ""                     # what the latest (resumed) run trained on (parallel.describe_hardware)
     init_from: str = ""                    # the parameter file a fine-tuning run started from (--init-from)
+    dev_sum: str = ""                      # sha256 of the dev pairs validated on (nmt-evaluate --dev-set compares)
 
     def __post_init__(self) -> None:
         if self.best_score is None and self.best_step:   # a state written before --valid-metric, which was BLEU then

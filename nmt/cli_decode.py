@@ -196,6 +196,8 @@ def _test_sets(args: argparse.Namespace, tr) -> Dict[str, Tuple[Any, List[List[s
         raise ConfigError("give one of: --src-file and --ref-file, --recipe-tests, --dev-set")
     if args.recipe_tests or args.dev_set:
         sets = recipe_tests(tr.config, args.data_dir) if args.recipe_tests else model_dev_set(tr.config, args.data_dir)
+        if args.dev_set:
+            _validated_on(tr.model_dir, next(iter(sets.values())))
         return {name: (pairs, []) for name, pairs in sets.items()}
     if not (args.src_file and args.ref_file):
         raise ConfigError("--src-file and --ref-file must be given together")
@@ -210,6 +212,24 @@ def _test_sets(args: argparse.Namespace, tr) -> Dict[str, Tuple[Any, List[List[s
     name = args.name or str(Path(args.src_file).resolve())
     _own_name(name, args, tr.config)
     return {name: (Pairs(src, refs[0], name), refs[1:])}
+
+
+def _validated_on(model_dir: Path, dev) -> None:
+    """CorpusError when the dev pairs read again from the model's data are not those its run validated on
+    (`TrainState.dev_sum`): its training or dev files changed since, and the held-out pairs drawn from them now
+    differ (a helper's appended lines: 120 of 500, 41 of them trained on), without a word."""
+    from nmt import checkpoint as ckpt
+    from nmt.corpus import CorpusError
+    from nmt.encoded import text_checksum
+    try:
+        saved = ckpt.TrainState.load(model_dir).dev_sum if (model_dir / ckpt.STATE).exists() else ""
+    except ckpt.CheckpointError:
+        return
+    if saved and saved != text_checksum([*dev.src, *dev.tgt]):
+        raise CorpusError("--dev-set: the dev pairs read again from the model's data are not those its run validated "
+                          "on: its training or dev files have changed since (edited, appended to or replaced), so "
+                          "their scores would not be its dev scores and may count pairs it trained on; score files "
+                          "with --src-file and --ref-file instead")
 
 
 def _own_name(name: str, args: argparse.Namespace, cfg) -> None:

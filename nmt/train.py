@@ -20,6 +20,7 @@ from nmt.config import CORPUS_FILES, Config
 from nmt.config_resume import PER_INVOCATION
 from nmt.data import TrainData, build_data
 from nmt.dirlock import ModelDirLock, ModelDirLocked, remove_made, replacing, set_aside
+from nmt.encoded import text_checksum
 from nmt.evaluate import VALID_METRICS, Scores, perplexity, score, track_best
 from nmt.finetune import copy_tokenizers, for_init, start_from
 from nmt.log import LossMeter, MetricsWriter, Progress, TensorBoardWriter, setup_logging
@@ -300,6 +301,7 @@ def _create_locked(cfg: Config, resume: bool, overwrite: bool, ctxs, kv, workers
             logger.info(line)
         data = build_data(cfg, model_dir, resume, workers)
         check_search_widths(cfg, data.tgt_tok.vocab_size)
+        state.dev_sum = text_checksum([*data.splits.dev.src, *data.splits.dev.tgt])
         workers.check_same("training data and flags", {   # distributed: all must draw the same batches
             "batches": data.sampler.fingerprint(), "subword_sampling": cfg.data.subword_sampling,
             "model": vars(cfg.model), "optim": vars(cfg.optim),

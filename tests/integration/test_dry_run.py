@@ -70,6 +70,24 @@ def test_a_run_on_relative_paths_resumes_and_evaluates_from_elsewhere(tmp_path, 
     assert "dev: 5 sentences" in capsys.readouterr().out
 
 
+def test_dev_set_scores_only_the_pairs_the_run_validated_on(tmp_path, task, capsys):
+    """After the run's files changed (a helper appended lines to the training files a dev set was held out of: 120 of
+    its 500 pairs were new, 41 of them trained on), `nmt-evaluate --dev-set` scored the pairs drawn again as the run's
+    dev set, without a word."""
+    import shutil
+    from nmt.cli_decode import evaluate_main
+    files = {k: str(shutil.copy(v, tmp_path / Path(v).name)) for k, v in task.items()}
+    d = tmp_path / "m"
+    assert train_main(args_for(files, d, "--max-steps", "2", "--valid-every", "2")) == 0
+    assert evaluate_main(["--model-dir", str(d), "--dev-set", "--no-save", "--max-sentences", "5"]) == 0
+    capsys.readouterr()
+    lines = Path(files["dev_src"]).read_text(encoding="utf-8").splitlines()
+    Path(files["dev_src"]).write_text("\n".join(lines[1:] + lines[:1]) + "\n", encoding="utf-8")   # reordered
+    assert evaluate_main(["--model-dir", str(d), "--dev-set", "--no-save", "--max-sentences", "5"]) == 2
+    assert "--dev-set: the dev pairs read again from the model's data are not those its run validated on" in \
+        capsys.readouterr().err
+
+
 def test_a_resume_without_the_runs_config_json_is_refused_before_anything(tmp_path, task, capsys):
     """--resume in a directory whose config.json is gone: the dry run checked the default recipe instead of the
     run's data and called it valid; the run failed later on the missing file."""

@@ -227,9 +227,13 @@ def test_dev_set_of_a_run_without_dev_files_is_the_pairs_held_out_of_its_trainin
     """A run on training files alone validates on pairs held out of them, and its log says `nmt-evaluate --dev-set`
     scores them; --dev-set said the model named no recipe and no dev files."""
     from nmt.recipes import load_data
+    from nmt.encoded import text_checksum
     cfg = Config.load(model_copy / ckpt.CONFIG)
     cfg.data.dev_src = cfg.data.dev_tgt = None
     cfg.save(model_copy / ckpt.CONFIG)
+    state, dev = ckpt.TrainState.load(model_copy), load_data(cfg.data).dev   # what such a run validated on
+    state.dev_sum = text_checksum([*dev.src, *dev.tgt])
+    state.save(model_copy)
     code, out, err = run(["--model-dir", model_copy, "--dev-set", "--json", "--no-save"], capsys)
     assert code == 0, err
     assert json.loads(out)["results"]["dev"]["n"] == len(load_data(cfg.data).dev.src) > 0
