@@ -12,6 +12,7 @@ import gzip
 import logging
 import lzma
 import re
+import shlex
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
@@ -173,19 +174,19 @@ def _text_bytes(data: bytes, path: Path) -> bytes:
 
 def to_utf8_hint(line: bytes, path: Optional[PathLike], kind: Optional[str]) -> str:
     """What a line of invalid UTF-8 probably is and the command converting `path` (None: standard input; read as
-    `kind`: "gzip" ...) to UTF-8: Korean legacy text is CP949; a line that reads as Windows-1252 (or Latin-1) text
-    of Latin letters and quotes, not as Hangul (an English file's "Café"), is taken for that."""
-    latin = "[\x00-\x7f\xa0-\xff\u2013\u2014\u2018\u2019\u201c\u201d\u2026\u20ac]*$"
-    enc = "CP1252" if _reads_as(line, "cp1252", latin) and not _reads_as(line, "cp949", "[\uac00-\ud7a3]") else "CP949"
-    cat, tail = {"gzip": "zcat", "bzip2": "bzcat", "xz": "xzcat"}.get(kind or ""), "" if path is None else f" {path}"
-    command = f"`{cat} {path} | iconv -f {enc} -t UTF-8`" if cat else f"`iconv -f {enc} -t UTF-8{tail}`"
+    `kind`: "gzip" ...) to UTF-8: Korean legacy text is CP949; a line that has no Hangul in CP949 but reads as
+    Windows-1252 (or Latin-1) text (an English file's "Café") is taken for that."""
+    enc = "CP949" if _reads_as(line, "cp949", "[\uac00-\ud7a3]") or not _reads_as(line, "cp1252", "") else "CP1252"
+    cat, name = {"gzip": "zcat", "bzip2": "bzcat", "xz": "xzcat"}.get(kind or ""), shlex.quote(str(path))
+    command = (f"`{cat} {name} | iconv -f {enc} -t UTF-8`" if cat else
+               f"`iconv -f {enc} -t UTF-8{'' if path is None else ' ' + name}`")
     return ("Korean legacy text is often CP949: " if enc == "CP949" else
             "the line reads as Windows-1252 (Latin-1) text: ") + command
 
 
 def _reads_as(line: bytes, encoding: str, pattern: str) -> bool:
     try:
-        return re.match(pattern, line.decode(encoding)) is not None
+        return re.search(pattern, line.decode(encoding)) is not None
     except UnicodeDecodeError:
         return False
 
