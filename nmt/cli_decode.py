@@ -236,11 +236,14 @@ def _own_name(name: str, args: argparse.Namespace, cfg) -> None:
     """ConfigError when --name is that of one of the model's own sets (its recipe's test sets, "test", "dev") but the
     files are not that set's: their scores would replace the set's own, which /info and nmt-export show."""
     from nmt.scoring import DEV_SET, model_test_sets
+    if args.no_save:   # nothing recorded: the name only labels the report and the --hyp-dir files
+        return
     d = cfg.data
     own = {**{n: (None, None) for n in model_test_sets(cfg)}, DEV_SET: (d.dev_src, d.dev_tgt),
            **({"test": (d.test_src, d.test_tgt)} if d.test_src else {})}   # (a recipe's sets are not "test")
     given = (args.src_file, args.ref_file[0])
     same = None not in own.get(name, (None,)) and [*map(os.path.realpath, own[name])] == [*map(os.path.realpath, given)]
+    same = same and len(args.ref_file) == 1   # further references make another set (nrefs:2)
     if name in own and not same:
         dev = name == DEV_SET
         raise ConfigError(f"--name {name} is the name of the model's own {'dev' if dev else 'test'} set, which "

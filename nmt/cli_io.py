@@ -95,20 +95,10 @@ def open_output(stack, output):
         raise CorpusError(f"--output {output}: cannot write ({e.strerror})") from None
 
 
-def warn_one_sided_blanks(src: list, other: list, src_name: str, other_name: str) -> None:
-    """Warn (naming the lines) where exactly one of two line-aligned files is blank: a sentence missing from one
-    side shifts every line after it, which the scores would not show."""
-    from nmt.corpus import line_list
-    lines = [i for i, (x, y) in enumerate(zip(src, other), 1) if bool(x.strip()) != bool(y.strip())]
-    if lines:
-        logging.getLogger("nmt").warning("%s and %s: %d line(s) blank on one side only (line %s): are the files "
-                                         "misaligned, a sentence missing from one of them?", src_name, other_name,
-                                         len(lines), line_list(lines, 10))
-
-
 def check_languages_of(tr, src, tgt, src_name: str, tgt_name: str) -> None:
     """CorpusError unless the source and target lines are in the model's languages (`languages.check_languages`); a
     warning where one side only is blank (`warn_one_sided_blanks`)."""
+    from nmt.corpus import warn_one_sided_blanks
     from nmt.languages import check_languages
     check_languages(src, tgt, tr.src_lang, (src_name, tgt_name), f"the model translates {tr.src_lang} -> {tr.tgt_lang}")
     warn_one_sided_blanks(src, tgt, src_name, tgt_name)

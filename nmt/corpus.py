@@ -318,6 +318,16 @@ def drop_blank_ends(files: Sequence[Tuple[PathLike, List[Optional[str]]]]) -> No
             logger.warning("%s: ignored %d blank line(s) at the end of the file", path, extra)
 
 
+def warn_one_sided_blanks(src: list, other: list, src_name: str, other_name: str) -> None:
+    """Warn (naming the lines) where exactly one of two line-aligned files is blank: a sentence missing from one
+    side shifts every line after it, which the scores would not show."""
+    lines = [i for i, (x, y) in enumerate(zip(src, other), 1) if bool(x.strip()) != bool(y.strip())]
+    if lines:
+        logging.getLogger("nmt").warning("%s and %s: %d line(s) blank on one side only (line %s): are the files "
+                                         "misaligned, a sentence missing from one of them?", src_name, other_name,
+                                         len(lines), line_list(lines, 10))
+
+
 def read_parallel(src_path: PathLike, tgt_path: PathLike, *, skip_invalid_utf8: bool = False,
                   name: Optional[str] = None, whole: bool = False) -> Pairs:
     """Line-aligned file pair: line i of `src_path` translates to line i of `tgt_path`. Pairs with an empty or
@@ -332,8 +342,9 @@ def read_parallel(src_path: PathLike, tgt_path: PathLike, *, skip_invalid_utf8: 
             f"line counts differ: {src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}. Parallel files must "
             "be line-aligned (line i of one translates line i of the other); find the extra or missing line "
             "(a sentence broken over two lines, or a missing translation) and fix the files.")
-    if whole:
-        return Pairs(src, tgt, name or Path(src_path).stem)   # type: ignore[arg-type]   (no None: nothing skipped)
+    if whole:   # (no None: nothing skipped)
+        warn_one_sided_blanks(src, tgt, str(src_path), str(tgt_path))   # type: ignore[arg-type]
+        return Pairs(src, tgt, name or Path(src_path).stem)   # type: ignore[arg-type]
     return _align(src, tgt, name or Path(src_path).stem, f"{src_path} / {tgt_path}")
 
 

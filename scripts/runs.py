@@ -163,6 +163,8 @@ def decode_rows(base: Run, reports: Sequence[dict], test: str) -> List[dict]:
         if not rec:
             continue
         diff = [f"{k}={rec.get(k)}" for k in DECODE_KEYS if rec.get(k) != best.get(k)]
+        refs = [(r.get("bleu_signature") or "").split("|")[0] for r in (rec, best)]   # nrefs:N, another test set
+        diff += [refs[0].replace(":", "=")] if refs[0] != refs[1] and best else []
         if rec.get("ensemble"):   # the base and other models decoding together
             diff.insert(0, "ensemble with " + " + ".join(Path(p).name for p in rec["ensemble"][1:]))
         if best.get("n") and rec.get("n") != best["n"]:   # a part of the set (--max-sentences)

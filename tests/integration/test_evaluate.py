@@ -130,6 +130,13 @@ def test_a_name_of_the_models_own_sets_is_only_for_their_files(model_copy, tmp_p
     code, _, err = run(["--model-dir", model_copy, "--src-file", cfg.test_src, "--ref-file", cfg.test_tgt, "--name",
                         "test", "--max-sentences", "3"], capsys)   # its own test files: that set, under its name
     assert code == 0, err
+    shutil.copy(cfg.test_tgt, tmp_path / "r2.en")   # a further reference: another set (nrefs:2)
+    code, _, err = run(["--model-dir", model_copy, "--src-file", cfg.test_src, "--ref-file", cfg.test_tgt,
+                        tmp_path / "r2.en", "--name", "test"], capsys)
+    assert code == 2 and "--name test is the name of the model's own test set" in err, err
+    code, _, err = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", ref, "--name", "dev", "--no-save"],
+                       capsys)   # nothing recorded: any name, for the report and --hyp-dir
+    assert code == 0, err
     saved = json.loads((model_copy / ckpt.CONFIG).read_text())   # a recipe's model: its sets' names, not "test"
     saved["data"].update(recipe="tatoeba", test_src=None, test_tgt=None)
     (model_copy / ckpt.CONFIG).write_text(json.dumps(saved))

@@ -232,10 +232,13 @@ def test_decoding_rows_name_every_setting_that_differs_and_a_part_of_the_set(sco
     """Other length limits and a --max-sentences part were "decoding: same as base"."""
     base = load_run(scored_dirs[0])
     rec = dict(next(iter(base.scores["synth-test"].values())))
+    two = rec["bleu_signature"].replace("nrefs:1", "nrefs:2")   # two references: another set, "same as base" too
     reports = [{"results": {"synth-test": {**rec, "max_len_b": 2, "bleu": 1.0}}},
-               {"results": {"synth-test": {**rec, "n": 3, "bleu": 2.0}}}]
+               {"results": {"synth-test": {**rec, "n": 3, "bleu": 2.0}}},
+               {"results": {"synth-test": {**rec, "bleu_signature": two, "bleu": 3.0}}}]
     table = ablation_table(base, [base], "synth-test", reports)
     assert "decoding: max_len_b=2 (" in table and f"decoding: 3 of {rec['n']} sentences (" in table, table
+    assert "decoding: nrefs=2 (" in table, table
 
 
 def test_decoding_rows_are_the_base_runs_own_and_say_ensemble(scored_dirs, tmp_path, capsys):
