@@ -111,8 +111,11 @@ def refuse_overwriting(flag: str, output, inputs: dict, model_dirs=()) -> None:
     if output in (None, "-"):
         return
     target = Path(output).resolve()
-    for model_dir in model_dirs:   # (the files a run keeps there: checkpoint.OWN_FILE)
-        if target.parent == Path(model_dir).resolve() and OWN_FILE.fullmatch(target.name):
+    for model_dir in model_dirs:   # (the files a run keeps there: checkpoint.OWN_FILE; also a hard link to one)
+        own = ([p for p in Path(model_dir).iterdir() if OWN_FILE.fullmatch(p.name)]
+               if target.is_file() and Path(model_dir).is_dir() else [])
+        if (target.parent == Path(model_dir).resolve() and OWN_FILE.fullmatch(target.name)
+                or any(os.path.samefile(target, p) for p in own)):
             raise ConfigError(f"{flag} {output} is a file of the model directory {model_dir}: writing it would destroy "
                               f"what the model needs; give another {flag}")
     if not os.path.isfile(output):

@@ -526,6 +526,11 @@ def test_no_output_is_written_over_a_file_of_the_model(tr, tmp_path, capsys):
         assert code == 2 and f"{flag} {model / name} is a file of the model directory {model}: writing it would " \
             "destroy what the model needs" in err, err
     assert {p.name: p.read_bytes() for p in model.iterdir() if p.is_file()} == before
+    os.link(model / "params.best", tmp_path / "hard")   # a hard link to one (cp -al backups): the same file
+    assert translate_main([str(a) for a in ["--model-dir", model, "--input", tmp_path / "in.ko", "--output",
+                                            tmp_path / "hard"]]) == 2
+    assert "is a file of the model directory" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in model.iterdir() if p.is_file()} == before
     assert translate_main([str(a) for a in ["--model-dir", model, "--input", tmp_path / "in.ko", "--output",
                                             model / "hyp.en"]]) == 0   # a file of one's own there is fine
 
