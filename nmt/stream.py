@@ -19,7 +19,7 @@ from typing import BinaryIO, Callable, Iterable, Iterator, List, Optional, Seque
 from nmt import jsonio
 from nmt.align import format_links
 from nmt.config import CHARS_PER_TOKEN
-from nmt.corpus import (CorpusError, archive_sign, control_characters, count_lines, lone_surrogate,
+from nmt.corpus import (INVISIBLE, CorpusError, archive_sign, control_characters, count_lines, lone_surrogate,
                         one_line, open_bytes, to_utf8_hint, utf16_sign)
 from nmt.log import Every
 from nmt.translate import Translator
@@ -112,13 +112,16 @@ def _fileno(stream) -> Optional[int]:
         return None
 
 
-_BLANKS = re.compile(rb"[ \t]{2,}")
+_BLANKS = re.compile(r"[^\S\r]+")   # whitespace (NBSP, U+3000 ...) but CR, which decode_line reads as a line end
 
 
 def _squeeze(pending: bytes) -> bytes:
-    """The start of a line read so far, its leading spaces and tabs dropped and its runs of them made one space
-    (ASCII bytes, never inside a UTF-8 character)."""
-    return _BLANKS.sub(b" ", pending.lstrip(b" \t"))
+    """The start of a line read so far as `normalize` would leave its blanks: invisible characters (zero-width
+    spaces ...; not the control characters, which are counted later) dropped, leading whitespace dropped and runs of
+    it made one space. Bytes that are no UTF-8 (a character cut at the end, invalid ones) are kept as they are."""
+    text = pending.decode("utf-8", "surrogateescape")
+    text = INVISIBLE.sub(lambda m: m.group() if control_characters(m.group()) else "", text)
+    return _BLANKS.sub(" ", text).lstrip(" ").encode("utf-8", "surrogateescape")
 
 
 def _cut(raw: bytes) -> bytes:

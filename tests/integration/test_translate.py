@@ -222,15 +222,15 @@ def test_reader_counts_blanks_as_normalize_leaves_them(stream):
     """Leading spaces and runs of spaces or tabs count once, as normalize leaves them, before the byte guard cuts a
     line: 5,000 spaces before a sentence cut it to spaces alone, which the Translator translates whole."""
     data = (b" " * 5000 + "가나다".encode() + b" \t" * 300 + b"x  y\n" + b" " * 5000 + b"\n" + b"z" * 150 +
-            b"\n" + "\u3000".encode() * 50 + b"\nlast")
-    assert list(read_raw_lines(stream(data), max_bytes=100)) == [
-        ("가나다 x y".encode(), False), (b"", False), (b"z" * 100, True), ("\u3000".encode() * 33, True),
+            b"\n" + "\u3000\u00a0\u200b".encode() * 50 + "한".encode() * 50 + b"\nlast")
+    assert list(read_raw_lines(stream(data), max_bytes=100)) == [   # (NBSP, U+3000, zero-width spaces too)
+        ("가나다 x y".encode(), False), (b"", False), (b"z" * 100, True), ("한".encode() * 33, True),
         (b"last", False)]
     assert next(read_raw_lines(stream(data), max_bytes=100, squeeze=False)) == (b" " * 100, True)
 
 
 def test_cli_translates_a_sentence_after_many_spaces_as_the_translator_does(tr, tmp_path, capsys):
-    line = " " * 5000 + "리 니 차" + "\t \t" * 2000 + "리"
+    line = " " * 5000 + "\u00a0\u200b" * 2000 + "리 니 차" + "\t \t" * 2000 + "리"
     path = tmp_path / "in.ko"
     path.write_text(f"{line}\n리 니\n", encoding="utf-8")
     code, _, err = run(["--model-dir", tr.model_dir, "--input", path, "--output", tmp_path / "out.en",
