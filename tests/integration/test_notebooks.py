@@ -94,6 +94,10 @@ def test_bleu_eval_refuses_a_source_file_without_references(tmp_path_factory, mo
     monkeypatch.delenv("NMT_REF_FILE", raising=False)
     with pytest.raises(CellExecutionError, match="NMT_SRC_FILE and NMT_REF_FILE go together"):
         execute("bleu_eval.ipynb")
+    monkeypatch.setenv("NMT_SRC_FILE", str(synth_file(model, "test.en")))   # the files swapped: scored BLEU 0.00
+    monkeypatch.setenv("NMT_REF_FILE", str(synth_file(model, "test.ko")))
+    with pytest.raises(CellExecutionError, match="should be the Korean side .* are the files swapped"):
+        execute("bleu_eval.ipynb")
 
 
 def test_multi_gpu_intro_notebook(tmp_path, monkeypatch):
