@@ -100,7 +100,7 @@ def rebuild_best(model_dir: Path) -> bool:
     return True
 
 
-def check_kept_files(model_dir: Path) -> None:
+def check_kept_files(model_dir: Path, repair: bool = True) -> None:
     """Before a resumed run trains, the files it reads only at its end: CheckpointError for a damaged scores.json; a
     warning for a params.best unlike its manifest (as a run killed while saving a best leaves it: saved again), or
     missing where the training state names a best."""
@@ -112,9 +112,11 @@ def check_kept_files(model_dir: Path) -> None:
                 raise ckpt.CheckpointError(f"{model_dir / ckpt.PARAMS_BEST} is missing")
             ckpt.verify_params(model_dir / ckpt.PARAMS_BEST)
         except ckpt.CheckpointError as e:
-            if rebuild_best(model_dir):
-                ckpt_logger.warning("--resume: %s; written again from %s, the same parameters", e,
-                                    ckpt.params_file(ckpt.best_step(model_dir)))
+            source = ckpt.params_file(ckpt.best_step(model_dir) or 0)
+            if not repair and (model_dir / source).is_file():   # a dry run writes nothing
+                ckpt_logger.warning("--resume: %s; the run will write it again from %s", e, source)
+            elif repair and rebuild_best(model_dir):
+                ckpt_logger.warning("--resume: %s; written again from %s, the same parameters", e, source)
             else:
                 ckpt_logger.warning("--resume: %s; unless the run finds a new best, scoring its best at the end will "
                                     "fail: %s", e, ckpt.restore_best(model_dir, ckpt.best_step(model_dir)))

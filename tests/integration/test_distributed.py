@@ -138,8 +138,8 @@ def test_main_dry_run_and_input_errors(write_file, capsys):
 
 
 @pytest.mark.parametrize("flags, says", [
-    (["-n", "0"], "argument -n/--num-workers: must be >= 1 (got 0)"),
-    (["-n", "1", "-s", "0"], "argument -s/--num-servers: must be >= 1 (got 0)"),
+    (["-n", "0"], "argument -n/--num-workers: must be >= 1 and <= 1024 (got 0)"),
+    (["-n", "1", "-s", "0"], "argument -s/--num-servers: must be >= 1 and <= 1024 (got 0)"),
     (["-n", "1", "--port", "99999"], "argument --port: must be >= 1 and <= 65535 (got 99999)"),
     (["-n", "1", "--grace", "-1"], "argument --grace: must be >= 0 (got -1)"),
     (["-n", "1", "--finish-timeout", "0"], "argument --finish-timeout: must be > 0 (got 0)"),
