@@ -186,10 +186,11 @@ def _check_overwrite(model_dir: Path, held: List[str], inputs: Dict[str, Any]) -
         raise CheckpointError(f"--overwrite deletes a model directory, and --model-dir {model_dir} is not one: it has "
                               f"no {CONFIG} or {LOG} but holds {shown}; give the directory of the run to start "
                               "over, or a new --model-dir")
-    root = model_dir.resolve()
-    for flag, path in inputs.items():   # the file, and a symbolic link to it in the directory (deleted with it)
-        if path and any(root == p or root in p.parents for p in (Path(path).resolve(),
-                                                                  Path(path).parent.resolve() / Path(path).name)):
+    roots = {model_dir.resolve(), Path(os.path.abspath(model_dir))}
+    for flag, path in inputs.items():   # the file, also reached through a symbolic link in the directory (deleted)
+        seen = {Path(path).resolve(), Path(path).parent.resolve() / Path(path).name, Path(os.path.abspath(path))} \
+            if path else set()
+        if any(root == p or root in p.parents for p in seen for root in roots):
             raise CheckpointError(f"{flag} {path} is inside --model-dir {model_dir}, which --overwrite deletes: move "
                                   "it out of the directory or give another --model-dir")
 

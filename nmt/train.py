@@ -338,7 +338,7 @@ def train(cfg: Config, resume: bool = False, overwrite: bool = False, evaluate: 
     """Train per `cfg` (from `init`, a model directory or params file, as --init-from: with the model's settings but
     for what `cfg` sets otherwise, `nmt.finetune.for_init`); `evaluate`: score the best checkpoint on the tests."""
     cfg = _config(cfg, "train")
-    if not resume and cfg.data.recipe and any(getattr(cfg.data, f) for f in CORPUS_FILES):   # files replace the
+    if cfg.data.recipe and any(getattr(cfg.data, f) for f in CORPUS_FILES):   # files replace the
         # recipe (a DataConfig's default "tatoeba"), as load_data reads them: config.json names none, as nmt-train's
         cfg = replace(cfg, data=replace(cfg.data, recipe=None))
     if init is not None:

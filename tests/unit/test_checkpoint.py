@@ -168,6 +168,10 @@ def test_prepare_model_dir(tmp_path):
     with pytest.raises(ckpt.CheckpointError, match="--train-src .*/link.ko is inside --model-dir"):
         ckpt.prepare_model_dir(d, resume=False, overwrite=True, inputs={"--train-src": d / "link.ko"})
     (d / "link.ko").unlink()
+    (d / "data").symlink_to(tmp_path)   # a link to a directory of inputs (the file reached through it)
+    with pytest.raises(ckpt.CheckpointError, match="--train-src .*/data/train.ko is inside --model-dir"):
+        ckpt.prepare_model_dir(d, resume=False, overwrite=True, inputs={"--train-src": d / "data" / "train.ko"})
+    (d / "data").unlink()
     assert (d / "x").exists()
     ckpt.prepare_model_dir(d, resume=False, overwrite=True, inputs={"--train-src": tmp_path / "train.ko"})
     assert (d / "x").exists() and (d / ckpt.LOG).exists()   # checked only: nmt.dirlock.set_aside moves them

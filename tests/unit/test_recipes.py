@@ -323,6 +323,8 @@ def test_files_replace_the_default_recipe_in_python(monkeypatch):
     assert cfg.data.recipe == "tatoeba" and got[0].data.recipe is None and got[0].data.train_src == cfg.data.train_src
     train_module.train(Config.from_dict({}))
     assert got[1].data.recipe == "tatoeba"
+    train_module.train(cfg, resume=True)   # and so on resume, whose run's config.json names none
+    assert got[2].data.recipe is None
 
 
 def test_a_training_file_that_is_a_pipe_is_warned_of(write_file, tmp_path, nmt_logs):
