@@ -311,10 +311,18 @@ def params_path(model_dir: Path, which: str = "best") -> Path:
 
 def best_step(model_dir: Path) -> Optional[int]:
     """The training step of params.best: from its manifest (written with it; state.json follows it, so a run killed
-    between the two says the old step there), else from the training state."""
+    between the two says the old step there), else from the training state, else (state.json damaged or gone) from
+    the newest intact checkpoint's, as --resume takes it."""
     with contextlib.suppress(CheckpointError):   # a damaged one is named where params.best is loaded
         return manifest.read_manifest(model_dir, "best").get("step") or None
-    return TrainState.load(model_dir).best_step or None if (model_dir / STATE).exists() else None
+    with contextlib.suppress(CheckpointError):
+        state = TrainState.load(model_dir) if (model_dir / STATE).exists() else None
+        if state is not None and state.params_files:
+            return state.best_step or None
+    with contextlib.suppress(CheckpointError, OSError, KeyError, TypeError):
+        return manifest.newest_intact(model_dir)[0]["state"].get("best_step") or None if manifest.has_manifests(
+            model_dir) else None
+    return None
 
 
 def verify_params(path: Path) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
+from typing import Optional
 
 from mxnet import gluon
 
@@ -59,7 +60,7 @@ def resume_state(model_dir: Path) -> ckpt.TrainState:
     except OSError as e:   # a file of a checkpoint exists but cannot be read: no permission, ...
         raise ckpt.CheckpointError(f"--resume: {e.filename or model_dir} cannot be read ({e.strerror or e})") from None
     state = ckpt.TrainState(**body["state"])
-    check_kept_files(model_dir)
+    check_kept_files(model_dir, state=state)
     remove_leftovers(model_dir)
     if problems:
         ckpt_logger.warning("--resume: the newest checkpoint is damaged (%s); resuming from step %d, the newest "
@@ -84,10 +85,10 @@ def remove_leftovers(model_dir: Path) -> None:
                          ", ".join(sorted(p.name for p in left)))
 
 
-def rebuild_best(model_dir: Path) -> bool:
-    """Write params.best and its manifest again from the best step's own checkpoint (the same parameters) when that
-    is kept and intact; False when it cannot be."""
-    model_dir, step = Path(model_dir), ckpt.best_step(model_dir)
+def rebuild_best(model_dir: Path, step: Optional[int]) -> bool:
+    """Write params.best and its manifest again from the best step's (`step`) own checkpoint (the same parameters)
+    when that is kept and intact; False when it cannot be."""
+    model_dir = Path(model_dir)
     source = model_dir / ckpt.params_file(step or 0)
     if not step or not source.exists():
         return False
@@ -100,23 +101,30 @@ def rebuild_best(model_dir: Path) -> bool:
     return True
 
 
-def check_kept_files(model_dir: Path, repair: bool = True) -> None:
-    """Before a resumed run trains, the files it reads only at its end: CheckpointError for a damaged scores.json; a
-    warning for a params.best unlike its manifest (as a run killed while saving a best leaves it: saved again), or
-    missing where the training state names a best."""
+def check_kept_files(model_dir: Path, repair: bool = True, state: Optional[ckpt.TrainState] = None) -> None:
+    """Before a resumed run (from `state`) trains, the files it reads only at its end: CheckpointError for a damaged
+    scores.json; for a params.best missing where the training state names a best, unlike its manifest, or of a step
+    past `state` (a run killed between a best's files and its step's), written again from the best step's checkpoint
+    with a warning (`repair`; a dry run only says so), else a warning."""
     from nmt.scoring import read_scores
     read_scores(model_dir)
-    if (model_dir / ckpt.PARAMS_BEST).exists() or ckpt.best_step(model_dir):
-        try:
-            if not (model_dir / ckpt.PARAMS_BEST).exists():
-                raise ckpt.CheckpointError(f"{model_dir / ckpt.PARAMS_BEST} is missing")
-            ckpt.verify_params(model_dir / ckpt.PARAMS_BEST)
-        except ckpt.CheckpointError as e:
-            source = ckpt.params_file(ckpt.best_step(model_dir) or 0)
-            if not repair and (model_dir / source).is_file():   # a dry run writes nothing
-                ckpt_logger.warning("--resume: %s; the run will write it again from %s", e, source)
-            elif repair and rebuild_best(model_dir):
-                ckpt_logger.warning("--resume: %s; written again from %s, the same parameters", e, source)
-            else:
-                ckpt_logger.warning("--resume: %s; unless the run finds a new best, scoring its best at the end will "
-                                    "fail: %s", e, ckpt.restore_best(model_dir, ckpt.best_step(model_dir)))
+    step = state.best_step if state is not None and state.best_step else ckpt.best_step(model_dir)
+    if not ((model_dir / ckpt.PARAMS_BEST).exists() or step):
+        return
+    try:
+        if not (model_dir / ckpt.PARAMS_BEST).exists():
+            raise ckpt.CheckpointError(f"{model_dir / ckpt.PARAMS_BEST} is missing")
+        ckpt.verify_params(model_dir / ckpt.PARAMS_BEST)
+        written = ckpt.best_step(model_dir)
+        if state is not None and written and written > state.step:
+            raise ckpt.CheckpointError(f"{model_dir / ckpt.PARAMS_BEST} is of step {written}, past step {state.step} "
+                                       "where the run resumes (a run killed while saving)")
+    except ckpt.CheckpointError as e:
+        source = ckpt.params_file(step or 0)
+        if not repair and (model_dir / source).is_file():   # a dry run writes nothing
+            ckpt_logger.warning("--resume: %s; the run will write it again from %s", e, source)
+        elif repair and rebuild_best(model_dir, step):
+            ckpt_logger.warning("--resume: %s; written again from %s, the same parameters", e, source)
+        else:
+            ckpt_logger.warning("--resume: %s; unless the run finds a new best, scoring its best at the end will "
+                                "fail: %s", e, ckpt.restore_best(model_dir, step))

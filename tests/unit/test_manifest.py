@@ -29,8 +29,9 @@ class _Trainer:
         Path(path).write_bytes(b"adam moments " * 50)
 
 
-def _model_dir(tmp_path: Path, steps=(10, 20, 30), best=20) -> Path:
-    """A model directory with config.json, two SentencePiece models and one checkpoint per step."""
+def _model_dir(tmp_path: Path, steps=(10, 20, 30), best=20, record_best: bool = False) -> Path:
+    """A model directory with config.json, two SentencePiece models and one checkpoint per step (with
+    `record_best`, the training states name the best step as a run's do)."""
     d = tmp_path / "m"
     d.mkdir()
     (d / ckpt.CONFIG).write_text('{"model": {}}\n')
@@ -39,6 +40,7 @@ def _model_dir(tmp_path: Path, steps=(10, 20, 30), best=20) -> Path:
     state = ckpt.TrainState()
     for step in steps:
         state.step = step
+        state.best_step = best if record_best and step >= best else state.best_step
         ckpt.save_checkpoint(d, _Net(float(step)), _Trainer(), state, keep_last=3, is_best=step == best)
     return d
 
@@ -206,6 +208,34 @@ def test_a_deleted_best_with_its_manifest_is_not_replaced_by_the_latest(tmp_path
         check_kept_files(d)
     assert "scoring its best at the end will fail: params.00000020, the step's own copy, is no longer kept" \
         in caplog.text
+
+
+def test_the_best_step_is_found_with_state_json_and_the_bests_manifest_damaged(tmp_path, caplog):
+    """manifest.best.json gone and state.json emptied: neither told the best step, so decoding advised "restore it
+    from a copy" and --resume did not write params.best again, though the checkpoints' manifests name it."""
+    d = _model_dir(tmp_path, record_best=True)
+    (d / manifest.manifest_name("best")).unlink()
+    (d / ckpt.STATE).write_text("{}")
+    assert ckpt.best_step(d) == 20
+    with pytest.raises(ckpt.CheckpointError, match="use --checkpoint 20, the same parameters"):
+        ckpt.params_path(d, "best")
+    with caplog.at_level("WARNING", logger="nmt.checkpoint"):
+        resume_state(d)
+    assert "written again from params.00000020, the same parameters" in caplog.text
+    assert ckpt.params_path(d, "best").read_bytes() == (d / ckpt.params_file(20)).read_bytes()
+
+
+def test_a_best_written_past_the_resumed_checkpoint_is_written_again(tmp_path, caplog):
+    """A run killed between a new best's files and its step's manifest left a params.best (and manifest) of step 40
+    where the run resumes from step 30 with its best at step 20: the resume kept it, scored it as the best and
+    nmt-export shipped it as step 40's."""
+    d = _model_dir(tmp_path, record_best=True)
+    (d / ckpt.PARAMS_BEST).write_bytes((d / ckpt.params_file(30)).read_bytes())   # (other parameters)
+    manifest.write_manifest(d, "best", [ckpt.PARAMS_BEST], 40)
+    with caplog.at_level("WARNING", logger="nmt.checkpoint"):
+        assert resume_state(d).step == 30
+    assert "params.best is of step 40, past step 30 where the run resumes" in caplog.text
+    assert (d / ckpt.PARAMS_BEST).read_bytes() == (d / ckpt.params_file(20)).read_bytes() and ckpt.best_step(d) == 20
 
 
 def test_a_resume_removes_the_temporary_files_a_killed_save_left(tmp_path, caplog):
