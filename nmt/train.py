@@ -199,8 +199,9 @@ class Trainer:
         finally:
             self.tensorboard.close()
         if self.averages():
-            retire_scores(self.model_dir, "avg")
-            ckpt.average_checkpoints(self.model_dir, self.state.params_files, last=t.average_last)
+            with terminated_as_interrupt():   # (killed, it had said nothing; --resume averages them then)
+                retire_scores(self.model_dir, "avg")
+                ckpt.average_checkpoints(self.model_dir, self.state.params_files, last=t.average_last)
             self.averaged = True
         elif t.average_last and self.is_chief:
             logger.warning("--average-last %d: the run has %d checkpoint, nothing to average: no params.avg",
@@ -372,7 +373,7 @@ def run_training(cfg: Config, resume: bool = False, overwrite: bool = False, eva
                 averages = trainer.evaluate_tests("avg") if trainer.averaged else {}
         except KeyboardInterrupt:
             logger.warning("the test sets are not (all) scored: `nmt-evaluate --model-dir %s --recipe-tests` scores "
-                           "them", model_dir)
+                           "them%s", model_dir, " (and with --checkpoint avg, params.avg)" if trainer.averaged else "")
             raise
     return TrainResult(state, scores, interrupted, averages)
 

@@ -391,6 +391,11 @@ def test_sigterm_outside_the_training_loop_is_an_interruption(tmp_path, task, mo
     said = (tmp_path / "n" / ckpt.LOG).read_text()
     assert "SIGTERM received: stopping" in said
     assert f"the test sets are not (all) scored: `nmt-evaluate --model-dir {tmp_path / 'n'} --recipe-tests`" in said
+    monkeypatch.setattr(train_module.ckpt, "average_checkpoints", lambda *a, **k: os.kill(os.getpid(),
+                                                                                          signal.SIGTERM))
+    with pytest.raises(Terminated):   # while --average-last averages (it was killed without a word)
+        train_module.run_training(tiny_config(tmp_path, task, "a", max_steps=4, valid_every=2, average_last=2))
+    assert "SIGTERM received: stopping" in (tmp_path / "a" / ckpt.LOG).read_text()
 
 
 def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path, task):
