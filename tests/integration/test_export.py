@@ -129,6 +129,18 @@ def test_an_export_is_refused_where_it_would_destroy_something(model_copy, tmp_p
     assert not list(tmp_path.glob(".*export*"))   # nothing half-made left beside the outputs
 
 
+def test_a_config_json_that_builds_no_model_for_the_checkpoint_is_not_exported(model_copy, tmp_path, capsys):
+    """A config.json edited by hand into another model ("hidden_size" changed) was exported, exit 0, and the export
+    failed at its first translation."""
+    cfg = json.loads((model_copy / ckpt.CONFIG).read_text())
+    for edit, said in (({"tie_weights": True}, f"{model_copy / ckpt.CONFIG}: --tie-weights needs"),
+                       ({"hidden_size": cfg["model"]["hidden_size"] * 2}, "cannot load these parameters into the "
+                                                                          "model described by")):
+        (model_copy / ckpt.CONFIG).write_text(json.dumps({**cfg, "model": {**cfg["model"], **edit}}))
+        code, _, err = run(export_main, ["--model-dir", model_copy, "--output", tmp_path / "x"], capsys)
+        assert code == 2 and said in err and not (tmp_path / "x").exists(), err
+
+
 def test_overwrite_replaces_an_earlier_export(model_copy, tmp_path, capsys):
     out = tmp_path / "out"
     assert run(export_main, ["--model-dir", model_copy, "--output", out], capsys)[0] == 0
