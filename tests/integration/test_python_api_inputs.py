@@ -140,7 +140,10 @@ def test_a_model_dir_that_is_no_path_is_named(model_dir, tmp_path, monkeypatch, 
     with pytest.raises(TypeError, match=r"^lines must be a list of sentences, not one bytes object \(b'"):
         Translator.from_dir(model_dir).translate(lines[0].encode())
     tr = Translator.from_dir(model_dir)   # one string: its list, as translate_nbest gives (it refused one)
-    assert tr.translate_aligned(lines[0], nbest=2) == tr.translate_aligned([lines[0]], nbest=2)[0]
+    one, listed = tr.translate_aligned(lines[0], nbest=2), tr.translate_aligned([lines[0]], nbest=2)[0]
+    assert [(t, links) for t, _, links in one] == [(t, links) for t, _, links in listed]
+    # (a score's last bits depend on the batch shapes decoded before: docs/performance.md; seen 4e-7 apart)
+    assert [s for _, s, _ in one] == pytest.approx([s for _, s, _ in listed], abs=2e-6)
 
 
 def test_decode_settings_changed_by_hand_are_checked_at_the_next_call(tr, lines):
