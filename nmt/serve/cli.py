@@ -17,9 +17,10 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from nmt.commands import Once, nonempty, number
+from nmt.commands import Once, Terminated, nonempty, number
 from nmt.config import Config, ConfigError
 from nmt.serve.batcher import DEFAULT_MAX_WAIT_MS
+from nmt.signals import terminated_as_interrupt
 
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
@@ -150,28 +151,33 @@ def check_address(host: str, port: int) -> None:
 
 class _Cancelled(logging.Filter):
     """Drops uvicorn's tracebacks of the tasks its forced exit (a second Ctrl-C) leaves to be cancelled: the
-    lifespan and each request in flight (whose client gets a 500)."""
+    lifespan and each request in flight (whose client gets uvicorn's plain-text 500), which it counts."""
     def __init__(self, server) -> None:
         super().__init__()
-        self.server = server
+        self.server, self.requests = server, 0
 
     def filter(self, record: logging.LogRecord) -> bool:
         cancelled = (record.exc_info and record.exc_info[0] is asyncio.CancelledError
                      or record.getMessage().rstrip().endswith("asyncio.exceptions.CancelledError"))   # (lifespan's)
-        return not (self.server.force_exit and cancelled)
+        if self.server.force_exit and cancelled:
+            self.requests += record.getMessage().startswith("Exception in ASGI application")
+            return False
+        return True
 
 
 def run_server(server) -> int:
-    """Run a uvicorn server until a signal stops it; 130 when Ctrl-C did, 129 on SIGHUP (a closed terminal), which
-    stops it gracefully too. uvicorn raises the signals it caught again once it has shut down; after a second Ctrl-C
-    (its forced exit) that raised KeyboardInterrupt inside the event loop, whose tasks then ended with tracebacks.
-    Here a handler of our own takes SIGINT when it comes again."""
+    """Run a uvicorn server until a signal stops it gracefully: SIGTERM (exit 143), Ctrl-C (130) or SIGHUP (129, a
+    closed terminal; unless it was ignored, as under nohup). uvicorn raises the signals it caught again once it has
+    shut down; a handler of our own takes them (after a second Ctrl-C, its forced exit, that raised KeyboardInterrupt
+    inside the event loop, whose tasks then ended with tracebacks; after SIGTERM, the process died at once)."""
     caught, quiet, log = [], _Cancelled(server), logging.getLogger("uvicorn.error")
 
-    def on_signal(sig, frame) -> None:   # SIGINT again after uvicorn's shutdown; SIGHUP: a graceful stop, as SIGTERM
-        caught.append(sig)                 # (a closed terminal dropped the requests in flight)
+    def on_signal(sig, frame) -> None:
+        caught.append(sig)
         server.should_exit = True
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGHUP)}
+    signals = [signal.SIGINT, signal.SIGTERM] + ([signal.SIGHUP] if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN
+                                                 else [])
+    previous = {sig: signal.signal(sig, on_signal) for sig in signals}
     log.addFilter(quiet)
     try:
         server.run()
@@ -179,9 +185,10 @@ def run_server(server) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         log.removeFilter(quiet)
-    if server.force_exit:
-        logging.getLogger("nmt.serve").warning("forced exit: requests in flight were not answered")
-    return 128 + (signal.SIGHUP if signal.SIGHUP in caught else signal.SIGINT) if caught else 0
+    if quiet.requests:
+        logging.getLogger("nmt.serve").warning("forced exit: %d request(s) in flight were not answered",
+                                               quiet.requests)
+    return 128 + next((s for s in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT) if s in caught)) if caught else 0
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -190,9 +197,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     other commands."""
     try:
         return _serve(parse_args(argv))
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:   # Ctrl-C, or SIGTERM (`Terminated`), while the models load
         print("interrupted", file=sys.stderr)
-        return 130
+        return e.exit_code if isinstance(e, Terminated) else 130
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -201,7 +208,8 @@ def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         check_address(args.host, args.port)
-        app = build_app(args)
+        with terminated_as_interrupt():
+            app = build_app(args)
         return run_server(uvicorn.Server(uvicorn_config(app, args.host, args.port, args.log_level, args.max_queue)))
     except (CheckpointError, ConfigError, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)   # as every nmt command says it

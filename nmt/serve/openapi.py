@@ -1,7 +1,8 @@
 """The OpenAPI document as version 3.0: Swagger UI 4 (the newest that swagger-ui-bundle ships) reads 3.0 only, and
 client generators that check the version reject 3.1's JSON Schema keywords in a document that says 3.0.3. FastAPI
 and pydantic 2 write 3.1 only, and no kept library converts it, so this does, for what they write here: an `anyOf`
-with `{"type": "null"}` (an Optional field) becomes `nullable`, and a schema's `examples` list its `example` (which
+with `{"type": "null"}` (an Optional field) becomes `nullable` (an `allOf` around a `$ref`, whose siblings 3.0
+ignores), and a schema's `examples` list its `example` (which
 Swagger UI's "Try it out" then fills in), each example made a request this very server takes (`fit_examples`)."""
 from __future__ import annotations
 
@@ -32,6 +33,8 @@ def _convert(node: Any) -> None:
         else:
             node["anyOf"] = rest
         node["nullable"] = True
+    if "$ref" in node and len(node) > 1:   # 3.0 ignores a $ref's siblings (nullable, description): an allOf keeps them
+        node["allOf"] = [{"$ref": node.pop("$ref")}]
     if isinstance(node.get("examples"), list) and node["examples"]:   # a Schema's (a Media Type's is a map)
         node["example"] = node.pop("examples")[0]
     for value in node.values():

@@ -109,6 +109,18 @@ def test_the_answers_are_those_the_openapi_document_describes(http, serve_senten
     fields = doc["components"]["schemas"]["Translation"]["properties"]
     assert {"translation", "score", "nbest", "alignment"} <= set(fields) and doc["openapi"] == "3.0.3"
     assert "anyOf" not in json.dumps(doc["components"]["schemas"]["Translation"])   # 3.0: nullable, not 3.1's null
+    score = doc["components"]["schemas"]["ModelInfo"]["properties"]["best_test_score"]   # null when none recorded:
+    assert score["allOf"] == [{"$ref": "#/components/schemas/TestScore"}] and score["nullable"] is True   # (3.0
+    refs = []   # ignores what stands beside a $ref; it said "not nullable")
+
+    def visit(node):
+        if isinstance(node, dict):
+            refs.extend([node] if "$ref" in node else [])
+            [visit(v) for v in node.values()]
+        elif isinstance(node, list):
+            [visit(v) for v in node]
+    visit(doc)
+    assert refs and all(len(r) == 1 for r in refs), [r for r in refs if len(r) > 1]
 
 
 def test_attention_of_the_greedy_translation(http, translator, serve_sentences):
