@@ -34,7 +34,9 @@ def health(url: str):
 
 def start_server(model_dir: Path, log_path: Path, **popen):
     """(url, process, log file) of scripts/serve.py serving `model_dir`, its output going to `log_path`. A long
-    batching wait keeps a first request in flight while a signal arrives."""
+    batching wait keeps a first request in flight while a signal arrives. SIGHUP starts at its default, whatever
+    the test run's (`nohup pytest` makes it ignored, which the server keeps)."""
+    popen.setdefault("preexec_fn", lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
     port = free_port()
     log = open(log_path, "w")
     proc = subprocess.Popen([sys.executable, str(REPO / "scripts" / "serve.py"), "--model-dir", str(model_dir),
