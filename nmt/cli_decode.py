@@ -194,6 +194,9 @@ def _test_sets(args: argparse.Namespace, tr) -> Dict[str, Tuple[Any, List[List[s
     files = bool(args.src_file or args.ref_file)
     if files + args.recipe_tests + args.dev_set != 1:
         raise ConfigError("give one of: --src-file and --ref-file, --recipe-tests, --dev-set")
+    if args.name and not files:   # (it was ignored without a word)
+        raise ConfigError(f"--name {args.name} names the set of --src-file and --ref-file; --recipe-tests and "
+                          "--dev-set score the model's own sets, under their own names")
     if args.recipe_tests or args.dev_set:
         sets = recipe_tests(tr.config, args.data_dir) if args.recipe_tests else model_dev_set(tr.config, args.data_dir)
         if args.dev_set:

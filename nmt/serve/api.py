@@ -158,7 +158,8 @@ class HeadAsGet:
         return await self.app({**scope, "method": "GET", "state": state}, receive, without_body)
 
 
-ENDPOINTS = "POST /translate, POST /attention, GET /health, GET /info, GET /docs and GET / (the web page)"
+ENDPOINTS = ("POST /translate, POST /attention, GET /health, GET /info, GET /openapi.json, GET /docs and GET / (the "
+             "web page)")
 
 
 def _add_error_handlers(app: FastAPI) -> None:

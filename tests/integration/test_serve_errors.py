@@ -269,6 +269,7 @@ def test_404_and_405_are_in_the_documented_shape_and_head_is_answered(http):
         r = http.get(path)
         assert r.status_code == 404 and r.json()["field"] is None, r.text
         assert r.json()["error"].startswith(f"not found: {path}; the endpoints are POST /translate, ")
+        assert "GET /openapi.json" in r.json()["error"]   # (it was left out)
     r = http.get("/translate")
     assert r.status_code == 405 and r.json() == {"error": "GET is not allowed on /translate: use POST", "field": None}
     assert r.headers["allow"] == "POST"
