@@ -47,7 +47,7 @@ def score_main(args: argparse.Namespace) -> int:
     import contextlib
     import math
     import time
-    from nmt.corpus import MAX_LINE_CHARS, read_lines
+    from nmt.corpus import MAX_LINE_CHARS, drop_blank_ends, read_lines
     from nmt.evaluate import perplexity
     from nmt import stream
     from nmt.align import align_ids
@@ -58,13 +58,7 @@ def score_main(args: argparse.Namespace) -> int:
     setup_logging(None, level=logging.DEBUG if args.verbose else logging.INFO)   # the files' warnings come first
     src, tgt = (read_lines(f, max_line_chars=limit, keep_blank_end=True)   # every line a pair; a long source is cut
                 for f, limit in ((args.src_file, None), (args.tgt_file, MAX_LINE_CHARS)))
-    for path, lines, other in ((args.src_file, src, tgt), (args.tgt_file, tgt, src)):   # an editor's extra last lines
-        extra = 0   # beyond the other file's end (blank pairs are scored: a score per line pair)
-        while len(lines) > len(other) and lines[-1] == "":
-            lines.pop()
-            extra += 1
-        if extra:
-            logging.getLogger("nmt.corpus").warning("%s: ignored %d blank line(s) at the end of the file", path, extra)
+    drop_blank_ends([(args.src_file, src), (args.tgt_file, tgt)], keep_blank_pairs=True)   # an editor's last lines
     if len(src) != len(tgt):
         raise misaligned(args.src_file, src, "--tgt-file", args.tgt_file, tgt, "--tgt-file", "--src-file")
     tr = load_translator(args)

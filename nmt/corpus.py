@@ -305,12 +305,13 @@ def _align(src: List[Optional[str]], tgt: List[Optional[str]], name: str, where:
     return Pairs(out_s, out_t, name, dropped)
 
 
-def drop_blank_ends(files: Sequence[Tuple[PathLike, List[Optional[str]]]]) -> None:
+def drop_blank_ends(files: Sequence[Tuple[PathLike, List[Optional[str]]]], keep_blank_pairs: bool = False) -> None:
     """Drops (warned) the blank lines the line-aligned files' lines (read with `keep_blank_end`) end with, but not
-    one that another file has text beside: a pair with one blank side is the caller's to warn of or drop."""
+    one that another file has text beside: a pair with one blank side is the caller's to warn of or drop. With
+    `keep_blank_pairs`, only those past every other file's end (nmt-score scores every pair, a blank one too)."""
     for path, lines in files:
         extra = 0
-        while lines and lines[-1] == "" and all(len(lines) > len(o) or o[len(lines) - 1] == ""
+        while lines and lines[-1] == "" and all(len(lines) > len(o) or not keep_blank_pairs and o[len(lines) - 1] == ""
                                                  for _, o in files if o is not lines):
             lines.pop()
             extra += 1
