@@ -3,6 +3,7 @@
 `validate` and `save_checkpoint`. `train(cfg)` wires the parts together (for nmt-train and the tests)."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import time
@@ -178,26 +179,23 @@ class Trainer:
     def _fit(self) -> None:
         t, step0 = self.cfg.train, self.state.step
         self._t_start, self._elapsed0, self.state.stopped = time.perf_counter(), self.state.elapsed, ""
-        try:
-            with checkpoint_on_signal(self):
-                stop = self.should_stop()
-                while not stop and self.state.epoch < t.max_epochs:
-                    self.progress.start_epoch(self.state.epoch, len(self.data.sampler), self.data.sampler.position)
-                    for batch in self.data.batches:
-                        self.train_step(batch)
-                        if self._validation_due():
-                            self.save_checkpoint(self.validate())
-                        stop = self.should_stop()
-                        if stop:
-                            break
-                    self.progress.end_epoch()
-                    if self._epoch_done() and stop not in _INTERRUPTS:   # also at a limit: its validation is due
-                        self._next_epoch()   # checkpoint at the start of the next epoch, validated unless just done
-                        self.save_checkpoint(not self._validation_due() and self.validate())
-                        stop = stop or self.should_stop()
-                self._finish(stop or "max_epochs", trained=self.state.step > step0)
-        finally:
-            self.tensorboard.close()
+        with contextlib.closing(self.tensorboard), checkpoint_on_signal(self):
+            stop = self.should_stop()
+            while not stop and self.state.epoch < t.max_epochs:
+                self.progress.start_epoch(self.state.epoch, len(self.data.sampler), self.data.sampler.position)
+                for batch in self.data.batches:
+                    self.train_step(batch)
+                    if self._validation_due():
+                        self.save_checkpoint(self.validate())
+                    stop = self.should_stop()
+                    if stop:
+                        break
+                self.progress.end_epoch()
+                if self._epoch_done() and stop not in _INTERRUPTS:   # also at a limit: its validation is scheduled
+                    self._next_epoch()   # checkpoint at the start of the next epoch, validated unless just done
+                    self.save_checkpoint(not self._validation_due() and self.validate())
+                    stop = stop or self.should_stop()
+            self._finish(stop or "max_epochs", trained=self.state.step > step0)
         if self.averages():
             with terminated_as_interrupt():   # (killed, it had said nothing; --resume averages them then)
                 retire_scores(self.model_dir, "avg")
