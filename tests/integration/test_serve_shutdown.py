@@ -2,6 +2,7 @@
 connections are refused, and the process ends cleanly."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -32,26 +33,31 @@ def health(url: str):
         return None
 
 
-def start_server(model_dir: Path, log_path: Path, **popen):
-    """(url, process, log file) of scripts/serve.py serving `model_dir`, its output going to `log_path`. A long
-    batching wait keeps a first request in flight while a signal arrives. SIGHUP starts at its default, whatever
-    the test run's (`nohup pytest` makes it ignored, which the server keeps)."""
+@contextlib.contextmanager
+def serving(model_dir: Path, log_path: Path, **popen):
+    """(url, process) of scripts/serve.py serving `model_dir`, its output going to `log_path`; killed at the end if
+    still running. A long batching wait keeps a first request in flight while a signal arrives. SIGHUP starts at its
+    default, whatever the test run's (`nohup pytest` makes it ignored, which the server keeps)."""
     popen.setdefault("preexec_fn", lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
     port = free_port()
-    log = open(log_path, "w")
-    proc = subprocess.Popen([sys.executable, str(REPO / "scripts" / "serve.py"), "--model-dir", str(model_dir),
-                             "--port", str(port), "--max-wait-ms", "2000", "--log-level", "warning"],
-                            env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=log, stderr=subprocess.STDOUT, **popen)
-    return f"http://127.0.0.1:{port}", proc, log
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, str(REPO / "scripts" / "serve.py"), "--model-dir", str(model_dir),
+                                 "--port", str(port), "--max-wait-ms", "2000", "--log-level", "warning"],
+                                env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=log, stderr=subprocess.STDOUT,
+                                **popen)
+        try:
+            yield f"http://127.0.0.1:{port}", proc
+        finally:
+            if proc.poll() is None:
+                proc.kill()
 
 
 def test_sighup_ignored_as_by_nohup_stays_ignored_and_a_forced_exit_follows_sigterm(serve_model, tmp_path):
     """Under `nohup nmt-serve &` the server stopped on SIGHUP (the terminal closed), which nohup is there to ignore.
     Ctrl-C after SIGTERM (uvicorn's forced exit) killed the process by the SIGTERM uvicorn raised again, without the
     warning; nothing being in flight, no request is said to be lost."""
-    url, proc, log = start_server(serve_model, tmp_path / "server.log",
-                                  preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
-    try:
+    ignored = lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN)   # noqa: E731
+    with serving(serve_model, tmp_path / "server.log", preexec_fn=ignored) as (url, proc):
         wait_until(lambda: health(url), 60, "the server to start")
         proc.send_signal(signal.SIGHUP)
         time.sleep(1)
@@ -60,10 +66,6 @@ def test_sighup_ignored_as_by_nohup_stays_ignored_and_a_forced_exit_follows_sigt
         time.sleep(0.1)
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=30) == 143
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        log.close()
     text = (tmp_path / "server.log").read_text()
     assert "Traceback" not in text and "not answered" not in text, text
 
@@ -71,8 +73,7 @@ def test_sighup_ignored_as_by_nohup_stays_ignored_and_a_forced_exit_follows_sigt
 def test_a_second_ctrl_c_quits_at_once_without_tracebacks(serve_model, serve_sentences, tmp_path):
     """Ctrl-C again while a request is in flight is uvicorn's forced exit, which raised KeyboardInterrupt inside the
     event loop: tracebacks of its lifespan and of the request's cancelled task. Now a warning says what was lost."""
-    url, proc, log = start_server(serve_model, tmp_path / "server.log")
-    try:
+    with serving(serve_model, tmp_path / "server.log") as (url, proc):
         wait_until(lambda: health(url), 60, "the server to start")
         with ThreadPoolExecutor(1) as pool:
             in_flight = pool.submit(httpx.post, url + "/translate", json={"text": serve_sentences[:1]}, timeout=30)
@@ -86,10 +87,6 @@ def test_a_second_ctrl_c_quits_at_once_without_tracebacks(serve_model, serve_sen
                 assert in_flight.result().status_code == 500
             except httpx.HTTPError:   # or the connection closed unanswered
                 pass
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        log.close()
     text = (tmp_path / "server.log").read_text()
     assert "Traceback" not in text and "CancelledError" not in text, text
     assert "forced exit: 1 request(s) in flight were not answered" in text, text
@@ -109,8 +106,7 @@ def test_ctrl_c_while_the_models_load_is_an_interruption(monkeypatch, tmp_path, 
 def test_sigterm_answers_requests_in_flight_and_refuses_new_ones(serve_model, serve_sentences, tmp_path, sig):
     """... and Ctrl-C (SIGINT) alike, which ended with two tracebacks (uvicorn re-raises it once it has shut
     down), and SIGHUP (a closed terminal), which killed the server at once, dropping the requests in flight."""
-    url, proc, log = start_server(serve_model, tmp_path / "server.log")
-    try:
+    with serving(serve_model, tmp_path / "server.log") as (url, proc):
         t0 = time.monotonic()
         wait_until(lambda: health(url), 60, "the server to start")
         print(f"server up after {time.monotonic() - t0:.1f} s")
@@ -136,10 +132,6 @@ def test_sigterm_answers_requests_in_flight_and_refuses_new_ones(serve_model, se
         # uvicorn re-raises the signal once it has shut down, so the exit status says "ended by SIGTERM"
         assert proc.wait(timeout=30) in {signal.SIGTERM: (143,), signal.SIGINT: (130,),
                                          signal.SIGHUP: (129,)}[sig]
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        log.close()
     assert "Traceback" not in (tmp_path / "server.log").read_text()
 
 
