@@ -8,7 +8,9 @@ import re
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
+from typing import Optional
 
 import pytest
 import sacrebleu
@@ -248,13 +250,23 @@ def test_dev_set_of_a_run_without_dev_files_is_the_pairs_held_out_of_its_trainin
     assert json.loads(out)["results"]["dev"]["n"] == len(load_data(cfg.data).dev.src) > 0
 
 
-def as_tatoeba_model(model_dir: Path) -> Config:
-    """Rewrite the copied model's config as if it had been trained on the tatoeba recipe (no data files)."""
+def as_tatoeba_model(model_dir: Path, data_dir: Optional[Path] = None) -> Config:
+    """Rewrite the copied model's config as if it had been trained on the tatoeba recipe (no data files), and its
+    state's checksum of the dev pairs validated on as such a run's: that of the recipe's dev set read from
+    `data_dir`, or none (a run from before the checksum) without one."""
+    from nmt.encoded import text_checksum
+    from nmt.recipes import load_data
     cfg = Config.load(model_dir / ckpt.CONFIG)
     for f in ("train_src", "train_tgt", "dev_src", "dev_tgt", "test_src", "test_tgt"):
         setattr(cfg.data, f, None)
     cfg.data.recipe = "tatoeba"
     cfg.save(model_dir / ckpt.CONFIG)
+    state = ckpt.TrainState.load(model_dir)
+    state.dev_sum = ""
+    if data_dir is not None:
+        dev = load_data(replace(cfg.data, data_dir=str(data_dir))).dev
+        state.dev_sum = text_checksum([*dev.src, *dev.tgt])
+    state.save(model_dir)
     return cfg
 
 

@@ -9,7 +9,7 @@ from tests.integration.test_evaluate import as_tatoeba_model, model_copy, run  #
 
 def test_dev_set_of_a_recipe_from_the_mirror(model_copy, shared_data, tmp_path, capsys):
     from nmt.recipes import load_data
-    cfg = as_tatoeba_model(model_copy)
+    cfg = as_tatoeba_model(model_copy, shared_data)
     code, out, err = run(["--model-dir", model_copy, "--dev-set", "--data-dir", shared_data, "--beam-size", "1",
                           "--max-sentences", "5", "--max-len-a", "0", "--max-len-b", "5", "--json", "--no-save"],
                          capsys)
