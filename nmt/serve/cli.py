@@ -169,7 +169,8 @@ def run_server(server) -> int:
     """Run a uvicorn server until a signal stops it gracefully: SIGTERM (exit 143), Ctrl-C (130) or SIGHUP (129, a
     closed terminal; unless it was ignored, as under nohup). uvicorn raises the signals it caught again once it has
     shut down; a handler of our own takes them (after a second Ctrl-C, its forced exit, that raised KeyboardInterrupt
-    inside the event loop, whose tasks then ended with tracebacks; after SIGTERM, the process died at once)."""
+    inside the event loop, whose tasks then ended with tracebacks; after SIGTERM, the process died at once). A start
+    that fails (uvicorn exits 3) is a ConfigError naming --host and --port."""
     caught, quiet, log = [], _Cancelled(server), logging.getLogger("uvicorn.error")
 
     def on_signal(sig, frame) -> None:
@@ -181,6 +182,12 @@ def run_server(server) -> int:
     log.addFilter(quiet)
     try:
         server.run()
+    except SystemExit:   # uvicorn's startup failed (the port taken since check_address: two servers started at once)
+        if server.started:
+            raise
+        check_address(server.config.host, server.config.port)   # the reason, named by flag
+        raise ConfigError(f"--host {server.config.host} --port {server.config.port}: the server could not start "
+                          "(uvicorn's message above)") from None
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -118,3 +118,22 @@ def test_a_tilde_in_the_model_directories_is_the_home_directory(tmp_path, monkey
     monkeypatch.setenv("HOME", str(tmp_path))
     args = parse_args(["--model-dir=~/m", "--ensemble", "~/e"])
     assert args.model_dir == [tmp_path / "m"] and args.ensemble == [tmp_path / "e"]
+
+
+def test_a_port_taken_while_the_models_load_is_named(capsys):
+    """Two servers started at once on one port both passed the early check; the second one's uvicorn then exited
+    with its own code 3 after loading its models, and no line of ours."""
+    import uvicorn
+    from nmt.config import ConfigError
+    from nmt.serve.cli import run_server
+
+    async def app(scope, receive, send):   # (never called: nothing connects)
+        raise AssertionError(scope)
+    with socket.socket() as busy:   # taken after the check, before uvicorn listens
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="critical",
+                                               lifespan="off"))
+        with pytest.raises(ConfigError, match=rf"--host 127.0.0.1 --port {port}: cannot listen there .*give another"):
+            run_server(server)
