@@ -73,8 +73,11 @@ def user_errors() -> tuple:
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM taken as an interruption (`nmt.signals`): the command ends as by Ctrl-C, with the signal's exit code."""
-    exit_code = 128 + 15
+    """SIGTERM (or SIGHUP) taken as an interruption (`nmt.signals`): the command ends as by Ctrl-C, with the signal's
+    exit code."""
+    def __init__(self, signum: int = 15) -> None:
+        super().__init__()
+        self.exit_code = 128 + signum
 
 
 def run_cli(main: Callable[[], int]) -> int:

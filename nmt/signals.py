@@ -12,7 +12,7 @@ from typing import Callable, Iterator
 
 from nmt.commands import Terminated
 
-logger = logging.getLogger("nmt.train")
+logger = logging.getLogger("nmt.signals")
 
 
 @contextlib.contextmanager
@@ -40,9 +40,11 @@ def checkpoint_on_signal(trainer) -> contextlib.AbstractContextManager:
     return _handling((signal.SIGINT, signal.SIGTERM), handler)
 
 
-def terminated_as_interrupt() -> contextlib.AbstractContextManager:
-    """SIGTERM raises `Terminated`, a KeyboardInterrupt (as SIGINT does) with exit code 143, while the block runs."""
+def terminated_as_interrupt(hangup: bool = False) -> contextlib.AbstractContextManager:
+    """SIGTERM raises `Terminated`, a KeyboardInterrupt (as SIGINT does) with exit code 143, while the block runs;
+    with `hangup` SIGHUP too (129), unless it is ignored (as under nohup)."""
     def handler(signum, _frame):
         logger.warning("%s received: stopping", signal.Signals(signum).name)
-        raise Terminated
-    return _handling((signal.SIGTERM,), handler)
+        raise Terminated(signum)
+    hup = [signal.SIGHUP] if hangup and signal.getsignal(signal.SIGHUP) != signal.SIG_IGN else []
+    return _handling((signal.SIGTERM, *hup), handler)

@@ -204,7 +204,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     other commands."""
     try:
         return _serve(parse_args(argv))
-    except KeyboardInterrupt as e:   # Ctrl-C, or SIGTERM (`Terminated`), while the models load
+    except KeyboardInterrupt as e:   # Ctrl-C, or SIGTERM or SIGHUP (`Terminated`), while the models load
         print("interrupted", file=sys.stderr)
         return e.exit_code if isinstance(e, Terminated) else 130
 
@@ -215,7 +215,7 @@ def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         check_address(args.host, args.port)
-        with terminated_as_interrupt():
+        with terminated_as_interrupt(hangup=True):   # as run_server takes them once serving
             app = build_app(args)
         return run_server(uvicorn.Server(uvicorn_config(app, args.host, args.port, args.log_level, args.max_queue)))
     except (CheckpointError, ConfigError, ValueError, OSError) as e:

@@ -158,3 +158,23 @@ def test_a_stopped_server_keeps_no_reference_to_its_service(translator, serve_se
     del app
     gc.collect()
     assert service() is None
+
+
+@pytest.mark.parametrize("hup, code, says", [(signal.SIG_DFL, 129, "interrupted\n"),
+                                             (signal.SIG_IGN, 2, "error: loaded\n")])
+def test_sighup_while_the_models_load_is_an_interruption_unless_ignored(tmp_path, hup, code, says):
+    """A closed terminal while the models loaded killed the server without a word (exit -1); under nohup, where
+    SIGHUP is ignored, loading goes on."""
+    script = f"""
+import os, signal, sys
+signal.signal(signal.SIGHUP, signal.{hup.name})
+from nmt.serve import cli
+def build_app(args):
+    os.kill(os.getpid(), signal.SIGHUP)
+    raise ValueError("loaded")
+cli.build_app = build_app
+sys.exit(cli.main(["--model-dir", {str(tmp_path)!r}, "--port", "{free_port()}", "--log-level", "error"]))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert (done.returncode, done.stderr) == (code, says)
