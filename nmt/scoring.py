@@ -362,12 +362,11 @@ def checkpoint_key(checkpoint: Optional[str], params_file=None) -> Optional[str]
 
 def model_test_score(model_dir, checkpoint: Optional[str], members: Sequence = (),
                      tests: Sequence[str] = ()) -> Optional[dict]:
-    """The model's test score in its scores.json, for nmt-serve's /info: of the loaded checkpoint (its scores.json
-    key, `checkpoint_key`; if it has none recorded, of any checkpoint: best, avg, then the latest step), on the first
-    of the model's own test sets `tests` (`model_test_sets`) recorded, else on another set, the first by name; never
-    the dev set, and never chosen by its score. With its test set, checkpoint, sacreBLEU signatures and decoding
-    settings; None when nothing is recorded (or scores.json is damaged). With `members` (the further model
-    directories of an ensemble): the ensemble's own scores only."""
+    """The model's test score in scores.json, for nmt-serve's /info: the loaded checkpoint's (its key,
+    `checkpoint_key`, or best's for best's step; else any: best, avg, the latest step), on the first of its own test
+    sets `tests` (`model_test_sets`) recorded, else another, the first by name; never the dev set, nor chosen by
+    score. With test set, checkpoint, sacreBLEU signatures, decoding settings; None when nothing is recorded (or
+    scores.json is damaged). `members` (an ensemble's other directories): the ensemble's own scores only."""
     if model_dir is None:
         return None
     try:
@@ -381,9 +380,10 @@ def model_test_score(model_dir, checkpoint: Optional[str], members: Sequence = (
         tail = ensemble_key("", model_dir, members)[len(ENSEMBLE_PREFIX):]
         rows = [r for r in rows if r[1].startswith(ENSEMBLE_PREFIX) and r[1].endswith(tail)]
         mine = [r for r in rows if r[1] == ensemble_key(str(checkpoint), model_dir, members)] or rows
-    else:
-        rows = [r for r in rows if not r[1].startswith(ENSEMBLE_PREFIX)]
-        mine = [r for r in rows if r[1] == checkpoint] or rows
+    else:   # params.best is the parameters of its step: the loaded checkpoint's scores are under either key
+        rows, step = [r for r in rows if not r[1].startswith(ENSEMBLE_PREFIX)], ckpt.best_step(Path(model_dir))
+        same = {checkpoint} | ({"best", str(step)} if step and checkpoint in ("best", str(step)) else set())
+        mine = [r for r in rows if r[1] in same] or rows
     if not mine:
         return None
     order = {t: i for i, t in enumerate(tests)}
@@ -393,7 +393,7 @@ def model_test_score(model_dir, checkpoint: Optional[str], members: Sequence = (
         step = int(key) if key.isdecimal() else -1
         return order.get(row[0], len(order)), row[0], {"best": 0, "avg": 1}.get(key, 2), -step, row[1]
     test, key, e = min(mine, key=rank)
-    loaded = key == (ensemble_key(str(checkpoint), model_dir, members) if members else checkpoint)
+    loaded = key == ensemble_key(str(checkpoint), model_dir, members) if members else key in same
     return {"test_set": test, "checkpoint": key, "of_loaded_checkpoint": loaded, "bleu": e["bleu"],
             "bleu_signature": e.get("bleu_signature"),
             "chrf": e.get("chrf"), "chrf_signature": e.get("chrf_signature"), "beam_size": e.get("beam_size"),

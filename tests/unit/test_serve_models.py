@@ -135,3 +135,16 @@ def test_the_documents_examples_are_requests_this_server_takes(pairs, text, lang
     assert body["/translate"] == {"text": [text], "beam_size": 3, "nbest": 1, **langs}
     assert body["/attention"] == {"text": text, **langs}
     service.pick(langs.get("src_lang"), langs.get("tgt_lang"))   # routed, not refused
+
+
+def test_the_latest_checkpoint_at_the_best_step_has_best_s_score(tmp_path):
+    """Serving --checkpoint latest when the latest step was the best one showed the score recorded for params.best
+    (the same parameters) as another checkpoint's (of_loaded_checkpoint false; the page said "checkpoint best")."""
+    from nmt import manifest
+    from nmt.scoring import model_test_score
+    (tmp_path / "scores.json").write_text(json.dumps({"test": {"best": {**entry(9.5), "step": 400}}}))
+    (tmp_path / "params.best").write_bytes(b"p")
+    manifest.write_manifest(tmp_path, "best", ["params.best"], 400)
+    for loaded, of_loaded in (("400", True), ("best", True), ("300", False)):
+        score = model_test_score(tmp_path, loaded, tests=["test"])
+        assert (score["bleu"], score["checkpoint"], score["of_loaded_checkpoint"]) == (9.5, "best", of_loaded)
