@@ -69,10 +69,14 @@ def load_translator(args: argparse.Namespace):
     decode = dataclasses.replace(Config.load(path).decode, **overrides)
     ctxs = parse_devices(args.gpus, args.cpu_devices)
     tr = Translator.from_dir(args.model_dir, args.checkpoint, ctx=ctxs, decode=decode, ensemble=args.ensemble)
-    too_wide = search_too_wide(decode.beam_size, decode.batch_size, tr.tgt_tok.vocab_size, "--beam-size",
-                               "--decode-batch-size")
+    named = {f: flag if f in overrides else f"decode.{f}"   # (a value of the model's config.json)
+             for f, flag in (("beam_size", "--beam-size"), ("batch_size", "--decode-batch-size"))}
+    too_wide = search_too_wide(decode.beam_size, decode.batch_size, tr.tgt_tok.vocab_size, named["beam_size"],
+                               named["batch_size"])
     if too_wide:
-        raise ConfigError(too_wide)
+        saved = len(overrides.keys() & named.keys()) < 2
+        raise ConfigError(too_wide + (f" (decode.*: {path}'s; --beam-size and --decode-batch-size override it)"
+                                      if saved else ""))
     return tr
 
 

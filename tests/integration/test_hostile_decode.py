@@ -110,8 +110,26 @@ def test_a_beam_too_wide_for_mxnets_indices_names_the_flags(model_dir, test_file
     code, _, err = run(translate_main, ["--model-dir", model_dir, "--input", test_files[0], "--beam-size", "100000"],
                        capsys)
     assert code == 2 and "Traceback" not in err
-    assert "error: --beam-size 100000 x --decode-batch-size 64 hypotheses x" in err
-    assert "more than MXNet's 32-bit indices reach (2**31): lower --beam-size or --decode-batch-size" in err
+    assert "error: --beam-size 100000 x decode.batch_size 64 hypotheses x" in err
+    assert "more than MXNet's 32-bit indices reach (2**31): lower --beam-size or decode.batch_size (decode.*: " in err
+
+
+def test_a_beam_too_wide_in_the_models_config_names_the_file(model_dir, test_files, tmp_path, capsys, monkeypatch):
+    """A config.json's beam too wide for MXNet's indices was named as --beam-size, a flag not given."""
+    import json
+    import shutil
+    monkeypatch.setattr(Translator, "search_ids", lambda *a, **k: pytest.fail("the search ran"))
+    copy = shutil.copytree(model_dir, tmp_path / "m")
+    cfg = json.loads((copy / "config.json").read_text())
+    cfg["decode"]["beam_size"] = 100000
+    (copy / "config.json").write_text(json.dumps(cfg))
+    code, _, err = run(translate_main, ["--model-dir", copy, "--input", test_files[0]], capsys)
+    assert code == 2 and "Traceback" not in err
+    assert "error: decode.beam_size 100000 x decode.batch_size 64 hypotheses x" in err
+    assert err.endswith(f"(decode.*: {copy / 'config.json'}'s; --beam-size and --decode-batch-size override it)\n")
+    code, _, err = run(translate_main, ["--model-dir", copy, "--input", test_files[0], "--decode-batch-size", "64"],
+                       capsys)
+    assert code == 2 and "error: decode.beam_size 100000 x --decode-batch-size 64 hypotheses x" in err, err
 
 
 def test_control_characters_are_removed_with_a_warning(model_dir, tmp_path, capsys):
