@@ -221,4 +221,3 @@ def _serve(args: argparse.Namespace) -> int:
     except (CheckpointError, ConfigError, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)   # as every nmt command says it
         return 2
-    return 0
