@@ -12,7 +12,7 @@ import numbers
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, ClassVar, Dict, Optional
 
 from nmt import jsonio
 
@@ -294,6 +294,9 @@ class Config:
     optim: OptimConfig = field(default_factory=OptimConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
+    # "section.key" of each value the dict of `from_dict` gave (not in config.json): fine-tuning keeps the model's
+    # dropout unless given (`nmt.finetune.for_init`), whether or not the value given is the architecture's default
+    given: ClassVar[frozenset] = frozenset()
 
     def __post_init__(self) -> None:
         d, t = self.data, self.train
@@ -350,9 +353,11 @@ class Config:
             raise ConfigError(f"{source}: unknown section(s) {', '.join(unknown)}; "
                               "known: data, model, optim, train, decode")
         try:
-            return cls(**parts)
+            cfg = cls(**parts)
         except ConfigError as e:   # a check of values from several sections
             raise (ConfigError(f"{source}: {e}") if file else e) from None
+        cfg.given = frozenset(f"{section}.{k}" for section, sub in d.items() if isinstance(sub, dict) for k in sub)
+        return cfg
 
     def save(self, path) -> None:
         """JSON with the model directory absolute, like the data files (read from elsewhere, it names its run)."""

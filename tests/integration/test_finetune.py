@@ -70,6 +70,24 @@ def test_the_python_api_fine_tunes_as_the_flag_does(parent, tmp_path):
         train(cfg, evaluate=False, init=model)
 
 
+def test_python_fine_tuning_takes_a_dropout_given_at_its_default(parent, tmp_path):
+    """`train(cfg, init=...)` took a setting as given only where it differed from the architecture's default: a
+    dict asking for the default dropout 0.4 fine-tuned at the model's 0.1, without a word (the flag takes it)."""
+    from nmt.finetune import for_init
+    model, _ = parent
+    default = Config().model
+    theirs = Config.load(model / ckpt.CONFIG).model
+    assert (theirs.dropout, theirs.word_dropout) != (default.dropout, default.word_dropout)
+    asked = {"dropout": default.dropout, "word_dropout": default.word_dropout}
+    tuned, _ = for_init(Config.from_dict({"model": asked, "train": {"model_dir": str(tmp_path / "a")}}), model)
+    assert (tuned.model.dropout, tuned.model.word_dropout) == (default.dropout, default.word_dropout)
+    kept, _ = for_init(Config.from_dict({"train": {"model_dir": str(tmp_path / "b")}}), model)   # not given
+    assert (kept.model.dropout, kept.model.word_dropout) == (theirs.dropout, theirs.word_dropout)
+    with pytest.raises(ConfigError, match=r'^model.hidden_size 256: --init-from .* has model.hidden_size 48'):
+        for_init(Config.from_dict({"model": {"hidden_size": 256}, "train": {"model_dir": str(tmp_path / "c")}}),
+                 model)   # a default size given is refused as the flag is
+
+
 def test_dropout_may_change_and_is_otherwise_the_models(parent, tmp_path):
     """`--init-from` refused --dropout and --word-dropout, which shape no parameter."""
     model, other = parent
