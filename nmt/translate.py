@@ -110,6 +110,7 @@ class Translator:
         `which` checkpoints decode together with this one, following the mean of their log-probabilities."""
         if isinstance(ensemble, (str, Path)):   # would be read as one directory per character
             raise TypeError(f"ensemble must be a list of model directories, not one ({str(ensemble)!r}): give [dir]")
+        ensemble = list(ensemble or ())   # an iterator (Path.glob) read once, not emptied by the checks
         for name, d in [("model_dir", model_dir)] + [(f"ensemble[{i}]", e) for i, e in enumerate(ensemble or ())]:
             if not isinstance(d, (str, os.PathLike)):
                 raise TypeError(f"{name} must be a model directory (str or Path), got {type(d).__name__}")
@@ -266,6 +267,9 @@ class Translator:
     def _beam(self, beam_size: Optional[int]) -> int:
         """`beam_size`, or the decode settings' beam for None, after checking the settings (`checked_decode`)."""
         decode = checked_decode(self.decode)
+        if beam_size is not None and self.sample is not None:   # (the flags refuse --beam-size with --sample too)
+            raise ValueError(f"beam_size {beam_size!r} asks for beam search, but the translator samples "
+                             f"(sample={self.sample}): set sample to None first, or leave beam_size out")
         return decode.beam_size if beam_size is None else beam_size
 
     def check_search(self, beam: int, nbest: int) -> None:

@@ -51,6 +51,29 @@ def test_a_sampling_size_of_another_type_is_refused(tr, lines):
         tr.sample = None
 
 
+def test_a_beam_size_asked_of_a_sampling_translator_is_refused(tr, lines):
+    """translate(beam_size=5) with tr.sample set sampled, without a word (as translate_aligned did); the flags refuse
+    --beam-size with --sample."""
+    tr.sample = 10
+    try:
+        for call in (lambda: tr.translate([lines[0]], beam_size=5), lambda: tr.translate_aligned(lines[0], 1, 3),
+                     lambda: tr.translate_nbest([lines[0]], 1, beam_size=2)):
+            with pytest.raises(ValueError, match=r"^beam_size \d asks for beam search, but the translator samples "
+                                                 r"\(sample=10\)"):
+                call()
+        assert isinstance(tr.translate([lines[0]])[0], str)   # sampled, beam_size left out
+    finally:
+        tr.sample = None
+
+
+def test_ensemble_members_given_by_an_iterator_are_all_taken(model_dir, tmp_path):
+    """ensemble=Path.glob(...) (a generator) was emptied by the argument checks: the model decoded alone."""
+    import shutil
+    shutil.copytree(model_dir, tmp_path / "seed2")
+    tr = Translator.from_dir(model_dir, ensemble=tmp_path.glob("seed*"))
+    assert (len(tr.members), tr.member_dirs) == (2, [tmp_path / "seed2"])
+
+
 def test_a_beam_too_wide_for_mxnets_indices_is_refused_before_any_work(tr, lines):
     with pytest.raises(ValueError, match=r"^beam_size 10000000 x decode.batch_size \d+ hypotheses x \d+ target pieces "
                                          r"is [\d,]+ scores per search step, more than MXNet's 32-bit indices"):
