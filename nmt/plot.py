@@ -49,6 +49,8 @@ def attention(translator, sentence: str, max_len: Optional[int] = None, translat
     if not ids:
         raise ValueError("attention: the sentence is empty after normalization")
     if translation is not None:
+        if max_len is not None:
+            raise ValueError("attention: max_len limits the greedy translation; a given translation is not cut")
         return _forced(translator, sentence, ids, translation)
     with translator.lock:   # the translator's calls from other threads wait
         return _greedy(translator, sentence, ids, max_len)
@@ -137,15 +139,20 @@ def attention_figure(att: Attention, title: Optional[str] = None):
 
 def save_attention_plot(translator, sentence: str, path, title: Optional[str] = None,
                         translation: Optional[str] = None) -> Path:
-    """Save the attention heatmap of `sentence`'s `translation` (default: its greedy translation) as a PNG at
-    `path`."""
+    """Save the attention heatmap of `sentence`'s `translation` (default: its greedy translation) at `path`, in the
+    format its suffix names (.png, .svg, .pdf ...: matplotlib's; PNG without one)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from nmt.atomic import atomic_open
+    path = Path(path)
+    kind = path.suffix[1:].lower() or "png"
+    known = FigureCanvasAgg.get_supported_filetypes()
+    if kind not in known:
+        raise ValueError(f"save_attention_plot: {path}: no image format is named {path.suffix!r}; give one of "
+                         f"{', '.join('.' + k for k in sorted(known))}")
     fig = attention_figure(attention(translator, sentence, translation=translation), title)
     FigureCanvasAgg(fig)
-    path = Path(path)
     with atomic_open(path, "wb") as f:
-        fig.savefig(f, format="png")
+        fig.savefig(f, format=kind)
     return path
 
 

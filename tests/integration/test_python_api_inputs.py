@@ -214,6 +214,19 @@ def test_an_attention_plot_that_cannot_be_written_names_its_path(tr, lines, tmp_
     assert [p.name for p in tmp_path.parent.iterdir() if p.name.startswith(f".{tmp_path.name}.")] == []
 
 
+def test_an_attention_plot_takes_the_format_its_suffix_names(tr, lines, tmp_path):
+    """"x.svg" (or .pdf) held PNG bytes; attention(max_len=..., translation=...) dropped max_len without a word."""
+    from nmt.plot import attention, save_attention_plot
+    assert save_attention_plot(tr, lines[0], tmp_path / "x.svg").read_text().lstrip().startswith("<?xml")
+    assert save_attention_plot(tr, lines[0], tmp_path / "x.PDF").read_bytes().startswith(b"%PDF")
+    assert save_attention_plot(tr, lines[0], tmp_path / "x").read_bytes().startswith(b"\x89PNG")
+    with pytest.raises(ValueError, match=r"x\.docx: no image format is named '\.docx'; give one of .*\.png, "):
+        save_attention_plot(tr, lines[0], tmp_path / "x.docx")
+    assert not (tmp_path / "x.docx").exists()
+    with pytest.raises(ValueError, match="^attention: max_len limits the greedy translation; a given translation"):
+        attention(tr, lines[0], max_len=1, translation="a b")
+
+
 def test_nothing_to_score_and_translations_that_are_no_text_are_named(tr, lines):
     with pytest.raises(ValueError, match="^score: no hypotheses to score$"):
         score([], [], "en")
