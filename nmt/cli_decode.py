@@ -310,7 +310,8 @@ def _evaluate_set(args: argparse.Namespace, tr, name: str, pairs, more_refs: Lis
     """Translate and score one test set (`score_test_set`); its translations and references written to
     `hyp_file` and beside it (--hyp-dir), its report printed unless the JSON goes to stdout; the entry."""
     from nmt.atomic import atomic_write_text
-    from nmt.scoring import report_lines, score_test_set
+    from nmt.evaluate import report_lines
+    from nmt.scoring import score_test_set
     files = {"source": (f"recipe {tr.config.data.recipe}" if (args.recipe_tests or args.dev_set)
                         and tr.config.data.recipe else None),
              "src_file": str(Path(args.src_file).resolve()) if args.src_file else None,

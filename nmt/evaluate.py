@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Dict, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import sacrebleu
 
@@ -94,3 +94,26 @@ def score(hyps: Sequence[str], refs: Sequence[str], tgt_lang: str, more_refs: Se
 
 def perplexity(nll_sum: float, num_tokens: int) -> float:
     return math.exp(min(nll_sum / max(num_tokens, 1), 50.0))
+
+
+EXTRA_LABELS = {"bleu_ko_mecab": "BLEU ko-mecab"}   # the text report's names of the extra scores
+
+
+def report_lines(sc: Scores, entry: Dict[str, object]) -> List[str]:
+    """nmt-evaluate's text report of one test set's scores (`score_test_set`'s Scores and entry): each score with
+    its sacreBLEU signature, then the next-word accuracy (--prefix-words) and the word stroke ratio (--word-strokes)
+    if the entry has them."""
+    lines = [f"  BLEU            {sc.bleu:6.2f}  {sc.bleu_signature}",
+             f"  chrF            {sc.chrf:6.2f}  {sc.chrf_signature}"]
+    for k, v in sc.extra.items():   # named as the README's results table names it; its key in scores.json
+        lines.append(f"  {EXTRA_LABELS.get(k, k):<15} {v:6.2f}  {sc.extra_signatures.get(k, '')}")
+    if "next_word_sentences" in entry:   # how often the word after the prefix is the reference's
+        n, accuracy = entry["next_word_sentences"], entry["next_word_accuracy"]
+        lines.append(f"  next word       {accuracy:6.2f}  % of {n} sentences whose reference goes on after the prefix"
+                     if n else "  next word          -   no reference goes on after the prefix")
+    if "word_strokes" in entry:
+        ratio = entry["word_stroke_ratio"]
+        lines.append(f"  word strokes    {ratio:6.2f}  % of {entry['reference_words']} reference words typed, the "
+                     f"model completing the rest ({entry['word_stroke_translations']} translations)"
+                     if ratio is not None else "  word strokes       -   the references have no words")
+    return lines

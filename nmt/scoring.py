@@ -41,6 +41,9 @@ def score_test_set(translator: Translator, name: str, pairs: Pairs, *, max_sente
     max_input_tokens are counted in one warning naming the set (training's), not warned of line by line."""
     import contextlib
     from datetime import datetime, timezone
+    for arg, value, zero in (("max_sentences", max_sentences, "all"), ("prefix_words", prefix_words, "none")):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"score_test_set: {arg} must be an int >= 0 (0: {zero}), got {value!r}")
     n = max_sentences or len(pairs.src)
     refs = pairs.tgt[:n]
     t0 = time.perf_counter()
@@ -144,29 +147,6 @@ def word_strokes(translator: Translator, sources: Sequence[str], refs: Sequence[
     total = sum(map(len, words))
     return {"word_strokes": strokes, "reference_words": total,
             "word_stroke_ratio": 100.0 * strokes / total if total else None, "word_stroke_translations": translations}
-
-
-EXTRA_LABELS = {"bleu_ko_mecab": "BLEU ko-mecab"}   # the text report's names of the extra scores
-
-
-def report_lines(sc: Scores, entry: Dict[str, object]) -> List[str]:
-    """nmt-evaluate's text report of one test set's scores (`score_test_set`'s Scores and entry): each score with
-    its sacreBLEU signature, then the next-word accuracy (--prefix-words) and the word stroke ratio (--word-strokes)
-    if the entry has them."""
-    lines = [f"  BLEU            {sc.bleu:6.2f}  {sc.bleu_signature}",
-             f"  chrF            {sc.chrf:6.2f}  {sc.chrf_signature}"]
-    for k, v in sc.extra.items():   # named as the README's results table names it; its key in scores.json
-        lines.append(f"  {EXTRA_LABELS.get(k, k):<15} {v:6.2f}  {sc.extra_signatures.get(k, '')}")
-    if "next_word_sentences" in entry:   # how often the word after the prefix is the reference's
-        n, accuracy = entry["next_word_sentences"], entry["next_word_accuracy"]
-        lines.append(f"  next word       {accuracy:6.2f}  % of {n} sentences whose reference goes on after the prefix"
-                     if n else "  next word          -   no reference goes on after the prefix")
-    if "word_strokes" in entry:
-        ratio = entry["word_stroke_ratio"]
-        lines.append(f"  word strokes    {ratio:6.2f}  % of {entry['reference_words']} reference words typed, the "
-                     f"model completing the rest ({entry['word_stroke_translations']} translations)"
-                     if ratio is not None else "  word strokes       -   the references have no words")
-    return lines
 
 
 ENSEMBLE_PREFIX = "ensemble-"

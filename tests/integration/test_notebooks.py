@@ -114,3 +114,13 @@ def test_multi_gpu_intro_notebook(tmp_path, monkeypatch):
     assert "largest parameter difference, 1 vs 2 devices:" in text
     assert "batch 64, 2 device(s): 1500 tokens/s = 1.50x the 1-device rate" in text
     assert [o for c in nb.cells for o in c.get("outputs", []) if "image/png" in o.get("data", {})]   # the plot
+
+
+@pytest.mark.parametrize("variable, value", [("NMT_MAX_SENTENCES", "-1"), ("NMT_BEAM_SIZE", "five")])
+def test_bleu_eval_names_a_count_that_is_no_whole_number(variable, value, monkeypatch):
+    """NMT_MAX_SENTENCES=-1 scored nothing and ended in "score: no hypotheses to score"; NMT_BEAM_SIZE=five in
+    int()'s "invalid literal"."""
+    from nbclient.exceptions import CellExecutionError
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(CellExecutionError, match=f"{variable}='{value}': give a whole number >= 0"):
+        execute("bleu_eval.ipynb")

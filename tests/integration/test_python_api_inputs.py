@@ -227,6 +227,19 @@ def test_an_attention_plot_takes_the_format_its_suffix_names(tr, lines, tmp_path
         attention(tr, lines[0], max_len=1, translation="a b")
 
 
+def test_a_negative_count_of_sentences_or_prefix_words_is_refused(tr, lines):
+    """score_test_set(max_sentences=-1) scored all but the last sentence (a slice [:-1]); prefix_words=-2 ended in
+    an IndexError."""
+    from nmt.corpus import Pairs
+    from nmt.scoring import score_test_set
+    pairs = Pairs(lines[:3], lines[:3], "x")
+    for bad in ({"max_sentences": -1}, {"prefix_words": -2}, {"max_sentences": 1.5}, {"prefix_words": True}):
+        (arg, value), = bad.items()
+        with pytest.raises(ValueError, match=rf"^score_test_set: {arg} must be an int >= 0 \(0: \w+\), got "):
+            score_test_set(tr, "x", pairs, save=False, **bad)
+    assert score_test_set(tr, "x", pairs, save=False, max_sentences=2)[0]["n"] == 2
+
+
 def test_nothing_to_score_and_translations_that_are_no_text_are_named(tr, lines):
     with pytest.raises(ValueError, match="^score: no hypotheses to score$"):
         score([], [], "en")
