@@ -251,23 +251,68 @@ def test_several_lines_are_translated_line_by_line(translator, serve_sentences, 
         driver.quit()
 
 
-def test_a_line_separator_in_pasted_text_ends_a_line(translator, serve_sentences):
+def test_line_breaks_the_text_box_shows_within_a_line_are_spaces(translator, serve_sentences):
     """Text pasted with U+2028 (LINE SEPARATOR) between two sentences was sent as one line, which the API refuses
-    (text on 2 lines): the page now ends lines where the API does."""
+    (text on 2 lines); then the page ended lines there, and at a vertical tab (Word's line break), NEL and the
+    like, which the text box shows within a line: more translations than lines in sight, numbered otherwise. They are
+    spaces now, and the result is what the API gives for the lines the box shows."""
     from selenium.webdriver.common.by import By
     driver = browser()
-    lines = [serve_sentences[1], serve_sentences[2]]
+    first, second = serve_sentences[1], serve_sentences[2]
+    typed = f"{first}\u2028{second}\n{second}\v{first}\x85{second}"
     try:
         with background_server(make_app(translator)) as url:
             translate_on_page(driver, url, "x")
-            driver.execute_script("document.getElementById('source').value = arguments[0];", "\u2028".join(lines))
+            driver.execute_script("document.getElementById('source').value = arguments[0];", typed)
             driver.find_element(By.ID, "go").click()
             wait_done(driver)
             assert driver.find_element(By.ID, "error").text == ""
             beam, nbest = (int(driver.find_element(By.ID, k).get_attribute("value")) for k in ("beam", "nbest"))
-            api = httpx.post(url + "/translate", json={"text": lines, "beam_size": beam, "nbest": nbest}).json()
+            seen = [f"{first} {second}", f"{second} {first} {second}"]
+            api = httpx.post(url + "/translate", json={"text": seen, "beam_size": beam, "nbest": nbest}).json()
             shown = driver.find_elements(By.CSS_SELECTOR, "#translation .line")
             assert [d.text for d in shown] == [t["translation"] for t in api["translations"]]
+    finally:
+        driver.quit()
+
+
+def copied(driver, element_id: str) -> str:
+    """What Ctrl+C copies with the whole of an element selected, read back from the browser's clipboard."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.keys import Keys
+    driver.execute_cdp_cmd("Browser.grantPermissions", {"permissions": ["clipboardReadWrite",
+                                                                        "clipboardSanitizedWrite"]})
+    driver.execute_script("const r = document.createRange(); r.selectNodeContents(document.getElementById("
+                          "arguments[0])); getSelection().removeAllRanges(); getSelection().addRange(r);", element_id)
+    ActionChains(driver).key_down(Keys.CONTROL).send_keys("c").key_up(Keys.CONTROL).perform()
+    return driver.execute_async_script("navigator.clipboard.readText().then(arguments[0])")
+
+
+def test_copied_translations_keep_their_lines_and_scores_apart(translator, serve_sentences):
+    """Copying the translation left out its blank lines (empty elements), so pasted it no longer lined up with the
+    source; a copied n-best item had its score glued to it ("today.-2.4629"); a translation of spaces alone showed
+    as a blank line, not as "(empty translation)"."""
+    from selenium.webdriver.common.by import By
+    driver = browser()
+    typed = [serve_sentences[1], "", "   ", serve_sentences[2]]
+    try:
+        with background_server(make_app(translator)) as url:
+            translate_on_page(driver, url, "x")
+            set_source(driver, "\n".join(typed))
+            driver.find_element(By.ID, "go").click()
+            wait_done(driver)
+            shown = [d.text for d in driver.find_elements(By.CSS_SELECTOR, "#translation .line")]
+            assert copied(driver, "translation").split("\n") == shown and len(shown) == len(typed)
+            assert shown[1:3] == ["", ""] and shown[0] and shown[3]
+            items = driver.find_elements(By.CSS_SELECTOR, "#nbest-list li")
+            scores = [li.find_element(By.CLASS_NAME, "score").text for li in items]
+            hyps = [li.find_element(By.CLASS_NAME, "hyp").text for li in items]
+            assert copied(driver, "nbest-list").split("\n") == [f"{h} {s}" for h, s in zip(hyps, scores)]
+            driver.execute_script("showNbest([{translation: '   ', score: -1.5}]); showResult({lines: ['x y'], "
+                                  "result: {translations: [{translation: '  '}], warnings: []}, langs: "
+                                  "{src_lang: 'ko', tgt_lang: 'en'}})")
+            assert content(driver, "nbest-list", "translation") == {"nbest-list": "(empty translation) -1.5000",
+                                                                    "translation": "(empty translation)"}
     finally:
         driver.quit()
 
@@ -735,7 +780,7 @@ def test_invisible_lines_long_words_and_the_news_of_a_result(translator, serve_s
             assert driver.execute_script("return arguments[0].map(words)", samples) == [
                 normalize(x).split() for x in samples]
             driver.execute_script("showNbest([{translation: '', score: -1.5}])")   # a model that ended at once
-            assert content(driver, "nbest-list")["nbest-list"] == "(empty translation)-1.5000"
+            assert content(driver, "nbest-list")["nbest-list"] == "(empty translation) -1.5000"
             driver.execute_script(FETCH_LOG)
             set_source(driver, "\n".join(lines))
             driver.find_element(By.ID, "go").click()
