@@ -45,7 +45,10 @@ def attention(translator, sentence: str, max_len: Optional[int] = None, translat
         raise TypeError(f"attention: sentence must be a str, got {type(sentence).__name__}")
     if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1):
         raise ValueError(f"attention: max_len must be an int >= 1 or None (the model's limit), got {max_len!r}")
-    ids = translator.source_ids([sentence])[0]
+    try:
+        ids = translator.source_ids([sentence])[0]
+    except ValueError as e:   # named as the list of lines it checks ("lines[0] has text on 2 lines ...")
+        raise ValueError(f"attention: sentence{str(e).removeprefix('lines[0]')}") from None
     if not ids:
         raise ValueError("attention: the sentence is empty after normalization")
     if translation is not None:

@@ -225,6 +225,8 @@ def test_an_attention_plot_takes_the_format_its_suffix_names(tr, lines, tmp_path
     assert not (tmp_path / "x.docx").exists()
     with pytest.raises(ValueError, match="^attention: max_len limits the greedy translation; a given translation"):
         attention(tr, lines[0], max_len=1, translation="a b")
+    with pytest.raises(ValueError, match="^attention: sentence has text on 2 lines: "):   # (it said lines[0])
+        attention(tr, f"{lines[0]}\n{lines[1]}")
 
 
 def test_a_negative_count_of_sentences_or_prefix_words_is_refused(tr, lines):
