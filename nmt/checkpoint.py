@@ -242,6 +242,8 @@ def _prune(model_dir: Path, keep_steps: set) -> None:
 def restore_best(model_dir: Path, step: Optional[int]) -> str:
     """How to do without a lost or damaged params.best (or its manifest): the step checkpoint of the same parameters,
     unless --keep-last has pruned it (`nmt.resume.rebuild_best` writes params.best again from it)."""
+    if (Path(model_dir) / EXPORT).exists():   # an export holds no step checkpoint, and trains no more
+        return f"export it again (nmt-export --overwrite) from the model directory its {EXPORT} names"
     if step and not (Path(model_dir) / params_file(step)).exists():
         return (f"{params_file(step)}, the step's own copy, is no longer kept (--keep-last), so the best parameters "
                 "are lost: use --checkpoint latest or a kept step, or train again")
@@ -335,7 +337,8 @@ def verify_params(path: Path) -> None:
     try:
         manifest.verify(model_dir, key)
     except CheckpointError as e:
-        advice = f"; {restore_best(model_dir, best_step(model_dir))}" if key == "best" else ""
+        lost = any(str(model_dir / n) in str(e) for n in (PARAMS_BEST, manifest.manifest_name("best")))   # (not spm)
+        advice = f"; {restore_best(model_dir, best_step(model_dir))}" if key == "best" and lost else ""
         raise CheckpointError(f"checkpoint {path.name} of {model_dir} cannot be used: {e}{advice}") from None
     except OSError as e:   # a file it lists (or the manifest) exists but cannot be read: no permission, ...
         raise CheckpointError(f"checkpoint {path.name} of {model_dir} cannot be used: {e.filename or path} cannot be "

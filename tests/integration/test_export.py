@@ -150,6 +150,27 @@ def test_overwrite_replaces_an_earlier_export(model_copy, tmp_path, capsys):
     assert json.loads((out / EXPORT).read_text())["step"] == step
 
 
+def test_a_damaged_export_is_told_to_be_exported_again(model_copy, tmp_path, capsys):
+    """A damaged params.best of an export was "lost: use --checkpoint latest or a kept step, or train again", none of
+    which an export has; and an export (or a training directory) without a tokenizer had its parameters called
+    lost, where they were fine."""
+    out = tmp_path / "out"
+    assert run(export_main, ["--model-dir", model_copy, "--output", out], capsys)[0] == 0
+    spm = next(out.glob("spm.*.model"))
+    saved = spm.read_bytes()
+    spm.unlink()
+    code, _, err = run(export_main, ["--model-dir", out, "--output", tmp_path / "again"], capsys)
+    assert code == 2 and f"{spm} is missing" in err and "lost" not in err and "export it again" not in err, err
+    spm.write_bytes(saved)
+    damaged = bytearray((out / ckpt.PARAMS_BEST).read_bytes())
+    damaged[-100] ^= 0xFF
+    (out / ckpt.PARAMS_BEST).write_bytes(bytes(damaged))
+    code, _, err = run(translate_main, ["--model-dir", out, "--input", os.devnull], capsys)
+    assert code == 2 and "params.best is corrupted" in err and "--keep-last" not in err, err
+    assert err.rstrip().endswith("export it again (nmt-export --overwrite) from the model directory its export.json "
+                                 "names"), err
+
+
 def test_the_script_runs_from_a_checkout(model_dir, tmp_path):
     r = subprocess.run([sys.executable, str(REPO / "scripts" / "export.py"), "--model-dir", str(model_dir),
                         "--output", str(tmp_path / "out")], capture_output=True, text=True, timeout=300)
