@@ -281,9 +281,9 @@ def params_path(model_dir: Path, which: str = "best") -> Path:
     if which in ("best", "latest") and not (model_dir / STATE).exists() and not (model_dir / PARAMS_BEST).exists():
         raise CheckpointError(f"{model_dir} holds no checkpoint yet (no {STATE}, no {PARAMS_BEST}): nmt-train writes "
                               "the first at its first validation (--valid-every) or when stopped with Ctrl-C")
-    if which in ("latest", "avg") and (model_dir / EXPORT).exists():
-        raise CheckpointError(f"{model_dir} was written by nmt-export: it holds one checkpoint, {PARAMS_BEST}, and no "
-                              f"{which}; use --checkpoint best")
+    if which in ("latest", "avg") and (model_dir / EXPORT).exists():   # its one checkpoint, if exported from it
+        from nmt.export import as_exported   # (which imports this module)
+        which = as_exported(model_dir, which)
     if which == "latest":
         path = latest_params_path(model_dir)
     elif which in ("best", "avg"):

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Dict
 
 from nmt import checkpoint as ckpt
-from nmt import manifest
+from nmt import jsonio, manifest
 from nmt.atomic import atomic_copy, atomic_write_text
 from nmt.commands import command, nonempty
 from nmt.config import Config, ConfigError
@@ -155,3 +155,15 @@ def _scores_of(model_dir: Path, which: str, info: dict) -> Dict[str, Dict[str, o
             out[test] = {"best": {**entry, "checkpoint": "best", "params_file": ckpt.PARAMS_BEST,
                                   **({"step": None} if info["params_file"] == ckpt.PARAMS_AVG else {})}}
     return out
+
+
+def as_exported(export: Path, which: str) -> str:
+    """"best" for checkpoint `which` (latest or avg) of an export made from that checkpoint (`--checkpoint avg` of an
+    ensemble whose members are an export of an average and a training directory); a CheckpointError otherwise."""
+    made = jsonio.read_object(Path(export) / EXPORT, ckpt.CheckpointError)
+    if made.get("checkpoint") == which:
+        return "best"
+    of = f" (checkpoint {made['checkpoint']} of {made.get('model_dir')})" if made.get("checkpoint") else ""
+    raise ckpt.CheckpointError(f"{export} was written by nmt-export: it holds one checkpoint, {ckpt.PARAMS_BEST}{of}, "
+                               f"and no {which}; use --checkpoint best (an ensemble's members: export each from the "
+                               "same checkpoint)")

@@ -285,10 +285,17 @@ def test_an_export_has_no_latest_checkpoint_and_knows_the_step_of_its_own(tmp_pa
     (d / ckpt.EXPORT).write_text("{}")
     with pytest.raises(ckpt.CheckpointError) as e:
         ckpt.params_path(d, "latest")
+    ensembles = " (an ensemble's members: export each from the same checkpoint)"
     assert str(e.value) == (f"{d} was written by nmt-export: it holds one checkpoint, params.best, and no latest; "
-                            "use --checkpoint best")
+                            "use --checkpoint best" + ensembles)
     with pytest.raises(ckpt.CheckpointError) as e:   # (it said to average into it with `nmt-train --resume`)
         ckpt.params_path(d, "avg")
     assert str(e.value) == (f"{d} was written by nmt-export: it holds one checkpoint, params.best, and no avg; "
-                            "use --checkpoint best")
+                            "use --checkpoint best" + ensembles)
+    # an export of an average is that average: --checkpoint avg of an ensemble of it and a training directory
+    (d / ckpt.EXPORT).write_text('{"checkpoint": "avg", "model_dir": "/runs/b"}')
+    assert ckpt.params_path(d, "avg") == d / ckpt.PARAMS_BEST
+    with pytest.raises(ckpt.CheckpointError, match=r"holds one checkpoint, params.best \(checkpoint avg of /runs/b\), "
+                                                   "and no latest; "):
+        ckpt.params_path(d, "latest")
     assert ckpt.params_path(d, "20").name == ckpt.PARAMS_BEST
