@@ -43,7 +43,7 @@ def check_member_vocabulary(member: Path, model_dir: Path, what: str, mine: Toke
             f"{member}: cannot join an ensemble with {model_dir}: its {what} SentencePiece model ({theirs.lang}, "
             f"{theirs.vocab_size} pieces) differs from {mine.path} ({mine.lang}, {mine.vocab_size} pieces); "
             "ensemble members must share both vocabularies (train them on the same data with the same "
-            "--vocab-size and --spm-model-type)")
+            "--vocab-size, --spm-model-type and --shared-vocab)")
 
 
 def refuse_repeated_member(member: Path, members: Sequence[Path], which: str) -> None:

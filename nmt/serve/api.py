@@ -52,7 +52,9 @@ class Model:
         dec = tr.decode
         members = list(getattr(tr, "member_dirs", []))
         key = checkpoint_key(getattr(tr, "checkpoint", None), getattr(tr, "params_file", None))
-        return {"src_lang": tr.src_lang, "tgt_lang": tr.tgt_lang, "arch": tr.config.model.arch,
+        archs = dict.fromkeys(getattr(getattr(m, "cfg", None), "arch", tr.config.model.arch)   # (m.cfg: ModelConfig)
+                              for m in getattr(tr, "members", [None]))
+        return {"src_lang": tr.src_lang, "tgt_lang": tr.tgt_lang, "arch": "+".join(archs),   # an ensemble's, all
                 "model_dir": str(getattr(tr, "model_dir", "")), "checkpoint": getattr(tr, "checkpoint", None),
                 "ensemble": [str(d) for d in members], "beam_size": dec.beam_size,
                 "length_penalty": dec.length_penalty_alpha, "max_len_a": dec.max_len_a, "max_len_b": dec.max_len_b,

@@ -74,7 +74,7 @@ class TestScore(_Answer):
 class ModelInfo(_Answer):
     src_lang: str
     tgt_lang: str
-    arch: str
+    arch: str = Field(description="its architecture; an ensemble's, each once in member order: transformer+lstm")
     model_dir: str
     checkpoint: Optional[str]
     ensemble: List[str] = Field(description="the further model directories of an ensemble")

@@ -148,3 +148,15 @@ def test_the_latest_checkpoint_at_the_best_step_has_best_s_score(tmp_path):
     for loaded, of_loaded in (("400", True), ("best", True), ("300", False)):
         score = model_test_score(tmp_path, loaded, tests=["test"])
         assert (score["bleu"], score["checkpoint"], score["of_loaded_checkpoint"]) == (9.5, "best", of_loaded)
+
+
+def test_an_ensembles_info_names_each_architecture(tmp_path):
+    """/info of a Transformer + LSTM ensemble said "arch": "transformer", the first member's alone."""
+    from types import SimpleNamespace
+    from nmt.serve.api import Model
+    stub = Stub("ko", "en")
+    stub.model_dir, stub.checkpoint, stub.member_dirs = tmp_path, "best", [tmp_path / "b", tmp_path / "c"]
+    stub.members = [SimpleNamespace(cfg=Config.for_arch(a).model) for a in ("transformer", "lstm", "transformer")]
+    assert Model(stub, batcher=None).info()["arch"] == "transformer+lstm"
+    stub.members = stub.members[:1]
+    assert Model(stub, batcher=None).info()["arch"] == "transformer"
