@@ -30,6 +30,9 @@ def create_kvstore(name: str):
     if not name.startswith("dist"):
         return name
     import mxnet as mx
+    print(f"nmt: joining the job at its scheduler {os.environ['DMLC_PS_ROOT_URI']}:{os.environ['DMLC_PS_ROOT_PORT']} "
+          "(MXNet waits for it and for every worker, and no signal but SIGKILL stops that wait)", file=sys.stderr,
+          flush=True)
     kv = mx.kv.create(name)
     # every worker says who it is: the launcher's numbering is not the kvstore's, and rank 0 writes the model dir
     print(f"nmt: kvstore {name} rank {kv.rank} of {kv.num_workers} on {socket.gethostname()} (pid {os.getpid()})",
@@ -43,8 +46,9 @@ def check_kvstore(name: str) -> None:
     in_job = os.environ.get("DMLC_ROLE") == "worker"
     if not name.startswith("dist"):
         if in_job:
-            raise ConfigError(f"this process was started by the launcher as a distributed worker (DMLC_ROLE=worker) "
-                              f"but --kvstore is {name!r}: pass --kvstore dist_sync (dist_device_sync on GPUs)")
+            raise ConfigError(f"this process was started by the launcher as a distributed worker (DMLC_ROLE=worker), "
+                              "whose runs need --kvstore dist_sync (dist_device_sync on GPUs), a --resume too (a run's "
+                              f"--kvstore is each command's own, not its config.json's); its kvstore here is {name!r}")
         return
     if name not in SYNC_KVSTORES:
         raise ConfigError(f"--kvstore {name}: use dist_sync or dist_device_sync (asynchronous updates are not "
@@ -54,6 +58,23 @@ def check_kvstore(name: str) -> None:
         why = f"{', '.join(missing)} not set" if missing else f"DMLC_ROLE is {os.environ['DMLC_ROLE']!r}"
         raise ConfigError(f"--kvstore {name} runs only inside a job started by the launcher ({why}): "
                           f"python scripts/launch.py -n 2 -s 1 -- python scripts/train.py --kvstore {name} ...")
+    check_job_env()
+
+
+def check_job_env() -> None:
+    """ConfigError naming the variable unless the DMLC_* counts and port are numbers and the scheduler's host
+    resolves: MXNet's kvstore otherwise waits for its scheduler forever, deaf to Ctrl-C and SIGTERM."""
+    for var, top in (("DMLC_NUM_WORKER", None), ("DMLC_NUM_SERVER", None), ("DMLC_PS_ROOT_PORT", 65535)):
+        value = os.environ[var]
+        if not value.strip().isdecimal() or int(value) < 1 or top and int(value) > top:
+            raise ConfigError(f"{var}={value!r}: must be a whole number from 1{f' to {top}' if top else ''} "
+                              "(nmt-launch sets it for each process of a job)")
+    host = os.environ["DMLC_PS_ROOT_URI"]
+    try:
+        socket.getaddrinfo(host, None)
+    except socket.gaierror as e:
+        raise ConfigError(f"DMLC_PS_ROOT_URI={host!r}: the scheduler's host cannot be resolved ({e.strerror})"
+                          ) from None
 
 
 # stop reasons that may reach workers at different updates (signals, wall-clock limits: `Trainer.should_stop`)

@@ -161,7 +161,7 @@ def test_kvstore_choice_errors(monkeypatch):
     with pytest.raises(ConfigError, match="asynchronous updates are not supported"):
         workers.create_kvstore("dist_async")
     monkeypatch.setenv("DMLC_ROLE", "worker")
-    with pytest.raises(ConfigError, match="--kvstore is 'device': pass --kvstore dist_sync"):
+    with pytest.raises(ConfigError, match="whose runs need --kvstore dist_sync .* its kvstore here is 'device'"):
         workers.create_kvstore("device")
 
 

@@ -231,3 +231,33 @@ def test_a_dry_run_of_a_resume_past_a_damaged_checkpoint_writes_nothing(tmp_path
     out = capsys.readouterr().out
     assert "resume from step 2 (damaged newer checkpoints:" in out, out
     assert (d / ckpt.STATE).read_bytes() == state
+
+
+@pytest.mark.parametrize("var, value, says", [
+    ("DMLC_NUM_WORKER", "x", "DMLC_NUM_WORKER='x': must be a whole number from 1 (nmt-launch sets it"),
+    ("DMLC_NUM_SERVER", "0", "DMLC_NUM_SERVER='0': must be a whole number from 1 (nmt-launch sets it"),
+    ("DMLC_PS_ROOT_PORT", "abc", "DMLC_PS_ROOT_PORT='abc': must be a whole number from 1 to 65535"),
+    ("DMLC_PS_ROOT_PORT", "70000", "DMLC_PS_ROOT_PORT='70000': must be a whole number from 1 to 65535"),
+    ("DMLC_PS_ROOT_URI", "no.such.host.invalid", "DMLC_PS_ROOT_URI='no.such.host.invalid': the scheduler's host "
+                                                 "cannot be resolved"),
+])
+def test_a_job_environment_that_cannot_work_is_named_by_the_dry_run(tmp_path, task, capsys, monkeypatch, var, value,
+                                                                     says):
+    """A worker given DMLC_PS_ROOT_PORT=abc (or a worker count x, a host that does not resolve) was called valid by
+    the dry run; the run then waited in MXNet's kvstore forever, printing nothing, deaf to Ctrl-C and SIGTERM."""
+    env = {"DMLC_ROLE": "worker", "DMLC_PS_ROOT_URI": "127.0.0.1", "DMLC_PS_ROOT_PORT": "9091", "DMLC_NUM_SERVER": "1",
+           "DMLC_NUM_WORKER": "2", var: value}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert train_main(args_for(task, tmp_path / "m", "--dry-run", "--kvstore", "dist_sync")) == 2
+    assert f"error: {says}" in capsys.readouterr().err
+
+
+def test_a_worker_of_a_job_without_a_distributed_kvstore_is_told_why(tmp_path, task, capsys, monkeypatch):
+    """`nmt-launch ... -- nmt-train --model-dir M --resume` said "--kvstore is 'local'", a value nobody typed: the
+    resumed run's --kvstore is not its config.json's."""
+    monkeypatch.setenv("DMLC_ROLE", "worker")
+    assert train_main(args_for(task, tmp_path / "m", "--dry-run")) == 2
+    err = capsys.readouterr().err
+    assert "whose runs need --kvstore dist_sync (dist_device_sync on GPUs), a --resume too" in err, err
+    assert "its kvstore here is 'local'" in err
