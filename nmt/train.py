@@ -182,6 +182,7 @@ class Trainer:
         with contextlib.closing(self.tensorboard), checkpoint_on_signal(self):
             stop = self.should_stop()
             while not stop and self.state.epoch < t.max_epochs:
+                self._resumed_at = self.state.step if self.data.sampler.position else 0   # (mid-epoch: a resume)
                 self.progress.start_epoch(self.state.epoch, len(self.data.sampler), self.data.sampler.position)
                 for batch in self.data.batches:
                     self.train_step(batch)
@@ -201,9 +202,10 @@ class Trainer:
                 retire_scores(self.model_dir, "avg")
                 ckpt.average_checkpoints(self.model_dir, self.state.params_files, last=t.average_last)
             self.averaged = True
-        elif t.average_last and self.is_chief:
-            logger.warning("--average-last %d: the run has %d checkpoint, nothing to average: no params.avg",
-                           t.average_last, len(self.state.params_files))
+        elif t.average_last and self.is_chief:   # stopped by a signal: not the end (--resume goes on, then averages)
+            (logger.info if self.state.stopped in _INTERRUPTS else logger.warning)(
+                "--average-last %d: the run has %d checkpoint, nothing to average yet: no params.avg",
+                t.average_last, len(self.state.params_files))
 
     def _epoch_done(self) -> bool:   # every batch of the epoch has been trained on
         sampler = self.data.sampler
@@ -218,8 +220,9 @@ class Trainer:
 
     def _next_epoch(self) -> None:
         e = self.progress.epoch   # nan and 0 until an epoch of this run has had an update (none: a resume at its end)
+        part = f" over its updates since the resume at step {self._resumed_at}" if self._resumed_at else ""
         logger.info("epoch %d done at step %d%s", self.state.epoch + 1, self.state.step, "" if not e["tok_per_s"]
-                    else f": train loss {e['loss']:.3f} (NLL {e['nll']:.3f}), {e['tok_per_s']:.0f} tokens/s")
+                    else f": train loss {e['loss']:.3f} (NLL {e['nll']:.3f}){part}, {e['tok_per_s']:.0f} tokens/s")
         self.state.epoch += 1
         self.data.sampler.set_epoch(self.state.epoch)
 

@@ -307,14 +307,34 @@ def test_a_limit_at_an_epochs_end_is_the_epochs_end(tmp_path, task):
 
 
 def test_resume_across_an_epoch_boundary(tmp_path, task):
-    # 600 pairs / 16 = ~38 batches per epoch: 45 updates cross an epoch end
-    full = tiny_config(tmp_path, task, "full", max_steps=45)
+    # 77 batches per epoch (logged): 100 updates cross an epoch end, which the resumed run logs (checked below)
+    full = tiny_config(tmp_path, task, "full", max_steps=100)
     create_trainer(full).fit()
     part = tiny_config(tmp_path, task, "part", max_steps=30)
     create_trainer(part).fit()
-    part.train.max_steps = 45
+    part.train.max_steps = 100
     create_trainer(part, resume=True).fit()
     assert_same_params(params_of(full.train.model_dir), params_of(part.train.model_dir))
+    # the epoch's line gives the loss of this run's updates: it says so (it read as the epoch's, another figure)
+    epoch_line = [x for x in (Path(part.train.model_dir) / ckpt.LOG).read_text().splitlines() if "epoch 1 done" in x]
+    assert re.search(r"train loss \S+ \(NLL \S+\) over its updates since the resume at step 30, ", epoch_line[-1])
+    assert "since the resume" not in (Path(full.train.model_dir) / ckpt.LOG).read_text()
+
+
+def test_average_last_does_not_warn_of_a_run_stopped_by_a_signal(tmp_path, task):
+    """A run stopped by SIGTERM before its second checkpoint warned "nothing to average: no params.avg", as if it
+    had failed; it is not over (--resume goes on, then averages)."""
+    cfg = tiny_config(tmp_path, task, "sig", max_steps=40, valid_every=3, average_last=2)
+    trainer = create_trainer(cfg)
+    step = trainer.train_step
+
+    def train_step(batch):   # SIGTERM received during the second update
+        step(batch)
+        trainer.signal_name = "SIGTERM" if trainer.state.step == 2 else trainer.signal_name
+    trainer.train_step = train_step
+    assert trainer.fit().stopped == "SIGTERM"
+    log = (Path(cfg.train.model_dir) / ckpt.LOG).read_text()
+    assert "INFO nmt.train: --average-last 2: the run has 1 checkpoint, nothing to average yet" in log, log
 
 
 def test_overwrite_keeps_the_run_it_replaces_until_the_new_data_is_read(tmp_path, task):
@@ -693,7 +713,7 @@ def test_average_last_over_a_single_checkpoint_says_there_is_nothing_to_average(
     model_dir = tmp_path / "one"
     assert train_main(tiny_flags(task, model_dir) + ["--max-steps", "2", "--average-last", "3"]) == 0
     assert not (model_dir / ckpt.PARAMS_AVG).exists()
-    assert ("WARNING nmt.train: --average-last 3: the run has 1 checkpoint, nothing to average: no params.avg"
+    assert ("WARNING nmt.train: --average-last 3: the run has 1 checkpoint, nothing to average yet: no params.avg"
             in (model_dir / ckpt.LOG).read_text())
 
 
