@@ -48,6 +48,8 @@ def attention(translator, sentence: str, max_len: Optional[int] = None, translat
     try:
         ids = translator.source_ids([sentence])[0]
     except ValueError as e:   # named as the list of lines it checks ("lines[0] has text on 2 lines ...")
+        if not str(e).startswith("lines[0] "):
+            raise   # (a ConfigError of the decode settings, ...)
         raise ValueError(f"attention: sentence{str(e).removeprefix('lines[0]')}") from None
     if not ids:
         raise ValueError("attention: the sentence is empty after normalization")
