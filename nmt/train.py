@@ -342,7 +342,8 @@ def train(cfg: Config, resume: bool = False, overwrite: bool = False, evaluate: 
     cfg = _config(cfg, "train")
     if cfg.data.recipe and any(getattr(cfg.data, f) for f in CORPUS_FILES):   # files replace the
         # recipe (a DataConfig's default "tatoeba"), as load_data reads them: config.json names none, as nmt-train's
-        cfg = replace(cfg, data=replace(cfg.data, recipe=None))
+        cfg, given = replace(cfg, data=replace(cfg.data, recipe=None)), cfg.given
+        cfg.given = given   # (what the dict gave: fine-tuning takes it, `for_init`)
     if init is not None:
         cfg, init = for_init(cfg, init)
     return run_training(cfg, resume, overwrite, evaluate, init)

@@ -86,6 +86,14 @@ def test_python_fine_tuning_takes_a_dropout_given_at_its_default(parent, tmp_pat
     with pytest.raises(ConfigError, match=r'^model.hidden_size 256: --init-from .* has model.hidden_size 48'):
         for_init(Config.from_dict({"model": {"hidden_size": 256}, "train": {"model_dir": str(tmp_path / "c")}}),
                  model)   # a default size given is refused as the flag is
+    # through train(), on one's own files (which drop the default recipe: a new Config, which forgot the dict)
+    from nmt.train import train
+    files = {k: parent[1][k] for k in ("train_src", "train_tgt", "dev_src", "dev_tgt")}
+    cfg = Config.from_dict({"data": files, "model": asked, "train": {"model_dir": str(tmp_path / "d"), "max_steps": 1,
+                                                                      "progress": False}})
+    train(cfg, evaluate=False, init=model)
+    tuned = Config.load(tmp_path / "d" / ckpt.CONFIG).model
+    assert (tuned.dropout, tuned.word_dropout) == (default.dropout, default.word_dropout)
 
 
 def test_dropout_may_change_and_is_otherwise_the_models(parent, tmp_path):
