@@ -278,7 +278,7 @@ def latest_params_path(model_dir: Path) -> Path:
 def params_path(model_dir: Path, which: str = "best") -> Path:
     """Path of the parameters `which` in {"best", "latest", "avg"} or an explicit step number."""
     model_dir = Path(model_dir)
-    if which in ("best", "latest") and not (model_dir / STATE).exists() and not (model_dir / PARAMS_BEST).exists():
+    if which in ("best", "latest") and not any((model_dir / f).exists() for f in (STATE, PARAMS_BEST, EXPORT)):
         raise CheckpointError(f"{model_dir} holds no checkpoint yet (no {STATE}, no {PARAMS_BEST}): nmt-train writes "
                               "the first at its first validation (--valid-every) or when stopped with Ctrl-C")
     if which in ("latest", "avg") and (model_dir / EXPORT).exists():   # its one checkpoint, if exported from it
@@ -300,9 +300,10 @@ def params_path(model_dir: Path, which: str = "best") -> Path:
     else:
         raise CheckpointError(f"unknown checkpoint '{which}': use best, latest, avg or a step number")
     if not path.exists():
+        held = "" if (model_dir / EXPORT).exists() else f"it held step {best_step(model_dir)}, the best on dev: "
         hint = (f"; average the last N checkpoints into it with `nmt-train --model-dir {model_dir} --resume "
-                "--average-last N`" if which == "avg" else f"; it held step {best_step(model_dir)}, the best on dev: "
-                f"{restore_best(model_dir, best_step(model_dir))}" if which == "best" else "")
+                "--average-last N`" if which == "avg" else f"; {held}{restore_best(model_dir, best_step(model_dir))}"
+                if which == "best" else "")
         if str(which).isdecimal():
             kept = sorted(s for s in (params_step(p.name) for p in model_dir.glob("params.*")) if s is not None)
             hint = f"; the steps kept there: {', '.join(map(str, kept))}" if kept else "; it keeps no step's parameters"

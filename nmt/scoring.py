@@ -10,6 +10,7 @@ import dataclasses
 import fcntl
 import json
 import logging
+import numbers
 import os
 import time
 from pathlib import Path
@@ -42,8 +43,9 @@ def score_test_set(translator: Translator, name: str, pairs: Pairs, *, max_sente
     import contextlib
     from datetime import datetime, timezone
     for arg, value, zero in (("max_sentences", max_sentences, "all"), ("prefix_words", prefix_words, "none")):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"score_test_set: {arg} must be an int >= 0 (0: {zero}), got {value!r}")
+        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0):
+            raise ValueError(f"score_test_set: {arg} must be an int >= 0 (0 or None: {zero}), got {value!r}")
+    max_sentences, prefix_words = int(max_sentences or 0), int(prefix_words or 0)   # (numpy's: scores.json's ints)
     n = max_sentences or len(pairs.src)
     refs = pairs.tgt[:n]
     t0 = time.perf_counter()
@@ -331,7 +333,9 @@ def model_test_sets(cfg: Optional[Config]) -> List[str]:
 def checkpoint_key(checkpoint: Optional[str], params_file=None) -> Optional[str]:
     """The scores.json key of a loaded checkpoint's scores (`score_test_set` records them under it, /info looks them
     up): best and avg by name, any other by its step (a step number as given, latest by the step of its
-    `params_file`)."""
+    `params_file`); an export's avg or latest (its params.best: `nmt.export.as_exported`) as best."""
+    if checkpoint in ("avg", "latest") and params_file and Path(params_file).name == ckpt.PARAMS_BEST:
+        return "best"
     if checkpoint is None or checkpoint in ("best", "avg"):
         return checkpoint
     if str(checkpoint).isdecimal():

@@ -169,6 +169,11 @@ def test_a_damaged_export_is_told_to_be_exported_again(model_copy, tmp_path, cap
     assert code == 2 and "params.best is corrupted" in err and "--keep-last" not in err, err
     assert err.rstrip().endswith("export it again (nmt-export --overwrite) from the model directory its export.json "
                                  "names"), err
+    (out / ckpt.PARAMS_BEST).unlink()   # gone: it said "holds no checkpoint yet ... nmt-train writes the first"
+    code, _, err = run(translate_main, ["--model-dir", out, "--input", os.devnull], capsys)
+    assert code == 2 and "params.best not found" in err and "step None" not in err, err
+    assert err.rstrip().endswith("export it again (nmt-export --overwrite) from the model directory its export.json "
+                                 "names"), err
 
 
 def test_the_script_runs_from_a_checkout(model_dir, tmp_path):

@@ -116,6 +116,10 @@ def test_the_loaded_checkpoint_is_found_by_its_step(tmp_path):
     from nmt.scoring import checkpoint_key
     assert [checkpoint_key(c) for c in ("best", "avg", "00000700", "700", None)] == ["best", "avg", "700", "700", None]
     assert checkpoint_key("latest", tmp_path / "params.00000900") == "900"
+    # an export's one checkpoint, params.best, taken as the avg it was exported from: its scores are best's (they
+    # were recorded twice, and /info said the score was not the loaded checkpoint's)
+    assert [checkpoint_key(c, tmp_path / "params.best") for c in ("avg", "latest", "best")] == ["best"] * 3
+    assert checkpoint_key("avg", tmp_path / "params.avg") == "avg"
 
 
 @pytest.mark.parametrize("pairs, text, langs", [([("ko", "en"), ("en", "ko")], "안녕하세요", {"src_lang": "ko",
