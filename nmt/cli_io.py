@@ -53,8 +53,9 @@ def add_model_decode_args(p: argparse.ArgumentParser, flags=DECODE_FLAGS, nbest:
                        help="output the K best translations with their scores, one JSON object per input line")
 
 
-def load_translator(args: argparse.Namespace):
-    """A Translator for --model-dir/--checkpoint on the requested device, decode flags over the saved config."""
+def load_translator(args: argparse.Namespace, search: bool = True):
+    """A Translator for --model-dir/--checkpoint on the requested device, decode flags over the saved config;
+    `search`: whether it will run beam search (not nmt-score's forced scoring, nor --sample), whose width is checked."""
     import dataclasses
     from nmt import checkpoint as ckpt
     from nmt.log import setup_logging
@@ -73,7 +74,7 @@ def load_translator(args: argparse.Namespace):
              for f, flag in (("beam_size", "--beam-size"), ("batch_size", "--decode-batch-size"))}
     too_wide = search_too_wide(decode.beam_size, decode.batch_size, tr.tgt_tok.vocab_size, named["beam_size"],
                                named["batch_size"])
-    if too_wide:
+    if too_wide and search and getattr(args, "sample", None) is None:
         saved = len(overrides.keys() & named.keys()) < 2
         raise ConfigError(too_wide + (f" (decode.*: {path}'s; --beam-size and --decode-batch-size override it)"
                                       if saved else ""))

@@ -61,7 +61,7 @@ def score_main(args: argparse.Namespace) -> int:
     drop_blank_ends([(args.src_file, src), (args.tgt_file, tgt)], keep_blank_pairs=True)   # an editor's last lines
     if len(src) != len(tgt):
         raise misaligned(args.src_file, src, "--tgt-file", args.tgt_file, tgt, "--tgt-file", "--src-file")
-    tr = load_translator(args)
+    tr = load_translator(args, search=False)
     check_languages_of(tr, src, tgt, f"--src-file {args.src_file}", f"--tgt-file {args.tgt_file}")
     tgt_ids = target_ids(tr, tgt, name=args.tgt_file)   # every target checked before anything is written
     t0, log_prob, tokens, chunk = time.perf_counter(), 0.0, 0, SCORE_CHUNK

@@ -130,6 +130,12 @@ def test_a_beam_too_wide_in_the_models_config_names_the_file(model_dir, test_fil
     code, _, err = run(translate_main, ["--model-dir", copy, "--input", test_files[0], "--decode-batch-size", "64"],
                        capsys)
     assert code == 2 and "error: decode.beam_size 100000 x --decode-batch-size 64 hypotheses x" in err, err
+    monkeypatch.undo()   # what runs no beam search is not refused: sampling, and nmt-score's forced scoring
+    code, out, err = run(translate_main, ["--model-dir", copy, "--input", test_files[0], "--sample", "3"], capsys)
+    assert code == 0 and len(out.splitlines()) == len(Path(test_files[0]).read_text().splitlines()), err
+    code, out, err = run(score_main, ["--model-dir", copy, "--src-file", test_files[0], "--tgt-file", test_files[1]],
+                         capsys)
+    assert code == 0 and out, err
 
 
 def test_control_characters_are_removed_with_a_warning(model_dir, tmp_path, capsys):
