@@ -67,7 +67,10 @@ def _forced(translator, sentence: str, ids: List[int], translation: str) -> Atte
     from nmt.search import length_limits
     d = translator.decode   # as long as the search may write: a prefix cut to max_input_tokens, then its limit
     limit = d.max_input_tokens + int(length_limits([len(ids) + 1], d.max_len_a, d.max_len_b)[0])
-    tgt = target_ids(translator, [translation], name="translation", limit=limit)[0]
+    try:
+        tgt = target_ids(translator, [translation], name="translation", limit=limit)[0]
+    except CorpusError as e:   # named as a file's line ("translation:1: the translation has ...")
+        raise ValueError(f"attention: {str(e).removeprefix('translation:1: the ')}") from None
     weights = forced_attention(translator, [ids], [tgt])[0]   # an empty translation: the row of its "</s>"
     return Attention(sentence, translation, [_piece(translator.src_tok, i) for i in ids] + ["</s>"],
                      [_piece(translator.tgt_tok, i) for i in tgt] + ["</s>"], weights)
@@ -150,7 +153,7 @@ def save_attention_plot(translator, sentence: str, path, title: Optional[str] = 
     from nmt.atomic import atomic_open
     path = Path(path)
     kind = path.suffix[1:].lower() or "png"
-    known = FigureCanvasAgg.get_supported_filetypes()
+    known = {k: v for k, v in FigureCanvasAgg.get_supported_filetypes().items() if k != "pgf"}   # (pgf: LaTeX's)
     if kind not in known:
         raise ValueError(f"save_attention_plot: {path}: no image format is named {path.suffix!r}; give one of "
                          f"{', '.join('.' + k for k in sorted(known))}")

@@ -116,11 +116,12 @@ def test_multi_gpu_intro_notebook(tmp_path, monkeypatch):
     assert [o for c in nb.cells for o in c.get("outputs", []) if "image/png" in o.get("data", {})]   # the plot
 
 
-@pytest.mark.parametrize("variable, value", [("NMT_MAX_SENTENCES", "-1"), ("NMT_BEAM_SIZE", "five")])
-def test_bleu_eval_names_a_count_that_is_no_whole_number(variable, value, monkeypatch):
+@pytest.mark.parametrize("variable, value, least", [("NMT_MAX_SENTENCES", "-1", 0), ("NMT_BEAM_SIZE", "five", 1),
+                                                    ("NMT_BEAM_SIZE", "0", 1)])
+def test_bleu_eval_names_a_count_that_is_no_whole_number(variable, value, least, monkeypatch):
     """NMT_MAX_SENTENCES=-1 scored nothing and ended in "score: no hypotheses to score"; NMT_BEAM_SIZE=five in
-    int()'s "invalid literal"."""
+    int()'s "invalid literal", NMT_BEAM_SIZE=0 printed beam 5, then failed in the search."""
     from nbclient.exceptions import CellExecutionError
     monkeypatch.setenv(variable, value)
-    with pytest.raises(CellExecutionError, match=f"{variable}='{value}': give a whole number >= 0"):
+    with pytest.raises(CellExecutionError, match=f"{variable}='{value}': give a whole number >= {least}"):
         execute("bleu_eval.ipynb")

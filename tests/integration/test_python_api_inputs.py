@@ -8,6 +8,7 @@ import re
 import threading
 
 import mxnet as mx
+import numpy as np
 import pytest
 
 import nmt.plot
@@ -223,10 +224,14 @@ def test_an_attention_plot_takes_the_format_its_suffix_names(tr, lines, tmp_path
     with pytest.raises(ValueError, match=r"x\.docx: no image format is named '\.docx'; give one of .*\.png, "):
         save_attention_plot(tr, lines[0], tmp_path / "x.docx")
     assert not (tmp_path / "x.docx").exists()
+    with pytest.raises(ValueError, match=r"no image format is named '\.pgf'"):   # (it needs LaTeX: failed after the work)
+        save_attention_plot(tr, lines[0], tmp_path / "x.pgf")
     with pytest.raises(ValueError, match="^attention: max_len limits the greedy translation; a given translation"):
         attention(tr, lines[0], max_len=1, translation="a b")
     with pytest.raises(ValueError, match="^attention: sentence has text on 2 lines: "):   # (it said lines[0])
         attention(tr, f"{lines[0]}\n{lines[1]}")
+    with pytest.raises(ValueError, match="^attention: translation has text on 2 lines: "):   # ("translation:1")
+        attention(tr, lines[0], translation="a\nb")
 
 
 def test_a_negative_count_of_sentences_or_prefix_words_is_refused(tr, lines):
@@ -237,9 +242,12 @@ def test_a_negative_count_of_sentences_or_prefix_words_is_refused(tr, lines):
     pairs = Pairs(lines[:3], lines[:3], "x")
     for bad in ({"max_sentences": -1}, {"prefix_words": -2}, {"max_sentences": 1.5}, {"prefix_words": True}):
         (arg, value), = bad.items()
-        with pytest.raises(ValueError, match=rf"^score_test_set: {arg} must be an int >= 0 \(0: \w+\), got "):
+        with pytest.raises(ValueError, match=rf"^score_test_set: {arg} must be an int >= 0 \(0 or None: \w+\), got "):
             score_test_set(tr, "x", pairs, save=False, **bad)
     assert score_test_set(tr, "x", pairs, save=False, max_sentences=2)[0]["n"] == 2
+    assert score_test_set(tr, "x", pairs, save=False, max_sentences=None, prefix_words=None)[0]["n"] == 3   # as 0
+    entry = score_test_set(tr, "x", pairs, save=False, max_sentences=np.int64(2), prefix_words=np.int64(1))[0]
+    assert entry["n"] == 2 and type(entry["prefix_words"]) is int   # (numpy's: scores.json could not hold it)
 
 
 def test_nothing_to_score_and_translations_that_are_no_text_are_named(tr, lines):
