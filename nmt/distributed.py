@@ -69,10 +69,23 @@ def read_hostfile(path: Path) -> List[Host]:
     return hosts
 
 
+def ipv4(name: str, what: str) -> str:
+    """The IPv4 address of host `name`: ps-lite binds to DMLC_NODE_HOST as given (a host name fails: "bind failed")
+    and speaks IPv4 only; a LaunchError naming `what` when there is none."""
+    import socket
+    try:
+        return socket.getaddrinfo(name, None, socket.AF_INET)[0][4][0]
+    except socket.gaierror as e:
+        raise LaunchError(f"{what} {name}: no IPv4 address ({e.strerror}); MXNet's parameter server reaches the "
+                          "processes of a job over IPv4 only") from None
+
+
 def plan_job(command: Sequence[str], num_workers: int, num_servers: int, hosts: Optional[List[Host]] = None,
-             scheduler_host: str = "127.0.0.1", port: int = 9091, python: str = sys.executable) -> List[ProcSpec]:
+             scheduler_host: str = "127.0.0.1", port: int = 9091, python: str = sys.executable,
+             addresses: Optional[Dict[str, str]] = None) -> List[ProcSpec]:
     """The processes of a job: the scheduler here, servers and workers here (no `hosts`) or round-robin over
-    `hosts`. Servers and the scheduler run `python -c "import mxnet"`; workers run `command`."""
+    `hosts`. Servers and the scheduler run `python -c "import mxnet"`; workers run `command`. `addresses`: the
+    hosts' IPv4 addresses by name (`ipv4`), which the processes bind to (ssh is given the names)."""
     if num_workers < 1 or num_servers < 1:
         raise LaunchError(f"need at least one worker and one server, got -n {num_workers} -s {num_servers}")
     if not command:
@@ -85,7 +98,8 @@ def plan_job(command: Sequence[str], num_workers: int, num_servers: int, hosts: 
         for i in range(count):
             host = hosts[i % len(hosts)] if hosts else None
             # the address the other nodes reach this one at; without it ps-lite picks the first non-loopback NIC
-            env = dict(common, DMLC_ROLE=role, DMLC_NODE_HOST=host.name if host else scheduler_host)
+            node = (addresses or {}).get(host.name, host.name) if host else scheduler_host
+            env = dict(common, DMLC_ROLE=role, DMLC_NODE_HOST=node)
             specs.append(ProcSpec(role, i, argv, env, host))
     return specs
 

@@ -106,7 +106,12 @@ class Job:
                     stop_deadline = now + self.grace
                     for i in workers:
                         self.ask_to_stop(i)
-                if all(codes[i] is not None for i in workers) or len(self._signals) > 1 or now > stop_deadline:
+                done = all(codes[i] is not None for i in workers)
+                if not done and len(self._signals) == 1 and now > stop_deadline:
+                    late = ", ".join(self.specs[i].label for i in workers if codes[i] is None)
+                    self.log(f"{late} still running --grace {self.grace:g} s after {name}: killed (the checkpoint of "
+                             "the stop may be missing: --resume takes the last one saved)")
+                if done or len(self._signals) > 1 or now > stop_deadline:
                     return 128 + self._signals[0]
             else:
                 failed = [i for i, c in enumerate(codes) if c not in (None, 0)]

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
 from nmt.commands import nonempty, number
-from nmt.distributed import (FORWARDED_ENV, FORWARDED_PREFIXES, Host, LaunchError, forwarded_env, plan_job,
+from nmt.distributed import (FORWARDED_ENV, FORWARDED_PREFIXES, Host, LaunchError, forwarded_env, ipv4, plan_job,
                              read_hostfile)
 from nmt.job import Job
 
@@ -64,7 +64,7 @@ def ssh_command(text: str) -> List[str]:
 def scheduler_address(args: argparse.Namespace, hosts: Optional[List[Host]]) -> Tuple[str, int]:
     """The scheduler's address and port, checked: it runs here, where the launcher runs, the hosts must reach it, and
     it must be able to listen there (bind and close a socket as ps-lite will, SO_REUSEADDR); no --port: a free one."""
-    sched = args.scheduler_host or "127.0.0.1"
+    sched = ipv4(args.scheduler_host, "--scheduler-host") if args.scheduler_host else "127.0.0.1"
     port = args.port
     loopback = ("127.", "localhost")
     if hosts and not args.scheduler_host:   # this machine's address on the route to the first host
@@ -109,8 +109,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise LaunchError(f"--workdir {args.workdir}: not a directory on this machine, where the scheduler "
                               "(without -H, every process of the job) runs in it")
         sched, port = scheduler_address(args, hosts)
+        addresses = {h.name: ipv4(h.name, f"-H {args.hostfile}: host") for h in hosts or []}
         specs = plan_job(command, args.num_workers, args.num_servers or (len(hosts) if hosts else 1), hosts,
-                         sched, port, args.python)
+                         sched, port, args.python, addresses)
         job = Job(specs, workdir=args.workdir, ssh=args.ssh or ["ssh"], extra_env=extra, timeout=args.timeout,
                   grace=args.grace, finish_timeout=args.finish_timeout)
         if not args.dry_run:

@@ -8,6 +8,7 @@ import atexit
 import contextlib
 import json
 import os
+import re
 import socket
 import sys
 import tempfile
@@ -66,15 +67,15 @@ def check_job_env() -> None:
     resolves: MXNet's kvstore otherwise waits for its scheduler forever, deaf to Ctrl-C and SIGTERM."""
     for var, top in (("DMLC_NUM_WORKER", None), ("DMLC_NUM_SERVER", None), ("DMLC_PS_ROOT_PORT", 65535)):
         value = os.environ[var]
-        if not value.strip().isdecimal() or int(value) < 1 or top and int(value) > top:
+        if not re.fullmatch(r"\s*[0-9]+\s*", value) or int(value) < 1 or top and int(value) > top:
             raise ConfigError(f"{var}={value!r}: must be a whole number from 1{f' to {top}' if top else ''} "
                               "(nmt-launch sets it for each process of a job)")
     host = os.environ["DMLC_PS_ROOT_URI"]
-    try:
-        socket.getaddrinfo(host, None)
+    try:   # (ps-lite, MXNet's parameter server, speaks IPv4 only)
+        socket.getaddrinfo(host, None, socket.AF_INET)
     except socket.gaierror as e:
-        raise ConfigError(f"DMLC_PS_ROOT_URI={host!r}: the scheduler's host cannot be resolved ({e.strerror})"
-                          ) from None
+        raise ConfigError(f"DMLC_PS_ROOT_URI={host!r}: the scheduler's host has no IPv4 address ({e.strerror}); "
+                          "MXNet's parameter server reaches it over IPv4 only") from None
 
 
 # stop reasons that may reach workers at different updates (signals, wall-clock limits: `Trainer.should_stop`)

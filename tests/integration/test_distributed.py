@@ -310,6 +310,43 @@ def test_sigterm_to_the_launcher_is_passed_to_the_workers(tmp_path):
     assert (tmp_path / "stopped").read_text() == "xx"       # both workers got it and exited on their own
 
 
+def test_workers_still_running_after_the_grace_are_named_as_killed(tmp_path):
+    """When --grace ran out the launcher killed the workers without a word: the checkpoint may be missing."""
+    worker = ("import os, signal, time\n"
+              "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"   # (a worker deaf to it: MXNet's kvstore wait)
+              "open(f'ready.{os.getpid()}', 'w').close()\n"
+              "time.sleep(60)")
+    p = subprocess.Popen([PY, str(REPO / "scripts" / "launch.py"), "-n", "2", "--grace", "1", "--", PY, "-c", worker],
+                         cwd=tmp_path, env=ENV, stderr=open(tmp_path / "err", "w"), start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while len(list(tmp_path.glob("ready.*"))) < 2:
+            assert p.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+        p.send_signal(signal.SIGTERM)
+        p.wait(timeout=30)
+    finally:
+        finish(p, 0)
+    err = (tmp_path / "err").read_text()
+    assert p.returncode == 143, err
+    assert "worker 0, worker 1 still running --grace 1 s after SIGTERM: killed (the checkpoint of the stop may be " \
+           "missing" in err, err
+
+
+def test_host_names_are_given_to_the_job_as_ipv4_addresses(tmp_path, capsys):
+    """ps-lite binds to DMLC_NODE_HOST and DMLC_PS_ROOT_URI as given: with a host name (-H localhost,
+    --scheduler-host localhost) its servers failed with "bind failed", a traceback; and it speaks no IPv6."""
+    hosts = tmp_path / "hosts"
+    hosts.write_text("localhost\n")
+    assert launcher.main(["-n", "1", "-H", str(hosts), "--scheduler-host", "localhost", "--port", "9", "--dry-run",
+                          "--", "x"]) == 0
+    out = capsys.readouterr().out
+    assert "DMLC_NODE_HOST=127.0.0.1" in out and "DMLC_PS_ROOT_URI=127.0.0.1" in out and "localhost" in out, out
+    assert "DMLC_NODE_HOST=localhost" not in out
+    assert launcher.main(["-n", "1", "--scheduler-host", "::1", "--dry-run", "--", "x"]) == 2
+    assert "error: --scheduler-host ::1: no IPv4 address" in capsys.readouterr().err
+
+
 # -- real dist_sync jobs on loopback -------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def task(tmp_path_factory):

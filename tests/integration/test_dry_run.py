@@ -239,7 +239,9 @@ def test_a_dry_run_of_a_resume_past_a_damaged_checkpoint_writes_nothing(tmp_path
     ("DMLC_PS_ROOT_PORT", "abc", "DMLC_PS_ROOT_PORT='abc': must be a whole number from 1 to 65535"),
     ("DMLC_PS_ROOT_PORT", "70000", "DMLC_PS_ROOT_PORT='70000': must be a whole number from 1 to 65535"),
     ("DMLC_PS_ROOT_URI", "no.such.host.invalid", "DMLC_PS_ROOT_URI='no.such.host.invalid': the scheduler's host "
-                                                 "cannot be resolved"),
+                                                 "has no IPv4 address"),
+    ("DMLC_PS_ROOT_URI", "::1", "DMLC_PS_ROOT_URI='::1': the scheduler's host has no IPv4 address"),   # (hung too)
+    ("DMLC_PS_ROOT_PORT", "\u0669\u0660\u0669\u0661", "DMLC_PS_ROOT_PORT='\u0669\u0660\u0669\u0661': must be a whole number"),
 ])
 def test_a_job_environment_that_cannot_work_is_named_by_the_dry_run(tmp_path, task, capsys, monkeypatch, var, value,
                                                                      says):
