@@ -388,11 +388,11 @@ def train_main(args: argparse.Namespace) -> int:
             print(f"{name}: {sc.summary()} ({sc.n} sentences, {which}, beam {cfg.decode.beam_size})")
             for sig in (sc.bleu_signature, sc.chrf_signature, *sc.extra_signatures.values()):
                 print(f"  {sig}")
+    saved = f"checkpoint saved in {cfg.train.model_dir}" if not result.rank else "rank 0 saved the checkpoint"
     if state.stopped in ("SIGINT", "SIGTERM"):
-        print(f"stopped by {state.stopped} at step {state.step}; checkpoint saved in {cfg.train.model_dir}. "
-              "Continue with --resume.", file=sys.stderr)
+        print(f"stopped by {state.stopped} at step {state.step}; {saved}. Continue with --resume.", file=sys.stderr)
     elif result.interrupted:   # it came as training ended by its own limit, before the test sets were scored
-        print(f"{result.interrupted} received as training ended ({state.stopped} at step {state.step}); checkpoint "
-              f"saved in {cfg.train.model_dir}" + ("" if args.no_eval else "; no test set was scored (`nmt-evaluate "
-              f"--model-dir {cfg.train.model_dir} --recipe-tests` scores them)"), file=sys.stderr)
+        print(f"{result.interrupted} received as training ended ({state.stopped} at step {state.step}); {saved}" +
+              ("" if args.no_eval else f"; no test set was scored (`nmt-evaluate --model-dir {cfg.train.model_dir} "
+                                       "--recipe-tests` scores them)"), file=sys.stderr)
     return {"SIGINT": 130, "SIGTERM": 143}.get(result.interrupted, 0)

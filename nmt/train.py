@@ -202,10 +202,11 @@ class Trainer:
                 retire_scores(self.model_dir, "avg")
                 ckpt.average_checkpoints(self.model_dir, self.state.params_files, last=t.average_last)
             self.averaged = True
-        elif t.average_last and self.is_chief:   # stopped by a signal: not the end (--resume goes on, then averages)
-            (logger.info if self.state.stopped in _INTERRUPTS else logger.warning)(
-                "--average-last %d: the run has %d checkpoint, nothing to average yet: no params.avg",
-                t.average_last, len(self.state.params_files))
+        elif t.average_last and self.is_chief:   # a signal, --max-seconds: not the end (--resume goes on, averages)
+            going_on = self.state.stopped in (*_INTERRUPTS, "max_seconds")
+            (logger.info if going_on else logger.warning)("--average-last %d: the run has %d checkpoint, nothing to "
+                                                          "average%s: no params.avg", t.average_last,
+                                                          len(self.state.params_files), " yet" if going_on else "")
 
     def _epoch_done(self) -> bool:   # every batch of the epoch has been trained on
         sampler = self.data.sampler
@@ -333,6 +334,7 @@ class TrainResult:
     test_scores: Dict[str, Scores]      # by test-set name, of the best checkpoint (empty if not evaluated)
     interrupted: str = ""               # "SIGINT"/"SIGTERM" if one came (as training ended too: no test scores)
     average_scores: Dict[str, Scores] = field(default_factory=dict)   # of params.avg, when this run wrote it
+    rank: int = 0                       # in a distributed job, this worker's (0: the one that writes the model dir)
 
 
 def train(cfg: Config, resume: bool = False, overwrite: bool = False, evaluate: bool = True,
@@ -377,7 +379,7 @@ def run_training(cfg: Config, resume: bool = False, overwrite: bool = False, eva
             logger.warning("the test sets are not (all) scored: `nmt-evaluate --model-dir %s --recipe-tests` scores "
                            "them%s", model_dir, " (and with --checkpoint avg, params.avg)" if trainer.averaged else "")
             raise
-    return TrainResult(state, scores, interrupted, averages)
+    return TrainResult(state, scores, interrupted, averages, trainer.rank)
 
 
 def _config(cfg, caller: str) -> Config:

@@ -713,7 +713,7 @@ def test_average_last_over_a_single_checkpoint_says_there_is_nothing_to_average(
     model_dir = tmp_path / "one"
     assert train_main(tiny_flags(task, model_dir) + ["--max-steps", "2", "--average-last", "3"]) == 0
     assert not (model_dir / ckpt.PARAMS_AVG).exists()
-    assert ("WARNING nmt.train: --average-last 3: the run has 1 checkpoint, nothing to average yet: no params.avg"
+    assert ("WARNING nmt.train: --average-last 3: the run has 1 checkpoint, nothing to average: no params.avg"
             in (model_dir / ckpt.LOG).read_text())
 
 
@@ -893,3 +893,17 @@ def test_cli_reports_bad_model_flags_without_traceback(tmp_path, task, capsys, a
     assert code == 2 and "Traceback" not in err
     assert err.strip().splitlines()[-1].startswith("error: ") and message in err, err
     assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.parametrize("rank, says", [(0, "checkpoint saved in {d}"), (1, "rank 0 saved the checkpoint")])
+def test_only_rank_0_says_it_saved_the_checkpoint(tmp_path, task, capsys, monkeypatch, rank, says):
+    """Every worker of a job stopped by SIGTERM said "checkpoint saved in DIR": on another machine, a directory that
+    holds none (only rank 0 writes the model directory)."""
+    import nmt.train as train_module
+    from nmt.cli import train_main
+    state = ckpt.TrainState(step=98, stopped="SIGTERM")
+    monkeypatch.setattr(train_module, "run_training", lambda *a, **k: train_module.TrainResult(state, {}, "SIGTERM",
+                                                                                              rank=rank))
+    d = tmp_path / "m"
+    assert train_main(tiny_flags(task, d)) == 143
+    assert f"stopped by SIGTERM at step 98; {says.format(d=d)}. Continue with --resume." in capsys.readouterr().err
