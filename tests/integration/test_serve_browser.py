@@ -308,11 +308,35 @@ def test_copied_translations_keep_their_lines_and_scores_apart(translator, serve
             scores = [li.find_element(By.CLASS_NAME, "score").text for li in items]
             hyps = [li.find_element(By.CLASS_NAME, "hyp").text for li in items]
             assert copied(driver, "nbest-list").split("\n") == [f"{h} {s}" for h, s in zip(hyps, scores)]
-            driver.execute_script("showNbest([{translation: '   ', score: -1.5}]); showResult({lines: ['x y'], "
-                                  "result: {translations: [{translation: '  '}], warnings: []}, langs: "
-                                  "{src_lang: 'ko', tgt_lang: 'en'}})")
-            assert content(driver, "nbest-list", "translation") == {"nbest-list": "(empty translation) -1.5000",
-                                                                    "translation": "(empty translation)"}
+            driver.execute_script("showNbest([{translation: '   ', score: -1.5}]); showResult({lines: ['x y', 'z'], "
+                                  "result: {translations: [{translation: '  '}, {translation: 'w'}], warnings: []}, "
+                                  "langs: {src_lang: 'ko', tgt_lang: 'en'}})")
+            assert content(driver, "nbest-list")["nbest-list"] == "(empty translation) -1.5000"
+            label = driver.execute_script("return getComputedStyle(document.querySelector('#translation .line'), "
+                                          "'::before').content")
+            assert label == '"(empty translation)"'   # shown; copied, a blank line (pasted, it was the label)
+            assert copied(driver, "translation") == "\nw"
+    finally:
+        driver.quit()
+
+
+def test_line_breaks_within_the_prefix_box_are_spaces(translator, serve_sentences):
+    """The "translation starts with" box sent U+2028, a vertical tab or NEL as typed, and the API refused the
+    Translate ("has text on 2 lines: send each line as its own sentence"), where the source box makes them spaces."""
+    from selenium.webdriver.common.by import By
+    driver = browser()
+    try:
+        with background_server(make_app(translator)) as url:
+            translate_on_page(driver, url, "x")
+            for typed in ("a\u2028b", "a\vb", "a\x85b"):
+                driver.execute_script("document.getElementById('source').value = arguments[0]; "
+                                      "document.getElementById('prefix').value = arguments[1];",
+                                      serve_sentences[1], typed)
+                driver.execute_script(FETCH_LOG)
+                driver.find_element(By.ID, "go").click()
+                wait_done(driver)
+                assert driver.find_element(By.ID, "error").text == ""
+                assert sent(driver, "/translate")[-1]["target_prefix"] in ("a b", ["a b"]), sent(driver, "/translate")
     finally:
         driver.quit()
 
