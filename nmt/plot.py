@@ -70,7 +70,7 @@ def _forced(translator, sentence: str, ids: List[int], translation: str) -> Atte
     try:
         tgt = target_ids(translator, [translation], name="translation", limit=limit)[0]
     except CorpusError as e:   # named as a file's line ("translation:1: the translation has ...")
-        raise ValueError(f"attention: {str(e).removeprefix('translation:1: the ')}") from None
+        raise CorpusError(f"attention: {str(e).removeprefix('translation:1: the ')}") from None   # (a ValueError)
     weights = forced_attention(translator, [ids], [tgt])[0]   # an empty translation: the row of its "</s>"
     return Attention(sentence, translation, [_piece(translator.src_tok, i) for i in ids] + ["</s>"],
                      [_piece(translator.tgt_tok, i) for i in tgt] + ["</s>"], weights)
