@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Tuple
 
 import numpy as np
 import pytest
@@ -288,12 +289,10 @@ def test_a_lonely_worker_and_the_timeout_end_the_job(capsys):
     assert all(gone(p.pid) for p in job.procs)
 
 
-def test_sigterm_to_the_launcher_is_passed_to_the_workers(tmp_path):
-    worker = ("import os, signal, sys, time\n"
-              "signal.signal(signal.SIGTERM, lambda *a: (open('stopped', 'a').write('x'), sys.exit(143)))\n"
-              "open(f'ready.{os.getpid()}', 'w').close()\n"
-              "time.sleep(60)")
-    p = subprocess.Popen([PY, str(REPO / "scripts" / "launch.py"), "-n", "2", "--", PY, "-c", worker],
+def sigterm_to_a_launcher_of_two(tmp_path: Path, worker: str, *launcher_args: str) -> Tuple[int, str]:
+    """Launch two workers running the Python code `worker` (which touches ready.<pid> when it has started), send the
+    launcher SIGTERM once both have, and wait for it: (its exit code, its stderr)."""
+    p = subprocess.Popen([PY, str(REPO / "scripts" / "launch.py"), "-n", "2", *launcher_args, "--", PY, "-c", worker],
                          cwd=tmp_path, env=ENV, stderr=open(tmp_path / "err", "w"), start_new_session=True)
     try:
         deadline = time.monotonic() + 30
@@ -304,8 +303,16 @@ def test_sigterm_to_the_launcher_is_passed_to_the_workers(tmp_path):
         p.wait(timeout=30)
     finally:
         finish(p, 0)
-    err = (tmp_path / "err").read_text()
-    assert p.returncode == 143, err
+    return p.returncode, (tmp_path / "err").read_text()
+
+
+def test_sigterm_to_the_launcher_is_passed_to_the_workers(tmp_path):
+    worker = ("import os, signal, sys, time\n"
+              "signal.signal(signal.SIGTERM, lambda *a: (open('stopped', 'a').write('x'), sys.exit(143)))\n"
+              "open(f'ready.{os.getpid()}', 'w').close()\n"
+              "time.sleep(60)")
+    code, err = sigterm_to_a_launcher_of_two(tmp_path, worker)
+    assert code == 143, err
     assert "SIGTERM: asking the workers to checkpoint and stop" in err
     assert (tmp_path / "stopped").read_text() == "xx"       # both workers got it and exited on their own
 
@@ -316,19 +323,8 @@ def test_workers_still_running_after_the_grace_are_named_as_killed(tmp_path):
               "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"   # (a worker deaf to it: MXNet's kvstore wait)
               "open(f'ready.{os.getpid()}', 'w').close()\n"
               "time.sleep(60)")
-    p = subprocess.Popen([PY, str(REPO / "scripts" / "launch.py"), "-n", "2", "--grace", "1", "--", PY, "-c", worker],
-                         cwd=tmp_path, env=ENV, stderr=open(tmp_path / "err", "w"), start_new_session=True)
-    try:
-        deadline = time.monotonic() + 30
-        while len(list(tmp_path.glob("ready.*"))) < 2:
-            assert p.poll() is None and time.monotonic() < deadline
-            time.sleep(0.1)
-        p.send_signal(signal.SIGTERM)
-        p.wait(timeout=30)
-    finally:
-        finish(p, 0)
-    err = (tmp_path / "err").read_text()
-    assert p.returncode == 143, err
+    code, err = sigterm_to_a_launcher_of_two(tmp_path, worker, "--grace", "1")
+    assert code == 143, err
     assert "worker 0, worker 1 still running --grace 1 s after SIGTERM: killed (the checkpoint of the stop may be " \
            "missing" in err, err
 
