@@ -291,6 +291,7 @@ def retire_scores(model_dir: Path, which: str) -> None:
                 by_key[str(step)] = {**old, "checkpoint": str(step), "params_file": ckpt.params_file(step)}
             for key in [k for k in by_key if k.startswith(f"{ENSEMBLE_PREFIX}{which}:")]:
                 del by_key[key]
+        data = {test: by_key for test, by_key in data.items() if by_key}   # a set of no entry left: none
         atomic_write_text(path, json.dumps(data, indent=2, ensure_ascii=False, sort_keys=True) + "\n")
 
 

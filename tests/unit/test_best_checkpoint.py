@@ -65,6 +65,9 @@ def test_scores_of_a_replaced_best_or_average_are_retired(tmp_path):
     assert got["other"] == {"40": {"bleu": 2.0, "step": 40}}
     retire_scores(tmp_path, "avg")
     assert set(read_scores(tmp_path)["test"]) == {"40", "60"}
+    record_scores(tmp_path, "ens", "ensemble-best:b", {"bleu": 3.0})   # a set of an ensemble's entry alone: gone
+    retire_scores(tmp_path, "best")                                     # with it (it stayed, an empty object)
+    assert "ens" not in read_scores(tmp_path) and set(read_scores(tmp_path)["test"]) == {"40", "60"}
     retire_scores(tmp_path / "none", "best")   # no scores.json: nothing to do
     (tmp_path / ckpt.SCORES).write_text("{")   # a damaged one: left for evaluation to name, training goes on
     retire_scores(tmp_path, "best")
