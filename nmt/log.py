@@ -28,14 +28,16 @@ class _TqdmHandler(logging.StreamHandler):
             self.handleError(record)
 
 
-def setup_logging(log_file: Optional[Path] = None, level: Optional[int] = None, console: bool = True) -> None:
+def setup_logging(log_file: Optional[Path] = None, level: Optional[int] = None, console: bool = True,
+                  prefix: str = "") -> None:
     """Configure the `nmt` logger: console (via tqdm) and, if given, an appended log file. sacreBLEU's warnings
     (about the translations it scores) go the same way, formatted and into the log file, not raw to the console.
-    `level` None: INFO, or DEBUG if the logger is at DEBUG already (a command's -v, set before the run)."""
+    `level` None: INFO, or DEBUG if the logger is at DEBUG already (a command's -v, set before the run). `prefix`
+    starts each line (a distributed job's other workers: "rank 1 ")."""
     if level is None:
         level = min(logging.INFO, logging.getLogger("nmt").level or logging.INFO)
     handlers = []
-    fmt = logging.Formatter(FORMAT, datefmt="%Y-%m-%d %H:%M:%S")
+    fmt = logging.Formatter(prefix + FORMAT, datefmt="%Y-%m-%d %H:%M:%S")
     if console:
         handlers.append(_TqdmHandler())
     if log_file is not None:

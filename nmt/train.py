@@ -294,7 +294,10 @@ def _create_locked(cfg: Config, resume: bool, overwrite: bool, ctxs, kv, workers
             check_writable(model_dir)
             if init is not None:
                 copy_tokenizers(init, cfg, model_dir)
-        setup_logging(model_dir / ckpt.LOG if workers.is_chief else None, console=workers.is_chief)
+        if workers.is_chief:
+            setup_logging(model_dir / ckpt.LOG)
+        else:   # the other workers' warnings, named (Python's last-resort handler printed them bare)
+            setup_logging(None, logging.WARNING, prefix=f"rank {workers.rank} ")
         state = resumed_state(cfg, workers) if resume else ckpt.TrainState(init_from=str(init or ""))
         # before the data is built: a --tensorboard without tensorboardX fails at once
         tensorboard = TensorBoardWriter.create(model_dir, t.tensorboard, state.step if resume else None, workers.rank)

@@ -517,6 +517,9 @@ def test_killed_worker_ends_the_job_then_resume_over_ssh_and_stop_by_sigterm(tmp
     err = (tmp_path / "resumed.err").read_text()
     assert code == 128 + signal.SIGTERM and "resumed from step" in err, err[-3000:]
     assert err.count("started server") == 2 and err.count(" on 127.0.0.1 (pid") == 4
+    # rank 1 says it too, as a log line naming the rank (Python's last-resort handler printed its warnings bare)
+    said = [x for x in err.splitlines() if "SIGTERM received: saving a checkpoint" in x]
+    assert len(said) == 2 and any(x.startswith("rank 1 ") and "WARNING nmt.signals" in x for x in said), said
     state = ckpt.TrainState.load(model_dir)
     assert state.stopped == "SIGTERM" and state.step > step and state.params_files[-1] == ckpt.params_file(state.step)
     w0, w1 = load_dump(tmp_path / "params.rank0"), load_dump(tmp_path / "params.rank1")
