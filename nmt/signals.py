@@ -40,11 +40,15 @@ def checkpoint_on_signal(trainer) -> contextlib.AbstractContextManager:
     return _handling((signal.SIGINT, signal.SIGTERM), handler)
 
 
+def hangup_unless_ignored() -> list:
+    """[SIGHUP] for a handler to take, or [] when it is ignored (as under nohup, which a handler must not undo)."""
+    return [signal.SIGHUP] if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN else []
+
+
 def terminated_as_interrupt(hangup: bool = False) -> contextlib.AbstractContextManager:
     """SIGTERM raises `Terminated`, a KeyboardInterrupt (as SIGINT does) with exit code 143, while the block runs;
     with `hangup` SIGHUP too (129), unless it is ignored (as under nohup)."""
     def handler(signum, _frame):
         logger.warning("%s received: stopping", signal.Signals(signum).name)
         raise Terminated(signum)
-    hup = [signal.SIGHUP] if hangup and signal.getsignal(signal.SIGHUP) != signal.SIG_IGN else []
-    return _handling((signal.SIGTERM, *hup), handler)
+    return _handling((signal.SIGTERM, *(hangup_unless_ignored() if hangup else [])), handler)

@@ -20,7 +20,7 @@ from typing import List, Optional, Sequence
 from nmt.commands import Once, Terminated, nonempty, number
 from nmt.config import Config, ConfigError
 from nmt.serve.batcher import DEFAULT_MAX_WAIT_MS
-from nmt.signals import terminated_as_interrupt
+from nmt.signals import hangup_unless_ignored, terminated_as_interrupt
 
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
@@ -176,9 +176,7 @@ def run_server(server) -> int:
     def on_signal(sig, frame) -> None:
         caught.append(sig)
         server.should_exit = True
-    signals = [signal.SIGINT, signal.SIGTERM] + ([signal.SIGHUP] if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN
-                                                 else [])
-    previous = {sig: signal.signal(sig, on_signal) for sig in signals}
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM, *hangup_unless_ignored())}
     log.addFilter(quiet)
     try:
         server.run()
