@@ -251,6 +251,16 @@ def restore_best(model_dir: Path, step: Optional[int]) -> str:
             f"{params_file(step)})" if step else "restore it from a copy")
 
 
+def check_manifests(model_dir: Path) -> None:
+    """CheckpointError unless the directory keeps checkpoint manifests, as every one nmt writes does: without them,
+    nothing can tell its files intact (an earlier version of nmt wrote it, or they were deleted)."""
+    if not any(Path(model_dir).glob("manifest.*.json")):
+        redo = ("export it again (nmt-export --overwrite)" if (Path(model_dir) / EXPORT).exists() else "train it again")
+        raise CheckpointError(f"{model_dir} has no checkpoint manifests (manifest.*.json, written beside every "
+                              "checkpoint to verify its files): they were deleted, or an earlier version of nmt wrote "
+                              f"the directory, which this one does not read; restore them from a copy, or {redo}")
+
+
 def latest_step(state: TrainState) -> int:
     """The step of the latest checkpoint named by `state` (its parameter and optimizer-state files)."""
     if not state.params_files:
@@ -266,13 +276,10 @@ def latest_params_path(model_dir: Path) -> Path:
     if (model_dir / STATE).exists():
         try:
             return model_dir / params_file(latest_step(TrainState.load(model_dir)))
-        except CheckpointError as e:   # damaged: as without it, when the manifests can tell (as --resume finds it)
-            if not manifest.has_manifests(model_dir):
-                raise CheckpointError(f"{model_dir / STATE}: {e}") if STATE not in str(e) else e from None
+        except CheckpointError as e:   # damaged: the manifests tell, as --resume finds it
             logger.warning("%s; the latest checkpoint is the newest intact one of the manifests", e)
-    if manifest.has_manifests(model_dir):   # state.json copied without, or deleted: the newest intact, as --resume
-        return model_dir / params_file(latest_step(TrainState(**manifest.newest_intact(model_dir)[0]["state"])))
-    raise CheckpointError(f"{model_dir} has no {STATE} to name its latest checkpoint: use best or a step number")
+    check_manifests(model_dir)   # state.json copied without, or deleted: the newest intact, as --resume
+    return model_dir / params_file(latest_step(TrainState(**manifest.newest_intact(model_dir)[0]["state"])))
 
 
 def params_path(model_dir: Path, which: str = "best") -> Path:
@@ -323,17 +330,15 @@ def best_step(model_dir: Path) -> Optional[int]:
         if state is not None and state.params_files:
             return state.best_step or None
     with contextlib.suppress(CheckpointError, OSError, KeyError, TypeError):
-        return manifest.newest_intact(model_dir)[0]["state"].get("best_step") or None if manifest.has_manifests(
-            model_dir) else None
+        return manifest.newest_intact(model_dir)[0]["state"].get("best_step") or None
     return None
 
 
 def verify_params(path: Path) -> None:
     """CheckpointError naming the file and what is wrong unless the parameter file `path` (and config.json and the
-    SentencePiece models beside it) match its checkpoint's manifest; unchecked in directories without manifests."""
+    SentencePiece models beside it) match its checkpoint's manifest."""
     model_dir, step = path.parent, params_step(path.name)
-    if not manifest.has_manifests(model_dir):
-        return
+    check_manifests(model_dir)
     key = manifest.step_key(step) if step is not None else path.name.split(".", 1)[1]
     try:
         manifest.verify(model_dir, key)
@@ -366,15 +371,9 @@ def average_checkpoints(model_dir: Path, files: List[str], last: int = 0) -> Pat
     return model_dir / PARAMS_AVG
 
 
-# A name only parameter files of an earlier layout have (Gluon's per-matrix LSTM layers, before the fused one).
-_EARLIER_LAYOUT = "._unfused."
-
-
 def load_parameters(net, path: Path, ctx, described_by: Path) -> None:
     """Load the parameter file `path` into `net`, the model its config.json `described_by` describes; when they do
-    not fit, a CheckpointError naming the file, which says so when an earlier version of nmt wrote it (nothing
-    converts such files). Only a failed load looks for the earlier layout: another architecture may well be built
-    from Gluon's per-matrix RNN layers, whose names contain it."""
+    not fit, a CheckpointError naming the file."""
     import mxnet as mx   # not at import time, as above
     try:
         with open(path, "rb"):   # no permission, a directory: said plainly, not in MXNet's words
@@ -385,16 +384,9 @@ def load_parameters(net, path: Path, ctx, described_by: Path) -> None:
         net.load_parameters(str(path), ctx=ctx)
     except (mx.base.MXNetError, AssertionError, ValueError, KeyError) as e:
         try:
-            names = list(mx.nd.load(str(path)).keys())
+            mx.nd.load(str(path))
         except mx.base.MXNetError as unreadable:
             raise CheckpointError(f"{path}: not a complete MXNet parameter file (truncated, damaged or another kind of "
                                   f"file: {error_line(unreadable)})") from None
-        except AttributeError:   # not a file of named arrays
-            names = []
-        if any(_EARLIER_LAYOUT in n for n in names):
-            raise CheckpointError(f"{path}: these parameters were written by an earlier version of nmt (separate "
-                                  "per-matrix LSTM weights), which this version does not read; retrain the model"
-                                  ) from None
         raise CheckpointError(f"{path}: cannot load these parameters into the model described by {described_by} "
                               f"({error_line(e)})") from None
-

@@ -101,11 +101,6 @@ def verify(model_dir: Path, key: str, attempts: int = 3) -> Dict[str, Any]:
     raise CheckpointError("; ".join(problems))
 
 
-def has_manifests(model_dir: Path) -> bool:
-    """Whether the directory was written by a version that keeps manifests (older ones are loaded unverified)."""
-    return any(Path(model_dir).glob("manifest.*.json"))
-
-
 # The files of a step checkpoint, (stem, suffix) of `<stem>.<step_key(step)><suffix>`; the manifest first.
 STEP_FILES = (("manifest", ".json"), ("params", ""), ("trainer", ".states"))
 

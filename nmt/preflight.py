@@ -80,14 +80,12 @@ def _check_model_dir(cfg: Config, resume: bool, overwrite: bool, init: Optional[
     ckpt.check_model_dir(model_dir, resume, overwrite, run_inputs(cfg, init))
     check_writable(model_dir)
     out: Dict[str, Any] = {"model_dir": str(model_dir), "exists": model_dir.is_dir()}
-    if resume and manifest.has_manifests(model_dir):
+    if resume:
         from nmt.resume import check_kept_files
+        ckpt.check_manifests(model_dir)
         body, problems = manifest.newest_intact(model_dir)
         check_kept_files(model_dir, repair=False, state=ckpt.TrainState(**body["state"]))
         out["resume_step"], out["damaged"], out["sampler"] = body["step"], problems, body["state"]["sampler"]
-    elif resume:
-        state = ckpt.TrainState.load(model_dir)
-        out["resume_step"], out["damaged"], out["sampler"] = state.step, [], state.sampler
     return out
 
 

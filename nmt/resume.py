@@ -51,10 +51,9 @@ def restore(model_dir: Path, net, optimizer: gluon.Trainer, data: TrainData, sta
 
 def resume_state(model_dir: Path) -> ckpt.TrainState:
     """The TrainState to resume from: that of the newest intact checkpoint (its manifest verified), with a warning
-    naming what is wrong with any newer one; state.json when the directory predates manifests."""
+    naming what is wrong with any newer one."""
     model_dir = Path(model_dir)
-    if not manifest.has_manifests(model_dir):
-        return ckpt.TrainState.load(model_dir)
+    ckpt.check_manifests(model_dir)
     try:
         body, problems = manifest.newest_intact(model_dir)
     except OSError as e:   # a file of a checkpoint exists but cannot be read: no permission, ...

@@ -15,6 +15,7 @@ import pytest
 from nmt.cli import build_train_parser, config_from_args, train_main
 from nmt.config import LR_SCHEDULES, Config, ConfigError, OptimConfig
 from nmt.export import build_export_parser
+from nmt.manifest import write_manifest
 from nmt.optim import learning_rate
 from nmt.parallel import DeviceError, parse_devices
 from nmt.preflight import settings_lines
@@ -202,6 +203,7 @@ def test_a_setting_of_another_architecture_is_refused_in_a_file_and_on_resume(tm
     run.mkdir()
     Config.from_dict({"model": {"arch": "transformer"}, "train": {"model_dir": str(run)}}).save(run / "config.json")
     (run / "params.best").write_bytes(b"x")
+    write_manifest(run, "best", ["params.best"], 1)
     for argv in (["--resume", "--model-dir", str(run), "--embed-size", "64"],
                  ["--init-from", str(run), "--model-dir", str(tmp_path / "ft"), "--hidden-size", "128"]):
         with pytest.raises(ConfigError, match=r"^--(embed|hidden)-size is an option of --arch lstm, not of --arch "
@@ -595,6 +597,7 @@ def test_a_fine_tuning_run_whose_default_directory_is_its_models_says_so(tmp_pat
     model.mkdir(parents=True)
     Config().save(model / "config.json")
     (model / "params.best").write_bytes(b"x")
+    write_manifest(model, "best", ["params.best"], 1)
     with pytest.raises(ConfigError, match=r"is the --model-dir of this run \(the default, named after the data"):
         training_run(build_train_parser().parse_args(["--init-from", str(model)]))
 

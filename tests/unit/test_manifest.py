@@ -144,12 +144,20 @@ def test_manifest_lists_sizes_and_hashes_and_pruning_removes_old_ones(tmp_path):
     assert not (d / ckpt.params_file(10)).exists() and not (d / ckpt.trainer_states_file(10)).exists()
 
 
-def test_directories_without_manifests_still_load(tmp_path):
-    """Model directories written before manifests existed are loaded unverified (nothing to check them against)."""
+def test_a_directory_without_manifests_is_refused_not_loaded_unverified(tmp_path):
+    """A directory whose manifests were deleted (or one an earlier version wrote) was loaded unverified: a damaged
+    params.best translated and resumed without a word. Every load refuses it now, saying what to do."""
     d = _model_dir(tmp_path)
     for p in d.glob("manifest.*.json"):
         p.unlink()
-    assert resume_state(d).step == 30 and ckpt.params_path(d, "best").name == ckpt.PARAMS_BEST
+    says = rf"^{d} has no checkpoint manifests \(manifest.\*.json, .*; restore them from a copy, or train it again$"
+    for load in (resume_state, lambda d: ckpt.params_path(d, "best"), lambda d: ckpt.params_path(d, "latest"),
+                 lambda d: ckpt.params_path(d, "30")):
+        with pytest.raises(ckpt.CheckpointError, match=says):
+            load(d)
+    (d / ckpt.EXPORT).write_text("{}")
+    with pytest.raises(ckpt.CheckpointError, match=r"restore them from a copy, or export it again \(nmt-export"):
+        ckpt.params_path(d, "best")
 
 
 
@@ -256,7 +264,7 @@ def test_a_resume_removes_the_temporary_files_a_killed_save_left(tmp_path, caplo
 def test_a_directory_without_its_training_state_takes_its_latest_from_the_manifests(tmp_path):
     """With state.json deleted (or not copied), `nmt-translate --checkpoint latest` said "holds no checkpoint to
     resume from; start without --resume", a flag nmt-translate does not have; then that there was no latest, where
-    --resume found it in the checkpoints' manifests. Without manifests either, there is none."""
+    --resume found it in the checkpoints' manifests. Without manifests either, the directory is refused."""
     d = _model_dir(tmp_path, steps=(10, 20, 30), best=20)
     state = (d / ckpt.STATE).read_text()
     for damaged in ("{}", state[:40]):   # a damaged one too ("the training state names no checkpoint file")
@@ -267,13 +275,11 @@ def test_a_directory_without_its_training_state_takes_its_latest_from_the_manife
     assert ckpt.params_path(d, "latest").name == ckpt.params_file(20) and not (d / ckpt.STATE).exists()
     for m in d.glob("manifest.*.json"):
         m.unlink()
-    with pytest.raises(ckpt.CheckpointError) as e:
-        ckpt.params_path(d, "latest")
-    assert str(e.value) == f"{d} has no state.json to name its latest checkpoint: use best or a step number"
-    (d / ckpt.STATE).write_text("{}")
-    with pytest.raises(ckpt.CheckpointError, match=f"^{d / ckpt.STATE}: the training state names no checkpoint file"):
-        ckpt.params_path(d, "latest")
-    assert ckpt.params_path(d, "best").name == ckpt.PARAMS_BEST
+    for state in (None, "{}"):
+        if state:
+            (d / ckpt.STATE).write_text(state)
+        with pytest.raises(ckpt.CheckpointError, match=f"^{d} has no checkpoint manifests"):
+            ckpt.params_path(d, "latest")
 
 
 def test_an_export_has_no_latest_checkpoint_and_knows_the_step_of_its_own(tmp_path):
