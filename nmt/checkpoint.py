@@ -99,6 +99,7 @@ class TrainState:
     hardware: str = ""                     # what the latest (resumed) run trained on (parallel.describe_hardware)
     init_from: str = ""                    # the parameter file a fine-tuning run started from (--init-from)
     dev_sum: str = ""                      # sha256 of the dev pairs validated on (nmt-evaluate --dev-set compares)
+    train_sum: str = ""                    # sha256 of the training pairs trained on (--resume compares, as dev_sum)
 
     def __post_init__(self) -> None:
         if self.best_score is None and self.best_step:   # a state written before --valid-metric, which was BLEU then

@@ -13,7 +13,7 @@ import numpy as np
 
 from nmt.batching import BatchIterator, Resegment
 from nmt.config import Config, ConfigError, DataConfig
-from nmt.encoded import RowsView, encode_flat, load_or_encode
+from nmt.encoded import RowsView, encode_flat, load_or_encode, text_checksum
 from nmt.recipes import DatasetSplits, load_data
 from nmt.sampler import BucketSampler
 from nmt.tokenizer import (JOINT, Tokenizer, character_coverage, load_or_train_tokenizer, load_tokenizers,
@@ -116,13 +116,33 @@ class TrainData:
     batches: BatchIterator
 
 
-def build_data(cfg: Config, model_dir: Path, resume: bool = False,
-               workers: Optional[WorkerGroup] = None) -> TrainData:
+def pair_sums(splits: DatasetSplits) -> Tuple[str, str]:
+    """sha256 of the training pairs and of the dev pairs (`TrainState.train_sum`, `dev_sum`)."""
+    return text_checksum([*splits.train.src, *splits.train.tgt]), text_checksum([*splits.dev.src, *splits.dev.tgt])
+
+
+def check_same_pairs(d: DataConfig, splits: DatasetSplits, saved: Tuple[str, str]) -> None:
+    """ConfigError unless a resumed run's pairs are those its checkpoint trained and validated on (`saved`, their
+    `pair_sums`; "" for unknown): a file edited in place keeps its path, which is all the settings compare."""
+    kinds = (("training", ("train_src", "train_tgt"), "trained"), ("dev", ("dev_src", "dev_tgt"), "validated"))
+    for (what, files, done), mine, theirs in zip(kinds, pair_sums(splits), saved):
+        if theirs and mine != theirs:
+            named = (" and ".join(str(getattr(d, f)) for f in files if getattr(d, f))
+                     or ("of the recipe's corpora" if d.recipe else "held out of the training files"))
+            raise ConfigError(f"--resume: the {what} pairs ({named}) are not those the run {done} on until now: the "
+                              "files changed since it started; the data cannot change within a run: put them back, "
+                              "or start a new run (another --model-dir, or --overwrite)")
+
+
+def build_data(cfg: Config, model_dir: Path, resume: bool = False, workers: Optional[WorkerGroup] = None,
+               saved_sums: Tuple[str, str] = ("", "")) -> TrainData:
     """The data of a run per `cfg.data`: the text splits of the recipe (or files), tokenizers trained into
     `model_dir` (or, on `resume`, loaded from it), token ids and the bucketed batches, seeded with
-    `cfg.train.seed` (the sampler starts at epoch 0; a resume loads its position)."""
+    `cfg.train.seed` (the sampler starts at epoch 0; a resume loads its position). `saved_sums`: the `pair_sums` a
+    resumed run's pairs must have (`check_same_pairs`)."""
     d = cfg.data
     splits = load_data(d)
+    check_same_pairs(d, splits, saved_sums)
     logger.info("data: %d train, %d dev pairs; tests: %s", len(splits.train.src), len(splits.dev.src),
                 ", ".join(f"{k} ({len(v.src)})" for k, v in splits.tests.items()) or "none")
     if len(splits.dev.src) > cfg.train.valid_max_sentences:   # a file in document or domain order: its first part

@@ -19,9 +19,8 @@ from nmt import checkpoint as ckpt
 from nmt.batching import Batch
 from nmt.config import CORPUS_FILES, Config
 from nmt.config_resume import PER_INVOCATION
-from nmt.data import TrainData, build_data
+from nmt.data import TrainData, build_data, pair_sums
 from nmt.dirlock import ModelDirLock, ModelDirLocked, remove_made, replacing, set_aside
-from nmt.encoded import text_checksum
 from nmt.evaluate import VALID_METRICS, Scores, perplexity, score, track_best
 from nmt.finetune import copy_tokenizers, for_init, start_from
 from nmt.log import LossMeter, MetricsWriter, Progress, TensorBoardWriter, setup_logging
@@ -305,15 +304,13 @@ def _create_locked(cfg: Config, resume: bool, overwrite: bool, ctxs, kv, workers
         for line in (f"devices: {ctxs}, kvstore: {getattr(kv, 'type', kv)}, worker {workers.rank} of "
                      f"{workers.num_workers}", *settings_lines(cfg)):   # what config.json holds, for people
             logger.info(line)
-        data = build_data(cfg, model_dir, resume, workers)
+        data = build_data(cfg, model_dir, resume, workers, (state.train_sum, state.dev_sum))
         check_search_widths(cfg, data.tgt_tok.vocab_size)
-        state.dev_sum = text_checksum([*data.splits.dev.src, *data.splits.dev.tgt])
+        state.train_sum, state.dev_sum = pair_sums(data.splits)
         workers.check_same("training data and flags", {   # distributed: all must draw the same batches
             "batches": data.sampler.fingerprint(), "subword_sampling": cfg.data.subword_sampling,
             "model": vars(cfg.model), "optim": vars(cfg.optim),
             "train": {k: v for k, v in vars(t).items() if f"train.{k}" not in PER_INVOCATION}})
-    if workers.is_chief:   # on resume, with the settings changed since (the next --resume continues with them)
-        cfg.save(model_dir / ckpt.CONFIG)
     for seed in (random.seed, np.random.seed, mx.random.seed):
         seed(t.seed)
     net = build_model(cfg.model, data.src_tok.vocab_size, data.tgt_tok.vocab_size)
@@ -327,6 +324,8 @@ def _create_locked(cfg: Config, resume: bool, overwrite: bool, ctxs, kv, workers
         apply_settings(optimizer, cfg.optim)   # the states came with the settings saved with them: now this run's
     elif init is not None and workers.is_chief:   # the others get rank 0's parameters with the kvstore
         start_from(net, init, ctxs)
+    if workers.is_chief:   # on resume, with the settings changed since (the next --resume continues with them)
+        cfg.save(model_dir / ckpt.CONFIG)
     workers.init_trainer(optimizer)   # distributed: rank 0's parameters on every worker before update 1
     return Trainer(cfg, data, net, optimizer, ctxs, state, workers, tensorboard)
 

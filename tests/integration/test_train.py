@@ -533,6 +533,32 @@ def test_resume_with_another_model_or_data_is_a_clear_error(tmp_path, task):
         create_trainer(cfg, resume=True)
 
 
+def test_a_resume_on_data_edited_in_place_is_refused_before_anything_is_written(tmp_path, capsys):
+    """A training or dev file edited in place (same path, same subword lengths) resumed without a word: the best
+    checkpoint then chose among scores on other dev pairs. A refused resume also wrote config.json first."""
+    from nmt.cli import train_main
+    files, d = write_task(tmp_path / "data", n_train=300, n_dev=20), tmp_path / "m"
+    assert train_main(tiny_flags(files, d) + ["--max-steps", "2"]) == 0
+    kept = {p.name: p.read_bytes() for p in d.iterdir() if p.is_file() and p.name not in (ckpt.LOG, ckpt.LOCK)}
+    for key, what, done in (("train_tgt", "training", "trained"), ("dev_tgt", "dev", "validated")):
+        path = Path(files[key])
+        text = path.read_text(encoding="utf-8")
+        lines = text.splitlines(keepends=True)
+        lines[5], lines[6] = lines[6], lines[5]   # two sentences swapped: every length the same
+        path.write_text("".join(lines), encoding="utf-8")
+        for dry in (["--dry-run"], []):
+            code = train_main(["--model-dir", str(d), "--resume", "--max-steps", "4", "--patience", "3", *dry])
+            err = capsys.readouterr().err
+            assert code == 2 and "Traceback" not in err, err
+            assert (f"error: --resume: the {what} pairs ({files[key.replace('tgt', 'src')]} and {path}) are not those "
+                    f"the run {done} on until now: the files changed since it started") in err
+            assert {p.name: p.read_bytes() for p in d.iterdir() if p.is_file() and p.name not in (ckpt.LOG, ckpt.LOCK)
+                    } == kept
+        path.write_text(text, encoding="utf-8")
+    assert train_main(["--model-dir", str(d), "--resume", "--max-steps", "4"]) == 0
+    assert ckpt.TrainState.load(d).step == 4
+
+
 def test_resume_alone_continues_the_run_as_it_was_started(tmp_path, task, capsys):
     from nmt.cli import train_main
     assert train_main(tiny_flags(task, tmp_path / "whole") + ["--max-steps", "6"]) == 0
