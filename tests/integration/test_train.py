@@ -559,6 +559,27 @@ def test_a_resume_on_data_edited_in_place_is_refused_before_anything_is_written(
     assert ckpt.TrainState.load(d).step == 4
 
 
+def test_a_resume_refused_as_its_checkpoint_is_restored_leaves_config_json_alone(tmp_path, capsys):
+    """config.json was saved before the checkpoint was restored: a resume refused there had written its flags, and
+    the next plain --resume went on with them (here the sampler refuses pairs added to a state that predates the
+    training pairs' checksum)."""
+    from nmt.cli import train_main
+    files, d = write_task(tmp_path / "data", n_train=300, n_dev=20), tmp_path / "m"
+    assert train_main(tiny_flags(files, d) + ["--max-steps", "2"]) == 0
+    from nmt import manifest
+    step = manifest.step_keys(d)[0]
+    body = manifest.read_manifest(d, manifest.step_key(step))
+    manifest.write_manifest(d, manifest.step_key(step), [ckpt.params_file(step), ckpt.trainer_states_file(step)],
+                            step, {**body["state"], "train_sum": ""})
+    with open(files["train_src"], "a", encoding="utf-8") as f, open(files["train_tgt"], "a", encoding="utf-8") as g:
+        f.write("새 문장 입니다\n" * 20)
+        g.write("new sentence here\n" * 20)
+    config = (d / ckpt.CONFIG).read_bytes()
+    assert train_main(["--model-dir", str(d), "--resume", "--max-steps", "40", "--patience", "3"]) == 2
+    assert "sampler state was saved for other training data" in capsys.readouterr().err
+    assert (d / ckpt.CONFIG).read_bytes() == config
+
+
 def test_resume_alone_continues_the_run_as_it_was_started(tmp_path, task, capsys):
     from nmt.cli import train_main
     assert train_main(tiny_flags(task, tmp_path / "whole") + ["--max-steps", "6"]) == 0
