@@ -131,7 +131,8 @@ TRAIN_FLAGS = [
          "morphemes, read it better than 13a BLEU)", choices=VALID_METRIC_NAMES),
     Flag("--keep-last", "train", "keep_last", int, "parameter files of the last N checkpoints to keep"),
     Flag("--average-last", "train", "average_last", int,
-         "average the last N checkpoints into params.avg at the end, also scored on the test sets (0 = off)"),
+         "average the last N checkpoints into params.avg when the run stops (also on Ctrl-C; the test sets score it "
+         "beside the best) (0 = off)"),
     Flag("--log-every", "train", "log_every", int, "updates between progress updates"),
     Flag("--valid-beam", "train", "valid_beam", int, "beam size for dev BLEU during training"),
     Flag("--valid-max-sentences", "train", "valid_max_sentences", int, "dev sentences translated for BLEU"),

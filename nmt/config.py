@@ -202,7 +202,7 @@ class TrainConfig:
     patience: int = 10                   # early stop after this many validations without a better valid_metric
     valid_metric: str = "bleu"           # the dev score that picks params.best, stops early: bleu chrf ko-mecab ppl
     keep_last: int = 3                   # parameter files of the last N checkpoints kept
-    average_last: int = 0                # average the last N checkpoints into params.avg at the end (0 = off)
+    average_last: int = 0                # average the last N checkpoints into params.avg as the run stops (0 = off)
     seed: int = 1
     log_every: int = 50                  # updates between progress-bar/log refreshes (host syncs only here)
     valid_beam: int = 1                  # beam size of the dev translation used for BLEU during training
