@@ -125,3 +125,12 @@ def test_bleu_eval_names_a_count_that_is_no_whole_number(variable, value, least,
     monkeypatch.setenv(variable, value)
     with pytest.raises(CellExecutionError, match=f"{variable}='{value}': give a whole number >= {least}"):
         execute("bleu_eval.ipynb")
+
+
+def test_bleu_eval_names_its_variable_for_a_data_dir_that_is_not_there(monkeypatch):
+    """NMT_DATA_DIR=/nonexistent said "--data-dir /nonexistent: no such directory", a flag the notebook has not."""
+    from nbclient.exceptions import CellExecutionError
+    monkeypatch.setenv("NMT_DATA_DIR", "/nonexistent")
+    with pytest.raises(CellExecutionError, match=r"NMT_DATA_DIR='/nonexistent': no such directory \(relative to "
+                                                 r".*notebooks\)"):
+        execute("bleu_eval.ipynb")
