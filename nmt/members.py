@@ -40,8 +40,9 @@ def check_member_vocabulary(member: Path, model_dir: Path, what: str, mine: Toke
     """CheckpointError unless `member`'s `what` (source or target) tokenizer `theirs` is `model_dir`'s, `mine`."""
     if mine.lang != theirs.lang or not mine.same_vocabulary(theirs):
         raise ckpt.CheckpointError(
-            f"{member}: cannot join an ensemble with {model_dir}: its {what} SentencePiece model ({theirs.lang}, "
-            f"{theirs.vocab_size} pieces) differs from {mine.path} ({mine.lang}, {mine.vocab_size} pieces); "
+            f"{member}: cannot join an ensemble with {model_dir}: its {what} SentencePiece model {theirs.path.name} "
+            f"({theirs.lang}, {theirs.vocab_size} pieces) differs from {mine.path} ({mine.lang}, {mine.vocab_size} "
+            "pieces); "
             "ensemble members must share both vocabularies (train them on the same data with the same "
             "--vocab-size, --spm-model-type and --shared-vocab)")
 

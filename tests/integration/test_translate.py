@@ -878,7 +878,8 @@ def test_ensemble_members_must_share_vocabularies_and_languages(tr, tmp_path, ca
     train_tokenizer(text, other, "en", vocab_size=tr.tgt_tok.vocab_size - 20)
     code, _, err = run(["--model-dir", tr.model_dir, "--ensemble", other], capsys)
     assert code == 2 and "Traceback" not in err
-    assert f"{other}: cannot join an ensemble with {tr.model_dir}: its target SentencePiece model" in err
+    assert (f"{other}: cannot join an ensemble with {tr.model_dir}: its target SentencePiece model spm.en.model (en, "
+            f"{tr.tgt_tok.vocab_size - 20} pieces) differs from {tr.model_dir / 'spm.en.model'} (en, ") in err
     assert "must share both vocabularies" in err
     code, _, err = run(["--model-dir", tr.model_dir, "--ensemble", tmp_path / "nothing"], capsys)
     assert code == 2 and f"--ensemble {tmp_path / 'nothing'}: no such directory" in err
