@@ -17,7 +17,7 @@ from nmt.config import (ARCH_DEFAULTS, BUCKETINGS, CORPUS_FILES, KVSTORES, LANGS
 from nmt.config_resume import PER_INVOCATION, resumed_config
 from nmt import jsonio
 from nmt.commands import command, nonempty
-from nmt.config_file import names_its_directory, read_config_file, warn_other_arch
+from nmt.config_file import check_taken_dir, read_config_file, warn_other_arch
 from nmt.recipes import RECIPES, resolve_data_dir
 
 # (flag, section, field, type, help): the tables mapping flags to config fields, one per config section
@@ -251,11 +251,8 @@ def args_dict(args: argparse.Namespace, base: Optional[Config] = None, check: bo
         langs = data.get("src_lang", DataConfig.src_lang), data.get("tgt_lang", DataConfig.tgt_lang)
         name = f"{data.get('recipe', DataConfig.recipe) or 'custom'}-{langs[0]}-{langs[1]}"
         train["model_dir"] = str(Path("models") / (name if arch == "lstm" else f"{name}-{arch}"))
-    elif not str(train["model_dir"]).strip() or not getattr(args, "resume", True) and names_its_directory(
-            str(train["model_dir"]), Path(args.config)):
-        raise ConfigError(f"--config {args.config}: " + ("train.model_dir is empty; give --model-dir" if not str(
-            train["model_dir"]).strip() else "its train.model_dir is the directory of the run whose settings it "
-            "holds; give the new run's --model-dir (or --resume to continue that run)"))
+    else:
+        check_taken_dir(str(train["model_dir"]), Path(args.config), getattr(args, "resume", True))
     return d
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 from nmt import jsonio
+from nmt.checkpoint import CONFIG, LOG, STATE
 from nmt.config import ARCH_DEFAULTS, Config, ConfigError, TrainConfig
 
 # A --config file's keys of the machine it was written on: devices come from each command line, as on --resume.
@@ -44,11 +45,22 @@ def _drop_devices(d: Dict[str, Dict[str, Any]], config: str) -> None:
                                          "--cpu-devices, --kvstore, --amp)", config, ", ".join(said))
 
 
-def names_its_directory(model_dir: str, config: Path) -> bool:
-    """Whether `model_dir`, the train.model_dir of the --config file `config`, is the directory that holds the file:
-    the same once resolved (a run saves it absolute) or, relative, the end of its path."""
+def check_taken_dir(model_dir: str, config: Path, resume: bool) -> None:
+    """ConfigError for `model_dir`, the train.model_dir of the --config file `config` given without --model-dir,
+    where it names no directory, or one that the run must not take: that of the run whose settings the file holds
+    (but to --resume it), or any other when the file is a run's config.json in that run's directory (the run was
+    moved or copied, and the file names where it was: a run there would be another's)."""
     home, path = config.resolve().parent, Path(model_dir).expanduser()
-    return path.resolve() == home or not path.is_absolute() and home.parts[-len(path.parts):] == path.parts
+    if not model_dir.strip():
+        raise ConfigError(f"--config {config}: train.model_dir is empty; give --model-dir")
+    if path.resolve() == home or not path.is_absolute() and home.parts[-len(path.parts):] == path.parts:
+        if not resume:
+            raise ConfigError(f"--config {config}: its train.model_dir is the directory of the run whose settings it "
+                              "holds; give the new run's --model-dir (or --resume to continue that run)")
+    elif config.name == CONFIG and any((home / name).exists() for name in (STATE, LOG)):
+        raise ConfigError(f"--config {config}: the settings of the run in {home}, whose train.model_dir names "
+                          f"another directory, {model_dir} (the run was moved or copied): give --model-dir, {home} "
+                          "with --resume to continue this run or a new directory to start one")
 
 
 def warn_other_arch(cfg: Config, given: Dict[str, str], config: str) -> None:

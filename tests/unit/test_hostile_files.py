@@ -342,6 +342,27 @@ def test_a_runs_config_json_names_its_directory_from_any_working_directory(tmp_p
     assert run_of(["--config", "../rel2/config.json"])[0].train.model_dir == "elsewhere"
 
 
+def test_the_config_json_of_a_moved_run_does_not_start_resume_or_overwrite_where_the_run_was(tmp_path, capsys):
+    """`mv runA runB` (or a copy): runB/config.json still names runA. `--config runB/config.json` started a new run in
+    runA, resumed runA with --resume, and with --overwrite replaced the run trained there."""
+    old, run = tmp_path / "runA", tmp_path / "runB"
+    run.mkdir()
+    dataclasses.replace(Config(), train=dataclasses.replace(TrainConfig(), model_dir=str(old))).save(run / ckpt.CONFIG)
+    (run / ckpt.STATE).write_text("{}")
+    says = (f"--config {run / ckpt.CONFIG}: the settings of the run in {run}, whose train.model_dir names another "
+            f"directory, {old} (the run was moved or copied): give --model-dir, {run} with --resume to continue this "
+            "run or a new directory to start one")
+    for more in ([], ["--resume"], ["--overwrite"]):
+        with pytest.raises(ConfigError) as err:
+            run_of(["--config", str(run / ckpt.CONFIG), *more])
+        assert str(err.value) == says
+        assert train_main(["--config", str(run / ckpt.CONFIG), *more, "--dry-run"]) == 2
+        assert capsys.readouterr().err == f"error: {says}\n"
+    assert not old.exists()
+    assert run_of(["--config", str(run / ckpt.CONFIG), "--model-dir", str(run), "--resume"])[0].train.model_dir == str(
+        run)
+
+
 # -- 6. --batch-size and --batch-tokens -------------------------------------------------------------------------------
 def test_batch_size_and_batch_tokens_on_one_command_line_contradict_each_other(tmp_path, capsys):
     says = ("--batch-size 16 and --batch-tokens 500 contradict each other: a batch is counted in sentences "
