@@ -299,7 +299,10 @@ def _align(src: List[Optional[str]], tgt: List[Optional[str]], name: str, where:
                        line_list(invalid))
     if empty:
         dropped["empty_line"] = len(empty)
-        logger.warning("%s: dropped %d pair(s) with an empty side: line %s", where, len(empty), line_list(empty))
+        shifted = empty[-1] == len(src)   # a blank last line beside a sentence: the end of a one-line shift?
+        logger.warning("%s: dropped %d pair(s) with an empty side: line %s%s", where, len(empty), line_list(empty),
+                       "; the last line is blank on one side only: are the files misaligned, a sentence missing "
+                       "from one of them?" if shifted else "")
     if not out_s:
         raise CorpusError(f"{where}: no usable pairs (every line has an empty or undecodable side)")
     return Pairs(out_s, out_t, name, dropped)

@@ -137,6 +137,19 @@ def test_a_blank_last_line_against_a_translation_is_a_pair_dropped_not_a_count_e
     assert f"{ko} / {en}: dropped 1 pair(s) with an empty side: line 3" in messages(nmt_logs)
 
 
+def test_files_shifted_by_a_line_with_a_blank_end_are_said_to_look_misaligned(write_file, nmt_logs):
+    """A blank line inserted in one file and one added at the end of the other: the counts agree, and every pair
+    after the first blank is misaligned; it said only "dropped 2 pair(s) with an empty side"."""
+    ko, en = write_file("s.ko", [KO[0], "", *KO[1:]]), write_file("s.en", [*EN, ""])
+    assert len(read_parallel(ko, en)) == 2
+    assert (f"{ko} / {en}: dropped 2 pair(s) with an empty side: line 2, 4; the last line is blank on one side only: "
+            "are the files misaligned, a sentence missing from one of them?") in messages(nmt_logs)
+    nmt_logs.clear()
+    read_parallel(write_file("i.ko", [KO[0], "", KO[2]]), write_file("i.en", EN))   # not at the end: no such hint
+    assert "dropped 1 pair(s) with an empty side: line 2" in messages(nmt_logs)
+    assert "misaligned" not in messages(nmt_logs)
+
+
 def test_archives_and_compressed_files_not_read_are_named_as_such(tmp_path):
     """A zstd file was "invalid UTF-8 ... often CP949", a .tgz "UTF-16 (or not text ...)", and a bad byte in a .gz
     was to be fixed by `iconv` on the gzip file itself."""
