@@ -158,10 +158,11 @@ def _text_bytes(data: bytes, path: Path) -> bytes:
     if archive:   # (a zip archive is named as it is opened)
         raise CorpusError(f"{path}: this is {archive}, not text; extract or decompress the file of sentences first "
                           "(gzip, bzip2 and xz files of text are read as they are)")
-    utf16 = utf16_sign(data)
-    if utf16:
-        raise CorpusError(f"{path}: the file is UTF-16 ({utf16}); convert it to UTF-8, e.g. `iconv -f UTF-16 -t "
-                          f"UTF-8 {path} > out.txt`")
+    encoding, sign = wide_encoding(data)
+    if encoding:
+        out = Path(path).with_name(f"{Path(path).stem}.utf8{Path(path).suffix}")
+        raise CorpusError(f"{path}: the file is {encoding} ({sign}); convert it to UTF-8, e.g. `iconv -f {encoding} "
+                          f"-t UTF-8 {path} > {out}`")
     if data.startswith(codecs.BOM_UTF8):
         # Harmless once removed; otherwise U+FEFF would be glued to the first word of line 1.
         logger.warning("%s: removed the UTF-8 byte-order mark at the start of the file", path)
@@ -199,12 +200,21 @@ def archive_sign(data: bytes) -> str:
             next((f"{name} data" for magic, name, _ in COMPRESSED if magic.match(data)), ""))
 
 
-def utf16_sign(data: bytes) -> str:
-    """What shows that text starting with `data` is UTF-16 (a byte-order mark, or NUL bytes as a tenth or more of
-    its first 1,000 bytes), or "" when nothing does."""
+def wide_encoding(data: bytes) -> Tuple[str, str]:
+    """(its encoding, what shows it) when text starting with `data` is UTF-16 or UTF-32 rather than UTF-8: a
+    byte-order mark, or NUL bytes as a tenth or more of its first 1,000 bytes (where they stand tells the byte order,
+    and UTF-32's two high bytes of every character); ("", "") when nothing shows it."""
+    for bom, name in ((codecs.BOM_UTF32_LE, "UTF-32"), (codecs.BOM_UTF32_BE, "UTF-32"), (codecs.BOM_UTF16_LE, "UTF-16"),
+                      (codecs.BOM_UTF16_BE, "UTF-16")):   # UTF-32's little-endian mark starts with UTF-16's
+        if data.startswith(bom):
+            return name, f"it starts with a {name} byte-order mark"
     head = data[:1000]
-    return ("it starts with a UTF-16 byte-order mark" if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))
-            else "or not text: NUL bytes fill its start" if head.count(0) * 10 >= len(head) > 0 else "")
+    if not head or head.count(0) * 10 < len(head):
+        return "", ""
+    zero = [not any(head[i::4]) for i in range(4)] if len(head) >= 4 else [False] * 4
+    name = ("UTF-32LE" if zero[2] and zero[3] else "UTF-32BE" if zero[0] and zero[1] else
+            "UTF-16LE" if head[1::2].count(0) >= head[0::2].count(0) else "UTF-16BE")
+    return name, "or not text: NUL bytes fill its start"
 
 
 def _split_lines(data: bytes, path: Path, keep_blank_end: bool = False) -> List[bytes]:

@@ -20,7 +20,7 @@ from nmt import jsonio
 from nmt.align import format_links
 from nmt.config import CHARS_PER_TOKEN
 from nmt.corpus import (INVISIBLE, CorpusError, archive_sign, control_characters, count_lines, lone_surrogate,
-                        one_line, open_bytes, to_utf8_hint, utf16_sign)
+                        one_line, open_bytes, to_utf8_hint, wide_encoding)
 from nmt.log import Every
 from nmt.translate import Translator
 
@@ -51,13 +51,13 @@ def read_raw_lines(stream: BinaryIO, max_bytes: int, idle: Optional[float] = Non
         buf = stream.read(len(stream.peek(1)))
     while True:
         if first and buf:   # UTF-16 would pass as lines of odd characters with NULs removed (and one line more)
-            first, utf16, archive = False, utf16_sign(buf), archive_sign(buf)
+            first, (encoding, sign), archive = False, wide_encoding(buf), archive_sign(buf)
             if archive:
                 raise CorpusError(f"the input is {archive}, not text: give a gzip, bzip2 or xz file with --input, "
                                   "which reads it as it is, or extract or decompress it first")
-            if utf16:
-                raise CorpusError(f"the input is UTF-16 ({utf16}); convert it to UTF-8, e.g. `iconv -f UTF-16 -t "
-                                  "UTF-8`")
+            if encoding:
+                raise CorpusError(f"the input is {encoding} ({sign}); convert it to UTF-8, e.g. `iconv -f {encoding} "
+                                  "-t UTF-8`")
         if skipping:   # the rest of a cut line: nothing of it is kept
             nl = buf.find(b"\n", start)
             if nl >= 0:

@@ -191,14 +191,16 @@ def test_a_carriage_return_inside_a_test_line_is_refused_as_nmt_translate_does(m
     assert code == 2 and f"error: {tmp_path / 's.ko'}:2: a carriage return (CR) splits the line into 2" in err, err
 
 
-@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be"])
-def test_utf16_input_to_translate_is_named_as_such(model_dir, tmp_path, capsys, encoding):
+@pytest.mark.parametrize("encoding, named", [("utf-16", "UTF-16"), ("utf-16-le", "UTF-16LE"), ("utf-16-be", "UTF-16BE"),
+                                             ("utf-32", "UTF-32")])
+def test_utf16_input_to_translate_is_named_as_such(model_dir, tmp_path, capsys, encoding, named):
     """It was "invalid UTF-8 ... often CP949" with a byte-order mark, and without one translated with its NULs
-    removed, one output line more than the input's."""
+    removed, one output line more than the input's. UTF-32 was named UTF-16."""
     path = tmp_path / "in.en"
     path.write_bytes("Thank you.\nGood weather.\n".encode(encoding))
     code, out, err = run(translate_main, ["--model-dir", model_dir, "--input", path], capsys)
-    assert code == 2 and out == "" and f"error: {path}: the input is UTF-16 (" in err and "iconv -f UTF-16" in err
+    assert code == 2 and out == "" and f"error: {path}: the input is {named} (" in err
+    assert f"iconv -f {named} -t UTF-8" in err
 
 
 def test_gzip_on_standard_input_is_named_as_such(model_dir, capsys, monkeypatch, tmp_path):

@@ -1,5 +1,7 @@
 """Reading, validation, normalization and filtering of parallel text (synthetic files only)."""
 import random
+import re
+import subprocess
 import unicodedata
 
 import pytest
@@ -173,12 +175,29 @@ def test_archives_and_compressed_files_not_read_are_named_as_such(tmp_path):
         read_lines(tmp_path / "bad.ko.gz")
 
 
+@pytest.mark.parametrize("codec, named", [("utf-32", "UTF-32"), ("utf-32-le", "UTF-32LE"), ("utf-32-be", "UTF-32BE"),
+                                          ("utf-16", "UTF-16"), ("utf-16-be", "UTF-16BE")])
+def test_utf32_and_utf16_are_named_with_a_conversion_that_works(tmp_path, codec, named):
+    """UTF-32 was named UTF-16 (its byte-order mark starts with UTF-16's), and the advice `iconv -f UTF-16 ... >
+    out.txt` made a file refused again, whose own advice then wrote out.txt over itself. Following it now works."""
+    from nmt.corpus import read_lines
+    path = tmp_path / "w.ko"
+    path.write_bytes("안녕하세요. Hello.\n고마워요.\n".encode(codec))
+    with pytest.raises(CorpusError) as err:
+        read_lines(path)
+    command = re.search(r"`(iconv .*)`$", str(err.value)).group(1)
+    assert str(err.value).startswith(f"{path}: the file is {named} (") and command == (
+        f"iconv -f {named} -t UTF-8 {path} > {tmp_path / 'w.utf8.ko'}")
+    subprocess.run(command, shell=True, check=True)
+    assert read_lines(tmp_path / "w.utf8.ko") == ["안녕하세요. Hello.", "고마워요."]
+
+
 def test_utf16_without_a_byte_order_mark_and_blank_files_are_named_as_such(tmp_path):
     """UTF-16 without a BOM was "invalid UTF-8" with a hint to convert from CP949; a file of blank lines "empty"."""
     from nmt.corpus import read_lines
     (tmp_path / "u.ko").write_bytes("안녕하세요. 고마워요.\n".encode("utf-16-le") * 3)
-    with pytest.raises(CorpusError, match=r"u.ko: the file is UTF-16 \(or not text: NUL bytes fill its start\); "
-                                          r"convert it to UTF-8, e.g. `iconv -f UTF-16"):
+    with pytest.raises(CorpusError, match=r"u.ko: the file is UTF-16LE \(or not text: NUL bytes fill its start\); "
+                                          r"convert it to UTF-8, e.g. `iconv -f UTF-16LE"):
         read_lines(tmp_path / "u.ko")
     (tmp_path / "b.ko").write_text("\n  \n\n", encoding="utf-8")
     with pytest.raises(CorpusError, match=r"b.ko: the file has only blank lines; give a file with one sentence"):
