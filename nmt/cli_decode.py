@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from nmt.commands import Once, command, file_arg, nonempty, number
+from nmt.commands import Once, command, file_arg, nonempty, number, usable_streams
 from nmt.cli_io import (add_model_decode_args, check_languages_of, load_translator, misaligned, open_output,
                         output_dir, output_errors, reader_gone, refuse_overwriting, utf8_stdout)
 from nmt.config import CHARS_PER_TOKEN, ConfigError
@@ -83,6 +83,7 @@ def translate_main(args: argparse.Namespace) -> int:
     from nmt.languages import hangul_counts, other_language_warning
     from nmt.plot import attention_saver
     from nmt.stream import IDLE_SECONDS, STDIN, interactive, open_input, read_raw_lines, translate_stream
+    usable_streams(args.input in (None, "-"), args.output in (None, "-"))
     if args.plot_attention:
         output_dir("--plot-attention", args.plot_attention)
     _check_sampling(args)
@@ -258,6 +259,8 @@ def _own_name(name: str, args: argparse.Namespace, cfg) -> None:
 def evaluate_main(args: argparse.Namespace) -> int:
     from nmt.atomic import atomic_write_text
     from nmt.scoring import cannot_record, other_decoding, read_scores
+    usable_streams(False, True)   # the report's (UTF-8, whatever the locale: a test set's name may not be ASCII)
+    utf8_stdout()
     if args.hyp_dir:
         output_dir("--hyp-dir", args.hyp_dir)
     if args.json not in (None, "-"):   # written at the end: its directory is checked now
@@ -277,23 +280,25 @@ def evaluate_main(args: argparse.Namespace) -> int:
                                                  for p in (h, *_ref_files(h, 1 + len(tests[name][1])))]:
         for files in inputs:
             refuse_overwriting(flag, path, files, [args.model_dir, *args.ensemble])
-    results, recorded = {}, []
-    try:
-        with output_errors(None):
-            for name, (pairs, more_refs) in tests.items():
-                # a part of a set is not the set, nor translations given the references' words or decoded at other
-                # settings than the model's: their scores must not replace the set's own in scores.json
-                part = 0 < args.max_sentences < len(pairs.src)
-                save = not (args.no_save or readonly or other or part or args.prefix_words)
-                recorded += [name] if save else []
-                results[name] = _evaluate_set(args, tr, name, pairs, more_refs, save, hyp_files.get(name))
-            report = {"model_dir": str(tr.model_dir.resolve()), "checkpoint": tr.checkpoint, "results": results}
-            if args.json == "-":
-                print(json.dumps(report, indent=2, ensure_ascii=False))
-    except BrokenPipeError:
-        return reader_gone()
+    results, recorded, gone = {}, [], False   # gone: stdout's reader (the --json FILE is still written)
+    with output_errors(None):
+        for name, (pairs, more_refs) in tests.items():
+            if gone and args.json in (None, "-"):
+                break
+            # a part of a set is not the set, nor translations given the references' words or decoded at other
+            # settings than the model's: their scores must not replace the set's own in scores.json
+            part = 0 < args.max_sentences < len(pairs.src)
+            save = not (args.no_save or readonly or other or part or args.prefix_words)
+            recorded += [name] if save else []
+            results[name], lines = _evaluate_set(args, tr, name, pairs, more_refs, save, hyp_files.get(name))
+            gone = gone or not _printed(lines)
+        report = {"model_dir": str(tr.model_dir.resolve()), "checkpoint": tr.checkpoint, "results": results}
+        if args.json == "-":
+            gone = gone or not _printed([json.dumps(report, indent=2, ensure_ascii=False)])
     if args.json not in (None, "-"):
         atomic_write_text(Path(args.json), json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+    if gone:
+        return reader_gone()
     if recorded:
         print(f"scores recorded in {tr.model_dir / 'scores.json'}", file=sys.stderr)
     if len(recorded) < len(tests) and not args.no_save:
@@ -305,10 +310,21 @@ def evaluate_main(args: argparse.Namespace) -> int:
     return 0
 
 
+def _printed(lines: List[str]) -> bool:
+    """Print `lines`; False when standard output's reader has gone (BrokenPipeError)."""
+    try:
+        if lines:
+            print("\n".join(lines), flush=True)
+        return True
+    except BrokenPipeError:
+        return False
+
+
 def _evaluate_set(args: argparse.Namespace, tr, name: str, pairs, more_refs: List[List[str]], save: bool,
-                  hyp_file: Optional[Path]) -> dict:
+                  hyp_file: Optional[Path]) -> Tuple[dict, List[str]]:
     """Translate and score one test set (`score_test_set`); its translations and references written to
-    `hyp_file` and beside it (--hyp-dir), its report printed unless the JSON goes to stdout; the entry."""
+    `hyp_file` and beside it (--hyp-dir); its entry, and the lines of its report (none when the JSON goes to
+    stdout)."""
     from nmt.atomic import atomic_write_text
     from nmt.evaluate import report_lines
     from nmt.scoring import score_test_set
@@ -325,15 +341,14 @@ def _evaluate_set(args: argparse.Namespace, tr, name: str, pairs, more_refs: Lis
         atomic_write_text(hyp_file, "".join(h + "\n" for h in hyps))
         for path, refs in zip(_ref_files(hyp_file, 1 + len(more_refs)), [pairs.tgt, *more_refs]):
             atomic_write_text(path, "".join(r + "\n" for r in refs[:len(hyps)]))
-    if args.json != "-":
-        print(f"{name}: {sc.n} sentences, checkpoint {tr.checkpoint} ({entry['params_file']}"
-              f"{', step %s' % entry['step'] if entry['step'] else ''}), beam {entry['beam_size']}, "
-              f"{entry['seconds']:.1f} s" + (f", ensemble of {len(tr.members)} models" if tr.member_dirs else "")
-              + (f", {1 + len(more_refs)} references each" if more_refs else "")
-              + (f", each translation started with its reference's first {_words(args.prefix_words)}"
-                 if args.prefix_words else ""))
-        print("\n".join(report_lines(sc, entry)))
-    return entry
+    if args.json == "-":
+        return entry, []
+    return entry, [f"{name}: {sc.n} sentences, checkpoint {tr.checkpoint} ({entry['params_file']}"
+                   f"{', step %s' % entry['step'] if entry['step'] else ''}), beam {entry['beam_size']}, "
+                   f"{entry['seconds']:.1f} s" + (f", ensemble of {len(tr.members)} models" if tr.member_dirs else "")
+                   + (f", {1 + len(more_refs)} references each" if more_refs else "")
+                   + (f", each translation started with its reference's first {_words(args.prefix_words)}"
+                      if args.prefix_words else ""), *report_lines(sc, entry)]
 
 
 def _ref_files(hyp_file: Path, count: int) -> List[Path]:

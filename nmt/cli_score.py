@@ -9,7 +9,7 @@ import logging
 from nmt.cli import DECODE_FLAGS
 from nmt.cli_io import (add_model_decode_args, check_languages_of, load_translator, misaligned, open_output,
                         output_errors, reader_gone, refuse_overwriting)
-from nmt.commands import Once, command, file_arg, nonempty
+from nmt.commands import Once, command, file_arg, nonempty, usable_streams
 
 # Flags of nmt-score: how a translation is scored and batched (the search's flags do not apply).
 SCORE_FLAGS = [f for f in DECODE_FLAGS if f.flag in ("--length-penalty", "--decode-batch-size", "--max-input-tokens")]
@@ -53,6 +53,7 @@ def score_main(args: argparse.Namespace) -> int:
     from nmt.align import align_ids
     from nmt.forced import SCORE_CHUNK, score_ids, target_ids
     from nmt.log import Every, setup_logging
+    usable_streams(False, args.output in (None, "-"))
     refuse_overwriting("--output", args.output, {"--src-file": args.src_file, "--tgt-file": args.tgt_file},
                        [args.model_dir, *args.ensemble])
     setup_logging(None, level=logging.DEBUG if args.verbose else logging.INFO)   # the files' warnings come first

@@ -80,8 +80,51 @@ class Terminated(KeyboardInterrupt):
         self.exit_code = 128 + signum
 
 
+class ClosedStream:
+    """Standard input or output of a command started with it closed (`<&-`, `>&-`), where Python's would be None:
+    reading or writing it is an error that says so (`usable_streams` checks first)."""
+
+    def __init__(self, name: str, redirect: str, advice: str) -> None:
+        self.name, self.redirect, self.advice = name, redirect, advice
+
+    def flush(self) -> None:   # (as the interpreter exits)
+        pass
+
+    def error(self):
+        from nmt.storage import StorageError
+        return StorageError(f"standard {self.name} is closed (the command was started with {self.redirect}): "
+                            f"{self.advice}")
+
+    def __getattr__(self, attr: str):
+        raise self.error()
+
+
+def _closed_streams() -> None:
+    """Make the standard streams a command was started without harmless: each closed descriptor gets /dev/null, so
+    that no file the command opens takes its number (C libraries' messages on fd 2 would land in it); stderr's
+    messages are dropped (print and tqdm fell back to stdout, log lines among the translations); stdin and stdout
+    become `ClosedStream`s."""
+    for fd, name in enumerate(("stdin", "stdout", "stderr")):
+        try:
+            os.fstat(fd)
+        except OSError:
+            os.open(os.devnull, os.O_RDWR)   # the lowest free descriptor: this one
+            setattr(sys, name, open(os.devnull, "w", encoding="utf-8") if fd == 2 else ClosedStream(
+                ("input", "output")[fd], ("<&-", ">&-")[fd], ("give the input as a file (--input FILE or < FILE)",
+                                                           "redirect it to a file, or to /dev/null")[fd]))
+
+
+def usable_streams(stdin: bool, stdout: bool) -> None:
+    """StorageError, before any work, when the command reads stdin (`stdin`) or writes stdout (`stdout`) and the
+    stream is closed (`ClosedStream`)."""
+    for used, stream in ((stdin, sys.stdin), (stdout, sys.stdout)):
+        if used and isinstance(stream, ClosedStream):
+            raise stream.error()
+
+
 def run_cli(main: Callable[[], int]) -> int:
     """Run `main`, turning the project's bad-input errors into `error: ...` on stderr and exit code 2."""
+    _closed_streams()
     try:
         return main()
     except KeyboardInterrupt as e:   # first: user_errors() imports mxnet, maybe the very import Ctrl-C cut short

@@ -59,16 +59,73 @@ def test_a_full_disk_on_standard_output_is_an_error(model_dir, test_files, scrip
     assert "error: cannot write the standard output: No space left on device" in p.stderr
 
 
-def test_an_evaluation_whose_reader_went_away_ends_quietly(model_dir, test_files):
-    """`nmt-evaluate ... | head -1` gave a BrokenPipeError traceback."""
+def test_an_evaluation_whose_reader_went_away_ends_quietly(model_dir, test_files, tmp_path):
+    """`nmt-evaluate ... | head -1` gave a BrokenPipeError traceback; then its --json FILE, which does not depend on
+    stdout, was not written."""
     src, ref = test_files
     p = subprocess.Popen([sys.executable, str(REPO / "scripts" / "evaluate.py"), "--model-dir", str(model_dir),
-                          "--src-file", str(src), "--ref-file", str(ref), "--no-save", "--beam-size", "1"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                          "--src-file", str(src), "--ref-file", str(ref), "--no-save", "--beam-size", "1",
+                          "--json", str(tmp_path / "r.json")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     p.stdout.close()   # gone before the first line
     err = p.stderr.read()
     assert p.wait(timeout=300) == 141, err[-2000:]
     assert "Traceback" not in err and "Exception ignored" not in err
+    assert json.loads((tmp_path / "r.json").read_text())["results"][str(src)]["n"] == len(src.read_text().splitlines())
+
+
+def _closed(fd: int, argv: list, **kw) -> subprocess.CompletedProcess:
+    """A command run with its standard stream `fd` closed, as `<&-`, `>&-` or `2>&-` start it."""
+    streams = {"stdin": subprocess.DEVNULL, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+    return subprocess.run([sys.executable, *map(str, argv)], **streams, preexec_fn=lambda: os.close(fd), text=True,
+                          timeout=300, **kw)
+
+
+def test_a_closed_stderr_keeps_log_lines_out_of_the_output(model_dir, test_files, tmp_path):
+    """With `2>&-`, Python's sys.stderr is None and the log lines went to stdout: among the translations, and into
+    `nmt-evaluate --json -`'s report (exit 0). With an ASCII stdout, a test set's Korean name broke the report."""
+    src, ref = test_files
+    named = tmp_path / "시험.ko"
+    named.write_bytes(src.read_bytes())
+    p = _closed(2, [REPO / "scripts" / "translate.py", "--model-dir", model_dir, "--input", src, "--beam-size", "1"])
+    assert p.returncode == 0 and p.stdout.splitlines() == Translator.from_dir(model_dir).translate(
+        src.read_text(encoding="utf-8").splitlines(), beam_size=1)
+    p = _closed(2, [REPO / "scripts" / "evaluate.py", "--model-dir", model_dir, "--src-file", named, "--ref-file",
+                    ref, "--no-save", "--beam-size", "1", "--json", "-"], env={**os.environ, "PYTHONIOENCODING": "ascii"})
+    assert p.returncode == 0 and list(json.loads(p.stdout)["results"]) == [str(named)]
+
+
+@pytest.mark.parametrize("fd, argv, says", [
+    (1, ["translate.py", "--input", "SRC"], "standard output is closed (the command was started with >&-): redirect"),
+    (0, ["translate.py"], "standard input is closed (the command was started with <&-): give the input as a file")])
+def test_a_closed_stdin_or_stdout_is_an_error_before_the_work(model_dir, test_files, fd, argv, says):
+    """`nmt-translate --input F >&-` translated everything, then ended in an AttributeError traceback (exit 1);
+    `<&-` did at once."""
+    argv = [REPO / "scripts" / argv[0], "--model-dir", model_dir, *[test_files[0] if a == "SRC" else a for a in argv[1:]]]
+    p = _closed(fd, argv)
+    assert p.returncode == 2 and f"error: {says}" in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert "loaded" not in p.stderr   # (before the model loads)
+
+
+@pytest.mark.parametrize("main", [evaluate_main, score_main])
+def test_evaluate_and_score_refuse_a_closed_stdout_before_the_work(model_dir, test_files, capsys, monkeypatch, main):
+    from nmt.commands import ClosedStream
+    src, ref = test_files
+    monkeypatch.setattr(sys, "stdout", ClosedStream("output", ">&-", "redirect it to a file, or to /dev/null"))
+    code, _, err = run(main, ["--model-dir", model_dir, "--src-file", src,
+                              "--ref-file" if main is evaluate_main else "--tgt-file", ref], capsys)
+    assert code == 2 and err == "error: standard output is closed (the command was started with >&-): redirect it " \
+                                "to a file, or to /dev/null\n"
+
+
+@pytest.mark.parametrize("suffix, opener", [(".gz", "gzip"), (".bz2", "bz2"), (".xz", "lzma")])
+def test_an_output_named_as_compressed_is_compressed(model_dir, test_files, tmp_path, capsys, suffix, opener):
+    """`--output out.en.gz` wrote plain text under a name zcat refuses (--input reads such files by their bytes)."""
+    import importlib
+    src, _ = test_files
+    assert run(translate_main, ["--model-dir", model_dir, "--input", src, "--beam-size", "1", "--output",
+                                tmp_path / f"out{suffix}"], capsys)[0] == 0
+    assert run(translate_main, ["--model-dir", model_dir, "--input", src, "--beam-size", "1"], capsys)[1] == \
+        importlib.import_module(opener).open(tmp_path / f"out{suffix}", "rt", encoding="utf-8").read()
 
 
 def test_a_model_directory_that_cannot_be_written_is_still_evaluated(model_dir, test_files, tmp_path, capsys,
