@@ -370,17 +370,23 @@ def run_training(cfg: Config, resume: bool = False, overwrite: bool = False, eva
             setup_logging(None)   # close the log file before removing it
             remove_made(model_dir, existed)
         raise
-    state, scores, averages = trainer.fit(), {}, {}
-    interrupted = state.stopped if state.stopped in _INTERRUPTS else trainer.signal_name   # also in the last step
-    if evaluate and trainer.is_chief and not interrupted and trainer.data.splits.tests:
-        try:
-            with terminated_as_interrupt():
-                scores = trainer.evaluate_tests("best")
-                averages = trainer.evaluate_tests("avg") if trainer.averaged else {}
-        except KeyboardInterrupt:
-            logger.warning("the test sets are not (all) scored: `nmt-evaluate --model-dir %s --recipe-tests` scores "
-                           "them%s", model_dir, " (and with --checkpoint avg, params.avg)" if trainer.averaged else "")
-            raise
+    lock, trainer.lock = trainer.lock, None   # held until the test scores are in scores.json, not as fit() ends
+    try:
+        state, scores, averages = trainer.fit(), {}, {}
+        interrupted = state.stopped if state.stopped in _INTERRUPTS else trainer.signal_name   # also in the last step
+        if evaluate and trainer.is_chief and not interrupted and trainer.data.splits.tests:
+            try:
+                with terminated_as_interrupt():
+                    scores = trainer.evaluate_tests("best")
+                    averages = trainer.evaluate_tests("avg") if trainer.averaged else {}
+            except KeyboardInterrupt:
+                logger.warning("the test sets are not (all) scored: `nmt-evaluate --model-dir %s --recipe-tests` "
+                               "scores them%s", model_dir, " (and with --checkpoint avg, params.avg)"
+                               if trainer.averaged else "")
+                raise
+    finally:
+        if lock is not None:
+            lock.release()
     return TrainResult(state, scores, interrupted, averages, trainer.rank)
 
 

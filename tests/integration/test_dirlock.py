@@ -134,3 +134,23 @@ def test_a_refused_directory_is_left_without_a_lock_file(tmp_path, task, capsys,
     assert train_main(train_cmd(task, d, *(["--dry-run"] if dry_run else []))[2:]) == 2
     assert "already exists and is not empty" in capsys.readouterr().err
     assert sorted(p.name for p in d.iterdir()) == ["a.txt"]
+
+
+def test_the_lock_is_held_until_the_test_sets_are_scored(tmp_path, task, monkeypatch):
+    """fit() gave the lock up before the test sets were scored: a second `nmt-train --overwrite` (or --resume) took
+    the directory while the first still wrote scores.json, and the new run kept the old run's test scores."""
+    from nmt.train import Trainer, train
+    from tests.synth import tiny_config
+    cfg = tiny_config(tmp_path, task, "m", max_steps=2)
+    cfg.data.test_src, cfg.data.test_tgt = task["test_src"], task["test_tgt"]
+    held, score = [], Trainer.evaluate_tests
+
+    def evaluate_tests(self, which="best"):
+        try:
+            ModelDirLock(Path(cfg.train.model_dir)).acquire().release()
+        except ModelDirLocked:
+            held.append(which)
+        return score(self, which)
+    monkeypatch.setattr(Trainer, "evaluate_tests", evaluate_tests)
+    assert train(cfg).test_scores and held == ["best"]
+    ModelDirLock(Path(cfg.train.model_dir)).acquire().release()   # and given up after
