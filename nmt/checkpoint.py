@@ -69,8 +69,10 @@ def config_of(model_dir: Path, flag: str = "model directory") -> Path:
         raise CheckpointError(f"{flag} {model_dir} is a file: give the model directory that holds it, "
                               f"{model_dir.absolute().parent}" + (f", with checkpoint {which}" if which is not None
                                                                   else ""))
+    from nmt.dirlock import left_aside   # (which imports this module)
     found = f"{CONFIG} not found" if model_dir.is_dir() else "no such directory"
-    raise CheckpointError(f"{flag} {model_dir}: {found}; give a directory written by nmt-train")
+    raise CheckpointError(f"{flag} {model_dir}: {found}; " + (left_aside(model_dir) or "give a directory written by "
+                                                               "nmt-train"))
 
 
 def trainer_states_file(step: int) -> str:
@@ -158,6 +160,9 @@ def check_model_dir(model_dir: Path, resume: bool, overwrite: bool, inputs: Opti
         raise CheckpointError("--resume and --overwrite contradict each other; give one of them")
     if model_dir.exists() and not model_dir.is_dir():
         raise CheckpointError(f"--model-dir {model_dir} exists and is not a directory")
+    from nmt.dirlock import left_aside
+    if left_aside(model_dir):   # (--overwrite would delete it, --resume and a new run not see it)
+        raise CheckpointError(f"--model-dir {model_dir}: {left_aside(model_dir)}")
     held = sorted(p.name for p in model_dir.iterdir() if p.name != LOCK) if model_dir.is_dir() else []
     if EXPORT in held and not overwrite:
         raise CheckpointError(f"--model-dir {model_dir} is an export (nmt-export: one checkpoint, no training state; "

@@ -94,6 +94,14 @@ logger = logging.getLogger("nmt.train")
 OVERWRITTEN = ".overwritten"   # --overwrite: the replaced run's files, until the new run's data is read
 
 
+def left_aside(model_dir: Path) -> str:
+    """What to do with the run that an --overwrite killed before its new run read the data left in OVERWRITTEN;
+    "" when there is none."""
+    aside = Path(model_dir) / OVERWRITTEN
+    return (f"{aside} holds the run that an interrupted --overwrite set aside: to keep that run, move its files back "
+            f"into {model_dir} in place of the others; to start over, delete {aside}") if aside.is_dir() else ""
+
+
 def set_aside(model_dir: Path) -> Optional[Path]:
     """--overwrite, by the holder of the lock: every file of `model_dir` but the lock moves into its OVERWRITTEN
     directory, which is returned for `replacing` (None: the directory holds nothing to replace)."""
@@ -102,8 +110,7 @@ def set_aside(model_dir: Path) -> Optional[Path]:
     if not held:
         return None
     logger.warning("--overwrite: replacing %s (its files are kept aside until the new run's data is read)", model_dir)
-    aside = model_dir / OVERWRITTEN
-    shutil.rmtree(aside, ignore_errors=True)   # of a run killed before it could delete it
+    aside = model_dir / OVERWRITTEN   # (none is left of a killed run: check_model_dir refuses the directory then)
     aside.mkdir()
     for p in held:
         p.rename(aside / p.name)

@@ -154,3 +154,26 @@ def test_the_lock_is_held_until_the_test_sets_are_scored(tmp_path, task, monkeyp
     monkeypatch.setattr(Trainer, "evaluate_tests", evaluate_tests)
     assert train(cfg).test_scores and held == ["best"]
     ModelDirLock(Path(cfg.train.model_dir)).acquire().release()   # and given up after
+
+
+def test_a_run_set_aside_by_a_killed_overwrite_is_named_not_deleted(tmp_path, task, capsys):
+    """kill -9 while --overwrite set the replaced run aside: every command said the directory held no model (or
+    was not empty), and the --overwrite it then advised deleted the run in .overwritten without a word."""
+    from nmt.cli import train_main
+    from nmt.cli_decode import translate_main
+    d = tmp_path / "m"
+    assert subprocess.run(train_cmd(task, d, "--max-steps", "3"), env=ENV).returncode == 0
+    aside = d / ".overwritten"
+    aside.mkdir()
+    for p in list(d.iterdir()):
+        if p.name not in (aside.name, ckpt.LOCK):
+            p.rename(aside / p.name)
+    kept = sorted(p.name for p in aside.iterdir())
+    says = (f"{aside} holds the run that an interrupted --overwrite set aside: to keep that run, move its files back "
+            f"into {d} in place of the others; to start over, delete {aside}")
+    for argv in (["--overwrite"], ["--resume"], []):
+        assert train_main(train_cmd(task, d, "--max-steps", "3", *argv)[2:]) == 2
+        assert f"error: --model-dir {d}: {says}\n" == capsys.readouterr().err
+    assert translate_main(["--model-dir", str(d), "--input", task["test_src"]]) == 2
+    assert f"error: --model-dir {d}: config.json not found; {says}\n" == capsys.readouterr().err
+    assert sorted(p.name for p in aside.iterdir()) == kept
