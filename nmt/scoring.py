@@ -59,8 +59,7 @@ def score_test_set(translator: Translator, name: str, pairs: Pairs, *, max_sente
     seconds = time.perf_counter() - t0
     sc = score(hyps, refs, translator.tgt_lang, [r[:n] for r in more_refs])
     d = translator.decode
-    info = (checkpoint_info(translator.model_dir, translator.checkpoint) if translator.model_dir
-            else {"params_file": None, "step": None})
+    info = {"params_file": translator.params_file and translator.params_file.name, "step": translator.params_step}
     if prefix_words:
         accuracy, counted = next_word_accuracy(hyps, refs, prefix_words)
         extra = {**(extra or {}), "prefix_words": prefix_words, "next_word_accuracy": accuracy,
@@ -346,12 +345,13 @@ def checkpoint_key(checkpoint: Optional[str], params_file=None) -> Optional[str]
 
 
 def model_test_score(model_dir, checkpoint: Optional[str], members: Sequence = (),
-                     tests: Sequence[str] = ()) -> Optional[dict]:
+                     tests: Sequence[str] = (), step: Optional[int] = None) -> Optional[dict]:
     """The model's test score in scores.json, for nmt-serve's /info: the loaded checkpoint's (its key,
     `checkpoint_key`, or best's for best's step; else any: best, avg, the latest step), on the first of its own test
     sets `tests` (`model_test_sets`) recorded, else another, the first by name; never the dev set, nor chosen by
     score. With test set, checkpoint, sacreBLEU signatures, decoding settings; None when nothing is recorded (or
-    scores.json is damaged). `members` (an ensemble's other directories): the ensemble's own scores only."""
+    scores.json is damaged). `members` (an ensemble's other directories): the ensemble's own scores only. `step`:
+    the loaded parameters' (`Translator.params_step`): best's scores are theirs only while best is that step."""
     if model_dir is None:
         return None
     try:
@@ -364,11 +364,17 @@ def model_test_score(model_dir, checkpoint: Optional[str], members: Sequence = (
     if members:   # this ensemble's entries (the first member's scores.json holds them): the loaded checkpoint's
         tail = ensemble_key("", model_dir, members)[len(ENSEMBLE_PREFIX):]
         rows = [r for r in rows if r[1].startswith(ENSEMBLE_PREFIX) and r[1].endswith(tail)]
-        mine = [r for r in rows if r[1] == ensemble_key(str(checkpoint), model_dir, members)] or rows
+
+        def loaded(row) -> bool:
+            return row[1] == ensemble_key(str(checkpoint), model_dir, members)
     else:   # params.best is the parameters of its step: the loaded checkpoint's scores are under either key
-        rows, step = [r for r in rows if not r[1].startswith(ENSEMBLE_PREFIX)], ckpt.best_step(Path(model_dir))
+        rows = [r for r in rows if not r[1].startswith(ENSEMBLE_PREFIX)]
+        step = ckpt.best_step(Path(model_dir)) if step is None else step
         same = {checkpoint} | ({"best", str(step)} if step and checkpoint in ("best", str(step)) else set())
-        mine = [r for r in rows if r[1] in same] or rows
+
+        def loaded(row) -> bool:   # (a new best since it was loaded holds another step's parameters)
+            return row[1] in same and not (row[1] == "best" and step and row[2].get("step") not in (None, step))
+    mine = [r for r in rows if loaded(r)] or rows
     if not mine:
         return None
     order = {t: i for i, t in enumerate(tests)}
@@ -378,8 +384,7 @@ def model_test_score(model_dir, checkpoint: Optional[str], members: Sequence = (
         step = int(key) if key.isdecimal() else -1
         return order.get(row[0], len(order)), row[0], {"best": 0, "avg": 1}.get(key, 2), -step, row[1]
     test, key, e = min(mine, key=rank)
-    loaded = key == ensemble_key(str(checkpoint), model_dir, members) if members else key in same
-    return {"test_set": test, "checkpoint": key, "of_loaded_checkpoint": loaded, "bleu": e["bleu"],
+    return {"test_set": test, "checkpoint": key, "of_loaded_checkpoint": loaded((test, key, e)), "bleu": e["bleu"],
             "bleu_signature": e.get("bleu_signature"),
             "chrf": e.get("chrf"), "chrf_signature": e.get("chrf_signature"), "beam_size": e.get("beam_size"),
             "length_penalty": e.get("length_penalty")}

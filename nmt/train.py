@@ -30,7 +30,7 @@ from nmt.optim import apply_settings, build_optimizer, learning_rate
 from nmt.parallel import DataParallel, default_kvstore, describe_hardware, init_amp, parse_devices
 from nmt.preflight import check_checkpoint_room, check_search_widths, run_inputs, settings_lines
 from nmt.resume import restore, resumed_state
-from nmt.scoring import retire_scores, score_test_set
+from nmt.scoring import checkpoint_info, retire_scores, score_test_set
 from nmt.signals import checkpoint_on_signal, terminated_as_interrupt
 from nmt.storage import check_writable
 from nmt.translate import Translator
@@ -244,8 +244,10 @@ class Trainer:
 
     def evaluate_tests(self, which: str = "best") -> Dict[str, Scores]:
         """Translate every test set of the recipe with the `which` checkpoint; scores merged into scores.json."""
-        ckpt.load_parameters(self.net, ckpt.params_path(self.model_dir, which), self.ctxs, self.model_dir / ckpt.CONFIG)
-        self.translator.model_dir, self.translator.checkpoint = self.model_dir, which
+        info, tr = checkpoint_info(self.model_dir, which), self.translator
+        tr.model_dir, tr.checkpoint, tr.params_file = self.model_dir, which, self.model_dir / str(info["params_file"])
+        tr.params_step = info["step"]
+        ckpt.load_parameters(self.net, tr.params_file, self.ctxs, self.model_dir / ckpt.CONFIG)
         results = {}
         for name, pairs in self.data.splits.tests.items():
             _, _, results[name] = score_test_set(self.translator, name, pairs, save=self.is_chief, one_warning=True)

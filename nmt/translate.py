@@ -60,6 +60,7 @@ class Translator:
         self.model_dir: Optional[Path] = None
         self.checkpoint: Optional[str] = None      # "best", "latest", "avg" or a step number
         self.params_file: Optional[Path] = None
+        self.params_step: Optional[int] = None     # the training step of those parameters, where known
         self.config: Optional[Config] = None
         self.members = [net]        # the models that decode together (more than one: an ensemble)
         self.member_dirs: List[Path] = []   # model directories of members[1:]
@@ -132,15 +133,20 @@ class Translator:
             others.append((other, o_cfg))
         dirs = [(model_dir, cfg)] + others
 
-        def load_members(c: mx.Context) -> list:
-            return [load_member(d, d_cfg, src_tok, tgt_tok, which, c) for d, d_cfg in dirs]
-        first = load_members(ctx)
-        tr = cls(first[0], src_tok, tgt_tok, decode, ctx=ctx)
+        from nmt.scoring import checkpoint_info   # (which imports this module)
+        for _ in range(3):   # a training run may replace the checkpoint meanwhile: the loaded one is that of `info`
+            info = checkpoint_info(model_dir, str(which))
+            # a hybridized block is not safe to call from two threads: one copy of the members per device
+            loaded = [(c, [load_member(d, d_cfg, src_tok, tgt_tok, which, c) for d, d_cfg in dirs]) for c in ctxs]
+            if checkpoint_info(model_dir, str(which)) == info:
+                break
+        else:
+            raise ckpt.CheckpointError(f"{model_dir}: its {which} checkpoint changed while it was loaded, three times "
+                                       "(a training run writes it): try again")
+        tr = cls(loaded[0][1][0], src_tok, tgt_tok, decode, ctx=ctx)
         tr.model_dir, tr.checkpoint, tr.config = model_dir.absolute(), str(which), cfg   # whatever chdir follows
-        tr.params_file = ckpt.params_path(tr.model_dir, str(which))
-        tr.members, tr.member_dirs = first, [d.absolute() for d, _ in others]
-        for c in ctxs[1:]:   # a hybridized block is not safe to call from two threads: one copy per device
-            tr.replicas.append((c, load_members(c)))
+        tr.params_file, tr.params_step = tr.model_dir / str(info["params_file"]), info["step"]
+        tr.members, tr.member_dirs, tr.replicas = loaded[0][1], [d.absolute() for d, _ in others], loaded[1:]
         return tr
 
     @property

@@ -60,7 +60,7 @@ class Model:
                 "length_penalty": dec.length_penalty_alpha, "max_len_a": dec.max_len_a, "max_len_b": dec.max_len_b,
                 "max_input_tokens": dec.max_input_tokens,
                 "best_test_score": model_test_score(getattr(tr, "model_dir", None), key, members,
-                                                    model_test_sets(tr.config))}
+                                                    model_test_sets(tr.config), getattr(tr, "params_step", None))}
 
 
 class Service:

@@ -2,6 +2,8 @@
 file and what is wrong, no traceback; an intact directory translates."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from nmt import checkpoint as ckpt
@@ -72,3 +74,43 @@ def test_a_resume_names_a_damaged_best_or_scores_file_before_training(model, tmp
                 (d / "params.best").stat().st_size == 1000
         else:
             ckpt.verify_params(d / "params.best")
+
+
+def _new_best(model_dir, step: int) -> None:
+    """What a training run does as a new best comes: params.best replaced by that step's, then its manifest."""
+    import shutil
+    from nmt import manifest
+    shutil.copyfile(f"{model_dir}/{ckpt.params_file(step)}", f"{model_dir}/{ckpt.PARAMS_BEST}")
+    manifest.write_manifest(model_dir, "best", [ckpt.PARAMS_BEST], step)
+
+
+def test_scores_and_info_name_the_parameters_loaded_not_a_best_written_since(model, tmp_path, monkeypatch):
+    """nmt-evaluate while a run wrote a new best recorded the loaded step's scores under the new step (it asked for
+    the step after translating); nmt-serve's /info gave the new best's score as the loaded checkpoint's. A best
+    replaced while it loads is loaded again."""
+    import shutil
+    from nmt import members
+    from nmt.corpus import read_parallel
+    from nmt.scoring import model_test_score, read_scores, score_test_set
+    from nmt.translate import Translator
+    model_dir = tmp_path / "m"
+    shutil.copytree(model[0], model_dir)
+    _new_best(model_dir, 2)
+    load, calls = members.load_member, []
+
+    def load_member(*args):   # the first load races a training run that writes step 4 as its best
+        calls.append(1)
+        if len(calls) == 1:
+            _new_best(model_dir, 4)
+        return load(*args)
+    monkeypatch.setattr("nmt.translate.load_member", load_member)
+    tr = Translator.from_dir(model_dir)
+    assert len(calls) == 2 and tr.params_step == 4
+    _new_best(model_dir, 2)   # and another after it loaded
+    test = read_parallel(model[1]["test_src"], model[1]["test_tgt"], whole=True)
+    entry, _, _ = score_test_set(tr, "t", test, save=True)
+    assert entry["step"] == 4 and read_scores(model_dir)["t"]["best"]["step"] == 4
+    entry["step"] = 2
+    (model_dir / ckpt.SCORES).write_text(json.dumps({"t": {"best": entry, "4": {**entry, "step": 4, "bleu": 1.5}}}))
+    info = model_test_score(model_dir, "best", step=tr.params_step)
+    assert (info["checkpoint"], info["bleu"], info["of_loaded_checkpoint"]) == ("4", 1.5, True)
