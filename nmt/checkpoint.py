@@ -7,8 +7,7 @@ Layout of a model directory (everything needed to translate or to resume, nothin
     params.<step>                parameters of the last `keep_last` checkpoints
     params.best                  parameters of the best checkpoint by dev BLEU (or --valid-metric)
     params.avg                   average of the last N checkpoints (only with --average-last N)
-    trainer.<step>.states        optimizer (Adam) states of the latest checkpoint (named by step, so that
-                                 state.json never pairs one step's parameters with another step's moments)
+    trainer.<step>.states        optimizer states of the checkpoint (named by step: never paired with another's)
     manifest.<key>.json          per checkpoint (key: step, best, avg): its files' sizes and sha256 (nmt.manifest),
                                  written after them; a step's manifest holds its TrainState too
     state.json                   TrainState of the latest checkpoint; written last, so it always points at
@@ -211,21 +210,22 @@ def prepare_model_dir(model_dir: Path, resume: bool, overwrite: bool, inputs: Op
 
 
 def save_checkpoint(model_dir: Path, net, trainer, state: TrainState, keep_last: int, is_best: bool) -> None:
-    """Write params.<step>, trainer.<step>.states, their manifest and (last) state.json; copy to params.best;
-    prune the files of checkpoints beyond `keep_last`. A failure at any point leaves the previous checkpoint the
-    newest intact one."""
+    """Write params.<step>, trainer.<step>.states and their manifest; then params.best (the same parameters, which
+    the step's files hold if a run is killed before its manifest) and its manifest; last state.json; prune the
+    files of checkpoints beyond `keep_last`. A failure at any point leaves the previous checkpoint the newest intact
+    one, or this one, from which --resume writes params.best again (`nmt.resume.check_kept_files`)."""
     model_dir = Path(model_dir)
     name, states = params_file(state.step), trainer_states_file(state.step)
     size = _file_size(model_dir, state.params_files[-1]) if state.params_files else None
     _save_with(net.save_parameters, model_dir / name, size)
     _save_with(trainer.save_states, model_dir / states, 2 * size if size else None)
-    if is_best:
-        _save_with(net.save_parameters, model_dir / PARAMS_BEST, size)
-        manifest.write_manifest(model_dir, "best", [PARAMS_BEST], state.step)
     # a stop's checkpoint (where a resume starts) goes at the next save: those kept are an uninterrupted run's
     kept = [f for f in state.params_files if f not in (name, state.stop_file)] + [name]
     state.params_files, state.stop_file = kept[-max(keep_last, 1):], name if state.stopped else ""
     manifest.write_manifest(model_dir, manifest.step_key(state.step), [name, states], state.step, asdict(state))
+    if is_best:
+        _save_with(net.save_parameters, model_dir / PARAMS_BEST, size)
+        manifest.write_manifest(model_dir, "best", [PARAMS_BEST], state.step)
     state.save(model_dir)
     _prune(model_dir, {params_step(f) for f in state.params_files})
 
@@ -278,14 +278,15 @@ def latest_step(state: TrainState) -> int:
 
 
 def latest_params_path(model_dir: Path) -> Path:
+    """The parameters of the newest intact step checkpoint, as --resume takes it (state.json, written last, lags a
+    run killed as it saved), with a warning naming what is wrong with any newer one."""
     model_dir = Path(model_dir)
-    if (model_dir / STATE).exists():
-        try:
-            return model_dir / params_file(latest_step(TrainState.load(model_dir)))
-        except CheckpointError as e:   # damaged: the manifests tell, as --resume finds it
-            logger.warning("%s; the latest checkpoint is the newest intact one of the manifests", e)
-    check_manifests(model_dir)   # state.json copied without, or deleted: the newest intact, as --resume
-    return model_dir / params_file(latest_step(TrainState(**manifest.newest_intact(model_dir)[0]["state"])))
+    check_manifests(model_dir)
+    body, problems = manifest.newest_intact(model_dir)
+    if problems:
+        logger.warning("%s: the newest checkpoint is damaged (%s); the latest is the newest intact one, step %d",
+                       model_dir, "; ".join(problems), body["step"])
+    return model_dir / params_file(latest_step(TrainState(**body["state"])))
 
 
 def params_path(model_dir: Path, which: str = "best") -> Path:
@@ -325,18 +326,19 @@ def params_path(model_dir: Path, which: str = "best") -> Path:
     return path
 
 
-def best_step(model_dir: Path) -> Optional[int]:
+def best_step(model_dir: Path, newest: bool = False) -> Optional[int]:
     """The training step of params.best: from its manifest (written with it; state.json follows it, so a run killed
     between the two says the old step there), else from the training state, else (state.json damaged or gone) from
-    the newest intact checkpoint's, as --resume takes it."""
-    with contextlib.suppress(CheckpointError):   # a damaged one is named where params.best is loaded
-        return manifest.read_manifest(model_dir, "best").get("step") or None
-    with contextlib.suppress(CheckpointError):
-        state = TrainState.load(model_dir) if (model_dir / STATE).exists() else None
-        if state is not None and state.params_files:
-            return state.best_step or None
-    with contextlib.suppress(CheckpointError, OSError, KeyError, TypeError):
-        return manifest.newest_intact(model_dir)[0]["state"].get("best_step") or None
+    the newest intact checkpoint's, as --resume takes it; with `newest`, that one's first (of a run killed as it
+    wrote params.best, the new best: its step's files come first)."""
+    sources = [lambda: manifest.read_manifest(model_dir, "best").get("step"),
+               lambda: TrainState.load(model_dir).best_step,
+               lambda: manifest.newest_intact(model_dir)[0]["state"].get("best_step")]
+    for source in sources[2:] * newest + sources:   # the first that knows (a damaged file is named where loaded)
+        with contextlib.suppress(CheckpointError, OSError, KeyError, TypeError):
+            step = source()
+            if step:
+                return step
     return None
 
 
@@ -350,7 +352,7 @@ def verify_params(path: Path) -> None:
         manifest.verify(model_dir, key)
     except CheckpointError as e:
         lost = any(str(model_dir / n) in str(e) for n in (PARAMS_BEST, manifest.manifest_name("best")))   # (not spm)
-        advice = f"; {restore_best(model_dir, best_step(model_dir))}" if key == "best" and lost else ""
+        advice = f"; {restore_best(model_dir, best_step(model_dir, newest=True))}" if key == "best" and lost else ""
         raise CheckpointError(f"checkpoint {path.name} of {model_dir} cannot be used: {e}{advice}") from None
     except OSError as e:   # a file it lists (or the manifest) exists but cannot be read: no permission, ...
         raise CheckpointError(f"checkpoint {path.name} of {model_dir} cannot be used: {e.filename or path} cannot be "

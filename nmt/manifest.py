@@ -143,6 +143,6 @@ def newest_intact(model_dir: Path) -> Tuple[Dict[str, Any], List[str]]:
         if "state" in body:
             return body, problems
         problems.append(f"step {step}: {Path(model_dir) / manifest_name(step_key(step))} holds no training state")
-    raise CheckpointError(f"--resume: no intact checkpoint in {model_dir} ("
+    raise CheckpointError(f"no intact checkpoint in {model_dir} ("
                           + ("; ".join(problems) or "no checkpoint manifest") + "); restore the files from a backup "
                           "or start a new run with --overwrite")

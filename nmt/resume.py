@@ -115,9 +115,10 @@ def check_kept_files(model_dir: Path, repair: bool = True, state: Optional[ckpt.
             raise ckpt.CheckpointError(f"{model_dir / ckpt.PARAMS_BEST} is missing")
         ckpt.verify_params(model_dir / ckpt.PARAMS_BEST)
         written = ckpt.best_step(model_dir)
-        if state is not None and written and written > state.step:
-            raise ckpt.CheckpointError(f"{model_dir / ckpt.PARAMS_BEST} is of step {written}, past step {state.step} "
-                                       "where the run resumes (a run killed while saving)")
+        if state is not None and written and state.best_step and written != state.best_step:
+            raise ckpt.CheckpointError(f"{model_dir / ckpt.PARAMS_BEST} is of step {written}, not of step "
+                                       f"{state.best_step}, the best where the run resumes at step {state.step} (a "
+                                       "run killed while saving)")
     except ckpt.CheckpointError as e:
         source = ckpt.params_file(step or 0)
         if not repair and (model_dir / source).is_file():   # a dry run writes nothing

@@ -21,7 +21,7 @@ def model(tmp_path_factory):
     return cfg.train.model_dir, task
 
 
-@pytest.mark.parametrize("which, name", [("best", ckpt.PARAMS_BEST), ("latest", ckpt.params_file(4))])
+@pytest.mark.parametrize("which, name", [("best", ckpt.PARAMS_BEST), ("4", ckpt.params_file(4))])   # (latest: the newest intact)
 def test_translate_and_evaluate_name_the_damaged_file(model, tmp_path, capsys, which, name):
     model_dir, task = model
     path = f"{model_dir}/{name}"

@@ -90,13 +90,23 @@ def test_damaged_model_files_leave_no_intact_checkpoint(tmp_path, name, how):
 
 
 @pytest.mark.parametrize("how, what", [("truncate", "truncated"), ("flip", "corrupted"), ("delete", "missing")])
-@pytest.mark.parametrize("which, name", [("best", ckpt.PARAMS_BEST), ("latest", ckpt.params_file(30)),
-                                         ("10", ckpt.params_file(10))])
+@pytest.mark.parametrize("which, name", [("best", ckpt.PARAMS_BEST), ("10", ckpt.params_file(10))])
 def test_loading_names_the_file_and_what_is_wrong(tmp_path, which, name, how, what):
     d = _model_dir(tmp_path)
     _damage(d / name, how)
     with pytest.raises(ckpt.CheckpointError, match=f"{name}.*{what}" if how != "delete" else "not found"):
         ckpt.params_path(d, which)
+
+
+@pytest.mark.parametrize("how, what", [("truncate", "truncated"), ("flip", "corrupted"), ("delete", "missing")])
+def test_latest_past_a_damaged_newest_checkpoint_is_the_newest_intact_one_named_in_a_warning(tmp_path, caplog,
+                                                                                              how, what):
+    d = _model_dir(tmp_path)
+    _damage(d / ckpt.params_file(30), how)
+    with caplog.at_level("WARNING", logger="nmt.checkpoint"):
+        assert ckpt.params_path(d, "latest").name == ckpt.params_file(20)
+    assert re.search(rf"{d}: the newest checkpoint is damaged \(step 30: .*{ckpt.params_file(30)}.*{what}.*\); the "
+                     r"latest is the newest intact one, step 20", caplog.text), caplog.text
 
 
 @pytest.mark.parametrize("which", ["best", "latest"])
@@ -233,6 +243,19 @@ def test_the_best_step_is_found_with_state_json_and_the_bests_manifest_damaged(t
     assert ckpt.params_path(d, "best").read_bytes() == (d / ckpt.params_file(20)).read_bytes()
 
 
+def test_a_best_older_than_the_resumed_checkpoints_is_written_again(tmp_path, caplog):
+    """Killed after a new best's step manifest, before params.best: the resume kept the old params.best (step 20)
+    where its checkpoint (step 30) names step 30 the best."""
+    d = _model_dir(tmp_path, record_best=True)
+    state = ckpt.TrainState(**manifest.read_manifest(d, "00000030")["state"])
+    state.best_step = 30
+    manifest.write_manifest(d, "00000030", [ckpt.params_file(30), ckpt.trainer_states_file(30)], 30, vars(state))
+    with caplog.at_level("WARNING", logger="nmt.checkpoint"):
+        assert resume_state(d).step == 30
+    assert "params.best is of step 20, not of step 30, the best where the run resumes at step 30" in caplog.text
+    assert (d / ckpt.PARAMS_BEST).read_bytes() == (d / ckpt.params_file(30)).read_bytes() and ckpt.best_step(d) == 30
+
+
 def test_a_best_written_past_the_resumed_checkpoint_is_written_again(tmp_path, caplog):
     """A run killed between a new best's files and its step's manifest left a params.best (and manifest) of step 40
     where the run resumes from step 30 with its best at step 20: the resume kept it, scored it as the best and
@@ -242,7 +265,7 @@ def test_a_best_written_past_the_resumed_checkpoint_is_written_again(tmp_path, c
     manifest.write_manifest(d, "best", [ckpt.PARAMS_BEST], 40)
     with caplog.at_level("WARNING", logger="nmt.checkpoint"):
         assert resume_state(d).step == 30
-    assert "params.best is of step 40, past step 30 where the run resumes" in caplog.text
+    assert "params.best is of step 40, not of step 20, the best where the run resumes at step 30" in caplog.text
     assert (d / ckpt.PARAMS_BEST).read_bytes() == (d / ckpt.params_file(20)).read_bytes() and ckpt.best_step(d) == 20
 
 
@@ -305,3 +328,44 @@ def test_an_export_has_no_latest_checkpoint_and_knows_the_step_of_its_own(tmp_pa
                                                    "and no latest; "):
         ckpt.params_path(d, "latest")
     assert ckpt.params_path(d, "20").name == ckpt.PARAMS_BEST
+
+
+class _Killed(BaseException):
+    """A SIGKILL at that line, as far as the files are concerned."""
+
+
+def test_a_run_killed_before_the_new_bests_manifest_keeps_the_best_in_its_steps_files(tmp_path, monkeypatch):
+    """params.best was replaced before its step's own files had their manifest: killed before manifest.best.json
+    (with --keep-last 1 having pruned the old best's step), the best parameters were "lost"; a resume went on from
+    the step before. The step's checkpoint now comes first: the advice names it, and a resume writes params.best
+    again from it."""
+    from nmt.resume import check_kept_files
+    d = _model_dir(tmp_path, steps=(10, 15), best=10, record_best=True)
+    for name in (ckpt.params_file(10), ckpt.trainer_states_file(10), manifest.manifest_name("00000010")):
+        (d / name).unlink()   # pruned by --keep-last 1
+    state = ckpt.TrainState(**manifest.read_manifest(d, "00000015")["state"])
+    state.step, state.best_step, write = 20, 20, manifest.write_manifest
+
+    def killed(model_dir, key, *args, **kwargs):
+        if key == "best":
+            raise _Killed()
+        return write(model_dir, key, *args, **kwargs)
+    monkeypatch.setattr(manifest, "write_manifest", killed)
+    with pytest.raises(_Killed):
+        ckpt.save_checkpoint(d, _Net(20.0), _Trainer(), state, keep_last=1, is_best=True)
+    monkeypatch.undo()
+    with pytest.raises(ckpt.CheckpointError, match=r"params.best .*; use --checkpoint 20, the same parameters"):
+        ckpt.params_path(d, "best")
+    resumed = resume_state(d)
+    assert resumed.step == 20
+    check_kept_files(d, state=resumed)
+    assert ckpt.params_path(d, "best").name == ckpt.PARAMS_BEST and ckpt.best_step(d) == 20
+
+
+def test_latest_is_the_newest_intact_checkpoint_as_a_resume_takes_it(tmp_path):
+    """Killed between a step's manifest and state.json (written last), `--checkpoint latest` took the step before
+    from state.json, where --resume goes on from the newer step, intact in its manifest."""
+    d = _model_dir(tmp_path)
+    ckpt.TrainState(**manifest.read_manifest(d, "00000020")["state"]).save(d)   # as before step 30's save
+    assert ckpt.params_path(d, "latest").name == ckpt.params_file(30)
+    assert resume_state(d).step == 30
