@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import shutil
 import time
@@ -69,8 +70,10 @@ def export_model(model_dir, output, which: str = "best", overwrite: bool = False
     tmp = output.parent / f".{output.name}.export-{os.getpid()}"   # made with the umask's permissions
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
-        for left in output.parent.glob(f".{output.name}.export-*"):   # by an export killed (SIGKILL, SIGTERM)
-            if left == tmp or not _alive(left.name.rsplit("-", 1)[-1]):
+        # by an export killed (SIGKILL, SIGTERM): its copy being made, or the earlier export it replaced
+        for left in (p for kind in ("export", "replaced") for p in output.parent.glob(f".{output.name}.{kind}-*")):
+            pid = left.name.rsplit("-", 1)[-1]
+            if pid == str(os.getpid()) or not _alive(pid):
                 shutil.rmtree(left, ignore_errors=True)
         tmp.mkdir()
     except OSError as e:   # a file where a directory belongs, no permission, a read-only file system, ...
@@ -90,12 +93,14 @@ def export_model(model_dir, output, which: str = "best", overwrite: bool = False
             "model_dir": str(model_dir.resolve()), "checkpoint": str(which), "params_file": params.name,
             "step": step or None, "params_sha256": manifest.sha256_of(params),
             "exported": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, indent=2) + "\n")
-        if output.exists():   # an earlier export (`_check_output`): replaced only now that the new one is complete
-            shutil.rmtree(output)
+        replaced = output.parent / f".{output.name}.replaced-{os.getpid()}"
+        if output.exists():   # an earlier export (`_check_output`): replaced only now that the new one is complete,
+            output.rename(replaced)   # and deleted once it is in place (a kill meanwhile leaves the new one)
         tmp.rename(output)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    shutil.rmtree(replaced, ignore_errors=True)
     return output
 
 
@@ -148,8 +153,12 @@ def _scores_of(model_dir: Path, which: str, info: dict) -> Dict[str, Dict[str, o
     keys = [checkpoint_key(str(which), info["params_file"])]
     if info["params_file"] != ckpt.PARAMS_AVG:   # (an average's step is that of the last checkpoint in it)
         keys += [str(info["step"])] + (["best"] if info["step"] == ckpt.best_step(model_dir) else [])
-    out = {}
-    for test, entries in read_scores(model_dir).items():
+    out, scores = {}, {}
+    try:
+        scores = read_scores(model_dir)
+    except ckpt.CheckpointError as e:   # the export translates without them
+        logging.getLogger("nmt.export").warning("%s; the export holds no test scores", e)
+    for test, entries in scores.items():
         entry = next((entries[k] for k in keys if k in entries), None)
         if entry is not None:
             out[test] = {"best": {**entry, "checkpoint": "best", "params_file": ckpt.PARAMS_BEST,

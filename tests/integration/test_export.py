@@ -214,3 +214,38 @@ def test_an_export_killed_leaves_nothing_after_the_next(model_copy, tmp_path, ca
         (d / "params.best").write_bytes(b"x")
     assert run(export_main, ["--model-dir", model_copy, "--output", tmp_path / "out"], capsys)[0] == 0
     assert not dead.exists() and live.exists()
+
+
+class _Killed(BaseException):
+    """A SIGKILL at that line, as far as the files are concerned."""
+
+
+def test_an_overwrite_killed_as_it_deletes_the_earlier_export_leaves_the_new_one(model_copy, tmp_path, capsys,
+                                                                                monkeypatch):
+    """--overwrite deleted the earlier export and only then renamed the new one into place: killed in between (the
+    deletion takes a while), nothing was left under the name."""
+    out = tmp_path / "out"
+    assert run(export_main, ["--model-dir", model_copy, "--output", out], capsys)[0] == 0
+    step = ckpt.params_step(list_params_files(model_copy)[0])
+
+    def killed(path, *args, **kwargs):
+        if Path(path).name.startswith(".out.replaced-"):
+            raise _Killed()
+        return shutil.rmtree(path, *args, **kwargs)
+    monkeypatch.setattr("nmt.export.shutil", type("S", (), {"rmtree": staticmethod(killed)}))
+    with pytest.raises(_Killed):
+        export_main(["--model-dir", str(model_copy), "--output", str(out), "--checkpoint", str(step), "--overwrite"])
+    monkeypatch.undo()
+    assert json.loads((out / EXPORT).read_text())["step"] == step and Translator.from_dir(out)
+    assert run(export_main, ["--model-dir", model_copy, "--output", out, "--overwrite"], capsys)[0] == 0
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.")] == []   # the next one removes it
+
+
+def test_a_damaged_scores_json_is_exported_without_scores_and_a_warning(model_copy, tmp_path, capsys, caplog):
+    """A damaged scores.json stopped the export ("move it away to record new scores"): an export's scores are
+    optional."""
+    (model_copy / ckpt.SCORES).write_text("")
+    code, out, err = run(export_main, ["--model-dir", model_copy, "--output", tmp_path / "out"], capsys)
+    assert code == 0 and not (tmp_path / "out" / ckpt.SCORES).exists()
+    assert f"{model_copy / ckpt.SCORES} is not valid JSON" in caplog.text and "the export holds no test scores" in \
+        caplog.text
