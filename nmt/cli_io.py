@@ -91,13 +91,10 @@ def utf8_stdout():
 def open_output(stack, output):
     """The output stream: stdout (`utf8_stdout`) for None or "-", else the file, opened in `stack` (compressed when
     named .gz, .bz2 or .xz, as --input reads such files); a CorpusError naming --output if it cannot be written."""
-    import bz2
-    import gzip
-    import lzma
-    from nmt.corpus import CorpusError
+    from nmt.textfile import COMPRESSED_BY_SUFFIX, CorpusError
     if output in (None, "-"):
         return utf8_stdout()
-    opener = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}.get(Path(output).suffix.lower(), open)
+    opener = COMPRESSED_BY_SUFFIX.get(Path(output).suffix.lower(), open)
     try:
         return stack.enter_context(opener(output, "wt", encoding="utf-8", newline="\n"))
     except OSError as e:

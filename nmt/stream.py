@@ -19,8 +19,8 @@ from typing import BinaryIO, Callable, Iterable, Iterator, List, Optional, Seque
 from nmt import jsonio
 from nmt.align import format_links
 from nmt.config import CHARS_PER_TOKEN
-from nmt.corpus import (INVISIBLE, CorpusError, archive_sign, control_characters, count_lines, lone_surrogate,
-                        one_line, open_bytes, to_utf8_hint, wide_encoding)
+from nmt.corpus import INVISIBLE, CorpusError, control_characters, count_lines, lone_surrogate, one_line
+from nmt.textfile import archive_sign, open_bytes, to_utf8_hint, wide_encoding
 from nmt.log import Every
 from nmt.translate import Translator
 

@@ -229,7 +229,7 @@ def test_invalid_utf8_names_file_and_line(write_file):
     with pytest.raises(CorpusError, match=r"l.en:2: .*the line reads as Windows-1252 \(Latin-1\) text: `iconv -f "
                                           r"CP1252 -t UTF-8 .*l.en`"):
         read_parallel(write_file("k.ko", KO), en)
-    from nmt.corpus import to_utf8_hint   # Hangul anywhere in the line (it was looked for at its start alone), any
+    from nmt.textfile import to_utf8_hint   # Hangul anywhere in the line (it was looked for at its start alone), any
     assert to_utf8_hint('Tom은 "집"에'.encode("cp949"), "my in.ko", None) == \
         "Korean legacy text is often CP949: `iconv -f CP949 -t UTF-8 'my in.ko'`"   # Windows-1252 sign; a quoted path
     assert to_utf8_hint("Nestl\u00e9\u2122 \u2022 caf\u00e9".encode("cp1252"), "a.en", "xz") == \

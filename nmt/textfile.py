@@ -1,0 +1,94 @@
+"""What kind of file a corpus or input file is, by its bytes: compressed (gzip, bzip2, xz: read as the text they
+hold), an archive or zstd data (refused), UTF-16 or UTF-32 rather than UTF-8, or legacy text (CP949, Windows-1252)
+where UTF-8 fails; each with the command that converts it. `CorpusError` is what every reader of text raises."""
+from __future__ import annotations
+
+import bz2
+import codecs
+import gzip
+import lzma
+import re
+import shlex
+from pathlib import Path
+from typing import BinaryIO, Optional, Tuple, Union
+
+PathLike = Union[str, Path]
+
+
+class CorpusError(ValueError):
+    """Unusable input data; the message names the file(s), line, problem and what to do."""
+
+
+# Compressed text is read as the text it holds (as Sockeye and Marian read corpora): the leading bytes of each format
+# (bzip2's with a block or end-of-stream marker, so that a text starting "BZh" stays text), its name and opener.
+COMPRESSED = [(re.compile(rb"\x1f\x8b"), "gzip", gzip.open), (re.compile(rb"\xfd7zXZ\x00"), "xz", lzma.open),
+              (re.compile(rb"BZh[1-9](1AY&SY|\x17rE8P\x90)"), "bzip2", bz2.open)]
+COMPRESSED_BY_SUFFIX = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}   # an output is written so by its name
+
+
+def open_bytes(path: PathLike) -> Tuple[BinaryIO, Optional[str]]:
+    """`path` open for reading its bytes, through its decompressor when it is a gzip, bzip2 or xz file, and that
+    format's name (None: plain); a CorpusError naming the file when it cannot be opened or is a zip archive (which
+    may hold several files)."""
+    try:
+        f = open(path, "rb")   # opened once: a pipe (--input <(...), /dev/stdin) cannot be read again
+        head = f.peek(10)[:10]
+        if archive_sign(head) == "a zip archive":
+            f.close()
+            raise CorpusError(f"{path}: this is a zip archive, not text; unzip it and give the file of sentences "
+                              "(gzip, bzip2 and xz files are read as they are)")
+        name, opener = next(((n, o) for magic, n, o in COMPRESSED if magic.match(head)), (None, None))
+        if opener is None:
+            return f, None
+        if not f.seekable():   # the decompressor reads on from the peeked bytes
+            return opener(f), name
+        f.close()
+        return opener(path, "rb"), name
+    except FileNotFoundError:
+        raise CorpusError(f"{path}: file not found; check the path") from None
+    except OSError as e:
+        raise CorpusError(f"{path}: cannot read ({e.strerror})") from None
+
+
+def to_utf8_hint(line: bytes, path: Optional[PathLike], kind: Optional[str]) -> str:
+    """What a line of invalid UTF-8 probably is and the command converting `path` (None: standard input; read as
+    `kind`: "gzip" ...) to UTF-8: Korean legacy text is CP949; a line that has no Hangul in CP949 but reads as
+    Windows-1252 (or Latin-1) text (an English file's "Café") is taken for that."""
+    enc = "CP949" if _reads_as(line, "cp949", "[\uac00-\ud7a3]") or not _reads_as(line, "cp1252", "") else "CP1252"
+    cat, name = {"gzip": "zcat", "bzip2": "bzcat", "xz": "xzcat"}.get(kind or ""), shlex.quote(str(path))
+    command = (f"`{cat} {name} | iconv -f {enc} -t UTF-8`" if cat else
+               f"`iconv -f {enc} -t UTF-8{'' if path is None else ' ' + name}`")
+    return ("Korean legacy text is often CP949: " if enc == "CP949" else
+            "the line reads as Windows-1252 (Latin-1) text: ") + command
+
+
+def _reads_as(line: bytes, encoding: str, pattern: str) -> bool:
+    try:
+        return re.search(pattern, line.decode(encoding)) is not None
+    except UnicodeDecodeError:
+        return False
+
+
+def archive_sign(data: bytes) -> str:
+    """The archive or compression format of data starting with `data`, by its magic bytes, or "" (a tar archive
+    also inside gzip, bzip2 or xz: their reader gives its bytes)."""
+    return ("a zip archive" if data.startswith(b"PK\x03\x04") else "a tar archive" if data[257:262] == b"ustar"
+            else "zstd data" if data.startswith(b"\x28\xb5\x2f\xfd") else
+            next((f"{name} data" for magic, name, _ in COMPRESSED if magic.match(data)), ""))
+
+
+def wide_encoding(data: bytes) -> Tuple[str, str]:
+    """(its encoding, what shows it) when text starting with `data` is UTF-16 or UTF-32 rather than UTF-8: a
+    byte-order mark, or NUL bytes as a tenth or more of its first 1,000 bytes (where they stand tells the byte order,
+    and UTF-32's two high bytes of every character); ("", "") when nothing shows it."""
+    for bom, name in ((codecs.BOM_UTF32_LE, "UTF-32"), (codecs.BOM_UTF32_BE, "UTF-32"), (codecs.BOM_UTF16_LE, "UTF-16"),
+                      (codecs.BOM_UTF16_BE, "UTF-16")):   # UTF-32's little-endian mark starts with UTF-16's
+        if data.startswith(bom):
+            return name, f"it starts with a {name} byte-order mark"
+    head = data[:1000]
+    if not head or head.count(0) * 10 < len(head):
+        return "", ""
+    zero = [not any(head[i::4]) for i in range(4)] if len(head) >= 4 else [False] * 4
+    name = ("UTF-32LE" if zero[2] and zero[3] else "UTF-32BE" if zero[0] and zero[1] else
+            "UTF-16LE" if head[1::2].count(0) >= head[0::2].count(0) else "UTF-16BE")
+    return name, "or not text: NUL bytes fill its start"
