@@ -109,8 +109,24 @@ def read_lines(path: PathLike, *, skip_invalid_utf8: bool = False, max_line_char
     """Lines of a UTF-8 text file, normalized; None for an undecodable line skipped on request. Blank lines at
     the end are dropped (warned) unless `keep_blank_end` (a file whose every line is data, e.g. translations).
     `skippable`: the error for invalid UTF-8 offers --skip-invalid-utf8 (training data; not a test set)."""
-    return [None if t is None else normalize(t)
-            for t in _decode_lines(path, skip_invalid_utf8, max_line_chars, keep_blank_end, skippable)]
+    lines = _decode_lines(path, skip_invalid_utf8, max_line_chars, keep_blank_end, skippable)
+    _warn_of_changes(path, lines)
+    return [None if t is None else normalize(t) for t in lines]
+
+
+def _warn_of_changes(path: PathLike, lines: Sequence[Optional[str]]) -> None:
+    """Warn, naming the lines, of what `normalize` changes in them without a word otherwise: control characters
+    removed, line breaks other than LF (U+2028, form feed, ...) read as spaces, and tabs on every line (the columns
+    of a TSV file as one sentence?)."""
+    text = [(i, t) for i, t in enumerate(lines, 1) if t and t.strip()]
+    for what, found in (("control character(s), removed", [i for i, t in text if control_characters(t)]),
+                        ("a line break other than LF (U+2028, form feed, ...), read as a space",
+                         [i for i, t in text if LINE_BREAKS.search(t)])):
+        if found:
+            logger.warning("%s: %d line(s) with %s: line %s", path, len(found), what, line_list(found))
+    if len(text) > 1 and all("\t" in t for _, t in text):
+        logger.warning("%s: every line holds a tab, read as a space: the columns of a TSV file? give one file per "
+                       "side (e.g. `cut -f1 %s`)", path, path)
 
 
 def _text_bytes(data: bytes, path: Path) -> bytes:
@@ -166,6 +182,8 @@ def _decode_lines(path: PathLike, skip_invalid_utf8: bool, max_line_chars: int,
         problem = f"a damaged {kind} file ({e})" if kind else f"cannot read ({e.strerror})"
         raise CorpusError(f"{path}: {problem}") from None
     data = _text_bytes(data, path)
+    if data.endswith(b"\r") and data.count(b"\r") == 1 and b"\n" not in data:   # one line, ended by a CR
+        data = data[:-1]
     if b"\r" in data:
         if b"\n" not in data:
             raise CorpusError(f"{path}: line ends are CR only (old Mac format), so the whole file reads as one line; "

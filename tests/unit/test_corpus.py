@@ -152,6 +152,31 @@ def test_files_shifted_by_a_line_with_a_blank_end_are_said_to_look_misaligned(wr
     assert "misaligned" not in messages(nmt_logs)
 
 
+def test_a_one_line_file_ended_by_a_cr_is_that_line(write_file):
+    """'고마워요.\\r' was "line ends are CR only (old Mac format), so the whole file reads as one line": it is one."""
+    assert read_parallel(write_file("o.ko", KO[0] + "\r"), write_file("o.en", EN[:1])).src == KO[:1]
+    with pytest.raises(CorpusError, match="CR only"):   # two lines ended so are still refused
+        read_parallel(write_file("t.ko", KO[0] + "\r" + KO[1] + "\r"), write_file("t.en", EN[:2]))
+
+
+def test_what_reading_changes_in_a_line_is_said_naming_the_lines(write_file, nmt_logs):
+    """Control characters were removed and U+2028 or a form feed inside a training line read as a space without a
+    word (nmt-translate warned of the same); a TSV file given as one side was trained on as sentences of both
+    languages."""
+    ko = write_file("c.ko", [KO[0], "안녕\x00하세요.", "좋아요.\u2028나빠요.", "좋아요.\x0c나빠요."])
+    en = write_file("c.en", [*EN, "Good. Bad."])
+    pairs = read_parallel(ko, en)
+    assert pairs.src[1:] == ["안녕하세요.", "좋아요. 나빠요.", "좋아요. 나빠요."]
+    said = messages(nmt_logs)
+    assert f"{ko}: 1 line(s) with control character(s), removed: line 2" in said
+    assert f"{ko}: 2 line(s) with a line break other than LF (U+2028, form feed, ...), read as a space: line 3, 4" in said
+    assert "tab" not in said
+    tsv = write_file("p.tsv", [f"{k}\t{e}" for k, e in zip(KO, EN)])
+    read_parallel(tsv, write_file("p.en", EN))
+    assert (f"{tsv}: every line holds a tab, read as a space: the columns of a TSV file? give one file per side "
+            f"(e.g. `cut -f1 {tsv}`)") in messages(nmt_logs)
+
+
 def test_archives_and_compressed_files_not_read_are_named_as_such(tmp_path):
     """A zstd file was "invalid UTF-8 ... often CP949", a .tgz "UTF-16 (or not text ...)", and a bad byte in a .gz
     was to be fixed by `iconv` on the gzip file itself."""
