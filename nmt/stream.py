@@ -295,14 +295,13 @@ def _read_line(raw: bytes, cut: bool, line_no: int, source: Tuple[str, Optional[
     CorpusError naming the line for what cannot be read."""
     name = source[0]
     if cut and json_input:   # a cut object is no longer JSON
-        raise CorpusError(f"{name}:{line_no}: the line is longer than the input guard (--max-input-tokens x "
-                          f"{CHARS_PER_TOKEN} characters per field) and was cut while reading, so it is no longer a "
-                          "JSON object; its text would be cut to --max-input-tokens anyway: shorten it, or raise "
-                          "--max-input-tokens")
+        raise CorpusError(f"{name}:{line_no}: the line is longer than the input guard (a multiple of "
+                          "--max-input-tokens, in bytes) and was cut while reading, so it is no longer a JSON object; "
+                          "its text would be cut to --max-input-tokens anyway: shorten it, or raise --max-input-tokens")
     if cut:
         stats.cut += 1
-        logger.warning("%s:%d: line longer than the input guard (--max-input-tokens x %d characters); cut while "
-                       "reading", name, line_no, CHARS_PER_TOKEN)
+        logger.warning("%s:%d: line longer than the input guard (--max-input-tokens x %d bytes); cut while reading, "
+                       "to the length the next warning gives", name, line_no, CHARS_PER_TOKEN * 4)
     text, replaced = decode_line(raw, line_no, name, on_invalid, source[1])
     stats.invalid_utf8 += replaced
     prefix = None

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from nmt import checkpoint as ckpt
+from nmt.config import CHARS_PER_TOKEN
 from nmt.cli_decode import translate_main
 from nmt.stream import PAUSE, interactive, read_raw_lines, translate_stream
 from nmt.tokenizer import UNK_ID
@@ -168,7 +169,8 @@ def test_over_long_lines_are_truncated_with_a_warning(tr, capsys, tmp_path):
                         "--beam-size", "1"], capsys)
     assert code == 0
     assert len((tmp_path / "out.en").read_text(encoding="utf-8").split("\n")) == 4
-    assert f"{path}:2: line longer than the input guard" in err            # cut while reading: bounded memory
+    assert f"{path}:2: line longer than the input guard (--max-input-tokens x {CHARS_PER_TOKEN * 4} bytes); cut " \
+        "while reading, to the length the next warning gives" in err   # bounded memory (it said "characters")
     assert "input line 2 has 250 subword tokens" not in err and "input line 2 has" in err and "truncated to" in err
     assert "; 1 truncated" in err   # cut to the character guard, then to the tokens: one line (it said 2)
 
