@@ -150,16 +150,19 @@ def _scores_of(model_dir: Path, which: str, info: dict) -> Dict[str, Dict[str, o
     """The test scores recorded for checkpoint `which` (`checkpoint_info`: its parameter file and step), under any
     name of its parameters (latest is its step; the best's step is best), as the export's `best`."""
     from nmt.scoring import checkpoint_key, read_scores
-    keys = [checkpoint_key(str(which), info["params_file"])]
-    if info["params_file"] != ckpt.PARAMS_AVG:   # (an average's step is that of the last checkpoint in it)
-        keys += [str(info["step"])] + (["best"] if info["step"] == ckpt.best_step(model_dir) else [])
+    keys, avg = [checkpoint_key(str(which), info["params_file"])], info["params_file"] == ckpt.PARAMS_AVG
+    if not avg:   # (an average's step is that of the last checkpoint in it)
+        keys += [str(info["step"]), "best"]
+
+    def theirs(entry) -> bool:   # best's entry may be another step's (recorded as a new best was written)
+        return isinstance(entry, dict) and (avg or entry.get("step") in (None, info["step"]))
     out, scores = {}, {}
     try:
         scores = read_scores(model_dir)
     except ckpt.CheckpointError as e:   # the export translates without them
         logging.getLogger("nmt.export").warning("%s; the export holds no test scores", e)
     for test, entries in scores.items():
-        entry = next((entries[k] for k in keys if k in entries), None)
+        entry = next((entries[k] for k in keys if theirs(entries.get(k))), None)
         if entry is not None:
             out[test] = {"best": {**entry, "checkpoint": "best", "params_file": ckpt.PARAMS_BEST,
                                   **({"step": None} if info["params_file"] == ckpt.PARAMS_AVG else {})}}

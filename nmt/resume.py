@@ -95,6 +95,8 @@ def rebuild_best(model_dir: Path, step: Optional[int]) -> bool:
         ckpt.verify_params(source)
     except ckpt.CheckpointError:
         return False
+    from nmt.scoring import retire_scores
+    retire_scores(model_dir, "best")   # the test scores recorded as best's were another step's (or go to its key)
     atomic_copy(source, model_dir / ckpt.PARAMS_BEST)
     manifest.write_manifest(model_dir, "best", [ckpt.PARAMS_BEST], step)
     return True

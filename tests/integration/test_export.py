@@ -249,3 +249,16 @@ def test_a_damaged_scores_json_is_exported_without_scores_and_a_warning(model_co
     assert code == 0 and not (tmp_path / "out" / ckpt.SCORES).exists()
     assert f"{model_copy / ckpt.SCORES} is not valid JSON" in caplog.text and "the export holds no test scores" in \
         caplog.text
+
+
+def test_the_export_carries_its_own_steps_scores_not_another_steps_recorded_as_best(model_copy, tmp_path, capsys):
+    """scores.json's "best" entry can be another step's (recorded by nmt-evaluate as a training run wrote a new best,
+    or before a resume wrote params.best again): the export took it as its own, before its step's own entry. An
+    entry that is not an object was a TypeError traceback."""
+    best = ckpt.best_step(model_copy)
+    entry = {"bleu": 11.0, "chrf": 30.0, "n": 3, "params_file": "params.best"}
+    (model_copy / ckpt.SCORES).write_text(json.dumps({
+        "test": {"best": {**entry, "step": best - 1, "bleu": 99.0}, str(best): {**entry, "step": best}},
+        "other": {"best": 5}}))
+    assert run(export_main, ["--model-dir", model_copy, "--output", tmp_path / "out"], capsys)[0] == 0
+    assert read_scores(tmp_path / "out") == {"test": {"best": {**entry, "step": best, "checkpoint": "best"}}}

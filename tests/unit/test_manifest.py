@@ -369,3 +369,26 @@ def test_latest_is_the_newest_intact_checkpoint_as_a_resume_takes_it(tmp_path):
     ckpt.TrainState(**manifest.read_manifest(d, "00000020")["state"]).save(d)   # as before step 30's save
     assert ckpt.params_path(d, "latest").name == ckpt.params_file(30)
     assert resume_state(d).step == 30
+
+
+def test_a_best_written_again_moves_the_scores_recorded_as_best_to_their_step(tmp_path):
+    """A resume that wrote params.best again from the best step's checkpoint left the old best's test scores as
+    best's: an export of the new best then carried them."""
+    from nmt.scoring import read_scores, record_scores
+    d = _model_dir(tmp_path, record_best=True)
+    record_scores(d, "t", "best", {"bleu": 3.0, "step": 20, "checkpoint": "best", "params_file": ckpt.PARAMS_BEST})
+    state = ckpt.TrainState(**manifest.read_manifest(d, "00000030")["state"])
+    state.best_step = 30
+    manifest.write_manifest(d, "00000030", [ckpt.params_file(30), ckpt.trainer_states_file(30)], 30, vars(state))
+    resume_state(d)
+    assert list(read_scores(d)["t"]) == ["20"] and ckpt.best_step(d) == 30
+
+
+def test_latest_past_a_checkpoint_being_saved_is_no_warning(tmp_path, caplog):
+    """Beside a training run, `--checkpoint latest` warned "the newest checkpoint is damaged" whenever the run was
+    between a step's parameters and its manifest."""
+    d = _model_dir(tmp_path)
+    (d / ckpt.params_file(40)).write_bytes((d / ckpt.params_file(30)).read_bytes())
+    with caplog.at_level("INFO", logger="nmt.checkpoint"):
+        assert ckpt.params_path(d, "latest").name == ckpt.params_file(30)
+    assert "WARNING" not in caplog.text and f"{d}: step 40 not saved whole yet; the latest is step 30" in caplog.text
