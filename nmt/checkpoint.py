@@ -10,11 +10,9 @@ Layout of a model directory (everything needed to translate or to resume, nothin
     trainer.<step>.states        optimizer states of the checkpoint (named by step: never paired with another's)
     manifest.<key>.json          per checkpoint (key: step, best, avg): its files' sizes and sha256 (nmt.manifest),
                                  written after them; a step's manifest holds its TrainState too
-    state.json                   TrainState of the latest checkpoint; written last, so it always points at
-                                 files that exist (a crash at any instant leaves the previous one loadable)
+    state.json                   TrainState of the latest checkpoint, written last
     train.lock                   held by the one trainer writing the directory (nmt.dirlock)
-    metrics.jsonl                one row per validation
-    train.log                    the training log
+    metrics.jsonl, train.log     one row per validation; the training log
 """
 from __future__ import annotations
 
@@ -278,14 +276,17 @@ def latest_step(state: TrainState) -> int:
 
 
 def latest_params_path(model_dir: Path) -> Path:
-    """The parameters of the newest intact step checkpoint, as --resume takes it (state.json, written last, lags a
-    run killed as it saved), with a warning naming what is wrong with any newer one."""
+    """The newest intact step checkpoint's parameters, as --resume takes it (state.json, written last, lags a run
+    killed as it saved); a warning names what is wrong with a newer one, unless it has no manifest yet (saving)."""
     model_dir = Path(model_dir)
     check_manifests(model_dir)
     body, problems = manifest.newest_intact(model_dir)
-    if problems:
+    newer = [s for s in manifest.step_keys(model_dir) if s > body["step"]]
+    if any((model_dir / manifest.manifest_name(manifest.step_key(s))).exists() for s in newer):
         logger.warning("%s: the newest checkpoint is damaged (%s); the latest is the newest intact one, step %d",
                        model_dir, "; ".join(problems), body["step"])
+    elif newer:
+        logger.info("%s: step %s not saved whole yet; the latest is step %d", model_dir, newer[0], body["step"])
     return model_dir / params_file(latest_step(TrainState(**body["state"])))
 
 
@@ -327,10 +328,9 @@ def params_path(model_dir: Path, which: str = "best") -> Path:
 
 
 def best_step(model_dir: Path, newest: bool = False) -> Optional[int]:
-    """The training step of params.best: from its manifest (written with it; state.json follows it, so a run killed
-    between the two says the old step there), else from the training state, else (state.json damaged or gone) from
-    the newest intact checkpoint's, as --resume takes it; with `newest`, that one's first (of a run killed as it
-    wrote params.best, the new best: its step's files come first)."""
+    """The training step of params.best: from its manifest (written with it), else the training state's, else (state
+    .json damaged or gone) the newest intact checkpoint's, as --resume takes it; with `newest`, that one's first (of
+    a run killed as it wrote params.best, the new best: its step's files come first)."""
     sources = [lambda: manifest.read_manifest(model_dir, "best").get("step"),
                lambda: TrainState.load(model_dir).best_step,
                lambda: manifest.newest_intact(model_dir)[0]["state"].get("best_step")]

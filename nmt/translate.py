@@ -134,10 +134,14 @@ class Translator:
         dirs = [(model_dir, cfg)] + others
 
         from nmt.scoring import checkpoint_info   # (which imports this module)
-        for _ in range(3):   # a training run may replace the checkpoint meanwhile: the loaded one is that of `info`
+        for attempt in range(3):   # a training run may replace or prune the checkpoint meanwhile: loaded again
             info = checkpoint_info(model_dir, str(which))
-            # a hybridized block is not safe to call from two threads: one copy of the members per device
-            loaded = [(c, [load_member(d, d_cfg, src_tok, tgt_tok, which, c) for d, d_cfg in dirs]) for c in ctxs]
+            try:   # a hybridized block is not safe to call from two threads: one copy of the members per device
+                loaded = [(c, [load_member(d, d_cfg, src_tok, tgt_tok, which, c) for d, d_cfg in dirs]) for c in ctxs]
+            except ckpt.CheckpointError:
+                if attempt == 2 or checkpoint_info(model_dir, str(which)) == info:
+                    raise
+                continue
             if checkpoint_info(model_dir, str(which)) == info:
                 break
         else:

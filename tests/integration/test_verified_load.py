@@ -114,3 +114,29 @@ def test_scores_and_info_name_the_parameters_loaded_not_a_best_written_since(mod
     (model_dir / ckpt.SCORES).write_text(json.dumps({"t": {"best": entry, "4": {**entry, "step": 4, "bleu": 1.5}}}))
     info = model_test_score(model_dir, "best", step=tr.params_step)
     assert (info["checkpoint"], info["bleu"], info["of_loaded_checkpoint"]) == ("4", 1.5, True)
+
+
+def test_a_latest_pruned_while_it_loads_is_loaded_again(model, tmp_path, monkeypatch):
+    """A training run saved a new step and pruned the one Translator.from_dir("latest") was loading: "params.N
+    cannot be read (No such file or directory)" instead of loading the new latest."""
+    import shutil
+    from nmt import manifest
+    from nmt.translate import Translator
+    d = tmp_path / "m"
+    shutil.copytree(model[0], d)
+    load = ckpt.load_parameters
+
+    def load_parameters(net, path, *args):   # the first load races a run that saves step 5 and prunes step 4
+        if path.name == ckpt.params_file(4) and not (d / ckpt.params_file(5)).exists():
+            state = manifest.read_manifest(d, "00000004")["state"]
+            for old, new in ((ckpt.params_file(4), ckpt.params_file(5)),
+                             (ckpt.trainer_states_file(4), ckpt.trainer_states_file(5))):
+                shutil.copyfile(d / old, d / new)
+            manifest.write_manifest(d, "00000005", [ckpt.params_file(5), ckpt.trainer_states_file(5)], 5,
+                                    {**state, "step": 5, "params_files": [ckpt.params_file(2), ckpt.params_file(5)]})
+            for name in (manifest.manifest_name("00000004"), ckpt.params_file(4), ckpt.trainer_states_file(4)):
+                (d / name).unlink()
+        return load(net, path, *args)
+    monkeypatch.setattr(ckpt, "load_parameters", load_parameters)
+    tr = Translator.from_dir(d, which="latest")
+    assert (tr.params_file.name, tr.params_step) == (ckpt.params_file(5), 5)
