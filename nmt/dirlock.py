@@ -98,8 +98,9 @@ def left_aside(model_dir: Path) -> str:
     """What to do with the run that an --overwrite killed before its new run read the data left in OVERWRITTEN;
     "" when there is none."""
     aside = Path(model_dir) / OVERWRITTEN
-    return (f"{aside} holds the run that an interrupted --overwrite set aside: to keep that run, move its files back "
-            f"into {model_dir} in place of the others; to start over, delete {aside}") if aside.is_dir() else ""
+    return (f"{aside} holds the run that an interrupted --overwrite set aside: to keep that run, delete the other "
+            f"files of {model_dir} and move its files back there; to start over, delete {aside}"
+            ) if aside.is_dir() else ""
 
 
 def set_aside(model_dir: Path) -> Optional[Path]:

@@ -28,10 +28,13 @@ TUNABLE = ("dropout", "word_dropout", "attention_dropout", "activation_dropout")
 def init_params(spec) -> Path:
     """The parameter file `--init-from` names: a model directory's best parameters, or a params file in one
     (params.avg, params.00005040 ...), checked against its checkpoint's manifest; absolute, as state.json records it."""
+    from nmt.dirlock import left_aside
     path = Path(spec).absolute()
+    model_dir = path if path.is_dir() else path.parent
+    if left_aside(model_dir):   # its files are in .overwritten
+        raise ConfigError(f"--init-from {spec}: {left_aside(model_dir)}")
     if not path.exists():
         raise ConfigError(f"--init-from {spec}: no such model directory or parameter file")
-    model_dir = path if path.is_dir() else path.parent
     if not (model_dir / ckpt.CONFIG).is_file():
         raise ConfigError(f"--init-from {spec}: {model_dir / ckpt.CONFIG} not found; give a model directory written "
                           "by nmt-train, or a params file in one (e.g. DIR/params.avg)")

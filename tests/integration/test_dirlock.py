@@ -169,11 +169,14 @@ def test_a_run_set_aside_by_a_killed_overwrite_is_named_not_deleted(tmp_path, ta
         if p.name not in (aside.name, ckpt.LOCK):
             p.rename(aside / p.name)
     kept = sorted(p.name for p in aside.iterdir())
-    says = (f"{aside} holds the run that an interrupted --overwrite set aside: to keep that run, move its files back "
-            f"into {d} in place of the others; to start over, delete {aside}")
+    says = (f"{aside} holds the run that an interrupted --overwrite set aside: to keep that run, delete the other "
+            f"files of {d} and move its files back there; to start over, delete {aside}")
     for argv in (["--overwrite"], ["--resume"], []):
         assert train_main(train_cmd(task, d, "--max-steps", "3", *argv)[2:]) == 2
         assert f"error: --model-dir {d}: {says}\n" == capsys.readouterr().err
     assert translate_main(["--model-dir", str(d), "--input", task["test_src"]]) == 2
     assert f"error: --model-dir {d}: config.json not found; {says}\n" == capsys.readouterr().err
+    for init in (d, d / ckpt.PARAMS_BEST):   # (said "config.json not found", "no such ... parameter file")
+        assert train_main(train_cmd(task, tmp_path / "tuned", "--init-from", str(init))[2:]) == 2
+        assert f"error: --init-from {init}: {says}\n" == capsys.readouterr().err
     assert sorted(p.name for p in aside.iterdir()) == kept
