@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any, ClassVar, Dict, Optional
 
 from nmt import jsonio
-from nmt.corpus import MAX_LINE_CHARS
 
 
 class ConfigError(ValueError):
@@ -99,8 +98,7 @@ class DataConfig:
                 (self.batch_tokens is None or self.batch_tokens >= 1,
                  f"--batch-tokens must be >= 1, got {self.batch_tokens}"),
                 (16 <= self.vocab_size <= 1_000_000, f"--vocab-size must be from 16 to 1000000, got {self.vocab_size}"),
-                (1 <= self.max_chars <= MAX_LINE_CHARS, f"--max-chars must be 1 to {MAX_LINE_CHARS}, got "
-                                                        f"{self.max_chars}"),
+                (self.max_chars >= 1, f"--max-chars must be >= 1, got {self.max_chars}"),
                 (self.max_ratio >= 1, "--max-ratio must be >= 1 (the longer side's UTF-8 bytes over the shorter's; "
                                       f"inf: no limit), got {self.max_ratio}"),
                 (self.num_buckets >= 1, f"--num-buckets must be >= 1, got {self.num_buckets}"),

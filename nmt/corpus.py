@@ -215,9 +215,9 @@ def _decode_lines(path: PathLike, skip_invalid_utf8: bool, max_line_chars: int,
                               "LF or CRLF); read as one line, its translation would usually leave all but the first "
                               f"out. Make it one line (`tr '\\r' ' '`), or split it in both files of a pair")
         if max_line_chars is not None and len(text) > max_line_chars:
-            raise CorpusError(f"{path}:{i}: line is {len(text)} characters long (limit {max_line_chars}); the file "
-                              "must hold one sentence per line -- check its line ends or split this line into "
-                              "sentences")
+            raise CorpusError(f"{path}:{i}: line is {len(text)} characters long (limit {max_line_chars}, for every "
+                              "file read, whatever --max-chars); the file must hold one sentence per line -- check its "
+                              "line ends or split this line into sentences")
         lines.append(text)
     if bad:
         logger.warning("%s: skipped %d line(s) with invalid UTF-8 (--skip-invalid-utf8): line %s",

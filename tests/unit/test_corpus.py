@@ -177,6 +177,18 @@ def test_what_reading_changes_in_a_line_is_said_naming_the_lines(write_file, nmt
             f"(e.g. `cut -f1 {tsv}`)") in messages(nmt_logs)
 
 
+def test_a_max_chars_over_the_line_limit_is_taken_and_the_limit_named(write_file, tmp_path):
+    """--max-chars was bounded at 20000 for a while: the models trained with a higher one could no longer load. It is
+    taken again; a longer line is refused as it is read, whatever --max-chars, and the error says so."""
+    from nmt.config import Config, DataConfig
+    path = tmp_path / "c.json"
+    Config(data=DataConfig(max_chars=100_000)).save(path)
+    assert Config.load(path).data.max_chars == 100_000
+    with pytest.raises(CorpusError, match=rf"l.ko:2: line is {MAX_LINE_CHARS + 1} characters long \(limit "
+                                          rf"{MAX_LINE_CHARS}, for every file read, whatever --max-chars\)"):
+        read_parallel(write_file("l.ko", [KO[0], "가" * (MAX_LINE_CHARS + 1)]), write_file("l.en", EN[:2]))
+
+
 def test_archives_and_compressed_files_not_read_are_named_as_such(tmp_path):
     """A zstd file was "invalid UTF-8 ... often CP949", a .tgz "UTF-16 (or not text ...)", and a bad byte in a .gz
     was to be fixed by `iconv` on the gzip file itself."""
