@@ -80,10 +80,11 @@ def _check_sampling(args: argparse.Namespace) -> None:
 @command(build_translate_parser)
 def translate_main(args: argparse.Namespace) -> int:
     import contextlib
-    from nmt.languages import hangul_counts, other_language_warning
+    from nmt.languages import hangul_counts
     from nmt.plot import attention_saver
+    from nmt.signals import terminated_as_interrupt
     from nmt.stream import IDLE_SECONDS, STDIN, interactive, open_input, read_raw_lines, translate_stream
-    usable_streams(args.input in (None, "-"), args.output in (None, "-"))
+    usable_streams([args.input], [args.output])
     if args.plot_attention:
         output_dir("--plot-attention", args.plot_attention)
     _check_sampling(args)
@@ -112,7 +113,8 @@ def translate_main(args: argparse.Namespace) -> int:
         tally[0], tally[1] = tally[0] + non_empty, tally[1] + hangul
         if plot is not None:
             plot(first, lines, translations)
-    with output_errors(args.output), contextlib.ExitStack() as stack:
+    # SIGTERM as Ctrl-C: the output is closed whole (a .gz file too) with what is translated, exit code 143
+    with terminated_as_interrupt(), output_errors(args.output), contextlib.ExitStack() as stack:
         src, idle, compressed = (sys.stdin.buffer, IDLE_SECONDS, None) if stdin else open_input(args.input, stack)
         if args.seed is not None:   # repeatable draws: the chunks (and so the draws) must not depend on pauses
             idle = None
@@ -128,6 +130,13 @@ def translate_main(args: argparse.Namespace) -> int:
                                      on_chunk=on_chunk)
         except BrokenPipeError:
             return reader_gone()
+    _summary(tr, stats, name, tally)
+    return 0
+
+
+def _summary(tr, stats, name: str, tally: List[int]) -> None:
+    """nmt-translate's last lines: the input's language if it is not the model's source, the counts and speed."""
+    from nmt.languages import other_language_warning
     warning = other_language_warning(*tally, tr.src_lang, tr.tgt_lang)
     if warning:
         logging.getLogger("nmt.translate").warning("%s: %s", name, warning)
@@ -137,7 +146,6 @@ def translate_main(args: argparse.Namespace) -> int:
         f"; {tr.cut_off} at the length limit" if tr.cut_off else "",
         f"; {stats.invalid_utf8} with invalid UTF-8 replaced" if stats.invalid_utf8 else "",
         f"; {stats.controls} with control characters removed" if stats.controls else "")
-    return 0
 
 
 def build_evaluate_parser() -> argparse.ArgumentParser:
@@ -257,10 +265,11 @@ def _own_name(name: str, args: argparse.Namespace, cfg) -> None:
 
 @command(build_evaluate_parser)
 def evaluate_main(args: argparse.Namespace) -> int:
-    from nmt.atomic import atomic_write_text
+    import gzip
+    from nmt.atomic import atomic_write_bytes, atomic_write_text
     from nmt.scoring import cannot_record, other_decoding, read_scores
-    usable_streams(False, True)   # the report's (UTF-8, whatever the locale: a test set's name may not be ASCII)
-    utf8_stdout()
+    from nmt.textfile import output_opener
+    usable_streams([f for f in (args.src_file, *(args.ref_file or ())) if f], ["-"])   # the report goes to stdout
     if args.hyp_dir:
         output_dir("--hyp-dir", args.hyp_dir)
     if args.json not in (None, "-"):   # written at the end: its directory is checked now
@@ -296,7 +305,11 @@ def evaluate_main(args: argparse.Namespace) -> int:
         if args.json == "-":
             gone = gone or not _printed([json.dumps(report, indent=2, ensure_ascii=False)])
     if args.json not in (None, "-"):
-        atomic_write_text(Path(args.json), json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+        text = json.dumps(report, indent=2, ensure_ascii=False) + "\n"
+        if output_opener("--json", args.json) is gzip.open:   # named .gz
+            atomic_write_bytes(args.json, gzip.compress(text.encode()))
+        else:
+            atomic_write_text(args.json, text)
     if gone:
         return reader_gone()
     if recorded:

@@ -89,12 +89,12 @@ def utf8_stdout():
 
 
 def open_output(stack, output):
-    """The output stream: stdout (`utf8_stdout`) for None or "-", else the file, opened in `stack` (compressed when
-    named .gz, .bz2 or .xz, as --input reads such files); a CorpusError naming --output if it cannot be written."""
-    from nmt.textfile import COMPRESSED_BY_SUFFIX, CorpusError
+    """The output stream: stdout (`utf8_stdout`) for None or "-", else the file, opened in `stack` (gzip-compressed
+    when named .gz: `output_opener`); a CorpusError naming --output if it cannot be written."""
+    from nmt.textfile import CorpusError, output_opener
     if output in (None, "-"):
         return utf8_stdout()
-    opener = COMPRESSED_BY_SUFFIX.get(Path(output).suffix.lower(), open)
+    opener = output_opener("--output", output)
     try:
         return stack.enter_context(opener(output, "wt", encoding="utf-8", newline="\n"))
     except OSError as e:
@@ -112,10 +112,13 @@ def check_languages_of(tr, src, tgt, src_name: str, tgt_name: str) -> None:
 
 def refuse_overwriting(flag: str, output, inputs: dict, model_dirs=()) -> None:
     """ConfigError if the file `output` (of `flag`) is one of the files the command reads (`inputs`, by flag), or
-    one of the files of `model_dirs` (config.json, params.best, scores.json ...): writing it would destroy them."""
+    one of the files of `model_dirs` (config.json, params.best, scores.json ...): writing it would destroy them; a
+    CorpusError if it is named as a compression other than gzip (`output_opener`)."""
     from nmt.checkpoint import OWN_FILE
+    from nmt.textfile import output_opener
     if output in (None, "-"):
         return
+    output_opener(flag, output)
     target = Path(output).resolve()
     for model_dir in model_dirs:   # (the files a run keeps there: checkpoint.OWN_FILE; also a hard link to one)
         own = ([p for p in Path(model_dir).iterdir() if OWN_FILE.fullmatch(p.name)]

@@ -80,51 +80,43 @@ class Terminated(KeyboardInterrupt):
         self.exit_code = 128 + signum
 
 
-class ClosedStream:
-    """Standard input or output of a command started with it closed (`<&-`, `>&-`), where Python's would be None:
-    reading or writing it is an error that says so (`usable_streams` checks first)."""
-
-    def __init__(self, name: str, redirect: str, advice: str) -> None:
-        self.name, self.redirect, self.advice = name, redirect, advice
-
-    def flush(self) -> None:   # (as the interpreter exits)
-        pass
-
-    def error(self):
-        from nmt.storage import StorageError
-        return StorageError(f"standard {self.name} is closed (the command was started with {self.redirect}): "
-                            f"{self.advice}")
-
-    def __getattr__(self, attr: str):
-        raise self.error()
+# The names a file flag may give standard input or output by; None: the flag left out (its default, the stream).
+STDIN_NAMES = (None, "-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0")
+STDOUT_NAMES = (None, "-", "/dev/stdout", "/dev/fd/1", "/proc/self/fd/1")
+CLOSED: set = set()   # the standard streams ("stdin", "stdout") this command was started without
 
 
-def _closed_streams() -> None:
-    """Make the standard streams a command was started without harmless: each closed descriptor gets /dev/null, so
-    that no file the command opens takes its number (C libraries' messages on fd 2 would land in it); stderr's
-    messages are dropped (print and tqdm fell back to stdout, log lines among the translations); stdin and stdout
-    become `ClosedStream`s."""
+def standard_streams() -> None:
+    """Each standard stream the command was started without (`<&-`, `>&-`, `2>&-`) gets /dev/null: no file the
+    command opens takes its descriptor (C libraries write their messages to fd 2), and print and tqdm do not fall
+    back to stdout (they put log lines among the translations); a closed stdin or stdout is recorded for
+    `usable_streams`, a closed stderr's messages go nowhere. Standard output writes UTF-8 whatever the locale."""
     for fd, name in enumerate(("stdin", "stdout", "stderr")):
         try:
             os.fstat(fd)
         except OSError:
             os.open(os.devnull, os.O_RDWR)   # the lowest free descriptor: this one
-            setattr(sys, name, open(os.devnull, "w", encoding="utf-8") if fd == 2 else ClosedStream(
-                ("input", "output")[fd], ("<&-", ">&-")[fd], ("give the input as a file (--input FILE or < FILE)",
-                                                           "redirect it to a file, or to /dev/null")[fd]))
+            setattr(sys, name, open(os.devnull, "r" if fd == 0 else "w", encoding="utf-8"))
+            CLOSED.add(name)
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(encoding="utf-8")
 
 
-def usable_streams(stdin: bool, stdout: bool) -> None:
-    """StorageError, before any work, when the command reads stdin (`stdin`) or writes stdout (`stdout`) and the
-    stream is closed (`ClosedStream`)."""
-    for used, stream in ((stdin, sys.stdin), (stdout, sys.stdout)):
-        if used and isinstance(stream, ClosedStream):
-            raise stream.error()
+def usable_streams(inputs=(), outputs=()) -> None:
+    """StorageError, before any work, when a file the command reads (`inputs`) or writes (`outputs`) is standard
+    input or output (`STDIN_NAMES`, `STDOUT_NAMES`) and the command was started without it."""
+    from nmt.storage import StorageError
+    for files, name, names, redirect, advice in (
+            (inputs, "stdin", STDIN_NAMES, "<&-", "give the input as a file (--input FILE or < FILE)"),
+            (outputs, "stdout", STDOUT_NAMES, ">&-", "redirect it to a file, or to /dev/null")):
+        if name in CLOSED and any(f in names for f in files):
+            raise StorageError(f"standard {name[3:]}put is closed (the command was started with {redirect}): "
+                               f"{advice}")
 
 
 def run_cli(main: Callable[[], int]) -> int:
     """Run `main`, turning the project's bad-input errors into `error: ...` on stderr and exit code 2."""
-    _closed_streams()
+    standard_streams()
     try:
         return main()
     except KeyboardInterrupt as e:   # first: user_errors() imports mxnet, maybe the very import Ctrl-C cut short

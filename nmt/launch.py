@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
-from nmt.commands import nonempty, number
+from nmt.commands import nonempty, number, standard_streams
 from nmt.distributed import (FORWARDED_ENV, FORWARDED_PREFIXES, Host, LaunchError, forwarded_env, ipv4, plan_job,
                              read_hostfile)
 from nmt.job import Job
@@ -95,6 +95,7 @@ def scheduler_address(args: argparse.Namespace, hosts: Optional[List[Host]]) -> 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """`nmt-launch [options] -- COMMAND ...`; returns the exit code."""
+    standard_streams()
     argv = list(sys.argv[1:] if argv is None else argv)
     cut = argv.index("--") if "--" in argv else len(argv)
     args = build_parser().parse_args(argv[:cut])

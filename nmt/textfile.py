@@ -23,7 +23,19 @@ class CorpusError(ValueError):
 # (bzip2's with a block or end-of-stream marker, so that a text starting "BZh" stays text), its name and opener.
 COMPRESSED = [(re.compile(rb"\x1f\x8b"), "gzip", gzip.open), (re.compile(rb"\xfd7zXZ\x00"), "xz", lzma.open),
               (re.compile(rb"BZh[1-9](1AY&SY|\x17rE8P\x90)"), "bzip2", bz2.open)]
-COMPRESSED_BY_SUFFIX = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}   # an output is written so by its name
+# An output named .gz is written gzip-compressed, flushed chunk by chunk, as Marian writes one; bzip2, xz and the
+# others cannot be flushed as they go (a stopped run would lose all), so an output named as one is refused.
+UNFLUSHABLE = (".bz2", ".xz", ".lzma", ".zst", ".lz4", ".zip", ".7z", ".tgz")
+
+
+def output_opener(flag: str, path: PathLike):
+    """How to open the output file `path` (of `flag`) for text: gzip.open for a .gz name, else open; a CorpusError
+    for a name of another compression."""
+    suffix = Path(path).suffix.lower()
+    if suffix in UNFLUSHABLE:
+        raise CorpusError(f"{flag} {path}: an output is written compressed only with gzip (a .gz name), flushed as "
+                          "it goes; give a .gz or a plain name (and compress the file afterwards)")
+    return gzip.open if suffix == ".gz" else open
 
 
 def open_bytes(path: PathLike) -> Tuple[BinaryIO, Optional[str]]:

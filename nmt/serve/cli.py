@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from nmt.commands import Once, Terminated, nonempty, number
+from nmt.commands import Once, Terminated, nonempty, number, standard_streams
 from nmt.config import Config, ConfigError
 from nmt.serve.batcher import DEFAULT_MAX_WAIT_MS
 from nmt.signals import hangup_unless_ignored, terminated_as_interrupt
@@ -200,6 +200,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     """Entry point of `nmt-serve` and scripts/serve.py. Importing it loads no framework (nor does --help), so that
     Ctrl-C while the framework or the models load ends the command with 130 and no traceback, as it does the
     other commands."""
+    standard_streams()
     try:
         return _serve(parse_args(argv))
     except KeyboardInterrupt as e:   # Ctrl-C, or SIGTERM or SIGHUP (`Terminated`), while the models load

@@ -5,6 +5,7 @@ with a sentence missing on one side. Each is one clear line (an error, or a warn
 traceback."""
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import subprocess
@@ -106,26 +107,73 @@ def test_a_closed_stdin_or_stdout_is_an_error_before_the_work(model_dir, test_fi
     assert "loaded" not in p.stderr   # (before the model loads)
 
 
-@pytest.mark.parametrize("main", [evaluate_main, score_main])
-def test_evaluate_and_score_refuse_a_closed_stdout_before_the_work(model_dir, test_files, capsys, monkeypatch, main):
-    from nmt.commands import ClosedStream
+@pytest.mark.parametrize("main, closed, argv, says", [
+    (evaluate_main, "stdout", ["--src-file", "SRC", "--ref-file", "REF"], "output is closed"),
+    (score_main, "stdout", ["--src-file", "SRC", "--tgt-file", "REF"], "output is closed"),
+    (score_main, "stdin", ["--src-file", "/dev/stdin", "--tgt-file", "REF", "--output", "OUT"], "input is closed"),
+    (translate_main, "stdin", ["--input", "/dev/stdin", "--output", "OUT"], "input is closed"),
+    (translate_main, "stdout", ["--input", "SRC", "--output", "/dev/stdout"], "output is closed")])
+def test_a_closed_stream_named_by_a_file_flag_is_refused_before_the_work(model_dir, test_files, tmp_path, capsys,
+                                                                         monkeypatch, main, closed, argv, says):
+    """nmt-evaluate and nmt-score with stdout closed; `--input /dev/stdin <&-` translated nothing and `--output
+    /dev/stdout >&-` wrote nowhere, both with exit code 0 (the closed descriptors are /dev/null now)."""
+    monkeypatch.setattr("nmt.commands.CLOSED", {closed})
+    files = {"SRC": test_files[0], "REF": test_files[1], "OUT": tmp_path / "out"}
+    code, _, err = run(main, ["--model-dir", model_dir, *[files.get(a, a) for a in argv]], capsys)
+    assert code == 2 and err.startswith(f"error: standard {says} (the command was started with "), err
+    assert not (tmp_path / "out").exists()
+
+
+def test_summaries_of_commands_started_with_stdout_closed_or_ascii_go_nowhere_or_in_utf8(model_dir, tmp_path):
+    """nmt-export (and nmt-train) with `>&-` did all their work and then failed on their last line, exit 2; under
+    PYTHONIOENCODING=ascii, a Korean directory name was a UnicodeEncodeError after the export was written."""
+    p = _closed(1, [REPO / "scripts" / "export.py", "--model-dir", model_dir, "--output", tmp_path / "a"])
+    assert p.returncode == 0 and (tmp_path / "a" / "params.best").is_file(), p.stderr
+    p = subprocess.run([sys.executable, REPO / "scripts" / "export.py", "--model-dir", model_dir, "--output",
+                        tmp_path / "모델"], capture_output=True, env={**os.environ, "PYTHONIOENCODING": "ascii"},
+                       timeout=300)
+    assert p.returncode == 0 and "모델" in p.stdout.decode("utf-8"), p.stderr
+
+
+def test_the_launcher_started_with_stderr_closed_keeps_its_errors_off_stdout(tmp_path):
+    p = _closed(2, [REPO / "scripts" / "launch.py", "--workdir", tmp_path / "nothing", "-n", "1", "--", "nmt-train"])
+    assert p.returncode == 2 and p.stdout == ""
+
+
+def test_an_output_named_gz_is_gzip_compressed_and_other_compressions_are_refused(model_dir, test_files, tmp_path,
+                                                                                  capsys):
+    """`--output out.en.gz` wrote plain text under a name zcat refuses (--input reads such files by their bytes).
+    bzip2 and xz cannot be flushed as they go: a stopped run lost every translation, so such names are refused."""
     src, ref = test_files
-    monkeypatch.setattr(sys, "stdout", ClosedStream("output", ">&-", "redirect it to a file, or to /dev/null"))
-    code, _, err = run(main, ["--model-dir", model_dir, "--src-file", src,
-                              "--ref-file" if main is evaluate_main else "--tgt-file", ref], capsys)
-    assert code == 2 and err == "error: standard output is closed (the command was started with >&-): redirect it " \
-                                "to a file, or to /dev/null\n"
+    argv = ["--model-dir", model_dir, "--input", src, "--beam-size", "1"]
+    assert run(translate_main, [*argv, "--output", tmp_path / "out.gz"], capsys)[0] == 0
+    assert run(translate_main, argv, capsys)[1] == gzip.open(tmp_path / "out.gz", "rt", encoding="utf-8").read()
+    for name in ("out.xz", "out.BZ2", "out.zst"):
+        code, _, err = run(translate_main, [*argv, "--output", tmp_path / name], capsys)
+        assert code == 2 and f"--output {tmp_path / name}: an output is written compressed only with gzip" in err
+        assert not (tmp_path / name).exists()
+    assert run(evaluate_main, ["--model-dir", model_dir, "--src-file", src, "--ref-file", ref, "--no-save",
+                               "--beam-size", "1", "--json", tmp_path / "r.json.gz"], capsys)[0] == 0
+    assert json.loads(gzip.open(tmp_path / "r.json.gz").read())["results"][str(src)]["n"] > 0
 
 
-@pytest.mark.parametrize("suffix, opener", [(".gz", "gzip"), (".bz2", "bz2"), (".xz", "lzma")])
-def test_an_output_named_as_compressed_is_compressed(model_dir, test_files, tmp_path, capsys, suffix, opener):
-    """`--output out.en.gz` wrote plain text under a name zcat refuses (--input reads such files by their bytes)."""
-    import importlib
-    src, _ = test_files
-    assert run(translate_main, ["--model-dir", model_dir, "--input", src, "--beam-size", "1", "--output",
-                                tmp_path / f"out{suffix}"], capsys)[0] == 0
-    assert run(translate_main, ["--model-dir", model_dir, "--input", src, "--beam-size", "1"], capsys)[1] == \
-        importlib.import_module(opener).open(tmp_path / f"out{suffix}", "rt", encoding="utf-8").read()
+def test_sigterm_closes_a_gz_output_whole_with_what_is_translated(model_dir, test_files, tmp_path):
+    """SIGTERM killed nmt-translate: a .gz output lost its end ("unexpected end of file"). It ends as Ctrl-C does,
+    exit 143, the file closed whole."""
+    import signal
+    import time
+    out = tmp_path / "out.gz"
+    p = subprocess.Popen([sys.executable, str(REPO / "scripts" / "translate.py"), "--model-dir", str(model_dir),
+                          "--output", str(out), "--beam-size", "1"], stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdin.write(test_files[0].read_bytes())
+    p.stdin.flush()   # (left open: the command waits for more)
+    deadline = time.time() + 120
+    while (not out.exists() or out.stat().st_size < 30) and time.time() < deadline:
+        time.sleep(0.2)
+    p.send_signal(signal.SIGTERM)
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=60) == 143 and "Traceback" not in err, err
+    assert len(gzip.open(out, "rt", encoding="utf-8").read().splitlines()) == len(test_files[0].read_text().splitlines())
 
 
 def test_a_model_directory_that_cannot_be_written_is_still_evaluated(model_dir, test_files, tmp_path, capsys,
