@@ -123,7 +123,8 @@ def translate_main(args: argparse.Namespace) -> int:
         if args.json_input:   # two fields, each up to the guard's characters, JSON-escaped (\uXXXX: 6 bytes)
             max_bytes = max_bytes * 3 + 1024
         try:
-            lines = read_raw_lines(src, max_bytes, idle, squeeze=not args.json_input)
+            lines = read_raw_lines(src, max_bytes, idle, squeeze=not args.json_input,
+                                   source=(None if stdin else args.input, compressed))
             stats = translate_stream(tr, lines, out, name=name, compressed=compressed,
                                      chunk_lines=args.chunk_lines, on_invalid=args.on_invalid_utf8,
                                      nbest=nbest, alignment=args.alignment, json_input=args.json_input,

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from nmt.textfile import CorpusError, PathLike, archive_sign, open_bytes, to_utf8_hint, wide_encoding
+from nmt.textfile import (CorpusError, PathLike, archive_sign, iconv_command, open_bytes, to_utf8_hint,
+                          wide_encoding)
 
 logger = logging.getLogger("nmt.corpus")
 
@@ -129,7 +130,7 @@ def _warn_of_changes(path: PathLike, lines: Sequence[Optional[str]]) -> None:
                        "side (e.g. `cut -f1 %s`)", path, path)
 
 
-def _text_bytes(data: bytes, path: Path) -> bytes:
+def _text_bytes(data: bytes, path: Path, kind: Optional[str]) -> bytes:
     """A file's bytes without a UTF-8 byte-order mark (warned); CorpusError for UTF-16 and for a file without text.
     UTF-16 without its byte-order mark shows as NUL bytes, one for every ASCII character (spaces and punctuation of
     Korean text too), where UTF-8 text has none but a stray control character."""
@@ -139,9 +140,8 @@ def _text_bytes(data: bytes, path: Path) -> bytes:
                           "(gzip, bzip2 and xz files of text are read as they are)")
     encoding, sign = wide_encoding(data)
     if encoding:
-        out = Path(path).with_name(f"{Path(path).stem}.utf8{Path(path).suffix}")
-        raise CorpusError(f"{path}: the file is {encoding} ({sign}); convert it to UTF-8, e.g. `iconv -f {encoding} "
-                          f"-t UTF-8 {path} > {out}`")
+        raise CorpusError(f"{path}: the file is {encoding} ({sign}); convert it to UTF-8, e.g. "
+                          f"`{iconv_command(path, encoding, kind, into=True)}`")
     if data.startswith(codecs.BOM_UTF8):
         # Harmless once removed; otherwise U+FEFF would be glued to the first word of line 1.
         logger.warning("%s: removed the UTF-8 byte-order mark at the start of the file", path)
@@ -181,7 +181,7 @@ def _decode_lines(path: PathLike, skip_invalid_utf8: bool, max_line_chars: int,
     except (OSError, EOFError, lzma.LZMAError) as e:   # a truncated or corrupt archive
         problem = f"a damaged {kind} file ({e})" if kind else f"cannot read ({e.strerror})"
         raise CorpusError(f"{path}: {problem}") from None
-    data = _text_bytes(data, path)
+    data = _text_bytes(data, path, kind)
     if data.endswith(b"\r") and data.count(b"\r") == 1 and b"\n" not in data:   # one line, ended by a CR
         data = data[:-1]
     if b"\r" in data:

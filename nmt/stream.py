@@ -20,7 +20,7 @@ from nmt import jsonio
 from nmt.align import format_links
 from nmt.config import CHARS_PER_TOKEN
 from nmt.corpus import INVISIBLE, CorpusError, control_characters, count_lines, lone_surrogate, one_line
-from nmt.textfile import archive_sign, open_bytes, to_utf8_hint, wide_encoding
+from nmt.textfile import archive_sign, iconv_command, open_bytes, to_utf8_hint, wide_encoding
 from nmt.log import Every
 from nmt.translate import Translator
 
@@ -36,15 +36,16 @@ CONTROL_WARNINGS = 5   # lines whose control characters are named one by one; th
 REPORT_SECONDS = 60.0  # a long input logs how far it got this often (a 100,000-line file takes ~15 minutes on a CPU)
 
 
-def read_raw_lines(stream: BinaryIO, max_bytes: int, idle: Optional[float] = None,
-                   squeeze: bool = True) -> Iterator[Tuple[bytes, bool]]:
+def read_raw_lines(stream: BinaryIO, max_bytes: int, idle: Optional[float] = None, squeeze: bool = True,
+                   source: Tuple[Optional[str], Optional[str]] = (None, None)) -> Iterator[Tuple[bytes, bool]]:
     """(line without its line end, was_cut) of a binary stream; a line longer than `max_bytes` is cut there and
     the rest of it is read and discarded, so no line is ever held whole in memory. With `squeeze`, a line's spaces
     and tabs count as `normalize` leaves them (leading ones dropped, a run as one space) before it is cut: a sentence
     after 20,000 spaces is kept, as the Translator, which cuts after normalizing, keeps it (not for JSON lines, whose
     strings squeezing would change). With `idle` (seconds) and a stream with a file descriptor, PAUSE is yielded once
     when no line is ready and nothing arrives for that long; the descriptor is then read directly (os.read), not
-    through the stream's buffer, so that select sees all."""
+    through the stream's buffer, so that select sees all. `source`: the file (None: standard input) and its
+    compression, for the command that converts UTF-16 or UTF-32 input."""
     fd = _fileno(stream) if idle is not None else None
     buf, start, skipping, paused, first = b"", 0, False, False, True
     if fd is not None and hasattr(stream, "peek"):   # what the buffer holds already (open_bytes peeked at it)
@@ -56,8 +57,8 @@ def read_raw_lines(stream: BinaryIO, max_bytes: int, idle: Optional[float] = Non
                 raise CorpusError(f"the input is {archive}, not text: give a gzip, bzip2 or xz file with --input, "
                                   "which reads it as it is, or extract or decompress it first")
             if encoding:
-                raise CorpusError(f"the input is {encoding} ({sign}); convert it to UTF-8, e.g. `iconv -f {encoding} "
-                                  "-t UTF-8`")
+                raise CorpusError(f"the input is {encoding} ({sign}); convert it to UTF-8, e.g. "
+                                  f"`{iconv_command(source[0], encoding, source[1])}`")
         if skipping:   # the rest of a cut line: nothing of it is kept
             nl = buf.find(b"\n", start)
             if nl >= 0:

@@ -67,11 +67,20 @@ def to_utf8_hint(line: bytes, path: Optional[PathLike], kind: Optional[str]) -> 
     `kind`: "gzip" ...) to UTF-8: Korean legacy text is CP949; a line that has no Hangul in CP949 but reads as
     Windows-1252 (or Latin-1) text (an English file's "Café") is taken for that."""
     enc = "CP949" if _reads_as(line, "cp949", "[\uac00-\ud7a3]") or not _reads_as(line, "cp1252", "") else "CP1252"
-    cat, name = {"gzip": "zcat", "bzip2": "bzcat", "xz": "xzcat"}.get(kind or ""), shlex.quote(str(path))
-    command = (f"`{cat} {name} | iconv -f {enc} -t UTF-8`" if cat else
-               f"`iconv -f {enc} -t UTF-8{'' if path is None else ' ' + name}`")
     return ("Korean legacy text is often CP949: " if enc == "CP949" else
-            "the line reads as Windows-1252 (Latin-1) text: ") + command
+            "the line reads as Windows-1252 (Latin-1) text: ") + f"`{iconv_command(path, enc, kind)}`"
+
+
+def iconv_command(path: Optional[PathLike], encoding: str, kind: Optional[str], into: bool = False) -> str:
+    """The command converting `path` (None: standard input; compressed as `kind`: "gzip" ...) from `encoding` to
+    UTF-8; `into`: into a file beside it, named with .utf8 before its suffix (without the compression's)."""
+    cat, name = {"gzip": "zcat", "bzip2": "bzcat", "xz": "xzcat"}.get(kind or ""), shlex.quote(str(path))
+    command = (f"{cat} {name} | iconv -f {encoding} -t UTF-8" if cat else
+               f"iconv -f {encoding} -t UTF-8{'' if path is None else ' ' + name}")
+    if not into or path is None:
+        return command
+    text = Path(path).with_suffix("") if cat else Path(path)
+    return f"{command} > {shlex.quote(str(text.with_name(f'{text.stem}.utf8{text.suffix}')))}"
 
 
 def _reads_as(line: bytes, encoding: str, pattern: str) -> bool:
@@ -100,7 +109,8 @@ def wide_encoding(data: bytes) -> Tuple[str, str]:
     head = data[:1000]
     if not head or head.count(0) * 10 < len(head):
         return "", ""
-    zero = [not any(head[i::4]) for i in range(4)] if len(head) >= 4 else [False] * 4
-    name = ("UTF-32LE" if zero[2] and zero[3] else "UTF-32BE" if zero[0] and zero[1] else
+    # UTF-32: every character's high byte is 0, the next one at most 0x10 (U+10FFFF); in UTF-16 text they are letters
+    low = [max(head[i::4], default=0xff) for i in range(4)] if len(head) >= 4 else [0xff] * 4
+    name = ("UTF-32LE" if low[3] == 0 and low[2] <= 0x10 else "UTF-32BE" if low[0] == 0 and low[1] <= 0x10 else
             "UTF-16LE" if head[1::2].count(0) >= head[0::2].count(0) else "UTF-16BE")
     return name, "or not text: NUL bytes fill its start"

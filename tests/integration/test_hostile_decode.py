@@ -305,7 +305,11 @@ def test_utf16_input_to_translate_is_named_as_such(model_dir, tmp_path, capsys, 
     path.write_bytes("Thank you.\nGood weather.\n".encode(encoding))
     code, out, err = run(translate_main, ["--model-dir", model_dir, "--input", path], capsys)
     assert code == 2 and out == "" and f"error: {path}: the input is {named} (" in err
-    assert f"iconv -f {named} -t UTF-8" in err
+    assert f"`iconv -f {named} -t UTF-8 {path}`" in err
+    packed = tmp_path / "in.en.gz"   # (the advice gave iconv the compressed file)
+    packed.write_bytes(gzip.compress(path.read_bytes()))
+    code, out, err = run(translate_main, ["--model-dir", model_dir, "--input", packed], capsys)
+    assert code == 2 and f"`zcat {packed} | iconv -f {named} -t UTF-8`" in err
 
 
 def test_gzip_on_standard_input_is_named_as_such(model_dir, capsys, monkeypatch, tmp_path):

@@ -1,6 +1,8 @@
 """Reading, validation, normalization and filtering of parallel text (synthetic files only)."""
+import gzip
 import random
 import re
+import shlex
 import subprocess
 import unicodedata
 
@@ -212,21 +214,30 @@ def test_archives_and_compressed_files_not_read_are_named_as_such(tmp_path):
         read_lines(tmp_path / "bad.ko.gz")
 
 
-@pytest.mark.parametrize("codec, named", [("utf-32", "UTF-32"), ("utf-32-le", "UTF-32LE"), ("utf-32-be", "UTF-32BE"),
-                                          ("utf-16", "UTF-16"), ("utf-16-be", "UTF-16BE")])
-def test_utf32_and_utf16_are_named_with_a_conversion_that_works(tmp_path, codec, named):
-    """UTF-32 was named UTF-16 (its byte-order mark starts with UTF-16's), and the advice `iconv -f UTF-16 ... >
-    out.txt` made a file refused again, whose own advice then wrote out.txt over itself. Following it now works."""
+@pytest.mark.parametrize("codec, named, name", [
+    ("utf-32", "UTF-32", "w.ko"), ("utf-32-le", "UTF-32LE", "w.ko"), ("utf-32-be", "UTF-32BE", "my w.ko"),
+    ("utf-16", "UTF-16", "w.ko"), ("utf-16-be", "UTF-16BE", "w.ko"), ("utf-16-le", "UTF-16LE", "my w.ko.gz"),
+    ("utf-32-le", "UTF-32LE", "w.ko.xz")])
+def test_utf32_and_utf16_are_named_with_a_conversion_that_works(tmp_path, codec, named, name):
+    """UTF-32 was named UTF-16 (its byte-order mark starts with UTF-16's; without one, any character past U+FFFF made
+    it UTF-16LE), and the advice `iconv -f UTF-16 ... > out.txt` made a file refused again, whose own advice then
+    wrote out.txt over itself. A path with a space was not quoted, and a compressed file was given to iconv as it
+    is. Following the advice now works."""
+    import lzma
     from nmt.corpus import read_lines
-    path = tmp_path / "w.ko"
-    path.write_bytes("안녕하세요. Hello.\n고마워요.\n".encode(codec))
+    path, text = tmp_path / name, "안녕하세요. Hello. 😀\n고마워요.\n"
+    opener = {".gz": gzip.open, ".xz": lzma.open}.get(path.suffix, open)
+    with opener(path, "wb") as f:
+        f.write(text.encode(codec))
     with pytest.raises(CorpusError) as err:
         read_lines(path)
-    command = re.search(r"`(iconv .*)`$", str(err.value)).group(1)
-    assert str(err.value).startswith(f"{path}: the file is {named} (") and command == (
-        f"iconv -f {named} -t UTF-8 {path} > {tmp_path / 'w.utf8.ko'}")
+    command = re.search(r"`(.*iconv .*)`$", str(err.value)).group(1)
+    converted = tmp_path / name.replace("w.ko", "w.utf8.ko").removesuffix(".gz").removesuffix(".xz")
+    assert str(err.value).startswith(f"{path}: the file is {named} (") and command.endswith(
+        f"iconv -f {named} -t UTF-8{'' if opener is not open else ' ' + shlex.quote(str(path))} > "
+        f"{shlex.quote(str(converted))}")
     subprocess.run(command, shell=True, check=True)
-    assert read_lines(tmp_path / "w.utf8.ko") == ["안녕하세요. Hello.", "고마워요."]
+    assert read_lines(converted) == ["안녕하세요. Hello. 😀", "고마워요."]
 
 
 def test_utf16_without_a_byte_order_mark_and_blank_files_are_named_as_such(tmp_path):
