@@ -246,6 +246,8 @@ def args_dict(args: argparse.Namespace, base: Optional[Config] = None, check: bo
         from nmt.finetune import kept_settings
         kept_settings(d, Path(args.init_from))
     train, arch = d.setdefault("train", {}), d.get("model", {}).get("arch", "lstm")
+    if base is not None and "train.model_dir" not in flags:   # --resume: where the run's config.json is (a --config
+        train["model_dir"] = base.train.model_dir   # file's may be relative to another directory)
     if "train.model_dir" in flags or base is not None:
         return d
     if "model_dir" not in train:   # named after the data and the architecture: another never lands in the LSTM's
@@ -253,7 +255,7 @@ def args_dict(args: argparse.Namespace, base: Optional[Config] = None, check: bo
         name = f"{data.get('recipe', DataConfig.recipe) or 'custom'}-{langs[0]}-{langs[1]}"
         train["model_dir"] = str(Path("models") / (name if arch == "lstm" else f"{name}-{arch}"))
     else:
-        check_taken_dir(str(train["model_dir"]), Path(args.config), getattr(args, "resume", True))
+        train["model_dir"] = check_taken_dir(str(train["model_dir"]), Path(args.config), getattr(args, "resume", True))
     return d
 
 

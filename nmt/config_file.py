@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 from nmt import jsonio
-from nmt.checkpoint import CONFIG, LOG, STATE
+from nmt.checkpoint import CONFIG, EXPORT, LOG, PARAMS_BEST, STATE
 from nmt.config import ARCH_DEFAULTS, Config, ConfigError, TrainConfig
 
 # A --config file's keys of the machine it was written on: devices come from each command line, as on --resume.
@@ -45,11 +45,12 @@ def _drop_devices(d: Dict[str, Dict[str, Any]], config: str) -> None:
                                          "--cpu-devices, --kvstore, --amp)", config, ", ".join(said))
 
 
-def check_taken_dir(model_dir: str, config: Path, resume: bool) -> None:
+def check_taken_dir(model_dir: str, config: Path, resume: bool) -> str:
     """ConfigError for `model_dir`, the train.model_dir of the --config file `config` given without --model-dir,
     where it names no directory, or one that the run must not take: that of the run whose settings the file holds
-    (but to --resume it), or any other when the file is a run's config.json in that run's directory (the run was
-    moved or copied, and the file names where it was: a run there would be another's)."""
+    (but to --resume it), or any other when the file is the config.json of a model directory (a run moved or copied
+    there, or an export: the file names the run's directory, where a run would replace or resume another's). The
+    directory to train in: `model_dir`, or the file's own for a relative one that ends its path."""
     home, path = config.resolve().parent, Path(model_dir).expanduser()
     if not model_dir.strip():
         raise ConfigError(f"--config {config}: train.model_dir is empty; give --model-dir")
@@ -57,10 +58,12 @@ def check_taken_dir(model_dir: str, config: Path, resume: bool) -> None:
         if not resume:
             raise ConfigError(f"--config {config}: its train.model_dir is the directory of the run whose settings it "
                               "holds; give the new run's --model-dir (or --resume to continue that run)")
-    elif config.name == CONFIG and any((home / name).exists() for name in (STATE, LOG)):
-        raise ConfigError(f"--config {config}: the settings of the run in {home}, whose train.model_dir names "
-                          f"another directory, {model_dir} (the run was moved or copied): give --model-dir, {home} "
-                          "with --resume to continue this run or a new directory to start one")
+        return str(home)   # (relative: from anywhere, that directory, not one of the working directory's)
+    if config.name == CONFIG and any((home / name).exists() for name in (STATE, LOG, EXPORT, PARAMS_BEST)):
+        raise ConfigError(f"--config {config}: the settings of the model in {home}, whose train.model_dir names "
+                          f"another directory, {model_dir} (an export, or a run moved or copied): give --model-dir, "
+                          f"a new directory to start a run (or {home} with --resume to continue one there)")
+    return model_dir
 
 
 def warn_other_arch(cfg: Config, given: Dict[str, str], config: str) -> None:

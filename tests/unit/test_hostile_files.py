@@ -337,6 +337,11 @@ def test_a_runs_config_json_names_its_directory_from_any_working_directory(tmp_p
         assert capsys.readouterr().err == f"error: {says}\n"
     assert not (tmp_path / "other" / "rel2").exists()
     assert run_of(["--config", "../rel2/config.json", "--model-dir", "new"])[0].train.model_dir == "new"
+    monkeypatch.chdir(tmp_path / "other")
+    (tmp_path / "other" / "rel2").mkdir()   # a run of that name here: --resume took it, not the file's own
+    saved["train"]["model_dir"] = "rel2"
+    config.write_text(json.dumps(saved))
+    assert run_of(["--config", "../rel2/config.json", "--resume"])[0].train.model_dir == str(tmp_path / "rel2")
     saved["train"]["model_dir"] = "elsewhere"   # a relative directory that is not the file's: the run's own
     config.write_text(json.dumps(saved))
     assert run_of(["--config", "../rel2/config.json"])[0].train.model_dir == "elsewhere"
@@ -349,15 +354,19 @@ def test_the_config_json_of_a_moved_run_does_not_start_resume_or_overwrite_where
     run.mkdir()
     dataclasses.replace(Config(), train=dataclasses.replace(TrainConfig(), model_dir=str(old))).save(run / ckpt.CONFIG)
     (run / ckpt.STATE).write_text("{}")
-    says = (f"--config {run / ckpt.CONFIG}: the settings of the run in {run}, whose train.model_dir names another "
-            f"directory, {old} (the run was moved or copied): give --model-dir, {run} with --resume to continue this "
-            "run or a new directory to start one")
-    for more in ([], ["--resume"], ["--overwrite"]):
-        with pytest.raises(ConfigError) as err:
-            run_of(["--config", str(run / ckpt.CONFIG), *more])
-        assert str(err.value) == says
-        assert train_main(["--config", str(run / ckpt.CONFIG), *more, "--dry-run"]) == 2
-        assert capsys.readouterr().err == f"error: {says}\n"
+    says = (f"--config {run / ckpt.CONFIG}: the settings of the model in {run}, whose train.model_dir names another "
+            f"directory, {old} (an export, or a run moved or copied): give --model-dir, a new directory to start a "
+            f"run (or {run} with --resume to continue one there)")
+    for beside in (ckpt.STATE, ckpt.EXPORT):   # an export's config.json names the run it came from, too
+        for name in (ckpt.STATE, ckpt.EXPORT):
+            (run / name).unlink(missing_ok=True)
+        (run / beside).write_text("{}")
+        for more in ([], ["--resume"], ["--overwrite"]):
+            with pytest.raises(ConfigError) as err:
+                run_of(["--config", str(run / ckpt.CONFIG), *more])
+            assert str(err.value) == says
+            assert train_main(["--config", str(run / ckpt.CONFIG), *more, "--dry-run"]) == 2
+            assert capsys.readouterr().err == f"error: {says}\n"
     assert not old.exists()
     assert run_of(["--config", str(run / ckpt.CONFIG), "--model-dir", str(run), "--resume"])[0].train.model_dir == str(
         run)
