@@ -124,14 +124,16 @@ def pair_sums(splits: DatasetSplits) -> Tuple[str, str]:
 def check_same_pairs(d: DataConfig, splits: DatasetSplits, saved: Tuple[str, str]) -> None:
     """ConfigError unless a resumed run's pairs are those its checkpoint trained and validated on (`saved`, their
     `pair_sums`; "" for unknown): a file edited in place keeps its path, which is all the settings compare."""
-    kinds = (("training", ("train_src", "train_tgt"), "trained"), ("dev", ("dev_src", "dev_tgt"), "validated"))
-    for (what, files, done), mine, theirs in zip(kinds, pair_sums(splits), saved):
+    kinds = (("dev", ("dev_src", "dev_tgt"), "validated", "they"),   # first: a dev pair changes the training pairs
+             ("training", ("train_src", "train_tgt"), "trained", "they, or the dev or test files (whose pairs leave "
+                                                                 "the training data),"))
+    for (what, files, done, changed), mine, theirs in zip(kinds, pair_sums(splits)[::-1], saved[::-1]):
         if theirs and mine != theirs:
             named = (" and ".join(str(getattr(d, f)) for f in files if getattr(d, f))
                      or ("of the recipe's corpora" if d.recipe else "held out of the training files"))
-            raise ConfigError(f"--resume: the {what} pairs ({named}) are not those the run {done} on until now: the "
-                              "files changed since it started; the data cannot change within a run: put them back, "
-                              "or start a new run (another --model-dir, or --overwrite)")
+            raise ConfigError(f"--resume: the {what} pairs ({named}) are not those the run {done} on until now: "
+                              f"{changed} changed since it started; the data cannot change within a run: put the "
+                              "files back, or start a new run (another --model-dir, or --overwrite)")
 
 
 def build_data(cfg: Config, model_dir: Path, resume: bool = False, workers: Optional[WorkerGroup] = None,

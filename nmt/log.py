@@ -266,17 +266,22 @@ class TensorBoardWriter:
         `requested`: True (`--tensorboard`: a ConfigError naming the flag and the pip command without
         tensorboardX), False (`--no-tensorboard`: off), None (the default: on when tensorboardX is installed, else
         one log line says how to turn it on). Only `rank` 0 writes."""
+        cls.check(requested)
         if requested is False or rank != 0:
             return cls(None)
         if not tensorboard_available():
-            if requested:
-                from nmt.config import ConfigError
-                raise ConfigError(f"--tensorboard needs tensorboardX, which is not installed: {TENSORBOARD_PIP}")
             log.info("TensorBoard curves off: tensorboardX is not installed (%s)", TENSORBOARD_PIP)
             return cls(None)
         writer = cls(Path(model_dir) / TENSORBOARD_DIR, resume_step)
         log.info("TensorBoard curves in %s (tensorboard --logdir %s)", writer.logdir, writer.logdir)
         return writer
+
+    @staticmethod
+    def check(requested: Optional[bool]) -> None:
+        """A ConfigError naming --tensorboard and the pip command when it is asked for without tensorboardX."""
+        if requested and not tensorboard_available():
+            from nmt.config import ConfigError
+            raise ConfigError(f"--tensorboard needs tensorboardX, which is not installed: {TENSORBOARD_PIP}")
 
     @property
     def enabled(self) -> bool:

@@ -539,22 +539,31 @@ def test_a_resume_on_data_edited_in_place_is_refused_before_anything_is_written(
     from nmt.cli import train_main
     files, d = write_task(tmp_path / "data", n_train=300, n_dev=20), tmp_path / "m"
     assert train_main(tiny_flags(files, d) + ["--max-steps", "2"]) == 0
-    kept = {p.name: p.read_bytes() for p in d.iterdir() if p.is_file() and p.name not in (ckpt.LOG, ckpt.LOCK)}
-    for key, what, done in (("train_tgt", "training", "trained"), ("dev_tgt", "dev", "validated")):
-        path = Path(files[key])
-        text = path.read_text(encoding="utf-8")
-        lines = text.splitlines(keepends=True)
-        lines[5], lines[6] = lines[6], lines[5]   # two sentences swapped: every length the same
-        path.write_text("".join(lines), encoding="utf-8")
+    kept = {p.relative_to(d): p.read_bytes() for p in d.rglob("*") if p.is_file() and p.name not in (ckpt.LOG,
+                                                                                                      ckpt.LOCK)}
+    texts = {k: Path(files[k]).read_text(encoding="utf-8") for k in ("train_src", "train_tgt", "dev_src", "dev_tgt")}
+    trained = "trained on until now: they, or the dev or test files (whose pairs leave the training data),"
+    for edit, side, says in (("swap", "train", f"training pairs ({{}} and {{}}) are not those the run {trained}"),
+                             ("swap", "dev", "dev pairs ({} and {}) are not those the run validated on until now: they"),
+                             ("add", "dev", "dev pairs ({} and {}) are not those the run validated on until now: they")):
+        if edit == "add":   # a training pair given as a dev pair: the training pairs change too (it said those)
+            for k in ("src", "tgt"):
+                Path(files[f"dev_{k}"]).write_text(texts[f"train_{k}"].splitlines(keepends=True)[9]
+                                                   + texts[f"dev_{k}"], encoding="utf-8")
+        else:   # two sentences swapped: every length the same
+            lines = texts[f"{side}_tgt"].splitlines(keepends=True)
+            lines[5], lines[6] = lines[6], lines[5]
+            Path(files[f"{side}_tgt"]).write_text("".join(lines), encoding="utf-8")
         for dry in (["--dry-run"], []):
             code = train_main(["--model-dir", str(d), "--resume", "--max-steps", "4", "--patience", "3", *dry])
             err = capsys.readouterr().err
             assert code == 2 and "Traceback" not in err, err
-            assert (f"error: --resume: the {what} pairs ({files[key.replace('tgt', 'src')]} and {path}) are not those "
-                    f"the run {done} on until now: the files changed since it started") in err
-            assert {p.name: p.read_bytes() for p in d.iterdir() if p.is_file() and p.name not in (ckpt.LOG, ckpt.LOCK)
-                    } == kept
-        path.write_text(text, encoding="utf-8")
+            assert ("error: --resume: the " + says.format(files[f"{side}_src"], files[f"{side}_tgt"])
+                    + " changed since it started") in err, err   # and nothing written (TensorBoard's file was)
+            assert {p.relative_to(d): p.read_bytes() for p in d.rglob("*") if p.is_file() and p.name not in (
+                ckpt.LOG, ckpt.LOCK)} == kept
+        for k, text in texts.items():
+            Path(files[k]).write_text(text, encoding="utf-8")
     assert train_main(["--model-dir", str(d), "--resume", "--max-steps", "4"]) == 0
     assert ckpt.TrainState.load(d).step == 4
 
