@@ -4,10 +4,11 @@ MXNet here."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from nmt.config import Config, ConfigError
+from nmt.config import CORPUS_FILES, Config, ConfigError
 
 _CORPORA_PLACE = ("data.data_dir", "data.cache_dir")
 # Keys a resumed run takes from its own command line, given or not: they describe this machine and this invocation
@@ -49,4 +50,10 @@ def resumed_config(saved: Config, cfg: Config, given: Optional[Dict[str, str]], 
             merged[section][name] = value
             if key not in PER_INVOCATION:
                 changes.append(f"{label}: {json.dumps(old)} -> {json.dumps(value)}")
+    for name in CORPUS_FILES:   # read again from where the run recorded them (the error said only "not found")
+        path = merged["data"][name]
+        if path and not os.path.exists(path):
+            raise ConfigError(f"--resume: --{name.replace('_', '-')} {path}, recorded in {source}, is not there any "
+                              "more: a run reads its files again when it resumes, from where they were (the pairs' "
+                              "checksums are compared too): put them back there")
     return Config.from_dict(merged, source=source), changes

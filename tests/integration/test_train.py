@@ -568,6 +568,19 @@ def test_a_resume_on_data_edited_in_place_is_refused_before_anything_is_written(
     assert ckpt.TrainState.load(d).step == 4
 
 
+def test_a_resume_after_the_data_files_were_moved_says_where_they_were_recorded(tmp_path, capsys):
+    """`mv data elsewhere`, then --resume: "data/train.ko: file not found; check the path", without a word that the
+    run's config.json records that path, nor what to do."""
+    from nmt.cli import train_main
+    files, d = write_task(tmp_path / "data", n_train=300, n_dev=20), tmp_path / "m"
+    assert train_main(tiny_flags(files, d) + ["--max-steps", "2"]) == 0
+    (tmp_path / "data").rename(tmp_path / "moved")
+    for dry in (["--dry-run"], []):
+        assert train_main(["--model-dir", str(d), "--resume", "--max-steps", "4", *dry]) == 2
+        assert (f"error: --resume: --train-src {files['train_src']}, recorded in {d / ckpt.CONFIG}, is not there any "
+                "more: a run reads its files again when it resumes, from where they were") in capsys.readouterr().err
+
+
 def test_a_resume_refused_as_its_checkpoint_is_restored_leaves_config_json_alone(tmp_path, capsys):
     """config.json was saved before the checkpoint was restored: a resume refused there had written its flags, and
     the next plain --resume went on with them (here the sampler refuses pairs added to a state that predates the
