@@ -41,6 +41,7 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 # Where text breaks into lines: str.splitlines()'s boundaries (LF, CR, VT, FF, FS, GS, RS, NEL, U+2028, U+2029).
 LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+_SPACED = re.compile("[\x0b\x0c\x1c-\x1f\x85\u2028\u2029]")   # those, and U+001F, that a line may hold: spaces
 
 
 @dataclass
@@ -121,8 +122,8 @@ def _warn_of_changes(path: PathLike, lines: Sequence[Optional[str]]) -> None:
     of a TSV file as one sentence?)."""
     text = [(i, t) for i, t in enumerate(lines, 1) if t and t.strip()]
     for what, found in (("control character(s), removed", [i for i, t in text if control_characters(t)]),
-                        ("a line break other than LF (U+2028, form feed, ...), read as a space",
-                         [i for i, t in text if LINE_BREAKS.search(t)])):
+                        ("a line break or separator other than LF (U+2028, form feed, U+001F, ...), read as a space",
+                         [i for i, t in text if _SPACED.search(t)])):
         if found:
             logger.warning("%s: %d line(s) with %s: line %s", path, len(found), what, line_list(found))
     if len(text) > 1 and all("\t" in t for _, t in text):

@@ -13,7 +13,7 @@ from nmt import checkpoint as ckpt
 from nmt.config import Config, ConfigError
 from nmt.download import sha256_file
 from nmt.models import build_model
-from nmt.tokenizer import Tokenizer, load_tokenizers
+from nmt.tokenizer import JOINT, Tokenizer, load_tokenizers
 
 logger = logging.getLogger("nmt.translate")   # the messages of Translator.from_dir
 
@@ -41,10 +41,15 @@ def check_member_vocabulary(member: Path, model_dir: Path, what: str, mine: Toke
     if mine.lang != theirs.lang or not mine.same_vocabulary(theirs):
         raise ckpt.CheckpointError(
             f"{member}: cannot join an ensemble with {model_dir}: its {what} SentencePiece model {theirs.path.name} "
-            f"({theirs.lang}, {theirs.vocab_size} pieces) differs from {mine.path} ({mine.lang}, {mine.vocab_size} "
+            f"({_of(theirs)}, {theirs.vocab_size} pieces) differs from {mine.path} ({_of(mine)}, {mine.vocab_size} "
             "pieces); "
             "ensemble members must share both vocabularies (train them on the same data with the same "
             "--vocab-size, --spm-model-type and --shared-vocab)")
+
+
+def _of(tok: Tokenizer) -> str:
+    """The language(s) of a SentencePiece model, as an error names them: a joint model's are both."""
+    return "both languages" if tok.path.name.startswith(f"spm.{JOINT}.") else tok.lang
 
 
 def refuse_repeated_member(member: Path, members: Sequence[Path], which: str) -> None:

@@ -883,6 +883,13 @@ def test_ensemble_members_must_share_vocabularies_and_languages(tr, tmp_path, ca
     assert (f"{other}: cannot join an ensemble with {tr.model_dir}: its target SentencePiece model spm.en.model (en, "
             f"{tr.tgt_tok.vocab_size - 20} pieces) differs from {tr.model_dir / 'spm.en.model'} (en, ") in err
     assert "must share both vocabularies" in err
+    from nmt.members import check_member_vocabulary   # a joint model (--shared-vocab) was labelled by one language
+    from nmt.tokenizer import JOINT, Tokenizer
+    train_tokenizer(text, tmp_path / "joint", JOINT, vocab_size=tr.tgt_tok.vocab_size - 20)
+    joint = Tokenizer.load(tmp_path / "joint" / f"spm.{JOINT}.model", lang="en")
+    with pytest.raises(ckpt.CheckpointError, match=rf"its target SentencePiece model spm.{JOINT}.model \(both "
+                                                   r"languages, \d+ pieces\) differs from .*spm.en.model \(en, "):
+        check_member_vocabulary(other, tr.model_dir, "target", tr.tgt_tok, joint)
     code, _, err = run(["--model-dir", tr.model_dir, "--ensemble", tmp_path / "nothing"], capsys)
     assert code == 2 and f"--ensemble {tmp_path / 'nothing'}: no such directory" in err
     src = tmp_path / "three.ko"   # an ensemble's heatmaps: the mean of its members' attention

@@ -165,13 +165,14 @@ def test_what_reading_changes_in_a_line_is_said_naming_the_lines(write_file, nmt
     """Control characters were removed and U+2028 or a form feed inside a training line read as a space without a
     word (nmt-translate warned of the same); a TSV file given as one side was trained on as sentences of both
     languages."""
-    ko = write_file("c.ko", [KO[0], "안녕\x00하세요.", "좋아요.\u2028나빠요.", "좋아요.\x0c나빠요."])
-    en = write_file("c.en", [*EN, "Good. Bad."])
+    ko = write_file("c.ko", [KO[0], "안녕\x00하세요.", "좋아요.\u2028나빠요.", "좋아요.\x0c나빠요.", "좋아요.\x1f나빠요."])
+    en = write_file("c.en", [*EN, "Good. Bad.", "Good. Bad."])
     pairs = read_parallel(ko, en)
-    assert pairs.src[1:] == ["안녕하세요.", "좋아요. 나빠요.", "좋아요. 나빠요."]
+    assert pairs.src[1:] == ["안녕하세요.", "좋아요. 나빠요.", "좋아요. 나빠요.", "좋아요. 나빠요."]
     said = messages(nmt_logs)
     assert f"{ko}: 1 line(s) with control character(s), removed: line 2" in said
-    assert f"{ko}: 2 line(s) with a line break other than LF (U+2028, form feed, ...), read as a space: line 3, 4" in said
+    assert (f"{ko}: 3 line(s) with a line break or separator other than LF (U+2028, form feed, U+001F, ...), read as "
+            "a space: line 3, 4, 5") in said
     assert "tab" not in said
     tsv = write_file("p.tsv", [f"{k}\t{e}" for k, e in zip(KO, EN)])
     read_parallel(tsv, write_file("p.en", EN))
