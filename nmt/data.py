@@ -124,10 +124,11 @@ def pair_sums(splits: DatasetSplits) -> Tuple[str, str]:
 def check_same_pairs(d: DataConfig, splits: DatasetSplits, saved: Tuple[str, str]) -> None:
     """ConfigError unless a resumed run's pairs are those its checkpoint trained and validated on (`saved`, their
     `pair_sums`; "" for unknown): a file edited in place keeps its path, which is all the settings compare."""
-    kinds = (("dev", ("dev_src", "dev_tgt"), "validated", "they"),   # first: a dev pair changes the training pairs
-             ("training", ("train_src", "train_tgt"), "trained", "they, or the dev or test files (whose pairs leave "
-                                                                 "the training data),"))
-    for (what, files, done, changed), mine, theirs in zip(kinds, pair_sums(splits)[::-1], saved[::-1]):
+    (train_sum, dev_sum), (train_saved, dev_saved) = pair_sums(splits), saved
+    for what, files, done, changed, mine, theirs in (   # the dev pairs first: a dev pair changes the training pairs
+            ("dev", ("dev_src", "dev_tgt"), "validated", "they", dev_sum, dev_saved),
+            ("training", ("train_src", "train_tgt"), "trained", "they, or the dev or test files (whose pairs leave the "
+                                                                "training data),", train_sum, train_saved)):
         if theirs and mine != theirs:
             named = (" and ".join(str(getattr(d, f)) for f in files if getattr(d, f))
                      or ("of the recipe's corpora" if d.recipe else "held out of the training files"))

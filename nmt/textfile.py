@@ -110,7 +110,7 @@ def wide_encoding(data: bytes) -> Tuple[str, str]:
     if not head or head.count(0) * 10 < len(head):
         return "", ""
     # UTF-32: every character's high byte is 0, the next one at most 0x10 (U+10FFFF); in UTF-16 text they are letters
-    low = [max(head[i::4], default=0xff) for i in range(4)] if len(head) >= 4 else [0xff] * 4
-    name = ("UTF-32LE" if low[3] == 0 and low[2] <= 0x10 else "UTF-32BE" if low[0] == 0 and low[1] <= 0x10 else
+    top = [max(head[i::4], default=0xff) for i in range(4)] if len(head) >= 4 else [0xff] * 4   # by position
+    name = ("UTF-32LE" if top[3] == 0 and top[2] <= 0x10 else "UTF-32BE" if top[0] == 0 and top[1] <= 0x10 else
             "UTF-16LE" if head[1::2].count(0) >= head[0::2].count(0) else "UTF-16BE")
     return name, "or not text: NUL bytes fill its start"
