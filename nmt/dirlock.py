@@ -1,4 +1,6 @@
-"""One trainer per model directory: an exclusive lock on `<model dir>/train.lock`, held for the whole run.
+"""What a training run may do with its model directory (`check_model_dir`: new, resumed or overwritten, and what
+--overwrite may delete), and one trainer per directory: an exclusive lock on `<model dir>/train.lock`, held for the
+whole run.
 
 The lock is an `fcntl.flock` on the file: the kernel drops it when its holder exits, however it exits (SIGKILL
 included), so a lock left by a dead process never blocks the next run. The file itself records who holds it
@@ -15,9 +17,10 @@ import shutil
 import socket
 import time
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
-from nmt.checkpoint import LOCK, CheckpointError
+from nmt import manifest
+from nmt.checkpoint import CONFIG, EXPORT, LOCK, LOG, STATE, CheckpointError
 from nmt.storage import guarded_write
 
 
@@ -148,3 +151,60 @@ def remove_made(model_dir: Path, existed: bool) -> None:
             shutil.rmtree(path, ignore_errors=True)
         else:
             path.unlink(missing_ok=True)
+
+
+def check_model_dir(model_dir: Path, resume: bool, overwrite: bool, inputs: Optional[Dict[str, Any]] = None) -> None:
+    """CheckpointError unless a run may use `model_dir` as asked; changes nothing (also for --dry-run). `inputs`:
+    the run's own files and directories by flag, which --overwrite must not delete."""
+    model_dir = Path(model_dir)
+    if resume and overwrite:
+        raise CheckpointError("--resume and --overwrite contradict each other; give one of them")
+    if model_dir.exists() and not model_dir.is_dir():
+        raise CheckpointError(f"--model-dir {model_dir} exists and is not a directory")
+    if left_aside(model_dir):   # (--overwrite would delete it, --resume and a new run not see it)
+        raise CheckpointError(f"--model-dir {model_dir}: {left_aside(model_dir)}")
+    held = sorted(p.name for p in model_dir.iterdir() if p.name != LOCK) if model_dir.is_dir() else []
+    if EXPORT in held and not overwrite:
+        raise CheckpointError(f"--model-dir {model_dir} is an export (nmt-export: one checkpoint, no training state; "
+                              f"its {EXPORT} names the directory it came from): resume that directory, or fine-tune "
+                              f"from this one into a new directory with --init-from {model_dir}")
+    if resume:
+        if not (model_dir / STATE).exists() and not manifest.step_keys(model_dir):
+            raise CheckpointError(f"--resume: {model_dir / STATE} not found, so there is nothing to resume; " + (
+                "the run stopped before its first checkpoint: start it again with --overwrite instead of --resume"
+                if held else "drop --resume to start a new run"))
+        if not (model_dir / CONFIG).is_file():
+            raise CheckpointError(f"--resume: {model_dir / CONFIG} not found: a run resumes with the settings it was "
+                                  "started with, which that file holds; restore it (or train into a new --model-dir)")
+        return
+    if held and not overwrite:
+        raise CheckpointError(f"--model-dir {model_dir} already exists and is not empty; pass --resume to "
+                              "continue its training, --overwrite to delete it and start over, or another --model-dir")
+    if held:
+        _check_overwrite(model_dir, held, inputs or {})
+
+
+def _check_overwrite(model_dir: Path, held: List[str], inputs: Dict[str, Any]) -> None:
+    """CheckpointError unless --overwrite may delete everything in `model_dir`: it must be a model directory (a
+    run wrote its log or config there first) and must not hold any of the run's `inputs`."""
+    if CONFIG not in held and LOG not in held:
+        shown = ", ".join(held[:3]) + (", ..." if len(held) > 3 else "")
+        raise CheckpointError(f"--overwrite deletes a model directory, and --model-dir {model_dir} is not one: it has "
+                              f"no {CONFIG} or {LOG} but holds {shown}; give the directory of the run to start "
+                              "over, or a new --model-dir")
+    roots = {model_dir.resolve(), Path(os.path.abspath(model_dir))}
+    for flag, path in inputs.items():   # the file, also reached through a symbolic link in the directory (deleted)
+        seen = {Path(path).resolve(), Path(path).parent.resolve() / Path(path).name, Path(os.path.abspath(path))} \
+            if path else set()
+        if any(root == p or root in p.parents for p in seen for root in roots):
+            raise CheckpointError(f"{flag} {path} is inside --model-dir {model_dir}, which --overwrite deletes: move "
+                                  "it out of the directory or give another --model-dir")
+
+
+def prepare_model_dir(model_dir: Path, resume: bool, overwrite: bool, inputs: Optional[Dict[str, Any]] = None) -> None:
+    """Create the model directory; refuse to clobber an existing one unless --resume or --overwrite (whose files
+    `nmt.dirlock.set_aside` then moves aside; `check_model_dir`)."""
+    model_dir = Path(model_dir)
+    check_model_dir(model_dir, resume, overwrite, inputs)
+    with guarded_write(model_dir):
+        model_dir.mkdir(parents=True, exist_ok=True)

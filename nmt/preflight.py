@@ -72,12 +72,12 @@ def run_inputs(cfg: Config, init: Optional[Path]) -> Dict[str, Any]:
 def _check_model_dir(cfg: Config, resume: bool, overwrite: bool, init: Optional[Path]) -> Dict[str, Any]:
     """The model directory as a run would find it: clean or resumable (its newest intact checkpoint), writable,
     not locked by a live trainer. Raises the error the run would raise."""
-    from nmt.dirlock import ModelDirLock
+    from nmt.dirlock import ModelDirLock, check_model_dir
     model_dir = Path(cfg.train.model_dir)
     if (model_dir / ckpt.LOCK).is_file():
         with ModelDirLock(model_dir):   # refused, naming the holder, while another trainer writes it
             pass
-    ckpt.check_model_dir(model_dir, resume, overwrite, run_inputs(cfg, init))
+    check_model_dir(model_dir, resume, overwrite, run_inputs(cfg, init))
     check_writable(model_dir)
     out: Dict[str, Any] = {"model_dir": str(model_dir), "exists": model_dir.is_dir()}
     if resume:

@@ -20,7 +20,8 @@ from nmt.batching import Batch
 from nmt.config import CORPUS_FILES, Config
 from nmt.config_resume import PER_INVOCATION
 from nmt.data import TrainData, build_data, pair_sums
-from nmt.dirlock import ModelDirLock, ModelDirLocked, remove_made, replacing, set_aside
+from nmt.dirlock import (ModelDirLock, ModelDirLocked, check_model_dir, prepare_model_dir, remove_made, replacing,
+                        set_aside)
 from nmt.evaluate import VALID_METRICS, Scores, perplexity, score, track_best
 from nmt.finetune import copy_tokenizers, for_init, start_from
 from nmt.log import LossMeter, MetricsWriter, Progress, TensorBoardWriter, setup_logging
@@ -270,7 +271,7 @@ def create_trainer(cfg: Config, resume: bool = False, overwrite: bool = False, i
                                  "devices": len(ctxs)})
     lock, inputs = None, run_inputs(cfg, init)
     if workers.is_chief:   # what the directory holds is checked before the lock creates it
-        lock = ModelDirLock(Path(t.model_dir)).acquire_after(lambda: ckpt.check_model_dir(Path(t.model_dir), resume,
+        lock = ModelDirLock(Path(t.model_dir)).acquire_after(lambda: check_model_dir(Path(t.model_dir), resume,
                                                                                           overwrite, inputs))
     try:
         trainer = _create_locked(cfg, resume, overwrite, ctxs, kv, workers, init, inputs)
@@ -288,7 +289,7 @@ def _create_locked(cfg: Config, resume: bool, overwrite: bool, ctxs, kv, workers
     its checkpoints, so that a full disk shows before training rather than at the first checkpoint."""
     t, model_dir, aside = cfg.train, Path(cfg.train.model_dir), None
     if workers.is_chief:
-        ckpt.prepare_model_dir(model_dir, resume, overwrite, inputs)
+        prepare_model_dir(model_dir, resume, overwrite, inputs)
         aside = set_aside(model_dir) if overwrite and not resume else None
     with replacing(model_dir, aside):   # --overwrite: the run it replaces is deleted once the data is read
         if workers.is_chief:

@@ -12,7 +12,7 @@ from pathlib import Path
 import mxnet as mx
 import pytest
 
-from nmt import checkpoint as ckpt
+from nmt import checkpoint as ckpt, dirlock
 from nmt.atomic import atomic_open, atomic_write_text
 from tests.synth import list_params_files, load_params, write_task
 
@@ -152,33 +152,33 @@ def test_keep_last_and_which(tmp_path):
 
 def test_prepare_model_dir(tmp_path):
     d = tmp_path / "m"
-    ckpt.prepare_model_dir(d, resume=False, overwrite=False)
+    dirlock.prepare_model_dir(d, resume=False, overwrite=False)
     (d / "x").write_text("x")
     with pytest.raises(ckpt.CheckpointError, match="already exists"):
-        ckpt.prepare_model_dir(d, resume=False, overwrite=False)
+        dirlock.prepare_model_dir(d, resume=False, overwrite=False)
     with pytest.raises(ckpt.CheckpointError, match="is not one: it has no config.json or train.log but holds x"):
-        ckpt.prepare_model_dir(d, resume=False, overwrite=True)   # not a model directory: nothing deleted
+        dirlock.prepare_model_dir(d, resume=False, overwrite=True)   # not a model directory: nothing deleted
     (d / ckpt.LOG).write_text("")   # the first file a run writes
     with pytest.raises(ckpt.CheckpointError, match="--dev-tgt .*/x is inside --model-dir"):
-        ckpt.prepare_model_dir(d, resume=False, overwrite=True, inputs={"--dev-src": None, "--dev-tgt": d / "x"})
+        dirlock.prepare_model_dir(d, resume=False, overwrite=True, inputs={"--dev-src": None, "--dev-tgt": d / "x"})
     with pytest.raises(ckpt.CheckpointError, match="--cache-dir .* is inside --model-dir"):
-        ckpt.prepare_model_dir(d, resume=False, overwrite=True, inputs={"--cache-dir": str(d)})
+        dirlock.prepare_model_dir(d, resume=False, overwrite=True, inputs={"--cache-dir": str(d)})
     (tmp_path / "train.ko").write_text("가\n")
     (d / "link.ko").symlink_to(tmp_path / "train.ko")   # the link goes with the directory: "file not found" later
     with pytest.raises(ckpt.CheckpointError, match="--train-src .*/link.ko is inside --model-dir"):
-        ckpt.prepare_model_dir(d, resume=False, overwrite=True, inputs={"--train-src": d / "link.ko"})
+        dirlock.prepare_model_dir(d, resume=False, overwrite=True, inputs={"--train-src": d / "link.ko"})
     (d / "link.ko").unlink()
     (d / "data").symlink_to(tmp_path)   # a link to a directory of inputs (the file reached through it)
     with pytest.raises(ckpt.CheckpointError, match="--train-src .*/data/train.ko is inside --model-dir"):
-        ckpt.prepare_model_dir(d, resume=False, overwrite=True, inputs={"--train-src": d / "data" / "train.ko"})
+        dirlock.prepare_model_dir(d, resume=False, overwrite=True, inputs={"--train-src": d / "data" / "train.ko"})
     (d / "data").unlink()
     assert (d / "x").exists()
-    ckpt.prepare_model_dir(d, resume=False, overwrite=True, inputs={"--train-src": tmp_path / "train.ko"})
+    dirlock.prepare_model_dir(d, resume=False, overwrite=True, inputs={"--train-src": tmp_path / "train.ko"})
     assert (d / "x").exists() and (d / ckpt.LOG).exists()   # checked only: nmt.dirlock.set_aside moves them
     f = tmp_path / "file"
     f.write_text("")
     with pytest.raises(ckpt.CheckpointError, match="not a directory"):
-        ckpt.prepare_model_dir(f, resume=False, overwrite=False)
+        dirlock.prepare_model_dir(f, resume=False, overwrite=False)
 
 
 def test_kill_9_mid_training_leaves_a_resumable_directory(tmp_path):
