@@ -219,17 +219,28 @@ def latest_step(state: TrainState) -> int:
 
 def latest_params_path(model_dir: Path) -> Path:
     """The newest intact step checkpoint's parameters, as --resume takes it (state.json, written last, lags a run
-    killed as it saved); a warning names what is wrong with a newer one, unless it has no manifest yet (saving)."""
+    killed as it saved); a warning names what is wrong with a newer one, unless a live training run is saving it."""
+    from nmt.dirlock import trained_now   # (which imports this module)
     model_dir = Path(model_dir)
     check_manifests(model_dir)
-    body, problems = manifest.newest_intact(model_dir)
-    newer = [s for s in manifest.step_keys(model_dir) if s > body["step"]]
-    if any((model_dir / manifest.manifest_name(manifest.step_key(s))).exists() for s in newer):
-        logger.warning("%s: the newest checkpoint is damaged (%s); the latest is the newest intact one, step %d",
-                       model_dir, "; ".join(problems), body["step"])
-    elif newer:
-        logger.info("%s: step %s not saved whole yet; the latest is step %d", model_dir, newer[0], body["step"])
+    unsaved: List[int] = []
+    body, problems = manifest.newest_intact(model_dir, unsaved)
+    if problems and len(unsaved) == len(problems) and trained_now(model_dir):
+        _once(logging.INFO, "%s: step %s is being saved; the latest is step %d", model_dir, unsaved[0], body["step"])
+    elif problems:
+        _once(logging.WARNING, "%s: the newest checkpoint is damaged (%s); the latest is the newest intact one, "
+              "step %d", model_dir, "; ".join(problems), body["step"])
     return model_dir / params_file(latest_step(TrainState(**body["state"])))
+
+
+_said: set = set()
+
+
+def _once(level: int, message: str, *args) -> None:
+    """Log `message` once per process (a load looks at the checkpoint more than once)."""
+    if (message, args) not in _said:
+        _said.add((message, args))
+        logger.log(level, message, *args)
 
 
 def params_path(model_dir: Path, which: str = "best") -> Path:

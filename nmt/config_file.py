@@ -59,10 +59,14 @@ def check_taken_dir(model_dir: str, config: Path, resume: bool) -> str:
             raise ConfigError(f"--config {config}: its train.model_dir is the directory of the run whose settings it "
                               "holds; give the new run's --model-dir (or --resume to continue that run)")
         return str(home)   # (relative: from anywhere, that directory, not one of the working directory's)
-    if config.name == CONFIG and any((home / name).exists() for name in (STATE, LOG, EXPORT, PARAMS_BEST)):
-        raise ConfigError(f"--config {config}: the settings of the model in {home}, whose train.model_dir names "
-                          f"another directory, {model_dir} (an export, or a run moved or copied): give --model-dir, "
-                          f"a new directory to start a run (or {home} with --resume to continue one there)")
+    if config.name == CONFIG and (home / EXPORT).exists():
+        raise ConfigError(f"--config {config}: the settings of the export in {home}, whose train.model_dir names the "
+                          f"run it came from, {model_dir}: give --model-dir, a new directory to start a run (or "
+                          f"fine-tune the export there with --init-from {home})")
+    if config.name == CONFIG and any((home / name).exists() for name in (STATE, LOG, PARAMS_BEST)):
+        raise ConfigError(f"--config {config}: the settings of the run in {home}, whose train.model_dir names another "
+                          f"directory, {model_dir} (the run was moved or copied): give --model-dir, a new directory to "
+                          f"start a run (or {home} with --resume to continue this one)")
     return model_dir
 
 

@@ -93,6 +93,25 @@ class ModelDirLock:
         self.release()
 
 
+def trained_now(model_dir: Path) -> bool:
+    """Whether a live process (of this host: on another, it cannot be told, and is taken to be) holds the model
+    directory's lock, as its train.lock names it."""
+    try:
+        holder = json.loads((Path(model_dir) / LOCK).read_text(encoding="utf-8"))
+        if holder["host"] != socket.gethostname():
+            return True
+        if int(holder["pid"]) == os.getpid():   # this process, done training (its loads come after its saves)
+            return False
+        os.kill(int(holder["pid"]), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:   # another user's live process
+        return True
+    except (OSError, ValueError, KeyError, TypeError):   # no lock file, or not one of ours
+        return False
+    return True
+
+
 logger = logging.getLogger("nmt.train")
 OVERWRITTEN = ".overwritten"   # --overwrite: the replaced run's files, until the new run's data is read
 

@@ -69,9 +69,13 @@ def read_manifest(model_dir: Path, key: str) -> Dict[str, Any]:
             raise ValueError("its content differs from its own sha256")
         return body
     except FileNotFoundError:
-        raise CheckpointError(f"{path} is missing, so the checkpoint cannot be verified") from None
+        raise ManifestMissing(f"{path} is missing, so the checkpoint cannot be verified") from None
     except (ValueError, UnicodeDecodeError) as e:
         raise CheckpointError(f"{path} is damaged (not a checkpoint manifest: {e})") from None
+
+
+class ManifestMissing(CheckpointError):
+    """A checkpoint without its manifest: one being saved (written last), or whose save was killed."""
 
 
 def _problem(path: Path, entry: Dict[str, Any]) -> Optional[str]:
@@ -130,15 +134,18 @@ def step_keys(model_dir: Path) -> List[int]:
     return sorted(steps, reverse=True)
 
 
-def newest_intact(model_dir: Path) -> Tuple[Dict[str, Any], List[str]]:
+def newest_intact(model_dir: Path, unsaved: Optional[List[int]] = None) -> Tuple[Dict[str, Any], List[str]]:
     """The manifest of the newest step checkpoint whose files all match it, and what was wrong with the newer
-    ones; CheckpointError listing every problem when none is intact."""
+    ones (the steps of those without a manifest also added to `unsaved`: being saved, or a save killed);
+    CheckpointError listing every problem when none is intact."""
     problems: List[str] = []
     for step in step_keys(model_dir):
         try:
             body = verify(model_dir, step_key(step), attempts=1)
         except CheckpointError as e:
             problems.append(f"step {step}: {e}")
+            if unsaved is not None and isinstance(e, ManifestMissing):
+                unsaved.append(step)
             continue
         if "state" in body:
             return body, problems

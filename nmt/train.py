@@ -301,7 +301,7 @@ def _create_locked(cfg: Config, resume: bool, overwrite: bool, ctxs, kv, workers
         else:   # the other workers' warnings, named (Python's last-resort handler printed them bare)
             setup_logging(None, logging.WARNING, prefix=f"rank {workers.rank} ")
         state = resumed_state(cfg, workers) if resume else ckpt.TrainState(init_from=str(init or ""))
-        TensorBoardWriter.check(t.tensorboard)   # before the data is read; its writer after (a resume refused there
+        TensorBoardWriter.check(t.tensorboard)   # before the data is read; its writer once all is checked
         state.hardware = describe_hardware(ctxs, workers.num_workers)
         for line in (f"devices: {ctxs}, kvstore: {getattr(kv, 'type', kv)}, worker {workers.rank} of "
                      f"{workers.num_workers}", *settings_lines(cfg)):   # what config.json holds, for people
@@ -309,8 +309,6 @@ def _create_locked(cfg: Config, resume: bool, overwrite: bool, ctxs, kv, workers
         data = build_data(cfg, model_dir, resume, workers, (state.train_sum, state.dev_sum))
         check_search_widths(cfg, data.tgt_tok.vocab_size)
         state.train_sum, state.dev_sum = pair_sums(data.splits)
-        tensorboard = TensorBoardWriter.create(model_dir, t.tensorboard, state.step if resume else None,
-                                               workers.rank)   # writes no events file)
         workers.check_same("training data and flags", {   # distributed: all must draw the same batches
             "batches": data.sampler.fingerprint(), "subword_sampling": cfg.data.subword_sampling,
             "model": vars(cfg.model), "optim": vars(cfg.optim),
@@ -331,6 +329,7 @@ def _create_locked(cfg: Config, resume: bool, overwrite: bool, ctxs, kv, workers
     if workers.is_chief:   # on resume, with the settings changed since (the next --resume continues with them)
         cfg.save(model_dir / ckpt.CONFIG)
     workers.init_trainer(optimizer)   # distributed: rank 0's parameters on every worker before update 1
+    tensorboard = TensorBoardWriter.create(model_dir, t.tensorboard, state.step if resume else None, workers.rank)
     return Trainer(cfg, data, net, optimizer, ctxs, state, workers, tensorboard)
 
 

@@ -135,15 +135,14 @@ class Translator:
 
         from nmt.scoring import checkpoint_info   # (which imports this module)
         for attempt in range(3):   # a training run may replace or prune the checkpoint meanwhile: loaded again
-            info = checkpoint_info(model_dir, str(which))
             try:   # a hybridized block is not safe to call from two threads: one copy of the members per device
+                info = checkpoint_info(model_dir, str(which))
                 loaded = [(c, [load_member(d, d_cfg, src_tok, tgt_tok, which, c) for d, d_cfg in dirs]) for c in ctxs]
-            except ckpt.CheckpointError:
-                if attempt == 2 or checkpoint_info(model_dir, str(which)) == info:
+                if checkpoint_info(model_dir, str(which)) == info:
+                    break
+            except ckpt.CheckpointError:   # (damaged, or pruned while read: the next attempt tells)
+                if attempt == 2:
                     raise
-                continue
-            if checkpoint_info(model_dir, str(which)) == info:
-                break
         else:
             raise ckpt.CheckpointError(f"{model_dir}: its {which} checkpoint changed while it was loaded, three times "
                                        "(a training run writes it): try again")

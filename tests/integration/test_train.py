@@ -568,6 +568,17 @@ def test_a_resume_on_data_edited_in_place_is_refused_before_anything_is_written(
     assert ckpt.TrainState.load(d).step == 4
 
 
+def test_a_resume_refused_for_room_writes_no_tensorboard_events_file(tmp_path, capsys):
+    """The writer was made after the data was read but before the room for the checkpoints was checked: every
+    refused attempt left an events file."""
+    from nmt.cli import train_main
+    files, d = write_task(tmp_path / "data", n_train=300, n_dev=20), tmp_path / "m"
+    assert train_main(tiny_flags(files, d) + ["--max-steps", "2", "--tensorboard"]) == 0
+    events = sorted((d / "tensorboard").iterdir())
+    assert train_main(["--model-dir", str(d), "--resume", "--max-steps", "4", "--keep-last", "100000000000"]) == 2
+    assert "checkpoints" in capsys.readouterr().err and sorted((d / "tensorboard").iterdir()) == events
+
+
 def test_a_resume_after_the_data_files_were_moved_says_where_they_were_recorded(tmp_path, capsys):
     """`mv data elsewhere`, then --resume: "data/train.ko: file not found; check the path", without a word that the
     run's config.json records that path, nor what to do."""

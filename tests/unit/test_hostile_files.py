@@ -354,10 +354,13 @@ def test_the_config_json_of_a_moved_run_does_not_start_resume_or_overwrite_where
     run.mkdir()
     dataclasses.replace(Config(), train=dataclasses.replace(TrainConfig(), model_dir=str(old))).save(run / ckpt.CONFIG)
     (run / ckpt.STATE).write_text("{}")
-    says = (f"--config {run / ckpt.CONFIG}: the settings of the model in {run}, whose train.model_dir names another "
-            f"directory, {old} (an export, or a run moved or copied): give --model-dir, a new directory to start a "
-            f"run (or {run} with --resume to continue one there)")
-    for beside in (ckpt.STATE, ckpt.EXPORT):   # an export's config.json names the run it came from, too
+    run_says = (f"--config {run / ckpt.CONFIG}: the settings of the run in {run}, whose train.model_dir names another "
+                f"directory, {old} (the run was moved or copied): give --model-dir, a new directory to start a run (or "
+                f"{run} with --resume to continue this one)")
+    export_says = (f"--config {run / ckpt.CONFIG}: the settings of the export in {run}, whose train.model_dir names "
+                   f"the run it came from, {old}: give --model-dir, a new directory to start a run (or fine-tune the "
+                   f"export there with --init-from {run})")
+    for beside, says in ((ckpt.STATE, run_says), (ckpt.EXPORT, export_says)):   # an export's names its run, too
         for name in (ckpt.STATE, ckpt.EXPORT):
             (run / name).unlink(missing_ok=True)
         (run / beside).write_text("{}")

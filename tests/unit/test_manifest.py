@@ -386,9 +386,21 @@ def test_a_best_written_again_moves_the_scores_recorded_as_best_to_their_step(tm
 
 def test_latest_past_a_checkpoint_being_saved_is_no_warning(tmp_path, caplog):
     """Beside a training run, `--checkpoint latest` warned "the newest checkpoint is damaged" whenever the run was
-    between a step's parameters and its manifest."""
+    between a step's parameters and its manifest (hundreds of times a minute, three times per load): a line of
+    information once, while a live process holds the directory's lock; with none, it is damaged."""
+    import json
+    import os
+    import socket
     d = _model_dir(tmp_path)
     (d / ckpt.params_file(40)).write_bytes((d / ckpt.params_file(30)).read_bytes())
-    with caplog.at_level("INFO", logger="nmt.checkpoint"):
-        assert ckpt.params_path(d, "latest").name == ckpt.params_file(30)
-    assert "WARNING" not in caplog.text and f"{d}: step 40 not saved whole yet; the latest is step 30" in caplog.text
+    for holder, says in ((os.getppid(), f"{d}: step 40 is being saved; the latest is step 30"),
+                         (None, f"{d}: the newest checkpoint is damaged (step 40: ")):
+        caplog.clear()
+        if holder:
+            (d / ckpt.LOCK).write_text(json.dumps({"host": socket.gethostname(), "pid": holder, "since": "now"}))
+        else:
+            (d / ckpt.LOCK).unlink()
+        with caplog.at_level("INFO", logger="nmt.checkpoint"):
+            for _ in range(2):
+                assert ckpt.params_path(d, "latest").name == ckpt.params_file(30)
+        assert caplog.text.count(says) == 1 and ("WARNING" in caplog.text) == (holder is None), caplog.text
