@@ -16,7 +16,7 @@ from nmt.config import (ARCH_DEFAULTS, BUCKETINGS, CORPUS_FILES, KVSTORES, LANGS
                         VALID_METRIC_NAMES, Config, ConfigError, DataConfig, ModelConfig)
 from nmt.config_resume import PER_INVOCATION, resumed_config
 from nmt import jsonio
-from nmt.commands import command, nonempty
+from nmt.commands import command, nonempty, usable_streams
 from nmt.config_file import check_taken_dir, read_config_file, warn_other_arch
 from nmt.recipes import RECIPES, resolve_data_dir
 
@@ -375,6 +375,7 @@ def train_main(args: argparse.Namespace) -> int:
     if args.verbose:
         logging.getLogger("nmt").setLevel(logging.DEBUG)
     if args.dry_run:   # what training logs as it reads the data (each filter's drops) goes to the console too
+        usable_streams(outputs=["-"])   # (its report is its output)
         from nmt.log import setup_logging
         from nmt.preflight import describe, dry_run
         setup_logging(None)

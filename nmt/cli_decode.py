@@ -113,8 +113,8 @@ def translate_main(args: argparse.Namespace) -> int:
         tally[0], tally[1] = tally[0] + non_empty, tally[1] + hangul
         if plot is not None:
             plot(first, lines, translations)
-    # SIGTERM as Ctrl-C: the output is closed whole (a .gz file too) with what is translated, exit code 143
-    with terminated_as_interrupt(), output_errors(args.output), contextlib.ExitStack() as stack:
+    # SIGTERM (and SIGHUP) as Ctrl-C: the output closed whole (a .gz file too) with what is translated, exit 143
+    with terminated_as_interrupt(hangup=True), output_errors(args.output), contextlib.ExitStack() as stack:
         src, idle, compressed = (sys.stdin.buffer, IDLE_SECONDS, None) if stdin else open_input(args.input, stack)
         if args.seed is not None:   # repeatable draws: the chunks (and so the draws) must not depend on pauses
             idle = None
@@ -270,7 +270,7 @@ def evaluate_main(args: argparse.Namespace) -> int:
     from nmt.atomic import atomic_write_bytes, atomic_write_text
     from nmt.scoring import cannot_record, other_decoding, read_scores
     from nmt.textfile import output_opener
-    usable_streams([f for f in (args.src_file, *(args.ref_file or ())) if f], ["-"])   # the report goes to stdout
+    usable_streams([f for f in (args.src_file, *(args.ref_file or ())) if f not in (None, "-")], ["-"])   # (report)
     if args.hyp_dir:
         output_dir("--hyp-dir", args.hyp_dir)
     if args.json not in (None, "-"):   # written at the end: its directory is checked now

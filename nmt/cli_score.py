@@ -53,7 +53,8 @@ def score_main(args: argparse.Namespace) -> int:
     from nmt.align import align_ids
     from nmt.forced import SCORE_CHUNK, score_ids, target_ids
     from nmt.log import Every, setup_logging
-    usable_streams([args.src_file, args.tgt_file], [args.output])
+    from nmt.signals import terminated_as_interrupt   # (SIGTERM, SIGHUP: the output closed whole, a .gz too)
+    usable_streams([f for f in (args.src_file, args.tgt_file) if f != "-"], [args.output])   # ("-": a file)
     refuse_overwriting("--output", args.output, {"--src-file": args.src_file, "--tgt-file": args.tgt_file},
                        [args.model_dir, *args.ensemble])
     setup_logging(None, level=logging.DEBUG if args.verbose else logging.INFO)   # the files' warnings come first
@@ -67,7 +68,7 @@ def score_main(args: argparse.Namespace) -> int:
     tgt_ids = target_ids(tr, tgt, name=args.tgt_file)   # every target checked before anything is written
     t0, log_prob, tokens, chunk = time.perf_counter(), 0.0, 0, SCORE_CHUNK
     report = Every(stream.REPORT_SECONDS)   # a long corpus: how far it got
-    with output_errors(args.output), contextlib.ExitStack() as stack:
+    with terminated_as_interrupt(hangup=True), output_errors(args.output), contextlib.ExitStack() as stack:
         out = open_output(stack, args.output)
         for start in range(0, len(src), chunk):
             src_ids, part = tr.source_ids(src[start:start + chunk], start + 1), tgt_ids[start:start + chunk]

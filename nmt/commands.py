@@ -98,8 +98,10 @@ def standard_streams() -> None:
             os.open(os.devnull, os.O_RDWR)   # the lowest free descriptor: this one
             setattr(sys, name, open(os.devnull, "r" if fd == 0 else "w", encoding="utf-8"))
             CLOSED.add(name)
-    if hasattr(sys.stdout, "reconfigure"):
+    if hasattr(sys.stdout, "reconfigure"):   # (and stdin's typed lines UTF-8: undecodable bytes as surrogates)
         sys.stdout.reconfigure(encoding="utf-8")
+    if hasattr(sys.stdin, "reconfigure") and "stdin" not in CLOSED:
+        sys.stdin.reconfigure(encoding="utf-8", errors="surrogateescape")
 
 
 def usable_streams(inputs=(), outputs=()) -> None:
@@ -107,7 +109,7 @@ def usable_streams(inputs=(), outputs=()) -> None:
     input or output (`STDIN_NAMES`, `STDOUT_NAMES`) and the command was started without it."""
     from nmt.storage import StorageError
     for files, name, names, redirect, advice in (
-            (inputs, "stdin", STDIN_NAMES, "<&-", "give the input as a file (--input FILE or < FILE)"),
+            (inputs, "stdin", STDIN_NAMES, "<&-", "give the input as a file"),
             (outputs, "stdout", STDOUT_NAMES, ">&-", "redirect it to a file, or to /dev/null")):
         if name in CLOSED and any(f in names for f in files):
             raise StorageError(f"standard {name[3:]}put is closed (the command was started with {redirect}): "

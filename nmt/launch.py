@@ -11,10 +11,11 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
-from nmt.commands import nonempty, number, standard_streams
+from nmt.commands import nonempty, number, standard_streams, usable_streams
 from nmt.distributed import (FORWARDED_ENV, FORWARDED_PREFIXES, Host, LaunchError, forwarded_env, ipv4, plan_job,
                              read_hostfile)
 from nmt.job import Job
+from nmt.storage import StorageError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -117,6 +118,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                   grace=args.grace, finish_timeout=args.finish_timeout)
         if not args.dry_run:
             return job.run()
+        try:
+            usable_streams(outputs=["-"])   # (the dry run's commands are its output)
+        except StorageError as e:
+            raise LaunchError(str(e)) from None
         for spec in specs:
             env = "" if spec.host else shlex.join(f"{k}={v}" for k, v in sorted(job.local_env(spec).items())) + " "
             print(f"# {spec.label}\n{env}{shlex.join(job.argv(spec))}")

@@ -301,8 +301,8 @@ def _read_line(raw: bytes, cut: bool, line_no: int, source: Tuple[str, Optional[
                           "its text would be cut to --max-input-tokens anyway: shorten it, or raise --max-input-tokens")
     if cut:
         stats.cut += 1
-        logger.warning("%s:%d: line longer than the input guard (--max-input-tokens x %d bytes); cut while reading, "
-                       "to the length the next warning gives", name, line_no, CHARS_PER_TOKEN * 4)
+        logger.warning("%s:%d: line longer than the input guard (--max-input-tokens x %d bytes); cut there while "
+                       "reading (any length said next is the cut line's)", name, line_no, CHARS_PER_TOKEN * 4)
     text, replaced = decode_line(raw, line_no, name, on_invalid, source[1])
     stats.invalid_utf8 += replaced
     prefix = None

@@ -25,7 +25,8 @@ COMPRESSED = [(re.compile(rb"\x1f\x8b"), "gzip", gzip.open), (re.compile(rb"\xfd
               (re.compile(rb"BZh[1-9](1AY&SY|\x17rE8P\x90)"), "bzip2", bz2.open)]
 # An output named .gz is written gzip-compressed, flushed chunk by chunk, as Marian writes one; bzip2, xz and the
 # others cannot be flushed as they go (a stopped run would lose all), so an output named as one is refused.
-UNFLUSHABLE = (".bz2", ".xz", ".lzma", ".zst", ".lz4", ".zip", ".7z", ".tgz")
+UNFLUSHABLE = (".bz2", ".bz", ".tbz", ".tbz2", ".xz", ".txz", ".lzma", ".lz", ".zst", ".zstd", ".lz4", ".lzo", ".z",
+               ".br", ".zip", ".7z", ".tgz")
 
 
 def output_opener(flag: str, path: PathLike):
@@ -74,13 +75,15 @@ def to_utf8_hint(line: bytes, path: Optional[PathLike], kind: Optional[str]) -> 
 def iconv_command(path: Optional[PathLike], encoding: str, kind: Optional[str], into: bool = False) -> str:
     """The command converting `path` (None: standard input; compressed as `kind`: "gzip" ...) from `encoding` to
     UTF-8; `into`: into a file beside it, named with .utf8 before its suffix (without the compression's)."""
-    cat, name = {"gzip": "zcat", "bzip2": "bzcat", "xz": "xzcat"}.get(kind or ""), shlex.quote(str(path))
-    command = (f"{cat} {name} | iconv -f {encoding} -t UTF-8" if cat else
-               f"iconv -f {encoding} -t UTF-8{'' if path is None else ' ' + name}")
+    def arg(p) -> str:   # quoted, and not taken for an option
+        return shlex.quote(str(p) if not str(p).startswith("-") else f"./{p}")
+    cat = {"gzip": "zcat", "bzip2": "bzcat", "xz": "xzcat"}.get(kind or "")
+    command = (f"{cat} {arg(path)} | iconv -f {encoding} -t UTF-8" if cat else
+               f"iconv -f {encoding} -t UTF-8{'' if path is None else ' ' + arg(path)}")
     if not into or path is None:
         return command
-    text = Path(path).with_suffix("") if cat else Path(path)
-    return f"{command} > {shlex.quote(str(text.with_name(f'{text.stem}.utf8{text.suffix}')))}"
+    text = Path(path).with_suffix("") if Path(path).suffix.lower() in (".gz", ".bz2", ".xz") else Path(path)
+    return f"{command} > {arg(text.with_name(f'{text.stem}.utf8{text.suffix}'))}"
 
 
 def _reads_as(line: bytes, encoding: str, pattern: str) -> bool:
@@ -109,8 +112,11 @@ def wide_encoding(data: bytes) -> Tuple[str, str]:
     head = data[:1000]
     if not head or head.count(0) * 10 < len(head):
         return "", ""
-    # UTF-32: every character's high byte is 0, the next one at most 0x10 (U+10FFFF); in UTF-16 text they are letters
-    top = [max(head[i::4], default=0xff) for i in range(4)] if len(head) >= 4 else [0xff] * 4   # by position
-    name = ("UTF-32LE" if top[3] == 0 and top[2] <= 0x10 else "UTF-32BE" if top[0] == 0 and top[1] <= 0x10 else
+    # UTF-32: every character's high byte is 0, the next one too but for the rare one past U+FFFF (at most 0x10); in
+    # UTF-16 text, the bytes there are another character's (a letter, or a line end on lines of one character)
+    def utf32(high: int, next_: int) -> bool:
+        return not any(head[high::4]) and max(head[next_::4]) <= 0x10 and head[next_::4].count(0) * 10 >= 9 * len(
+            head[next_::4])
+    name = ("UTF-32LE" if len(head) >= 4 and utf32(3, 2) else "UTF-32BE" if len(head) >= 4 and utf32(0, 1) else
             "UTF-16LE" if head[1::2].count(0) >= head[0::2].count(0) else "UTF-16BE")
     return name, "or not text: NUL bytes fill its start"

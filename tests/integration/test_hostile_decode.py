@@ -157,23 +157,48 @@ def test_an_output_named_gz_is_gzip_compressed_and_other_compressions_are_refuse
     assert json.loads(gzip.open(tmp_path / "r.json.gz").read())["results"][str(src)]["n"] > 0
 
 
-def test_sigterm_closes_a_gz_output_whole_with_what_is_translated(model_dir, test_files, tmp_path):
-    """SIGTERM killed nmt-translate: a .gz output lost its end ("unexpected end of file"). It ends as Ctrl-C does,
-    exit 143, the file closed whole."""
+@pytest.mark.parametrize("script, signum", [("translate.py", "SIGTERM"), ("translate.py", "SIGHUP"),
+                                            ("score.py", "SIGTERM")])
+def test_sigterm_closes_a_gz_output_whole_with_what_is_done(model_dir, test_files, tmp_path, script, signum):
+    """SIGTERM (or SIGHUP: the terminal closed) killed nmt-translate and nmt-score: a .gz output lost its end
+    ("unexpected end of file"). They end as Ctrl-C does, exit 143 (129), the file closed whole."""
     import signal
     import time
-    out = tmp_path / "out.gz"
-    p = subprocess.Popen([sys.executable, str(REPO / "scripts" / "translate.py"), "--model-dir", str(model_dir),
-                          "--output", str(out), "--beam-size", "1"], stdin=subprocess.PIPE, stderr=subprocess.PIPE)
-    p.stdin.write(test_files[0].read_bytes())
-    p.stdin.flush()   # (left open: the command waits for more)
+    out, src = tmp_path / "out.gz", test_files[0]
+    for i, f in enumerate(test_files):   # nmt-score reads its files whole: long ones, to signal it as it scores
+        (tmp_path / f"many{i}").write_bytes(f.read_bytes() * 5000)
+    files = ["--input", "/dev/stdin"] if script == "translate.py" else ["--src-file", tmp_path / "many0",
+                                                                         "--tgt-file", tmp_path / "many1"]
+    p = subprocess.Popen([sys.executable, str(REPO / "scripts" / script), "--model-dir", str(model_dir), *map(
+        str, files), "--output", str(out)], stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+    if script == "translate.py":
+        p.stdin.write(src.read_bytes())
+        p.stdin.flush()   # (left open: the command waits for more, its chunk written)
     deadline = time.time() + 120
     while (not out.exists() or out.stat().st_size < 30) and time.time() < deadline:
-        time.sleep(0.2)
-    p.send_signal(signal.SIGTERM)
+        time.sleep(0.05)
+    p.send_signal(getattr(signal, signum))
     err = p.stderr.read().decode()
-    assert p.wait(timeout=60) == 143 and "Traceback" not in err, err
-    assert len(gzip.open(out, "rt", encoding="utf-8").read().splitlines()) == len(test_files[0].read_text().splitlines())
+    assert p.wait(timeout=60) == 128 + getattr(signal, signum) and "Traceback" not in err, err
+    lines = gzip.open(out, "rt", encoding="utf-8").read().splitlines()   # whole: no EOFError
+    assert lines and (script != "translate.py" or len(lines) == len(src.read_text().splitlines()))
+
+
+def test_more_closed_streams_and_compression_names(model_dir, test_files, tmp_path, capsys, monkeypatch):
+    """The dry runs' reports went nowhere with stdout closed (exit 0); "-" is a file name to nmt-score, not stdin;
+    .lz, .zstd, .Z and .br outputs were written as plain text."""
+    from nmt.cli import train_main
+    monkeypatch.setattr("nmt.commands.CLOSED", {"stdout", "stdin"})
+    assert train_main(["--train-src", str(test_files[0]), "--train-tgt", str(test_files[1]), "--dry-run"]) == 2
+    assert "error: standard output is closed (the command was started with >&-)" in capsys.readouterr().err
+    code, _, err = run(score_main, ["--model-dir", model_dir, "--src-file", "-", "--tgt-file", test_files[1],
+                                    "--output", tmp_path / "s"], capsys)
+    assert code == 2 and "error: -: file not found" in err
+    monkeypatch.setattr("nmt.commands.CLOSED", set())
+    for suffix in (".lz", ".zstd", ".Z", ".br", ".tbz2"):
+        code, _, err = run(translate_main, ["--model-dir", model_dir, "--input", test_files[0], "--output",
+                                            tmp_path / f"o{suffix}"], capsys)
+        assert code == 2 and "an output is written compressed only with gzip" in err, suffix
 
 
 def test_a_model_directory_that_cannot_be_written_is_still_evaluated(model_dir, test_files, tmp_path, capsys,

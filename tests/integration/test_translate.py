@@ -170,7 +170,7 @@ def test_over_long_lines_are_truncated_with_a_warning(tr, capsys, tmp_path):
     assert code == 0
     assert len((tmp_path / "out.en").read_text(encoding="utf-8").split("\n")) == 4
     assert f"{path}:2: line longer than the input guard (--max-input-tokens x {CHARS_PER_TOKEN * 4} bytes); cut " \
-        "while reading, to the length the next warning gives" in err   # bounded memory (it said "characters")
+        "there while reading (any length said next is the cut line's)" in err   # bounded memory (said "characters")
     assert "input line 2 has 250 subword tokens" not in err and "input line 2 has" in err and "truncated to" in err
     assert "; 1 truncated" in err   # cut to the character guard, then to the tokens: one line (it said 2)
 
@@ -645,10 +645,13 @@ def test_interactive_prompt_on_a_terminal(tr):
             p.kill()
 
 
-def test_interactive_prompt_with_output_on_the_terminal(tr):
-    """On a terminal (stdin, stdout and stderr): the prompt shows before anything is typed."""
+@pytest.mark.parametrize("encoding", [None, "ascii"])
+def test_interactive_prompt_with_output_on_the_terminal(tr, encoding):
+    """On a terminal (stdin, stdout and stderr): the prompt shows before anything is typed. With
+    PYTHONIOENCODING=ascii a typed Korean line was a UnicodeDecodeError traceback."""
     master, slave = pty.openpty()
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO), **({"PYTHONIOENCODING": encoding}
+                                                                          if encoding else {}))
     p = subprocess.Popen([sys.executable, str(REPO / "scripts" / "translate.py"), "--model-dir", str(tr.model_dir),
                           "--beam-size", "1"], stdin=slave, stdout=slave, stderr=slave, env=env)
     os.close(slave)

@@ -218,7 +218,7 @@ def test_archives_and_compressed_files_not_read_are_named_as_such(tmp_path):
 @pytest.mark.parametrize("codec, named, name", [
     ("utf-32", "UTF-32", "w.ko"), ("utf-32-le", "UTF-32LE", "w.ko"), ("utf-32-be", "UTF-32BE", "my w.ko"),
     ("utf-16", "UTF-16", "w.ko"), ("utf-16-be", "UTF-16BE", "w.ko"), ("utf-16-le", "UTF-16LE", "my w.ko.gz"),
-    ("utf-32-le", "UTF-32LE", "w.ko.xz")])
+    ("utf-32-le", "UTF-32LE", "w.ko.xz"), ("utf-16-le", "UTF-16LE", "-w.ko")])
 def test_utf32_and_utf16_are_named_with_a_conversion_that_works(tmp_path, codec, named, name):
     """UTF-32 was named UTF-16 (its byte-order mark starts with UTF-16's; without one, any character past U+FFFF made
     it UTF-16LE), and the advice `iconv -f UTF-16 ... > out.txt` made a file refused again, whose own advice then
@@ -239,6 +239,31 @@ def test_utf32_and_utf16_are_named_with_a_conversion_that_works(tmp_path, codec,
         f"{shlex.quote(str(converted))}")
     subprocess.run(command, shell=True, check=True)
     assert read_lines(converted) == ["안녕하세요. Hello. 😀", "고마워요."]
+    if name == "w.ko":   # relative, from its directory: a name starting with "-" is not taken for an option
+        rel = read_lines_error(tmp_path, "-w.ko")
+        subprocess.run(re.search(r"`(.*iconv .*)`$", rel).group(1), shell=True, check=True, cwd=tmp_path)
+
+
+def read_lines_error(directory, name: str) -> str:
+    from nmt.corpus import read_lines
+    import os
+    (directory / name).write_bytes((directory / "w.ko").read_bytes())
+    cwd = os.getcwd()
+    os.chdir(directory)
+    try:
+        with pytest.raises(CorpusError) as err:
+            read_lines(name)
+        return str(err.value)
+    finally:
+        os.chdir(cwd)
+
+
+def test_utf16_lines_of_one_character_are_not_taken_for_utf32():
+    """"네\n응\n..." in UTF-16LE has a line end in every UTF-32 character's third byte: it was named UTF-32LE, whose
+    advice made one line of plane-10 characters."""
+    from nmt.textfile import wide_encoding
+    assert wide_encoding("".join(c + "\n" for c in "네응예아오헉와좋음" * 20).encode("utf-16-le"))[0] == "UTF-16LE"
+    assert wide_encoding(("\n" * 50).encode("utf-16-le"))[0] == "UTF-16LE"
 
 
 def test_utf16_without_a_byte_order_mark_and_blank_files_are_named_as_such(tmp_path):
