@@ -170,7 +170,8 @@ def test_sigterm_closes_a_gz_output_whole_with_what_is_done(model_dir, test_file
     files = ["--input", "/dev/stdin"] if script == "translate.py" else ["--src-file", tmp_path / "many0",
                                                                          "--tgt-file", tmp_path / "many1"]
     p = subprocess.Popen([sys.executable, str(REPO / "scripts" / script), "--model-dir", str(model_dir), *map(
-        str, files), "--output", str(out)], stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+        str, files), "--output", str(out)], stdin=subprocess.PIPE, stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))   # (under nohup, as CI may run, ignored)
     if script == "translate.py":
         p.stdin.write(src.read_bytes())
         p.stdin.flush()   # (left open: the command waits for more, its chunk written)
@@ -178,8 +179,11 @@ def test_sigterm_closes_a_gz_output_whole_with_what_is_done(model_dir, test_file
     while (not out.exists() or out.stat().st_size < 30) and time.time() < deadline:
         time.sleep(0.05)
     p.send_signal(getattr(signal, signum))
-    err = p.stderr.read().decode()
-    assert p.wait(timeout=60) == 128 + getattr(signal, signum) and "Traceback" not in err, err
+    try:
+        err = p.communicate(timeout=60)[1].decode()
+    finally:
+        p.kill()
+    assert p.returncode == 128 + getattr(signal, signum) and "Traceback" not in err, err
     lines = gzip.open(out, "rt", encoding="utf-8").read().splitlines()   # whole: no EOFError
     assert lines and (script != "translate.py" or len(lines) == len(src.read_text().splitlines()))
 
