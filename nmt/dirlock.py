@@ -142,8 +142,9 @@ def set_aside(model_dir: Path) -> Optional[Path]:
 
 @contextlib.contextmanager
 def replacing(model_dir: Path, aside: Optional[Path]) -> Iterator[None]:
-    """Around a run's set-up until its data is read: then the run that --overwrite replaces (`aside`) is deleted; if
-    the set-up fails first (a missing file, a bad setting), what it wrote goes and that run's files come back."""
+    """Around a run's set-up until its data is read and the room for its checkpoints checked: then the run that
+    --overwrite replaces (`aside`) is deleted; if the set-up fails first (a missing file, a bad setting, a full
+    disk), what it wrote goes and that run's files come back."""
     try:
         yield
     except BaseException:

@@ -291,7 +291,7 @@ def _create_locked(cfg: Config, resume: bool, overwrite: bool, ctxs, kv, workers
     if workers.is_chief:
         prepare_model_dir(model_dir, resume, overwrite, inputs)
         aside = set_aside(model_dir) if overwrite and not resume else None
-    with replacing(model_dir, aside):   # --overwrite: the run it replaces is deleted once the data is read
+    with replacing(model_dir, aside):   # --overwrite: the run it replaces goes once the data and room are checked
         if workers.is_chief:
             check_writable(model_dir)
             if init is not None:
@@ -313,13 +313,13 @@ def _create_locked(cfg: Config, resume: bool, overwrite: bool, ctxs, kv, workers
             "batches": data.sampler.fingerprint(), "subword_sampling": cfg.data.subword_sampling,
             "model": vars(cfg.model), "optim": vars(cfg.optim),
             "train": {k: v for k, v in vars(t).items() if f"train.{k}" not in PER_INVOCATION}})
-    for seed in (random.seed, np.random.seed, mx.random.seed):
-        seed(t.seed)
-    net = build_model(cfg.model, data.src_tok.vocab_size, data.tgt_tok.vocab_size)
-    net.initialize(mx.init.Xavier(magnitude=2.24), ctx=ctxs)
-    net.hybridize(static_alloc=True)
-    if workers.is_chief:
-        check_checkpoint_room(cfg, net)
+        for seed in (random.seed, np.random.seed, mx.random.seed):
+            seed(t.seed)
+        net = build_model(cfg.model, data.src_tok.vocab_size, data.tgt_tok.vocab_size)
+        net.initialize(mx.init.Xavier(magnitude=2.24), ctx=ctxs)
+        net.hybridize(static_alloc=True)
+        if workers.is_chief:
+            check_checkpoint_room(cfg, net)
     optimizer = build_optimizer(cfg.optim, net.collect_params(), kv)
     if resume:
         restore(model_dir, net, optimizer, data, state, workers, ctxs)

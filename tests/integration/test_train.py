@@ -579,6 +579,18 @@ def test_a_resume_refused_for_room_writes_no_tensorboard_events_file(tmp_path, c
     assert "checkpoints" in capsys.readouterr().err and sorted((d / "tensorboard").iterdir()) == events
 
 
+def test_an_overwrite_refused_for_room_keeps_the_run_it_would_replace(tmp_path, capsys):
+    """--overwrite deleted the run it replaced once the data was read, and only then found no room for the new run's
+    checkpoints: the directory was left with neither."""
+    from nmt.cli import train_main
+    files, d = write_task(tmp_path / "data", n_train=300, n_dev=20), tmp_path / "m"
+    assert train_main(tiny_flags(files, d) + ["--max-steps", "2"]) == 0
+    kept = {p.name: p.read_bytes() for p in d.iterdir() if p.is_file() and p.name not in (ckpt.LOG, ckpt.LOCK)}
+    assert train_main(tiny_flags(files, d) + ["--max-steps", "2", "--overwrite", "--keep-last", "100000000000"]) == 2
+    assert "checkpoints" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in d.iterdir() if p.is_file() and p.name not in (ckpt.LOG, ckpt.LOCK)} == kept
+
+
 def test_a_resume_after_the_data_files_were_moved_says_where_they_were_recorded(tmp_path, capsys):
     """`mv data elsewhere`, then --resume: "data/train.ko: file not found; check the path", without a word that the
     run's config.json records that path, nor what to do."""
