@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from nmt.commands import Once, command, file_arg, nonempty, number, usable_streams
 from nmt.cli_io import (add_model_decode_args, check_languages_of, load_translator, misaligned, open_output,
-                        output_dir, output_errors, reader_gone, refuse_overwriting, utf8_stdout)
+                        output_dir, output_errors, reader_gone, refuse_overwriting)
 from nmt.config import CHARS_PER_TOKEN, ConfigError
 
 
@@ -100,7 +100,6 @@ def translate_main(args: argparse.Namespace) -> int:
     stdin, stdout = args.input in (None, "-"), args.output in (None, "-")
     if stdin and sys.stdin.isatty():
         if stdout:
-            utf8_stdout()
             return interactive(tr, nbest, plot, alignment=args.alignment, json_input=args.json_input)
         args.chunk_lines = 1   # typed lines: translate and write each one at once
         print(f"nmt-translate {tr.src_lang} -> {tr.tgt_lang}: type sentences, one per line; each translation goes to "

@@ -81,19 +81,13 @@ def load_translator(args: argparse.Namespace, search: bool = True):
     return tr
 
 
-def utf8_stdout():
-    """sys.stdout, writing UTF-8 whatever the locale says."""
-    if hasattr(sys.stdout, "reconfigure"):
-        sys.stdout.reconfigure(encoding="utf-8")
-    return sys.stdout
-
-
 def open_output(stack, output):
-    """The output stream: stdout (`utf8_stdout`) for None or "-", else the file, opened in `stack` (gzip-compressed
-    when named .gz: `output_opener`); a CorpusError naming --output if it cannot be written."""
+    """The output stream: stdout (UTF-8: `nmt.commands.standard_streams`) for None or "-", else the file, opened in
+    `stack` (gzip-compressed when named .gz: `output_opener`); a CorpusError naming --output if it cannot be
+    written."""
     from nmt.textfile import CorpusError, output_opener
     if output in (None, "-"):
-        return utf8_stdout()
+        return sys.stdout
     opener = output_opener("--output", output)
     try:
         return stack.enter_context(opener(output, "wt", encoding="utf-8", newline="\n"))

@@ -98,17 +98,20 @@ def trained_now(model_dir: Path) -> bool:
     directory's lock, as its train.lock names it."""
     try:
         holder = json.loads((Path(model_dir) / LOCK).read_text(encoding="utf-8"))
-        if holder["host"] != socket.gethostname():
-            return True
-        if int(holder["pid"]) == os.getpid():   # this process, done training (its loads come after its saves)
-            return False
-        os.kill(int(holder["pid"]), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:   # another user's live process
-        return True
+        # (this process holds it no more: its loads come after its saves)
+        return holder["host"] != socket.gethostname() or int(holder["pid"]) != os.getpid() and alive(holder["pid"])
     except (OSError, ValueError, KeyError, TypeError):   # no lock file, or not one of ours
         return False
+
+
+def alive(pid) -> bool:
+    """Whether the process `pid` (a number, or one as text) is running on this host."""
+    try:
+        os.kill(int(pid), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:   # another user's
+        return True
     return True
 
 

@@ -28,6 +28,7 @@ from nmt import jsonio, manifest
 from nmt.atomic import atomic_copy, atomic_write_text
 from nmt.commands import command, nonempty
 from nmt.config import Config, ConfigError
+from nmt.dirlock import alive
 
 EXPORT = ckpt.EXPORT   # what an export was made from; --overwrite replaces only a directory that has one
 
@@ -73,7 +74,7 @@ def export_model(model_dir, output, which: str = "best", overwrite: bool = False
         # by an export killed (SIGKILL, SIGTERM): its copy being made, or the earlier export it replaced
         for left in (p for kind in ("export", "replaced") for p in output.parent.glob(f".{output.name}.{kind}-*")):
             pid = left.name.rsplit("-", 1)[-1]
-            if pid == str(os.getpid()) or not _alive(pid):
+            if pid == str(os.getpid()) or not alive(pid):
                 shutil.rmtree(left, ignore_errors=True)
         tmp.mkdir()
     except OSError as e:   # a file where a directory belongs, no permission, a read-only file system, ...
@@ -111,17 +112,6 @@ def _translates(model_dir: Path, cfg: Config, which: str) -> None:
     from nmt.members import load_member, model_files
     _, src_tok, tgt_tok = model_files(model_dir)
     load_member(model_dir, cfg, src_tok, tgt_tok, which, mx.cpu())
-
-
-def _alive(pid: str) -> bool:
-    """Whether the process `pid` (a number as text) is running on this host."""
-    try:
-        os.kill(int(pid), 0)
-    except (ValueError, ProcessLookupError):
-        return False
-    except PermissionError:   # another user's
-        return True
-    return True
 
 
 def _check_output(model_dir: Path, output: Path, overwrite: bool) -> None:
