@@ -211,3 +211,11 @@ def test_a_scheduler_still_running_after_the_workers_is_killed_and_the_job_succe
     assert job.run() == 0
     assert "scheduler still running 2 s after all workers finished; killing it" in capsys.readouterr().err
     assert job.procs[0].returncode == -signal.SIGTERM and job.procs[1].returncode == 0
+
+
+def test_a_dry_run_with_stdout_closed_is_refused(capsys, monkeypatch):
+    """`nmt-launch --dry-run ... >&-` printed the job's commands into nothing, exit 0: they are its output."""
+    monkeypatch.setattr("nmt.commands.CLOSED", {"stdout"})
+    assert launcher.main(["-n", "1", "--dry-run", "--", sys.executable, "-c", "1"]) == 2
+    assert capsys.readouterr().err == ("error: standard output is closed (the command was started with >&-): "
+                                       "redirect it to a file, or to /dev/null\n")
