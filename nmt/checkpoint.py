@@ -287,7 +287,7 @@ def best_step(model_dir: Path, newest: bool = False) -> Optional[int]:
     sources = [lambda: manifest.read_manifest(model_dir, "best").get("step"),
                lambda: TrainState.load(model_dir).best_step,
                lambda: manifest.newest_intact(model_dir)[0]["state"].get("best_step")]
-    for source in sources[2:] * newest + sources:   # the first that knows (a damaged file is named where loaded)
+    for source in ([sources[2]] if newest else []) + sources:   # the first that knows (a damaged one: named later)
         with contextlib.suppress(CheckpointError, OSError, KeyError, TypeError):
             step = source()
             if step:

@@ -114,6 +114,7 @@ class TrainData:
     encoded: EncodedData
     sampler: BucketSampler
     batches: BatchIterator
+    sums: Tuple[str, str] = ("", "")   # `pair_sums` of the splits (TrainState.train_sum, dev_sum)
 
 
 def pair_sums(splits: DatasetSplits) -> Tuple[str, str]:
@@ -121,10 +122,11 @@ def pair_sums(splits: DatasetSplits) -> Tuple[str, str]:
     return text_checksum([*splits.train.src, *splits.train.tgt]), text_checksum([*splits.dev.src, *splits.dev.tgt])
 
 
-def check_same_pairs(d: DataConfig, splits: DatasetSplits, saved: Tuple[str, str]) -> None:
-    """ConfigError unless a resumed run's pairs are those its checkpoint trained and validated on (`saved`, their
-    `pair_sums`; "" for unknown): a file edited in place keeps its path, which is all the settings compare."""
-    (train_sum, dev_sum), (train_saved, dev_saved) = pair_sums(splits), saved
+def check_same_pairs(d: DataConfig, sums: Tuple[str, str], saved: Tuple[str, str]) -> None:
+    """ConfigError unless a resumed run's pairs (their `pair_sums`: `sums`) are those its checkpoint trained and
+    validated on (`saved`; "" for unknown): a file edited in place keeps its path, which is all the settings
+    compare."""
+    (train_sum, dev_sum), (train_saved, dev_saved) = sums, saved
     for what, files, done, changed, mine, theirs in (   # the dev pairs first: a dev pair changes the training pairs
             ("dev", ("dev_src", "dev_tgt"), "validated", "they", dev_sum, dev_saved),
             ("training", ("train_src", "train_tgt"), "trained", "they, or the dev or test files (whose pairs leave the "
@@ -145,7 +147,8 @@ def build_data(cfg: Config, model_dir: Path, resume: bool = False, workers: Opti
     resumed run's pairs must have (`check_same_pairs`)."""
     d = cfg.data
     splits = load_data(d)
-    check_same_pairs(d, splits, saved_sums)
+    sums = pair_sums(splits)
+    check_same_pairs(d, sums, saved_sums)
     logger.info("data: %d train, %d dev pairs; tests: %s", len(splits.train.src), len(splits.dev.src),
                 ", ".join(f"{k} ({len(v.src)})" for k, v in splits.tests.items()) or "none")
     if len(splits.dev.src) > cfg.train.valid_max_sentences:   # a file in document or domain order: its first part
@@ -165,4 +168,4 @@ def build_data(cfg: Config, model_dir: Path, resume: bool = False, workers: Opti
     resegment = subword_resegmenter(d, encoded, src_tok, tgt_tok) if d.subword_sampling else None
     batches = BatchIterator(encoded.train_src, encoded.train_tgt, sampler, prefetch=2, resegment=resegment)
     sampler.set_epoch(0)
-    return TrainData(splits, src_tok, tgt_tok, encoded, sampler, batches)
+    return TrainData(splits, src_tok, tgt_tok, encoded, sampler, batches, sums)

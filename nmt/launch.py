@@ -118,14 +118,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                   grace=args.grace, finish_timeout=args.finish_timeout)
         if not args.dry_run:
             return job.run()
-        try:
-            usable_streams(outputs=["-"])   # (the dry run's commands are its output)
-        except StorageError as e:
-            raise LaunchError(str(e)) from None
+        usable_streams(outputs=["-"])   # (the dry run's commands are its output)
         for spec in specs:
             env = "" if spec.host else shlex.join(f"{k}={v}" for k, v in sorted(job.local_env(spec).items())) + " "
             print(f"# {spec.label}\n{env}{shlex.join(job.argv(spec))}")
         return 0
-    except LaunchError as e:
+    except (LaunchError, StorageError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -19,7 +19,7 @@ from nmt import checkpoint as ckpt
 from nmt.batching import Batch
 from nmt.config import CORPUS_FILES, Config
 from nmt.config_resume import PER_INVOCATION
-from nmt.data import TrainData, build_data, pair_sums
+from nmt.data import TrainData, build_data
 from nmt.dirlock import (ModelDirLock, ModelDirLocked, check_model_dir, prepare_model_dir, remove_made, replacing,
                         set_aside)
 from nmt.evaluate import VALID_METRICS, Scores, perplexity, score, track_best
@@ -308,7 +308,7 @@ def _create_locked(cfg: Config, resume: bool, overwrite: bool, ctxs, kv, workers
             logger.info(line)
         data = build_data(cfg, model_dir, resume, workers, (state.train_sum, state.dev_sum))
         check_search_widths(cfg, data.tgt_tok.vocab_size)
-        state.train_sum, state.dev_sum = pair_sums(data.splits)
+        state.train_sum, state.dev_sum = data.sums
         workers.check_same("training data and flags", {   # distributed: all must draw the same batches
             "batches": data.sampler.fingerprint(), "subword_sampling": cfg.data.subword_sampling,
             "model": vars(cfg.model), "optim": vars(cfg.optim),
