@@ -217,34 +217,26 @@ def latest_step(state: TrainState) -> int:
     return step
 
 
-def latest_params_path(model_dir: Path) -> Path:
+def latest_params_path(model_dir: Path, quiet: bool = False) -> Path:
     """The newest intact step checkpoint's parameters, as --resume takes it (state.json, written last, lags a run
-    killed as it saved); a warning names what is wrong with a newer one, unless a live training run is saving it."""
+    killed as it saved); unless `quiet`, a warning names what is wrong with a newer one (a line of information when a
+    live training run is saving it)."""
     from nmt.dirlock import trained_now   # (which imports this module)
     model_dir = Path(model_dir)
     check_manifests(model_dir)
     unsaved: List[int] = []
     body, problems = manifest.newest_intact(model_dir, unsaved)
-    if problems and len(unsaved) == len(problems) and trained_now(model_dir):
-        _once(logging.INFO, "%s: step %s is being saved; the latest is step %d", model_dir, unsaved[0], body["step"])
-    elif problems:
-        _once(logging.WARNING, "%s: the newest checkpoint is damaged (%s); the latest is the newest intact one, "
-              "step %d", model_dir, "; ".join(problems), body["step"])
+    if problems and not quiet and len(unsaved) == len(problems) and trained_now(model_dir):
+        logger.info("%s: step %s is being saved; the latest is step %d", model_dir, unsaved[0], body["step"])
+    elif problems and not quiet:
+        logger.warning("%s: the newest checkpoint is damaged (%s); the latest is the newest intact one, step %d",
+                       model_dir, "; ".join(problems), body["step"])
     return model_dir / params_file(latest_step(TrainState(**body["state"])))
 
 
-_said: set = set()
-
-
-def _once(level: int, message: str, *args) -> None:
-    """Log `message` once per process (a load looks at the checkpoint more than once)."""
-    if (message, args) not in _said:
-        _said.add((message, args))
-        logger.log(level, message, *args)
-
-
-def params_path(model_dir: Path, which: str = "best") -> Path:
-    """Path of the parameters `which` in {"best", "latest", "avg"} or an explicit step number."""
+def params_path(model_dir: Path, which: str = "best", quiet: bool = False) -> Path:
+    """Path of the parameters `which` in {"best", "latest", "avg"} or an explicit step number; unless `quiet`, what
+    it takes instead of what was asked for is said (a damaged newest checkpoint, no params.best yet)."""
     model_dir = Path(model_dir)
     if which in ("best", "latest") and not any((model_dir / f).exists() for f in (STATE, PARAMS_BEST, EXPORT)):
         raise CheckpointError(f"{model_dir} holds no checkpoint yet (no {STATE}, no {PARAMS_BEST}): nmt-train writes "
@@ -252,18 +244,19 @@ def params_path(model_dir: Path, which: str = "best") -> Path:
     if which in ("latest", "avg") and (model_dir / EXPORT).exists():   # its one checkpoint, if exported from it
         from nmt.export import as_exported   # (which imports this module)
         which = as_exported(model_dir, which)
+    say = (lambda *_: None) if quiet else logger.log
     if which == "latest":
-        path = latest_params_path(model_dir)
+        path = latest_params_path(model_dir, quiet)
     elif which in ("best", "avg"):
         path = model_dir / (PARAMS_BEST if which == "best" else PARAMS_AVG)
         if which == "best" and not path.exists() and (model_dir / STATE).exists() and not best_step(model_dir):
-            path = latest_params_path(model_dir)   # no validation yet: the latest is the best we have
-            logger.warning("%s: no checkpoint validated yet (no %s, the run stopped before its first validation): "
-                           "using the latest, %s", model_dir, PARAMS_BEST, path.name)
+            path = latest_params_path(model_dir, quiet)   # no validation yet: the latest is the best we have
+            say(logging.WARNING, "%s: no checkpoint validated yet (no %s, the run stopped before its first "
+                "validation): using the latest, %s", model_dir, PARAMS_BEST, path.name)
     elif str(which).isdecimal():
         path = model_dir / params_file(int(which))
         if not path.exists() and best_step(model_dir) == int(which):   # pruned, but params.best holds that step
-            logger.info("%s: step %s is the best checkpoint, %s", model_dir, which, PARAMS_BEST)
+            say(logging.INFO, "%s: step %s is the best checkpoint, %s", model_dir, which, PARAMS_BEST)
             path = model_dir / PARAMS_BEST
     else:
         raise CheckpointError(f"unknown checkpoint '{which}': use best, latest, avg or a step number")

@@ -67,7 +67,7 @@ def export_model(model_dir, output, which: str = "best", overwrite: bool = False
     if params.name == ckpt.PARAMS_AVG:   # no step's parameters: a step number given to the export finds none
         step = 0
     _check_output(model_dir, output, overwrite)
-    _translates(model_dir, cfg, which)
+    _translates(model_dir, cfg, params)
     tmp = output.parent / f".{output.name}.export-{os.getpid()}"   # made with the umask's permissions
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
@@ -105,13 +105,13 @@ def export_model(model_dir, output, which: str = "best", overwrite: bool = False
     return output
 
 
-def _translates(model_dir: Path, cfg: Config, which: str) -> None:
+def _translates(model_dir: Path, cfg: Config, params: Path) -> None:
     """Build the model config.json describes and load the checkpoint into it, as translating will: a config.json
     edited by hand into another model was exported (exit 0) and failed at its first use. The errors name the file."""
     import mxnet as mx
     from nmt.members import load_member, model_files
     _, src_tok, tgt_tok = model_files(model_dir)
-    load_member(model_dir, cfg, src_tok, tgt_tok, which, mx.cpu())
+    load_member(model_dir, cfg, src_tok, tgt_tok, params, mx.cpu())
 
 
 def _check_output(model_dir: Path, output: Path, overwrite: bool) -> None:

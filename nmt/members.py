@@ -24,13 +24,13 @@ def model_files(model_dir: Path) -> Tuple[Config, Tokenizer, Tokenizer]:
     return (cfg, *load_tokenizers(model_dir, cfg.data.src_lang, cfg.data.tgt_lang, cfg.model.shared_vocab))
 
 
-def load_member(model_dir: Path, cfg: Config, src_tok: Tokenizer, tgt_tok: Tokenizer, which: str, ctx: mx.Context):
-    """The hybridized model of a model directory with its `which` parameters."""
+def load_member(model_dir: Path, cfg: Config, src_tok: Tokenizer, tgt_tok: Tokenizer, params: Path, ctx: mx.Context):
+    """The hybridized model of a model directory with its parameter file `params` (`ckpt.params_path`)."""
     try:
         net = build_model(cfg.model, src_tok.vocab_size, tgt_tok.vocab_size)
     except ConfigError as e:   # a config.json edited by hand: its model settings, in the flags' words
         raise ConfigError(f"{model_dir / ckpt.CONFIG}: {e}") from None
-    ckpt.load_parameters(net, ckpt.params_path(model_dir, str(which)), ctx, model_dir / ckpt.CONFIG)
+    ckpt.load_parameters(net, params, ctx, model_dir / ckpt.CONFIG)
     net.collect_params().setattr("grad_req", "null")   # inference only: no gradient arrays
     net.hybridize(static_alloc=True)
     return net
@@ -57,7 +57,7 @@ def refuse_repeated_member(member: Path, members: Sequence[Path], which: str) ->
     twice. A copy of one (its `which` parameters the same bytes) is warned about: it decodes as that model alone."""
     def digest(model_dir: Path) -> Optional[str]:   # None: no such file, unreadable; loading it will say so
         try:
-            return sha256_file(ckpt.params_path(model_dir, which))
+            return sha256_file(ckpt.params_path(model_dir, which, quiet=True))   # (loading it says)
         except OSError:
             return None
     again = next((earlier for earlier in members if member.resolve() == earlier.resolve()), None)

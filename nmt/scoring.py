@@ -217,9 +217,9 @@ def _model_split(cfg: Config, data_dir: Optional[str], kind: str, flag: str, nam
     return from_recipe(d)
 
 
-def checkpoint_info(model_dir: Path, which: str) -> Dict[str, object]:
-    """The parameter file behind `which` and, where known, its training step."""
-    path = ckpt.params_path(model_dir, which)
+def checkpoint_info(model_dir: Path, which: str, quiet: bool = False) -> Dict[str, object]:
+    """The parameter file behind `which` and, where known, its training step (`quiet`: as `ckpt.params_path`)."""
+    path = ckpt.params_path(model_dir, which, quiet)
     step = ckpt.params_step(path.name)
     if step is None and path.name == ckpt.PARAMS_BEST:   # "best", or the step number of the best (pruned since)
         step = ckpt.best_step(Path(model_dir))

@@ -132,13 +132,14 @@ class Translator:
             refuse_repeated_member(other, [model_dir] + [d for d, _ in others], str(which))
             others.append((other, o_cfg))
         dirs = [(model_dir, cfg)] + others
-
         from nmt.scoring import checkpoint_info   # (which imports this module)
         for attempt in range(3):   # a training run may replace or prune the checkpoint meanwhile: loaded again
             try:   # a hybridized block is not safe to call from two threads: one copy of the members per device
-                info = checkpoint_info(model_dir, str(which))
-                loaded = [(c, [load_member(d, d_cfg, src_tok, tgt_tok, which, c) for d, d_cfg in dirs]) for c in ctxs]
-                if checkpoint_info(model_dir, str(which)) == info:
+                info = checkpoint_info(model_dir, str(which))   # (what it takes instead of `which` is said once)
+                paths = [model_dir / str(info["params_file"])] + [ckpt.params_path(d, str(which)) for d, _ in others]
+                loaded = [(c, [load_member(d, d_cfg, src_tok, tgt_tok, p, c) for (d, d_cfg), p in zip(dirs, paths)])
+                          for c in ctxs]
+                if checkpoint_info(model_dir, str(which), quiet=True) == info:
                     break
             except ckpt.CheckpointError:   # (damaged, or pruned while read: the next attempt tells)
                 if attempt == 2:

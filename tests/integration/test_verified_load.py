@@ -140,3 +140,23 @@ def test_a_latest_pruned_while_it_loads_is_loaded_again(model, tmp_path, monkeyp
     monkeypatch.setattr(ckpt, "load_parameters", load_parameters)
     tr = Translator.from_dir(d, which="latest")
     assert (tr.params_file.name, tr.params_step) == (ckpt.params_file(5), 5)
+
+
+def test_what_a_load_takes_instead_of_the_checkpoint_asked_for_is_said_once_per_directory(model, tmp_path, caplog):
+    """A load looked its checkpoint up several times (before and after, once per device, the ensemble's copy check):
+    a process-wide set of lines already said hid them from the next load in the same process (a notebook, a
+    server loading again). Each load says it once per directory, and each load says it."""
+    import shutil
+    import mxnet as mx
+    from nmt.translate import Translator
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    for d in dirs:
+        shutil.copytree(model[0], d)
+        (d / ckpt.params_file(4)).write_bytes((d / ckpt.params_file(4)).read_bytes()[:-10])
+    for _ in range(2):
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="nmt.checkpoint"):
+            tr = Translator.from_dir(dirs[0], which="latest", ensemble=dirs[1:], ctx=[mx.cpu(0), mx.cpu(1)])
+        assert tr.params_step == 2
+        for d in dirs:
+            assert caplog.text.count(f"{d}: the newest checkpoint is damaged (step 4: ") == 1, caplog.text
