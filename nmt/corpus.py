@@ -204,7 +204,7 @@ def _decode_lines(path: PathLike, skip_invalid_utf8: bool, max_line_chars: int,
             if not skip_invalid_utf8:
                 raise CorpusError(
                     f"{path}:{i}: invalid UTF-8 (byte 0x{b[e.start]:02x} at byte {e.start + 1} of the line). "
-                    f"Convert the file to UTF-8 ({to_utf8_hint(b, path, kind)})"
+                    f"Convert the file to UTF-8 ({to_utf8_hint(b, path, kind, into=True)})"
                     + (", or pass --skip-invalid-utf8 to drop such lines and their translations (counted)."
                        if skippable else ".")) from None
             bad.append(i)

@@ -296,18 +296,34 @@ def test_invalid_utf8_names_file_and_line(write_file):
         read_parallel(ko, write_file("e.en", EN))
     msg = str(e.value)
     assert f"{ko}:2:" in msg and "invalid UTF-8" in msg and "--skip-invalid-utf8" in msg
-    assert f"Korean legacy text is often CP949: `iconv -f CP949 -t UTF-8 {ko}`" in msg
+    assert f"Korean legacy text is often CP949: `iconv -f CP949 -t UTF-8 {ko} > {ko.with_name('e.utf8.ko')}`" in msg
     # an English file in Latin-1 or Windows-1252 got the CP949 command too, which would make Hangul of its accents
     en = write_file("l.en", EN[0].encode() + b"\n" + "\u201cCaf\u00e9\u201d au lait.".encode("cp1252") + b"\n" +
                     EN[2].encode() + b"\n")
     with pytest.raises(CorpusError, match=r"l.en:2: .*the line reads as Windows-1252 \(Latin-1\) text: `iconv -f "
-                                          r"CP1252 -t UTF-8 .*l.en`"):
+                                          r"CP1252 -t UTF-8 .*l.en > .*l.utf8.en`"):
         read_parallel(write_file("k.ko", KO), en)
     from nmt.textfile import to_utf8_hint   # Hangul anywhere in the line (it was looked for at its start alone), any
     assert to_utf8_hint('Tom은 "집"에'.encode("cp949"), "my in.ko", None) == \
         "Korean legacy text is often CP949: `iconv -f CP949 -t UTF-8 'my in.ko'`"   # Windows-1252 sign; a quoted path
     assert to_utf8_hint("Nestl\u00e9\u2122 \u2022 caf\u00e9".encode("cp1252"), "a.en", "xz") == \
         "the line reads as Windows-1252 (Latin-1) text: `xzcat a.en | iconv -f CP1252 -t UTF-8`"
+
+
+@pytest.mark.parametrize("name", ["c.ko", "c.ko.gz"])
+def test_the_advice_for_a_cp949_corpus_file_converts_it_into_a_file_beside_it(tmp_path, name):
+    """The CP949 advice printed the converted text (`iconv -f CP949 -t UTF-8 c.ko`, no `> FILE`), unlike the
+    UTF-16 and UTF-32 advice: a file of sentences is converted into a file. Following the advice now works."""
+    from nmt.corpus import read_lines
+    path, text = tmp_path / name, "안녕하세요.\n고마워요.\n"
+    with (gzip.open if name.endswith(".gz") else open)(path, "wb") as f:
+        f.write(text.encode("cp949"))
+    with pytest.raises(CorpusError) as err:
+        read_lines(path)
+    command = re.search(r"`(.*iconv .*)`", str(err.value)).group(1)
+    assert command.endswith(f" > {tmp_path / 'c.utf8.ko'}"), command
+    subprocess.run(command, shell=True, check=True)
+    assert read_lines(tmp_path / "c.utf8.ko") == ["안녕하세요.", "고마워요."]
 
 
 def test_invalid_utf8_skipped_on_request_and_counted(write_file, nmt_logs):
