@@ -291,9 +291,8 @@ def best_step(model_dir: Path, newest: bool = False) -> Optional[int]:
 def verify_params(path: Path) -> None:
     """CheckpointError naming the file and what is wrong unless the parameter file `path` (and config.json and the
     SentencePiece models beside it) match its checkpoint's manifest."""
-    model_dir, step = path.parent, params_step(path.name)
+    model_dir, key = path.parent, _manifest_key(path)
     check_manifests(model_dir)
-    key = manifest.step_key(step) if step is not None else path.name.split(".", 1)[1]
     try:
         manifest.verify(model_dir, key)
     except CheckpointError as e:
@@ -303,6 +302,19 @@ def verify_params(path: Path) -> None:
     except OSError as e:   # a file it lists (or the manifest) exists but cannot be read: no permission, ...
         raise CheckpointError(f"checkpoint {path.name} of {model_dir} cannot be used: {e.filename or path} cannot be "
                               f"read ({e.strerror or e})") from None
+
+
+def _manifest_key(path: Path) -> str:
+    """The key of the manifest of the parameter file `path` (params.<step>, params.best, params.avg, ...)."""
+    step = params_step(path.name)
+    return manifest.step_key(step) if step is not None else path.name.split(".", 1)[1]
+
+
+def params_sha256(path: Path) -> Optional[str]:
+    """The sha256 that the manifest of the parameter file `path` records for it (None: no such manifest or entry)."""
+    with contextlib.suppress(CheckpointError, OSError):
+        return manifest.read_manifest(path.parent, _manifest_key(path))["files"].get(path.name, {}).get("sha256")
+    return None
 
 
 def average_checkpoints(model_dir: Path, files: List[str], last: int = 0) -> Path:

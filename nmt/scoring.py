@@ -59,7 +59,8 @@ def score_test_set(translator: Translator, name: str, pairs: Pairs, *, max_sente
     seconds = time.perf_counter() - t0
     sc = score(hyps, refs, translator.tgt_lang, [r[:n] for r in more_refs])
     d = translator.decode
-    info = {"params_file": translator.params_file and translator.params_file.name, "step": translator.params_step}
+    info = {"params_file": translator.params_file and translator.params_file.name, "step": translator.params_step,
+            "params_sha256": translator.params_sha256}
     if prefix_words:
         accuracy, counted = next_word_accuracy(hyps, refs, prefix_words)
         extra = {**(extra or {}), "prefix_words": prefix_words, "next_word_accuracy": accuracy,
@@ -218,14 +219,15 @@ def _model_split(cfg: Config, data_dir: Optional[str], kind: str, flag: str, nam
 
 
 def checkpoint_info(model_dir: Path, which: str, quiet: bool = False) -> Dict[str, object]:
-    """The parameter file behind `which` and, where known, its training step (`quiet`: as `ckpt.params_path`)."""
+    """The parameter file behind `which` and, where known, its training step and sha256 (which tells two runs'
+    parameters of one step apart); `quiet`: as `ckpt.params_path`."""
     path = ckpt.params_path(model_dir, which, quiet)
     step = ckpt.params_step(path.name)
     if step is None and path.name == ckpt.PARAMS_BEST:   # "best", or the step number of the best (pruned since)
         step = ckpt.best_step(Path(model_dir))
     elif step is None and (Path(model_dir) / manifest_name(str(which))).is_file():   # e.g. an export (nmt.export)
         step = read_manifest(model_dir, str(which)).get("step") or None
-    return {"params_file": path.name, "step": step}
+    return {"params_file": path.name, "step": step, "sha256": ckpt.params_sha256(path)}
 
 
 def read_scores(model_dir: Path) -> Dict[str, Dict[str, object]]:
@@ -345,13 +347,15 @@ def checkpoint_key(checkpoint: Optional[str], params_file=None) -> Optional[str]
 
 
 def model_test_score(model_dir, checkpoint: Optional[str], members: Sequence = (),
-                     tests: Sequence[str] = (), step: Optional[int] = None) -> Optional[dict]:
+                     tests: Sequence[str] = (), step: Optional[int] = None, sha256: Optional[str] = None
+                     ) -> Optional[dict]:
     """The model's test score in scores.json, for nmt-serve's /info: the loaded checkpoint's (its key,
     `checkpoint_key`, or best's for best's step; else any: best, avg, the latest step), on the first of its own test
     sets `tests` (`model_test_sets`) recorded, else another, the first by name; never the dev set, nor chosen by
     score. With test set, checkpoint, sacreBLEU signatures, decoding settings; None when nothing is recorded (or
-    scores.json is damaged). `members` (an ensemble's other directories): the ensemble's own scores only. `step`:
-    the loaded parameters' (`Translator.params_step`): best's scores are theirs only while best is that step."""
+    scores.json is damaged). `members` (an ensemble's other directories): the ensemble's own scores only. `step`,
+    `sha256`: the loaded parameters' (`Translator.params_step`, `params_sha256`): best's scores are theirs only while
+    best is that step, and no entry recording other parameters (another run's of that step, since --overwrite) is."""
     if model_dir is None:
         return None
     try:
@@ -361,19 +365,23 @@ def model_test_score(model_dir, checkpoint: Optional[str], members: Sequence = (
         return None
     rows = [(test, key, e) for test, by_key in scores.items() if test != DEV_SET
             for key, e in by_key.items() if isinstance(e, dict) and isinstance(e.get("bleu"), (int, float))]
+
+    def same_params(row) -> bool:   # (an entry written before entries recorded them: by its key and step alone)
+        return not sha256 or row[2].get("params_sha256") in (None, sha256)
     if members:   # this ensemble's entries (the first member's scores.json holds them): the loaded checkpoint's
         tail = ensemble_key("", model_dir, members)[len(ENSEMBLE_PREFIX):]
         rows = [r for r in rows if r[1].startswith(ENSEMBLE_PREFIX) and r[1].endswith(tail)]
 
         def loaded(row) -> bool:
-            return row[1] == ensemble_key(str(checkpoint), model_dir, members)
+            return row[1] == ensemble_key(str(checkpoint), model_dir, members) and same_params(row)
     else:   # params.best is the parameters of its step: the loaded checkpoint's scores are under either key
         rows = [r for r in rows if not r[1].startswith(ENSEMBLE_PREFIX)]
         step = ckpt.best_step(Path(model_dir)) if step is None else step
         same = {checkpoint} | ({"best", str(step)} if step and checkpoint in ("best", str(step)) else set())
 
         def loaded(row) -> bool:   # (a new best since it was loaded holds another step's parameters)
-            return row[1] in same and not (row[1] == "best" and step and row[2].get("step") not in (None, step))
+            newer_best = row[1] == "best" and step and row[2].get("step") not in (None, step)
+            return row[1] in same and not newer_best and same_params(row)
     mine = [r for r in rows if loaded(r)] or rows
     if not mine:
         return None

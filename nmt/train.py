@@ -247,7 +247,7 @@ class Trainer:
         """Translate every test set of the recipe with the `which` checkpoint; scores merged into scores.json."""
         info, tr = checkpoint_info(self.model_dir, which), self.translator
         tr.model_dir, tr.checkpoint, tr.params_file = self.model_dir, which, self.model_dir / str(info["params_file"])
-        tr.params_step = info["step"]
+        tr.params_step, tr.params_sha256 = info["step"], info["sha256"]
         ckpt.load_parameters(self.net, tr.params_file, self.ctxs, self.model_dir / ckpt.CONFIG)
         results = {}
         for name, pairs in self.data.splits.tests.items():

@@ -60,7 +60,7 @@ class Translator:
         self.model_dir: Optional[Path] = None
         self.checkpoint: Optional[str] = None      # "best", "latest", "avg" or a step number
         self.params_file: Optional[Path] = None
-        self.params_step: Optional[int] = None     # the training step of those parameters, where known
+        self.params_step = self.params_sha256 = None   # the training step and sha256 of those parameters, if known
         self.config: Optional[Config] = None
         self.members = [net]        # the models that decode together (more than one: an ensemble)
         self.member_dirs: List[Path] = []   # model directories of members[1:]
@@ -123,7 +123,6 @@ class Translator:
         if not ctxs:
             raise ValueError("Translator.from_dir: ctx is an empty list of devices")
         check_gpus(ctxs)   # else a missing GPU would look like parameters that do not fit the model
-        ctx = ctxs[0]
         others = []
         for other in map(Path, ensemble or ()):   # every member's vocabularies are checked before any is loaded
             o_cfg, o_src, o_tgt = model_files(other)
@@ -147,9 +146,10 @@ class Translator:
         else:
             raise ckpt.CheckpointError(f"{model_dir}: its {which} checkpoint changed while it was loaded, three times "
                                        "(a training run writes it): try again")
-        tr = cls(loaded[0][1][0], src_tok, tgt_tok, decode, ctx=ctx)
+        tr = cls(loaded[0][1][0], src_tok, tgt_tok, decode, ctx=ctxs[0])
         tr.model_dir, tr.checkpoint, tr.config = model_dir.absolute(), str(which), cfg   # whatever chdir follows
-        tr.params_file, tr.params_step = tr.model_dir / str(info["params_file"]), info["step"]
+        tr.params_file = tr.model_dir / str(info["params_file"])
+        tr.params_step, tr.params_sha256 = info["step"], info["sha256"]
         tr.members, tr.member_dirs, tr.replicas = loaded[0][1], [d.absolute() for d, _ in others], loaded[1:]
         return tr
 

@@ -76,7 +76,9 @@ class ModelInfo(_Answer):
     tgt_lang: str
     arch: str = Field(description="its architecture; an ensemble's, each once in member order: transformer+lstm")
     model_dir: str
-    checkpoint: Optional[str]
+    checkpoint: Optional[str] = Field(description="best, latest, avg or a step: the checkpoint asked for")
+    step: Optional[int] = Field(description="the training step of the parameters loaded (best: when loaded; a "
+                                "training run may have written another best since)")
     ensemble: List[str] = Field(description="the further model directories of an ensemble")
     beam_size: int
     length_penalty: float

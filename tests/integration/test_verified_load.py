@@ -160,3 +160,35 @@ def test_what_a_load_takes_instead_of_the_checkpoint_asked_for_is_said_once_per_
         assert tr.params_step == 2
         for d in dirs:
             assert caplog.text.count(f"{d}: the newest checkpoint is damaged (step 4: ") == 1, caplog.text
+
+
+def test_info_tells_another_runs_scores_of_the_same_step_from_the_loaded_ones(model, tmp_path):
+    """`nmt-train --overwrite` on a served directory: the new run stopped at the step the server had loaded, and
+    /info gave the new run's test score as the loaded checkpoint's (scores were told apart by step alone) while the
+    server translated with the old run's parameters; /info did not say which step it served. Entries record the
+    parameters' sha256, and /info gives the loaded step."""
+    import shutil
+    import mxnet as mx
+    from nmt import manifest
+    from nmt.corpus import read_parallel
+    from nmt.scoring import model_test_score, read_scores, score_test_set
+    from nmt.serve.api import Model
+    from nmt.translate import Translator
+    d = tmp_path / "m"
+    shutil.copytree(model[0], d)
+    tr = Translator.from_dir(d)
+    assert tr.params_sha256 == manifest.read_manifest(d, "best")["files"][ckpt.PARAMS_BEST]["sha256"]
+    score_test_set(tr, "t", read_parallel(model[1]["test_src"], model[1]["test_tgt"], whole=True), save=True)
+    entry = read_scores(d)["t"]["best"]
+    assert entry["params_sha256"] == tr.params_sha256
+    info = Model(tr, batcher=None).info()
+    assert (info["step"], info["best_test_score"]["of_loaded_checkpoint"]) == (tr.params_step, True)
+    other = mx.nd.load(str(d / ckpt.PARAMS_BEST))   # the new run's best, of the same step
+    mx.nd.save(str(d / ckpt.PARAMS_BEST), {k: v + 1 for k, v in other.items()})
+    manifest.write_manifest(d, "best", [ckpt.PARAMS_BEST], tr.params_step)
+    new = ckpt.params_sha256(d / ckpt.PARAMS_BEST)
+    (d / ckpt.SCORES).write_text(json.dumps({"t": {"best": {**entry, "bleu": 0.5, "params_sha256": new}}}))
+    info = Model(tr, batcher=None).info()
+    assert (info["step"], info["best_test_score"]["bleu"]) == (tr.params_step, 0.5)
+    assert info["best_test_score"]["of_loaded_checkpoint"] is False
+    assert model_test_score(d, "best", step=tr.params_step)["of_loaded_checkpoint"] is True   # by step alone
