@@ -16,12 +16,13 @@ _CORPORA_PLACE = ("data.data_dir", "data.cache_dir")
 PER_INVOCATION = frozenset({"train.model_dir", "train.gpus", "train.cpu_devices", "train.kvstore", "train.amp",
                             "train.max_seconds", "train.progress", "train.tensorboard", *_CORPORA_PLACE})
 
-_FIXED_KEYS = ("train.seed", "train.valid_metric", "optim.optimizer")
+_FIXED_KEYS = ("train.seed", "train.valid_metric", "train.valid_beam", "train.valid_max_sentences", "optim.optimizer")
 
 
 def _fixed_on_resume(key: str) -> bool:
     """Whether a run cannot change `key` when it resumes: its model and data (tokenizers, pairs, batches), the seed
-    of its batches, the metric that chose its best checkpoint, and the optimizer its saved states belong to."""
+    of its batches, how the dev scores that chose its best checkpoint are measured (the metric, the beam and the
+    sentences translated), and the optimizer its saved states belong to."""
     return key not in PER_INVOCATION and (key.split(".")[0] in ("model", "data") or key in _FIXED_KEYS)
 
 
@@ -41,8 +42,9 @@ def resumed_config(saved: Config, cfg: Config, given: Optional[Dict[str, str]], 
             label = key if given is None else given.get(key, key)
             if _fixed_on_resume(key):
                 shown = f"{label} {json.dumps(value)}" if label.startswith("--") else f"{label} = {json.dumps(value)}"
-                why = ("the model, the data, the seed and the --valid-metric cannot change within a run: drop it, or "
-                       "train into a new --model-dir") if key != "optim.optimizer" else (
+                why = ("the model, the data, the seed and how dev scores are measured (--valid-metric, --valid-beam, "
+                       "--valid-max-sentences: its best checkpoint is compared with the next by them) cannot change "
+                       "within a run: drop it, or train into a new --model-dir") if key != "optim.optimizer" else (
                     f"its saved optimizer states belong to the {old} optimizer: drop it, or to switch optimizers "
                     f"fine-tune into a new --model-dir with --init-from {Path(source).parent}")
                 raise ConfigError(f"--resume: {shown} differs from {json.dumps(old)}, which this run was trained with "

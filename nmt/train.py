@@ -162,9 +162,9 @@ class Trainer:
                                        or ("time_budget" if over_budget else ""))
         if wish in _INTERRUPTS:
             return wish
-        if t.max_steps and self.state.step >= t.max_steps:
-            return "max_steps"
-        return wish or ("early_stop" if t.patience and self.state.bad_validations >= t.patience else "")
+        if t.patience and self.state.bad_validations >= t.patience:   # first: raising another limit trains no more
+            return "early_stop"
+        return "max_steps" if t.max_steps and self.state.step >= t.max_steps else wish
 
     # -- the loop ------------------------------------------------------------------------------------------------
     def fit(self) -> ckpt.TrainState:

@@ -449,6 +449,17 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path, task):
     load_params(model_dir, "latest")
 
 
+def test_patience_run_out_at_a_limit_is_the_reason_to_stop(tmp_path, task):
+    """Patience run out at the validation of the update that reached --max-steps (or a time limit) was recorded as
+    max_steps, and a resume with a higher --max-steps then trained nothing: the reason is early_stop."""
+    trainer = create_trainer(tiny_config(tmp_path, task, max_steps=6, patience=2))
+    trainer.lock.release()
+    trainer.state.step, trainer.state.bad_validations = 6, 2
+    assert trainer.should_stop() == "early_stop"
+    trainer.state.bad_validations = 1
+    assert trainer.should_stop() == "max_steps"
+
+
 def test_verbose_training_logs_debug_lines(tmp_path, task):
     """nmt-train -v set the debug level, which the run's own logging set-up then reset to INFO."""
     import logging

@@ -415,6 +415,19 @@ def test_resume_refuses_the_other_kind_of_batch(tmp_path, trained, flags, says):
         run_of(["--model-dir", str(model_dir), "--resume", *flags])
 
 
+@pytest.mark.parametrize("flag, value", [("--valid-beam", "5"), ("--valid-max-sentences", "20")])
+def test_resume_refuses_another_way_of_measuring_the_dev_scores(tmp_path, flag, value):
+    """A resume with --valid-max-sentences 20 (or --valid-beam 5) compared the dev scores of 20 sentences with a best
+    measured on 500, for params.best, patience and the plateau's halvings, as --valid-metric, refused, would."""
+    model_dir = tmp_path / "m"
+    model_dir.mkdir()
+    (model_dir / ckpt.CONFIG).write_text(json.dumps(Config().to_dict()))
+    with pytest.raises(ConfigError, match=rf"^--resume: {flag} {value} differs from \d+, which this run was trained "
+                                          r"with .*how dev scores are measured"):
+        run_of(["--model-dir", str(model_dir), "--resume", flag, value])
+    assert run_of(["--model-dir", str(model_dir), "--resume", "--beam-size", "7"])   # the test sets' beam may change
+
+
 # -- 7. atomic writes through a symbolic link and into a named pipe ------------------------------------------------
 def test_an_atomic_write_to_a_symlink_replaces_its_target_and_keeps_the_link(tmp_path):
     (tmp_path / "real").mkdir()
