@@ -91,6 +91,7 @@ class TrainState:
     lr_scale: float = 1.0                  # plateau schedule multiplier
     tokens_seen: int = 0                   # target tokens trained on
     since_valid: list = field(default_factory=list)   # [loss sum, NLL sum, tokens] since the last validation
+    since_log: list = field(default_factory=list)     # the same since the last --log-every point (TensorBoard's)
     elapsed: float = 0.0                   # training wall time over all runs, seconds
     params_files: List[str] = field(default_factory=list)   # params.<step> files kept, oldest first
     stop_file: str = ""                    # of them, one saved at a stop (Ctrl-C, a limit): dropped at the next save

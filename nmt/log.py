@@ -165,11 +165,13 @@ class LossMeter:
             sums = [None if x is None else y for x, y in zip(sums, add_up([x or 0.0 for x in sums]))]
         return sums + [self.tokens]
 
-    def means(self, add_up: Callable[[List[float]], List[float]] = list) -> Tuple[Optional[float], Optional[float]]:
-        """Mean loss and NLL per target token since the last call (None if no token, or no NLL, was added), summed
-        with `add_up` as `totals` does."""
+    def means(self, add_up: Callable[[List[float]], List[float]] = list, reset: bool = True
+              ) -> Tuple[Optional[float], Optional[float]]:
+        """Mean loss and NLL per target token since the last call with `reset` (None if no token, or no NLL, was
+        added), summed with `add_up` as `totals` does."""
         loss, nll, tokens = self.totals(add_up)
-        self.total, self.nll, self.tokens = None, None, 0
+        if reset:
+            self.total, self.nll, self.tokens = None, None, 0
         return (None, None) if not tokens else (None if loss is None else loss / tokens,
                                                 None if nll is None else nll / tokens)
 
@@ -180,9 +182,9 @@ class Progress:
     `epoch`, the mean loss, NLL and tokens/s of the epoch's updates (since a resume, in a resumed epoch; wall time,
     validations included, as in the bar's). `last` and `epoch` hold "nll" only when `update` is given it."""
 
-    def __init__(self, log_every: int, enabled: bool):
-        self.log_every, self.enabled = log_every, enabled
-        self.speed, self.meter, self.bar = Speedometer(), LossMeter(), None
+    def __init__(self, log_every: int, enabled: bool, since_log: Optional[list] = None):
+        self.log_every, self.enabled = log_every, enabled   # `since_log`: the loss meter's totals in a checkpoint
+        self.speed, self.meter, self.bar = Speedometer(), LossMeter(since_log), None
         self.epoch_speed, self.epoch_meter = Speedometer(), LossMeter()
         self.last: Dict[str, float] = {"loss": float("nan"), "nll": float("nan"), "tok_per_s": 0.0}
         self.epoch: Dict[str, float] = dict(self.last)

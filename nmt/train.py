@@ -67,7 +67,7 @@ class Trainer:
         self.metrics = MetricsWriter(self.model_dir / ckpt.METRICS if self.is_chief else None).keep_until(state.step)
         self.translator = Translator(net, data.src_tok, data.tgt_tok, cfg.decode, ctx=ctxs[0], warn_cut_off=False)
         self.since_valid = LossMeter(state.since_valid if self.is_chief else None)   # loss since the last validation
-        self.progress = Progress(t.log_every, t.progress and self.is_chief)
+        self.progress = Progress(t.log_every, t.progress and self.is_chief, state.since_log)
         self.tensorboard = tensorboard or TensorBoardWriter(None)   # curves (a writer that does nothing: off)
         self.signal_name, self.averaged = "", False   # SIGINT/SIGTERM's name (checkpoint, stop); fit() wrote params.avg
         self.lock: Optional[ModelDirLock] = None   # the model directory's lock (rank 0), released when fit() ends
@@ -95,7 +95,7 @@ class Trainer:
         """Dev loss and BLEU on rank 0, one metrics.jsonl row; whether the dev --valid-metric improved (the other
         workers: False; they take rank 0's state at the checkpoint that follows). `scheduled`: one of --valid-every's
         or an epoch's end, not that of a stop at a limit (see `track_best`)."""
-        train_loss, train_nll = self.since_valid.means(self.workers.sum)   # a collective: every worker calls it
+        train_loss, train_nll = self.since_valid.means(self.workers.sum, reset=scheduled)   # (a collective)
         if not self.is_chief:
             return False
         row, sources, hyps, refs = self._dev_scores()
@@ -126,14 +126,14 @@ class Trainer:
         row = {"step": self.state.step, "epoch": round(self.epochs_done(), 3), "dev_nll": nll / max(tokens, 1),
                 "dev_ppl": perplexity(nll, tokens), "dev_bleu": sc.bleu, "dev_chrf": sc.chrf,
                 **{f"dev_{k}": v for k, v in sc.extra.items()},   # dev_bleu_ko_mecab for Korean output
-                "lr": learning_rate(self.state.step, self.cfg.optim, self.state.lr_scale),
+                "lr": learning_rate(self.state.step - 1, self.cfg.optim, self.state.lr_scale),   # the last update's
                 "tokens_seen": self.state.tokens_seen, "elapsed": round(self.state.elapsed, 1),
                 "valid_seconds": round(time.perf_counter() - t0, 1)}
         return row, dev.src[:n], hyps, dev.tgt[:n]
 
     def save_checkpoint(self, is_best: bool = False) -> None:
         """Checkpoint on rank 0; every worker goes on from rank 0's state (its validations decide lr and stopping)."""
-        self.state.sampler = self.data.batches.state_dict()
+        self.state.sampler, self.state.since_log = self.data.batches.state_dict(), self.progress.meter.totals()
         self.state.since_valid = self.since_valid.totals(self.workers.sum)   # every worker's (a collective)
         if self.is_chief:
             if is_best:   # the test scores of the best before are its step's now (first: a run killed between the

@@ -475,10 +475,19 @@ def test_verbose_training_logs_debug_lines(tmp_path, task):
 
 def test_a_resumed_run_writes_the_metrics_rows_an_uninterrupted_one_writes(tmp_path, task, monkeypatch):
     """The training loss since the last validation was not checkpointed: after a signal at step 5 and a resume, the
-    row of step 8 covered updates 6-8 only. And a resume from an earlier checkpoint than the newest (a damaged
-    one) validated its steps again beside their old rows."""
+    row of step 8 covered updates 6-8 only; after a stop at --max-steps 6, whose validation started the loss over,
+    it still did; and TensorBoard's first point after a resume covered the updates since it alone. A row's `lr` was
+    the next update's rate, not the one TensorBoard gives for its step. And a resume from an earlier checkpoint than
+    the newest (a damaged one) validated its steps again beside their old rows."""
+    from nmt.log import TensorBoardWriter
+    from nmt.optim import learning_rate
     from nmt.train import Trainer
     step = Trainer.train_step
+    curves = {}
+
+    class Curves(TensorBoardWriter):   # what the run gives TensorBoard
+        def log_train(self, step, **values):
+            curves.setdefault(self.name, {})[step] = values
 
     def interrupted(self, batch):
         loss = step(self, batch)
@@ -487,16 +496,29 @@ def test_a_resumed_run_writes_the_metrics_rows_an_uninterrupted_one_writes(tmp_p
         return loss
     monkeypatch.setattr(Trainer, "train_step", interrupted)
     rows = {}
-    for name in ("whole", "part"):
-        cfg = tiny_config(tmp_path, task, name, max_steps=12, valid_every=4, keep_last=5)
-        create_trainer(cfg).fit()
-        if name == "part":
-            assert ckpt.TrainState.load(tmp_path / name).step == 5
-            create_trainer(cfg, resume=True).fit()
+    for name in ("whole", "part", "limit"):
+        cfg = tiny_config(tmp_path, task, name, max_steps=12 if name != "limit" else 6, valid_every=4, keep_last=5,
+                          log_every=3)
+        cfg.optim.schedule = "inv_sqrt"
+        for resume in (False, True) if name != "whole" else (False,):
+            trainer = create_trainer(cfg, resume=resume)
+            trainer.tensorboard = Curves(None)
+            trainer.tensorboard.name = name
+            trainer.fit()
+            assert resume or name == "whole" or ckpt.TrainState.load(tmp_path / name).step == {"part": 5}.get(name, 6)
+            cfg.train.max_steps = 12
         rows[name] = [json.loads(x) for x in (tmp_path / name / ckpt.METRICS).read_text().splitlines()]
     assert [r["step"] for r in rows["part"]] == [r["step"] for r in rows["whole"]] == [4, 8, 12]
-    for a, b in zip(rows["whole"], rows["part"]):
-        assert abs(a["train_loss"] - b["train_loss"]) < 1e-5, (a, b)
+    assert [r["step"] for r in rows["limit"]] == [4, 6, 8, 12]
+    for run in ("part", "limit"):
+        for a, b in zip(rows["whole"], [r for r in rows[run] if r["step"] != 6]):
+            assert abs(a["train_loss"] - b["train_loss"]) < 1e-5, (run, a, b)
+        assert list(curves[run]) == list(curves["whole"]) == [3, 6, 9, 12]
+        for s in (9, 12):
+            assert abs(curves[run][s]["loss"] - curves["whole"][s]["loss"]) < 1e-5, (run, s, curves)
+    for r in rows["whole"]:
+        assert r["lr"] == curves["whole"].get(r["step"], {"learning_rate": learning_rate(r["step"] - 1, cfg.optim)})[
+            "learning_rate"], r
     damaged = tmp_path / "part" / ckpt.params_file(12)   # the resume falls back to step 8 and validates 12 again
     damaged.write_bytes(damaged.read_bytes()[:100])
     cfg.train.max_steps = 12
@@ -747,7 +769,7 @@ def test_a_tie_of_the_dev_score_goes_to_the_lower_perplexity_and_resumes_exactly
     assert all(b["dev_ppl"] < a["dev_ppl"] for a, b in zip(rows, rows[1:])), rows   # the oracle's premise
     assert (s.stopped, s.best_step, s.best_ppl, s.bad_validations, s.lr_scale) == (
         "max_steps", 12, rows[-1]["dev_ppl"], 0, 1.0)
-    assert [r["lr"] for r in rows] == [learning_rate(r["step"], whole.optim) for r in rows]   # no plateau halving
+    assert [r["lr"] for r in rows] == [learning_rate(r["step"] - 1, whole.optim) for r in rows]   # no plateau halving
     assert_same_params(*({k: v.asnumpy() for k, v in load_params(whole.train.model_dir, w).items()}
                          for w in ("best", "12")))
     part = config("part", 6)   # resumed between ties: the best's perplexity travels in the training state
