@@ -179,7 +179,8 @@ def test_the_best_checkpoints_step_finds_params_best_after_its_own_file_was_prun
     assert not (d / ckpt.params_file(20)).exists()
     assert ckpt.params_path(d, "20").name == ckpt.PARAMS_BEST
     from nmt.scoring import checkpoint_info   # what nmt-evaluate records its scores under
-    assert checkpoint_info(d, "20") == {"params_file": ckpt.PARAMS_BEST, "step": 20}
+    assert checkpoint_info(d, "20") == {"params_file": ckpt.PARAMS_BEST, "step": 20,
+                                        "sha256": manifest.sha256_of(d / ckpt.PARAMS_BEST)}
     with pytest.raises(ckpt.CheckpointError, match=r"params.00000010 not found .*the steps kept there: 30, 40, 50$"):
         ckpt.params_path(d, "10")
 
