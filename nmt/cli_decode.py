@@ -206,6 +206,9 @@ def _test_sets(args: argparse.Namespace, tr) -> Dict[str, Tuple[Any, List[List[s
     if args.name and not files:   # (it was ignored without a word)
         raise ConfigError(f"--name {args.name} names the set of --src-file and --ref-file; --recipe-tests and "
                           "--dev-set score the model's own sets, under their own names")
+    if args.data_dir and files:   # (so was it)
+        raise ConfigError(f"--data-dir {args.data_dir} is where --recipe-tests and --dev-set read the model's own "
+                          "sets; --src-file and --ref-file are read where they are: drop it")
     if args.recipe_tests or args.dev_set:
         sets = recipe_tests(tr.config, args.data_dir) if args.recipe_tests else model_dev_set(tr.config, args.data_dir)
         if args.dev_set:

@@ -141,6 +141,10 @@ def test_a_name_of_the_models_own_sets_is_only_for_their_files(model_copy, tmp_p
     assert code == 0, err
     code, _, err = run(["--model-dir", model_copy, "--dev-set", "--name", "mine"], capsys)   # (ignored without a word)
     assert code == 2 and "--name mine names the set of --src-file and --ref-file" in err, err
+    code, _, err = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", ref, "--data-dir", "/nonexistent",
+                        "--no-save"], capsys)   # (so was --data-dir)
+    assert code == 2 and "--data-dir /nonexistent is where --recipe-tests and --dev-set read the model's own sets; " \
+        "--src-file and --ref-file are read where they are: drop it" in err, err
     saved = json.loads((model_copy / ckpt.CONFIG).read_text())   # a recipe's model: its sets' names, not "test"
     saved["data"].update(recipe="tatoeba", test_src=None, test_tgt=None)
     (model_copy / ckpt.CONFIG).write_text(json.dumps(saved))
