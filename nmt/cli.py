@@ -16,7 +16,7 @@ from nmt.config import (ARCH_DEFAULTS, BUCKETINGS, CORPUS_FILES, KVSTORES, LANGS
                         VALID_METRIC_NAMES, Config, ConfigError, DataConfig, ModelConfig)
 from nmt.config_resume import PER_INVOCATION, resumed_config
 from nmt import jsonio
-from nmt.commands import command, nonempty, usable_streams
+from nmt.commands import Once, command, nonempty, usable_streams
 from nmt.config_file import check_taken_dir, read_config_file, warn_other_arch
 from nmt.recipes import RECIPES, resolve_data_dir
 
@@ -47,9 +47,8 @@ DATA_FLAGS = [
     Flag("--dev-tgt", "data", "dev_tgt", str, "dev target file"),
     Flag("--test-src", "data", "test_src", str, "test source file (scored at the end)"),
     Flag("--test-tgt", "data", "test_tgt", str, "test target file"),
-    Flag("--upsample", "data", "upsample", str,
-         "repeat a recipe corpus's training pairs K times in the mixture, e.g. tatoeba-manythings=4 "
-         "(comma-separated for several)"),
+    Flag("--upsample", "data", "upsample", str, "repeat a recipe corpus's training pairs K times in the mixture, "
+         "e.g. tatoeba-manythings=4 (comma-separated for several)"),
     Flag("--max-chars", "data", "max_chars", int, "drop training pairs with a side longer than this (characters; "
          "a line over 20000 is refused as it is read)"),
     Flag("--max-ratio", "data", "max_ratio", float, "drop training pairs whose length ratio exceeds this"),
@@ -192,7 +191,7 @@ def build_train_parser() -> argparse.ArgumentParser:
                "  nmt-train --gpus 2 --batch-size 240\n"
                "  nmt-train --src en --tgt ko --recipe all --model-dir models/all-en-ko\n")
     g = p.add_argument_group("run")
-    g.add_argument("--config", type=nonempty(Path),
+    g.add_argument("--config", action=Once, type=nonempty(Path),
                    help="JSON config file (same layout as a model's config.json); flags override it")
     g.add_argument("--resume", action="store_true", help="continue training from the latest checkpoint in --model-dir")
     g.add_argument("--overwrite", action="store_true", help="delete an existing --model-dir and start over")
@@ -255,7 +254,8 @@ def args_dict(args: argparse.Namespace, base: Optional[Config] = None, check: bo
         name = f"{data.get('recipe', DataConfig.recipe) or 'custom'}-{langs[0]}-{langs[1]}"
         train["model_dir"] = str(Path("models") / (name if arch == "lstm" else f"{name}-{arch}"))
     else:
-        train["model_dir"] = check_taken_dir(str(train["model_dir"]), Path(args.config), getattr(args, "resume", True))
+        train["model_dir"] = check_taken_dir(str(train["model_dir"]), Path(args.config), getattr(args, "resume", True),
+                                             getattr(args, "overwrite", False))
     return d
 
 

@@ -94,7 +94,9 @@ class DataConfig:
         for name in (*CORPUS_FILES, "data_dir", "cache_dir"):
             if getattr(self, name):   # relative to where the run started: its resume or evaluation may run elsewhere
                 setattr(self, name, os.path.abspath(os.path.expanduser(getattr(self, name))))
-        _check([(self.batch_size >= 1 or bool(self.batch_tokens), f"--batch-size must be >= 1, got {self.batch_size}"),
+        _check([*[(getattr(self, name) != "", f"--{name.replace('_', '-')} is empty: give a path, or leave it out")
+                  for name in (*CORPUS_FILES, "data_dir", "cache_dir")],   # (in a file: a flag's "" is refused early)
+                (self.batch_size >= 1 or bool(self.batch_tokens), f"--batch-size must be >= 1, got {self.batch_size}"),
                 (self.batch_tokens is None or self.batch_tokens >= 1,
                  f"--batch-tokens must be >= 1, got {self.batch_tokens}"),
                 (16 <= self.vocab_size <= 1_000_000, f"--vocab-size must be from 16 to 1000000, got {self.vocab_size}"),
@@ -102,6 +104,8 @@ class DataConfig:
                 (self.max_ratio >= 1, "--max-ratio must be >= 1 (the longer side's UTF-8 bytes over the shorter's; "
                                       f"inf: no limit), got {self.max_ratio}"),
                 (self.num_buckets >= 1, f"--num-buckets must be >= 1, got {self.num_buckets}"),
+                *[(n >= 1, f"--max-{side}-tokens must be >= 1, got {n}")
+                  for side, n in (("src", self.max_src_tokens), ("tgt", self.max_tgt_tokens))],
                 *[(value in allowed, f"{flag} {value!r}: use one of {', '.join(allowed)}")
                   for flag, value, allowed in (("--src", self.src_lang, LANGS), ("--tgt", self.tgt_lang, LANGS),
                                                ("--bucketing", self.bucketing, BUCKETINGS),
@@ -231,9 +235,8 @@ class TrainConfig:
                 (self.valid_max_sentences >= 1, f"--valid-max-sentences must be >= 1, got {self.valid_max_sentences}"),
                 (self.log_every >= 1, f"--log-every must be >= 1, got {self.log_every}"),
                 (0 <= self.seed < 2 ** 32, f"--seed must be between 0 and 2**32 - 1, got {self.seed}"),
-                (self.kvstore in KVSTORES, f"--kvstore {self.kvstore!r}: use one of {', '.join(KVSTORES)} "
-                                           "(asynchronous dist_async is not supported: every worker must apply the "
-                                           "same update)")])
+                (self.kvstore in KVSTORES, f"--kvstore {self.kvstore!r}: use one of {', '.join(KVSTORES)} (dist_async, "
+                                           "asynchronous, is not supported: every worker must apply the same update)")])
 
 
 # Characters kept per allowed subword token before tokenizing: a SentencePiece piece rarely spans more than a

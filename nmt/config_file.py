@@ -11,7 +11,7 @@ from typing import Any, Dict, Optional
 
 from nmt import jsonio
 from nmt.checkpoint import CONFIG, EXPORT, LOG, PARAMS_BEST, STATE
-from nmt.config import ARCH_DEFAULTS, Config, ConfigError, TrainConfig
+from nmt.config import ARCH_DEFAULTS, Config, ConfigError, DataConfig, TrainConfig
 
 # A --config file's keys of the machine it was written on: devices come from each command line, as on --resume.
 DEVICE_KEYS = ("gpus", "cpu_devices", "kvstore", "amp")
@@ -19,7 +19,7 @@ DEVICE_KEYS = ("gpus", "cpu_devices", "kvstore", "amp")
 
 def read_config_file(path, base: Optional[Config] = None, check: bool = True) -> Dict[str, Dict[str, Any]]:
     """The sections of the --config file `path` (over `base`'s settings when given), checked unless not `check`:
-    a ConfigError names the file and key."""
+    a ConfigError names the file and key; device keys are dropped (said when `check`: a first look is quiet)."""
     if not Path(path).is_file():
         raise ConfigError(f"--config {path}: " + ("a directory, not a file" if Path(path).is_dir() else
                                                   "file not found"))
@@ -27,30 +27,40 @@ def read_config_file(path, base: Optional[Config] = None, check: bool = True) ->
     for section, values in d.items():   # checked also when not `check`: the command line reads its sections
         if not isinstance(values, dict):
             raise ConfigError(f"{path}: section {section!r} must be a JSON object, got {json.dumps(values)}")
+    batch = d.get("data", {})   # (values of other types: named by the checks below)
+    if type(batch.get("batch_tokens")) is type(batch.get("batch_size")) is int and \
+            batch["batch_size"] != DataConfig.batch_size:
+        raise ConfigError(f"{path}: data.batch_size {batch['batch_size']} and data.batch_tokens "
+                          f"{batch['batch_tokens']} contradict each other: a batch is counted in sentences or in "
+                          "padded target positions; keep "
+                          f"one of them (a model's config.json holds batch_size {DataConfig.batch_size}, the default, "
+                          "beside batch_tokens)")
     if not isinstance(d.get("train", {}).get("model_dir", ""), str):
         raise ConfigError(f"{path}: train.model_dir must be a string, got {json.dumps(d['train']['model_dir'])}")
     if base is not None:   # --resume: over the run's settings
         d = {k: {**v, **d.get(k, {})} for k, v in {**d, **base.to_dict()}.items()}
     if check:
         Config.from_dict(d, source=str(path), file=True)
-    _drop_devices(d, str(path))
+    _drop_devices(d, str(path), check)
     return d
 
 
-def _drop_devices(d: Dict[str, Dict[str, Any]], config: str) -> None:
+def _drop_devices(d: Dict[str, Dict[str, Any]], config: str, say: bool) -> None:
     taken = {k: d["train"].pop(k) for k in DEVICE_KEYS if isinstance(d.get("train"), dict) and k in d["train"]}
     said = [f"train.{k} = {json.dumps(v)}" for k, v in taken.items() if v != getattr(TrainConfig, k)]
-    if said:
+    if said and say:
         logging.getLogger("nmt").warning("--config %s: %s not taken: the devices are this command line's (--gpus, "
                                          "--cpu-devices, --kvstore, --amp)", config, ", ".join(said))
 
 
-def check_taken_dir(model_dir: str, config: Path, resume: bool) -> str:
+def check_taken_dir(model_dir: str, config: Path, resume: bool, overwrite: bool = False) -> str:
     """ConfigError for `model_dir`, the train.model_dir of the --config file `config` given without --model-dir,
     where it names no directory, or one that the run must not take: that of the run whose settings the file holds
     (but to --resume it), or any other when the file is the config.json of a model directory (a run moved or copied
-    there, or an export: the file names the run's directory, where a run would replace or resume another's). The
-    directory to train in: `model_dir`, or the file's own for a relative one that ends its path."""
+    there, or an export: the file names the run's directory, where a run would replace or resume another's), or
+    a new run's without `overwrite` in a directory that holds a run (a copy of its config.json: the error says so,
+    where "already exists" would advise --overwrite). The directory to train in: `model_dir`, or the file's own for
+    a relative one that ends its path."""
     home, path = config.resolve().parent, Path(model_dir).expanduser()
     if not model_dir.strip():
         raise ConfigError(f"--config {config}: train.model_dir is empty; give --model-dir")
@@ -67,14 +77,19 @@ def check_taken_dir(model_dir: str, config: Path, resume: bool) -> str:
         raise ConfigError(f"--config {config}: the settings of the run in {home}, whose train.model_dir names another "
                           f"directory, {model_dir} (the run was moved or copied): give --model-dir, a new directory to "
                           f"start a run (or {home} with --resume to continue this one)")
+    if not resume and not overwrite and (path / CONFIG).is_file():
+        raise ConfigError(f"--config {config}: its train.model_dir, {model_dir}, holds a run (the file may be a copy "
+                          "of that run's settings): give --model-dir, a new directory to start a run (or --resume to "
+                          "continue that run, or --overwrite to replace it)")
     return model_dir
 
 
 def warn_other_arch(cfg: Config, given: Dict[str, str], config: str) -> None:
-    """Warn when --arch changes the architecture of a --config file that sets what depends on the architecture
-    (`ARCH_DEFAULTS`: dropout, learning rate, warm-up): those values were chosen for the other one, and stay."""
+    """Warn when --arch changes the architecture a --config file names (a run's config.json does) and the file sets
+    what depends on the architecture (`ARCH_DEFAULTS`: dropout, learning rate, warm-up): those values were chosen
+    for the other one, and stay. A file that names none may have been written for either."""
     theirs = jsonio.read_object(config, ConfigError)
-    old = theirs.get("model", {}).get("arch", "lstm")
+    old = theirs.get("model", {}).get("arch", cfg.model.arch)
     keys = sorted({(sec, k) for d in ARCH_DEFAULTS.values() for sec, kv in d.items() for k in kv})
     kept = [(sec, k) for sec, k in keys
             if k in theirs.get(sec, {}) and not given.get(f"{sec}.{k}", "").startswith("--")]

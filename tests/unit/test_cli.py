@@ -409,6 +409,8 @@ def test_another_arch_over_a_config_file_warns_of_the_settings_chosen_for_its_ow
         "chosen for lstm and stay (transformer's defaults: 0.3, 0.001); give them as flags to change them\n")
     assert "its optim.lr 0.002 were" in run("--arch", "transformer", "--dropout", "0.2")
     assert run("--arch", "lstm") == run() == run("--arch", "transformer", "--dropout", "0.2", "--lr", "1e-3") == ""
+    config.write_text(json.dumps({"optim": {"lr": 0.0005, "warmup_steps": 4000}}))   # names no arch: one's own
+    assert run("--arch", "transformer") == ""   # (it said "chosen for lstm" of a Transformer's schedule)
 
 
 @pytest.mark.parametrize("schedule", LR_SCHEDULES)
@@ -485,6 +487,24 @@ def test_a_config_file_brings_no_devices(tmp_path, caplog):
     assert (cfg.train.gpus, cfg.train.amp, cfg.train.kvstore, cfg.train.valid_every) == (None, False, "auto", 7)
     assert f'--config {path}: train.gpus = "2", train.kvstore = "device", train.amp = true not taken' in caplog.text
     assert cfg_of(["--config", str(path), "--model-dir", "m", "--cpu-devices", "2"]).train.cpu_devices == 2
+
+
+def test_a_resume_says_once_that_a_config_files_devices_are_not_taken(tmp_path, caplog):
+    """`--resume --config FILE` read the file twice (to find the run's directory, then over its settings) and said
+    each time that its devices were not taken."""
+    from nmt.cli import config_for_resume
+    d = tmp_path / "m"
+    d.mkdir()
+    cfg = Config()
+    cfg.train.model_dir = str(d)
+    cfg.save(d / "config.json")
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"train": {"cpu_devices": 2, "patience": 3}}))
+    with caplog.at_level("WARNING", logger="nmt"):
+        resumed, changes = config_for_resume(build_train_parser().parse_args(
+            ["--model-dir", str(d), "--resume", "--config", str(path)]))
+    assert caplog.text.count("train.cpu_devices = 2 not taken") == 1, caplog.text
+    assert (resumed.train.cpu_devices, resumed.train.patience) == (1, 3)
 
 
 def test_a_huge_gpu_count_is_named_without_listing_it(monkeypatch):

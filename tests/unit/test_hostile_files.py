@@ -189,6 +189,29 @@ def test_a_bad_value_in_a_config_file_names_the_file_and_key(tmp_path, sections,
         assert str(err.value) == f"{path}: {says}"
 
 
+@pytest.mark.parametrize("sections, says", [
+    ({"data": {"train_src": "", "train_tgt": "t.en"}}, "data.train_src: --train-src is empty: give a path, or leave "
+                                                       "it out"),   # (it trained on the Tatoeba recipe instead)
+    ({"data": {"data_dir": ""}}, "data.data_dir: --data-dir is empty: give a path, or leave it out"),
+    ({"data": {"max_src_tokens": 0}}, "data.max_src_tokens: --max-src-tokens must be >= 1, got 0"),   # (all dropped)
+    ({"data": {"batch_size": 64, "batch_tokens": 500}}, "data.batch_size 64 and data.batch_tokens 500 contradict each "
+                                                        "other: "),   # (batch_size was dropped without a word)
+])
+def test_a_value_a_flag_refuses_is_refused_in_a_config_file_too(tmp_path, sections, says):
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(sections))
+    with pytest.raises(ConfigError) as err:
+        cfg_of(["--config", str(path)])
+    assert str(err.value).startswith(f"{path}: {says}"), err.value
+
+
+def test_a_config_file_given_twice_is_refused_naming_both(tmp_path, capsys):
+    """The second --config replaced the first without a word (its learning rate lost)."""
+    with pytest.raises(SystemExit):
+        build_train_parser().parse_args(["--config", "a.json", "--config", "b.json"])
+    assert "--config is given twice (a.json and b.json): give it once" in capsys.readouterr().err
+
+
 def test_a_models_config_json_with_a_bad_value_names_it(tmp_path):
     saved = Config().to_dict()
     saved["model"]["hidden_size"] = -5
@@ -306,7 +329,14 @@ def test_a_runs_config_json_as_config_does_not_make_that_run_the_new_runs_direct
     assert run_of([*argv, "--resume"])[0].train.model_dir == str(run)
     other = tmp_path / "c.json"   # a config file elsewhere that names a directory: that is the run's directory
     other.write_text(json.dumps({"train": {"model_dir": str(run)}}))
-    assert run_of(["--config", str(other)])[0].train.model_dir == str(run)
+    assert run_of(["--config", str(other), "--overwrite"])[0].train.model_dir == str(run)
+    # a copy of the run's config.json, or a file naming it, without --overwrite: said to hold a run (it was "already
+    # exists ... --overwrite to delete it", and --overwrite then replaced the run the copy was made from)
+    with pytest.raises(ConfigError, match=rf"^--config {other}: its train.model_dir, {run}, holds a run \(the file may "
+                                          r"be a copy of that run's settings\): give --model-dir"):
+        run_of(["--config", str(other)])
+    assert run_of(["--config", str(other), "--model-dir", str(tmp_path / "new")])[0].train.model_dir == \
+        str(tmp_path / "new")
     other.write_text(json.dumps({"train": {"model_dir": " "}}))
     with pytest.raises(ConfigError, match=r"train.model_dir is empty; give --model-dir$"):
         run_of(["--config", str(other)])
