@@ -394,5 +394,6 @@ def model_test_score(model_dir, checkpoint: Optional[str], members: Sequence = (
     test, key, e = min(mine, key=rank)
     return {"test_set": test, "checkpoint": key, "of_loaded_checkpoint": loaded((test, key, e)), "bleu": e["bleu"],
             "bleu_signature": e.get("bleu_signature"),
-            "chrf": e.get("chrf"), "chrf_signature": e.get("chrf_signature"), "beam_size": e.get("beam_size"),
+            "chrf": e.get("chrf"), "chrf_signature": e.get("chrf_signature"), "extra": e.get("extra") or {},
+            "extra_signatures": e.get("extra_signatures") or {}, "beam_size": e.get("beam_size"),
             "length_penalty": e.get("length_penalty")}

@@ -67,6 +67,9 @@ class TestScore(_Answer):
     bleu_signature: Optional[str]
     chrf: Optional[float]
     chrf_signature: Optional[str]
+    extra: Dict[str, float] = Field(description="further scores, e.g. bleu_ko_mecab (BLEU on ko-mecab morphemes, "
+                                    "Korean output's)")
+    extra_signatures: Dict[str, str] = Field(description="their sacreBLEU signatures, by the same keys")
     beam_size: Optional[int]
     length_penalty: Optional[float]
 

@@ -85,7 +85,11 @@ def test_info_shows_the_score_on_the_models_own_test_set(tmp_path):
     stub.decode = DecodeConfig(beam_size=4, length_penalty_alpha=1.0, max_len_a=2.0, max_len_b=7)
     info = Model(stub, batcher=None).info()
     assert info["best_test_score"] == {"test_set": "tatoeba-test", "checkpoint": "best", "of_loaded_checkpoint": True,
-                                       **entry(7.89)}
+                                       "extra": {}, "extra_signatures": {}, **entry(7.89)}
+    korean = {"extra": {"bleu_ko_mecab": 9.63}, "extra_signatures": {"bleu_ko_mecab": "tok:ko-mecab"}}
+    (tmp_path / "scores.json").write_text(json.dumps({"tatoeba-test": {"best": {**entry(0.5), **korean}}}))
+    assert {k: model_test_score(tmp_path, "best")[k] for k in korean} == korean   # (Korean output's: it had none)
+    (tmp_path / "scores.json").write_text(json.dumps(scores))
     assert (info["beam_size"], info["length_penalty"], info["max_len_a"], info["max_len_b"]) == (4, 1.0, 2.0, 7)
     # the recipe's sets in its order, whatever their scores
     scores["flores200-devtest"] = {"best": entry(20.0)}
