@@ -24,7 +24,7 @@ class Scores:
     def summary(self) -> str:
         s = f"BLEU {self.bleu:.2f} chrF {self.chrf:.2f}"
         for k, v in self.extra.items():
-            s += f" {k} {v:.2f}"
+            s += f" {EXTRA_LABELS.get(k, k)} {v:.2f}"
         return s
 
 
@@ -96,7 +96,7 @@ def perplexity(nll_sum: float, num_tokens: int) -> float:
     return math.exp(min(nll_sum / max(num_tokens, 1), 50.0))
 
 
-EXTRA_LABELS = {"bleu_ko_mecab": "BLEU ko-mecab"}   # the text report's names of the extra scores
+EXTRA_LABELS = {"bleu_ko_mecab": "BLEU ko-mecab"}   # the reports' names of the extra scores (`Scores.summary`)
 
 
 def report_lines(sc: Scores, entry: Dict[str, object]) -> List[str]:

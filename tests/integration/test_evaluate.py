@@ -551,3 +551,12 @@ def test_word_strokes_past_the_input_limit_count_the_rest_as_typed(model_copy, t
     assert (entry["word_strokes"], entry["reference_words"]) == (12, 12), entry
     assert "--word-strokes: the words typed for 1 sentence(s) (line 1) became a prefix longer than " \
            "--max-input-tokens 6 pieces" in err
+
+
+def test_the_summary_names_korean_outputs_morpheme_bleu_as_the_report_does():
+    """nmt-train's closing lines showed Korean output's ko-mecab BLEU by its key, "bleu_ko_mecab 0.00", where
+    nmt-evaluate's report and the validation lines name it."""
+    from nmt.evaluate import EXTRA_LABELS, Scores
+    sc = Scores(1.0, 2.0, "s1", "s2", 3, {"bleu_ko_mecab": 4.0}, {"bleu_ko_mecab": "s3"})
+    assert sc.summary() == f"BLEU 1.00 chrF 2.00 {EXTRA_LABELS['bleu_ko_mecab']} 4.00" == \
+        "BLEU 1.00 chrF 2.00 BLEU ko-mecab 4.00"
