@@ -6,7 +6,8 @@ Every model this module writes shares one convention, checked again on load:
 * byte fallback, so characters never seen in training become UTF-8 byte pieces instead of <unk>;
 * no SentencePiece normalization (``identity``) and whitespace kept as is. Text is NFC-normalized in Python
   instead, so ``decode(encode(x)) == unicodedata.normalize("NFC", x)`` for any string, Hangul, Hanja and emoji
-  included. (SentencePiece's default NFKC would rewrite full-width forms, compatibility Hanja, circled digits ...)
+  included, but for U+2581 (``▁``), SentencePiece's own mark of a word's start, which it reads as a space in any
+  text. (SentencePiece's default NFKC would rewrite full-width forms, compatibility Hanja, circled digits ...)
 
 Models live in the model directory as ``spm.<lang>.model`` / ``spm.<lang>.vocab``, or, with ``--shared-vocab``,
 as one ``spm.joint.model`` trained on both languages' text that serves as source and target tokenizer (same ids).

@@ -57,6 +57,12 @@ def test_round_trip_normalizes_to_nfc(ko_tok):
     assert ko_tok.encode([decomposed]) == ko_tok.encode(["한국어 漢字"])
 
 
+def test_the_one_character_a_round_trip_changes_is_sentencepieces_word_mark(ko_tok):
+    """The module's docstring promised the round trip for any string: U+2581, SentencePiece's mark of a word's
+    start, comes back as a space (it says so now)."""
+    assert ko_tok.decode(ko_tok.encode(["a\u2581b 한국어"])) == ["a b 한국어"]
+
+
 def test_unseen_characters_become_byte_pieces(ko_tok):
     pieces = ko_tok.pieces("😀")
     assert "<0xF0>" in pieces and "<0x9F>" in pieces
