@@ -26,7 +26,7 @@ _KINDS = {"int": ("an integer", int), "float": ("a number", float), "str": ("a s
 def _typed(config) -> None:
     """Each field of the config dataclass `config` as its type, numpy's numbers and paths taken (a sweep over
     np.arange, a Path); a ConfigError naming the field for another type ("100" for an int), which would fail deep in
-    training. (Flags come typed by argparse, and a --config file's values are checked by `_check_types`.)"""
+    training. (Flags come typed by argparse, and a --config file's values by `jsonio.check_field_types`.)"""
     for f in dataclasses.fields(config):
         value, kind = getattr(config, f.name), str(f.type).removeprefix("Optional[").removesuffix("]")
         if value is None and str(f.type).startswith("Optional["):
@@ -337,7 +337,7 @@ class Config:
                                   "retrain the model with this version")
             if f.name == "train" and type(sub.get("gpus")) is int:   # "gpus": 2 means what --gpus 2 does
                 sub = {**sub, "gpus": str(sub["gpus"])}
-            _check_types(klass, f.name, sub, source)
+            jsonio.check_field_types(klass, f.name, sub, source, ConfigError)
             try:   # the value checks name the flags; in a file, they name the file and the key of the flag
                 if file and f.name == "model":   # ranges, in nmt.models' words (it checks the flags' as it builds)
                     _check([(0 <= v < 1, f"--{k.replace('_', '-')} must be in [0, 1) (got {v!r})")
@@ -376,25 +376,3 @@ class Config:
     def for_arch(cls, arch: str) -> "Config":
         """The default configuration of an architecture (the command line's defaults with `--arch arch`)."""
         return cls.from_dict({"model": {"arch": arch}})
-
-
-# What a JSON value of a config field may be, by the field's annotation (`int` excludes JSON's true/false).
-_JSON_KINDS = {"int": ((int,), "an integer"), "float": ((int, float), "a number"), "str": ((str,), "a string"),
-               "bool": ((bool,), "true or false")}
-
-
-def _check_types(klass, section: str, values: Dict[str, Any], source: str) -> None:
-    """ConfigError naming `source` and `section.key` for the first value whose JSON type does not fit its field."""
-    for f in dataclasses.fields(klass):
-        if f.name not in values:
-            continue
-        optional = str(f.type).startswith("Optional[")
-        kinds, says = _JSON_KINDS[str(f.type)[9:-1] if optional else str(f.type)]
-        value = values[f.name]
-        if value is None and optional:
-            continue
-        number = not isinstance(value, bool) and isinstance(value, numbers.Real if float in kinds else numbers.Integral)
-        if (not isinstance(value, kinds) or isinstance(value, bool) and bool not in kinds) and not (
-                number and int in kinds):   # numpy's numbers are taken (`_typed`)
-            raise ConfigError(f"{source}: {section}.{f.name} must be {says}{' or null' if optional else ''}, "
-                              f"got {json.dumps(value, default=repr)}")

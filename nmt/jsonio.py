@@ -2,7 +2,9 @@
 refused, as `json.loads` would keep its last value without a word, and types are named as JSON names them."""
 from __future__ import annotations
 
+import dataclasses
 import json
+import numbers
 import sys
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Tuple
@@ -60,3 +62,27 @@ def read_object(path, error: Callable[[str], Exception]) -> Dict[str, Any]:
     if not isinstance(d, dict):
         raise error(f"{path}: a JSON {json_type(d)}, where a JSON object of sections (data, model, ...) belongs")
     return d
+
+
+# What a JSON value of a dataclass field may be, by the field's annotation (`int` excludes JSON's true/false).
+_JSON_KINDS = {"int": ((int,), "an integer"), "float": ((int, float), "a number"), "str": ((str,), "a string"),
+               "bool": ((bool,), "true or false")}
+
+
+def check_field_types(klass, section: str, values: Dict[str, Any], source: str,
+                      error: Callable[[str], Exception]) -> None:
+    """`error` naming `source` and `section.key` for the first of `values` (a config file's section) whose JSON type
+    does not fit its field of the dataclass `klass`."""
+    for f in dataclasses.fields(klass):
+        if f.name not in values:
+            continue
+        optional = str(f.type).startswith("Optional[")
+        kinds, says = _JSON_KINDS[str(f.type)[9:-1] if optional else str(f.type)]
+        value = values[f.name]
+        if value is None and optional:
+            continue
+        number = not isinstance(value, bool) and isinstance(value, numbers.Real if float in kinds else numbers.Integral)
+        if (not isinstance(value, kinds) or isinstance(value, bool) and bool not in kinds) and not (
+                number and int in kinds):   # numpy's numbers are taken (config's `_typed`)
+            raise error(f"{source}: {section}.{f.name} must be {says}{' or null' if optional else ''}, "
+                        f"got {json.dumps(value, default=repr)}")
