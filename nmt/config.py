@@ -52,6 +52,14 @@ def _check(checks) -> None:
 
 # The parallel files a run may be given instead of a recipe's corpora (--train-src ... --test-tgt).
 CORPUS_FILES = ("train_src", "train_tgt", "dev_src", "dev_tgt", "test_src", "test_tgt")
+# The flags not named after their config keys (`--` and the key with "-" for "_"; nmt.cli's flags, checked by a test).
+FLAG_NAMES = {("data", "src_lang"): "--src", ("data", "tgt_lang"): "--tgt", ("optim", "schedule"): "--lr-schedule",
+              ("decode", "length_penalty_alpha"): "--length-penalty", ("decode", "batch_size"): "--decode-batch-size"}
+
+
+def flag_name(section: str, key: str) -> str:
+    """The command line's flag of the config key `section.key` (a value check's error names it)."""
+    return FLAG_NAMES.get((section, key), f"--{key.replace('_', '-')}")
 # Languages a model translates between (either direction); the choices of --bucketing and --spm-model-type.
 LANGS, BUCKETINGS, SPM_MODEL_TYPES = ("ko", "en"), ("padding", "quantile"), ("unigram", "bpe")
 
@@ -347,7 +355,7 @@ class Config:
                             and v != getattr(ModelConfig, k, v)])   # a default is valid (a new option's "0 = off")
                 parts[f.name] = klass(**{**arch_defaults.get(f.name, {}), **sub})
             except ConfigError as e:
-                key = next((f"{f.name}.{k}: " for k in sub if str(e).startswith(f"--{k.replace('_', '-')} ")), "")
+                key = next((f"{f.name}.{k}: " for k in sub if str(e).startswith(f"{flag_name(f.name, k)} ")), "")
                 raise (ConfigError(f"{source}: {key}{e}") if file else e) from None
         unknown = sorted(set(d) - {f.name for f in dataclasses.fields(cls)})
         if unknown:

@@ -177,7 +177,10 @@ def test_a_directory_for_a_parameter_file_is_said_to_be_unreadable(tmp_path):
     ({"model": {"arch": "transformer", "dropout": 1.5}}, "model.dropout: --dropout must be in [0, 1) (got 1.5)"),
     ({"data": {"vocab_size": -3}}, "data.vocab_size: --vocab-size must be from 16 to 1000000, got -3"),
     ({"decode": {"beam_size": 0}}, "decode.beam_size: --beam-size must be an integer from 1 to 999999 (got 0)"),
-    ({"optim": {"schedule": "cosine"}}, "--lr-schedule 'cosine': use inv_sqrt, plateau or constant"),   # no key
+    ({"optim": {"schedule": "cosine"}}, "optim.schedule: --lr-schedule 'cosine': use inv_sqrt, plateau or constant"),
+    ({"decode": {"batch_size": 0}}, "decode.batch_size: --decode-batch-size must be an integer from 1 to 999999 (got "
+                                    "0)"),   # (the key was named only where the flag is named after it)
+    ({"data": {"tgt_lang": "fr"}}, "data.tgt_lang: --tgt 'fr': use one of ko, en"),
     ({"data": {"batch_size": 2}, "train": {"accum_steps": 4}}, "--batch-size 2 is smaller than --accum-steps 4"),
 ])
 def test_a_bad_value_in_a_config_file_names_the_file_and_key(tmp_path, sections, says):
