@@ -165,7 +165,7 @@ def build_evaluate_parser() -> argparse.ArgumentParser:
                    help="reference translations, line-aligned with --src-file; several files: several references "
                         "per sentence (sacreBLEU's nrefs)")
     g.add_argument("--name", action=Once, type=nonempty(),
-                   help="test-set name in scores.json (default: the --src-file path)")
+                   help="test-set name in scores.json (default: the --src-file path; needed for a pipe)")
     g.add_argument("--recipe-tests", action="store_true", help="score every test set of the model's recipe")
     g.add_argument("--dev-set", action="store_true",
                    help="score the dev set the model was validated on (its recipe's held-out split or its dev "
@@ -216,6 +216,9 @@ def _test_sets(args: argparse.Namespace, tr) -> Dict[str, Tuple[Any, List[List[s
         return {name: (pairs, []) for name, pairs in sets.items()}
     if not (args.src_file and args.ref_file):
         raise ConfigError("--src-file and --ref-file must be given together")
+    if not (args.name or args.no_save or os.path.isfile(args.src_file)):   # (before a pipe is read)
+        raise ConfigError(f"--src-file {args.src_file} is no file (a pipe?), whose path would name its scores in "
+                          "scores.json; give --name (or --no-save)")
     # sources as nmt-translate reads them (a long line is cut, with a warning); blank last lines only where all are
     src = read_lines(args.src_file, max_line_chars=None, keep_blank_end=True)
     refs = [read_lines(r, keep_blank_end=True) for r in args.ref_file]

@@ -156,6 +156,26 @@ def test_a_name_of_the_models_own_sets_is_only_for_their_files(model_copy, tmp_p
     assert code == 0, err
 
 
+def test_scores_of_a_pipe_are_recorded_under_a_name_given_for_them(model_copy, tmp_path, capsys):
+    """`--src-file /dev/stdin` (or <(zcat ...)) recorded its scores under the pipe's per-process path
+    (/proc/N/fd/pipe:[...]), a name that means nothing and never comes again: refused without --name."""
+    import os
+    cfg = Config.load(model_copy / ckpt.CONFIG).data
+    read, write = os.pipe()
+    os.write(write, open(cfg.test_src, "rb").read())
+    os.close(write)
+    pipe = f"/dev/fd/{read}"
+    code, _, err = run(["--model-dir", model_copy, "--src-file", pipe, "--ref-file", cfg.test_tgt], capsys)
+    assert code == 2 and f"--src-file {pipe} is no file (a pipe?), whose path would name its scores in scores.json; " \
+        "give --name (or --no-save)" in err, err
+    assert not (model_copy / ckpt.SCORES).exists()
+    code, _, err = run(["--model-dir", model_copy, "--src-file", pipe, "--ref-file", cfg.test_tgt, "--name", "mine",
+                        "--max-sentences", "0"], capsys)
+    os.close(read)
+    assert code == 0, err
+    assert list(json.loads((model_copy / ckpt.SCORES).read_text())) == ["mine"]
+
+
 def test_a_config_json_edited_into_a_model_that_cannot_be_built_is_named(model_copy, capsys):
     """`"tie_weights": true` written into config.json beside unequal sizes was "--tie-weights needs --embed-size ==
     --hidden-size ... give equal sizes or --no-tie-weights", naming flags nobody gave and not the file."""
