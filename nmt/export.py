@@ -15,6 +15,7 @@ half-written under that name.
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import logging
 import os
@@ -68,14 +69,12 @@ def export_model(model_dir, output, which: str = "best", overwrite: bool = False
         step = 0
     _check_output(model_dir, output, overwrite)
     _translates(model_dir, cfg, params)
-    tmp = output.parent / f".{output.name}.export-{os.getpid()}"   # made with the umask's permissions
+    tmp = _beside(output, "export", os.getpid())   # made with the umask's permissions
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
         # by an export killed (SIGKILL, SIGTERM): its copy being made, or the earlier export it replaced
-        for left in (p for kind in ("export", "replaced") for p in output.parent.glob(f".{output.name}.{kind}-*")):
-            pid = left.name.rsplit("-", 1)[-1]
-            if pid == str(os.getpid()) or not alive(pid):
-                shutil.rmtree(left, ignore_errors=True)
+        for left in _left(output, "export", mine=True) + _left(output, "replaced", mine=True):
+            shutil.rmtree(left, ignore_errors=True)
         tmp.mkdir()
     except OSError as e:   # a file where a directory belongs, no permission, a read-only file system, ...
         why = "a file is in its path" if isinstance(e, (FileExistsError, NotADirectoryError)) else e.strerror
@@ -94,7 +93,7 @@ def export_model(model_dir, output, which: str = "best", overwrite: bool = False
             "model_dir": str(model_dir.resolve()), "checkpoint": str(which), "params_file": params.name,
             "step": step or None, "params_sha256": manifest.sha256_of(params),
             "exported": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, indent=2) + "\n")
-        replaced = output.parent / f".{output.name}.replaced-{os.getpid()}"
+        replaced = _beside(output, "replaced", os.getpid())
         if output.exists():   # an earlier export (`_check_output`): replaced only now that the new one is complete,
             output.rename(replaced)   # and deleted once it is in place (a kill meanwhile leaves the new one)
         tmp.rename(output)
@@ -103,6 +102,31 @@ def export_model(model_dir, output, which: str = "best", overwrite: bool = False
         raise
     shutil.rmtree(replaced, ignore_errors=True)
     return output
+
+
+def _beside(output: Path, kind: str, pid) -> Path:
+    """Where the export process `pid` makes its copy ("export") or puts the earlier export it replaces ("replaced")."""
+    return output.parent / f".{output.name}.{kind}-{pid}"
+
+
+def _left(output: Path, kind: str, mine: bool = False) -> list:
+    """`_beside(output, kind, pid)` of the export processes no longer alive (`mine`: and of this one)."""
+    return sorted(p for p in output.parent.glob(f".{glob.escape(output.name)}.{kind}-*")
+                  if not alive(p.name.rsplit("-", 1)[1]) or mine and p.name.endswith(f"-{os.getpid()}"))
+
+
+def left_by_export(output: Path) -> str:
+    """What an nmt-export killed as it made or replaced the export `output` left beside it, and what to do with it
+    ("" when nothing): the two renames that replace an export leave neither at `output` for an instant."""
+    new, old = _left(output, "export"), _left(output, "replaced")
+    done = [p for p in new if (p / EXPORT).is_file()]   # written last, before the rename
+    if done:
+        return (f"an nmt-export stopped as it replaced it left the new export in {done[0]}" +
+                (f" and the one it replaced in {old[0]}" if old else "") + f": move the new one to {output} (or "
+                "export again, which removes both)")
+    if old:
+        return f"an nmt-export stopped as it replaced it left the earlier export in {old[0]}: move it back to {output}"
+    return f"an nmt-export stopped before it was done left {new[0]}: export again" if new else ""
 
 
 def _translates(model_dir: Path, cfg: Config, params: Path) -> None:

@@ -241,6 +241,35 @@ def test_an_overwrite_killed_as_it_deletes_the_earlier_export_leaves_the_new_one
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.")] == []   # the next one removes it
 
 
+def test_an_overwrite_killed_between_its_renames_names_what_it_left(model_copy, tmp_path, capsys, monkeypatch):
+    """Killed between the rename of the earlier export aside and that of the new one into place, --overwrite left
+    only the hidden .NAME.export-PID and .NAME.replaced-PID: nmt-translate said "no such directory; give a directory
+    written by nmt-train". It names them and what to do; the next export removes both."""
+    out = tmp_path / "[out]"   # (a name that is a glob pattern)
+    assert run(export_main, ["--model-dir", model_copy, "--output", out], capsys)[0] == 0
+    rename = Path.rename
+
+    def killed(self, target):
+        if self.name.startswith(".[out].export-"):
+            raise _Killed()
+        return rename(self, target)
+    monkeypatch.setattr(Path, "rename", killed)
+    monkeypatch.setattr("nmt.export.shutil", type("S", (), {"rmtree": staticmethod(lambda *a, **k: None)}))
+    with pytest.raises(_Killed):   # (a SIGKILL runs no clean-up)
+        export_main(["--model-dir", str(model_copy), "--output", str(out), "--overwrite"])
+    monkeypatch.undo()
+    pid = os.getpid()   # (the process that was "killed" is this one: it is taken for gone only as another's)
+    for kind in ("export", "replaced"):
+        (tmp_path / f".[out].{kind}-{pid}").rename(tmp_path / f".[out].{kind}-999999999")
+    code, _, err = run(translate_main, ["--model-dir", out, "--input", "/dev/null"], capsys)
+    assert code == 2 and f"--model-dir {out}: no such directory; an nmt-export stopped as it replaced it left the " \
+        f"new export in {tmp_path / '.[out].export-999999999'} and the one it replaced in " \
+        f"{tmp_path / '.[out].replaced-999999999'}: move the new one to {out} (or export again, which removes both)" \
+        in err, err
+    assert run(export_main, ["--model-dir", model_copy, "--output", out, "--overwrite"], capsys)[0] == 0
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".[out].")] == []
+
+
 def test_a_damaged_scores_json_is_exported_without_scores_and_a_warning(model_copy, tmp_path, capsys, caplog):
     """A damaged scores.json stopped the export ("move it away to record new scores"): an export's scores are
     optional."""
