@@ -110,8 +110,7 @@ TRAIN_FLAGS = [
     Flag("--model-dir", "train", "model_dir", str,
          "model directory, by default models/<recipe>-<src>-<tgt> (models/custom-<src>-<tgt> for your own "
          "--train-src/--train-tgt files; -<arch> appended for other than lstm)"),
-    Flag("--gpus", "train", "gpus", str,
-         "GPUs: a count (2 = first two) or ids (4,5,6,7; 3, = GPU 3 alone); omit for CPU"),
+    Flag("--gpus", "train", "gpus", str, "GPUs: a count (2 = the first two) or ids (4,5,6,7; 3, = GPU 3); omit: CPU"),
     Flag("--cpu-devices", "train", "cpu_devices", int, "data-parallel over N CPU contexts (no --gpus)"),
     Flag("--kvstore", "train", "kvstore", str, "auto: device on GPUs, local on CPU contexts; dist_sync or "
          "dist_device_sync across machines (nmt-launch)", choices=KVSTORES),
@@ -372,10 +371,11 @@ def training_run(args: argparse.Namespace) -> Tuple[Config, List[str], Optional[
 def train_main(args: argparse.Namespace) -> int:
     from nmt.train import run_training
     cfg, changes, init = training_run(args)
+    # a corpus file on a closed stdin would read as empty; a dry run's report is its output
+    usable_streams([getattr(cfg.data, f) for f in CORPUS_FILES if getattr(cfg.data, f)], ["-"] if args.dry_run else [])
     if args.verbose:
         logging.getLogger("nmt").setLevel(logging.DEBUG)
     if args.dry_run:   # what training logs as it reads the data (each filter's drops) goes to the console too
-        usable_streams(outputs=["-"])   # (its report is its output)
         from nmt.log import setup_logging
         from nmt.preflight import describe, dry_run
         setup_logging(None)

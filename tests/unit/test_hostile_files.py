@@ -215,6 +215,20 @@ def test_a_config_file_given_twice_is_refused_naming_both(tmp_path, capsys):
     assert "--config is given twice (a.json and b.json): give it once" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"]])
+def test_a_corpus_file_on_a_closed_stdin_is_said_to_be_one(tmp_path, capsys, monkeypatch, dry_run):
+    """`nmt-train --dev-src /dev/stdin <&-` said the dev file was empty (the closed descriptor is /dev/null), where
+    the decoding commands say standard input is closed."""
+    from nmt.cli import train_main
+    monkeypatch.setattr("nmt.commands.CLOSED", {"stdin"})
+    files = [tmp_path / n for n in ("t.ko", "t.en", "d.en")]
+    code = train_main(["--train-src", str(files[0]), "--train-tgt", str(files[1]), "--dev-src", "/dev/stdin",
+                       "--dev-tgt", str(files[2]), "--model-dir", str(tmp_path / "m"), *dry_run])
+    assert code == 2 and capsys.readouterr().err.startswith("error: standard input is closed (the command was "
+                                                             "started with <&-)")
+    assert not (tmp_path / "m").exists()
+
+
 def test_a_models_config_json_with_a_bad_value_names_it(tmp_path):
     saved = Config().to_dict()
     saved["model"]["hidden_size"] = -5
