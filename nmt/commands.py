@@ -83,7 +83,8 @@ class Terminated(KeyboardInterrupt):
 # The names a file flag may give standard input or output by; None: the flag left out (its default, the stream).
 STDIN_NAMES = (None, "-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0")
 STDOUT_NAMES = (None, "-", "/dev/stdout", "/dev/fd/1", "/proc/self/fd/1")
-CLOSED: set = set()   # the standard streams ("stdin", "stdout") this command was started without
+STDERR_NAMES = ("/dev/stderr", "/dev/fd/2", "/proc/self/fd/2")   # (a file flag's; never its default)
+CLOSED: set = set()   # the standard streams ("stdin", "stdout", "stderr") this command was started without
 
 
 def standard_streams() -> None:
@@ -106,14 +107,15 @@ def standard_streams() -> None:
 
 def usable_streams(inputs=(), outputs=()) -> None:
     """StorageError, before any work, when a file the command reads (`inputs`) or writes (`outputs`) is standard
-    input or output (`STDIN_NAMES`, `STDOUT_NAMES`) and the command was started without it."""
+    input, output or error (`STDIN_NAMES`, `STDOUT_NAMES`, `STDERR_NAMES`) and the command was started without it
+    (the error goes nowhere then, but the exit code says it)."""
     from nmt.storage import StorageError
-    for files, name, names, redirect, advice in (
-            (inputs, "stdin", STDIN_NAMES, "<&-", "give the input as a file"),
-            (outputs, "stdout", STDOUT_NAMES, ">&-", "redirect it to a file, or to /dev/null")):
+    for files, name, names, says, redirect, advice in (
+            (inputs, "stdin", STDIN_NAMES, "input", "<&-", "give the input as a file"),
+            (outputs, "stdout", STDOUT_NAMES, "output", ">&-", "redirect it to a file, or to /dev/null"),
+            (outputs, "stderr", STDERR_NAMES, "error", "2>&-", "give the output as a file")):
         if name in CLOSED and any(f in names for f in files):
-            raise StorageError(f"standard {name[3:]}put is closed (the command was started with {redirect}): "
-                               f"{advice}")
+            raise StorageError(f"standard {says} is closed (the command was started with {redirect}): {advice}")
 
 
 def run_cli(main: Callable[[], int]) -> int:
