@@ -216,7 +216,8 @@ def _test_sets(args: argparse.Namespace, tr) -> Dict[str, Tuple[Any, List[List[s
         return {name: (pairs, []) for name, pairs in sets.items()}
     if not (args.src_file and args.ref_file):
         raise ConfigError("--src-file and --ref-file must be given together")
-    if not (args.name or args.no_save or os.path.isfile(args.src_file)):   # (before a pipe is read)
+    special = os.path.exists(args.src_file) and not os.path.isfile(args.src_file) and not os.path.isdir(args.src_file)
+    if special and not (args.name or args.no_save):   # (before a pipe is read; a missing file: said as it is read)
         raise ConfigError(f"--src-file {args.src_file} is no file (a pipe?), whose path would name its scores in "
                           "scores.json; give --name (or --no-save)")
     # sources as nmt-translate reads them (a long line is cut, with a warning); blank last lines only where all are
