@@ -4,7 +4,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from nmt.scoring import next_word_accuracy, reference_prefixes, word_strokes
+from nmt.interactive import next_word_accuracy, reference_prefixes, word_strokes
 
 
 def test_prefixes_are_the_first_whole_words_as_the_model_writes_them():
