@@ -3,6 +3,7 @@
 model already in the ensemble."""
 from __future__ import annotations
 
+import hashlib
 import logging
 from pathlib import Path
 from typing import Optional, Sequence, Tuple
@@ -34,6 +35,14 @@ def load_member(model_dir: Path, cfg: Config, src_tok: Tokenizer, tgt_tok: Token
     net.collect_params().setattr("grad_req", "null")   # inference only: no gradient arrays
     net.hybridize(static_alloc=True)
     return net
+
+
+def members_sha256(shas) -> Optional[str]:
+    """What names the parameters of a model, or of an ensemble, in scores.json (`Translator.params_sha256`): the
+    parameter file's sha256, or for several members the sha256 of theirs, in member order (None: one is unknown)."""
+    if None in shas:
+        return None
+    return shas[0] if len(shas) == 1 else hashlib.sha256(" ".join(shas).encode()).hexdigest()
 
 
 def check_member_vocabulary(member: Path, model_dir: Path, what: str, mine: Tokenizer, theirs: Tokenizer) -> None:

@@ -22,7 +22,7 @@ from nmt import checkpoint as ckpt
 from nmt.batching import pad_sources
 from nmt.config import CHARS_PER_TOKEN, Config, DecodeConfig
 from nmt.corpus import count_lines, lone_surrogate, normalize, one_line
-from nmt.members import check_member_vocabulary, load_member, model_files, refuse_repeated_member
+from nmt.members import check_member_vocabulary, load_member, members_sha256, model_files, refuse_repeated_member
 from nmt.models.base import Seq2SeqModel
 from nmt.models.ensemble import as_model
 from nmt.parallel import check_gpus, concurrent_devices_safe
@@ -134,11 +134,11 @@ class Translator:
         from nmt.scoring import checkpoint_info   # (which imports this module)
         for attempt in range(3):   # a training run may replace or prune the checkpoint meanwhile: loaded again
             try:   # a hybridized block is not safe to call from two threads: one copy of the members per device
-                info = checkpoint_info(model_dir, str(which))   # (what it takes instead of `which` is said once)
-                paths = [model_dir / str(info["params_file"])] + [ckpt.params_path(d, str(which)) for d, _ in others]
+                infos = [checkpoint_info(d, str(which)) for d, _ in dirs]   # (what it takes instead is said once)
+                paths = [d / str(i["params_file"]) for (d, _), i in zip(dirs, infos)]
                 loaded = [(c, [load_member(d, d_cfg, src_tok, tgt_tok, p, c) for (d, d_cfg), p in zip(dirs, paths)])
                           for c in ctxs]
-                if checkpoint_info(model_dir, str(which), quiet=True) == info:
+                if [checkpoint_info(d, str(which), quiet=True) for d, _ in dirs] == infos:
                     break
             except ckpt.CheckpointError:   # (damaged, or pruned while read: the next attempt tells)
                 if attempt == 2:
@@ -148,8 +148,8 @@ class Translator:
                                        "(a training run writes it): try again")
         tr = cls(loaded[0][1][0], src_tok, tgt_tok, decode, ctx=ctxs[0])
         tr.model_dir, tr.checkpoint, tr.config = model_dir.absolute(), str(which), cfg   # whatever chdir follows
-        tr.params_file = tr.model_dir / str(info["params_file"])
-        tr.params_step, tr.params_sha256 = info["step"], info["sha256"]
+        tr.params_file, tr.params_step = tr.model_dir / str(infos[0]["params_file"]), infos[0]["step"]
+        tr.params_sha256 = members_sha256([i["sha256"] for i in infos])   # (an ensemble's: of every member's)
         tr.members, tr.member_dirs, tr.replicas = loaded[0][1], [d.absolute() for d, _ in others], loaded[1:]
         return tr
 

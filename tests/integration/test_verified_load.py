@@ -192,3 +192,39 @@ def test_info_tells_another_runs_scores_of_the_same_step_from_the_loaded_ones(mo
     assert (info["step"], info["best_test_score"]["bleu"]) == (tr.params_step, 0.5)
     assert info["best_test_score"]["of_loaded_checkpoint"] is False
     assert model_test_score(d, "best", step=tr.params_step)["of_loaded_checkpoint"] is True   # by step alone
+
+
+def _another_run(model_dir, step: int) -> None:
+    """What `nmt-train --overwrite` leaves as it reaches `step`: other parameters, in that step's file and params.best,
+    with their manifests."""
+    import mxnet as mx
+    from nmt import manifest
+    for name, key in ((ckpt.params_file(step), manifest.step_key(step)), (ckpt.PARAMS_BEST, "best")):
+        params = mx.nd.load(str(model_dir / name))
+        mx.nd.save(str(model_dir / name), {k: v * 0.5 for k, v in params.items()})
+        body = manifest.read_manifest(model_dir, key)
+        manifest.write_manifest(model_dir, key, [n for n in body["files"] if n.startswith(("params", "trainer"))],
+                                step, body.get("state"))
+
+
+def test_an_ensembles_scores_after_a_member_was_trained_again_are_not_the_loaded_ones(model, tmp_path):
+    """An ensemble's scores.json entries recorded the first member's sha256 alone: after `nmt-train --overwrite` of
+    the second member, /info took the new ensemble's scores for those of the one it served."""
+    import shutil
+    from nmt.corpus import read_parallel
+    from nmt.members import members_sha256
+    from nmt.scoring import score_test_set
+    from nmt.serve.api import Model
+    from nmt.translate import Translator
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d in (a, b):
+        shutil.copytree(model[0], d)
+    _another_run(b, 4)   # (not a copy of a)
+    served = Translator.from_dir(a, ensemble=[b])
+    assert served.params_sha256 == members_sha256([ckpt.params_sha256(d / ckpt.PARAMS_BEST) for d in (a, b)])
+    test = read_parallel(model[1]["test_src"], model[1]["test_tgt"], whole=True)
+    score_test_set(served, "t", test, save=True)
+    assert Model(served, batcher=None).info()["best_test_score"]["of_loaded_checkpoint"] is True
+    _another_run(b, 4)
+    score_test_set(Translator.from_dir(a, ensemble=[b]), "t", test, save=True)   # the new ensemble's
+    assert Model(served, batcher=None).info()["best_test_score"]["of_loaded_checkpoint"] is False
