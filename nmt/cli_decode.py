@@ -274,7 +274,7 @@ def _own_name(name: str, args: argparse.Namespace, cfg) -> None:
 def evaluate_main(args: argparse.Namespace) -> int:
     import gzip
     from nmt.atomic import atomic_write_bytes, atomic_write_text
-    from nmt.scoring import cannot_record, other_decoding, read_scores
+    from nmt.scoring import cannot_record, other_decoding, read_scores, replaced
     from nmt.textfile import output_opener
     usable_streams([f for f in (args.src_file, *(args.ref_file or ())) if f not in (None, "-")], ["-"])   # (report)
     if args.hyp_dir:
@@ -319,12 +319,14 @@ def evaluate_main(args: argparse.Namespace) -> int:
             atomic_write_text(args.json, text)
     if gone:
         return reader_gone()
+    replaced_since = not args.no_save and replaced(tr)   # (each set's scores were not recorded then, with a warning)
+    recorded = [] if replaced_since else recorded
     if recorded:
         print(f"scores recorded in {tr.model_dir / 'scores.json'}", file=sys.stderr)
     if len(recorded) < len(tests) and not args.no_save:
         part = any(0 < args.max_sentences < len(pairs.src) for pairs, _ in tests.values())
         why = [f"translations given the references' first words (--prefix-words {args.prefix_words})"
-               if args.prefix_words else "", readonly, other,
+               if args.prefix_words else "", readonly, other, replaced_since,
                f"the scores of part of a set (--max-sentences {args.max_sentences})" if part else ""]
         print(f"not recorded in {tr.model_dir / 'scores.json'}: {'; '.join(w for w in why if w)}", file=sys.stderr)
     return 0

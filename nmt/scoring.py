@@ -76,7 +76,8 @@ def score_test_set(translator: Translator, name: str, pairs: Pairs, *, max_sente
     if translator.member_dirs:   # an ensemble: its own entry, never one of the first member's alone
         entry["ensemble"] = [str(p.resolve()) for p in [translator.model_dir, *translator.member_dirs]]
         key = ensemble_key(key, translator.model_dir, translator.member_dirs)
-    why = [other_decoding(translator),   # a part of a set, or translations helped by the references, are not it
+    # a part of a set, translations helped by the references, or another run's parameters since, are not the set's
+    why = [other_decoding(translator), replaced(translator),
            f"the scores of part of a set ({n} of {len(pairs.src)} sentences)" if n < len(pairs.src) else "",
            f"translations given the references' first words (prefix_words {prefix_words})" if prefix_words else ""]
     other = "; ".join(w for w in why if w) if save and translator.model_dir else ""
@@ -237,6 +238,16 @@ def retire_scores(model_dir: Path, which: str) -> None:
 # a model's scores at its own settings (its config.json's decode section); scores at others are kept by
 # nmt-evaluate's --json reports, which the ablation tables read (scripts/runs.py decode_rows).
 UNSCORED_DECODE = ("batch_size", "nbest")
+
+
+def replaced(translator: Translator) -> str:
+    """Why `translator`'s scores may not be recorded in its model directory's scores.json: "" unless the directory
+    holds another run's checkpoint of the step it loaded now (`ckpt.holds_other`; an ensemble's: not known)."""
+    step = translator.params_step
+    if translator.model_dir and not translator.member_dirs and ckpt.holds_other(
+            translator.model_dir, step, translator.params_sha256):
+        return f"the directory holds another run's step {step} now (nmt-train --overwrite replaced the one scored)"
+    return ""
 
 
 def other_decoding(translator: Translator) -> str:

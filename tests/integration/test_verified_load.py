@@ -228,3 +228,32 @@ def test_an_ensembles_scores_after_a_member_was_trained_again_are_not_the_loaded
     _another_run(b, 4)
     score_test_set(Translator.from_dir(a, ensemble=[b]), "t", test, save=True)   # the new ensemble's
     assert Model(served, batcher=None).info()["best_test_score"]["of_loaded_checkpoint"] is False
+
+
+def test_scores_of_parameters_another_run_replaced_are_neither_recorded_nor_exported(model, tmp_path, capsys):
+    """An nmt-evaluate that outlasted an `nmt-train --overwrite` recorded the old run's scores in the new run's
+    scores.json ("scores recorded"), and nmt-export shipped them with the new parameters."""
+    import shutil
+    from nmt.cli_decode import evaluate_main
+    from nmt.export import export_model
+    from nmt.scoring import read_scores, record_scores
+    d = tmp_path / "m"
+    shutil.copytree(model[0], d)
+    from nmt.translate import Translator
+    translate = Translator.translate
+
+    def overwritten_meanwhile(self, *args, **kwargs):   # as it translates, a new run reaches the step it loaded
+        if not (tmp_path / "done").exists():
+            (tmp_path / "done").touch()
+            _another_run(d, 4)
+        return translate(self, *args, **kwargs)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Translator, "translate", overwritten_meanwhile)
+        code = evaluate_main(["--model-dir", str(d), "--checkpoint", "4", "--src-file", model[1]["test_src"],
+                              "--ref-file", model[1]["test_tgt"], "--name", "t"])
+    err = capsys.readouterr().err
+    assert code == 0 and "the directory holds another run's step 4 now" in err and "scores recorded" not in err, err
+    assert "t" not in read_scores(d)
+    record_scores(d, "t", "best", {"bleu": 9.0, "step": 4, "params_sha256": "0" * 64})   # (the old run's, say)
+    out = export_model(d, tmp_path / "x")
+    assert not (out / ckpt.SCORES).exists()
