@@ -22,7 +22,6 @@ from nmt.config import Config, ConfigError, DataConfig
 from nmt.corpus import Pairs, read_lines
 from nmt.evaluate import Scores, score
 from nmt.interactive import next_word_accuracy, reference_prefixes, word_strokes
-from nmt.manifest import manifest_name, read_manifest
 from nmt.translate import SOURCE, Translator
 
 logger = logging.getLogger("nmt.evaluate")
@@ -156,14 +155,12 @@ def _model_split(cfg: Config, data_dir: Optional[str], kind: str, flag: str, nam
 
 
 def checkpoint_info(model_dir: Path, which: str, quiet: bool = False) -> Dict[str, object]:
-    """The parameter file behind `which` and, where known, its training step and sha256 (which tells two runs'
-    parameters of one step apart); `quiet`: as `ckpt.params_path`."""
+    """The parameter file behind `which` and, where known, its training step (an average has none) and sha256
+    (which tells two runs' parameters of one step apart); `quiet`: as `ckpt.params_path`."""
     path = ckpt.params_path(model_dir, which, quiet)
     step = ckpt.params_step(path.name)
     if step is None and path.name == ckpt.PARAMS_BEST:   # "best", or the step number of the best (pruned since)
         step = ckpt.best_step(Path(model_dir))
-    elif step is None and (Path(model_dir) / manifest_name(str(which))).is_file():   # e.g. an export (nmt.export)
-        step = read_manifest(model_dir, str(which)).get("step") or None
     return {"params_file": path.name, "step": step, "sha256": ckpt.params_sha256(path)}
 
 

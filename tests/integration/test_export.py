@@ -193,6 +193,8 @@ def test_an_export_of_the_average_is_no_steps_checkpoint(model_copy, tmp_path, c
     made = json.loads((out / EXPORT).read_text())
     assert made["checkpoint"] == "avg" and made["step"] is None and (out / "params.best").read_bytes() == \
         (model_copy / ckpt.PARAMS_AVG).read_bytes()
+    # the same bytes have no step where they came from either (/info's `step` was the last averaged step there)
+    assert Translator.from_dir(model_copy, "avg").params_step is None is Translator.from_dir(out).params_step
     record_scores(model_copy, "test", "avg", {"bleu": 5.0, "checkpoint": "avg", "step": 600})
     assert run(export_main, ["--model-dir", model_copy, "--checkpoint", "avg", "--output", out, "--overwrite"],
                capsys)[0] == 0
