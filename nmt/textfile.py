@@ -7,6 +7,7 @@ import bz2
 import codecs
 import gzip
 import lzma
+import os
 import re
 import shlex
 from pathlib import Path
@@ -74,7 +75,10 @@ def to_utf8_hint(line: bytes, path: Optional[PathLike], kind: Optional[str], int
 
 def iconv_command(path: Optional[PathLike], encoding: str, kind: Optional[str], into: bool = False) -> str:
     """The command converting `path` (None: standard input; compressed as `kind`: "gzip" ...) from `encoding` to
-    UTF-8; `into`: into a file beside it, named with .utf8 before its suffix (without the compression's)."""
+    UTF-8; `into`: into a file beside it, named with .utf8 before its suffix (without the compression's). A pipe
+    (/dev/stdin, <(...)) gets the command for standard input: a filter to put in it."""
+    if path is not None and os.path.exists(path) and not os.path.isfile(path):
+        path = None
     def arg(p) -> str:   # quoted, and not taken for an option
         return shlex.quote(str(p) if not str(p).startswith("-") else f"./{p}")
     cat = {"gzip": "zcat", "bzip2": "bzcat", "xz": "xzcat"}.get(kind or "")

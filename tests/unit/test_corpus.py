@@ -310,6 +310,19 @@ def test_invalid_utf8_names_file_and_line(write_file):
         "the line reads as Windows-1252 (Latin-1) text: `xzcat a.en | iconv -f CP1252 -t UTF-8`"
 
 
+def test_the_advice_for_a_pipe_is_a_filter_to_put_in_it(tmp_path):
+    """For /dev/stdin (or <(...)) the advice to write beside the file made `iconv ... /dev/stdin > /dev/stdin.utf8`:
+    a file in /dev."""
+    import os
+    from nmt.textfile import iconv_command
+    read, write = os.pipe()
+    try:
+        assert iconv_command(f"/dev/fd/{read}", "CP949", None, into=True) == "iconv -f CP949 -t UTF-8"
+    finally:
+        os.close(read)
+        os.close(write)
+
+
 @pytest.mark.parametrize("name", ["c.ko", "c.ko.gz"])
 def test_the_advice_for_a_cp949_corpus_file_converts_it_into_a_file_beside_it(tmp_path, name):
     """The CP949 advice printed the converted text (`iconv -f CP949 -t UTF-8 c.ko`, no `> FILE`), unlike the
