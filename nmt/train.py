@@ -195,7 +195,7 @@ class Trainer:
                 if self._epoch_done() and stop not in _INTERRUPTS:   # also at a limit: its validation is scheduled
                     self._next_epoch()   # checkpoint at the start of the next epoch, validated unless just done
                     self.save_checkpoint(not self._validation_due() and self.validate())
-                    stop = stop or self.should_stop()
+                    stop = self.should_stop()   # (again at a limit: this validation may have run out the patience)
             self._finish(stop or "max_epochs", trained=self.state.step > step0)
         if self.averages():
             with terminated_as_interrupt():   # (killed, it had said nothing; --resume averages them then)

@@ -460,6 +460,18 @@ def test_patience_run_out_at_a_limit_is_the_reason_to_stop(tmp_path, task):
     assert trainer.should_stop() == "max_steps"
 
 
+def test_patience_run_out_at_an_epochs_end_that_is_the_limit_stops_early(tmp_path, task, monkeypatch):
+    """The epoch-end validation of the update that reached --max-steps ran the patience out, and the run was still
+    recorded as stopped by max_steps (the reason was taken before that validation)."""
+    nll = iter(range(1000, 10 ** 6, 1000))   # every dev loss worse than the one before: only the first is a gain
+    monkeypatch.setattr("nmt.train.dev_loss", lambda *args: (float(next(nll)), 100))
+    trainer = create_trainer(tiny_config(tmp_path, task, patience=1, valid_metric="ppl"))
+    epoch = len(trainer.data.sampler)   # validated a step before its end (the best), then at its end (no gain)
+    trainer.cfg.train.max_steps, trainer.cfg.train.valid_every = epoch, epoch - 1
+    state = trainer.fit()
+    assert (state.step, state.stopped, state.bad_validations) == (epoch, "early_stop", 1)
+
+
 def test_verbose_training_logs_debug_lines(tmp_path, task):
     """nmt-train -v set the debug level, which the run's own logging set-up then reset to INFO."""
     import logging
