@@ -333,6 +333,9 @@ class Config:
             if not isinstance(sub, dict):
                 raise ConfigError(f"{source}: section '{f.name}' must be a JSON object, got {json.dumps(sub)}")
             sub = {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in sub.items()}   # a Path: its str
+            if complete and f.name == "data":   # a model's own: a blank path saved from a --config file meant none
+                sub = {k: None if v == "" and k in (*CORPUS_FILES, "data_dir", "cache_dir") else v
+                       for k, v in sub.items()}
             klass = f.default_factory  # type: ignore[misc]
             known = {x.name for x in dataclasses.fields(klass)}
             unknown = sorted(set(sub) - known)

@@ -208,6 +208,16 @@ def test_a_value_a_flag_refuses_is_refused_in_a_config_file_too(tmp_path, sectio
     assert str(err.value).startswith(f"{path}: {says}"), err.value
 
 
+def test_a_models_own_config_json_with_a_blank_path_loads_as_without_it(tmp_path):
+    """A model trained from a --config file with "data_dir": "" had it saved in its config.json; refusing blank
+    paths in files made every command refuse that model, with advice to give a --data-dir nmt-translate has not."""
+    saved = Config().to_dict()
+    saved["data"].update(data_dir="", cache_dir="", test_src="")
+    (tmp_path / ckpt.CONFIG).write_text(json.dumps(saved))
+    d = Config.load(tmp_path / ckpt.CONFIG).data
+    assert (d.data_dir, d.cache_dir, d.test_src) == (None, None, None)
+
+
 def test_a_config_file_given_twice_is_refused_naming_both(tmp_path, capsys):
     """The second --config replaced the first without a word (its learning rate lost)."""
     with pytest.raises(SystemExit):
