@@ -107,6 +107,9 @@ class DataConfig:
                 (self.batch_size >= 1 or bool(self.batch_tokens), f"--batch-size must be >= 1, got {self.batch_size}"),
                 (self.batch_tokens is None or self.batch_tokens >= 1,
                  f"--batch-tokens must be >= 1, got {self.batch_tokens}"),
+                (not self.batch_tokens or self.batch_size == DataConfig.batch_size,   # (a model's config.json: both)
+                 f"--batch-size {self.batch_size} and --batch-tokens {self.batch_tokens} contradict each other: a "
+                 "batch is counted in sentences or in padded target positions; give one of them"),
                 (16 <= self.vocab_size <= 1_000_000, f"--vocab-size must be from 16 to 1000000, got {self.vocab_size}"),
                 (self.max_chars >= 1, f"--max-chars must be >= 1, got {self.max_chars}"),
                 (self.max_ratio >= 1, "--max-ratio must be >= 1 (the longer side's UTF-8 bytes over the shorter's; "

@@ -11,7 +11,7 @@ from typing import Any, Dict, Optional
 
 from nmt import jsonio
 from nmt.checkpoint import CONFIG, EXPORT, LOG, PARAMS_BEST, STATE
-from nmt.config import ARCH_DEFAULTS, Config, ConfigError, DataConfig, TrainConfig
+from nmt.config import ARCH_DEFAULTS, Config, ConfigError, TrainConfig
 
 # A --config file's keys of the machine it was written on: devices come from each command line, as on --resume.
 DEVICE_KEYS = ("gpus", "cpu_devices", "kvstore", "amp")
@@ -27,14 +27,6 @@ def read_config_file(path, base: Optional[Config] = None, check: bool = True) ->
     for section, values in d.items():   # checked also when not `check`: the command line reads its sections
         if not isinstance(values, dict):
             raise ConfigError(f"{path}: section {section!r} must be a JSON object, got {json.dumps(values)}")
-    batch = d.get("data", {})   # (values of other types: named by the checks below)
-    if type(batch.get("batch_tokens")) is type(batch.get("batch_size")) is int and \
-            batch["batch_size"] != DataConfig.batch_size:
-        raise ConfigError(f"{path}: data.batch_size {batch['batch_size']} and data.batch_tokens "
-                          f"{batch['batch_tokens']} contradict each other: a batch is counted in sentences or in "
-                          "padded target positions; keep "
-                          f"one of them (a model's config.json holds batch_size {DataConfig.batch_size}, the default, "
-                          "beside batch_tokens)")
     if not isinstance(d.get("train", {}).get("model_dir", ""), str):
         raise ConfigError(f"{path}: train.model_dir must be a string, got {json.dumps(d['train']['model_dir'])}")
     if base is not None:   # --resume: over the run's settings

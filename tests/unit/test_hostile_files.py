@@ -197,8 +197,8 @@ def test_a_bad_value_in_a_config_file_names_the_file_and_key(tmp_path, sections,
                                                        "it out"),   # (it trained on the Tatoeba recipe instead)
     ({"data": {"data_dir": ""}}, "data.data_dir: --data-dir is empty: give a path, or leave it out"),
     ({"data": {"max_src_tokens": 0}}, "data.max_src_tokens: --max-src-tokens must be >= 1, got 0"),   # (all dropped)
-    ({"data": {"batch_size": 64, "batch_tokens": 500}}, "data.batch_size 64 and data.batch_tokens 500 contradict each "
-                                                        "other: "),   # (batch_size was dropped without a word)
+    ({"data": {"batch_size": 64, "batch_tokens": 500}}, "data.batch_size: --batch-size 64 and --batch-tokens 500 "
+                                                        "contradict each other: "),   # (batch_size was dropped)
 ])
 def test_a_value_a_flag_refuses_is_refused_in_a_config_file_too(tmp_path, sections, says):
     path = tmp_path / "c.json"
@@ -206,6 +206,8 @@ def test_a_value_a_flag_refuses_is_refused_in_a_config_file_too(tmp_path, sectio
     with pytest.raises(ConfigError) as err:
         cfg_of(["--config", str(path)])
     assert str(err.value).startswith(f"{path}: {says}"), err.value
+    with pytest.raises(ConfigError):   # (the Python API's Config.from_dict took batch_size beside batch_tokens)
+        Config.from_dict(sections)
 
 
 def test_a_models_own_config_json_with_a_blank_path_loads_as_without_it(tmp_path):
