@@ -209,6 +209,10 @@ def _test_sets(args: argparse.Namespace, tr) -> Dict[str, Tuple[Any, List[List[s
     if args.data_dir and files:   # (so was it)
         raise ConfigError(f"--data-dir {args.data_dir} is where --recipe-tests and --dev-set read the model's own "
                           "sets; --src-file and --ref-file are read where they are: drop it")
+    d, kind = tr.config.data, "test" if args.recipe_tests else "dev"
+    if args.data_dir and not files and (getattr(d, f"{kind}_src") or kind == "dev" and d.train_src):   # (and so)
+        raise ConfigError(f"--data-dir {args.data_dir} is where a recipe's corpora are read; this model's {kind} set "
+                          "comes from its own files (its config.json's data section), read where they are: drop it")
     if args.recipe_tests or args.dev_set:
         sets = recipe_tests(tr.config, args.data_dir) if args.recipe_tests else model_dev_set(tr.config, args.data_dir)
         if args.dev_set:

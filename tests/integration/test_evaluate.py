@@ -145,6 +145,10 @@ def test_a_name_of_the_models_own_sets_is_only_for_their_files(model_copy, tmp_p
                         "--no-save"], capsys)   # (so was --data-dir)
     assert code == 2 and "--data-dir /nonexistent is where --recipe-tests and --dev-set read the model's own sets; " \
         "--src-file and --ref-file are read where they are: drop it" in err, err
+    for flag, kind in (("--recipe-tests", "test"), ("--dev-set", "dev")):   # (a model of its own files: so was it)
+        code, _, err = run(["--model-dir", model_copy, flag, "--data-dir", "/nonexistent", "--no-save"], capsys)
+        assert code == 2 and f"--data-dir /nonexistent is where a recipe's corpora are read; this model's {kind} set " \
+            "comes from its own files" in err, err
     saved = json.loads((model_copy / ckpt.CONFIG).read_text())   # a recipe's model: its sets' names, not "test"
     saved["data"].update(recipe="tatoeba", test_src=None, test_tgt=None)
     (model_copy / ckpt.CONFIG).write_text(json.dumps(saved))
