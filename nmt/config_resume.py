@@ -16,14 +16,25 @@ _CORPORA_PLACE = ("data.data_dir", "data.cache_dir")
 PER_INVOCATION = frozenset({"train.model_dir", "train.gpus", "train.cpu_devices", "train.kvstore", "train.amp",
                             "train.max_seconds", "train.progress", "train.tensorboard", *_CORPORA_PLACE})
 
-_FIXED_KEYS = ("train.seed", "train.valid_metric", "train.valid_beam", "train.valid_max_sentences", "optim.optimizer")
+_FIXED_KEYS = ("train.seed", "train.valid_metric", "optim.optimizer")
+# How the dev set is translated for a score that chooses the best checkpoint (all but perplexity), each new one
+# compared with the best's: the sentences, the beam (and its length penalty) and the length limits.
+_DEV_TRANSLATION = ("train.valid_max_sentences", "train.valid_beam", "decode.max_len_a", "decode.max_len_b",
+                    "decode.max_input_tokens")
 
 
-def _fixed_on_resume(key: str) -> bool:
-    """Whether a run cannot change `key` when it resumes: its model and data (tokenizers, pairs, batches), the seed
-    of its batches, how the dev scores that chose its best checkpoint are measured (the metric, the beam and the
-    sentences translated), and the optimizer its saved states belong to."""
-    return key not in PER_INVOCATION and (key.split(".")[0] in ("model", "data") or key in _FIXED_KEYS)
+def _fixed_on_resume(key: str, saved: Config) -> str:
+    """Why a run cannot change `key` when it resumes ("" if it can): its model and data (tokenizers, pairs,
+    batches), the seed of its batches, the dev score that chooses its best checkpoint and how its translations are
+    made, or the optimizer its saved states belong to (`saved`: the run's configuration)."""
+    if key in PER_INVOCATION:
+        return ""
+    if key.split(".")[0] in ("model", "data") or key in _FIXED_KEYS:
+        return "the model, the data, the seed and the --valid-metric cannot change within a run"
+    translated = saved.train.valid_metric != "ppl" and (key in _DEV_TRANSLATION or key == "decode.length_penalty_alpha"
+                                                        and saved.train.valid_beam > 1)
+    return ("the dev translations whose --valid-metric chooses the best checkpoint are made with it, and each new "
+            "score is compared with the best's") if translated else ""
 
 
 def resumed_config(saved: Config, cfg: Config, given: Optional[Dict[str, str]], source: str
@@ -40,11 +51,10 @@ def resumed_config(saved: Config, cfg: Config, given: Optional[Dict[str, str]], 
                     key in _CORPORA_PLACE and given is not None and key not in given):
                 continue
             label = key if given is None else given.get(key, key)
-            if _fixed_on_resume(key):
+            fixed = _fixed_on_resume(key, saved)
+            if fixed:
                 shown = f"{label} {json.dumps(value)}" if label.startswith("--") else f"{label} = {json.dumps(value)}"
-                why = ("the model, the data, the seed and how dev scores are measured (--valid-metric, --valid-beam, "
-                       "--valid-max-sentences: its best checkpoint is compared with the next by them) cannot change "
-                       "within a run: drop it, or train into a new --model-dir") if key != "optim.optimizer" else (
+                why = f"{fixed}: drop it, or train into a new --model-dir" if key != "optim.optimizer" else (
                     f"its saved optimizer states belong to the {old} optimizer: drop it, or to switch optimizers "
                     f"fine-tune into a new --model-dir with --init-from {Path(source).parent}")
                 raise ConfigError(f"--resume: {shown} differs from {json.dumps(old)}, which this run was trained with "

@@ -474,17 +474,25 @@ def test_resume_refuses_the_other_kind_of_batch(tmp_path, trained, flags, says):
         run_of(["--model-dir", str(model_dir), "--resume", *flags])
 
 
-@pytest.mark.parametrize("flag, value", [("--valid-beam", "5"), ("--valid-max-sentences", "20")])
-def test_resume_refuses_another_way_of_measuring_the_dev_scores(tmp_path, flag, value):
-    """A resume with --valid-max-sentences 20 (or --valid-beam 5) compared the dev scores of 20 sentences with a best
-    measured on 500, for params.best, patience and the plateau's halvings, as --valid-metric, refused, would."""
+@pytest.mark.parametrize("flag, value", [("--valid-beam", "5"), ("--valid-max-sentences", "20"),
+                                         ("--max-len-b", "3"), ("--max-len-a", "0.5"), ("--max-input-tokens", "9")])
+def test_resume_refuses_another_way_of_translating_the_dev_set(tmp_path, flag, value):
+    """A resume with --valid-max-sentences 20 (or --valid-beam 5, --max-len-b 3) compared the dev scores of 20
+    sentences (of translations cut at 3 tokens) with a best measured on 500, for params.best, patience and the
+    plateau's halvings, as --valid-metric, refused, would. With --valid-metric ppl no translation is scored."""
     model_dir = tmp_path / "m"
     model_dir.mkdir()
     (model_dir / ckpt.CONFIG).write_text(json.dumps(Config().to_dict()))
-    with pytest.raises(ConfigError, match=rf"^--resume: {flag} {value} differs from \d+, which this run was trained "
-                                          r"with .*how dev scores are measured"):
+    with pytest.raises(ConfigError, match=rf"^--resume: {flag} {value} differs from [\d.]+, which this run was "
+                                          r"trained with .*the dev translations whose --valid-metric chooses the best "
+                                          r"checkpoint are made with it"):
         run_of(["--model-dir", str(model_dir), "--resume", flag, value])
     assert run_of(["--model-dir", str(model_dir), "--resume", "--beam-size", "7"])   # the test sets' beam may change
+    assert run_of(["--model-dir", str(model_dir), "--resume", "--length-penalty", "1.0"])   # (greedy dev: not used)
+    saved = Config().to_dict()
+    saved["train"]["valid_metric"] = "ppl"
+    (model_dir / ckpt.CONFIG).write_text(json.dumps(saved))
+    assert run_of(["--model-dir", str(model_dir), "--resume", flag, value])
 
 
 # -- 7. atomic writes through a symbolic link and into a named pipe ------------------------------------------------
