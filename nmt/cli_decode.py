@@ -199,7 +199,10 @@ def _test_sets(args: argparse.Namespace, tr) -> Dict[str, Tuple[Any, List[List[s
     """name -> (Pairs, further references) of what to score (files, the recipe's test sets or the model's dev
     set)."""
     from nmt.corpus import Pairs, drop_blank_ends, read_lines
+    from nmt.evaluate import korean_bleu
     from nmt.scoring import model_dev_set, recipe_tests
+    if tr.tgt_lang == "ko":   # Korean output's scorer, before the translating it would end
+        korean_bleu()
     files = bool(args.src_file or args.ref_file)
     if files + args.recipe_tests + args.dev_set != 1:
         raise ConfigError("give one of: --src-file and --ref-file, --recipe-tests, --dev-set")

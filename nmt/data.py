@@ -14,6 +14,7 @@ import numpy as np
 from nmt.batching import BatchIterator, Resegment
 from nmt.config import Config, ConfigError, DataConfig
 from nmt.encoded import RowsView, encode_flat, load_or_encode, text_checksum
+from nmt.evaluate import korean_bleu
 from nmt.recipes import DatasetSplits, load_data
 from nmt.sampler import BucketSampler
 from nmt.tokenizer import (JOINT, Tokenizer, character_coverage, load_or_train_tokenizer, load_tokenizers,
@@ -146,6 +147,8 @@ def build_data(cfg: Config, model_dir: Path, resume: bool = False, workers: Opti
     `cfg.train.seed` (the sampler starts at epoch 0; a resume loads its position). `saved_sums`: the `pair_sums` a
     resumed run's pairs must have (`check_same_pairs`)."""
     d = cfg.data
+    if d.tgt_lang == "ko":   # (its validations would fail: before any work)
+        korean_bleu()
     splits = load_data(d)
     sums = pair_sums(splits)
     check_same_pairs(d, sums, saved_sums)

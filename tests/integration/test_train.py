@@ -472,6 +472,30 @@ def test_patience_run_out_at_an_epochs_end_that_is_the_limit_stops_early(tmp_pat
     assert (state.step, state.stopped, state.bad_validations) == (epoch, "early_stop", 1)
 
 
+@pytest.mark.parametrize("dry_run", [["--dry-run"], []])
+def test_korean_output_without_its_scorer_is_refused_before_training(tmp_path, task, capsys, monkeypatch, dry_run):
+    """Without mecab-ko (or its dictionary) an en->ko run trained to its first validation, then ended in sacreBLEU's
+    traceback with no checkpoint written (every update lost; --resume refused); the dry run called it valid."""
+    import sacrebleu
+    from nmt.cli import train_main
+    from nmt.evaluate import MECAB_PIP
+    bleu = sacrebleu.metrics.BLEU
+
+    def without_mecab(*args, tokenize="13a", **kwargs):
+        if tokenize == "ko-mecab":
+            raise RuntimeError("Korean tokenization requires extra dependencies")
+        return bleu(*args, tokenize=tokenize, **kwargs)
+    monkeypatch.setattr(sacrebleu.metrics, "BLEU", without_mecab)
+    flags = tiny_flags(task, tmp_path / "m")
+    swap = {task["train_src"]: task["train_tgt"], task["train_tgt"]: task["train_src"],
+            task["dev_src"]: task["dev_tgt"], task["dev_tgt"]: task["dev_src"]}
+    code = train_main([swap.get(f, f) for f in flags] + ["--src", "en", "--tgt", "ko", "--max-steps", "4", *dry_run])
+    err = capsys.readouterr().err
+    assert code == 2 and "error: Korean output is scored by BLEU on ko-mecab morphemes too, whose tokenizer cannot be " \
+        f"loaded (Korean tokenization requires extra dependencies): {MECAB_PIP}" in err, err
+    assert not (tmp_path / "m").exists() and "Traceback" not in err
+
+
 def test_verbose_training_logs_debug_lines(tmp_path, task):
     """nmt-train -v set the debug level, which the run's own logging set-up then reset to INFO."""
     import logging

@@ -70,3 +70,14 @@ def test_the_commands_import_no_framework_before_they_run():
     code = f"import sys\nfor m in {modules!r}: __import__(m)\nprint(sorted(m for m in sys.modules if m == 'mxnet'))"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={"PYTHONPATH": str(REPO)})
     assert r.returncode == 0 and r.stdout == "[]\n", (r.stdout, r.stderr)
+
+
+def test_the_pip_commands_in_messages_pin_what_the_requirements_pin():
+    """The errors and log lines that name a pip command for an optional part give the versions
+    requirements/common.txt pins: a command of other versions could pull packages that break the install."""
+    from nmt.evaluate import MECAB_PIP
+    from nmt.log import TENSORBOARD_PIP
+    pinned = set(re.findall(r"^([\w.-]+==[\w.]+)", (REPO / "requirements" / "common.txt").read_text(), re.M))
+    for command in (MECAB_PIP, TENSORBOARD_PIP):
+        named = re.findall(r"'([\w.-]+==[\w.]+)'", command)
+        assert named and set(named) <= pinned, (command, pinned)
