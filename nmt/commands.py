@@ -7,6 +7,7 @@ import argparse
 import math
 import os
 import sys
+import traceback
 from pathlib import Path
 from typing import Any, Callable, List, Optional
 
@@ -118,6 +119,16 @@ def usable_streams(inputs=(), outputs=()) -> None:
             raise StorageError(f"standard {says} is closed (the command was started with {redirect}): {advice}")
 
 
+MXNET_PIP = "pip install 'mxnet==1.9.1' 'numpy>=1.21,<1.24'"   # the versions requirements/cpu.txt and common.txt pin
+
+
+def _importing_mxnet(e: BaseException) -> bool:
+    """Whether `e` came from importing MXNet: not installed, or its module code failing (numpy 1.24 or later)."""
+    frames = traceback.extract_tb(e.__traceback__)
+    return getattr(e, "name", None) == "mxnet" or any(
+        f.name == "<module>" and f"{os.sep}mxnet{os.sep}" in f.filename for f in frames)
+
+
 def run_cli(main: Callable[[], int]) -> int:
     """Run `main`, turning the project's bad-input errors into `error: ...` on stderr and exit code 2."""
     standard_streams()
@@ -126,6 +137,14 @@ def run_cli(main: Callable[[], int]) -> int:
     except KeyboardInterrupt as e:   # first: user_errors() imports mxnet, maybe the very import Ctrl-C cut short
         print("interrupted", file=sys.stderr)
         return e.exit_code if isinstance(e, Terminated) else 130
+    except SystemExit:   # argparse's --help and usage errors (user_errors() would import mxnet, maybe broken)
+        raise
+    except (ImportError, AttributeError) as e:
+        if not _importing_mxnet(e):
+            raise
+        print(f"error: MXNet cannot be imported ({type(e).__name__}: {e}); MXNet 1.9.1 needs numpy < 1.24: "
+              f"{MXNET_PIP} (on GPUs mxnet-cu112 instead of mxnet)", file=sys.stderr)
+        return 2
     except user_errors() as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

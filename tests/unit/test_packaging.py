@@ -1,10 +1,13 @@
 """The CPU/GPU switch: each variant resolves to exactly one MXNet build, never both."""
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -75,9 +78,30 @@ def test_the_commands_import_no_framework_before_they_run():
 def test_the_pip_commands_in_messages_pin_what_the_requirements_pin():
     """The errors and log lines that name a pip command for an optional part give the versions
     requirements/common.txt pins: a command of other versions could pull packages that break the install."""
+    from nmt.commands import MXNET_PIP
     from nmt.evaluate import MECAB_PIP
     from nmt.log import TENSORBOARD_PIP
-    pinned = set(re.findall(r"^([\w.-]+==[\w.]+)", (REPO / "requirements" / "common.txt").read_text(), re.M))
-    for command in (MECAB_PIP, TENSORBOARD_PIP):
-        named = re.findall(r"'([\w.-]+==[\w.]+)'", command)
+    pinned = {line.split("#")[0].strip() for name in ("common.txt", "cpu.txt")
+              for line in (REPO / "requirements" / name).read_text().splitlines()} - {""}
+    for command in (MECAB_PIP, TENSORBOARD_PIP, MXNET_PIP):
+        named = re.findall(r"'([^']+)'", command)
         assert named and set(named) <= pinned, (command, pinned)
+
+
+@pytest.mark.parametrize("fault", ["raise AttributeError(\"module 'numpy' has no attribute 'bool'\")",
+                                   "raise ModuleNotFoundError(\"No module named 'mxnet'\", name='mxnet')"])
+def test_a_command_without_a_working_mxnet_helps_and_says_what_to_install(tmp_path, fault):
+    """With numpy 1.24 or later (or no MXNet) every command's --help printed its help, then a 43-66 line traceback,
+    exit 1 (the error handler imports MXNet as argparse exits); a real run, a traceback."""
+    from nmt.commands import MXNET_PIP
+    (tmp_path / "mxnet").mkdir()
+    (tmp_path / "mxnet" / "__init__.py").write_text(fault + "\n")   # an MXNet whose import fails as those do
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
+    for script in ("train.py", "translate.py", "evaluate.py", "score.py", "export.py"):
+        p = subprocess.run([sys.executable, REPO / "scripts" / script, "--help"], env=env, capture_output=True,
+                           text=True, timeout=120)
+        assert p.returncode == 0 and p.stdout.startswith("usage:") and "Traceback" not in p.stderr, (script, p.stderr)
+    p = subprocess.run([sys.executable, REPO / "scripts" / "translate.py", "--model-dir", tmp_path], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and p.stderr.startswith("error: MXNet cannot be imported (") and MXNET_PIP in p.stderr, \
+        p.stderr
