@@ -105,3 +105,25 @@ def test_a_command_without_a_working_mxnet_helps_and_says_what_to_install(tmp_pa
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and p.stderr.startswith("error: MXNet cannot be imported (") and MXNET_PIP in p.stderr, \
         p.stderr
+
+
+def test_the_source_distribution_builds_and_installs_its_pins(tmp_path):
+    """The sdist left out requirements/*.txt, which setup.py reads: `pip install nmt-0.1.0.tar.gz` failed with
+    FileNotFoundError as it built the wheel."""
+    import shutil
+    import tarfile
+    src = tmp_path / "src"   # (a copy: building writes nmt.egg-info beside setup.py)
+    shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(".git", ".venv", "venv", "__pycache__", "*.egg-info",
+                                                             "build", "dist", "models", "runs", "data"))
+    subprocess.run([sys.executable, "setup.py", "-q", "sdist", "-d", str(tmp_path / "dist")], cwd=src, check=True,
+                   capture_output=True, timeout=300)
+    (sdist,) = (tmp_path / "dist").glob("nmt-*.tar.gz")
+    names = tarfile.open(sdist).getnames()
+    assert {f"{sdist.name[:-7]}/requirements/{n}" for n in ("common.txt", "cpu.txt", "gpu.txt")} <= set(names)
+    unpacked = tmp_path / "unpacked"
+    tarfile.open(sdist).extractall(unpacked, filter="data")
+    p = subprocess.run([sys.executable, "setup.py", "-q", "egg_info"],   # what pip asks first of an sdist
+                       cwd=unpacked / sdist.name[:-7], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    requires = (unpacked / sdist.name[:-7] / "nmt.egg-info" / "requires.txt").read_text()
+    assert "numpy<1.24" in requires and "mxnet==1.9.1" in requires
