@@ -227,11 +227,19 @@ log = logging.getLogger("nmt.log")
 
 def tensorboard_available() -> bool:
     """Whether tensorboardX can be imported."""
+    return not tensorboard_problem()
+
+
+def tensorboard_problem() -> str:
+    """What keeps tensorboardX from being imported ("" when nothing): not installed, or its import failing (a
+    protobuf of another version than its generated code's)."""
     try:
         import tensorboardX  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    except ModuleNotFoundError as e:
+        return "tensorboardX is not installed" if e.name == "tensorboardX" else f"tensorboardX cannot be imported ({e})"
+    except Exception as e:   # (protobuf: TypeError "Descriptors cannot be created directly", ImportError ...)
+        return f"tensorboardX cannot be imported ({type(e).__name__}: {e})"
+    return ""
 
 
 class TensorBoardWriter:
@@ -271,8 +279,8 @@ class TensorBoardWriter:
         cls.check(requested)
         if requested is False or rank != 0:
             return cls(None)
-        if not tensorboard_available():
-            log.info("TensorBoard curves off: tensorboardX is not installed (%s)", TENSORBOARD_PIP)
+        if tensorboard_problem():
+            log.info("TensorBoard curves off: %s (%s)", tensorboard_problem(), TENSORBOARD_PIP)
             return cls(None)
         writer = cls(Path(model_dir) / TENSORBOARD_DIR, resume_step)
         log.info("TensorBoard curves in %s (tensorboard --logdir %s)", writer.logdir, writer.logdir)
@@ -281,9 +289,9 @@ class TensorBoardWriter:
     @staticmethod
     def check(requested: Optional[bool]) -> None:
         """A ConfigError naming --tensorboard and the pip command when it is asked for without tensorboardX."""
-        if requested and not tensorboard_available():
+        if requested and tensorboard_problem():
             from nmt.config import ConfigError
-            raise ConfigError(f"--tensorboard needs tensorboardX, which is not installed: {TENSORBOARD_PIP}")
+            raise ConfigError(f"--tensorboard needs tensorboardX: {tensorboard_problem()}: {TENSORBOARD_PIP}")
 
     @property
     def enabled(self) -> bool:

@@ -70,7 +70,7 @@ def test_without_tensorboardx(tmp_path, monkeypatch, caplog):
 
     def no_tensorboardx(name, *args, **kwargs):
         if name == "tensorboardX" or name.startswith("tensorboardX."):
-            raise ImportError(f"No module named {name!r}")
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_tensorboardx)
@@ -85,3 +85,18 @@ def test_without_tensorboardx(tmp_path, monkeypatch, caplog):
     # distinct messages: with "nmt" propagating, pytest's handler may see a record both there and at the root
     [line] = {r.getMessage() for r in caplog.records if "TensorBoard" in r.getMessage()}
     assert "tensorboardX is not installed" in line and "pip install" in line
+
+
+def test_a_tensorboardx_that_cannot_be_imported_is_not_said_to_be_missing(tmp_path, monkeypatch, caplog):
+    """With a protobuf of another version installed, training said "tensorboardX is not installed" of an installed
+    tensorboardX: it says what its import raised."""
+    real_import = builtins.__import__
+
+    def broken(name, *args, **kwargs):
+        if name == "tensorboardX":
+            raise TypeError("Descriptors cannot be created directly.")
+        return real_import(name, *args, **kwargs)
+    monkeypatch.setattr(builtins, "__import__", broken)
+    with pytest.raises(ConfigError, match=r"^--tensorboard needs tensorboardX: tensorboardX cannot be imported "
+                                          r"\(TypeError: Descriptors cannot be created directly.\): pip install "):
+        TensorBoardWriter.create(tmp_path, requested=True)
