@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import sys
 import traceback
 from pathlib import Path
@@ -122,6 +123,22 @@ def usable_streams(inputs=(), outputs=()) -> None:
 MXNET_PIP = "pip install 'mxnet==1.9.1' 'numpy>=1.21,<1.24'"   # the versions requirements/cpu.txt and common.txt pin
 
 
+def missing_package(e: BaseException) -> str:
+    """For a ModuleNotFoundError of a package nmt requires (uninstalled since): one line naming it and the pinned pip
+    command; "" for any other error. MXNet's own import failing: `_importing_mxnet`."""
+    from importlib import metadata
+    name = getattr(e, "name", None) or ""
+    if not isinstance(e, ModuleNotFoundError) or not name:
+        return ""
+    try:
+        requires = [r.split(";")[0].strip() for r in metadata.requires("nmt") or []]
+    except metadata.PackageNotFoundError:   # (not installed: run from a checkout)
+        return ""
+    wanted = name.split(".")[0].lower().replace("_", "-")
+    pins = [r for r in requires if re.split(r"[<>=!~\[ ]", r, maxsplit=1)[0].lower().replace("_", "-") == wanted]
+    return f"{e}, a package nmt needs (installed with it): pip install '{pins[0]}'" if pins else ""
+
+
 def _importing_mxnet(e: BaseException) -> bool:
     """Whether `e` came from importing MXNet: not installed, or its module code failing (numpy 1.24 or later)."""
     frames = traceback.extract_tb(e.__traceback__)
@@ -140,10 +157,11 @@ def run_cli(main: Callable[[], int]) -> int:
     except SystemExit:   # argparse's --help and usage errors (user_errors() would import mxnet, maybe broken)
         raise
     except (ImportError, AttributeError) as e:
-        if not _importing_mxnet(e):
+        if not (_importing_mxnet(e) or missing_package(e)):
             raise
-        print(f"error: MXNet cannot be imported ({type(e).__name__}: {e}); MXNet 1.9.1 needs numpy < 1.24: "
-              f"{MXNET_PIP} (on GPUs mxnet-cu112 instead of mxnet)", file=sys.stderr)
+        print(f"error: {missing_package(e)}" if missing_package(e) else f"error: MXNet cannot be imported "
+              f"({type(e).__name__}: {e}); MXNet 1.9.1 needs numpy < 1.24: {MXNET_PIP} (on GPUs mxnet-cu112 instead "
+              "of mxnet)", file=sys.stderr)
         return 2
     except user_errors() as e:
         print(f"error: {e}", file=sys.stderr)

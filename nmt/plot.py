@@ -106,8 +106,8 @@ def korean_font_file() -> Path:
     would change matplotlib's global rcParams)."""
     spec = importlib.util.find_spec("koreanize_matplotlib")
     if spec is None or not spec.submodule_search_locations:
-        raise ImportError("the koreanize-matplotlib package is needed for Korean labels: "
-                          "pip install -r requirements/cpu.txt")
+        raise ModuleNotFoundError("No module named 'koreanize_matplotlib' (its NanumGothic font draws Hangul)",
+                                  name="koreanize_matplotlib")
     path = Path(list(spec.submodule_search_locations)[0]) / "fonts" / "NanumGothic.ttf"
     if not path.is_file():
         raise ImportError(f"{path} not found: reinstall koreanize-matplotlib")
@@ -169,6 +169,8 @@ def attention_saver(translator, out_dir) -> Callable[[int, List[str], List[str]]
     translation as out_dir/line-<n>.png (used by `scripts/translate.py --plot-attention DIR`)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    importlib.import_module("matplotlib")   # missing, or its Korean font: said before the translating, not after it
+    korean_font_file()
 
     def save(first_line: int, lines: List[str], translations: List[str]) -> None:
         with translator.unreported():   # the lines were translated (their cuts reported) already

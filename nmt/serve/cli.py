@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from nmt.commands import Once, Terminated, nonempty, number, standard_streams
+from nmt.commands import Once, Terminated, missing_package, nonempty, number, standard_streams
 from nmt.config import Config, ConfigError
 from nmt.serve.batcher import DEFAULT_MAX_WAIT_MS
 from nmt.signals import hangup_unless_ignored, terminated_as_interrupt
@@ -206,6 +206,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     except KeyboardInterrupt as e:   # Ctrl-C, or SIGTERM or SIGHUP (`Terminated`), while the models load
         print("interrupted", file=sys.stderr)
         return e.exit_code if isinstance(e, Terminated) else 130
+    except ModuleNotFoundError as e:   # fastapi, uvicorn ... uninstalled since
+        if not missing_package(e):
+            raise
+        print(f"error: {missing_package(e)}", file=sys.stderr)
+        return 2
 
 
 def _serve(args: argparse.Namespace) -> int:

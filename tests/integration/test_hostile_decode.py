@@ -397,3 +397,33 @@ def test_json_scores_go_to_a_device_without_a_file_made_beside_it(model_dir, tes
     assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
     scores = json.loads(p.stdout[p.stdout.index("{"):])["results"][str(src)]
     assert scores["bleu"] > 0 and scores["n"] == len(src.read_text(encoding="utf-8").splitlines())
+
+
+@pytest.mark.parametrize("script, package, pin", [("translate.py", "matplotlib", "matplotlib==3.10.*"),
+                                                  ("translate.py", "koreanize_matplotlib", "koreanize-matplotlib=="),
+                                                  ("serve.py", "fastapi", "fastapi==")])
+def test_a_package_nmt_needs_uninstalled_is_named_with_its_pip_command(model_dir, test_files, tmp_path, script,
+                                                                       package, pin):
+    """Without matplotlib, `nmt-translate --plot-attention` translated everything and then ended in a traceback;
+    without fastapi (uvicorn, swagger-ui-bundle) nmt-serve was a traceback: one line naming the pinned pip command,
+    before any work."""
+    fake = tmp_path / "site" / package
+    fake.mkdir(parents=True)
+    if package == "koreanize_matplotlib":   # found by its spec, without importing it: a package without its font
+        fake.rmdir()
+    else:
+        (fake / "__init__.py").write_text(f"raise ModuleNotFoundError(\"No module named '{package}'\", "
+                                          f"name='{package}')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), str(REPO)])}
+    if package == "koreanize_matplotlib":   # hide the installed one: a module of that name that finds nothing
+        (tmp_path / "site" / "sitecustomize.py").write_text(
+            "import importlib.util as u\nfind = u.find_spec\n"
+            "u.find_spec = lambda name, *a: None if name == 'koreanize_matplotlib' else find(name, *a)\n")
+    args = (["--input", test_files[0], "--output", tmp_path / "out", "--plot-attention", tmp_path / "plots"]
+            if script == "translate.py" else ["--port", "9"])   # (never bound: the import fails first)
+    p = subprocess.run([sys.executable, REPO / "scripts" / script, "--model-dir", model_dir, *args], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 2 and p.stderr.strip().splitlines()[-1].startswith("error: No module named ") and \
+        f"a package nmt needs (installed with it): pip install '{pin}" in p.stderr and "Traceback" not in p.stderr, \
+        p.stderr[-3000:]
+    assert not (tmp_path / "out").exists() or not (tmp_path / "out").read_text()   # before the translating

@@ -127,3 +127,11 @@ def test_the_source_distribution_builds_and_installs_its_pins(tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     requires = (unpacked / sdist.name[:-7] / "nmt.egg-info" / "requires.txt").read_text()
     assert "numpy<1.24" in requires and "mxnet==1.9.1" in requires
+
+
+def test_only_a_package_nmt_requires_is_named_with_its_pin():
+    from nmt.commands import missing_package
+    assert missing_package(ModuleNotFoundError("No module named 'swagger_ui_bundle'", name="swagger_ui_bundle")) == \
+        "No module named 'swagger_ui_bundle', a package nmt needs (installed with it): pip install " \
+        "'swagger-ui-bundle==1.1.0'"
+    assert missing_package(ModuleNotFoundError("x", name="no_such_thing")) == "" == missing_package(ImportError("x"))
