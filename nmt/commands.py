@@ -159,9 +159,9 @@ def run_cli(main: Callable[[], int]) -> int:
     except (ImportError, AttributeError) as e:
         if not (_importing_mxnet(e) or missing_package(e)):
             raise
-        print(f"error: {missing_package(e)}" if missing_package(e) else f"error: MXNet cannot be imported "
-              f"({type(e).__name__}: {e}); MXNet 1.9.1 needs numpy < 1.24: {MXNET_PIP} (on GPUs mxnet-cu112 instead "
-              "of mxnet)", file=sys.stderr)
+        print(f"error: MXNet cannot be imported ({type(e).__name__}: {e}); MXNet 1.9.1 needs numpy < 1.24: "
+              f"{MXNET_PIP} (on GPUs mxnet-cu112 instead of mxnet)" if _importing_mxnet(e) else
+              f"error: {missing_package(e)}", file=sys.stderr)
         return 2
     except user_errors() as e:
         print(f"error: {e}", file=sys.stderr)
