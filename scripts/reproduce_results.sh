@@ -8,6 +8,10 @@
 #   scripts/reproduce_results.sh transformer  # the Transformer's runs (docs/transformer.md)
 #   scripts/reproduce_results.sh all-ko-en-up4-lex ...   # only these runs, one after another
 #
+# Only a run of every run rewrites results/results.md, ablation.md and their curves (and `transformer` its own
+# tables); both then regenerate docs/results.md. `headline` and named runs print their table instead: results from
+# some runs would replace the page's every-run tables, beside sections of other runs.
+#
 # The corpora come from $NMT_DATA_DIR when it names an offline mirror, else from the download cache or the network;
 # the all-data recipe's python-docs-ko only from a mirror (docs/training.md#recipes).
 #
@@ -17,7 +21,9 @@
 # scores the ensembles and regenerates the tables with all cores. Run it under nohup; it takes hours.
 #
 # Each run is resumable: run the script again after an interruption and an unfinished run continues (--resume)
-# with its time budget counting the time already spent; a finished run is not trained or scored again. Each
+# with its time budget counting the time already spent; a finished run is not trained or scored again. Stop it with
+# Ctrl-C, or SIGTERM: to the script of a run of every run (or `headline`), which stops its queues, else to its whole
+# process group (kill -TERM -- -PGID), as a lone SIGTERM to the script leaves its trainer running. Each
 # direction of the all-data recipe trains for at most 2 hours (two members side by side, 2 hours each), the
 # Tatoeba runs for at most 30 minutes (wall time, validation included). Never start two processes with 2 OpenMP
 # threads each on a 2-core machine: they slow each other down ~20x.
@@ -191,6 +197,7 @@ if [ $# -eq 0 ] || [ "$*" = headline ] || [ "$*" = transformer ]; then
     all=(); for d in "$MODELS"/tf-all-ko-en "$MODELS"/tf-all-abl-*; do [ -f "$d/state.json" ] && all+=("$d"); done
     "$PY" scripts/results_table.py "${all[@]}" --ablation-base "$MODELS/tf-all-ko-en" --ablation-test tatoeba-test \
       --markdown results/transformer-all-ablation.md --curves results/transformer-all-ablation-curves.png
+    if [ -f results/results.md ]; then "$PY" scripts/results_table.py --docs docs/results.md; fi   # (it holds them)
     exit 0
   fi
   ORDER=()
@@ -235,7 +242,7 @@ done
 
 # Decoding ablations on the Tatoeba run: beam size, length penalty, checkpoint averaging (no retraining).
 base="$MODELS/tatoeba-ko-en"
-if [ -f "$base/params.best" ]; then
+if [ $# -eq 0 ] && [ -f "$base/params.best" ]; then
   mkdir -p results/decode-ablation
   for setting in "--beam-size 1" "--beam-size 5 --length-penalty 0" "--beam-size 5 --length-penalty 1.0" \
                  "--beam-size 10"; do
@@ -275,14 +282,23 @@ for d in "${leads[@]}" "$MODELS"/all-ko-en "$MODELS"/all-en-ko "$MODELS"/tatoeba
   [ -f "$d/state.json" ] && mains+=("$d")
 done
 for d in "$MODELS"/tatoeba-ko-en "$MODELS"/abl-*; do [ -f "$d/state.json" ] && abls+=("$d"); done
+hardware="$(getconf _NPROCESSORS_ONLN)-core CPU, 1 OpenMP thread(s) per run"
+if [ $# -gt 0 ]; then   # `headline` or named runs: their table, on the console (see the top)
+  ran=()   # the ensembles (their leads), then the other runs named
+  for d in "${leads[@]}" "${ORDER[@]/#/$MODELS/}"; do
+    [ -f "$d/state.json" ] && [[ " ${ran[*]} " != *" $d "* ]] && ran+=("$d")
+  done
+  if [ ${#ran[@]} -gt 0 ]; then "$PY" scripts/results_table.py "${ran[@]}" --hardware "$hardware"; fi
+  echo "== results/ and docs/results.md are left as they were: only a run of every run rewrites them" >&2
+  exit 0
+fi
 if [ ${#mains[@]} -gt 0 ]; then
   # --hardware labels the runs whose state.json predates its hardware record: all of them trained in this script's
   # two one-core queues (not at the OMP_NUM_THREADS of whatever invocation regenerates the tables)
   "$PY" scripts/results_table.py "${mains[@]}" --markdown results/results.md --json results/results.json \
-    --curves results/curves.png --examples 5 \
-    --hardware "$(getconf _NPROCESSORS_ONLN)-core CPU, 1 OpenMP thread(s) per run"
+    --curves results/curves.png --examples 5 --hardware "$hardware"
 fi
-if [ ${#abls[@]} -gt 1 ]; then
+if [ ${#abls[@]} -gt 1 ] && [ -f "$base/state.json" ]; then
   decodes=(); for f in results/decode-ablation/*.json; do [ -f "$f" ] && decodes+=("$f"); done
   "$PY" scripts/results_table.py "${abls[@]}" --ablation-base "$base" --ablation-test tatoeba-test \
     --decode-ablations "${decodes[@]}" --markdown results/ablation.md --curves results/ablation-curves.png
