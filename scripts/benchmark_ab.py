@@ -70,4 +70,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from nmt.commands import run_cli
+    sys.exit(run_cli(main))   # bad input: one line, exit 2

@@ -30,6 +30,7 @@ if str(REPO) not in sys.path:   # run from a checkout without installing; script
     sys.path.insert(0, str(REPO))
 
 from nmt.batching import BatchIterator
+from nmt.commands import number
 from nmt.sampler import BucketSampler
 from nmt.config import DataConfig
 from nmt.recipes import load_data
@@ -53,12 +54,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--tgt", default="en")
     p.add_argument("--vocab-size", type=int, default=8000)
     p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=number(int, 1), default=3)
     p.add_argument("--train-tokens-per-s", type=float, default=5400.0,
                    help="training consumption to compare with (source+target tokens/s)")
     p.add_argument("--json", type=Path, help="write the figures to this JSON file (with --synthetic-pairs, by "
                                              "default results/benchmark_data.json, which docs/performance.md cites)")
-    p.add_argument("--synthetic-pairs", type=int, help="measure the pipeline at scale on N synthetic pairs")
+    p.add_argument("--synthetic-pairs", type=number(int, 1000), help="measure the pipeline at scale on N synthetic pairs")
     p.add_argument("--work-dir", type=Path, default=Path(tempfile.gettempdir()) / "nmt-bench-data",
                    help="where --synthetic-pairs keeps its corpus (reused across runs) and tokenizers")
     return p
@@ -122,9 +123,6 @@ def main(argv=None) -> int:
 def at_scale(args: argparse.Namespace) -> int:
     """--synthetic-pairs N: stage by stage to the first update; results/benchmark_data.json (replaced)."""
     from nmt.atomic import atomic_write_text
-    if args.synthetic_pairs < 1000:
-        print(f"error: --synthetic-pairs must be >= 1000, got {args.synthetic_pairs}", file=sys.stderr)
-        return 2
     load = os.getloadavg()
     res = run(args.work_dir / str(args.synthetic_pairs), args.synthetic_pairs, args.vocab_size, args.batch_size)
     res["machine"]["load_avg_at_start"], res["machine"]["load_avg_at_end"] = load, os.getloadavg()
@@ -267,4 +265,5 @@ def run(out_dir: Path, pairs: int, vocab_size: int = 8000, batch_size: int = 64)
     }
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from nmt.commands import run_cli
+    sys.exit(run_cli(main))   # bad input: one line, exit 2

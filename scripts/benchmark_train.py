@@ -31,6 +31,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:   # run from a checkout without installing
     sys.path.insert(0, str(REPO))
 
+from nmt.commands import number  # noqa: E402 (after the path)
+
 # GluonNLP 0.10's GNMT recipe (embed = hidden = 256, 2 layers, batch 64, Tatoeba ko-en), tokens/s on one core of
 # the 2-core reference machine: the figure the `x_gnmt_reference` column divides by.
 GNMT_REFERENCE_TOK_PER_S = 2150.0
@@ -247,9 +249,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--batch-sizes", type=_int_list, default=[64], help="global batches in sentences (default 64)")
     p.add_argument("--accum-steps", type=int, default=1, help="micro-batches per update")
     p.add_argument("--bucketing", default="padding", choices=("padding", "quantile"), help="bucketing scheme")
-    p.add_argument("--warmup", type=int, default=0, help="warm-up updates (0 = one epoch)")
-    p.add_argument("--updates", type=int, default=0, help="updates per timed window (0 = one epoch)")
-    p.add_argument("--repeats", type=int, default=3, help="timed windows per configuration (median reported)")
+    p.add_argument("--warmup", type=number(int, 0), default=0, help="warm-up updates (0 = one epoch)")
+    p.add_argument("--updates", type=number(int, 0), default=0, help="updates per timed window (0 = one epoch)")
+    p.add_argument("--repeats", type=number(int, 1), default=3, help="timed windows per configuration (median "
+                   "reported)")
     p.add_argument("--json", type=Path, help="write all figures here")
     p.add_argument("--plot", type=Path, help="write the time-per-update plot here (PNG)")
     return p.parse_args(argv)
@@ -261,8 +264,6 @@ def main(argv=None) -> int:
         raise SystemExit("error: --amp needs --gpus: automatic mixed precision is a GPU feature (float16 kernels)")
     if 1 not in args.devices:
         raise SystemExit("error: --devices must include 1: every count is compared with one device")
-    if args.repeats < 1:
-        raise SystemExit(f"error: --repeats must be >= 1 (timed windows whose median is reported), got {args.repeats}")
     rows = []
     for batch in args.batch_sizes:
         results = run_interleaved(build_specs(args, batch))
@@ -288,4 +289,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from nmt.commands import run_cli
+    sys.exit(run_cli(main))   # bad input: one line, exit 2

@@ -100,6 +100,8 @@ def _timed(tr: Translator, lines: List[str], batch_size: int, warmup: int, work:
 
 def _sentences(args, tr: Translator) -> Tuple[List[str], Optional[List[str]]]:
     """The sources to translate, and the translations to score (None: scoring is not timed)."""
+    if args.tgt_file and not args.src_file:   # (the test set's references were scored instead, without a word)
+        raise ConfigError(f"--tgt-file {args.tgt_file} is the translations of --src-file: give both, or neither")
     if not args.src_file:
         src, refs = default_pairs(tr, args.data_dir)
     else:

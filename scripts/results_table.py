@@ -22,6 +22,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:   # run from a checkout without installing
     sys.path.insert(0, str(REPO))
 
+from nmt.commands import number  # noqa: E402 (after the path)
+
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -37,7 +39,7 @@ def main(argv=None) -> int:
     p.add_argument("--decode-ablations", type=Path, nargs="*", default=[],
                    help="scripts/evaluate.py --json reports of the ablation base decoded other ways (beam, length "
                         "penalty): rows of the ablation table")
-    p.add_argument("--examples", type=int, default=0, help="example translations per run (first test set)")
+    p.add_argument("--examples", type=number(int, 0), default=0, help="example translations per run (first test set)")
     p.add_argument("--data-dir", help="offline mirror for --examples (else $NMT_DATA_DIR, cache)")
     p.add_argument("--docs", type=Path, help="write the docs page (e.g. docs/results.md) from the tables in "
                                               "--results-dir, after the tables of this call")
@@ -179,4 +181,5 @@ def examples(runs, n: int, data_dir) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from nmt.commands import run_cli
+    sys.exit(run_cli(main))   # bad input: one line, exit 2

@@ -35,4 +35,4 @@ def test_benchmark_at_small_scale_writes_every_stage(tmp_path):
     assert 0 < res["peak_rss_gib"] < 4 and res["seconds_to_first_update"] > 0
     bad = subprocess.run([sys.executable, str(REPO / "scripts" / "benchmark_data.py"), "--synthetic-pairs", "10"],
                          capture_output=True, text=True, env={"PYTHONPATH": str(REPO), "PATH": ""})
-    assert bad.returncode == 2 and "--synthetic-pairs must be >= 1000" in bad.stderr
+    assert bad.returncode == 2 and "argument --synthetic-pairs: must be >= 1000 (got 10)" in bad.stderr

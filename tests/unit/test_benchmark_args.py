@@ -24,8 +24,10 @@ def test_benchmark_train_refuses_bad_arguments(monkeypatch, capsys):
         bench.main(["--devices", "2"])
     with pytest.raises(SystemExit, match="--amp needs --gpus"):
         bench.main(["--amp"])
-    with pytest.raises(SystemExit, match="--repeats must be >= 1"):   # was statistics.median of nothing, at the end
-        bench.main(["--repeats", "0"])
+    for flag, value in (("--repeats", "0"), ("--updates", "-1"), ("--warmup", "-1")):   # (a median of nothing, a
+        with pytest.raises(SystemExit):                                                  # division by 0, at the end)
+            bench.main([flag, value])
+        assert f"argument {flag}: must be >= " in capsys.readouterr().err
     with pytest.raises(SystemExit):
         bench.main(["--batch-sizes", "0"])
     assert "expected comma-separated positive integers" in capsys.readouterr().err
@@ -35,3 +37,25 @@ def test_benchmark_ab_refuses_no_rounds(monkeypatch, capsys):
     with pytest.raises(SystemExit):
         _script(monkeypatch, "benchmark_ab").main(["--a", str(REPO), "--b", str(REPO), "--rounds", "0"])
     assert "--rounds must be >= 1, got 0" in capsys.readouterr().err
+
+
+def test_benchmark_data_refuses_bad_arguments_and_names_bad_data_in_one_line(monkeypatch, capsys, tmp_path):
+    """--repeats 0 was statistics.median of nothing; --synthetic-pairs 0 ran the recipe's benchmark instead; an
+    unknown recipe or a missing --data-dir were tracebacks."""
+    import subprocess
+    import sys
+    bench = _script(monkeypatch, "benchmark_data")
+    for flag, value, says in (("--repeats", "0", ">= 1"), ("--synthetic-pairs", "0", ">= 1000")):
+        with pytest.raises(SystemExit):
+            bench.main([flag, value])
+        assert f"argument {flag}: must be {says} (got {value})" in capsys.readouterr().err
+    p = subprocess.run([sys.executable, REPO / "scripts" / "benchmark_data.py", "--recipe", "bogus", "--data-dir",
+                        str(tmp_path), "--repeats", "1"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and p.stderr.startswith("error: --recipe 'bogus': unknown recipe"), p.stderr
+
+
+def test_results_table_refuses_a_negative_example_count(monkeypatch, capsys):
+    with pytest.raises(SystemExit):
+        _script(monkeypatch, "results_table").main(["some-dir", "--examples", "-1"])
+    assert "argument --examples: must be >= 0 (got -1)" in capsys.readouterr().err
+
