@@ -63,6 +63,13 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     rows = results_rows(runs, args.checkpoint)
+    tests = sorted({t for r in runs for t in r.scores})
+    for wrong, why in ((args.checkpoint and runs and not rows, f"--checkpoint {args.checkpoint}: no run has its scores"),
+                       (base is not None and args.ablation_test not in tests,
+                        f"--ablation-test {args.ablation_test}: no run has scores of that test set")):
+        if wrong:   # (an empty table or a column of dashes, exit 0)
+            print(f"error: {why} (test sets scored: {', '.join(tests) or 'none'})", file=sys.stderr)
+            return 2
     text = markdown_table(rows, args.hardware or f"{os.cpu_count()}-core CPU ({cpu_name()})")
     if base is not None:
         text += "\n" + ablation_table(base, runs, args.ablation_test, reports)

@@ -59,3 +59,21 @@ def test_results_table_refuses_a_negative_example_count(monkeypatch, capsys):
         _script(monkeypatch, "results_table").main(["some-dir", "--examples", "-1"])
     assert "argument --examples: must be >= 0 (got -1)" in capsys.readouterr().err
 
+
+
+def test_results_table_refuses_a_checkpoint_or_test_set_no_run_has(tmp_path, capsys, monkeypatch):
+    """--checkpoint bogus printed an empty table and --ablation-test with a typo a column of dashes, exit 0."""
+    import json
+    from nmt.config import Config
+    run = tmp_path / "run"
+    run.mkdir()
+    Config().save(run / "config.json")
+    (run / "state.json").write_text(json.dumps({"step": 10, "elapsed": 60.0, "stopped": "max_steps"}))
+    (run / "scores.json").write_text(json.dumps({"tatoeba-test": {"best": {"bleu": 1.0, "chrf": 2.0}}}))
+    table = _script(monkeypatch, "results_table")
+    assert table.main([str(run)]) == 0
+    capsys.readouterr()
+    assert table.main([str(run), "--checkpoint", "bogus"]) == 2
+    assert "error: --checkpoint bogus: no run has its scores (test sets scored: tatoeba-test)" in capsys.readouterr().err
+    assert table.main([str(run), "--ablation-base", str(run), "--ablation-test", "tatoeba-tset"]) == 2
+    assert "error: --ablation-test tatoeba-tset: no run has scores of that test set" in capsys.readouterr().err

@@ -258,7 +258,8 @@ def test_decoding_rows_are_the_base_runs_own_and_say_ensemble(scored_dirs, tmp_p
     assert main([str(a), "--decode-ablations", str(other)]) == 2
     assert "give --ablation-base too" in capsys.readouterr().err
     other.write_text(json.dumps({"model_dir": str(a), "checkpoint": "best", "results": {"synth-test": rec}}))
-    assert main([str(a), "--ablation-base", str(a), "--decode-ablations", str(other)]) == 0
+    assert main([str(a), "--ablation-base", str(a), "--ablation-test", "synth-test", "--decode-ablations",
+                 str(other)]) == 0
 
 
 def test_the_ko_mecab_signature_is_listed_with_the_others(scored_dirs):
