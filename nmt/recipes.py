@@ -122,7 +122,9 @@ def resolve_data_dir(data_dir: Optional[str]) -> Optional[Path]:
         if value:
             path = Path(value).expanduser()
             if not path.is_dir():
-                raise CorpusError(f"{origin} {value}: no such directory; point it at a directory laid out like "
+                given = (" (the one a run records in its config.json, for its evaluation and --resume, unless "
+                         "--data-dir is given again)" if origin == "--data-dir" else "")
+                raise CorpusError(f"{origin} {value}: no such directory{given}; point it at a directory laid out like "
                                   "shared/data, or leave it unset to use the download cache")
             return path
     return None

@@ -541,3 +541,15 @@ def test_a_recipe_naming_an_unknown_source_is_refused(tmp_path):
     path.write_text(json.dumps({"sources": {}, "recipes": {"r": recipe}}))
     with pytest.raises(ValueError, match=r"recipe 'r' names unknown sources \['nope'\]"):
         recipes._load_registry(path)
+
+
+def test_a_missing_data_dir_says_where_it_may_have_come_from(monkeypatch):
+    """A model's recorded mirror, moved since: nmt-evaluate --recipe-tests said "--data-dir X: no such directory"
+    of a flag the user never gave (the path was the one config.json records)."""
+    from nmt.corpus import CorpusError
+    from nmt.recipes import resolve_data_dir
+    monkeypatch.delenv("NMT_DATA_DIR", raising=False)
+    with pytest.raises(CorpusError, match=r"^--data-dir /nonexistent: no such directory \(the one a run records in "
+                                          r"its config.json, for its evaluation and --resume, unless --data-dir is "
+                                          r"given again\); point it at"):
+        resolve_data_dir("/nonexistent")
