@@ -155,8 +155,8 @@ def build_evaluate_parser() -> argparse.ArgumentParser:
                     "for Korean output also BLEU with the ko-mecab tokenizer). Scores at the model's saved decoding "
                     "settings are merged into the model directory's scores.json, keyed by test set and checkpoint; "
                     "scores at others (--beam-size, --length-penalty, ...) are reported only (--json keeps them).",
-        epilog="Examples:\n  python scripts/evaluate.py --model-dir M --src-file test.ko --ref-file test.en\n"
-               "  python scripts/evaluate.py --model-dir M --recipe-tests --data-dir ../shared/data --json\n")
+        epilog="Examples:\n  nmt-evaluate --model-dir M --src-file test.ko --ref-file test.en\n"
+               "  nmt-evaluate --model-dir M --recipe-tests --data-dir ../shared/data --json\n")
     add_model_decode_args(p, nbest=False)   # BLEU scores the best translation
     g = p.add_argument_group("test data")
     g.add_argument("--src-file", action=Once, type=nonempty(file_arg),

@@ -23,8 +23,8 @@ def build_score_parser() -> argparse.ArgumentParser:
                     "(--length-penalty 0: the plain log-probability), as beam search scores its hypotheses. "
                     "Higher is better. For filtering a parallel corpus, reranking n-best lists or comparing models "
                     "on references; the corpus perplexity is logged at the end.",
-        epilog="Examples:\n  python scripts/score.py --model-dir M --src-file train.ko --tgt-file train.en > scores\n"
-               "  python scripts/score.py --model-dir M --src-file test.ko --tgt-file hyps.en --length-penalty 0 "
+        epilog="Examples:\n  nmt-score --model-dir M --src-file train.ko --tgt-file train.en > scores\n"
+               "  nmt-score --model-dir M --src-file test.ko --tgt-file hyps.en --length-penalty 0 "
                "--output-format json\n")
     add_model_decode_args(p, SCORE_FLAGS, nbest=False)
     g = p.add_argument_group("input and output")

@@ -168,12 +168,19 @@ def run_cli(main: Callable[[], int]) -> int:
         return 2
 
 
+def with_version(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """`parser` with --version (nmt's version, as `nmt.__version__` gives it)."""
+    from nmt import __version__
+    parser.add_argument("--version", action="version", version=f"%(prog)s (nmt) {__version__}")
+    return parser
+
+
 def command(build_parser: Callable[[], argparse.ArgumentParser]):
     """A console entry point `name(argv=None) -> exit code` from `body(args)`: parse `argv` (default: sys.argv)
     with `build_parser()`, then run `body` under `run_cli`."""
     def wrap(body: Callable[[argparse.Namespace], int]) -> Callable[..., int]:
         def entry(argv: Optional[List[str]] = None) -> int:
-            return run_cli(lambda: body(build_parser().parse_args(argv)))
+            return run_cli(lambda: body(with_version(build_parser()).parse_args(argv)))
         entry.__name__, entry.__qualname__, entry.__doc__ = body.__name__, body.__qualname__, body.__doc__
         return entry
     return wrap

@@ -89,7 +89,7 @@ def plan_job(command: Sequence[str], num_workers: int, num_servers: int, hosts: 
     if num_workers < 1 or num_servers < 1:
         raise LaunchError(f"need at least one worker and one server, got -n {num_workers} -s {num_servers}")
     if not command:
-        raise LaunchError("no worker command: put it after `--`, e.g. -- python scripts/train.py --kvstore dist_sync")
+        raise LaunchError("no worker command: put it after `--`, e.g. -- nmt-train --kvstore dist_sync")
     common = {"DMLC_PS_ROOT_URI": scheduler_host, "DMLC_PS_ROOT_PORT": str(port),
               "DMLC_NUM_SERVER": str(num_servers), "DMLC_NUM_WORKER": str(num_workers)}
     server_argv = [python, "-c", "import mxnet"]

@@ -40,8 +40,8 @@ def build_export_parser() -> argparse.ArgumentParser:
         description="Write one checkpoint of a model directory as a directory that only translates: config.json, "
                     "the SentencePiece models, the parameters as params.best (verified by their manifest) and the "
                     "checkpoint's test scores, without optimizer states, other checkpoints, logs or caches.",
-        epilog="Examples:\n  python scripts/export.py --model-dir models/tatoeba-ko-en --output release/tatoeba-ko-en\n"
-               "  python scripts/export.py --model-dir M --checkpoint avg --output release/M-avg\n")
+        epilog="Examples:\n  nmt-export --model-dir models/tatoeba-ko-en --output release/tatoeba-ko-en\n"
+               "  nmt-export --model-dir M --checkpoint avg --output release/M-avg\n")
     p.add_argument("--model-dir", required=True, type=nonempty(Path), help="a model directory written by nmt-train")
     p.add_argument("--checkpoint", default="best", metavar="WHICH",
                    help="best, avg, latest or a step number (default: best)")

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
-from nmt.commands import nonempty, number, standard_streams, usable_streams
+from nmt.commands import nonempty, number, standard_streams, usable_streams, with_version
 from nmt.distributed import (FORWARDED_ENV, FORWARDED_PREFIXES, Host, LaunchError, forwarded_env, ipv4, plan_job,
                              read_hostfile)
 from nmt.job import Job
@@ -25,8 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Start a distributed MXNet job (scheduler, servers, workers) and watch it: when any process "
                     "fails, all are stopped and the failing one is named.",
         epilog="Examples:\n"
-               "  %(prog)s -n 2 -s 1 -- python scripts/train.py --kvstore dist_sync --model-dir models/x\n"
-               "  %(prog)s -n 2 -s 2 -H hosts -- python scripts/train.py --gpus 4 --kvstore dist_device_sync ...\n")
+               "  %(prog)s -n 2 -s 1 -- nmt-train --kvstore dist_sync --model-dir models/x\n"
+               "  %(prog)s -n 2 -s 2 -H hosts -- nmt-train --gpus 4 --kvstore dist_device_sync ...\n")
     p.add_argument("-n", "--num-workers", type=number(int, 1, 1024), required=True, help="worker processes (one per "
                    "machine on GPUs; at most 1024)")
     p.add_argument("-s", "--num-servers", type=number(int, 1, 1024), help="server processes (default: 1, or one per "
@@ -99,7 +99,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     standard_streams()
     argv = list(sys.argv[1:] if argv is None else argv)
     cut = argv.index("--") if "--" in argv else len(argv)
-    args = build_parser().parse_args(argv[:cut])
+    args = with_version(build_parser()).parse_args(argv[:cut])
     command = argv[cut + 1:]
     try:
         if args.ssh is not None and not args.hostfile:

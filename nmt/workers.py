@@ -58,7 +58,7 @@ def check_kvstore(name: str) -> None:
     if missing or not in_job:
         why = f"{', '.join(missing)} not set" if missing else f"DMLC_ROLE is {os.environ['DMLC_ROLE']!r}"
         raise ConfigError(f"--kvstore {name} runs only inside a job started by the launcher ({why}): "
-                          f"python scripts/launch.py -n 2 -s 1 -- python scripts/train.py --kvstore {name} ...")
+                          f"nmt-launch -n 2 -s 1 -- nmt-train --kvstore {name} ...")
     check_job_env()
 
 

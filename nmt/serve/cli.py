@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from nmt.commands import Once, Terminated, missing_package, nonempty, number, standard_streams
+from nmt.commands import Once, Terminated, missing_package, nonempty, number, standard_streams, with_version
 from nmt.config import Config, ConfigError
 from nmt.serve.batcher import DEFAULT_MAX_WAIT_MS
 from nmt.signals import hangup_unless_ignored, terminated_as_interrupt
@@ -57,7 +57,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--timeout", type=number(float, 0, low_open=True), default=lim.timeout_s,
                    help="seconds per request (default %(default)s)")
     p.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="(default %(default)s)")
-    args = p.parse_args(argv)
+    args = with_version(p).parse_args(argv)
     if args.max_wait_ms / 1000 >= args.timeout:
         p.error(f"--max-wait-ms {args.max_wait_ms:g} is not shorter than --timeout {args.timeout:g} s: every request "
                 "would time out waiting for others to join its batch")

@@ -157,7 +157,7 @@ def test_kvstore_choice_errors(monkeypatch):
     for v in workers.JOB_ENV:
         monkeypatch.delenv(v, raising=False)
     assert workers.create_kvstore("local") == "local"
-    with pytest.raises(ConfigError, match=r"DMLC_ROLE.*not set.*scripts/launch.py -n 2 -s 1"):
+    with pytest.raises(ConfigError, match=r"DMLC_ROLE.*not set.*nmt-launch -n 2 -s 1 -- nmt-train"):
         workers.create_kvstore("dist_sync")
     with pytest.raises(ConfigError, match="asynchronous updates are not supported"):
         workers.create_kvstore("dist_async")

@@ -135,3 +135,21 @@ def test_only_a_package_nmt_requires_is_named_with_its_pin():
         "No module named 'swagger_ui_bundle', a package nmt needs (installed with it): pip install " \
         "'swagger-ui-bundle==1.1.0'"
     assert missing_package(ModuleNotFoundError("x", name="no_such_thing")) == "" == missing_package(ImportError("x"))
+
+
+def test_every_command_tells_its_version():
+    """Sockeye and fairseq users ask a command for --version: "unrecognized arguments" here."""
+    import nmt
+    from nmt.cli import train_main
+    from nmt.cli_decode import evaluate_main, translate_main
+    from nmt.cli_score import score_main
+    from nmt.export import export_main
+    from nmt.launch import main as launch_main
+    from nmt.serve.cli import main as serve_main
+    for main in (train_main, translate_main, evaluate_main, score_main, export_main, launch_main, serve_main):
+        with pytest.raises(SystemExit) as done:
+            main(["--version"])
+        assert done.value.code == 0, main
+    p = subprocess.run([sys.executable, REPO / "scripts" / "train.py", "--version"], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0 and p.stdout == f"nmt-train (nmt) {nmt.__version__}\n"
