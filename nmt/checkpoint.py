@@ -66,7 +66,7 @@ def config_of(model_dir: Path, flag: str = "model directory") -> Path:
         raise CheckpointError(f"{flag} {model_dir} is a file: give the model directory that holds it, "
                               f"{model_dir.absolute().parent}" + (f", with checkpoint {which}" if which is not None
                                                                   else ""))
-    from nmt.dirlock import left_aside   # (which import this module)
+    from nmt.dirlock import left_aside   # (both import this module)
     from nmt.export import left_by_export
     found = f"{CONFIG} not found" if model_dir.is_dir() else "no such directory"
     raise CheckpointError(f"{flag} {model_dir}: {found}; " + (left_aside(model_dir) or left_by_export(model_dir) or

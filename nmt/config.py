@@ -60,6 +60,8 @@ FLAG_NAMES = {("data", "src_lang"): "--src", ("data", "tgt_lang"): "--tgt", ("op
 def flag_name(section: str, key: str) -> str:
     """The command line's flag of the config key `section.key` (a value check's error names it)."""
     return FLAG_NAMES.get((section, key), f"--{key.replace('_', '-')}")
+
+
 # Languages a model translates between (either direction); the choices of --bucketing and --spm-model-type.
 LANGS, BUCKETINGS, SPM_MODEL_TYPES = ("ko", "en"), ("padding", "quantile"), ("unigram", "bpe")
 

@@ -168,9 +168,10 @@ def _scores_of(model_dir: Path, which: str, info: dict) -> Dict[str, Dict[str, o
     if not avg:   # (an average's step is that of the last checkpoint in it)
         keys += [str(info["step"]), "best"]
 
-    def theirs(entry) -> bool:   # best's entry may be another step's (recorded as a new best was written), or another
-        return isinstance(entry, dict) and (avg or entry.get("step") in (None, info["step"])) and entry.get(
-            "params_sha256") in (None, info["sha256"])   # run's (an evaluation that outlasted an --overwrite)
+    def theirs(entry) -> bool:   # best's entry may be another step's (recorded as a new best was written), and any
+        # entry another run's parameters' (of an evaluation that outlasted an --overwrite)
+        return (isinstance(entry, dict) and (avg or entry.get("step") in (None, info["step"]))
+                and entry.get("params_sha256") in (None, info["sha256"]))
     out, scores = {}, {}
     try:
         scores = read_scores(model_dir)
