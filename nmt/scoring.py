@@ -71,10 +71,9 @@ def score_test_set(translator: Translator, name: str, pairs: Pairs, *, max_sente
              "length_penalty": d.length_penalty_alpha, "max_len_a": d.max_len_a, "max_len_b": d.max_len_b,
              "max_input_tokens": d.max_input_tokens, **(extra or {}), "seconds": round(seconds, 2),
              "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-    key = checkpoint_key(translator.checkpoint, info["params_file"])
+    key = _scores_key(translator, info["params_file"])
     if translator.member_dirs:   # an ensemble: its own entry, never one of the first member's alone
         entry["ensemble"] = [str(p.resolve()) for p in [translator.model_dir, *translator.member_dirs]]
-        key = ensemble_key(key, translator.model_dir, translator.member_dirs)
     # a part of a set, translations helped by the references, or another run's parameters since, are not the set's
     why = [other_decoding(translator), replaced(translator),
            f"the scores of part of a set ({n} of {len(pairs.src)} sentences)" if n < len(pairs.src) else "",
@@ -85,6 +84,17 @@ def score_test_set(translator: Translator, name: str, pairs: Pairs, *, max_sente
     elif save and translator.model_dir:
         record_scores(translator.model_dir, name, key, entry)
     return entry, hyps, sc
+
+
+def _scores_key(translator: Translator, params_file: Optional[str]) -> str:
+    """The scores.json key of `translator`'s scores: its checkpoint's (`checkpoint_key`); its step's when params.best
+    holds other parameters now (a new best since it was loaded, another run's since an --overwrite), so that they
+    never replace the entry of what params.best holds; an ensemble's (`ensemble_key`)."""
+    key = checkpoint_key(translator.checkpoint, params_file)
+    if translator.member_dirs:
+        return ensemble_key(key, translator.model_dir, translator.member_dirs)
+    best = key == "best" and translator.model_dir and ckpt.params_sha256(Path(translator.model_dir) / ckpt.PARAMS_BEST)
+    return str(translator.params_step) if best and best != translator.params_sha256 and translator.params_step else key
 
 
 ENSEMBLE_PREFIX = "ensemble-"

@@ -109,7 +109,8 @@ def test_scores_and_info_name_the_parameters_loaded_not_a_best_written_since(mod
     _new_best(model_dir, 2)   # and another after it loaded
     test = read_parallel(model[1]["test_src"], model[1]["test_tgt"], whole=True)
     entry, _, _ = score_test_set(tr, "t", test, save=True)
-    assert entry["step"] == 4 and read_scores(model_dir)["t"]["best"]["step"] == 4
+    # params.best is another step's now: the scores go under the step they are of, not over best's entry
+    assert entry["step"] == 4 and list(read_scores(model_dir)["t"]) == ["4"]
     entry["step"] = 2
     (model_dir / ckpt.SCORES).write_text(json.dumps({"t": {"best": entry, "4": {**entry, "step": 4, "bleu": 1.5}}}))
     info = model_test_score(model_dir, "best", step=tr.params_step)
@@ -257,3 +258,24 @@ def test_scores_of_parameters_another_run_replaced_are_neither_recorded_nor_expo
     record_scores(d, "t", "best", {"bleu": 9.0, "step": 4, "params_sha256": "0" * 64})   # (the old run's, say)
     out = export_model(d, tmp_path / "x")
     assert not (out / ckpt.SCORES).exists()
+
+
+def test_scores_of_a_best_replaced_since_it_loaded_do_not_replace_best_s_entry(model, tmp_path):
+    """An evaluation that outlasted an --overwrite (whose new run had not reached the loaded step yet) replaced
+    the new run's `best` entry with the old run's scores, and nmt-export then had none to ship."""
+    import shutil
+    from nmt.corpus import read_parallel
+    from nmt.scoring import read_scores, record_scores, score_test_set
+    from nmt.translate import Translator
+    d = tmp_path / "m"
+    shutil.copytree(model[0], d)
+    tr = Translator.from_dir(d)
+    from nmt import manifest
+    _another_run(d, 4)   # params.best another run's now, whose step 4 is not there yet (it is at its step 2)
+    for name in (manifest.manifest_name(manifest.step_key(4)), ckpt.params_file(4), ckpt.trainer_states_file(4)):
+        (d / name).unlink()
+    mine = {"bleu": 7.0, "step": 4, "params_sha256": ckpt.params_sha256(d / ckpt.PARAMS_BEST)}
+    record_scores(d, "t", "best", mine)   # the new run's own test score
+    score_test_set(tr, "t", read_parallel(model[1]["test_src"], model[1]["test_tgt"], whole=True))
+    scores = read_scores(d)["t"]
+    assert scores["best"] == mine and scores["4"]["params_sha256"] == tr.params_sha256   # under the step it is of
