@@ -853,8 +853,8 @@ def test_a_test_score_of_another_checkpoint_is_named_with_it(translator):
             open_page(driver, url)
             got = driver.execute_script("""
                 const base = models[0], out = [];
-                for (const [scored, loaded, extra, served] of arguments[0]) {
-                  models[0] = {...base, checkpoint: served || "latest", best_test_score: {
+                for (const [scored, loaded, extra, served, step] of arguments[0]) {
+                  models[0] = {...base, checkpoint: served || "latest", step: step ?? null, best_test_score: {
                     bleu: 7.89, test_set: "t", checkpoint: scored, of_loaded_checkpoint: loaded, extra: extra}};
                   choose(0);
                   out.push(document.getElementById("pair").textContent.split(" · ").pop());
@@ -862,7 +862,8 @@ def test_a_test_score_of_another_checkpoint_is_named_with_it(translator):
                 return out;""", [["best", True, {}], ["best", False, {}], ["6048", True, {}], ["6048", False, {}],
                                  ["ensemble-best:b+c", True, {}], ["ensemble-best:b", False, {}],
                                  ["best", True, {"bleu_ko_mecab": 9.63}], ["best", False, {}, "best"],
-                                 ["ensemble-best:b", False, {}, "best"], ["6048", False, {}, "6048"]])
+                                 ["ensemble-best:b", False, {}, "best"], ["6048", False, {}, "6048"],
+                                 ["4697", False, {}, "latest", 4697], ["4662", False, {}, "best", 4662]])
     finally:
         driver.quit()
     # (--checkpoint latest, whose scores are recorded under its step: of the loaded checkpoint, named nothing)
@@ -872,7 +873,9 @@ def test_a_test_score_of_another_checkpoint_is_named_with_it(translator):
                    # another best than the one served (a new best since it was loaded, or another run's after
                    # --overwrite): it was "checkpoint best", the name of the one served
                    "BLEU 7.9 (t, another best than the one loaded)", "BLEU 7.9 (t, another best than the one loaded)",
-                   "BLEU 7.9 (t, another 6048 than the one loaded)"]
+                   "BLEU 7.9 (t, another 6048 than the one loaded)",
+                   # served by another name than the score's key, its step (it was "checkpoint 4697", the one served)
+                   "BLEU 7.9 (t, another 4697 than the one loaded)", "BLEU 7.9 (t, another 4662 than the one loaded)"]
 
 
 @contextlib.contextmanager
