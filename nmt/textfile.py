@@ -82,7 +82,7 @@ def iconv_command(path: Optional[PathLike], encoding: str, kind: Optional[str], 
     def arg(p) -> str:   # quoted, and not taken for an option
         return shlex.quote(str(p) if not str(p).startswith("-") else f"./{p}")
     cat = {"gzip": "zcat", "bzip2": "bzcat", "xz": "xzcat"}.get(kind or "")
-    command = (f"{cat} {arg(path)} | iconv -f {encoding} -t UTF-8" if cat else
+    command = (f"{cat}{'' if path is None else ' ' + arg(path)} | iconv -f {encoding} -t UTF-8" if cat else
                f"iconv -f {encoding} -t UTF-8{'' if path is None else ' ' + arg(path)}")
     if not into or path is None:
         return command

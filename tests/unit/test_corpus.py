@@ -318,6 +318,7 @@ def test_the_advice_for_a_pipe_is_a_filter_to_put_in_it(tmp_path):
     read, write = os.pipe()
     try:
         assert iconv_command(f"/dev/fd/{read}", "CP949", None, into=True) == "iconv -f CP949 -t UTF-8"
+        assert iconv_command(f"/dev/fd/{read}", "CP949", "gzip", into=True) == "zcat | iconv -f CP949 -t UTF-8"
     finally:
         os.close(read)
         os.close(write)
