@@ -283,7 +283,8 @@ def evaluate_main(args: argparse.Namespace) -> int:
     from nmt.atomic import atomic_write_bytes, atomic_write_text
     from nmt.scoring import cannot_record, other_decoding, read_scores, replaced
     from nmt.textfile import output_opener
-    usable_streams([f for f in (args.src_file, *(args.ref_file or ())) if f not in (None, "-")], ["-"])   # (report)
+    usable_streams([f for f in (args.src_file, *(args.ref_file or ())) if f not in (None, "-")],
+                   ["-", *([args.json] if args.json not in (None, "-") else [])])   # (the report; --json FILE)
     if args.hyp_dir:
         output_dir("--hyp-dir", args.hyp_dir)
     if args.json not in (None, "-"):   # written at the end: its directory is checked now

@@ -114,7 +114,9 @@ def test_a_closed_stdin_or_stdout_is_an_error_before_the_work(model_dir, test_fi
     (translate_main, "stdin", ["--input", "/dev/stdin", "--output", "OUT"], "input is closed"),
     (translate_main, "stdout", ["--input", "SRC", "--output", "/dev/stdout"], "output is closed"),
     (translate_main, "stderr", ["--input", "SRC", "--output", "/dev/stderr"], "error is closed"),   # (exit 0, none)
-    (score_main, "stderr", ["--src-file", "SRC", "--tgt-file", "REF", "--output", "/dev/fd/2"], "error is closed")])
+    (score_main, "stderr", ["--src-file", "SRC", "--tgt-file", "REF", "--output", "/dev/fd/2"], "error is closed"),
+    (evaluate_main, "stderr", ["--src-file", "SRC", "--ref-file", "REF", "--no-save", "--json", "/dev/stderr"],
+     "error is closed")])
 def test_a_closed_stream_named_by_a_file_flag_is_refused_before_the_work(model_dir, test_files, tmp_path, capsys,
                                                                          monkeypatch, main, closed, argv, says):
     """nmt-evaluate and nmt-score with stdout closed; `--input /dev/stdin <&-` translated nothing and `--output
