@@ -34,6 +34,7 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:   # run from a checkout without installing
     sys.path.insert(0, str(REPO))
+from nmt.commands import number  # noqa: E402
 from nmt.serve.batcher import DEFAULT_MAX_WAIT_MS  # noqa: E402  (stdlib-only module)
 
 HOST = "127.0.0.1"   # loopback only: this tool never sends traffic off the machine
@@ -44,11 +45,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--model-dir", required=True)
     p.add_argument("--src-file", help="sentences to send (default: the model's test set)")
     p.add_argument("--data-dir", help="offline mirror for the recipe's test set (else the model's, $NMT_DATA_DIR)")
-    p.add_argument("--max-sentences", type=int, default=400, help="distinct sentences used (cycled)")
-    p.add_argument("--clients", type=int, default=16)
-    p.add_argument("--sentences-per-request", type=int, default=1)
-    p.add_argument("--seconds", type=float, default=10.0, help="length of each served measurement")
-    p.add_argument("--rounds", type=int, default=2, help="offline/served alternations")
+    p.add_argument("--max-sentences", type=number(int, 1), default=400, help="distinct sentences used (cycled)")
+    p.add_argument("--clients", type=number(int, 1), default=16)
+    p.add_argument("--sentences-per-request", type=number(int, 1), default=1)
+    p.add_argument("--seconds", type=number(float, 0, low_open=True), default=10.0,
+                   help="length of each served measurement")
+    p.add_argument("--rounds", type=number(int, 1), default=2, help="offline/served alternations")
     p.add_argument("--beam-size", type=int, default=None, help="default: the model's")
     p.add_argument("--max-wait-ms", type=float, default=DEFAULT_MAX_WAIT_MS, help="the server's batching wait")
     p.add_argument("--json", default=str(REPO / "results" / "benchmark_serve.json"),

@@ -77,3 +77,13 @@ def test_results_table_refuses_a_checkpoint_or_test_set_no_run_has(tmp_path, cap
     assert "error: --checkpoint bogus: no run has its scores (test sets scored: tatoeba-test)" in capsys.readouterr().err
     assert table.main([str(run), "--ablation-base", str(run), "--ablation-test", "tatoeba-tset"]) == 2
     assert "error: --ablation-test tatoeba-tset: no run has scores of that test set" in capsys.readouterr().err
+
+
+def test_benchmark_serve_refuses_counts_that_measure_nothing(monkeypatch, capsys):
+    """--seconds 0 wrote figures of zero (by default over the tracked results/benchmark_serve.json); --clients 0
+    ended after the offline rounds with an error naming a flag the script has not."""
+    bench = _script(monkeypatch, "benchmark_serve")
+    for flag, value, says in (("--seconds", "0", "> 0"), ("--clients", "0", ">= 1"), ("--rounds", "0", ">= 1")):
+        with pytest.raises(SystemExit):
+            bench.main(["--model-dir", "m", flag, value])
+        assert f"argument {flag}: must be {says} (got {value})" in capsys.readouterr().err
