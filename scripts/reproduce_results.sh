@@ -284,8 +284,10 @@ done
 for d in "$MODELS"/tatoeba-ko-en "$MODELS"/abl-*; do [ -f "$d/state.json" ] && abls+=("$d"); done
 hardware="$(getconf _NPROCESSORS_ONLN)-core CPU, 1 OpenMP thread(s) per run"
 if [ $# -gt 0 ]; then   # `headline` or named runs: their table, on the console (see the top)
-  ran=()   # the ensembles (their leads), then the other runs named
-  for d in "${leads[@]}" "${ORDER[@]/#/$MODELS/}"; do
+  ran=()   # the runs named (their ensembles with the leads), or headline's ensembles
+  named=("${ORDER[@]/#/$MODELS/}")
+  [ ${#ORDER[@]} -gt 0 ] || named=("${leads[@]}")
+  for d in "${named[@]}"; do
     [ -f "$d/state.json" ] && [[ " ${ran[*]} " != *" $d "* ]] && ran+=("$d")
   done
   if [ ${#ran[@]} -gt 0 ]; then "$PY" scripts/results_table.py "${ran[@]}" --hardware "$hardware"; fi

@@ -115,6 +115,13 @@ def test_trains_scores_and_ensembles_each_run_once(tmp_path):
     assert {c[0] for c in calls} == {"scripts/results_table.py"}
 
 
+def test_a_named_runs_table_holds_the_runs_named_alone(tmp_path):
+    """The table of `reproduce_results.sh abl-ls0` listed every finished ensemble an earlier run had left."""
+    run_script(tmp_path, *(m for pair in HEADLINE[:1] for m in pair))   # an ensemble, finished
+    tables = calls_of(run_script(tmp_path, "abl-ls0"), "results_table.py")
+    assert [c[1:-2] for c in tables] == [[str(tmp_path / "models" / "abl-ls0")]]
+
+
 def test_an_unknown_run_name_is_an_error(tmp_path):
     proc = subprocess.run(["bash", str(REPO / "scripts" / "reproduce_results.sh"), "no-such-run"],
                           env={**os.environ, "MODELS": str(tmp_path)}, capture_output=True, text=True, timeout=60)
