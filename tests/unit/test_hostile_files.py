@@ -220,6 +220,17 @@ def test_a_models_own_config_json_with_a_blank_path_loads_as_without_it(tmp_path
     assert (d.data_dir, d.cache_dir, d.test_src) == (None, None, None)
 
 
+def test_a_config_given_as_a_pipe_is_said_to_be_one(tmp_path):
+    """`--config /dev/stdin` (read twice: to find the run's directory, then its settings) said "file not found"."""
+    read, write = os.pipe()
+    try:
+        with pytest.raises(ConfigError, match=rf"^--config /dev/fd/{read}: not a file \(a pipe\?\): give it as a file"):
+            cfg_of(["--config", f"/dev/fd/{read}"])
+    finally:
+        os.close(read)
+        os.close(write)
+
+
 def test_a_config_file_given_twice_is_refused_naming_both(tmp_path, capsys):
     """The second --config replaced the first without a word (its learning rate lost)."""
     with pytest.raises(SystemExit):
