@@ -229,8 +229,8 @@ def args_dict(args: argparse.Namespace, base: Optional[Config] = None, check: bo
         section, field = key.split(".", 1)
         d.setdefault(section, {})[field] = value
     data = d.setdefault("data", {})
-    if "data.batch_size" in flags:   # a batch in sentences, also over a --config file's batch in tokens
-        data["batch_tokens"] = None
+    if "data.batch_size" in flags or "data.batch_tokens" in flags:   # the flag's kind of batch over a file's other:
+        data.pop("batch_tokens" if "data.batch_size" in flags else "batch_size", None)   # that one at its default
     if flags.get("data.recipe") and not any(f"data.{f}" in flags for f in CORPUS_FILES):   # over a --config file's
         data.update({f: None for f in CORPUS_FILES if data.get(f)})
     if data.get("train_src") or data.get("train_tgt"):

@@ -338,9 +338,11 @@ class Config:
             if not isinstance(sub, dict):
                 raise ConfigError(f"{source}: section '{f.name}' must be a JSON object, got {json.dumps(sub)}")
             sub = {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in sub.items()}   # a Path: its str
-            if complete and f.name == "data":   # a model's own: a blank path saved from a --config file meant none
+            if complete and f.name == "data":   # a model's own, as its run read it: a blank path meant none, and
                 sub = {k: None if v == "" and k in (*CORPUS_FILES, "data_dir", "cache_dir") else v
                        for k, v in sub.items()}
+                if sub.get("batch_tokens"):   # batch_tokens won over any batch_size
+                    sub["batch_size"] = DataConfig.batch_size
             klass = f.default_factory  # type: ignore[misc]
             known = {x.name for x in dataclasses.fields(klass)}
             unknown = sorted(set(sub) - known)

@@ -220,6 +220,21 @@ def test_a_models_own_config_json_with_a_blank_path_loads_as_without_it(tmp_path
     assert (d.data_dir, d.cache_dir, d.test_src) == (None, None, None)
 
 
+def test_a_flag_of_one_kind_of_batch_overrides_a_files_other_and_a_models_own_config_loads(tmp_path):
+    """5539b49 refused `--config bs.json --batch-tokens 500` where the file gives batch_size 64 ("flags override
+    it"), and every command refused a model whose config.json an earlier Config.from_dict saved with both (its run
+    batched by tokens)."""
+    path = tmp_path / "bs.json"
+    path.write_text(json.dumps({"data": {"batch_size": 64}}))
+    d = cfg_of(["--config", str(path), "--batch-tokens", "500"]).data
+    assert (d.batch_tokens, d.batch_size) == (500, 32)
+    saved = Config().to_dict()
+    saved["data"].update(batch_size=64, batch_tokens=500)
+    (tmp_path / ckpt.CONFIG).write_text(json.dumps(saved))
+    d = Config.load(tmp_path / ckpt.CONFIG).data
+    assert (d.batch_tokens, d.batch_size) == (500, 32)
+
+
 def test_a_config_given_as_a_pipe_is_said_to_be_one(tmp_path):
     """`--config /dev/stdin` (read twice: to find the run's directory, then its settings) said "file not found"."""
     read, write = os.pipe()
