@@ -123,9 +123,14 @@ def usable_streams(inputs=(), outputs=()) -> None:
 MXNET_PIP = "pip install 'mxnet==1.9.1' 'numpy>=1.21,<1.24'"   # the versions requirements/cpu.txt and common.txt pin
 
 
+def first_line(e: BaseException) -> str:
+    """The first line of an exception's message: a library's own several-line advice stays out of ours."""
+    return (str(e).strip().splitlines() or [""])[0]
+
+
 def missing_package(e: BaseException) -> str:
     """For a ModuleNotFoundError of a package nmt requires (uninstalled since): one line naming it and the pinned pip
-    command; "" for any other error. MXNet's own import failing: `_importing_mxnet`."""
+    command; "" for any other error."""
     from importlib import metadata
     name = getattr(e, "name", None) or ""
     if not isinstance(e, ModuleNotFoundError) or not name:
@@ -136,14 +141,24 @@ def missing_package(e: BaseException) -> str:
         return ""
     wanted = name.split(".")[0].lower().replace("_", "-")
     pins = [r for r in requires if re.split(r"[<>=!~\[ ]", r, maxsplit=1)[0].lower().replace("_", "-") == wanted]
-    return f"{e}, a package nmt needs (installed with it): pip install '{pins[0]}'" if pins else ""
+    return f"{first_line(e)}, a package nmt needs (installed with it): pip install '{pins[0]}'" if pins else ""
 
 
-def _importing_mxnet(e: BaseException) -> bool:
-    """Whether `e` came from importing MXNet: not installed, or its module code failing (numpy 1.24 or later)."""
+def import_failure(e: BaseException) -> str:
+    """The one-line error for `e` raised as MXNet (not installed, or its module code failing with numpy 1.24 or
+    later) or a package nmt needs (`missing_package`) is imported; "" for any other error."""
+    import importlib.util
+    try:
+        spec = importlib.util.find_spec("mxnet")
+    except (ImportError, ValueError):   # (a module entry of None: "not installed")
+        spec = None
+    root = os.path.dirname(spec.origin) + os.sep if spec and spec.origin else None
     frames = traceback.extract_tb(e.__traceback__)
-    return getattr(e, "name", None) == "mxnet" or any(
-        f.name == "<module>" and f"{os.sep}mxnet{os.sep}" in f.filename for f in frames)
+    if getattr(e, "name", None) == "mxnet" or root and any(f.name == "<module>" and f.filename.startswith(root)
+                                                           for f in frames):
+        return (f"MXNet cannot be imported ({type(e).__name__}: {first_line(e)}); MXNet 1.9.1 needs numpy < 1.24: "
+                f"{MXNET_PIP} (on GPUs mxnet-cu112 instead of mxnet)")
+    return missing_package(e)
 
 
 def run_cli(main: Callable[[], int]) -> int:
@@ -157,11 +172,9 @@ def run_cli(main: Callable[[], int]) -> int:
     except SystemExit:   # argparse's --help and usage errors (user_errors() would import mxnet, maybe broken)
         raise
     except (ImportError, AttributeError) as e:
-        if not (_importing_mxnet(e) or missing_package(e)):
+        if not import_failure(e):
             raise
-        print(f"error: MXNet cannot be imported ({type(e).__name__}: {e}); MXNet 1.9.1 needs numpy < 1.24: "
-              f"{MXNET_PIP} (on GPUs mxnet-cu112 instead of mxnet)" if _importing_mxnet(e) else
-              f"error: {missing_package(e)}", file=sys.stderr)
+        print(f"error: {import_failure(e)}", file=sys.stderr)
         return 2
     except user_errors() as e:
         print(f"error: {e}", file=sys.stderr)

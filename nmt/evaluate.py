@@ -7,6 +7,7 @@ from typing import Dict, List, Optional, Sequence
 
 import sacrebleu
 
+from nmt.commands import first_line
 from nmt.config import ConfigError
 
 
@@ -104,7 +105,7 @@ def korean_bleu() -> sacrebleu.metrics.BLEU:
         return sacrebleu.metrics.BLEU(tokenize="ko-mecab")
     except (RuntimeError, ImportError, OSError) as e:
         raise ConfigError(f"Korean output is scored by BLEU on ko-mecab morphemes too, whose tokenizer cannot be "
-                          f"loaded ({e}): {MECAB_PIP}") from None
+                          f"loaded ({first_line(e)}): {MECAB_PIP}") from None
 
 
 def perplexity(nll_sum: float, num_tokens: int) -> float:

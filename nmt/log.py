@@ -238,7 +238,8 @@ def tensorboard_problem() -> str:
     except ModuleNotFoundError as e:
         return "tensorboardX is not installed" if e.name == "tensorboardX" else f"tensorboardX cannot be imported ({e})"
     except Exception as e:   # (protobuf: TypeError "Descriptors cannot be created directly", ImportError ...)
-        return f"tensorboardX cannot be imported ({type(e).__name__}: {e})"
+        from nmt.commands import first_line
+        return f"tensorboardX cannot be imported ({type(e).__name__}: {first_line(e)})"
     return ""
 
 

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from nmt.commands import Once, Terminated, missing_package, nonempty, number, standard_streams, with_version
+from nmt.commands import Once, Terminated, import_failure, nonempty, number, standard_streams, with_version
 from nmt.config import Config, ConfigError
 from nmt.serve.batcher import DEFAULT_MAX_WAIT_MS
 from nmt.signals import hangup_unless_ignored, terminated_as_interrupt
@@ -206,10 +206,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     except KeyboardInterrupt as e:   # Ctrl-C, or SIGTERM or SIGHUP (`Terminated`), while the models load
         print("interrupted", file=sys.stderr)
         return e.exit_code if isinstance(e, Terminated) else 130
-    except ModuleNotFoundError as e:   # fastapi, uvicorn ... uninstalled since
-        if not missing_package(e):
+    except (ImportError, AttributeError) as e:   # MXNet, fastapi, uvicorn ... uninstalled or broken since
+        if not import_failure(e):
             raise
-        print(f"error: {missing_package(e)}", file=sys.stderr)
+        print(f"error: {import_failure(e)}", file=sys.stderr)
         return 2
 
 

@@ -483,7 +483,7 @@ def test_korean_output_without_its_scorer_is_refused_before_training(tmp_path, t
 
     def without_mecab(*args, tokenize="13a", **kwargs):
         if tokenize == "ko-mecab":
-            raise RuntimeError("Korean tokenization requires extra dependencies")
+            raise RuntimeError("Korean tokenization requires extra dependencies\n    pip install sacrebleu[ko]\n")
         return bleu(*args, tokenize=tokenize, **kwargs)
     monkeypatch.setattr(sacrebleu.metrics, "BLEU", without_mecab)
     flags = tiny_flags(task, tmp_path / "m")
@@ -493,7 +493,7 @@ def test_korean_output_without_its_scorer_is_refused_before_training(tmp_path, t
     err = capsys.readouterr().err
     assert code == 2 and "error: Korean output is scored by BLEU on ko-mecab morphemes too, whose tokenizer cannot be " \
         f"loaded (Korean tokenization requires extra dependencies): {MECAB_PIP}" in err, err
-    assert not (tmp_path / "m").exists() and "Traceback" not in err
+    assert not (tmp_path / "m").exists() and "Traceback" not in err and "sacrebleu[ko]" not in err   # (one line)
 
 
 def test_verbose_training_logs_debug_lines(tmp_path, task):

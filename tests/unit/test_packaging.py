@@ -101,10 +101,26 @@ def test_a_command_without_a_working_mxnet_helps_and_says_what_to_install(tmp_pa
         p = subprocess.run([sys.executable, REPO / "scripts" / script, "--help"], env=env, capture_output=True,
                            text=True, timeout=120)
         assert p.returncode == 0 and p.stdout.startswith("usage:") and "Traceback" not in p.stderr, (script, p.stderr)
-    p = subprocess.run([sys.executable, REPO / "scripts" / "translate.py", "--model-dir", tmp_path], env=env,
+    for script in ("translate.py", "serve.py"):   # (nmt-serve has its own main)
+        p = subprocess.run([sys.executable, REPO / "scripts" / script, "--model-dir", tmp_path], env=env,
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 2 and p.stderr.startswith("error: MXNet cannot be imported (") and \
+            MXNET_PIP in p.stderr and len(p.stderr.splitlines()) == 1, (script, p.stderr)
+
+
+def test_a_missing_package_under_a_directory_named_mxnet_is_not_taken_for_mxnet(tmp_path):
+    """A checkout under ~/mxnet/ (or a venv named so) made any missing package "MXNet cannot be imported"."""
+    import shutil
+    src = tmp_path / "mxnet" / "src"
+    for part in ("nmt", "scripts"):
+        shutil.copytree(REPO / part, src / part, ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "fake" / "sentencepiece").mkdir(parents=True)
+    (tmp_path / "fake" / "sentencepiece" / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'sentencepiece'\", name='sentencepiece')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "fake"), str(src)])}
+    p = subprocess.run([sys.executable, src / "scripts" / "translate.py", "--model-dir", tmp_path], env=env,
                        capture_output=True, text=True, timeout=120)
-    assert p.returncode == 2 and p.stderr.startswith("error: MXNet cannot be imported (") and MXNET_PIP in p.stderr, \
-        p.stderr
+    assert p.returncode == 2 and "pip install 'sentencepiece==" in p.stderr and "MXNet" not in p.stderr, p.stderr
 
 
 def test_the_source_distribution_builds_and_installs_its_pins(tmp_path):
