@@ -17,6 +17,7 @@ import numpy as np
 from nmt import checkpoint as ckpt
 from nmt import manifest
 from nmt.config import Config, ConfigError
+from nmt.log import TensorBoardWriter
 from nmt.storage import check_room, check_writable, free_bytes, human_bytes
 
 
@@ -113,6 +114,7 @@ def dry_run(cfg: Config, resume: bool = False, overwrite: bool = False, init: Op
     if t.amp:
         check_amp_devices(ctxs)
     check_kvstore(default_kvstore(ctxs, t.kvstore))
+    TensorBoardWriter.check(t.tensorboard)   # (--tensorboard without tensorboardX: the run refuses at once)
     report: Dict[str, Any] = {"devices": [str(c) for c in ctxs]}
     report.update(_check_model_dir(cfg, resume, overwrite, init))
     model_dir = Path(t.model_dir)

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from nmt.config import ConfigError
+from nmt.config import Config, ConfigError
 from nmt.log import TENSORBOARD_DIR, TensorBoardWriter
 from tests.tb_events import read_tensorboard
 
@@ -76,6 +76,11 @@ def test_without_tensorboardx(tmp_path, monkeypatch, caplog):
     monkeypatch.setattr(builtins, "__import__", no_tensorboardx)
     with pytest.raises(ConfigError, match=r"--tensorboard .*pip install 'tensorboardX=="):
         TensorBoardWriter.create(tmp_path, requested=True)
+    from nmt.preflight import dry_run   # the dry run called such a run valid, which then refused at once
+    cfg = Config()
+    cfg.train.tensorboard, cfg.train.model_dir = True, str(tmp_path / "m")
+    with pytest.raises(ConfigError, match=r"--tensorboard .*pip install 'tensorboardX=="):
+        dry_run(cfg)
     logger = logging.getLogger("nmt")
     monkeypatch.setattr(logger, "propagate", True)
     caplog.clear()   # only the records of the call below (earlier tests may have left "nmt" at INFO)
