@@ -122,10 +122,10 @@ def resolve_data_dir(data_dir: Optional[str]) -> Optional[Path]:
         if value:
             path = Path(value).expanduser()
             if not path.is_dir():
-                given = (" (the one a run records in its config.json, for its evaluation and --resume, unless "
-                         "--data-dir is given again)" if origin == "--data-dir" else "")
+                given = (" (given, from a --config file, or the one a run's config.json records, which --data-dir "
+                         "given again replaces on --resume and in nmt-evaluate)" if origin == "--data-dir" else "")
                 raise CorpusError(f"{origin} {value}: no such directory{given}; point it at a directory laid out like "
-                                  "shared/data, or leave it unset to use the download cache")
+                                  "shared/data (without a mirror, a run's files come from the download cache)")
             return path
     return None
 

@@ -549,7 +549,7 @@ def test_a_missing_data_dir_says_where_it_may_have_come_from(monkeypatch):
     from nmt.corpus import CorpusError
     from nmt.recipes import resolve_data_dir
     monkeypatch.delenv("NMT_DATA_DIR", raising=False)
-    with pytest.raises(CorpusError, match=r"^--data-dir /nonexistent: no such directory \(the one a run records in "
-                                          r"its config.json, for its evaluation and --resume, unless --data-dir is "
-                                          r"given again\); point it at"):
+    with pytest.raises(CorpusError, match=r"^--data-dir /nonexistent: no such directory \(given, from a --config "
+                                          r"file, or the one a run's config.json records, which --data-dir given "
+                                          r"again replaces on --resume and in nmt-evaluate\); point it at"):
         resolve_data_dir("/nonexistent")
