@@ -293,12 +293,7 @@ def best_step(model_dir: Path, newest: bool = False) -> Optional[int]:
 def holds_other(model_dir: Path, step: Optional[int], sha256: Optional[str]) -> bool:
     """Whether `model_dir`'s checkpoint of `step` holds other parameters now than those of `sha256`: another run's,
     which nmt-train --overwrite put there (a step pruned, or not reached yet by the new run: not known, False)."""
-    if not step or not sha256:
-        return False
-    with contextlib.suppress(CheckpointError, OSError):
-        files = manifest.read_manifest(model_dir, manifest.step_key(step))["files"]
-        return files.get(params_file(step), {}).get("sha256", sha256) != sha256
-    return False
+    return bool(step and sha256) and params_sha256(Path(model_dir) / params_file(step)) not in (None, sha256)
 
 
 def verify_params(path: Path) -> None:

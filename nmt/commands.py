@@ -172,9 +172,10 @@ def run_cli(main: Callable[[], int]) -> int:
     except SystemExit:   # argparse's --help and usage errors (user_errors() would import mxnet, maybe broken)
         raise
     except (ImportError, AttributeError) as e:
-        if not import_failure(e):
+        said = import_failure(e)
+        if not said:
             raise
-        print(f"error: {import_failure(e)}", file=sys.stderr)
+        print(f"error: {said}", file=sys.stderr)
         return 2
     except user_errors() as e:
         print(f"error: {e}", file=sys.stderr)

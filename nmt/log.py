@@ -280,8 +280,9 @@ class TensorBoardWriter:
         cls.check(requested)
         if requested is False or rank != 0:
             return cls(None)
-        if tensorboard_problem():
-            log.info("TensorBoard curves off: %s (%s)", tensorboard_problem(), TENSORBOARD_PIP)
+        problem = tensorboard_problem()
+        if problem:
+            log.info("TensorBoard curves off: %s (%s)", problem, TENSORBOARD_PIP)
             return cls(None)
         writer = cls(Path(model_dir) / TENSORBOARD_DIR, resume_step)
         log.info("TensorBoard curves in %s (tensorboard --logdir %s)", writer.logdir, writer.logdir)
@@ -290,9 +291,10 @@ class TensorBoardWriter:
     @staticmethod
     def check(requested: Optional[bool]) -> None:
         """A ConfigError naming --tensorboard and the pip command when it is asked for without tensorboardX."""
-        if requested and tensorboard_problem():
+        problem = tensorboard_problem() if requested else ""
+        if problem:
             from nmt.config import ConfigError
-            raise ConfigError(f"--tensorboard needs tensorboardX: {tensorboard_problem()}: {TENSORBOARD_PIP}")
+            raise ConfigError(f"--tensorboard needs tensorboardX: {problem}: {TENSORBOARD_PIP}")
 
     @property
     def enabled(self) -> bool:

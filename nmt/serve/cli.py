@@ -207,9 +207,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         print("interrupted", file=sys.stderr)
         return e.exit_code if isinstance(e, Terminated) else 130
     except (ImportError, AttributeError) as e:   # MXNet, fastapi, uvicorn ... uninstalled or broken since
-        if not import_failure(e):
+        said = import_failure(e)
+        if not said:
             raise
-        print(f"error: {import_failure(e)}", file=sys.stderr)
+        print(f"error: {said}", file=sys.stderr)
         return 2
 
 
