@@ -18,8 +18,6 @@ import urllib.request
 from pathlib import Path
 from typing import IO, Any, Dict, Iterable, Iterator, Sequence, Tuple
 
-from tqdm import tqdm
-
 from nmt.atomic import atomic_open, atomic_write_bytes
 from nmt.corpus import CorpusError
 from nmt.storage import guarded_write
@@ -57,6 +55,7 @@ def verify_file(path: Path, sha256: str, what: str) -> None:
 
 def _stream(url: str, out: IO[bytes], timeout: float, desc: str) -> str:
     """Copy `url` into `out` with a progress bar; return the sha256 of what was received."""
+    from tqdm import tqdm   # (not with the module: a command's --help needs only the standard library)
     h = hashlib.sha256()
     with urllib.request.urlopen(url, timeout=timeout) as resp:
         total = resp.headers.get("Content-Length")

@@ -11,8 +11,6 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from tqdm import tqdm
-
 from nmt.storage import guarded_write
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -23,6 +21,7 @@ class _TqdmHandler(logging.StreamHandler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
+            from tqdm import tqdm   # (imported as logging is set up, not with the module: see setup_logging)
             tqdm.write(self.format(record), file=sys.stderr)
         except Exception:  # pragma: no cover - logging must never crash training
             self.handleError(record)
@@ -34,6 +33,7 @@ def setup_logging(log_file: Optional[Path] = None, level: Optional[int] = None, 
     (about the translations it scores) go the same way, formatted and into the log file, not raw to the console.
     `level` None: INFO, or DEBUG if the logger is at DEBUG already (a command's -v, set before the run). `prefix`
     starts each line (a distributed job's other workers: "rank 1 ")."""
+    import tqdm  # noqa: F401  (here, in the command's run: missing, its one-line error; not with --help)
     if level is None:
         level = min(logging.INFO, logging.getLogger("nmt").level or logging.INFO)
     handlers = []
@@ -190,6 +190,7 @@ class Progress:
         self.epoch: Dict[str, float] = dict(self.last)
 
     def start_epoch(self, epoch: int, total: int, done: int) -> None:
+        from tqdm import tqdm
         # disable=None: drawn only on a terminal; redirected to a file, its frames would fill it (~13 kB an epoch)
         self.bar = tqdm(total=total, initial=done, desc=f"epoch {epoch + 1}", unit="upd",
                         disable=None if self.enabled else True, dynamic_ncols=True, leave=False)

@@ -70,7 +70,9 @@ def test_the_commands_import_no_framework_before_they_run():
     setup = (REPO / "setup.py").read_text()
     modules = sorted(set(re.findall(r'"nmt-[a-z]+=([\w.]+):\w+"', setup)))
     assert "nmt.serve" in modules and len(modules) == 6
-    code = f"import sys\nfor m in {modules!r}: __import__(m)\nprint(sorted(m for m in sys.modules if m == 'mxnet'))"
+    code = (f"import sys\nbefore = set(sys.modules)\nfor m in {modules!r}: __import__(m)\n"   # (nor any other
+            "print(sorted({m.split('.')[0] for m in set(sys.modules) - before} - set(sys.stdlib_module_names) - "
+            "{'nmt'}))")   # package: see the tqdm test)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={"PYTHONPATH": str(REPO)})
     assert r.returncode == 0 and r.stdout == "[]\n", (r.stdout, r.stderr)
 
@@ -106,6 +108,23 @@ def test_a_command_without_a_working_mxnet_helps_and_says_what_to_install(tmp_pa
                            capture_output=True, text=True, timeout=120)
         assert p.returncode == 2 and p.stderr.startswith("error: MXNet cannot be imported (") and \
             MXNET_PIP in p.stderr and len(p.stderr.splitlines()) == 1, (script, p.stderr)
+
+
+def test_a_command_without_tqdm_helps_and_says_what_to_install(tmp_path):
+    """tqdm, imported with the command modules (by nmt.log and nmt.download), made every --help a traceback when it
+    was missing; the other packages nmt needs are imported as a command runs, where the error is one line."""
+    (tmp_path / "tqdm").mkdir()
+    (tmp_path / "tqdm" / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'tqdm'\", name='tqdm')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
+    for script in ("train.py", "translate.py", "evaluate.py", "score.py", "export.py", "launch.py"):
+        p = subprocess.run([sys.executable, REPO / "scripts" / script, "--help"], env=env, capture_output=True,
+                           text=True, timeout=120)
+        assert p.returncode == 0 and p.stdout.startswith("usage:") and "Traceback" not in p.stderr, (script, p.stderr)
+    p = subprocess.run([sys.executable, REPO / "scripts" / "translate.py", "--model-dir", tmp_path], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and p.stderr.startswith("error: No module named 'tqdm'") and \
+        "pip install 'tqdm" in p.stderr and len(p.stderr.splitlines()) == 1, p.stderr
 
 
 def test_a_missing_package_under_a_directory_named_mxnet_is_not_taken_for_mxnet(tmp_path):
