@@ -41,7 +41,7 @@ DATA_FLAGS = [
     Flag("--recipe", "data", "recipe", str, f"dataset recipe (nmt/recipes.json): {', '.join(RECIPES)}"),
     Flag("--data-dir", "data", "data_dir", str, "offline mirror laid out like shared/data (or $NMT_DATA_DIR)"),
     Flag("--cache-dir", "data", "cache_dir", str, "download cache directory"),
-    Flag("--train-src", "data", "train_src", str, "training source file (instead of --recipe)"),
+    Flag("--train-src", "data", "train_src", str, "training source file (instead of --recipe; several: cat them)"),
     Flag("--train-tgt", "data", "train_tgt", str, "training target file"),
     Flag("--dev-src", "data", "dev_src", str, "dev source file"),
     Flag("--dev-tgt", "data", "dev_tgt", str, "dev target file"),
@@ -176,9 +176,9 @@ def _add_flags(parser: argparse.ArgumentParser, groups, defaults: Config) -> Non
                 also = "".join(f"; with --arch {arch}: {v[f.section][f.field]}" for arch, v in ARCH_DEFAULTS.items()
                                if f.field in v.get(f.section, {}))
                 kind = nonempty() if f.type is str and not f.choices else f.type
-                g.add_argument(f.flag, dest=dest, type=kind, choices=f.choices, default=argparse.SUPPRESS,
-                               action=_Joined if f.field == "upsample" else "store",
-                               metavar=f.field.upper() if not f.choices else None,
+                action = _Joined if f.field == "upsample" else Once if f.field in CORPUS_FILES else "store"
+                g.add_argument(f.flag, dest=dest, type=kind, choices=f.choices, action=action,
+                               default=argparse.SUPPRESS, metavar=f.field.upper() if not f.choices else None,
                                help=f"{f.help} (default: {default}{also})")
 
 

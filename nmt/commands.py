@@ -51,10 +51,10 @@ class Once(argparse.Action):
     b.ko ...` scored b.ko against both references): refused, naming both values."""
 
     def __call__(self, parser, namespace, values, option_string=None):
-        first = getattr(namespace, f"_once_{self.dest}", None)
-        if first is not None:
-            parser.error(f"{option_string} is given twice ({first} and {values}): give it once")
-        setattr(namespace, f"_once_{self.dest}", values)
+        seen = f"_once_{self.dest.replace('.', '_')}"   # (no ".": nmt-train takes the dotted names for its flags)
+        if getattr(namespace, seen, None) is not None:
+            parser.error(f"{option_string} is given twice ({getattr(namespace, seen)} and {values}): give it once")
+        setattr(namespace, seen, values)
         setattr(namespace, self.dest, values)
 
 

@@ -253,6 +253,17 @@ def test_a_config_file_given_twice_is_refused_naming_both(tmp_path, capsys):
     assert "--config is given twice (a.json and b.json): give it once" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("flag", ["--train-src", "--train-tgt", "--dev-src", "--dev-tgt", "--test-src", "--test-tgt"])
+def test_a_corpus_file_given_twice_is_refused_naming_both(flag, capsys):
+    """`--train-src a.ko --train-tgt a.en --train-src b.ko --train-tgt b.en` trained on b alone, without a word (a
+    Marian user's repeated --train-sets adds corpora up)."""
+    with pytest.raises(SystemExit):
+        build_train_parser().parse_args([flag, "a", flag, "b"])
+    assert f"{flag} is given twice (a and b): give it once" in capsys.readouterr().err
+    cfg = cfg_of(["--train-src", "a.ko", "--train-tgt", "a.en"])   # once: taken, and nothing else with it
+    assert (Path(cfg.data.train_src).name, Path(cfg.data.train_tgt).name, cfg.data.recipe) == ("a.ko", "a.en", None)
+
+
 @pytest.mark.parametrize("dry_run", [[], ["--dry-run"]])
 def test_a_corpus_file_on_a_closed_stdin_is_said_to_be_one(tmp_path, capsys, monkeypatch, dry_run):
     """`nmt-train --dev-src /dev/stdin <&-` said the dev file was empty (the closed descriptor is /dev/null), where
