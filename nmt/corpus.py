@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from nmt.textfile import (CorpusError, PathLike, archive_sign, iconv_command, open_bytes, to_utf8_hint,
+from nmt.textfile import (CorpusError, PathLike, archive_sign, encoding_of, iconv_command, open_bytes, to_utf8_hint,
                           wide_encoding)
 
 logger = logging.getLogger("nmt.corpus")
@@ -167,6 +167,19 @@ def _split_lines(data: bytes, path: Path, keep_blank_end: bool = False) -> List[
     return raw
 
 
+def _invalid_utf8(path: Path, i: int, line: bytes, at: int, kind: Optional[str], utf8: int,
+                  skippable: bool) -> CorpusError:
+    """The error for line `i` of `path`, invalid UTF-8 from byte `at`; `utf8`: an earlier line of UTF-8 text beyond
+    ASCII (0: none), which makes the line most likely a stray one, to correct rather than convert."""
+    said, enc = f"{path}:{i}: invalid UTF-8 (byte 0x{line[at]:02x} at byte {at + 1} of the line)", encoding_of(line)
+    fix = (f"{said}. Line {utf8} is UTF-8 text, so this line may be the only one in another encoding (it reads as "
+           f"{enc}), which a conversion of the whole file would fail on or garble: correct or delete the line; if the "
+           f"whole file is {enc}, convert it (`{iconv_command(path, enc, kind, into=True)}`)" if utf8 else
+           f"{said}. Convert the file to UTF-8 ({to_utf8_hint(line, path, kind, into=True)})")
+    return CorpusError(fix + (", or pass --skip-invalid-utf8 to drop such lines and their translations (counted)."
+                              if skippable else "."))
+
+
 def _decode_lines(path: PathLike, skip_invalid_utf8: bool, max_line_chars: int,
                   keep_blank_end: bool = False, skippable: bool = False) -> List[Optional[str]]:
     """Decoded, not yet normalized lines of a UTF-8 text file; None for an undecodable line skipped on request.
@@ -197,16 +210,13 @@ def _decode_lines(path: PathLike, skip_invalid_utf8: bool, max_line_chars: int,
 
     lines: List[Optional[str]] = []
     bad: List[int] = []
+    utf8 = 0   # the first line of UTF-8 text beyond ASCII: the file is likely UTF-8, an undecodable line a stray one
     for i, b in enumerate(raw, 1):
         try:
             text = b.decode("utf-8")
         except UnicodeDecodeError as e:
             if not skip_invalid_utf8:
-                raise CorpusError(
-                    f"{path}:{i}: invalid UTF-8 (byte 0x{b[e.start]:02x} at byte {e.start + 1} of the line). "
-                    f"Convert the file to UTF-8 ({to_utf8_hint(b, path, kind, into=True)})"
-                    + (", or pass --skip-invalid-utf8 to drop such lines and their translations (counted)."
-                       if skippable else ".")) from None
+                raise _invalid_utf8(path, i, b, e.start, kind, utf8, skippable) from None
             bad.append(i)
             lines.append(None)
             continue
@@ -219,6 +229,7 @@ def _decode_lines(path: PathLike, skip_invalid_utf8: bool, max_line_chars: int,
             raise CorpusError(f"{path}:{i}: line is {len(text)} characters long (limit {max_line_chars}, for every "
                               "file read, whatever --max-chars); the file must hold one sentence per line -- check its "
                               "line ends or split this line into sentences")
+        utf8 = utf8 or (i if not text.isascii() else 0)
         lines.append(text)
     if bad:
         logger.warning("%s: skipped %d line(s) with invalid UTF-8 (--skip-invalid-utf8): line %s",

@@ -68,9 +68,15 @@ def to_utf8_hint(line: bytes, path: Optional[PathLike], kind: Optional[str], int
     """What a line of invalid UTF-8 probably is and the command converting `path` (None: standard input; read as
     `kind`: "gzip" ...) to UTF-8 (`into`: as `iconv_command`'s): Korean legacy text is CP949; a line that has no
     Hangul in CP949 but reads as Windows-1252 (or Latin-1) text (an English file's "Café") is taken for that."""
-    enc = "CP949" if _reads_as(line, "cp949", "[\uac00-\ud7a3]") or not _reads_as(line, "cp1252", "") else "CP1252"
+    enc = encoding_of(line)
     return ("Korean legacy text is often CP949: " if enc == "CP949" else
             "the line reads as Windows-1252 (Latin-1) text: ") + f"`{iconv_command(path, enc, kind, into)}`"
+
+
+def encoding_of(line: bytes) -> str:
+    """What a line of invalid UTF-8 probably is: "CP949" (Korean legacy text), or "CP1252" for a line that has no
+    Hangul in CP949 but reads as Windows-1252 (or Latin-1) text."""
+    return "CP949" if _reads_as(line, "cp949", "[\uac00-\ud7a3]") or not _reads_as(line, "cp1252", "") else "CP1252"
 
 
 def iconv_command(path: Optional[PathLike], encoding: str, kind: Optional[str], into: bool = False) -> str:

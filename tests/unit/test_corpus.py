@@ -291,12 +291,20 @@ def test_mismatched_line_counts_name_both_files_and_counts(write_file):
 
 
 def test_invalid_utf8_names_file_and_line(write_file):
-    ko = write_file("e.ko", KO[0].encode() + b"\n" + "고양이".encode("cp949") + b"\n" + KO[2].encode() + b"\n")
+    ko = write_file("e.ko", b"1.\n" + "고양이".encode("cp949") + b"\n" + KO[2].encode("cp949") + b"\n")
     with pytest.raises(CorpusError) as e:
         read_parallel(ko, write_file("e.en", EN))
     msg = str(e.value)
     assert f"{ko}:2:" in msg and "invalid UTF-8" in msg and "--skip-invalid-utf8" in msg
     assert f"Korean legacy text is often CP949: `iconv -f CP949 -t UTF-8 {ko} > {ko.with_name('e.utf8.ko')}`" in msg
+    # a UTF-8 file with one line in CP949: converting it whole, as advised, failed ("illegal input sequence")
+    mixed = write_file("m.ko", KO[0].encode() + b"\n" + "고양이".encode("cp949") + b"\n" + KO[2].encode() + b"\n")
+    with pytest.raises(CorpusError, match=r"m.ko:2: invalid UTF-8 \(byte 0xb0 at byte 1 of the line\)\. Line 1 is UTF-8 "
+                                          r"text, so this line may be the only one in another encoding \(it reads as "
+                                          r"CP949\), .*: correct or delete the line; if the whole file is CP949, "
+                                          r"convert it \(`iconv -f CP949 -t UTF-8 .*m.ko > .*m.utf8.ko`\), or pass "
+                                          r"--skip-invalid-utf8"):
+        read_parallel(mixed, write_file("m.en", EN))
     # an English file in Latin-1 or Windows-1252 got the CP949 command too, which would make Hangul of its accents
     en = write_file("l.en", EN[0].encode() + b"\n" + "\u201cCaf\u00e9\u201d au lait.".encode("cp1252") + b"\n" +
                     EN[2].encode() + b"\n")
