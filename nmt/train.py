@@ -296,7 +296,6 @@ def _create_locked(cfg: Config, resume: bool, overwrite: bool, ctxs, kv, workers
             check_writable(model_dir)
             if init is not None:
                 copy_tokenizers(init, cfg, model_dir)
-        if workers.is_chief:
             setup_logging(model_dir / ckpt.LOG)
         else:   # the other workers' warnings, named (Python's last-resort handler printed them bare)
             setup_logging(None, logging.WARNING, prefix=f"rank {workers.rank} ")
@@ -310,8 +309,9 @@ def _create_locked(cfg: Config, resume: bool, overwrite: bool, ctxs, kv, workers
         check_search_widths(cfg, data.tgt_tok.vocab_size)
         state.train_sum, state.dev_sum = data.sums
         workers.check_same("training data and flags", {   # distributed: all must draw the same batches
-            "batches": data.sampler.fingerprint(), "subword_sampling": cfg.data.subword_sampling,
-            "model": vars(cfg.model), "optim": vars(cfg.optim),
+            "batches": data.sampler.fingerprint(), "subword_sampling": cfg.data.subword_sampling,   # (lengths)
+            "text sha256": dict(zip(("training pairs", "dev pairs"), data.sums)), "model": vars(cfg.model),
+            "optim": vars(cfg.optim),
             "train": {k: v for k, v in vars(t).items() if f"train.{k}" not in PER_INVOCATION}})
         for seed in (random.seed, np.random.seed, mx.random.seed):
             seed(t.seed)

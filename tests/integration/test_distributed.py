@@ -232,6 +232,11 @@ def test_workers_agree_on_resume_devices_and_every_training_flag(tmp_path, task,
     assert list(seen) == ["flags", "training data and flags"]
     assert seen["flags"] == {"resume": False, "overwrite": False, "init_from": False, "devices": 2}
     train = seen["training data and flags"]["train"]
+    # a fresh run compared the batches' lengths only: a file with other lines of the same lengths trained along
+    trainer = create_trainer(cfg, overwrite=True)
+    trainer.lock.release()
+    assert seen["training data and flags"]["text sha256"] == {"training pairs": trainer.data.sums[0],
+                                                              "dev pairs": trainer.data.sums[1]} != {}
     assert train["patience"] == 7 and train["valid_metric"] == "bleu" and "cpu_devices" not in train
     create_trainer(cfg, overwrite=True).fit()
     saved = (Path(cfg.train.model_dir) / ckpt.CONFIG).read_bytes()
