@@ -96,23 +96,26 @@ class Job:
         t0 = time.monotonic()
         first_done = stop_deadline = None      # when the first worker finished; when a forwarded signal kills
         workers = [i for i, s in enumerate(self.specs) if s.role == "worker"]
+        timed_out = False   # --timeout stops the job as a SIGTERM to the launcher does, with --grace to checkpoint
         while True:
             codes = [p.poll() for p in self.procs]
             now = time.monotonic()
-            if self._signals:
-                name = signal.Signals(self._signals[0]).name
+            if self._signals or timed_out:
+                name = f"--timeout {self.timeout:.0f} s" if timed_out else signal.Signals(self._signals[0]).name
+                again = len(self._signals) > (0 if timed_out else 1)   # a signal after it: kill at once
                 if stop_deadline is None:
-                    self.log(f"{name}: asking the workers to checkpoint and stop (again to kill at once)")
+                    self.log(f"{name}{' reached' if timed_out else ''}: asking the workers to checkpoint and stop "
+                             f"({'Ctrl-C' if timed_out else 'again'} to kill at once)")
                     stop_deadline = now + self.grace
                     for i in workers:
                         self.ask_to_stop(i)
                 done = all(codes[i] is not None for i in workers)
-                if not done and len(self._signals) == 1 and now > stop_deadline:
+                if not done and not again and now > stop_deadline:
                     late = ", ".join(self.specs[i].label for i in workers if codes[i] is None)
                     self.log(f"{late} still running --grace {self.grace:g} s after {name}: killed (the checkpoint of "
                              "the stop may be missing: --resume takes the last one saved)")
-                if done or len(self._signals) > 1 or now > stop_deadline:
-                    return 128 + self._signals[0]
+                if done or again or now > stop_deadline:
+                    return 124 if timed_out else 128 + self._signals[0]
             else:
                 failed = [i for i, c in enumerate(codes) if c not in (None, 0)]
                 if failed:
@@ -126,9 +129,9 @@ class Job:
                     self.log(f"{', '.join(late)} still running {self.finish_timeout:.0f} s after another worker "
                              "finished: stuck (did every worker run with --kvstore dist_sync and the same data?)")
                     return 1
-                if self.timeout and now - t0 > self.timeout:
-                    self.log(f"--timeout {self.timeout:.0f} s reached; stopping the job")
-                    return 124
+                timed_out = bool(self.timeout) and now - t0 > self.timeout
+                if timed_out:
+                    continue
             time.sleep(0.1)
 
     def failed(self, i: int, when: str = "") -> int:

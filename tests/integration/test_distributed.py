@@ -294,6 +294,20 @@ def test_a_lonely_worker_and_the_timeout_end_the_job(capsys):
     assert all(gone(p.pid) for p in job.procs)
 
 
+def test_the_timeout_lets_the_workers_checkpoint_within_the_grace(tmp_path, capsys):
+    """--timeout sent SIGTERM to every process at once, scheduler and servers too, and SIGKILL 3 s later, --grace
+    aside: the workers' agreed stop, which needs the servers, never saved the checkpoint it announced."""
+    worker = ("import signal, sys, time\n"
+              f"def stop(*a): time.sleep(4); open({str(tmp_path / 'saved')!r}, 'w').close(); sys.exit(143)\n"
+              "signal.signal(signal.SIGTERM, stop)\n"
+              "time.sleep(60)")
+    job = Job([stand_in("scheduler", 0, SLEEP), stand_in("worker", 0, worker)], timeout=2.0, grace=30.0)
+    assert job.run() == 124
+    assert (tmp_path / "saved").exists()
+    assert "--timeout 2 s reached: asking the workers to checkpoint and stop (Ctrl-C to kill at once)" in \
+        capsys.readouterr().err
+
+
 def sigterm_to_a_launcher_of_two(tmp_path: Path, worker: str, *launcher_args: str) -> Tuple[int, str]:
     """Launch two workers running the Python code `worker` (which touches ready.<pid> when it has started), send the
     launcher SIGTERM once both have, and wait for it: (its exit code, its stderr)."""
