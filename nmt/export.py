@@ -74,7 +74,7 @@ def export_model(model_dir, output, which: str = "best", overwrite: bool = False
         output.parent.mkdir(parents=True, exist_ok=True)
         # by an export killed (SIGKILL, SIGTERM): its copy being made, or the earlier export it replaced
         for left in _left(output, "export", mine=True) + _left(output, "replaced", mine=True):
-            shutil.rmtree(left, ignore_errors=True)
+            _remove(left)
         tmp.mkdir()
     except OSError as e:   # a file where a directory belongs, no permission, a read-only file system, ...
         why = "a file is in its path" if isinstance(e, (FileExistsError, NotADirectoryError)) else e.strerror
@@ -94,14 +94,22 @@ def export_model(model_dir, output, which: str = "best", overwrite: bool = False
             "step": step or None, "params_sha256": manifest.sha256_of(params),
             "exported": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, indent=2) + "\n")
         replaced = _beside(output, "replaced", os.getpid())
-        if output.exists():   # an earlier export (`_check_output`): replaced only now that the new one is complete,
-            output.rename(replaced)   # and deleted once it is in place (a kill meanwhile leaves the new one)
-        tmp.rename(output)
+        if output.exists() or output.is_symlink():   # an earlier export (`_check_output`), or a link to one:
+            output.rename(replaced)   # replaced only now that the new one is complete, and deleted once it is in
+        tmp.rename(output)            # place (a kill meanwhile leaves the new one); a link's target stays
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    shutil.rmtree(replaced, ignore_errors=True)
+    _remove(replaced)
     return output
+
+
+def _remove(path: Path) -> None:
+    """Delete the directory `path`, or the symbolic link `path` is (rmtree refuses one, and ignore_errors hid it)."""
+    if path.is_symlink():
+        path.unlink()
+    else:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _beside(output: Path, kind: str, pid) -> Path:
@@ -139,9 +147,14 @@ def _translates(model_dir: Path, cfg: Config, params: Path) -> None:
 
 
 def _check_output(model_dir: Path, output: Path, overwrite: bool) -> None:
-    """ConfigError unless `output` is a new (or empty) directory, or with `overwrite` an earlier export."""
+    """ConfigError unless `output` is a new (or empty) directory, or with `overwrite` an earlier export or a link."""
     if output.resolve() == model_dir.resolve():
         raise ConfigError(f"--output {output} is the model directory: give another directory")
+    if output.is_symlink():   # (a deployment's current -> v1): the link is replaced, never followed
+        if not overwrite:
+            raise ConfigError(f"--output {output} is a symbolic link (to {os.readlink(output)}): --overwrite replaces "
+                              "the link with the export (what it points to stays as it is), or give its target")
+        return
     if output.exists() and not output.is_dir():
         raise ConfigError(f"--output {output} is a file: give a directory to create")
     if output.is_dir() and any(output.iterdir()):

@@ -150,6 +150,23 @@ def test_overwrite_replaces_an_earlier_export(model_copy, tmp_path, capsys):
     assert json.loads((out / EXPORT).read_text())["step"] == step
 
 
+def test_a_link_as_output_is_replaced_on_overwrite_and_its_target_kept(model_copy, tmp_path, capsys):
+    """`current -> v1` (a deployment's layout), exported over with --overwrite: the link went aside to
+    .current.replaced-PID, which rmtree(ignore_errors=True) did not remove (nor the next export), and a later command
+    took it for an export stopped half-way."""
+    v1, current = tmp_path / "deploy" / "v1", tmp_path / "deploy" / "current"
+    assert run(export_main, ["--model-dir", model_copy, "--output", v1], capsys)[0] == 0
+    before = sorted(p.name for p in v1.iterdir())
+    current.symlink_to("v1")
+    code, _, err = run(export_main, ["--model-dir", model_copy, "--output", current], capsys)
+    assert code == 2 and f"--output {current} is a symbolic link (to v1): --overwrite replaces the link" in err
+    for _ in range(2):
+        assert run(export_main, ["--model-dir", model_copy, "--output", current, "--overwrite"], capsys)[0] == 0
+        assert sorted(p.name for p in v1.parent.iterdir()) == ["current", "v1"]   # nothing left beside them
+    assert current.is_dir() and not current.is_symlink() and (current / EXPORT).is_file()
+    assert sorted(p.name for p in v1.iterdir()) == before
+
+
 def test_a_damaged_export_is_told_to_be_exported_again(model_copy, tmp_path, capsys):
     """A damaged params.best of an export was "lost: use --checkpoint latest or a kept step, or train again", none of
     which an export has; and an export (or a training directory) without a tokenizer had its parameters called
