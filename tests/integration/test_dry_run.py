@@ -18,8 +18,9 @@ def task(tmp_path_factory):
 
 
 def args_for(task, model_dir: Path, *extra: str):
-    return ["--train-src", task["train_src"], "--train-tgt", task["train_tgt"], "--dev-src", task["dev_src"],
-            "--dev-tgt", task["dev_tgt"], "--test-src", task["test_src"], "--test-tgt", task["test_tgt"],
+    files = [(f"--{k.replace('_', '-')}", task[k]) for k in ("train_src", "train_tgt", "dev_src", "dev_tgt",
+                                                              "test_src", "test_tgt")]
+    return [*(a for flag, path in files if flag not in extra for a in (flag, path)),   # (a file flag is given once)
             "--model-dir", str(model_dir), "--vocab-size", "400", "--embed-size", "16", "--hidden-size", "16",
             "--num-layers", "1", "--batch-size", "8", "--no-progress", "--no-eval", *extra]
 
