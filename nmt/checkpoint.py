@@ -23,7 +23,7 @@ import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from nmt import manifest
 from nmt.atomic import atomic_write_text, fsync_dir
@@ -31,6 +31,7 @@ from nmt.manifest import CheckpointError
 from nmt.storage import error_line, guarded_write, mxnet_write_failure, written_whole
 
 logger = logging.getLogger("nmt.checkpoint")
+StepUse = Optional[Callable[[int], str]]   # how a command asks for a step's checkpoint (`restore_best`)
 
 CONFIG = "config.json"
 STATE = "state.json"
@@ -187,16 +188,21 @@ def _prune(model_dir: Path, keep_steps: set) -> None:
                 (model_dir / name).unlink(missing_ok=True)
 
 
-def restore_best(model_dir: Path, step: Optional[int]) -> str:
+def restore_best(model_dir: Path, step: Optional[int], use: StepUse = None) -> str:
     """How to do without a lost or damaged params.best (or its manifest): the step checkpoint of the same parameters,
-    unless --keep-last has pruned it (`nmt.resume.rebuild_best` writes params.best again from it)."""
+    unless --keep-last has pruned it (`nmt.resume.rebuild_best` writes params.best again from it). `use`: how the
+    command asks for a step's checkpoint (`--checkpoint N`; nmt-train's --init-from: the file)."""
     if (Path(model_dir) / EXPORT).exists():   # an export holds no step checkpoint, and trains no more
         return f"export it again (nmt-export --overwrite) from the model directory its {EXPORT} names"
     if step and not (Path(model_dir) / params_file(step)).exists():
         return (f"{params_file(step)}, the step's own copy, is no longer kept (--keep-last), so the best parameters "
                 "are lost: use --checkpoint latest or a kept step, or train again")
-    return (f"use --checkpoint {step}, the same parameters (nmt-train --resume writes {PARAMS_BEST} again from "
-            f"{params_file(step)})" if step else "restore it from a copy")
+    return (f"use {(use or _checkpoint_flag)(step)}, the same parameters (nmt-train --resume writes {PARAMS_BEST} "
+            f"again from {params_file(step)})" if step else "restore it from a copy")
+
+
+def _checkpoint_flag(step: int) -> str:
+    return f"--checkpoint {step}"
 
 
 def check_manifests(model_dir: Path) -> None:
@@ -236,9 +242,10 @@ def latest_params_path(model_dir: Path, quiet: bool = False) -> Path:
     return model_dir / params_file(latest_step(TrainState(**body["state"])))
 
 
-def params_path(model_dir: Path, which: str = "best", quiet: bool = False) -> Path:
+def params_path(model_dir: Path, which: str = "best", quiet: bool = False, use: StepUse = None) -> Path:
     """Path of the parameters `which` in {"best", "latest", "avg"} or an explicit step number; unless `quiet`, what
-    it takes instead of what was asked for is said (a damaged newest checkpoint, no params.best yet)."""
+    it takes instead of what was asked for is said (a damaged newest checkpoint, no params.best yet). `use`: how the
+    command asks for a step's checkpoint, for the advice on a lost params.best (`restore_best`)."""
     model_dir = Path(model_dir)
     if which in ("best", "latest") and not any((model_dir / f).exists() for f in (STATE, PARAMS_BEST, EXPORT)):
         raise CheckpointError(f"{model_dir} holds no checkpoint yet (no {STATE}, no {PARAMS_BEST}): nmt-train writes "
@@ -265,13 +272,13 @@ def params_path(model_dir: Path, which: str = "best", quiet: bool = False) -> Pa
     if not path.exists():
         held = "" if (model_dir / EXPORT).exists() else f"it held step {best_step(model_dir)}, the best on dev: "
         hint = (f"; average the last N checkpoints into it with `nmt-train --model-dir {model_dir} --resume "
-                "--average-last N`" if which == "avg" else f"; {held}{restore_best(model_dir, best_step(model_dir))}"
-                if which == "best" else "")
+                "--average-last N`" if which == "avg" else
+                f"; {held}{restore_best(model_dir, best_step(model_dir), use)}" if which == "best" else "")
         if str(which).isdecimal():
             kept = sorted(s for s in (params_step(p.name) for p in model_dir.glob("params.*")) if s is not None)
             hint = f"; the steps kept there: {', '.join(map(str, kept))}" if kept else "; it keeps no step's parameters"
         raise CheckpointError(f"{path} not found in model directory {model_dir}{hint}")
-    verify_params(path)
+    verify_params(path, use)
     return path
 
 
@@ -296,16 +303,17 @@ def holds_other(model_dir: Path, step: Optional[int], sha256: Optional[str]) -> 
     return bool(step and sha256) and params_sha256(Path(model_dir) / params_file(step)) not in (None, sha256)
 
 
-def verify_params(path: Path) -> None:
+def verify_params(path: Path, use: StepUse = None) -> None:
     """CheckpointError naming the file and what is wrong unless the parameter file `path` (and config.json and the
-    SentencePiece models beside it) match its checkpoint's manifest."""
+    SentencePiece models beside it) match its checkpoint's manifest (`use`: see `restore_best`)."""
     model_dir, key = path.parent, _manifest_key(path)
     check_manifests(model_dir)
     try:
         manifest.verify(model_dir, key)
     except CheckpointError as e:
         lost = any(str(model_dir / n) in str(e) for n in (PARAMS_BEST, manifest.manifest_name("best")))   # (not spm)
-        advice = f"; {restore_best(model_dir, best_step(model_dir, newest=True))}" if key == "best" and lost else ""
+        best = best_step(model_dir, newest=True)
+        advice = f"; {restore_best(model_dir, best, use)}" if key == "best" and lost else ""
         raise CheckpointError(f"checkpoint {path.name} of {model_dir} cannot be used: {e}{advice}") from None
     except OSError as e:   # a file it lists (or the manifest) exists but cannot be read: no permission, ...
         raise CheckpointError(f"checkpoint {path.name} of {model_dir} cannot be used: {e.filename or path} cannot be "

@@ -39,7 +39,7 @@ def init_params(spec) -> Path:
         raise ConfigError(f"--init-from {spec}: {model_dir / ckpt.CONFIG} not found; give a model directory written "
                           "by nmt-train, or a params file in one (e.g. DIR/params.avg)")
     if path.is_dir():
-        params = ckpt.params_path(model_dir, "best")
+        params = ckpt.params_path(model_dir, "best", use=lambda s: f"--init-from {model_dir / ckpt.params_file(s)}")
     elif ckpt.params_step(path.name) is None and path.name not in (ckpt.PARAMS_BEST, ckpt.PARAMS_AVG):
         raise ConfigError(f"--init-from {spec}: not a parameter file (params.best, params.avg or params.<step>)")
     else:

@@ -150,7 +150,13 @@ def test_what_does_not_fit_is_a_clear_error(parent, tmp_path, capsys):
             f.seek(-4, 2)
             f.write(b"\0\0\0\0")
     best = ckpt.params_path(model, "best")
+    lost_best = tmp_path / "lost_best"   # its step's own copy kept: nmt-train has no --checkpoint, which it advised
+    shutil.copytree(model, lost_best)
+    (lost_best / ckpt.PARAMS_BEST).write_bytes(b"\0" * 100)
+    best_file = ckpt.params_file(ckpt.best_step(model))
     for flags, says in [
+            (["--init-from", str(lost_best)], "is truncated: 100 bytes, its manifest says "),
+            (["--init-from", str(lost_best)], f"; use --init-from {lost_best / best_file}, the same parameters"),
             (["--init-from", str(model), "--hidden-size", "32"],
              f"--hidden-size 32: --init-from {best} has model.hidden_size 48 ({model / ckpt.CONFIG}); a fine-tuning "
              "run keeps its model's settings, languages and vocabularies: drop --hidden-size"),
