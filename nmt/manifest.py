@@ -85,9 +85,11 @@ def _problem(path: Path, entry: Dict[str, Any]) -> Optional[str]:
     size = path.stat().st_size
     if size != entry.get("bytes"):
         kind = "truncated" if size < entry.get("bytes", 0) else "longer than written"
-        return f"{path} is {kind}: {size} bytes, its manifest says {entry.get('bytes')}"
+        return (f"{path} is {kind}: {size} bytes, its manifest says {entry.get('bytes')} (or another model's file is "
+                "in its place)")
     if sha256_of(path) != entry.get("sha256"):
-        return f"{path} is corrupted: its sha256 differs from the one in its manifest (same size, other content)"
+        return (f"{path} is corrupted: its sha256 differs from the one in its manifest (same size, other content; or "
+                "another model's file is in its place)")
     return None
 
 
