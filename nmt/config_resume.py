@@ -37,6 +37,16 @@ def _fixed_on_resume(key: str, saved: Config) -> str:
             "score is compared with the best's") if translated else ""
 
 
+def _tuned(key: str, source: str) -> str:
+    """How to go on from the run with another `key` where a fine-tune may change it: --init-from (into a new
+    --model-dir), which keeps the model, its languages and its vocabularies."""
+    from nmt.finetune import INHERITED_DATA, TUNABLE
+    section, name = key.split(".", 1)
+    if section == "model" and name not in TUNABLE or section == "data" and name in INHERITED_DATA:
+        return ""
+    return f" (to go on from this run's parameters, fine-tune with --init-from {Path(source).parent})"
+
+
 def resumed_config(saved: Config, cfg: Config, given: Optional[Dict[str, str]], source: str
                    ) -> Tuple[Config, List[str]]:
     """The configuration a resumed run trains with: the run's own (`saved`, read from `source`), with this
@@ -54,7 +64,8 @@ def resumed_config(saved: Config, cfg: Config, given: Optional[Dict[str, str]], 
             fixed = _fixed_on_resume(key, saved)
             if fixed:
                 shown = f"{label} {json.dumps(value)}" if label.startswith("--") else f"{label} = {json.dumps(value)}"
-                why = f"{fixed}: drop it, or train into a new --model-dir" if key != "optim.optimizer" else (
+                why = f"{fixed}: drop it, or train into a new --model-dir{_tuned(key, source)}" if key != \
+                    "optim.optimizer" else (
                     f"its saved optimizer states belong to the {old} optimizer: drop it, or to switch optimizers "
                     f"fine-tune into a new --model-dir with --init-from {Path(source).parent}")
                 raise ConfigError(f"--resume: {shown} differs from {json.dumps(old)}, which this run was trained with "

@@ -123,7 +123,7 @@ def pair_sums(splits: DatasetSplits) -> Tuple[str, str]:
     return text_checksum([*splits.train.src, *splits.train.tgt]), text_checksum([*splits.dev.src, *splits.dev.tgt])
 
 
-def check_same_pairs(d: DataConfig, sums: Tuple[str, str], saved: Tuple[str, str]) -> None:
+def check_same_pairs(d: DataConfig, sums: Tuple[str, str], saved: Tuple[str, str], model_dir: Path) -> None:
     """ConfigError unless a resumed run's pairs (their `pair_sums`: `sums`) are those its checkpoint trained and
     validated on (`saved`; "" for unknown): a file edited in place keeps its path, which is all the settings
     compare."""
@@ -137,7 +137,8 @@ def check_same_pairs(d: DataConfig, sums: Tuple[str, str], saved: Tuple[str, str
                      or ("of the recipe's corpora" if d.recipe else "held out of the training files"))
             raise ConfigError(f"--resume: the {what} pairs ({named}) are not those the run {done} on until now: "
                               f"{changed} changed since it started; the data cannot change within a run: put the "
-                              "files back, or start a new run (another --model-dir, or --overwrite)")
+                              "files back, start a new run (another --model-dir, or --overwrite), or go on from this "
+                              f"run with new data: fine-tune it into another --model-dir with --init-from {model_dir}")
 
 
 def build_data(cfg: Config, model_dir: Path, resume: bool = False, workers: Optional[WorkerGroup] = None,
@@ -151,7 +152,7 @@ def build_data(cfg: Config, model_dir: Path, resume: bool = False, workers: Opti
         korean_bleu()
     splits = load_data(d)
     sums = pair_sums(splits)
-    check_same_pairs(d, sums, saved_sums)
+    check_same_pairs(d, sums, saved_sums, model_dir)
     logger.info("data: %d train, %d dev pairs; tests: %s", len(splits.train.src), len(splits.dev.src),
                 ", ".join(f"{k} ({len(v.src)})" for k, v in splits.tests.items()) or "none")
     if len(splits.dev.src) > cfg.train.valid_max_sentences:   # a file in document or domain order: its first part

@@ -629,6 +629,7 @@ def test_a_resume_on_data_edited_in_place_is_refused_before_anything_is_written(
             assert code == 2 and "Traceback" not in err, err
             assert ("error: --resume: the " + says.format(files[f"{side}_src"], files[f"{side}_tgt"])
                     + " changed since it started") in err, err   # and nothing written (TensorBoard's file was)
+            assert f"fine-tune it into another --model-dir with --init-from {d}" in err   # (it named --overwrite only)
             assert {p.relative_to(d): p.read_bytes() for p in d.rglob("*") if p.is_file() and p.name not in (
                 ckpt.LOG, ckpt.LOCK)} == kept
         for k, text in texts.items():

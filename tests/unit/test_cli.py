@@ -448,6 +448,22 @@ def test_a_resume_finds_the_corpora_where_the_run_did_unless_told_otherwise(tmp_
     assert merged.data.data_dir == "/other/mirror" and merged.data.cache_dir == saved.data.cache_dir
 
 
+def test_a_resume_refusing_what_a_fine_tune_may_change_names_init_from(tmp_path):
+    """`--resume --dropout 0.1` said only "drop it, or train into a new --model-dir": a fine-tune (--init-from) goes on
+    from the run's parameters with it, as the optimizer's error said; a model size it cannot change."""
+    from nmt.config import Config
+    from nmt.config_resume import resumed_config
+    saved, source = Config(), str(tmp_path / "m" / "config.json")
+    for key, flag, value, tunable in (("dropout", "--dropout", 0.1, True), ("hidden_size", "--hidden-size", 64, False)):
+        cfg = Config()
+        setattr(cfg.model, key, value)
+        with pytest.raises(ConfigError) as e:
+            resumed_config(saved, cfg, {f"model.{key}": flag}, source)
+        assert str(e.value).startswith(f"--resume: {flag} {value} differs from")
+        assert str(e.value).endswith(f"or train into a new --model-dir (to go on from this run's parameters, fine-tune "
+                                     f"with --init-from {tmp_path / 'm'})") == tunable, str(e.value)
+
+
 def test_a_mirror_named_by_nmt_data_dir_is_recorded_as_data_dir_is(tmp_path, monkeypatch):
     """A run trained with $NMT_DATA_DIR saved data_dir null: its evaluation (--recipe-tests) and its resume without
     the variable then tried to download the corpora."""
