@@ -31,6 +31,9 @@ from nmt.manifest import CheckpointError
 from nmt.storage import error_line, guarded_write, mxnet_write_failure, written_whole
 
 logger = logging.getLogger("nmt.checkpoint")
+# the flag that lets a resumed run go on past each limit a finished run stopped at (`TrainState.limit_reached`)
+LIMIT_FLAGS = {"max_steps": "--max-steps", "max_epochs": "--max-epochs", "time_budget": "--time-budget",
+               "early_stop": "--patience"}
 StepUse = Optional[Callable[[int], str]]   # how a command asks for a step's checkpoint (`restore_best`)
 
 CONFIG = "config.json"
@@ -109,6 +112,14 @@ class TrainState:
 
     def save(self, model_dir: Path) -> None:
         atomic_write_text(Path(model_dir) / STATE, json.dumps(asdict(self), indent=1) + "\n")
+
+    def limit_reached(self, t) -> str:
+        """The limit of `t` (a TrainConfig) the run has reached ("" none), in the order training tells them: a
+        resume of it stops before any update (early_stop first: raising another limit trains no more)."""
+        return ("early_stop" if t.patience and self.bad_validations >= t.patience else
+                "max_steps" if t.max_steps and self.step >= t.max_steps else
+                "time_budget" if t.time_budget and self.elapsed >= t.time_budget else
+                "max_epochs" if self.epoch >= t.max_epochs else "")
 
     @classmethod
     def load(cls, model_dir: Path) -> "TrainState":

@@ -88,6 +88,7 @@ def _check_model_dir(cfg: Config, resume: bool, overwrite: bool, init: Optional[
         check_kept_files(model_dir, repair=False, state=ckpt.TrainState(**body["state"]))
         out["resume_step"], out["damaged"], out["sampler"] = body["step"], problems, body["state"]["sampler"]
         out["sums"] = body["state"].get("train_sum", ""), body["state"].get("dev_sum", "")
+        out["limit_reached"] = ckpt.TrainState(**body["state"]).limit_reached(cfg.train)
     return out
 
 
@@ -186,6 +187,9 @@ def describe(report: Dict[str, Any]) -> str:
               "vocabulary: " + ", ".join(f"{k} {v}" for k, v in report["vocab"].items()),
               f"model: {report['arch']}, {report['parameters']:,} parameters", *report["settings"],
               f"devices: {', '.join(report['devices'])}",
-              f"batches per epoch: {report['batches_per_epoch']}",
-              "dry run: configuration, data and model directory are valid; nothing was trained"]
+              f"batches per epoch: {report['batches_per_epoch']}"]
+    if report.get("limit_reached"):   # (the run warns so, and makes no update)
+        lines.append(f"warning: the run has already reached its {report['limit_reached']} limit: a resume makes no "
+                     f"update; give a higher {ckpt.LIMIT_FLAGS[report['limit_reached']]} to train on")
+    lines.append("dry run: configuration, data and model directory are valid; nothing was trained")
     return "\n".join(lines)

@@ -42,9 +42,6 @@ __all__ = ["Trainer", "TrainResult", "build_data", "build_model", "build_optimiz
 
 logger = logging.getLogger("nmt.train")
 _INTERRUPTS = ("SIGINT", "SIGTERM")
-# the flag that lets a resumed run go on past each limit a finished run stopped at
-_LIMIT_FLAGS = {"max_steps": "--max-steps", "max_epochs": "--max-epochs", "time_budget": "--time-budget",
-                "early_stop": "--patience"}
 _SAMPLES = 5   # dev translations shown in TensorBoard at each validation
 
 
@@ -160,11 +157,8 @@ class Trainer:
         over_budget = bool(t.time_budget) and self.state.elapsed >= t.time_budget
         wish = self.workers.agree_stop(self.signal_name or ("max_seconds" if timed_out else "")
                                        or ("time_budget" if over_budget else ""))
-        if wish in _INTERRUPTS:
-            return wish
-        if t.patience and self.state.bad_validations >= t.patience:   # first: raising another limit trains no more
-            return "early_stop"
-        return "max_steps" if t.max_steps and self.state.step >= t.max_steps else wish
+        reached = self.state.limit_reached(t)   # (the time limits and the epochs: voted above, and the loop's)
+        return wish if wish in _INTERRUPTS or reached not in ("early_stop", "max_steps") else reached
 
     # -- the loop ------------------------------------------------------------------------------------------------
     def fit(self) -> ckpt.TrainState:
@@ -230,9 +224,9 @@ class Trainer:
     def _finish(self, stop: str, trained: bool = True) -> None:
         """Record why training stopped; a final validation and checkpoint unless the last update has one."""
         self.state.stopped = stop
-        if not trained and stop in _LIMIT_FLAGS:   # --resume of a finished run: a warning, unless it is to average it
+        if not trained and stop in ckpt.LIMIT_FLAGS:   # --resume of a finished run: a warning, unless to average
             logger.log(logging.INFO if self.averages() else logging.WARNING, "no update made: the run had already "
-                       "reached its %s limit; give a higher %s to train on", stop, _LIMIT_FLAGS[stop])
+                       "reached its %s limit; give a higher %s to train on", stop, ckpt.LIMIT_FLAGS[stop])
         last = ckpt.params_step(self.state.params_files[-1]) if self.state.params_files else None
         if self.state.step != last:
             self.save_checkpoint(stop not in _INTERRUPTS and self.validate(scheduled=False))

@@ -109,11 +109,15 @@ def test_dry_run_checks_the_model_directory(tmp_path, task, capsys):
     assert train_main(args_for(task, d, "--dry-run")) == 2
     assert "already exists and is not empty" in capsys.readouterr().err
     assert train_main(args_for(task, d, "--dry-run", "--resume")) == 0
-    assert "resume from step 4" in capsys.readouterr().out
+    out = capsys.readouterr().out   # (said valid, and the resume made no update)
+    assert "resume from step 4" in out and "warning: the run has already reached its max_steps limit: a resume " \
+        "makes no update; give a higher --max-steps to train on\ndry run: " in out
+    assert train_main(args_for(task, d, "--dry-run", "--resume", "--max-steps", "6")) == 0
+    assert "already reached" not in capsys.readouterr().out
     (d / ckpt.params_file(4)).write_bytes(b"torn")
     assert train_main(args_for(task, d, "--dry-run", "--resume")) == 0
     out = capsys.readouterr().out
-    assert "resume from step 2" in out and "params.00000004 is truncated" in out
+    assert "resume from step 2" in out and "params.00000004 is truncated" in out and "already reached" not in out
     assert (d / ckpt.params_file(4)).read_bytes() == b"torn"   # a dry run repairs nothing either
 
 
