@@ -148,15 +148,16 @@ def summarize(res: dict, one: dict) -> dict:
     rate = {k: statistics.median(x[k] / x["seconds"] for x in w)
             for k in ("updates", "sentences", "src_tokens", "tgt_tokens")}
     spu = statistics.median(x["seconds"] / x["updates"] for x in w)
-    speedup = statistics.median(a["seconds"] / a["updates"] / (x["seconds"] / x["updates"])
-                                for a, x in zip(one["windows"], w))
+    ratios = [(x["seconds"] / x["updates"]) / (a["seconds"] / a["updates"]) for a, x in zip(one["windows"], w)]
+    speedup = statistics.median(1.0 / r for r in ratios)   # each its own median: of an even number of rounds, the
+    slower = statistics.median(ratios)                      # inverse of one median is not the other
     tok = rate["src_tokens"] + rate["tgt_tokens"]
     return {"num_devices": res["num_devices"], "batch_size": res["batch_size"], "accum_steps": res["accum_steps"],
             "omp_num_threads": res["omp_num_threads"], "ms_per_update": spu * 1e3,
             "epoch_s": spu * res["batches_per_epoch"],
             "updates_per_s": rate["updates"], "sent_per_s": rate["sentences"], "src_tok_per_s": rate["src_tokens"],
             "tgt_tok_per_s": rate["tgt_tokens"], "tok_per_s": tok, "speedup": speedup,
-            "time_vs_1_device": 1.0 / speedup, "efficiency": speedup / res["num_devices"],
+            "time_vs_1_device": slower, "efficiency": speedup / res["num_devices"],
             "x_gnmt_reference": tok / GNMT_REFERENCE_TOK_PER_S, "bucket_shapes": res["bucket_shapes"],
             "real_positions": res["real_positions"], "raw": res}
 

@@ -1,0 +1,27 @@
+"""The figures the benchmark scripts derive from their measured rounds (no benchmark is run here)."""
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _script(monkeypatch, name: str):
+    monkeypatch.syspath_prepend(str(REPO / "scripts"))
+    return __import__(name)
+
+
+def test_the_time_per_update_against_one_device_is_the_median_of_the_rounds_ratios(monkeypatch):
+    """It was 1 / the median of the per-round speed-ups: of two rounds (0.944 and 1.266 the time of one device) the
+    published 1.08x, where the rounds' median, and the ms/update beside it, say 1.11x."""
+    bench = _script(monkeypatch, "benchmark_train")
+
+    def run(seconds):
+        return {"windows": [{"seconds": s, "updates": 10, "sentences": 640, "src_tokens": 6400, "tgt_tokens": 6400}
+                            for s in seconds], "num_devices": 2, "batch_size": 64, "accum_steps": 1,
+                "omp_num_threads": 2, "batches_per_epoch": 60, "bucket_shapes": [], "real_positions": 0.9}
+    one, two = run([4.0, 5.0]), run([4.0 * 0.944, 5.0 * 1.266])
+    row = bench.summarize(two, one)
+    assert row["time_vs_1_device"] == pytest.approx((0.944 + 1.266) / 2)
+    assert row["speedup"] == pytest.approx((1 / 0.944 + 1 / 1.266) / 2)
+    assert bench.summarize(one, one)["time_vs_1_device"] == 1.0
