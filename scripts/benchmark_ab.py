@@ -6,8 +6,9 @@ so a change of load on a shared machine hits both alike. Reports tokens/s per ro
     python scripts/benchmark_ab.py --a ../baseline --b . --rounds 4 --json results/benchmark_ab.json \\
         -- --data-dir ../shared/data --batch-sizes 64
 
-Arguments after `--` go to both benchmark scripts (a flag one of them lacks makes it fail: pass only shared flags).
-Each run uses its checkout's code (PYTHONPATH) and `OMP_NUM_THREADS` as set (default 1: one core each).
+Arguments after `--` go to both benchmark scripts (a flag one of them lacks makes it fail: pass only shared flags),
+run in the directory this one runs in, so relative paths name the same files for both. Each run uses its checkout's
+code (PYTHONPATH) and `OMP_NUM_THREADS` as set (default 1: one core each).
 """
 from __future__ import annotations
 
@@ -29,8 +30,20 @@ def run_once(checkout: Path, shared: List[str], json_path: Path) -> float:
     env.setdefault("OMP_NUM_THREADS", "1")
     cmd = [sys.executable, str(checkout / "scripts" / "benchmark_train.py"), "--devices", "1", "--repeats", "1",
            "--json", str(json_path), *shared]
-    subprocess.run(cmd, check=True, env=env, cwd=checkout, stdout=subprocess.DEVNULL)
+    code = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL).returncode   # (its errors go to stderr)
+    if code:
+        raise SystemExit(f"error: {checkout / 'scripts' / 'benchmark_train.py'} failed (exit {code}; its error is "
+                         "above)")
     return float(json.loads(json_path.read_text())["train"][0]["tok_per_s"])
+
+
+def commit_of(checkout: Path) -> str:
+    """The commit `checkout` is at ("+" when its files differ from it), or "" outside git."""
+    def git(*args: str) -> str:
+        r = subprocess.run(["git", "-C", str(checkout), *args], capture_output=True, text=True)
+        return r.stdout.strip() if r.returncode == 0 else ""
+    head = git("rev-parse", "HEAD")
+    return head + ("+" if head and git("status", "--porcelain", "--untracked-files=no") else "")
 
 
 def main(argv=None) -> int:
@@ -45,6 +58,9 @@ def main(argv=None) -> int:
     args = p.parse_args(own)
     if args.rounds < 1:
         p.error(f"--rounds must be >= 1, got {args.rounds}")
+    own_flags = [f for f in shared if f.split("=")[0] in ("--json", "--devices", "--repeats", "--plot")]
+    if own_flags:
+        p.error(f"{own_flags[0].split('=')[0]} after --: this script sets it for both runs (give --json before --)")
     a, b = args.a.resolve(), args.b.resolve()
     for name, path in (("--a", a), ("--b", b)):
         if not (path / "scripts" / "benchmark_train.py").is_file():
@@ -60,8 +76,8 @@ def main(argv=None) -> int:
     ratio = statistics.median(x["b_over_a"] for x in rows)
     print(f"median B/A over {len(rows)} rounds: {ratio:.3f}")
     if args.json:
-        report = {"a": str(a), "b": str(b), "shared_args": shared, "omp_num_threads": os.environ.get("OMP_NUM_THREADS",
-                                                                                                      "1"),
+        report = {"a": str(a), "b": str(b), "a_commit": commit_of(a), "b_commit": commit_of(b),
+                  "shared_args": shared, "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "1"),
                   "loadavg_before": load_before, "loadavg_after": os.getloadavg(), "when": time.strftime("%Y-%m-%d"),
                   "rounds": rows, "median_b_over_a": ratio}
         args.json.parent.mkdir(parents=True, exist_ok=True)

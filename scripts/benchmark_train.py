@@ -97,12 +97,14 @@ def train_worker(spec: dict, conn) -> None:
 
 def run_worker(spec: dict, conn) -> None:
     """A benchmark process: `train_worker`, its error sent to the orchestrator, which stops with it (the traceback
-    stays in this process)."""
+    of an error other than bad input stays in this process)."""
     try:
         train_worker(spec, conn)
     except Exception as e:
+        from nmt.commands import user_errors
         conn.send({"error": f"{type(e).__name__}: {e}"})
-        raise
+        if not isinstance(e, user_errors()):   # (a missing corpus: its one line, as the orchestrator says it)
+            raise
 
 
 def run_interleaved(specs: List[dict]) -> List[dict]:
@@ -122,7 +124,9 @@ def run_interleaved(specs: List[dict]) -> List[dict]:
             conns[i].send(msg)
             reply = conns[i].recv()
             if "error" in reply:
-                raise SystemExit(f"error: benchmark worker for {specs[i]['num_devices']} device(s): {reply['error']}")
+                archs = [s["model"].get("arch", "lstm") for s in specs]   # (benchmark_arch's workers: one each)
+                which = archs[i] if len(set(archs)) > 1 else f"{specs[i]['num_devices']} device(s)"
+                raise SystemExit(f"error: benchmark worker for {which}: {reply['error']}")
             return reply
 
         for i in range(len(specs)):

@@ -39,6 +39,26 @@ def test_benchmark_ab_refuses_no_rounds(monkeypatch, capsys):
     assert "--rounds must be >= 1, got 0" in capsys.readouterr().err
 
 
+def test_benchmark_ab_runs_both_where_it_runs_and_keeps_its_own_flags(monkeypatch, capsys, tmp_path):
+    """`-- --data-dir data` was looked up in each checkout (the worker's traceback, then benchmark_ab's), and `-- --json
+    out.json` went into checkout A, then a FileNotFoundError: relative paths are the caller's, --json is refused after
+    --, and a failing run is one line naming it. Each checkout's commit is recorded."""
+    import subprocess
+    import sys
+    bench = _script(monkeypatch, "benchmark_ab")
+    with pytest.raises(SystemExit):
+        bench.main(["--a", str(REPO), "--b", str(REPO), "--", "--json", "x.json"])
+    assert "--json after --: this script sets it for both runs" in capsys.readouterr().err
+    p = subprocess.run([sys.executable, REPO / "scripts" / "benchmark_ab.py", "--a", str(REPO), "--b", str(REPO),
+                        "--rounds", "1", "--", "--data-dir", "data"], capture_output=True, text=True, timeout=300,
+                       cwd=tmp_path)
+    assert p.returncode == 1 and f"--data-dir {tmp_path / 'data'}: no such directory" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr   # (the worker's, and benchmark_ab's CalledProcessError)
+    assert p.stderr.splitlines()[-1] == f"error: {REPO / 'scripts' / 'benchmark_train.py'} failed (exit 1; its " \
+        "error is above)"
+    assert bench.commit_of(tmp_path) == "" and len(bench.commit_of(REPO).rstrip("+")) in (0, 40)
+
+
 def test_benchmark_data_refuses_bad_arguments_and_names_bad_data_in_one_line(monkeypatch, capsys, tmp_path):
     """--repeats 0 was statistics.median of nothing; --synthetic-pairs 0 ran the recipe's benchmark instead; an
     unknown recipe or a missing --data-dir were tracebacks."""
