@@ -59,15 +59,25 @@ def _parser() -> argparse.ArgumentParser:
                    help="training consumption to compare with (source+target tokens/s)")
     p.add_argument("--json", type=Path, help="write the figures to this JSON file (with --synthetic-pairs, by "
                                              "default results/benchmark_data.json, which docs/performance.md cites)")
-    p.add_argument("--synthetic-pairs", type=number(int, 1000), help="measure the pipeline at scale on N synthetic pairs")
+    p.add_argument("--synthetic-pairs", type=number(int, 1000),
+                   help="measure the pipeline at scale on N synthetic pairs")
     p.add_argument("--work-dir", type=Path, default=Path(tempfile.gettempdir()) / "nmt-bench-data",
                    help="where --synthetic-pairs keeps its corpus (reused across runs) and tokenizers")
     return p
 
 
+RECIPE_ONLY = ("--data-dir", "--recipe", "--src", "--tgt", "--repeats", "--train-tokens-per-s")   # (not at scale)
+
+
 def main(argv=None) -> int:
-    args = _parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    p = _parser()
+    args = p.parse_args(argv)
     if args.synthetic_pairs:
+        unread = [f for f in RECIPE_ONLY if any(a == f or a.startswith(f + "=") for a in argv)]
+        if unread:   # (they were ignored without a word)
+            p.error(f"{unread[0]} is a setting of the recipe's benchmark, not of --synthetic-pairs, which reads its "
+                    "own synthetic corpus once: leave it out")
         return at_scale(args)
 
     cfg = DataConfig(recipe=args.recipe, src_lang=args.src, tgt_lang=args.tgt, data_dir=args.data_dir,
