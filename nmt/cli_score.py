@@ -3,6 +3,7 @@ the flags and outputs it shares with the other decoding commands are in `nmt.cli
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 
@@ -12,7 +13,9 @@ from nmt.cli_io import (add_model_decode_args, check_languages_of, load_translat
 from nmt.commands import Once, command, file_arg, nonempty, usable_streams
 
 # Flags of nmt-score: how a translation is scored and batched (the search's flags do not apply).
-SCORE_FLAGS = [f for f in DECODE_FLAGS if f.flag in ("--length-penalty", "--decode-batch-size", "--max-input-tokens")]
+SCORE_FLAGS = [f if f.flag != "--max-input-tokens" else dataclasses.replace(
+    f, help="longer source sentences are truncated with a warning; a longer translation is an error naming its line")
+    for f in DECODE_FLAGS if f.flag in ("--length-penalty", "--decode-batch-size", "--max-input-tokens")]
 
 
 def build_score_parser() -> argparse.ArgumentParser:

@@ -746,3 +746,14 @@ def test_every_flag_is_the_one_its_config_key_names():
     flags = {(f.section, f.field): f.flag for _, group in GROUPS for f in group if not f.negate}
     assert {key: flag_name(*key) for key in flags} == flags
     assert set(FLAG_NAMES) <= set(flags)
+
+
+def test_nmt_score_help_says_what_a_long_translation_gets():
+    """nmt-score's --help said "longer inputs are truncated with a warning", the help of nmt-translate's flag, where a
+    translation longer than that is an error naming its line (docs/translation.md)."""
+    from nmt.cli_decode import build_translate_parser
+    from nmt.cli_score import build_score_parser
+    score = " ".join(build_score_parser().format_help().split())
+    assert "longer source sentences are truncated with a warning; a longer translation is an error naming its " \
+        "line" in score
+    assert "longer inputs are truncated with a warning" in " ".join(build_translate_parser().format_help().split())
