@@ -7,7 +7,8 @@ Every model this module writes shares one convention, checked again on load:
 * no SentencePiece normalization (``identity``) and whitespace kept as is. Text is NFC-normalized in Python
   instead, so ``decode(encode(x)) == unicodedata.normalize("NFC", x)`` for any string, Hangul, Hanja and emoji
   included, but for U+2581 (``▁``), SentencePiece's own mark of a word's start, which it reads as a space in any
-  text. (SentencePiece's default NFKC would rewrite full-width forms, compatibility Hanja, circled digits ...)
+  text. (SentencePiece's default NFKC would rewrite full-width forms, circled digits ...; NFC, like NFKC, maps
+  the CJK compatibility ideographs of KS X 1001 text, U+F900-U+FAFF, to their unified forms)
 
 Models live in the model directory as ``spm.<lang>.model`` / ``spm.<lang>.vocab``, or, with ``--shared-vocab``,
 as one ``spm.joint.model`` trained on both languages' text that serves as source and target tokenizer (same ids).
