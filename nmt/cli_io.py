@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Iterator
 
-from nmt.cli import DECODE_FLAGS
+from nmt.flags import DECODE_FLAGS
 from nmt.commands import Once, nonempty
 from nmt.config import Config, ConfigError
 

@@ -7,7 +7,7 @@ import dataclasses
 import json
 import logging
 
-from nmt.cli import DECODE_FLAGS
+from nmt.flags import DECODE_FLAGS
 from nmt.cli_io import (add_model_decode_args, check_languages_of, load_translator, misaligned, open_output,
                         output_errors, reader_gone, refuse_overwriting)
 from nmt.commands import Once, command, file_arg, nonempty, usable_streams

@@ -131,6 +131,9 @@ class DataConfig:
                      else "BPE-dropout rate, 0.1 is usual") + f"), got {self.subword_sampling}")])
 
 
+ATTENTION_TYPES = ("dot", "general", "mlp")   # the LSTM's attention scores (nmt.models.lstm), which --attention offers
+
+
 @dataclass
 class ModelConfig:
     arch: str = "lstm"                   # architecture (nmt.models registry): the model class built from this config

@@ -261,7 +261,7 @@ def other_decoding(translator: Translator) -> str:
     """Why `translator`'s scores may not be recorded in scores.json: the decoding settings (but UNSCORED_DECODE) in
     which it decodes otherwise than its model's saved decode config, by flag, with the saved values; "" when it
     decodes as saved (or has no saved config)."""
-    from nmt.cli import DECODE_FLAGS
+    from nmt.flags import DECODE_FLAGS
     saved = getattr(getattr(translator, "config", None), "decode", None)
     if saved is None:
         return ""

@@ -20,13 +20,12 @@ import mxnet as mx
 from mxnet import gluon
 from mxnet.gluon import nn
 
-from nmt.config import ConfigError, ModelConfig
+from nmt.config import ATTENTION_TYPES, ConfigError, ModelConfig
 from nmt.models import register
 from nmt.models.base import (MIN_VOCAB, DecoderState, Seq2SeqModel, array_module, check_model_size, fold_beams,
                              length_mask, param_like)
 from nmt.models.lstm_layers import Encoder, FusedLSTM, tanh, word_dropout
 
-ATTENTION_TYPES = ("dot", "general", "mlp")
 # Added to attention scores of padded source positions: exp() of it underflows to exactly 0 in
 # float32, so padding gets zero weight and zero gradient (unlike -inf, it never makes NaN).
 _MASK_VALUE = -1e9

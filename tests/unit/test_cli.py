@@ -741,7 +741,7 @@ def test_a_config_files_recipe_on_resume_of_a_run_on_files_is_refused(tmp_path):
 def test_every_flag_is_the_one_its_config_key_names():
     """A --config file's bad value is named by its key where the error names the key's flag (`config.flag_name`): a
     flag renamed here and not there would leave its key unnamed again."""
-    from nmt.cli import GROUPS
+    from nmt.flags import GROUPS
     from nmt.config import FLAG_NAMES, flag_name
     flags = {(f.section, f.field): f.flag for _, group in GROUPS for f in group if not f.negate}
     assert {key: flag_name(*key) for key in flags} == flags

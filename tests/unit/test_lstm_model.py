@@ -6,7 +6,7 @@ import pytest
 from mxnet import autograd, gluon, nd
 from mxnet.gluon import rnn
 
-from nmt.config import ConfigError, ModelConfig
+from nmt.config import ATTENTION_TYPES, ConfigError, ModelConfig
 from nmt.loss import Seq2SeqLoss
 from nmt.models import build_model
 from nmt.models.lstm import LSTMModel, LSTMState, count_flops_per_token
@@ -14,7 +14,7 @@ from nmt.models.lstm_layers import FusedLSTM, piece_ranges
 
 SRC_V, TGT_V = 30, 31  # different sizes catch swapped vocabularies
 # "+lex": with the lexical model (its source embeddings ride in the memory after the values and mlp keys)
-ATTENTIONS = ["dot", "general", "mlp", "dot+lex", "mlp+lex"]
+ATTENTIONS = [*ATTENTION_TYPES, "dot+lex", "mlp+lex"]   # (a new score type is tested as it is added)
 
 
 def make_model(attention="dot", num_layers=2, tie=False, seed=1, embed=16, hidden=16):
