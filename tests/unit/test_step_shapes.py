@@ -36,6 +36,27 @@ def test_fixed_step_shapes_is_what_step_does(arch):
     assert all(kept) == model.fixed_step_shapes, (arch, kept)
 
 
+@pytest.mark.parametrize("arch", ARCHS)
+def test_every_source_field_that_runs_over_source_positions_is_named(arch):
+    """A state class that left its encoder memory out of `source_position_fields` decoded alone and passed the step
+    tests, and an ensemble of it with an LSTM crashed with an MXNetError ("Incompatible attr ... expected [18,10],
+    got [18,16]") once the search cut the positions of a done long sentence: its attention kept the old width."""
+    model, positions = _model(arch), 11   # (a length no tiny model's other sizes have)
+    src = mx.nd.array((np.arange(3 * positions).reshape(3, positions) % 25) + 3)
+    state = model.init_state(model.encode(src, mx.nd.array([positions, 7, 4])))
+    cls = type(state)
+
+    def arrays(value):
+        return [a for v in value for a in arrays(v)] if isinstance(value, tuple) else [] if value is None else [value]
+    for name in cls.source_fields:
+        for a in arrays(getattr(state, name)):
+            axes = [i for i, n in enumerate(a.shape) if n == positions]
+            named = name in cls.source_position_fields
+            assert (axes == [cls.source_position_axis]) if named else not axes, \
+                f"{cls.__name__}.{name} {a.shape}: source positions on axis {axes}, source_position_fields " \
+                f"{cls.source_position_fields} on axis {cls.source_position_axis}"
+
+
 def test_an_ensemble_has_fixed_step_shapes_only_if_every_member_has():
     lstm, transformer = _model("lstm"), _model("transformer", 1)
     assert Ensemble([lstm, _model("lstm", 2)]).fixed_step_shapes
