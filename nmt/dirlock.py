@@ -46,8 +46,15 @@ class ModelDirLock:
             os.close(fd)
             raise ModelDirLocked(self._refusal()) from None
         holder = {"host": socket.gethostname(), "pid": os.getpid(), "since": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, (json.dumps(holder) + "\n").encode("utf-8"), 0)
+        data = (json.dumps(holder) + "\n").encode("utf-8")
+        try:
+            with guarded_write(self.path, len(data)):   # (a full disk as a run starts: a traceback, an empty lock)
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, data, 0)
+        except BaseException:
+            self.path.unlink(missing_ok=True)   # ours (locked): nobody else's to lose
+            os.close(fd)
+            raise
         self._fd = fd
         return self
 

@@ -180,3 +180,19 @@ def test_a_run_set_aside_by_a_killed_overwrite_is_named_not_deleted(tmp_path, ta
         assert train_main(train_cmd(task, tmp_path / "tuned", "--init-from", str(init))[2:]) == 2
         assert f"error: --init-from {init}: {says}\n" == capsys.readouterr().err
     assert sorted(p.name for p in aside.iterdir()) == kept
+
+
+def test_a_full_disk_as_the_lock_is_written_is_one_line_and_leaves_no_lock(tmp_path, monkeypatch):
+    """A disk full as a run started (new, --resume, --dry-run): a traceback of os.pwrite, exit 1, and an empty
+    train.lock left behind."""
+    import errno
+    from nmt import dirlock
+    from nmt.storage import StorageError
+
+    def full(*args):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(dirlock.os, "pwrite", full)
+    with pytest.raises(StorageError, match=rf"^cannot write {tmp_path / 'train.lock'}: No space left on device "
+                                           r"\[errno ENOSPC\]; .* free, about \d+ bytes needed"):
+        dirlock.ModelDirLock(tmp_path).acquire()
+    assert not (tmp_path / "train.lock").exists()
