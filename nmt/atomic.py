@@ -10,7 +10,7 @@ import errno
 import os
 import secrets
 from pathlib import Path
-from typing import IO, Iterator, Union
+from typing import IO, Iterator, Optional, Union
 
 from nmt.storage import StorageError, is_fixable, write_failure
 
@@ -65,11 +65,12 @@ def _cannot_write(path: Path, e: OSError, what: str) -> StorageError:
 
 
 @contextlib.contextmanager
-def atomic_open(path: PathLike, mode: str = "wb", encoding: str = None) -> Iterator[IO]:
+def atomic_open(path: PathLike, mode: str = "wb", encoding: str = None, size: Optional[int] = None) -> Iterator[IO]:
     """Open a temporary sibling of `path` for writing; on success it replaces `path` atomically. A symbolic link
     stays: the file it points to is replaced. A path that exists and is neither a regular file nor a directory (a
     device such as /dev/stdout, a named pipe) is not replaced but written to as it is. A `path` that is a directory,
-    or where no file can be created, is a StorageError naming it."""
+    or where no file can be created, is a StorageError naming it; `size`, the bytes to be written if known, is the
+    room a full disk's error asks for."""
     path = Path(path)
     if path.exists() and not path.is_file() and not path.is_dir():   # (through links: /dev/stdout, a pipe of a shell)
         try:
@@ -92,27 +93,26 @@ def atomic_open(path: PathLike, mode: str = "wb", encoding: str = None) -> Itera
         os.replace(tmp, path)
         fsync_dir(path.parent)
     except BaseException as e:
-        written = os.path.getsize(tmp) if os.path.exists(tmp) else 0
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        if is_fixable(e):   # full disk, no permission, read-only: one clear error naming the file
-            raise write_failure(path, e, written + 1) from None
+        if is_fixable(e):   # full disk, no permission, read-only: one clear error naming the file (and the room
+            raise write_failure(path, e, size) from None   # it needs, not the bytes written before the disk filled)
         raise
 
 
 def atomic_write_bytes(path: PathLike, data: bytes) -> None:
-    with atomic_open(path, "wb") as f:
+    with atomic_open(path, "wb", size=len(data)) as f:
         f.write(data)
 
 
 def atomic_write_text(path: PathLike, text: str) -> None:
-    with atomic_open(path, "w", encoding="utf-8") as f:
+    with atomic_open(path, "w", encoding="utf-8", size=len(text.encode("utf-8"))) as f:
         f.write(text)
 
 
 def atomic_copy(src: PathLike, dst: PathLike) -> None:
     """Copy a file atomically (used to publish a finished temporary file, e.g. a SentencePiece model)."""
-    with open(src, "rb") as fin, atomic_open(dst, "wb") as fout:
+    with open(src, "rb") as fin, atomic_open(dst, "wb", size=os.path.getsize(src)) as fout:
         while True:
             chunk = fin.read(1 << 20)
             if not chunk:

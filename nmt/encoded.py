@@ -128,7 +128,7 @@ def _save(cache_dir: Path, key: str, side: str, flat: FlatIds) -> None:
     """Ids first, offsets last (each atomic): a cache entry with its offsets file is complete."""
     ids_path, off_path = _paths(cache_dir, key, side)
     for path, arr in ((ids_path, flat.ids), (off_path, flat.offsets)):
-        with atomic_open(path, "wb") as f:
+        with atomic_open(path, "wb", size=arr.nbytes) as f:
             np.save(f, arr)
 
 

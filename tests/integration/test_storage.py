@@ -104,6 +104,16 @@ def test_metrics_row_on_a_full_disk(tmp_path, monkeypatch):
         MetricsWriter(tmp_path / ckpt.METRICS).write({"step": 1, "dev_bleu": 1.0})
 
 
+def test_a_full_disk_asks_for_the_files_size_not_what_was_written(small_disk, tmp_path):
+    """"236.0 KiB free, about 236.0 KiB needed" for a 515 KiB file: the room asked for was the bytes written before
+    the disk filled, which the temporary file's removal gives back, so the message said there was room."""
+    from nmt.atomic import atomic_write_bytes
+    disk, data = small_disk("256k"), os.urandom(400_000)
+    with pytest.raises(StorageError, match=r"big: No space left on device \[errno ENOSPC\]; .* free, about 390\.6 "
+                                           r"KiB needed"):
+        atomic_write_bytes(disk / "big", data)
+
+
 @pytest.mark.parametrize("variant", ["tmpfs", "injected"])
 def test_tokenizer_save_on_a_full_disk(small_disk, tmp_path, monkeypatch, variant):
     lines = [ko for ko, _ in make_pairs(400, seed=1)]
