@@ -281,7 +281,7 @@ def _own_name(name: str, args: argparse.Namespace, cfg) -> None:
 def evaluate_main(args: argparse.Namespace) -> int:
     import gzip
     from nmt.atomic import atomic_write_bytes, atomic_write_text
-    from nmt.scoring import cannot_record, other_decoding, read_scores, replaced
+    from nmt.scoring import cannot_record, other_decoding, read_scores
     from nmt.textfile import output_opener
     usable_streams([f for f in (args.src_file, *(args.ref_file or ())) if f not in (None, "-")],
                    ["-", *([args.json] if args.json not in (None, "-") else [])])   # (the report; --json FILE)
@@ -313,8 +313,8 @@ def evaluate_main(args: argparse.Namespace) -> int:
             # settings than the model's: their scores must not replace the set's own in scores.json
             part = 0 < args.max_sentences < len(pairs.src)
             save = not (args.no_save or readonly or other or part or args.prefix_words)
-            recorded += [name] if save else []
             results[name], lines = _evaluate_set(args, tr, name, pairs, more_refs, save, hyp_files.get(name))
+            recorded += [name] if save and "not_recorded" not in results[name] else []   # (a full disk)
             gone = gone or not _printed(lines)
         report = {"model_dir": str(tr.model_dir.resolve()), "checkpoint": tr.checkpoint, "results": results}
         if args.json == "-":
@@ -327,6 +327,14 @@ def evaluate_main(args: argparse.Namespace) -> int:
             atomic_write_text(args.json, text)
     if gone:
         return reader_gone()
+    _say_recorded(args, tr, tests, results, recorded, [readonly, other])
+    return 0
+
+
+def _say_recorded(args, tr, tests: dict, results: dict, recorded: List[str], why: List[str]) -> None:
+    """Say on stderr whether the sets' scores are in scores.json, and why not (`why`: a directory not writable,
+    other decoding settings; more found here)."""
+    from nmt.scoring import replaced
     replaced_since = not args.no_save and replaced(tr)   # (each set's scores were not recorded then, with a warning)
     recorded = [] if replaced_since else recorded
     if recorded:
@@ -334,10 +342,10 @@ def evaluate_main(args: argparse.Namespace) -> int:
     if len(recorded) < len(tests) and not args.no_save:
         part = any(0 < args.max_sentences < len(pairs.src) for pairs, _ in tests.values())
         why = [f"translations given the references' first words (--prefix-words {args.prefix_words})"
-               if args.prefix_words else "", readonly, other, replaced_since,
+               if args.prefix_words else "", *why, replaced_since,
+               *{r["not_recorded"] for r in results.values() if "not_recorded" in r},   # (a full disk)
                f"the scores of part of a set (--max-sentences {args.max_sentences})" if part else ""]
         print(f"not recorded in {tr.model_dir / 'scores.json'}: {'; '.join(w for w in why if w)}", file=sys.stderr)
-    return 0
 
 
 def _printed(lines: List[str]) -> bool:

@@ -22,6 +22,7 @@ from nmt.config import Config, ConfigError, DataConfig
 from nmt.corpus import Pairs, read_lines
 from nmt.evaluate import Scores, score
 from nmt.interactive import next_word_accuracy, reference_prefixes, word_strokes
+from nmt.storage import StorageError
 from nmt.translate import SOURCE, Translator
 
 logger = logging.getLogger("nmt.evaluate")
@@ -78,12 +79,23 @@ def score_test_set(translator: Translator, name: str, pairs: Pairs, *, max_sente
     why = [other_decoding(translator), replaced(translator),
            f"the scores of part of a set ({n} of {len(pairs.src)} sentences)" if n < len(pairs.src) else "",
            f"translations given the references' first words (prefix_words {prefix_words})" if prefix_words else ""]
-    other = "; ".join(w for w in why if w) if save and translator.model_dir else ""
-    if other:   # (nmt-evaluate says so itself, and passes save=False)
-        logger.warning("%s: not recorded in %s: %s", name, translator.model_dir / ckpt.SCORES, other)
-    elif save and translator.model_dir:
-        record_scores(translator.model_dir, name, key, entry)
+    if save and translator.model_dir:
+        _record(translator.model_dir, name, key, entry, "; ".join(w for w in why if w))
     return entry, hyps, sc
+
+
+def _record(model_dir: Path, name: str, key: str, entry: Dict[str, object], other: str) -> None:
+    """Record `entry` unless `other` says why it is not the set's (warned; nmt-evaluate says so itself, and passes
+    save=False); a full disk is warned of and noted in the entry ("not_recorded"): the scores made are still printed,
+    and kept by nmt-evaluate's --json."""
+    if other:
+        logger.warning("%s: not recorded in %s: %s", name, model_dir / ckpt.SCORES, other)
+        return
+    try:
+        record_scores(model_dir, name, key, entry)
+    except StorageError as e:
+        logger.warning("%s: not recorded: %s", name, e)
+        entry["not_recorded"] = str(e)
 
 
 def _scores_key(translator: Translator, params_file: Optional[str]) -> str:

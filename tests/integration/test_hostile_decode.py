@@ -229,6 +229,28 @@ def test_a_model_directory_that_cannot_be_written_is_still_evaluated(model_dir, 
     assert after == before
 
 
+def test_a_full_disk_at_scores_json_still_prints_and_keeps_the_scores(model_dir, test_files, tmp_path, capsys,
+                                                                      monkeypatch):
+    """The model directory's disk full: nmt-evaluate translated the whole set, then printed only the error of
+    scores.json (exit 2): no BLEU, no --json report, an empty --hyp-dir; training's test scoring died the same way.
+    As for a directory it cannot write: the scores are printed and kept, with a word on why they are not recorded."""
+    import errno
+    import nmt.scoring
+    from nmt.storage import write_failure
+
+    def full(path, text):
+        raise write_failure(path, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), len(text))
+    monkeypatch.setattr(nmt.scoring, "atomic_write_text", full)
+    src, ref = test_files
+    scores, report = Path(model_dir) / "scores.json", tmp_path / "report.json"
+    code, out, err = run(evaluate_main, ["--model-dir", model_dir, "--src-file", src, "--ref-file", ref, "--json",
+                                         report, "--hyp-dir", tmp_path / "hyp"], capsys)
+    assert code == 0 and "BLEU" in out and "bleu" in json.loads(report.read_text())["results"][str(Path(src))], err
+    assert list((tmp_path / "hyp").iterdir())
+    assert f"not recorded in {scores}: cannot write {scores}: No space left on device [errno ENOSPC]" in err
+    assert "scores recorded in" not in err
+
+
 def test_a_lone_surrogate_in_json_input_names_the_line_and_field(model_dir, tmp_path, capsys):
     path = tmp_path / "in.jsonl"
     path.write_text('{"text": "리 니"}\n{"text": "리 \\ud800니"}\n', encoding="utf-8")
