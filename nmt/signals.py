@@ -30,10 +30,10 @@ def _handling(signals, handler: Callable) -> Iterator[None]:
 
 def checkpoint_on_signal(trainer) -> contextlib.AbstractContextManager:
     """SIGINT/SIGTERM set `trainer.signal_name`; the loop saves a checkpoint after the current update and exits
-    cleanly. A second signal stops at once (KeyboardInterrupt)."""
+    cleanly. A second signal stops at once (KeyboardInterrupt; a SIGTERM's is `Terminated`, exit code 143)."""
     def handler(signum, _frame):
         if trainer.signal_name:       # second signal: stop at once
-            raise KeyboardInterrupt
+            raise Terminated(signum) if signum != signal.SIGINT else KeyboardInterrupt
         trainer.signal_name = signal.Signals(signum).name
         logger.warning("%s received: saving a checkpoint after this update, then stopping "
                        "(send it again to stop at once)", trainer.signal_name)

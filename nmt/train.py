@@ -369,7 +369,12 @@ def run_training(cfg: Config, resume: bool = False, overwrite: bool = False, eva
         raise
     lock, trainer.lock = trainer.lock, None   # held until the test scores are in scores.json, not as fit() ends
     try:
-        state, scores, averages = trainer.fit(), {}, {}
+        try:
+            state, scores, averages = trainer.fit(), {}, {}
+        except KeyboardInterrupt:   # a second signal: no checkpoint of the stop
+            logger.warning("stopped at once at step %d: --resume continues from the newest intact checkpoint",
+                           trainer.state.step)
+            raise
         interrupted = state.stopped if state.stopped in _INTERRUPTS else trainer.signal_name   # also in the last step
         if evaluate and trainer.is_chief and not interrupted and trainer.data.splits.tests:
             try:

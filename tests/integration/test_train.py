@@ -418,6 +418,25 @@ def test_sigterm_outside_the_training_loop_is_an_interruption(tmp_path, task, mo
     assert "SIGTERM received: stopping" in (tmp_path / "a" / ckpt.LOG).read_text()
 
 
+def test_a_second_sigterm_stops_at_once_with_sigterms_exit_code():
+    """A second SIGTERM (while the first one's checkpoint was being written) raised a plain KeyboardInterrupt: exit
+    code 130, Ctrl-C's, which a cluster reads as an interactive interruption (training.md: 130/143)."""
+    from types import SimpleNamespace
+    from nmt.commands import Terminated
+    from nmt.signals import checkpoint_on_signal
+    trainer = SimpleNamespace(signal_name="")
+    with pytest.raises(Terminated) as e, checkpoint_on_signal(trainer):
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert trainer.signal_name == "SIGTERM"
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(1)   # (the handler raises here)
+    assert e.value.exit_code == 143
+    with pytest.raises(KeyboardInterrupt) as e, checkpoint_on_signal(SimpleNamespace(signal_name="SIGINT")):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(1)
+    assert not isinstance(e.value, Terminated)
+
+
 def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path, task):
     model_dir = tmp_path / "sig"
     cmd = [sys.executable, str(REPO / "scripts" / "train.py"),
