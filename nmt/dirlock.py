@@ -208,8 +208,11 @@ def check_model_dir(model_dir: Path, resume: bool, overwrite: bool, inputs: Opti
                                   "started with, which that file holds; restore it (or train into a new --model-dir)")
         return
     if held and not overwrite:
-        raise CheckpointError(f"--model-dir {model_dir} already exists and is not empty; pass --resume to "
-                              "continue its training, --overwrite to delete it and start over, or another --model-dir")
+        unsaved = (CONFIG in held or LOG in held) and STATE not in held and not manifest.step_keys(model_dir)
+        raise CheckpointError(f"--model-dir {model_dir} already exists and is not empty; " + (
+            "it holds a run that stopped before its first checkpoint (nothing to --resume): pass --overwrite to "
+            "delete it and start over, or give another --model-dir" if unsaved else "pass --resume to continue its "
+            "training, --overwrite to delete it and start over, or another --model-dir"))
     if held:
         _check_overwrite(model_dir, held, inputs or {})
 

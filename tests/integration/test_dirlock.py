@@ -196,3 +196,17 @@ def test_a_full_disk_as_the_lock_is_written_is_one_line_and_leaves_no_lock(tmp_p
                                            r"\[errno ENOSPC\]; .* free, about \d+ bytes needed"):
         dirlock.ModelDirLock(tmp_path).acquire()
     assert not (tmp_path / "train.lock").exists()
+
+
+def test_a_run_killed_before_its_first_checkpoint_is_told_to_overwrite_not_resume(tmp_path, task, capsys):
+    """Killed (or stopped by a full disk) before its first checkpoint, the same command again was told to pass
+    --resume, which then refused: nothing to resume, start again with --overwrite."""
+    from nmt.cli import train_main
+    d = tmp_path / "k9"
+    d.mkdir()
+    (d / ckpt.CONFIG).write_text("{}")   # as a run killed before its first checkpoint leaves it
+    (d / ckpt.LOG).write_text("")
+    assert train_main(train_cmd(task, d)[2:]) == 2
+    err = capsys.readouterr().err
+    assert "it holds a run that stopped before its first checkpoint (nothing to --resume): pass --overwrite" in err
+    assert "pass --resume" not in err
