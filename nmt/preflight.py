@@ -46,11 +46,16 @@ def check_search_widths(cfg: Config, tgt_vocab: int) -> None:
             raise ConfigError(why)
 
 
-def check_checkpoint_room(cfg: Config, net) -> int:
-    """StorageError unless the model directory has room for `checkpoint_bytes`; returns that figure."""
+def check_checkpoint_room(cfg: Config, net, no_update: bool = False) -> int:
+    """StorageError unless the model directory has room for `checkpoint_bytes`; returns that figure. `no_update`: a
+    resume of a run at its limit, which writes no checkpoint (at most params.avg, with --average-last)."""
     t, model_dir = cfg.train, Path(cfg.train.model_dir)
     needed = checkpoint_bytes(cfg, net)
     params = 4 * parameter_count(net)   # bytes of one parameter file (float32)
+    if no_update:
+        check_room(model_dir, params * bool(t.average_last) + (1 << 20), ("params.avg and the small files beside it"
+                   if t.average_last else "the small files") + " of a resume at the run's limit (no update)")
+        return needed
     per = 3 * params
     # a resumed run's checkpoints are there already: new ones take their place as they are pruned
     there = sum(f.stat().st_size for pattern in ("params.*", "trainer.*.states") for f in model_dir.glob(pattern)
@@ -137,7 +142,7 @@ def dry_run(cfg: Config, resume: bool = False, overwrite: bool = False, init: Op
         resumed = model_dir / ckpt.params_file(report.get("resume_step") or 0)
         if resume and resumed.is_file():   # the checkpoint a resume starts from fits the model config.json describes
             ckpt.load_parameters(net, resumed, ctxs[0], model_dir / ckpt.CONFIG)
-    needed = check_checkpoint_room(cfg, net)
+    needed = check_checkpoint_room(cfg, net, no_update=bool(report.get("limit_reached")))
     report.update({
         "train_pairs": len(data.encoded.train_src), "dev_pairs": len(data.encoded.dev_src),
         "tests": {k: len(v.src) for k, v in data.splits.tests.items()},

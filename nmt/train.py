@@ -313,7 +313,7 @@ def _create_locked(cfg: Config, resume: bool, overwrite: bool, ctxs, kv, workers
         net.initialize(mx.init.Xavier(magnitude=2.24), ctx=ctxs)
         net.hybridize(static_alloc=True)
         if workers.is_chief:
-            check_checkpoint_room(cfg, net)
+            check_checkpoint_room(cfg, net, no_update=resume and bool(state.limit_reached(t)))
     optimizer = build_optimizer(cfg.optim, net.collect_params(), kv)
     if resume:
         restore(model_dir, net, optimizer, data, state, workers, ctxs)

@@ -245,6 +245,29 @@ def test_a_resume_needs_room_only_beyond_the_checkpoints_already_there(tmp_path,
         preflight.check_checkpoint_room(cfg, net)
 
 
+def test_a_resume_at_its_limit_needs_room_only_for_the_average(tmp_path, monkeypatch):
+    """`--resume --average-last 3` of a run at its --max-steps was refused for the room of --keep-last checkpoints
+    it would never write; it makes no update, and writes params.avg alone."""
+    from nmt.cli import train_main
+    from nmt.config import Config
+    from nmt.models import build_model
+    from nmt.preflight import check_checkpoint_room, parameter_count
+    args = checkpoint_every_2(tmp_path, 6)
+    assert train_main(args) == 0
+    cfg = Config.load(tmp_path / "m" / ckpt.CONFIG)
+    net = build_model(cfg.model, 400, 400)
+    net.initialize()
+    avg = 4 * parameter_count(net) + (1 << 20)   # params.avg and the small files
+    monkeypatch.setattr(storage, "free_bytes", lambda path: avg + 1000)
+    assert train_main(["--model-dir", str(tmp_path / "m"), "--resume", "--average-last", "3", "--no-progress",
+                       "--no-eval"]) == 0
+    assert (tmp_path / "m" / ckpt.PARAMS_AVG).is_file()
+    monkeypatch.setattr(storage, "free_bytes", lambda path: 1000)
+    cfg.train.average_last = 3
+    with pytest.raises(StorageError, match=r"params\.avg and the small files beside it of a resume at the run's limit"):
+        check_checkpoint_room(cfg, net, no_update=True)
+
+
 def test_a_parameter_file_cut_short_without_an_error_is_not_kept(tmp_path, capsys, monkeypatch):
     """On a nearly full disk MXNet's stream wrote params.best short and reported nothing: it was renamed into place,
     its manifest hashed the cut file, the run exited 0, and nmt-translate then failed on it."""
