@@ -200,7 +200,7 @@ def _test_sets(args: argparse.Namespace, tr) -> Dict[str, Tuple[Any, List[List[s
     set)."""
     from nmt.corpus import Pairs, drop_blank_ends, read_lines
     from nmt.evaluate import korean_bleu
-    from nmt.scoring import model_dev_set, recipe_tests
+    from nmt.scoring import check_set_name, model_dev_set, recipe_tests
     if tr.tgt_lang == "ko":   # Korean output's scorer, before the translating it would end
         korean_bleu()
     files = bool(args.src_file or args.ref_file)
@@ -236,7 +236,8 @@ def _test_sets(args: argparse.Namespace, tr) -> Dict[str, Tuple[Any, List[List[s
             raise misaligned(args.src_file, src, "--ref-file", path, ref, "the references", "the source")
         check_languages_of(tr, src, ref, f"--src-file {args.src_file}", f"--ref-file {path}")
     name = args.name or str(Path(args.src_file).resolve())
-    _own_name(name, args, tr.config)
+    if not args.no_save:   # (else nothing is recorded: the name only labels the report and the --hyp-dir files)
+        check_set_name(name, args.src_file, args.ref_file, tr.config)
     return {name: (Pairs(src, refs[0], name), refs[1:])}
 
 
@@ -256,25 +257,6 @@ def _validated_on(model_dir: Path, dev) -> None:
                           "on: its training or dev files have changed since (edited, appended to or replaced), so "
                           "their scores would not be its dev scores and may count pairs it trained on; score files "
                           "with --src-file and --ref-file instead")
-
-
-def _own_name(name: str, args: argparse.Namespace, cfg) -> None:
-    """ConfigError when --name is that of one of the model's own sets (its recipe's test sets, "test", "dev") but the
-    files are not that set's: their scores would replace the set's own, which /info and nmt-export show."""
-    from nmt.scoring import DEV_SET, model_test_sets
-    if args.no_save:   # nothing recorded: the name only labels the report and the --hyp-dir files
-        return
-    d = cfg.data
-    own = {**{n: (None, None) for n in model_test_sets(cfg)}, DEV_SET: (d.dev_src, d.dev_tgt),
-           **({"test": (d.test_src, d.test_tgt)} if d.test_src else {})}   # (a recipe's sets are not "test")
-    given = (args.src_file, args.ref_file[0])
-    same = None not in own.get(name, (None,)) and [*map(os.path.realpath, own[name])] == [*map(os.path.realpath, given)]
-    same = same and len(args.ref_file) == 1   # further references make another set (nrefs:2)
-    if name in own and not same:
-        dev = name == DEV_SET
-        raise ConfigError(f"--name {name} is the name of the model's own {'dev' if dev else 'test'} set, which "
-                          f"{given[0]} and {given[1]} are not: their scores would replace that set's in scores.json; "
-                          f"give another --name (or {'--dev-set' if dev else '--recipe-tests'})")
 
 
 @command(build_evaluate_parser)

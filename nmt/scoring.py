@@ -298,6 +298,27 @@ def model_test_sets(cfg: Optional[Config]) -> List[str]:
     return list(recipes.RECIPES[cfg.data.recipe].tests) if cfg.data.recipe in recipes.RECIPES else []
 
 
+def check_set_name(name: str, src_file: str, ref_files: Sequence[str], cfg: Config) -> None:
+    """ConfigError when `name` (nmt-evaluate's --name) is that of one of the model's own sets (its recipe's test
+    sets, "test", "dev") but the files are not that set's: their scores would replace the set's own, which /info and
+    nmt-export show."""
+    d = cfg.data
+    own = {**{n: (None, None) for n in model_test_sets(cfg)}, DEV_SET: (d.dev_src, d.dev_tgt),
+           **({"test": (d.test_src, d.test_tgt)} if d.test_src else {})}   # (a recipe's sets are not "test")
+    given = (src_file, ref_files[0])
+    same = None not in own.get(name, (None,)) and [*map(os.path.realpath, own[name])] == [*map(os.path.realpath, given)]
+    same = same and len(ref_files) == 1   # further references make another set (nrefs:2)
+    if name in own and own[name] == (None, None):   # (not told by files: read from the recipe's corpora)
+        raise ConfigError(f"--name {name} is the name of a test set of the model's recipe, which --recipe-tests "
+                          "scores as training read it; scores of --src-file/--ref-file would replace its own in "
+                          "scores.json: give another --name, or --recipe-tests")
+    if name in own and not same:
+        dev = name == DEV_SET
+        raise ConfigError(f"--name {name} is the name of the model's own {'dev' if dev else 'test'} set, which "
+                          f"{given[0]} and {given[1]} are not: their scores would replace that set's in scores.json; "
+                          f"give another --name (or {'--dev-set' if dev else '--recipe-tests'})")
+
+
 def checkpoint_key(checkpoint: Optional[str], params_file=None) -> Optional[str]:
     """The scores.json key of a loaded checkpoint's scores (`score_test_set` records them under it, /info looks them
     up): best and avg by name, any other by its step (a step number as given, latest by the step of its

@@ -154,7 +154,9 @@ def test_a_name_of_the_models_own_sets_is_only_for_their_files(model_copy, tmp_p
     (model_copy / ckpt.CONFIG).write_text(json.dumps(saved))
     code, _, err = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", ref, "--name", "tatoeba-test"],
                        capsys)
-    assert code == 2 and "--name tatoeba-test is the name of the model's own test set" in err, err
+    # (not "which X and Y are not" that set's: the recipe's own files were refused so; nothing tells them apart)
+    assert code == 2 and "--name tatoeba-test is the name of a test set of the model's recipe, which --recipe-tests " \
+        "scores as training read it" in err and "are not" not in err, err
     code, _, err = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", ref, "--name", "test", "--no-save"],
                        capsys)
     assert code == 0, err
