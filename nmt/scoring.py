@@ -68,11 +68,12 @@ def score_test_set(translator: Translator, name: str, pairs: Pairs, *, max_sente
                  "next_word_sentences": counted}
     if strokes:
         extra = {**(extra or {}), **word_strokes(translator, pairs.src[:n], refs)}
-    entry = {**sc.to_dict(), "checkpoint": translator.checkpoint, **info, "beam_size": d.beam_size,
+    key = _scores_key(translator, info["params_file"])   # (under a step's key, the entry's checkpoint is that step)
+    entry = {**sc.to_dict(), "checkpoint": key if key.isdecimal() else translator.checkpoint, **info,
+             "beam_size": d.beam_size,
              "length_penalty": d.length_penalty_alpha, "max_len_a": d.max_len_a, "max_len_b": d.max_len_b,
              "max_input_tokens": d.max_input_tokens, **(extra or {}), "seconds": round(seconds, 2),
              "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-    key = _scores_key(translator, info["params_file"])
     if translator.member_dirs:   # an ensemble: its own entry, never one of the first member's alone
         entry["ensemble"] = [str(p.resolve()) for p in [translator.model_dir, *translator.member_dirs]]
     # a part of a set, translations helped by the references, or another run's parameters since, are not the set's
@@ -92,10 +93,19 @@ def _record(model_dir: Path, name: str, key: str, entry: Dict[str, object], othe
         logger.warning("%s: not recorded in %s: %s", name, model_dir / ckpt.SCORES, other)
         return
     try:
+        old = read_scores(model_dir).get(name, {}).get(key)
+        if isinstance(old, dict) and "ref_file" in old and "ref_file" in entry and _refs(old) != _refs(entry):
+            logger.warning("%s: its %s entry in scores.json, scored against %s, is replaced by this one against %s "
+                           "(another --name keeps both)", name, key, _refs(old), _refs(entry))
         record_scores(model_dir, name, key, entry)
     except StorageError as e:
         logger.warning("%s: not recorded: %s", name, e)
         entry["not_recorded"] = str(e)
+
+
+def _refs(entry: Dict[str, object]) -> str:
+    """The reference files an entry of nmt-evaluate's was scored against, as messages name them."""
+    return ", ".join(filter(None, [entry.get("ref_file"), *(entry.get("more_ref_files") or ())]))
 
 
 def _scores_key(translator: Translator, params_file: Optional[str]) -> str:

@@ -40,6 +40,20 @@ def run(argv, capsys):
     return code, out, err
 
 
+def test_a_score_against_other_references_replacing_one_says_so(model_copy, capsys, tmp_path):
+    """The same source scored against other references (a second one, or another file) replaced the earlier entry of
+    the default name without a word."""
+    src = Path(Config.load(model_copy / ckpt.CONFIG).data.test_src)
+    ref, ref2 = src.with_suffix(".en"), tmp_path / "ref2.en"
+    ref2.write_text(ref.read_text(encoding="utf-8").replace(" ", "  "), encoding="utf-8")
+    for refs in ([ref], [ref]):   # (the same again: no word)
+        code, _, err = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", *refs], capsys)
+        assert code == 0 and "is replaced by this one" not in err, err
+    code, _, err = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", ref, ref2], capsys)
+    assert code == 0 and f"its best entry in scores.json, scored against {ref.resolve()}, is replaced by this one " \
+        f"against {ref.resolve()}, {ref2.resolve()} (another --name keeps both)" in err, err
+
+
 def test_scores_with_signatures_saved_and_merged(model_copy, capsys):
     src = Path(Config.load(model_copy / ckpt.CONFIG).data.test_src)   # the synthetic test set, test.ko / test.en
     ref = src.with_suffix(".en")
@@ -66,6 +80,7 @@ def test_scores_with_signatures_saved_and_merged(model_copy, capsys):
     scores2 = json.loads((model_copy / ckpt.SCORES).read_text())
     step = ckpt.TrainState.load(model_copy).step
     assert scores2[key] == scores[key] and scores2["synth-test"][str(step)]["params_file"] == ckpt.params_file(step)
+    assert scores2["synth-test"][str(step)]["checkpoint"] == str(step)   # (it said "latest", which moves on)
     assert not [p for p in model_copy.iterdir() if p.name.endswith(".tmp")]
     # --no-save leaves scores.json alone; --hyp-dir writes the translations and the references they were scored
     # against, which sacreBLEU's command line then scores as nmt-evaluate did
