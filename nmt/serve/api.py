@@ -46,10 +46,10 @@ class Model:
 
     def info(self) -> dict:
         """Languages, architecture, decoding settings and the recorded test score of this model (or ensemble): its
-        own test set's, for the loaded checkpoint (`nmt.scoring.model_test_score`)."""
-        from nmt.scoring import checkpoint_key, model_test_score, model_test_sets
-        tr = self.translator
-        dec = tr.decode
+        own test set's, for the loaded checkpoint (`nmt.shown_score.model_test_score`)."""
+        from nmt.scoring import checkpoint_key, model_test_sets
+        from nmt.shown_score import model_test_score
+        tr, dec = self.translator, self.translator.decode
         members = list(getattr(tr, "member_dirs", []))
         key = checkpoint_key(getattr(tr, "checkpoint", None), getattr(tr, "params_file", None))
         archs = dict.fromkeys(getattr(getattr(m, "cfg", None), "arch", tr.config.model.arch)   # (m.cfg: ModelConfig)

@@ -60,7 +60,7 @@ def test_the_export_holds_what_translating_needs_and_translates_the_same(model_d
     assert read_scores(out) == {"test": {"best": {**read_scores(model_copy)["test"]["best"],
                                                   "params_file": "params.best"}}}
     assert init_params(out) == out / "params.best"   # --init-from takes it
-    from nmt.scoring import model_test_score
+    from nmt.shown_score import model_test_score
     assert model_test_score(out, "best")["bleu"] == 11.0   # what nmt-serve's /info shows
     code, printed, err = run(evaluate_main, ["--model-dir", out, "--src-file", synth_file(model_dir, "test.ko"),
                                              "--ref-file", synth_file(model_dir, "test.en"), "--beam-size", "1",

@@ -92,7 +92,8 @@ def test_scores_and_info_name_the_parameters_loaded_not_a_best_written_since(mod
     import shutil
     from nmt import members
     from nmt.corpus import read_parallel
-    from nmt.scoring import model_test_score, read_scores, score_test_set
+    from nmt.scoring import read_scores, score_test_set
+    from nmt.shown_score import model_test_score
     from nmt.translate import Translator
     model_dir = tmp_path / "m"
     shutil.copytree(model[0], model_dir)
@@ -173,7 +174,8 @@ def test_info_tells_another_runs_scores_of_the_same_step_from_the_loaded_ones(mo
     import mxnet as mx
     from nmt import manifest
     from nmt.corpus import read_parallel
-    from nmt.scoring import model_test_score, read_scores, score_test_set
+    from nmt.scoring import read_scores, score_test_set
+    from nmt.shown_score import model_test_score
     from nmt.serve.api import Model
     from nmt.translate import Translator
     d = tmp_path / "m"

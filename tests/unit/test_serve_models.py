@@ -54,7 +54,7 @@ def test_two_models_for_one_pair_are_refused():
 def test_a_damaged_scores_file_leaves_info_without_a_score(tmp_path, nmt_logs):
     """A scores.json that is not valid JSON (or not scores) made GET /info answer 500, and the web page, which
     starts from /info, showed nothing; the model still translates, so /info goes on without its test score."""
-    from nmt.scoring import model_test_score
+    from nmt.shown_score import model_test_score
     good = {"test": {"best": {"bleu": 12.5, "bleu_signature": "s"}, "700": {"bleu": "n/a"}}}
     (tmp_path / "scores.json").write_text(json.dumps(good))
     assert model_test_score(tmp_path, "best")["bleu"] == 12.5
@@ -75,7 +75,7 @@ def test_info_shows_the_score_on_the_models_own_test_set(tmp_path):
     model's own test set's (its recipe's, in the recipe's order), never chosen by its score, with the beam size
     and length penalty it was decoded with; /info also gives the length penalty and maximum lengths the model
     decodes with."""
-    from nmt.scoring import model_test_score
+    from nmt.shown_score import model_test_score
     from nmt.serve.api import Model
     scores = {"my-set": {"best": entry(47.0)}, "dev": {"best": entry(60.0)}, "tatoeba-test": {"best": entry(7.89)},
               "zz": {"best": entry(99.0)}}
@@ -149,7 +149,7 @@ def test_the_latest_checkpoint_at_the_best_step_has_best_s_score(tmp_path):
     """Serving --checkpoint latest when the latest step was the best one showed the score recorded for params.best
     (the same parameters) as another checkpoint's (of_loaded_checkpoint false; the page said "checkpoint best")."""
     from nmt import manifest
-    from nmt.scoring import model_test_score
+    from nmt.shown_score import model_test_score
     (tmp_path / "scores.json").write_text(json.dumps({"test": {"best": {**entry(9.5), "step": 400}}}))
     (tmp_path / "params.best").write_bytes(b"p")
     manifest.write_manifest(tmp_path, "best", ["params.best"], 400)
