@@ -262,6 +262,32 @@ def retire_scores(model_dir: Path, which: str) -> None:
         atomic_write_text(path, json.dumps(data, indent=2, ensure_ascii=False, sort_keys=True) + "\n")
 
 
+_ENTRY_DECODE = {"beam_size": "beam_size", "length_penalty": "length_penalty_alpha", "max_len_a": "max_len_a",
+                 "max_len_b": "max_len_b", "max_input_tokens": "max_input_tokens"}   # an entry's field: DecodeConfig's
+
+
+def retire_other_decoding(model_dir: Path, decode) -> None:
+    """Drop the scores.json entries made at other decoding settings than `decode` (a resume changed the model's
+    saved ones, config.json's decode section): scores.json holds a model's scores at its own (and nmt-export ships
+    them as the export's), with a warning naming them; nmt-evaluate scores them again."""
+    path = Path(model_dir) / ckpt.SCORES
+    if not path.exists():
+        return
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        data = read_scores(model_dir)
+        gone = [f"{test} ({key})" for test, by_key in data.items() for key, e in by_key.items() if isinstance(e, dict)
+                and any(f in e and e[f] != getattr(decode, d) for f, d in _ENTRY_DECODE.items())]
+        if not gone:
+            return
+        data = {test: {key: e for key, e in by_key.items() if f"{test} ({key})" not in gone}
+                for test, by_key in data.items()}
+        atomic_write_text(path, json.dumps({t: b for t, b in data.items() if b}, indent=2, ensure_ascii=False,
+                                           sort_keys=True) + "\n")
+    logger.warning("scores.json: the scores of %s were made at other decoding settings than the model's now "
+                   "(config.json's decode section), and are removed; nmt-evaluate scores them again", ", ".join(gone))
+
+
 # The decoding settings that do not change a translation or its score: how many sentences are decoded together and
 # how many translations are listed. Every other DecodeConfig field does, a field added later too: scores.json holds
 # a model's scores at its own settings (its config.json's decode section); scores at others are kept by

@@ -31,7 +31,7 @@ from nmt.optim import apply_settings, build_optimizer, learning_rate
 from nmt.parallel import DataParallel, default_kvstore, describe_hardware, init_amp, parse_devices
 from nmt.preflight import check_checkpoint_room, check_search_widths, run_inputs, settings_lines
 from nmt.resume import restore, resumed_state
-from nmt.scoring import checkpoint_info, retire_scores, score_test_set
+from nmt.scoring import checkpoint_info, retire_other_decoding, retire_scores, score_test_set
 from nmt.signals import checkpoint_on_signal, terminated_as_interrupt
 from nmt.storage import check_writable
 from nmt.translate import Translator
@@ -322,6 +322,7 @@ def _create_locked(cfg: Config, resume: bool, overwrite: bool, ctxs, kv, workers
         start_from(net, init, ctxs)
     if workers.is_chief:   # on resume, with the settings changed since (the next --resume continues with them)
         cfg.save(model_dir / ckpt.CONFIG)
+        retire_other_decoding(model_dir, cfg.decode)   # (a resume given other decoding flags)
     workers.init_trainer(optimizer)   # distributed: rank 0's parameters on every worker before update 1
     tensorboard = TensorBoardWriter.create(model_dir, t.tensorboard, state.step if resume else None, workers.rank)
     return Trainer(cfg, data, net, optimizer, ctxs, state, workers, tensorboard)

@@ -1088,3 +1088,26 @@ def test_only_rank_0_says_it_saved_the_checkpoint(tmp_path, task, capsys, monkey
     d = tmp_path / "m"
     assert train_main(tiny_flags(task, d)) == 143
     assert f"stopped by SIGTERM at step 98; {says.format(d=d)}. Continue with --resume." in capsys.readouterr().err
+
+
+def test_a_resume_with_other_decoding_settings_drops_the_scores_made_at_the_old(tmp_path, capsys):
+    """`--resume --beam-size 1 --length-penalty 1.0` rewrote config.json's decode section and kept the entries made
+    at beam 5 that training did not score again (sets of --name, a step's): scores.json claims to hold the model's
+    scores at its own settings, and nmt-export shipped them as the export's."""
+    from nmt.cli import train_main
+    from nmt.cli_decode import evaluate_main
+    from nmt.scoring import read_scores
+    files, d = write_task(tmp_path / "data", n_train=300, n_dev=20), tmp_path / "m"
+    assert train_main(tiny_flags(files, d) + ["--max-steps", "2"]) == 0
+    assert evaluate_main(["--model-dir", str(d), "--src-file", files["dev_src"], "--ref-file", files["dev_tgt"],
+                          "--name", "mine"]) == 0
+    assert read_scores(d)["mine"]["best"]["beam_size"] == 5
+    capsys.readouterr()
+    assert train_main(["--model-dir", str(d), "--resume", "--beam-size", "1", "--max-steps", "2"]) == 0
+    assert "mine" not in read_scores(d)
+    assert "scores.json: the scores of mine (best) were made at other decoding settings" in capsys.readouterr().err
+    assert train_main(["--model-dir", str(d), "--resume", "--max-steps", "2"]) == 0   # the same settings: kept
+    assert evaluate_main(["--model-dir", str(d), "--src-file", files["dev_src"], "--ref-file", files["dev_tgt"],
+                          "--name", "mine"]) == 0
+    assert train_main(["--model-dir", str(d), "--resume", "--max-steps", "2"]) == 0
+    assert read_scores(d)["mine"]["best"]["beam_size"] == 1
