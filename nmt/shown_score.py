@@ -48,16 +48,16 @@ def model_test_score(model_dir, checkpoint: Optional[str], members: Sequence = (
         def loaded(row) -> bool:   # (a new best since it was loaded holds another step's parameters)
             newer_best = row[1] == "best" and step and row[2].get("step") not in (None, step)
             return row[1] in same and not newer_best and same_params(row)
-    mine = [r for r in rows if loaded(r)] or rows
-    if not mine:
+    if not rows:
         return None
     order = {t: i for i, t in enumerate(tests)}
 
-    def rank(row) -> tuple:   # the model's own sets in order, then the others by name; best, avg, latest step
-        key = row[1].split(":", 1)[0][len(ENSEMBLE_PREFIX) if members else 0:]
-        step = int(key) if key.isdecimal() else -1
-        return order.get(row[0], len(order)), row[0], {"best": 0, "avg": 1}.get(key, 2), -step, row[1]
-    test, key, e = min(mine, key=rank)
+    def rank(row) -> tuple:   # the model's own sets before any other (a set of --name never replaces theirs), the
+        key = row[1].split(":", 1)[0][len(ENSEMBLE_PREFIX) if members else 0:]   # loaded checkpoint's first; then
+        step = int(key) if key.isdecimal() else -1   # the sets in order, the others by name; best, avg, latest step
+        return (row[0] not in order, not loaded(row), order.get(row[0], len(order)), row[0],
+                {"best": 0, "avg": 1}.get(key, 2), -step, row[1])
+    test, key, e = min(rows, key=rank)
     return {"test_set": test, "checkpoint": key, "of_loaded_checkpoint": loaded((test, key, e)), "bleu": e["bleu"],
             "bleu_signature": e.get("bleu_signature"),
             "chrf": e.get("chrf"), "chrf_signature": e.get("chrf_signature"), "extra": e.get("extra") or {},
