@@ -63,7 +63,8 @@ def resumed_config(saved: Config, cfg: Config, given: Optional[Dict[str, str]], 
             label = key if given is None else given.get(key, key)
             fixed = _fixed_on_resume(key, saved)
             if fixed:
-                shown = f"{label} {json.dumps(value)}" if label.startswith("--") else f"{label} = {json.dumps(value)}"
+                shown = (f"{label} ({name} {json.dumps(value)})" if isinstance(value, bool) else   # (--no-X false)
+                         f"{label} {json.dumps(value)}") if label.startswith("--") else f"{label} = {json.dumps(value)}"
                 why = f"{fixed}: drop it, or train into a new --model-dir{_tuned(key, source)}" if key != \
                     "optim.optimizer" else (
                     f"its saved optimizer states belong to the {old} optimizer: drop it, or to switch optimizers "

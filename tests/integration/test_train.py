@@ -732,7 +732,8 @@ def test_resume_alone_continues_the_run_as_it_was_started(tmp_path, task, capsys
     for flags, says in [(["--hidden-size", "32"], "--resume: --hidden-size 32 differs from 16, which this run was "
                                                    "trained with"),
                         (["--seed", "1"], "--resume: --seed 1 differs from 5"),
-                        (["--no-tie-weights"], "--resume: --no-tie-weights false differs from true")]:
+                        # (it read "--no-tie-weights false", the flag's value backwards)
+                        (["--no-tie-weights"], "--resume: --no-tie-weights (tie_weights false) differs from true")]:
         code = train_main(["--model-dir", str(tmp_path / "part"), "--resume", "--max-steps", "9", *flags])
         err = capsys.readouterr().err
         assert code == 2 and says in err and "Traceback" not in err, err
