@@ -20,6 +20,10 @@ def _ratio(s: str, t: str) -> float:
 # shipped corpora drop at most 3.0% (python-docs-ko: gettext strings repeated across pages; 3.9% of its raw files),
 # the others 0% (measured on shared/data): 10% is three times the most a real corpus showed, well below 50%.
 DUPLICATE_WARN_SHARE = 0.10
+# More pairs whose two sides are the same text than this share of the kept pairs is a warning (untranslated copies,
+# which teach a model to copy its input; kept, as they may be names or numbers): Tatoeba has 0 of 5,749, the news
+# and JHE dev sets 0; python-docs-ko's raw files 14% (code, identifiers), which its recipe drops ("identical").
+COPY_WARN_SHARE = 0.05
 
 
 def clean_training_pairs(train: Pairs, exclude: Sequence[Pairs], *, max_chars: int, max_ratio: float,
@@ -55,10 +59,15 @@ def clean_training_pairs(train: Pairs, exclude: Sequence[Pairs], *, max_chars: i
     kept = Pairs(keep_s, keep_t, train.name, dict(train.dropped))
     filtered = counts["too_long"] + counts["ratio"]   # a warning past 5%: --max-chars or --max-ratio may be too low
     dups = counts["duplicate"] if counts["duplicate"] > DUPLICATE_WARN_SHARE * len(train) else 0
-    logger.log(logging.WARNING if filtered > 0.05 * len(train) or dups else logging.INFO,
-               "%s: kept %d of %d training pairs%s%s%s", where or train.name, len(kept), len(train),
+    copies = sum(1 for s, t in zip(keep_s, keep_t) if s == t)
+    copies = copies if copies > COPY_WARN_SHARE * len(kept) else 0
+    logger.log(logging.WARNING if filtered > 0.05 * len(train) or dups or copies else logging.INFO,
+               "%s: kept %d of %d training pairs%s%s%s%s", where or train.name, len(kept), len(train),
                "; dropped " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) if counts else "",
                f" (too_long: over --max-chars {max_chars}, ratio: over --max-ratio {max_ratio})" if filtered else "",
                f"; {dups} of {len(train)} training pairs ({dups / len(train):.0%}) are exact duplicates of earlier "
-               "pairs and were dropped: was a file concatenated twice, or a corpus given twice?" if dups else "")
+               "pairs and were dropped: was a file concatenated twice, or a corpus given twice?" if dups else "",
+               f"; {copies} of the {len(kept)} kept pairs ({copies / len(kept):.0%}) have the same text on both sides: "
+               "untranslated copies teach the model to copy its input; remove those that are not translations"
+               if copies else "")
     return kept, dict(counts)

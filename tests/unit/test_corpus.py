@@ -530,6 +530,19 @@ def test_a_few_duplicates_are_no_warning(nmt_logs, repeats):
     assert [r.levelname for r in nmt_logs] == ["INFO"] and "exact duplicates" not in messages(nmt_logs)
 
 
+@pytest.mark.parametrize("copies, warned", [(5, False), (34, True)])   # of 100 kept: 5% allowed (names, numbers)
+def test_many_pairs_with_the_same_text_on_both_sides_are_warned_of(nmt_logs, copies, warned):
+    """A third of one's own corpus untranslated (the "Korean" side a copy of the English) passed without a word; the
+    recipes drop such pairs of python-docs-ko, and Tatoeba has none."""
+    src, tgt = [f"문장 {i}." for i in range(100)], [f"Sentence {i}." for i in range(100)]
+    src[:copies] = tgt[:copies]
+    kept, counts = clean_training_pairs(Pairs(src, tgt, "t"), [], max_chars=100, max_ratio=5.0, where="tr.ko / tr.en")
+    assert len(kept) == 100 and counts == {}   # (kept: they may be names or numbers)
+    said = f"; {copies} of the 100 kept pairs ({copies}%) have the same text on both sides: untranslated copies teach"
+    assert [r.levelname for r in nmt_logs] == ["WARNING" if warned else "INFO"]
+    assert (said in messages(nmt_logs)) == warned, messages(nmt_logs)
+
+
 # --- reST markup ------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("text, plain", [
