@@ -7,6 +7,7 @@
 #   scripts/reproduce_results.sh headline     # the chosen recipe only (about 5 hours)
 #   scripts/reproduce_results.sh transformer  # the Transformer's runs (docs/transformer.md)
 #   scripts/reproduce_results.sh all-ko-en-up4-lex ...   # only these runs, one after another
+#   scripts/reproduce_results.sh --help       # this, and the names of the runs
 #
 # Only a run of every run rewrites results/results.md, ablation.md and their curves (and `transformer` its own
 # tables); both then regenerate docs/results.md. `headline` and named runs print their table instead: results from
@@ -145,11 +146,17 @@ QUEUE_2=("${HEADLINE_2[@]}" abl-worddrop0.2-seed2 all-ko-en-up4-seed2 abl-worddr
          ens15-seed4 abl-vocab8k all-en-ko abl-dropout0.2 abl-worddrop0.1 abl-subword0.2 abl-worddrop0.3-dropout0.5
          abl-worddrop0.2-mlp)
 
+known_runs() { printf '%s\n' "${!RUNS[@]}" | sort | tr '\n' ' '; }
+if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then   # the header above, and the names it takes
+  sed -n '2,/^set -euo/p' scripts/reproduce_results.sh | sed '$d; s/^# \{0,1\}//'
+  echo; echo "Groups: headline transformer"; echo "Runs: $(known_runs)"
+  exit 0
+fi
 for name in "$@"; do
   if [ "$name" = headline ] || [ "$name" = transformer ]; then
     [ $# = 1 ] || { echo "$name stands alone (it names a group of runs); got: $*" >&2; exit 2; }
   elif [ -z "${RUNS[$name]+x}" ]; then
-    echo "unknown run $name (known: headline ${!RUNS[*]})" >&2; exit 2
+    echo "unknown run $name (groups: headline transformer; runs: $(known_runs)--help says more)" >&2; exit 2
   fi
 done
 stop_queues() {   # SIGTERM/Ctrl-C: stop the queues, then let their trainers save a checkpoint and exit

@@ -125,7 +125,18 @@ def test_a_named_runs_table_holds_the_runs_named_alone(tmp_path):
 def test_an_unknown_run_name_is_an_error(tmp_path):
     proc = subprocess.run(["bash", str(REPO / "scripts" / "reproduce_results.sh"), "no-such-run"],
                           env={**os.environ, "MODELS": str(tmp_path)}, capture_output=True, text=True, timeout=60)
-    assert proc.returncode != 0 and "unknown run no-such-run" in proc.stderr
+    assert proc.returncode != 0 and "unknown run no-such-run (groups: headline transformer; runs: abl-batch64 " \
+        "abl-dropout0.2 " in proc.stderr   # (the runs sorted, and the transformer group, which the list left out)
+
+
+def test_help_gives_the_usage_and_every_name_and_trains_nothing(tmp_path):
+    """`--help` was taken for a run's name (an error listing ~50 names in hash order); a 15-hour job should say what it
+    does and which names it takes."""
+    proc = subprocess.run(["bash", str(REPO / "scripts" / "reproduce_results.sh"), "--help"],
+                          env=script_env(tmp_path), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.startswith("Reproduce docs/results.md: train every run below"), proc
+    assert "Groups: headline transformer\nRuns: abl-batch64 " in proc.stdout and " tf-tatoeba-ko-en " in proc.stdout
+    assert recorded(tmp_path) == [] and not (tmp_path / "models").exists()
 
 
 HEADLINE = [("abl-worddrop0.2-lex", "abl-worddrop0.2-lex-seed2"), ("all-ko-en-up4-lex", "all-ko-en-up4-lex-seed2"),
