@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 from typing import List
 
+import conditions   # (scripts/, beside this one)
+
 
 def run_once(checkout: Path, shared: List[str], json_path: Path) -> float:
     """tokens/s (source + target) of one device in `checkout`'s own training benchmark."""
@@ -35,15 +37,6 @@ def run_once(checkout: Path, shared: List[str], json_path: Path) -> float:
         raise SystemExit(f"error: {checkout / 'scripts' / 'benchmark_train.py'} failed (exit {code}; its error is "
                          "above)")
     return float(json.loads(json_path.read_text())["train"][0]["tok_per_s"])
-
-
-def commit_of(checkout: Path) -> str:
-    """The commit `checkout` is at ("+" when its files differ from it), or "" outside git."""
-    def git(*args: str) -> str:
-        r = subprocess.run(["git", "-C", str(checkout), *args], capture_output=True, text=True)
-        return r.stdout.strip() if r.returncode == 0 else ""
-    head = git("rev-parse", "HEAD")
-    return head + ("+" if head and git("status", "--porcelain", "--untracked-files=no") else "")
 
 
 def main(argv=None) -> int:
@@ -76,7 +69,8 @@ def main(argv=None) -> int:
     ratio = statistics.median(x["b_over_a"] for x in rows)
     print(f"median B/A over {len(rows)} rounds: {ratio:.3f}")
     if args.json:
-        report = {"a": str(a), "b": str(b), "a_commit": commit_of(a), "b_commit": commit_of(b),
+        report = {"a": str(a), "b": str(b), "a_commit": conditions.commit_of(a),
+                  "b_commit": conditions.commit_of(b),
                   "shared_args": shared, "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "1"),
                   "loadavg_before": load_before, "loadavg_after": os.getloadavg(), "when": time.strftime("%Y-%m-%d"),
                   "rounds": rows, "median_b_over_a": ratio}

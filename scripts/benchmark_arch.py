@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -32,6 +33,7 @@ for path in (REPO, REPO / "scripts"):   # run from a checkout without installing
         sys.path.insert(0, str(path))
 
 import benchmark_train  # noqa: E402
+import conditions  # noqa: E402
 
 ARCHS = ("lstm", "transformer")
 SIZE_FLAGS = {"lstm": ("embed_size", "hidden_size", "num_layers"),
@@ -111,7 +113,7 @@ def summarize(res: dict, model: dict, lstm: dict, sgemm: float) -> dict:
 
 
 def main(argv=None) -> int:
-    args = parse_args(argv)
+    args, load0 = parse_args(argv), os.getloadavg()
     if min(args.repeats, args.batch_size, args.sgemm_size) < 1 or min(args.warmup, args.updates) < 0:
         raise SystemExit("error: --repeats, --batch-size and --sgemm-size must be >= 1, --warmup and --updates >= 0")
     specs = build_specs(args)
@@ -126,7 +128,7 @@ def main(argv=None) -> int:
     if args.json:
         from nmt.atomic import atomic_write_text
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        report = {"machine": benchmark_train._machine(), "train": rows}
+        report = {"machine": conditions.machine(load0), "train": rows}
         atomic_write_text(args.json, json.dumps(report, indent=1) + "\n")
     return 0
 

@@ -26,11 +26,14 @@ from pathlib import Path
 from typing import Any, Dict, Iterator
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:   # run from a checkout without installing; scripts.synthetic_corpus
-    sys.path.insert(0, str(REPO))
+for path in (REPO, REPO / "scripts"):   # from a checkout without installing; scripts.synthetic_corpus, conditions
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
 
+import conditions   # (scripts/, beside this one)
 from nmt.batching import BatchIterator
 from nmt.commands import number
+from nmt.parallel import cpu_name
 from nmt.sampler import BucketSampler
 from nmt.config import DataConfig
 from nmt.recipes import load_data
@@ -136,6 +139,8 @@ def at_scale(args: argparse.Namespace) -> int:
     load = os.getloadavg()
     res = run(args.work_dir / str(args.synthetic_pairs), args.synthetic_pairs, args.vocab_size, args.batch_size)
     res["machine"]["load_avg_at_start"], res["machine"]["load_avg_at_end"] = load, os.getloadavg()
+    res["machine"].update(cpu=cpu_name(), commit=conditions.commit_of(REPO),
+                          date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     print(f"to the first update: {res['seconds_to_first_update']:.0f} s (rerun with the encoded cache: "
           f"{res['seconds_to_first_update_rerun']:.0f} s); peak RSS {res['peak_rss_gib']:.2f} GiB")
     out = args.json or REPO / "results" / "benchmark_data.json"

@@ -20,7 +20,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import statistics
 import sys
 import time
@@ -28,8 +27,11 @@ from pathlib import Path
 from typing import Callable, Dict, List, Sequence
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:   # run from a checkout without installing
-    sys.path.insert(0, str(REPO))
+for path in (REPO, REPO / "scripts"):   # run from a checkout without installing; scripts/conditions.py
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+import conditions  # noqa: E402  (scripts/, beside this one)
 
 Batch = tuple   # (src, src_len, max_len)
 
@@ -111,13 +113,6 @@ def gluonnlp_sampler_on_step(model, batches: List[Batch], beam: int, alpha: floa
     return gluonnlp_sampler(model, batches, beam, alpha, planned=False)
 
 
-def _machine() -> dict:
-    import mxnet as mx
-    from nmt.parallel import cpu_name
-    return {"cpu": cpu_name(), "cores": os.cpu_count(), "python": platform.python_version(),
-            "mxnet": mx.__version__, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS")}
-
-
 def _speedup(seconds: Dict[str, List[float]], baseline: str) -> float:
     """The median over rounds of the baseline's time over our search's."""
     return statistics.median(g / o for o, g in zip(seconds["beam_search"], seconds[baseline]))
@@ -125,6 +120,7 @@ def _speedup(seconds: Dict[str, List[float]], baseline: str) -> float:
 
 def run(args: argparse.Namespace) -> dict:
     """Warm-up, then alternating timed rounds; the report written to --output."""
+    load0 = os.getloadavg()
     import mxnet as mx
     from nmt.translate import Translator
     if args.sentences < 0:
@@ -162,7 +158,7 @@ def run(args: argparse.Namespace) -> dict:
             mx.nd.waitall()
             seconds[k].append(time.perf_counter() - t0)
     same = sum(a == b for a, b in zip(outputs["beam_search"], outputs["gluonnlp_beam_search_sampler"]))
-    report = {"machine": _machine(), "model_dir": str(args.model_dir), "checkpoint": args.checkpoint,
+    report = {"machine": conditions.machine(load0), "model_dir": str(args.model_dir), "checkpoint": args.checkpoint,
               "model": dict(vars(tr.config.model)), "test_set": name, "sentences": n, "beam": args.beam,
               "batch": args.batch, "alpha": alpha, "rounds": args.rounds,
               **{k: {"sent_per_s": n / statistics.median(v), "seconds": v} for k, v in seconds.items()},

@@ -32,8 +32,10 @@ from typing import Dict, List
 import httpx
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:   # run from a checkout without installing
-    sys.path.insert(0, str(REPO))
+for path in (REPO, REPO / "scripts"):   # run from a checkout without installing; scripts/conditions.py
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+import conditions  # noqa: E402  (scripts/, beside this one)
 from nmt.commands import number  # noqa: E402
 from nmt.serve.batcher import DEFAULT_MAX_WAIT_MS  # noqa: E402  (stdlib-only module)
 
@@ -243,7 +245,7 @@ def main(argv=None) -> int:
               "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                           "load_average": [round(x, 2) for x in os.getloadavg()],
                           "omp_num_threads": os.environ.get("OMP_NUM_THREADS")},
-              "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+              "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "commit": conditions.commit_of(REPO)}
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(Path(args.json), json.dumps(result, indent=2) + "\n")
     print(f"served/offline {medians['served_over_offline']:.2f}, against offline at batch {in_flight} "

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -28,9 +27,11 @@ from pathlib import Path
 from typing import Dict, List
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:   # run from a checkout without installing
-    sys.path.insert(0, str(REPO))
+for path in (REPO, REPO / "scripts"):   # run from a checkout without installing; scripts/conditions.py
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
 
+import conditions  # noqa: E402  (scripts/, beside this one)
 from nmt.commands import number  # noqa: E402 (after the path)
 
 # GluonNLP 0.10's GNMT recipe (embed = hidden = 256, 2 layers, batch 64, Tatoeba ko-en), tokens/s on one core of
@@ -213,13 +214,6 @@ def plot(rows: List[dict], path: Path, title: str) -> None:
     fig.savefig(path, dpi=90)
 
 
-def _machine() -> dict:
-    import mxnet as mx
-    from nmt.parallel import cpu_name
-    return {"cpu": cpu_name(), "cores": os.cpu_count(), "python": platform.python_version(), "mxnet": mx.__version__,
-            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS")}
-
-
 def _int_list(text: str) -> List[int]:
     try:
         values = [int(x) for x in text.split(",") if x.strip()]
@@ -264,7 +258,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def main(argv=None) -> int:
-    args = parse_args(argv)
+    args, load0 = parse_args(argv), os.getloadavg()
     if args.amp and not args.gpus:
         raise SystemExit("error: --amp needs --gpus: automatic mixed precision is a GPU feature (float16 kernels)")
     if 1 not in args.devices:
@@ -281,7 +275,7 @@ def main(argv=None) -> int:
                   f"{row['src_tok_per_s']:6.0f}+{row['tgt_tok_per_s']:.0f} tok/s  time/update "
                   f"x{row['time_vs_1_device']:.2f} of 1 device (speedup {row['speedup']:.2f}, efficiency "
                   f"{row['efficiency']:.2f})  x{row['x_gnmt_reference']:.2f} GNMT ref")
-    report: Dict[str, object] = {"machine": _machine(), "train": rows}
+    report: Dict[str, object] = {"machine": conditions.machine(load0), "train": rows}
     if args.json:
         from nmt.atomic import atomic_write_text
         args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -27,7 +27,12 @@ import time
 from pathlib import Path
 from typing import Callable, List, Optional, Tuple
 
-from nmt.atomic import atomic_write_text
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:   # scripts/conditions.py, also when this file is loaded by its path
+    sys.path.insert(0, str(HERE))
+
+import conditions  # noqa: E402
+from nmt.atomic import atomic_write_text  # noqa: E402
 from nmt.commands import run_cli
 from nmt.config import ConfigError
 from nmt.corpus import read_lines
@@ -114,6 +119,7 @@ def _sentences(args, tr: Translator) -> Tuple[List[str], Optional[List[str]]]:
 
 
 def main(argv=None) -> int:
+    load0 = os.getloadavg()
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model-dir", required=True, type=Path)
     p.add_argument("--checkpoint", default="best", help="best, latest, avg or a step number")
@@ -169,7 +175,8 @@ def main(argv=None) -> int:
         if args.json:
             res = {"machine": {"python": platform.python_version(), "processor": platform.processor() or
                                platform.machine(), "cpus": os.cpu_count(),
-                               "omp_num_threads": os.environ.get("OMP_NUM_THREADS")},
+                               "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+                               **conditions.run_conditions(load0)},
                    "model_dir": str(tr.model_dir), "checkpoint": tr.checkpoint, "params_file": tr.params_file.name,
                    "direction": f"{tr.src_lang}-{tr.tgt_lang}", "device": str(ctx),
                    "test_set": args.src_file or TEST_SOURCE, "sentences": len(lines), "results": rows}

@@ -56,7 +56,8 @@ def test_benchmark_ab_runs_both_where_it_runs_and_keeps_its_own_flags(monkeypatc
     assert "Traceback" not in p.stderr   # (the worker's, and benchmark_ab's CalledProcessError)
     assert p.stderr.splitlines()[-1] == f"error: {REPO / 'scripts' / 'benchmark_train.py'} failed (exit 1; its " \
         "error is above)"
-    assert bench.commit_of(tmp_path) == "" and len(bench.commit_of(REPO).rstrip("+")) in (0, 40)
+    conditions = _script(monkeypatch, "conditions")
+    assert conditions.commit_of(tmp_path) == "" and len(conditions.commit_of(REPO).rstrip("+")) in (0, 40)
 
 
 def test_benchmark_data_refuses_bad_arguments_and_names_bad_data_in_one_line(monkeypatch, capsys, tmp_path):

@@ -25,3 +25,15 @@ def test_the_time_per_update_against_one_device_is_the_median_of_the_rounds_rati
     assert row["time_vs_1_device"] == pytest.approx((0.944 + 1.266) / 2)
     assert row["speedup"] == pytest.approx((1 / 0.944 + 1 / 1.266) / 2)
     assert bench.summarize(one, one)["time_vs_1_device"] == 1.0
+
+
+def test_every_benchmark_report_records_its_conditions(monkeypatch):
+    """The reports lacked the commit, the date and the load the docs quoted from them ("load average 0.7", commits
+    48d52ba/124ae57); scripts/conditions.py gives them to every benchmark."""
+    conditions = _script(monkeypatch, "conditions")
+    m = conditions.machine([1.0, 2.0, 3.0])
+    assert {"cpu", "cores", "commit", "date", "load_average_at_start", "load_average_at_end", "mxnet",
+            "OMP_NUM_THREADS"} <= set(m) and m["load_average_at_start"] == [1.0, 2.0, 3.0]
+    for script in ("benchmark_train", "benchmark_arch", "benchmark_decode", "benchmark_translate", "benchmark_serve",
+                   "benchmark_data", "benchmark_ab"):
+        assert "conditions." in (REPO / "scripts" / f"{script}.py").read_text(), script

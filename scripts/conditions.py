@@ -1,0 +1,40 @@
+"""What a benchmark's JSON records of the conditions it ran in: the machine, its load at the start and the end, the
+date and the commit of the code measured (`machine`, or `run_conditions` beside a script's own machine fields), so
+that a figure can be read with what it was measured on (docs/performance.md quotes them)."""
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import time
+from pathlib import Path
+from typing import Optional, Sequence
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def commit_of(checkout: Path) -> str:
+    """The commit `checkout` is at ("+" when its tracked files differ from it), or "" outside git."""
+    def git(*args: str) -> str:
+        try:
+            r = subprocess.run(["git", "-C", str(checkout), *args], capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired):   # no git on the PATH
+            return ""
+        return r.stdout.strip() if r.returncode == 0 else ""
+    head = git("rev-parse", "HEAD")
+    return head + ("+" if head and git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def run_conditions(load_at_start: Optional[Sequence[float]] = None) -> dict:
+    """The CPU, the commit of this checkout, the date (UTC) and the load average at the start (as given) and now."""
+    from nmt.parallel import cpu_name
+    return {"cpu": cpu_name(), "commit": commit_of(REPO), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "load_average_at_start": [round(x, 2) for x in load_at_start] if load_at_start else None,
+            "load_average_at_end": [round(x, 2) for x in os.getloadavg()]}
+
+
+def machine(load_at_start: Optional[Sequence[float]] = None) -> dict:
+    """`run_conditions`, with the cores, Python, MXNet and OMP_NUM_THREADS."""
+    import mxnet as mx
+    return {"cores": os.cpu_count(), "python": platform.python_version(), "mxnet": mx.__version__,
+            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), **run_conditions(load_at_start)}
