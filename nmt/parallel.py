@@ -215,7 +215,7 @@ class DataParallel:
 
     def __init__(self, loss_block: gluon.HybridBlock, params: gluon.ParameterDict, trainer: gluon.Trainer,
                  ctxs: Sequence[mx.Context], accum_steps: int = 1, clip_norm: float = 0.0,
-                 num_workers: int = 1, rank: int = 0, amp: bool = False):
+                 num_workers: int = 1, rank: int = 0, amp: bool = False, sentences: int = 0):
         self.loss_block = loss_block
         self.params = [p for p in params.values() if p.grad_req != "null"]
         self.trainer = trainer
@@ -241,6 +241,11 @@ class DataParallel:
         self._graphs_built = False
         self.last_grad_norm = float("nan")   # of the latest update, as read for clipping (for logs)
         self.last_share = 1.0                # this worker's part of the latest batch's target tokens
+        if 0 < sentences < self.num_shares * num_workers:   # (`sentences`: --batch-size; correct, but wasted)
+            logger.warning("--batch-size %d is split into %d shares (%d devices x %d micro-batches x %d workers): %d "
+                           "of them get no sentence and compute on padding; raise --batch-size, or use fewer devices",
+                           sentences, self.num_shares * num_workers, len(self.ctxs), accum_steps, num_workers,
+                           self.num_shares * num_workers - sentences)
 
     @property
     def num_shares(self) -> int:

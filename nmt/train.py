@@ -60,7 +60,7 @@ class Trainer:
         self.loss_block.hybridize(static_alloc=True)
         self.dp = DataParallel(self.loss_block, net.collect_params(), optimizer, ctxs, accum_steps=t.accum_steps,
                                clip_norm=cfg.optim.clip_norm, num_workers=self.workers.num_workers, rank=self.rank,
-                               amp=t.amp)
+                               amp=t.amp, sentences=0 if cfg.data.batch_tokens else cfg.data.batch_size)
         self.metrics = MetricsWriter(self.model_dir / ckpt.METRICS if self.is_chief else None).keep_until(state.step)
         self.translator = Translator(net, data.src_tok, data.tgt_tok, cfg.decode, ctx=ctxs[0], warn_cut_off=False)
         self.since_valid = LossMeter(state.since_valid if self.is_chief else None)   # loss since the last validation

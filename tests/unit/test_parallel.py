@@ -139,3 +139,19 @@ def test_amp_without_gpus_is_a_config_error():
     trainer = gluon.Trainer(model.collect_params(), "adam")
     with pytest.raises(ConfigError, match="--amp"):
         DataParallel(Seq2SeqLoss(model), model.collect_params(), trainer, [mx.cpu()], amp=True)
+
+
+def test_a_batch_smaller_than_its_shares_is_warned_of(nmt_logs):
+    """--batch-size 3 --cpu-devices 4 --accum-steps 2 gave 5 of 8 shares no sentence without a word (the results are
+    right: those shares run on padding), where --batch-size 3 --accum-steps 4 alone is refused."""
+    model = tiny_model()
+    ctxs = [mx.cpu(i) for i in range(4)]
+    model.initialize(ctx=ctxs)
+    trainer = gluon.Trainer(model.collect_params(), "sgd")
+    for sentences, warned in ((3, True), (8, False), (0, False)):   # (0: --batch-tokens, no count of sentences)
+        nmt_logs.clear()
+        DataParallel(Seq2SeqLoss(model), model.collect_params(), trainer, ctxs, accum_steps=2, sentences=sentences)
+        said = [r.getMessage() for r in nmt_logs if r.levelno == logging.WARNING]
+        assert said == (["--batch-size 3 is split into 8 shares (4 devices x 2 micro-batches x 1 workers): 5 of them "
+                         "get no sentence and compute on padding; raise --batch-size, or use fewer devices"]
+                        if warned else []), said
