@@ -206,8 +206,11 @@ def restore_best(model_dir: Path, step: Optional[int], use: StepUse = None) -> s
     if (Path(model_dir) / EXPORT).exists():   # an export holds no step checkpoint, and trains no more
         return f"export it again (nmt-export --overwrite) from the model directory its {EXPORT} names"
     if step and not (Path(model_dir) / params_file(step)).exists():
+        kept = max((s for s in (params_step(p.name) for p in Path(model_dir).glob("params.*")) if s), default=None)
+        instead = (f"use {use(kept)} (a kept step)" if use and kept else "use --checkpoint latest or a kept step"
+                   if not use else "nothing else is kept")
         return (f"{params_file(step)}, the step's own copy, is no longer kept (--keep-last), so the best parameters "
-                "are lost: use --checkpoint latest or a kept step, or train again")
+                f"are lost: {instead}, or train again")
     return (f"use {(use or _checkpoint_flag)(step)}, the same parameters (nmt-train --resume writes {PARAMS_BEST} "
             f"again from {params_file(step)})" if step else "restore it from a copy")
 
@@ -314,9 +317,10 @@ def holds_other(model_dir: Path, step: Optional[int], sha256: Optional[str]) -> 
     return bool(step and sha256) and params_sha256(Path(model_dir) / params_file(step)) not in (None, sha256)
 
 
-def verify_params(path: Path, use: StepUse = None) -> None:
+def verify_params(path: Path, use: StepUse = None, advise: bool = True) -> None:
     """CheckpointError naming the file and what is wrong unless the parameter file `path` (and config.json and the
-    SentencePiece models beside it) match its checkpoint's manifest (`use`: see `restore_best`)."""
+    SentencePiece models beside it) match its checkpoint's manifest (`use`: see `restore_best`; `advise`: with its
+    advice for a lost params.best, which a resume, writing it again, does without)."""
     model_dir, key = path.parent, _manifest_key(path)
     check_manifests(model_dir)
     try:
@@ -324,7 +328,7 @@ def verify_params(path: Path, use: StepUse = None) -> None:
     except CheckpointError as e:
         lost = any(str(model_dir / n) in str(e) for n in (PARAMS_BEST, manifest.manifest_name("best")))   # (not spm)
         best = best_step(model_dir, newest=True)
-        advice = f"; {restore_best(model_dir, best, use)}" if key == "best" and lost else ""
+        advice = f"; {restore_best(model_dir, best, use)}" if key == "best" and lost and advise else ""
         raise CheckpointError(f"checkpoint {path.name} of {model_dir} cannot be used: {e}{advice}") from None
     except OSError as e:   # a file it lists (or the manifest) exists but cannot be read: no permission, ...
         raise CheckpointError(f"checkpoint {path.name} of {model_dir} cannot be used: {e.filename or path} cannot be "

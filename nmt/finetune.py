@@ -38,13 +38,14 @@ def init_params(spec) -> Path:
     if not (model_dir / ckpt.CONFIG).is_file():
         raise ConfigError(f"--init-from {spec}: {model_dir / ckpt.CONFIG} not found; give a model directory written "
                           "by nmt-train, or a params file in one (e.g. DIR/params.avg)")
+    use = lambda s: f"--init-from {model_dir / ckpt.params_file(s)}"   # noqa: E731  (nmt-train has no --checkpoint)
     if path.is_dir():
-        params = ckpt.params_path(model_dir, "best", use=lambda s: f"--init-from {model_dir / ckpt.params_file(s)}")
+        params = ckpt.params_path(model_dir, "best", use=use)
     elif ckpt.params_step(path.name) is None and path.name not in (ckpt.PARAMS_BEST, ckpt.PARAMS_AVG):
         raise ConfigError(f"--init-from {spec}: not a parameter file (params.best, params.avg or params.<step>)")
     else:
         params = path
-        ckpt.verify_params(params)
+        ckpt.verify_params(params, use)
     return params
 
 

@@ -115,7 +115,7 @@ def check_kept_files(model_dir: Path, repair: bool = True, state: Optional[ckpt.
     try:
         if not (model_dir / ckpt.PARAMS_BEST).exists():
             raise ckpt.CheckpointError(f"{model_dir / ckpt.PARAMS_BEST} is missing")
-        ckpt.verify_params(model_dir / ckpt.PARAMS_BEST)
+        ckpt.verify_params(model_dir / ckpt.PARAMS_BEST, advise=False)   # (it said "use --checkpoint N" in nmt-train)
         written = ckpt.best_step(model_dir)
         if state is not None and written and state.best_step and written != state.best_step:
             raise ckpt.CheckpointError(f"{model_dir / ckpt.PARAMS_BEST} is of step {written}, not of step "
@@ -129,4 +129,5 @@ def check_kept_files(model_dir: Path, repair: bool = True, state: Optional[ckpt.
             ckpt_logger.warning("--resume: %s; written again from %s, the same parameters", e, source)
         else:
             ckpt_logger.warning("--resume: %s; unless the run finds a new best, scoring its best at the end will "
-                                "fail: %s", e, ckpt.restore_best(model_dir, step))
+                                "fail: %s", e, ckpt.restore_best(model_dir, step, lambda s: f"nmt-evaluate "
+                                                                 f"--checkpoint {s}"))

@@ -240,6 +240,7 @@ def test_the_best_step_is_found_with_state_json_and_the_bests_manifest_damaged(t
     with caplog.at_level("WARNING", logger="nmt.checkpoint"):
         resume_state(d)
     assert "written again from params.00000020, the same parameters" in caplog.text
+    assert "--checkpoint" not in caplog.text   # (nmt-train's own warning advised a flag nmt-train has not)
     assert ckpt.params_path(d, "best").read_bytes() == (d / ckpt.params_file(20)).read_bytes()
 
 
