@@ -343,8 +343,11 @@ def check_set_name(name: str, src_file: str, ref_files: Sequence[str], cfg: Conf
            **({"test": (d.test_src, d.test_tgt)} if d.test_src else {})}   # (a recipe's sets are not "test")
     given = (src_file, ref_files[0])
     same = None not in own.get(name, (None,)) and [*map(os.path.realpath, own[name])] == [*map(os.path.realpath, given)]
-    same = same and len(ref_files) == 1   # further references make another set (nrefs:2)
-    if name in own and own[name] == (None, None):   # (not told by files: read from the recipe's corpora)
+    if same and len(ref_files) > 1:   # further references make another set (nrefs:2)
+        raise ConfigError(f"--name {name} is the name of the model's own set of {given[0]} and {given[1]} alone; "
+                          f"with {len(ref_files) - 1} more reference(s) it is another set (nrefs:{len(ref_files)}), "
+                          "whose scores would replace that set's in scores.json: give another --name")
+    if name in own and own[name] == (None, None) and name != DEV_SET:   # (read from the recipe's corpora)
         raise ConfigError(f"--name {name} is the name of a test set of the model's recipe, which --recipe-tests "
                           "scores as training read it; scores of --src-file/--ref-file would replace its own in "
                           "scores.json: give another --name, or --recipe-tests")

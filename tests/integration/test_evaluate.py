@@ -150,7 +150,8 @@ def test_a_name_of_the_models_own_sets_is_only_for_their_files(model_copy, tmp_p
     shutil.copy(cfg.test_tgt, tmp_path / "r2.en")   # a further reference: another set (nrefs:2)
     code, _, err = run(["--model-dir", model_copy, "--src-file", cfg.test_src, "--ref-file", cfg.test_tgt,
                         tmp_path / "r2.en", "--name", "test"], capsys)
-    assert code == 2 and "--name test is the name of the model's own test set" in err, err
+    assert code == 2 and f"--name test is the name of the model's own set of {cfg.test_src} and {cfg.test_tgt} " \
+        "alone; with 1 more reference(s) it is another set (nrefs:2)" in err, err   # (not: the files "are not" it)
     code, _, err = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", ref, "--name", "dev", "--no-save"],
                        capsys)   # nothing recorded: any name, for the report and --hyp-dir
     assert code == 0, err
@@ -172,6 +173,8 @@ def test_a_name_of_the_models_own_sets_is_only_for_their_files(model_copy, tmp_p
     # (not "which X and Y are not" that set's: the recipe's own files were refused so; nothing tells them apart)
     assert code == 2 and "--name tatoeba-test is the name of a test set of the model's recipe, which --recipe-tests " \
         "scores as training read it" in err and "are not" not in err, err
+    code, _, err = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", ref, "--name", "dev"], capsys)
+    assert code == 2 and "--name dev is the name of the model's own dev set" in err and "(or --dev-set)" in err, err
     code, _, err = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", ref, "--name", "test", "--no-save"],
                        capsys)
     assert code == 0, err
