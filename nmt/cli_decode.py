@@ -351,9 +351,9 @@ def _evaluate_set(args: argparse.Namespace, tr, name: str, pairs, more_refs: Lis
     files = {"source": (f"recipe {tr.config.data.recipe}" if (args.recipe_tests or args.dev_set)
                         and tr.config.data.recipe else None),
              "src_file": str(Path(args.src_file).resolve()) if args.src_file else None,
-             "ref_file": str(Path(args.ref_file[0]).resolve()) if args.ref_file else None}
+             "ref_file": _file_name(args.ref_file[0]) if args.ref_file else None}
     if more_refs:
-        files["more_ref_files"] = [str(Path(r).resolve()) for r in args.ref_file[1:]]
+        files["more_ref_files"] = [_file_name(r) for r in args.ref_file[1:]]
     entry, hyps, sc = score_test_set(tr, name, pairs, max_sentences=args.max_sentences, save=save, extra=files,
                                      prefix_words=args.prefix_words or 0, strokes=args.word_strokes,
                                      more_refs=more_refs)
@@ -369,6 +369,12 @@ def _evaluate_set(args: argparse.Namespace, tr, name: str, pairs, more_refs: Lis
                    + (f", {1 + len(more_refs)} references each" if more_refs else "")
                    + (f", each translation started with its reference's first {_words(args.prefix_words)}"
                       if args.prefix_words else ""), *report_lines(sc, entry)]
+
+
+def _file_name(path: str) -> str:
+    """A file as scores.json records it: by its absolute path, a pipe by the name given (/dev/stdin, not the
+    /proc/PID/fd/pipe:[...] it resolves to, which differs every run)."""
+    return str(Path(path).resolve()) if os.path.isfile(path) else path
 
 
 def _ref_files(hyp_file: Path, count: int) -> List[Path]:

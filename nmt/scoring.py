@@ -69,8 +69,9 @@ def score_test_set(translator: Translator, name: str, pairs: Pairs, *, max_sente
     if strokes:
         extra = {**(extra or {}), **word_strokes(translator, pairs.src[:n], refs)}
     key = _scores_key(translator, info["params_file"])   # (under a step's key, the entry's checkpoint is that step)
-    entry = {**sc.to_dict(), "checkpoint": key if key.isdecimal() else translator.checkpoint, **info,
-             "beam_size": d.beam_size,
+    head = key.split(":", 1)[0].removeprefix(ENSEMBLE_PREFIX)   # (an ensemble's: ensemble-4697:DIR)
+    entry = {**sc.to_dict(), "checkpoint": head if head.isdecimal() or head in ("best", "avg") else
+             translator.checkpoint, **info, "beam_size": d.beam_size,
              "length_penalty": d.length_penalty_alpha, "max_len_a": d.max_len_a, "max_len_b": d.max_len_b,
              "max_input_tokens": d.max_input_tokens, **(extra or {}), "seconds": round(seconds, 2),
              "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
@@ -94,10 +95,11 @@ def _record(model_dir: Path, name: str, key: str, entry: Dict[str, object], othe
         return
     try:
         old = read_scores(model_dir).get(name, {}).get(key)
-        if isinstance(old, dict) and "ref_file" in old and "ref_file" in entry and _refs(old) != _refs(entry):
+        record_scores(model_dir, name, key, entry)
+        if isinstance(old, dict) and "ref_file" in old and "ref_file" in entry and \
+                sorted(_refs(old).split(", ")) != sorted(_refs(entry).split(", ")):
             logger.warning("%s: its %s entry in scores.json, scored against %s, is replaced by this one against %s "
                            "(another --name keeps both)", name, key, _refs(old), _refs(entry))
-        record_scores(model_dir, name, key, entry)
     except StorageError as e:
         logger.warning("%s: not recorded: %s", name, e)
         entry["not_recorded"] = str(e)

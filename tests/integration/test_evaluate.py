@@ -52,6 +52,10 @@ def test_a_score_against_other_references_replacing_one_says_so(model_copy, caps
     code, _, err = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", ref, ref2], capsys)
     assert code == 0 and f"its best entry in scores.json, scored against {ref.resolve()}, is replaced by this one " \
         f"against {ref.resolve()}, {ref2.resolve()} (another --name keeps both)" in err, err
+    code, _, err = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", ref2, ref], capsys)
+    assert code == 0 and "is replaced by this one" not in err, err   # (the same references, in another order)
+    from nmt.cli_decode import _file_name   # a pipe by the name given, not its /proc/PID/fd/pipe:[N] (a new one per run)
+    assert (_file_name("/dev/stdin"), _file_name(str(ref))) == ("/dev/stdin", str(ref.resolve()))
 
 
 def test_scores_with_signatures_saved_and_merged(model_copy, capsys):
@@ -371,6 +375,11 @@ def test_ensemble_scores_get_their_own_entry(model_copy, tmp_path, capsys):
     assert set(scores) == {"best", "ensemble-best:twin"}
     assert scores["ensemble-best:twin"]["ensemble"] == [str(model_copy.resolve()), str(twin.resolve())]
     assert scores["ensemble-best:twin"]["bleu"] == pytest.approx(scores["best"]["bleu"])   # twins: same output
+    code, _, err = run(["--model-dir", model_copy, "--ensemble", twin, "--src-file", src, "--ref-file", ref,
+                        "--name", "t", "--checkpoint", "latest"], capsys)
+    step = ckpt.TrainState.load(model_copy).step   # under the step's key, that step ("latest" went stale)
+    assert code == 0 and json.loads((model_copy / ckpt.SCORES).read_text())["t"][f"ensemble-{step}:twin"][
+        "checkpoint"] == str(step), err
 
 
 def test_ensembles_of_directories_of_one_name_are_recorded_apart(model_copy, tmp_path, capsys):

@@ -240,15 +240,20 @@ def test_a_full_disk_at_scores_json_still_prints_and_keeps_the_scores(model_dir,
 
     def full(path, text):
         raise write_failure(path, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), len(text))
-    monkeypatch.setattr(nmt.scoring, "atomic_write_text", full)
     src, ref = test_files
     scores, report = Path(model_dir) / "scores.json", tmp_path / "report.json"
+    before = scores.read_bytes() if scores.exists() else None   # an entry against other references, which stays:
+    data = json.loads(before) if before else {}                 # no word of its replacement
+    data.setdefault(str(Path(src).resolve()), {})["best"] = {"bleu": 1.0, "ref_file": "/elsewhere.en"}
+    scores.write_text(json.dumps(data))
+    monkeypatch.setattr(nmt.scoring, "atomic_write_text", full)
     code, out, err = run(evaluate_main, ["--model-dir", model_dir, "--src-file", src, "--ref-file", ref, "--json",
                                          report, "--hyp-dir", tmp_path / "hyp"], capsys)
     assert code == 0 and "BLEU" in out and "bleu" in json.loads(report.read_text())["results"][str(Path(src))], err
     assert list((tmp_path / "hyp").iterdir())
     assert f"not recorded in {scores}: cannot write {scores}: No space left on device [errno ENOSPC]" in err
-    assert "scores recorded in" not in err
+    assert "scores recorded in" not in err and "is replaced by this one" not in err
+    scores.write_bytes(before) if before is not None else scores.unlink()
 
 
 def test_a_lone_surrogate_in_json_input_names_the_line_and_field(model_dir, tmp_path, capsys):
