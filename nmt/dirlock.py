@@ -208,7 +208,8 @@ def check_model_dir(model_dir: Path, resume: bool, overwrite: bool, inputs: Opti
                                   "started with, which that file holds; restore it (or train into a new --model-dir)")
         return
     if held and not overwrite:
-        unsaved = (CONFIG in held or LOG in held) and STATE not in held and not manifest.step_keys(model_dir)
+        # train.log: a run started here (a config.json alone may be the user's own, for --config)
+        unsaved = LOG in held and STATE not in held and not manifest.step_keys(model_dir)
         raise CheckpointError(f"--model-dir {model_dir} already exists and is not empty; " + (
             "it holds a run that stopped before its first checkpoint (nothing to --resume): pass --overwrite to "
             "delete it and start over, or give another --model-dir" if unsaved else "pass --resume to continue its "

@@ -210,3 +210,6 @@ def test_a_run_killed_before_its_first_checkpoint_is_told_to_overwrite_not_resum
     err = capsys.readouterr().err
     assert "it holds a run that stopped before its first checkpoint (nothing to --resume): pass --overwrite" in err
     assert "pass --resume" not in err
+    (d / ckpt.LOG).unlink()   # a config.json alone (the user's own, kept in the run's directory): no run stopped there
+    assert train_main(train_cmd(task, d)[2:]) == 2
+    assert "stopped before its first checkpoint" not in capsys.readouterr().err
