@@ -52,9 +52,11 @@ def check_checkpoint_room(cfg: Config, net, no_update: bool = False) -> int:
     t, model_dir = cfg.train, Path(cfg.train.model_dir)
     needed = checkpoint_bytes(cfg, net)
     params = 4 * parameter_count(net)   # bytes of one parameter file (float32)
-    if no_update:
-        check_room(model_dir, params * bool(t.average_last) + (1 << 20), ("params.avg and the small files beside it"
-                   if t.average_last else "the small files") + " of a resume at the run's limit (no update)")
+    if no_update:   # (the figure the dry run reports too)
+        needed = params * bool(t.average_last) + (1 << 20)
+        check_room(model_dir, needed, ("params.avg and the small files beside it" if t.average_last else
+                                       "the small files") + " of a resume at the run's limit (no update)",
+                   keep_last=False)
         return needed
     per = 3 * params
     # a resumed run's checkpoints are there already: new ones take their place as they are pruned

@@ -133,12 +133,14 @@ def check_writable(directory: PathLike, flag: str = "--model-dir", shown: Option
             probe.unlink()
 
 
-def check_room(directory: PathLike, needed: int, what: str, flag: str = "--model-dir") -> None:
-    """StorageError when the file system of `directory` has less than `needed` bytes free for `what`."""
+def check_room(directory: PathLike, needed: int, what: str, flag: str = "--model-dir", keep_last: bool = True) -> None:
+    """StorageError when the file system of `directory` has less than `needed` bytes free for `what` (`keep_last`:
+    a figure --keep-last lowers)."""
     free = free_bytes(directory)
     if free < needed:
         raise StorageError(f"{flag} {directory}: {human_bytes(free)} free, but {what} need about "
-                           f"{human_bytes(needed)}; free some space, lower --keep-last or choose another {flag}")
+                           f"{human_bytes(needed)}; free some space{', lower --keep-last' if keep_last else ''} or "
+                           f"choose another {flag}")
 
 
 # Lines of the C++ stack MXNet's error messages carry around their own ("Traceback ...", "File ...", "[bt] ...").
