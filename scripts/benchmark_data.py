@@ -50,7 +50,8 @@ def timed(fn, repeats: int):
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                allow_abbrev=False)   # (the recipe flags, refused by name with --synthetic-pairs)
     p.add_argument("--data-dir", help="offline mirror (else $NMT_DATA_DIR, cache, network)")
     p.add_argument("--recipe", default="all", help="dataset recipe (default: all, the largest)")
     p.add_argument("--src", default="ko")

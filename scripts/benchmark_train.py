@@ -234,7 +234,8 @@ def add_data_args(p: argparse.ArgumentParser, vocab_size: int) -> None:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                allow_abbrev=False)   # (benchmark_ab refuses its own flags after --, by name)
     add_data_args(p, vocab_size=8000)
     p.add_argument("--embed-size", type=int, default=256)
     p.add_argument("--hidden-size", type=int, default=256)

@@ -49,6 +49,9 @@ def test_benchmark_ab_runs_both_where_it_runs_and_keeps_its_own_flags(monkeypatc
     with pytest.raises(SystemExit):
         bench.main(["--a", str(REPO), "--b", str(REPO), "--", "--json", "x.json"])
     assert "--json after --: this script sets it for both runs" in capsys.readouterr().err
+    with pytest.raises(SystemExit):   # an abbreviation of it is no flag of benchmark_train's
+        _script(monkeypatch, "benchmark_train").parse_args(["--js", "x.json"])
+    assert "unrecognized arguments: --js x.json" in capsys.readouterr().err
     p = subprocess.run([sys.executable, REPO / "scripts" / "benchmark_ab.py", "--a", str(REPO), "--b", str(REPO),
                         "--rounds", "1", "--", "--data-dir", "data"], capture_output=True, text=True, timeout=300,
                        cwd=tmp_path)
@@ -73,6 +76,9 @@ def test_benchmark_data_refuses_bad_arguments_and_names_bad_data_in_one_line(mon
     with pytest.raises(SystemExit):   # ignored without a word
         bench.main(["--synthetic-pairs", "1500", "--work-dir", str(tmp_path), "--recipe=no-such-recipe"])
     assert "--recipe is a setting of the recipe's benchmark, not of --synthetic-pairs" in capsys.readouterr().err
+    with pytest.raises(SystemExit):   # (--rec, an abbreviation, slipped past the check)
+        bench.main(["--synthetic-pairs", "1500", "--work-dir", str(tmp_path), "--rec", "x"])
+    assert "unrecognized arguments: --rec x" in capsys.readouterr().err
     p = subprocess.run([sys.executable, REPO / "scripts" / "benchmark_data.py", "--recipe", "bogus", "--data-dir",
                         str(tmp_path), "--repeats", "1"], capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and p.stderr.startswith("error: --recipe 'bogus': unknown recipe"), p.stderr
