@@ -167,6 +167,14 @@ def _split_lines(data: bytes, path: Path, keep_blank_end: bool = False) -> List[
     return raw
 
 
+def _utf8_text(line: bytes) -> bool:
+    """Whether `line` is UTF-8 text beyond ASCII."""
+    try:
+        return not line.decode("utf-8").isascii()
+    except UnicodeDecodeError:
+        return False
+
+
 def _invalid_utf8(path: Path, i: int, line: bytes, at: int, kind: Optional[str], utf8: int,
                   skippable: bool) -> CorpusError:
     """The error for line `i` of `path`, invalid UTF-8 from byte `at`; `utf8`: an earlier line of UTF-8 text beyond
@@ -215,7 +223,8 @@ def _decode_lines(path: PathLike, skip_invalid_utf8: bool, max_line_chars: int,
         try:
             text = b.decode("utf-8")
         except UnicodeDecodeError as e:
-            if not skip_invalid_utf8:
+            if not skip_invalid_utf8:   # (a UTF-8 line after it tells a stray line too, as one before it does)
+                utf8 = utf8 or next((j for j, x in enumerate(raw[i:], i + 1) if _utf8_text(x)), 0)
                 raise _invalid_utf8(path, i, b, e.start, kind, utf8, skippable) from None
             bad.append(i)
             lines.append(None)

@@ -305,6 +305,9 @@ def test_invalid_utf8_names_file_and_line(write_file):
                                           r"convert it \(`iconv -f CP949 -t UTF-8 .*m.ko > .*m.utf8.ko`\), or pass "
                                           r"--skip-invalid-utf8"):
         read_parallel(mixed, write_file("m.en", EN))
+    first = write_file("f.ko", "고양이".encode("cp949") + b"\n" + KO[1].encode() + b"\n" + KO[2].encode() + b"\n")
+    with pytest.raises(CorpusError, match=r"f.ko:1: .*\. Line 2 is UTF-8 text, so this line may be the only one"):
+        read_parallel(first, write_file("f.en", EN))   # (the stray line first: only the lines before it were looked at)
     # an English file in Latin-1 or Windows-1252 got the CP949 command too, which would make Hangul of its accents
     en = write_file("l.en", EN[0].encode() + b"\n" + "\u201cCaf\u00e9\u201d au lait.".encode("cp1252") + b"\n" +
                     EN[2].encode() + b"\n")
