@@ -74,10 +74,12 @@ def test_benchmark_data_refuses_bad_arguments_and_names_bad_data_in_one_line(mon
             bench.main([flag, value])
         assert f"argument {flag}: must be {says} (got {value})" in capsys.readouterr().err
     with pytest.raises(SystemExit):   # ignored without a word
-        bench.main(["--synthetic-pairs", "1500", "--work-dir", str(tmp_path), "--recipe=no-such-recipe"])
+        bench.main(["--synthetic-pairs", "1500", "--work-dir", str(tmp_path), "--json", str(tmp_path / "x.json"),
+                    "--recipe=no-such-recipe"])   # (--json: were the check gone, results/ would be written)
     assert "--recipe is a setting of the recipe's benchmark, not of --synthetic-pairs" in capsys.readouterr().err
     with pytest.raises(SystemExit):   # (--rec, an abbreviation, slipped past the check)
-        bench.main(["--synthetic-pairs", "1500", "--work-dir", str(tmp_path), "--rec", "x"])
+        bench.main(["--synthetic-pairs", "1500", "--work-dir", str(tmp_path), "--json", str(tmp_path / "x.json"),
+                    "--rec", "x"])
     assert "unrecognized arguments: --rec x" in capsys.readouterr().err
     p = subprocess.run([sys.executable, REPO / "scripts" / "benchmark_data.py", "--recipe", "bogus", "--data-dir",
                         str(tmp_path), "--repeats", "1"], capture_output=True, text=True, timeout=120)
