@@ -207,10 +207,10 @@ def restore_best(model_dir: Path, step: Optional[int], use: StepUse = None) -> s
         return f"export it again (nmt-export --overwrite) from the model directory its {EXPORT} names"
     if step and not (Path(model_dir) / params_file(step)).exists():
         kept = max((s for s in (params_step(p.name) for p in Path(model_dir).glob("params.*")) if s), default=None)
-        instead = (f"use {use(kept)} (a kept step)" if use and kept else "use --checkpoint latest or a kept step"
-                   if not use else "nothing else is kept")
+        instead = (f"use {use(kept)} (a kept step), or train again" if use and kept else "train again" if use else
+                   "use --checkpoint latest or a kept step, or train again")
         return (f"{params_file(step)}, the step's own copy, is no longer kept (--keep-last), so the best parameters "
-                f"are lost: {instead}, or train again")
+                f"are lost: {instead}")
     return (f"use {(use or _checkpoint_flag)(step)}, the same parameters (nmt-train --resume writes {PARAMS_BEST} "
             f"again from {params_file(step)})" if step else "restore it from a copy")
 
