@@ -177,7 +177,7 @@ def _utf8_text(line: bytes) -> bool:
 
 def _invalid_utf8(path: Path, i: int, line: bytes, at: int, kind: Optional[str], utf8: int,
                   skippable: bool) -> CorpusError:
-    """The error for line `i` of `path`, invalid UTF-8 from byte `at`; `utf8`: an earlier line of UTF-8 text beyond
+    """The error for line `i` of `path`, invalid UTF-8 from byte `at`; `utf8`: another line of UTF-8 text beyond
     ASCII (0: none), which makes the line most likely a stray one, to correct rather than convert."""
     said, enc = f"{path}:{i}: invalid UTF-8 (byte 0x{line[at]:02x} at byte {at + 1} of the line)", encoding_of(line)
     fix = (f"{said}. Line {utf8} is UTF-8 text, so this line may be the only one in another encoding (it reads as "
