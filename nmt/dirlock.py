@@ -202,7 +202,7 @@ def check_model_dir(model_dir: Path, resume: bool, overwrite: bool, inputs: Opti
         if not (model_dir / STATE).exists() and not manifest.step_keys(model_dir):
             raise CheckpointError(f"--resume: {model_dir / STATE} not found, so there is nothing to resume; " + (
                 "the run stopped before its first checkpoint: start it again with --overwrite instead of --resume"
-                if held else "drop --resume to start a new run"))
+                if LOG in held else "drop --resume to start a new run"))   # (train.log: a run started here)
         if not (model_dir / CONFIG).is_file():
             raise CheckpointError(f"--resume: {model_dir / CONFIG} not found: a run resumes with the settings it was "
                                   "started with, which that file holds; restore it (or train into a new --model-dir)")

@@ -211,5 +211,6 @@ def test_a_run_killed_before_its_first_checkpoint_is_told_to_overwrite_not_resum
     assert "it holds a run that stopped before its first checkpoint (nothing to --resume): pass --overwrite" in err
     assert "pass --resume" not in err
     (d / ckpt.LOG).unlink()   # a config.json alone (the user's own, kept in the run's directory): no run stopped there
-    assert train_main(train_cmd(task, d)[2:]) == 2
-    assert "stopped before its first checkpoint" not in capsys.readouterr().err
+    for resume in ([], ["--resume"]):
+        assert train_main(train_cmd(task, d)[2:] + resume) == 2
+        assert "stopped before its first checkpoint" not in capsys.readouterr().err
