@@ -67,7 +67,8 @@ def check_checkpoint_room(cfg: Config, net, no_update: bool = False) -> int:
     least = per + params * (2 if t.average_last else 1) + (1 << 20)
     check_room(model_dir, max(needed - there, least), f"--keep-last {t.keep_last} checkpoints of "
                f"{human_bytes(per)} each (parameters and optimizer states) and params.best" +
-               (f" (beyond the {human_bytes(there)} of checkpoints already there)" if there else ""))
+               (f" (beyond the {human_bytes(there)} of checkpoints already there)" if there else ""),
+               keep_last=t.keep_last > 1 and needed - there > least)   # (else --keep-last cannot lower it)
     return needed
 
 

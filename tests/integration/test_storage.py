@@ -180,6 +180,17 @@ def test_check_room_names_what_is_needed(tmp_path, monkeypatch):
     monkeypatch.setattr(storage, "free_bytes", lambda path: 1000)
     with pytest.raises(StorageError, match=r"--model-dir .*: 1000 bytes free, but 2 checkpoints need about 1\.0 MiB"):
         storage.check_room(tmp_path, 1 << 20, "2 checkpoints")
+    from nmt import preflight   # --keep-last 1 (its least) cannot be lowered: not advised
+    from nmt.models import build_model
+    from tests.synth import tiny_config
+    cfg = tiny_config(tmp_path, {}, "m")
+    net = build_model(cfg.model, 400, 400)
+    net.initialize()
+    for keep, advised in ((1, False), (3, True)):
+        cfg.train.keep_last = keep
+        with pytest.raises(StorageError) as e:
+            preflight.check_checkpoint_room(cfg, net)
+        assert ("lower --keep-last" in str(e.value)) == advised, str(e.value)
 
 
 def checkpoint_every_2(tmp_path, steps: int) -> list:
