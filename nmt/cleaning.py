@@ -27,7 +27,7 @@ COPY_WARN_SHARE = 0.05
 
 
 def clean_training_pairs(train: Pairs, exclude: Sequence[Pairs], *, max_chars: int, max_ratio: float,
-                         where: str = "") -> Tuple[Pairs, Dict[str, int]]:
+                         where: str = "", copies_said: bool = False) -> Tuple[Pairs, Dict[str, int]]:
     """Training pairs without empty, over-long, badly proportioned, duplicate or held-out-overlapping pairs.
 
     A pair is dropped when a side is empty; when its source side equals the source side of any pair in an
@@ -35,7 +35,8 @@ def clean_training_pairs(train: Pairs, exclude: Sequence[Pairs], *, max_chars: i
     when a side has more than `max_chars` characters ("too_long"); when the longer side is more than
     `max_ratio` times as long as the shorter ("ratio"); or when the same (source, target) pair came
     earlier ("duplicate"). Order is kept. Returns the kept pairs and the drop counts by reason. The log names
-    the pairs `where` (e.g. their files), else by their name; it warns of many drops by the limits or as duplicates.
+    the pairs `where` (e.g. their files), else by their name; it warns of many drops by the limits or as duplicates,
+    and of many pairs with the same text on both sides (unless `copies_said`: these pairs were cleaned before).
 
     The ratio compares UTF-8 byte lengths: a Hangul syllable (3 bytes) carries about as much as two or
     three Latin letters, so bytes put Korean and English on one scale, where a character ratio would
@@ -60,7 +61,7 @@ def clean_training_pairs(train: Pairs, exclude: Sequence[Pairs], *, max_chars: i
     filtered = counts["too_long"] + counts["ratio"]   # a warning past 5%: --max-chars or --max-ratio may be too low
     dups = counts["duplicate"] if counts["duplicate"] > DUPLICATE_WARN_SHARE * len(train) else 0
     copies = sum(1 for s, t in zip(keep_s, keep_t) if s == t)
-    copies = copies if copies > COPY_WARN_SHARE * len(kept) else 0
+    copies = copies if copies > COPY_WARN_SHARE * len(kept) and not copies_said else 0   # (said of these pairs)
     logger.log(logging.WARNING if filtered > 0.05 * len(train) or dups or copies else logging.INFO,
                "%s: kept %d of %d training pairs%s%s%s%s", where or train.name, len(kept), len(train),
                "; dropped " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) if counts else "",

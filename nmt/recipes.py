@@ -263,7 +263,7 @@ def _hold_out_dev(pool: Pairs, size: int, seed: int, cfg: DataConfig, drops: Cou
     taken = set(dev_idx)
     dev = pool.select(dev_idx, name="dev")
     train, counts = clean_training_pairs(pool.select([i for i in range(len(pool)) if i not in taken]), [dev],
-                                         max_chars=cfg.max_chars, max_ratio=cfg.max_ratio)
+                                         max_chars=cfg.max_chars, max_ratio=cfg.max_ratio, copies_said=True)
     drops.update(counts)
     return train, dev
 
