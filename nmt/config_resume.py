@@ -44,8 +44,8 @@ def _tuned(key: str, source: str) -> str:
     section, name = key.split(".", 1)
     if section == "model" and name not in TUNABLE or section == "data" and name in INHERITED_DATA:
         return ""
-    return (f" (to go on from this run's parameters, fine-tune with --init-from {Path(source).parent}, giving the "
-            "data flags again: --init-from takes a model's settings, not its data)")
+    return (f" (to go on from this run's parameters, fine-tune with --init-from {Path(source).parent}, giving its "
+            "data and training flags again: --init-from takes a model's own settings, not its data, batch or schedule)")
 
 
 def resumed_config(saved: Config, cfg: Config, given: Optional[Dict[str, str]], source: str

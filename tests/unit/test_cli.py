@@ -461,8 +461,9 @@ def test_a_resume_refusing_what_a_fine_tune_may_change_names_init_from(tmp_path)
             resumed_config(saved, cfg, {f"model.{key}": flag}, source)
         assert str(e.value).startswith(f"--resume: {flag} {value} differs from")
         assert str(e.value).endswith(f"or train into a new --model-dir (to go on from this run's parameters, fine-tune "
-                                     f"with --init-from {tmp_path / 'm'}, giving the data flags again: --init-from "
-                                     "takes a model's settings, not its data)") == tunable, str(e.value)
+                                     f"with --init-from {tmp_path / 'm'}, giving its data and training flags again: "
+                                     "--init-from takes a model's own settings, not its data, batch or schedule)") \
+            == tunable, str(e.value)
 
 
 def test_a_mirror_named_by_nmt_data_dir_is_recorded_as_data_dir_is(tmp_path, monkeypatch):
