@@ -350,7 +350,7 @@ def _evaluate_set(args: argparse.Namespace, tr, name: str, pairs, more_refs: Lis
     from nmt.scoring import score_test_set
     files = {"source": (f"recipe {tr.config.data.recipe}" if (args.recipe_tests or args.dev_set)
                         and tr.config.data.recipe else None),
-             "src_file": str(Path(args.src_file).resolve()) if args.src_file else None,
+             "src_file": _file_name(args.src_file) if args.src_file else None,
              "ref_file": _file_name(args.ref_file[0]) if args.ref_file else None}
     if more_refs:
         files["more_ref_files"] = [_file_name(r) for r in args.ref_file[1:]]
