@@ -51,9 +51,11 @@ def main(argv=None) -> int:
     args = p.parse_args(own)
     if args.rounds < 1:
         p.error(f"--rounds must be >= 1, got {args.rounds}")
-    own_flags = [f for f in shared if f.split("=")[0] in ("--json", "--devices", "--repeats", "--plot")]
+    mine = ("--json", "--devices", "--repeats", "--plot")   # (a prefix too: an older checkout's argparse takes one)
+    own_flags = [f.split("=")[0] for f in shared if len(f.split("=")[0]) > 3 and f.startswith("--") and
+                 any(m.startswith(f.split("=")[0]) for m in mine)]
     if own_flags:
-        p.error(f"{own_flags[0].split('=')[0]} after --: this script sets it for both runs (give --json before --)")
+        p.error(f"{own_flags[0]} after --: this script sets it for both runs (give --json before --)")
     a, b = args.a.resolve(), args.b.resolve()
     for name, path in (("--a", a), ("--b", b)):
         if not (path / "scripts" / "benchmark_train.py").is_file():
@@ -69,9 +71,9 @@ def main(argv=None) -> int:
     ratio = statistics.median(x["b_over_a"] for x in rows)
     print(f"median B/A over {len(rows)} rounds: {ratio:.3f}")
     if args.json:
-        report = {"a": str(a), "b": str(b), "a_commit": conditions.commit_of(a),
-                  "b_commit": conditions.commit_of(b),
-                  "shared_args": shared, "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "1"),
+        report = {**conditions.run_conditions(load_before), "a": str(a), "b": str(b),
+                  "a_commit": conditions.commit_of(a), "b_commit": conditions.commit_of(b), "shared_args": shared,
+                  "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "1"),
                   "loadavg_before": load_before, "loadavg_after": os.getloadavg(), "when": time.strftime("%Y-%m-%d"),
                   "rounds": rows, "median_b_over_a": ratio}
         args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -84,6 +84,7 @@ def main(argv=None) -> int:
                     "own synthetic corpus once: leave it out")
         return at_scale(args)
 
+    load0 = os.getloadavg()
     cfg = DataConfig(recipe=args.recipe, src_lang=args.src, tgt_lang=args.tgt, data_dir=args.data_dir,
                      vocab_size=args.vocab_size, batch_size=args.batch_size)
     splits, t_read = timed(lambda: load_data(cfg), args.repeats)
@@ -108,7 +109,8 @@ def main(argv=None) -> int:
     # Steady-state per-epoch cost (reading/cleaning and SentencePiece training happen once per run).
     per_epoch = t_tok + t_batch
     res = {
-        "machine": {"python": platform.python_version(), "processor": platform.processor() or platform.machine()},
+        "machine": {"python": platform.python_version(), "processor": platform.processor() or platform.machine(),
+                    "cores": os.cpu_count(), **conditions.run_conditions(load0)},
         "recipe": args.recipe, "direction": f"{args.src}-{args.tgt}", "train_pairs": n, "pairs_read": n_raw,
         "train_tokens": tokens,
         "read_clean": {"seconds": t_read, "pairs_per_s": n_raw / t_read},

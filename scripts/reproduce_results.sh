@@ -147,7 +147,7 @@ QUEUE_2=("${HEADLINE_2[@]}" abl-worddrop0.2-seed2 all-ko-en-up4-seed2 abl-worddr
          abl-worddrop0.2-mlp)
 
 known_runs() { printf '%s\n' "${!RUNS[@]}" | sort | tr '\n' ' '; }
-if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then   # the header above, and the names it takes
+if [[ " $* " == *" -h "* || " $* " == *" --help "* ]]; then   # the header above, and the names it takes
   sed -n '2,/^set -euo/p' scripts/reproduce_results.sh | sed '$d; s/^# \{0,1\}//'
   echo; echo "Groups: headline transformer"; echo "Runs: $(known_runs)"
   exit 0
@@ -156,7 +156,7 @@ for name in "$@"; do
   if [ "$name" = headline ] || [ "$name" = transformer ]; then
     [ $# = 1 ] || { echo "$name stands alone (it names a group of runs); got: $*" >&2; exit 2; }
   elif [ -z "${RUNS[$name]+x}" ]; then
-    echo "unknown run $name (groups: headline transformer; runs: $(known_runs)--help says more)" >&2; exit 2
+    echo "unknown run $name (groups: headline transformer; runs: $(known_runs| sed 's/ $//'); --help says more)" >&2; exit 2
   fi
 done
 stop_queues() {   # SIGTERM/Ctrl-C: stop the queues, then let their trainers save a checkpoint and exit

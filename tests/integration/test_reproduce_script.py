@@ -127,6 +127,7 @@ def test_an_unknown_run_name_is_an_error(tmp_path):
                           env={**os.environ, "MODELS": str(tmp_path)}, capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0 and "unknown run no-such-run (groups: headline transformer; runs: abl-batch64 " \
         "abl-dropout0.2 " in proc.stderr   # (the runs sorted, and the transformer group, which the list left out)
+    assert " tf-tatoeba-ko-en; --help says more)" in proc.stderr
 
 
 def test_help_gives_the_usage_and_every_name_and_trains_nothing(tmp_path):
@@ -137,6 +138,9 @@ def test_help_gives_the_usage_and_every_name_and_trains_nothing(tmp_path):
     assert proc.returncode == 0 and proc.stdout.startswith("Reproduce docs/results.md: train every run below"), proc
     assert "Groups: headline transformer\nRuns: abl-batch64 " in proc.stdout and " tf-tatoeba-ko-en " in proc.stdout
     assert recorded(tmp_path) == [] and not (tmp_path / "models").exists()
+    proc = subprocess.run(["bash", str(REPO / "scripts" / "reproduce_results.sh"), "abl-vocab8k", "--help"],
+                          env=script_env(tmp_path), capture_output=True, text=True, timeout=60)   # (after a name too)
+    assert proc.returncode == 0 and proc.stdout.startswith("Reproduce docs/results.md") and recorded(tmp_path) == []
 
 
 HEADLINE = [("abl-worddrop0.2-lex", "abl-worddrop0.2-lex-seed2"), ("all-ko-en-up4-lex", "all-ko-en-up4-lex-seed2"),
