@@ -371,6 +371,7 @@ def test_existing_model_dir_is_not_overwritten(tmp_path, task):
         create_trainer(empty, resume=True)
     (tmp_path / "empty").mkdir()   # what a run killed before its first checkpoint leaves: no state.json
     (tmp_path / "empty" / ckpt.CONFIG).write_text("{}")
+    (tmp_path / "empty" / ckpt.LOG).write_text("")   # (a run writes train.log first: a config.json alone may be yours)
     with pytest.raises(ckpt.CheckpointError, match="before its first checkpoint: start it again with --overwrite"):
         create_trainer(empty, resume=True)
 
