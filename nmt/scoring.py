@@ -71,9 +71,8 @@ def score_test_set(translator: Translator, name: str, pairs: Pairs, *, max_sente
     key = _scores_key(translator, info["params_file"])   # (under a step's key, the entry's checkpoint is that step)
     head = key.split(":", 1)[0].removeprefix(ENSEMBLE_PREFIX)   # (an ensemble's: ensemble-4697:DIR)
     entry = {**sc.to_dict(), "checkpoint": head if head.isdecimal() or head in ("best", "avg") else
-             translator.checkpoint, **info, "beam_size": d.beam_size,
-             "length_penalty": d.length_penalty_alpha, "max_len_a": d.max_len_a, "max_len_b": d.max_len_b,
-             "max_input_tokens": d.max_input_tokens, **(extra or {}), "seconds": round(seconds, 2),
+             translator.checkpoint, **info, **{f: getattr(d, name) for f, name in _ENTRY_DECODE.items()},
+             **(extra or {}), "seconds": round(seconds, 2),
              "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     if translator.member_dirs:   # an ensemble: its own entry, never one of the first member's alone
         entry["ensemble"] = [str(p.resolve()) for p in [translator.model_dir, *translator.member_dirs]]
@@ -226,33 +225,36 @@ def cannot_record(model_dir: Path) -> str:
     return why
 
 
-def record_scores(model_dir: Path, test_key: str, checkpoint: str, entry: Dict[str, object]) -> Path:
-    """Merge `entry` into model_dir/scores.json as [test_key][checkpoint], keeping every other entry.
-
-    A lock file serializes concurrent evaluations; the file itself is replaced atomically."""
+def _update_scores(model_dir: Path, edit: Callable[[dict], bool]) -> None:
+    """`edit` scores.json's entries (test set -> checkpoint key -> entry) under its lock file, which serializes
+    concurrent evaluations and trainings; written back, atomically, when `edit` returns True."""
     path = Path(model_dir) / ckpt.SCORES
     with open(path.with_name(path.name + ".lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         data = read_scores(model_dir)
+        if edit(data):
+            atomic_write_text(path, json.dumps(data, indent=2, ensure_ascii=False, sort_keys=True) + "\n")
+
+
+def record_scores(model_dir: Path, test_key: str, checkpoint: str, entry: Dict[str, object]) -> Path:
+    """Merge `entry` into model_dir/scores.json as [test_key][checkpoint], keeping every other entry."""
+    def edit(data: dict) -> bool:
         data.setdefault(test_key, {})[checkpoint] = entry
-        atomic_write_text(path, json.dumps(data, indent=2, ensure_ascii=False, sort_keys=True) + "\n")
-    return path
+        return True
+    _update_scores(model_dir, edit)
+    return Path(model_dir) / ckpt.SCORES
+
+
+def _drop_empty_sets(data: dict) -> None:
+    for test in [t for t, by_key in data.items() if not by_key]:   # a set of no entry left: none
+        del data[test]
 
 
 def retire_scores(model_dir: Path, which: str) -> None:
     """After training wrote new `which` parameters (params.best or params.avg): the scores.json entries recorded for
     the old ones are no longer theirs. A best's entry moves to the key of its step (those were that step's
     parameters), unless that step has one; an average's, and an ensemble's with either, are dropped."""
-    path = Path(model_dir) / ckpt.SCORES
-    if not path.exists():
-        return
-    with open(path.with_name(path.name + ".lock"), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            data = read_scores(model_dir)
-        except ckpt.CheckpointError as e:   # training goes on; evaluating the model will name the file
-            logger.warning("%s; its %s entries were not retired", e, which)
-            return
+    def edit(data: dict) -> bool:
         for by_key in data.values():
             old = by_key.pop(which, None)
             step = old.get("step") if which == "best" and isinstance(old, dict) else None
@@ -260,8 +262,13 @@ def retire_scores(model_dir: Path, which: str) -> None:
                 by_key[str(step)] = {**old, "checkpoint": str(step), "params_file": ckpt.params_file(step)}
             for key in [k for k in by_key if k.startswith(f"{ENSEMBLE_PREFIX}{which}:")]:
                 del by_key[key]
-        data = {test: by_key for test, by_key in data.items() if by_key}   # a set of no entry left: none
-        atomic_write_text(path, json.dumps(data, indent=2, ensure_ascii=False, sort_keys=True) + "\n")
+        _drop_empty_sets(data)
+        return True
+    if (Path(model_dir) / ckpt.SCORES).exists():
+        try:
+            _update_scores(model_dir, edit)
+        except ckpt.CheckpointError as e:   # training goes on; evaluating the model will name the file
+            logger.warning("%s; its %s entries were not retired", e, which)
 
 
 _ENTRY_DECODE = {"beam_size": "beam_size", "length_penalty": "length_penalty_alpha", "max_len_a": "max_len_a",
@@ -272,22 +279,22 @@ def retire_other_decoding(model_dir: Path, decode) -> None:
     """Drop the scores.json entries made at other decoding settings than `decode` (a resume changed the model's
     saved ones, config.json's decode section): scores.json holds a model's scores at its own (and nmt-export ships
     them as the export's), with a warning naming them; nmt-evaluate scores them again."""
-    path = Path(model_dir) / ckpt.SCORES
-    if not path.exists():
-        return
-    with open(path.with_name(path.name + ".lock"), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        data = read_scores(model_dir)
-        gone = [f"{test} ({key})" for test, by_key in data.items() for key, e in by_key.items() if isinstance(e, dict)
-                and any(f in e and e[f] != getattr(decode, d) for f, d in _ENTRY_DECODE.items())]
-        if not gone:
-            return
-        data = {test: {key: e for key, e in by_key.items() if f"{test} ({key})" not in gone}
-                for test, by_key in data.items()}
-        atomic_write_text(path, json.dumps({t: b for t, b in data.items() if b}, indent=2, ensure_ascii=False,
-                                           sort_keys=True) + "\n")
-    logger.warning("scores.json: the scores of %s were made at other decoding settings than the model's now "
-                   "(config.json's decode section), and are removed; nmt-evaluate scores them again", ", ".join(gone))
+    gone: List[str] = []
+
+    def edit(data: dict) -> bool:
+        for test, by_key in data.items():
+            for key in [k for k, e in by_key.items() if isinstance(e, dict) and any(
+                    f in e and e[f] != getattr(decode, d) for f, d in _ENTRY_DECODE.items())]:
+                gone.append(f"{test} ({key})")
+                del by_key[key]
+        _drop_empty_sets(data)
+        return bool(gone)
+    if (Path(model_dir) / ckpt.SCORES).exists():
+        _update_scores(model_dir, edit)
+    if gone:
+        logger.warning("scores.json: the scores of %s were made at other decoding settings than the model's now "
+                       "(config.json's decode section), and are removed; nmt-evaluate scores them again",
+                       ", ".join(gone))
 
 
 # The decoding settings that do not change a translation or its score: how many sentences are decoded together and
