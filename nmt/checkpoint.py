@@ -59,6 +59,11 @@ def params_step(name: str) -> Optional[int]:
     return manifest.numbered_step(name, "params")
 
 
+def kept_steps(model_dir: Path) -> List[int]:
+    """The steps whose parameter file (params.<step>) the model directory keeps, in order."""
+    return sorted(s for s in (params_step(p.name) for p in Path(model_dir).glob("params.*")) if s is not None)
+
+
 def config_of(model_dir: Path, flag: str = "model directory") -> Path:
     """`model_dir`/config.json; a CheckpointError naming `flag` when `model_dir` is not a model directory (a
     checkpoint file in one, a path that does not exist, a directory nmt-train did not write)."""
@@ -206,7 +211,7 @@ def restore_best(model_dir: Path, step: Optional[int], use: StepUse = None) -> s
     if (Path(model_dir) / EXPORT).exists():   # an export holds no step checkpoint, and trains no more
         return f"export it again (nmt-export --overwrite) from the model directory its {EXPORT} names"
     if step and not (Path(model_dir) / params_file(step)).exists():
-        kept = max((s for s in (params_step(p.name) for p in Path(model_dir).glob("params.*")) if s), default=None)
+        kept = max((s for s in kept_steps(model_dir) if s), default=None)
         instead = (f"use {use(kept)} (a kept step), or train again" if use and kept else "train again" if use else
                    "use --checkpoint latest or a kept step, or train again")
         return (f"{params_file(step)}, the step's own copy, is no longer kept (--keep-last), so the best parameters "
@@ -289,7 +294,7 @@ def params_path(model_dir: Path, which: str = "best", quiet: bool = False, use: 
                 "--average-last N`" if which == "avg" else
                 f"; {held}{restore_best(model_dir, best_step(model_dir), use)}" if which == "best" else "")
         if str(which).isdecimal():
-            kept = sorted(s for s in (params_step(p.name) for p in model_dir.glob("params.*")) if s is not None)
+            kept = kept_steps(model_dir)
             hint = f"; the steps kept there: {', '.join(map(str, kept))}" if kept else "; it keeps no step's parameters"
         raise CheckpointError(f"{path} not found in model directory {model_dir}{hint}")
     verify_params(path, use)

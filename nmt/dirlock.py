@@ -198,18 +198,19 @@ def check_model_dir(model_dir: Path, resume: bool, overwrite: bool, inputs: Opti
         raise CheckpointError(f"--model-dir {model_dir} is an export (nmt-export: one checkpoint, no training state; "
                               f"its {EXPORT} names the directory it came from): resume that directory, or fine-tune "
                               f"from this one into a new directory with --init-from {model_dir}")
+    # a run that stopped before its first checkpoint leaves its train.log (a config.json alone may be the user's own)
+    no_checkpoint = STATE not in held and not manifest.step_keys(model_dir)
     if resume:
-        if not (model_dir / STATE).exists() and not manifest.step_keys(model_dir):
+        if no_checkpoint:
             raise CheckpointError(f"--resume: {model_dir / STATE} not found, so there is nothing to resume; " + (
                 "the run stopped before its first checkpoint: start it again with --overwrite instead of --resume"
-                if LOG in held else "drop --resume to start a new run"))   # (train.log: a run started here)
+                if LOG in held else "drop --resume to start a new run"))
         if not (model_dir / CONFIG).is_file():
             raise CheckpointError(f"--resume: {model_dir / CONFIG} not found: a run resumes with the settings it was "
                                   "started with, which that file holds; restore it (or train into a new --model-dir)")
         return
     if held and not overwrite:
-        # train.log: a run started here (a config.json alone may be the user's own, for --config)
-        unsaved = LOG in held and STATE not in held and not manifest.step_keys(model_dir)
+        unsaved = LOG in held and no_checkpoint
         raise CheckpointError(f"--model-dir {model_dir} already exists and is not empty; " + (
             "it holds a run that stopped before its first checkpoint (nothing to --resume): pass --overwrite to "
             "delete it and start over, or give another --model-dir" if unsaved else "pass --resume to continue its "
