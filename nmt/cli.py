@@ -237,6 +237,10 @@ def training_run(args: argparse.Namespace) -> Tuple[Config, List[str], Optional[
 def train_main(args: argparse.Namespace) -> int:
     from nmt.train import run_training
     cfg, changes, init = training_run(args)
+    own = Path(cfg.train.model_dir) / "config.json"   # (the run's own settings go with the run --overwrite replaces)
+    if args.overwrite and getattr(args, "config", None) and Path(args.config).resolve() != own.resolve():
+        from nmt.dirlock import check_outside
+        check_outside(Path(cfg.train.model_dir), {"--config": args.config})
     # a corpus file on a closed stdin would read as empty; a dry run's report is its output
     usable_streams([getattr(cfg.data, f) for f in CORPUS_FILES if getattr(cfg.data, f)], ["-"] if args.dry_run else [])
     if args.verbose:

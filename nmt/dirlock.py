@@ -227,6 +227,11 @@ def _check_overwrite(model_dir: Path, held: List[str], inputs: Dict[str, Any]) -
         raise CheckpointError(f"--overwrite deletes a model directory, and --model-dir {model_dir} is not one: it has "
                               f"no {CONFIG} or {LOG} but holds {shown}; give the directory of the run to start "
                               "over, or a new --model-dir")
+    check_outside(model_dir, inputs)
+
+
+def check_outside(model_dir: Path, inputs: Dict[str, Any]) -> None:
+    """CheckpointError if any of a run's `inputs` (paths by flag) is inside `model_dir`, which --overwrite deletes."""
     roots = {model_dir.resolve(), Path(os.path.abspath(model_dir))}
     for flag, path in inputs.items():   # the file, also reached through a symbolic link in the directory (deleted)
         seen = {Path(path).resolve(), Path(path).parent.resolve() / Path(path).name, Path(os.path.abspath(path))} \

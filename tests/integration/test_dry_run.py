@@ -129,7 +129,12 @@ def test_overwrite_deletes_only_a_model_directory_and_nothing_the_run_reads(tmp_
     assert train_main(args_for(task, d, "--max-steps", "2", "--valid-every", "0")) == 0
     own = d / "train.ko"   # the run's own training file, kept in its model directory
     own.write_bytes(Path(task["train_src"]).read_bytes())
+    settings = d / "settings.json"   # a settings file of the user's, kept there too
+    settings.write_text('{"train": {"max_steps": 2}}')
     for extra in (["--dry-run"], []):
+        assert train_main(args_for(task, d, "--overwrite", "--config", str(settings), *extra)) == 2
+        err = capsys.readouterr().err
+        assert f"--config {settings} is inside --model-dir {d}, which --overwrite deletes" in err, err
         assert train_main(args_for(task, parent, "--overwrite", *extra)) == 2
         err = capsys.readouterr().err
         assert (f"--overwrite deletes a model directory, and --model-dir {parent} is not one: it has no config.json "
@@ -138,9 +143,10 @@ def test_overwrite_deletes_only_a_model_directory_and_nothing_the_run_reads(tmp_
         err = capsys.readouterr().err
         assert f"--train-src {own} is inside --model-dir {d}, which --overwrite deletes" in err, err
     assert (parent / "run1" / ckpt.PARAMS_BEST).read_bytes() == b"weights" and own.exists()
-    assert (d / ckpt.STATE).exists()
-    assert train_main(args_for(task, d, "--overwrite", "--max-steps", "2", "--valid-every", "0")) == 0
-    assert not own.exists() and ckpt.TrainState.load(d).step == 2
+    assert (d / ckpt.STATE).exists() and settings.exists()
+    # the run's own config.json goes with the run it holds
+    assert train_main(args_for(task, d, "--overwrite", "--config", str(d / "config.json"), "--valid-every", "0")) == 0
+    assert not own.exists() and not settings.exists() and ckpt.TrainState.load(d).step == 2
 
 
 @pytest.mark.parametrize("extra, message", [
