@@ -15,7 +15,7 @@ from nmt.config import ARCH_DEFAULTS, CORPUS_FILES, Config, ConfigError, DataCon
 from nmt.config_resume import PER_INVOCATION, resumed_config
 from nmt import jsonio
 from nmt.commands import Once, command, nonempty, usable_streams
-from nmt.config_file import check_taken_dir, read_config_file, warn_other_arch
+from nmt.config_file import check_taken_dir, read_config_file, warn_other_arch, warn_time_limit
 from nmt.flags import GROUPS, MODEL_FLAGS
 from nmt.recipes import resolve_data_dir
 
@@ -91,6 +91,8 @@ def args_dict(args: argparse.Namespace, base: Optional[Config] = None, check: bo
         raise ConfigError(f"--batch-size {flags['data.batch_size']} and --batch-tokens {flags['data.batch_tokens']} "
                           "contradict each other: a batch is counted in sentences (--batch-size) or in padded target "
                           "positions (--batch-tokens); give one of them")
+    if getattr(args, "config", None) and check:
+        warn_time_limit(args.config, d, flags)
     for key, value in flags.items():
         section, field = key.split(".", 1)
         d.setdefault(section, {})[field] = value

@@ -46,6 +46,21 @@ def _drop_devices(d: Dict[str, Dict[str, Any]], config: str, say: bool) -> None:
                                          "--cpu-devices, --kvstore, --amp)", config, ", ".join(said))
 
 
+def _run_settings(config: Path) -> bool:
+    """Whether the --config file `config` is the config.json of a model directory (a run's or an export's)."""
+    home = config.resolve().parent
+    return config.name == CONFIG and any((home / name).exists() for name in (STATE, LOG, PARAMS_BEST, EXPORT))
+
+
+def warn_time_limit(config: str, d: Dict[str, Dict[str, Any]], flags: Dict[str, Any]) -> None:
+    """Warn when a run's config.json as --config brings that run's time limit (train.max_seconds) to this one
+    without a --max-seconds flag: a limit of one invocation, kept in the file, that would stop the new run early."""
+    limit = d.get("train", {}).get("max_seconds")
+    if limit and "train.max_seconds" not in flags and _run_settings(Path(config)):
+        logging.getLogger("nmt").warning("--config %s: train.max_seconds = %s taken from that run: this run stops "
+                                         "after %s s too (--max-seconds 0: no time limit)", config, limit, limit)
+
+
 def check_taken_dir(model_dir: str, config: Path, resume: bool, overwrite: bool = False) -> str:
     """ConfigError for `model_dir`, the train.model_dir of the --config file `config` given without --model-dir,
     where it names no directory, or one that the run must not take: that of the run whose settings the file holds
@@ -66,7 +81,7 @@ def check_taken_dir(model_dir: str, config: Path, resume: bool, overwrite: bool 
         raise ConfigError(f"--config {config}: the settings of the export in {home}, whose train.model_dir names the "
                           f"run it came from, {model_dir}: give --model-dir, a new directory to start a run (or "
                           f"fine-tune the export there with --init-from {home})")
-    if config.name == CONFIG and any((home / name).exists() for name in (STATE, LOG, PARAMS_BEST)):
+    if _run_settings(config):
         raise ConfigError(f"--config {config}: the settings of the run in {home}, whose train.model_dir names another "
                           f"directory, {model_dir} (the run was moved or copied): give --model-dir, a new directory to "
                           f"start a run (or {home} with --resume to continue this one)")
