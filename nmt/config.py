@@ -49,7 +49,6 @@ def _check(checks) -> None:
 
 # Defaults are the best of the default job's ablations on dev BLEU (Tatoeba ko->en, 3.9k pairs, 30 minutes on one
 # CPU core; docs/results.md): small-data NMT is won by regularization and small vocabularies (Sennrich & Zhang 2019).
-
 # The parallel files a run may be given instead of a recipe's corpora (--train-src ... --test-tgt).
 CORPUS_FILES = ("train_src", "train_tgt", "dev_src", "dev_tgt", "test_src", "test_tgt")
 # The flags not named after their config keys (`--` and the key with "-" for "_"; nmt.cli's flags, checked by a test).
@@ -164,8 +163,10 @@ class ModelConfig:
         _typed(self)
 
 
-# Optimizers of MXNet's registry that --optimizer accepts (those that take only lr and weight decay, plus Adam's betas).
+# Optimizers of MXNet's registry that --optimizer accepts (those that take only lr and weight decay, plus betas),
+# and those of them that take optim.beta1 and optim.beta2 (`nmt.optim.optimizer_settings`).
 OPTIMIZERS = ("adam", "sgd", "nag", "adagrad", "rmsprop", "adadelta", "lamb", "ftml")
+BETA_OPTIMIZERS = ("adam", "lamb", "ftml")
 
 
 @dataclass
@@ -183,6 +184,8 @@ class OptimConfig:
 
     def __post_init__(self) -> None:
         _typed(self)
+        betas = [f"optim.{k} {v}" for k, v, default in (("beta1", self.beta1, 0.9), ("beta2", self.beta2, 0.98))
+                 if v != default]
         _check([(self.optimizer in OPTIMIZERS, f"--optimizer {self.optimizer!r} is not supported; use one of "
                                                 + ", ".join(OPTIMIZERS)),
                 (self.lr > 0 and math.isfinite(self.lr), f"--lr must be > 0 and finite, got {self.lr}"),
@@ -193,6 +196,8 @@ class OptimConfig:
                 (self.plateau_patience >= 1, f"optim.plateau_patience must be >= 1, got {self.plateau_patience}"),
                 (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1,
                  f"optim.beta1 and optim.beta2 must be in [0, 1), got {self.beta1}, {self.beta2}"),
+                (self.optimizer in BETA_OPTIMIZERS or not betas, f"{' and '.join(betas)}: a setting of --optimizer "
+                 f"{', '.join(BETA_OPTIMIZERS)}, which --optimizer {self.optimizer} has not: drop it"),
                 (self.schedule in LR_SCHEDULES,
                  f"--lr-schedule {self.schedule!r}: use {', '.join(LR_SCHEDULES[:-1])} or {LR_SCHEDULES[-1]}")])
 
@@ -294,12 +299,8 @@ class DecodeConfig:
 
 
 # Defaults of shared fields that differ by architecture (`Config.from_dict` and the command line start from them;
-# explicit values win). The shared defaults above were measured with the LSTM. The Transformer's are standard
-# low-resource settings, some checked by ablation (docs/transformer.md): dropout 0.3 and word dropout 0.1 (Araabi & Monz
-# 2020 raise the base model's 0.1 dropout for small data), and the inverse-square-root schedule with the peak of Vaswani
-# et al.'s at d = 256 and 4000 warm-up updates (256^-0.5 * 4000^-0.5 = 1e-3). The warm-up itself is shorter (1000
-# updates): those 4000 were of ~4k-token batches, ours are 32 sentences (~330 target tokens), a 30-minute one-core
-# budget gives a few thousand updates, and pre-norm layers train stably with short warm-ups (Xiong et al. 2020).
+# explicit values win). The shared defaults above were measured with the LSTM; the Transformer's are standard
+# low-resource settings, some checked by ablation (why each: docs/transformer.md, "Where the defaults come from").
 ARCH_DEFAULTS: Dict[str, Dict[str, Dict[str, Any]]] = {"lstm": {}, "transformer": {
     "model": {"dropout": 0.3, "word_dropout": 0.1}, "optim": {"lr": 1e-3, "warmup_steps": 1000}}}
 

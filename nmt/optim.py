@@ -6,15 +6,17 @@ from typing import Dict
 
 from mxnet import gluon
 
-from nmt.config import OptimConfig
+from nmt.config import BETA_OPTIMIZERS, OptimConfig
 
 
 def optimizer_settings(o: OptimConfig) -> Dict[str, float]:
     """The settings `o` gives MXNet's optimizer, by its attribute names (the learning rate aside: the schedule sets
-    it at every update)."""
+    it at every update): the betas to every optimizer that has them, where config.json records them."""
     settings = {"wd": o.weight_decay}
+    if o.optimizer in BETA_OPTIMIZERS:
+        settings.update(beta1=o.beta1, beta2=o.beta2)
     if o.optimizer == "adam":
-        settings.update(beta1=o.beta1, beta2=o.beta2, epsilon=1e-9)
+        settings.update(epsilon=1e-9)
     return settings
 
 

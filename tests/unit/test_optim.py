@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from mxnet import autograd, gluon
 
-from nmt.config import OptimConfig
+from nmt.config import ConfigError, OptimConfig
 from nmt.optim import apply_settings, build_optimizer, learning_rate
 
 
@@ -34,6 +34,24 @@ def test_the_config_reaches_mxnets_optimizer():
     assert (opt.learning_rate, opt.beta1, opt.beta2, opt.wd, opt.epsilon) == (0.25, 0.8, 0.9, 0.01, 1e-9)
     assert isinstance(build_optimizer(OptimConfig(optimizer="sgd"), _net().collect_params()).optimizer,
                       mx.optimizer.SGD)
+
+
+@pytest.mark.parametrize("name, kind", [("lamb", mx.optimizer.LAMB), ("ftml", mx.optimizer.FTML)])
+def test_every_optimizer_with_betas_gets_them(name, kind):
+    """LAMB and FTML took MXNet's own betas (0.9/0.999, 0.6/0.999) while config.json recorded 0.9/0.98 or a
+    file's; a resumed run's new betas were logged as changed and never set."""
+    for o in (OptimConfig(optimizer=name), OptimConfig(optimizer=name, beta1=0.5, beta2=0.6)):
+        opt = build_optimizer(o, _net().collect_params()).optimizer
+        assert isinstance(opt, kind) and (opt.beta1, opt.beta2) == (o.beta1, o.beta2)
+
+
+def test_betas_of_an_optimizer_without_them_are_refused():
+    with pytest.raises(ConfigError, match="optim.beta1 0.5: a setting of --optimizer adam, lamb, ftml, which "
+                                          "--optimizer sgd has not: drop it"):
+        OptimConfig(optimizer="sgd", beta1=0.5)
+    with pytest.raises(ConfigError, match="optim.beta1 0.5 and optim.beta2 0.5: a setting of"):
+        OptimConfig(optimizer="nag", beta1=0.5, beta2=0.5)
+    assert OptimConfig(optimizer="sgd").beta1 == 0.9   # (the defaults, which every config.json records)
 
 
 @pytest.mark.parametrize("name", ["adam", "sgd"])
@@ -83,7 +101,8 @@ def test_loaded_states_take_this_runs_settings(tmp_path, name):
     trainer = build_optimizer(OptimConfig(optimizer=name, lr=0.05), net.collect_params())
     _steps(net, trainer, 2)
     trainer.save_states(str(tmp_path / "s"))
-    new = OptimConfig(optimizer=name, lr=0.05, weight_decay=0.125, beta1=0.5, beta2=0.75)
+    betas = {"beta1": 0.5, "beta2": 0.75} if name == "adam" else {}
+    new = OptimConfig(optimizer=name, lr=0.05, weight_decay=0.125, **betas)
     resumed = build_optimizer(new, _net().collect_params())
     resumed.load_states(str(tmp_path / "s"))
     assert resumed.optimizer.wd == 0.0   # MXNet's restore: the old settings
