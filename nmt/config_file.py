@@ -46,10 +46,14 @@ def _drop_devices(d: Dict[str, Dict[str, Any]], config: str, say: bool) -> None:
                                          "--cpu-devices, --kvstore, --amp)", config, ", ".join(said))
 
 
+def _run_files(home: Path) -> bool:
+    """Whether the directory `home` holds a run (or an export)."""
+    return any((home / name).exists() for name in (STATE, LOG, PARAMS_BEST, EXPORT))
+
+
 def _run_settings(config: Path) -> bool:
     """Whether the --config file `config` is the config.json of a model directory (a run's or an export's)."""
-    home = config.resolve().parent
-    return config.name == CONFIG and any((home / name).exists() for name in (STATE, LOG, PARAMS_BEST, EXPORT))
+    return config.name == CONFIG and _run_files(config.resolve().parent)
 
 
 def warn_time_limit(config: str, d: Dict[str, Dict[str, Any]], flags: Dict[str, Any]) -> None:
@@ -73,6 +77,9 @@ def check_taken_dir(model_dir: str, config: Path, resume: bool, overwrite: bool 
     if not model_dir.strip():
         raise ConfigError(f"--config {config}: train.model_dir is empty; give --model-dir")
     if path.resolve() == home or not path.is_absolute() and home.parts[-len(path.parts):] == path.parts:
+        if not resume and config.name != CONFIG and not _run_files(home):   # settings put where the run will be
+            raise ConfigError(f"--config {config}: its train.model_dir is the directory the file is in, and a model "
+                              "directory holds only its run's files: keep the file elsewhere, or give --model-dir")
         if not resume:
             raise ConfigError(f"--config {config}: its train.model_dir is the directory of the run whose settings it "
                               "holds; give the new run's --model-dir (or --resume to continue that run)")

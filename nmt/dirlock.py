@@ -209,6 +209,11 @@ def check_model_dir(model_dir: Path, resume: bool, overwrite: bool, inputs: Opti
             raise CheckpointError(f"--resume: {model_dir / CONFIG} not found: a run resumes with the settings it was "
                                   "started with, which that file holds; restore it (or train into a new --model-dir)")
         return
+    if held and not overwrite and CONFIG not in held and LOG not in held and no_checkpoint:   # (not a run's)
+        shown = ", ".join(held[:3]) + (", ..." if len(held) > 3 else "")
+        raise CheckpointError(f"--model-dir {model_dir} already exists and holds files, but no run (no {CONFIG} or "
+                              f"{LOG}): {shown}; a model directory holds only its run's files: move them out, or "
+                              "give another --model-dir")
     if held and not overwrite:
         unsaved = LOG in held and no_checkpoint
         raise CheckpointError(f"--model-dir {model_dir} already exists and is not empty; " + (

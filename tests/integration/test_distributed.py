@@ -481,7 +481,7 @@ def test_a_job_refused_at_the_start_leaves_no_temporary_files(tmp_path, task):
     p = launch(tmp_path, ["-n", "2", "-s", "1"], train, "refused", TMPDIR=str(tmp))
     code = finish(p, 60)
     err = (tmp_path / "refused.err").read_text()
-    assert code != 0 and "already exists and is not empty" in err, err[-3000:]
+    assert code != 0 and "already exists and holds files, but no run" in err, err[-3000:]
     assert list(tmp.iterdir()) == [], err[-3000:]
 
 

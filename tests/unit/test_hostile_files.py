@@ -410,6 +410,19 @@ def test_a_runs_config_json_as_config_does_not_make_that_run_the_new_runs_direct
     assert run_of(["--config", str(other)])[0].train.model_dir == str(Path("models") / "tatoeba-en-ko")
 
 
+def test_a_settings_file_inside_the_directory_it_names_is_not_called_a_run(tmp_path, monkeypatch):
+    """exp1/settings.json naming exp1, before any run: it was refused as "the directory of the run whose settings it
+    holds ... (or --resume to continue that run)", and --resume then found nothing to resume."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "exp1").mkdir()
+    (tmp_path / "exp1" / "settings.json").write_text(json.dumps({"train": {"model_dir": "exp1"}}))
+    with pytest.raises(ConfigError, match=r"^--config exp1/settings.json: its train.model_dir is the directory the "
+                                          r"file is in, and a model directory holds only its run's files: keep the "
+                                          r"file elsewhere, or give --model-dir$"):
+        run_of(["--config", "exp1/settings.json"])
+    assert run_of(["--config", "exp1/settings.json", "--model-dir", "m"])[0].train.model_dir == "m"
+
+
 def test_a_runs_config_json_names_its_directory_from_any_working_directory(tmp_path, monkeypatch, capsys):
     """config.json kept train.model_dir as typed ("rel2") while it kept the data files absolute: `--config
     ../rel2/config.json` from another directory started a new run in ./rel2 instead of being refused."""
