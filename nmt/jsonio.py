@@ -52,7 +52,7 @@ def read_object(path, error: Callable[[str], Exception]) -> Dict[str, Any]:
     """The JSON object in the file at `path` (a config file); `error(message naming the file)` if it is not one."""
     path = Path(path)
     try:
-        d = loads(path.read_text(encoding="utf-8"))
+        d = loads(path.read_text(encoding="utf-8-sig"))   # (a byte-order mark, as Windows editors write: no part of it)
     except OSError as e:   # no permission, a directory, ...
         raise error(f"{path}: cannot be read ({e.strerror or e})") from None
     except RepeatedKey as e:

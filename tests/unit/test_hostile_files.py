@@ -51,6 +51,14 @@ def test_a_binary_config_is_a_config_error_naming_the_file(tmp_path, capsys):
     assert err.startswith(f"error: {path}: not valid JSON") and "Traceback" not in err
 
 
+def test_a_config_file_with_a_byte_order_mark_is_read(tmp_path):
+    """Windows editors start UTF-8 with a byte-order mark: "not valid JSON (Unexpected UTF-8 BOM (decode using
+    utf-8-sig) ...)"."""
+    path = tmp_path / "c.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps({"train": {"max_steps": 5}}).encode())
+    assert cfg_of(["--config", str(path), "--model-dir", "m"]).train.max_steps == 5
+
+
 def test_a_directory_for_a_config_is_a_config_error_naming_it(tmp_path):
     (tmp_path / "config.json").mkdir()
     with pytest.raises(ConfigError, match=rf"^{tmp_path / 'config.json'}: cannot be read \(Is a directory\)$"):
