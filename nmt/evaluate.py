@@ -1,6 +1,7 @@
 """Scores through sacreBLEU only, on detokenized text, each with its signature; dev loss / perplexity."""
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional, Sequence
@@ -64,6 +65,8 @@ def track_best(state, row: Dict[str, float], metric: str, scheduled: bool = True
         s.bad_validations += 1
         if halve_every and s.bad_validations % halve_every == 0:
             s.lr_scale *= 0.5
+            logging.getLogger("nmt").info("plateau: %d validations without gain: learning rate halved, to %g of --lr",
+                                          s.bad_validations, s.lr_scale)
     elif best and s.scheduled_best is None:   # the scheduled ones go on comparing with the best before it
         s.scheduled_best = [s.best_score, s.best_ppl]
     if best:

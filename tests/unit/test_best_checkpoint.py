@@ -89,3 +89,17 @@ def test_the_best_step_is_its_manifests(model_dir, tmp_path):
     assert ckpt.best_step(d) == real and checkpoint_info(d, "best")["step"] == real
     (d / "manifest.best.json").write_text("{")
     assert ckpt.best_step(d) == real - 1
+
+
+def test_a_plateau_halving_is_logged(caplog):
+    """The plateau schedule halved the learning rate without a line in train.log (metrics.jsonl's lr showed it)."""
+    from nmt.evaluate import track_best
+    state = ckpt.TrainState()
+    with caplog.at_level("INFO", logger="nmt"):
+        for step, bleu in ((10, 5.0), (20, 4.0), (30, 4.0), (40, 3.0), (50, 2.0)):
+            state.step = step
+            track_best(state, {"dev_bleu": bleu, "dev_ppl": 50.0}, "bleu", halve_every=2)
+    assert state.lr_scale == 0.25
+    assert [r.getMessage() for r in caplog.records] == [
+        "plateau: 2 validations without gain: learning rate halved, to 0.5 of --lr",
+        "plateau: 4 validations without gain: learning rate halved, to 0.25 of --lr"]
