@@ -40,6 +40,10 @@ CHARACTER_COVERAGE = {"ko": 0.9995, "ja": 0.9995, "zh": 0.9995}
 DEFAULT_CHARACTER_COVERAGE = 1.0
 INPUT_SENTENCE_SIZE = 500_000            # training sample cap: enough for the statistics; SentencePiece time grows
                                          # with it (both languages at 500k: 89 s on 2 shared cores)
+# Threads of SentencePiece's training, whatever the machine: unigram training sums its statistics by thread, so
+# the vocabulary (piece scores and ids, then every model trained on it) depends on the count. Two: the published
+# models were trained on 2-core hosts, and with the sample capped (above) more threads save little.
+TRAIN_THREADS = 2
 _LANG_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 _MODEL_NAME_RE = re.compile(r"^spm\.(.+)\.model$")
 
@@ -234,8 +238,8 @@ def train_tokenizer(lines: Sequence[str], out_dir: PathLike, lang: str, vocab_si
 
     A `vocab_size` larger than the text supports is lowered to what it does support, with a warning. A
     `vocab_size` too small to hold the required characters, or text with no content, is a `TokenizerError`.
-    Results are reproducible for a given seed, text and `num_threads` (default: all cores); unigram training
-    sums statistics over threads, so a different thread count can change the scores slightly. `coverage`: the
+    Results are reproducible for a given seed, text and `num_threads` (default `TRAIN_THREADS` on any machine);
+    unigram training sums statistics by thread, so another count can change the scores slightly. `coverage`: the
     character coverage (default: `lang`'s; see `character_coverage`).
     """
     _check_lang(lang)
@@ -246,7 +250,7 @@ def train_tokenizer(lines: Sequence[str], out_dir: PathLike, lang: str, vocab_si
     if isinstance(lines, str):
         raise TokenizerError("train_tokenizer: `lines` must be a sequence of strings, got a single string")
     final = tokenizer_path(out_dir, lang)
-    threads = num_threads or os.cpu_count() or 1
+    threads = num_threads or TRAIN_THREADS
 
     with tempfile.TemporaryDirectory(prefix=f"spm-{lang}-") as tmp:
         text_file = Path(tmp) / "train.txt"

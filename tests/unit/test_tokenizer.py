@@ -133,6 +133,21 @@ def test_deterministic_training(tmp_path):
     assert a.path.with_suffix(".vocab").read_bytes() == b.path.with_suffix(".vocab").read_bytes()
 
 
+def test_the_vocabulary_does_not_depend_on_the_machines_core_count(tmp_path, monkeypatch):
+    """SentencePiece was trained with a thread per core, and unigram training sums its statistics by thread: the
+    same data and seed gave another vocabulary (and model) on a machine with another core count."""
+    rng = random.Random(0)
+    syllables = [chr(0xAC00 + rng.randrange(11172)) for _ in range(300)]
+    words = ["".join(rng.choice(syllables) for _ in range(rng.randint(1, 4))) for _ in range(3000)]
+    lines = [" ".join(rng.choice(words) for _ in range(rng.randint(3, 12))) for _ in range(3000)]
+    vocabs = []
+    for cores in (1, 8):
+        monkeypatch.setattr(os, "cpu_count", lambda cores=cores: cores)
+        tok = train_tokenizer(lines, tmp_path / str(cores), "ko", 1000, seed=4)
+        vocabs.append(tok.path.with_suffix(".vocab").read_bytes())
+    assert vocabs[0] == vocabs[1]
+
+
 @pytest.mark.parametrize("lines, match", [
     ([], "no lines given"),
     (["", "   ", "\t"], "all 3 lines are blank"),
