@@ -95,9 +95,10 @@ def one_line(text: str) -> str:
 
 def count_lines(text: str) -> int:
     """How many lines of `text` (split at `LINE_BREAKS`, as str.splitlines splits: LF, CR, U+2028, ...) have something
-    on them. More than one in what should be one sentence means several: a model trained on sentences usually
-    translates the first alone, leaving out the rest."""
-    return sum(1 for part in LINE_BREAKS.split(text) if part.strip())
+    on them that the model reads (not a zero-width space or control character alone: `normalize`). More than one in
+    what should be one sentence means several: a model trained on sentences usually translates the first alone,
+    leaving out the rest."""
+    return sum(1 for part in LINE_BREAKS.split(text) if normalize(part))
 
 
 def line_list(numbers: List[int], limit: int = 5) -> str:

@@ -68,6 +68,10 @@ def test_a_line_end_around_one_line_is_not_a_second_line():
     req = parse(json.dumps({"text": ["a\n", "\r\n b \r\n\n", "\n"]}).encode(), TranslateRequest)
     lines, _, warnings = check_translate(req, Limits(), 4, 250)
     assert lines == ["a\n", "\r\n b \r\n\n", "\n"] and warnings == []
+    # nor is a line of what the model never reads: a zero-width space, a byte-order mark, a soft hyphen
+    text = ["안녕\n\u200b", "안녕\u2028\ufeff", "\u00ad\n안녕"]
+    lines, _, _ = check_translate(parse(json.dumps({"text": text}).encode(), TranslateRequest), Limits(), 4, 250)
+    assert lines == text
 
 
 def test_control_characters_are_accepted_with_a_warning():
