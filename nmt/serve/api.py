@@ -64,11 +64,11 @@ class Model:
 
 
 class Service:
-    """The models by language pair, the limits, and whether the server is shutting down."""
+    """The models by language pair, and the limits."""
 
     def __init__(self, translators: Sequence, limits: Limits, max_batch: Optional[int] = None,
                  max_wait_ms: float = DEFAULT_MAX_WAIT_MS, max_queue: int = 1024):
-        self.limits, self.stopping = limits, False
+        self.limits = limits
         self.models: Dict[str, Model] = {}
         for tr in translators:
             m = Model(tr, Batcher(tr, max_batch or tr.decode.batch_size, max_wait_ms, max_queue))
@@ -94,7 +94,6 @@ class Service:
         raise RequestError(422, f"this server has several models ({pairs}): give src_lang and tgt_lang", "src_lang")
 
     def close(self) -> None:
-        self.stopping = True
         for m in self.models.values():
             m.batcher.close()
 
@@ -303,19 +302,17 @@ def _add_routes(app: FastAPI, limits: Limits) -> None:
 
 
 def _add_status_routes(app: FastAPI) -> None:
-    stopping = {503: {"description": "the server is shutting down: the same body, with \"status\": \"shutting down\""}}
-
-    @app.get("/health", response_model=None, responses=responses(HealthAnswer, "the server takes requests", 500,
-                                                                 extra=stopping))
+    @app.get("/health", response_model=None, responses=responses(HealthAnswer, "the server takes requests", 500))
     async def health(request: Request) -> JSONResponse:
-        """200 while the server takes requests (503 once it is shutting down), with its queue sizes."""
+        """200 while the server takes requests, with its queue sizes. (A server that is stopping takes no new
+        connection: uvicorn refuses them while it answers the requests in flight.)"""
         service = _service(request)
-        body = {"status": "shutting down" if service.stopping else "ok",
+        body = {"status": "ok",
                 "models": {p: {"queued": m.batcher.queued, "batches": m.batcher.batches, "steps": m.batcher.steps,
                                "sentence_steps": m.batcher.sentence_steps, "sentences": m.batcher.sentences,
                                "busy_seconds": round(m.batcher.busy_seconds, 3)}
                            for p, m in service.models.items()}}
-        return JSONResponse(body, status_code=503 if service.stopping else 200)
+        return JSONResponse(body)
 
     @app.get("/info", response_model=None, responses=responses(InfoAnswer, "the models and limits", 500))
     async def info(request: Request) -> dict:

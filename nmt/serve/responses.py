@@ -55,7 +55,7 @@ class ModelLoad(_Answer):
 
 
 class HealthAnswer(_Answer):
-    status: str = Field(description="\"ok\", or \"shutting down\" (with status 503)")
+    status: str = Field(description="\"ok\"")
     models: Dict[str, ModelLoad] = Field(description="by language pair, e.g. \"ko-en\"")
 
 
@@ -103,7 +103,7 @@ class InfoAnswer(_Answer):
     limits: LimitsInfo
 
 
-def responses(answer: type, description: str, *errors: int, extra: Optional[dict] = None) -> dict:
-    """FastAPI's `responses` of an endpoint: its 200 `answer` model and `description`, its error statuses
-    (`error_responses`), and `extra` ones."""
-    return {200: {"model": answer, "description": description}, **error_responses(*errors), **(extra or {})}
+def responses(answer: type, description: str, *errors: int) -> dict:
+    """FastAPI's `responses` of an endpoint: its 200 `answer` model and `description`, and its error statuses
+    (`error_responses`)."""
+    return {200: {"model": answer, "description": description}, **error_responses(*errors)}
