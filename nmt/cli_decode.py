@@ -254,9 +254,10 @@ def _validated_on(model_dir: Path, dev) -> None:
         return
     if saved and saved != text_checksum([*dev.src, *dev.tgt]):
         raise CorpusError("--dev-set: the dev pairs read again from the model's data are not those its run validated "
-                          "on: its training or dev files have changed since (edited, appended to or replaced), so "
-                          "their scores would not be its dev scores and may count pairs it trained on; score files "
-                          "with --src-file and --ref-file instead")
+                          "on: its training, dev or test files (a held-out dev set leaves out pairs of the test set) "
+                          "have changed since (edited, appended to or replaced), so their scores would not be its dev "
+                          "scores and may count pairs it trained on; score files with --src-file and --ref-file "
+                          "instead")
 
 
 @command(build_evaluate_parser)

@@ -129,7 +129,8 @@ def check_same_pairs(d: DataConfig, sums: Tuple[str, str], saved: Tuple[str, str
     compare."""
     (train_sum, dev_sum), (train_saved, dev_saved) = sums, saved
     for what, files, done, changed, mine, theirs in (   # the dev pairs first: a dev pair changes the training pairs
-            ("dev", ("dev_src", "dev_tgt"), "validated", "they", dev_sum, dev_saved),
+            ("dev", ("dev_src", "dev_tgt"), "validated", "they" if d.dev_src else "they, or the training or test files "
+             "they are drawn from (a held-out dev set leaves out pairs of the test set),", dev_sum, dev_saved),
             ("training", ("train_src", "train_tgt"), "trained", "they, or the dev or test files (whose pairs leave the "
                                                                 "training data),", train_sum, train_saved)):
         if theirs and mine != theirs:

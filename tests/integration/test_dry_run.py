@@ -89,6 +89,32 @@ def test_dev_set_scores_only_the_pairs_the_run_validated_on(tmp_path, task, caps
         capsys.readouterr().err
 
 
+def test_a_held_out_dev_set_changed_by_the_test_files_names_them(tmp_path, capsys):
+    """A held-out dev set leaves out pairs of the test set: after an edit of the test files alone, --resume and
+    --dev-set blamed "the dev pairs (held out of the training files) ... they changed" and "its training or dev
+    files", files the user never touched."""
+    from nmt.cli_decode import evaluate_main
+    files = write_task(tmp_path / "data", n_train=1100)   # (500 held out)
+    d = tmp_path / "m"
+    argv = [a for k in ("train_src", "train_tgt", "test_src", "test_tgt") for a in (f"--{k.replace('_', '-')}",
+                                                                                  files[k])]
+    assert train_main([*argv, "--model-dir", str(d), "--vocab-size", "400", "--embed-size", "16", "--hidden-size",
+                       "16", "--num-layers", "1", "--batch-size", "8", "--no-progress", "--no-eval",
+                       "--max-steps", "2", "--valid-every", "2"]) == 0
+    train = [Path(files[k]).read_text(encoding="utf-8").splitlines() for k in ("train_src", "train_tgt")]
+    for k, lines in zip(("test_src", "test_tgt"), train):   # the first test pair: a training pair now
+        test = Path(files[k]).read_text(encoding="utf-8").splitlines()
+        Path(files[k]).write_text("\n".join([lines[0], *test[1:]]) + "\n", encoding="utf-8")
+    capsys.readouterr()
+    assert train_main(["--model-dir", str(d), "--resume", "--max-steps", "4", "--no-progress", "--no-eval"]) == 2
+    assert ("the dev pairs (held out of the training files) are not those the run validated on until now: they, or "
+            "the training or test files they are drawn from (a held-out dev set leaves out pairs of the test set), "
+            "changed since it started") in capsys.readouterr().err
+    assert evaluate_main(["--model-dir", str(d), "--dev-set", "--no-save"]) == 2
+    assert "its training, dev or test files (a held-out dev set leaves out pairs of the test set)" in \
+        capsys.readouterr().err
+
+
 def test_a_resume_without_the_runs_config_json_is_refused_before_anything(tmp_path, task, capsys):
     """--resume in a directory whose config.json is gone: the dry run checked the default recipe instead of the
     run's data and called it valid; the run failed later on the missing file."""
