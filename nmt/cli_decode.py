@@ -88,7 +88,7 @@ def translate_main(args: argparse.Namespace) -> int:
     if args.plot_attention:
         output_dir("--plot-attention", args.plot_attention)
     _check_sampling(args)
-    refuse_overwriting("--output", args.output, {"--input": args.input}, [args.model_dir, *args.ensemble])
+    refuse_overwriting("--output", args.output, {"--input": args.input or "-"}, [args.model_dir, *args.ensemble])
     tr = load_translator(args)
     if args.sample is not None:
         import mxnet as mx

@@ -8,6 +8,7 @@ import argparse
 import contextlib
 import logging
 import os
+import stat
 import sys
 from pathlib import Path
 from typing import Iterator
@@ -121,12 +122,22 @@ def refuse_overwriting(flag: str, output, inputs: dict, model_dirs=()) -> None:
                 or any(os.path.samefile(target, p) for p in own)):
             raise ConfigError(f"{flag} {output} is a file of the model directory {model_dir}: writing it would destroy "
                               f"what the model needs; give another {flag}")
-    if not os.path.isfile(output):
+    try:   # a regular file (also through a link), or a pipe: /dev/stdin as the output of a command reading it
+        out = os.stat(output)
+    except OSError:
         return
-    for source, path in inputs.items():
-        if path not in (None, "-") and os.path.isfile(path) and os.path.samefile(output, path):
-            raise ConfigError(f"{flag} {output} is the {source} file: writing it would destroy what this command "
-                              f"reads; give another {flag}")
+    if not (stat.S_ISREG(out.st_mode) or stat.S_ISFIFO(out.st_mode)):   # (a terminal is read and written at once)
+        return
+    for source, path in inputs.items():   # "-": standard input (also redirected from a file: `< in.ko`)
+        try:
+            read = os.fstat(0) if path == "-" else os.stat(path) if path is not None else None
+        except OSError:
+            continue
+        if read is not None and (read.st_dev, read.st_ino) == (out.st_dev, out.st_ino):
+            what = f"the {source} file" if path != "-" else f"this command's standard input ({source})"
+            raise ConfigError(f"{flag} {output} is {what}: writing it would " + (
+                "destroy what this command reads" if stat.S_ISREG(out.st_mode) else
+                "feed the output back into what this command reads, without end") + f"; give another {flag}")
 
 
 def output_dir(flag: str, path: Path, file: str = "") -> Path:

@@ -507,6 +507,23 @@ def test_cli_refuses_to_write_over_its_input(tr, tmp_path, capsys):
     assert code == 0 and len((tmp_path / "out.en").read_text(encoding="utf-8").splitlines()) == 2, err
 
 
+def test_cli_refuses_to_write_over_its_standard_input(tr, tmp_path):
+    """`--output in.ko < in.ko` emptied the file and translated 0 lines (exit 0), and `--output /dev/stdin` on a pipe
+    translated its own output without end: standard input was never compared with --output."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    path = tmp_path / "in.ko"
+    path.write_text("리 니\n두포 푸시\n", encoding="utf-8")
+    cmd = [sys.executable, str(REPO / "scripts" / "translate.py"), "--model-dir", str(tr.model_dir), "--output"]
+    with open(path, "rb") as stdin:
+        p = subprocess.run([*cmd, str(path)], stdin=stdin, capture_output=True, env=env, timeout=60)
+    assert p.returncode == 2 and (f"--output {path} is this command's standard input (--input): writing it would "
+                                  "destroy what this command reads") in p.stderr.decode(), p.stderr.decode()
+    assert path.read_text(encoding="utf-8") == "리 니\n두포 푸시\n"
+    p = subprocess.run([*cmd, "/dev/stdin"], input="리 니\n".encode(), capture_output=True, env=env, timeout=60)
+    assert p.returncode == 2 and ("--output /dev/stdin is this command's standard input (--input): writing it would "
+                                  "feed the output back") in p.stderr.decode(), p.stderr.decode()
+
+
 def test_no_output_is_written_over_a_file_of_the_model(tr, tmp_path, capsys):
     """nmt-translate --output m/params.best, nmt-evaluate --json m/scores.json and nmt-score --output m/config.json
     wrote over the model's files: the model was unusable or its recorded scores gone, and the errors that followed
