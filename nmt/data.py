@@ -17,8 +17,8 @@ from nmt.encoded import RowsView, encode_flat, load_or_encode, text_checksum
 from nmt.evaluate import korean_bleu
 from nmt.recipes import DatasetSplits, load_data
 from nmt.sampler import BucketSampler
-from nmt.tokenizer import (JOINT, Tokenizer, character_coverage, load_or_train_tokenizer, load_tokenizers,
-                           tokenizer_names)
+from nmt.tokenizer import (JOINT, Tokenizer, VocabTooSmall, character_coverage, load_or_train_tokenizer,
+                           load_tokenizers, tokenizer_names)
 from nmt.workers import WorkerGroup
 
 logger = logging.getLogger("nmt.data")
@@ -56,8 +56,20 @@ def build_tokenizers(cfg: Config, model_dir: Path, splits: Optional[DatasetSplit
         load_or_train_tokenizer(model_dir, JOINT, lambda: list(splits.train.src) + list(splits.train.tgt),
                                 d.vocab_size, d.spm_model_type, coverage=character_coverage(d.src_lang, d.tgt_lang))
         return load_tokenizers(model_dir, d.src_lang, d.tgt_lang, shared)
-    return (load_or_train_tokenizer(model_dir, d.src_lang, splits.train.src, d.vocab_size, d.spm_model_type),
-            load_or_train_tokenizer(model_dir, d.tgt_lang, splits.train.tgt, d.vocab_size, d.spm_model_type))
+    made, small = [], []   # (both sides' needs in one error: --vocab-size is one size for both)
+    for lang, text in ((d.src_lang, splits.train.src), (d.tgt_lang, splits.train.tgt)):
+        try:
+            made.append(load_or_train_tokenizer(model_dir, lang, text, d.vocab_size, d.spm_model_type))
+        except VocabTooSmall as e:
+            small.append((lang, e))
+    if len(small) == 2:
+        raise VocabTooSmall(f"--vocab-size {d.vocab_size} is too small for both tokenizers: their characters and the "
+                            "256 byte-fallback pieces need at least " + " and ".join(
+                                f"{e.need} ({lang})" for lang, e in small) + "; raise --vocab-size to at least "
+                            f"{max(e.need for _, e in small)}", max(e.need for _, e in small))
+    if small:
+        raise small[0][1]
+    return made[0], made[1]
 
 
 def encode_data(cfg: Config, splits: DatasetSplits, src_tok: Tokenizer, tgt_tok: Tokenizer,

@@ -55,6 +55,13 @@ class TokenizerError(ValueError):
     """A tokenizer model that cannot be trained, loaded or used; the message names the file or argument."""
 
 
+class VocabTooSmall(TokenizerError):
+    """A vocabulary size below what the text's characters need: `need` pieces at least."""
+    def __init__(self, message: str, need: int):
+        super().__init__(message)
+        self.need = need
+
+
 def tokenizer_path(model_dir: PathLike, lang: str) -> Path:
     """Path of the SentencePiece model of `lang` inside `model_dir` (``spm.<lang>.model``)."""
     _check_lang(lang)
@@ -272,9 +279,9 @@ def train_tokenizer(lines: Sequence[str], out_dir: PathLike, lang: str, vocab_si
             msg = str(e)
             m = re.search(r"smaller than required_chars\. (\d+) vs (\d+)", msg)
             if m:
-                raise TokenizerError(
+                raise VocabTooSmall(
                     f"vocab_size {vocab_size} is too small for the {lang} tokenizer: its characters and the 256 "
-                    f"byte-fallback pieces need at least {m.group(2)}; raise --vocab-size") from None
+                    f"byte-fallback pieces need at least {m.group(2)}; raise --vocab-size", int(m.group(2))) from None
             raise TokenizerError(f"SentencePiece training of the {lang} tokenizer failed: {msg}") from None
         # Publish the vocab first: the .model file is the marker of a finished model for load_or_train_tokenizer.
         atomic_copy(Path(tmp) / "spm.vocab", final.with_suffix(".vocab"))

@@ -115,6 +115,18 @@ def test_a_held_out_dev_set_changed_by_the_test_files_names_them(tmp_path, capsy
         capsys.readouterr().err
 
 
+def test_a_vocabulary_too_small_for_both_languages_names_both_needs(tmp_path, task, capsys):
+    """--vocab-size 300 was "too small for the en tokenizer: ... need at least 334", and 334 then "too small for the
+    ko tokenizer: ... need at least 1203": one size for both languages, asked one language at a time."""
+    assert train_main(args_for(task, tmp_path / "m", "--dry-run", "--vocab-size", "20")) == 2
+    err = capsys.readouterr().err
+    needs = re.search(r"--vocab-size 20 is too small for both tokenizers: their characters and the 256 byte-fallback "
+                      r"pieces need at least (\d+) \(ko\) and (\d+) \(en\); raise --vocab-size to at least (\d+)",
+                      err)
+    assert needs and int(needs[3]) == max(int(needs[1]), int(needs[2])), err
+    assert train_main(args_for(task, tmp_path / "m", "--dry-run", "--vocab-size", needs[3])) == 0
+
+
 def test_a_resume_without_the_runs_config_json_is_refused_before_anything(tmp_path, task, capsys):
     """--resume in a directory whose config.json is gone: the dry run checked the default recipe instead of the
     run's data and called it valid; the run failed later on the missing file."""
