@@ -72,3 +72,16 @@ def clean_training_pairs(train: Pairs, exclude: Sequence[Pairs], *, max_chars: i
                "untranslated copies teach the model to copy its input; remove those that are not translations"
                if copies else "")
     return kept, dict(counts)
+
+
+def warn_dev_in_tests(dev: Pairs, tests: Dict[str, Pairs], where: str) -> None:
+    """Warn when pairs of the dev set share a side with a test set's (the same files given for both, or one cut from
+    the other): the best checkpoint and early stopping are then chosen on test sentences, and the test scores
+    overstate the model."""
+    for name, test in tests.items():
+        src, tgt = set(test.src), set(test.tgt)
+        shared = sum(1 for s, t in zip(dev.src, dev.tgt) if s and s in src or t and t in tgt)
+        if shared:
+            logger.warning("%s: %d of the %d dev pairs share a side with pairs of the %s set: the best checkpoint and "
+                           "early stopping are chosen on its sentences, so its scores overstate the model; give a "
+                           "dev set apart from the test set", where, shared, len(dev), name)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
-from nmt.cleaning import clean_training_pairs
+from nmt.cleaning import clean_training_pairs, warn_dev_in_tests
 from nmt.config import ConfigError, DataConfig
 from nmt.corpus import CorpusError, Pairs, concat, read_parallel, read_tsv
 from nmt.download import DOWNLOAD_TIMEOUT, download, download_archive, verify_file
@@ -373,6 +373,8 @@ def _load_files(cfg: DataConfig) -> DatasetSplits:
             check_languages(pairs.src, pairs.tgt, cfg.src_lang, tuple(
                 f"--{kind}-{side} {getattr(cfg, f'{kind}_{side}')}" for side in ("src", "tgt")),
                 f"--src {cfg.src_lang} --tgt {cfg.tgt_lang}")
+    if dev is not None:
+        warn_dev_in_tests(dev, tests, f"--dev-src {dev_files[0]} / --dev-tgt {dev_files[1]}")
     held_out = [p for p in (dev, *tests.values()) if p is not None]
     drops: Counter = Counter()
     for p in (train, *held_out):

@@ -127,6 +127,18 @@ def test_a_vocabulary_too_small_for_both_languages_names_both_needs(tmp_path, ta
     assert train_main(args_for(task, tmp_path / "m", "--dry-run", "--vocab-size", needs[3])) == 0
 
 
+def test_a_dev_set_that_is_the_test_set_is_warned_of(tmp_path, task, capsys):
+    """The same files as --dev-src/--dev-tgt and --test-src/--test-tgt (a first-day slip) trained without a word,
+    the best checkpoint and early stopping chosen on the test sentences."""
+    assert train_main(args_for(task, tmp_path / "m", "--dry-run")) == 0
+    assert "share a side with pairs of the test set" not in capsys.readouterr().err
+    same = ["--test-src", task["dev_src"], "--test-tgt", task["dev_tgt"]]
+    assert train_main(args_for(task, tmp_path / "m", "--dry-run", *same)) == 0
+    assert (f"--dev-src {task['dev_src']} / --dev-tgt {task['dev_tgt']}: 40 of the 40 dev pairs share a side with "
+            "pairs of the test set: the best checkpoint and early stopping are chosen on its sentences, so its scores "
+            "overstate the model") in capsys.readouterr().err
+
+
 def test_a_resume_without_the_runs_config_json_is_refused_before_anything(tmp_path, task, capsys):
     """--resume in a directory whose config.json is gone: the dry run checked the default recipe instead of the
     run's data and called it valid; the run failed later on the missing file."""
