@@ -235,7 +235,9 @@ def _test_sets(args: argparse.Namespace, tr) -> Dict[str, Tuple[Any, List[List[s
         if len(src) != len(ref):
             raise misaligned(args.src_file, src, "--ref-file", path, ref, "the references", "the source")
         check_languages_of(tr, src, ref, f"--src-file {args.src_file}", f"--ref-file {path}")
-    name = args.name or str(Path(args.src_file).resolve())
+    own = d.test_src and len(args.ref_file) == 1 and [*map(os.path.realpath, (d.test_src, d.test_tgt))] == [
+        *map(os.path.realpath, (args.src_file, args.ref_file[0]))]   # the model's own test files: that set
+    name = args.name or ("test" if own else str(Path(args.src_file).resolve()))
     if not args.no_save:   # (else nothing is recorded: the name only labels the report and the --hyp-dir files)
         check_set_name(name, args.src_file, args.ref_file, tr.config)
     return {name: (Pairs(src, refs[0], name), refs[1:])}

@@ -40,10 +40,19 @@ def run(argv, capsys):
     return code, out, err
 
 
+def copied_test_set(model_copy, tmp_path) -> Path:
+    """The model's test files copied to `tmp_path` (set.ko, set.en): a set scored under its source path, where the
+    model's own files are its set "test"."""
+    src = Path(Config.load(model_copy / ckpt.CONFIG).data.test_src)
+    for suffix in (".ko", ".en"):
+        shutil.copy(src.with_suffix(suffix), tmp_path / f"set{suffix}")
+    return tmp_path / "set.ko"
+
+
 def test_a_score_against_other_references_replacing_one_says_so(model_copy, capsys, tmp_path):
     """The same source scored against other references (a second one, or another file) replaced the earlier entry of
     the default name without a word."""
-    src = Path(Config.load(model_copy / ckpt.CONFIG).data.test_src)
+    src = copied_test_set(model_copy, tmp_path)
     ref, ref2 = src.with_suffix(".en"), tmp_path / "ref2.en"
     ref2.write_text(ref.read_text(encoding="utf-8").replace(" ", "  "), encoding="utf-8")
     for refs in ([ref], [ref]):   # (the same again: no word)
@@ -58,8 +67,8 @@ def test_a_score_against_other_references_replacing_one_says_so(model_copy, caps
     assert (_file_name("/dev/stdin"), _file_name(str(ref))) == ("/dev/stdin", str(ref.resolve()))
 
 
-def test_scores_with_signatures_saved_and_merged(model_copy, capsys):
-    src = Path(Config.load(model_copy / ckpt.CONFIG).data.test_src)   # the synthetic test set, test.ko / test.en
+def test_scores_with_signatures_saved_and_merged(model_copy, capsys, tmp_path):
+    src = copied_test_set(model_copy, tmp_path)   # the synthetic test set
     ref = src.with_suffix(".en")
     code, out, err = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", ref], capsys)
     assert code == 0, err
@@ -151,6 +160,10 @@ def test_a_name_of_the_models_own_sets_is_only_for_their_files(model_copy, tmp_p
     code, _, err = run(["--model-dir", model_copy, "--src-file", cfg.test_src, "--ref-file", cfg.test_tgt, "--name",
                         "test", "--max-sentences", "3"], capsys)   # its own test files: that set, under its name
     assert code == 0, err
+    code, out, err = run(["--model-dir", model_copy, "--src-file", cfg.test_src, "--ref-file", cfg.test_tgt],
+                         capsys)   # also without --name (recorded under the source file's path, beside "test")
+    assert code == 0 and out.startswith("test: "), err
+    assert list(json.loads((model_copy / ckpt.SCORES).read_text())) == ["test"]
     shutil.copy(cfg.test_tgt, tmp_path / "r2.en")   # a further reference: another set (nrefs:2)
     code, _, err = run(["--model-dir", model_copy, "--src-file", cfg.test_src, "--ref-file", cfg.test_tgt,
                         tmp_path / "r2.en", "--name", "test"], capsys)
@@ -404,9 +417,9 @@ def test_json_naming_a_directory_is_refused_before_decoding(model_copy, tmp_path
     assert not (model_copy / ckpt.SCORES).exists()
 
 
-def test_scores_of_part_of_a_set_are_not_recorded(model_copy, capsys):
+def test_scores_of_part_of_a_set_are_not_recorded(model_copy, capsys, tmp_path):
     """--max-sentences is a quick look: its scores must not replace the whole set's in scores.json."""
-    src = Path(Config.load(model_copy / ckpt.CONFIG).data.test_src)
+    src = copied_test_set(model_copy, tmp_path)
     argv = ["--model-dir", model_copy, "--src-file", src, "--ref-file", src.with_suffix(".en")]
     assert run(argv, capsys)[0] == 0
     whole = (model_copy / ckpt.SCORES).read_text()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -33,8 +34,11 @@ def run(main, argv, capsys):
 
 
 @pytest.fixture(scope="module")
-def test_files(model_dir):
-    return synth_file(model_dir, "test.ko"), synth_file(model_dir, "test.en")
+def test_files(model_dir, tmp_path_factory):
+    """A test set of the model's language pair, copied where it is not the model's own (scored under its path)."""
+    home = tmp_path_factory.mktemp("set")
+    return tuple(Path(shutil.copy(synth_file(model_dir, f"test.{lang}"), home / f"set.{lang}"))
+                 for lang in ("ko", "en"))
 
 
 @pytest.mark.skipif(not FULL.exists(), reason="no /dev/full on this system")
