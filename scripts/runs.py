@@ -11,6 +11,7 @@ from typing import Dict, List, Optional, Sequence
 
 from nmt import checkpoint as ckpt
 from nmt.config import Config
+from nmt.config_resume import PER_INVOCATION
 from nmt.log import read_metrics
 from nmt.scoring import DEV_SET, ENSEMBLE_PREFIX, read_scores
 
@@ -116,8 +117,9 @@ def _row(run: Run, name: str, test: str, rec: dict, states: Sequence[Optional[ck
 
 
 def config_diff(base: Config, other: Config) -> Dict[str, object]:
-    """Settings of `other` that differ from `base` (section.field -> value), ignoring paths and run bookkeeping."""
-    ignore = {"train.model_dir", "data.data_dir", "data.cache_dir", "train.progress", "train.log_every"}
+    """Settings of `other` that differ from `base` (section.field -> value), ignoring paths and each invocation's
+    keys (devices, a time limit, progress and TensorBoard: `PER_INVOCATION`), which leave the training as it was."""
+    ignore = {*PER_INVOCATION, "train.log_every"}
     a, b = base.to_dict(), other.to_dict()
     out = {}
     for section, fields in b.items():

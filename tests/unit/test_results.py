@@ -101,6 +101,8 @@ def test_ablation_names_what_differs(scored_dirs):
     a, b = scored_dirs
     base, variant = load_run(a), load_run(b)
     assert config_diff(base.config, variant.config) == {"model.dropout": 0.25}
+    variant.config.train.tensorboard, variant.config.train.cpu_devices = None, 2   # (each invocation's: not a setting)
+    assert config_diff(base.config, variant.config) == {"model.dropout": 0.25}
     table = ablation_table(base, [base, variant], "synth-test")
     assert "dropout=0.25" in table and "(base)" in table
     assert table.count("\n") == 4   # header, rule, two runs
