@@ -40,6 +40,7 @@ _CONTROL = re.compile("[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f]")   # the control 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 # Where text breaks into lines: str.splitlines()'s boundaries (LF, CR, VT, FF, FS, GS, RS, NEL, U+2028, U+2029).
+_SPACE_RUN = re.compile(" {2,}")
 LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 _SPACED = re.compile("[\x0b\x0c\x1c-\x1f\x85\u2028\u2029]")   # those, and U+001F, that a line may hold: spaces
 
@@ -91,6 +92,12 @@ def lone_surrogate(text: str) -> str:
 def one_line(text: str) -> str:
     """`text` with line-break characters (`LINE_BREAKS`) turned into spaces: one input line gives one output line."""
     return LINE_BREAKS.sub(" ", text)
+
+
+def tidy_translation(text: str) -> str:
+    """A translation decoded from pieces as one line (`one_line`) without the stray spaces a lone word-boundary piece
+    ("▁") leaves at its ends or beside another (fairseq strips them too): "Thank  you. " -> "Thank you."."""
+    return _SPACE_RUN.sub(" ", one_line(text)).strip(" ")
 
 
 def count_lines(text: str) -> int:

@@ -21,7 +21,7 @@ import numpy as np
 from nmt import checkpoint as ckpt
 from nmt.batching import pad_sources
 from nmt.config import CHARS_PER_TOKEN, Config, DecodeConfig
-from nmt.corpus import count_lines, lone_surrogate, normalize, one_line
+from nmt.corpus import count_lines, lone_surrogate, normalize, tidy_translation
 from nmt.members import check_member_vocabulary, load_member, members_sha256, model_files, refuse_repeated_member
 from nmt.models.base import Seq2SeqModel
 from nmt.models.ensemble import as_model
@@ -351,7 +351,7 @@ class Translator:
         flat = self.tgt_tok.decode([ids for h in hyps for ids, _ in h])
         out, k = [], 0
         for h in hyps:
-            out.append([(one_line(flat[k + j]), score) for j, (_, score) in enumerate(h)])
+            out.append([(tidy_translation(flat[k + j]), score) for j, (_, score) in enumerate(h)])
             k += len(h)
         return out
 

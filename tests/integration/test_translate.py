@@ -507,6 +507,14 @@ def test_cli_refuses_to_write_over_its_input(tr, tmp_path, capsys):
     assert code == 0 and len((tmp_path / "out.en").read_text(encoding="utf-8").splitlines()) == 2, err
 
 
+def test_translations_lose_the_stray_spaces_of_lone_word_pieces(tr, monkeypatch):
+    """A hypothesis cut at its length limit, or an undertrained model, can end with (or repeat) the word-boundary
+    piece "▁": nmt-translate wrote "I " and "Thank  you." as SentencePiece decodes them."""
+    monkeypatch.setattr(tr.tgt_tok, "decode", lambda seqs: ["I ", "  Thank  you.\nBye", "   "][:len(seqs)])
+    assert tr.texts([[([4], -1.0)], [([5], -2.0), ([6], -3.0)]]) == [[("I", -1.0)], [("Thank you. Bye", -2.0),
+                                                                                     ("", -3.0)]]
+
+
 def test_cli_refuses_to_write_over_its_standard_input(tr, tmp_path):
     """`--output in.ko < in.ko` emptied the file and translated 0 lines (exit 0), and `--output /dev/stdin` on a pipe
     translated its own output without end: standard input was never compared with --output."""
