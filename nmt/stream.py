@@ -20,7 +20,7 @@ from nmt import jsonio
 from nmt.align import format_links
 from nmt.config import CHARS_PER_TOKEN
 from nmt.corpus import INVISIBLE, CorpusError, control_characters, count_lines, lone_surrogate, one_line
-from nmt.textfile import archive_sign, iconv_command, open_bytes, to_utf8_hint, wide_encoding
+from nmt.textfile import archive_sign, encoding_of, iconv_command, open_bytes, to_utf8_hint, wide_encoding
 from nmt.log import Every
 from nmt.translate import Translator
 
@@ -136,18 +136,24 @@ def _cut(raw: bytes) -> bytes:
 
 
 def decode_line(raw: bytes, line_no: int, name: str, on_invalid: str = "error",
-                compressed: Optional[str] = None) -> Tuple[str, bool]:
+                compressed: Optional[str] = None, utf8_text: int = 0) -> Tuple[str, bool]:
     """(text, had_invalid_bytes) of one input line of `name` (read as `compressed`: "gzip", ... or None); invalid
-    UTF-8 is a CorpusError naming the line, or replaced by U+FFFD with a warning when `on_invalid` is "replace"."""
+    UTF-8 is a CorpusError naming the line, or replaced by U+FFFD with a warning when `on_invalid` is "replace".
+    `utf8_text`: an earlier line of UTF-8 beyond ASCII (0: none), which makes an invalid line a stray one."""
     replaced = False
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
+        said = (f"{name}:{line_no}: invalid UTF-8 (byte 0x{raw[e.start]:02x} at byte {e.start + 1} of the line); the "
+                "translations of all lines before it have been written. ")
+        path = None if name == STDIN else name
+        if on_invalid != "replace" and utf8_text:   # (a conversion of the whole input would fail on the UTF-8 lines)
+            raise CorpusError(f"{said}Line {utf8_text} is UTF-8 text, so this line may be the only one in another "
+                              f"encoding (it reads as {encoding_of(raw)}): correct or delete it, or pass "
+                              "--on-invalid-utf8 replace") from None
         if on_invalid != "replace":
-            raise CorpusError(f"{name}:{line_no}: invalid UTF-8 (byte 0x{raw[e.start]:02x} at byte {e.start + 1} of "
-                              "the line); the translations of all lines before it have been written. Convert the "
-                              f"input to UTF-8 ({to_utf8_hint(raw, None if name == STDIN else name, compressed)}) "
-                              "or pass --on-invalid-utf8 replace") from None
+            raise CorpusError(f"{said}Convert the input to UTF-8 ({to_utf8_hint(raw, path, compressed)}) or pass "
+                              "--on-invalid-utf8 replace") from None
         logger.warning("%s:%d: invalid UTF-8 replaced by U+FFFD (--on-invalid-utf8 replace)", name, line_no)
         text, replaced = raw.decode("utf-8", errors="replace"), True
     # LF splits lines as they are read: a CR is left. Other separators (U+2028, VT, FF, ...) are part of the line.
@@ -165,6 +171,7 @@ class StreamStats:
     invalid_utf8: int = 0           # lines whose invalid bytes were replaced
     cut: int = 0                    # lines cut while reading (longer than the byte guard)
     controls: int = 0               # lines with control characters (removed before translating)
+    utf8_text: int = 0              # the first line of UTF-8 beyond ASCII: an invalid line after it, a stray one
     seconds: float = 0.0
 
 
@@ -303,8 +310,9 @@ def _read_line(raw: bytes, cut: bool, line_no: int, source: Tuple[str, Optional[
         stats.cut += 1
         logger.warning("%s:%d: line longer than the input guard (--max-input-tokens x %d bytes); cut there while "
                        "reading (any length said next is the cut line's)", name, line_no, CHARS_PER_TOKEN * 4)
-    text, replaced = decode_line(raw, line_no, name, on_invalid, source[1])
+    text, replaced = decode_line(raw, line_no, name, on_invalid, source[1], stats.utf8_text)
     stats.invalid_utf8 += replaced
+    stats.utf8_text = stats.utf8_text or (line_no if not replaced and not text.isascii() else 0)
     prefix = None
     if json_input:
         text, prefix = parse_json_line(text, line_no, name)

@@ -254,6 +254,13 @@ def test_invalid_utf8_error_names_the_line_after_writing_all_before(tr, tmp_path
     assert code == 2
     assert f"error: {path}:4: invalid UTF-8 (byte 0xff at byte 1 of the line)" in err and "Traceback" not in err
     assert out.read_text(encoding="utf-8").splitlines() == tr.translate(good)
+    # UTF-8 Korean before it: a stray line, which converting the whole input (iconv) would fail on
+    assert "Line 1 is UTF-8 text, so this line may be the only one in another encoding (it reads as " in err, err
+    assert "correct or delete it, or pass --on-invalid-utf8 replace" in err and "iconv" not in err, err
+    path.write_bytes(b"ok\n" + "차".encode("cp949") + b"\n")   # nothing but ASCII before: the whole input, maybe
+    code, _, err = run(["--model-dir", tr.model_dir, "--input", path, "--output", out, "--chunk-lines", chunk], capsys)
+    assert code == 2 and f"{path}:2: invalid UTF-8" in err and "Convert the input to UTF-8 (" in err and \
+        f"iconv -f CP949 -t UTF-8 {path}" in err, err
 
 
 def test_cr_line_ends_are_named_after_writing_the_lines_before(tr, tmp_path, capsys):
