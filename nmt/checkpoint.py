@@ -211,7 +211,10 @@ def restore_best(model_dir: Path, step: Optional[int], use: StepUse = None) -> s
     if (Path(model_dir) / EXPORT).exists():   # an export holds no step checkpoint, and trains no more
         return f"export it again (nmt-export --overwrite) from the model directory its {EXPORT} names"
     if step and not (Path(model_dir) / params_file(step)).exists():
-        kept = max((s for s in kept_steps(model_dir) if s), default=None)
+        try:   # the newest kept step whose files are intact (a damaged newest one would fail the advice)
+            kept = manifest.newest_intact(Path(model_dir))[0]["step"]
+        except CheckpointError:
+            kept = None
         instead = (f"use {use(kept)} (a kept step), or train again" if use and kept else "train again" if use else
                    "use --checkpoint latest or a kept step, or train again")
         return (f"{params_file(step)}, the step's own copy, is no longer kept (--keep-last), so the best parameters "

@@ -112,6 +112,7 @@ def check_kept_files(model_dir: Path, repair: bool = True, state: Optional[ckpt.
     step = state.best_step if state is not None and state.best_step else ckpt.best_step(model_dir)
     if not ((model_dir / ckpt.PARAMS_BEST).exists() or step):
         return
+    written = None   # the step of an intact params.best
     try:
         if not (model_dir / ckpt.PARAMS_BEST).exists():
             raise ckpt.CheckpointError(f"{model_dir / ckpt.PARAMS_BEST} is missing")
@@ -120,13 +121,16 @@ def check_kept_files(model_dir: Path, repair: bool = True, state: Optional[ckpt.
         if state is not None and written and state.best_step and written != state.best_step:
             raise ckpt.CheckpointError(f"{model_dir / ckpt.PARAMS_BEST} is of step {written}, not of step "
                                        f"{state.best_step}, the best where the run resumes at step {state.step} (a "
-                                       "run killed while saving)")
+                                       "run killed while saving, or a newer checkpoint damaged)")
     except ckpt.CheckpointError as e:
         source = ckpt.params_file(step or 0)
         if not repair and (model_dir / source).is_file():   # a dry run writes nothing
             ckpt_logger.warning("--resume: %s; the run will write it again from %s", e, source)
         elif repair and rebuild_best(model_dir, step):
             ckpt_logger.warning("--resume: %s; written again from %s, the same parameters", e, source)
+        elif written:   # intact, of another step: what the best checkpoint is until the run finds a new best
+            ckpt_logger.warning("--resume: %s; %s is no longer kept (--keep-last), so %s stays, with step %d's "
+                                "parameters, until the run finds a new best", e, source, ckpt.PARAMS_BEST, written)
         else:
             ckpt_logger.warning("--resume: %s; unless the run finds a new best, scoring its best at the end will "
                                 "fail: %s", e, ckpt.restore_best(model_dir, step, lambda s: f"nmt-evaluate "

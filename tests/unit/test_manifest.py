@@ -270,6 +270,23 @@ def test_a_best_written_past_the_resumed_checkpoint_is_written_again(tmp_path, c
     assert (d / ckpt.PARAMS_BEST).read_bytes() == (d / ckpt.params_file(20)).read_bytes() and ckpt.best_step(d) == 20
 
 
+def test_a_best_past_a_damaged_newest_checkpoint_is_kept_and_said_so(tmp_path, caplog):
+    """The newest checkpoint (step 40, also params.best) damaged, the run's best before it (step 10) pruned: the
+    resume said "a run killed while saving" and that scoring its best at the end "will fail", advising
+    --checkpoint 40, the damaged step; params.best (intact, step 40's) was then scored as the best."""
+    d = _model_dir(tmp_path, steps=(10, 20, 30, 40), best=10, record_best=True)   # keeps 20, 30, 40
+    (d / ckpt.PARAMS_BEST).write_bytes((d / ckpt.params_file(40)).read_bytes())
+    manifest.write_manifest(d, "best", [ckpt.PARAMS_BEST], 40)
+    _damage(d / ckpt.params_file(40), "truncate")
+    with caplog.at_level("WARNING", logger="nmt.checkpoint"):
+        assert resume_state(d).step == 30
+    assert ("params.best is of step 40, not of step 10, the best where the run resumes at step 30 (a run killed while "
+            "saving, or a newer checkpoint damaged); params.00000010 is no longer kept (--keep-last), so params.best "
+            "stays, with step 40's parameters, until the run finds a new best") in caplog.text
+    assert "will fail" not in caplog.text and ckpt.best_step(d) == 40
+    assert "use --checkpoint 30 (a kept step)" in ckpt.restore_best(d, 10, lambda s: f"--checkpoint {s}")
+
+
 def test_a_resume_removes_the_temporary_files_a_killed_save_left(tmp_path, caplog):
     """A run killed while writing a checkpoint's parameters left .params.000000NN.tmp (as large as a checkpoint) that
     no later run removed: a resume never saves that step again, and pruning deletes named files only."""
