@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from nmt import checkpoint as ckpt
+from nmt import checkpoint as ckpt, manifest
 from nmt.config import Config
 from nmt.config_resume import PER_INVOCATION
 from nmt.log import read_metrics
@@ -157,8 +157,12 @@ def decode_rows(base: Run, reports: Sequence[dict], test: str) -> List[dict]:
     `scripts/evaluate.py --json` reports of other beam sizes / length penalties (their "results" per test set)."""
     rows = []
     avg = base.scores.get(test, {}).get("avg")
-    if avg:
-        rows.append({"what": f"average of the last {base.config.train.average_last} checkpoints", "record": avg})
+    if avg:   # (the run's --average-last may have changed since: its manifest names the newest step averaged)
+        try:
+            upto = f", up to step {manifest.read_manifest(base.path, 'avg')['step']}"
+        except ckpt.CheckpointError:
+            upto = ""
+        rows.append({"what": f"the averaged checkpoint (params.avg{upto})", "record": avg})
     best = _best_record(base, test, None) or {}
     for report in reports:
         rec = report.get("results", {}).get(test)
@@ -186,6 +190,8 @@ def ablation_table(base: Run, runs: Sequence[Run], test: str, decode_reports: Se
         rec = _best_record(run, test, None)
         diff = config_diff(base.config, run.config)
         what = ", ".join(f"{k.split('.', 1)[1]}={v}" for k, v in sorted(diff.items())) or "(base)"
+        key = next((k for k, v in run.scores.get(test, {}).items() if v is rec), "best")   # not the current best:
+        what += "" if key == "best" else f" (test scores of {'params.avg' if key == 'avg' else 'step ' + key})"
         bleu = f"{rec['bleu']:.2f}" if rec else "—"
         chrf = f"{rec['chrf']:.2f}" if rec else "—"
         why = run.state.stopped

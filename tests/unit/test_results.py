@@ -104,7 +104,9 @@ def test_ablation_names_what_differs(scored_dirs):
     variant.config.train.tensorboard, variant.config.train.cpu_devices = None, 2   # (each invocation's: not a setting)
     assert config_diff(base.config, variant.config) == {"model.dropout": 0.25}
     table = ablation_table(base, [base, variant], "synth-test")
-    assert "dropout=0.25" in table and "(base)" in table
+    step = next(iter(base.scores["synth-test"]))   # scored at the latest step, not as the best: said so
+    assert step.isdecimal() and f"dropout=0.25 (test scores of step {step})" in table, table
+    assert f"(base) (test scores of step {step})" in table
     assert table.count("\n") == 4   # header, rule, two runs
 
 
@@ -125,7 +127,7 @@ def test_ablation_lists_the_base_once_marks_unfinished_runs_and_adds_decoding_ro
     assert "(unfinished)" in next(line for line in lines if line.startswith("| running |"))
     assert f"({base.state.stopped.replace('_', ' ')})" in lines[2]   # why the base run stopped (not its budget)
     assert "decoding: beam_size=1 (best checkpoint) | 12.35" in table
-    assert f"average of the last {base.config.train.average_last} checkpoints | 23.46" in table
+    assert "| base | the averaged checkpoint (params.avg) | 23.46" in table   # (it has no manifest here)
 
 
 def test_examples_are_spread_over_the_test_set():
