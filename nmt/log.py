@@ -2,12 +2,14 @@
 TensorBoard curves (`TensorBoardWriter`, when tensorboardX is installed)."""
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
 import os
 import sys
 import time
+import weakref
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -45,16 +47,46 @@ def setup_logging(log_file: Optional[Path] = None, level: Optional[int] = None, 
         handlers.append(logging.FileHandler(log_file, encoding="utf-8"))
     for h in handlers:
         h.setFormatter(fmt)
+        _MADE.add(h)
     for name, at in (("nmt", level), ("sacrebleu", max(level, logging.WARNING))):
         logger = logging.getLogger(name)
         logger.setLevel(at)
         logger.propagate = False
         for h in list(logger.handlers):
             logger.removeHandler(h)
-            if name == "nmt":   # (the same handlers as sacrebleu's)
+            if name == "nmt" and h in _MADE:   # (the same handlers as sacrebleu's; a program's own stay open)
+                _MADE.discard(h)
                 h.close()
         for h in handlers:
             logger.addHandler(h)
+
+
+_MADE: "weakref.WeakSet[logging.Handler]" = weakref.WeakSet()   # the handlers setup_logging made
+
+
+def logging_kept(fn: Callable) -> Callable:
+    """`fn`, leaving the `nmt` and `sacrebleu` loggers as it found them (handlers, level, propagation), the
+    handlers `setup_logging` made meanwhile (a run's train.log) closed: `nmt.train.train`, called from a program or
+    a notebook, which would otherwise log its later messages into the finished run's train.log, and not to its
+    own handlers."""
+    @functools.wraps(fn)
+    def kept(*args, **kwargs):
+        loggers = [logging.getLogger(name) for name in ("nmt", "sacrebleu")]
+        saved = [(lg.level, lg.propagate, list(lg.handlers)) for lg in loggers]
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            for lg, (level, propagate, handlers) in zip(loggers, saved):
+                for h in [h for h in lg.handlers if h not in handlers]:
+                    lg.removeHandler(h)
+                    if h in _MADE:
+                        _MADE.discard(h)
+                        h.close()
+                for h in handlers:
+                    lg.addHandler(h)
+                lg.setLevel(level)
+                lg.propagate = propagate
+    return kept
 
 
 class MetricsWriter:

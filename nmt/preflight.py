@@ -72,6 +72,16 @@ def check_checkpoint_room(cfg: Config, net, no_update: bool = False) -> int:
     return needed
 
 
+def checked_config(cfg, caller: str) -> Config:
+    """`cfg` if it is a Config whose values all pass its checks, also those set by hand since it was made (a
+    ConfigError naming the field, before any work: a beam size of 0 failed at the first validation)."""
+    if not isinstance(cfg, Config):
+        raise TypeError(f"{caller}: cfg must be a Config (Config.from_dict makes one of a dict), got "
+                        f"{type(cfg).__name__}")
+    Config.from_dict(cfg.to_dict(), f"{caller}: cfg", file=True)
+    return cfg
+
+
 def run_inputs(cfg: Config, init: Optional[Path]) -> Dict[str, Any]:
     """What a run reads, by flag: its data files and directories and the --init-from parameters (which --overwrite
     must not delete)."""

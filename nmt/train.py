@@ -24,12 +24,12 @@ from nmt.dirlock import (ModelDirLock, ModelDirLocked, check_model_dir, prepare_
                         set_aside)
 from nmt.evaluate import VALID_METRICS, Scores, perplexity, score, track_best
 from nmt.finetune import copy_tokenizers, for_init, start_from
-from nmt.log import LossMeter, MetricsWriter, Progress, TensorBoardWriter, setup_logging
+from nmt.log import LossMeter, MetricsWriter, Progress, TensorBoardWriter, logging_kept, setup_logging
 from nmt.loss import Seq2SeqLoss, dev_loss
 from nmt.models import build_model
 from nmt.optim import apply_settings, build_optimizer, learning_rate
 from nmt.parallel import DataParallel, default_kvstore, describe_hardware, init_amp, parse_devices
-from nmt.preflight import check_checkpoint_room, check_search_widths, run_inputs, settings_lines
+from nmt.preflight import check_checkpoint_room, check_search_widths, checked_config, run_inputs, settings_lines
 from nmt.resume import restore, resumed_state
 from nmt.scoring import checkpoint_info, retire_other_decoding, retire_scores, score_test_set
 from nmt.signals import checkpoint_on_signal, terminated_as_interrupt
@@ -255,7 +255,7 @@ def create_trainer(cfg: Config, resume: bool = False, overwrite: bool = False, i
     """The Trainer of a run per `cfg`: devices, kvstore and workers, the model directory (locked by rank 0 until
     `fit` ends: one trainer per directory), then data, model and optimizer built (and, with `resume`, restored from
     the newest intact checkpoint; with `init`, a parameter file, starting from it: `nmt.finetune`)."""
-    t, _ = _config(cfg, "create_trainer").train, build_model(cfg.model, 4, 4)   # its checks, before the data is read
+    t, _ = checked_config(cfg, "create_trainer").train, build_model(cfg.model, 4, 4)   # checked before the data
     ctxs = parse_devices(t.gpus, t.cpu_devices)
     if t.amp:
         init_amp(ctxs)   # ConfigError without GPUs; before the model is built (AMP rewrites its operators)
@@ -337,11 +337,12 @@ class TrainResult:
     rank: int = 0                       # in a distributed job, this worker's (0: the one that writes the model dir)
 
 
+@logging_kept   # a run from Python leaves the program's logging as it found it (nmt-train: `run_training`)
 def train(cfg: Config, resume: bool = False, overwrite: bool = False, evaluate: bool = True,
           init: Optional[Path] = None) -> TrainResult:
     """Train per `cfg` (from `init`, a model directory or params file, as --init-from: with the model's settings but
     for what `cfg` sets otherwise, `nmt.finetune.for_init`); `evaluate`: score the best checkpoint on the tests."""
-    cfg = _config(cfg, "train")
+    cfg = checked_config(cfg, "train")
     if cfg.data.recipe and any(getattr(cfg.data, f) for f in CORPUS_FILES):   # files replace the
         # recipe (a DataConfig's default "tatoeba"), as load_data reads them: config.json names none, as nmt-train's
         cfg, given = replace(cfg, data=replace(cfg.data, recipe=None)), cfg.given
@@ -354,7 +355,7 @@ def train(cfg: Config, resume: bool = False, overwrite: bool = False, evaluate: 
 def run_training(cfg: Config, resume: bool = False, overwrite: bool = False, evaluate: bool = True,
                  params: Optional[Path] = None) -> TrainResult:
     """`train` with `cfg` made for the parameter file `params` already (nmt-train's, by `cli.training_run`)."""
-    model_dir, init = Path(_config(cfg, "train").train.model_dir), params
+    model_dir, init = Path(checked_config(cfg, "run_training").train.model_dir), params
     # only a directory this run makes is removed on failure (with --overwrite: what was there may not be deleted yet)
     fresh = not resume and (not model_dir.exists() or model_dir.is_dir() and not any(model_dir.iterdir()))
     existed = model_dir.exists()   # (an empty directory of the user's stays, emptied again)
@@ -392,9 +393,3 @@ def run_training(cfg: Config, resume: bool = False, overwrite: bool = False, eva
             lock.release()
     return TrainResult(state, scores, interrupted, averages, trainer.rank)
 
-
-def _config(cfg, caller: str) -> Config:
-    if not isinstance(cfg, Config):
-        raise TypeError(f"{caller}: cfg must be a Config (Config.from_dict makes one of a dict), got "
-                        f"{type(cfg).__name__}")
-    return cfg

@@ -771,7 +771,7 @@ def test_a_resume_takes_a_new_weight_decay_and_refuses_another_optimizer(tmp_pat
     trainer.lock.release()
     assert (type(trainer.optimizer.optimizer).__name__, trainer.optimizer.optimizer.wd,
             trainer.optimizer.optimizer.beta2) == ("Adam", 0.25, 0.9)
-    cfg.optim.optimizer = "sgd"
+    cfg.optim.optimizer, cfg.optim.beta2 = "sgd", 0.98   # (betas other than the defaults: refused with sgd)
     with pytest.raises(ConfigError, match=r'--resume: optim.optimizer = "sgd" differs from "adam"'):
         create_trainer(cfg, resume=True)
     assert Config.load(tmp_path / "wd" / ckpt.CONFIG).optim.optimizer == "adam"
@@ -1113,3 +1113,38 @@ def test_a_resume_with_other_decoding_settings_drops_the_scores_made_at_the_old(
                           "--name", "mine"]) == 0
     assert train_main(["--model-dir", str(d), "--resume", "--max-steps", "2"]) == 0
     assert read_scores(d)["mine"]["best"]["beam_size"] == 1
+
+
+def test_train_from_python_leaves_the_programs_logging_as_it_found_it(tmp_path, task):
+    """train() replaced the `nmt` logger's handlers for good (closing the program's own), stopped propagation, and
+    logged every later message of any model into the finished run's train.log."""
+    import logging
+    nmt_logger = logging.getLogger("nmt")
+    mine = logging.FileHandler(tmp_path / "mine.log", encoding="utf-8")
+    nmt_logger.addHandler(mine)
+    before = (list(nmt_logger.handlers), nmt_logger.propagate, nmt_logger.level)
+    try:
+        train(tiny_config(tmp_path, task, max_steps=2))
+        assert (list(nmt_logger.handlers), nmt_logger.propagate, nmt_logger.level) == before
+        logging.getLogger("nmt.translate").warning("after the run")
+        mine.flush()
+        assert "after the run" in (tmp_path / "mine.log").read_text(encoding="utf-8")
+        assert "after the run" not in (tmp_path / "model" / ckpt.LOG).read_text(encoding="utf-8")
+        assert "training stopped" in (tmp_path / "model" / ckpt.LOG).read_text(encoding="utf-8")
+    finally:
+        nmt_logger.removeHandler(mine)
+        mine.close()
+
+
+@pytest.mark.parametrize("field, value, named", [("decode.beam_size", 0, "decode.beam_size: --beam-size must be"),
+                                                 ("train.max_steps", "40", "train.max_steps must be an integer")])
+def test_fields_set_by_hand_are_checked_before_any_work(tmp_path, task, field, value, named):
+    """A Config's fields set by hand after it was made were not checked again: a beam size of 0 failed at the first
+    validation (leaving a model directory without a checkpoint), "40" for max_steps deep in the set-up."""
+    from nmt.config import ConfigError
+    cfg = tiny_config(tmp_path, task, max_steps=2)
+    section, name = field.split(".")
+    setattr(getattr(cfg, section), name, value)
+    with pytest.raises(ConfigError, match=f"^train: cfg: .*{re.escape(named)}"):
+        train(cfg)
+    assert not (tmp_path / "model").exists()
