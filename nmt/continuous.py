@@ -15,6 +15,7 @@ grow) takes new sentences only into an empty batch: batch after batch, as withou
 from __future__ import annotations
 
 import collections
+import numbers
 from typing import Deque, Dict, Hashable, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
@@ -44,6 +45,8 @@ class ContinuousDecoder:
     key, n-best list, cut off), the same lists `Translator.translate_nbest` gives."""
 
     def __init__(self, translator, beam_size: int, nbest: int, max_batch: int):
+        if isinstance(max_batch, bool) or not isinstance(max_batch, numbers.Integral):
+            raise TypeError(f"max_batch must be an int, got {max_batch!r}")
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1 (got {max_batch})")
         self.translator, self.max_batch = translator, max_batch

@@ -9,6 +9,7 @@ from __future__ import annotations
 import codecs
 import logging
 import lzma
+import os
 import re
 import unicodedata
 from collections import Counter
@@ -118,7 +119,9 @@ def read_lines(path: PathLike, *, skip_invalid_utf8: bool = False, max_line_char
                keep_blank_end: bool = False, skippable: bool = False) -> List[Optional[str]]:
     """Lines of a UTF-8 text file, normalized; None for an undecodable line skipped on request. Blank lines at
     the end are dropped (warned) unless `keep_blank_end` (a file whose every line is data, e.g. translations).
-    `skippable`: the error for invalid UTF-8 offers --skip-invalid-utf8 (training data; not a test set)."""
+    `skippable`: the error for invalid UTF-8 offers --skip-invalid-utf8 (training data; not a test set). "~" is the
+    home directory, as in every command's file flags."""
+    path = os.path.expanduser(path)
     lines = _decode_lines(path, skip_invalid_utf8, max_line_chars, keep_blank_end, skippable)
     _warn_of_changes(path, lines)
     return [None if t is None else normalize(t) for t in lines]

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import numbers
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, List, Optional
@@ -43,8 +45,10 @@ def attention(translator, sentence: str, max_len: Optional[int] = None, translat
     `translation`, the attention of that translation, its pieces fed back through the model (`nmt.align`)."""
     if not isinstance(sentence, str):
         raise TypeError(f"attention: sentence must be a str, got {type(sentence).__name__}")
-    if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1):
-        raise ValueError(f"attention: max_len must be an int >= 1 or None (the model's limit), got {max_len!r}")
+    if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, numbers.Integral)):
+        raise TypeError(f"attention: max_len must be an int or None (the model's limit), got {max_len!r}")
+    if max_len is not None and max_len < 1:
+        raise ValueError(f"attention: max_len must be >= 1 or None (the model's limit), got {max_len!r}")
     try:
         ids = translator.source_ids([sentence])[0]
     except ValueError as e:   # named as the list of lines it checks ("lines[0] has text on 2 lines ...")
@@ -83,7 +87,7 @@ def _greedy(translator, sentence: str, ids: List[int], max_len: Optional[int]) -
     from nmt.search import greedy_search, reached_limit
     model, ctx = as_model(translator.members), translator.ctx   # an ensemble: its mean
     src, src_len, limits = translator.source_batch([ids], ctx)
-    limit = int(limits[0]) if max_len is None else max_len
+    limit = int(limits[0]) if max_len is None else int(max_len)
     out = greedy_search(model, src, src_len, [limit], alpha=translator.decode.length_penalty_alpha)[0][0]
     ended = not reached_limit(out, limit, None)
     weights = batch_attention(model, src, src_len, mx.nd.array([[BOS_ID] + out], ctx=ctx, dtype="float32"))[0]
@@ -151,7 +155,9 @@ def save_attention_plot(translator, sentence: str, path, title: Optional[str] = 
     format its suffix names (.png, .svg, .pdf ...: matplotlib's; PNG without one)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from nmt.atomic import atomic_open
-    path = Path(path)
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"save_attention_plot: path must be a str or a path, got {type(path).__name__}")
+    path = Path(path).expanduser()
     kind = path.suffix[1:].lower() or "png"
     known = {k: v for k, v in FigureCanvasAgg.get_supported_filetypes().items() if k != "pgf"}   # (pgf: LaTeX's)
     if kind not in known:

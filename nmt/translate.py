@@ -64,11 +64,9 @@ class Translator:
         self.config: Optional[Config] = None
         self.members = [net]        # the models that decode together (more than one: an ensemble)
         self.member_dirs: List[Path] = []   # model directories of members[1:]
-        # Further devices with their own copy of the members (`from_dir`), each driven from its own thread.
-        self.replicas: List[Tuple[mx.Context, list]] = []
+        self.replicas: List[Tuple[mx.Context, list]] = []   # further devices, a copy of the members and thread each
         self._concurrent: Optional[bool] = None   # whether the devices may run at once (decided on first use)
-        # Held while the models compute: calls from several threads take turns. Gluon builds a block's graph on its
-        # first call, and two threads building at once fail ("'NoneType' object has no attribute '__exit__'").
+        # Held while the models compute: calls from several threads take turns (two building a graph at once fail).
         self.lock = threading.RLock()
         self.sample: Optional[int] = None   # draw translations from the top `sample` tokens (0: all), no search
         self._unreported = threading.local()   # `unreported`'s list of cut lines on this thread, while it runs
@@ -109,8 +107,9 @@ class Translator:
         `nmt.parallel.concurrent_devices_safe`).
         `ensemble`: further model directories (same languages and vocabularies, any architecture) whose
         `which` checkpoints decode together with this one, following the mean of their log-probabilities."""
-        if isinstance(ensemble, (str, Path)):   # would be read as one directory per character
-            raise TypeError(f"ensemble must be a list of model directories, not one ({str(ensemble)!r}): give [dir]")
+        if isinstance(ensemble, (str, Path)) or not isinstance(ensemble or (), Iterable):   # (a str: one per character)
+            raise TypeError("ensemble must be a list of model directories, " + (f"not one ({str(ensemble)!r}): give "
+                            "[dir]" if isinstance(ensemble, (str, Path)) else f"got {type(ensemble).__name__}"))
         ensemble = list(ensemble or ())   # an iterator (Path.glob) read once, not emptied by the checks
         for name, d in [("model_dir", model_dir)] + [(f"ensemble[{i}]", e) for i, e in enumerate(ensemble or ())]:
             if not isinstance(d, (str, os.PathLike)):
@@ -175,7 +174,8 @@ class Translator:
             return None
         if isinstance(prefixes, str):
             raise TypeError(f"prefixes must be a list with one prefix per line, not one string ({prefixes[:40]!r})")
-        raw = ["" if p is None else p for p in prefixes]
+        listed = isinstance(prefixes, Iterable) and not isinstance(prefixes, bytes)   # (else refused by _texts, named)
+        raw = ["" if p is None else p for p in prefixes] if listed else prefixes
         what = "target prefix of line"
         texts = self._texts(raw, first_line, what, "prefixes")
         fits = [len(x) <= self.decode.max_input_tokens for x in self.tgt_tok.encode(texts)]

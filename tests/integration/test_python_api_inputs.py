@@ -144,9 +144,24 @@ def test_a_string_where_a_list_belongs_is_refused(tr, model_dir, lines):
         tr.translate(["가" * 5000], first_line="x")
     with pytest.raises(TypeError, match="^attention: sentence must be a str, got NoneType"):
         nmt.plot.attention(tr, None)
-    for bad in ("3", 0, -1):   # "3": str + int deep in the search; 0 and -1: an empty plot
-        with pytest.raises(ValueError, match="^attention: max_len must be an int >= 1 or None"):
+    with pytest.raises(TypeError, match="^attention: max_len must be an int or None"):   # (str + int deep inside)
+        nmt.plot.attention(tr, lines[0], max_len="3")
+    for bad in (0, -1):   # an empty plot
+        with pytest.raises(ValueError, match="^attention: max_len must be >= 1 or None"):
             nmt.plot.attention(tr, lines[0], max_len=bad)
+    assert nmt.plot.attention(tr, lines[0], max_len=np.int64(3)).translation == \
+        nmt.plot.attention(tr, lines[0], max_len=3).translation   # (numpy's ints, as beam_size takes them)
+    # arguments of the wrong type, named (they were "'int' object is not iterable", "'<' not supported ...")
+    for call, named in ((lambda: Translator.from_dir(model_dir, ensemble=5), "^ensemble must be a list of model "
+                         "directories, got int$"),
+                        (lambda: tr.translate([lines[0]], prefixes=5), "^prefixes must be a list of sentences, got int"),
+                        (lambda: tr.translate([lines[0]], prefixes=b"Th"), r"^prefixes must be a list of sentences, not "
+                         r"one bytes object \(b'Th'\): give \[text.decode\('utf-8'\)\]"),
+                        (lambda: tr.continuous(max_batch="4"), "^max_batch must be an int, got '4'"),
+                        (lambda: nmt.plot.save_attention_plot(tr, lines[0], None), "^save_attention_plot: path must be "
+                         "a str or a path, got NoneType")):
+        with pytest.raises(TypeError, match=named):
+            call()
     assert len(Translator.from_dir(model_dir, ensemble=None).members) == 1   # None: no further models, as ()
 
 
@@ -161,6 +176,13 @@ def test_a_model_dir_that_is_no_path_is_named(model_dir, tmp_path, monkeypatch, 
         Translator.from_dir(model_dir, ensemble=[model_dir, None])
     monkeypatch.setenv("HOME", str(model_dir.parent))
     assert Translator.from_dir(f"~/{model_dir.name}").model_dir == model_dir
+    # "~" in the other paths the API takes (a notebook's NMT_PLOT_DIR=~/plots made ./~/plots)
+    from nmt.corpus import read_parallel
+    (model_dir.parent / "t.ko").write_text(lines[0] + "\n", encoding="utf-8")
+    (model_dir.parent / "t.en").write_text("x\n", encoding="utf-8")
+    assert read_parallel("~/t.ko", "~/t.en", whole=True).src == [lines[0]]
+    plot = nmt.plot.save_attention_plot(Translator.from_dir(model_dir), lines[0], "~/att.png")
+    assert plot == model_dir.parent / "att.png" and plot.is_file()
     with pytest.raises(TypeError, match=r"^lines must be a list of sentences, not one bytes object \(b'"):
         Translator.from_dir(model_dir).translate(lines[0].encode())
     tr = Translator.from_dir(model_dir)   # one string: its list, as translate_nbest gives (it refused one)
