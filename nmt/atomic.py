@@ -8,7 +8,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import secrets
+import sys
 from pathlib import Path
 from typing import IO, Iterator, Optional, Union
 
@@ -64,17 +66,31 @@ def _cannot_write(path: Path, e: OSError, what: str) -> StorageError:
         f"cannot write {path}: cannot {what} ({e.strerror}); choose another directory")
 
 
+_DESCRIPTOR = re.compile(r"/dev/(?:(stdin)|(stdout)|(stderr)|fd/(\d+))|/proc/self/fd/(\d+)")
+
+
+def descriptor(path: PathLike) -> Optional[int]:
+    """The open file descriptor that `path` names (/dev/stdout, /dev/fd/3, /proc/self/fd/1), or None."""
+    m = _DESCRIPTOR.fullmatch(os.path.normpath(str(path)))
+    return None if m is None else next(i if i < 3 else int(g) for i, g in enumerate(m.groups()) if g)
+
+
 @contextlib.contextmanager
 def atomic_open(path: PathLike, mode: str = "wb", encoding: str = None, size: Optional[int] = None) -> Iterator[IO]:
     """Open a temporary sibling of `path` for writing; on success it replaces `path` atomically. A symbolic link
     stays: the file it points to is replaced. A path that exists and is neither a regular file nor a directory (a
     device such as /dev/stdout, a named pipe) is not replaced but written to as it is. A `path` that is a directory,
     or where no file can be created, is a StorageError naming it; `size`, the bytes to be written if known, is the
-    room a full disk's error asks for."""
+    room a full disk's error asks for. A name of an open descriptor (/dev/stdout) is written through that
+    descriptor: re-opened, or replaced through the link it is, the file it goes to would lose what it holds."""
     path = Path(path)
-    if path.exists() and not path.is_file() and not path.is_dir():   # (through links: /dev/stdout, a pipe of a shell)
-        try:
-            with open(path, mode, encoding=encoding if "b" not in mode else None) as f:
+    fd = descriptor(path)
+    if fd is not None or path.exists() and not path.is_file() and not path.is_dir():   # (a pipe of a shell ...)
+        try:   # an open descriptor's name: written through it (a `>> file` it goes to kept, not replaced)
+            for stream in (sys.stdout, sys.stderr):   # (what was printed before comes first)
+                stream.flush()
+            with (os.fdopen(os.dup(fd), mode, encoding=encoding if "b" not in mode else None) if fd is not None else
+                  open(path, mode, encoding=encoding if "b" not in mode else None)) as f:
                 yield f
         except OSError as e:
             if is_fixable(e):   # /dev/full, no permission: one clear error naming the file

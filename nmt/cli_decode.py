@@ -306,10 +306,13 @@ def evaluate_main(args: argparse.Namespace) -> int:
             gone = gone or not _printed([json.dumps(report, indent=2, ensure_ascii=False)])
     if args.json not in (None, "-"):
         text = json.dumps(report, indent=2, ensure_ascii=False) + "\n"
-        if output_opener("--json", args.json) is gzip.open:   # named .gz
-            atomic_write_bytes(args.json, gzip.compress(text.encode()))
-        else:
-            atomic_write_text(args.json, text)
+        try:
+            if output_opener("--json", args.json) is gzip.open:   # named .gz
+                atomic_write_bytes(args.json, gzip.compress(text.encode()))
+            else:
+                atomic_write_text(args.json, text)
+        except BrokenPipeError:   # /dev/stdout (or another descriptor) whose reader went away: `| head`
+            gone = True
     if gone:
         return reader_gone()
     _say_recorded(args, tr, tests, results, recorded, [readonly, other])

@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -430,6 +431,24 @@ def test_json_scores_go_to_a_device_without_a_file_made_beside_it(model_dir, tes
     assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
     scores = json.loads(p.stdout[p.stdout.index("{"):])["results"][str(src)]
     assert scores["bleu"] > 0 and scores["n"] == len(src.read_text(encoding="utf-8").splitlines())
+
+
+def test_json_scores_to_a_redirected_stdout_keep_what_the_file_holds(model_dir, test_files, tmp_path):
+    """`--json /dev/stdout >> app.txt` replaced app.txt through the link with the JSON alone (its earlier lines and
+    the report printed just before gone), and `--json /dev/stdout | head -1` ended in a BrokenPipeError traceback."""
+    src, ref = test_files
+    cmd = [sys.executable, str(REPO / "scripts" / "evaluate.py"), "--model-dir", str(model_dir), "--src-file",
+           str(src), "--ref-file", str(ref), "--no-save", "--beam-size", "1", "--json", "/dev/stdout"]
+    app = tmp_path / "app.txt"
+    app.write_text("previous\n")
+    with open(app, "a") as out:
+        p = subprocess.run(cmd, stdout=out, stderr=subprocess.PIPE, text=True, timeout=300)
+    text = app.read_text()
+    assert p.returncode == 0 and text.startswith("previous\n") and "BLEU" in text, (p.stderr, text)
+    assert json.loads(text[text.index("{"):])["results"][str(src)]["n"] > 0
+    head = subprocess.run(f"{' '.join(map(shlex.quote, cmd))} | head -1", shell=True, executable="/bin/bash",
+                          stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, timeout=300)
+    assert "Traceback" not in head.stderr and head.stdout.count("\n") == 1, head.stderr
 
 
 @pytest.mark.parametrize("script, package, pin", [("translate.py", "matplotlib", "matplotlib==3.10.*"),
