@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from nmt.commands import Once, command, file_arg, nonempty, number, usable_streams
+from nmt.commands import Once, command, file_arg, nonempty, number, one_stdin, usable_streams
 from nmt.cli_io import (add_model_decode_args, check_languages_of, load_translator, misaligned, open_output,
                         output_dir, output_errors, reader_gone, refuse_overwriting)
 from nmt.config import CHARS_PER_TOKEN, ConfigError
@@ -223,7 +223,8 @@ def _test_sets(args: argparse.Namespace, tr) -> Dict[str, Tuple[Any, List[List[s
         return {name: (pairs, []) for name, pairs in sets.items()}
     if not (args.src_file and args.ref_file):
         raise ConfigError("--src-file and --ref-file must be given together")
-    special = os.path.exists(args.src_file) and not os.path.isfile(args.src_file) and not os.path.isdir(args.src_file)
+    special = args.src_file == "-" or os.path.exists(args.src_file) and not os.path.isfile(args.src_file) and \
+        not os.path.isdir(args.src_file)
     if special and not (args.name or args.no_save):   # (before a pipe is read; a missing file: said as it is read)
         raise ConfigError(f"--src-file {args.src_file} is no file (a pipe?), whose path would name its scores in "
                           "scores.json; give --name (or --no-save)")
@@ -237,7 +238,7 @@ def _test_sets(args: argparse.Namespace, tr) -> Dict[str, Tuple[Any, List[List[s
         check_languages_of(tr, src, ref, f"--src-file {args.src_file}", f"--ref-file {path}")
     own = d.test_src and len(args.ref_file) == 1 and [*map(os.path.realpath, (d.test_src, d.test_tgt))] == [
         *map(os.path.realpath, (args.src_file, args.ref_file[0]))]   # the model's own test files: that set
-    name = args.name or ("test" if own else str(Path(args.src_file).resolve()))
+    name = args.name or ("test" if own else _file_name("/dev/stdin" if args.src_file == "-" else args.src_file))
     if not args.no_save:   # (else nothing is recorded: the name only labels the report and the --hyp-dir files)
         check_set_name(name, args.src_file, args.ref_file, tr.config)
     return {name: (Pairs(src, refs[0], name), refs[1:])}
@@ -268,7 +269,8 @@ def evaluate_main(args: argparse.Namespace) -> int:
     from nmt.atomic import atomic_write_bytes, atomic_write_text
     from nmt.scoring import cannot_record, other_decoding, read_scores
     from nmt.textfile import output_opener
-    usable_streams([f for f in (args.src_file, *(args.ref_file or ())) if f not in (None, "-")],
+    one_stdin({"--src-file": args.src_file, **{f"--ref-file ({i})": r for i, r in enumerate(args.ref_file or (), 1)}})
+    usable_streams([f for f in (args.src_file, *(args.ref_file or ())) if f is not None],
                    ["-", *([args.json] if args.json not in (None, "-") else [])])   # (the report; --json FILE)
     if args.hyp_dir:
         output_dir("--hyp-dir", args.hyp_dir)
@@ -285,8 +287,11 @@ def evaluate_main(args: argparse.Namespace) -> int:
     tests = _test_sets(args, tr)
     inputs = [{"--src-file": args.src_file}] + [{"--ref-file": r} for r in args.ref_file or ()]
     hyp_files = {name: args.hyp_dir / f"{Path(name).name}.{tr.tgt_lang}" for name in tests} if args.hyp_dir else {}
-    for flag, path in [("--json", args.json)] + [("--hyp-dir", p) for name, h in hyp_files.items()
-                                                 for p in (h, *_ref_files(h, 1 + len(tests[name][1])))]:
+    hyps = [p for name, h in hyp_files.items() for p in (h, *_ref_files(h, 1 + len(tests[name][1])))]
+    if args.json not in (None, "-") and os.path.realpath(args.json) in map(os.path.realpath, hyps):
+        raise ConfigError(f"--json {args.json} is one of the files --hyp-dir {args.hyp_dir} writes (each set's "
+                          "translations and references): give another --json")
+    for flag, path in [("--json", args.json)] + [("--hyp-dir", p) for p in hyps]:
         for files in inputs:
             refuse_overwriting(flag, path, files, [args.model_dir, *args.ensemble])
     results, recorded, gone = {}, [], False   # gone: stdout's reader (the --json FILE is still written)

@@ -10,7 +10,7 @@ import logging
 from nmt.flags import DECODE_FLAGS
 from nmt.cli_io import (add_model_decode_args, check_languages_of, load_translator, misaligned, open_output,
                         output_errors, reader_gone, refuse_overwriting)
-from nmt.commands import Once, command, file_arg, nonempty, usable_streams
+from nmt.commands import Once, command, file_arg, nonempty, one_stdin, usable_streams
 
 # Flags of nmt-score: how a translation is scored and batched (the search's flags do not apply).
 SCORE_FLAGS = [f if f.flag != "--max-input-tokens" else dataclasses.replace(
@@ -57,7 +57,8 @@ def score_main(args: argparse.Namespace) -> int:
     from nmt.forced import SCORE_CHUNK, score_ids, target_ids
     from nmt.log import Every, setup_logging
     from nmt.signals import terminated_as_interrupt   # (SIGTERM, SIGHUP: the output closed whole, a .gz too)
-    usable_streams([f for f in (args.src_file, args.tgt_file) if f != "-"], [args.output])   # ("-": a file)
+    one_stdin({"--src-file": args.src_file, "--tgt-file": args.tgt_file})
+    usable_streams([args.src_file, args.tgt_file], [args.output])
     refuse_overwriting("--output", args.output, {"--src-file": args.src_file, "--tgt-file": args.tgt_file},
                        [args.model_dir, *args.ensemble])
     setup_logging(None, level=logging.DEBUG if args.verbose else logging.INFO)   # the files' warnings come first

@@ -107,6 +107,15 @@ def standard_streams() -> None:
         sys.stdin.reconfigure(encoding="utf-8", errors="surrogateescape")
 
 
+def one_stdin(flags: dict) -> None:
+    """ConfigError when more than one of `flags` (flag -> file) names standard input, which can be read once."""
+    from nmt.config import ConfigError
+    both = [f"{flag} {path}" for flag, path in flags.items() if path is not None and path in STDIN_NAMES]
+    if len(both) > 1:
+        raise ConfigError(f"{' and '.join(both)} all read standard input, which can be read once: give all but one "
+                          "of them as files")
+
+
 def usable_streams(inputs=(), outputs=()) -> None:
     """StorageError, before any work, when a file the command reads (`inputs`) or writes (`outputs`) is standard
     input, output or error (`STDIN_NAMES`, `STDOUT_NAMES`, `STDERR_NAMES`) and the command was started without it

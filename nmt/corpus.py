@@ -121,7 +121,7 @@ def read_lines(path: PathLike, *, skip_invalid_utf8: bool = False, max_line_char
     the end are dropped (warned) unless `keep_blank_end` (a file whose every line is data, e.g. translations).
     `skippable`: the error for invalid UTF-8 offers --skip-invalid-utf8 (training data; not a test set). "~" is the
     home directory, as in every command's file flags."""
-    path = os.path.expanduser(path)
+    path = "/dev/stdin" if path == "-" else os.path.expanduser(path)   # ("-": standard input, as for every flag)
     lines = _decode_lines(path, skip_invalid_utf8, max_line_chars, keep_blank_end, skippable)
     _warn_of_changes(path, lines)
     return [None if t is None else normalize(t) for t in lines]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import shutil
 import subprocess
@@ -20,6 +21,8 @@ from nmt.cli_decode import evaluate_main
 from nmt.config import Config
 from nmt.scoring import record_scores
 from nmt.translate import Translator
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -65,6 +68,26 @@ def test_a_score_against_other_references_replacing_one_says_so(model_copy, caps
     assert code == 0 and "is replaced by this one" not in err, err   # (the same references, in another order)
     from nmt.cli_decode import _file_name   # a pipe by the name given, not its /proc/PID/fd/pipe:[N] (a new one per run)
     assert (_file_name("/dev/stdin"), _file_name(str(ref))) == ("/dev/stdin", str(ref.resolve()))
+
+
+def test_the_json_file_is_none_of_the_hyp_dir_files_and_a_pipe_has_a_steady_name(model_copy, tmp_path, capsys):
+    """`--json hx/x.en --hyp-dir hx --name x` wrote the translations and then the JSON over them, without a word; a
+    piped source was named /proc/PID/fd/pipe:[N] in the report, --json and the --hyp-dir files: a new name each run."""
+    src = copied_test_set(model_copy, tmp_path)
+    ref = src.with_suffix(".en")
+    for json_file in (tmp_path / "hx" / "x.en", tmp_path / "hx" / "x.ref.en"):
+        code, _, err = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", ref, "--name", "x", "--no-save",
+                            "--hyp-dir", tmp_path / "hx", "--json", json_file], capsys)
+        assert code == 2 and f"--json {json_file} is one of the files --hyp-dir {tmp_path / 'hx'} writes" in err, err
+    assert not (tmp_path / "hx" / "x.en").exists()
+    for _ in range(2):
+        with open(src, "rb") as f:
+            r = subprocess.run(f"cat | {sys.executable} {REPO / 'scripts' / 'evaluate.py'} --model-dir {model_copy} "
+                               f"--src-file /dev/stdin --ref-file {ref} --no-save --hyp-dir {tmp_path / 'hp'}",
+                               shell=True, stdin=f, capture_output=True, text=True, timeout=300,
+                               env=dict(os.environ, PYTHONPATH=str(REPO)))
+        assert r.returncode == 0 and r.stdout.startswith("/dev/stdin: "), r.stderr[-2000:]
+    assert sorted(p.name for p in (tmp_path / "hp").iterdir()) == ["stdin.en", "stdin.ref.en"]
 
 
 def test_scores_with_signatures_saved_and_merged(model_copy, capsys, tmp_path):

@@ -252,6 +252,21 @@ print(json.dumps({"used": used, "scores": [s.score for s in score_lines(tr, src,
 """
 
 
+def test_a_dash_reads_standard_input_once(model_dir, tmp_path, capsys):
+    """`--src-file -` was "-: file not found" (every other file flag takes "-" for standard input), and both files
+    as /dev/stdin "the file is empty" or "are the files swapped?"."""
+    (tmp_path / "s.ko").write_text("리 니\n", encoding="utf-8")
+    (tmp_path / "t.en").write_text("ni ri\n", encoding="utf-8")
+    with open(tmp_path / "s.ko", "rb") as stdin:
+        r = subprocess.run([sys.executable, str(REPO / "scripts" / "score.py"), "--model-dir", str(model_dir),
+                            "--src-file", "-", "--tgt-file", str(tmp_path / "t.en")], stdin=stdin,
+                           capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert r.returncode == 0 and len(r.stdout.splitlines()) == 1 and float(r.stdout) < 0, r.stderr[-2000:]
+    code, out, err = run(["--model-dir", model_dir, "--src-file", "-", "--tgt-file", "/dev/stdin"], capsys)
+    assert code == 2 and out == "" and ("--src-file - and --tgt-file /dev/stdin all read standard input, which can "
+                                        "be read once: give all but one of them as files") in err, err
+
+
 def test_two_devices_share_the_batches_and_score_like_one(tr, model_dir, lines):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
     p = subprocess.run([sys.executable, "-c", _TWO_DEVICES, str(model_dir), str(synth_file(model_dir, "test.ko")),
