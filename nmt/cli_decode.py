@@ -268,6 +268,7 @@ def evaluate_main(args: argparse.Namespace) -> int:
     import gzip
     from nmt.atomic import atomic_write_bytes, atomic_write_text
     from nmt.scoring import cannot_record, other_decoding, read_scores
+    from nmt.signals import terminated_as_interrupt   # (SIGTERM, SIGHUP: as Ctrl-C, with their exit codes)
     from nmt.textfile import output_opener
     one_stdin({"--src-file": args.src_file, **{f"--ref-file ({i})": r for i, r in enumerate(args.ref_file or (), 1)}})
     usable_streams([f for f in (args.src_file, *(args.ref_file or ())) if f is not None],
@@ -295,7 +296,7 @@ def evaluate_main(args: argparse.Namespace) -> int:
         for files in inputs:
             refuse_overwriting(flag, path, files, [args.model_dir, *args.ensemble])
     results, recorded, gone = {}, [], False   # gone: stdout's reader (the --json FILE is still written)
-    with output_errors(None):
+    with terminated_as_interrupt(hangup=True), output_errors(None):
         for name, (pairs, more_refs) in tests.items():
             if gone and args.json in (None, "-"):
                 break

@@ -90,6 +90,23 @@ def test_the_json_file_is_none_of_the_hyp_dir_files_and_a_pipe_has_a_steady_name
     assert sorted(p.name for p in (tmp_path / "hp").iterdir()) == ["stdin.en", "stdin.ref.en"]
 
 
+def test_sigterm_stops_an_evaluation_as_ctrl_c_does(model_copy, tmp_path, capsys, monkeypatch):
+    """SIGTERM (or SIGHUP) killed nmt-evaluate without a word (exit -15), where nmt-translate and nmt-score stop as
+    Ctrl-C does, with exit code 143 (129)."""
+    import signal
+    import nmt.cli_decode
+    evaluate_set = nmt.cli_decode._evaluate_set
+
+    def terminated(*args, **kwargs):   # the signal arrives as the set is decoded
+        os.kill(os.getpid(), signal.SIGTERM)
+        return evaluate_set(*args, **kwargs)
+    monkeypatch.setattr(nmt.cli_decode, "_evaluate_set", terminated)
+    src = copied_test_set(model_copy, tmp_path)
+    code, out, err = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", src.with_suffix(".en")], capsys)
+    assert code == 143 and "SIGTERM received: stopping" in err and "interrupted" in err, err
+    assert not (model_copy / ckpt.SCORES).exists()
+
+
 def test_scores_with_signatures_saved_and_merged(model_copy, capsys, tmp_path):
     src = copied_test_set(model_copy, tmp_path)   # the synthetic test set
     ref = src.with_suffix(".en")
