@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import stat
 import re
 import shutil
 from pathlib import Path
@@ -62,10 +63,19 @@ def free_bytes(path: PathLike) -> int:
 def write_failure(path: PathLike, err: OSError, needed: Optional[int] = None) -> StorageError:
     """The StorageError of a failed write of `path`: the file, the error, space needed and free, what to do."""
     msg = f"cannot write {path}: {os.strerror(err.errno)} [errno {errno.errorcode.get(err.errno, err.errno)}]"
+    if err.errno in _FULL and _device(path):   # (/dev/full: its file system's free space is beside the point)
+        return StorageError(f"{msg}: {path} is a device, not a file on a disk; give a file as the output")
     if err.errno in _FULL:
         msg += f"; {human_bytes(free_bytes(path))} free"
         msg += f", about {human_bytes(needed)} needed" if needed else ""
     return StorageError(f"{msg}; {_FIXABLE[err.errno]}")
+
+
+def _device(path: PathLike) -> bool:
+    try:
+        return stat.S_ISCHR(os.stat(path).st_mode) or stat.S_ISBLK(os.stat(path).st_mode)
+    except OSError:
+        return False
 
 
 def is_fixable(err: BaseException) -> bool:

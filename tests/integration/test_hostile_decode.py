@@ -50,6 +50,7 @@ def test_a_full_disk_on_the_output_is_an_error_naming_it(model_dir, test_files, 
     code, _, err = run(main, ["--model-dir", model_dir, *argv, "--output", FULL], capsys)
     assert code == 2 and "Traceback" not in err
     assert f"error: cannot write {FULL}: No space left on device [errno ENOSPC]" in err
+    assert "is a device, not a file on a disk" in err and " free" not in err, err   # (it said "11.8 GiB free")
 
 
 @pytest.mark.skipif(not FULL.exists(), reason="no /dev/full on this system")
