@@ -86,11 +86,17 @@ def open_output(stack, output):
     """The output stream: stdout (UTF-8: `nmt.commands.standard_streams`) for None or "-", else the file, opened in
     `stack` (gzip-compressed when named .gz: `output_opener`); a CorpusError naming --output if it cannot be
     written."""
+    from nmt.atomic import descriptor
     from nmt.textfile import CorpusError, output_opener
     if output in (None, "-"):
         return sys.stdout
-    opener = output_opener("--output", output)
+    opener, fd = output_opener("--output", output), descriptor(output)
     try:
+        if fd is not None and opener is open:   # /dev/stdout, /dev/fd/3: through it (re-opened: `>> file` truncated)
+            return stack.enter_context(os.fdopen(os.dup(fd), "wt", encoding="utf-8", newline="\n"))
+        if fd is not None:
+            return stack.enter_context(opener(stack.enter_context(os.fdopen(os.dup(fd), "wb")), "wt",
+                                              encoding="utf-8", newline="\n"))
         return stack.enter_context(opener(output, "wt", encoding="utf-8", newline="\n"))
     except OSError as e:
         raise CorpusError(f"--output {output}: cannot write ({e.strerror})") from None
@@ -143,8 +149,11 @@ def refuse_overwriting(flag: str, output, inputs: dict, model_dirs=()) -> None:
 def output_dir(flag: str, path: Path, file: str = "") -> Path:
     """`path` made (with its parents) and found writable before any work, so that an output that cannot be written
     is an error naming `flag` at once rather than after decoding; `file`: the output of `flag` that goes there."""
+    from nmt.atomic import descriptor
     from nmt.corpus import CorpusError
     from nmt.storage import check_writable
+    if file and descriptor(file) is not None:   # (written through the descriptor: nothing is made beside it)
+        return path
     if file and os.path.isdir(file):
         raise CorpusError(f"{flag} {file} is a directory: give the file to write")
     if file and os.path.exists(file) and not os.path.isfile(file):

@@ -450,6 +450,18 @@ def test_json_scores_to_a_redirected_stdout_keep_what_the_file_holds(model_dir, 
     head = subprocess.run(f"{' '.join(map(shlex.quote, cmd))} | head -1", shell=True, executable="/bin/bash",
                           stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, timeout=300)
     assert "Traceback" not in head.stderr and head.stdout.count("\n") == 1, head.stderr
+    # another descriptor (it was "cannot create a file in /dev/fd"), and nmt-translate's and nmt-score's --output
+    # (re-opened, the file was emptied: "previous" lost, or written over from its start)
+    for script, args in (("evaluate.py", [*cmd[2:-1], "/dev/fd/3"]),
+                         ("translate.py", ["--model-dir", str(model_dir), "--input", str(src), "--output", "/dev/fd/3"]),
+                         ("score.py", ["--model-dir", str(model_dir), "--src-file", str(src), "--tgt-file", str(ref),
+                                       "--output", "/dev/fd/3"])):
+        app.write_text("previous\n")
+        line = " ".join(map(shlex.quote, [sys.executable, str(REPO / "scripts" / script), *args]))
+        p = subprocess.run(f"{line} 3>>{shlex.quote(str(app))}", shell=True, executable="/bin/bash",
+                           stderr=subprocess.PIPE, text=True, timeout=300)
+        text = app.read_text()
+        assert p.returncode == 0 and text.startswith("previous\n") and len(text.splitlines()) > 2, (script, p.stderr)
 
 
 @pytest.mark.parametrize("script, package, pin", [("translate.py", "matplotlib", "matplotlib==3.10.*"),
