@@ -117,8 +117,8 @@ def refuse_overwriting(flag: str, output, inputs: dict, model_dirs=()) -> None:
     CorpusError if it is named as a compression other than gzip (`output_opener`)."""
     from nmt.checkpoint import OWN_FILE
     from nmt.textfile import output_opener
-    if output in (None, "-"):
-        return
+    if output in (None, "-"):   # standard output: `--input in.ko >> in.ko` translated its own output without end
+        return _refuse_same("standard output", lambda: os.fstat(1), inputs)
     output_opener(flag, output)
     target = Path(output).resolve()
     for model_dir in model_dirs:   # (the files a run keeps there: checkpoint.OWN_FILE; also a hard link to one)
@@ -128,8 +128,14 @@ def refuse_overwriting(flag: str, output, inputs: dict, model_dirs=()) -> None:
                 or any(os.path.samefile(target, p) for p in own)):
             raise ConfigError(f"{flag} {output} is a file of the model directory {model_dir}: writing it would destroy "
                               f"what the model needs; give another {flag}")
-    try:   # a regular file (also through a link), or a pipe: /dev/stdin as the output of a command reading it
-        out = os.stat(output)
+    _refuse_same(f"{flag} {output}", lambda: os.stat(output), inputs)
+
+
+def _refuse_same(named: str, status, inputs: dict) -> None:
+    """ConfigError if the output `named` (its file `status()`) is one of `inputs` (flag -> path, "-": standard input):
+    the same regular file (also through a link) or pipe (/dev/stdin as the output of a command reading it)."""
+    try:
+        out = status()
     except OSError:
         return
     if not (stat.S_ISREG(out.st_mode) or stat.S_ISFIFO(out.st_mode)):   # (a terminal is read and written at once)
@@ -141,9 +147,9 @@ def refuse_overwriting(flag: str, output, inputs: dict, model_dirs=()) -> None:
             continue
         if read is not None and (read.st_dev, read.st_ino) == (out.st_dev, out.st_ino):
             what = f"the {source} file" if path != "-" else f"this command's standard input ({source})"
-            raise ConfigError(f"{flag} {output} is {what}: writing it would " + (
+            raise ConfigError(f"{named} is {what}: writing it would " + (
                 "destroy what this command reads" if stat.S_ISREG(out.st_mode) else
-                "feed the output back into what this command reads, without end") + f"; give another {flag}")
+                "feed the output back into what this command reads, without end") + "; write it elsewhere")
 
 
 def output_dir(flag: str, path: Path, file: str = "") -> Path:

@@ -537,6 +537,13 @@ def test_cli_refuses_to_write_over_its_standard_input(tr, tmp_path):
     p = subprocess.run([*cmd, "/dev/stdin"], input="리 니\n".encode(), capture_output=True, env=env, timeout=60)
     assert p.returncode == 2 and ("--output /dev/stdin is this command's standard input (--input): writing it would "
                                   "feed the output back") in p.stderr.decode(), p.stderr.decode()
+    for stdin in (None, path):   # standard output appended to the input: its own translations read again, no end
+        with open(path, "ab") as out, open(stdin or os.devnull, "rb") as f:
+            p = subprocess.run(cmd[:-1] + (["--input", str(path)] if stdin is None else []), stdin=f, stdout=out,
+                               stderr=subprocess.PIPE, env=env, timeout=60)
+        assert p.returncode == 2 and (f"standard output is {'the --input file' if stdin is None else 'this command'}"
+                                      ) in p.stderr.decode(), p.stderr.decode()
+        assert path.read_text(encoding="utf-8") == "리 니\n두포 푸시\n"
 
 
 def test_no_output_is_written_over_a_file_of_the_model(tr, tmp_path, capsys):
