@@ -228,9 +228,10 @@ def training_run(args: argparse.Namespace) -> Tuple[Config, List[str], Optional[
         check_model_flags(Config.load(init.parent / "config.json").model.arch, given_keys(args), cfg.model)
         cfg = init_config(cfg, given_keys(args), init)
     given = given_keys(args)
-    if getattr(args, "config", None) and given.get("model.arch", "").startswith("--") and \
-            jsonio.read_object(args.config, ConfigError).get("model", {}).get("arch") == cfg.model.arch:
-        given["model.arch"] = f"{args.config}: model.arch"   # the file's own architecture again: it changes nothing
+    theirs = jsonio.read_object(args.config, ConfigError).get("model", {}) if getattr(args, "config", None) else {}
+    if given.get("model.arch", "").startswith("--") and theirs.get("arch", ModelConfig.arch) == cfg.model.arch and \
+            getattr(args, "config", None):   # the file's own architecture (LSTM unless named) again: no change
+        given["model.arch"] = f"{args.config}: model.arch"
     check_model_flags(cfg.model.arch, given, cfg.model)
     check_model(cfg.model, given)
     if getattr(args, "config", None) and "model.arch" in given and given["model.arch"].startswith("--"):

@@ -204,7 +204,9 @@ def check_model_dir(model_dir: Path, resume: bool, overwrite: bool, inputs: Opti
         if no_checkpoint:
             raise CheckpointError(f"--resume: {model_dir / STATE} not found, so there is nothing to resume; " + (
                 "the run stopped before its first checkpoint: start it again with --overwrite instead of --resume"
-                if LOG in held else "drop --resume to start a new run"))
+                if LOG in held else "drop --resume to start a new run" + (
+                    f" in another --model-dir (this one holds files, but no run: {', '.join(held[:3])})"
+                    if held and CONFIG not in held else "")))
         if not (model_dir / CONFIG).is_file():
             raise CheckpointError(f"--resume: {model_dir / CONFIG} not found: a run resumes with the settings it was "
                                   "started with, which that file holds; restore it (or train into a new --model-dir)")

@@ -59,7 +59,7 @@ ERRORS = {400: f"the body is not UTF-8, not JSON, or nested more than {MAX_DEPTH
           415: "the body is compressed (any Content-Encoding but identity)",
           422: "a field is wrong: its type or range, a language no model has, text on several lines, ...",
           500: "the server failed (a bug); its log has the details",
-          503: "the queue is full or the server is shutting down; retry after Retry-After seconds",
+          503: "the queue is full; retry after Retry-After seconds",
           504: "over the per-request time limit (--timeout)"}
 RETRY_AFTER = {"Retry-After": {"description": "seconds to wait before retrying", "schema": {"type": "integer"}}}
 

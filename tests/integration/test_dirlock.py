@@ -136,6 +136,10 @@ def test_a_refused_directory_is_left_without_a_lock_file(tmp_path, task, capsys,
     assert (f"--model-dir {d} already exists and holds files, but no run (no config.json or train.log): a.txt; a "
             "model directory holds only its run's files: move them out, or give another --model-dir") in err, err
     assert sorted(p.name for p in d.iterdir()) == ["a.txt"]
+    assert train_main(train_cmd(task, d, "--resume", *(["--dry-run"] if dry_run else []))[2:]) == 2
+    err = capsys.readouterr().err   # (it said "drop --resume to start a new run", refused as above)
+    assert "nothing to resume; drop --resume to start a new run in another --model-dir (this one holds files, but " \
+           "no run: a.txt)" in err, err
 
 
 def test_the_lock_is_held_until_the_test_sets_are_scored(tmp_path, task, monkeypatch):
