@@ -160,12 +160,12 @@ def build_evaluate_parser() -> argparse.ArgumentParser:
     add_model_decode_args(p, nbest=False)   # BLEU scores the best translation
     g = p.add_argument_group("test data")
     g.add_argument("--src-file", action=Once, type=nonempty(file_arg),
-                   help="source sentences, one per line, in the model's source language")
+                   help="source sentences, one per line, in the model's source language (-: standard input)")
     g.add_argument("--ref-file", type=nonempty(file_arg), nargs="+", action="extend", metavar="REF",
                    help="reference translations, line-aligned with --src-file; several files: several references "
                         "per sentence (sacreBLEU's nrefs)")
     g.add_argument("--name", action=Once, type=nonempty(),
-                   help="test-set name in scores.json (default: the --src-file path; needed for a pipe)")
+                   help="set name in scores.json (default: the --src-file path; \"test\" for the model's test files)")
     g.add_argument("--recipe-tests", action="store_true", help="score every test set of the model's recipe")
     g.add_argument("--dev-set", action="store_true",
                    help="score the dev set the model was validated on (its recipe's held-out split or its dev "
@@ -189,8 +189,7 @@ def build_evaluate_parser() -> argparse.ArgumentParser:
     o.add_argument("--json", action=Once, nargs="?", const="-", metavar="FILE", type=nonempty(file_arg),
                    help="write the results as JSON to FILE, or to stdout instead of the text report")
     o.add_argument("--hyp-dir", action=Once, type=nonempty(Path),
-                   help="also write the translations as DIR/<test name>.<tgt> and "
-                        "the references they were scored against as DIR/<test name>.ref.<tgt>")
+                   help="also write the translations as DIR/<test name>.<tgt>, their references as .ref.<tgt>")
     o.add_argument("--no-save", action="store_true", help="do not record the scores in MODEL_DIR/scores.json")
     return p
 
@@ -223,8 +222,9 @@ def _test_sets(args: argparse.Namespace, tr) -> Dict[str, Tuple[Any, List[List[s
         return {name: (pairs, []) for name, pairs in sets.items()}
     if not (args.src_file and args.ref_file):
         raise ConfigError("--src-file and --ref-file must be given together")
-    special = args.src_file == "-" or os.path.exists(args.src_file) and not os.path.isfile(args.src_file) and \
-        not os.path.isdir(args.src_file)
+    args.src_file, args.ref_file = ["/dev/stdin" if f == "-" else f for f in (args.src_file, *args.ref_file)][0], [
+        "/dev/stdin" if f == "-" else f for f in args.ref_file]   # ("-": named as standard input is read)
+    special = os.path.exists(args.src_file) and not os.path.isfile(args.src_file) and not os.path.isdir(args.src_file)
     if special and not (args.name or args.no_save):   # (before a pipe is read; a missing file: said as it is read)
         raise ConfigError(f"--src-file {args.src_file} is no file (a pipe?), whose path would name its scores in "
                           "scores.json; give --name (or --no-save)")
@@ -238,7 +238,7 @@ def _test_sets(args: argparse.Namespace, tr) -> Dict[str, Tuple[Any, List[List[s
         check_languages_of(tr, src, ref, f"--src-file {args.src_file}", f"--ref-file {path}")
     own = d.test_src and len(args.ref_file) == 1 and [*map(os.path.realpath, (d.test_src, d.test_tgt))] == [
         *map(os.path.realpath, (args.src_file, args.ref_file[0]))]   # the model's own test files: that set
-    name = args.name or ("test" if own else _file_name("/dev/stdin" if args.src_file == "-" else args.src_file))
+    name = args.name or ("test" if own else _file_name(args.src_file))   # (a pipe: its name, not /proc/PID/fd's)
     if not args.no_save:   # (else nothing is recorded: the name only labels the report and the --hyp-dir files)
         check_set_name(name, args.src_file, args.ref_file, tr.config)
     return {name: (Pairs(src, refs[0], name), refs[1:])}

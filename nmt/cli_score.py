@@ -32,9 +32,9 @@ def build_score_parser() -> argparse.ArgumentParser:
     add_model_decode_args(p, SCORE_FLAGS, nbest=False)
     g = p.add_argument_group("input and output")
     g.add_argument("--src-file", action=Once, required=True, type=nonempty(file_arg),
-                   help="source sentences, UTF-8, one per line")
+                   help="source sentences, UTF-8, one per line (-: standard input)")
     g.add_argument("--tgt-file", action=Once, required=True, type=nonempty(file_arg),
-                   help="translations of --src-file, line by line")
+                   help="translations of --src-file, line by line (-: standard input)")
     g.add_argument("--output", action=Once, type=nonempty(file_arg), help="output file (default: stdout)")
     g.add_argument("--output-format", action=Once, choices=("score", "json"), default="score",
                    help="score: one number per line (default); json: one object per line with the score, the "

@@ -20,7 +20,7 @@ from typing import Callable, List, Optional
 import mxnet as mx
 import numpy as np
 
-from nmt.corpus import CorpusError, normalize
+from nmt.corpus import CorpusError, normalize, tidy_translation
 from nmt.models.ensemble import as_model
 from nmt.tokenizer import BOS_ID
 
@@ -93,7 +93,7 @@ def _greedy(translator, sentence: str, ids: List[int], max_len: Optional[int]) -
     weights = batch_attention(model, src, src_len, mx.nd.array([[BOS_ID] + out], ctx=ctx, dtype="float32"))[0]
     src_pieces = [_piece(translator.src_tok, i) for i in ids] + ["</s>"]
     tgt_pieces = [_piece(translator.tgt_tok, i) for i in out] + (["</s>"] if ended else [])
-    return Attention(sentence, translator.tgt_tok.decode([out])[0], src_pieces, tgt_pieces,
+    return Attention(sentence, tidy_translation(translator.tgt_tok.decode([out])[0]), src_pieces, tgt_pieces,
                      weights[:len(tgt_pieces), :len(src_pieces)])
 
 

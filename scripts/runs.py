@@ -118,8 +118,9 @@ def _row(run: Run, name: str, test: str, rec: dict, states: Sequence[Optional[ck
 
 def config_diff(base: Config, other: Config) -> Dict[str, object]:
     """Settings of `other` that differ from `base` (section.field -> value), ignoring paths and each invocation's
-    keys (devices, a time limit, progress and TensorBoard: `PER_INVOCATION`), which leave the training as it was."""
-    ignore = {*PER_INVOCATION, "train.log_every"}
+    keys (devices, a time limit, progress and TensorBoard: `PER_INVOCATION`), which leave the training as it was;
+    but for mixed precision (--amp), which changes its numerics."""
+    ignore = {*PER_INVOCATION, "train.log_every"} - {"train.amp"}
     a, b = base.to_dict(), other.to_dict()
     out = {}
     for section, fields in b.items():
@@ -158,11 +159,7 @@ def decode_rows(base: Run, reports: Sequence[dict], test: str) -> List[dict]:
     rows = []
     avg = base.scores.get(test, {}).get("avg")
     if avg:   # (the run's --average-last may have changed since: its manifest names the newest step averaged)
-        try:
-            upto = f", up to step {manifest.read_manifest(base.path, 'avg')['step']}"
-        except ckpt.CheckpointError:
-            upto = ""
-        rows.append({"what": f"the averaged checkpoint (params.avg{upto})", "record": avg})
+        rows.append({"what": f"the averaged checkpoint (params.avg{_averaged_upto(base)})", "record": avg})
     best = _best_record(base, test, None) or {}
     for report in reports:
         rec = report.get("results", {}).get(test)
@@ -180,6 +177,14 @@ def decode_rows(base: Run, reports: Sequence[dict], test: str) -> List[dict]:
     return sorted(rows, key=lambda r: r["what"])
 
 
+def _averaged_upto(run: Run) -> str:
+    """", up to step N": the newest step the run's params.avg averages (its manifest), or "" if unknown."""
+    try:
+        return f", up to step {manifest.read_manifest(run.path, 'avg')['step']}"
+    except ckpt.CheckpointError:
+        return ""
+
+
 def ablation_table(base: Run, runs: Sequence[Run], test: str, decode_reports: Sequence[dict] = ()) -> str:
     """One row per run: what differs from `base`, test BLEU/chrF on `test`, best dev BLEU, training time; then
     the decoding ablations of `base` (see `decode_rows`). A run still in progress says so."""
@@ -191,7 +196,8 @@ def ablation_table(base: Run, runs: Sequence[Run], test: str, decode_reports: Se
         diff = config_diff(base.config, run.config)
         what = ", ".join(f"{k.split('.', 1)[1]}={v}" for k, v in sorted(diff.items())) or "(base)"
         key = next((k for k, v in run.scores.get(test, {}).items() if v is rec), "best")   # not the current best:
-        what += "" if key == "best" else f" (test scores of {'params.avg' if key == 'avg' else 'step ' + key})"
+        whose = f"params.avg{_averaged_upto(run)}" if key == "avg" else f"step {key}"
+        what += "" if key == "best" else f" (test scores of {whose})"
         bleu = f"{rec['bleu']:.2f}" if rec else "—"
         chrf = f"{rec['chrf']:.2f}" if rec else "—"
         why = run.state.stopped

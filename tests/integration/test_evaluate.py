@@ -88,6 +88,12 @@ def test_the_json_file_is_none_of_the_hyp_dir_files_and_a_pipe_has_a_steady_name
                                env=dict(os.environ, PYTHONPATH=str(REPO)))
         assert r.returncode == 0 and r.stdout.startswith("/dev/stdin: "), r.stderr[-2000:]
     assert sorted(p.name for p in (tmp_path / "hp").iterdir()) == ["stdin.en", "stdin.ref.en"]
+    with open(src, "rb") as f:   # "-" is /dev/stdin: a file redirected to it is that file (it was "no file (a pipe?)")
+        r = subprocess.run([sys.executable, str(REPO / "scripts" / "evaluate.py"), "--model-dir", str(model_copy),
+                            "--src-file", "-", "--ref-file", str(ref)], stdin=f, capture_output=True, text=True,
+                           timeout=300, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert list(json.loads((model_copy / ckpt.SCORES).read_text())) == [str(src.resolve())]
 
 
 def test_sigterm_stops_an_evaluation_as_ctrl_c_does(model_copy, tmp_path, capsys, monkeypatch):

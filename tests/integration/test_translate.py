@@ -520,6 +520,8 @@ def test_translations_lose_the_stray_spaces_of_lone_word_pieces(tr, monkeypatch)
     monkeypatch.setattr(tr.tgt_tok, "decode", lambda seqs: ["I ", "  Thank  you.\nBye", "   "][:len(seqs)])
     assert tr.texts([[([4], -1.0)], [([5], -2.0), ([6], -3.0)]]) == [[("I", -1.0)], [("Thank you. Bye", -2.0),
                                                                                      ("", -3.0)]]
+    import nmt.plot   # the attention plot's translation too
+    assert nmt.plot.attention(tr, "리 니").translation == "I"
 
 
 def test_cli_refuses_to_write_over_its_standard_input(tr, tmp_path):

@@ -103,6 +103,9 @@ def test_ablation_names_what_differs(scored_dirs):
     assert config_diff(base.config, variant.config) == {"model.dropout": 0.25}
     variant.config.train.tensorboard, variant.config.train.cpu_devices = None, 2   # (each invocation's: not a setting)
     assert config_diff(base.config, variant.config) == {"model.dropout": 0.25}
+    variant.config.train.amp = True   # (but mixed precision changes the numerics)
+    assert config_diff(base.config, variant.config) == {"model.dropout": 0.25, "train.amp": True}
+    variant.config.train.amp = False
     table = ablation_table(base, [base, variant], "synth-test")
     step = next(iter(base.scores["synth-test"]))   # scored at the latest step, not as the best: said so
     assert step.isdecimal() and f"dropout=0.25 (test scores of step {step})" in table, table
