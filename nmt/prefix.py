@@ -53,3 +53,11 @@ def word_table(surfaces: Sequence[Optional[str]], word: str, may_end: bool = Fal
     if may_end and length:
         allowed[0, EOS_ID], sizes[EOS_ID] = True, length
     return (allowed, sizes) if length and allowed[0].any() else None
+
+
+def one_prefix(prefix) -> Optional[List[str]]:
+    """The prefixes argument of a single sentence (`Translator.translate("...", prefixes=...)`) as the list the
+    calls for several take: None, or [prefix] for a str; a TypeError naming it otherwise."""
+    if prefix is not None and not isinstance(prefix, str):
+        raise TypeError(f"prefixes must be a str for one sentence, got {type(prefix).__name__}")
+    return None if prefix is None else [prefix]

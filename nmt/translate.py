@@ -26,7 +26,7 @@ from nmt.members import check_member_vocabulary, load_member, members_sha256, mo
 from nmt.models.base import Seq2SeqModel
 from nmt.models.ensemble import as_model
 from nmt.parallel import check_gpus, concurrent_devices_safe
-from nmt.prefix import WORD_START, split_last_word, word_table
+from nmt.prefix import WORD_START, one_prefix, split_last_word, word_table
 from nmt.search import beam_search, check_beam_args, greedy_search, length_limits, reached_limit, search_too_wide
 from nmt.search_blocks import TargetPrefix
 from nmt.tokenizer import Tokenizer
@@ -370,8 +370,7 @@ class Translator:
         """Per input line, up to `nbest` (detokenized translation, score), best first ([] for an empty line); for
         one string, its list. `prefixes`: per line, text its translations start with (for one string, a string)."""
         if isinstance(lines, str):
-            one = None if prefixes is None else [prefixes]
-            return self.translate_nbest([lines], nbest, beam_size, first_line, one)[0]
+            return self.translate_nbest([lines], nbest, beam_size, first_line, one_prefix(prefixes))[0]
         return self.texts(self.translate_ids(lines, beam_size=beam_size, nbest=nbest, first_line=first_line,
                                              prefixes=prefixes))
 
@@ -382,8 +381,7 @@ class Translator:
         string, its list."""
         from nmt.align import align_ids
         if isinstance(lines, str):
-            return self.translate_aligned([lines], nbest, beam_size, first_line,
-                                          None if prefixes is None else [prefixes])[0]
+            return self.translate_aligned([lines], nbest, beam_size, first_line, one_prefix(prefixes))[0]
         beam = self._beam(beam_size)
         self.check_search(beam, nbest)
         src = self.source_ids(lines, first_line)
@@ -396,5 +394,5 @@ class Translator:
         """One detokenized, single-line translation per input line; for one string, its translation.
         `prefixes`: per line, text its translation starts with (None or "": none; for one string, a string)."""
         if isinstance(lines, str):
-            return self.translate([lines], beam_size, first_line, None if prefixes is None else [prefixes])[0]
+            return self.translate([lines], beam_size, first_line, one_prefix(prefixes))[0]
         return [r[0][0] if r else "" for r in self.translate_nbest(lines, 1, beam_size, first_line, prefixes)]

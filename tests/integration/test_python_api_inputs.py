@@ -158,6 +158,8 @@ def test_a_string_where_a_list_belongs_is_refused(tr, model_dir, lines):
                         (lambda: tr.translate([lines[0]], prefixes=b"Th"), r"^prefixes must be a list of sentences, not "
                          r"one bytes object \(b'Th'\): give \[text.decode\('utf-8'\)\]"),
                         (lambda: tr.continuous(max_batch="4"), "^max_batch must be an int, got '4'"),
+                        (lambda: tr.translate(lines[0], prefixes=["Th"]), "^prefixes must be a str for one sentence, "
+                         "got list"),   # (it was "prefixes[0] is list, not str: give a list of sentences")
                         (lambda: nmt.plot.save_attention_plot(tr, lines[0], None), "^save_attention_plot: path must be "
                          "a str or a path, got NoneType")):
         with pytest.raises(TypeError, match=named):
