@@ -77,7 +77,7 @@ def check_taken_dir(model_dir: str, config: Path, resume: bool, overwrite: bool 
     if not model_dir.strip():
         raise ConfigError(f"--config {config}: train.model_dir is empty; give --model-dir")
     if path.resolve() == home or not path.is_absolute() and home.parts[-len(path.parts):] == path.parts:
-        if not resume and config.name != CONFIG and not _run_files(home):   # settings put where the run will be
+        if not resume and not _run_files(home):   # settings put where the run will be (config.json too: no run yet)
             raise ConfigError(f"--config {config}: its train.model_dir is the directory the file is in, and a model "
                               "directory holds only its run's files: keep the file elsewhere, or give --model-dir")
         if not resume:

@@ -206,16 +206,16 @@ def check_model_dir(model_dir: Path, resume: bool, overwrite: bool, inputs: Opti
                 "the run stopped before its first checkpoint: start it again with --overwrite instead of --resume"
                 if LOG in held else "drop --resume to start a new run" + (
                     f" in another --model-dir (this one holds files, but no run: {', '.join(held[:3])})"
-                    if held and CONFIG not in held else "")))
+                    if held else "")))
         if not (model_dir / CONFIG).is_file():
             raise CheckpointError(f"--resume: {model_dir / CONFIG} not found: a run resumes with the settings it was "
                                   "started with, which that file holds; restore it (or train into a new --model-dir)")
         return
-    if held and not overwrite and CONFIG not in held and LOG not in held and no_checkpoint:   # (not a run's)
+    if held and not overwrite and LOG not in held and no_checkpoint:   # (a run writes its log first)
         shown = ", ".join(held[:3]) + (", ..." if len(held) > 3 else "")
-        raise CheckpointError(f"--model-dir {model_dir} already exists and holds files, but no run (no {CONFIG} or "
-                              f"{LOG}): {shown}; a model directory holds only its run's files: move them out, or "
-                              "give another --model-dir")
+        raise CheckpointError(f"--model-dir {model_dir} already exists and holds files, but no run (no {LOG} or "
+                              f"checkpoint): {shown}; a model directory holds only its run's files: move them out, "
+                              "or give another --model-dir")
     if held and not overwrite:
         unsaved = LOG in held and no_checkpoint
         raise CheckpointError(f"--model-dir {model_dir} already exists and is not empty; " + (

@@ -133,7 +133,7 @@ def test_a_refused_directory_is_left_without_a_lock_file(tmp_path, task, capsys,
     (d / "a.txt").write_text("mine")
     assert train_main(train_cmd(task, d, *(["--dry-run"] if dry_run else []))[2:]) == 2
     err = capsys.readouterr().err   # (not advised --resume or --overwrite, which refuse such a directory too)
-    assert (f"--model-dir {d} already exists and holds files, but no run (no config.json or train.log): a.txt; a "
+    assert (f"--model-dir {d} already exists and holds files, but no run (no train.log or checkpoint): a.txt; a "
             "model directory holds only its run's files: move them out, or give another --model-dir") in err, err
     assert sorted(p.name for p in d.iterdir()) == ["a.txt"]
     assert train_main(train_cmd(task, d, "--resume", *(["--dry-run"] if dry_run else []))[2:]) == 2

@@ -392,6 +392,7 @@ def test_json_nested_past_the_parsers_recursion_is_named_as_bad_json(tmp_path):
 def test_a_runs_config_json_as_config_does_not_make_that_run_the_new_runs_directory(tmp_path, capsys):
     run = tmp_path / "run"   # a trained model's config.json, the natural --config, names its own directory
     run.mkdir()
+    (run / ckpt.LOG).write_text("")   # (a run's: it writes its log first)
     dataclasses.replace(Config(), train=dataclasses.replace(TrainConfig(), model_dir=str(run))).save(run / ckpt.CONFIG)
     argv = ["--config", str(run / ckpt.CONFIG)]
     with pytest.raises(ConfigError) as err:
@@ -424,10 +425,14 @@ def test_a_settings_file_inside_the_directory_it_names_is_not_called_a_run(tmp_p
     monkeypatch.chdir(tmp_path)
     (tmp_path / "exp1").mkdir()
     (tmp_path / "exp1" / "settings.json").write_text(json.dumps({"train": {"model_dir": "exp1"}}))
-    with pytest.raises(ConfigError, match=r"^--config exp1/settings.json: its train.model_dir is the directory the "
-                                          r"file is in, and a model directory holds only its run's files: keep the "
-                                          r"file elsewhere, or give --model-dir$"):
-        run_of(["--config", "exp1/settings.json"])
+    for name in ("settings.json", "config.json"):   # (named as a run's own, but no run wrote it)
+        (tmp_path / "exp1" / name).write_text(json.dumps({"train": {"model_dir": "exp1"}}))
+        with pytest.raises(ConfigError, match=rf"^--config exp1/{name}: its train.model_dir is the directory the "
+                                              r"file is in, and a model directory holds only its run's files: keep the "
+                                              r"file elsewhere, or give --model-dir$"):
+            run_of(["--config", f"exp1/{name}"])
+        (tmp_path / "exp1" / name).unlink()
+    (tmp_path / "exp1" / "settings.json").write_text(json.dumps({"train": {"model_dir": "exp1"}}))
     assert run_of(["--config", "exp1/settings.json", "--model-dir", "m"])[0].train.model_dir == "m"
 
 
@@ -436,6 +441,7 @@ def test_a_runs_config_json_names_its_directory_from_any_working_directory(tmp_p
     ../rel2/config.json` from another directory started a new run in ./rel2 instead of being refused."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "rel2").mkdir()
+    (tmp_path / "rel2" / ckpt.LOG).write_text("")   # (a run's directory)
     (tmp_path / "other").mkdir()
     config = tmp_path / "rel2" / ckpt.CONFIG
     dataclasses.replace(Config(), train=dataclasses.replace(TrainConfig(), model_dir="rel2")).save(config)
@@ -459,6 +465,7 @@ def test_a_runs_config_json_names_its_directory_from_any_working_directory(tmp_p
     saved["train"]["model_dir"] = "rel2"
     config.write_text(json.dumps(saved))
     assert run_of(["--config", "../rel2/config.json", "--resume"])[0].train.model_dir == str(tmp_path / "rel2")
+    (tmp_path / "rel2" / ckpt.LOG).unlink()   # no run there (with one, the file is of a moved run: refused)
     saved["train"]["model_dir"] = "elsewhere"   # a relative directory that is not the file's: the run's own
     config.write_text(json.dumps(saved))
     assert run_of(["--config", "../rel2/config.json"])[0].train.model_dir == "elsewhere"
