@@ -228,11 +228,11 @@ def check_model_dir(model_dir: Path, resume: bool, overwrite: bool, inputs: Opti
 
 def _check_overwrite(model_dir: Path, held: List[str], inputs: Dict[str, Any]) -> None:
     """CheckpointError unless --overwrite may delete everything in `model_dir`: it must be a model directory (a
-    run wrote its log or config there first) and must not hold any of the run's `inputs`."""
-    if CONFIG not in held and LOG not in held:
+    run wrote its log there first, or a checkpoint) and must not hold any of the run's `inputs`."""
+    if LOG not in held and STATE not in held and not manifest.step_keys(model_dir):   # (a config.json may be yours)
         shown = ", ".join(held[:3]) + (", ..." if len(held) > 3 else "")
         raise CheckpointError(f"--overwrite deletes a model directory, and --model-dir {model_dir} is not one: it has "
-                              f"no {CONFIG} or {LOG} but holds {shown}; give the directory of the run to start "
+                              f"no {LOG} or checkpoint but holds {shown}; give the directory of the run to start "
                               "over, or a new --model-dir")
     check_outside(model_dir, inputs)
 

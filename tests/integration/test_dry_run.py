@@ -187,8 +187,8 @@ def test_overwrite_deletes_only_a_model_directory_and_nothing_the_run_reads(tmp_
         assert f"--config {settings} is inside --model-dir {d}, which --overwrite deletes" in err, err
         assert train_main(args_for(task, parent, "--overwrite", *extra)) == 2
         err = capsys.readouterr().err
-        assert (f"--overwrite deletes a model directory, and --model-dir {parent} is not one: it has no config.json "
-                "or train.log but holds run1" in err and "Traceback" not in err), err
+        assert (f"--overwrite deletes a model directory, and --model-dir {parent} is not one: it has no train.log or "
+                "checkpoint but holds run1" in err and "Traceback" not in err), err
         assert train_main(args_for(task, d, "--overwrite", "--train-src", str(own), *extra)) == 2
         err = capsys.readouterr().err
         assert f"--train-src {own} is inside --model-dir {d}, which --overwrite deletes" in err, err

@@ -156,8 +156,12 @@ def test_prepare_model_dir(tmp_path):
     (d / "x").write_text("x")
     with pytest.raises(ckpt.CheckpointError, match="already exists"):
         dirlock.prepare_model_dir(d, resume=False, overwrite=False)
-    with pytest.raises(ckpt.CheckpointError, match="is not one: it has no config.json or train.log but holds x"):
+    with pytest.raises(ckpt.CheckpointError, match="is not one: it has no train.log or checkpoint but holds x"):
         dirlock.prepare_model_dir(d, resume=False, overwrite=True)   # not a model directory: nothing deleted
+    (d / ckpt.CONFIG).write_text("{}")   # a settings file of one's own is no run either
+    with pytest.raises(ckpt.CheckpointError, match="is not one: it has no train.log or checkpoint but holds config"):
+        dirlock.prepare_model_dir(d, resume=False, overwrite=True)
+    (d / ckpt.CONFIG).unlink()
     (d / ckpt.LOG).write_text("")   # the first file a run writes
     with pytest.raises(ckpt.CheckpointError, match="--dev-tgt .*/x is inside --model-dir"):
         dirlock.prepare_model_dir(d, resume=False, overwrite=True, inputs={"--dev-src": None, "--dev-tgt": d / "x"})
