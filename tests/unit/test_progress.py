@@ -41,24 +41,16 @@ def test_sacrebleu_warnings_go_to_the_log_file_formatted(tmp_path, capsys):
 
     import sacrebleu
 
-    from nmt.log import setup_logging
+    from nmt.log import logging_kept, setup_logging
     log = tmp_path / "train.log"
-    loggers = [logging.getLogger(name) for name in ("nmt", "sacrebleu")]
-    saved = [(lg.handlers[:], lg.level, lg.propagate) for lg in loggers]
-    setup_logging(log)
-    try:
+
+    @logging_kept   # (the loggers as they were afterwards, the log file closed)
+    def scored():
+        setup_logging(log)
         hyps = ["a b c ."] * 100
         sacrebleu.metrics.BLEU().corpus_score(hyps, [hyps])
         logging.getLogger("nmt.test").info("after")
-    finally:
-        for lg, (handlers, level, propagate) in zip(loggers, saved):
-            for h in lg.handlers[:]:
-                lg.removeHandler(h)
-                h.close()
-            for h in handlers:
-                lg.addHandler(h)
-            lg.setLevel(level)
-            lg.propagate = propagate
+    scored()
     text = log.read_text(encoding="utf-8")
     assert "WARNING" in text and "That's 100 lines that end in a tokenized period" in text and "after" in text
     assert "That's 100 lines" in capsys.readouterr().err   # the console too, formatted the same way
