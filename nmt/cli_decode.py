@@ -292,7 +292,7 @@ def evaluate_main(args: argparse.Namespace) -> int:
     if args.json not in (None, "-") and os.path.realpath(args.json) in map(os.path.realpath, hyps):
         raise ConfigError(f"--json {args.json} is one of the files --hyp-dir {args.hyp_dir} writes (each set's "
                           "translations and references): give another --json")
-    for flag, path in [("--json", args.json)] + [("--hyp-dir", p) for p in hyps]:
+    for flag, path in [("--json", args.json), ("--json", None)] + [("--hyp-dir", p) for p in hyps]:   # (None: stdout)
         for files in inputs:
             refuse_overwriting(flag, path, files, [args.model_dir, *args.ensemble])
     results, recorded, gone = {}, [], False   # gone: stdout's reader (the --json FILE is still written)

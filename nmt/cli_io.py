@@ -115,41 +115,62 @@ def refuse_overwriting(flag: str, output, inputs: dict, model_dirs=()) -> None:
     """ConfigError if the file `output` (of `flag`) is one of the files the command reads (`inputs`, by flag), or
     one of the files of `model_dirs` (config.json, params.best, scores.json ...): writing it would destroy them; a
     CorpusError if it is named as a compression other than gzip (`output_opener`)."""
+    from nmt.atomic import descriptor
     from nmt.checkpoint import OWN_FILE
     from nmt.textfile import output_opener
-    if output in (None, "-"):   # standard output: `--input in.ko >> in.ko` translated its own output without end
-        return _refuse_same("standard output", lambda: os.fstat(1), inputs)
-    output_opener(flag, output)
-    target = Path(output).resolve()
+    stdout = output in (None, "-")   # (`--input in.ko >> in.ko` translated its own output without end)
+    named, status = (("standard output", lambda: os.fstat(1)) if stdout else
+                     (f"{flag} {output}", lambda: os.stat(output)))
+    if not stdout:
+        output_opener(flag, output)
+    target = None if stdout else Path(output).resolve()
     for model_dir in model_dirs:   # (the files a run keeps there: checkpoint.OWN_FILE; also a hard link to one)
-        own = ([p for p in Path(model_dir).iterdir() if OWN_FILE.fullmatch(p.name)]
-               if target.is_file() and Path(model_dir).is_dir() else [])
-        if (target.parent == Path(model_dir).resolve() and OWN_FILE.fullmatch(target.name)
-                or any(os.path.samefile(target, p) for p in own)):
-            raise ConfigError(f"{flag} {output} is a file of the model directory {model_dir}: writing it would destroy "
-                              f"what the model needs; give another {flag}")
-    _refuse_same(f"{flag} {output}", lambda: os.stat(output), inputs)
+        own = [p for p in Path(model_dir).iterdir() if OWN_FILE.fullmatch(p.name)] if Path(model_dir).is_dir() else []
+        if (target is not None and target.parent == Path(model_dir).resolve() and OWN_FILE.fullmatch(target.name)
+                or _refuse_same(named, status, {p.name: str(p) for p in own}, check=False)):
+            raise ConfigError(f"{named} is a file of the model directory {model_dir}: writing it would destroy what "
+                              f"the model needs; {'write it elsewhere' if stdout else f'give another {flag}'}")
+    _refuse_same(named, status, inputs)
+    if not stdout:
+        _writable_descriptor(flag, output, descriptor(output))
 
 
-def _refuse_same(named: str, status, inputs: dict) -> None:
+def _writable_descriptor(flag: str, output: str, fd) -> None:
+    """ConfigError, before any work, if the output `output` names a descriptor (`fd`) that is not open for writing."""
+    import fcntl
+    if fd is None:
+        return
+    try:
+        mode = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE
+    except OSError:
+        raise ConfigError(f"{flag} {output}: descriptor {fd} is not open; open it for writing ({fd}>file)") from None
+    if mode == os.O_RDONLY:
+        raise ConfigError(f"{flag} {output}: descriptor {fd} is open for reading only; open it for writing")
+
+
+def _refuse_same(named: str, status, inputs: dict, check: bool = True) -> bool:
     """ConfigError if the output `named` (its file `status()`) is one of `inputs` (flag -> path, "-": standard input):
-    the same regular file (also through a link) or pipe (/dev/stdin as the output of a command reading it)."""
+    the same regular file (also through a link) or pipe (/dev/stdin as the output of a command reading it); without
+    `check`, whether it is."""
     try:
         out = status()
     except OSError:
-        return
+        return False
     if not (stat.S_ISREG(out.st_mode) or stat.S_ISFIFO(out.st_mode)):   # (a terminal is read and written at once)
-        return
+        return False
     for source, path in inputs.items():   # "-": standard input (also redirected from a file: `< in.ko`)
         try:
             read = os.fstat(0) if path == "-" else os.stat(path) if path is not None else None
         except OSError:
             continue
+        if read is not None and (read.st_dev, read.st_ino) == (out.st_dev, out.st_ino) and not check:
+            return True
         if read is not None and (read.st_dev, read.st_ino) == (out.st_dev, out.st_ino):
             what = f"the {source} file" if path != "-" else f"this command's standard input ({source})"
             raise ConfigError(f"{named} is {what}: writing it would " + (
                 "destroy what this command reads" if stat.S_ISREG(out.st_mode) else
                 "feed the output back into what this command reads, without end") + "; write it elsewhere")
+    return False
 
 
 def output_dir(flag: str, path: Path, file: str = "") -> Path:

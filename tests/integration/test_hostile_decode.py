@@ -464,6 +464,32 @@ def test_json_scores_to_a_redirected_stdout_keep_what_the_file_holds(model_dir, 
         assert p.returncode == 0 and text.startswith("previous\n") and len(text.splitlines()) > 2, (script, p.stderr)
 
 
+def test_a_standard_output_or_descriptor_that_cannot_take_the_output_is_refused_first(model_dir, test_files,
+                                                                                       tmp_path):
+    """A descriptor not open, or open for reading only (`--output /dev/fd/3 3<file`), ended in a traceback after all
+    the decoding; standard output appended to a model's file (`>> m/config.json`) or, with `--json FILE`, to
+    nmt-evaluate's --ref-file was written into: the model unusable, the references one report longer."""
+    src, ref = test_files
+    model = tmp_path / "m"
+    shutil.copytree(model_dir, model)
+    (tmp_path / "ro.txt").write_text("keep\n")
+    script = {name: f"{shlex.quote(sys.executable)} {REPO / 'scripts' / name} --model-dir {model}"
+              for name in ("translate.py", "evaluate.py", "score.py")}
+    for line, says in (
+            (f"{script['translate.py']} --input {src} --output /dev/fd/3 3<{tmp_path / 'ro.txt'}",
+             "--output /dev/fd/3: descriptor 3 is open for reading only"),
+            (f"{script['evaluate.py']} --src-file {src} --ref-file {ref} --no-save --json /dev/fd/7",
+             "--json /dev/fd/7: descriptor 7 is not open"),
+            (f"{script['translate.py']} --input {src} >> {model / 'config.json'}",
+             f"standard output is a file of the model directory {model}"),
+            (f"{script['evaluate.py']} --src-file {src} --ref-file {ref} --no-save --json {tmp_path / 'o.json'} "
+             f">> {ref}", "standard output is the --ref-file file")):
+        before = (model / "config.json").read_bytes(), ref.read_bytes()
+        p = subprocess.run(line, shell=True, executable="/bin/bash", stderr=subprocess.PIPE, text=True, timeout=300)
+        assert p.returncode == 2 and says in p.stderr and "Traceback" not in p.stderr, (line, p.stderr)
+        assert ((model / "config.json").read_bytes(), ref.read_bytes()) == before
+
+
 @pytest.mark.parametrize("script, package, pin", [("translate.py", "matplotlib", "matplotlib==3.10.*"),
                                                   ("translate.py", "koreanize_matplotlib", "koreanize-matplotlib=="),
                                                   ("serve.py", "fastapi", "fastapi==")])
