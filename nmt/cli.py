@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from nmt.config import ARCH_DEFAULTS, CORPUS_FILES, Config, ConfigError, DataConfig, ModelConfig
 from nmt.config_resume import PER_INVOCATION, resumed_config
 from nmt import jsonio
+from nmt.cli_io import last_lines, reader_gone
 from nmt.commands import Once, command, nonempty, usable_streams
 from nmt.config_file import check_taken_dir, read_config_file, warn_other_arch, warn_time_limit
 from nmt.flags import GROUPS, MODEL_FLAGS
@@ -261,11 +262,12 @@ def train_main(args: argparse.Namespace) -> int:
         return 0
     result = run_training(cfg, resume=args.resume, overwrite=args.overwrite, evaluate=not args.no_eval, params=init)
     state = result.state
-    for which, scores in (("best checkpoint", result.test_scores), ("params.avg", result.average_scores)):
-        for name, sc in scores.items():
-            print(f"{name}: {sc.summary()} ({sc.n} sentences, {which}, beam {cfg.decode.beam_size})")
-            for sig in (sc.bleu_signature, sc.chrf_signature, *sc.extra_signatures.values()):
-                print(f"  {sig}")
+    shown = last_lines(line for which, scores in (("best checkpoint", result.test_scores),
+                                                  ("params.avg", result.average_scores))
+                       for name, sc in scores.items()
+                       for line in (f"{name}: {sc.summary()} ({sc.n} sentences, {which}, beam {cfg.decode.beam_size})",
+                                    *(f"  {sig}" for sig in (sc.bleu_signature, sc.chrf_signature,
+                                                             *sc.extra_signatures.values()))))
     saved = f"checkpoint saved in {cfg.train.model_dir}" if not result.rank else "rank 0 saved the checkpoint"
     if state.stopped in ("SIGINT", "SIGTERM"):
         print(f"stopped by {state.stopped} at step {state.step}; {saved}. Continue with --resume.", file=sys.stderr)
@@ -273,4 +275,4 @@ def train_main(args: argparse.Namespace) -> int:
         print(f"{result.interrupted} received as training ended ({state.stopped} at step {state.step}); {saved}" +
               ("" if args.no_eval else f"; no test set was scored (`nmt-evaluate --model-dir {cfg.train.model_dir} "
                                        "--recipe-tests` scores them)"), file=sys.stderr)
-    return {"SIGINT": 130, "SIGTERM": 143}.get(result.interrupted, 0)
+    return {"SIGINT": 130, "SIGTERM": 143}.get(result.interrupted, 0) or (0 if shown else reader_gone())

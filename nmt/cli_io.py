@@ -221,6 +221,18 @@ def _discard_stdout() -> None:
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
+def last_lines(lines) -> bool:
+    """Print a command's last `lines` on standard output once its work is done (nmt-train's scores, nmt-export's
+    summary): False when the reader went away (`| head`; `reader_gone` then), a StorageError for a full one."""
+    try:
+        with output_errors(None):
+            for line in lines:
+                print(line)
+        return True
+    except BrokenPipeError:
+        return False
+
+
 def reader_gone() -> int:
     """After a BrokenPipeError on stdout (e.g. `| head`): nothing more to write; exit code 141 as a shell's."""
     _discard_stdout()

@@ -54,8 +54,9 @@ def build_export_parser() -> argparse.ArgumentParser:
 def export_main(args: argparse.Namespace) -> int:
     out = export_model(args.model_dir, args.output, args.checkpoint, overwrite=args.overwrite)
     size = sum(f.stat().st_size for f in out.iterdir())
-    print(f"exported checkpoint {args.checkpoint} of {args.model_dir} to {out} ({size / 2 ** 20:.1f} MiB)")
-    return 0
+    from nmt.cli_io import last_lines, reader_gone   # (a reader gone, `| head`, or a full stdout: after the export)
+    return 0 if last_lines([f"exported checkpoint {args.checkpoint} of {args.model_dir} to {out} "
+                            f"({size / 2 ** 20:.1f} MiB)"]) else reader_gone()
 
 
 def export_model(model_dir, output, which: str = "best", overwrite: bool = False) -> Path:

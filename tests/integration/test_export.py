@@ -310,3 +310,22 @@ def test_the_export_carries_its_own_steps_scores_not_another_steps_recorded_as_b
         "other": {"best": 5}}))
     assert run(export_main, ["--model-dir", model_copy, "--output", tmp_path / "out"], capsys)[0] == 0
     assert read_scores(tmp_path / "out") == {"test": {"best": {**entry, "step": best, "checkpoint": "best"}}}
+
+
+def test_a_stdout_gone_or_full_after_the_work_loses_only_the_last_lines(model_dir, tmp_path):
+    """`nmt-export ... | true` and `nmt-train ... | true` ended, after their work, in a BrokenPipeError traceback
+    with exit code 1 (a `set -o pipefail` script failed a run that had succeeded), `> /dev/full` likewise."""
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    export = f"{sys.executable} {REPO / 'scripts' / 'export.py'} --model-dir {model_dir} --output {tmp_path / 'ex'}"
+    files = " ".join(f"--{split}-{side} {synth_file(model_dir, f'{split}.{lang}')}"
+                     for split in ("train", "dev", "test") for side, lang in (("src", "ko"), ("tgt", "en")))
+    train = (f"{sys.executable} {REPO / 'scripts' / 'train.py'} {files} --model-dir {tmp_path / 't'} "
+             "--vocab-size 400 --embed-size 16 --hidden-size 16 --num-layers 1 --max-steps 2 --no-progress")
+    for line, code in ((f"{export} | true; exit ${{PIPESTATUS[0]}}", 141),
+                       (f"{train} | true; exit ${{PIPESTATUS[0]}}", 141),
+                       (f"rm -r {tmp_path / 'ex'}; {export} > /dev/full", 2)):
+        p = subprocess.run(line, shell=True, executable="/bin/bash", stderr=subprocess.PIPE, stdout=subprocess.PIPE,
+                           text=True, env=env, timeout=300)
+        assert p.returncode == code and "Traceback" not in p.stderr, (line, p.stderr[-2000:])
+        assert code == 141 or "error: cannot write the standard output: No space left on device" in p.stderr
+    assert (tmp_path / "ex" / ckpt.PARAMS_BEST).is_file() and (tmp_path / "t" / ckpt.SCORES).is_file()
