@@ -256,10 +256,9 @@ def train_main(args: argparse.Namespace) -> int:
         from nmt.log import setup_logging
         from nmt.preflight import describe, dry_run
         setup_logging(None)
-        print(describe(dry_run(cfg, resume=args.resume, overwrite=args.overwrite, init=init)))
-        if changes:
-            print(f"settings changed since the last run: {'; '.join(changes)}")
-        return 0
+        report = describe(dry_run(cfg, resume=args.resume, overwrite=args.overwrite, init=init))
+        said = [f"settings changed since the last run: {'; '.join(changes)}"] if changes else []
+        return 0 if last_lines([report, *said]) else reader_gone()
     result = run_training(cfg, resume=args.resume, overwrite=args.overwrite, evaluate=not args.no_eval, params=init)
     state = result.state
     shown = last_lines(line for which, scores in (("best checkpoint", result.test_scores),

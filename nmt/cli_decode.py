@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from nmt.commands import Once, command, file_arg, nonempty, number, one_stdin, usable_streams
-from nmt.cli_io import (add_model_decode_args, check_languages_of, load_translator, misaligned, open_output,
-                        output_dir, output_errors, reader_gone, refuse_overwriting)
+from nmt.cli_io import (add_model_decode_args, check_languages_of, evaluation_inputs, load_translator, misaligned,
+                        open_output, output_dir, output_errors, reader_gone, refuse_overwriting)
 from nmt.config import CHARS_PER_TOKEN, ConfigError
 
 
@@ -286,14 +286,14 @@ def evaluate_main(args: argparse.Namespace) -> int:
         read_scores(tr.model_dir)
         readonly, other = cannot_record(tr.model_dir), other_decoding(tr)
     tests = _test_sets(args, tr)
-    inputs = [{"--src-file": args.src_file}] + [{"--ref-file": r} for r in args.ref_file or ()]
+    inputs = evaluation_inputs(args, tr.config.data)
     hyp_files = {name: args.hyp_dir / f"{Path(name).name}.{tr.tgt_lang}" for name in tests} if args.hyp_dir else {}
     hyps = [p for name, h in hyp_files.items() for p in (h, *_ref_files(h, 1 + len(tests[name][1])))]
     if args.json not in (None, "-") and os.path.realpath(args.json) in map(os.path.realpath, hyps):
         raise ConfigError(f"--json {args.json} is one of the files --hyp-dir {args.hyp_dir} writes (each set's "
                           "translations and references): give another --json")
     for flag, path in [("--json", args.json), ("--json", None)] + [("--hyp-dir", p) for p in hyps]:   # (None: stdout)
-        for files in inputs:
+        for files in inputs + ([{"--hyp-dir": str(p)} for p in hyps] if path is None else []):
             refuse_overwriting(flag, path, files, [args.model_dir, *args.ensemble])
     results, recorded, gone = {}, [], False   # gone: stdout's reader (the --json FILE is still written)
     with terminated_as_interrupt(hangup=True), output_errors(None):

@@ -111,6 +111,14 @@ def check_languages_of(tr, src, tgt, src_name: str, tgt_name: str) -> None:
     warn_one_sided_blanks(src, tgt, src_name, tgt_name)
 
 
+def evaluation_inputs(args, data) -> list:
+    """What nmt-evaluate reads, one {flag: file} each (`refuse_overwriting`'s inputs): --src-file, each --ref-file,
+    and the model's own corpus files (`data`, its DataConfig), which --dev-set and --recipe-tests read."""
+    from nmt.config import CORPUS_FILES
+    return [{"--src-file": args.src_file}, *({"--ref-file": r} for r in args.ref_file or ()),
+            *({f"model's {k.replace('_', '-')}": getattr(data, k)} for k in CORPUS_FILES if getattr(data, k))]
+
+
 def refuse_overwriting(flag: str, output, inputs: dict, model_dirs=()) -> None:
     """ConfigError if the file `output` (of `flag`) is one of the files the command reads (`inputs`, by flag), or
     one of the files of `model_dirs` (config.json, params.best, scores.json ...): writing it would destroy them; a

@@ -229,6 +229,9 @@ def check_model_dir(model_dir: Path, resume: bool, overwrite: bool, inputs: Opti
 def _check_overwrite(model_dir: Path, held: List[str], inputs: Dict[str, Any]) -> None:
     """CheckpointError unless --overwrite may delete everything in `model_dir`: it must be a model directory (a
     run wrote its log there first, or a checkpoint) and must not hold any of the run's `inputs`."""
+    if EXPORT in held:   # (one checkpoint, but no training: the directory it came from is the run to start over)
+        raise CheckpointError(f"--overwrite deletes a training run's directory, and --model-dir {model_dir} is an "
+                              f"export (nmt-export; its {EXPORT} names the run it came from): give a new --model-dir")
     if LOG not in held and STATE not in held and not manifest.step_keys(model_dir):   # (a config.json may be yours)
         shown = ", ".join(held[:3]) + (", ..." if len(held) > 3 else "")
         raise CheckpointError(f"--overwrite deletes a model directory, and --model-dir {model_dir} is not one: it has "

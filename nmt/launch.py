@@ -118,11 +118,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                   grace=args.grace, finish_timeout=args.finish_timeout)
         if not args.dry_run:
             return job.run()
+        from nmt.cli_io import last_lines, reader_gone
         usable_streams(outputs=["-"])   # (the dry run's commands are its output)
-        for spec in specs:
-            env = "" if spec.host else shlex.join(f"{k}={v}" for k, v in sorted(job.local_env(spec).items())) + " "
-            print(f"# {spec.label}\n{env}{shlex.join(job.argv(spec))}")
-        return 0
+        env = {spec.label: "" if spec.host else shlex.join(f"{k}={v}" for k, v in sorted(job.local_env(spec).items()))
+               + " " for spec in specs}
+        shown = last_lines(f"# {s.label}\n{env[s.label]}{shlex.join(job.argv(s))}" for s in specs)
+        return 0 if shown else reader_gone()
     except (LaunchError, StorageError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

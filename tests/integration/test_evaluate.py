@@ -113,6 +113,27 @@ def test_sigterm_stops_an_evaluation_as_ctrl_c_does(model_copy, tmp_path, capsys
     assert not (model_copy / ckpt.SCORES).exists()
 
 
+def test_standard_output_is_none_of_the_files_the_evaluation_reads_or_writes(model_copy, tmp_path):
+    """`--dev-set >> dev.en` appended the report to the model's dev references (and --dev-set failed after); and
+    `--hyp-dir hd > hd/<set>.en` lost the report to the translations written over it; both with exit code 0."""
+    cfg = json.loads((model_copy / ckpt.CONFIG).read_text())
+    for key in ("dev_src", "dev_tgt"):   # (the model's own files, copied: written into if the check fails)
+        cfg["data"][key] = str(shutil.copy(cfg["data"][key], tmp_path / Path(cfg["data"][key]).name))
+    (model_copy / ckpt.CONFIG).write_text(json.dumps(cfg))
+    src = copied_test_set(model_copy, tmp_path)
+    (tmp_path / "hd").mkdir()
+    script = f"{sys.executable} {REPO / 'scripts' / 'evaluate.py'} --model-dir {model_copy} --no-save"
+    for line, says in ((f"{script} --dev-set >> {cfg['data']['dev_tgt']}", "standard output is the model's dev-tgt "
+                        "file: writing it would destroy what this command reads"),
+                       (f"{script} --src-file {src} --ref-file {src.with_suffix('.en')} --hyp-dir {tmp_path / 'hd'} "
+                        f"> {tmp_path / 'hd' / 'set.ko.en'}", "standard output is the --hyp-dir file")):
+        before = Path(cfg["data"]["dev_tgt"]).read_bytes()
+        r = subprocess.run(line, shell=True, executable="/bin/bash", stderr=subprocess.PIPE, text=True, timeout=300,
+                           env=dict(os.environ, PYTHONPATH=str(REPO)))
+        assert r.returncode == 2 and says in r.stderr, (line, r.stderr[-2000:])
+        assert Path(cfg["data"]["dev_tgt"]).read_bytes() == before
+
+
 def test_scores_with_signatures_saved_and_merged(model_copy, capsys, tmp_path):
     src = copied_test_set(model_copy, tmp_path)   # the synthetic test set
     ref = src.with_suffix(".en")

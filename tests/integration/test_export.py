@@ -323,9 +323,15 @@ def test_a_stdout_gone_or_full_after_the_work_loses_only_the_last_lines(model_di
              "--vocab-size 400 --embed-size 16 --hidden-size 16 --num-layers 1 --max-steps 2 --no-progress")
     for line, code in ((f"{export} | true; exit ${{PIPESTATUS[0]}}", 141),
                        (f"{train} | true; exit ${{PIPESTATUS[0]}}", 141),
+                       (f"{train.replace(str(tmp_path / 't'), str(tmp_path / 'dry'))} --dry-run | true; "
+                        "exit ${PIPESTATUS[0]}", 141),   # (the dry run's report too)
                        (f"rm -r {tmp_path / 'ex'}; {export} > /dev/full", 2)):
         p = subprocess.run(line, shell=True, executable="/bin/bash", stderr=subprocess.PIPE, stdout=subprocess.PIPE,
                            text=True, env=env, timeout=300)
         assert p.returncode == code and "Traceback" not in p.stderr, (line, p.stderr[-2000:])
         assert code == 141 or "error: cannot write the standard output: No space left on device" in p.stderr
     assert (tmp_path / "ex" / ckpt.PARAMS_BEST).is_file() and (tmp_path / "t" / ckpt.SCORES).is_file()
+    p = subprocess.run(f"{train.replace(str(tmp_path / 't'), str(tmp_path / 'ex'))} --overwrite", shell=True,
+                       executable="/bin/bash", stderr=subprocess.PIPE, text=True, env=env, timeout=300)
+    assert p.returncode == 2 and f"--model-dir {tmp_path / 'ex'} is an export (nmt-export" in p.stderr, p.stderr
+    assert (tmp_path / "ex" / ckpt.PARAMS_BEST).is_file()
