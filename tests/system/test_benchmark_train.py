@@ -40,5 +40,6 @@ def test_device_counts_take_turns_and_are_compared_per_round(shared_data, tmp_pa
 
 
 def test_a_worker_error_stops_the_benchmark_with_its_message(shared_data, monkeypatch):
-    with pytest.raises(SystemExit, match=r"benchmark worker for 1 device\(s\): TokenizerError: vocab_size 300 is too small"):
+    with pytest.raises(SystemExit, match=r"benchmark worker for 1 device\(s\): VocabTooSmall: --vocab-size 300 is too "
+                                         r"small for both tokenizers"):
         _bench(monkeypatch).main(["--data-dir", str(shared_data), "--vocab-size", "300", *TINY])
