@@ -229,13 +229,13 @@ def training_run(args: argparse.Namespace) -> Tuple[Config, List[str], Optional[
         check_model_flags(Config.load(init.parent / "config.json").model.arch, given_keys(args), cfg.model)
         cfg = init_config(cfg, given_keys(args), init)
     given = given_keys(args)
-    theirs = jsonio.read_object(args.config, ConfigError).get("model", {}) if getattr(args, "config", None) else {}
-    if given.get("model.arch", "").startswith("--") and theirs.get("arch", ModelConfig.arch) == cfg.model.arch and \
-            getattr(args, "config", None):   # the file's own architecture (LSTM unless named) again: no change
-        given["model.arch"] = f"{args.config}: model.arch"
+    config = getattr(args, "config", None)   # an --arch flag naming the file's own (LSTM unless named): no change
+    if config and given.get("model.arch", "").startswith("--") and jsonio.read_object(config, ConfigError).get(
+            "model", {}).get("arch", ModelConfig.arch) == cfg.model.arch:
+        given["model.arch"] = f"{config}: model.arch"
     check_model_flags(cfg.model.arch, given, cfg.model)
     check_model(cfg.model, given)
-    if getattr(args, "config", None) and "model.arch" in given and given["model.arch"].startswith("--"):
+    if config and "model.arch" in given and given["model.arch"].startswith("--"):
         warn_other_arch(cfg, given, args.config)
     return cfg, changes, init
 
@@ -261,12 +261,12 @@ def train_main(args: argparse.Namespace) -> int:
         return 0 if last_lines([report, *said]) else reader_gone()
     result = run_training(cfg, resume=args.resume, overwrite=args.overwrite, evaluate=not args.no_eval, params=init)
     state = result.state
-    shown = last_lines(line for which, scores in (("best checkpoint", result.test_scores),
-                                                  ("params.avg", result.average_scores))
-                       for name, sc in scores.items()
-                       for line in (f"{name}: {sc.summary()} ({sc.n} sentences, {which}, beam {cfg.decode.beam_size})",
-                                    *(f"  {sig}" for sig in (sc.bleu_signature, sc.chrf_signature,
-                                                             *sc.extra_signatures.values()))))
+    lines = []
+    for which, scores in (("best checkpoint", result.test_scores), ("params.avg", result.average_scores)):
+        for name, sc in scores.items():
+            lines.append(f"{name}: {sc.summary()} ({sc.n} sentences, {which}, beam {cfg.decode.beam_size})")
+            lines += [f"  {sig}" for sig in (sc.bleu_signature, sc.chrf_signature, *sc.extra_signatures.values())]
+    shown = last_lines(lines)
     saved = f"checkpoint saved in {cfg.train.model_dir}" if not result.rank else "rank 0 saved the checkpoint"
     if state.stopped in ("SIGINT", "SIGTERM"):
         print(f"stopped by {state.stopped} at step {state.step}; {saved}. Continue with --resume.", file=sys.stderr)

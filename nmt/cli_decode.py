@@ -222,8 +222,8 @@ def _test_sets(args: argparse.Namespace, tr) -> Dict[str, Tuple[Any, List[List[s
         return {name: (pairs, []) for name, pairs in sets.items()}
     if not (args.src_file and args.ref_file):
         raise ConfigError("--src-file and --ref-file must be given together")
-    args.src_file, args.ref_file = ["/dev/stdin" if f == "-" else f for f in (args.src_file, *args.ref_file)][0], [
-        "/dev/stdin" if f == "-" else f for f in args.ref_file]   # ("-": named as standard input is read)
+    args.src_file = "/dev/stdin" if args.src_file == "-" else args.src_file   # ("-": named as it is read)
+    args.ref_file = ["/dev/stdin" if f == "-" else f for f in args.ref_file]
     special = os.path.exists(args.src_file) and not os.path.isfile(args.src_file) and not os.path.isdir(args.src_file)
     if special and not (args.name or args.no_save):   # (before a pipe is read; a missing file: said as it is read)
         raise ConfigError(f"--src-file {args.src_file} is no file (a pipe?), whose path would name its scores in "

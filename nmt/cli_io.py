@@ -171,13 +171,14 @@ def _refuse_same(named: str, status, inputs: dict, check: bool = True) -> bool:
             read = os.fstat(0) if path == "-" else os.stat(path) if path is not None else None
         except OSError:
             continue
-        if read is not None and (read.st_dev, read.st_ino) == (out.st_dev, out.st_ino) and not check:
-            return True
-        if read is not None and (read.st_dev, read.st_ino) == (out.st_dev, out.st_ino):
+        if read is None or (read.st_dev, read.st_ino) != (out.st_dev, out.st_ino):
+            continue
+        if check:
             what = f"the {source} file" if path != "-" else f"this command's standard input ({source})"
             raise ConfigError(f"{named} is {what}: writing it would " + (
                 "destroy what this command reads" if stat.S_ISREG(out.st_mode) else
                 "feed the output back into what this command reads, without end") + "; write it elsewhere")
+        return True
     return False
 
 

@@ -205,17 +205,16 @@ def check_model_dir(model_dir: Path, resume: bool, overwrite: bool, inputs: Opti
             raise CheckpointError(f"--resume: {model_dir / STATE} not found, so there is nothing to resume; " + (
                 "the run stopped before its first checkpoint: start it again with --overwrite instead of --resume"
                 if LOG in held else "drop --resume to start a new run" + (
-                    f" in another --model-dir (this one holds files, but no run: {', '.join(held[:3])})"
+                    f" in another --model-dir (this one holds files, but no run: {_shown(held)})"
                     if held else "")))
         if not (model_dir / CONFIG).is_file():
             raise CheckpointError(f"--resume: {model_dir / CONFIG} not found: a run resumes with the settings it was "
                                   "started with, which that file holds; restore it (or train into a new --model-dir)")
         return
     if held and not overwrite and LOG not in held and no_checkpoint:   # (a run writes its log first)
-        shown = ", ".join(held[:3]) + (", ..." if len(held) > 3 else "")
         raise CheckpointError(f"--model-dir {model_dir} already exists and holds files, but no run (no {LOG} or "
-                              f"checkpoint): {shown}; a model directory holds only its run's files: move them out, "
-                              "or give another --model-dir")
+                              f"checkpoint): {_shown(held)}; a model directory holds only its run's files: move them "
+                              "out, or give another --model-dir")
     if held and not overwrite:
         unsaved = LOG in held and no_checkpoint
         raise CheckpointError(f"--model-dir {model_dir} already exists and is not empty; " + (
@@ -226,6 +225,11 @@ def check_model_dir(model_dir: Path, resume: bool, overwrite: bool, inputs: Opti
         _check_overwrite(model_dir, held, inputs or {})
 
 
+def _shown(held: List[str]) -> str:
+    """The first files of a directory's listing `held`, for a message."""
+    return ", ".join(held[:3]) + (", ..." if len(held) > 3 else "")
+
+
 def _check_overwrite(model_dir: Path, held: List[str], inputs: Dict[str, Any]) -> None:
     """CheckpointError unless --overwrite may delete everything in `model_dir`: it must be a model directory (a
     run wrote its log there first, or a checkpoint) and must not hold any of the run's `inputs`."""
@@ -233,10 +237,9 @@ def _check_overwrite(model_dir: Path, held: List[str], inputs: Dict[str, Any]) -
         raise CheckpointError(f"--overwrite deletes a training run's directory, and --model-dir {model_dir} is an "
                               f"export (nmt-export; its {EXPORT} names the run it came from): give a new --model-dir")
     if LOG not in held and STATE not in held and not manifest.step_keys(model_dir):   # (a config.json may be yours)
-        shown = ", ".join(held[:3]) + (", ..." if len(held) > 3 else "")
         raise CheckpointError(f"--overwrite deletes a model directory, and --model-dir {model_dir} is not one: it has "
-                              f"no {LOG} or checkpoint but holds {shown}; give the directory of the run to start "
-                              "over, or a new --model-dir")
+                              f"no {LOG} or checkpoint but holds {_shown(held)}; give the directory of the run to "
+                              "start over, or a new --model-dir")
     check_outside(model_dir, inputs)
 
 
