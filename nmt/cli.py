@@ -242,6 +242,7 @@ def training_run(args: argparse.Namespace) -> Tuple[Config, List[str], Optional[
 
 @command(build_train_parser)
 def train_main(args: argparse.Namespace) -> int:
+    from nmt.signals import INTERRUPTS
     from nmt.train import run_training
     cfg, changes, init = training_run(args)
     own = Path(cfg.train.model_dir) / "config.json"   # (the run's own settings go with the run --overwrite replaces)
@@ -268,10 +269,10 @@ def train_main(args: argparse.Namespace) -> int:
             lines += [f"  {sig}" for sig in (sc.bleu_signature, sc.chrf_signature, *sc.extra_signatures.values())]
     shown = last_lines(lines)
     saved = f"checkpoint saved in {cfg.train.model_dir}" if not result.rank else "rank 0 saved the checkpoint"
-    if state.stopped in ("SIGINT", "SIGTERM"):
+    if state.stopped in INTERRUPTS:
         print(f"stopped by {state.stopped} at step {state.step}; {saved}. Continue with --resume.", file=sys.stderr)
     elif result.interrupted:   # it came as training ended by its own limit, before the test sets were scored
         print(f"{result.interrupted} received as training ended ({state.stopped} at step {state.step}); {saved}" +
               ("" if args.no_eval else f"; no test set was scored (`nmt-evaluate --model-dir {cfg.train.model_dir} "
                                        "--recipe-tests` scores them)"), file=sys.stderr)
-    return {"SIGINT": 130, "SIGTERM": 143}.get(result.interrupted, 0) or (0 if shown else reader_gone())
+    return INTERRUPTS.get(result.interrupted, 0) or (0 if shown else reader_gone())

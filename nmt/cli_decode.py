@@ -82,7 +82,6 @@ def translate_main(args: argparse.Namespace) -> int:
     import contextlib
     from nmt.languages import hangul_counts
     from nmt.plot import attention_saver
-    from nmt.signals import terminated_as_interrupt
     from nmt.stream import IDLE_SECONDS, STDIN, interactive, open_input, read_raw_lines, translate_stream
     usable_streams([args.input], [args.output])
     if args.plot_attention:
@@ -112,8 +111,8 @@ def translate_main(args: argparse.Namespace) -> int:
         tally[0], tally[1] = tally[0] + non_empty, tally[1] + hangul
         if plot is not None:
             plot(first, lines, translations)
-    # SIGTERM (and SIGHUP) as Ctrl-C: the output closed whole (a .gz file too) with what is translated, exit 143
-    with terminated_as_interrupt(hangup=True), output_errors(args.output), contextlib.ExitStack() as stack:
+    # SIGTERM (and SIGHUP) are Ctrl-C (`run_cli`): the output closed whole (a .gz file too) with what is translated
+    with output_errors(args.output), contextlib.ExitStack() as stack:
         src, idle, compressed = (sys.stdin.buffer, IDLE_SECONDS, None) if stdin else open_input(args.input, stack)
         if args.seed is not None:   # repeatable draws: the chunks (and so the draws) must not depend on pauses
             idle = None
@@ -268,7 +267,6 @@ def evaluate_main(args: argparse.Namespace) -> int:
     import gzip
     from nmt.atomic import atomic_write_bytes, atomic_write_text
     from nmt.scoring import cannot_record, other_decoding, read_scores
-    from nmt.signals import terminated_as_interrupt   # (SIGTERM, SIGHUP: as Ctrl-C, with their exit codes)
     from nmt.textfile import output_opener
     one_stdin({"--src-file": args.src_file, **{f"--ref-file ({i})": r for i, r in enumerate(args.ref_file or (), 1)}})
     usable_streams([f for f in (args.src_file, *(args.ref_file or ())) if f is not None],
@@ -296,7 +294,7 @@ def evaluate_main(args: argparse.Namespace) -> int:
         for files in inputs + ([{"--hyp-dir": str(p)} for p in hyps] if path is None else []):
             refuse_overwriting(flag, path, files, [args.model_dir, *args.ensemble])
     results, recorded, gone = {}, [], False   # gone: stdout's reader (the --json FILE is still written)
-    with terminated_as_interrupt(hangup=True), output_errors(None):
+    with output_errors(None):
         for name, (pairs, more_refs) in tests.items():
             if gone and args.json in (None, "-"):
                 break

@@ -56,7 +56,6 @@ def score_main(args: argparse.Namespace) -> int:
     from nmt.align import align_ids
     from nmt.forced import SCORE_CHUNK, score_ids, target_ids
     from nmt.log import Every, setup_logging
-    from nmt.signals import terminated_as_interrupt   # (SIGTERM, SIGHUP: the output closed whole, a .gz too)
     one_stdin({"--src-file": args.src_file, "--tgt-file": args.tgt_file})
     usable_streams([args.src_file, args.tgt_file], [args.output])
     refuse_overwriting("--output", args.output, {"--src-file": args.src_file, "--tgt-file": args.tgt_file},
@@ -72,7 +71,7 @@ def score_main(args: argparse.Namespace) -> int:
     tgt_ids = target_ids(tr, tgt, name=args.tgt_file)   # every target checked before anything is written
     t0, log_prob, tokens, chunk = time.perf_counter(), 0.0, 0, SCORE_CHUNK
     report = Every(stream.REPORT_SECONDS)   # a long corpus: how far it got
-    with terminated_as_interrupt(hangup=True), output_errors(args.output), contextlib.ExitStack() as stack:
+    with output_errors(args.output), contextlib.ExitStack() as stack:   # (SIGTERM: closed whole, `run_cli`)
         out = open_output(stack, args.output)
         for start in range(0, len(src), chunk):
             src_ids, part = tr.source_ids(src[start:start + chunk], start + 1), tgt_ids[start:start + chunk]

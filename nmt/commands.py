@@ -171,10 +171,13 @@ def import_failure(e: BaseException) -> str:
 
 
 def run_cli(main: Callable[[], int]) -> int:
-    """Run `main`, turning the project's bad-input errors into `error: ...` on stderr and exit code 2."""
+    """Run `main`, turning the project's bad-input errors into `error: ...` on stderr and exit code 2, and SIGTERM and
+    SIGHUP into Ctrl-C's interruption with their own exit codes, from the start (imports, loading a model)."""
+    from nmt.signals import terminated_as_interrupt   # (it imports this module: not at the top)
     standard_streams()
     try:
-        return main()
+        with terminated_as_interrupt():
+            return main()
     except KeyboardInterrupt as e:   # first: user_errors() imports mxnet, maybe the very import Ctrl-C cut short
         print("interrupted", file=sys.stderr)
         return e.exit_code if isinstance(e, Terminated) else 130

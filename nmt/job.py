@@ -1,6 +1,7 @@
 """Running a job planned by `nmt.distributed`: `Job` starts its processes (here, or over ssh), watches them, and
-ends the whole job with a message naming the process when any of them fails; when the launcher gets SIGINT or
-SIGTERM it asks the workers to checkpoint and stop. Every child dies with the launcher (Linux)."""
+ends the whole job with a message naming the process when any of them fails; when the launcher gets SIGINT, SIGTERM
+or SIGHUP (unless ignored, as under nohup) it asks the workers to checkpoint and stop. Every child dies with the
+launcher (Linux)."""
 from __future__ import annotations
 
 import ctypes
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Sequence
 
 from nmt.distributed import LaunchError, ProcSpec, ssh_argv
+from nmt.signals import hangup_unless_ignored, leave_hung_up_terminal
 
 
 def _die_with_parent() -> None:
@@ -44,7 +46,7 @@ class Job:
     ssh: Sequence[str] = ("ssh",)
     extra_env: Dict[str, str] = field(default_factory=dict)   # every process gets these (forwarded_env)
     timeout: float = 0.0          # whole-job wall-clock limit in seconds (0 = none)
-    grace: float = 30.0           # after a forwarded SIGINT/SIGTERM: time to checkpoint and exit before SIGKILL
+    grace: float = 30.0           # after a stopping signal: time to checkpoint and exit before SIGKILL
     finish_timeout: float = 120.0  # workers leave together (ps-lite's exit barrier); one alone this long = stuck
     server_wait: float = 30.0     # after the workers: time for the scheduler and servers to exit before they are killed
     procs: List[subprocess.Popen] = field(default_factory=list)
@@ -82,8 +84,10 @@ class Job:
 
     def run(self) -> int:
         """Start, watch, clean up; the exit code is 0, the failed process's code, or 128 + the stopping signal."""
-        old = {s: signal.signal(s, lambda signum, _frame: self._signals.append(signum))
-               for s in (signal.SIGINT, signal.SIGTERM)}
+        def on_signal(signum, _frame):
+            self._signals.append(signum)
+            leave_hung_up_terminal(signum)
+        old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM, *hangup_unless_ignored())}
         try:
             self.start()
             return self.watch()

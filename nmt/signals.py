@@ -1,18 +1,24 @@
-"""How a training run meets SIGINT and SIGTERM (Ctrl-C, a cluster's preemption). In the training loop either one
-asks for a checkpoint after the current update and a clean stop (`checkpoint_on_signal`); before the loop (setting up)
-and after it (scoring the test sets) SIGTERM is what Ctrl-C is there, an interruption (`terminated_as_interrupt`):
-its default, an immediate kill, left a half-made model directory that blocked the same command again, or a run that
-ended without a word."""
+"""How a run meets SIGINT, SIGTERM and SIGHUP (Ctrl-C, a cluster's preemption, the terminal closed). In the training
+loop each asks for a checkpoint after the current update and a clean stop (`checkpoint_on_signal`); before the loop
+(setting up) and after it (scoring the test sets), and in the other commands, SIGTERM and SIGHUP are what Ctrl-C is
+there, an interruption (`terminated_as_interrupt`): their default, an immediate kill, left a half-made model directory
+that blocked the same command again, or a run that ended without a word. SIGHUP is left alone when it is ignored, as
+under nohup."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
+import os
 import signal
 from typing import Callable, Iterator
 
 from nmt.commands import Terminated
 
 logger = logging.getLogger("nmt.signals")
+
+# the signals that stop a command as Ctrl-C does, by name, with the exit code each ends it with (128 + its number)
+INTERRUPTS = {"SIGINT": 130, "SIGTERM": 143, "SIGHUP": 129}
 
 
 @contextlib.contextmanager
@@ -29,15 +35,16 @@ def _handling(signals, handler: Callable) -> Iterator[None]:
 
 
 def checkpoint_on_signal(trainer) -> contextlib.AbstractContextManager:
-    """SIGINT/SIGTERM set `trainer.signal_name`; the loop saves a checkpoint after the current update and exits
-    cleanly. A second signal stops at once (KeyboardInterrupt; a SIGTERM's is `Terminated`, exit code 143)."""
+    """SIGINT, SIGTERM and SIGHUP set `trainer.signal_name`; the loop saves a checkpoint after the current update and
+    exits cleanly. A second signal stops at once (KeyboardInterrupt; a SIGTERM's or SIGHUP's is `Terminated`)."""
     def handler(signum, _frame):
         if trainer.signal_name:       # second signal: stop at once
             raise Terminated(signum) if signum != signal.SIGINT else KeyboardInterrupt
         trainer.signal_name = signal.Signals(signum).name
+        leave_hung_up_terminal(signum)
         logger.warning("%s received: saving a checkpoint after this update, then stopping "
                        "(send it again to stop at once)", trainer.signal_name)
-    return _handling((signal.SIGINT, signal.SIGTERM), handler)
+    return _handling((signal.SIGINT, signal.SIGTERM, *hangup_unless_ignored()), handler)
 
 
 def hangup_unless_ignored() -> list:
@@ -45,10 +52,27 @@ def hangup_unless_ignored() -> list:
     return [signal.SIGHUP] if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN else []
 
 
-def terminated_as_interrupt(hangup: bool = False) -> contextlib.AbstractContextManager:
-    """SIGTERM raises `Terminated`, a KeyboardInterrupt (as SIGINT does) with exit code 143, while the block runs;
-    with `hangup` SIGHUP too (129), unless it is ignored (as under nohup)."""
+def terminated_as_interrupt() -> contextlib.AbstractContextManager:
+    """SIGTERM and SIGHUP (unless ignored) raise `Terminated`, a KeyboardInterrupt (as SIGINT does) with exit code 143
+    or 129, while the block runs."""
     def handler(signum, _frame):
+        leave_hung_up_terminal(signum)
         logger.warning("%s received: stopping", signal.Signals(signum).name)
         raise Terminated(signum)
-    return _handling((signal.SIGTERM, *(hangup_unless_ignored() if hangup else [])), handler)
+    return _handling((signal.SIGTERM, *hangup_unless_ignored()), handler)
+
+
+def leave_hung_up_terminal(signum: int) -> None:
+    """At SIGHUP: standard output and error that were a terminal now hung up (closed: every write to it fails, EIO)
+    go to /dev/null, so that what the command writes as it stops (a progress bar, its last lines, a message) cannot
+    end it with an error before its checkpoint or exit code. A SIGHUP sent to a live terminal leaves it alone."""
+    if signum != signal.SIGHUP:
+        return
+    for fd in (1, 2):
+        try:
+            os.write(fd, b"")   # (nothing written: a hung-up terminal's EIO or nothing)
+        except OSError as e:
+            if e.errno == errno.EIO:
+                null = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(null, fd)
+                os.close(null)

@@ -32,7 +32,7 @@ from nmt.parallel import DataParallel, default_kvstore, describe_hardware, init_
 from nmt.preflight import check_checkpoint_room, check_search_widths, checked_config, run_inputs, settings_lines
 from nmt.resume import restore, resumed_state
 from nmt.scoring import checkpoint_info, retire_other_decoding, retire_scores, score_test_set
-from nmt.signals import checkpoint_on_signal, terminated_as_interrupt
+from nmt.signals import INTERRUPTS, checkpoint_on_signal, terminated_as_interrupt
 from nmt.storage import check_writable
 from nmt.translate import Translator
 from nmt.workers import WorkerGroup, create_kvstore
@@ -41,7 +41,6 @@ __all__ = ["Trainer", "TrainResult", "build_data", "build_model", "build_optimiz
            "train"]
 
 logger = logging.getLogger("nmt.train")
-_INTERRUPTS = ("SIGINT", "SIGTERM")
 _SAMPLES = 5   # dev translations shown in TensorBoard at each validation
 
 
@@ -66,7 +65,7 @@ class Trainer:
         self.since_valid = LossMeter(state.since_valid if self.is_chief else None)   # loss since the last validation
         self.progress = Progress(t.log_every, t.progress and self.is_chief, state.since_log)
         self.tensorboard = tensorboard or TensorBoardWriter(None)   # curves (a writer that does nothing: off)
-        self.signal_name, self.averaged = "", False   # SIGINT/SIGTERM's name (checkpoint, stop); fit() wrote params.avg
+        self.signal_name, self.averaged = "", False   # a stopping signal's name; fit() wrote params.avg
         self.lock: Optional[ModelDirLock] = None   # the model directory's lock (rank 0), released when fit() ends
         self._t_start, self._elapsed0 = time.perf_counter(), state.elapsed
 
@@ -158,7 +157,7 @@ class Trainer:
         wish = self.workers.agree_stop(self.signal_name or ("max_seconds" if timed_out else "")
                                        or ("time_budget" if over_budget else ""))
         reached = self.state.limit_reached(t)   # (the time limits and the epochs: voted above, and the loop's)
-        return wish if wish in _INTERRUPTS or reached not in ("early_stop", "max_steps") else reached
+        return wish if wish in INTERRUPTS or reached not in ("early_stop", "max_steps") else reached
 
     # -- the loop ------------------------------------------------------------------------------------------------
     def fit(self) -> ckpt.TrainState:
@@ -186,7 +185,7 @@ class Trainer:
                     if stop:
                         break
                 self.progress.end_epoch()
-                if self._epoch_done() and stop not in _INTERRUPTS:   # also at a limit: its validation is scheduled
+                if self._epoch_done() and stop not in INTERRUPTS:   # also at a limit: its validation is scheduled
                     self._next_epoch()   # checkpoint at the start of the next epoch, validated unless just done
                     self.save_checkpoint(not self._validation_due() and self.validate())
                     stop = self.should_stop()   # (again at a limit: this validation may have run out the patience)
@@ -197,7 +196,7 @@ class Trainer:
                 ckpt.average_checkpoints(self.model_dir, self.state.params_files, last=t.average_last)
             self.averaged = True
         elif t.average_last and self.is_chief:   # a signal, --max-seconds: not the end (--resume goes on, averages)
-            going_on = self.state.stopped in (*_INTERRUPTS, "max_seconds")
+            going_on = self.state.stopped in (*INTERRUPTS, "max_seconds")
             (logger.info if going_on else logger.warning)("--average-last %d: the run has %d checkpoint, nothing to "
                                                           "average%s: no params.avg", t.average_last,
                                                           len(self.state.params_files), " yet" if going_on else "")
@@ -229,7 +228,7 @@ class Trainer:
                        "reached its %s limit; give a higher %s to train on", stop, ckpt.LIMIT_FLAGS[stop])
         last = ckpt.params_step(self.state.params_files[-1]) if self.state.params_files else None
         if self.state.step != last:
-            self.save_checkpoint(stop not in _INTERRUPTS and self.validate(scheduled=False))
+            self.save_checkpoint(stop not in INTERRUPTS and self.validate(scheduled=False))
         elif self.is_chief:
             self.state.save(self.model_dir)   # record why training stopped
         best = (f"best dev {self._best()} at step {self.state.best_step}" if self.state.best_score is not None
@@ -332,7 +331,7 @@ def _create_locked(cfg: Config, resume: bool, overwrite: bool, ctxs, kv, workers
 class TrainResult:
     state: ckpt.TrainState
     test_scores: Dict[str, Scores]      # by test-set name, of the best checkpoint (empty if not evaluated)
-    interrupted: str = ""               # "SIGINT"/"SIGTERM" if one came (as training ended too: no test scores)
+    interrupted: str = ""               # the stopping signal's name if one came (as training ended too: no test scores)
     average_scores: Dict[str, Scores] = field(default_factory=dict)   # of params.avg, when this run wrote it
     rank: int = 0                       # in a distributed job, this worker's (0: the one that writes the model dir)
 
@@ -377,7 +376,7 @@ def run_training(cfg: Config, resume: bool = False, overwrite: bool = False, eva
             logger.warning("stopped at once at step %d: --resume continues from the newest intact checkpoint",
                            trainer.state.step)
             raise
-        interrupted = state.stopped if state.stopped in _INTERRUPTS else trainer.signal_name   # also in the last step
+        interrupted = state.stopped if state.stopped in INTERRUPTS else trainer.signal_name   # also in the last step
         if evaluate and trainer.is_chief and not interrupted and trainer.data.splits.tests:
             try:
                 with terminated_as_interrupt():

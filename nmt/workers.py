@@ -19,6 +19,7 @@ import numpy as np
 
 from nmt.atomic import atomic_write_bytes
 from nmt.config import ConfigError
+from nmt.signals import INTERRUPTS
 
 JOB_ENV = ("DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NUM_SERVER", "DMLC_NUM_WORKER")
 SYNC_KVSTORES = ("dist_sync", "dist_device_sync")
@@ -79,7 +80,7 @@ def check_job_env() -> None:
 
 
 # stop reasons that may reach workers at different updates (signals, wall-clock limits: `Trainer.should_stop`)
-STOP_WISHES = ("SIGINT", "SIGTERM", "max_seconds", "time_budget")
+STOP_WISHES = (*INTERRUPTS, "max_seconds", "time_budget")
 # kvstore keys of our collectives: above gluon.Trainer's 0..num_params-1, and small enough that MXNet's key-to-server
 # hash (key * 9973, a C int) does not overflow: each holds one size (a sum, a vote, a verdict of `check_same`, a
 # length), and one key per power-of-two payload size

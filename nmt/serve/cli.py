@@ -20,7 +20,7 @@ from typing import List, Optional, Sequence
 from nmt.commands import Once, Terminated, import_failure, nonempty, number, standard_streams, with_version
 from nmt.config import Config, ConfigError
 from nmt.serve.batcher import DEFAULT_MAX_WAIT_MS
-from nmt.signals import hangup_unless_ignored, terminated_as_interrupt
+from nmt.signals import hangup_unless_ignored, leave_hung_up_terminal
 
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
@@ -175,6 +175,7 @@ def run_server(server) -> int:
 
     def on_signal(sig, frame) -> None:
         caught.append(sig)
+        leave_hung_up_terminal(sig)
         server.should_exit = True
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM, *hangup_unless_ignored())}
     log.addFilter(quiet)
@@ -220,8 +221,7 @@ def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         check_address(args.host, args.port)
-        with terminated_as_interrupt(hangup=True):   # as run_server takes them once serving
-            app = build_app(args)
+        app = build_app(args)   # (SIGTERM, SIGHUP meanwhile: Ctrl-C's interruption, `run_cli`)
         return run_server(uvicorn.Server(uvicorn_config(app, args.host, args.port, args.log_level, args.max_queue)))
     except (CheckpointError, ConfigError, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)   # as every nmt command says it

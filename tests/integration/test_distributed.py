@@ -308,9 +308,10 @@ def test_the_timeout_lets_the_workers_checkpoint_within_the_grace(tmp_path, caps
         capsys.readouterr().err
 
 
-def sigterm_to_a_launcher_of_two(tmp_path: Path, worker: str, *launcher_args: str) -> Tuple[int, str]:
+def sigterm_to_a_launcher_of_two(tmp_path: Path, worker: str, *launcher_args: str,
+                                 sig: int = signal.SIGTERM) -> Tuple[int, str]:
     """Launch two workers running the Python code `worker` (which touches ready.<pid> when it has started), send the
-    launcher SIGTERM once both have, and wait for it: (its exit code, its stderr)."""
+    launcher SIGTERM (or `sig`) once both have, and wait for it: (its exit code, its stderr)."""
     p = subprocess.Popen([PY, str(REPO / "scripts" / "launch.py"), "-n", "2", *launcher_args, "--", PY, "-c", worker],
                          cwd=tmp_path, env=ENV, stderr=open(tmp_path / "err", "w"), start_new_session=True)
     try:
@@ -318,21 +319,24 @@ def sigterm_to_a_launcher_of_two(tmp_path: Path, worker: str, *launcher_args: st
         while len(list(tmp_path.glob("ready.*"))) < 2:   # the launcher has started both, so it handles SIGTERM
             assert p.poll() is None and time.monotonic() < deadline
             time.sleep(0.1)
-        p.send_signal(signal.SIGTERM)
+        p.send_signal(sig)
         p.wait(timeout=30)
     finally:
         finish(p, 0)
     return p.returncode, (tmp_path / "err").read_text()
 
 
-def test_sigterm_to_the_launcher_is_passed_to_the_workers(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_to_the_launcher_is_passed_to_the_workers(tmp_path, sig):
+    """SIGHUP (the launcher's terminal closed) killed the launcher, and with it the workers, without a checkpoint;
+    it stops the job as SIGTERM does, with its own exit code."""
     worker = ("import os, signal, sys, time\n"
               "signal.signal(signal.SIGTERM, lambda *a: (open('stopped', 'a').write('x'), sys.exit(143)))\n"
               "open(f'ready.{os.getpid()}', 'w').close()\n"
               "time.sleep(60)")
-    code, err = sigterm_to_a_launcher_of_two(tmp_path, worker)
-    assert code == 143, err
-    assert "SIGTERM: asking the workers to checkpoint and stop" in err
+    code, err = sigterm_to_a_launcher_of_two(tmp_path, worker, sig=sig)
+    assert code == 128 + sig, err
+    assert f"{signal.Signals(sig).name}: asking the workers to checkpoint and stop" in err
     assert (tmp_path / "stopped").read_text() == "xx"       # both workers got it and exited on their own
 
 

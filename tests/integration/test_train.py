@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -438,22 +439,31 @@ def test_a_second_sigterm_stops_at_once_with_sigterms_exit_code():
     assert not isinstance(e.value, Terminated)
 
 
+def endless_training(task: dict, model_dir: Path, *flags: str) -> list:
+    """The nmt-train command of a tiny run that validates every 5 updates and goes on until stopped."""
+    return [sys.executable, str(REPO / "scripts" / "train.py"),
+            "--train-src", task["train_src"], "--train-tgt", task["train_tgt"],
+            "--dev-src", task["dev_src"], "--dev-tgt", task["dev_tgt"],
+            "--model-dir", str(model_dir), "--vocab-size", "400", "--embed-size", "16", "--hidden-size", "16",
+            "--num-layers", "1", "--batch-size", "8", "--valid-every", "5", "--max-steps", "100000",
+            "--valid-max-sentences", "5", *flags]
+
+
+def wait_for_validation(proc: subprocess.Popen, model_dir: Path) -> None:
+    deadline = time.time() + 120
+    while not (model_dir / ckpt.METRICS).exists():
+        assert proc.poll() is None, f"exited with {proc.returncode} before its first validation"
+        assert time.time() < deadline, "no validation within 120 s"
+        time.sleep(0.2)
+
+
 def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path, task):
     model_dir = tmp_path / "sig"
-    cmd = [sys.executable, str(REPO / "scripts" / "train.py"),
-           "--train-src", task["train_src"], "--train-tgt", task["train_tgt"],
-           "--dev-src", task["dev_src"], "--dev-tgt", task["dev_tgt"],
-           "--model-dir", str(model_dir), "--vocab-size", "400", "--embed-size", "16", "--hidden-size", "16",
-           "--num-layers", "1", "--batch-size", "8", "--valid-every", "5", "--max-steps", "100000",
-           "--no-progress", "--valid-max-sentences", "5"]
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=str(tmp_path))
+    proc = subprocess.Popen(endless_training(task, model_dir, "--no-progress"), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env, cwd=str(tmp_path))
     try:
-        deadline = time.time() + 120
-        while not (model_dir / ckpt.METRICS).exists():
-            assert proc.poll() is None, proc.communicate()[1].decode()[-3000:]
-            assert time.time() < deadline, "no validation within 120 s"
-            time.sleep(0.2)
+        wait_for_validation(proc, model_dir)
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
     finally:
@@ -467,6 +477,41 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path, task):
     assert state.stopped == "SIGTERM" and state.step >= 5
     assert (model_dir / ckpt.params_file(state.step)).exists()
     load_params(model_dir, "latest")
+
+
+def test_a_closed_terminal_stops_training_with_a_checkpoint(tmp_path, task):
+    """nmt-train in a terminal that closed (an ssh connection lost; SIGHUP, and every later write to the terminal
+    fails) died at once: the updates since the last checkpoint were lost, and before the first one the directory was
+    left for --overwrite. It stops as by SIGTERM: a checkpoint after the current update, exit code 129, the reason in
+    state.json and train.log; its progress bar and last lines, written to the closed terminal, do not stop it."""
+    import fcntl
+    import termios
+    model_dir = tmp_path / "hup"
+    main, terminal = os.openpty()
+
+    def own_terminal():   # (after setsid: the command leads a session whose controlling terminal is the pty)
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+    proc = subprocess.Popen(endless_training(task, model_dir), stdin=terminal, stdout=terminal, stderr=terminal,
+                            env=dict(os.environ, OMP_NUM_THREADS="1"), cwd=str(tmp_path), start_new_session=True,
+                            preexec_fn=own_terminal)
+    os.close(terminal)
+    said = b""
+    try:
+        while not (model_dir / ckpt.METRICS).exists():   # (the pty is read, or a full one would block the run)
+            ready, _, _ = select.select([main], [], [], 0.2)
+            said += os.read(main, 65536) if ready else b""
+            assert proc.poll() is None and len(said) < 10_000_000, said.decode(errors="replace")[-3000:]
+        os.close(main)   # the terminal closes: the kernel hangs it up, SIGHUP to the session's leader
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    log = (model_dir / ckpt.LOG).read_text()
+    assert proc.returncode == 129, log[-3000:]
+    state = ckpt.TrainState.load(model_dir)
+    assert state.stopped == "SIGHUP" and state.step >= 5
+    assert (model_dir / ckpt.params_file(state.step)).exists()
+    assert "SIGHUP received: saving a checkpoint after this update" in log and "Traceback" not in log
 
 
 def test_patience_run_out_at_a_limit_is_the_reason_to_stop(tmp_path, task):

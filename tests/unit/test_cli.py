@@ -705,6 +705,33 @@ def test_ctrl_c_while_mxnet_is_imported_is_an_interruption(monkeypatch, capsys):
     assert run_cli(terminated) == 143 and capsys.readouterr().err == "interrupted\n"
 
 
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])
+def test_sigterm_from_a_commands_start_is_an_interruption(sig, capsys):
+    """SIGTERM or SIGHUP while a command imported MXNet, loaded its model or read standard input killed it without a
+    word (exit -15): only its translating or scoring loop took them. From its start they are Ctrl-C's interruption,
+    with their own exit codes (143, 129)."""
+    import signal
+    import time
+    from nmt.commands import run_cli
+    signum = getattr(signal, sig)
+
+    def default(*_):   # (what the signal's default would do: end the process, here the test)
+        raise AssertionError(f"{sig} was not taken")
+
+    def starting():
+        assert signal.getsignal(signum) is not default
+        os.kill(os.getpid(), signum)
+        time.sleep(5)   # (the handler raises here)
+        return 0
+    old = signal.signal(signum, default)
+    try:
+        assert run_cli(starting) == 128 + signum
+        assert signal.getsignal(signum) is default   # put back as the command ends
+    finally:
+        signal.signal(signum, old)
+    assert capsys.readouterr().err.endswith("interrupted\n")
+
+
 def test_a_config_file_with_a_recipe_and_files_is_refused(tmp_path):
     """A --config file giving both "recipe" and "train_src" trained on the files without a word (the same as flags
     is refused); a --train-src flag over a file's recipe replaces it, as --recipe replaces a file's files."""
