@@ -82,7 +82,7 @@ def translate_main(args: argparse.Namespace) -> int:
     import contextlib
     from nmt.languages import hangul_counts
     from nmt.plot import attention_saver
-    from nmt.stream import IDLE_SECONDS, STDIN, interactive, open_input, read_raw_lines, translate_stream
+    from nmt.stream import STDIN, interactive, open_input, read_raw_lines, translate_stream
     usable_streams([args.input], [args.output])
     if args.plot_attention:
         output_dir("--plot-attention", args.plot_attention)
@@ -113,7 +113,7 @@ def translate_main(args: argparse.Namespace) -> int:
             plot(first, lines, translations)
     # SIGTERM (and SIGHUP) are Ctrl-C (`run_cli`): the output closed whole (a .gz file too) with what is translated
     with output_errors(args.output), contextlib.ExitStack() as stack:
-        src, idle, compressed = (sys.stdin.buffer, IDLE_SECONDS, None) if stdin else open_input(args.input, stack)
+        src, idle, compressed = open_input(None if stdin else args.input, stack)
         if args.seed is not None:   # repeatable draws: the chunks (and so the draws) must not depend on pauses
             idle = None
         out = open_output(stack, args.output)

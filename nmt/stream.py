@@ -20,7 +20,8 @@ from nmt import jsonio
 from nmt.align import format_links
 from nmt.config import CHARS_PER_TOKEN
 from nmt.corpus import INVISIBLE, CorpusError, control_characters, count_lines, lone_surrogate, one_line
-from nmt.textfile import archive_sign, encoding_of, iconv_command, open_bytes, to_utf8_hint, wide_encoding
+from nmt.textfile import (archive_sign, decompressing, encoding_of, iconv_command, open_bytes, to_utf8_hint,
+                          wide_encoding)
 from nmt.log import Every
 from nmt.translate import Translator
 
@@ -54,8 +55,8 @@ def read_raw_lines(stream: BinaryIO, max_bytes: int, idle: Optional[float] = Non
         if first and buf:   # UTF-16 would pass as lines of odd characters with NULs removed (and one line more)
             first, (encoding, sign), archive = False, wide_encoding(buf), archive_sign(buf)
             if archive:
-                raise CorpusError(f"the input is {archive}, not text: give a gzip, bzip2 or xz file with --input, "
-                                  "which reads it as it is, or extract or decompress it first")
+                raise CorpusError(f"the input is {archive}, not text: extract or decompress it first (gzip, bzip2 "
+                                  "and xz are read as they are)")
             if encoding:
                 raise CorpusError(f"the input is {encoding} ({sign}); convert it to UTF-8, e.g. "
                                   f"`{iconv_command(source[0], encoding, source[1])}`")
@@ -95,15 +96,15 @@ def read_raw_lines(stream: BinaryIO, max_bytes: int, idle: Optional[float] = Non
         buf, start = buf[start:] + data, 0
 
 
-def open_input(path: str, stack: contextlib.ExitStack) -> Tuple[BinaryIO, Optional[float], Optional[str]]:
-    """nmt-translate's --input file, open in `stack` (decompressed if gzip, bzip2 or xz), the `idle` time to read
-    it with (None for a compressed file: its descriptor holds the compressed bytes) and its compression (None:
-    plain)."""
+def open_input(path: Optional[str], stack: contextlib.ExitStack) -> Tuple[BinaryIO, Optional[float], Optional[str]]:
+    """nmt-translate's --input file (None: standard input), open in `stack` (decompressed if gzip, bzip2 or xz), the
+    `idle` time to read it with (None for a compressed file: its descriptor holds the compressed bytes) and its
+    compression (None: plain)."""
     try:
-        f, kind = open_bytes(path)
+        f, kind = open_bytes(path) if path is not None else decompressing(sys.stdin.buffer)
     except CorpusError as e:
         raise CorpusError(f"--input {e}") from None
-    return stack.enter_context(f), None if kind else IDLE_SECONDS, kind
+    return stack.enter_context(f) if path is not None or kind else f, None if kind else IDLE_SECONDS, kind
 
 
 def _fileno(stream) -> Optional[int]:

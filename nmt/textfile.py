@@ -11,7 +11,7 @@ import os
 import re
 import shlex
 from pathlib import Path
-from typing import BinaryIO, Optional, Tuple, Union
+from typing import BinaryIO, Callable, Optional, Tuple, Union
 
 PathLike = Union[str, Path]
 
@@ -51,17 +51,29 @@ def open_bytes(path: PathLike) -> Tuple[BinaryIO, Optional[str]]:
             f.close()
             raise CorpusError(f"{path}: this is a zip archive, not text; unzip it and give the file of sentences "
                               "(gzip, bzip2 and xz files are read as they are)")
-        name, opener = next(((n, o) for magic, n, o in COMPRESSED if magic.match(head)), (None, None))
+        if not f.seekable():   # the decompressor reads on from the peeked bytes
+            return decompressing(f)
+        name, opener = compression(head)
         if opener is None:
             return f, None
-        if not f.seekable():   # the decompressor reads on from the peeked bytes
-            return opener(f), name
         f.close()
         return opener(path, "rb"), name
     except FileNotFoundError:
         raise CorpusError(f"{path}: file not found; check the path") from None
     except OSError as e:
         raise CorpusError(f"{path}: cannot read ({e.strerror})") from None
+
+
+def compression(head: bytes) -> Tuple[Optional[str], Optional[Callable]]:
+    """The compression format (gzip, bzip2 or xz) of data starting with `head` and its opener, or (None, None)."""
+    return next(((n, o) for magic, n, o in COMPRESSED if magic.match(head)), (None, None))
+
+
+def decompressing(f: BinaryIO) -> Tuple[BinaryIO, Optional[str]]:
+    """A stream read once (standard input, a pipe) through its decompressor when its first bytes, peeked at, are
+    gzip, bzip2 or xz, and that format's name (None: `f` as it is)."""
+    name, opener = compression(f.peek(10)[:10] if hasattr(f, "peek") else b"")
+    return (opener(f), name) if opener else (f, None)
 
 
 def to_utf8_hint(line: bytes, path: Optional[PathLike], kind: Optional[str], into: bool = False) -> str:
