@@ -21,7 +21,7 @@ import numpy as np
 
 from nmt.batching import make_batch
 from nmt.corpus import CorpusError, count_lines, lone_surrogate, normalize
-from nmt.search import length_penalty
+from nmt.search import length_limits, length_penalty
 from nmt.tokenizer import EOS_ID
 from nmt.translate import Translator, checked_decode
 
@@ -72,11 +72,16 @@ def score_ids(translator: Translator, src_ids: Sequence[List[int]], tgt_ids: Seq
 def target_ids(translator: Translator, targets: Sequence[str], first_line: int = 1,
                name: str = "target", limit: Optional[int] = None) -> List[List[int]]:
     """Normalized, tokenized translations; a CorpusError naming `name`:line for one longer than `limit` pieces
-    (default: --max-input-tokens)."""
+    (default: the longest translation the model's search writes, of a source of --max-input-tokens pieces: every
+    output of nmt-translate is scored)."""
     if isinstance(targets, str) or not isinstance(targets, Iterable):   # a string: one sentence per character
         raise TypeError(f"the translations must be a list of strings, got {type(targets).__name__}: give [text]")
-    limit_name = "the limit" if limit else "--max-input-tokens"
-    limit = limit or checked_decode(translator.decode).max_input_tokens
+    limit_name = "the limit"
+    if not limit:   # (at least --max-input-tokens: references are scored too)
+        d = checked_decode(translator.decode)
+        limit = max(d.max_input_tokens, int(length_limits([d.max_input_tokens + 1], d.max_len_a, d.max_len_b)[0]))
+        limit_name = (f"as many as the search may write for a source of --max-input-tokens {d.max_input_tokens} "
+                      f"pieces (the model's max_len_a {d.max_len_a:g}, max_len_b {d.max_len_b})")
     targets = list(targets)   # read twice below; an iterator would be empty the second time
     for i, t in enumerate(targets):
         if not isinstance(t, str):
@@ -92,8 +97,8 @@ def target_ids(translator: Translator, targets: Sequence[str], first_line: int =
     for i, y in enumerate(ids):
         if len(y) > limit:
             raise CorpusError(f"{name}:{first_line + i}: the translation has {len(y)} subword tokens, more than "
-                              f"{limit_name} {limit}; raise --max-input-tokens (decode.max_input_tokens) for it: cut, "
-                              "it would be another sentence")
+                              f"{limit}, {limit_name}; raise --max-input-tokens (decode.max_input_tokens) for it: "
+                              "cut, it would be another sentence")
     return ids
 
 
