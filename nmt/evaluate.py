@@ -132,7 +132,9 @@ def report_lines(sc: Scores, entry: Dict[str, object]) -> List[str]:
                      if n else "  next word          -   no reference goes on after the prefix")
     if "word_strokes" in entry:
         ratio = entry["word_stroke_ratio"]
-        lines.append(f"  word strokes    {ratio:6.2f}  % of {entry['reference_words']} reference words typed, the "
-                     f"model completing the rest ({entry['word_stroke_translations']} translations)"
+        typed, ended = entry["word_strokes"] - entry["word_stroke_endings"], entry["word_stroke_endings"]
+        lines.append(f"  word strokes    {ratio:6.2f}  per 100 of {entry['reference_words']} reference words: {typed} "
+                     f"typed, {ended} translation{'s' * (ended != 1)} ended after the reference's last word, the model "
+                     f"completing the rest ({entry['word_stroke_translations']} translations)"
                      if ratio is not None else "  word strokes       -   the references have no words")
     return lines

@@ -43,11 +43,12 @@ def word_strokes(translator: Translator, sources: Sequence[str], refs: Sequence[
     reference's word there, and the model translates again starting with the accepted and typed words (a target
     prefix of whole words), until the translation is the reference. A translation that goes on after the
     reference's last word costs one stroke too (the translator ends it). Words are compared as in
-    `next_word_accuracy`. Returns the strokes, the reference words, their ratio (%) and the translations it took.
+    `next_word_accuracy`. Returns the strokes (and of them the endings), the reference words, their ratio (strokes per
+    100 reference words: above 100 when few words are typed and many translations ended) and the translations it took.
     Words that make the typed prefix longer than max_input_tokens pieces (it would be cut) count as typed."""
     words = [normalize(r).split() for r in refs]
     kept = [0] * len(words)   # per sentence, the reference words accepted or typed so far
-    strokes, translations, todo, long = 0, 0, list(range(len(words))), []
+    strokes, endings, translations, todo, long = 0, 0, 0, list(range(len(words))), []
     with translator.unreported() as cut:   # the set's lines, translated (and reported) already
         while todo:
             before = len(cut)
@@ -64,7 +65,7 @@ def word_strokes(translator: Translator, sources: Sequence[str], refs: Sequence[
                 while k < len(want) and k < len(got) and got[k] == want[k]:
                     k += 1
                 if k == len(want):   # the whole reference: done, once the translator has ended any words after it
-                    strokes += len(got) > k
+                    endings += len(got) > k
                 else:                # the translator types the reference's word k; the model goes on after it
                     strokes, kept[i] = strokes + 1, k + 1
                     left.append(i)
@@ -73,6 +74,6 @@ def word_strokes(translator: Translator, sources: Sequence[str], refs: Sequence[
         logger.warning("--word-strokes: the words typed for %d sentence(s) (line %s) became a prefix longer than "
                        "--max-input-tokens %d pieces; the rest of their words count as typed", len(long),
                        line_list(sorted(long)), translator.decode.max_input_tokens)
-    total = sum(map(len, words))
-    return {"word_strokes": strokes, "reference_words": total,
+    total, strokes = sum(map(len, words)), strokes + endings
+    return {"word_strokes": strokes, "word_stroke_endings": endings, "reference_words": total,
             "word_stroke_ratio": 100.0 * strokes / total if total else None, "word_stroke_translations": translations}

@@ -664,7 +664,12 @@ def test_word_strokes_of_a_trained_model(model_copy, tmp_path, capsys):
         assert entry["word_stroke_translations"] == len(refs) + (n_changed if low else 0)
     code, out, _ = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", ref, "--word-strokes",
                         "--no-save"], capsys)
-    assert code == 0 and re.search(r"\n  word strokes +\d+\.\d\d  % of \d+ reference words typed", out)
+    strokes = re.search(r"\n  word strokes +(\d+\.\d\d)  per 100 of (\d+) reference words: (\d+) typed, (\d+) "
+                        r"translations? ended after the reference's last word", out)
+    assert code == 0 and strokes, out
+    ratio, words, typed, ended = float(strokes[1]), *map(int, strokes.groups()[1:])
+    assert (words, typed + ended) == (entry["reference_words"], entry["word_strokes"])
+    assert ratio == pytest.approx(100 * (typed + ended) / words, abs=0.005)
     code, _, err = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", ref, "--word-strokes",
                         "--prefix-words", "1"], capsys)
     assert code == 2 and "give --prefix-words or --word-strokes, not both" in err

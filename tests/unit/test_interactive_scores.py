@@ -54,18 +54,19 @@ class Believer:
         return out
 
 
-@pytest.mark.parametrize("belief, ref, strokes, translations", [
-    ("a b c d", "a b c d", 0, 1),     # right at once
-    ("a x c d", "a b c d", 1, 2),     # one wrong word: typed, then the rest is right
-    ("x y", "a b", 2, 3),             # every word typed
-    ("a b c", "a b", 1, 1),           # goes on after the reference's end: the translator ends it
-    ("a b", "a b c", 1, 2),           # stops too early: the last word typed
-    ("a", "", 1, 1),                  # an empty reference: the words are removed
+@pytest.mark.parametrize("belief, ref, strokes, endings, translations", [
+    ("a b c d", "a b c d", 0, 0, 1),     # right at once
+    ("a x c d", "a b c d", 1, 0, 2),     # one wrong word: typed, then the rest is right
+    ("x y", "a b", 2, 0, 3),             # every word typed
+    ("a b c", "a b", 1, 1, 1),           # goes on after the reference's end: the translator ends it
+    ("a b", "a b c", 1, 0, 2),           # stops too early: the last word typed
+    ("a", "", 1, 1, 1),                  # an empty reference: the words are removed
 ])
-def test_word_strokes_count_what_the_translator_types(belief, ref, strokes, translations):
+def test_word_strokes_count_what_the_translator_types(belief, ref, strokes, endings, translations):
     model = Believer({"s": belief})
     got = word_strokes(model, ["s"], [ref])
-    assert (got["word_strokes"], got["word_stroke_translations"]) == (strokes, translations)
+    assert (got["word_strokes"], got["word_stroke_endings"], got["word_stroke_translations"]) == \
+        (strokes, endings, translations)
     assert got["reference_words"] == len(ref.split())
     assert got["word_stroke_ratio"] == (100.0 * strokes / len(ref.split()) if ref else None)
 
@@ -76,5 +77,5 @@ def test_word_strokes_of_a_batch_type_each_sentences_own_words():
     # s1: types "b" (1); s2: right; s3: ends after "u" (1). Second round only s1, from "a b "
     assert model.calls == [["", "", ""], ["a b "]]
     assert not model.warned and not model.quiet   # no warnings or counts in the rounds; reported again after
-    assert got == {"word_strokes": 2, "reference_words": 6, "word_stroke_ratio": pytest.approx(100 * 2 / 6),
-                   "word_stroke_translations": 4}
+    assert got == {"word_strokes": 2, "word_stroke_endings": 1, "reference_words": 6,
+                   "word_stroke_ratio": pytest.approx(100 * 2 / 6), "word_stroke_translations": 4}
