@@ -355,10 +355,8 @@ class Config:
                                   f"known: {', '.join(sorted(known))}")
             missing = sorted(known - set(sub))
             if complete and missing:
-                more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
-                raise ConfigError(f"{source} has no '{f.name}.{missing[0]}'{more}: an earlier version of nmt wrote it, "
-                                  "or it was edited (nmt-train writes a model's config.json whole); retrain the model "
-                                  "with this version")
+                raise ConfigError(f"{source} lacks {len(missing)} key(s), '{f.name}.{missing[0]}' first: an earlier "
+                                  "version of nmt wrote it, or it was edited; retrain the model with this version")
             if f.name == "train" and type(sub.get("gpus")) is int:   # "gpus": 2 means what --gpus 2 does
                 sub = {**sub, "gpus": str(sub["gpus"])}
             jsonio.check_field_types(klass, f.name, sub, source, ConfigError)

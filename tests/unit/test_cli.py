@@ -253,12 +253,12 @@ def test_a_config_written_by_an_earlier_version_is_refused(tmp_path):
     del saved["model"]["word_dropout"]
     path = tmp_path / "config.json"
     path.write_text(json.dumps(saved))
-    with pytest.raises(ConfigError, match=r"has no 'model.word_dropout': an earlier version of nmt wrote it, or "
-                                          r"it was edited \(nmt-train writes a model's config.json whole\); retrain"):
+    with pytest.raises(ConfigError, match=r"lacks 1 key\(s\), 'model.word_dropout' first: an earlier version of "
+                                          "nmt wrote it, or it was edited; retrain"):
         Config.load(path)
     del saved["model"]["attention"], saved["model"]["dropout"]   # (a hand-written one: several keys)
     path.write_text(json.dumps(saved))
-    with pytest.raises(ConfigError, match=r"has no 'model.attention' \(and 2 more\): an earlier version"):
+    with pytest.raises(ConfigError, match=r"lacks 3 key\(s\), 'model.attention' first: an earlier version"):
         Config.load(path)
     assert Config.load(path, complete=False).model.word_dropout == Config().model.word_dropout
 
