@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
 import re
 import secrets
+import stat
 import sys
 from pathlib import Path
 from typing import IO, Iterator, Optional, Union
@@ -22,13 +24,25 @@ PathLike = Union[str, "os.PathLike[str]"]
 def _create_sibling(path: Path) -> tuple:
     """(fd, name) of a new, exclusively created temporary file beside `path`, made like `open` makes files (mode
     0666 less the umask, applied by the kernel), not private like mkstemp's 0600: a model directory must be as
-    readable as any other file its user writes."""
+    readable as any other file its user writes. A file that replaces one takes that one's permissions, as `sed -i`
+    keeps them (a scores.json made private stays private). A name too long for a sibling's prefix and suffix is
+    shortened in the temporary file's name (the limit is 255 bytes)."""
+    stem = path.name if len(os.fsencode(path.name)) <= 200 else hashlib.sha1(os.fsencode(path.name)).hexdigest()
     while True:
-        tmp = str(path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp")
+        tmp = str(path.parent / f".{stem}.{secrets.token_hex(4)}.tmp")
         try:
-            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         except FileExistsError:
             continue
+        keep_mode(path, fd)
+        return fd, tmp
+
+
+def keep_mode(path: Path, new: Union[int, str, Path]) -> None:
+    """Give `new` (a descriptor or the name of a file about to replace `path`) the permissions of `path`, if it
+    exists."""
+    with contextlib.suppress(OSError):   # (no such file; a file system without modes)
+        os.chmod(new, stat.S_IMODE(os.stat(path).st_mode))
 
 
 def fsync_dir(directory: Path) -> None:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 from nmt import manifest
-from nmt.atomic import atomic_write_text, fsync_dir
+from nmt.atomic import atomic_write_text, fsync_dir, keep_mode
 from nmt.manifest import CheckpointError
 from nmt.storage import error_line, guarded_write, mxnet_write_failure, written_whole
 
@@ -152,6 +152,7 @@ def _save_with(writer, path: Path, needed: Optional[int] = None) -> None:
                 os.fsync(f.fileno())
             if path.name.startswith("params"):
                 written_whole(tmp, path, needed)
+            keep_mode(path, tmp)   # (params.best rewritten)
             os.replace(tmp, path)
     except mx.base.MXNetError as e:
         _remove(tmp)

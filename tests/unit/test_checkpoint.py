@@ -67,6 +67,28 @@ def test_atomic_writes_get_the_permissions_of_a_plain_write(tmp_path, umask, mod
     assert (tmp_path / "config.json").stat().st_mode & 0o777 == mode == (tmp_path / "plain.txt").stat().st_mode & 0o777
 
 
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o600), (0o077, 0o644), (0o077, 0o640)])
+def test_a_rewritten_file_keeps_its_permissions(tmp_path, umask, mode):
+    """A rewrite (nmt-evaluate's scores.json, a resume's state.json) took the umask's permissions: a file made
+    private became readable by all under umask 022, and a shared one unreadable to the team under 077."""
+    path = tmp_path / "scores.json"
+    path.write_text("{}")
+    path.chmod(mode)
+    old = os.umask(umask)
+    try:
+        atomic_write_text(path, '{"test": 1}')
+    finally:
+        os.umask(old)
+    assert path.stat().st_mode & 0o777 == mode and path.read_text() == '{"test": 1}'
+
+
+def test_a_long_file_name_is_written_through_a_shorter_temporary_name(tmp_path):
+    """A name of 242-255 bytes, legal for the file, was "File name too long": its temporary sibling's was not."""
+    path = tmp_path / ("x" * 250 + ".json")
+    atomic_write_text(path, "{}")
+    assert path.read_text() == "{}" and [p.name for p in tmp_path.iterdir()] == [path.name]
+
+
 class _Net:
     """Stands in for a Gluon block: writes a real NDArray file, or fails like a full disk."""
 
