@@ -20,7 +20,7 @@ from typing import List, Optional, Sequence
 from nmt.commands import Once, Terminated, import_failure, nonempty, number, standard_streams, with_version
 from nmt.config import Config, ConfigError
 from nmt.serve.batcher import DEFAULT_MAX_WAIT_MS
-from nmt.signals import hangup_unless_ignored, leave_hung_up_terminal
+from nmt.signals import hangup_unless_ignored, leave_hung_up_terminal, terminated_as_interrupt
 
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
@@ -203,7 +203,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     other commands."""
     standard_streams()
     try:
-        return _serve(parse_args(argv))
+        with terminated_as_interrupt():   # (run_server takes them its own way once serving)
+            return _serve(parse_args(argv))
     except KeyboardInterrupt as e:   # Ctrl-C, or SIGTERM or SIGHUP (`Terminated`), while the models load
         print("interrupted", file=sys.stderr)
         return e.exit_code if isinstance(e, Terminated) else 130
@@ -221,7 +222,7 @@ def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         check_address(args.host, args.port)
-        app = build_app(args)   # (SIGTERM, SIGHUP meanwhile: Ctrl-C's interruption, `run_cli`)
+        app = build_app(args)
         return run_server(uvicorn.Server(uvicorn_config(app, args.host, args.port, args.log_level, args.max_queue)))
     except (CheckpointError, ConfigError, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)   # as every nmt command says it
