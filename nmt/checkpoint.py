@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, List, Optional
 from nmt import manifest
 from nmt.atomic import atomic_write_text, fsync_dir, keep_mode
 from nmt.manifest import CheckpointError
-from nmt.storage import error_line, guarded_write, mxnet_write_failure, written_whole
+from nmt.storage import error_line, guarded_write, mxnet_name, mxnet_write_failure, written_whole
 
 logger = logging.getLogger("nmt.checkpoint")
 # the flag that lets a resumed run go on past each limit a finished run stopped at (`TrainState.limit_reached`)
@@ -387,7 +387,7 @@ def load_parameters(net, path: Path, ctx, described_by: Path) -> None:
     except OSError as e:
         raise CheckpointError(f"{path} cannot be read ({e.strerror or e})") from None
     try:
-        net.load_parameters(str(path), ctx=ctx)
+        net.load_parameters(mxnet_name(path), ctx=ctx)
     except (mx.base.MXNetError, AssertionError, ValueError, KeyError) as e:
         try:
             mx.nd.load(str(path))

@@ -5,13 +5,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+from nmt import jsonio
 from nmt.commands import Once, command, file_arg, nonempty, number, one_stdin, usable_streams
 from nmt.cli_io import (add_model_decode_args, check_languages_of, evaluation_inputs, load_translator, misaligned,
                         open_output, output_dir, output_errors, reader_gone, refuse_overwriting)
@@ -307,9 +307,9 @@ def evaluate_main(args: argparse.Namespace) -> int:
             gone = gone or not _printed(lines)
         report = {"model_dir": str(tr.model_dir.resolve()), "checkpoint": tr.checkpoint, "results": results}
         if args.json == "-":
-            gone = gone or not _printed([json.dumps(report, indent=2, ensure_ascii=False)])
+            gone = gone or not _printed([jsonio.dumps(report, indent=2)])
     if args.json not in (None, "-"):
-        text = json.dumps(report, indent=2, ensure_ascii=False) + "\n"
+        text = jsonio.dumps(report, indent=2) + "\n"
         try:
             if output_opener("--json", args.json) is gzip.open:   # named .gz
                 atomic_write_bytes(args.json, gzip.compress(text.encode()))

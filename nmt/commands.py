@@ -93,7 +93,8 @@ def standard_streams() -> None:
     """Each standard stream the command was started without (`<&-`, `>&-`, `2>&-`) gets /dev/null: no file the
     command opens takes its descriptor (C libraries write their messages to fd 2), and print and tqdm do not fall
     back to stdout (they put log lines among the translations); a closed stdin or stdout is recorded for
-    `usable_streams`, a closed stderr's messages go nowhere. Standard output writes UTF-8 whatever the locale."""
+    `usable_streams`, a closed stderr's messages go nowhere. Standard output writes UTF-8 whatever the locale, and a
+    file name's bytes that are not UTF-8 (lone surrogates in Python's names) as they are."""
     for fd, name in enumerate(("stdin", "stdout", "stderr")):
         try:
             os.fstat(fd)
@@ -102,7 +103,7 @@ def standard_streams() -> None:
             setattr(sys, name, open(os.devnull, "r" if fd == 0 else "w", encoding="utf-8"))
             CLOSED.add(name)
     if hasattr(sys.stdout, "reconfigure"):   # (and stdin's typed lines UTF-8: undecodable bytes as surrogates)
-        sys.stdout.reconfigure(encoding="utf-8")
+        sys.stdout.reconfigure(encoding="utf-8", errors="surrogateescape")
     if hasattr(sys.stdin, "reconfigure") and "stdin" not in CLOSED:
         sys.stdin.reconfigure(encoding="utf-8", errors="surrogateescape")
 

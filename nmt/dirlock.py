@@ -21,7 +21,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from nmt import manifest
 from nmt.checkpoint import CONFIG, EXPORT, LOCK, LOG, STATE, CheckpointError
-from nmt.storage import guarded_write
+from nmt.storage import guarded_write, mxnet_name
 
 
 class ModelDirLocked(CheckpointError):
@@ -186,7 +186,7 @@ def remove_made(model_dir: Path, existed: bool) -> None:
 def check_model_dir(model_dir: Path, resume: bool, overwrite: bool, inputs: Optional[Dict[str, Any]] = None) -> None:
     """CheckpointError unless a run may use `model_dir` as asked; changes nothing (also for --dry-run). `inputs`:
     the run's own files and directories by flag, which --overwrite must not delete."""
-    model_dir = Path(model_dir)
+    model_dir = Path(mxnet_name(model_dir, "--model-dir"))   # (its checkpoints are MXNet's files)
     if resume and overwrite:
         raise CheckpointError("--resume and --overwrite contradict each other; give one of them")
     if model_dir.exists() and not model_dir.is_dir():

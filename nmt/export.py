@@ -88,7 +88,7 @@ def export_model(model_dir, output, which: str = "best", overwrite: bool = False
         manifest.write_manifest(tmp, "best", [ckpt.PARAMS_BEST], step)
         scores = _scores_of(model_dir, which, info)
         if scores:
-            atomic_write_text(tmp / ckpt.SCORES, json.dumps(scores, indent=2, ensure_ascii=False, sort_keys=True)
+            atomic_write_text(tmp / ckpt.SCORES, jsonio.dumps(scores, indent=2, sort_keys=True)
                               + "\n")
         atomic_write_text(tmp / EXPORT, json.dumps({
             "model_dir": str(model_dir.resolve()), "checkpoint": str(which), "params_file": params.name,

@@ -1,10 +1,12 @@
 """JSON that users write (config files, --json-input lines, service requests): a key given twice in one object is
-refused, as `json.loads` would keep its last value without a word, and types are named as JSON names them."""
+refused, as `json.loads` would keep its last value without a word, and types are named as JSON names them. And JSON
+the project writes with file names in it (`dumps`)."""
 from __future__ import annotations
 
 import dataclasses
 import json
 import numbers
+import re
 import sys
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Tuple
@@ -86,3 +88,13 @@ def check_field_types(klass, section: str, values: Dict[str, Any], source: str,
                 number and int in kinds):   # numpy's numbers are taken (config's `_typed`)
             raise error(f"{source}: {section}.{f.name} must be {says}{' or null' if optional else ''}, "
                         f"got {json.dumps(value, default=repr)}")
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def dumps(obj: Any, **kwargs) -> str:
+    """`json.dumps(obj, ensure_ascii=False, **kwargs)` with lone surrogates escaped (\\udcXX): a file name's bytes
+    that are not UTF-8 (or not of the locale), as Python names them; the text is then UTF-8, and reads back as the
+    same name."""
+    return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(obj, ensure_ascii=False, **kwargs))

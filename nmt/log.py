@@ -44,7 +44,8 @@ def setup_logging(log_file: Optional[Path] = None, level: Optional[int] = None, 
         handlers.append(_TqdmHandler())
     if log_file is not None:
         Path(log_file).parent.mkdir(parents=True, exist_ok=True)
-        handlers.append(logging.FileHandler(log_file, encoding="utf-8"))
+        # (a file name's bytes that are not UTF-8 written as \udcNN escapes, as stderr shows them)
+        handlers.append(logging.FileHandler(log_file, encoding="utf-8", errors="backslashreplace"))
     for h in handlers:
         h.setFormatter(fmt)
         _MADE.add(h)

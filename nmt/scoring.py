@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from nmt import checkpoint as ckpt
+from nmt import checkpoint as ckpt, jsonio
 from nmt.atomic import atomic_write_text
 from nmt.config import Config, ConfigError, DataConfig
 from nmt.corpus import Pairs, read_lines
@@ -233,7 +233,7 @@ def _update_scores(model_dir: Path, edit: Callable[[dict], bool]) -> None:
         fcntl.flock(lock, fcntl.LOCK_EX)
         data = read_scores(model_dir)
         if edit(data):
-            atomic_write_text(path, json.dumps(data, indent=2, ensure_ascii=False, sort_keys=True) + "\n")
+            atomic_write_text(path, jsonio.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def record_scores(model_dir: Path, test_key: str, checkpoint: str, entry: Dict[str, object]) -> Path:

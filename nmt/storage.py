@@ -13,6 +13,7 @@ import os
 import stat
 import re
 import shutil
+import sys
 from pathlib import Path
 from typing import Iterator, Optional, Union
 
@@ -141,6 +142,22 @@ def check_writable(directory: PathLike, flag: str = "--model-dir", shown: Option
     finally:
         with contextlib.suppress(OSError):
             probe.unlink()
+
+
+def mxnet_name(path: PathLike, flag: str = "") -> str:
+    """`path` as MXNet's file functions take it, which encode a name as UTF-8; a StorageError naming it (after
+    `flag`) when the file system's bytes for it are not that (a directory name in CP949 from a Windows archive, or a
+    non-ASCII name under a locale that is not UTF-8): MXNet would open another name."""
+    name = os.fspath(path)
+    with contextlib.suppress(UnicodeEncodeError):
+        if name.encode("utf-8") == os.fsencode(name):
+            return name
+    encoding = sys.getfilesystemencoding()
+    why = (f"the locale's encoding is {encoding}: run in a UTF-8 locale (LC_ALL=C.UTF-8)" if encoding != "utf-8"
+           else "another system's encoding, such as CP949: rename it, e.g. `convmv -f cp949 -t utf-8 --notest NAME`")
+    shown = os.fsencode(name).decode("ascii", "backslashreplace")   # (its bytes, \xNN: whatever the terminal reads)
+    raise StorageError(f"{flag + ' ' if flag else ''}{shown}: MXNet opens files by UTF-8 names, and the bytes of this "
+                       f"one are not UTF-8 ({why})")
 
 
 def check_room(directory: PathLike, needed: int, what: str, flag: str = "--model-dir", keep_last: bool = True) -> None:

@@ -101,9 +101,11 @@ class Tokenizer:
         path = Path(path)
         if not path.is_file():
             raise TokenizerError(f"{path}: SentencePiece model not found")
-        try:
-            sp = spm.SentencePieceProcessor(model_file=str(path))
-        except (OSError, RuntimeError) as e:
+        try:   # (read here: SentencePiece would open the path's text as UTF-8, not as the file system names it)
+            sp = spm.SentencePieceProcessor(model_proto=path.read_bytes())
+        except OSError as e:
+            raise TokenizerError(f"{path}: cannot read the SentencePiece model ({e.strerror})") from None
+        except RuntimeError as e:
             raise TokenizerError(f"{path}: not a readable SentencePiece model ({e})") from None
         found = (sp.pad_id(), sp.unk_id(), sp.bos_id(), sp.eos_id())
         if found != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):

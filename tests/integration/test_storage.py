@@ -301,3 +301,45 @@ def test_a_parameter_file_cut_short_without_an_error_is_not_kept(tmp_path, capsy
     assert "Traceback" not in err and f"cannot write {tmp_path / 'm' / ckpt.params_file(4)}: the file written is " \
         "incomplete" in err, err
     assert not (tmp_path / "m" / ckpt.params_file(4)).exists() and resume_state(tmp_path / "m").step == 2
+
+
+def test_files_under_a_name_that_is_not_utf8(tmp_path):
+    """A directory named in CP949 bytes (unzipped from a Windows archive): training on data there crashed after
+    training (config.json, scores.json and stdout could not hold the name: UnicodeEncodeError tracebacks), and a
+    model directory there passed --dry-run, then failed at the first checkpoint (MXNet encodes names as UTF-8,
+    another name) or, when loading, with SentencePiece's "not a string". Data there now trains and is scored, its
+    names written as JSON escapes that read back as the same files; a model directory there is refused at once,
+    naming its bytes."""
+    import json
+    legacy = tmp_path / os.fsdecode("자료".encode("cp949"))
+    task = write_task(legacy, n_train=300)
+    flags = ["--train-src", task["train_src"], "--train-tgt", task["train_tgt"], "--dev-src", task["dev_src"],
+             "--dev-tgt", task["dev_tgt"], "--test-src", task["test_src"], "--test-tgt", task["test_tgt"],
+             "--vocab-size", "400", "--embed-size", "16", "--hidden-size", "16", "--num-layers", "1",
+             "--max-steps", "4", "--valid-every", "4", "--no-progress"]
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+
+    def nmt(script: str, *args) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(REPO / "scripts" / script), *map(str, args)], env=env,
+                              cwd=tmp_path, capture_output=True, timeout=300)
+    done = nmt("train.py", *flags, "--model-dir", tmp_path / "m")
+    assert done.returncode == 0 and b"Traceback" not in done.stderr, done.stderr.decode(errors="replace")[-2000:]
+    config = (tmp_path / "m" / ckpt.CONFIG).read_text(encoding="utf-8")   # (UTF-8, the name escaped)
+    assert json.loads(config)["data"]["train_src"] == task["train_src"]
+    other = {side: legacy / f"other.{side}" for side in ("ko", "en")}   # (a set of the user's, named by its path)
+    for side, path in other.items():
+        path.write_bytes(Path(task[f"test_{'src' if side == 'ko' else 'tgt'}"]).read_bytes())
+    done = nmt("evaluate.py", "--model-dir", tmp_path / "m", "--src-file", other["ko"], "--ref-file", other["en"],
+               "--json", "-")
+    assert done.returncode == 0, done.stderr.decode(errors="replace")[-2000:]
+    assert str(other["ko"]) in json.loads(done.stdout)["results"]
+    assert str(other["ko"]) in json.loads((tmp_path / "m" / ckpt.SCORES).read_text(encoding="utf-8"))
+    for script in ("train.py", "translate.py"):   # a model directory there: refused before any work
+        args = [*flags, "--model-dir", legacy / "m", "--dry-run"] if script == "train.py" else \
+            ["--model-dir", legacy / "link", "--input", task["test_src"]]
+        if script == "translate.py":
+            (legacy / "link").symlink_to(tmp_path / "m")
+        done = nmt(script, *args)
+        err = done.stderr.decode()
+        assert done.returncode == 2 and "\\xc0\\xda\\xb7\\xe1" in err and "are not UTF-8" in err and \
+            "Traceback" not in err, err
