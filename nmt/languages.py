@@ -21,11 +21,17 @@ def check_languages(src: Sequence[str], tgt: Sequence[str], src_lang: str, names
     the target side (e.g. "--train-src a.ko"); `direction`: where their languages come from (e.g. "--src ko --tgt
     en")."""
     shares = (hangul_share(src), hangul_share(tgt))
-    ko = 0 if src_lang == "ko" else 1
-    if shares[ko] <= shares[1 - ko]:
-        raise CorpusError(f"{names[ko]} should be the Korean side ({direction}) but has Hangul on {shares[ko]:.0%} "
-                          f"of its lines, against {shares[1 - ko]:.0%} in {names[1 - ko]}: are the files swapped, or "
-                          "of one language?")
+    ko, en = (0, 1) if src_lang == "ko" else (1, 0)
+    if shares[ko] > shares[en]:
+        return
+    same = names[0].split(" ", 1)[-1] == names[1].split(" ", 1)[-1]   # ("--flag path": the one file for both)
+    if same or min(shares) >= 0.5:   # both Korean: the English side is the one at fault
+        raise CorpusError(f"{names[en]} should be the English side ({direction}) but has Hangul on {shares[en]:.0%} "
+                          f"of its lines, as {names[ko]} has on {shares[ko]:.0%}: " +
+                          ("the same file is given for both sides" if same else "is it the Korean file again?"))
+    raise CorpusError(f"{names[ko]} should be the Korean side ({direction}) but has Hangul on {shares[ko]:.0%} of its "
+                      f"lines, against {shares[en]:.0%} in {names[en]}: " +
+                      ("are both files English?" if max(shares) < 0.5 else "are the files swapped?"))
 
 
 def hangul_counts(lines: Sequence[str]) -> Tuple[int, int]:

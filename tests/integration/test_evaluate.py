@@ -638,7 +638,8 @@ def test_several_reference_files_are_several_references_per_sentence(model_copy,
     short.write_text("".join(r + "\n" for r in other[:-1]), encoding="utf-8")
     korean.write_text(src.read_text(encoding="utf-8"), encoding="utf-8")
     for extra, msg in [([short], f"--ref-file {short} has {len(refs) - 1}"),
-                       ([korean], f"--ref-file {korean}: are the files swapped, or of one language?"),
+                       ([korean], f"--ref-file {korean} should be the English side (the model translates ko -> "
+                                  "en) but has Hangul on 100% of its lines, as --src-file"),
                        ([ref2, "--name", "ref2", "--hyp-dir", tmp_path, "--beam-size", "1"],
                         f"--hyp-dir {ref2} is the --ref-file file")]:
         code, _, err = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", ref, *extra], capsys)

@@ -353,15 +353,22 @@ def test_swapped_or_one_language_files_are_refused(write_file, direction):
     good = DataConfig(recipe=None, src_lang=src_lang, tgt_lang=tgt_lang, train_src=right[src_lang],
                       train_tgt=right[tgt_lang], dev_src=dev[src_lang], dev_tgt=dev[tgt_lang])
     assert load_data(good).train.src[0] == ("안녕하세요." if src_lang == "ko" else "Hello.")
-    ko_side = "src" if src_lang == "ko" else "tgt"
-    for kind, files in (("train", (right[tgt_lang], right[src_lang])), ("dev", (dev[tgt_lang], dev[src_lang])),
-                        ("train", (ko, ko)), ("train", (en, en))):
+    ko_side, en_side = ("src", "tgt") if src_lang == "ko" else ("tgt", "src")
+    other_ko = write_file("other.ko", ["다른 문장.", "개.", "네.", "2025"])   # (both Korean, two files)
+    other_en = [write_file(f"other{i}.en", ["Other.", "A dog.", "Yes.", "2025"]) for i in (1, 2)]   # (no Hangul)
+    for kind, files, side, says in (
+            ("train", (right[tgt_lang], right[src_lang]), ko_side, "are the files swapped?"),
+            ("dev", (dev[tgt_lang], dev[src_lang]), ko_side, "are the files swapped?"),
+            ("train", (ko, ko), en_side, "the same file is given for both sides"),
+            ("train", (ko, str(other_ko)), en_side, "is it the Korean file again?"),
+            ("train", tuple(map(str, other_en)), ko_side, "are both files English?")):
         cfg = dataclasses.replace(good, **{f"{kind}_src": files[0], f"{kind}_tgt": files[1]})
         with pytest.raises(CorpusError) as e:
             load_data(cfg)
-        assert (f"--{kind}-{ko_side} {getattr(cfg, f'{kind}_{ko_side}')} should be the Korean side (--src {src_lang} "
+        language = "Korean" if side == ko_side else "English"   # (the side at fault is named)
+        assert (f"--{kind}-{side} {getattr(cfg, f'{kind}_{side}')} should be the {language} side (--src {src_lang} "
                 f"--tgt {tgt_lang}) but has Hangul on ") in str(e.value)
-        assert "are the files swapped, or of one language?" in str(e.value)
+        assert str(e.value).endswith(says), str(e.value)
 
 
 def test_training_files_without_dev_files_hold_out_a_dev_set(write_file, monkeypatch, caplog):
