@@ -143,6 +143,8 @@ def test_help_is_grouped_with_defaults():
 @pytest.mark.parametrize("argv, message", [
     (["--batch-size", "0"], "--batch-size must be >= 1"),
     (["--src", "ko", "--tgt", "ko"], "--src and --tgt are both"),
+    (["--src", "en"], "--src and --tgt are both 'en' (they default to ko and en): give --src ko --tgt en, or --src "
+                      "en --tgt ko"),   # (--tgt was not given: its default said so)
     (["--accum-steps", "0"], "--accum-steps must be >= 1"),
     (["--gpus", "2"], "no GPU found. This MXNet is the CPU build: replace it with the CUDA build (pip uninstall -y "
                       "mxnet && pip install -r requirements/gpu.txt"),   # installing beside it breaks both
