@@ -15,6 +15,7 @@ half-written under that name.
 from __future__ import annotations
 
 import argparse
+import errno
 import glob
 import json
 import logging
@@ -65,9 +66,7 @@ def export_model(model_dir, output, which: str = "best", overwrite: bool = False
     from nmt.scoring import checkpoint_info
     cfg = Config.load(ckpt.config_of(model_dir, "--model-dir"))
     info = checkpoint_info(model_dir, which)   # its parameters verified against their manifest, and its step
-    params, step = model_dir / str(info["params_file"]), int(info["step"] or 0)
-    if params.name == ckpt.PARAMS_AVG:   # no step's parameters: a step number given to the export finds none
-        step = 0
+    params = model_dir / str(info["params_file"])
     _check_output(model_dir, output, overwrite)
     _translates(model_dir, cfg, params)
     tmp = _beside(output, "export", os.getpid())   # made with the umask's permissions
@@ -84,7 +83,10 @@ def export_model(model_dir, output, which: str = "best", overwrite: bool = False
     try:
         for name in [ckpt.CONFIG] + _tokenizer_files(model_dir, cfg):
             atomic_copy(model_dir / name, tmp / name)
-        atomic_copy(params, tmp / ckpt.PARAMS_BEST)
+        info = _copy_params(model_dir, which, info, tmp / ckpt.PARAMS_BEST)   # (maybe another's now: a run trains)
+        # an average has no step's parameters: a step number given to the export finds none
+        params, step = model_dir / str(info["params_file"]), 0 if info["params_file"] == ckpt.PARAMS_AVG else \
+            int(info["step"] or 0)
         manifest.write_manifest(tmp, "best", [ckpt.PARAMS_BEST], step)
         scores = _scores_of(model_dir, which, info)
         if scores:
@@ -92,17 +94,37 @@ def export_model(model_dir, output, which: str = "best", overwrite: bool = False
                               + "\n")
         atomic_write_text(tmp / EXPORT, json.dumps({
             "model_dir": str(model_dir.resolve()), "checkpoint": str(which), "params_file": params.name,
-            "step": step or None, "params_sha256": manifest.sha256_of(params),
+            "step": step or None, "params_sha256": manifest.sha256_of(tmp / ckpt.PARAMS_BEST),
             "exported": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, indent=2) + "\n")
         replaced = _beside(output, "replaced", os.getpid())
-        if output.exists() or output.is_symlink():   # an earlier export (`_check_output`), or a link to one:
+        if overwrite and (output.exists() or output.is_symlink()):   # an earlier export, or a link to one:
             output.rename(replaced)   # replaced only now that the new one is complete, and deleted once it is in
-        tmp.rename(output)            # place (a kill meanwhile leaves the new one); a link's target stays
+        try:                          # place (a kill meanwhile leaves the new one); a link's target stays
+            tmp.rename(output)
+        except OSError as e:   # (not empty: written since `_check_output`, by another export at the same time)
+            if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+            raise ConfigError(f"--output {output}: another nmt-export wrote it as this one ran; nothing replaced "
+                              "(--overwrite replaces it)") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     _remove(replaced)
     return output
+
+
+def _copy_params(model_dir: Path, which: str, info: dict, dest: Path) -> dict:
+    """Copy checkpoint `which`'s parameter file (`info`: its `checkpoint_info`) to `dest`; the info of the file
+    copied. A run training meanwhile may replace params.best (or prune a step) after `info` was read: the copy is
+    checked against it, and the checkpoint read again."""
+    from nmt.scoring import checkpoint_info
+    for _ in range(10):
+        atomic_copy(model_dir / str(info["params_file"]), dest)
+        if info["sha256"] in (None, manifest.sha256_of(dest)):
+            return info
+        info = checkpoint_info(model_dir, which)
+    raise ckpt.CheckpointError(f"--checkpoint {which} of {model_dir} was replaced 10 times while it was copied (a "
+                               "run writes it): export again")
 
 
 def _remove(path: Path) -> None:

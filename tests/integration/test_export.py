@@ -335,3 +335,46 @@ def test_a_stdout_gone_or_full_after_the_work_loses_only_the_last_lines(model_di
                        executable="/bin/bash", stderr=subprocess.PIPE, text=True, env=env, timeout=300)
     assert p.returncode == 2 and f"--model-dir {tmp_path / 'ex'} is an export (nmt-export" in p.stderr, p.stderr
     assert (tmp_path / "ex" / ckpt.PARAMS_BEST).is_file()
+
+
+def test_a_best_replaced_by_training_during_the_export_is_exported_with_its_own_step(model_copy, tmp_path, capsys,
+                                                                                    monkeypatch):
+    """nmt-export of best while the run trained read params.best's step and hash, then copied the file a new best
+    had replaced since: the export named one step and held another's parameters (3 of 50 exports of a live run)."""
+    import nmt.export
+    from nmt import manifest
+    best = ckpt.TrainState.load(model_copy).best_step
+    first = next(f for f in list_params_files(model_copy) if ckpt.params_step(f) != best)
+    new_best = ckpt.params_step(first)
+    real = nmt.export._translates
+
+    def a_new_best_meanwhile(model_dir, cfg, params):   # what training does as it validates a new best
+        real(model_dir, cfg, params)
+        shutil.copyfile(model_copy / first, model_copy / ckpt.PARAMS_BEST)
+        manifest.write_manifest(model_copy, "best", [ckpt.PARAMS_BEST], new_best)
+    monkeypatch.setattr(nmt.export, "_translates", a_new_best_meanwhile)
+    code, _, err = run(export_main, ["--model-dir", model_copy, "--output", tmp_path / "out"], capsys)
+    assert code == 0, err
+    made = json.loads((tmp_path / "out" / EXPORT).read_text())
+    assert (tmp_path / "out" / ckpt.PARAMS_BEST).read_bytes() == (model_copy / first).read_bytes()
+    assert made["step"] == new_best and json.loads((tmp_path / "out" / "manifest.best.json").read_text())["step"] \
+        == new_best
+    assert made["params_sha256"] == manifest.sha256_of(model_copy / first)
+
+
+def test_two_exports_to_one_new_output_do_not_both_succeed(model_copy, tmp_path, capsys, monkeypatch):
+    """Two nmt-export runs to the same new --output (no --overwrite) both exited 0, the second renaming the first's
+    finished export aside and deleting it: a deploy script was told "exported latest" of a directory holding best."""
+    import nmt.export
+    out = tmp_path / "release"
+    real = nmt.export._translates
+
+    def another_export_finishes(model_dir, cfg, params):
+        real(model_dir, cfg, params)
+        monkeypatch.setattr(nmt.export, "_translates", real)
+        assert export_main(["--model-dir", str(model_copy), "--output", str(out), "--checkpoint", "latest"]) == 0
+    monkeypatch.setattr(nmt.export, "_translates", another_export_finishes)
+    code, _, err = run(export_main, ["--model-dir", model_copy, "--output", out], capsys)
+    assert code == 2 and f"--output {out}: another nmt-export wrote it as this one ran; nothing replaced" in err, err
+    assert json.loads((out / EXPORT).read_text())["checkpoint"] == "latest"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
