@@ -265,7 +265,8 @@ def train_main(args: argparse.Namespace) -> int:
     lines = []
     for which, scores in (("best checkpoint", result.test_scores), ("params.avg", result.average_scores)):
         for name, sc in scores.items():
-            lines.append(f"{name}: {sc.summary()} ({sc.n} sentences, {which}, beam {cfg.decode.beam_size})")
+            lines.append(f"{name}: {sc.summary()} ({sc.n} sentences, {which}, beam {cfg.decode.beam_size}, length "
+                         f"penalty {cfg.decode.length_penalty_alpha:g})")
             lines += [f"  {sig}" for sig in (sc.bleu_signature, sc.chrf_signature, *sc.extra_signatures.values())]
     shown = last_lines(lines)
     saved = f"checkpoint saved in {cfg.train.model_dir}" if not result.rank else "rank 0 saved the checkpoint"

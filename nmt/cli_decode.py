@@ -371,14 +371,18 @@ def _evaluate_set(args: argparse.Namespace, tr, name: str, pairs, more_refs: Lis
         atomic_write_text(hyp_file, "".join(h + "\n" for h in hyps))
         for path, refs in zip(_ref_files(hyp_file, 1 + len(more_refs)), [pairs.tgt, *more_refs]):
             atomic_write_text(path, "".join(r + "\n" for r in refs[:len(hyps)]))
+        for path in _ref_files(hyp_file, 99)[1 + len(more_refs):]:   # an earlier set's of this name, not this one's
+            path.unlink(missing_ok=True)
     if args.json == "-":
         return entry, []
+    words = "word" if args.prefix_words == 1 else f"{args.prefix_words} words"
     return entry, [f"{name}: {sc.n} sentences, checkpoint {tr.checkpoint} ({entry['params_file']}"
                    f"{', step %s' % entry['step'] if entry['step'] else ''}), beam {entry['beam_size']}, "
-                   f"{entry['seconds']:.1f} s" + (f", ensemble of {len(tr.members)} models" if tr.member_dirs else "")
+                   f"length penalty {entry['length_penalty']:g}, {entry['seconds']:.1f} s"
+                   + (f", ensemble of {len(tr.members)} models" if tr.member_dirs else "")
                    + (f", {1 + len(more_refs)} references each" if more_refs else "")
-                   + (f", each translation started with its reference's first {_words(args.prefix_words)}"
-                      if args.prefix_words else ""), *report_lines(sc, entry)]
+                   + (f", each translation started with its reference's first {words}" if args.prefix_words else ""),
+                   *report_lines(sc, entry)]
 
 
 def _file_name(path: str) -> str:
@@ -393,6 +397,3 @@ def _ref_files(hyp_file: Path, count: int) -> List[Path]:
     return [hyp_file.with_name(f"{hyp_file.stem}.ref{k if k > 1 else ''}{hyp_file.suffix}")
             for k in range(1, count + 1)]
 
-
-def _words(n: int) -> str:
-    return "word" if n == 1 else f"{n} words"

@@ -245,8 +245,9 @@ class Trainer:
         results = {}
         for name, pairs in self.data.splits.tests.items():
             _, _, results[name] = score_test_set(self.translator, name, pairs, save=self.is_chief, one_warning=True)
-            logger.info("test %s (%d sentences, %s checkpoint, beam %d): %s | %s", name, len(pairs.src), which,
-                        self.cfg.decode.beam_size, results[name].summary(), results[name].bleu_signature)
+            logger.info("test %s (%d sentences, %s checkpoint, beam %d, length penalty %g): %s | %s", name,
+                        len(pairs.src), which, self.cfg.decode.beam_size, self.cfg.decode.length_penalty_alpha,
+                        results[name].summary(), results[name].bleu_signature)
         return results
 
 

@@ -632,6 +632,12 @@ def test_several_reference_files_are_several_references_per_sentence(model_copy,
     assert re.search(rf"\n  BLEU +{bleu.score:.2f}  nrefs:2\|", out) and "2 references each" in out
     assert (tmp_path / "hyps" / "two.ref.en").read_text(encoding="utf-8").splitlines() == refs
     assert (tmp_path / "hyps" / "two.ref2.en").read_text(encoding="utf-8").splitlines() == other
+    code, out, err = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", ref, "--name", "two",
+                          "--hyp-dir", tmp_path / "hyps", "--no-save", "--length-penalty", "1.5"], capsys)
+    assert code == 0 and sorted(p.name for p in (tmp_path / "hyps").iterdir()) == ["two.en", "two.ref.en"], err
+    assert re.search(r"two: \d+ sentences, checkpoint best \(params.best, step \d+\), beam \d+, length penalty 1.5, ",
+                     out), out   # (the same set scored again with one reference: the earlier .ref2 went, which
+    # sacrebleu two.ref*.en would have read; the report names the length penalty, which moves the scores)
     entry = json.loads((model_copy / ckpt.SCORES).read_text())["two"]["best"]
     assert entry["bleu"] == pytest.approx(bleu.score) and entry["more_ref_files"] == [str(ref2.resolve())]
     short, korean = tmp_path / "short.en", tmp_path / "ko.en"

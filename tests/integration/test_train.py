@@ -990,7 +990,7 @@ def test_average_last_alone_resumes_a_run_keeping_enough_and_the_average_is_scor
     assert set(scores) == {"best", "avg"}
     for which, label in (("best", "best checkpoint"), ("avg", "params.avg")):
         assert f"test: BLEU {scores[which]['bleu']:.2f} chrF {scores[which]['chrf']:.2f} ({scores[which]['n']} " \
-               f"sentences, {label}, beam " in out
+               f"sentences, {label}, beam 5, length penalty 0.6)" in out   # (both change the scores)
     assert train_main(["--model-dir", str(model_dir), "--resume", "--no-progress", "--average-last", "6"]) == 2
     assert "--average-last 6 averages the last 6 of the checkpoints kept: give --keep-last 6 or more (got 5)" \
         in capsys.readouterr().err
