@@ -27,6 +27,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from nmt import manifest
 from nmt.atomic import atomic_write_text, fsync_dir, keep_mode
+from nmt.commands import shell_word
 from nmt.manifest import CheckpointError
 from nmt.storage import error_line, guarded_write, mxnet_name, mxnet_write_failure, written_whole
 
@@ -294,8 +295,8 @@ def params_path(model_dir: Path, which: str = "best", quiet: bool = False, use: 
         raise CheckpointError(f"unknown checkpoint '{which}': use best, latest, avg or a step number")
     if not path.exists():
         held = "" if (model_dir / EXPORT).exists() else f"it held step {best_step(model_dir)}, the best on dev: "
-        hint = (f"; average the last N checkpoints into it with `nmt-train --model-dir {model_dir} --resume "
-                "--average-last N`" if which == "avg" else
+        hint = (f"; average the last N checkpoints into it with `nmt-train --model-dir {shell_word(model_dir)} "
+                "--resume --average-last N`" if which == "avg" else
                 f"; {held}{restore_best(model_dir, best_step(model_dir), use)}" if which == "best" else "")
         if str(which).isdecimal():
             kept = kept_steps(model_dir)

@@ -15,7 +15,7 @@ from nmt.config import ARCH_DEFAULTS, CORPUS_FILES, Config, ConfigError, DataCon
 from nmt.config_resume import PER_INVOCATION, resumed_config
 from nmt import jsonio
 from nmt.cli_io import last_lines, reader_gone
-from nmt.commands import Once, command, nonempty, usable_streams
+from nmt.commands import Once, command, nonempty, shell_word, usable_streams
 from nmt.config_file import check_taken_dir, read_config_file, warn_other_arch, warn_time_limit
 from nmt.flags import GROUPS, MODEL_FLAGS
 from nmt.recipes import resolve_data_dir
@@ -274,6 +274,7 @@ def train_main(args: argparse.Namespace) -> int:
         print(f"stopped by {state.stopped} at step {state.step}; {saved}. Continue with --resume.", file=sys.stderr)
     elif result.interrupted:   # it came as training ended by its own limit, before the test sets were scored
         print(f"{result.interrupted} received as training ended ({state.stopped} at step {state.step}); {saved}" +
-              ("" if args.no_eval else f"; no test set was scored (`nmt-evaluate --model-dir {cfg.train.model_dir} "
-                                       "--recipe-tests` scores them)"), file=sys.stderr)
+              ("" if args.no_eval else "; no test set was scored (`nmt-evaluate --model-dir "
+                                       f"{shell_word(cfg.train.model_dir)} --recipe-tests` scores them)"),
+              file=sys.stderr)
     return INTERRUPTS.get(result.interrupted, 0) or (0 if shown else reader_gone())

@@ -7,6 +7,7 @@ import argparse
 import math
 import os
 import re
+import shlex
 import sys
 import traceback
 from pathlib import Path
@@ -56,6 +57,13 @@ class Once(argparse.Action):
             parser.error(f"{option_string} is given twice ({getattr(namespace, seen)} and {values}): give it once")
         setattr(namespace, seen, values)
         setattr(namespace, self.dest, values)
+
+
+def shell_word(path) -> str:
+    """`path` as a word of a command given to paste into a shell: quoted where needed (spaces, quotes), and not
+    taken for an option (a leading "-": ./-name)."""
+    text = str(path)
+    return shlex.quote(text if not text.startswith("-") else f"./{text}")
 
 
 def file_arg(text: str) -> str:

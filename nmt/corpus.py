@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from nmt.commands import shell_word
 from nmt.textfile import (CorpusError, PathLike, archive_sign, encoding_of, iconv_command, open_bytes, to_utf8_hint,
                           wide_encoding)
 
@@ -139,7 +140,7 @@ def _warn_of_changes(path: PathLike, lines: Sequence[Optional[str]]) -> None:
             logger.warning("%s: %d line(s) with %s: line %s", path, len(found), what, line_list(found))
     if len(text) > 1 and all("\t" in t for _, t in text):
         logger.warning("%s: every line holds a tab, read as a space: the columns of a TSV file? give one file per "
-                       "side (e.g. `cut -f1 %s`)", path, path)
+                       "side (e.g. `cut -f1 %s`)", path, shell_word(path))
 
 
 def _text_bytes(data: bytes, path: Path, kind: Optional[str]) -> bytes:

@@ -13,6 +13,7 @@ import weakref
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from nmt.commands import shell_word
 from nmt.storage import guarded_write
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -319,7 +320,7 @@ class TensorBoardWriter:
             log.info("TensorBoard curves off: %s (%s)", problem, TENSORBOARD_PIP)
             return cls(None)
         writer = cls(Path(model_dir) / TENSORBOARD_DIR, resume_step)
-        log.info("TensorBoard curves in %s (tensorboard --logdir %s)", writer.logdir, writer.logdir)
+        log.info("TensorBoard curves in %s (tensorboard --logdir %s)", writer.logdir, shell_word(writer.logdir))
         return writer
 
     @staticmethod

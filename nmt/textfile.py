@@ -9,9 +9,10 @@ import gzip
 import lzma
 import os
 import re
-import shlex
 from pathlib import Path
 from typing import BinaryIO, Callable, Optional, Tuple, Union
+
+from nmt.commands import shell_word
 
 PathLike = Union[str, Path]
 
@@ -97,15 +98,13 @@ def iconv_command(path: Optional[PathLike], encoding: str, kind: Optional[str], 
     (/dev/stdin, <(...)) gets the command for standard input: a filter to put in it."""
     if path is not None and os.path.exists(path) and not os.path.isfile(path):
         path = None
-    def arg(p) -> str:   # quoted, and not taken for an option
-        return shlex.quote(str(p) if not str(p).startswith("-") else f"./{p}")
     cat = {"gzip": "zcat", "bzip2": "bzcat", "xz": "xzcat"}.get(kind or "")
-    command = (f"{cat}{'' if path is None else ' ' + arg(path)} | iconv -f {encoding} -t UTF-8" if cat else
-               f"iconv -f {encoding} -t UTF-8{'' if path is None else ' ' + arg(path)}")
+    command = (f"{cat}{'' if path is None else ' ' + shell_word(path)} | iconv -f {encoding} -t UTF-8" if cat else
+               f"iconv -f {encoding} -t UTF-8{'' if path is None else ' ' + shell_word(path)}")
     if not into or path is None:
         return command
     text = Path(path).with_suffix("") if Path(path).suffix.lower() in (".gz", ".bz2", ".xz") else Path(path)
-    return f"{command} > {arg(text.with_name(f'{text.stem}.utf8{text.suffix}'))}"
+    return f"{command} > {shell_word(text.with_name(f'{text.stem}.utf8{text.suffix}'))}"
 
 
 def _reads_as(line: bytes, encoding: str, pattern: str) -> bool:

@@ -18,6 +18,7 @@ from mxnet import gluon
 from nmt import checkpoint as ckpt
 from nmt.batching import Batch
 from nmt.config import CORPUS_FILES, Config
+from nmt.commands import shell_word
 from nmt.config_resume import PER_INVOCATION
 from nmt.data import TrainData, build_data
 from nmt.dirlock import (ModelDirLock, ModelDirLocked, check_model_dir, prepare_model_dir, remove_made, replacing,
@@ -385,7 +386,7 @@ def run_training(cfg: Config, resume: bool = False, overwrite: bool = False, eva
                     averages = trainer.evaluate_tests("avg") if trainer.averaged else {}
             except KeyboardInterrupt:
                 logger.warning("the test sets are not (all) scored: `nmt-evaluate --model-dir %s --recipe-tests` "
-                               "scores them%s", model_dir, " (and with --checkpoint avg, params.avg)"
+                               "scores them%s", shell_word(model_dir), " (and with --checkpoint avg, params.avg)"
                                if trainer.averaged else "")
                 raise
     finally:

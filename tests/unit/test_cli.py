@@ -814,3 +814,19 @@ def test_nmt_score_help_says_what_a_long_translation_gets():
     assert "longer source sentences are truncated with a warning; a translation longer than the search may write " \
         "for such a source (the model's max_len_a x (this + 1) + max_len_b) is an error naming its line" in score
     assert "longer inputs are truncated with a warning" in " ".join(build_translate_parser().format_help().split())
+
+
+@pytest.mark.parametrize("path", ["models/m", "my model", "-dash", "../모델 A/tensorboard", "it's"])
+def test_paths_in_advice_paste_back_into_a_shell(path, tmp_path):
+    """Commands given as advice named paths unquoted: `nmt-train --model-dir my model --resume ...` pasted back gave
+    "unrecognized arguments: model", and a directory named -dash "expected one argument"."""
+    import shlex
+    from nmt.checkpoint import CheckpointError, params_path
+    from nmt.commands import shell_word
+    assert shlex.split(f"nmt-train --model-dir {shell_word(path)} --resume") == \
+        ["nmt-train", "--model-dir", path if not path.startswith("-") else f"./{path}", "--resume"]
+    model = tmp_path / path
+    model.mkdir(parents=True)
+    with pytest.raises(CheckpointError) as e:
+        params_path(model, "avg")
+    assert f"`nmt-train --model-dir {shell_word(model)} --resume --average-last N`" in str(e.value)
