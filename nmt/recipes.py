@@ -5,8 +5,7 @@ file `nmt/recipes.json`. `load_data(cfg)` is the single entry point used by trai
 
 Where a file comes from, in order: the offline mirror (`--data-dir`, else $NMT_DATA_DIR: a directory laid
 out like shared/data), the download cache (`DataConfig.cache_dir`, else `data/cache/` of a checkout, else
-~/.cache/nmt), the network. Every file is checked against its registered sha256 wherever it comes from.
-"""
+~/.cache/nmt), the network. Every file is checked against its registered sha256 wherever it comes from."""
 from __future__ import annotations
 
 import json
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
 from nmt.cleaning import clean_training_pairs, warn_dev_in_tests
+from nmt.commands import shell_word
 from nmt.config import ConfigError, DataConfig
 from nmt.corpus import CorpusError, Pairs, concat, read_parallel, read_tsv
 from nmt.download import DOWNLOAD_TIMEOUT, download, download_archive, verify_file
@@ -119,14 +119,15 @@ def default_cache_dir() -> Path:
 def resolve_data_dir(data_dir: Optional[str]) -> Optional[Path]:
     """The offline mirror: the --data-dir flag, else $NMT_DATA_DIR, else None. A named but missing dir is an error."""
     for value, origin in ((data_dir, "--data-dir"), (os.environ.get("NMT_DATA_DIR"), "NMT_DATA_DIR")):
+        if value and not Path(value).expanduser().is_dir():
+            env = os.environ.get("NMT_DATA_DIR") if origin == "--data-dir" else None
+            given = (" (given, from a --config file, or the one a run's config.json records, which --data-dir given "
+                     "again replaces on --resume and in nmt-evaluate" + (f"; NMT_DATA_DIR={env} counts only without "
+                     f"it: --data-dir {shell_word(env)}" if env else "") + ")" if origin == "--data-dir" else "")
+            raise CorpusError(f"{origin} {value}: no such directory{given}; point it at a directory laid out like "
+                              "shared/data (without a mirror, a run's files come from the download cache)")
         if value:
-            path = Path(value).expanduser()
-            if not path.is_dir():
-                given = (" (given, from a --config file, or the one a run's config.json records, which --data-dir "
-                         "given again replaces on --resume and in nmt-evaluate)" if origin == "--data-dir" else "")
-                raise CorpusError(f"{origin} {value}: no such directory{given}; point it at a directory laid out like "
-                                  "shared/data (without a mirror, a run's files come from the download cache)")
-            return path
+            return Path(value).expanduser()
     return None
 
 

@@ -560,3 +560,7 @@ def test_a_missing_data_dir_says_where_it_may_have_come_from(monkeypatch):
                                           r"file, or the one a run's config.json records, which --data-dir given "
                                           r"again replaces on --resume and in nmt-evaluate\); point it at"):
         resolve_data_dir("/nonexistent")
+    monkeypatch.setenv("NMT_DATA_DIR", "/mirror b")   # (a user who moved the mirror and set the variable to it)
+    with pytest.raises(CorpusError, match=r"in nmt-evaluate; NMT_DATA_DIR=/mirror b counts only without it: "
+                                          r"--data-dir '/mirror b'\); point it at"):
+        resolve_data_dir("/nonexistent")
