@@ -80,7 +80,7 @@ def _check_sampling(args: argparse.Namespace) -> None:
 @command(build_translate_parser)
 def translate_main(args: argparse.Namespace) -> int:
     import contextlib
-    from nmt.languages import hangul_counts
+    from nmt.languages import hangul_counts, json_requests
     from nmt.plot import attention_saver
     from nmt.stream import STDIN, interactive, open_input, read_raw_lines, translate_stream
     usable_streams([args.input], [args.output])
@@ -104,11 +104,11 @@ def translate_main(args: argparse.Namespace) -> int:
         print(f"nmt-translate {tr.src_lang} -> {tr.tgt_lang}: type sentences, one per line; each translation goes to "
               f"{args.output} as you press Enter; Ctrl-D to end.", file=sys.stderr)
     name = STDIN if stdin else args.input
-    tally = [0, 0]   # the input's non-empty lines and those with Hangul: is it in the model's source language?
+    tally = [0, 0, 0]   # non-empty lines; with Hangul (the model's source language?); JSON requests (--json-input?)
 
     def on_chunk(first: int, lines: list, translations: list) -> None:
-        non_empty, hangul = hangul_counts(lines)
-        tally[0], tally[1] = tally[0] + non_empty, tally[1] + hangul
+        counts = (*hangul_counts(lines), 0 if args.json_input else json_requests(lines))
+        tally[:] = [t + c for t, c in zip(tally, counts)]
         if plot is not None:
             plot(first, lines, translations)
     # SIGTERM (and SIGHUP) are Ctrl-C (`run_cli`): the output closed whole (a .gz file too) with what is translated
@@ -134,9 +134,10 @@ def translate_main(args: argparse.Namespace) -> int:
 
 
 def _summary(tr, stats, name: str, tally: List[int]) -> None:
-    """nmt-translate's last lines: the input's language if it is not the model's source, the counts and speed."""
+    """nmt-translate's last lines: a warning of input the model does not expect (`tally`), the counts and speed."""
     from nmt.languages import other_language_warning
-    warning = other_language_warning(*tally, tr.src_lang, tr.tgt_lang)
+    warning = other_language_warning(*tally[:2], tr.src_lang, tr.tgt_lang) or 'every line is a JSON object with a ' \
+        '"text" field, translated as it is: --json-input reads such lines as requests' * (tally[2] == tally[0] > 0)
     if warning:
         logging.getLogger("nmt.translate").warning("%s: %s", name, warning)
     logging.getLogger("nmt.translate").info(

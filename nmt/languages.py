@@ -8,6 +8,7 @@ from typing import Sequence, Tuple
 from nmt.corpus import CorpusError, normalize
 
 _HANGUL = re.compile("[\uac00-\ud7a3\u1100-\u11ff\u3130-\u318f]")
+_JSON_REQUEST = re.compile(r'\s*\{.*"text"\s*:.*\}\s*')
 
 
 def has_hangul(text: str) -> bool:
@@ -38,6 +39,11 @@ def hangul_counts(lines: Sequence[str]) -> Tuple[int, int]:
     """(lines with something left after `normalize`, lines with Hangul) of `lines`: what `other_language_warning`
     reads."""
     return sum(1 for x in lines if normalize(x)), sum(map(has_hangul, lines))
+
+
+def json_requests(lines: Sequence[str]) -> int:
+    """Lines that are JSON objects with a "text" field: nmt-translate's --json-input requests, given without it?"""
+    return sum(1 for x in lines if _JSON_REQUEST.fullmatch(x))
 
 
 def other_language_warning(lines: int, hangul: int, src_lang: str, tgt_lang: str) -> str:

@@ -500,6 +500,23 @@ def test_input_in_the_target_language_is_translated_with_a_warning(tr, tmp_path,
         assert (message in err) == warned and ("have Hangul" in err) == warned, err
 
 
+def test_json_requests_without_json_input_are_translated_with_a_warning(tr, tmp_path, capsys):
+    """Lines of {"text": ..., "target_prefix": ...} given without --json-input were translated as text, braces and
+    all, their prefixes dropped without a word (the Hangul inside passed the language check)."""
+    path = tmp_path / "requests.jsonl"
+    lines = synth_file(tr.model_dir, "test.ko").read_text(encoding="utf-8").splitlines()[:3]
+    path.write_text("".join(json.dumps({"text": x, "target_prefix": "ri"}, ensure_ascii=False) + "\n" for x in lines)
+                    + "\n", encoding="utf-8")
+    said = f'{path}: every line is a JSON object with a "text" field, translated as it is: --json-input reads'
+    code, out, err = run(["--model-dir", tr.model_dir, "--input", path], capsys)
+    assert code == 0 and len(out.splitlines()) == 4 and said in err, err
+    code, out, err = run(["--model-dir", tr.model_dir, "--input", path, "--json-input"], capsys)
+    assert code == 0 and len(out.splitlines()) == 4 and "JSON object" not in err, err
+    path.write_text(path.read_text(encoding="utf-8") + lines[0] + "\n", encoding="utf-8")   # (one plain line: text)
+    code, out, err = run(["--model-dir", tr.model_dir, "--input", path], capsys)
+    assert code == 0 and "JSON object" not in err, err
+
+
 def test_cli_refuses_to_write_over_its_input(tr, tmp_path, capsys):
     """`--output` naming the `--input` file (or a link to it) would empty it before it is read."""
     path, link = tmp_path / "in.ko", tmp_path / "link.ko"
