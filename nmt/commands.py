@@ -179,6 +179,15 @@ def import_failure(e: BaseException) -> str:
     return missing_package(e)
 
 
+def threads_variable() -> None:
+    """ConfigError when OMP_NUM_THREADS is set to what is not a whole number: MXNet, which reads it as its module
+    is imported, ended the process with a C++ exception (exit 134, no line of ours)."""
+    value = os.environ.get("OMP_NUM_THREADS")
+    if value is not None and not re.fullmatch(r"\s*(-?\d+)?\s*", value):   # ("" and -1: as if unset)
+        raise ConfigError(f"OMP_NUM_THREADS={value!r}: MXNet reads it as a whole number of threads per operator; "
+                          "set it to one (e.g. OMP_NUM_THREADS=2, or cores / devices) or unset it")
+
+
 def run_cli(main: Callable[[], int]) -> int:
     """Run `main`, turning the project's bad-input errors into `error: ...` on stderr and exit code 2, and SIGTERM and
     SIGHUP into Ctrl-C's interruption with their own exit codes, from the start (imports, loading a model)."""
@@ -186,6 +195,7 @@ def run_cli(main: Callable[[], int]) -> int:
     standard_streams()
     try:
         with terminated_as_interrupt():
+            threads_variable()
             return main()
     except KeyboardInterrupt as e:   # first: user_errors() imports mxnet, maybe the very import Ctrl-C cut short
         print("interrupted", file=sys.stderr)
@@ -198,7 +208,9 @@ def run_cli(main: Callable[[], int]) -> int:
             raise
         print(f"error: {said}", file=sys.stderr)
         return 2
-    except user_errors() as e:
+    except Exception as e:   # (a ConfigError first: user_errors() imports MXNet, which a bad OMP_NUM_THREADS aborts)
+        if not (isinstance(e, ConfigError) or isinstance(e, user_errors())):
+            raise
         print(f"error: {e}", file=sys.stderr)
         return 2
 

@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from nmt.commands import Once, Terminated, import_failure, nonempty, number, standard_streams, with_version
+from nmt.commands import (Once, Terminated, import_failure, nonempty, number, standard_streams, threads_variable,
+                          with_version)
 from nmt.config import Config, ConfigError
 from nmt.serve.batcher import DEFAULT_MAX_WAIT_MS
 from nmt.signals import hangup_unless_ignored, leave_hung_up_terminal, terminated_as_interrupt
@@ -221,6 +222,7 @@ def _serve(args: argparse.Namespace) -> int:
     from nmt.checkpoint import CheckpointError
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
+        threads_variable()
         check_address(args.host, args.port)
         app = build_app(args)
         return run_server(uvicorn.Server(uvicorn_config(app, args.host, args.port, args.log_level, args.max_queue)))

@@ -830,3 +830,15 @@ def test_paths_in_advice_paste_back_into_a_shell(path, tmp_path):
     with pytest.raises(CheckpointError) as e:
         params_path(model, "avg")
     assert f"`nmt-train --model-dir {shell_word(model)} --resume --average-last N`" in str(e.value)
+
+
+@pytest.mark.parametrize("script", ["translate.py", "serve.py"])
+def test_a_thread_count_that_is_no_number_is_one_clear_error(script, tmp_path):
+    """OMP_NUM_THREADS=abc (or an OpenMP list, 4,2) ended every command inside MXNet's import with a C++ exception,
+    exit 134; "" and -1 run as before."""
+    env = dict(os.environ, OMP_NUM_THREADS="4,2", PYTHONPATH=str(REPO))
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / script), "--model-dir", str(tmp_path)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stderr) == (2, "error: OMP_NUM_THREADS='4,2': MXNet reads it as a whole number of "
+                                                 "threads per operator; set it to one (e.g. OMP_NUM_THREADS=2, or "
+                                                 "cores / devices) or unset it\n")
