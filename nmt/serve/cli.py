@@ -109,10 +109,24 @@ def _one_model_per_pair(model_dirs: Sequence[str], pairs: dict) -> None:
             other, pair = first[pairs[d]], "-".join(pairs[d])
             said = (f"--model-dir {d} is given twice" if Path(other).resolve() == Path(d).resolve() else
                     f"--model-dir {other} and --model-dir {d} both translate {pair}; a request names only its "
-                    f"languages, so the service takes one model per language pair (to decode the two together, "
-                    f"as an ensemble: --model-dir {other} --ensemble {d})")
+                    "languages, so the service takes one model per language pair" + (
+                        f" (to decode the two together, as an ensemble: --model-dir {other} --ensemble {d})"
+                        if _shared_vocabularies(other, d) else " (they cannot decode together, as an ensemble: "
+                        "their vocabularies differ)"))
             raise ConfigError(said)
         first[pairs[d]] = d
+
+
+def _shared_vocabularies(a: str, b: str) -> bool:
+    """Whether model directories `a` and `b` have the same vocabularies, as the members of an ensemble must."""
+    from nmt.config import Config
+    from nmt.tokenizer import TokenizerError, load_tokenizers
+    try:
+        toks = [load_tokenizers(d, c.data.src_lang, c.data.tgt_lang, c.model.shared_vocab)
+                for d, c in ((d, Config.load(Path(d) / "config.json")) for d in (a, b))]
+    except (ConfigError, TokenizerError):   # (loading them says what is wrong)
+        return False
+    return all(x.same_vocabulary(y) for x, y in zip(*toks))
 
 
 def _pair(model_dir: str, flag: str) -> tuple:

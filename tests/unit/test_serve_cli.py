@@ -87,17 +87,26 @@ def test_a_beam_limit_below_the_models_beam_is_refused(model_dir):
 
 def test_two_models_of_one_pair_are_named_before_any_loads(tmp_path):
     """Two --model-dir of one language pair (a fairseq user's way to give an ensemble) were refused only after both
-    had loaded, by a message naming neither; they are named now, with the --ensemble that decodes them together,
-    before loading (these directories hold nothing but config.json, so a load would fail otherwise)."""
+    had loaded, by a message naming neither; they are named now, before loading (these directories hold config.json
+    and the SentencePiece models only, so a load would fail otherwise), with the --ensemble that decodes them
+    together when their vocabularies allow it (it was advised for any two, and then refused)."""
     from nmt.config import Config, ConfigError
     from nmt.serve.cli import build_app
-    for name in ("a", "b"):
+    from nmt.tokenizer import train_tokenizer
+    words = {"ko": "나는 학교에 갑니다 오늘 날씨가 좋네요 우리 친구와".split(), "en": "I go to school today we".split()}
+    for name, n_words in (("a", 6), ("b", 6), ("c", 4)):   # (c: trained on other text)
         (tmp_path / name).mkdir()
         Config().save(tmp_path / name / "config.json")
-    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+        for lang in ("ko", "en"):
+            lines = [" ".join(words[lang][(i + k) % n_words] for k in range(i % 5 + 1)) for i in range(200)]
+            train_tokenizer(lines, tmp_path / name, lang, 300)
+    a, b, c = (str(tmp_path / n) for n in "abc")
     with pytest.raises(ConfigError, match=f"--model-dir {a} and --model-dir {b} both translate ko-en; .* "
                                           f"--model-dir {a} --ensemble {b}"):
         build_app(parse_args(["--model-dir", a, "--model-dir", b]))
+    with pytest.raises(ConfigError, match=r"one model per language pair \(they cannot decode together, as an "
+                                          r"ensemble: their vocabularies differ\)"):
+        build_app(parse_args(["--model-dir", a, "--model-dir", c]))
     with pytest.raises(ConfigError, match=f"--model-dir {a} is given twice"):
         build_app(parse_args(["--model-dir", a, "--model-dir", a + "/"]))
 
