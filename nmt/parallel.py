@@ -210,6 +210,16 @@ def load_share(share: Batch, ctx: mx.Context) -> Loaded:
     return tuple(to_device(a, ctx) for a in (share.src, share.src_len, share.tgt_in, share.tgt_out, share.tgt_len))
 
 
+def warn_empty_shares(sentences: int, devices: int, accum_steps: int, workers: int) -> None:
+    """Warn when a global batch of `sentences` (--batch-size; 0: --batch-tokens) has fewer sentences than shares:
+    correct, but the shares without one compute on padding (also said by --dry-run)."""
+    shares = devices * accum_steps * workers
+    if 0 < sentences < shares:
+        logger.warning("--batch-size %d is split into %d shares (%d devices x %d micro-batches x %d workers): %d "
+                       "of them get no sentence and compute on padding; raise --batch-size, or use fewer devices",
+                       sentences, shares, devices, accum_steps, workers, shares - sentences)
+
+
 class DataParallel:
     """Runs one update of `loss_block` over `ctxs`, accumulating `accum_steps` micro-batches per device."""
 
@@ -241,11 +251,7 @@ class DataParallel:
         self._graphs_built = False
         self.last_grad_norm = float("nan")   # of the latest update, as read for clipping (for logs)
         self.last_share = 1.0                # this worker's part of the latest batch's target tokens
-        if 0 < sentences < self.num_shares * num_workers:   # (`sentences`: --batch-size; correct, but wasted)
-            logger.warning("--batch-size %d is split into %d shares (%d devices x %d micro-batches x %d workers): %d "
-                           "of them get no sentence and compute on padding; raise --batch-size, or use fewer devices",
-                           sentences, self.num_shares * num_workers, len(self.ctxs), accum_steps, num_workers,
-                           self.num_shares * num_workers - sentences)
+        warn_empty_shares(sentences, len(self.ctxs), accum_steps, num_workers)
 
     @property
     def num_shares(self) -> int:

@@ -126,10 +126,11 @@ def dry_run(cfg: Config, resume: bool = False, overwrite: bool = False, init: Op
     import mxnet as mx
     from nmt.data import build_data
     from nmt.models import build_model
-    from nmt.parallel import check_amp_devices, default_kvstore, parse_devices
+    from nmt.parallel import check_amp_devices, default_kvstore, parse_devices, warn_empty_shares
     from nmt.workers import check_kvstore
     t = cfg.train
     ctxs = parse_devices(t.gpus, t.cpu_devices)
+    warn_empty_shares(0 if cfg.data.batch_tokens else cfg.data.batch_size, len(ctxs), t.accum_steps, 1)
     if t.amp:
         check_amp_devices(ctxs)
     check_kvstore(default_kvstore(ctxs, t.kvstore))

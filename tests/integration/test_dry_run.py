@@ -139,6 +139,14 @@ def test_a_dev_set_that_is_the_test_set_is_warned_of(tmp_path, task, capsys):
             "overstate the model") in capsys.readouterr().err
 
 
+def test_a_batch_smaller_than_its_shares_is_warned_of_by_the_dry_run(tmp_path, task, capsys):
+    """--batch-size 2 --cpu-devices 3: the dry run said the run was valid, and the run itself then warned that a
+    share computes on padding."""
+    assert train_main(args_for(task, tmp_path / "m", "--dry-run", "--batch-size", "2", "--cpu-devices", "3")) == 0
+    assert ("--batch-size 2 is split into 3 shares (3 devices x 1 micro-batches x 1 workers): 1 of them get no "
+            "sentence and compute on padding") in capsys.readouterr().err
+
+
 def test_a_resume_without_the_runs_config_json_is_refused_before_anything(tmp_path, task, capsys):
     """--resume in a directory whose config.json is gone: the dry run checked the default recipe instead of the
     run's data and called it valid; the run failed later on the missing file."""
