@@ -1,7 +1,6 @@
 """Command lines of translation and evaluation (`nmt-translate`, `nmt-evaluate`) over `nmt.translate` and
 `nmt.scoring`; scoring given translations (`nmt-score`) is `nmt.cli_score`, the flags and outputs they share are in
-`nmt.cli_io`. Training's command line and the flag table are in `nmt.cli`.
-"""
+`nmt.cli_io`. Training's command line and the flag table are in `nmt.cli`."""
 from __future__ import annotations
 
 import argparse
@@ -377,10 +376,11 @@ def _evaluate_set(args: argparse.Namespace, tr, name: str, pairs, more_refs: Lis
     if args.json == "-":
         return entry, []
     words = "word" if args.prefix_words == 1 else f"{args.prefix_words} words"
+    steps = [str(s or "-") for s in tr.member_steps]
     return entry, [f"{name}: {sc.n} sentences, checkpoint {tr.checkpoint} ({entry['params_file']}"
                    f"{', step %s' % entry['step'] if entry['step'] else ''}), beam {entry['beam_size']}, "
                    f"length penalty {entry['length_penalty']:g}, {entry['seconds']:.1f} s"
-                   + (f", ensemble of {len(tr.members)} models" if tr.member_dirs else "")
+                   + f", ensemble of {len(tr.members)} models (the others' steps: {', '.join(steps)})" * bool(steps)
                    + (f", {1 + len(more_refs)} references each" if more_refs else "")
                    + (f", each translation started with its reference's first {words}" if args.prefix_words else ""),
                    *report_lines(sc, entry)]

@@ -61,7 +61,8 @@ def score_test_set(translator: Translator, name: str, pairs: Pairs, *, max_sente
     sc = score(hyps, refs, translator.tgt_lang, [r[:n] for r in more_refs])
     d = translator.decode
     info = {"params_file": translator.params_file and translator.params_file.name, "step": translator.params_step,
-            "params_sha256": translator.params_sha256}
+            "params_sha256": translator.params_sha256, **({"member_steps": translator.member_steps}
+                                                           if translator.member_dirs else {})}
     if prefix_words:
         accuracy, counted = next_word_accuracy(hyps, refs, prefix_words)
         extra = {**(extra or {}), "prefix_words": prefix_words, "next_word_accuracy": accuracy,

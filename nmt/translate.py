@@ -64,6 +64,7 @@ class Translator:
         self.config: Optional[Config] = None
         self.members = [net]        # the models that decode together (more than one: an ensemble)
         self.member_dirs: List[Path] = []   # model directories of members[1:]
+        self.member_steps: List[Optional[int]] = []   # and the steps of their parameters, if known
         self.replicas: List[Tuple[mx.Context, list]] = []   # further devices, a copy of the members and thread each
         self._concurrent: Optional[bool] = None   # whether the devices may run at once (decided on first use)
         # Held while the models compute: calls from several threads take turns (two building a graph at once fail).
@@ -149,6 +150,7 @@ class Translator:
         tr.model_dir, tr.checkpoint, tr.config = model_dir.absolute(), str(which), cfg   # whatever chdir follows
         tr.params_file, tr.params_step = tr.model_dir / str(infos[0]["params_file"]), infos[0]["step"]
         tr.params_sha256 = members_sha256([i["sha256"] for i in infos])   # (an ensemble's: of every member's)
+        tr.member_steps = [i["step"] for i in infos[1:]]
         tr.members, tr.member_dirs, tr.replicas = loaded[0][1], [d.absolute() for d, _ in others], loaded[1:]
         return tr
 

@@ -450,9 +450,10 @@ def test_ensemble_scores_get_their_own_entry(model_copy, tmp_path, capsys):
     assert code == 0
     code, out, err = run(["--model-dir", model_copy, "--ensemble", twin, "--src-file", src, "--ref-file", ref,
                           "--name", "t"], capsys)
-    assert code == 0 and "ensemble of 2 models" in out, err
+    best = ckpt.TrainState.load(twin).best_step   # (each member's step is named: the key has the first's only)
+    assert code == 0 and f"ensemble of 2 models (the others' steps: {best})" in out, err
     scores = json.loads((model_copy / ckpt.SCORES).read_text())["t"]
-    assert set(scores) == {"best", "ensemble-best:twin"}
+    assert set(scores) == {"best", "ensemble-best:twin"} and scores["ensemble-best:twin"]["member_steps"] == [best]
     assert scores["ensemble-best:twin"]["ensemble"] == [str(model_copy.resolve()), str(twin.resolve())]
     assert scores["ensemble-best:twin"]["bleu"] == pytest.approx(scores["best"]["bleu"])   # twins: same output
     code, _, err = run(["--model-dir", model_copy, "--ensemble", twin, "--src-file", src, "--ref-file", ref,
