@@ -3,6 +3,7 @@ training or writing to the model directory; every problem is a clear error namin
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -202,9 +203,18 @@ def test_overwrite_deletes_only_a_model_directory_and_nothing_the_run_reads(tmp_
         assert f"--train-src {own} is inside --model-dir {d}, which --overwrite deletes" in err, err
     assert (parent / "run1" / ckpt.PARAMS_BEST).read_bytes() == b"weights" and own.exists()
     assert (d / ckpt.STATE).exists() and settings.exists()
+    # what no run writes (the user's settings, data, notes, an export made inside it) is named, not deleted
+    (d / "release").mkdir()
+    (d / "release" / "export.json").write_text("{}")
+    for extra in (["--dry-run"], []):
+        assert train_main(args_for(task, d, "--overwrite", "--valid-every", "0", *extra)) == 2
+        assert (f"--overwrite deletes --model-dir {d} whole, and it holds what no run writes: release, settings.json, "
+                "train.ko; move them out of the directory first") in capsys.readouterr().err
+    for name in ("release", "settings.json", "train.ko"):
+        shutil.move(d / name, tmp_path / name)
     # the run's own config.json goes with the run it holds
     assert train_main(args_for(task, d, "--overwrite", "--config", str(d / "config.json"), "--valid-every", "0")) == 0
-    assert not own.exists() and not settings.exists() and ckpt.TrainState.load(d).step == 2
+    assert ckpt.TrainState.load(d).step == 2 and (tmp_path / "release" / "export.json").exists()
 
 
 @pytest.mark.parametrize("extra, message", [
