@@ -15,8 +15,10 @@ half-written under that name.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import glob
+import hashlib
 import json
 import logging
 import os
@@ -31,6 +33,7 @@ from nmt.atomic import atomic_copy, atomic_write_text
 from nmt.commands import command, nonempty
 from nmt.config import Config, ConfigError
 from nmt.dirlock import alive
+from nmt.storage import mxnet_name
 
 EXPORT = ckpt.EXPORT   # what an export was made from; --overwrite replaces only a directory that has one
 
@@ -119,9 +122,10 @@ def _copy_params(model_dir: Path, which: str, info: dict, dest: Path) -> dict:
     checked against it, and the checkpoint read again."""
     from nmt.scoring import checkpoint_info
     for _ in range(10):
-        atomic_copy(model_dir / str(info["params_file"]), dest)
-        if info["sha256"] in (None, manifest.sha256_of(dest)):
-            return info
+        with contextlib.suppress(FileNotFoundError):   # (a step pruned meanwhile: latest is newer now)
+            atomic_copy(model_dir / str(info["params_file"]), dest)
+            if info["sha256"] in (None, manifest.sha256_of(dest)):
+                return info
         info = checkpoint_info(model_dir, which)
     raise ckpt.CheckpointError(f"--checkpoint {which} of {model_dir} was replaced 10 times while it was copied (a "
                                "run writes it): export again")
@@ -137,12 +141,17 @@ def _remove(path: Path) -> None:
 
 def _beside(output: Path, kind: str, pid) -> Path:
     """Where the export process `pid` makes its copy ("export") or puts the earlier export it replaces ("replaced")."""
-    return output.parent / f".{output.name}.{kind}-{pid}"
+    return output.parent / f".{_stem(output)}.{kind}-{pid}"
+
+
+def _stem(output: Path) -> str:   # (a name too long for `_beside`'s prefix and suffix: hashed)
+    name = os.fsencode(output.name)
+    return output.name if len(name) <= 200 else hashlib.sha1(name).hexdigest()
 
 
 def _left(output: Path, kind: str, mine: bool = False) -> list:
     """`_beside(output, kind, pid)` of the export processes no longer alive (`mine`: and of this one)."""
-    return sorted(p for p in output.parent.glob(f".{glob.escape(output.name)}.{kind}-*")
+    return sorted(p for p in output.parent.glob(f".{glob.escape(_stem(output))}.{kind}-*")
                   if not alive(p.name.rsplit("-", 1)[1]) or mine and p.name.endswith(f"-{os.getpid()}"))
 
 
@@ -173,6 +182,7 @@ def _check_output(model_dir: Path, output: Path, overwrite: bool) -> None:
     """ConfigError unless `output` is a new (or empty) directory, or with `overwrite` an earlier export or a link."""
     if output.resolve() == model_dir.resolve():
         raise ConfigError(f"--output {output} is the model directory: give another directory")
+    mxnet_name(output.absolute(), "--output")   # (a model directory nothing could load)
     if output.is_symlink():   # (a deployment's current -> v1): the link is replaced, never followed
         if not overwrite:
             raise ConfigError(f"--output {output} is a symbolic link (to {os.readlink(output)}): --overwrite replaces "

@@ -378,3 +378,35 @@ def test_two_exports_to_one_new_output_do_not_both_succeed(model_copy, tmp_path,
     assert code == 2 and f"--output {out}: another nmt-export wrote it as this one ran; nothing replaced" in err, err
     assert json.loads((out / EXPORT).read_text())["checkpoint"] == "latest"
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_a_step_pruned_during_the_export_is_read_again(model_copy, tmp_path, capsys, monkeypatch):
+    """nmt-export --checkpoint latest while the run trained with --keep-last 1: the step read was pruned before
+    its copy, and the export ended in a FileNotFoundError traceback (6 of 20 exports); it reads the checkpoint again."""
+    import nmt.export
+    real, calls = nmt.export.atomic_copy, []
+
+    def pruned_once(src, dst):
+        calls.append(Path(src).name)
+        if Path(src).name.startswith("params.") and calls.count(Path(src).name) == 1:
+            raise FileNotFoundError(2, "No such file or directory", str(src))
+        real(src, dst)
+    monkeypatch.setattr(nmt.export, "atomic_copy", pruned_once)
+    code, _, err = run(export_main, ["--model-dir", model_copy, "--output", tmp_path / "out", "--checkpoint",
+                                     "latest"], capsys)
+    latest = ckpt.params_file(ckpt.TrainState.load(model_copy).step)
+    assert code == 0 and calls.count(latest) == 2, err
+    assert (tmp_path / "out" / ckpt.PARAMS_BEST).read_bytes() == (model_copy / latest).read_bytes()
+
+
+def test_outputs_of_long_names_and_names_mxnet_cannot_open(model_copy, tmp_path, capsys):
+    """A legal name of 245 bytes was refused ("cannot write in its directory ... File name too long": the export's
+    working copy beside it has a longer name); a directory whose name is not UTF-8 was exported, exit 0, and then
+    loaded by nothing (MXNet opens files by UTF-8 names): refused now, naming its bytes."""
+    long_name = tmp_path / ("e" * 245)
+    code, _, err = run(export_main, ["--model-dir", model_copy, "--output", long_name], capsys)
+    assert code == 0 and (long_name / EXPORT).is_file() and sorted(p.name for p in tmp_path.iterdir()) == \
+        sorted(["model", long_name.name]), err
+    legacy = tmp_path / os.fsdecode("자료".encode("cp949")) / "exp"
+    code, _, err = run(export_main, ["--model-dir", model_copy, "--output", legacy], capsys)
+    assert code == 2 and "\\xc0\\xda\\xb7\\xe1/exp: MXNet opens files by UTF-8 names" in err and not legacy.exists()
