@@ -13,7 +13,6 @@ import fcntl
 import json
 import logging
 import os
-import re
 import shutil
 import socket
 import time
@@ -21,7 +20,8 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from nmt import manifest
-from nmt.checkpoint import CONFIG, EXPORT, LOCK, LOG, STATE, CheckpointError
+from nmt.checkpoint import CONFIG, EXPORT, LOCK, LOG, OWN_FILE, STATE, CheckpointError
+from nmt.log import TENSORBOARD_DIR
 from nmt.storage import guarded_write, mxnet_name
 
 
@@ -242,18 +242,13 @@ def _check_overwrite(model_dir: Path, held: List[str], inputs: Dict[str, Any]) -
                               f"no {LOG} or checkpoint but holds {_shown(held)}; give the directory of the run to "
                               "start over, or a new --model-dir")
     check_outside(model_dir, inputs)
-    foreign = [name for name in held if not _RUN_FILE.fullmatch(name)]
+    foreign = [name for name in held if not (OWN_FILE.fullmatch(name) or name in (TENSORBOARD_DIR, OVERWRITTEN)
+                                             or name.startswith(".") and name.endswith(".tmp"))]
     if foreign:   # (a user's notes, an export made inside it: --overwrite deleted them without a word)
         raise CheckpointError(f"--overwrite deletes --model-dir {model_dir} whole, and it holds what no run writes: "
                               f"{_shown(foreign)}; move {'it' if len(foreign) == 1 else 'them'} out of the directory "
                               "first, or give a new --model-dir")
 
-
-# what a run writes in its model directory (`nmt.checkpoint`'s layout, the encoded-data cache, TensorBoard's curves;
-# hidden files: temporary ones, and an interrupted --overwrite's)
-_RUN_FILE = re.compile(r"config\.json|state\.json|train\.(log|lock)|metrics\.jsonl|scores\.json(\.lock)?|tensorboard|"
-                       r"spm\.\w+\.(model|vocab)|params\.(\d+|best|avg)|trainer\.\d+\.states|manifest\.\w+\.json|"
-                       r"encoded\.[0-9a-f]+\..+|\..+")
 
 
 def check_outside(model_dir: Path, inputs: Dict[str, Any]) -> None:
