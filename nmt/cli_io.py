@@ -131,6 +131,10 @@ def refuse_overwriting(flag: str, output, inputs: dict, model_dirs=()) -> None:
                      (f"{flag} {output}", lambda: os.stat(output)))
     if not stdout:
         output_opener(flag, output)
+        if len(os.fsencode(Path(output).name)) > 255:   # (found before any work, not after decoding)
+            raise ConfigError(f"{flag} {output}: a file name of {len(os.fsencode(Path(output).name))} bytes, more than "
+                              "a file system takes (255)" + ("; --hyp-dir names its files after the set: give a "
+                                                            "shorter --name" if flag == "--hyp-dir" else ""))
     target = None if stdout else Path(output).resolve()
     for model_dir in model_dirs:   # (the files a run keeps there: checkpoint.OWN_FILE; also a hard link to one)
         own = [p for p in Path(model_dir).iterdir() if OWN_FILE.fullmatch(p.name)] if Path(model_dir).is_dir() else []

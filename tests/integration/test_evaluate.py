@@ -463,6 +463,17 @@ def test_ensemble_scores_get_their_own_entry(model_copy, tmp_path, capsys):
         "checkpoint"] == str(step), err
 
 
+def test_a_set_named_too_long_for_its_hyp_dir_files_is_refused_before_decoding(model_copy, tmp_path, capsys):
+    """--name of 250 bytes with --hyp-dir: the translations were written, then the reference file's name (.ref.en
+    more) ended the run in an OSError traceback, its scores already recorded under that name."""
+    src = Path(Config.load(model_copy / ckpt.CONFIG).data.test_src)
+    code, _, err = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", src.with_suffix(".en"), "--name",
+                        "a" * 250, "--hyp-dir", tmp_path / "hyp"], capsys)
+    assert code == 2 and "a file name of 257 bytes, more than a file system takes (255); --hyp-dir names its files " \
+        "after the set: give a shorter --name" in err and "Traceback" not in err, err
+    assert not (model_copy / ckpt.SCORES).exists() and not list((tmp_path / "hyp").glob("a*"))
+
+
 def test_ensembles_of_directories_of_one_name_are_recorded_apart(model_copy, tmp_path, capsys):
     """The key named each member by its directory's name alone: the ensembles with r2/m and with r3/m shared one
     entry, the second replacing the first without a word."""
