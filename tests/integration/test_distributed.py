@@ -313,7 +313,8 @@ def sigterm_to_a_launcher_of_two(tmp_path: Path, worker: str, *launcher_args: st
     """Launch two workers running the Python code `worker` (which touches ready.<pid> when it has started), send the
     launcher SIGTERM (or `sig`) once both have, and wait for it: (its exit code, its stderr)."""
     p = subprocess.Popen([PY, str(REPO / "scripts" / "launch.py"), "-n", "2", *launcher_args, "--", PY, "-c", worker],
-                         cwd=tmp_path, env=ENV, stderr=open(tmp_path / "err", "w"), start_new_session=True)
+                         cwd=tmp_path, env=ENV, stderr=open(tmp_path / "err", "w"), start_new_session=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))   # (not nohup's SIG_IGN)
     try:
         deadline = time.monotonic() + 30
         while len(list(tmp_path.glob("ready.*"))) < 2:   # the launcher has started both, so it handles SIGTERM

@@ -489,8 +489,9 @@ def test_a_closed_terminal_stops_training_with_a_checkpoint(tmp_path, task):
     model_dir = tmp_path / "hup"
     main, terminal = os.openpty()
 
-    def own_terminal():   # (after setsid: the command leads a session whose controlling terminal is the pty)
-        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+    def own_terminal():   # (after setsid: the command leads a session whose controlling terminal is the pty; and
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)   # takes SIGHUP as a terminal's command does, whatever ran the tests:
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)   # under nohup it would inherit SIGHUP ignored)
     proc = subprocess.Popen(endless_training(task, model_dir), stdin=terminal, stdout=terminal, stderr=terminal,
                             env=dict(os.environ, OMP_NUM_THREADS="1"), cwd=str(tmp_path), start_new_session=True,
                             preexec_fn=own_terminal)
