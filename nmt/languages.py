@@ -2,6 +2,7 @@
 Used to catch swapped or one-language parallel files, and an input given to the model of the other direction."""
 from __future__ import annotations
 
+import os
 import re
 from typing import Sequence, Tuple
 
@@ -25,14 +26,15 @@ def check_languages(src: Sequence[str], tgt: Sequence[str], src_lang: str, names
     ko, en = (0, 1) if src_lang == "ko" else (1, 0)
     if shares[ko] > shares[en]:
         return
-    same = names[0].split(" ", 1)[-1] == names[1].split(" ", 1)[-1]   # ("--flag path": the one file for both)
-    if same or min(shares) >= 0.5:   # both Korean: the English side is the one at fault
+    paths = [os.path.realpath(name.split(" ", 1)[-1]) for name in names]   # ("--flag path")
+    same = "the same file is given for both sides" if paths[0] == paths[1] else ""
+    if min(shares) >= 0.5:   # both Korean: the English side is the one at fault
         raise CorpusError(f"{names[en]} should be the English side ({direction}) but has Hangul on {shares[en]:.0%} "
-                          f"of its lines, as {names[ko]} has on {shares[ko]:.0%}: " +
-                          ("the same file is given for both sides" if same else "is it the Korean file again?"))
+                          f"of its lines, as {names[ko]} has on {shares[ko]:.0%}: "
+                          + (same or "is it the Korean file again?"))
     raise CorpusError(f"{names[ko]} should be the Korean side ({direction}) but has Hangul on {shares[ko]:.0%} of its "
                       f"lines, against {shares[en]:.0%} in {names[en]}: " +
-                      ("are both files English?" if max(shares) < 0.5 else "are the files swapped?"))
+                      (same or "are both files English?" if max(shares) < 0.5 else "are the files swapped?"))
 
 
 def hangul_counts(lines: Sequence[str]) -> Tuple[int, int]:

@@ -225,8 +225,9 @@ def test_bad_input_is_one_clear_error(model_dir, tmp_path, capsys):
         out, err = capsys.readouterr()
         assert code == 2 and out == "" and f"error: --output {tmp_path}: cannot write (Is a directory)" in err
     code, out, err = run(["--model-dir", model_dir, "--src-file", src, "--tgt-file", src], capsys)
-    assert code == 2 and out == "" and f"--src-file {src} should be the Korean side (the model translates ko -> en) " \
-                                       f"but has Hangul on 100% of its lines, against 100% in --tgt-file {src}" in err
+    assert code == 2 and out == "" and f"--tgt-file {src} should be the English side (the model translates ko -> en) " \
+                                       f"but has Hangul on 100% of its lines, as --src-file {src} has on 100%: the same " \
+                                       "file is given for both sides" in err
     for flag, path in (("--src-file", src), ("--tgt-file", two)):   # written after reading, but lost all the same
         before = path.read_bytes()
         code, out, err = run(base + ["--tgt-file", two, "--output", path], capsys)

@@ -360,6 +360,7 @@ def test_swapped_or_one_language_files_are_refused(write_file, direction):
             ("train", (right[tgt_lang], right[src_lang]), ko_side, "are the files swapped?"),
             ("dev", (dev[tgt_lang], dev[src_lang]), ko_side, "are the files swapped?"),
             ("train", (ko, ko), en_side, "the same file is given for both sides"),
+            ("train", (en, en), ko_side, "the same file is given for both sides"),   # (the English file: Korean named)
             ("train", (ko, str(other_ko)), en_side, "is it the Korean file again?"),
             ("train", tuple(map(str, other_en)), ko_side, "are both files English?")):
         cfg = dataclasses.replace(good, **{f"{kind}_src": files[0], f"{kind}_tgt": files[1]})
