@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import numbers
+import os
 import re
 import sys
 from pathlib import Path
@@ -98,3 +99,13 @@ def dumps(obj: Any, **kwargs) -> str:
     that are not UTF-8 (or not of the locale), as Python names them; the text is then UTF-8, and reads back as the
     same name."""
     return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(obj, ensure_ascii=False, **kwargs))
+
+
+def shown(obj: Any) -> Any:
+    """`obj` (dicts, lists, strings) with each lone surrogate of a file name shown as the byte it stands for, \\xNN:
+    for JSON that a library writes as UTF-8 (a service's answers), where it would fail."""
+    if isinstance(obj, str):
+        return os.fsencode(obj).decode("utf-8", "backslashreplace") if _LONE_SURROGATE.search(obj) else obj
+    if isinstance(obj, dict):
+        return {shown(k): shown(v) for k, v in obj.items()}
+    return [shown(v) for v in obj] if isinstance(obj, (list, tuple)) else obj

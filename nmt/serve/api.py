@@ -22,6 +22,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
+from nmt import jsonio
 from nmt.languages import hangul_counts, other_language_warning
 from nmt.serve.batcher import DEFAULT_MAX_WAIT_MS, Batcher, Closed, QueueFull, TimedOut
 from nmt.serve.openapi import fit_examples, openapi_30
@@ -54,13 +55,13 @@ class Model:
         key = checkpoint_key(getattr(tr, "checkpoint", None), getattr(tr, "params_file", None))
         archs = dict.fromkeys(getattr(getattr(m, "cfg", None), "arch", tr.config.model.arch)   # (m.cfg: ModelConfig)
                               for m in getattr(tr, "members", [None]))
-        return {"src_lang": tr.src_lang, "tgt_lang": tr.tgt_lang, "arch": "+".join(archs),   # an ensemble's, all
+        return jsonio.shown({"src_lang": tr.src_lang, "tgt_lang": tr.tgt_lang, "arch": "+".join(archs),   # (all)
                 "model_dir": str(getattr(tr, "model_dir", "")), "checkpoint": getattr(tr, "checkpoint", None),
                 "step": getattr(tr, "params_step", None), "ensemble": [str(d) for d in members],
                 "beam_size": dec.beam_size, "length_penalty": dec.length_penalty_alpha, "max_len_a": dec.max_len_a,
                 "max_len_b": dec.max_len_b, "max_input_tokens": dec.max_input_tokens,
                 "best_test_score": model_test_score(getattr(tr, "model_dir", None), key, members, model_test_sets(
-                    tr.config), getattr(tr, "params_step", None), getattr(tr, "params_sha256", None))}
+                    tr.config), getattr(tr, "params_step", None), getattr(tr, "params_sha256", None))})
 
 
 class Service:

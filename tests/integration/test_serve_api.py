@@ -7,6 +7,7 @@ import copy
 import dataclasses
 import json
 import logging
+import os
 import resource
 from concurrent.futures import ThreadPoolExecutor
 
@@ -314,3 +315,17 @@ def test_an_ensemble_member_of_no_served_pair_is_refused(serve_model, tmp_path):
     (en_ko / "config.json").write_text(json_.dumps(config))
     with pytest.raises(ConfigError, match=f"--ensemble {en_ko} translates en-ko, which no --model-dir does"):
         build_app(parse_args(["--model-dir", str(serve_model), "--ensemble", str(en_ko)]))
+
+
+def test_info_of_a_model_under_a_name_that_is_not_utf8(serve_model, tmp_path, monkeypatch):
+    """A model loaded by a relative --model-dir from a directory named in CP949 bytes: /info answered 500
+    (UnicodeEncodeError: its absolute path cannot be UTF-8 JSON), /translate 200. The bytes are shown as \\xNN."""
+    import shutil
+    from nmt.translate import Translator
+    legacy = tmp_path / os.fsdecode("자료".encode("cp949"))
+    shutil.copytree(serve_model, legacy / "m")
+    monkeypatch.chdir(legacy)
+    with background_server(make_app(Translator.from_dir("m"))) as url:
+        r = httpx.get(f"{url}/info", timeout=30)
+    assert r.status_code == 200, r.text
+    assert r.json()["models"][0]["model_dir"].endswith("\\xc0\u06b7\\xe1/m"), r.text
