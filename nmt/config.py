@@ -122,8 +122,8 @@ class DataConfig:
                   for flag, value, allowed in (("--src", self.src_lang, LANGS), ("--tgt", self.tgt_lang, LANGS),
                                                ("--bucketing", self.bucketing, BUCKETINGS),
                                                ("--spm-model-type", self.spm_model_type, SPM_MODEL_TYPES))],
-                (self.src_lang != self.tgt_lang, f"--src and --tgt are both {self.src_lang!r} (they default to ko "
-                                                 "and en): give --src ko --tgt en, or --src en --tgt ko"),
+                (self.src_lang != self.tgt_lang, f"--src and --tgt are both {self.src_lang!r} (a side not given is its "
+                 "default, ko or en, a --config file's or the run's): give --src ko --tgt en, or --src en --tgt ko"),
                 (self.subword_sampling == 0.0 or 0.0 < self.subword_sampling < 1.0,
                  "--subword-sampling must be between 0 and 1, exclusive (0 = off; " + (
                      "smoothing alpha, 0.1-0.5 is usual" if self.spm_model_type == "unigram"

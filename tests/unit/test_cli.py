@@ -143,8 +143,8 @@ def test_help_is_grouped_with_defaults():
 @pytest.mark.parametrize("argv, message", [
     (["--batch-size", "0"], "--batch-size must be >= 1"),
     (["--src", "ko", "--tgt", "ko"], "--src and --tgt are both"),
-    (["--src", "en"], "--src and --tgt are both 'en' (they default to ko and en): give --src ko --tgt en, or --src "
-                      "en --tgt ko"),   # (--tgt was not given: its default said so)
+    (["--src", "en"], "--src and --tgt are both 'en' (a side not given is its default, ko or en, a --config file's or "
+                      "the run's): give --src ko --tgt en, or --src en --tgt ko"),   # (--tgt not given: said so)
     (["--accum-steps", "0"], "--accum-steps must be >= 1"),
     (["--gpus", "2"], "no GPU found. This MXNet is the CPU build: replace it with the CUDA build (pip uninstall -y "
                       "mxnet && pip install -r requirements/gpu.txt"),   # installing beside it breaks both
@@ -751,6 +751,19 @@ def test_a_config_file_with_a_recipe_and_files_is_refused(tmp_path):
     cfg, _, _ = training_run(build_train_parser().parse_args(["--config", str(path), "--train-src", "t.ko",
                                                               "--train-tgt", "t.en", "--model-dir", str(tmp_path / "m")]))
     assert cfg.data.recipe is None and cfg.data.train_src.endswith("t.ko")
+
+
+def test_a_config_file_of_one_language_takes_the_other_from_a_flag(tmp_path):
+    """{"data": {"src_lang": "en"}} with --tgt ko was refused: the file was checked alone, its tgt_lang the default
+    en ("--src and --tgt are both 'en' ... give --src en --tgt ko", which the user had). The pair is checked merged."""
+    from nmt.cli import training_run
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"data": {"src_lang": "en"}}))
+    cfg, _, _ = training_run(build_train_parser().parse_args(["--config", str(path), "--tgt", "ko", "--model-dir",
+                                                              str(tmp_path / "m")]))
+    assert (cfg.data.src_lang, cfg.data.tgt_lang) == ("en", "ko")
+    with pytest.raises(ConfigError, match="--src and --tgt are both 'en'"):   # (alone, the default en is its pair)
+        training_run(build_train_parser().parse_args(["--config", str(path), "--model-dir", str(tmp_path / "m")]))
 
 
 def test_a_repeated_file_or_checkpoint_flag_is_refused(capsys):
