@@ -49,7 +49,8 @@ def read_raw_lines(stream: BinaryIO, max_bytes: int, idle: Optional[float] = Non
     compression, for the command that converts UTF-16 or UTF-32 input."""
     fd = _fileno(stream) if idle is not None else None
     buf, start, skipping, paused, first = b"", 0, False, False, True
-    if fd is not None and hasattr(stream, "peek"):   # what the buffer holds already (open_bytes peeked at it)
+    if fd is not None and hasattr(stream, "peek") and not os.isatty(fd):   # what the buffer holds already (peeked
+        # at by open_bytes; not on a terminal, where a peek at its end would take a Ctrl-D)
         buf = stream.read(len(stream.peek(1)))
     while True:
         if first and buf:   # UTF-16 would pass as lines of odd characters with NULs removed (and one line more)

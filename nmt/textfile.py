@@ -72,8 +72,9 @@ def compression(head: bytes) -> Tuple[Optional[str], Optional[Callable]]:
 
 def decompressing(f: BinaryIO) -> Tuple[BinaryIO, Optional[str]]:
     """A stream read once (standard input, a pipe) through its decompressor when its first bytes, peeked at, are
-    gzip, bzip2 or xz, and that format's name (None: `f` as it is)."""
-    name, opener = compression(f.peek(10)[:10] if hasattr(f, "peek") else b"")
+    gzip, bzip2 or xz, and that format's name (None: `f` as it is). A terminal is not peeked at: typed lines are not
+    compressed, and each peek at its end would take one of the Ctrl-D that end it."""
+    name, opener = compression(f.peek(10)[:10] if hasattr(f, "peek") and not f.isatty() else b"")
     return (opener(f), name) if opener else (f, None)
 
 

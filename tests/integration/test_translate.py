@@ -735,6 +735,30 @@ def test_interactive_prompt_with_output_on_the_terminal(tr, encoding):
             p.kill()
 
 
+def test_one_ctrl_d_at_once_ends_typed_input_with_an_output_file(tr, tmp_path):
+    """At a terminal with --output, a Ctrl-D before any line took three (each peek at the input took one: one to
+    see whether the input is compressed, one for the first line); one ends it, as the banner says."""
+    master, slave = pty.openpty()
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    p = subprocess.Popen([sys.executable, str(REPO / "scripts" / "translate.py"), "--model-dir", str(tr.model_dir),
+                          "--output", str(tmp_path / "out.en")], stdin=slave, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, env=env)
+    os.close(slave)
+    try:
+        said = b""
+        while b"Ctrl-D to end" not in said:   # (the banner: the model is loaded, the input read next)
+            said += p.stderr.read1(4096) or b""
+            assert p.poll() is None, said
+        time.sleep(1)
+        os.write(master, b"\x04")
+        assert p.wait(timeout=30) == 0
+        assert (tmp_path / "out.en").read_text(encoding="utf-8") == ""
+    finally:
+        os.close(master)
+        if p.poll() is None:
+            p.kill()
+
+
 def test_typed_lines_with_an_output_file_say_where_they_go(tr, tmp_path):
     """Typed at a terminal with --output: nothing showed on the terminal, so the command looked hung; it now says
     where each translation goes, and writes it there as each line is typed."""
