@@ -182,7 +182,7 @@ def build_evaluate_parser() -> argparse.ArgumentParser:
     g.add_argument("--word-strokes", action="store_true",
                    help="also simulate a translator who accepts each translation up to its first wrong word, types "
                         "the reference's word there and lets the model go on, until the translation is the "
-                        "reference: the share of reference words typed (word stroke ratio, Barrachina et al. 2009; "
+                        "reference: its strokes per 100 reference words (word stroke ratio, Barrachina et al. 2009; "
                         "one more translation per typed word)")
     o = p.add_argument_group("output")
     o.add_argument("--json", action=Once, nargs="?", const="-", metavar="FILE", type=nonempty(file_arg),
