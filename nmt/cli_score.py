@@ -14,8 +14,8 @@ from nmt.commands import Once, command, file_arg, nonempty, one_stdin, usable_st
 
 # Flags of nmt-score: how a translation is scored and batched (the search's flags do not apply).
 SCORE_FLAGS = [f if f.flag != "--max-input-tokens" else dataclasses.replace(
-    f, help="longer source sentences are truncated with a warning; a translation longer than the search may write "
-            "for such a source (the model's max_len_a x (this + 1) + max_len_b) is an error naming its line")
+    f, help="longer source sentences are truncated with a warning; a translation longer than 3 x (this + the "
+            "search's most for such a source) is an error naming its line")
     for f in DECODE_FLAGS if f.flag in ("--length-penalty", "--decode-batch-size", "--max-input-tokens")]
 
 

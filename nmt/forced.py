@@ -72,16 +72,16 @@ def score_ids(translator: Translator, src_ids: Sequence[List[int]], tgt_ids: Seq
 def target_ids(translator: Translator, targets: Sequence[str], first_line: int = 1,
                name: str = "target", limit: Optional[int] = None) -> List[List[int]]:
     """Normalized, tokenized translations; a CorpusError naming `name`:line for one longer than `limit` pieces
-    (default: the longest translation the model's search writes, of a source of --max-input-tokens pieces: every
-    output of nmt-translate is scored)."""
+    (default: 3 x what nmt-translate may write, a prefix and the search's pieces: every output of it is scored)."""
     if isinstance(targets, str) or not isinstance(targets, Iterable):   # a string: one sentence per character
         raise TypeError(f"the translations must be a list of strings, got {type(targets).__name__}: give [text]")
     limit_name = "the limit"
-    if not limit:   # (at least --max-input-tokens: references are scored too)
+    if not limit:   # what nmt-translate may write: a target prefix of up to --max-input-tokens pieces, then the
+        # search's pieces for the longest source; 3 times that, as a byte piece written as U+FFFD reads back as 3
         d = checked_decode(translator.decode)
-        limit = max(d.max_input_tokens, int(length_limits([d.max_input_tokens + 1], d.max_len_a, d.max_len_b)[0]))
-        limit_name = (f"as many as the search may write for a source of --max-input-tokens {d.max_input_tokens} "
-                      f"pieces (the model's max_len_a {d.max_len_a:g}, max_len_b {d.max_len_b})")
+        limit = 3 * (d.max_input_tokens + int(length_limits([d.max_input_tokens + 1], d.max_len_a, d.max_len_b)[0]))
+        limit_name = (f"3 x (--max-input-tokens {d.max_input_tokens} + the search's most for such a source, the "
+                      f"model's max_len_a {d.max_len_a:g} x {d.max_input_tokens + 1} + max_len_b {d.max_len_b})")
     targets = list(targets)   # read twice below; an iterator would be empty the second time
     for i, t in enumerate(targets):
         if not isinstance(t, str):

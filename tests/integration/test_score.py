@@ -176,21 +176,22 @@ def test_the_script_runs_from_a_checkout(model_dir, tmp_path):
 
 
 def test_every_translation_the_search_may_write_is_scored(model_dir):
-    """A translation is refused as longer than the search may write for a source of --max-input-tokens pieces
-    (1.5 x 251 + 10 = 387 by default): the limit was --max-input-tokens itself, and one long translation of
-    nmt-translate, cut off at 387 pieces, failed a whole `nmt-translate | nmt-score`."""
+    """A translation is refused as longer than nmt-translate may write, 3 x (a target prefix of --max-input-tokens
+    pieces + the search's most, 1.5 x 251 + 10 = 387 by default): the limit was --max-input-tokens itself, and one
+    long translation of nmt-translate, cut off at 387 pieces, failed a whole `nmt-translate | nmt-score`; then 387,
+    which a prefix, or byte pieces written as U+FFFD (3 pieces read back), still passed."""
     from nmt.corpus import CorpusError
     from nmt.forced import target_ids
     tr = Translator.from_dir(model_dir)
-    lengths = {k: len(target_ids(tr, ["ri " * k], limit=10 ** 6)[0]) for k in range(300, 420)}
-    longest = max(k for k, n in lengths.items() if n <= 387)
-    assert lengths[longest] == 387, lengths
-    assert len(target_ids(tr, ["ri " * longest])[0]) == 387
+    lengths = {k: len(target_ids(tr, ["ri " * k], limit=10 ** 6)[0]) for k in range(1850, 1950)}
+    longest = max(k for k, n in lengths.items() if n <= 1911)
+    assert lengths[longest] == 1911, lengths
+    assert len(target_ids(tr, ["ri " * longest])[0]) == 1911
     with pytest.raises(CorpusError, match=f"target:1: the translation has {lengths[longest + 1]} subword tokens, "
-                                          "more than 387"):
+                                          "more than 1911"):
         target_ids(tr, ["ri " * (longest + 1)])
-    tr.decode.max_len_a, tr.decode.max_len_b = 0.0, 5   # (references are scored too: --max-input-tokens at least)
-    assert len(target_ids(tr, ["ri " * 250])[0]) == 250
+    tr.decode.max_len_a, tr.decode.max_len_b = 0.0, 5   # (3 x (250 + 5): references are scored too)
+    assert len(target_ids(tr, ["ri " * 700])[0]) == 700
 
 
 def test_bad_input_is_one_clear_error(model_dir, tmp_path, capsys):
@@ -198,7 +199,7 @@ def test_bad_input_is_one_clear_error(model_dir, tmp_path, capsys):
     src.write_text("리 니\n리\n니 리\n", encoding="utf-8")
     two.write_text("ni ri\nri\n", encoding="utf-8")
     bad.write_bytes(b"ni ri\nri \xff\nri ni\n")
-    long_.write_text("ni ri\n" + "ri " * 400 + "\nri ni\n", encoding="utf-8")
+    long_.write_text("ni ri\n" + "ri " * 2000 + "\nri ni\n", encoding="utf-8")
     base = ["--model-dir", model_dir, "--src-file", src]
     code, out, err = run(base + ["--tgt-file", two], capsys)
     assert code == 2 and out == ""
@@ -207,7 +208,8 @@ def test_bad_input_is_one_clear_error(model_dir, tmp_path, capsys):
     assert code == 2 and out == "" and f"{bad}:2" in err and "UTF-8" in err
     code, out, err = run(base + ["--tgt-file", long_], capsys)
     assert code == 2 and out == "" and f"{long_}:2: the translation has" in err
-    assert "more than 387, as many as the search may write for a source of --max-input-tokens 250 pieces" in err
+    assert "more than 1911, 3 x (--max-input-tokens 250 + the search's most for such a source, the model's " \
+        "max_len_a 1.5 x 251 + max_len_b 10)" in err
     code, out, err = run(base + ["--tgt-file", long_, "--max-input-tokens", "300"], capsys)
     assert code == 0 and len(out.splitlines()) == 3, err
     code, _, err = run(base + ["--tgt-file", tmp_path / "missing.en"], capsys)

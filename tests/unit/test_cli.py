@@ -824,8 +824,8 @@ def test_nmt_score_help_says_what_a_long_translation_gets():
     from nmt.cli_decode import build_translate_parser
     from nmt.cli_score import build_score_parser
     score = " ".join(build_score_parser().format_help().split())
-    assert "longer source sentences are truncated with a warning; a translation longer than the search may write " \
-        "for such a source (the model's max_len_a x (this + 1) + max_len_b) is an error naming its line" in score
+    assert "longer source sentences are truncated with a warning; a translation longer than 3 x (this + the " \
+        "search's most for such a source) is an error naming its line" in score
     assert "longer inputs are truncated with a warning" in " ".join(build_translate_parser().format_help().split())
 
 
