@@ -355,8 +355,8 @@ class Config:
                                   f"known: {', '.join(sorted(known))}")
             missing = sorted(known - set(sub))
             if complete and missing:
-                raise ConfigError(f"{source} lacks {len(missing)} key(s), '{f.name}.{missing[0]}' first: an earlier "
-                                  "version of nmt wrote it, or it was edited; retrain the model with this version")
+                raise ConfigError(f"{source} lacks '{f.name}.{missing[0]}' ({len(missing)} of {f.name} missing): an "
+                                  "older nmt wrote it, or it was edited (own settings go in --config FILE); retrain it")
             if f.name == "train" and type(sub.get("gpus")) is int:   # "gpus": 2 means what --gpus 2 does
                 sub = {**sub, "gpus": str(sub["gpus"])}
             jsonio.check_field_types(klass, f.name, sub, source, ConfigError)

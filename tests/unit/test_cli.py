@@ -255,12 +255,12 @@ def test_a_config_written_by_an_earlier_version_is_refused(tmp_path):
     del saved["model"]["word_dropout"]
     path = tmp_path / "config.json"
     path.write_text(json.dumps(saved))
-    with pytest.raises(ConfigError, match=r"lacks 1 key\(s\), 'model.word_dropout' first: an earlier version of "
-                                          "nmt wrote it, or it was edited; retrain"):
+    with pytest.raises(ConfigError, match=r"lacks 'model.word_dropout' \(1 of model missing\): an older nmt wrote it, "
+                                          r"or it was edited \(own settings go in --config FILE\); retrain it"):
         Config.load(path)
     del saved["model"]["attention"], saved["model"]["dropout"]   # (a hand-written one: several keys)
     path.write_text(json.dumps(saved))
-    with pytest.raises(ConfigError, match=r"lacks 3 key\(s\), 'model.attention' first: an earlier version"):
+    with pytest.raises(ConfigError, match=r"lacks 'model.attention' \(3 of model missing\): an older nmt"):
         Config.load(path)
     assert Config.load(path, complete=False).model.word_dropout == Config().model.word_dropout
 
