@@ -397,4 +397,3 @@ def _ref_files(hyp_file: Path, count: int) -> List[Path]:
     <test name>.ref2.<tgt> ..."""
     return [hyp_file.with_name(f"{hyp_file.stem}.ref{k if k > 1 else ''}{hyp_file.suffix}")
             for k in range(1, count + 1)]
-

@@ -250,7 +250,6 @@ def _check_overwrite(model_dir: Path, held: List[str], inputs: Dict[str, Any]) -
                               "first, or give a new --model-dir")
 
 
-
 def check_outside(model_dir: Path, inputs: Dict[str, Any]) -> None:
     """CheckpointError if any of a run's `inputs` (paths by flag) is inside `model_dir`, which --overwrite deletes."""
     roots = {model_dir.resolve(), Path(os.path.abspath(model_dir))}

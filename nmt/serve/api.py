@@ -55,13 +55,14 @@ class Model:
         key = checkpoint_key(getattr(tr, "checkpoint", None), getattr(tr, "params_file", None))
         archs = dict.fromkeys(getattr(getattr(m, "cfg", None), "arch", tr.config.model.arch)   # (m.cfg: ModelConfig)
                               for m in getattr(tr, "members", [None]))
-        return jsonio.shown({"src_lang": tr.src_lang, "tgt_lang": tr.tgt_lang, "arch": "+".join(archs),   # (all)
+        info = {"src_lang": tr.src_lang, "tgt_lang": tr.tgt_lang, "arch": "+".join(archs),   # an ensemble's, all
                 "model_dir": str(getattr(tr, "model_dir", "")), "checkpoint": getattr(tr, "checkpoint", None),
                 "step": getattr(tr, "params_step", None), "ensemble": [str(d) for d in members],
                 "beam_size": dec.beam_size, "length_penalty": dec.length_penalty_alpha, "max_len_a": dec.max_len_a,
                 "max_len_b": dec.max_len_b, "max_input_tokens": dec.max_input_tokens,
                 "best_test_score": model_test_score(getattr(tr, "model_dir", None), key, members, model_test_sets(
-                    tr.config), getattr(tr, "params_step", None), getattr(tr, "params_sha256", None))})
+                    tr.config), getattr(tr, "params_step", None), getattr(tr, "params_sha256", None))}
+        return jsonio.shown(info)   # (a path whose bytes are not UTF-8: \xNN, not a failed answer)
 
 
 class Service:
