@@ -199,8 +199,11 @@ def test_prepare_model_dir(tmp_path):
         dirlock.prepare_model_dir(d, resume=False, overwrite=True, inputs={"--train-src": d / "data" / "train.ko"})
     (d / "data").unlink()
     assert (d / "x").exists()
+    with pytest.raises(ckpt.CheckpointError, match="it holds what no run writes: x; move it out"):   # (not a run's)
+        dirlock.prepare_model_dir(d, resume=False, overwrite=True, inputs={"--train-src": tmp_path / "train.ko"})
+    (d / "x").rename(d / ckpt.params_file(3))
     dirlock.prepare_model_dir(d, resume=False, overwrite=True, inputs={"--train-src": tmp_path / "train.ko"})
-    assert (d / "x").exists() and (d / ckpt.LOG).exists()   # checked only: nmt.dirlock.set_aside moves them
+    assert (d / ckpt.params_file(3)).exists() and (d / ckpt.LOG).exists()   # checked only: set_aside moves them
     f = tmp_path / "file"
     f.write_text("")
     with pytest.raises(ckpt.CheckpointError, match="not a directory"):
