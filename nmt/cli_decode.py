@@ -371,7 +371,8 @@ def _evaluate_set(args: argparse.Namespace, tr, name: str, pairs, more_refs: Lis
         atomic_write_text(hyp_file, "".join(h + "\n" for h in hyps))
         for path, refs in zip(_ref_files(hyp_file, 1 + len(more_refs)), [pairs.tgt, *more_refs]):
             atomic_write_text(path, "".join(r + "\n" for r in refs[:len(hyps)]))
-        for path in _ref_files(hyp_file, 99)[1 + len(more_refs):]:   # an earlier set's of this name, not this one's
+        given = {os.path.realpath(r) for r in args.ref_file or ()}   # an earlier set's of this name, not a --ref-file:
+        for path in (p for p in _ref_files(hyp_file, 99)[1 + len(more_refs):] if os.path.realpath(p) not in given):
             path.unlink(missing_ok=True)
     if args.json == "-":
         return entry, []

@@ -644,6 +644,10 @@ def test_several_reference_files_are_several_references_per_sentence(model_copy,
     assert re.search(rf"\n  BLEU +{bleu.score:.2f}  nrefs:2\|", out) and "2 references each" in out
     assert (tmp_path / "hyps" / "two.ref.en").read_text(encoding="utf-8").splitlines() == refs
     assert (tmp_path / "hyps" / "two.ref2.en").read_text(encoding="utf-8").splitlines() == other
+    given = tmp_path / "hyps" / "two.ref2.en"   # a file of the earlier run given as the reference: kept
+    code, _, err = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", given, "--name", "two",
+                        "--hyp-dir", tmp_path / "hyps", "--no-save"], capsys)
+    assert code == 0 and given.read_text(encoding="utf-8").splitlines() == other, err
     code, out, err = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", ref, "--name", "two",
                           "--hyp-dir", tmp_path / "hyps", "--no-save", "--length-penalty", "1.5"], capsys)
     assert code == 0 and sorted(p.name for p in (tmp_path / "hyps").iterdir()) == ["two.en", "two.ref.en"], err
