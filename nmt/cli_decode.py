@@ -135,8 +135,8 @@ def translate_main(args: argparse.Namespace) -> int:
 def _summary(tr, stats, name: str, tally: List[int]) -> None:
     """nmt-translate's last lines: a warning of input the model does not expect (`tally`), the counts and speed."""
     from nmt.languages import other_language_warning
-    warning = other_language_warning(*tally[:2], tr.src_lang, tr.tgt_lang) or 'every line is a JSON object with a ' \
-        '"text" field, translated as it is: --json-input reads such lines as requests' * (tally[2] == tally[0] > 0)
+    warning = 'every line is a JSON object with a "text" field, translated as it is: --json-input reads such lines ' \
+        'as requests' * (tally[2] == tally[0] > 0) or other_language_warning(*tally[:2], tr.src_lang, tr.tgt_lang)
     if warning:
         logging.getLogger("nmt.translate").warning("%s: %s", name, warning)
     logging.getLogger("nmt.translate").info(
@@ -396,5 +396,4 @@ def _file_name(path: str) -> str:
 def _ref_files(hyp_file: Path, count: int) -> List[Path]:
     """Where --hyp-dir puts the `count` references of the translations in `hyp_file`: <test name>.ref.<tgt>, then
     <test name>.ref2.<tgt> ..."""
-    return [hyp_file.with_name(f"{hyp_file.stem}.ref{k if k > 1 else ''}{hyp_file.suffix}")
-            for k in range(1, count + 1)]
+    return [hyp_file.with_name(f"{hyp_file.stem}.ref{k if k > 1 else ''}{hyp_file.suffix}") for k in range(1, count+1)]
