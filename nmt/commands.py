@@ -183,7 +183,7 @@ def threads_variable() -> None:
     """ConfigError when OMP_NUM_THREADS is set to what is not a whole number: MXNet, which reads it as its module
     is imported, ended the process with a C++ exception (exit 134, no line of ours)."""
     value = os.environ.get("OMP_NUM_THREADS")
-    if value is not None and not re.fullmatch(r"\s*(-?\d+)?\s*", value):   # ("" and -1: as if unset)
+    if value is not None and not re.fullmatch(r"\s*([+-]?[0-9]{1,9})?\s*", value):   # ("", -1: as if unset; an int)
         raise ConfigError(f"OMP_NUM_THREADS={value!r}: MXNet reads it as a whole number of threads per operator; "
                           "set it to one (e.g. OMP_NUM_THREADS=2, or cores / devices) or unset it")
 

@@ -845,6 +845,19 @@ def test_paths_in_advice_paste_back_into_a_shell(path, tmp_path):
     assert f"`nmt-train --model-dir {shell_word(model)} --resume --average-last N`" in str(e.value)
 
 
+def test_thread_counts_mxnet_takes_and_refuses(monkeypatch):
+    """MXNet reads OMP_NUM_THREADS as a C int: "+4" runs (it was refused), 2147483648 aborted the process (passed)."""
+    from nmt.commands import threads_variable
+    for value, fine in (("+4", True), ("", True), ("-1", True), (" 2 ", True), ("2147483648", False),
+                        ("\u0664", False), ("4,2", False), ("+", False)):
+        monkeypatch.setenv("OMP_NUM_THREADS", value)
+        if fine:
+            threads_variable()
+        else:
+            with pytest.raises(ConfigError, match=re.escape(f"OMP_NUM_THREADS={value!r}")):
+                threads_variable()
+
+
 @pytest.mark.parametrize("script", ["translate.py", "serve.py"])
 def test_a_thread_count_that_is_no_number_is_one_clear_error(script, tmp_path):
     """OMP_NUM_THREADS=abc (or an OpenMP list, 4,2) ended every command inside MXNet's import with a C++ exception,
