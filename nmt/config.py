@@ -19,6 +19,10 @@ class ConfigError(ValueError):
     """A configuration value that cannot work; the message names the flag or field."""
 
 
+class SettingsClash(ConfigError):
+    """Values of several sections that cannot work together: a --config file's are judged with the flags merged."""
+
+
 _KINDS = {"int": ("an integer", int), "float": ("a number", float), "str": ("a string", os.fspath),
           "bool": ("true or false", bool)}
 
@@ -40,11 +44,11 @@ def _typed(config) -> None:
         setattr(config, f.name, _KINDS[kind][1](value))
 
 
-def _check(checks) -> None:
-    """ConfigError with the message of the first (ok, message) pair that is not ok."""
+def _check(checks, error=ConfigError) -> None:
+    """`error` (a ConfigError) with the message of the first (ok, message) pair that is not ok."""
     for ok, message in checks:
         if not ok:
-            raise ConfigError(message)
+            raise error(message)
 
 
 # Defaults are the best of the default job's ablations on dev BLEU (Tatoeba ko->en, 3.9k pairs, 30 minutes on one
@@ -94,8 +98,7 @@ class DataConfig:
     bucketing: str = "padding"           # "padding": the buckets that pad least; "quantile": length quantiles
 
     def input_paths(self) -> Dict[str, Optional[str]]:
-        """The files and directories this data is read from, by flag (for checks that a run does not delete or
-        overwrite them)."""
+        """The files and directories this data is read from, by flag (that a run deletes or overwrites none)."""
         return {f"--{name.replace('_', '-')}": getattr(self, name) for name in (*CORPUS_FILES, "data_dir", "cache_dir")}
 
     def __post_init__(self) -> None:
@@ -156,8 +159,7 @@ class ModelConfig:
     attention_dropout: float = 0.1       # dropout on attention weights (Transformer)
     activation_dropout: float = 0.1      # dropout after the feed-forward ReLU (Transformer)
     shared_vocab: bool = False           # one SentencePiece model for both languages (--vocab-size pieces in all);
-                                         # the Transformer then ties source embedding = target embedding
-                                         # (= output layer with tie_weights)
+                                         # the Transformer ties source = target embedding (= output, tie_weights)
 
     def __post_init__(self) -> None:   # the values are checked by the architecture (nmt.models), the types here
         _typed(self)
@@ -206,8 +208,7 @@ LR_SCHEDULES = ("inv_sqrt", "plateau", "constant")   # after warm-up: nmt.optim.
 # kvstores of --kvstore: auto picks device on GPUs and local on CPU contexts; dist_* across machines (nmt-launch).
 KVSTORES = ("auto", "local", "device", "dist_sync", "dist_device_sync")
 
-# --valid-metric's choices (nmt.evaluate.VALID_METRICS says how each is read from a validation)
-VALID_METRIC_NAMES = ("bleu", "chrf", "ko-mecab", "ppl")
+VALID_METRIC_NAMES = ("bleu", "chrf", "ko-mecab", "ppl")   # --valid-metric's (nmt.evaluate.VALID_METRICS: how read)
 
 
 @dataclass
@@ -260,9 +261,8 @@ class TrainConfig:
                                            "asynchronous, is not supported: every worker must apply the same update)")])
 
 
-# Characters kept per allowed subword token before tokenizing: a SentencePiece piece rarely spans more than a
-# few characters, so max_input_tokens * 16 characters always hold max_input_tokens tokens, while an absurd
-# line (a whole file without line ends) is cut before the tokenizer sees it.
+# Characters kept per allowed subword token before tokenizing: a piece rarely spans more than a few, so
+# max_input_tokens * 16 hold max_input_tokens tokens, and an absurd line (no line ends) is cut before the tokenizer.
 CHARS_PER_TOKEN = 16
 
 
@@ -322,7 +322,7 @@ class Config:
                  f"--batch-size {d.batch_size} is smaller than --accum-steps {t.accum_steps}"),
                 (t.valid_metric != "ko-mecab" or d.tgt_lang == "ko",
                  f"--valid-metric ko-mecab scores Korean output, and this model translates into {d.tgt_lang!r}: use "
-                 "bleu, chrf or ppl")])
+                 "bleu, chrf or ppl")], SettingsClash)
 
     def to_dict(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)
@@ -377,8 +377,8 @@ class Config:
                               "known: data, model, optim, train, decode")
         try:
             cfg = cls(**parts)
-        except ConfigError as e:   # a check of values from several sections
-            raise (ConfigError(f"{source}: {e}") if file else e) from None
+        except ConfigError as e:   # a check of values from several sections (a SettingsClash)
+            raise (type(e)(f"{source}: {e}") if file else e) from None
         cfg.given = frozenset(f"{section}.{k}" for section, sub in d.items() if isinstance(sub, dict) for k in sub)
         return cfg
 

@@ -3,6 +3,7 @@ override it). Its values are checked where they stand, over the defaults or, on 
 settings; the keys of the machine it was written on (its devices) are not taken. No MXNet here."""
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sys
@@ -11,7 +12,8 @@ from typing import Any, Dict, Optional
 
 from nmt import jsonio
 from nmt.checkpoint import CONFIG, EXPORT, LOG, PARAMS_BEST, STATE
-from nmt.config import ARCH_DEFAULTS, Config, ConfigError, TrainConfig
+from nmt.commands import shell_word
+from nmt.config import ARCH_DEFAULTS, Config, ConfigError, SettingsClash, TrainConfig
 
 # A --config file's keys of the machine it was written on: devices come from each command line, as on --resume.
 DEVICE_KEYS = ("gpus", "cpu_devices", "kvstore", "amp")
@@ -37,7 +39,8 @@ def read_config_file(path, base: Optional[Config] = None, check: bool = True) ->
         for side, other in (("src_lang", "tgt_lang"), ("tgt_lang", "src_lang")):
             if other not in data and data.get(side) in ("ko", "en"):
                 data[other] = "en" if data[side] == "ko" else "ko"
-        Config.from_dict({**d, "data": data}, source=str(path), file=True)
+        with contextlib.suppress(SettingsClash):   # (values of several sections: judged with the flags merged)
+            Config.from_dict({**d, "data": data}, source=str(path), file=True)
     _drop_devices(d, str(path), check)
     return d
 
@@ -91,7 +94,7 @@ def check_taken_dir(model_dir: str, config: Path, resume: bool, overwrite: bool 
     if config.name == CONFIG and (home / EXPORT).exists():
         raise ConfigError(f"--config {config}: the settings of the export in {home}, whose train.model_dir names the "
                           f"run it came from, {model_dir}: give --model-dir, a new directory to start a run (or "
-                          f"fine-tune the export there with --init-from {home})")
+                          f"fine-tune the export there with --init-from {shell_word(home)})")
     if _run_settings(config):
         raise ConfigError(f"--config {config}: the settings of the run in {home}, whose train.model_dir names another "
                           f"directory, {model_dir} (the run was moved or copied): give --model-dir, a new directory to "

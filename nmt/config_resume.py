@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+from nmt.commands import shell_word
 from nmt.config import CORPUS_FILES, Config, ConfigError
 
 _CORPORA_PLACE = ("data.data_dir", "data.cache_dir")
@@ -44,8 +45,9 @@ def _tuned(key: str, source: str) -> str:
     section, name = key.split(".", 1)
     if section == "model" and name not in TUNABLE or section == "data" and name in INHERITED_DATA:
         return ""
-    return (f" (to go on from this run's parameters, fine-tune with --init-from {Path(source).parent}, giving its "
-            "data and training flags again: --init-from takes a model's own settings, not its data, batch or schedule)")
+    return (" (to go on from this run's parameters, fine-tune with --init-from "
+            f"{shell_word(Path(source).parent)}, giving its data and training flags again: --init-from takes a "
+            "model's own settings, not its data, batch or schedule)")
 
 
 def resumed_config(saved: Config, cfg: Config, given: Optional[Dict[str, str]], source: str
@@ -69,7 +71,7 @@ def resumed_config(saved: Config, cfg: Config, given: Optional[Dict[str, str]], 
                 why = f"{fixed}: drop it, or train into a new --model-dir{_tuned(key, source)}" if key != \
                     "optim.optimizer" else (
                     f"its saved optimizer states belong to the {old} optimizer: drop it, or to switch optimizers "
-                    f"fine-tune into a new --model-dir with --init-from {Path(source).parent}")
+                    f"fine-tune into a new --model-dir with --init-from {shell_word(Path(source).parent)}")
                 raise ConfigError(f"--resume: {shown} differs from {json.dumps(old)}, which this run was trained with "
                                   f"({source}); {why}")
             merged[section][name] = value

@@ -12,6 +12,7 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 
 from nmt.batching import BatchIterator, Resegment
+from nmt.commands import shell_word
 from nmt.config import Config, ConfigError, DataConfig
 from nmt.encoded import RowsView, encode_flat, load_or_encode, text_checksum
 from nmt.evaluate import korean_bleu
@@ -151,7 +152,8 @@ def check_same_pairs(d: DataConfig, sums: Tuple[str, str], saved: Tuple[str, str
             raise ConfigError(f"--resume: the {what} pairs ({named}) are not those the run {done} on until now: "
                               f"{changed} changed since it started; the data cannot change within a run: put the "
                               "files back, start a new run (another --model-dir, or --overwrite), or go on from this "
-                              f"run with new data: fine-tune it into another --model-dir with --init-from {model_dir}")
+                              "run with new data: fine-tune it into another --model-dir with --init-from "
+                              f"{shell_word(model_dir)}")
 
 
 def build_data(cfg: Config, model_dir: Path, resume: bool = False, workers: Optional[WorkerGroup] = None,

@@ -21,6 +21,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from nmt import manifest
 from nmt.checkpoint import CONFIG, EXPORT, LOCK, LOG, OWN_FILE, STATE, CheckpointError
+from nmt.commands import shell_word
 from nmt.log import TENSORBOARD_DIR
 from nmt.storage import guarded_write, mxnet_name
 
@@ -198,7 +199,7 @@ def check_model_dir(model_dir: Path, resume: bool, overwrite: bool, inputs: Opti
     if EXPORT in held and not overwrite:
         raise CheckpointError(f"--model-dir {model_dir} is an export (nmt-export: one checkpoint, no training state; "
                               f"its {EXPORT} names the directory it came from): resume that directory, or fine-tune "
-                              f"from this one into a new directory with --init-from {model_dir}")
+                              f"from this one into a new directory with --init-from {shell_word(model_dir)}")
     # a run that stopped before its first checkpoint leaves its train.log (a config.json alone may be the user's own)
     no_checkpoint = STATE not in held and not manifest.step_keys(model_dir)
     if resume:

@@ -13,6 +13,7 @@ from typing import Any, Dict, Tuple
 
 from nmt import checkpoint as ckpt, jsonio
 from nmt.atomic import atomic_copy
+from nmt.commands import shell_word
 from nmt.config import ARCH_DEFAULTS, Config, ConfigError
 from nmt.tokenizer import tokenizer_names
 
@@ -38,7 +39,7 @@ def init_params(spec) -> Path:
     if not (model_dir / ckpt.CONFIG).is_file():
         raise ConfigError(f"--init-from {spec}: {model_dir / ckpt.CONFIG} not found; give a model directory written "
                           "by nmt-train, or a params file in one (e.g. DIR/params.avg)")
-    use = lambda s: f"--init-from {model_dir / ckpt.params_file(s)}"   # noqa: E731  (nmt-train has no --checkpoint)
+    use = lambda s: f"--init-from {shell_word(model_dir / ckpt.params_file(s))}"   # noqa: E731  (no --checkpoint)
     if path.is_dir():
         params = ckpt.params_path(model_dir, "best", use=use)
     elif ckpt.params_step(path.name) is None and path.name not in (ckpt.PARAMS_BEST, ckpt.PARAMS_AVG):

@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from nmt.commands import (Once, Terminated, import_failure, nonempty, number, standard_streams, threads_variable,
-                          with_version)
+from nmt.commands import (Once, Terminated, import_failure, nonempty, number, shell_word, standard_streams,
+                          threads_variable, with_version)
 from nmt.config import Config, ConfigError
 from nmt.serve.batcher import DEFAULT_MAX_WAIT_MS
 from nmt.signals import hangup_unless_ignored, leave_hung_up_terminal, terminated_as_interrupt
@@ -107,25 +107,27 @@ def _one_model_per_pair(model_dirs: Sequence[str], pairs: dict) -> None:
     for d in model_dirs:
         if pairs[d] in first:
             other, pair = first[pairs[d]], "-".join(pairs[d])
+            shared = _shared_vocabularies(other, d)
             said = (f"--model-dir {d} is given twice" if Path(other).resolve() == Path(d).resolve() else
                     f"--model-dir {other} and --model-dir {d} both translate {pair}; a request names only its "
                     "languages, so the service takes one model per language pair" + (
-                        f" (to decode the two together, as an ensemble: --model-dir {other} --ensemble {d})"
-                        if _shared_vocabularies(other, d) else " (they cannot decode together, as an ensemble: "
-                        "their vocabularies differ)"))
+                        f" (to decode the two together, as an ensemble: --model-dir {shell_word(other)} --ensemble "
+                        f"{shell_word(d)})" if shared else " (they cannot decode together, as an ensemble: their "
+                        "vocabularies differ)" if shared is False else ""))
             raise ConfigError(said)
         first[pairs[d]] = d
 
 
-def _shared_vocabularies(a: str, b: str) -> bool:
-    """Whether model directories `a` and `b` have the same vocabularies, as the members of an ensemble must."""
+def _shared_vocabularies(a: str, b: str) -> Optional[bool]:
+    """Whether model directories `a` and `b` have the same vocabularies, as the members of an ensemble must (None:
+    a file of them cannot be read, which loading them names)."""
     from nmt.config import Config
     from nmt.tokenizer import TokenizerError, load_tokenizers
     try:
         toks = [load_tokenizers(d, c.data.src_lang, c.data.tgt_lang, c.model.shared_vocab)
                 for d, c in ((d, Config.load(Path(d) / "config.json")) for d in (a, b))]
-    except (ConfigError, TokenizerError):   # (loading them says what is wrong)
-        return False
+    except (ConfigError, TokenizerError):
+        return None
     return all(x.same_vocabulary(y) for x, y in zip(*toks))
 
 

@@ -764,6 +764,16 @@ def test_a_config_file_of_one_language_takes_the_other_from_a_flag(tmp_path):
     assert (cfg.data.src_lang, cfg.data.tgt_lang) == ("en", "ko")
     with pytest.raises(ConfigError, match="--src and --tgt are both 'en'"):   # (alone, the default en is its pair)
         training_run(build_train_parser().parse_args(["--config", str(path), "--model-dir", str(tmp_path / "m")]))
+    # so are the checks of several sections: ko-mecab needs a Korean target, --accum-steps a batch to split
+    for settings, flags, error in (({"train": {"valid_metric": "ko-mecab"}}, ["--src", "en", "--tgt", "ko"],
+                                    "--valid-metric ko-mecab scores Korean output"),
+                                   ({"train": {"accum_steps": 64}}, ["--batch-size", "128"],
+                                    "--batch-size 32 is smaller than --accum-steps 64")):
+        path.write_text(json.dumps(settings))
+        args = ["--config", str(path), "--model-dir", str(tmp_path / "m")]
+        training_run(build_train_parser().parse_args(args + flags))
+        with pytest.raises(ConfigError, match=error):
+            training_run(build_train_parser().parse_args(args))
 
 
 def test_a_repeated_file_or_checkpoint_flag_is_refused(capsys):
