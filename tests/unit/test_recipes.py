@@ -551,17 +551,22 @@ def test_a_recipe_naming_an_unknown_source_is_refused(tmp_path):
         recipes._load_registry(path)
 
 
-def test_a_missing_data_dir_says_where_it_may_have_come_from(monkeypatch):
+def test_a_missing_data_dir_says_where_it_may_have_come_from(monkeypatch, tmp_path):
     """A model's recorded mirror, moved since: nmt-evaluate --recipe-tests said "--data-dir X: no such directory"
     of a flag the user never gave (the path was the one config.json records)."""
     from nmt.corpus import CorpusError
     from nmt.recipes import resolve_data_dir
     monkeypatch.delenv("NMT_DATA_DIR", raising=False)
     with pytest.raises(CorpusError, match=r"^--data-dir /nonexistent: no such directory \(given, from a --config "
-                                          r"file, or the one a run's config.json records, which --data-dir given "
-                                          r"again replaces on --resume and in nmt-evaluate\); point it at"):
+                                          r"file, or recorded in a run's config.json: --data-dir given again replaces "
+                                          r"it\); point it at"):
         resolve_data_dir("/nonexistent")
-    monkeypatch.setenv("NMT_DATA_DIR", "/mirror b")   # (a user who moved the mirror and set the variable to it)
-    with pytest.raises(CorpusError, match=r"in nmt-evaluate; NMT_DATA_DIR=/mirror b counts only without it: "
-                                          r"--data-dir '/mirror b'\); point it at"):
+    moved = tmp_path / "mirror b"   # (a user who moved the mirror and set the variable to its new place)
+    moved.mkdir()
+    monkeypatch.setenv("NMT_DATA_DIR", str(moved))
+    with pytest.raises(CorpusError, match=rf"replaces it; NMT_DATA_DIR={moved} counts only without it: --data-dir "
+                                          rf"'{moved}'\); point it at"):
+        resolve_data_dir("/nonexistent")
+    monkeypatch.setenv("NMT_DATA_DIR", "/gone")   # (not there either: not advised)
+    with pytest.raises(CorpusError, match=r"replaces it\); point it at"):
         resolve_data_dir("/nonexistent")
