@@ -47,7 +47,8 @@ def open_bytes(path: PathLike) -> Tuple[BinaryIO, Optional[str]]:
     may hold several files)."""
     try:
         f = open(path, "rb")   # opened once: a pipe (--input <(...), /dev/stdin) cannot be read again
-        head = f.peek(10)[:10]
+        head = f.peek(10)[:10] if not f.isatty() else b""   # (a terminal's typed lines: nothing to tell, and a peek
+        # would hold the first line where the line reader does not look, or take a Ctrl-D)
         if archive_sign(head) == "a zip archive":
             f.close()
             raise CorpusError(f"{path}: this is a zip archive, not text; unzip it and give the file of sentences "

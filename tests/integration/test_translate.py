@@ -738,24 +738,31 @@ def test_interactive_prompt_with_output_on_the_terminal(tr, encoding):
             p.kill()
 
 
-def test_one_ctrl_d_at_once_ends_typed_input_with_an_output_file(tr, tmp_path):
+@pytest.mark.parametrize("typed", [[], ["리 니", "차"]])
+@pytest.mark.parametrize("given", [[], ["--input", "/dev/stdin"]], ids=["stdin", "dev-stdin"])
+def test_one_ctrl_d_at_once_ends_typed_input_with_an_output_file(tr, tmp_path, given, typed):
     """At a terminal with --output, a Ctrl-D before any line took three (each peek at the input took one: one to
-    see whether the input is compressed, one for the first line); one ends it, as the banner says."""
+    see whether the input is compressed, one for the first line); one ends it, as the banner says. And with
+    --input /dev/stdin the first typed line was lost (peeked into a buffer the line reader no longer looked at)."""
     master, slave = pty.openpty()
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
     p = subprocess.Popen([sys.executable, str(REPO / "scripts" / "translate.py"), "--model-dir", str(tr.model_dir),
-                          "--output", str(tmp_path / "out.en")], stdin=slave, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.PIPE, env=env)
+                          "--output", str(tmp_path / "out.en"), "--beam-size", "1", *given], stdin=slave,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     os.close(slave)
     try:
-        said = b""
-        while b"Ctrl-D to end" not in said:   # (the banner: the model is loaded, the input read next)
-            said += p.stderr.read1(4096) or b""
-            assert p.poll() is None, said
+        deadline = time.time() + 60
+        while not (tmp_path / "out.en").exists():   # (made as the input is about to be read: the model is loaded)
+            assert p.poll() is None and time.time() < deadline
+            time.sleep(0.1)
         time.sleep(1)
+        for line in typed:
+            os.write(master, f"{line}\n".encode())
+            time.sleep(1)
         os.write(master, b"\x04")
         assert p.wait(timeout=30) == 0
-        assert (tmp_path / "out.en").read_text(encoding="utf-8") == ""
+        want = "".join(t + "\n" for t in tr.translate(typed, beam_size=1))
+        assert (tmp_path / "out.en").read_text(encoding="utf-8") == want
     finally:
         os.close(master)
         if p.poll() is None:
