@@ -107,6 +107,9 @@ def test_two_models_of_one_pair_are_named_before_any_loads(tmp_path):
     with pytest.raises(ConfigError, match=r"one model per language pair \(they cannot decode together, as an "
                                           r"ensemble: their vocabularies differ\)"):
         build_app(parse_args(["--model-dir", a, "--model-dir", c]))
+    (tmp_path / "c" / "spm.en.model").unlink()   # (unreadable: loading it names the file, not "vocabularies differ")
+    with pytest.raises(ConfigError, match=r"one model per language pair$"):
+        build_app(parse_args(["--model-dir", a, "--model-dir", c]))
     with pytest.raises(ConfigError, match=f"--model-dir {a} is given twice"):
         build_app(parse_args(["--model-dir", a, "--model-dir", a + "/"]))
 
