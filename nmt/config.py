@@ -356,7 +356,7 @@ class Config:
             missing = sorted(known - set(sub))
             if complete and missing:
                 raise ConfigError(f"{source} lacks '{f.name}.{missing[0]}' ({len(missing)} of {f.name} missing): an "
-                                  "older nmt wrote it, or it was edited (own settings go in --config FILE); retrain it")
+                                  "older nmt wrote it, or it was edited (own settings: nmt-train --config); retrain it")
             if f.name == "train" and type(sub.get("gpus")) is int:   # "gpus": 2 means what --gpus 2 does
                 sub = {**sub, "gpus": str(sub["gpus"])}
             jsonio.check_field_types(klass, f.name, sub, source, ConfigError)

@@ -256,7 +256,7 @@ def test_a_config_written_by_an_earlier_version_is_refused(tmp_path):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(saved))
     with pytest.raises(ConfigError, match=r"lacks 'model.word_dropout' \(1 of model missing\): an older nmt wrote it, "
-                                          r"or it was edited \(own settings go in --config FILE\); retrain it"):
+                                          r"or it was edited \(own settings: nmt-train --config\); retrain it"):
         Config.load(path)
     del saved["model"]["attention"], saved["model"]["dropout"]   # (a hand-written one: several keys)
     path.write_text(json.dumps(saved))
