@@ -4,6 +4,7 @@ and the entry point of a command (`command`), which prints bad input as one `err
 from __future__ import annotations
 
 import argparse
+import errno
 import math
 import os
 import re
@@ -207,6 +208,12 @@ def run_cli(main: Callable[[], int]) -> int:
         if not said:
             raise
         print(f"error: {said}", file=sys.stderr)
+        return 2
+    except OSError as e:   # a path with a name over 255 bytes, met before any check of the command's own
+        if e.errno != errno.ENAMETOOLONG:
+            raise
+        print(f"error: {e.filename}: a name in this path is longer than a file system takes (255 bytes)",
+              file=sys.stderr)
         return 2
     except Exception as e:   # (a ConfigError first: user_errors() imports MXNet, which a bad OMP_NUM_THREADS aborts)
         if not (isinstance(e, ConfigError) or isinstance(e, user_errors())):

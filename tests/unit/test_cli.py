@@ -878,3 +878,21 @@ def test_a_thread_count_that_is_no_number_is_one_clear_error(script, tmp_path):
     assert (done.returncode, done.stderr) == (2, "error: OMP_NUM_THREADS='4,2': MXNet reads it as a whole number of "
                                                  "threads per operator; set it to one (e.g. OMP_NUM_THREADS=2, or "
                                                  "cores / devices) or unset it\n")
+
+
+def test_a_name_too_long_for_the_file_system_is_one_clear_error(tmp_path, capsys):
+    """A --model-dir (or --output, or any path) with a name over 255 bytes ended in an OSError traceback (File name
+    too long), --dry-run too; JSON text given to --config was taken for a file name the same way."""
+    from nmt.export import export_main
+    long_name = str(tmp_path / ("모델" * 45))   # (270 bytes)
+    (tmp_path / "t.ko").write_text("가\n")
+    (tmp_path / "t.en").write_text("a\n")
+    for main, argv in ((train_main, ["--model-dir", long_name, "--dry-run", "--train-src", str(tmp_path / "t.ko"),
+                                     "--train-tgt", str(tmp_path / "t.en")]),
+                       (export_main, ["--model-dir", long_name, "--output", str(tmp_path / "e")])):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {long_name}") and err.endswith(": a name in this path is longer than a file "
+                                                                       "system takes (255 bytes)\n"), err
+    assert train_main(["--config", '{"data": {"src_lang": "en"}}', "--dry-run"]) == 2
+    assert "--config takes the name of a JSON file, not JSON text" in capsys.readouterr().err
