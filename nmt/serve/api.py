@@ -58,6 +58,7 @@ class Model:
         info = {"src_lang": tr.src_lang, "tgt_lang": tr.tgt_lang, "arch": "+".join(archs),   # an ensemble's, all
                 "model_dir": str(getattr(tr, "model_dir", "")), "checkpoint": getattr(tr, "checkpoint", None),
                 "step": getattr(tr, "params_step", None), "ensemble": [str(d) for d in members],
+                "member_steps": list(getattr(tr, "member_steps", [])),
                 "beam_size": dec.beam_size, "length_penalty": dec.length_penalty_alpha, "max_len_a": dec.max_len_a,
                 "max_len_b": dec.max_len_b, "max_input_tokens": dec.max_input_tokens,
                 "best_test_score": model_test_score(getattr(tr, "model_dir", None), key, members, model_test_sets(

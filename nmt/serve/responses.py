@@ -83,6 +83,7 @@ class ModelInfo(_Answer):
     step: Optional[int] = Field(description="the training step of the parameters loaded (best: when loaded; a "
                                 "training run may have written another best since)")
     ensemble: List[str] = Field(description="the further model directories of an ensemble")
+    member_steps: List[Optional[int]] = Field(description="the training steps of their parameters, in that order")
     beam_size: int
     length_penalty: float
     max_len_a: float

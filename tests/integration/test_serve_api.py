@@ -280,6 +280,11 @@ def served_ensemble(serve_model, tmp_path_factory):
     return first, root / "second"
 
 
+def ckpt_best(model_dir) -> int:
+    from nmt import checkpoint as ckpt
+    return ckpt.TrainState.load(model_dir).best_step
+
+
 def test_an_ensemble_is_served_as_the_translator_decodes_it(served_ensemble, serve_sentences):
     from nmt.corpus import read_parallel
     from nmt.scoring import score_test_set
@@ -299,7 +304,7 @@ def test_an_ensemble_is_served_as_the_translator_decodes_it(served_ensemble, ser
     assert [t["score"] for t in got["translations"]] == pytest.approx([h[0][1] for h in want], abs=1e-4)
     alone = Translator.from_dir(first).translate_nbest(lines, 1, beam_size=4)
     assert [t["score"] for t in got["translations"]] != pytest.approx([h[0][1] for h in alone], abs=1e-4)
-    assert info["ensemble"] == [str(second)]
+    assert info["ensemble"] == [str(second)] and info["member_steps"] == [ckpt_best(second)]   # (its own step)
     assert info["best_test_score"]["checkpoint"] == f"ensemble-best:{second.name}"
     assert attention["translation"] == offline.translate([lines[0]], beam_size=1)[0]
 
