@@ -180,11 +180,12 @@ def import_failure(e: BaseException) -> str:
     return missing_package(e)
 
 
-def threads_variable() -> None:
-    """ConfigError when OMP_NUM_THREADS is set to what is not a whole number: MXNet, which reads it as its module
-    is imported, ended the process with a C++ exception (exit 134, no line of ours)."""
-    value = os.environ.get("OMP_NUM_THREADS")
-    if value is not None and not re.fullmatch(r"\s*([+-]?[0-9]{1,9})?\s*", value):   # ("", -1: as if unset; an int)
+def threads_variable(value: Optional[str] = None) -> None:
+    """ConfigError when OMP_NUM_THREADS (or `value`, its value for another process) is not what MXNet takes as its
+    module is imported, a C int ("" and -1: as if unset): it ends the process with a C++ exception (exit 134)."""
+    value = os.environ.get("OMP_NUM_THREADS") if value is None else value
+    number = re.fullmatch(r"[ \t\n\r\f\v]*([+-]?[0-9]+)[ \t\n\r\f\v]*", value or "")
+    if value and not (number and -2 ** 31 <= int(number[1]) < 2 ** 31):
         raise ConfigError(f"OMP_NUM_THREADS={value!r}: MXNet reads it as a whole number of threads per operator; "
                           "set it to one (e.g. OMP_NUM_THREADS=2, or cores / devices) or unset it")
 
@@ -196,7 +197,6 @@ def run_cli(main: Callable[[], int]) -> int:
     standard_streams()
     try:
         with terminated_as_interrupt():
-            threads_variable()
             return main()
     except KeyboardInterrupt as e:   # first: user_errors() imports mxnet, maybe the very import Ctrl-C cut short
         print("interrupted", file=sys.stderr)
@@ -234,7 +234,11 @@ def command(build_parser: Callable[[], argparse.ArgumentParser]):
     with `build_parser()`, then run `body` under `run_cli`."""
     def wrap(body: Callable[[argparse.Namespace], int]) -> Callable[..., int]:
         def entry(argv: Optional[List[str]] = None) -> int:
-            return run_cli(lambda: body(with_version(build_parser()).parse_args(argv)))
+            def run() -> int:
+                args = with_version(build_parser()).parse_args(argv)
+                threads_variable()   # (after --help and --version, which load no MXNet)
+                return body(args)
+            return run_cli(run)
         entry.__name__, entry.__qualname__, entry.__doc__ = body.__name__, body.__qualname__, body.__doc__
         return entry
     return wrap

@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
-from nmt.commands import nonempty, number, standard_streams, usable_streams, with_version
+from nmt.commands import nonempty, number, standard_streams, threads_variable, usable_streams, with_version
+from nmt.config import ConfigError
 from nmt.distributed import (FORWARDED_ENV, FORWARDED_PREFIXES, Host, LaunchError, forwarded_env, ipv4, plan_job,
                              read_hostfile)
 from nmt.job import Job
@@ -107,6 +108,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                               "every process runs on this machine): give -H HOSTFILE too, or leave --ssh out")
         hosts = read_hostfile(args.hostfile) if args.hostfile else None
         extra = forwarded_env(args.env)
+        threads_variable(extra.get("OMP_NUM_THREADS", ""))   # (what every process of the job imports MXNet with)
         if not os.path.isdir(args.workdir):    # Popen's error for a missing cwd would name the program
             raise LaunchError(f"--workdir {args.workdir}: not a directory on this machine, where the scheduler "
                               "(without -H, every process of the job) runs in it")
@@ -124,6 +126,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                + " " for spec in specs}
         shown = last_lines(f"# {s.label}\n{env[s.label]}{shlex.join(job.argv(s))}" for s in specs)
         return 0 if shown else reader_gone()
-    except (LaunchError, StorageError) as e:
+    except (LaunchError, StorageError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -855,17 +855,30 @@ def test_paths_in_advice_paste_back_into_a_shell(path, tmp_path):
     assert f"`nmt-train --model-dir {shell_word(model)} --resume --average-last N`" in str(e.value)
 
 
-def test_thread_counts_mxnet_takes_and_refuses(monkeypatch):
-    """MXNet reads OMP_NUM_THREADS as a C int: "+4" runs (it was refused), 2147483648 aborted the process (passed)."""
+def test_thread_counts_mxnet_takes_and_refuses(monkeypatch, capsys):
+    """MXNet reads OMP_NUM_THREADS as a C int: "+4" and 2147483647 run (they were refused), 2147483648, " " and an
+    NBSP before a digit aborted the process (they passed); --help and --version load no MXNet and are not refused,
+    and nmt-launch checks what its processes will get."""
     from nmt.commands import threads_variable
-    for value, fine in (("+4", True), ("", True), ("-1", True), (" 2 ", True), ("2147483648", False),
-                        ("\u0664", False), ("4,2", False), ("+", False)):
+    from nmt.launch import main as launch_main
+    for value, fine in (("+4", True), ("", True), ("-1", True), (" 2 ", True), ("2147483647", True), ("0004", True),
+                        ("2147483648", False), ("\u0664", False), ("4,2", False), ("+", False), (" ", False),
+                        ("\t", False), ("\xa02", False)):
         monkeypatch.setenv("OMP_NUM_THREADS", value)
         if fine:
             threads_variable()
         else:
             with pytest.raises(ConfigError, match=re.escape(f"OMP_NUM_THREADS={value!r}")):
                 threads_variable()
+    monkeypatch.setenv("OMP_NUM_THREADS", "abc")
+    with pytest.raises(SystemExit) as done:
+        train_main(["--help"])
+    assert done.value.code == 0 and "usage: nmt-train" in capsys.readouterr().out
+    assert launch_main(["-n", "1", "--dry-run", "--", "true"]) == 2
+    assert "error: OMP_NUM_THREADS='abc'" in capsys.readouterr().err
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert launch_main(["-n", "1", "--dry-run", "--env", "OMP_NUM_THREADS=4,2", "--", "true"]) == 2
+    assert "error: OMP_NUM_THREADS='4,2'" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("script", ["translate.py", "serve.py"])
