@@ -9,7 +9,7 @@ from typing import Sequence, Tuple
 from nmt.corpus import CorpusError, normalize
 
 _HANGUL = re.compile("[\uac00-\ud7a3\u1100-\u11ff\u3130-\u318f]")
-_JSON_REQUEST = re.compile(r'\s*\{.*"text"\s*:.*\}\s*')
+_JSON_REQUEST = re.compile(r'\ufeff?\s*\{.*"text"\s*:.*\}\s*')   # (a first line's byte-order mark too)
 
 
 def has_hangul(text: str) -> bool:

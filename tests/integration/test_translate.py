@@ -512,9 +512,10 @@ def test_json_requests_without_json_input_are_translated_with_a_warning(tr, tmp_
     assert code == 0 and len(out.splitlines()) == 4 and said in err, err
     code, out, err = run(["--model-dir", tr.model_dir, "--input", path, "--json-input"], capsys)
     assert code == 0 and len(out.splitlines()) == 4 and "JSON object" not in err, err
-    path.write_text("".join(json.dumps({"text": x}) + "\n" for x in lines), encoding="utf-8")   # (Hangul as \uXXXX)
-    code, out, err = run(["--model-dir", tr.model_dir, "--input", path], capsys)
-    assert code == 0 and said in err and "non-empty lines have Hangul" not in err, err
+    for encoding in ("utf-8", "utf-8-sig"):   # (Hangul as \uXXXX; a byte-order mark, as PowerShell writes)
+        path.write_text("".join(json.dumps({"text": x}) + "\n" for x in lines), encoding=encoding)
+        code, out, err = run(["--model-dir", tr.model_dir, "--input", path], capsys)
+        assert code == 0 and said in err and "non-empty lines have Hangul" not in err, (encoding, err)
     path.write_text(path.read_text(encoding="utf-8") + lines[0] + "\n", encoding="utf-8")   # (one plain line: text)
     code, out, err = run(["--model-dir", tr.model_dir, "--input", path], capsys)
     assert code == 0 and "JSON object" not in err, err
