@@ -119,15 +119,15 @@ def default_cache_dir() -> Path:
 def resolve_data_dir(data_dir: Optional[str]) -> Optional[Path]:
     """The offline mirror: the --data-dir flag, else $NMT_DATA_DIR, else None. A named but missing dir is an error."""
     env = os.environ.get("NMT_DATA_DIR", "")
-    for value, origin in ((data_dir, "--data-dir"), (env, "NMT_DATA_DIR")):
-        if value and not Path(value).expanduser().is_dir():
-            hint = (f"; NMT_DATA_DIR={env} counts only without it: --data-dir {shell_word(env)}"
-                    if origin == "--data-dir" and env and Path(env).expanduser().is_dir() else "")   # (it is there)
-            given = (" (given, from a --config file, or recorded in a run's config.json: --data-dir given again "
-                     f"replaces it{hint})" if origin == "--data-dir" else "")
-            raise CorpusError(f"{origin} {value}: no such directory{given}; point it at a directory laid out like "
-                              "shared/data (without a mirror, a run's files come from the download cache)")
-    return next((Path(v).expanduser() for v in (data_dir, env) if v), None)
+    value, origin = (data_dir, "--data-dir") if data_dir else (env, "NMT_DATA_DIR")
+    if value and not Path(value).expanduser().is_dir():
+        hint = (f"; NMT_DATA_DIR={env} counts only without it: --data-dir {shell_word(env)}"
+                if data_dir and env and Path(env).expanduser().is_dir() else "")   # (advised when it is there)
+        given = (" (given, from a --config file, or recorded in a run's config.json: --data-dir given again "
+                 f"replaces it{hint})" if data_dir else "")
+        raise CorpusError(f"{origin} {value}: no such directory{given}; point it at a directory laid out like "
+                          "shared/data (without a mirror, a run's files come from the download cache)")
+    return Path(value).expanduser() if value else None
 
 
 def fetch(source: Source, key: str, data_dir: Optional[Path], cache_dir: Path, *,

@@ -570,3 +570,6 @@ def test_a_missing_data_dir_says_where_it_may_have_come_from(monkeypatch, tmp_pa
     monkeypatch.setenv("NMT_DATA_DIR", "/gone")   # (not there either: not advised)
     with pytest.raises(CorpusError, match=r"replaces it\); point it at"):
         resolve_data_dir("/nonexistent")
+    assert resolve_data_dir(str(moved)) == moved   # (a --data-dir that is there: the variable is not looked at)
+    with pytest.raises(CorpusError, match="^NMT_DATA_DIR /gone: no such directory; point it at"):
+        resolve_data_dir(None)
