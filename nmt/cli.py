@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from nmt.config import ARCH_DEFAULTS, CORPUS_FILES, Config, ConfigError, DataConfig, ModelConfig
+from nmt.config import ARCH_DEFAULTS, CORPUS_FILES, Config, ConfigError, DataConfig, ModelConfig, SettingsClash
 from nmt.config_resume import PER_INVOCATION, resumed_config
 from nmt import jsonio
 from nmt.cli_io import last_lines, reader_gone
@@ -75,7 +75,10 @@ def build_train_parser() -> argparse.ArgumentParser:
 
 def config_from_args(args: argparse.Namespace, base: Optional[Config] = None) -> Config:
     """Defaults of the chosen --arch < --config file (or `base`) < explicit flags."""
-    return Config.from_dict(args_dict(args, base), source=str(getattr(args, "config", "") or "flags"))
+    try:
+        return Config.from_dict(args_dict(args, base), source=str(getattr(args, "config", "") or "flags"))
+    except SettingsClash as e:   # (values of several sections, the --config file's among them: it is named)
+        raise SettingsClash(f"{args.config}: {e}" if getattr(args, "config", None) else str(e)) from None
 
 
 def args_dict(args: argparse.Namespace, base: Optional[Config] = None, check: bool = True

@@ -22,9 +22,13 @@ DEVICE_KEYS = ("gpus", "cpu_devices", "kvstore", "amp")
 def read_config_file(path, base: Optional[Config] = None, check: bool = True) -> Dict[str, Dict[str, Any]]:
     """The sections of the --config file `path` (over `base`'s settings when given), checked unless not `check`:
     a ConfigError names the file and key; device keys are dropped (said when `check`: a first look is quiet)."""
-    if str(path).lstrip().startswith("{"):
+    try:
+        is_file = Path(path).is_file()
+    except OSError:   # (a name too long: JSON text given as the file, most likely)
+        is_file = False
+    if not is_file and str(path).lstrip().startswith("{"):
         raise ConfigError("--config takes the name of a JSON file, not JSON text: write the settings to a file")
-    if not Path(path).is_file():   # (a pipe is read twice: to find the run's directory, then its settings)
+    if not is_file:   # (a pipe is read twice: to find the run's directory, then its settings)
         raise ConfigError(f"--config {path}: " + ("a directory, not a file" if Path(path).is_dir() else
                                                   "not a file (a pipe?): give it as a file" if Path(path).exists()
                                                   else "file not found"))

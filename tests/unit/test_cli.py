@@ -772,7 +772,7 @@ def test_a_config_file_of_one_language_takes_the_other_from_a_flag(tmp_path):
         path.write_text(json.dumps(settings))
         args = ["--config", str(path), "--model-dir", str(tmp_path / "m")]
         training_run(build_train_parser().parse_args(args + flags))
-        with pytest.raises(ConfigError, match=error):
+        with pytest.raises(ConfigError, match=f"^{path}: {error}"):   # (the file named: its values, the defaults')
             training_run(build_train_parser().parse_args(args))
 
 
@@ -893,7 +893,7 @@ def test_a_thread_count_that_is_no_number_is_one_clear_error(script, tmp_path):
                                                  "cores / devices) or unset it\n")
 
 
-def test_a_name_too_long_for_the_file_system_is_one_clear_error(tmp_path, capsys):
+def test_a_name_too_long_for_the_file_system_is_one_clear_error(tmp_path, capsys, monkeypatch):
     """A --model-dir (or --output, or any path) with a name over 255 bytes ended in an OSError traceback (File name
     too long), --dry-run too; JSON text given to --config was taken for a file name the same way."""
     from nmt.export import export_main
@@ -909,3 +909,7 @@ def test_a_name_too_long_for_the_file_system_is_one_clear_error(tmp_path, capsys
                                                                        "system takes (255 bytes)\n"), err
     assert train_main(["--config", '{"data": {"src_lang": "en"}}', "--dry-run"]) == 2
     assert "--config takes the name of a JSON file, not JSON text" in capsys.readouterr().err
+    (tmp_path / "{lstm}.json").write_text('{"data": {"src_lang": "en"}}')   # (a file whose name starts with "{")
+    monkeypatch.chdir(tmp_path)
+    assert train_main(["--config", "{lstm}.json", "--dry-run", "--model-dir", str(tmp_path / "m")]) == 2
+    assert "--src and --tgt are both 'en'" in capsys.readouterr().err
