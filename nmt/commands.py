@@ -212,7 +212,7 @@ def run_cli(main: Callable[[], int]) -> int:
     except OSError as e:   # a path with a name over 255 bytes, met before any check of the command's own
         if e.errno != errno.ENAMETOOLONG:
             raise
-        print(f"error: {e.filename}: a name in this path is longer than a file system takes (255 bytes)",
+        print(f"error: {e.filename}: longer than a file system takes (255 bytes a name in the path, 4096 the path)",
               file=sys.stderr)
         return 2
     except Exception as e:   # (a ConfigError first: user_errors() imports MXNet, which a bad OMP_NUM_THREADS aborts)
