@@ -27,15 +27,21 @@ def _create_sibling(path: Path) -> tuple:
     readable as any other file its user writes. A file that replaces one takes that one's permissions, as `sed -i`
     keeps them (a scores.json made private stays private). A name too long for a sibling's prefix and suffix is
     shortened in the temporary file's name (the limit is 255 bytes)."""
-    stem = path.name if len(os.fsencode(path.name)) <= 200 else hashlib.sha1(os.fsencode(path.name)).hexdigest()
     while True:
-        tmp = str(path.parent / f".{stem}.{secrets.token_hex(4)}.tmp")
+        tmp = str(path.parent / f".{sibling_stem(path)}.{secrets.token_hex(4)}.tmp")
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         except FileExistsError:
             continue
         keep_mode(path, fd)
         return fd, tmp
+
+
+def sibling_stem(path: Path) -> str:
+    """`path`'s name as the names of the files made beside it start (".<stem>.xxx"): a name over 200 bytes hashed,
+    so that the sibling's stays within the 255 a file system takes."""
+    name = os.fsencode(path.name)
+    return path.name if len(name) <= 200 else hashlib.sha1(name).hexdigest()
 
 
 def keep_mode(path: Path, new: Union[int, str, Path]) -> None:

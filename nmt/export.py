@@ -18,7 +18,6 @@ import argparse
 import contextlib
 import errno
 import glob
-import hashlib
 import json
 import logging
 import os
@@ -29,7 +28,7 @@ from typing import Dict
 
 from nmt import checkpoint as ckpt
 from nmt import jsonio, manifest
-from nmt.atomic import atomic_copy, atomic_write_text
+from nmt.atomic import atomic_copy, atomic_write_text, sibling_stem
 from nmt.commands import command, nonempty
 from nmt.config import Config, ConfigError
 from nmt.dirlock import alive
@@ -141,17 +140,12 @@ def _remove(path: Path) -> None:
 
 def _beside(output: Path, kind: str, pid) -> Path:
     """Where the export process `pid` makes its copy ("export") or puts the earlier export it replaces ("replaced")."""
-    return output.parent / f".{_stem(output)}.{kind}-{pid}"
-
-
-def _stem(output: Path) -> str:   # (a name too long for `_beside`'s prefix and suffix: hashed)
-    name = os.fsencode(output.name)
-    return output.name if len(name) <= 200 else hashlib.sha1(name).hexdigest()
+    return output.parent / f".{sibling_stem(output)}.{kind}-{pid}"
 
 
 def _left(output: Path, kind: str, mine: bool = False) -> list:
     """`_beside(output, kind, pid)` of the export processes no longer alive (`mine`: and of this one)."""
-    return sorted(p for p in output.parent.glob(f".{glob.escape(_stem(output))}.{kind}-*")
+    return sorted(p for p in output.parent.glob(f".{glob.escape(sibling_stem(output))}.{kind}-*")
                   if not alive(p.name.rsplit("-", 1)[1]) or mine and p.name.endswith(f"-{os.getpid()}"))
 
 
