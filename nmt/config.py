@@ -20,7 +20,7 @@ class ConfigError(ValueError):
 
 
 class SettingsClash(ConfigError):
-    """Values of several sections that cannot work together: a --config file's are judged with the flags merged."""
+    """Values that cannot work together (of two sections, or a language pair): judged in a --config file with flags."""
 
 
 _KINDS = {"int": ("an integer", int), "float": ("a number", float), "str": ("a string", os.fspath),
@@ -125,12 +125,13 @@ class DataConfig:
                   for flag, value, allowed in (("--src", self.src_lang, LANGS), ("--tgt", self.tgt_lang, LANGS),
                                                ("--bucketing", self.bucketing, BUCKETINGS),
                                                ("--spm-model-type", self.spm_model_type, SPM_MODEL_TYPES))],
-                (self.src_lang != self.tgt_lang, f"--src and --tgt are both {self.src_lang!r} (a side not given is its "
-                 "default, ko or en, a --config file's or the run's): give --src ko --tgt en, or --src en --tgt ko"),
                 (self.subword_sampling == 0.0 or 0.0 < self.subword_sampling < 1.0,
                  "--subword-sampling must be between 0 and 1, exclusive (0 = off; " + (
                      "smoothing alpha, 0.1-0.5 is usual" if self.spm_model_type == "unigram"
                      else "BPE-dropout rate, 0.1 is usual") + f"), got {self.subword_sampling}")])
+        _check([(self.src_lang != self.tgt_lang, f"--src and --tgt are both {self.src_lang!r} (a side not given is its "
+                 "default, ko or en, a --config file's or the run's): give --src ko --tgt en, or --src en --tgt ko")],
+               SettingsClash)   # (a pair: a --config file's side may meet a flag's)
 
 
 ATTENTION_TYPES = ("dot", "general", "mlp")   # the LSTM's attention scores (nmt.models.lstm), which --attention offers
@@ -261,8 +262,7 @@ class TrainConfig:
                                            "asynchronous, is not supported: every worker must apply the same update)")])
 
 
-# Characters kept per allowed subword token before tokenizing: a piece rarely spans more than a few, so
-# max_input_tokens * 16 hold max_input_tokens tokens, and an absurd line (no line ends) is cut before the tokenizer.
+# Characters kept per subword token before tokenizing (a piece spans few): a line without line ends is cut first.
 CHARS_PER_TOKEN = 16
 
 
@@ -370,7 +370,7 @@ class Config:
                 parts[f.name] = klass(**{**arch_defaults.get(f.name, {}), **sub})
             except ConfigError as e:
                 key = next((f"{f.name}.{k}: " for k in sub if str(e).startswith(f"{flag_name(f.name, k)} ")), "")
-                raise (ConfigError(f"{source}: {key}{e}") if file else e) from None
+                raise (type(e)(f"{source}: {key}{e}") if file else e) from None
         unknown = sorted(set(d) - {f.name for f in dataclasses.fields(cls)})
         if unknown:
             raise ConfigError(f"{source}: unknown section(s) {', '.join(unknown)}; "

@@ -40,13 +40,9 @@ def read_config_file(path, base: Optional[Config] = None, check: bool = True) ->
         raise ConfigError(f"{path}: train.model_dir must be a string, got {json.dumps(d['train']['model_dir'])}")
     if base is not None:   # --resume: over the run's settings
         d = {k: {**v, **d.get(k, {})} for k, v in {**d, **base.to_dict()}.items()}
-    if check:   # (one language given: the other may be a flag's, and the pair is checked once they are merged)
-        data = dict(d.get("data") or {})
-        for side, other in (("src_lang", "tgt_lang"), ("tgt_lang", "src_lang")):
-            if other not in data and data.get(side) in ("ko", "en"):
-                data[other] = "en" if data[side] == "ko" else "ko"
-        with contextlib.suppress(SettingsClash):   # (values of several sections: judged with the flags merged)
-            Config.from_dict({**d, "data": data}, source=str(path), file=True)
+    if check:
+        with contextlib.suppress(SettingsClash):   # (values that clash, a flag's may mend: judged merged with them)
+            Config.from_dict(d, source=str(path), file=True)
     _drop_devices(d, str(path), check)
     return d
 
