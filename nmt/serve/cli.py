@@ -17,11 +17,10 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from nmt.commands import (Once, Terminated, import_failure, nonempty, number, shell_word, standard_streams,
-                          threads_variable, with_version)
+from nmt.commands import Once, nonempty, number, run_cli, shell_word, threads_variable, with_version
 from nmt.config import Config, ConfigError
 from nmt.serve.batcher import DEFAULT_MAX_WAIT_MS
-from nmt.signals import hangup_unless_ignored, leave_hung_up_terminal, terminated_as_interrupt
+from nmt.signals import hangup_unless_ignored, leave_hung_up_terminal
 
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
@@ -215,33 +214,23 @@ def run_server(server) -> int:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """Entry point of `nmt-serve` and scripts/serve.py. Importing it loads no framework (nor does --help), so that
-    Ctrl-C while the framework or the models load ends the command with 130 and no traceback, as it does the
-    other commands."""
-    standard_streams()
-    try:
-        with terminated_as_interrupt():   # (run_server takes them its own way once serving)
-            return _serve(parse_args(argv))
-    except KeyboardInterrupt as e:   # Ctrl-C, or SIGTERM or SIGHUP (`Terminated`), while the models load
-        print("interrupted", file=sys.stderr)
-        return e.exit_code if isinstance(e, Terminated) else 130
-    except (ImportError, AttributeError) as e:   # MXNet, fastapi, uvicorn ... uninstalled or broken since
-        said = import_failure(e)
-        if not said:
-            raise
-        print(f"error: {said}", file=sys.stderr)
-        return 2
+    """Entry point of `nmt-serve` and scripts/serve.py, run as every nmt command (`run_cli`): importing it loads no
+    framework (nor does --help), so that Ctrl-C, SIGTERM or SIGHUP while the framework or the models load end the
+    command with its exit code and no traceback; run_server takes them its own way once serving."""
+    def run() -> int:
+        args = parse_args(argv)
+        threads_variable()   # (after --help and --version, which load no MXNet)
+        return _serve(args)
+    return run_cli(run)
 
 
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
-    from nmt.checkpoint import CheckpointError
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
-        threads_variable()
         check_address(args.host, args.port)
         app = build_app(args)
         return run_server(uvicorn.Server(uvicorn_config(app, args.host, args.port, args.log_level, args.max_queue)))
-    except (CheckpointError, ConfigError, ValueError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)   # as every nmt command says it
+    except (ValueError, OSError) as e:   # (a model's files unreadable, a value uvicorn refuses: said as run_cli says)
+        print(f"error: {e}", file=sys.stderr)
         return 2

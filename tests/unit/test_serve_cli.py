@@ -149,3 +149,18 @@ def test_a_port_taken_while_the_models_load_is_named(capsys):
                                                lifespan="off"))
         with pytest.raises(ConfigError, match=rf"--host 127.0.0.1 --port {port}: cannot listen there .*give another"):
             run_server(server)
+
+
+def test_a_model_directory_mxnet_cannot_open_is_one_line(model_dir, tmp_path, capsys):
+    """nmt-serve was the one command whose main handled errors its own way: a model directory named in CP949 bytes
+    (which MXNet cannot open; the other commands refuse it in one line) ended it in a StorageError traceback."""
+    import os
+    import shutil
+    legacy = tmp_path / os.fsdecode("자료".encode("cp949"))
+    shutil.copytree(model_dir, legacy)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    assert main(["--model-dir", str(legacy), "--port", str(port)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "MXNet opens files by UTF-8 names" in err and "Traceback" not in err, err
