@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from nmt.config import ARCH_DEFAULTS, CORPUS_FILES, Config, ConfigError, DataConfig, ModelConfig, SettingsClash
-from nmt.config_resume import PER_INVOCATION, resumed_config
+from nmt.config_resume import PER_INVOCATION, refused_change, resumed_config
 from nmt import jsonio
 from nmt.cli_io import last_lines, reader_gone
 from nmt.commands import Once, command, nonempty, shell_word, usable_streams
@@ -114,7 +114,7 @@ def args_dict(args: argparse.Namespace, base: Optional[Config] = None, check: bo
             data["recipe"] = None   # recipe is left for resumed_config to compare with the run's)
     if getattr(args, "init_from", None) and not getattr(args, "resume", False):
         from nmt.finetune import kept_settings
-        kept_settings(d, Path(args.init_from))
+        kept_settings(d, Path(args.init_from), given_keys(args))
     train, arch = d.setdefault("train", {}), d.get("model", {}).get("arch", "lstm")
     if base is not None and "train.model_dir" not in flags:   # --resume: where the run's config.json is (a --config
         train["model_dir"] = base.train.model_dir   # file's may be relative to another directory)
@@ -169,7 +169,15 @@ def config_for_resume(args: argparse.Namespace) -> Tuple[Config, List[str]]:
         section, name = key.split(".")
         base[section][name] = defaults[section][name]
     base["train"]["model_dir"] = str(path.parent)
-    wanted = config_from_args(args, base=Config.from_dict(base, source=str(path)))
+    try:
+        wanted = config_from_args(args, base=Config.from_dict(base, source=str(path)))
+    except SettingsClash:   # `--src en` alone, in a ko-en run, meets its target: the language that cannot change
+        for key in ("data.src_lang", "data.tgt_lang"):
+            refused = key in vars(args) and refused_change(key, given_keys(args)[key], vars(args)[key], saved,
+                                                           str(path))
+            if refused:
+                raise ConfigError(refused) from None
+        raise
     check_model_flags(saved.model.arch, given_keys(args), wanted.model)   # before "differs from" an unused default
     return resumed_config(saved, wanted, given_keys(args), str(path))
 

@@ -50,6 +50,22 @@ def _tuned(key: str, source: str) -> str:
             "model's own settings, not its data, batch or schedule)")
 
 
+def refused_change(key: str, label: str, value, saved: Config, source: str) -> str:
+    """The error of a resumed run given `value` for `key` (as `label`: a flag, or a --config file's key) where it
+    cannot change (`_fixed_on_resume`); "" where it can, or `value` is the run's own (`saved`, read from `source`)."""
+    section, name = key.split(".", 1)
+    old = saved.to_dict()[section][name]
+    fixed = value != old and _fixed_on_resume(key, saved)
+    if not fixed:
+        return ""
+    shown = (f"{label} ({name} {json.dumps(value)})" if isinstance(value, bool) else   # (--no-X false)
+             f"{label} {json.dumps(value)}") if label.startswith("--") else f"{label} = {json.dumps(value)}"
+    why = f"{fixed}: drop it, or train into a new --model-dir{_tuned(key, source)}" if key != "optim.optimizer" else (
+        f"its saved optimizer states belong to the {old} optimizer: drop it, or to switch optimizers fine-tune into a "
+        f"new --model-dir with --init-from {shell_word(Path(source).parent)}")
+    return f"--resume: {shown} differs from {json.dumps(old)}, which this run was trained with ({source}); {why}"
+
+
 def resumed_config(saved: Config, cfg: Config, given: Optional[Dict[str, str]], source: str
                    ) -> Tuple[Config, List[str]]:
     """The configuration a resumed run trains with: the run's own (`saved`, read from `source`), with this
@@ -64,16 +80,9 @@ def resumed_config(saved: Config, cfg: Config, given: Optional[Dict[str, str]], 
                     key in _CORPORA_PLACE and given is not None and key not in given):
                 continue
             label = key if given is None else given.get(key, key)
-            fixed = _fixed_on_resume(key, saved)
-            if fixed:
-                shown = (f"{label} ({name} {json.dumps(value)})" if isinstance(value, bool) else   # (--no-X false)
-                         f"{label} {json.dumps(value)}") if label.startswith("--") else f"{label} = {json.dumps(value)}"
-                why = f"{fixed}: drop it, or train into a new --model-dir{_tuned(key, source)}" if key != \
-                    "optim.optimizer" else (
-                    f"its saved optimizer states belong to the {old} optimizer: drop it, or to switch optimizers "
-                    f"fine-tune into a new --model-dir with --init-from {shell_word(Path(source).parent)}")
-                raise ConfigError(f"--resume: {shown} differs from {json.dumps(old)}, which this run was trained with "
-                                  f"({source}); {why}")
+            refused = refused_change(key, label, value, saved, source)
+            if refused:
+                raise ConfigError(refused)
             merged[section][name] = value
             if key not in PER_INVOCATION:
                 changes.append(f"{label}: {json.dumps(old)} -> {json.dumps(value)}")

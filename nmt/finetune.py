@@ -62,15 +62,25 @@ def for_init(cfg: Config, spec) -> Tuple[Config, Path]:
     return init_config(cfg, given, params), params
 
 
-def kept_settings(d: Dict[str, Dict[str, Any]], init_from: Path) -> None:
+def kept_settings(d: Dict[str, Dict[str, Any]], init_from: Path, given: Dict[str, str]) -> None:
     """The languages and architecture of the model --init-from names, which a fine-tuning run keeps
     (`init_config`), in `d` where it gives none: the default --model-dir is named after them, and the
-    checks of the settings together see them. (A path that is no model directory is named by `init_params` later.)"""
+    checks of the settings together see them; a ConfigError where the command line gives another (`given`: key ->
+    flag), before a check of the pair meets it. (A path that is no model directory is named by `init_params` later.)"""
     config = (init_from if init_from.is_dir() else init_from.parent) / ckpt.CONFIG
     theirs = jsonio.read_object(config, ConfigError) if config.is_file() else {}
     for section, name in (("data", "src_lang"), ("data", "tgt_lang"), ("model", "arch")):
         if name in theirs.get(section, {}):
-            d.setdefault(section, {}).setdefault(name, theirs[section][name])
+            mine = d.setdefault(section, {}).setdefault(name, theirs[section][name])
+            if f"{section}.{name}" in given and mine != theirs[section][name]:
+                raise not_kept(given[f"{section}.{name}"], mine, init_from, f"{section}.{name}",
+                               theirs[section][name], config)
+
+
+def not_kept(label: str, value: Any, init_from: Path, key: str, old: Any, source: Path) -> ConfigError:
+    """The error of a fine-tuning run given (as `label`) another `value` of a `key` its model keeps."""
+    return ConfigError(f"{label} {json.dumps(value)}: --init-from {init_from} has {key} {json.dumps(old)} ({source}); "
+                       f"a fine-tuning run keeps its model's settings, languages and vocabularies: drop {label}")
 
 
 def init_config(cfg: Config, given: Dict[str, str], params: Path) -> Config:
@@ -89,9 +99,7 @@ def init_config(cfg: Config, given: Dict[str, str], params: Path) -> Config:
         if key in given and section == "model" and name in TUNABLE:
             continue
         if key in given and mine[section][name] != old:
-            raise ConfigError(f"{given[key]} {json.dumps(mine[section][name])}: --init-from {params} has {key} "
-                              f"{json.dumps(old)} ({source}); a fine-tuning run keeps its model's settings, "
-                              f"languages and vocabularies: drop {given[key]}")
+            raise not_kept(given[key], mine[section][name], params, key, old, source)
         mine[section][name] = old
     for section, defaults in ARCH_DEFAULTS.get(theirs["model"]["arch"], {}).items():   # not the default arch's
         for name in defaults:

@@ -215,6 +215,29 @@ def test_a_setting_of_another_architecture_is_refused_in_a_file_and_on_resume(tm
             training_run(build_train_parser().parse_args(argv))
 
 
+def test_one_language_given_that_a_run_or_a_fine_tune_cannot_change_is_named(tmp_path):
+    """`--resume --src en` of a ko-en run said "--src and --tgt are both 'en'" (the run's target kept), and only
+    given both, that the languages cannot change within a run; so did --init-from of a ko-en model. One message
+    now, the second; a side given as the run's passes."""
+    from nmt.cli import training_run
+    run = tmp_path / "m"
+    run.mkdir()
+    Config.from_dict({"train": {"model_dir": str(run)}}).save(run / "config.json")
+    (run / "params.best").write_bytes(b"x")
+    write_manifest(run, "best", ["params.best"], 1)
+    for argv, says in ((["--resume", "--model-dir", str(run), "--src", "en"],
+                        r"^--resume: --src \"en\" differs from \"ko\", which this run was trained with"),
+                       (["--resume", "--model-dir", str(run), "--tgt", "ko"],
+                        r"^--resume: --tgt \"ko\" differs from \"en\""),
+                       (["--init-from", str(run), "--model-dir", str(tmp_path / "ft"), "--src", "en"],
+                        r"^--src \"en\": --init-from .* has data.src_lang \"ko\" .*a fine-tuning run keeps its "
+                        "model's settings, languages and vocabularies: drop --src$")):
+        with pytest.raises(ConfigError, match=says):
+            training_run(build_train_parser().parse_args(argv))
+    cfg, _, _ = training_run(build_train_parser().parse_args(["--resume", "--model-dir", str(run), "--src", "ko"]))
+    assert (cfg.data.src_lang, cfg.data.tgt_lang) == ("ko", "en")
+
+
 def test_argparse_rejects_bad_types_and_choices(capsys):
     with pytest.raises(SystemExit):
         build_train_parser().parse_args(["--batch-size", "many"])
@@ -500,7 +523,8 @@ def test_a_fine_tuning_run_is_named_and_checked_with_its_models_languages_and_ar
     assert cfg.train.model_dir == "models/tatoeba-en-ko-transformer"
     assert (cfg.data.src_lang, cfg.data.tgt_lang, cfg.model.arch) == ("en", "ko", "transformer")
     assert cfg_of(["--init-from", str(model / "params.best")]).train.model_dir == "models/tatoeba-en-ko-transformer"
-    assert cfg_of(["--init-from", str(model), "--src", "ko", "--tgt", "en"]).data.src_lang == "ko"   # finetune refuses
+    with pytest.raises(ConfigError, match=r'^--src "ko": --init-from .* has data.src_lang "en"'):   # (the first)
+        cfg_of(["--init-from", str(model), "--src", "ko", "--tgt", "en"])
 
 
 def test_a_config_file_brings_no_devices(tmp_path, caplog):
