@@ -8,6 +8,7 @@ one's encoded corpus is cached in the model directory (nmt.encoded), which the r
 """
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -130,10 +131,12 @@ def dry_run(cfg: Config, resume: bool = False, overwrite: bool = False, init: Op
     from nmt.workers import check_kvstore
     t = cfg.train
     ctxs = parse_devices(t.gpus, t.cpu_devices)
-    warn_empty_shares(0 if cfg.data.batch_tokens else cfg.data.batch_size, len(ctxs), t.accum_steps, 1)
     if t.amp:
         check_amp_devices(ctxs)
-    check_kvstore(default_kvstore(ctxs, t.kvstore))
+    kvstore = default_kvstore(ctxs, t.kvstore)
+    check_kvstore(kvstore)   # (dist_*: inside a job of the launcher, whose variables count its workers)
+    workers = int(os.environ["DMLC_NUM_WORKER"]) if kvstore.startswith("dist") else 1
+    warn_empty_shares(0 if cfg.data.batch_tokens else cfg.data.batch_size, len(ctxs), t.accum_steps, workers)
     TensorBoardWriter.check(t.tensorboard)   # (--tensorboard without tensorboardX: the run refuses at once)
     report: Dict[str, Any] = {"devices": [str(c) for c in ctxs]}
     report.update(_check_model_dir(cfg, resume, overwrite, init))

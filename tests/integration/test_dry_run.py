@@ -342,3 +342,15 @@ def test_a_worker_of_a_job_without_a_distributed_kvstore_is_told_why(tmp_path, t
     err = capsys.readouterr().err
     assert "whose runs need --kvstore dist_sync (dist_device_sync on GPUs), a --resume too" in err, err
     assert "its kvstore here is 'local'" in err
+
+
+def test_a_distributed_dry_run_counts_the_jobs_workers_in_the_shares(tmp_path, task, capsys, monkeypatch):
+    """Inside a job of two workers, --batch-size 3 --cpu-devices 2 makes 4 shares; the dry run counted one worker
+    and said nothing, and the run then warned."""
+    for var, value in (("DMLC_ROLE", "worker"), ("DMLC_PS_ROOT_URI", "127.0.0.1"), ("DMLC_PS_ROOT_PORT", "9"),
+                       ("DMLC_NUM_SERVER", "1"), ("DMLC_NUM_WORKER", "2")):
+        monkeypatch.setenv(var, value)
+    assert train_main(args_for(task, tmp_path / "m", "--dry-run", "--batch-size", "3", "--cpu-devices", "2",
+                               "--kvstore", "dist_sync")) == 0
+    assert ("--batch-size 3 is split into 4 shares (2 devices x 1 micro-batches x 2 workers): 1 of them get no "
+            "sentence and compute on padding") in capsys.readouterr().err
