@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import IO, Any, Dict, Iterable, Iterator, Sequence, Tuple
 
 from nmt.atomic import atomic_open, atomic_write_bytes
+from nmt.commands import shell_word
 from nmt.corpus import CorpusError
 from nmt.storage import guarded_write
 
@@ -27,6 +28,16 @@ _CHUNK = 1 << 16
 _NETWORK_ERRORS = (urllib.error.URLError, http.client.HTTPException, socket.timeout, ConnectionError, TimeoutError)
 MIRROR_HINT = ("use an offline mirror: pass --data-dir DIR or set NMT_DATA_DIR=DIR, a directory laid out like "
                "shared/data")
+
+
+def mirror_lacks(data_dir: Path, rel: str) -> str:
+    """" (the mirror DIR has no REL)", naming a directory one level above or below `data_dir` that has `rel` (a
+    --data-dir given one level off: the mirror's parent, or one of its corpora)."""
+    with contextlib.suppress(OSError):
+        near = [d for d in (data_dir.parent, *sorted(data_dir.iterdir())) if (d / rel).is_file()]
+        if near:
+            return f" (the mirror {data_dir} has no {rel}; {near[0]} has it: --data-dir {shell_word(near[0])})"
+    return f" (the mirror {data_dir} has no {rel})"
 
 
 _HASHES: Dict[Tuple[str, int, int], str] = {}   # (path, size, mtime) -> sha256: each file is hashed once per process

@@ -22,7 +22,7 @@ from nmt.cleaning import clean_training_pairs, warn_dev_in_tests
 from nmt.commands import shell_word
 from nmt.config import ConfigError, DataConfig
 from nmt.corpus import CorpusError, Pairs, concat, read_parallel, read_tsv
-from nmt.download import DOWNLOAD_TIMEOUT, download, download_archive, verify_file
+from nmt.download import DOWNLOAD_TIMEOUT, download, download_archive, mirror_lacks, verify_file
 from nmt.languages import check_languages, has_hangul
 from nmt.rest_markup import strip_rest_markup
 from nmt.storage import check_writable
@@ -141,7 +141,7 @@ def fetch(source: Source, key: str, data_dir: Optional[Path], cache_dir: Path, *
         if path.is_file():
             verify_file(path, spec.sha256, what)
             return path
-        missing = f" (the mirror {data_dir} has no {spec.path})"
+        missing = mirror_lacks(data_dir, spec.path)
     path = cache_dir / spec.path
     if path.is_file():
         verify_file(path, spec.sha256, what)

@@ -224,6 +224,22 @@ def test_mirror_only_file_without_mirror(tmp_path):
     assert "mirror-only" in msg and "polib" in msg and "--data-dir" in msg and "NMT_DATA_DIR" in msg
 
 
+@pytest.mark.parametrize("given, has_it", [("shared", "shared/data"), ("shared/data/syn", "shared/data")])
+def test_a_mirror_given_one_level_off_is_named_where_it_is(tmp_path, given, has_it):
+    """`--data-dir ../shared` (the mirror is ../shared/data) or a corpus folder of the mirror said only that the
+    mirror has no such file."""
+    src = _source({"ko": b"x\n", "en": b"y\n"}, derived="extracted from .po files with polib")
+    (tmp_path / "shared/data/syn").mkdir(parents=True)
+    (tmp_path / "shared/data/syn/syn.ko").write_bytes(b"x\n")
+    with pytest.raises(CorpusError) as e:
+        fetch(src, "ko", tmp_path / given, tmp_path / "cache")
+    assert (f"(the mirror {tmp_path / given} has no syn/syn.ko; {tmp_path / has_it} has it: --data-dir "
+            f"{tmp_path / has_it})") in str(e.value)
+    with pytest.raises(CorpusError) as e:
+        fetch(src, "en", tmp_path / given, tmp_path / "cache")   # (nowhere near)
+    assert str(e.value).count("has it") == 0 and f"the mirror {tmp_path / given} has no syn/syn.en" in str(e.value)
+
+
 def test_a_recipe_with_a_mirror_only_corpus_says_so_before_downloading(tmp_path, monkeypatch):
     """--recipe all without a mirror first downloaded (or, offline, failed to download) its other corpora, and only
     then said that python-docs-ko cannot be downloaded."""
