@@ -46,6 +46,9 @@ def write_manifest(model_dir: Path, key: str, names: Sequence[str], step: int,
              for n in list(names) + model_files(model_dir)}
     body = {"format": FORMAT, "checkpoint": key, "step": step, "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "files": files}
+    model = _model_settings(model_dir)
+    if model is not None:   # the settings the parameters are of (`_edited_model` compares config.json's with them)
+        body["model"] = model
     if state is not None:
         body["state"] = state
     body["self_sha256"] = _self_hash(body)
@@ -100,11 +103,36 @@ def verify(model_dir: Path, key: str, attempts: int = 3) -> Dict[str, Any]:
     for attempt in range(attempts):
         body = read_manifest(model_dir, key)
         problems = [p for p in (_problem(Path(model_dir) / n, e) for n, e in body["files"].items()) if p]
+        problems = problems or [p for p in [_edited_model(Path(model_dir), key, body.get("model"))] if p]
         if not problems:
             return body
         if attempt + 1 < attempts:
             time.sleep(0.2)
     raise CheckpointError("; ".join(problems))
+
+
+def _model_settings(model_dir: Path) -> Optional[Dict[str, Any]]:
+    """The model section of `model_dir`'s config.json as written (None: none readable; its own errors are named
+    where it is read as a configuration)."""
+    try:
+        model = json.loads((model_dir / "config.json").read_text(encoding="utf-8")).get("model")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return model if isinstance(model, dict) else None
+
+
+def _edited_model(model_dir: Path, key: str, recorded: Optional[Dict[str, Any]]) -> Optional[str]:
+    """What differs between the model settings of config.json and those checkpoint `key` was saved with
+    (`recorded`), or None. Parameters fit a model of other settings where no shape changes (a Transformer's heads,
+    an attention), which then translates otherwise, silently; config.json's other sections may be edited."""
+    mine = _model_settings(model_dir)
+    if recorded is None or mine is None or mine == recorded:
+        return None
+    differ = [f"model.{k} {json.dumps(mine.get(k))} (saved with {json.dumps(recorded.get(k))})"
+              for k in sorted(set(mine) | set(recorded)) if mine.get(k) != recorded.get(k)]
+    return (f"{model_dir / 'config.json'} has {', '.join(differ)}: the model settings its parameters were trained "
+            f"with ({manifest_name(key)}) describe them and cannot be edited; put them back (a decoding default, "
+            "config.json's decode section, may be)")
 
 
 # The files of a step checkpoint, (stem, suffix) of `<stem>.<step_key(step)><suffix>`; the manifest first.

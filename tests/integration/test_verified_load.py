@@ -282,3 +282,28 @@ def test_scores_of_a_best_replaced_since_it_loaded_do_not_replace_best_s_entry(m
     score_test_set(tr, "t", read_parallel(model[1]["test_src"], model[1]["test_tgt"], whole=True))
     scores = read_scores(d)["t"]
     assert scores["best"] == mine and scores["4"]["params_sha256"] == tr.params_sha256   # under the step it is of
+
+
+def test_model_settings_edited_in_config_json_are_refused_and_decoding_ones_taken(model, tmp_path, capsys):
+    """A config.json whose model settings were edited by hand loaded the parameters into the model it now
+    described wherever no shape changed (a Transformer's heads 2 -> 4), which translated otherwise without a word,
+    and nmt-evaluate recorded its scores; a decoding default (decode.beam_size) may be edited."""
+    import shutil
+    model_dir, task = model
+    copy = shutil.copytree(model_dir, tmp_path / "m")
+    config = json.loads((copy / ckpt.CONFIG).read_text())
+    dropout = config["model"]["dropout"]
+    config["model"]["dropout"], config["decode"]["beam_size"] = dropout + 0.05, 2
+    (copy / ckpt.CONFIG).write_text(json.dumps(config))
+    translate = ["--model-dir", str(copy), "--input", task["test_src"], "--output", str(tmp_path / "out")]
+    for which in ("best", "4"):
+        assert translate_main([*translate, "--checkpoint", which]) == 2
+        err = capsys.readouterr().err
+        assert (f"{copy / ckpt.CONFIG} has model.dropout {json.dumps(dropout + 0.05)} (saved with {json.dumps(dropout)})"
+                ": the model settings its parameters were trained with") in err, err
+        assert "describe them and cannot be edited; put them back" in err and "Traceback" not in err
+    config["model"]["dropout"] = dropout
+    (copy / ckpt.CONFIG).write_text(json.dumps(config))
+    assert translate_main(translate) == 0
+    assert translate_main([*translate, "--nbest", "3"]) == 2   # the edited beam is the default taken
+    assert "more than --beam-size 2" in capsys.readouterr().err
