@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import collections
 import numbers
-from typing import Deque, Dict, Hashable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Callable, Deque, Dict, Hashable, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -55,6 +55,8 @@ class ContinuousDecoder:
         # (key, source ids, target prefix or None, the step count when it arrived)
         self.waiting: Deque[Tuple[Hashable, List[int], Optional[TargetPrefix], int]] = collections.deque()
         self.ready: List[Done] = []                     # done without decoding (empty lines)
+        # called with the keys of lines as they join the batch, before a step computes them (None: nothing)
+        self.on_join: Optional[Callable[[List[Hashable]], None]] = None
         self.keys: dict = {}                            # search id -> key
         self.limits: Dict[int, Tuple[int, Optional[TargetPrefix]]] = {}   # search id -> length limit, prefix
         self._next_id = 0
@@ -120,6 +122,8 @@ class ContinuousDecoder:
                             or self.steps - self.waiting[0][3] >= MAX_WAIT_STEPS):
             return
         taken = [self.waiting.popleft() for _ in range(min(room, len(self.waiting)))]
+        if self.on_join:
+            self.on_join([key for key, _, _, _ in taken])
         ids = np.arange(self._next_id, self._next_id + len(taken))
         self._next_id += len(taken)
         self.keys.update(zip(ids.tolist(), [key for key, _, _, _ in taken]))

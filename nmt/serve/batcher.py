@@ -79,7 +79,7 @@ class _Job:
     call: Optional[Callable[[], Any]] = None
     deadline: float = float("inf")            # time.monotonic() after which nobody waits for the answer
     queued_at: float = field(default_factory=time.monotonic)
-    started: bool = False                     # set by the worker when its sentences join a search or its call runs
+    started: bool = False                     # set by the worker when a sentence joined a search or its call ran
     results: Dict[int, Any] = field(default_factory=dict)   # n-best lists of the sentences done so far
     cut_off: List[int] = field(default_factory=list)        # those at the length limit
 
@@ -280,6 +280,7 @@ class Batcher:
         beam, nbest = self._key
         try:
             self._decoder = self.translator.continuous(beam, nbest, self.max_batch)
+            self._decoder.on_join = self._joined
         except Exception as e:   # pylint: disable=broad-except - e.g. a beam the search refuses: the callers get it
             for job in jobs:
                 self._finish(job, error=e)
@@ -294,7 +295,6 @@ class Batcher:
             elif not job.lines:
                 self._finish(job, Translations([], []))
             else:
-                job.started = True
                 try:
                     self._decoder.add(job.lines, [(id(job), i) for i in range(len(job.lines))], job.prefixes)
                 except Exception as e:   # pylint: disable=broad-except - e.g. the tokenizer failed: the caller gets it
@@ -303,6 +303,13 @@ class Batcher:
                     continue
                 self._active[id(job)] = job
         self.batches += 1
+
+    def _joined(self, keys: Sequence[Tuple[int, int]]) -> None:
+        """Lines of these requests joined the search: their work reached the model (timed out, such a request is
+        told what makes it cheaper; one that only waited, that the server is busy)."""
+        for job_id, _ in keys:
+            if job_id in self._active:
+                self._active[job_id].started = True
 
     def _step(self) -> None:
         """One step of the search; jobs whose sentences are all done get their answers."""

@@ -37,6 +37,7 @@ class FakeDecoder:
         self.fake, self.beam, self.nbest, self.max_batch = fake, beam, nbest, max_batch
         self.waiting, self.running = [], []
         self.steps = self.sentence_steps = 0
+        self.on_join = None
 
     @property
     def pending(self):
@@ -50,9 +51,11 @@ class FakeDecoder:
         self.running = [r for r in self.running if r[0] not in keys]
 
     def step(self):
-        self.fake.gate.wait(10)
-        while self.waiting and len(self.running) < self.max_batch:
-            self.running.append(self.waiting.pop(0))
+        joined = self.waiting[:max(0, self.max_batch - len(self.running))]
+        self.waiting, self.running = self.waiting[len(joined):], self.running + joined
+        if joined and self.on_join:
+            self.on_join([key for key, _, _ in joined])
+        self.fake.gate.wait(10)   # (stuck computing the step)
         lines = [line for _, line, _ in self.running]
         self.fake.calls.append((lines, self.nbest, self.beam, threading.current_thread().name))
         self.steps += 1
@@ -365,6 +368,24 @@ def test_a_timed_out_request_says_whether_it_had_started():
     b.close()
     assert not late.started and started.started and isinstance(late, asyncio.TimeoutError)
     assert b.queued == 0
+
+
+def test_a_request_waiting_for_room_in_the_search_has_not_started():
+    """Lines handed to the running search wait there for room (--max-batch): such a request timed out as one that
+    had started, and a one-word request queued behind others was told to send fewer sentences (docs/serving.md:
+    a request that never started is told that the server is busy)."""
+    fake = FakeTranslator(seconds=0.01, steps=len)   # the long line takes 100 steps, about 1 s
+    b = Batcher(fake, max_batch=1, max_wait_ms=0)
+
+    async def main():
+        first = asyncio.ensure_future(b.translate(["x" * 100], 1, 1, timeout=10))
+        await asyncio.sleep(0.05)
+        with pytest.raises(TimedOut) as late:
+            await b.translate(["y"], 1, 1, timeout=0.1)
+        return late.value, await first
+    late, first = run(main())
+    b.close()
+    assert not late.started and first.nbests == [[("x" * 100, -0.0)]]
 
 
 def test_a_request_that_timed_out_leaves_the_running_search():
