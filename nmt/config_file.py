@@ -66,12 +66,14 @@ def _run_settings(config: Path) -> bool:
 
 
 def warn_time_limit(config: str, d: Dict[str, Dict[str, Any]], flags: Dict[str, Any]) -> None:
-    """Warn when a run's config.json as --config brings that run's time limit (train.max_seconds) to this one
-    without a --max-seconds flag: a limit of one invocation, kept in the file, that would stop the new run early."""
-    limit = d.get("train", {}).get("max_seconds")
-    if limit and "train.max_seconds" not in flags and _run_settings(Path(config)):
-        logging.getLogger("nmt").warning("--config %s: train.max_seconds = %s taken from that run: this run stops "
-                                         "after %s s too (--max-seconds 0: no time limit)", config, limit, limit)
+    """Warn when a run's config.json as --config brings that run's time limits (train.max_seconds, of one
+    invocation; train.time_budget, of its training) to this one without their flags: kept in the file, they would
+    stop the new run as early (the quick start's 1800 s in a run of all the data)."""
+    for name, flag in (("max_seconds", "--max-seconds"), ("time_budget", "--time-budget")):
+        limit = d.get("train", {}).get(name)
+        if limit and f"train.{name}" not in flags and _run_settings(Path(config)):
+            logging.getLogger("nmt").warning("--config %s: train.%s = %s taken from that run: this run stops after "
+                                             "%s s too (%s 0: no time limit)", config, name, limit, limit, flag)
 
 
 def check_taken_dir(model_dir: str, config: Path, resume: bool, overwrite: bool = False) -> str:

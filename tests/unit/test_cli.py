@@ -540,23 +540,27 @@ def test_a_config_file_brings_no_devices(tmp_path, caplog):
 
 
 def test_a_runs_config_json_says_it_brings_the_runs_time_limit(tmp_path, caplog):
-    """A run's config.json holds its --max-seconds: as --config of a new run, that run stopped as early, unsaid."""
+    """A run's config.json holds its --max-seconds and --time-budget: as --config of a new run, that run stopped as
+    early, unsaid (the quick start's --time-budget 1800 in a run of all the data)."""
     run = tmp_path / "run"
     run.mkdir()
     saved = Config()
-    saved.train.max_seconds, saved.train.model_dir = 3600.0, str(run)
+    saved.train.max_seconds, saved.train.time_budget, saved.train.model_dir = 3600.0, 1800.0, str(run)
     saved.save(run / "config.json")
     (run / "train.log").write_text("")
     own = tmp_path / "mine.json"   # a file of one's own names its limit knowingly
-    own.write_text(json.dumps({"train": {"max_seconds": 60}}))
-    for args, limit, said in ((["--config", str(run / "config.json")], 3600, True),
-                              (["--config", str(run / "config.json"), "--max-seconds", "0"], 0, False),
-                              (["--config", str(own)], 60, False)):
+    own.write_text(json.dumps({"train": {"max_seconds": 60, "time_budget": 60}}))
+    for args, limits, said in ((["--config", str(run / "config.json")], (3600, 1800), (True, True)),
+                               (["--config", str(run / "config.json"), "--max-seconds", "0"], (0, 1800), (False, True)),
+                               (["--config", str(run / "config.json"), "--time-budget", "0"], (3600, 0), (True, False)),
+                               (["--config", str(own)], (60, 60), (False, False))):
         caplog.clear()
         with caplog.at_level("WARNING", logger="nmt"):
-            assert cfg_of([*args, "--model-dir", str(tmp_path / "new")]).train.max_seconds == limit
-        assert ("train.max_seconds = 3600.0 taken from that run: this run stops after 3600.0 s too" in caplog.text
-                ) == said, (args, caplog.text)
+            cfg = cfg_of([*args, "--model-dir", str(tmp_path / "new")])
+        assert (cfg.train.max_seconds, cfg.train.time_budget) == limits
+        assert ("train.max_seconds = 3600.0 taken from that run: this run stops after 3600.0 s too (--max-seconds 0"
+                in caplog.text, "train.time_budget = 1800.0 taken from that run: this run stops after 1800.0 s too "
+                "(--time-budget 0: no time limit)" in caplog.text) == said, (args, caplog.text)
 
 
 def test_a_resume_says_once_that_a_config_files_devices_are_not_taken(tmp_path, caplog):
