@@ -133,7 +133,7 @@ def example(model: type) -> str:
 def parse(body: bytes, model: type) -> BaseModel:
     """`model` from a JSON body; RequestError 400 for a body that is not UTF-8 JSON, 422 for wrong fields."""
     try:
-        text = body.decode("utf-8")
+        text = body.decode("utf-8").removeprefix("\ufeff")   # (a byte-order mark: a JSON file saved by Notepad)
     except UnicodeDecodeError as e:
         raise RequestError(400, f"the body is not valid UTF-8 (byte 0x{body[e.start]:02x} at offset {e.start}): "
                                 f"send UTF-8 encoded JSON, e.g. {example(model)}") from None
@@ -249,8 +249,9 @@ def check_line(line: str, where: str, max_input_tokens: int) -> Tuple[str, List[
                                 "Unicode (a complete surrogate pair, or remove it)", where)
     lines = count_lines(line)
     if lines > 1:
-        raise RequestError(422, f"{where} has text on {lines} lines: send each line as its own sentence (read as one, "
-                                "all but the first would usually be left out of the translation)", where)
+        advice = ("send each line as its own sentence (read as one, all but the first would usually be left out of "
+                  "the translation)" if where.startswith("text") else "a translation (or its start) is one line")
+        raise RequestError(422, f"{where} has text on {lines} lines: {advice}", where)
     warnings, controls = [], control_characters(line)
     max_chars = max_input_tokens * CHARS_PER_TOKEN
     if len(read := normalize(line)) > max_chars:   # the line as read (4,000 spaces before its text are not counted)

@@ -26,6 +26,26 @@ def test_valid_request_uses_the_model_beam_by_default():
     assert check_translate(req, Limits(), 4, 250) == (["가", ""], 4, [])
 
 
+def test_a_body_after_a_byte_order_mark_is_read():
+    """A JSON file saved by Windows Notepad and posted with `curl --data-binary @file` was refused (400, "Unexpected
+    UTF-8 BOM (decode using utf-8-sig)"), which `nmt-translate --json-input` reads; RFC 8259 lets a parser ignore it."""
+    req = parse(b'\xef\xbb\xbf{"text": ["\xea\xb0\x80"]}', TranslateRequest)
+    assert check_translate(req, Limits(), 4, 250) == (["가"], 4, [])
+    refused(b'\xef\xbb\xbf\xef\xbb\xbf{"text": ["a"]}', 400, "not valid JSON")   # (one mark, not any number)
+
+
+def test_a_translation_or_prefix_on_several_lines_is_told_it_is_one_line():
+    """/attention's translation (and a target_prefix) on two lines was told to "send each line as its own
+    sentence", the advice for a source text."""
+    from nmt.serve.schema import AttentionRequest, check_attention, check_prefixes
+    with pytest.raises(RequestError) as e:
+        check_attention(parse(json.dumps({"text": "a", "translation": "b\nc"}).encode(), AttentionRequest), 250)
+    assert e.value.message == "translation has text on 2 lines: a translation (or its start) is one line"
+    with pytest.raises(RequestError) as e:
+        check_prefixes(parse(json.dumps({"text": ["a"], "target_prefix": ["b\nc"]}).encode(), TranslateRequest), 250)
+    assert e.value.message == "target_prefix[0] has text on 2 lines: a translation (or its start) is one line"
+
+
 @pytest.mark.parametrize("body,status,words", [
     (b'{"text": [', 400, ["not valid JSON", "e.g."]),
     (b'\xff\xfe{}', 400, ["not valid UTF-8", "0xff"]),
@@ -127,7 +147,7 @@ def test_a_line_of_four_byte_characters_cut_at_the_limit_is_warned_of(model_dir)
 def test_an_attention_text_of_invisible_characters_is_empty():
     """A line of a Hangul filler (a "blank" in Korean chat) or a lone joiner passed `line.strip()` and got "attention:
     the sentence is empty after normalization" from deep in the model, where a line of spaces got this answer."""
-    from nmt.serve.schema import AttentionRequest, check_attention
+    from nmt.serve.schema import AttentionRequest, check_attention, check_prefixes
     for text in ("\u3164", "\u200e \u200d", "   "):
         with pytest.raises(RequestError) as e:
             check_attention(parse(json.dumps({"text": text}).encode(), AttentionRequest), 250)
