@@ -65,7 +65,8 @@ def build_train_parser() -> argparse.ArgumentParser:
                    help="fine-tune: start a new run from the parameters of a trained model directory (its best, or "
                    "DIR/params.avg, DIR/params.<step>), keeping its model settings, languages and SentencePiece "
                    "models, with a fresh optimizer and learning-rate schedule")
-    g.add_argument("--no-eval", action="store_true", help="skip the test-set evaluation at the end")
+    g.add_argument("--no-eval", action="store_true", help="skip the test-set evaluation at the end (of this "
+                   "command: a --resume without it scores the test sets)")
     g.add_argument("--dry-run", action="store_true", help="check the configuration, data and model directory "
                    "(readable, clean, writable, room) and print what would be trained, without training")
     g.add_argument("-v", "--verbose", action="store_true", help="debug logging")
