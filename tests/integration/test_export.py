@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from nmt import checkpoint as ckpt
+from nmt import checkpoint as ckpt, manifest
 from nmt.cli import train_main
 from nmt.cli_decode import evaluate_main, translate_main
 from nmt.export import EXPORT, export_main
@@ -137,6 +137,9 @@ def test_a_config_json_that_builds_no_model_for_the_checkpoint_is_not_exported(m
                        ({"hidden_size": cfg["model"]["hidden_size"] * 2}, "cannot load these parameters into the "
                                                                           "model described by")):
         (model_copy / ckpt.CONFIG).write_text(json.dumps({**cfg, "model": {**cfg["model"], **edit}}))
+        code, _, err = run(export_main, ["--model-dir", model_copy, "--output", tmp_path / "x"], capsys)
+        assert code == 2 and "describe them and cannot be edited" in err and not (tmp_path / "x").exists(), err
+        manifest.write_manifest(model_copy, "best", [ckpt.PARAMS_BEST], ckpt.best_step(model_copy))   # (its manifest made with the edit)
         code, _, err = run(export_main, ["--model-dir", model_copy, "--output", tmp_path / "x"], capsys)
         assert code == 2 and said in err and not (tmp_path / "x").exists(), err
 
