@@ -387,6 +387,7 @@ def load_parameters(net, path: Path, ctx, described_by: Path) -> None:
             pass
     except OSError as e:
         raise CheckpointError(f"{path} cannot be read ({e.strerror or e})") from None
+    manifest.check_model_settings(path, _manifest_key(path))   # (config.json edited into another model)
     try:
         net.load_parameters(mxnet_name(path), ctx=ctx)
     except (mx.base.MXNetError, AssertionError, ValueError, KeyError) as e:

@@ -47,7 +47,7 @@ def write_manifest(model_dir: Path, key: str, names: Sequence[str], step: int,
     body = {"format": FORMAT, "checkpoint": key, "step": step, "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "files": files}
     model = _model_settings(model_dir)
-    if model is not None:   # the settings the parameters are of (`_edited_model` compares config.json's with them)
+    if model is not None:   # the settings the parameters are of (`check_model_settings` compares config.json's)
         body["model"] = model
     if state is not None:
         body["state"] = state
@@ -103,7 +103,6 @@ def verify(model_dir: Path, key: str, attempts: int = 3) -> Dict[str, Any]:
     for attempt in range(attempts):
         body = read_manifest(model_dir, key)
         problems = [p for p in (_problem(Path(model_dir) / n, e) for n, e in body["files"].items()) if p]
-        problems = problems or [p for p in [_edited_model(Path(model_dir), key, body.get("model"))] if p]
         if not problems:
             return body
         if attempt + 1 < attempts:
@@ -121,18 +120,24 @@ def _model_settings(model_dir: Path) -> Optional[Dict[str, Any]]:
     return model if isinstance(model, dict) else None
 
 
-def _edited_model(model_dir: Path, key: str, recorded: Optional[Dict[str, Any]]) -> Optional[str]:
-    """What differs between the model settings of config.json and those checkpoint `key` was saved with
-    (`recorded`), or None. Parameters fit a model of other settings where no shape changes (a Transformer's heads,
-    an attention), which then translates otherwise, silently; config.json's other sections may be edited."""
-    mine = _model_settings(model_dir)
+def check_model_settings(params: Path, key: str) -> None:
+    """CheckpointError naming each model setting of config.json beside the parameter file `params` that differs
+    from those its checkpoint `key` was saved with (its manifest's; one that records none, or none readable, is not
+    compared: its damage is named where it is verified). Parameters fit a model of other settings where no shape
+    changes (a Transformer's heads, an attention), which then translates otherwise, silently; config.json's other
+    sections may be edited."""
+    try:
+        recorded = read_manifest(params.parent, key).get("model")
+    except CheckpointError:
+        return
+    mine = _model_settings(params.parent)
     if recorded is None or mine is None or mine == recorded:
-        return None
+        return
     differ = [f"model.{k} {json.dumps(mine.get(k))} (saved with {json.dumps(recorded.get(k))})"
               for k in sorted(set(mine) | set(recorded)) if mine.get(k) != recorded.get(k)]
-    return (f"{model_dir / 'config.json'} has {', '.join(differ)}: the model settings its parameters were trained "
-            f"with ({manifest_name(key)}) describe them and cannot be edited; put them back (a decoding default, "
-            "config.json's decode section, may be)")
+    raise CheckpointError(f"{params} cannot be loaded: {params.parent / 'config.json'} has {', '.join(differ)}: the "
+                          f"model settings its parameters were trained with ({manifest_name(key)}) describe them and "
+                          "cannot be edited; put them back (a decoding default, config.json's decode section, may be)")
 
 
 # The files of a step checkpoint, (stem, suffix) of `<stem>.<step_key(step)><suffix>`; the manifest first.

@@ -16,7 +16,7 @@ from typing import Optional
 import pytest
 import sacrebleu
 
-from nmt import checkpoint as ckpt, manifest
+from nmt import checkpoint as ckpt
 from nmt.cli_decode import evaluate_main
 from nmt.config import Config
 from nmt.scoring import record_scores
@@ -292,9 +292,6 @@ def test_a_config_json_edited_into_a_model_that_cannot_be_built_is_named(model_c
     assert cfg["model"]["embed_size"] != cfg["model"]["hidden_size"]
     cfg["model"]["tie_weights"] = True
     (model_copy / ckpt.CONFIG).write_text(json.dumps(cfg))
-    code, _, err = run(["--model-dir", model_copy, "--recipe-tests"], capsys)   # (the checkpoint's settings differ)
-    assert code == 2 and f"{model_copy / ckpt.CONFIG} has model.tie_weights true (saved with false)" in err, err
-    manifest.write_manifest(model_copy, "best", [ckpt.PARAMS_BEST], ckpt.best_step(model_copy))   # (as if trained with them)
     code, _, err = run(["--model-dir", model_copy, "--recipe-tests"], capsys)
     assert code == 2 and f"error: {model_copy / ckpt.CONFIG}: --tie-weights needs --embed-size == --hidden-size" in err
     assert train_main(["--model-dir", str(model_copy), "--resume", "--no-progress"]) == 2

@@ -1012,18 +1012,28 @@ def test_the_first_command_again_with_resume_continues_with_relative_paths(tmp_p
 
 def test_a_config_json_that_no_longer_fits_its_parameters_is_named_on_resume(tmp_path, task, capsys):
     """An edited config.json (another --hidden-size) made --resume die in an AssertionError from Gluon, while
-    --dry-run said the run was fine."""
+    --dry-run said the run was fine. The checkpoint's manifest names the edit; written with it, the load."""
+    from nmt import manifest
     from nmt.cli import train_main
     model_dir = tmp_path / "m"
     assert train_main(tiny_flags(task, model_dir) + ["--max-steps", "2"]) == 0
     cfg = json.loads((model_dir / ckpt.CONFIG).read_text())
     cfg["model"]["hidden_size"] = cfg["model"]["embed_size"] = 32
     (model_dir / ckpt.CONFIG).write_text(json.dumps(cfg))
-    for dry in (["--dry-run"], []):
-        assert train_main(["--model-dir", str(model_dir), "--resume", "--no-progress", "--max-steps", "4", *dry]) == 2
-        err = capsys.readouterr().err
-        assert f"error: {model_dir / ckpt.params_file(2)}: cannot load these parameters into the model described by " \
-               f"{model_dir / ckpt.CONFIG} (" in err and "Traceback" not in err, err
+    for rewritten in (False, True):
+        if rewritten:   # (as if the checkpoint had been saved with them)
+            state = json.loads((model_dir / manifest.manifest_name(manifest.step_key(2))).read_text())["state"]
+            manifest.write_manifest(model_dir, manifest.step_key(2), [ckpt.params_file(2), "trainer.00000002.states"],
+                                    2, state)
+        for dry in (["--dry-run"], []):
+            assert train_main(["--model-dir", str(model_dir), "--resume", "--no-progress", "--max-steps", "4",
+                               *dry]) == 2
+            err = capsys.readouterr().err
+            said = (f"{model_dir / ckpt.params_file(2)}: cannot load these parameters into the model described by "
+                    f"{model_dir / ckpt.CONFIG} (" if rewritten else f"{model_dir / ckpt.params_file(2)} cannot be "
+                    f"loaded: {model_dir / ckpt.CONFIG} has model.embed_size 32 (saved with 16), model.hidden_size 32 "
+                    "(saved with 16)")
+            assert f"error: {said}" in err and "Traceback" not in err, err
 
 
 def test_a_run_validated_at_step_0_does_not_say_it_never_validated(tmp_path, task):
