@@ -141,5 +141,17 @@ def tiny_model(tmp_path_factory) -> Path:
     return model
 
 
+def as_trained_with_its_config(model_dir: Path) -> None:
+    """Write every checkpoint manifest of `model_dir` again, as if its checkpoints had been saved with its current
+    config.json (edited by a test into a variant run, which the manifests' model settings would refuse)."""
+    import json
+    from nmt import manifest
+    for path in Path(model_dir).glob("manifest.*.json"):
+        body = json.loads(path.read_text())
+        key = path.name[len("manifest."):-len(".json")]
+        names = [n for n in body["files"] if not n.startswith("spm.")]
+        manifest.write_manifest(Path(model_dir), key, names, body["step"], body.get("state"))
+
+
 def synth_file(model: Path, name: str) -> Path:
     return model.parent / "synth" / name

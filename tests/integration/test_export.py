@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from nmt import checkpoint as ckpt, manifest
+from nmt import checkpoint as ckpt
 from nmt.cli import train_main
 from nmt.cli_decode import evaluate_main, translate_main
 from nmt.export import EXPORT, export_main
 from nmt.finetune import init_params
 from nmt.scoring import read_scores, record_scores
 from nmt.translate import Translator
-from tests.synth import list_params_files, synth_file
+from tests.synth import as_trained_with_its_config, list_params_files, synth_file
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -141,8 +141,8 @@ def test_a_config_json_that_builds_no_model_for_the_checkpoint_is_not_exported(m
         if "hidden_size" in edit:   # a model the config builds, not the checkpoint's: its manifest says so first
             hidden = cfg["model"]["hidden_size"]
             assert code == 2 and f"model.hidden_size {2 * hidden} (saved with {hidden})" in err, err
-            manifest.write_manifest(model_copy, "best", [ckpt.PARAMS_BEST], ckpt.best_step(model_copy))   # (as if
-            code, _, err = run(export_main, ["--model-dir", model_copy, "--output", tmp_path / "x"], capsys)   # saved so)
+            as_trained_with_its_config(model_copy)
+            code, _, err = run(export_main, ["--model-dir", model_copy, "--output", tmp_path / "x"], capsys)
         assert code == 2 and said in err and not (tmp_path / "x").exists(), err
 
 

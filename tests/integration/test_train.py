@@ -1013,18 +1013,16 @@ def test_the_first_command_again_with_resume_continues_with_relative_paths(tmp_p
 def test_a_config_json_that_no_longer_fits_its_parameters_is_named_on_resume(tmp_path, task, capsys):
     """An edited config.json (another --hidden-size) made --resume die in an AssertionError from Gluon, while
     --dry-run said the run was fine. The checkpoint's manifest names the edit; written with it, the load."""
-    from nmt import manifest
     from nmt.cli import train_main
+    from tests.synth import as_trained_with_its_config
     model_dir = tmp_path / "m"
     assert train_main(tiny_flags(task, model_dir) + ["--max-steps", "2"]) == 0
     cfg = json.loads((model_dir / ckpt.CONFIG).read_text())
     cfg["model"]["hidden_size"] = cfg["model"]["embed_size"] = 32
     (model_dir / ckpt.CONFIG).write_text(json.dumps(cfg))
     for rewritten in (False, True):
-        if rewritten:   # (as if the checkpoint had been saved with them)
-            state = json.loads((model_dir / manifest.manifest_name(manifest.step_key(2))).read_text())["state"]
-            manifest.write_manifest(model_dir, manifest.step_key(2), [ckpt.params_file(2), "trainer.00000002.states"],
-                                    2, state)
+        if rewritten:
+            as_trained_with_its_config(model_dir)
         for dry in (["--dry-run"], []):
             assert train_main(["--model-dir", str(model_dir), "--resume", "--no-progress", "--max-steps", "4",
                                *dry]) == 2

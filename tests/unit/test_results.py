@@ -14,7 +14,7 @@ from scripts.runs import (ResultsError, ablation_table, config_diff, example_ind
                          results_rows)
 from nmt.scoring import score_test_set
 from nmt.translate import Translator
-from tests.synth import synth_file, tiny_model
+from tests.synth import as_trained_with_its_config, synth_file, tiny_model
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -30,6 +30,7 @@ def scored_dirs(tmp_path_factory):
     cfg = json.loads((b / "config.json").read_text())
     cfg["model"]["dropout"] = 0.25
     (b / "config.json").write_text(json.dumps(cfg))
+    as_trained_with_its_config(b)
     pairs = read_parallel(synth_file(src, "test.ko"), synth_file(src, "test.en"))
     for d in (a, b):
         score_test_set(Translator.from_dir(d, which="latest"), "synth-test", pairs)
