@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import logging
 import math
 import os
 import re
@@ -229,6 +230,21 @@ def with_version(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return parser
 
 
+class _Said(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return f"{record.levelname.lower()}: {record.getMessage()}"
+
+
+def early_warnings() -> logging.Handler:
+    """A handler on the `nmt` logger for its warnings before a command sets up its logging (`setup_logging` replaces
+    it): "warning: ..." as the commands print their own, where Python's last resort wrote the bare message."""
+    handler = logging.StreamHandler()
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(_Said())
+    logging.getLogger("nmt").addHandler(handler)
+    return handler
+
+
 def command(build_parser: Callable[[], argparse.ArgumentParser]):
     """A console entry point `name(argv=None) -> exit code` from `body(args)`: parse `argv` (default: sys.argv)
     with `build_parser()`, then run `body` under `run_cli`."""
@@ -238,7 +254,11 @@ def command(build_parser: Callable[[], argparse.ArgumentParser]):
                 args = with_version(build_parser()).parse_args(argv)
                 threads_variable()   # (after --help and --version, which load no MXNet)
                 return body(args)
-            return run_cli(run)
+            early = early_warnings()
+            try:
+                return run_cli(run)
+            finally:
+                logging.getLogger("nmt").removeHandler(early)
         entry.__name__, entry.__qualname__, entry.__doc__ = body.__name__, body.__qualname__, body.__doc__
         return entry
     return wrap

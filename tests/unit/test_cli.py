@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import re
 import os
 import subprocess
@@ -537,6 +538,20 @@ def test_a_config_file_brings_no_devices(tmp_path, caplog):
     assert (cfg.train.gpus, cfg.train.amp, cfg.train.kvstore, cfg.train.valid_every) == (None, False, "auto", 7)
     assert f'--config {path}: train.gpus = "2", train.kvstore = "device", train.amp = true not taken' in caplog.text
     assert cfg_of(["--config", str(path), "--model-dir", "m", "--cpu-devices", "2"]).train.cpu_devices == 2
+
+
+def test_a_warning_before_the_logging_is_set_up_says_it_is_one(tmp_path, capsys, monkeypatch):
+    """The --config file's devices "not taken" (and its time limits) were warned of before the command set up its
+    logging: Python's last resort wrote the bare message, without the "warning:" of every other."""
+    monkeypatch.setattr(logging.getLogger("nmt"), "handlers", [])   # (as in a new process: no earlier test's)
+    monkeypatch.setattr(logging.getLogger("nmt"), "propagate", True)
+    path = tmp_path / "gpu.json"
+    path.write_text(json.dumps({"train": {"gpus": "1"}}))
+    assert train_main(["--config", str(path), "--model-dir", str(tmp_path / "m"), "--batch-size", "0"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == (f'warning: --config {path}: train.gpus = "1" not taken: the devices are this command line\'s '
+                      "(--gpus, --cpu-devices, --kvstore, --amp)") and err[1].startswith("error: "), err
+    assert not any(type(h).__name__ == "StreamHandler" for h in logging.getLogger("nmt").handlers)   # (left after)
 
 
 def test_a_runs_config_json_says_it_brings_the_runs_time_limit(tmp_path, caplog):
