@@ -160,10 +160,12 @@ def dry_run(cfg: Config, resume: bool = False, overwrite: bool = False, init: Op
         if resume and resumed.is_file():   # the checkpoint a resume starts from fits the model config.json describes
             ckpt.load_parameters(net, resumed, ctxs[0], model_dir / ckpt.CONFIG)
     needed = check_checkpoint_room(cfg, net, no_update=bool(report.get("limit_reached")))
+    src, tgt = cfg.data.src_lang, cfg.data.tgt_lang
     report.update({
         "train_pairs": len(data.encoded.train_src), "dev_pairs": len(data.encoded.dev_src),
         "tests": {k: len(v.src) for k, v in data.splits.tests.items()},
-        "vocab": {cfg.data.src_lang: data.src_tok.vocab_size, cfg.data.tgt_lang: data.tgt_tok.vocab_size},
+        "vocab": {f"{src}+{tgt} (shared)": data.src_tok.vocab_size} if cfg.model.shared_vocab else
+        {src: data.src_tok.vocab_size, tgt: data.tgt_tok.vocab_size},
         "arch": cfg.model.arch, "parameters": parameter_count(net), "settings": settings_lines(cfg),
         "batches_per_epoch": len(data.sampler),
         "disk_needed": needed, "disk_free": free_bytes(model_dir)})

@@ -43,7 +43,7 @@ def test_one_joint_model_serves_both_sides_ties_three_ways_and_is_all_from_dir_n
     assert state.step == 6 and Config.load(d / ckpt.CONFIG).model.shared_vocab
 
 
-def test_fine_tuning_takes_the_joint_model_along(tmp_path):
+def test_fine_tuning_takes_the_joint_model_along(tmp_path, capsys):
     from nmt.cli import train_main
     from tests.synth import task_files
     cfg = tiny_config(tmp_path, write_task(tmp_path / "synth"), "shared", "transformer", max_steps=2)
@@ -55,3 +55,7 @@ def test_fine_tuning_takes_the_joint_model_along(tmp_path):
     assert sorted(p.name for p in run.glob("spm.*")) == ["spm.joint.model", "spm.joint.vocab"]
     assert (run / "spm.joint.model").read_bytes() == (Path(cfg.train.model_dir) / "spm.joint.model").read_bytes()
     assert Config.load(run / ckpt.CONFIG).model == cfg.model and Translator.from_dir(run).translate(["가 나"])
+    capsys.readouterr()
+    assert train_main([*task_files(other, "train", "dev"), "--init-from", cfg.train.model_dir, "--model-dir",
+                       str(tmp_path / "dry"), "--dry-run"]) == 0   # one vocabulary, said once ("ko 400, en 400" before)
+    assert f"vocabulary: ko+en (shared) {Translator.from_dir(run).src_tok.vocab_size}\n" in capsys.readouterr().out
