@@ -84,8 +84,8 @@ def check_gpus(ctxs: Sequence[mx.Context]) -> None:
         raise TypeError(f"ctx must be an mx.Context, such as mx.cpu() or mx.gpu(0), or a list of them; got {wrong!r}")
     ids = [c.device_id for c in ctxs if c.device_type == "gpu"]
     found = mx.context.num_gpus() if ids else 0
-    if ids and max(ids) >= found:
-        raise DeviceError(f"{mx.gpu(max(ids))}: {found} GPU(s) found here" + (
+    if ids and max(ids) >= found:   # (the first missing named: gpu(0) of [gpu(0), gpu(1)] on a CPU machine)
+        raise DeviceError(f"{mx.gpu(min(i for i in ids if i >= found))}: {found} GPU(s) found here" + (
             "" if found else "; using GPUs needs the CUDA build of MXNet (pip install -r requirements/gpu.txt) and a "
             "visible NVIDIA GPU"))
 

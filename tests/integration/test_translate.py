@@ -137,6 +137,9 @@ def test_a_gpu_context_without_a_gpu_is_named(tr):
     missing = mx.gpu(mx.context.num_gpus())   # the first id past those present
     with pytest.raises(DeviceError, match=rf"gpu\({missing.device_id}\): {mx.context.num_gpus()} GPU\(s\) found here"):
         Translator.from_dir(tr.model_dir, ctx=[mx.cpu(), missing])
+    later = mx.gpu(missing.device_id + 1)   # the first one missing is named, not the highest id
+    with pytest.raises(DeviceError, match=rf"^gpu\({missing.device_id}\): "):
+        Translator.from_dir(tr.model_dir, ctx=[missing, later])
 
 
 def test_control_characters_are_normalized_away(tr):
