@@ -30,7 +30,7 @@ from nmt.tokenizer import UNK_ID
 from nmt.config import DecodeConfig
 from nmt.corpus import one_line
 from nmt.translate import Translator
-from tests.synth import synth_file
+from tests.synth import as_trained_with_its_config, synth_file
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -951,6 +951,10 @@ def test_parameters_that_do_not_fit_the_config_are_a_clear_error(model_dir, tmp_
     cfg = Config.load(copy / ckpt.CONFIG)
     cfg.model.hidden_size += 8
     cfg.save(copy / ckpt.CONFIG)
+    with pytest.raises(ckpt.CheckpointError, match=rf"params.best cannot be loaded: .*model.hidden_size "
+                                                   rf"{cfg.model.hidden_size} \(saved with {cfg.model.hidden_size - 8}\)"):
+        Translator.from_dir(copy)
+    as_trained_with_its_config(copy)   # (its manifests written with the edit: the parameters meet the model)
     with pytest.raises(ckpt.CheckpointError, match=r"params.best: cannot load these parameters into the model"):
         Translator.from_dir(copy)
 
