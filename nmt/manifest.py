@@ -4,6 +4,7 @@
 checkpoint whose manifest exists is complete, and one whose files no longer match it (truncated by a crash during a
 copy, a flipped byte, a deleted file) is known to be bad before MXNet reads it. A step checkpoint's manifest also
 holds its TrainState: `--resume` can fall back to the newest intact checkpoint even when state.json is damaged.
+Each records config.json's model settings too, which the parameters are of: a load compares them with config.json's.
 """
 from __future__ import annotations
 
