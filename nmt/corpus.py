@@ -54,6 +54,7 @@ class Pairs:
     tgt: List[str]
     name: str
     dropped: Dict[str, int] = field(default_factory=dict)   # reason -> pairs dropped while reading
+    lines: Optional[List[int]] = None   # each pair's line in its files, where some were dropped (None: i + 1)
 
     def __post_init__(self) -> None:
         if len(self.src) != len(self.tgt):
@@ -64,7 +65,7 @@ class Pairs:
 
     def swapped(self) -> "Pairs":
         """The same pairs in the other translation direction."""
-        return Pairs(list(self.tgt), list(self.src), self.name, dict(self.dropped))
+        return Pairs(list(self.tgt), list(self.src), self.name, dict(self.dropped), self.lines)
 
     def select(self, indices: Sequence[int], name: Optional[str] = None) -> "Pairs":
         return Pairs([self.src[i] for i in indices], [self.tgt[i] for i in indices], name or self.name)
@@ -264,6 +265,7 @@ def _align(src: List[Optional[str]], tgt: List[Optional[str]], name: str, where:
     out_t: List[str] = []
     invalid: List[int] = []
     empty: List[int] = []
+    kept: List[int] = []
     for i, (s, t) in enumerate(zip(src, tgt), 1):
         if s is None or t is None:
             invalid.append(i)
@@ -272,6 +274,7 @@ def _align(src: List[Optional[str]], tgt: List[Optional[str]], name: str, where:
         else:
             out_s.append(s)
             out_t.append(t)
+            kept.append(i)
     dropped = {}
     if invalid:
         dropped["invalid_utf8"] = len(invalid)
@@ -285,7 +288,7 @@ def _align(src: List[Optional[str]], tgt: List[Optional[str]], name: str, where:
                        "from one of them?" if shifted else "")
     if not out_s:
         raise CorpusError(f"{where}: no usable pairs (every line has an empty or undecodable side)")
-    return Pairs(out_s, out_t, name, dropped)
+    return Pairs(out_s, out_t, name, dropped, kept if dropped else None)
 
 
 def drop_blank_ends(files: Sequence[Tuple[PathLike, List[Optional[str]]]], keep_blank_pairs: bool = False) -> None:

@@ -28,6 +28,17 @@ from nmt.translate import SOURCE, Translator
 logger = logging.getLogger("nmt.evaluate")
 
 
+def _translated(translator: Translator, pairs: Pairs, n: int, prefixes: Optional[List[str]]) -> List[str]:
+    """The first `n` sources of `pairs` translated; warnings name each by its line in the files, where pairs were
+    dropped as they were read (a dev set's blank lines): each run of consecutive lines is translated on its own."""
+    lines = (pairs.lines or [])[:n]
+    starts = [i for i in range(len(lines)) if i == 0 or lines[i] != lines[i - 1] + 1] + [len(lines)]
+    if len(starts) <= 2 and (not lines or lines[0] == 1):
+        return translator.translate(pairs.src[:n], prefixes=prefixes)
+    return [h for a, b in zip(starts, starts[1:]) for h in translator.translate(
+        pairs.src[a:b], first_line=lines[a], prefixes=prefixes[a:b] if prefixes else None)]
+
+
 def score_test_set(translator: Translator, name: str, pairs: Pairs, *, max_sentences: int = 0, save: bool = True,
                    extra: Optional[Dict[str, object]] = None, prefix_words: int = 0, strokes: bool = False,
                    more_refs: Sequence[Sequence[str]] = (), one_warning: bool = False
@@ -51,8 +62,7 @@ def score_test_set(translator: Translator, name: str, pairs: Pairs, *, max_sente
     refs = pairs.tgt[:n]
     t0 = time.perf_counter()
     with translator.unreported() if one_warning else contextlib.nullcontext([]) as cut:
-        hyps = translator.translate(pairs.src[:n], prefixes=reference_prefixes(refs, prefix_words) if prefix_words
-                                    else None)
+        hyps = _translated(translator, pairs, n, reference_prefixes(refs, prefix_words) if prefix_words else None)
     if cut:
         logger.warning("%s: %d of %d sources have more than --max-input-tokens %d subword tokens; they were translated "
                        "cut", name, len({line for what, line in cut if what == SOURCE}), n,

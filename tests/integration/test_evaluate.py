@@ -721,3 +721,21 @@ def test_the_summary_names_korean_outputs_morpheme_bleu_as_the_report_does():
     sc = Scores(1.0, 2.0, "s1", "s2", 3, {"bleu_ko_mecab": 4.0}, {"bleu_ko_mecab": "s3"})
     assert sc.summary() == f"BLEU 1.00 chrF 2.00 {EXTRA_LABELS['bleu_ko_mecab']} 4.00" == \
         "BLEU 1.00 chrF 2.00 BLEU ko-mecab 4.00"
+
+
+def test_warnings_name_the_file_lines_of_a_set_whose_pairs_were_dropped(model_dir, tmp_path, nmt_logs):
+    """`nmt-evaluate --dev-set` of dev files with blank lines (those pairs dropped as they are read) named the
+    lines by their place among the pairs kept: "input line 9" for line 12 of the file, beside the warning of the
+    dropped pairs, which names the file's lines."""
+    from nmt.corpus import read_parallel
+    from nmt.scoring import score_test_set
+    from nmt.translate import Translator
+    src, tgt = tmp_path / "dev.ko", tmp_path / "dev.en"
+    src.write_text("리 니\n\n차\n" + "리 " * 600 + "\n두 포\n", encoding="utf-8")
+    tgt.write_text("ni ri\nx\ncha\nri\ndu po\n", encoding="utf-8")
+    pairs = read_parallel(src, tgt, name="dev")   # (line 2 dropped: an empty side)
+    tr = Translator.from_dir(model_dir)
+    _, hyps, _ = score_test_set(tr, "dev", pairs, save=False)
+    said = " ".join(r.getMessage() for r in nmt_logs)
+    assert "dropped 1 pair(s) with an empty side: line 2" in said and "input line 4 has" in said, said
+    assert "input line 3 has" not in said and hyps == tr.translate(pairs.src)   # (the same translations)
