@@ -372,9 +372,9 @@ def average_checkpoints(model_dir: Path, files: List[str], last: int = 0) -> Pat
         verify_params(model_dir / f)
         p = mx.nd.load(str(model_dir / f))
         total = p if total is None else {k: total[k] + v for k, v in p.items()}
-    avg = {k: v / len(files) for k, v in total.items()}
+    avg, newest = {k: v / len(files) for k, v in total.items()}, model_dir / files[-1]
     _save_with(lambda tmp: mx.nd.save(tmp, avg), model_dir / PARAMS_AVG, _file_size(model_dir, files[-1]))
-    manifest.write_manifest(model_dir, "avg", [PARAMS_AVG], params_step(files[-1]) or 0)
+    manifest.write_manifest(model_dir, "avg", [PARAMS_AVG], params_step(newest.name), model_of=_manifest_key(newest))
     return model_dir / PARAMS_AVG
 
 

@@ -39,15 +39,17 @@ def model_files(model_dir: Path) -> List[str]:
 
 
 def write_manifest(model_dir: Path, key: str, names: Sequence[str], step: int,
-                   state: Optional[Dict[str, Any]] = None) -> None:
+                   state: Optional[Dict[str, Any]] = None, model_of: Optional[str] = None) -> None:
     """List `names` (plus the SentencePiece models) with sizes and sha256 in manifest.<key>.json;
-    call it after the files are complete and renamed into place."""
+    call it after the files are complete and renamed into place. The model settings recorded are config.json's,
+    or (`model_of`) those the manifest of that key records: parameters copied or averaged from its checkpoint are
+    of its model, whatever config.json says now."""
     model_dir = Path(model_dir)
     files = {n: {"bytes": (model_dir / n).stat().st_size, "sha256": sha256_of(model_dir / n)}
              for n in list(names) + model_files(model_dir)}
     body = {"format": FORMAT, "checkpoint": key, "step": step, "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "files": files}
-    model = _model_settings(model_dir)
+    model = read_manifest(model_dir, model_of).get("model") if model_of else _model_settings(model_dir)
     if model is not None:   # the settings the parameters are of (`check_model_settings` compares config.json's)
         body["model"] = model
     if state is not None:

@@ -98,7 +98,7 @@ def rebuild_best(model_dir: Path, step: Optional[int]) -> bool:
     from nmt.scoring import retire_scores
     retire_scores(model_dir, "best")   # the test scores recorded as best's were another step's (or go to its key)
     atomic_copy(source, model_dir / ckpt.PARAMS_BEST)
-    manifest.write_manifest(model_dir, "best", [ckpt.PARAMS_BEST], step)
+    manifest.write_manifest(model_dir, "best", [ckpt.PARAMS_BEST], step, model_of=manifest.step_key(step))
     return True
 
 

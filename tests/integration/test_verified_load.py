@@ -307,3 +307,32 @@ def test_model_settings_edited_in_config_json_are_refused_and_decoding_ones_take
     assert translate_main(translate) == 0
     assert translate_main([*translate, "--nbest", "3"]) == 2   # the edited beam is the default taken
     assert "more than --beam-size 2" in capsys.readouterr().err
+
+
+def test_a_best_or_average_written_after_an_edit_keeps_the_models_own_settings(model, tmp_path, capsys):
+    """A --resume that wrote params.best again from its step's checkpoint (its best lost) recorded config.json's
+    edited model settings (heads 2 -> 4) as the checkpoint's: the edited model then loaded the parameters without a
+    word, and with the setting put back, as the error had said, params.best was refused. An average made after an
+    edit did the same."""
+    import shutil
+    from nmt.cli import train_main
+    model_dir, task = model
+    copy = shutil.copytree(model_dir, tmp_path / "m")
+    config = json.loads((copy / ckpt.CONFIG).read_text())
+    dropout = config["model"]["dropout"]
+    config["model"]["dropout"] = dropout + 0.05
+    (copy / ckpt.CONFIG).write_text(json.dumps(config))
+    for name in (ckpt.PARAMS_BEST, "manifest.best.json"):   # (a run killed between best's files and its step's)
+        (copy / name).unlink()
+    assert train_main(["--model-dir", str(copy), "--resume", "--no-progress", "--max-steps", "6"]) == 2
+    assert "params.best is missing; written again from" in capsys.readouterr().err
+    ckpt.average_checkpoints(copy, [ckpt.params_file(2), ckpt.params_file(4)])
+    translate = ["--model-dir", str(copy), "--input", task["test_src"], "--output", str(tmp_path / "out")]
+    for which in ("best", "avg"):
+        assert translate_main([*translate, "--checkpoint", which]) == 2
+        assert f"has model.dropout {json.dumps(dropout + 0.05)} (saved with {json.dumps(dropout)})" in \
+            capsys.readouterr().err
+    config["model"]["dropout"] = dropout   # put back, as the error says
+    (copy / ckpt.CONFIG).write_text(json.dumps(config))
+    for which in ("best", "avg"):
+        assert translate_main([*translate, "--checkpoint", which]) == 0, capsys.readouterr().err
