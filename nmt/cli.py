@@ -170,12 +170,13 @@ def config_for_resume(args: argparse.Namespace) -> Tuple[Config, List[str]]:
         section, name = key.split(".")
         base[section][name] = defaults[section][name]
     base["train"]["model_dir"] = str(path.parent)
+    run = Config.from_dict(base, source=str(path))
     try:
-        wanted = config_from_args(args, base=Config.from_dict(base, source=str(path)))
-    except SettingsClash:   # `--src en` alone, in a ko-en run, meets its target: the language that cannot change
+        wanted = config_from_args(args, base=run)
+    except SettingsClash:   # `--src en` alone (or a --config file's), in a ko-en run, meets its target: the
+        given, asked = given_keys(args), args_dict(args, run, check=False)["data"]   # language that cannot change
         for key in ("data.src_lang", "data.tgt_lang"):
-            refused = key in vars(args) and refused_change(key, given_keys(args)[key], vars(args)[key], saved,
-                                                           str(path))
+            refused = key in given and refused_change(key, given[key], asked[key[5:]], saved, str(path))
             if refused:
                 raise ConfigError(refused) from None
         raise

@@ -237,6 +237,10 @@ def test_one_language_given_that_a_run_or_a_fine_tune_cannot_change_is_named(tmp
             training_run(build_train_parser().parse_args(argv))
     cfg, _, _ = training_run(build_train_parser().parse_args(["--resume", "--model-dir", str(run), "--src", "ko"]))
     assert (cfg.data.src_lang, cfg.data.tgt_lang) == ("ko", "en")
+    one = tmp_path / "en.json"   # a --config file's language, as a flag's
+    one.write_text(json.dumps({"data": {"src_lang": "en"}}))
+    with pytest.raises(ConfigError, match=rf'^--resume: {re.escape(str(one))}: data.src_lang = "en" differs from "ko"'):
+        training_run(build_train_parser().parse_args(["--resume", "--model-dir", str(run), "--config", str(one)]))
 
 
 def test_argparse_rejects_bad_types_and_choices(capsys):
