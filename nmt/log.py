@@ -291,18 +291,29 @@ class TensorBoardWriter:
 
     def __init__(self, logdir: Optional[Path], resume_step: Optional[int] = None):
         self.logdir = Path(logdir) if logdir is not None else None
-        self._writer = None
+        self._writer, self._files = None, 0
         if self.logdir is not None:
-            from tensorboardX import SummaryWriter
             self.logdir.mkdir(parents=True, exist_ok=True)
             # Events at steps > resume_step came from the interrupted run after its last checkpoint: the resumed run
             # writes those steps again.
-            purge = resume_step + 1 if resume_step is not None else None
-            # tensorboardX names the file by the second and host only: the step a run starts from and the process
-            # id keep a resumed run from overwriting the file of the run before it.
-            suffix = f".step{resume_step or 0:010d}.{os.getpid()}"
-            self._writer = SummaryWriter(logdir=str(self.logdir), purge_step=purge, flush_secs=30,
-                                         filename_suffix=suffix)
+            self._open(resume_step or 0, resume_step + 1 if resume_step is not None else None)
+
+    def _open(self, step: int, purge: Optional[int] = None) -> None:
+        from tensorboardX import SummaryWriter
+        # tensorboardX names the file by the second and host only: the step it starts at, the process id and a
+        # count keep a file from overwriting another (the run's before a resume, its own before a `sync`).
+        self._files += 1
+        self._writer = SummaryWriter(logdir=str(self.logdir), purge_step=purge, flush_secs=30,
+                                     filename_suffix=f".step{step:010d}.{os.getpid()}.{self._files}")
+
+    def sync(self, step: int) -> None:
+        """Every event so far on disk, before a checkpoint at update `step` commits to them (a resume keeps the
+        events up to its checkpoint): tensorboardX's flush leaves out the events its writer thread has not taken
+        yet, which a process killed then (kill -9, an out-of-memory kill) lost for good. The writer is closed, and
+        a new one, in a file of its own, takes the next events."""
+        if self._writer is not None:
+            self._writer.close()
+            self._open(step)
 
     @classmethod
     def create(cls, model_dir: Path, requested: Optional[bool] = None, resume_step: Optional[int] = None,

@@ -133,6 +133,7 @@ class Trainer:
         self.state.sampler, self.state.since_log = self.data.batches.state_dict(), self.progress.meter.totals()
         self.state.since_valid = self.since_valid.totals(self.workers.sum)   # every worker's (a collective)
         if self.is_chief:
+            self.tensorboard.sync(self.state.step)   # (its curves up to the checkpoint, which a resume keeps)
             if is_best:   # the test scores of the best before are its step's now (first: a run killed between the
                 retire_scores(self.model_dir, "best")   # two left them as the new best's)
             ckpt.save_checkpoint(self.model_dir, self.net, self.optimizer, self.state, self.cfg.train.keep_last,

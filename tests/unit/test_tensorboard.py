@@ -55,6 +55,27 @@ def test_a_resumed_run_continues_the_same_curves(tmp_path):
     assert scalars["dev/bleu"] == [(20, 5.0), (40, 8.0)]
 
 
+def test_the_curves_up_to_a_checkpoint_are_on_disk_when_it_is_saved(tmp_path):
+    """tensorboardX's flush left the events its writer thread had not taken yet: a run killed (kill -9) after the
+    checkpoint of a validation lost its dev BLEU, perplexity, chrF and samples of that step for good (the resume
+    drops only later steps, and never writes those again). `sync`, as a checkpoint is saved, writes them all."""
+    tb = TensorBoardWriter.create(tmp_path)
+    for step in (10, 20):
+        tb.log_train(step, loss=float(step))
+    tb.log_validation(20, loss=1.0, bleu=5.0, chrf=20.0)
+    tb.log_samples(20, ["가"], ["a"], ["b"])
+    tb.sync(20)
+    scalars, texts = read_tensorboard(tmp_path / TENSORBOARD_DIR)   # (as the process is killed now: not closed)
+    assert scalars["dev/bleu"] == [(20, 5.0)] and scalars["dev/chrf"] == [(20, 20.0)] and len(texts["dev/samples"]) == 1
+    assert [s for s, _ in scalars["train/loss"]] == [10, 20]
+    tb.log_train(30, loss=30.0)   # a new file takes the next events
+    tb.sync(20)   # (a second sync at one step: a file of its own, none overwritten)
+    tb.log_validation(40, loss=0.5, bleu=6.0)
+    tb.close()
+    scalars, _ = read_tensorboard(tmp_path / TENSORBOARD_DIR)
+    assert scalars["train/loss"] == [(10, 10.0), (20, 20.0), (30, 30.0)] and scalars["dev/bleu"] == [(20, 5.0), (40, 6.0)]
+
+
 def test_disabled_writer_does_nothing(tmp_path):
     for tb in (TensorBoardWriter.create(tmp_path, requested=False), TensorBoardWriter.create(tmp_path, rank=1)):
         assert not tb.enabled
