@@ -131,8 +131,10 @@ def forwarded_env(extra: Sequence[str] = (), environ: Optional[Dict[str, str]] =
         why = refused_env(name)
         if why:
             raise LaunchError(f"--env {item!r}: {why}")
-        if eq or name in environ:
-            env[name] = value if eq else environ[name]
+        if not eq and name not in environ:   # (a typo in the name, or a variable meant to be set first)
+            raise LaunchError(f"--env {name}: {name} is not set here, which has its value sent to every process; "
+                              f"set it, or give --env {name}=VALUE")
+        env[name] = value if eq else environ[name]
     return env
 
 

@@ -112,6 +112,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if not os.path.isdir(args.workdir):    # Popen's error for a missing cwd would name the program
             raise LaunchError(f"--workdir {args.workdir}: not a directory on this machine, where the scheduler "
                               "(without -H, every process of the job) runs in it")
+        args.workdir = os.path.abspath(args.workdir)   # (the same path on every host: not the remote login's)
         sched, port = scheduler_address(args, hosts)
         addresses = {h.name: ipv4(h.name, f"-H {args.hostfile}: host") for h in hosts or []}
         specs = plan_job(command, args.num_workers, args.num_servers or (len(hosts) if hosts else 1), hosts,

@@ -116,10 +116,13 @@ def test_remote_script_passes_exit_code_and_stops_when_the_connection_ends(tmp_p
 
 def test_forwarded_environment():
     env = {"OMP_NUM_THREADS": "2", "MXNET_ENGINE_TYPE": "X", "PS_VERBOSE": "1", "HOME": "/h", "SECRET": "s"}
-    assert dist.forwarded_env(["HOME", "A=1 2", "UNSET"], env) == {
+    assert dist.forwarded_env(["HOME", "A=1 2"], env) == {
         "OMP_NUM_THREADS": "2", "MXNET_ENGINE_TYPE": "X", "PS_VERBOSE": "1", "HOME": "/h", "A": "1 2"}
     with pytest.raises(LaunchError, match="--env '1A'"):
         dist.forwarded_env(["1A"], env)
+    # a name not set here (a typo of one) was dropped without a word
+    with pytest.raises(LaunchError, match=r"^--env UNSET: UNSET is not set here.*give --env UNSET=VALUE"):
+        dist.forwarded_env(["HOME", "UNSET"], env)
 
 
 def test_main_dry_run_and_input_errors(write_file, capsys):
@@ -131,6 +134,10 @@ def test_main_dry_run_and_input_errors(write_file, capsys):
     out = capsys.readouterr().out
     assert out.count("# server") == 2 and out.count("# worker") == 2 and "DMLC_ROLE=scheduler" in out
     assert "-p 2222 127.0.0.1" in out and f"DMLC_PS_ROOT_PORT={port}" in out
+    here = write_file("sub/.keep", "").parent   # a relative --workdir: sent to the hosts as this machine's path (the
+    assert launcher.main(["-n", "2", "-H", str(hosts), "--port", str(port), "--workdir", os.path.relpath(here),
+                          "--dry-run", "--", "python", "t.py"]) == 0   # remote shells start in their login's)
+    assert f"cd {here}" in capsys.readouterr().out
     assert launcher.main(["-n", "2"]) == 2
     assert "after `--`" in capsys.readouterr().err
     remote = write_file("remote", ["node7"])
