@@ -9,7 +9,7 @@ import shlex
 import socket
 import sys
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from nmt.commands import nonempty, number, standard_streams, threads_variable, usable_streams, with_version
 from nmt.config import ConfigError
@@ -63,12 +63,19 @@ def ssh_command(text: str) -> List[str]:
         raise argparse.ArgumentTypeError(f"{text!r}: {e}; balance the quotes as in a shell") from None
 
 
-def scheduler_address(args: argparse.Namespace, hosts: Optional[List[Host]]) -> Tuple[str, int]:
-    """The scheduler's address and port, checked: it runs here, where the launcher runs, the hosts must reach it, and
-    it must be able to listen there (bind and close a socket as ps-lite will, SO_REUSEADDR); no --port: a free one."""
+def scheduler_address(args: argparse.Namespace, hosts: Optional[List[Host]], addresses: Dict[str, str]
+                      ) -> Tuple[str, int]:
+    """The scheduler's address and port, checked: it runs here, where the launcher runs, the hosts must reach it and
+    each other (`addresses`: each host's IPv4 address here), and it must be able to listen there (bind and close a
+    socket as ps-lite will, SO_REUSEADDR); no --port: a free one."""
     sched = ipv4(args.scheduler_host, "--scheduler-host") if args.scheduler_host else "127.0.0.1"
     port = args.port
-    loopback = ("127.", "localhost")
+    near = [h.name for h in hosts or [] if addresses[h.name].startswith("127.")]
+    remote = [h.name for h in hosts or [] if not addresses[h.name].startswith("127.")]
+    if near and remote:   # each process is given its host's address: one of this machine's loopback ones is unreachable
+        raise LaunchError(f"-H {args.hostfile}: host {near[0]} is {addresses[near[0]]} here, a loopback address (a "
+                          f"machine's own name often is, in /etc/hosts), which {remote[0]} cannot reach; give "
+                          f"{near[0]}'s address on the network the hosts share in the host file")
     if hosts and not args.scheduler_host:   # this machine's address on the route to the first host
         try:
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
@@ -77,10 +84,11 @@ def scheduler_address(args: argparse.Namespace, hosts: Optional[List[Host]]) -> 
         except OSError as e:
             raise LaunchError(f"-H {args.hostfile}: no route to {hosts[0].name} ({e.strerror}); check the host "
                               "name, or give --scheduler-host") from None
-    remote = [h.name for h in hosts or [] if not h.name.startswith(loopback)]
-    if sched.startswith(loopback) and remote:
-        raise LaunchError(f"--scheduler-host {sched} is a loopback address, so {remote[0]} cannot reach the "
-                          "scheduler; give this machine's address on the network the hosts share")
+    if sched.startswith("127.") and remote:
+        said = f"--scheduler-host {sched}" if args.scheduler_host else \
+            f"{sched}, this machine's address on the route to {hosts[0].name},"
+        raise LaunchError(f"{said} is a loopback address, so {remote[0]} cannot reach the scheduler; give "
+                          "--scheduler-host, this machine's address on the network the hosts share")
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, int(bool(port)))
         try:
@@ -113,8 +121,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise LaunchError(f"--workdir {args.workdir}: not a directory on this machine, where the scheduler "
                               "(without -H, every process of the job) runs in it")
         args.workdir = os.path.abspath(args.workdir)   # (the same path on every host: not the remote login's)
-        sched, port = scheduler_address(args, hosts)
         addresses = {h.name: ipv4(h.name, f"-H {args.hostfile}: host") for h in hosts or []}
+        sched, port = scheduler_address(args, hosts, addresses)
         specs = plan_job(command, args.num_workers, args.num_servers or (len(hosts) if hosts else 1), hosts,
                          sched, port, args.python, addresses)
         job = Job(specs, workdir=args.workdir, ssh=args.ssh or ["ssh"], extra_env=extra, timeout=args.timeout,

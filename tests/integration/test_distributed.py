@@ -140,9 +140,17 @@ def test_main_dry_run_and_input_errors(write_file, capsys):
     assert f"cd {here}" in capsys.readouterr().out
     assert launcher.main(["-n", "2"]) == 2
     assert "after `--`" in capsys.readouterr().err
-    remote = write_file("remote", ["node7"])
+    remote = write_file("remote", ["192.0.2.7"])   # (another machine's address: TEST-NET-1)
     assert launcher.main(["-n", "1", "-H", str(remote), "--scheduler-host", "127.0.0.1", "--", "x"]) == 2
-    assert "node7 cannot reach the scheduler" in capsys.readouterr().err
+    assert "--scheduler-host 127.0.0.1 is a loopback address, so 192.0.2.7 cannot reach the scheduler" in \
+        capsys.readouterr().err
+    # a host named as this machine is in /etc/hosts (127.0.1.1 on Debian) beside another: its processes would be
+    # given that address, which the other's cannot reach (the error blamed a --scheduler-host never given)
+    mixed = write_file("mixed", ["localhost", "192.0.2.7"])
+    for flags in ([], ["--scheduler-host", "127.0.0.1"]):
+        assert launcher.main(["-n", "2", "-H", str(mixed), *flags, "--dry-run", "--", "x"]) == 2
+        assert (f"-H {mixed}: host localhost is 127.0.0.1 here, a loopback address (a machine's own name often is, in "
+                "/etc/hosts), which 192.0.2.7 cannot reach") in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("flags, says", [
