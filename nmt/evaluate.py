@@ -74,6 +74,18 @@ def track_best(state, row: Dict[str, float], metric: str, scheduled: bool = True
     return best
 
 
+def patience_note(state, improved: bool, scheduled: bool) -> str:
+    """What a validation's log line says of --patience after `track_best` (`improved`: a new best): how many
+    scheduled ones in a row were without gain; that one at a stop is not counted; or that a scheduled one beat the
+    scheduled ones' best (not the best of a validation at a stop), which starts --patience again."""
+    if improved:
+        return ""
+    if not scheduled:
+        return ", at a stop: not counted toward --patience"
+    return (f", {state.bad_validations} without gain" if state.bad_validations else
+            ", better than the scheduled validations' best: --patience starts again")
+
+
 def score(hyps: Sequence[str], refs: Sequence[str], tgt_lang: str, more_refs: Sequence[Sequence[str]] = ()
           ) -> Scores:
     """BLEU (13a) and chrF of detokenized hypotheses; for Korean output also BLEU with tokenize='ko-mecab'.

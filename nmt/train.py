@@ -23,7 +23,7 @@ from nmt.config_resume import PER_INVOCATION
 from nmt.data import TrainData, build_data
 from nmt.dirlock import (ModelDirLock, ModelDirLocked, check_model_dir, prepare_model_dir, remove_made, replacing,
                         set_aside)
-from nmt.evaluate import VALID_METRICS, Scores, perplexity, score, track_best
+from nmt.evaluate import VALID_METRICS, Scores, patience_note, perplexity, score, track_best
 from nmt.finetune import copy_tokenizers, for_init, start_from
 from nmt.log import LossMeter, MetricsWriter, Progress, TensorBoardWriter, logging_kept, setup_logging
 from nmt.loss import Seq2SeqLoss, dev_loss
@@ -106,7 +106,7 @@ class Trainer:
         logger.info("validation step %d epoch %.2f: dev ppl %.2f BLEU %.2f chrF %.2f%s (best %s at step %d)%s",
                     row["step"], self.epochs_done(), row["dev_ppl"], row["dev_bleu"], row["dev_chrf"],
                     "" if mecab is None else f" ko-mecab BLEU {mecab:.2f}", self._best(), self.state.best_step,
-                    "" if improved else f", {self.state.bad_validations} without gain")
+                    patience_note(self.state, improved, scheduled))
         self.metrics.write(row)
         self.tensorboard.log_validation(row["step"], loss=row["dev_nll"], perplexity=row["dev_ppl"],
                                         bleu=row["dev_bleu"], chrf=row["dev_chrf"], bleu_ko_mecab=mecab)

@@ -103,3 +103,17 @@ def test_a_plateau_halving_is_logged(caplog):
     assert [r.getMessage() for r in caplog.records] == [
         "plateau: 2 validations without gain: learning rate halved, to 0.5 of --lr",
         "plateau: 4 validations without gain: learning rate halved, to 0.25 of --lr"]
+
+
+def test_the_log_line_says_what_a_validation_does_to_patience():
+    """A validation at a stop (not counted toward --patience) that was not a gain was logged ", 0 without gain",
+    and so was a scheduled one that beat the scheduled ones' best but not a best made at a stop."""
+    from nmt.evaluate import patience_note, track_best
+    state = ckpt.TrainState()
+    said = []
+    for bleu, scheduled in ((5.0, True), (4.0, True), (9.0, False), (3.0, False), (6.0, True), (2.0, True)):
+        state.step += 10
+        improved = track_best(state, {"dev_bleu": bleu, "dev_ppl": 100.0 - bleu}, "bleu", scheduled)
+        said.append(patience_note(state, improved, scheduled))
+    assert said == ["", ", 1 without gain", "", ", at a stop: not counted toward --patience",
+                    ", better than the scheduled validations' best: --patience starts again", ", 1 without gain"]
