@@ -142,6 +142,22 @@ def test_a_refused_directory_is_left_without_a_lock_file(tmp_path, task, capsys,
            "no run: a.txt)" in err, err
 
 
+def test_a_distributed_resume_without_the_run_on_rank_0s_machine_says_so(tmp_path, monkeypatch):
+    """Rank 0 of a job (the scheduler ranks the workers, on any machine) without the run's directory said "drop
+    --resume to start a new run": a new run there, apart from the checkpoints on the other machines."""
+    from nmt.dirlock import check_model_dir
+    for var, value in (("DMLC_ROLE", "worker"), ("DMLC_NUM_WORKER", "2")):
+        monkeypatch.setenv(var, value)
+    with pytest.raises(ckpt.CheckpointError) as e:
+        check_model_dir(tmp_path / "run", resume=True, overwrite=False)
+    assert (f"not found on {socket.gethostname()}, where rank 0 of this job of 2 workers runs: a distributed run's "
+            "directory must be at this path on every machine of the job") in str(e.value)
+    assert "drop --resume" not in str(e.value)
+    monkeypatch.setenv("DMLC_NUM_WORKER", "1")
+    with pytest.raises(ckpt.CheckpointError, match="nothing to resume; drop --resume to start a new run"):
+        check_model_dir(tmp_path / "run", resume=True, overwrite=False)
+
+
 def test_the_lock_is_held_until_the_test_sets_are_scored(tmp_path, task, monkeypatch):
     """fit() gave the lock up before the test sets were scored: a second `nmt-train --overwrite` (or --resume) took
     the directory while the first still wrote scores.json, and the new run kept the old run's test scores."""
