@@ -38,6 +38,10 @@ def describe_exit(code: int) -> str:
     return f"exited with code {code}" + (f" (128 + {name(code - 128)}?)" if 128 < code < 160 else "")
 
 
+# A worker's exit codes of a stop the launcher asked for (SIGTERM, or the signal itself), as it or a shell report it.
+_STOPPED = tuple(c for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP) for c in (128 + sig, -sig))
+
+
 @dataclass
 class Job:
     """Starts the processes of `specs`, watches them, and ends the job as soon as one of them fails."""
@@ -113,6 +117,9 @@ class Job:
                     stop_deadline = now + self.grace
                     for i in workers:
                         self.ask_to_stop(i)
+                failed = [i for i in workers if codes[i] not in (None, 0, *_STOPPED)]   # (its error, not the stop)
+                if failed:   # the others wait for it in vain: named now, not as "still running" after the grace
+                    return self.failed(failed[0], f" as the job stopped ({name})")
                 done = all(codes[i] is not None for i in workers)
                 if not done and not again and now > stop_deadline:
                     late = ", ".join(self.specs[i].label for i in workers if codes[i] is None)

@@ -368,6 +368,21 @@ def test_workers_still_running_after_the_grace_are_named_as_killed(tmp_path):
            "missing" in err, err
 
 
+def test_a_worker_that_fails_as_the_job_stops_is_named_at_once(tmp_path):
+    """A worker whose stop failed (its checkpoint on a full disk: exit 1) was not named: the launcher waited the
+    whole --grace for the other, which waited for it in vain, then named that one as still running and exited 143."""
+    worker = ("import os, signal, sys, time\n"
+              "try:\n    os.close(os.open('failer', os.O_CREAT | os.O_EXCL)); mine = True\n"
+              "except FileExistsError:\n    mine = False\n"
+              "signal.signal(signal.SIGTERM, (lambda *a: sys.exit(1)) if mine else signal.SIG_IGN)\n"
+              "open(f'ready.{os.getpid()}', 'w').close()\n"
+              "time.sleep(60)")
+    t0 = time.monotonic()
+    code, err = sigterm_to_a_launcher_of_two(tmp_path, worker, "--grace", "20")
+    assert code == 1 and "exited with code 1 as the job stopped (SIGTERM)" in err, err
+    assert "still running" not in err and time.monotonic() - t0 < 15, err
+
+
 def test_host_names_are_given_to_the_job_as_ipv4_addresses(tmp_path, capsys):
     """ps-lite binds to DMLC_NODE_HOST and DMLC_PS_ROOT_URI as given: with a host name (-H localhost,
     --scheduler-host localhost) its servers failed with "bind failed", a traceback; and it speaks no IPv6."""
