@@ -245,6 +245,9 @@ def early_warnings() -> logging.Handler:
     return handler
 
 
+exit_code: Optional[int] = None   # what the last console command returned (a worker's exit keeps it: nmt.workers)
+
+
 def command(build_parser: Callable[[], argparse.ArgumentParser]):
     """A console entry point `name(argv=None) -> exit code` from `body(args)`: parse `argv` (default: sys.argv)
     with `build_parser()`, then run `body` under `run_cli`."""
@@ -254,9 +257,11 @@ def command(build_parser: Callable[[], argparse.ArgumentParser]):
                 args = with_version(build_parser()).parse_args(argv)
                 threads_variable()   # (after --help and --version, which load no MXNet)
                 return body(args)
+            global exit_code
             early = early_warnings()
             try:
-                return run_cli(run)
+                exit_code = run_cli(run)
+                return exit_code
             finally:
                 logging.getLogger("nmt").removeHandler(early)
         entry.__name__, entry.__qualname__, entry.__doc__ = body.__name__, body.__qualname__, body.__doc__

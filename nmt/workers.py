@@ -110,13 +110,15 @@ class WorkerGroup:
         self._finished = True
 
     def _leave(self) -> None:
-        """At exit before `finished` (an error): leave at once, with exit code 1. MXNet's kvstore destructor would
-        first wait for transfers in flight and for every worker at a barrier, which workers blocked in a collective
-        with this one never reach: the job would hang instead of failing."""
+        """At exit before `finished` (an error, or a stop before training): leave at once, with the command's exit
+        code (1 if it returned none: a traceback), which tells the launcher an error from a stop it asked for.
+        MXNet's kvstore destructor would first wait for transfers in flight and for every worker at a barrier, which
+        workers blocked in a collective with this one never reach: the job would hang instead of failing."""
         if not self._finished:
+            from nmt import commands
             sys.stdout.flush()
             sys.stderr.flush()
-            os._exit(1)
+            os._exit(commands.exit_code or 1)
 
     def _sum(self, key: int, values: np.ndarray):
         """Start summing `values` (float32) over workers on `key`; returns the output NDArray (read it to wait)."""

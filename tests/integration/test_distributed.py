@@ -181,6 +181,18 @@ def test_kvstore_choice_errors(monkeypatch):
         workers.create_kvstore("device")
 
 
+@pytest.mark.parametrize("code, leaves", [(143, 143), (2, 2), (None, 1)])
+def test_a_worker_leaving_before_it_finished_keeps_its_commands_exit_code(code, leaves):
+    """A worker stopped by Ctrl-C while it set up (exit 143) left with code 1, MXNet's barrier skipped: the launcher,
+    which had asked for the stop, took it for a failed worker and exited 1. The command's own code is kept (an
+    error's 2; 1 after a traceback)."""
+    program = ("from nmt import commands, workers\n"
+               "class Two:\n    num_workers, rank, type = 2, 0, 'dist_sync'\n"
+               f"commands.exit_code = {code}\n"
+               "workers.WorkerGroup(Two())\n")
+    assert subprocess.run([PY, "-c", program], env=ENV, timeout=120).returncode == leaves
+
+
 def test_bytes_survive_the_float_packing():
     rng = np.random.default_rng(0)
     for n in (0, 1, 2, 3, 4, 1000):
