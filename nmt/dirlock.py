@@ -204,7 +204,7 @@ def check_model_dir(model_dir: Path, resume: bool, overwrite: bool, inputs: Opti
     no_checkpoint = STATE not in held and not manifest.step_keys(model_dir)
     if resume:
         workers = int(os.environ.get("DMLC_NUM_WORKER") or 1) if os.environ.get("DMLC_ROLE") == "worker" else 1
-        if no_checkpoint and workers > 1:   # (rank 0 checks: the scheduler ranks the workers, on any machine)
+        if not held and workers > 1:   # (rank 0 checks: the scheduler ranks the workers, on any machine)
             raise CheckpointError(f"--resume: {model_dir / STATE} not found on {socket.gethostname()}, where rank 0 of "
                                   f"this job of {workers} workers runs: a distributed run's directory must be at this "
                                   "path on every machine of the job, or on a file system they share (a new run in "

@@ -153,6 +153,12 @@ def test_a_distributed_resume_without_the_run_on_rank_0s_machine_says_so(tmp_pat
     assert (f"not found on {socket.gethostname()}, where rank 0 of this job of 2 workers runs: a distributed run's "
             "directory must be at this path on every machine of the job") in str(e.value)
     assert "drop --resume" not in str(e.value)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / ckpt.LOG).write_text("")   # a run stopped before its first checkpoint: there, on rank 0's
+    with pytest.raises(ckpt.CheckpointError, match="the run stopped before its first checkpoint: start it again "
+                                                   "with --overwrite"):
+        check_model_dir(tmp_path / "run", resume=True, overwrite=False)
+    (tmp_path / "run" / ckpt.LOG).unlink()
     monkeypatch.setenv("DMLC_NUM_WORKER", "1")
     with pytest.raises(ckpt.CheckpointError, match="nothing to resume; drop --resume to start a new run"):
         check_model_dir(tmp_path / "run", resume=True, overwrite=False)
