@@ -304,7 +304,7 @@ class TensorBoardWriter:
         # count keep a file from overwriting another (the run's before a resume, its own before a `sync`).
         self._files += 1
         self._writer = SummaryWriter(logdir=str(self.logdir), purge_step=purge, flush_secs=30,
-                                     filename_suffix=f".step{step:010d}.{os.getpid()}.{self._files}")
+                                     filename_suffix=f".step{step:010d}.{os.getpid()}.{self._files:04d}")
 
     def sync(self, step: int) -> None:
         """Every event so far on disk, before a checkpoint at update `step` commits to them (a resume keeps the
