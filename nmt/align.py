@@ -87,6 +87,13 @@ def align_ids(translator, src_ids: Sequence[List[int]], tgt_ids: Sequence[List[i
     return out
 
 
+def with_links(translator, src_ids: Sequence[List[int]], hyps: Sequence[Sequence[Tuple[List[int], float]]]) -> list:
+    """Per line, its hypotheses (target ids, score) as (detokenized translation, score, word links), for the lines
+    whose source ids are `src_ids` (what `Translator.translate_aligned` returns)."""
+    links = iter(align_ids(translator, [x for x, h in zip(src_ids, hyps) for _ in h], [y for h in hyps for y, _ in h]))
+    return [[(text, score, next(links)) for text, score in h] for h in translator.texts(hyps)]
+
+
 def align(translator, sources: Sequence[str], translations: Sequence[str], first_line: int = 1) -> List[Links]:
     """Word links of given translations of `sources` (raw text, line-aligned) under the translator's model: the
     Python API's way to align a corpus (`Translator.translate_aligned` aligns its own translations)."""

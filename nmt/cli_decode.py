@@ -105,11 +105,11 @@ def translate_main(args: argparse.Namespace) -> int:
     name = STDIN if stdin else args.input
     tally = [0, 0, 0]   # non-empty lines; with Hangul (the model's source language?); JSON requests (--json-input?)
 
-    def on_chunk(first: int, lines: list, translations: list) -> None:
+    def on_chunk(first: int, lines: list, best_ids: list) -> None:
         counts = (*hangul_counts(lines), 0 if args.json_input else json_requests(lines))
         tally[:] = [t + c for t, c in zip(tally, counts)]
         if plot is not None:
-            plot(first, lines, translations)
+            plot(first, lines, best_ids)
     # SIGTERM (and SIGHUP) are Ctrl-C (`run_cli`): the output closed whole (a .gz file too) with what is translated
     with output_errors(args.output), contextlib.ExitStack() as stack:
         src, idle, compressed = open_input(None if stdin else args.input, stack)

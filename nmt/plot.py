@@ -10,12 +10,11 @@ Axes are labelled with the SentencePiece pieces of both sides.
 from __future__ import annotations
 
 import importlib.util
-import logging
 import numbers
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Sequence
 
 import mxnet as mx
 import numpy as np
@@ -24,7 +23,6 @@ from nmt.corpus import CorpusError, normalize, tidy_translation
 from nmt.models.ensemble import as_model
 from nmt.tokenizer import BOS_ID
 
-logger = logging.getLogger("nmt.plot")
 FONT_FAMILY = "NanumGothic"
 FALLBACK_FAMILY = "DejaVu Sans"   # matplotlib's own font: glyphs NanumGothic lacks fall back to it
 _font_ready = False
@@ -39,10 +37,11 @@ class Attention:
     weights: np.ndarray          # (len(tgt_pieces), len(src_pieces)); each row sums to 1
 
 
-def attention(translator, sentence: str, max_len: Optional[int] = None, translation: Optional[str] = None
-              ) -> Attention:
+def attention(translator, sentence: str, max_len: Optional[int] = None, translation: Optional[str] = None,
+              pieces: Optional[Sequence[str]] = None) -> Attention:
     """Greedy translation of one sentence with its attention matrix (output step x source position); with
-    `translation`, the attention of that translation, its pieces fed back through the model (`nmt.align`)."""
+    `translation`, the attention of that translation, its pieces fed back through the model (`nmt.align`); with
+    `pieces`, of those target pieces as given (a search's, which splitting its text again may not give back)."""
     if not isinstance(sentence, str):
         raise TypeError(f"attention: sentence must be a str, got {type(sentence).__name__}")
     if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, numbers.Integral)):
@@ -57,24 +56,34 @@ def attention(translator, sentence: str, max_len: Optional[int] = None, translat
         raise ValueError(f"attention: sentence{str(e).removeprefix('lines[0]')}") from None
     if not ids:
         raise ValueError("attention: the sentence is empty after normalization")
-    if translation is not None:
+    if translation is not None and pieces is not None:
+        raise ValueError("attention: give a translation's text or its pieces, not both")
+    if translation is not None or pieces is not None:
         if max_len is not None:
             raise ValueError("attention: max_len limits the greedy translation; a given translation is not cut")
-        return _forced(translator, sentence, ids, translation)
+        return _forced(translator, sentence, ids, translation, pieces)
     with translator.lock:   # the translator's calls from other threads wait
         return _greedy(translator, sentence, ids, max_len)
 
 
-def _forced(translator, sentence: str, ids: List[int], translation: str) -> Attention:
+def _forced(translator, sentence: str, ids: List[int], translation: Optional[str],
+            pieces: Optional[Sequence[str]]) -> Attention:
     from nmt.align import forced_attention
     from nmt.forced import target_ids
     from nmt.search import length_limits
     d = translator.decode   # as long as the search may write: a prefix cut to max_input_tokens, then its limit
     limit = d.max_input_tokens + int(length_limits([len(ids) + 1], d.max_len_a, d.max_len_b)[0])
-    try:
-        tgt = target_ids(translator, [translation], name="translation", limit=limit)[0]
-    except CorpusError as e:   # named as a file's line ("translation:1: the translation has ...")
-        raise CorpusError(f"attention: {str(e).removeprefix('translation:1: the ')}") from None   # (a ValueError)
+    if pieces is not None:
+        tgt = translator.tgt_tok.piece_ids(pieces, "attention: pieces")
+        if len(tgt) > limit:
+            raise ValueError(f"attention: pieces has {len(tgt)} items, more than {limit}, the most a search may "
+                             "write for this sentence (a target prefix of max_input_tokens, then its length limit)")
+        translation = tidy_translation(translator.tgt_tok.decode([tgt])[0])
+    else:
+        try:
+            tgt = target_ids(translator, [translation], name="translation", limit=limit)[0]
+        except CorpusError as e:   # named as a file's line ("translation:1: the translation has ...")
+            raise CorpusError(f"attention: {str(e).removeprefix('translation:1: the ')}") from None   # (ValueError)
     weights = forced_attention(translator, [ids], [tgt])[0]   # an empty translation: the row of its "</s>"
     return Attention(sentence, translation, [_piece(translator.src_tok, i) for i in ids] + ["</s>"],
                      [_piece(translator.tgt_tok, i) for i in tgt] + ["</s>"], weights)
@@ -150,9 +159,10 @@ def attention_figure(att: Attention, title: Optional[str] = None):
 
 
 def save_attention_plot(translator, sentence: str, path, title: Optional[str] = None,
-                        translation: Optional[str] = None) -> Path:
-    """Save the attention heatmap of `sentence`'s `translation` (default: its greedy translation) at `path`, in the
-    format its suffix names (.png, .svg, .pdf ...: matplotlib's; PNG without one)."""
+                        translation: Optional[str] = None, pieces: Optional[Sequence[str]] = None) -> Path:
+    """Save the attention heatmap of `sentence`'s `translation` or target `pieces` (default: its greedy
+    translation; see `attention`) at `path`, in the format its suffix names (.png, .svg, .pdf ...: matplotlib's;
+    PNG without one)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from nmt.atomic import atomic_open
     if not isinstance(path, (str, os.PathLike)):
@@ -163,29 +173,26 @@ def save_attention_plot(translator, sentence: str, path, title: Optional[str] = 
     if kind not in known:
         raise ValueError(f"save_attention_plot: {path}: no image format is named {path.suffix!r}; give one of "
                          f"{', '.join('.' + k for k in sorted(known))}")
-    fig = attention_figure(attention(translator, sentence, translation=translation), title)
+    fig = attention_figure(attention(translator, sentence, translation=translation, pieces=pieces), title)
     FigureCanvasAgg(fig)
     with atomic_open(path, "wb") as f:
         fig.savefig(f, format=kind)
     return path
 
 
-def attention_saver(translator, out_dir) -> Callable[[int, List[str], List[str]], None]:
-    """A callback `(first_line_number, lines, translations)` that saves the heatmap of each non-empty line's
-    translation as out_dir/line-<n>.png (used by `scripts/translate.py --plot-attention DIR`)."""
+def attention_saver(translator, out_dir) -> Callable[[int, List[str], List[List[int]]], None]:
+    """A callback `(first_line_number, lines, target_ids)` that saves the heatmap of each non-empty line's
+    translation (its target ids as the search wrote them) as out_dir/line-<n>.png (used by `scripts/translate.py
+    --plot-attention DIR`)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     importlib.import_module("matplotlib")   # missing, or its Korean font: said before the translating, not after it
     korean_font_file()
 
-    def save(first_line: int, lines: List[str], translations: List[str]) -> None:
+    def save(first_line: int, lines: List[str], target_ids: List[List[int]]) -> None:
         with translator.unreported():   # the lines were translated (their cuts reported) already
-            for k, (line, translation) in enumerate(zip(lines, translations)):
-                if not normalize(line):
-                    continue
-                try:   # an empty translation: the greedy path's heatmap (its end of sentence at least)
+            for k, (line, ids) in enumerate(zip(lines, target_ids)):
+                if normalize(line):   # an empty translation: the row of its end of sentence
                     save_attention_plot(translator, line, out_dir / f"line-{first_line + k:06d}.png",
-                                        translation=translation or None)
-                except CorpusError as e:   # its text tokenized again is longer (a sampled byte piece as U+FFFD)
-                    logger.warning("line %d: no attention plot: %s", first_line + k, str(e).split(": ", 1)[-1])
+                                        pieces=[_piece(translator.tgt_tok, i) for i in ids])
     return save

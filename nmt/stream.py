@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import BinaryIO, Callable, Iterable, Iterator, List, Optional, Sequence, TextIO, Tuple
 
 from nmt import jsonio
-from nmt.align import format_links
+from nmt.align import format_links, with_links
 from nmt.config import CHARS_PER_TOKEN
 from nmt.corpus import INVISIBLE, CorpusError, control_characters, count_lines, lone_surrogate, one_line
 from nmt.textfile import (archive_sign, decompressing, encoding_of, iconv_command, open_bytes, to_utf8_hint,
@@ -231,33 +231,34 @@ def parse_json_line(line: str, line_no: int, name: str) -> Tuple[str, Optional[s
 
 def translation_rows(translator: Translator, lines: List[str], first_line: int, nbest: Optional[int] = None,
                      alignment: bool = False, prefixes: Optional[List[Optional[str]]] = None
-                     ) -> Tuple[List[str], List[str]]:
+                     ) -> Tuple[List[str], List[List[int]]]:
     """The output line of each input line (its translation; with `nbest`, its `format_nbest` row; with `alignment`,
-    the translation, " ||| " and its word alignment, or alignments in the n-best row), and its best translation.
-    `prefixes`: per line, text its translations start with (None: none)."""
+    the translation, " ||| " and its word alignment, or alignments in the n-best row), and the target ids of its
+    best translation as the search wrote them ([] for none). `prefixes`: per line, text its translations start with
+    (None: none)."""
+    hyps = translator.translate_ids(lines, nbest=nbest or 1, first_line=first_line, prefixes=prefixes)
+    best = [h[0][0] if h else [] for h in hyps]
     if alignment:
-        hyps = translator.translate_aligned(lines, nbest or 1, first_line=first_line, prefixes=prefixes)
-        rows = ([format_nbest(h, alignment=True) for h in hyps] if nbest else
-                [f"{h[0][0]} ||| {format_links(h[0][2])}" if h else " ||| " for h in hyps])
-    elif nbest:
-        hyps = translator.translate_nbest(lines, nbest, first_line=first_line, prefixes=prefixes)
-        rows = [format_nbest(h) for h in hyps]
+        with translator.unreported():   # (reported by the search)
+            texts = with_links(translator, translator.source_ids(lines, first_line), hyps)
+        rows = ([format_nbest(h, alignment=True) for h in texts] if nbest else
+                [f"{h[0][0]} ||| {format_links(h[0][2])}" if h else " ||| " for h in texts])
     else:
-        rows = translator.translate(lines, first_line=first_line, prefixes=prefixes)
-        return rows, rows
-    return rows, [h[0][0] if h else "" for h in hyps]
+        texts = translator.texts(hyps)
+        rows = [format_nbest(h) for h in texts] if nbest else [h[0][0] if h else "" for h in texts]
+    return rows, best
 
 
 def translate_stream(translator: Translator, raw_lines: Iterable[Tuple[bytes, bool]], out: TextIO, *,
                      name: str = STDIN, compressed: Optional[str] = None, chunk_lines: int = 1000,
                      on_invalid: str = "error",
                      nbest: Optional[int] = None, alignment: bool = False, json_input: bool = False,
-                     on_chunk: Optional[Callable[[int, List[str], List[str]], None]] = None) -> StreamStats:
+                     on_chunk: Optional[Callable[[int, List[str], List[List[int]]], None]] = None) -> StreamStats:
     """Translate (line, was_cut) items chunk by chunk, writing one output line per input line (its
     `translation_rows` row) and flushing after every chunk: `chunk_lines` lines, or those read when `raw_lines`
-    yields PAUSE; `on_chunk(first_line_number, lines, best_translations)` runs after each chunk is written. On
-    invalid UTF-8 (with on_invalid="error") every line before the bad one is translated and written first, then the
-    CorpusError naming the line is raised; so too for a line that is not a `parse_json_line` object with
+    yields PAUSE; `on_chunk(first_line_number, lines, best_ids)` runs after each chunk is written (`translation_rows`'
+    ids). On invalid UTF-8 (with on_invalid="error") every line before the bad one is translated and written first,
+    then the CorpusError naming the line is raised; so too for a line that is not a `parse_json_line` object with
     `json_input`."""
     stats, t0 = StreamStats(), time.perf_counter()
     chunk: List[str] = []
@@ -358,7 +359,7 @@ def prompt_on_stderr(prompt: str) -> str:
 
 
 def interactive(translator: Translator, nbest: Optional[int] = None,
-                on_line: Optional[Callable[[int, List[str], List[str]], None]] = None,
+                on_line: Optional[Callable[[int, List[str], List[List[int]]], None]] = None,
                 read: Callable[[str], str] = prompt_on_stderr, alignment: bool = False,
                 json_input: bool = False) -> int:
     """Prompt for sentences (on a terminal; the prompt on stderr) and print each one's `translation_rows` row to

@@ -170,6 +170,27 @@ class Tokenizer:
             raise self._outside(f"piece: id {token_id}")
         return self._sp.id_to_piece(token_id)
 
+    def piece_ids(self, pieces: Sequence[str], name: str = "pieces") -> List[int]:
+        """The ids of a translation's pieces as `piece` writes them (a search's output, given back); a
+        TokenizerError naming `name`[i] for one not in this vocabulary, or the end of sentence (not a piece of it)."""
+        if isinstance(pieces, str) or not isinstance(pieces, Sequence):
+            raise TypeError(f"{name} must be a list of pieces (strings), got {type(pieces).__name__}")
+        out = []
+        for i, p in enumerate(pieces):
+            if not isinstance(p, str):
+                raise TypeError(f"{name}[{i}] is {type(p).__name__}, not a piece (a string)")
+            try:
+                token_id = self._sp.piece_to_id(p)
+            except TypeError:   # a lone surrogate: not UTF-8, so in no vocabulary
+                token_id = None
+            if token_id is None or self._sp.id_to_piece(token_id) != p:
+                raise TokenizerError(f"{name}[{i}] {p[:40]!r} is not a piece of the {self.lang} vocabulary: give "
+                                     "the pieces as a search wrote them")
+            if token_id == EOS_ID:
+                raise TokenizerError(f"{name}[{i}] is the end of sentence {p!r}: leave it out (its row comes last)")
+            out.append(token_id)
+        return out
+
     def never_written(self) -> List[int]:
         """Ids of pieces no training text holds: <unk> (byte fallback leaves none) and the bytes of control
         characters (the corpus reader drops them); what sampling over the whole vocabulary must not draw."""

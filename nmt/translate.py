@@ -381,15 +381,14 @@ class Translator:
         """`translate_nbest` with each translation's word alignment: per input line, up to `nbest` (translation,
         score, links), links being (source word, translation word) pairs counted from 0 (`nmt.align`); for one
         string, its list."""
-        from nmt.align import align_ids
+        from nmt.align import with_links
         if isinstance(lines, str):
             return self.translate_aligned([lines], nbest, beam_size, first_line, one_prefix(prefixes))[0]
         beam = self._beam(beam_size)
         self.check_search(beam, nbest)
         src = self.source_ids(lines, first_line)
-        hyps = self.search_ids(src, beam, nbest, self._prefixes_for(src, prefixes, first_line), first_line)
-        links = iter(align_ids(self, [x for x, h in zip(src, hyps) for _ in h], [ids for h in hyps for ids, _ in h]))
-        return [[(text, score, next(links)) for text, score in h] for h in self.texts(hyps)]
+        return with_links(self, src, self.search_ids(src, beam, nbest, self._prefixes_for(src, prefixes, first_line),
+                                                      first_line))
 
     def translate(self, lines: Union[str, Iterable[str]], beam_size: Optional[int] = None, first_line: int = 1,
                   prefixes: Union[None, str, Sequence[Optional[str]]] = None):

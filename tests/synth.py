@@ -155,3 +155,14 @@ def as_trained_with_its_config(model_dir: Path) -> None:
 
 def synth_file(model: Path, name: str) -> Path:
     return model.parent / "synth" / name
+
+
+def non_canonical_split(tok):
+    """(pieces, the text they write) of a word split into two pieces of the vocabulary that SentencePiece, splitting
+    the text, would write as one: what a search may write."""
+    vocab = {tok.piece(i) for i in range(tok.vocab_size)}
+    for whole in sorted(vocab):
+        for k in range(2, len(whole)):
+            if whole.startswith("\u2581") and {whole[:k], whole[k:]} <= vocab:
+                return [whole[:k], whole[k:]], whole[1:]
+    raise AssertionError("the vocabulary has no piece whose split is in it")

@@ -27,7 +27,8 @@ from nmt.languages import hangul_counts, other_language_warning
 from nmt.serve.batcher import DEFAULT_MAX_WAIT_MS, Batcher, Closed, QueueFull, TimedOut
 from nmt.serve.openapi import fit_examples, openapi_30
 from nmt.serve.page import page_html
-from nmt.serve.responses import AttentionAnswer, HealthAnswer, InfoAnswer, TranslateAnswer, responses
+from nmt.serve.responses import (AttentionAnswer, HealthAnswer, InfoAnswer, TranslateAnswer, responses,
+                                 translation_item)
 from nmt.serve.schema import (AttentionRequest, Limits, RequestError, TranslateRequest, at_length_limit,
                               attention_within, check_attention, check_prefixes, check_translate, parse, read_body,
                               token_warnings, within_pieces)
@@ -280,14 +281,16 @@ def _add_routes(app: FastAPI, limits: Limits) -> None:
         if req.alignment:   # each hypothesis gets its links: (text, score) -> (text, score, links)
             links = iter(await _aligned(model, lines, ids, clock, request))
             nbests = [[(t, s, next(links)) for t, s in h] for h in nbests]
+        pieces = [[[tr.tgt_tok.piece(t) for t in y] for y in h] if req.pieces else None for h in ids]
         return {"src_lang": tr.src_lang, "tgt_lang": tr.tgt_lang, "beam_size": beam, "warnings": warnings,
-                "translations": [_translation_item(h, req.alignment) for h in nbests]}
+                "translations": [translation_item(h, req.alignment, p) for h, p in zip(nbests, pieces)]}
 
     @app.post("/attention", openapi_extra=_body_schema(AttentionRequest), response_model=None,
               responses=responses(AttentionAnswer, "the attention weights", 400, 408, 413, 415, 422, 500, 503, 504))
     async def attention(request: Request) -> dict:
         """The attention weights (target piece x source piece) of one sentence's greedy translation, or of the
-        translation given (cut to max_input_tokens pieces, with a warning, as lines are)."""
+        translation given: its pieces (/translate's, with "pieces": true) or its text (cut to max_input_tokens
+        pieces, with a warning, as lines are)."""
         clock = _Clock(limits.timeout_s)
         req = await _parse_request(request, AttentionRequest, limits, clock)
         model = _service(request).pick(req.src_lang, req.tgt_lang)
@@ -323,17 +326,6 @@ def _add_status_routes(app: FastAPI) -> None:
         on the model's own test set, with its sacreBLEU signature), limits."""
         service = _service(request)
         return {"models": [m.info() for m in service.models.values()], "limits": vars(service.limits)}
-
-
-def _translation_item(hyps: list, alignment: bool) -> dict:
-    """The answer for one sentence: its best translation and score and its n-best list; with `alignment`
-    ((text, score, links) hypotheses) each one's links too."""
-    items = [{"translation": h[0], "score": h[1]} for h in hyps]
-    if alignment:
-        for item, h in zip(items, hyps):
-            item["alignment"] = [list(link) for link in h[2]]
-    empty = {"translation": "", "score": None, **({"alignment": []} if alignment else {})}
-    return {**(items[0] if items else empty), "nbest": items}
 
 
 async def _disconnected(request: Request) -> None:

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from nmt.serve.schema import error_responses
 
 ALIGNMENT = "[source word, translation word] pairs, words counted from 0 (with \"alignment\": true)"
+PIECES = "its SentencePiece pieces as the search wrote them, without </s> (with \"pieces\": true)"
 
 
 class _Answer(BaseModel):
@@ -20,12 +21,14 @@ class Hypothesis(_Answer):
     translation: str
     score: float = Field(description="log-probability divided by the GNMT length penalty, as nmt-translate --nbest")
     alignment: Optional[List[List[int]]] = Field(None, description=ALIGNMENT)
+    pieces: Optional[List[str]] = Field(None, description=PIECES)
 
 
 class Translation(_Answer):
     translation: str = Field(description="the best translation; \"\" for an empty line")
     score: Optional[float] = Field(description="its score; null for an empty line")
     alignment: Optional[List[List[int]]] = Field(None, description=ALIGNMENT)
+    pieces: Optional[List[str]] = Field(None, description=PIECES)
     nbest: List[Hypothesis] = Field(description="the n-best list, best first; [] for an empty line")
 
 
@@ -108,3 +111,18 @@ def responses(answer: type, description: str, *errors: int) -> dict:
     """FastAPI's `responses` of an endpoint: its 200 `answer` model and `description`, and its error statuses
     (`error_responses`)."""
     return {200: {"model": answer, "description": description}, **error_responses(*errors)}
+
+
+def translation_item(hyps: list, alignment: bool, pieces: Optional[List[List[str]]] = None) -> dict:
+    """The answer for one sentence: its best translation and score and its n-best list; with `alignment`
+    ((text, score, links) hypotheses) each one's links too, and with `pieces` (per hypothesis) each one's pieces."""
+    items = []
+    for k, h in enumerate(hyps):
+        items.append({"translation": h[0], "score": h[1]})
+        if alignment:
+            items[-1]["alignment"] = [list(link) for link in h[2]]
+        if pieces is not None:
+            items[-1]["pieces"] = pieces[k]
+    empty = {"translation": "", "score": None, **({"alignment": []} if alignment else {}),
+             **({"pieces": []} if pieces is not None else {})}
+    return {**(items[0] if items else empty), "nbest": items}

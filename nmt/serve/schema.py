@@ -93,6 +93,8 @@ class TranslateRequest(BaseModel):
                           "it is completed")
     alignment: bool = Field(False, description="also return each translation's word alignment from the attention: "
                                                "[source word, translation word] pairs, counted from 0")
+    pieces: bool = Field(False, description="also return each translation's SentencePiece pieces as the search "
+                                            "wrote them (what /attention's pieces takes)")
     src_lang: Optional[str] = Field(None, description="source language; needed only when the server has "
                                                       "several models")
     tgt_lang: Optional[str] = Field(None, description="target language (as src_lang)")
@@ -105,6 +107,9 @@ class AttentionRequest(BaseModel):
     translation: Optional[str] = Field(None, description="a translation of text (e.g. /translate's) to show the "
                                                          "attention of, fed back through the model; default: the "
                                                          "greedy translation")
+    pieces: Optional[List[str]] = Field(None, description="instead of translation, its SentencePiece pieces (as "
+                                                          "/translate's \"pieces\": true gives them), fed back as "
+                                                          "they are: splitting its text again may give others")
     src_lang: Optional[str] = None
     tgt_lang: Optional[str] = None
 
@@ -228,12 +233,20 @@ def check_prefixes(req: TranslateRequest, max_input_tokens: int) -> Tuple[Option
     return prefixes, warnings
 
 
-def check_attention(req: AttentionRequest, max_input_tokens: int) -> Tuple[str, Optional[str], List[str]]:
-    """(sentence, translation or None, warnings) of a parsed /attention request; RequestError for what is refused.
-    A translation is cut like a sentence: its pieces are steps of the model."""
+def check_attention(req: AttentionRequest, max_input_tokens: int) -> Tuple[str, object, List[str]]:
+    """(sentence, translation: its text, its pieces or None, warnings) of a parsed /attention request;
+    RequestError for what is refused. A translation is cut like a sentence: its pieces are steps of the model."""
     line, warnings = check_line(req.text, "text", max_input_tokens)
     if not normalize(line):   # spaces, or invisible characters the model does not read
         raise RequestError(422, "text is empty: send one sentence", "text")
+    if req.pieces is not None:
+        if req.translation is not None:
+            raise RequestError(422, "translation and pieces are both given: send one (pieces, when you have them)",
+                               "pieces")
+        if len(req.pieces) > max_input_tokens:
+            warnings.append(f"pieces has {len(req.pieces)} items; truncated to its first {max_input_tokens} "
+                            "(max_input_tokens), as nmt-translate cuts input lines")
+        return line, req.pieces[:max_input_tokens], warnings
     if req.translation is None:
         return line, None, warnings
     translation, cut = check_line(req.translation, "translation", max_input_tokens)
@@ -297,14 +310,20 @@ def _token_warning(translator, where: str, line: str, encode) -> str:
             "nmt-translate does") if cut else ""
 
 
-def attention_within(translator, line: str, given: Optional[str]) -> Tuple[object, List[str]]:
-    """(`nmt.plot.attention` of `line`, warnings); a given translation over max_input_tokens target pieces is first
-    cut to its longest start within them, with a warning, as a line is cut: each piece is a step of the model, and
-    the character guard alone lets one translation take minutes (an emoji is 4 byte pieces). Run on the worker
-    thread: it uses the model's tokenizer."""
+def attention_within(translator, line: str, given) -> Tuple[object, List[str]]:
+    """(`nmt.plot.attention` of `line`, warnings); a given translation (`check_attention`'s: text, pieces or None)
+    over max_input_tokens target pieces is first cut to its longest start within them, with a warning, as a line is
+    cut: each piece is a step of the model, and the character guard alone lets one translation take minutes (an
+    emoji is 4 byte pieces). Run on the worker thread: it uses the model's tokenizer."""
     from nmt.plot import attention
     limit = translator.decode.max_input_tokens
     warnings = [_token_warning(translator, "text", line, translator.source_ids)]
+    if isinstance(given, list):
+        try:
+            translator.tgt_tok.piece_ids(given, "pieces")
+        except ValueError as e:   # (TokenizerError)
+            raise RequestError(422, str(e), "pieces") from None
+        return attention(translator, line, pieces=given), [w for w in warnings if w]
     if given is not None:
         pieces = _pieces(translator, given)
         if pieces > limit:

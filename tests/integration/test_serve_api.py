@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from tests.integration.serve_app import background_server, make_app
+from tests.synth import non_canonical_split
 
 
 @pytest.fixture(scope="module")
@@ -152,6 +153,39 @@ def test_attention_of_a_given_translation_is_its_forced_attention(http, translat
     for sep in ("\n", "\u2029", "\x0c"):
         r = http.post("/attention", json={"text": source, "translation": f"a{sep}b"})
         assert r.status_code == 422 and "translation has text on 2 lines" in r.json()["error"], sep
+
+
+def test_pieces_are_the_searchs_and_attention_takes_them_back(http, translator, serve_sentences):
+    """The page's heatmap split the translation's text again: where the search wrote a word in pieces SentencePiece
+    would not choose, its rows were other pieces. /translate gives each hypothesis' pieces; /attention takes them."""
+    import numpy as np
+    from nmt.align import forced_attention
+    from nmt.serve.responses import AttentionAnswer, TranslateAnswer
+    lines = serve_sentences[:4] + [""]
+    r = http.post("/translate", json={"text": lines, "beam_size": 3, "nbest": 3, "pieces": True, "alignment": True})
+    got = TranslateAnswer.model_validate(r.json()).translations
+    hyps = translator.translate_ids(lines, beam_size=3, nbest=3)
+    want = [[[translator.tgt_tok.piece(t) for t in ids] for ids, _ in h] for h in hyps]
+    assert [[h.pieces for h in t.nbest] for t in got] == want
+    assert [t.pieces for t in got] == [w[0] for w in want[:4]] + [[]]
+    assert "pieces" not in http.post("/translate", json={"text": lines[:1]}).json()["translations"][0]
+    pieces, text = non_canonical_split(translator.tgt_tok)
+    a = http.post("/attention", json={"text": lines[0], "pieces": pieces}).json()
+    assert AttentionAnswer.model_validate(a).tgt_pieces == pieces + ["</s>"] and a["translation"] == text
+    np.testing.assert_allclose(a["weights"], forced_attention(translator, translator.source_ids(lines[:1]),
+                                                              [translator.tgt_tok.piece_ids(pieces)])[0], atol=1e-4)
+    assert a["warnings"] == []
+    limit = translator.decode.max_input_tokens
+    a = http.post("/attention", json={"text": lines[0], "pieces": pieces * limit}).json()
+    assert len(a["tgt_pieces"]) == limit + 1 and a["warnings"] == [
+        f"pieces has {2 * limit} items; truncated to its first {limit} (max_input_tokens), as nmt-translate cuts "
+        "input lines"]
+    for body, message in (({"pieces": pieces, "translation": text}, "translation and pieces are both given"),
+                          ({"pieces": ["zzz"]}, "pieces[0] 'zzz' is not a piece of the en vocabulary"),
+                          ({"pieces": [pieces[0], "</s>"]}, "pieces[1] is the end of sentence '</s>'"),
+                          ({"pieces": "\u2581a"}, "pieces")):
+        r = http.post("/attention", json={"text": lines[0], **body})
+        assert r.status_code == 422 and message in r.json()["error"] and r.json()["field"] == "pieces", r.text
 
 
 HOSTILE = {   # name: (body, expected status, words the error must contain)

@@ -354,15 +354,24 @@ def test_pointing_at_a_word_marks_the_words_it_is_aligned_with(translator, serve
         with background_server(make_app(translator)) as url:
             translate_on_page(driver, url, sentence)
             beam = int(driver.find_element(By.ID, "beam").get_attribute("value"))
+            # the heatmap is the attention of the translation shown (the beam's best), row by row: of the pieces
+            # the search wrote (its text split again may be others), which the page sends back
+            driver.execute_script("window.sent = []; const f = window.fetch; window.fetch = (u, o) => "
+                                  "(window.sent.push([String(u), o && o.body]), f(u, o));")
+            driver.find_element(By.ID, "go").click()
+            wait_done(driver)
+            sent = {u.rsplit("/", 1)[-1]: json.loads(b) for u, b in driver.execute_script("return window.sent")}
+            best = httpx.post(url + "/translate", json=sent["translate"]).json()["translations"][0]
+            assert sent["attention"] == {"text": sentence, "pieces": best["pieces"], "src_lang": "ko",
+                                         "tgt_lang": "en"}
+            assert driver.find_element(By.ID, "translation").text == best["translation"]
+            rows = [th.text for th in driver.find_elements(By.CSS_SELECTOR, "#heatmap th.tgt")]
+            assert rows == best["pieces"] + ["</s>"]
             links = httpx.post(url + "/translate", json={"text": [sentence], "beam_size": beam,
                                                          "alignment": True}).json()["translations"][0]["alignment"]
             src = driver.find_elements(By.CSS_SELECTOR, "#align-src button")
             tgt = driver.find_elements(By.CSS_SELECTOR, "#align-tgt button")
             assert [w.text for w in src] == sentence.split() and len(tgt) > 1 and links
-            # the heatmap is the attention of the translation shown (the beam's best), row by row
-            shown = driver.find_element(By.ID, "translation").text
-            rows = [th.text for th in driver.find_elements(By.CSS_SELECTOR, "#heatmap th.tgt")]
-            assert rows == translator.tgt_tok.pieces(shown) + ["</s>"]
 
             def marked(spans):
                 return [k for k, w in enumerate(spans) if "linked" in w.get_attribute("class")]

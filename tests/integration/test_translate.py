@@ -28,9 +28,9 @@ from nmt.cli_decode import translate_main
 from nmt.stream import PAUSE, interactive, read_raw_lines, translate_stream
 from nmt.tokenizer import UNK_ID
 from nmt.config import DecodeConfig
-from nmt.corpus import one_line
+from nmt.corpus import one_line, tidy_translation
 from nmt.translate import Translator
-from tests.synth import as_trained_with_its_config, synth_file
+from tests.synth import as_trained_with_its_config, non_canonical_split, synth_file
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -884,27 +884,48 @@ def test_unreported_work_neither_warns_nor_counts_on_its_own_thread(model_dir, c
     assert (tr.truncated, tr.cut_off) == (2, 3) and "input line 8 has" in caplog.text
 
 
-def test_a_plot_that_cannot_be_made_is_a_warning_naming_its_line(tr, tmp_path, caplog):
+def test_attention_of_the_pieces_a_search_wrote(tr, src_lines):
+    """The heatmap of a translation split its text again: where the search wrote a word in pieces SentencePiece
+    would not choose (~5% of lines), the rows were other pieces and their attention another path's. Given its
+    pieces, they are fed back as they are."""
+    from nmt.align import forced_attention
+    from nmt.plot import attention
+    pieces, text = non_canonical_split(tr.tgt_tok)
+    a = attention(tr, src_lines[0], pieces=pieces)
+    assert a.tgt_pieces == pieces + ["</s>"] and a.translation == text
+    assert attention(tr, src_lines[0], translation=text).tgt_pieces == [f"\u2581{text}", "</s>"]   # split again
+    want = forced_attention(tr, tr.source_ids([src_lines[0]]), [tr.tgt_tok.piece_ids(pieces)])[0]
+    np.testing.assert_allclose(a.weights, want, atol=1e-6)
+    for kwargs, match in (({"pieces": pieces, "translation": text}, "give a translation's text or its pieces, not "),
+                          ({"pieces": pieces, "max_len": 3}, "max_len limits the greedy translation"),
+                          ({"pieces": ["zzz"]}, r"pieces\[0\] 'zzz' is not a piece of the en vocabulary"),
+                          ({"pieces": pieces * 200}, "pieces has 400 items, more than ")):
+        with pytest.raises(ValueError, match=match):
+            attention(tr, src_lines[0], **kwargs)
+
+
+def test_a_plot_is_of_the_pieces_the_search_wrote(tr, tmp_path):
     """A sampled byte piece writes U+FFFD, which tokenizes again as 3 pieces: the translation's plot was refused as
-    longer than the limit ("translation:1", whatever the line), and the run stopped with the lines after it."""
+    longer than the limit, with a warning. The saver gets the search's ids: every plot is made, of them."""
+    import nmt.plot
     from nmt.plot import attention_saver
+    byte = tr.tgt_tok.piece_ids(["<0xE3>"])
     save = attention_saver(tr, tmp_path / "p")
-    with caplog.at_level(logging.WARNING, logger="nmt.plot"):
-        save(7, ["리 니", "리"], ["\ufffd" * 2000, "ri"])
-    assert sorted(p.name for p in (tmp_path / "p").iterdir()) == ["line-000008.png"]
-    assert "line 7: no attention plot: translation has" in caplog.text and "translation:1" not in caplog.text
+    save(7, ["리 니", "리", ""], [byte * 90, byte, []])
+    assert sorted(p.name for p in (tmp_path / "p").iterdir()) == ["line-000007.png", "line-000008.png"]
+    assert nmt.plot.attention(tr, "리", pieces=["<0xE3>"]).tgt_pieces == ["<0xE3>", "</s>"]
 
 
 @pytest.mark.parametrize("flags", [[], ["--beam-size", "1"], ["--nbest", "2"], ["--alignment"], ["--sample", "3"]],
                          ids=["beam", "greedy", "nbest", "alignment", "sample"])
 def test_plots_show_the_translation_written(tr, src_lines, tmp_path, capsys, monkeypatch, flags):
-    """--plot-attention plotted the greedy path whatever was written (beam search's best, a sample); each plot is
-    now of the line's translation in the output."""
+    """--plot-attention plotted the greedy path whatever was written (beam search's best, a sample), then the text
+    of the translation written, split again; each plot is now of the pieces the search wrote for that line."""
     import nmt.plot
     plotted = {}
 
-    def record(translator, sentence, path, title=None, translation=None):
-        plotted[Path(path).name] = translation
+    def record(translator, sentence, path, title=None, translation=None, pieces=None):
+        plotted[Path(path).name] = (translation, pieces)
     monkeypatch.setattr(nmt.plot, "save_attention_plot", record)
     path = tmp_path / "in.ko"
     path.write_text("\n".join(src_lines[:6] + ["", src_lines[6]]) + "\n", encoding="utf-8")
@@ -914,7 +935,15 @@ def test_plots_show_the_translation_written(tr, src_lines, tmp_path, capsys, mon
     best = ([json.loads(r)["translations"][0] if json.loads(r)["translations"] else "" for r in rows]
             if "--nbest" in flags else [r.split(" ||| ")[0] for r in rows])
     assert code == 0 and len(best) == 8, err
-    assert plotted == {f"line-{i + 1:06d}.png": best[i] for i in range(8) if i != 6}
+    assert sorted(plotted) == [f"line-{i + 1:06d}.png" for i in range(8) if i != 6]
+    for i in range(8):
+        if i != 6:
+            translation, pieces = plotted[f"line-{i + 1:06d}.png"]
+            written = tidy_translation(tr.tgt_tok.decode([tr.tgt_tok.piece_ids(pieces)])[0])
+            assert translation is None and written == best[i]
+    if not flags:   # the search's own pieces
+        assert [plotted[f"line-{i + 1:06d}.png"][1] for i in range(6)] == [
+            [tr.tgt_tok.piece(t) for t in h[0][0]] for h in tr.translate_ids(src_lines[:6])]
 
 
 # -- benchmark ------------------------------------------------------------------------------------------------------

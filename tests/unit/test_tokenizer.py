@@ -242,6 +242,22 @@ def test_piece_of_an_id(ko_tok):
         ko_tok.piece(360)
 
 
+def test_ids_of_pieces_given_back(ko_tok):
+    """What a search wrote comes back as it was: byte pieces, <unk> and a split SentencePiece would not choose."""
+    ids = ko_tok.encode(["학교에 😀"])[0] + [UNK_ID, BOS_ID]
+    assert ko_tok.piece_ids([ko_tok.piece(i) for i in ids]) == ids and ko_tok.piece_ids(()) == []
+    for pieces, error, match in (
+            ([ko_tok.piece(ids[0]), "zzz"], TokenizerError, r"^pieces\[1\] 'zzz' is not a piece of the ko vocabulary"),
+            (["</s>"], TokenizerError, r"^pieces\[0\] is the end of sentence '</s>': leave it out"),
+            (["\ud800"], TokenizerError, r"^pieces\[0\] '\\ud800' is not a piece"),
+            ([""], TokenizerError, r"^pieces\[0\] '' is not a piece"),
+            (["<unk>x"], TokenizerError, r"^pieces\[0\] '<unk>x' is not a piece"),
+            ("학교", TypeError, "^pieces must be a list of pieces"),
+            ([3], TypeError, r"^pieces\[0\] is int, not a piece")):
+        with pytest.raises(error, match=match):
+            ko_tok.piece_ids(pieces)
+
+
 @pytest.mark.parametrize("text", ROUND_TRIP)
 def test_piece_words_map_each_piece_to_its_word(ko_tok, text):
     """`piece_words` (word alignments) puts every piece in the whitespace-separated word it spells: the pieces of
