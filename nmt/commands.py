@@ -235,12 +235,42 @@ class _Said(logging.Formatter):
         return f"{record.levelname.lower()}: {record.getMessage()}"
 
 
-def early_warnings() -> logging.Handler:
-    """A handler on the `nmt` logger for its warnings before a command sets up its logging (`setup_logging` replaces
-    it): "warning: ..." as the commands print their own, where Python's last resort wrote the bare message."""
-    handler = logging.StreamHandler()
-    handler.setLevel(logging.WARNING)
-    handler.setFormatter(_Said())
+class EarlyWarnings(logging.StreamHandler):
+    """The `nmt` logger's handler for its warnings before a command sets up its logging: each printed as
+    "warning: ...", as the commands print their own (Python's last resort wrote the bare message), and kept, for
+    `nmt.log.setup_logging` to write into the run's train.log. A distributed worker's are held instead (every worker
+    would print them, unnamed: its rank is not known yet) for setup_logging to say once it names the rank."""
+
+    def __init__(self):
+        super().__init__()
+        self.setLevel(logging.WARNING)
+        self.setFormatter(_Said())
+        self.hold = os.environ.get("DMLC_ROLE") == "worker"
+        self.kept: List[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.kept.append(record)
+        if not self.hold:
+            super().emit(record)
+
+    def hand_over(self, handlers: List[logging.Handler], console: Optional[logging.Handler]) -> None:
+        """Give the warnings kept to a command's log `handlers`, but for its `console` one if they were printed."""
+        for record in self.kept:
+            for h in handlers:
+                if self.hold or h is not console:
+                    h.handle(record)
+        self.kept = []
+
+    def say_held(self) -> None:
+        """Print the warnings held that no log took (the command ended before it set up its logging)."""
+        for record in self.kept if self.hold else []:
+            super().emit(record)
+        self.kept = []
+
+
+def early_warnings() -> EarlyWarnings:
+    """An `EarlyWarnings` handler on the `nmt` logger (`setup_logging` replaces it)."""
+    handler = EarlyWarnings()
     logging.getLogger("nmt").addHandler(handler)
     return handler
 
@@ -263,6 +293,7 @@ def command(build_parser: Callable[[], argparse.ArgumentParser]):
                 exit_code = run_cli(run)
                 return exit_code
             finally:
+                early.say_held()
                 logging.getLogger("nmt").removeHandler(early)
         entry.__name__, entry.__qualname__, entry.__doc__ = body.__name__, body.__qualname__, body.__doc__
         return entry

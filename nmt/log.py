@@ -13,7 +13,7 @@ import weakref
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from nmt.commands import shell_word
+from nmt.commands import EarlyWarnings, first_line, shell_word
 from nmt.storage import guarded_write
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -56,6 +56,8 @@ def setup_logging(log_file: Optional[Path] = None, level: Optional[int] = None, 
         logger.propagate = False
         for h in list(logger.handlers):
             logger.removeHandler(h)
+            if isinstance(h, EarlyWarnings):   # the command's warnings so far: into the log file too
+                h.hand_over(handlers, handlers[0] if console else None)
             if name == "nmt" and h in _MADE:   # (the same handlers as sacrebleu's; a program's own stay open)
                 _MADE.discard(h)
                 h.close()
@@ -273,7 +275,6 @@ def tensorboard_problem() -> str:
     except ModuleNotFoundError as e:
         return "tensorboardX is not installed" if e.name == "tensorboardX" else f"tensorboardX cannot be imported ({e})"
     except Exception as e:   # (protobuf: TypeError "Descriptors cannot be created directly", ImportError ...)
-        from nmt.commands import first_line
         return f"tensorboardX cannot be imported ({type(e).__name__}: {first_line(e)})"
     return ""
 
@@ -285,8 +286,8 @@ class TensorBoardWriter:
     `train/grad_norm`, `train/tokens_per_s`; `dev/loss`, `dev/perplexity`, `dev/bleu`, `dev/chrf`; text
     `dev/samples`. Steps are update numbers, so a resumed run (`resume_step` = the step of the checkpoint it
     continues from) writes into the same directory and continues the same curves; the events an interrupted run
-    wrote after that checkpoint are dropped (`purge_step`). When disabled
-    (tensorboardX missing, `--tensorboard` off, or a worker other than rank 0) every method does nothing.
+    wrote after that checkpoint are dropped (`purge_step`). When disabled (tensorboardX missing, `--tensorboard`
+    off, or a worker other than rank 0) every method does nothing.
     """
 
     def __init__(self, logdir: Optional[Path], resume_step: Optional[int] = None):

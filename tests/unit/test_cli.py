@@ -555,7 +555,44 @@ def test_a_warning_before_the_logging_is_set_up_says_it_is_one(tmp_path, capsys,
     err = capsys.readouterr().err.splitlines()
     assert err[0] == (f'warning: --config {path}: train.gpus = "1" not taken: the devices are this command line\'s '
                       "(--gpus, --cpu-devices, --kvstore, --amp)") and err[1].startswith("error: "), err
-    assert not any(type(h).__name__ == "StreamHandler" for h in logging.getLogger("nmt").handlers)   # (left after)
+    assert not any(type(h).__name__ == "EarlyWarnings" for h in logging.getLogger("nmt").handlers)   # (left after)
+
+
+@pytest.fixture
+def fresh_logging(monkeypatch):
+    """The `nmt` and `sacrebleu` loggers as in a new process, put back after the test."""
+    for name in ("nmt", "sacrebleu"):
+        for attr, value in (("handlers", []), ("propagate", True), ("level", logging.NOTSET)):
+            monkeypatch.setattr(logging.getLogger(name), attr, value)
+
+
+@pytest.mark.parametrize("distributed", [False, True], ids=["one-process", "distributed-worker"])
+def test_warnings_before_the_logging_go_into_the_log(tmp_path, capsys, monkeypatch, fresh_logging, distributed):
+    """They were printed, and not in train.log; a distributed job's every worker printed them, unnamed. They are
+    written into the log file, printed once on the console, and a worker's are held until its rank names them."""
+    from nmt.commands import early_warnings
+    from nmt.log import setup_logging
+    if distributed:
+        monkeypatch.setenv("DMLC_ROLE", "worker")
+    early = early_warnings()
+    logging.getLogger("nmt.cli").warning("--config c.json: train.gpus not taken")
+    assert capsys.readouterr().err == ("" if distributed else "warning: --config c.json: train.gpus not taken\n")
+    setup_logging(tmp_path / "train.log", prefix="rank 1 " if distributed else "")
+    early.say_held()   # (what the command does as it ends: nothing is left to print)
+    logged = (tmp_path / "train.log").read_text(encoding="utf-8")
+    err = capsys.readouterr().err
+    assert logged.count("WARNING nmt.cli: --config c.json: train.gpus not taken") == 1, logged
+    assert err.count("train.gpus not taken") == distributed and early not in logging.getLogger("nmt").handlers
+    assert logged.startswith("rank 1 ") == distributed and err.startswith("rank 1 ") == distributed
+
+
+def test_a_workers_held_warnings_are_said_if_it_stops_before_its_logging(tmp_path, capsys, monkeypatch, fresh_logging):
+    monkeypatch.setenv("DMLC_ROLE", "worker")
+    path = tmp_path / "gpu.json"
+    path.write_text(json.dumps({"train": {"gpus": "1"}}))
+    assert train_main(["--config", str(path), "--model-dir", str(tmp_path / "m"), "--batch-size", "0"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("error: ") and err[1].startswith(f'warning: --config {path}: train.gpus = "1" not taken')
 
 
 def test_a_runs_config_json_says_it_brings_the_runs_time_limit(tmp_path, caplog):
