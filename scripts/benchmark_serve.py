@@ -3,7 +3,7 @@
 the same model and sentences, measured in alternation in one run.
 
     python scripts/benchmark_serve.py --model-dir models/ko-en [--src-file test.ko] [--clients 16]
-        [--sentences-per-request 1] [--seconds 10] [--rounds 2] [--json results/benchmark_serve.json]
+        [--sentences-per-request 1] [--seconds 8] [--rounds 3] [--json results/benchmark_serve.json]
 
 The server runs as a separate process (scripts/serve.py) on 127.0.0.1 only, so clients and server do not share
 one interpreter; the clients are asyncio tasks over one httpx connection pool, each sending its next request as
@@ -20,7 +20,6 @@ import asyncio
 import dataclasses
 import json
 import os
-import platform
 import socket
 import statistics
 import subprocess
@@ -50,9 +49,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--max-sentences", type=number(int, 1), default=400, help="distinct sentences used (cycled)")
     p.add_argument("--clients", type=number(int, 1), default=16)
     p.add_argument("--sentences-per-request", type=number(int, 1), default=1)
-    p.add_argument("--seconds", type=number(float, 0, low_open=True), default=10.0,
+    p.add_argument("--seconds", type=number(float, 0, low_open=True), default=8.0,
                    help="length of each served measurement")
-    p.add_argument("--rounds", type=number(int, 1), default=2, help="offline/served alternations")
+    p.add_argument("--rounds", type=number(int, 1), default=3, help="offline/served alternations")
     p.add_argument("--beam-size", type=int, default=None, help="default: the model's")
     p.add_argument("--max-wait-ms", type=float, default=DEFAULT_MAX_WAIT_MS, help="the server's batching wait")
     p.add_argument("--json", default=str(REPO / "results" / "benchmark_serve.json"),
@@ -102,7 +101,8 @@ def start_server(args: argparse.Namespace) -> (subprocess.Popen, str):
 
 async def load(url: str, lines: List[str], clients: int, per_request: int, seconds: float,
                beam: int) -> Dict[str, object]:
-    """`clients` closed-loop clients for `seconds`: throughput, latency percentiles and errors."""
+    """`clients` closed-loop clients for `seconds` after a warm-up: throughput, latency percentiles, errors and the
+    server's batching (`batching`) over the same time."""
     latencies: List[float] = []
     errors: Dict[str, int] = {}
     sent = [0]
@@ -129,14 +129,15 @@ async def load(url: str, lines: List[str], clients: int, per_request: int, secon
         await asyncio.gather(*[client(c, k, time.monotonic() + min(2.0, seconds)) for k in range(clients)])  # warm
         latencies.clear(), errors.clear()
         sent[0] = 0
-        t0 = time.perf_counter()
+        before, t0 = worker_stats(url), time.perf_counter()   # (the warm-up's planning of new shapes left out)
         await asyncio.gather(*[client(c, k, time.monotonic() + seconds) for k in range(clients)])
         elapsed = time.perf_counter() - t0
+        server = batching(before, worker_stats(url), elapsed)
     q = statistics.quantiles(latencies, n=100) if len(latencies) > 1 else [float("nan")] * 99
     return {"seconds": round(elapsed, 2), "requests": len(latencies),
             "requests_per_s": round(len(latencies) / elapsed, 2),
             "sentences_per_s": round(sent[0] / elapsed, 2), "p50_ms": round(q[49] * 1000, 1),
-            "p95_ms": round(q[94] * 1000, 1), "p99_ms": round(q[98] * 1000, 1), "errors": errors}
+            "p95_ms": round(q[94] * 1000, 1), "p99_ms": round(q[98] * 1000, 1), "errors": errors, "server": server}
 
 
 def worker_stats(url: str) -> Dict[str, float]:
@@ -205,6 +206,7 @@ def main(argv=None) -> int:
     from nmt.atomic import atomic_write_text
     from nmt.translate import Translator
     args = parse_args(argv)
+    load0 = os.getloadavg()
     translator = Translator.from_dir(args.model_dir)
     lines = sentences(args, translator)
     beam = args.beam_size or translator.decode.beam_size
@@ -218,9 +220,7 @@ def main(argv=None) -> int:
             off = offline(translator, lines, beam, translator.decode.batch_size)
             off_small = off if in_flight == off["batch_size"] else offline(translator, lines, beam, in_flight)
             local = in_process(translator, lines, args.clients, args.sentences_per_request, args.seconds, beam)
-            before, t0 = worker_stats(url), time.perf_counter()
             served = asyncio.run(load(url, lines, args.clients, args.sentences_per_request, args.seconds, beam))
-            served["server"] = batching(before, worker_stats(url), time.perf_counter() - t0)   # warm-up included
             rounds.append({"round": r + 1, "offline": off, "offline_in_flight_batch": off_small,
                            "continuous_in_process": local, "served": served,
                            "served_over_offline": round(served["sentences_per_s"] / off["sentences_per_s"], 3),
@@ -233,19 +233,14 @@ def main(argv=None) -> int:
         proc.wait(30)
     medians = {key: statistics.median(x[key] for x in rounds) for key in
                ("served_over_offline", "served_over_offline_in_flight_batch", "in_process_over_offline")}
-    m = translator.config.model
     result = {"model_dir": str(args.model_dir), "beam_size": beam,
-              "model": {"arch": m.arch, "embed_size": m.embed_size, "hidden_size": m.hidden_size,
-                        "num_layers": m.num_layers, "src_vocab": translator.src_tok.vocab_size,
+              "model": {**vars(translator.config.model), "src_vocab": translator.src_tok.vocab_size,
                         "tgt_vocab": translator.tgt_tok.vocab_size},
               "clients": args.clients, "sentences_per_request": args.sentences_per_request,
               "max_wait_ms": args.max_wait_ms, "distinct_sentences": len(lines), "rounds": rounds,
               **{"median_" + key: value for key, value in medians.items()},
               "goal": ">= 0.70 at 16 clients x 1 sentence",
-              "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                          "load_average": [round(x, 2) for x in os.getloadavg()],
-                          "omp_num_threads": os.environ.get("OMP_NUM_THREADS")},
-              "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "commit": conditions.commit_of(REPO)}
+              "machine": conditions.machine(load0)}
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(Path(args.json), json.dumps(result, indent=2) + "\n")
     print(f"served/offline {medians['served_over_offline']:.2f}, against offline at batch {in_flight} "

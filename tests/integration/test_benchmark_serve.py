@@ -26,3 +26,10 @@ def test_benchmark_serve_writes_its_figures(serve_model, tmp_path):
     assert small["batch_size"] == 4 and small["sentences_per_s"] > 0
     assert result["rounds"][0]["continuous_in_process"]["sentences_per_s"] > 0
     assert result["rounds"][0]["offline"]["batch_size"] > 4
+    # the server's own figures over the measured time (not the warm-up's), the model's settings as trained, and
+    # the conditions every benchmark records
+    server = served["server"]
+    assert server["mean_batch"] > 0 and server["model_ms_per_sentence"] > 0 and 0 < server["worker_busy"] <= 1.0
+    assert result["model"]["arch"] == "lstm" and result["model"]["hidden_size"] == 48, result["model"]
+    assert {"cpu", "cores", "commit", "date", "load_average_at_start", "load_average_at_end",
+            "OMP_NUM_THREADS"} <= set(result["machine"])
