@@ -1,6 +1,5 @@
 #!/usr/bin/env python
-"""Training throughput on real data: tokens/s of the trainer's update per device count and global batch,
-against GluonNLP 0.10's GNMT recipe in the same setting.
+"""Training throughput on real data: tokens/s of the trainer's update per device count and global batch.
 
     python scripts/benchmark_train.py --data-dir ../shared/data --devices 1,2 --batch-sizes 64 \\
         --json results/benchmark_train.json --plot results/benchmark_train.png
@@ -33,10 +32,6 @@ for path in (REPO, REPO / "scripts"):   # run from a checkout without installing
 
 import conditions  # noqa: E402  (scripts/, beside this one)
 from nmt.commands import number  # noqa: E402 (after the path)
-
-# GluonNLP 0.10's GNMT recipe (embed = hidden = 256, 2 layers, batch 64, Tatoeba ko-en), tokens/s on one core of
-# the 2-core reference machine: the figure the `x_gnmt_reference` column divides by.
-GNMT_REFERENCE_TOK_PER_S = 2150.0
 
 
 def _config(spec: dict):
@@ -163,7 +158,7 @@ def summarize(res: dict, one: dict) -> dict:
             "updates_per_s": rate["updates"], "sent_per_s": rate["sentences"], "src_tok_per_s": rate["src_tokens"],
             "tgt_tok_per_s": rate["tgt_tokens"], "tok_per_s": tok, "speedup": speedup,
             "time_vs_1_device": slower, "efficiency": speedup / res["num_devices"],
-            "x_gnmt_reference": tok / GNMT_REFERENCE_TOK_PER_S, "bucket_shapes": res["bucket_shapes"],
+            "bucket_shapes": res["bucket_shapes"],
             "real_positions": res["real_positions"], "raw": res}
 
 
@@ -173,7 +168,7 @@ def build_specs(args: argparse.Namespace, batch: int) -> List[dict]:
                 vocab_size=args.vocab_size, batch_size=batch, bucketing=args.bucketing)
     model = dict(embed_size=args.embed_size, hidden_size=args.hidden_size, num_layers=args.num_layers,
                  attention=args.attention, dropout=args.dropout, tie_weights=args.tie_weights,
-                 word_dropout=0.0, lexical_model=False)   # as in the GNMT recipe this is compared with
+                 word_dropout=0.0, lexical_model=False)
     train = dict(progress=False, valid_every=0, max_epochs=10 ** 6, seed=1, patience=0, accum_steps=args.accum_steps,
                  amp=args.amp)
     gpu_ids = [x for x in (args.gpus or "").split(",") if x.strip()]
@@ -275,7 +270,7 @@ def main(argv=None) -> int:
                   f"{row['epoch_s']:6.1f} s/epoch  {row['sent_per_s']:6.0f} sent/s  "
                   f"{row['src_tok_per_s']:6.0f}+{row['tgt_tok_per_s']:.0f} tok/s  time/update "
                   f"x{row['time_vs_1_device']:.2f} of 1 device (speedup {row['speedup']:.2f}, efficiency "
-                  f"{row['efficiency']:.2f})  x{row['x_gnmt_reference']:.2f} GNMT ref")
+                  f"{row['efficiency']:.2f})")
     report: Dict[str, object] = {"machine": conditions.machine(load0), "train": rows}
     if args.json:
         from nmt.atomic import atomic_write_text

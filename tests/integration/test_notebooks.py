@@ -103,7 +103,7 @@ def test_bleu_eval_refuses_a_source_file_without_references(tmp_path_factory, mo
 def test_multi_gpu_intro_notebook(tmp_path, monkeypatch):
     bench = tmp_path / "benchmark_train.json"
     # The shape of a training-benchmark file; the notebook must show whatever such a file holds.
-    row = dict(batch_size=64, omp_num_threads=1, ms_per_update=100.0, time_vs_1_device=1.0, x_gnmt_reference=1.0)
+    row = dict(batch_size=64, omp_num_threads=1, ms_per_update=100.0, time_vs_1_device=1.0)
     bench.write_text(json.dumps({"machine": {"cpu": "test"}, "train": [dict(row, num_devices=1, tok_per_s=1000.0),
                                                                       dict(row, num_devices=2, tok_per_s=1500.0)]}))
     monkeypatch.setenv("NMT_BENCHMARK_JSON", str(bench))

@@ -31,7 +31,7 @@ def test_device_counts_take_turns_and_are_compared_per_round(shared_data, tmp_pa
     assert two["raw"]["devices"] == ["cpu(0)", "cpu(1)"] and two["omp_num_threads"] is not None
     for r in rows:
         assert [w["updates"] for w in r["raw"]["windows"]] == [3, 3] and r["raw"]["warmup_updates"] == 2
-        assert r["tok_per_s"] > 0 and r["x_gnmt_reference"] > 0
+        assert r["tok_per_s"] > 0
     # the same seed gives both the same batches, so their windows saw the same sentences
     assert [w["sentences"] for w in one["raw"]["windows"]] == [w["sentences"] for w in two["raw"]["windows"]]
     ratios = sorted(a["seconds"] / b["seconds"] for a, b in zip(one["raw"]["windows"], two["raw"]["windows"]))
