@@ -193,17 +193,20 @@ if [ $# -eq 0 ] || [ "$*" = headline ] || [ "$*" = transformer ]; then
     for d in "$MODELS"/tf-* "$MODELS"/abl-worddrop0.2-lex "$MODELS"/lstm-tatoeba-en-ko; do
       [ -f "$d/state.json" ] && tfs+=("$d")
     done
+    hardware="$(getconf _NPROCESSORS_ONLN)-core CPU, 1 OpenMP thread(s) per run"   # (runs that did not record it)
     "$PY" scripts/results_table.py "${tfs[@]}" --markdown results/transformer.md --json results/transformer.json \
-      --examples 5 --hardware "$(getconf _NPROCESSORS_ONLN)-core CPU, 1 OpenMP thread(s) per run"
+      --examples 5 --hardware "$hardware"
     abl=(); for d in "$MODELS"/tf-tatoeba-ko-en "$MODELS"/tf-abl-*; do [ -f "$d/state.json" ] && abl+=("$d"); done
     "$PY" scripts/results_table.py "${abl[@]}" --ablation-base "$MODELS/tf-tatoeba-ko-en" --ablation-test tatoeba-test \
-      --markdown results/transformer-ablation.md
+      --markdown results/transformer-ablation.md --hardware "$hardware"
     abl=(); for d in "$MODELS"/tf-abl-layers2 "$MODELS"/tf-abl2-*; do [ -f "$d/state.json" ] && abl+=("$d"); done
     "$PY" scripts/results_table.py "${abl[@]}" --ablation-base "$MODELS/tf-abl-layers2" --ablation-test tatoeba-test \
-      --markdown results/transformer-ablation2.md --curves results/transformer-ablation2-curves.png
+      --markdown results/transformer-ablation2.md --curves results/transformer-ablation2-curves.png \
+      --hardware "$hardware"
     all=(); for d in "$MODELS"/tf-all-ko-en "$MODELS"/tf-all-abl-*; do [ -f "$d/state.json" ] && all+=("$d"); done
     "$PY" scripts/results_table.py "${all[@]}" --ablation-base "$MODELS/tf-all-ko-en" --ablation-test tatoeba-test \
-      --markdown results/transformer-all-ablation.md --curves results/transformer-all-ablation-curves.png
+      --markdown results/transformer-all-ablation.md --curves results/transformer-all-ablation-curves.png \
+      --hardware "$hardware"
     if [ -f results/results.md ]; then "$PY" scripts/results_table.py --docs docs/results.md; fi   # (it holds them)
     exit 0
   fi
@@ -310,6 +313,7 @@ fi
 if [ ${#abls[@]} -gt 1 ] && [ -f "$base/state.json" ]; then
   decodes=(); for f in results/decode-ablation/*.json; do [ -f "$f" ] && decodes+=("$f"); done
   "$PY" scripts/results_table.py "${abls[@]}" --ablation-base "$base" --ablation-test tatoeba-test \
-    --decode-ablations "${decodes[@]}" --markdown results/ablation.md --curves results/ablation-curves.png
+    --decode-ablations "${decodes[@]}" --markdown results/ablation.md --curves results/ablation-curves.png \
+    --hardware "$hardware"
 fi
 if [ -f results/results.md ]; then "$PY" scripts/results_table.py --docs docs/results.md; fi

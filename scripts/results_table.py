@@ -33,7 +33,8 @@ def main(argv=None) -> int:
     p.add_argument("--curves", type=Path, help="PNG of training loss and dev BLEU vs updates and wall time")
     p.add_argument("--checkpoint", help="scores of this checkpoint (default: best, else avg, else latest)")
     p.add_argument("--hardware", default=None,
-                   help="hardware column of runs that did not record theirs (default: this machine's CPU)")
+                   help="hardware column of runs that did not record theirs (default: \"not recorded\"; this "
+                        "machine's is not theirs)")
     p.add_argument("--ablation-base", type=Path, help="also write an ablation table against this run")
     p.add_argument("--ablation-test", default="tatoeba-test", help="test set of the ablation table")
     p.add_argument("--decode-ablations", type=Path, nargs="*", default=[],
@@ -53,7 +54,6 @@ def main(argv=None) -> int:
 
     from nmt.atomic import atomic_write_text
     from nmt.commands import user_errors
-    from nmt.parallel import cpu_name
     from scripts.runs import ResultsError, ablation_table, load_run, markdown_table, plot_curves, results_rows
     try:
         runs = [load_run(d) for d in args.model_dirs]
@@ -70,7 +70,7 @@ def main(argv=None) -> int:
         if wrong:   # (an empty table or a column of dashes, exit 0)
             print(f"error: {why} (test sets scored: {', '.join(tests) or 'none'})", file=sys.stderr)
             return 2
-    text = markdown_table(rows, args.hardware or f"{os.cpu_count()}-core CPU ({cpu_name()})")
+    text = markdown_table(rows, args.hardware or "not recorded")
     if base is not None:
         text += "\n" + ablation_table(base, runs, args.ablation_test, reports)
     if args.examples:

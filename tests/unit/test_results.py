@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -64,6 +65,11 @@ def test_the_hardware_column_is_what_each_run_recorded(scored_dirs, tmp_path):
     del state["hardware"]
     (old / "state.json").write_text(json.dumps(state))
     assert "| the label |" in markdown_table(results_rows([load_run(old)]), "the label")
+    # without one, the table said this machine's CPU, whatever machine trained it (an ablation table regenerated
+    # elsewhere labelled the runs of the results table with another CPU)
+    out = subprocess.run([sys.executable, str(REPO / "scripts/results_table.py"), str(old)], capture_output=True,
+                         text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert out.returncode == 0 and out.stdout.splitlines()[2].endswith("| not recorded |"), out.stdout + out.stderr
 
 
 def test_an_ensemble_led_by_a_run_gets_its_own_row(scored_dirs, tmp_path, tmp_path_factory):
