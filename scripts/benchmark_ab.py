@@ -55,7 +55,9 @@ def main(argv=None) -> int:
     own_flags = [f.split("=")[0] for f in shared if len(f.split("=")[0]) > 3 and f.startswith("--") and
                  any(m.startswith(f.split("=")[0]) for m in mine)]
     if own_flags:
-        p.error(f"{own_flags[0]} after --: this script sets it for both runs (give --json before --)")
+        flag = next(m for m in mine if m.startswith(own_flags[0]))
+        p.error(f"{own_flags[0]} after --: this script sets it for both runs" +
+                (" (give --json before --)" if flag == "--json" else ""))
     a, b = args.a.resolve(), args.b.resolve()
     for name, path in (("--a", a), ("--b", b)):
         if not (path / "scripts" / "benchmark_train.py").is_file():

@@ -51,7 +51,10 @@ def test_benchmark_ab_runs_both_where_it_runs_and_keeps_its_own_flags(monkeypatc
     assert "--json after --: this script sets it for both runs" in capsys.readouterr().err
     with pytest.raises(SystemExit):   # (an older checkout's benchmark_train took the prefix for --json)
         bench.main(["--a", str(REPO), "--b", str(REPO), "--", "--js=x.json"])
-    assert "--js after --: this script sets it for both runs" in capsys.readouterr().err
+    assert "--js after --: this script sets it for both runs (give --json before --)" in capsys.readouterr().err
+    with pytest.raises(SystemExit):   # a flag benchmark_ab does not take: not "give it before --"
+        bench.main(["--a", str(REPO), "--b", str(REPO), "--", "--repeats", "1"])
+    assert capsys.readouterr().err.endswith("--repeats after --: this script sets it for both runs\n")
     with pytest.raises(SystemExit):   # an abbreviation of it is no flag of benchmark_train's
         _script(monkeypatch, "benchmark_train").parse_args(["--js", "x.json"])
     assert "unrecognized arguments: --js x.json" in capsys.readouterr().err
