@@ -42,11 +42,20 @@ def _add_flags(parser: argparse.ArgumentParser, groups, defaults: Config) -> Non
             else:
                 also = "".join(f"; with --arch {arch}: {v[f.section][f.field]}" for arch, v in ARCH_DEFAULTS.items()
                                if f.field in v.get(f.section, {}))
-                kind = nonempty() if f.type is str and not f.choices else f.type
+                kind = (_corpus_file if f.field in CORPUS_FILES else nonempty() if f.type is str and not f.choices
+                        else f.type)
                 action = _Joined if f.field == "upsample" else Once if f.field in CORPUS_FILES else "store"
                 g.add_argument(f.flag, dest=dest, type=kind, choices=f.choices, action=action,
                                default=argparse.SUPPRESS, metavar=f.field.upper() if not f.choices else None,
                                help=f"{f.help} (default: {default}{also})")
+
+
+def _corpus_file(text: str) -> str:
+    """An argparse type: a corpus file's path; "-" (standard input to the decoding commands) refused."""
+    if text.strip() == "-":
+        raise argparse.ArgumentTypeError("- (standard input) cannot be a corpus file: training reads its files more "
+                                         "than once; give the file's path")
+    return nonempty()(text)
 
 
 def build_train_parser() -> argparse.ArgumentParser:

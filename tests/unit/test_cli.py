@@ -418,6 +418,16 @@ def test_an_empty_value_is_refused_naming_the_flag(command, capsys):
             assert f"{flag}: is empty (an unset shell variable?)" in capsys.readouterr().err, flag
 
 
+def test_standard_input_is_no_corpus_file(capsys):
+    """`--train-src -` (standard input to the decoding commands) became ./- and "file not found; check the path"."""
+    from nmt.config import CORPUS_FILES
+    for field in CORPUS_FILES:
+        flag = "--" + field.replace("_", "-")
+        with pytest.raises(SystemExit):
+            build_train_parser().parse_args([flag, " -"])
+        assert f"{flag}: - (standard input) cannot be a corpus file: training reads" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("build", ["build_translate_parser", "build_evaluate_parser", "build_score_parser"])
 def test_a_second_model_dir_is_refused_pointing_to_ensemble(build, capsys):
     """Sockeye's and Marian's -m take several models as an ensemble; a second --model-dir replaced the first."""
