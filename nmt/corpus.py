@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from nmt.commands import shell_word
-from nmt.textfile import (CorpusError, PathLike, archive_sign, encoding_of, iconv_command, open_bytes, to_utf8_hint,
-                          wide_encoding)
+from nmt.textfile import (CorpusError, PathLike, archive_sign, encoding_of, iconv_command, not_text, open_bytes,
+                          to_utf8_hint, wide_encoding)
 
 logger = logging.getLogger("nmt.corpus")
 
@@ -193,7 +193,8 @@ def _invalid_utf8(path: Path, i: int, line: bytes, at: int, kind: Optional[str],
     """The error for line `i` of `path`, invalid UTF-8 from byte `at`; `utf8`: another line of UTF-8 text beyond
     ASCII (0: none), which makes the line most likely a stray one, to correct rather than convert."""
     said, enc = f"{path}:{i}: invalid UTF-8 (byte 0x{line[at]:02x} at byte {at + 1} of the line)", encoding_of(line)
-    fix = (f"{said}. Line {utf8} is UTF-8 text, so this line may be the only one in another encoding (it reads as "
+    fix = (f"{said}: {not_text(line)}; correct or delete the line" if not_text(line) else
+           f"{said}. Line {utf8} is UTF-8 text, so this line may be the only one in another encoding (it reads as "
            f"{enc}), which a conversion of the whole file would fail on or garble: correct or delete the line; if the "
            f"whole file is {enc}, convert it (`{iconv_command(path, enc, kind, into=True)}`)" if utf8 else
            f"{said}. Convert the file to UTF-8 ({to_utf8_hint(line, path, kind, into=True)})")
@@ -220,9 +221,12 @@ def _decode_lines(path: PathLike, skip_invalid_utf8: bool, max_line_chars: int,
     if data.endswith(b"\r") and data.count(b"\r") == 1 and b"\n" not in data:   # one line, ended by a CR
         data = data[:-1]
     if b"\r" in data:
-        if b"\n" not in data:
-            raise CorpusError(f"{path}: line ends are CR only (old Mac format), so the whole file reads as one line; "
-                              f"convert them, e.g. `tr '\\r' '\\n' < {path} > out.txt`")
+        lf, bare_cr = data.count(b"\n"), data.count(b"\r") - data.count(b"\r\n")
+        if lf < bare_cr:   # (an editor's one LF at the end of CR line ends too)
+            counts = f": {bare_cr} CR, {lf} LF" if lf else ""
+            raise CorpusError(f"{path}: line ends are CR only (old Mac format{counts}), so the file reads as "
+                              f"{'one line' if lf < 2 else f'{lf} lines'}; convert them, e.g. "
+                              f"`tr '\\r' '\\n' < {path} > out.txt`")
         crlf = data.count(b"\r\n")
         if crlf:
             logger.warning("%s: converted %d CRLF (Windows) line ends to LF", path, crlf)

@@ -20,7 +20,7 @@ from nmt import jsonio
 from nmt.align import format_links, with_links
 from nmt.config import CHARS_PER_TOKEN
 from nmt.corpus import INVISIBLE, CorpusError, control_characters, count_lines, lone_surrogate, one_line
-from nmt.textfile import (archive_sign, decompressing, encoding_of, iconv_command, open_bytes, to_utf8_hint,
+from nmt.textfile import (archive_sign, decompressing, encoding_of, iconv_command, not_text, open_bytes, to_utf8_hint,
                           wide_encoding)
 from nmt.log import Every
 from nmt.translate import Translator
@@ -149,6 +149,9 @@ def decode_line(raw: bytes, line_no: int, name: str, on_invalid: str = "error",
         said = (f"{name}:{line_no}: invalid UTF-8 (byte 0x{raw[e.start]:02x} at byte {e.start + 1} of the line); the "
                 "translations of all lines before it have been written. ")
         path = None if name == STDIN else name
+        if on_invalid != "replace" and not_text(raw):
+            raise CorpusError(f"{said}{not_text(raw)[0].upper()}{not_text(raw)[1:]}: correct or delete the line, or "
+                              "pass --on-invalid-utf8 replace") from None
         if on_invalid != "replace" and utf8_text:   # (a conversion of the whole input would fail on the UTF-8 lines)
             raise CorpusError(f"{said}Line {utf8_text} is UTF-8 text, so this line may be the only one in another "
                               f"encoding (it reads as {encoding_of(raw)}): correct or delete it, or pass "

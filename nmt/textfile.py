@@ -94,6 +94,23 @@ def encoding_of(line: bytes) -> str:
     return "CP949" if _reads_as(line, "cp949", "[\uac00-\ud7a3]") or not _reads_as(line, "cp1252", "") else "CP1252"
 
 
+def not_text(line: bytes) -> str:
+    """What a line of invalid UTF-8 is when it is no text of a legacy encoding (so converting it would fail), or "":
+    bytes of a binary file, a UTF-8 character cut off at its end, or bytes no encoding `encoding_of` names reads."""
+    controls = sum(1 for b in line if b < 0x20 and b != 0x09)
+    if b"\x00" in line or controls * 20 > len(line):
+        return "it holds binary bytes (NUL or control codes), not text: is this a text file, one sentence per line?"
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError as e:   # the first error at the end: all before it is UTF-8 (CP949's Hangul fails at
+        if e.reason == "unexpected end of data":   # its first byte, a UTF-8 continuation byte)
+            return ("a UTF-8 character is cut off at the end of the line (a file cut by bytes, as `cut -b` or "
+                    "`head -c` cut, not by characters?)")
+    if not _reads_as(line, encoding_of(line).lower(), ""):
+        return f"it is not {encoding_of(line)} text either, so no conversion reads it"
+    return ""
+
+
 def iconv_command(path: Optional[PathLike], encoding: str, kind: Optional[str], into: bool = False) -> str:
     """The command converting `path` (None: standard input; compressed as `kind`: "gzip" ...) from `encoding` to
     UTF-8; `into`: into a file beside it, named with .utf8 before its suffix (without the compression's). A pipe

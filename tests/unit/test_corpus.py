@@ -124,6 +124,12 @@ def test_cr_only_line_ends_are_an_error(write_file):
     with pytest.raises(CorpusError, match="CR only") as e:
         read_parallel(ko, write_file("m.en", EN))
     assert str(ko) in str(e.value)
+    # one LF at the end (as an editor or `echo >>` adds) took it for a line split by stray CRs, whose advice
+    # (`tr '\r' ' '`) made the file one line
+    ko = write_file("n.ko", "\r".join(KO) + "\r\n")
+    with pytest.raises(CorpusError, match=r"n.ko: line ends are CR only \(old Mac format: 2 CR, 1 LF\), so the file "
+                                          r"reads as one line; convert them, e.g. `tr '\\r' '\\n'"):
+        read_parallel(ko, write_file("n.en", EN))
 
 
 def test_trailing_blank_lines_ignored_with_warning(write_file, nmt_logs):
@@ -319,6 +325,25 @@ def test_invalid_utf8_names_file_and_line(write_file):
         "Korean legacy text is often CP949: `iconv -f CP949 -t UTF-8 'my in.ko'`"   # Windows-1252 sign; a quoted path
     assert to_utf8_hint("Nestl\u00e9\u2122 \u2022 caf\u00e9".encode("cp1252"), "a.en", "xz") == \
         "the line reads as Windows-1252 (Latin-1) text: `xzcat a.en | iconv -f CP1252 -t UTF-8`"
+
+
+def test_bytes_no_conversion_reads_are_not_called_an_encoding(write_file):
+    """A UTF-8 file cut by bytes (`cut -b1-40`), a binary file and bytes no legacy encoding reads were all "in
+    another encoding (it reads as CP949)", with an iconv command that fails on them."""
+    cut = KO[0].encode()[:-2]   # ("." and the last byte of 요)
+    for content, said in ((KO[1].encode() + b"\n" + cut + b"\n", "a UTF-8 character is cut off at the end of the line"),
+                          (KO[1].encode() + b"\n\x89PNG\x1a\x00\x00IHDR\xff\x01\n", "it holds binary bytes"),
+                          (b"x\x81\x20y\n", "it is not CP949 text either, so no conversion reads it")):
+        ko = write_file("b.ko", content + KO[2].encode() + b"\n")
+        with pytest.raises(CorpusError) as e:
+            read_parallel(ko, write_file("b.en", EN[:len(content.splitlines()) + 1]))
+        assert f": {said}" in str(e.value) and "iconv" not in str(e.value) and "correct or delete the line" in str(
+            e.value), str(e.value)
+    from nmt.stream import decode_line   # (nmt-translate's input)
+    with pytest.raises(CorpusError, match="of the line\\); the translations of all lines before it have been written. "
+                                          "A UTF-8 character is cut off at the end of the line .*: correct or delete "
+                                          "the line, or pass --on-invalid-utf8 replace"):
+        decode_line(cut, 2, "in.ko", utf8_text=1)
 
 
 def test_the_advice_for_a_pipe_is_a_filter_to_put_in_it(tmp_path):
