@@ -18,6 +18,9 @@ PER_INVOCATION = frozenset({"train.model_dir", "train.gpus", "train.cpu_devices"
                             "train.max_seconds", "train.progress", "train.tensorboard", *_CORPORA_PLACE})
 
 _FIXED_KEYS = ("train.seed", "train.valid_metric", "optim.optimizer")
+# Corpus files a resumed run may find elsewhere (moved, compressed): its training and dev pairs' checksums are
+# compared with the run's as it resumes (`nmt.data.check_same_pairs`), and its test sets are scored at its end.
+_MOVABLE = frozenset(f"data.{name}" for name in CORPUS_FILES)
 # How the dev set is translated for a score that chooses the best checkpoint (all but perplexity), each new one
 # compared with the best's: the sentences, the beam (and its length penalty) and the length limits.
 _DEV_TRANSLATION = ("train.valid_max_sentences", "train.valid_beam", "decode.max_len_a", "decode.max_len_b",
@@ -28,7 +31,7 @@ def _fixed_on_resume(key: str, saved: Config) -> str:
     """Why a run cannot change `key` when it resumes ("" if it can): its model and data (tokenizers, pairs,
     batches), the seed of its batches, the dev score that chooses its best checkpoint and how its translations are
     made, or the optimizer its saved states belong to (`saved`: the run's configuration)."""
-    if key in PER_INVOCATION:
+    if key in PER_INVOCATION or key in _MOVABLE:   # (moved files: their pairs are compared with the run's)
         return ""
     if key.split(".")[0] in ("model", "data") or key in _FIXED_KEYS:
         return "the model, the data, the seed and the --valid-metric cannot change within a run"
@@ -89,7 +92,8 @@ def resumed_config(saved: Config, cfg: Config, given: Optional[Dict[str, str]], 
     for name in CORPUS_FILES:   # read again from where the run recorded them (the error said only "not found")
         path = merged["data"][name]
         if path and not os.path.exists(path):
-            raise ConfigError(f"--resume: --{name.replace('_', '-')} {path}, recorded in {source}, is not there any "
-                              "more: a run reads its files again when it resumes, from where they were (the pairs' "
-                              "checksums are compared too): put them back there")
+            flag = f"--{name.replace('_', '-')}"
+            raise ConfigError(f"--resume: {flag} {path}, recorded in {source}, is not there any more: a run reads "
+                              f"its files again when it resumes: put them back there, or give where they are now "
+                              f"({flag} ...; the same pairs: their checksums are compared with the run's)")
     return Config.from_dict(merged, source=source), changes

@@ -191,7 +191,12 @@ def _model_split(cfg: Config, data_dir: Optional[str], kind: str, flag: str, nam
             raise CorpusError(f"{flag}: the model's {kind} files (data.{kind}_src, data.{kind}_tgt of its config.json "
                               f"as trained): {e}") from None
     if dev and d.train_src:   # training files without dev files: the pairs held out of them
-        return from_recipe(d)
+        from nmt.corpus import CorpusError
+        try:
+            return from_recipe(d)
+        except CorpusError as e:
+            raise CorpusError(f"{flag}: the model's training files (data.train_src, data.train_tgt of its config.json "
+                              f"as trained), whose held-out pairs are its dev set: {e}") from None
     if not d.recipe or d.recipe not in recipes.RECIPES:
         raise ConfigError(f"{flag}: the model's data config names no known recipe ({d.recipe!r}) and no {kind} "
                           "files; give --src-file and --ref-file instead")

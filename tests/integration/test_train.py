@@ -704,6 +704,37 @@ def test_a_resume_on_data_edited_in_place_is_refused_before_anything_is_written(
     assert ckpt.TrainState.load(d).step == 4
 
 
+def test_a_run_whose_files_moved_resumes_from_where_they_are(tmp_path, capsys):
+    """Files moved (or gzipped) after a run started could not be given again: "--train-src ... differs from ...:
+    the data cannot change within a run", though their pairs, checked by checksum, were the same (and a resume
+    without them said "put them back there" alone); `nmt-evaluate --dev-set` said only "file not found" of a path
+    the user never typed."""
+    import gzip
+    import shutil
+    from nmt.cli import train_main
+    from nmt.cli_decode import evaluate_main
+    files, d = write_task(tmp_path / "data"), tmp_path / "m"
+    flags = task_files(files, "train") + tiny_flags(files, d)[len(task_files(files, "train", "dev")):]   # held out
+    assert train_main(flags + ["--max-steps", "2"]) == 0
+    moved = tmp_path / "moved"
+    shutil.move(str(tmp_path / "data"), moved)
+    assert evaluate_main(["--model-dir", str(d), "--dev-set", "--no-save"]) == 2
+    assert (f"error: --dev-set: the model's training files (data.train_src, data.train_tgt of its config.json as "
+            f"trained), whose held-out pairs are its dev set: {files['train_src']}: ") in capsys.readouterr().err
+    for name in ("train.ko", "train.en"):   # compressed where they are now
+        with open(moved / name, "rb") as f, gzip.open(moved / f"{name}.gz", "wb") as z:
+            z.write(f.read())
+    new = ["--train-src", str(moved / "train.ko.gz"), "--train-tgt", str(moved / "train.en.gz")]
+    assert train_main(["--model-dir", str(d), "--resume", "--max-steps", "4", *new]) == 0, capsys.readouterr().err
+    assert ckpt.TrainState.load(d).step == 4
+    assert json.loads((d / ckpt.CONFIG).read_text())["data"]["train_src"] == str(moved / "train.ko.gz")
+    lines = (moved / "train.en").read_text(encoding="utf-8").splitlines(keepends=True)   # other pairs there: refused
+    (moved / "other.en").write_text("".join([lines[1], lines[0], *lines[2:]]), encoding="utf-8")
+    assert train_main(["--model-dir", str(d), "--resume", "--max-steps", "6", "--train-tgt",
+                       str(moved / "other.en")]) == 2
+    assert "error: --resume: the training pairs (" in capsys.readouterr().err
+
+
 def test_a_resume_refused_for_room_writes_no_tensorboard_events_file(tmp_path, capsys):
     """The writer was made after the data was read but before the room for the checkpoints was checked: every
     refused attempt left an events file."""
@@ -737,7 +768,9 @@ def test_a_resume_after_the_data_files_were_moved_says_where_they_were_recorded(
     for dry in (["--dry-run"], []):
         assert train_main(["--model-dir", str(d), "--resume", "--max-steps", "4", *dry]) == 2
         assert (f"error: --resume: --train-src {files['train_src']}, recorded in {d / ckpt.CONFIG}, is not there any "
-                "more: a run reads its files again when it resumes, from where they were") in capsys.readouterr().err
+                "more: a run reads its files again when it resumes: put them back there, or give where they are now "
+                "(--train-src ...; the same pairs: their checksums are compared with the run's)"
+                ) in capsys.readouterr().err
 
 
 def test_a_resume_refused_as_its_checkpoint_is_restored_leaves_config_json_alone(tmp_path, capsys):
