@@ -26,6 +26,7 @@ from nmt.tokenizer import BOS_ID
 FONT_FAMILY = "NanumGothic"
 FALLBACK_FAMILY = "DejaVu Sans"   # matplotlib's own font: glyphs NanumGothic lacks fall back to it
 _font_ready = False
+MAX_CELLS = 60   # pieces a side drawn at full size (0.5 x 0.4 inch cells, 10-point labels)
 
 
 @dataclass
@@ -140,9 +141,12 @@ def attention_figure(att: Attention, title: Optional[str] = None):
     from matplotlib.figure import Figure
     from matplotlib.font_manager import FontProperties
     _register_font()
-    font = FontProperties(family=[FONT_FAMILY, FALLBACK_FAMILY], size=10)
     n_tgt, n_src = att.weights.shape
-    fig = Figure(figsize=(max(4.0, 0.5 * n_src + 2.5), max(3.0, 0.4 * n_tgt + 2.0)), dpi=100)
+    # over MAX_CELLS pieces a side the cells shrink (and the labels with them), not the figure: 250 x 390 pieces
+    # made a 12,800 x 15,680 pixel image and took 7 GB to draw
+    sx, sy = min(1.0, MAX_CELLS / max(n_src, 1)), min(1.0, MAX_CELLS / max(n_tgt, 1))
+    font = FontProperties(family=[FONT_FAMILY, FALLBACK_FAMILY], size=max(4.0, 10 * min(sx, sy)))
+    fig = Figure(figsize=(max(4.0, 0.5 * sx * n_src + 2.5), max(3.0, 0.4 * sy * n_tgt + 2.0)), dpi=100)
     ax = fig.add_subplot(1, 1, 1)
     im = ax.imshow(att.weights, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
     ax.set_xticks(range(n_src))

@@ -884,6 +884,27 @@ def test_unreported_work_neither_warns_nor_counts_on_its_own_thread(model_dir, c
     assert (tr.truncated, tr.cut_off) == (2, 3) and "input line 8 has" in caplog.text
 
 
+def test_the_heatmap_of_a_long_line_stays_a_bounded_image():
+    """The figure grew with the pieces of both sides: a 250-piece line's heatmap was a 12,800 x 15,680 pixel PNG
+    (which image viewers refuse as a decompression bomb) and took 7 GB to draw."""
+    import io
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from PIL import Image
+    from nmt.plot import Attention, attention_figure
+    n_tgt, n_src = 390, 251
+    att = Attention("x", "y", [f"\u2581s{i}" for i in range(n_src)], [f"\u2581t{i}" for i in range(n_tgt)],
+                    np.full((n_tgt, n_src), 1.0 / n_src))
+    fig = attention_figure(att)
+    assert max(fig.get_size_inches()) <= 33 and fig.dpi == 100
+    FigureCanvasAgg(fig)
+    png = io.BytesIO()
+    fig.savefig(png, format="png")
+    width, height = Image.open(io.BytesIO(png.getvalue())).size
+    assert width * height < 9e6, (width, height)
+    small = attention_figure(Attention("x", "y", ["a", "b"], ["c"], np.ones((1, 2)) / 2))   # as before: 0.5 in a piece
+    assert tuple(small.get_size_inches()) == (4.0, 3.0)
+
+
 def test_attention_of_the_pieces_a_search_wrote(tr, src_lines):
     """The heatmap of a translation split its text again: where the search wrote a word in pieces SentencePiece
     would not choose (~5% of lines), the rows were other pieces and their attention another path's. Given its
