@@ -9,7 +9,7 @@ from typing import Dict, List, Optional, Sequence
 import sacrebleu
 
 from nmt.commands import first_line
-from nmt.config import ConfigError
+from nmt.config import LANGS, ConfigError
 
 
 @dataclass
@@ -90,8 +90,13 @@ def score(hyps: Sequence[str], refs: Sequence[str], tgt_lang: str, more_refs: Se
           ) -> Scores:
     """BLEU (13a) and chrF of detokenized hypotheses; for Korean output also BLEU with tokenize='ko-mecab'.
     `more_refs`: further references of each hypothesis, line-aligned like `refs` (sacreBLEU's nrefs)."""
-    if any(isinstance(x, str) for x in (hyps, refs, *more_refs)):   # sacreBLEU would score one per character
+    if any(isinstance(x, str) for x in (hyps, refs)):   # sacreBLEU would score one per character
         raise TypeError("score: hypotheses and references must be lists of strings, not one string: give [text]")
+    if isinstance(more_refs, str) or any(isinstance(x, str) for x in more_refs):
+        raise TypeError("score: more_refs must be a list of reference lists, each line-aligned like references "
+                        "(one list per further reference): give [refs2], not refs2")
+    if tgt_lang not in LANGS:   # (another value would leave Korean output without its ko-mecab BLEU, unsaid)
+        raise ValueError(f"score: tgt_lang must be one of {', '.join(LANGS)}, got {tgt_lang!r}")
     hyps, refs = list(hyps), [list(r) for r in (refs, *more_refs)]
     if not hyps:
         raise ValueError("score: no hypotheses to score")

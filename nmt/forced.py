@@ -107,5 +107,5 @@ def score_lines(translator: Translator, sources: Sequence[str], targets: Sequenc
     """Scores of translations `targets` of `sources` (raw text, line-aligned) with the translator's length penalty;
     line numbers in warnings and errors count from `first_line`."""
     tgt_ids = target_ids(translator, targets, first_line, target_name)
-    return score_ids(translator, translator.source_ids(sources, first_line), tgt_ids,
+    return score_ids(translator, translator.source_ids(sources, first_line, "sources"), tgt_ids,
                      translator.decode.length_penalty_alpha)

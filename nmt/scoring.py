@@ -58,6 +58,9 @@ def score_test_set(translator: Translator, name: str, pairs: Pairs, *, max_sente
         if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0):
             raise ValueError(f"score_test_set: {arg} must be an int >= 0 (0 or None: {zero}), got {value!r}")
     max_sentences, prefix_words = int(max_sentences or 0), int(prefix_words or 0)   # (numpy's: scores.json's ints)
+    if prefix_words and strokes:   # (BLEU of the forced translations beside the typist's own runs' ratio)
+        raise ValueError("score_test_set: give prefix_words or strokes, not both: the simulated translator types its "
+                         "own prefixes")
     n = max_sentences or len(pairs.src)
     refs = pairs.tgt[:n]
     t0 = time.perf_counter()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import numbers
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -162,11 +163,11 @@ class Translator:
     src_lang = property(lambda self: self.src_tok.lang, doc="the source language's code (ko or en)")
     tgt_lang = property(lambda self: self.tgt_tok.lang, doc="the target language's code")
 
-    def source_ids(self, lines: Iterable[str], first_line: int = 1) -> List[List[int]]:
-        """Normalized, tokenized, length-limited source ids (warnings name the line as first_line + index)."""
+    def source_ids(self, lines: Iterable[str], first_line: int = 1, arg: str = "lines") -> List[List[int]]:
+        """Normalized, tokenized, length-limited source ids (warnings name line first_line + index; errors, `arg`)."""
         checked_decode(self.decode)
         cut: Set[int] = set()   # lines cut to the character guard: counted once in `truncated`
-        return self._ids(self.src_tok, self._texts(lines, first_line, SOURCE, cut=cut), first_line, SOURCE, cut)
+        return self._ids(self.src_tok, self._texts(lines, first_line, SOURCE, arg, cut), first_line, SOURCE, cut)
 
     def target_prefixes(self, prefixes: Optional[Sequence[Optional[str]]], first_line: int = 1
                    ) -> Optional[List[Optional[TargetPrefix]]]:
@@ -202,7 +203,7 @@ class Translator:
                 f"bytes object ({lines[:40]!r}): give [text.decode('utf-8')]"))
         if not isinstance(lines, Iterable):
             raise TypeError(f"{arg} must be a list of sentences, got {type(lines).__name__}")
-        if isinstance(first_line, bool) or not isinstance(first_line, int):
+        if isinstance(first_line, bool) or not isinstance(first_line, numbers.Integral):   # (numpy's too)
             raise TypeError(f"first_line must be an int (the first line's number), got {type(first_line).__name__}")
         limit = self.decode.max_input_tokens
         max_chars = limit * CHARS_PER_TOKEN

@@ -73,7 +73,7 @@ def test_align_refuses_misaligned_and_multiline_input(tr, lines):
     for sep in ("\n", "\u2028", "\x1d"):   # the translation too; str.splitlines' boundaries, as "\n"
         with pytest.raises(ValueError, match="^translation:1: the translation has text on 2 lines"):
             align(tr, ["가 나"], [f"na{sep}ga"])
-    with pytest.raises(ValueError, match=r"^lines\[0\] has text on 2 lines"):
+    with pytest.raises(ValueError, match=r"^sources\[0\] has text on 2 lines"):
         align(tr, ["가 나\u2029다"], ["na ga"])
 
 

@@ -119,12 +119,20 @@ def test_a_string_where_a_list_belongs_is_refused(tr, model_dir, lines):
     """align, score_lines and score read a string as one sentence per character, and scored or aligned those."""
     with pytest.raises(TypeError, match="the translations must be a list of strings, got str"):
         score_lines(tr, lines[:2], "Hi")
-    with pytest.raises(TypeError, match="^lines must be a list of sentences, not one string"):
-        align(tr, lines[0], "Thanks")
+    for call in (align, score_lines):   # their argument is `sources` (the message said `lines`)
+        with pytest.raises(TypeError, match="^sources must be a list of sentences, not one string"):
+            call(tr, lines[0], ["Thanks"])
+        with pytest.raises(TypeError, match="^sources must be a list of sentences, got NoneType"):
+            call(tr, None, ["Thanks"])
     with pytest.raises(TypeError, match="the translations must be a list of strings, got str"):
         align(tr, [lines[0]], "Thanks")
     with pytest.raises(TypeError, match="not one string: give \\[text\\]"):
         score("Thank you.", "Thank yuo.", "en")
+    with pytest.raises(TypeError, match=r"^score: more_refs must be a list of reference lists, .*: give \[refs2\]"):
+        score(["a b c d"], ["a b c d"], "en", ["a b c d"])   # (it blamed the hypotheses and references)
+    for lang in ("KO", None, "fr"):   # Korean output scored without its ko-mecab BLEU, unsaid
+        with pytest.raises(ValueError, match=f"^score: tgt_lang must be one of ko, en, got {lang!r}"):
+            score(["a b c d"], ["a b c d"], lang)
     with pytest.raises(TypeError, match="^ensemble must be a list of model directories, not one"):
         Translator.from_dir(model_dir, ensemble=str(model_dir))
     for ctx in ("cpu", (c for c in [mx.cpu()])):   # AttributeError: 'str' object has no attribute 'device_type'
@@ -272,6 +280,9 @@ def test_a_negative_count_of_sentences_or_prefix_words_is_refused(tr, lines):
     assert score_test_set(tr, "x", pairs, save=False, max_sentences=None, prefix_words=None)[0]["n"] == 3   # as 0
     entry = score_test_set(tr, "x", pairs, save=False, max_sentences=np.int64(2), prefix_words=np.int64(1))[0]
     assert entry["n"] == 2 and type(entry["prefix_words"]) is int   # (numpy's: scores.json could not hold it)
+    with pytest.raises(ValueError, match="^score_test_set: give prefix_words or strokes, not both"):   # as the CLI
+        score_test_set(tr, "x", pairs, save=False, prefix_words=1, strokes=True)
+    assert tr.translate(lines[:2], first_line=np.int64(5)) == tr.translate(lines[:2])   # (refused: "got int64")
 
 
 def test_nothing_to_score_and_translations_that_are_no_text_are_named(tr, lines):

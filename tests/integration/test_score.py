@@ -90,13 +90,13 @@ def test_a_translation_on_several_lines_is_refused(tr, lines):
     src, tgt = lines
     with pytest.raises(CorpusError, match="hyps:4: the translation has text on 2 lines"):
         score_lines(tr, src[:3], [tgt[0], tgt[1], tgt[2] + "\n" + tgt[0]], first_line=2, target_name="hyps")
-    with pytest.raises(ValueError, match=r"lines\[0\] has text on 2 lines"):
+    with pytest.raises(ValueError, match=r"^sources\[0\] has text on 2 lines"):
         score_lines(tr, [src[0] + "\r" + src[1]], tgt[:1])
     # str.splitlines' other line boundaries, where "\n" was refused, were scored as one sentence
     for sep in ("\u2028", "\x1c", "\x0b"):
         with pytest.raises(CorpusError, match="hyps:3: the translation has text on 2 lines"):
             score_lines(tr, src[:2], [tgt[0], tgt[1] + sep + tgt[0]], first_line=2, target_name="hyps")
-        with pytest.raises(ValueError, match=r"lines\[1\] has text on 2 lines"):
+        with pytest.raises(ValueError, match=r"^sources\[1\] has text on 2 lines"):
             score_lines(tr, [src[0], src[0] + sep + src[1]], tgt[:2])
     assert score_lines(tr, iter(src[:3]), iter(tgt[:3])) == score_lines(tr, src[:3], tgt[:3])
 
