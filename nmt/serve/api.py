@@ -272,9 +272,9 @@ def _add_routes(app: FastAPI, limits: Limits) -> None:
         warnings += [f"text: {language}"] if language else []
         long_lines = any(not within_pieces(x, tr.decode.max_input_tokens) for x in lines + (prefixes or []))
         fewer = "send fewer sentences or a smaller beam_size"
-        if long_lines:
+        if long_lines:   # (tokenizing them is not translating: a request that then only waits is still "busy")
             warnings += await _within_limit(model.batcher.call(lambda: token_warnings(tr, lines, prefixes),
-                                                               clock.left()), clock, fewer, request)
+                                                               clock.left()), clock, fewer, request, worked=False)
         nbests, cut_off, ids = await _within_limit(model.batcher.translate(lines, beam, req.nbest, clock.left(),
                                                                          prefixes), clock, fewer, request)
         warnings += [f"text[{i}]: {at_length_limit(tr.decode)}" for i in cut_off]
@@ -348,7 +348,7 @@ async def _aligned(model: Model, lines: List[str], ids: List[tuple], clock: "_Cl
             return align_ids(tr, tr.source_ids(srcs[part]), tgts[part])
     for start in range(0, len(tgts), size):
         part = slice(start, start + size)
-        links += await _within_limit(model.batcher.call(lambda: align(part), clock.left()), clock,
+        links += await _within_limit(model.batcher.call(lambda: align(part), clock.left(), admitted=True), clock,
                                      "send fewer sentences or a smaller nbest", request)
     return links
 
@@ -365,10 +365,11 @@ class _Clock:
         return max(self.deadline - time.monotonic(), 1e-3)
 
 
-async def _within_limit(work, clock: _Clock, hint: str, request: Request):
+async def _within_limit(work, clock: _Clock, hint: str, request: Request, worked: bool = True):
     """`work`'s result, or a 504 RequestError once the request's time is up: saying the server is busy if no work
     of the request started (it waited behind others), else `hint` (what makes the request cheaper). If the client
-    disconnects first, the work is cancelled (its sentences leave the search) and nobody gets an answer."""
+    disconnects first, the work is cancelled (its sentences leave the search) and nobody gets an answer. `worked`:
+    whether `work`, done, counts as the request's work having started."""
     task, gone = asyncio.ensure_future(work), asyncio.ensure_future(_disconnected(request))
     try:
         await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
@@ -388,5 +389,5 @@ async def _within_limit(work, clock: _Clock, hint: str, request: Request):
                                     "without starting: the server is busy; retry later") from None
         raise RequestError(504, f"the request took longer than the per-request limit of {clock.limit_s} s: "
                                 f"{hint}, or retry later") from None
-    clock.worked = True
+    clock.worked = clock.worked or worked
     return result

@@ -80,6 +80,7 @@ class _Job:
     deadline: float = float("inf")            # time.monotonic() after which nobody waits for the answer
     queued_at: float = field(default_factory=time.monotonic)
     started: bool = False                     # set by the worker when a sentence joined a search or its call ran
+    counted: int = 0                          # what it adds to the queue's count (its sentences; a call 1 or 0)
     results: Dict[int, Any] = field(default_factory=dict)   # n-best lists of the sentences done so far
     cut_off: List[int] = field(default_factory=list)        # those at the length limit
 
@@ -142,14 +143,16 @@ class Batcher:
         return await self._submit(dict(lines=list(lines), key=(beam_size, nbest), prefixes=prefixes), len(lines),
                                   timeout)
 
-    async def call(self, fn: Callable[[], Any], timeout: Optional[float] = None) -> Any:
-        """Run `fn()` on the worker thread (any use of the model outside translation, e.g. attention)."""
-        return await self._submit(dict(call=fn), 1, timeout)
+    async def call(self, fn: Callable[[], Any], timeout: Optional[float] = None, admitted: bool = False) -> Any:
+        """Run `fn()` on the worker thread (any use of the model outside translation, e.g. attention). `admitted`:
+        a later stage of a request the queue took (its alignment after its translation): not refused as the queue
+        fills meanwhile, which would throw its work away and send it to retry all of it."""
+        return await self._submit(dict(call=fn), 0 if admitted else 1, timeout)
 
     async def _submit(self, work: dict, size: int, timeout: Optional[float]) -> Any:
         loop = asyncio.get_running_loop()
         deadline = time.monotonic() + timeout if timeout else float("inf")
-        job = _Job(future=loop.create_future(), loop=loop, deadline=deadline, **work)
+        job = _Job(future=loop.create_future(), loop=loop, deadline=deadline, counted=size, **work)
         with self._lock:
             if self._closed:
                 raise Closed("the server is shutting down")
@@ -363,5 +366,5 @@ class Batcher:
         """The job leaves the queue count, then its answer goes out (a client that has its answer sees the queue
         without it)."""
         with self._lock:
-            self._queued -= len(job.lines) if job.call is None else 1
+            self._queued -= job.counted
         job.resolve(result, error)

@@ -198,6 +198,28 @@ def test_a_504_says_whether_the_request_was_too_big_or_the_server_busy(translato
         "the request waited the whole per-request limit of 0.3 s without starting: the server is busy; retry later")
 
 
+def test_a_long_line_that_only_waited_is_told_the_server_is_busy(translator, serve_sentences, monkeypatch):
+    """A line of 63 characters or more is first tokenized on the worker (its cut is warned of), between two steps
+    of the running search; that counted as the request's work having started, so a one-line request that then
+    waited for room in the search (--max-batch) until its time was up was told to send fewer sentences."""
+    from nmt.continuous import ContinuousDecoder
+    step = ContinuousDecoder.step
+
+    def slow_step(self):
+        time.sleep(0.6)
+        return step(self)
+    monkeypatch.setattr(ContinuousDecoder, "step", slow_step)
+    long = " ".join(serve_sentences)[:80]
+    app = make_app(translator, timeout_s=1.0, max_wait_ms=0, max_batch=1)
+    with background_server(app) as url, httpx.Client(base_url=url, timeout=30) as c, ThreadPoolExecutor(1) as pool:
+        first = pool.submit(c.post, "/translate", json={"text": serve_sentences[:1]})   # holds the one slot
+        time.sleep(0.1)
+        waited = c.post("/translate", json={"text": [long]})
+        first.result()
+    assert waited.status_code == 504 and waited.json()["error"] == (
+        "the request waited the whole per-request limit of 1.0 s without starting: the server is busy; retry later")
+
+
 def test_the_time_limit_covers_all_of_a_requests_stages(translator, serve_sentences, monkeypatch):
     """/translate with alignment runs the search, then the alignment, each on the worker: each stage got the whole
     limit, so a request took up to twice --timeout and still got its 200."""

@@ -146,6 +146,28 @@ def test_full_queue_refuses_at_once_with_retry_after():
     b.close()
 
 
+def test_a_later_stage_of_an_admitted_request_is_not_refused_by_a_full_queue():
+    """/translate with alignment: its sentences translated, its alignment call was refused 503 "queue is full" when
+    others had filled the queue meanwhile: its translation thrown away, and its retry paid for it again."""
+    fake = FakeTranslator()
+    fake.gate.clear()   # the model is busy: nothing leaves the queue
+    b = Batcher(fake, max_batch=4, max_wait_ms=0, max_queue=4)
+
+    async def main():
+        first = asyncio.ensure_future(b.translate(["a", "b", "c", "d"], 1, 1))
+        await asyncio.sleep(0.05)
+        with pytest.raises(QueueFull):
+            await b.call(lambda: "first stage")
+        later = asyncio.ensure_future(b.call(lambda: "aligned", admitted=True))
+        await asyncio.sleep(0.05)
+        assert b.queued == 4   # (it adds nothing to the count)
+        fake.gate.set()
+        return await first, await later
+    first, later = run(main())
+    assert len(first.nbests) == 4 and later == "aligned" and b.queued == 0
+    b.close()
+
+
 def test_timed_out_request_is_dropped_before_it_reaches_the_model():
     fake = FakeTranslator()
     fake.gate.clear()
