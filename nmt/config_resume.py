@@ -19,8 +19,9 @@ PER_INVOCATION = frozenset({"train.model_dir", "train.gpus", "train.cpu_devices"
 
 _FIXED_KEYS = ("train.seed", "train.valid_metric", "optim.optimizer")
 # Corpus files a resumed run may find elsewhere (moved, compressed): its training and dev pairs' checksums are
-# compared with the run's as it resumes (`nmt.data.check_same_pairs`), and its test sets are scored at its end.
-_MOVABLE = frozenset(f"data.{name}" for name in CORPUS_FILES)
+# compared with the run's as it resumes (`nmt.data.check_same_pairs`). Not its test files: nothing records their
+# pairs, and their scores in scores.json would mix two sets under one name.
+_MOVABLE = frozenset(f"data.{side}_{end}" for side in ("train", "dev") for end in ("src", "tgt"))
 # How the dev set is translated for a score that chooses the best checkpoint (all but perplexity), each new one
 # compared with the best's: the sentences, the beam (and its length penalty) and the length limits.
 _DEV_TRANSLATION = ("train.valid_max_sentences", "train.valid_beam", "decode.max_len_a", "decode.max_len_b",
@@ -93,7 +94,8 @@ def resumed_config(saved: Config, cfg: Config, given: Optional[Dict[str, str]], 
         path = merged["data"][name]
         if path and not os.path.exists(path):
             flag = f"--{name.replace('_', '-')}"
+            where = (f", or give where they are now ({flag} ...; the same pairs: their checksums are compared with "
+                     "the run's)" if f"data.{name}" in _MOVABLE else " (a run's test set cannot change within it)")
             raise ConfigError(f"--resume: {flag} {path}, recorded in {source}, is not there any more: a run reads "
-                              f"its files again when it resumes: put them back there, or give where they are now "
-                              f"({flag} ...; the same pairs: their checksums are compared with the run's)")
+                              f"its files again when it resumes: put them back there{where}")
     return Config.from_dict(merged, source=source), changes

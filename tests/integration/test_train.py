@@ -732,7 +732,14 @@ def test_a_run_whose_files_moved_resumes_from_where_they_are(tmp_path, capsys):
     (moved / "other.en").write_text("".join([lines[1], lines[0], *lines[2:]]), encoding="utf-8")
     assert train_main(["--model-dir", str(d), "--resume", "--max-steps", "6", "--train-tgt",
                        str(moved / "other.en")]) == 2
-    assert "error: --resume: the training pairs (" in capsys.readouterr().err
+    assert (f"error: --resume: the training pairs ({moved / 'train.ko.gz'} and {moved / 'other.en'}) are not those "
+            "the run trained on until now: they, or the dev or test files (whose pairs leave the training data), "
+            "changed since it started, or are other files than it read; the data cannot change within a run: give "
+            "it its files as they were") in capsys.readouterr().err
+    # a test set is not moved: nothing records its pairs, and scores.json would hold two sets under one name
+    assert train_main(["--model-dir", str(d), "--resume", "--max-steps", "6", "--test-src", str(moved / "test.ko"),
+                       "--test-tgt", str(moved / "test.en")]) == 2
+    assert f'error: --resume: --test-src "{moved / "test.ko"}" differs from null' in capsys.readouterr().err
 
 
 def test_a_resume_refused_for_room_writes_no_tensorboard_events_file(tmp_path, capsys):
