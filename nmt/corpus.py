@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from nmt.commands import shell_word
-from nmt.textfile import (CorpusError, PathLike, archive_sign, encoding_of, iconv_command, not_text, open_bytes,
-                          to_utf8_hint, wide_encoding)
+from nmt.textfile import (CorpusError, PathLike, archive_sign, binary_sign, encoding_of, iconv_command, not_text,
+                          open_bytes, to_utf8_hint, wide_encoding)
 
 logger = logging.getLogger("nmt.corpus")
 
@@ -148,10 +148,12 @@ def _text_bytes(data: bytes, path: Path, kind: Optional[str]) -> bytes:
     """A file's bytes without a UTF-8 byte-order mark (warned); CorpusError for UTF-16 and for a file without text.
     UTF-16 without its byte-order mark shows as NUL bytes, one for every ASCII character (spaces and punctuation of
     Korean text too), where UTF-8 text has none but a stray control character."""
-    archive = archive_sign(data)
+    archive, binary = archive_sign(data), binary_sign(data)
     if archive:   # (a zip archive is named as it is opened)
         raise CorpusError(f"{path}: this is {archive}, not text; extract or decompress the file of sentences first "
                           "(gzip, bzip2 and xz files of text are read as they are)")
+    if binary:
+        raise CorpusError(f"{path}: this is {binary}, not text: give a file of sentences, one per line")
     encoding, sign = wide_encoding(data)
     if encoding:
         raise CorpusError(f"{path}: the file is {encoding} ({sign}); convert it to UTF-8, e.g. "

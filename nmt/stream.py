@@ -1,7 +1,6 @@
 """The line streams of `nmt-translate`: raw input lines read with a bound on their length, decoded and checked
 (`read_raw_lines`, `decode_line`), translated chunk by chunk with one output line per input line
-(`translate_stream`), and the interactive prompt (`interactive`).
-"""
+(`translate_stream`), and the interactive prompt (`interactive`)."""
 from __future__ import annotations
 
 import contextlib
@@ -20,8 +19,8 @@ from nmt import jsonio
 from nmt.align import format_links, with_links
 from nmt.config import CHARS_PER_TOKEN
 from nmt.corpus import INVISIBLE, CorpusError, control_characters, count_lines, lone_surrogate, one_line
-from nmt.textfile import (archive_sign, decompressing, encoding_of, iconv_command, not_text, open_bytes, to_utf8_hint,
-                          wide_encoding)
+from nmt.textfile import (archive_sign, binary_sign, decompressing, encoding_of, iconv_command, not_text, open_bytes,
+                          to_utf8_hint, wide_encoding)
 from nmt.log import Every
 from nmt.translate import Translator
 
@@ -55,9 +54,10 @@ def read_raw_lines(stream: BinaryIO, max_bytes: int, idle: Optional[float] = Non
     while True:
         if first and buf:   # UTF-16 would pass as lines of odd characters with NULs removed (and one line more)
             first, (encoding, sign), archive = False, wide_encoding(buf), archive_sign(buf)
-            if archive:
-                raise CorpusError(f"the input is {archive}, not text: extract or decompress it first (gzip, bzip2 "
-                                  "and xz are read as they are)")
+            if archive or binary_sign(buf):
+                raise CorpusError(f"the input is {archive or binary_sign(buf)}, not text: " + (
+                    "extract or decompress it first (gzip, bzip2 and xz are read as they are)" if archive else
+                    "give sentences, one per line"))
             if encoding:
                 raise CorpusError(f"the input is {encoding} ({sign}); convert it to UTF-8, e.g. "
                                   f"`{iconv_command(source[0], encoding, source[1])}`")

@@ -100,10 +100,12 @@ def not_text(line: bytes) -> str:
     controls = sum(1 for b in line if b < 0x20 and b != 0x09)
     if b"\x00" in line or controls * 20 > len(line):
         return "it holds binary bytes (NUL or control codes), not text: is this a text file, one sentence per line?"
+    # a UTF-8 character cut at the line's end: the first error there, after UTF-8 beyond ASCII (CP949's Hangul fails
+    # at its first byte, a continuation byte in UTF-8; Latin-1's "café" ends in a lead byte after ASCII alone)
     try:
         line.decode("utf-8")
-    except UnicodeDecodeError as e:   # the first error at the end: all before it is UTF-8 (CP949's Hangul fails at
-        if e.reason == "unexpected end of data":   # its first byte, a UTF-8 continuation byte)
+    except UnicodeDecodeError as e:
+        if e.reason == "unexpected end of data" and not line[:e.start].isascii():
             return ("a UTF-8 character is cut off at the end of the line (a file cut by bytes, as `cut -b` or "
                     "`head -c` cut, not by characters?)")
     if not _reads_as(line, encoding_of(line).lower(), ""):
@@ -139,6 +141,18 @@ def archive_sign(data: bytes) -> str:
     return ("a zip archive" if data.startswith(b"PK\x03\x04") else "a tar archive" if data[257:262] == b"ustar"
             else "zstd data" if data.startswith(b"\x28\xb5\x2f\xfd") else
             next((f"{name} data" for magic, name, _ in COMPRESSED if magic.match(data)), ""))
+
+
+BINARY = ((b"\x89PNG\r\n\x1a\n", "a PNG image"), (b"\xff\xd8\xff", "a JPEG image"), (b"GIF8", "a GIF image"),
+          (b"%PDF-", "a PDF document"), (b"\x7fELF", "a program (ELF)"), (b"\x93NUMPY", "a NumPy array"),
+          (b"\x12\x01\x00\x00\x00\x00\x00\x00", "an MXNet parameter file (params.*)"),
+          (b"SQLite format 3\x00", "an SQLite database"))
+
+
+def binary_sign(data: bytes) -> str:
+    """The binary format (an image, a PDF, model parameters ...) of data starting with `data`, by its magic bytes,
+    or "": no text, whose first line would otherwise be taken for legacy-encoded text."""
+    return next((name for magic, name in BINARY if data.startswith(magic)), "")
 
 
 def wide_encoding(data: bytes) -> Tuple[str, str]:

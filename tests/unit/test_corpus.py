@@ -339,7 +339,21 @@ def test_bytes_no_conversion_reads_are_not_called_an_encoding(write_file):
             read_parallel(ko, write_file("b.en", EN[:len(content.splitlines()) + 1]))
         assert f": {said}" in str(e.value) and "iconv" not in str(e.value) and "correct or delete the line" in str(
             e.value), str(e.value)
-    from nmt.stream import decode_line   # (nmt-translate's input)
+    # a Latin-1 line ending in an accented letter (a UTF-8 lead byte) is Latin-1, not a cut character
+    en = write_file("c.en", EN[0].encode() + b"\n" + "Let us go to the caf\u00e9".encode("latin-1") + b"\n" +
+                    EN[2].encode() + b"\n")
+    with pytest.raises(CorpusError, match=r"c.en:2: .*the line reads as Windows-1252 \(Latin-1\) text: `iconv -f "
+                                          r"CP1252"):
+        read_parallel(write_file("k.ko", KO), en)
+    # a file whose format has a signature: its first line (a PNG's "\x89PNG") read as CP949 and CP1252
+    for head, kind in ((b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "a PNG image"),
+                       (b"\x12\x01" + b"\x00" * 14, "an MXNet parameter file (params.*)"), (b"%PDF-1.7\n", "a PDF document")):
+        with pytest.raises(CorpusError, match=rf"b.bin: this is {re.escape(kind)}, not text: give a file of sentences"):
+            read_parallel(write_file("b.bin", head + b"\xff\x00 x\n" * 3), write_file("b.en", EN))
+    import io
+    from nmt.stream import decode_line, read_raw_lines   # (nmt-translate's input)
+    with pytest.raises(CorpusError, match=r"^the input is a PNG image, not text: give sentences, one per line$"):
+        list(read_raw_lines(io.BytesIO(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\n"), max_bytes=100))
     with pytest.raises(CorpusError, match="of the line\\); the translations of all lines before it have been written. "
                                           "A UTF-8 character is cut off at the end of the line .*: correct or delete "
                                           "the line, or pass --on-invalid-utf8 replace"):
