@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import numbers
 import os
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence
@@ -145,17 +146,21 @@ def attention_figure(att: Attention, title: Optional[str] = None):
     # over MAX_CELLS pieces a side the cells shrink (and the labels with them), not the figure: 250 x 390 pieces
     # made a 12,800 x 15,680 pixel image and took 7 GB to draw
     sx, sy = min(1.0, MAX_CELLS / max(n_src, 1)), min(1.0, MAX_CELLS / max(n_tgt, 1))
-    font = FontProperties(family=[FONT_FAMILY, FALLBACK_FAMILY], size=max(4.0, 10 * min(sx, sy)))
-    fig = Figure(figsize=(max(4.0, 0.5 * sx * n_src + 2.5), max(3.0, 0.4 * sy * n_tgt + 2.0)), dpi=100)
+    xfont, yfont, font = (FontProperties(family=[FONT_FAMILY, FALLBACK_FAMILY], size=max(4.0, 10 * k))
+                          for k in (sx, sy, 1.0))
+    width = max(4.0, 0.5 * sx * n_src + 2.5)
+    fig = Figure(figsize=(width, max(3.0, 0.4 * sy * n_tgt + 2.0)), dpi=100)
     ax = fig.add_subplot(1, 1, 1)
     im = ax.imshow(att.weights, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
     ax.set_xticks(range(n_src))
-    ax.set_xticklabels([_label(p) for p in att.src_pieces], rotation=60, ha="right", fontproperties=font)
+    ax.set_xticklabels([_label(p) for p in att.src_pieces], rotation=60, ha="right", fontproperties=xfont)
     ax.set_yticks(range(n_tgt))
-    ax.set_yticklabels([_label(p) for p in att.tgt_pieces], fontproperties=font)
+    ax.set_yticklabels([_label(p) for p in att.tgt_pieces], fontproperties=yfont)
     ax.set_xlabel("source", fontproperties=font)
     ax.set_ylabel("translation", fontproperties=font)
     head = title if title is not None else f"{normalize(att.source)}\n→ {att.translation}"   # as the model read it
+    chars = max(20, int(width * 72 / 11) - 6)   # an 11-point Hangul syllable is about 11 points wide
+    head = "\n".join(textwrap.fill(line, chars) for line in head.split("\n"))   # (else a long line's is cut off)
     ax.set_title(head, fontproperties=FontProperties(family=[FONT_FAMILY, FALLBACK_FAMILY], size=11))
     fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
     fig.tight_layout()

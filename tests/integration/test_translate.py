@@ -903,6 +903,16 @@ def test_the_heatmap_of_a_long_line_stays_a_bounded_image():
     assert width * height < 9e6, (width, height)
     small = attention_figure(Attention("x", "y", ["a", "b"], ["c"], np.ones((1, 2)) / 2))   # as before: 0.5 in a piece
     assert tuple(small.get_size_inches()) == (4.0, 3.0)
+    # a long source, a short translation: its rows keep 10-point labels (they shrank with the columns), and the
+    # title of the whole source fits the figure (it began 155 pixels left of it)
+    source = "가나다라마바사 " * 40
+    wide = attention_figure(Attention(source, "y", ["a"] * 215, ["b"] * 18, np.ones((18, 215)) / 215))
+    canvas = FigureCanvasAgg(wide)
+    canvas.draw()
+    ax = wide.axes[0]
+    assert ax.get_yticklabels()[0].get_fontsize() == 10 and ax.get_xticklabels()[0].get_fontsize() < 5
+    box = ax.title.get_window_extent(canvas.get_renderer())
+    assert 0 <= box.x0 and box.x1 <= wide.bbox.width, (box, wide.bbox.width)
 
 
 def test_attention_of_the_pieces_a_search_wrote(tr, src_lines):
