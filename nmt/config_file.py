@@ -13,7 +13,7 @@ from typing import Any, Dict, Optional
 from nmt import jsonio
 from nmt.checkpoint import CONFIG, EXPORT, LOG, PARAMS_BEST, STATE
 from nmt.commands import shell_word
-from nmt.config import ARCH_DEFAULTS, Config, ConfigError, SettingsClash, TrainConfig
+from nmt.config import ARCH_DEFAULTS, CORPUS_FILES, Config, ConfigError, SettingsClash, TrainConfig
 
 # A --config file's keys of the machine it was written on: devices come from each command line, as on --resume.
 DEVICE_KEYS = ("gpus", "cpu_devices", "kvstore", "amp")
@@ -38,6 +38,10 @@ def read_config_file(path, base: Optional[Config] = None, check: bool = True) ->
             raise ConfigError(f"{path}: section {section!r} must be a JSON object, got {json.dumps(values)}")
     if not isinstance(d.get("train", {}).get("model_dir", ""), str):
         raise ConfigError(f"{path}: train.model_dir must be a string, got {json.dumps(d['train']['model_dir'])}")
+    for name in CORPUS_FILES:   # (as the flags say it: read from ./-, it was "file not found")
+        if str(d.get("data", {}).get(name)).strip() == "-":
+            raise ConfigError(f'{path}: data.{name} is "-" (standard input), which cannot be a corpus file: training '
+                              "reads its files more than once; give the file's path")
     if base is not None:   # --resume: over the run's settings
         d = {k: {**v, **d.get(k, {})} for k, v in {**d, **base.to_dict()}.items()}
     if check:

@@ -92,6 +92,7 @@ def score(hyps: Sequence[str], refs: Sequence[str], tgt_lang: str, more_refs: Se
     `more_refs`: further references of each hypothesis, line-aligned like `refs` (sacreBLEU's nrefs)."""
     if any(isinstance(x, str) for x in (hyps, refs)):   # sacreBLEU would score one per character
         raise TypeError("score: hypotheses and references must be lists of strings, not one string: give [text]")
+    more_refs = more_refs if isinstance(more_refs, str) else list(more_refs)   # (an iterator: read once, here)
     if isinstance(more_refs, str) or any(isinstance(x, str) for x in more_refs):
         raise TypeError("score: more_refs must be a list of reference lists, each line-aligned like references "
                         "(one list per further reference): give [refs2], not refs2")

@@ -56,8 +56,9 @@ def main(argv=None) -> int:
                  any(m.startswith(f.split("=")[0]) for m in mine)]
     if own_flags:
         flag = next(m for m in mine if m.startswith(own_flags[0]))
-        p.error(f"{own_flags[0]} after --: this script sets it for both runs" +
-                (" (give --json before --)" if flag == "--json" else ""))
+        p.error(f"{own_flags[0]} after --: " + ("the two runs would write one plot over the other: leave it out"
+                                                if flag == "--plot" else "this script sets it for both runs" +
+                                                (" (give --json before --)" if flag == "--json" else "")))
     a, b = args.a.resolve(), args.b.resolve()
     for name, path in (("--a", a), ("--b", b)):
         if not (path / "scripts" / "benchmark_train.py").is_file():

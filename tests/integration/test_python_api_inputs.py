@@ -130,6 +130,8 @@ def test_a_string_where_a_list_belongs_is_refused(tr, model_dir, lines):
         score("Thank you.", "Thank yuo.", "en")
     with pytest.raises(TypeError, match=r"^score: more_refs must be a list of reference lists, .*: give \[refs2\]"):
         score(["a b c d"], ["a b c d"], "en", ["a b c d"])   # (it blamed the hypotheses and references)
+    two = score(["a b c d e"], ["x y z w v"], "en", (r for r in [["a b c d e"]]))   # a generator: read once
+    assert two.bleu == pytest.approx(100.0) and "nrefs:2" in two.bleu_signature
     for lang in ("KO", None, "fr"):   # Korean output scored without its ko-mecab BLEU, unsaid
         with pytest.raises(ValueError, match=f"^score: tgt_lang must be one of ko, en, got {lang!r}"):
             score(["a b c d"], ["a b c d"], lang)

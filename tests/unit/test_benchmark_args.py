@@ -55,6 +55,10 @@ def test_benchmark_ab_runs_both_where_it_runs_and_keeps_its_own_flags(monkeypatc
     with pytest.raises(SystemExit):   # a flag benchmark_ab does not take: not "give it before --"
         bench.main(["--a", str(REPO), "--b", str(REPO), "--", "--repeats", "1"])
     assert capsys.readouterr().err.endswith("--repeats after --: this script sets it for both runs\n")
+    with pytest.raises(SystemExit):   # (it passes no --plot: "sets it" was wrong)
+        bench.main(["--a", str(REPO), "--b", str(REPO), "--", "--plot", "x.png"])
+    assert capsys.readouterr().err.endswith("--plot after --: the two runs would write one plot over the other: "
+                                            "leave it out\n")
     with pytest.raises(SystemExit):   # an abbreviation of it is no flag of benchmark_train's
         _script(monkeypatch, "benchmark_train").parse_args(["--js", "x.json"])
     assert "unrecognized arguments: --js x.json" in capsys.readouterr().err

@@ -428,6 +428,15 @@ def test_standard_input_is_no_corpus_file(capsys):
         assert f"{flag}: - (standard input) cannot be a corpus file: training reads" in capsys.readouterr().err
 
 
+def test_standard_input_is_no_corpus_file_in_a_config_file(tmp_path, capsys):
+    """A --config file's "train_src": "-" read ./- ("file not found"), naming neither the file nor the key."""
+    path = tmp_path / "d.json"
+    path.write_text(json.dumps({"data": {"train_src": "-", "train_tgt": "t.en"}}))
+    assert train_main(["--config", str(path), "--model-dir", str(tmp_path / "m"), "--dry-run"]) == 2
+    assert (f'error: {path}: data.train_src is "-" (standard input), which cannot be a corpus file: training reads '
+            "its files more than once; give the file's path") in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("build", ["build_translate_parser", "build_evaluate_parser", "build_score_parser"])
 def test_a_second_model_dir_is_refused_pointing_to_ensemble(build, capsys):
     """Sockeye's and Marian's -m take several models as an ensemble; a second --model-dir replaced the first."""
