@@ -38,6 +38,9 @@ INVISIBLE = re.compile("[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f\xad\u061c\u115f\u1
 # word of them alone shows nothing.
 JOINERS = re.compile("[\u034f\u180b-\u180d\u180f\u200c\u200d\ufe00-\ufe0f\U000e0001\U000e0020-\U000e007f"
                      "\U000e0100-\U000e01ef]+")
+# Full-width ASCII, U+FF01-U+FF5E (a Korean input method's full-width mode, HWP documents: "ＴＶ를 봐요．"), as the
+# ASCII it stands for, as NFKC and Moses' punctuation normalization fold it; else each is a byte piece or two
+FULL_WIDTH = {c: c - 0xFEE0 for c in range(0xFF01, 0xFF5F)}
 _CONTROL = re.compile("[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f]")   # the control characters `normalize` removes
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -72,11 +75,11 @@ class Pairs:
 
 
 def normalize(text: str) -> str:
-    """NFC, control and zero-width characters removed, whitespace runs (tab, NBSP, ...) collapsed, stripped, and
-    words of joiners alone dropped."""
+    """NFC, full-width ASCII as ASCII, control and zero-width characters removed, whitespace runs (tab, NBSP, ...)
+    collapsed, stripped, and words of joiners alone dropped."""
     # NFC: Korean typed or saved on macOS arrives as decomposed jamo (NFD), which the tokenizer would see as different,
     # longer strings than the same syllables in NFC; after the removals, which could leave a sequence NFC composes.
-    words = unicodedata.normalize("NFC", INVISIBLE.sub("", text)).split()
+    words = unicodedata.normalize("NFC", INVISIBLE.sub("", text).translate(FULL_WIDTH)).split()
     return " ".join(w for w in words if not JOINERS.fullmatch(w))
 
 
