@@ -81,7 +81,8 @@ def translate_main(args: argparse.Namespace) -> int:
     import contextlib
     from nmt.languages import hangul_counts, json_requests
     from nmt.plot import attention_saver
-    from nmt.stream import STDIN, interactive, open_input, read_raw_lines, translate_stream
+    from nmt.prompt import interactive
+    from nmt.stream import STDIN, open_input, read_raw_lines, translate_stream
     usable_streams([args.input], [args.output])
     if args.plot_attention:
         output_dir("--plot-attention", args.plot_attention)

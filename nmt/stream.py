@@ -1,6 +1,7 @@
 """The line streams of `nmt-translate`: raw input lines read with a bound on their length, decoded and checked
 (`read_raw_lines`, `decode_line`), translated chunk by chunk with one output line per input line
-(`translate_stream`), and the interactive prompt (`interactive`)."""
+(`translate_stream`); the interactive prompt is `nmt.prompt`'s.
+"""
 from __future__ import annotations
 
 import contextlib
@@ -351,50 +352,3 @@ def _readable(raw_lines: Iterable[Tuple[bytes, bool]], name: str) -> Iterator[Tu
             raise CorpusError(f"{name}: {e}") from None
         lines += item is not PAUSE
         yield item
-
-
-def prompt_on_stderr(prompt: str) -> str:
-    """input() with its prompt on stderr. input() itself writes it to stdout when that is not a terminal, and so
-    into the file or pipe standard output was redirected to (`nmt-translate ... > out.en`, typing at the terminal)."""
-    sys.stderr.write(prompt)
-    sys.stderr.flush()
-    return input()
-
-
-def interactive(translator: Translator, nbest: Optional[int] = None,
-                on_line: Optional[Callable[[int, List[str], List[List[int]]], None]] = None,
-                read: Callable[[str], str] = prompt_on_stderr, alignment: bool = False,
-                json_input: bool = False) -> int:
-    """Prompt for sentences (on a terminal; the prompt on stderr) and print each one's `translation_rows` row to
-    stdout, until end of input (Ctrl-D) or Ctrl-C. With `json_input` each typed line is a JSON object
-    (`parse_json_line`); a bad one is reported and the prompt goes on."""
-    how = f"beam {translator.decode.beam_size}" if translator.sample is None else f"--sample {translator.sample}"
-    what = f"a JSON object such as {JSON_EXAMPLE}" if json_input else "a sentence"
-    print(f"nmt-translate {translator.src_lang} -> {translator.tgt_lang} ({translator.model_dir}, checkpoint "
-          f"{translator.checkpoint}, {how}). Type {what} and press Enter; Ctrl-D to quit.", file=sys.stderr)
-    n = 0
-    while True:
-        try:
-            line = read(f"{translator.src_lang}> ")
-        except (EOFError, KeyboardInterrupt):
-            print(file=sys.stderr)
-            return 0
-        n += 1
-        prefix = None
-        surrogate = lone_surrogate(line)
-        if surrogate:   # bytes the terminal's encoding could not decode
-            print(f"error: input:{n}: not UTF-8 text ({surrogate}): set the terminal to UTF-8, or pipe the text in "
-                  "(--on-invalid-utf8 decides what to do with invalid bytes)", file=sys.stderr)
-            continue
-        if json_input:
-            try:
-                line, prefix = parse_json_line(line, n, "input")
-            except CorpusError as e:
-                print(f"error: {e}", file=sys.stderr)
-                continue
-        else:   # one typed line, one sentence, as a line of a file
-            line = one_line(line)
-        rows, best = translation_rows(translator, [line], n, nbest, alignment, [prefix] if json_input else None)
-        print(rows[0], flush=True)
-        if on_line is not None:
-            on_line(n, [line], best)

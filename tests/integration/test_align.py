@@ -10,7 +10,7 @@ import pytest
 
 from nmt.align import align, format_links
 from nmt.cli_decode import translate_main
-from nmt.stream import interactive
+from nmt.prompt import interactive
 from nmt.translate import Translator
 from tests.synth import synth_file
 

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from nmt.stream import interactive
+from nmt.prompt import interactive
 from nmt.translate import Translator
 from tests.integration.serve_app import background_server, make_app
 from tests.integration.test_translate import run

@@ -25,7 +25,8 @@ import pytest
 from nmt import checkpoint as ckpt
 from nmt.config import CHARS_PER_TOKEN
 from nmt.cli_decode import translate_main
-from nmt.stream import PAUSE, interactive, read_raw_lines, translate_stream
+from nmt.prompt import interactive
+from nmt.stream import PAUSE, read_raw_lines, translate_stream
 from nmt.tokenizer import UNK_ID
 from nmt.config import DecodeConfig
 from nmt.corpus import one_line, tidy_translation
@@ -736,6 +737,41 @@ def test_interactive_prompt_with_output_on_the_terminal(tr, encoding):
         os.write(master, b"\x04")
         assert p.wait(timeout=30) == 0
         assert want in seen.decode()
+    finally:
+        os.close(master)
+        if p.poll() is None:
+            p.kill()
+
+
+@pytest.mark.parametrize("redirected", [False, True], ids=["terminal", "stdout-redirected"])
+def test_the_typed_line_can_be_edited_at_the_prompt(tr, redirected):
+    """input() had no line editing: a user who pressed an arrow key (or Home) to mend a word had "[D" or the like
+    typed into the sentence, translated without a word. On a terminal the line is edited with readline; with
+    standard output redirected (where input() cannot edit it) a warning says what was removed."""
+    master, slave = pty.openpty()
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO), TERM="dumb")
+    out = subprocess.PIPE if redirected else slave
+    p = subprocess.Popen([sys.executable, str(REPO / "scripts" / "translate.py"), "--model-dir", str(tr.model_dir),
+                          "--beam-size", "1"], stdin=slave, stdout=out, stderr=slave, env=env)
+    os.close(slave)
+    want = tr.translate(["리 니 차"], beam_size=1)[0]
+    try:
+        seen, deadline = b"", time.time() + 60
+        while b"ko> " not in seen and time.time() < deadline:
+            if select.select([master], [], [], 1)[0]:
+                seen += os.read(master, 1024)
+        os.write(master, "니 차\x01리 \n".encode())   # Ctrl-A (Home) to add the first word
+        if redirected:
+            line = p.stdout.readline().decode()
+            assert line != want + "\n"
+        while (b"removed before translating" if redirected else want.encode()) not in seen and time.time() < deadline:
+            if select.select([master], [], [], 1)[0]:
+                seen += os.read(master, 1024)
+        os.write(master, b"\x04")
+        assert p.wait(timeout=30) == 0
+        said = seen.decode()
+        assert (("warning: input:1: 1 control character(s) removed before translating (an arrow key?" in said)
+                if redirected else (want in said and "\x01" not in said)), said
     finally:
         os.close(master)
         if p.poll() is None:
