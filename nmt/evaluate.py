@@ -31,6 +31,10 @@ class Scores:
             s += f" {EXTRA_LABELS.get(k, k)} {v:.2f}"
         return s
 
+    def signatures(self) -> str:
+        """The sacreBLEU signature of each score of `summary`, in its order."""
+        return " | ".join([self.bleu_signature, self.chrf_signature, *self.extra_signatures.values()])
+
 
 # --valid-metric, the dev score that chooses the best checkpoint and stops training early: its name in the log, its
 # key in metrics.jsonl rows, and whether higher is better.

@@ -249,7 +249,7 @@ class Trainer:
             _, _, results[name] = score_test_set(self.translator, name, pairs, save=self.is_chief, one_warning=True)
             logger.info("test %s (%d sentences, %s checkpoint, beam %d, length penalty %g): %s | %s", name,
                         len(pairs.src), which, self.cfg.decode.beam_size, self.cfg.decode.length_penalty_alpha,
-                        results[name].summary(), results[name].bleu_signature)
+                        results[name].summary(), results[name].signatures())
         return results
 
 

@@ -714,13 +714,18 @@ def test_word_strokes_past_the_input_limit_count_the_rest_as_typed(model_copy, t
            "--max-input-tokens 6 pieces" in err
 
 
-def test_the_summary_names_korean_outputs_morpheme_bleu_as_the_report_does():
+def test_the_summary_names_korean_outputs_morpheme_bleu_as_the_report_does(serve_model):
     """nmt-train's closing lines showed Korean output's ko-mecab BLEU by its key, "bleu_ko_mecab 0.00", where
-    nmt-evaluate's report and the validation lines name it."""
+    nmt-evaluate's report and the validation lines name it. train.log's test line gave the 13a BLEU signature alone
+    beside chrF and ko-mecab BLEU: each score's own now, in its order."""
     from nmt.evaluate import EXTRA_LABELS, Scores
     sc = Scores(1.0, 2.0, "s1", "s2", 3, {"bleu_ko_mecab": 4.0}, {"bleu_ko_mecab": "s3"})
     assert sc.summary() == f"BLEU 1.00 chrF 2.00 {EXTRA_LABELS['bleu_ko_mecab']} 4.00" == \
         "BLEU 1.00 chrF 2.00 BLEU ko-mecab 4.00"
+    assert sc.signatures() == "s1 | s2 | s3"
+    logged = [x for x in (serve_model / "train.log").read_text(encoding="utf-8").splitlines() if " test test (" in x]
+    assert logged and logged[-1].endswith("| nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.4.3 | "
+                                          "nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.4.3"), logged
 
 
 def test_warnings_name_the_file_lines_of_a_set_whose_pairs_were_dropped(model_dir, tmp_path, nmt_logs):
