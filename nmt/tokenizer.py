@@ -23,7 +23,7 @@ import re
 import tempfile
 import unicodedata
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import sentencepiece as spm
 
@@ -79,6 +79,20 @@ def _check_lang(lang: str) -> None:
         raise TokenizerError(f"invalid language code {lang!r}: use letters, digits, '_' or '-' (e.g. 'ko', 'en')")
 
 
+def _utf8_length(lead: int) -> int:
+    """The bytes of the UTF-8 character a byte starts (0: it starts none)."""
+    return 1 if lead < 0x80 else 2 if 0xC2 <= lead <= 0xDF else 3 if 0xE0 <= lead <= 0xEF else \
+        4 if 0xF0 <= lead <= 0xF4 else 0
+
+
+def _one_character(data: bytes) -> bool:
+    """Whether `data` is one UTF-8 character (strictly: no overlong form, no surrogate)."""
+    try:
+        return len(data.decode("utf-8")) == 1
+    except UnicodeDecodeError:
+        return False
+
+
 def _nfc(line: str) -> str:
     return unicodedata.normalize("NFC", line)
 
@@ -92,6 +106,7 @@ class Tokenizer:
         self.lang = lang
         # Batch encoding/decoding is parallel in C++; one thread per core, as for training.
         self._threads = os.cpu_count() or 1
+        self._bytes: Optional[Dict[int, int]] = None   # byte pieces' values by id (`whole_characters`)
         self._surfaces: Optional[List[Optional[str]]] = None
 
     @classmethod
@@ -160,8 +175,29 @@ class Tokenizer:
                 if not 0 <= tok < size:
                     raise self._outside(f"decode: id {tok} in sequence {row}")
                 out.append(tok)
-            cleaned.append(out)
+            cleaned.append([out[i] for i in self.whole_characters(out)])
         return self._sp.decode(cleaned, num_threads=self._threads)
+
+    def whole_characters(self, ids: Sequence[int]) -> List[int]:
+        """The indices of `ids` to write: all but byte pieces that form no whole UTF-8 character (a search or a
+        sample may write a lead byte, then a syllable), which SentencePiece would write as U+FFFD each."""
+        if self._bytes is None:
+            sp = self._sp
+            self._bytes = {i: int(sp.id_to_piece(i)[1:-1], 16) for i in range(sp.get_piece_size()) if sp.is_byte(i)}
+        kept, i = [], 0
+        while i < len(ids):
+            if ids[i] not in self._bytes:
+                kept.append(i)
+                i += 1
+                continue
+            n = _utf8_length(self._bytes[ids[i]])
+            run = [self._bytes.get(t) for t in ids[i:i + n]]
+            if n and len(run) == n and None not in run and _one_character(bytes(run)):
+                kept += range(i, i + n)
+                i += n
+            else:
+                i += 1
+        return kept
 
     def piece(self, token_id: int) -> str:
         """The subword piece of one id (attention plots label their axes with these)."""
@@ -209,10 +245,13 @@ class Tokenizer:
 
     def piece_words(self, ids: Sequence[int]) -> Tuple[str, List[Optional[int]]]:
         """The text of `ids` (as `decode`) and, per id, the index of the whitespace-separated word of that text its
-        piece begins (None: a piece of spaces alone), from SentencePiece's offsets into the decoded text."""
-        if not len(ids):   # SentencePiece reads [] as an empty batch
-            return "", []
-        proto = self._sp.decode_ids_as_immutable_proto([int(t) for t in ids])
+        piece begins (None: a piece of spaces alone, or a byte piece `decode` leaves out), from SentencePiece's
+        offsets into the decoded text."""
+        ids = [int(t) for t in ids]
+        kept = self.whole_characters(ids)
+        if not kept:   # SentencePiece reads [] as an empty batch
+            return "", [None] * len(ids)
+        proto = self._sp.decode_ids_as_immutable_proto([ids[i] for i in kept])
         text = proto.text
         word_at: List[Optional[int]] = [None] * (len(text) + 1)
         word, in_word = -1, False
@@ -221,10 +260,10 @@ class Tokenizer:
                 word += not in_word
                 word_at[i] = word
             in_word = not ch.isspace()
-        out: List[Optional[int]] = []
-        for p in proto.pieces:   # a byte piece of a character split over several has an empty surface: its begin
-            lead = len(p.surface) - len(p.surface.lstrip())   # points at that character all the same
-            out.append(word_at[p.begin + lead] if p.begin + lead < p.end or not p.surface else None)
+        out: List[Optional[int]] = [None] * len(ids)
+        for i, p in zip(kept, proto.pieces):   # a byte piece of a character split over several has an empty
+            lead = len(p.surface) - len(p.surface.lstrip())   # surface: its begin points at that character all the same
+            out[i] = word_at[p.begin + lead] if p.begin + lead < p.end or not p.surface else None
         return text, out
 
     def _outside(self, what: str) -> TokenizerError:

@@ -242,6 +242,22 @@ def test_piece_of_an_id(ko_tok):
         ko_tok.piece(360)
 
 
+def test_bytes_that_form_no_character_are_not_written(ko_tok):
+    """A search (or a sample) may write a UTF-8 lead byte, then a syllable: SentencePiece wrote U+FFFD for each such
+    byte, so Korean output held "�" (4% of an en->ko model's greedy test translations); word alignment's word
+    numbers were of that text."""
+    byte = {v: ko_tok.piece_ids([f"<0x{v:02X}>"])[0] for v in (0xED, 0x99, 0x80, 0xC0, 0x41, *"똠😀".encode())}
+    word = ko_tok.encode(["학교에"])[0]
+    kept = [byte[v] for v in "똠".encode()] + [byte[0x41]] + [byte[v] for v in "😀".encode()]
+    ids = [byte[0xED]] + word + [byte[0xED], byte[0x99]] + kept + [byte[0xC0], byte[0x80], byte[0x80]]
+    assert ko_tok.decode([ids]) == ["학교에똠A😀"] and "\ufffd" not in ko_tok.decode([ids])[0]
+    text, words = ko_tok.piece_words(ids)
+    assert text == "학교에똠A😀" and words[0] is None and words[-3:] == [None] * 3 and words[1] == 0
+    start = 1 + len(word) + 2   # (after the lead byte, the word, and the lead and continuation bytes)
+    assert ko_tok.whole_characters(ids) == list(range(1, 1 + len(word))) + list(range(start, start + len(kept)))
+    assert ko_tok.piece_words([byte[0xED]]) == ("", [None]) and ko_tok.decode([[byte[0xED]]]) == [""]
+
+
 def test_ids_of_pieces_given_back(ko_tok):
     """What a search wrote comes back as it was: byte pieces, <unk> and a split SentencePiece would not choose."""
     ids = ko_tok.encode(["학교에 😀"])[0] + [UNK_ID, BOS_ID]
