@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Sequence
 
 from nmt.distributed import LaunchError, ProcSpec, ssh_argv
-from nmt.signals import hangup_unless_ignored, leave_hung_up_terminal
+from nmt.signals import leave_hung_up_terminal, stopping_signals
 
 
 def _die_with_parent() -> None:
@@ -91,7 +91,7 @@ class Job:
         def on_signal(signum, _frame):
             self._signals.append(signum)
             leave_hung_up_terminal(signum)
-        old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM, *hangup_unless_ignored())}
+        old = {s: signal.signal(s, on_signal) for s in stopping_signals()}
         try:
             self.start()
             return self.watch()

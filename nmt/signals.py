@@ -44,12 +44,18 @@ def checkpoint_on_signal(trainer) -> contextlib.AbstractContextManager:
         leave_hung_up_terminal(signum)
         logger.warning("%s received: saving a checkpoint after this update, then stopping "
                        "(send it again to stop at once)", trainer.signal_name)
-    return _handling((signal.SIGINT, signal.SIGTERM, *hangup_unless_ignored()), handler)
+    return _handling(stopping_signals(), handler)
 
 
 def hangup_unless_ignored() -> list:
     """[SIGHUP] for a handler to take, or [] when it is ignored (as under nohup, which a handler must not undo)."""
     return [signal.SIGHUP] if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN else []
+
+
+def stopping_signals() -> list:
+    """SIGINT, SIGTERM and SIGHUP for a handler to take, but those ignored: SIGHUP under nohup, SIGINT in a script's
+    background job (`nmt-train ... &`), where Ctrl-C on the script must not reach it."""
+    return [s for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP) if signal.getsignal(s) != signal.SIG_IGN]
 
 
 def terminated_as_interrupt() -> contextlib.AbstractContextManager:

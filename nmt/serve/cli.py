@@ -20,7 +20,7 @@ from typing import List, Optional, Sequence
 from nmt.commands import Once, nonempty, number, run_cli, shell_word, threads_variable, with_version
 from nmt.config import Config, ConfigError
 from nmt.serve.batcher import DEFAULT_MAX_WAIT_MS
-from nmt.signals import hangup_unless_ignored, leave_hung_up_terminal
+from nmt.signals import leave_hung_up_terminal, stopping_signals
 
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
@@ -181,6 +181,20 @@ class _Cancelled(logging.Filter):
         return True
 
 
+def _server(config):
+    """A uvicorn Server over `config` that leaves alone the signals this process ignores, which uvicorn takes while it
+    runs: SIGINT in a script's background job, whose Ctrl-C is the script's (`nmt.signals.stopping_signals`)."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        taken = stopping_signals()   # (as the process started, before uvicorn's handlers)
+
+        def handle_exit(self, sig, frame) -> None:
+            if sig in self.taken:
+                super().handle_exit(sig, frame)
+    return Server(config)
+
+
 def run_server(server) -> int:
     """Run a uvicorn server until a signal stops it gracefully: SIGTERM (exit 143), Ctrl-C (130) or SIGHUP (129, a
     closed terminal; unless it was ignored, as under nohup). uvicorn raises the signals it caught again once it has
@@ -193,7 +207,7 @@ def run_server(server) -> int:
         caught.append(sig)
         leave_hung_up_terminal(sig)
         server.should_exit = True
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM, *hangup_unless_ignored())}
+    previous = {sig: signal.signal(sig, on_signal) for sig in stopping_signals()}
     log.addFilter(quiet)
     try:
         server.run()
@@ -225,12 +239,11 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         check_address(args.host, args.port)
         app = build_app(args)
-        return run_server(uvicorn.Server(uvicorn_config(app, args.host, args.port, args.log_level, args.max_queue)))
+        return run_server(_server(uvicorn_config(app, args.host, args.port, args.log_level, args.max_queue)))
     except (ValueError, OSError) as e:   # (a model's files unreadable, a value uvicorn refuses: said as run_cli says)
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -439,6 +439,24 @@ def test_a_second_sigterm_stops_at_once_with_sigterms_exit_code():
     assert not isinstance(e.value, Terminated)
 
 
+def test_an_ignored_sigint_stays_ignored():
+    """A script's background job (`nmt-train ... &`) starts with SIGINT ignored, so that Ctrl-C on the script does
+    not reach it; nmt-train (and nmt-serve, nmt-launch) took it anyway, and stopped with the script's Ctrl-C."""
+    from types import SimpleNamespace
+    from nmt.signals import checkpoint_on_signal, stopping_signals
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        assert signal.SIGINT not in stopping_signals() and signal.SIGTERM in stopping_signals()
+        trainer = SimpleNamespace(signal_name="")
+        with checkpoint_on_signal(trainer):
+            assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.5)
+        assert trainer.signal_name == ""
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def endless_training(task: dict, model_dir: Path, *flags: str) -> list:
     """The nmt-train command of a tiny run that validates every 5 updates and goes on until stopped."""
     return [sys.executable, str(REPO / "scripts" / "train.py"),
