@@ -12,6 +12,7 @@ import errno
 import os
 import stat
 import re
+import resource
 import shutil
 import sys
 from pathlib import Path
@@ -28,6 +29,8 @@ _FIXABLE = {
     errno.EROFS: "the file system is mounted read-only; choose a writable directory",
     errno.ENOTDIR: "a part of the path is a file, not a directory; choose another path",
     errno.EISDIR: "give the path of a file, not of a directory",
+    errno.EFBIG: "the file would pass a size limit: the shell's (`ulimit -f`, a batch job's) or the file system's "
+                 "(FAT32 holds 4 GiB at most); raise the limit or choose another disk",
 }
 _FULL = (errno.ENOSPC, errno.EDQUOT)
 
@@ -105,6 +108,8 @@ def mxnet_write_failure(path: PathLike, err: Exception, needed: Optional[int]) -
     free = free_bytes(path)
     if "Write" not in str(err) and free > (needed or 0):
         return None
+    if resource.getrlimit(resource.RLIMIT_FSIZE)[0] != resource.RLIM_INFINITY and free > (needed or 0):
+        return write_failure(path, OSError(errno.EFBIG, os.strerror(errno.EFBIG)), needed)   # (`ulimit -f`: no errno)
     return StorageError(f"cannot write {path}: the write was cut short ({error_line(err)[:200]}); "
                         f"{human_bytes(free)} free"
                         f"{', about ' + human_bytes(needed) + ' needed' if needed else ''}; {_FIXABLE[errno.ENOSPC]}")

@@ -75,6 +75,29 @@ def test_injected_enospc_in_a_checkpoint_names_the_file_and_keeps_the_previous(t
     assert not list(tmp_path.glob(".*.tmp"))
 
 
+def _file_size_limit(limit: int):
+    """A preexec_fn: the child may write files of `limit` bytes at most (`ulimit -f`, a batch job's)."""
+    import resource
+    return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+
+def test_a_file_size_limit_is_named(tmp_path):
+    """`ulimit -f` (or FAT32's 4 GiB): the decoding commands ended in a traceback (OSError: [Errno 27] File too
+    large), and a checkpoint that MXNet wrote short was "free some space" with 75 GiB free."""
+    out = tmp_path / "big.out"
+    code = ("import sys; from nmt.storage import guarded_write\n"
+            "with guarded_write(sys.argv[1]), open(sys.argv[1], 'w') as f:\n    f.write('x' * 100000)\n")
+    p = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True, cwd=REPO,
+                       preexec_fn=_file_size_limit(4096), env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert f"StorageError: cannot write {out}: File too large [errno EFBIG]; the file would pass a size limit: " \
+           "the shell's (`ulimit -f`, a batch job's)" in p.stderr, p.stderr
+    code = ("import sys, mxnet as mx; from nmt.storage import mxnet_write_failure\n"
+            "print(mxnet_write_failure(sys.argv[1], mx.base.MXNetError('Write incomplete'), 100000))\n")
+    p = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True, cwd=REPO,
+                       preexec_fn=_file_size_limit(4096), env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert p.stdout.startswith(f"cannot write {out}: File too large [errno EFBIG]"), p.stdout + p.stderr
+
+
 def test_full_tmpfs_during_a_real_mxnet_save_keeps_the_previous_checkpoint(small_disk):
     disk = small_disk("600k")
     state = ckpt.TrainState()
