@@ -56,26 +56,19 @@ def test_sighup_ignored_as_by_nohup_stays_ignored_and_a_forced_exit_follows_sigt
     """Under `nohup nmt-serve &` the server stopped on SIGHUP (the terminal closed), which nohup is there to ignore.
     Ctrl-C after SIGTERM (uvicorn's forced exit) killed the process by the SIGTERM uvicorn raised again, without the
     warning; nothing being in flight, no request is said to be lost."""
-    ignored = lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN)   # noqa: E731
-    with serving(serve_model, tmp_path / "server.log", preexec_fn=ignored) as (url, proc):
-        wait_until(lambda: health(url), 60, "the server to start")
-        proc.send_signal(signal.SIGHUP)
-        time.sleep(1)
-        assert proc.poll() is None and health(url)["status"] == "ok"
-        proc.send_signal(signal.SIGTERM)
-        time.sleep(0.1)
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=30) == 143
     # so too an ignored SIGINT (a script's background job: its Ctrl-C is the script's), which the server took
-    ignored = lambda: [signal.signal(s, signal.SIG_IGN) for s in (signal.SIGHUP, signal.SIGINT)]   # noqa: E731
-    with serving(serve_model, tmp_path / "server2.log", preexec_fn=ignored) as (url, proc):
-        wait_until(lambda: health(url), 60, "the server to start")
-        proc.send_signal(signal.SIGINT)
-        time.sleep(1)
-        assert proc.poll() is None and health(url)["status"] == "ok"
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 143
-    text = (tmp_path / "server.log").read_text()
+    for n, sig in enumerate((signal.SIGHUP, signal.SIGINT)):
+        ignored = lambda: signal.signal(sig, signal.SIG_IGN)   # noqa: E731
+        with serving(serve_model, tmp_path / f"server{n}.log", preexec_fn=ignored) as (url, proc):
+            wait_until(lambda: health(url), 60, "the server to start")
+            proc.send_signal(sig)
+            time.sleep(1)
+            assert proc.poll() is None and health(url)["status"] == "ok"
+            proc.send_signal(signal.SIGTERM)
+            time.sleep(0.1)
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=30) == 143
+    text = (tmp_path / "server0.log").read_text()
     assert "Traceback" not in text and "not answered" not in text, text
 
 

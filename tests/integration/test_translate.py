@@ -684,14 +684,22 @@ def test_cpu_contexts_that_would_take_turns_leave_the_work_to_the_first(tr, src_
     assert used == [mx.cpu(0)] * 3 and "run one after another" in caplog.text
 
 
+def prompt_process(tr, stdout=None, stderr=None, **env):
+    """nmt-translate's prompt (greedy search) on a new pseudo-terminal: (the terminal's master side, the process).
+    Standard output and error go to the terminal unless given."""
+    master, slave = pty.openpty()
+    p = subprocess.Popen([sys.executable, str(REPO / "scripts" / "translate.py"), "--model-dir", str(tr.model_dir),
+                          "--beam-size", "1"], stdin=slave, stdout=slave if stdout is None else stdout,
+                         stderr=slave if stderr is None else stderr,
+                         env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO), **env))
+    os.close(slave)
+    return master, p
+
+
 def test_interactive_prompt_on_a_terminal(tr):
     """Typed at a terminal with standard output redirected (`nmt-translate ... > out.en`): the prompt goes to
     stderr and the output holds the translations alone (it held "ko> " before each, and one after the last)."""
-    master, slave = pty.openpty()
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
-    p = subprocess.Popen([sys.executable, str(REPO / "scripts" / "translate.py"), "--model-dir", str(tr.model_dir),
-                          "--beam-size", "1"], stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-    os.close(slave)
+    master, p = prompt_process(tr, subprocess.PIPE, subprocess.PIPE)
     try:
         os.write(master, "리 니 차\n".encode())
         line = b""
@@ -715,12 +723,7 @@ def test_interactive_prompt_on_a_terminal(tr):
 def test_interactive_prompt_with_output_on_the_terminal(tr, encoding):
     """On a terminal (stdin, stdout and stderr): the prompt shows before anything is typed. With
     PYTHONIOENCODING=ascii a typed Korean line was a UnicodeDecodeError traceback."""
-    master, slave = pty.openpty()
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO), **({"PYTHONIOENCODING": encoding}
-                                                                          if encoding else {}))
-    p = subprocess.Popen([sys.executable, str(REPO / "scripts" / "translate.py"), "--model-dir", str(tr.model_dir),
-                          "--beam-size", "1"], stdin=slave, stdout=slave, stderr=slave, env=env)
-    os.close(slave)
+    master, p = prompt_process(tr, **({"PYTHONIOENCODING": encoding} if encoding else {}))
     want = tr.translate(["리 니 차"], beam_size=1)[0]
     try:
         seen, deadline = b"", time.time() + 60
@@ -749,12 +752,7 @@ def test_the_typed_line_can_be_edited_at_the_prompt(tr, redirected):
     """input() had no line editing: a user who pressed an arrow key (or Home) to mend a word had "[D" or the like
     typed into the sentence, translated without a word. On a terminal the line is edited with readline; with
     standard output redirected (where input() cannot edit it) a warning says what was removed."""
-    master, slave = pty.openpty()
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO), TERM="dumb")
-    out = subprocess.PIPE if redirected else slave
-    p = subprocess.Popen([sys.executable, str(REPO / "scripts" / "translate.py"), "--model-dir", str(tr.model_dir),
-                          "--beam-size", "1"], stdin=slave, stdout=out, stderr=slave, env=env)
-    os.close(slave)
+    master, p = prompt_process(tr, subprocess.PIPE if redirected else None, TERM="dumb")
     want = tr.translate(["리 니 차"], beam_size=1)[0]
     try:
         seen, deadline = b"", time.time() + 60

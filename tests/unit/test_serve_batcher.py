@@ -129,6 +129,9 @@ def test_each_request_gets_its_own_lines_cut_off_at_the_length_limit(fake):
 
 
 def test_full_queue_refuses_at_once_with_retry_after():
+    """A later stage of a request the queue took is not refused as the queue fills meanwhile: /translate with
+    alignment had its translation thrown away by a 503 "queue is full" for its alignment call, and its retry paid
+    for all of it again."""
     fake = FakeTranslator()
     fake.gate.clear()   # the model is busy: nothing leaves the queue
     b = Batcher(fake, max_batch=4, max_wait_ms=0, max_queue=5)
@@ -139,32 +142,18 @@ def test_full_queue_refuses_at_once_with_retry_after():
         with pytest.raises(QueueFull) as e:
             await b.translate(["e", "f"], 1, 1)
         assert e.value.retry_after >= 1 and "5 sentences" in str(e.value)
-        fake.gate.set()
-        return await first
-    assert len(run(main()).nbests) == 4
-    assert b.queued == 0
-    b.close()
-
-
-def test_a_later_stage_of_an_admitted_request_is_not_refused_by_a_full_queue():
-    """/translate with alignment: its sentences translated, its alignment call was refused 503 "queue is full" when
-    others had filled the queue meanwhile: its translation thrown away, and its retry paid for it again."""
-    fake = FakeTranslator()
-    fake.gate.clear()   # the model is busy: nothing leaves the queue
-    b = Batcher(fake, max_batch=4, max_wait_ms=0, max_queue=4)
-
-    async def main():
-        first = asyncio.ensure_future(b.translate(["a", "b", "c", "d"], 1, 1))
+        more = asyncio.ensure_future(b.call(lambda: "first stage"))   # (the last place in the queue)
         await asyncio.sleep(0.05)
         with pytest.raises(QueueFull):
-            await b.call(lambda: "first stage")
+            await b.call(lambda: "another first stage")
         later = asyncio.ensure_future(b.call(lambda: "aligned", admitted=True))
         await asyncio.sleep(0.05)
-        assert b.queued == 4   # (it adds nothing to the count)
+        assert b.queued == 5   # (it adds nothing to the count)
         fake.gate.set()
-        return await first, await later
-    first, later = run(main())
-    assert len(first.nbests) == 4 and later == "aligned" and b.queued == 0
+        return await first, await more, await later
+    first, more, later = run(main())
+    assert len(first.nbests) == 4 and (more, later) == ("first stage", "aligned")
+    assert b.queued == 0
     b.close()
 
 
