@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import logging
 import os
 import stat
@@ -226,6 +227,8 @@ def output_errors(output) -> Iterator[None]:
         if not stdout:
             raise write_failure(output, e) from None
         _discard_stdout()   # what is left unwritten goes nowhere, not into a traceback at exit
+        if e.errno == errno.EFBIG:   # (a size limit: `ulimit -f`)
+            raise write_failure("the standard output", e) from None
         raise StorageError(f"cannot write the standard output: {e.strerror}") from None
 
 

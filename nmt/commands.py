@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import io
 import logging
 import math
 import os
@@ -99,6 +100,17 @@ STDERR_NAMES = ("/dev/stderr", "/dev/fd/2", "/proc/self/fd/2")   # (a file flag'
 CLOSED: set = set()   # the standard streams ("stdin", "stdout", "stderr") this command was started without
 
 
+class _WholeWrites(io.FileIO):
+    """A file whose write() writes all it is given, or raises: FileIO's may write a part and say so, which the text
+    layer of an unbuffered standard output does not look at."""
+
+    def write(self, data) -> int:
+        view, done = memoryview(data).cast("B"), 0
+        while done < len(view):
+            done += super().write(view[done:])
+        return done
+
+
 def standard_streams() -> None:
     """Each standard stream the command was started without (`<&-`, `>&-`, `2>&-`) gets /dev/null: no file the
     command opens takes its descriptor (C libraries write their messages to fd 2), and print and tqdm do not fall
@@ -112,6 +124,10 @@ def standard_streams() -> None:
             os.open(os.devnull, os.O_RDWR)   # the lowest free descriptor: this one
             setattr(sys, name, open(os.devnull, "r" if fd == 0 else "w", encoding="utf-8"))
             CLOSED.add(name)
+    if sys.stdout is sys.__stdout__ and isinstance(getattr(sys.stdout, "buffer", None), io.FileIO) and \
+            not os.isatty(1):   # unbuffered (PYTHONUNBUFFERED=1, -u): a short write (a pipe whose reader left,
+        # `ulimit -f`) dropped the rest, unsaid. (A terminal keeps its own: input() edits lines only on fd 1.)
+        sys.stdout = io.TextIOWrapper(_WholeWrites(os.dup(1), "w"), write_through=True)
     if hasattr(sys.stdout, "reconfigure"):   # (and stdin's typed lines UTF-8: undecodable bytes as surrogates)
         sys.stdout.reconfigure(encoding="utf-8", errors="surrogateescape")
     if hasattr(sys.stdin, "reconfigure") and "stdin" not in CLOSED:

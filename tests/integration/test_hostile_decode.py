@@ -87,6 +87,33 @@ def _closed(fd: int, argv: list, **kw) -> subprocess.CompletedProcess:
                           timeout=300, **kw)
 
 
+@pytest.mark.parametrize("script", ["translate.py", "score.py"])
+def test_an_unbuffered_output_written_short_is_an_error(model_dir, test_files, tmp_path, script):
+    """With PYTHONUNBUFFERED=1 (as many Docker and CI images set) standard output wrote straight through: a write cut
+    short (the reader of `| head` gone after the first 64 KiB of a chunk, `ulimit -f`) dropped the rest unsaid, and
+    the command exited 0 as if all was written."""
+    import resource
+    src, ref = test_files
+    many = tmp_path / "many.ko"
+    many.write_text(src.read_text(encoding="utf-8") * 40, encoding="utf-8")   # one chunk, more than 64 KiB out
+    args = (["--input", many, "--nbest", "2", "--beam-size", "2", "--chunk-lines", "100000"]
+            if script == "translate.py" else
+            ["--src-file", many, "--tgt-file", tmp_path / "many.en", "--output-format", "json"])
+    (tmp_path / "many.en").write_text(ref.read_text(encoding="utf-8") * 40, encoding="utf-8")
+    cmd = [sys.executable, str(REPO / "scripts" / script), "--model-dir", str(model_dir), *map(str, args)]
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    p.stdout.read(10)
+    p.stdout.close()   # (the reader gone: the rest of the chunk's write fails)
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=300) == 141, err[-2000:]
+    limit = lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY))   # noqa: E731
+    with open(tmp_path / "out", "w") as out:
+        p = subprocess.run(cmd, stdout=out, stderr=subprocess.PIPE, text=True, env=env, preexec_fn=limit, timeout=300)
+    assert p.returncode == 2 and "error: cannot write the standard output: File too large [errno EFBIG]; the file " \
+                                 "would pass a size limit" in p.stderr, p.stderr[-2000:]
+
+
 def test_a_closed_stderr_keeps_log_lines_out_of_the_output(model_dir, test_files, tmp_path):
     """With `2>&-`, Python's sys.stderr is None and the log lines went to stdout: among the translations, and into
     `nmt-evaluate --json -`'s report (exit 0). With an ASCII stdout, a test set's Korean name broke the report."""
