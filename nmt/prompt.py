@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import locale
 import sys
 from typing import Callable, List, Optional
 
@@ -16,12 +17,18 @@ def prompt_on_stderr(prompt: str) -> str:
     into the file or pipe standard output was redirected to (`nmt-translate ... > out.en`, typing at the terminal).
     On a terminal throughout, input() edits the line with readline: the arrow keys, Home, End and the history (the
     arrow keys were typed into the sentence)."""
-    if sys.stdin.isatty() and sys.stdout.isatty():
+    if sys.stdin.isatty() and sys.stdout.isatty() and _utf8_codeset():
         importlib.import_module("readline")   # (input() edits its lines with it, once imported)
         return input(prompt)
     sys.stderr.write(prompt)
     sys.stderr.flush()
     return input()
+
+
+def _utf8_codeset() -> bool:
+    """Whether the C library's character type is UTF-8: in another (LC_ALL=C) readline takes each byte of a Hangul
+    syllable for a Meta key, and the typed line was lost."""
+    return locale.nl_langinfo(locale.CODESET).replace("-", "").upper() == "UTF8"
 
 
 def interactive(translator: Translator, nbest: Optional[int] = None,

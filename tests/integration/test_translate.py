@@ -719,11 +719,12 @@ def test_interactive_prompt_on_a_terminal(tr):
             p.kill()
 
 
-@pytest.mark.parametrize("encoding", [None, "ascii"])
-def test_interactive_prompt_with_output_on_the_terminal(tr, encoding):
+@pytest.mark.parametrize("env", [{}, {"PYTHONIOENCODING": "ascii"}, {"LC_ALL": "C"}], ids=["utf8", "ascii", "C"])
+def test_interactive_prompt_with_output_on_the_terminal(tr, env):
     """On a terminal (stdin, stdout and stderr): the prompt shows before anything is typed. With
-    PYTHONIOENCODING=ascii a typed Korean line was a UnicodeDecodeError traceback."""
-    master, p = prompt_process(tr, **({"PYTHONIOENCODING": encoding} if encoding else {}))
+    PYTHONIOENCODING=ascii a typed Korean line was a UnicodeDecodeError traceback; under LC_ALL=C readline took each
+    byte of a Hangul syllable for a Meta key, and the typed line was lost (it edits lines in a UTF-8 locale only)."""
+    master, p = prompt_process(tr, **env)
     want = tr.translate(["리 니 차"], beam_size=1)[0]
     try:
         seen, deadline = b"", time.time() + 60
