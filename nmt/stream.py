@@ -150,8 +150,9 @@ def decode_line(raw: bytes, line_no: int, name: str, on_invalid: str = "error",
         said = (f"{name}:{line_no}: invalid UTF-8 (byte 0x{raw[e.start]:02x} at byte {e.start + 1} of the line); the "
                 "translations of all lines before it have been written. ")
         path = None if name == STDIN else name
-        if on_invalid != "replace" and not_text(raw):
-            raise CorpusError(f"{said}{not_text(raw)[0].upper()}{not_text(raw)[1:]}: correct or delete the line, or "
+        what = not_text(raw, bool(utf8_text))
+        if on_invalid != "replace" and what:
+            raise CorpusError(f"{said}{what[0].upper()}{what[1:]}: correct or delete the line, or "
                               "pass --on-invalid-utf8 replace") from None
         if on_invalid != "replace" and utf8_text:   # (a conversion of the whole input would fail on the UTF-8 lines)
             raise CorpusError(f"{said}Line {utf8_text} is UTF-8 text, so this line may be the only one in another "

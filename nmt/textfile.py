@@ -94,9 +94,10 @@ def encoding_of(line: bytes) -> str:
     return "CP949" if _reads_as(line, "cp949", "[\uac00-\ud7a3]") or not _reads_as(line, "cp1252", "") else "CP1252"
 
 
-def not_text(line: bytes) -> str:
+def not_text(line: bytes, utf8_elsewhere: bool = False) -> str:
     """What a line of invalid UTF-8 is when it is no text of a legacy encoding (so converting it would fail), or "":
-    bytes of a binary file, a UTF-8 character cut off at its end, or bytes no encoding `encoding_of` names reads."""
+    bytes of a binary file, a UTF-8 character cut off at its end, or bytes no encoding `encoding_of` names reads.
+    `utf8_elsewhere`: other lines of the file are UTF-8 beyond ASCII (a cut after ASCII alone is a cut then)."""
     controls = sum(1 for b in line if b < 0x20 and b != 0x09)
     if b"\x00" in line or controls * 20 > len(line):
         return "it holds binary bytes (NUL or control codes), not text: is this a text file, one sentence per line?"
@@ -105,7 +106,7 @@ def not_text(line: bytes) -> str:
     try:
         line.decode("utf-8")
     except UnicodeDecodeError as e:
-        if e.reason == "unexpected end of data" and not line[:e.start].isascii():
+        if e.reason == "unexpected end of data" and (utf8_elsewhere or not line[:e.start].isascii()):
             return ("a UTF-8 character is cut off at the end of the line (a file cut by bytes, as `cut -b` or "
                     "`head -c` cut, not by characters?)")
     if not _reads_as(line, encoding_of(line).lower(), ""):
@@ -151,8 +152,14 @@ BINARY = ((b"\x89PNG\r\n\x1a\n", "a PNG image"), (b"\xff\xd8\xff", "a JPEG image
 
 def binary_sign(data: bytes) -> str:
     """The binary format (an image, a PDF, model parameters ...) of data starting with `data`, by its magic bytes,
-    or "": no text, whose first line would otherwise be taken for legacy-encoded text."""
-    return next((name for magic, name in BINARY if data.startswith(magic)), "")
+    or "": no text, whose first line would otherwise be taken for legacy-encoded text. A start that is UTF-8 text
+    without NUL ("%PDF-1.7 is the latest version.", "GIF89a와 ...") is no such file."""
+    head = data[:4096]
+    try:
+        text = b"\x00" not in head and bool(codecs.getincrementaldecoder("utf-8")().decode(head, final=False))
+    except UnicodeDecodeError:
+        text = False
+    return "" if text else next((name for magic, name in BINARY if data.startswith(magic)), "")
 
 
 def wide_encoding(data: bytes) -> Tuple[str, str]:

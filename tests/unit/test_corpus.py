@@ -353,6 +353,13 @@ def test_bytes_no_conversion_reads_are_not_called_an_encoding(write_file):
     with pytest.raises(CorpusError, match=r"c.en:2: .*the line reads as Windows-1252 \(Latin-1\) text: `iconv -f "
                                           r"CP1252"):
         read_parallel(write_file("k.ko", KO), en)
+    # cut after ASCII, in a file of UTF-8 beyond it (`head -c` into "API 함"), is a cut, not CP1252
+    ko = write_file("h.ko", KO[0].encode() + b"\n" + b"API " + "함".encode()[:1] + b"\n" + KO[2].encode() + b"\n")
+    with pytest.raises(CorpusError, match=r"h.ko:2: .*: a UTF-8 character is cut off at the end of the line"):
+        read_parallel(ko, write_file("h.en", EN))
+    text = write_file("p.en", ["%PDF-1.7 is the latest version.", "GIF89a is a format.", EN[2]])   # text: read
+    assert read_parallel(write_file("p.ko", KO), text).tgt[:2] == ["%PDF-1.7 is the latest version.",
+                                                                    "GIF89a is a format."]
     # a file whose format has a signature: its first line (a PNG's "\x89PNG") read as CP949 and CP1252
     for head, kind in ((b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "a PNG image"),
                        (b"\x12\x01" + b"\x00" * 14, "an MXNet parameter file (params.*)"), (b"%PDF-1.7\n", "a PDF document")):
@@ -366,6 +373,10 @@ def test_bytes_no_conversion_reads_are_not_called_an_encoding(write_file):
                                           "A UTF-8 character is cut off at the end of the line .*: correct or delete "
                                           "the line, or pass --on-invalid-utf8 replace"):
         decode_line(cut, 2, "in.ko", utf8_text=1)
+    with pytest.raises(CorpusError, match="A UTF-8 character is cut off at the end of the line"):
+        decode_line(b"OK \xea\xb0", 2, "in.ko", utf8_text=1)   # (after ASCII alone, in Korean input)
+    assert list(read_raw_lines(io.BytesIO(b"%PDF-1.7 is a version.\n"), max_bytes=100)) == [
+        (b"%PDF-1.7 is a version.", False)]
 
 
 def test_the_advice_for_a_pipe_is_a_filter_to_put_in_it(tmp_path):
