@@ -258,9 +258,9 @@ def _validated_on(model_dir: Path, dev) -> None:
     if saved and saved != text_checksum([*dev.src, *dev.tgt]):
         raise CorpusError("--dev-set: the dev pairs read again from the model's data are not those its run validated "
                           "on: its training, dev or test files (a held-out dev set leaves out pairs of the test set) "
-                          "have changed since (edited, appended to or replaced), so their scores would not be its dev "
-                          "scores and may count pairs it trained on; score files with --src-file and --ref-file "
-                          "instead")
+                          "have changed since (edited, appended to or replaced; or the run began before full-width "
+                          "ASCII, ＡＢ．, was read as ASCII, and they hold some), so their scores would not be its dev "
+                          "scores and may count pairs it trained on; score files with --src-file, --ref-file instead")
 
 
 @command(build_evaluate_parser)

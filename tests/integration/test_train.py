@@ -752,7 +752,8 @@ def test_a_run_whose_files_moved_resumes_from_where_they_are(tmp_path, capsys):
                        str(moved / "other.en")]) == 2
     assert (f"error: --resume: the training pairs ({moved / 'train.ko.gz'} and {moved / 'other.en'}) are not those "
             "the run trained on until now: they, or the dev or test files (whose pairs leave the training data), "
-            "changed since it started, or are other files than it read; the data cannot change within a run: give "
+            "changed since it started, or are other files than it read (or the run began before full-width "
+            "ASCII, ＡＢ．, was read as ASCII, and they hold some); the data cannot change within a run: give "
             "it its files as they were") in capsys.readouterr().err
     # a test set is not moved: nothing records its pairs, and scores.json would hold two sets under one name
     assert train_main(["--model-dir", str(d), "--resume", "--max-steps", "6", "--test-src", str(moved / "test.ko"),
