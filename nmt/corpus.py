@@ -198,7 +198,8 @@ def _invalid_utf8(path: Path, i: int, line: bytes, at: int, kind: Optional[str],
     """The error for line `i` of `path`, invalid UTF-8 from byte `at`; `utf8`: another line of UTF-8 text beyond
     ASCII (0: none), which makes the line most likely a stray one, to correct rather than convert."""
     said, enc = f"{path}:{i}: invalid UTF-8 (byte 0x{line[at]:02x} at byte {at + 1} of the line)", encoding_of(line)
-    fix = (f"{said}: {not_text(line, bool(utf8))}; correct or delete the line" if not_text(line, bool(utf8)) else
+    what = not_text(line, bool(utf8))
+    fix = (f"{said}: {what}; correct or delete the line" if what else
            f"{said}. Line {utf8} is UTF-8 text, so this line may be the only one in another encoding (it reads as "
            f"{enc}), which a conversion of the whole file would fail on or garble: correct or delete the line; if the "
            f"whole file is {enc}, convert it (`{iconv_command(path, enc, kind, into=True)}`)" if utf8 else

@@ -64,8 +64,9 @@ def interactive(translator: Translator, nbest: Optional[int] = None,
                 continue
         else:   # one typed line, one sentence, as a line of a file
             line = one_line(line)
-            if control_characters(line):   # (the arrow keys, where input() has no line editing)
-                print(f"warning: input:{n}: {control_characters(line)} control character(s) removed before "
+            removed = control_characters(line)
+            if removed:   # (the arrow keys, where input() has no line editing)
+                print(f"warning: input:{n}: {removed} control character(s) removed before "
                       "translating (an arrow key? with standard output redirected the line cannot be edited)",
                       file=sys.stderr)
         rows, best = translation_rows(translator, [line], n, nbest, alignment, [prefix] if json_input else None)

@@ -184,17 +184,16 @@ def _model_split(cfg: Config, data_dir: Optional[str], kind: str, flag: str, nam
     `from_recipe` of its data config (with `data_dir` as the mirror, if given); a ConfigError naming `flag` when
     the config has neither files nor a known recipe."""
     from nmt import recipes
+    from nmt.corpus import CorpusError, read_parallel
     d = dataclasses.replace(cfg.data, data_dir=data_dir or cfg.data.data_dir)
     src, tgt, dev = getattr(d, f"{kind}_src"), getattr(d, f"{kind}_tgt"), kind == "dev"   # (a test set: whole)
     if src and tgt:
-        from nmt.corpus import CorpusError, read_parallel
         try:
             return {name: read_parallel(src, tgt, skip_invalid_utf8=d.skip_invalid_utf8, name=name, whole=not dev)}
         except CorpusError as e:   # the paths come from the model's configuration, which the user may not know
             raise CorpusError(f"{flag}: the model's {kind} files (data.{kind}_src, data.{kind}_tgt of its config.json "
                               f"as trained): {e}") from None
     if dev and d.train_src:   # training files without dev files: the pairs held out of them
-        from nmt.corpus import CorpusError
         try:
             return from_recipe(d)
         except CorpusError as e:

@@ -54,9 +54,9 @@ def read_raw_lines(stream: BinaryIO, max_bytes: int, idle: Optional[float] = Non
         buf = stream.read(len(stream.peek(1)))
     while True:
         if first and buf:   # UTF-16 would pass as lines of odd characters with NULs removed (and one line more)
-            first, (encoding, sign), archive = False, wide_encoding(buf), archive_sign(buf)
-            if archive or binary_sign(buf):
-                raise CorpusError(f"the input is {archive or binary_sign(buf)}, not text: " + (
+            first, (encoding, sign), archive, binary = False, wide_encoding(buf), archive_sign(buf), binary_sign(buf)
+            if archive or binary:
+                raise CorpusError(f"the input is {archive or binary}, not text: " + (
                     "extract or decompress it first (gzip, bzip2 and xz are read as they are)" if archive else
                     "give sentences, one per line"))
             if encoding:

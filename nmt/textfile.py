@@ -109,9 +109,8 @@ def not_text(line: bytes, utf8_elsewhere: bool = False) -> str:
         if e.reason == "unexpected end of data" and (utf8_elsewhere or not line[:e.start].isascii()):
             return ("a UTF-8 character is cut off at the end of the line (a file cut by bytes, as `cut -b` or "
                     "`head -c` cut, not by characters?)")
-    if not _reads_as(line, encoding_of(line).lower(), ""):
-        return f"it is not {encoding_of(line)} text either, so no conversion reads it"
-    return ""
+    enc = encoding_of(line)
+    return "" if _reads_as(line, enc.lower(), "") else f"it is not {enc} text either, so no conversion reads it"
 
 
 def iconv_command(path: Optional[PathLike], encoding: str, kind: Optional[str], into: bool = False) -> str:

@@ -181,17 +181,15 @@ class Tokenizer:
     def whole_characters(self, ids: Sequence[int]) -> List[int]:
         """The indices of `ids` to write: all but byte pieces that form no whole UTF-8 character (a search or a
         sample may write a lead byte, then a syllable), which SentencePiece would write as U+FFFD each."""
-        if self._bytes is None:
-            sp = self._sp
-            self._bytes = {i: int(sp.id_to_piece(i)[1:-1], 16) for i in range(sp.get_piece_size()) if sp.is_byte(i)}
+        byte = self._byte_values()
         kept, i = [], 0
         while i < len(ids):
-            if ids[i] not in self._bytes:
+            if ids[i] not in byte:
                 kept.append(i)
                 i += 1
                 continue
-            n = _utf8_length(self._bytes[ids[i]])
-            run = [self._bytes.get(t) for t in ids[i:i + n]]
+            n = _utf8_length(byte[ids[i]])
+            run = [byte.get(t) for t in ids[i:i + n]]
             if n and len(run) == n and None not in run and _one_character(bytes(run)):
                 kept += range(i, i + n)
                 i += n
@@ -227,12 +225,19 @@ class Tokenizer:
             out.append(token_id)
         return out
 
+    def _byte_values(self) -> Dict[int, int]:
+        """The byte pieces' values ("<0xED>": 0xED) by id."""
+        if self._bytes is None:
+            sp = self._sp
+            self._bytes = {i: int(sp.id_to_piece(i)[1:-1], 16) for i in range(sp.get_piece_size()) if sp.is_byte(i)}
+        return self._bytes
+
     def never_written(self) -> List[int]:
         """Ids of pieces no training text holds: <unk> (byte fallback leaves none) and the bytes of control
         characters (the corpus reader drops them); what sampling over the whole vocabulary must not draw."""
-        sp = self._sp
-        return [i for i in range(sp.get_piece_size()) if sp.is_unknown(i) or sp.is_byte(i) and (
-            int(sp.id_to_piece(i)[1:-1], 16) < 0x20 or sp.id_to_piece(i) == "<0x7F>")]
+        byte = self._byte_values()
+        return [i for i in range(self.vocab_size) if self._sp.is_unknown(i) or byte.get(i, 0x20) < 0x20 or
+                byte.get(i) == 0x7F]
 
     def surfaces(self) -> List[Optional[str]]:
         """Per id, the text its piece writes ("▁" for a space before it), None for special and byte pieces (what
