@@ -273,10 +273,13 @@ def translate_stream(translator: Translator, raw_lines: Iterable[Tuple[bytes, bo
     def flush(last: bool = False) -> None:
         nonlocal chunk, prefixes, first
         if chunk:
+            started = time.perf_counter()
             rows, best = translation_rows(translator, chunk, first, nbest, alignment,
                                           prefixes if json_input else None)
             out.write("".join(r + "\n" for r in rows))
             out.flush()
+            logger.debug("%s: %s translated in %.2f s", name, f"lines {first}-{first + len(chunk) - 1}"
+                         if len(chunk) > 1 else f"line {first}", time.perf_counter() - started)
             if on_chunk is not None:
                 on_chunk(first, chunk, best)
             first += len(chunk)

@@ -431,6 +431,21 @@ def test_cli_nbest_checkpoint_and_bad_flags(tr, tmp_path, capsys):
     assert code == 2 and f"holds it, {Path(tr.model_dir).absolute()}, with checkpoint best\n" in err, err
 
 
+def test_verbose_names_the_checkpoint_the_settings_and_each_chunk(tr, tmp_path, capsys):
+    """-v gave nothing more in nmt-translate (its one debug call was training's): it names what was loaded, the
+    decoding settings in effect (the flags over config.json's) and each chunk's lines and time."""
+    path = tmp_path / "in.ko"
+    path.write_text("리 니 차\n두포 푸시\n리 니\n", encoding="utf-8")
+    argv = ["--model-dir", tr.model_dir, "--input", path, "--beam-size", "4", "--chunk-lines", "2"]
+    code, _, err = run(argv, capsys)
+    assert code == 0 and "DEBUG" not in err, err
+    code, _, err = run(argv + ["-v"], capsys)
+    assert code == 0 and f"{tr.model_dir}: checkpoint best (params.best, step {tr.params_step}) on cpu(0); " \
+        f"beam_size=4, length_penalty_alpha={tr.decode.length_penalty_alpha}" in err, err
+    said = [x.split("nmt.translate: ")[1].split(" in ")[0] for x in err.splitlines() if " DEBUG " in x][1:]
+    assert said == [f"{path}: lines 1-2 translated", f"{path}: line 3 translated"], err
+
+
 def test_cli_sampling(tr, src_lines, tmp_path, capsys):
     path = tmp_path / "in.ko"
     path.write_text("\n".join(src_lines[:12]) + "\n", encoding="utf-8")
