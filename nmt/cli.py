@@ -47,7 +47,8 @@ def _add_flags(parser: argparse.ArgumentParser, groups, defaults: Config) -> Non
                 action = _Joined if f.field == "upsample" else Once if f.field in CORPUS_FILES else "store"
                 g.add_argument(f.flag, dest=dest, type=kind, choices=f.choices, action=action,
                                default=argparse.SUPPRESS, metavar=f.field.upper() if not f.choices else None,
-                               help=f"{f.help} (default: {default}{also})")
+                               help=f.help if default is None or "default" in f.help   # (it says what then)
+                               else f"{f.help} (default: {default}{also})")
 
 
 def _corpus_file(text: str) -> str:

@@ -29,13 +29,17 @@ DATA_FLAGS = [
     Flag("--src", "data", "src_lang", str, "source language", choices=LANGS),
     Flag("--tgt", "data", "tgt_lang", str, "target language", choices=LANGS),
     Flag("--recipe", "data", "recipe", str, f"dataset recipe (nmt/recipes.json): {', '.join(RECIPES)}"),
-    Flag("--data-dir", "data", "data_dir", str, "offline mirror laid out like shared/data (or $NMT_DATA_DIR)"),
-    Flag("--cache-dir", "data", "cache_dir", str, "download cache directory"),
+    Flag("--data-dir", "data", "data_dir", str,
+         "offline mirror laid out like shared/data (default: $NMT_DATA_DIR, else download)"),
+    Flag("--cache-dir", "data", "cache_dir", str, "download cache directory (default: data/cache in a checkout, else "
+         "~/.cache/nmt)"),
     Flag("--train-src", "data", "train_src", str, "training source file (instead of --recipe; several: cat them)"),
     Flag("--train-tgt", "data", "train_tgt", str, "training target file"),
-    Flag("--dev-src", "data", "dev_src", str, "dev source file"),
+    Flag("--dev-src", "data", "dev_src", str, "dev source file (default: the recipe's; for --train-src, 500 training "
+         "pairs held out)"),
     Flag("--dev-tgt", "data", "dev_tgt", str, "dev target file"),
-    Flag("--test-src", "data", "test_src", str, "test source file (scored at the end)"),
+    Flag("--test-src", "data", "test_src", str, "test source file, scored at the end (default: the recipe's; for "
+         "--train-src, none)"),
     Flag("--test-tgt", "data", "test_tgt", str, "test target file"),
     Flag("--upsample", "data", "upsample", str, "repeat a recipe corpus's training pairs K times in the mixture, "
          "e.g. tatoeba-manythings=4 (comma-separated for several)"),

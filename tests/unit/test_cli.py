@@ -58,6 +58,10 @@ def test_explicit_files_replace_the_recipe():
     assert "models/<recipe>-<src>-<tgt> (models/custom-<src>-<tgt> for your own --train-src/--train-tgt files;" \
         in help_text
     assert "--batch-tokens BATCH_TOKENS global batch in padded target positions" in help_text
+    # "(default: None)" for --data-dir, --cache-dir, --gpus ...; "(default: models/tatoeba-ko-en)" whatever --src
+    assert "(default: None)" not in help_text and "(default: models/" not in help_text
+    assert "--data-dir DATA_DIR offline mirror laid out like shared/data (default: $NMT_DATA_DIR, else download)" \
+        in help_text and "(default: data/cache in a checkout, else ~/.cache/nmt)" in help_text
 
 
 def test_config_file_then_flags_override(tmp_path):
