@@ -92,13 +92,15 @@ def load_translator(args: argparse.Namespace, search: bool = True):
 
 def open_output(stack, output):
     """The output stream: stdout (UTF-8: `nmt.commands.standard_streams`) for None or "-", else the file, opened in
-    `stack` (gzip-compressed when named .gz: `output_opener`); a CorpusError naming --output if it cannot be
-    written."""
+    `stack` (gzip-compressed when named .gz: `output_opener`; its missing directories made, as nmt-evaluate's --json
+    FILE's are); a CorpusError naming --output if it cannot be written."""
     from nmt.atomic import descriptor
     from nmt.textfile import CorpusError, output_opener
     if output in (None, "-"):
         return sys.stdout
     opener, fd = output_opener("--output", output), descriptor(output)
+    if fd is None:
+        output_dir("--output", Path(output).parent, file=output)
     try:
         if fd is not None and opener is open:   # /dev/stdout, /dev/fd/3: through it (re-opened: `>> file` truncated)
             return stack.enter_context(os.fdopen(os.dup(fd), "wt", encoding="utf-8", newline="\n"))

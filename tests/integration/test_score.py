@@ -225,7 +225,9 @@ def test_bad_input_is_one_clear_error(model_dir, tmp_path, capsys):
                                                                                      "--input", src])):
         code = command([str(a) for a in args + ["--output", tmp_path]])   # a directory: the output cannot be written
         out, err = capsys.readouterr()
-        assert code == 2 and out == "" and f"error: --output {tmp_path}: cannot write (Is a directory)" in err
+        assert code == 2 and out == "" and f"error: --output {tmp_path} is a directory: give the file to write" in err
+        new = tmp_path / command.__name__ / "sub" / "out.txt"   # refused, where nmt-evaluate's --json made its dirs
+        assert command([str(a) for a in args + ["--output", new]]) == 0 and len(new.read_text().splitlines()) == 3
     code, out, err = run(["--model-dir", model_dir, "--src-file", src, "--tgt-file", src], capsys)
     assert code == 2 and out == "" and f"--tgt-file {src} should be the English side (the model translates ko -> en) " \
                                        f"but has Hangul on 100% of its lines, as --src-file {src} has on 100%: the same " \
