@@ -27,7 +27,7 @@ from nmt.languages import hangul_counts, other_language_warning
 from nmt.serve.batcher import DEFAULT_MAX_WAIT_MS, Batcher, Closed, QueueFull, TimedOut
 from nmt.serve.openapi import fit_examples, openapi_30
 from nmt.serve.page import page_html
-from nmt.serve.responses import (AttentionAnswer, HealthAnswer, InfoAnswer, TranslateAnswer, responses,
+from nmt.serve.responses import (AttentionAnswer, HealthAnswer, InfoAnswer, TranslateAnswer, logged, responses,
                                  translation_item)
 from nmt.serve.schema import (AttentionRequest, Limits, RequestError, TranslateRequest, at_length_limit,
                               attention_within, check_attention, check_prefixes, check_translate, parse, read_body,
@@ -282,7 +282,8 @@ def _add_routes(app: FastAPI, limits: Limits) -> None:
             links = iter(await _aligned(model, lines, ids, clock, request))
             nbests = [[(t, s, next(links)) for t, s in h] for h in nbests]
         pieces = [[[tr.tgt_tok.piece(t) for t in y] for y in h] if req.pieces else None for h in ids]
-        return {"src_lang": tr.src_lang, "tgt_lang": tr.tgt_lang, "beam_size": beam, "warnings": warnings,
+        return {"src_lang": tr.src_lang, "tgt_lang": tr.tgt_lang, "beam_size": beam,
+                "warnings": logged(request, warnings),
                 "translations": [translation_item(h, req.alignment, p) for h, p in zip(nbests, pieces)]}
 
     @app.post("/attention", openapi_extra=_body_schema(AttentionRequest), response_model=None,
@@ -302,7 +303,7 @@ def _add_routes(app: FastAPI, limits: Limits) -> None:
         except ValueError as e:   # e.g. nothing left after normalization
             raise RequestError(422, f"text: {e}", "text") from None
         ended = given is not None or a.tgt_pieces[-1:] == ["</s>"]   # (a given translation is as given)
-        warnings += cut + ([] if ended else [at_length_limit(model.translator.decode)])
+        warnings = logged(request, warnings + cut + ([] if ended else [at_length_limit(model.translator.decode)]))
         return {"translation": a.translation, "src_pieces": a.src_pieces, "tgt_pieces": a.tgt_pieces,
                 "weights": [[round(float(w), 4) for w in row] for row in a.weights], "warnings": warnings}
 

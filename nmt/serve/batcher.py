@@ -298,8 +298,9 @@ class Batcher:
             elif not job.lines:
                 self._finish(job, Translations([], []))
             else:
-                try:
-                    self._decoder.add(job.lines, [(id(job), i) for i in range(len(job.lines))], job.prefixes)
+                try:   # (a cut line: its answer's warning names it, as text[i], and the log has the answer's)
+                    with self.translator.unreported():
+                        self._decoder.add(job.lines, [(id(job), i) for i in range(len(job.lines))], job.prefixes)
                 except Exception as e:   # pylint: disable=broad-except - e.g. the tokenizer failed: the caller gets it
                     logger.exception("could not start translating a request")
                     self._finish(job, error=e)

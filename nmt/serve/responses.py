@@ -3,11 +3,14 @@ document, so that a client generated from it knows their fields. The endpoints b
 tests check real answers against these models (unknown fields refused), so the two cannot drift apart."""
 from __future__ import annotations
 
+import logging
 from typing import Dict, List, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from nmt.serve.schema import error_responses
+
+logger = logging.getLogger("nmt.serve")
 
 ALIGNMENT = "[source word, translation word] pairs, words counted from 0 (with \"alignment\": true)"
 PIECES = "its SentencePiece pieces as the search wrote them, without </s> (with \"pieces\": true)"
@@ -126,3 +129,11 @@ def translation_item(hyps: list, alignment: bool, pieces: Optional[List[List[str
     empty = {"translation": "", "score": None, **({"alignment": []} if alignment else {}),
              **({"pieces": []} if pieces is not None else {})}
     return {**(items[0] if items else empty), "nbest": items}
+
+
+def logged(request, warnings: List[str]) -> List[str]:
+    """An answer's warnings, also in the server's log as the answer words them (text[i], max_input_tokens)."""
+    if warnings:   # (the Translator's own, "input line N" and --max-input-tokens, are not said: `Batcher._add`)
+        logger.info("%s %s answered with %d warning(s): %s", request.method, request.url.path, len(warnings),
+                    "; ".join(warnings))
+    return warnings

@@ -304,7 +304,7 @@ def _token_warning(translator, where: str, line: str, encode) -> str:
     limit = translator.decode.max_input_tokens
     if within_pieces(line, limit):
         return ""
-    with translator.unreported() as cut:   # the translation reports it in the log
+    with translator.unreported() as cut:   # (the log gets the answer's warning: `responses.logged`)
         encode([line])
     return (f"{where} has more than {limit} subword tokens; truncated to {limit} (max_input_tokens), as "
             "nmt-translate does") if cut else ""
