@@ -32,7 +32,7 @@ from nmt.atomic import atomic_copy, atomic_write_text, sibling_stem
 from nmt.commands import command, nonempty
 from nmt.config import Config, ConfigError
 from nmt.dirlock import alive
-from nmt.storage import mxnet_name
+from nmt.storage import StorageError, mxnet_name
 
 EXPORT = ckpt.EXPORT   # what an export was made from; --overwrite replaces only a directory that has one
 
@@ -108,6 +108,9 @@ def export_model(model_dir, output, which: str = "best", overwrite: bool = False
                 raise
             raise ConfigError(f"--output {output}: another nmt-export wrote it as this one ran; nothing replaced "
                               "(--overwrite replaces it)") from None
+    except StorageError as e:   # (full disk, `ulimit -f`): named in the output, not the copy removed here
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise StorageError(str(e).replace(str(tmp), str(output))) from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

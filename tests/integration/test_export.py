@@ -342,6 +342,19 @@ def test_a_stdout_gone_or_full_after_the_work_loses_only_the_last_lines(model_di
     assert (tmp_path / "ex" / ckpt.PARAMS_BEST).is_file()
 
 
+def test_a_size_limit_names_the_output_not_its_temporary_copy(model_dir, tmp_path):
+    """Under `ulimit -f`, the error named ".ex.export-<pid>/params.best", a directory removed as it was said."""
+    import resource
+    limit = (model_dir / ckpt.PARAMS_BEST).stat().st_size // 2
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    p = subprocess.run([sys.executable, str(REPO / "scripts" / "export.py"), "--model-dir", str(model_dir),
+                        "--output", str(tmp_path / "ex")], stderr=subprocess.PIPE, text=True, env=env, timeout=300,
+                       preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)))
+    assert p.returncode == 2 and f"cannot write {tmp_path / 'ex' / ckpt.PARAMS_BEST}: File too large" in p.stderr, \
+        p.stderr
+    assert ".export-" not in p.stderr and "Traceback" not in p.stderr and os.listdir(tmp_path) == []
+
+
 def test_a_best_replaced_by_training_during_the_export_is_exported_with_its_own_step(model_copy, tmp_path, capsys,
                                                                                     monkeypatch):
     """nmt-export of best while the run trained read params.best's step and hash, then copied the file a new best
