@@ -57,6 +57,7 @@ def score_main(args: argparse.Namespace) -> int:
     from nmt.align import align_ids
     from nmt.forced import SCORE_CHUNK, score_ids, target_ids
     from nmt.log import Every, setup_logging
+    from nmt.signals import deferred
     one_stdin({"--src-file": args.src_file, "--tgt-file": args.tgt_file})
     usable_streams([args.src_file, args.tgt_file], [args.output])
     refuse_overwriting("--output", args.output, {"--src-file": args.src_file, "--tgt-file": args.tgt_file},
@@ -79,9 +80,10 @@ def score_main(args: argparse.Namespace) -> int:
             scored = score_ids(tr, src_ids, part, tr.decode.length_penalty_alpha)
             links = align_ids(tr, src_ids, part) if args.alignment else None
             try:
-                out.write("".join(_score_row(s, args.output_format, links and links[k]) + "\n"
-                                  for k, s in enumerate(scored)))
-                out.flush()
+                with deferred():   # (a signal while a slow reader takes the chunk: its lines written whole)
+                    out.write("".join(_score_row(s, args.output_format, links and links[k]) + "\n"
+                                      for k, s in enumerate(scored)))
+                    out.flush()
             except BrokenPipeError:
                 return reader_gone()
             log_prob += math.fsum(s.log_prob for s in scored)

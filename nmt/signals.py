@@ -68,6 +68,31 @@ def terminated_as_interrupt() -> contextlib.AbstractContextManager:
     return _handling((signal.SIGTERM, *hangup_unless_ignored()), handler)
 
 
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP that come while the block runs act at its end, as their handlers then would (Ctrl-C's
+    KeyboardInterrupt, `terminated_as_interrupt`'s `Terminated`, a default's kill); a second one acts at once. Around
+    a chunk's write to a slow reader: stopped, a command leaves no half-written line."""
+    previous, got = {s: signal.getsignal(s) for s in stopping_signals()}, []
+
+    def act(signum: int, frame=None) -> None:
+        if callable(previous[signum]):
+            previous[signum](signum, frame)
+        else:   # the default's (or a handler set outside Python): the process ends as it would have
+            signal.signal(signum, signal.SIG_DFL)
+            signal.raise_signal(signum)
+
+    def handler(signum, frame):
+        leave_hung_up_terminal(signum)   # (the rest of the write goes nowhere rather than failing)
+        if got:
+            act(signum, frame)
+        got.append(signum)
+    with _handling(previous, handler):
+        yield
+    if got:
+        act(got[0])
+
+
 def leave_hung_up_terminal(signum: int) -> None:
     """At SIGHUP: standard output and error that were a terminal now hung up (closed: every write to it fails, EIO)
     go to /dev/null, so that what the command writes as it stops (a progress bar, its last lines, a message) cannot

@@ -23,6 +23,7 @@ from nmt.corpus import INVISIBLE, CorpusError, control_characters, count_lines, 
 from nmt.textfile import (archive_sign, binary_sign, decompressing, encoding_of, iconv_command, not_text, open_bytes,
                           to_utf8_hint, wide_encoding)
 from nmt.log import Every
+from nmt.signals import deferred
 from nmt.translate import Translator
 
 logger = logging.getLogger("nmt.translate")
@@ -276,8 +277,9 @@ def translate_stream(translator: Translator, raw_lines: Iterable[Tuple[bytes, bo
             started = time.perf_counter()
             rows, best = translation_rows(translator, chunk, first, nbest, alignment,
                                           prefixes if json_input else None)
-            out.write("".join(r + "\n" for r in rows))
-            out.flush()
+            with deferred():   # Ctrl-C or SIGTERM while a slow reader takes the chunk: its lines written whole
+                out.write("".join(r + "\n" for r in rows))
+                out.flush()
             logger.debug("%s: %s translated in %.2f s", name, f"lines {first}-{first + len(chunk) - 1}"
                          if len(chunk) > 1 else f"line {first}", time.perf_counter() - started)
             if on_chunk is not None:

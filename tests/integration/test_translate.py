@@ -12,6 +12,7 @@ import pty
 import re
 import select
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -331,6 +332,30 @@ def test_a_long_input_says_how_far_it_got(tr, monkeypatch, caplog):
         translate_stream(tr, items, io.StringIO(), name="big.ko", chunk_lines=2)
     said = [r.message.split(" (")[0] for r in caplog.records if "so far" in r.message]
     assert said == [f"big.ko: {n} lines translated so far" for n in (2, 4)]   # 5: the summary
+
+
+@pytest.mark.parametrize("signals", [1, 2])
+def test_a_signal_during_a_chunks_write_stops_after_its_lines(tr, signals):
+    """SIGTERM (or Ctrl-C) while a slow reader took a chunk stopped the write halfway: the last line cut. One signal
+    now waits for the chunk's lines, then stops as before (no further chunk); a second stops at once."""
+    from nmt.commands import Terminated
+    from nmt.signals import terminated_as_interrupt
+
+    class Out(io.StringIO):   # a write that a signal (or two) interrupts halfway
+        def write(self, text):
+            super().write(text[:len(text) // 2])
+            for _ in range(signals):
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.05)   # (delivered, in the main thread, before the rest)
+            return super().write(text[len(text) // 2:]) + len(text) // 2
+    out, before = Out(), signal.getsignal(signal.SIGTERM)
+    with terminated_as_interrupt(), pytest.raises(Terminated):
+        translate_stream(tr, [("리 니 차".encode(), False)] * 6, out, chunk_lines=3)
+    if signals == 1:
+        assert out.getvalue().endswith("\n") and len(out.getvalue().splitlines()) == 3, out.getvalue()
+    else:
+        assert not out.getvalue().endswith("\n"), out.getvalue()
+    assert signal.getsignal(signal.SIGTERM) == before   # (each handler put back)
 
 
 def test_a_compressed_input_is_translated(tr, tmp_path, capsys):
