@@ -4,7 +4,8 @@
 checkpoint whose manifest exists is complete, and one whose files no longer match it (truncated by a crash during a
 copy, a flipped byte, a deleted file) is known to be bad before MXNet reads it. A step checkpoint's manifest also
 holds its TrainState: `--resume` can fall back to the newest intact checkpoint even when state.json is damaged.
-Each records config.json's model settings too, which the parameters are of: a load compares them with config.json's.
+Each records config.json's model settings and language pair too, which the parameters are of: a load compares them
+with config.json's.
 """
 from __future__ import annotations
 
@@ -49,9 +50,10 @@ def write_manifest(model_dir: Path, key: str, names: Sequence[str], step: int,
              for n in list(names) + model_files(model_dir)}
     body = {"format": FORMAT, "checkpoint": key, "step": step, "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "files": files}
-    model = read_manifest(model_dir, model_of).get("model") if model_of else _model_settings(model_dir)
-    if model is not None:   # the settings the parameters are of (`check_model_settings` compares config.json's)
-        body["model"] = model
+    recorded = read_manifest(model_dir, model_of) if model_of else _model_settings(model_dir)
+    for name in ("model", "languages"):   # the settings the parameters are of (`check_model_settings` compares)
+        if recorded.get(name) is not None:
+            body[name] = recorded[name]
     if state is not None:
         body["state"] = state
     body["self_sha256"] = _self_hash(body)
@@ -113,31 +115,40 @@ def verify(model_dir: Path, key: str, attempts: int = 3) -> Dict[str, Any]:
     raise CheckpointError("; ".join(problems))
 
 
-def _model_settings(model_dir: Path) -> Optional[Dict[str, Any]]:
-    """The model section of `model_dir`'s config.json as written (None: none readable; its own errors are named
-    where it is read as a configuration)."""
+def _model_settings(model_dir: Path) -> Dict[str, Any]:
+    """{"model": the model section of `model_dir`'s config.json as written, "languages": [its data section's src_lang,
+    tgt_lang]}, each None when not readable (its own errors are named where it is read as a configuration): the
+    languages say which SentencePiece model reads the source."""
     try:
-        model = json.loads((model_dir / "config.json").read_text(encoding="utf-8")).get("model")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return model if isinstance(model, dict) else None
+        cfg = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {"model": None, "languages": None}
+    model, data = (cfg.get(k) if isinstance(cfg, dict) else None for k in ("model", "data"))
+    languages = [data.get("src_lang"), data.get("tgt_lang")] if isinstance(data, dict) else None
+    return {"model": model if isinstance(model, dict) else None, "languages": languages}
 
 
 def check_model_settings(params: Path, key: str) -> None:
-    """CheckpointError naming each model setting of config.json beside the parameter file `params` that differs
-    from those its checkpoint `key` was saved with (its manifest's; one that records none, or none readable, is not
-    compared: its damage is named where it is verified). Parameters fit a model of other settings where no shape
-    changes (a Transformer's heads, an attention), which then translates otherwise, silently; config.json's other
-    sections may be edited."""
+    """CheckpointError naming each model setting (and language) of config.json beside the parameter file `params`
+    that differs from those its checkpoint `key` was saved with (its manifest's; one that records none, or none
+    readable, is not compared: its damage is named where it is verified). Parameters fit a model of other settings
+    where no shape changes (a Transformer's heads, an attention), which then translates otherwise, silently; the
+    rest of config.json may be edited."""
     try:
-        recorded = read_manifest(params.parent, key).get("model")
+        recorded = read_manifest(params.parent, key)
     except CheckpointError:
         return
-    mine = _model_settings(params.parent)
-    if recorded is None or mine is None or mine == recorded:
+    current, differ = _model_settings(params.parent), []
+    mine, saved = current["model"], recorded.get("model")
+    if saved is not None and mine is not None and mine != saved:
+        differ = [f"model.{k} {json.dumps(mine.get(k))} (saved with {json.dumps(saved.get(k))})"
+                  for k in sorted(set(mine) | set(saved)) if mine.get(k) != saved.get(k)]
+    mine, saved = current["languages"], recorded.get("languages")
+    if saved is not None and mine is not None and mine != saved:   # (the source read by the other's SentencePiece)
+        differ += [f"data.{k} {json.dumps(m)} (saved with {json.dumps(v)})"
+                   for k, m, v in zip(("src_lang", "tgt_lang"), mine, saved) if m != v]
+    if not differ:
         return
-    differ = [f"model.{k} {json.dumps(mine.get(k))} (saved with {json.dumps(recorded.get(k))})"
-              for k in sorted(set(mine) | set(recorded)) if mine.get(k) != recorded.get(k)]
     raise CheckpointError(f"{params} cannot be loaded: {params.parent / 'config.json'} has {', '.join(differ)}: the "
                           f"model settings its parameters were trained with ({manifest_name(key)}) describe them and "
                           "cannot be edited; put them back (a decoding default, config.json's decode section, may be)")

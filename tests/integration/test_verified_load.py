@@ -303,6 +303,14 @@ def test_model_settings_edited_in_config_json_are_refused_and_decoding_ones_take
                 ": the model settings its parameters were trained with") in err, err
         assert "describe them and cannot be edited; put them back" in err and "Traceback" not in err
     config["model"]["dropout"] = dropout
+    data = dict(config["data"])   # the language pair swapped (another model's config.json copied in): the source
+    config["data"]["src_lang"], config["data"]["tgt_lang"] = data["tgt_lang"], data["src_lang"]   # read with the
+    (copy / ckpt.CONFIG).write_text(json.dumps(config))   # target's SentencePiece model, garbage with exit code 0
+    assert translate_main(translate) == 2
+    err = capsys.readouterr().err
+    assert f"{copy / ckpt.CONFIG} has data.src_lang \"{data['tgt_lang']}\" (saved with \"{data['src_lang']}\"), " \
+        f"data.tgt_lang \"{data['src_lang']}\" (saved with \"{data['tgt_lang']}\"): the model settings" in err, err
+    config["data"] = data
     (copy / ckpt.CONFIG).write_text(json.dumps(config))
     assert translate_main(translate) == 0
     assert translate_main([*translate, "--nbest", "3"]) == 2   # the edited beam is the default taken
