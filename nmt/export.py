@@ -21,6 +21,7 @@ import glob
 import json
 import logging
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -35,6 +36,7 @@ from nmt.dirlock import alive
 from nmt.storage import StorageError, mxnet_name
 
 EXPORT = ckpt.EXPORT   # what an export was made from; --overwrite replaces only a directory that has one
+EXPORT_FILE = re.compile(r"(config|scores|export)\.json|params\.best|manifest\.best\.json|spm\.\w+\.(model|vocab)")
 
 
 def build_export_parser() -> argparse.ArgumentParser:
@@ -194,6 +196,12 @@ def _check_output(model_dir: Path, output: Path, overwrite: bool) -> None:
         if not (output / EXPORT).is_file():
             raise ConfigError(f"--overwrite replaces only an earlier export, and {output} has no {EXPORT} (a model "
                               "directory of nmt-train?): give another --output")
+        foreign = sorted(p.name for p in output.iterdir() if not EXPORT_FILE.fullmatch(p.name))
+        if foreign:   # (a model card, samples, a training run: --overwrite deleted them without a word)
+            raise ConfigError(f"--overwrite replaces --output {output} whole, and it holds what no export writes: "
+                              f"{', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}; move "
+                              f"{'it' if len(foreign) == 1 else 'them'} out of the directory first, or give another "
+                              "--output")
 
 
 def _tokenizer_files(model_dir: Path, cfg: Config) -> list:

@@ -153,6 +153,14 @@ def test_overwrite_replaces_an_earlier_export(model_copy, tmp_path, capsys):
     assert run(export_main, ["--model-dir", model_copy, "--output", out, "--checkpoint", step, "--overwrite"],
                capsys)[0] == 0
     assert json.loads((out / EXPORT).read_text())["step"] == step
+    # what no export writes (a model card, a training run copied inside) was deleted with it, without a word
+    (out / "README.md").write_text("model card")
+    shutil.copytree(model_copy, out / "run")
+    code, _, err = run(export_main, ["--model-dir", out / "run", "--output", out, "--overwrite"], capsys)
+    assert code == 2 and f"--overwrite replaces --output {out} whole, and it holds what no export writes: README.md, " \
+        "run; move them out of the directory first" in err, err
+    assert (out / "README.md").is_file() and (out / "run" / ckpt.CONFIG).is_file()
+    assert json.loads((out / EXPORT).read_text())["step"] == step
 
 
 def test_a_link_as_output_is_replaced_on_overwrite_and_its_target_kept(model_copy, tmp_path, capsys):
