@@ -295,8 +295,8 @@ def params_path(model_dir: Path, which: str = "best", quiet: bool = False, use: 
         raise CheckpointError(f"unknown checkpoint '{which}': use best, latest, avg or a step number")
     if not path.exists():
         held = "" if (model_dir / EXPORT).exists() else f"it held step {best_step(model_dir)}, the best on dev: "
-        hint = (f"; average the last N checkpoints into it with `nmt-train --model-dir {shell_word(model_dir)} "
-                "--resume --average-last N`" if which == "avg" else
+        from nmt.config_resume import average_advice   # (which uses this module's TrainState)
+        hint = (average_advice(model_dir) if which == "avg" else
                 f"; {held}{restore_best(model_dir, best_step(model_dir), use)}" if which == "best" else "")
         if str(which).isdecimal():
             kept = kept_steps(model_dir)

@@ -99,3 +99,19 @@ def resumed_config(saved: Config, cfg: Config, given: Optional[Dict[str, str]], 
             raise ConfigError(f"--resume: {flag} {path}, recorded in {source}, is not there any more: a run reads "
                               f"its files again when it resumes: put them back there{where}")
     return Config.from_dict(merged, source=source), changes
+
+
+def average_advice(model_dir: Path) -> str:
+    """How to make params.avg: a resume with --average-last N, and --max-steps at the run's step if it stopped by
+    --max-seconds (PER_INVOCATION), a signal or a kill; the limits a resume keeps end it without an update."""
+    from nmt.checkpoint import CheckpointError, TrainState
+    from nmt.signals import INTERRUPTS
+    try:
+        state = TrainState.load(model_dir)
+    except CheckpointError:
+        state = TrainState(stopped="max_steps")
+    run = f"; average the last N checkpoints into it with `nmt-train --model-dir {shell_word(model_dir)} --resume " \
+        "--average-last N"
+    return f"{run}`" if state.stopped not in (*INTERRUPTS, "max_seconds", "") else (
+        f"{run} --max-steps {state.step}` (it stopped by {state.stopped or 'a kill'} at step {state.step}: without "
+        "--max-steps the resume would train on)")

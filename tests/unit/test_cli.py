@@ -962,6 +962,20 @@ def test_paths_in_advice_paste_back_into_a_shell(path, tmp_path):
     assert f"`nmt-train --model-dir {shell_word(model)} --resume --average-last N`" in str(e.value)
 
 
+@pytest.mark.parametrize("stopped, said", [("max_seconds", "max_seconds"), ("SIGTERM", "SIGTERM"), ("", "a kill"),
+                                           ("early_stop", None)])
+def test_the_advice_to_average_a_run_stopped_by_its_time_makes_no_update(stopped, said, tmp_path):
+    """A run stopped by --max-seconds (or a signal, or killed) was told to `--resume --average-last N`, which trains
+    on (the time limit is each invocation's) and replaced params.best: it is given its step as --max-steps."""
+    from nmt.checkpoint import CheckpointError, TrainState, params_path
+    TrainState(step=141, stopped=stopped).save(tmp_path)
+    with pytest.raises(CheckpointError) as e:
+        params_path(tmp_path, "avg")
+    run = f"`nmt-train --model-dir {tmp_path} --resume --average-last N"
+    assert (f"{run} --max-steps 141` (it stopped by {said} at step 141: without --max-steps the resume would train "
+            "on)" if said else f"{run}`") in str(e.value), str(e.value)
+
+
 def test_thread_counts_mxnet_takes_and_refuses(monkeypatch, capsys):
     """MXNet reads OMP_NUM_THREADS as a C int: "+4" and 2147483647 run (they were refused), 2147483648, " " and an
     NBSP before a digit aborted the process (they passed); --help and --version load no MXNet and are not refused,
