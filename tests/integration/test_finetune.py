@@ -168,6 +168,8 @@ def test_what_does_not_fit_is_a_clear_error(parent, tmp_path, capsys):
              f"--hidden-size 32: --init-from {best} has model.hidden_size 48 ({model / ckpt.CONFIG}); a fine-tuning "
              "run keeps its model's settings, languages and vocabularies: drop --hidden-size"),
             (["--init-from", str(model), "--src", "en", "--tgt", "ko"], '--src "en": --init-from'),
+            (["--init-from", str(model), "--tie-weights"],   # (the untied model's "--no-tie-weights false" read
+             f"--tie-weights (model.tie_weights true): --init-from {best} has model.tie_weights false"),   # as off)
             (["--init-from", str(model), "--vocab-size", "300"], "--vocab-size 300: --init-from"),
             (["--init-from", str(model), "--resume"], "--init-from starts a new run from a trained model and --resume"),
             (["--init-from", str(tmp_path / "nothing")], "nothing: no such model directory or parameter file"),
