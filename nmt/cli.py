@@ -170,10 +170,14 @@ def config_for_resume(args: argparse.Namespace) -> Tuple[Config, List[str]]:
         check_model(saved.model, {})
     except ConfigError as e:
         raise ConfigError(f"--resume: {path}: {e}") from None
-    if "data.batch_size" in vars(args) and saved.data.batch_tokens:   # the run's batch_tokens would override it
-        raise ConfigError(f"--resume: --batch-size {vars(args)['data.batch_size']} asks for batches of sentences, and "
-                          f"this run was trained with --batch-tokens {saved.data.batch_tokens} ({path}); the data "
-                          "cannot change within a run: drop --batch-size, or train into a new --model-dir")
+    tokens = saved.data.batch_tokens   # (a --batch-size given would be overridden by it)
+    for flag, kind, trained in (("--batch-size", "sentences", tokens and f"--batch-tokens {tokens}"),
+                                ("--batch-tokens", "tokens", not tokens and f"--batch-size {saved.data.batch_size}")):
+        value = vars(args).get("data." + flag[2:].replace("-", "_"))
+        if value is not None and trained:
+            raise ConfigError(f"--resume: {flag} {value} asks for batches of {kind}, and this run was trained with "
+                              f"{trained} ({path}); the data cannot change within a run: drop {flag}, or train into "
+                              "a new --model-dir")
     # the flags (and a --config file) over the run's settings, its per-invocation keys at their defaults
     base, defaults = saved.to_dict(), Config.for_arch(saved.model.arch).to_dict()
     for key in PER_INVOCATION:
