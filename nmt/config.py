@@ -281,16 +281,16 @@ class DecodeConfig:
         self.check()
 
     def check(self) -> None:
-        """ConfigError naming the flag of the first bad setting: run when made, and again before a Translator
-        decodes, since a field may be set by hand (`tr.decode.max_input_tokens = 0`)."""
+        """ConfigError naming the flag of the first bad setting: when made, and before decoding (set by hand)."""
         for flag, value, low in (("--beam-size", self.beam_size, 1), ("--nbest", self.nbest, 1),
                                  ("--decode-batch-size", self.batch_size, 1),
                                  ("--max-input-tokens", self.max_input_tokens, 1), ("--max-len-b", self.max_len_b, 0)):
             _check([(not isinstance(value, bool) and isinstance(value, numbers.Integral) and low <= value < 1e6,
                      f"{flag} must be an integer from {low} to 999999 (got {value!r})")])
-        for flag, value in (("--max-len-a", self.max_len_a), ("--length-penalty", self.length_penalty_alpha)):
-            _check([(not isinstance(value, bool) and isinstance(value, numbers.Real) and 0 <= value < 1e6,
-                     f"{flag} must be a number from 0 to below 1e6 (got {value!r})")])
+        a, alpha = self.max_len_a, self.length_penalty_alpha   # (the penalty ((5 + len) / 6)^alpha is float32)
+        real = [not isinstance(v, bool) and isinstance(v, numbers.Real) for v in (a, alpha)]
+        _check([(real[0] and 0 <= a < 1e6, f"--max-len-a must be a number from 0 to below 1e6 (got {a!r})"),
+                (real[1] and 0 <= alpha <= 10, f"--length-penalty must be a number from 0 to 10 (got {alpha!r})")])
         _check([(self.nbest <= self.beam_size, f"--nbest {self.nbest} is more than --beam-size {self.beam_size}: "
                                                "beam search keeps only beam-size hypotheses; raise --beam-size"),
                 (self.max_len_a > 0 or self.max_len_b >= 1, f"--max-len-a {self.max_len_a} --max-len-b "

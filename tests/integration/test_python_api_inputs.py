@@ -220,7 +220,7 @@ def test_decode_settings_changed_by_hand_are_checked_at_the_next_call(tr, lines)
              "continuous": lambda: mine.continuous()}
     for field, value, says in (("max_input_tokens", 0, "--max-input-tokens must be an integer from 1 to 999999 (got 0)"),
                                ("beam_size", "4", "--beam-size must be an integer from 1 to 999999 (got '4')"),
-                               ("length_penalty_alpha", -1.0, "--length-penalty must be a number from 0 to below 1e6 (got -1.0)")):
+                               ("length_penalty_alpha", -1.0, "--length-penalty must be a number from 0 to 10 (got -1.0)")):
         setattr(mine.decode, field, value)
         for name, call in calls.items():
             with pytest.raises(ConfigError, match=f"^{re.escape(says)}$"):

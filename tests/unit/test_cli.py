@@ -319,7 +319,8 @@ def test_a_config_written_by_an_earlier_version_is_refused(tmp_path):
     (["--num-buckets", "0"], "--num-buckets must be >= 1"),
     (["--beam-size", "0"], "--beam-size must be an integer from 1 to 999999 (got 0)"),
     (["--max-len-b", str(10 ** 20)], f"--max-len-b must be an integer from 0 to 999999 (got {10 ** 20})"),
-    (["--length-penalty", "-0.5"], "--length-penalty must be a number from 0 to below 1e6 (got -0.5)"),
+    (["--length-penalty", "-0.5"], "--length-penalty must be a number from 0 to 10 (got -0.5)"),
+    (["--length-penalty", "45"], "--length-penalty must be a number from 0 to 10 (got 45.0)"),   # (empty n-bests)
     (["--decode-batch-size", "0"], "--decode-batch-size must be an integer from 1 to 999999"),
     (["--max-len-a", "0", "--max-len-b", "0"], "--max-len-a 0.0 --max-len-b 0 allow no output token"),
     (["--seed", "-1"], "--seed must be between 0 and 2**32 - 1, got -1"),
