@@ -838,6 +838,28 @@ def test_invisible_lines_long_words_and_the_news_of_a_result(translator, serve_s
         driver.quit()
 
 
+def test_the_heatmaps_warnings_are_shown_and_its_note_wraps(translator, serve_sentences):
+    """/attention's warnings (its text or translation cut to max_input_tokens) were dropped by the page, which drew
+    the cut heatmap without a word; and a long unbroken translation in the note under it (a URL, ",,,,") made the
+    whole page scroll sideways, on a phone laid out wider than the screen."""
+    import copy
+    import dataclasses
+    short = copy.copy(translator)   # the same model, its input limit below the translations' pieces
+    short.decode = dataclasses.replace(translator.decode, max_input_tokens=3)
+    driver = browser()
+    try:
+        with background_server(make_app(short)) as url:
+            translate_on_page(driver, url, " ".join(serve_sentences[:3]))
+            note = content(driver, "attention-note")["attention-note"]
+            assert "sum to 1. Note: text has more than 3 subword tokens; truncated to 3 (max_input_tokens)" in note, \
+                note
+            driver.execute_script("document.getElementById('attention-note').textContent += ','.repeat(3000)")
+            width = driver.execute_script("return [document.documentElement.scrollWidth, window.innerWidth]")
+            assert width[0] <= width[1], f"the page is {width[0]} pixels wide in a {width[1]}-pixel window"
+    finally:
+        driver.quit()
+
+
 def page_characters() -> str:
     """Every character of the classes the page gets from the server, a character either side of each range, and
     whitespace: what its words() must split and drop as nmt.corpus.normalize does."""
