@@ -30,7 +30,7 @@ from typing import Dict
 from nmt import checkpoint as ckpt
 from nmt import jsonio, manifest
 from nmt.atomic import atomic_copy, atomic_write_text, sibling_stem
-from nmt.commands import command, nonempty
+from nmt.commands import command, nonempty, shell_word
 from nmt.config import Config, ConfigError
 from nmt.dirlock import alive
 from nmt.storage import StorageError, mxnet_name
@@ -189,6 +189,12 @@ def _check_output(model_dir: Path, output: Path, overwrite: bool) -> None:
         return
     if output.exists() and not output.is_dir():
         raise ConfigError(f"--output {output} is a file: give a directory to create")
+    here = Path.cwd()   # (renamed into place: a mount point cannot be, and the shell's directory would be gone)
+    if output.is_dir() and (os.path.ismount(output) or here == output.resolve() or output.resolve() in here.parents):
+        raise ConfigError(f"--output {output} is " + ("a mount point" if os.path.ismount(output) else "the current "
+                          "directory") + ", which an export cannot replace (it is assembled beside its directory "
+                          "and renamed into place): give a new directory inside it, e.g. --output "
+                          f"{shell_word(str(output / 'model') if output != Path('.') else 'model')}")
     if output.is_dir() and any(output.iterdir()):
         if not overwrite:
             raise ConfigError(f"--output {output} exists and is not empty: give a new directory, or --overwrite to "

@@ -106,6 +106,23 @@ def test_an_export_into_a_read_only_directory_is_one_line(model_copy, tmp_path, 
     assert code == 2 and f"cannot write in its directory {model_copy.parent} (Read-only file system)" in err, err
 
 
+def test_an_export_into_the_current_directory_or_a_mount_point_is_one_line(model_copy, tmp_path, capsys,
+                                                                            monkeypatch):
+    """`cd release && nmt-export --output .` assembled the copy inside the output itself (Path(".").parent is ".")
+    and ended in a traceback (EBUSY renaming it onto "."); an empty mount point did the same."""
+    here = tmp_path / "release"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    for output in (".", "./"):
+        code, _, err = run(export_main, ["--model-dir", model_copy, "--output", output], capsys)
+        assert code == 2 and "error: --output . is the current directory, which an export cannot replace (it is " \
+            "assembled beside its directory and renamed into place): give a new directory inside it, e.g. --output " \
+            "model" in err and "Traceback" not in err, err
+    assert os.listdir(here) == [] and sorted(os.listdir(tmp_path)) == sorted([here.name, model_copy.name])
+    code, _, err = run(export_main, ["--model-dir", model_copy, "--output", "/proc"], capsys)
+    assert code == 2 and "--output /proc is a mount point, which an export cannot replace" in err, err
+
+
 def test_an_export_is_refused_where_it_would_destroy_something(model_copy, tmp_path, capsys):
     out = tmp_path / "out"
     out.mkdir()
