@@ -103,14 +103,25 @@ class ModelDirLock:
 
 
 def trained_now(model_dir: Path) -> bool:
-    """Whether a live process (of this host: on another, it cannot be told, and is taken to be) holds the model
-    directory's lock, as its train.lock names it."""
+    """Whether another process holds the model directory's lock: its flock, tried (briefly shared), which a trainer
+    on any host sharing the file system holds; not the host and process train.lock names, which stay in the file
+    after a kill (a directory copied from a cluster node, another container's host name, a process id reused)."""
     try:
-        holder = json.loads((Path(model_dir) / LOCK).read_text(encoding="utf-8"))
-        # (this process holds it no more: its loads come after its saves)
-        return holder["host"] != socket.gethostname() or int(holder["pid"]) != os.getpid() and alive(holder["pid"])
-    except (OSError, ValueError, KeyError, TypeError):   # no lock file, or not one of ours
+        fd = os.open(str(Path(model_dir) / LOCK), os.O_RDONLY)
+    except OSError:   # no lock file: no trainer
         return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:   # held, but not by this process (its loads come after its saves)
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            holder = json.loads((Path(model_dir) / LOCK).read_text(encoding="utf-8"))
+            return (holder["host"], int(holder["pid"])) != (socket.gethostname(), os.getpid())
+        return True
+    except OSError:   # a file system without locks
+        return False
+    finally:
+        os.close(fd)   # (and the shared lock with it)
 
 
 def alive(pid) -> bool:

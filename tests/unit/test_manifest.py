@@ -405,20 +405,39 @@ def test_a_best_written_again_moves_the_scores_recorded_as_best_to_their_step(tm
 def test_latest_past_a_checkpoint_being_saved_is_no_warning(tmp_path, caplog):
     """Beside a training run, `--checkpoint latest` warned "the newest checkpoint is damaged" whenever the run was
     between a step's parameters and its manifest (hundreds of times a minute): a line of information, while a live
-    process holds the directory's lock; with none, it is damaged. Quiet, neither."""
+    process holds the directory's lock; with none, it is damaged. Quiet, neither. The lock is judged by its flock,
+    not by the host and process train.lock names, which stay after a kill: a directory copied from another host (or
+    a reused process id) said "being saved" of a save that would never end."""
     import json
     import os
-    import socket
+    import subprocess
+    import sys
     d = _model_dir(tmp_path)
     (d / ckpt.params_file(40)).write_bytes((d / ckpt.params_file(30)).read_bytes())
-    for holder, says in ((os.getppid(), f"{d}: step 40 is being saved; the latest is step 30"),
-                         (None, f"{d}: the newest checkpoint is damaged (step 40: ")):
-        caplog.clear()
-        if holder:
-            (d / ckpt.LOCK).write_text(json.dumps({"host": socket.gethostname(), "pid": holder, "since": "now"}))
-        else:
-            (d / ckpt.LOCK).unlink()
-        with caplog.at_level("INFO", logger="nmt.checkpoint"):
-            for quiet in (True, False):
-                assert ckpt.params_path(d, "latest", quiet=quiet).name == ckpt.params_file(30)
-        assert caplog.text.count(says) == 1 and ("WARNING" in caplog.text) == (holder is None), caplog.text
+    hold = ("import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); "
+            "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(120)")
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(d / ckpt.LOCK)], stdout=subprocess.PIPE, text=True)
+    try:
+        for held, says in ((True, f"{d}: step 40 is being saved; the latest is step 30"),
+                           (False, f"{d}: the newest checkpoint is damaged (step 40: ")):
+            caplog.clear()
+            if held:
+                assert holder.stdout.readline() == "held\n"
+            else:   # killed; its train.lock names another host, or a live process of this one
+                holder.kill()
+                holder.wait()
+            for host, pid in ((("gpu-node-7", 12345), ("localhost", os.getppid())) if not held else [(None, None)]):
+                if host:
+                    (d / ckpt.LOCK).write_text(json.dumps({"host": host, "pid": pid, "since": "now"}))
+                with caplog.at_level("INFO", logger="nmt.checkpoint"):
+                    for quiet in (True, False):
+                        assert ckpt.params_path(d, "latest", quiet=quiet).name == ckpt.params_file(30)
+                assert caplog.text.count(says) == 1 and ("WARNING" in caplog.text) != held, caplog.text
+                caplog.clear()
+    finally:
+        holder.kill()
+        holder.wait()
+    (d / ckpt.LOCK).unlink()
+    with caplog.at_level("INFO", logger="nmt.checkpoint"):
+        assert ckpt.params_path(d, "latest").name == ckpt.params_file(30)
+    assert "the newest checkpoint is damaged" in caplog.text
