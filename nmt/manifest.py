@@ -199,6 +199,9 @@ def newest_intact(model_dir: Path, unsaved: Optional[List[int]] = None) -> Tuple
         if "state" in body:
             return body, problems
         problems.append(f"step {step}: {Path(model_dir) / manifest_name(step_key(step))} holds no training state")
+    if not problems and (Path(model_dir) / manifest_name("best")).is_file():   # (a copy made to translate)
+        raise CheckpointError(f"{model_dir} holds no step checkpoint, only its best one: use --checkpoint best; "
+                              f"training cannot resume from it (--init-from {model_dir} fine-tunes it in a new run)")
     raise CheckpointError(f"no intact checkpoint in {model_dir} ("
                           + ("; ".join(problems) or "no checkpoint manifest") + "); restore the files from a backup "
                           "or start a new run with --overwrite")

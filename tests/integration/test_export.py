@@ -98,6 +98,20 @@ def test_latest_and_the_best_named_by_its_step_carry_their_scores(model_copy, tm
     assert read_scores(tmp_path / "b")["test"]["best"]["bleu"] == 11.0
 
 
+def test_a_copy_holding_only_the_best_checkpoint_says_so(model_copy, tmp_path, capsys):
+    """An export without its export.json (or a copy made to translate: config, SentencePiece, params.best and its
+    manifest) asked for its latest checkpoint was "no intact checkpoint (no checkpoint manifest); restore the files
+    from a backup or start a new run with --overwrite", advice that fits neither."""
+    out = tmp_path / "out"
+    assert run(export_main, ["--model-dir", model_copy, "--output", out], capsys)[0] == 0
+    (out / EXPORT).unlink()
+    (tmp_path / "in.ko").write_text("리 니\n", encoding="utf-8")
+    code, _, err = run(translate_main, ["--model-dir", out, "--checkpoint", "latest", "--input", tmp_path / "in.ko"],
+                       capsys)
+    assert code == 2 and f"error: {out} holds no step checkpoint, only its best one: use --checkpoint best; " \
+        f"training cannot resume from it (--init-from {out} fine-tunes it in a new run)" in err, err
+
+
 def test_an_export_into_a_read_only_directory_is_one_line(model_copy, tmp_path, capsys, monkeypatch):
     def read_only(self, *args, **kwargs):
         raise OSError(30, "Read-only file system")
