@@ -50,7 +50,8 @@ def build_export_parser() -> argparse.ArgumentParser:
     p.add_argument("--model-dir", required=True, type=nonempty(Path), help="a model directory written by nmt-train")
     p.add_argument("--checkpoint", default="best", metavar="WHICH",
                    help="best, avg, latest or a step number (default: best)")
-    p.add_argument("--output", required=True, type=nonempty(Path), help="the directory to write (must not exist)")
+    p.add_argument("--output", required=True, type=nonempty(Path),
+                   help="the directory to write: a new or empty one (not the current directory)")
     p.add_argument("--overwrite", action="store_true", help="replace an earlier export at --output")
     return p
 
