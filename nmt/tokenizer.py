@@ -266,10 +266,9 @@ class Tokenizer:
                 word_at[i] = word
             in_word = not ch.isspace()
         out: List[Optional[int]] = [None] * len(ids)
-        byte = self._byte_values()   # a byte piece of a character split over several has an empty surface: its begin
-        for i, p in zip(kept, proto.pieces):   # points at that character all the same (a leading "▁" alone's too)
-            lead = len(p.surface) - len(p.surface.lstrip())
-            out[i] = word_at[p.begin + lead] if p.begin + lead < p.end or not p.surface and ids[i] in byte else None
+        for i, p in zip(kept, proto.pieces):   # a byte piece of a character split over several has an empty
+            lead = len(p.surface) - len(p.surface.lstrip())   # surface: its begin points at that character all the same
+            out[i] = word_at[p.begin + lead] if p.begin + lead < p.end or not p.surface else None
         return text, out
 
     def _outside(self, what: str) -> TokenizerError:

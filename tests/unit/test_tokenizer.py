@@ -285,13 +285,3 @@ def test_piece_words_map_each_piece_to_its_word(ko_tok, text):
         assert ko_tok.decode([[t for t, w in zip(ids, words) if w == j]])[0].strip() == word
     assert all(ko_tok.decode([[t]])[0].strip() == "" for t, w in zip(ids, words) if w is None)
     assert {w for w in words if w is not None} == set(range(len(text.split())))
-
-
-def test_a_leading_piece_of_a_space_alone_is_in_no_word(ko_tok):
-    """A search may write "▁" alone first (SentencePiece then gives it an empty surface, as it gives a byte piece of
-    a split character): it was put in the first word, which gained its attention's link, where the same piece
-    later in the line is in none."""
-    space = ko_tok.piece_ids(["▁"])[0]
-    word = [t for t in ko_tok.encode(["학교"])[0] if t != space]   # (its pieces, without a word start)
-    text, words = ko_tok.piece_words([space, *word, space, *word])
-    assert text == "학교 학교" and words == [None] + [0] * len(word) + [None] + [1] * len(word), words
