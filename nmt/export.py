@@ -36,7 +36,8 @@ from nmt.dirlock import alive
 from nmt.storage import StorageError, mxnet_name
 
 EXPORT = ckpt.EXPORT   # what an export was made from; --overwrite replaces only a directory that has one
-EXPORT_FILE = re.compile(r"(config|scores|export)\.json|params\.best|manifest\.best\.json|spm\.\w+\.(model|vocab)")
+EXPORT_FILE = re.compile(r"(config|scores|export)\.json|scores\.json\.lock|params\.best|manifest\.best\.json|"
+                         r"spm\.\w+\.(model|vocab)")   # (scores.json and its lock: nmt-evaluate's too)
 
 
 def build_export_parser() -> argparse.ArgumentParser:
@@ -102,11 +103,13 @@ def export_model(model_dir, output, which: str = "best", overwrite: bool = False
             "step": step or None, "params_sha256": manifest.sha256_of(tmp / ckpt.PARAMS_BEST),
             "exported": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, indent=2) + "\n")
         replaced = _beside(output, "replaced", os.getpid())
-        if overwrite and (output.exists() or output.is_symlink()):   # an earlier export, or a link to one:
-            output.rename(replaced)   # replaced only now that the new one is complete, and deleted once it is in
-        try:                          # place (a kill meanwhile leaves the new one); a link's target stays
+        try:   # an earlier export, or a link to one, replaced only now that the new one is complete, and deleted
+            if overwrite and (output.exists() or output.is_symlink()):   # once it is in place (a kill meanwhile
+                output.rename(replaced)                                  # leaves the new one); a link's target stays
             tmp.rename(output)
         except OSError as e:   # (not empty: written since `_check_output`, by another export at the same time)
+            if e.errno == errno.EBUSY:   # a mount point `_check_output` cannot tell: a bind mount of the same disk
+                raise _unreplaceable(output, "a mount point (or in use)") from None
             if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
                 raise
             raise ConfigError(f"--output {output}: another nmt-export wrote it as this one ran; nothing replaced "
@@ -190,12 +193,13 @@ def _check_output(model_dir: Path, output: Path, overwrite: bool) -> None:
         return
     if output.exists() and not output.is_dir():
         raise ConfigError(f"--output {output} is a file: give a directory to create")
-    here = Path.cwd()   # (renamed into place: a mount point cannot be, and the shell's directory would be gone)
-    if output.is_dir() and (os.path.ismount(output) or here == output.resolve() or output.resolve() in here.parents):
-        raise ConfigError(f"--output {output} is " + ("a mount point" if os.path.ismount(output) else "the current "
-                          "directory") + ", which an export cannot replace (it is assembled beside its directory "
-                          "and renamed into place): give a new directory inside it, e.g. --output "
-                          f"{shell_word(str(output / 'model') if output != Path('.') else 'model')}")
+    if output.is_dir():   # renamed into place: a mount point cannot be, and the shell's directory would be gone
+        with contextlib.suppress(FileNotFoundError):   # (a shell in a deleted directory: not the output)
+            here = Path.cwd()
+            what = ("a mount point" if os.path.ismount(output) else "the current directory" if here == output.resolve()
+                    else "a directory holding the current one" if output.resolve() in here.parents else "")
+            if what:
+                raise _unreplaceable(output, what)
     if output.is_dir() and any(output.iterdir()):
         if not overwrite:
             raise ConfigError(f"--output {output} exists and is not empty: give a new directory, or --overwrite to "
@@ -209,6 +213,12 @@ def _check_output(model_dir: Path, output: Path, overwrite: bool) -> None:
                               f"{', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}; move "
                               f"{'it' if len(foreign) == 1 else 'them'} out of the directory first, or give another "
                               "--output")
+
+
+def _unreplaceable(output: Path, what: str) -> ConfigError:
+    inside = shell_word(str(output / "model") if output != Path(".") else "model")
+    return ConfigError(f"--output {output} is {what}, which an export cannot replace (it is assembled beside its "
+                       f"directory and renamed into place): give a new directory inside it, e.g. --output {inside}")
 
 
 def _tokenizer_files(model_dir: Path, cfg: Config) -> list:

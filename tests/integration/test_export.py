@@ -135,6 +135,25 @@ def test_an_export_into_the_current_directory_or_a_mount_point_is_one_line(model
     assert os.listdir(here) == [] and sorted(os.listdir(tmp_path)) == sorted([here.name, model_copy.name])
     code, _, err = run(export_main, ["--model-dir", model_copy, "--output", "/proc"], capsys)
     assert code == 2 and "--output /proc is a mount point, which an export cannot replace" in err, err
+    (here / "sub").mkdir()
+    monkeypatch.chdir(here / "sub")
+    code, _, err = run(export_main, ["--model-dir", model_copy, "--output", ".."], capsys)
+    assert code == 2 and "--output .. is a directory holding the current one, which an export" in err, err
+    (here / "sub").rmdir()   # a shell in a deleted directory: the check of the current one failed in a traceback
+    code, _, err = run(export_main, ["--model-dir", model_copy, "--output", tmp_path / "ok"], capsys)
+    assert code == 0 and (tmp_path / "ok" / EXPORT).is_file(), err
+    monkeypatch.chdir(tmp_path)
+    busy = Path.rename   # a bind mount of the same disk, which os.path.ismount cannot tell: EBUSY as it is renamed
+
+    def rename(self, target):
+        if Path(target).name == "mounted":
+            raise OSError(16, "Device or resource busy")
+        return busy(self, target)
+    monkeypatch.setattr(Path, "rename", rename)
+    (tmp_path / "mounted").mkdir()
+    code, _, err = run(export_main, ["--model-dir", model_copy, "--output", tmp_path / "mounted"], capsys)
+    assert code == 2 and f"--output {tmp_path / 'mounted'} is a mount point (or in use), which an export cannot " \
+        "replace" in err and "Traceback" not in err, err
 
 
 def test_an_export_is_refused_where_it_would_destroy_something(model_copy, tmp_path, capsys):
@@ -177,7 +196,7 @@ def test_a_config_json_that_builds_no_model_for_the_checkpoint_is_not_exported(m
         assert code == 2 and said in err and not (tmp_path / "x").exists(), err
 
 
-def test_overwrite_replaces_an_earlier_export(model_copy, tmp_path, capsys):
+def test_overwrite_replaces_an_earlier_export(model_dir, model_copy, tmp_path, capsys):
     out = tmp_path / "out"
     assert run(export_main, ["--model-dir", model_copy, "--output", out], capsys)[0] == 0
     step = ckpt.params_step(list_params_files(model_copy)[0])
@@ -185,6 +204,10 @@ def test_overwrite_replaces_an_earlier_export(model_copy, tmp_path, capsys):
                capsys)[0] == 0
     assert json.loads((out / EXPORT).read_text())["step"] == step
     # what no export writes (a model card, a training run copied inside) was deleted with it, without a word
+    code, _, err = run(evaluate_main, ["--model-dir", out, "--src-file", synth_file(model_dir, "test.ko"),
+                                       "--ref-file", synth_file(model_dir, "test.en")], capsys)
+    assert code == 0 and (out / "scores.json.lock").exists(), err   # (nmt-evaluate's scores and their lock)
+    assert run(export_main, ["--model-dir", model_copy, "--output", out, "--overwrite"], capsys)[0] == 0
     (out / "README.md").write_text("model card")
     shutil.copytree(model_copy, out / "run")
     code, _, err = run(export_main, ["--model-dir", out / "run", "--output", out, "--overwrite"], capsys)
