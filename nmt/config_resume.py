@@ -114,4 +114,4 @@ def average_advice(model_dir: Path) -> str:
         "--average-last N"
     return f"{run}`" if state.stopped not in (*INTERRUPTS, "max_seconds", "") else (
         f"{run} --max-steps {state.step}` (it stopped by {state.stopped or 'a kill'} at step {state.step}: without "
-        "--max-steps the resume would train on)")
+        "--max-steps the resume would train on; it then becomes the run's limit: a later resume gives a higher one)")

@@ -974,7 +974,8 @@ def test_the_advice_to_average_a_run_stopped_by_its_time_makes_no_update(stopped
         params_path(tmp_path, "avg")
     run = f"`nmt-train --model-dir {tmp_path} --resume --average-last N"
     assert (f"{run} --max-steps 141` (it stopped by {said} at step 141: without --max-steps the resume would train "
-            "on)" if said else f"{run}`") in str(e.value), str(e.value)
+            "on; it then becomes the run's limit: a later resume gives a higher one)" if said else f"{run}`") \
+        in str(e.value), str(e.value)
 
 
 def test_thread_counts_mxnet_takes_and_refuses(monkeypatch, capsys):
