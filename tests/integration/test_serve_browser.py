@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import threading
 from pathlib import Path
@@ -850,8 +851,17 @@ def test_the_heatmaps_warnings_are_shown_and_its_note_wraps(translator, serve_se
     try:
         with background_server(make_app(short)) as url:
             translate_on_page(driver, url, " ".join(serve_sentences[:3]))
+            said = content(driver, "attention-note", "warnings")   # the line's cut: said once, in the page's words
+            assert "line 1 has more than 3 subword tokens" in said["warnings"] and "Note:" not in \
+                said["attention-note"], said
+            cut = driver.execute_script("return pageWords(arguments[0])", "pieces has 7 items; truncated to its first "
+                                        "6 (max_input_tokens), as nmt-translate cuts input lines")
+            assert cut == "the translation has 7 pieces: the heatmap shows its first 6"
+            driver.execute_script(   # a translation of more pieces than the limit: a cut /translate did not say
+                "const p = shown.result.translations[0].pieces; while (p.length <= 3) p.push(...p); selectLine(0);")
+            wait_done(driver)
             note = content(driver, "attention-note")["attention-note"]
-            assert "sum to 1. Note: text has more than 3 subword tokens; truncated to 3 (max_input_tokens)" in note, \
+            assert re.search(r"sum to 1\. Note: the translation has \d+ pieces: the heatmap shows its first 3\.$", note), \
                 note
             driver.execute_script("document.getElementById('attention-note').textContent += ','.repeat(3000)")
             width = driver.execute_script("return [document.documentElement.scrollWidth, window.innerWidth]")
