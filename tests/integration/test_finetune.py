@@ -158,6 +158,8 @@ def test_what_does_not_fit_is_a_clear_error(parent, tmp_path, capsys):
     shutil.copytree(lost_best, pruned)
     (pruned / best_file).unlink()
     kept_file = ckpt.params_file(max(ckpt.params_step(p.name) for p in pruned.glob("params.0*")))
+    tied = tmp_path / "tied.json"
+    tied.write_text('{"model": {"tie_weights": true}}')
     for flags, says in [
             (["--init-from", str(lost_best)], "is truncated: 100 bytes, its manifest says "),
             (["--init-from", str(lost_best)], f"; use --init-from {lost_best / best_file}, the same parameters"),
@@ -170,6 +172,8 @@ def test_what_does_not_fit_is_a_clear_error(parent, tmp_path, capsys):
             (["--init-from", str(model), "--src", "en", "--tgt", "ko"], '--src "en": --init-from'),
             (["--init-from", str(model), "--tie-weights"],   # (the untied model's "--no-tie-weights false" read
              f"--tie-weights (model.tie_weights true): --init-from {best} has model.tie_weights false"),   # as off)
+            (["--init-from", str(model), "--config", str(tied)],   # a file's key: its value, and no flag to drop
+             f"{tied}: model.tie_weights = true: --init-from {best} has model.tie_weights false"),
             (["--init-from", str(model), "--vocab-size", "300"], "--vocab-size 300: --init-from"),
             (["--init-from", str(model), "--resume"], "--init-from starts a new run from a trained model and --resume"),
             (["--init-from", str(tmp_path / "nothing")], "nothing: no such model directory or parameter file"),
