@@ -99,7 +99,7 @@ def open_output(stack, output):
     if output in (None, "-"):
         return sys.stdout
     opener, fd = output_opener("--output", output), descriptor(output)
-    if fd is None:
+    if fd is None and not os.path.isfile(output):   # (an existing file is written where it is, as before)
         output_dir("--output", Path(output).parent, file=output)
     try:
         if fd is not None and opener is open:   # /dev/stdout, /dev/fd/3: through it (re-opened: `>> file` truncated)
@@ -138,7 +138,7 @@ def refuse_overwriting(flag: str, output, inputs: dict, model_dirs=()) -> None:
     from nmt.textfile import output_opener
     stdout = output in (None, "-")   # (`--input in.ko >> in.ko` translated its own output without end)
     named, status = (("standard output", lambda: os.fstat(1)) if stdout else
-                     (f"{flag} {output}", lambda: os.stat(output)))
+                     (f"{flag} {output}", lambda: _stat_as_made(output)))
     if not stdout:
         output_opener(flag, output)
         if len(os.fsencode(Path(output).name)) > 255:   # (found before any work, not after decoding)
@@ -168,6 +168,15 @@ def _writable_descriptor(flag: str, output: str, fd) -> None:
         raise ConfigError(f"{flag} {output}: descriptor {fd} is not open; open it for writing ({fd}>file)") from None
     if mode == os.O_RDONLY:
         raise ConfigError(f"{flag} {output}: descriptor {fd} is open for reading only; open it for writing")
+
+
+def _stat_as_made(path: str) -> os.stat_result:
+    """os.stat of the file `path` names once its missing directories are made (`output_dir`): `gone/../in.ko` is
+    in.ko, which the path reaches only then."""
+    try:
+        return os.stat(path)
+    except FileNotFoundError:   # (a made directory is no link: ".." after it goes back where it was)
+        return os.stat(os.path.normpath(path))
 
 
 def _refuse_same(named: str, status, inputs: dict, check: bool = True) -> bool:

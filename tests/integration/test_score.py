@@ -228,6 +228,15 @@ def test_bad_input_is_one_clear_error(model_dir, tmp_path, capsys):
         assert code == 2 and out == "" and f"error: --output {tmp_path} is a directory: give the file to write" in err
         new = tmp_path / command.__name__ / "sub" / "out.txt"   # refused, where nmt-evaluate's --json made its dirs
         assert command([str(a) for a in args + ["--output", new]]) == 0 and len(new.read_text().splitlines()) == 3
+        read = Path(args[args.index("--input" if "--input" in args else "--tgt-file") + 1])
+        before = read.read_bytes()   # ... and through a directory made then, the file it reads was written over
+        code = command([str(a) for a in args + ["--output", tmp_path / "gone" / ".." / read.name]])
+        assert code == 2 and f"is the {'--input' if '--input' in args else '--tgt-file'} file" in \
+            capsys.readouterr().err and read.read_bytes() == before and not (tmp_path / "gone").exists()
+        import nmt.storage   # an existing file, in a directory where no new file can be made: written, as before
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(nmt.storage, "check_writable", lambda *a, **k: (_ for _ in ()).throw(AssertionError(a)))
+            assert command([str(a) for a in args + ["--output", new]]) == 0, capsys.readouterr().err
     code, out, err = run(["--model-dir", model_dir, "--src-file", src, "--tgt-file", src], capsys)
     assert code == 2 and out == "" and f"--tgt-file {src} should be the English side (the model translates ko -> en) " \
                                        f"but has Hangul on 100% of its lines, as --src-file {src} has on 100%: the same " \
