@@ -87,10 +87,12 @@ def deferred() -> Iterator[None]:
         if got:
             act(signum, frame)
         got.append(signum)
-    with _handling(previous, handler):
-        yield
-    if got:
-        act(got[0])
+    try:
+        with _handling(previous, handler):
+            yield
+    finally:   # (also when the write failed: a reader stopped by the same SIGTERM breaks the pipe)
+        if got:
+            act(got[0])
 
 
 def leave_hung_up_terminal(signum: int) -> None:

@@ -358,6 +358,22 @@ def test_a_signal_during_a_chunks_write_stops_after_its_lines(tr, signals):
     assert signal.getsignal(signal.SIGTERM) == before   # (each handler put back)
 
 
+def test_a_signal_whose_reader_is_stopped_too_still_stops_with_its_code(tr):
+    """SIGTERM to a whole job (nmt-translate and its reader) during a chunk's write: the reader gone, the write
+    failed with BrokenPipeError, and the deferred signal was lost: exit 141 without a word instead of 143."""
+    from nmt.commands import Terminated
+    from nmt.signals import terminated_as_interrupt
+
+    class Out(io.StringIO):
+        def write(self, text):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+            raise BrokenPipeError(32, "Broken pipe")
+    with terminated_as_interrupt(), pytest.raises(Terminated) as e:
+        translate_stream(tr, [("리 니 차".encode(), False)] * 3, Out(), chunk_lines=3)
+    assert e.value.exit_code == 143
+
+
 def test_a_compressed_input_is_translated(tr, tmp_path, capsys):
     """--input big.ko.gz was read as its compressed bytes, and stopped at line 1 as invalid UTF-8 ("convert the
     input to UTF-8 ... CP949"). gzip, bzip2 and xz input is read as the text it holds."""
