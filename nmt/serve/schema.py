@@ -323,7 +323,8 @@ def attention_within(translator, line: str, given) -> Tuple[object, List[str]]:
             translator.tgt_tok.piece_ids(given, "pieces")
         except ValueError as e:   # (TokenizerError)
             raise RequestError(422, str(e), "pieces") from None
-        return attention(translator, line, pieces=given), [w for w in warnings if w]
+        with translator.unreported():   # (a cut is said in the answer, and the log has the answer's words)
+            return attention(translator, line, pieces=given), [w for w in warnings if w]
     if given is not None:
         pieces = _pieces(translator, given)
         if pieces > limit:
@@ -334,7 +335,8 @@ def attention_within(translator, line: str, given) -> Tuple[object, List[str]]:
             given = given[:lo]
             warnings.append(f"translation has {pieces} subword tokens; truncated to its first {lo} characters "
                             f"(at most {limit} tokens: max_input_tokens), as nmt-translate cuts input lines")
-    return attention(translator, line, translation=given), [w for w in warnings if w]
+    with translator.unreported():
+        return attention(translator, line, translation=given), [w for w in warnings if w]
 
 
 def _pieces(translator, text: str) -> int:

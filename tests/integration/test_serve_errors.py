@@ -107,11 +107,15 @@ def test_a_body_slower_than_the_time_limit_is_a_408(translator):
     assert answer.startswith("HTTP/1.1 408") and "took longer than the per-request limit of 0.5 s to arrive" in answer
 
 
-def test_attention_warns_of_a_text_cut_to_max_input_tokens(http):
-    """/attention cut a text of over max_input_tokens pieces without a word (/translate warns)."""
-    a = http.post("/attention", json={"text": "\U0001F600" * 300}).json()
-    assert len(a["src_pieces"]) == 251 and a["warnings"] == [
-        "text has more than 250 subword tokens; truncated to 250 (max_input_tokens), as nmt-translate does"]
+def test_attention_warns_of_a_text_cut_to_max_input_tokens(http, caplog):
+    """/attention cut a text of over max_input_tokens pieces without a word (/translate warns); the server's log
+    then said it in nmt-translate's words too ("input line 1 ... (--max-input-tokens)")."""
+    with caplog.at_level(logging.INFO, logger="nmt"):
+        a = http.post("/attention", json={"text": "\U0001F600" * 300}).json()
+    warning = "text has more than 250 subword tokens; truncated to 250 (max_input_tokens), as nmt-translate does"
+    assert len(a["src_pieces"]) == 251 and a["warnings"] == [warning]
+    said = [r.getMessage() for r in caplog.records if "truncated" in r.getMessage()]
+    assert said == [f"POST /attention answered with 1 warning(s): {warning}"], said
 
 
 def test_spaces_before_a_sentence_do_not_count_against_its_length(http, serve_sentences):
