@@ -46,7 +46,8 @@ def add_model_decode_args(p: argparse.ArgumentParser, flags=DECODE_FLAGS, nbest:
                    help="without --gpus: decode on N CPU contexts side by side, each with its own copy of the model "
                         "(set OMP_NUM_THREADS to cores / N; default 1)")
     g.add_argument("-v", "--verbose", action="store_true",
-                   help="also log the checkpoint loaded, the decoding settings in effect and each chunk's time")
+                   help="also log the checkpoint loaded and the settings in effect (nmt-translate: each chunk's "
+                        "time)")
     d = p.add_argument_group("decoding (defaults: the model's saved decode config)")
     for f in flags:
         d.add_argument(f.flag, dest=f"decode.{f.field}", type=f.type, default=argparse.SUPPRESS,
@@ -82,11 +83,14 @@ def load_translator(args: argparse.Namespace, search: bool = True):
         raise ConfigError(too_wide + (f" (decode.*: {path}'s; --beam-size and --decode-batch-size override it)"
                                       if saved else ""))
     members = "".join(f" + {d} (step {s})" for d, s in zip(tr.member_dirs, tr.member_steps))
-    logging.getLogger("nmt.translate").debug(
-        "%s: checkpoint %s (%s, step %s)%s on %s; %s", args.model_dir, tr.checkpoint, tr.params_file.name,
-        tr.params_step, members, ", ".join(map(str, ctxs)), ", ".join(
-            f"{k}={v}" for k, v in dataclasses.asdict(tr.decode).items()
-            if search or k in ("batch_size", "max_input_tokens")))
+    sample, seed = getattr(args, "sample", None), getattr(args, "seed", None)
+    kept = ("batch_size", "max_input_tokens", "length_penalty_alpha") if not search or sample is not None else None
+    logging.getLogger("nmt.translate").debug(   # (nmt-score's scores are divided by the length penalty too)
+        "%s: checkpoint %s (%s, step %s)%s on %s; %s%s", args.model_dir, tr.checkpoint, tr.params_file.name,
+        tr.params_step, members, ", ".join(map(str, ctxs)), "" if sample is None else
+        f"sampling from the {f'{sample} most probable tokens' if sample else 'whole vocabulary'}, seed "
+        f"{1 if seed is None else seed}; ",
+        ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(tr.decode).items() if kept is None or k in kept))
     return tr
 
 
