@@ -47,7 +47,11 @@ def members_sha256(shas) -> Optional[str]:
 
 def check_member_vocabulary(member: Path, model_dir: Path, what: str, mine: Tokenizer, theirs: Tokenizer) -> None:
     """CheckpointError unless `member`'s `what` (source or target) tokenizer `theirs` is `model_dir`'s, `mine`."""
-    if mine.lang != theirs.lang or not mine.same_vocabulary(theirs):
+    if mine.lang != theirs.lang:   # (a joint model is the same file in either direction: the languages tell)
+        raise ckpt.CheckpointError(f"{member}: cannot join an ensemble with {model_dir}: its {what} language is "
+                                   f"{theirs.lang}, {model_dir}'s {mine.lang}; ensemble members translate the same "
+                                   "language pair in the same direction")
+    if not mine.same_vocabulary(theirs):
         raise ckpt.CheckpointError(
             f"{member}: cannot join an ensemble with {model_dir}: its {what} SentencePiece model {theirs.path.name} "
             f"({_of(theirs)}, {theirs.vocab_size} pieces) differs from {mine.path} ({_of(mine)}, {mine.vocab_size} "

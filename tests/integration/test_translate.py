@@ -1148,6 +1148,11 @@ def test_ensemble_members_must_share_vocabularies_and_languages(tr, tmp_path, ca
     with pytest.raises(ckpt.CheckpointError, match=rf"its target SentencePiece model spm.{JOINT}.model \(both "
                                                    r"languages, \d+ pieces\) differs from .*spm.en.model \(en, "):
         check_member_vocabulary(other, tr.model_dir, "target", tr.tgt_tok, joint)
+    # the same joint file in an en->ko member was a vocabulary that "differs": the direction does
+    other_way = Tokenizer.load(tmp_path / "joint" / f"spm.{JOINT}.model", lang="ko")
+    with pytest.raises(ckpt.CheckpointError, match=r"its target language is ko, .*'s en; ensemble members "
+                                                   "translate the same language pair in the same direction"):
+        check_member_vocabulary(other, tr.model_dir, "target", joint, other_way)
     code, _, err = run(["--model-dir", tr.model_dir, "--ensemble", tmp_path / "nothing"], capsys)
     assert code == 2 and f"--ensemble {tmp_path / 'nothing'}: no such directory" in err
     src = tmp_path / "three.ko"   # an ensemble's heatmaps: the mean of its members' attention
