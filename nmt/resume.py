@@ -27,6 +27,9 @@ def resumed_state(cfg: Config, workers: WorkerGroup) -> ckpt.TrainState:
     workers read rank 0's files from a private copy: no shared filesystem needed)."""
     model_dir = Path(cfg.train.model_dir)
     state = resume_state(model_dir) if workers.is_chief else ckpt.TrainState()
+    if workers.is_chief:   # config.json's model settings and languages those of the checkpoint, before the data's
+        step = ckpt.latest_step(state)   # checks (a swapped pair failed them as "not the dev pairs")
+        manifest.check_model_settings(model_dir / ckpt.params_file(step), manifest.step_key(step))
     if workers.num_workers > 1:
         state = ckpt.TrainState(**workers.broadcast_json(vars(state)))
     saved = workers.read_shared(model_dir, ckpt.CONFIG, Config.load)
