@@ -75,7 +75,7 @@ class Trainer:
         """One update on a global batch; returns its summed training loss, label-smoothed (on the device)."""
         lr = learning_rate(self.state.step, self.cfg.optim, self.state.lr_scale)
         self.optimizer.set_learning_rate(lr)
-        mx.random.seed(self.cfg.train.seed * 100003 + self.state.step)   # dropout masks resumable per update
+        mx.random.seed(self.workers.dropout_seed(self.cfg.train.seed, self.state.step))   # resumable per update
         loss, nll, _ = self.dp.step(batch)   # summed over the batch: label-smoothed loss, plain NLL
         self.state.step += 1
         self.state.tokens_seen += batch.num_tgt_tokens

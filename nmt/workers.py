@@ -105,6 +105,12 @@ class WorkerGroup:
         if self.num_workers > 1:
             atexit.register(self._leave)
 
+    def dropout_seed(self, seed: int, step: int) -> int:
+        """MXNet's seed of update `step`'s dropout masks on this worker. MXNet seeds each device's generator from it
+        and the device's number, the same on every machine (cpu(0), gpu(0)): without the rank every worker drew the
+        others' masks. Rank 0's seed is a single process's; MXNet keeps 32 bits."""
+        return (seed * 100003 + step + self.rank * 0x9E3779B1) % 2 ** 32
+
     def finished(self) -> None:
         """This worker is through with collectives: it may leave through MXNet's exit barrier, with the others."""
         self._finished = True

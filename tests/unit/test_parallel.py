@@ -155,3 +155,22 @@ def test_a_batch_smaller_than_its_shares_is_warned_of(nmt_logs):
         assert said == (["--batch-size 3 is split into 8 shares (4 devices x 2 micro-batches x 1 workers): 5 of them "
                          "get no sentence and compute on padding; raise --batch-size, or use fewer devices"]
                         if warned else []), said
+
+
+def test_each_worker_draws_its_own_dropout_masks():
+    """Every worker seeded MXNet with the seed and step alone, and MXNet seeds a device's generator from that and
+    the device's number, cpu(0) or gpu(0) on every machine: each worker's share got the others' dropout masks."""
+    from nmt.workers import WorkerGroup
+
+    class Kv:   # (one worker as MXNet counts them: no exit hook; the rank is what is tested)
+        num_workers = 1
+
+        def __init__(self, rank):
+            self.rank = rank
+
+    def mask(seed):
+        mx.random.seed(seed)
+        return mx.nd.Dropout(mx.nd.ones((64,)), p=0.5, mode="always").asnumpy()
+    masks = [mask(WorkerGroup(Kv(rank)).dropout_seed(7, 3)) for rank in (0, 1, 2)]
+    assert not (masks[0] == masks[1]).all() and not (masks[1] == masks[2]).all()
+    assert (masks[0] == mask(7 * 100003 + 3)).all()   # rank 0: a single process's masks, as before
