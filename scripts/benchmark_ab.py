@@ -49,6 +49,7 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=3, help="alternated rounds, each A then B (default 3)")
     p.add_argument("--json", type=Path, help="write the figures here")
     args = p.parse_args(own)
+    conditions.check_outputs(json=args.json)
     if args.rounds < 1:
         p.error(f"--rounds must be >= 1, got {args.rounds}")
     mine = ("--json", "--devices", "--repeats", "--plot")   # (a prefix too: an older checkout's argparse takes one)

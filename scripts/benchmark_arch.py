@@ -114,6 +114,7 @@ def summarize(res: dict, model: dict, lstm: dict, sgemm: float) -> dict:
 
 def main(argv=None) -> int:
     args, load0 = parse_args(argv), os.getloadavg()
+    conditions.check_outputs(json=args.json)
     if min(args.repeats, args.batch_size, args.sgemm_size) < 1 or min(args.warmup, args.updates) < 0:
         raise SystemExit("error: --repeats, --batch-size and --sgemm-size must be >= 1, --warmup and --updates >= 0")
     specs = build_specs(args)

@@ -3,7 +3,7 @@
 
     python scripts/benchmark_data.py --data-dir ../shared/data [--recipe all] [--json results/benchmark_data.json]
 
-    python scripts/benchmark_data.py --synthetic-pairs 5000000 [--work-dir /tmp/nmt-bench]   # at scale
+    python scripts/benchmark_data.py --synthetic-pairs 5000000 [--work-dir /tmp/nmt-bench-data]   # at scale
 
 Each stage is timed separately (median of --repeats), in pairs/s and subword tokens/s (source + target), and the
 whole pipeline is compared with how fast training consumes tokens (--train-tokens-per-s, e.g. a figure from
@@ -77,6 +77,10 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     p = _parser()
     args = p.parse_args(argv)
+    conditions.check_outputs(json=args.json)
+    if args.synthetic_pairs:   # (the corpus it writes there: an unusable one named now, not in a traceback)
+        from nmt.cli_io import output_dir
+        output_dir("--work-dir", args.work_dir / str(args.synthetic_pairs))
     if args.synthetic_pairs:
         unread = [f for f in RECIPE_ONLY if any(a == f or a.startswith(f + "=") for a in argv)]
         if unread:   # (they were ignored without a word)

@@ -178,6 +178,7 @@ def run(args: argparse.Namespace) -> dict:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    conditions.check_outputs(output=args.output)
     if args.rounds < 1 or args.beam < 1 or args.batch < 1:
         raise SystemExit("--rounds, --beam and --batch must be >= 1")
     r = run(args)

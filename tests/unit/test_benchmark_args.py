@@ -129,3 +129,24 @@ def test_benchmark_serve_refuses_counts_that_measure_nothing(monkeypatch, capsys
         with pytest.raises(SystemExit):
             bench.main(["--model-dir", "m", flag, value])
         assert f"argument {flag}: must be {says} (got {value})" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [
+    ["benchmark_decode.py", "--model-dir", "M", "--output", "{file}/d.json"],
+    ["benchmark_train.py", "--json", "{file}/t.json"], ["benchmark_train.py", "--plot", "{file}/t.png"],
+    ["benchmark_serve.py", "--model-dir", "M", "--json", "{file}/s.json"],
+    ["benchmark_arch.py", "--json", "{file}/a.json"], ["benchmark_data.py", "--json", "{file}/d.json"],
+    ["benchmark_ab.py", "--a", str(REPO), "--b", str(REPO), "--json", "{file}/x.json"],
+    ["benchmark_data.py", "--synthetic-pairs", "1000", "--work-dir", "{file}"]])
+def test_a_report_that_cannot_be_written_is_named_before_measuring(argv, tmp_path):
+    """Six benchmarks made their report's directory after the measurement (minutes of it): a path through a file
+    (or /proc) ended them in a traceback, and the figures were lost."""
+    import os
+    import subprocess
+    import sys
+    (tmp_path / "afile").write_text("")
+    argv = [a.replace("{file}", str(tmp_path / "afile")) for a in argv]
+    p = subprocess.run([sys.executable, str(REPO / "scripts" / argv[0]), *argv[1:]], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=120)
+    assert p.returncode == 2 and p.stderr.startswith(f"error: {argv[-2]} {tmp_path / 'afile'}") and "Traceback" \
+        not in p.stderr, p.stderr   # (the flag named, each argv's last but one)
