@@ -52,7 +52,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seconds", type=number(float, 0, low_open=True), default=8.0,
                    help="length of each served measurement")
     p.add_argument("--rounds", type=number(int, 1), default=3, help="offline/served alternations")
-    p.add_argument("--beam-size", type=int, default=None, help="default: the model's")
+    p.add_argument("--beam-size", type=number(int, 1), default=None, help="default: the model's")
     p.add_argument("--max-wait-ms", type=float, default=DEFAULT_MAX_WAIT_MS, help="the server's batching wait")
     p.add_argument("--json", default=str(REPO / "results" / "benchmark_serve.json"),
                    help="the JSON of figures (default: results/benchmark_serve.json, which docs/performance.md cites: "
@@ -210,7 +210,7 @@ def main(argv=None) -> int:
     load0 = os.getloadavg()
     translator = Translator.from_dir(args.model_dir)
     lines = sentences(args, translator)
-    beam = args.beam_size or translator.decode.beam_size
+    beam = translator.decode.beam_size if args.beam_size is None else args.beam_size
     # The most sentences the clients can have in flight: the offline Translator at that batch size too, to tell
     # the cost of small batches (the same for any server) from the cost of serving them.
     in_flight = min(args.clients * args.sentences_per_request, translator.decode.batch_size)

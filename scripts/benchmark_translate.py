@@ -33,7 +33,7 @@ if str(HERE) not in sys.path:   # scripts/conditions.py, also when this file is 
 
 import conditions  # noqa: E402
 from nmt.atomic import atomic_write_text  # noqa: E402
-from nmt.commands import run_cli
+from nmt.commands import number, run_cli
 from nmt.config import ConfigError
 from nmt.corpus import read_lines
 from nmt.forced import score_lines
@@ -129,7 +129,8 @@ def main(argv=None) -> int:
     p.add_argument("--max-sentences", type=int, default=0, help="use only the first N sentences (0 = all)")
     p.add_argument("--beams", default="1,5", help="beam sizes to time, comma-separated (1 = greedy; default 1,5)")
     p.add_argument("--batch-sizes", default="1,64", help="decoding batch sizes, comma-separated (default 1,64)")
-    p.add_argument("--warmup", type=int, default=8, help="sentences translated before timing each configuration")
+    p.add_argument("--warmup", type=number(int, 0), default=8,
+                   help="sentences translated before timing each configuration")
     p.add_argument("--rounds", type=int, default=1,
                    help="rounds in which the configurations take turns; each is reported by its median round")
     p.add_argument("--gpus", help="decode on the first of these GPUs (omit for CPU)")

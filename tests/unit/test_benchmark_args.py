@@ -125,7 +125,8 @@ def test_benchmark_serve_refuses_counts_that_measure_nothing(monkeypatch, capsys
     """--seconds 0 wrote figures of zero (by default over the tracked results/benchmark_serve.json); --clients 0
     ended after the offline rounds with an error naming a flag the script has not."""
     bench = _script(monkeypatch, "benchmark_serve")
-    for flag, value, says in (("--seconds", "0", "> 0"), ("--clients", "0", ">= 1"), ("--rounds", "0", ">= 1")):
+    for flag, value, says in (("--seconds", "0", "> 0"), ("--clients", "0", ">= 1"), ("--rounds", "0", ">= 1"),
+                              ("--beam-size", "0", ">= 1")):   # (0 was the model's beam; -3 a traceback)
         with pytest.raises(SystemExit):
             bench.main(["--model-dir", "m", flag, value])
         assert f"argument {flag}: must be {says} (got {value})" in capsys.readouterr().err
@@ -150,3 +151,10 @@ def test_a_report_that_cannot_be_written_is_named_before_measuring(argv, tmp_pat
                        env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=120)
     assert p.returncode == 2 and p.stderr.startswith(f"error: {argv[-2]} {tmp_path / 'afile'}") and "Traceback" \
         not in p.stderr, p.stderr   # (the flag named, each argv's last but one)
+
+
+def test_benchmark_translate_refuses_a_negative_warm_up(monkeypatch, capsys):
+    """--warmup -1 warmed up on all sentences but one (lines[:-1]), changing what each configuration's time holds."""
+    with pytest.raises(SystemExit):
+        _script(monkeypatch, "benchmark_translate").main(["--model-dir", "m", "--warmup", "-1"])
+    assert "argument --warmup: must be >= 0 (got -1)" in capsys.readouterr().err
