@@ -33,7 +33,6 @@ for path in (REPO, REPO / "scripts"):   # from a checkout without installing; sc
 import conditions   # (scripts/, beside this one)
 from nmt.batching import BatchIterator
 from nmt.commands import number
-from nmt.parallel import cpu_name
 from nmt.sampler import BucketSampler
 from nmt.config import DataConfig
 from nmt.recipes import load_data
@@ -113,8 +112,7 @@ def main(argv=None) -> int:
     # Steady-state per-epoch cost (reading/cleaning and SentencePiece training happen once per run).
     per_epoch = t_tok + t_batch
     res = {
-        "machine": {"python": platform.python_version(), "processor": platform.processor() or platform.machine(),
-                    "cores": os.cpu_count(), **conditions.run_conditions(load0)},
+        "machine": {"processor": platform.processor() or platform.machine(), **conditions.machine(load0)},
         "recipe": args.recipe, "direction": f"{args.src}-{args.tgt}", "train_pairs": n, "pairs_read": n_raw,
         "train_tokens": tokens,
         "read_clean": {"seconds": t_read, "pairs_per_s": n_raw / t_read},
@@ -145,9 +143,7 @@ def at_scale(args: argparse.Namespace) -> int:
     from nmt.atomic import atomic_write_text
     load = os.getloadavg()
     res = run(args.work_dir / str(args.synthetic_pairs), args.synthetic_pairs, args.vocab_size, args.batch_size)
-    res["machine"]["load_avg_at_start"], res["machine"]["load_avg_at_end"] = load, os.getloadavg()
-    res["machine"].update(cpu=cpu_name(), commit=conditions.commit_of(REPO),
-                          date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    res["machine"] = {"processor": platform.processor() or platform.machine(), **conditions.machine(load)}
     print(f"to the first update: {res['seconds_to_first_update']:.0f} s (rerun with the encoded cache: "
           f"{res['seconds_to_first_update_rerun']:.0f} s); peak RSS {res['peak_rss_gib']:.2f} GiB")
     out = args.json or REPO / "results" / "benchmark_data.json"
@@ -273,8 +269,7 @@ def run(out_dir: Path, pairs: int, vocab_size: int = 8000, batch_size: int = 64)
     rerun = sum(r["seconds"] for k, r in rows.items() if k not in ("encode (cold: into the cache)",
                                                                     "SentencePiece training (ko, en)"))
     return {
-        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "load_avg_at_start": None,
-                    "processor": platform.processor() or platform.machine()},
+        "machine": {"processor": platform.processor() or platform.machine(), **conditions.machine()},
         "pairs": pairs, "vocab_size": vocab_size, "batch_size": batch_size,
         "corpus": {"bytes": sum(Path(p).stat().st_size for p in f.values()), "generate_seconds": round(generate, 1),
                    "duplicates_injected": corpus["duplicates"], "overlap_injected": corpus["held_out_overlap"]},

@@ -174,10 +174,7 @@ def main(argv=None) -> int:
             for row in rows:
                 _print_row(row)
         if args.json:
-            res = {"machine": {"python": platform.python_version(), "processor": platform.processor() or
-                               platform.machine(), "cpus": os.cpu_count(),
-                               "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
-                               **conditions.run_conditions(load0)},
+            res = {"machine": {"processor": platform.processor() or platform.machine(), **conditions.machine(load0)},
                    "model_dir": str(tr.model_dir), "checkpoint": tr.checkpoint, "params_file": tr.params_file.name,
                    "direction": f"{tr.src_lang}-{tr.tgt_lang}", "device": str(ctx),
                    "test_set": args.src_file or TEST_SOURCE, "sentences": len(lines), "results": rows}

@@ -26,7 +26,8 @@ def test_benchmark_at_small_scale_writes_every_stage(tmp_path):
                         "--vocab-size", "3000", "--work-dir", str(tmp_path / "work"), "--json", str(out)],
                        capture_output=True, text=True, timeout=600, env={"PYTHONPATH": str(REPO), "PATH": ""})
     assert r.returncode == 0, r.stderr[-3000:]
-    res = json.loads(out.read_text())
+    res = json.loads(out.read_text())   # the conditions every benchmark records (it wrote cpus, load_avg_at_start)
+    assert {"cores", "OMP_NUM_THREADS", "load_average_at_start", "cpu", "commit"} <= set(res["machine"])
     assert set(res["stages"]) == {"read (3 splits)", "clean, dedup, test overlap", "SentencePiece training (ko, en)",
                                   "encode (cold: into the cache)", "encode (warm: rerun/resume)",
                                   "bucketing, first batch, first update"}

@@ -1086,7 +1086,8 @@ def test_benchmark_script(tr, tmp_path, capsys):
                                      "--rounds", "2", "--json", str(out)])
     printed = capsys.readouterr().out
     assert code == 0 and "sent/s" in printed and "forced" in printed
-    res = json.loads(out.read_text())
+    res = json.loads(out.read_text())   # the conditions every benchmark records (it wrote cpus, omp_num_threads)
+    assert {"cores", "OMP_NUM_THREADS", "load_average_at_start", "cpu", "commit"} <= set(res["machine"])
     assert [(r["search"], r["batch_size"]) for r in res["results"]] == [
         ("greedy", 1), ("greedy", 64), ("beam 5", 1), ("beam 5", 64), ("beam 5 + alignment", 1),
         ("beam 5 + alignment", 64), ("beam 5 + word prefix", 1), ("beam 5 + word prefix", 64),
