@@ -27,7 +27,6 @@ from typing import Any, Callable, Dict, List, Optional
 
 from nmt import manifest
 from nmt.atomic import atomic_write_text, fsync_dir, keep_mode
-from nmt.commands import shell_word
 from nmt.manifest import CheckpointError
 from nmt.storage import error_line, guarded_write, mxnet_name, mxnet_write_failure, written_whole
 
