@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from nmt import manifest
-from nmt.checkpoint import CONFIG, EXPORT, LOCK, LOG, OWN_FILE, STATE, CheckpointError
+from nmt.checkpoint import CONFIG, EXPORT, LOCK, LOG, OWN_FILE, PARAMS_BEST, STATE, CheckpointError
 from nmt.commands import shell_word
 from nmt.log import TENSORBOARD_DIR
 from nmt.storage import guarded_write, mxnet_name
@@ -224,8 +224,9 @@ def check_model_dir(model_dir: Path, resume: bool, overwrite: bool, inputs: Opti
             raise CheckpointError(f"--resume: {model_dir / STATE} not found, so there is nothing to resume; " + (
                 "the run stopped before its first checkpoint: start it again with --overwrite instead of --resume"
                 if LOG in held else "drop --resume to start a new run" + (
-                    f" in another --model-dir (this one holds files, but no run: {_shown(held)})"
-                    if held else "")))
+                    f" in another --model-dir (this one holds files, but no run: {_shown(held)}" + (
+                        f"; --init-from {shell_word(model_dir)} fine-tunes its {PARAMS_BEST} in a new run"
+                        if PARAMS_BEST in held else "") + ")" if held else "")))
         if not (model_dir / CONFIG).is_file():
             raise CheckpointError(f"--resume: {model_dir / CONFIG} not found: a run resumes with the settings it was "
                                   "started with, which that file holds; restore it (or train into a new --model-dir)")

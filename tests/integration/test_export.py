@@ -110,6 +110,8 @@ def test_a_copy_holding_only_the_best_checkpoint_says_so(model_copy, tmp_path, c
                        capsys)
     assert code == 2 and f"error: {out} holds no step checkpoint, only its best one: use --checkpoint best; " \
         f"training cannot resume from it (--init-from {out} fine-tunes it in a new run)" in err, err
+    code, _, err = run(train_main, ["--model-dir", out, "--resume", "--dry-run"], capsys)   # (said: start anew)
+    assert code == 2 and f"; --init-from {out} fine-tunes its params.best in a new run)" in err, err
 
 
 def test_an_export_into_a_read_only_directory_is_one_line(model_copy, tmp_path, capsys, monkeypatch):
