@@ -79,12 +79,12 @@ def kept_settings(d: Dict[str, Dict[str, Any]], init_from: Path, given: Dict[str
 
 def not_kept(label: str, value: Any, init_from: Path, key: str, old: Any, source: Path) -> ConfigError:
     """The error of a fine-tuning run given (as `label`) another `value` of a `key` its model keeps."""
-    flag = label.startswith("--")   # (else a --config file's key, "FILE: section.key")
-    shown = (f"{label} ({key} {json.dumps(value)})" if isinstance(value, bool) else f"{label} {json.dumps(value)}") \
-        if flag else f"{label} = {json.dumps(value)}"
+    file, _, in_file = label.rpartition(": ")   # a --config file's key is "FILE: section.key"; else a flag, or the
+    shown = f"{label} ({key} {json.dumps(value)})" if isinstance(value, bool) and label.startswith("--") else \
+        f"{label} = {json.dumps(value)}" if file else f"{label} {json.dumps(value)}"   # field of a Python caller's
     return ConfigError(f"{shown}: --init-from {init_from} has {key} {json.dumps(old)} ({source}); a fine-tuning run "
-                       f"keeps its model's settings, languages and vocabularies: {'drop' if flag else 'remove'} "
-                       f"{label}")
+                       "keeps its model's settings, languages and vocabularies: " +
+                       (f"remove {in_file} from {file}" if file else f"drop {label}"))
 
 
 def init_config(cfg: Config, given: Dict[str, str], params: Path) -> Config:

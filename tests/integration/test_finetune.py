@@ -174,6 +174,8 @@ def test_what_does_not_fit_is_a_clear_error(parent, tmp_path, capsys):
              f"--tie-weights (model.tie_weights true): --init-from {best} has model.tie_weights false"),   # as off)
             (["--init-from", str(model), "--config", str(tied)],   # a file's key: its value, and no flag to drop
              f"{tied}: model.tie_weights = true: --init-from {best} has model.tie_weights false"),
+            (["--init-from", str(model), "--config", str(tied)], "vocabularies: remove model.tie_weights from " +
+             str(tied)),
             (["--init-from", str(model), "--vocab-size", "300"], "--vocab-size 300: --init-from"),
             (["--init-from", str(model), "--resume"], "--init-from starts a new run from a trained model and --resume"),
             (["--init-from", str(tmp_path / "nothing")], "nothing: no such model directory or parameter file"),
