@@ -179,8 +179,8 @@ def _stat_as_made(path: str) -> os.stat_result:
     in.ko, which the path reaches only then."""
     try:
         return os.stat(path)
-    except FileNotFoundError:   # (a made directory is no link: ".." after it goes back where it was)
-        return os.stat(os.path.normpath(path))
+    except FileNotFoundError:   # (links resolved first, as the kernel does: a made directory's ".." is its parent)
+        return os.stat(os.path.realpath(path))
 
 
 def _refuse_same(named: str, status, inputs: dict, check: bool = True) -> bool:

@@ -233,6 +233,12 @@ def test_bad_input_is_one_clear_error(model_dir, tmp_path, capsys):
         code = command([str(a) for a in args + ["--output", tmp_path / "gone" / ".." / read.name]])
         assert code == 2 and f"is the {'--input' if '--input' in args else '--tgt-file'} file" in \
             capsys.readouterr().err and read.read_bytes() == before and not (tmp_path / "gone").exists()
+        (tmp_path / "s").mkdir(exist_ok=True)   # through a link too: its ".." is its target's parent, not the link's
+        (tmp_path / "w").mkdir(exist_ok=True)
+        if not (tmp_path / "w" / "lnk").is_symlink():
+            (tmp_path / "w" / "lnk").symlink_to(tmp_path / "s")
+        code = command([str(a) for a in args + ["--output", tmp_path / "w" / "lnk" / "new" / ".." / ".." / read.name]])
+        assert code == 2 and "file: writing it would destroy" in capsys.readouterr().err and read.read_bytes() == before
         import nmt.storage   # an existing file, in a directory where no new file can be made: written, as before
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(nmt.storage, "check_writable", lambda *a, **k: (_ for _ in ()).throw(AssertionError(a)))
