@@ -138,6 +138,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
 
     def run() -> int:
+        conditions.check_outputs(json=args.json)
         try:
             beams = [int(x) for x in args.beams.split(",")]
             batch_sizes = [int(x) for x in args.batch_sizes.split(",")]

@@ -138,9 +138,10 @@ def test_benchmark_serve_refuses_counts_that_measure_nothing(monkeypatch, capsys
     ["benchmark_serve.py", "--model-dir", "M", "--json", "{file}/s.json"],
     ["benchmark_arch.py", "--json", "{file}/a.json"], ["benchmark_data.py", "--json", "{file}/d.json"],
     ["benchmark_ab.py", "--a", str(REPO), "--b", str(REPO), "--json", "{file}/x.json"],
-    ["benchmark_data.py", "--synthetic-pairs", "1000", "--work-dir", "{file}"]])
+    ["benchmark_data.py", "--synthetic-pairs", "1000", "--work-dir", "{file}"],
+    ["benchmark_translate.py", "--model-dir", "M", "--json", "{file}/t.json"]])
 def test_a_report_that_cannot_be_written_is_named_before_measuring(argv, tmp_path):
-    """Six benchmarks made their report's directory after the measurement (minutes of it): a path through a file
+    """Seven benchmarks made their report's directory after the measurement (minutes of it): a path through a file
     (or /proc) ended them in a traceback, and the figures were lost."""
     import os
     import subprocess
