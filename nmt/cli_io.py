@@ -84,13 +84,14 @@ def load_translator(args: argparse.Namespace, search: bool = True):
                                       if saved else ""))
     members = "".join(f" + {d} (step {s})" for d, s in zip(tr.member_dirs, tr.member_steps))
     sample, seed = getattr(args, "sample", None), getattr(args, "seed", None)
-    kept = ("batch_size", "max_input_tokens", "length_penalty_alpha") if not search or sample is not None else None
-    logging.getLogger("nmt.translate").debug(   # (nmt-score's scores are divided by the length penalty too)
+    kept = (("max_len_a", "max_len_b") if sample is not None else ("length_penalty_alpha",) if not search else None)
+    logging.getLogger("nmt.translate").debug(   # (sampling: the length limits; nmt-score: the length penalty)
         "%s: checkpoint %s (%s, step %s)%s on %s; %s%s", args.model_dir, tr.checkpoint, tr.params_file.name,
         tr.params_step, members, ", ".join(map(str, ctxs)), "" if sample is None else
         f"sampling from the {f'{sample} most probable tokens' if sample else 'whole vocabulary'}, seed "
         f"{1 if seed is None else seed}; ",
-        ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(tr.decode).items() if kept is None or k in kept))
+        ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(tr.decode).items()
+                  if kept is None or k in (*kept, "batch_size", "max_input_tokens")))
     return tr
 
 

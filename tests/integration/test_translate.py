@@ -486,7 +486,8 @@ def test_verbose_names_the_checkpoint_the_settings_and_each_chunk(tr, tmp_path, 
     said = [x.split("nmt.translate: ")[1].split(" in ")[0] for x in err.splitlines() if " DEBUG " in x][1:]
     assert said == [f"{path}: lines 1-2 translated", f"{path}: line 3 translated"], err
     code, _, err = run(argv[:-4] + ["--sample", "3", "--seed", "0", "-v"], capsys)   # no search: what it draws from
-    assert code == 0 and "on cpu(0); sampling from the 3 most probable tokens, seed 0; length_penalty_alpha=" in err
+    assert code == 0 and "on cpu(0); sampling from the 3 most probable tokens, seed 0; max_len_a=" in err, err
+    assert "length_penalty" not in err.split("sampling")[1].splitlines()[0]   # (refused with --sample: no effect)
 
 
 def test_cli_sampling(tr, src_lines, tmp_path, capsys):
