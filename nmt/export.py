@@ -95,6 +95,8 @@ def export_model(model_dir, output, which: str = "best", overwrite: bool = False
             int(info["step"] or 0)
         manifest.write_manifest(tmp, "best", [ckpt.PARAMS_BEST], step)
         scores = _scores_of(model_dir, which, info)
+        if overwrite:   # what nmt-evaluate recorded in the export replaced, of the same parameters, is kept
+            _keep_scores(output, scores, manifest.sha256_of(tmp / ckpt.PARAMS_BEST))
         if scores:
             atomic_write_text(tmp / ckpt.SCORES, jsonio.dumps(scores, indent=2, sort_keys=True)
                               + "\n")
@@ -122,6 +124,17 @@ def export_model(model_dir, output, which: str = "best", overwrite: bool = False
         raise
     _remove(replaced)
     return output
+
+
+def _keep_scores(output: Path, scores: dict, sha256: str) -> None:
+    """Into `scores`, the test sets an earlier export at `output` recorded for parameters of `sha256` (the same
+    checkpoint exported again) and `scores` lacks; those of other parameters describe what is replaced."""
+    from nmt.scoring import read_scores
+    if (output / EXPORT).is_file() and (output / ckpt.SCORES).is_file():
+        for name, entries in read_scores(output).items():
+            mine = {k: e for k, e in entries.items() if isinstance(e, dict) and e.get("params_sha256") == sha256}
+            if mine and name not in scores:
+                scores[name] = mine
 
 
 def _copy_params(model_dir: Path, which: str, info: dict, dest: Path) -> dict:

@@ -207,9 +207,12 @@ def test_overwrite_replaces_an_earlier_export(model_dir, model_copy, tmp_path, c
     assert json.loads((out / EXPORT).read_text())["step"] == step
     # what no export writes (a model card, a training run copied inside) was deleted with it, without a word
     code, _, err = run(evaluate_main, ["--model-dir", out, "--src-file", synth_file(model_dir, "test.ko"),
-                                       "--ref-file", synth_file(model_dir, "test.en")], capsys)
+                                       "--ref-file", synth_file(model_dir, "test.en"), "--name", "mine"], capsys)
     assert code == 0 and (out / "scores.json.lock").exists(), err   # (nmt-evaluate's scores and their lock)
-    assert run(export_main, ["--model-dir", model_copy, "--output", out, "--overwrite"], capsys)[0] == 0
+    again = ["--model-dir", model_copy, "--output", out, "--overwrite"]   # the same parameters: its scores kept
+    assert run(export_main, again + ["--checkpoint", step], capsys)[0] == 0 and "mine" in read_scores(out)
+    best_is_step = ckpt.params_sha256(model_copy / ckpt.PARAMS_BEST) == ckpt.params_sha256(out / ckpt.PARAMS_BEST)
+    assert run(export_main, again, capsys)[0] == 0 and ("mine" in read_scores(out)) == best_is_step   # (others': gone)
     (out / "README.md").write_text("model card")
     shutil.copytree(model_copy, out / "run")
     code, _, err = run(export_main, ["--model-dir", out / "run", "--output", out, "--overwrite"], capsys)
