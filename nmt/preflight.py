@@ -141,6 +141,9 @@ def dry_run(cfg: Config, resume: bool = False, overwrite: bool = False, init: Op
     report: Dict[str, Any] = {"devices": [str(c) for c in ctxs]}
     report.update(_check_model_dir(cfg, resume, overwrite, init))
     model_dir = Path(t.model_dir)
+    step = report.get("resume_step")   # config.json's settings the checkpoint's, before the data's checks
+    if resume and step:
+        manifest.check_model_settings(model_dir / ckpt.params_file(step), manifest.step_key(step))
     with tempfile.TemporaryDirectory(prefix="nmt-dry-run-") as tmp:   # a resume loads the directory's tokenizers
         if init is not None:
             copy_tokenizers(init, cfg, Path(tmp))

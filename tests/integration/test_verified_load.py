@@ -311,9 +311,11 @@ def test_model_settings_edited_in_config_json_are_refused_and_decoding_ones_take
     assert f"{copy / ckpt.CONFIG} has data.src_lang \"{data['tgt_lang']}\" (saved with \"{data['src_lang']}\"), " \
         f"data.tgt_lang \"{data['src_lang']}\" (saved with \"{data['tgt_lang']}\"): the model settings" in err, err
     from nmt.cli import train_main   # a resume said the dev pairs were not the run's, and advised --init-from
-    assert train_main(["--model-dir", str(copy), "--resume", "--max-steps", "6", "--no-progress", "--no-eval"]) == 2
-    err = capsys.readouterr().err
-    assert f"{copy / ckpt.CONFIG} has data.src_lang" in err and "dev pairs" not in err, err
+    for dry in ([], ["--dry-run"]):
+        assert train_main(["--model-dir", str(copy), "--resume", "--max-steps", "6", "--no-progress", "--no-eval",
+                           *dry]) == 2
+        err = capsys.readouterr().err
+        assert f"{copy / ckpt.CONFIG} has data.src_lang" in err and "dev pairs" not in err, (dry, err)
     config["data"] = data
     (copy / ckpt.CONFIG).write_text(json.dumps(config))
     assert translate_main(translate) == 0
