@@ -77,14 +77,13 @@ def main(argv=None) -> int:
     p = _parser()
     args = p.parse_args(argv)
     conditions.check_outputs(json=args.json)
-    if args.synthetic_pairs:   # (the corpus it writes there: an unusable one named now, not in a traceback)
-        from nmt.cli_io import output_dir
-        output_dir("--work-dir", args.work_dir / str(args.synthetic_pairs))
     if args.synthetic_pairs:
         unread = [f for f in RECIPE_ONLY if any(a == f or a.startswith(f + "=") for a in argv)]
         if unread:   # (they were ignored without a word)
             p.error(f"{unread[0]} is a setting of the recipe's benchmark, not of --synthetic-pairs, which reads its "
                     "own synthetic corpus once: leave it out")
+        from nmt.cli_io import output_dir   # (the corpus it writes: an unusable place named now, not in a traceback)
+        output_dir("--work-dir", args.work_dir / str(args.synthetic_pairs))
         return at_scale(args)
 
     load0 = os.getloadavg()
@@ -143,7 +142,7 @@ def at_scale(args: argparse.Namespace) -> int:
     from nmt.atomic import atomic_write_text
     load = os.getloadavg()
     res = run(args.work_dir / str(args.synthetic_pairs), args.synthetic_pairs, args.vocab_size, args.batch_size)
-    res["machine"] = {"processor": platform.processor() or platform.machine(), **conditions.machine(load)}
+    res = {"machine": {"processor": platform.processor() or platform.machine(), **conditions.machine(load)}, **res}
     print(f"to the first update: {res['seconds_to_first_update']:.0f} s (rerun with the encoded cache: "
           f"{res['seconds_to_first_update_rerun']:.0f} s); peak RSS {res['peak_rss_gib']:.2f} GiB")
     out = args.json or REPO / "results" / "benchmark_data.json"
@@ -269,7 +268,6 @@ def run(out_dir: Path, pairs: int, vocab_size: int = 8000, batch_size: int = 64)
     rerun = sum(r["seconds"] for k, r in rows.items() if k not in ("encode (cold: into the cache)",
                                                                     "SentencePiece training (ko, en)"))
     return {
-        "machine": {"processor": platform.processor() or platform.machine(), **conditions.machine()},
         "pairs": pairs, "vocab_size": vocab_size, "batch_size": batch_size,
         "corpus": {"bytes": sum(Path(p).stat().st_size for p in f.values()), "generate_seconds": round(generate, 1),
                    "duplicates_injected": corpus["duplicates"], "overlap_injected": corpus["held_out_overlap"]},
