@@ -94,15 +94,15 @@ def export_model(model_dir, output, which: str = "best", overwrite: bool = False
         params, step = model_dir / str(info["params_file"]), 0 if info["params_file"] == ckpt.PARAMS_AVG else \
             int(info["step"] or 0)
         manifest.write_manifest(tmp, "best", [ckpt.PARAMS_BEST], step)
-        scores = _scores_of(model_dir, which, info)
+        scores, sha256 = _scores_of(model_dir, which, info), manifest.sha256_of(tmp / ckpt.PARAMS_BEST)
         if overwrite:   # what nmt-evaluate recorded in the export replaced, of the same parameters, is kept
-            _keep_scores(output, scores, manifest.sha256_of(tmp / ckpt.PARAMS_BEST))
+            _keep_scores(output, scores, sha256)
         if scores:
             atomic_write_text(tmp / ckpt.SCORES, jsonio.dumps(scores, indent=2, sort_keys=True)
                               + "\n")
         atomic_write_text(tmp / EXPORT, json.dumps({
             "model_dir": str(model_dir.resolve()), "checkpoint": str(which), "params_file": params.name,
-            "step": step or None, "params_sha256": manifest.sha256_of(tmp / ckpt.PARAMS_BEST),
+            "step": step or None, "params_sha256": sha256,
             "exported": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, indent=2) + "\n")
         replaced = _beside(output, "replaced", os.getpid())
         try:   # an earlier export, or a link to one, replaced only now that the new one is complete, and deleted
