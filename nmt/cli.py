@@ -155,6 +155,21 @@ def given_keys(args: argparse.Namespace) -> Dict[str, str]:
     return given
 
 
+def refused_batch_kind(asked: Dict[str, Any], given: Dict[str, str], saved: Config, path: Path) -> None:
+    """On --resume: a ConfigError for batches of the other kind than the run's (`saved`), asked by a flag or a
+    --config file's key (`asked`: the data section they give; `given`: how), as "differs from null" said."""
+    name = "batch_tokens" if asked.get("batch_tokens") else "batch_size"
+    tokens, label = saved.data.batch_tokens, given.get(f"data.{name}")
+    if label is None or bool(asked.get("batch_tokens")) == bool(tokens):
+        return
+    kind, trained = ("tokens", f"--batch-size {saved.data.batch_size}") if not tokens else (
+        "sentences", f"--batch-tokens {tokens}")
+    shown = f"{label} {asked[name]}" if label.startswith("--") else f"{label} = {asked[name]}"
+    drop = label if label.startswith("--") else label.split(": ")[-1] + " from " + label.rsplit(": ", 1)[0]
+    raise ConfigError(f"--resume: {shown} asks for batches of {kind}, and this run was trained with {trained} "
+                      f"({path}); the data cannot change within a run: drop {drop}, or train into a new --model-dir")
+
+
 def config_for_resume(args: argparse.Namespace) -> Tuple[Config, List[str]]:
     """On --resume: the run's saved configuration, with what this command line gives, and the changes
     (`resumed_config`), so that `--resume` alone continues a run as it was started; the flags are checked together
@@ -162,7 +177,8 @@ def config_for_resume(args: argparse.Namespace) -> Tuple[Config, List[str]]:
     configuration where the model directory has no config.json here (nothing to resume, which training reports; or
     a worker of a distributed job on a machine without the directory, which then needs the same flags as rank 0)."""
     from nmt.checkpoint import CONFIG
-    path = Path(args_dict(args, check=False)["train"]["model_dir"]).expanduser() / CONFIG   # (checked below)
+    asked = args_dict(args, check=False)   # (the flags over a --config file's; checked below)
+    path = Path(asked["train"]["model_dir"]).expanduser() / CONFIG
     if not path.is_file():
         return config_from_args(args), []
     saved = Config.load(path)
@@ -170,14 +186,7 @@ def config_for_resume(args: argparse.Namespace) -> Tuple[Config, List[str]]:
         check_model(saved.model, {})
     except ConfigError as e:
         raise ConfigError(f"--resume: {path}: {e}") from None
-    tokens = saved.data.batch_tokens   # (a --batch-size given would be overridden by it)
-    for flag, kind, trained in (("--batch-size", "sentences", tokens and f"--batch-tokens {tokens}"),
-                                ("--batch-tokens", "tokens", not tokens and f"--batch-size {saved.data.batch_size}")):
-        value = vars(args).get("data." + flag[2:].replace("-", "_"))
-        if value is not None and trained:
-            raise ConfigError(f"--resume: {flag} {value} asks for batches of {kind}, and this run was trained with "
-                              f"{trained} ({path}); the data cannot change within a run: drop {flag}, or train into "
-                              "a new --model-dir")
+    refused_batch_kind(asked.get("data", {}), given_keys(args), saved, path)
     # the flags (and a --config file) over the run's settings, its per-invocation keys at their defaults
     base, defaults = saved.to_dict(), Config.for_arch(saved.model.arch).to_dict()
     for key in PER_INVOCATION:

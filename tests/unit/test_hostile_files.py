@@ -540,6 +540,28 @@ def test_resume_refuses_the_other_kind_of_batch(tmp_path, trained, flags, says):
         run_of(["--model-dir", str(model_dir), "--resume", *flags])
 
 
+@pytest.mark.parametrize("trained, given, says", [
+    ({}, {"batch_tokens": 500}, "data.batch_tokens = 500 asks for batches of tokens, and this run was trained with "
+                                "--batch-size 32"),   # ("differs from null")
+    ({"batch_tokens": 500}, {"batch_size": 16}, "data.batch_size = 16 asks for batches of sentences, and this run "
+                                                "was trained with --batch-tokens 500"),
+])
+def test_resume_refuses_a_config_files_other_kind_of_batch(tmp_path, trained, given, says):
+    model_dir, path = tmp_path / "m", tmp_path / "c.json"
+    model_dir.mkdir()
+    saved = Config().to_dict()
+    saved["data"].update(trained)
+    (model_dir / ckpt.CONFIG).write_text(json.dumps(saved))
+    path.write_text(json.dumps({"data": given}))
+    with pytest.raises(ConfigError) as err:
+        run_of(["--model-dir", str(model_dir), "--resume", "--config", str(path)])
+    assert str(err.value).startswith(f"--resume: {path}: {says} ({model_dir / ckpt.CONFIG}); the data cannot change "
+                                     f"within a run: drop data.{next(iter(given))} from {path}, or train into a new "
+                                     "--model-dir")
+    path.write_text(json.dumps(saved))   # the run's own config.json, batch_size beside its batch_tokens: the same
+    assert run_of(["--model-dir", str(model_dir), "--resume", "--config", str(path)])
+
+
 @pytest.mark.parametrize("flag, value", [("--valid-beam", "5"), ("--valid-max-sentences", "20"),
                                          ("--max-len-b", "3"), ("--max-len-a", "0.5"), ("--max-input-tokens", "9")])
 def test_resume_refuses_another_way_of_translating_the_dev_set(tmp_path, flag, value):
