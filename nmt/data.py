@@ -54,8 +54,11 @@ def build_tokenizers(cfg: Config, model_dir: Path, splits: Optional[DatasetSplit
     if splits is None:
         return load_tokenizers(model_dir, d.src_lang, d.tgt_lang, shared)
     if shared:
-        load_or_train_tokenizer(model_dir, JOINT, lambda: list(splits.train.src) + list(splits.train.tgt),
-                                d.vocab_size, d.spm_model_type, coverage=character_coverage(d.src_lang, d.tgt_lang))
+        try:
+            load_or_train_tokenizer(model_dir, JOINT, lambda: list(splits.train.src) + list(splits.train.tgt),
+                                    d.vocab_size, d.spm_model_type, coverage=character_coverage(d.src_lang, d.tgt_lang))
+        except VocabTooSmall as e:
+            raise _too_small(d.vocab_size, [(f"joint ({d.src_lang} and {d.tgt_lang}, --shared-vocab)", e)]) from None
         return load_tokenizers(model_dir, d.src_lang, d.tgt_lang, shared)
     made, small = [], []   # (both sides' needs in one error: --vocab-size is one size for both)
     for lang, text in ((d.src_lang, splits.train.src), (d.tgt_lang, splits.train.tgt)):
@@ -63,14 +66,18 @@ def build_tokenizers(cfg: Config, model_dir: Path, splits: Optional[DatasetSplit
             made.append(load_or_train_tokenizer(model_dir, lang, text, d.vocab_size, d.spm_model_type))
         except VocabTooSmall as e:
             small.append((lang, e))
-    if len(small) == 2:
-        raise VocabTooSmall(f"--vocab-size {d.vocab_size} is too small for both tokenizers: their characters and the "
-                            "256 byte-fallback pieces need at least " + " and ".join(
-                                f"{e.need} ({lang})" for lang, e in small) + "; raise --vocab-size to at least "
-                            f"{max(e.need for _, e in small)}", max(e.need for _, e in small))
     if small:
-        raise small[0][1]
+        raise _too_small(d.vocab_size, small)
     return made[0], made[1]
+
+
+def _too_small(vocab_size: int, small: List[Tuple[str, VocabTooSmall]]) -> VocabTooSmall:
+    """The error of a --vocab-size below what one tokenizer's characters need, or both's (one size for both)."""
+    need = max(e.need for _, e in small)
+    needs = " and ".join(f"{e.need} ({lang})" for lang, e in small) if len(small) == 2 else need
+    which = "both tokenizers: their" if len(small) == 2 else f"the {small[0][0]} tokenizer: its"
+    return VocabTooSmall(f"--vocab-size {vocab_size} is too small for {which} characters and the 256 byte-fallback "
+                         f"pieces need at least {needs}; raise --vocab-size to at least {need}", need)
 
 
 def encode_data(cfg: Config, splits: DatasetSplits, src_tok: Tokenizer, tgt_tok: Tokenizer,

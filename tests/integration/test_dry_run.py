@@ -128,6 +128,23 @@ def test_a_vocabulary_too_small_for_both_languages_names_both_needs(tmp_path, ta
     assert train_main(args_for(task, tmp_path / "m", "--dry-run", "--vocab-size", needs[3])) == 0
 
 
+@pytest.mark.parametrize("shared", [False, True])
+def test_a_vocabulary_too_small_for_one_tokenizer_says_the_flag(tmp_path, task, capsys, shared):
+    """One side too small said "vocab_size N is too small", the Python argument's name, where both sides said
+    --vocab-size, the flag the user gave."""
+    flags = ["--shared-vocab"] if shared else []
+    assert train_main(args_for(task, tmp_path / "m", "--dry-run", "--vocab-size", "20", *flags)) == 2
+    both = re.search(r"need at least (\d+) \(ko\) and (\d+) \(en\)", capsys.readouterr().err)
+    size = str(min(int(both[1]), int(both[2])) if not shared else 20)   # (one side's need: the other's too small)
+    assert train_main(args_for(task, tmp_path / "m", "--dry-run", "--vocab-size", size, *flags)) == 2
+    which = "joint (ko and en, --shared-vocab)" if shared else "ko" if int(both[1]) > int(both[2]) else "en"
+    need = re.search(rf"^error: --vocab-size {size} is too small for the {re.escape(which)} tokenizer: its characters "
+                     r"and the 256 byte-fallback pieces need at least (\d+); raise --vocab-size to at least (\d+)\n",
+                     capsys.readouterr().err, re.M)
+    assert need and need[1] == need[2], need
+    assert train_main(args_for(task, tmp_path / "m", "--dry-run", "--vocab-size", need[1], *flags)) == 0
+
+
 def test_a_dev_set_that_is_the_test_set_is_warned_of(tmp_path, task, capsys):
     """The same files as --dev-src/--dev-tgt and --test-src/--test-tgt (a first-day slip) trained without a word,
     the best checkpoint and early stopping chosen on the test sentences."""
