@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 from nmt import manifest
 from nmt.checkpoint import CONFIG, EXPORT, LOCK, LOG, OWN_FILE, PARAMS_BEST, STATE, CheckpointError
 from nmt.commands import shell_word
-from nmt.log import TENSORBOARD_DIR
+from nmt.tensorboard import TENSORBOARD_DIR
 from nmt.storage import guarded_write, mxnet_name
 
 

@@ -1,19 +1,18 @@
-"""Logging to console and to the model directory, a throughput meter, one metrics row per validation, and
-TensorBoard curves (`TensorBoardWriter`, when tensorboardX is installed)."""
+"""Logging to console and to the model directory, a throughput meter, one metrics row per validation (the
+TensorBoard curves: `nmt.tensorboard`)."""
 from __future__ import annotations
 
 import functools
 import json
 import logging
-import math
 import os
 import sys
 import time
 import weakref
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from nmt.commands import EarlyWarnings, first_line, shell_word
+from nmt.commands import EarlyWarnings
 from nmt.storage import guarded_write
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -254,147 +253,3 @@ class Progress:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
-
-
-TENSORBOARD_DIR = "tensorboard"   # inside the model directory: the curves travel with the model
-TENSORBOARD_PIP = "pip install 'tensorboardX==2.6.5' 'protobuf==5.29.6'"   # the versions requirements/common.txt pins
-
-log = logging.getLogger("nmt.log")
-
-
-def tensorboard_available() -> bool:
-    """Whether tensorboardX can be imported."""
-    return not tensorboard_problem()
-
-
-def tensorboard_problem() -> str:
-    """What keeps tensorboardX from being imported ("" when nothing): not installed, or its import failing (a
-    protobuf of another version than its generated code's)."""
-    try:
-        import tensorboardX  # noqa: F401
-    except ModuleNotFoundError as e:
-        return "tensorboardX is not installed" if e.name == "tensorboardX" else f"tensorboardX cannot be imported ({e})"
-    except Exception as e:   # (protobuf: TypeError "Descriptors cannot be created directly", ImportError ...)
-        return f"tensorboardX cannot be imported ({type(e).__name__}: {first_line(e)})"
-    return ""
-
-
-class TensorBoardWriter:
-    """Training and validation curves and sample translations for TensorBoard, in `<model_dir>/tensorboard`.
-
-    Tags: `train/loss` (label-smoothed), `train/nll` (plain NLL, to compare with `dev/loss`), `train/learning_rate`,
-    `train/grad_norm`, `train/tokens_per_s`; `dev/loss`, `dev/perplexity`, `dev/bleu`, `dev/chrf`; text
-    `dev/samples`. Steps are update numbers, so a resumed run (`resume_step` = the step of the checkpoint it
-    continues from) writes into the same directory and continues the same curves; the events an interrupted run
-    wrote after that checkpoint are dropped (`purge_step`). When disabled (tensorboardX missing, `--tensorboard`
-    off, or a worker other than rank 0) every method does nothing.
-    """
-
-    def __init__(self, logdir: Optional[Path], resume_step: Optional[int] = None):
-        self.logdir = Path(logdir) if logdir is not None else None
-        self._writer, self._files = None, 0
-        if self.logdir is not None:
-            self.logdir.mkdir(parents=True, exist_ok=True)
-            # Events at steps > resume_step came from the interrupted run after its last checkpoint: the resumed run
-            # writes those steps again.
-            self._open(resume_step or 0, resume_step + 1 if resume_step is not None else None)
-
-    def _open(self, step: int, purge: Optional[int] = None) -> None:
-        from tensorboardX import SummaryWriter
-        # tensorboardX names the file by the second and host only: the step it starts at, the process id and a
-        # count keep a file from overwriting another (the run's before a resume, its own before a `sync`).
-        self._files += 1
-        self._writer = SummaryWriter(logdir=str(self.logdir), purge_step=purge, flush_secs=30,
-                                     filename_suffix=f".step{step:010d}.{os.getpid()}.{self._files:04d}")
-
-    def sync(self, step: int) -> None:
-        """Every event so far on disk, before a checkpoint at update `step` commits to them (a resume keeps the
-        events up to its checkpoint): tensorboardX's flush leaves out the events its writer thread has not taken
-        yet, which a process killed then (kill -9, an out-of-memory kill) lost for good. The writer is closed, and
-        a new one, in a file of its own, takes the next events."""
-        if self._writer is not None:
-            self._writer.close()
-            self._open(step)
-
-    @classmethod
-    def create(cls, model_dir: Path, requested: Optional[bool] = None, resume_step: Optional[int] = None,
-               rank: int = 0) -> "TensorBoardWriter":
-        """The writer for a training run in `model_dir`.
-
-        `requested`: True (`--tensorboard`: a ConfigError naming the flag and the pip command without
-        tensorboardX), False (`--no-tensorboard`: off), None (the default: on when tensorboardX is installed, else
-        one log line says how to turn it on). Only `rank` 0 writes."""
-        cls.check(requested)
-        if requested is False or rank != 0:
-            return cls(None)
-        problem = tensorboard_problem()
-        if problem:
-            log.info("TensorBoard curves off: %s (%s)", problem, TENSORBOARD_PIP)
-            return cls(None)
-        writer = cls(Path(model_dir) / TENSORBOARD_DIR, resume_step)
-        log.info("TensorBoard curves in %s (tensorboard --logdir %s)", writer.logdir, shell_word(writer.logdir))
-        return writer
-
-    @staticmethod
-    def check(requested: Optional[bool]) -> None:
-        """A ConfigError naming --tensorboard and the pip command when it is asked for without tensorboardX."""
-        problem = tensorboard_problem() if requested else ""
-        if problem:
-            from nmt.config import ConfigError
-            raise ConfigError(f"--tensorboard needs tensorboardX: {problem}: {TENSORBOARD_PIP}")
-
-    @property
-    def enabled(self) -> bool:
-        return self._writer is not None
-
-    def _scalars(self, step: int, values: Dict[str, Optional[float]]) -> None:
-        if self._writer is None:
-            return
-        for tag, value in values.items():
-            if value is not None:
-                self._writer.add_scalar(tag, float(value), int(step))
-
-    def log_train(self, step: int, loss: Optional[float] = None, learning_rate: Optional[float] = None,
-                  grad_norm: Optional[float] = None, tokens_per_s: Optional[float] = None,
-                  nll: Optional[float] = None) -> None:
-        """Training scalars at update `step` (None values are left out)."""
-        self._scalars(step, {"train/loss": loss, "train/nll": nll, "train/learning_rate": learning_rate,
-                             "train/grad_norm": grad_norm, "train/tokens_per_s": tokens_per_s})
-
-    def log_validation(self, step: int, loss: Optional[float] = None, perplexity: Optional[float] = None,
-                       bleu: Optional[float] = None, chrf: Optional[float] = None,
-                       bleu_ko_mecab: Optional[float] = None) -> None:
-        """Validation scalars at update `step` (`bleu_ko_mecab`: for Korean output); perplexity defaults to
-        exp(loss). Flushed at once."""
-        if perplexity is None and loss is not None:
-            perplexity = math.exp(min(float(loss), 700.0))
-        self._scalars(step, {"dev/loss": loss, "dev/perplexity": perplexity, "dev/bleu": bleu, "dev/chrf": chrf,
-                             "dev/bleu_ko_mecab": bleu_ko_mecab})
-        self.flush()
-
-    def log_samples(self, step: int, sources: Sequence[str], hypotheses: Sequence[str],
-                    references: Optional[Sequence[str]] = None) -> None:
-        """A few dev translations at update `step`, as one Markdown table under the text tag `dev/samples`."""
-        if self._writer is None:
-            return
-        refs = list(references) if references is not None else [""] * len(sources)
-        cell = lambda t: str(t).replace("|", "\\|").replace("\n", " ")  # noqa: E731
-        rows = ["| source | output | reference |", "|---|---|---|"]
-        rows += [f"| {cell(s)} | {cell(h)} | {cell(r)} |" for s, h, r in zip(sources, hypotheses, refs)]
-        self._writer.add_text("dev/samples", "\n".join(rows), int(step))
-        self.flush()
-
-    def flush(self) -> None:
-        if self._writer is not None:
-            self._writer.flush()
-
-    def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
-
-    def __enter__(self) -> "TensorBoardWriter":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()

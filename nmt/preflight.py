@@ -18,7 +18,7 @@ import numpy as np
 from nmt import checkpoint as ckpt
 from nmt import manifest
 from nmt.config import Config, ConfigError
-from nmt.log import TensorBoardWriter
+from nmt.tensorboard import TensorBoardWriter
 from nmt.storage import check_room, check_writable, free_bytes, human_bytes
 
 

@@ -25,7 +25,8 @@ from nmt.dirlock import (ModelDirLock, ModelDirLocked, check_model_dir, prepare_
                         set_aside)
 from nmt.evaluate import VALID_METRICS, Scores, patience_note, perplexity, score, track_best
 from nmt.finetune import copy_tokenizers, for_init, start_from
-from nmt.log import LossMeter, MetricsWriter, Progress, TensorBoardWriter, logging_kept, setup_logging
+from nmt.log import LossMeter, MetricsWriter, Progress, logging_kept, setup_logging
+from nmt.tensorboard import TensorBoardWriter
 from nmt.loss import Seq2SeqLoss, dev_loss
 from nmt.models import build_model
 from nmt.optim import apply_settings, build_optimizer, learning_rate

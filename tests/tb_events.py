@@ -1,5 +1,5 @@
-"""Reading TensorBoard event files back, for the tests of `nmt.log.TensorBoardWriter` (tensorboard's own reader is
-not a dependency: it comes with the viewer, which training does not need)."""
+"""Reading TensorBoard event files back, for the tests of `nmt.tensorboard.TensorBoardWriter` (tensorboard's own
+reader is not a dependency: it comes with the viewer, which training does not need)."""
 from __future__ import annotations
 
 import struct

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from nmt import checkpoint as ckpt
-from nmt.log import TENSORBOARD_DIR, tensorboard_available
+from nmt.tensorboard import TENSORBOARD_DIR, tensorboard_available
 from nmt.train import create_trainer
 from tests.synth import tiny_config, write_task
 from tests.tb_events import read_tensorboard

@@ -599,7 +599,7 @@ def test_a_resumed_run_writes_the_metrics_rows_an_uninterrupted_one_writes(tmp_p
     it still did; and TensorBoard's first point after a resume covered the updates since it alone. A row's `lr` was
     the next update's rate, not the one TensorBoard gives for its step. And a resume from an earlier checkpoint than
     the newest (a damaged one) validated its steps again beside their old rows."""
-    from nmt.log import TensorBoardWriter
+    from nmt.tensorboard import TensorBoardWriter
     from nmt.optim import learning_rate
     from nmt.train import Trainer
     step = Trainer.train_step
@@ -971,7 +971,8 @@ def test_valid_metric_ko_mecab_picks_by_morpheme_bleu_of_korean_output(tmp_path,
     """For Korean output, BLEU on ko-mecab morphemes (sacreBLEU's tokenizer, which the validation already ran) may
     choose; every validation row records it. English output has no such score: refused before anything runs."""
     from nmt.cli import train_main
-    from nmt.log import TENSORBOARD_DIR, read_metrics, tensorboard_available
+    from nmt.log import read_metrics
+    from nmt.tensorboard import TENSORBOARD_DIR, tensorboard_available
     model_dir = tmp_path / "enko"
     swapped = {f"{split}_{a}": task[f"{split}_{b}"] for split in ("train", "dev") for a, b in (("src", "tgt"),
                                                                                              ("tgt", "src"))}

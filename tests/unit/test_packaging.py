@@ -82,7 +82,7 @@ def test_the_pip_commands_in_messages_pin_what_the_requirements_pin():
     requirements/common.txt pins: a command of other versions could pull packages that break the install."""
     from nmt.commands import MXNET_PIP
     from nmt.evaluate import MECAB_PIP
-    from nmt.log import TENSORBOARD_PIP
+    from nmt.tensorboard import TENSORBOARD_PIP
     pinned = {line.split("#")[0].strip() for name in ("common.txt", "cpu.txt")
               for line in (REPO / "requirements" / name).read_text().splitlines()} - {""}
     for command in (MECAB_PIP, TENSORBOARD_PIP, MXNET_PIP):

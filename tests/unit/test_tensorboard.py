@@ -1,15 +1,19 @@
-"""nmt.log.TensorBoardWriter: the event files it writes read back, a resume continuing the curves, and the
+"""nmt.tensorboard.TensorBoardWriter: the event files it writes read back, a resume continuing the curves, and the
 behaviour without tensorboardX."""
 from __future__ import annotations
 
 import builtins
 import logging
 import math
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import pytest
 
 from nmt.config import Config, ConfigError
-from nmt.log import TENSORBOARD_DIR, TensorBoardWriter
+from nmt.tensorboard import TENSORBOARD_DIR, TensorBoardWriter
 from tests.tb_events import read_tensorboard
 
 pytest.importorskip("tensorboardX")
@@ -126,3 +130,35 @@ def test_a_tensorboardx_that_cannot_be_imported_is_not_said_to_be_missing(tmp_pa
     with pytest.raises(ConfigError, match=r"^--tensorboard needs tensorboardX: tensorboardX cannot be imported "
                                           r"\(TypeError: Descriptors cannot be created directly.\): pip install "):
         TensorBoardWriter.create(tmp_path, requested=True)
+
+
+WRITES_UNTIL_FULL = """
+import logging, resource, signal, sys
+from nmt.tensorboard import TensorBoardWriter
+logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # (past the limit: EFBIG, as a full disk's ENOSPC)
+tb = TensorBoardWriter.create(sys.argv[1])
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY))
+for step in range(1, 301):
+    tb.log_train(step, loss=1.0, learning_rate=1e-3, grad_norm=1.0, tokens_per_s=1000.0, nll=1.0)
+    if step % 50 == 0:
+        tb.log_validation(step, loss=1.0, bleu=1.0, chrf=1.0)
+        tb.log_samples(step, ["가"], ["a"], ["b"])
+        tb.sync(step)
+print("enabled" if tb.enabled else "stopped")
+tb.close()
+"""
+
+
+def test_a_write_that_fails_stops_the_curves_with_one_warning(tmp_path):
+    """A full disk while the curves were written ended training in tracebacks (tensorboardX's writer thread, its
+    exit hook, our flush, our close) before the checkpoint's own clear error, and a writer thread dead of it left
+    tensorboardX's queue full, which blocked the next event for good. Now one warning, and the caller goes on."""
+    run = subprocess.run([sys.executable, "-c", WRITES_UNTIL_FULL, str(tmp_path)], capture_output=True, text=True,
+                         timeout=60, cwd=Path(__file__).resolve().parents[2])
+    assert run.returncode == 0 and run.stdout == "stopped\n", run.stderr
+    [line] = run.stderr.splitlines()
+    assert line == (f"WARNING TensorBoard curves stopped at update 50: cannot write in {tmp_path / TENSORBOARD_DIR}: "
+                    "File too large; training goes on without them")
+    scalars, _ = read_tensorboard(tmp_path / TENSORBOARD_DIR)   # what was written before stays readable
+    assert scalars["train/loss"][:3] == [(1, 1.0), (2, 1.0), (3, 1.0)]
