@@ -12,13 +12,12 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from nmt.config import ARCH_DEFAULTS, CORPUS_FILES, Config, ConfigError, DataConfig, ModelConfig, SettingsClash
-from nmt.config_resume import PER_INVOCATION, refused_change, resumed_config
+from nmt.config_resume import PER_INVOCATION, record_mirror, refused_change, resumed_config
 from nmt import jsonio
 from nmt.cli_io import last_lines, reader_gone
 from nmt.commands import Once, command, nonempty, shell_word, usable_streams
 from nmt.config_file import check_taken_dir, read_config_file, warn_other_arch, warn_time_limit
 from nmt.flags import GROUPS, MODEL_FLAGS
-from nmt.recipes import resolve_data_dir
 
 
 class _Joined(argparse.Action):
@@ -252,9 +251,7 @@ def training_run(args: argparse.Namespace) -> Tuple[Config, List[str], Optional[
     """What a training command line asks for: the configuration (on --resume the run's own with this command's
     changes, listed; with --init-from the model's settings), and the parameter file of --init-from."""
     cfg, changes = config_for_resume(args) if args.resume else (config_from_args(args), [])
-    if not args.resume and cfg.data.recipe and cfg.data.data_dir is None:   # $NMT_DATA_DIR, recorded as --data-dir is
-        mirror = resolve_data_dir(None)   # (a CorpusError naming the variable when it names no directory)
-        cfg.data.data_dir = None if mirror is None else str(mirror.resolve())
+    record_mirror(cfg, args.resume)   # $NMT_DATA_DIR, recorded as --data-dir is
     init = None
     if args.init_from is not None:
         from nmt.finetune import init_config, init_params

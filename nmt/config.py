@@ -86,8 +86,7 @@ class DataConfig:
     max_chars: int = 400                 # drop training pairs with a side longer than this (characters)
     max_ratio: float = 4.0               # drop training pairs whose character-length ratio exceeds this
     skip_invalid_utf8: bool = False      # skip (and count) undecodable lines instead of stopping with an error
-    vocab_size: int = 2000               # SentencePiece pieces per language (with --shared-vocab: of the one
-                                         # joint model); small vocabularies win on small data
+    vocab_size: int = 2000               # SentencePiece pieces per language (or of the joint one); small win here
     spm_model_type: str = "unigram"      # SentencePiece algorithm: unigram (default) or bpe
     subword_sampling: float = 0.0        # > 0: a sampled segmentation per training batch (Kudo 2018; BPE-dropout)
     max_src_tokens: int = 80             # training pairs longer than this (subword tokens) are dropped
@@ -148,10 +147,9 @@ class ModelConfig:
     tie_weights: bool = True             # share target embedding and output projection (embed==hidden needed)
     word_dropout: float = 0.2            # drop whole source/target token embeddings in training (Sennrich & Zhang 2019)
     lexical_model: bool = True           # attention-weighted source embeddings feed the output (Nguyen & Chiang 2018)
-    # Transformer (--arch transformer; it shares dropout, word_dropout and tie_weights above, and takes its own
-    # dropout and word_dropout defaults from ARCH_DEFAULTS). Sizes of a small model for small data, after Araabi &
-    # Monz 2020 (fewer layers and heads and a narrower feed-forward than Vaswani et al.'s base model); the depth
-    # chosen by ablation on this project's dev sets (docs/transformer.md: 2+2 beat 3+3 at both budgets).
+    # Transformer (shares dropout, word_dropout and tie_weights above; its defaults of the first two: ARCH_DEFAULTS).
+    # Sizes of a small model for small data, after Araabi & Monz 2020 (fewer layers and heads, a narrower feed-forward
+    # than Vaswani et al.'s base); the depth by ablation on our dev sets (docs/transformer.md: 2+2 beat 3+3).
     encoder_layers: int = 2              # Transformer encoder layers (the base model has 6)
     decoder_layers: int = 2              # Transformer decoder layers
     model_size: int = 256                # Transformer width d (embeddings, attention, residual stream)
@@ -159,8 +157,7 @@ class ModelConfig:
     heads: int = 2                       # attention heads (must divide model_size; the base model has 8)
     attention_dropout: float = 0.1       # dropout on attention weights (Transformer)
     activation_dropout: float = 0.1      # dropout after the feed-forward ReLU (Transformer)
-    shared_vocab: bool = False           # one SentencePiece model for both languages (--vocab-size pieces in all);
-                                         # the Transformer ties source = target embedding (= output, tie_weights)
+    shared_vocab: bool = False           # one SentencePiece model for both (the Transformer: one embedding as well)
 
     def __post_init__(self) -> None:   # the values are checked by the architecture (nmt.models), the types here
         _typed(self)
@@ -391,8 +388,11 @@ class Config:
 
     @classmethod
     def load(cls, path, complete: bool = True) -> "Config":
-        """The config saved at `path`: complete (a model directory's), or partial (`--config FILE`) when not."""
-        return cls.from_dict(jsonio.read_object(path, ConfigError), source=str(path), complete=complete, file=True)
+        """A model directory's config (`complete`; model_dir: where it is now, copied or moved), or a --config's."""
+        d, here = jsonio.read_object(path, ConfigError), os.path.dirname(os.path.abspath(path))
+        if complete and isinstance(d.get("train"), dict) and os.path.isfile(os.path.join(here, "state.json")):
+            d["train"]["model_dir"] = here   # (a run's own directory: nmt.checkpoint.STATE beside it)
+        return cls.from_dict(d, source=str(path), complete=complete, file=True)
 
     @classmethod
     def for_arch(cls, arch: str) -> "Config":

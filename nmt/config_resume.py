@@ -115,3 +115,32 @@ def average_advice(model_dir: Path) -> str:
     return f"{run}`" if state.stopped not in (*INTERRUPTS, "max_seconds", "") else (
         f"{run} --max-steps {state.step}` (it stopped by {state.stopped or 'a kill'} at step {state.step}: without "
         "--max-steps the resume would train on; it then becomes the run's limit: a later resume gives a higher one)")
+
+
+def given_by(cfg: Config) -> Dict[str, str]:
+    """The keys a Config from Python gives, as a command line's flags would (key -> key): those of the dict it was
+    made from (`Config.given`) and those not at its architecture's defaults (a value set by hand)."""
+    defaults, mine = Config.for_arch(cfg.model.arch).to_dict(), cfg.to_dict()
+    defaults["model"]["arch"] = Config().model.arch   # a config of the Transformer asks for one
+    return {f"{s}.{k}": f"{s}.{k}" for s, values in mine.items() for k, v in values.items()
+            if v != defaults[s][k] or f"{s}.{k}" in cfg.given}
+
+
+def record_mirror(cfg: Config, resume: bool) -> None:
+    """$NMT_DATA_DIR into a new run's `data.data_dir` where it gives none, as --data-dir is (its evaluation and
+    --resume read the corpora from there); a CorpusError naming the variable when it names no directory."""
+    from nmt.recipes import resolve_data_dir
+    if not resume and cfg.data.recipe and cfg.data.data_dir is None:
+        mirror = resolve_data_dir(None)
+        cfg.data.data_dir = None if mirror is None else str(mirror.resolve())
+
+
+def as_command_line(cfg: Config, resume: bool) -> Config:
+    """`train(cfg, resume)` as nmt-train runs its flags: $NMT_DATA_DIR recorded (`record_mirror`); on `resume` the
+    run's own configuration (its config.json) with what `cfg` gives (`given_by`), as `--resume` with flags, where
+    a given model or data key that differs is refused by name."""
+    record_mirror(cfg, resume)
+    path = Path(cfg.train.model_dir) / "config.json"
+    if not resume or not path.is_file():   # (nothing to resume: the run says so)
+        return cfg
+    return resumed_config(Config.load(path), cfg, given_by(cfg), str(path))[0]

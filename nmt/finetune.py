@@ -55,11 +55,9 @@ def for_init(cfg: Config, spec) -> Tuple[Config, Path]:
     in one) and `cfg` with that model's settings, languages and vocabulary size, but for what `cfg` gives, taken as a
     command line's flags (`init_config`): the values of the dict it was made from (`Config.given`) and those that are
     not its architecture's defaults."""
-    params, defaults, mine = init_params(spec), Config.for_arch(cfg.model.arch).to_dict(), cfg.to_dict()
-    defaults["model"]["arch"] = Config().model.arch   # a config of the Transformer asks for one
-    given = {f"{s}.{k}": f"{s}.{k}" for s, values in mine.items() for k, v in values.items()
-             if v != defaults[s][k] or f"{s}.{k}" in cfg.given}
-    return init_config(cfg, given, params), params
+    from nmt.config_resume import given_by
+    params = init_params(spec)
+    return init_config(cfg, given_by(cfg), params), params
 
 
 def kept_settings(d: Dict[str, Dict[str, Any]], init_from: Path, given: Dict[str, str]) -> None:

@@ -8,6 +8,7 @@ one's encoded corpus is cached in the model directory (nmt.encoded), which the r
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 from pathlib import Path
@@ -17,7 +18,8 @@ import numpy as np
 
 from nmt import checkpoint as ckpt
 from nmt import manifest
-from nmt.config import Config, ConfigError
+from nmt.config import Config, ConfigError, ModelConfig
+from nmt.models import ARCHITECTURES
 from nmt.tensorboard import TensorBoardWriter
 from nmt.storage import check_room, check_writable, free_bytes, human_bytes
 
@@ -74,13 +76,28 @@ def check_checkpoint_room(cfg: Config, net, no_update: bool = False) -> int:
 
 
 def checked_config(cfg, caller: str) -> Config:
-    """`cfg` if it is a Config whose values all pass its checks, also those set by hand since it was made (a
-    ConfigError naming the field, before any work: a beam size of 0 failed at the first validation)."""
+    """`cfg` made again of its values, which all pass its checks, also those set by hand since it was made (a
+    ConfigError naming the field, before any work: a beam size of 0 failed at the first validation), and as
+    `Config.from_dict` takes them: "~" expanded, paths absolute, numpy's numbers as Python's. A model setting the
+    architecture does not read, not at its default, is refused by name (it would be saved and change nothing)."""
     if not isinstance(cfg, Config):
         raise TypeError(f"{caller}: cfg must be a Config (Config.from_dict makes one of a dict), got "
                         f"{type(cfg).__name__}")
-    Config.from_dict(cfg.to_dict(), f"{caller}: cfg", file=True)
-    return cfg
+    for f in dataclasses.fields(Config):
+        if not isinstance(getattr(cfg, f.name), f.default_factory):
+            raise TypeError(f"{caller}: cfg.{f.name} must be a {f.default_factory.__name__}, got "
+                            f"{type(getattr(cfg, f.name)).__name__}")
+    checked = Config.from_dict(cfg.to_dict(), f"{caller}: cfg", file=True)
+    checked.given = cfg.given
+    fields = ARCHITECTURES[checked.model.arch].config_fields
+    unread = [k for k in ModelConfig.__dataclass_fields__ if k not in (*fields, "arch", "shared_vocab")
+              and getattr(checked.model, k) != getattr(ModelConfig, k)]
+    if unread:
+        owners = [a for a, c in sorted(ARCHITECTURES.items()) if unread[0] in c.config_fields]
+        raise ConfigError(f"{caller}: cfg model.{unread[0]} {getattr(checked.model, unread[0])!r} is a setting of "
+                          f"{' or '.join(f'--arch {a}' for a in owners)}, not of --arch {checked.model.arch}, which "
+                          f"would ignore it: leave it at its default ({getattr(ModelConfig, unread[0])!r})")
+    return checked
 
 
 def run_inputs(cfg: Config, init: Optional[Path]) -> Dict[str, Any]:

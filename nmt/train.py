@@ -19,7 +19,7 @@ from nmt import checkpoint as ckpt
 from nmt.batching import Batch
 from nmt.config import CORPUS_FILES, Config
 from nmt.commands import shell_word
-from nmt.config_resume import PER_INVOCATION
+from nmt.config_resume import PER_INVOCATION, as_command_line
 from nmt.data import TrainData, build_data
 from nmt.dirlock import (ModelDirLock, ModelDirLocked, check_model_dir, prepare_model_dir, remove_made, replacing,
                         set_aside)
@@ -345,7 +345,7 @@ def train(cfg: Config, resume: bool = False, overwrite: bool = False, evaluate: 
           init: Optional[Path] = None) -> TrainResult:
     """Train per `cfg` (from `init`, a model directory or params file, as --init-from: with the model's settings but
     for what `cfg` sets otherwise, `nmt.finetune.for_init`); `evaluate`: score the best checkpoint on the tests."""
-    cfg = checked_config(cfg, "train")
+    cfg = as_command_line(checked_config(cfg, "train"), resume)   # (NMT_DATA_DIR; on resume: the run's, with cfg's)
     if cfg.data.recipe and any(getattr(cfg.data, f) for f in CORPUS_FILES):   # files replace the
         # recipe (a DataConfig's default "tatoeba"), as load_data reads them: config.json names none, as nmt-train's
         cfg, given = replace(cfg, data=replace(cfg.data, recipe=None)), cfg.given
