@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import IO, Iterator, Optional, Union
 
-from nmt.storage import StorageError, is_fixable, write_failure
+from nmt.storage import StorageError, is_fixable, short_write_failure, write_failure
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -133,6 +133,8 @@ def atomic_open(path: PathLike, mode: str = "wb", encoding: str = None, size: Op
             os.unlink(tmp)
         if is_fixable(e):   # full disk, no permission, read-only: one clear error naming the file (and the room
             raise write_failure(path, e, size) from None   # it needs, not the bytes written before the disk filled)
+        if isinstance(e, OSError) and e.errno is None:   # numpy's short write ("N requested and M written")
+            raise (short_write_failure(path, e, size) or e) from None
         raise
 
 

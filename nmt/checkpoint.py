@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, List, Optional
 from nmt import manifest
 from nmt.atomic import atomic_write_text, fsync_dir, keep_mode
 from nmt.manifest import CheckpointError
-from nmt.storage import error_line, guarded_write, mxnet_name, mxnet_write_failure, written_whole
+from nmt.storage import error_line, guarded_write, mxnet_name, short_write_failure, written_whole
 
 logger = logging.getLogger("nmt.checkpoint")
 # the flag that lets a resumed run go on past each limit a finished run stopped at (`TrainState.limit_reached`)
@@ -156,7 +156,7 @@ def _save_with(writer, path: Path, needed: Optional[int] = None) -> None:
             os.replace(tmp, path)
     except mx.base.MXNetError as e:
         _remove(tmp)
-        raise (mxnet_write_failure(path, e, needed) or e) from None
+        raise (short_write_failure(path, e, needed) or e) from None
     except BaseException:
         _remove(tmp)
         raise

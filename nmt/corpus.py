@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import codecs
 import logging
-import lzma
 import os
 import re
 import unicodedata
@@ -18,8 +17,8 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from nmt.commands import shell_word
-from nmt.textfile import (CorpusError, PathLike, archive_sign, binary_sign, encoding_of, iconv_command, not_text,
-                          open_bytes, to_utf8_hint, wide_encoding)
+from nmt.textfile import (READ_ERRORS, CorpusError, PathLike, archive_sign, binary_sign, encoding_of, iconv_command,
+                          not_text, open_bytes, to_utf8_hint, wide_encoding)
 
 logger = logging.getLogger("nmt.corpus")
 
@@ -220,7 +219,7 @@ def _decode_lines(path: PathLike, skip_invalid_utf8: bool, max_line_chars: int,
     try:
         with f:
             data = f.read()
-    except (OSError, EOFError, lzma.LZMAError) as e:   # a truncated or corrupt archive
+    except READ_ERRORS as e:   # a truncated or corrupt archive
         problem = f"a damaged {kind} file ({e})" if kind else f"cannot read ({e.strerror})"
         raise CorpusError(f"{path}: {problem}") from None
     data = _text_bytes(data, path, kind)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import lzma
 import http.client
 import os
 import socket
@@ -15,6 +16,7 @@ import tarfile
 import tempfile
 import urllib.error
 import urllib.request
+import zlib
 from pathlib import Path
 from typing import IO, Any, Dict, Iterable, Iterator, Sequence, Tuple
 
@@ -164,5 +166,5 @@ def _download_archive(url: str, wanted: Sequence[Any], cache_dir: Path, timeout:
                         raise CorpusError(f"{url}: member {spec.member}: checksum mismatch: expected sha256 "
                                           f"{spec.sha256}, got {actual}; nothing was written to the cache.")
                     atomic_write_bytes(cache_dir / spec.path, data)
-        except tarfile.TarError as e:
+        except (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError) as e:   # (damaged compressed data)
             raise CorpusError(f"{url}: not a readable tar archive ({e})") from None

@@ -98,15 +98,16 @@ def guarded_write(path: PathLike, needed: Optional[int] = None) -> Iterator[None
         raise
 
 
-def mxnet_write_failure(path: PathLike, err: Exception, needed: Optional[int]) -> Optional[StorageError]:
-    """MXNet reports a short write as `MXNetError: ... Write incomplete` with no errno. When the disk is (nearly)
-    full, that is what happened: the StorageError to raise instead; so is an error whose text carries one of the
-    fixable errors' messages (MXNet failing to open a file on a read-only file system); else None."""
+def short_write_failure(path: PathLike, err: Exception, needed: Optional[int]) -> Optional[StorageError]:
+    """MXNet reports a short write as `MXNetError: ... Write incomplete` with no errno, numpy's `tofile` (np.save into
+    a file) as `OSError: N requested and M written` with none either. When the disk is (nearly) full, that is what
+    happened: the StorageError to raise instead; so is an error whose text carries one of the fixable errors'
+    messages (MXNet failing to open a file on a read-only file system); else None."""
     for code in _FIXABLE:
         if os.strerror(code) in str(err):
             return write_failure(path, OSError(code, os.strerror(code)), needed)
     free = free_bytes(path)
-    if "Write" not in str(err) and free > (needed or 0):
+    if "Write" not in str(err) and " written" not in str(err) and free > (needed or 0):
         return None
     if resource.getrlimit(resource.RLIMIT_FSIZE)[0] != resource.RLIM_INFINITY and free > (needed or 0):
         return write_failure(path, OSError(errno.EFBIG, os.strerror(errno.EFBIG)), needed)   # (`ulimit -f`: no errno)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import lzma
 import os
 import re
 import select
@@ -20,8 +19,8 @@ from nmt import jsonio
 from nmt.align import format_links, with_links
 from nmt.config import CHARS_PER_TOKEN
 from nmt.corpus import INVISIBLE, CorpusError, control_characters, count_lines, lone_surrogate, one_line
-from nmt.textfile import (archive_sign, binary_sign, decompressing, encoding_of, iconv_command, not_text, open_bytes,
-                          to_utf8_hint, wide_encoding)
+from nmt.textfile import (READ_ERRORS, archive_sign, binary_sign, decompressing, encoding_of, iconv_command, not_text,
+                          open_bytes, to_utf8_hint, wide_encoding)
 from nmt.log import Every
 from nmt.signals import deferred
 from nmt.translate import Translator
@@ -351,7 +350,7 @@ def _readable(raw_lines: Iterable[Tuple[bytes, bool]], name: str) -> Iterator[Tu
             item = next(items)
         except StopIteration:
             return
-        except (EOFError, OSError, lzma.LZMAError) as e:
+        except READ_ERRORS as e:
             raise CorpusError(f"{name}: unreadable after line {lines} ({e}); the translations of the lines before it "
                               "have been written") from None
         except CorpusError as e:   # read_raw_lines' own, which do not know the input's name

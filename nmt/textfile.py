@@ -9,6 +9,7 @@ import gzip
 import lzma
 import os
 import re
+import zlib
 from pathlib import Path
 from typing import BinaryIO, Callable, Optional, Tuple, Union
 
@@ -25,6 +26,9 @@ class CorpusError(ValueError):
 # (bzip2's with a block or end-of-stream marker, so that a text starting "BZh" stays text), its name and opener.
 COMPRESSED = [(re.compile(rb"\x1f\x8b"), "gzip", gzip.open), (re.compile(rb"\xfd7zXZ\x00"), "xz", lzma.open),
               (re.compile(rb"BZh[1-9](1AY&SY|\x17rE8P\x90)"), "bzip2", bz2.open)]
+# What reading a damaged compressed file raises: a truncated one EOFError, bad xz data LZMAError, bad deflate data
+# inside a gzip file zlib.error (no OSError), a bad header OSError (gzip.BadGzipFile).
+READ_ERRORS = (OSError, EOFError, lzma.LZMAError, zlib.error)
 # An output named .gz is written gzip-compressed, flushed chunk by chunk, as Marian writes one; bzip2, xz and the
 # others cannot be flushed as they go (a stopped run would lose all), so an output named as one is refused.
 UNFLUSHABLE = (".bz2", ".bz", ".tbz", ".tbz2", ".xz", ".txz", ".lzma", ".lz", ".zst", ".zstd", ".lz4", ".lzo", ".z",
@@ -138,7 +142,8 @@ def _reads_as(line: bytes, encoding: str, pattern: str) -> bool:
 def archive_sign(data: bytes) -> str:
     """The archive or compression format of data starting with `data`, by its magic bytes, or "" (a tar archive
     also inside gzip, bzip2 or xz: their reader gives its bytes)."""
-    return ("a zip archive" if data.startswith(b"PK\x03\x04") else "a tar archive" if data[257:262] == b"ustar"
+    return ("a zip archive" if data.startswith(b"PK\x03\x04") else "a tar archive" if data[257:263] == b"ustar\x00" or
+            data[257:265] == b"ustar  \x00"   # (POSIX's magic, GNU's: not a word of text ending in "ustar")
             else "zstd data" if data.startswith(b"\x28\xb5\x2f\xfd") else
             next((f"{name} data" for magic, name, _ in COMPRESSED if magic.match(data)), ""))
 

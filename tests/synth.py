@@ -166,3 +166,9 @@ def non_canonical_split(tok):
             if whole.startswith("\u2581") and {whole[:k], whole[k:]} <= vocab:
                 return [whole[:k], whole[k:]], whole[1:]
     raise AssertionError("the vocabulary has no piece whose split is in it")
+
+
+def damaged(data: bytes, at: int = 100) -> bytes:
+    """Compressed `data` with 60 bytes from `at` inverted: bad deflate data in a gzip file ("invalid distance too far
+    back", a zlib.error)."""
+    return data[:at] + bytes(x ^ 0xFF for x in data[at:at + 60]) + data[at + 60:]

@@ -91,11 +91,25 @@ def test_a_file_size_limit_is_named(tmp_path):
                        preexec_fn=_file_size_limit(4096), env={**os.environ, "PYTHONPATH": str(REPO)})
     assert f"StorageError: cannot write {out}: File too large [errno EFBIG]; the file would pass a size limit: " \
            "the shell's (`ulimit -f`, a batch job's)" in p.stderr, p.stderr
-    code = ("import sys, mxnet as mx; from nmt.storage import mxnet_write_failure\n"
-            "print(mxnet_write_failure(sys.argv[1], mx.base.MXNetError('Write incomplete'), 100000))\n")
+    code = ("import sys, mxnet as mx; from nmt.storage import short_write_failure\n"
+            "print(short_write_failure(sys.argv[1], mx.base.MXNetError('Write incomplete'), 100000))\n")
     p = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True, cwd=REPO,
                        preexec_fn=_file_size_limit(4096), env={**os.environ, "PYTHONPATH": str(REPO)})
     assert p.stdout.startswith(f"cannot write {out}: File too large [errno EFBIG]"), p.stdout + p.stderr
+
+
+def test_a_numpy_array_written_short_is_named(tmp_path):
+    """np.save into a file reports a short write as "OSError: N requested and M written", with no errno: the
+    encoded-corpus cache, written on a disk that filled, ended training in a traceback (and `ulimit -f` too)."""
+    out = tmp_path / "encoded.npy"
+    code = ("import signal, sys, numpy as np; from nmt.atomic import atomic_open\n"
+            "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+            "with atomic_open(sys.argv[1], 'wb', size=800128) as f:\n    np.save(f, np.zeros(100000))\n")
+    p = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True, cwd=REPO,
+                       preexec_fn=_file_size_limit(65536), env={**os.environ, "PYTHONPATH": str(REPO)})
+    [last] = p.stderr.strip().splitlines()[-1:]
+    assert last.startswith(f"nmt.storage.StorageError: cannot write {out}: File too large [errno EFBIG]"), p.stderr
+    assert not list(tmp_path.iterdir())   # (the temporary file removed)
 
 
 def test_full_tmpfs_during_a_real_mxnet_save_keeps_the_previous_checkpoint(small_disk):

@@ -32,7 +32,7 @@ from nmt.tokenizer import UNK_ID
 from nmt.config import DecodeConfig
 from nmt.corpus import one_line, tidy_translation
 from nmt.translate import Translator
-from tests.synth import as_trained_with_its_config, non_canonical_split, synth_file
+from tests.synth import as_trained_with_its_config, damaged, non_canonical_split, synth_file
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -395,6 +395,11 @@ def test_a_compressed_input_is_translated(tr, tmp_path, capsys):
     code, out, err = run(["--model-dir", tr.model_dir, "--input", cut], capsys)
     done = int(re.search(r"cut.ko.gz: unreadable after line (\d+) \(Compressed file ended", err).group(1))
     assert code == 2 and 0 < done < 3000 and out.splitlines() == whole[:done] and "Traceback" not in err
+    bad = tmp_path / "bad.ko.gz"   # bad deflate data (zlib.error, no OSError): a traceback
+    bad.write_bytes(damaged(gzip.compress("".join(x + "\n" for x in many).encode())))
+    code, out, err = run(["--model-dir", tr.model_dir, "--input", bad], capsys)
+    assert code == 2 and re.search(r"^error: .*bad.ko.gz: unreadable after line \d+ \(Error -3 while "
+                                   r"decompressing data: invalid", err, re.M) and "Traceback" not in err, err
 
 
 def _write(path, lines):

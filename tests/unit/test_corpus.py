@@ -11,6 +11,7 @@ import pytest
 from nmt.cleaning import clean_training_pairs
 from nmt.corpus import MAX_LINE_CHARS, CorpusError, Pairs, concat, normalize, read_parallel, read_tsv
 from nmt.rest_markup import strip_rest_markup
+from tests.synth import damaged
 
 KO = ["안녕하세요.", "고양이가 잔다.", "비가 온다."]
 EN = ["Hello.", "The cat sleeps.", "It is raining."]
@@ -227,6 +228,15 @@ def test_archives_and_compressed_files_not_read_are_named_as_such(tmp_path):
     (tmp_path / "bad.ko.gz").write_bytes(gzip.compress(text + "고양이\n".encode("cp949")))
     with pytest.raises(CorpusError, match=r"bad.ko.gz:3: invalid UTF-8 .*`zcat .*bad.ko.gz \| iconv -f CP949"):
         read_lines(tmp_path / "bad.ko.gz")
+    # GNU tar's magic too; a text with "ustar" at the magic's offset (a word such as "mustard") stays text
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        tar.addfile(info, io.BytesIO(text))
+    (tmp_path / "gnu.tar").write_bytes(buffer.getvalue())
+    with pytest.raises(CorpusError, match="gnu.tar: this is a tar archive, not text"):
+        read_lines(tmp_path / "gnu.tar")
+    (tmp_path / "must.en").write_text("I like it.\n" * 23 + "No mustard.\n")   # ("ustar" at bytes 257-261)
+    assert read_lines(tmp_path / "must.en")[-1] == "No mustard."
 
 
 @pytest.mark.parametrize("codec, named, name", [
@@ -451,7 +461,10 @@ def test_a_zip_archive_or_a_damaged_compressed_file_is_named(write_file):
     cut = write_file("cut.ko.gz", gzip.compress("\n".join(KO * 50).encode())[:-20])
     with pytest.raises(CorpusError, match=f"{cut}: a damaged gzip file"):
         read_parallel(cut, write_file("x.en", EN))
-
+    text = "".join(f"{i} {k}\n" for i, k in enumerate(KO * 50)).encode()
+    bad = write_file("bad.ko.gz", damaged(gzip.compress(text)))   # (a zlib.error, no OSError: it was a traceback)
+    with pytest.raises(CorpusError, match=f"{bad}: a damaged gzip file .*invalid"):
+        read_parallel(bad, write_file("x.en", EN))
 
 def test_text_that_starts_like_a_bzip2_header_is_text(write_file):
     pairs = read_parallel(write_file("b.en", ["BZh9 is a model number.", "Hello."]), write_file("b.ko", KO[:2]))

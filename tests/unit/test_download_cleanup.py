@@ -67,6 +67,27 @@ def test_failed_archive_download_removes_the_directories_it_created(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("damage, says", [(lambda b: b[:-100], "Compressed file ended"),   # (EOFError)
+                                           (lambda b: b[:4000] + bytes([b[4000] ^ 0xFF]) + b[4001:],
+                                            "Error -3 while decompressing data")])   # (zlib.error)
+def test_a_damaged_archive_is_named(tmp_path, damage, says):
+    """A truncated .tar.gz (EOFError) or bad deflate data inside one (zlib.error): no TarError, a traceback."""
+    import io
+    import random
+    import tarfile
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        data = "".join(f"line {i} of the corpus {random.Random(i).random()}\n" for i in range(3000)).encode()
+        info = tarfile.TarInfo("x.ko")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    archive = tmp_path / "x.tar.gz"
+    archive.write_bytes(damage(buf.getvalue()))
+    wanted = [FileSpec(path="corpus/x.ko", sha256="0" * 64, bytes=1, archive_url=archive.as_uri(), member="x.ko")]
+    with pytest.raises(CorpusError, match=rf"x.tar.gz: not a readable tar archive \({says}"):
+        dl.download_archive(wanted[0].archive_url, wanted, tmp_path / "cache", timeout=5)
+
+
 def test_offline_recipe_with_a_mistyped_cache_dir_leaves_no_tree(tmp_path, monkeypatch):
     """`nmt-train --cache-dir /nonexistent/x/y --dry-run` offline left x/y/tatoeba-challenge-test-eng-kor/ behind."""
     monkeypatch.delenv("NMT_DATA_DIR", raising=False)   # no mirror: the test set would be downloaded
