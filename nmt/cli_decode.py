@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from nmt import jsonio
 from nmt.commands import Once, command, file_arg, nonempty, number, one_stdin, usable_streams
 from nmt.cli_io import (add_model_decode_args, check_languages_of, evaluation_inputs, load_translator, misaligned,
-                        open_output, output_dir, output_errors, reader_gone, refuse_overwriting)
+                        open_output, output_dir, output_errors, reader_gone, refuse_overwriting, validated_on)
 from nmt.config import CHARS_PER_TOKEN, ConfigError
 
 
@@ -95,7 +95,7 @@ def translate_main(args: argparse.Namespace) -> int:
         mx.random.seed(1 if args.seed is None else args.seed)
     plot = attention_saver(tr, args.plot_attention) if args.plot_attention else None
     # n-best rows when asked for (--nbest 1 too: the best translation with its score), else plain translations
-    nbest = tr.decode.nbest if "decode.nbest" in vars(args) or tr.decode.nbest > 1 else None
+    nbest = tr.decode.nbest if "decode.nbest" in vars(args) else None
     stdin, stdout = args.input in (None, "-"), args.output in (None, "-")
     if stdin and sys.stdin.isatty():
         if stdout:
@@ -217,8 +217,8 @@ def _test_sets(args: argparse.Namespace, tr) -> Dict[str, Tuple[Any, List[List[s
                           "comes from its own files (its config.json's data section), read where they are: drop it")
     if args.recipe_tests or args.dev_set:
         sets = recipe_tests(tr.config, args.data_dir) if args.recipe_tests else model_dev_set(tr.config, args.data_dir)
-        if args.dev_set:
-            _validated_on(tr.model_dir, next(iter(sets.values())))
+        for model_dir in (tr.model_dir, *tr.member_dirs) if args.dev_set else ():   # (an ensemble's: each member)
+            validated_on(Path(model_dir), next(iter(sets.values())), Path(tr.model_dir))
         return {name: (pairs, []) for name, pairs in sets.items()}
     if not (args.src_file and args.ref_file):
         raise ConfigError("--src-file and --ref-file must be given together")
@@ -242,25 +242,6 @@ def _test_sets(args: argparse.Namespace, tr) -> Dict[str, Tuple[Any, List[List[s
     if not args.no_save:   # (else nothing is recorded: the name only labels the report and the --hyp-dir files)
         check_set_name(name, args.src_file, args.ref_file, tr.config)
     return {name: (Pairs(src, refs[0], name), refs[1:])}
-
-
-def _validated_on(model_dir: Path, dev) -> None:
-    """CorpusError when the dev pairs read again from the model's data are not those its run validated on
-    (`TrainState.dev_sum`): its training or dev files changed since, and the held-out pairs drawn from them now
-    differ (a helper's appended lines: 120 of 500, 41 of them trained on), without a word."""
-    from nmt import checkpoint as ckpt
-    from nmt.corpus import CorpusError
-    from nmt.encoded import text_checksum
-    try:
-        saved = ckpt.TrainState.load(model_dir).dev_sum if (model_dir / ckpt.STATE).exists() else ""
-    except ckpt.CheckpointError:
-        return
-    if saved and saved != text_checksum([*dev.src, *dev.tgt]):
-        raise CorpusError("--dev-set: the dev pairs read again from the model's data are not those its run validated "
-                          "on: its training, dev or test files (a held-out dev set leaves out pairs of the test set) "
-                          "have changed since (edited, appended to or replaced; or the run began before full-width "
-                          "ASCII, ＡＢ．, was read as ASCII, and they hold some), so their scores would not be its dev "
-                          "scores and may count pairs it trained on; score files with --src-file, --ref-file instead")
 
 
 @command(build_evaluate_parser)

@@ -71,6 +71,7 @@ def load_translator(args: argparse.Namespace, search: bool = True):
         ckpt.config_of(model_dir, "--ensemble")
     path = ckpt.config_of(args.model_dir, "--model-dir")
     overrides = {k.split(".", 1)[1]: v for k, v in vars(args).items() if k.startswith("decode.")}
+    overrides.setdefault("nbest", 1)   # (--nbest is each command's: a decode.nbest saved by training is no default)
     decode = dataclasses.replace(Config.load(path).decode, **overrides)
     ctxs = parse_devices(args.gpus, args.cpu_devices)
     tr = Translator.from_dir(args.model_dir, args.checkpoint, ctx=ctxs, decode=decode, ensemble=args.ensemble)
@@ -284,3 +285,26 @@ def misaligned(src_file, src: list, flag: str, other_file, other: list, other_is
     from nmt.corpus import CorpusError
     return CorpusError(f"line counts differ: --src-file {src_file} has {len(src)} lines but {flag} {other_file} has "
                        f"{len(other)}; they must be line-aligned (line i of {other_is} translates line i of {src_is})")
+
+
+def validated_on(model_dir: Path, dev, first: Path) -> None:
+    """CorpusError when the dev pairs read again from the data of `first` (--model-dir) are not those the run of
+    `model_dir` (it, or an --ensemble member) validated on (`TrainState.dev_sum`): its files changed since (a helper's
+    appended lines: 120 of 500, 41 of them trained on), or a member's were others (a fine-tuned one's training)."""
+    from nmt import checkpoint as ckpt
+    from nmt.corpus import CorpusError
+    from nmt.encoded import text_checksum
+    try:
+        saved = ckpt.TrainState.load(model_dir).dev_sum if (model_dir / ckpt.STATE).exists() else ""
+    except ckpt.CheckpointError:
+        return
+    if saved and saved != text_checksum([*dev.src, *dev.tgt]) and model_dir != first:
+        raise CorpusError(f"--dev-set: --ensemble {model_dir} validated on other dev pairs than --model-dir {first}, "
+                          "whose dev set this scores, which may hold pairs it trained on; score files with --src-file "
+                          "and --ref-file instead")
+    if saved and saved != text_checksum([*dev.src, *dev.tgt]):
+        raise CorpusError("--dev-set: the dev pairs read again from the model's data are not those its run validated "
+                          "on: its training, dev or test files (a held-out dev set leaves out pairs of the test set) "
+                          "have changed since (edited, appended to or replaced; or the run began before full-width "
+                          "ASCII, ＡＢ．, was read as ASCII, and they hold some), so their scores would not be its dev "
+                          "scores and may count pairs it trained on; score files with --src-file, --ref-file instead")

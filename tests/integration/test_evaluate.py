@@ -366,6 +366,22 @@ def test_dev_set_is_the_one_validated_on_and_stays_out_of_results_tables(model_c
     assert "dev" not in {r["test_set"] for r in results_rows([load_run(model_copy)])}
 
 
+def test_an_ensembles_dev_set_is_every_members(model_copy, tmp_path, capsys):
+    """--dev-set of an ensemble scored --model-dir's dev set alone: a member fine-tuned on other data (its dev set
+    another, its training pairs maybe these) made the ensemble's dev score count pairs it had trained on."""
+    same = tmp_path / "same"
+    shutil.copytree(model_copy, same)
+    code, out, err = run(["--model-dir", model_copy, "--ensemble", same, "--dev-set", "--no-save"], capsys)
+    assert code == 0 and out.startswith("dev: 40 sentences"), err
+    state = ckpt.TrainState.load(same)
+    state.dev_sum = "0" * 64   # (another run's dev pairs)
+    state.save(same)
+    code, out, err = run(["--model-dir", model_copy, "--ensemble", same, "--dev-set", "--no-save"], capsys)
+    assert code == 2 and err.endswith(f"error: --dev-set: --ensemble {same} validated on other dev pairs than "
+                                      f"--model-dir {model_copy}, whose dev set this scores, which may hold pairs it "
+                                      "trained on; score files with --src-file and --ref-file instead\n"), err
+
+
 def test_dev_set_of_a_run_without_dev_files_is_the_pairs_held_out_of_its_training_data(model_copy, capsys):
     """A run on training files alone validates on pairs held out of them, and its log says `nmt-evaluate --dev-set`
     scores them; --dev-set said the model named no recipe and no dev files."""

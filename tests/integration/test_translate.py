@@ -402,6 +402,29 @@ def test_a_compressed_input_is_translated(tr, tmp_path, capsys):
                                    r"decompressing data: invalid", err, re.M) and "Traceback" not in err, err
 
 
+def test_a_saved_nbest_is_no_default_of_the_decoding_commands(model_dir, tmp_path, capsys):
+    """A run trained with a --config file's {"decode": {"nbest": 2}} made nmt-translate write JSON with no --nbest
+    (docs: off), --sample end in a traceback ("nbest 2 needs beam search"), and --beam-size 1 be refused as "--nbest
+    2 is more than --beam-size 1", also in nmt-evaluate, which has no --nbest flag."""
+    from nmt.cli_decode import evaluate_main
+    copy = tmp_path / "m"
+    shutil.copytree(model_dir, copy)
+    config = json.loads((copy / "config.json").read_text())
+    config["decode"]["nbest"] = 2
+    (copy / "config.json").write_text(json.dumps(config))
+    as_trained_with_its_config(copy)
+    source = _write(tmp_path / "in.ko", ["리 니 차", "두포 푸시"])
+    plain = run(["--model-dir", model_dir, "--input", source], capsys)
+    assert run(["--model-dir", copy, "--input", source], capsys)[:2] == plain[:2] and plain[0] == 0
+    assert run(["--model-dir", copy, "--input", source, "--sample", "3"], capsys)[0] == 0
+    assert run(["--model-dir", copy, "--input", source, "--beam-size", "1"], capsys)[0] == 0
+    assert len(json.loads(run(["--model-dir", copy, "--input", source, "--nbest", "2"], capsys)[1].splitlines()[0])[
+        "translations"]) == 2
+    ref = _write(tmp_path / "in.en", ["a", "b"])
+    assert evaluate_main(["--model-dir", str(copy), "--src-file", str(source), "--ref-file", str(ref), "--beam-size",
+                          "1", "--no-save"]) == 0
+
+
 def _write(path, lines):
     path.write_text("".join(x + "\n" for x in lines), encoding="utf-8")
     return path
