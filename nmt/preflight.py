@@ -89,9 +89,9 @@ def checked_config(cfg, caller: str) -> Config:
                             f"{type(getattr(cfg, f.name)).__name__}")
     checked = Config.from_dict(cfg.to_dict(), f"{caller}: cfg", file=True)
     checked.given = cfg.given
-    fields = ARCHITECTURES[checked.model.arch].config_fields
-    unread = [k for k in ModelConfig.__dataclass_fields__ if k not in (*fields, "arch", "shared_vocab")
-              and getattr(checked.model, k) != getattr(ModelConfig, k)]
+    arch = ARCHITECTURES.get(checked.model.arch)   # (an unknown one: named by the model's own checks)
+    unread = [k for k in ModelConfig.__dataclass_fields__ if arch and k not in (*arch.config_fields, "arch",
+              "shared_vocab") and getattr(checked.model, k) != getattr(ModelConfig, k)]
     if unread:
         owners = [a for a, c in sorted(ARCHITECTURES.items()) if unread[0] in c.config_fields]
         raise ConfigError(f"{caller}: cfg model.{unread[0]} {getattr(checked.model, unread[0])!r} is a setting of "
