@@ -30,8 +30,8 @@ from nmt.serve.page import page_html
 from nmt.serve.responses import (AttentionAnswer, HealthAnswer, InfoAnswer, TranslateAnswer, logged, responses,
                                  translation_item)
 from nmt.serve.schema import (AttentionRequest, Limits, RequestError, TranslateRequest, at_length_limit,
-                              attention_within, check_attention, check_prefixes, check_translate, parse, read_body,
-                              token_warnings, within_pieces)
+                              attention_within, check_attention, check_prefixes, check_translate, example, parse,
+                              read_body, token_warnings, within_pieces)
 
 logger = logging.getLogger("nmt.serve")
 
@@ -94,7 +94,8 @@ class Service:
         if not found:   # the source language when no model has it, else the target language
             wrong = "src_lang" if all(src not in (None, m.translator.src_lang) for m in self.models.values()) \
                 else "tgt_lang"
-            raise RequestError(422, f"no model translates {src or '*'}->{tgt or '*'}: this server has {pairs}", wrong)
+            shown = [(x or "*") if len(x or "") <= 20 else x[:20] + "..." for x in (src, tgt)]   # (not 4 MB of it)
+            raise RequestError(422, f"no model translates {shown[0]}->{shown[1]}: this server has {pairs}", wrong)
         raise RequestError(422, f"this server has several models ({pairs}): give src_lang and tgt_lang", "src_lang")
 
     def close(self) -> None:
@@ -236,6 +237,9 @@ def _body_schema(model: type) -> dict:
 async def _parse_request(request: Request, model: type, limits: Limits, clock: "_Clock"):
     """The request's body, read within the byte and time limits, parsed as `model`; 415 for a compressed body, 408
     for one that takes the request's whole time to arrive."""
+    if request.query_params:   # (?beam_size=1 in the URL: the model's defaults, without a word)
+        raise RequestError(422, f"query parameters ({', '.join(sorted(request.query_params))[:100]}) are not read: "
+                                f"give every field in the JSON body, e.g. {example(model)}")
     encoding = request.headers.get("content-encoding", "").strip().lower()
     if encoding not in ("", "identity"):
         raise RequestError(415, f"the body is compressed (Content-Encoding: {encoding}): compressed request bodies "
