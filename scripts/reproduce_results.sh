@@ -221,9 +221,16 @@ stopped() {   # why the run in $1 stopped ("" while unfinished or never started)
 finished() {  # whether the run in $1 ended by one of its own limits (not interrupted, not still to run)
   case "$(stopped "$1")" in early_stop|max_epochs|time_budget|max_steps) return 0 ;; *) return 1 ;; esac
 }
-scored() {    # whether checkpoint $2 of the run in $1 has test scores
-  "$PY" -c 'import json,sys; s=json.load(open(sys.argv[1])); sys.exit(0 if any(sys.argv[2] in v for v in s.values()) else 1)' \
-    "$1/scores.json" "$2" 2>/dev/null
+scored() {    # whether checkpoint $2 of the run in $1 has scores on each of its own test sets (not the dev set's)
+  "$PY" -c '
+import json, os, sys
+run, key = sys.argv[1:]   # (nmt.scoring.model_test_sets: the same names, read without importing nmt or MXNet)
+recipes = json.load(open("nmt/recipes.json"))["recipes"]
+s, config = json.load(open(os.path.join(run, "scores.json"))), os.path.join(run, "config.json")
+data = json.load(open(config))["data"] if os.path.exists(config) else None
+names = [n for n in s if n != "dev"] if data is None else ["test"] if data["test_src"] and data["test_tgt"] else \
+    list(recipes[data["recipe"]]["tests"]) if data["recipe"] in recipes else []
+sys.exit(0 if names and all(key in s.get(n, {}) for n in names) else 1)' "$1" "$2" 2>/dev/null
 }
 score_checkpoints() {   # test scores of the best and the averaged checkpoint of the run in $1, where missing
   scored "$1" best || "$PY" scripts/evaluate.py --model-dir "$1" --recipe-tests

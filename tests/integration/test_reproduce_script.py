@@ -115,6 +115,18 @@ def test_trains_scores_and_ensembles_each_run_once(tmp_path):
     assert {c[0] for c in calls} == {"scripts/results_table.py"}
 
 
+def test_a_run_with_only_dev_scores_gets_its_test_scores(tmp_path):
+    """A finished run whose scores.json held only "dev" (nmt-evaluate --dev-set) was taken for scored: its test sets
+    were never scored and its row was missing from the tables without a word."""
+    run = tmp_path / "models" / "ens15-seed1"
+    run.mkdir(parents=True)
+    (run / "state.json").write_text(json.dumps({"step": 1, "elapsed": 60.0, "stopped": "time_budget"}))
+    (run / "scores.json").write_text(json.dumps({"dev": {"best": {"bleu": 1.0}}}))
+    evaluate = calls_of(run_script(tmp_path, "ens15-seed1"), "evaluate.py")
+    assert [c for c in evaluate if "--checkpoint" not in c and "--recipe-tests" in c], evaluate
+    assert not calls_of(run_script(tmp_path, "ens15-seed1"), "evaluate.py")   # (then scored: not again)
+
+
 def test_a_named_runs_table_holds_the_runs_named_alone(tmp_path):
     """The table of `reproduce_results.sh abl-ls0` listed every finished ensemble an earlier run had left."""
     run_script(tmp_path, *(m for pair in HEADLINE[:1] for m in pair))   # an ensemble, finished
