@@ -373,8 +373,10 @@ def test_existing_model_dir_is_not_overwritten(tmp_path, task):
     (tmp_path / "empty").mkdir()   # what a run killed before its first checkpoint leaves: no state.json
     (tmp_path / "empty" / ckpt.CONFIG).write_text("{}")
     (tmp_path / "empty" / ckpt.LOG).write_text("")   # (a run writes train.log first: a config.json alone may be yours)
-    with pytest.raises(ckpt.CheckpointError, match="before its first checkpoint: start it again with --overwrite"):
-        create_trainer(empty, resume=True)
+    with pytest.raises(ckpt.CheckpointError, match=r"before its first checkpoint: start it again with the command "
+                                                   r"that started it \(its flags, --init-from too\), --overwrite in "
+                                                   r"place of --resume$"):   # ("--overwrite" alone: a default run,
+        create_trainer(empty, resume=True)   # another direction and data, or a fine-tuning run from scratch)
 
 
 @pytest.fixture
