@@ -8,6 +8,7 @@ import sys
 from typing import Callable, List, Optional
 
 from nmt.corpus import CorpusError, control_characters, lone_surrogate, one_line
+from nmt.languages import hangul_counts, other_language_warning
 from nmt.stream import JSON_EXAMPLE, parse_json_line, translation_rows
 from nmt.translate import Translator
 
@@ -42,7 +43,7 @@ def interactive(translator: Translator, nbest: Optional[int] = None,
     what = f"a JSON object such as {JSON_EXAMPLE}" if json_input else "a sentence"
     print(f"nmt-translate {translator.src_lang} -> {translator.tgt_lang} ({translator.model_dir}, checkpoint "
           f"{translator.checkpoint}, {how}). Type {what} and press Enter; Ctrl-D to quit.", file=sys.stderr)
-    n = 0
+    n, warned = 0, False
     while True:
         try:
             line = read(f"{translator.src_lang}> ")
@@ -69,6 +70,12 @@ def interactive(translator: Translator, nbest: Optional[int] = None,
                 print(f"warning: input:{n}: {removed} control character(s) removed before "
                       "translating (an arrow key? with standard output redirected the line cannot be edited)",
                       file=sys.stderr)
+        counts = hangul_counts([line])
+        if not warned and other_language_warning(*counts, translator.src_lang, translator.tgt_lang):
+            warned = True   # (once: a name or a number typed alone is no mistake; a file's input is warned of at its end)
+            print(f"warning: input:{n}: the line has {'' if counts[1] else 'no '}Hangul, but the model translates "
+                  f"{translator.src_lang} -> {translator.tgt_lang}: is it in the model's source language (or is this "
+                  "the model of the other direction)?", file=sys.stderr)
         rows, best = translation_rows(translator, [line], n, nbest, alignment, [prefix] if json_input else None)
         print(rows[0], flush=True)
         if on_line is not None:

@@ -940,6 +940,17 @@ def test_interactive_loop_in_process(tr, capsys):
     assert capsys.readouterr().out.split("\n") == [*tr.translate(["리 니", "", "차"]), ""]
 
 
+def test_the_prompt_warns_once_of_a_line_in_the_other_language(tr, capsys):
+    """An input file or pipe ends with a warning when its lines look like the other language; typed lines had none:
+    Korean typed to an en -> ko model came out as Korean garbage without a word."""
+    assert interactive(tr, read=typing(["리 니", "Thank you.", "Fine.", "차"])) == 0
+    out, err = capsys.readouterr()
+    assert out.split("\n") == [*tr.translate(["리 니", "Thank you.", "Fine.", "차"]), ""]
+    assert [x for x in err.splitlines() if x.startswith("warning")] == [
+        "warning: input:2: the line has no Hangul, but the model translates ko -> en: is it in the model's source "
+        "language (or is this the model of the other direction)?"]
+
+
 def test_a_line_the_terminal_could_not_decode_is_refused_and_the_prompt_goes_on(tr, capsys):
     """Typed in a CP949 terminal, Korean reaches `input()` as lone surrogates (surrogateescape), which SentencePiece
     refused with a TypeError that ended the session."""
