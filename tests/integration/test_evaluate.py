@@ -325,6 +325,8 @@ def test_mismatched_line_counts_name_both_files(model_copy, tmp_path, capsys):
                       (["--src-file", src, "--ref-file", ref, "--prefix-words", "two"], "--prefix-words: "),
                       (["--src-file", src, "--ref-file", ref, "--hyp-dir", src / "hyps"],
                        f"--hyp-dir {src / 'hyps'}: cannot make the directory"),
+                      (["--src-file", src2, "--ref-file", ref, "--hyp-dir", src2],   # (it said "File exists")
+                       f"--hyp-dir {src2}: cannot make the directory (a file is in its path)"),
                       # the hypotheses of a set named "r" go to HYP_DIR/r.en: here the references
                       (["--src-file", src2, "--ref-file", ref, "--name", "r", "--hyp-dir", tmp_path],
                        f"--hyp-dir {ref} is the --ref-file file: writing it would destroy what this command reads"),
@@ -334,7 +336,7 @@ def test_mismatched_line_counts_name_both_files(model_copy, tmp_path, capsys):
                       (["--src-file", src2, "--ref-file", ref, "--json", src2], f"--json {src2} is the --src-file"),
                       # written after the decoding: where it cannot be, said before
                       (["--src-file", src2, "--ref-file", ref, "--json", src2 / "r.json"],
-                       f"--json {src2 / 'r.json'}: cannot make its directory {src2} (File exists)"),
+                       f"--json {src2 / 'r.json'}: cannot make its directory {src2} (a file is in its path)"),
                       (["--src-file", src2, "--ref-file", ref, "--json", "/proc/r.json"],
                        "--json /proc/r.json: cannot create a file in /proc"),
                       (["--src-file", ref, "--ref-file", src2], f"--src-file {ref} should be the Korean side (the model "
