@@ -159,6 +159,10 @@ def parse(body: bytes, model: type) -> BaseModel:
     if not isinstance(obj, dict):
         raise RequestError(422, f"the body must be a JSON object, not a JSON {jsonio.json_type(obj)}: e.g. "
                                 f"{example(model)}")
+    odd = next((lone_surrogate(k) for k in obj if lone_surrogate(k)), "")   # (pydantic: "unable to parse raw data")
+    if odd:
+        raise RequestError(422, f"unknown field with a lone surrogate ({odd}): remove it (the fields are "
+                                f"{', '.join(model.model_fields)})")
     try:
         return model.model_validate({k: cut_after_wrong_items(v, model.model_fields.get(k)) for k, v in obj.items()})
     except ValidationError as e:

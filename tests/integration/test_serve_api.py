@@ -202,6 +202,8 @@ HOSTILE = {   # name: (body, expected status, words the error must contain)
     "U+2028 in one": (b'{"text": ["a", "b\\u2028c"]}', 422, "text[1] has text on 2 lines"),
     "FS in one": (b'{"text": ["b\\u001cc\\u0085d"]}', 422, "text[0] has text on 3 lines"),
     "unknown field": (b'{"text": ["a"], "beem_size": 4}', 422, "unknown field 'beem_size'"),
+    "surrogate field": (b'{"text": ["a"], "\\ud800": 1}', 422, "unknown field with a lone surrogate (U+D800 at "
+                                                         "character 0): remove it (the fields are text, beam_size"),
     "huge beam_size": (b'{"text": ["a"], "beam_size": 1000000000}', 422, "between 1 and 16"),
     "nbest over beam": (b'{"text": ["a"], "beam_size": 2, "nbest": 5}', 422, "raise beam_size"),
     "body too big": (json.dumps({"text": ["a" * (5 << 20)]}).encode(), 413, "over 4194304 bytes"),
