@@ -223,7 +223,8 @@ def check_model_dir(model_dir: Path, resume: bool, overwrite: bool, inputs: Opti
         if no_checkpoint:
             raise CheckpointError(f"--resume: {model_dir / STATE} not found, so there is nothing to resume; " + (
                 "the run stopped before its first checkpoint: start it again with the command that started it (its "
-                "flags, --init-from too), --overwrite in place of --resume" if LOG in held else "drop --resume to start a new run" + (
+                "flags, --init-from too), --overwrite in place of --resume" if LOG in held else
+                "drop --resume to start a new run" + (
                     f" in another --model-dir (this one holds files, but no run: {_shown(held)}" + (
                         f"; --init-from {shell_word(model_dir)} fine-tunes its {PARAMS_BEST} in a new run"
                         if PARAMS_BEST in held else "") + ")" if held else "")))

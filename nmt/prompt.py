@@ -72,7 +72,7 @@ def interactive(translator: Translator, nbest: Optional[int] = None,
                       file=sys.stderr)
         counts = hangul_counts([line])
         if not warned and other_language_warning(*counts, translator.src_lang, translator.tgt_lang):
-            warned = True   # (once: a name or a number typed alone is no mistake; a file's input is warned of at its end)
+            warned = True   # (once: a name or a number typed alone is no mistake; a file is warned of at its end)
             print(f"warning: input:{n}: the line has {'' if counts[1] else 'no '}Hangul, but the model translates "
                   f"{translator.src_lang} -> {translator.tgt_lang}: is it in the model's source language (or is this "
                   "the model of the other direction)?", file=sys.stderr)
