@@ -386,13 +386,13 @@ def _load_files(cfg: DataConfig) -> DatasetSplits:
         if len(train) <= 2 * FILES_DEV_SIZE:
             raise CorpusError(f"{train_files[0]} / {train_files[1]}: {len(train)} training pairs after cleaning, too "
                               f"few to hold out {FILES_DEV_SIZE} for dev; give a dev set with --dev-src/--dev-tgt")
+        before = len(train)   # (the pairs sharing a side with a dev pair are dropped from training too: 147 of 2,500)
         train, dev = _hold_out_dev(train, FILES_DEV_SIZE, FILES_DEV_SEED, cfg, drops)
-        share = len(dev) / (len(train) + len(dev))
-        large = share > 0.05   # a warning past 5%, as for pairs the length filters drop
-        logger.log(logging.WARNING if large else logging.INFO,
-                   "no --dev-src/--dev-tgt: %d random training pairs (%.0f%% of them) are the dev set, not trained on "
-                   "(seed %d; nmt-evaluate --dev-set scores them)%s", len(dev), 100 * share, FILES_DEV_SEED,
-                   "; give a dev set with --dev-src/--dev-tgt to train on all of them" if large else "")
+        out, large = before - len(train), (before - len(train)) / before > 0.05   # (warned past 5%, as the filters)
+        logger.log(logging.WARNING if large else logging.INFO, "no --dev-src/--dev-tgt: %d random training pairs are "
+                   "the dev set%s: %d (%.0f%% of them) not trained on (seed %d; nmt-evaluate --dev-set scores them)%s",
+                   len(dev), f" and {out - len(dev)} share a side with one" * (out > len(dev)), out, 100 * out / before,
+                   FILES_DEV_SEED, "; give a dev set with --dev-src/--dev-tgt to train on them" if large else "")
     if not len(train):
         raise CorpusError(f"{train_files[0]} / {train_files[1]}: no training pairs left after filtering "
                           f"({', '.join(f'{k} {v}' for k, v in sorted(drops.items()))})")

@@ -403,10 +403,20 @@ def test_training_files_without_dev_files_hold_out_a_dev_set(write_file, monkeyp
     assert_no_shared_side(splits)
     assert load_data(cfg).dev.src == splits.dev.src   # the same split every time (nmt-evaluate --dev-set)
     held = [r for r in caplog.records if "no --dev-src/--dev-tgt" in r.message]
-    assert held[0].message.startswith("no --dev-src/--dev-tgt: 3 random training pairs (30% of them) are the dev set,"
-                                      " not trained on")
+    assert held[0].message.startswith("no --dev-src/--dev-tgt: 3 random training pairs are the dev set: 3 (30% of "
+                                      "them) not trained on")
     # 3 of 10 pairs: a warning that says how to train on all of them; 3 of 100 would be an INFO line
     assert held[0].levelname == "WARNING" and "give a dev set with --dev-src/--dev-tgt" in held[0].message
+    # pairs sharing a side with a dev pair are out of training too: counted in what is not trained on
+    twins = DataConfig(recipe=None, src_lang="en", tgt_lang="ko", train_src=str(write_file("tw.en", src[:10])),
+                       train_tgt=str(write_file("tw.ko", [f"문장 {i % 5}." for i in range(10)])))
+    caplog.clear()
+    with caplog.at_level("INFO", logger="nmt.recipes"):
+        split = load_data(twins)
+    out = 10 - len(split.train)
+    assert 3 < out and [r.message for r in caplog.records if "no --dev-src" in r.message][0].startswith(
+        f"no --dev-src/--dev-tgt: 3 random training pairs are the dev set and {out - 3} share a side with one: {out} "
+        f"({100 * out / 10:.0f}% of them) not trained on")
     many = DataConfig(recipe=None, src_lang="en", tgt_lang="ko",
                       train_src=str(write_file("m.en", [f"Sentence {i}." for i in range(100)])),
                       train_tgt=str(write_file("m.ko", [f"문장 {i}." for i in range(100)])))
