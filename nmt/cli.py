@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from nmt.config import ARCH_DEFAULTS, CORPUS_FILES, Config, ConfigError, DataConfig, ModelConfig, SettingsClash
-from nmt.config_resume import PER_INVOCATION, record_mirror, refused_change, resumed_config
+from nmt.config_resume import PER_INVOCATION, record_mirror, refused_batch_kind, refused_change, resumed_config
 from nmt import jsonio
 from nmt.cli_io import last_lines, reader_gone
 from nmt.commands import Once, command, nonempty, shell_word, usable_streams
@@ -152,21 +152,6 @@ def given_keys(args: argparse.Namespace) -> Dict[str, str]:
             if key in vars(args) and (not f.boolean or getattr(args, key) == (not f.negate)):
                 given[key] = f.flag
     return given
-
-
-def refused_batch_kind(asked: Dict[str, Any], given: Dict[str, str], saved: Config, path: Path) -> None:
-    """On --resume: a ConfigError for batches of the other kind than the run's (`saved`), asked by a flag or a
-    --config file's key (`asked`: the data section they give; `given`: how), as "differs from null" said."""
-    name = "batch_tokens" if asked.get("batch_tokens") else "batch_size"
-    tokens, label = saved.data.batch_tokens, given.get(f"data.{name}")
-    if label is None or bool(asked.get("batch_tokens")) == bool(tokens):
-        return
-    kind, trained = ("tokens", f"--batch-size {saved.data.batch_size}") if not tokens else (
-        "sentences", f"--batch-tokens {tokens}")
-    shown = f"{label} {asked[name]}" if label.startswith("--") else f"{label} = {asked[name]}"
-    drop = label if label.startswith("--") else label.split(": ")[-1] + " from " + label.rsplit(": ", 1)[0]
-    raise ConfigError(f"--resume: {shown} asks for batches of {kind}, and this run was trained with {trained} "
-                      f"({path}); the data cannot change within a run: drop {drop}, or train into a new --model-dir")
 
 
 def config_for_resume(args: argparse.Namespace) -> Tuple[Config, List[str]]:

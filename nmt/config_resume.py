@@ -3,10 +3,11 @@ change (`resumed_config`), and the keys of each invocation rather than of the tr
 MXNet here."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from nmt.commands import shell_word
 from nmt.config import CORPUS_FILES, Config, ConfigError
@@ -70,6 +71,25 @@ def refused_change(key: str, label: str, value, saved: Config, source: str) -> s
     return f"--resume: {shown} differs from {json.dumps(old)}, which this run was trained with ({source}); {why}"
 
 
+def refused_batch_kind(asked: Dict[str, Any], given: Dict[str, str], saved: Config, path) -> None:
+    """On --resume: a ConfigError for batches of the other kind than the run's (`saved`), asked by a flag, a
+    --config file's key or a Python caller's (`asked`: the data section they give; `given`: how), as "differs from
+    null" said; every batch key given is to be dropped (a run's config.json as --config holds both)."""
+    name = "batch_tokens" if asked.get("batch_tokens") else "batch_size"
+    tokens, label = saved.data.batch_tokens, given.get(f"data.{name}")
+    if label is None or bool(asked.get("batch_tokens")) == bool(tokens):
+        return
+    kind, trained = ("tokens", f"--batch-size {saved.data.batch_size}") if not tokens else (
+        "sentences", f"--batch-tokens {tokens}")
+    shown = f"{label} {asked[name]}" if label.startswith("--") else f"{label} = {asked[name]}"
+    keys = [given[k] for k in ("data.batch_size", "data.batch_tokens")   # (from where `label` is: a file, flags)
+            if k in given and given[k].startswith("--") == label.startswith("--")]
+    drop = " and ".join(k.split(": ")[-1] for k in keys) + (f" from {label.rsplit(': ', 1)[0]}" if ": " in label
+                                                           else "")
+    raise ConfigError(f"--resume: {shown} asks for batches of {kind}, and this run was trained with {trained} "
+                      f"({path}); the data cannot change within a run: drop {drop}, or train into a new --model-dir")
+
+
 def resumed_config(saved: Config, cfg: Config, given: Optional[Dict[str, str]], source: str
                    ) -> Tuple[Config, List[str]]:
     """The configuration a resumed run trains with: the run's own (`saved`, read from `source`), with this
@@ -77,6 +97,9 @@ def resumed_config(saved: Config, cfg: Config, given: Optional[Dict[str, str]], 
     key; None: every key of `cfg`) taken from `cfg`. A given model or data key that differs is a ConfigError naming
     it; the other differences come back as lines "key: old -> new" (a new --max-steps, --lr ...)."""
     merged, changes = saved.to_dict(), []
+    if given is not None:   # (nmt-train's flags were checked so before they met the run's settings)
+        refused_batch_kind({k: getattr(cfg.data, k) for k in ("batch_size", "batch_tokens") if f"data.{k}" in given},
+                           given, saved, source)
     for section, values in cfg.to_dict().items():
         for name, value in values.items():
             key, old = f"{section}.{name}", merged[section][name]
@@ -135,10 +158,18 @@ def record_mirror(cfg: Config, resume: bool) -> None:
         cfg.data.data_dir = None if mirror is None else str(mirror.resolve())
 
 
-def as_command_line(cfg: Config, resume: bool) -> Config:
-    """`train(cfg, resume)` as nmt-train runs its flags: $NMT_DATA_DIR recorded (`record_mirror`); on `resume` the
-    run's own configuration (its config.json) with what `cfg` gives (`given_by`), as `--resume` with flags, where
-    a given model or data key that differs is refused by name."""
+def as_command_line(cfg: Config, resume: bool, init=None) -> Config:
+    """`train(cfg, resume, init)` as nmt-train runs its flags: files replace the recipe (a DataConfig's default
+    "tatoeba"; config.json then names none); a new run's model settings of another architecture refused
+    (`preflight.refuse_unread`); $NMT_DATA_DIR recorded (`record_mirror`); on `resume` the run's own configuration
+    (its config.json) with what `cfg` gives (`given_by`), as `--resume` with flags, where a given model or data key
+    that differs is refused by name."""
+    if cfg.data.recipe and any(getattr(cfg.data, f) for f in CORPUS_FILES):
+        cfg, given = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, recipe=None)), cfg.given
+        cfg.given = given   # (what the dict gave: fine-tuning takes it, `for_init`)
+    if not resume and init is None:
+        from nmt.preflight import refuse_unread   # (imports MXNet, which training needs anyway)
+        refuse_unread(cfg, "train")
     record_mirror(cfg, resume)
     path = Path(cfg.train.model_dir) / "config.json"
     if not resume or not path.is_file():   # (nothing to resume: the run says so)

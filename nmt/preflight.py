@@ -78,8 +78,7 @@ def check_checkpoint_room(cfg: Config, net, no_update: bool = False) -> int:
 def checked_config(cfg, caller: str) -> Config:
     """`cfg` made again of its values, which all pass its checks, also those set by hand since it was made (a
     ConfigError naming the field, before any work: a beam size of 0 failed at the first validation), and as
-    `Config.from_dict` takes them: "~" expanded, paths absolute, numpy's numbers as Python's. A model setting the
-    architecture does not read, not at its default, is refused by name (it would be saved and change nothing)."""
+    `Config.from_dict` takes them: "~" expanded, paths absolute, numpy's numbers and booleans as Python's."""
     if not isinstance(cfg, Config):
         raise TypeError(f"{caller}: cfg must be a Config (Config.from_dict makes one of a dict), got "
                         f"{type(cfg).__name__}")
@@ -87,17 +86,25 @@ def checked_config(cfg, caller: str) -> Config:
         if not isinstance(getattr(cfg, f.name), f.default_factory):
             raise TypeError(f"{caller}: cfg.{f.name} must be a {f.default_factory.__name__}, got "
                             f"{type(getattr(cfg, f.name)).__name__}")
-    checked = Config.from_dict(cfg.to_dict(), f"{caller}: cfg", file=True)
+    d = {s: {k: v.item() if type(v).__module__ == "numpy" else v for k, v in values.items()}   # (np.bool_ too)
+         for s, values in cfg.to_dict().items()}
+    checked = Config.from_dict(d, f"{caller}: cfg", file=True)
     checked.given = cfg.given
-    arch = ARCHITECTURES.get(checked.model.arch)   # (an unknown one: named by the model's own checks)
+    return checked
+
+
+def refuse_unread(cfg: Config, caller: str) -> None:
+    """A ConfigError for a model setting `cfg`'s architecture does not read, off its default, in a new run from
+    Python (nmt-train's flags: `cli.check_model_flags`): it would be saved and change nothing. (A run's own
+    config.json, resumed or fine-tuned from, is taken as it is.)"""
+    arch = ARCHITECTURES.get(cfg.model.arch)   # (an unknown one: named by the model's own checks)
     unread = [k for k in ModelConfig.__dataclass_fields__ if arch and k not in (*arch.config_fields, "arch",
-              "shared_vocab") and getattr(checked.model, k) != getattr(ModelConfig, k)]
+              "shared_vocab") and getattr(cfg.model, k) != getattr(ModelConfig, k)]
     if unread:
         owners = [a for a, c in sorted(ARCHITECTURES.items()) if unread[0] in c.config_fields]
-        raise ConfigError(f"{caller}: cfg model.{unread[0]} {getattr(checked.model, unread[0])!r} is a setting of "
-                          f"{' or '.join(f'--arch {a}' for a in owners)}, not of --arch {checked.model.arch}, which "
+        raise ConfigError(f"{caller}: cfg model.{unread[0]} {getattr(cfg.model, unread[0])!r} is a setting of "
+                          f"{' or '.join(f'--arch {a}' for a in owners)}, not of --arch {cfg.model.arch}, which "
                           f"would ignore it: leave it at its default ({getattr(ModelConfig, unread[0])!r})")
-    return checked
 
 
 def run_inputs(cfg: Config, init: Optional[Path]) -> Dict[str, Any]:

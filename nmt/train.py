@@ -7,7 +7,7 @@ import contextlib
 import logging
 import random
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -17,7 +17,7 @@ from mxnet import gluon
 
 from nmt import checkpoint as ckpt
 from nmt.batching import Batch
-from nmt.config import CORPUS_FILES, Config
+from nmt.config import Config
 from nmt.commands import shell_word
 from nmt.config_resume import PER_INVOCATION, as_command_line
 from nmt.data import TrainData, build_data
@@ -258,7 +258,8 @@ def create_trainer(cfg: Config, resume: bool = False, overwrite: bool = False, i
     """The Trainer of a run per `cfg`: devices, kvstore and workers, the model directory (locked by rank 0 until
     `fit` ends: one trainer per directory), then data, model and optimizer built (and, with `resume`, restored from
     the newest intact checkpoint; with `init`, a parameter file, starting from it: `nmt.finetune`)."""
-    t, _ = checked_config(cfg, "create_trainer").train, build_model(cfg.model, 4, 4)   # checked before the data
+    cfg = checked_config(cfg, "create_trainer")
+    t, _ = cfg.train, build_model(cfg.model, 4, 4)   # checked before the data
     ctxs = parse_devices(t.gpus, t.cpu_devices)
     if t.amp:
         init_amp(ctxs)   # ConfigError without GPUs; before the model is built (AMP rewrites its operators)
@@ -345,11 +346,7 @@ def train(cfg: Config, resume: bool = False, overwrite: bool = False, evaluate: 
           init: Optional[Path] = None) -> TrainResult:
     """Train per `cfg` (from `init`, a model directory or params file, as --init-from: with the model's settings but
     for what `cfg` sets otherwise, `nmt.finetune.for_init`); `evaluate`: score the best checkpoint on the tests."""
-    cfg = as_command_line(checked_config(cfg, "train"), resume)   # (NMT_DATA_DIR; on resume: the run's, with cfg's)
-    if cfg.data.recipe and any(getattr(cfg.data, f) for f in CORPUS_FILES):   # files replace the
-        # recipe (a DataConfig's default "tatoeba"), as load_data reads them: config.json names none, as nmt-train's
-        cfg, given = replace(cfg, data=replace(cfg.data, recipe=None)), cfg.given
-        cfg.given = given   # (what the dict gave: fine-tuning takes it, `for_init`)
+    cfg = as_command_line(checked_config(cfg, "train"), resume, init)
     if init is not None:
         cfg, init = for_init(cfg, init)
     return run_training(cfg, resume, overwrite, evaluate, init)

@@ -12,8 +12,8 @@ import pytest
 
 from nmt import checkpoint as ckpt
 from nmt.config import Config, ConfigError
-from nmt.train import train
-from tests.synth import tiny_config, write_task
+from nmt.train import create_trainer, train
+from tests.synth import as_trained_with_its_config, tiny_config, write_task
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +40,7 @@ def test_values_set_by_hand_are_taken_as_from_dict_takes_them(tmp_path, task, mo
     cfg = tiny_config(tmp_path, task)
     cfg.train.model_dir, cfg.data.train_src = "~/run", "sub/t.src"
     cfg.train.max_steps, cfg.optim.lr = np.arange(2, 4)[0], np.float32(0.005)
+    cfg.model.lexical_model = np.array([True, False])[0]   # (a numpy boolean: "must be true or false, got True")
     train(cfg, evaluate=False)
     assert not (tmp_path / "~").exists()
     saved = json.loads((tmp_path / "home" / "run" / ckpt.CONFIG).read_text())
@@ -98,3 +99,50 @@ def test_a_copied_model_directorys_config_names_the_copy(tmp_path, trained):
     train(cfg, resume=True, evaluate=False)
     assert ckpt.TrainState.load(backup).step == 6 and ckpt.TrainState.load(original).step == 4
 
+
+def test_create_trainer_works_in_the_directory_it_locks(tmp_path, task, monkeypatch):
+    """create_trainer checked a rebuilt Config but built the run from the caller's: "~/run" was locked in
+    $HOME/run and written in ./~/run, and numpy numbers failed as "int64 is not JSON serializable"."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    cfg = tiny_config(tmp_path, task)
+    cfg.train.model_dir, cfg.train.max_steps = "~/run", np.int64(2)
+    create_trainer(cfg).fit()
+    assert not (tmp_path / "~").exists() and ckpt.TrainState.load(tmp_path / "home" / "run").step == 2
+
+
+def test_a_run_whose_config_holds_an_unread_setting_resumes(tmp_path, trained):
+    """A new run from Python refuses a setting its architecture does not read; a run saved with one before (its
+    config.json) was refused as it resumed, from Python and from nmt-train alike: it resumes as it was."""
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    config = json.loads((run / ckpt.CONFIG).read_text())
+    config["model"]["heads"] = 4   # (an LSTM run: a Transformer's setting, never read)
+    (run / ckpt.CONFIG).write_text(json.dumps(config))
+    as_trained_with_its_config(run)
+    cfg = Config.load(run / ckpt.CONFIG)
+    cfg.train.max_steps = 6
+    assert train(cfg, resume=True, evaluate=False).state.step == 6
+    from nmt.cli import build_train_parser, training_run
+    from nmt.train import run_training
+    again, _, _ = training_run(build_train_parser().parse_args(["--model-dir", str(run), "--resume", "--max-steps", "8"]))
+    assert run_training(again, resume=True, evaluate=False).state.step == 8   # (nmt-train's road)
+
+
+def test_a_run_on_its_own_files_ignores_nmt_data_dir(tmp_path, task, monkeypatch):
+    """$NMT_DATA_DIR, recorded for a recipe's run, was read before the files replaced the default recipe: a stale
+    one stopped a run on its own files ("NMT_DATA_DIR ...: no such directory"), a valid one was recorded."""
+    monkeypatch.setenv("NMT_DATA_DIR", str(tmp_path / "nowhere"))
+    cfg = Config.from_dict({"data": {k: v for k, v in task.items() if k.startswith(("train_", "dev_"))},
+                            "model": {"embed_size": 8, "hidden_size": 8, "num_layers": 1},
+                            "train": {"model_dir": str(tmp_path / "m"), "max_steps": 1, "progress": False}})
+    train(cfg, evaluate=False)
+    assert Config.load(tmp_path / "m" / ckpt.CONFIG).data.data_dir is None
+
+
+def test_a_python_resume_names_the_other_kind_of_batch(tmp_path, trained):
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    with pytest.raises(ConfigError, match=r"^--resume: data.batch_tokens = 500 asks for batches of tokens, and this "
+                                          r"run was trained with --batch-size 16 .*drop data.batch_tokens, or train"):
+        train(Config.from_dict({"data": {"batch_tokens": 500}, "train": {"model_dir": str(run)}}), resume=True)

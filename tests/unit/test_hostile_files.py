@@ -560,6 +560,11 @@ def test_resume_refuses_a_config_files_other_kind_of_batch(tmp_path, trained, gi
                                      "--model-dir")
     path.write_text(json.dumps(saved))   # the run's own config.json, batch_size beside its batch_tokens: the same
     assert run_of(["--model-dir", str(model_dir), "--resume", "--config", str(path)])
+    other = Config().to_dict()   # another run's config.json (batch_size 32, batch_tokens null): both keys to drop
+    path.write_text(json.dumps(other))
+    if trained:
+        with pytest.raises(ConfigError, match=r"drop data.batch_size and data.batch_tokens from .*c.json, or train"):
+            run_of(["--model-dir", str(model_dir), "--resume", "--config", str(path)])
 
 
 @pytest.mark.parametrize("flag, value", [("--valid-beam", "5"), ("--valid-max-sentences", "20"),
