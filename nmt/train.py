@@ -174,6 +174,7 @@ class Trainer:
 
     def _fit(self) -> None:
         t, step0 = self.cfg.train, self.state.step
+        self._stopped_before = self.state.stopped   # (a signal's: its checkpoint may be unvalidated, see `_finish`)
         self._t_start, self._elapsed0, self.state.stopped = time.perf_counter(), self.state.elapsed, ""
         with contextlib.closing(self.tensorboard), checkpoint_on_signal(self):
             stop = self.should_stop()
@@ -230,7 +231,11 @@ class Trainer:
             logger.log(logging.INFO if self.averages() else logging.WARNING, "no update made: the run had already "
                        "reached its %s limit; give a higher %s to train on", stop, ckpt.LIMIT_FLAGS[stop])
         last = ckpt.params_step(self.state.params_files[-1]) if self.state.params_files else None
-        if self.state.step != last:
+        unvalidated = (not trained and stop not in INTERRUPTS and self._stopped_before in INTERRUPTS and   # tokens
+                       (self.state.since_valid or [0])[-1] > 0)   # since the last scheduled validation: not at it
+        if unvalidated and not self.is_chief:   # (a signal's checkpoint, ended at now: rank 0's totals are all
+            self.since_valid = LossMeter([0.0, 0.0, self.state.since_valid[-1]])   # workers'; each adds up alike)
+        if self.state.step != last or unvalidated:
             self.save_checkpoint(stop not in INTERRUPTS and self.validate(scheduled=False))
         elif self.is_chief:
             self.state.save(self.model_dir)   # record why training stopped

@@ -226,6 +226,34 @@ def test_a_stop_between_validations_leaves_the_kept_and_averaged_checkpoints_alo
         (Path(part.train.model_dir) / ckpt.PARAMS_AVG).read_bytes()
 
 
+def test_a_signals_checkpoint_a_resume_ends_at_is_validated(tmp_path, task):
+    """A run stopped by SIGTERM at step 6 and resumed with --max-steps 6 (the average advice's) ended without
+    validating step 6, which an uninterrupted run to 6 validates there: params.best and the test scores were an
+    earlier step's."""
+    kw = dict(valid_every=4, max_steps=6, valid_metric="ppl")
+    full = tiny_config(tmp_path, task, "full", **kw)
+    create_trainer(full).fit()
+    part = tiny_config(tmp_path, task, "part", max_steps=40, valid_every=4, valid_metric="ppl")
+    trainer = create_trainer(part)
+    step = trainer.train_step
+
+    def train_step(batch):   # SIGTERM received during update 6
+        step(batch)
+        trainer.signal_name = "SIGTERM" if trainer.state.step == 6 else trainer.signal_name
+    trainer.train_step = train_step
+    assert trainer.fit().stopped == "SIGTERM"
+    part.train.max_steps = 6
+    state = create_trainer(part, resume=True).fit()
+    want = ckpt.TrainState.load(full.train.model_dir)
+    assert (state.best_step, state.best_score) == (want.best_step, want.best_score) == (6, want.best_score)
+    assert (Path(part.train.model_dir) / ckpt.PARAMS_BEST).read_bytes() == \
+        (Path(full.train.model_dir) / ckpt.PARAMS_BEST).read_bytes()
+    again = create_trainer(part, resume=True).fit()   # (once: a second resume finds it validated)
+    from nmt.log import read_metrics
+    rows = [r["step"] for r in read_metrics(Path(part.train.model_dir) / ckpt.METRICS)]
+    assert again.best_step == 6 and rows == [4, 6], rows
+
+
 def test_dev_sources_cut_at_the_input_limit_are_said_once(tmp_path, task):
     """Every validation warned again of each dev source over --max-input-tokens ("input line 6 has 120 subword
     tokens", three times in a run of three validations)."""
