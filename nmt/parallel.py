@@ -18,6 +18,7 @@ import logging
 import math
 import os
 import platform
+import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
@@ -65,6 +66,17 @@ def describe_hardware(ctxs: Sequence[mx.Context], num_workers: int = 1) -> str:
     if all(c.device_type == "cpu" for c in ctxs):
         text += f", {openmp_threads()} OpenMP thread(s)"
     return text + (f", x {num_workers} workers" if num_workers > 1 else "")
+
+
+def hardware_of(ctxs: Sequence[mx.Context], num_workers: int = 1, before: str = "") -> str:
+    """`describe_hardware`, with a warning when a resumed run's devices (`before`: its state.json's hardware) were
+    others: devices are each command's, not the run's (a run of --gpus 4 resumed without it trains on the CPU)."""
+    old, now = re.findall(r"\b[cg]pu\(\d+\)", before), [str(c) for c in ctxs]
+    if old and old != now:
+        logging.getLogger("nmt.train").warning(
+            "the run trained on %s until now and goes on on %s: devices are each command's, not the run's (give "
+            "--gpus or --cpu-devices again to keep them)", ", ".join(old), ", ".join(now))
+    return describe_hardware(ctxs, num_workers)
 
 
 class DeviceError(ValueError):

@@ -30,7 +30,7 @@ from nmt.tensorboard import TensorBoardWriter
 from nmt.loss import Seq2SeqLoss, dev_loss
 from nmt.models import build_model
 from nmt.optim import apply_settings, build_optimizer, learning_rate
-from nmt.parallel import DataParallel, default_kvstore, describe_hardware, init_amp, parse_devices
+from nmt.parallel import DataParallel, default_kvstore, hardware_of, init_amp, parse_devices
 from nmt.preflight import check_checkpoint_room, check_search_widths, checked_config, run_inputs, settings_lines
 from nmt.resume import restore, resumed_state
 from nmt.scoring import checkpoint_info, retire_other_decoding, retire_scores, score_test_set
@@ -304,7 +304,7 @@ def _create_locked(cfg: Config, resume: bool, overwrite: bool, ctxs, kv, workers
             setup_logging(None, logging.WARNING, prefix=f"rank {workers.rank} ")
         state = resumed_state(cfg, workers) if resume else ckpt.TrainState(init_from=str(init or ""))
         TensorBoardWriter.check(t.tensorboard)   # before the data is read; its writer once all is checked
-        state.hardware = describe_hardware(ctxs, workers.num_workers)
+        state.hardware = hardware_of(ctxs, workers.num_workers, state.hardware if resume else "")
         for line in (f"devices: {ctxs}, kvstore: {getattr(kv, 'type', kv)}, worker {workers.rank} of "
                      f"{workers.num_workers}", *settings_lines(cfg)):   # what config.json holds, for people
             logger.info(line)

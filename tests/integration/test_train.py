@@ -196,6 +196,12 @@ def test_a_resume_on_another_device_count_reaches_the_same_parameters(tmp_path, 
     assert_same_params(params_of(full.train.model_dir), params_of(part.train.model_dir))
     for p in trainer.net.collect_params().values():   # and the devices' copies stay one
         assert all(np.array_equal(p.data(trainer.ctxs[0]).asnumpy(), d.asnumpy()) for d in p.list_data())
+    # said: devices are each command's (a run of --gpus 4 resumed without it went on on the CPU without a word)
+    cpus = lambda n: ", ".join(f"cpu({i})" for i in range(n))  # noqa: E731
+    assert (f"WARNING nmt.train: the run trained on {cpus(before)} until now and goes on on {cpus(after)}: devices "
+            "are each command's, not the run's (give --gpus or --cpu-devices again to keep them)") in \
+        (Path(part.train.model_dir) / ckpt.LOG).read_text()
+    assert "until now and goes on" not in (Path(full.train.model_dir) / ckpt.LOG).read_text()
 
 
 def test_a_resumed_run_with_a_new_best_moves_the_old_bests_scores_to_its_step(tmp_path, task):
