@@ -215,7 +215,7 @@ def settings_lines(cfg: Config) -> List[str]:
             f"optimizer: {o.optimizer}, lr {o.lr:g} after {o.warmup_steps} warm-up updates, {then}; label smoothing "
             f"{o.label_smoothing:g}, weight decay {o.weight_decay:g}, clip norm {o.clip_norm:g}",
             "batch: " + (f"{d.batch_tokens} padded target positions" if d.batch_tokens else f"{d.batch_size} sentences")
-            + (f" in {t.accum_steps} micro-batches" if t.accum_steps > 1 else "") + f", seed {t.seed}",
+            + (f" in {t.accum_steps} micro-batches per device" if t.accum_steps > 1 else "") + f", seed {t.seed}",
             "validation: " + (f"every {t.valid_every} updates and " if t.valid_every else "") + "at each epoch end, "
             f"by dev {t.valid_metric} (beam {t.valid_beam}); "
             + (f"early stop after {t.patience} without gain" if t.patience else "no early stop")

@@ -42,6 +42,8 @@ def test_dry_run_describes_the_run_and_writes_nothing(tmp_path, task, capsys):
                      "(beam 1); early stop after 10 without gain; limits: max_epochs 60"):
         assert expected in out, (expected, out)
     assert not d.exists()
+    assert train_main(args_for(task, d, "--dry-run", "--cpu-devices", "2", "--accum-steps", "3")) == 0
+    assert "batch: 8 sentences in 3 micro-batches per device, seed 1" in capsys.readouterr().out   # (6 in all)
     assert train_main(args_for(task, d, "--max-steps", "1", "--lr-schedule", "plateau", "--patience", "0",
                                "--valid-max-sentences", "10")) == 0
     log = (d / "train.log").read_text(encoding="utf-8")
