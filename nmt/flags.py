@@ -108,7 +108,8 @@ TRAIN_FLAGS = [
     Flag("--cpu-devices", "train", "cpu_devices", int, "data-parallel over N CPU contexts (no --gpus)"),
     Flag("--kvstore", "train", "kvstore", str, "auto: device on GPUs, local on CPU contexts; dist_sync or "
          "dist_device_sync across machines (nmt-launch)", choices=KVSTORES),
-    Flag("--accum-steps", "train", "accum_steps", int, "micro-batches per update on each device (gradient accumulation)"),
+    Flag("--accum-steps", "train", "accum_steps", int,
+         "micro-batches per update on each device (gradient accumulation)"),
     Flag("--max-steps", "train", "max_steps", int, "stop after this many updates in all (0 = no limit)"),
     Flag("--max-epochs", "train", "max_epochs", int, "stop after this many epochs"),
     Flag("--max-seconds", "train", "max_seconds", float, "stop after this many seconds of this run (0 = none)"),

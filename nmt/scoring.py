@@ -317,18 +317,19 @@ def retire_other_decoding(model_dir: Path, decode) -> None:
 
 # The decoding settings that do not change a translation or its score: how many sentences are decoded together and
 # how many translations are listed. Every other DecodeConfig field does, a field added later too: scores.json holds
-# a model's scores at its own settings (its config.json's decode section); scores at others are kept by
-# nmt-evaluate's --json reports, which the ablation tables read (scripts/runs.py decode_rows).
+# recorded: scores at the model's decode settings but these (at others: nmt-evaluate --json, runs.py decode_rows)
 UNSCORED_DECODE = ("batch_size", "nbest")
 
 
 def replaced(translator: Translator) -> str:
     """Why `translator`'s scores may not be recorded in its model directory's scores.json: "" unless the directory
-    holds another run's checkpoint of the step it loaded now (`ckpt.holds_other`; an ensemble's: not known)."""
-    step = translator.params_step
-    if translator.model_dir and not translator.member_dirs and ckpt.holds_other(
-            translator.model_dir, step, translator.params_sha256):
+    holds another run's step (`ckpt.holds_other`) or another params.avg than it loaded (an ensemble's: not known)."""
+    step, mine = translator.params_step, translator.model_dir and not translator.member_dirs
+    if mine and ckpt.holds_other(translator.model_dir, step, translator.params_sha256):
         return f"the directory holds another run's step {step} now (nmt-train --overwrite replaced the one scored)"
+    avg = Path(translator.model_dir or ".") / ckpt.PARAMS_AVG   # (a training run averaged again meanwhile)
+    if mine and Path(translator.params_file or "") == avg and ckpt.params_sha256(avg) != translator.params_sha256:
+        return f"{avg.name} holds another average now (training averaged other checkpoints since it was loaded)"
     return ""
 
 

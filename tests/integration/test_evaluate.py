@@ -368,6 +368,27 @@ def test_dev_set_is_the_one_validated_on_and_stays_out_of_results_tables(model_c
     assert "dev" not in {r["test_set"] for r in results_rows([load_run(model_copy)])}
 
 
+def test_the_score_of_an_average_replaced_meanwhile_is_not_recorded(model_copy, caplog):
+    """nmt-evaluate --checkpoint avg while a training run averaged other checkpoints recorded the old average's
+    score as "avg" after the trainer had dropped the old entry: scores.json and the results table showed it for the
+    new params.avg."""
+    from nmt.corpus import Pairs
+    from nmt.scoring import read_scores, score_test_set
+    from tests.synth import list_params_files
+    files = list_params_files(model_copy)
+    ckpt.average_checkpoints(model_copy, files[-2:])
+    tr = Translator.from_dir(model_copy, "avg")
+    ckpt.average_checkpoints(model_copy, files[-3:])   # (the trainer, while the evaluation translates)
+    cfg = Config.load(model_copy / ckpt.CONFIG)
+    pairs = Pairs(Path(cfg.data.test_src).read_text().splitlines(), Path(cfg.data.test_tgt).read_text().splitlines(),
+                  "test")
+    with caplog.at_level(logging.WARNING, logger="nmt"):
+        score_test_set(tr, "test", pairs, save=True)
+    assert "test" not in read_scores(model_copy)
+    assert any("params.avg holds another average now (training averaged other checkpoints since it was loaded)" in
+               r.getMessage() for r in caplog.records), caplog.text
+
+
 def test_an_ensembles_dev_set_is_every_members(model_copy, tmp_path, capsys):
     """--dev-set of an ensemble scored --model-dir's dev set alone: a member fine-tuned on other data (its dev set
     another, its training pairs maybe these) made the ensemble's dev score count pairs it had trained on."""
