@@ -300,6 +300,10 @@ def validated_on(model_dir: Path, dev, first: Path) -> None:
         saved = ckpt.TrainState.load(model_dir).dev_sum if (model_dir / ckpt.STATE).exists() else ""
     except ckpt.CheckpointError:
         return
+    if not saved and model_dir != first:   # (an export: no state.json)
+        logging.getLogger("nmt.evaluate").warning(
+            "--dev-set: --ensemble %s records no dev set it validated on (an export keeps no training state): the "
+            "score on --model-dir %s's dev set may count pairs it trained on", model_dir, first)
     if saved and saved != text_checksum([*dev.src, *dev.tgt]) and model_dir != first:
         raise CorpusError(f"--dev-set: --ensemble {model_dir} validated on other dev pairs than --model-dir {first}, "
                           "whose dev set this scores, which may hold pairs it trained on; score files with --src-file "

@@ -403,6 +403,10 @@ def test_an_ensembles_dev_set_is_every_members(model_copy, tmp_path, capsys):
     assert code == 2 and err.endswith(f"error: --dev-set: --ensemble {same} validated on other dev pairs than "
                                       f"--model-dir {model_copy}, whose dev set this scores, which may hold pairs it "
                                       "trained on; score files with --src-file and --ref-file instead\n"), err
+    (same / ckpt.STATE).unlink()   # (as an export: no training state, no record of its dev set)
+    code, out, err = run(["--model-dir", model_copy, "--ensemble", same, "--dev-set", "--no-save"], capsys)
+    assert code == 0 and (f"WARNING nmt.evaluate: --dev-set: --ensemble {same} records no dev set it validated on (an "
+                          "export keeps no training state): the score on --model-dir") in err, err
 
 
 def test_dev_set_of_a_run_without_dev_files_is_the_pairs_held_out_of_its_training_data(model_copy, capsys):
