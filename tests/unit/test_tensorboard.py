@@ -7,7 +7,6 @@ import logging
 import math
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
