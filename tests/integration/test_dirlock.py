@@ -156,7 +156,7 @@ def test_a_distributed_resume_without_the_run_on_rank_0s_machine_says_so(tmp_pat
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / ckpt.LOG).write_text("")   # a run stopped before its first checkpoint: there, on rank 0's
     with pytest.raises(ckpt.CheckpointError, match="the run stopped before its first checkpoint: start it again "
-                                                   "with --overwrite"):
+                                                   "with the command that started it"):
         check_model_dir(tmp_path / "run", resume=True, overwrite=False)
     (tmp_path / "run" / ckpt.LOG).unlink()
     monkeypatch.setenv("DMLC_NUM_WORKER", "1")
