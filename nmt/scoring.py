@@ -6,6 +6,7 @@ shows: `nmt.shown_score`.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fcntl
 import json
@@ -44,15 +45,13 @@ def score_test_set(translator: Translator, name: str, pairs: Pairs, *, max_sente
                    more_refs: Sequence[Sequence[str]] = (), one_warning: bool = False
                    ) -> Tuple[Dict[str, object], List[str], Scores]:
     """Translate and score one test set; the entry (scores, signatures, checkpoint, decoding settings, time) is
-    merged into the model directory's scores.json unless `save` is False or the translator decodes otherwise than
-    its model's saved settings (`other_decoding`: then a warning says so). Used by evaluate and by training.
-    `more_refs`: further references, line-aligned with `pairs.tgt`.
+    merged into the model directory's scores.json unless `save` is False or `other_decoding` or `replaced` say why
+    not (a warning). Used by evaluate and by training. `more_refs`: further references, line-aligned with `pairs.tgt`.
 
     With `prefix_words`, each translation starts with its reference's first words (`reference_prefixes`), and the
     entry also says how often the model's next word is the reference's (`next_word_accuracy`); with `strokes`, how
     many of the reference's words a simulated translator types (`word_strokes`). `one_warning`: sources cut to
     max_input_tokens are counted in one warning naming the set (training's), not warned of line by line."""
-    import contextlib
     from datetime import datetime, timezone
     for arg, value, zero in (("max_sentences", max_sentences, "all"), ("prefix_words", prefix_words, "none")):
         if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0):
@@ -334,11 +333,12 @@ def replaced(translator: Translator) -> str:
 
 
 def other_decoding(translator: Translator) -> str:
-    """Why `translator`'s scores may not be recorded in scores.json: the decoding settings (but UNSCORED_DECODE) in
-    which it decodes otherwise than its model's saved decode config, by flag, with the saved values; "" when it
-    decodes as saved (or has no saved config)."""
+    """Why `translator`'s scores may not be recorded in scores.json: its decoding settings (but UNSCORED_DECODE) that
+    differ from its model's config.json's as it is now (a resume may change them meanwhile), by flag; "" if none."""
     from nmt.flags import DECODE_FLAGS
-    saved = getattr(getattr(translator, "config", None), "decode", None)
+    saved, home = getattr(getattr(translator, "config", None), "decode", None), translator.model_dir
+    with contextlib.suppress(ConfigError, OSError):   # (an evaluation during a resume given --beam-size 3)
+        saved = Config.load(Path(home) / ckpt.CONFIG).decode if saved and home else saved
     if saved is None:
         return ""
     flags = {f.field: f.flag for f in DECODE_FLAGS}

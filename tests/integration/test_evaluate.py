@@ -389,6 +389,24 @@ def test_the_score_of_an_average_replaced_meanwhile_is_not_recorded(model_copy, 
                r.getMessage() for r in caplog.records), caplog.text
 
 
+def test_a_score_made_while_a_resume_changed_the_decoding_is_not_recorded(model_copy, caplog):
+    """nmt-evaluate during `nmt-train --resume --beam-size 3` recorded its beam-5 scores after the resume had
+    removed the entries made at the old settings: scores.json then held a beam-5 score of a model whose config.json
+    says beam 3 (an export shipped it; /info showed it)."""
+    from nmt.corpus import Pairs
+    from nmt.scoring import read_scores, score_test_set
+    tr = Translator.from_dir(model_copy)
+    cfg = Config.load(model_copy / ckpt.CONFIG)
+    cfg.decode.beam_size = 3   # (the resume, while the evaluation translates)
+    cfg.save(model_copy / ckpt.CONFIG)
+    pairs = Pairs(Path(cfg.data.test_src).read_text().splitlines(), Path(cfg.data.test_tgt).read_text().splitlines(),
+                  "test")
+    with caplog.at_level(logging.WARNING, logger="nmt"):
+        score_test_set(tr, "test", pairs, save=True)
+    assert "test" not in read_scores(model_copy)
+    assert any("--beam-size 5 (saved: 3)" in r.getMessage() for r in caplog.records), caplog.text
+
+
 def test_an_ensembles_dev_set_is_every_members(model_copy, tmp_path, capsys):
     """--dev-set of an ensemble scored --model-dir's dev set alone: a member fine-tuned on other data (its dev set
     another, its training pairs maybe these) made the ensemble's dev score count pairs it had trained on."""
