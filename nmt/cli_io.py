@@ -229,8 +229,8 @@ def output_dir(flag: str, path: Path, file: str = "") -> Path:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         where = f"{file}: cannot make its directory {path}" if file else f"{path}: cannot make the directory"
-        why = ("a file is in its path" if isinstance(e, FileExistsError) and os.path.exists(e.filename
-               or path) else e.strerror)   # (--hyp-dir afile said "File exists")
+        why = ("a file is in its path" if isinstance(e, NotADirectoryError) or isinstance(e, FileExistsError) and
+               os.path.exists(e.filename or path) else e.strerror)   # (--hyp-dir afile said "File exists")
         raise CorpusError(f"{flag} {where} ({why})") from None
     check_writable(path, flag, shown=file or None)
     return path

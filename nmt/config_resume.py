@@ -3,7 +3,6 @@ change (`resumed_config`), and the keys of each invocation rather than of the tr
 MXNet here."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from pathlib import Path
@@ -158,18 +157,10 @@ def record_mirror(cfg: Config, resume: bool) -> None:
         cfg.data.data_dir = None if mirror is None else str(mirror.resolve())
 
 
-def as_command_line(cfg: Config, resume: bool, init=None) -> Config:
-    """`train(cfg, resume, init)` as nmt-train runs its flags: files replace the recipe (a DataConfig's default
-    "tatoeba"; config.json then names none); a new run's model settings of another architecture refused
-    (`preflight.refuse_unread`); $NMT_DATA_DIR recorded (`record_mirror`); on `resume` the run's own configuration
-    (its config.json) with what `cfg` gives (`given_by`), as `--resume` with flags, where a given model or data key
-    that differs is refused by name."""
-    if cfg.data.recipe and any(getattr(cfg.data, f) for f in CORPUS_FILES):
-        cfg, given = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, recipe=None)), cfg.given
-        cfg.given = given   # (what the dict gave: fine-tuning takes it, `for_init`)
-    if not resume and init is None:
-        from nmt.preflight import refuse_unread   # (imports MXNet, which training needs anyway)
-        refuse_unread(cfg, "train")
+def as_command_line(cfg: Config, resume: bool) -> Config:
+    """`train(cfg, resume)` (`cfg` checked by `preflight.checked_config`) as nmt-train runs its flags: $NMT_DATA_DIR
+    recorded (`record_mirror`); on `resume` the run's own configuration (its config.json) with what `cfg` gives
+    (`given_by`), as `--resume` with flags, where a given model or data key that differs is refused by name."""
     record_mirror(cfg, resume)
     path = Path(cfg.train.model_dir) / "config.json"
     if not resume or not path.is_file():   # (nothing to resume: the run says so)

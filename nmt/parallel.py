@@ -68,9 +68,12 @@ def describe_hardware(ctxs: Sequence[mx.Context], num_workers: int = 1) -> str:
     return text + (f", x {num_workers} workers" if num_workers > 1 else "")
 
 
-def hardware_of(ctxs: Sequence[mx.Context], num_workers: int = 1, before: str = "") -> str:
+def hardware_of(ctxs: Sequence[mx.Context], num_workers: int = 1, before: str = "", trains: bool = True) -> str:
     """`describe_hardware`, with a warning when a resumed run's devices (`before`: its state.json's hardware) were
-    others: devices are each command's, not the run's (a run of --gpus 4 resumed without it trains on the CPU)."""
+    others: devices are each command's, not the run's (a run of --gpus 4 resumed without it trains on the CPU).
+    `before` itself when the run `trains` no more (a resume at its limit, to average or validate)."""
+    if before and not trains:
+        return before
     old, now = re.findall(r"\b[cg]pu\(\d+\)", before), [str(c) for c in ctxs]
     if old and old != now:
         logging.getLogger("nmt.train").warning(

@@ -18,7 +18,7 @@ import numpy as np
 
 from nmt import checkpoint as ckpt
 from nmt import manifest
-from nmt.config import Config, ConfigError, ModelConfig
+from nmt.config import CORPUS_FILES, Config, ConfigError, ModelConfig
 from nmt.models import ARCHITECTURES
 from nmt.tensorboard import TensorBoardWriter
 from nmt.storage import check_room, check_writable, free_bytes, human_bytes
@@ -75,10 +75,12 @@ def check_checkpoint_room(cfg: Config, net, no_update: bool = False) -> int:
     return needed
 
 
-def checked_config(cfg, caller: str) -> Config:
+def checked_config(cfg, caller: str, new: bool = False) -> Config:
     """`cfg` made again of its values, which all pass its checks, also those set by hand since it was made (a
     ConfigError naming the field, before any work: a beam size of 0 failed at the first validation), and as
-    `Config.from_dict` takes them: "~" expanded, paths absolute, numpy's numbers and booleans as Python's."""
+    `Config.from_dict` takes them: "~" expanded, paths absolute, numpy's numbers and booleans as Python's; files
+    given replace the recipe (a DataConfig's default "tatoeba"). `new`: a new run's, whose model settings of another
+    architecture are refused (`refuse_unread`; a run's own config.json, resumed or fine-tuned from, is taken as is)."""
     if not isinstance(cfg, Config):
         raise TypeError(f"{caller}: cfg must be a Config (Config.from_dict makes one of a dict), got "
                         f"{type(cfg).__name__}")
@@ -90,6 +92,10 @@ def checked_config(cfg, caller: str) -> Config:
          for s, values in cfg.to_dict().items()}
     checked = Config.from_dict(d, f"{caller}: cfg", file=True)
     checked.given = cfg.given
+    if checked.data.recipe and any(getattr(checked.data, f) for f in CORPUS_FILES):   # (config.json then names none)
+        checked.data.recipe = None
+    if new:
+        refuse_unread(checked, caller)
     return checked
 
 

@@ -71,8 +71,9 @@ def interactive(translator: Translator, nbest: Optional[int] = None,
                       "translating (an arrow key? with standard output redirected the line cannot be edited)",
                       file=sys.stderr)
         counts = hangul_counts([line])
-        if not warned and other_language_warning(*counts, translator.src_lang, translator.tgt_lang):
-            warned = True   # (once: a name or a number typed alone is no mistake; a file is warned of at its end)
+        if not warned and len(line.split()) > 1 and other_language_warning(*counts, translator.src_lang,
+                                                                           translator.tgt_lang):
+            warned = True   # (once, and not of a word alone: a name or a number; a file is warned of at its end)
             print(f"warning: input:{n}: the line has {'' if counts[1] else 'no '}Hangul, but the model translates "
                   f"{translator.src_lang} -> {translator.tgt_lang}: is it in the model's source language (or is this "
                   "the model of the other direction)?", file=sys.stderr)

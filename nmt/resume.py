@@ -39,6 +39,21 @@ def resumed_state(cfg: Config, workers: WorkerGroup) -> ckpt.TrainState:
     return state
 
 
+def unvalidated_stop(trainer, trained: bool, stop: str) -> bool:
+    """Whether `trainer`, a resumed run that made no update (not `trained`), ends at a limit (`stop`) on the checkpoint
+    a signal saved, unvalidated: tokens were trained since the last scheduled validation (the signal did not come
+    right after one). Its `_finish` validates it then, as an uninterrupted run to that step does; every worker adds
+    up rank 0's totals, which are all workers', alike (a distributed job's collective)."""
+    from nmt.log import LossMeter
+    from nmt.signals import INTERRUPTS
+    tokens = (trainer.state.since_valid or [0])[-1]
+    if trained or stop in INTERRUPTS or trainer.stopped_before not in INTERRUPTS or not tokens:
+        return False
+    if not trainer.is_chief:
+        trainer.since_valid = LossMeter([0.0, 0.0, tokens])
+    return True
+
+
 def restore(model_dir: Path, net, optimizer: gluon.Trainer, data: TrainData, state: ckpt.TrainState,
             workers: WorkerGroup, ctxs) -> None:
     """Parameters, optimizer states and the sampler's position of the latest checkpoint."""

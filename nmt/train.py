@@ -32,7 +32,7 @@ from nmt.models import build_model
 from nmt.optim import apply_settings, build_optimizer, learning_rate
 from nmt.parallel import DataParallel, default_kvstore, hardware_of, init_amp, parse_devices
 from nmt.preflight import check_checkpoint_room, check_search_widths, checked_config, run_inputs, settings_lines
-from nmt.resume import restore, resumed_state
+from nmt.resume import restore, resumed_state, unvalidated_stop
 from nmt.scoring import checkpoint_info, retire_other_decoding, retire_scores, score_test_set
 from nmt.signals import INTERRUPTS, checkpoint_on_signal, terminated_as_interrupt
 from nmt.storage import check_writable
@@ -67,9 +67,9 @@ class Trainer:
         self.since_valid = LossMeter(state.since_valid if self.is_chief else None)   # loss since the last validation
         self.progress = Progress(t.log_every, t.progress and self.is_chief, state.since_log)
         self.tensorboard = tensorboard or TensorBoardWriter(None)   # curves (a writer that does nothing: off)
-        self.signal_name, self.averaged = "", False   # a stopping signal's name; fit() wrote params.avg
+        self.signal_name, self.averaged, self.stopped_before = "", False, state.stopped   # (resume.unvalidated_stop)
         self.lock: Optional[ModelDirLock] = None   # the model directory's lock (rank 0), released when fit() ends
-        self._t_start, self._elapsed0 = time.perf_counter(), state.elapsed
+        self._t_start, self._elapsed0, self._resumed_at = time.perf_counter(), state.elapsed, 0
 
     # -- the parts of the loop ----------------------------------------------------------------------------------
     def train_step(self, batch: Batch) -> mx.nd.NDArray:
@@ -174,7 +174,6 @@ class Trainer:
 
     def _fit(self) -> None:
         t, step0 = self.cfg.train, self.state.step
-        self._stopped_before = self.state.stopped   # (a signal's: its checkpoint may be unvalidated, see `_finish`)
         self._t_start, self._elapsed0, self.state.stopped = time.perf_counter(), self.state.elapsed, ""
         with contextlib.closing(self.tensorboard), checkpoint_on_signal(self):
             stop = self.should_stop()
@@ -231,12 +230,12 @@ class Trainer:
             logger.log(logging.INFO if self.averages() else logging.WARNING, "no update made: the run had already "
                        "reached its %s limit; give a higher %s to train on", stop, ckpt.LIMIT_FLAGS[stop])
         last = ckpt.params_step(self.state.params_files[-1]) if self.state.params_files else None
-        unvalidated = (not trained and stop not in INTERRUPTS and self._stopped_before in INTERRUPTS and   # tokens
-                       (self.state.since_valid or [0])[-1] > 0)   # since the last scheduled validation: not at it
-        if unvalidated and not self.is_chief:   # (a signal's checkpoint, ended at now: rank 0's totals are all
-            self.since_valid = LossMeter([0.0, 0.0, self.state.since_valid[-1]])   # workers'; each adds up alike)
+        unvalidated = unvalidated_stop(self, trained, stop)
+        epoch_end = unvalidated and self._epoch_done()   # (a signal on an epoch's last update: that epoch's end)
+        if epoch_end:
+            self._next_epoch()
         if self.state.step != last or unvalidated:
-            self.save_checkpoint(stop not in INTERRUPTS and self.validate(scheduled=False))
+            self.save_checkpoint(stop not in INTERRUPTS and self.validate(scheduled=epoch_end))
         elif self.is_chief:
             self.state.save(self.model_dir)   # record why training stopped
         best = (f"best dev {self._best()} at step {self.state.best_step}" if self.state.best_score is not None
@@ -263,7 +262,7 @@ def create_trainer(cfg: Config, resume: bool = False, overwrite: bool = False, i
     """The Trainer of a run per `cfg`: devices, kvstore and workers, the model directory (locked by rank 0 until
     `fit` ends: one trainer per directory), then data, model and optimizer built (and, with `resume`, restored from
     the newest intact checkpoint; with `init`, a parameter file, starting from it: `nmt.finetune`)."""
-    cfg = checked_config(cfg, "create_trainer")
+    cfg = checked_config(cfg, "create_trainer", new=not resume and init is None)
     t, _ = cfg.train, build_model(cfg.model, 4, 4)   # checked before the data
     ctxs = parse_devices(t.gpus, t.cpu_devices)
     if t.amp:
@@ -304,7 +303,8 @@ def _create_locked(cfg: Config, resume: bool, overwrite: bool, ctxs, kv, workers
             setup_logging(None, logging.WARNING, prefix=f"rank {workers.rank} ")
         state = resumed_state(cfg, workers) if resume else ckpt.TrainState(init_from=str(init or ""))
         TensorBoardWriter.check(t.tensorboard)   # before the data is read; its writer once all is checked
-        state.hardware = hardware_of(ctxs, workers.num_workers, state.hardware if resume else "")
+        state.hardware = hardware_of(ctxs, workers.num_workers, state.hardware if resume else "",
+                                     trains=not (resume and state.limit_reached(t)))
         for line in (f"devices: {ctxs}, kvstore: {getattr(kv, 'type', kv)}, worker {workers.rank} of "
                      f"{workers.num_workers}", *settings_lines(cfg)):   # what config.json holds, for people
             logger.info(line)
@@ -351,7 +351,7 @@ def train(cfg: Config, resume: bool = False, overwrite: bool = False, evaluate: 
           init: Optional[Path] = None) -> TrainResult:
     """Train per `cfg` (from `init`, a model directory or params file, as --init-from: with the model's settings but
     for what `cfg` sets otherwise, `nmt.finetune.for_init`); `evaluate`: score the best checkpoint on the tests."""
-    cfg = as_command_line(checked_config(cfg, "train"), resume, init)
+    cfg = as_command_line(checked_config(cfg, "train", new=not resume and init is None), resume)
     if init is not None:
         cfg, init = for_init(cfg, init)
     return run_training(cfg, resume, overwrite, evaluate, init)

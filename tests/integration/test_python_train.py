@@ -111,6 +111,21 @@ def test_create_trainer_works_in_the_directory_it_locks(tmp_path, task, monkeypa
     assert not (tmp_path / "~").exists() and ckpt.TrainState.load(tmp_path / "home" / "run").step == 2
 
 
+def test_create_trainer_refuses_unread_settings_and_drops_the_recipe_for_files(tmp_path, task):
+    """create_trainer, called alone, took a Transformer's hidden_size 64 (config.json saved it), and a run on its
+    own files recorded the default recipe beside them: nmt-evaluate --recipe-tests then scored Tatoeba as its test."""
+    cfg = tiny_config(tmp_path, task, arch="transformer", max_steps=1)
+    cfg.model.hidden_size = 64
+    with pytest.raises(ConfigError, match=r"^create_trainer: cfg model.hidden_size 64 is a setting of --arch lstm"):
+        create_trainer(cfg)
+    files = Config.from_dict({"data": {k: v for k, v in task.items() if k.startswith(("train_", "dev_"))},
+                              "model": {"embed_size": 8, "hidden_size": 8, "num_layers": 1},
+                              "train": {"model_dir": str(tmp_path / "f"), "max_steps": 1, "progress": False}})
+    assert files.data.recipe == "tatoeba"
+    create_trainer(files).fit()
+    assert Config.load(tmp_path / "f" / ckpt.CONFIG).data.recipe is None
+
+
 def test_a_run_whose_config_holds_an_unread_setting_resumes(tmp_path, trained):
     """A new run from Python refuses a setting its architecture does not read; a run saved with one before (its
     config.json) was refused as it resumed, from Python and from nmt-train alike: it resumes as it was."""

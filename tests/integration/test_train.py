@@ -202,6 +202,11 @@ def test_a_resume_on_another_device_count_reaches_the_same_parameters(tmp_path, 
             "are each command's, not the run's (give --gpus or --cpu-devices again to keep them)") in \
         (Path(part.train.model_dir) / ckpt.LOG).read_text()
     assert "until now and goes on" not in (Path(full.train.model_dir) / ckpt.LOG).read_text()
+    hardware = ckpt.TrainState.load(part.train.model_dir).hardware   # a resume that trains no more (to average,
+    part.train.cpu_devices = before                                  # to score) leaves it, and says nothing
+    create_trainer(part, resume=True).fit()
+    assert ckpt.TrainState.load(part.train.model_dir).hardware == hardware
+    assert (Path(part.train.model_dir) / ckpt.LOG).read_text().count("until now and goes on") == 1
 
 
 def test_a_resumed_run_with_a_new_best_moves_the_old_bests_scores_to_its_step(tmp_path, task):
@@ -258,6 +263,26 @@ def test_a_signals_checkpoint_a_resume_ends_at_is_validated(tmp_path, task):
     from nmt.log import read_metrics
     rows = [r["step"] for r in read_metrics(Path(part.train.model_dir) / ckpt.METRICS)]
     assert again.best_step == 6 and rows == [4, 6], rows
+
+
+def test_a_signal_on_an_epochs_last_update_is_validated_once(tmp_path, task):
+    """... and when the signal came on an epoch's last update, that step was validated again by the next resume,
+    which found the epoch's end still to do: [.., 77, 77, 80] where an uninterrupted run logs [.., 77, 80]."""
+    part = tiny_config(tmp_path, task, "part", max_steps=400, valid_every=0)
+    trainer = create_trainer(part)
+    step, end = trainer.train_step, len(trainer.data.sampler)
+
+    def train_step(batch):   # SIGTERM received during the epoch's last update
+        step(batch)
+        trainer.signal_name = "SIGTERM" if trainer.state.step == end else trainer.signal_name
+    trainer.train_step = train_step
+    assert trainer.fit().stopped == "SIGTERM"
+    part.train.max_steps = end
+    create_trainer(part, resume=True).fit()
+    part.train.max_steps = end + 3
+    create_trainer(part, resume=True).fit()
+    from nmt.log import read_metrics
+    assert [r["step"] for r in read_metrics(Path(part.train.model_dir) / ckpt.METRICS)] == [end, end + 3]
 
 
 def test_dev_sources_cut_at_the_input_limit_are_said_once(tmp_path, task):

@@ -475,7 +475,7 @@ def test_cli_nbest_checkpoint_and_bad_flags(tr, tmp_path, capsys):
                       (["--cpu-devices", "0"], "--cpu-devices must be at least 1"),
                       (["--input", tmp_path / "missing.ko"], f"--input {tmp_path / 'missing.ko'}: file not found"),
                       (["--input", path, "--plot-attention", path / "plots"],
-                       f"--plot-attention {path / 'plots'}: cannot make the directory (Not a directory)")]:
+                       f"--plot-attention {path / 'plots'}: cannot make the directory (a file is in its path)")]:
         code, _, err = run(["--model-dir", tr.model_dir, *argv], capsys)
         assert code == 2 and msg in err and "Traceback" not in err, (argv, err)
     if mx.context.num_gpus() == 0:
@@ -943,11 +943,11 @@ def test_interactive_loop_in_process(tr, capsys):
 def test_the_prompt_warns_once_of_a_line_in_the_other_language(tr, capsys):
     """An input file or pipe ends with a warning when its lines look like the other language; typed lines had none:
     Korean typed to an en -> ko model came out as Korean garbage without a word."""
-    assert interactive(tr, read=typing(["리 니", "Thank you.", "Fine.", "차"])) == 0
+    assert interactive(tr, read=typing(["리 니", "Tom", "Thank you.", "Fine.", "차"])) == 0   # ("Tom": a name)
     out, err = capsys.readouterr()
-    assert out.split("\n") == [*tr.translate(["리 니", "Thank you.", "Fine.", "차"]), ""]
+    assert out.split("\n") == [*tr.translate(["리 니", "Tom", "Thank you.", "Fine.", "차"]), ""]
     assert [x for x in err.splitlines() if x.startswith("warning")] == [
-        "warning: input:2: the line has no Hangul, but the model translates ko -> en: is it in the model's source "
+        "warning: input:3: the line has no Hangul, but the model translates ko -> en: is it in the model's source "
         "language (or is this the model of the other direction)?"]
 
 
