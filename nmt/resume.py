@@ -54,6 +54,20 @@ def unvalidated_stop(trainer, trained: bool, stop: str) -> bool:
     return True
 
 
+def end_signalled_epoch(trainer, stop: str) -> str:
+    """The end of the epoch a signal stopped on its last update, as the training loop ends one, for a no-update resume
+    that ends the run there (`unvalidated_stop`): the next epoch, a scheduled validation, and a checkpoint that is no
+    stop's (the next save would drop it, from the checkpoints kept and averaged). The reason to stop after it: the
+    validation may have run out --patience. (An uninterrupted run's checkpoints, validations and state, exactly.)"""
+    trainer.state.stopped = ""
+    trainer.next_epoch()
+    trainer.save_checkpoint(trainer.validate())
+    trainer.state.stopped = trainer.state.limit_reached(trainer.cfg.train) or stop
+    if trainer.is_chief:
+        trainer.state.save(trainer.model_dir)
+    return trainer.state.stopped
+
+
 def restore(model_dir: Path, net, optimizer: gluon.Trainer, data: TrainData, state: ckpt.TrainState,
             workers: WorkerGroup, ctxs) -> None:
     """Parameters, optimizer states and the sampler's position of the latest checkpoint."""

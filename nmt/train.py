@@ -32,7 +32,7 @@ from nmt.models import build_model
 from nmt.optim import apply_settings, build_optimizer, learning_rate
 from nmt.parallel import DataParallel, default_kvstore, hardware_of, init_amp, parse_devices
 from nmt.preflight import check_checkpoint_room, check_search_widths, checked_config, run_inputs, settings_lines
-from nmt.resume import restore, resumed_state, unvalidated_stop
+from nmt.resume import end_signalled_epoch, restore, resumed_state, unvalidated_stop
 from nmt.scoring import checkpoint_info, retire_other_decoding, retire_scores, score_test_set
 from nmt.signals import INTERRUPTS, checkpoint_on_signal, terminated_as_interrupt
 from nmt.storage import check_writable
@@ -189,7 +189,7 @@ class Trainer:
                         break
                 self.progress.end_epoch()
                 if self._epoch_done() and stop not in INTERRUPTS:   # also at a limit: its validation is scheduled
-                    self._next_epoch()   # checkpoint at the start of the next epoch, validated unless just done
+                    self.next_epoch()   # checkpoint at the start of the next epoch, validated unless just done
                     self.save_checkpoint(not self._validation_due() and self.validate())
                     stop = self.should_stop()   # (again at a limit: this validation may have run out the patience)
             self._finish(stop or "max_epochs", trained=self.state.step > step0)
@@ -215,7 +215,7 @@ class Trainer:
         """Whether the run ends by averaging its last checkpoints into params.avg (--average-last, on rank 0)."""
         return bool(self.cfg.train.average_last) and self.is_chief and len(self.state.params_files) >= 2
 
-    def _next_epoch(self) -> None:
+    def next_epoch(self) -> None:
         e = self.progress.epoch   # nan and 0 until an epoch of this run has had an update (none: a resume at its end)
         part = f" over its updates since the resume at step {self._resumed_at}" if self._resumed_at else ""
         logger.info("epoch %d done at step %d%s", self.state.epoch + 1, self.state.step, "" if not e["tok_per_s"]
@@ -231,11 +231,10 @@ class Trainer:
                        "reached its %s limit; give a higher %s to train on", stop, ckpt.LIMIT_FLAGS[stop])
         last = ckpt.params_step(self.state.params_files[-1]) if self.state.params_files else None
         unvalidated = unvalidated_stop(self, trained, stop)
-        epoch_end = unvalidated and self._epoch_done()   # (a signal on an epoch's last update: that epoch's end)
-        if epoch_end:
-            self._next_epoch()
-        if self.state.step != last or unvalidated:
-            self.save_checkpoint(stop not in INTERRUPTS and self.validate(scheduled=epoch_end))
+        if unvalidated and self._epoch_done():   # (a signal on an epoch's last update: that epoch's end, the loop's)
+            stop = end_signalled_epoch(self, stop)
+        elif self.state.step != last or unvalidated:
+            self.save_checkpoint(stop not in INTERRUPTS and self.validate(scheduled=False))
         elif self.is_chief:
             self.state.save(self.model_dir)   # record why training stopped
         best = (f"best dev {self._best()} at step {self.state.best_step}" if self.state.best_score is not None

@@ -267,22 +267,56 @@ def test_a_signals_checkpoint_a_resume_ends_at_is_validated(tmp_path, task):
 
 def test_a_signal_on_an_epochs_last_update_is_validated_once(tmp_path, task):
     """... and when the signal came on an epoch's last update, that step was validated again by the next resume,
-    which found the epoch's end still to do: [.., 77, 77, 80] where an uninterrupted run logs [.., 77, 80]."""
-    part = tiny_config(tmp_path, task, "part", max_steps=400, valid_every=0)
-    trainer = create_trainer(part)
-    step, end = trainer.train_step, len(trainer.data.sampler)
+    which found the epoch's end still to do ([.., 77, 77, 80] where an uninterrupted run logs [.., 77, 80]); then,
+    its end done at the resume, its checkpoint was saved as a stop's, which the next save dropped: params.avg was
+    never written. Now the checkpoints kept, the average and the rows are an uninterrupted run's."""
+    kw = dict(valid_every=0, average_last=2, keep_last=3)
+    full = tiny_config(tmp_path, task, "full", max_steps=400, **kw)
+    end = len(create_trainer(full).data.sampler)
+    runs = {}
+    for name in ("full", "part"):
+        cfg = tiny_config(tmp_path, task, name, max_steps=end if name == "full" else 400, **kw)
+        trainer = create_trainer(cfg, overwrite=True)
+        step = trainer.train_step
 
-    def train_step(batch):   # SIGTERM received during the epoch's last update
-        step(batch)
-        trainer.signal_name = "SIGTERM" if trainer.state.step == end else trainer.signal_name
-    trainer.train_step = train_step
-    assert trainer.fit().stopped == "SIGTERM"
-    part.train.max_steps = end
-    create_trainer(part, resume=True).fit()
-    part.train.max_steps = end + 3
-    create_trainer(part, resume=True).fit()
+        def train_step(batch, trainer=trainer, step=step, name=name):   # SIGTERM during the epoch's last update
+            step(batch)
+            trainer.signal_name = "SIGTERM" if name == "part" and trainer.state.step == end else trainer.signal_name
+        trainer.train_step = train_step
+        trainer.fit()
+        if name == "part":
+            cfg.train.max_steps = end
+            create_trainer(cfg, resume=True).fit()
+        cfg.train.max_steps = end + 3
+        runs[name] = create_trainer(cfg, resume=True).fit()
     from nmt.log import read_metrics
-    assert [r["step"] for r in read_metrics(Path(part.train.model_dir) / ckpt.METRICS)] == [end, end + 3]
+    rows = {n: [r["step"] for r in read_metrics(Path(tmp_path / n) / ckpt.METRICS)] for n in runs}
+    assert rows["part"] == rows["full"] == [end, end + 3]
+    assert runs["part"].params_files == runs["full"].params_files == [ckpt.params_file(end), ckpt.params_file(end + 3)]
+    assert (tmp_path / "part" / ckpt.PARAMS_AVG).read_bytes() == (tmp_path / "full" / ckpt.PARAMS_AVG).read_bytes()
+
+
+def test_the_epoch_end_a_resume_validates_may_run_out_the_patience(tmp_path, task):
+    """The epoch-end validation of a signal's checkpoint ran out --patience, and the run recorded max_steps (and said
+    to raise --max-steps, which then said to raise --patience) where an uninterrupted run stops early there."""
+    stopped = {}
+    for name in ("full", "part"):
+        cfg = tiny_config(tmp_path, task, name, max_steps=400, valid_every=0, patience=1, valid_metric="ppl")
+        cfg.optim.lr = 0.5   # (the dev perplexity gets worse at once: the first epoch end's validation is no gain)
+        trainer = create_trainer(cfg)
+        end, step = len(trainer.data.sampler), trainer.train_step
+
+        def train_step(batch, trainer=trainer, step=step, name=name, end=end):
+            step(batch)
+            trainer.signal_name = "SIGTERM" if name == "part" and trainer.state.step == 2 * end else \
+                trainer.signal_name
+        trainer.train_step = train_step
+        state = trainer.fit()
+        if name == "part":
+            cfg.train.max_steps = 2 * end
+            state = create_trainer(cfg, resume=True).fit()
+        stopped[name] = (state.stopped, state.step, state.bad_validations)
+    assert stopped["part"] == stopped["full"] and stopped["full"][0] == "early_stop", stopped
 
 
 def test_dev_sources_cut_at_the_input_limit_are_said_once(tmp_path, task):
