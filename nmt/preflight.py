@@ -103,9 +103,10 @@ def refuse_unread(cfg: Config, caller: str) -> None:
     """A ConfigError for a model setting `cfg`'s architecture does not read, off its default, in a new run from
     Python (nmt-train's flags: `cli.check_model_flags`): it would be saved and change nothing. (A run's own
     config.json, resumed or fine-tuned from, is taken as it is.)"""
-    arch = ARCHITECTURES.get(cfg.model.arch)   # (an unknown one: named by the model's own checks)
-    unread = [k for k in ModelConfig.__dataclass_fields__ if arch and k not in (*arch.config_fields, "arch",
-              "shared_vocab") and getattr(cfg.model, k) != getattr(ModelConfig, k)]
+    arch = ARCHITECTURES.get(cfg.model.arch)   # (unknown: named by the model's own checks; none listed: as the CLI)
+    every = ModelConfig.__dataclass_fields__
+    fields = (*arch.config_fields, "arch", "shared_vocab") if arch and arch.config_fields else every
+    unread = [k for k in every if k not in fields and getattr(cfg.model, k) != getattr(ModelConfig, k)]
     if unread:
         owners = [a for a, c in sorted(ARCHITECTURES.items()) if unread[0] in c.config_fields]
         raise ConfigError(f"{caller}: cfg model.{unread[0]} {getattr(cfg.model, unread[0])!r} is a setting of "

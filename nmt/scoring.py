@@ -336,7 +336,7 @@ def other_decoding(translator: Translator) -> str:
     """Why `translator`'s scores may not be recorded in scores.json: its decoding settings (but UNSCORED_DECODE) that
     differ from its model's config.json's as it is now (a resume may change them meanwhile), by flag; "" if none."""
     from nmt.flags import DECODE_FLAGS
-    saved, home = getattr(getattr(translator, "config", None), "decode", None), translator.model_dir
+    saved, home = getattr(getattr(translator, "config", None), "decode", None), getattr(translator, "model_dir", None)
     with contextlib.suppress(ConfigError, OSError):   # (an evaluation during a resume given --beam-size 3)
         saved = Config.load(Path(home) / ckpt.CONFIG).decode if saved and home else saved
     if saved is None:
