@@ -206,10 +206,9 @@ SHOWN_ERRORS = 5   # a 422 names the first few wrong fields
 
 
 def validation_error(e: ValidationError, model: type) -> RequestError:
-    """Every pydantic error of a request (unknown fields first) as one RequestError naming the fields and what
-    each should be."""
-    errors = sorted(e.errors(include_url=False), key=lambda err: err["type"] != "extra_forbidden")
-    messages = [_field_message(err, model) for err in errors[:SHOWN_ERRORS]]
+    """The first pydantic errors of a request (its unknown fields are refused before, by `parse`) as one
+    RequestError naming the fields and what each should be."""
+    messages = [_field_message(err, model) for err in e.errors(include_url=False)[:SHOWN_ERRORS]]
     return RequestError(422, "; ".join(m for m, _ in messages), messages[0][1])
 
 
@@ -217,8 +216,6 @@ def _field_message(err: dict, model: type) -> Tuple[str, str]:
     """(message, field) of one pydantic error."""
     loc = "".join(f"[{p}]" if isinstance(p, int) else (f".{p}" if i else str(p)) for i, p in enumerate(err["loc"]))
     loc = shown_name(loc)
-    if err["type"] == "extra_forbidden":
-        return f"unknown field {loc!r}: remove it (the fields are {', '.join(model.model_fields)})", loc
     if err["type"] == "missing":
         return f"field {loc!r} is missing: e.g. {example(model)}", loc
     got = json.dumps(err.get("input"), ensure_ascii=False)[:60]
