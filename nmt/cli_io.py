@@ -304,13 +304,14 @@ def validated_on(model_dir: Path, dev, first: Path) -> None:
         logging.getLogger("nmt.evaluate").warning(
             "--dev-set: --ensemble %s records no dev set it validated on (an export keeps no training state): the "
             "score on --model-dir %s's dev set may count pairs it trained on", model_dir, first)
-    if saved and saved != text_checksum([*dev.src, *dev.tgt]) and model_dir != first:
+    if not saved or saved == text_checksum([*dev.src, *dev.tgt]):
+        return
+    if model_dir != first:
         raise CorpusError(f"--dev-set: --ensemble {model_dir} validated on other dev pairs than --model-dir {first}, "
                           "whose dev set this scores, which may hold pairs it trained on; score files with --src-file "
                           "and --ref-file instead")
-    if saved and saved != text_checksum([*dev.src, *dev.tgt]):
-        raise CorpusError("--dev-set: the dev pairs read again from the model's data are not those its run validated "
-                          "on: its training, dev or test files (a held-out dev set leaves out pairs of the test set) "
-                          "have changed since (edited, appended to or replaced; or the run began before full-width "
-                          "ASCII, ＡＢ．, was read as ASCII, and they hold some), so their scores would not be its dev "
-                          "scores and may count pairs it trained on; score files with --src-file, --ref-file instead")
+    raise CorpusError("--dev-set: the dev pairs read again from the model's data are not those its run validated on: "
+                      "its training, dev or test files (a held-out dev set leaves out pairs of the test set) have "
+                      "changed since (edited, appended to or replaced; or the run began before full-width ASCII, "
+                      "ＡＢ．, was read as ASCII, and they hold some), so their scores would not be its dev scores and "
+                      "may count pairs it trained on; score files with --src-file, --ref-file instead")
