@@ -388,7 +388,8 @@ def _load_files(cfg: DataConfig) -> DatasetSplits:
                               f"few to hold out {FILES_DEV_SIZE} for dev; give a dev set with --dev-src/--dev-tgt")
         before = len(train)   # (the pairs sharing a side with a dev pair are dropped from training too: 147 of 2,500)
         train, dev = _hold_out_dev(train, FILES_DEV_SIZE, FILES_DEV_SEED, cfg, drops)
-        out, large = before - len(train), (before - len(train)) / before > 0.05   # (warned past 5%, as the filters)
+        out = before - len(train)
+        large = out / before > 0.05   # (a warning past 5%, as for pairs the filters drop)
         logger.log(logging.WARNING if large else logging.INFO, "no --dev-src/--dev-tgt: %d random training pairs are "
                    "the dev set%s: %d (%.0f%% of them) not trained on (seed %d; nmt-evaluate --dev-set scores them)%s",
                    len(dev), f" and {out - len(dev)} share a side with one" * (out > len(dev)), out, 100 * out / before,
