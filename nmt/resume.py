@@ -68,6 +68,34 @@ def end_signalled_epoch(trainer, stop: str) -> str:
     return trainer.state.stopped
 
 
+def average_at_end(trainer, trained: bool) -> bool:
+    """--average-last as `trainer`'s run ends (rank 0): its last checkpoints averaged into params.avg, whether that
+    was done. Else said why not; and a params.avg of earlier checkpoints, once the run has `trained` past them
+    with the averaging off, is named: `--checkpoint avg` would translate with it."""
+    from nmt.scoring import retire_scores
+    from nmt.signals import INTERRUPTS, terminated_as_interrupt
+    last, model_dir, files = trainer.cfg.train.average_last, trainer.model_dir, trainer.state.params_files
+    if trainer.averages():
+        with terminated_as_interrupt():   # (killed, it had said nothing; --resume averages them then)
+            retire_scores(model_dir, "avg")
+            ckpt.average_checkpoints(model_dir, files, last=last)
+        return True
+    if last and trainer.is_chief:   # a signal, --max-seconds: not the end (--resume goes on, averages)
+        going_on = trainer.state.stopped in (*INTERRUPTS, "max_seconds")
+        (logger.info if going_on else logger.warning)("--average-last %d: the run has %d checkpoint, nothing to "
+                                                      "average%s: no params.avg", last, len(files),
+                                                      " yet" if going_on else "")
+    elif trained and trainer.is_chief and (model_dir / ckpt.PARAMS_AVG).exists():
+        try:
+            step = manifest.read_manifest(model_dir, "avg").get("step")
+        except ckpt.CheckpointError:   # (its use says what is wrong with it)
+            step = "?"
+        logger.warning("%s is the average of checkpoints up to step %s, from before this run's updates (to step %d; "
+                       "--average-last is off): --checkpoint avg uses those; --resume --average-last N averages the "
+                       "newest", model_dir / ckpt.PARAMS_AVG, step, trainer.state.step)
+    return False
+
+
 def restore(model_dir: Path, net, optimizer: gluon.Trainer, data: TrainData, state: ckpt.TrainState,
             workers: WorkerGroup, ctxs) -> None:
     """Parameters, optimizer states and the sampler's position of the latest checkpoint."""

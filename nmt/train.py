@@ -32,7 +32,7 @@ from nmt.models import build_model
 from nmt.optim import apply_settings, build_optimizer, learning_rate
 from nmt.parallel import DataParallel, default_kvstore, hardware_of, init_amp, parse_devices
 from nmt.preflight import check_checkpoint_room, check_search_widths, checked_config, run_inputs, settings_lines
-from nmt.resume import end_signalled_epoch, restore, resumed_state, unvalidated_stop
+from nmt.resume import average_at_end, end_signalled_epoch, restore, resumed_state, unvalidated_stop
 from nmt.scoring import checkpoint_info, retire_other_decoding, retire_scores, score_test_set
 from nmt.signals import INTERRUPTS, checkpoint_on_signal, terminated_as_interrupt
 from nmt.storage import check_writable
@@ -193,16 +193,7 @@ class Trainer:
                     self.save_checkpoint(not self._validation_due() and self.validate())
                     stop = self.should_stop()   # (again at a limit: this validation may have run out the patience)
             self._finish(stop or "max_epochs", trained=self.state.step > step0)
-        if self.averages():
-            with terminated_as_interrupt():   # (killed, it had said nothing; --resume averages them then)
-                retire_scores(self.model_dir, "avg")
-                ckpt.average_checkpoints(self.model_dir, self.state.params_files, last=t.average_last)
-            self.averaged = True
-        elif t.average_last and self.is_chief:   # a signal, --max-seconds: not the end (--resume goes on, averages)
-            going_on = self.state.stopped in (*INTERRUPTS, "max_seconds")
-            (logger.info if going_on else logger.warning)("--average-last %d: the run has %d checkpoint, nothing to "
-                                                          "average%s: no params.avg", t.average_last,
-                                                          len(self.state.params_files), " yet" if going_on else "")
+        self.averaged = average_at_end(self, trained=self.state.step > step0)
 
     def _epoch_done(self) -> bool:   # every batch of the epoch has been trained on
         sampler = self.data.sampler

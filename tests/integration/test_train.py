@@ -1130,6 +1130,26 @@ def test_a_finished_run_is_averaged_by_resuming_it_with_average_last(tmp_path, t
     assert_same_params({k: v.asnumpy() for k, v in load_params(model_dir, "avg").items()}, mean)
 
 
+def test_a_resume_training_on_without_averaging_names_the_older_params_avg(tmp_path, task):
+    """A run averaged at step 4, resumed to step 8 with --average-last 0, kept the old params.avg without a word:
+    `--checkpoint avg` then translated with steps 2-4 as if they were the run's average."""
+    from nmt.cli import train_main
+    model_dir = tmp_path / "m"
+    assert train_main(tiny_flags(task, model_dir) + ["--max-steps", "4", "--valid-every", "2", "--average-last",
+                                                     "2"]) == 0
+    before = (model_dir / ckpt.PARAMS_AVG).read_bytes()
+    resume = ["--model-dir", str(model_dir), "--resume", "--no-progress", "--no-eval"]
+    assert train_main(resume + ["--max-steps", "8", "--average-last", "0"]) == 0
+    assert (model_dir / ckpt.PARAMS_AVG).read_bytes() == before   # kept: the user's file
+    assert (f"WARNING nmt.train: {model_dir / ckpt.PARAMS_AVG} is the average of checkpoints up to step 4, from before "
+            "this run's updates (to step 8; --average-last is off): --checkpoint avg uses those; --resume "
+            "--average-last N averages the newest") in (model_dir / ckpt.LOG).read_text()
+    (model_dir / ckpt.LOG).write_text("")
+    assert train_main(resume + ["--average-last", "2"]) == 0   # what the warning advises: the newest averaged
+    assert "params.avg: the average of the checkpoints of steps 6, 8" in (model_dir / ckpt.LOG).read_text()
+    assert "WARNING" not in (model_dir / ckpt.LOG).read_text()
+
+
 def test_average_last_alone_resumes_a_run_keeping_enough_and_the_average_is_scored(tmp_path, task, capsys):
     """`--resume --average-last 4` alone was checked against the default --keep-last 3 before the run's own 5
     joined it; and the average, written at the end, was not scored on the test sets as the best was."""
