@@ -7,11 +7,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from nmt.config import ARCH_DEFAULTS, CORPUS_FILES, Config, ConfigError, DataConfig, ModelConfig, SettingsClash
+from nmt.config import (ARCH_DEFAULTS, CORPUS_FILES, Config, ConfigError, DataConfig, ModelConfig, SettingsClash,
+                        flag_name)
 from nmt.config_resume import PER_INVOCATION, record_mirror, refused_batch_kind, refused_change, resumed_config
 from nmt import jsonio
 from nmt.cli_io import last_lines, reader_gone
@@ -85,10 +87,23 @@ def build_train_parser() -> argparse.ArgumentParser:
 
 def config_from_args(args: argparse.Namespace, base: Optional[Config] = None) -> Config:
     """Defaults of the chosen --arch < --config file (or `base`) < explicit flags."""
+    given = args_dict(args, base)   # (a --config file's own errors name its keys)
     try:
-        return Config.from_dict(args_dict(args, base), source=str(getattr(args, "config", "") or "flags"))
+        return Config.from_dict(given, source=str(getattr(args, "config", "") or "flags"))
     except SettingsClash as e:   # (values of several sections, the --config file's among them: it is named)
         raise SettingsClash(f"{args.config}: {e}" if getattr(args, "config", None) else str(e)) from None
+    except ConfigError as e:   # a file's key with a flag's (merged): as the file's where the flag is another command's
+        raise ConfigError(in_file_words(str(e), args)) from None
+
+
+def in_file_words(message: str, args: argparse.Namespace) -> str:
+    """`message` with each flag nmt-train does not have, of a key the --config file gives, as "FILE: section.key"."""
+    own = {f.flag for _, flags in GROUPS for f in flags}
+    for key, said in given_keys(args).items():
+        flag = flag_name(*key.split("."))
+        if said != flag and flag not in own:
+            message = re.sub(rf"{re.escape(flag)}(?![\w-])", lambda _: said, message)
+    return message
 
 
 def args_dict(args: argparse.Namespace, base: Optional[Config] = None, check: bool = True

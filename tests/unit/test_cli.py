@@ -1,6 +1,7 @@
 """Command line -> Config mapping, --help, --config files and bad flags."""
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import logging
@@ -431,6 +432,20 @@ def test_standard_input_is_no_corpus_file(capsys):
         with pytest.raises(SystemExit):
             build_train_parser().parse_args([flag, " -"])
         assert f"{flag}: - (standard input) cannot be a corpus file: training reads" in capsys.readouterr().err
+
+
+def test_a_config_files_key_meeting_a_flag_is_named_as_the_files_where_nmt_train_has_no_such_flag(tmp_path):
+    """A --config file's decode.nbest 2 with --beam-size 1 was refused as "--nbest 2 is more than --beam-size 1":
+    nmt-train has no --nbest (it is nmt-translate's), so the user looked for a flag they had not given."""
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"decode": {"nbest": 2}, "optim": {"clip_norm": 1.0}}))
+    with pytest.raises(ConfigError) as e:
+        cfg_of(["--config", str(path), "--beam-size", "1"])
+    assert str(e.value) == (f"{path}: decode.nbest 2 is more than --beam-size 1: beam search keeps only beam-size "
+                            "hypotheses; raise --beam-size")
+    path.write_text(json.dumps({"decode": {"beam_size": 3}}))   # a flag nmt-train has keeps its name
+    with pytest.raises(ConfigError, match=r"^--nbest 6 is more than --beam-size 3"):
+        config_from_args(argparse.Namespace(config=str(path), **{"decode.nbest": 6}))
 
 
 def test_standard_input_is_no_corpus_file_in_a_config_file(tmp_path, capsys):
