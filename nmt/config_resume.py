@@ -42,12 +42,12 @@ def _fixed_on_resume(key: str, saved: Config) -> str:
             "score is compared with the best's") if translated else ""
 
 
-def _tuned(key: str, source: str) -> str:
-    """How to go on from the run with another `key` where a fine-tune may change it: --init-from (into a new
-    --model-dir), which keeps the model, its languages and its vocabularies."""
-    from nmt.finetune import INHERITED_DATA, TUNABLE
+def _tuned(key: str, source: str, arch: str) -> str:
+    """How to go on from the run (of `arch`) with another `key` where a fine-tune may change it: --init-from (into a
+    new --model-dir), which keeps the model, its languages and its vocabularies."""
+    from nmt.finetune import INHERITED_DATA, tunable
     section, name = key.split(".", 1)
-    if section == "model" and name not in TUNABLE or section == "data" and name in INHERITED_DATA:
+    if section == "model" and name not in tunable(arch) or section == "data" and name in INHERITED_DATA:
         return ""
     return (" (to go on from this run's parameters, fine-tune with --init-from "
             f"{shell_word(Path(source).parent)}, giving its data and training flags again: --init-from takes a "
@@ -64,7 +64,8 @@ def refused_change(key: str, label: str, value, saved: Config, source: str) -> s
         return ""
     shown = (f"{label} ({name} {json.dumps(value)})" if isinstance(value, bool) else   # (--no-X false)
              f"{label} {json.dumps(value)}") if label.startswith("--") else f"{label} = {json.dumps(value)}"
-    why = f"{fixed}: drop it, or train into a new --model-dir{_tuned(key, source)}" if key != "optim.optimizer" else (
+    tuned = _tuned(key, source, saved.model.arch)
+    why = f"{fixed}: drop it, or train into a new --model-dir{tuned}" if key != "optim.optimizer" else (
         f"its saved optimizer states belong to the {old} optimizer: drop it, or to switch optimizers fine-tune into a "
         f"new --model-dir with --init-from {shell_word(Path(source).parent)}")
     return f"--resume: {shown} differs from {json.dumps(old)}, which this run was trained with ({source}); {why}"

@@ -1,8 +1,8 @@
 """Fine-tuning: a new run that starts from the parameters of a trained model (`nmt-train --init-from DIR`), as
 Sockeye's `--params`, fairseq's `--restore-file --reset-optimizer` and Marian's `--pretrained-model` do. The run
 keeps that model's settings, languages and SentencePiece models (the parameters are indexed by its pieces) and
-trains on its own data with a fresh optimizer, learning-rate schedule and step count. No MXNet here: the command
-line checks all of it before training starts.
+trains on its own data with a fresh optimizer, learning-rate schedule and step count. The command line checks all
+of it before training starts.
 """
 from __future__ import annotations
 
@@ -21,9 +21,13 @@ logger = logging.getLogger("nmt.finetune")
 
 # What a fine-tuning run takes from its model besides the model section: the languages and the tokenizers' settings.
 INHERITED_DATA = ("src_lang", "tgt_lang", "vocab_size", "spm_model_type")
-# Model settings a fine-tuning run may change: they regularize training and shape no parameter (a small corpus often
-# wants more dropout). Not given, they are the model's.
-TUNABLE = ("dropout", "word_dropout", "attention_dropout", "activation_dropout")
+
+
+def tunable(arch: str) -> Tuple[str, ...]:
+    """The model settings a fine-tuning run of `arch` may change (its `Seq2SeqModel.tunable_fields`); not given, they
+    are the model's. (The one look at the architectures, which import MXNet, as training does anyway.)"""
+    from nmt.models import ARCHITECTURES
+    return ARCHITECTURES[arch].tunable_fields if arch in ARCHITECTURES else ()
 
 
 def init_params(spec) -> Path:
@@ -87,7 +91,7 @@ def not_kept(label: str, value: Any, init_from: Path, key: str, old: Any, source
 
 def init_config(cfg: Config, given: Dict[str, str], params: Path) -> Config:
     """`cfg` with the model section, languages and tokenizer settings of the model `params` belongs to, but for the
-    `TUNABLE` settings the command line gives (`given`: key -> flag); a ConfigError naming the flag where it asks
+    `tunable` settings the command line gives (`given`: key -> flag); a ConfigError naming the flag where it asks
     for another value of any other."""
     source = params.parent / ckpt.CONFIG
     if params.parent.resolve() == Path(cfg.train.model_dir).resolve():
@@ -98,7 +102,7 @@ def init_config(cfg: Config, given: Dict[str, str], params: Path) -> Config:
     theirs, mine = Config.load(source).to_dict(), cfg.to_dict()
     for section, name in [("model", k) for k in theirs["model"]] + [("data", k) for k in INHERITED_DATA]:
         key, old = f"{section}.{name}", theirs[section][name]
-        if key in given and section == "model" and name in TUNABLE:
+        if key in given and section == "model" and name in tunable(theirs["model"]["arch"]):
             continue
         if key in given and mine[section][name] != old:
             raise not_kept(given[key], mine[section][name], params, key, old, source)

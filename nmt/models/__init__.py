@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Callable, Dict, Type
 
-from nmt.config import ConfigError
+from nmt.config import ARCH_DEFAULTS, ConfigError
 from nmt.models.base import DecoderState, Seq2SeqModel
 
 ARCHITECTURES: Dict[str, Type[Seq2SeqModel]] = {}
@@ -20,8 +20,13 @@ def register(name: str) -> Callable[[Type[Seq2SeqModel]], Type[Seq2SeqModel]]:
 def build_model(cfg, src_vocab_size: int, tgt_vocab_size: int) -> Seq2SeqModel:
     """The uninitialized model of `cfg.arch` for these vocabulary sizes; ConfigError naming the flag when `cfg`
     cannot build one. Initialize it with e.g. `model.initialize(mx.init.Xavier(), ctx=ctx)`."""
+    known = ", ".join(sorted(ARCHITECTURES))
+    if cfg.arch in ARCH_DEFAULTS and cfg.arch not in ARCHITECTURES:   # named in config.py, its class never imported
+        raise ConfigError(f"--arch {cfg.arch}: no model class is registered under that name (registered: {known}): "
+                          f"decorate it with @register({cfg.arch!r}) and import its module in nmt/models/__init__.py "
+                          "(docs/architecture.md, To add an architecture)")
     if cfg.arch not in ARCHITECTURES:
-        raise ConfigError(f"--arch must be one of {', '.join(sorted(ARCHITECTURES))} (got {cfg.arch!r})")
+        raise ConfigError(f"--arch must be one of {known} (got {cfg.arch!r})")
     return ARCHITECTURES[cfg.arch](cfg, src_vocab_size, tgt_vocab_size)
 
 

@@ -9,8 +9,9 @@ An architecture is a `Seq2SeqModel` subclass registered under a name (`nmt.model
 
 `log_probs(src, src_len, tgt_in)` (the log-softmax of `forward`) scores given translations in one pass.
 `step` runs the decoder's own blocks: the same parameters and the same math as `forward`, one position at a time.
-A search never looks inside a state: it calls `repeat` (each sentence's hypothesis K times, for K beams),
-`reorder` (hypotheses move between the beams of their own sentence) and `select` (sentences leave the batch).
+A search never looks inside a state: it calls `repeat` (each sentence's hypothesis K times, for K beams), `select`
+(sentences leave the batch), `concat` (sentences join), `narrow_positions` (source positions cut) and `arrays` /
+`with_arrays` (its update graph moves hypotheses between the beams of their sentence, as `reorder` does).
 The source side of a state (encoder memory) has one row per sentence, shared by its beams: a step attends with
 all of a sentence's hypotheses at once (`fold_beams`).
 """
@@ -217,6 +218,9 @@ class Seq2SeqModel(gluon.HybridBlock):
     # The `ModelConfig` fields this architecture reads, besides `arch` and `shared_vocab`: `nmt-train` refuses a
     # flag of any other model field for it (`--hidden-size` with `--arch transformer`). Empty: every flag accepted.
     config_fields: Tuple[str, ...] = ()
+    # The fields of `config_fields` a fine-tuning run (`--init-from`) may change: they regularize training and shape
+    # no parameter (a small corpus often wants more dropout); any other is the model's.
+    tunable_fields: Tuple[str, ...] = ()
 
     def __init__(self, cfg, src_vocab_size: int, tgt_vocab_size: int, **kwargs):
         super().__init__(**kwargs)

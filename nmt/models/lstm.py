@@ -163,6 +163,7 @@ class LSTMModel(Seq2SeqModel):
     fixed_step_shapes = True   # memory, source lengths and the (N,L,H) states keep their shapes
     config_fields = ("embed_size", "hidden_size", "num_layers", "attention", "dropout", "word_dropout", "tie_weights",
                      "lexical_model")
+    tunable_fields = ("dropout", "word_dropout")
 
     def __init__(self, cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, **kwargs):
         validate_model_config(cfg, src_vocab_size, tgt_vocab_size)

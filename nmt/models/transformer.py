@@ -78,6 +78,7 @@ class TransformerModel(Seq2SeqModel):
 
     config_fields = ("encoder_layers", "decoder_layers", "model_size", "ff_size", "heads", "dropout", "word_dropout",
                      "attention_dropout", "activation_dropout", "tie_weights")
+    tunable_fields = ("dropout", "word_dropout", "attention_dropout", "activation_dropout")
 
     def __init__(self, cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, **kwargs):
         validate_transformer_config(cfg, src_vocab_size, tgt_vocab_size)

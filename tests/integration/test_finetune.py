@@ -112,6 +112,25 @@ def test_dropout_may_change_and_is_otherwise_the_models(parent, tmp_path):
     assert Config.load(tmp_path / "dflt" / ckpt.CONFIG).model.dropout == default
 
 
+def test_what_a_fine_tune_may_change_is_the_architectures_own_list(parent, tmp_path, monkeypatch):
+    """The settings --init-from may change were a list in nmt/finetune.py: a new architecture's own dropout could
+    not be tuned unless that file was edited too (architecture.md said only its own files change)."""
+    from nmt.finetune import init_config
+    from nmt.models import ARCHITECTURES
+    model, _ = parent
+    cfg = Config.load(model / ckpt.CONFIG)
+    word = 0.25 if cfg.model.word_dropout != 0.25 else 0.3   # (other values than the model's)
+    cfg.model.dropout, cfg.model.word_dropout, cfg.train.model_dir = 0.05, word, str(tmp_path / "tuned")
+    given = {"model.dropout": "--dropout", "model.word_dropout": "--word-dropout"}
+    tuned = init_config(cfg, given, model / ckpt.PARAMS_BEST).model
+    assert (tuned.dropout, tuned.word_dropout) == (0.05, word)
+    monkeypatch.setattr(ARCHITECTURES["lstm"], "tunable_fields", ("dropout",))   # an architecture that lists one
+    with pytest.raises(ConfigError, match=rf"^--word-dropout {word}: --init-from .* has model.word_dropout "):
+        init_config(cfg, given, model / ckpt.PARAMS_BEST)
+    assert ARCHITECTURES["transformer"].tunable_fields == ("dropout", "word_dropout", "attention_dropout",
+                                                           "activation_dropout")
+
+
 def test_it_goes_on_from_what_the_model_learned(parent, tmp_path):
     """4 updates on the other task from the model, and from scratch with the model's settings given as flags: the
     first is close to translating the task already, the second still near chance."""
