@@ -1,9 +1,9 @@
 """Writing to disk when the disk says no: full, read-only or not ours.
 
 Every file the project writes goes through `guarded_write` (atomic saves, checkpoints, metrics rows, tokenizers,
-downloads), so that ENOSPC, EDQUOT, EACCES, EPERM and EROFS end in one `StorageError` that names the file, the
-error and, for a full disk, the space needed and free, instead of a traceback from deep inside MXNet or
-SentencePiece. `check_room` is the pre-flight check of a model directory before training starts.
+downloads), so that ENOSPC, EDQUOT, EACCES, EPERM, EROFS (and a directory gone) end in one `StorageError` that
+names the file, the error and, for a full disk, the space needed and free, instead of a traceback from deep inside
+MXNet or SentencePiece. `check_room` is the pre-flight check of a model directory before training starts.
 """
 from __future__ import annotations
 
@@ -29,6 +29,8 @@ _FIXABLE = {
     errno.EROFS: "the file system is mounted read-only; choose a writable directory",
     errno.ENOTDIR: "a part of the path is a file, not a directory; choose another path",
     errno.EISDIR: "give the path of a file, not of a directory",
+    errno.ENOENT: "a directory on its path is gone (moved or deleted while in use?): put it back or choose another "
+                  "path",
     errno.EFBIG: "the file would pass a size limit: the shell's (`ulimit -f`, a batch job's) or the file system's "
                  "(FAT32 holds 4 GiB at most); raise the limit or choose another disk",
 }
@@ -83,7 +85,14 @@ def _device(path: PathLike) -> bool:
 
 
 def is_fixable(err: BaseException) -> bool:
+    if isinstance(err, OSError) and err.errno == errno.ENOENT:   # its directory gone, not a file system making none
+        return bool(err.filename) and _gone(err.filename)
     return isinstance(err, OSError) and err.errno in _FIXABLE
+
+
+def _gone(path: PathLike) -> bool:
+    """Whether the directory `path` was to be written in does not exist (any more)."""
+    return not os.path.isdir(os.path.dirname(os.path.abspath(path)))
 
 
 @contextlib.contextmanager
@@ -104,7 +113,7 @@ def short_write_failure(path: PathLike, err: Exception, needed: Optional[int]) -
     happened: the StorageError to raise instead; so is an error whose text carries one of the fixable errors'
     messages (MXNet failing to open a file on a read-only file system); else None."""
     for code in _FIXABLE:
-        if os.strerror(code) in str(err):
+        if os.strerror(code) in str(err) and (code != errno.ENOENT or _gone(path)):
             return write_failure(path, OSError(code, os.strerror(code)), needed)
     free = free_bytes(path)
     if "Write" not in str(err) and " written" not in str(err) and free > (needed or 0):

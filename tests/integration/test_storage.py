@@ -262,6 +262,29 @@ def test_full_disk_mid_training_exits_2_and_resume_continues(tmp_path, capsys, m
     assert ckpt.TrainState.load(tmp_path / "m").step == 6
 
 
+def test_a_model_directory_moved_while_training_is_one_error_and_resumes_where_it_went(tmp_path, capsys,
+                                                                                       monkeypatch):
+    """The model directory renamed after the first checkpoint: the next metrics row ended the run with a
+    30-line FileNotFoundError traceback. Now exit 2 naming the file and why; the directory resumes where it went."""
+    from nmt.cli import train_main
+    from nmt import train as train_module
+    args, real = checkpoint_every_2(tmp_path, 6), train_module.ckpt.save_checkpoint
+
+    def save_then_move(model_dir, *a, **kw):
+        real(model_dir, *a, **kw)
+        if (tmp_path / "m").exists():
+            (tmp_path / "m").rename(tmp_path / "moved")
+    monkeypatch.setattr(train_module.ckpt, "save_checkpoint", save_then_move)
+    assert train_main(args) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and (f"error: cannot write {tmp_path / 'm' / ckpt.METRICS}: No such file or "
+                                       "directory [errno ENOENT]; a directory on its path is gone (moved or deleted "
+                                       "while in use?): put it back or choose another path") in err, err
+    monkeypatch.setattr(train_module.ckpt, "save_checkpoint", real)
+    assert train_main(["--model-dir", str(tmp_path / "moved"), "--resume", "--no-progress"]) == 0
+    assert ckpt.TrainState.load(tmp_path / "moved").step == 6
+
+
 def test_a_resume_needs_room_only_beyond_the_checkpoints_already_there(tmp_path, monkeypatch):
     """A resume was refused ("2.8 MiB free, but ... need about 7.0 MiB") where it ran to the end with the space
     there: its kept checkpoints are deleted as new ones are written."""
