@@ -183,6 +183,14 @@ def step_keys(model_dir: Path) -> List[int]:
     return sorted(steps, reverse=True)
 
 
+def _intact(model_dir: Path, key: str) -> bool:
+    try:
+        verify(model_dir, key, attempts=1)
+        return True
+    except CheckpointError:
+        return False
+
+
 def newest_intact(model_dir: Path, unsaved: Optional[List[int]] = None) -> Tuple[Dict[str, Any], List[str]]:
     """The manifest of the newest step checkpoint whose files all match it, and what was wrong with the newer
     ones (the steps of those without a manifest also added to `unsaved`: being saved, or a save killed);
@@ -199,9 +207,12 @@ def newest_intact(model_dir: Path, unsaved: Optional[List[int]] = None) -> Tuple
         if "state" in body:
             return body, problems
         problems.append(f"step {step}: {Path(model_dir) / manifest_name(step_key(step))} holds no training state")
-    if not problems and (Path(model_dir) / manifest_name("best")).is_file():   # (a copy made to translate)
+    best = (Path(model_dir) / manifest_name("best")).is_file()
+    if not problems and best:   # (a copy made to translate)
         raise CheckpointError(f"{model_dir} holds no step checkpoint, only its best one: use --checkpoint best; "
                               f"training cannot resume from it (--init-from {model_dir} fine-tunes it in a new run)")
+    kept = (f"; its best parameters still translate, and --init-from {model_dir} goes on from them in a new "
+            "--model-dir" if best and _intact(model_dir, "best") else "")
     raise CheckpointError(f"no intact checkpoint in {model_dir} ("
-                          + ("; ".join(problems) or "no checkpoint manifest") + "); restore the files from a backup "
-                          "or start a new run with --overwrite")
+                          + ("; ".join(problems) or "no checkpoint manifest") + f"); restore the files from a backup"
+                          f"{kept}; --overwrite starts a new run there, deleting them")

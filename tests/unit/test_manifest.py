@@ -140,7 +140,16 @@ def test_no_intact_checkpoint_is_a_clear_error(tmp_path):
     d = _model_dir(tmp_path)
     for step in (10, 20, 30):
         _damage(d / ckpt.params_file(step), "truncate")
-    with pytest.raises(ckpt.CheckpointError, match="no intact checkpoint.*step 30.*step 20.*step 10"):
+    with pytest.raises(ckpt.CheckpointError, match="no intact checkpoint.*step 30.*step 20.*step 10") as e:
+        resume_state(d)
+    # its best parameters are intact: the advice was "restore the files from a backup or start a new run with
+    # --overwrite", which deletes them (and they translate; a fine-tune goes on from them)
+    assert str(e.value).endswith(f"; restore the files from a backup; its best parameters still translate, and "
+                                 f"--init-from {d} goes on from them in a new --model-dir; --overwrite starts a new "
+                                 "run there, deleting them")
+    _damage(d / ckpt.PARAMS_BEST, "flip")   # (damaged too: no such advice)
+    with pytest.raises(ckpt.CheckpointError, match=r"\); restore the files from a backup; --overwrite starts a new "
+                                                   "run there, deleting them$"):
         resume_state(d)
 
 
