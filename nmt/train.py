@@ -202,9 +202,10 @@ class Trainer:
     def _validation_due(self) -> bool:   # the last update is one --valid-every validates (an epoch end not again)
         return bool(self.cfg.train.valid_every) and self.state.step % self.cfg.train.valid_every == 0
 
-    def averages(self) -> bool:
-        """Whether the run ends by averaging its last checkpoints into params.avg (--average-last, on rank 0)."""
-        return bool(self.cfg.train.average_last) and self.is_chief and len(self.state.params_files) >= 2
+    def averages(self, here: bool = True) -> bool:
+        """Whether the run ends by averaging its last checkpoints into params.avg (--average-last) on this worker (or,
+        not `here`, on rank 0: the other workers, which hold rank 0's training state, say what rank 0 does)."""
+        return bool(self.cfg.train.average_last) and (self.is_chief or not here) and len(self.state.params_files) >= 2
 
     def next_epoch(self) -> None:
         e = self.progress.epoch   # nan and 0 until an epoch of this run has had an update (none: a resume at its end)
@@ -218,8 +219,8 @@ class Trainer:
         """Record why training stopped; a final validation and checkpoint unless the last update has one."""
         self.state.stopped = stop
         if not trained and stop in ckpt.LIMIT_FLAGS:   # --resume of a finished run: a warning, unless to average
-            logger.log(logging.INFO if self.averages() else logging.WARNING, "no update made: the run had already "
-                       "reached its %s limit; give a higher %s to train on", stop, ckpt.LIMIT_FLAGS[stop])
+            logger.log(logging.INFO if self.averages(here=False) else logging.WARNING, "no update made: the run had "
+                       "already reached its %s limit; give a higher %s to train on", stop, ckpt.LIMIT_FLAGS[stop])
         last = ckpt.params_step(self.state.params_files[-1]) if self.state.params_files else None
         unvalidated = unvalidated_stop(self, trained, stop)
         if unvalidated and self._epoch_done():   # (a signal on an epoch's last update: that epoch's end, the loop's)

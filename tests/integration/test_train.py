@@ -1150,6 +1150,23 @@ def test_a_resume_training_on_without_averaging_names_the_older_params_avg(tmp_p
     assert "WARNING" not in (model_dir / ckpt.LOG).read_text()
 
 
+def test_every_worker_of_a_resume_to_average_says_no_update_was_made_without_a_warning(tmp_path, task):
+    """`--resume --average-last 3` under nmt-launch: rank 1 warned "no update made ... give a higher --max-steps to
+    train on" (whether the run averages was asked of rank 0's part alone), where rank 0 noted it as asked."""
+    from nmt.cli import train_main
+    model_dir = tmp_path / "m"
+    assert train_main(tiny_flags(task, model_dir) + ["--max-steps", "4", "--valid-every", "2"]) == 0
+    cfg = Config.load(model_dir / ckpt.CONFIG)
+    cfg.train.average_last = 2
+    (model_dir / ckpt.LOG).write_text("")
+    trainer = create_trainer(cfg, resume=True)
+    trainer.is_chief = False   # a worker of rank 1, holding rank 0's training state
+    trainer.fit()
+    said = [line[20:] for line in (model_dir / ckpt.LOG).read_text().splitlines() if "no update made" in line]
+    assert said == ["INFO nmt.train: no update made: the run had already reached its max_steps limit; give a higher "
+                    "--max-steps to train on"]
+
+
 def test_average_last_alone_resumes_a_run_keeping_enough_and_the_average_is_scored(tmp_path, task, capsys):
     """`--resume --average-last 4` alone was checked against the default --keep-last 3 before the run's own 5
     joined it; and the average, written at the end, was not scored on the test sets as the best was."""
