@@ -346,7 +346,8 @@ async def _aligned(model: Model, lines: List[str], ids: List[tuple], clock: "_Cl
     from nmt.align import align_ids
     tr = model.translator
     srcs, tgts = [line for line, h in zip(lines, ids) for _ in h], [t for h in ids for t in h]
-    links, size = [], max(1, tr.decode.batch_size)
+    links, size = [], max(1, tr.decode.batch_size)   # (the request's time went on its search too)
+    hint = f"send fewer sentences or a smaller beam_size{' or nbest' * any(len(h) > 1 for h in ids)}, or no alignment"
 
     def align(part: slice) -> list:
         with tr.unreported():   # the sources were translated (their cuts reported) already
@@ -354,7 +355,7 @@ async def _aligned(model: Model, lines: List[str], ids: List[tuple], clock: "_Cl
     for start in range(0, len(tgts), size):
         part = slice(start, start + size)
         links += await _within_limit(model.batcher.call(lambda: align(part), clock.left(), admitted=True), clock,
-                                     "send fewer sentences or a smaller nbest", request)
+                                     hint, request)
     return links
 
 

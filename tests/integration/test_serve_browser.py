@@ -857,6 +857,11 @@ def test_the_heatmaps_warnings_are_shown_and_its_note_wraps(translator, serve_se
             cut = driver.execute_script("return pageWords(arguments[0])", "pieces has 7 items; truncated to its first "
                                         "6 (max_input_tokens), as nmt-translate cuts input lines")
             assert cut == "the translation has 7 pieces: the heatmap shows its first 6"
+            late = driver.execute_script("return pageWords(arguments[0])", "the request took longer than the per-"
+                                         "request limit of 3.0 s: send fewer sentences or a smaller beam_size or "
+                                         "nbest, or no alignment, or retry later")   # (the page always aligns)
+            assert late == ("the request took longer than the per-request limit of 3.0 s: send fewer lines or a "
+                            "smaller beam or n-best, or retry later")
             driver.execute_script(   # a translation of more pieces than the limit: a cut /translate did not say
                 "const p = shown.result.translations[0].pieces; while (p.length <= 3) p.push(...p); selectLine(0);")
             wait_done(driver)

@@ -241,8 +241,15 @@ def test_the_time_limit_covers_all_of_a_requests_stages(translator, serve_senten
         r = httpx.post(f"{url}/translate", json={"text": serve_sentences[:1], "alignment": True}, timeout=30)
         took = time.monotonic() - t0
     assert r.status_code == 504 and took < 2.5, (r.status_code, took)
+    # "a smaller nbest" was the advice at nbest 1 too; the time went on the search (its beam) and the alignment
     assert r.json()["error"] == ("the request took longer than the per-request limit of 1.5 s: send fewer sentences "
-                                 "or a smaller nbest, or retry later")
+                                 "or a smaller beam_size, or no alignment, or retry later")
+    with background_server(make_app(translator, timeout_s=0.7, max_wait_ms=0)) as url:   # the alignment's 1 s
+        two = httpx.post(f"{url}/translate", json={"text": serve_sentences[:1], "alignment": True, "nbest": 2},
+                         timeout=30)
+    assert two.status_code == 504 and two.json()["error"] == (
+        "the request took longer than the per-request limit of 0.7 s: send fewer sentences or a smaller beam_size or "
+        "nbest, or no alignment, or retry later")
 
 
 def test_an_alignment_over_the_time_limit_stops_using_the_model(translator, serve_sentences, monkeypatch):
