@@ -121,12 +121,13 @@ def warn_other_arch(cfg: Config, given: Dict[str, str], config: str) -> None:
     theirs = jsonio.read_object(config, ConfigError)
     old = theirs.get("model", {}).get("arch", cfg.model.arch)
     keys = sorted({(sec, k) for d in ARCH_DEFAULTS.values() for sec, kv in d.items() for k in kv})
-    kept = [(sec, k) for sec, k in keys
-            if k in theirs.get(sec, {}) and not given.get(f"{sec}.{k}", "").startswith("--")]
+    new = Config.from_dict({"model": {"arch": cfg.model.arch}}).to_dict()   # (a value at the new one's default: said
+    kept = [(sec, k) for sec, k in keys if k in theirs.get(sec, {}) and theirs[sec][k] != new[sec][k]   # nothing)
+            and not given.get(f"{sec}.{k}", "").startswith("--")]
     if old == cfg.model.arch or not kept:
         return
-    new = Config.from_dict({"model": {"arch": cfg.model.arch}}).to_dict()
     print(f"warning: --arch {cfg.model.arch} over --config {config} (arch {old}): its "
-          + ", ".join(f"{sec}.{k} {theirs[sec][k]}" for sec, k in kept) + f" were chosen for {old} and stay "
+          + ", ".join(f"{sec}.{k} {theirs[sec][k]}" for sec, k in kept) + f" {'were' if len(kept) > 1 else 'was'} "
+          f"chosen for {old} and {'stay' if len(kept) > 1 else 'stays'} "
           f"({cfg.model.arch}'s defaults: " + ", ".join(f"{new[sec][k]}" for sec, k in kept)
           + "); give them as flags to change them", file=sys.stderr)

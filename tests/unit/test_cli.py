@@ -482,7 +482,10 @@ def test_another_arch_over_a_config_file_warns_of_the_settings_chosen_for_its_ow
     assert run("--arch", "transformer") == (
         f"warning: --arch transformer over --config {config} (arch lstm): its model.dropout 0.4, optim.lr 0.002 were "
         "chosen for lstm and stay (transformer's defaults: 0.3, 0.001); give them as flags to change them\n")
-    assert "its optim.lr 0.002 were" in run("--arch", "transformer", "--dropout", "0.2")
+    assert "its optim.lr 0.002 was chosen for lstm and stays (transformer's defaults: 0.001)" in run(
+        "--arch", "transformer", "--dropout", "0.2")
+    config.write_text(json.dumps({"model": {"arch": "lstm", "dropout": 0.3}, "optim": {"lr": 0.002}}))
+    assert "model.dropout" not in run("--arch", "transformer")   # 0.3 is the Transformer's own: nothing to say
     assert run("--arch", "lstm") == run() == run("--arch", "transformer", "--dropout", "0.2", "--lr", "1e-3") == ""
     config.write_text(json.dumps({"optim": {"lr": 0.0005, "warmup_steps": 4000}}))   # names no arch: one's own
     assert run("--arch", "transformer") == ""   # (it said "chosen for lstm" of a Transformer's schedule)
