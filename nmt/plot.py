@@ -21,6 +21,7 @@ import mxnet as mx
 import numpy as np
 
 from nmt.corpus import CorpusError, normalize, tidy_translation
+from nmt.config import CHARS_PER_TOKEN
 from nmt.models.ensemble import as_model
 from nmt.tokenizer import BOS_ID
 
@@ -58,6 +59,7 @@ def attention(translator, sentence: str, max_len: Optional[int] = None, translat
         raise ValueError(f"attention: sentence{str(e).removeprefix('lines[0]')}") from None
     if not ids:
         raise ValueError("attention: the sentence is empty after normalization")
+    sentence = _as_read(translator, sentence, ids)
     if translation is not None and pieces is not None:
         raise ValueError("attention: give a translation's text or its pieces, not both")
     if translation is not None or pieces is not None:
@@ -66,6 +68,15 @@ def attention(translator, sentence: str, max_len: Optional[int] = None, translat
         return _forced(translator, sentence, ids, translation, pieces)
     with translator.lock:   # the translator's calls from other threads wait
         return _greedy(translator, sentence, ids, max_len)
+
+
+def _as_read(translator, sentence: str, ids: List[int]) -> str:
+    """`sentence` as the model read it: cut to --max-input-tokens (its first pieces' text, marked), or whole."""
+    limit, text = translator.decode.max_input_tokens, normalize(sentence)
+    if len(ids) < limit or len(translator.src_tok.encode([text[:limit * CHARS_PER_TOKEN]])[0]) <= limit and len(
+            text) <= limit * CHARS_PER_TOKEN:
+        return sentence
+    return f"{translator.src_tok.decode([ids])[0]} … (cut to its first {limit} pieces, --max-input-tokens)"
 
 
 def _forced(translator, sentence: str, ids: List[int], translation: Optional[str],
@@ -149,7 +160,10 @@ def attention_figure(att: Attention, title: Optional[str] = None):
     xfont, yfont, font = (FontProperties(family=[FONT_FAMILY, FALLBACK_FAMILY], size=max(4.0, 10 * k))
                           for k in (sx, sy, 1.0))
     width = max(4.0, 0.5 * sx * n_src + 2.5)
-    fig = Figure(figsize=(width, max(3.0, 0.4 * sy * n_tgt + 2.0)), dpi=100)
+    head = title if title is not None else f"{normalize(att.source)}\n→ {att.translation}"   # as the model read it
+    chars = max(20, int(width * 72 / 11) - 6)   # an 11-point Hangul syllable is about 11 points wide
+    head = "\n".join(_wrapped(line, chars) for line in head.split("\n"))   # (else a long line's is cut off)
+    fig = Figure(figsize=(width, max(3.0, 0.4 * sy * n_tgt + 2.0) + 0.2 * max(0, head.count("\n") - 1)), dpi=100)
     ax = fig.add_subplot(1, 1, 1)
     im = ax.imshow(att.weights, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
     ax.set_xticks(range(n_src))
@@ -158,13 +172,17 @@ def attention_figure(att: Attention, title: Optional[str] = None):
     ax.set_yticklabels([_label(p) for p in att.tgt_pieces], fontproperties=yfont)
     ax.set_xlabel("source", fontproperties=font)
     ax.set_ylabel("translation", fontproperties=font)
-    head = title if title is not None else f"{normalize(att.source)}\n→ {att.translation}"   # as the model read it
-    chars = max(20, int(width * 72 / 11) - 6)   # an 11-point Hangul syllable is about 11 points wide
-    head = "\n".join(textwrap.fill(line, chars) for line in head.split("\n"))   # (else a long line's is cut off)
     ax.set_title(head, fontproperties=FontProperties(family=[FONT_FAMILY, FALLBACK_FAMILY], size=11))
     fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
     fig.tight_layout()
     return fig
+
+
+def _wrapped(line: str, chars: int, most: int = 4) -> str:
+    """`line` wrapped to `chars` a line, at most `most` lines (the rest as "…"): a title that fits its figure."""
+    lines = textwrap.wrap(line, chars) or [""]
+    return "\n".join(lines if len(lines) <= most else lines[:most - 1] + [textwrap.shorten(" ".join(lines[most - 1:]),
+                                                                                         chars, placeholder=" …")])
 
 
 def save_attention_plot(translator, sentence: str, path, title: Optional[str] = None,

@@ -1050,6 +1050,30 @@ def test_the_heatmap_of_a_long_line_stays_a_bounded_image():
     assert 0 <= box.x0 and box.x1 <= wide.bbox.width, (box, wide.bbox.width)
 
 
+def test_a_plots_title_is_the_source_the_model_read_and_fits_its_figure(tr, src_lines):
+    """A line cut to --max-input-tokens was titled with the whole line, though the heatmap's columns were the
+    pieces read; and a long line's title ran off the figure's top, with matplotlib's "Tight layout not applied"."""
+    import copy
+    import dataclasses
+    import warnings
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from nmt.plot import attention, attention_figure
+    short = copy.copy(tr)
+    short.decode = dataclasses.replace(tr.decode, max_input_tokens=3)
+    line = " ".join(src_lines[:4])
+    att = attention(short, line)
+    read = tr.src_tok.decode([tr.src_tok.encode([line])[0][:3]])[0]
+    assert att.source == f"{read} … (cut to its first 3 pieces, --max-input-tokens)" and len(att.src_pieces) == 4
+    assert attention(tr, src_lines[0]).source == src_lines[0]   # whole: as given
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # (tight_layout's warning)
+        fig = attention_figure(dataclasses.replace(att, source="가나다라마바사 " * 2000))
+        canvas = FigureCanvasAgg(fig)
+        canvas.draw()
+    box = fig.axes[0].title.get_window_extent(canvas.get_renderer())
+    assert fig.axes[0].get_title().count("\n") == 4 and box.y1 <= fig.bbox.height, (box, fig.bbox.height)
+
+
 def test_attention_of_the_pieces_a_search_wrote(tr, src_lines):
     """The heatmap of a translation split its text again: where the search wrote a word in pieces SentencePiece
     would not choose (~5% of lines), the rows were other pieces and their attention another path's. Given its
