@@ -9,6 +9,7 @@ import contextlib
 import json
 import os
 import re
+import signal
 import socket
 import sys
 import tempfile
@@ -125,6 +126,9 @@ class WorkerGroup:
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(commands.exit_code or 1)
+        if self.num_workers > 1 and not self.is_chief:   # it waits for rank 0 (scoring the test sets) at the barrier:
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):   # a stop of the job is rank 0's to act on
+                signal.signal(sig, signal.SIG_IGN)   # (killed, it left rank 0 waiting there for --grace, then killed)
 
     def _sum(self, key: int, values: np.ndarray):
         """Start summing `values` (float32) over workers on `key`; returns the output NDArray (read it to wait)."""

@@ -193,6 +193,19 @@ def test_a_worker_leaving_before_it_finished_keeps_its_commands_exit_code(code, 
     assert subprocess.run([PY, "-c", program], env=ENV, timeout=120).returncode == leaves
 
 
+@pytest.mark.parametrize("rank, leaves", [(1, 0), (0, -signal.SIGTERM)])
+def test_a_finished_worker_waits_for_rank_0_through_a_stop_of_the_job(rank, leaves):
+    """Stopping the job while rank 0 scored the test sets (the other workers waiting for it at MXNet's exit barrier)
+    killed those workers, and rank 0 then waited at that barrier for --grace (30 s) until the launcher killed it:
+    "worker 1 still running ... killed". Past training, a worker other than rank 0 ignores the stop; rank 0 acts."""
+    program = ("import atexit, os, signal\n"
+               "atexit.register(lambda: os.kill(os.getpid(), signal.SIGTERM))   # (after the group's own, at exit)\n"
+               "from nmt import workers\n"
+               f"class Two:\n    num_workers, rank, type = 2, {rank}, 'dist_sync'\n"
+               "workers.WorkerGroup(Two()).finished()\n")
+    assert subprocess.run([PY, "-c", program], env=ENV, timeout=120).returncode == leaves
+
+
 def test_bytes_survive_the_float_packing():
     rng = np.random.default_rng(0)
     for n in (0, 1, 2, 3, 4, 1000):
