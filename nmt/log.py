@@ -67,6 +67,15 @@ def setup_logging(log_file: Optional[Path] = None, level: Optional[int] = None, 
 _MADE: "weakref.WeakSet[logging.Handler]" = weakref.WeakSet()   # the handlers setup_logging made
 
 
+def to_log_file(level: int, message: str) -> None:
+    """`message` into the log files of the `nmt` logger only (train.log), not to the console: what the command also
+    says there in its own words (its `error:` line)."""
+    record = logging.getLogger("nmt.train").makeRecord("nmt.train", level, __file__, 0, message, None, None)
+    for h in logging.getLogger("nmt").handlers:
+        if isinstance(h, logging.FileHandler):
+            h.handle(record)
+
+
 def logging_kept(fn: Callable) -> Callable:
     """`fn`, leaving the `nmt` and `sacrebleu` loggers as it found them (handlers, level, propagation), the
     handlers `setup_logging` made meanwhile (a run's train.log) closed: `nmt.train.train`, called from a program or

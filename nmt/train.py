@@ -25,7 +25,7 @@ from nmt.dirlock import (ModelDirLock, ModelDirLocked, check_model_dir, prepare_
                         set_aside)
 from nmt.evaluate import VALID_METRICS, Scores, patience_note, perplexity, score, track_best
 from nmt.finetune import copy_tokenizers, for_init, start_from
-from nmt.log import LossMeter, MetricsWriter, Progress, logging_kept, setup_logging
+from nmt.log import LossMeter, MetricsWriter, Progress, logging_kept, setup_logging, to_log_file
 from nmt.tensorboard import TensorBoardWriter
 from nmt.loss import Seq2SeqLoss, dev_loss
 from nmt.models import build_model
@@ -35,7 +35,7 @@ from nmt.preflight import check_checkpoint_room, check_search_widths, checked_co
 from nmt.resume import average_at_end, end_signalled_epoch, restore, resumed_state, unvalidated_stop
 from nmt.scoring import checkpoint_info, retire_other_decoding, retire_scores, score_test_set
 from nmt.signals import INTERRUPTS, checkpoint_on_signal, terminated_as_interrupt
-from nmt.storage import check_writable
+from nmt.storage import check_writable, error_line
 from nmt.translate import Translator
 from nmt.workers import WorkerGroup, create_kvstore
 
@@ -360,10 +360,12 @@ def run_training(cfg: Config, resume: bool = False, overwrite: bool = False, eva
             trainer = create_trainer(cfg, resume=resume, overwrite=overwrite, init=init)
     except ModelDirLocked:
         raise   # the directory is another trainer's: leave it alone
-    except BaseException:   # a run that failed while setting up leaves no half-made directory to block the next
+    except BaseException as e:   # a run that failed while setting up leaves no half-made directory to block the next
         if fresh and model_dir.is_dir() and not (model_dir / ckpt.STATE).exists():
             setup_logging(None)   # close the log file before removing it
             remove_made(model_dir, existed)
+        elif isinstance(e, Exception):   # (its setup lines, "resuming with settings changed", were logged already)
+            to_log_file(logging.ERROR, f"the run did not start: {error_line(e)}")
         raise
     lock, trainer.lock = trainer.lock, None   # held until the test scores are in scores.json, not as fit() ends
     try:

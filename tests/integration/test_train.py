@@ -811,6 +811,8 @@ def test_a_resume_on_data_edited_in_place_is_refused_before_anything_is_written(
             assert f"fine-tune it into another --model-dir with --init-from {d}" in err   # (it named --overwrite only)
             assert {p.relative_to(d): p.read_bytes() for p in d.rglob("*") if p.is_file() and p.name not in (
                 ckpt.LOG, ckpt.LOCK)} == kept
+            last = (d / ckpt.LOG).read_text().splitlines()[-1]   # its setup was logged: then why it did not go on
+            assert dry or f"ERROR nmt.train: the run did not start: --resume: the {side}" in last, last
         for k, text in texts.items():
             Path(files[k]).write_text(text, encoding="utf-8")
     assert train_main(["--model-dir", str(d), "--resume", "--max-steps", "4"]) == 0
