@@ -197,7 +197,7 @@ def _file_size(model_dir: Path, name: str) -> Optional[int]:
 def _prune(model_dir: Path, keep_steps: set) -> None:
     """Delete the params, optimizer states and manifests of steps not in `keep_steps` (only after state.json no
     longer names them); the manifest goes first, so a half-pruned checkpoint is never taken for an intact one."""
-    names = [p.name for p in model_dir.iterdir()]
+    names = [p.name for p in model_dir.iterdir()] if model_dir.is_dir() else []   # (moved away: its next write says)
     for stem, suffix in manifest.STEP_FILES:   # manifests first
         for name in names:
             step = manifest.numbered_step(name, stem, suffix)

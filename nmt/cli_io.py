@@ -248,7 +248,7 @@ def output_errors(output) -> Iterator[None]:
         if stdout:
             sys.stdout.flush()
     except OSError as e:
-        if not is_fixable(e):
+        if not is_fixable(e) or e.filename not in (None, output):   # (another file's: not the output's to say)
             raise
         if not stdout:
             raise write_failure(output, e) from None

@@ -23,7 +23,7 @@ from nmt.config import Config, ConfigError, DataConfig
 from nmt.corpus import Pairs, read_lines
 from nmt.evaluate import Scores, score
 from nmt.interactive import next_word_accuracy, reference_prefixes, word_strokes
-from nmt.storage import StorageError
+from nmt.storage import StorageError, guarded_write
 from nmt.translate import SOURCE, Translator
 
 logger = logging.getLogger("nmt.evaluate")
@@ -246,7 +246,7 @@ def _update_scores(model_dir: Path, edit: Callable[[dict], bool]) -> None:
     """`edit` scores.json's entries (test set -> checkpoint key -> entry) under its lock file, which serializes
     concurrent evaluations and trainings; written back, atomically, when `edit` returns True."""
     path = Path(model_dir) / ckpt.SCORES
-    with open(path.with_name(path.name + ".lock"), "a") as lock:
+    with guarded_write(path), open(path.with_name(path.name + ".lock"), "a") as lock:   # (the directory gone: said)
         fcntl.flock(lock, fcntl.LOCK_EX)
         data = read_scores(model_dir)
         if edit(data):

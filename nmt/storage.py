@@ -92,7 +92,10 @@ def is_fixable(err: BaseException) -> bool:
 
 def _gone(path: PathLike) -> bool:
     """Whether the directory `path` was to be written in does not exist (any more)."""
-    return not os.path.isdir(os.path.dirname(os.path.abspath(path)))
+    try:
+        return not os.path.isdir(os.path.dirname(os.path.abspath(path)))
+    except FileNotFoundError:   # the current directory itself (a relative path's) is gone
+        return True
 
 
 @contextlib.contextmanager

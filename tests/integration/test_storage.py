@@ -16,7 +16,7 @@ from nmt import checkpoint as ckpt
 from nmt import download, storage
 from nmt.log import MetricsWriter
 from nmt.resume import resume_state
-from nmt.storage import StorageError
+from nmt.storage import StorageError, is_fixable
 from nmt.tokenizer import train_tokenizer
 from tests.synth import make_pairs, write_task
 
@@ -268,21 +268,41 @@ def test_a_model_directory_moved_while_training_is_one_error_and_resumes_where_i
     30-line FileNotFoundError traceback. Now exit 2 naming the file and why; the directory resumes where it went."""
     from nmt.cli import train_main
     from nmt import train as train_module
-    args, real = checkpoint_every_2(tmp_path, 6), train_module.ckpt.save_checkpoint
+    args, real, prune = checkpoint_every_2(tmp_path, 6), train_module.ckpt.save_checkpoint, ckpt._prune
 
-    def save_then_move(model_dir, *a, **kw):
-        real(model_dir, *a, **kw)
+    def move_then_prune(model_dir, *a):   # moved as the checkpoint's files were all written: its listing failed
         if (tmp_path / "m").exists():
             (tmp_path / "m").rename(tmp_path / "moved")
-    monkeypatch.setattr(train_module.ckpt, "save_checkpoint", save_then_move)
+        return prune(model_dir, *a)
+    monkeypatch.setattr(ckpt, "_prune", move_then_prune)
     assert train_main(args) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and (f"error: cannot write {tmp_path / 'm' / ckpt.METRICS}: No such file or "
                                        "directory [errno ENOENT]; a directory on its path is gone (moved or deleted "
                                        "while in use?): put it back or choose another path") in err, err
-    monkeypatch.setattr(train_module.ckpt, "save_checkpoint", real)
+    monkeypatch.setattr(ckpt, "_prune", prune)
     assert train_main(["--model-dir", str(tmp_path / "moved"), "--resume", "--no-progress"]) == 0
     assert ckpt.TrainState.load(tmp_path / "moved").step == 6
+    (tmp_path / "cwd").mkdir()   # a relative path whose current directory is deleted: the handler itself failed
+    monkeypatch.chdir(tmp_path / "cwd")
+    (tmp_path / "cwd").rmdir()
+    assert is_fixable(FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), "m/metrics.jsonl"))
+
+
+def test_a_model_directory_gone_while_scores_are_recorded_is_named_not_the_standard_output(tmp_path):
+    """nmt-evaluate whose model directory was moved away as it recorded a score said "cannot write the standard
+    output: No such file or directory" (and sent its output to /dev/null): its block around stdout took every
+    error of the run for stdout's. Another file's error is its own: scores.json's, a directory gone."""
+    from nmt.cli_io import output_errors
+    from nmt.scoring import record_scores
+    gone = tmp_path / "moved-away"
+    with pytest.raises(StorageError, match=rf"^cannot write {gone / ckpt.SCORES}: No such file or directory "
+                                           r"\[errno ENOENT\]; a directory on its path is gone"):
+        with output_errors(None):
+            record_scores(gone, "test", "best", {"bleu": 1.0})
+    with pytest.raises(PermissionError):   # (not "cannot write the standard output: Permission denied")
+        with output_errors(None):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(tmp_path / "other"))
 
 
 def test_a_resume_needs_room_only_beyond_the_checkpoints_already_there(tmp_path, monkeypatch):
