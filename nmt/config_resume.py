@@ -1,6 +1,6 @@
 """On `--resume`: the configuration a resumed run trains with, its saved settings with what this command line may
 change (`resumed_config`), and the keys of each invocation rather than of the training (`PER_INVOCATION`). No
-MXNet here."""
+MXNet here, but for the architectures' lists behind the hint of a refused model setting (`_tuned`)."""
 from __future__ import annotations
 
 import json

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from nmt.atomic import atomic_write_text
+from nmt.commands import shell_word
 from nmt.download import sha256_file as sha256_of   # cached by (path, size, mtime): verifying costs one read
 
 logger = logging.getLogger("nmt.checkpoint")
@@ -211,8 +212,8 @@ def newest_intact(model_dir: Path, unsaved: Optional[List[int]] = None) -> Tuple
     if not problems and best:   # (a copy made to translate)
         raise CheckpointError(f"{model_dir} holds no step checkpoint, only its best one: use --checkpoint best; "
                               f"training cannot resume from it (--init-from {model_dir} fine-tunes it in a new run)")
-    kept = (f"; its best parameters still translate, and --init-from {model_dir} goes on from them in a new "
-            "--model-dir" if best and _intact(model_dir, "best") else "")
+    kept = (f"; its best parameters still translate, and --init-from {shell_word(model_dir)} goes on from them in a "
+            "new --model-dir" if best and _intact(model_dir, "best") else "")
     raise CheckpointError(f"no intact checkpoint in {model_dir} ("
                           + ("; ".join(problems) or "no checkpoint manifest") + f"); restore the files from a backup"
                           f"{kept}; --overwrite starts a new run there, deleting them")

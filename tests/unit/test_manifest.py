@@ -32,7 +32,7 @@ def _model_dir(tmp_path: Path, steps=(10, 20, 30), best=20, record_best: bool = 
     """A model directory with config.json, two SentencePiece models and one checkpoint per step (with
     `record_best`, the training states name the best step as a run's do)."""
     d = tmp_path / "m"
-    d.mkdir()
+    d.mkdir(parents=True)
     (d / ckpt.CONFIG).write_text('{"model": {}}\n')
     for lang in ("ko", "en"):
         (d / f"spm.{lang}.model").write_bytes(bytes(range(256)) * 4)
@@ -137,7 +137,7 @@ def test_averaging_verifies_its_inputs_and_writes_a_manifest(tmp_path):
 
 
 def test_no_intact_checkpoint_is_a_clear_error(tmp_path):
-    d = _model_dir(tmp_path)
+    d = _model_dir(tmp_path / "a b")   # (named as a shell word: the advice is a command)
     for step in (10, 20, 30):
         _damage(d / ckpt.params_file(step), "truncate")
     with pytest.raises(ckpt.CheckpointError, match="no intact checkpoint.*step 30.*step 20.*step 10") as e:
@@ -145,7 +145,7 @@ def test_no_intact_checkpoint_is_a_clear_error(tmp_path):
     # its best parameters are intact: the advice was "restore the files from a backup or start a new run with
     # --overwrite", which deletes them (and they translate; a fine-tune goes on from them)
     assert str(e.value).endswith(f"; restore the files from a backup; its best parameters still translate, and "
-                                 f"--init-from {d} goes on from them in a new --model-dir; --overwrite starts a new "
+                                 f"--init-from '{d}' goes on from them in a new --model-dir; --overwrite starts a new "
                                  "run there, deleting them")
     _damage(d / ckpt.PARAMS_BEST, "flip")   # (damaged too: no such advice)
     with pytest.raises(ckpt.CheckpointError, match=r"\); restore the files from a backup; --overwrite starts a new "
