@@ -164,6 +164,16 @@ def test_a_distributed_resume_without_the_run_on_rank_0s_machine_says_so(tmp_pat
         check_model_dir(tmp_path / "run", resume=True, overwrite=False)
 
 
+def test_a_model_dir_under_a_dangling_symbolic_link_is_named(tmp_path):
+    """--model-dir dl/m, dl a link to a directory since removed: a FileExistsError traceback ("File exists: 'dl'")."""
+    from nmt.dirlock import check_model_dir
+    (tmp_path / "dl").symlink_to(tmp_path / "nowhere")
+    for model_dir in (tmp_path / "dl" / "m", tmp_path / "dl"):
+        with pytest.raises(ckpt.CheckpointError, match=rf"^--model-dir {model_dir}: {tmp_path / 'dl'} is a symbolic "
+                                                       rf"link to {tmp_path / 'nowhere'}, which does not exist"):
+            check_model_dir(model_dir, resume=False, overwrite=False)
+
+
 def test_the_lock_is_held_until_the_test_sets_are_scored(tmp_path, task, monkeypatch):
     """fit() gave the lock up before the test sets were scored: a second `nmt-train --overwrite` (or --resume) took
     the directory while the first still wrote scores.json, and the new run kept the old run's test scores."""
