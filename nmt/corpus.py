@@ -37,6 +37,10 @@ INVISIBLE = re.compile("[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f\xad\u061c\u115f\u1
 # word of them alone shows nothing.
 JOINERS = re.compile("[\u034f\u180b-\u180d\u180f\u200c\u200d\ufe00-\ufe0f\U000e0001\U000e0020-\U000e007f"
                      "\U000e0100-\U000e01ef]+")
+# A run of them with nothing to shape: at a word's start, or after ASCII or Hangul (ZWJ after "오늘" became three
+# byte pieces that changed the translation), but for a keycap's VS16 ("1\ufe0f\u20e3")
+_STRAY_JOINERS = re.compile("(?:^|(?<=[\\s\x00-\x7f\u1100-\u11ff\u3130-\u318f\uac00-\ud7a3]))"
+                            f"{JOINERS.pattern}(?!\u20e3)")
 # Full-width ASCII, U+FF01-U+FF5E (a Korean input method's full-width mode, HWP documents: "ＴＶ를 봐요．"), as the
 # ASCII it stands for, as NFKC and Moses' punctuation normalization fold it; else each is a byte piece or two
 FULL_WIDTH = {c: c - 0xFEE0 for c in range(0xFF01, 0xFF5F)}
@@ -75,10 +79,10 @@ class Pairs:
 
 def normalize(text: str) -> str:
     """NFC, full-width ASCII as ASCII, control and zero-width characters removed, whitespace runs (tab, NBSP, ...)
-    collapsed, stripped, and words of joiners alone dropped."""
+    collapsed, stripped, and joiners with nothing to join dropped (a word of them, or after ASCII or Hangul)."""
     # NFC: Korean typed or saved on macOS arrives as decomposed jamo (NFD), which the tokenizer would see as different,
     # longer strings than the same syllables in NFC; after the removals, which could leave a sequence NFC composes.
-    words = unicodedata.normalize("NFC", INVISIBLE.sub("", text).translate(FULL_WIDTH)).split()
+    words = unicodedata.normalize("NFC", _STRAY_JOINERS.sub("", INVISIBLE.sub("", text)).translate(FULL_WIDTH)).split()
     return " ".join(w for w in words if not JOINERS.fullmatch(w))
 
 

@@ -66,6 +66,18 @@ def test_a_word_of_joiners_alone_is_nothing(mark):
     assert normalize(mark) == "" and normalize(f"가 {mark} 나") == "가 나"
 
 
+@pytest.mark.parametrize("mark", ["\u200d", "\u200c", "\u034f", "\ufe0f", "\u200d\ufe0f", "\U000e0100"])
+def test_a_joiner_with_nothing_to_join_is_removed_and_one_in_an_emoji_sequence_kept(mark):
+    """Only a word of joiners went: a ZWJ or VS16 stuck to a Korean word ("오늘\u200d 날씨가 좋네요.") became three byte
+    pieces, which changed the translation, though the docs say such joiners are removed."""
+    for text in (f"오늘{mark} 날씨가", f"{mark}오늘 날씨가", f"오{mark}늘 날씨가", f"오늘 {mark}날씨가"):
+        assert normalize(text).replace(" ", "") == "오늘날씨가", text
+    assert normalize(f"Hello{mark} world") == "Hello world"
+    for kept in ("\U0001f468\u200d\U0001f469\u200d\U0001f467", "1\ufe0f\u20e3", "\u2764\ufe0f", "\u00a9\ufe0f",
+                 "\u845b\U000e0100"):   # a family, a keycap, a red heart, (c), an ideograph's variant
+        assert normalize(f"가 {kept} 나") == f"가 {kept} 나", kept
+
+
 def test_nfc_comes_after_what_is_removed():
     # "e", a zero-width space, then a combining acute: composed once the space between is gone
     assert normalize("e\u200b\u0301t\u00e9") == "\u00e9t\u00e9"
