@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import re
 
-# reStructuredText markup that carries no language: roles, literals, links, emphasis, escapes.
-_REST = re.compile(r"""
+# reStructuredText markup that carries no language: roles, literals, links, emphasis, escapes, footnote marks.
+_MARKUP = r"""
     :(?P<role>(?:[A-Za-z0-9_+.-]+:)+)`(?P<rtext>[^`]+)`            # :func:`x`, :c:func:`x`, :ref:`t <label>`
   | ``(?P<lit>.+?)``                                               # ``code``
   | `(?P<ltext>[^`]+?)`(?:__?)?                                    # `text <url>`_, `text`_, `default role`
   | \*\*(?P<strong>[^*]+?)\*\*                                     # **strong**
   | (?<![\w\\])\*(?P<emph>(?:\\.|[^\s*\\])(?:(?:\\.|[^*\\])*?(?:\\.|[^\s*\\]))?)\*(?!\w)   # *emphasis*
   | \\(?P<esc>.)                                                   # \x -> x; "\ " joins (Korean particles)
+  | \ ?\[(?:[0-9]+|\#[\w-]*|\*)\]_(?!\w)(?P<note>)                 # a footnote reference [1]_: a mark
+  | \ ?\|(?P<subst>nbsp)\|\ ?                                      # the docs' non-breaking space substitution
+"""
+_REST = re.compile(_MARKUP + r"""
+  | (?<![\w`|\\'"])(?P<ref>[A-Za-z](?:[A-Za-z0-9]|[._-](?=[A-Za-z0-9]))*)__?(?=[\s,.;:!?)]|$)   # vectorcall_: a link
 """, re.X)
+_INNER = re.compile(_MARKUP, re.X)   # within emphasis, where a reference is no markup (*mangle_from_*)
 _TARGET = re.compile(r"(.*?)\s*<[^<>]*>", re.S)
 
 
@@ -35,13 +41,15 @@ def _rest_sub(m: "re.Match[str]") -> str:
     if kind == "ltext":
         return _shown_text(m.group("ltext"))
     if kind in ("strong", "emph"):
-        return strip_rest_markup(m.group(kind))
+        return strip_rest_markup(m.group(kind), _INNER)
+    if kind in ("note", "subst", "ref"):
+        return {"note": "", "subst": " "}.get(kind, m.group("ref"))
     return "" if m.group("esc") == " " else m.group("esc")
 
 
-def strip_rest_markup(text: str) -> str:
+def strip_rest_markup(text: str, markup: "re.Pattern[str]" = _REST) -> str:
     """Text as a reader of the rendered reST sees it: `:func:`x`` -> x, ``code`` -> code, `t <url>`_ -> t."""
-    text = _REST.sub(_rest_sub, text)
+    text = markup.sub(_rest_sub, text)
     # "Example::" renders as "Example:" and a lone " ::" vanishes (both introduce a literal block).
     if text.endswith("::"):
         text = text[:-3] if text.endswith(" ::") else text[:-1]
