@@ -61,8 +61,7 @@ def score_test_set(translator: Translator, name: str, pairs: Pairs, *, max_sente
         raise ValueError("score_test_set: give prefix_words or strokes, not both: the simulated translator types its "
                          "own prefixes")
     n = max_sentences or len(pairs.src)
-    refs = pairs.tgt[:n]
-    t0 = time.perf_counter()
+    refs, t0 = pairs.tgt[:n], time.perf_counter()
     with translator.unreported() if one_warning else contextlib.nullcontext([]) as cut:
         hyps = _translated(translator, pairs, n, reference_prefixes(refs, prefix_words) if prefix_words else None)
     if cut:
@@ -126,7 +125,7 @@ def _scores_key(translator: Translator, params_file: Optional[str]) -> str:
     """The scores.json key of `translator`'s scores: its checkpoint's (`checkpoint_key`); its step's when params.best
     holds other parameters now (a new best since it was loaded, another run's since an --overwrite), so that they
     never replace the entry of what params.best holds; an ensemble's (`ensemble_key`)."""
-    key = checkpoint_key(translator.checkpoint, params_file)
+    key = checkpoint_key(translator.checkpoint, params_file, bool(translator.member_dirs))
     if translator.member_dirs:
         return ensemble_key(key, translator.model_dir, translator.member_dirs)
     best = key == "best" and translator.model_dir and ckpt.params_sha256(Path(translator.model_dir) / ckpt.PARAMS_BEST)
@@ -386,12 +385,13 @@ def check_set_name(name: str, src_file: str, ref_files: Sequence[str], cfg: Conf
                           f"give another --name (or {'--dev-set' if dev else '--recipe-tests'})")
 
 
-def checkpoint_key(checkpoint: Optional[str], params_file=None) -> Optional[str]:
+def checkpoint_key(checkpoint: Optional[str], params_file=None, ensemble: bool = False) -> Optional[str]:
     """The scores.json key of a loaded checkpoint's scores (`score_test_set` records them under it, /info looks them
     up): best and avg by name, any other by its step (a step number as given, latest by the step of its
-    `params_file`); an export's avg or latest (its params.best: `nmt.export.as_exported`) as best."""
+    `params_file`); an export's avg or latest (its params.best: `nmt.export.as_exported`) as best, but as asked when
+    it leads an `ensemble` (the other members' avg or latest: an "ensemble-best" of them replaced their best's)."""
     if checkpoint in ("avg", "latest") and params_file and Path(params_file).name == ckpt.PARAMS_BEST:
-        return "best"
+        return checkpoint if ensemble else "best"
     if checkpoint is None or checkpoint in ("best", "avg"):
         return checkpoint
     if str(checkpoint).isdecimal():

@@ -53,7 +53,7 @@ class Model:
         from nmt.shown_score import model_test_score
         tr, dec = self.translator, self.translator.decode
         members = list(getattr(tr, "member_dirs", []))
-        key = checkpoint_key(getattr(tr, "checkpoint", None), getattr(tr, "params_file", None))
+        key = checkpoint_key(getattr(tr, "checkpoint", None), getattr(tr, "params_file", None), bool(members))
         archs = dict.fromkeys(getattr(getattr(m, "cfg", None), "arch", tr.config.model.arch)   # (m.cfg: ModelConfig)
                               for m in getattr(tr, "members", [None]))
         info = {"src_lang": tr.src_lang, "tgt_lang": tr.tgt_lang, "arch": "+".join(archs),   # an ensemble's, all

@@ -293,6 +293,20 @@ def test_an_export_of_the_average_is_no_steps_checkpoint(model_copy, tmp_path, c
     assert code == 2 and f"{step}" in capsys.readouterr().err
 
 
+def test_an_ensemble_led_by_an_export_of_the_average_is_recorded_as_the_averages(model_copy, tmp_path, capsys):
+    """`nmt-evaluate --model-dir EXPORT_OF_AVG --ensemble RUN --checkpoint avg` was recorded as "ensemble-best:RUN"
+    (the export's avg is its params.best), and the ensemble of the bests then replaced it without a word."""
+    ckpt.average_checkpoints(model_copy, list_params_files(model_copy)[-2:])
+    out = tmp_path / "avg"
+    assert run(export_main, ["--model-dir", model_copy, "--checkpoint", "avg", "--output", out], capsys)[0] == 0
+    src = Path(json.loads((model_copy / ckpt.CONFIG).read_text())["data"]["test_src"])
+    files = ["--src-file", src, "--ref-file", src.with_suffix(".en"), "--name", "t"]
+    for which in ("avg", "best"):
+        assert run(evaluate_main, ["--model-dir", out, "--ensemble", model_copy, "--checkpoint", which, *files],
+                   capsys)[0] == 0
+    assert sorted(k.split(":")[0] for k in read_scores(out)["t"]) == ["ensemble-avg", "ensemble-best"]
+
+
 def test_an_export_killed_leaves_nothing_after_the_next(model_copy, tmp_path, capsys):
     """A SIGTERM mid-export left .NAME.export-PID (a 19 MB copy) for good: only this very process id's was removed.
     The next export beside it removes those of processes that are gone, not of running ones."""
