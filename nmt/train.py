@@ -68,6 +68,7 @@ class Trainer:
         self.progress = Progress(t.log_every, t.progress and self.is_chief, state.since_log)
         self.tensorboard = tensorboard or TensorBoardWriter(None)   # curves (a writer that does nothing: off)
         self.signal_name, self.averaged, self.stopped_before = "", False, state.stopped   # (resume.unvalidated_stop)
+        self.scores_tests = False   # the run scores the test sets as it ends (`run_training`'s `evaluate`)
         self.lock: Optional[ModelDirLock] = None   # the model directory's lock (rank 0), released when fit() ends
         self._t_start, self._elapsed0, self._resumed_at = time.perf_counter(), state.elapsed, 0
 
@@ -219,8 +220,9 @@ class Trainer:
         """Record why training stopped; a final validation and checkpoint unless the last update has one."""
         self.state.stopped = stop
         if not trained and stop in ckpt.LIMIT_FLAGS:   # --resume of a finished run: a warning, unless to average
-            logger.log(logging.INFO if self.averages(here=False) else logging.WARNING, "no update made: the run had "
-                       "already reached its %s limit; give a higher %s to train on", stop, ckpt.LIMIT_FLAGS[stop])
+            logger.log(logging.INFO if self.averages(here=False) or self.scores_tests else logging.WARNING,   # or score
+                       "no update made: the run had already reached its %s limit; give a higher %s to train on",
+                       stop, ckpt.LIMIT_FLAGS[stop])
         last = ckpt.params_step(self.state.params_files[-1]) if self.state.params_files else None
         unvalidated = unvalidated_stop(self, trained, stop)
         if unvalidated and self._epoch_done():   # (a signal on an epoch's last update: that epoch's end, the loop's)
@@ -368,6 +370,7 @@ def run_training(cfg: Config, resume: bool = False, overwrite: bool = False, eva
             to_log_file(logging.ERROR, f"the run did not start: {error_line(e)}")
         raise
     lock, trainer.lock = trainer.lock, None   # held until the test scores are in scores.json, not as fit() ends
+    trainer.scores_tests = evaluate and bool(trainer.data.splits.tests)   # (a --no-eval run's resume: to score them)
     try:
         try:
             state, scores, averages = trainer.fit(), {}, {}

@@ -1152,6 +1152,20 @@ def test_a_resume_training_on_without_averaging_names_the_older_params_avg(tmp_p
     assert "WARNING" not in (model_dir / ckpt.LOG).read_text()
 
 
+def test_a_resume_to_score_a_no_eval_runs_test_sets_is_no_warning(tmp_path, task):
+    """--help and training.md: a --no-eval run's test sets are scored by a --resume without it; that resume warned
+    "no update made ... give a higher --max-steps to train on", as if the user had meant to train on."""
+    from nmt.cli import train_main
+    from nmt.scoring import read_scores
+    model_dir = tmp_path / "m"
+    assert train_main(tiny_flags(task, model_dir) + task_files(task, "test") + ["--max-steps", "2"]) == 0
+    (model_dir / ckpt.LOG).write_text("")
+    assert train_main(["--model-dir", str(model_dir), "--resume", "--no-progress"]) == 0   # (no --no-eval)
+    log = (model_dir / ckpt.LOG).read_text()
+    assert "INFO nmt.train: no update made: the run had already reached its max_steps limit" in log, log
+    assert "WARNING" not in log and set(read_scores(model_dir)["test"]) == {"best"}
+
+
 def test_every_worker_of_a_resume_to_average_says_no_update_was_made_without_a_warning(tmp_path, task):
     """`--resume --average-last 3` under nmt-launch: rank 1 warned "no update made ... give a higher --max-steps to
     train on" (whether the run averages was asked of rank 0's part alone), where rank 0 noted it as asked."""
