@@ -94,9 +94,9 @@ def export_model(model_dir, output, which: str = "best", overwrite: bool = False
         params, step = model_dir / str(info["params_file"]), 0 if info["params_file"] == ckpt.PARAMS_AVG else \
             int(info["step"] or 0)
         manifest.write_manifest(tmp, "best", [ckpt.PARAMS_BEST], step)
-        scores, sha256 = _scores_of(model_dir, which, info), manifest.sha256_of(tmp / ckpt.PARAMS_BEST)
+        scores, sha256 = _scores_of(model_dir, which, info, cfg.decode), manifest.sha256_of(tmp / ckpt.PARAMS_BEST)
         if overwrite:   # what nmt-evaluate recorded in the export replaced, of the same parameters, is kept
-            _keep_scores(output, scores, sha256)
+            _keep_scores(output, scores, sha256, cfg.decode)
         if scores:
             atomic_write_text(tmp / ckpt.SCORES, jsonio.dumps(scores, indent=2, sort_keys=True)
                               + "\n")
@@ -126,15 +126,29 @@ def export_model(model_dir, output, which: str = "best", overwrite: bool = False
     return output
 
 
-def _keep_scores(output: Path, scores: dict, sha256: str) -> None:
-    """Into `scores`, the test sets an earlier export at `output` recorded for parameters of `sha256` (the same
-    checkpoint exported again) and `scores` lacks; those of other parameters describe what is replaced."""
+def _keep_scores(output: Path, scores: dict, sha256: str, decode) -> None:
+    """Into `scores`, the entries an earlier export at `output` recorded (nmt-evaluate's, an ensemble's it led too)
+    for parameters of `sha256` (the same checkpoint exported again) at the export's decoding settings `decode`, where
+    `scores` has none; those of other parameters describe what is replaced (as does a damaged scores.json there)."""
     from nmt.scoring import read_scores
-    if (output / EXPORT).is_file() and (output / ckpt.SCORES).is_file():
-        for name, entries in read_scores(output).items():
-            mine = {k: e for k, e in entries.items() if isinstance(e, dict) and e.get("params_sha256") == sha256}
-            if mine and name not in scores:
-                scores[name] = mine
+    if not ((output / EXPORT).is_file() and (output / ckpt.SCORES).is_file()):
+        return
+    try:
+        same = jsonio.read_object(output / EXPORT, ckpt.CheckpointError).get("params_sha256") == sha256
+        earlier = read_scores(output)
+    except ckpt.CheckpointError as e:   # (what the --overwrite is for, maybe)
+        logging.getLogger("nmt.export").warning("%s; the export it replaces keeps no test scores", e)
+        return
+    for name, entries in earlier.items():
+        for key, e in entries.items():
+            if isinstance(e, dict) and (same or e.get("params_sha256") == sha256) and decoded_as(e, decode):
+                scores.setdefault(name, {}).setdefault(key, e)
+
+
+def decoded_as(entry: dict, decode) -> bool:
+    """Whether the scores.json `entry` was made at the decoding settings `decode` (those it records)."""
+    from nmt.scoring import ENTRY_DECODE
+    return all(entry.get(f, getattr(decode, d)) == getattr(decode, d) for f, d in ENTRY_DECODE.items())
 
 
 def _copy_params(model_dir: Path, which: str, info: dict, dest: Path) -> dict:
@@ -241,9 +255,10 @@ def _tokenizer_files(model_dir: Path, cfg: Config) -> list:
     return names + [v for v in (Path(n).with_suffix(".vocab").name for n in names) if (model_dir / v).is_file()]
 
 
-def _scores_of(model_dir: Path, which: str, info: dict) -> Dict[str, Dict[str, object]]:
+def _scores_of(model_dir: Path, which: str, info: dict, decode) -> Dict[str, Dict[str, object]]:
     """The test scores recorded for checkpoint `which` (`checkpoint_info`: its parameter file and step), under any
-    name of its parameters (latest is its step; the best's step is best), as the export's `best`."""
+    name of its parameters (latest is its step; the best's step is best), as the export's `best`; those made at its
+    decoding settings `decode` (config.json's, maybe edited since) alone."""
     from nmt.scoring import checkpoint_key, read_scores
     keys, avg = [checkpoint_key(str(which), info["params_file"])], info["params_file"] == ckpt.PARAMS_AVG
     if not avg:   # (an average's step is that of the last checkpoint in it)
@@ -252,7 +267,7 @@ def _scores_of(model_dir: Path, which: str, info: dict) -> Dict[str, Dict[str, o
     def theirs(entry) -> bool:   # best's entry may be another step's (recorded as a new best was written), and any
         # entry another run's parameters' (of an evaluation that outlasted an --overwrite)
         return (isinstance(entry, dict) and (avg or entry.get("step") in (None, info["step"]))
-                and entry.get("params_sha256") in (None, info["sha256"]))
+                and entry.get("params_sha256") in (None, info["sha256"]) and decoded_as(entry, decode))
     out, scores = {}, {}
     try:
         scores = read_scores(model_dir)

@@ -83,7 +83,7 @@ def score_test_set(translator: Translator, name: str, pairs: Pairs, *, max_sente
     key = _scores_key(translator, info["params_file"])   # (under a step's key, the entry's checkpoint is that step)
     head = key.split(":", 1)[0].removeprefix(ENSEMBLE_PREFIX)   # (an ensemble's: ensemble-4697:DIR)
     entry = {**sc.to_dict(), "checkpoint": head if head.isdecimal() or head in ("best", "avg") else
-             translator.checkpoint, **info, **{f: getattr(d, name) for f, name in _ENTRY_DECODE.items()},
+             translator.checkpoint, **info, **{f: getattr(d, name) for f, name in ENTRY_DECODE.items()},
              **(extra or {}), "seconds": round(seconds, 2),
              "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     if translator.member_dirs:   # an ensemble: its own entry, never one of the first member's alone
@@ -287,7 +287,7 @@ def retire_scores(model_dir: Path, which: str) -> None:
             logger.warning("%s; its %s entries were not retired", e, which)
 
 
-_ENTRY_DECODE = {"beam_size": "beam_size", "length_penalty": "length_penalty_alpha", "max_len_a": "max_len_a",
+ENTRY_DECODE = {"beam_size": "beam_size", "length_penalty": "length_penalty_alpha", "max_len_a": "max_len_a",
                  "max_len_b": "max_len_b", "max_input_tokens": "max_input_tokens"}   # an entry's field: DecodeConfig's
 
 
@@ -300,7 +300,7 @@ def retire_other_decoding(model_dir: Path, decode) -> None:
     def edit(data: dict) -> bool:
         for test, by_key in data.items():
             for key in [k for k, e in by_key.items() if isinstance(e, dict) and any(
-                    f in e and e[f] != getattr(decode, d) for f, d in _ENTRY_DECODE.items())]:
+                    f in e and e[f] != getattr(decode, d) for f, d in ENTRY_DECODE.items())]:
                 gone.append(f"{test} ({key})")
                 del by_key[key]
         _drop_empty_sets(data)

@@ -222,6 +222,30 @@ def test_overwrite_replaces_an_earlier_export(model_dir, model_copy, tmp_path, c
     assert json.loads((out / EXPORT).read_text())["step"] == step
 
 
+def test_an_overwrite_keeps_the_same_parameters_scores_at_the_models_decoding_only(model_copy, tmp_path, capsys):
+    """Three ways an export's scores went wrong on --overwrite: an earlier export's scores at beam 5 were kept with a
+    config.json now at beam 3 (/info showed them as the served model's); an ensemble's entry it recorded was lost
+    though the parameters were the same bytes; a damaged scores.json there stopped the export that would replace
+    it ("is not valid JSON ... move it away to record new scores")."""
+    out, sha = tmp_path / "out", ckpt.params_sha256(model_copy / ckpt.PARAMS_BEST)
+    again = ["--model-dir", model_copy, "--output", out, "--overwrite"]
+    assert run(export_main, ["--model-dir", model_copy, "--output", out], capsys)[0] == 0
+    record_scores(out, "mine", "ensemble-best:other", {"bleu": 3.0, "params_sha256": "of both", "beam_size": 5})
+    record_scores(out, "mine", "best", {"bleu": 4.0, "params_sha256": sha, "beam_size": 5})
+    assert run(export_main, again, capsys)[0] == 0   # the same parameters: all its entries kept
+    assert set(read_scores(out)["mine"]) == {"ensemble-best:other", "best"}
+    cfg = json.loads((model_copy / ckpt.CONFIG).read_text())
+    cfg["decode"]["beam_size"] = 3   # (the model's settings changed: its own entries at beam 5 too)
+    (model_copy / ckpt.CONFIG).write_text(json.dumps(cfg))
+    record_scores(model_copy, "test", "best", {"bleu": 11.0, "checkpoint": "best", "beam_size": 5})
+    assert run(export_main, again, capsys)[0] == 0
+    kept = read_scores(out)   # none made at beam 5 (the fixture's entry recording no settings stays)
+    assert "mine" not in kept and kept["test"]["best"]["bleu"] == 7.0, kept
+    (out / ckpt.SCORES).write_text("[1, 2]")
+    code, _, err = run(export_main, again, capsys)
+    assert code == 0 and "is not a scores file" in err and "the export it replaces keeps no test scores" in err, err
+
+
 def test_a_link_as_output_is_replaced_on_overwrite_and_its_target_kept(model_copy, tmp_path, capsys):
     """`current -> v1` (a deployment's layout), exported over with --overwrite: the link went aside to
     .current.replaced-PID, which rmtree(ignore_errors=True) did not remove (nor the next export), and a later command
