@@ -70,11 +70,12 @@ def config_of(model_dir: Path, flag: str = "model directory") -> Path:
     model_dir = Path(model_dir)
     if (model_dir / CONFIG).is_file():
         return model_dir / CONFIG
-    if model_dir.is_file():
+    if model_dir.is_file():   # a checkpoint's file in one, most likely
         which = {PARAMS_BEST: "best", PARAMS_AVG: "avg"}.get(model_dir.name, params_step(model_dir.name))
-        raise CheckpointError(f"{flag} {model_dir} is a file: give the model directory that holds it, "
-                              f"{model_dir.absolute().parent}" + (f", with checkpoint {which}" if which is not None
-                                                                  else ""))
+        home = f": give the model directory that holds it, {model_dir.absolute().parent}" + (
+            f", with checkpoint {which}" if which is not None else "")
+        raise CheckpointError(f"{flag} {model_dir} is a file" + (home if (model_dir.parent / CONFIG).is_file() else
+                                                                  ", not a model directory (written by nmt-train)"))
     from nmt.dirlock import left_aside   # (both import this module)
     from nmt.export import left_by_export
     found = f"{CONFIG} not found" if model_dir.is_dir() else "no such directory"

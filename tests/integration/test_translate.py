@@ -498,6 +498,11 @@ def test_cli_nbest_checkpoint_and_bad_flags(tr, tmp_path, capsys):
     finally:
         os.chdir(cwd)
     assert code == 2 and f"holds it, {Path(tr.model_dir).absolute()}, with checkpoint best\n" in err, err
+    (tmp_path / "q").mkdir()   # a file in a directory that is no model's: its directory was named as the model's
+    (tmp_path / "q" / "s.ko").write_text("안녕\n")
+    code, _, err = run(["--model-dir", tmp_path / "q" / "s.ko"], capsys)
+    assert code == 2 and err.endswith(f"--model-dir {tmp_path / 'q' / 's.ko'} is a file, not a model directory "
+                                      "(written by nmt-train)\n"), err
 
 
 def test_verbose_names_the_checkpoint_the_settings_and_each_chunk(tr, tmp_path, capsys):
