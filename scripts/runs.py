@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from nmt import checkpoint as ckpt, manifest
+from nmt import checkpoint as ckpt, jsonio, manifest
 from nmt.config import Config
 from nmt.config_resume import PER_INVOCATION
+from nmt.export import EXPORT
 from nmt.log import read_metrics
 from nmt.scoring import DEV_SET, ENSEMBLE_PREFIX, read_scores
 
@@ -42,6 +43,10 @@ def load_run(path) -> Run:
     """A trained model directory; ResultsError naming the missing file otherwise (CheckpointError / ConfigError
     naming a file that is not valid)."""
     path = Path(path)
+    if (path / EXPORT).is_file():   # (its scores.json has no training run behind it here)
+        source = jsonio.read_object(path / EXPORT, ResultsError).get("model_dir")
+        raise ResultsError(f"{path}: an export (nmt-export), which holds no training run: give the model directory "
+                           f"it was exported from{f', {source}' if source else ''}")
     for name in (ckpt.CONFIG, ckpt.STATE):
         if not (path / name).is_file():
             raise ResultsError(f"{path}: no {name} (not a model directory written by scripts/train.py?)")

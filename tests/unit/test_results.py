@@ -172,6 +172,10 @@ def test_not_a_model_directory_is_a_clear_error(tmp_path):
     out = subprocess.run([sys.executable, str(REPO / "scripts/results_table.py"), str(tmp_path)],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "error:" in out.stderr and str(tmp_path) in out.stderr
+    (tmp_path / "export.json").write_text('{"model_dir": "/runs/m"}')   # an export: "not ... written by train.py?"
+    with pytest.raises(ResultsError, match=r"an export \(nmt-export\), which holds no training run: give the model "
+                                           r"directory it was exported from, /runs/m$"):
+        load_run(tmp_path)
 
 
 @pytest.mark.parametrize("name", ["scores.json", "state.json"])
