@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -32,7 +33,16 @@ def run_once(checkout: Path, shared: List[str], json_path: Path) -> float:
     env.setdefault("OMP_NUM_THREADS", "1")
     cmd = [sys.executable, str(checkout / "scripts" / "benchmark_train.py"), "--devices", "1", "--repeats", "1",
            "--json", str(json_path), *shared]
-    code = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL).returncode   # (its errors go to stderr)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, start_new_session=True)   # (errors: stderr)
+    try:
+        code = proc.wait()
+    except BaseException:   # Ctrl-C, SIGTERM: it and the workers it spawned stop too (they were left training)
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        raise
     if code:
         raise SystemExit(f"error: {checkout / 'scripts' / 'benchmark_train.py'} failed (exit {code}; its error is "
                          "above)")

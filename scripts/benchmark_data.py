@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Throughput of the data pipeline on the real corpora: read + normalize + clean, tokenize, batch.
 
-    python scripts/benchmark_data.py --data-dir ../shared/data [--recipe all] [--json results/benchmark_data.json]
+    python scripts/benchmark_data.py --data-dir ../shared/data [--recipe all] [--json pipeline.json]
 
     python scripts/benchmark_data.py --synthetic-pairs 5000000 [--work-dir /tmp/nmt-bench-data]   # at scale
 

@@ -107,7 +107,7 @@ def run_interleaved(specs: List[dict]) -> List[dict]:
     """Every spec in its own process: warm-ups one after another, then `repeats` rounds in which each spec runs
     one timed window in turn (never two at once). Returns each spec's details with its "windows"."""
     ctx = get_context("spawn")
-    procs, conns = [], []
+    procs, conns, done = [], [], False
     try:
         for spec in specs:
             mine, theirs = ctx.Pipe()
@@ -131,12 +131,14 @@ def run_interleaved(specs: List[dict]) -> List[dict]:
         for _ in range(specs[0]["repeats"]):
             for i in range(len(specs)):
                 windows[i].append(ask(i, "window"))
-        return [{**ask(i, "finish"), "windows": w} for i, w in enumerate(windows)]
+        rows = [{**ask(i, "finish"), "windows": w} for i, w in enumerate(windows)]
+        done = True
+        return rows
     except (EOFError, OSError):
         raise SystemExit("error: a benchmark worker process died (see its traceback above)")
-    finally:
+    finally:   # stopped (Ctrl-C, SIGTERM) or failed: the workers at once, not after a minute each of a window
         for proc in procs:
-            proc.join(timeout=60)
+            proc.join(timeout=60 if done else 0)
             if proc.is_alive():
                 proc.terminate()
 

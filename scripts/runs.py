@@ -39,6 +39,15 @@ class Run:
         return self.state.elapsed / 3600.0
 
 
+def _validated(best_bleu: float) -> Optional[float]:
+    """A run's best dev BLEU; None for a run that never validated (its state's -1)."""
+    return None if best_bleu < 0 else best_bleu
+
+
+def _two_places(value: Optional[float]) -> str:
+    return "—" if value is None else f"{value:.2f}"
+
+
 def load_run(path) -> Run:
     """A trained model directory; ResultsError naming the missing file otherwise (CheckpointError / ConfigError
     naming a file that is not valid)."""
@@ -118,7 +127,7 @@ def _row(run: Run, name: str, test: str, rec: dict, states: Sequence[Optional[ck
             "length_penalty": rec.get("length_penalty"),
             "hours": [None if s is None else s.elapsed / 3600.0 for s in states],
             "updates": [None if s is None else s.step for s in states], "epochs": run.state.epoch,
-            "stopped": run.state.stopped, "best_dev_bleu": run.state.best_bleu, "hardware": run.state.hardware or None}
+            "stopped": run.state.stopped, "best_dev_bleu": _validated(run.state.best_bleu), "hardware": run.state.hardware or None}
 
 
 def config_diff(base: Config, other: Config) -> Dict[str, object]:
@@ -208,7 +217,7 @@ def ablation_table(base: Run, runs: Sequence[Run], test: str, decode_reports: Se
         why = run.state.stopped
         time = f"{run.hours * 60:.0f} min" + (" (unfinished)" if not why else
                                               "" if why == "time_budget" else f" ({why.replace('_', ' ')})")
-        lines.append(f"| {run.name} | {what} | {bleu} | {chrf} | {run.state.best_bleu:.2f} | {time} | "
+        lines.append(f"| {run.name} | {what} | {bleu} | {chrf} | {_two_places(_validated(run.state.best_bleu))} | {time} | "
                      f"{run.state.step} |")
     for row in decode_rows(base, decode_reports, test):
         rec = row["record"]

@@ -73,6 +73,43 @@ def test_benchmark_ab_runs_both_where_it_runs_and_keeps_its_own_flags(monkeypatc
     assert conditions.commit_of(tmp_path) == "" and len(conditions.commit_of(REPO).rstrip("+")) in (0, 40)
 
 
+def test_benchmark_ab_stopped_stops_the_benchmark_and_its_workers(tmp_path):
+    """SIGTERM to benchmark_ab left benchmark_train's spawned worker training at 95% CPU, an orphan of PID 1:
+    benchmark_ab's child was killed before it could end its workers. A checkout whose benchmark spawns a worker that
+    sleeps stands for it here: both are gone within seconds of the signal."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    fake = tmp_path / "checkout" / "scripts"
+    fake.mkdir(parents=True)
+    (fake / "benchmark_train.py").write_text(
+        "import subprocess, sys, time\n"
+        f"w = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'])\n"
+        f"open({str(tmp_path / 'worker')!r}, 'w').write(str(w.pid))\n"
+        "time.sleep(300)\n")
+    ab = subprocess.Popen([sys.executable, str(REPO / "scripts" / "benchmark_ab.py"), "--a", str(fake.parent), "--b",
+                           str(fake.parent), "--rounds", "1"], stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(300):
+            if (tmp_path / "worker").is_file() and (tmp_path / "worker").read_text():
+                break
+            time.sleep(0.1)
+        worker = int((tmp_path / "worker").read_text())
+        ab.send_signal(signal.SIGTERM)
+        assert ab.wait(timeout=60) != 0
+        for _ in range(100):   # (reaped by init once its parent is gone)
+            if not os.path.exists(f"/proc/{worker}") or "Z" in open(f"/proc/{worker}/stat").read().split()[2]:
+                break
+            time.sleep(0.1)
+        else:
+            os.kill(worker, signal.SIGKILL)
+            raise AssertionError("the benchmark's worker outlived benchmark_ab")
+    finally:
+        ab.kill()
+
+
 def test_benchmark_data_refuses_bad_arguments_and_names_bad_data_in_one_line(monkeypatch, capsys, tmp_path):
     """--repeats 0 was statistics.median of nothing; --synthetic-pairs 0 ran the recipe's benchmark instead; an
     unknown recipe or a missing --data-dir were tracebacks."""
