@@ -39,8 +39,8 @@ JOINERS = re.compile("[\u034f\u180b-\u180d\u180f\u200c\u200d\ufe00-\ufe0f\U000e0
                      "\U000e0100-\U000e01ef]+")
 # A run of them with nothing to shape: at a word's start, or after ASCII or Hangul (ZWJ after "오늘" became three
 # byte pieces that changed the translation), but for a keycap's VS16 ("1\ufe0f\u20e3")
-_STRAY_JOINERS = re.compile("(?:^|(?<=[\\s\x00-\x7f\u1100-\u11ff\u3130-\u318f\uac00-\ud7a3]))"
-                            f"{JOINERS.pattern}(?!\u20e3)")
+NOTHING_TO_JOIN = "[\x00-\x7f\u1100-\u11ff\u3130-\u318f\uac00-\ud7a3]"   # (and whitespace; the web page reads it)
+_STRAY_JOINERS = re.compile(f"(?:^|(?<=\\s)|(?<={NOTHING_TO_JOIN})){JOINERS.pattern}(?!\u20e3)")
 # Full-width ASCII, U+FF01-U+FF5E (a Korean input method's full-width mode, HWP documents: "ＴＶ를 봐요．"), as the
 # ASCII it stands for, as NFKC and Moses' punctuation normalization fold it; else each is a byte piece or two
 FULL_WIDTH = {c: c - 0xFEE0 for c in range(0xFF01, 0xFF5F)}
@@ -82,7 +82,8 @@ def normalize(text: str) -> str:
     collapsed, stripped, and joiners with nothing to join dropped (a word of them, or after ASCII or Hangul)."""
     # NFC: Korean typed or saved on macOS arrives as decomposed jamo (NFD), which the tokenizer would see as different,
     # longer strings than the same syllables in NFC; after the removals, which could leave a sequence NFC composes.
-    words = unicodedata.normalize("NFC", _STRAY_JOINERS.sub("", INVISIBLE.sub("", text)).translate(FULL_WIDTH)).split()
+    text, stray = _STRAY_JOINERS.subn("", unicodedata.normalize("NFC", INVISIBLE.sub("", text).translate(FULL_WIDTH)))
+    words = (unicodedata.normalize("NFC", text) if stray else text).split()   # (jamo a joiner parted: composed)
     return " ".join(w for w in words if not JOINERS.fullmatch(w))
 
 

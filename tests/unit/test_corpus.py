@@ -76,6 +76,8 @@ def test_a_joiner_with_nothing_to_join_is_removed_and_one_in_an_emoji_sequence_k
     for kept in ("\U0001f468\u200d\U0001f469\u200d\U0001f467", "1\ufe0f\u20e3", "\u2764\ufe0f", "\u00a9\ufe0f",
                  "\u845b\U000e0100"):   # a family, a keycap, a red heart, (c), an ideograph's variant
         assert normalize(f"가 {kept} 나") == f"가 {kept} 나", kept
+    for text in (f"\uff34{mark}", f"\u212a{mark}", f"\uff41{mark}\uff42", f"\u1100{mark}\u1161"):   # folded first:
+        assert normalize(text) == normalize(normalize(text)) == unicodedata.normalize("NFKC", text.replace(mark, ""))
 
 
 def test_nfc_comes_after_what_is_removed():
