@@ -158,7 +158,9 @@ def check_same_pairs(d: DataConfig, sums: Tuple[str, str], saved: Tuple[str, str
                      or ("of the recipe's corpora" if d.recipe else "held out of the training files"))
             raise ConfigError(f"--resume: the {what} pairs ({named}) are not those the run {done} on until now: "
                               f"{changed} changed since it started, or are other files than it read (or the run "
-                              "began before full-width ASCII, ＡＢ．, was read as ASCII, and they hold some); the data "
+                              "began before nmt read text as it does now: full-width ASCII, ＡＢ．, as ASCII; joiners "
+                              "next to no emoji removed; python-docs-ko's footnote marks and link references "
+                              "stripped, as the all recipe reads it); the data "
                               "cannot change within a run: give it its files as they were, start a new run (another "
                               "--model-dir, or --overwrite), or go on from this run with new data: fine-tune it into "
                               f"another --model-dir with --init-from {shell_word(model_dir)}")

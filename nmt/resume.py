@@ -96,6 +96,16 @@ def average_at_end(trainer, trained: bool) -> bool:
     return False
 
 
+def unscored(model_dir: Path, tests) -> bool:
+    """Whether one of the test sets `tests` (names) has no score of the best checkpoint in scores.json yet (a --no-eval
+    run's: a resume without it, and no update, is to score them)."""
+    from nmt.scoring import read_scores
+    try:
+        return any("best" not in read_scores(model_dir).get(name, {}) for name in tests)
+    except ckpt.CheckpointError:   # (a damaged scores.json: said as the scores are recorded)
+        return bool(tests)
+
+
 def restore(model_dir: Path, net, optimizer: gluon.Trainer, data: TrainData, state: ckpt.TrainState,
             workers: WorkerGroup, ctxs) -> None:
     """Parameters, optimizer states and the sampler's position of the latest checkpoint."""

@@ -32,7 +32,7 @@ from nmt.models import build_model
 from nmt.optim import apply_settings, build_optimizer, learning_rate
 from nmt.parallel import DataParallel, default_kvstore, hardware_of, init_amp, parse_devices
 from nmt.preflight import check_checkpoint_room, check_search_widths, checked_config, run_inputs, settings_lines
-from nmt.resume import average_at_end, end_signalled_epoch, restore, resumed_state, unvalidated_stop
+from nmt.resume import average_at_end, end_signalled_epoch, restore, resumed_state, unscored, unvalidated_stop
 from nmt.scoring import checkpoint_info, retire_other_decoding, retire_scores, score_test_set
 from nmt.signals import INTERRUPTS, checkpoint_on_signal, terminated_as_interrupt
 from nmt.storage import check_writable, error_line
@@ -370,7 +370,7 @@ def run_training(cfg: Config, resume: bool = False, overwrite: bool = False, eva
             to_log_file(logging.ERROR, f"the run did not start: {error_line(e)}")
         raise
     lock, trainer.lock = trainer.lock, None   # held until the test scores are in scores.json, not as fit() ends
-    trainer.scores_tests = evaluate and bool(trainer.data.splits.tests)   # (a --no-eval run's resume: to score them)
+    trainer.scores_tests = evaluate and unscored(model_dir, trainer.data.splits.tests)   # (a --no-eval run's resume)
     try:
         try:
             state, scores, averages = trainer.fit(), {}, {}

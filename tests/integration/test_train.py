@@ -849,9 +849,10 @@ def test_a_run_whose_files_moved_resumes_from_where_they_are(tmp_path, capsys):
                        str(moved / "other.en")]) == 2
     assert (f"error: --resume: the training pairs ({moved / 'train.ko.gz'} and {moved / 'other.en'}) are not those "
             "the run trained on until now: they, or the dev or test files (whose pairs leave the training data), "
-            "changed since it started, or are other files than it read (or the run began before full-width "
-            "ASCII, ＡＢ．, was read as ASCII, and they hold some); the data cannot change within a run: give "
-            "it its files as they were") in capsys.readouterr().err
+            "changed since it started, or are other files than it read (or the run began before nmt read text "
+            "as it does now: full-width ASCII, ＡＢ．, as ASCII; joiners next to no emoji removed; python-docs-ko's "
+            "footnote marks and link references stripped, as the all recipe reads it); the data cannot change "
+            "within a run: give it its files as they were") in capsys.readouterr().err
     # a test set is not moved: nothing records its pairs, and scores.json would hold two sets under one name
     assert train_main(["--model-dir", str(d), "--resume", "--max-steps", "6", "--test-src", str(moved / "test.ko"),
                        "--test-tgt", str(moved / "test.en")]) == 2
@@ -1164,6 +1165,9 @@ def test_a_resume_to_score_a_no_eval_runs_test_sets_is_no_warning(tmp_path, task
     log = (model_dir / ckpt.LOG).read_text()
     assert "INFO nmt.train: no update made: the run had already reached its max_steps limit" in log, log
     assert "WARNING" not in log and set(read_scores(model_dir)["test"]) == {"best"}
+    (model_dir / ckpt.LOG).write_text("")   # scored now: a resume that trains no more is the mistake it warns of
+    assert train_main(["--model-dir", str(model_dir), "--resume", "--no-progress"]) == 0
+    assert "WARNING nmt.train: no update made" in (model_dir / ckpt.LOG).read_text()
 
 
 def test_every_worker_of_a_resume_to_average_says_no_update_was_made_without_a_warning(tmp_path, task):
