@@ -131,24 +131,20 @@ def _keep_scores(output: Path, scores: dict, sha256: str, decode) -> None:
     for parameters of `sha256` (the same checkpoint exported again) at the export's decoding settings `decode`, where
     `scores` has none; those of other parameters describe what is replaced (as does a damaged scores.json there)."""
     from nmt.scoring import read_scores
+    from nmt.shown_score import decoded_as
     if not ((output / EXPORT).is_file() and (output / ckpt.SCORES).is_file()):
         return
     try:
         same = jsonio.read_object(output / EXPORT, ckpt.CheckpointError).get("params_sha256") == sha256
         earlier = read_scores(output)
-    except ckpt.CheckpointError as e:   # (what the --overwrite is for, maybe)
-        logging.getLogger("nmt.export").warning("%s; the export it replaces keeps no test scores", e)
+    except ckpt.CheckpointError as e:   # (what the --overwrite is for, maybe: not "move it away")
+        logging.getLogger("nmt.export").warning("%s; the export it replaces keeps no test scores",
+                                                str(e).split("; move it away")[0])
         return
     for name, entries in earlier.items():
         for key, e in entries.items():
             if isinstance(e, dict) and (same or e.get("params_sha256") == sha256) and decoded_as(e, decode):
                 scores.setdefault(name, {}).setdefault(key, e)
-
-
-def decoded_as(entry: dict, decode) -> bool:
-    """Whether the scores.json `entry` was made at the decoding settings `decode` (those it records)."""
-    from nmt.scoring import ENTRY_DECODE
-    return all(entry.get(f, getattr(decode, d)) == getattr(decode, d) for f, d in ENTRY_DECODE.items())
 
 
 def _copy_params(model_dir: Path, which: str, info: dict, dest: Path) -> dict:
@@ -260,6 +256,7 @@ def _scores_of(model_dir: Path, which: str, info: dict, decode) -> Dict[str, Dic
     name of its parameters (latest is its step; the best's step is best), as the export's `best`; those made at its
     decoding settings `decode` (config.json's, maybe edited since) alone."""
     from nmt.scoring import checkpoint_key, read_scores
+    from nmt.shown_score import decoded_as
     keys, avg = [checkpoint_key(str(which), info["params_file"])], info["params_file"] == ckpt.PARAMS_AVG
     if not avg:   # (an average's step is that of the last checkpoint in it)
         keys += [str(info["step"]), "best"]

@@ -7,21 +7,27 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from nmt import checkpoint as ckpt
-from nmt.scoring import DEV_SET, ENSEMBLE_PREFIX, ensemble_key, read_scores
+from nmt.scoring import DEV_SET, ENSEMBLE_PREFIX, ENTRY_DECODE, ensemble_key, read_scores
 
 logger = logging.getLogger("nmt.scoring")
 
 
+def decoded_as(entry: dict, decode) -> bool:
+    """Whether the scores.json `entry` was made at the decoding settings `decode` (those it records)."""
+    return all(entry.get(f, getattr(decode, d)) == getattr(decode, d) for f, d in ENTRY_DECODE.items())
+
+
 def model_test_score(model_dir, checkpoint: Optional[str], members: Sequence = (),
-                     tests: Sequence[str] = (), step: Optional[int] = None, sha256: Optional[str] = None
-                     ) -> Optional[dict]:
+                     tests: Sequence[str] = (), step: Optional[int] = None, sha256: Optional[str] = None,
+                     decode=None) -> Optional[dict]:
     """The model's test score in scores.json, for nmt-serve's /info: the loaded checkpoint's (its key,
     `checkpoint_key`, or best's for best's step; else any: best, avg, the latest step), on the first of its own test
     sets `tests` (`model_test_sets`) recorded, else another, the first by name; never the dev set, nor chosen by
     score. With test set, checkpoint, sacreBLEU signatures, decoding settings; None when nothing is recorded (or
     scores.json is damaged). `members` (an ensemble's other directories): the ensemble's own scores only. `step`,
     `sha256`: the loaded parameters' (`Translator.params_step`, `params_sha256`): best's scores are theirs only while
-    best is that step, and no entry recording other parameters (another run's of that step, since --overwrite) is."""
+    best is that step, and no entry recording other parameters (another run's of that step, since --overwrite) is;
+    `decode` (the loaded model's settings): nor one made at others (an export's config.json edited, --beam-size)."""
     if model_dir is None:
         return None
     try:
@@ -33,7 +39,8 @@ def model_test_score(model_dir, checkpoint: Optional[str], members: Sequence = (
             for key, e in by_key.items() if isinstance(e, dict) and isinstance(e.get("bleu"), (int, float))]
 
     def same_params(row) -> bool:   # (an entry written before entries recorded them: by its key and step alone)
-        return not sha256 or row[2].get("params_sha256") in (None, sha256)
+        return (not sha256 or row[2].get("params_sha256") in (None, sha256)) and (   # and the loaded model's
+            decode is None or decoded_as(row[2], decode))   # decoding settings (an export's edited config.json)
     if members:   # this ensemble's entries (the first member's scores.json holds them): the loaded checkpoint's
         tail = ensemble_key("", model_dir, members)[len(ENSEMBLE_PREFIX):]
         rows = [r for r in rows if r[1].startswith(ENSEMBLE_PREFIX) and r[1].endswith(tail)]

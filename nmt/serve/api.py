@@ -63,7 +63,7 @@ class Model:
                 "beam_size": dec.beam_size, "length_penalty": dec.length_penalty_alpha, "max_len_a": dec.max_len_a,
                 "max_len_b": dec.max_len_b, "max_input_tokens": dec.max_input_tokens,
                 "best_test_score": model_test_score(getattr(tr, "model_dir", None), key, members, model_test_sets(
-                    tr.config), getattr(tr, "params_step", None), getattr(tr, "params_sha256", None))}
+                    tr.config), getattr(tr, "params_step", None), getattr(tr, "params_sha256", None), dec)}
         return jsonio.shown(info)   # (a path whose bytes are not UTF-8: \xNN, not a failed answer)
 
 
