@@ -126,8 +126,10 @@ def warn_other_arch(cfg: Config, given: Dict[str, str], config: str) -> None:
             and not given.get(f"{sec}.{k}", "").startswith("--")]
     if old == cfg.model.arch or not kept:
         return
+    many = len(kept) > 1
     print(f"warning: --arch {cfg.model.arch} over --config {config} (arch {old}): its "
-          + ", ".join(f"{sec}.{k} {theirs[sec][k]}" for sec, k in kept) + f" {'were' if len(kept) > 1 else 'was'} "
-          f"chosen for {old} and {'stay' if len(kept) > 1 else 'stays'} "
-          f"({cfg.model.arch}'s defaults: " + ", ".join(f"{new[sec][k]}" for sec, k in kept)
-          + "); give them as flags to change them", file=sys.stderr)
+          + ", ".join(f"{sec}.{k} {theirs[sec][k]}" for sec, k in kept) + f" {'were' if many else 'was'} chosen for "
+          f"{old} and {'stay' if many else 'stays'} ({cfg.model.arch}'s default{'s' * many}: "
+          + ", ".join(f"{new[sec][k]}" for sec, k in kept)
+          + f"); give {'them as flags' if many else 'it as a flag'} to change {'them' if many else 'it'}",
+          file=sys.stderr)

@@ -205,8 +205,9 @@ def check_model_dir(model_dir: Path, resume: bool, overwrite: bool, inputs: Opti
     if model_dir.exists() and not model_dir.is_dir():
         raise CheckpointError(f"--model-dir {model_dir} exists and is not a directory")
     for link in (p for p in (model_dir, *model_dir.parents) if p.is_symlink() and not p.exists()):   # (a traceback)
-        raise CheckpointError(f"--model-dir {model_dir}: {link} is a symbolic link to {os.readlink(link)}, which does "
-                              "not exist: make that directory, or give another --model-dir")
+        raise CheckpointError(f"--model-dir {model_dir}: {link} is a symbolic link to {os.readlink(link)}, which leads "
+                              "nowhere (missing, or links back: a loop): make that directory, or give another "
+                              "--model-dir")
     if left_aside(model_dir):   # (--overwrite would delete it, --resume and a new run not see it)
         raise CheckpointError(f"--model-dir {model_dir}: {left_aside(model_dir)}")
     held = sorted(p.name for p in model_dir.iterdir() if p.name != LOCK) if model_dir.is_dir() else []
