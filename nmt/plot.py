@@ -72,11 +72,10 @@ def attention(translator, sentence: str, max_len: Optional[int] = None, translat
 
 def _as_read(translator, sentence: str, ids: List[int]) -> str:
     """`sentence` as the model read it: cut to --max-input-tokens (its first pieces' text, marked), or whole."""
-    limit, text = translator.decode.max_input_tokens, normalize(sentence)
-    if len(ids) < limit or len(translator.src_tok.encode([text[:limit * CHARS_PER_TOKEN]])[0]) <= limit and len(
-            text) <= limit * CHARS_PER_TOKEN:
-        return sentence
-    return f"{translator.src_tok.decode([ids])[0]} … (cut to its first {limit} pieces, --max-input-tokens)"
+    limit, text, tok = translator.decode.max_input_tokens, normalize(sentence), translator.src_tok
+    if len(text) <= limit * CHARS_PER_TOKEN and (len(ids) < limit or len(tok.encode([text])[0]) <= limit):
+        return sentence   # (not cut to the character guard, nor to the pieces)
+    return f"{tok.decode([ids])[0]} … (cut to --max-input-tokens {limit})"
 
 
 def _forced(translator, sentence: str, ids: List[int], translation: Optional[str],

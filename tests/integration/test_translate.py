@@ -1068,7 +1068,9 @@ def test_a_plots_title_is_the_source_the_model_read_and_fits_its_figure(tr, src_
     line = " ".join(src_lines[:4])
     att = attention(short, line)
     read = tr.src_tok.decode([tr.src_tok.encode([line])[0][:3]])[0]
-    assert att.source == f"{read} … (cut to its first 3 pieces, --max-input-tokens)" and len(att.src_pieces) == 4
+    assert att.source == f"{read} … (cut to --max-input-tokens 3)" and len(att.src_pieces) == 4
+    longest = "가" * (3 * 16 + 1)   # (cut to the character guard, 3 x 16, before its pieces were counted)
+    assert attention(short, longest).source.endswith(" … (cut to --max-input-tokens 3)")
     assert attention(tr, src_lines[0]).source == src_lines[0]   # whole: as given
     with warnings.catch_warnings():
         warnings.simplefilter("error")   # (tight_layout's warning)
