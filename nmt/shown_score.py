@@ -27,7 +27,8 @@ def model_test_score(model_dir, checkpoint: Optional[str], members: Sequence = (
     scores.json is damaged). `members` (an ensemble's other directories): the ensemble's own scores only. `step`,
     `sha256`: the loaded parameters' (`Translator.params_step`, `params_sha256`): best's scores are theirs only while
     best is that step, and no entry recording other parameters (another run's of that step, since --overwrite) is;
-    `decode` (the loaded model's settings): nor one made at others (an export's config.json edited, --beam-size)."""
+    `decode` (the loaded model's settings): whether it was made at them (not so after an export's config.json was
+    edited), those that were first."""
     if model_dir is None:
         return None
     try:
@@ -39,8 +40,10 @@ def model_test_score(model_dir, checkpoint: Optional[str], members: Sequence = (
             for key, e in by_key.items() if isinstance(e, dict) and isinstance(e.get("bleu"), (int, float))]
 
     def same_params(row) -> bool:   # (an entry written before entries recorded them: by its key and step alone)
-        return (not sha256 or row[2].get("params_sha256") in (None, sha256)) and (   # and the loaded model's
-            decode is None or decoded_as(row[2], decode))   # decoding settings (an export's edited config.json)
+        return not sha256 or row[2].get("params_sha256") in (None, sha256)
+
+    def same_settings(row) -> bool:   # (an export's config.json edited: its scores were made at others)
+        return decode is None or decoded_as(row[2], decode)
     if members:   # this ensemble's entries (the first member's scores.json holds them): the loaded checkpoint's
         tail = ensemble_key("", model_dir, members)[len(ENSEMBLE_PREFIX):]
         rows = [r for r in rows if r[1].startswith(ENSEMBLE_PREFIX) and r[1].endswith(tail)]
@@ -62,10 +65,11 @@ def model_test_score(model_dir, checkpoint: Optional[str], members: Sequence = (
     def rank(row) -> tuple:   # the model's own sets before any other (a set of --name never replaces theirs), the
         key = row[1].split(":", 1)[0][len(ENSEMBLE_PREFIX) if members else 0:]   # loaded checkpoint's first; then
         step = int(key) if key.isdecimal() else -1   # the sets in order, the others by name; best, avg, latest step
-        return (row[0] not in order, not loaded(row), order.get(row[0], len(order)), row[0],
+        return (row[0] not in order, not loaded(row), not same_settings(row), order.get(row[0], len(order)), row[0],
                 {"best": 0, "avg": 1}.get(key, 2), -step, row[1])
     test, key, e = min(rows, key=rank)
-    return {"test_set": test, "checkpoint": key, "of_loaded_checkpoint": loaded((test, key, e)), "bleu": e["bleu"],
+    return {"test_set": test, "checkpoint": key, "of_loaded_checkpoint": loaded((test, key, e)),
+            "at_loaded_settings": same_settings((test, key, e)), "bleu": e["bleu"],
             "bleu_signature": e.get("bleu_signature"),
             "chrf": e.get("chrf"), "chrf_signature": e.get("chrf_signature"), "extra": e.get("extra") or {},
             "extra_signatures": e.get("extra_signatures") or {}, "beam_size": e.get("beam_size"),

@@ -7,7 +7,7 @@ import functools
 import json
 from pathlib import Path
 
-from nmt.corpus import INVISIBLE, JOINERS, NOTHING_TO_JOIN
+from nmt.corpus import FULL_WIDTH, INVISIBLE, JOINERS, NOTHING_TO_JOIN
 
 PAGE = Path(__file__).with_name("page.html")
 READ_RULES = "__READ_RULES__"   # in page.html, where the classes go
@@ -26,7 +26,8 @@ def js_class(pattern: str) -> str:
 def page_html() -> str:
     html = PAGE.read_text(encoding="utf-8")
     rules = {"invisible": js_class(INVISIBLE.pattern), "joiners": js_class(JOINERS.pattern.removesuffix("+")),
-             "space": js_class(f"[{_SPACE}]"), "nothing_to_join": js_class(NOTHING_TO_JOIN)}
+             "space": js_class(f"[{_SPACE}]"), "nothing_to_join": js_class(NOTHING_TO_JOIN),
+             "full_width": js_class(f"[{chr(min(FULL_WIDTH))}-{chr(max(FULL_WIDTH))}]")}   # (as ASCII: "!" first)
     if html.count(READ_RULES) != 1:
         raise RuntimeError(f"{PAGE} must hold {READ_RULES} once")
     return html.replace(READ_RULES, json.dumps(rules))

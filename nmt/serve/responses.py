@@ -69,6 +69,8 @@ class TestScore(_Answer):
     test_set: str
     checkpoint: str = Field(description="the checkpoint scored: best, avg, a step, or an ensemble's key")
     of_loaded_checkpoint: bool = Field(description="whether that is the checkpoint the server loaded")
+    at_loaded_settings: bool = Field(description="whether it was decoded at the model's decoding settings (its "
+                                     "beam_size, length_penalty, ...: config.json's, maybe edited since)")
     bleu: float
     bleu_signature: Optional[str]
     chrf: Optional[float]

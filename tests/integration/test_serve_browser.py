@@ -811,7 +811,8 @@ def test_invisible_lines_long_words_and_the_news_of_a_result(translator, serve_s
         with background_server(make_app(translator)) as url:
             open_page(driver, url)
             samples = [f"a{c}b c {c} d" for c in sorted(set(page_characters()))] + ["\u1112\u1161 \u1100",
-                       "오늘\u200d 날씨 \u200d안녕", "1\ufe0f\u20e3 \U0001f468\u200d\U0001f469 \u2764\ufe0f"]
+                       "오늘\u200d 날씨 \u200d안녕", "1\ufe0f\u20e3 \U0001f468\u200d\U0001f469 \u2764\ufe0f",
+                       "ＴＶ를 봐요．\uff01\uff5e \uff21\u200d가 \uff45\u200d\u0301"]   # (full-width: folded)
             assert driver.execute_script("return arguments[0].map(words)", samples) == [
                 normalize(x).split() for x in samples]
             driver.execute_script("showNbest([{translation: '', score: -1.5}])")   # a model that ended at once
@@ -900,9 +901,10 @@ def test_a_test_score_of_another_checkpoint_is_named_with_it(translator):
             open_page(driver, url)
             got = driver.execute_script("""
                 const base = models[0], out = [];
-                for (const [scored, loaded, extra, served, step] of arguments[0]) {
+                for (const [scored, loaded, extra, served, step, settings] of arguments[0]) {
                   models[0] = {...base, checkpoint: served || "latest", step: step ?? null, best_test_score: {
-                    bleu: 7.89, test_set: "t", checkpoint: scored, of_loaded_checkpoint: loaded, extra: extra}};
+                    bleu: 7.89, test_set: "t", checkpoint: scored, of_loaded_checkpoint: loaded, extra: extra,
+                    at_loaded_settings: settings ?? true, beam_size: 5, length_penalty: 0.6}};
                   choose(0);
                   out.push(document.getElementById("pair").textContent.split(" · ").pop());
                 }
@@ -910,7 +912,8 @@ def test_a_test_score_of_another_checkpoint_is_named_with_it(translator):
                                  ["ensemble-best:b+c", True, {}], ["ensemble-best:b", False, {}],
                                  ["best", True, {"bleu_ko_mecab": 9.63}], ["best", False, {}, "best"],
                                  ["ensemble-best:b", False, {}, "best"], ["6048", False, {}, "6048"],
-                                 ["4697", False, {}, "latest", 4697], ["4662", False, {}, "best", 4662]])
+                                 ["4697", False, {}, "latest", 4697], ["4662", False, {}, "best", 4662],
+                                 ["best", True, {}, "best", None, False]])
     finally:
         driver.quit()
     # (--checkpoint latest, whose scores are recorded under its step: of the loaded checkpoint, named nothing)
@@ -922,7 +925,10 @@ def test_a_test_score_of_another_checkpoint_is_named_with_it(translator):
                    "BLEU 7.9 (t, another best than the one loaded)", "BLEU 7.9 (t, another best than the one loaded)",
                    "BLEU 7.9 (t, another 6048 than the one loaded)",
                    # served by another name than the score's key, its step (it was "checkpoint 4697", the one served)
-                   "BLEU 7.9 (t, another 4697 than the one loaded)", "BLEU 7.9 (t, another 4662 than the one loaded)"]
+                   "BLEU 7.9 (t, another 4697 than the one loaded)", "BLEU 7.9 (t, another 4662 than the one loaded)",
+                   # the loaded checkpoint's, made at other settings (an export's config.json edited to beam 3): it
+                   # was "another best than the one loaded"
+                   "BLEU 7.9 (t, beam 5, length penalty 0.6)"]
 
 
 @contextlib.contextmanager

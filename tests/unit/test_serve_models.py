@@ -83,11 +83,11 @@ def test_info_shows_the_score_on_the_models_own_test_set(tmp_path):
     stub = Stub("ko", "en")   # Config(): the tatoeba recipe, whose one test set is tatoeba-test
     stub.model_dir, stub.checkpoint, stub.member_dirs = tmp_path, "best", []
     stub.decode = DecodeConfig(beam_size=4, length_penalty_alpha=1.0, max_len_a=2.0, max_len_b=7)
-    info = Model(stub, batcher=None).info()   # made at beam 5, where the model decodes at 4: not the loaded model's
-    assert info["best_test_score"] == {"test_set": "tatoeba-test", "checkpoint": "best", "of_loaded_checkpoint": False,
-                                       "extra": {}, "extra_signatures": {}, **entry(7.89)}
+    info = Model(stub, batcher=None).info()   # made at beam 5, where the model decodes at 4: said so
+    assert info["best_test_score"] == {"test_set": "tatoeba-test", "checkpoint": "best", "of_loaded_checkpoint": True,
+                                       "at_loaded_settings": False, "extra": {}, "extra_signatures": {}, **entry(7.89)}
     stub.decode = DecodeConfig()   # (an export's config.json edited to beam 4 showed its beam-5 score as the model's)
-    assert Model(stub, batcher=None).info()["best_test_score"]["of_loaded_checkpoint"] is True
+    assert Model(stub, batcher=None).info()["best_test_score"]["at_loaded_settings"] is True
     stub.decode = DecodeConfig(beam_size=4, length_penalty_alpha=1.0, max_len_a=2.0, max_len_b=7)
     korean = {"extra": {"bleu_ko_mecab": 9.63}, "extra_signatures": {"bleu_ko_mecab": "tok:ko-mecab"}}
     (tmp_path / "scores.json").write_text(json.dumps({"tatoeba-test": {"best": {**entry(0.5), **korean}}}))

@@ -158,9 +158,9 @@ def test_the_page_gets_the_servers_character_classes():
     """The page carried its own, shorter copy of the characters the server drops from a line; it now gets the
     server's, each character written as \\u{hex}, which mean the same classes (every code point checked)."""
     import re
-    from nmt.corpus import INVISIBLE, JOINERS
+    from nmt.corpus import INVISIBLE, JOINERS, NOTHING_TO_JOIN
     from nmt.serve.page import READ_RULES, js_class, page_html
-    for pattern in (INVISIBLE.pattern, JOINERS.pattern.removesuffix("+")):
+    for pattern in (INVISIBLE.pattern, JOINERS.pattern.removesuffix("+"), NOTHING_TO_JOIN):
         js = js_class(pattern)
         assert re.fullmatch(r"\[(\\u\{[0-9a-f]+\}|-)+\]", js)
         back = re.compile(re.sub(r"\\u\{([0-9a-f]+)\}", lambda m: f"\\U{int(m[1], 16):08x}", js))
@@ -170,6 +170,7 @@ def test_the_page_gets_the_servers_character_classes():
     html = page_html()
     assert READ_RULES not in html
     rules = json.loads(re.search(r"const READ = (\{.*?\});", html)[1])
-    assert set(rules) == {"invisible", "joiners", "space"} and "\\u{3164}" in rules["invisible"]
+    assert set(rules) == {"invisible", "joiners", "space", "nothing_to_join", "full_width"} and "\\u{3164}" in \
+        rules["invisible"]
     with pytest.raises(ValueError, match="not a character class"):
         js_class("[^a]")
