@@ -206,7 +206,7 @@ def check_model_dir(model_dir: Path, resume: bool, overwrite: bool, inputs: Opti
         raise CheckpointError(f"--model-dir {model_dir} exists and is not a directory")
     for link in (p for p in (model_dir, *model_dir.parents) if p.is_symlink() and not p.exists()):   # (a traceback)
         raise CheckpointError(f"--model-dir {model_dir}: {link} is a symbolic link to {os.readlink(link)}, which leads "
-                              "nowhere (missing, or links back: a loop): make that directory, or give another "
+                              "nowhere (missing, or links back: a loop): mend the link, or give another "
                               "--model-dir")
     if left_aside(model_dir):   # (--overwrite would delete it, --resume and a new run not see it)
         raise CheckpointError(f"--model-dir {model_dir}: {left_aside(model_dir)}")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import sys
 import tempfile
@@ -93,7 +94,9 @@ def train_worker(spec: dict, conn) -> None:
 
 def run_worker(spec: dict, conn) -> None:
     """A benchmark process: `train_worker`, its error sent to the orchestrator, which stops with it (the traceback
-    of an error other than bad input stays in this process)."""
+    of an error other than bad input stays in this process). Stopped by SIGTERM, it exits through its `finally`
+    blocks: its temporary directory (the model, tokenizers and encoded corpus) is removed."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         train_worker(spec, conn)
     except Exception as e:
@@ -138,9 +141,11 @@ def run_interleaved(specs: List[dict]) -> List[dict]:
         raise SystemExit("error: a benchmark worker process died (see its traceback above)")
     finally:   # stopped (Ctrl-C, SIGTERM) or failed: the workers at once, not after a minute each of a window
         for proc in procs:
-            proc.join(timeout=60 if done else 0)
+            if not done:
+                proc.terminate()   # (its handler removes its temporary directory as it exits)
+            proc.join(timeout=60 if done else 10)
             if proc.is_alive():
-                proc.terminate()
+                proc.kill()
 
 
 def summarize(res: dict, one: dict) -> dict:
