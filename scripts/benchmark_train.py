@@ -101,9 +101,12 @@ def run_worker(spec: dict, conn) -> None:
         train_worker(spec, conn)
     except Exception as e:
         from nmt.commands import user_errors
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)   # (its directory gone: a stop ends it quietly, at exit too)
         conn.send({"error": f"{type(e).__name__}: {e}"})
         if not isinstance(e, user_errors()):   # (a missing corpus: its one line, as the orchestrator says it)
             raise
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def run_interleaved(specs: List[dict]) -> List[dict]:
@@ -141,9 +144,10 @@ def run_interleaved(specs: List[dict]) -> List[dict]:
         raise SystemExit("error: a benchmark worker process died (see its traceback above)")
     finally:   # stopped (Ctrl-C, SIGTERM) or failed: the workers at once, not after a minute each of a window
         for proc in procs:
-            if not done:
+            proc.join(timeout=60 if done else 1)   # (a failed one is exiting already)
+            if proc.is_alive():
                 proc.terminate()   # (its handler removes its temporary directory as it exits)
-            proc.join(timeout=60 if done else 10)
+                proc.join(timeout=10)
             if proc.is_alive():
                 proc.kill()
 
