@@ -294,7 +294,7 @@ def validated_on(model_dir: Path, dev, first: Path) -> None:
     `model_dir` (it, or an --ensemble member) validated on (`TrainState.dev_sum`): its files changed since (a helper's
     appended lines: 120 of 500, 41 of them trained on), or a member's were others (a fine-tuned one's training)."""
     from nmt import checkpoint as ckpt
-    from nmt.corpus import CorpusError
+    from nmt.corpus import READ_SINCE, CorpusError
     from nmt.encoded import text_checksum
     try:
         saved = ckpt.TrainState.load(model_dir).dev_sum if (model_dir / ckpt.STATE).exists() else ""
@@ -312,6 +312,6 @@ def validated_on(model_dir: Path, dev, first: Path) -> None:
                           "and --ref-file instead")
     raise CorpusError("--dev-set: the dev pairs read again from the model's data are not those its run validated on: "
                       "its training, dev or test files (a held-out dev set leaves out pairs of the test set) have "
-                      "changed since (edited, appended to or replaced; or the run began before full-width ASCII, "
-                      "ＡＢ．, was read as ASCII, and they hold some), so their scores would not be its dev scores and "
-                      "may count pairs it trained on; score files with --src-file, --ref-file instead")
+                      f"changed since (edited, appended to or replaced; or {READ_SINCE}), so their scores would not be "
+                      "its dev scores and may count pairs it trained on; score files with --src-file, --ref-file "
+                      "instead")

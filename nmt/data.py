@@ -14,6 +14,7 @@ import numpy as np
 from nmt.batching import BatchIterator, Resegment
 from nmt.commands import shell_word
 from nmt.config import Config, ConfigError, DataConfig
+from nmt.corpus import READ_SINCE
 from nmt.encoded import RowsView, encode_flat, load_or_encode, text_checksum
 from nmt.evaluate import korean_bleu
 from nmt.recipes import DatasetSplits, load_data
@@ -157,10 +158,8 @@ def check_same_pairs(d: DataConfig, sums: Tuple[str, str], saved: Tuple[str, str
             named = (" and ".join(str(getattr(d, f)) for f in files if getattr(d, f))
                      or ("of the recipe's corpora" if d.recipe else "held out of the training files"))
             raise ConfigError(f"--resume: the {what} pairs ({named}) are not those the run {done} on until now: "
-                              f"{changed} changed since it started, or are other files than it read (or the run "
-                              "began before nmt read text as it does now: full-width ASCII, ＡＢ．, as ASCII; joiners "
-                              "next to no emoji removed; python-docs-ko's footnote marks and link references "
-                              "stripped, as the all recipe reads it); the data "
+                              f"{changed} changed since it started, or are other files than it read (or "
+                              f"{READ_SINCE}); the data "
                               "cannot change within a run: give it its files as they were, start a new run (another "
                               "--model-dir, or --overwrite), or go on from this run with new data: fine-tune it into "
                               f"another --model-dir with --init-from {shell_word(model_dir)}")
