@@ -295,12 +295,12 @@ def retire_other_decoding(model_dir: Path, decode) -> None:
     """Drop the scores.json entries made at other decoding settings than `decode` (a resume changed the model's
     saved ones, config.json's decode section): scores.json holds a model's scores at its own (and nmt-export ships
     them as the export's), with a warning naming them; nmt-evaluate scores them again."""
+    from nmt.shown_score import decoded_as   # (which imports this module)
     gone: List[str] = []
 
     def edit(data: dict) -> bool:
         for test, by_key in data.items():
-            for key in [k for k, e in by_key.items() if isinstance(e, dict) and any(
-                    f in e and e[f] != getattr(decode, d) for f, d in ENTRY_DECODE.items())]:
+            for key in [k for k, e in by_key.items() if isinstance(e, dict) and not decoded_as(e, decode)]:
                 gone.append(f"{test} ({key})")
                 del by_key[key]
         _drop_empty_sets(data)
