@@ -121,10 +121,12 @@ def warn_other_arch(cfg: Config, given: Dict[str, str], config: str) -> None:
     theirs = jsonio.read_object(config, ConfigError)
     old = theirs.get("model", {}).get("arch", cfg.model.arch)
     keys = sorted({(sec, k) for d in ARCH_DEFAULTS.values() for sec, kv in d.items() for k in kv})
+    if old == cfg.model.arch:
+        return
     new = Config.from_dict({"model": {"arch": cfg.model.arch}}).to_dict()   # (a value at the new one's default: said
     kept = [(sec, k) for sec, k in keys if k in theirs.get(sec, {}) and theirs[sec][k] != new[sec][k]   # nothing)
             and not given.get(f"{sec}.{k}", "").startswith("--")]
-    if old == cfg.model.arch or not kept:
+    if not kept:
         return
     many = len(kept) > 1
     print(f"warning: --arch {cfg.model.arch} over --config {config} (arch {old}): its "

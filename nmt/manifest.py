@@ -211,7 +211,8 @@ def newest_intact(model_dir: Path, unsaved: Optional[List[int]] = None) -> Tuple
     best = (Path(model_dir) / manifest_name("best")).is_file()
     if not problems and best:   # (a copy made to translate)
         raise CheckpointError(f"{model_dir} holds no step checkpoint, only its best one: use --checkpoint best; "
-                              f"training cannot resume from it (--init-from {model_dir} fine-tunes it in a new run)")
+                              f"training cannot resume from it (--init-from {shell_word(model_dir)} fine-tunes it in a "
+                              "new run)")
     kept = (f"; its best parameters still translate, and --init-from {shell_word(model_dir)} goes on from them in a "
             "new --model-dir" if best and _intact(model_dir, "best") else "")
     raise CheckpointError(f"no intact checkpoint in {model_dir} ("

@@ -101,11 +101,10 @@ def run_worker(spec: dict, conn) -> None:
         train_worker(spec, conn)
     except Exception as e:
         from nmt.commands import user_errors
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)   # (its directory gone: a stop ends it quietly, at exit too)
         conn.send({"error": f"{type(e).__name__}: {e}"})
         if not isinstance(e, user_errors()):   # (a missing corpus: its one line, as the orchestrator says it)
             raise
-    finally:
+    finally:   # (its directory gone: a stop ends it quietly, in MXNet's exit hook too)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 

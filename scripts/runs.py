@@ -212,8 +212,7 @@ def ablation_table(base: Run, runs: Sequence[Run], test: str, decode_reports: Se
         key = next((k for k, v in run.scores.get(test, {}).items() if v is rec), "best")   # not the current best:
         whose = f"params.avg{_averaged_upto(run)}" if key == "avg" else f"step {key}"
         what += "" if key == "best" else f" (test scores of {whose})"
-        bleu = f"{rec['bleu']:.2f}" if rec else "—"
-        chrf = f"{rec['chrf']:.2f}" if rec else "—"
+        bleu, chrf = (_two_places(rec[k] if rec else None) for k in ("bleu", "chrf"))
         why = run.state.stopped
         time = f"{run.hours * 60:.0f} min" + (" (unfinished)" if not why else
                                               "" if why == "time_budget" else f" ({why.replace('_', ' ')})")
