@@ -32,6 +32,7 @@ for path in (REPO, REPO / "scripts"):   # run from a checkout without installing
         sys.path.insert(0, str(path))
 
 import conditions  # noqa: E402  (scripts/, beside this one)
+from nmt.config import ConfigError  # noqa: E402
 
 Batch = tuple   # (src, src_len, max_len)
 
@@ -124,19 +125,14 @@ def run(args: argparse.Namespace) -> dict:
     import mxnet as mx
     from nmt.translate import Translator
     if args.sentences < 0:
-        raise SystemExit(f"error: --sentences must be >= 0 (0 = all), got {args.sentences}")
-    from nmt.checkpoint import CheckpointError
-    from nmt.config import ConfigError
+        raise ConfigError(f"--sentences must be >= 0 (0 = all), got {args.sentences}")
     from nmt.corpus import CorpusError
-    try:
-        tr = Translator.from_dir(args.model_dir, which=args.checkpoint)
-    except (CheckpointError, ConfigError) as e:
-        raise SystemExit(f"error: {e}") from None
+    tr = Translator.from_dir(args.model_dir, which=args.checkpoint)   # (its errors: one line, exit 2; run_cli)
     from nmt.scoring import first_test_sources
     try:
         name, lines = first_test_sources(tr.config, args.data_dir, args.src_file)
     except (ConfigError, CorpusError, OSError) as e:
-        raise SystemExit(f"no sentences: {e}") from None
+        raise ConfigError(f"no sentences: {e}") from None
     lines = lines[:args.sentences] if args.sentences else lines
     batches = make_batches(tr, lines, args.batch)
     alpha, n = tr.decode.length_penalty_alpha, sum(b[0].shape[0] for b in batches)
@@ -147,7 +143,7 @@ def run(args: argparse.Namespace) -> dict:
     if args.other_model_dir:
         other = Translator.from_dir(args.other_model_dir, which=args.checkpoint)
         if other.src_lang != tr.src_lang:
-            raise SystemExit(f"--other-model-dir translates from {other.src_lang}, --model-dir from {tr.src_lang}")
+            raise ConfigError(f"--other-model-dir translates from {other.src_lang}, --model-dir from {tr.src_lang}")
         runs["other_beam_search"] = (ours, other.net, make_batches(other, lines, args.batch))
     outputs = {k: fn(net, b, args.beam, alpha) for k, (fn, net, b) in runs.items()}   # warm-up: every shape
     seconds: Dict[str, List[float]] = {k: [] for k in runs}
@@ -180,7 +176,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     conditions.check_outputs(output=args.output)
     if args.rounds < 1 or args.beam < 1 or args.batch < 1:
-        raise SystemExit("--rounds, --beam and --batch must be >= 1")
+        raise ConfigError("--rounds, --beam and --batch must be >= 1")
     r = run(args)
     print(f"{r['test_set']}: {r['sentences']} sentences, beam {r['beam']}, batch {r['batch']}: nmt.search "
           f"{r['beam_search']['sent_per_s']:.1f} sent/s, gluonnlp BeamSearchSampler "

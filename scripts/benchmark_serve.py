@@ -36,6 +36,7 @@ for path in (REPO, REPO / "scripts"):   # run from a checkout without installing
         sys.path.insert(0, str(path))
 import conditions  # noqa: E402  (scripts/, beside this one)
 from nmt.commands import number  # noqa: E402
+from nmt.config import ConfigError  # noqa: E402
 from nmt.serve.batcher import DEFAULT_MAX_WAIT_MS  # noqa: E402  (stdlib-only module)
 
 HOST = "127.0.0.1"   # loopback only: this tool never sends traffic off the machine
@@ -53,22 +54,27 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="length of each served measurement")
     p.add_argument("--rounds", type=number(int, 1), default=3, help="offline/served alternations")
     p.add_argument("--beam-size", type=number(int, 1), default=None, help="default: the model's")
-    p.add_argument("--max-wait-ms", type=float, default=DEFAULT_MAX_WAIT_MS, help="the server's batching wait")
+    p.add_argument("--max-wait-ms", type=number(float, 0), default=DEFAULT_MAX_WAIT_MS,
+                   help="the server's batching wait")
     p.add_argument("--json", default=str(REPO / "results" / "benchmark_serve.json"),
                    help="the JSON of figures (default: results/benchmark_serve.json, which docs/performance.md cites: "
                         "give another for a trial run)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    from nmt.serve.schema import Limits   # the server's --timeout, which it gets no flag for
+    if args.max_wait_ms / 1000 >= Limits().timeout_s:   # (the server would refuse it after this script loaded all)
+        p.error(f"--max-wait-ms {args.max_wait_ms:g} is not shorter than the server's timeout of "
+                f"{Limits().timeout_s:g} s")
+    return args
 
 
 def sentences(args: argparse.Namespace, translator) -> List[str]:
     """The benchmark's source sentences (non-empty lines): --src-file, else the model's first test set."""
-    from nmt.config import ConfigError
     from nmt.corpus import CorpusError
     from nmt.scoring import first_test_sources
     try:
         _, lines = first_test_sources(translator.config, args.data_dir, args.src_file)
     except (ConfigError, CorpusError, OSError) as e:
-        raise SystemExit(f"no sentences: {e}") from None
+        raise ConfigError(f"no sentences: {e}") from None
     return [x for x in lines if x and x.strip()][:args.max_sentences]
 
 
@@ -89,14 +95,14 @@ def start_server(args: argparse.Namespace) -> (subprocess.Popen, str):
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise SystemExit(f"the server exited with {proc.returncode}")
+            raise SystemExit(f"error: the server exited with {proc.returncode} (its error is above)")
         try:
             if httpx.get(url + "/health", timeout=2).status_code == 200:
                 return proc, url
         except httpx.HTTPError:
             time.sleep(0.1)
     proc.kill()
-    raise SystemExit("the server did not start within 120 s")
+    raise SystemExit("error: the server did not start within 120 s")
 
 
 async def load(url: str, lines: List[str], clients: int, per_request: int, seconds: float,

@@ -57,11 +57,15 @@ def peak_rss_mb() -> float:
     return r / (1 << 20) if sys.platform == "darwin" else r / 1024
 
 
+def _search(beam: int) -> str:
+    return "greedy" if beam == 1 else f"beam {beam}"
+
+
 def run_config(tr: Translator, lines: List[str], beam: int, batch_size: int, warmup: int) -> dict:
     # output tokens + EOS: every hypothesis costs one step per token
     return _timed(tr, lines, batch_size, warmup, lambda n: tr.translate_ids(lines[:n], beam_size=beam),
                   lambda res: sum(len(r[0][0]) + 1 for r in res if r),
-                  {"search": "greedy" if beam == 1 else f"beam {beam}", "beam_size": beam})
+                  {"search": _search(beam), "beam_size": beam})
 
 
 def run_aligned(tr: Translator, lines: List[str], beam: int, batch_size: int, warmup: int) -> dict:
@@ -69,7 +73,7 @@ def run_aligned(tr: Translator, lines: List[str], beam: int, batch_size: int, wa
     teacher-forced pass over its output."""
     return _timed(tr, lines, batch_size, warmup, lambda n: tr.translate_aligned(lines[:n], beam_size=beam),
                   lambda res: sum(len(tr.tgt_tok.encode([r[0][0]])[0]) + 1 for r in res if r),
-                  {"search": f"beam {beam} + alignment" if beam > 1 else "greedy + alignment", "beam_size": beam})
+                  {"search": f"{_search(beam)} + alignment", "beam_size": beam})
 
 
 def run_prefixed(tr: Translator, lines: List[str], refs: List[str], beam: int, batch_size: int, warmup: int,
@@ -80,7 +84,7 @@ def run_prefixed(tr: Translator, lines: List[str], refs: List[str], beam: int, b
     return _timed(tr, lines, batch_size, warmup,
                   lambda n: tr.translate_ids(lines[:n], beam_size=beam, prefixes=prefixes[:n]),
                   lambda res: sum(len(r[0][0]) + 1 for r in res if r),
-                  {"search": f"beam {beam} + {'word' if whole else 'open'} prefix", "beam_size": beam})
+                  {"search": f"{_search(beam)} + {'word' if whole else 'open'} prefix", "beam_size": beam})
 
 
 def run_score(tr: Translator, lines: List[str], refs: List[str], batch_size: int, warmup: int) -> dict:

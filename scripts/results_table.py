@@ -25,13 +25,20 @@ if str(REPO) not in sys.path:   # run from a checkout without installing
 from nmt.commands import number  # noqa: E402 (after the path)
 
 
+def checkpoint_name(text: str) -> str:
+    """An argparse type: a checkpoint's name as the other commands take it."""
+    if text in ("best", "latest", "avg") or text.isdecimal():
+        return text
+    raise argparse.ArgumentTypeError(f"{text!r}: use best, latest, avg or a step number")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model_dirs", nargs="*", type=Path)
     p.add_argument("--markdown", type=Path, help="write the table(s) here")
     p.add_argument("--json", type=Path, help="write the rows here")
     p.add_argument("--curves", type=Path, help="PNG of training loss and dev BLEU vs updates and wall time")
-    p.add_argument("--checkpoint", help="scores of this checkpoint (default: best, else avg, else latest)")
+    p.add_argument("--checkpoint", type=checkpoint_name, help="scores of this checkpoint (default: best, else avg, else latest)")
     p.add_argument("--hardware", default=None,
                    help="hardware column of runs that did not record theirs (default: \"not recorded\"; this "
                         "machine's is not theirs)")

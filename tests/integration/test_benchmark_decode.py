@@ -38,3 +38,18 @@ def test_benchmark_decode_compares_with_gluonnlp_and_writes_its_report(tmp_path_
         assert report[name]["sent_per_s"] > 0 and len(report[name]["seconds"]) == 1
     assert report["speedup_vs_gluonnlp"] > 0 and report["speedup_vs_gluonnlp_on_step"] > 0
     assert report["samplers_agree"] >= 11 and report["model"]["arch"] == arch   # the planned step = `step`
+
+
+def test_benchmark_decode_refuses_bad_input_in_one_line(tmp_path_factory, tmp_path):
+    """A missing --src-file was "no sentences: ..." with exit 1, unlike every other bad input of the scripts."""
+    import subprocess
+    import sys
+    model_dir = tiny_model(tmp_path_factory)
+    for flags, said in ((["--model-dir", str(model_dir), "--src-file", str(tmp_path / "none.ko")],
+                         f"error: no sentences: {tmp_path / 'none.ko'}: file not found"),
+                        (["--model-dir", str(model_dir), "--rounds", "0"], "error: --rounds, --beam and --batch"),
+                        (["--model-dir", str(tmp_path / "gone")], f"error: model directory {tmp_path / 'gone'}")):
+        p = subprocess.run([sys.executable, REPO / "scripts" / "benchmark_decode.py", *flags,
+                            "--output", str(tmp_path / "out.json")], capture_output=True, text=True, timeout=300)
+        assert p.returncode == 2 and p.stderr.startswith(said), (flags, p.returncode, p.stderr)
+        assert not (tmp_path / "out.json").exists()

@@ -1165,6 +1165,10 @@ def test_benchmark_script(tr, tmp_path, capsys):
         ("beam 5 + open prefix", 1), ("beam 5 + open prefix", 64), ("forced", 1), ("forced", 64)]
     assert all(r["sentences"] == 6 and r["sentences_per_s"] > 0 and r["out_tokens_per_s"] > 0 and r["peak_rss_mb"] > 50
                and len(r["round_seconds"]) == 2 and r["seconds"] == min(r["round_seconds"]) for r in res["results"])
+    code = benchmark_translate.main(["--model-dir", str(tr.model_dir), *files, "--max-sentences", "2", "--beams", "1",
+                                     "--batch-sizes", "2", "--warmup", "0", "--json", str(out)])
+    assert code == 0 and [r["search"] for r in json.loads(out.read_text())["results"]] == [   # (not "beam 1 + ...")
+        "greedy", "greedy + alignment", "greedy + word prefix", "greedy + open prefix", "forced"]
     code = benchmark_translate.main(["--model-dir", str(tr.model_dir), *files[:3], str(synth_file(tr.model_dir,
                                      "train.en")), "--max-sentences", "6"])
     assert code == 2 and "they must be line-aligned" in capsys.readouterr().err

@@ -18,6 +18,17 @@ def test_benchmark_arch_refuses_bad_arguments(monkeypatch):
         _script(monkeypatch, "benchmark_arch").main(["--repeats", "0"])
 
 
+def test_benchmark_serve_refuses_a_wait_the_server_would_refuse(monkeypatch, capsys):
+    """--max-wait-ms was checked only by the server it starts, after the model and sentences were loaded."""
+    bench = _script(monkeypatch, "benchmark_serve")
+    for wait, said in (("60000", "--max-wait-ms 60000 is not shorter than the server's timeout of 60 s"),
+                       ("-1", "argument --max-wait-ms: must be >= 0")):
+        with pytest.raises(SystemExit) as e:
+            bench.parse_args(["--model-dir", "m", "--max-wait-ms", wait])
+        assert e.value.code == 2 and said in capsys.readouterr().err
+    assert bench.parse_args(["--model-dir", "m", "--max-wait-ms", "59999"]).max_wait_ms == 59999
+
+
 def test_benchmark_train_refuses_bad_arguments(monkeypatch, capsys):
     bench = _script(monkeypatch, "benchmark_train")
     with pytest.raises(SystemExit, match="--devices must include 1"):
@@ -152,8 +163,12 @@ def test_results_table_refuses_a_checkpoint_or_test_set_no_run_has(tmp_path, cap
     table = _script(monkeypatch, "results_table")
     assert table.main([str(run)]) == 0
     capsys.readouterr()
-    assert table.main([str(run), "--checkpoint", "bogus"]) == 2
-    assert "error: --checkpoint bogus: no run has its scores (test sets scored: tatoeba-test)" in capsys.readouterr().err
+    assert table.main([str(run), "--checkpoint", "500"]) == 2
+    assert "error: --checkpoint 500: no run has its scores (test sets scored: tatoeba-test)" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:   # (not "no run has its scores": no run could have)
+        table.main([str(run), "--checkpoint", "bogus"])
+    assert e.value.code == 2
+    assert "argument --checkpoint: 'bogus': use best, latest, avg or a step number" in capsys.readouterr().err
     assert table.main([str(run), "--ablation-base", str(run), "--ablation-test", "tatoeba-tset"]) == 2
     assert "error: --ablation-test tatoeba-tset: no run has scores of that test set" in capsys.readouterr().err
 
