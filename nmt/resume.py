@@ -98,12 +98,17 @@ def average_at_end(trainer, trained: bool) -> bool:
 
 def unscored(model_dir: Path, tests) -> bool:
     """Whether one of the test sets `tests` (names) has no score of the best checkpoint in scores.json yet (a --no-eval
-    run's: a resume without it, and no update, is to score them)."""
+    run's: a resume without it, and no update, is to score them): an entry of params.best's parameters (by their
+    sha256, where its manifest has it) under "best" or under the best step's number."""
     from nmt.scoring import read_scores
+    sha = ckpt.params_sha256(model_dir / ckpt.PARAMS_BEST)
+    keys = ["best", *([str(ckpt.best_step(model_dir))] if sha and ckpt.best_step(model_dir) else [])]
     try:
-        return any("best" not in read_scores(model_dir).get(name, {}) for name in tests)
+        scores = read_scores(model_dir)
     except ckpt.CheckpointError:   # (a damaged scores.json: said as the scores are recorded)
         return bool(tests)
+    return any(not any(isinstance(e, dict) and (sha is None or e.get("params_sha256") == sha)
+                       for e in map(scores.get(name, {}).get, keys)) for name in tests)
 
 
 def restore(model_dir: Path, net, optimizer: gluon.Trainer, data: TrainData, state: ckpt.TrainState,

@@ -1168,6 +1168,21 @@ def test_a_resume_to_score_a_no_eval_runs_test_sets_is_no_warning(tmp_path, task
     (model_dir / ckpt.LOG).write_text("")   # scored now: a resume that trains no more is the mistake it warns of
     assert train_main(["--model-dir", str(model_dir), "--resume", "--no-progress"]) == 0
     assert "WARNING nmt.train: no update made" in (model_dir / ckpt.LOG).read_text()
+    # the best's scores under its step's key are its scores too; a "best" entry of other parameters is not
+    import json
+    scores = json.loads((model_dir / ckpt.SCORES).read_text())
+    entry = scores["test"].pop("best")
+    scores["test"][str(ckpt.best_step(model_dir))] = entry
+    (model_dir / ckpt.SCORES).write_text(json.dumps(scores))
+    (model_dir / ckpt.LOG).write_text("")
+    assert train_main(["--model-dir", str(model_dir), "--resume", "--no-progress"]) == 0
+    assert "WARNING nmt.train: no update made" in (model_dir / ckpt.LOG).read_text()
+    scores["test"] = {"best": {**entry, "params_sha256": "0" * 64}}
+    (model_dir / ckpt.SCORES).write_text(json.dumps(scores))
+    (model_dir / ckpt.LOG).write_text("")
+    assert train_main(["--model-dir", str(model_dir), "--resume", "--no-progress"]) == 0
+    log = (model_dir / ckpt.LOG).read_text()
+    assert "INFO nmt.train: no update made" in log and "WARNING" not in log, log
 
 
 def test_every_worker_of_a_resume_to_average_says_no_update_was_made_without_a_warning(tmp_path, task):
