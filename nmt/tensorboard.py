@@ -12,6 +12,7 @@ import itertools
 import logging
 import math
 import os
+import re
 import struct
 import time
 from pathlib import Path
@@ -191,7 +192,8 @@ class TensorBoardWriter:
             return
         from tensorboardX.summary import text
         refs = list(references) if references is not None else [""] * len(sources)
-        cell = lambda t: str(t).replace("|", "\\|").replace("\n", " ")  # noqa: E731
+        # Markdown's marks escaped (`__init__` and `*args` of python-docs sentences are no emphasis; a pipe no cell)
+        cell = lambda t: re.sub(r"([\\`*_\[\]|])", r"\\\1", str(t)).replace("\n", " ")  # noqa: E731
         rows = ["| source | output | reference |", "|---|---|---|"]
         rows += [f"| {cell(s)} | {cell(h)} | {cell(r)} |" for s, h, r in zip(sources, hypotheses, refs)]
         self._summary(step, text("dev/samples", "\n".join(rows)))

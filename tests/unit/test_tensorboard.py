@@ -24,8 +24,8 @@ def test_scalars_and_samples_read_back(tmp_path):
         for step in (10, 20, 30):
             tb.log_train(step, loss=5.0 - step / 10, learning_rate=1e-3 * step, grad_norm=2.5, tokens_per_s=1000 + step)
         tb.log_validation(30, loss=2.0, bleu=12.5, chrf=31.25)
-        tb.log_samples(30, ["오늘 날씨가 좋네요.", "a | b"], ["The weather is nice today.", "x"],
-                       ["Nice weather.", "y"])
+        tb.log_samples(30, ["오늘 날씨가 좋네요.", "a | b", "__init__(*args) `x` [1]"], ["The weather is nice today.", "x",
+                       "C:\\dir"], ["Nice weather.", "y", "z"])
     scalars, texts = read_tensorboard(tmp_path / TENSORBOARD_DIR)
     assert scalars["train/loss"] == [(10, 4.0), (20, 3.0), (30, 2.0)]
     assert [s for s, _ in scalars["train/learning_rate"]] == [10, 20, 30]
@@ -38,6 +38,7 @@ def test_scalars_and_samples_read_back(tmp_path):
     [(step, text)] = texts["dev/samples"]
     assert step == 30 and "| 오늘 날씨가 좋네요. | The weather is nice today. | Nice weather. |" in text
     assert "a \\| b" in text   # a pipe inside a sentence does not break the table
+    assert "| \\_\\_init\\_\\_(\\*args) \\`x\\` \\[1\\] | C:\\\\dir | z |" in text   # Markdown's marks, as written
 
 
 def test_a_resumed_run_continues_the_same_curves(tmp_path):
