@@ -78,13 +78,14 @@ def align_ids(translator, src_ids: Sequence[List[int]], tgt_ids: Sequence[List[i
     """Word links of each (source ids, target ids) pair (without BOS/EOS, as the search and the tokenizer give
     them); an empty source or target has none."""
     weights = forced_attention(translator, src_ids, tgt_ids)
-    out = []
-    for x, y, w in zip(src_ids, tgt_ids, weights):
-        if not x or not y:
-            out.append([])
-            continue
-        out.append(word_links(w, translator.src_tok.piece_words(x)[1], translator.tgt_tok.piece_words(y)[1]))
-    return out
+    return [pair_links(translator, x, y, w) for x, y, w in zip(src_ids, tgt_ids, weights)]
+
+
+def pair_links(translator, src: Sequence[int], tgt: Sequence[int], weights: np.ndarray) -> Links:
+    """Word links of one pair's pieces (ids, as `align_ids` takes them) from their attention `weights`."""
+    if not src or not tgt:
+        return []
+    return word_links(weights, translator.src_tok.piece_words(src)[1], translator.tgt_tok.piece_words(tgt)[1])
 
 
 def with_links(translator, src_ids: Sequence[List[int]], hyps: Sequence[Sequence[Tuple[List[int], float]]]) -> list:

@@ -13,9 +13,9 @@ import importlib.util
 import numbers
 import os
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import mxnet as mx
 import numpy as np
@@ -38,6 +38,7 @@ class Attention:
     src_pieces: List[str]        # SentencePiece pieces of the source, then "</s>"
     tgt_pieces: List[str]        # pieces of the translation, then "</s>" when it ended with EOS
     weights: np.ndarray          # (len(tgt_pieces), len(src_pieces)); each row sums to 1
+    links: List[Tuple[int, int]] = field(default_factory=list)   # word alignment of these weights (`nmt.align`)
 
 
 def attention(translator, sentence: str, max_len: Optional[int] = None, translation: Optional[str] = None,
@@ -80,7 +81,7 @@ def _as_read(translator, sentence: str, ids: List[int]) -> str:
 
 def _forced(translator, sentence: str, ids: List[int], translation: Optional[str],
             pieces: Optional[Sequence[str]]) -> Attention:
-    from nmt.align import forced_attention
+    from nmt.align import forced_attention, pair_links
     from nmt.forced import target_ids
     from nmt.search import length_limits
     d = translator.decode   # as long as the search may write: a prefix cut to max_input_tokens, then its limit
@@ -98,13 +99,14 @@ def _forced(translator, sentence: str, ids: List[int], translation: Optional[str
             raise CorpusError(f"attention: {str(e).removeprefix('translation:1: the ')}") from None   # (ValueError)
     weights = forced_attention(translator, [ids], [tgt])[0]   # an empty translation: the row of its "</s>"
     return Attention(sentence, translation, [_piece(translator.src_tok, i) for i in ids] + ["</s>"],
-                     [_piece(translator.tgt_tok, i) for i in tgt] + ["</s>"], weights)
+                     [_piece(translator.tgt_tok, i) for i in tgt] + ["</s>"], weights,
+                     pair_links(translator, ids, tgt, weights))
 
 
 def _greedy(translator, sentence: str, ids: List[int], max_len: Optional[int]) -> Attention:
     """The greedy translation (`greedy_search`, as the model's length limit or `max_len` allows) and the attention
     of its steps, its pieces fed back through the model; a translation the limit cut off has no "</s>" row."""
-    from nmt.align import batch_attention
+    from nmt.align import batch_attention, pair_links
     from nmt.search import greedy_search, reached_limit
     model, ctx = as_model(translator.members), translator.ctx   # an ensemble: its mean
     src, src_len, limits = translator.source_batch([ids], ctx)
@@ -114,8 +116,9 @@ def _greedy(translator, sentence: str, ids: List[int], max_len: Optional[int]) -
     weights = batch_attention(model, src, src_len, mx.nd.array([[BOS_ID] + out], ctx=ctx, dtype="float32"))[0]
     src_pieces = [_piece(translator.src_tok, i) for i in ids] + ["</s>"]
     tgt_pieces = [_piece(translator.tgt_tok, i) for i in out] + (["</s>"] if ended else [])
+    weights = weights[:len(tgt_pieces), :len(src_pieces)]
     return Attention(sentence, tidy_translation(translator.tgt_tok.decode([out])[0]), src_pieces, tgt_pieces,
-                     weights[:len(tgt_pieces), :len(src_pieces)])
+                     weights, pair_links(translator, ids, out, weights))
 
 
 def _piece(tok, token_id: int) -> str:

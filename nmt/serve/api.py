@@ -309,7 +309,8 @@ def _add_routes(app: FastAPI, limits: Limits) -> None:
         ended = given is not None or a.tgt_pieces[-1:] == ["</s>"]   # (a given translation is as given)
         warnings = logged(request, warnings + cut + ([] if ended else [at_length_limit(model.translator.decode)]))
         return {"translation": a.translation, "src_pieces": a.src_pieces, "tgt_pieces": a.tgt_pieces,
-                "weights": [[round(float(w), 4) for w in row] for row in a.weights], "warnings": warnings}
+                "weights": [[round(float(w), 4) for w in row] for row in a.weights],
+                "alignment": [list(link) for link in a.links], "warnings": warnings}
 
 
 def _add_status_routes(app: FastAPI) -> None:

@@ -48,6 +48,8 @@ class AttentionAnswer(_Answer):
     src_pieces: List[str] = Field(description="the source's SentencePiece pieces (▁ starts a word)")
     tgt_pieces: List[str] = Field(description="the translation's pieces, </s> last when the model ended it")
     weights: List[List[float]] = Field(description="attention, target piece x source piece; each row sums to 1")
+    alignment: List[List[int]] = Field(description="the word alignment of these weights: [source word, translation "
+                                                   "word] pairs, words counted from 0, as /translate gives them")
     warnings: List[str]
 
 

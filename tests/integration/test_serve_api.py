@@ -128,6 +128,8 @@ def test_the_answers_are_those_the_openapi_document_describes(http, serve_senten
 def test_attention_of_the_greedy_translation(http, translator, serve_sentences):
     a = http.post("/attention", json={"text": serve_sentences[0]}).json()
     assert a["translation"] == translator.translate([serve_sentences[0]], beam_size=1)[0]
+    [(_, _, links)] = translator.translate_aligned([serve_sentences[0]], beam_size=1)[0]
+    assert a["alignment"] == [list(x) for x in links] and links
     assert len(a["weights"]) == len(a["tgt_pieces"]) and len(a["weights"][0]) == len(a["src_pieces"])
     assert all(abs(sum(row) - 1) < 0.01 for row in a["weights"])
     assert http.post("/attention", json={"text": "  "}).status_code == 422
@@ -168,6 +170,10 @@ def test_pieces_are_the_searchs_and_attention_takes_them_back(http, translator, 
     want = [[[translator.tgt_tok.piece(t) for t in ids] for ids, _ in h] for h in hyps]
     assert [[h.pieces for h in t.nbest] for t in got] == want
     assert [t.pieces for t in got] == [w[0] for w in want[:4]] + [[]]
+    for line, t in zip(lines[:4], got):   # /attention's word alignment of a hypothesis' pieces: /translate's (the
+        for h in t.nbest:                  # page asks /attention for the line it shows, not /translate for all)
+            a = http.post("/attention", json={"text": line, "pieces": h.pieces}).json()
+            assert a["alignment"] == h.alignment and h.alignment, (line, h)
     assert "pieces" not in http.post("/translate", json={"text": lines[:1]}).json()["translations"][0]
     pieces, text = non_canonical_split(translator.tgt_tok)
     a = http.post("/attention", json={"text": lines[0], "pieces": pieces}).json()

@@ -365,6 +365,7 @@ def test_pointing_at_a_word_marks_the_words_it_is_aligned_with(translator, serve
             best = httpx.post(url + "/translate", json=sent["translate"]).json()["translations"][0]
             assert sent["attention"] == {"text": sentence, "pieces": best["pieces"], "src_lang": "ko",
                                          "tgt_lang": "en"}
+            assert "alignment" not in sent["translate"]   # (every n-best item of every line: the /attention's now)
             assert driver.find_element(By.ID, "translation").text == best["translation"]
             rows = [th.text for th in driver.find_elements(By.CSS_SELECTOR, "#heatmap th.tgt")]
             assert rows == best["pieces"] + ["</s>"]
@@ -860,10 +861,10 @@ def test_the_heatmaps_warnings_are_shown_and_its_note_wraps(translator, serve_se
                                         "6 (max_input_tokens), as nmt-translate cuts input lines")
             assert cut == "the translation has 7 pieces: the heatmap shows its first 6"
             late = driver.execute_script("return pageWords(arguments[0])", "the request took longer than the per-"
-                                         "request limit of 3.0 s: send fewer sentences or a smaller beam_size or "
-                                         "nbest, or no alignment, or retry later")   # (the page always aligns)
+                                         "request limit of 3.0 s: send fewer sentences or a smaller beam_size, "
+                                         "or retry later")
             assert late == ("the request took longer than the per-request limit of 3.0 s: send fewer lines or a "
-                            "smaller beam or n-best, or retry later")
+                            "smaller beam, or retry later")
             driver.execute_script(   # a translation of more pieces than the limit: a cut /translate did not say
                 "const p = shown.result.translations[0].pieces; while (p.length <= 3) p.push(...p); selectLine(0);")
             wait_done(driver)
