@@ -239,14 +239,18 @@ def output_dir(flag: str, path: Path, file: str = "") -> Path:
 @contextlib.contextmanager
 def output_errors(output) -> Iterator[None]:
     """Around the writes to `output` (a file; standard output for None or "-", flushed here): a full disk, a
-    read-only or forbidden file is a StorageError naming it rather than a traceback. A reader that went away from
-    standard output (BrokenPipeError) passes through, for `reader_gone`."""
+    read-only or forbidden file is a StorageError naming it rather than a traceback, as is a file that is gone when
+    its writes end (it or its directory deleted meanwhile: what was written went with it). A reader that went away
+    from standard output (BrokenPipeError) passes through, for `reader_gone`."""
     from nmt.storage import StorageError, is_fixable, write_failure
     stdout = output in (None, "-")
     try:
         yield
         if stdout:
             sys.stdout.flush()
+        elif not os.path.exists(output):
+            raise StorageError(f"--output {output}: the file is gone (it, or its directory, was removed or moved "
+                               "while it was written): what was written to it is not there")
     except OSError as e:
         if not is_fixable(e) or e.filename not in (None, output):   # (another file's: not the output's to say)
             raise

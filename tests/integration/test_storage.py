@@ -305,6 +305,26 @@ def test_a_model_directory_gone_while_scores_are_recorded_is_named_not_the_stand
             raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(tmp_path / "other"))
 
 
+def test_an_output_file_deleted_while_written_is_an_error(tmp_path):
+    """nmt-translate --output d/out.txt whose directory was deleted while it translated wrote on into the unlinked
+    file and exited 0: hours of translations lost without a word."""
+    import contextlib
+    import shutil
+    from nmt.cli_io import open_output, output_errors
+    for name in ("out.txt", "out.txt.gz"):
+        out = tmp_path / "d" / name
+        with pytest.raises(StorageError, match=rf"^--output {out}: the file is gone \(it, or its directory, was "
+                                               r"removed or moved while it was written\)"):
+            with output_errors(str(out)), contextlib.ExitStack() as stack:
+                f = open_output(stack, str(out))
+                f.write("first\n")
+                shutil.rmtree(tmp_path / "d")
+                f.write("second\n")
+        with output_errors(str(out)), contextlib.ExitStack() as stack:   # (written whole: no error)
+            open_output(stack, str(out)).write("x\n")
+        assert out.is_file()
+
+
 def test_a_resume_needs_room_only_beyond_the_checkpoints_already_there(tmp_path, monkeypatch):
     """A resume was refused ("2.8 MiB free, but ... need about 7.0 MiB") where it ran to the end with the space
     there: its kept checkpoints are deleted as new ones are written."""
