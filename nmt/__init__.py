@@ -4,16 +4,16 @@ from importlib import metadata as _metadata
 __version__ = "0.1.0"
 
 
-def _check_single_mxnet() -> None:
-    """Refuse to run with both the CPU and a CUDA build of MXNet installed: they overwrite each other."""
+def mxnet_builds_problem() -> str:
+    """"" unless the CPU and a CUDA build of MXNet (or two CUDA builds) are installed at once, which write the same
+    `mxnet` package and break each other: then what to do. `nmt.models` refuses to load then, and the commands say
+    it in one line (`nmt.commands.import_failure`)."""
     found = sorted({d.metadata["Name"].lower() for d in _metadata.distributions()
                     if (d.metadata["Name"] or "").lower().startswith("mxnet")})
     builds = [n for n in found if n == "mxnet" or n.startswith("mxnet-cu")]
-    if len(builds) > 1:
-        raise ImportError(
-            f"Several MXNet builds are installed at once ({', '.join(builds)}); they write the same `mxnet` "
-            "package and break each other. Uninstall all of them, then install exactly one: "
-            "`pip install -r requirements/cpu.txt` (CPU) or `pip install -r requirements/gpu.txt` (CUDA 11.2).")
-
-
-_check_single_mxnet()
+    if len(builds) < 2:
+        return ""
+    return (f"Several MXNet builds are installed at once ({', '.join(builds)}); they write the same `mxnet` package "
+            f"and break each other. Uninstall them all, `pip uninstall -y {' '.join(builds)}`, then install exactly "
+            "one: `pip install 'mxnet==1.9.1' 'numpy>=1.21,<1.24'` (CPU) or `pip install 'mxnet-cu112==1.9.1' "
+            "'numpy>=1.21,<1.24'` (CUDA 11.2)")

@@ -13,6 +13,7 @@ import re
 import shlex
 import sys
 import traceback
+import warnings
 from pathlib import Path
 from typing import Any, Callable, List, Optional
 
@@ -184,6 +185,9 @@ def import_failure(e: BaseException) -> str:
     """The one-line error for `e` raised as MXNet (not installed, or its module code failing with numpy 1.24 or
     later) or a package nmt needs (`missing_package`) is imported; "" for any other error."""
     import importlib.util
+    from nmt import mxnet_builds_problem
+    if mxnet_builds_problem():
+        return mxnet_builds_problem()
     try:
         spec = importlib.util.find_spec("mxnet")
     except (ImportError, ValueError):   # (a module entry of None: "not installed")
@@ -212,6 +216,8 @@ def run_cli(main: Callable[[], int]) -> int:
     SIGHUP into Ctrl-C's interruption with their own exit codes, from the start (imports, loading a model)."""
     from nmt.signals import terminated_as_interrupt   # (it imports this module: not at the top)
     standard_streams()
+    # numpy 1.24's warning as MXNet 1.9.1 reads np.bool, just before the AttributeError said in one line below
+    warnings.filterwarnings("ignore", r"In the future `np\.\w+` will be defined", FutureWarning, r"mxnet(\.|$)")
     try:
         with terminated_as_interrupt():
             return main()

@@ -3,8 +3,13 @@ from __future__ import annotations
 
 from typing import Callable, Dict, Type
 
+from nmt import mxnet_builds_problem
 from nmt.config import ARCH_DEFAULTS, ConfigError
-from nmt.models.base import DecoderState, Seq2SeqModel
+
+if mxnet_builds_problem():   # (before MXNet is imported: which build's files it reads is anyone's guess)
+    raise ImportError(mxnet_builds_problem())
+
+from nmt.models.base import DecoderState, Seq2SeqModel  # noqa: E402
 
 ARCHITECTURES: Dict[str, Type[Seq2SeqModel]] = {}
 
