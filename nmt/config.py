@@ -178,7 +178,7 @@ class OptimConfig:
     plateau_patience: int = 2            # validations without gain before a plateau halving
     label_smoothing: float = 0.2
     weight_decay: float = 0.0
-    clip_norm: float = 5.0               # global gradient-norm clipping over all devices (0 disables)
+    clip_norm: float = 5.0               # clipping of the per-token mean gradient's global norm (0 disables)
     beta1: float = 0.9
     beta2: float = 0.98
 

@@ -98,7 +98,7 @@ OPTIM_FLAGS = [
     Flag("--label-smoothing", "optim", "label_smoothing", float, "label smoothing"),
     Flag("--weight-decay", "optim", "weight_decay", float,
          "L2 weight decay: MXNet's wd, added to each gradient before the optimizer's update (with adam: not AdamW)"),
-    Flag("--clip-norm", "optim", "clip_norm", float, "clip the global gradient norm (0 = off)"),
+    Flag("--clip-norm", "optim", "clip_norm", float, "clip the global norm of the per-token mean gradient (0 = off)"),
 ]
 TRAIN_FLAGS = [
     Flag("--model-dir", "train", "model_dir", str,

@@ -7,7 +7,7 @@ Each update:
      gradients are written (one micro-step) or accumulated (grad_req="add", zeroed after every update),
   3. `trainer.allreduce_grads()` sums the gradients over devices and workers (the kvstore: `device` on GPUs,
      `local` on CPU contexts, dist_sync across machines),
-  4. the global norm of the summed gradient is computed with `multi_sum_sq` and read on the host, and
+  4. the global norm of the summed gradient over N is computed with `multi_sum_sq` and read on the host, and
   5. `trainer.update` divides by N = the target tokens of the global batch and multiplies by the clip factor
      min(1, clip_norm / norm): the clipped gradient of the mean per-token loss, however the batch was split.
 """
