@@ -30,9 +30,10 @@ class TooDeep(json.JSONDecodeError):
     """JSON nested deeper than Python's recursion limit lets the parser go (RecursionError, not a parse error)."""
 
 
-def loads(text: str) -> Any:
-    """`json.loads`, but RepeatedKey for a key given twice in an object, and a json.JSONDecodeError for JSON nested
-    past the parser's recursion limit (TooDeep) or a number longer than Python reads (over 4,300 digits)."""
+def loads(text: str, hook: Callable[[List[Tuple[str, Any]]], Any] = None) -> Any:
+    """`json.loads`, but RepeatedKey for a key given twice in an object (or each object as `hook` makes it of its
+    pairs), and a json.JSONDecodeError for JSON nested past the parser's recursion limit (TooDeep) or a number longer
+    than Python reads (over 4,300 digits)."""
     def number(digits: str) -> int:
         try:
             return int(digits)
@@ -40,7 +41,7 @@ def loads(text: str) -> Any:
             raise json.JSONDecodeError(f"a number of {len(digits)} digits (at most {sys.get_int_max_str_digits()})",
                                        text, text.find(digits)) from None
     try:
-        return json.loads(text, object_pairs_hook=_unique_keys, parse_int=number)
+        return json.loads(text, object_pairs_hook=hook or _unique_keys, parse_int=number)
     except RecursionError:
         raise TooDeep("arrays and objects nested too deeply", text, 0) from None
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import itertools
 import json
-import unicodedata
 import logging
+import re
+import unicodedata
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, List, Optional, Tuple
 
@@ -25,6 +26,9 @@ EXAMPLE = '{"text": ["안녕하세요"], "beam_size": 4, "nbest": 1}'   # of /tr
 # Arrays and objects a body may nest: a request nests 2 (an object of lists of strings). Much deeper JSON would only
 # reach Python's recursion limit in the parser, the validation or the error message (a 500 instead of a 400).
 MAX_DEPTH = 32
+# Arrays and objects a body may hold (a request holds 2 to 4); a million empty arrays in 4 MB took seconds to parse and
+# walk, the GIL held. Brackets are counted outside strings (`_STRING`) only when the whole text has more of them.
+MAX_CONTAINERS, _STRING = 10_000, re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
 
 logger = logging.getLogger("nmt.serve")
 
@@ -145,11 +149,12 @@ def parse(body: bytes, model: type) -> BaseModel:
                                 f"send UTF-8 encoded JSON, e.g. {example(model)}") from None
     too_deep = RequestError(400, f"the body is nested too deeply (more than {MAX_DEPTH} levels of arrays and "
                                  f"objects): send a JSON object of fields, e.g. {example(model)}")
+    containers = text.count("[") + text.count("{")
+    if containers > MAX_CONTAINERS and (containers := _containers(text)) > MAX_CONTAINERS:
+        raise RequestError(422, f"the body holds {containers:,} arrays and objects: a request is an object of a few "
+                                f"fields, lists of strings, e.g. {example(model)}")
     try:
-        obj = jsonio.loads(text)
-    except jsonio.RepeatedKey as e:   # json.loads would keep the last value
-        name = shown_name(e.args[0])
-        raise RequestError(422, f"field {name!r} is given twice; give each field once", name) from None
+        obj = _fields_once(text)
     except jsonio.TooDeep:   # the parser recurses once per level
         raise too_deep from None
     except json.JSONDecodeError as e:
@@ -170,6 +175,31 @@ def parse(body: bytes, model: type) -> BaseModel:
         return model.model_validate({k: cut_after_wrong_items(v, model.model_fields.get(k)) for k, v in obj.items()})
     except ValidationError as e:
         raise validation_error(e, model) from None
+
+
+def _fields_once(text: str) -> Any:
+    """The parsed JSON `text`; a 422 for a field given twice (json.loads would keep the last value). A key repeated in
+    an object within a field's value is left to the validation, which refuses that object (no field takes one)."""
+    try:
+        return jsonio.loads(text)
+    except jsonio.RepeatedKey:
+        top, seen = jsonio.loads(text, _Pairs), set()
+        for key, _ in top if isinstance(top, _Pairs) else ():
+            if key in seen:
+                name = shown_name(key)
+                raise RequestError(422, f"field {name!r} is given twice; give each field once", name) from None
+            seen.add(key)
+        return jsonio.loads(text, dict)
+
+
+class _Pairs(list):
+    """A JSON object as its (key, value) pairs."""
+
+
+def _containers(text: str) -> int:
+    """The arrays and objects of JSON `text`: its brackets outside strings."""
+    outside = _STRING.sub("", text)
+    return outside.count("[") + outside.count("{")
 
 
 def shown_name(name: str) -> str:

@@ -90,6 +90,22 @@ def test_a_number_too_long_to_read_and_a_repeated_field_are_named(http):
     assert r.status_code == 400 and "a number of 5000 digits (at most 4300)" in r.json()["error"], r.text
     r = http.post("/translate", content=b'{"text": ["a"], "text": ["b"]}')
     assert r.status_code == 422 and r.json()["field"] == "text", r.text
+    # a key repeated in an object inside a field's value is no field given twice: that object is the fault
+    r = http.post("/translate", content='{"text": ["고양이"], "target_prefix": [{"text": 1, "text": 2}]}'.encode())
+    assert r.status_code == 422 and r.json()["field"] == "target_prefix[0]", r.text
+    assert r.json()["error"].startswith("target_prefix[0]: input should be a valid string (got {"), r.text
+    r = http.post("/translate", content=b'{"text": ["a"], "nbest": {"x": 1, "x": 2}, "nbest": 3}')
+    assert r.status_code == 422 and r.json()["field"] == "nbest" and "field 'nbest' is given twice" in r.text
+
+
+def test_a_body_of_a_million_arrays_is_refused_before_it_is_parsed(http):
+    """{"text": [[], [], ...]} of 1.3 million empty arrays (3.9 MB, within --max-body-bytes) was parsed and walked
+    on the event loop: every other client waited 5 s for its answer (/health too). Brackets in strings are text."""
+    r = http.post("/translate", content=b'{"text": [' + b",".join([b"[]"] * 1_300_000) + b"]}")
+    assert r.status_code == 422 and r.json()["field"] is None, r.text
+    assert r.json()["error"].startswith("the body holds 1,300,002 arrays and objects: a request is an object of a few")
+    r = http.post("/translate", json={"text": ["[" * 20_000, "{]"], "beam_size": 1})
+    assert r.status_code == 200 and len(r.json()["translations"]) == 2, r.text
 
 
 def test_a_body_slower_than_the_time_limit_is_a_408(translator):
