@@ -27,6 +27,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import sentencepiece as spm
 
+from nmt import spm_process
 from nmt.atomic import atomic_copy
 from nmt.storage import guarded_write
 
@@ -331,10 +332,9 @@ def train_tokenizer(lines: Sequence[str], out_dir: PathLike, lang: str, vocab_si
         with guarded_write(text_file):   # the SentencePiece input, in the temporary directory
             n_content = _write_training_text(lines, text_file, lang)
         prefix = Path(tmp) / "spm"
-        spm.set_random_generator_seed(seed)
         try:
-            spm.SentencePieceTrainer.train(
-                input=str(text_file), model_prefix=str(prefix), vocab_size=vocab_size, model_type=model_type,
+            spm_process.train(
+                seed, input=str(text_file), model_prefix=str(prefix), vocab_size=vocab_size, model_type=model_type,
                 character_coverage=character_coverage(lang) if coverage is None else coverage,
                 byte_fallback=True, pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
                 normalization_rule_name="identity", remove_extra_whitespaces=False,

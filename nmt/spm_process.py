@@ -1,0 +1,36 @@
+"""SentencePiece training in a child process. Its C++ trainer holds the GIL until it returns (90 s a language on the
+`all` recipe's sample), so that a signal's handler (Ctrl-C, SIGTERM: `nmt.signals`) could not run meanwhile and the
+stop the docs promise "at once" waited for it; the child is killed instead."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+_CHILD = """import json, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)   # a terminal's Ctrl-C reaches both: the parent stops it
+import sentencepiece as spm
+seed, options = json.loads(sys.argv[1])
+spm.set_random_generator_seed(seed)
+try:
+    spm.SentencePieceTrainer.train(**options)
+except RuntimeError as e:
+    sys.stderr.write(str(e))
+    sys.exit(1)
+"""
+
+
+def train(seed: int, **options) -> None:
+    """`spm.SentencePieceTrainer.train(**options)` after `spm.set_random_generator_seed(seed)`, in a child process
+    (the same interpreter); RuntimeError with SentencePiece's message when it fails. An exception here (a signal's
+    KeyboardInterrupt) kills the child first."""
+    proc = subprocess.Popen([sys.executable, "-c", _CHILD, json.dumps([seed, options])], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        _, err = proc.communicate()
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    if proc.returncode:
+        raise RuntimeError(err.decode("utf-8", "replace").strip() or f"its process ended with {proc.returncode}")
