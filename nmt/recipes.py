@@ -12,7 +12,6 @@ import json
 import logging
 import os
 import random
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,8 +22,8 @@ from nmt.commands import shell_word
 from nmt.config import ConfigError, DataConfig
 from nmt.corpus import CorpusError, Pairs, concat, read_parallel, read_tsv
 from nmt.download import DOWNLOAD_TIMEOUT, download, download_archive, mirror_lacks, verify_file
-from nmt.languages import check_languages, has_hangul
-from nmt.rest_markup import strip_rest_markup
+from nmt.languages import check_languages
+from nmt.rest_markup import clean_rest_docs
 from nmt.storage import check_writable
 
 logger = logging.getLogger("nmt.recipes")
@@ -161,35 +160,6 @@ def fetch(source: Source, key: str, data_dir: Optional[Path], cache_dir: Path, *
     except CorpusError as e:
         raise CorpusError(f"{what}: {e}{missing}") from None
     return path
-
-
-_NATURAL_WORD = re.compile(r"(?<![\w.])[A-Za-z][a-z]+(?![\w(])")
-
-
-def clean_rest_docs(pairs: Pairs) -> Tuple[Pairs, Dict[str, int]]:
-    """Documentation pairs (ko -> en) with reST markup removed; pairs without language content dropped.
-
-    Dropped: Korean side without Hangul ("no_hangul"), identical sides ("identical": code, names),
-    English side without a single ordinary word ("code_only"). Markup such as :func:`x` or ``code``
-    becomes its plain text on both sides.
-    """
-    counts: Counter = Counter()
-    ko_out: List[str] = []
-    en_out: List[str] = []
-    for ko, en in zip(pairs.src, pairs.tgt):
-        ko, en = " ".join(strip_rest_markup(ko).split()), " ".join(strip_rest_markup(en).split())
-        if ko == en:
-            counts["identical"] += 1
-        elif not has_hangul(ko):
-            counts["no_hangul"] += 1
-        elif not _NATURAL_WORD.search(en):
-            counts["code_only"] += 1
-        else:
-            ko_out.append(ko)
-            en_out.append(en)
-    logger.info("%s: %d of %d pairs have language content after markup removal (dropped %s)", pairs.name,
-                len(ko_out), len(pairs), ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none")
-    return Pairs(ko_out, en_out, pairs.name, dict(pairs.dropped)), dict(counts)
 
 
 def load_source(source: Source, data_dir: Optional[Path], cache_dir: Path, *,
@@ -382,10 +352,12 @@ def _load_files(cfg: DataConfig) -> DatasetSplits:
     train, counts = clean_training_pairs(train, held_out, max_chars=cfg.max_chars, max_ratio=cfg.max_ratio,
                                          where=" / ".join(train_files))
     drops.update(counts)
+    _none_left(train, train_files, drops)   # (before the dev set's advice: test files = training's leave none)
     if dev is None:   # held out of the training pairs, as a recipe's
         if len(train) <= 2 * FILES_DEV_SIZE:
-            raise CorpusError(f"{train_files[0]} / {train_files[1]}: {len(train)} training pairs after cleaning, too "
-                              f"few to hold out {FILES_DEV_SIZE} for dev; give a dev set with --dev-src/--dev-tgt")
+            raise CorpusError(f"{train_files[0]} / {train_files[1]}: {len(train)} training pairs after cleaning"
+                              f" ({_dropped(drops) or 'none dropped'}), too few to hold out {FILES_DEV_SIZE} for dev; "
+                              "give a dev set with --dev-src/--dev-tgt")
         before = len(train)   # (the pairs sharing a side with a dev pair are dropped from training too: 147 of 2,500)
         train, dev = _hold_out_dev(train, FILES_DEV_SIZE, FILES_DEV_SEED, cfg, drops)
         out = before - len(train)
@@ -394,7 +366,14 @@ def _load_files(cfg: DataConfig) -> DatasetSplits:
                    "the dev set%s: %d (%.0f%% of them) not trained on (seed %d; nmt-evaluate --dev-set scores them)%s",
                    len(dev), f" and {out - len(dev)} share a side with one" * (out > len(dev)), out, 100 * out / before,
                    FILES_DEV_SEED, "; give a dev set with --dev-src/--dev-tgt to train on them" if large else "")
-    if not len(train):
-        raise CorpusError(f"{train_files[0]} / {train_files[1]}: no training pairs left after filtering "
-                          f"({', '.join(f'{k} {v}' for k, v in sorted(drops.items()))})")
+    _none_left(train, train_files, drops)
     return DatasetSplits(train, dev, tests, dict(drops))
+
+
+def _dropped(drops: Counter) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(drops.items()))
+
+
+def _none_left(train: Pairs, files, drops: Counter) -> None:
+    if not len(train):
+        raise CorpusError(f"{files[0]} / {files[1]}: no training pairs left after filtering ({_dropped(drops)})")

@@ -2,7 +2,13 @@
 come from the .po files of Sphinx documentation, whose roles, literals and links carry no language."""
 from __future__ import annotations
 
+import logging
 import re
+from collections import Counter
+from typing import Dict, List, Tuple
+
+from nmt.corpus import Pairs
+from nmt.languages import has_hangul
 
 # reStructuredText markup that carries no language: roles, literals, links, emphasis, escapes, footnote marks.
 _MARKUP = r"""
@@ -54,3 +60,33 @@ def strip_rest_markup(text: str, markup: "re.Pattern[str]" = _REST) -> str:
     if text.endswith("::"):
         text = text[:-3] if text.endswith(" ::") else text[:-1]
     return text.strip()
+
+
+_NATURAL_WORD = re.compile(r"(?<![\w.])[A-Za-z][a-z]+(?![\w(])")
+
+
+def clean_rest_docs(pairs: Pairs) -> Tuple[Pairs, Dict[str, int]]:
+    """Documentation pairs (ko -> en) with reST markup removed; pairs without language content dropped.
+
+    Dropped: Korean side without Hangul ("no_hangul"), identical sides ("identical": code, names),
+    English side without a single ordinary word ("code_only"). Markup such as :func:`x` or ``code``
+    becomes its plain text on both sides.
+    """
+    counts: Counter = Counter()
+    ko_out: List[str] = []
+    en_out: List[str] = []
+    for ko, en in zip(pairs.src, pairs.tgt):
+        ko, en = " ".join(strip_rest_markup(ko).split()), " ".join(strip_rest_markup(en).split())
+        if ko == en:
+            counts["identical"] += 1
+        elif not has_hangul(ko):
+            counts["no_hangul"] += 1
+        elif not _NATURAL_WORD.search(en):
+            counts["code_only"] += 1
+        else:
+            ko_out.append(ko)
+            en_out.append(en)
+    dropped = ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"
+    logging.getLogger("nmt.recipes").info("%s: %d of %d pairs have language content after markup removal (dropped "
+                                          "%s)", pairs.name, len(ko_out), len(pairs), dropped)
+    return Pairs(ko_out, en_out, pairs.name, dict(pairs.dropped)), dict(counts)

@@ -427,9 +427,14 @@ def test_training_files_without_dev_files_hold_out_a_dev_set(write_file, monkeyp
     assert held[0].levelname == "INFO" and "(3% of them)" in held[0].message
     few = DataConfig(recipe=None, src_lang="en", tgt_lang="ko", train_src=str(write_file("f.en", src[:6])),
                      train_tgt=str(write_file("f.ko", tgt[:6])))
-    with pytest.raises(CorpusError, match="6 training pairs after cleaning, too few to hold out 3 for dev; give a "
-                                          "dev set with --dev-src/--dev-tgt"):
+    with pytest.raises(CorpusError, match=r"6 training pairs after cleaning \(none dropped\), too few to hold out 3 "
+                                          "for dev; give a dev set with --dev-src/--dev-tgt"):
         load_data(few)
+    # the training files as the test set too: every pair is dropped as a test pair, and that is what is said (the
+    # dev set's advice was followed by "no training pairs left")
+    same = dataclasses.replace(many, test_src=many.train_src, test_tgt=many.train_tgt)
+    with pytest.raises(CorpusError, match=r"no training pairs left after filtering \(overlap:test 100\)"):
+        load_data(same)
 
 
 def _synthetic_recipe(monkeypatch, tmp_path, n=300):
