@@ -18,7 +18,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from nmt.commands import shell_word
 from nmt.textfile import (READ_ERRORS, CorpusError, PathLike, archive_sign, binary_sign, encoding_of, iconv_command,
-                          not_text, open_bytes, to_utf8_hint, wide_encoding)
+                          line_ends_command, not_text, open_bytes, to_utf8_hint, wide_encoding)
 
 logger = logging.getLogger("nmt.corpus")
 
@@ -240,7 +240,7 @@ def _decode_lines(path: PathLike, skip_invalid_utf8: bool, max_line_chars: int,
             counts = f": {bare_cr} CR, {lf} LF" if lf else ""
             raise CorpusError(f"{path}: line ends are CR only (old Mac format{counts}), so the file reads as "
                               f"{'one line' if lf < 2 else f'{lf} lines'}; convert them, e.g. "
-                              f"`tr '\\r' '\\n' < {path} > out.txt`")
+                              f"`{line_ends_command(path, kind)}`")
         crlf = data.count(b"\r\n")
         if crlf:
             logger.warning("%s: converted %d CRLF (Windows) line ends to LF", path, crlf)

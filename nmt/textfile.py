@@ -123,13 +123,27 @@ def iconv_command(path: Optional[PathLike], encoding: str, kind: Optional[str], 
     (/dev/stdin, <(...)) gets the command for standard input: a filter to put in it."""
     if path is not None and os.path.exists(path) and not os.path.isfile(path):
         path = None
-    cat = {"gzip": "zcat", "bzip2": "bzcat", "xz": "xzcat"}.get(kind or "")
+    cat = _CATS.get(kind or "")
     command = (f"{cat}{'' if path is None else ' ' + shell_word(path)} | iconv -f {encoding} -t UTF-8" if cat else
                f"iconv -f {encoding} -t UTF-8{'' if path is None else ' ' + shell_word(path)}")
-    if not into or path is None:
-        return command
+    return f"{command} > {_beside(path, 'utf8')}" if into and path is not None else command
+
+
+_CATS = {"gzip": "zcat", "bzip2": "bzcat", "xz": "xzcat"}   # a compressed file's text on standard output
+
+
+def _beside(path: PathLike, tag: str) -> str:
+    """The file beside `path` a conversion writes into, as a shell word: `tag` before its suffix (without the
+    compression's): train.ko.gz -> train.utf8.ko."""
     text = Path(path).with_suffix("") if Path(path).suffix.lower() in (".gz", ".bz2", ".xz") else Path(path)
-    return f"{command} > {shell_word(text.with_name(f'{text.stem}.utf8{text.suffix}'))}"
+    return shell_word(text.with_name(f"{text.stem}.{tag}{text.suffix}"))
+
+
+def line_ends_command(path: PathLike, kind: Optional[str]) -> str:
+    """The command turning the CR line ends of `path` (compressed as `kind`) into LF, into a file beside it."""
+    cat = _CATS.get(kind or "")
+    read = f"{cat} {shell_word(path)} | tr '\\r' '\\n'" if cat else f"tr '\\r' '\\n' < {shell_word(path)}"
+    return f"{read} > {_beside(path, 'lf')}"
 
 
 def _reads_as(line: bytes, encoding: str, pattern: str) -> bool:

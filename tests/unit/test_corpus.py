@@ -153,6 +153,18 @@ def test_cr_only_line_ends_are_an_error(write_file):
     with pytest.raises(CorpusError, match=r"n.ko: line ends are CR only \(old Mac format: 2 CR, 1 LF\), so the file "
                                           r"reads as one line; convert them, e.g. `tr '\\r' '\\n'"):
         read_parallel(ko, write_file("n.en", EN))
+    # the command as given works: a path with a space quoted, a compressed file read by zcat (`tr` over gzip's bytes
+    # made a damaged gzip file)
+    import gzip
+    spaced = write_file("my data/m k.ko", "\r".join(KO) + "\r")
+    packed = spaced.with_name("p.ko.gz")
+    packed.write_bytes(gzip.compress(spaced.read_bytes()))
+    for path, made in ((spaced, spaced.with_name("m k.lf.ko")), (packed, packed.with_name("p.lf.ko"))):
+        with pytest.raises(CorpusError) as e:
+            read_parallel(path, write_file("n.en", EN))
+        command = re.search("e.g. `(.*)`$", str(e.value))[1]
+        subprocess.run(command, shell=True, check=True)
+        assert read_parallel(made, write_file("n.en", EN)).src == KO, command
 
 
 def test_trailing_blank_lines_ignored_with_warning(write_file, nmt_logs):
