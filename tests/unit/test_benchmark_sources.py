@@ -41,8 +41,9 @@ def test_the_serving_benchmark_says_why_it_has_no_sentences(tmp_path):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     args = SimpleNamespace(src_file=str(tmp_path / "missing.ko"), data_dir=None, max_sentences=10)
-    with pytest.raises(SystemExit, match="no sentences: .*missing.ko"):
+    from nmt.config import ConfigError   # (run_cli's "error: ..." and exit 2)
+    with pytest.raises(ConfigError, match="no sentences: .*missing.ko"):
         module.sentences(args, SimpleNamespace(config=_config()))
     args.src_file = None
-    with pytest.raises(SystemExit, match="no sentences: .*recipe"):
+    with pytest.raises(ConfigError, match="no sentences: .*recipe"):
         module.sentences(args, SimpleNamespace(config=_config()))
