@@ -6,6 +6,7 @@ import os
 import re
 from typing import Sequence, Tuple
 
+from nmt.commands import shell_word
 from nmt.corpus import CorpusError, normalize
 
 _HANGUL = re.compile("[\uac00-\ud7a3\u1100-\u11ff\u3130-\u318f]")
@@ -34,7 +35,23 @@ def check_languages(src: Sequence[str], tgt: Sequence[str], src_lang: str, names
                           + (same or "is it the Korean file again?"))
     raise CorpusError(f"{names[ko]} should be the Korean side ({direction}) but has Hangul on {shares[ko]:.0%} of its "
                       f"lines, against {shares[en]:.0%} in {names[en]}: " +
-                      (same or "are both files English?" if max(shares) < 0.5 else "are the files swapped?"))
+                      (same or _encoded_twice((src, tgt)[ko], names[ko].split(" ", 1)[-1]) or
+                       ("are both files English?" if max(shares) < 0.5 else "are the files swapped?")))
+
+
+# The first byte of a Hangul syllable's UTF-8 (0xEA-0xED) read as Latin-1 or Windows-1252: "고마워요" -> "ê³ ë§ˆì›Œìš”"
+_HANGUL_LEAD_AS_LATIN = re.compile("[\u00ea-\u00ed]")
+
+
+def _encoded_twice(lines: Sequence[str], path: str) -> str:
+    """The likely cause when most of `lines` (no Hangul) read as Korean UTF-8 decoded as Latin-1 or Windows-1252 and
+    encoded to UTF-8 again (an editor or a spreadsheet export that took the file for Latin-1); else ""."""
+    picked = [x for x in lines[::max(1, len(lines) // 10_000)] if x.strip()]
+    if not picked or sum(len(_HANGUL_LEAD_AS_LATIN.findall(x)) >= 2 for x in picked) < len(picked) / 2:
+        return ""
+    return ("its lines read like Korean UTF-8 that was taken for Latin-1 or Windows-1252 and saved as UTF-8 again "
+            f"(\"고마워요\" as \"ê³ ë§ˆì›Œìš”\"): undo it with `iconv -f UTF-8 -t WINDOWS-1252 {shell_word(path)}` (or "
+            "-t LATIN1), which writes the bytes it was read from")
 
 
 def hangul_counts(lines: Sequence[str]) -> Tuple[int, int]:

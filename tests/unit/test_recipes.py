@@ -372,13 +372,18 @@ def test_swapped_or_one_language_files_are_refused(write_file, direction):
     ko_side, en_side = ("src", "tgt") if src_lang == "ko" else ("tgt", "src")
     other_ko = write_file("other.ko", ["다른 문장.", "개.", "네.", "2025"])   # (both Korean, two files)
     other_en = [write_file(f"other{i}.en", ["Other.", "A dog.", "Yes.", "2025"]) for i in (1, 2)]   # (no Hangul)
+    # Korean UTF-8 read as Windows-1252 and saved again ("are both files English?" said nothing of it)
+    twice = str(write_file("twice.ko", "안녕하세요.\n고양이가 있다.\nOK 좋아요.\n2024 년\n".encode().decode("cp1252",
+                                                                                               "replace")))
     for kind, files, side, says in (
             ("train", (right[tgt_lang], right[src_lang]), ko_side, "are the files swapped?"),
             ("dev", (dev[tgt_lang], dev[src_lang]), ko_side, "are the files swapped?"),
             ("train", (ko, ko), en_side, "the same file is given for both sides"),
             ("train", (en, en), ko_side, "the same file is given for both sides"),   # (the English file: Korean named)
             ("train", (ko, str(other_ko)), en_side, "is it the Korean file again?"),
-            ("train", tuple(map(str, other_en)), ko_side, "are both files English?")):
+            ("train", tuple(map(str, other_en)), ko_side, "are both files English?"),
+            ("train", (twice, en) if src_lang == "ko" else (en, twice), ko_side, "`iconv -f UTF-8 -t WINDOWS-1252 "
+             f"{twice}` (or -t LATIN1), which writes the bytes it was read from")):
         cfg = dataclasses.replace(good, **{f"{kind}_src": files[0], f"{kind}_tgt": files[1]})
         with pytest.raises(CorpusError) as e:
             load_data(cfg)
