@@ -338,9 +338,15 @@ def read_parallel(src_path: PathLike, tgt_path: PathLike, *, skip_invalid_utf8: 
     """Line-aligned file pair: line i of `src_path` translates to line i of `tgt_path`. Pairs with an empty or
     skipped side are dropped (counted), unless `whole`: a test set, read as nmt-evaluate reads its files (every line
     counts, none is skipped, and a source line of any length is the Translator's to cut)."""
-    src, tgt = (read_lines(p, skip_invalid_utf8=skip_invalid_utf8 and not whole, keep_blank_end=True,
-                           skippable=not whole, max_line_chars=None if whole and side == 0 else MAX_LINE_CHARS)
-                for side, p in enumerate((src_path, tgt_path)))
+    try:
+        src, tgt = (read_lines(p, skip_invalid_utf8=skip_invalid_utf8 and not whole, keep_blank_end=True,
+                               skippable=not whole, max_line_chars=None if whole and side == 0 else MAX_LINE_CHARS)
+                    for side, p in enumerate((src_path, tgt_path)))
+    except CorpusError as e:   # (the flag given, and not a word of why it did nothing)
+        if not (whole and skip_invalid_utf8 and ": invalid UTF-8 (" in str(e)):
+            raise
+        raise CorpusError(f"{str(e).rstrip('.')} (--skip-invalid-utf8 drops lines of training and dev files only: a "
+                          "test set is scored whole).") from None
     drop_blank_ends([(src_path, src), (tgt_path, tgt)])
     if len(src) != len(tgt):
         raise CorpusError(

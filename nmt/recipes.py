@@ -337,7 +337,7 @@ def _load_files(cfg: DataConfig) -> DatasetSplits:
     skip = cfg.skip_invalid_utf8
     train = read_parallel(*train_files, skip_invalid_utf8=skip, name="train")
     dev = read_parallel(*dev_files, skip_invalid_utf8=skip, name="dev") if dev_files else None
-    tests = {"test": read_parallel(*test_files, name="test", whole=True)} if test_files else {}
+    tests = {"test": read_parallel(*test_files, skip_invalid_utf8=skip, name="test", whole=True)} if test_files else {}
     for kind, pairs in (("train", train), ("dev", dev), ("test", tests.get("test"))):
         if pairs is not None:
             check_languages(pairs.src, pairs.tgt, cfg.src_lang, tuple(

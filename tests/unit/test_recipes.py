@@ -324,8 +324,12 @@ def test_a_test_set_of_files_is_read_whole(write_file, tmp_path, nmt_logs):
     from nmt.scoring import recipe_tests   # nmt-evaluate --recipe-tests reads them as training did
     assert recipe_tests(Config(data=cfg))["test"].src == test.src
     (tmp_path / "bad.ko").write_bytes("하나.\n".encode() + b"\xff\n" + "셋.\n길다.\n".encode())
-    with pytest.raises(CorpusError, match=r"bad.ko:2: invalid UTF-8 .*\)\.$"):
-        load_data(dataclasses.replace(cfg, test_tgt=str(tmp_path / "bad.ko")))
+    with pytest.raises(CorpusError, match=r"bad.ko:2: invalid UTF-8 .*\) \(--skip-invalid-utf8 drops lines of "
+                                          r"training and dev files only: a test set is scored whole\)\.$"):
+        load_data(dataclasses.replace(cfg, test_tgt=str(tmp_path / "bad.ko")))   # (the flag given: said, not ignored)
+    with pytest.raises(CorpusError, match=r"bad.ko:2: invalid UTF-8 .*\)\.$") as e:
+        load_data(dataclasses.replace(cfg, test_tgt=str(tmp_path / "bad.ko"), skip_invalid_utf8=False))
+    assert "skip-invalid-utf8" not in str(e.value)
 
 
 def test_files_replace_the_default_recipe_in_python(monkeypatch):
