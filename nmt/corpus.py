@@ -6,7 +6,6 @@ undecodable lines when asked to skip them, filtered training pairs) is counted a
 """
 from __future__ import annotations
 
-import codecs
 import logging
 import os
 import re
@@ -17,8 +16,8 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from nmt.commands import shell_word
-from nmt.textfile import (READ_ERRORS, CorpusError, PathLike, archive_sign, binary_sign, encoding_of, iconv_command,
-                          line_ends_command, not_text, open_bytes, to_utf8_hint, wide_encoding)
+from nmt.textfile import (CorpusError, PathLike, encoding_of, iconv_command, line_ends_command, not_text,
+                          read_text_bytes, to_utf8_hint)
 
 logger = logging.getLogger("nmt.corpus")
 
@@ -155,30 +154,6 @@ def _warn_of_changes(path: PathLike, lines: Sequence[Optional[str]]) -> None:
                        "side (e.g. `cut -f1 %s`)", path, shell_word(path))
 
 
-def _text_bytes(data: bytes, path: Path, kind: Optional[str]) -> bytes:
-    """A file's bytes without a UTF-8 byte-order mark (warned); CorpusError for UTF-16 and for a file without text.
-    UTF-16 without its byte-order mark shows as NUL bytes, one for every ASCII character (spaces and punctuation of
-    Korean text too), where UTF-8 text has none but a stray control character."""
-    archive, binary = archive_sign(data), binary_sign(data)
-    if archive:   # (a zip archive is named as it is opened)
-        raise CorpusError(f"{path}: this is {archive}, not text; extract or decompress the file of sentences first "
-                          "(gzip, bzip2 and xz files of text are read as they are)")
-    if binary:
-        raise CorpusError(f"{path}: this is {binary}, not text: give a file of sentences, one per line")
-    encoding, sign = wide_encoding(data)
-    if encoding:
-        raise CorpusError(f"{path}: the file is {encoding} ({sign}); convert it to UTF-8, e.g. "
-                          f"`{iconv_command(path, encoding, kind, into=True)}`")
-    if data.startswith(codecs.BOM_UTF8):
-        # Harmless once removed; otherwise U+FEFF would be glued to the first word of line 1.
-        logger.warning("%s: removed the UTF-8 byte-order mark at the start of the file", path)
-        data = data[len(codecs.BOM_UTF8):]
-    if not data.strip():
-        raise CorpusError(f"{path}: the file " + ("is empty" if not data else "has only blank lines") +
-                          "; give a file with one sentence per line")
-    return data
-
-
 def _split_lines(data: bytes, path: Path, keep_blank_end: bool = False) -> List[bytes]:
     """The lines of `data`; blank lines at the very end are dropped (warned) unless `keep_blank_end`."""
     raw = data.split(b"\n")
@@ -224,14 +199,7 @@ def _decode_lines(path: PathLike, skip_invalid_utf8: bool, max_line_chars: int,
     at the end dropped, see `read_lines`). Empty files, UTF-16, CR-only line ends, invalid UTF-8 and absurdly long
     lines raise `CorpusError`."""
     path = Path(path)
-    f, kind = open_bytes(path)
-    try:
-        with f:
-            data = f.read()
-    except READ_ERRORS as e:   # a truncated or corrupt archive
-        problem = f"a damaged {kind} file ({e})" if kind else f"cannot read ({e.strerror})"
-        raise CorpusError(f"{path}: {problem}") from None
-    data = _text_bytes(data, path, kind)
+    data, kind = read_text_bytes(path)
     if data.endswith(b"\r") and data.count(b"\r") == 1 and b"\n" not in data:   # one line, ended by a CR
         data = data[:-1]
     if b"\r" in data:

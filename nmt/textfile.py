@@ -6,6 +6,7 @@ from __future__ import annotations
 import bz2
 import codecs
 import gzip
+import logging
 import lzma
 import os
 import re
@@ -14,6 +15,8 @@ from pathlib import Path
 from typing import BinaryIO, Callable, Optional, Tuple, Union
 
 from nmt.commands import shell_word
+
+logger = logging.getLogger("nmt.corpus")   # (what it says is the corpus reader's)
 
 PathLike = Union[str, Path]
 
@@ -199,3 +202,49 @@ def wide_encoding(data: bytes) -> Tuple[str, str]:
     name = ("UTF-32LE" if len(head) >= 4 and utf32(3, 2) else "UTF-32BE" if len(head) >= 4 and utf32(0, 1) else
             "UTF-16LE" if head[1::2].count(0) >= head[0::2].count(0) else "UTF-16BE")
     return name, "or not text: NUL bytes fill its start"
+
+
+def check_start(data: bytes, path: Path, kind: Optional[str]) -> None:
+    """CorpusError when a file starting with `data` (its first HEAD_BYTES) is no UTF-8 text: an archive, an image,
+    UTF-16. UTF-16 without its byte-order mark shows as NUL bytes, one for every ASCII character (spaces and
+    punctuation of Korean text too), where UTF-8 text has none but a stray control character."""
+    archive, binary = archive_sign(data), binary_sign(data)
+    if archive:   # (a zip archive is named as it is opened)
+        raise CorpusError(f"{path}: this is {archive}, not text; extract or decompress the file of sentences first "
+                          "(gzip, bzip2 and xz files of text are read as they are)")
+    if binary:
+        raise CorpusError(f"{path}: this is {binary}, not text: give a file of sentences, one per line")
+    encoding, sign = wide_encoding(data)
+    if encoding:
+        raise CorpusError(f"{path}: the file is {encoding} ({sign}); convert it to UTF-8, e.g. "
+                          f"`{iconv_command(path, encoding, kind, into=True)}`")
+
+
+HEAD_BYTES = 4096   # what `check_start` reads (`binary_sign`'s and `wide_encoding`'s)
+
+
+def _text_bytes(data: bytes, path: Path) -> bytes:
+    """A file's bytes without a UTF-8 byte-order mark (warned); CorpusError for a file without text."""
+    if data.startswith(codecs.BOM_UTF8):
+        # Harmless once removed; otherwise U+FEFF would be glued to the first word of line 1.
+        logger.warning("%s: removed the UTF-8 byte-order mark at the start of the file", path)
+        data = data[len(codecs.BOM_UTF8):]
+    if not data.strip():
+        raise CorpusError(f"{path}: the file " + ("is empty" if not data else "has only blank lines") +
+                          "; give a file with one sentence per line")
+    return data
+
+
+def read_text_bytes(path: Path) -> Tuple[bytes, Optional[str]]:
+    """(`_text_bytes` of the file's bytes, decompressed; its compression or None); a CorpusError for a file that is no
+    text, told by its start before the rest is read (a 4 GB image or archive took 4 GB of memory), or damaged."""
+    f, kind = open_bytes(path)
+    try:
+        with f:
+            data = f.read(HEAD_BYTES)
+            check_start(data, path, kind)
+            data += f.read()
+    except READ_ERRORS as e:   # a truncated or corrupt archive
+        problem = f"a damaged {kind} file ({e})" if kind else f"cannot read ({e.strerror})"
+        raise CorpusError(f"{path}: {problem}") from None
+    return _text_bytes(data, path), kind

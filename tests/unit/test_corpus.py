@@ -415,6 +415,31 @@ def test_bytes_no_conversion_reads_are_not_called_an_encoding(write_file):
         (b"%PDF-1.7 is a version.", False)]
 
 
+def test_a_big_file_that_is_no_text_is_refused_by_its_start(monkeypatch):
+    """A 400 MB PNG (or a tar archive) given as a corpus was read whole before its signature was looked at: 5.5 s
+    and 937 MB of memory; a bigger one ran the machine out of memory. Its first 4 KiB tell."""
+    import io
+    import nmt.corpus as corpus
+    import nmt.textfile as textfile
+
+    class Counted(io.BytesIO):
+        read_so_far = 0
+
+        def read(self, size=-1):
+            out = super().read(size)
+            Counted.read_so_far += len(out)
+            return out
+    for start, kind in ((b"\x89PNG\r\n\x1a\n", "a PNG image"), (b"x" * 257 + b"ustar\x00", "a tar archive"),
+                        (b"\xff\xfe", "UTF-32")):   # (its mark, then NULs)
+        Counted.read_so_far = 0
+        for module in (textfile, corpus):   # (corpus read files itself before)
+            monkeypatch.setattr(module, "open_bytes", lambda path: (Counted(start + b"\x00" * (50 << 20)), None),
+                                raising=False)
+        with pytest.raises(CorpusError, match=re.escape(kind)):
+            corpus.read_lines("big.ko")
+        assert Counted.read_so_far <= 4096, (kind, Counted.read_so_far)
+
+
 def test_the_advice_for_a_pipe_is_a_filter_to_put_in_it(tmp_path):
     """For /dev/stdin (or <(...)) the advice to write beside the file made `iconv ... /dev/stdin > /dev/stdin.utf8`:
     a file in /dev."""
