@@ -116,8 +116,14 @@ def not_text(line: bytes, utf8_elsewhere: bool = False) -> str:
         if e.reason == "unexpected end of data" and (utf8_elsewhere or not line[:e.start].isascii()):
             return ("a UTF-8 character is cut off at the end of the line (a file cut by bytes, as `cut -b` or "
                     "`head -c` cut, not by characters?)")
+    if _UTF8_HANGUL_WORD.search(line):   # (CP949 or CP1252 of the rest would turn them into mojibake)
+        return ("it holds UTF-8 Korean beside bytes of another encoding (a line pasted together from two files?), so "
+                "no conversion of the whole line reads it")
     enc = encoding_of(line)
     return "" if _reads_as(line, enc.lower(), "") else f"it is not {enc} text either, so no conversion reads it"
+
+
+_UTF8_HANGUL_WORD = re.compile(rb"(?:[\xea-\xed][\x80-\xbf]{2}){2}")   # two Hangul syllables in UTF-8: a word
 
 
 def iconv_command(path: Optional[PathLike], encoding: str, kind: Optional[str], into: bool = False) -> str:

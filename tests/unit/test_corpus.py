@@ -415,6 +415,23 @@ def test_bytes_no_conversion_reads_are_not_called_an_encoding(write_file):
         (b"%PDF-1.7 is a version.", False)]
 
 
+def test_a_line_of_utf8_korean_and_cp949_bytes_is_not_to_be_converted(write_file):
+    """A line holding CP949 bytes beside UTF-8 Hangul was called Windows-1252, and the `iconv -f CP1252` advised ran
+    without an error and made all of the file's Korean mojibake."""
+    from nmt.stream import decode_line
+    mixed = "나는".encode("cp949") + " 고마워요.".encode()
+    with pytest.raises(CorpusError, match="it holds UTF-8 Korean beside bytes of another encoding .*; correct or "
+                                          "delete the line") as e:
+        read_parallel(write_file("x.ko", mixed + "\n고마워요.\n".encode()), write_file("x.en", ["I.", "Thanks."]),
+                      whole=True)
+    assert "iconv" not in str(e.value)
+    with pytest.raises(CorpusError, match="It holds UTF-8 Korean beside bytes of another encoding") as e:
+        decode_line(mixed, 1, "in.ko")
+    assert "iconv" not in str(e.value)
+    with pytest.raises(CorpusError, match="CP949: `iconv -f CP949"):   # CP949 alone: converted
+        decode_line("나는 고마워요.".encode("cp949"), 1, "in.ko")
+
+
 def test_a_big_file_that_is_no_text_is_refused_by_its_start(monkeypatch):
     """A 400 MB PNG (or a tar archive) given as a corpus was read whole before its signature was looked at: 5.5 s
     and 937 MB of memory; a bigger one ran the machine out of memory. Its first 4 KiB tell."""
