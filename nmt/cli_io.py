@@ -121,8 +121,11 @@ def open_output(stack, output):
 def check_languages_of(tr, src, tgt, src_name: str, tgt_name: str) -> None:
     """CorpusError unless the source and target lines are in the model's languages (`languages.check_languages`); a
     warning where one side only is blank (`warn_one_sided_blanks`)."""
-    from nmt.corpus import warn_one_sided_blanks
-    from nmt.languages import check_languages
+    from nmt.corpus import CorpusError, warn_one_sided_blanks
+    from nmt.languages import check_languages, nbest_rows
+    if nbest_rows(tgt) > sum(1 for x in tgt if x.strip()) / 2:   # (read as English text: scored without a word)
+        raise CorpusError(f"{tgt_name}: its lines are nmt-translate's n-best rows (JSON with \"translations\"), not "
+                          "one translation per line: extract them, e.g. the best with `jq -r '.translations[0]'`")
     check_languages(src, tgt, tr.src_lang, (src_name, tgt_name), f"the model translates {tr.src_lang} -> {tr.tgt_lang}")
     warn_one_sided_blanks(src, tgt, src_name, tgt_name)
 

@@ -65,6 +65,14 @@ def json_requests(lines: Sequence[str]) -> int:
     return sum(1 for x in lines if _JSON_REQUEST.fullmatch(x))
 
 
+_NBEST_ROW = re.compile(r'\s*\{\s*"translations"\s*:\s*\[.*\}\s*')   # nmt-translate --nbest's rows
+
+
+def nbest_rows(lines: Sequence[str]) -> int:
+    """Lines that are nmt-translate's n-best rows ({"translations": [...], "scores": [...]}): given as translations?"""
+    return sum(1 for x in lines if _NBEST_ROW.fullmatch(x))
+
+
 def other_language_warning(lines: int, hangul: int, src_lang: str, tgt_lang: str) -> str:
     """What to warn of when most of the `lines` non-empty lines of an input to translate (`hangul` of them with
     Hangul) look like the target language, e.g. English given to a ko -> en model (a back-translation run with the

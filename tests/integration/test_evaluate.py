@@ -717,10 +717,13 @@ def test_several_reference_files_are_several_references_per_sentence(model_copy,
     # sacrebleu two.ref*.en would have read; the report names the length penalty, which moves the scores)
     entry = json.loads((model_copy / ckpt.SCORES).read_text())["two"]["best"]
     assert entry["bleu"] == pytest.approx(bleu.score) and entry["more_ref_files"] == [str(ref2.resolve())]
-    short, korean = tmp_path / "short.en", tmp_path / "ko.en"
+    short, korean, rows = tmp_path / "short.en", tmp_path / "ko.en", tmp_path / "nbest.jsonl"
     short.write_text("".join(r + "\n" for r in other[:-1]), encoding="utf-8")
     korean.write_text(src.read_text(encoding="utf-8"), encoding="utf-8")
+    rows.write_text("".join(json.dumps({"translations": [r, r + "!"], "scores": [-1.0, -2.0]}) + "\n" for r in refs))
     for extra, msg in [([short], f"--ref-file {short} has {len(refs) - 1}"),
+                       ([rows], f"--ref-file {rows}: its lines are nmt-translate's n-best rows (JSON with "
+                                '"translations"), not one translation per line'),   # (scored as English, silently)
                        ([korean], f"--ref-file {korean} should be the English side (the model translates ko -> "
                                   "en) but has Hangul on 100% of its lines, as --src-file"),
                        ([ref2, "--name", "ref2", "--hyp-dir", tmp_path, "--beam-size", "1"],

@@ -247,6 +247,10 @@ def test_bad_input_is_one_clear_error(model_dir, tmp_path, capsys):
     assert code == 2 and out == "" and f"--tgt-file {src} should be the English side (the model translates ko -> en) " \
                                        f"but has Hangul on 100% of its lines, as --src-file {src} has on 100%: the same " \
                                        "file is given for both sides" in err
+    rows = tmp_path / "nbest.jsonl"   # nmt-translate --nbest's output: scored as English text, without a word
+    rows.write_text('{"translations": ["A cat.", "Cat."], "scores": [-1.5, -2.0]}\n' * 2)
+    code, out, err = run(["--model-dir", model_dir, "--src-file", two, "--tgt-file", rows], capsys)
+    assert code == 2 and out == "" and f"--tgt-file {rows}: its lines are nmt-translate's n-best rows" in err, err
     for flag, path in (("--src-file", src), ("--tgt-file", two)):   # written after reading, but lost all the same
         before = path.read_bytes()
         code, out, err = run(base + ["--tgt-file", two, "--output", path], capsys)
