@@ -179,12 +179,12 @@ class Translator:
             raise TypeError(f"prefixes must be a list with one prefix per line, not one string ({prefixes[:40]!r})")
         listed = isinstance(prefixes, Iterable) and not isinstance(prefixes, bytes)   # (else refused by _texts, named)
         raw = ["" if p is None else p for p in prefixes] if listed else prefixes
-        what = "target prefix of line"
-        texts = self._texts(raw, first_line, what, "prefixes")
+        what, cut = "target prefix of line", set()   # (one cut by both guards counted once in `truncated`)
+        texts = self._texts(raw, first_line, what, "prefixes", cut)
         fits = [len(x) <= self.decode.max_input_tokens for x in self.tgt_tok.encode(texts)]
         parts = [split_last_word(t) if t and not r[-1:].isspace() and ok else (t, "")
                  for r, t, ok in zip(raw, texts, fits)]
-        heads = self._ids(self.tgt_tok, [head for head, _ in parts], first_line, what)
+        heads = self._ids(self.tgt_tok, [head for head, _ in parts], first_line, what, cut)
         out: List[Optional[TargetPrefix]] = []
         for text, head, (_, word), ok in zip(texts, heads, parts, fits):
             # the last word to complete, or (after a space) a word to begin; a cut prefix: its pieces alone
