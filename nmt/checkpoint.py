@@ -188,14 +188,14 @@ def save_checkpoint(model_dir: Path, net, trainer, state: TrainState, keep_last:
         _save_with(net.save_parameters, model_dir / PARAMS_BEST, size)
         manifest.write_manifest(model_dir, "best", [PARAMS_BEST], state.step)
     state.save(model_dir)
-    _prune(model_dir, {params_step(f) for f in state.params_files})
+    prune(model_dir, {params_step(f) for f in state.params_files})
 
 
 def _file_size(model_dir: Path, name: str) -> Optional[int]:
     return (model_dir / name).stat().st_size if (model_dir / name).is_file() else None
 
 
-def _prune(model_dir: Path, keep_steps: set) -> None:
+def prune(model_dir: Path, keep_steps: set) -> None:
     """Delete the params, optimizer states and manifests of steps not in `keep_steps` (only after state.json no
     longer names them); the manifest goes first, so a half-pruned checkpoint is never taken for an intact one."""
     names = [p.name for p in model_dir.iterdir()] if model_dir.is_dir() else []   # (moved away: its next write says)

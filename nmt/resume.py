@@ -128,6 +128,13 @@ def resume_state(model_dir: Path) -> ckpt.TrainState:
     """The TrainState to resume from: that of the newest intact checkpoint (its manifest verified), with a warning
     naming what is wrong with any newer one."""
     model_dir = Path(model_dir)
+    steps = manifest.step_keys(model_dir)   # (a killed run's files without their manifest: no earlier version's)
+    if steps and not (model_dir / ckpt.STATE).exists() and not any(model_dir.glob("manifest.*.json")):
+        first = steps[-1]
+        raise ckpt.CheckpointError(
+            f"--resume: {model_dir}: the run stopped as it wrote its first checkpoint (step {first}: its files, "
+            "without their manifest), so there is nothing to resume: start it again with the command that started it, "
+            "--overwrite in place of --resume")
     ckpt.check_manifests(model_dir)
     try:
         body, problems = manifest.newest_intact(model_dir)
@@ -136,6 +143,7 @@ def resume_state(model_dir: Path) -> ckpt.TrainState:
     state = ckpt.TrainState(**body["state"])
     check_kept_files(model_dir, state=state)
     remove_leftovers(model_dir)
+    prune_older(model_dir, state)
     if problems:
         ckpt_logger.warning("--resume: the newest checkpoint is damaged (%s); resuming from step %d, the newest "
                             "intact one", "; ".join(problems), state.step)
@@ -157,6 +165,17 @@ def remove_leftovers(model_dir: Path) -> None:
     if left:
         ckpt_logger.info("--resume: removed %d temporary file(s) a run killed while saving left: %s", len(left),
                          ", ".join(sorted(p.name for p in left)))
+
+
+def prune_older(model_dir: Path, state: ckpt.TrainState) -> None:
+    """Delete the checkpoints older than those `state` keeps: a run killed after its newest checkpoint's manifest,
+    before its state.json, had not pruned them, and a resume that makes no update saves nothing that would."""
+    kept = {ckpt.params_step(f) for f in state.params_files}
+    old = [s for s in manifest.step_keys(model_dir) if s not in kept and s < min(kept, default=0)]
+    if old:
+        ckpt.prune(model_dir, set(manifest.step_keys(model_dir)) - set(old))
+        ckpt_logger.info("--resume: removed the checkpoint(s) of step %s, which --keep-last no longer keeps",
+                         ", ".join(map(str, sorted(old))))
 
 
 def rebuild_best(model_dir: Path, step: Optional[int]) -> bool:

@@ -268,19 +268,19 @@ def test_a_model_directory_moved_while_training_is_one_error_and_resumes_where_i
     30-line FileNotFoundError traceback. Now exit 2 naming the file and why; the directory resumes where it went."""
     from nmt.cli import train_main
     from nmt import train as train_module
-    args, real, prune = checkpoint_every_2(tmp_path, 6), train_module.ckpt.save_checkpoint, ckpt._prune
+    args, real, prune = checkpoint_every_2(tmp_path, 6), train_module.ckpt.save_checkpoint, ckpt.prune
 
     def move_then_prune(model_dir, *a):   # moved as the checkpoint's files were all written: its listing failed
         if (tmp_path / "m").exists():
             (tmp_path / "m").rename(tmp_path / "moved")
         return prune(model_dir, *a)
-    monkeypatch.setattr(ckpt, "_prune", move_then_prune)
+    monkeypatch.setattr(ckpt, "prune", move_then_prune)
     assert train_main(args) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and (f"error: cannot write {tmp_path / 'm' / ckpt.METRICS}: No such file or "
                                        "directory [errno ENOENT]; a directory on its path is gone (moved or deleted "
                                        "while in use?): put it back or choose another path") in err, err
-    monkeypatch.setattr(ckpt, "_prune", prune)
+    monkeypatch.setattr(ckpt, "prune", prune)
     assert train_main(["--model-dir", str(tmp_path / "moved"), "--resume", "--no-progress"]) == 0
     assert ckpt.TrainState.load(tmp_path / "moved").step == 6
     (tmp_path / "cwd").mkdir()   # a relative path whose current directory is deleted: the handler itself failed

@@ -450,3 +450,31 @@ def test_latest_past_a_checkpoint_being_saved_is_no_warning(tmp_path, caplog):
     with caplog.at_level("INFO", logger="nmt.checkpoint"):
         assert ckpt.params_path(d, "latest").name == ckpt.params_file(30)
     assert "the newest checkpoint is damaged" in caplog.text
+
+
+def test_a_resume_prunes_what_a_save_killed_before_its_state_left(tmp_path, caplog):
+    """A run killed after its newest checkpoint's manifest, before its state.json and pruning, kept a checkpoint
+    more than --keep-last for good: a resume that makes no update saves nothing that would prune it."""
+    d = _model_dir(tmp_path, steps=(10, 20, 30), best=20)
+    names = [ckpt.params_file(10), ckpt.trainer_states_file(10), "manifest.00000010.json", ckpt.STATE]
+    before = {name: (d / name).read_bytes() for name in names}
+    state = ckpt.TrainState.load(d)
+    state.step = 40
+    ckpt.save_checkpoint(d, _Net(40.0), _Trainer(), state, keep_last=3, is_best=False)   # prunes step 10
+    for name, data in before.items():   # as the kill left it: step 10's files, state.json naming 10, 20 and 30
+        (d / name).write_bytes(data)
+    with caplog.at_level("INFO", logger="nmt.checkpoint"):
+        assert resume_state(d).step == 40
+    assert not any((d / name).exists() for name in names[:3]) and (d / ckpt.params_file(20)).exists()
+    assert "--resume: removed the checkpoint(s) of step 10, which --keep-last no longer keeps" in caplog.text
+
+
+def test_a_run_killed_as_it_wrote_its_first_checkpoint_is_said_so(tmp_path):
+    """Its params.N and optimizer states, without a manifest or state.json: --resume said the manifests "were
+    deleted, or an earlier version of nmt wrote the directory ... restore them from a copy"."""
+    d = _model_dir(tmp_path, steps=(10,), best=10)
+    for p in [*d.glob("manifest.*.json"), d / ckpt.STATE]:
+        p.unlink()
+    with pytest.raises(ckpt.CheckpointError, match=r"the run stopped as it wrote its first checkpoint \(step 10: its "
+                                                   r"files, without their manifest\), so there is nothing to resume"):
+        resume_state(d)
