@@ -152,8 +152,10 @@ def resume_state(model_dir: Path) -> ckpt.TrainState:
 
 
 # The temporary files of what only a trainer writes (under the directory's lock): parameters, optimizer states,
-# manifests and the training state, before their rename into place (`checkpoint._save_with`, `nmt.atomic`).
-_LEFTOVER = re.compile(r"\.(params\.\w+|trainer\.\d+\.states|manifest\.\w+\.json|state\.json)(\.[0-9a-f]{8})?\.tmp")
+# manifests, the training state, config.json and metrics.jsonl, before their rename into place
+# (`checkpoint._save_with`, `nmt.atomic`); not scores.json's, which nmt-evaluate may be writing.
+_LEFTOVER = re.compile(r"\.(params\.\w+|trainer\.\d+\.states|manifest\.\w+\.json|state\.json|config\.json|"
+                       r"metrics\.jsonl)(\.[0-9a-f]{8})?\.tmp")
 
 
 def remove_leftovers(model_dir: Path) -> None:

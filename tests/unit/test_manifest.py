@@ -301,14 +301,15 @@ def test_a_resume_removes_the_temporary_files_a_killed_save_left(tmp_path, caplo
     no later run removed: a resume never saves that step again, and pruning deletes named files only."""
     d = _model_dir(tmp_path, steps=(10, 20, 30), best=20)
     left = [".params.00000040.tmp", ".trainer.00000040.states.tmp", ".params.best.tmp",
-            ".manifest.00000040.json.0a1b2c3d.tmp", ".state.json.deadbeef.tmp"]
+            ".manifest.00000040.json.0a1b2c3d.tmp", ".state.json.deadbeef.tmp", ".config.json.5c4c52bf.tmp",
+            ".metrics.jsonl.0a1b2c3d.tmp"]   # (the last two a resume's rewrites: kept for good too)
     kept = [".scores.json.0a1b2c3d.tmp", ".notes.tmp", "params.00000040.tmp"]   # not (only) a trainer's
     for name in left + kept:
         (d / name).write_bytes(b"x")
     with caplog.at_level("INFO", logger="nmt.checkpoint"):
         assert resume_state(d).step == 30
     assert sorted(p.name for p in d.iterdir() if p.name in left + kept) == sorted(kept)
-    assert "--resume: removed 5 temporary file(s) a run killed while saving left" in caplog.text
+    assert "--resume: removed 7 temporary file(s) a run killed while saving left" in caplog.text
 
 
 def test_a_directory_without_its_training_state_takes_its_latest_from_the_manifests(tmp_path):
