@@ -251,8 +251,7 @@ def latest_step(state: TrainState) -> int:
 
 def latest_params_path(model_dir: Path, quiet: bool = False) -> Path:
     """The newest intact step checkpoint's parameters, as --resume takes it (state.json, written last, lags a run
-    killed as it saved); unless `quiet`, a warning names what is wrong with a newer one (a line of information when a
-    live training run is saving it)."""
+    killed as it saved); unless `quiet`, a warning (information, when a live run saves it) names a newer one's fault."""
     from nmt.dirlock import trained_now   # (which imports this module)
     model_dir = Path(model_dir)
     check_manifests(model_dir)
@@ -337,8 +336,9 @@ def verify_params(path: Path, use: StepUse = None, advise: bool = True) -> None:
         manifest.verify(model_dir, key)
     except CheckpointError as e:
         lost = any(str(model_dir / n) in str(e) for n in (PARAMS_BEST, manifest.manifest_name("best")))   # (not spm)
-        best = best_step(model_dir, newest=True)
-        advice = f"; {restore_best(model_dir, best, use)}" if key == "best" and lost and advise else ""
+        advice = ("" if not advise else f"; {restore_best(model_dir, best_step(model_dir, newest=True), use)}" if
+                  key == "best" and lost else f"; nmt-train --resume --average-last N averages the last N kept "
+                  "checkpoints into it again" if key == "avg" and PARAMS_AVG in str(e) else "")
         raise CheckpointError(f"checkpoint {path.name} of {model_dir} cannot be used: {e}{advice}") from None
     except OSError as e:   # a file it lists (or the manifest) exists but cannot be read: no permission, ...
         raise CheckpointError(f"checkpoint {path.name} of {model_dir} cannot be used: {e.filename or path} cannot be "

@@ -131,6 +131,11 @@ def test_averaging_verifies_its_inputs_and_writes_a_manifest(tmp_path):
     d = _model_dir(tmp_path)
     ckpt.average_checkpoints(d, [ckpt.params_file(20), ckpt.params_file(30)])
     assert mx.nd.load(str(ckpt.params_path(d, "avg")))["w"].asnumpy()[0] == 25.0
+    # params.avg renamed into place, its manifest not yet written (a kill between): what mends it is said
+    (d / ckpt.PARAMS_AVG).write_bytes((d / ckpt.params_file(30)).read_bytes())
+    with pytest.raises(ckpt.CheckpointError, match=r"params.avg is corrupted: .*; nmt-train --resume --average-last N "
+                                                   "averages the last N kept checkpoints into it again"):
+        ckpt.verify_params(d / ckpt.PARAMS_AVG)
     _damage(d / ckpt.params_file(20), "flip")
     with pytest.raises(ckpt.CheckpointError, match="params.00000020 is corrupted"):
         ckpt.average_checkpoints(d, [ckpt.params_file(20), ckpt.params_file(30)])
