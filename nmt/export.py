@@ -136,10 +136,9 @@ def _keep_scores(output: Path, scores: dict, sha256: str, decode) -> None:
         return
     try:
         same = jsonio.read_object(output / EXPORT, ckpt.CheckpointError).get("params_sha256") == sha256
-        earlier = read_scores(output)
+        earlier = read_scores(output, advice="")
     except ckpt.CheckpointError as e:   # (what the --overwrite is for, maybe: not "move it away")
-        logging.getLogger("nmt.export").warning("%s; the export it replaces keeps no test scores",
-                                                str(e).split("; move it away")[0])
+        logging.getLogger("nmt.export").warning("%s; the export it replaces keeps no test scores", e)
         return
     for name, entries in earlier.items():
         for key, e in entries.items():

@@ -213,21 +213,21 @@ def checkpoint_info(model_dir: Path, which: str, quiet: bool = False) -> Dict[st
     return {"params_file": path.name, "step": step, "sha256": ckpt.params_sha256(path)}
 
 
-def read_scores(model_dir: Path) -> Dict[str, Dict[str, object]]:
+def read_scores(model_dir: Path, advice: str = "; move it away to record new scores") -> Dict[str, Dict[str, object]]:
     """model_dir/scores.json ({} when absent): test set -> checkpoint -> entry; CheckpointError naming the file
-    when it is not valid JSON."""
+    (and `advice`) when it is not valid JSON."""
     path = Path(model_dir) / ckpt.SCORES
     if not path.exists():
         return {}
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except ValueError as e:   # not JSON, or not UTF-8 text
-        raise ckpt.CheckpointError(f"{path} is not valid JSON ({e}); move it away to record new scores") from None
+        raise ckpt.CheckpointError(f"{path} is not valid JSON ({e}){advice}") from None
     except OSError as e:
         raise ckpt.CheckpointError(f"{path}: cannot read it ({e.strerror})") from None
     if not (isinstance(data, dict) and all(isinstance(v, dict) for v in data.values())):
-        raise ckpt.CheckpointError(f"{path} is not a scores file (an object of test set -> checkpoint -> scores); "
-                                   "move it away to record new scores")
+        raise ckpt.CheckpointError(f"{path} is not a scores file (an object of test set -> checkpoint -> scores)"
+                                   f"{advice}")
     return data
 
 
