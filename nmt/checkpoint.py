@@ -335,10 +335,10 @@ def verify_params(path: Path, use: StepUse = None, advise: bool = True) -> None:
     try:
         manifest.verify(model_dir, key)
     except CheckpointError as e:
-        lost = any(str(model_dir / n) in str(e) for n in (PARAMS_BEST, manifest.manifest_name("best")))   # (not spm)
-        advice = ("" if not advise else f"; {restore_best(model_dir, best_step(model_dir, newest=True), use)}" if
-                  key == "best" and lost else f"; nmt-train --resume --average-last N averages the last N kept "
-                  "checkpoints into it again" if key == "avg" and PARAMS_AVG in str(e) else "")
+        lost = any(str(model_dir / n) in str(e) for n in (path.name, manifest.manifest_name(key)))   # (not spm)
+        again = (restore_best(model_dir, best_step(model_dir, newest=True), use) if key == "best" else
+                 "nmt-train --resume --average-last N averages the last N kept checkpoints into it again")
+        advice = f"; {again}" if advise and lost and key in ("best", "avg") else ""
         raise CheckpointError(f"checkpoint {path.name} of {model_dir} cannot be used: {e}{advice}") from None
     except OSError as e:   # a file it lists (or the manifest) exists but cannot be read: no permission, ...
         raise CheckpointError(f"checkpoint {path.name} of {model_dir} cannot be used: {e.filename or path} cannot be "

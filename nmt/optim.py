@@ -22,7 +22,7 @@ def optimizer_settings(o: OptimConfig) -> Dict[str, float]:
 
 def build_optimizer(o: OptimConfig, params: gluon.ParameterDict, kvstore="local") -> gluon.Trainer:
     """A Trainer updating `params` with the optimizer `o` names. The update is applied outside the kvstore
-    (`update_on_kvstore=False`), so the summed gradient can be clipped first (see `nmt.parallel`)."""
+    (`update_on_kvstore=False`), so the summed gradient can be normalized and clipped first (`nmt.parallel`)."""
     return gluon.Trainer(params, o.optimizer, {"learning_rate": o.lr, **optimizer_settings(o)}, kvstore=kvstore,
                          update_on_kvstore=False)
 

@@ -170,10 +170,12 @@ def remove_leftovers(model_dir: Path) -> None:
 
 
 def prune_older(model_dir: Path, state: ckpt.TrainState) -> None:
-    """Delete the checkpoints older than those `state` keeps: a run killed after its newest checkpoint's manifest,
-    before its state.json, had not pruned them, and a resume that makes no update saves nothing that would."""
-    kept = {ckpt.params_step(f) for f in state.params_files}
-    old = [s for s in manifest.step_keys(model_dir) if s not in kept and s < min(kept, default=0)]
+    """Delete the checkpoints `state` does not keep, older than its newest (a newer one is a damaged one, named in a
+    warning): a run killed after its newest checkpoint's manifest, before its state.json, had not pruned them (an
+    older step, a stop's checkpoint between two kept ones), and a resume that makes no update saves nothing that
+    would."""
+    kept = {ckpt.params_step(f) for f in state.params_files} - {None}
+    old = [s for s in manifest.step_keys(model_dir) if s not in kept and s < max(kept, default=0)]
     if old:
         ckpt.prune(model_dir, set(manifest.step_keys(model_dir)) - set(old))
         ckpt_logger.info("--resume: removed the checkpoint(s) of step %s, which --keep-last no longer keeps",

@@ -136,6 +136,10 @@ def test_averaging_verifies_its_inputs_and_writes_a_manifest(tmp_path):
     with pytest.raises(ckpt.CheckpointError, match=r"params.avg is corrupted: .*; nmt-train --resume --average-last N "
                                                    "averages the last N kept checkpoints into it again"):
         ckpt.verify_params(d / ckpt.PARAMS_AVG)
+    (d / manifest.manifest_name("avg")).unlink()   # the first averaging's: no manifest yet
+    with pytest.raises(ckpt.CheckpointError, match=r"manifest.avg.json is missing, .*; nmt-train --resume "
+                                                   "--average-last N averages"):
+        ckpt.verify_params(d / ckpt.PARAMS_AVG)
     _damage(d / ckpt.params_file(20), "flip")
     with pytest.raises(ckpt.CheckpointError, match="params.00000020 is corrupted"):
         ckpt.average_checkpoints(d, [ckpt.params_file(20), ckpt.params_file(30)])
@@ -469,10 +473,13 @@ def test_a_resume_prunes_what_a_save_killed_before_its_state_left(tmp_path, capl
     ckpt.save_checkpoint(d, _Net(40.0), _Trainer(), state, keep_last=3, is_best=False)   # prunes step 10
     for name, data in before.items():   # as the kill left it: step 10's files, state.json naming 10, 20 and 30
         (d / name).write_bytes(data)
+    stop = [ckpt.params_file(25), ckpt.trainer_states_file(25), "manifest.00000025.json"]   # a stop's, between
+    for name, like in zip(stop, [ckpt.params_file(20), ckpt.trainer_states_file(20), "manifest.00000020.json"]):
+        (d / name).write_bytes((d / like).read_bytes())
     with caplog.at_level("INFO", logger="nmt.checkpoint"):
         assert resume_state(d).step == 40
-    assert not any((d / name).exists() for name in names[:3]) and (d / ckpt.params_file(20)).exists()
-    assert "--resume: removed the checkpoint(s) of step 10, which --keep-last no longer keeps" in caplog.text
+    assert not any((d / name).exists() for name in names[:3] + stop) and (d / ckpt.params_file(20)).exists()
+    assert "--resume: removed the checkpoint(s) of step 10, 25, which --keep-last no longer keeps" in caplog.text
 
 
 def test_a_run_killed_as_it_wrote_its_first_checkpoint_is_said_so(tmp_path):
