@@ -23,12 +23,11 @@ from nmt.config import CHARS_PER_TOKEN
 from nmt.corpus import control_characters, count_lines, lone_surrogate, normalize
 
 EXAMPLE = '{"text": ["안녕하세요"], "beam_size": 4, "nbest": 1}'   # of /translate; /attention's below
-# Arrays and objects a body may nest: a request nests 2 (an object of lists of strings). Much deeper JSON would only
-# reach Python's recursion limit in the parser, the validation or the error message (a 500 instead of a 400).
-MAX_DEPTH = 32
-# Arrays and objects a body may hold (a request holds 2 to 4); a million empty arrays in 4 MB took seconds to parse and
-# walk, the GIL held. Brackets are counted outside strings (`_STRING`) only when the whole text has more of them.
-MAX_CONTAINERS, _STRING = 10_000, re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+# Arrays and objects a body may nest (a request nests 2: an object of lists of strings; much deeper JSON reached
+# Python's recursion limit, a 500) and hold (2 to 4: a million empty arrays in 4 MB took seconds to parse, the GIL
+# held). Brackets are counted outside strings (`_STRING`: an unclosed one runs to the end, for one pass) only when the
+# whole text has more of them.
+MAX_DEPTH, MAX_CONTAINERS, _STRING = 32, 10_000, re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?')
 
 logger = logging.getLogger("nmt.serve")
 

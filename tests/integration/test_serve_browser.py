@@ -859,7 +859,7 @@ def test_the_heatmaps_warnings_are_shown_and_its_note_wraps(translator, serve_se
                 said["attention-note"], said
             cut = driver.execute_script("return pageWords(arguments[0])", "pieces has 7 items; truncated to its first "
                                         "6 (max_input_tokens), as nmt-translate cuts input lines")
-            assert cut == "the translation has 7 pieces: the heatmap shows its first 6"
+            assert cut == "the translation has 7 pieces: the heatmap and the word alignment cover its first 6"
             late = driver.execute_script("return pageWords(arguments[0])", "the request took longer than the per-"
                                          "request limit of 3.0 s: send fewer sentences or a smaller beam_size, "
                                          "or retry later")
@@ -869,8 +869,8 @@ def test_the_heatmaps_warnings_are_shown_and_its_note_wraps(translator, serve_se
                 "const p = shown.result.translations[0].pieces; while (p.length <= 3) p.push(...p); selectLine(0);")
             wait_done(driver)
             note = content(driver, "attention-note")["attention-note"]
-            assert re.search(r"sum to 1\. Note: the translation has \d+ pieces: the heatmap shows its first 3\.$", note), \
-                note
+            assert re.search(r"sum to 1\. Note: the translation has \d+ pieces: the heatmap and the word alignment "
+                             r"cover its first 3\.$", note), note
             driver.execute_script("document.getElementById('attention-note').textContent += ','.repeat(3000)")
             width = driver.execute_script("return [document.documentElement.scrollWidth, window.innerWidth]")
             assert width[0] <= width[1], f"the page is {width[0]} pixels wide in a {width[1]}-pixel window"

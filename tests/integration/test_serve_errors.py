@@ -106,6 +106,23 @@ def test_a_body_of_a_million_arrays_is_refused_before_it_is_parsed(http):
     assert r.json()["error"].startswith("the body holds 1,300,002 arrays and objects: a request is an object of a few")
     r = http.post("/translate", json={"text": ["[" * 20_000, "{]"], "beam_size": 1})
     assert r.status_code == 200 and len(r.json()["translations"]) == 2, r.text
+    # an unclosed string: read to the end in one pass (its match, failed and retried at every quote of `"\"\...`,
+    # took time quadratic in the body: a 150 KB body held the server 106 s), its brackets text; then not JSON
+    import re
+    from nmt.serve import schema
+    seen = []
+    real = re.compile(schema._STRING.pattern)
+
+    class Counting:
+        def sub(self, repl, text):
+            seen.append(sum(1 for _ in real.finditer(text)))
+            return real.sub(repl, text)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(schema, "_STRING", Counting())
+        r = http.post("/translate", content=b"[" * 10_001 + b'"\\' * 20_000)
+        assert r.status_code == 422 and seen == [1], (seen, r.text)   # one match: the rest of the body
+        r = http.post("/translate", content=b'{"text": ["abc' + b"[" * 20_000)
+        assert r.status_code == 400 and "not valid JSON" in r.json()["error"], r.text
 
 
 def test_a_body_slower_than_the_time_limit_is_a_408(translator):
