@@ -4,11 +4,18 @@ stop the docs promise "at once" waited for it; the child is killed instead."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
-_CHILD = """import json, signal, sys
+_CHILD = """import ctypes, json, os, signal, sys
 signal.signal(signal.SIGINT, signal.SIG_IGN)   # a terminal's Ctrl-C reaches both: the parent stops it
+try:   # killed with the parent (kill -9, out of memory) rather than left training for minutes (Linux)
+    ctypes.CDLL(None).prctl(1, int(signal.SIGKILL))   # PR_SET_PDEATHSIG
+except (OSError, AttributeError):
+    pass
+if os.getppid() != int(sys.argv[2]):   # (it died before that)
+    sys.exit(1)
 import sentencepiece as spm
 seed, options = json.loads(sys.argv[1])
 spm.set_random_generator_seed(seed)
@@ -24,8 +31,11 @@ def train(seed: int, **options) -> None:
     """`spm.SentencePieceTrainer.train(**options)` after `spm.set_random_generator_seed(seed)`, in a child process
     (the same interpreter); RuntimeError with SentencePiece's message when it fails. An exception here (a signal's
     KeyboardInterrupt) kills the child first."""
-    proc = subprocess.Popen([sys.executable, "-c", _CHILD, json.dumps([seed, options])], stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    from nmt.job import describe_exit
+    # -P: no Python file of the working directory imported in its place (a csv.py there ran, a json.py broke it). No
+    # preexec_fn: this process has MXNet's threads, and code between fork and exec could deadlock on their locks.
+    proc = subprocess.Popen([sys.executable, "-P", "-c", _CHILD, json.dumps([seed, options]), str(os.getpid())],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         _, err = proc.communicate()
     except BaseException:
@@ -33,4 +43,5 @@ def train(seed: int, **options) -> None:
         proc.wait()
         raise
     if proc.returncode:
-        raise RuntimeError(err.decode("utf-8", "replace").strip() or f"its process ended with {proc.returncode}")
+        raise RuntimeError(err.decode("utf-8", "replace").strip() or f"its process {describe_exit(proc.returncode)}"
+                           + " (out of memory?)" * (proc.returncode == -9))

@@ -311,3 +311,47 @@ def test_a_signal_stops_tokenizer_training_at_once(tmp_path):
                        env={**os.environ, "PYTHONPATH": str(repo)})
     assert p.stdout.startswith("interrupted after ") and int(p.stdout.split()[2]) < 20, (p.stdout, p.stderr)
     assert not list(tmp_path.glob("spm*")), list(tmp_path.iterdir())
+
+
+def test_the_trainer_process_reads_no_python_of_the_working_directory_and_dies_with_its_parent(tmp_path):
+    """SentencePiece's child process ran `python -c`, which imports from the working directory first: a csv.py
+    there ran once per tokenizer (a json.py broke the training). And killed with SIGKILL (kill -9, the out-of-memory
+    killer), nmt-train left the child training for minutes."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    repo = Path(__file__).resolve().parents[2]
+    (tmp_path / "csv.py").write_text(f"open({str(tmp_path / 'ran')!r}, 'a').write('ran')\n")
+    (tmp_path / "json.py").write_text("raise SystemExit('a json.py of the working directory')\n")
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    code = ("import sys; from nmt.tokenizer import train_tokenizer; train_tokenizer([f'문장 {i} 번' for i in "
+            "range(200)], sys.argv[1], 'ko', 300)")
+    subprocess.run([sys.executable, "-P", "-c", code, str(tmp_path / "m")], cwd=tmp_path, env=env, check=True,
+                   timeout=300)   # (-P: as the console scripts run, without the working directory on the path)
+    assert (tmp_path / "m" / "spm.ko.model").is_file() and not (tmp_path / "ran").exists()
+    big = ("import random, sys; from nmt.tokenizer import train_tokenizer; rng = random.Random(0); "
+           "train_tokenizer([' '.join(''.join(chr(0xAC00 + rng.randrange(400)) for _ in range(3)) for _ in range(12)) "
+           "for _ in range(60000)], sys.argv[1], 'ko', 8000, num_threads=1)")
+    parent = subprocess.Popen([sys.executable, "-c", big, str(tmp_path / "big")], env=env)
+
+    def children() -> list:   # the trainer's processes: their arguments end with the parent's pid
+        found = []
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            try:
+                args = cmdline.read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"sentencepiece" in b" ".join(args) and args[-2:-1] == [str(parent.pid).encode()]:
+                found.append(cmdline.parent.name)
+        return found
+    deadline = time.monotonic() + 120
+    while not children() and time.monotonic() < deadline and parent.poll() is None:
+        time.sleep(0.1)
+    assert children(), "the trainer's process never started"
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while children() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not children()
