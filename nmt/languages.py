@@ -6,8 +6,8 @@ import os
 import re
 from typing import Sequence, Tuple
 
-from nmt.commands import shell_word
 from nmt.corpus import CorpusError, normalize
+from nmt.textfile import undo_latin1_command
 
 _HANGUL = re.compile("[\uac00-\ud7a3\u1100-\u11ff\u3130-\u318f]")
 _JSON_REQUEST = re.compile(r'\ufeff?\s*\{.*"text"\s*:.*\}\s*')   # (a first line's byte-order mark too)
@@ -49,9 +49,10 @@ def _encoded_twice(lines: Sequence[str], path: str) -> str:
     picked = [x for x in lines[::max(1, len(lines) // 10_000)] if x.strip()]
     if not picked or sum(len(_HANGUL_LEAD_AS_LATIN.findall(x)) >= 2 for x in picked) < len(picked) / 2:
         return ""
+    undo = undo_latin1_command(path)
     return ("its lines read like Korean UTF-8 that was taken for Latin-1 or Windows-1252 and saved as UTF-8 again "
-            f"(\"고마워요\" as \"ê³ ë§ˆì›Œìš”\"): undo it with `iconv -f UTF-8 -t WINDOWS-1252 {shell_word(path)}` (or "
-            "-t LATIN1), which writes the bytes it was read from")
+            "(\"고마워요\" as \"ê³ ë§ˆì›Œìš”\"): " + (f"undo it, `{undo}`" if undo else "write it again from its source "
+                                                 "as UTF-8"))
 
 
 def hangul_counts(lines: Sequence[str]) -> Tuple[int, int]:

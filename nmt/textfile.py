@@ -149,10 +149,23 @@ def _beside(path: PathLike, tag: str) -> str:
 
 
 def line_ends_command(path: PathLike, kind: Optional[str]) -> str:
-    """The command turning the CR line ends of `path` (compressed as `kind`) into LF, into a file beside it."""
+    """The command turning the CR line ends of `path` (compressed as `kind`) into LF, into a file beside it; for a
+    pipe (/dev/stdin, <(...)), a filter to put in it."""
     cat = _CATS.get(kind or "")
+    if os.path.exists(path) and not os.path.isfile(path):
+        return f"{cat} | tr '\\r' '\\n'" if cat else "tr '\\r' '\\n'"
     read = f"{cat} {shell_word(path)} | tr '\\r' '\\n'" if cat else f"tr '\\r' '\\n' < {shell_word(path)}"
     return f"{read} > {_beside(path, 'lf')}"
+
+
+def undo_latin1_command(path: PathLike) -> str:
+    """The command writing, beside the UTF-8 file `path`, the bytes its text was decoded from as Latin-1 or
+    Windows-1252 (each character back to its byte; the C1 controls Windows-1252 leaves undefined too): Korean UTF-8
+    saved as UTF-8 again after that decoding comes back whole. "" for a compressed file or a pipe."""
+    if not os.path.isfile(path) or Path(path).suffix.lower() in (".gz", ".bz2", ".xz"):
+        return ""
+    return ("python3 -c \"import sys; sys.stdout.buffer.write(bytes(ord(c) if ord(c) < 256 else c.encode('cp1252')[0] "
+            f"for c in open(sys.argv[1], encoding='utf-8').read()))\" {shell_word(path)} > {_beside(path, 'fixed')}")
 
 
 def _reads_as(line: bytes, encoding: str, pattern: str) -> bool:

@@ -251,6 +251,7 @@ def test_bad_input_is_one_clear_error(model_dir, tmp_path, capsys):
     rows.write_text('{"translations": ["A cat.", "Cat."], "scores": [-1.5, -2.0]}\n' * 2)
     code, out, err = run(["--model-dir", model_dir, "--src-file", two, "--tgt-file", rows], capsys)
     assert code == 2 and out == "" and f"--tgt-file {rows}: its lines are nmt-translate's n-best rows" in err, err
+    assert "`jq -r '.translations[0] // \"\"'`" in err   # (an empty line's [] as an empty line, not "null")
     for flag, path in (("--src-file", src), ("--tgt-file", two)):   # written after reading, but lost all the same
         before = path.read_bytes()
         code, out, err = run(base + ["--tgt-file", two, "--output", path], capsys)

@@ -461,11 +461,14 @@ def test_the_advice_for_a_pipe_is_a_filter_to_put_in_it(tmp_path):
     """For /dev/stdin (or <(...)) the advice to write beside the file made `iconv ... /dev/stdin > /dev/stdin.utf8`:
     a file in /dev."""
     import os
-    from nmt.textfile import iconv_command
+    from nmt.textfile import iconv_command, line_ends_command, undo_latin1_command
     read, write = os.pipe()
     try:
         assert iconv_command(f"/dev/fd/{read}", "CP949", None, into=True) == "iconv -f CP949 -t UTF-8"
         assert iconv_command(f"/dev/fd/{read}", "CP949", "gzip", into=True) == "zcat | iconv -f CP949 -t UTF-8"
+        assert line_ends_command(f"/dev/fd/{read}", None) == "tr '\\r' '\\n'"   # (not `> /dev/fd/N.lf`)
+        assert line_ends_command(f"/dev/fd/{read}", "gzip") == "zcat | tr '\\r' '\\n'"
+        assert undo_latin1_command(f"/dev/fd/{read}") == ""
     finally:
         os.close(read)
         os.close(write)

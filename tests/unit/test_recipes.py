@@ -376,9 +376,11 @@ def test_swapped_or_one_language_files_are_refused(write_file, direction):
     ko_side, en_side = ("src", "tgt") if src_lang == "ko" else ("tgt", "src")
     other_ko = write_file("other.ko", ["다른 문장.", "개.", "네.", "2025"])   # (both Korean, two files)
     other_en = [write_file(f"other{i}.en", ["Other.", "A dog.", "Yes.", "2025"]) for i in (1, 2)]   # (no Hangul)
-    # Korean UTF-8 read as Windows-1252 and saved again ("are both files English?" said nothing of it)
-    twice = str(write_file("twice.ko", "안녕하세요.\n고양이가 있다.\nOK 좋아요.\n2024 년\n".encode().decode("cp1252",
-                                                                                               "replace")))
+    # Korean UTF-8 read as Windows-1252 (its five undefined bytes as C1 controls) and saved again ("are both files
+    # English?" said nothing of it); the command given writes the file back
+    korean = "안녕하세요.\n고양이가 있다.\nOK 좋아요.\n2024 년\n"
+    twice = str(write_file("twice.ko", "".join(bytes([b]).decode("cp1252", "ignore") or chr(b)
+                                               for b in korean.encode())))
     for kind, files, side, says in (
             ("train", (right[tgt_lang], right[src_lang]), ko_side, "are the files swapped?"),
             ("dev", (dev[tgt_lang], dev[src_lang]), ko_side, "are the files swapped?"),
@@ -386,8 +388,7 @@ def test_swapped_or_one_language_files_are_refused(write_file, direction):
             ("train", (en, en), ko_side, "the same file is given for both sides"),   # (the English file: Korean named)
             ("train", (ko, str(other_ko)), en_side, "is it the Korean file again?"),
             ("train", tuple(map(str, other_en)), ko_side, "are both files English?"),
-            ("train", (twice, en) if src_lang == "ko" else (en, twice), ko_side, "`iconv -f UTF-8 -t WINDOWS-1252 "
-             f"{twice}` (or -t LATIN1), which writes the bytes it was read from")):
+            ("train", (twice, en) if src_lang == "ko" else (en, twice), ko_side, "twice.fixed.ko`")):
         cfg = dataclasses.replace(good, **{f"{kind}_src": files[0], f"{kind}_tgt": files[1]})
         with pytest.raises(CorpusError) as e:
             load_data(cfg)
@@ -395,6 +396,9 @@ def test_swapped_or_one_language_files_are_refused(write_file, direction):
         assert (f"--{kind}-{side} {getattr(cfg, f'{kind}_{side}')} should be the {language} side (--src {src_lang} "
                 f"--tgt {tgt_lang}) but has Hangul on ") in str(e.value)
         assert str(e.value).endswith(says), str(e.value)
+    undo = re.search("undo it, `(.*)`$", str(e.value))[1]
+    subprocess.run(undo, shell=True, check=True)
+    assert Path(twice).with_name("twice.fixed.ko").read_text(encoding="utf-8") == korean
 
 
 def test_training_files_without_dev_files_hold_out_a_dev_set(write_file, monkeypatch, caplog):
