@@ -69,10 +69,13 @@ def _best_record(run: Run, test: str, checkpoint: Optional[str]) -> Optional[dic
     best, else avg, else its latest step recorded."""
     per_ckpt = {k: v for k, v in run.scores.get(test, {}).items() if not k.startswith(ENSEMBLE_PREFIX)}
     steps = sorted((int(k) for k in per_ckpt if k.isdecimal()), reverse=True)
-    if checkpoint == "latest":   # recorded under its step
-        return per_ckpt.get(str(ckpt.latest_step(run.state))) if run.state.params_files else None
+    def of_step(step: int) -> Optional[dict]:   # recorded under its step, or under best when it is the best's
+        best = per_ckpt.get("best")
+        return per_ckpt.get(str(step)) or (best if isinstance(best, dict) and best.get("step") == step else None)
+    if checkpoint == "latest":
+        return of_step(ckpt.latest_step(run.state)) if run.state.params_files else None
     if checkpoint:
-        return per_ckpt.get(str(int(checkpoint)) if checkpoint.isdecimal() else checkpoint)
+        return of_step(int(checkpoint)) if checkpoint.isdecimal() else per_ckpt.get(checkpoint)
     for name in ("best", "avg"):   # dev-selected first: choosing by test score would tune on the test
         if name in per_ckpt:
             return per_ckpt[name]

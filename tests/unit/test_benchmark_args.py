@@ -165,6 +165,9 @@ def test_results_table_refuses_a_checkpoint_or_test_set_no_run_has(tmp_path, cap
     capsys.readouterr()
     assert table.main([str(run), "--checkpoint", "500"]) == 2
     assert "error: --checkpoint 500: no run has its scores (test sets scored: tatoeba-test)" in capsys.readouterr().err
+    (run / "scores.json").write_text(json.dumps({"tatoeba-test": {"best": {"bleu": 1.0, "chrf": 2.0, "step": 500}}}))
+    assert table.main([str(run), "--checkpoint", "500"]) == 0   # the best's step: its scores are under "best"
+    assert "| 1.00 |" in capsys.readouterr().out
     with pytest.raises(SystemExit) as e:   # (not "no run has its scores": no run could have)
         table.main([str(run), "--checkpoint", "bogus"])
     assert e.value.code == 2
