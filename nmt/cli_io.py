@@ -122,11 +122,13 @@ def check_languages_of(tr, src, tgt, src_name: str, tgt_name: str) -> None:
     """CorpusError unless the source and target lines are in the model's languages (`languages.check_languages`); a
     warning where one side only is blank (`warn_one_sided_blanks`)."""
     from nmt.corpus import CorpusError, warn_one_sided_blanks
-    from nmt.languages import check_languages, nbest_rows
-    if nbest_rows(tgt) > sum(1 for x in tgt if x.strip()) / 2:   # (read as English text: scored without a word)
-        raise CorpusError(f"{tgt_name}: its lines are nmt-translate's n-best rows (JSON with \"translations\"), not "
-                          "one translation per line: extract them, e.g. the best with `jq -r '.translations[0] // "
-                          "\"\"'` (\"\": an empty line's row has none)")
+    from nmt.languages import check_languages, output_rows
+    nbest, aligned = output_rows(tgt)   # (read as text: scored without a word)
+    if max(nbest, aligned) > sum(1 for x in tgt if x.strip()) / 2:
+        raise CorpusError(f"{tgt_name}: its lines are nmt-translate's " + (
+            "n-best rows (JSON with \"translations\"), not one translation per line: extract them, e.g. the best with "
+            "`jq -r '.translations[0] // \"\"'` (\"\": an empty line's row has none)" if nbest > aligned else
+            "--alignment output (translation ||| word links): take the translations, e.g. `sed 's/ ||| [-0-9 ]*$//'`"))
     check_languages(src, tgt, tr.src_lang, (src_name, tgt_name), f"the model translates {tr.src_lang} -> {tr.tgt_lang}")
     warn_one_sided_blanks(src, tgt, src_name, tgt_name)
 

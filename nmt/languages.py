@@ -66,12 +66,15 @@ def json_requests(lines: Sequence[str]) -> int:
     return sum(1 for x in lines if _JSON_REQUEST.fullmatch(x))
 
 
-_NBEST_ROW = re.compile(r'\s*\{\s*"translations"\s*:\s*\[.*\}\s*')   # nmt-translate --nbest's rows
+# nmt-translate's output lines beyond a translation: --nbest's rows, --alignment's "translation ||| links"
+_NBEST_ROW = re.compile(r'\s*\{\s*"translations"\s*:\s*\[.*\}\s*')
+_ALIGNED_ROW = re.compile(r".* \|\|\| (?:\d+-\d+(?: \d+-\d+)*)?\s*")
 
 
-def nbest_rows(lines: Sequence[str]) -> int:
-    """Lines that are nmt-translate's n-best rows ({"translations": [...], "scores": [...]}): given as translations?"""
-    return sum(1 for x in lines if _NBEST_ROW.fullmatch(x))
+def output_rows(lines: Sequence[str]) -> Tuple[int, int]:
+    """(n-best rows, aligned rows) of `lines` ({"translations": [...], ...}; "text ||| 0-0 1-1"): given as
+    translations or references?"""
+    return sum(1 for x in lines if _NBEST_ROW.fullmatch(x)), sum(1 for x in lines if _ALIGNED_ROW.fullmatch(x))
 
 
 def other_language_warning(lines: int, hangul: int, src_lang: str, tgt_lang: str) -> str:

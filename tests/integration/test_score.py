@@ -252,6 +252,9 @@ def test_bad_input_is_one_clear_error(model_dir, tmp_path, capsys):
     code, out, err = run(["--model-dir", model_dir, "--src-file", two, "--tgt-file", rows], capsys)
     assert code == 2 and out == "" and f"--tgt-file {rows}: its lines are nmt-translate's n-best rows" in err, err
     assert "`jq -r '.translations[0] // \"\"'`" in err   # (an empty line's [] as an empty line, not "null")
+    rows.write_text("A cat. ||| 0-0 1-1\nCat. ||| 0-0\n")   # --alignment's
+    code, out, err = run(["--model-dir", model_dir, "--src-file", two, "--tgt-file", rows], capsys)
+    assert code == 2 and out == "" and f"--tgt-file {rows}: its lines are nmt-translate's --alignment output" in err
     for flag, path in (("--src-file", src), ("--tgt-file", two)):   # written after reading, but lost all the same
         before = path.read_bytes()
         code, out, err = run(base + ["--tgt-file", two, "--output", path], capsys)
