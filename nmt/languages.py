@@ -49,7 +49,7 @@ def _encoded_twice(lines: Sequence[str], path: str) -> str:
     picked = [x for x in lines[::max(1, len(lines) // 10_000)] if x.strip()]
     if not picked or sum(len(_HANGUL_LEAD_AS_LATIN.findall(x)) >= 2 for x in picked) < len(picked) / 2:
         return ""
-    undo = undo_latin1_command(path)
+    undo = "" if any("\ufffd" in x for x in picked) else undo_latin1_command(path)   # (bytes lost: U+FFFD)
     return ("its lines read like Korean UTF-8 that was taken for Latin-1 or Windows-1252 and saved as UTF-8 again "
             "(\"고마워요\" as \"ê³ ë§ˆì›Œìš”\"): " + (f"undo it, `{undo}`" if undo else "write it again from its source "
                                                  "as UTF-8"))

@@ -177,6 +177,7 @@ def prune_older(model_dir: Path, state: ckpt.TrainState) -> None:
     kept = {ckpt.params_step(f) for f in state.params_files} - {None}
     old = [s for s in manifest.step_keys(model_dir) if s not in kept and s < max(kept, default=0)]
     if old:
+        state.save(model_dir)   # first: no file state.json names is deleted (it may name them, written before)
         ckpt.prune(model_dir, set(manifest.step_keys(model_dir)) - set(old))
         ckpt_logger.info("--resume: removed the checkpoint(s) of step %s, which --keep-last no longer keeps",
                          ", ".join(map(str, sorted(old))))

@@ -130,7 +130,7 @@ def iconv_command(path: Optional[PathLike], encoding: str, kind: Optional[str], 
     """The command converting `path` (None: standard input; compressed as `kind`: "gzip" ...) from `encoding` to
     UTF-8; `into`: into a file beside it, named with .utf8 before its suffix (without the compression's). A pipe
     (/dev/stdin, <(...)) gets the command for standard input: a filter to put in it."""
-    if path is not None and os.path.exists(path) and not os.path.isfile(path):
+    if path is not None and _stream(path):
         path = None
     cat = _CATS.get(kind or "")
     command = (f"{cat}{'' if path is None else ' ' + shell_word(path)} | iconv -f {encoding} -t UTF-8" if cat else
@@ -139,6 +139,13 @@ def iconv_command(path: Optional[PathLike], encoding: str, kind: Optional[str], 
 
 
 _CATS = {"gzip": "zcat", "bzip2": "bzcat", "xz": "xzcat"}   # a compressed file's text on standard output
+
+
+def _stream(path: PathLike) -> bool:
+    """Whether `path` is read as a stream, where a command is a filter to put in it, not a file to write beside:
+    a pipe (<(...)), or standard input or a descriptor by name, also when a file is redirected to it (`< file`)."""
+    return str(path).startswith(("/dev/stdin", "/dev/fd/", "/proc/self/fd/")) or (os.path.exists(path) and
+                                                                                  not os.path.isfile(path))
 
 
 def _beside(path: PathLike, tag: str) -> str:
@@ -152,7 +159,7 @@ def line_ends_command(path: PathLike, kind: Optional[str]) -> str:
     """The command turning the CR line ends of `path` (compressed as `kind`) into LF, into a file beside it; for a
     pipe (/dev/stdin, <(...)), a filter to put in it."""
     cat = _CATS.get(kind or "")
-    if os.path.exists(path) and not os.path.isfile(path):
+    if _stream(path):
         return f"{cat} | tr '\\r' '\\n'" if cat else "tr '\\r' '\\n'"
     read = f"{cat} {shell_word(path)} | tr '\\r' '\\n'" if cat else f"tr '\\r' '\\n' < {shell_word(path)}"
     return f"{read} > {_beside(path, 'lf')}"
@@ -161,11 +168,13 @@ def line_ends_command(path: PathLike, kind: Optional[str]) -> str:
 def undo_latin1_command(path: PathLike) -> str:
     """The command writing, beside the UTF-8 file `path`, the bytes its text was decoded from as Latin-1 or
     Windows-1252 (each character back to its byte; the C1 controls Windows-1252 leaves undefined too): Korean UTF-8
-    saved as UTF-8 again after that decoding comes back whole. "" for a compressed file or a pipe."""
-    if not os.path.isfile(path) or Path(path).suffix.lower() in (".gz", ".bz2", ".xz"):
+    saved as UTF-8 again after that decoding comes back whole (a byte-order mark of the export dropped, its line ends
+    kept). "" for a compressed file or a stream."""
+    if _stream(path) or not os.path.isfile(path) or Path(path).suffix.lower() in (".gz", ".bz2", ".xz"):
         return ""
     return ("python3 -c \"import sys; sys.stdout.buffer.write(bytes(ord(c) if ord(c) < 256 else c.encode('cp1252')[0] "
-            f"for c in open(sys.argv[1], encoding='utf-8').read()))\" {shell_word(path)} > {_beside(path, 'fixed')}")
+            "for c in open(sys.argv[1], encoding='utf-8-sig', newline='').read()))\" "
+            f"{shell_word(path)} > {_beside(path, 'fixed')}")
 
 
 def _reads_as(line: bytes, encoding: str, pattern: str) -> bool:

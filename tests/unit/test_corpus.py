@@ -5,6 +5,7 @@ import re
 import shlex
 import subprocess
 import unicodedata
+from pathlib import Path
 
 import pytest
 
@@ -469,6 +470,15 @@ def test_the_advice_for_a_pipe_is_a_filter_to_put_in_it(tmp_path):
         assert line_ends_command(f"/dev/fd/{read}", None) == "tr '\\r' '\\n'"   # (not `> /dev/fd/N.lf`)
         assert line_ends_command(f"/dev/fd/{read}", "gzip") == "zcat | tr '\\r' '\\n'"
         assert undo_latin1_command(f"/dev/fd/{read}") == ""
+        # standard input redirected from a file (`< file`) is a regular file to os.path: still a stream by its name
+        import sys
+        (tmp_path / "in.ko").write_text("x\n")
+        code = ("from nmt.textfile import iconv_command as i, line_ends_command as l, undo_latin1_command as u; "
+                "print([i('/dev/stdin', 'CP949', None, into=True), l('/dev/stdin', None), u('/dev/stdin')])")
+        with open(tmp_path / "in.ko") as stdin:
+            said = subprocess.run([sys.executable, "-c", code], stdin=stdin, capture_output=True, text=True,
+                                  env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+        assert said.stdout == str(["iconv -f CP949 -t UTF-8", "tr '\\r' '\\n'", ""]) + "\n", said
     finally:
         os.close(read)
         os.close(write)

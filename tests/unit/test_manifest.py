@@ -479,6 +479,7 @@ def test_a_resume_prunes_what_a_save_killed_before_its_state_left(tmp_path, capl
     with caplog.at_level("INFO", logger="nmt.checkpoint"):
         assert resume_state(d).step == 40
     assert not any((d / name).exists() for name in names[:3] + stop) and (d / ckpt.params_file(20)).exists()
+    assert ckpt.TrainState.load(d).params_files == [ckpt.params_file(s) for s in (20, 30, 40)]   # (saved first)
     assert "--resume: removed the checkpoint(s) of step 10, 25, which --keep-last no longer keeps" in caplog.text
 
 

@@ -378,9 +378,9 @@ def test_swapped_or_one_language_files_are_refused(write_file, direction):
     other_en = [write_file(f"other{i}.en", ["Other.", "A dog.", "Yes.", "2025"]) for i in (1, 2)]   # (no Hangul)
     # Korean UTF-8 read as Windows-1252 (its five undefined bytes as C1 controls) and saved again ("are both files
     # English?" said nothing of it); the command given writes the file back
-    korean = "안녕하세요.\n고양이가 있다.\nOK 좋아요.\n2024 년\n"
-    twice = str(write_file("twice.ko", "".join(bytes([b]).decode("cp1252", "ignore") or chr(b)
-                                               for b in korean.encode())))
+    korean = "안녕하세요.\r\n고양이가 있다.\r\nOK 좋아요.\r\n2024 년\r\n"   # (CRLF, and the export's BOM: kept, dropped)
+    twice = str(write_file("twice.ko", "\ufeff" + "".join(bytes([b]).decode("cp1252", "ignore") or chr(b)
+                                                          for b in korean.encode())))
     for kind, files, side, says in (
             ("train", (right[tgt_lang], right[src_lang]), ko_side, "are the files swapped?"),
             ("dev", (dev[tgt_lang], dev[src_lang]), ko_side, "are the files swapped?"),
@@ -398,7 +398,9 @@ def test_swapped_or_one_language_files_are_refused(write_file, direction):
         assert str(e.value).endswith(says), str(e.value)
     undo = re.search("undo it, `(.*)`$", str(e.value))[1]
     subprocess.run(undo, shell=True, check=True)
-    assert Path(twice).with_name("twice.fixed.ko").read_text(encoding="utf-8") == korean
+    assert Path(twice).with_name("twice.fixed.ko").read_bytes() == korean.encode()
+    from nmt.languages import _encoded_twice   # characters a decoder replaced: no command can write them back
+    assert _encoded_twice(["ê³\ufffdë§ˆì›Œìš”."], twice).endswith("write it again from its source as UTF-8")
 
 
 def test_training_files_without_dev_files_hold_out_a_dev_set(write_file, monkeypatch, caplog):
