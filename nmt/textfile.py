@@ -232,7 +232,7 @@ def wide_encoding(data: bytes) -> Tuple[str, str]:
     return name, "or not text: NUL bytes fill its start"
 
 
-def check_start(data: bytes, path: Path, kind: Optional[str]) -> None:
+def _check_start(data: bytes, path: Path, kind: Optional[str]) -> None:
     """CorpusError when a file starting with `data` (its first HEAD_BYTES) is no UTF-8 text: an archive, an image,
     UTF-16. UTF-16 without its byte-order mark shows as NUL bytes, one for every ASCII character (spaces and
     punctuation of Korean text too), where UTF-8 text has none but a stray control character."""
@@ -248,7 +248,7 @@ def check_start(data: bytes, path: Path, kind: Optional[str]) -> None:
                           f"`{iconv_command(path, encoding, kind, into=True)}`")
 
 
-HEAD_BYTES = 4096   # what `check_start` reads (`binary_sign`'s and `wide_encoding`'s)
+HEAD_BYTES = 4096   # what `_check_start` reads (`binary_sign`'s and `wide_encoding`'s)
 
 
 def _text_bytes(data: bytes, path: Path) -> bytes:
@@ -270,7 +270,7 @@ def read_text_bytes(path: Path) -> Tuple[bytes, Optional[str]]:
     try:
         with f:
             data = f.read(HEAD_BYTES)
-            check_start(data, path, kind)
+            _check_start(data, path, kind)
             data += f.read()
     except READ_ERRORS as e:   # a truncated or corrupt archive
         problem = f"a damaged {kind} file ({e})" if kind else f"cannot read ({e.strerror})"
