@@ -334,8 +334,8 @@ def train_tokenizer(lines: Sequence[str], out_dir: PathLike, lang: str, vocab_si
         prefix = Path(tmp) / "spm"
         try:
             spm_process.train(
-                seed, input=str(text_file), model_prefix=str(prefix), vocab_size=vocab_size, model_type=model_type,
-                character_coverage=character_coverage(lang) if coverage is None else coverage,
+                seed, n_content, input=str(text_file), model_prefix=str(prefix), vocab_size=vocab_size,
+                model_type=model_type, character_coverage=character_coverage(lang) if coverage is None else coverage,
                 byte_fallback=True, pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
                 normalization_rule_name="identity", remove_extra_whitespaces=False,
                 # Soft limit: on small data the vocabulary stops at what the text supports instead of failing.

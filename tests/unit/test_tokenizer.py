@@ -326,7 +326,7 @@ def test_the_trainer_process_reads_no_python_of_the_working_directory_and_dies_w
     (tmp_path / "json.py").write_text("raise SystemExit('a json.py of the working directory')\n")
     env = {**os.environ, "PYTHONPATH": str(repo)}
     code = ("import sys; from nmt.tokenizer import train_tokenizer; train_tokenizer([f'문장 {i} 번' for i in "
-            "range(200)], sys.argv[1], 'ko', 300)")
+            "range(20001)], sys.argv[1], 'ko', 300)")   # (over IN_PROCESS_LINES: the child trains it)
     subprocess.run([sys.executable, "-P", "-c", code, str(tmp_path / "m")], cwd=tmp_path, env=env, check=True,
                    timeout=300)   # (-P: as the console scripts run, without the working directory on the path)
     assert (tmp_path / "m" / "spm.ko.model").is_file() and not (tmp_path / "ran").exists()
@@ -355,3 +355,14 @@ def test_the_trainer_process_reads_no_python_of_the_working_directory_and_dies_w
     while children() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not children()
+
+
+def test_the_trainer_process_and_this_one_train_the_same_tokenizer(tmp_path, monkeypatch):
+    """Texts of up to IN_PROCESS_LINES lines are trained in this process (a child's start would cost more than a
+    signal waits): the same pieces and scores as the child process gives."""
+    from nmt import spm_process
+    lines = [f"문장 {i} 번 입니다, sentence {i}." for i in range(300)]
+    here = train_tokenizer(lines, tmp_path / "here", "ko", 400)
+    monkeypatch.setattr(spm_process, "IN_PROCESS_LINES", 0)
+    child = train_tokenizer(lines, tmp_path / "child", "ko", 400)
+    assert here.vocab_size == child.vocab_size > 300 and here.same_vocabulary(child)
