@@ -13,7 +13,7 @@ import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from nmt.commands import shell_word
 from nmt.textfile import (CorpusError, PathLike, encoding_of, iconv_command, line_ends_command, not_text,
@@ -128,11 +128,12 @@ def line_list(numbers: List[int], limit: int = 5) -> str:
 
 
 def read_lines(path: PathLike, *, skip_invalid_utf8: bool = False, max_line_chars: Optional[int] = MAX_LINE_CHARS,
-               keep_blank_end: bool = False, skippable: bool = False) -> List[Optional[str]]:
+               keep_blank_end: bool = False, skippable: Union[bool, str] = False) -> List[Optional[str]]:
     """Lines of a UTF-8 text file, normalized; None for an undecodable line skipped on request. Blank lines at
     the end are dropped (warned) unless `keep_blank_end` (a file whose every line is data, e.g. translations).
-    `skippable`: the error for invalid UTF-8 offers --skip-invalid-utf8 (training data; not a test set). "~" is the
-    home directory, as in every command's file flags."""
+    `skippable`: the error for invalid UTF-8 offers --skip-invalid-utf8 (training data; not a test set), or (a
+    string) says why that flag, given, skips nothing here. "~" is the home directory, as in every command's file
+    flags."""
     path = "/dev/stdin" if path == "-" else os.path.expanduser(path)   # ("-": standard input, as for every flag)
     lines = _decode_lines(path, skip_invalid_utf8, max_line_chars, keep_blank_end, skippable)
     _warn_of_changes(path, lines)
@@ -177,7 +178,7 @@ def _utf8_text(line: bytes) -> bool:
 
 
 def _invalid_utf8(path: Path, i: int, line: bytes, at: int, kind: Optional[str], utf8: int,
-                  skippable: bool) -> CorpusError:
+                  skippable: Union[bool, str]) -> CorpusError:
     """The error for line `i` of `path`, invalid UTF-8 from byte `at`; `utf8`: another line of UTF-8 text beyond
     ASCII (0: none), which makes the line most likely a stray one, to correct rather than convert."""
     said, enc = f"{path}:{i}: invalid UTF-8 (byte 0x{line[at]:02x} at byte {at + 1} of the line)", encoding_of(line)
@@ -188,11 +189,11 @@ def _invalid_utf8(path: Path, i: int, line: bytes, at: int, kind: Optional[str],
            f"whole file is {enc}, convert it (`{iconv_command(path, enc, kind, into=True)}`)" if utf8 else
            f"{said}. Convert the file to UTF-8 ({to_utf8_hint(line, path, kind, into=True)})")
     return CorpusError(fix + (", or pass --skip-invalid-utf8 to drop such lines and their translations (counted)."
-                              if skippable else "."))
+                              if skippable is True else f" ({skippable})." if skippable else "."))
 
 
 def _decode_lines(path: PathLike, skip_invalid_utf8: bool, max_line_chars: int,
-                  keep_blank_end: bool = False, skippable: bool = False) -> List[Optional[str]]:
+                  keep_blank_end: bool = False, skippable: Union[bool, str] = False) -> List[Optional[str]]:
     """Decoded, not yet normalized lines of a UTF-8 text file; None for an undecodable line skipped on request.
 
     A UTF-8 byte-order mark is stripped and CRLF line ends are converted, each with a logged warning (and blank lines
@@ -306,15 +307,11 @@ def read_parallel(src_path: PathLike, tgt_path: PathLike, *, skip_invalid_utf8: 
     """Line-aligned file pair: line i of `src_path` translates to line i of `tgt_path`. Pairs with an empty or
     skipped side are dropped (counted), unless `whole`: a test set, read as nmt-evaluate reads its files (every line
     counts, none is skipped, and a source line of any length is the Translator's to cut)."""
-    try:
-        src, tgt = (read_lines(p, skip_invalid_utf8=skip_invalid_utf8 and not whole, keep_blank_end=True,
-                               skippable=not whole, max_line_chars=None if whole and side == 0 else MAX_LINE_CHARS)
-                    for side, p in enumerate((src_path, tgt_path)))
-    except CorpusError as e:   # (the flag given, and not a word of why it did nothing)
-        if not (whole and skip_invalid_utf8 and ": invalid UTF-8 (" in str(e)):
-            raise
-        raise CorpusError(f"{str(e).rstrip('.')} (--skip-invalid-utf8 drops lines of training and dev files only: a "
-                          "test set is scored whole).") from None
+    unskipped = "--skip-invalid-utf8 drops lines of training and dev files only: a test set is scored whole"
+    skippable = not whole or (skip_invalid_utf8 and unskipped)   # (the flag given: a word of why it did nothing)
+    src, tgt = (read_lines(p, skip_invalid_utf8=skip_invalid_utf8 and not whole, keep_blank_end=True,
+                           skippable=skippable, max_line_chars=None if whole and side == 0 else MAX_LINE_CHARS)
+                for side, p in enumerate((src_path, tgt_path)))
     drop_blank_ends([(src_path, src), (tgt_path, tgt)])
     if len(src) != len(tgt):
         raise CorpusError(
