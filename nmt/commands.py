@@ -186,8 +186,8 @@ def import_failure(e: BaseException) -> str:
     later) or a package nmt needs (`missing_package`) is imported; "" for any other error."""
     import importlib.util
     from nmt import mxnet_builds_problem
-    if mxnet_builds_problem():
-        return mxnet_builds_problem()
+    if builds := mxnet_builds_problem():
+        return builds
     try:
         spec = importlib.util.find_spec("mxnet")
     except (ImportError, ValueError):   # (a module entry of None: "not installed")

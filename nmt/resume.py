@@ -101,8 +101,8 @@ def unscored(model_dir: Path, tests) -> bool:
     run's: a resume without it, and no update, is to score them): an entry of params.best's parameters (by their
     sha256, where its manifest has it) under "best" or under the best step's number."""
     from nmt.scoring import read_scores
-    sha = ckpt.params_sha256(model_dir / ckpt.PARAMS_BEST)
-    keys = ["best", *([str(ckpt.best_step(model_dir))] if sha and ckpt.best_step(model_dir) else [])]
+    sha, step = ckpt.params_sha256(model_dir / ckpt.PARAMS_BEST), ckpt.best_step(model_dir)
+    keys = ["best", *([str(step)] if sha and step else [])]
     try:
         scores = read_scores(model_dir)
     except ckpt.CheckpointError:   # (a damaged scores.json: said as the scores are recorded)
@@ -174,11 +174,11 @@ def prune_older(model_dir: Path, state: ckpt.TrainState) -> None:
     warning): a run killed after its newest checkpoint's manifest, before its state.json, had not pruned them (an
     older step, a stop's checkpoint between two kept ones), and a resume that makes no update saves nothing that
     would."""
-    kept = {ckpt.params_step(f) for f in state.params_files} - {None}
-    old = [s for s in manifest.step_keys(model_dir) if s not in kept and s < max(kept, default=0)]
+    kept, steps = {ckpt.params_step(f) for f in state.params_files} - {None}, manifest.step_keys(model_dir)
+    old = [s for s in steps if s not in kept and s < max(kept, default=0)]
     if old:
         state.save(model_dir)   # first: no file state.json names is deleted (it may name them, written before)
-        ckpt.prune(model_dir, set(manifest.step_keys(model_dir)) - set(old))
+        ckpt.prune(model_dir, set(steps) - set(old))
         ckpt_logger.info("--resume: removed the checkpoint(s) of step %s, which --keep-last no longer keeps",
                          ", ".join(map(str, sorted(old))))
 

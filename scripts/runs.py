@@ -130,7 +130,8 @@ def _row(run: Run, name: str, test: str, rec: dict, states: Sequence[Optional[ck
             "length_penalty": rec.get("length_penalty"),
             "hours": [None if s is None else s.elapsed / 3600.0 for s in states],
             "updates": [None if s is None else s.step for s in states], "epochs": run.state.epoch,
-            "stopped": run.state.stopped, "best_dev_bleu": _validated(run.state.best_bleu), "hardware": run.state.hardware or None}
+            "stopped": run.state.stopped, "best_dev_bleu": _validated(run.state.best_bleu),
+            "hardware": run.state.hardware or None}
 
 
 def config_diff(base: Config, other: Config) -> Dict[str, object]:
@@ -219,8 +220,8 @@ def ablation_table(base: Run, runs: Sequence[Run], test: str, decode_reports: Se
         why = run.state.stopped
         time = f"{run.hours * 60:.0f} min" + (" (unfinished)" if not why else
                                               "" if why == "time_budget" else f" ({why.replace('_', ' ')})")
-        lines.append(f"| {run.name} | {what} | {bleu} | {chrf} | {_two_places(_validated(run.state.best_bleu))} | {time} | "
-                     f"{run.state.step} |")
+        best = _two_places(_validated(run.state.best_bleu))
+        lines.append(f"| {run.name} | {what} | {bleu} | {chrf} | {best} | {time} | {run.state.step} |")
     for row in decode_rows(base, decode_reports, test):
         rec = row["record"]
         lines.append(f"| {base.name} | {row['what']} | {rec['bleu']:.2f} | {rec['chrf']:.2f} | | | |")

@@ -6,8 +6,8 @@ from typing import Callable, Dict, Type
 from nmt import mxnet_builds_problem
 from nmt.config import ARCH_DEFAULTS, ConfigError
 
-if mxnet_builds_problem():   # (before MXNet is imported: which build's files it reads is anyone's guess)
-    raise ImportError(mxnet_builds_problem())
+if _problem := mxnet_builds_problem():   # (before MXNet is imported: which build's files it reads is anyone's guess)
+    raise ImportError(_problem)
 
 from nmt.models.base import DecoderState, Seq2SeqModel  # noqa: E402
 
