@@ -14,7 +14,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Collection, Iterable, List, Optional, Sequence, Set, Tuple, Union
+from typing import Callable, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 import mxnet as mx
 import numpy as np
@@ -55,7 +55,7 @@ class Translator:
                  warn_cut_off: bool = True):
         self.src_tok, self.tgt_tok, self.decode = src_tok, tgt_tok, decode
         self.ctx = ctx or mx.cpu()
-        self.truncated = 0          # inputs cut to decode.max_input_tokens (or its character guard) so far
+        self.truncated = 0          # lines cut to decode.max_input_tokens (or its character guard) so far
         self.cut_off = 0            # translations that reached their length limit (max_len_a, max_len_b) so far
         self.warn_cut_off = warn_cut_off   # a warning naming their lines (not at validations: early on most are)
         self.model_dir: Optional[Path] = None
@@ -163,23 +163,25 @@ class Translator:
     src_lang = property(lambda self: self.src_tok.lang, doc="the source language's code (ko or en)")
     tgt_lang = property(lambda self: self.tgt_tok.lang, doc="the target language's code")
 
-    def source_ids(self, lines: Iterable[str], first_line: int = 1, arg: str = "lines") -> List[List[int]]:
-        """Normalized, tokenized, length-limited source ids (warnings name line first_line + index; errors, `arg`)."""
+    def source_ids(self, lines: Iterable[str], first_line: int = 1, arg: str = "lines",
+                   cut: Optional[Set[int]] = None) -> List[List[int]]:
+        """Normalized, tokenized, length-limited source ids (warnings name line first_line + index; errors, `arg`).
+        `cut` gets the indices of the lines cut, each counted once in `truncated` (those in it already: not again)."""
         checked_decode(self.decode)
-        cut: Set[int] = set()   # lines cut to the character guard: counted once in `truncated`
+        cut = set() if cut is None else cut
         return self._ids(self.src_tok, self._texts(lines, first_line, SOURCE, arg, cut), first_line, SOURCE, cut)
 
-    def target_prefixes(self, prefixes: Optional[Sequence[Optional[str]]], first_line: int = 1
-                   ) -> Optional[List[Optional[TargetPrefix]]]:
+    def target_prefixes(self, prefixes: Optional[Sequence[Optional[str]]], first_line: int = 1,
+                        cut: Optional[Set[int]] = None) -> Optional[List[Optional[TargetPrefix]]]:
         """Target prefixes (None or "": none) as the search takes them, normalized and length-limited as sources
-        are; a prefix that does not end with a space leaves its last word to be completed (`nmt.prefix`)."""
+        are (`cut` as `source_ids`'); a prefix that does not end with a space leaves its last word to be completed."""
         if prefixes is None:
             return None
         if isinstance(prefixes, str):
             raise TypeError(f"prefixes must be a list with one prefix per line, not one string ({prefixes[:40]!r})")
         listed = isinstance(prefixes, Iterable) and not isinstance(prefixes, bytes)   # (else refused by _texts, named)
         raw = ["" if p is None else p for p in prefixes] if listed else prefixes
-        what, cut = "target prefix of line", set()   # (one cut by both guards counted once in `truncated`)
+        what, cut = "target prefix of line", set() if cut is None else cut
         texts = self._texts(raw, first_line, what, "prefixes", cut)
         fits = [len(x) <= self.decode.max_input_tokens for x in self.tgt_tok.encode(texts)]
         parts = [split_last_word(t) if t and not r[-1:].isspace() and ok else (t, "")
@@ -190,13 +192,12 @@ class Translator:
             # the last word to complete, or (after a space) a word to begin; a cut prefix: its pieces alone
             table = word_table(self.tgt_tok.surfaces(), WORD_START + word, may_end=not word) if text and ok else None
             if word and table is None:   # no pieces spell it but byte pieces: its own pieces, as they are
-                head = self._ids(self.tgt_tok, [text], first_line, what)[0]
+                head = self._ids(self.tgt_tok, [text], first_line, what, set())[0]
             out.append(TargetPrefix(head, *table) if table else TargetPrefix(head) if head else None)
         return out
 
-    def _texts(self, lines: Iterable[str], first_line: int, what: str, arg: str = "lines",
-               cut: Optional[Set[int]] = None) -> List[str]:
-        """Lines checked, cut to the character guard (their indices added to `cut`) and normalized."""
+    def _texts(self, lines: Iterable[str], first_line: int, what: str, arg: str, cut: Set[int]) -> List[str]:
+        """Lines checked, cut to the character guard (counted unless in `cut`; added to it) and normalized."""
         if isinstance(lines, (str, bytes)):   # would be read as one sentence per character (or byte)
             raise TypeError(f"{arg} must be a list of sentences, not one " + (
                 f"string ({lines[:40]!r}): give [sentence]" if isinstance(lines, str) else
@@ -220,23 +221,23 @@ class Translator:
                                  "Unicode")
             x = normalize(x)   # then cut (4,000 spaces before a text are no part of it), before tokenizing
             if len(x) > max_chars:   # bounded work and memory for any line
-                self._report_cut(what, first_line + i, True, "has %d characters; truncated to %d (--max-input-tokens "
-                                 "%d x %d)", len(x), max_chars, limit, CHARS_PER_TOKEN)
+                self._report_cut(what, first_line + i, i not in cut, "has %d characters; truncated to %d "
+                                 "(--max-input-tokens %d x %d)", len(x), max_chars, limit, CHARS_PER_TOKEN)
                 x = x[:max_chars].rstrip()
-                (cut if cut is not None else set()).add(i)
+                cut.add(i)
             texts.append(x)
         return texts
 
-    def _ids(self, tok: Tokenizer, texts: List[str], first_line: int, what: str,
-             counted: Collection[int] = ()) -> List[List[int]]:
+    def _ids(self, tok: Tokenizer, texts: List[str], first_line: int, what: str, cut: Set[int]) -> List[List[int]]:
         """Normalized texts tokenized and cut to max_input_tokens, with a warning naming the line (counted in
-        `truncated` unless its index is in `counted`, cut already)."""
+        `truncated` unless its index is in `cut`, cut already; added to it)."""
         limit = self.decode.max_input_tokens
         ids = tok.encode(texts)
         for i, x in enumerate(ids):
             if len(x) > limit:
-                self._report_cut(what, first_line + i, i not in counted, "has %d subword tokens; truncated to %d "
+                self._report_cut(what, first_line + i, i not in cut, "has %d subword tokens; truncated to %d "
                                  "(--max-input-tokens)", len(x), limit)
+                cut.add(i)
                 ids[i] = x[:limit]
         return ids
 
@@ -244,17 +245,18 @@ class Translator:
                       first_line: int = 1, prefixes: Optional[Sequence[Optional[str]]] = None) -> List[Hyps]:
         """Per input line, up to `nbest` (target ids, normalized log-probability), best first ([]: empty line).
         `prefixes`: per line, text its translations must start with (None or "": none; see `nmt.search`)."""
-        beam = self._beam(beam_size)
-        self.check_search(beam, nbest)
-        src = self.source_ids(lines, first_line)
-        return self.search_ids(src, beam, nbest, self._prefixes_for(src, prefixes, first_line), first_line)
+        return self._searched(lines, beam_size, nbest, first_line, prefixes)[1]
 
-    def _prefixes_for(self, src: List[List[int]], prefixes, first_line: int) -> Optional[List[Optional[TargetPrefix]]]:
-        ids = self.target_prefixes(prefixes, first_line)
+    def _searched(self, lines, beam_size, nbest, first_line, prefixes) -> Tuple[List[List[int]], List[Hyps]]:
+        """The source ids of `lines` and their hypotheses (`translate_ids`' arguments)."""
+        beam, cut = self._beam(beam_size), set()   # the lines cut (source, prefix or both): each counted once
+        self.check_search(beam, nbest)
+        src = self.source_ids(lines, first_line, cut=cut)
+        ids = self.target_prefixes(prefixes, first_line, cut)
         if ids is not None and len(ids) != len(src):
             raise ValueError(f"prefixes has {len(ids)} items for {len(src)} lines: give one per line (None or \"\" "
                              "for none)")
-        return ids
+        return src, self.search_ids(src, beam, nbest, ids, first_line)
 
     def search_ids(self, ids: List[List[int]], beam: int, nbest: int,
                    prefixes: Optional[List[Optional[TargetPrefix]]] = None, first_line: int = 1) -> List[Hyps]:
@@ -385,11 +387,7 @@ class Translator:
         from nmt.align import with_links
         if isinstance(lines, str):
             return self.translate_aligned([lines], nbest, beam_size, first_line, one_prefix(prefixes))[0]
-        beam = self._beam(beam_size)
-        self.check_search(beam, nbest)
-        src = self.source_ids(lines, first_line)
-        return with_links(self, src, self.search_ids(src, beam, nbest, self._prefixes_for(src, prefixes, first_line),
-                                                      first_line))
+        return with_links(self, *self._searched(lines, beam_size, nbest, first_line, prefixes))
 
     def translate(self, lines: Union[str, Iterable[str]], beam_size: Optional[int] = None, first_line: int = 1,
                   prefixes: Union[None, str, Sequence[Optional[str]]] = None):

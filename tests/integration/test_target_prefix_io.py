@@ -86,11 +86,15 @@ def test_bad_prefixes_are_refused_and_a_long_one_is_cut_with_a_warning(translato
     forced = short.target_prefixes([prefix])[0]
     assert list(forced.tokens) == translator.tgt_tok.encode([prefix])[0][:4] and forced.allowed is None
     assert short.target_prefixes(["ga sa"])[0].allowed is not None   # within the limit, still completed
-    # a prefix over the character guard (16 characters a token) and then over the token limit: one input cut, as
-    # a source line cut twice is (it was counted twice in nmt-translate's "N truncated"); the source, over 4 tokens
+    # a prefix over the character guard (16 characters a token) and then over the token limit: one line cut, as
+    # a source line cut twice is (it was counted twice in nmt-translate's "N truncated"); so is a line whose source
+    # (over 4 tokens) and prefix are both cut (it counted 2), by either API
     before, source = short.truncated, short.translate([lines[0]]) and short.truncated
+    short.translate([lines[0][:2]], prefixes=["ga na " * 20])
+    assert source == before + 1 and short.truncated == source + 1
     short.translate([lines[0]], prefixes=["ga na " * 20])
-    assert source == before + 1 and short.truncated == source + 2
+    short.translate_aligned([lines[0]], prefixes=["ga na " * 20])
+    assert short.truncated == source + 3
 
 
 def test_cli_json_input(translator, serve_sentences, tmp_path, capsys):
