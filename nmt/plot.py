@@ -97,6 +97,7 @@ def _forced(translator, sentence: str, ids: List[int], translation: Optional[str
             tgt = target_ids(translator, [translation], name="translation", limit=limit)[0]
         except CorpusError as e:   # named as a file's line ("translation:1: the translation has ...")
             raise CorpusError(f"attention: {str(e).removeprefix('translation:1: the ')}") from None   # (ValueError)
+        translation = normalize(translation)   # the text its pieces are of (as sent, with control characters)
     weights = forced_attention(translator, [ids], [tgt])[0]   # an empty translation: the row of its "</s>"
     return Attention(sentence, translation, [_piece(translator.src_tok, i) for i in ids] + ["</s>"],
                      [_piece(translator.tgt_tok, i) for i in tgt] + ["</s>"], weights,

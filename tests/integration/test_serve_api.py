@@ -152,6 +152,9 @@ def test_attention_of_a_given_translation_is_its_forced_attention(http, translat
         want = forced_attention(translator, src_ids, translator.tgt_tok.encode([translation]))[0]
         np.testing.assert_allclose(a["weights"], want, atol=1e-4)
         assert all(abs(sum(row) - 1) < 0.01 for row in a["weights"]) and a["warnings"] == []
+    # the translation is answered as read, the text its pieces are of (it came back as sent, the bell too)
+    a = http.post("/attention", json={"text": source, "translation": f"  {best[:3]}\x07{best[3:]}\u3000"}).json()
+    assert a["translation"] == best and a["tgt_pieces"] == translator.tgt_tok.pieces(best) + ["</s>"], a
     for sep in ("\n", "\u2029", "\x0c"):
         r = http.post("/attention", json={"text": source, "translation": f"a{sep}b"})
         assert r.status_code == 422 and "translation has text on 2 lines" in r.json()["error"], sep
