@@ -186,7 +186,8 @@ def import_failure(e: BaseException) -> str:
     later) or a package nmt needs (`missing_package`) is imported; "" for any other error."""
     import importlib.util
     from nmt import mxnet_builds_problem
-    if builds := mxnet_builds_problem():
+    builds = mxnet_builds_problem()   # the cause of an error of MXNet's import or `nmt.models`' refusal, not of others
+    if builds and str(e) == builds:
         return builds
     try:
         spec = importlib.util.find_spec("mxnet")
@@ -196,8 +197,8 @@ def import_failure(e: BaseException) -> str:
     frames = traceback.extract_tb(e.__traceback__)
     if getattr(e, "name", None) == "mxnet" or root and any(f.name == "<module>" and f.filename.startswith(root)
                                                            for f in frames):
-        return (f"MXNet cannot be imported ({type(e).__name__}: {first_line(e)}); MXNet 1.9.1 needs numpy < 1.24: "
-                f"{MXNET_PIP} (on GPUs mxnet-cu112 instead of mxnet)")
+        return builds or (f"MXNet cannot be imported ({type(e).__name__}: {first_line(e)}); MXNet 1.9.1 needs numpy "
+                          f"< 1.24: {MXNET_PIP} (on GPUs mxnet-cu112 instead of mxnet)")
     return missing_package(e)
 
 

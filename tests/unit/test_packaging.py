@@ -71,6 +71,12 @@ def test_two_mxnet_builds_are_refused_in_one_line(tmp_path):
     assert r.returncode == 2 and r.stderr.startswith(f"error: {said}") and len(r.stderr.splitlines()) == 1, r.stderr
     r = run("import sys; from nmt.cli import train_main; sys.exit(train_main(['--help']))")
     assert r.returncode == 0 and "usage: nmt-train" in r.stdout
+    # another package missing is said as itself (every import error was reported as the two builds), MXNet's own
+    # import error as the two builds
+    r = run("from nmt.commands import import_failure as f\nfor name in ('sacrebleu', 'mxnet'): "
+            "print(f(ModuleNotFoundError(f'No module named {name!r}', name=name)))")
+    other, own = r.stdout.splitlines()
+    assert other.startswith("No module named 'sacrebleu', a package nmt needs") and own.startswith(said), r.stdout
 
 
 def test_the_commands_import_no_framework_before_they_run():
