@@ -141,6 +141,9 @@ def resume_state(model_dir: Path) -> ckpt.TrainState:
     except OSError as e:   # a file of a checkpoint exists but cannot be read: no permission, ...
         raise ckpt.CheckpointError(f"--resume: {e.filename or model_dir} cannot be read ({e.strerror or e})") from None
     state = ckpt.TrainState(**body["state"])
+    if problems:   # an older checkpoint's state names the checkpoints kept then: one may have gone at a newer save
+        present = set(manifest.step_keys(model_dir))
+        state.params_files = [f for f in state.params_files if ckpt.params_step(f) in present]
     check_kept_files(model_dir, state=state)
     remove_leftovers(model_dir)
     prune_older(model_dir, state)

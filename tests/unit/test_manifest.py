@@ -72,6 +72,16 @@ def test_resume_falls_back_to_the_newest_intact_checkpoint(tmp_path, caplog, nam
     assert ckpt.TrainState.load(d).step == 20   # `latest` names the intact checkpoint again
 
 
+def test_a_resume_past_a_damaged_checkpoint_names_only_the_checkpoints_left(tmp_path):
+    """Step 30's training state names steps 10, 20, 30 (--keep-last 3); step 40's save pruned step 10. Resumed past a
+    damaged step 40, the state named step 10 still, and `--resume --average-last 3` failed on its missing manifest."""
+    d = _model_dir(tmp_path, steps=(10, 20, 30, 40))
+    _damage(d / ckpt.params_file(40), "truncate")
+    state = resume_state(d)
+    assert state.step == 30 and state.params_files == [ckpt.params_file(s) for s in (20, 30)]
+    assert ckpt.TrainState.load(d).params_files == state.params_files
+
+
 @pytest.mark.parametrize("how", HOW)
 def test_a_damaged_state_json_does_not_stop_a_resume(tmp_path, how):
     d = _model_dir(tmp_path)
