@@ -111,6 +111,7 @@ class TrainState:
     init_from: str = ""                    # the parameter file a fine-tuning run started from (--init-from)
     dev_sum: str = ""                      # sha256 of the dev pairs validated on (nmt-evaluate --dev-set compares)
     train_sum: str = ""                    # sha256 of the training pairs trained on (--resume compares, as dev_sum)
+    test_sum: str = ""                     # sha256 of the test pairs (files moved since: --resume compares)
 
     def __post_init__(self) -> None:
         if self.best_score is None and self.best_step:   # a state written before --valid-metric, which was BLEU then
@@ -221,12 +222,8 @@ def restore_best(model_dir: Path, step: Optional[int], use: StepUse = None) -> s
                    "use --checkpoint latest or a kept step, or train again")
         return (f"{params_file(step)}, the step's own copy, is no longer kept (--keep-last), so the best parameters "
                 f"are lost: {instead}")
-    return (f"use {(use or _checkpoint_flag)(step)}, the same parameters (nmt-train --resume writes {PARAMS_BEST} "
-            f"again from {params_file(step)})" if step else "restore it from a copy")
-
-
-def _checkpoint_flag(step: int) -> str:
-    return f"--checkpoint {step}"
+    return (f"use {use(step) if use else f'--checkpoint {step}'}, the same parameters (nmt-train --resume writes "
+            f"{PARAMS_BEST} again from {params_file(step)})" if step else "restore it from a copy")
 
 
 def check_manifests(model_dir: Path) -> None:

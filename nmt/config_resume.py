@@ -18,10 +18,11 @@ PER_INVOCATION = frozenset({"train.model_dir", "train.gpus", "train.cpu_devices"
                             "train.max_seconds", "train.progress", "train.tensorboard", *_CORPORA_PLACE})
 
 _FIXED_KEYS = ("train.seed", "train.valid_metric", "optim.optimizer")
-# Corpus files a resumed run may find elsewhere (moved, compressed): its training and dev pairs' checksums are
-# compared with the run's as it resumes (`nmt.data.check_same_pairs`). Not its test files: nothing records their
-# pairs, and their scores in scores.json would mix two sets under one name.
+# Corpus files a resumed run may find elsewhere (moved, compressed): its training, dev and test pairs' checksums are
+# compared with the run's as it resumes (`nmt.data.check_same_pairs`). Test files only where the run has them: other
+# test pairs' scores in scores.json would mix two sets under one name.
 _MOVABLE = frozenset(f"data.{side}_{end}" for side in ("train", "dev") for end in ("src", "tgt"))
+_TEST_FILES = ("data.test_src", "data.test_tgt")
 # How the dev set is translated for a score that chooses the best checkpoint (all but perplexity), each new one
 # compared with the best's: the sentences, the beam (and its length penalty) and the length limits.
 _DEV_TRANSLATION = ("train.valid_max_sentences", "train.valid_beam", "decode.max_len_a", "decode.max_len_b",
@@ -32,8 +33,8 @@ def _fixed_on_resume(key: str, saved: Config) -> str:
     """Why a run cannot change `key` when it resumes ("" if it can): its model and data (tokenizers, pairs,
     batches), the seed of its batches, the dev score that chooses its best checkpoint and how its translations are
     made, or the optimizer its saved states belong to (`saved`: the run's configuration)."""
-    if key in PER_INVOCATION or key in _MOVABLE:   # (moved files: their pairs are compared with the run's)
-        return ""
+    if key in PER_INVOCATION or key in _MOVABLE or key in _TEST_FILES and getattr(saved.data, key[len("data."):]):
+        return ""   # (moved files: their pairs are compared with the run's)
     if key.split(".")[0] in ("model", "data") or key in _FIXED_KEYS:
         return "the model, the data, the seed and the --valid-metric cannot change within a run"
     translated = saved.train.valid_metric != "ppl" and (key in _DEV_TRANSLATION or key == "decode.length_penalty_alpha"
@@ -117,10 +118,9 @@ def resumed_config(saved: Config, cfg: Config, given: Optional[Dict[str, str]], 
         path = merged["data"][name]
         if path and not os.path.exists(path):
             flag = f"--{name.replace('_', '-')}"
-            where = (f", or give where they are now ({flag} ...; the same pairs: their checksums are compared with "
-                     "the run's)" if f"data.{name}" in _MOVABLE else " (a run's test set cannot change within it)")
             raise ConfigError(f"--resume: {flag} {path}, recorded in {source}, is not there any more: a run reads "
-                              f"its files again when it resumes: put them back there{where}")
+                              f"its files again when it resumes: put them back there, or give where they are now "
+                              f"({flag} ...; the same pairs: their checksums are compared with the run's)")
     return Config.from_dict(merged, source=source), changes
 
 

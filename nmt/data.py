@@ -136,28 +136,32 @@ class TrainData:
     encoded: EncodedData
     sampler: BucketSampler
     batches: BatchIterator
-    sums: Tuple[str, str] = ("", "")   # `pair_sums` of the splits (TrainState.train_sum, dev_sum)
+    sums: Tuple[str, str, str] = ("", "", "")   # `pair_sums` of the splits (TrainState.train_sum, dev_sum, test_sum)
 
 
-def pair_sums(splits: DatasetSplits) -> Tuple[str, str]:
-    """sha256 of the training pairs and of the dev pairs (`TrainState.train_sum`, `dev_sum`)."""
-    return text_checksum([*splits.train.src, *splits.train.tgt]), text_checksum([*splits.dev.src, *splits.dev.tgt])
+def pair_sums(splits: DatasetSplits) -> Tuple[str, str, str]:
+    """sha256 of the training, the dev and the test pairs (`TrainState.train_sum`, `dev_sum`, `test_sum`)."""
+    tests = [x for name in sorted(splits.tests) for x in (*splits.tests[name].src, *splits.tests[name].tgt)]
+    return (text_checksum([*splits.train.src, *splits.train.tgt]), text_checksum([*splits.dev.src, *splits.dev.tgt]),
+            text_checksum(tests))
 
 
-def check_same_pairs(d: DataConfig, sums: Tuple[str, str], saved: Tuple[str, str], model_dir: Path) -> None:
-    """ConfigError unless a resumed run's pairs (their `pair_sums`: `sums`) are those its checkpoint trained and
-    validated on (`saved`; "" for unknown): a file edited in place keeps its path, which is all the settings
-    compare."""
-    (train_sum, dev_sum), (train_saved, dev_saved) = sums, saved
+def check_same_pairs(d: DataConfig, sums: Tuple[str, ...], saved: Tuple[str, ...], model_dir: Path) -> None:
+    """ConfigError unless a resumed run's pairs (their `pair_sums`: `sums`) are those its checkpoint trained,
+    validated and is to be tested on (`saved`; "" for unknown): a file edited in place keeps its path, which is all
+    the settings compare, and a moved one (given where it is now) is accepted by its pairs."""
+    (train_sum, dev_sum, test_sum), (train_saved, dev_saved, test_saved) = sums, saved
     for what, files, done, changed, mine, theirs in (   # the dev pairs first: a dev pair changes the training pairs
             ("dev", ("dev_src", "dev_tgt"), "validated", "they" if d.dev_src else "they, or the training or test files "
              "they are drawn from (a held-out dev set leaves out pairs of the test set),", dev_sum, dev_saved),
             ("training", ("train_src", "train_tgt"), "trained", "they, or the dev or test files (whose pairs leave the "
-                                                                "training data),", train_sum, train_saved)):
+                                                                "training data),", train_sum, train_saved),
+            ("test", ("test_src", "test_tgt"), "started", "they", test_sum, test_saved)):
         if theirs and mine != theirs:
             named = (" and ".join(str(getattr(d, f)) for f in files if getattr(d, f))
                      or ("of the recipe's corpora" if d.recipe else "held out of the training files"))
-            raise ConfigError(f"--resume: the {what} pairs ({named}) are not those the run {done} on until now: "
+            raise ConfigError(f"--resume: the {what} pairs ({named}) are not those the run {done} "
+                              f"{'with' if what == 'test' else 'on until now'}: "
                               f"{changed} changed since it started, or are other files than it read (or "
                               f"{READ_SINCE}); the data "
                               "cannot change within a run: give it its files as they were, start a new run (another "
@@ -166,7 +170,7 @@ def check_same_pairs(d: DataConfig, sums: Tuple[str, str], saved: Tuple[str, str
 
 
 def build_data(cfg: Config, model_dir: Path, resume: bool = False, workers: Optional[WorkerGroup] = None,
-               saved_sums: Tuple[str, str] = ("", "")) -> TrainData:
+               saved_sums: Tuple[str, str, str] = ("", "", "")) -> TrainData:
     """The data of a run per `cfg.data`: the text splits of the recipe (or files), tokenizers trained into
     `model_dir` (or, on `resume`, loaded from it), token ids and the bucketed batches, seeded with
     `cfg.train.seed` (the sampler starts at epoch 0; a resume loads its position). `saved_sums`: the `pair_sums` a

@@ -137,7 +137,7 @@ def _check_model_dir(cfg: Config, resume: bool, overwrite: bool, init: Optional[
         body, problems = manifest.newest_intact(model_dir)
         check_kept_files(model_dir, repair=False, state=ckpt.TrainState(**body["state"]))
         out["resume_step"], out["damaged"], out["sampler"] = body["step"], problems, body["state"]["sampler"]
-        out["sums"] = body["state"].get("train_sum", ""), body["state"].get("dev_sum", "")
+        out["sums"] = tuple(body["state"].get(f"{split}_sum", "") for split in ("train", "dev", "test"))
         out["limit_reached"] = ckpt.TrainState(**body["state"]).limit_reached(cfg.train)
     return out
 
@@ -179,7 +179,7 @@ def dry_run(cfg: Config, resume: bool = False, overwrite: bool = False, init: Op
         if init is not None:
             copy_tokenizers(init, cfg, Path(tmp))
         data = build_data(cfg, model_dir if resume else Path(tmp), resume=resume,
-                          saved_sums=report.pop("sums", ("", "")))
+                          saved_sums=report.pop("sums", ("", "", "")))
         check_search_widths(cfg, data.tgt_tok.vocab_size)
         sampler = report.pop("sampler", None)   # of the checkpoint a resume starts from (checked above)
         if resume:   # the position a resume continues from belongs to these batches (else an error names why)

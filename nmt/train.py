@@ -301,13 +301,13 @@ def _create_locked(cfg: Config, resume: bool, overwrite: bool, ctxs, kv, workers
         for line in (f"devices: {ctxs}, kvstore: {getattr(kv, 'type', kv)}, worker {workers.rank} of "
                      f"{workers.num_workers}", *settings_lines(cfg)):   # what config.json holds, for people
             logger.info(line)
-        data = build_data(cfg, model_dir, resume, workers, (state.train_sum, state.dev_sum))
+        data = build_data(cfg, model_dir, resume, workers, (state.train_sum, state.dev_sum, state.test_sum))
         check_search_widths(cfg, data.tgt_tok.vocab_size)
-        state.train_sum, state.dev_sum = data.sums
+        state.train_sum, state.dev_sum, state.test_sum = data.sums
         workers.check_same("training data and flags", {   # distributed: all must draw the same batches
             "batches": data.sampler.fingerprint(), "subword_sampling": cfg.data.subword_sampling,   # (lengths)
-            "text sha256": dict(zip(("training pairs", "dev pairs"), data.sums)), "model": vars(cfg.model),
-            "optim": vars(cfg.optim),
+            "text sha256": dict(zip(("training pairs", "dev pairs", "test pairs"), data.sums)),
+            "model": vars(cfg.model), "optim": vars(cfg.optim),
             "train": {k: v for k, v in vars(t).items() if f"train.{k}" not in PER_INVOCATION}})
         for seed in (random.seed, np.random.seed, mx.random.seed):
             seed(t.seed)

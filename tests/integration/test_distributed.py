@@ -276,7 +276,8 @@ def test_workers_agree_on_resume_devices_and_every_training_flag(tmp_path, task,
     trainer = create_trainer(cfg, overwrite=True)
     trainer.lock.release()
     assert seen["training data and flags"]["text sha256"] == {"training pairs": trainer.data.sums[0],
-                                                              "dev pairs": trainer.data.sums[1]} != {}
+                                                              "dev pairs": trainer.data.sums[1],
+                                                              "test pairs": trainer.data.sums[2]} != {}
     assert train["patience"] == 7 and train["valid_metric"] == "bleu" and "cpu_devices" not in train
     create_trainer(cfg, overwrite=True).fit()
     saved = (Path(cfg.train.model_dir) / ckpt.CONFIG).read_bytes()

@@ -859,6 +859,28 @@ def test_a_run_whose_files_moved_resumes_from_where_they_are(tmp_path, capsys):
     assert f'error: --resume: --test-src "{moved / "test.ko"}" differs from null' in capsys.readouterr().err
 
 
+def test_a_run_whose_test_files_moved_resumes_with_them_where_they_are(tmp_path, capsys):
+    """Test files moved could not be given again ("--test-src ... differs from ...: the data cannot change"), nor
+    left out (not there any more: "a run's test set cannot change within it"): a moved data directory ended the
+    run. Their pairs are recorded as the training and dev pairs' are, and compared; other pairs are refused."""
+    import shutil
+    from nmt.cli import train_main
+    files, d = write_task(tmp_path / "data"), tmp_path / "m"
+    assert train_main(tiny_flags(files, d) + task_files(files, "test") + ["--max-steps", "2"]) == 0
+    moved = tmp_path / "moved"
+    shutil.move(str(tmp_path / "data"), moved)
+    new = [x if not x.startswith(str(tmp_path / "data")) else str(moved / Path(x).name)
+           for x in task_files(files, "train", "dev", "test")]
+    assert train_main(["--model-dir", str(d), "--resume", "--max-steps", "4", *new]) == 0, capsys.readouterr().err
+    assert json.loads((d / ckpt.CONFIG).read_text())["data"]["test_tgt"] == str(moved / "test.en")
+    lines = (moved / "test.en").read_text(encoding="utf-8").splitlines(keepends=True)   # other pairs: refused
+    (moved / "other.en").write_text("".join([lines[1], lines[0], *lines[2:]]), encoding="utf-8")
+    assert train_main(["--model-dir", str(d), "--resume", "--max-steps", "6", "--test-tgt",
+                       str(moved / "other.en")]) == 2
+    assert (f"error: --resume: the test pairs ({moved / 'test.ko'} and {moved / 'other.en'}) are not those the run "
+            "started with: they changed since it started") in capsys.readouterr().err
+
+
 def test_a_resume_refused_for_room_writes_no_tensorboard_events_file(tmp_path, capsys):
     """The writer was made after the data was read but before the room for the checkpoints was checked: every
     refused attempt left an events file."""
