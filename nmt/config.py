@@ -205,7 +205,6 @@ class OptimConfig:
 LR_SCHEDULES = ("inv_sqrt", "plateau", "constant")   # after warm-up: nmt.optim.learning_rate, preflight.settings_lines
 # kvstores of --kvstore: auto picks device on GPUs and local on CPU contexts; dist_* across machines (nmt-launch).
 KVSTORES = ("auto", "local", "device", "dist_sync", "dist_device_sync")
-
 VALID_METRIC_NAMES = ("bleu", "chrf", "ko-mecab", "ppl")   # --valid-metric's (nmt.evaluate.VALID_METRICS: how read)
 
 
@@ -272,6 +271,7 @@ class DecodeConfig:
     batch_size: int = 64                 # sentences per decoding batch (length-sorted)
     nbest: int = 1
     max_input_tokens: int = 250          # longer inputs are truncated with a warning
+    UNSCORED: ClassVar[tuple] = ("batch_size", "nbest")   # change no translation nor score; a field added does
 
     def __post_init__(self) -> None:
         _typed(self)

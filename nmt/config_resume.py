@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from nmt.commands import shell_word
-from nmt.config import CORPUS_FILES, Config, ConfigError
+from nmt.config import CORPUS_FILES, Config, ConfigError, DecodeConfig
 
 _CORPORA_PLACE = ("data.data_dir", "data.cache_dir")
 # Keys a resumed run takes from its own command line, given or not: they describe this machine and this invocation
@@ -24,21 +24,23 @@ _FIXED_KEYS = ("train.seed", "train.valid_metric", "optim.optimizer")
 _MOVABLE = frozenset(f"data.{side}_{end}" for side in ("train", "dev") for end in ("src", "tgt"))
 _TEST_FILES = ("data.test_src", "data.test_tgt")
 # How the dev set is translated for a score that chooses the best checkpoint (all but perplexity), each new one
-# compared with the best's: the sentences, the beam (and its length penalty) and the length limits.
-_DEV_TRANSLATION = ("train.valid_max_sentences", "train.valid_beam", "decode.max_len_a", "decode.max_len_b",
-                    "decode.max_input_tokens")
+# compared with the best's: the sentences, the beam, and every decoding setting, one added later too, but those that
+# change no translation (DecodeConfig.UNSCORED), nmt-translate's beam and, at --valid-beam 1, the length penalty.
+_DEV_TRANSLATION = ("train.valid_max_sentences", "train.valid_beam")
 
 
 def _fixed_on_resume(key: str, saved: Config) -> str:
     """Why a run cannot change `key` when it resumes ("" if it can): its model and data (tokenizers, pairs,
     batches), the seed of its batches, the dev score that chooses its best checkpoint and how its translations are
     made, or the optimizer its saved states belong to (`saved`: the run's configuration)."""
-    if key in PER_INVOCATION or key in _MOVABLE or key in _TEST_FILES and getattr(saved.data, key[len("data."):]):
+    section, name = key.split(".", 1)
+    if key in PER_INVOCATION or key in _MOVABLE or key in _TEST_FILES and getattr(saved.data, name):
         return ""   # (moved files: their pairs are compared with the run's)
-    if key.split(".")[0] in ("model", "data") or key in _FIXED_KEYS:
+    if section in ("model", "data") or key in _FIXED_KEYS:
         return "the model, the data, the seed and the --valid-metric cannot change within a run"
-    translated = saved.train.valid_metric != "ppl" and (key in _DEV_TRANSLATION or key == "decode.length_penalty_alpha"
-                                                        and saved.train.valid_beam > 1)
+    decoded = section == "decode" and name not in (*DecodeConfig.UNSCORED, "beam_size") and (
+        name != "length_penalty_alpha" or saved.train.valid_beam > 1)
+    translated = saved.train.valid_metric != "ppl" and (key in _DEV_TRANSLATION or decoded)
     return ("the dev translations whose --valid-metric chooses the best checkpoint are made with it, and each new "
             "score is compared with the best's") if translated else ""
 

@@ -83,7 +83,7 @@ def score_test_set(translator: Translator, name: str, pairs: Pairs, *, max_sente
     key = _scores_key(translator, info["params_file"])   # (under a step's key, the entry's checkpoint is that step)
     head = key.split(":", 1)[0].removeprefix(ENSEMBLE_PREFIX)   # (an ensemble's: ensemble-4697:DIR)
     entry = {**sc.to_dict(), "checkpoint": head if head.isdecimal() or head in ("best", "avg") else
-             translator.checkpoint, **info, **{f: getattr(d, name) for f, name in ENTRY_DECODE.items()},
+             translator.checkpoint, **info, **{f: getattr(d, name) for f, (name, _) in entry_decode(d).items()},
              **(extra or {}), "seconds": round(seconds, 2),
              "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     if translator.member_dirs:   # an ensemble: its own entry, never one of the first member's alone
@@ -287,8 +287,11 @@ def retire_scores(model_dir: Path, which: str) -> None:
             logger.warning("%s; its %s entries were not retired", e, which)
 
 
-ENTRY_DECODE = {"beam_size": "beam_size", "length_penalty": "length_penalty_alpha", "max_len_a": "max_len_a",
-                 "max_len_b": "max_len_b", "max_input_tokens": "max_input_tokens"}   # an entry's field: DecodeConfig's
+def entry_decode(decode) -> Dict[str, Tuple[str, object]]:
+    """The decoding settings a scores.json entry records: its name -> (the DecodeConfig field, its default, at which
+    an entry made before the field existed was made); every field but DecodeConfig.UNSCORED, one added later too."""
+    return {("length_penalty" if f.name == "length_penalty_alpha" else f.name): (f.name, f.default)
+            for f in dataclasses.fields(decode) if f.name not in decode.UNSCORED}
 
 
 def retire_other_decoding(model_dir: Path, decode) -> None:
@@ -313,12 +316,6 @@ def retire_other_decoding(model_dir: Path, decode) -> None:
                        ", ".join(gone))
 
 
-# The decoding settings that do not change a translation or its score: how many sentences are decoded together and
-# how many translations are listed. Every other DecodeConfig field does, a field added later too: scores.json holds
-# recorded: scores at the model's decode settings but these (at others: nmt-evaluate --json, runs.py decode_rows)
-UNSCORED_DECODE = ("batch_size", "nbest")
-
-
 def replaced(translator: Translator) -> str:
     """Why `translator`'s scores may not be recorded in its model directory's scores.json: "" unless the directory
     holds another run's step (`ckpt.holds_other`) or another params.avg than it loaded (an ensemble's: not known)."""
@@ -332,7 +329,7 @@ def replaced(translator: Translator) -> str:
 
 
 def other_decoding(translator: Translator) -> str:
-    """Why `translator`'s scores may not be recorded in scores.json: its decoding settings (but UNSCORED_DECODE) that
+    """Why `translator`'s scores may not be recorded in scores.json: its decoding settings (but `UNSCORED`) that
     differ from its model's config.json's as it is now (a resume may change them meanwhile), by flag; "" if none."""
     from nmt.flags import DECODE_FLAGS
     saved, home = getattr(getattr(translator, "config", None), "decode", None), getattr(translator, "model_dir", None)
@@ -343,7 +340,7 @@ def other_decoding(translator: Translator) -> str:
     flags = {f.field: f.flag for f in DECODE_FLAGS}
     differ = [f"{flags.get(f.name, f.name)} {getattr(translator.decode, f.name)} (saved: {getattr(saved, f.name)})"
               for f in dataclasses.fields(saved)
-              if f.name not in UNSCORED_DECODE and getattr(translator.decode, f.name) != getattr(saved, f.name)]
+              if f.name not in saved.UNSCORED and getattr(translator.decode, f.name) != getattr(saved, f.name)]
     sample = getattr(translator, "sample", None)
     differ += [f"--sample {sample} (sampling, not the search)"] if sample is not None else []
     return (f"decoding settings other than the model's saved ones, {', '.join(differ)}: scores.json holds its scores "

@@ -7,14 +7,15 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from nmt import checkpoint as ckpt
-from nmt.scoring import DEV_SET, ENSEMBLE_PREFIX, ENTRY_DECODE, ensemble_key, read_scores
+from nmt.scoring import DEV_SET, ENSEMBLE_PREFIX, ensemble_key, entry_decode, read_scores
 
 logger = logging.getLogger("nmt.scoring")
 
 
 def decoded_as(entry: dict, decode) -> bool:
-    """Whether the scores.json `entry` was made at the decoding settings `decode` (those it records)."""
-    return all(entry.get(f, getattr(decode, d)) == getattr(decode, d) for f, d in ENTRY_DECODE.items())
+    """Whether the scores.json `entry` was made at the decoding settings `decode` (those it records; a setting it
+    does not record, newer than the entry, at its default)."""
+    return all(entry.get(f, default) == getattr(decode, d) for f, (d, default) in entry_decode(decode).items())
 
 
 def model_test_score(model_dir, checkpoint: Optional[str], members: Sequence = (),

@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from nmt import checkpoint as ckpt, jsonio, manifest
-from nmt.config import Config
+from nmt.config import Config, DecodeConfig
 from nmt.config_resume import PER_INVOCATION
 from nmt.export import EXPORT
 from nmt.log import read_metrics
-from nmt.scoring import DEV_SET, ENSEMBLE_PREFIX, read_scores
+from nmt.scoring import DEV_SET, ENSEMBLE_PREFIX, entry_decode, read_scores
 
 
 class ResultsError(ValueError):
@@ -168,7 +168,7 @@ def markdown_table(rows: Sequence[dict], hardware: str) -> str:
 
 # What a scores record says of how it was decoded (nmt.scoring.score_test_set): a decoding ablation names each
 # that differs from the base's record.
-DECODE_KEYS = ("beam_size", "length_penalty", "max_len_a", "max_len_b", "max_input_tokens", "prefix_words")
+DECODE_KEYS = (*entry_decode(DecodeConfig()), "prefix_words")
 
 
 def decode_rows(base: Run, reports: Sequence[dict], test: str) -> List[dict]:

@@ -49,7 +49,7 @@ class Model:
     def info(self) -> dict:
         """Languages, architecture, decoding settings and the recorded test score of this model (or ensemble): its
         own test set's, for the loaded checkpoint (`nmt.shown_score.model_test_score`)."""
-        from nmt.scoring import checkpoint_key, model_test_sets
+        from nmt.scoring import checkpoint_key, entry_decode, model_test_sets
         from nmt.shown_score import model_test_score
         tr, dec = self.translator, self.translator.decode
         members = list(getattr(tr, "member_dirs", []))
@@ -60,8 +60,7 @@ class Model:
                 "model_dir": str(getattr(tr, "model_dir", "")), "checkpoint": getattr(tr, "checkpoint", None),
                 "step": getattr(tr, "params_step", None), "ensemble": [str(d) for d in members],
                 "member_steps": list(getattr(tr, "member_steps", [])),
-                "beam_size": dec.beam_size, "length_penalty": dec.length_penalty_alpha, "max_len_a": dec.max_len_a,
-                "max_len_b": dec.max_len_b, "max_input_tokens": dec.max_input_tokens,
+                **{name: getattr(dec, f) for name, (f, _) in entry_decode(dec).items()},   # (as scores.json's)
                 "best_test_score": model_test_score(getattr(tr, "model_dir", None), key, members, model_test_sets(
                     tr.config), getattr(tr, "params_step", None), getattr(tr, "params_sha256", None), dec)}
         return jsonio.shown(info)   # (a path whose bytes are not UTF-8: \xNN, not a failed answer)

@@ -238,8 +238,10 @@ def test_an_overwrite_keeps_the_same_parameters_scores_at_the_models_decoding_on
     cfg["decode"]["beam_size"] = 3   # (the model's settings changed: its own entries at beam 5 too)
     (model_copy / ckpt.CONFIG).write_text(json.dumps(cfg))
     record_scores(model_copy, "test", "best", {"bleu": 11.0, "checkpoint": "best", "beam_size": 5})
+    step = str(ckpt.params_step(list_params_files(model_copy)[0]))   # (an entry recording no beam: made at beam 5)
+    record_scores(model_copy, "test", step, {"bleu": 7.0, "checkpoint": step, "beam_size": 3})
     assert run(export_main, again, capsys)[0] == 0
-    kept = read_scores(out)   # none made at beam 5 (the fixture's entry recording no settings stays)
+    kept = read_scores(out)   # none made at beam 5; the step's, made at beam 3, stays
     assert "mine" not in kept and kept["test"]["best"]["bleu"] == 7.0, kept
     (out / ckpt.SCORES).write_text("[1, 2]")
     code, _, err = run(export_main, again, capsys)
