@@ -32,6 +32,10 @@ def build_model(cfg, src_vocab_size: int, tgt_vocab_size: int) -> Seq2SeqModel:
                           "(docs/architecture.md, To add an architecture)")
     if cfg.arch not in ARCHITECTURES:
         raise ConfigError(f"--arch must be one of {known} (got {cfg.arch!r})")
+    if cfg.arch not in ARCH_DEFAULTS:   # registered, but --arch does not offer it: a --config file's would build it
+        raise ConfigError(f"--arch {cfg.arch}: its class is registered, but nmt/config.py's ARCH_DEFAULTS has no entry "
+                          "for it, which --arch offers: add one ({} if it changes no shared default; "
+                          "docs/architecture.md, To add an architecture)")
     return ARCHITECTURES[cfg.arch](cfg, src_vocab_size, tgt_vocab_size)
 
 

@@ -110,6 +110,15 @@ def test_a_name_in_arch_defaults_without_its_class_says_what_is_missing(monkeypa
         build_model(ModelConfig(arch="gru"), 11, 13)
 
 
+def test_a_class_without_its_arch_defaults_entry_is_refused_by_every_route(toy_arch, monkeypatch):
+    """Step 2 done and step 3 forgotten: `--arch` refused the name as an invalid choice, while a --config file (or
+    Python) naming it trained the model: one route now, with what is missing."""
+    monkeypatch.delitem(ARCH_DEFAULTS, toy_arch)
+    with pytest.raises(ConfigError, match=rf"^--arch {toy_arch}: its class is registered, but nmt/config.py's "
+                                          "ARCH_DEFAULTS has no entry for it"):
+        build_model(ModelConfig(arch=toy_arch), 11, 13)
+
+
 def test_step_equals_the_teacher_forced_forward(toy_arch):
     model = build_model(ModelConfig(arch=toy_arch, hidden_size=8), 11, 13)
     model.initialize(mx.init.Xavier())
