@@ -39,19 +39,22 @@ def resumed_state(cfg: Config, workers: WorkerGroup) -> ckpt.TrainState:
     return state
 
 
+def since_valid_part(state: ckpt.TrainState, is_chief: bool) -> Optional[list]:
+    """This worker's part of the loss since the last validation that a resumed run's checkpoint (`state`) holds
+    (None: a new run's): rank 0 takes the totals, which are all workers', and every worker their count of tokens, so
+    that all of them sum the totals at the next validation (a distributed job's collective) or none does, an update
+    or not before it (a resume at the end of an epoch a signal stopped on its last update hung there)."""
+    since = state.since_valid
+    return since if is_chief or not since else [0.0, 0.0, since[-1]]
+
+
 def unvalidated_stop(trainer, trained: bool, stop: str) -> bool:
     """Whether `trainer`, a resumed run that made no update (not `trained`), ends at a limit (`stop`) on the checkpoint
     a signal saved, unvalidated: tokens were trained since the last scheduled validation (the signal did not come
-    right after one). Its `_finish` validates it then, as an uninterrupted run to that step does; every worker adds
-    up rank 0's totals, which are all workers', alike (a distributed job's collective)."""
-    from nmt.log import LossMeter
+    right after one). Its `_finish` validates it then, as an uninterrupted run to that step does."""
     from nmt.signals import INTERRUPTS
     tokens = (trainer.state.since_valid or [0])[-1]
-    if trained or stop in INTERRUPTS or trainer.stopped_before not in INTERRUPTS or not tokens:
-        return False
-    if not trainer.is_chief:
-        trainer.since_valid = LossMeter([0.0, 0.0, tokens])
-    return True
+    return not (trained or stop in INTERRUPTS or trainer.stopped_before not in INTERRUPTS or not tokens)
 
 
 def end_signalled_epoch(trainer, stop: str) -> str:

@@ -32,7 +32,8 @@ from nmt.models import build_model
 from nmt.optim import apply_settings, build_optimizer, learning_rate
 from nmt.parallel import DataParallel, default_kvstore, hardware_of, init_amp, parse_devices
 from nmt.preflight import check_checkpoint_room, check_search_widths, checked_config, run_inputs, settings_lines
-from nmt.resume import average_at_end, end_signalled_epoch, restore, resumed_state, unscored, unvalidated_stop
+from nmt.resume import (average_at_end, end_signalled_epoch, restore, resumed_state, since_valid_part, unscored,
+                        unvalidated_stop)
 from nmt.scoring import checkpoint_info, retire_other_decoding, retire_scores, score_test_set
 from nmt.signals import INTERRUPTS, checkpoint_on_signal, terminated_as_interrupt
 from nmt.storage import check_writable, error_line
@@ -64,7 +65,7 @@ class Trainer:
                                amp=t.amp, sentences=0 if cfg.data.batch_tokens else cfg.data.batch_size)
         self.metrics = MetricsWriter(self.model_dir / ckpt.METRICS if self.is_chief else None).keep_until(state.step)
         self.translator = Translator(net, data.src_tok, data.tgt_tok, cfg.decode, ctx=ctxs[0], warn_cut_off=False)
-        self.since_valid = LossMeter(state.since_valid if self.is_chief else None)   # loss since the last validation
+        self.since_valid = LossMeter(since_valid_part(state, self.is_chief))   # loss since the last validation
         self.progress = Progress(t.log_every, t.progress and self.is_chief, state.since_log)
         self.tensorboard = tensorboard or TensorBoardWriter(None)   # curves (a writer that does nothing: off)
         self.signal_name, self.averaged, self.stopped_before = "", False, state.stopped   # (resume.unvalidated_stop)

@@ -479,6 +479,35 @@ def test_two_workers_match_one_process(tmp_path, task):
         (one, two)
 
 
+def test_a_job_resumes_at_the_end_of_an_epoch_a_signal_stopped_on(tmp_path, task):
+    """A stop agreed on an epoch's last update, between validations: its resume as a job reached the epoch's end
+    before any update, where rank 0, which alone had taken the checkpoint's loss since the last validation, summed it
+    over the workers and the other worker, with none, went on to the checkpoint's collective: both waited for good.
+    It ends as one process resuming it does, at the parameters of one process that never stopped."""
+    runs, end = {}, 400
+    for name in ("part", "full"):
+        cfg = tiny_config(tmp_path, task, name, max_steps=400 if name == "part" else end + 2, valid_every=0)
+        cfg.optim.optimizer, cfg.optim.lr, cfg.optim.warmup_steps, cfg.optim.clip_norm = "sgd", 0.5, 1, 0.0
+        trainer = create_trainer(cfg)
+        end, step = len(trainer.data.sampler), trainer.train_step
+
+        def train_step(batch, trainer=trainer, step=step, name=name, end=end):   # SIGTERM on the last update
+            step(batch)
+            trainer.signal_name = "SIGTERM" if name == "part" and trainer.state.step == end else trainer.signal_name
+        trainer.train_step = train_step
+        runs[name] = (cfg, trainer.fit())
+    cfg, state = runs["part"]
+    assert runs["full"][1].step == end + 2
+    assert state.stopped == "SIGTERM" and state.step == end and state.since_valid[-1] > 0
+    worker = [str(REPO / "tests" / "dist_worker.py"), str(tmp_path), "--model-dir", cfg.train.model_dir, "--resume",
+              "--max-steps", str(end + 2), "--kvstore", "dist_sync", "--no-progress"]
+    p = launch(tmp_path, ["-n", "2", "-s", "1"], worker, "job")
+    assert finish(p, 90) == 0, (tmp_path / "job.err").read_text()[-3000:]
+    assert_same_params(load_dump(tmp_path / "params.rank0"), load_dump(tmp_path / "params.rank1"), rtol=0, atol=0)
+    assert_same_params(params_of(runs["full"][0].train.model_dir), load_dump(tmp_path / "params.rank0"), rtol=1e-5,
+                       atol=1e-7)
+
+
 def test_two_workers_fine_tune_like_one_process(tmp_path, task):
     """--init-from in a dist_sync job: rank 0 loads the model and its tokenizers, the other worker takes both from
     it; both end where one process fine-tuning alone ends (plain SGD, as above)."""
