@@ -220,10 +220,11 @@ def check_model_dir(model_dir: Path, resume: bool, overwrite: bool, inputs: Opti
     if resume:
         workers = int(os.environ.get("DMLC_NUM_WORKER") or 1) if os.environ.get("DMLC_ROLE") == "worker" else 1
         if not held and workers > 1:   # (rank 0 checks: the scheduler ranks the workers, on any machine)
-            raise CheckpointError(f"--resume: {model_dir / STATE} not found on {socket.gethostname()}, where rank 0 of "
-                                  f"this job of {workers} workers runs: a distributed run's directory must be at this "
-                                  "path on every machine of the job, or on a file system they share (a new run in "
-                                  "its place here would start over apart from the run)")
+            raise CheckpointError(f"--resume: {model_dir / STATE} not found on {socket.gethostname()}, a machine of "
+                                  f"this job of {workers} workers (rank 0 reads the run, and the scheduler may rank "
+                                  "any machine's worker first): a distributed run's directory must be at this path on "
+                                  "every machine of the job, or on a file system they share (a new run in its place "
+                                  "here would start over apart from the run)")
         if no_checkpoint:
             raise CheckpointError(f"--resume: {model_dir / STATE} not found, so there is nothing to resume; " + (
                 "the run stopped before its first checkpoint: start it again with the command that started it (its "
