@@ -125,7 +125,8 @@ def warn_other_arch(cfg: Config, given: Dict[str, str], config: str) -> None:
         return
     new = Config.from_dict({"model": {"arch": cfg.model.arch}}).to_dict()   # (a value at the new one's default: said
     kept = [(sec, k) for sec, k in keys if k in theirs.get(sec, {}) and theirs[sec][k] != new[sec][k]   # nothing)
-            and not given.get(f"{sec}.{k}", "").startswith("--")]
+            and not given.get(f"{sec}.{k}", "").startswith("--")
+            and getattr(getattr(cfg, sec), k) == theirs[sec][k]]   # (not one the architecture does not read: reset)
     if not kept:
         return
     many = len(kept) > 1

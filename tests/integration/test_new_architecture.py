@@ -145,6 +145,14 @@ def test_a_new_architecture_goes_through_every_command(toy_arch, tmp_path, capsy
     run(train_main, flags + ["--arch", toy_arch, "--max-steps", "40"], capsys)
     run(train_main, tiny_flags(task, lstm) + ["--max-steps", "40"], capsys)
     assert json.loads((toy / "config.json").read_text())["model"]["arch"] == toy_arch
+    # the LSTM run's settings under --arch of this one, which reads no dropout: those are set back to its defaults,
+    # and the warning of the settings that stay named them too ("... were chosen for lstm and stay")
+    assert train_main(["--config", str(lstm / "config.json"), "--arch", toy_arch, "--model-dir", str(tmp_path / "x"),
+                       "--dry-run"]) == 0
+    unread, stay = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning: --arch")]
+    assert unread.startswith(f"warning: --arch {toy_arch} does not read the --config file's ") and \
+        "model.dropout 0.0, model.word_dropout 0.0" in unread, unread
+    assert "its optim.lr 0.005 was chosen for lstm and stays" in stay and "dropout" not in stay, stay
     lines = open(task["test_src"], encoding="utf-8").read().splitlines()[:6]
 
     tr = Translator.from_dir(toy)
