@@ -45,6 +45,17 @@ def _fixed_on_resume(key: str, saved: Config) -> str:
             "score is compared with the best's") if translated else ""
 
 
+def check_test_files(saved: Config, cfg: Config, test_sum: str, source: str) -> None:
+    """ConfigError for test files given elsewhere than the run (`saved`, read from `source`) has them when it recorded
+    no test pairs to compare them with (`test_sum` ""): it began before nmt recorded a run's test pairs."""
+    moved = [f"--{k.replace('_', '-')}" for k in ("test_src", "test_tgt")
+             if getattr(cfg.data, k) != getattr(saved.data, k)]
+    if moved and saved.data.test_src and not test_sum:
+        raise ConfigError(f"--resume: {' and '.join(moved)} differ from the run's ({source}), which began before nmt "
+                          "recorded a run's test pairs, so nothing tells whether they are the same: give its test "
+                          "files where it has them (put them back there)")
+
+
 def _tuned(key: str, source: str, arch: str) -> str:
     """How to go on from the run (of `arch`) with another `key` where a fine-tune may change it: --init-from (into a
     new --model-dir), which keeps the model, its languages and its vocabularies."""

@@ -132,12 +132,14 @@ def _check_model_dir(cfg: Config, resume: bool, overwrite: bool, init: Optional[
     check_writable(model_dir)
     out: Dict[str, Any] = {"model_dir": str(model_dir), "exists": model_dir.is_dir()}
     if resume:
+        from nmt.config_resume import check_test_files
         from nmt.resume import check_kept_files
         ckpt.check_manifests(model_dir)
         body, problems = manifest.newest_intact(model_dir)
         check_kept_files(model_dir, repair=False, state=ckpt.TrainState(**body["state"]))
         out["resume_step"], out["damaged"], out["sampler"] = body["step"], problems, body["state"]["sampler"]
         out["sums"] = tuple(body["state"].get(f"{split}_sum", "") for split in ("train", "dev", "test"))
+        check_test_files(Config.load(model_dir / ckpt.CONFIG), cfg, out["sums"][2], str(model_dir / ckpt.CONFIG))
         out["limit_reached"] = ckpt.TrainState(**body["state"]).limit_reached(cfg.train)
     return out
 

@@ -13,7 +13,7 @@ from mxnet import gluon
 from nmt import checkpoint as ckpt, manifest
 from nmt.atomic import atomic_copy
 from nmt.config import Config
-from nmt.config_resume import resumed_config
+from nmt.config_resume import check_test_files, resumed_config
 from nmt.data import TrainData
 from nmt.optim import load_states
 from nmt.workers import WorkerGroup
@@ -34,6 +34,7 @@ def resumed_state(cfg: Config, workers: WorkerGroup) -> ckpt.TrainState:
         state = ckpt.TrainState(**workers.broadcast_json(vars(state)))
     saved = workers.read_shared(model_dir, ckpt.CONFIG, Config.load)
     _, changes = resumed_config(saved, cfg, None, str(model_dir / ckpt.CONFIG))   # the model and data must match
+    check_test_files(saved, cfg, state.test_sum, str(model_dir / ckpt.CONFIG))
     if changes:
         logger.info("resuming with settings changed since the last run: %s", "; ".join(changes))
     return state

@@ -859,7 +859,7 @@ def test_a_run_whose_files_moved_resumes_from_where_they_are(tmp_path, capsys):
     assert f'error: --resume: --test-src "{moved / "test.ko"}" differs from null' in capsys.readouterr().err
 
 
-def test_a_run_whose_test_files_moved_resumes_with_them_where_they_are(tmp_path, capsys):
+def test_a_run_whose_test_files_moved_resumes_with_them_where_they_are(tmp_path, capsys, monkeypatch):
     """Test files moved could not be given again ("--test-src ... differs from ...: the data cannot change"), nor
     left out (not there any more: "a run's test set cannot change within it"): a moved data directory ended the
     run. Their pairs are recorded as the training and dev pairs' are, and compared; other pairs are refused."""
@@ -879,6 +879,19 @@ def test_a_run_whose_test_files_moved_resumes_with_them_where_they_are(tmp_path,
                        str(moved / "other.en")]) == 2
     assert (f"error: --resume: the test pairs ({moved / 'test.ko'} and {moved / 'other.en'}) are not those the run "
             "started with: they changed since it started") in capsys.readouterr().err
+    # a run that began before its test pairs were recorded: nothing to compare moved files with (other pairs passed)
+    import nmt.data
+    sums = nmt.data.pair_sums
+    monkeypatch.setattr(nmt.data, "pair_sums", lambda splits: (*sums(splits)[:2], ""))
+    old = tmp_path / "old"   # (its files: where they are now)
+    assert train_main([x.replace(str(tmp_path / "data"), str(moved)) for x in tiny_flags(files, old)]
+                      + new[-4:] + ["--max-steps", "2"]) == 0
+    monkeypatch.setattr(nmt.data, "pair_sums", sums)
+    for dry in ([], ["--dry-run"]):
+        assert train_main(["--model-dir", str(old), "--resume", "--max-steps", "4", "--test-tgt",
+                           str(moved / "other.en"), *dry]) == 2
+        assert f"error: --resume: --test-tgt differ from the run's ({old / ckpt.CONFIG}), which began before nmt " \
+            "recorded a run's test pairs" in capsys.readouterr().err
 
 
 def test_a_resume_refused_for_room_writes_no_tensorboard_events_file(tmp_path, capsys):
