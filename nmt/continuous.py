@@ -72,8 +72,9 @@ class ContinuousDecoder:
             prefixes: Optional[Sequence[Optional[str]]] = None) -> None:
         """Queue `lines`, known by `keys` (same length) when they come back from `step`; `prefixes`: per line, text
         its translations start with (None or "": none)."""
-        src = self.translator.source_ids(lines)   # checked first: a string is not read as one line per character
-        targets = self.translator.target_prefixes(prefixes) or [None for _ in src]   # (nor a string as prefixes)
+        cut: set = set()   # the lines cut (source, prefix or both): each counted once in the translator's `truncated`
+        src = self.translator.source_ids(lines, cut=cut)   # checked first: a string is not one line per character
+        targets = self.translator.target_prefixes(prefixes, cut=cut) or [None for _ in src]   # (nor as prefixes)
         if not isinstance(keys, Sequence) or isinstance(keys, str):
             raise TypeError(f"ContinuousDecoder.add: keys must be a list, one per line, got {type(keys).__name__}")
         if len(src) != len(keys) or len(targets) != len(src):
