@@ -182,8 +182,9 @@ def missing_package(e: BaseException) -> str:
 
 
 def import_failure(e: BaseException) -> str:
-    """The one-line error for `e` raised as MXNet (not installed, or its module code failing with numpy 1.24 or
-    later) or a package nmt needs (`missing_package`) is imported; "" for any other error."""
+    """The one-line error for `e` raised as MXNet (not installed, its module code failing with numpy 1.24 or later,
+    its library not loadable: a CUDA build without CUDA) or a package nmt needs (`missing_package`) is imported; ""
+    for any other error."""
     import importlib.util
     from nmt import mxnet_builds_problem
     builds = mxnet_builds_problem()   # the cause of an error of MXNet's import or `nmt.models`' refusal, not of others
@@ -197,8 +198,11 @@ def import_failure(e: BaseException) -> str:
     frames = traceback.extract_tb(e.__traceback__)
     if getattr(e, "name", None) == "mxnet" or root and any(f.name == "<module>" and f.filename.startswith(root)
                                                            for f in frames):
-        return builds or (f"MXNet cannot be imported ({type(e).__name__}: {first_line(e)}); MXNet 1.9.1 needs numpy "
-                          f"< 1.24: {MXNET_PIP} (on GPUs mxnet-cu112 instead of mxnet)")
+        why = (f"its library needs shared libraries not found here: a CUDA build (mxnet-cu112) needs CUDA 11.2's "
+               f"runtime on the library path (LD_LIBRARY_PATH); without them, install the CPU build instead: pip "
+               f"uninstall -y mxnet-cu112, then {MXNET_PIP}" if isinstance(e, OSError) else
+               f"MXNet 1.9.1 needs numpy < 1.24: {MXNET_PIP} (on GPUs mxnet-cu112 instead of mxnet)")
+        return builds or f"MXNet cannot be imported ({type(e).__name__}: {first_line(e)}); {why}"
     return missing_package(e)
 
 
@@ -234,6 +238,9 @@ def run_cli(main: Callable[[], int]) -> int:
         print(f"error: {said}", file=sys.stderr)
         return 2
     except OSError as e:   # a path with a name over 255 bytes, met before any check of the command's own
+        if import_failure(e):   # (MXNet's library that cannot load: a CUDA build without CUDA's)
+            print(f"error: {import_failure(e)}", file=sys.stderr)
+            return 2
         if e.errno != errno.ENAMETOOLONG:
             raise
         print(f"error: {e.filename}: longer than a file system takes (255 bytes a name in the path, 4096 the path)",

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from nmt.commands import Once, nonempty, number, run_cli, shell_word, threads_variable, with_version
+from nmt.commands import Once, import_failure, nonempty, number, run_cli, shell_word, threads_variable, with_version
 from nmt.config import Config, ConfigError
 from nmt.serve.batcher import DEFAULT_MAX_WAIT_MS
 from nmt.signals import leave_hung_up_terminal, stopping_signals
@@ -245,5 +245,5 @@ def _serve(args: argparse.Namespace) -> int:
         app = build_app(args)
         return run_server(_server(uvicorn_config(app, args.host, args.port, args.log_level, args.max_queue)))
     except (ValueError, OSError) as e:   # (a model's files unreadable, a value uvicorn refuses: said as run_cli says)
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {import_failure(e) or e}", file=sys.stderr)   # (MXNet's library that cannot load: named)
         return 2

@@ -109,7 +109,9 @@ def test_the_pip_commands_in_messages_pin_what_the_requirements_pin():
 @pytest.mark.parametrize("fault", ["import warnings\nwarnings.warn('In the future `np.bool` will be defined as the "   # (as
                                    "corresponding NumPy scalar.', FutureWarning)\n"   # numpy 1.24 says it first)
                                    "raise AttributeError(\"module 'numpy' has no attribute 'bool'\")",
-                                   "raise ModuleNotFoundError(\"No module named 'mxnet'\", name='mxnet')"])
+                                   "raise ModuleNotFoundError(\"No module named 'mxnet'\", name='mxnet')",
+                                   "raise OSError('libcudart.so.11.0: cannot open shared object file: No such file "
+                                   "or directory')"])   # (mxnet-cu112 on a machine without CUDA 11.2: a traceback)
 def test_a_command_without_a_working_mxnet_helps_and_says_what_to_install(tmp_path, fault):
     """With numpy 1.24 or later (or no MXNet) every command's --help printed its help, then a 43-66 line traceback,
     exit 1 (the error handler imports MXNet as argparse exits); a real run, a traceback."""
