@@ -198,9 +198,11 @@ def import_failure(e: BaseException) -> str:
     frames = traceback.extract_tb(e.__traceback__)
     if getattr(e, "name", None) == "mxnet" or root and any(f.name == "<module>" and f.filename.startswith(root)
                                                            for f in frames):
-        why = (f"its library needs shared libraries not found here: a CUDA build (mxnet-cu112) needs CUDA 11.2's "
-               f"runtime on the library path (LD_LIBRARY_PATH); without them, install the CPU build instead: pip "
-               f"uninstall -y mxnet-cu112, then {MXNET_PIP}" if isinstance(e, OSError) else
+        why = (f"its library needs shared libraries not found here: a CUDA build (mxnet-cu112) needs the NVIDIA "
+               f"driver and CUDA 11.2's libraries (cuDNN 8, cuSOLVER, NVRTC, ...) on the library path "
+               f"(LD_LIBRARY_PATH; docs/faq.md); without a GPU, install the CPU build: pip uninstall -y mxnet-cu112, "
+               f"then {MXNET_PIP}"
+               if isinstance(e, OSError) else
                f"MXNet 1.9.1 needs numpy < 1.24: {MXNET_PIP} (on GPUs mxnet-cu112 instead of mxnet)")
         return builds or f"MXNet cannot be imported ({type(e).__name__}: {first_line(e)}); {why}"
     return missing_package(e)
