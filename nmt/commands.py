@@ -240,8 +240,9 @@ def run_cli(main: Callable[[], int]) -> int:
         print(f"error: {said}", file=sys.stderr)
         return 2
     except OSError as e:   # a path with a name over 255 bytes, met before any check of the command's own
-        if import_failure(e):   # (MXNet's library that cannot load: a CUDA build without CUDA's)
-            print(f"error: {import_failure(e)}", file=sys.stderr)
+        said = import_failure(e)   # (MXNet's library that cannot load: a CUDA build without CUDA's)
+        if said:
+            print(f"error: {said}", file=sys.stderr)
             return 2
         if e.errno != errno.ENAMETOOLONG:
             raise
