@@ -66,6 +66,8 @@ class Trainer:
         self.metrics = MetricsWriter(self.model_dir / ckpt.METRICS if self.is_chief else None).keep_until(state.step)
         self.translator = Translator(net, data.src_tok, data.tgt_tok, cfg.decode, ctx=ctxs[0], warn_cut_off=False)
         self.since_valid = LossMeter(since_valid_part(state, self.is_chief))   # loss since the last validation
+        # the step of the last validation: this invocation's, or the checkpoint's (then no token since it)
+        self._validated_at = state.step if state.since_valid and not state.since_valid[-1] else -1
         self.progress = Progress(t.log_every, t.progress and self.is_chief, state.since_log)
         self.tensorboard = tensorboard or TensorBoardWriter(None)   # curves (a writer that does nothing: off)
         self.signal_name, self.averaged, self.stopped_before = "", False, state.stopped   # (resume.unvalidated_stop)
@@ -95,6 +97,7 @@ class Trainer:
         """Dev loss and BLEU on rank 0, one metrics.jsonl row; whether the dev --valid-metric improved (the other
         workers: False; they take rank 0's state at the checkpoint that follows). `scheduled`: one of --valid-every's
         or an epoch's end, not that of a stop at a limit (see `track_best`)."""
+        self._validated_at = self.state.step
         train_loss, train_nll = self.since_valid.means(self.workers.sum, reset=scheduled)   # (a collective)
         if not self.is_chief:
             return False
@@ -192,7 +195,7 @@ class Trainer:
                 self.progress.end_epoch()
                 if self._epoch_done() and stop not in INTERRUPTS:   # also at a limit: its validation is scheduled
                     self.next_epoch()   # checkpoint at the start of the next epoch, validated unless just done
-                    self.save_checkpoint(not self._validation_due() and self.validate())
+                    self.save_checkpoint(self._validated_at != self.state.step and self.validate())
                     stop = self.should_stop()   # (again at a limit: this validation may have run out the patience)
             self._finish(stop or "max_epochs", trained=self.state.step > step0)
         self.averaged = average_at_end(self, trained=self.state.step > step0)
@@ -201,7 +204,7 @@ class Trainer:
         sampler = self.data.sampler
         return sampler.epoch > self.state.epoch or sampler.position >= len(sampler)
 
-    def _validation_due(self) -> bool:   # the last update is one --valid-every validates (an epoch end not again)
+    def _validation_due(self) -> bool:   # the last update is one --valid-every validates
         return bool(self.cfg.train.valid_every) and self.state.step % self.cfg.train.valid_every == 0
 
     def averages(self, here: bool = True) -> bool:

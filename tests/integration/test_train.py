@@ -296,6 +296,25 @@ def test_a_signal_on_an_epochs_last_update_is_validated_once(tmp_path, task):
     assert (tmp_path / "part" / ckpt.PARAMS_AVG).read_bytes() == (tmp_path / "full" / ckpt.PARAMS_AVG).read_bytes()
 
 
+def test_a_resume_at_an_epochs_end_with_a_valid_every_dividing_it_validates_it(tmp_path, task):
+    """A signal's checkpoint on an epoch's last update, unvalidated (--valid-every 0), resumed with a --valid-every
+    that divides that step: the epoch's end was taken for validated already (as under that --valid-every it would
+    have been), and the run went on without its row or its validated checkpoint."""
+    from nmt.log import read_metrics
+    cfg = tiny_config(tmp_path, task, "part", max_steps=400, valid_every=0)
+    trainer = create_trainer(cfg)
+    end, step = len(trainer.data.sampler), trainer.train_step
+
+    def train_step(batch):   # SIGTERM during the epoch's last update
+        step(batch)
+        trainer.signal_name = "SIGTERM" if trainer.state.step == end else trainer.signal_name
+    trainer.train_step = train_step
+    assert trainer.fit().step == end
+    cfg.train.max_steps, cfg.train.valid_every = end + 3, end
+    create_trainer(cfg, resume=True).fit()
+    assert [r["step"] for r in read_metrics(Path(cfg.train.model_dir) / ckpt.METRICS)] == [end, end + 3]
+
+
 def test_the_epoch_end_a_resume_validates_may_run_out_the_patience(tmp_path, task):
     """The epoch-end validation of a signal's checkpoint ran out --patience, and the run recorded max_steps (and said
     to raise --max-steps, which then said to raise --patience) where an uninterrupted run stops early there."""
