@@ -99,7 +99,11 @@ def translate_main(args: argparse.Namespace) -> int:
     stdin, stdout = args.input in (None, "-"), args.output in (None, "-")
     if stdin and sys.stdin.isatty():
         if stdout:
-            return interactive(tr, nbest, plot, alignment=args.alignment, json_input=args.json_input)
+            try:   # a reader gone (`| head -1`: 141) or a full disk: said as for a file's lines
+                with output_errors(None):
+                    return interactive(tr, nbest, plot, alignment=args.alignment, json_input=args.json_input)
+            except BrokenPipeError:
+                return reader_gone()
         args.chunk_lines = 1   # typed lines: translate and write each one at once
         print(f"nmt-translate {tr.src_lang} -> {tr.tgt_lang}: type sentences, one per line; each translation goes to "
               f"{args.output} as you press Enter; Ctrl-D to end.", file=sys.stderr)
@@ -112,23 +116,23 @@ def translate_main(args: argparse.Namespace) -> int:
         if plot is not None:
             plot(first, lines, best_ids)
     # SIGTERM (and SIGHUP) are Ctrl-C (`run_cli`): the output closed whole (a .gz file too) with what is translated
-    with output_errors(args.output), contextlib.ExitStack() as stack:
-        src, idle, compressed = open_input(None if stdin else args.input, stack)
-        if args.seed is not None:   # repeatable draws: the chunks (and so the draws) must not depend on pauses
-            idle = None
-        out = open_output(stack, args.output)
-        max_bytes = tr.decode.max_input_tokens * CHARS_PER_TOKEN * 4   # 4 = longest UTF-8 character
-        if args.json_input:   # two fields, each up to the guard's characters, JSON-escaped (\uXXXX: 6 bytes)
-            max_bytes = max_bytes * 3 + 1024
-        try:
+    try:   # (a reader gone from --output's pipe too: the rest of its buffer fails again as the file closes)
+        with output_errors(args.output), contextlib.ExitStack() as stack:
+            src, idle, compressed = open_input(None if stdin else args.input, stack)
+            if args.seed is not None:   # repeatable draws: the chunks (and so the draws) must not depend on pauses
+                idle = None
+            out = open_output(stack, args.output)
+            max_bytes = tr.decode.max_input_tokens * CHARS_PER_TOKEN * 4   # 4 = longest UTF-8 character
+            if args.json_input:   # two fields, each up to the guard's characters, JSON-escaped (\uXXXX: 6 bytes)
+                max_bytes = max_bytes * 3 + 1024
             lines = read_raw_lines(src, max_bytes, idle, squeeze=not args.json_input,
                                    source=(None if stdin else args.input, compressed))
             stats = translate_stream(tr, lines, out, name=name, compressed=compressed,
                                      chunk_lines=args.chunk_lines, on_invalid=args.on_invalid_utf8,
                                      nbest=nbest, alignment=args.alignment, json_input=args.json_input,
                                      on_chunk=on_chunk)
-        except BrokenPipeError:
-            return reader_gone()
+    except BrokenPipeError:
+        return reader_gone()
     _summary(tr, stats, name, tally)
     return 0
 

@@ -7,6 +7,7 @@ import locale
 import sys
 from typing import Callable, List, Optional
 
+from nmt.commands import Terminated
 from nmt.corpus import CorpusError, control_characters, lone_surrogate, one_line
 from nmt.languages import hangul_counts, other_language_warning
 from nmt.stream import JSON_EXAMPLE, parse_json_line, translation_rows
@@ -47,7 +48,9 @@ def interactive(translator: Translator, nbest: Optional[int] = None,
     while True:
         try:
             line = read(f"{translator.src_lang}> ")
-        except (EOFError, KeyboardInterrupt):
+        except (EOFError, KeyboardInterrupt) as e:
+            if isinstance(e, Terminated):   # SIGTERM or SIGHUP: its exit code (`run_cli`), not 0
+                raise
             print(file=sys.stderr)
             return 0
         n += 1

@@ -80,6 +80,30 @@ def test_an_evaluation_whose_reader_went_away_ends_quietly(model_dir, test_files
     assert json.loads((tmp_path / "r.json").read_text())["results"][str(src)]["n"] == len(src.read_text().splitlines())
 
 
+@pytest.mark.parametrize("output", ["/dev/stdout", "fifo"])
+def test_a_reader_gone_from_the_output_file_ends_quietly(model_dir, test_files, tmp_path, output):
+    """`--output /dev/stdout | head -1` (or a named pipe whose reader went away) gave a BrokenPipeError traceback,
+    exit 1: the output file, closed after the error, failed again on the rest of its buffer."""
+    src, _ = test_files
+    many = tmp_path / "many.ko"
+    many.write_text(src.read_text(encoding="utf-8") * 5, encoding="utf-8")
+    if output == "fifo":
+        os.mkfifo(tmp_path / "fifo")
+        output = str(tmp_path / "fifo")
+        reader = subprocess.Popen(["head", "-c", "1", output], stdout=subprocess.DEVNULL)
+    p = subprocess.Popen([sys.executable, str(REPO / "scripts" / "translate.py"), "--model-dir", str(model_dir),
+                          "--input", str(many), "--beam-size", "1", "--chunk-lines", "5", "--output", output],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if output == "/dev/stdout":
+        p.stdout.read(1)
+        p.stdout.close()   # the reader gone after its first byte
+    else:
+        reader.wait(timeout=300)
+    err = p.stderr.read()
+    assert p.wait(timeout=300) == 141, err[-2000:]
+    assert "Traceback" not in err and "Exception ignored" not in err, err
+
+
 def _closed(fd: int, argv: list, **kw) -> subprocess.CompletedProcess:
     """A command run with its standard stream `fd` closed, as `<&-`, `>&-` or `2>&-` start it."""
     streams = {"stdin": subprocess.DEVNULL, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE}

@@ -811,6 +811,31 @@ def test_interactive_prompt_on_a_terminal(tr):
             p.kill()
 
 
+@pytest.mark.parametrize("end", ["reader gone", "SIGTERM", "SIGHUP"])
+def test_the_prompt_ends_with_the_exit_code_of_what_ended_it(tr, end):
+    """At the prompt, SIGTERM and SIGHUP exited 0 (the prompt took them for Ctrl-C's quit), and a reader gone from
+    standard output (`nmt-translate | head -1`) gave a BrokenPipeError traceback, exit 1."""
+    master, p = prompt_process(tr, subprocess.PIPE, subprocess.PIPE)
+    try:
+        err, deadline = b"", time.time() + 60
+        while b"ko> " not in err and time.time() < deadline:   # (the prompt: the model is loaded)
+            if select.select([p.stderr], [], [], 1)[0]:
+                err += os.read(p.stderr.fileno(), 1024)
+        if end == "reader gone":
+            p.stdout.close()
+            os.write(master, "리 니 차\n".encode())
+        else:
+            p.send_signal(getattr(signal, end))
+        code = p.wait(timeout=60)
+        err += p.stderr.read()
+        assert code == {"reader gone": 141, "SIGTERM": 143, "SIGHUP": 129}[end], err.decode()
+        assert b"Traceback" not in err, err.decode()
+    finally:
+        os.close(master)
+        if p.poll() is None:
+            p.kill()
+
+
 @pytest.mark.parametrize("env", [{}, {"PYTHONIOENCODING": "ascii"}, {"LC_ALL": "C"}], ids=["utf8", "ascii", "C"])
 def test_interactive_prompt_with_output_on_the_terminal(tr, env):
     """On a terminal (stdin, stdout and stderr): the prompt shows before anything is typed. With
