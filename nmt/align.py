@@ -23,7 +23,7 @@ import mxnet as mx
 import numpy as np
 
 from nmt.batching import make_batch
-from nmt.forced import target_ids
+from nmt.forced import checked_translator, target_ids
 
 Links = List[Tuple[int, int]]
 
@@ -98,6 +98,7 @@ def with_links(translator, src_ids: Sequence[List[int]], hyps: Sequence[Sequence
 def align(translator, sources: Sequence[str], translations: Sequence[str], first_line: int = 1) -> List[Links]:
     """Word links of given translations of `sources` (raw text, line-aligned) under the translator's model: the
     Python API's way to align a corpus (`Translator.translate_aligned` aligns its own translations)."""
+    checked_translator(translator, "align")
     src = translator.source_ids(sources, first_line, "sources")
     tgt = target_ids(translator, translations, first_line, "translation")   # checked as forced decoding takes them
     if len(src) != len(tgt):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Any, Dict, Tuple
 
@@ -60,6 +61,8 @@ def for_init(cfg: Config, spec) -> Tuple[Config, Path]:
     command line's flags (`init_config`): the values of the dict it was made from (`Config.given`) and those that are
     not its architecture's defaults."""
     from nmt.config_resume import given_by
+    if not isinstance(spec, (str, os.PathLike)):
+        raise TypeError(f"train: init must be a model directory or parameter file path, got {type(spec).__name__}")
     params = init_params(spec)
     return init_config(cfg, given_by(cfg), params), params
 

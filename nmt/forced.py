@@ -13,6 +13,7 @@ than that is an error naming its line, since a cut translation would be scored a
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Iterable, List, Optional, Sequence
 
@@ -102,10 +103,21 @@ def target_ids(translator: Translator, targets: Sequence[str], first_line: int =
     return ids
 
 
+def checked_translator(translator, where: str) -> Translator:
+    """`translator`, or a TypeError naming `where`'s argument: a model directory given for it, most likely."""
+    if not isinstance(translator, Translator):
+        hint = (f": load it first, {where}(Translator.from_dir({str(translator)!r}), ...)"
+                if isinstance(translator, (str, os.PathLike)) else "")
+        raise TypeError(f"{where}: translator must be an nmt.translate.Translator, got {type(translator).__name__}"
+                        + hint)
+    return translator
+
+
 def score_lines(translator: Translator, sources: Sequence[str], targets: Sequence[str], first_line: int = 1,
                 target_name: str = "target") -> List[Scored]:
     """Scores of translations `targets` of `sources` (raw text, line-aligned) with the translator's length penalty;
     line numbers in warnings and errors count from `first_line`."""
+    checked_translator(translator, "score_lines")
     tgt_ids = target_ids(translator, targets, first_line, target_name)
     return score_ids(translator, translator.source_ids(sources, first_line, "sources"), tgt_ids,
                      translator.decode.length_penalty_alpha)

@@ -46,6 +46,8 @@ def attention(translator, sentence: str, max_len: Optional[int] = None, translat
     """Greedy translation of one sentence with its attention matrix (output step x source position); with
     `translation`, the attention of that translation, its pieces fed back through the model (`nmt.align`); with
     `pieces`, of those target pieces as given (a search's, which splitting its text again may not give back)."""
+    from nmt.forced import checked_translator
+    checked_translator(translator, "attention")
     if not isinstance(sentence, str):
         raise TypeError(f"attention: sentence must be a str, got {type(sentence).__name__}")
     if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, numbers.Integral)):
@@ -197,6 +199,10 @@ def save_attention_plot(translator, sentence: str, path, title: Optional[str] = 
     from nmt.atomic import atomic_open
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"save_attention_plot: path must be a str or a path, got {type(path).__name__}")
+    from nmt.forced import checked_translator
+    checked_translator(translator, "save_attention_plot")
+    if title is not None and not isinstance(title, str):   # (it failed after the attention was computed)
+        raise TypeError(f"save_attention_plot: title must be a str or None, got {type(title).__name__}")
     path = Path(path).expanduser()
     kind = path.suffix[1:].lower() or "png"
     known = {k: v for k, v in FigureCanvasAgg.get_supported_filetypes().items() if k != "pgf"}   # (pgf: LaTeX's)

@@ -297,6 +297,31 @@ def test_nothing_to_score_and_translations_that_are_no_text_are_named(tr, lines)
         align(tr, [lines[0]], ["Thanks \udc80"])
 
 
+def test_an_argument_of_another_type_is_a_type_error_naming_it(tr, model_dir, lines, tmp_path):
+    """A model directory where a Translator belongs gave "AttributeError: 'str' object has no attribute
+    'source_ids'" (or 'decode'), a title of another type failed after the attention was computed, and score's
+    None or non-string items, train's init=5, errors from inside sacreBLEU or pathlib naming no argument."""
+    from nmt.config import Config
+    from nmt.train import train
+    for call, where in ((lambda m: nmt.plot.attention(m, lines[0]), "attention"),
+                        (lambda m: nmt.plot.save_attention_plot(m, lines[0], tmp_path / "a.png"),
+                         "save_attention_plot"),
+                        (lambda m: align(m, lines[:1], ["x"]), "align"),
+                        (lambda m: score_lines(m, lines[:1], ["x"]), "score_lines")):
+        with pytest.raises(TypeError, match=rf"^{where}: translator must be an nmt.translate.Translator, got "
+                                            rf"PosixPath: load it first, {where}\(Translator.from_dir\("):
+            call(model_dir)
+    with pytest.raises(TypeError, match="^save_attention_plot: title must be a str or None, got int$"):
+        nmt.plot.save_attention_plot(tr, lines[0], tmp_path / "a.png", title=5)
+    for hyps, refs, says in ((None, ["a"], "hypotheses must be a list of strings, not NoneType"),
+                             (["a"], [None], "references 1\\[0\\] is NoneType, not a string"),
+                             ([5], ["a"], "hypotheses\\[0\\] is int, not a string")):
+        with pytest.raises(TypeError, match=f"^score: {says}$"):
+            score(hyps, refs, "en")
+    with pytest.raises(TypeError, match="^train: init must be a model directory or parameter file path, got int$"):
+        train(Config.from_dict({"train": {"model_dir": str(tmp_path / "m")}}), init=5)
+
+
 def test_train_names_a_config_that_is_no_config_and_takes_init_as_a_string(model_dir, tmp_path):
     """train(dict) raised AttributeError: 'dict' object has no attribute 'train'; init="..." (a str) failed with
     'str' object has no attribute 'parent'; a model_dir that is a file, with a bare NotADirectoryError."""
