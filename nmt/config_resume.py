@@ -56,6 +56,15 @@ def check_test_files(saved: Config, cfg: Config, test_sum: str, source: str) -> 
                           "files where it has them (put them back there)")
 
 
+def _test_pairs_recorded(model_dir: Path) -> bool:
+    """Whether the run in `model_dir` recorded its test pairs' checksum (`TrainState.test_sum`)."""
+    from nmt.checkpoint import CheckpointError, TrainState
+    try:
+        return bool(TrainState.load(model_dir).test_sum)
+    except CheckpointError:
+        return False
+
+
 def _tuned(key: str, source: str, arch: str) -> str:
     """How to go on from the run (of `arch`) with another `key` where a fine-tune may change it: --init-from (into a
     new --model-dir), which keeps the model, its languages and its vocabularies."""
@@ -131,9 +140,12 @@ def resumed_config(saved: Config, cfg: Config, given: Optional[Dict[str, str]], 
         path = merged["data"][name]
         if path and not os.path.exists(path):
             flag = f"--{name.replace('_', '-')}"
+            moves = not name.startswith("test") or _test_pairs_recorded(Path(source).parent)   # (check_test_files)
             raise ConfigError(f"--resume: {flag} {path}, recorded in {source}, is not there any more: a run reads "
-                              f"its files again when it resumes: put them back there, or give where they are now "
-                              f"({flag} ...; the same pairs: their checksums are compared with the run's)")
+                              "its files again when it resumes: put them back there" + (
+                                  f", or give where they are now ({flag} ...; the same pairs: their checksums are "
+                                  "compared with the run's)" if moves else " (the run began before nmt recorded a "
+                                  "run's test pairs: nothing would tell moved ones the same)"))
     return Config.from_dict(merged, source=source), changes
 
 

@@ -911,6 +911,11 @@ def test_a_run_whose_test_files_moved_resumes_with_them_where_they_are(tmp_path,
                            str(moved / "other.en"), *dry]) == 2
         assert f"error: --resume: --test-tgt differ from the run's ({old / ckpt.CONFIG}), which began before nmt " \
             "recorded a run's test pairs" in capsys.readouterr().err
+    (moved / "test.ko").rename(moved / "away.ko")   # gone: not told to give where it is now, which it refuses
+    assert train_main(["--model-dir", str(old), "--resume", "--max-steps", "4"]) == 2
+    err = capsys.readouterr().err
+    assert "is not there any more: a run reads its files again when it resumes: put them back there (the run began " \
+           "before nmt recorded a run's test pairs" in err and "give where they are now" not in err, err
 
 
 def test_a_resume_refused_for_room_writes_no_tensorboard_events_file(tmp_path, capsys):
