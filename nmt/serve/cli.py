@@ -245,5 +245,7 @@ def _serve(args: argparse.Namespace) -> int:
         app = build_app(args)
         return run_server(_server(uvicorn_config(app, args.host, args.port, args.log_level, args.max_queue)))
     except (ValueError, OSError) as e:   # (a model's files unreadable, a value uvicorn refuses: said as run_cli says)
+        if getattr(e, "errno", None) == errno.ENAMETOOLONG:
+            raise   # (run_cli's words for it, as every command's)
         print(f"error: {import_failure(e) or e}", file=sys.stderr)   # (MXNet's library that cannot load: named)
         return 2

@@ -1039,12 +1039,14 @@ def test_a_name_too_long_for_the_file_system_is_one_clear_error(tmp_path, capsys
     """A --model-dir (or --output, or any path) with a name over 255 bytes ended in an OSError traceback (File name
     too long), --dry-run too; JSON text given to --config was taken for a file name the same way."""
     from nmt.export import export_main
+    from nmt.serve.cli import main as serve_main
     long_name = str(tmp_path / ("모델" * 45))   # (270 bytes)
     (tmp_path / "t.ko").write_text("가\n")
     (tmp_path / "t.en").write_text("a\n")
     for main, argv in ((train_main, ["--model-dir", long_name, "--dry-run", "--train-src", str(tmp_path / "t.ko"),
                                      "--train-tgt", str(tmp_path / "t.en")]),
-                       (export_main, ["--model-dir", long_name, "--output", str(tmp_path / "e")])):
+                       (export_main, ["--model-dir", long_name, "--output", str(tmp_path / "e")]),
+                       (serve_main, ["--model-dir", long_name])):   # (it said "[Errno 36] File name too long")
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert err.startswith(f"error: {long_name}") and err.endswith(": longer than a file system takes (255 bytes "
