@@ -18,7 +18,7 @@ from nmt.config_resume import PER_INVOCATION, record_mirror, refused_batch_kind,
 from nmt import jsonio
 from nmt.cli_io import last_lines, reader_gone
 from nmt.commands import Once, command, nonempty, shell_word, usable_streams
-from nmt.config_file import check_taken_dir, read_config_file, warn_other_arch, warn_time_limit
+from nmt.config_file import check_taken_dir, read_config_file, warn_fine_tuned, warn_other_arch, warn_time_limit
 from nmt.flags import GROUPS, MODEL_FLAGS
 
 
@@ -122,6 +122,8 @@ def args_dict(args: argparse.Namespace, base: Optional[Config] = None, check: bo
                           "positions (--batch-tokens); give one of them")
     if getattr(args, "config", None) and check:
         warn_time_limit(args.config, d, flags)
+        if not getattr(args, "resume", True):
+            warn_fine_tuned(args.config, getattr(args, "init_from", None))
     for key, value in flags.items():
         section, field = key.split(".", 1)
         d.setdefault(section, {})[field] = value

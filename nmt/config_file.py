@@ -80,6 +80,22 @@ def warn_time_limit(config: str, d: Dict[str, Dict[str, Any]], flags: Dict[str, 
                                              "%s s too (%s 0: no time limit)", config, name, limit, limit, flag)
 
 
+def warn_fine_tuned(config: str, init_from) -> None:
+    """Warn when a new run's --config file is the config.json of a run fine-tuned from a model (its state.json's
+    init_from) and no --init-from is given: the settings do not hold it, and the run would start from scratch."""
+    home = Path(config).resolve().parent
+    if init_from is not None or not _run_settings(Path(config)):
+        return
+    try:
+        parent = jsonio.read_object(home / STATE, ConfigError).get("init_from")
+    except ConfigError:   # (no state: an export's, or a damaged one)
+        return
+    if parent:
+        logging.getLogger("nmt").warning("--config %s: that run was fine-tuned from %s, which its settings do not "
+                                         "hold: this run starts from scratch (new tokenizers and parameters) unless "
+                                         "given --init-from %s", config, parent, shell_word(parent))
+
+
 def check_taken_dir(model_dir: str, config: Path, resume: bool, overwrite: bool = False) -> str:
     """ConfigError for `model_dir`, the train.model_dir of the --config file `config` given without --model-dir,
     where it names no directory, or one that the run must not take: that of the run whose settings the file holds

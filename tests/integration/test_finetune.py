@@ -241,6 +241,21 @@ def test_a_transformer_is_fine_tuned_with_the_transformers_optimizer_defaults(tm
     assert (python.model.dropout, python.optim.lr) == (Config.for_arch("transformer").model.dropout, theirs["lr"])
 
 
+def test_a_fine_tuned_runs_settings_as_config_say_they_hold_no_init_from(parent, tmp_path, capsys):
+    """`--config child/config.json` of a fine-tuned run started from scratch without a word: config.json does not
+    hold --init-from (state.json does), the most telling setting of such a run."""
+    model, other = parent
+    child = tmp_path / "child"
+    assert train_main(run_flags(other, child) + ["--init-from", str(model), "--max-steps", "1"]) == 0
+    says = f"that run was fine-tuned from {ckpt.params_path(model, 'best')}, which its settings do not hold"
+    capsys.readouterr()
+    for init in ([], ["--init-from", str(model)]):
+        assert train_main(["--config", str(child / ckpt.CONFIG), "--model-dir", str(tmp_path / "new"), "--dry-run",
+                           *init]) == 0
+        err = capsys.readouterr().err
+        assert (says in err) == (not init), err
+
+
 def test_a_relative_init_from_is_recorded_absolute(parent, tmp_path, monkeypatch):
     """state.json kept --init-from as typed ("ex1/params.best") while config.json keeps paths absolute."""
     model, other = parent
