@@ -65,6 +65,17 @@ def _test_pairs_recorded(model_dir: Path) -> bool:
         return False
 
 
+def _latest_params(model_dir: Path) -> str:
+    """--init-from's word for where the run in `model_dir` stands: its latest checkpoint's parameter file (the
+    directory alone would be its params.best, maybe many updates before), or the directory if none is named."""
+    from nmt.checkpoint import CheckpointError, TrainState
+    try:
+        files = TrainState.load(model_dir).params_files
+    except CheckpointError:
+        files = []
+    return shell_word(model_dir / files[-1] if files and (model_dir / files[-1]).is_file() else model_dir)
+
+
 def _tuned(key: str, source: str, arch: str) -> str:
     """How to go on from the run (of `arch`) with another `key` where a fine-tune may change it: --init-from (into a
     new --model-dir), which keeps the model, its languages and its vocabularies."""
@@ -73,7 +84,7 @@ def _tuned(key: str, source: str, arch: str) -> str:
     if section == "model" and name not in tunable(arch) or section == "data" and name in INHERITED_DATA:
         return ""
     return (" (to go on from this run's parameters, fine-tune with --init-from "
-            f"{shell_word(Path(source).parent)}, giving its data and training flags again: --init-from takes a "
+            f"{_latest_params(Path(source).parent)}, giving its data and training flags again: --init-from takes a "
             "model's own settings, not its data, batch or schedule)")
 
 
@@ -90,7 +101,7 @@ def refused_change(key: str, label: str, value, saved: Config, source: str) -> s
     tuned = _tuned(key, source, saved.model.arch)
     why = f"{fixed}: drop it, or train into a new --model-dir{tuned}" if key != "optim.optimizer" else (
         f"its saved optimizer states belong to the {old} optimizer: drop it, or to switch optimizers fine-tune into a "
-        f"new --model-dir with --init-from {shell_word(Path(source).parent)}")
+        f"new --model-dir with --init-from {_latest_params(Path(source).parent)}")
     return f"--resume: {shown} differs from {json.dumps(old)}, which this run was trained with ({source}); {why}"
 
 
