@@ -113,6 +113,8 @@ class Translator:
             raise TypeError("ensemble must be a list of model directories, " + (f"not one ({str(ensemble)!r}): give "
                             "[dir]" if isinstance(ensemble, (str, Path)) else f"got {type(ensemble).__name__}"))
         ensemble = list(ensemble or ())   # an iterator (Path.glob) read once, not emptied by the checks
+        if not isinstance(which, (str, numbers.Integral)) or isinstance(which, bool):   # ("unknown checkpoint 'None'")
+            raise TypeError(f"which must be best, latest, avg or a step number, got {type(which).__name__}")
         for name, d in [("model_dir", model_dir)] + [(f"ensemble[{i}]", e) for i, e in enumerate(ensemble or ())]:
             if not isinstance(d, (str, os.PathLike)):
                 raise TypeError(f"{name} must be a model directory (str or Path), got {type(d).__name__}")
