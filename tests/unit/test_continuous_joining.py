@@ -50,8 +50,9 @@ def decoder(monkeypatch, joinable=True, max_batch=8):
     tok = types.SimpleNamespace(decode=lambda ids: [" ".join(map(str, x)) for x in ids])
     decode = types.SimpleNamespace(length_penalty_alpha=0.6, max_len_a=2.0, max_len_b=0.0)
     tr = types.SimpleNamespace(members=[object()], ctx=mx.cpu(), decode=decode, tgt_tok=tok,
-                               source_ids=lambda lines: [[5] * len(x) for x in lines], lock=threading.RLock(),
-                               target_prefixes=lambda prefixes: None if prefixes is None else [None for _ in prefixes])
+                               source_ids=lambda lines, cut=None: [[5] * len(x) for x in lines],
+                               lock=threading.RLock(), target_prefixes=lambda prefixes, cut=None: (
+                                   None if prefixes is None else [None for _ in prefixes]))
     tr.source_batch, tr.texts = (types.MethodType(f, tr) for f in (Translator.source_batch, Translator.texts))
     monkeypatch.setattr(continuous, "as_model", lambda members: members[0])
     return continuous.ContinuousDecoder(tr, 4, 1, max_batch)
