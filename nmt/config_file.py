@@ -90,7 +90,7 @@ def warn_fine_tuned(config: str, init_from) -> None:
         parent = jsonio.read_object(home / STATE, ConfigError).get("init_from")
     except ConfigError:   # (no state: an export's, or a damaged one)
         return
-    if parent:
+    if parent and isinstance(parent, str):
         logging.getLogger("nmt").warning("--config %s: that run was fine-tuned from %s, which its settings do not "
                                          "hold: this run starts from scratch (new tokenizers and parameters) unless "
                                          "given --init-from %s", config, parent, shell_word(parent))

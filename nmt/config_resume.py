@@ -56,24 +56,27 @@ def check_test_files(saved: Config, cfg: Config, test_sum: str, source: str) -> 
                           "files where it has them (put them back there)")
 
 
+def _resumed_from(model_dir: Path) -> Dict[str, Any]:
+    """The manifest of the checkpoint a resume of the run in `model_dir` starts from (its newest intact one: "step",
+    "state"), or {} where none is."""
+    from nmt import manifest
+    try:
+        return manifest.newest_intact(model_dir)[0]
+    except (manifest.CheckpointError, OSError):
+        return {}
+
+
 def _test_pairs_recorded(model_dir: Path) -> bool:
     """Whether the run in `model_dir` recorded its test pairs' checksum (`TrainState.test_sum`)."""
-    from nmt.checkpoint import CheckpointError, TrainState
-    try:
-        return bool(TrainState.load(model_dir).test_sum)
-    except CheckpointError:
-        return False
+    return bool(_resumed_from(model_dir).get("state", {}).get("test_sum"))
 
 
 def _latest_params(model_dir: Path) -> str:
-    """--init-from's word for where the run in `model_dir` stands: its latest checkpoint's parameter file (the
-    directory alone would be its params.best, maybe many updates before), or the directory if none is named."""
-    from nmt.checkpoint import CheckpointError, TrainState
-    try:
-        files = TrainState.load(model_dir).params_files
-    except CheckpointError:
-        files = []
-    return shell_word(model_dir / files[-1] if files and (model_dir / files[-1]).is_file() else model_dir)
+    """--init-from's word for where the run in `model_dir` stands: the parameter file of the checkpoint a resume
+    starts from (the directory alone would be its params.best, maybe many updates before), else the directory."""
+    from nmt.checkpoint import params_file
+    step = _resumed_from(model_dir).get("step")
+    return shell_word(model_dir / params_file(step) if isinstance(step, int) else model_dir)
 
 
 def _tuned(key: str, source: str, arch: str) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Dict, Iterable, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import sacrebleu
 
@@ -94,8 +94,8 @@ def score(hyps: Sequence[str], refs: Sequence[str], tgt_lang: str, more_refs: Se
           ) -> Scores:
     """BLEU (13a) and chrF of detokenized hypotheses; for Korean output also BLEU with tokenize='ko-mecab'.
     `more_refs`: further references of each hypothesis, line-aligned like `refs` (sacreBLEU's nrefs)."""
-    for name, lines in (("hypotheses", hyps), ("references", refs)):   # (one string: one sentence per character)
-        if isinstance(lines, str) or not isinstance(lines, Iterable):
+    for name, lines in (("hyps", hyps), ("refs", refs)):   # (one string: one sentence per character)
+        if isinstance(lines, str) or not hasattr(lines, "__iter__") and not hasattr(lines, "__getitem__"):
             raise TypeError(f"score: {name} must be a list of strings, not " + (
                 "one string: give [text]" if isinstance(lines, str) else type(lines).__name__))
     more_refs = more_refs if isinstance(more_refs, str) else list(more_refs)   # (an iterator: read once, here)
@@ -105,7 +105,7 @@ def score(hyps: Sequence[str], refs: Sequence[str], tgt_lang: str, more_refs: Se
     if tgt_lang not in LANGS:   # (another value would leave Korean output without its ko-mecab BLEU, unsaid)
         raise ValueError(f"score: tgt_lang must be one of {', '.join(LANGS)}, got {tgt_lang!r}")
     hyps, refs = list(hyps), [list(r) for r in (refs, *more_refs)]
-    for name, lines in (("hypotheses", hyps), *((f"references {k + 1}", r) for k, r in enumerate(refs))):
+    for name, lines in (("hyps", hyps), ("refs", refs[0]), *((f"more_refs[{k}]", r) for k, r in enumerate(refs[1:]))):
         bad = next((i for i, x in enumerate(lines) if not isinstance(x, str)), None)
         if bad is not None:
             raise TypeError(f"score: {name}[{bad}] is {type(lines[bad]).__name__}, not a string")

@@ -313,11 +313,24 @@ def test_an_argument_of_another_type_is_a_type_error_naming_it(tr, model_dir, li
             call(model_dir)
     with pytest.raises(TypeError, match="^save_attention_plot: title must be a str or None, got int$"):
         nmt.plot.save_attention_plot(tr, lines[0], tmp_path / "a.png", title=5)
-    for hyps, refs, says in ((None, ["a"], "hypotheses must be a list of strings, not NoneType"),
-                             (["a"], [None], "references 1\\[0\\] is NoneType, not a string"),
-                             ([5], ["a"], "hypotheses\\[0\\] is int, not a string")):
+    for hyps, refs, says in ((None, ["a"], "hyps must be a list of strings, not NoneType"),
+                             (["a"], [None], "refs\\[0\\] is NoneType, not a string"),
+                             ([5], ["a"], "hyps\\[0\\] is int, not a string")):
         with pytest.raises(TypeError, match=f"^score: {says}$"):
             score(hyps, refs, "en")
+    with pytest.raises(TypeError, match="^score: more_refs\\[0\\]\\[0\\] is int, not a string$"):
+        score(["a"], ["a"], "en", more_refs=[[5]])
+
+    class Lines:   # a sequence by __getitem__ and __len__ alone (a Dataset-like class): list() reads it
+        def __init__(self, items):
+            self.items = items
+
+        def __getitem__(self, i):
+            return self.items[i]
+
+        def __len__(self):
+            return len(self.items)
+    assert score(Lines(["a b c d"]), Lines(["a b c d"]), "en").bleu == pytest.approx(100.0)
     with pytest.raises(TypeError, match="^train: init must be a model directory or parameter file path, got int$"):
         train(Config.from_dict({"train": {"model_dir": str(tmp_path / "m")}}), init=5)
     for which in (None, True, 630.0):   # (CheckpointError "unknown checkpoint 'None'")

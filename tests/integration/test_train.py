@@ -898,6 +898,11 @@ def test_a_run_whose_test_files_moved_resumes_with_them_where_they_are(tmp_path,
                        str(moved / "other.en")]) == 2
     assert (f"error: --resume: the test pairs ({moved / 'test.ko'} and {moved / 'other.en'}) are not those the run "
             "started with: they changed since it started") in capsys.readouterr().err
+    (d / ckpt.STATE).unlink()   # (the checkpoint's manifest tells that the run recorded its test pairs)
+    (moved / "test.en").rename(moved / "gone.en")
+    assert train_main(["--model-dir", str(d), "--resume", "--max-steps", "6"]) == 2
+    assert "put them back there, or give where they are now" in capsys.readouterr().err
+    (moved / "gone.en").rename(moved / "test.en")
     # a run that began before its test pairs were recorded: nothing to compare moved files with (other pairs passed)
     import nmt.data
     sums = nmt.data.pair_sums

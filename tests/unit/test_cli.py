@@ -543,16 +543,6 @@ def test_a_resume_refusing_what_a_fine_tune_may_change_names_init_from(tmp_path)
                                      f"with --init-from {tmp_path / 'm'}, giving its data and training flags again: "
                                      "--init-from takes a model's own settings, not its data, batch or schedule)") \
             == tunable, str(e.value)
-    # the run's latest checkpoint, where it stands: the directory alone is its params.best, maybe far behind
-    from nmt.checkpoint import TrainState
-    (tmp_path / "m").mkdir()
-    TrainState(step=120, params_files=["params.00000080", "params.00000120"]).save(tmp_path / "m")
-    (tmp_path / "m" / "params.00000120").write_bytes(b"")
-    for key, value in (("model.dropout", 0.1), ("optim.optimizer", "sgd")):
-        cfg = Config()
-        setattr(getattr(cfg, key.split(".")[0]), key.split(".")[1], value)
-        with pytest.raises(ConfigError, match=f"--init-from {tmp_path / 'm' / 'params.00000120'}[,)]?"):
-            resumed_config(saved, cfg, {key: "--x"}, source)
 
 
 def test_a_mirror_named_by_nmt_data_dir_is_recorded_as_data_dir_is(tmp_path, monkeypatch):

@@ -72,6 +72,26 @@ def test_resume_falls_back_to_the_newest_intact_checkpoint(tmp_path, caplog, nam
     assert ckpt.TrainState.load(d).step == 20   # `latest` names the intact checkpoint again
 
 
+def test_a_refused_resumes_init_from_advice_names_where_a_resume_would_start(tmp_path):
+    """A resume refused for --dropout or --optimizer advised --init-from DIR, whose params.best may be far behind the
+    run; then state.json's newest file, which may be damaged (following the advice failed) or missing."""
+    from nmt.config import Config, ConfigError
+    from nmt.config_resume import resumed_config
+    d = _model_dir(tmp_path, steps=(10, 20, 30))
+
+    def advised(key: str, value) -> str:
+        cfg = Config()
+        setattr(getattr(cfg, key.split(".")[0]), key.split(".")[1], value)
+        with pytest.raises(ConfigError) as e:
+            resumed_config(Config(), cfg, {key: "--x"}, str(d / ckpt.CONFIG))
+        return str(e.value)
+    for key, value in (("model.dropout", 0.1), ("optim.optimizer", "sgd")):
+        assert f"--init-from {d / ckpt.params_file(30)}" in advised(key, value)
+    _damage(d / ckpt.params_file(30), "flip")
+    (d / ckpt.STATE).unlink()
+    assert f"--init-from {d / ckpt.params_file(20)}" in advised("model.dropout", 0.1)   # the newest intact
+
+
 def test_a_resume_past_a_damaged_checkpoint_names_only_the_checkpoints_left(tmp_path):
     """Step 30's training state names steps 10, 20, 30 (--keep-last 3); step 40's save pruned step 10. Resumed past a
     damaged step 40, the state named step 10 still, and `--resume --average-last 3` failed on its missing manifest."""
