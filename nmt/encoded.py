@@ -4,9 +4,10 @@ At millions of pairs, a list of Python ints per sentence costs ~36 bytes a token
 side is one int32 array of all token ids plus an int64 array of sentence offsets (~4 bytes a token). SentencePiece
 encodes in chunks with its own threads (the GIL released), and only one chunk's lists exist at a time. The arrays
 are saved as `encoded.<key>.<side>.{ids,offsets}.npy`, keyed by checksums of the text and of both tokenizer models,
-and memory-mapped on load: a rerun or a resume of the same data skips encoding. The arrays' own sha256 sums are saved
-beside them (`encoded.<key>.json`) and checked on load: a damaged cache, which would otherwise give a resumed run
-other batches without a word, is encoded again.
+and memory-mapped on load: a resume of the same data (or any run with the same text and tokenizer files) skips
+encoding. The arrays' own sha256 sums are saved beside them (`encoded.<key>.json`) and checked on load, with their
+type: a damaged cache, which would otherwise give a resumed run other batches (or ids past the vocabulary) without a
+word, is encoded again.
 """
 from __future__ import annotations
 
@@ -116,12 +117,16 @@ def _paths(cache_dir: Path, key: str, side: str) -> Tuple[Path, Path]:
 
 
 def _load(cache_dir: Path, key: str, side: str) -> Optional[FlatIds]:
-    """The cached arrays of one side, memory-mapped; None when absent or unreadable (then encoded again)."""
+    """The cached arrays of one side, memory-mapped; None when absent, unreadable or not of the types `_save` writes
+    (then encoded again): the sums cover the arrays' bytes, not their header (a flipped bit there read the ids as
+    big-endian: ids in the billions, which an embedding clips without a word)."""
     ids_path, off_path = _paths(cache_dir, key, side)
     try:
-        return FlatIds(np.load(ids_path, mmap_mode="r"), np.load(off_path, mmap_mode="r"))
-    except (OSError, ValueError):
+        ids, offsets = np.load(ids_path, mmap_mode="r"), np.load(off_path, mmap_mode="r")
+    except Exception:   # (a damaged header: OSError, ValueError, and numpy's parse of it: SyntaxError, TokenError)
         return None
+    native = [(ids, np.int32), (offsets, np.int64)]
+    return FlatIds(ids, offsets) if all(a.dtype == np.dtype(t) and a.ndim == 1 for a, t in native) else None
 
 
 def _save(cache_dir: Path, key: str, side: str, flat: FlatIds) -> None:
@@ -154,7 +159,10 @@ def load_or_encode(cache_dir: Path, src_tok, tgt_tok, src_lines: Sequence[str],
             logger.info("encoded corpus: reusing %s", _paths(cache_dir, key, "src")[0].name)
             return cached[0], cached[1], True
         logger.warning("encoded corpus: %s of %s, encoding it again", "damaged: its arrays do not match the sums in "
-                       f"{sums_path.name}" if saved else f"no {sums_path.name}", _paths(cache_dir, key, "src")[0].name)
+                       f"{sums_path.name}" if saved is not None else f"no readable {sums_path.name}",
+                       _paths(cache_dir, key, "src")[0].name)
+    elif any(p.exists() for side in ("src", "tgt") for p in _paths(cache_dir, key, side)):   # (a save killed too)
+        logger.warning("encoded corpus: encoded.%s.*.npy damaged or incomplete, encoding it again", key)
     for side, tok, lines in (("src", src_tok, src_lines), ("tgt", tgt_tok, tgt_lines)):
         _save(cache_dir, key, side, encode_flat(tok, lines))
     for old in [*cache_dir.glob("encoded.*.npy"), *cache_dir.glob("encoded.*.json")]:

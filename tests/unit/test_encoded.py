@@ -68,6 +68,32 @@ def test_a_damaged_cache_of_the_same_size_is_encoded_again(corpus, tmp_path, cap
     assert not load_or_encode(tmp_path, src_tok, tgt_tok, ko, en)[2]
 
 
+@pytest.mark.parametrize("damage", ["big-endian", "unsigned", "header length", "broken header", "empty sums"])
+def test_a_cache_whose_header_is_damaged_is_encoded_again(corpus, tmp_path, damage, caplog):
+    """The sums cover the arrays' bytes, not the .npy header: one bit there ('<i4' read as '>i4') trained on ids in
+    the billions without a word (an embedding clips them); others ended in numpy's TokenError or SyntaxError, and an
+    empty sums file was said to be missing."""
+    _, ko, en, src_tok, tgt_tok = corpus
+    load_or_encode(tmp_path, src_tok, tgt_tok, ko, en)
+    ids = next(tmp_path.glob("encoded.*.tgt.ids.npy"))
+    data = bytearray(ids.read_bytes())
+    if damage == "big-endian":
+        data[data.index(b"'<i4'") + 1] = ord(">")
+    elif damage == "unsigned":
+        data[data.index(b"'<i4'") + 2] = ord("u")
+    elif damage == "header length":
+        data[9] ^= 2
+    elif damage == "broken header":
+        data[data.index(b"'descr'") + 1] ^= 16
+    else:
+        next(tmp_path.glob("encoded.*.json")).write_text("{}")
+    ids.write_bytes(bytes(data))
+    with caplog.at_level("WARNING", logger="nmt.data"):
+        src, tgt, hit = load_or_encode(tmp_path, src_tok, tgt_tok, ko, en)
+    assert not hit and [list(x) for x in tgt] == tgt_tok.encode(en) and [list(x) for x in src] == src_tok.encode(ko)
+    assert "encoding it again" in caplog.text and (damage != "empty sums" or "damaged: its arrays" in caplog.text)
+
+
 def test_dev_pairs_cut_for_the_dev_loss_are_counted(corpus, caplog):
     """Dev pairs over --max-src-tokens / --max-tgt-tokens were cut for the dev loss and perplexity (a false end of
     sentence scored: what --valid-metric ppl picks by) without a word."""
