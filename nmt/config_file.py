@@ -83,14 +83,13 @@ def warn_time_limit(config: str, d: Dict[str, Dict[str, Any]], flags: Dict[str, 
 def warn_fine_tuned(config: str, init_from) -> None:
     """Warn when a new run's --config file is the config.json of a run fine-tuned from a model (its state.json's
     init_from) and no --init-from is given: the settings do not hold it, and the run would start from scratch."""
-    home = Path(config).resolve().parent
     if init_from is not None or not _run_settings(Path(config)):
         return
     try:
-        parent = jsonio.read_object(home / STATE, ConfigError).get("init_from")
+        parent = jsonio.read_object(Path(config).resolve().parent / STATE, ConfigError).get("init_from")
     except ConfigError:   # (no state: an export's, or a damaged one)
         return
-    if parent and isinstance(parent, str):
+    if isinstance(parent, str) and parent:
         logging.getLogger("nmt").warning("--config %s: that run was fine-tuned from %s, which its settings do not "
                                          "hold: this run starts from scratch (new tokenizers and parameters) unless "
                                          "given --init-from %s", config, parent, shell_word(parent))
