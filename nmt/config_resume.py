@@ -45,6 +45,18 @@ def _fixed_on_resume(key: str, saved: Config) -> str:
             "score is compared with the best's") if translated else ""
 
 
+def _unchanged(key: str, value, old, saved: Config) -> bool:
+    """Whether this command line's `value` of `key` is the run's `old` (`saved`: its configuration): equal, or an
+    --upsample that repeats the same corpora as many times (in another order or spelling; once is not repeated)."""
+    if value == old or key != "data.upsample":
+        return value == old
+    from nmt.recipes import RECIPES, parse_upsample
+    recipe = RECIPES.get(saved.data.recipe or "")
+    repeated = [{name: k for name, k in parse_upsample(spec, recipe).items() if k > 1} if recipe else spec
+                for spec in (value, old)]
+    return repeated[0] == repeated[1]
+
+
 def check_test_files(saved: Config, cfg: Config, test_sum: str, source: str) -> None:
     """ConfigError for test files given elsewhere than the run (`saved`, read from `source`) has them when it recorded
     no test pairs to compare them with (`test_sum` ""): it began before nmt recorded a run's test pairs."""
@@ -140,7 +152,7 @@ def resumed_config(saved: Config, cfg: Config, given: Optional[Dict[str, str]], 
     for section, values in cfg.to_dict().items():
         for name, value in values.items():
             key, old = f"{section}.{name}", merged[section][name]
-            if value == old or not (key in PER_INVOCATION or given is None or key in given) or (
+            if _unchanged(key, value, old, saved) or not (key in PER_INVOCATION or given is None or key in given) or (
                     key in _CORPORA_PLACE and given is not None and key not in given):
                 continue
             label = key if given is None else given.get(key, key)

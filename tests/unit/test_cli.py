@@ -545,6 +545,25 @@ def test_a_resume_refusing_what_a_fine_tune_may_change_names_init_from(tmp_path)
             == tunable, str(e.value)
 
 
+def test_a_resume_compares_upsample_by_the_corpora_it_repeats(tmp_path):
+    """`--resume --upsample tatoeba-manythings=2` of a run begun with "tatoeba-manythings=2,jhe-dev=1" (a corpus
+    once: not repeated) was refused as "differs from", and so was the same setting in another order: compared as text."""
+    from nmt.config_resume import resumed_config
+    saved, source = Config.from_dict({"data": {"recipe": "all", "upsample": "tatoeba-manythings=2,jhe-dev=1"}}), \
+        str(tmp_path / "config.json")
+    for same in ("tatoeba-manythings=2", "jhe-dev=1,tatoeba-manythings=2", " tatoeba-manythings = 02 "):
+        cfg = Config.from_dict({"data": {"recipe": "all", "upsample": same}})
+        merged, changes = resumed_config(saved, cfg, {"data.upsample": "--upsample"}, source)
+        assert (merged.data.upsample, changes) == (saved.data.upsample, [])   # the run's own: the same pairs
+    for other in ("tatoeba-manythings=3", "jhe-dev=2,tatoeba-manythings=2", "jhe-dev=1", "python-docs-ko=2"):
+        cfg = Config.from_dict({"data": {"recipe": "all", "upsample": other}})
+        with pytest.raises(ConfigError, match=f'^--resume: --upsample "{other}" differs from "tatoeba-manythings=2,'):
+            resumed_config(saved, cfg, {"data.upsample": "--upsample"}, source)
+    cfg = Config.from_dict({"data": {"recipe": "all", "upsample": "tatoeba=2"}})
+    with pytest.raises(ConfigError, match="^--upsample 'tatoeba=2': 'tatoeba' is not a training corpus of recipe all"):
+        resumed_config(saved, cfg, {"data.upsample": "--upsample"}, source)
+
+
 def test_a_mirror_named_by_nmt_data_dir_is_recorded_as_data_dir_is(tmp_path, monkeypatch):
     """A run trained with $NMT_DATA_DIR saved data_dir null: its evaluation (--recipe-tests) and its resume without
     the variable then tried to download the corpora."""
