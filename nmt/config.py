@@ -332,10 +332,10 @@ class Config:
         if not isinstance(d, dict):
             raise ConfigError(f"{source}: a configuration is a dict of sections (data, model, ...), got "
                               f"{type(d).__name__}")
-        model, parts = d.get("model") or {}, {}   # a model section that is no dict is named below
+        model, parts = d.get("model", {}), {}   # a model section that is no dict (null too) is named below
         arch_defaults = ARCH_DEFAULTS.get(model.get("arch", ModelConfig.arch) if isinstance(model, dict) else "", {})
         for f in dataclasses.fields(cls):
-            sub = d.get(f.name, {}) or {}
+            sub = d.get(f.name, {})
             if not isinstance(sub, dict):
                 raise ConfigError(f"{source}: section '{f.name}' must be a JSON object, got {json.dumps(sub)}")
             sub = {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in sub.items()}   # a Path: its str

@@ -331,9 +331,12 @@ def test_a_model_value_the_architecture_refuses_names_the_config_file_before_any
     (None, "config: a configuration is a dict of sections (data, model, ...), got NoneType"),
     ([], "config: a configuration is a dict of sections (data, model, ...), got list"),
     ({"model": "transformer"}, "config: section 'model' must be a JSON object, got \"transformer\""),
+    ({"model": None}, "config: section 'model' must be a JSON object, got null"),
+    ({"data": {"recipe": "all"}, "train": None}, "config: section 'train' must be a JSON object, got null"),
 ])
 def test_config_from_dict_names_what_is_no_dict(d, says):
-    """Config.from_dict (the Python API's way to a configuration) raised AttributeError: '...' has no 'get'."""
+    """Config.from_dict (the Python API's way to a configuration) raised AttributeError: '...' has no 'get'; a null
+    section was taken as an empty one, every setting of it silently at its default."""
     with pytest.raises(ConfigError) as err:
         Config.from_dict(d)
     assert str(err.value) == says
