@@ -208,23 +208,30 @@ def config_for_resume(args: argparse.Namespace) -> Tuple[Config, List[str]]:
     return resumed_config(saved, wanted, given_keys(args), str(path))
 
 
-def check_model_flags(arch: str, given: Dict[str, str], model: Optional[ModelConfig] = None) -> None:
+def check_model_flags(arch: str, given: Dict[str, str], model: Optional[ModelConfig] = None,
+                      init: Optional[Path] = None) -> None:
     """ConfigError for a model flag given that `arch` does not read (`Seq2SeqModel.config_fields`): saved in
     config.json, it would change nothing, without a word; with `model`, for a --config file's such key not at its
     default too (a model directory's config.json, a natural --config, holds every field), but under an --arch flag
-    (a run's config.json of the other architecture): then it is set back to its default in `model`, with a warning."""
+    (a run's config.json of the other architecture): then it is set back to its default in `model`, with a warning.
+    `init`: the --init-from parameter file whose model is of `arch` (named as such, not as an --arch flag)."""
+    from nmt.finetune import tunable
     from nmt.models import ARCHITECTURES   # imports mxnet, which training needs anyway
     fields = ARCHITECTURES[arch].config_fields if arch in ARCHITECTURES else ()
+    of = f"--arch {arch}" if init is None else (f"the {arch} model of --init-from {init} (model.arch in "
+                                                f"{init.parent / 'config.json'})")
     unread = []   # with --arch over a file of another architecture (a run's config.json): that one's settings
     for key, flag in given.items():
         section, field = key.split(".", 1)
         if not fields or section != "model" or field in (*fields, "arch", "shared_vocab"):
             continue
         owners = " or ".join(f"--arch {a}" for a, c in sorted(ARCHITECTURES.items()) if field in c.config_fields)
-        theirs = f"the model flags of --arch {arch}: " + ", ".join(f.flag for f in MODEL_FLAGS
-                                                                   if f.field in fields and not f.negate)
+        mine = fields if init is None else tunable(arch)   # (a fine-tuning run keeps the model's other settings)
+        named = ", ".join(f.flag for f in MODEL_FLAGS if f.field in mine and not f.negate) or "none"
+        theirs = (f"the model flags of --arch {arch}: " if init is None else
+                  "the model flags a fine-tuning run of it may change: ") + named
         if flag.startswith("--"):
-            raise ConfigError(f"{flag} is an option of {owners or 'another architecture'}, not of --arch {arch}, "
+            raise ConfigError(f"{flag} is an option of {owners or 'another architecture'}, not of {of}, "
                               f"which would ignore it; {theirs}")
         if model is not None and (value := getattr(model, field)) != getattr(ModelConfig, field):
             if given.get("model.arch", "").startswith("--"):
@@ -232,7 +239,7 @@ def check_model_flags(arch: str, given: Dict[str, str], model: Optional[ModelCon
                 setattr(model, field, getattr(ModelConfig, field))   # (config.json saves the default, unread)
                 continue
             raise ConfigError(f"{flag} {json.dumps(value)} is a setting of {owners or 'another architecture'}, not "
-                              f"of --arch {arch}, which would ignore it: leave it out of the file; {theirs}")
+                              f"of {of}, which would ignore it: leave it out of the file; {theirs}")
     if unread:
         print(f"warning: --arch {arch} does not read the --config file's {', '.join(unread)}", file=sys.stderr)
 
@@ -261,7 +268,7 @@ def training_run(args: argparse.Namespace) -> Tuple[Config, List[str], Optional[
             raise ConfigError("--init-from starts a new run from a trained model and --resume continues the run in "
                               "--model-dir: give one of them")
         init = init_params(args.init_from)
-        check_model_flags(Config.load(init.parent / "config.json").model.arch, given_keys(args), cfg.model)
+        check_model_flags(Config.load(init.parent / "config.json").model.arch, given_keys(args), cfg.model, init)
         cfg = init_config(cfg, given_keys(args), init)
     given = given_keys(args)
     config = getattr(args, "config", None)   # an --arch flag naming the file's own (LSTM unless named): no change

@@ -189,6 +189,10 @@ def test_what_does_not_fit_is_a_clear_error(parent, tmp_path, capsys):
              f"--hidden-size 32: --init-from {best} has model.hidden_size 48 ({model / ckpt.CONFIG}); a fine-tuning "
              "run keeps its model's settings, languages and vocabularies: drop --hidden-size"),
             (["--init-from", str(model), "--src", "en", "--tgt", "ko"], '--src "en": --init-from'),
+            (["--init-from", str(model), "--heads", "4"],   # the model's architecture, not an --arch flag given
+             f"--heads is an option of --arch transformer, not of the lstm model of --init-from {best} (model.arch in "
+             f"{model / ckpt.CONFIG}), which would ignore it; the model flags a fine-tuning run of it may change: "
+             "--dropout, --word-dropout\n"),
             (["--init-from", str(model), "--tie-weights"],   # (the untied model's "--no-tie-weights false" read
              f"--tie-weights (model.tie_weights true): --init-from {best} has model.tie_weights false"),   # as off)
             (["--init-from", str(model), "--config", str(tied)],   # a file's key: its value, and no flag to drop

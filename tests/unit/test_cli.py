@@ -214,10 +214,10 @@ def test_a_setting_of_another_architecture_is_refused_in_a_file_and_on_resume(tm
     Config.from_dict({"model": {"arch": "transformer"}, "train": {"model_dir": str(run)}}).save(run / "config.json")
     (run / "params.best").write_bytes(b"x")
     write_manifest(run, "best", ["params.best"], 1)
-    for argv in (["--resume", "--model-dir", str(run), "--embed-size", "64"],
-                 ["--init-from", str(run), "--model-dir", str(tmp_path / "ft"), "--hidden-size", "128"]):
-        with pytest.raises(ConfigError, match=r"^--(embed|hidden)-size is an option of --arch lstm, not of --arch "
-                                              "transformer"):
+    for argv, of in ((["--resume", "--model-dir", str(run), "--embed-size", "64"], "--arch transformer"),
+                     (["--init-from", str(run), "--model-dir", str(tmp_path / "ft"), "--hidden-size", "128"],
+                      f"the transformer model of --init-from {re.escape(str(run / 'params.best'))} \\(model.arch in ")):
+        with pytest.raises(ConfigError, match=rf"^--(embed|hidden)-size is an option of --arch lstm, not of {of}"):
             training_run(build_train_parser().parse_args(argv))
 
 
