@@ -19,10 +19,12 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from nmt import checkpoint as ckpt, jsonio
 from nmt.atomic import atomic_write_text
-from nmt.config import Config, ConfigError, DataConfig
-from nmt.corpus import Pairs, read_lines
+from nmt.config import Config, ConfigError
+from nmt.corpus import CorpusError, Pairs, read_lines, read_parallel
 from nmt.evaluate import Scores, score
+from nmt.forced import checked_translator
 from nmt.interactive import next_word_accuracy, reference_prefixes, word_strokes
+from nmt.preflight import checked_config
 from nmt.storage import StorageError, guarded_write
 from nmt.translate import SOURCE, Translator
 
@@ -53,6 +55,9 @@ def score_test_set(translator: Translator, name: str, pairs: Pairs, *, max_sente
     many of the reference's words a simulated translator types (`word_strokes`). `one_warning`: sources cut to
     max_input_tokens are counted in one warning naming the set (training's), not warned of line by line."""
     from datetime import datetime, timezone
+    checked_translator(translator, "score_test_set")
+    if not isinstance(pairs, Pairs):
+        raise TypeError(f"score_test_set: pairs must be an nmt.corpus.Pairs, got {type(pairs).__name__}")
     for arg, value, zero in (("max_sentences", max_sentences, "all"), ("prefix_words", prefix_words, "none")):
         if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0):
             raise ValueError(f"score_test_set: {arg} must be an int >= 0 (0 or None: {zero}), got {value!r}")
@@ -147,9 +152,7 @@ def ensemble_key(checkpoint: str, model_dir: Path, member_dirs: Sequence[Path]) 
 def recipe_tests(cfg: Config, data_dir: Optional[str] = None) -> Dict[str, Pairs]:
     """The test sets of a model's data configuration, in its direction: every test set of its recipe (from the
     mirror `data_dir`, else the configured one / $NMT_DATA_DIR / the cache), or its explicit test files."""
-    from nmt import recipes   # not at import time: the registry is only needed here
-    # only the test files: load_data would also read and clean the training data
-    return _model_split(cfg, data_dir, "test", "--recipe-tests", "test", recipes.load_tests)
+    return _model_split(checked_config(cfg, "recipe_tests"), data_dir, "test", "--recipe-tests", "test")
 
 
 def first_test_sources(cfg: Config, data_dir: Optional[str] = None,
@@ -158,7 +161,7 @@ def first_test_sources(cfg: Config, data_dir: Optional[str] = None,
     ConfigError when the model has none."""
     if src_file:
         return str(src_file), read_lines(src_file, max_line_chars=None)   # as nmt-translate: a long line is cut
-    tests = recipe_tests(cfg, data_dir)
+    tests = recipe_tests(checked_config(cfg, "first_test_sources"), data_dir)
     if not tests:
         raise ConfigError("the model has no test set; pass --src-file")
     name, pairs = next(iter(tests.items()))
@@ -172,17 +175,15 @@ def model_dev_set(cfg: Config, data_dir: Optional[str] = None) -> Dict[str, Pair
     """The dev set a model was validated on, as {DEV_SET: pairs}: its --dev-src/--dev-tgt files, or its recipe's
     held-out split. A recipe draws that split while it loads and cleans the training corpora, so this reads them
     too (from the mirror `data_dir`, else the configured one / $NMT_DATA_DIR / the cache)."""
-    from nmt import recipes
-    return _model_split(cfg, data_dir, "dev", "--dev-set", DEV_SET, lambda d: {DEV_SET: recipes.load_data(d).dev})
+    return _model_split(checked_config(cfg, "model_dev_set"), data_dir, "dev", "--dev-set", DEV_SET)
 
 
-def _model_split(cfg: Config, data_dir: Optional[str], kind: str, flag: str, name: str,
-                 from_recipe: Callable[[DataConfig], Dict[str, Pairs]]) -> Dict[str, Pairs]:
-    """A model's `kind` ("test" or "dev") pairs: its --<kind>-src/--<kind>-tgt files as {name: pairs}, else
-    `from_recipe` of its data config (with `data_dir` as the mirror, if given); a ConfigError naming `flag` when
-    the config has neither files nor a known recipe."""
-    from nmt import recipes
-    from nmt.corpus import CorpusError, read_parallel
+def _model_split(cfg: Config, data_dir: Optional[str], kind: str, flag: str, name: str) -> Dict[str, Pairs]:
+    """A model's `kind` ("test" or "dev") pairs: its --<kind>-src/--<kind>-tgt files as {name: pairs}, else its
+    recipe's (with `data_dir` as the mirror, if given; a test set: its files only, load_data would also read and
+    clean the training data); a ConfigError naming `flag` when the config has neither files nor a known recipe."""
+    from nmt import recipes   # not at import time: the registry is only needed here
+    from_recipe = recipes.load_tests if kind == "test" else lambda d: {name: recipes.load_data(d).dev}
     d = dataclasses.replace(cfg.data, data_dir=data_dir or cfg.data.data_dir)
     src, tgt, dev = getattr(d, f"{kind}_src"), getattr(d, f"{kind}_tgt"), kind == "dev"   # (a test set: whole)
     if src and tgt:

@@ -300,10 +300,21 @@ def test_nothing_to_score_and_translations_that_are_no_text_are_named(tr, lines)
 def test_an_argument_of_another_type_is_a_type_error_naming_it(tr, model_dir, lines, tmp_path):
     """A model directory where a Translator belongs gave "AttributeError: 'str' object has no attribute
     'source_ids'" (or 'decode'), a title of another type failed after the attention was computed, and score's
-    None or non-string items, train's init=5, errors from inside sacreBLEU or pathlib naming no argument."""
+    None or non-string items, train's init=5, errors from inside sacreBLEU or pathlib naming no argument; so did
+    score_test_set's translator and pairs, and the model's sets' cfg (a Translator given for its config)."""
     from nmt.config import Config
+    from nmt.corpus import Pairs
+    from nmt.scoring import first_test_sources, model_dev_set, recipe_tests, score_test_set
     from nmt.train import train
-    for call, where in ((lambda m: nmt.plot.attention(m, lines[0]), "attention"),
+    pairs = Pairs(lines[:1], lines[:1], "x")
+    with pytest.raises(TypeError, match="^score_test_set: pairs must be an nmt.corpus.Pairs, got tuple$"):
+        score_test_set(tr, "x", (lines[:1], lines[:1]), save=False)
+    for call in (recipe_tests, model_dev_set, first_test_sources):
+        with pytest.raises(TypeError, match=rf"^{call.__name__}: cfg must be a Config \(Config.from_dict makes one "
+                                            r"of a dict\), got Translator$"):
+            call(tr)
+    for call, where in ((lambda m: score_test_set(m, "x", pairs, save=False), "score_test_set"),
+                        (lambda m: nmt.plot.attention(m, lines[0]), "attention"),
                         (lambda m: nmt.plot.save_attention_plot(m, lines[0], tmp_path / "a.png"),
                          "save_attention_plot"),
                         (lambda m: align(m, lines[:1], ["x"]), "align"),
