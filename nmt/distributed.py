@@ -80,11 +80,18 @@ def ipv4(name: str, what: str) -> str:
                           "processes of a job over IPv4 only") from None
 
 
+# What the scheduler and servers run: `import mxnet` (their role runs inside it), its failure (a broken MXNet) said in
+# one line naming the role and the interpreter (--python), as the workers' commands say theirs, not with a traceback
+NODE_PROGRAM = ("import os, sys; sys.excepthook = lambda t, e, tb: print(f\"error: {os.getenv('DMLC_ROLE')}: import "
+                "mxnet failed in {sys.executable} ({t.__name__}: {str(e).strip().partition(chr(10))[0]})\", "
+                "file=sys.stderr); import mxnet")
+
+
 def plan_job(command: Sequence[str], num_workers: int, num_servers: int, hosts: Optional[List[Host]] = None,
              scheduler_host: str = "127.0.0.1", port: int = 9091, python: str = sys.executable,
              addresses: Optional[Dict[str, str]] = None) -> List[ProcSpec]:
     """The processes of a job: the scheduler here, servers and workers here (no `hosts`) or round-robin over
-    `hosts`. Servers and the scheduler run `python -c "import mxnet"`; workers run `command`. `addresses`: the
+    `hosts`. Servers and the scheduler run `import mxnet` (NODE_PROGRAM); workers run `command`. `addresses`: the
     hosts' IPv4 addresses by name (`ipv4`), which the processes bind to (ssh is given the names)."""
     if num_workers < 1 or num_servers < 1:
         raise LaunchError(f"need at least one worker and one server, got -n {num_workers} -s {num_servers}")
@@ -92,7 +99,7 @@ def plan_job(command: Sequence[str], num_workers: int, num_servers: int, hosts: 
         raise LaunchError("no worker command: put it after `--`, e.g. -- nmt-train --kvstore dist_sync")
     common = {"DMLC_PS_ROOT_URI": scheduler_host, "DMLC_PS_ROOT_PORT": str(port),
               "DMLC_NUM_SERVER": str(num_servers), "DMLC_NUM_WORKER": str(num_workers)}
-    server_argv = [python, "-c", "import mxnet"]
+    server_argv = [python, "-c", NODE_PROGRAM]
     specs = [ProcSpec("scheduler", 0, server_argv, dict(common, DMLC_ROLE="scheduler"))]
     for role, count, argv in (("server", num_servers, server_argv), ("worker", num_workers, list(command))):
         for i in range(count):

@@ -57,7 +57,7 @@ def test_plan_places_servers_and_workers_round_robin():
     assert [(s.label, s.env["DMLC_ROLE"]) for s in specs] == [
         ("scheduler", "scheduler"), ("server 0 on alice@node1", "server"), ("server 1 on node2", "server"),
         ("worker 0 on alice@node1", "worker"), ("worker 1 on node2", "worker"), ("worker 2 on alice@node1", "worker")]
-    assert specs[0].host is None and specs[0].argv == ["/venv/bin/python", "-c", "import mxnet"]
+    assert specs[0].host is None and specs[0].argv == ["/venv/bin/python", "-c", dist.NODE_PROGRAM]
     assert specs[3].argv == ["python", "train.py"]
     for s in specs:
         assert s.env["DMLC_PS_ROOT_URI"] == "10.0.0.9" and s.env["DMLC_PS_ROOT_PORT"] == "9000"

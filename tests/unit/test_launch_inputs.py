@@ -4,6 +4,7 @@ that fails after the workers fails the job. The real jobs here run stand-ins (`-
 server, one-line workers): no MXNet, a second or two."""
 from __future__ import annotations
 
+import re
 import shutil
 import signal
 import socket
@@ -211,6 +212,25 @@ def test_a_scheduler_still_running_after_the_workers_is_killed_and_the_job_succe
     assert job.run() == 0
     assert "scheduler still running 2 s after all workers finished; killing it" in capsys.readouterr().err
     assert job.procs[0].returncode == -signal.SIGTERM and job.procs[1].returncode == 0
+
+
+def test_a_broken_mxnet_is_one_line_per_scheduler_or_server_not_a_traceback(capfd, tmp_path, monkeypatch):
+    """An MXNet whose import fails (here a stand-in `mxnet` package first on PYTHONPATH): the scheduler's and
+    servers' `python -c "import mxnet"` printed a traceback each; now each says it in one line naming its role, the
+    interpreter and the error, and the launcher names the process that failed first."""
+    (tmp_path / "site" / "mxnet").mkdir(parents=True)
+    (tmp_path / "site" / "mxnet" / "__init__.py").write_text("raise ImportError('libmxnet.so: cannot open shared "
+                                                             "object file\\nmore lines of advice')")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
+    code = launcher.main(["-n", "1", "-s", "2", "--workdir", str(tmp_path), "--timeout", "30", "--",
+                          PY, "-c", "import time; time.sleep(30)"])
+    err = capfd.readouterr().err
+    assert code == 1 and "Traceback" not in err
+    *errors, last = [line for line in err.splitlines() if not line.startswith("nmt-launch: started ")]
+    failed = re.fullmatch(r"nmt-launch: (scheduler|server) [01 ]*\(pid \d+\) exited with code 1; .*", last)
+    said = {role: f"error: {role}: import mxnet failed in {PY} (ImportError: libmxnet.so: cannot open shared object "
+                  "file)" for role in ("scheduler", "server")}
+    assert failed and said[failed[1]] in errors and set(errors) <= set(said.values())   # (and the others stopped)
 
 
 def test_a_dry_run_with_stdout_closed_is_refused(capsys, monkeypatch):
