@@ -24,7 +24,7 @@ import tempfile
 import time
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Dict, List
+from typing import Callable, Dict, List, Optional
 
 REPO = Path(__file__).resolve().parents[1]
 for path in (REPO, REPO / "scripts"):   # run from a checkout without installing; scripts/conditions.py
@@ -108,9 +108,10 @@ def run_worker(spec: dict, conn) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def run_interleaved(specs: List[dict]) -> List[dict]:
+def run_interleaved(specs: List[dict], after_round: Optional[Callable[[], None]] = None) -> List[dict]:
     """Every spec in its own process: warm-ups one after another, then `repeats` rounds in which each spec runs
-    one timed window in turn (never two at once). Returns each spec's details with its "windows"."""
+    one timed window in turn (never two at once), and `after_round` (a reference measured in alternation with the
+    windows, while the workers wait) after each. Returns each spec's details with its "windows"."""
     ctx = get_context("spawn")
     procs, conns, done = [], [], False
     try:
@@ -136,6 +137,8 @@ def run_interleaved(specs: List[dict]) -> List[dict]:
         for _ in range(specs[0]["repeats"]):
             for i in range(len(specs)):
                 windows[i].append(ask(i, "window"))
+            if after_round:
+                after_round()
         rows = [{**ask(i, "finish"), "windows": w} for i, w in enumerate(windows)]
         done = True
         return rows

@@ -39,3 +39,27 @@ def test_every_benchmark_report_records_its_conditions(monkeypatch):
         text = (REPO / "scripts" / f"{script}.py").read_text()   # (benchmark_data: both its modes' reports)
         assert text.count("conditions.machine(") + text.count("conditions.run_conditions(") + \
             text.count("conditions.commit_of(REPO)") >= uses, script
+
+
+def test_the_fraction_of_sgemm_is_taken_per_round_and_one_above_it_is_warned_about(monkeypatch):
+    """The sgemm rate was measured once, after the windows: measured under other load, it made the useful FLOP/s
+    more than 100% of it. It is measured after each round now, and the fraction is the median of the rounds' ratios;
+    one above 100% comes with a warning."""
+    from nmt.config import Config
+    bench = _script(monkeypatch, "benchmark_arch")
+    model = dict(vars(Config.for_arch("lstm").model))
+    windows = [{"seconds": s, "updates": 10, "sentences": 320, "src_tokens": 3500, "tgt_tokens": 3100}
+               for s in (2.0, 2.0, 4.0)]           # the third round under load
+    res = {"arch": "lstm", "parameters": 5e6, "batch_size": 32, "src_vocab": 2000, "tgt_vocab": 2000,
+           "windows": windows}
+    row = bench.summarize(res, model, res, [80.0, 40.0, 40.0])   # the 2nd sgemm under load the window did not meet
+    flops = row["flops_per_token"]
+    useful = [(3500 * flops["src_train_flops"] + 3100 * flops["tgt_train_flops"]) / s / 1e9 for s in (2.0, 2.0, 4.0)]
+    assert row["fraction_of_sgemm"] == pytest.approx(sorted([useful[0] / 80, useful[1] / 40, useful[2] / 40])[1])
+    assert row["sgemm_gflops"] == 40.0 and row["sgemm_gflops_per_round"] == [80.0, 40.0, 40.0]
+    assert bench.above_sgemm(row) == ""
+    fast = bench.summarize(res, model, res, [x / 2e3 for x in useful])   # the useful rate 2000x the sgemm's
+    assert bench.above_sgemm(fast) == (
+        f"warning: lstm: 200000% of sgemm is more than a model can reach: the sgemm rate ("
+        f"{', '.join(f'{x / 2e3:.1f}' for x in useful)} GFLOP/s after the rounds) was measured under load that the "
+        "training windows did not meet; rerun on an otherwise idle machine")
