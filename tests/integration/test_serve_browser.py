@@ -604,10 +604,30 @@ BAD_GATEWAY = ("const real = window.fetch; window.fetch = (path, init) => path !
                "{status: 502, statusText: 'Bad Gateway', headers: {'Content-Type': 'text/html'}}));")
 
 
+# Over the page's fetch: /attention answers as a server whose handler failed (a 500 without JSON)
+ATTENTION_FAILS = ("const real = window.fetch; window.fetch = (path, init) => path !== 'attention' ? real(path, "
+                   "init) : Promise.resolve(new Response('Internal Server Error', {status: 500, statusText: "
+                   "'Internal Server Error'}));")
+
+
+def unavailable(driver, translation: str, why: str) -> None:
+    """The page after a Translate whose /attention failed: the translation shown, no error, the word alignment and
+    attention parts saying why they are missing."""
+    from selenium.webdriver.common.by import By
+    assert driver.find_element(By.ID, "translation").text == translation
+    assert driver.find_element(By.ID, "error").text == "" and content(driver, "heatmap", "align-src") == \
+        {"heatmap": "", "align-src": ""} and driver.execute_script("return document.body.dataset.state") == "done"
+    assert content(driver, "alignment-note", "attention-note") == {
+        "alignment-note": f"The word alignment of this translation could not be loaded: {why}",
+        "attention-note": f"The attention of this translation could not be loaded: {why}"}
+
+
 def test_failed_requests_say_what_happened(translator, serve_sentences):
     """A request that got no answer showed "Failed to fetch", a non-JSON answer (a proxy's error page) the JSON
     parser's error, a failed /info nothing at all; and when /attention failed, the previous sentence's heatmap
-    stayed under the new translation. Each now says what happened, and a failed heatmap leaves none."""
+    stayed under the new translation. Each now says what happened, and a failed heatmap leaves none. A failed
+    /attention (no answer, or a 500) was a page error under a translation that had succeeded: the translation
+    stands, its word alignment and attention say they are unavailable, and the page goes on working."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
     driver = browser()
@@ -631,9 +651,12 @@ def test_failed_requests_say_what_happened(translator, serve_sentences):
             driver.find_element(By.ID, "go").click()
             wait_done(driver)
             expected = api_translations(url, driver, [serve_sentences[1]])
-            assert driver.find_element(By.ID, "translation").text == expected[0]
-            assert driver.find_element(By.ID, "error").text == unreachable
-            assert content(driver, "heatmap", "attention-note") == {"heatmap": "", "attention-note": ""}
+            unavailable(driver, expected[0], unreachable)
+            block()
+            driver.execute_script(ATTENTION_FAILS)   # the server answers /attention with a 500
+            driver.find_element(By.ID, "go").click()
+            wait_done(driver)
+            unavailable(driver, expected[0], "the server answered 500 Internal Server Error")
             block("/translate")
             driver.find_element(By.ID, "go").click()
             wait_done(driver)
