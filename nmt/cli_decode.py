@@ -82,7 +82,7 @@ def translate_main(args: argparse.Namespace) -> int:
     from nmt.languages import hangul_counts, json_requests
     from nmt.plot import attention_saver
     from nmt.prompt import interactive
-    from nmt.stream import STDIN, open_input, read_raw_lines, translate_stream
+    from nmt.stream import JSON_EXAMPLE, STDIN, open_input, read_raw_lines, translate_stream
     usable_streams([args.input], [args.output])
     if args.plot_attention:
         output_dir("--plot-attention", args.plot_attention)
@@ -97,7 +97,8 @@ def translate_main(args: argparse.Namespace) -> int:
     # n-best rows when asked for (--nbest 1 too: the best translation with its score), else plain translations
     nbest = tr.decode.nbest if "decode.nbest" in vars(args) else None
     stdin, stdout = args.input in (None, "-"), args.output in (None, "-")
-    if stdin and sys.stdin.isatty():
+    typed = stdin and sys.stdin.isatty()   # lines typed at a terminal: a bad one is said, and the next one read
+    if typed:
         if stdout:
             try:   # a reader gone (`| head -1`: 141) or a full disk: said as for a file's lines
                 with output_errors(None):
@@ -105,7 +106,8 @@ def translate_main(args: argparse.Namespace) -> int:
             except BrokenPipeError:
                 return reader_gone()
         args.chunk_lines = 1   # typed lines: translate and write each one at once
-        print(f"nmt-translate {tr.src_lang} -> {tr.tgt_lang}: type sentences, one per line; each translation goes to "
+        what = f"JSON objects such as {JSON_EXAMPLE}" if args.json_input else "sentences"
+        print(f"nmt-translate {tr.src_lang} -> {tr.tgt_lang}: type {what}, one per line; each translation goes to "
               f"{args.output} as you press Enter; Ctrl-D to end.", file=sys.stderr)
     name = STDIN if stdin else args.input
     tally = [0, 0, 0]   # non-empty lines; with Hangul (the model's source language?); JSON requests (--json-input?)
@@ -130,11 +132,16 @@ def translate_main(args: argparse.Namespace) -> int:
             stats = translate_stream(tr, lines, out, name=name, compressed=compressed,
                                      chunk_lines=args.chunk_lines, on_invalid=args.on_invalid_utf8,
                                      nbest=nbest, alignment=args.alignment, json_input=args.json_input,
-                                     on_chunk=on_chunk)
+                                     on_chunk=on_chunk, on_bad_line=_refused if typed else None)
     except BrokenPipeError:
         return reader_gone()
     _summary(tr, stats, name, tally)
     return 0
+
+
+def _refused(e: Exception) -> None:
+    """A typed line that cannot be read, said on stderr: the user types the next one (as at `nmt.prompt`'s)."""
+    print(f"error: {e}", file=sys.stderr)
 
 
 def _summary(tr, stats, name: str, tally: List[int]) -> None:

@@ -256,15 +256,15 @@ def translation_rows(translator: Translator, lines: List[str], first_line: int, 
 
 def translate_stream(translator: Translator, raw_lines: Iterable[Tuple[bytes, bool]], out: TextIO, *,
                      name: str = STDIN, compressed: Optional[str] = None, chunk_lines: int = 1000,
-                     on_invalid: str = "error",
-                     nbest: Optional[int] = None, alignment: bool = False, json_input: bool = False,
+                     on_invalid: str = "error", nbest: Optional[int] = None, alignment: bool = False,
+                     json_input: bool = False, on_bad_line: Optional[Callable[[CorpusError], None]] = None,
                      on_chunk: Optional[Callable[[int, List[str], List[List[int]]], None]] = None) -> StreamStats:
-    """Translate (line, was_cut) items chunk by chunk, writing one output line per input line (its
-    `translation_rows` row) and flushing after every chunk: `chunk_lines` lines, or those read when `raw_lines`
-    yields PAUSE; `on_chunk(first_line_number, lines, best_ids)` runs after each chunk is written (`translation_rows`'
-    ids). On invalid UTF-8 (with on_invalid="error") every line before the bad one is translated and written first,
-    then the CorpusError naming the line is raised; so too for a line that is not a `parse_json_line` object with
-    `json_input`."""
+    """Translate (line, was_cut) items chunk by chunk, writing one output line per input line (its `translation_rows`
+    row) and flushing after every chunk: `chunk_lines` lines, or those read when `raw_lines` yields PAUSE;
+    `on_chunk(first_line_number, lines, best_ids)` runs after each chunk is written (`translation_rows`' ids). A line
+    that cannot be read (invalid UTF-8 with on_invalid="error"; with `json_input`, no `parse_json_line` object) raises
+    its CorpusError once every line before it is translated and written; with `on_bad_line` (lines typed at a
+    terminal) the error goes to it instead, the line gets no output line, and the stream goes on."""
     stats, t0 = StreamStats(), time.perf_counter()
     chunk: List[str] = []
     prefixes: List[Optional[str]] = []
@@ -283,11 +283,11 @@ def translate_stream(translator: Translator, raw_lines: Iterable[Tuple[bytes, bo
                          if len(chunk) > 1 else f"line {first}", time.perf_counter() - started)
             if on_chunk is not None:
                 on_chunk(first, chunk, best)
-            first += len(chunk)
             chunk, prefixes = [], []
             if not last and report.due():   # the last: the caller's summary says it
-                logger.info("%s: %d lines translated so far (%.1f lines/s)", name, first - 1,
-                            (first - 1) / (time.perf_counter() - t0))
+                logger.info("%s: %d lines translated so far (%.1f lines/s)", name, line_no,
+                            line_no / (time.perf_counter() - t0))
+        first = line_no + 1   # the next chunk's first line (after a line left out too: `on_bad_line`)
 
     line_no = 0
     try:   # an unreadable or undecodable line: every line before it is translated and written first
@@ -296,7 +296,14 @@ def translate_stream(translator: Translator, raw_lines: Iterable[Tuple[bytes, bo
                 flush()
                 continue
             line_no += 1
-            text, prefix = _read_line(*item, line_no, (name, compressed), on_invalid, json_input, stats)
+            try:
+                text, prefix = _read_line(*item, line_no, (name, compressed), on_invalid, json_input, stats)
+            except CorpusError as e:
+                if on_bad_line is None:
+                    raise
+                flush()   # (the lines before it first)
+                on_bad_line(e)
+                continue
             chunk.append(text)
             prefixes.append(prefix)
             if len(chunk) >= chunk_lines:

@@ -955,6 +955,31 @@ def test_typed_lines_with_an_output_file_say_where_they_go(tr, tmp_path):
             p.kill()
 
 
+class _Terminal(io.BytesIO):
+    """Bytes typed at a terminal: standard input that says it is one."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_bad_line_typed_with_an_output_file_is_refused_and_the_typing_goes_on(tr, tmp_path, capsys, monkeypatch):
+    """At a terminal with --output and --json-input the banner said "type sentences", and one bad JSON line (or one
+    not UTF-8) ended the session, exit 2; the prompt refuses such a line and goes on, and so does this now."""
+    typed = [b'{"text": "\xeb\xa6\xac \xeb\x8b\x88"', b'{"text": "\xb8"}', '{"text": "리 니"}'.encode()]
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(_Terminal(b"".join(t + b"\n" for t in typed))))
+    out = tmp_path / "out.en"
+    code, _, err = run(["--model-dir", tr.model_dir, "--beam-size", "1", "--output", out, "--json-input"], capsys)
+    assert code == 0, err
+    assert out.read_text(encoding="utf-8") == tr.translate(["리 니"], beam_size=1)[0] + "\n"
+    assert "type JSON objects such as {" in err and "error: <stdin>:1: not JSON (" in err, err
+    assert "error: <stdin>:2: invalid UTF-8 (byte 0xb8" in err, err
+    firsts = []   # a line left out, the lines after it keep their numbers (in warnings, plots' file names)
+    translate_stream(tr, iter([(b"{", False), ('{"text": "\ub9ac"}'.encode(), False)]), io.StringIO(),
+                     json_input=True, chunk_lines=5, on_bad_line=lambda e: None,
+                     on_chunk=lambda first, lines, best: firsts.append(first))
+    assert firsts == [2]
+
+
 def typing(lines):
     """`interactive`'s read function for these typed lines, then end of input (Ctrl-D)."""
     typed = iter(lines)
