@@ -7,18 +7,23 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import hashlib
 import os
 import re
 import secrets
 import stat
 import sys
+import time
 from pathlib import Path
 from typing import IO, Iterator, Optional, Union
 
 from nmt.storage import StorageError, is_fixable, short_write_failure, write_failure
 
 PathLike = Union[str, "os.PathLike[str]"]
+# Seconds within which an empty temporary file may be a live process's that has not locked it yet (`hold`): the
+# instant between creating it and its flock, with room for clocks that differ on a shared file system.
+JUST_MADE = 60.0
 
 
 def _create_sibling(path: Path) -> tuple:
@@ -49,6 +54,34 @@ def keep_mode(path: Path, new: Union[int, str, Path]) -> None:
     exists."""
     with contextlib.suppress(OSError):   # (no such file; a file system without modes)
         os.chmod(new, stat.S_IMODE(os.stat(path).st_mode))
+
+
+def hold(fd: int) -> None:
+    """Lock the temporary file (or directory) open as `fd`, before anything is written in it, until it is closed: so
+    that `abandoned` tells it from one a killed process left (the kernel drops the lock however its holder ends, kill
+    -9 too, as train.lock's)."""
+    with contextlib.suppress(OSError):   # a file system without locks: `abandoned` then keeps every file
+        fcntl.flock(fd, fcntl.LOCK_EX)
+
+
+def abandoned(path: PathLike) -> bool:
+    """Whether the temporary file or directory `path`, whose maker `hold`s it while in use, was left by a process that
+    died: no process holds it, and it holds something (written only once held) or is older than JUST_MADE (an empty
+    one may be a live maker's the instant before it locks it). False on a file system without locks, and for a path
+    gone meanwhile."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        st = os.fstat(fd)
+        filled = bool(os.listdir(path)) if stat.S_ISDIR(st.st_mode) else st.st_size > 0
+        return filled or time.time() - st.st_mtime > JUST_MADE
+    except OSError:   # held (BlockingIOError), or no locks here
+        return False
+    finally:
+        os.close(fd)
 
 
 def fsync_dir(directory: Path) -> None:

@@ -11,16 +11,18 @@ word, is encoded again.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
 import logging
+import os
 from pathlib import Path
-from typing import Iterator, Optional, Sequence, Tuple
+from typing import IO, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from nmt.atomic import atomic_open, atomic_write_text
+from nmt.atomic import abandoned, atomic_open, hold
 from nmt.download import sha256_file
 
 logger = logging.getLogger("nmt.data")
@@ -129,11 +131,32 @@ def _load(cache_dir: Path, key: str, side: str) -> Optional[FlatIds]:
     return FlatIds(ids, offsets) if all(a.dtype == np.dtype(t) and a.ndim == 1 for a, t in native) else None
 
 
+@contextlib.contextmanager
+def _written(path: Path, size: int) -> Iterator[IO]:
+    """`atomic_open(path, "wb")` with its temporary file held (`nmt.atomic.hold`) until renamed into place: a live
+    writer's, which `killed_writes` leaves (a --dry-run --resume writes the cache without the directory's lock)."""
+    held = None
+    try:
+        with atomic_open(path, "wb", size=size) as f:
+            held = os.dup(f.fileno())   # (its lock outlives the file's closing, which comes before the rename)
+            hold(held)
+            yield f
+    finally:
+        if held is not None:
+            os.close(held)
+
+
+def killed_writes(cache_dir: Path) -> List[Path]:
+    """The temporary files of cache writes in `cache_dir` that were killed (kill -9, out of memory), as large as the
+    arrays (no later write takes their random names); not a live writer's (`nmt.atomic.abandoned`)."""
+    return [path for path in Path(cache_dir).glob(".encoded.*.tmp") if abandoned(path)]
+
+
 def _save(cache_dir: Path, key: str, side: str, flat: FlatIds) -> None:
     """Ids first, offsets last (each atomic): a cache entry with its offsets file is complete."""
     ids_path, off_path = _paths(cache_dir, key, side)
     for path, arr in ((ids_path, flat.ids), (off_path, flat.offsets)):
-        with atomic_open(path, "wb", size=arr.nbytes) as f:
+        with _written(path, arr.nbytes) as f:
             np.save(f, arr)
 
 
@@ -169,5 +192,7 @@ def load_or_encode(cache_dir: Path, src_tok, tgt_tok, src_lines: Sequence[str],
         if not old.name.startswith(f"encoded.{key}."):
             old.unlink()
     src, tgt = _load(cache_dir, key, "src"), _load(cache_dir, key, "tgt")
-    atomic_write_text(sums_path, json.dumps(_sums([src, tgt]), indent=1) + "\n")
+    sums = (json.dumps(_sums([src, tgt]), indent=1) + "\n").encode("utf-8")
+    with _written(sums_path, len(sums)) as f:
+        f.write(sums)
     return src, tgt, False

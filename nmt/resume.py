@@ -15,6 +15,7 @@ from nmt.atomic import atomic_copy
 from nmt.config import Config
 from nmt.config_resume import check_test_files, resumed_config
 from nmt.data import TrainData
+from nmt.encoded import killed_writes
 from nmt.optim import load_states
 from nmt.workers import WorkerGroup
 
@@ -160,15 +161,16 @@ def resume_state(model_dir: Path) -> ckpt.TrainState:
 
 # The temporary files of what only a trainer writes (under the directory's lock): parameters, optimizer states,
 # manifests, the training state, config.json and metrics.jsonl, before their rename into place
-# (`checkpoint._save_with`, `nmt.atomic`); not scores.json's, which nmt-evaluate may be writing.
+# (`checkpoint._save_with`, `nmt.atomic`); not scores.json's, which nmt-evaluate may be writing, nor the encoded
+# corpus's, which a --dry-run --resume may be writing (`nmt.encoded.killed_writes` finds those of killed ones).
 _LEFTOVER = re.compile(r"\.(params\.\w+|trainer\.\d+\.states|manifest\.\w+\.json|state\.json|config\.json|"
                        r"metrics\.jsonl)(\.[0-9a-f]{8})?\.tmp")
 
 
 def remove_leftovers(model_dir: Path) -> None:
-    """Delete the temporary files a run killed while saving left behind (as large as a checkpoint each): no later
-    save writes their names again, so they stayed for good."""
-    left = [p for p in Path(model_dir).iterdir() if _LEFTOVER.fullmatch(p.name)]
+    """Delete the temporary files a run killed while saving left behind (as large as a checkpoint each, or as the
+    encoded corpus): no later save writes their names again, so they stayed for good."""
+    left = [p for p in Path(model_dir).iterdir() if _LEFTOVER.fullmatch(p.name)] + killed_writes(model_dir)
     for p in left:
         p.unlink(missing_ok=True)
     if left:

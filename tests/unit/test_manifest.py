@@ -351,6 +351,30 @@ def test_a_resume_removes_the_temporary_files_a_killed_save_left(tmp_path, caplo
     assert "--resume: removed 7 temporary file(s) a run killed while saving left" in caplog.text
 
 
+def test_a_resume_removes_a_killed_cache_writes_temporary_files_but_not_a_live_ones(tmp_path, caplog):
+    """A run killed (kill -9) while writing the encoded corpus left .encoded.*.tmp files (as large as the arrays) that
+    no resume removed. A --dry-run --resume writes the cache without the directory's lock, so a file its writer
+    holds stays, and so does an empty one made a moment ago (its writer's, before it locks it)."""
+    import os
+    import numpy as np
+    from nmt.atomic import JUST_MADE
+    from nmt.encoded import _written
+    d = _model_dir(tmp_path, steps=(10, 20), best=20)
+    killed, young = (d / f".encoded.0123456789abcdef.{name}.tmp" for name in ("src.ids.npy.0a1b2c3d", "json.1a2b3c4d"))
+    killed.write_bytes(b"x" * 100)   # (killed a moment ago: a resume started at once removes it too)
+    young.write_bytes(b"")
+    with _written(d / "encoded.fedcba9876543210.tgt.ids.npy", 80) as f:   # a live writer's, written to, not new
+        np.save(f, np.arange(10, dtype=np.int32))
+        f.flush()
+        [live] = [p for p in d.glob(".encoded.fedcba9876543210.*.tmp")]
+        os.utime(live, (os.path.getmtime(live) - 2 * JUST_MADE,) * 2)
+        with caplog.at_level("INFO", logger="nmt.checkpoint"):
+            assert resume_state(d).step == 20
+        assert live.exists() and young.exists() and not killed.exists()
+    assert np.load(d / "encoded.fedcba9876543210.tgt.ids.npy").tolist() == list(range(10))   # (renamed into place)
+    assert f"--resume: removed 1 temporary file(s) a run killed while saving left: {killed.name}" in caplog.text
+
+
 def test_a_directory_without_its_training_state_takes_its_latest_from_the_manifests(tmp_path):
     """With state.json deleted (or not copied), `nmt-translate --checkpoint latest` said "holds no checkpoint to
     resume from; start without --resume", a flag nmt-translate does not have; then that there was no latest, where
