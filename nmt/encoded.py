@@ -2,7 +2,8 @@
 
 At millions of pairs, a list of Python ints per sentence costs ~36 bytes a token (5 million pairs: ~7 GB); here each
 side is one int32 array of all token ids plus an int64 array of sentence offsets (~4 bytes a token). SentencePiece
-encodes in chunks with its own threads (the GIL released), and only one chunk's lists exist at a time. The arrays
+encodes in chunks with its own threads (the GIL released), and only one chunk's lists exist at a time. Both sides
+are encoded before either is saved, so that the room for the whole cache is known (and checked) first. The arrays
 are saved as `encoded.<key>.<side>.{ids,offsets}.npy`, keyed by checksums of the text and of both tokenizer models,
 and memory-mapped on load: a resume of the same data (or any run with the same text and tokenizer files) skips
 encoding. The arrays' own sha256 sums are saved beside them (`encoded.<key>.json`) and checked on load, with their
@@ -24,6 +25,7 @@ import numpy as np
 
 from nmt.atomic import abandoned, atomic_open, hold
 from nmt.download import sha256_file
+from nmt.storage import check_room
 
 logger = logging.getLogger("nmt.data")
 
@@ -152,11 +154,16 @@ def killed_writes(cache_dir: Path) -> List[Path]:
     return [path for path in Path(cache_dir).glob(".encoded.*.tmp") if abandoned(path)]
 
 
-def _save(cache_dir: Path, key: str, side: str, flat: FlatIds) -> None:
-    """Ids first, offsets last (each atomic): a cache entry with its offsets file is complete."""
-    ids_path, off_path = _paths(cache_dir, key, side)
-    for path, arr in ((ids_path, flat.ids), (off_path, flat.offsets)):
-        with _written(path, arr.nbytes) as f:
+def _save(cache_dir: Path, key: str, flats: Sequence[FlatIds]) -> None:
+    """Both sides' arrays, each side's ids first and offsets last (each atomic): a side with its offsets file is
+    complete. The room for all of them is checked first, and a disk that fills meanwhile asks for it too: one array's
+    size told a user nothing of what to free (a new attempt writes them all again)."""
+    arrays = [(path, arr) for side, flat in zip(("src", "tgt"), flats)
+              for path, arr in zip(_paths(cache_dir, key, side), (flat.ids, flat.offsets))]
+    whole = sum(arr.nbytes for _, arr in arrays)
+    check_room(cache_dir, whole, f"the encoded training corpus's arrays (encoded.{key}.*.npy)", keep_last=False)
+    for path, arr in arrays:
+        with _written(path, whole) as f:
             np.save(f, arr)
 
 
@@ -186,8 +193,7 @@ def load_or_encode(cache_dir: Path, src_tok, tgt_tok, src_lines: Sequence[str],
                        _paths(cache_dir, key, "src")[0].name)
     elif any(p.exists() for side in ("src", "tgt") for p in _paths(cache_dir, key, side)):   # (a save killed too)
         logger.warning("encoded corpus: encoded.%s.*.npy damaged or incomplete, encoding it again", key)
-    for side, tok, lines in (("src", src_tok, src_lines), ("tgt", tgt_tok, tgt_lines)):
-        _save(cache_dir, key, side, encode_flat(tok, lines))
+    _save(cache_dir, key, [encode_flat(src_tok, src_lines), encode_flat(tgt_tok, tgt_lines)])
     for old in [*cache_dir.glob("encoded.*.npy"), *cache_dir.glob("encoded.*.json")]:
         if not old.name.startswith(f"encoded.{key}."):
             old.unlink()

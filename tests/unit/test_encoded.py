@@ -94,6 +94,37 @@ def test_a_cache_whose_header_is_damaged_is_encoded_again(corpus, tmp_path, dama
     assert "encoding it again" in caplog.text and (damage != "empty sums" or "damaged: its arrays" in caplog.text)
 
 
+def test_a_disk_without_room_for_the_cache_names_what_the_whole_cache_needs(corpus, tmp_path, monkeypatch):
+    """A full disk as the cache was written named the size of the one array being written ("about 1.2 KiB needed"
+    for the source ids of a cache of four), so a user could not tell how much room to make. The room for all the
+    arrays is checked before any is written, and a disk that fills meanwhile asks for it too."""
+    import errno
+    import os
+    import re
+    from nmt import storage
+    _, ko, en, src_tok, tgt_tok = corpus
+    whole = storage.human_bytes(sum(a.nbytes for flat in (encode_flat(src_tok, ko), encode_flat(tgt_tok, en))
+                                    for a in (flat.ids, flat.offsets)))
+    monkeypatch.setattr(storage, "free_bytes", lambda path: 1000)
+    with pytest.raises(storage.StorageError, match=rf"^--model-dir {re.escape(str(tmp_path))}: 1000 bytes free, but "
+                                                   rf"the encoded training corpus's arrays \(encoded\.[0-9a-f]{{16}}"
+                                                   rf"\.\*\.npy\) need about {whole}; free some space or choose"):
+        load_or_encode(tmp_path, src_tok, tgt_tok, ko, en)
+    assert not list(tmp_path.iterdir())   # found before any was written
+    saves, save = [], np.save
+
+    def fill_at_the_third(f, arr):   # the target ids: the disk filled by another process meanwhile
+        saves.append(arr)
+        if len(saves) == 3:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        save(f, arr)
+    monkeypatch.setattr(storage, "free_bytes", lambda path: 2 ** 20)   # room enough as the writes start
+    monkeypatch.setattr(np, "save", fill_at_the_third)
+    with pytest.raises(storage.StorageError, match=r"encoded\.[0-9a-f]{16}\.tgt\.ids\.npy: No space left on device "
+                                                   rf"\[errno ENOSPC\]; 1\.0 MiB free, about {whole} needed"):
+        load_or_encode(tmp_path, src_tok, tgt_tok, ko, en)
+
+
 def test_dev_pairs_cut_for_the_dev_loss_are_counted(corpus, caplog):
     """Dev pairs over --max-src-tokens / --max-tgt-tokens were cut for the dev loss and perplexity (a false end of
     sentence scored: what --valid-metric ppl picks by) without a word."""
