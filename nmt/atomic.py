@@ -8,12 +8,15 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import glob
 import hashlib
 import os
 import re
 import secrets
+import shutil
 import stat
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import IO, Iterator, Optional, Union
@@ -80,6 +83,29 @@ def abandoned(path: PathLike) -> bool:
         return filled or time.time() - st.st_mtime > JUST_MADE
     except OSError:   # held (BlockingIOError), or no locks here
         return False
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def scratch_dir(directory: PathLike, prefix: str) -> Iterator[Path]:
+    """A new directory `<directory>/<prefix>XXXXXXXX.tmp` for the files made on the way (SentencePiece's training
+    text), removed with them when done and held meanwhile (`hold`): the next one made there with `prefix` first removes
+    those that processes killed while using them left (kill -9, out of memory: no exit handler ran), and no live one's
+    (nor another user's, which is private). A StorageError names `directory` when no directory can be made in it."""
+    directory = Path(directory)
+    for left in directory.glob(f"{glob.escape(prefix)}*.tmp"):
+        if abandoned(left):
+            shutil.rmtree(left, ignore_errors=True)
+    try:
+        tmp = tempfile.TemporaryDirectory(prefix=prefix, suffix=".tmp", dir=str(directory))
+    except OSError as e:   # a full or read-only /tmp: named
+        raise _cannot_write(directory, e, f"make a directory in {directory}") from None
+    fd = os.open(tmp.name, os.O_RDONLY)
+    try:
+        hold(fd)
+        with tmp:   # (removed while held: no sweep takes it for a killed process's meanwhile)
+            yield Path(tmp.name)
     finally:
         os.close(fd)
 

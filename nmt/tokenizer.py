@@ -12,8 +12,9 @@ Every model this module writes shares one convention, checked again on load:
 
 Models live in the model directory as ``spm.<lang>.model`` / ``spm.<lang>.vocab``, or, with ``--shared-vocab``,
 as one ``spm.joint.model`` trained on both languages' text that serves as source and target tokenizer (same ids).
-They are trained in a temporary directory and published with atomic copies, so a crash never leaves a torn model
-behind.
+They are trained in a temporary directory (``nmt-spm-*.tmp`` in the system's, with the training text; one that a
+killed process left is removed by the next training) and published with atomic copies, so a crash never leaves a torn
+model behind.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 import sentencepiece as spm
 
 from nmt import spm_process
-from nmt.atomic import atomic_copy
+from nmt.atomic import atomic_copy, scratch_dir
 from nmt.storage import guarded_write
 
 logger = logging.getLogger(__name__)
@@ -327,11 +328,11 @@ def train_tokenizer(lines: Sequence[str], out_dir: PathLike, lang: str, vocab_si
     final = tokenizer_path(out_dir, lang)
     threads = num_threads or TRAIN_THREADS
 
-    with tempfile.TemporaryDirectory(prefix=f"spm-{lang}-") as tmp:
-        text_file = Path(tmp) / "train.txt"
+    with scratch_dir(tempfile.gettempdir(), "nmt-spm-") as tmp:   # (a killed run's text stayed there for good)
+        text_file = tmp / "train.txt"
         with guarded_write(text_file):   # the SentencePiece input, in the temporary directory
             n_content = _write_training_text(lines, text_file, lang)
-        prefix = Path(tmp) / "spm"
+        prefix = tmp / "spm"
         try:
             spm_process.train(
                 seed, n_content, input=str(text_file), model_prefix=str(prefix), vocab_size=vocab_size,
@@ -351,8 +352,8 @@ def train_tokenizer(lines: Sequence[str], out_dir: PathLike, lang: str, vocab_si
                     f"byte-fallback pieces need at least {m.group(2)}; raise --vocab-size", int(m.group(2))) from None
             raise TokenizerError(f"SentencePiece training of the {lang} tokenizer failed: {msg}") from None
         # Publish the vocab first: the .model file is the marker of a finished model for load_or_train_tokenizer.
-        atomic_copy(Path(tmp) / "spm.vocab", final.with_suffix(".vocab"))
-        atomic_copy(Path(tmp) / "spm.model", final)
+        atomic_copy(tmp / "spm.vocab", final.with_suffix(".vocab"))
+        atomic_copy(tmp / "spm.model", final)
 
     tok = Tokenizer.load(final)
     if tok.vocab_size < vocab_size:

@@ -313,6 +313,33 @@ def test_a_signal_stops_tokenizer_training_at_once(tmp_path):
     assert not list(tmp_path.glob("spm*")), list(tmp_path.iterdir())
 
 
+def test_a_killed_trainings_temporary_directory_goes_at_the_next_training(tmp_path, monkeypatch):
+    """kill -9 (or the out-of-memory killer) while a tokenizer trained left /tmp/spm-*/train.txt, the whole training
+    text, for good: nothing removed it. The next training removes such a directory, not one a live training holds
+    (another run's), nor one made empty a moment ago (a live training's before it holds it)."""
+    import fcntl
+    import tempfile
+    from nmt import spm_process
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))   # the system's temporary directory, here
+    killed, live, young = (tmp_path / f"nmt-spm-{name}.tmp" for name in ("killed01", "livelive", "young001"))
+    for d in (killed, live, young):
+        d.mkdir()
+    for d in (killed, live):
+        (d / "train.txt").write_text("나는 학교에 갑니다\n", encoding="utf-8")
+    held = os.open(live, os.O_RDONLY)
+    fcntl.flock(held, fcntl.LOCK_EX)   # (its process trains on)
+    inputs, train = [], spm_process.train
+    monkeypatch.setattr(spm_process, "train", lambda seed, n, **kw: (inputs.append(Path(kw["input"])),
+                                                                    train(seed, n, **kw)))
+    try:
+        train_tokenizer(synthetic_lines(KO_WORDS, n=200), tmp_path / "m", "ko", 360)
+    finally:
+        os.close(held)
+    assert not killed.exists() and live.exists() and young.exists()
+    [text] = inputs   # its own text was in a directory of the same kind, removed when done
+    assert text.parent.parent == tmp_path and text.parent.name.startswith("nmt-spm-") and not text.parent.exists()
+
+
 def test_the_trainer_process_reads_no_python_of_the_working_directory_and_dies_with_its_parent(tmp_path):
     """SentencePiece's child process ran `python -c`, which imports from the working directory first: a csv.py
     there ran once per tokenizer (a json.py broke the training). And killed with SIGKILL (kill -9, the out-of-memory
