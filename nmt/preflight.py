@@ -18,6 +18,7 @@ import numpy as np
 
 from nmt import checkpoint as ckpt
 from nmt import manifest
+from nmt.atomic import scratch_dir
 from nmt.config import CORPUS_FILES, Config, ConfigError, ModelConfig
 from nmt.models import ARCHITECTURES
 from nmt.tensorboard import TensorBoardWriter
@@ -177,10 +178,11 @@ def dry_run(cfg: Config, resume: bool = False, overwrite: bool = False, init: Op
     step = report.get("resume_step")   # config.json's settings the checkpoint's, before the data's checks
     if resume and step:
         manifest.check_model_settings(model_dir / ckpt.params_file(step), manifest.step_key(step))
-    with tempfile.TemporaryDirectory(prefix="nmt-dry-run-") as tmp:   # a resume loads the directory's tokenizers
+    # (a resume loads the directory's tokenizers; a dry run killed, kill -9, leaves its own for the next to remove)
+    with scratch_dir(tempfile.gettempdir(), "nmt-dry-run-") as tmp:
         if init is not None:
-            copy_tokenizers(init, cfg, Path(tmp))
-        data = build_data(cfg, model_dir if resume else Path(tmp), resume=resume,
+            copy_tokenizers(init, cfg, tmp)
+        data = build_data(cfg, model_dir if resume else tmp, resume=resume,
                           saved_sums=report.pop("sums", ("", "", "")))
         check_search_widths(cfg, data.tgt_tok.vocab_size)
         sampler = report.pop("sampler", None)   # of the checkpoint a resume starts from (checked above)

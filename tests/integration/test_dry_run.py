@@ -26,9 +26,26 @@ def args_for(task, model_dir: Path, *extra: str):
             "--num-layers", "1", "--batch-size", "8", "--no-progress", "--no-eval", *extra]
 
 
-def test_dry_run_describes_the_run_and_writes_nothing(tmp_path, task, capsys):
-    d = tmp_path / "m"
-    assert train_main(args_for(task, d, "--dry-run")) == 0
+def test_dry_run_describes_the_run_and_writes_nothing(tmp_path, task, capsys, monkeypatch):
+    """It makes no model directory, and leaves nothing in the system's temporary directory, where it trains the
+    tokenizers and encodes the corpus: what a dry run killed there left (kill -9 left it for good) it removes, not what
+    a live dry run holds."""
+    import fcntl
+    import os
+    import tempfile
+    d, temp = tmp_path / "m", tmp_path / "temp"
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    killed, live = temp / "nmt-dry-run-killed01.tmp", temp / "nmt-dry-run-livelive.tmp"
+    for left in (killed, live):
+        left.mkdir(parents=True)
+        (left / "spm.ko.model").write_bytes(b"x")
+    held = os.open(live, os.O_RDONLY)
+    fcntl.flock(held, fcntl.LOCK_EX)   # (its process goes on)
+    try:
+        assert train_main(args_for(task, d, "--dry-run")) == 0
+    finally:
+        os.close(held)
+    assert [p.name for p in temp.iterdir()] == [live.name]
     out, err = capsys.readouterr()
     assert "train.en: kept 300 of 300 training pairs" in err   # each filter's drops, as training logs them
     for expected in ("model directory: ", "(new, writable, ", "300 training pairs", "40 dev pairs", "test (40)",
