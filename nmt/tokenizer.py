@@ -119,7 +119,10 @@ class Tokenizer:
         if not path.is_file():
             raise TokenizerError(f"{path}: SentencePiece model not found")
         try:   # (read here: SentencePiece would open the path's text as UTF-8, not as the file system names it)
-            sp = spm.SentencePieceProcessor(model_proto=path.read_bytes())
+            data = path.read_bytes()
+            if not data:   # SentencePiece takes it for a model it never loaded: a segmentation fault at its first use
+                raise RuntimeError("an empty file")
+            sp = spm.SentencePieceProcessor(model_proto=data)
         except OSError as e:
             raise TokenizerError(f"{path}: cannot read the SentencePiece model ({e.strerror})") from None
         except RuntimeError as e:

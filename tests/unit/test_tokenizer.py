@@ -189,6 +189,15 @@ def test_load_missing_corrupt_and_foreign_models(tmp_path):
         Tokenizer.load(tmp_path / "foreign.model")
 
 
+def test_an_empty_model_file_is_an_error_not_a_crash(tmp_path):
+    """An empty spm.<lang>.model (one SentencePiece wrote short on a full disk without a word, a copy cut short) was
+    taken for a model never loaded: its first use killed every command with a segmentation fault and no message."""
+    empty = tmp_path / "spm.ko.model"
+    empty.write_bytes(b"")
+    with pytest.raises(TokenizerError, match=r"spm\.ko\.model: not a readable SentencePiece model \(an empty file\)"):
+        Tokenizer.load(empty)
+
+
 def test_load_or_train_reuses_existing_model(tmp_path):
     lines = synthetic_lines(EN_WORDS, n=300)
     first = load_or_train_tokenizer(tmp_path, "en", lines, 300)
