@@ -68,3 +68,36 @@ def model_dir(tmp_path_factory) -> Path:
 def tr(model_dir):
     from nmt.translate import Translator
     return Translator.from_dir(model_dir)
+
+
+def pytest_configure(config):
+    """Ctrl-C as at a terminal, for the tests of what it does (in process, and in the processes they start, which
+    inherit an ignored signal): a suite started in the background by a script (`pytest ... &`, as CI may run it, and
+    so each pytest-xdist worker) begins with SIGINT ignored, which nmt's commands keep ignored by design."""
+    import signal
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _ignored() -> str:
+    """The signals ignored by this process as the kernel has it (inherited by the processes it starts)."""
+    try:
+        with open("/proc/self/status") as f:
+            return next((line.split()[1] for line in f if line.startswith("SigIgn:")), "")
+    except OSError:
+        return ""
+
+
+@pytest.fixture(autouse=True)
+def signals_as_found():
+    """Fails a test that leaves a stopping signal's disposition changed: the next tests in the process (and the
+    processes they start, which inherit an ignored signal) would see Ctrl-C or SIGTERM handled another way."""
+    import signal
+    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    before, ignored = [signal.getsignal(s) for s in sigs], _ignored()
+    yield
+    changed = [s.name for s, was in zip(sigs, before) if signal.getsignal(s) != was]
+    for s, was in zip(sigs, before):
+        signal.signal(s, was)
+    assert not changed, f"the test left the handler of {', '.join(changed)} changed"
+    assert _ignored() == ignored, f"the test left other signals ignored: SigIgn {ignored} -> {_ignored()}"
