@@ -264,24 +264,25 @@ def test_the_time_limit_covers_all_of_a_requests_stages(translator, serve_senten
     align = nmt.align.align_ids
 
     def slow_align(*args, **kw):
-        time.sleep(1.0)
+        time.sleep(1.5)
         return align(*args, **kw)
     monkeypatch.setattr(nmt.align, "align_ids", slow_align)
     slow = copy.copy(translator)                        # the same model, whose search takes 1 s more
     slow.texts = lambda hyps: (time.sleep(1.0 if hyps else 0), translator.texts(hyps))[1]   # as sentences finish
-    with background_server(make_app(slow, timeout_s=1.5, max_wait_ms=0)) as url:
+    # each stage within the limit, both over it; the search's own work may take up to 1 s (a loaded machine)
+    with background_server(make_app(slow, timeout_s=2.0, max_wait_ms=0)) as url:
         t0 = time.monotonic()
         r = httpx.post(f"{url}/translate", json={"text": serve_sentences[:1], "alignment": True}, timeout=30)
         took = time.monotonic() - t0
-    assert r.status_code == 504 and took < 2.5, (r.status_code, took)
+    assert r.status_code == 504 and took < 3.0, (r.status_code, took)
     # "a smaller nbest" was the advice at nbest 1 too; the time went on the search (its beam) and the alignment
-    assert r.json()["error"] == ("the request took longer than the per-request limit of 1.5 s: send fewer sentences "
+    assert r.json()["error"] == ("the request took longer than the per-request limit of 2.0 s: send fewer sentences "
                                  "or a smaller beam_size, or no alignment, or retry later")
-    with background_server(make_app(translator, timeout_s=0.7, max_wait_ms=0)) as url:   # the alignment's 1 s
+    with background_server(make_app(translator, timeout_s=1.0, max_wait_ms=0)) as url:   # the alignment: 1.5 s
         two = httpx.post(f"{url}/translate", json={"text": serve_sentences[:1], "alignment": True, "nbest": 2},
                          timeout=30)
     assert two.status_code == 504 and two.json()["error"] == (
-        "the request took longer than the per-request limit of 0.7 s: send fewer sentences or a smaller beam_size or "
+        "the request took longer than the per-request limit of 1.0 s: send fewer sentences or a smaller beam_size or "
         "nbest, or no alignment, or retry later")
 
 
