@@ -13,14 +13,13 @@ import http.client
 import os
 import socket
 import tarfile
-import tempfile
 import urllib.error
 import urllib.request
 import zlib
 from pathlib import Path
 from typing import IO, Any, Dict, Iterable, Iterator, Sequence, Tuple
 
-from nmt.atomic import atomic_open, atomic_write_bytes
+from nmt.atomic import atomic_open, atomic_write_bytes, scratch_dir
 from nmt.commands import shell_word
 from nmt.corpus import CorpusError
 from nmt.storage import guarded_write
@@ -145,8 +144,7 @@ def download_archive(url: str, wanted: Sequence[Any], cache_dir: Path, *, timeou
 def _download_archive(url: str, wanted: Sequence[Any], cache_dir: Path, timeout: float) -> None:
     with guarded_write(cache_dir):   # a read-only or foreign cache: StorageError naming it
         cache_dir.mkdir(parents=True, exist_ok=True)
-        workdir = tempfile.TemporaryDirectory(prefix=".download-", dir=str(cache_dir))
-    with workdir as tmp:   # removed even on failure
+    with scratch_dir(cache_dir, ".download-") as tmp:   # removed even on failure; a killed download's, next time
         archive = Path(tmp) / "archive"
         try:
             with guarded_write(archive), open(archive, "wb") as f:

@@ -97,3 +97,25 @@ def test_offline_recipe_with_a_mistyped_cache_dir_leaves_no_tree(tmp_path, monke
     with pytest.raises(CorpusError, match="tatoeba-challenge-test .*cannot download"):
         load_tests(DataConfig(recipe="tatoeba", cache_dir=str(cache)))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_killed_downloads_directory_goes_at_the_next_download_and_a_live_one_stays(tmp_path):
+    """An archive is downloaded into a temporary directory of the cache, removed when done: a download killed
+    (kill -9) left it, the archive in it, for good."""
+    import os
+    from nmt.atomic import hold
+    cache = tmp_path / "cache"
+    killed, live = cache / ".download-killed.tmp", cache / ".download-live.tmp"
+    for d in (killed, live):
+        d.mkdir(parents=True)
+        (d / "archive").write_bytes(b"x" * 1000)
+    fd = os.open(live, os.O_RDONLY)
+    try:
+        hold(fd)   # (as a download running in another process holds its directory)
+        wanted = [FileSpec(path="corpus/x.ko", sha256="0" * 64, bytes=1, archive_url=closed_port_url("x.tar.gz"),
+                           member="x.ko")]
+        with pytest.raises(CorpusError, match="cannot download"):
+            dl.download_archive(wanted[0].archive_url, wanted, cache, timeout=5)
+        assert not killed.exists() and (live / "archive").exists()
+    finally:
+        os.close(fd)
