@@ -287,9 +287,8 @@ def params_path(model_dir: Path, which: str = "best", quiet: bool = False, use: 
         if not path.exists() and best_step(model_dir) == int(which):   # pruned, but params.best holds that step
             say(logging.INFO, "%s: step %s is the best checkpoint, %s", model_dir, which, PARAMS_BEST)
             path = model_dir / PARAMS_BEST
-    elif not isinstance(which, (str, int)) or isinstance(which, bool):   # (None, 630.0: "unknown checkpoint 'None'")
-        raise TypeError(f"which must be best, latest, avg or a step number (str or int), got {type(which).__name__}")
     else:
+        manifest.check_which(which)
         raise CheckpointError(f"unknown checkpoint '{which}': use best, latest, avg or a step number")
     if not path.exists():
         held = "" if (model_dir / EXPORT).exists() else f"it held step {best_step(model_dir)}, the best on dev: "

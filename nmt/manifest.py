@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import numbers
 import re
 import time
 from pathlib import Path
@@ -162,6 +163,13 @@ STEP_FILES = (("manifest", ".json"), ("params", ""), ("trainer", ".states"))
 def step_key(step: int) -> str:
     """A step checkpoint's key in its file names: the step in 8 digits (`params.00001000`)."""
     return f"{step:08d}"
+
+
+def check_which(which: Any) -> None:
+    """TypeError unless `which` names a checkpoint as the commands do (best, latest, avg, a step: str or int):
+    None or 630.0 would be an "unknown checkpoint 'None'", True would be taken for step 1."""
+    if not isinstance(which, (str, numbers.Integral)) or isinstance(which, bool):
+        raise TypeError(f"which must be best, latest, avg or a step number (str or int), got {type(which).__name__}")
 
 
 def numbered_step(name: str, stem: str, suffix: str = "") -> Optional[int]:

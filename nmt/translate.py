@@ -19,7 +19,7 @@ from typing import Callable, Iterable, List, Optional, Sequence, Set, Tuple, Uni
 import mxnet as mx
 import numpy as np
 
-from nmt import checkpoint as ckpt
+from nmt import checkpoint as ckpt, manifest
 from nmt.batching import pad_sources
 from nmt.config import CHARS_PER_TOKEN, Config, DecodeConfig
 from nmt.corpus import count_lines, lone_surrogate, normalize, tidy_translation
@@ -113,8 +113,7 @@ class Translator:
             raise TypeError("ensemble must be a list of model directories, " + (f"not one ({str(ensemble)!r}): give "
                             "[dir]" if isinstance(ensemble, (str, Path)) else f"got {type(ensemble).__name__}"))
         ensemble = list(ensemble or ())   # an iterator (Path.glob) read once, not emptied by the checks
-        if not isinstance(which, (str, numbers.Integral)) or isinstance(which, bool):   # ("unknown checkpoint 'None'")
-            raise TypeError(f"which must be best, latest, avg or a step number, got {type(which).__name__}")
+        manifest.check_which(which)   # (before any file is read)
         for name, d in [("model_dir", model_dir)] + [(f"ensemble[{i}]", e) for i, e in enumerate(ensemble or ())]:
             if not isinstance(d, (str, os.PathLike)):
                 raise TypeError(f"{name} must be a model directory (str or Path), got {type(d).__name__}")

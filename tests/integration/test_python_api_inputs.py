@@ -345,12 +345,12 @@ def test_an_argument_of_another_type_is_a_type_error_naming_it(tr, model_dir, li
     with pytest.raises(TypeError, match="^train: init must be a model directory or parameter file path, got int$"):
         train(Config.from_dict({"train": {"model_dir": str(tmp_path / "m")}}), init=5)
     for which in (None, True, 630.0):   # (CheckpointError "unknown checkpoint 'None'")
-        with pytest.raises(TypeError, match=f"^which must be best, latest, avg or a step number, got "
-                                            f"{type(which).__name__}$"):
+        said = rf"^which must be best, latest, avg or a step number \(str or int\), got {type(which).__name__}$"
+        with pytest.raises(TypeError, match=said):
             Translator.from_dir(model_dir, which=which)
-    from nmt import checkpoint as ckpt
-    with pytest.raises(TypeError, match="^which must be best, latest, avg or a step number"):
-        ckpt.params_path(model_dir, None)
+        from nmt import checkpoint as ckpt
+        with pytest.raises(TypeError, match=said):   # (the same check, said alike)
+            ckpt.params_path(model_dir, which)
 
 
 def test_train_names_a_config_that_is_no_config_and_takes_init_as_a_string(model_dir, tmp_path):
