@@ -333,7 +333,7 @@ class Config:
             raise ConfigError(f"{source}: a configuration is a dict of sections (data, model, ...), got "
                               f"{type(d).__name__}")
         model, parts = d.get("model", {}), {}   # a model section that is no dict (null too) is named below
-        arch_defaults = ARCH_DEFAULTS.get(model.get("arch", ModelConfig.arch) if isinstance(model, dict) else "", {})
+        arch_defaults = ARCH_DEFAULTS.get(isinstance(model, dict) and str(model.get("arch", ModelConfig.arch)), {})
         for f in dataclasses.fields(cls):
             sub = d.get(f.name, {})
             if not isinstance(sub, dict):

@@ -333,6 +333,8 @@ def test_a_model_value_the_architecture_refuses_names_the_config_file_before_any
     ({"model": "transformer"}, "config: section 'model' must be a JSON object, got \"transformer\""),
     ({"model": None}, "config: section 'model' must be a JSON object, got null"),
     ({"data": {"recipe": "all"}, "train": None}, "config: section 'train' must be a JSON object, got null"),
+    ({"model": {"arch": ["lstm"]}}, "config: model.arch must be a string, got [\"lstm\"]"),   # (TypeError: unhashable)
+    ({"model": {"arch": {}}}, "config: model.arch must be a string, got {}"),
 ])
 def test_config_from_dict_names_what_is_no_dict(d, says):
     """Config.from_dict (the Python API's way to a configuration) raised AttributeError: '...' has no 'get'; a null
