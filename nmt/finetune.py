@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any, Dict, Tuple
 
-from nmt import checkpoint as ckpt, jsonio
+from nmt import checkpoint as ckpt
 from nmt.atomic import atomic_copy
 from nmt.commands import shell_word
 from nmt.config import ARCH_DEFAULTS, Config, ConfigError
@@ -73,7 +73,7 @@ def kept_settings(d: Dict[str, Dict[str, Any]], init_from: Path, given: Dict[str
     checks of the settings together see them; a ConfigError where the command line gives another (`given`: key ->
     flag), before a check of the pair meets it. (A path that is no model directory is named by `init_params` later.)"""
     config = (init_from if init_from.is_dir() else init_from.parent) / ckpt.CONFIG
-    theirs = jsonio.read_object(config, ConfigError) if config.is_file() else {}
+    theirs = Config.load(config).to_dict() if config.is_file() else {}   # (checked: a null section is named)
     for section, name in (("data", "src_lang"), ("data", "tgt_lang"), ("model", "arch")):
         if name in theirs.get(section, {}):
             mine = d.setdefault(section, {}).setdefault(name, theirs[section][name])

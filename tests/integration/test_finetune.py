@@ -179,6 +179,9 @@ def test_what_does_not_fit_is_a_clear_error(parent, tmp_path, capsys):
     kept_file = ckpt.params_file(max(ckpt.params_step(p.name) for p in pruned.glob("params.0*")))
     tied = tmp_path / "tied.json"
     tied.write_text('{"model": {"tie_weights": true}}')
+    null = tmp_path / "null"   # its config.json's model section null (a TypeError in the fine-tuning's settings)
+    shutil.copytree(model, null)
+    (null / ckpt.CONFIG).write_text(json.dumps({**json.loads((model / ckpt.CONFIG).read_text()), "model": None}))
     for flags, says in [
             (["--init-from", str(lost_best)], "is truncated: 100 bytes, its manifest says "),
             (["--init-from", str(lost_best)], f"; use --init-from {lost_best / best_file}, the same parameters"),
@@ -200,6 +203,7 @@ def test_what_does_not_fit_is_a_clear_error(parent, tmp_path, capsys):
             (["--init-from", str(model), "--config", str(tied)], "vocabularies: remove model.tie_weights from " +
              str(tied)),
             (["--init-from", str(model), "--vocab-size", "300"], "--vocab-size 300: --init-from"),
+            (["--init-from", str(null)], f"{null / ckpt.CONFIG}: section 'model' must be a JSON object, got null"),
             (["--init-from", str(model), "--resume"], "--init-from starts a new run from a trained model and --resume"),
             (["--init-from", str(tmp_path / "nothing")], "nothing: no such model directory or parameter file"),
             (["--init-from", str(tmp_path)], f"{tmp_path / ckpt.CONFIG} not found; give a model directory"),
