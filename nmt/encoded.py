@@ -154,17 +154,18 @@ def killed_writes(cache_dir: Path) -> List[Path]:
     return [path for path in Path(cache_dir).glob(".encoded.*.tmp") if abandoned(path)]
 
 
-def _save(cache_dir: Path, key: str, flats: Sequence[FlatIds]) -> None:
+def _save(cache_dir: Path, key: str, flats: Sequence[FlatIds]) -> int:
     """Both sides' arrays, each side's ids first and offsets last (each atomic): a side with its offsets file is
     complete. The room for all of them is checked first, and a disk that fills meanwhile asks for it too: one array's
     size told a user nothing of what to free (a new attempt writes them all again)."""
     arrays = [(path, arr) for side, flat in zip(("src", "tgt"), flats)
               for path, arr in zip(_paths(cache_dir, key, side), (flat.ids, flat.offsets))]
-    whole = sum(arr.nbytes for _, arr in arrays)
+    whole = sum(-(-(arr.nbytes + 128) // 4096) * 4096 for _, arr in arrays) + 4096   # (.npy headers, blocks, sums)
     check_room(cache_dir, whole, f"the encoded training corpus's arrays (encoded.{key}.*.npy)", keep_last=False)
     for path, arr in arrays:
         with _written(path, whole) as f:
             np.save(f, arr)
+    return whole
 
 
 def _sums(cached: Sequence[FlatIds]) -> dict:
@@ -193,12 +194,12 @@ def load_or_encode(cache_dir: Path, src_tok, tgt_tok, src_lines: Sequence[str],
                        _paths(cache_dir, key, "src")[0].name)
     elif any(p.exists() for side in ("src", "tgt") for p in _paths(cache_dir, key, side)):   # (a save killed too)
         logger.warning("encoded corpus: encoded.%s.*.npy damaged or incomplete, encoding it again", key)
-    _save(cache_dir, key, [encode_flat(src_tok, src_lines), encode_flat(tgt_tok, tgt_lines)])
+    whole = _save(cache_dir, key, [encode_flat(src_tok, src_lines), encode_flat(tgt_tok, tgt_lines)])
     for old in [*cache_dir.glob("encoded.*.npy"), *cache_dir.glob("encoded.*.json")]:
         if not old.name.startswith(f"encoded.{key}."):
             old.unlink()
     src, tgt = _load(cache_dir, key, "src"), _load(cache_dir, key, "tgt")
     sums = (json.dumps(_sums([src, tgt]), indent=1) + "\n").encode("utf-8")
-    with _written(sums_path, len(sums)) as f:
+    with _written(sums_path, whole) as f:   # (without it, the next run encodes and writes the whole cache again)
         f.write(sums)
     return src, tgt, False

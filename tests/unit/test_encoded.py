@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from nmt import encoded
 from nmt.encoded import FlatIds, RowsView, encode_flat, load_or_encode
 from nmt.tokenizer import train_tokenizer
 from tests.synth import make_pairs
@@ -103,8 +104,11 @@ def test_a_disk_without_room_for_the_cache_names_what_the_whole_cache_needs(corp
     import re
     from nmt import storage
     _, ko, en, src_tok, tgt_tok = corpus
-    whole = storage.human_bytes(sum(a.nbytes for flat in (encode_flat(src_tok, ko), encode_flat(tgt_tok, en))
-                                    for a in (flat.ids, flat.offsets)))
+    # each array with its .npy header, in whole blocks of 4 KiB, and a block for the sums: the check passed where the
+    # arrays' bytes alone fitted and the writes then failed
+    size = sum(-(-(a.nbytes + 128) // 4096) * 4096 for flat in (encode_flat(src_tok, ko), encode_flat(tgt_tok, en))
+               for a in (flat.ids, flat.offsets)) + 4096
+    whole = storage.human_bytes(size)
     monkeypatch.setattr(storage, "free_bytes", lambda path: 1000)
     with pytest.raises(storage.StorageError, match=rf"^--model-dir {re.escape(str(tmp_path))}: 1000 bytes free, but "
                                                    rf"the encoded training corpus's arrays \(encoded\.[0-9a-f]{{16}}"
@@ -123,6 +127,11 @@ def test_a_disk_without_room_for_the_cache_names_what_the_whole_cache_needs(corp
     with pytest.raises(storage.StorageError, match=r"encoded\.[0-9a-f]{16}\.tgt\.ids\.npy: No space left on device "
                                                    rf"\[errno ENOSPC\]; 1\.0 MiB free, about {whole} needed"):
         load_or_encode(tmp_path, src_tok, tgt_tok, ko, en)
+    monkeypatch.setattr(np, "save", save)
+    sizes, written = [], encoded._written   # the sums file too: a next run without it writes the whole cache again
+    monkeypatch.setattr(encoded, "_written", lambda path, n: (sizes.append(n), written(path, n))[1])
+    load_or_encode(tmp_path, src_tok, tgt_tok, ko, en)
+    assert sizes == [size] * 5
 
 
 def test_dev_pairs_cut_for_the_dev_loss_are_counted(corpus, caplog):
