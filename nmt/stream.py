@@ -179,6 +179,7 @@ class StreamStats:
     cut: int = 0                    # lines cut while reading (longer than the byte guard)
     controls: int = 0               # lines with control characters (removed before translating)
     utf8_text: int = 0              # the first line of UTF-8 beyond ASCII: an invalid line after it, a stray one
+    refused: int = 0                # lines given to `on_bad_line` (typed at a terminal): no output line
     seconds: float = 0.0
 
 
@@ -265,7 +266,7 @@ def translate_stream(translator: Translator, raw_lines: Iterable[Tuple[bytes, bo
     that cannot be read (invalid UTF-8 with on_invalid="error"; with `json_input`, no `parse_json_line` object) raises
     its CorpusError once every line before it is translated and written; with `on_bad_line` (lines typed at a
     terminal) the error goes to it instead, the line gets no output line, and the stream goes on."""
-    stats, t0 = StreamStats(), time.perf_counter()
+    stats, t0, line_no = StreamStats(), time.perf_counter(), 0
     chunk: List[str] = []
     prefixes: List[Optional[str]] = []
     first, report = 1, Every(REPORT_SECONDS)
@@ -289,7 +290,6 @@ def translate_stream(translator: Translator, raw_lines: Iterable[Tuple[bytes, bo
                             line_no / (time.perf_counter() - t0))
         first = line_no + 1   # the next chunk's first line (after a line left out too: `on_bad_line`)
 
-    line_no = 0
     try:   # an unreadable or undecodable line: every line before it is translated and written first
         for item in _readable(raw_lines, name):
             if item is PAUSE:   # the input paused: a program may be waiting for what it gave so far
@@ -302,6 +302,7 @@ def translate_stream(translator: Translator, raw_lines: Iterable[Tuple[bytes, bo
                 if on_bad_line is None:
                     raise
                 flush()   # (the lines before it first)
+                stats.refused += 1
                 on_bad_line(e)
                 continue
             chunk.append(text)

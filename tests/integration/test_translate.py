@@ -973,7 +973,9 @@ def test_a_bad_line_typed_with_an_output_file_is_refused_and_the_typing_goes_on(
     assert out.read_text(encoding="utf-8") == tr.translate(["리 니"], beam_size=1)[0] + "\n"
     assert "type JSON objects such as {" in err and "error: <stdin>:1: not JSON (" in err, err
     assert "error: <stdin>:2: invalid UTF-8 (byte 0xb8" in err, err
-    firsts = []   # a line left out, the lines after it keep their numbers (in warnings, plots' file names)
+    # (also for a terminal fed a file, `script ... < in`, where nobody reads the errors as they come)
+    assert "<stdin>: 2 lines refused (said above), without a line in the output" in err, err
+    firsts = []   # a line left out, the lines after it keep their numbers (in warnings, plots' file names)   # a line left out, the lines after it keep their numbers (in warnings, plots' file names)
     translate_stream(tr, iter([(b"{", False), ('{"text": "\ub9ac"}'.encode(), False)]), io.StringIO(),
                      json_input=True, chunk_lines=5, on_bad_line=lambda e: None,
                      on_chunk=lambda first, lines, best: firsts.append(first))
