@@ -604,6 +604,12 @@ BAD_GATEWAY = ("const real = window.fetch; window.fetch = (path, init) => path !
                "{status: 502, statusText: 'Bad Gateway', headers: {'Content-Type': 'text/html'}}));")
 
 
+# Over the page's fetch: /attention answers 200 with an object that lacks every field (another server's)
+ATTENTION_ANSWERS_NOTHING = ("const real = window.fetch; window.fetch = (path, init) => path !== 'attention' ? "
+                             "real(path, init) : Promise.resolve(new Response('{}', {status: 200, headers: "
+                             "{'Content-Type': 'application/json'}}));")
+
+
 # Over the page's fetch: /attention answers as a server whose handler failed (a 500 without JSON)
 ATTENTION_FAILS = ("const real = window.fetch; window.fetch = (path, init) => path !== 'attention' ? real(path, "
                    "init) : Promise.resolve(new Response('Internal Server Error', {status: 500, statusText: "
@@ -617,9 +623,10 @@ def unavailable(driver, translation: str, why: str) -> None:
     assert driver.find_element(By.ID, "translation").text == translation
     assert driver.find_element(By.ID, "error").text == "" and content(driver, "heatmap", "align-src") == \
         {"heatmap": "", "align-src": ""} and driver.execute_script("return document.body.dataset.state") == "done"
-    assert content(driver, "alignment-note", "attention-note") == {
+    assert content(driver, "alignment-note", "attention-note", "status") == {
         "alignment-note": f"The word alignment of this translation could not be loaded: {why}",
-        "attention-note": f"The attention of this translation could not be loaded: {why}"}
+        "attention-note": f"The attention of this translation could not be loaded: {why}",
+        "status": f"The word alignment and attention of the translation could not be loaded: {why}"}   # (spoken)
 
 
 def test_failed_requests_say_what_happened(translator, serve_sentences):
@@ -657,6 +664,11 @@ def test_failed_requests_say_what_happened(translator, serve_sentences):
             driver.find_element(By.ID, "go").click()
             wait_done(driver)
             unavailable(driver, expected[0], "the server answered 500 Internal Server Error")
+            driver.execute_script(ATTENTION_ANSWERS_NOTHING)   # an answer the page cannot draw: not "unavailable"
+            driver.find_element(By.ID, "go").click()
+            wait_done(driver)
+            assert driver.find_element(By.ID, "error").text and "could not be loaded" not in content(
+                driver, "attention-note", "alignment-note", "status").values()
             block("/translate")
             driver.find_element(By.ID, "go").click()
             wait_done(driver)
