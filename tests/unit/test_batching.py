@@ -162,6 +162,12 @@ def test_deterministic_from_seed_and_different_across_epochs():
     assert all_batches(b) == a0
     assert a0 != a1
     assert all_batches(c) != a0
+    # both levels of the shuffle (either alone passed the lines above): the buckets' batches mixed in an epoch, not
+    # all of one bucket's in a row (all short sentences, then all long ones), and the sentences grouped anew each
+    # epoch, not the same batches in another order
+    runs = 1 + sum(x[1:] != y[1:] for x, y in zip(a0, a0[1:]))
+    assert runs > 2 * len({b[1:] for b in a0})
+    assert {tuple(sorted(b[0])) for b in a0}.isdisjoint({tuple(sorted(b[0])) for b in a1 if len(b[0]) > 1})
     unshuffled = BucketSampler(lens(src), lens(tgt), batch_size=8, shuffle=False)
     assert all_batches(unshuffled) == all_batches(unshuffled)
 
@@ -283,6 +289,10 @@ def test_fingerprint_mismatch_and_bad_state():
     with pytest.raises(BatchError, match=r"the same counts and settings, so the content of the training files "
                                          r"changed .*--init-from"):
         BucketSampler(edited, lens(tgt), batch_size=8, seed=1).load_state_dict(state)
+    edited = lens(tgt)
+    edited[0] += 1   # (a target line: the fingerprint covers both sides)
+    with pytest.raises(BatchError, match=r"the same counts and settings, so the content of the training files"):
+        BucketSampler(lens(src), edited, batch_size=8, seed=1).load_state_dict(state)
     changed_cfg = BucketSampler(lens(src), lens(tgt), batch_size=16, seed=1)
     with pytest.raises(BatchError, match="fingerprint"):
         changed_cfg.load_state_dict(state)

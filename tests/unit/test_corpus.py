@@ -631,17 +631,19 @@ def test_pairs_swap_select_concat():
 
 def test_clean_training_pairs_each_reason(nmt_logs):
     train = Pairs(
-        ["좋은 문장.", "테스트 원문.", "다른 원문.", "개발 문장.", "긴" * 50, "짧", "좋은 문장.", "또 좋은 문장.", ""],
+        ["좋은 문장.", "테스트 원문.", "다른 원문.", "개발 문장.", "긴" * 50, "짧", "좋은 문장.", "또 좋은 문장.", "",
+         "긴 번역이 나오는 원문입니다."],   # (the last: its target over --max-chars, its ratio within --max-ratio)
         ["A good sentence.", "Other target.", "Test target.", "Dev target x.", "Long.", "Much much longer text",
-         "A good sentence.", "Another good one.", "Empty source."], "train")
+         "A good sentence.", "Another good one.", "Empty source.", "A target over forty characters long, it is."],
+        "train")
     test = Pairs(["테스트 원문."], ["Test target."], "test")
     dev = Pairs(["개발 문장?"], ["Dev target x."], "dev")
     kept, counts = clean_training_pairs(train, [test, dev], max_chars=40, max_ratio=3.0)
     assert kept.src == ["좋은 문장.", "또 좋은 문장."] and kept.tgt == ["A good sentence.", "Another good one."]
-    assert counts == {"overlap:test": 2, "overlap:dev": 1, "too_long": 1, "ratio": 1, "duplicate": 1, "empty": 1}
+    assert counts == {"overlap:test": 2, "overlap:dev": 1, "too_long": 2, "ratio": 1, "duplicate": 1, "empty": 1}
     assert len(kept) + sum(counts.values()) == len(train)
-    assert "kept 2 of 9" in messages(nmt_logs) and "overlap:test 2" in messages(nmt_logs)
-    # 2 of 9 dropped by the length and ratio limits: a warning that names them
+    assert "kept 2 of 10" in messages(nmt_logs) and "overlap:test 2" in messages(nmt_logs)
+    # 3 of 10 dropped by the length and ratio limits: a warning that names them
     assert [r.levelname for r in nmt_logs] == ["WARNING"]
     assert "(too_long: over --max-chars 40, ratio: over --max-ratio 3.0)" in messages(nmt_logs)
 
