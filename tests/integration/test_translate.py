@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import math
 import json
 import logging
 import os
@@ -207,6 +208,12 @@ def test_translations_cut_at_the_length_limit_are_named(tr, src_lines, tmp_path,
     code, _, err = run(["--model-dir", tr.model_dir, "--input", path, "--output", tmp_path / "out.en", "--beam-size",
                         beam, "--max-len-a", "0", "--max-len-b", b], capsys)
     assert code == 0 and f"; {len(at_limit)} at the length limit" in err, err
+    if beam == 1:
+        # the a x source length part: the source's tokens counting its EOS (translation.md), rounded up
+        part = Translator(tr.net, tr.src_tok, tr.tgt_tok, dataclasses.replace(tr.decode, max_len_a=0.8, max_len_b=0))
+        limits = [math.ceil(0.8 * (len(ids) + 1)) for ids in tr.src_tok.encode(lines)]
+        assert [len(h[0][0]) for h in part.translate_ids(lines, beam_size=1)] == list(map(min, free, limits))
+        assert any(f >= n for f, n in zip(free, limits)) and any(f < n for f, n in zip(free, limits))
 
 
 def test_reader_cuts_a_giant_line_without_holding_it(tmp_path):
