@@ -41,7 +41,8 @@ def test_the_readme_test_command_is_what_ci_runs():
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
     assert "python3 -m venv .venv" in ci and "python3 -m venv .venv" in readme
     assert "pip install -q -r requirements/dev.txt -e ." in ci and "pip install -r requirements/dev.txt -e ." in readme
-    assert "python -m pytest -q -n auto tests" in ci and ".venv/bin/python -m pytest -q -n auto tests" in readme
+    command = "python -m pytest -q -n auto --dist loadfile tests"
+    assert command in ci and f".venv/bin/{command}" in readme
 
 
 def test_docs_has_a_page_per_topic():
