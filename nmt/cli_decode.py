@@ -152,8 +152,8 @@ def _summary(tr, stats, name: str, tally: List[int]) -> None:
     if warning:
         logging.getLogger("nmt.translate").warning("%s: %s", name, warning)
     if stats.refused:   # (typed at a terminal, each said as it came: the output has fewer lines than the input)
-        logging.getLogger("nmt.translate").warning("%s: %d lines refused (said above), without a line in the output",
-                                                   name, stats.refused)
+        logging.getLogger("nmt.translate").warning("%s: %d line%s refused (said above), without a line in the output",
+                                                   name, stats.refused, "s" * (stats.refused != 1))
     logging.getLogger("nmt.translate").info(
         "translated %d lines in %.1f s (%.1f lines/s)%s%s%s%s", stats.lines, stats.seconds,
         stats.lines / max(stats.seconds, 1e-9), f"; {tr.truncated} truncated" if tr.truncated else "",
