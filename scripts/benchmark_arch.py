@@ -16,7 +16,7 @@ target tokens/s x those per target token (each architecture's `count_flops_per_t
 lengths), against the rate of `nd.dot` on `--sgemm-size`^2 float32 matrices in this process (same threads), taken
 after each round of windows (the fastest of 5 products), so that a change of load hits both alike: the fraction of
 sgemm is the median of the rounds' ratios, and one above 100% (the sgemm rate measured under load that the windows
-did not meet) is warned about. Decoding speed (beam 4, sentences/s) of either architecture:
+did not meet, or with an --sgemm-size too small to reach it) is warned about. Decoding speed (beam 4, sentences/s) of either architecture:
 scripts/benchmark_decode.py.
 """
 from __future__ import annotations
@@ -127,7 +127,8 @@ def above_sgemm(row: dict) -> str:
     rates = ", ".join(f"{g:.1f}" for g in row["sgemm_gflops_per_round"])
     return (f"warning: {row['arch']}: {100 * row['fraction_of_sgemm']:.0f}% of sgemm is more than a model can reach: "
             f"the sgemm rate ({rates} GFLOP/s after the rounds) was measured under load that the training windows "
-            "did not meet (rerun on an otherwise idle machine), or with an --sgemm-size too small to reach it")
+            "did not meet (rerun on an otherwise idle machine), or with an --sgemm-size too small to reach it "
+            "(a larger one)")
 
 
 def main(argv=None) -> int:
@@ -142,7 +143,7 @@ def main(argv=None) -> int:
     for r in rows:
         print(f"{r['arch']:11s} {r['parameters'] / 1e6:5.2f}M parameters, batch {r['batch_size']}: "
               f"{r['ms_per_update']:7.1f} ms/update  {r['src_tok_per_s']:6.0f}+{r['tgt_tok_per_s']:.0f} tok/s  "
-              f"x{r['x_lstm_tok_per_s']:.2f} the LSTM's tokens/s  {r['useful_gflops']:6.2f} useful GFLOP/s = "
+              f"x{r['x_lstm_tok_per_s']:.2f} the LSTM's tokens/s  {r['useful_gflops']:6.2f} useful GFLOP/s, "
               f"{100 * r['fraction_of_sgemm']:.1f}% of sgemm (the median of the rounds' ratios to its rate, median "
               f"{r['sgemm_gflops']:.1f} GFLOP/s)")
         if above_sgemm(r):
