@@ -144,9 +144,15 @@ def test_word_dropout_zeroes_whole_tokens_only_in_training():
     kept = ~zero_tokens
     np.testing.assert_allclose(dropped[kept], 2 * emb.asnumpy()[kept], rtol=1e-6)   # whole tokens, rescaled
     batch = make_batch([5, 3], [4, 6], 5, 6)[:3]
+    acted = []   # each side's in the model's forward (either side's alone passed the comparison below)
+    for side in (model.encoder, model.decoder):
+        side.word_dropout.register_forward_hook(
+            lambda block, inputs, out, side=side: acted.append((side.name, bool((inputs[0] != out).sum().asscalar()))))
+    mx.random.seed(1)   # (the draws that zero no token of a side: about 1 in 1,000)
     with autograd.record():
         a, b = model(*batch), model(*batch)
     assert np.abs((a - b).asnumpy()).max() > 1e-4
+    assert sorted(set(acted)) == [(model.decoder.name, True), (model.encoder.name, True)], acted
 
 
 def test_int32_inputs_accepted():

@@ -402,3 +402,20 @@ def test_the_trainer_process_and_this_one_train_the_same_tokenizer(tmp_path, mon
     monkeypatch.setattr(spm_process, "IN_PROCESS_LINES", 0)
     child = train_tokenizer(lines, tmp_path / "child", "ko", 400)
     assert here.vocab_size == child.vocab_size > 300 and here.same_vocabulary(child)
+
+
+def test_subword_regularization_samples_both_sides_of_the_training_pairs(ko_tok):
+    """--subword-sampling segments each training pair anew every epoch (nmt.data.subword_resegmenter): both sides,
+    each from its own seed (a test audit left the target side at its best segmentation and no test failed)."""
+    from nmt.config import DataConfig
+    from nmt.data import EncodedData, subword_resegmenter
+    lines = synthetic_lines(KO_WORDS, n=40, seed=5)
+    data = EncodedData([], [], [], [], train_src_text=lines, train_tgt_text=lines[::-1])
+    resegment = subword_resegmenter(DataConfig(subword_sampling=0.05), data, ko_tok, ko_tok)   # (0.2: 1 in 20 differ)
+    indices = list(range(0, 40, 2))
+    src, tgt = resegment(indices, 7)
+    for side, text, ids in (("src", lines, src), ("tgt", lines[::-1], tgt)):
+        chosen = [text[i] for i in indices]
+        assert ko_tok.decode(ids) == chosen, side
+        assert ids != ko_tok.encode(chosen), side   # sampled, the same text
+    assert resegment(indices, 7) == (src, tgt) and resegment(indices, 8) != (src, tgt)
