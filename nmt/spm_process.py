@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 _CHILD = """import ctypes, json, os, signal, sys
 signal.signal(signal.SIGINT, signal.SIG_IGN)   # a terminal's Ctrl-C reaches both: the parent stops it
@@ -40,7 +41,31 @@ def train(seed: int, lines: int, **options) -> None:
         import sentencepiece as spm
         spm.set_random_generator_seed(seed)
         spm.SentencePieceTrainer.train(**options)
-        return
+    else:
+        _in_child(seed, options)
+    _check_written(options["model_prefix"])
+
+
+def _check_written(prefix: str) -> None:
+    """RuntimeError unless SentencePiece wrote `prefix`.model and .vocab whole: on a full disk it writes them short
+    (or empty: an empty model crashes SentencePiece at its first use) without a word."""
+    import sentencepiece as spm
+    from nmt.storage import free_bytes, human_bytes
+    model, vocab = Path(f"{prefix}.model"), Path(f"{prefix}.vocab")
+    data, pieces = model.read_bytes(), vocab.read_bytes().count(b"\n")
+    try:
+        if not data:
+            raise RuntimeError("empty")
+        whole = spm.SentencePieceProcessor(model_proto=data).get_piece_size() == pieces
+    except RuntimeError:
+        whole = False
+    if not whole:
+        raise RuntimeError(f"it wrote {model.name} ({len(data)} bytes) or {vocab.name} ({pieces} pieces) short in "
+                           f"{model.parent}, which has {human_bytes(free_bytes(model.parent))} free: a full disk? "
+                           "(set TMPDIR to a directory with room)")
+
+
+def _in_child(seed: int, options: dict) -> None:
     from nmt.job import describe_exit
     # -P: no Python file of the working directory imported in its place (a csv.py there ran, a json.py broke it). No
     # preexec_fn: this process has MXNet's threads, and code between fork and exec could deadlock on their locks.

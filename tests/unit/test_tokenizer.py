@@ -419,3 +419,22 @@ def test_subword_regularization_samples_both_sides_of_the_training_pairs(ko_tok)
         assert ko_tok.decode(ids) == chosen, side
         assert ids != ko_tok.encode(chosen), side   # sampled, the same text
     assert resegment(indices, 7) == (src, tgt) and resegment(indices, 8) != (src, tgt)
+
+
+@pytest.mark.parametrize("keep", [0, 100])
+def test_a_model_sentencepiece_wrote_short_is_an_error_and_not_published(tmp_path, monkeypatch, keep):
+    """On a full disk SentencePiece writes its model short, or empty, without a word: the model was published in the
+    model directory and every command after crashed on it (a segmentation fault for an empty one)."""
+    import sentencepiece as spm
+    real = spm.SentencePieceTrainer.train
+
+    def full_disk(**options):
+        real(**options)
+        model = Path(options["model_prefix"] + ".model")
+        model.write_bytes(model.read_bytes()[:keep])
+    monkeypatch.setattr(spm.SentencePieceTrainer, "train", full_disk)
+    with pytest.raises(TokenizerError, match=rf"^SentencePiece training of the ko tokenizer failed: it wrote spm\.model "
+                                             rf"\({keep} bytes\) or spm\.vocab \(\d+ pieces\) short in .*nmt-spm-.*: a "
+                                             r"full disk\?"):
+        train_tokenizer(synthetic_lines(KO_WORDS, n=200), tmp_path, "ko", 400)
+    assert list(tmp_path.iterdir()) == []
