@@ -191,7 +191,7 @@ def _model_split(cfg: Config, data_dir: Optional[str], kind: str, flag: str, nam
             return {name: read_parallel(src, tgt, skip_invalid_utf8=d.skip_invalid_utf8, name=name, whole=not dev)}
         except CorpusError as e:   # the paths come from the model's configuration, which the user may not know
             raise CorpusError(f"{flag}: the model's {kind} files (data.{kind}_src, data.{kind}_tgt of its config.json "
-                              f"as trained): {e}") from None
+                              f"as trained): {e}; if they moved, give them as --src-file and --ref-file") from None
     if dev and d.train_src:   # training files without dev files: the pairs held out of them
         try:
             return from_recipe(d)

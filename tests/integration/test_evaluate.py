@@ -366,6 +366,14 @@ def test_dev_set_is_the_one_validated_on_and_stays_out_of_results_tables(model_c
     assert json.loads((model_copy / ckpt.SCORES).read_text())["dev"]["best"]["bleu"] == entry["bleu"]
     from scripts.runs import load_run, results_rows
     assert "dev" not in {r["test_set"] for r in results_rows([load_run(model_copy)])}
+    moved = Path(cfg.data.dev_src).with_name("moved.ko")   # the dev files moved since training: how to score them
+    Path(cfg.data.dev_src).rename(moved)
+    try:
+        code, _, err = run(["--model-dir", model_copy, "--dev-set"], capsys)
+    finally:
+        moved.rename(cfg.data.dev_src)
+    assert code == 2 and err.endswith(f"{cfg.data.dev_src}: file not found; check the path; if they moved, give them "
+                                      "as --src-file and --ref-file\n"), err
 
 
 def test_the_score_of_an_average_replaced_meanwhile_is_not_recorded(model_copy, caplog):
