@@ -214,6 +214,7 @@ def test_translations_cut_at_the_length_limit_are_named(tr, src_lines, tmp_path,
         limits = [math.ceil(0.8 * (len(ids) + 1)) for ids in tr.src_tok.encode(lines)]
         assert [len(h[0][0]) for h in part.translate_ids(lines, beam_size=1)] == list(map(min, free, limits))
         assert any(f >= n for f, n in zip(free, limits)) and any(f < n for f, n in zip(free, limits))
+        assert part.cut_off == sum(f >= n for f, n in zip(free, limits))   # (the warning's count: the same limits)
 
 
 def test_reader_cuts_a_giant_line_without_holding_it(tmp_path):

@@ -631,15 +631,18 @@ def test_pairs_swap_select_concat():
 
 def test_clean_training_pairs_each_reason(nmt_logs):
     train = Pairs(
-        ["좋은 문장.", "테스트 원문.", "다른 원문.", "개발 문장.", "긴" * 50, "짧", "좋은 문장.", "또 좋은 문장.", "",
-         "긴 번역이 나오는 원문입니다."],   # (the last: its target over --max-chars, its ratio within --max-ratio)
-        ["A good sentence.", "Other target.", "Test target.", "Dev target x.", "Long.", "Much much longer text",
-         "A good sentence.", "Another good one.", "Empty source.", "A target over forty characters long, it is."],
+        ["좋은 문장.", "테스트 원문.", "다른 원문.", "개발 문장.", "긴" * 50, "짧", "좋은 문장.",
+         "또 좋은 문장입니다, 아주 좋은 문장이에요.", "", "긴 번역이 나오는 원문입니다."],   # (the last: its target over
+        ["A good sentence.", "Other target.", "Test target.", "Dev target x.", "Long.",   # --max-chars, not its ratio)
+         "Much much longer text", "A good sentence.", "Another good one, a very good one.", "Empty source.",
+         "A target over forty characters long, it is."],
         "train")
     test = Pairs(["테스트 원문."], ["Test target."], "test")
     dev = Pairs(["개발 문장?"], ["Dev target x."], "dev")
     kept, counts = clean_training_pairs(train, [test, dev], max_chars=40, max_ratio=3.0)
-    assert kept.src == ["좋은 문장.", "또 좋은 문장."] and kept.tgt == ["A good sentence.", "Another good one."]
+    # (characters, not bytes: the second kept source has 24 characters, 58 bytes)
+    assert kept.src == ["좋은 문장.", "또 좋은 문장입니다, 아주 좋은 문장이에요."]
+    assert kept.tgt == ["A good sentence.", "Another good one, a very good one."]
     assert counts == {"overlap:test": 2, "overlap:dev": 1, "too_long": 2, "ratio": 1, "duplicate": 1, "empty": 1}
     assert len(kept) + sum(counts.values()) == len(train)
     assert "kept 2 of 10" in messages(nmt_logs) and "overlap:test 2" in messages(nmt_logs)
