@@ -723,6 +723,24 @@ def test_lines_and_words_are_usable_by_keyboard_and_labelled(translator, serve_s
             word = driver.switch_to.active_element
             assert word == driver.find_elements(By.CSS_SELECTOR, "#align-src button")[0]
             assert "linked" in word.get_attribute("class")
+            # a line whose alignment fails is said in the status, after the result's words, each time it fails; the
+            # result's words alone once another line's alignment is shown
+            driver.execute_script("window.realFetch = window.fetch; window.fetch = (path, init) => path === 'attention'"
+                                  " ? Promise.resolve(new Response('', {status: 500, statusText: 'Internal Server "
+                                  "Error'})) : window.realFetch(path, init);")
+            said = ("Translated 2 lines. The word alignment and attention of line 1 could not be loaded: the server "
+                    "answered 500 Internal Server Error")
+            driver.execute_script("window.spoken = []; new MutationObserver(() => window.spoken.push(document"
+                                  ".getElementById('status').textContent)).observe(document.getElementById('status'),"
+                                  " {childList: true, characterData: true, subtree: true});")
+            for _ in range(2):
+                driver.find_elements(By.CSS_SELECTOR, "#translation .line")[0].click()
+                wait_done(driver)
+            assert driver.execute_script("return window.spoken") == [said, said]
+            driver.execute_script("window.fetch = window.realFetch;")
+            driver.find_elements(By.CSS_SELECTOR, "#translation .line")[1].click()
+            wait_done(driver)
+            assert content(driver, "status")["status"] == "Translated 2 lines" and content(driver, "heatmap")["heatmap"]
     finally:
         driver.quit()
 
