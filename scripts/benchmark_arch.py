@@ -16,8 +16,8 @@ target tokens/s x those per target token (each architecture's `count_flops_per_t
 lengths), against the rate of `nd.dot` on `--sgemm-size`^2 float32 matrices in this process (same threads), taken
 after each round of windows (the fastest of 5 products), so that a change of load hits both alike: the fraction of
 sgemm is the median of the rounds' ratios, and one above 100% (the sgemm rate measured under load that the windows
-did not meet, or with an --sgemm-size too small to reach it) is warned about. Decoding speed (beam 4, sentences/s) of either architecture:
-scripts/benchmark_decode.py.
+did not meet, or with an --sgemm-size too small to reach it) is warned about. Decoding speed (beam 4, sentences/s)
+of either architecture: scripts/benchmark_decode.py.
 """
 from __future__ import annotations
 
@@ -128,7 +128,7 @@ def above_sgemm(row: dict) -> str:
     return (f"warning: {row['arch']}: {100 * row['fraction_of_sgemm']:.0f}% of sgemm is more than a model can reach: "
             f"the sgemm rate ({rates} GFLOP/s after the rounds) was measured under load that the training windows "
             "did not meet (rerun on an otherwise idle machine), or with an --sgemm-size too small to reach it "
-            "(a larger one)")
+            "(rerun with a larger one)")
 
 
 def main(argv=None) -> int:

@@ -988,7 +988,7 @@ def test_a_bad_line_typed_with_an_output_file_is_refused_and_the_typing_goes_on(
     assert err.count("<stdin>: 1 line refused (") == 1 and "translated 0 lines in " in err, err
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(_Terminal(typed[2] + b"\n")))
     assert "translated 1 line in " in run(["--model-dir", tr.model_dir, "--output", out, "--json-input"], capsys)[2]
-    firsts = []   # a line left out, the lines after it keep their numbers (in warnings, plots' file names)   # a line left out, the lines after it keep their numbers (in warnings, plots' file names)
+    firsts = []   # a line left out, the lines after it keep their numbers (in warnings, plots' file names)
     translate_stream(tr, iter([(b"{", False), ('{"text": "\ub9ac"}'.encode(), False)]), io.StringIO(),
                      json_input=True, chunk_lines=5, on_bad_line=lambda e: None,
                      on_chunk=lambda first, lines, best: firsts.append(first))

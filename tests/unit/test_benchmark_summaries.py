@@ -63,4 +63,4 @@ def test_the_fraction_of_sgemm_is_taken_per_round_and_one_above_it_is_warned_abo
         f"warning: lstm: 200000% of sgemm is more than a model can reach: the sgemm rate ("
         f"{', '.join(f'{x / 2e3:.1f}' for x in useful)} GFLOP/s after the rounds) was measured under load that the "
         "training windows did not meet (rerun on an otherwise idle machine), or with an --sgemm-size too small to "
-        "reach it (a larger one)")
+        "reach it (rerun with a larger one)")
