@@ -113,7 +113,7 @@ def translate_main(args: argparse.Namespace) -> int:
     tally = [0, 0, 0]   # non-empty lines; with Hangul (the model's source language?); JSON requests (--json-input?)
 
     def on_chunk(first: int, lines: list, best_ids: list) -> None:
-        counts = (*hangul_counts(lines), 0 if args.json_input else json_requests(lines))
+        counts = (*hangul_counts(lines, tr.src_lang), 0 if args.json_input else json_requests(lines))
         tally[:] = [t + c for t, c in zip(tally, counts)]
         if plot is not None:
             plot(first, lines, best_ids)

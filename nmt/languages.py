@@ -1,5 +1,7 @@
-"""Which language a text is in, as far as a Korean <-> English system needs to know: lines with Hangul are Korean.
-Used to catch swapped or one-language parallel files, and an input given to the model of the other direction."""
+"""Which language a text is in, as far as a Korean <-> English system needs to know: a line meant to be Korean is
+when it has Hangul (technical Korean is full of English words), a line meant to be English is not when Hangul is at
+most half of its letters (English names Korean things: "kimchi (김치)"). Used to catch swapped or one-language
+parallel files, and an input given to the model of the other direction."""
 from __future__ import annotations
 
 import os
@@ -10,11 +12,21 @@ from nmt.corpus import CorpusError, normalize
 from nmt.textfile import undo_latin1_command
 
 _HANGUL = re.compile("[\uac00-\ud7a3\u1100-\u11ff\u3130-\u318f]")
+_LATIN = re.compile("[A-Za-z\u00c0-\u024f]")
 _JSON_REQUEST = re.compile(r'\ufeff?\s*\{.*"text"\s*:.*\}\s*')   # (a first line's byte-order mark too)
 
 
 def has_hangul(text: str) -> bool:
     return _HANGUL.search(text) is not None
+
+
+def korean(text: str, lang: str) -> bool:
+    """Whether a line of text meant to be in `lang` reads as Korean: any Hangul in a Korean one, Hangul outnumbering
+    Latin letters in an English one."""
+    if lang == "ko":
+        return has_hangul(text)
+    hangul = len(_HANGUL.findall(text))
+    return hangul > 0 and hangul > len(_LATIN.findall(text))
 
 
 def check_languages(src: Sequence[str], tgt: Sequence[str], src_lang: str, names: Tuple[str, str],
@@ -23,15 +35,15 @@ def check_languages(src: Sequence[str], tgt: Sequence[str], src_lang: str, names
     English side: the files are swapped, or both are in one language. `names`: how the error names the source and
     the target side (e.g. "--train-src a.ko"); `direction`: where their languages come from (e.g. "--src ko --tgt
     en")."""
-    shares = (hangul_share(src), hangul_share(tgt))
     ko, en = (0, 1) if src_lang == "ko" else (1, 0)
+    shares = (hangul_share(src, "ko" if ko == 0 else "en"), hangul_share(tgt, "ko" if ko == 1 else "en"))
     if shares[ko] > shares[en]:
         return
     paths = [os.path.realpath(name.split(" ", 1)[-1]) for name in names]   # ("--flag path")
     same = "the same file is given for both sides" if paths[0] == paths[1] else ""
     if min(shares) >= 0.5:   # both Korean: the English side is the one at fault
-        raise CorpusError(f"{names[en]} should be the English side ({direction}) but has Hangul on {shares[en]:.0%} "
-                          f"of its lines, as {names[ko]} has on {shares[ko]:.0%}: "
+        raise CorpusError(f"{names[en]} should be the English side ({direction}) but is mostly Hangul on "
+                          f"{shares[en]:.0%} of its lines, as {names[ko]} has Hangul on {shares[ko]:.0%}: "
                           + (same or "is it the Korean file again?"))
     raise CorpusError(f"{names[ko]} should be the Korean side ({direction}) but has Hangul on {shares[ko]:.0%} of its "
                       f"lines, against {shares[en]:.0%} in {names[en]}: " +
@@ -55,10 +67,10 @@ def _encoded_twice(lines: Sequence[str], path: str) -> str:
                                                  "as UTF-8"))
 
 
-def hangul_counts(lines: Sequence[str]) -> Tuple[int, int]:
-    """(lines with something left after `normalize`, lines with Hangul) of `lines`: what `other_language_warning`
-    reads."""
-    return sum(1 for x in lines if normalize(x)), sum(map(has_hangul, lines))
+def hangul_counts(lines: Sequence[str], lang: str) -> Tuple[int, int]:
+    """(lines with something left after `normalize`, lines that read as Korean, `korean`) of `lines` meant to be in
+    `lang`: what `other_language_warning` reads."""
+    return sum(1 for x in lines if normalize(x)), sum(korean(x, lang) for x in lines)
 
 
 def json_requests(lines: Sequence[str]) -> int:
@@ -82,14 +94,16 @@ def other_language_warning(lines: int, hangul: int, src_lang: str, tgt_lang: str
     Hangul) look like the target language, e.g. English given to a ko -> en model (a back-translation run with the
     model of the wrong direction): their translations are of no use. "" when they do not."""
     if lines and (hangul < lines / 2 if src_lang == "ko" else hangul > lines / 2):
-        return (f"{hangul} of {lines} non-empty lines have Hangul, but the model translates {src_lang} -> {tgt_lang}: "
-                "is the input in the model's source language (or is this the model of the other direction)?")
+        return (f"{hangul} of {lines} non-empty lines {'have' if src_lang == 'ko' else 'are mostly'} Hangul, but the "
+                f"model translates {src_lang} -> {tgt_lang}: is the input in the model's source language (or is this "
+                "the model of the other direction)?")
     return ""
 
 
-def hangul_share(lines: Sequence[str], sample: int = 10_000) -> float:
-    """The fraction of `lines` with Hangul in them, from at most `sample` lines spread over the whole list."""
+def hangul_share(lines: Sequence[str], lang: str = "ko", sample: int = 10_000) -> float:
+    """The fraction of `lines` (meant to be in `lang`) that read as Korean (`korean`), from at most `sample` lines
+    spread over the whole list."""
     if not len(lines):
         return 0.0
     picked = lines[::max(1, len(lines) // sample)]
-    return sum(map(has_hangul, picked)) / len(picked)
+    return sum(korean(x, lang) for x in picked) / len(picked)

@@ -73,13 +73,13 @@ def interactive(translator: Translator, nbest: Optional[int] = None,
                 print(f"warning: input:{n}: {removed} control character(s) removed before "
                       "translating (an arrow key? with standard output redirected the line cannot be edited)",
                       file=sys.stderr)
-        counts = hangul_counts([line])
+        counts = hangul_counts([line], translator.src_lang)
         if not warned and len(line.split()) > 1 and other_language_warning(*counts, translator.src_lang,
                                                                            translator.tgt_lang):
             warned = True   # (once, and not of a word alone: a name or a number; a file is warned of at its end)
-            print(f"warning: input:{n}: the line has {'' if counts[1] else 'no '}Hangul, but the model translates "
-                  f"{translator.src_lang} -> {translator.tgt_lang}: is it in the model's source language (or is this "
-                  "the model of the other direction)?", file=sys.stderr)
+            print(f"warning: input:{n}: the line {'is mostly' if counts[1] else 'has no'} Hangul, but the model "
+                  f"translates {translator.src_lang} -> {translator.tgt_lang}: is it in the model's source language "
+                  "(or is this the model of the other direction)?", file=sys.stderr)
         rows, best = translation_rows(translator, [line], n, nbest, alignment, [prefix] if json_input else None)
         print(rows[0], flush=True)
         if on_line is not None:

@@ -271,7 +271,7 @@ def _add_routes(app: FastAPI, limits: Limits) -> None:
         lines, beam, warnings = check_translate(req, limits, tr.decode.beam_size, tr.decode.max_input_tokens)
         prefixes, cut = check_prefixes(req, tr.decode.max_input_tokens)
         warnings += cut
-        language = other_language_warning(*hangul_counts(lines), tr.src_lang, tr.tgt_lang)
+        language = other_language_warning(*hangul_counts(lines, tr.src_lang), tr.src_lang, tr.tgt_lang)
         warnings += [f"text: {language}"] if language else []
         long_lines = any(not within_pieces(x, tr.decode.max_input_tokens) for x in lines + (prefixes or []))
         fewer = "send fewer sentences or a smaller beam_size"

@@ -733,7 +733,7 @@ def test_several_reference_files_are_several_references_per_sentence(model_copy,
                        ([rows], f"--ref-file {rows}: its lines are nmt-translate's n-best rows (JSON with "
                                 '"translations"), not one translation per line'),   # (scored as English, silently)
                        ([korean], f"--ref-file {korean} should be the English side (the model translates ko -> "
-                                  "en) but has Hangul on 100% of its lines, as --src-file"),
+                                  "en) but is mostly Hangul on 100% of its lines, as --src-file"),
                        ([ref2, "--name", "ref2", "--hyp-dir", tmp_path, "--beam-size", "1"],
                         f"--hyp-dir {ref2} is the --ref-file file")]:
         code, _, err = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", ref, *extra], capsys)

@@ -245,7 +245,8 @@ def test_bad_input_is_one_clear_error(model_dir, tmp_path, capsys):
             assert command([str(a) for a in args + ["--output", new]]) == 0, capsys.readouterr().err
     code, out, err = run(["--model-dir", model_dir, "--src-file", src, "--tgt-file", src], capsys)
     assert code == 2 and out == "" and f"--tgt-file {src} should be the English side (the model translates ko -> en) " \
-                                       f"but has Hangul on 100% of its lines, as --src-file {src} has on 100%: the same " \
+                                       f"but is mostly Hangul on 100% of its lines, as --src-file {src} has Hangul on " \
+                                       "100%: the same " \
                                        "file is given for both sides" in err
     rows = tmp_path / "nbest.jsonl"   # nmt-translate --nbest's output: scored as English text, without a word
     rows.write_text('{"translations": ["A cat.", "Cat."], "scores": [-1.5, -2.0]}\n' * 2)

@@ -783,3 +783,19 @@ def test_a_pipe_is_read_from_its_first_byte(compress):
             f, idle, _ = open_input(path, stack)
             return [raw.decode("utf-8") for raw, _ in read_raw_lines(f, 1 << 16, idle) if raw]
     assert piped(streamed) == lines
+
+
+def test_an_english_line_naming_korean_things_is_english_and_technical_korean_is_korean():
+    """Any Hangul made a line Korean: English naming Korean things ("kimchi (김치)") given to an en -> ko model was
+    warned of as Korean, and refused as the English side of a pair (nmt-score, nmt-evaluate, nmt-train)."""
+    from nmt.languages import check_languages, hangul_counts, other_language_warning
+    en = ["I like kimchi (김치).", "My name is 민수.", "We visited Busan (부산) last year."]
+    ko = ["나는 김치를 좋아한다.", "내 이름은 민수야.", "우리는 작년에 부산에 갔다."]
+    for src, tgt, src_lang in ((en, ko, "en"), (ko, en, "ko")):
+        check_languages(src, tgt, src_lang, ("--src-file a", "--tgt-file b"), "the model's")   # no error
+    assert other_language_warning(*hangul_counts(en, "en"), "en", "ko") == ""
+    assert "3 of 3 non-empty lines are mostly Hangul" in other_language_warning(*hangul_counts(ko, "en"), "en", "ko")
+    technical = ["Python 3.12의 새 기능", "asyncio 모듈의 EventLoop"]   # Korean full of English words stays Korean
+    assert hangul_counts(technical, "ko") == (2, 2) and not other_language_warning(2, 2, "ko", "en")
+    with pytest.raises(CorpusError, match="should be the English side .* but is mostly Hangul on 100%"):
+        check_languages(ko, ko[::-1], "ko", ("--src-file a", "--tgt-file b"), "the model's")

@@ -393,8 +393,9 @@ def test_swapped_or_one_language_files_are_refused(write_file, direction):
         with pytest.raises(CorpusError) as e:
             load_data(cfg)
         language = "Korean" if side == ko_side else "English"   # (the side at fault is named)
+        verb = "has Hangul" if side == ko_side else "is mostly Hangul"   # (English naming Korean things is English)
         assert (f"--{kind}-{side} {getattr(cfg, f'{kind}_{side}')} should be the {language} side (--src {src_lang} "
-                f"--tgt {tgt_lang}) but has Hangul on ") in str(e.value)
+                f"--tgt {tgt_lang}) but {verb} on ") in str(e.value)
         assert str(e.value).endswith(says), str(e.value)
     undo = re.search("undo it, `(.*)`$", str(e.value))[1]
     subprocess.run(undo, shell=True, check=True)
