@@ -95,10 +95,15 @@ def to_utf8_hint(line: bytes, path: Optional[PathLike], kind: Optional[str], int
             "the line reads as Windows-1252 (Latin-1) text: ") + f"`{iconv_command(path, enc, kind, into)}`"
 
 
+# Hangul that CP949 reads in Korean: two syllables in a row, or one standing apart from Latin letters. A smart quote
+# or dash of Windows-1252 before a letter reads as one syllable glued to Latin letters ("don\x92t": "don뭪").
+_CP949_HANGUL = "[\uac00-\ud7a3]{2}|(?<![A-Za-z])[\uac00-\ud7a3](?![A-Za-z])"
+
+
 def encoding_of(line: bytes) -> str:
     """What a line of invalid UTF-8 probably is: "CP949" (Korean legacy text), or "CP1252" for a line that has no
-    Hangul in CP949 but reads as Windows-1252 (or Latin-1) text."""
-    return "CP949" if _reads_as(line, "cp949", "[\uac00-\ud7a3]") or not _reads_as(line, "cp1252", "") else "CP1252"
+    Korean Hangul in CP949 but reads as Windows-1252 (or Latin-1) text."""
+    return "CP949" if _reads_as(line, "cp949", _CP949_HANGUL) or not _reads_as(line, "cp1252", "") else "CP1252"
 
 
 def not_text(line: bytes, utf8_elsewhere: bool = False) -> str:

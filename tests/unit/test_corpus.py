@@ -365,11 +365,17 @@ def test_invalid_utf8_names_file_and_line(write_file):
     with pytest.raises(CorpusError, match=r"l.en:2: .*the line reads as Windows-1252 \(Latin-1\) text: `iconv -f "
                                           r"CP1252 -t UTF-8 .*l.en > .*l.utf8.en`"):
         read_parallel(write_file("k.ko", KO), en)
-    from nmt.textfile import to_utf8_hint   # Hangul anywhere in the line (it was looked for at its start alone), any
+    from nmt.textfile import encoding_of, to_utf8_hint   # Hangul anywhere in the line (it was looked for at its start alone), any
     assert to_utf8_hint('Tom은 "집"에'.encode("cp949"), "my in.ko", None) == \
         "Korean legacy text is often CP949: `iconv -f CP949 -t UTF-8 'my in.ko'`"   # Windows-1252 sign; a quoted path
     assert to_utf8_hint("Nestl\u00e9\u2122 \u2022 caf\u00e9".encode("cp1252"), "a.en", "xz") == \
         "the line reads as Windows-1252 (Latin-1) text: `xzcat a.en | iconv -f CP1252 -t UTF-8`"
+    # a smart quote or dash before a letter reads as one CP949 syllable glued to Latin letters ("don\x92t": "don뭪"):
+    # English, which the CP949 command would have turned into such Hangul without a word
+    for english in ("I don\u2019t know.", "\u201cHello,\u201d he said \u2014 twice."):
+        assert encoding_of(english.encode("cp1252")) == "CP1252", english
+    for korean in ("네.", "Python의 새 기능", "감사합니다"):   # one syllable apart from Latin letters, or two in a row
+        assert encoding_of(korean.encode("cp949")) == "CP949", korean
 
 
 def test_bytes_no_conversion_reads_are_not_called_an_encoding(write_file):
