@@ -46,17 +46,23 @@ def train(seed: int, lines: int, **options) -> None:
     _check_written(options["model_prefix"])
 
 
+def processor(data: bytes):
+    """The SentencePieceProcessor of a serialized model; RuntimeError (as SentencePiece's for a damaged one) for an
+    empty one, which SentencePiece takes for a model it never loaded: a segmentation fault at its first use."""
+    import sentencepiece as spm
+    if not data:
+        raise RuntimeError("an empty file")
+    return spm.SentencePieceProcessor(model_proto=data)
+
+
 def _check_written(prefix: str) -> None:
     """RuntimeError unless SentencePiece wrote `prefix`.model and .vocab whole: on a full disk it writes them short
-    (or empty: an empty model crashes SentencePiece at its first use) without a word."""
-    import sentencepiece as spm
+    (or empty) without a word."""
     from nmt.storage import free_bytes, human_bytes
     model, vocab = Path(f"{prefix}.model"), Path(f"{prefix}.vocab")
     data, pieces = model.read_bytes(), vocab.read_bytes().count(b"\n")
     try:
-        if not data:
-            raise RuntimeError("empty")
-        whole = spm.SentencePieceProcessor(model_proto=data).get_piece_size() == pieces
+        whole = processor(data).get_piece_size() == pieces
     except RuntimeError:
         whole = False
     if not whole:

@@ -119,10 +119,7 @@ class Tokenizer:
         if not path.is_file():
             raise TokenizerError(f"{path}: SentencePiece model not found")
         try:   # (read here: SentencePiece would open the path's text as UTF-8, not as the file system names it)
-            data = path.read_bytes()
-            if not data:   # SentencePiece takes it for a model it never loaded: a segmentation fault at its first use
-                raise RuntimeError("an empty file")
-            sp = spm.SentencePieceProcessor(model_proto=data)
+            sp = spm_process.processor(path.read_bytes())
         except OSError as e:
             raise TokenizerError(f"{path}: cannot read the SentencePiece model ({e.strerror})") from None
         except RuntimeError as e:
