@@ -113,10 +113,11 @@ def refused_change(key: str, label: str, value, saved: Config, source: str) -> s
         return ""
     shown = (f"{label} ({name} {json.dumps(value)})" if isinstance(value, bool) else   # (--no-X false)
              f"{label} {json.dumps(value)}") if label.startswith("--") else f"{label} = {json.dumps(value)}"
-    tuned = _tuned(key, source, saved.model.arch)
-    why = f"{fixed}: drop it, or train into a new --model-dir{tuned}" if key != "optim.optimizer" else (
-        f"its saved optimizer states belong to the {old} optimizer: drop it, or to switch optimizers fine-tune into a "
-        f"new --model-dir with --init-from {_latest_params(Path(source).parent)}")
+    if key == "optim.optimizer":
+        why = (f"its saved optimizer states belong to the {old} optimizer: drop it, or to switch optimizers fine-tune "
+               f"into a new --model-dir with --init-from {_latest_params(Path(source).parent)}")
+    else:   # (the advice reads the checkpoint's manifest: only where it is given)
+        why = f"{fixed}: drop it, or train into a new --model-dir{_tuned(key, source, saved.model.arch)}"
     return f"--resume: {shown} differs from {json.dumps(old)}, which this run was trained with ({source}); {why}"
 
 
