@@ -106,9 +106,11 @@ def summarize(res: dict, model: dict, lstm: dict, sgemm: List[float]) -> dict:
     src_len = sum(x["src_tokens"] for x in w) / sum(x["sentences"] for x in w)
     tgt_len = sum(x["tgt_tokens"] for x in w) / sum(x["sentences"] for x in w)
     flops = flops_per_token(res, model, src_len, tgt_len)
-    useful = rate["src_tokens"] * flops["src_train_flops"] + rate["tgt_tokens"] * flops["tgt_train_flops"]
-    per_round = [(x["src_tokens"] * flops["src_train_flops"] + x["tgt_tokens"] * flops["tgt_train_flops"])
-                 / x["seconds"] / 1e9 / rate_r for x, rate_r in zip(w, sgemm, strict=True)]
+    def useful_of(src_tokens: float, tgt_tokens: float) -> float:   # training FLOPs of so many tokens
+        return src_tokens * flops["src_train_flops"] + tgt_tokens * flops["tgt_train_flops"]
+    useful = useful_of(rate["src_tokens"], rate["tgt_tokens"])
+    per_round = [useful_of(x["src_tokens"], x["tgt_tokens"]) / x["seconds"] / 1e9 / rate_r
+                 for x, rate_r in zip(w, sgemm, strict=True)]
     tok = [(x["src_tokens"] + x["tgt_tokens"]) / x["seconds"] for x in w]
     lstm_tok = [(x["src_tokens"] + x["tgt_tokens"]) / x["seconds"] for x in lstm["windows"]]
     return {"arch": res["arch"], "parameters": res["parameters"], "batch_size": res["batch_size"],
@@ -146,8 +148,8 @@ def main(argv=None) -> int:
               f"x{r['x_lstm_tok_per_s']:.2f} the LSTM's tokens/s  {r['useful_gflops']:6.2f} useful GFLOP/s, "
               f"{100 * r['fraction_of_sgemm']:.1f}% of sgemm (the median of the rounds' ratios to its rate, median "
               f"{r['sgemm_gflops']:.1f} GFLOP/s)")
-        if above_sgemm(r):
-            print(above_sgemm(r), file=sys.stderr)
+        if warning := above_sgemm(r):
+            print(warning, file=sys.stderr)
     if args.json:
         from nmt.atomic import atomic_write_text
         args.json.parent.mkdir(parents=True, exist_ok=True)
