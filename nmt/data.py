@@ -82,11 +82,12 @@ def _too_small(vocab_size: int, small: List[Tuple[str, VocabTooSmall]]) -> Vocab
 
 
 def encode_data(cfg: Config, splits: DatasetSplits, src_tok: Tokenizer, tgt_tok: Tokenizer,
-                cache_dir: Optional[Path] = None) -> EncodedData:
-    """Token ids of the splits; the training ids from (or into) the encoded-corpus cache in `cache_dir`."""
+                cache_dir: Optional[Path] = None, scratch: bool = False) -> EncodedData:
+    """Token ids of the splits; the training ids from (or into) the encoded-corpus cache in `cache_dir` (`scratch`:
+    a temporary directory in $TMPDIR, `nmt.encoded.load_or_encode`)."""
     d = cfg.data
     if cache_dir is not None:
-        tr_s, tr_t, _ = load_or_encode(cache_dir, src_tok, tgt_tok, splits.train.src, splits.train.tgt)
+        tr_s, tr_t, _ = load_or_encode(cache_dir, src_tok, tgt_tok, splits.train.src, splits.train.tgt, scratch)
     else:
         tr_s, tr_t = encode_flat(src_tok, splits.train.src), encode_flat(tgt_tok, splits.train.tgt)
     ls, lt = tr_s.lengths, tr_t.lengths
@@ -170,11 +171,12 @@ def check_same_pairs(d: DataConfig, sums: Tuple[str, ...], saved: Tuple[str, ...
 
 
 def build_data(cfg: Config, model_dir: Path, resume: bool = False, workers: Optional[WorkerGroup] = None,
-               saved_sums: Tuple[str, str, str] = ("", "", "")) -> TrainData:
+               saved_sums: Tuple[str, str, str] = ("", "", ""), scratch: bool = False) -> TrainData:
     """The data of a run per `cfg.data`: the text splits of the recipe (or files), tokenizers trained into
     `model_dir` (or, on `resume`, loaded from it), token ids and the bucketed batches, seeded with
     `cfg.train.seed` (the sampler starts at epoch 0; a resume loads its position). `saved_sums`: the `pair_sums` a
-    resumed run's pairs must have (`check_same_pairs`)."""
+    resumed run's pairs must have (`check_same_pairs`). `scratch`: `model_dir` is a temporary directory in $TMPDIR
+    (a dry run's, `nmt.atomic.scratch_dir`), which a lack of room names as such, not as --model-dir."""
     d = cfg.data
     if d.tgt_lang == "ko":   # (its validations would fail: before any work)
         korean_bleu()
@@ -188,7 +190,7 @@ def build_data(cfg: Config, model_dir: Path, resume: bool = False, workers: Opti
                     cfg.train.valid_max_sentences, len(splits.dev.src))
     src_tok, tgt_tok = build_tokenizers(cfg, model_dir, None if resume else splits, workers)
     chief = workers is None or workers.is_chief   # the others may not write the model directory
-    encoded = encode_data(cfg, splits, src_tok, tgt_tok, Path(model_dir) if chief else None)
+    encoded = encode_data(cfg, splits, src_tok, tgt_tok, Path(model_dir) if chief else None, scratch)
     sampler = BucketSampler(encoded.train_src.lengths, encoded.train_tgt.lengths,
                             batch_size=None if d.batch_tokens else d.batch_size, batch_tokens=d.batch_tokens,
                             num_buckets=d.num_buckets, bucketing=d.bucketing, shuffle=True, seed=cfg.train.seed)

@@ -25,7 +25,7 @@ import numpy as np
 
 from nmt.atomic import abandoned, atomic_open, hold
 from nmt.download import sha256_file
-from nmt.storage import check_room
+from nmt.storage import check_room, check_scratch_room
 
 logger = logging.getLogger("nmt.data")
 
@@ -154,14 +154,19 @@ def killed_writes(cache_dir: Path) -> List[Path]:
     return [path for path in Path(cache_dir).glob(".encoded.*.tmp") if abandoned(path)]
 
 
-def _save(cache_dir: Path, key: str, flats: Sequence[FlatIds]) -> int:
+def _save(cache_dir: Path, key: str, flats: Sequence[FlatIds], scratch: bool = False) -> int:
     """Both sides' arrays, each side's ids first and offsets last (each atomic): a side with its offsets file is
-    complete. The room for all of them is checked first, and a disk that fills meanwhile asks for it too: one array's
-    size told a user nothing of what to free (a new attempt writes them all again)."""
+    complete. The room for all of them is checked first (in a `scratch` directory, naming TMPDIR, not --model-dir),
+    and a disk that fills meanwhile asks for it too: one array's size told a user nothing of what to free (a new
+    attempt writes them all again)."""
     arrays = [(path, arr) for side, flat in zip(("src", "tgt"), flats)
               for path, arr in zip(_paths(cache_dir, key, side), (flat.ids, flat.offsets))]
     whole = sum(-(-(arr.nbytes + 128) // 4096) * 4096 for _, arr in arrays) + 4096   # (.npy headers, blocks, sums)
-    check_room(cache_dir, whole, f"the encoded training corpus's arrays (encoded.{key}.*.npy)", keep_last=False)
+    what = f"the encoded training corpus's arrays (encoded.{key}.*.npy)"
+    if scratch:
+        check_scratch_room(cache_dir, whole, what)
+    else:
+        check_room(cache_dir, whole, what, keep_last=False)
     for path, arr in arrays:
         with _written(path, whole) as f:
             np.save(f, arr)
@@ -175,9 +180,10 @@ def _sums(cached: Sequence[FlatIds]) -> dict:
 
 
 def load_or_encode(cache_dir: Path, src_tok, tgt_tok, src_lines: Sequence[str],
-                   tgt_lines: Sequence[str]) -> Tuple[FlatIds, FlatIds, bool]:
+                   tgt_lines: Sequence[str], scratch: bool = False) -> Tuple[FlatIds, FlatIds, bool]:
     """Both sides' FlatIds from `cache_dir` if encoded before with the same text and tokenizers, else encoded,
-    saved there (replacing older entries) and memory-mapped. The bool says whether the cache had them."""
+    saved there (replacing older entries) and memory-mapped. The bool says whether the cache had them. `scratch`:
+    `cache_dir` is a temporary directory in $TMPDIR (a dry run's), not the model directory."""
     cache_dir = Path(cache_dir)
     key = cache_key(src_lines, tgt_lines, src_tok, tgt_tok)
     cached, sums_path = [_load(cache_dir, key, side) for side in ("src", "tgt")], cache_dir / f"encoded.{key}.json"
@@ -194,7 +200,7 @@ def load_or_encode(cache_dir: Path, src_tok, tgt_tok, src_lines: Sequence[str],
                        _paths(cache_dir, key, "src")[0].name)
     elif any(p.exists() for side in ("src", "tgt") for p in _paths(cache_dir, key, side)):   # (a save killed too)
         logger.warning("encoded corpus: encoded.%s.*.npy damaged or incomplete, encoding it again", key)
-    whole = _save(cache_dir, key, [encode_flat(src_tok, src_lines), encode_flat(tgt_tok, tgt_lines)])
+    whole = _save(cache_dir, key, [encode_flat(src_tok, src_lines), encode_flat(tgt_tok, tgt_lines)], scratch)
     for old in [*cache_dir.glob("encoded.*.npy"), *cache_dir.glob("encoded.*.json")]:
         if not old.name.startswith(f"encoded.{key}."):
             old.unlink()

@@ -183,7 +183,7 @@ def dry_run(cfg: Config, resume: bool = False, overwrite: bool = False, init: Op
         if init is not None:
             copy_tokenizers(init, cfg, tmp)
         data = build_data(cfg, model_dir if resume else tmp, resume=resume,
-                          saved_sums=report.pop("sums", ("", "", "")))
+                          saved_sums=report.pop("sums", ("", "", "")), scratch=not resume)
         check_search_widths(cfg, data.tgt_tok.vocab_size)
         sampler = report.pop("sampler", None)   # of the checkpoint a resume starts from (checked above)
         if resume:   # the position a resume continues from belongs to these batches (else an error names why)

@@ -188,6 +188,18 @@ def check_room(directory: PathLike, needed: int, what: str, flag: str = "--model
                            f"choose another {flag}")
 
 
+def check_scratch_room(directory: PathLike, needed: int, what: str) -> None:
+    """StorageError when the temporary directory `directory` (`nmt.atomic.scratch_dir` in $TMPDIR: a dry run's) has
+    less than `needed` bytes free for `what`. No flag chooses it: the error names TMPDIR, and the room to give it for
+    `what` and the files `directory` holds already."""
+    free = free_bytes(directory)
+    if free < needed:
+        held = sum(f.stat().st_blocks * 512 for f in Path(directory).iterdir() if f.is_file())   # (as allocated)
+        raise StorageError(f"the temporary directory {directory}: {human_bytes(free)} free, but {what} need about "
+                           f"{human_bytes(needed)}; free some space there or set TMPDIR to a directory with about "
+                           f"{human_bytes(needed + held)} free")
+
+
 # Lines of the C++ stack MXNet's error messages carry around their own ("Traceback ...", "File ...", "[bt] ...").
 _STACK_LINE = re.compile(r"Traceback \(most recent call last\)|File \"|\[bt\]|Stack trace|\d+: ")
 

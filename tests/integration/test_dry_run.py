@@ -69,6 +69,26 @@ def test_dry_run_describes_the_run_and_writes_nothing(tmp_path, task, capsys, mo
     assert "then halved after every 2 validations without gain" in log and "no early stop; limits: max_steps 1" in log
 
 
+def test_a_temporary_directory_without_room_for_the_encoded_corpus_names_tmpdir(tmp_path, task, capsys, monkeypatch):
+    """A dry run encodes the corpus in its temporary directory in $TMPDIR: without room there, the error said
+    "--model-dir /tmp/nmt-dry-run-....tmp: ...; choose another --model-dir", a flag that does not choose it."""
+    import tempfile
+    from nmt import storage
+    temp, free_bytes = tmp_path / "temp", storage.free_bytes
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    monkeypatch.setattr(storage, "free_bytes",
+                        lambda path: 1000 if str(path).startswith(str(temp)) else free_bytes(path))
+    assert train_main(args_for(task, tmp_path / "m", "--dry-run")) == 2
+    err = capsys.readouterr().err
+    found = re.search(r"\nerror: the temporary directory (\S+)/nmt-dry-run-\w+\.tmp: 1000 bytes free, but the encoded "
+                      r"training corpus's arrays \(encoded\.[0-9a-f]{16}\.\*\.npy\) need about ([\d.]+) KiB; free "
+                      r"some space there or set TMPDIR to a directory with about ([\d.]+) KiB free\n", err)
+    assert found and "--model-dir" not in err.split("\nerror: ")[1], err
+    assert found[1] == str(temp) and float(found[3]) > float(found[2])   # (room for the tokenizers written there too)
+    assert not list(temp.iterdir()) and not (tmp_path / "m").exists()
+
+
 def test_a_run_on_relative_paths_resumes_and_evaluates_from_elsewhere(tmp_path, task, capsys, monkeypatch):
     """The data files' paths were saved as given, relative to where the run started: a resume or `nmt-evaluate
     --dev-set` from another directory said "train.ko: file not found"."""
