@@ -69,16 +69,19 @@ def hold(fd: int) -> None:
 
 def abandoned(path: PathLike) -> bool:
     """Whether the temporary file or directory `path`, whose maker `hold`s it while in use, was left by a process that
-    died: no process holds it, and it holds something (written only once held) or is older than JUST_MADE (an empty
-    one may be a live maker's the instant before it locks it). False on a file system without locks, and for a path
-    gone meanwhile."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
+    died: it is the current user's (root's too: another user's entries in a shared /tmp are theirs to remove), no
+    process holds it, and it holds something (written only once held) or is older than JUST_MADE (an empty one may be
+    a live maker's the instant before it locks it). False on a file system without locks, for a path gone meanwhile,
+    and for what no maker leaves: a symbolic link, a named pipe."""
+    try:   # (not blocking: opening a named pipe waits for a writer, and anyone may make one of such a name in /tmp)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return False
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         st = os.fstat(fd)
+        if st.st_uid != os.geteuid() or not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
+            return False
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         filled = bool(os.listdir(path)) if stat.S_ISDIR(st.st_mode) else st.st_size > 0
         return filled or time.time() - st.st_mtime > JUST_MADE
     except OSError:   # held (BlockingIOError), or no locks here
@@ -91,8 +94,8 @@ def abandoned(path: PathLike) -> bool:
 def scratch_dir(directory: PathLike, prefix: str) -> Iterator[Path]:
     """A new directory `<directory>/<prefix>XXXXXXXX.tmp` for the files made on the way (SentencePiece's training
     text), removed with them when done and held meanwhile (`hold`): the next one made there with `prefix` first removes
-    those that processes killed while using them left (kill -9, out of memory: no exit handler ran), and no live one's
-    (nor another user's, which is private). A StorageError names `directory` when no directory can be made in it."""
+    those that processes of the same user killed while using them left (kill -9, out of memory: no exit handler ran),
+    and no live one's (`abandoned`). A StorageError names `directory` when no directory can be made in it."""
     directory = Path(directory)
     for left in directory.glob(f"{glob.escape(prefix)}*.tmp"):
         if abandoned(left):

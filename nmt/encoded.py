@@ -150,7 +150,8 @@ def _written(path: Path, size: int) -> Iterator[IO]:
 
 def killed_writes(cache_dir: Path) -> List[Path]:
     """The temporary files of cache writes in `cache_dir` that were killed (kill -9, out of memory), as large as the
-    arrays (no later write takes their random names); not a live writer's (`nmt.atomic.abandoned`)."""
+    arrays (no later write takes their random names); not a live writer's, nor another user's
+    (`nmt.atomic.abandoned`)."""
     return [path for path in Path(cache_dir).glob(".encoded.*.tmp") if abandoned(path)]
 
 

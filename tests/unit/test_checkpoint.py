@@ -89,6 +89,44 @@ def test_a_long_file_name_is_written_through_a_shorter_temporary_name(tmp_path):
     assert path.read_text() == "{}" and [p.name for p in tmp_path.iterdir()] == [path.name]
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file another owner (chown) needs root")
+def test_the_sweep_of_killed_runs_temporary_entries_leaves_another_users(tmp_path):
+    """Run as root, the sweep of what killed processes left (a dry run's or a tokenizer training's directory in /tmp,
+    a download's, an encoded-corpus write's file) removed another user's entries too; and a named pipe of such a name,
+    which anyone may make in /tmp, stopped it for good (opening it waited for a writer). Only the current user's go."""
+    import threading
+    from nmt.atomic import scratch_dir
+    from nmt.encoded import killed_writes
+    other = 65534 if os.geteuid() != 65534 else 65533   # (nobody)
+    mine, theirs = tmp_path / "nmt-dry-run-mine0001.tmp", tmp_path / "nmt-dry-run-theirs01.tmp"
+    for d in (mine, theirs):
+        d.mkdir()
+        (d / "spm.ko.model").write_bytes(b"x")
+    cache_mine, cache_theirs = tmp_path / ".encoded.0123456789abcdef.src.ids.npy.0a1b2c3d.tmp", \
+        tmp_path / ".encoded.0123456789abcdef.tgt.ids.npy.1a2b3c4d.tmp"
+    for f in (cache_mine, cache_theirs):
+        f.write_bytes(b"x" * 100)
+    pipe = tmp_path / "nmt-dry-run-pipe0001.tmp"
+    os.mkfifo(pipe)
+    for path in (theirs, theirs / "spm.ko.model", cache_theirs, pipe):
+        os.chown(path, other, other)
+    assert killed_writes(tmp_path) == [cache_mine]
+
+    def sweep():   # (a dry run's start: its own directory, made after the sweep, goes when done)
+        with scratch_dir(tmp_path, "nmt-dry-run-"):
+            pass
+    swept = threading.Thread(target=sweep, daemon=True)
+    swept.start()
+    swept.join(20)
+    if swept.is_alive():   # (its open of the pipe waits: a writer lets it go)
+        os.close(os.open(pipe, os.O_WRONLY | os.O_NONBLOCK))
+        swept.join(20)
+        pytest.fail("the sweep waited on a named pipe of another user's")
+    assert not mine.exists() and (theirs / "spm.ko.model").exists() and pipe.exists()
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == sorted(p.name for p in (theirs, cache_mine, cache_theirs, pipe))
+
+
 class _Net:
     """Stands in for a Gluon block: writes a real NDArray file, or fails like a full disk."""
 
