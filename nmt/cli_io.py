@@ -99,7 +99,7 @@ def load_translator(args: argparse.Namespace, search: bool = True):
 def open_output(stack, output):
     """The output stream: stdout (UTF-8: `nmt.commands.standard_streams`) for None or "-", else the file, opened in
     `stack` (gzip-compressed when named .gz: `output_opener`; its missing directories made, as nmt-evaluate's --json
-    FILE's are); a CorpusError naming --output if it cannot be written."""
+    FILE's are) and checked as `stack` closes it (`_kept`); a CorpusError naming --output if it cannot be written."""
     from nmt.atomic import descriptor
     from nmt.textfile import CorpusError, output_opener
     if output in (None, "-"):
@@ -113,9 +113,29 @@ def open_output(stack, output):
         if fd is not None:
             return stack.enter_context(opener(stack.enter_context(os.fdopen(os.dup(fd), "wb")), "wt",
                                               encoding="utf-8", newline="\n"))
-        return stack.enter_context(opener(output, "wt", encoding="utf-8", newline="\n"))
+        out = stack.enter_context(opener(output, "wt", encoding="utf-8", newline="\n"))
     except OSError as e:
         raise CorpusError(f"--output {output}: cannot write ({e.strerror})") from None
+    stack.push(_kept(output, out.fileno()))   # (last in, first out: while the file is open)
+    return out
+
+
+def _kept(output: str, fd: int):
+    """An exit callback (`ExitStack.push`) for the file `output`, open as `fd`: once its writes ended well, a
+    StorageError if the file was deleted meanwhile (it, or its directory: what was written went with it). The open
+    file is asked, not its path: a file made again there is another, and a file moved, or a symbolic link on the path
+    retargeted, still holds what was written where it went."""
+    def check(exc_type, exc, tb) -> bool:
+        from nmt.storage import StorageError
+        if exc_type is not None:   # (its own error is said)
+            return False
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode) and st.st_nlink == 0:
+            raise StorageError(f"--output {output}: the file was deleted while it was written (it, or its directory, "
+                               f"was removed{'; the file there now is another' if os.path.lexists(output) else ''}): "
+                               "what was written to it is lost")
+        return False
+    return check
 
 
 def check_languages_of(tr, src, tgt, src_name: str, tgt_name: str) -> None:
@@ -245,18 +265,15 @@ def output_dir(flag: str, path: Path, file: str = "") -> Path:
 @contextlib.contextmanager
 def output_errors(output) -> Iterator[None]:
     """Around the writes to `output` (a file; standard output for None or "-", flushed here): a full disk, a
-    read-only or forbidden file is a StorageError naming it rather than a traceback, as is a file that is gone when
-    its writes end (it or its directory deleted meanwhile: what was written went with it). A reader that went away
-    from standard output (BrokenPipeError) passes through, for `reader_gone`."""
+    read-only or forbidden file is a StorageError naming it rather than a traceback (a file deleted while written:
+    `open_output`). A reader that went away from standard output (BrokenPipeError) passes through, for
+    `reader_gone`."""
     from nmt.storage import StorageError, is_fixable, write_failure
     stdout = output in (None, "-")
     try:
         yield
         if stdout:
             sys.stdout.flush()
-        elif not os.path.exists(output):
-            raise StorageError(f"--output {output}: the file is gone (it, or its directory, was removed or moved "
-                               "while it was written): what was written to it is not there")
     except OSError as e:
         if not is_fixable(e) or e.filename not in (None, output):   # (another file's: not the output's to say)
             raise

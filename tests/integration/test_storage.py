@@ -313,8 +313,8 @@ def test_an_output_file_deleted_while_written_is_an_error(tmp_path):
     from nmt.cli_io import open_output, output_errors
     for name in ("out.txt", "out.txt.gz"):
         out = tmp_path / "d" / name
-        with pytest.raises(StorageError, match=rf"^--output {out}: the file is gone \(it, or its directory, was "
-                                               r"removed or moved while it was written\)"):
+        with pytest.raises(StorageError, match=rf"^--output {out}: the file was deleted while it was written \(it, "
+                                               r"or its directory, was removed\): what was written to it is lost$"):
             with output_errors(str(out)), contextlib.ExitStack() as stack:
                 f = open_output(stack, str(out))
                 f.write("first\n")
@@ -323,6 +323,37 @@ def test_an_output_file_deleted_while_written_is_an_error(tmp_path):
         with output_errors(str(out)), contextlib.ExitStack() as stack:   # (written whole: no error)
             open_output(stack, str(out)).write("x\n")
         assert out.is_file()
+
+
+def test_an_output_file_is_checked_by_the_open_file_not_by_its_path(tmp_path):
+    """Whether --output was deleted while written was asked of its path: a file deleted and made again there by
+    another program went unnoticed (exit 0, the translations lost), and a directory reached through a symbolic link
+    retargeted meanwhile was said to be gone, though every line was written in the directory it pointed to."""
+    import contextlib
+    from nmt.cli_io import open_output, output_errors
+
+    def write(out: Path, meanwhile) -> None:
+        with output_errors(str(out)), contextlib.ExitStack() as stack:
+            f = open_output(stack, str(out))
+            f.write("first\n")
+            meanwhile()
+            f.write("second\n")
+    out = tmp_path / "out.txt"
+    with pytest.raises(StorageError, match=rf"^--output {out}: the file was deleted while it was written \(it, or its "
+                                           r"directory, was removed; the file there now is another\): what was "
+                                           r"written to it is lost$"):
+        write(out, lambda: (out.unlink(), out.write_text("another program's\n")))
+    (tmp_path / "v1").mkdir()
+    (tmp_path / "v2").mkdir()
+    (tmp_path / "current").symlink_to("v1")
+
+    def retarget():   # (as `ln -sfn v2 current` does it: a new link renamed over the old one)
+        (tmp_path / "new").symlink_to("v2")
+        (tmp_path / "new").replace(tmp_path / "current")
+    write(tmp_path / "current" / "out.txt", retarget)
+    assert (tmp_path / "v1" / "out.txt").read_text() == "first\nsecond\n" and not list((tmp_path / "v2").iterdir())
+    write(tmp_path / "moved.txt", lambda: (tmp_path / "moved.txt").rename(tmp_path / "elsewhere.txt"))
+    assert (tmp_path / "elsewhere.txt").read_text() == "first\nsecond\n"   # (moved whole by whoever moved it)
 
 
 def test_a_resume_needs_room_only_beyond_the_checkpoints_already_there(tmp_path, monkeypatch):
