@@ -3,7 +3,6 @@ forward through select/reorder/repeat, tied embeddings, config errors naming the
 copy task learnt in-process and decoded greedily through `step`."""
 from __future__ import annotations
 
-import collections
 import logging
 
 import mxnet as mx
@@ -276,27 +275,6 @@ def test_a_tiny_model_learns_to_copy_and_greedy_steps_reproduce_the_input():
     assert np.mean(losses[-20:]) < 0.05 * np.mean(losses[:5])
     src, src_len, expected = copy_test_set()
     assert greedy(model, src, src_len, COPY_MAX_LEN + 2) == expected
-
-
-@pytest.mark.parametrize("field", ["dropout", "attention_dropout", "activation_dropout", "word_dropout"])
-def test_each_dropout_acts_in_training_only(field):
-    model = build(small_config(**{field: 0.5}))
-    with autograd.train_mode():
-        first, second = (model(SRC, SRC_LEN, TGT).asnumpy() for _ in range(2))
-    assert np.abs(first - second).max() > 1e-3
-    np.testing.assert_array_equal(model(SRC, SRC_LEN, TGT).asnumpy(), model(SRC, SRC_LEN, TGT).asnumpy())
-    if field == "dropout":   # every site (any one alone passed the lines above): each sublayer's output, each
-        from nmt.models.transformer_layers import DecoderLayer, Embedder, EncoderLayer   # embedding's sum
-        acted = collections.Counter()
-
-        def watch(block):
-            if isinstance(block, (EncoderLayer, Embedder)):
-                block.dropout.register_forward_hook(lambda _, inputs, out, kind=type(block).__name__: acted.update(
-                    [kind] * bool((inputs[0] != out).sum().asscalar())))
-        model.apply(watch)
-        with autograd.train_mode():
-            model(SRC, SRC_LEN, TGT)
-        assert acted == {"EncoderLayer": 2 * 2, DecoderLayer.__name__: 2 * 3, "Embedder": 2}   # (2 layers a side)
 
 
 def test_flop_count_covers_every_weight_matrix_once():
