@@ -22,7 +22,7 @@ from nmt.atomic import scratch_dir
 from nmt.config import CORPUS_FILES, Config, ConfigError, ModelConfig
 from nmt.models import ARCHITECTURES
 from nmt.tensorboard import TensorBoardWriter
-from nmt.storage import check_room, check_writable, free_bytes, human_bytes
+from nmt.storage import allocated, check_room, check_writable, free_bytes, human_bytes
 
 
 def parameter_count(net) -> int:
@@ -50,8 +50,9 @@ def check_search_widths(cfg: Config, tgt_vocab: int) -> None:
             raise ConfigError(why)
 
 
-def check_checkpoint_room(cfg: Config, net, no_update: bool = False) -> int:
-    """StorageError unless the model directory has room for `checkpoint_bytes`; returns that figure. `no_update`: a
+def check_checkpoint_room(cfg: Config, net, no_update: bool = False, data_bytes: int = 0) -> int:
+    """StorageError unless the model directory has room for `checkpoint_bytes` and `data_bytes` (the tokenizers and
+    encoded corpus a new run writes there first, which a dry run made elsewhere); returns that sum. `no_update`: a
     resume of a run at its limit, which writes no checkpoint (at most params.avg, with --average-last)."""
     t, model_dir = cfg.train, Path(cfg.train.model_dir)
     needed = checkpoint_bytes(cfg, net)
@@ -69,11 +70,13 @@ def check_checkpoint_room(cfg: Config, net, no_update: bool = False) -> int:
     # ... but at least room for one more checkpoint, a copy of params.best and of params.avg before any is pruned, and
     # 1 MiB for the small files beside them and the file system's rounding
     least = per + params * (2 if t.average_last else 1) + (1 << 20)
-    check_room(model_dir, max(needed - there, least), f"--keep-last {t.keep_last} checkpoints of "
+    check_room(model_dir, max(needed - there, least) + data_bytes, f"--keep-last {t.keep_last} checkpoints of "
                f"{human_bytes(per)} each (parameters and optimizer states) and params.best" +
-               (f" (beyond the {human_bytes(there)} of checkpoints already there)" if there else ""),
+               (f" (beyond the {human_bytes(there)} of checkpoints already there)" if there else "") +
+               (f", with the tokenizers, encoded corpus and small files ({human_bytes(data_bytes)})"
+                if data_bytes else ""),
                keep_last=t.keep_last > 1 and needed - there > least)   # (else --keep-last cannot lower it)
-    return needed
+    return needed + data_bytes
 
 
 def checked_config(cfg, caller: str, new: bool = False) -> Config:
@@ -197,7 +200,10 @@ def dry_run(cfg: Config, resume: bool = False, overwrite: bool = False, init: Op
         resumed = model_dir / ckpt.params_file(report.get("resume_step") or 0)
         if resume and resumed.is_file():   # the checkpoint a resume starts from fits the model config.json describes
             ckpt.load_parameters(net, resumed, ctxs[0], model_dir / ckpt.CONFIG)
-    needed = check_checkpoint_room(cfg, net, no_update=bool(report.get("limit_reached")))
+        # what a new run writes into the model directory before its checkpoints: these files, and 1 MiB for its
+        # config.json, train.log, lock and TensorBoard events (its own check of the checkpoints' room comes after)
+        made = 0 if resume else allocated(tmp) + (1 << 20)
+    needed = check_checkpoint_room(cfg, net, no_update=bool(report.get("limit_reached")), data_bytes=made)
     src, tgt = cfg.data.src_lang, cfg.data.tgt_lang
     report.update({
         "train_pairs": len(data.encoded.train_src), "dev_pairs": len(data.encoded.dev_src),

@@ -194,10 +194,14 @@ def check_scratch_room(directory: PathLike, needed: int, what: str) -> None:
     `what` and the files `directory` holds already."""
     free = free_bytes(directory)
     if free < needed:
-        held = sum(f.stat().st_blocks * 512 for f in Path(directory).iterdir() if f.is_file())   # (as allocated)
         raise StorageError(f"the temporary directory {directory}: {human_bytes(free)} free, but {what} need about "
                            f"{human_bytes(needed)}; free some space there or set TMPDIR to a directory with about "
-                           f"{human_bytes(needed + held)} free")
+                           f"{human_bytes(needed + allocated(directory))} free")
+
+
+def allocated(directory: PathLike) -> int:
+    """Bytes the files in `directory` (not in its subdirectories) take on its disk, in whole blocks as allocated."""
+    return sum(f.stat().st_blocks * 512 for f in Path(directory).iterdir() if f.is_file())
 
 
 # Lines of the C++ stack MXNet's error messages carry around their own ("Traceback ...", "File ...", "[bt] ...").

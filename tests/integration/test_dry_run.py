@@ -89,6 +89,26 @@ def test_a_temporary_directory_without_room_for_the_encoded_corpus_names_tmpdir(
     assert not list(temp.iterdir()) and not (tmp_path / "m").exists()
 
 
+def test_a_disk_as_large_as_the_dry_run_says_holds_the_run(tmp_path, task, capsys, monkeypatch):
+    """The dry run's "about N needed" counted the checkpoints only, not the tokenizers and encoded corpus a run writes
+    into the model directory first: on a disk of that size the dry run passed and the run was refused."""
+    from nmt import preflight, storage
+    d, reports, describe, free_bytes = tmp_path / "m", [], preflight.describe, storage.free_bytes
+    monkeypatch.setattr(preflight, "describe", lambda report: reports.append(dict(report)) or describe(report))
+    assert train_main(args_for(task, d, "--dry-run")) == 0 and not d.exists()
+    size = reports[0]["disk_needed"]   # a disk of that size: what the run wrote is no longer free
+    monkeypatch.setattr(storage, "free_bytes", lambda path: size - sum(
+        f.stat().st_blocks * 512 for f in d.rglob("*") if f.is_file()) if str(path).startswith(str(d)) else
+        free_bytes(path))
+    capsys.readouterr()
+    assert train_main(args_for(task, d, "--max-steps", "1")) == 0, capsys.readouterr().err
+    monkeypatch.setattr(storage, "free_bytes", lambda path: size - 1 if str(path).startswith(str(tmp_path / "n")) else
+                        free_bytes(path))   # (and one byte less is refused, naming what it is for)
+    assert train_main(args_for(task, tmp_path / "n", "--dry-run")) == 2
+    assert re.search(r"checkpoints of [\d.]+ KiB each .*, with the tokenizers, encoded corpus and small files "
+                     r"\([\d.]+ MiB\) need about", capsys.readouterr().err)
+
+
 def test_a_run_on_relative_paths_resumes_and_evaluates_from_elsewhere(tmp_path, task, capsys, monkeypatch):
     """The data files' paths were saved as given, relative to where the run started: a resume or `nmt-evaluate
     --dev-set` from another directory said "train.ko: file not found"."""
