@@ -13,42 +13,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Dict, Optional
 
 from nmt import jsonio
-
-
-class ConfigError(ValueError):
-    """A configuration value that cannot work; the message names the flag or field."""
-
-
-class SettingsClash(ConfigError):
-    """Values that cannot work together (of two sections, or a language pair): judged in a --config file with flags."""
-
-
-_KINDS = {"int": ("an integer", int), "float": ("a number", float), "str": ("a string", os.fspath),
-          "bool": ("true or false", bool)}
-
-
-def _typed(config) -> None:
-    """Each field of the config dataclass `config` as its type, numpy's numbers and paths taken (a sweep over
-    np.arange, a Path); a ConfigError naming the field for another type ("100" for an int), which would fail deep in
-    training. (Flags come typed by argparse, and a --config file's values by `jsonio.check_field_types`.)"""
-    for f in dataclasses.fields(config):
-        value, kind = getattr(config, f.name), str(f.type).removeprefix("Optional[").removesuffix("]")
-        if value is None and str(f.type).startswith("Optional["):
-            continue
-        number = not isinstance(value, bool) and isinstance(value, numbers.Integral if kind == "int" else numbers.Real)
-        ok = {"int": number, "float": number, "str": isinstance(value, (str, os.PathLike)),
-              "bool": isinstance(value, bool) or type(value).__name__ == "bool_"}[kind]
-        if not ok:
-            raise ConfigError(f"{type(config).__name__}.{f.name} must be {_KINDS[kind][0]}, got {value!r} "
-                              f"({type(value).__name__})")
-        setattr(config, f.name, _KINDS[kind][1](value))
-
-
-def _check(checks, error=ConfigError) -> None:
-    """`error` (a ConfigError) with the message of the first (ok, message) pair that is not ok."""
-    for ok, message in checks:
-        if not ok:
-            raise error(message)
+from nmt.config_checks import ConfigError, SettingsClash, check as _check, typed as _typed
 
 
 # Defaults are the best of the default job's ablations on dev BLEU (Tatoeba ko->en, 3.9k pairs, 30 minutes on one
