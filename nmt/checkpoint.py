@@ -5,7 +5,7 @@ Layout of a model directory (everything needed to translate or to resume, nothin
     config.json                  the full Config (data, model, optim, train, decode)
     spm.<src>.model / .vocab     SentencePiece models of both languages
     params.<step>                parameters of the last `keep_last` checkpoints
-    params.best                  parameters of the best checkpoint by dev BLEU (or --valid-metric)
+    params.best                  parameters of the best checkpoint by the dev --valid-metric (config.json's)
     params.avg                   average of the last N checkpoints (only with --average-last N)
     trainer.<step>.states        optimizer states of the checkpoint (named by step: never paired with another's)
     manifest.<key>.json          per checkpoint (key: step, best, avg): its files' sizes and sha256 (nmt.manifest),

@@ -86,10 +86,13 @@ def build_train_parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(args: argparse.Namespace, base: Optional[Config] = None) -> Config:
-    """Defaults of the chosen --arch < --config file (or `base`) < explicit flags."""
+    """Defaults of the chosen --arch < --config file (or `base`) < explicit flags; an unset --valid-metric as the
+    target language's (that of the model of --init-from too: `args_dict` takes its languages), as config.json says."""
     given = args_dict(args, base)   # (a --config file's own errors name its keys)
     try:
-        return Config.from_dict(given, source=str(getattr(args, "config", "") or "flags"))
+        cfg = Config.from_dict(given, source=str(getattr(args, "config", "") or "flags"))
+        cfg.train.valid_metric = cfg.valid_metric
+        return cfg
     except SettingsClash as e:   # (values of several sections, the --config file's among them: it is named)
         raise SettingsClash(f"{args.config}: {e}" if getattr(args, "config", None) else str(e)) from None
     except ConfigError as e:   # a file's key with a flag's (merged): as the file's where the flag is another command's

@@ -13,7 +13,8 @@ from typing import Any, Dict, Optional
 from nmt import jsonio
 from nmt.checkpoint import CONFIG, EXPORT, LOG, PARAMS_BEST, STATE
 from nmt.commands import shell_word
-from nmt.config import ARCH_DEFAULTS, CORPUS_FILES, Config, ConfigError, SettingsClash, TrainConfig
+from nmt.config import (ARCH_DEFAULTS, CORPUS_FILES, Config, ConfigError, SettingsClash, TrainConfig,
+                        check_valid_metric_type)
 
 # A --config file's keys of the machine it was written on: devices come from each command line, as on --resume.
 DEVICE_KEYS = ("gpus", "cpu_devices", "kvstore", "amp")
@@ -36,6 +37,7 @@ def read_config_file(path, base: Optional[Config] = None, check: bool = True) ->
     for section, values in d.items():   # checked also when not `check`: the command line reads its sections
         if not isinstance(values, dict):
             raise ConfigError(f"{path}: section {section!r} must be a JSON object, got {json.dumps(values)}")
+    check_valid_metric_type(d, str(path))   # (null: unset, which a file gives by leaving the key out)
     if not isinstance(d.get("train", {}).get("model_dir", ""), str):
         raise ConfigError(f"{path}: train.model_dir must be a string, got {json.dumps(d['train']['model_dir'])}")
     for name in CORPUS_FILES:   # (as the flags say it: read from ./-, it was "file not found")

@@ -40,7 +40,7 @@ def _fixed_on_resume(key: str, saved: Config) -> str:
         return "the model, the data, the seed and the --valid-metric cannot change within a run"
     decoded = section == "decode" and name not in (*DecodeConfig.UNSCORED, "beam_size") and (
         name != "length_penalty_alpha" or saved.train.valid_beam > 1)
-    translated = saved.train.valid_metric != "ppl" and (key in _DEV_TRANSLATION or decoded)
+    translated = saved.valid_metric != "ppl" and (key in _DEV_TRANSLATION or decoded)
     return ("the dev translations whose --valid-metric chooses the best checkpoint are made with it, and each new "
             "score is compared with the best's") if translated else ""
 
@@ -194,11 +194,12 @@ def average_advice(model_dir: Path) -> str:
 
 def given_by(cfg: Config) -> Dict[str, str]:
     """The keys a Config from Python gives, as a command line's flags would (key -> key): those of the dict it was
-    made from (`Config.given`) and those not at its architecture's defaults (a value set by hand)."""
-    defaults, mine = Config.for_arch(cfg.model.arch).to_dict(), cfg.to_dict()
+    made from (`Config.given`) and those not at its architecture's defaults (a value set by hand); an unset
+    --valid-metric (None) is not given: a resumed run keeps its own, a fine-tuning run takes its model's language's."""
+    defaults, mine = Config.for_arch(cfg.model.arch).to_dict(resolved=False), cfg.to_dict(resolved=False)
     defaults["model"]["arch"] = Config().model.arch   # a config of the Transformer asks for one
     return {f"{s}.{k}": f"{s}.{k}" for s, values in mine.items() for k, v in values.items()
-            if v != defaults[s][k] or f"{s}.{k}" in cfg.given}
+            if (v != defaults[s][k] or f"{s}.{k}" in cfg.given) and (s, k, v) != ("train", "valid_metric", None)}
 
 
 def record_mirror(cfg: Config, resume: bool) -> None:

@@ -121,8 +121,9 @@ TRAIN_FLAGS = [
     Flag("--patience", "train", "patience", int,
          "early stop after N validations without a better --valid-metric (0 = never)"),
     Flag("--valid-metric", "train", "valid_metric", str,
-         "dev score that picks the best checkpoint and stops early (for Korean output chrf or ko-mecab, BLEU on "
-         "morphemes, read it better than 13a BLEU)", choices=VALID_METRIC_NAMES),
+         "dev score that picks the best checkpoint and stops early (default: ko-mecab, BLEU on morphemes, for Korean "
+         "output, --tgt ko, which 13a BLEU reads poorly; bleu, 13a BLEU, otherwise; a resumed run keeps its own)",
+         choices=VALID_METRIC_NAMES),
     Flag("--keep-last", "train", "keep_last", int, "parameter files of the last N checkpoints to keep"),
     Flag("--average-last", "train", "average_last", int,
          "average the last N checkpoints into params.avg when the run stops (also on Ctrl-C; the test sets score it "

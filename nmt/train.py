@@ -105,9 +105,9 @@ class Trainer:
         if train_loss is not None:   # label-smoothed; train_nll is the one to compare with dev_nll
             row["train_loss"], row["train_nll"] = train_loss, train_nll
         o = self.cfg.optim
-        improved = track_best(self.state, row, self.cfg.train.valid_metric, scheduled,
+        improved = track_best(self.state, row, self.cfg.valid_metric, scheduled,
                               o.plateau_patience if o.schedule == "plateau" else 0)
-        row["best_bleu"], row["best_score"] = self.state.best_bleu, self.state.best_score
+        row.update(best_bleu=self.state.best_bleu, best_score=self.state.best_score, valid_metric=self.cfg.valid_metric)
         mecab = row.get("dev_bleu_ko_mecab")   # Korean output
         logger.info("validation step %d epoch %.2f: dev ppl %.2f BLEU %.2f chrF %.2f%s (best %s at step %d)%s",
                     row["step"], self.epochs_done(), row["dev_ppl"], row["dev_bleu"], row["dev_chrf"],
@@ -149,7 +149,7 @@ class Trainer:
 
     def _best(self) -> str:
         """The best dev score so far by --valid-metric, named (e.g. "BLEU 8.33")."""
-        return f"{VALID_METRICS[self.cfg.train.valid_metric][0]} {self.state.best_score:.2f}"
+        return f"{VALID_METRICS[self.cfg.valid_metric][0]} {self.state.best_score:.2f}"
 
     def epochs_done(self) -> float:
         """Training progress in epochs (1.5 = half-way through the second epoch)."""
@@ -259,7 +259,7 @@ def create_trainer(cfg: Config, resume: bool = False, overwrite: bool = False, i
     """The Trainer of a run per `cfg`: devices, kvstore and workers, the model directory (locked by rank 0 until
     `fit` ends: one trainer per directory), then data, model and optimizer built (and, with `resume`, restored from
     the newest intact checkpoint; with `init`, a parameter file, starting from it: `nmt.finetune`)."""
-    cfg = checked_config(cfg, "create_trainer", new=not resume and init is None)
+    cfg = checked_config(cfg, "create_trainer", new=not resume and init is None, run=True, resume=resume)
     t, _ = cfg.train, build_model(cfg.model, 4, 4)   # checked before the data
     ctxs = parse_devices(t.gpus, t.cpu_devices)
     if t.amp:

@@ -1130,8 +1130,10 @@ def test_valid_metric_picks_the_best_checkpoint_and_is_fixed_for_the_run(tmp_pat
 
 
 def test_valid_metric_ko_mecab_picks_by_morpheme_bleu_of_korean_output(tmp_path, task, capsys):
-    """For Korean output, BLEU on ko-mecab morphemes (sacreBLEU's tokenizer, which the validation already ran) may
-    choose; every validation row records it. English output has no such score: refused before anything runs."""
+    """For Korean output, BLEU on ko-mecab morphemes (sacreBLEU's tokenizer, which the validation already ran)
+    chooses, by default (13a BLEU did, whatever the target language); every validation row records it and which
+    metric the best score is of, and config.json the metric, which a resume keeps. English output has no such score:
+    refused before anything runs."""
     from nmt.cli import train_main
     from nmt.log import read_metrics
     from nmt.tensorboard import TENSORBOARD_DIR, tensorboard_available
@@ -1139,13 +1141,16 @@ def test_valid_metric_ko_mecab_picks_by_morpheme_bleu_of_korean_output(tmp_path,
     swapped = {f"{split}_{a}": task[f"{split}_{b}"] for split in ("train", "dev") for a, b in (("src", "tgt"),
                                                                                              ("tgt", "src"))}
     flags = tiny_flags(swapped, model_dir) + ["--src", "en", "--tgt", "ko", "--max-steps", "12", "--valid-every", "3"]
-    assert train_main(flags + ["--valid-metric", "ko-mecab"]) == 0
+    assert train_main(flags) == 0   # no --valid-metric
+    assert json.loads((model_dir / ckpt.CONFIG).read_text())["train"]["valid_metric"] == "ko-mecab"
     rows = [r for r in read_metrics(model_dir / ckpt.METRICS) if "dev_bleu" in r]
     best = max(rows, key=lambda r: (r["dev_bleu_ko_mecab"], -r["dev_ppl"]))   # a tie goes to the lower perplexity
     assert best["dev_bleu_ko_mecab"] != best["dev_bleu"], rows   # the score kept is the morphemes', not 13a's
+    assert {r["valid_metric"] for r in rows} == {"ko-mecab"} and rows[-1]["best_score"] == best["dev_bleu_ko_mecab"]
     state = ckpt.TrainState.load(model_dir)
     assert (state.best_step, state.best_score) == (best["step"], best["dev_bleu_ko_mecab"])
     err = capsys.readouterr().err
+    assert "at each epoch end, by dev ko-mecab (beam 1)" in err
     assert f"best dev ko-mecab BLEU {best['dev_bleu_ko_mecab']:.2f} at step" in err
     for r in rows:   # every validation line shows it, and so does TensorBoard when it is installed
         assert f"chrF {r['dev_chrf']:.2f} ko-mecab BLEU {r['dev_bleu_ko_mecab']:.2f} (best" in err
@@ -1153,6 +1158,8 @@ def test_valid_metric_ko_mecab_picks_by_morpheme_bleu_of_korean_output(tmp_path,
         from tests.tb_events import read_tensorboard
         curve = read_tensorboard(model_dir / TENSORBOARD_DIR)[0]["dev/bleu_ko_mecab"]
         assert curve == [(r["step"], pytest.approx(r["dev_bleu_ko_mecab"])) for r in rows]
+    code = train_main(["--model-dir", str(model_dir), "--resume", "--max-steps", "14", "--valid-metric", "bleu"])
+    assert code == 2 and '--resume: --valid-metric "bleu" differs from "ko-mecab"' in capsys.readouterr().err
     assert train_main(tiny_flags(task, tmp_path / "koen") + ["--valid-metric", "ko-mecab", "--max-steps", "2"]) == 2
     err = capsys.readouterr().err
     assert "--valid-metric ko-mecab scores Korean output, and this model translates into 'en'" in err

@@ -1,0 +1,68 @@
+"""--valid-metric's default by target language in runs that train: a run whose config.json records 13a BLEU (as every
+en->ko run did before Korean output defaulted to ko-mecab BLEU) goes on by it when resumed, and a fine-tuning run
+from it, en->ko by its model, takes ko-mecab. The defaults themselves: tests/unit/test_valid_metric.py."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from nmt import checkpoint as ckpt
+from nmt.cli import build_train_parser, train_main, training_run
+from nmt.config import Config
+from nmt.log import read_metrics
+from tests.synth import task_files, tiny_flags, write_task
+
+
+def en_ko(task: dict) -> dict:
+    """The synthetic task's files the other way round: English-like sources, Korean targets."""
+    return {f"{split}_{a}": task[f"{split}_{b}"] for split in ("train", "dev")
+            for a, b in (("src", "tgt"), ("tgt", "src"))}
+
+
+@pytest.fixture(scope="module")
+def task(tmp_path_factory):
+    return write_task(tmp_path_factory.mktemp("synth"), n_train=400)
+
+
+@pytest.fixture(scope="module")
+def bleu_run(task, tmp_path_factory):
+    """A tiny en->ko run that chose by 13a BLEU, as one begun before the default followed the target language: its
+    config.json says "bleu", as theirs do."""
+    model_dir = tmp_path_factory.mktemp("old") / "enko"
+    flags = tiny_flags(en_ko(task), model_dir) + ["--src", "en", "--tgt", "ko", "--valid-every", "3"]
+    assert train_main(flags + ["--valid-metric", "bleu", "--max-steps", "6"]) == 0
+    return model_dir
+
+
+def test_a_run_recorded_with_bleu_goes_on_by_bleu_when_resumed(bleu_run, capsys):
+    from nmt.train import train
+    assert train_main(["--model-dir", str(bleu_run), "--resume", "--max-steps", "9"]) == 0   # no --valid-metric
+    train(Config.from_dict({"data": {"src_lang": "en", "tgt_lang": "ko"},
+                            "train": {"model_dir": str(bleu_run), "max_steps": 12, "progress": False}}),
+          resume=True, evaluate=False)
+    assert json.loads((bleu_run / ckpt.CONFIG).read_text())["train"]["valid_metric"] == "bleu"
+    rows = [r for r in read_metrics(bleu_run / ckpt.METRICS) if "dev_bleu" in r]
+    assert [(r["step"], r.get("valid_metric")) for r in rows] == [(3, "bleu"), (6, "bleu"), (9, "bleu"), (12, "bleu")]
+    best = max(rows, key=lambda r: (r["dev_bleu"], -r["dev_ppl"]))
+    state = ckpt.TrainState.load(bleu_run)
+    assert (state.step, state.best_step, state.best_score) == (12, best["step"], best["dev_bleu"])
+    assert f"best dev BLEU {best['dev_bleu']:.2f} at step" in capsys.readouterr().err
+
+
+def test_a_fine_tuning_run_from_it_takes_the_korean_default(bleu_run, task, tmp_path, capsys):
+    """The run takes its model's languages (en->ko; the command line's default is ko->en), and with them the default
+    metric of Korean output, not the metric its model chose by; a --valid-metric given is kept."""
+    from nmt.finetune import for_init
+    files = task_files(en_ko(task), "train", "dev")
+    flags = [*files, "--init-from", str(bleu_run), "--no-progress", "--max-steps", "2"]
+    parse = build_train_parser().parse_args
+    cfg, _, init = training_run(parse(flags + ["--model-dir", str(tmp_path / "ft")]))
+    assert (cfg.data.tgt_lang, cfg.train.valid_metric, init) == ("ko", "ko-mecab", ckpt.params_path(bleu_run, "best"))
+    python = Config.from_dict({"data": dict(zip(("train_src", "train_tgt", "dev_src", "dev_tgt"), files[1::2])),
+                               "train": {"model_dir": str(tmp_path / "py")}})
+    assert for_init(python, bleu_run)[0].valid_metric == "ko-mecab"
+    assert train_main(flags + ["--model-dir", str(tmp_path / "dry"), "--dry-run"]) == 0
+    assert "at each epoch end, by dev ko-mecab (beam 1)" in capsys.readouterr().out
+    cfg, _, _ = training_run(parse(flags + ["--model-dir", str(tmp_path / "ft"), "--valid-metric", "chrf"]))
+    assert cfg.train.valid_metric == "chrf"
