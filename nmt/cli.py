@@ -18,7 +18,8 @@ from nmt.config_resume import PER_INVOCATION, record_mirror, refused_batch_kind,
 from nmt import jsonio
 from nmt.cli_io import last_lines, reader_gone
 from nmt.commands import Once, command, nonempty, shell_word, usable_streams
-from nmt.config_file import check_taken_dir, read_config_file, warn_fine_tuned, warn_other_arch, warn_time_limit
+from nmt.config_file import (check_taken_dir, read_config_file, retarget_metric, warn_fine_tuned, warn_other_arch,
+                             warn_time_limit)
 from nmt.flags import GROUPS, MODEL_FLAGS
 
 
@@ -130,6 +131,8 @@ def args_dict(args: argparse.Namespace, base: Optional[Config] = None, check: bo
     for key, value in flags.items():
         section, field = key.split(".", 1)
         d.setdefault(section, {})[field] = value
+    if getattr(args, "config", None) and base is None:   # (a run's config.json, for a run the other way round)
+        retarget_metric(args.config, d, flags, check)
     data = d.setdefault("data", {})
     if "data.batch_size" in flags or "data.batch_tokens" in flags:   # the flag's kind of batch over a file's other:
         data.pop("batch_tokens" if "data.batch_size" in flags else "batch_size", None)   # that one at its default

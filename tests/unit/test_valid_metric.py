@@ -142,3 +142,26 @@ def test_a_fine_tuning_run_takes_the_default_of_its_models_target_language(tmp_p
     args = build_train_parser().parse_args(["--init-from", str(model), "--model-dir", str(tmp_path / "ft")])
     cfg = config_from_args(args)   # (the parameters' part: tests/integration/test_valid_metric_runs.py)
     assert (cfg.data.tgt_lang, cfg.train.valid_metric) == ("ko", "ko-mecab")
+
+
+def test_a_runs_config_json_for_the_other_direction_takes_that_directions_default(tmp_path, caplog):
+    """A run's config.json records the metric it chose by, the target language's default where none was given: as
+    the --config of a run the other way round (docs/training.md: "a run's settings, for a new run"), an en->ko run's
+    "ko-mecab" was refused (it scores Korean output) and a ko->en run's "bleu" chose an en->ko run's best checkpoint
+    by 13a BLEU. That run's own choice (chrf), a --valid-metric flag and a file of a few keys are kept."""
+    def saved(name: str, langs: dict, **train) -> str:   # a config.json as a run writes it: every setting
+        (tmp_path / name).mkdir()
+        Config.from_dict({"data": langs, "train": train}).save(tmp_path / name / "config.json")
+        return str(tmp_path / name / "config.json")
+    enko, koen, chrf = saved("enko", EN_KO), saved("koen", KO_EN), saved("chrf", EN_KO, valid_metric="chrf")
+    to_en, to_ko = ["--src", "ko", "--tgt", "en"], ["--src", "en", "--tgt", "ko"]
+    assert from_flags(["--config", enko, *to_en], tmp_path).train.valid_metric == "bleu"
+    assert from_flags(["--config", koen, *to_ko], tmp_path).train.valid_metric == "ko-mecab"
+    assert "--config " + enko + ": train.valid_metric ko-mecab, that run's default for its target language 'ko', " \
+           "is not taken: this run translates into 'en' and chooses by bleu (--valid-metric to choose)" in caplog.text
+    assert [from_flags(argv, tmp_path).train.valid_metric for argv in (
+        ["--config", enko], ["--config", koen, *to_en], ["--config", chrf, *to_en],
+        ["--config", koen, *to_ko, "--valid-metric", "bleu"])] == ["ko-mecab", "bleu", "chrf", "bleu"]
+    with pytest.raises(ConfigError, match="--valid-metric ko-mecab scores Korean output"):   # (given: kept)
+        from_flags(["--config", written(tmp_path, {"data": EN_KO, "train": {"valid_metric": "ko-mecab"}}), *to_en],
+                   tmp_path)
