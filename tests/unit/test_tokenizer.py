@@ -439,3 +439,24 @@ def test_a_model_sentencepiece_wrote_short_is_an_error_and_not_published(tmp_pat
                                              r"full disk\?"):
         train_tokenizer(synthetic_lines(KO_WORDS, n=200), tmp_path, "ko", 400)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_temporary_directory_too_full_for_sentencepieces_model_is_named(tmp_path, monkeypatch):
+    """SentencePiece writes its model and vocabulary in a directory in $TMPDIR: on a full disk (a tmpfs of 120k with
+    the tatoeba recipe) the run stopped with "SentencePiece training of the en tokenizer failed: Internal:
+    src/trainer_interface.cc(717) [output->WriteLine(os.str())]", which names neither the disk nor TMPDIR."""
+    import tempfile
+    from nmt import spm_process, tokenizer
+    from nmt.storage import StorageError
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+
+    def full(seed, n, **kw):
+        raise RuntimeError("Internal: src/trainer_interface.cc(717) [output->WriteLine(os.str())] ")
+    monkeypatch.setattr(spm_process, "train", full)
+    monkeypatch.setattr(tokenizer, "free_bytes", lambda path: 4096)
+    with pytest.raises(StorageError, match=rf"^the temporary directory {tmp_path}/nmt-spm-\w+\.tmp: 4.0 KiB free, "
+                                           r"too little for the en tokenizer SentencePiece writes there \(Internal: "
+                                           r".*WriteLine.*\); free some space there or set TMPDIR to a directory with "
+                                           r"more room$"):
+        train_tokenizer(synthetic_lines(EN_WORDS, n=50), tmp_path / "m", "en", 100)
+    assert [p.name for p in tmp_path.iterdir()] == []   # (its directory removed)
