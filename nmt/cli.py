@@ -18,8 +18,7 @@ from nmt.config_resume import PER_INVOCATION, record_mirror, refused_batch_kind,
 from nmt import jsonio
 from nmt.cli_io import last_lines, reader_gone
 from nmt.commands import Once, command, nonempty, shell_word, usable_streams
-from nmt.config_file import (check_taken_dir, read_config_file, retarget_metric, warn_fine_tuned, warn_other_arch,
-                             warn_time_limit)
+from nmt.config_file import check_taken_dir, read_config_file, warn_fine_tuned, warn_other_arch, warn_time_limit
 from nmt.flags import GROUPS, MODEL_FLAGS
 
 
@@ -87,13 +86,10 @@ def build_train_parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(args: argparse.Namespace, base: Optional[Config] = None) -> Config:
-    """Defaults of the chosen --arch < --config file (or `base`) < explicit flags; an unset --valid-metric as the
-    target language's (that of the model of --init-from too: `args_dict` takes its languages), as config.json says."""
+    """Defaults of the chosen --arch < --config file (or `base`) < explicit flags."""
     given = args_dict(args, base)   # (a --config file's own errors name its keys)
     try:
-        cfg = Config.from_dict(given, source=str(getattr(args, "config", "") or "flags"))
-        cfg.train.valid_metric = cfg.valid_metric
-        return cfg
+        return Config.from_dict(given, source=str(getattr(args, "config", "") or "flags"))
     except SettingsClash as e:   # (values of several sections, the --config file's among them: it is named)
         raise SettingsClash(f"{args.config}: {e}" if getattr(args, "config", None) else str(e)) from None
     except ConfigError as e:   # a file's key with a flag's (merged): as the file's where the flag is another command's
@@ -131,8 +127,6 @@ def args_dict(args: argparse.Namespace, base: Optional[Config] = None, check: bo
     for key, value in flags.items():
         section, field = key.split(".", 1)
         d.setdefault(section, {})[field] = value
-    if getattr(args, "config", None) and base is None:   # (a run's config.json, for a run the other way round)
-        retarget_metric(args.config, d, flags, check)
     data = d.setdefault("data", {})
     if "data.batch_size" in flags or "data.batch_tokens" in flags:   # the flag's kind of batch over a file's other:
         data.pop("batch_tokens" if "data.batch_size" in flags else "batch_size", None)   # that one at its default

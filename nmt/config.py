@@ -192,8 +192,8 @@ class TrainConfig:
     time_budget: float = 0.0             # training wall time over all runs, resumes included, in seconds (0 = none)
     valid_every: int = 500               # validate every N updates (and at every epoch end)
     patience: int = 10                   # early stop after this many validations without a better valid_metric
-    # the dev score that picks params.best and stops early: bleu chrf ko-mecab ppl; None (unset): the target
-    # language's, `default_valid_metric` (Config.valid_metric), which config.json records (a resume keeps it)
+    # the dev score that picks params.best and stops early: bleu chrf ko-mecab ppl; None: the target language's,
+    # `default_valid_metric` (Config.valid_metric; config.json keeps None, so a run's file serves the other direction)
     valid_metric: Optional[str] = None
     keep_last: int = 3                   # parameter files of the last N checkpoints kept
     average_last: int = 0                # average the last N checkpoints into params.avg as the run stops (0 = off)
@@ -275,18 +275,6 @@ ARCH_DEFAULTS: Dict[str, Dict[str, Dict[str, Any]]] = {"lstm": {}, "transformer"
     "model": {"dropout": 0.3, "word_dropout": 0.1}, "optim": {"lr": 1e-3, "warmup_steps": 1000}}}
 
 
-def check_valid_metric_type(d: Dict[str, Any], source: str) -> None:
-    """A ConfigError naming the file `source` where its sections `d` give train.valid_metric as no string, null
-    too: unset (None, from Python) is a key a --config file leaves out, and a model's config.json records the metric
-    its run chose by."""
-    value = d.get("train", {}).get("valid_metric", "") if isinstance(d.get("train"), dict) else ""
-    if not isinstance(value, str):
-        raise ConfigError(f"{source}: train.valid_metric must be a string, {', '.join(VALID_METRIC_NAMES[:-1])} or "
-                          f"{VALID_METRIC_NAMES[-1]}, got {json.dumps(value)} (left out of a --config file, it is "
-                          f"the target language's: {default_valid_metric('ko')} for Korean output, "
-                          f"{default_valid_metric('en')} otherwise)")
-
-
 @dataclass
 class Config:
     data: DataConfig = field(default_factory=DataConfig)
@@ -312,13 +300,8 @@ class Config:
         the target language's (`default_valid_metric`)."""
         return self.train.valid_metric or default_valid_metric(self.data.tgt_lang)
 
-    def to_dict(self, resolved: bool = True) -> Dict[str, Any]:
-        """The sections as config.json holds them, an unset --valid-metric as `valid_metric`; not `resolved`: None
-        (the dict of a Config made again whose target language may yet change: a fine-tuning run takes its model's)."""
-        d = dataclasses.asdict(self)
-        if resolved:
-            d["train"]["valid_metric"] = self.valid_metric
-        return d
+    def to_dict(self) -> Dict[str, Any]:
+        return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, d: Dict, source: str = "config", complete: bool = False, file: bool = False) -> "Config":
@@ -386,7 +369,6 @@ class Config:
     def load(cls, path, complete: bool = True) -> "Config":
         """A model directory's config (`complete`; model_dir: where it is now, copied or moved), or a --config's."""
         d, here = jsonio.read_object(path, ConfigError), os.path.dirname(os.path.abspath(path))
-        check_valid_metric_type(d, str(path))
         if complete and isinstance(d.get("train"), dict) and os.path.isfile(os.path.join(here, "state.json")):
             d["train"]["model_dir"] = here   # (a run's own directory: nmt.checkpoint.STATE beside it)
         return cls.from_dict(d, source=str(path), complete=complete, file=True)

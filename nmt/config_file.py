@@ -7,15 +7,13 @@ import contextlib
 import json
 import logging
 import sys
-from dataclasses import fields
 from pathlib import Path
 from typing import Any, Dict, Optional
 
 from nmt import jsonio
 from nmt.checkpoint import CONFIG, EXPORT, LOG, PARAMS_BEST, STATE
 from nmt.commands import shell_word
-from nmt.config import (ARCH_DEFAULTS, CORPUS_FILES, Config, ConfigError, SettingsClash, TrainConfig,
-                        check_valid_metric_type, default_valid_metric)
+from nmt.config import ARCH_DEFAULTS, CORPUS_FILES, Config, ConfigError, SettingsClash, TrainConfig
 
 # A --config file's keys of the machine it was written on: devices come from each command line, as on --resume.
 DEVICE_KEYS = ("gpus", "cpu_devices", "kvstore", "amp")
@@ -38,7 +36,6 @@ def read_config_file(path, base: Optional[Config] = None, check: bool = True) ->
     for section, values in d.items():   # checked also when not `check`: the command line reads its sections
         if not isinstance(values, dict):
             raise ConfigError(f"{path}: section {section!r} must be a JSON object, got {json.dumps(values)}")
-    check_valid_metric_type(d, str(path))   # (null: unset, which a file gives by leaving the key out)
     if not isinstance(d.get("train", {}).get("model_dir", ""), str):
         raise ConfigError(f"{path}: train.model_dir must be a string, got {json.dumps(d['train']['model_dir'])}")
     for name in CORPUS_FILES:   # (as the flags say it: read from ./-, it was "file not found")
@@ -81,27 +78,6 @@ def warn_time_limit(config: str, d: Dict[str, Dict[str, Any]], flags: Dict[str, 
         if limit and f"train.{name}" not in flags and _run_settings(Path(config)):
             logging.getLogger("nmt").warning("--config %s: train.%s = %s taken from that run: this run stops after "
                                              "%s s too (%s 0: no time limit)", config, name, limit, limit, flag)
-
-
-def retarget_metric(config: str, d: Dict[str, Dict[str, Any]], flags: Dict[str, Any], say: bool) -> None:
-    """Unset in `d` (a new run's settings: the --config file `config` with the flags) the train.valid_metric of a
-    config.json a run wrote (every setting there: it records the metric chosen by, its target language's default
-    where none was given) when it is that language's default and this run translates into another: the run takes its
-    own language's (`Config.valid_metric`), as without the file; an en->ko run's ko-mecab was refused for ko->en.
-    Another metric of the file (chrf, ppl) and a --valid-metric flag are kept."""
-    theirs = jsonio.read_object(config, ConfigError)
-    complete = all(isinstance(theirs.get(f.name), dict) and set(theirs[f.name]) >= {
-        x.name for x in fields(f.default_factory)} for f in fields(Config))   # type: ignore[arg-type]
-    tgt, metric = theirs.get("data", {}).get("tgt_lang"), theirs.get("train", {}).get("valid_metric")
-    new = d.get("data", {}).get("tgt_lang", tgt)
-    if "train.valid_metric" in flags or not complete or new == tgt or metric != default_valid_metric(str(tgt)):
-        return
-    d["train"]["valid_metric"] = None
-    if say:
-        logging.getLogger("nmt").warning("--config %s: train.valid_metric %s, that run's default for its target "
-                                         "language %r, is not taken: this run translates into %r and chooses by %s "
-                                         "(--valid-metric to choose)", config, metric, tgt, new,
-                                         default_valid_metric(str(new)))
 
 
 def warn_fine_tuned(config: str, init_from) -> None:

@@ -46,8 +46,11 @@ def _fixed_on_resume(key: str, saved: Config) -> str:
 
 
 def _unchanged(key: str, value, old, saved: Config) -> bool:
-    """Whether this command line's `value` of `key` is the run's `old` (`saved`: its configuration): equal, or an
-    --upsample that repeats the same corpora as many times (in another order or spelling; once is not repeated)."""
+    """Whether this command line's `value` of `key` is the run's `old` (`saved`: its configuration): equal, a
+    --valid-metric unset (None: the run's own) or the one the run's unset one stands for, or an --upsample that
+    repeats the same corpora as many times (in another order or spelling; once is not repeated)."""
+    if key == "train.valid_metric":
+        return value in (None, saved.valid_metric)
     if value == old or key != "data.upsample":
         return value == old
     from nmt.recipes import RECIPES, parse_upsample
@@ -107,7 +110,7 @@ def refused_change(key: str, label: str, value, saved: Config, source: str) -> s
     """The error of a resumed run given `value` for `key` (as `label`: a flag, or a --config file's key) where it
     cannot change (`_fixed_on_resume`); "" where it can, or `value` is the run's own (`saved`, read from `source`)."""
     section, name = key.split(".", 1)
-    old = saved.to_dict()[section][name]
+    old = saved.valid_metric if key == "train.valid_metric" else saved.to_dict()[section][name]   # (None: whose)
     fixed = value != old and _fixed_on_resume(key, saved)
     if not fixed:
         return ""
@@ -194,12 +197,11 @@ def average_advice(model_dir: Path) -> str:
 
 def given_by(cfg: Config) -> Dict[str, str]:
     """The keys a Config from Python gives, as a command line's flags would (key -> key): those of the dict it was
-    made from (`Config.given`) and those not at its architecture's defaults (a value set by hand); an unset
-    --valid-metric (None) is not given: a resumed run keeps its own, a fine-tuning run takes its model's language's."""
-    defaults, mine = Config.for_arch(cfg.model.arch).to_dict(resolved=False), cfg.to_dict(resolved=False)
+    made from (`Config.given`) and those not at its architecture's defaults (a value set by hand)."""
+    defaults, mine = Config.for_arch(cfg.model.arch).to_dict(), cfg.to_dict()
     defaults["model"]["arch"] = Config().model.arch   # a config of the Transformer asks for one
     return {f"{s}.{k}": f"{s}.{k}" for s, values in mine.items() for k, v in values.items()
-            if (v != defaults[s][k] or f"{s}.{k}" in cfg.given) and (s, k, v) != ("train", "valid_metric", None)}
+            if v != defaults[s][k] or f"{s}.{k}" in cfg.given}
 
 
 def record_mirror(cfg: Config, resume: bool) -> None:

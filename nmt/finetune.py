@@ -102,7 +102,7 @@ def init_config(cfg: Config, given: Dict[str, str], params: Path) -> Config:
                                                         "architecture, as that model's was)")
         raise ConfigError(f"--init-from {params.parent} is the --model-dir of this run{named}: fine-tuning writes a "
                           "new model directory (give another --model-dir; --resume continues that run instead)")
-    theirs, mine = Config.load(source).to_dict(), cfg.to_dict(resolved=False)   # (unset: by the model's target)
+    theirs, mine = Config.load(source).to_dict(), cfg.to_dict()
     for section, name in [("model", k) for k in theirs["model"]] + [("data", k) for k in INHERITED_DATA]:
         key, old = f"{section}.{name}", theirs[section][name]
         if key in given and section == "model" and name in tunable(theirs["model"]["arch"]):

@@ -79,14 +79,12 @@ def check_checkpoint_room(cfg: Config, net, no_update: bool = False, data_bytes:
     return needed + data_bytes
 
 
-def checked_config(cfg, caller: str, new: bool = False, run: bool = False, resume: bool = False) -> Config:
+def checked_config(cfg, caller: str, new: bool = False) -> Config:
     """`cfg` made again of its values, which all pass its checks, also those set by hand since it was made (a
     ConfigError naming the field, before any work: a beam size of 0 failed at the first validation), and as
     `Config.from_dict` takes them: "~" expanded, paths absolute, numpy's numbers and booleans as Python's; files
     given replace the recipe (a DataConfig's default "tatoeba"). `new`: a new run's, whose model settings of another
-    architecture are refused (`refuse_unread`; a run's own config.json, resumed or fine-tuned from, is taken as is).
-    `run`: the configuration a run (on `resume`, a resumed one) trains with, its --valid-metric set where unset
-    (`run_metric`): what config.json records, and the workers of a distributed job compare."""
+    architecture are refused (`refuse_unread`; a run's own config.json, resumed or fine-tuned from, is taken as is)."""
     if not isinstance(cfg, Config):
         raise TypeError(f"{caller}: cfg must be a Config (Config.from_dict makes one of a dict), got "
                         f"{type(cfg).__name__}")
@@ -95,29 +93,14 @@ def checked_config(cfg, caller: str, new: bool = False, run: bool = False, resum
             raise TypeError(f"{caller}: cfg.{f.name} must be a {f.default_factory.__name__}, got "
                             f"{type(getattr(cfg, f.name)).__name__}")
     d = {s: {k: v.item() if type(v).__module__ == "numpy" else v for k, v in values.items()}   # (np.bool_ too)
-         for s, values in cfg.to_dict(resolved=False).items()}
+         for s, values in cfg.to_dict().items()}
     checked = Config.from_dict(d, f"{caller}: cfg", file=True)
     checked.given = cfg.given
     if checked.data.recipe and any(getattr(checked.data, f) for f in CORPUS_FILES):   # (config.json then names none)
         checked.data.recipe = None
     if new:
         refuse_unread(checked, caller)
-    if run:   # (not before: a fine-tuning run takes its target language from its model, `nmt.finetune`)
-        checked.train.valid_metric = run_metric(checked, resume)
     return checked
-
-
-def run_metric(cfg: Config, resume: bool) -> str:
-    """The --valid-metric a run of `cfg` chooses its best checkpoint by: cfg's, or where unset, on `resume` the run's
-    own (its config.json: one begun before the default followed the target language keeps 13a BLEU), else the target
-    language's (`Config.valid_metric`)."""
-    path = Path(cfg.train.model_dir) / ckpt.CONFIG
-    if cfg.train.valid_metric is None and resume and path.is_file():
-        try:
-            return Config.load(path).valid_metric
-        except (ConfigError, OSError):   # (named by the checks of the run's directory that follow, in their order)
-            pass
-    return cfg.valid_metric
 
 
 def refuse_unread(cfg: Config, caller: str) -> None:

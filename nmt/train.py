@@ -259,7 +259,7 @@ def create_trainer(cfg: Config, resume: bool = False, overwrite: bool = False, i
     """The Trainer of a run per `cfg`: devices, kvstore and workers, the model directory (locked by rank 0 until
     `fit` ends: one trainer per directory), then data, model and optimizer built (and, with `resume`, restored from
     the newest intact checkpoint; with `init`, a parameter file, starting from it: `nmt.finetune`)."""
-    cfg = checked_config(cfg, "create_trainer", new=not resume and init is None, run=True, resume=resume)
+    cfg = checked_config(cfg, "create_trainer", new=not resume and init is None)
     t, _ = cfg.train, build_model(cfg.model, 4, 4)   # checked before the data
     ctxs = parse_devices(t.gpus, t.cpu_devices)
     if t.amp:

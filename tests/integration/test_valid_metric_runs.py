@@ -58,7 +58,7 @@ def test_a_fine_tuning_run_from_it_takes_the_korean_default(bleu_run, task, tmp_
     flags = [*files, "--init-from", str(bleu_run), "--no-progress", "--max-steps", "2"]
     parse = build_train_parser().parse_args
     cfg, _, init = training_run(parse(flags + ["--model-dir", str(tmp_path / "ft")]))
-    assert (cfg.data.tgt_lang, cfg.train.valid_metric, init) == ("ko", "ko-mecab", ckpt.params_path(bleu_run, "best"))
+    assert (cfg.data.tgt_lang, cfg.valid_metric, init) == ("ko", "ko-mecab", ckpt.params_path(bleu_run, "best"))
     python = Config.from_dict({"data": dict(zip(("train_src", "train_tgt", "dev_src", "dev_tgt"), files[1::2])),
                                "train": {"model_dir": str(tmp_path / "py")}})
     assert for_init(python, bleu_run)[0].valid_metric == "ko-mecab"
