@@ -42,12 +42,18 @@ NOTHING_TO_JOIN = "[\x00-\x7f\u1100-\u11ff\u3130-\u318f\uac00-\ud7a3]"   # (and 
 _STRAY_JOINERS = re.compile(f"(?:^|(?<=\\s)|(?<={NOTHING_TO_JOIN})){JOINERS.pattern}(?!\u20e3)")
 # Why pairs read again may differ from those a run recorded, its files unchanged (in its errors' words)
 READ_SINCE = ("the run began before nmt read text as it does now: full-width ASCII, ＡＢ．, as ASCII; joiners next to "
-              "no emoji removed; python-docs-ko's footnote marks and link references stripped, as the all recipe "
-              "reads it")
+              "no emoji removed; terminal escape sequences (ESC[31m) removed whole; python-docs-ko's footnote marks "
+              "and link references stripped, as the all recipe reads it")
 # Full-width ASCII, U+FF01-U+FF5E (a Korean input method's full-width mode, HWP documents: "ＴＶ를 봐요．"), as the
 # ASCII it stands for, as NFKC and Moses' punctuation normalization fold it; else each is a byte piece or two
 FULL_WIDTH = {c: c - 0xFEE0 for c in range(0xFF01, 0xFF5F)}
 _CONTROL = re.compile("[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f]")   # the control characters `normalize` removes
+# Terminal escape sequences go whole: a colour that `ls --color`, grep or a logger wrote into the text (ESC[31m), a
+# cursor key typed where nothing edits the line (ESC[D), a hyperlink or window title (ESC]8;;url ESC\), a character
+# set (ESC(B, tput sgr0's). Their ESC alone is a control character: removed alone, it left "[31m" in the text. CSI
+# (ESC[ or U+009B) to its final byte, OSC (ESC] or U+009D) to its BEL or ST; written for Python and JavaScript alike.
+ESCAPE_SEQUENCE = re.compile(r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]|(?:\x1b\]|\x9d)[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)"
+                             r"|\x1b[()*+][0-~]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 # Where text breaks into lines: str.splitlines()'s boundaries (LF, CR, VT, FF, FS, GS, RS, NEL, U+2028, U+2029).
@@ -81,18 +87,30 @@ class Pairs:
 
 
 def normalize(text: str) -> str:
-    """NFC, full-width ASCII as ASCII, control and zero-width characters removed, whitespace runs (tab, NBSP, ...)
-    collapsed, stripped, and joiners with nothing to join dropped (a word of them, or after ASCII or Hangul)."""
+    """NFC, full-width ASCII as ASCII, terminal escape sequences, control and zero-width characters removed,
+    whitespace runs (tab, NBSP, ...) collapsed, stripped, and joiners with nothing to join dropped (a word of them, or
+    after ASCII or Hangul)."""
     # NFC: Korean typed or saved on macOS arrives as decomposed jamo (NFD), which the tokenizer would see as different,
     # longer strings than the same syllables in NFC; after the removals, which could leave a sequence NFC composes.
-    text, stray = _STRAY_JOINERS.subn("", unicodedata.normalize("NFC", INVISIBLE.sub("", text).translate(FULL_WIDTH)))
+    text = INVISIBLE.sub("", ESCAPE_SEQUENCE.sub("", text)).translate(FULL_WIDTH)   # (sequences first: ESC is one)
+    text, stray = _STRAY_JOINERS.subn("", unicodedata.normalize("NFC", text))
     words = (unicodedata.normalize("NFC", text) if stray else text).split()   # (jamo a joiner parted: composed)
     return " ".join(w for w in words if not JOINERS.fullmatch(w))
 
 
 def control_characters(text: str) -> int:
-    """How many control characters (NUL, ESC ...; not whitespace) `normalize` removes from `text`."""
-    return len(_CONTROL.findall(text))
+    """How many control characters (NUL, ESC ...; not whitespace) `normalize` removes from `text`, but for those that
+    start a terminal escape sequence (`ESCAPE_SEQUENCE`), which goes whole."""
+    return len(_CONTROL.findall(ESCAPE_SEQUENCE.sub("", text)))
+
+
+def removed_controls(*texts: str) -> str:
+    """What `normalize` removes from `texts` of terminal escape sequences and control characters, for a warning
+    ("" for none): "2 terminal escape sequence(s) (colours, cursor keys: ESC[31m ...) and 1 control character(s)"."""
+    sequences = sum(len(ESCAPE_SEQUENCE.findall(t)) for t in texts)
+    characters = sum(control_characters(t) for t in texts)
+    said = [f"{sequences} terminal escape sequence(s) (colours, cursor keys: ESC[31m ...)"] if sequences else []
+    return " and ".join(said + ([f"{characters} control character(s)"] if characters else []))
 
 
 def lone_surrogate(text: str) -> str:
@@ -141,11 +159,13 @@ def read_lines(path: PathLike, *, skip_invalid_utf8: bool = False, max_line_char
 
 
 def _warn_of_changes(path: PathLike, lines: Sequence[Optional[str]]) -> None:
-    """Warn, naming the lines, of what `normalize` changes in them without a word otherwise: control characters
-    removed, line breaks other than LF (U+2028, form feed, ...) read as spaces, and tabs on every line (the columns
-    of a TSV file as one sentence?)."""
+    """Warn, naming the lines, of what `normalize` changes in them without a word otherwise: control characters and
+    terminal escape sequences (colours: ESC[31m) removed, line breaks other than LF (U+2028, form feed, ...) read as
+    spaces, and tabs on every line (the columns of a TSV file as one sentence?)."""
     text = [(i, t) for i, t in enumerate(lines, 1) if t and t.strip()]
     for what, found in (("control character(s), removed", [i for i, t in text if control_characters(t)]),
+                        ("terminal escape sequence(s) (colours, cursor keys: ESC[31m ...), removed whole",
+                         [i for i, t in text if ESCAPE_SEQUENCE.search(t)]),
                         ("a line break or separator other than LF (U+2028, form feed, U+001F, ...), read as a space",
                          [i for i, t in text if _SPACED.search(t)])):
         if found:

@@ -8,7 +8,7 @@ import sys
 from typing import Callable, List, Optional
 
 from nmt.commands import Terminated
-from nmt.corpus import CorpusError, control_characters, lone_surrogate, one_line
+from nmt.corpus import CorpusError, lone_surrogate, one_line, removed_controls
 from nmt.languages import hangul_counts, other_language_warning
 from nmt.stream import JSON_EXAMPLE, parse_json_line, translation_rows
 from nmt.translate import Translator
@@ -68,9 +68,9 @@ def interactive(translator: Translator, nbest: Optional[int] = None,
                 continue
         else:   # one typed line, one sentence, as a line of a file
             line = one_line(line)
-            removed = control_characters(line)
+            removed = removed_controls(line)
             if removed:   # (the arrow keys, where input() has no line editing)
-                print(f"warning: input:{n}: {removed} control character(s) removed before "
+                print(f"warning: input:{n}: {removed} removed before "
                       "translating (an arrow key? with standard output redirected the line cannot be edited)",
                       file=sys.stderr)
         counts = hangul_counts([line], translator.src_lang)

@@ -18,7 +18,8 @@ from typing import BinaryIO, Callable, Iterable, Iterator, List, Optional, Seque
 from nmt import jsonio
 from nmt.align import format_links, with_links
 from nmt.config import CHARS_PER_TOKEN
-from nmt.corpus import INVISIBLE, CorpusError, control_characters, count_lines, lone_surrogate, one_line
+from nmt.corpus import (INVISIBLE, CorpusError, control_characters, count_lines, lone_surrogate, one_line,
+                         removed_controls)
 from nmt.textfile import (READ_ERRORS, archive_sign, binary_sign, decompressing, encoding_of, iconv_command, not_text,
                           open_bytes, to_utf8_hint, wide_encoding)
 from nmt.log import Every
@@ -338,11 +339,11 @@ def _read_line(raw: bytes, cut: bool, line_no: int, source: Tuple[str, Optional[
         text, prefix = parse_json_line(text, line_no, name)
     else:   # one line of the input, one sentence: U+2028 and the like are spaces to it, as normalize makes them
         text = one_line(text)
-    controls = control_characters(text) + control_characters(prefix or "")
+    controls = removed_controls(text, prefix or "")
     if controls:   # removed by `normalize`, as the service does, which says so too
         stats.controls += 1
         if stats.controls <= CONTROL_WARNINGS:
-            logger.warning("%s:%d: %d control character(s) removed before translating%s", name, line_no, controls,
+            logger.warning("%s:%d: %s removed before translating%s", name, line_no, controls,
                            " (the last such warning; the summary counts them all)"
                            if stats.controls == CONTROL_WARNINGS else "")
     stats.lines += 1

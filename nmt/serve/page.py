@@ -1,13 +1,13 @@
 """The web page (page.html), with how the server reads a line filled in: the page splits a line into words as the
 model reads it (for the word alignment's indices) and knows a line of invisible characters for blank, by the very
-character classes of `nmt.corpus.normalize`."""
+character classes (and terminal escape sequences) of `nmt.corpus.normalize`."""
 from __future__ import annotations
 
 import functools
 import json
 from pathlib import Path
 
-from nmt.corpus import FULL_WIDTH, INVISIBLE, JOINERS, NOTHING_TO_JOIN
+from nmt.corpus import ESCAPE_SEQUENCE, FULL_WIDTH, INVISIBLE, JOINERS, NOTHING_TO_JOIN
 
 PAGE = Path(__file__).with_name("page.html")
 READ_RULES = "__READ_RULES__"   # in page.html, where the classes go
@@ -27,7 +27,8 @@ def page_html() -> str:
     html = PAGE.read_text(encoding="utf-8")
     rules = {"invisible": js_class(INVISIBLE.pattern), "joiners": js_class(JOINERS.pattern.removesuffix("+")),
              "space": js_class(f"[{_SPACE}]"), "nothing_to_join": js_class(NOTHING_TO_JOIN),
-             "full_width": js_class(f"[{chr(min(FULL_WIDTH))}-{chr(max(FULL_WIDTH))}]")}   # (as ASCII: "!" first)
+             "full_width": js_class(f"[{chr(min(FULL_WIDTH))}-{chr(max(FULL_WIDTH))}]"),   # (as ASCII: "!" first)
+             "escapes": ESCAPE_SEQUENCE.pattern}   # (written for JavaScript's "u" flag too)
     if html.count(READ_RULES) != 1:
         raise RuntimeError(f"{PAGE} must hold {READ_RULES} once")
     return html.replace(READ_RULES, json.dumps(rules))

@@ -20,7 +20,7 @@ from starlette.requests import ClientDisconnect
 
 from nmt import jsonio
 from nmt.config import CHARS_PER_TOKEN
-from nmt.corpus import control_characters, count_lines, lone_surrogate, normalize
+from nmt.corpus import count_lines, lone_surrogate, normalize, removed_controls
 
 EXAMPLE = '{"text": ["안녕하세요"], "beam_size": 4, "nbest": 1}'   # of /translate; /attention's below
 # Arrays and objects a body may nest (a request nests 2: an object of lists of strings; much deeper JSON reached
@@ -321,7 +321,7 @@ def check_line(line: str, where: str, max_input_tokens: int) -> Tuple[str, List[
         advice = ("send each line as its own sentence (read as one, all but the first would usually be left out of "
                   "the translation)" if where.startswith("text") else "a translation (or its start) is one line")
         raise RequestError(422, f"{where} has text on {lines} lines: {advice}", where)
-    warnings, controls = [], control_characters(line)
+    warnings, controls = [], removed_controls(line)
     max_chars = max_input_tokens * CHARS_PER_TOKEN
     if len(read := normalize(line)) > max_chars:   # the line as read (4,000 spaces before its text are not counted)
         line = read
@@ -329,7 +329,7 @@ def check_line(line: str, where: str, max_input_tokens: int) -> Tuple[str, List[
                         f"{max_input_tokens} x {CHARS_PER_TOKEN}), as nmt-translate does")
         line = line[:max_chars].rstrip()
     if controls:
-        warnings.append(f"{where} has {controls} control character(s); they were removed before translating")
+        warnings.append(f"{where} has {controls}; they were removed before translating")
     return line, warnings
 
 

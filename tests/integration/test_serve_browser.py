@@ -867,7 +867,8 @@ def test_invisible_lines_long_words_and_the_news_of_a_result(translator, serve_s
             open_page(driver, url)
             samples = [f"a{c}b c {c} d" for c in sorted(set(page_characters()))] + ["\u1112\u1161 \u1100",
                        "오늘\u200d 날씨 \u200d안녕", "1\ufe0f\u20e3 \U0001f468\u200d\U0001f469 \u2764\ufe0f",
-                       "ＴＶ를 봐요．\uff01\uff5e \uff21\u200d가 \uff45\u200d\u0301"]   # (full-width: folded)
+                       "ＴＶ를 봐요．\uff01\uff5e \uff21\u200d가 \uff45\u200d\u0301",   # (full-width: folded)
+                       "\x1b[31m빨강\x1b[0m a\x1b[Db \x1b]8;;u\x1b\\l\x1b]8;;\x07 \x1b(B\x9b0m. \x1b]0;t \x1b["]   # (colours)
             assert driver.execute_script("return arguments[0].map(words)", samples) == [
                 normalize(x).split() for x in samples]
             driver.execute_script("showNbest([{translation: '', score: -1.5}])")   # a model that ended at once

@@ -196,6 +196,44 @@ def test_files_shifted_by_a_line_with_a_blank_end_are_said_to_look_misaligned(wr
     assert "misaligned" not in messages(nmt_logs)
 
 
+@pytest.mark.parametrize("text, read, said", [
+    ("\x1b[31m빨강\x1b[0m 글씨", "빨강 글씨", "2 terminal escape sequence(s)"),   # ls --color, grep, a logger
+    ("grep \x1b[01;31m\x1b[Kword\x1b[m\x1b[K", "grep word", "4 terminal escape sequence(s)"),
+    ("a\x1b[Db", "ab", "1 terminal escape sequence(s)"),   # a cursor key typed where nothing edits the line
+    ("\x1b]8;;https://x.org\x1b\\link\x1b]8;;\x07 ok", "link ok", "2 terminal escape sequence(s)"),   # OSC 8
+    ("\x1b(B\x1b[m plain", "plain", "2 terminal escape sequence(s)"),   # tput sgr0
+    ("\x9b1;2Hx\x9d0;t\x9cy", "xy", "2 terminal escape sequence(s)"),   # the C1 forms
+    ("\x1b[31m가\x00나", "가나", "1 terminal escape sequence(s) (colours, cursor keys: ESC[31m ...) and 1 control "
+                                   "character(s)"),
+    ("lone \x1b x", "lone x", "1 control character(s)"),   # an ESC that starts no sequence goes alone
+    ("[31m plain", "[31m plain", ""),
+])
+def test_terminal_escape_sequences_are_removed_whole(text, read, said):
+    """A colour code kept its text: its ESC was removed as a control character, leaving "[31m" and "[0m" in the line
+    (with a warning that counted 2 control characters). The whole sequence goes now, wherever control characters
+    are removed (`normalize`: corpora, nmt-translate, the service), and the warnings count sequences as such."""
+    from nmt.corpus import removed_controls
+    assert normalize(text) == read
+    assert removed_controls(text).startswith(said) and bool(removed_controls(text)) == bool(said)
+
+
+def test_a_line_with_a_colour_code_is_said_naming_the_line(write_file, nmt_logs):
+    """In a corpus file (training, dev or test data) and in nmt-translate's input, the warning names the sequences."""
+    from nmt.stream import StreamStats, _read_line
+    ko = write_file("c.ko", [KO[0], "\x1b[1;32m고양이가\x1b[0m 잔다.", KO[2]])
+    assert read_parallel(ko, write_file("c.en", EN)).src == KO
+    said = messages(nmt_logs)
+    assert f"{ko}: 1 line(s) with terminal escape sequence(s) (colours, cursor keys: ESC[31m ...), removed whole: " \
+           "line 2" in said and "control character" not in said
+    nmt_logs.clear()
+    stats = StreamStats()
+    line = "\x1b[31m고마워요.\x1b[0m\x07"
+    assert _read_line(line.encode(), False, 3, ("in.ko", None), "error", False, stats) == (line, None)
+    assert stats.controls == 1 and messages(nmt_logs) == (
+        "in.ko:3: 2 terminal escape sequence(s) (colours, cursor keys: ESC[31m ...) and 1 control character(s) "
+        "removed before translating")
+
+
 def test_a_one_line_file_ended_by_a_cr_is_that_line(write_file):
     """'고마워요.\\r' was "line ends are CR only (old Mac format), so the whole file reads as one line": it is one."""
     assert read_parallel(write_file("o.ko", KO[0] + "\r"), write_file("o.en", EN[:1])).src == KO[:1]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
+import subprocess
 
 import pytest
 from starlette.requests import ClientDisconnect
@@ -101,6 +103,13 @@ def test_control_characters_are_accepted_with_a_warning():
                                                         "before translating"]
 
 
+def test_a_colour_code_is_removed_whole_with_a_warning_counting_it():
+    req = parse(json.dumps({"text": ["\x1b[31m빨강\x1b[0m"]}).encode(), TranslateRequest)
+    lines, _, warnings = check_translate(req, Limits(), 4, 250)
+    assert warnings == ["text[0] has 2 terminal escape sequence(s) (colours, cursor keys: ESC[31m ...); they were "
+                        "removed before translating"]
+
+
 def test_body_over_the_limit_is_refused_while_reading():
     async def chunks():
         for _ in range(100):
@@ -170,7 +179,16 @@ def test_the_page_gets_the_servers_character_classes():
     html = page_html()
     assert READ_RULES not in html
     rules = json.loads(re.search(r"const READ = (\{.*?\});", html)[1])
-    assert set(rules) == {"invisible", "joiners", "space", "nothing_to_join", "full_width"} and "\\u{3164}" in \
-        rules["invisible"]
+    assert set(rules) == {"invisible", "joiners", "space", "nothing_to_join", "full_width", "escapes"} and \
+        "\\u{3164}" in rules["invisible"]
     with pytest.raises(ValueError, match="not a character class"):
         js_class("[^a]")
+    node = shutil.which("node")   # (the browser test runs the page's words() itself)
+    if node:   # the terminal escape sequences, a pattern the page compiles as it is: the same matches in JavaScript
+        texts = ["\x1b[31m빨강\x1b[0m", "a\x1b[Db \x1b[1;2;3 ~x", "\x1b]8;;u\x1b\\l\x1b]8;;\x07!", "\x1b(B\x9b0m\x9d0;t\x9c.",
+                 "\x1b]0;cut", "\x1b x \x1b[", "[31m"]
+        script = f"const r = new RegExp({json.dumps(rules['escapes'])}, 'gu'); " \
+                 f"console.log(JSON.stringify({json.dumps(texts)}.map((x) => x.replace(r, ''))))"
+        got = subprocess.run([node, "-e", script], capture_output=True, text=True, check=True, timeout=60).stdout
+        from nmt.corpus import ESCAPE_SEQUENCE
+        assert json.loads(got) == [ESCAPE_SEQUENCE.sub("", x) for x in texts] != texts
