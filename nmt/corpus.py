@@ -42,8 +42,8 @@ NOTHING_TO_JOIN = "[\x00-\x7f\u1100-\u11ff\u3130-\u318f\uac00-\ud7a3]"   # (and 
 _STRAY_JOINERS = re.compile(f"(?:^|(?<=\\s)|(?<={NOTHING_TO_JOIN})){JOINERS.pattern}(?!\u20e3)")
 # Why pairs read again may differ from those a run recorded, its files unchanged (in its errors' words)
 READ_SINCE = ("the run began before nmt read text as it does now: full-width ASCII, ＡＢ．, as ASCII; joiners next to "
-              "no emoji removed; terminal escape sequences (ESC[31m) removed whole; python-docs-ko's footnote marks "
-              "and link references stripped, as the all recipe reads it")
+              "no emoji removed; terminal escape sequences (ESC[31m) removed whole; python-docs-ko's footnote marks, "
+              "link references and substitutions (|version|) stripped or rendered, as the all recipe reads it")
 # Full-width ASCII, U+FF01-U+FF5E (a Korean input method's full-width mode, HWP documents: "ＴＶ를 봐요．"), as the
 # ASCII it stands for, as NFKC and Moses' punctuation normalization fold it; else each is a byte piece or two
 FULL_WIDTH = {c: c - 0xFEE0 for c in range(0xFF01, 0xFF5F)}

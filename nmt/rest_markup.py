@@ -10,6 +10,22 @@ from typing import Dict, List, Tuple
 from nmt.corpus import Pairs
 from nmt.languages import has_hangul
 
+# python-docs-ko's substitutions (|name|) that show code or a name, the same on the English and the Korean page, as
+# the 3.13 docs define them: Sphinx's |version| (Doc/conf.py: 3.13 on the corpus's branch) and conf.py's rst_epilog;
+# inspect.rst's link, urllib.request.rst's methods and functions.rst's table of builtins; rendered as this module
+# renders their markup (:func:`x` as x, ``x()`` as x()). The others show a sentence defined elsewhere in the docs
+# (dbm's |flag_r|, ftplib's |param_doc_user|: "Open existing database for reading only."), which neither side of a
+# pair holds and the Korean page shows translated (or in English): removed from both sides, which still translate
+# each other ("'r' (default):", "'r' (기본값):"). (Dropping their 5 pairs would redraw the all recipe's dev set.)
+SUBSTITUTIONS = {"version": "3.13", "python_x_dot_y_literal": "python3.13",
+                 "usr_local_bin_python_x_dot_y_literal": "/usr/local/bin/python3.13",
+                 "coroutine-origin-link": "sys.set_coroutine_origin_tracking_depth",
+                 "protocol_open": "BaseHandler.<protocol>_open", "http_error_nnn": "BaseHandler.http_error_<nnn>",
+                 "protocol_request": "BaseHandler.<protocol>_request",
+                 "protocol_response": "BaseHandler.<protocol>_response",
+                 **{f"func-{f}": f"{f}()" for f in ("bytearray", "bytes", "dict", "frozenset", "list", "memoryview",
+                                                    "range", "set", "str", "tuple")}}
+
 # reStructuredText markup that carries no language: roles, literals, links, emphasis, escapes, footnote marks.
 _MARKUP = r"""
     :(?P<role>(?:[A-Za-z0-9_+.-]+:)+)`(?P<rtext>[^`]+)`            # :func:`x`, :c:func:`x`, :ref:`t <label>`
@@ -20,6 +36,7 @@ _MARKUP = r"""
   | \\(?P<esc>.)                                                   # \x -> x; "\ " joins (Korean particles)
   | \ ?\[(?:[0-9]+|\#[\w-]*|\*)\]_(?!\w)(?P<note>)                 # a footnote reference [1]_: a mark
   | \ ?\|(?P<subst>nbsp)\|\ ?                                      # the docs' non-breaking space substitution
+  | (?<![\w|\\])\|(?P<shown>[A-Za-z][\w.-]*)\|(?:__?)?(?![\w|])  # |version|, |name|_: `SUBSTITUTIONS`
 """
 _REST = re.compile(_MARKUP + r"""
   | (?<![\w`|\\'"])(?P<ref>[A-Za-z](?:[A-Za-z0-9]|[._-](?=[A-Za-z0-9]))*)__?(?=[\s,.;:!?)]|$)   # vectorcall_: a link
@@ -50,6 +67,8 @@ def _rest_sub(m: "re.Match[str]") -> str:
         return strip_rest_markup(m.group(kind), _INNER)
     if kind in ("note", "subst", "ref"):
         return {"note": "", "subst": " "}.get(kind, m.group("ref"))
+    if kind == "shown":   # (not within a word: "(blue|white|red)" is a regular expression's alternatives)
+        return SUBSTITUTIONS.get(m.group("shown"), "")
     return "" if m.group("esc") == " " else m.group("esc")
 
 
@@ -69,8 +88,8 @@ def clean_rest_docs(pairs: Pairs) -> Tuple[Pairs, Dict[str, int]]:
     """Documentation pairs (ko -> en) with reST markup removed; pairs without language content dropped.
 
     Dropped: Korean side without Hangul ("no_hangul"), identical sides ("identical": code, names),
-    English side without a single ordinary word ("code_only"). Markup such as :func:`x` or ``code``
-    becomes its plain text on both sides.
+    English side without a single ordinary word ("code_only"). Markup such as :func:`x`, ``code`` or |version|
+    becomes its plain text on both sides (`SUBSTITUTIONS`).
     """
     counts: Counter = Counter()
     ko_out: List[str] = []

@@ -870,8 +870,8 @@ def test_a_run_whose_files_moved_resumes_from_where_they_are(tmp_path, capsys):
             "the run trained on until now: they, or the dev or test files (whose pairs leave the training data), "
             "changed since it started, or are other files than it read (or the run began before nmt read text "
             "as it does now: full-width ASCII, ＡＢ．, as ASCII; joiners next to no emoji removed; terminal escape "
-            "sequences (ESC[31m) removed whole; python-docs-ko's footnote marks and link references stripped, as the "
-            "all recipe reads it); the data cannot change "
+            "sequences (ESC[31m) removed whole; python-docs-ko's footnote marks, link references and substitutions "
+            "(|version|) stripped or rendered, as the all recipe reads it); the data cannot change "
             "within a run: give it its files as they were") in capsys.readouterr().err
     # a test set is not moved: nothing records its pairs, and scores.json would hold two sets under one name
     assert train_main(["--model-dir", str(d), "--resume", "--max-steps", "6", "--test-src", str(moved / "test.ko"),

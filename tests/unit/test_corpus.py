@@ -771,6 +771,14 @@ def test_many_pairs_with_the_same_text_on_both_sides_are_warned_of(nmt_logs, cop
     ("the os.path__ module and ``class_``", "the os.path module and class_"), ("__init__ and _x", "__init__ and _x"),
     ("If optional *mangle_from_* is True", "If optional mangle_from_ is True"),   # (no markup within emphasis)
     ("g = Generator(fp, mangle_from_=True)", "g = Generator(fp, mangle_from_=True)"),
+    # substitutions stayed as |version| (8 times in the two files) ...: rendered as the 3.13 docs define them
+    ("파이썬 |version|\\가(이) 윈도우 8.1 이상을 지원", "파이썬 3.13가(이) 윈도우 8.1 이상을 지원"),
+    ("installed as |usr_local_bin_python_x_dot_y_literal| on", "installed as /usr/local/bin/python3.13 on"),
+    ("See |protocol_open|_ for more", "See BaseHandler.<protocol>_open for more"), ("|func-dict|_", "dict()"),
+    ("또는 ``None``. |coroutine-origin-link|\\를 참조", "또는 None. sys.set_coroutine_origin_tracking_depth를 참조"),
+    ("``'r'`` (default): |flag_r|", "'r' (default):"),   # (a sentence defined elsewhere, on neither side: removed)
+    ("IPv(4|6)(Address|Network|Interface) and (blue|white|red)", "IPv(4|6)(Address|Network|Interface) and "
+                                                                 "(blue|white|red)"),   # (no substitutions)
     (">>> A.__lt__ = f", ">>> A.__lt__ = f"),
 ])
 def test_strip_rest_markup(text, plain):

@@ -281,6 +281,22 @@ def test_clean_rest_docs():
     assert counts == {"identical": 2, "code_only": 1, "no_hangul": 1}
 
 
+def test_clean_rest_docs_renders_substitutions_or_removes_them_from_both_sides():
+    """python-docs-ko kept |version|, |flag_r| and 11 other substitutions in 16 of the pairs it trained on (44 times
+    in their two sides): those that show code or a name are rendered as the page shows them on both sides; one that
+    shows a sentence that neither side holds (dbm's open() flags, ftplib's parameters) is removed from both."""
+    ko = ["네 개의 파이썬 |version| 설치 프로그램", "``'r'`` (기본값): |flag_r|", "|param_doc_user| 주어지면, 호출합니다.",
+          "자세한 정보는 |http_error_nnn|_\\을 참조하십시오.", "정규식 (blue|white|red)를 보세요."]
+    en = ["Four Python |version| installers", "``'r'`` (default): |flag_r|", "|param_doc_user| If given, it is called.",
+          "See |http_error_nnn|_ for more information.", "See the regular expression (blue|white|red)."]
+    kept, counts = clean_rest_docs(Pairs(ko, en, "docs"))
+    assert kept.src == ["네 개의 파이썬 3.13 설치 프로그램", "'r' (기본값):", "주어지면, 호출합니다.",
+                        "자세한 정보는 BaseHandler.http_error_<nnn>을 참조하십시오.", ko[4]]
+    assert kept.tgt == ["Four Python 3.13 installers", "'r' (default):", "If given, it is called.",
+                        "See BaseHandler.http_error_<nnn> for more information.", en[4]]
+    assert counts == {}
+
+
 # --- load_data -------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kwargs, flag", [({"recipe": "nope"}, "--recipe 'nope'"), ({"recipe": None}, "--recipe"),
