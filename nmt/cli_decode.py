@@ -155,9 +155,10 @@ def _summary(tr, stats, name: str, tally: List[int]) -> None:
         logging.getLogger("nmt.translate").warning("%s: %d line%s refused (said above), without a line in the output",
                                                    name, stats.refused, "s" * (stats.refused != 1))
     logging.getLogger("nmt.translate").info(
-        "translated %d line%s in %.1f s (%.1f lines/s)%s%s%s%s", stats.lines, "s" * (stats.lines != 1), stats.seconds,
-        stats.lines / max(stats.seconds, 1e-9), f"; {tr.truncated} truncated" if tr.truncated else "",
+        "translated %d line%s in %.1f s (%.1f lines/s)%s%s%s%s%s", stats.lines, "s" * (stats.lines != 1),
+        stats.seconds, stats.lines / max(stats.seconds, 1e-9), f"; {tr.truncated} truncated" if tr.truncated else "",
         f"; {tr.cut_off} at the length limit" if tr.cut_off else "",
+        f"; {tr.left_out} with byte pieces left out" if tr.left_out else "",
         f"; {stats.invalid_utf8} with invalid UTF-8 replaced" if stats.invalid_utf8 else "",
         f"; {stats.controls} with control characters removed" if stats.controls else "")
 

@@ -1,12 +1,13 @@
 """The model directories a `Translator.from_dir(path, ensemble=[...])` loads: their files, and the further ones
 (an ensemble's) checked before any model loads: each must share both vocabularies with the first, and none may be a
-model already in the ensemble."""
+model already in the ensemble; then every member loaded on each device, again if a training run replaced its
+checkpoint meanwhile."""
 from __future__ import annotations
 
 import hashlib
 import logging
 from pathlib import Path
-from typing import Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import mxnet as mx
 
@@ -35,6 +36,41 @@ def load_member(model_dir: Path, cfg: Config, src_tok: Tokenizer, tgt_tok: Token
     net.collect_params().setattr("grad_req", "null")   # inference only: no gradient arrays
     net.hybridize(static_alloc=True)
     return net
+
+
+def checked_members(model_dir: Path, src_tok: Tokenizer, tgt_tok: Tokenizer, ensemble: Sequence[Path],
+                    which: str) -> List[Tuple[Path, Config]]:
+    """The further model directories of an ensemble with `model_dir` (its tokenizers `src_tok`, `tgt_tok`) and
+    their configs, every member's vocabularies checked, and none given twice, before any model is loaded."""
+    others: List[Tuple[Path, Config]] = []
+    for other in map(Path, ensemble):
+        o_cfg, o_src, o_tgt = model_files(other)
+        for what, mine, theirs in (("source", src_tok, o_src), ("target", tgt_tok, o_tgt)):
+            check_member_vocabulary(other, model_dir, what, mine, theirs)
+        refuse_repeated_member(other, [model_dir] + [d for d, _ in others], which)
+        others.append((other, o_cfg))
+    return others
+
+
+def load_members(dirs: List[Tuple[Path, Config]], which: str, src_tok: Tokenizer, tgt_tok: Tokenizer,
+                 ctxs: List[mx.Context]) -> Tuple[List[dict], List[Tuple[mx.Context, list]]]:
+    """The `which` checkpoint of each member (model directory, config) of `dirs` (`scoring.checkpoint_info`), and on
+    each device of `ctxs` a copy of every member loaded (a hybridized block is not safe to call from two threads).
+    A training run may replace or prune a checkpoint meanwhile: they are loaded again, at most three times."""
+    from nmt.scoring import checkpoint_info   # (which imports nmt.translate, which imports this module)
+    for attempt in range(3):
+        try:
+            infos = [checkpoint_info(d, which) for d, _ in dirs]   # (what it takes instead is said once)
+            paths = [d / str(i["params_file"]) for (d, _), i in zip(dirs, infos)]
+            loaded = [(c, [load_member(d, d_cfg, src_tok, tgt_tok, p, c) for (d, d_cfg), p in zip(dirs, paths)])
+                      for c in ctxs]
+            if [checkpoint_info(d, which, quiet=True) for d, _ in dirs] == infos:
+                return infos, loaded
+        except ckpt.CheckpointError:   # (damaged, or pruned while read: the next attempt tells)
+            if attempt == 2:
+                raise
+    raise ckpt.CheckpointError(f"{dirs[0][0]}: its {which} checkpoint changed while it was loaded, three times (a "
+                               "training run writes it): try again")
 
 
 def members_sha256(shas) -> Optional[str]:

@@ -19,11 +19,11 @@ from typing import Callable, Iterable, List, Optional, Sequence, Set, Tuple, Uni
 import mxnet as mx
 import numpy as np
 
-from nmt import checkpoint as ckpt, manifest
+from nmt import manifest
 from nmt.batching import pad_sources
 from nmt.config import CHARS_PER_TOKEN, Config, DecodeConfig
-from nmt.corpus import count_lines, lone_surrogate, normalize, tidy_translation
-from nmt.members import check_member_vocabulary, load_member, members_sha256, model_files, refuse_repeated_member
+from nmt.corpus import count_lines, line_list, lone_surrogate, normalize, tidy_translation
+from nmt.members import checked_members, load_members, members_sha256, model_files
 from nmt.models.base import Seq2SeqModel
 from nmt.models.ensemble import as_model
 from nmt.parallel import check_gpus, concurrent_devices_safe
@@ -50,6 +50,9 @@ def checked_decode(decode) -> DecodeConfig:
 class Translator:
     """Batched, length-sorted translation with greedy or beam search. Output order = input order; an empty
     input line gives an empty output line."""
+    # what a warning says after the count of `bytes_left_out` (nmt-translate's, the service's)
+    LEFT_OUT = ("byte piece(s) left out of the translation(s): UTF-8 bytes that form no whole character (SentencePiece "
+                "would write U+FFFD for each)")
 
     def __init__(self, net, src_tok: Tokenizer, tgt_tok: Tokenizer, decode: DecodeConfig, ctx: mx.Context = None,
                  warn_cut_off: bool = True):
@@ -57,6 +60,7 @@ class Translator:
         self.ctx = ctx or mx.cpu()
         self.truncated = 0          # lines cut to decode.max_input_tokens (or its character guard) so far
         self.cut_off = 0            # translations that reached their length limit (max_len_a, max_len_b) so far
+        self.left_out = 0           # lines whose translations' text left out byte pieces (`bytes_left_out`) so far
         self.warn_cut_off = warn_cut_off   # a warning naming their lines (not at validations: early on most are)
         self.model_dir: Optional[Path] = None
         self.checkpoint: Optional[str] = None      # "best", "latest", "avg" or a step number
@@ -125,29 +129,8 @@ class Translator:
         if not ctxs:
             raise ValueError("Translator.from_dir: ctx is an empty list of devices")
         check_gpus(ctxs)   # else a missing GPU would look like parameters that do not fit the model
-        others = []
-        for other in map(Path, ensemble or ()):   # every member's vocabularies are checked before any is loaded
-            o_cfg, o_src, o_tgt = model_files(other)
-            for what, mine, theirs in (("source", src_tok, o_src), ("target", tgt_tok, o_tgt)):
-                check_member_vocabulary(other, model_dir, what, mine, theirs)
-            refuse_repeated_member(other, [model_dir] + [d for d, _ in others], str(which))
-            others.append((other, o_cfg))
-        dirs = [(model_dir, cfg)] + others
-        from nmt.scoring import checkpoint_info   # (which imports this module)
-        for attempt in range(3):   # a training run may replace or prune the checkpoint meanwhile: loaded again
-            try:   # a hybridized block is not safe to call from two threads: one copy of the members per device
-                infos = [checkpoint_info(d, str(which)) for d, _ in dirs]   # (what it takes instead is said once)
-                paths = [d / str(i["params_file"]) for (d, _), i in zip(dirs, infos)]
-                loaded = [(c, [load_member(d, d_cfg, src_tok, tgt_tok, p, c) for (d, d_cfg), p in zip(dirs, paths)])
-                          for c in ctxs]
-                if [checkpoint_info(d, str(which), quiet=True) for d, _ in dirs] == infos:
-                    break
-            except ckpt.CheckpointError:   # (damaged, or pruned while read: the next attempt tells)
-                if attempt == 2:
-                    raise
-        else:
-            raise ckpt.CheckpointError(f"{model_dir}: its {which} checkpoint changed while it was loaded, three times "
-                                       "(a training run writes it): try again")
+        others = checked_members(model_dir, src_tok, tgt_tok, ensemble, str(which))   # (before any model loads)
+        infos, loaded = load_members([(model_dir, cfg)] + others, str(which), src_tok, tgt_tok, ctxs)
         tr = cls(loaded[0][1][0], src_tok, tgt_tok, decode, ctx=ctxs[0])
         tr.model_dir, tr.checkpoint, tr.config = model_dir.absolute(), str(which), cfg   # whatever chdir follows
         tr.params_file, tr.params_step = tr.model_dir / str(infos[0]["params_file"]), infos[0]["step"]
@@ -262,7 +245,8 @@ class Translator:
     def search_ids(self, ids: List[List[int]], beam: int, nbest: int,
                    prefixes: Optional[List[Optional[TargetPrefix]]] = None, first_line: int = 1) -> List[Hyps]:
         """`translate_ids` of source ids (`source_ids`) and target prefixes (`target_prefixes`), with a beam and
-        nbest `check_search` accepts; a warning names the lines whose best translation reached its length limit."""
+        nbest `check_search` accepts; a warning names the lines whose best translation reached its length limit, and
+        one those whose translations' text leaves out byte pieces (`bytes_left_out`), each counted."""
         out: List[Hyps] = [[] for _ in ids]
         prefixes = prefixes or [None for _ in ids]
         todo = [i for i, (x, p) in enumerate(zip(ids, prefixes)) if x or p]   # a prefix alone is translated too
@@ -278,7 +262,20 @@ class Translator:
                            "tokens + --max-len-b %d) and may be cut off", "s" if len(cut) > 1 else "",
                            ", ".join(map(str, cut[:10])), f" and {len(cut) - 10} more" if len(cut) > 10 else "",
                            self.decode.max_len_a, self.decode.max_len_b)
+        lost = {first_line + i: self.bytes_left_out([y for y, _ in out[i]]) for i in sorted(todo)}
+        lost = {line: n for line, n in lost.items() if n}
+        self.left_out += 0 if quiet else len(lost)
+        if lost and not quiet:   # (a sample over the whole vocabulary draws such bytes; a search, rarely)
+            logger.warning("input line%s %s: %d %s%s", "s" * (len(lost) > 1), line_list(list(lost), 10),
+                           sum(lost.values()), self.LEFT_OUT, " (--sample over the whole vocabulary draws them: give "
+                           "it a K, e.g. --sample 10)" if self.sample == 0 else "")
         return out
+
+    def bytes_left_out(self, translations: Sequence[Sequence[int]]) -> int:
+        """How many byte pieces the text of one line's `translations` (target ids as a search wrote them, as
+        `translate_ids` or `ContinuousDecoder`'s `Done.ids` give them) leaves out: those that form no whole UTF-8
+        character (`Tokenizer.whole_characters`), e.g. a character's lead byte, then a syllable."""
+        return sum(len(ids) - len(self.tgt_tok.whole_characters(ids)) for ids in translations)
 
     def _beam(self, beam_size: Optional[int]) -> int:
         """`beam_size`, or the decode settings' beam for None, after checking the settings (`checked_decode`)."""

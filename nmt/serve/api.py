@@ -281,6 +281,7 @@ def _add_routes(app: FastAPI, limits: Limits) -> None:
         nbests, cut_off, ids = await _within_limit(model.batcher.translate(lines, beam, req.nbest, clock.left(),
                                                                          prefixes), clock, fewer, request)
         warnings += [f"text[{i}]: {at_length_limit(tr.decode)}" for i in cut_off]
+        warnings += [f"text[{i}]: {n} {tr.LEFT_OUT}" for i, n in enumerate(map(tr.bytes_left_out, ids)) if n]
         if req.alignment:   # each hypothesis gets its links: (text, score) -> (text, score, links)
             links = iter(await _aligned(model, lines, ids, clock, request))
             nbests = [[(t, s, next(links)) for t, s in h] for h in nbests]

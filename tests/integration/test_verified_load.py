@@ -105,7 +105,7 @@ def test_scores_and_info_name_the_parameters_loaded_not_a_best_written_since(mod
         if len(calls) == 1:
             _new_best(model_dir, 4)
         return load(*args)
-    monkeypatch.setattr("nmt.translate.load_member", load_member)
+    monkeypatch.setattr("nmt.members.load_member", load_member)
     tr = Translator.from_dir(model_dir)
     assert len(calls) == 2 and tr.params_step == 4
     _new_best(model_dir, 2)   # and another after it loaded

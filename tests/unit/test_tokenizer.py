@@ -267,6 +267,48 @@ def test_bytes_that_form_no_character_are_not_written(ko_tok):
     assert ko_tok.piece_words([byte[0xED]]) == ("", [None]) and ko_tok.decode([[byte[0xED]]]) == [""]
 
 
+def test_byte_pieces_left_out_of_a_translation_are_counted_and_said(ko_tok, monkeypatch, caplog):
+    """Sampled translations (nmt-translate --sample, back-translation) lost the byte pieces that form no character
+    when written ("▁bo ▁tu <0xC7>" as "bo tu": 45 of 300 Tatoeba-test lines of a small model over the whole
+    vocabulary) and nothing said so, where a cut input or a translation at its length limit is warned of and
+    counted. Now a warning names the lines, `left_out` counts them for the summary, and the service's answer gets a
+    warning per sentence from `bytes_left_out`; beam search's n-best lists (which may hold such bytes too) alike."""
+    import logging
+    import mxnet as mx
+    import nmt.translate
+    from nmt.config import DecodeConfig
+    from nmt.translate import Translator
+    lead, syllable = ko_tok.piece_ids(["<0xED>"])[0], ko_tok.encode(["학교에"])[0]
+    good, bad = syllable + [EOS_ID], [lead] + syllable + [lead, EOS_ID]   # (two lead bytes, each before no character)
+
+    def search(model, src, src_len, *args, **kw):   # the search's output: one hypothesis per sentence, or an n-best
+        nbest = kw.get("nbest", 1)
+        rows = [bad if src_len[r].asscalar() > 2 else good for r in range(src.shape[0])]
+        return [[(ids, -1.0)] + [(bad, -2.0)] * (nbest - 1) for ids in rows] if "nbest" in kw else \
+            [(ids, -1.0) for ids in rows]
+    monkeypatch.setattr(nmt.translate, "greedy_search", search)
+    monkeypatch.setattr(nmt.translate, "beam_search", search)
+    tr = Translator(object(), ko_tok, ko_tok, DecodeConfig(), ctx=mx.cpu())
+    tr.sample = 0
+    lines = ["학교에", "오늘 날씨가 좋네요 오늘 날씨가", "학교에"]
+    assert [ko_tok.decode([ids]) for ids in (good, bad)] == [["학교에"], ["학교에"]]   # (the bytes leave no trace)
+    with caplog.at_level(logging.WARNING, "nmt.translate"):
+        assert tr.translate(lines) == ["학교에"] * 3
+    said = ("byte piece(s) left out of the translation(s): UTF-8 bytes that form no whole character (SentencePiece "
+            "would write U+FFFD for each)")
+    assert [r.getMessage() for r in caplog.records] == [
+        f"input line 2: 2 {said} (--sample over the whole vocabulary draws them: give it a K, e.g. --sample 10)"]
+    assert tr.left_out == 1 and Translator.LEFT_OUT == said
+    tr.sample = None   # a beam search's n-best list: its other translations are written too
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, "nmt.translate"):
+        assert [len(h) for h in tr.translate_nbest(lines, 2, beam_size=2, first_line=11)] == [2, 2, 2]
+    assert tr.left_out == 4 and caplog.records[-1].getMessage() == f"input lines 11, 12, 13: 8 {said}"
+    with tr.unreported():   # lines translated (and said) already: neither said nor counted again
+        tr.translate(lines)
+    assert tr.left_out == 4 and tr.bytes_left_out((good, bad, bad)) == 4 and tr.bytes_left_out(()) == 0
+
+
 def test_ids_of_pieces_given_back(ko_tok):
     """What a search wrote comes back as it was: byte pieces, <unk> and a split SentencePiece would not choose."""
     ids = ko_tok.encode(["학교에 😀"])[0] + [UNK_ID, BOS_ID]
