@@ -312,8 +312,9 @@ def misaligned(src_file, src: list, flag: str, other_file, other: list, other_is
     """The CorpusError for --src-file and `flag` files of different line counts (`other_is` / `src_is`: how the
     message names the two sides)."""
     from nmt.corpus import CorpusError
-    return CorpusError(f"line counts differ: --src-file {src_file} has {len(src)} lines but {flag} {other_file} has "
-                       f"{len(other)}; they must be line-aligned (line i of {other_is} translates line i of {src_is})")
+    return CorpusError(f"line counts differ: --src-file {src_file} has {len(src)} line{'s' * (len(src) != 1)} but "
+                       f"{flag} {other_file} has {len(other)}; they must be line-aligned (line i of {other_is} "
+                       f"translates line i of {src_is})")
 
 
 def validated_on(model_dir: Path, dev, first: Path) -> None:

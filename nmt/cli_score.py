@@ -91,9 +91,9 @@ def score_main(args: argparse.Namespace) -> int:
             if start + len(scored) < len(src) and report.due():
                 logging.getLogger("nmt.forced").info("%d of %d pairs scored so far", start + len(scored), len(src))
     logging.getLogger("nmt.forced").info(
-        "scored %d pairs in %.1f s: %d target tokens (EOS included), perplexity %.2f%s", len(src),
-        time.perf_counter() - t0, tokens, perplexity(-log_prob, tokens) if tokens else float("nan"),
-        f"; {tr.truncated} sources truncated" if tr.truncated else "")
+        "scored %d pair%s in %.1f s: %d target tokens (EOS included), perplexity %.2f%s", len(src),
+        "s" * (len(src) != 1), time.perf_counter() - t0, tokens, perplexity(-log_prob, tokens) if tokens else
+        float("nan"), f"; {tr.truncated} source{'s' * (tr.truncated != 1)} truncated" if tr.truncated else "")
     return 0
 
 

@@ -335,9 +335,9 @@ def read_parallel(src_path: PathLike, tgt_path: PathLike, *, skip_invalid_utf8: 
     drop_blank_ends([(src_path, src), (tgt_path, tgt)])
     if len(src) != len(tgt):
         raise CorpusError(
-            f"line counts differ: {src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}. Parallel files must "
-            "be line-aligned (line i of one translates line i of the other); find the extra or missing line "
-            "(a sentence broken over two lines, or a missing translation) and fix the files.")
+            f"line counts differ: {src_path} has {len(src)} line{'s' * (len(src) != 1)} but {tgt_path} has "
+            f"{len(tgt)}. Parallel files must be line-aligned (line i of one translates line i of the other); find the "
+            "extra or missing line (a sentence broken over two lines, or a missing translation) and fix the files.")
     if whole:   # (no None: nothing skipped)
         warn_one_sided_blanks(src, tgt, str(src_path), str(tgt_path))   # type: ignore[arg-type]
         return Pairs(src, tgt, name or Path(src_path).stem)   # type: ignore[arg-type]

@@ -315,6 +315,19 @@ def test_a_dash_reads_standard_input_once(model_dir, tmp_path, capsys):
                                         "be read once: give all but one of them as files") in err, err
 
 
+def test_one_pair_and_one_line_are_counted_in_the_singular(model_dir, tmp_path, capsys):
+    """The summary read "scored 1 pairs" and a one-line --src-file "has 1 lines", as nmt-translate's "translated 1
+    lines" did."""
+    (tmp_path / "s.ko").write_text("리 니\n", encoding="utf-8")
+    (tmp_path / "t.en").write_text("ni ri\n", encoding="utf-8")
+    (tmp_path / "two.en").write_text("ni ri\nri\n", encoding="utf-8")
+    base = ["--model-dir", model_dir, "--src-file", tmp_path / "s.ko", "--tgt-file"]
+    code, out, err = run(base + [tmp_path / "t.en", "--max-input-tokens", "1"], capsys)
+    assert code == 0 and "scored 1 pair in " in err and "; 1 source truncated" in err, err
+    code, out, err = run(base + [tmp_path / "two.en"], capsys)
+    assert code == 2 and f"--src-file {tmp_path / 's.ko'} has 1 line but --tgt-file" in err, err
+
+
 def test_two_devices_share_the_batches_and_score_like_one(tr, model_dir, lines):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
     p = subprocess.run([sys.executable, "-c", _TWO_DEVICES, str(model_dir), str(synth_file(model_dir, "test.ko")),

@@ -377,6 +377,8 @@ def test_mismatched_line_counts_name_both_files_and_counts(write_file):
         read_parallel(ko, en)
     msg = str(e.value)
     assert str(ko) in msg and str(en) in msg and "3 lines" in msg and "has 2" in msg
+    with pytest.raises(CorpusError, match=r"has 1 line but .* has 3\. Parallel files"):   # was "has 1 lines"
+        read_parallel(write_file("o.ko", KO[:1]), write_file("o.en", EN))
 
 
 def test_invalid_utf8_names_file_and_line(write_file):
