@@ -13,7 +13,8 @@ from typing import Any, Dict, List, Optional, Tuple
 from nmt import jsonio
 from nmt.commands import Once, command, file_arg, nonempty, number, one_stdin, usable_streams
 from nmt.cli_io import (add_model_decode_args, check_languages_of, evaluation_inputs, load_translator, misaligned,
-                        open_output, output_dir, output_errors, reader_gone, refuse_overwriting, validated_on)
+                        open_output, output_dir, output_errors, reader_gone, refuse_overwriting, tested_on,
+                        validated_on)
 from nmt.config import CHARS_PER_TOKEN, ConfigError
 
 
@@ -234,6 +235,8 @@ def _test_sets(args: argparse.Namespace, tr) -> Dict[str, Tuple[Any, List[List[s
         sets = recipe_tests(tr.config, args.data_dir) if args.recipe_tests else model_dev_set(tr.config, args.data_dir)
         for model_dir in (tr.model_dir, *tr.member_dirs) if args.dev_set else ():   # (an ensemble's: each member)
             validated_on(Path(model_dir), next(iter(sets.values())), Path(tr.model_dir))
+        if args.recipe_tests and d.test_src and not args.no_save:   # (its own files: "test", which may have changed)
+            tested_on(Path(tr.model_dir), sets["test"], (d.test_src, d.test_tgt))
         return {name: (pairs, []) for name, pairs in sets.items()}
     if not (args.src_file and args.ref_file):
         raise ConfigError("--src-file and --ref-file must be given together")
@@ -256,6 +259,8 @@ def _test_sets(args: argparse.Namespace, tr) -> Dict[str, Tuple[Any, List[List[s
     name = args.name or ("test" if own else _file_name(args.src_file))   # (a pipe: its name, not /proc/PID/fd's)
     if not args.no_save:   # (else nothing is recorded: the name only labels the report and the --hyp-dir files)
         check_set_name(name, args.src_file, args.ref_file, tr.config)
+        if name == "test" and d.test_src:   # the model's own test files (check_set_name): as its run read them?
+            tested_on(Path(tr.model_dir), Pairs(src, refs[0], name), (d.test_src, d.test_tgt))
     return {name: (Pairs(src, refs[0], name), refs[1:])}
 
 

@@ -343,3 +343,23 @@ def validated_on(model_dir: Path, dev, first: Path) -> None:
                       f"changed since (edited, appended to or replaced; or {READ_SINCE}), so their scores would not be "
                       "its dev scores and may count pairs it trained on; score files with --src-file, --ref-file "
                       "instead")
+
+
+def tested_on(model_dir: Path, test, files) -> None:
+    """CorpusError when the pairs of a model's own test files (`files`: its data.test_src, data.test_tgt), read again
+    as `test`, are not those its run recorded (`TrainState.test_sum`): edited since, their scores would replace the
+    "test" entry in scores.json that training recorded, which /info and nmt-export show as the model's. (A recipe's
+    test sets are read from files of known sha256.)"""
+    from nmt import checkpoint as ckpt
+    from nmt.corpus import READ_SINCE, CorpusError
+    from nmt.encoded import text_checksum
+    try:
+        saved = ckpt.TrainState.load(model_dir).test_sum if (model_dir / ckpt.STATE).exists() else ""
+    except ckpt.CheckpointError:
+        return
+    if not saved or saved == text_checksum([*test.src, *test.tgt]):
+        return
+    raise CorpusError(f"the model's test files ({' and '.join(map(str, files))}) are not the pairs its run was tested "
+                      f"with: they have changed since (edited, appended to or replaced; or {READ_SINCE}), so their "
+                      "scores would replace the model's own test scores in scores.json (which /info and nmt-export "
+                      "show); score them as another set with --src-file, --ref-file and another --name (or --no-save)")

@@ -353,6 +353,36 @@ def test_recipe_tests_of_explicit_files(model_copy, capsys):
     assert out.startswith("test: 40 sentences") and "test" in json.loads((model_copy / ckpt.SCORES).read_text())
 
 
+def test_the_models_test_files_edited_since_training_are_not_its_test_set(model_copy, tmp_path, capsys):
+    """The model's own test files, edited since training (a few references changed), were scored as its set "test"
+    (by --recipe-tests, or given as --src-file and --ref-file): their scores replaced those training recorded (the
+    tiny model's chrF 64.33 -> 56.43 with 20 of 40 references changed), which /info and nmt-export show as the
+    model's test scores. The run records its test pairs' checksum (state.json's test_sum): they are compared."""
+    saved = json.loads((model_copy / ckpt.CONFIG).read_text())   # the test files where this test may edit them
+    src, ref = copied_test_set(model_copy, tmp_path), tmp_path / "set.en"
+    saved["data"].update(test_src=str(src), test_tgt=str(ref))
+    (model_copy / ckpt.CONFIG).write_text(json.dumps(saved))
+    code, _, err = run(["--model-dir", model_copy, "--recipe-tests"], capsys)   # the same pairs, moved: that set
+    assert code == 0, err
+    recorded = json.loads((model_copy / ckpt.SCORES).read_text())["test"]["best"]
+    lines = ref.read_text(encoding="utf-8").splitlines()
+    ref.write_text("".join(f"the {x}\n" if i < 5 else f"{x}\n" for i, x in enumerate(lines)), encoding="utf-8")
+    says = (f"error: the model's test files ({src} and {ref}) are not the pairs its run was tested with: they have "
+            "changed since")
+    for flags in (["--recipe-tests"], ["--src-file", src, "--ref-file", ref], ["--src-file", src, "--ref-file", ref,
+                                                                             "--name", "test"]):
+        code, _, err = run(["--model-dir", model_copy, *flags], capsys)
+        assert code == 2 and says in err and err.endswith("score them as another set with --src-file, --ref-file and "
+                                                          "another --name (or --no-save)\n"), err
+    assert json.loads((model_copy / ckpt.SCORES).read_text())["test"]["best"] == recorded
+    code, out, err = run(["--model-dir", model_copy, "--recipe-tests", "--no-save"], capsys)   # nothing recorded
+    assert code == 0 and out.startswith("test: 40 sentences"), err
+    code, _, err = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", ref, "--name", "edited"], capsys)
+    assert code == 0, err
+    scores = json.loads((model_copy / ckpt.SCORES).read_text())
+    assert scores["test"]["best"] == recorded and scores["edited"]["best"]["chrf"] != recorded["chrf"]
+
+
 def test_dev_set_is_the_one_validated_on_and_stays_out_of_results_tables(model_copy, capsys):
     cfg = Config.load(model_copy / ckpt.CONFIG)
     code, out, err = run(["--model-dir", model_copy, "--dev-set", "--json"], capsys)
