@@ -9,7 +9,7 @@ import re
 from typing import Sequence, Tuple
 
 from nmt.corpus import CorpusError, normalize
-from nmt.textfile import undo_latin1_command
+from nmt.textfile import undo_latin1_command, undo_latin1_loses
 
 _HANGUL = re.compile("[\uac00-\ud7a3\u1100-\u11ff\u3130-\u318f]")
 _LATIN = re.compile("[A-Za-z\u00c0-\u024f]")
@@ -62,9 +62,11 @@ def _encoded_twice(lines: Sequence[str], path: str) -> str:
     if not picked or sum(len(_HANGUL_LEAD_AS_LATIN.findall(x)) >= 2 for x in picked) < len(picked) / 2:
         return ""
     undo = "" if any("\ufffd" in x for x in picked) else undo_latin1_command(path)   # (bytes lost: U+FFFD)
+    lost = undo_latin1_loses(path) if undo else 0   # (bytes lost without a trace: 'ignore')
     return ("its lines read like Korean UTF-8 that was taken for Latin-1 or Windows-1252 and saved as UTF-8 again "
-            "(\"고마워요\" as \"ê³ ë§ˆì›Œìš”\"): " + (f"undo it, `{undo}`" if undo else "write it again from its source "
-                                                 "as UTF-8"))
+            "(\"고마워요\" as \"ê³ ë§ˆì›Œìš”\"): " + (f"undo it, `{undo}`" if undo and not lost else "write it again "
+                                                 "from its source as UTF-8") +
+            (f" (bytes were lost on the way: its line {lost} cannot be written back as UTF-8)" if lost else ""))
 
 
 def hangul_counts(lines: Sequence[str], lang: str) -> Tuple[int, int]:

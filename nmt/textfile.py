@@ -182,6 +182,23 @@ def undo_latin1_command(path: PathLike) -> str:
             f"{shell_word(path)} > {_beside(path, 'fixed')}")
 
 
+# Windows-1252's characters beyond Latin-1 ("€", "’", ...) as the bytes they were decoded from, which
+# `undo_latin1_command` writes back (each other character below 256 as its own byte)
+_CP1252_BYTES = {ord(bytes([b]).decode("cp1252")): b for b in range(0x80, 0xA0)
+                 if b not in (0x81, 0x8D, 0x8F, 0x90, 0x9D)}   # (its undefined bytes, read as C1 controls or lost)
+
+
+def undo_latin1_loses(path: PathLike) -> int:
+    """The first line of the file `path` that `undo_latin1_command` cannot write back as UTF-8 (0: none): bytes the
+    first decoding dropped ('ignore' skips Windows-1252's five undefined bytes, which many lines of Korean UTF-8
+    hold), a character neither Latin-1 nor Windows-1252 has, or a line that is no UTF-8 now."""
+    try:
+        Path(path).read_bytes().decode("utf-8-sig").translate(_CP1252_BYTES).encode("latin-1").decode("utf-8")
+        return 0
+    except UnicodeError as e:   # (e.object: what was decoded or encoded, up to the first it could not)
+        return e.object[:e.start].count(b"\n" if isinstance(e.object, bytes) else "\n") + 1
+
+
 def _reads_as(line: bytes, encoding: str, pattern: str) -> bool:
     try:
         return re.search(pattern, line.decode(encoding)) is not None

@@ -418,6 +418,12 @@ def test_swapped_or_one_language_files_are_refused(write_file, direction):
     assert Path(twice).with_name("twice.fixed.ko").read_bytes() == korean.encode()
     from nmt.languages import _encoded_twice   # characters a decoder replaced: no command can write them back
     assert _encoded_twice(["ê³\ufffdë§ˆì›Œìš”."], twice).endswith("write it again from its source as UTF-8")
+    # a decoder that skipped the bytes it had no character for ('ignore': Windows-1252's five undefined ones; the second
+    # of these 4 lines holds one) left no trace in the text, and the command wrote that line back as invalid UTF-8
+    lossy = write_file("lossy.ko", korean.encode().decode("cp1252", "ignore"))
+    says = _encoded_twice(lossy.read_text(encoding="utf-8").splitlines(), str(lossy))
+    assert "undo it" not in says and says.endswith("write it again from its source as UTF-8 (bytes were lost on the "
+                                                   "way: its line 2 cannot be written back as UTF-8)"), says
 
 
 def test_training_files_without_dev_files_hold_out_a_dev_set(write_file, monkeypatch, caplog):
