@@ -121,7 +121,7 @@ def not_text(line: bytes, utf8_elsewhere: bool = False) -> str:
         if e.reason == "unexpected end of data" and (utf8_elsewhere or not line[:e.start].isascii()):
             return ("a UTF-8 character is cut off at the end of the line (a file cut by bytes, as `cut -b` or "
                     "`head -c` cut, not by characters?)")
-    if _UTF8_HANGUL_WORD.search(line):   # (CP949 or CP1252 of the rest would turn them into mojibake)
+    if _UTF8_HANGUL_WORD.search(line) or _cp949_beside_utf8(line):   # (a conversion of it: mojibake, or a failure)
         return ("it holds UTF-8 Korean beside bytes of another encoding (a line pasted together from two files?), so "
                 "no conversion of the whole line reads it")
     enc = encoding_of(line)
@@ -129,6 +129,28 @@ def not_text(line: bytes, utf8_elsewhere: bool = False) -> str:
 
 
 _UTF8_HANGUL_WORD = re.compile(rb"(?:[\xea-\xed][\x80-\xbf]{2}){2}")   # two Hangul syllables in UTF-8: a word
+_UTF8_HANGUL = re.compile(rb"[\xea-\xed][\x80-\xbf]{2}|\xe3[\x84-\x86][\x80-\xbf]")   # a syllable, or a jamo (ㅋ)
+
+
+def _cp949_beside_utf8(line: bytes) -> bool:
+    """Whether `line` is Korean CP949 beside UTF-8 syllables or jamo ("ㅋㅋ") standing alone: at each byte CP949
+    cannot read, the nearest UTF-8 syllable or jamo that starts there or before it (CP949 may have read its first
+    bytes as a character) is taken out, and what is left reads as Korean CP949. (Such a line may also read as
+    Windows-1252, and was advised that conversion: mojibake of the Korean.)"""
+    pos, parts = 0, []
+    while True:
+        try:
+            parts.append(line[pos:].decode("cp949"))
+            break
+        except UnicodeDecodeError as e:
+            at = pos + e.start
+            start = next((s for s in range(at, pos - 1, -1)
+                          if _UTF8_HANGUL.match(line, s) and _reads_as(line[pos:s], "cp949", "")), None)
+            if start is None:
+                return False
+            parts.append(line[pos:start].decode("cp949"))
+            pos = _UTF8_HANGUL.match(line, start).end()
+    return len(parts) > 1 and re.search(_CP949_HANGUL, " ".join(parts)) is not None
 
 
 def iconv_command(path: Optional[PathLike], encoding: str, kind: Optional[str], into: bool = False) -> str:

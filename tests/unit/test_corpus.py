@@ -479,6 +479,29 @@ def test_a_line_of_utf8_korean_and_cp949_bytes_is_not_to_be_converted(write_file
         decode_line("나는 고마워요.".encode("cp949"), 1, "in.ko")
 
 
+def test_a_line_of_cp949_beside_one_utf8_syllable_or_jamo_is_not_to_be_converted(write_file):
+    """Only two UTF-8 syllables in a row told such a line: CP949 beside one ("요"), or beside jamo ("ㅋㅋ"), read as
+    Windows-1252, and the line was said to read as CP1252 with that file's conversion advised (`iconv -f CP1252`
+    runs without an error and makes all of the file's Korean mojibake). CP949 text or Windows-1252 text holding bytes
+    of a UTF-8 syllable (hanja before Hangul, "ê" before two smart quotes) is not such a line."""
+    from nmt.stream import decode_line
+    from nmt.textfile import encoding_of, not_text
+    for mixed in ("안녕하세요".encode("cp949") + " 요".encode(), "안녕하세요 ".encode("cp949") + "ㅋㅋ".encode(),
+                  "나는".encode("cp949") + "요".encode() + " 안녕하세요.".encode("cp949"),   # (glued: CP949 read on)
+                  "고양이가".encode("cp949") + "가".encode() + "있다".encode("cp949")):   # (its first 2 bytes: hanja)
+        assert encoding_of(mixed) == "CP1252"   # (what the advice went by)
+        with pytest.raises(CorpusError, match="it holds UTF-8 Korean beside bytes of another encoding .*; correct or "
+                                              "delete the line") as e:
+            read_parallel(write_file("x.ko", mixed + "\n고마워요.\n".encode()), write_file("x.en", ["I.", "Thanks."]),
+                          whole=True)
+        assert "iconv" not in str(e.value) and "CP1252" not in str(e.value)
+        with pytest.raises(CorpusError, match="It holds UTF-8 Korean beside bytes of another encoding"):
+            decode_line(mixed, 1, "in.ko")
+    for text, enc in (("漢字가 있다".encode("cp949"), "CP949"), ("Café au lait, d\u00ea\u2019\u201d".encode("cp1252"),
+                                                               "CP1252")):   # (ED AE B0, EA 92 94: as UTF-8's)
+        assert not_text(text) == "" and encoding_of(text) == enc
+
+
 def test_a_big_file_that_is_no_text_is_refused_by_its_start(monkeypatch):
     """A 400 MB PNG (or a tar archive) given as a corpus was read whole before its signature was looked at: 5.5 s
     and 937 MB of memory; a bigger one ran the machine out of memory. Its first 4 KiB tell."""
