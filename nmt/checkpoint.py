@@ -213,15 +213,16 @@ def restore_best(model_dir: Path, step: Optional[int], use: StepUse = None) -> s
     command asks for a step's checkpoint (`--checkpoint N`; nmt-train's --init-from: the file)."""
     if (Path(model_dir) / EXPORT).exists():   # an export holds no step checkpoint, and trains no more
         return f"export it again (nmt-export --overwrite) from the model directory its {EXPORT} names"
-    if step and not (Path(model_dir) / params_file(step)).exists():
-        try:   # the newest kept step whose files are intact (a damaged newest one would fail the advice)
-            kept = manifest.newest_intact(Path(model_dir))[0]["step"]
-        except CheckpointError:
-            kept = None
+    try:   # the newest kept step whose files are intact (a damaged newest one would fail the advice)
+        kept = manifest.newest_intact(Path(model_dir))[0]["step"] if step else None
+    except CheckpointError:
+        kept = None
+    own = Path(model_dir) / params_file(step or 0)   # (newer than the newest intact checkpoint: damaged files)
+    if step and (not own.exists() or kept is not None and step > kept):
         instead = (f"use {use(kept)} (a kept step), or train again" if use and kept else "train again" if use else
                    "use --checkpoint latest or a kept step, or train again")
-        return (f"{params_file(step)}, the step's own copy, is no longer kept (--keep-last), so the best parameters "
-                f"are lost: {instead}")
+        return (f"{own.name}, the step's own copy, is {'damaged' if own.exists() else 'no longer kept (--keep-last)'}, "
+                f"so the best parameters are lost: {instead}")
     return (f"use {use(step) if use else f'--checkpoint {step}'}, the same parameters (nmt-train --resume writes "
             f"{PARAMS_BEST} again from {params_file(step)})" if step else "restore it from a copy")
 
@@ -304,18 +305,18 @@ def params_path(model_dir: Path, which: str = "best", quiet: bool = False, use: 
 
 
 def best_step(model_dir: Path, newest: bool = False) -> Optional[int]:
-    """The training step of params.best: from its manifest (written with it), else the training state's, else (state
-    .json damaged or gone) the newest intact checkpoint's, as --resume takes it; with `newest`, that one's first (of
-    a run killed as it wrote params.best, the new best: its step's files come first)."""
-    sources = [lambda: manifest.read_manifest(model_dir, "best").get("step"),
-               lambda: TrainState.load(model_dir).best_step,
-               lambda: manifest.newest_intact(model_dir)[0]["state"].get("best_step")]
-    for source in ([sources[2]] if newest else []) + sources:   # the first that knows (a damaged one: named later)
-        with contextlib.suppress(CheckpointError, OSError, KeyError, TypeError):
-            step = source()
-            if step:
-                return step
-    return None
+    """The step of params.best: its manifest's, else the training state's, else (state.json gone) the newest intact
+    checkpoint's, as --resume takes it; with `newest`, the newest they name (a run killed as it wrote params.best:
+    its step's files name the new best; a newest checkpoint damaged: the older intact one names an older best)."""
+    steps = []
+    for source in (lambda: manifest.read_manifest(model_dir, "best").get("step"),
+                   lambda: TrainState.load(model_dir).best_step,
+                   lambda: manifest.newest_intact(model_dir)[0]["state"].get("best_step")):
+        with contextlib.suppress(CheckpointError, OSError, KeyError, TypeError):   # (a damaged one: named later)
+            steps.append(source() or 0)
+        if steps and steps[-1] and not newest:   # the first that knows
+            return steps[-1]
+    return max(steps, default=0) or None
 
 
 def holds_other(model_dir: Path, step: Optional[int], sha256: Optional[str]) -> bool:

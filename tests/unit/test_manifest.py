@@ -453,6 +453,28 @@ def test_a_run_killed_before_the_new_bests_manifest_keeps_the_best_in_its_steps_
     assert ckpt.params_path(d, "best").name == ckpt.PARAMS_BEST and ckpt.best_step(d) == 20
 
 
+def test_a_lost_best_whose_step_is_gone_too_is_not_said_to_be_an_older_step(tmp_path):
+    """params.best damaged, and its step's checkpoint (the newest) deleted or damaged too: the advice named the best
+    the older intact checkpoint had known, "use --checkpoint 20, the same parameters", which were not (params.best
+    held step 30's). A run killed as it wrote params.best still gets its new best's step (the test above)."""
+    d = _model_dir(tmp_path, steps=(10, 20), best=20, record_best=True)
+    state = ckpt.TrainState(**manifest.read_manifest(d, "00000020")["state"])
+    state.step, state.best_step = 30, 30   # a new best, after step 20's (whose state names best 20)
+    ckpt.save_checkpoint(d, _Net(30.0), _Trainer(), state, keep_last=3, is_best=True)
+    _damage(d / ckpt.PARAMS_BEST, "flip")
+    _damage(d / manifest.manifest_name("00000030"), "delete")
+    with pytest.raises(ckpt.CheckpointError) as e:
+        ckpt.params_path(d, "best")
+    assert str(e.value).endswith("params.00000030, the step's own copy, is damaged, so the best parameters are lost: "
+                                 "use --checkpoint latest or a kept step, or train again"), str(e.value)
+    _damage(d / ckpt.params_file(30), "delete")
+    with pytest.raises(ckpt.CheckpointError) as e:
+        ckpt.params_path(d, "best")
+    assert str(e.value).endswith("params.00000030, the step's own copy, is no longer kept (--keep-last), so the best "
+                                 "parameters are lost: use --checkpoint latest or a kept step, or train again")
+    assert ckpt.best_step(d) == ckpt.best_step(d, newest=True) == 30
+
+
 def test_latest_is_the_newest_intact_checkpoint_as_a_resume_takes_it(tmp_path):
     """Killed between a step's manifest and state.json (written last), `--checkpoint latest` took the step before
     from state.json, where --resume goes on from the newer step, intact in its manifest."""
