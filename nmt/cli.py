@@ -90,7 +90,7 @@ def config_from_args(args: argparse.Namespace, base: Optional[Config] = None) ->
     given = args_dict(args, base)   # (a --config file's own errors name its keys)
     try:
         return Config.from_dict(given, source=str(getattr(args, "config", "") or "flags"))
-    except SettingsClash as e:   # (values of several sections, the --config file's among them: it is named)
+    except SettingsClash as e:   # (values that clash, the --config file's among them: it is named)
         raise SettingsClash(f"{args.config}: {e}" if getattr(args, "config", None) else str(e)) from None
     except ConfigError as e:   # a file's key with a flag's (merged): as the file's where the flag is another command's
         raise ConfigError(in_file_words(str(e), args)) from None

@@ -218,9 +218,6 @@ class TrainConfig:
                 (self.average_last == 0 or self.average_last >= 2, "--average-last must be 0 (off) or >= 2 (the "
                  f"average of one checkpoint is that checkpoint), got {self.average_last}"),
                 (self.keep_last >= 1, f"--keep-last must be >= 1, got {self.keep_last}"),
-                (self.average_last <= self.keep_last,
-                 f"--average-last {self.average_last} averages the last {self.average_last} of the checkpoints kept: "
-                 f"give --keep-last {self.average_last} or more (got {self.keep_last})"),
                 (self.valid_metric in (None, *VALID_METRIC_NAMES), f"--valid-metric {self.valid_metric!r}: use "
                  f"{', '.join(VALID_METRIC_NAMES[:-1])} or {VALID_METRIC_NAMES[-1]}"),
                 (1 <= self.valid_beam <= 999_999, f"--valid-beam must be from 1 to 999999, got {self.valid_beam}"),
@@ -287,9 +284,11 @@ class Config:
     given: ClassVar[frozenset] = frozenset()
 
     def __post_init__(self) -> None:
-        d, t = self.data, self.train
+        d, t = self.data, self.train   # (pairs of values, of which a --config file may give one and a flag the other)
         _check([(bool(d.batch_tokens) or d.batch_size >= t.accum_steps,
                  f"--batch-size {d.batch_size} is smaller than --accum-steps {t.accum_steps}"),
+                (t.average_last <= t.keep_last, f"--average-last {t.average_last} averages the last {t.average_last} "
+                 f"of the checkpoints kept: give --keep-last {t.average_last} or more (got {t.keep_last})"),
                 (t.valid_metric != "ko-mecab" or d.tgt_lang == "ko",
                  f"--valid-metric ko-mecab scores Korean output, and this model translates into {d.tgt_lang!r}: use "
                  "bleu, chrf or ppl")], SettingsClash)

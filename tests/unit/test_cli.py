@@ -729,6 +729,32 @@ def test_a_resume_checks_a_config_file_over_the_runs_own_settings(tmp_path):
         config_for_resume(parse(["--model-dir", str(run), "--resume", "--config", str(path)]))
 
 
+def test_a_config_files_average_last_is_judged_with_the_keep_last_of_the_flags(tmp_path):
+    """A --config file's {"train": {"average_last": 4}} was judged over the default keep_last 3 before the flags:
+    refused with --keep-last 5 too, "give --keep-last 4 or more (got 3)" (nothing mended it but editing the file);
+    its keep_last 1 under --average-last 3 was refused without naming the file (naming a key of the run, of the
+    flag's, where the file's was at fault)."""
+    path = tmp_path / "avg4.json"
+    path.write_text(json.dumps({"train": {"average_last": 4}}))
+    cfg = cfg_of(["--config", str(path), "--keep-last", "5"])
+    assert (cfg.train.average_last, cfg.train.keep_last) == (4, 5)
+    for load in (lambda: cfg_of(["--config", str(path)]), lambda: Config.load(path, complete=False)):
+        with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))}: --average-last 4 averages the last 4 of the "
+                                              r"checkpoints kept: give --keep-last 4 or more \(got 3\)$"):
+            load()   # (as the other values of two keys that clash: the file, and both values, named)
+    path.write_text(json.dumps({"train": {"keep_last": 1, "average_last": 2}}))
+    assert cfg_of(["--config", str(path), "--keep-last", "2"]).train.average_last == 2
+    assert cfg_of(["--config", str(path), "--average-last", "0"]).train.keep_last == 1
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))}: --average-last 3 averages the last 3 of the "
+                                          r"checkpoints kept: give --keep-last 3 or more \(got 1\)$"):
+        cfg_of(["--config", str(path), "--average-last", "3"])
+    with pytest.raises(ConfigError, match=r"^--average-last 5 averages the last 5 of the checkpoints kept: give "
+                                          r"--keep-last 5 or more \(got 3\)$"):   # (flags alone, and Python's)
+        cfg_of(["--average-last", "5"])
+    with pytest.raises(ConfigError, match=r"^--average-last 5 averages .* \(got 3\)$"):
+        Config.from_dict({"train": {"average_last": 5}})
+
+
 def test_a_recipe_flag_overrides_a_config_files_own_files(tmp_path):
     """--config of a run on its own files with --recipe tatoeba was refused as "--recipe tatoeba and
     --train-src/--train-tgt exclude each other", flags the user had not given (a recipe config with --train-src
