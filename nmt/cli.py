@@ -320,3 +320,7 @@ def train_main(args: argparse.Namespace) -> int:
                                        f"{shell_word(cfg.train.model_dir)} --recipe-tests` scores them)"),
               file=sys.stderr)
     return INTERRUPTS.get(result.interrupted, 0) or (0 if shown else reader_gone())
+
+
+if __name__ == "__main__":   # `python -m nmt.cli`: nmt-train (it did nothing, exit 0)
+    raise SystemExit(train_main())

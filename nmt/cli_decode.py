@@ -13,8 +13,8 @@ from typing import Any, Dict, List, Optional, Tuple
 from nmt import jsonio
 from nmt.commands import Once, command, file_arg, nonempty, number, one_stdin, usable_streams
 from nmt.cli_io import (add_model_decode_args, check_languages_of, evaluation_inputs, load_translator, misaligned,
-                        open_output, output_dir, output_errors, reader_gone, refuse_overwriting, tested_on,
-                        validated_on)
+                        hyp_ref_files, open_output, output_dir, output_errors, reader_gone, refuse_overwriting,
+                        tested_on, validated_on)
 from nmt.config import CHARS_PER_TOKEN, ConfigError
 
 
@@ -288,7 +288,7 @@ def evaluate_main(args: argparse.Namespace) -> int:
     tests = _test_sets(args, tr)
     inputs = evaluation_inputs(args, tr.config.data)
     hyp_files = {name: args.hyp_dir / f"{Path(name).name}.{tr.tgt_lang}" for name in tests} if args.hyp_dir else {}
-    hyps = [p for name, h in hyp_files.items() for p in (h, *_ref_files(h, 1 + len(tests[name][1])))]
+    hyps = [p for name, h in hyp_files.items() for p in (h, *hyp_ref_files(h, 1 + len(tests[name][1])))]
     if args.json not in (None, "-") and os.path.realpath(args.json) in map(os.path.realpath, hyps):
         raise ConfigError(f"--json {args.json} is one of the files --hyp-dir {args.hyp_dir} writes (each set's "
                           "translations and references): give another --json")
@@ -371,10 +371,10 @@ def _evaluate_set(args: argparse.Namespace, tr, name: str, pairs, more_refs: Lis
                                      more_refs=more_refs)
     if hyp_file:   # the translations, and the references they were scored against (for sacrebleu)
         atomic_write_text(hyp_file, "".join(h + "\n" for h in hyps))
-        for path, refs in zip(_ref_files(hyp_file, 1 + len(more_refs)), [pairs.tgt, *more_refs]):
+        for path, refs in zip(hyp_ref_files(hyp_file, 1 + len(more_refs)), [pairs.tgt, *more_refs]):
             atomic_write_text(path, "".join(r + "\n" for r in refs[:len(hyps)]))
         given = {os.path.realpath(r) for r in args.ref_file or ()}   # an earlier set's of this name, not a --ref-file:
-        for path in (p for p in _ref_files(hyp_file, 99)[1 + len(more_refs):] if os.path.realpath(p) not in given):
+        for path in (p for p in hyp_ref_files(hyp_file, 99)[1 + len(more_refs):] if os.path.realpath(p) not in given):
             path.unlink(missing_ok=True)
     if args.json == "-":
         return entry, []
@@ -395,7 +395,5 @@ def _file_name(path: str) -> str:
     return str(Path(path).resolve()) if os.path.isfile(path) else path
 
 
-def _ref_files(hyp_file: Path, count: int) -> List[Path]:
-    """Where --hyp-dir puts the `count` references of the translations in `hyp_file`: <test name>.ref.<tgt>, then
-    <test name>.ref2.<tgt> ..."""
-    return [hyp_file.with_name(f"{hyp_file.stem}.ref{k if k > 1 else ''}{hyp_file.suffix}") for k in range(1, count+1)]
+if __name__ == "__main__":   # `python -m nmt.cli_decode` did nothing, exit 0: it holds two commands
+    raise SystemExit("error: nmt.cli_decode holds two commands: run nmt-translate or nmt-evaluate")

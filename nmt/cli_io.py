@@ -12,7 +12,7 @@ import os
 import stat
 import sys
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, List
 
 from nmt.flags import DECODE_FLAGS
 from nmt.commands import Once, nonempty
@@ -363,3 +363,9 @@ def tested_on(model_dir: Path, test, files) -> None:
                       f"with: they have changed since (edited, appended to or replaced; or {READ_SINCE}), so their "
                       "scores would replace the model's own test scores in scores.json (which /info and nmt-export "
                       "show); score them as another set with --src-file, --ref-file and another --name (or --no-save)")
+
+
+def hyp_ref_files(hyp_file: Path, count: int) -> List[Path]:
+    """Where nmt-evaluate's --hyp-dir puts the `count` references of the translations in `hyp_file`: <test
+    name>.ref.<tgt>, then <test name>.ref2.<tgt> ..."""
+    return [hyp_file.with_name(f"{hyp_file.stem}.ref{k if k > 1 else ''}{hyp_file.suffix}") for k in range(1, count+1)]

@@ -105,3 +105,7 @@ def _score_row(scored, output_format: str, links) -> str:
         row = scored.as_json() if links is None else {**scored.as_json(), "alignment": format_links(links)}
         return json.dumps(row, ensure_ascii=False)
     return f"{scored.score:.6f}" if links is None else f"{scored.score:.6f} ||| {format_links(links)}"
+
+
+if __name__ == "__main__":   # `python -m nmt.cli_score`: nmt-score
+    raise SystemExit(score_main())

@@ -287,3 +287,7 @@ def as_exported(export: Path, which: str) -> str:
     raise ckpt.CheckpointError(f"{export} was written by nmt-export: it holds one checkpoint, {ckpt.PARAMS_BEST}{of}, "
                                f"and no {which}; use --checkpoint best (an ensemble's members: export each from the "
                                "same checkpoint)")
+
+
+if __name__ == "__main__":   # `python -m nmt.export`: nmt-export
+    raise SystemExit(export_main())

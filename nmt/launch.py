@@ -138,3 +138,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (LaunchError, StorageError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+
+
+if __name__ == "__main__":   # `python -m nmt.launch`: nmt-launch
+    raise SystemExit(main())

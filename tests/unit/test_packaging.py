@@ -208,3 +208,18 @@ def test_every_command_tells_its_version():
     p = subprocess.run([sys.executable, REPO / "scripts" / "train.py", "--version"], capture_output=True, text=True,
                        timeout=120)
     assert p.returncode == 0 and p.stdout == f"nmt-train (nmt) {nmt.__version__}\n"
+
+
+def test_each_command_module_run_with_python_m_is_that_command():
+    """`python -m nmt.cli --model-dir ...` did nothing and exited 0 (only `python -m nmt.serve` ran its command): a
+    training that never ran, said by nothing. nmt.cli_decode holds two commands, and says so."""
+    import nmt
+    for module, command in (("nmt.cli", "nmt-train"), ("nmt.cli_score", "nmt-score"), ("nmt.export", "nmt-export"),
+                            ("nmt.launch", "nmt-launch"), ("nmt.serve", "nmt-serve")):
+        p = subprocess.run([sys.executable, "-m", module, "--version"], capture_output=True, text=True, timeout=120,
+                           cwd=REPO)
+        assert p.returncode == 0 and p.stdout == f"{command} (nmt) {nmt.__version__}\n", (module, p.stdout, p.stderr)
+    p = subprocess.run([sys.executable, "-m", "nmt.cli_decode", "--version"], capture_output=True, text=True,
+                       timeout=120, cwd=REPO)
+    assert p.returncode == 1 and p.stderr == ("error: nmt.cli_decode holds two commands: run nmt-translate or "
+                                              "nmt-evaluate\n"), (p.stdout, p.stderr)
