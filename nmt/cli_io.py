@@ -83,12 +83,13 @@ def load_translator(args: argparse.Namespace, search: bool = True):
         saved = len(overrides.keys() & named.keys()) < 2
         raise ConfigError(too_wide + (f" (decode.*: {path}'s; --beam-size and --decode-batch-size override it)"
                                       if saved else ""))
-    members = "".join(f" + {d} (step {s})" for d, s in zip(tr.member_dirs, tr.member_steps))
+    step = lambda s: "an average of checkpoints" if s is None else f"step {s}"   # noqa: E731  (params.avg: no step)
+    members = "".join(f" + {d} ({step(s)})" for d, s in zip(tr.member_dirs, tr.member_steps))
     sample, seed = getattr(args, "sample", None), getattr(args, "seed", None)
     kept = (("max_len_a", "max_len_b") if sample is not None else ("length_penalty_alpha",) if not search else None)
     logging.getLogger("nmt.translate").debug(   # (sampling: the length limits; nmt-score: the length penalty)
-        "%s: checkpoint %s (%s, step %s)%s on %s; %s%s", args.model_dir, tr.checkpoint, tr.params_file.name,
-        tr.params_step, members, ", ".join(map(str, ctxs)), "" if sample is None else
+        "%s: checkpoint %s (%s, %s)%s on %s; %s%s", args.model_dir, tr.checkpoint, tr.params_file.name,
+        step(tr.params_step), members, ", ".join(map(str, ctxs)), "" if sample is None else
         f"sampling from the {f'{sample} most probable tokens' if sample else 'whole vocabulary'}, seed "
         f"{1 if seed is None else seed}; ",
         ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(tr.decode).items()

@@ -529,6 +529,11 @@ def test_verbose_names_the_checkpoint_the_settings_and_each_chunk(tr, tmp_path, 
     code, _, err = run(argv[:-4] + ["--sample", "3", "--seed", "0", "-v"], capsys)   # no search: what it draws from
     assert code == 0 and "on cpu(0); sampling from the 3 most probable tokens, seed 0; max_len_a=" in err, err
     assert "length_penalty" not in err.split("sampling")[1].splitlines()[0]   # (refused with --sample: no effect)
+    model = tmp_path / "model"   # an average has no step: it was "step None"
+    shutil.copytree(tr.model_dir, model)
+    ckpt.average_checkpoints(model, ckpt.TrainState.load(model).params_files, last=2)
+    code, _, err = run(["--model-dir", model, "--input", path, "--checkpoint", "avg", "-v"], capsys)
+    assert code == 0 and f"{model}: checkpoint avg (params.avg, an average of checkpoints) on cpu(0); " in err, err
 
 
 def test_cli_sampling(tr, src_lines, tmp_path, capsys):
