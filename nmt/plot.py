@@ -21,7 +21,6 @@ import mxnet as mx
 import numpy as np
 
 from nmt.corpus import CorpusError, normalize, tidy_translation
-from nmt.config import CHARS_PER_TOKEN
 from nmt.models.ensemble import as_model
 from nmt.tokenizer import BOS_ID
 
@@ -54,15 +53,16 @@ def attention(translator, sentence: str, max_len: Optional[int] = None, translat
         raise TypeError(f"attention: max_len must be an int or None (the model's limit), got {max_len!r}")
     if max_len is not None and max_len < 1:
         raise ValueError(f"attention: max_len must be >= 1 or None (the model's limit), got {max_len!r}")
+    cut: set = set()   # (whether the sentence was cut: as the Translator read it)
     try:
-        ids = translator.source_ids([sentence])[0]
+        ids = translator.source_ids([sentence], cut=cut)[0]
     except ValueError as e:   # named as the list of lines it checks ("lines[0] has text on 2 lines ...")
         if not str(e).startswith("lines[0] "):
             raise   # (a ConfigError of the decode settings, ...)
         raise ValueError(f"attention: sentence{str(e).removeprefix('lines[0]')}") from None
     if not ids:
         raise ValueError("attention: the sentence is empty after normalization")
-    sentence = _as_read(translator, sentence, ids)
+    sentence = _as_read(translator, sentence, ids) if cut else sentence   # (not cut: as given)
     if translation is not None and pieces is not None:
         raise ValueError("attention: give a translation's text or its pieces, not both")
     if translation is not None or pieces is not None:
@@ -74,11 +74,8 @@ def attention(translator, sentence: str, max_len: Optional[int] = None, translat
 
 
 def _as_read(translator, sentence: str, ids: List[int]) -> str:
-    """`sentence` as the model read it: cut to --max-input-tokens (its first pieces' text, marked), or whole."""
-    limit, text, tok = translator.decode.max_input_tokens, normalize(sentence), translator.src_tok
-    if len(text) <= limit * CHARS_PER_TOKEN and (len(ids) < limit or len(tok.encode([text])[0]) <= limit):
-        return sentence   # (not cut to the character guard, nor to the pieces)
-    return f"{tok.decode([ids])[0]} … (cut to --max-input-tokens {limit})"
+    """A sentence cut to --max-input-tokens as the model read it: its first pieces' text, marked."""
+    return f"{translator.src_tok.decode([ids])[0]} … (cut to --max-input-tokens {translator.decode.max_input_tokens})"
 
 
 def _forced(translator, sentence: str, ids: List[int], translation: Optional[str],

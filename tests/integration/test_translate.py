@@ -1127,9 +1127,10 @@ def test_the_heatmap_of_a_long_line_stays_a_bounded_image():
     assert 0 <= box.x0 and box.x1 <= wide.bbox.width, (box, wide.bbox.width)
 
 
-def test_a_plots_title_is_the_source_the_model_read_and_fits_its_figure(tr, src_lines):
+def test_a_plots_title_is_the_source_the_model_read_and_fits_its_figure(tr, src_lines, monkeypatch):
     """A line cut to --max-input-tokens was titled with the whole line, though the heatmap's columns were the
-    pieces read; and a long line's title ran off the figure's top, with matplotlib's "Tight layout not applied"."""
+    pieces read; and a long line's title ran off the figure's top, with matplotlib's "Tight layout not applied".
+    A line at the limit was tokenized a second time to learn whether it was cut, which the Translator tells."""
     import copy
     import dataclasses
     import warnings
@@ -1138,7 +1139,10 @@ def test_a_plots_title_is_the_source_the_model_read_and_fits_its_figure(tr, src_
     short = copy.copy(tr)
     short.decode = dataclasses.replace(tr.decode, max_input_tokens=3)
     line = " ".join(src_lines[:4])
+    encoded = []
+    monkeypatch.setattr(tr.src_tok, "encode", lambda texts, f=tr.src_tok.encode: encoded.append(texts) or f(texts))
     att = attention(short, line)
+    assert len(encoded) == 1, encoded   # (once, as the Translator reads it)
     read = tr.src_tok.decode([tr.src_tok.encode([line])[0][:3]])[0]
     assert att.source == f"{read} … (cut to --max-input-tokens 3)" and len(att.src_pieces) == 4
     longest = "가" * (3 * 16 + 1)   # (cut to the character guard, 3 x 16, before its pieces were counted)
