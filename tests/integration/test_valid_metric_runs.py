@@ -36,17 +36,27 @@ def bleu_run(task, tmp_path_factory):
 
 
 def test_a_run_recorded_with_bleu_goes_on_by_bleu_when_resumed(bleu_run, capsys):
-    from nmt.train import train
+    """By nmt-train --resume, train(resume=True) and create_trainer(cfg, resume=True), the metric unset in each: the
+    last went on by ko-mecab BLEU (against a best score of 13a BLEU) and wrote null into config.json."""
+    from nmt.train import create_trainer, train
     assert train_main(["--model-dir", str(bleu_run), "--resume", "--max-steps", "9"]) == 0   # no --valid-metric
     train(Config.from_dict({"data": {"src_lang": "en", "tgt_lang": "ko"},
                             "train": {"model_dir": str(bleu_run), "max_steps": 12, "progress": False}}),
           resume=True, evaluate=False)
+    unset = Config.load(bleu_run / ckpt.CONFIG)   # the run's settings, the metric left unset, 3 steps more
+    unset.train.valid_metric, unset.train.max_steps = None, 15
+    trainer = create_trainer(unset, resume=True)
+    try:
+        assert trainer.cfg.valid_metric == "bleu"
+        trainer.fit()
+    finally:
+        trainer.lock.release()
     assert json.loads((bleu_run / ckpt.CONFIG).read_text())["train"]["valid_metric"] == "bleu"
     rows = [r for r in read_metrics(bleu_run / ckpt.METRICS) if "dev_bleu" in r]
-    assert [(r["step"], r.get("valid_metric")) for r in rows] == [(3, "bleu"), (6, "bleu"), (9, "bleu"), (12, "bleu")]
+    assert [(r["step"], r.get("valid_metric")) for r in rows] == [(s, "bleu") for s in (3, 6, 9, 12, 15)]
     best = max(rows, key=lambda r: (r["dev_bleu"], -r["dev_ppl"]))
     state = ckpt.TrainState.load(bleu_run)
-    assert (state.step, state.best_step, state.best_score) == (12, best["step"], best["dev_bleu"])
+    assert (state.step, state.best_step, state.best_score) == (15, best["step"], best["dev_bleu"])
     assert f"best dev BLEU {best['dev_bleu']:.2f} at step" in capsys.readouterr().err
 
 
