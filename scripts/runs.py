@@ -137,9 +137,11 @@ def _row(run: Run, name: str, test: str, rec: dict, states: Sequence[Optional[ck
 def config_diff(base: Config, other: Config) -> Dict[str, object]:
     """Settings of `other` that differ from `base` (section.field -> value), ignoring paths and each invocation's
     keys (devices, a time limit, progress and TensorBoard: `PER_INVOCATION`), which leave the training as it was;
-    but for mixed precision (--amp), which changes its numerics."""
+    but for mixed precision (--amp), which changes its numerics. A --valid-metric as the one the run chose by (an
+    unset one, null in config.json, is its target language's: the "bleu" an older run recorded is no difference)."""
     ignore = {*PER_INVOCATION, "train.log_every"} - {"train.amp"}
     a, b = base.to_dict(), other.to_dict()
+    a["train"]["valid_metric"], b["train"]["valid_metric"] = base.valid_metric, other.valid_metric
     out = {}
     for section, fields in b.items():
         for key, value in fields.items():

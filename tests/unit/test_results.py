@@ -114,6 +114,14 @@ def test_ablation_names_what_differs(scored_dirs):
     variant.config.train.amp = True   # (but mixed precision changes the numerics)
     assert config_diff(base.config, variant.config) == {"model.dropout": 0.25, "train.amp": True}
     variant.config.train.amp = False
+    # a run that recorded its metric and one that left it unset (null: the target language's) choose alike
+    base.config.train.valid_metric = base.config.valid_metric
+    assert variant.config.train.valid_metric is None and base.config.train.valid_metric is not None
+    assert config_diff(base.config, variant.config) == {"model.dropout": 0.25}
+    assert list(config_diff(variant.config, base.config)) == ["model.dropout"]
+    variant.config.train.valid_metric = "chrf"
+    assert config_diff(base.config, variant.config) == {"model.dropout": 0.25, "train.valid_metric": "chrf"}
+    base.config.train.valid_metric = variant.config.train.valid_metric = None
     table = ablation_table(base, [base, variant], "synth-test")
     step = next(iter(base.scores["synth-test"]))   # scored at the latest step, not as the best: said so
     assert step.isdecimal() and f"dropout=0.25 (test scores of step {step})" in table, table
