@@ -804,6 +804,7 @@ def test_many_pairs_with_the_same_text_on_both_sides_are_warned_of(nmt_logs, cop
     ("``'r'`` (default): |flag_r|", "'r' (default):"),   # (a sentence defined elsewhere, on neither side: removed)
     ("IPv(4|6)(Address|Network|Interface) and (blue|white|red)", "IPv(4|6)(Address|Network|Interface) and "
                                                                  "(blue|white|red)"),   # (no substitutions)
+    ("a |b|c and d|e| f", "a |b|c and d|e| f"),   # (reST's: a reference starts and ends at no word, each apart)
     (">>> A.__lt__ = f", ">>> A.__lt__ = f"),
 ])
 def test_strip_rest_markup(text, plain):
