@@ -50,10 +50,12 @@ FULL_WIDTH = {c: c - 0xFEE0 for c in range(0xFF01, 0xFF5F)}
 _CONTROL = re.compile("[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f]")   # the control characters `normalize` removes
 # Terminal escape sequences go whole: a colour that `ls --color`, grep or a logger wrote into the text (ESC[31m), a
 # cursor key typed where nothing edits the line (ESC[D), a hyperlink or window title (ESC]8;;url ESC\), a character
-# set (ESC(B, tput sgr0's). Their ESC alone is a control character: removed alone, it left "[31m" in the text. CSI
-# (ESC[ or U+009B) to its final byte, OSC (ESC] or U+009D) to its BEL or ST; written for Python and JavaScript alike.
+# set (ESC(B, tput sgr0's), a function key (F1: ESC O P) or Alt with a key (ESC b), a cursor save or keypad mode
+# (ESC 7, ESC =). Their ESC alone is a control character: removed alone, it left "[31m" or "OP" in the text. CSI
+# (ESC[ or U+009B) to its final byte, OSC (ESC] or U+009D) to its BEL or ST, SS2/SS3 (ESC N, ESC O) with their
+# character, ESC and one character of the others (not those that begin a string); written for Python and JavaScript.
 ESCAPE_SEQUENCE = re.compile(r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]|(?:\x1b\]|\x9d)[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)"
-                             r"|\x1b[()*+][0-~]")
+                             r"|\x1b[()*+][0-~]|\x1b[NO][ -~]|\x1b[0-MQ-WYZ\\`-~]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 # Where text breaks into lines: str.splitlines()'s boundaries (LF, CR, VT, FF, FS, GS, RS, NEL, U+2028, U+2029).
