@@ -26,7 +26,8 @@ ckpt_logger = logging.getLogger("nmt.checkpoint")   # (what the model directory'
 def resumed_state(cfg: Config, workers: WorkerGroup) -> ckpt.TrainState:
     """The training state of the model directory, after checking that `cfg` continues the same model (the other
     workers read rank 0's files from a private copy: no shared filesystem needed). An unset --valid-metric in `cfg`
-    becomes the run's (a run that recorded "bleu" for Korean output goes on by it, and config.json keeps it)."""
+    becomes the run's (a run that recorded "bleu" for Korean output goes on by it, and config.json keeps it), as does
+    the one the run's null stands for (config.json keeps null: it serves a run of the other direction)."""
     model_dir = Path(cfg.train.model_dir)
     state = resume_state(model_dir) if workers.is_chief else ckpt.TrainState()
     if workers.is_chief:   # config.json's model settings and languages those of the checkpoint, before the data's
@@ -37,8 +38,8 @@ def resumed_state(cfg: Config, workers: WorkerGroup) -> ckpt.TrainState:
     saved = workers.read_shared(model_dir, ckpt.CONFIG, Config.load)
     _, changes = resumed_config(saved, cfg, None, str(model_dir / ckpt.CONFIG))   # the model and data must match
     check_test_files(saved, cfg, state.test_sum, str(model_dir / ckpt.CONFIG))
-    if cfg.train.valid_metric is None:   # (create_trainer(cfg, resume=True): the best score is by the run's metric)
-        cfg.train.valid_metric = saved.train.valid_metric
+    if cfg.train.valid_metric in (None, saved.valid_metric):   # (create_trainer(cfg, resume=True): the best score
+        cfg.train.valid_metric = saved.train.valid_metric      # is by the run's metric; a null stays null)
     if changes:
         logger.info("resuming with settings changed since the last run: %s", "; ".join(changes))
     return state

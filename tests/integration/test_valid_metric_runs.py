@@ -60,6 +60,25 @@ def test_a_run_recorded_with_bleu_goes_on_by_bleu_when_resumed(bleu_run, capsys)
     assert f"best dev BLEU {best['dev_bleu']:.2f} at step" in capsys.readouterr().err
 
 
+def test_a_run_that_recorded_null_keeps_it_resumed_by_create_trainer_naming_its_metric(task, tmp_path):
+    """create_trainer(cfg, resume=True) with the metric a run's null stands for (ko-mecab, en->ko) went on by it but
+    wrote "ko-mecab" into config.json, which then refused to serve as the --config of a ko->en run."""
+    from nmt.train import create_trainer
+    model_dir = tmp_path / "enko"
+    flags = tiny_flags(en_ko(task), model_dir) + ["--src", "en", "--tgt", "ko", "--valid-every", "3"]
+    assert train_main(flags + ["--max-steps", "3"]) == 0
+    named = Config.load(model_dir / ckpt.CONFIG)
+    named.train.valid_metric, named.train.max_steps = "ko-mecab", 6
+    trainer = create_trainer(named, resume=True)
+    try:
+        trainer.fit()
+    finally:
+        trainer.lock.release()
+    assert json.loads((model_dir / ckpt.CONFIG).read_text())["train"]["valid_metric"] is None
+    rows = [r for r in read_metrics(model_dir / ckpt.METRICS) if "dev_bleu" in r]
+    assert [(r["step"], r["valid_metric"]) for r in rows] == [(3, "ko-mecab"), (6, "ko-mecab")]
+
+
 def test_a_fine_tuning_run_from_it_takes_the_korean_default(bleu_run, task, tmp_path, capsys):
     """The run takes its model's languages (en->ko; the command line's default is ko->en), and with them the default
     metric of Korean output, not the metric its model chose by; a --valid-metric given is kept."""
