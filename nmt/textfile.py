@@ -136,20 +136,25 @@ def _cp949_beside_utf8(line: bytes) -> bool:
     """Whether `line` is Korean CP949 beside UTF-8 syllables or jamo ("ㅋㅋ") standing alone: at each byte CP949
     cannot read, the nearest UTF-8 syllable or jamo that starts there or before it (CP949 may have read its first
     bytes as a character) is taken out, and what is left reads as Korean CP949. (Such a line may also read as
-    Windows-1252, and was advised that conversion: mojibake of the Korean.)"""
+    Windows-1252, and was advised that conversion: mojibake of the Korean.) Up to 64 of them: each is a decoding of
+    the rest of the line (a line of more is no stray paste, and was quadratic in its length)."""
     pos, parts = 0, []
-    while True:
+    for _ in range(65):   # (the last: the rest after the 64th)
         try:
             parts.append(line[pos:].decode("cp949"))
             break
         except UnicodeDecodeError as e:
-            at = pos + e.start
-            start = next((s for s in range(at, pos - 1, -1)
-                          if _UTF8_HANGUL.match(line, s) and _reads_as(line[pos:s], "cp949", "")), None)
+            at, ends, i = pos + e.start, [pos], pos
+            while i < at:   # where CP949's characters end before `at` (all read: 1 byte below 0x80, else 2)
+                i += 1 if line[i] < 0x80 else 2
+                ends.append(i)
+            start = next((s for s in reversed(ends) if _UTF8_HANGUL.match(line, s)), None)
             if start is None:
                 return False
             parts.append(line[pos:start].decode("cp949"))
             pos = _UTF8_HANGUL.match(line, start).end()
+    else:
+        return False
     return len(parts) > 1 and re.search(_CP949_HANGUL, " ".join(parts)) is not None
 
 
