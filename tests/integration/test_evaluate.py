@@ -377,6 +377,11 @@ def test_the_models_test_files_edited_since_training_are_not_its_test_set(model_
     assert json.loads((model_copy / ckpt.SCORES).read_text())["test"]["best"] == recorded
     code, out, err = run(["--model-dir", model_copy, "--recipe-tests", "--no-save"], capsys)   # nothing recorded
     assert code == 0 and out.startswith("test: 40 sentences"), err
+    beam = Config.load(model_copy / ckpt.CONFIG).decode.beam_size   # nor of part of it, of other decoding settings
+    for flags in (["--max-sentences", "5"], ["--beam-size", str(beam + 1)], ["--prefix-words", "1"]):   # or prefixes:
+        for given in (["--recipe-tests"], ["--src-file", src, "--ref-file", ref]):   # refused, "or --no-save", all
+            code, _, err = run(["--model-dir", model_copy, *given, *flags], capsys)
+            assert code == 0 and "not recorded in" in err, (flags, given, err)
     code, _, err = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", ref, "--name", "edited"], capsys)
     assert code == 0, err
     scores = json.loads((model_copy / ckpt.SCORES).read_text())
