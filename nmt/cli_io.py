@@ -348,18 +348,16 @@ def validated_on(model_dir: Path, dev, first: Path) -> None:
 
 def tested_on(model_dir: Path, test, files, max_sentences: int = 0) -> None:
     """CorpusError when the pairs of a model's own test files (`files`: its data.test_src, data.test_tgt), read again
-    as `test`, are not those its run recorded (`TrainState.test_sum`): edited since, their scores would replace the
-    "test" entry in scores.json that training recorded, which /info and nmt-export show as the model's. (A recipe's
-    test sets are read from files of known sha256; the scores of part of a set, --max-sentences, are not recorded.)"""
+    as `test`, are not those its run recorded (`TrainState.test_sum`; an export's export.json keeps it): edited since,
+    their scores would replace the "test" entry in scores.json that training recorded, which /info and nmt-export
+    show as the model's. (A recipe's test sets are read from files of known sha256; the scores of part of a set,
+    --max-sentences, are not recorded.)"""
     if 0 < max_sentences < len(test.src):
         return
-    from nmt import checkpoint as ckpt
     from nmt.corpus import READ_SINCE, CorpusError
     from nmt.encoded import text_checksum
-    try:
-        saved = ckpt.TrainState.load(model_dir).test_sum if (model_dir / ckpt.STATE).exists() else ""
-    except ckpt.CheckpointError:
-        return
+    from nmt.export import test_sum_of
+    saved = test_sum_of(model_dir)   # (state.json's; an export's export.json)
     if not saved or saved == text_checksum([*test.src, *test.tgt]):
         return
     raise CorpusError(f"the model's test files ({' and '.join(map(str, files))}) are not the pairs its run was tested "

@@ -95,6 +95,7 @@ def export_model(model_dir, output, which: str = "best", overwrite: bool = False
             int(info["step"] or 0)
         manifest.write_manifest(tmp, "best", [ckpt.PARAMS_BEST], step)
         scores, sha256 = _scores_of(model_dir, which, info, cfg.decode), manifest.sha256_of(tmp / ckpt.PARAMS_BEST)
+        tested = test_sum_of(model_dir)   # (nmt-evaluate compares the model's own test files with it)
         if overwrite:   # what nmt-evaluate recorded in the export replaced, of the same parameters, is kept
             _keep_scores(output, scores, sha256, cfg.decode)
         if scores:
@@ -102,7 +103,7 @@ def export_model(model_dir, output, which: str = "best", overwrite: bool = False
                               + "\n")
         atomic_write_text(tmp / EXPORT, json.dumps({
             "model_dir": str(model_dir.resolve()), "checkpoint": str(which), "params_file": params.name,
-            "step": step or None, "params_sha256": sha256,
+            "step": step or None, "params_sha256": sha256, **({"test_sum": tested} if tested else {}),
             "exported": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, indent=2) + "\n")
         replaced = _beside(output, "replaced", os.getpid())
         try:   # an earlier export, or a link to one, replaced only now that the new one is complete, and deleted
@@ -124,6 +125,19 @@ def export_model(model_dir, output, which: str = "best", overwrite: bool = False
         raise
     _remove(replaced)
     return output
+
+
+def test_sum_of(model_dir: Path) -> str:
+    """The sha256 of the test pairs the run of `model_dir` (a training directory, or an export of one) was tested
+    with (`TrainState.test_sum`): "" where it is not known (a run or an export made before nmt recorded it)."""
+    model_dir = Path(model_dir)
+    try:
+        if (model_dir / ckpt.STATE).exists():
+            return ckpt.TrainState.load(model_dir).test_sum
+        made = jsonio.read_object(model_dir / EXPORT, ckpt.CheckpointError) if (model_dir / EXPORT).is_file() else {}
+        return str(made.get("test_sum") or "")
+    except ckpt.CheckpointError:
+        return ""
 
 
 def _keep_scores(output: Path, scores: dict, sha256: str, decode) -> None:

@@ -365,15 +365,19 @@ def test_the_models_test_files_edited_since_training_are_not_its_test_set(model_
     code, _, err = run(["--model-dir", model_copy, "--recipe-tests"], capsys)   # the same pairs, moved: that set
     assert code == 0, err
     recorded = json.loads((model_copy / ckpt.SCORES).read_text())["test"]["best"]
+    from nmt.export import export_model   # an export's scores.json too (/info shows it): export.json keeps the sum
+    export = export_model(model_copy, tmp_path / "export")
     lines = ref.read_text(encoding="utf-8").splitlines()
     ref.write_text("".join(f"the {x}\n" if i < 5 else f"{x}\n" for i, x in enumerate(lines)), encoding="utf-8")
     says = (f"error: the model's test files ({src} and {ref}) are not the pairs its run was tested with: they have "
             "changed since")
     for flags in (["--recipe-tests"], ["--src-file", src, "--ref-file", ref], ["--src-file", src, "--ref-file", ref,
                                                                              "--name", "test"]):
-        code, _, err = run(["--model-dir", model_copy, *flags], capsys)
-        assert code == 2 and says in err and err.endswith("score them as another set with --src-file, --ref-file and "
-                                                          "another --name (or --no-save)\n"), err
+        for model in (model_copy, export):
+            code, _, err = run(["--model-dir", model, *flags], capsys)
+            assert code == 2 and says in err and err.endswith("score them as another set with --src-file, --ref-file "
+                                                              "and another --name (or --no-save)\n"), (model, err)
+    assert json.loads((export / ckpt.SCORES).read_text())["test"]["best"]["chrf"] == recorded["chrf"]
     assert json.loads((model_copy / ckpt.SCORES).read_text())["test"]["best"] == recorded
     code, out, err = run(["--model-dir", model_copy, "--recipe-tests", "--no-save"], capsys)   # nothing recorded
     assert code == 0 and out.startswith("test: 40 sentences"), err
