@@ -14,7 +14,7 @@ from nmt import jsonio
 from nmt.commands import Once, command, file_arg, nonempty, number, one_stdin, usable_streams
 from nmt.cli_io import (add_model_decode_args, check_languages_of, evaluation_inputs, load_translator, misaligned,
                         hyp_ref_files, open_output, output_dir, output_errors, reader_gone, refuse_overwriting,
-                        tested_on, validated_on)
+                        installed_commands, tested_on, validated_on)
 from nmt.config import CHARS_PER_TOKEN, ConfigError
 
 
@@ -396,4 +396,5 @@ def _file_name(path: str) -> str:
 
 
 if __name__ == "__main__":   # `python -m nmt.cli_decode` did nothing, exit 0: it holds two commands
-    raise SystemExit("error: nmt.cli_decode holds two commands: run nmt-translate or nmt-evaluate")
+    raise SystemExit("error: nmt.cli_decode holds two commands: run nmt-translate or nmt-evaluate"
+                     + installed_commands("nmt-translate", "nmt-evaluate"))

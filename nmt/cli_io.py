@@ -370,3 +370,18 @@ def hyp_ref_files(hyp_file: Path, count: int) -> List[Path]:
     """Where nmt-evaluate's --hyp-dir puts the `count` references of the translations in `hyp_file`: <test
     name>.ref.<tgt>, then <test name>.ref2.<tgt> ..."""
     return [hyp_file.with_name(f"{hyp_file.stem}.ref{k if k > 1 else ''}{hyp_file.suffix}") for k in range(1, count+1)]
+
+
+def installed_commands(*names: str) -> str:
+    """Where pip installed the console scripts `names`, when the first is not on the PATH (a `pip install --user`'s
+    ~/.local/bin, a virtual environment not activated), as words to add to a message; "" when it is, or none is
+    found."""
+    import shutil
+    import sysconfig
+    if shutil.which(names[0]):
+        return ""
+    for scheme in ({}, {"scheme": f"{os.name}_user"}):
+        where = Path(sysconfig.get_path("scripts", **scheme))
+        if (where / names[0]).is_file():
+            return f" (not on the PATH: {', '.join(str(where / n) for n in names)})"
+    return ""

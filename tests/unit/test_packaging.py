@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -219,7 +221,12 @@ def test_each_command_module_run_with_python_m_is_that_command():
         p = subprocess.run([sys.executable, "-m", module, "--version"], capture_output=True, text=True, timeout=120,
                            cwd=REPO)
         assert p.returncode == 0 and p.stdout == f"{command} (nmt) {nmt.__version__}\n", (module, p.stdout, p.stderr)
-    p = subprocess.run([sys.executable, "-m", "nmt.cli_decode", "--version"], capture_output=True, text=True,
-                       timeout=120, cwd=REPO)
-    assert p.returncode == 1 and p.stderr == ("error: nmt.cli_decode holds two commands: run nmt-translate or "
-                                              "nmt-evaluate\n"), (p.stdout, p.stderr)
+    where = Path(sysconfig.get_path("scripts"))   # (pip's console scripts: named where they are not on the PATH)
+    elsewhere = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if Path(p) != where)
+    lost = (where / "nmt-translate").is_file() and not shutil.which("nmt-translate", path=elsewhere)
+    named = f" (not on the PATH: {where / 'nmt-translate'}, {where / 'nmt-evaluate'})" if lost else ""
+    for path, named in ((f"{where}{os.pathsep}{elsewhere}", ""), (elsewhere, named)):
+        p = subprocess.run([sys.executable, "-m", "nmt.cli_decode", "--version"], capture_output=True, text=True,
+                           timeout=120, cwd=REPO, env={**os.environ, "PATH": path})
+        assert p.returncode == 1 and p.stderr == ("error: nmt.cli_decode holds two commands: run nmt-translate or "
+                                                  f"nmt-evaluate{named}\n"), (p.stdout, p.stderr)
