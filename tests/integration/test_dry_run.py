@@ -109,6 +109,32 @@ def test_a_disk_as_large_as_the_dry_run_says_holds_the_run(tmp_path, task, capsy
                      r"\([\d.]+ MiB\) need about", capsys.readouterr().err)
 
 
+def test_the_dry_runs_room_counts_every_data_file_a_run_writes_and_says_that_figure(tmp_path, task, capsys,
+                                                                                     monkeypatch):
+    """The 1 MiB the dry run adds for a run's small files hid a count of the tokenizers and encoded corpus that left
+    them out, or counted them by their bytes (or half their blocks) rather than the blocks they take: the tiny task's
+    fit in that 1 MiB, a real corpus's (tens of MiB encoded) do not, and the run is refused where the dry run passed.
+    The figure the refusal says for them is that count."""
+    from nmt import preflight, storage
+    from nmt.storage import human_bytes
+    counted, check, free_bytes = [], preflight.check_checkpoint_room, storage.free_bytes
+    monkeypatch.setattr(preflight, "check_checkpoint_room",
+                        lambda *a, **kw: counted.append(kw.get("data_bytes", 0)) or check(*a, **kw))
+    assert train_main(args_for(task, tmp_path / "dry", "--dry-run")) == 0 and len(counted) == 1
+    d = tmp_path / "m"
+    assert train_main(args_for(task, d, "--max-steps", "1")) == 0, capsys.readouterr().err
+    data = [f for f in d.iterdir() if f.is_file() and f.name.startswith(("spm.", "encoded."))]
+    written = sum(f.stat().st_blocks * 512 for f in data)   # what the run wrote before its checkpoints
+    assert len(data) >= 6 and counted[0] - (1 << 20) >= written, (counted, written, [f.name for f in data])
+    monkeypatch.setattr(storage, "free_bytes", lambda path: 1 if str(path).startswith(str(tmp_path / "n")) else
+                        free_bytes(path))
+    capsys.readouterr()
+    assert train_main(args_for(task, tmp_path / "n", "--dry-run")) == 2
+    err = capsys.readouterr().err
+    assert f", with the tokenizers, encoded corpus and small files ({human_bytes(counted[-1])}) need about" in err, \
+        (err, counted)
+
+
 def test_a_run_on_relative_paths_resumes_and_evaluates_from_elsewhere(tmp_path, task, capsys, monkeypatch):
     """The data files' paths were saved as given, relative to where the run started: a resume or `nmt-evaluate
     --dev-set` from another directory said "train.ko: file not found"."""
