@@ -181,6 +181,21 @@ def test_over_long_lines_are_truncated_with_a_warning(tr, capsys, tmp_path):
     assert "; 1 truncated" in err   # cut to the character guard, then to the tokens: one line (it said 2)
 
 
+def test_nmt_translate_counts_the_lines_whose_byte_pieces_are_left_out(tr, src_lines, tmp_path, capsys,
+                                                                      monkeypatch):
+    """nmt-translate's summary counts the lines whose translations left out byte pieces, as it counts those cut at
+    the length limit (the warning naming them: tests/unit/test_tokenizer.py). Here the tokenizer takes each
+    translation's last piece for a byte that forms no character."""
+    from nmt.tokenizer import Tokenizer
+    whole = Tokenizer.whole_characters
+    monkeypatch.setattr(Tokenizer, "whole_characters", lambda self, ids: whole(self, ids)[:-1])
+    path = tmp_path / "in.ko"
+    path.write_text("\n".join(src_lines[:3]) + "\n\n", encoding="utf-8")   # (and an empty line: nothing left out)
+    code, _, err = run(["--model-dir", tr.model_dir, "--input", path, "--output", tmp_path / "out.en"], capsys)
+    assert code == 0 and "translated 4 lines in " in err and "; 3 with byte pieces left out" in err, err
+    assert f"input lines 1, 2, 3: 3 {Translator.LEFT_OUT}" in err, err
+
+
 @pytest.mark.parametrize("beam", [1, 4])
 def test_translations_cut_at_the_length_limit_are_named(tr, src_lines, tmp_path, capsys, caplog, beam):
     """A translation that takes its every step without reaching EOS was cut off by --max-len-a/-b: a warning
