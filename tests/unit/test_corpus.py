@@ -237,6 +237,22 @@ def test_a_line_with_a_colour_code_is_said_naming_the_line(write_file, nmt_logs)
         "removed before translating")
 
 
+def test_a_target_prefixs_escape_sequences_are_said_with_the_texts(nmt_logs):
+    """nmt-translate --json-input removes them from a line's "target_prefix" too, and its warning counts them there
+    (`removed_controls` of the text and the prefix)."""
+    import json
+    from nmt.corpus import removed_controls
+    from nmt.stream import StreamStats, _read_line
+    said = "terminal escape sequence(s) (colours, cursor keys: ESC[31m ...)"
+    assert removed_controls("가", "\x1b[31m나") == f"1 {said}"
+    assert removed_controls("\x1b[0m가\x00", "\x1b[31m나\x07") == f"2 {said} and 2 control character(s)"
+    stats = StreamStats()
+    line = json.dumps({"text": "고마워요.", "target_prefix": "\x1b[32mThank\x1b[0m"})
+    assert _read_line(line.encode(), False, 4, ("in.jsonl", None), "error", True, stats) == (
+        "고마워요.", "\x1b[32mThank\x1b[0m")
+    assert stats.controls == 1 and messages(nmt_logs) == f"in.jsonl:4: 2 {said} removed before translating"
+
+
 def test_a_one_line_file_ended_by_a_cr_is_that_line(write_file):
     """'고마워요.\\r' was "line ends are CR only (old Mac format), so the whole file reads as one line": it is one."""
     assert read_parallel(write_file("o.ko", KO[0] + "\r"), write_file("o.en", EN[:1])).src == KO[:1]
