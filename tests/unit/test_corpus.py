@@ -200,6 +200,7 @@ def test_files_shifted_by_a_line_with_a_blank_end_are_said_to_look_misaligned(wr
     ("\x1b[31m빨강\x1b[0m 글씨", "빨강 글씨", "2 terminal escape sequence(s)"),   # ls --color, grep, a logger
     ("grep \x1b[01;31m\x1b[Kword\x1b[m\x1b[K", "grep word", "4 terminal escape sequence(s)"),
     ("a\x1b[Db", "ab", "1 terminal escape sequence(s)"),   # a cursor key typed where nothing edits the line
+    ("\x1b[?25l진행\x1b[?25h \x1b[2 q끝", "진행 끝", "3 terminal escape sequence(s)"),   # private mode, intermediate
     ("\x1b]8;;https://x.org\x1b\\link\x1b]8;;\x07 ok", "link ok", "2 terminal escape sequence(s)"),   # OSC 8
     ("\x1b(B\x1b[m plain", "plain", "2 terminal escape sequence(s)"),   # tput sgr0
     ("\x9b1;2Hx\x9d0;t\x9cy", "xy", "2 terminal escape sequence(s)"),   # the C1 forms
@@ -828,6 +829,9 @@ def test_many_pairs_with_the_same_text_on_both_sides_are_warned_of(nmt_logs, cop
     ("파이썬 |version|\\가(이) 윈도우 8.1 이상을 지원", "파이썬 3.13가(이) 윈도우 8.1 이상을 지원"),
     ("installed as |usr_local_bin_python_x_dot_y_literal| on", "installed as /usr/local/bin/python3.13 on"),
     ("See |protocol_open|_ for more", "See BaseHandler.<protocol>_open for more"), ("|func-dict|_", "dict()"),
+    ("|protocol_request|_, |protocol_response|_", "BaseHandler.<protocol>_request, BaseHandler.<protocol>_response"),
+    ("Run |python_x_dot_y_literal|; |func-frozenset|_, |func-memoryview|_",
+     "Run python3.13; frozenset(), memoryview()"),
     ("또는 ``None``. |coroutine-origin-link|\\를 참조", "또는 None. sys.set_coroutine_origin_tracking_depth를 참조"),
     ("``'r'`` (default): |flag_r|", "'r' (default):"),   # (a sentence defined elsewhere, on neither side: removed)
     ("IPv(4|6)(Address|Network|Interface) and (blue|white|red)", "IPv(4|6)(Address|Network|Interface) and "
