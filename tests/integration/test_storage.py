@@ -356,6 +356,23 @@ def test_an_output_file_is_checked_by_the_open_file_not_by_its_path(tmp_path):
     assert (tmp_path / "elsewhere.txt").read_text() == "first\nsecond\n"   # (moved whole by whoever moved it)
 
 
+def test_an_error_while_writing_a_deleted_output_file_is_that_error(tmp_path):
+    """The check of a deleted --output runs as its writes end well: an error that ended them (an input line that
+    cannot be read, Ctrl-C) is said as it is, not replaced by "the file was deleted"."""
+    import contextlib
+    from nmt.cli_io import open_output, output_errors
+    from nmt.corpus import CorpusError
+    out = tmp_path / "out.txt"
+    for error in (CorpusError("in.ko:2: not UTF-8"), KeyboardInterrupt()):
+        with pytest.raises(type(error)) as e:
+            with output_errors(str(out)), contextlib.ExitStack() as stack:
+                f = open_output(stack, str(out))
+                f.write("first\n")
+                out.unlink()
+                raise error
+        assert e.value is error
+
+
 def test_a_resume_needs_room_only_beyond_the_checkpoints_already_there(tmp_path, monkeypatch):
     """A resume was refused ("2.8 MiB free, but ... need about 7.0 MiB") where it ran to the end with the space
     there: its kept checkpoints are deleted as new ones are written."""
