@@ -115,6 +115,25 @@ def test_trains_scores_and_ensembles_each_run_once(tmp_path):
     assert {c[0] for c in calls} == {"scripts/results_table.py"}
 
 
+def test_every_en_ko_run_chooses_by_13a_bleu_as_its_published_run_did(tmp_path):
+    """docs/results.md's en->ko runs chose params.best and stopped early by 13a BLEU, the default of then for every
+    target language; Korean output now defaults to ko-mecab BLEU, so the script pins theirs (else a run reproduces
+    another model). Its ko->en runs take the default, 13a BLEU too."""
+    import re
+    from nmt.cli import build_train_parser, config_from_args
+    proc = subprocess.run(["bash", str(REPO / "scripts" / "reproduce_results.sh"), "--help"],
+                          env=script_env(tmp_path), capture_output=True, text=True, timeout=60)
+    runs = re.search(r"^Runs: (.*)$", proc.stdout, re.M)[1].split()
+    en_ko = [n for n in runs if "en-ko" in n]
+    assert len(en_ko) >= 7 and "tatoeba-ko-en" in runs, runs
+    train = calls_of(run_script(tmp_path, *en_ko, "tatoeba-ko-en"), "train.py")
+    configs = {Path(c[c.index("--model-dir") + 1]).name: config_from_args(build_train_parser().parse_args(c[1:]))
+               for c in train}
+    assert sorted(configs) == sorted(en_ko + ["tatoeba-ko-en"])
+    assert {n: (c.data.tgt_lang, c.valid_metric) for n, c in configs.items()} == {
+        n: ("en", "bleu") if n == "tatoeba-ko-en" else ("ko", "bleu") for n in configs}
+
+
 def test_a_run_with_only_dev_scores_gets_its_test_scores(tmp_path):
     """A finished run whose scores.json held only "dev" (nmt-evaluate --dev-set) was taken for scored: its test sets
     were never scored and its row was missing from the tables without a word."""
