@@ -392,6 +392,17 @@ def test_the_models_test_files_edited_since_training_are_not_its_test_set(model_
     assert scores["test"]["best"] == recorded and scores["edited"]["best"]["chrf"] != recorded["chrf"]
 
 
+def test_a_model_whose_run_recorded_no_test_pairs_is_scored_on_its_own_test_files(model_copy, capsys):
+    """A run from before state.json recorded its test pairs (no test_sum) has nothing to compare its test files with:
+    they are its set "test", as they were (not refused as changed since)."""
+    state = json.loads((model_copy / ckpt.STATE).read_text())
+    assert state.pop("test_sum")   # (this model's run recorded them)
+    (model_copy / ckpt.STATE).write_text(json.dumps(state))
+    code, out, err = run(["--model-dir", model_copy, "--recipe-tests"], capsys)
+    assert code == 0 and out.startswith("test: 40 sentences"), err
+    assert "test" in json.loads((model_copy / ckpt.SCORES).read_text())
+
+
 def test_dev_set_is_the_one_validated_on_and_stays_out_of_results_tables(model_copy, capsys):
     cfg = Config.load(model_copy / ckpt.CONFIG)
     code, out, err = run(["--model-dir", model_copy, "--dev-set", "--json"], capsys)
