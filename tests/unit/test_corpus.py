@@ -531,6 +531,19 @@ def test_the_search_for_utf8_syllables_beside_cp949_stops_after_64():
     assert _cp949_beside_utf8(line(64)) and not _cp949_beside_utf8(line(65))
 
 
+def test_a_stray_byte_beside_utf8_syllables_is_an_invalid_utf8_error(write_file):
+    """Where CP949 cannot read a byte, the UTF-8 syllable or jamo taken out must start where what comes before it
+    reads as CP949: else decoding that part raised UnicodeDecodeError out of the advice ("ㅋㅋ", a stray byte,
+    "가"), a traceback for a line of invalid UTF-8."""
+    from nmt.stream import decode_line
+    for line in (b"\xe3\x85\x8b\xe3\x85\x8b\xce\xea\xb0\x80", b"\xea\xb0\x80\xb6\xea\xb0\x80\xb0\xa1",
+                 b"\xce\xea\xb0\x80\xa3\xc7\xd0\xb1\xb3\xbf\xe4"):
+        with pytest.raises(CorpusError, match=r"^in\.ko:1: invalid UTF-8 \(byte 0x"):
+            decode_line(line, 1, "in.ko")
+        with pytest.raises(CorpusError, match=r"invalid UTF-8"):
+            read_parallel(write_file("s.ko", line + b"\n"), write_file("s.en", ["x"]), whole=True)
+
+
 def test_a_big_file_that_is_no_text_is_refused_by_its_start(monkeypatch):
     """A 400 MB PNG (or a tar archive) given as a corpus was read whole before its signature was looked at: 5.5 s
     and 937 MB of memory; a bigger one ran the machine out of memory. Its first 4 KiB tell."""
