@@ -549,6 +549,12 @@ def test_verbose_names_the_checkpoint_the_settings_and_each_chunk(tr, tmp_path, 
     ckpt.average_checkpoints(model, ckpt.TrainState.load(model).params_files, last=2)
     code, _, err = run(["--model-dir", model, "--input", path, "--checkpoint", "avg", "-v"], capsys)
     assert code == 0 and f"{model}: checkpoint avg (params.avg, an average of checkpoints) on cpu(0); " in err, err
+    member = tmp_path / "member"   # an ensemble's member at its average too (a copy: warned of, translated)
+    shutil.copytree(model, member)
+    code, _, err = run(["--model-dir", model, "--ensemble", member, "--input", path, "--checkpoint", "avg", "-v"],
+                       capsys)
+    assert code == 0 and f"(params.avg, an average of checkpoints) + {member} (an average of checkpoints) on cpu(0)" \
+        in err, err
 
 
 def test_cli_sampling(tr, src_lines, tmp_path, capsys):
