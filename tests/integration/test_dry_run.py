@@ -114,7 +114,7 @@ def test_the_dry_runs_room_counts_every_data_file_a_run_writes_and_says_that_fig
     """The 1 MiB the dry run adds for a run's small files hid a count of the tokenizers and encoded corpus that left
     them out, or counted them by their bytes (or half their blocks) rather than the blocks they take: the tiny task's
     fit in that 1 MiB, a real corpus's (tens of MiB encoded) do not, and the run is refused where the dry run passed.
-    The figure the refusal says for them is that count."""
+    The figure the refusal says for them is that count; a resume's dry run counts none (they are there)."""
     from nmt import preflight, storage
     from nmt.storage import human_bytes
     counted, check, free_bytes = [], preflight.check_checkpoint_room, storage.free_bytes
@@ -126,6 +126,10 @@ def test_the_dry_runs_room_counts_every_data_file_a_run_writes_and_says_that_fig
     data = [f for f in d.iterdir() if f.is_file() and f.name.startswith(("spm.", "encoded."))]
     written = sum(f.stat().st_blocks * 512 for f in data)   # what the run wrote before its checkpoints
     assert len(data) >= 6 and counted[0] - (1 << 20) >= written, (counted, written, [f.name for f in data])
+    counted.clear()   # a resume's dry run: those files are there already, and it writes them no more
+    assert train_main(["--model-dir", str(d), "--resume", "--max-steps", "2", "--dry-run"]) == 0, \
+        capsys.readouterr().err
+    assert counted == [0]
     monkeypatch.setattr(storage, "free_bytes", lambda path: 1 if str(path).startswith(str(tmp_path / "n")) else
                         free_bytes(path))
     capsys.readouterr()
