@@ -128,7 +128,8 @@ def not_text(line: bytes, utf8_elsewhere: bool = False) -> str:
     return "" if _reads_as(line, enc.lower(), "") else f"it is not {enc} text either, so no conversion reads it"
 
 
-_UTF8_HANGUL_WORD = re.compile(rb"(?:[\xea-\xed][\x80-\xbf]{2}){2}")   # two Hangul syllables in UTF-8: a word
+# two Hangul syllables or jamo in UTF-8 ("요즘", "ㅋㅋ"): a word
+_UTF8_HANGUL_WORD = re.compile(rb"(?:[\xea-\xed][\x80-\xbf]{2}|\xe3[\x84-\x86][\x80-\xbf]){2}")
 _UTF8_HANGUL = re.compile(rb"[\xea-\xed][\x80-\xbf]{2}|\xe3[\x84-\x86][\x80-\xbf]")   # a syllable, or a jamo (ㅋ)
 
 

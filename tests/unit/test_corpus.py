@@ -522,6 +522,14 @@ def test_a_line_of_cp949_beside_one_utf8_syllable_or_jamo_is_not_to_be_converted
         assert not_text(text) == "" and encoding_of(text) == enc
 
 
+def test_utf8_jamo_beside_a_stray_byte_is_not_to_be_converted():
+    """UTF-8 Korean of jamo ("ㅋㅋ") and single syllables with one stray byte read as Windows-1252, and the whole file's
+    conversion from it was advised (`iconv -f CP1252`: every Korean line of the file made mojibake): two jamo in a
+    row are a UTF-8 Korean word, as two syllables are."""
+    from nmt.textfile import not_text
+    assert not_text(b"\xe3\x85\x8b\xe3\x85\x8b\xce\xea\xb0\x80").startswith("it holds UTF-8 Korean beside bytes")
+
+
 def test_the_search_for_utf8_syllables_beside_cp949_stops_after_64():
     """Each UTF-8 syllable taken out of a CP949 line decoded the rest of the line again: a line of 300,000 of them
     among CP949 took 30 s (quadratic). 64 are taken out; a line of more is no stray paste."""
