@@ -212,7 +212,7 @@ def build_evaluate_parser() -> argparse.ArgumentParser:
 
 def _test_sets(args: argparse.Namespace, tr, save: bool) -> Dict[str, Tuple[Any, List[List[str]]]]:
     """name -> (Pairs, further references) of what to score (files, the recipe's test sets or the model's dev
-    set); `save`: scores may be recorded (not where the directory is read-only, or the decoding settings others)."""
+    set); `save`: scores may be recorded (no --no-save, --prefix-words, read-only directory or other decoding)."""
     from nmt.corpus import Pairs, drop_blank_ends, read_lines
     from nmt.evaluate import korean_bleu
     from nmt.scoring import check_set_name, model_dev_set, recipe_tests
@@ -235,7 +235,7 @@ def _test_sets(args: argparse.Namespace, tr, save: bool) -> Dict[str, Tuple[Any,
         sets = recipe_tests(tr.config, args.data_dir) if args.recipe_tests else model_dev_set(tr.config, args.data_dir)
         for model_dir in (tr.model_dir, *tr.member_dirs) if args.dev_set else ():   # (an ensemble's: each member)
             validated_on(Path(model_dir), next(iter(sets.values())), Path(tr.model_dir))
-        if args.recipe_tests and d.test_src and save and not (args.no_save or args.prefix_words):   # (its own files)
+        if args.recipe_tests and d.test_src and save:   # (its own files)
             tested_on(Path(tr.model_dir), sets["test"], (d.test_src, d.test_tgt), args.max_sentences)
         return {name: (pairs, []) for name, pairs in sets.items()}
     if not (args.src_file and args.ref_file):
@@ -259,7 +259,7 @@ def _test_sets(args: argparse.Namespace, tr, save: bool) -> Dict[str, Tuple[Any,
     name = args.name or ("test" if own else _file_name(args.src_file))   # (a pipe: its name, not /proc/PID/fd's)
     if not args.no_save:   # (else nothing is recorded: the name only labels the report and the --hyp-dir files)
         check_set_name(name, args.src_file, args.ref_file, tr.config)
-        if name == "test" and d.test_src and save and not args.prefix_words:   # its own files: as its run read them?
+        if name == "test" and d.test_src and save:   # its own files: as its run read them?
             tested_on(Path(tr.model_dir), Pairs(src, refs[0], name), (d.test_src, d.test_tgt), args.max_sentences)
     return {name: (Pairs(src, refs[0], name), refs[1:])}
 
@@ -285,7 +285,7 @@ def evaluate_main(args: argparse.Namespace) -> int:
     if not (args.no_save or args.prefix_words):   # recorded after each test set: a damaged file is named first
         read_scores(tr.model_dir)
         readonly, other = cannot_record(tr.model_dir), other_decoding(tr)
-    tests = _test_sets(args, tr, not (readonly or other))
+    tests = _test_sets(args, tr, not (args.no_save or args.prefix_words or readonly or other))
     inputs = evaluation_inputs(args, tr.config.data)
     hyp_files = {name: args.hyp_dir / f"{Path(name).name}.{tr.tgt_lang}" for name in tests} if args.hyp_dir else {}
     hyps = [p for name, h in hyp_files.items() for p in (h, *hyp_ref_files(h, 1 + len(tests[name][1])))]
