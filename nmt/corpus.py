@@ -156,25 +156,28 @@ def read_lines(path: PathLike, *, skip_invalid_utf8: bool = False, max_line_char
     flags."""
     path = "/dev/stdin" if path == "-" else os.path.expanduser(path)   # ("-": standard input, as for every flag)
     lines = _decode_lines(path, skip_invalid_utf8, max_line_chars, keep_blank_end, skippable)
-    _warn_of_changes(path, lines)
+    _warn_of_changes(path, list(enumerate(lines, 1)))
+    text = [t for t in lines if t and t.strip()]
+    if len(text) > 1 and all("\t" in t for t in text):
+        logger.warning("%s: every line holds a tab, read as a space: the columns of a TSV file? give one file per "
+                       "side (e.g. `cut -f1 %s`)", path, shell_word(path))
     return [None if t is None else normalize(t) for t in lines]
 
 
-def _warn_of_changes(path: PathLike, lines: Sequence[Optional[str]]) -> None:
+def _warn_of_changes(path: PathLike, texts: Sequence[Tuple[int, Optional[str]]]) -> None:
     """Warn, naming the lines, of what `normalize` changes in them without a word otherwise: control characters and
     terminal escape sequences (colours: ESC[31m) removed, line breaks other than LF (U+2028, form feed, ...) read as
-    spaces, and tabs on every line (the columns of a TSV file as one sentence?)."""
-    text = [(i, t) for i, t in enumerate(lines, 1) if t and t.strip()]
+    spaces. `texts`: (line number, text read from it) items, a TSV file's two columns two items of one line; None
+    for a line skipped."""
+    text = [(i, t) for i, t in texts if t and t.strip()]
     for what, found in (("control character(s), removed", [i for i, t in text if control_characters(t)]),
                         ("terminal escape sequence(s) (colours, cursor keys: ESC[31m ...), removed whole",
                          [i for i, t in text if ESCAPE_SEQUENCE.search(t)]),
                         ("a line break or separator other than LF (U+2028, form feed, U+001F, ...), read as a space",
                          [i for i, t in text if _SPACED.search(t)])):
+        found = sorted(set(found))
         if found:
             logger.warning("%s: %d line(s) with %s: line %s", path, len(found), what, line_list(found))
-    if len(text) > 1 and all("\t" in t for _, t in text):
-        logger.warning("%s: every line holds a tab, read as a space: the columns of a TSV file? give one file per "
-                       "side (e.g. `cut -f1 %s`)", path, shell_word(path))
 
 
 def _split_lines(data: bytes, path: Path, keep_blank_end: bool = False) -> List[bytes]:
@@ -364,8 +367,10 @@ def read_tsv(path: PathLike, src_col: int, tgt_col: int, *, skip_invalid_utf8: b
         if len(cols) < need:
             raise CorpusError(f"{path}:{i}: {len(cols)} tab-separated field(s), but column {need - 1} (0-based) is "
                               f"needed; every line must have at least {need} fields separated by tabs")
-        src.append(normalize(cols[src_col]))
-        tgt.append(normalize(cols[tgt_col]))
+        src.append(cols[src_col])
+        tgt.append(cols[tgt_col])
+    _warn_of_changes(path, [(i, x) for i, pair in enumerate(zip(src, tgt), 1) for x in pair])   # (columns read)
+    src, tgt = ([None if x is None else normalize(x) for x in side] for side in (src, tgt))
     return _align(src, tgt, name or Path(path).stem, str(path))
 
 

@@ -726,6 +726,21 @@ def test_read_tsv_invalid_utf8_skip(write_file):
     assert read_tsv(path, 1, 0, skip_invalid_utf8=True).dropped == {"invalid_utf8": 1}
 
 
+def test_read_tsv_warns_of_what_it_removes_as_the_plain_readers_do(write_file, nmt_logs):
+    """Tatoeba's kor.txt (any TSV source) lost control characters and terminal escape sequences without a word, where
+    the same lines as two plain files were warned of, naming the lines; an ignored column loses nothing to warn of."""
+    path = write_file("w.tsv", [f"{EN[0]}\t{KO[0]}\tCC-BY \x00#1", f"\x1b[31m{EN[1]}\x1b[0m\t{KO[1]}\x07",
+                                f"{EN[2]}\t{KO[2]}\u2028", f"{EN[0]}\x01\t\x1bOP{KO[0]}"])
+    pairs = read_tsv(path, 1, 0)
+    assert pairs.src == KO + KO[:1] and pairs.tgt == EN + EN[:1]
+    assert messages(nmt_logs).splitlines() == [
+        f"{path}: 2 line(s) with control character(s), removed: line 2, 4",
+        f"{path}: 2 line(s) with terminal escape sequence(s) (colours, cursor keys: ESC[31m ...), removed whole: line "
+        "2, 4",
+        f"{path}: 1 line(s) with a line break or separator other than LF (U+2028, form feed, U+001F, ...), read as a "
+        "space: line 3"]
+
+
 @pytest.mark.parametrize("cols", [(1, 1), (-1, 0)])
 def test_read_tsv_bad_columns(write_file, cols):
     with pytest.raises(CorpusError, match="columns"):
