@@ -161,7 +161,7 @@ def _summary(tr, stats, name: str, tally: List[int]) -> None:
         f"; {tr.cut_off} at the length limit" if tr.cut_off else "",
         f"; {tr.left_out} with byte pieces left out" if tr.left_out else "",
         f"; {stats.invalid_utf8} with invalid UTF-8 replaced" if stats.invalid_utf8 else "",
-        f"; {stats.controls} with control characters removed" if stats.controls else "")
+        stats.removals())
 
 
 def build_evaluate_parser() -> argparse.ArgumentParser:

@@ -106,11 +106,16 @@ def control_characters(text: str) -> int:
     return len(_CONTROL.findall(ESCAPE_SEQUENCE.sub("", text)))
 
 
+def removed_counts(*texts: str) -> Tuple[int, int]:
+    """How many terminal escape sequences and how many control characters (`control_characters`) `normalize` removes
+    from `texts`."""
+    return sum(len(ESCAPE_SEQUENCE.findall(t)) for t in texts), sum(control_characters(t) for t in texts)
+
+
 def removed_controls(*texts: str) -> str:
     """What `normalize` removes from `texts` of terminal escape sequences and control characters, for a warning
     ("" for none): "2 terminal escape sequence(s) (colours, cursor keys: ESC[31m ...) and 1 control character(s)"."""
-    sequences = sum(len(ESCAPE_SEQUENCE.findall(t)) for t in texts)
-    characters = sum(control_characters(t) for t in texts)
+    sequences, characters = removed_counts(*texts)
     said = [f"{sequences} terminal escape sequence(s) (colours, cursor keys: ESC[31m ...)"] if sequences else []
     return " and ".join(said + ([f"{characters} control character(s)"] if characters else []))
 

@@ -19,7 +19,7 @@ from nmt import jsonio
 from nmt.align import format_links, with_links
 from nmt.config import CHARS_PER_TOKEN
 from nmt.corpus import (INVISIBLE, CorpusError, control_characters, count_lines, lone_surrogate, one_line,
-                         removed_controls)
+                         removed_controls, removed_counts)
 from nmt.textfile import (READ_ERRORS, archive_sign, binary_sign, decompressing, encoding_of, iconv_command, not_text,
                           open_bytes, to_utf8_hint, wide_encoding)
 from nmt.log import Every
@@ -178,10 +178,18 @@ class StreamStats:
     lines: int = 0
     invalid_utf8: int = 0           # lines whose invalid bytes were replaced
     cut: int = 0                    # lines cut while reading (longer than the byte guard)
-    controls: int = 0               # lines with control characters (removed before translating)
+    controls: int = 0               # lines with control characters (removed before translating; ESC[31m's ESC not)
+    escapes: int = 0                # lines with terminal escape sequences (ESC[31m; removed whole before translating)
+    cleaned: int = 0                # lines with either, the first CONTROL_WARNINGS of them warned of one by one
     utf8_text: int = 0              # the first line of UTF-8 beyond ASCII: an invalid line after it, a stray one
     refused: int = 0                # lines given to `on_bad_line` (typed at a terminal): no output line
     seconds: float = 0.0
+
+    def removals(self) -> str:
+        """The summary's words for the lines that lost terminal escape sequences or control characters, each apart,
+        as each line's warning names them: "; 2 with terminal escape sequences removed" ("" for none)."""
+        return "".join(f"; {n} with {what} removed" for n, what in
+                       ((self.escapes, "terminal escape sequences"), (self.controls, "control characters")) if n)
 
 
 def format_nbest(hyps: Sequence[Tuple], alignment: bool = False) -> str:
@@ -339,13 +347,14 @@ def _read_line(raw: bytes, cut: bool, line_no: int, source: Tuple[str, Optional[
         text, prefix = parse_json_line(text, line_no, name)
     else:   # one line of the input, one sentence: U+2028 and the like are spaces to it, as normalize makes them
         text = one_line(text)
-    controls = removed_controls(text, prefix or "")
-    if controls:   # removed by `normalize`, as the service does, which says so too
-        stats.controls += 1
-        if stats.controls <= CONTROL_WARNINGS:
-            logger.warning("%s:%d: %s removed before translating%s", name, line_no, controls,
-                           " (the last such warning; the summary counts them all)"
-                           if stats.controls == CONTROL_WARNINGS else "")
+    sequences, characters = removed_counts(text, prefix or "")
+    if sequences or characters:   # removed by `normalize`, as the service does, which says so too
+        stats.escapes, stats.controls = stats.escapes + bool(sequences), stats.controls + bool(characters)
+        stats.cleaned += 1
+        if stats.cleaned <= CONTROL_WARNINGS:
+            logger.warning("%s:%d: %s removed before translating%s", name, line_no,
+                           removed_controls(text, prefix or ""), " (the last such warning; the summary counts them all)"
+                           if stats.cleaned == CONTROL_WARNINGS else "")
     stats.lines += 1
     return text, prefix
 

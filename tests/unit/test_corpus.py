@@ -233,7 +233,7 @@ def test_a_line_with_a_colour_code_is_said_naming_the_line(write_file, nmt_logs)
     stats = StreamStats()
     line = "\x1b[31m고마워요.\x1b[0m\x07"
     assert _read_line(line.encode(), False, 3, ("in.ko", None), "error", False, stats) == (line, None)
-    assert stats.controls == 1 and messages(nmt_logs) == (
+    assert (stats.escapes, stats.controls) == (1, 1) and messages(nmt_logs) == (
         "in.ko:3: 2 terminal escape sequence(s) (colours, cursor keys: ESC[31m ...) and 1 control character(s) "
         "removed before translating")
 
@@ -251,7 +251,28 @@ def test_a_target_prefixs_escape_sequences_are_said_with_the_texts(nmt_logs):
     line = json.dumps({"text": "고마워요.", "target_prefix": "\x1b[32mThank\x1b[0m"})
     assert _read_line(line.encode(), False, 4, ("in.jsonl", None), "error", True, stats) == (
         "고마워요.", "\x1b[32mThank\x1b[0m")
-    assert stats.controls == 1 and messages(nmt_logs) == f"in.jsonl:4: 2 {said} removed before translating"
+    assert (stats.escapes, stats.controls) == (1, 0)   # (counted apart: it lost no control character)
+    assert messages(nmt_logs) == f"in.jsonl:4: 2 {said} removed before translating"
+
+
+def test_the_summary_counts_lines_with_sequences_and_with_control_characters_apart(nmt_logs):
+    """nmt-translate's closing line counted a line that lost only a colour code as one "with control characters
+    removed", where its own warning had said "1 terminal escape sequence(s)": the two are counted apart, a line with
+    both in both, and the per-line warnings stop after `CONTROL_WARNINGS` lines with either."""
+    from types import SimpleNamespace
+    from nmt.cli_decode import _summary
+    from nmt.stream import CONTROL_WARNINGS, StreamStats, _read_line
+    stats = StreamStats()
+    lines = ["\x1b[31m가\x1b[0m", "\x00나", "\x1b[1m다\x07", "라"] + ["\x1bOP마"] * CONTROL_WARNINGS
+    for i, line in enumerate(lines, 1):
+        _read_line(line.encode(), False, i, ("in.ko", None), "error", False, stats)
+    assert len([r for r in nmt_logs if "removed before translating" in r.getMessage()]) == CONTROL_WARNINGS
+    nmt_logs.clear()
+    tr = SimpleNamespace(truncated=0, cut_off=0, left_out=0, src_lang="ko", tgt_lang="en")
+    _summary(tr, stats, "in.ko", [0, 0, 0])   # (it said "; 8 with control characters removed")
+    assert messages(nmt_logs).endswith(f"; {2 + CONTROL_WARNINGS} with terminal escape sequences removed; 2 with "
+                                       "control characters removed")
+    assert (stats.escapes, stats.controls) == (2 + CONTROL_WARNINGS, 2)
 
 
 def test_a_one_line_file_ended_by_a_cr_is_that_line(write_file):
