@@ -52,10 +52,12 @@ _CONTROL = re.compile("[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f]")   # the control 
 # cursor key typed where nothing edits the line (ESC[D), a hyperlink or window title (ESC]8;;url ESC\), a character
 # set (ESC(B, tput sgr0's), a function key (F1: ESC O P) or Alt with a key (ESC b), a cursor save or keypad mode
 # (ESC 7, ESC =). Their ESC alone is a control character: removed alone, it left "[31m" or "OP" in the text. CSI
-# (ESC[ or U+009B) to its final byte, OSC (ESC] or U+009D) to its BEL or ST, SS2/SS3 (ESC N, ESC O) with their
-# character, ESC and one character of the others (not those that begin a string); written for Python and JavaScript.
+# (ESC[ or U+009B) to its final byte, OSC (ESC] or U+009D) to its BEL or ST, SS2/SS3 (ESC N, ESC O) with their one
+# character of 0x40-0x7E (a key: ESC O P), ESC and one character of the others (not those that begin a string), and
+# ESC N or ESC O before anything else alone (Alt+Shift+O; not SS3: a following space, digit or Hangul stays). Written
+# for Python and JavaScript (the web page compiles the pattern as it is).
 ESCAPE_SEQUENCE = re.compile(r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]|(?:\x1b\]|\x9d)[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)"
-                             r"|\x1b[()*+][0-~]|\x1b[NO][ -~]|\x1b[0-MQ-WYZ\\`-~]")
+                             r"|\x1b[()*+][0-~]|\x1b[NO][@-~]|\x1b[0-OQ-WYZ\\`-~]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 # Where text breaks into lines: str.splitlines()'s boundaries (LF, CR, VT, FF, FS, GS, RS, NEL, U+2028, U+2029).
