@@ -204,6 +204,8 @@ def test_files_shifted_by_a_line_with_a_blank_end_are_said_to_look_misaligned(wr
     ("\x1b]8;;https://x.org\x1b\\link\x1b]8;;\x07 ok", "link ok", "2 terminal escape sequence(s)"),   # OSC 8
     ("\x1b(B\x1b[m plain", "plain", "2 terminal escape sequence(s)"),   # tput sgr0
     ("\x9b1;2Hx\x9d0;t\x9cy", "xy", "2 terminal escape sequence(s)"),   # the C1 forms
+    ("\x9bNext \x9b Products \x9b12 가", "Next Products 12 가", "3 control character(s)"),   # "›" read as Latin-1
+    ("\x9b?25l\x9b0;1m굵게\x9b0 q 끝", "굵게 끝", "3 terminal escape sequence(s)"),   # but a parameter makes it CSI
     ("\x1b[31m가\x00나", "가나", "1 terminal escape sequence(s) (colours, cursor keys: ESC[31m ...) and 1 control "
                                    "character(s)"),
     ("lone \x1b x", "lone x", "1 control character(s)"),   # an ESC that starts no sequence goes alone
