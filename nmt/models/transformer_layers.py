@@ -20,7 +20,7 @@ from gluonnlp.model.attention_cell import DotProductAttentionCell
 from mxnet import gluon
 from mxnet.gluon import nn
 
-from nmt.models.base import array_module, fold_beams, unfold_beams
+from nmt.models.base import array_module, fold_beams, length_mask, unfold_beams
 
 
 def sinusoids(F, positions, like, size: int):
@@ -31,12 +31,6 @@ def sinusoids(F, positions, like, size: int):
     freqs = F.exp(half * (-2.0 * math.log(10000.0) / size))
     angles = F.broadcast_mul(F.expand_dims(positions, axis=-1), freqs)
     return F.concat(F.sin(angles), F.cos(angles), dim=-1)
-
-
-def length_mask(F, like, lengths, axis: int):
-    """(B, N) float mask, 1 where position < length along `axis` of `like`."""
-    positions = F.cast(F.contrib.arange_like(like, axis=axis), "float32")
-    return F.broadcast_lesser(F.reshape(positions, shape=(1, -1)), F.reshape(lengths, shape=(-1, 1)))
 
 
 def key_mask(F, queries, keys, key_len):
