@@ -13,8 +13,8 @@ from typing import Any, Dict, List, Optional, Tuple
 from nmt import jsonio
 from nmt.commands import Once, command, file_arg, nonempty, number, one_stdin, usable_streams
 from nmt.cli_io import (add_model_decode_args, check_languages_of, evaluation_inputs, load_translator, misaligned,
-                        hyp_ref_files, open_output, output_dir, output_errors, reader_gone, refuse_overwriting,
-                        installed_commands, tested_on, validated_on)
+                        hyp_ref_files, last_lines, open_output, output_dir, output_errors, reader_gone,
+                        refuse_overwriting, installed_commands, tested_on, validated_on)
 from nmt.config import CHARS_PER_TOKEN, ConfigError
 
 
@@ -306,10 +306,10 @@ def evaluate_main(args: argparse.Namespace) -> int:
             save = not (args.no_save or readonly or other or part or args.prefix_words)
             results[name], lines = _evaluate_set(args, tr, name, pairs, more_refs, save, hyp_files.get(name))
             recorded += [name] if save and "not_recorded" not in results[name] else []   # (a full disk)
-            gone = gone or not _printed(lines)
+            gone = gone or not last_lines(lines)
         report = {"model_dir": str(tr.model_dir.resolve()), "checkpoint": tr.checkpoint, "results": results}
         if args.json == "-":
-            gone = gone or not _printed([jsonio.dumps(report, indent=2)])
+            gone = gone or not last_lines([jsonio.dumps(report, indent=2)])
     if args.json not in (None, "-"):
         text = jsonio.dumps(report, indent=2) + "\n"
         try:
@@ -340,16 +340,6 @@ def _say_recorded(args, tr, tests: dict, results: dict, recorded: List[str], why
                *{r["not_recorded"] for r in results.values() if "not_recorded" in r},   # (a full disk)
                f"the scores of part of a set (--max-sentences {args.max_sentences})" if part else ""]
         print(f"not recorded in {tr.model_dir / 'scores.json'}: {'; '.join(w for w in why if w)}", file=sys.stderr)
-
-
-def _printed(lines: List[str]) -> bool:
-    """Print `lines`; False when standard output's reader has gone (BrokenPipeError)."""
-    try:
-        if lines:
-            print("\n".join(lines), flush=True)
-        return True
-    except BrokenPipeError:
-        return False
 
 
 def _evaluate_set(args: argparse.Namespace, tr, name: str, pairs, more_refs: List[List[str]], save: bool,
