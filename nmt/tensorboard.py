@@ -28,11 +28,6 @@ FLUSH_SECONDS = 30   # how stale the curves on disk may grow between validations
 _FILES = itertools.count(1)   # (a count per process: two writers started in one second get two files)
 
 
-def tensorboard_available() -> bool:
-    """Whether tensorboardX can be imported."""
-    return not tensorboard_problem()
-
-
 def tensorboard_problem() -> str:
     """What keeps tensorboardX from being imported ("" when nothing): not installed, or its import failing (a
     protobuf of another version than its generated code's)."""

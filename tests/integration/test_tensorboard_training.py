@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from nmt import checkpoint as ckpt
-from nmt.tensorboard import TENSORBOARD_DIR, tensorboard_available
+from nmt.tensorboard import TENSORBOARD_DIR, tensorboard_problem
 from nmt.train import create_trainer
 from tests.synth import tiny_config, write_task
 from tests.tb_events import read_tensorboard
 
-pytestmark = pytest.mark.skipif(not tensorboard_available(), reason="tensorboardX is not installed")
+pytestmark = pytest.mark.skipif(bool(tensorboard_problem()), reason="tensorboardX is not installed")
 TRAIN_TAGS = ("train/loss", "train/nll", "train/learning_rate", "train/grad_norm", "train/tokens_per_s")
 
 
