@@ -98,8 +98,8 @@ def _forced(translator, sentence: str, ids: List[int], translation: Optional[str
             raise CorpusError(f"attention: {str(e).removeprefix('translation:1: the ')}") from None   # (ValueError)
         translation = normalize(translation)   # the text its pieces are of (as sent, with control characters)
     weights = forced_attention(translator, [ids], [tgt])[0]   # an empty translation: the row of its "</s>"
-    return Attention(sentence, translation, [_piece(translator.src_tok, i) for i in ids] + ["</s>"],
-                     [_piece(translator.tgt_tok, i) for i in tgt] + ["</s>"], weights,
+    return Attention(sentence, translation, [translator.src_tok.piece(i) for i in ids] + ["</s>"],
+                     [translator.tgt_tok.piece(i) for i in tgt] + ["</s>"], weights,
                      pair_links(translator, ids, tgt, weights))
 
 
@@ -114,15 +114,11 @@ def _greedy(translator, sentence: str, ids: List[int], max_len: Optional[int]) -
     out = greedy_search(model, src, src_len, [limit], alpha=translator.decode.length_penalty_alpha)[0][0]
     ended = not reached_limit(out, limit, None)
     weights = batch_attention(model, src, src_len, mx.nd.array([[BOS_ID] + out], ctx=ctx, dtype="float32"))[0]
-    src_pieces = [_piece(translator.src_tok, i) for i in ids] + ["</s>"]
-    tgt_pieces = [_piece(translator.tgt_tok, i) for i in out] + (["</s>"] if ended else [])
+    src_pieces = [translator.src_tok.piece(i) for i in ids] + ["</s>"]   # SentencePiece's ("▁" starts a word)
+    tgt_pieces = [translator.tgt_tok.piece(i) for i in out] + (["</s>"] if ended else [])
     weights = weights[:len(tgt_pieces), :len(src_pieces)]
     return Attention(sentence, tidy_translation(translator.tgt_tok.decode([out])[0]), src_pieces, tgt_pieces,
                      weights, pair_links(translator, ids, out, weights))
-
-
-def _piece(tok, token_id: int) -> str:
-    return tok.piece(token_id)   # as SentencePiece writes it: "▁" (U+2581) starts a word
 
 
 def _label(piece: str) -> str:
@@ -227,5 +223,5 @@ def attention_saver(translator, out_dir) -> Callable[[int, List[str], List[List[
             for k, (line, ids) in enumerate(zip(lines, target_ids)):
                 if normalize(line):   # an empty translation: the row of its end of sentence
                     save_attention_plot(translator, line, out_dir / f"line-{first_line + k:06d}.png",
-                                        pieces=[_piece(translator.tgt_tok, i) for i in ids])
+                                        pieces=[translator.tgt_tok.piece(i) for i in ids])
     return save
