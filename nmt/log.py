@@ -29,8 +29,7 @@ class _TqdmHandler(logging.StreamHandler):
             self.handleError(record)
 
 
-def setup_logging(log_file: Optional[Path] = None, level: Optional[int] = None, console: bool = True,
-                  prefix: str = "") -> None:
+def setup_logging(log_file: Optional[Path] = None, level: Optional[int] = None, prefix: str = "") -> None:
     """Configure the `nmt` logger: console (via tqdm) and, if given, an appended log file. sacreBLEU's warnings
     (about the translations it scores) go the same way, formatted and into the log file, not raw to the console.
     `level` None: INFO, or DEBUG if the logger is at DEBUG already (a command's -v, set before the run). `prefix`
@@ -38,10 +37,8 @@ def setup_logging(log_file: Optional[Path] = None, level: Optional[int] = None, 
     import tqdm  # noqa: F401  (here, in the command's run: missing, its one-line error; not with --help)
     if level is None:
         level = min(logging.INFO, logging.getLogger("nmt").level or logging.INFO)
-    handlers = []
+    handlers: List[logging.Handler] = [_TqdmHandler()]
     fmt = logging.Formatter(prefix + FORMAT, datefmt="%Y-%m-%d %H:%M:%S")
-    if console:
-        handlers.append(_TqdmHandler())
     if log_file is not None:
         Path(log_file).parent.mkdir(parents=True, exist_ok=True)
         # (a file name's bytes that are not UTF-8 written as \udcNN escapes, as stderr shows them)
@@ -56,7 +53,7 @@ def setup_logging(log_file: Optional[Path] = None, level: Optional[int] = None, 
         for h in list(logger.handlers):
             logger.removeHandler(h)
             if isinstance(h, EarlyWarnings):   # the command's warnings so far: into the log file too
-                h.hand_over(handlers, handlers[0] if console else None)
+                h.hand_over(handlers, handlers[0])
             if name == "nmt" and h in _MADE:   # (the same handlers as sacrebleu's; a program's own stay open)
                 _MADE.discard(h)
                 h.close()
