@@ -124,16 +124,16 @@ def translate_main(args: argparse.Namespace) -> int:
             src, idle, compressed = open_input(None if stdin else args.input, stack)
             if args.seed is not None:   # repeatable draws: the chunks (and so the draws) must not depend on pauses
                 idle = None
-            out = open_output(stack, args.output)
             max_bytes = tr.decode.max_input_tokens * CHARS_PER_TOKEN * 4   # 4 = longest UTF-8 character
             if args.json_input:   # two fields, each up to the guard's characters, JSON-escaped (\uXXXX: 6 bytes)
                 max_bytes = max_bytes * 3 + 1024
             lines = read_raw_lines(src, max_bytes, idle, squeeze=not args.json_input,
                                    source=(None if stdin else args.input, compressed))
-            stats = translate_stream(tr, lines, out, name=name, compressed=compressed,
-                                     chunk_lines=args.chunk_lines, on_invalid=args.on_invalid_utf8,
-                                     nbest=nbest, alignment=args.alignment, json_input=args.json_input,
-                                     on_chunk=on_chunk, on_bad_line=_refused if typed else None)
+            # (the output opened once the first line is read well: an input refused at its start leaves it as it was)
+            stats = translate_stream(tr, lines, lambda: open_output(stack, args.output), name=name, nbest=nbest,
+                                     compressed=compressed, chunk_lines=args.chunk_lines, alignment=args.alignment,
+                                     on_invalid=args.on_invalid_utf8, json_input=args.json_input, on_chunk=on_chunk,
+                                     on_bad_line=_refused if typed else None)
     except BrokenPipeError:
         return reader_gone()
     _summary(tr, stats, name, tally)

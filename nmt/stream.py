@@ -13,7 +13,7 @@ import select
 import sys
 import time
 from dataclasses import dataclass
-from typing import BinaryIO, Callable, Iterable, Iterator, List, Optional, Sequence, TextIO, Tuple
+from typing import BinaryIO, Callable, Iterable, Iterator, List, Optional, Sequence, TextIO, Tuple, Union
 
 from nmt import jsonio
 from nmt.align import format_links, with_links
@@ -264,7 +264,26 @@ def translation_rows(translator: Translator, lines: List[str], first_line: int, 
     return rows, best
 
 
-def translate_stream(translator: Translator, raw_lines: Iterable[Tuple[bytes, bool]], out: TextIO, *,
+class _Output:
+    """`translate_stream`'s output: a stream, or a function that opens one (`open`: called once, when first needed)."""
+
+    def __init__(self, out: Union[TextIO, Callable[[], TextIO]]):
+        self.stream, self.opener = (None, out) if callable(out) else (out, None)
+
+    def open(self) -> TextIO:
+        if self.stream is None:
+            self.stream = self.opener()
+        return self.stream
+
+    def write(self, text: str) -> None:
+        """`text` written and flushed; Ctrl-C or SIGTERM while a slow reader takes it: written whole."""
+        with deferred():
+            self.open().write(text)
+            self.stream.flush()
+
+
+def translate_stream(translator: Translator, raw_lines: Iterable[Tuple[bytes, bool]],
+                     out: Union[TextIO, Callable[[], TextIO]], *,
                      name: str = STDIN, compressed: Optional[str] = None, chunk_lines: int = 1000,
                      on_invalid: str = "error", nbest: Optional[int] = None, alignment: bool = False,
                      json_input: bool = False, on_bad_line: Optional[Callable[[CorpusError], None]] = None,
@@ -274,11 +293,10 @@ def translate_stream(translator: Translator, raw_lines: Iterable[Tuple[bytes, bo
     `on_chunk(first_line_number, lines, best_ids)` runs after each chunk is written (`translation_rows`' ids). A line
     that cannot be read (invalid UTF-8 with on_invalid="error"; with `json_input`, no `parse_json_line` object) raises
     its CorpusError once every line before it is translated and written; with `on_bad_line` (lines typed at a
-    terminal) the error goes to it instead, the line gets no output line, and the stream goes on."""
-    stats, t0, line_no = StreamStats(), time.perf_counter(), 0
-    chunk: List[str] = []
-    prefixes: List[Optional[str]] = []
-    first, report = 1, Every(REPORT_SECONDS)
+    terminal) the error goes to it instead, the line gets no output line, and the stream goes on. `out`: the output,
+    or a function that opens it once a line is read well or the input ends (input refused at once: left as it was)."""
+    stats, t0, line_no, output = StreamStats(), time.perf_counter(), 0, _Output(out)
+    chunk, prefixes, first, report = [], [], 1, Every(REPORT_SECONDS)   # (prefixes: the lines' --json-input ones)
 
     def flush(last: bool = False) -> None:
         nonlocal chunk, prefixes, first
@@ -286,9 +304,7 @@ def translate_stream(translator: Translator, raw_lines: Iterable[Tuple[bytes, bo
             started = time.perf_counter()
             rows, best = translation_rows(translator, chunk, first, nbest, alignment,
                                           prefixes if json_input else None)
-            with deferred():   # Ctrl-C or SIGTERM while a slow reader takes the chunk: its lines written whole
-                out.write("".join(r + "\n" for r in rows))
-                out.flush()
+            output.write("".join(r + "\n" for r in rows))
             logger.debug("%s: %s translated in %.2f s", name, f"lines {first}-{first + len(chunk) - 1}"
                          if len(chunk) > 1 else f"line {first}", time.perf_counter() - started)
             if on_chunk is not None:
@@ -314,6 +330,7 @@ def translate_stream(translator: Translator, raw_lines: Iterable[Tuple[bytes, bo
                 stats.refused += 1
                 on_bad_line(e)
                 continue
+            output.open()   # (a line read well: now the output may replace a file)
             chunk.append(text)
             prefixes.append(prefix)
             if len(chunk) >= chunk_lines:
@@ -322,6 +339,7 @@ def translate_stream(translator: Translator, raw_lines: Iterable[Tuple[bytes, bo
         flush()
         raise
     flush(last=True)
+    output.open()   # (an empty input: an empty output)
     stats.seconds = time.perf_counter() - t0
     return stats
 

@@ -429,6 +429,42 @@ def test_utf16_input_to_translate_is_named_as_such(model_dir, tmp_path, capsys, 
     assert code == 2 and f"`zcat {packed} | iconv -f {named} -t UTF-8`" in err
 
 
+@pytest.mark.parametrize("data, flags, said", [
+    ("Thank you.\n".encode("utf-16"), [], "the input is UTF-16 ("),
+    (gzip.compress("Thank you.\n".encode("utf-16")), [], "the input is UTF-16 ("),
+    (b"PK\x03\x04" + bytes(60), [], "zip archive, not text"),
+    ("고마워요.\n리 니\n".encode("cp949"), [], ":1: invalid UTF-8 (byte 0xb0"),
+    ('{"txt": "리 니"}\n'.encode(), ["--json-input"], ":1: unknown field 'txt'"),
+], ids=["utf16", "utf16-gz", "zip", "cp949", "json"])
+@pytest.mark.parametrize("piped", [False, True], ids=["file", "stdin"])
+def test_an_input_refused_at_its_start_leaves_the_output_file_as_it_was(model_dir, tmp_path, capsys, monkeypatch,
+                                                                         data, flags, said, piped):
+    """`nmt-translate --input u16.ko --output existing.en` emptied existing.en, then refused the input: the user's
+    file was lost. The output is now opened once a first line is read well (or the input ends): what is refused at
+    its start (an encoding, an archive, line 1) leaves it as it was; a missing --input was refused before already."""
+    import io
+    path, out = tmp_path / "in.ko", tmp_path / "existing.en"
+    path.write_bytes(data)
+    out.write_text("the user's own file\n", encoding="utf-8")
+    if piped:
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BufferedReader(io.BytesIO(data))))
+    code, _, err = run(translate_main, ["--model-dir", model_dir, *([] if piped else ["--input", path]), *flags,
+                                        "--output", out], capsys)
+    assert code == 2 and said in err and "Traceback" not in err, err
+    assert out.read_text(encoding="utf-8") == "the user's own file\n"
+    code, _, err = run(translate_main, ["--model-dir", model_dir, "--input", tmp_path / "gone.ko", "--output", out],
+                       capsys)
+    assert code == 2 and "--input" in err and out.read_text(encoding="utf-8") == "the user's own file\n", err
+    if said.startswith(":1:"):   # the same line refused after a line read well: that line's translation is written
+        path.write_bytes(('{"text": "리 니"}' if flags else "리 니").encode() + b"\n" + data)
+        code, _, err = run(translate_main, ["--model-dir", model_dir, "--input", path, *flags, "--output", out], capsys)
+        assert code == 2 and ":2: " in err and out.read_text(encoding="utf-8") == \
+            Translator.from_dir(model_dir).translate(["리 니"])[0] + "\n", err
+    path.write_bytes(b"")   # an empty input still makes an empty output
+    code, _, err = run(translate_main, ["--model-dir", model_dir, "--input", path, "--output", out], capsys)
+    assert code == 0 and out.read_text(encoding="utf-8") == "", err
+
+
 def test_compressed_standard_input_is_read_as_an_input_file_is(model_dir, capsys, monkeypatch, tmp_path):
     """`cat in.ko.gz | nmt-translate` said "invalid UTF-8 ... often CP949", then that the input is gzip data, to be
     given with --input (as `--input /dev/stdin`, which read it; nmt-score and nmt-evaluate read it on stdin): gzip,

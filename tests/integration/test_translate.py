@@ -941,14 +941,15 @@ def test_one_ctrl_d_at_once_ends_typed_input_with_an_output_file(tr, tmp_path, g
     master, slave = pty.openpty()
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
     p = subprocess.Popen([sys.executable, str(REPO / "scripts" / "translate.py"), "--model-dir", str(tr.model_dir),
-                          "--output", str(tmp_path / "out.en"), "--beam-size", "1", *given], stdin=slave,
+                          "--output", str(tmp_path / "out.en"), "--beam-size", "1", "-v", *given], stdin=slave,
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     os.close(slave)
     try:
-        deadline = time.time() + 60
-        while not (tmp_path / "out.en").exists():   # (made as the input is about to be read: the model is loaded)
-            assert p.poll() is None and time.time() < deadline
-            time.sleep(0.1)
+        deadline, err = time.time() + 60, b""
+        while b" on cpu(0); beam_size=" not in err:   # (-v: the model is loaded, the input is about to be read; the
+            assert p.poll() is None and time.time() < deadline   # output is made once a line is read, or at its end)
+            if select.select([p.stderr], [], [], 0.1)[0]:
+                err += os.read(p.stderr.fileno(), 4096)
         time.sleep(1)
         for line in typed:
             os.write(master, f"{line}\n".encode())
