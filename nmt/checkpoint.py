@@ -34,7 +34,7 @@ logger = logging.getLogger("nmt.checkpoint")
 # the flag that lets a resumed run go on past each limit a finished run stopped at (`TrainState.limit_reached`)
 LIMIT_FLAGS = {"max_steps": "--max-steps", "max_epochs": "--max-epochs", "time_budget": "--time-budget",
                "early_stop": "--patience"}
-StepUse = Optional[Callable[[int], str]]   # how a command asks for a step's checkpoint (`restore_best`)
+StepUse = Optional[Callable[[int], str]]   # how a command asks for a step's checkpoint (`lost_best.restore_best`)
 
 CONFIG = "config.json"
 STATE = "state.json"
@@ -207,26 +207,6 @@ def prune(model_dir: Path, keep_steps: set) -> None:
                 (model_dir / name).unlink(missing_ok=True)
 
 
-def restore_best(model_dir: Path, step: Optional[int], use: StepUse = None) -> str:
-    """How to do without a lost or damaged params.best (or its manifest): the step checkpoint of the same parameters,
-    unless --keep-last has pruned it (`nmt.resume.rebuild_best` writes params.best again from it). `use`: how the
-    command asks for a step's checkpoint (`--checkpoint N`; nmt-train's --init-from: the file)."""
-    if (Path(model_dir) / EXPORT).exists():   # an export holds no step checkpoint, and trains no more
-        return f"export it again (nmt-export --overwrite) from the model directory its {EXPORT} names"
-    try:   # the newest kept step whose files are intact (a damaged newest one would fail the advice)
-        kept = manifest.newest_intact(Path(model_dir))[0]["step"] if step else None
-    except CheckpointError:
-        kept = None
-    own = Path(model_dir) / params_file(step or 0)   # (newer than the newest intact checkpoint: damaged files)
-    if step and (not own.exists() or kept is not None and step > kept):
-        instead = (f"use {use(kept)} (a kept step), or train again" if use and kept else "train again" if use else
-                   "use --checkpoint latest or a kept step, or train again")
-        return (f"{own.name}, the step's own copy, is {'damaged' if own.exists() else 'no longer kept (--keep-last)'}, "
-                f"so the best parameters are lost: {instead}")
-    return (f"use {use(step) if use else f'--checkpoint {step}'}, the same parameters (nmt-train --resume writes "
-            f"{PARAMS_BEST} again from {params_file(step)})" if step else "restore it from a copy")
-
-
 def check_manifests(model_dir: Path) -> None:
     """CheckpointError unless the directory keeps checkpoint manifests, as every one nmt writes does: without them,
     nothing can tell its files intact (an earlier version of nmt wrote it, or they were deleted)."""
@@ -266,7 +246,7 @@ def latest_params_path(model_dir: Path, quiet: bool = False) -> Path:
 def params_path(model_dir: Path, which: str = "best", quiet: bool = False, use: StepUse = None) -> Path:
     """Path of the parameters `which` in {"best", "latest", "avg"} or an explicit step number; unless `quiet`, what
     it takes instead of what was asked for is said (a damaged newest checkpoint, no params.best yet). `use`: how the
-    command asks for a step's checkpoint, for the advice on a lost params.best (`restore_best`)."""
+    command asks for a step's checkpoint, for the advice on a lost params.best (`lost_best.restore_best`)."""
     model_dir = Path(model_dir)
     if which in ("best", "latest") and not any((model_dir / f).exists() for f in (STATE, PARAMS_BEST, EXPORT)):
         raise CheckpointError(f"{model_dir} holds no checkpoint yet (no {STATE}, no {PARAMS_BEST}): nmt-train writes "
@@ -294,6 +274,7 @@ def params_path(model_dir: Path, which: str = "best", quiet: bool = False, use: 
     if not path.exists():
         held = "" if (model_dir / EXPORT).exists() else f"it held step {best_step(model_dir)}, the best on dev: "
         from nmt.config_resume import average_advice   # (which uses this module's TrainState)
+        from nmt.lost_best import restore_best   # (which imports this module)
         hint = (average_advice(model_dir) if which == "avg" else
                 f"; {held}{restore_best(model_dir, best_step(model_dir), use)}" if which == "best" else "")
         if str(which).isdecimal():
@@ -327,13 +308,14 @@ def holds_other(model_dir: Path, step: Optional[int], sha256: Optional[str]) -> 
 
 def verify_params(path: Path, use: StepUse = None, advise: bool = True) -> None:
     """CheckpointError naming the file and what is wrong unless the parameter file `path` (and config.json and the
-    SentencePiece models beside it) match its checkpoint's manifest (`use`: see `restore_best`; `advise`: with its
-    advice for a lost params.best, which a resume, writing it again, does without)."""
+    SentencePiece models beside it) match its checkpoint's manifest (`use`: see `lost_best.restore_best`; `advise`:
+    with its advice for a lost params.best, which a resume, writing it again, does without)."""
     model_dir, key = path.parent, _manifest_key(path)
     check_manifests(model_dir)
     try:
         manifest.verify(model_dir, key)
     except CheckpointError as e:
+        from nmt.lost_best import restore_best   # (which imports this module)
         lost = any(str(model_dir / n) in str(e) for n in (path.name, manifest.manifest_name(key)))   # (not spm)
         again = (restore_best(model_dir, best_step(model_dir, newest=True), use) if key == "best" else
                  "nmt-train --resume --average-last N averages the last N kept checkpoints into it again")

@@ -16,6 +16,7 @@ from nmt.config import Config
 from nmt.config_resume import check_test_files, resumed_config
 from nmt.data import TrainData
 from nmt.encoded import killed_writes
+from nmt.lost_best import own_copy, restore_best
 from nmt.optim import load_states
 from nmt.workers import WorkerGroup
 
@@ -241,9 +242,9 @@ def check_kept_files(model_dir: Path, repair: bool = True, state: Optional[ckpt.
         elif repair and rebuild_best(model_dir, step):
             ckpt_logger.warning("--resume: %s; written again from %s, the same parameters", e, source)
         elif written:   # intact, of another step: what the best checkpoint is until the run finds a new best
-            ckpt_logger.warning("--resume: %s; %s is no longer kept (--keep-last), so %s stays, with step %d's "
-                                "parameters, until the run finds a new best", e, source, ckpt.PARAMS_BEST, written)
+            ckpt_logger.warning("--resume: %s; %s %s, so %s stays, with step %d's parameters, until the run finds a "
+                                "new best", e, source, own_copy(model_dir, step or 0), ckpt.PARAMS_BEST, written)
         else:
             ckpt_logger.warning("--resume: %s; unless the run finds a new best, scoring its best at the end will "
-                                "fail: %s", e, ckpt.restore_best(model_dir, step, lambda s: f"nmt-evaluate "
+                                "fail: %s", e, restore_best(model_dir, step, lambda s: f"nmt-evaluate "
                                                                  f"--checkpoint {s}"))

@@ -173,7 +173,7 @@ def test_what_does_not_fit_is_a_clear_error(parent, tmp_path, capsys):
     shutil.copytree(model, lost_best)
     (lost_best / ckpt.PARAMS_BEST).write_bytes(b"\0" * 100)
     best_file = ckpt.params_file(ckpt.best_step(model))
-    pruned = tmp_path / "pruned"   # its best step's own copy gone (--keep-last) as well
+    pruned = tmp_path / "pruned"   # its best step's own copy gone as well (deleted: the run keeps that step)
     shutil.copytree(lost_best, pruned)
     (pruned / best_file).unlink()
     kept_file = ckpt.params_file(max(ckpt.params_step(p.name) for p in pruned.glob("params.0*")))
@@ -186,8 +186,9 @@ def test_what_does_not_fit_is_a_clear_error(parent, tmp_path, capsys):
             (["--init-from", str(lost_best)], "is truncated: 100 bytes, its manifest says "),
             (["--init-from", str(lost_best)], f"; use --init-from {lost_best / best_file}, the same parameters"),
             (["--init-from", str(lost_best / ckpt.PARAMS_BEST)], f"; use --init-from {lost_best / best_file}, the "),
-            (["--init-from", str(pruned)], f"is no longer kept (--keep-last), so the best parameters are lost: use "
-                                           f"--init-from {pruned / kept_file} (a kept step), or train again"),
+            (["--init-from", str(pruned)], f"was deleted (not by --keep-last: the run keeps that step), so the best "
+                                           f"parameters are lost: use --init-from {pruned / kept_file} (a kept step), "
+                                           "or train again"),
             (["--init-from", str(model), "--hidden-size", "32"],
              f"--hidden-size 32: --init-from {best} has model.hidden_size 48 ({model / ckpt.CONFIG}); a fine-tuning "
              "run keeps its model's settings, languages and vocabularies: drop --hidden-size"),

@@ -12,6 +12,8 @@ import pytest
 
 from nmt import checkpoint as ckpt
 from nmt import manifest
+from nmt import lost_best
+from nmt.lost_best import restore_best
 from nmt.resume import check_kept_files, resume_state
 
 
@@ -261,19 +263,52 @@ def test_a_deleted_best_with_its_manifest_is_not_replaced_by_the_latest(tmp_path
     with pytest.raises(ckpt.CheckpointError, match=f"manifest.best.json is missing, .*; {re.escape(advice)}$"):
         ckpt.params_path(d, "best")
     check_kept_files(d)
-    for name in (ckpt.params_file(20), manifest.manifest_name(manifest.step_key(20))):   # pruned by --keep-last
-        (d / name).unlink()
+    for name in (ckpt.params_file(20), manifest.manifest_name(manifest.step_key(20))):   # deleted by hand (the run
+        (d / name).unlink()   # keeps step 20: --keep-last did not prune it)
     assert ckpt.params_path(d, "best").name == ckpt.PARAMS_BEST   # its own manifest: unharmed
     (d / ckpt.PARAMS_BEST).unlink()   # now nothing to write it from, which the advice says
     with pytest.raises(ckpt.CheckpointError, match="it held step 20, the best on dev: params.00000020, the step's own "
-                                                   r"copy, is no longer kept \(--keep-last\), so the best parameters are "
-                                                   "lost: use --checkpoint latest or a kept step, or train again$"):
+                                                   r"copy, was deleted \(not by --keep-last: the run keeps that step\), so "
+                                                   "the best parameters are lost: use --checkpoint latest or a kept step, "
+                                                   "or train again$"):
         ckpt.params_path(d, "best")
     caplog.clear()
     with caplog.at_level("WARNING", logger="nmt.checkpoint"):
         check_kept_files(d)
-    assert "scoring its best at the end will fail: params.00000020, the step's own copy, is no longer kept" \
+    assert "scoring its best at the end will fail: params.00000020, the step's own copy, was deleted (not by" \
         in caplog.text
+
+
+def test_a_lost_bests_own_copy_is_said_as_what_became_of_it(tmp_path, caplog):
+    """params.best lost, and its step's own copy too: the advice said "no longer kept (--keep-last)" also when that
+    copy was deleted by hand, the run keeping the step (within --keep-last, or keeping all it saved). Each case is
+    now said as it is: pruned by --keep-last, deleted by other means, damaged, or (no training state) missing."""
+    d = _model_dir(tmp_path, steps=(10, 20, 30, 40, 50), best=20, record_best=True)   # --keep-last 3: 30, 40, 50
+    (d / ckpt.PARAMS_BEST).unlink()
+    assert "params.00000020, the step's own copy, is no longer kept (--keep-last), so the best parameters are " \
+        "lost: use --checkpoint 50 (a kept step)" in restore_best(d, 20, lambda s: f"--checkpoint {s}")
+    (d / ckpt.params_file(40)).unlink()   # a step the run keeps: deleted by hand
+    assert restore_best(d, 40).startswith("params.00000040, the step's own copy, was deleted (not by --keep-last: "
+                                          "the run keeps that step), so the best parameters are lost")
+    (d / ckpt.STATE).write_text("{}")   # state.json no help: the newest checkpoint's state tells the same
+    assert lost_best.own_copy(d, 40) == "was deleted (not by --keep-last: the run keeps that step)"
+    assert lost_best.own_copy(d, 20) == "is no longer kept (--keep-last)"
+    for name in d.glob("manifest.000*.json"):   # nothing tells which steps the run keeps
+        name.unlink()
+    assert lost_best.own_copy(d, 40) == "is missing" and lost_best.own_copy(d, 20) == "is missing"
+    _damage(d / ckpt.params_file(50), "flip")
+    assert lost_best.own_copy(d, 50) == "is damaged"
+    d = _model_dir(tmp_path / "resumed", steps=(10, 20, 30, 40), best=10, record_best=True)   # keeps 20, 30, 40
+    (d / ckpt.PARAMS_BEST).write_bytes((d / ckpt.params_file(30)).read_bytes())   # (intact, of step 30)
+    manifest.write_manifest(d, "best", [ckpt.PARAMS_BEST], 30)
+    state = ckpt.TrainState.load(d)
+    state.best_step = 20   # the run's best: step 20, which it keeps (20, 30, 40)
+    state.save(d)
+    (d / ckpt.params_file(20)).unlink()
+    with caplog.at_level("WARNING", logger="nmt.checkpoint"):
+        check_kept_files(d, state=state)
+    assert ("params.00000020 was deleted (not by --keep-last: the run keeps that step), so params.best stays, with "
+            "step 30's parameters") in caplog.text, caplog.text
 
 
 def test_the_best_step_is_found_with_state_json_and_the_bests_manifest_damaged(tmp_path, caplog):
@@ -332,7 +367,7 @@ def test_a_best_past_a_damaged_newest_checkpoint_is_kept_and_said_so(tmp_path, c
             "saving, or a newer checkpoint damaged); params.00000010 is no longer kept (--keep-last), so params.best "
             "stays, with step 40's parameters, until the run finds a new best") in caplog.text
     assert "will fail" not in caplog.text and ckpt.best_step(d) == 40
-    assert "use --checkpoint 30 (a kept step)" in ckpt.restore_best(d, 10, lambda s: f"--checkpoint {s}")
+    assert "use --checkpoint 30 (a kept step)" in restore_best(d, 10, lambda s: f"--checkpoint {s}")
 
 
 def test_a_resume_removes_the_temporary_files_a_killed_save_left(tmp_path, caplog):
@@ -467,11 +502,12 @@ def test_a_lost_best_whose_step_is_gone_too_is_not_said_to_be_an_older_step(tmp_
         ckpt.params_path(d, "best")
     assert str(e.value).endswith("params.00000030, the step's own copy, is damaged, so the best parameters are lost: "
                                  "use --checkpoint latest or a kept step, or train again"), str(e.value)
-    _damage(d / ckpt.params_file(30), "delete")
+    _damage(d / ckpt.params_file(30), "delete")   # (by hand: the run keeps step 30)
     with pytest.raises(ckpt.CheckpointError) as e:
         ckpt.params_path(d, "best")
-    assert str(e.value).endswith("params.00000030, the step's own copy, is no longer kept (--keep-last), so the best "
-                                 "parameters are lost: use --checkpoint latest or a kept step, or train again")
+    assert str(e.value).endswith("params.00000030, the step's own copy, was deleted (not by --keep-last: the run keeps "
+                                 "that step), so the best parameters are lost: use --checkpoint latest or a kept step, "
+                                 "or train again")
     assert ckpt.best_step(d) == ckpt.best_step(d, newest=True) == 30
 
 
