@@ -56,9 +56,9 @@ def processor(data: bytes):
 
 
 def _check_written(prefix: str) -> None:
-    """RuntimeError unless SentencePiece wrote `prefix`.model and .vocab whole: on a full disk it writes them short
-    (or empty) without a word."""
-    from nmt.storage import free_bytes, human_bytes
+    """RuntimeError unless SentencePiece wrote `prefix`.model and .vocab (in a temporary directory) whole: on a full
+    disk it writes them short (or empty) without a word."""
+    from nmt.storage import scratch_full
     model, vocab = Path(f"{prefix}.model"), Path(f"{prefix}.vocab")
     data, pieces = model.read_bytes(), vocab.read_bytes().count(b"\n")
     try:
@@ -66,9 +66,8 @@ def _check_written(prefix: str) -> None:
     except RuntimeError:
         whole = False
     if not whole:
-        raise RuntimeError(f"it wrote {model.name} ({len(data)} bytes) or {vocab.name} ({pieces} pieces) short in "
-                           f"{model.parent}, which has {human_bytes(free_bytes(model.parent))} free: a full disk? "
-                           "(set TMPDIR to a directory with room)")
+        raise RuntimeError(f"it wrote {model.name} ({len(data)} bytes) or {vocab.name} ({pieces} pieces) short, as on "
+                           f"a full disk: {scratch_full(model.parent, 'the tokenizer SentencePiece writes there')}")
 
 
 def _in_child(seed: int, options: dict) -> None:

@@ -192,11 +192,18 @@ def check_scratch_room(directory: PathLike, needed: int, what: str) -> None:
     """StorageError when the temporary directory `directory` (`nmt.atomic.scratch_dir` in $TMPDIR: a dry run's) has
     less than `needed` bytes free for `what`. No flag chooses it: the error names TMPDIR, and the room to give it for
     `what` and the files `directory` holds already."""
-    free = free_bytes(directory)
-    if free < needed:
-        raise StorageError(f"the temporary directory {directory}: {human_bytes(free)} free, but {what} need about "
-                           f"{human_bytes(needed)}; free some space there or set TMPDIR to a directory with about "
-                           f"{human_bytes(needed + allocated(directory))} free")
+    if free_bytes(directory) < needed:
+        raise StorageError(scratch_full(directory, what, needed))
+
+
+def scratch_full(directory: PathLike, what: str, needed: Optional[int] = None) -> str:
+    """The sentence for the temporary directory `directory` (made in $TMPDIR) too full for `what`: it, its free space
+    and what to do (no flag chooses it: TMPDIR), with `needed` bytes the room to give it besides the files it holds.
+    One wording for every such error: the room check's, SentencePiece's write error and a model it wrote short."""
+    room = f"about {human_bytes(needed + allocated(directory))} free" if needed else "more room"
+    return (f"the temporary directory {directory}: {human_bytes(free_bytes(directory))} free, too little for {what}"
+            f"{f' (about {human_bytes(needed)} needed)' if needed else ''}; free some space there or set TMPDIR to a "
+            f"directory with {room}")
 
 
 def allocated(directory: PathLike) -> int:

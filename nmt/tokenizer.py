@@ -30,7 +30,7 @@ import sentencepiece as spm
 
 from nmt import spm_process
 from nmt.atomic import atomic_copy, scratch_dir
-from nmt.storage import StorageError, free_bytes, guarded_write, human_bytes
+from nmt.storage import StorageError, guarded_write, scratch_full
 
 logger = logging.getLogger(__name__)
 
@@ -351,9 +351,8 @@ def train_tokenizer(lines: Sequence[str], out_dir: PathLike, lang: str, vocab_si
                     f"vocab_size {vocab_size} is too small for the {lang} tokenizer: its characters and the 256 "
                     f"byte-fallback pieces need at least {m.group(2)}; raise --vocab-size", int(m.group(2))) from None
             if "Write" in msg:   # (its model and vocabulary, written in $TMPDIR: a full disk has no errno there)
-                raise StorageError(f"the temporary directory {tmp}: {human_bytes(free_bytes(tmp))} free, too little "
-                                   f"for the {lang} tokenizer SentencePiece writes there ({msg.strip()}); free some "
-                                   "space there or set TMPDIR to a directory with more room") from None
+                what = f"the {lang} tokenizer SentencePiece writes there ({msg.strip()})"
+                raise StorageError(scratch_full(tmp, what)) from None
             raise TokenizerError(f"SentencePiece training of the {lang} tokenizer failed: {msg}") from None
         # Publish the vocab first: the .model file is the marker of a finished model for load_or_train_tokenizer.
         atomic_copy(tmp / "spm.vocab", final.with_suffix(".vocab"))

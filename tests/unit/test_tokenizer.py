@@ -477,8 +477,10 @@ def test_a_model_sentencepiece_wrote_short_is_an_error_and_not_published(tmp_pat
         model.write_bytes(model.read_bytes()[:keep])
     monkeypatch.setattr(spm.SentencePieceTrainer, "train", full_disk)
     with pytest.raises(TokenizerError, match=rf"^SentencePiece training of the ko tokenizer failed: it wrote spm\.model "
-                                             rf"\({keep} bytes\) or spm\.vocab \(\d+ pieces\) short in .*nmt-spm-.*: a "
-                                             r"full disk\?"):
+                                             rf"\({keep} bytes\) or spm\.vocab \(\d+ pieces\) short, as on a full disk: "
+                                             r"the temporary directory \S*nmt-spm-\w+\.tmp: [\d.]+ \w+ free, too little "
+                                             r"for the tokenizer SentencePiece writes there; free some space there or set "
+                                             r"TMPDIR to a directory with more room$"):
         train_tokenizer(synthetic_lines(KO_WORDS, n=200), tmp_path, "ko", 400)
     assert list(tmp_path.iterdir()) == []
 
@@ -488,14 +490,14 @@ def test_a_temporary_directory_too_full_for_sentencepieces_model_is_named(tmp_pa
     the tatoeba recipe) the run stopped with "SentencePiece training of the en tokenizer failed: Internal:
     src/trainer_interface.cc(717) [output->WriteLine(os.str())]", which names neither the disk nor TMPDIR."""
     import tempfile
-    from nmt import spm_process, tokenizer
+    from nmt import spm_process, storage
     from nmt.storage import StorageError
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
 
     def full(seed, n, **kw):
         raise RuntimeError("Internal: src/trainer_interface.cc(717) [output->WriteLine(os.str())] ")
     monkeypatch.setattr(spm_process, "train", full)
-    monkeypatch.setattr(tokenizer, "free_bytes",   # (the figure is the temporary directory's, not the model's)
+    monkeypatch.setattr(storage, "free_bytes",   # (the figure is the temporary directory's, not the model's)
                         lambda path: 4096 if Path(path).name.startswith("nmt-spm-") else 1 << 40)
     with pytest.raises(StorageError, match=rf"^the temporary directory {tmp_path}/nmt-spm-\w+\.tmp: 4.0 KiB free, "
                                            r"too little for the en tokenizer SentencePiece writes there \(Internal: "
@@ -503,3 +505,44 @@ def test_a_temporary_directory_too_full_for_sentencepieces_model_is_named(tmp_pa
                                            r"more room$"):
         train_tokenizer(synthetic_lines(EN_WORDS, n=50), tmp_path / "m", "en", 100)
     assert [p.name for p in tmp_path.iterdir()] == []   # (its directory removed)
+
+
+def test_a_full_temporary_directory_is_said_in_one_wording(tmp_path, monkeypatch):
+    """Three errors said that a temporary directory in $TMPDIR was too full, each in its own words: the room check's
+    "1000 bytes free, but ... need about", SentencePiece's write error's "too little for ...", and a model it wrote
+    short's "in DIR, which has ... free: a full disk? (set TMPDIR to a directory with room)". One sentence now
+    (`storage.scratch_full`: the directory, its free space, the TMPDIR advice), each error keeping its type."""
+    import re
+    import tempfile
+    from nmt import spm_process, storage
+    from nmt.storage import StorageError
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(storage, "free_bytes", lambda path: 4096)
+    said = []
+    with pytest.raises(StorageError) as e:
+        storage.check_scratch_room(tmp_path, 1 << 20, "the arrays")
+    said.append(str(e.value))
+    real = spm_process.train
+
+    def full(seed, n, **options):
+        raise RuntimeError("Internal: src/trainer_interface.cc(717) [output->WriteLine(os.str())]")
+    monkeypatch.setattr(spm_process, "train", full)
+    with pytest.raises(StorageError) as e:
+        train_tokenizer(synthetic_lines(EN_WORDS, n=50), tmp_path / "m", "en", 100)
+    said.append(str(e.value))
+    monkeypatch.setattr(spm_process, "train", real)
+    write = spm.SentencePieceTrainer.train
+
+    def short(**options):
+        write(**options)
+        Path(options["model_prefix"] + ".model").write_bytes(b"")
+    monkeypatch.setattr(spm.SentencePieceTrainer, "train", short)
+    with pytest.raises(TokenizerError) as e:
+        train_tokenizer(synthetic_lines(KO_WORDS, n=200), tmp_path / "m", "ko", 400)
+    said.append(str(e.value))
+    one = re.compile(r"the temporary directory (\S+): 4\.0 KiB free, too little for (.+); free some space there or set "
+                     r"TMPDIR to a directory with (about [\d.]+ \w+ free|more room)$")
+    found = [one.search(s) for s in said]
+    assert all(found), said
+    assert [m[1] for m in found][0] == str(tmp_path) and all("nmt-spm-" in m[1] for m in found[1:]), said
+    assert found[0][2] == "the arrays (about 1.0 MiB needed)" and found[0][3] == "about 1.0 MiB free", said
