@@ -196,6 +196,23 @@ def test_nmt_translate_counts_the_lines_whose_byte_pieces_are_left_out(tr, src_l
     assert f"input lines 1, 2, 3: 3 {Translator.LEFT_OUT}" in err, err
 
 
+def test_the_length_limit_and_byte_piece_warnings_list_their_lines_alike(tr, src_lines, caplog, monkeypatch):
+    """The length-limit warning listed its lines by hand ("1, ..., 10 and 3 more") where the byte-piece warning used
+    `line_list` ("1, ..., 10 (and 3 more)"): both list them with it now, and so say their "and N more" alike. (Each
+    translation's last piece taken for a byte that forms no character, as in the test above.)"""
+    from nmt.tokenizer import Tokenizer
+    whole = Tokenizer.whole_characters
+    monkeypatch.setattr(Tokenizer, "whole_characters", lambda self, ids: whole(self, ids)[:-1])
+    short = Translator(tr.net, tr.src_tok, tr.tgt_tok, dataclasses.replace(tr.decode, max_len_a=0.0, max_len_b=1))
+    caplog.clear()
+    hyps = short.translate_ids([x for x in src_lines if x.strip()][:13], beam_size=1)
+    assert [len(h[0][0]) for h in hyps] == [1] * 13, hyps   # every one at the limit of 1 token
+    said = [r.getMessage() for r in caplog.records if r.name == "nmt.translate"]
+    assert said == ["input lines 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 (and 3 more): the translation reached its length limit "
+                    "(--max-len-a 0 x source tokens + --max-len-b 1) and may be cut off",
+                    f"input lines 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 (and 3 more): 13 {Translator.LEFT_OUT}"], said
+
+
 @pytest.mark.parametrize("beam", [1, 4])
 def test_translations_cut_at_the_length_limit_are_named(tr, src_lines, tmp_path, capsys, caplog, beam):
     """A translation that takes its every step without reaching EOS was cut off by --max-len-a/-b: a warning
