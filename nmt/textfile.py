@@ -216,15 +216,32 @@ _CP1252_BYTES = {ord(bytes([b]).decode("cp1252")): b for b in range(0x80, 0xA0)
                  if b not in (0x81, 0x8D, 0x8F, 0x90, 0x9D)}   # (its undefined bytes, read as C1 controls or lost)
 
 
+# Bytes of whole lines `undo_latin1_loses` reads at a time (and the longest line): not the file, which may be GBs
+UNDO_BLOCK = 1 << 20
+
+
 def undo_latin1_loses(path: PathLike) -> int:
     """The first line of the file `path` that `undo_latin1_command` cannot write back as UTF-8 (0: none): bytes the
     first decoding dropped ('ignore' skips Windows-1252's five undefined bytes, which many lines of Korean UTF-8
-    hold), a character neither Latin-1 nor Windows-1252 has, or a line that is no UTF-8 now."""
+    hold), a character neither Latin-1 nor Windows-1252 has, or a line that is no UTF-8 now. Read UNDO_BLOCK bytes
+    of lines at a time: a line end (LF) is never part of another character, so a block fails where one line does."""
+    first = 1
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.readlines(UNDO_BLOCK), []):
+            if not _written_back(b"".join(block), first == 1):
+                return first + next((i for i, line in enumerate(block) if not _written_back(line, first + i == 1)), 0)
+            first += len(block)
+    return 0
+
+
+def _written_back(data: bytes, start: bool) -> bool:
+    """Whether `undo_latin1_command` writes `data` (whole lines; `start`: the file's, a byte-order mark dropped)
+    back as UTF-8."""
     try:
-        Path(path).read_bytes().decode("utf-8-sig").translate(_CP1252_BYTES).encode("latin-1").decode("utf-8")
-        return 0
-    except UnicodeError as e:   # (e.object: what was decoded or encoded, up to the first it could not)
-        return e.object[:e.start].count(b"\n" if isinstance(e.object, bytes) else "\n") + 1
+        data.decode("utf-8-sig" if start else "utf-8").translate(_CP1252_BYTES).encode("latin-1").decode("utf-8")
+        return True
+    except UnicodeError:
+        return False
 
 
 def _reads_as(line: bytes, encoding: str, pattern: str) -> bool:

@@ -970,3 +970,54 @@ def test_an_english_line_naming_korean_things_is_english_and_technical_korean_is
     assert hangul_counts(technical, "ko") == (2, 2) and not other_language_warning(2, 2, "ko", "en")
     with pytest.raises(CorpusError, match="should be the English side .* but is mostly Hangul on 100%"):
         check_languages(ko, ko[::-1], "ko", ("--src-file a", "--tgt-file b"), "the model's")
+
+
+def _whole_file_answer(path) -> int:
+    """`undo_latin1_loses` as it was, on the whole file in memory: the answer the streamed one must keep."""
+    from nmt.textfile import _CP1252_BYTES
+    try:
+        Path(path).read_bytes().decode("utf-8-sig").translate(_CP1252_BYTES).encode("latin-1").decode("utf-8")
+        return 0
+    except UnicodeError as e:
+        return e.object[:e.start].count(b"\n" if isinstance(e.object, bytes) else "\n") + 1
+
+
+def test_the_mojibake_check_reads_a_block_of_lines_at_a_time(tmp_path, monkeypatch):
+    """`undo_latin1_loses` (on the error path of Korean UTF-8 saved again as Latin-1) read the whole file into
+    memory, and decoded and encoded it whole: a few times a corpus's size, which may be GBs. It reads UNDO_BLOCK
+    bytes of lines at a time now, with the same answer (the first line it cannot write back, or 0)."""
+    import tracemalloc
+    from nmt import textfile
+
+    def twice(text: str) -> bytes:   # Korean UTF-8 read as Latin-1, saved as UTF-8 again
+        return text.encode().decode("latin-1").encode()
+    lines = [twice(x + "\n") for x in ("안녕하세요.", "고양이가 있다.", "OK 좋아요.", "2024 년")] * 40
+    lossy = "감사.\n".encode().decode("cp1252", "ignore").encode()   # ("감": EA B0 90, 0x90 undefined there: dropped)
+    files = {"whole": b"".join(lines), "bom": "\ufeff".encode() + b"".join(lines),
+             "no line end": b"".join(lines).rstrip(b"\n"), "empty": b"",
+             "a lost byte": b"".join(lines[:97] + [b"\xc3\xaa\xc2\xb3\n"] + lines[97:]),   # "ê³": a lead byte alone
+             "no latin-1": b"".join(lines[:150] + ["漢字\n".encode()] + lines[150:]),
+             "not utf-8": b"".join(lines[:3] + [b"\xff\n"] + lines[3:]),
+             "a bom inside": b"".join(lines[:70] + ["\ufeff".encode() + lines[70]] + lines[71:]),
+             "cp1252": b"".join(lines[:20] + [lossy] + lines[20:])}
+    monkeypatch.setattr(textfile, "UNDO_BLOCK", 64)   # many blocks, and the answer's line within one
+    said = {}
+    for name, data in files.items():
+        (tmp_path / "f.ko").write_bytes(data)
+        assert textfile.undo_latin1_loses(tmp_path / "f.ko") == _whole_file_answer(tmp_path / "f.ko"), name
+        said[name] = textfile.undo_latin1_loses(tmp_path / "f.ko")
+    assert said == {"whole": 0, "bom": 0, "no line end": 0, "empty": 0, "a lost byte": 98, "no latin-1": 151,
+                    "not utf-8": 4, "a bom inside": 71, "cp1252": 21}, said
+    # two kinds of loss: the first line, as the docstring says (the whole file's decoding named line 100 first)
+    (tmp_path / "f.ko").write_bytes(b"".join(lines[:2] + ["漢字\n".encode()] + lines[2:98] + [b"\xff\n"] + lines[98:]))
+    assert textfile.undo_latin1_loses(tmp_path / "f.ko") == 3 and _whole_file_answer(tmp_path / "f.ko") == 100
+    monkeypatch.setattr(textfile, "UNDO_BLOCK", 1 << 18)
+    big = tmp_path / "big.ko"
+    big.write_bytes(b"".join(lines) * 3000 + "漢字\n".encode())   # its last line lossy
+    tracemalloc.start()
+    try:
+        assert textfile.undo_latin1_loses(big) == len(lines) * 3000 + 1
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert big.stat().st_size > 12 << 20 and peak < 4 << 20, peak   # (whole: the file, decoded, encoded ...)
