@@ -23,12 +23,13 @@ from nmt import checkpoint as ckpt
 from nmt import distributed as dist
 from nmt import launch as launcher
 from nmt import workers
+from nmt.cli import train_main
 from nmt.config import ConfigError
 from nmt.distributed import Host, LaunchError, ProcSpec
 from nmt.job import Job
 from nmt.train import create_trainer
 from nmt.workers import WorkerGroup, _pack, _unpack
-from tests.synth import assert_same_params, load_params, params_of, tiny_config, write_task
+from tests.synth import assert_same_params, load_params, params_of, tiny_config, tiny_flags, write_task
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -639,3 +640,24 @@ def test_killed_worker_ends_the_job_then_resume_over_ssh_and_stop_by_sigterm(tmp
     single.optim = cfg.optim
     create_trainer(single).fit()
     assert_same_params(params_of(single.train.model_dir), w0, rtol=1e-5, atol=1e-7)
+
+
+def test_a_worker_without_the_model_directory_resumes_a_run_that_recorded_bleu(tmp_path, task):
+    """An en->ko run whose config.json records "bleu" (as every one begun before Korean output defaulted to ko-mecab
+    does), resumed as a job with its flags, --valid-metric not among them: the worker on a machine without a copy of
+    the model directory read its metric as the flags' (null), and the job stopped with "train.valid_metric null
+    (rank 0: "bleu")" unless every worker was given --valid-metric bleu. It goes on by 13a BLEU, as rank 0 does."""
+    files = {f"{split}_{a}": task[f"{split}_{b}"] for split in ("train", "dev") for a, b in (("src", "tgt"),
+                                                                                           ("tgt", "src"))}
+    flags = [*tiny_flags(files, "enko"), "--src", "en", "--tgt", "ko", "--valid-every", "3"]   # (in tmp_path)
+    assert train_main([*flags, "--model-dir", str(tmp_path / "enko"), "--valid-metric", "bleu", "--max-steps",
+                       "3"]) == 0
+    worker = [str(REPO / "tests" / "dist_worker.py"), str(tmp_path), *flags, "--resume", "--max-steps", "6",
+              "--kvstore", "dist_sync"]
+    p = launch(tmp_path, ["-n", "2", "-s", "1"], worker, "job", NO_COPY_RANK="1")
+    assert finish(p, 90) == 0, (tmp_path / "job.err").read_text()[-3000:]
+    assert not list((tmp_path / "elsewhere").iterdir())   # (rank 1 read its flags there: no run)
+    model_dir = tmp_path / "enko"
+    assert json.loads((model_dir / ckpt.CONFIG).read_text())["train"]["valid_metric"] == "bleu"
+    rows = [json.loads(line) for line in (model_dir / ckpt.METRICS).read_text().splitlines()]
+    assert [(r["step"], r["valid_metric"]) for r in rows] == [(3, "bleu"), (6, "bleu")]
