@@ -78,6 +78,21 @@ def end_signalled_epoch(trainer, stop: str) -> str:
     return trainer.state.stopped
 
 
+def record_stop(trainer) -> None:
+    """state.json of `trainer`'s run (rank 0) saved with why training stopped, where the stop saved no checkpoint. The
+    checkpoints beyond a --keep-last that this resume lowered are kept, and named: they go at the run's next
+    checkpoint, which takes their place (Sockeye and fairseq too prune only as they write one); a resume that saves
+    none (at its limit, to average or score) deletes nothing that --checkpoint N may still load."""
+    state, keep = trainer.state, trainer.cfg.train.keep_last
+    state.save(trainer.model_dir)
+    extra = state.params_files[:-keep]
+    if extra:
+        steps = ", ".join(str(ckpt.params_step(f)) for f in extra)
+        ckpt_logger.info("--keep-last %d: this run saved no checkpoint, so it keeps the %d it had until its next one, "
+                         "which keeps the last %d (step%s %s %s then)", keep, len(state.params_files), keep,
+                         "s" if len(extra) > 1 else "", steps, "go" if len(extra) > 1 else "goes")
+
+
 def average_at_end(trainer, trained: bool) -> bool:
     """--average-last as `trainer`'s run ends (rank 0): its last checkpoints averaged into params.avg, whether that
     was done. Else said why not; and a params.avg of earlier checkpoints, once the run has `trained` past them

@@ -32,8 +32,8 @@ from nmt.models import build_model
 from nmt.optim import apply_settings, build_optimizer, learning_rate
 from nmt.parallel import DataParallel, default_kvstore, hardware_of, init_amp, parse_devices
 from nmt.preflight import check_checkpoint_room, check_search_widths, checked_config, run_inputs, settings_lines
-from nmt.resume import (average_at_end, end_signalled_epoch, restore, resumed_state, since_valid_part, unscored,
-                        unvalidated_stop)
+from nmt.resume import (average_at_end, end_signalled_epoch, record_stop, restore, resumed_state, since_valid_part,
+                        unscored, unvalidated_stop)
 from nmt.scoring import checkpoint_info, retire_other_decoding, retire_scores, score_test_set
 from nmt.signals import INTERRUPTS, checkpoint_on_signal, terminated_as_interrupt
 from nmt.storage import check_writable, error_line
@@ -234,7 +234,7 @@ class Trainer:
         elif self.state.step != last or unvalidated:
             self.save_checkpoint(stop not in INTERRUPTS and self.validate(scheduled=False))
         elif self.is_chief:
-            self.state.save(self.model_dir)   # record why training stopped
+            record_stop(self)   # why training stopped (and the checkpoints a lowered --keep-last prunes later)
         best = (f"best dev {self._best()} at step {self.state.best_step}" if self.state.best_score is not None
                 else "no validation yet")
         logger.info("training stopped (%s) at step %d, epoch %.2f; %s", stop, self.state.step, self.epochs_done(), best)

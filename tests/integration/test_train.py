@@ -1205,6 +1205,24 @@ def test_a_finished_run_is_averaged_by_resuming_it_with_average_last(tmp_path, t
     assert_same_params({k: v.asnumpy() for k, v in load_params(model_dir, "avg").items()}, mean)
 
 
+def test_a_lower_keep_last_prunes_at_the_next_checkpoint_not_in_a_resume_that_saves_none(tmp_path, task):
+    """A resume at the run's limit given a lower --keep-last saved no checkpoint and kept the older ones without a
+    word (config.json said 1, the directory held 3). They stay, as Sockeye and fairseq prune only as they save: no
+    checkpoint took their place, and --checkpoint 2 may still be wanted; the log says when they go."""
+    from nmt.cli import train_main
+    model_dir = tmp_path / "m"
+    assert train_main(tiny_flags(task, model_dir) + ["--max-steps", "6", "--valid-every", "2"]) == 0
+    resume = ["--model-dir", str(model_dir), "--resume", "--no-progress", "--no-eval"]
+    assert train_main(resume + ["--keep-last", "1"]) == 0
+    assert list_params_files(model_dir) == [ckpt.params_file(s) for s in (2, 4, 6)]
+    assert load_params(model_dir, "2")
+    assert ("INFO nmt.checkpoint: --keep-last 1: this run saved no checkpoint, so it keeps the 3 it had until its next "
+            "one, which keeps the last 1 (steps 2, 4 go then)" in (model_dir / ckpt.LOG).read_text())
+    assert train_main(resume + ["--max-steps", "8"]) == 0   # (its --keep-last 1, from config.json)
+    assert list_params_files(model_dir) == [ckpt.params_file(8)]
+    assert ckpt.TrainState.load(model_dir).params_files == [ckpt.params_file(8)]
+
+
 def test_a_resume_training_on_without_averaging_names_the_older_params_avg(tmp_path, task):
     """A run averaged at step 4, resumed to step 8 with --average-last 0, kept the old params.avg without a word:
     `--checkpoint avg` then translated with steps 2-4 as if they were the run's average."""
