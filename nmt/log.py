@@ -2,6 +2,7 @@
 TensorBoard curves: `nmt.tensorboard`)."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -10,7 +11,7 @@ import sys
 import time
 import weakref
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from nmt.commands import EarlyWarnings
 from nmt.storage import guarded_write
@@ -96,6 +97,31 @@ def logging_kept(fn: Callable) -> Callable:
                 lg.setLevel(level)
                 lg.propagate = propagate
     return kept
+
+
+@contextlib.contextmanager
+def warned_before(what: str) -> Iterator[None]:
+    """Within: the warnings of the `nmt` logger's console and files shown as DEBUG lines (-v), not as warnings, for
+    `what` is read again by a command after the one that warned of it (nmt-evaluate --dev-set reads a model's training
+    data, whose warnings its training gave): each warning once. Then, but at -v, one line counts those left out."""
+    lowered, handlers = [], list(logging.getLogger("nmt").handlers)
+    verbose = logging.getLogger("nmt").isEnabledFor(logging.DEBUG)
+
+    def lower(record: logging.LogRecord) -> bool:   # (each handler sees the record: lowered at the first)
+        if record.levelno == logging.WARNING and record.name.startswith("nmt"):
+            lowered.append(record)
+            record.levelno, record.levelname, record.warned_before = logging.DEBUG, "DEBUG", True
+        return verbose or not getattr(record, "warned_before", False)
+    for h in handlers:
+        h.addFilter(lower)
+    try:
+        yield
+    finally:
+        for h in handlers:
+            h.removeFilter(lower)
+    if lowered and not verbose:
+        logging.getLogger("nmt").info("%s: %d warning%s left out, which its training gave (-v shows %s)", what,
+                                      len(lowered), *(("s", "them") if len(lowered) > 1 else ("", "it")))
 
 
 class MetricsWriter:

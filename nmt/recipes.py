@@ -176,6 +176,14 @@ def load_source(source: Source, data_dir: Optional[Path], cache_dir: Path, *,
     return pairs, {}
 
 
+def load_data_again(cfg: DataConfig) -> DatasetSplits:
+    """`load_data(cfg)` of a trained model's data, read again (nmt-evaluate --dev-set draws its dev set from them):
+    the warnings of reading and cleaning them are its training's, shown at -v only (`nmt.log.warned_before`)."""
+    from nmt.log import warned_before
+    with warned_before("the model's training data read again"):
+        return load_data(cfg)
+
+
 def load_data(cfg: DataConfig) -> DatasetSplits:
     """Train/dev/test pairs in the direction cfg.src_lang -> cfg.tgt_lang, normalized, filtered, deduplicated.
 

@@ -183,7 +183,7 @@ def _model_split(cfg: Config, data_dir: Optional[str], kind: str, flag: str, nam
     recipe's (with `data_dir` as the mirror, if given; a test set: its files only, load_data would also read and
     clean the training data); a ConfigError naming `flag` when the config has neither files nor a known recipe."""
     from nmt import recipes   # not at import time: the registry is only needed here
-    from_recipe = recipes.load_tests if kind == "test" else lambda d: {name: recipes.load_data(d).dev}
+    from_recipe = recipes.load_tests if kind == "test" else lambda d: {name: recipes.load_data_again(d).dev}
     d = dataclasses.replace(cfg.data, data_dir=data_dir or cfg.data.data_dir)
     src, tgt, dev = getattr(d, f"{kind}_src"), getattr(d, f"{kind}_tgt"), kind == "dev"   # (a test set: whole)
     if src and tgt:

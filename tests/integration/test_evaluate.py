@@ -496,9 +496,17 @@ def test_dev_set_of_a_run_without_dev_files_is_the_pairs_held_out_of_its_trainin
     state, dev = ckpt.TrainState.load(model_copy), load_data(cfg.data).dev   # what such a run validated on
     state.dev_sum = text_checksum([*dev.src, *dev.tgt])
     state.save(model_copy)
+    capsys.readouterr()   # (what this test's own reading logged)
     code, out, err = run(["--model-dir", model_copy, "--dev-set", "--json", "--no-save"], capsys)
     assert code == 0, err
-    assert json.loads(out)["results"]["dev"]["n"] == len(load_data(cfg.data).dev.src) > 0
+    assert json.loads(out)["results"]["dev"]["n"] == len(dev.src) > 0
+    # its training warned of the pairs held out ("give a dev set ... to train on them"), which --dev-set said again
+    # as its own, reading the training files again: each warning once, there (-v shows it)
+    held_out = "no --dev-src/--dev-tgt: 500 random training pairs are the dev set"
+    assert held_out not in err and ("INFO nmt: the model's training data read again: 1 warning left out, which its "
+                                    "training gave (-v shows it)") in err, err
+    code, out, err = run(["--model-dir", model_copy, "--dev-set", "--json", "--no-save", "-v"], capsys)
+    assert code == 0 and f"DEBUG nmt.recipes: {held_out}" in err and "left out" not in err, err
 
 
 def as_tatoeba_model(model_dir: Path, data_dir: Optional[Path] = None) -> Config:
