@@ -107,7 +107,7 @@ def open_output(stack, output):
         return sys.stdout
     opener, fd = output_opener("--output", output), descriptor(output)
     if fd is None and not os.path.isfile(output):   # (an existing file is written where it is, as before)
-        output_dir("--output", Path(output).parent, file=output)
+        output_dir("--output", Path(output).parent, file=output, make=True)
     try:
         if fd is not None and opener is open:   # /dev/stdout, /dev/fd/3: through it (re-opened: `>> file` truncated)
             return stack.enter_context(os.fdopen(os.dup(fd), "wt", encoding="utf-8", newline="\n"))
@@ -238,12 +238,14 @@ def _refuse_same(named: str, status, inputs: dict, check: bool = True) -> bool:
     return False
 
 
-def output_dir(flag: str, path: Path, file: str = "") -> Path:
-    """`path` made (with its parents) and found writable before any work, so that an output that cannot be written
-    is an error naming `flag` at once rather than after decoding; `file`: the output of `flag` that goes there."""
+def output_dir(flag: str, path: Path, file: str = "", make: bool = False) -> Path:
+    """`path` found writable, or where it would be made (with its parents), before any work, so that an output that
+    cannot be written is an error naming `flag` at once rather than after decoding; made only with `make`, as the
+    output is opened (its atomic writes make it too): a command refused after the check leaves nothing on disk.
+    `file`: the output of `flag` that goes there."""
     from nmt.atomic import descriptor
     from nmt.corpus import CorpusError
-    from nmt.storage import check_writable
+    from nmt.storage import check_writable, existing_ancestor
     if file and descriptor(file) is not None:   # (written through the descriptor: nothing is made beside it)
         return path
     if file and os.path.isdir(file):
@@ -253,7 +255,10 @@ def output_dir(flag: str, path: Path, file: str = "") -> Path:
             raise CorpusError(f"{flag} {file}: cannot write it (permission denied)")
         return path
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        if make:
+            path.mkdir(parents=True, exist_ok=True)
+        elif not existing_ancestor(path).is_dir():   # (as mkdir would fail)
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(path))
     except OSError as e:
         where = f"{file}: cannot make its directory {path}" if file else f"{path}: cannot make the directory"
         why = ("a file is in its path" if isinstance(e, NotADirectoryError) or isinstance(e, FileExistsError) and

@@ -212,9 +212,8 @@ def save_attention_plot(translator, sentence: str, path, title: Optional[str] = 
 def attention_saver(translator, out_dir) -> Callable[[int, List[str], List[List[int]]], None]:
     """A callback `(first_line_number, lines, target_ids)` that saves the heatmap of each non-empty line's
     translation (its target ids as the search wrote them) as out_dir/line-<n>.png (used by `scripts/translate.py
-    --plot-attention DIR`)."""
+    --plot-attention DIR`), made with its first heatmap: a command refused before it leaves nothing on disk."""
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     importlib.import_module("matplotlib")   # missing, or its Korean font: said before the translating, not after it
     korean_font_file()
 

@@ -347,6 +347,22 @@ def test_mismatched_line_counts_name_both_files(model_copy, tmp_path, capsys):
     assert ref.read_text(encoding="utf-8") == "ni ri\ncha\n" and src2.read_text(encoding="utf-8") == "리 니\n차\n"
 
 
+def test_a_refused_command_makes_no_output_directory(model_copy, tmp_path, capsys):
+    """--hyp-dir and the directory of --json FILE were made as the command started, and stayed behind when a refusal
+    found after them (flags that exclude each other, a checkpoint not kept) stopped it: a refused command makes
+    nothing on disk. They are still found unwritable before any work, and made as their files are written."""
+    out = tmp_path / "out"
+    outputs = ["--hyp-dir", out / "hyps", "--json", out / "j" / "r.json"]
+    for argv, says in ((["--dev-set", "--recipe-tests"], "give one of"),
+                       (["--dev-set", "--prefix-words", "1", "--word-strokes"], "give --prefix-words or"),
+                       (["--dev-set", "--checkpoint", "99"], "params.00000099 not found")):
+        code, _, err = run(["--model-dir", model_copy, *argv, *outputs], capsys)
+        assert code == 2 and says in err and not out.exists(), (argv, err)
+    code, _, err = run(["--model-dir", model_copy, "--dev-set", "--no-save", *outputs], capsys)
+    assert code == 0 and sorted(os.listdir(out / "hyps")) == ["dev.en", "dev.ref.en"], err
+    assert json.loads((out / "j" / "r.json").read_text())["results"]["dev"]["n"] > 0
+
+
 def test_recipe_tests_of_explicit_files(model_copy, capsys):
     code, out, err = run(["--model-dir", model_copy, "--recipe-tests"], capsys)
     assert code == 0, err

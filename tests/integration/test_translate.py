@@ -518,6 +518,11 @@ def test_cli_nbest_checkpoint_and_bad_flags(tr, tmp_path, capsys):
                        f"--plot-attention {path / 'plots'}: cannot make the directory (a file is in its path)")]:
         code, _, err = run(["--model-dir", tr.model_dir, *argv], capsys)
         assert code == 2 and msg in err and "Traceback" not in err, (argv, err)
+    plots = tmp_path / "new" / "plots"   # made as the command started, it stayed behind the refusal found after it
+    for argv, msg in [(["--checkpoint", "nope"], "unknown checkpoint 'nope'"),
+                      (["--input", tmp_path / "missing.ko"], "file not found")]:   # (found once the model is loaded)
+        code, _, err = run(["--model-dir", tr.model_dir, *argv, "--plot-attention", plots], capsys)
+        assert code == 2 and msg in err and not plots.parent.exists(), (argv, err)
     if mx.context.num_gpus() == 0:
         code, _, err = run(["--model-dir", tr.model_dir, "--gpus", "1"], capsys)
         assert code == 2 and "--gpus 1: no GPU found" in err
