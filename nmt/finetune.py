@@ -31,6 +31,16 @@ def tunable(arch: str) -> Tuple[str, ...]:
     return ARCHITECTURES[arch].tunable_fields if arch in ARCHITECTURES else ()
 
 
+def new_run(resume: bool, init, caller: str) -> bool:
+    """Whether `caller`'s run is a new one, neither resumed nor fine-tuned (its model settings are checked as a new
+    run's); a ConfigError for both, as nmt-train refuses --resume with --init-from: the resume took `init`'s
+    SentencePiece models over its own, and its checkpoints were refused."""
+    if resume and init is not None:
+        raise ConfigError(f"{caller}: resume=True continues the run in train.model_dir and init starts a new run from "
+                          "a trained model (nmt-train's --resume and --init-from): give one of them")
+    return not resume and init is None
+
+
 def init_params(spec) -> Path:
     """The parameter file `--init-from` names: a model directory's best parameters, or a params file in one
     (params.avg, params.00005040 ...), checked against its checkpoint's manifest; absolute, as state.json records it."""

@@ -24,7 +24,7 @@ from nmt.data import TrainData, build_data
 from nmt.dirlock import (ModelDirLock, ModelDirLocked, check_model_dir, prepare_model_dir, remove_made, replacing,
                         set_aside)
 from nmt.evaluate import VALID_METRICS, Scores, patience_note, perplexity, score, track_best
-from nmt.finetune import copy_tokenizers, for_init, start_from
+from nmt.finetune import copy_tokenizers, for_init, new_run, start_from
 from nmt.log import LossMeter, MetricsWriter, Progress, logging_kept, setup_logging, to_log_file
 from nmt.tensorboard import TensorBoardWriter
 from nmt.loss import Seq2SeqLoss, dev_loss
@@ -259,7 +259,7 @@ def create_trainer(cfg: Config, resume: bool = False, overwrite: bool = False, i
     """The Trainer of a run per `cfg`: devices, kvstore and workers, the model directory (locked by rank 0 until
     `fit` ends: one trainer per directory), then data, model and optimizer built (and, with `resume`, restored from
     the newest intact checkpoint; with `init`, a parameter file, starting from it: `nmt.finetune`)."""
-    cfg = checked_config(cfg, "create_trainer", new=not resume and init is None)
+    cfg = checked_config(cfg, "create_trainer", new=new_run(resume, init, "create_trainer"))
     t, _ = cfg.train, build_model(cfg.model, 4, 4)   # checked before the data
     ctxs = parse_devices(t.gpus, t.cpu_devices)
     if t.amp:
@@ -348,7 +348,7 @@ def train(cfg: Config, resume: bool = False, overwrite: bool = False, evaluate: 
           init: Optional[Path] = None) -> TrainResult:
     """Train per `cfg` (from `init`, a model directory or params file, as --init-from: with the model's settings but
     for what `cfg` sets otherwise, `nmt.finetune.for_init`); `evaluate`: score the best checkpoint on the tests."""
-    cfg = as_command_line(checked_config(cfg, "train", new=not resume and init is None), resume)
+    cfg = as_command_line(checked_config(cfg, "train", new=new_run(resume, init, "train")), resume)
     if init is not None:
         cfg, init = for_init(cfg, init)
     return run_training(cfg, resume, overwrite, evaluate, init)

@@ -381,3 +381,23 @@ def test_train_names_a_config_that_is_no_config_and_takes_init_as_a_string(model
                                                                  max_steps=2))
     result = train(tuned, init=str(model_dir / ckpt.PARAMS_BEST), evaluate=False)
     assert result.state.step == 2 and result.state.init_from == str(model_dir / ckpt.PARAMS_BEST)
+
+
+def test_train_refuses_resume_and_init_together(model_dir, tmp_path):
+    """train(cfg, resume=True, init=...) resumed the run after copying init's SentencePiece models over its own (given
+    another model's, the run's checkpoints were then refused: "another model's file is in its place"), where nmt-train
+    refuses --resume with --init-from; create_trainer too."""
+    import shutil
+    from nmt import checkpoint as ckpt
+    from nmt.config import Config, ConfigError
+    from nmt.train import create_trainer, train
+    run = tmp_path / "run"
+    shutil.copytree(model_dir, run)
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    for call in (train, create_trainer):
+        with pytest.raises(ConfigError, match=rf"^{call.__name__}: resume=True continues the run in train.model_dir "
+                                              r"and init starts a new run from a trained model \(nmt-train's --resume "
+                                              r"and --init-from\): give one of them$"):
+            call(Config.from_dict({"train": {"model_dir": str(run), "max_steps": 1}}), resume=True,
+                 init=model_dir / ckpt.PARAMS_BEST)
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before
