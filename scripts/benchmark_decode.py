@@ -174,7 +174,7 @@ def run(args: argparse.Namespace) -> dict:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    conditions.check_outputs(output=args.output)
+    conditions.check_outputs([args.model_dir, args.other_model_dir], {"--src-file": args.src_file}, output=args.output)
     if args.rounds < 1 or args.beam < 1 or args.batch < 1:
         raise ConfigError("--rounds, --beam and --batch must be >= 1")
     r = run(args)

@@ -212,7 +212,7 @@ def main(argv=None) -> int:
     from nmt.atomic import atomic_write_text
     from nmt.translate import Translator
     args = parse_args(argv)
-    conditions.check_outputs(json=args.json)
+    conditions.check_outputs([args.model_dir], {"--src-file": args.src_file}, json=args.json)
     load0 = os.getloadavg()
     translator = Translator.from_dir(args.model_dir)
     lines = sentences(args, translator)

@@ -142,7 +142,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
 
     def run() -> int:
-        conditions.check_outputs(json=args.json)
+        conditions.check_outputs([args.model_dir], {"--src-file": args.src_file, "--tgt-file": args.tgt_file},
+                                  json=args.json)
         try:
             beams = [int(x) for x in args.beams.split(",")]
             batch_sizes = [int(x) for x in args.batch_sizes.split(",")]

@@ -40,11 +40,20 @@ def machine(load_at_start: Optional[Sequence[float]] = None) -> dict:
             "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), **run_conditions(load_at_start)}
 
 
-def check_outputs(**paths) -> None:
+def check_outputs(model_dirs: Sequence = (), inputs: Optional[dict] = None, **paths) -> None:
     """Each report file (flag name -> path, None: not asked for) made writable before the measurement, its missing
     directories made: a path that cannot be written is a one-line error naming the flag now, not a traceback after
-    minutes of measuring (`nmt.cli_io.output_dir`)."""
-    from nmt.cli_io import output_dir
+    minutes of measuring (`nmt.cli_io.output_dir`). One that is a file of `model_dirs` (config.json, params.best
+    ...), one of the `inputs` (flag -> file) or another flag's report is refused: the report would replace it."""
+    from nmt.cli_io import output_dir, refuse_overwriting
+    from nmt.config import ConfigError
+    written: dict = {}
     for name, path in paths.items():
         if path is not None and str(path) != "-":
-            output_dir(f"--{name.replace('_', '-')}", Path(path).parent, file=str(path))
+            flag = f"--{name.replace('_', '-')}"
+            output_dir(flag, Path(path).parent, file=str(path))
+            refuse_overwriting(flag, str(path), dict(inputs or {}), [d for d in model_dirs if d])
+            if Path(path).resolve() in written:
+                raise ConfigError(f"{flag} {path} is the file of {written[Path(path).resolve()]} too: one report "
+                                  "would replace the other; give another file")
+            written[Path(path).resolve()] = flag

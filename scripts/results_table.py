@@ -61,8 +61,11 @@ def main(argv=None) -> int:
 
     from nmt.atomic import atomic_write_text
     from nmt.commands import user_errors
+    from scripts import conditions
     from scripts.runs import ResultsError, ablation_table, load_run, markdown_table, plot_curves, results_rows
-    try:
+    try:   # (no report over a file of a run, or over another report)
+        conditions.check_outputs([*args.model_dirs, args.ablation_base], {f"--decode-ablations {f}": f for f in
+                                 args.decode_ablations}, markdown=args.markdown, json=args.json, curves=args.curves)
         runs = [load_run(d) for d in args.model_dirs]
         base = load_run(args.ablation_base) if args.ablation_base else None
         reports = [_read_report(f, base) for f in args.decode_ablations]

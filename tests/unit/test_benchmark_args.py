@@ -1,6 +1,7 @@
 """scripts/benchmark_arch.py and scripts/benchmark_train.py refuse bad arguments before they read any data (their
 runs on the real corpora are in tests/system)."""
 import importlib
+import os
 from pathlib import Path
 
 import pytest
@@ -214,3 +215,33 @@ def test_benchmark_translate_refuses_a_negative_warm_up(monkeypatch, capsys):
     with pytest.raises(SystemExit):
         _script(monkeypatch, "benchmark_translate").main(["--model-dir", "m", "--warmup", "-1"])
     assert "argument --warmup: must be >= 0 (got -1)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [
+    ["benchmark_decode.py", "--model-dir", "{run}", "--output", "{run}/config.json"],
+    ["benchmark_decode.py", "--model-dir", "M", "--other-model-dir", "{run}", "--output", "{run}/params.best"],
+    ["benchmark_decode.py", "--model-dir", "M", "--src-file", "{run}/in.ko", "--output", "{run}/in.ko"],
+    ["benchmark_serve.py", "--model-dir", "{run}", "--json", "{run}/metrics.jsonl"],
+    ["benchmark_translate.py", "--model-dir", "{run}", "--json", "{run}/scores.json"],
+    ["results_table.py", "{run}", "--markdown", "{run}/state.json"],
+    ["results_table.py", "M", "--ablation-base", "{run}", "--curves", "{run}/params.best"],
+    ["benchmark_train.py", "--json", "{run}/t.json", "--plot", "{run}/t.json"]])
+def test_a_report_over_a_model_file_an_input_or_another_report_is_refused(argv, tmp_path):
+    """The benchmarks and results_table.py wrote their report over any file it named: a file of the model directory
+    they read (`benchmark_decode.py --model-dir M --output M/config.json` left M unloadable) or their --src-file,
+    which the commands refuse; benchmark_train.py's --json and --plot on one file ended in a traceback after the
+    measurement."""
+    import subprocess
+    import sys
+    run = tmp_path / "run"
+    run.mkdir()
+    files = {name: f"{name} of the run\n" for name in ("config.json", "params.best", "metrics.jsonl", "scores.json",
+                                                       "state.json", "in.ko")}
+    for name, text in files.items():
+        (run / name).write_text(text)
+    argv = [a.replace("{run}", str(run)) for a in argv]
+    p = subprocess.run([sys.executable, str(REPO / "scripts" / argv[0]), *argv[1:]], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=120)
+    assert p.returncode == 2 and p.stderr.startswith(f"error: {argv[-2]} {argv[-1]} is ") and "Traceback" \
+        not in p.stderr, p.stderr
+    assert {name: (run / name).read_text() for name in files} == files
