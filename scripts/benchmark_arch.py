@@ -37,6 +37,7 @@ for path in (REPO, REPO / "scripts"):   # run from a checkout without installing
 
 import benchmark_train  # noqa: E402
 import conditions  # noqa: E402
+from nmt.config import ConfigError  # noqa: E402
 
 ARCHS = ("lstm", "transformer")
 SIZE_FLAGS = {"lstm": ("embed_size", "hidden_size", "num_layers"),
@@ -137,7 +138,7 @@ def main(argv=None) -> int:
     args, load0 = parse_args(argv), os.getloadavg()
     conditions.check_outputs(json=args.json)
     if min(args.repeats, args.batch_size, args.sgemm_size) < 1 or min(args.warmup, args.updates) < 0:
-        raise SystemExit("error: --repeats, --batch-size and --sgemm-size must be >= 1, --warmup and --updates >= 0")
+        raise ConfigError("--repeats, --batch-size and --sgemm-size must be >= 1, --warmup and --updates >= 0")
     specs = build_specs(args)
     sgemm: List[float] = []   # after each round of windows: a change of load hits the windows and it alike
     results = benchmark_train.run_interleaved(specs, lambda: sgemm.append(sgemm_gflops(args.sgemm_size)))

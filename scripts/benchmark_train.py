@@ -33,6 +33,7 @@ for path in (REPO, REPO / "scripts"):   # run from a checkout without installing
 
 import conditions  # noqa: E402  (scripts/, beside this one)
 from nmt.commands import number  # noqa: E402 (after the path)
+from nmt.config import ConfigError  # noqa: E402
 
 
 def _config(spec: dict):
@@ -189,7 +190,7 @@ def build_specs(args: argparse.Namespace, batch: int) -> List[dict]:
     specs = []
     for n in args.devices:
         if gpu_ids and n > len(gpu_ids):
-            raise SystemExit(f"error: --devices asks for {n} GPUs but --gpus lists {len(gpu_ids)}")
+            raise ConfigError(f"--devices asks for {n} GPUs but --gpus lists {len(gpu_ids)}")
         gpus = ",".join(gpu_ids[:n]) + "," if gpu_ids else None
         specs.append({"data": data, "model": model, "num_devices": n, "warmup": args.warmup, "updates": args.updates,
                       "repeats": args.repeats, "omp_num_threads": None if gpus or n == 1 else max(1, cores // n),
@@ -270,9 +271,9 @@ def main(argv=None) -> int:
     args, load0 = parse_args(argv), os.getloadavg()
     conditions.check_outputs(json=args.json, plot=args.plot)
     if args.amp and not args.gpus:
-        raise SystemExit("error: --amp needs --gpus: automatic mixed precision is a GPU feature (float16 kernels)")
+        raise ConfigError("--amp needs --gpus: automatic mixed precision is a GPU feature (float16 kernels)")
     if 1 not in args.devices:
-        raise SystemExit("error: --devices must include 1: every count is compared with one device")
+        raise ConfigError("--devices must include 1: every count is compared with one device")
     rows = []
     for batch in args.batch_sizes:
         results = run_interleaved(build_specs(args, batch))

@@ -15,8 +15,24 @@ def _script(monkeypatch, name: str):
 
 
 def test_benchmark_arch_refuses_bad_arguments(monkeypatch):
-    with pytest.raises(SystemExit, match="--repeats, --batch-size and --sgemm-size must be >= 1"):
+    from nmt.config import ConfigError
+    with pytest.raises(ConfigError, match="--repeats, --batch-size and --sgemm-size must be >= 1"):
         _script(monkeypatch, "benchmark_arch").main(["--repeats", "0"])
+
+
+@pytest.mark.parametrize("name, argv, said", [
+    ("benchmark_arch", ["--repeats", "0"], "--repeats, --batch-size and --sgemm-size must be >= 1, --warmup and "
+                                           "--updates >= 0"),
+    ("benchmark_train", ["--amp"], "--amp needs --gpus: automatic mixed precision is a GPU feature (float16 kernels)"),
+    ("benchmark_train", ["--devices", "2"], "--devices must include 1: every count is compared with one device"),
+    ("benchmark_train", ["--devices", "1,2", "--gpus", "0"], "--devices asks for 2 GPUs but --gpus lists 1")])
+def test_a_bad_flag_of_benchmark_arch_or_train_exits_with_2(monkeypatch, capsys, name, argv, said):
+    """These ended with exit code 1 (a SystemExit of the message), where the scripts' other bad flags, as the
+    commands', give one `error:` line and exit code 2."""
+    from nmt.commands import run_cli
+    bench = _script(monkeypatch, name)
+    assert run_cli(lambda: bench.main(argv)) == 2
+    assert capsys.readouterr().err == f"error: {said}\n"
 
 
 def test_benchmark_serve_refuses_a_wait_the_server_would_refuse(monkeypatch, capsys):
@@ -32,9 +48,10 @@ def test_benchmark_serve_refuses_a_wait_the_server_would_refuse(monkeypatch, cap
 
 def test_benchmark_train_refuses_bad_arguments(monkeypatch, capsys):
     bench = _script(monkeypatch, "benchmark_train")
-    with pytest.raises(SystemExit, match="--devices must include 1"):
+    from nmt.config import ConfigError
+    with pytest.raises(ConfigError, match="--devices must include 1"):
         bench.main(["--devices", "2"])
-    with pytest.raises(SystemExit, match="--amp needs --gpus"):
+    with pytest.raises(ConfigError, match="--amp needs --gpus"):
         bench.main(["--amp"])
     for flag, value in (("--repeats", "0"), ("--updates", "-1"), ("--warmup", "-1")):   # (a median of nothing, a
         with pytest.raises(SystemExit):                                                  # division by 0, at the end)
