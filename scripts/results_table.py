@@ -166,6 +166,8 @@ def _read_report(path: Path, base) -> dict:
         report = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise ResultsError(f"{path}: not JSON ({e})") from None
+    except (OSError, UnicodeDecodeError) as e:   # (a bare "[Errno 2] No such file or directory: 'x.json'")
+        raise ResultsError(f"--decode-ablations {path}: cannot read it ({getattr(e, 'strerror', None) or e})") from None
     if not isinstance(report, dict) or not isinstance(report.get("results"), dict):
         raise ResultsError(f"{path}: not a report of scripts/evaluate.py --json (no \"results\")")
     if Path(str(report.get("model_dir"))).resolve() != base.path.resolve():

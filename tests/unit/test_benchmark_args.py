@@ -194,6 +194,23 @@ def test_results_table_refuses_a_checkpoint_or_test_set_no_run_has(tmp_path, cap
     assert "error: --ablation-test tatoeba-tset: no run has scores of that test set" in capsys.readouterr().err
 
 
+def test_results_table_names_a_decoding_report_it_cannot_read(tmp_path, capsys, monkeypatch):
+    """A missing --decode-ablations file was told as "error: [Errno 2] No such file or directory: '...'", a file
+    not in UTF-8 by the codec's words alone, neither naming the flag."""
+    from nmt.config import Config
+    run = tmp_path / "run"
+    run.mkdir()
+    Config().save(run / "config.json")
+    (run / "state.json").write_text('{"step": 10, "elapsed": 60.0, "stopped": "max_steps"}')
+    (run / "scores.json").write_text('{"tatoeba-test": {"best": {"bleu": 1.0, "chrf": 2.0}}}')
+    (tmp_path / "latin1.json").write_bytes(b"{\"model_dir\": \"caf\xe9\"}")
+    table = _script(monkeypatch, "results_table")
+    for name, why in (("missing.json", "No such file or directory"), ("latin1.json", "'utf-8' codec can't decode")):
+        argv = [str(run), "--ablation-base", str(run), "--decode-ablations", str(tmp_path / name)]
+        assert table.main(argv) == 2
+        assert capsys.readouterr().err.startswith(f"error: --decode-ablations {tmp_path / name}: cannot read it ({why}")
+
+
 def test_benchmark_serve_refuses_counts_that_measure_nothing(monkeypatch, capsys):
     """--seconds 0 wrote figures of zero (by default over the tracked results/benchmark_serve.json); --clients 0
     ended after the offline rounds with an error naming a flag the script has not."""
