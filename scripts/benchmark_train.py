@@ -270,6 +270,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     args, load0 = parse_args(argv), os.getloadavg()
     conditions.check_outputs(json=args.json, plot=args.plot)
+    conditions.check_image("--plot", args.plot)
     if args.amp and not args.gpus:
         raise ConfigError("--amp needs --gpus: automatic mixed precision is a GPU feature (float16 kernels)")
     if 1 not in args.devices:

@@ -57,3 +57,16 @@ def check_outputs(model_dirs: Sequence = (), inputs: Optional[dict] = None, **pa
                 raise ConfigError(f"{flag} {path} is the file of {written[Path(path).resolve()]} too: one report "
                                   "would replace the other; give another file")
             written[Path(path).resolve()] = flag
+
+
+def check_image(flag: str, path) -> None:
+    """ConfigError for an image file whose suffix names no format matplotlib writes (.png, .svg, .pdf ...; none:
+    PNG), before the measurement: after it, savefig's ValueError was a traceback and the figures were lost."""
+    if path is None or not Path(path).suffix:
+        return
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from nmt.config import ConfigError
+    known = sorted(k for k in FigureCanvasAgg.get_supported_filetypes() if k != "pgf")   # (pgf: LaTeX's)
+    if Path(path).suffix[1:].lower() not in known:
+        raise ConfigError(f"{flag} {path}: no image format is named {Path(path).suffix!r}; give one of "
+                          + ", ".join(f".{k}" for k in known))

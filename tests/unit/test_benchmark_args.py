@@ -62,6 +62,16 @@ def test_benchmark_train_refuses_bad_arguments(monkeypatch, capsys):
     assert "expected comma-separated positive integers" in capsys.readouterr().err
 
 
+def test_benchmark_train_refuses_a_plot_in_no_image_format(monkeypatch, capsys, tmp_path):
+    """--plot times.txt ended the benchmark, after its measurement, in matplotlib's traceback ("Format 'txt' is not
+    supported"), the figures lost unless --json was given."""
+    from nmt.commands import run_cli
+    bench = _script(monkeypatch, "benchmark_train")
+    assert run_cli(lambda: bench.main(["--plot", str(tmp_path / "times.txt")])) == 2
+    assert capsys.readouterr().err.startswith(f"error: --plot {tmp_path / 'times.txt'}: no image format is named "
+                                              "'.txt'; give one of .eps, .jpeg, .jpg, .pdf, .png, ")
+
+
 def test_benchmark_ab_refuses_no_rounds(monkeypatch, capsys):
     with pytest.raises(SystemExit):
         _script(monkeypatch, "benchmark_ab").main(["--a", str(REPO), "--b", str(REPO), "--rounds", "0"])
