@@ -37,7 +37,8 @@ def main(argv=None) -> int:
     p.add_argument("model_dirs", nargs="*", type=Path)
     p.add_argument("--markdown", type=Path, help="write the table(s) here")
     p.add_argument("--json", type=Path, help="write the rows here")
-    p.add_argument("--curves", type=Path, help="PNG of training loss and dev BLEU vs updates and wall time")
+    p.add_argument("--curves", type=Path,
+                   help="image of training loss and dev BLEU vs updates and wall time (.png, .svg, .pdf ...)")
     p.add_argument("--checkpoint", type=checkpoint_name, help="scores of this checkpoint (default: best, else avg, else latest)")
     p.add_argument("--hardware", default=None,
                    help="hardware column of runs that did not record theirs (default: \"not recorded\"; this "
@@ -66,6 +67,7 @@ def main(argv=None) -> int:
     try:   # (no report over a file of a run, or over another report)
         conditions.check_outputs([*args.model_dirs, args.ablation_base], {f"--decode-ablations {f}": f for f in
                                  args.decode_ablations}, markdown=args.markdown, json=args.json, curves=args.curves)
+        conditions.check_image("--curves", args.curves)
         runs = [load_run(d) for d in args.model_dirs]
         base = load_run(args.ablation_base) if args.ablation_base else None
         reports = [_read_report(f, base) for f in args.decode_ablations]

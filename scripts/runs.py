@@ -240,7 +240,8 @@ def example_indices(n_lines: int, n: int) -> List[int]:
 
 
 def plot_curves(runs: Sequence[Run], path) -> Path:
-    """PNG: training loss and dev BLEU against updates and against training wall time, one line per run."""
+    """Training loss and dev BLEU against updates and against training wall time, one line per run, in the image
+    format `path`'s suffix names (PNG without one)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from nmt.atomic import atomic_open
@@ -270,5 +271,5 @@ def plot_curves(runs: Sequence[Run], path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_open(path, "wb") as f:
-        fig.savefig(f, format="png")
+        fig.savefig(f, format=path.suffix[1:].lower() or "png")
     return path

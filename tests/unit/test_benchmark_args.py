@@ -221,6 +221,24 @@ def test_results_table_names_a_decoding_report_it_cannot_read(tmp_path, capsys, 
         assert capsys.readouterr().err.startswith(f"error: --decode-ablations {tmp_path / name}: cannot read it ({why}")
 
 
+def test_results_table_writes_curves_in_the_format_their_suffix_names(tmp_path, capsys, monkeypatch):
+    """--curves curves.svg wrote PNG bytes into the .svg file, --curves curves.txt too (exit 0)."""
+    from nmt.config import Config
+    run = tmp_path / "run"
+    run.mkdir()
+    Config().save(run / "config.json")
+    (run / "state.json").write_text('{"step": 10, "elapsed": 60.0, "stopped": "max_steps"}')
+    (run / "scores.json").write_text('{"tatoeba-test": {"best": {"bleu": 1.0, "chrf": 2.0}}}')
+    (run / "metrics.jsonl").write_text('{"step": 10, "elapsed": 60.0, "train_loss": 5.0, "dev_bleu": 1.0}\n')
+    table = _script(monkeypatch, "results_table")
+    assert table.main([str(run), "--curves", str(tmp_path / "curves.svg")]) == 0
+    assert b"<svg" in (tmp_path / "curves.svg").read_bytes()[:1000]
+    assert table.main([str(run), "--curves", str(tmp_path / "curves.txt")]) == 2
+    assert capsys.readouterr().err.startswith(f"error: --curves {tmp_path / 'curves.txt'}: no image format is named "
+                                              "'.txt'; give one of .eps, .jpeg, .jpg, .pdf, .png, ")
+    assert not (tmp_path / "curves.txt").exists()
+
+
 def test_benchmark_serve_refuses_counts_that_measure_nothing(monkeypatch, capsys):
     """--seconds 0 wrote figures of zero (by default over the tracked results/benchmark_serve.json); --clients 0
     ended after the offline rounds with an error naming a flag the script has not."""
