@@ -47,10 +47,14 @@ def check_outputs(model_dirs: Sequence = (), inputs: Optional[dict] = None, **pa
     ...), one of the `inputs` (flag -> file) or another flag's report is refused: the report would replace it."""
     from nmt.cli_io import output_dir, refuse_overwriting
     from nmt.config import ConfigError
+    from nmt.textfile import UNFLUSHABLE
     written: dict = {}
     for name, path in paths.items():
         if path is not None and str(path) != "-":
             flag = f"--{name.replace('_', '-')}"
+            if Path(path).suffix.lower() in (".gz", *UNFLUSHABLE):   # (a .gz report held plain text)
+                raise ConfigError(f"{flag} {path}: a report is written uncompressed; give a name without "
+                                  f"{Path(path).suffix} (and compress the file afterwards)")
             output_dir(flag, Path(path).parent, file=str(path))
             refuse_overwriting(flag, str(path), dict(inputs or {}), [d for d in model_dirs if d])
             if Path(path).resolve() in written:

@@ -239,6 +239,17 @@ def test_results_table_writes_curves_in_the_format_their_suffix_names(tmp_path, 
     assert not (tmp_path / "curves.txt").exists()
 
 
+@pytest.mark.parametrize("name", ["rows.json.gz", "rows.json.xz"])
+def test_a_report_named_as_compressed_is_refused(tmp_path, capsys, monkeypatch, name):
+    """results_table.py --json rows.json.gz (as every script's report) wrote plain JSON under the .gz name, which
+    zcat then refused."""
+    table = _script(monkeypatch, "results_table")
+    assert table.main([str(tmp_path / "no-run"), "--json", str(tmp_path / name)]) == 2
+    assert capsys.readouterr().err == (f"error: --json {tmp_path / name}: a report is written uncompressed; give a "
+                                       f"name without {name[-3:]} (and compress the file afterwards)\n")
+    assert not (tmp_path / name).exists()
+
+
 def test_benchmark_serve_refuses_counts_that_measure_nothing(monkeypatch, capsys):
     """--seconds 0 wrote figures of zero (by default over the tracked results/benchmark_serve.json); --clients 0
     ended after the offline rounds with an error naming a flag the script has not."""
