@@ -206,6 +206,11 @@ def test_files_shifted_by_a_line_with_a_blank_end_are_said_to_look_misaligned(wr
     ("\x9b1;2Hx\x9d0;t\x9cy", "xy", "2 terminal escape sequence(s)"),   # the C1 forms
     ("\x9bNext \x9b Products \x9b12 가", "Next Products 12 가", "3 control character(s)"),   # "›" read as Latin-1
     ("\x9b?25l\x9b0;1m굵게\x9b0 q 끝", "굵게 끝", "3 terminal escape sequence(s)"),   # but a parameter makes it CSI
+    # U+009D (OSC) and U+009C (ST) of curly quotes' UTF-8 read as Latin-1 ("” ... “"): the words between stay
+    ("\xe2\x80\x9cHi,\xe2\x80\x9d he said. \xe2\x80\x9cBye.\xe2\x80\x9d", "\xe2Hi,\xe2 he said. \xe2Bye.\xe2",
+     "8 control character(s)"),
+    ("가\x9d나 다\x9c라 \x9d2 마\x9c", "가나 다라 2 마", "4 control character(s)"),   # Korean, a digit: not OSC
+    ("\x9d0;t\x9c\x9d8;;u\x9cl\x9d104\x07 끝", "l 끝", "3 terminal escape sequence(s)"),   # a parameter: OSC
     ("\x1b[31m가\x00나", "가나", "1 terminal escape sequence(s) (colours, cursor keys: ESC[31m ...) and 1 control "
                                    "character(s)"),
     ("lone \x1b x", "lone x", "1 control character(s)"),   # an ESC that starts no sequence goes alone
