@@ -49,19 +49,19 @@ READ_SINCE = ("the run began before nmt read text as it does now: full-width ASC
 FULL_WIDTH = {c: c - 0xFEE0 for c in range(0xFF01, 0xFF5F)}
 _CONTROL = re.compile("[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f]")   # the control characters `normalize` removes
 # Terminal escape sequences go whole: a colour that `ls --color`, grep or a logger wrote into the text (ESC[31m), a
-# cursor key typed where nothing edits the line (ESC[D), a hyperlink or window title (ESC]8;;url ESC\), a character
-# set (ESC(B, tput sgr0's), a function key (F1: ESC O P) or Alt with a key (ESC b), a cursor save or keypad mode
-# (ESC 7, ESC =). Their ESC alone is a control character: removed alone, it left "[31m" or "OP" in the text. CSI
-# ESC[ to its final byte (parameters 0x30-0x3F, intermediates 0x20-0x2F, a final 0x40-0x7E), OSC (ESC]) to its BEL
-# or ST, SS2/SS3 (ESC N, ESC O) with their one character of 0x40-0x7E (a key: ESC O P), ESC and one character
-# of the others (not those that begin a string), and ESC N or ESC O before anything else alone (Alt+Shift+O; not SS3:
-# a following space, digit or Hangul stays). U+009B, CSI in one character, is more often "›" (CP1252's 0x9B) read as
-# Latin-1 than a terminal's: it starts a sequence only before a parameter byte (U+009B 31m, U+009B ?25h), else it is
-# a control character alone ("\x9bNext" is "Next", not "ext"). So is U+009D, OSC in one character, which curly quotes'
-# UTF-8 read as Latin-1 holds (U+201D ends in 0x9D, U+201C in 0x9C, ST): it starts a string only before its number
-# (U+009D 0;title BEL), else the words up to the next opening quote went with it. Written for Python and JavaScript
-# (the web page compiles the pattern as it is).
-ESCAPE_SEQUENCE = re.compile(r"(?:\x1b\[[0-?]*|\x9b[0-?]+)[ -/]*[@-~]"
+# cursor key typed where nothing edits the line (ESC[D), a hyperlink or window title (ESC]8;;url ESC\), a character set
+# (ESC(B, tput sgr0's), a function key (F1: ESC O P; ESC[[A on the Linux console, whose F1-F5 end in a letter after "[",
+# not a CSI's final byte) or Alt with a key (ESC b), a cursor save or keypad mode (ESC 7, ESC =). Their ESC alone is a
+# control character: removed alone, it left "[31m" or "OP" in the text. CSI ESC[ to its final byte (parameters
+# 0x30-0x3F, intermediates 0x20-0x2F, a final 0x40-0x7E), OSC (ESC]) to its BEL or ST, SS2/SS3 (ESC N, ESC O) with their
+# one character of 0x40-0x7E (a key: ESC O P), ESC and one character of the others (not those that begin a string), and
+# ESC N or ESC O before anything else alone (Alt+Shift+O; not SS3: a following space, digit or Hangul stays). U+009B,
+# CSI in one character, is more often "›" (CP1252's 0x9B) read as Latin-1 than a terminal's: it starts a sequence only
+# before a parameter byte (U+009B 31m, U+009B ?25h), else it is a control character alone ("\x9bNext" is "Next", not
+# "ext"). So is U+009D, OSC in one character, which curly quotes' UTF-8 read as Latin-1 holds (U+201D ends in 0x9D,
+# U+201C in 0x9C, ST): it starts a string only before its number (U+009D 0;title BEL), else the words up to the next
+# opening quote went with it. Written for Python and JavaScript (the web page compiles the pattern as it is).
+ESCAPE_SEQUENCE = re.compile(r"\x1b\[\[[A-E]|(?:\x1b\[[0-?]*|\x9b[0-?]+)[ -/]*[@-~]"
                              r"|(?:\x1b\][^\x07\x1b\x9c]*|\x9d[0-9]+(?:;[^\x07\x1b\x9c]*)?)(?:\x07|\x1b\\|\x9c)"
                              r"|\x1b[()*+][0-~]|\x1b[NO][@-~]|\x1b[0-OQ-WYZ\\`-~]")
 _SURROGATE = re.compile("[\ud800-\udfff]")

@@ -870,7 +870,7 @@ def test_invisible_lines_long_words_and_the_news_of_a_result(translator, serve_s
                        "ＴＶ를 봐요．\uff01\uff5e \uff21\u200d가 \uff45\u200d\u0301",   # (full-width: folded)
                        "\x1b[31m빨강\x1b[0m a\x1b[Db \x1b]8;;u\x1b\\l\x1b]8;;\x07 \x1b(B\x9b0m. \x1b]0;t \x1b[",   # (colours)
                        "안녕\x1bOP하세요 \x1bOA \x1b7a\x1bbc\x1b8 \x1b=d\x1b> \x1b\\e \x1bP1 \x1bO",   # (F1, Alt+b, ...)
-                       "안녕\x1bO하세요 가\x1bO 나 \x1bO1 \x1bN~다",   # (ESC O, not SS3: alone)
+                       "안녕\x1bO하세요 가\x1bO 나 \x1bO1 \x1bN~다 \x1b[[E라",   # (ESC O, not SS3: alone; Linux F5)
                        "\x9bNext \x9b Products \x9b12 가 \x9b?25l\x9b0;1m굵게\x9b0 q",   # (U+009B: CSI if a parameter)
                        # (U+009D: OSC before a number only; curly quotes' UTF-8 read as Latin-1 hold it)
                        "\xe2\x80\x9cHi,\xe2\x80\x9d he said. \xe2\x80\x9c가\x9d2 나\x9c \x9d0;t\x9c\x9d8;;u\x07l"]

@@ -215,6 +215,7 @@ def test_files_shifted_by_a_line_with_a_blank_end_are_said_to_look_misaligned(wr
                                    "character(s)"),
     ("lone \x1b x", "lone x", "1 control character(s)"),   # an ESC that starts no sequence goes alone
     ("안녕\x1bOP하세요 \x1bOA", "안녕하세요", "2 terminal escape sequence(s)"),   # F1, an arrow key (SS3): "OP" stayed
+    ("가\x1b[[A나 \x1b[[E끝", "가나 끝", "2 terminal escape sequence(s)"),   # the Linux console's F1, F5: "A" stayed
     ("안녕\x1bO하세요 \x1bO", "안녕하세요", "2 terminal escape sequence(s)"),   # ESC O, not SS3: "O" stayed
     ("가\x1bO 나 \x1bO1 \x1bN~다", "가 나 1 다", "3 terminal escape sequence(s)"),   # SS3 took the space, the digit
     ("\x1b7a\x1bbc\x1b8 \x1b=d\x1b>", "ac d", "5 terminal escape sequence(s)"),   # a cursor saved, Alt+b, keypad

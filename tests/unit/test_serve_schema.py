@@ -187,7 +187,7 @@ def test_the_page_gets_the_servers_character_classes():
     if node:   # the terminal escape sequences, a pattern the page compiles as it is: the same matches in JavaScript
         texts = ["\x1b[31m빨강\x1b[0m", "a\x1b[Db \x1b[1;2;3 ~x", "\x1b]8;;u\x1b\\l\x1b]8;;\x07!", "\x1b(B\x9b0m\x9d0;t\x9c.",
                  "\x1b]0;cut", "\x1b x \x1b[", "[31m", "\x1bOP\x1b7a\x1bbc\x1b\\d\x1bP",
-                 "안녕\x1bO하세요 가\x1bO 나 \x1bO1 \x1bN~", "\x9bNext \x9b Products \x9b12 가 \x9b?25l\x9b0 q",
+                 "안녕\x1bO하세요 가\x1bO 나 \x1bO1 \x1bN~ 가\x1b[[A나", "\x9bNext \x9b Products \x9b12 가 \x9b?25l\x9b0 q",
                  "\xe2\x80\x9cHi,\xe2\x80\x9d he said. \xe2\x80\x9c가\x9d2 나\x9c \x9d0;t\x9c\x9d8;;u\x07l"]
         script = f"const r = new RegExp({json.dumps(rules['escapes'])}, 'gu'); " \
                  f"console.log(JSON.stringify({json.dumps(texts)}.map((x) => x.replace(r, ''))))"
