@@ -187,12 +187,18 @@ def refuse_overwriting(flag: str, output, inputs: dict, model_dirs=()) -> None:
                               f"the model needs; {'write it elsewhere' if stdout else f'give another {flag}'}")
     _refuse_same(named, status, inputs)
     if not stdout:
-        _writable_descriptor(flag, output, descriptor(output))
+        _writable(flag, output, descriptor(output))
 
 
-def _writable_descriptor(flag: str, output: str, fd) -> None:
-    """ConfigError, before any work, if the output `output` names a descriptor (`fd`) that is not open for writing."""
+def _writable(flag: str, output: str, fd) -> None:
+    """ConfigError (CorpusError: `output_dir`), before any work, if the output `output` names a descriptor (`fd`) that
+    is not open for writing, or is an --output file that cannot be written: opened only once a first line is read
+    (`open_output`, which makes its directories), it would be said only after one is typed, or comes down a pipe."""
     import fcntl
+    if fd is None and flag == "--output" and not os.path.isfile(output):   # (nothing made or emptied here)
+        output_dir(flag, Path(output).parent, file=output)
+    elif fd is None and flag == "--output" and not os.access(output, os.W_OK):   # (an existing one: written in place)
+        raise ConfigError(f"{flag} {output}: cannot write it (permission denied)")
     if fd is None:
         return
     try:

@@ -1012,6 +1012,36 @@ def test_typed_lines_with_an_output_file_say_where_they_go(tr, tmp_path):
             p.kill()
 
 
+@pytest.mark.parametrize("output", ["afile/out.en", "adir", "read-only.en"])
+def test_an_output_that_cannot_be_written_is_said_before_a_first_line_comes(tr, tmp_path, output):
+    """Since the --output file is opened only once a first line is read well (an input refused at its start leaves
+    an existing file as it was), one that cannot be written was said only then: after the user had typed a first
+    sentence at the prompt, or once a slow pipe gave one. It is found at the start again, nothing made or emptied."""
+    (tmp_path / "afile").write_text("x\n")
+    (tmp_path / "adir").mkdir()
+    (tmp_path / "read-only.en").write_text("kept\n")
+    os.chmod(tmp_path / "read-only.en", 0o444)
+    if output == "read-only.en" and os.access(tmp_path / output, os.W_OK):   # (root writes it all the same)
+        pytest.skip("a file with no write permission is writable for root")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    p = subprocess.Popen([sys.executable, str(REPO / "scripts" / "translate.py"), "--model-dir", str(tr.model_dir),
+                          "--output", output, "--beam-size", "1"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, cwd=tmp_path, env=env)
+    try:   # (the pipe stays open, with no line in it: a program that has not written one yet)
+        p.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"--output {output}: still waiting for a first line to say it cannot be written")
+    finally:
+        p.kill()
+        p.stdin.close()
+    err = p.stderr.read()
+    says = {"afile/out.en": "cannot make its directory afile (a file is in its path)",
+            "adir": "--output adir is a directory", "read-only.en": "cannot write it (permission denied)"}[output]
+    assert p.returncode == 2 and says in err.decode(), err.decode()
+    assert sorted(os.listdir(tmp_path)) == ["adir", "afile", "read-only.en"] and not os.listdir(tmp_path / "adir")
+    assert (tmp_path / "read-only.en").read_text() == "kept\n"
+
+
 class _Terminal(io.BytesIO):
     """Bytes typed at a terminal: standard input that says it is one."""
 
