@@ -99,12 +99,15 @@ def _gone(path: PathLike) -> bool:
 
 
 @contextlib.contextmanager
-def guarded_write(path: PathLike, needed: Optional[int] = None) -> Iterator[None]:
-    """Turn a full disk, a permission or a read-only error raised while writing `path` into a StorageError.
-    Other errors pass through unchanged."""
+def guarded_write(path: PathLike, needed: Optional[int] = None, scratch: str = "") -> Iterator[None]:
+    """Turn a full disk, a permission or a read-only error raised while writing `path` into a StorageError; `scratch`:
+    what `path` is, in a temporary directory, whose full disk is said as `scratch_full` says it (no flag chooses it:
+    TMPDIR, not "another disk"). Other errors pass through unchanged."""
     try:
         yield
     except OSError as e:
+        if scratch and e.errno in _FULL:
+            raise StorageError(scratch_full(Path(path).parent, scratch, needed)) from None
         if is_fixable(e):
             raise write_failure(path, e, needed) from None
         raise

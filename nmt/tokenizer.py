@@ -330,7 +330,7 @@ def train_tokenizer(lines: Sequence[str], out_dir: PathLike, lang: str, vocab_si
 
     with scratch_dir(tempfile.gettempdir(), "nmt-spm-") as tmp:   # (a killed run's text stayed there for good)
         text_file = tmp / "train.txt"
-        with guarded_write(text_file):   # the SentencePiece input, in the temporary directory
+        with guarded_write(text_file, scratch=f"the {lang} tokenizer's training text"):   # SentencePiece's input
             n_content = _write_training_text(lines, text_file, lang)
         prefix = tmp / "spm"
         try:

@@ -1,6 +1,7 @@
 """SentencePiece tokenizer: training conventions, round trips, small data, errors, reuse."""
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import random
@@ -539,6 +540,14 @@ def test_a_full_temporary_directory_is_said_in_one_wording(tmp_path, monkeypatch
     monkeypatch.setattr(spm.SentencePieceTrainer, "train", short)
     with pytest.raises(TokenizerError) as e:
         train_tokenizer(synthetic_lines(KO_WORDS, n=200), tmp_path / "m", "ko", 400)
+    said.append(str(e.value))
+    from nmt import tokenizer
+
+    def no_room(lines, path, lang):   # (its training text, the first file written in $TMPDIR: said in a fourth way,
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))   # "choose a directory on another disk")
+    monkeypatch.setattr(tokenizer, "_write_training_text", no_room)
+    with pytest.raises(StorageError) as e:
+        train_tokenizer(synthetic_lines(EN_WORDS, n=50), tmp_path / "m", "en", 100)
     said.append(str(e.value))
     one = re.compile(r"the temporary directory (\S+): 4\.0 KiB free, too little for (.+); free some space there or set "
                      r"TMPDIR to a directory with (about [\d.]+ \w+ free|more room)$")
