@@ -1217,7 +1217,7 @@ def test_a_lower_keep_last_prunes_at_the_next_checkpoint_not_in_a_resume_that_sa
     assert list_params_files(model_dir) == [ckpt.params_file(s) for s in (2, 4, 6)]
     assert load_params(model_dir, "2")
     assert ("INFO nmt.checkpoint: --keep-last 1: this run saved no checkpoint, so it keeps the 3 it had until its next "
-            "one, which keeps the last 1 (steps 2, 4 go then)" in (model_dir / ckpt.LOG).read_text())
+            "one, which keeps the last 1 (steps 2, 4, 6 go then)" in (model_dir / ckpt.LOG).read_text())
     assert train_main(resume + ["--max-steps", "8"]) == 0   # (its --keep-last 1, from config.json)
     assert list_params_files(model_dir) == [ckpt.params_file(8)]
     assert ckpt.TrainState.load(model_dir).params_files == [ckpt.params_file(8)]

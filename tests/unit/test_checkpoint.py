@@ -279,3 +279,31 @@ def test_kill_9_mid_training_leaves_a_resumable_directory(tmp_path):
                         "--max-steps", str(state.step + 3)], capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     assert ckpt.TrainState.load(model_dir).step == state.step + 3
+
+
+@pytest.mark.parametrize("files, stop, keep, going", [
+    ([2, 4, 6], 0, 1, "steps 2, 4, 6 go"), ([2, 4, 6], 0, 2, "steps 2, 4 go"), ([2, 4, 6, 8], 0, 3, "steps 2, 4 go"),
+    ([2, 4, 5], 5, 2, "steps 2, 5 go"), ([2, 4, 5], 5, 1, "steps 2, 4, 5 go")])
+def test_a_lowered_keep_last_names_every_checkpoint_its_next_save_removes(tmp_path, files, stop, keep, going):
+    """A resume that saves none with a lower --keep-last named the checkpoints beyond it as those the next save
+    removes ("steps 2, 4 go" for --keep-last 1 of 2, 4, 6): that save keeps itself and the last keep - 1 of them
+    (not a stop's checkpoint, `save_checkpoint`), so 6 went too."""
+    import logging
+    from types import SimpleNamespace
+    from nmt.resume import record_stop
+    state = ckpt.TrainState(step=files[-1], params_files=[ckpt.params_file(s) for s in files],
+                            stop_file=ckpt.params_file(stop) if stop else "", stopped="max_steps")
+    cfg = SimpleNamespace(train=SimpleNamespace(keep_last=keep))
+    trainer = SimpleNamespace(state=state, model_dir=tmp_path, cfg=cfg)
+    said, logger = [], logging.getLogger("nmt.checkpoint")
+    handler, level = logging.Handler(), logger.level
+    handler.emit = lambda record: said.append(record.getMessage())
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        record_stop(trainer)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    assert len(said) == 1 and said[0].endswith(f"keeps the last {keep} ({going} then)"), said
+    assert ckpt.TrainState.load(tmp_path).params_files == state.params_files
