@@ -41,10 +41,11 @@ def machine(load_at_start: Optional[Sequence[float]] = None) -> dict:
 
 
 def check_outputs(model_dirs: Sequence = (), inputs: Optional[dict] = None, **paths) -> None:
-    """Each report file (flag name -> path, None: not asked for) made writable before the measurement, its missing
-    directories made: a path that cannot be written is a one-line error naming the flag now, not a traceback after
-    minutes of measuring (`nmt.cli_io.output_dir`). One that is a file of `model_dirs` (config.json, params.best
-    ...), one of the `inputs` (flag -> file) or another flag's report is refused: the report would replace it."""
+    """Each report file (flag name -> path, None: not asked for) found writable before the measurement (its missing
+    directories are made as it is written): a path that cannot be written is a one-line error naming the flag now,
+    not a traceback after minutes of measuring (`nmt.cli_io.output_dir`). One that is a file of `model_dirs`
+    (config.json, params.best ...), one of the `inputs` (flag -> file) or another flag's report is refused: the report
+    would replace it."""
     from nmt.cli_io import output_dir, refuse_overwriting
     from nmt.config import ConfigError
     from nmt.textfile import UNFLUSHABLE
