@@ -67,3 +67,33 @@ def test_a_torn_metrics_row_is_dropped_before_the_next_is_appended(tmp_path):
     assert [r["step"] for r in read_metrics(path)] == [160, 180, 200]
     MetricsWriter(path).keep_until(200)   # whole rows: left as they are
     assert path.read_text(encoding="utf-8") == '{"step": 160}\n{"step": 180}\n{"step": 200}\n'
+
+
+@pytest.mark.parametrize("verbose", [False, True], ids=["plain", "-v"])
+def test_warnings_given_before_are_lowered_only_within_warned_before(tmp_path, capsys, verbose):
+    """`warned_before` (nmt-evaluate --dev-set reading a model's training data again) shows the warnings of what it
+    wraps as DEBUG lines, on the console and in the log file, and one line counts them but at -v. Only within it:
+    a warning given after it is a warning again (the filter removed), and an error within it stays an error."""
+    import logging
+    from nmt.log import logging_kept, setup_logging, warned_before
+    log = tmp_path / "run.log"
+
+    @logging_kept
+    def command():
+        setup_logging(log, level=logging.DEBUG if verbose else logging.INFO)
+        said = logging.getLogger("nmt.recipes")
+        with warned_before("the data read again"):
+            said.warning("held out 1")
+            said.warning("held out 2")
+            said.error("an error within")
+        said.warning("a warning after")
+    command()
+    for text in (capsys.readouterr().err, log.read_text(encoding="utf-8")):
+        assert "ERROR nmt.recipes: an error within" in text and "WARNING nmt.recipes: a warning after" in text, text
+        assert "WARNING nmt.recipes: held out" not in text, text
+        count = "INFO nmt: the data read again: 2 warnings left out, which its training gave (-v shows them)"
+        if verbose:
+            assert "DEBUG nmt.recipes: held out 1" in text and "DEBUG nmt.recipes: held out 2" in text, text
+            assert "left out" not in text, text
+        else:
+            assert "held out" not in text and count in text, text
