@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from nmt.cleaning import clean_training_pairs
-from nmt.corpus import MAX_LINE_CHARS, CorpusError, Pairs, concat, normalize, read_parallel, read_tsv
+from nmt.corpus import MAX_LINE_CHARS, CorpusError, Pairs, concat, normalize, read_lines, read_parallel, read_tsv
 from nmt.rest_markup import strip_rest_markup
 from tests.synth import damaged
 
@@ -276,13 +276,47 @@ def test_the_summary_counts_lines_with_sequences_and_with_control_characters_apa
     lines = ["\x1b[31m가\x1b[0m", "\x00나", "\x1b[1m다\x07", "라"] + ["\x1bOP마"] * CONTROL_WARNINGS
     for i, line in enumerate(lines, 1):
         _read_line(line.encode(), False, i, ("in.ko", None), "error", False, stats)
-    assert len([r for r in nmt_logs if "removed before translating" in r.getMessage()]) == CONTROL_WARNINGS
+    warned = [r.getMessage() for r in nmt_logs if "removed before translating" in r.getMessage()]
+    last = " (the last such warning; the summary counts them all)"   # (on the last one said, and only there)
+    assert [w.endswith(last) for w in warned] == [False] * (CONTROL_WARNINGS - 1) + [True], warned
     nmt_logs.clear()
     tr = SimpleNamespace(truncated=0, cut_off=0, left_out=0, src_lang="ko", tgt_lang="en")
     _summary(tr, stats, "in.ko", [0, 0, 0])   # (it said "; 8 with control characters removed")
     assert messages(nmt_logs).endswith(f"; {2 + CONTROL_WARNINGS} with terminal escape sequences removed; 2 with "
                                        "control characters removed")
     assert (stats.escapes, stats.controls) == (2 + CONTROL_WARNINGS, 2)
+    nmt_logs.clear()
+    for stats in (StreamStats(lines=3, escapes=1), StreamStats(lines=3, controls=1), StreamStats(lines=3)):
+        _summary(tr, stats, "in.ko", [0, 0, 0])   # (what none lost is not said: no "; 0 with ...")
+    assert [m.split(" lines/s)")[1] for m in messages(nmt_logs).splitlines()] == [
+        "; 1 with terminal escape sequences removed", "; 1 with control characters removed", ""]
+
+
+def test_a_streams_output_is_opened_once_at_its_first_line_read_well(monkeypatch):
+    """`translate_stream` given a function that opens its output (nmt-translate's --output, which replaces a file):
+    called once, as the first line is read well (before its chunk is translated: an output that cannot be opened is
+    said before the work), or at the end of an empty input; not for a line refused at the start."""
+    import io
+    from nmt import stream
+    from nmt.corpus import CorpusError
+    said = []
+    monkeypatch.setattr(stream, "translation_rows", lambda tr, lines, first, *rest: (
+        said.append(f"translate {first}+{len(lines)}") or ([x.upper() for x in lines], [[] for _ in lines])))
+
+    def run(raw, **kw) -> str:
+        said.clear()
+        out = io.StringIO()
+        stream.translate_stream(None, [(x, False) for x in raw], lambda: said.append("open") or out, name="in.ko",
+                                chunk_lines=2, **kw)
+        return out.getvalue()
+    assert run([b"a", b"b", b"c"]) == "A\nB\nC\n" and said == ["open", "translate 1+2", "translate 3+1"]
+    assert run([]) == "" and said == ["open"]
+    refused = []
+    assert run([b"\xff", b"a"], on_bad_line=refused.append) == "A\n" and said == ["open", "translate 2+1"]
+    assert [str(e).split(":")[:2] for e in refused] == [["in.ko", "1"]]
+    with pytest.raises(CorpusError, match="in.ko:1: invalid UTF-8"):
+        run([b"\xff", b"a"])
+    assert said == []
 
 
 def test_a_one_line_file_ended_by_a_cr_is_that_line(write_file):
@@ -309,6 +343,13 @@ def test_what_reading_changes_in_a_line_is_said_naming_the_lines(write_file, nmt
     read_parallel(tsv, write_file("p.en", EN))
     assert (f"{tsv}: every line holds a tab, read as a space: the columns of a TSV file? give one file per side "
             f"(e.g. `cut -f1 {tsv}`)") in messages(nmt_logs)
+    nmt_logs.clear()   # two lines are columns too, a blank line between them none
+    two = write_file("two.tsv", [f"{KO[0]}\t{EN[0]}", "", f"{KO[1]}\t{EN[1]}"])
+    assert read_lines(two) == [f"{KO[0]} {EN[0]}", "", f"{KO[1]} {EN[1]}"]
+    assert f"{two}: every line holds a tab, read as a space" in messages(nmt_logs)
+    nmt_logs.clear()
+    read_lines(write_file("one.ko", [f"{KO[0]}\t{EN[0]}"]))   # one line's tab: no sign of columns
+    assert "tab" not in messages(nmt_logs)
 
 
 def test_a_max_chars_over_the_line_limit_is_taken_and_the_limit_named(write_file, tmp_path):
@@ -761,11 +802,11 @@ def test_read_tsv_warns_of_what_it_removes_as_the_plain_readers_do(write_file, n
     """Tatoeba's kor.txt (any TSV source) lost control characters and terminal escape sequences without a word, where
     the same lines as two plain files were warned of, naming the lines; an ignored column loses nothing to warn of."""
     path = write_file("w.tsv", [f"{EN[0]}\t{KO[0]}\tCC-BY \x00#1", f"\x1b[31m{EN[1]}\x1b[0m\t{KO[1]}\x07",
-                                f"{EN[2]}\t{KO[2]}\u2028", f"{EN[0]}\x01\t\x1bOP{KO[0]}"])
+                                f"{EN[2]}\t{KO[2]}\u2028", f"{EN[0]}\x01\t\x1bOP{KO[0]}", f"{EN[1]}\x00\t\x00{KO[1]}"])
     pairs = read_tsv(path, 1, 0)
-    assert pairs.src == KO + KO[:1] and pairs.tgt == EN + EN[:1]
-    assert messages(nmt_logs).splitlines() == [
-        f"{path}: 2 line(s) with control character(s), removed: line 2, 4",
+    assert pairs.src == KO + KO[:2] and pairs.tgt == EN + EN[:2]
+    assert messages(nmt_logs).splitlines() == [   # (line 5, with some in both columns: one line)
+        f"{path}: 3 line(s) with control character(s), removed: line 2, 4, 5",
         f"{path}: 2 line(s) with terminal escape sequence(s) (colours, cursor keys: ESC[31m ...), removed whole: line "
         "2, 4",
         f"{path}: 1 line(s) with a line break or separator other than LF (U+2028, form feed, U+001F, ...), read as a "
@@ -1005,15 +1046,17 @@ def test_the_mojibake_check_reads_a_block_of_lines_at_a_time(tmp_path, monkeypat
              "no latin-1": b"".join(lines[:150] + ["漢字\n".encode()] + lines[150:]),
              "not utf-8": b"".join(lines[:3] + [b"\xff\n"] + lines[3:]),
              "a bom inside": b"".join(lines[:70] + ["\ufeff".encode() + lines[70]] + lines[71:]),
-             "cp1252": b"".join(lines[:20] + [lossy] + lines[20:])}
-    monkeypatch.setattr(textfile, "UNDO_BLOCK", 64)   # many blocks, and the answer's line within one
-    said = {}
-    for name, data in files.items():
-        (tmp_path / "f.ko").write_bytes(data)
-        assert textfile.undo_latin1_loses(tmp_path / "f.ko") == _whole_file_answer(tmp_path / "f.ko"), name
-        said[name] = textfile.undo_latin1_loses(tmp_path / "f.ko")
-    assert said == {"whole": 0, "bom": 0, "no line end": 0, "empty": 0, "a lost byte": 98, "no latin-1": 151,
-                    "not utf-8": 4, "a bom inside": 71, "cp1252": 21}, said
+             "cp1252": b"".join(lines[:20] + [lossy] + lines[20:]),
+             "bom, then a loss": "\ufeff".encode() + b"".join(lines[:1] + [lossy] + lines[1:])}
+    for block in (64, 1):   # many blocks, and the answer's line within one; each line a block (a BOM inside starts one)
+        monkeypatch.setattr(textfile, "UNDO_BLOCK", block)
+        said = {}
+        for name, data in files.items():
+            (tmp_path / "f.ko").write_bytes(data)
+            assert textfile.undo_latin1_loses(tmp_path / "f.ko") == _whole_file_answer(tmp_path / "f.ko"), name
+            said[name] = textfile.undo_latin1_loses(tmp_path / "f.ko")
+        assert said == {"whole": 0, "bom": 0, "no line end": 0, "empty": 0, "a lost byte": 98, "no latin-1": 151,
+                        "not utf-8": 4, "a bom inside": 71, "cp1252": 21, "bom, then a loss": 2}, (block, said)
     # two kinds of loss: the first line, as the docstring says (the whole file's decoding named line 100 first)
     (tmp_path / "f.ko").write_bytes(b"".join(lines[:2] + ["漢字\n".encode()] + lines[2:98] + [b"\xff\n"] + lines[98:]))
     assert textfile.undo_latin1_loses(tmp_path / "f.ko") == 3 and _whole_file_answer(tmp_path / "f.ko") == 100
