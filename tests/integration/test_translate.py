@@ -196,6 +196,18 @@ def test_nmt_translate_counts_the_lines_whose_byte_pieces_are_left_out(tr, src_l
     assert f"input lines 1, 2, 3: 3 {Translator.LEFT_OUT}" in err, err
 
 
+def test_an_output_in_a_new_directory_is_made_once_a_line_is_read_well(tr, tmp_path, capsys):
+    """--output new/dir/out.en: its missing directories are made (as nmt-evaluate's --json FILE's are), as the output
+    is opened once the input's first line is read well; an input refused at its start leaves none of them behind."""
+    out, bad, good = tmp_path / "new" / "dir" / "out.en", tmp_path / "u16.ko", tmp_path / "in.ko"
+    bad.write_bytes("리 니\n".encode("utf-16"))
+    code, _, err = run(["--model-dir", tr.model_dir, "--input", bad, "--output", out], capsys)
+    assert code == 2 and "the input is UTF-16 (" in err and not (tmp_path / "new").exists(), err
+    good.write_text("리 니\n차\n", encoding="utf-8")
+    code, _, err = run(["--model-dir", tr.model_dir, "--input", good, "--output", out, "--beam-size", "1"], capsys)
+    assert code == 0 and len(out.read_text(encoding="utf-8").splitlines()) == 2, err
+
+
 def test_the_length_limit_and_byte_piece_warnings_list_their_lines_alike(tr, src_lines, caplog, monkeypatch):
     """The length-limit warning listed its lines by hand ("1, ..., 10 and 3 more") where the byte-piece warning used
     `line_list` ("1, ..., 10 (and 3 more)"): both list them with it now, and so say their "and N more" alike. (Each
