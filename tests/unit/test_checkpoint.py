@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -307,3 +308,40 @@ def test_a_lowered_keep_last_names_every_checkpoint_its_next_save_removes(tmp_pa
         logger.setLevel(level)
     assert len(said) == 1 and said[0].endswith(f"keeps the last {keep} ({going} then)"), said
     assert ckpt.TrainState.load(tmp_path).params_files == state.params_files
+
+
+@pytest.mark.parametrize("stop", [True, False], ids=["stopped-at-6", "ran-on"])
+@pytest.mark.parametrize("keep", [1, 2, 3])
+def test_a_stop_that_saves_no_checkpoint_names_what_a_lowered_keep_last_prunes_later(tmp_path, caplog, keep, stop):
+    """`record_stop` (a resume that stopped without saving a checkpoint, given a lower --keep-last): state.json saved
+    with why it stopped, the checkpoints beyond the --keep-last kept on disk, and named in one INFO line as those its
+    next checkpoint removes (`save_checkpoint`'s pruning, which also drops a stop's checkpoint): "steps 2, 4 go
+    then" was said with --keep-last 1, and step 6 went too. None beyond it: no line."""
+    from types import SimpleNamespace
+    from nmt.resume import record_stop
+    net = SimpleNamespace(save_parameters=lambda path: mx.nd.save(path, {"w": mx.nd.zeros((1,))}))
+    opt = SimpleNamespace(save_states=lambda path: Path(path).write_bytes(b"s"))
+    state = ckpt.TrainState()
+    for step in (2, 4, 6):
+        state.step, state.stopped = step, "max_steps" if stop and step == 6 else ""
+        ckpt.save_checkpoint(tmp_path, net, opt, state, 3, is_best=False)
+    files = [ckpt.params_file(s) for s in (2, 4, 6)]
+    assert state.params_files == files and state.stop_file == (files[-1] if stop else "")
+    trainer = SimpleNamespace(state=state, model_dir=tmp_path,
+                              cfg=SimpleNamespace(train=SimpleNamespace(keep_last=keep)))
+    state.stopped = "max_steps"
+    with caplog.at_level("INFO", logger="nmt.checkpoint"):
+        record_stop(trainer)
+    assert ckpt.TrainState.load(tmp_path).stopped == "max_steps"
+    assert ckpt.TrainState.load(tmp_path).params_files == files and all((tmp_path / f).exists() for f in files)
+    said = [r.getMessage() for r in caplog.records if r.name == "nmt.checkpoint"]
+    if keep == 3:
+        assert said == []
+        return
+    found = re.fullmatch(rf"--keep-last {keep}: this run saved no checkpoint, so it keeps the 3 it had until its next "
+                         rf"one, which keeps the last {keep} \(steps ([\d, ]+) go then\)", said[0])
+    assert len(said) == 1 and found, said
+    named = [int(s) for s in found[1].split(", ")]
+    state.step, state.stopped = 8, ""
+    ckpt.save_checkpoint(tmp_path, net, opt, state, keep, is_best=False)   # the next checkpoint
+    assert sorted(set((2, 4, 6)) - {ckpt.params_step(p.name) for p in tmp_path.glob("params.0*")}) == named, said
