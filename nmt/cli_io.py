@@ -178,7 +178,7 @@ def refuse_overwriting(flag: str, output, inputs: dict, model_dirs=()) -> None:
             raise ConfigError(f"{flag} {output}: a file name of {len(os.fsencode(Path(output).name))} bytes, more than "
                               "a file system takes (255)" + ("; --hyp-dir names its files after the set: give a "
                                                             "shorter --name" if flag == "--hyp-dir" else ""))
-    target = None if stdout else Path(output).resolve()
+    target = None if stdout else Path(os.path.realpath(output))   # (Path.resolve raised on a loop of links)
     for model_dir in model_dirs:   # (the files a run keeps there: checkpoint.OWN_FILE; also a hard link to one)
         own = [p for p in Path(model_dir).iterdir() if OWN_FILE.fullmatch(p.name)] if Path(model_dir).is_dir() else []
         if (target is not None and target.parent == Path(model_dir).resolve() and OWN_FILE.fullmatch(target.name)
@@ -195,10 +195,11 @@ def _writable(flag: str, output: str, fd) -> None:
     is not open for writing, or is an --output file that cannot be written: opened only once a first line is read
     (`open_output`, which makes its directories), it would be said only after one is typed, or comes down a pipe."""
     import fcntl
+    from nmt.storage import unwritable_file
+    if fd is None and flag == "--output" and (why := unwritable_file(output)):   # (an existing one: written in place)
+        raise ConfigError(f"{flag} {output}: {why}")
     if fd is None and flag == "--output" and not os.path.isfile(output):   # (nothing made or emptied here)
         output_dir(flag, Path(output).parent, file=output)
-    elif fd is None and flag == "--output" and not os.access(output, os.W_OK):   # (an existing one: written in place)
-        raise ConfigError(f"{flag} {output}: cannot write it (permission denied)")
     if fd is None:
         return
     try:

@@ -165,6 +165,31 @@ def check_writable(directory: PathLike, flag: str = "--model-dir", shown: Option
             probe.unlink()
 
 
+def unwritable_file(path: PathLike) -> str:
+    """Why the file `path` could not be opened for writing in place once its missing directories are made, found
+    without making or emptying anything; "" when nothing is found (a directory, or a missing file's directories, are
+    `nmt.cli_io.output_dir`'s to say): an existing file that may not be written (no permission, a read-only file
+    system: opened for writing here, not truncated), a name ending in "/" (a directory's), or a symbolic link to no
+    file, whose file opening cannot make (its directory missing or not writable: opening makes no directory)."""
+    name = os.fspath(path)
+    if os.path.isdir(name):
+        return ""
+    if name.endswith("/"):
+        return "a name ending in / is a directory's; give the file to write"
+    if os.path.isfile(name):
+        try:
+            os.close(os.open(name, os.O_WRONLY | os.O_NOCTTY))
+        except OSError as e:
+            return f"cannot write it ({e.strerror.lower()})"
+        return ""
+    if not os.path.islink(name) or os.path.exists(name):
+        return ""
+    target = Path(os.path.realpath(name))
+    why = ("a loop of links" if target.is_symlink() else f"no directory {target.parent}" if not target.parent.is_dir()
+           else "" if os.access(target.parent, os.W_OK | os.X_OK) else f"{target.parent} is not writable")
+    return why and f"a symbolic link to {os.readlink(name)}, whose file cannot be made ({why})"
+
+
 def mxnet_name(path: PathLike, flag: str = "") -> str:
     """`path` as MXNet's file functions take it, which encode a name as UTF-8; a StorageError naming it (after
     `flag`) when the file system's bytes for it are not that (a directory name in CP949 from a Windows archive, or a

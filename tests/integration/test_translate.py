@@ -1024,15 +1024,19 @@ def test_typed_lines_with_an_output_file_say_where_they_go(tr, tmp_path):
             p.kill()
 
 
-@pytest.mark.parametrize("output", ["afile/out.en", "adir", "read-only.en"])
+@pytest.mark.parametrize("output", ["afile/out.en", "adir", "read-only.en", "to-nowhere.en", "loop.en", "new/"])
 def test_an_output_that_cannot_be_written_is_said_before_a_first_line_comes(tr, tmp_path, output):
     """Since the --output file is opened only once a first line is read well (an input refused at its start leaves
     an existing file as it was), one that cannot be written was said only then: after the user had typed a first
-    sentence at the prompt, or once a slow pipe gave one. It is found at the start again, nothing made or emptied."""
+    sentence at the prompt, or once a slow pipe gave one. It is found at the start again, nothing made or emptied:
+    also a symbolic link to a file in no directory, or to itself (a traceback of Path.resolve), and a name ending in
+    "/" (opening made no directory)."""
     (tmp_path / "afile").write_text("x\n")
     (tmp_path / "adir").mkdir()
     (tmp_path / "read-only.en").write_text("kept\n")
     os.chmod(tmp_path / "read-only.en", 0o444)
+    (tmp_path / "to-nowhere.en").symlink_to("gone/out.en")
+    (tmp_path / "loop.en").symlink_to("loop.en")
     if output == "read-only.en" and os.access(tmp_path / output, os.W_OK):   # (root writes it all the same)
         pytest.skip("a file with no write permission is writable for root")
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
@@ -1048,10 +1052,14 @@ def test_an_output_that_cannot_be_written_is_said_before_a_first_line_comes(tr, 
         p.stdin.close()
     err = p.stderr.read()
     says = {"afile/out.en": "cannot make its directory afile (a file is in its path)",
-            "adir": "--output adir is a directory", "read-only.en": "cannot write it (permission denied)"}[output]
+            "adir": "--output adir is a directory", "read-only.en": "cannot write it (permission denied)",
+            "to-nowhere.en": f"a symbolic link to gone/out.en, whose file cannot be made (no directory "
+                             f"{tmp_path}/gone)",
+            "loop.en": "a symbolic link to loop.en, whose file cannot be made (a loop of links)",
+            "new/": "--output new/: a name ending in / is a directory's; give the file to write"}[output]
     assert p.returncode == 2 and says in err.decode(), err.decode()
-    assert sorted(os.listdir(tmp_path)) == ["adir", "afile", "read-only.en"] and not os.listdir(tmp_path / "adir")
-    assert (tmp_path / "read-only.en").read_text() == "kept\n"
+    assert sorted(os.listdir(tmp_path)) == ["adir", "afile", "loop.en", "read-only.en", "to-nowhere.en"]
+    assert not os.listdir(tmp_path / "adir") and (tmp_path / "read-only.en").read_text() == "kept\n"
 
 
 class _Terminal(io.BytesIO):

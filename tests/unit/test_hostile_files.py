@@ -4,6 +4,7 @@ or flag (`error: ...`, exit code 2, no traceback), or is written where the user 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import os
 import re
@@ -657,3 +658,24 @@ def test_a_config_made_in_python_checks_its_types_and_takes_numpys_numbers():
     assert made.decode.beam_size == 3 and type(made.optim.lr) is float   # "float32 is not JSON serializable")
     with pytest.raises(ConfigError, match=r"^f.json: decode.beam_size must be an integer, got \"2.0\""):
         Config.from_dict({"decode": {"beam_size": np.float32(2)}}, source="f.json")
+
+
+def test_an_existing_output_on_a_read_only_file_system_is_said_as_such(tmp_path, monkeypatch):
+    """An existing --output file is written in place: one that cannot be opened for writing is said before any work,
+    with why. os.access answered "permission denied" for a file of a read-only mount, where no permission would help
+    (and root, who may write any file, got no error at all for one that cannot be written). The file is opened for
+    writing (not emptied) to ask; EROFS stands in for the mount, which a test cannot make."""
+    from nmt.cli_io import refuse_overwriting
+    out = tmp_path / "out.en"
+    out.write_text("kept\n")
+    real_open = os.open
+
+    def read_only(path, flags, *args, **kwargs):
+        if os.fspath(path) == str(out) and flags & os.O_ACCMODE != os.O_RDONLY:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), path)
+        return real_open(path, flags, *args, **kwargs)
+    monkeypatch.setattr(os, "open", read_only)
+    with pytest.raises(ConfigError, match=rf"^--output {re.escape(str(out))}: cannot write it \(read-only file "
+                                          r"system\)$"):
+        refuse_overwriting("--output", str(out), {"--input": "-"})
+    assert out.read_text() == "kept\n"
