@@ -220,7 +220,7 @@ def plot(rows: List[dict], path: Path, title: str) -> None:
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
+    fig.savefig(path, dpi=90, format=path.suffix[1:].lower() or "png")   # (without one: no ".png" added)
 
 
 def _int_list(text: str) -> List[int]:
@@ -263,7 +263,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--repeats", type=number(int, 1), default=3, help="timed windows per configuration (median "
                    "reported)")
     p.add_argument("--json", type=Path, help="write all figures here")
-    p.add_argument("--plot", type=Path, help="write the time-per-update plot here (PNG)")
+    p.add_argument("--plot", type=Path, help="write the time-per-update plot here, in the image format its suffix "
+                   "names (.png, .svg, .pdf ...; PNG without one)")
     return p.parse_args(argv)
 
 

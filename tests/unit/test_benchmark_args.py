@@ -318,3 +318,15 @@ def test_a_report_over_a_model_file_an_input_or_another_report_is_refused(argv, 
     assert p.returncode == 2 and p.stderr.startswith(f"error: {argv[-2]} {argv[-1]} is ") and "Traceback" \
         not in p.stderr, p.stderr
     assert {name: (run / name).read_text() for name in files} == files
+
+
+def test_benchmark_train_writes_its_plot_where_it_is_named(monkeypatch, tmp_path):
+    """--plot times (no suffix) was checked as "times" (check_outputs: not a model's file, not --json's) but
+    matplotlib's savefig added ".png" and wrote times.png, over a --json times.png it was not compared with; an
+    explicit format writes the file named, PNG without a suffix as check_image says."""
+    bench = _script(monkeypatch, "benchmark_train")
+    rows = [{"batch_size": 64, "num_devices": n, "ms_per_update": 10.0 / n, "speedup": float(n)} for n in (1, 2)]
+    for name in ("times", "times.svg"):
+        bench.plot(rows, tmp_path / name, "title")
+    assert sorted(os.listdir(tmp_path)) == ["times", "times.svg"]
+    assert (tmp_path / "times").read_bytes().startswith(b"\x89PNG") and b"<svg" in (tmp_path / "times.svg").read_bytes()
