@@ -45,14 +45,16 @@ def check_outputs(model_dirs: Sequence = (), inputs: Optional[dict] = None, **pa
     directories are made as it is written): a path that cannot be written is a one-line error naming the flag now,
     not a traceback after minutes of measuring (`nmt.cli_io.output_dir`). One that is a file of `model_dirs`
     (config.json, params.best ...), one of the `inputs` (flag -> file) or another flag's report is refused: the report
-    would replace it."""
+    would replace it; "-" is refused (no report is written to standard output)."""
     from nmt.cli_io import output_dir, refuse_overwriting
     from nmt.config import ConfigError
     from nmt.textfile import UNFLUSHABLE
     written: dict = {}
     for name, path in paths.items():
-        if path is not None and str(path) != "-":
-            flag = f"--{name.replace('_', '-')}"
+        flag = f"--{name.replace('_', '-')}"
+        if path is not None and str(path) == "-":   # (it was written as a file named "-", unchecked)
+            raise ConfigError(f"{flag} -: a report is written to a file, not to standard output; give a file name")
+        if path is not None:
             if Path(path).suffix.lower() in (".gz", *UNFLUSHABLE):   # (a .gz report held plain text)
                 raise ConfigError(f"{flag} {path}: a report is written uncompressed; give a name without "
                                   f"{Path(path).suffix} (and compress the file afterwards)")

@@ -330,3 +330,16 @@ def test_benchmark_train_writes_its_plot_where_it_is_named(monkeypatch, tmp_path
         bench.plot(rows, tmp_path / name, "title")
     assert sorted(os.listdir(tmp_path)) == ["times", "times.svg"]
     assert (tmp_path / "times").read_bytes().startswith(b"\x89PNG") and b"<svg" in (tmp_path / "times.svg").read_bytes()
+
+
+def test_a_report_named_dash_is_refused_not_written_as_a_file(monkeypatch, capsys, tmp_path):
+    """check_outputs let "-" through unchecked, as if it were standard output, but no script writes a report there:
+    results_table.py --json - wrote a file named "-" in the current directory (and --json - --markdown - one over
+    the other)."""
+    from nmt.commands import run_cli
+    monkeypatch.chdir(tmp_path)
+    table = _script(monkeypatch, "results_table")
+    assert run_cli(lambda: table.main([str(tmp_path / "run"), "--json", "-"])) == 2
+    assert capsys.readouterr().err == "error: --json -: a report is written to a file, not to standard output; give " \
+                                      "a file name\n"
+    assert not os.listdir(tmp_path)
