@@ -19,6 +19,7 @@ from nmt.encoded import RowsView, encode_flat, load_or_encode, text_checksum
 from nmt.evaluate import korean_bleu
 from nmt.recipes import DatasetSplits, load_data
 from nmt.sampler import BucketSampler
+from nmt.storage import scratch_room
 from nmt.tokenizer import (JOINT, Tokenizer, VocabTooSmall, character_coverage, load_or_train_tokenizer,
                            load_tokenizers, tokenizer_names)
 from nmt.workers import WorkerGroup
@@ -188,7 +189,8 @@ def build_data(cfg: Config, model_dir: Path, resume: bool = False, workers: Opti
     if len(splits.dev.src) > cfg.train.valid_max_sentences:   # a file in document or domain order: its first part
         logger.info("dev BLEU and chrF: on the first %d of the %d dev pairs (--valid-max-sentences); the loss on all",
                     cfg.train.valid_max_sentences, len(splits.dev.src))
-    src_tok, tgt_tok = build_tokenizers(cfg, model_dir, None if resume else splits, workers)
+    with scratch_room(model_dir if scratch else None, "the tokenizers and, meanwhile, their training text"):
+        src_tok, tgt_tok = build_tokenizers(cfg, model_dir, None if resume else splits, workers)
     chief = workers is None or workers.is_chief   # the others may not write the model directory
     encoded = encode_data(cfg, splits, src_tok, tgt_tok, Path(model_dir) if chief else None, scratch)
     sampler = BucketSampler(encoded.train_src.lengths, encoded.train_tgt.lengths,

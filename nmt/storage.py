@@ -39,7 +39,9 @@ _FULL = (errno.ENOSPC, errno.EDQUOT)
 
 class StorageError(RuntimeError):
     """A file could not be written (full disk, no permission, read-only file system); the message names the file
-    and says what to do. Not an OSError on purpose: no `except OSError` meant for other failures swallows it."""
+    and says what to do. Not an OSError on purpose: no `except OSError` meant for other failures swallows it.
+    `errno`: the error of the write (`write_failure`'s), for `scratch_room`; else None."""
+    errno: Optional[int] = None
 
 
 def human_bytes(n: Optional[float]) -> str:
@@ -74,7 +76,9 @@ def write_failure(path: PathLike, err: OSError, needed: Optional[int] = None) ->
     if err.errno in _FULL:
         msg += f"; {human_bytes(free_bytes(path))} free"
         msg += f", about {human_bytes(needed)} needed" if needed else ""
-    return StorageError(f"{msg}; {_FIXABLE[err.errno]}")
+    failure = StorageError(f"{msg}; {_FIXABLE[err.errno]}")
+    failure.errno = err.errno
+    return failure
 
 
 def _device(path: PathLike) -> bool:
@@ -111,6 +115,19 @@ def guarded_write(path: PathLike, needed: Optional[int] = None, scratch: str = "
         if is_fixable(e):
             raise write_failure(path, e, needed) from None
         raise
+
+
+@contextlib.contextmanager
+def scratch_room(directory: Optional[PathLike], what: str) -> Iterator[None]:
+    """Around writes into `directory`, a temporary directory in $TMPDIR (a dry run's; None: not one), a full disk's
+    StorageError said as `scratch_full` says it (what no room was left for: `what`), not with the advice of a flag's
+    directory ("choose a directory on another disk"), which no flag chooses. Other errors pass through."""
+    try:
+        yield
+    except StorageError as e:
+        if directory is None or e.errno not in _FULL:
+            raise
+        raise StorageError(scratch_full(directory, what)) from None
 
 
 def short_write_failure(path: PathLike, err: Exception, needed: Optional[int]) -> Optional[StorageError]:

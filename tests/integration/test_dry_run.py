@@ -89,6 +89,31 @@ def test_a_temporary_directory_without_room_for_the_encoded_corpus_names_tmpdir(
     assert not list(temp.iterdir()) and not (tmp_path / "m").exists()
 
 
+def test_a_temporary_directory_too_full_for_the_tokenizers_names_tmpdir(tmp_path, task, capsys, monkeypatch):
+    """A dry run publishes its tokenizers into its temporary directory in $TMPDIR: a full disk there said "cannot
+    write .../nmt-dry-run-....tmp/spm.en.vocab: No space left on device ...; free some space or choose a directory on
+    another disk" (on a 200 KiB tmpfs), the advice of a flag's directory, where TMPDIR alone chooses it."""
+    import errno
+    import os
+    import tempfile
+    from nmt import tokenizer
+    from nmt.atomic import atomic_open
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+
+    def full(src, dst):   # (the copy's write refused, as the disk fills)
+        with atomic_open(dst, "wb"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(tokenizer, "atomic_copy", full)
+    assert train_main(args_for(task, tmp_path / "m", "--dry-run")) == 2
+    err = capsys.readouterr().err.split("\nerror: ")[-1]
+    assert re.fullmatch(rf"the temporary directory {re.escape(str(temp))}/nmt-dry-run-\w+\.tmp: [\d.]+ \w+ free, too "
+                        r"little for the tokenizers and, meanwhile, their training text; free some space there or set "
+                        r"TMPDIR to a directory with more room\n", err), err
+    assert not list(temp.iterdir()) and not (tmp_path / "m").exists()
+
+
 def test_a_disk_as_large_as_the_dry_run_says_holds_the_run(tmp_path, task, capsys, monkeypatch):
     """The dry run's "about N needed" counted the checkpoints only, not the tokenizers and encoded corpus a run writes
     into the model directory first: on a disk of that size the dry run passed and the run was refused."""
