@@ -58,12 +58,15 @@ def check_outputs(model_dirs: Sequence = (), inputs: Optional[dict] = None, **pa
             if Path(path).suffix.lower() in (".gz", *UNFLUSHABLE):   # (a .gz report held plain text)
                 raise ConfigError(f"{flag} {path}: a report is written uncompressed; give a name without "
                                   f"{Path(path).suffix} (and compress the file afterwards)")
+            if os.path.islink(path) and os.path.islink(os.path.realpath(path)):   # (Path.resolve: a traceback)
+                raise ConfigError(f"{flag} {path}: a symbolic link in a loop of links; give another file")
             output_dir(flag, Path(path).parent, file=str(path))
             refuse_overwriting(flag, str(path), dict(inputs or {}), [d for d in model_dirs if d])
-            if Path(path).resolve() in written:
-                raise ConfigError(f"{flag} {path} is the file of {written[Path(path).resolve()]} too: one report "
-                                  "would replace the other; give another file")
-            written[Path(path).resolve()] = flag
+            target = os.path.realpath(path)
+            if target in written:
+                raise ConfigError(f"{flag} {path} is the file of {written[target]} too: one report would replace the "
+                                  "other; give another file")
+            written[target] = flag
 
 
 def check_image(flag: str, path) -> None:

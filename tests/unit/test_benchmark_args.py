@@ -343,3 +343,14 @@ def test_a_report_named_dash_is_refused_not_written_as_a_file(monkeypatch, capsy
     assert capsys.readouterr().err == "error: --json -: a report is written to a file, not to standard output; give " \
                                       "a file name\n"
     assert not os.listdir(tmp_path)
+
+
+def test_a_report_that_is_a_loop_of_links_is_refused_not_a_traceback(monkeypatch, capsys, tmp_path):
+    """check_outputs compared the reports by Path.resolve, which raises RuntimeError on a link to itself: a traceback
+    (results_table.py --json loop.json), where every other unwritable report is a one-line error."""
+    from nmt.commands import run_cli
+    (tmp_path / "loop.json").symlink_to("loop.json")
+    table = _script(monkeypatch, "results_table")
+    assert run_cli(lambda: table.main([str(tmp_path / "run"), "--json", str(tmp_path / "loop.json")])) == 2
+    assert capsys.readouterr().err == f"error: --json {tmp_path / 'loop.json'}: a symbolic link in a loop of links; " \
+                                      "give another file\n"
