@@ -65,7 +65,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--synthetic-pairs", type=number(int, 1000),
                    help="measure the pipeline at scale on N synthetic pairs")
     p.add_argument("--work-dir", type=Path, default=Path(tempfile.gettempdir()) / "nmt-bench-data",
-                   help="where --synthetic-pairs keeps its corpus (reused across runs) and tokenizers")
+                   help="where --synthetic-pairs keeps its corpus (reused across runs) and tokenizers; not in a "
+                        "model directory, whose --overwrite they would stop")
     return p
 
 
@@ -83,6 +84,7 @@ def main(argv=None) -> int:
             p.error(f"{unread[0]} is a setting of the recipe's benchmark, not of --synthetic-pairs, which reads its "
                     "own synthetic corpus once: leave it out")
         from nmt.cli_io import output_dir   # (the corpus it writes: an unusable place named now, not in a traceback)
+        conditions.check_work_dir("--work-dir", args.work_dir)   # (its files would block the model's --overwrite)
         output_dir("--work-dir", args.work_dir / str(args.synthetic_pairs))
         return at_scale(args)
 

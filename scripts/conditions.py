@@ -69,6 +69,23 @@ def check_outputs(model_dirs: Sequence = (), inputs: Optional[dict] = None, **pa
             written[target] = flag
 
 
+def check_work_dir(flag: str, path) -> None:
+    """ConfigError if the directory `path` a script keeps its files in is a model directory or inside one: a run's
+    (its train.log, state.json or a checkpoint, as `nmt.dirlock` tells one) or an export (its export.json). What it
+    wrote there is what no run writes: `nmt-train --overwrite` (nmt-export's too) would then refuse the directory."""
+    from nmt import manifest
+    from nmt.checkpoint import EXPORT, LOG, STATE
+    from nmt.config import ConfigError
+    given = (Path(path).absolute(), Path(path).resolve())   # (and through a symbolic link: where it leads)
+    for where in dict.fromkeys(p for d in given for p in (d, *d.parents) if p.is_dir()):
+        what = ("an export (nmt-export)" if (where / EXPORT).is_file() else "a model directory"
+                if (where / LOG).is_file() or (where / STATE).is_file() or manifest.step_keys(where) else "")
+        if what:
+            inside = "is" if where in given else f"is inside {where},"
+            raise ConfigError(f"{flag} {path} {inside} {what}: what is written there would stop --overwrite from "
+                              "replacing it; give a directory outside any model directory")
+
+
 def check_image(flag: str, path) -> None:
     """ConfigError for an image file whose suffix names no format matplotlib writes (.png, .svg, .pdf ...; none:
     PNG), before the measurement: after it, savefig's ValueError was a traceback and the figures were lost."""

@@ -172,6 +172,28 @@ def test_benchmark_data_refuses_bad_arguments_and_names_bad_data_in_one_line(mon
     assert p.returncode == 2 and p.stderr.startswith("error: --recipe 'bogus': unknown recipe"), p.stderr
 
 
+def test_benchmark_data_refuses_a_work_dir_in_a_model_directory(monkeypatch, tmp_path):
+    """--work-dir in a model directory (or inside one) was written into: its corpus then stopped `nmt-train
+    --overwrite` on the directory ("it holds what no run writes: 1000"). A run's directory (its train.log, state.json
+    or a checkpoint), an export, also through a symbolic link, is refused before anything is written."""
+    from nmt.config import ConfigError
+    bench = _script(monkeypatch, "benchmark_data")
+    run, export, other = tmp_path / "run", tmp_path / "export", tmp_path / "other"
+    for d, name in ((run, "train.log"), (export, "export.json"), (other, "config.json")):   # (a config alone: yours)
+        d.mkdir()
+        (d / name).write_text("")
+    (tmp_path / "link").symlink_to(run)
+    for work, said in ((run, f"{run} is a model directory"), (run / "sub", f"is inside {run}, a model directory"),
+                       (tmp_path / "link" / "sub", f"is inside {tmp_path / 'link'}, a model directory"),
+                       (export, f"{export} is an export (nmt-export)")):
+        with pytest.raises(ConfigError, match="would stop --overwrite from replacing it") as e:
+            bench.main(["--synthetic-pairs", "1500", "--work-dir", str(work), "--json", str(tmp_path / "x.json")])
+        assert f"--work-dir {work} " in str(e.value) and said in str(e.value), e.value
+    assert sorted(p.name for p in run.iterdir()) == ["train.log"] and not (tmp_path / "x.json").exists()
+    from scripts import conditions
+    conditions.check_work_dir("--work-dir", other / "sub")   # (no run there)
+
+
 def test_results_table_refuses_a_negative_example_count(monkeypatch, capsys):
     with pytest.raises(SystemExit):
         _script(monkeypatch, "results_table").main(["some-dir", "--examples", "-1"])
