@@ -138,15 +138,20 @@ def config_diff(base: Config, other: Config) -> Dict[str, object]:
     """Settings of `other` that differ from `base` (section.field -> value), ignoring paths and each invocation's
     keys (devices, a time limit, progress and TensorBoard: `PER_INVOCATION`), which leave the training as it was;
     but for mixed precision (--amp), which changes its numerics. A --valid-metric as the one the run chose by (an
-    unset one, null in config.json, is its target language's: the "bleu" an older run recorded is no difference)."""
+    unset one, null in config.json, is its target language's: the "bleu" an older run recorded is no difference).
+    Of the model's settings, only those `other`'s architecture reads (its `config_fields`; an LSTM run against a
+    Transformer base has no ff_size of its own)."""
+    from nmt.models import ARCHITECTURES
     ignore = {*PER_INVOCATION, "train.log_every"} - {"train.amp"}
     a, b = base.to_dict(), other.to_dict()
     a["train"]["valid_metric"], b["train"]["valid_metric"] = base.valid_metric, other.valid_metric
+    read = getattr(ARCHITECTURES.get(other.model.arch), "config_fields", ())   # (none named: every one, as the CLI)
+    unread = {f"model.{k}" for k in b["model"] if read and k not in (*read, "arch", "shared_vocab")}
     out = {}
     for section, fields in b.items():
         for key, value in fields.items():
             name = f"{section}.{key}"
-            if name not in ignore and a.get(section, {}).get(key) != value:
+            if name not in ignore | unread and a.get(section, {}).get(key) != value:
                 out[name] = value
     return out
 

@@ -129,6 +129,19 @@ def test_ablation_names_what_differs(scored_dirs):
     assert table.count("\n") == 4   # header, rule, two runs
 
 
+def test_ablation_across_architectures_names_only_the_settings_each_row_reads():
+    """An LSTM row against a Transformer base listed ff_size=512 and heads=2, settings no LSTM reads (their
+    defaults, left in its config.json), as if the ablation had changed them."""
+    from nmt.config import Config
+    base, lstm = Config.for_arch("transformer"), Config.for_arch("lstm")
+    base.model.ff_size, base.model.heads, lstm.model.hidden_size = 1024, 4, 512
+    assert config_diff(base, lstm) == {"model.arch": "lstm", "model.hidden_size": 512, "model.dropout": 0.4,
+                                       "model.word_dropout": 0.2, "optim.lr": 0.002, "optim.warmup_steps": 400}
+    assert config_diff(lstm, base) == {"model.arch": "transformer", "model.dropout": 0.3, "model.word_dropout": 0.1,
+                                       "model.ff_size": 1024, "model.heads": 4, "optim.lr": 0.001,
+                                       "optim.warmup_steps": 1000}   # (the base's hidden_size: not the row's)
+
+
 def test_ablation_lists_the_base_once_marks_unfinished_runs_and_adds_decoding_rows(scored_dirs, tmp_path):
     a, b = scored_dirs
     running = tmp_path / "running"
