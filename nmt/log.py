@@ -103,7 +103,8 @@ def logging_kept(fn: Callable) -> Callable:
 def warned_before(what: str) -> Iterator[None]:
     """Within: the warnings of the `nmt` logger's console and files shown as DEBUG lines (-v), not as warnings, for
     `what` is read again by a command after the one that warned of it (nmt-evaluate --dev-set reads a model's training
-    data, whose warnings its training gave): each warning once. Then, but at -v, one line counts those left out."""
+    data, whose warnings its training gave): each warning once. Then, but at -v, one line counts those left out; if
+    the block ends by an exception, they are said after all, as warnings (they may explain the error)."""
     lowered, handlers = [], list(logging.getLogger("nmt").handlers)
     verbose = logging.getLogger("nmt").isEnabledFor(logging.DEBUG)
 
@@ -114,14 +115,34 @@ def warned_before(what: str) -> Iterator[None]:
         return verbose or not getattr(record, "warned_before", False)
     for h in handlers:
         h.addFilter(lower)
+    failed = False
     try:
         yield
+    except Exception:   # (not an interrupt, which they do not explain)
+        failed = True
+        raise
     finally:
         for h in handlers:
             h.removeFilter(lower)
+        if failed and not verbose:
+            _said_after_all(what, handlers, lowered)
     if lowered and not verbose:
         logging.getLogger("nmt").info("%s: %d warning%s left out, which its training gave (-v shows %s)", what,
                                       len(lowered), *(("s", "them") if len(lowered) > 1 else ("", "it")))
+
+
+def _said_after_all(what: str, handlers: List[logging.Handler], held: List[logging.LogRecord]) -> None:
+    """The warnings `warned_before` held back (`held`, the records it lowered), said through the `nmt`
+    logger's `handlers` as the warnings they were, after a line saying why: what they were held back in failed."""
+    if not held:
+        return
+    logging.getLogger("nmt").info("%s failed; the %d warning%s held back until now (its training gave %s):", what,
+                                  len(held), *(("s", "them") if len(held) > 1 else ("", "it")))
+    for record in held:
+        record.levelno, record.levelname, record.warned_before = logging.WARNING, "WARNING", False
+        for h in handlers:   # (as the logger would: each handler at its level; its filter passes it now)
+            if record.levelno >= h.level:
+                h.handle(record)
 
 
 class MetricsWriter:

@@ -97,3 +97,35 @@ def test_warnings_given_before_are_lowered_only_within_warned_before(tmp_path, c
             assert "left out" not in text, text
         else:
             assert "held out" not in text and count in text, text
+
+
+@pytest.mark.parametrize("verbose", [False, True], ids=["plain", "-v"])
+def test_warnings_held_back_are_said_when_the_reading_fails(tmp_path, capsys, verbose):
+    """A reading within `warned_before` that raised left its held warnings unsaid, and their count line too: the error
+    came alone, without the warnings that may explain it (a line that is no pair, before "the dev set is empty").
+    Said after all, as warnings, on the console and in the log file, before the error (at -v: shown already)."""
+    import logging
+    from nmt.log import logging_kept, setup_logging, warned_before
+    log = tmp_path / "run.log"
+
+    @logging_kept
+    def command():
+        setup_logging(log, level=logging.DEBUG if verbose else logging.INFO)
+        said = logging.getLogger("nmt.recipes")
+        with pytest.raises(ValueError):
+            with warned_before("the data read again"):
+                said.warning("held out 1")
+                said.warning("held out 2")
+                raise ValueError("the dev set is empty")
+        said.warning("a warning after")
+    command()
+    for text in (capsys.readouterr().err, log.read_text(encoding="utf-8")):
+        held = ["WARNING nmt.recipes: held out 1", "WARNING nmt.recipes: held out 2", "WARNING nmt.recipes: a warning "
+                "after"]
+        if verbose:   # (shown as they came)
+            assert "DEBUG nmt.recipes: held out 1" in text and held[0] not in text and "held back" not in text, text
+            continue
+        why = "INFO nmt: the data read again failed; the 2 warnings held back until now (its training gave them):"
+        assert why in text and "left out" not in text, text
+        assert text.index(why) < text.index(held[0]) < text.index(held[1]) < text.index(held[2]), text
+        assert text.count("held out 1") == 1, text
