@@ -7,7 +7,9 @@ Every model this module writes shares one convention, checked again on load:
 * no SentencePiece normalization (``identity``) and whitespace kept as is. Text is NFC-normalized in Python
   instead, so ``decode(encode(x)) == unicodedata.normalize("NFC", x)`` for any string, Hangul, Hanja and emoji
   included, but for U+2581 (``▁``), SentencePiece's own mark of a word's start, which it reads as a space in any
-  text. (SentencePiece's default NFKC would rewrite full-width forms, circled digits ...; NFC, like NFKC, maps
+  text, and for control characters (a tab, a line end, ESC: `nmt.corpus.normalize` spaces or removes them in every
+  text read, so that only a model writes one, as byte pieces, which `decode` leaves out: `whole_characters`).
+  (SentencePiece's default NFKC would rewrite full-width forms, circled digits ...; NFC, like NFKC, maps
   the CJK compatibility ideographs of KS X 1001 text, U+F900-U+FAFF, to their unified forms)
 
 Models live in the model directory as ``spm.<lang>.model`` / ``spm.<lang>.vocab``, or, with ``--shared-vocab``,
@@ -28,7 +30,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import sentencepiece as spm
 
-from nmt import spm_process
+from nmt import byte_pieces, spm_process
 from nmt.atomic import atomic_copy, scratch_dir
 from nmt.storage import StorageError, guarded_write, scratch_full
 
@@ -79,20 +81,6 @@ def character_coverage(*langs: str) -> float:
 def _check_lang(lang: str) -> None:
     if not isinstance(lang, str) or not _LANG_RE.match(lang):
         raise TokenizerError(f"invalid language code {lang!r}: use letters, digits, '_' or '-' (e.g. 'ko', 'en')")
-
-
-def _utf8_length(lead: int) -> int:
-    """The bytes of the UTF-8 character a byte starts (0: it starts none)."""
-    return 1 if lead < 0x80 else 2 if 0xC2 <= lead <= 0xDF else 3 if 0xE0 <= lead <= 0xEF else \
-        4 if 0xF0 <= lead <= 0xF4 else 0
-
-
-def _one_character(data: bytes) -> bool:
-    """Whether `data` is one UTF-8 character (strictly: no overlong form, no surrogate)."""
-    try:
-        return len(data.decode("utf-8")) == 1
-    except UnicodeDecodeError:
-        return False
 
 
 def _nfc(line: str) -> str:
@@ -182,22 +170,10 @@ class Tokenizer:
 
     def whole_characters(self, ids: Sequence[int]) -> List[int]:
         """The indices of `ids` to write: all but byte pieces that form no whole UTF-8 character (a search or a
-        sample may write a lead byte, then a syllable), which SentencePiece would write as U+FFFD each."""
-        byte = self._byte_values()
-        kept, i = [], 0
-        while i < len(ids):
-            if ids[i] not in byte:
-                kept.append(i)
-                i += 1
-                continue
-            n = _utf8_length(byte[ids[i]])
-            run = [byte.get(t) for t in ids[i:i + n]]
-            if n and len(run) == n and None not in run and _one_character(bytes(run)):
-                kept += range(i, i + n)
-                i += n
-            else:
-                i += 1
-        return kept
+        sample may write a lead byte, then a syllable), which SentencePiece would write as U+FFFD each, and those of
+        a control character (ESC, U+0006, a line end, U+009B: an undertrained model's), which no training text holds
+        (`never_written`) and a terminal would act on (`nmt.byte_pieces`)."""
+        return byte_pieces.written(ids, self._byte_values())
 
     def piece(self, token_id: int) -> str:
         """The subword piece of one id (attention plots label their axes with these)."""

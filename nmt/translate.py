@@ -52,7 +52,7 @@ class Translator:
     input line gives an empty output line."""
     # what a warning says after the count of `bytes_left_out` (nmt-translate's, the service's)
     LEFT_OUT = ("byte piece(s) left out of the translation(s): UTF-8 bytes that form no whole character (SentencePiece "
-                "would write U+FFFD for each)")
+                "would write U+FFFD for each) or a control character (a terminal would act on it)")
 
     def __init__(self, net, src_tok: Tokenizer, tgt_tok: Tokenizer, decode: DecodeConfig, ctx: mx.Context = None,
                  warn_cut_off: bool = True):
@@ -273,7 +273,8 @@ class Translator:
     def bytes_left_out(self, translations: Sequence[Sequence[int]]) -> int:
         """How many byte pieces the text of one line's `translations` (target ids as a search wrote them, as
         `translate_ids` or `ContinuousDecoder`'s `Done.ids` give them) leaves out: those that form no whole UTF-8
-        character (`Tokenizer.whole_characters`), e.g. a character's lead byte, then a syllable."""
+        character, e.g. a character's lead byte, then a syllable, or a control character
+        (`Tokenizer.whole_characters`)."""
         return sum(len(ids) - len(self.tgt_tok.whole_characters(ids)) for ids in translations)
 
     def _beam(self, beam_size: Optional[int]) -> int:

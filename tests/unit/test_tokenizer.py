@@ -38,7 +38,7 @@ ROUND_TRIP = [
     "커피 한 잔 ☕ 주세요 😀👍🏽",                            # emoji, incl. a skin-tone modifier sequence
     "Python 3.11로 NMT를 train했어요 (BLEU=23.4%)",          # mixed scripts, digits, punctuation
     "Привет, สวัสดี, مرحبا, こんにちは — 𝔘𝔫𝔦𝔠𝔬𝔡𝔢",         # scripts never seen in training
-    "  두 칸   공백과\t탭 ",                                   # whitespace is kept exactly
+    "  두 칸   공백과\u3000탭 ",                               # whitespace kept exactly (a tab: never written)
     "ＦＵＬＬＷＩＤＴＨ ① 﨑",                               # NFKC would rewrite these; we must not
     "",
 ]
@@ -268,6 +268,36 @@ def test_bytes_that_form_no_character_are_not_written(ko_tok):
     assert ko_tok.piece_words([byte[0xED]]) == ("", [None]) and ko_tok.decode([[byte[0xED]]]) == [""]
 
 
+def test_byte_pieces_of_control_characters_are_not_written(ko_tok, monkeypatch, caplog):
+    """An untrained or tiny model wrote the byte pieces of control characters (U+0006, ESC before "[31m", a line
+    end, the C1 CSI U+009B as <0xC2> <0x9B>) into its translations: a terminal acted on them (colours, a cursor
+    moved), and a line end split nmt-translate's output line in two. No training text holds them (`never_written`):
+    left out of the text, counted and warned of as the byte pieces that form no character are."""
+    import logging
+    import mxnet as mx
+    import nmt.translate
+    from nmt.config import DecodeConfig
+    from nmt.translate import Translator
+    byte = {v: ko_tok.piece_ids([f"<0x{v:02X}>"])[0] for v in (0x06, 0x09, 0x0A, 0x1B, 0x7F, 0xC2, 0x9B, 0xA0,
+                                                                *"똠".encode())}
+    word = ko_tok.encode(["학교에"])[0]
+    controls = [[byte[v]] for v in (0x06, 0x09, 0x0A, 0x1B, 0x7F)] + [[byte[0xC2], byte[0x9B]]]
+    ids = word + [t for c in controls for t in c] + [byte[0xC2], byte[0xA0]] + [byte[v] for v in "똠".encode()]
+    assert ko_tok.decode([ids]) == ["학교에\u00a0똠"]   # (the no-break space U+00A0 is no control character)
+    assert ko_tok.whole_characters(ids) == list(range(len(word))) + list(range(len(ids) - 5, len(ids)))
+    assert {t for c in controls[:-1] for t in c} <= set(ko_tok.never_written())
+    text, words = ko_tok.piece_words(ids)
+    assert text == "학교에\u00a0똠" and words[len(word):len(word) + 7] == [None] * 7
+    monkeypatch.setattr(nmt.translate, "greedy_search", lambda model, src, *a, **kw: [(ids + [EOS_ID], -1.0)] *
+                        src.shape[0])
+    tr = Translator(object(), ko_tok, ko_tok, DecodeConfig(beam_size=1, max_len_b=100), ctx=mx.cpu())
+    with caplog.at_level(logging.WARNING, "nmt.translate"):
+        assert tr.translate(["학교에"]) == ["학교에\u00a0똠"]
+    assert tr.left_out == 1 and tr.bytes_left_out([ids]) == 7
+    assert [r.getMessage() for r in caplog.records] == [f"input line 1: 7 {Translator.LEFT_OUT}"]
+    assert "control character" in Translator.LEFT_OUT
+
+
 def test_byte_pieces_left_out_of_a_translation_are_counted_and_said(ko_tok, monkeypatch, caplog):
     """Sampled translations (nmt-translate --sample, back-translation) lost the byte pieces that form no character
     when written ("▁bo ▁tu <0xC7>" as "bo tu": 45 of 300 Tatoeba-test lines of a small model over the whole
@@ -296,7 +326,7 @@ def test_byte_pieces_left_out_of_a_translation_are_counted_and_said(ko_tok, monk
     with caplog.at_level(logging.WARNING, "nmt.translate"):
         assert tr.translate(lines) == ["학교에"] * 3
     said = ("byte piece(s) left out of the translation(s): UTF-8 bytes that form no whole character (SentencePiece "
-            "would write U+FFFD for each)")
+            "would write U+FFFD for each) or a control character (a terminal would act on it)")
     assert [r.getMessage() for r in caplog.records] == [
         f"input line 2: 2 {said} (--sample over the whole vocabulary draws them: give it a K, e.g. --sample 10)"]
     assert tr.left_out == 1 and Translator.LEFT_OUT == said
