@@ -68,9 +68,10 @@ def free_bytes(path: PathLike) -> int:
     return shutil.disk_usage(existing_ancestor(path)).free
 
 
-def write_failure(path: PathLike, err: OSError, needed: Optional[int] = None) -> StorageError:
-    """The StorageError of a failed write of `path`: the file, the error, space needed and free, what to do."""
-    msg = f"cannot write {path}: {os.strerror(err.errno)} [errno {errno.errorcode.get(err.errno, err.errno)}]"
+def write_failure(path: PathLike, err: OSError, needed: Optional[int] = None, action: str = "write") -> StorageError:
+    """The StorageError of a failed write of `path`: the file, the error, space needed and free, what to do.
+    `action`: what could not be done to `path` ("create a file in" a directory)."""
+    msg = f"cannot {action} {path}: {os.strerror(err.errno)} [errno {errno.errorcode.get(err.errno, err.errno)}]"
     if err.errno in _FULL and _device(path):   # (/dev/full: its file system's free space is beside the point)
         return StorageError(f"{msg}: {path} is a device, not a file on a disk; give a file as the output")
     if err.errno in _FULL:
@@ -168,13 +169,13 @@ def check_writable(directory: PathLike, flag: str = "--model-dir", shown: Option
     directory = shown or directory
     if not where.is_dir():
         raise StorageError(f"{flag} {directory}: {where} is a file, not a directory; choose another {flag}")
-    probe = where / f".nmt-write-probe-{os.getpid()}"
+    probe = where / f".nmt-write-probe-{os.getpid()}"   # (named in no message: the user gave `directory`)
     try:
-        with guarded_write(probe):
-            probe.write_bytes(b"")
-    except StorageError as e:
-        raise StorageError(f"{flag} {directory}: {e}") from None
-    except OSError as e:   # not a fixable write error, yet no file can be made there (e.g. a path under /proc)
+        probe.write_bytes(b"")
+    except OSError as e:
+        if is_fixable(e):
+            raise StorageError(f"{flag} {directory}: {write_failure(where, e, action='create a file in')}") from None
+        # not a fixable write error, yet no file can be made there (e.g. a path under /proc)
         raise StorageError(f"{flag} {directory}: cannot create a file in {where} ({e.strerror}); choose another "
                            f"{flag}") from None
     finally:

@@ -129,8 +129,27 @@ def test_read_only_file_system_is_named(small_disk):
     disk = small_disk("1m", read_only=True)
     with pytest.raises(StorageError, match=r"params\.00000001: Read-only file system \[errno EROFS\].*read-only"):
         ckpt.save_checkpoint(disk, _Net(1.0), _Trainer(), ckpt.TrainState(step=1), keep_last=1, is_best=False)
-    with pytest.raises(StorageError, match=r"--model-dir .*m: cannot write .*Read-only file system"):
+    with pytest.raises(StorageError, match=rf"^--model-dir {disk / 'm'}: cannot create a file in {disk}: Read-only "
+                                           r"file system \[errno EROFS\]") as e:
         storage.check_writable(disk / "m")
+    assert "probe" not in str(e.value)
+
+
+def test_a_directory_that_cannot_be_written_is_named_not_the_probe(tmp_path, monkeypatch):
+    """The check that an output can be written named the file it tried ("cannot write .../.nmt-write-probe-4242:
+    Permission denied"), a file the user never gave: now the directory, after the flag and what the user gave."""
+    import pathlib
+
+    def refused(self, data):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(self))
+    monkeypatch.setattr(pathlib.Path, "write_bytes", refused)   # (root writes anywhere: chmod would not do)
+    with pytest.raises(StorageError) as e:
+        storage.check_writable(tmp_path / "new" / "m")
+    assert str(e.value) == (f"--model-dir {tmp_path / 'new' / 'm'}: cannot create a file in {tmp_path}: Permission "
+                            "denied [errno EACCES]; check the permissions of the directory or choose another one")
+    with pytest.raises(StorageError) as e:
+        storage.check_writable(tmp_path, "--output", shown=tmp_path / "out.txt")
+    assert str(e.value).startswith(f"--output {tmp_path / 'out.txt'}: cannot create a file in {tmp_path}: "), e.value
 
 
 def test_metrics_row_on_a_full_disk(tmp_path, monkeypatch):
