@@ -292,15 +292,17 @@ def _scores_of(model_dir: Path, which: str, info: dict, decode) -> Dict[str, Dic
 
 
 def as_exported(export: Path, which: str) -> str:
-    """"best" for checkpoint `which` (latest or avg) of an export made from that checkpoint (`--checkpoint avg` of an
-    ensemble whose members are an export of an average and a training directory); a CheckpointError otherwise."""
+    """"best" for checkpoint `which` (latest, avg or a step number other than its own) of an export made from that
+    checkpoint (`--checkpoint avg` of an ensemble whose members are an export of an average and a training
+    directory); a CheckpointError otherwise."""
     made = jsonio.read_object(Path(export) / EXPORT, ckpt.CheckpointError)
     if made.get("checkpoint") == which:
         return "best"
     of = f" (checkpoint {made['checkpoint']} of {made.get('model_dir')})" if made.get("checkpoint") else ""
+    step = f" (step {made['step']})" if made.get("step") else ""
     raise ckpt.CheckpointError(f"{export} was written by nmt-export: it holds one checkpoint, {ckpt.PARAMS_BEST}{of}, "
-                               f"and no {which}; use --checkpoint best (an ensemble's members: export each from the "
-                               "same checkpoint)")
+                               f"and no {'step ' * str(which).isdecimal()}{which}; use --checkpoint best{step} (an "
+                               "ensemble's members: export each from the same checkpoint)")
 
 
 if __name__ == "__main__":   # `python -m nmt.export`: nmt-export

@@ -456,6 +456,21 @@ def test_an_export_has_no_latest_checkpoint_and_knows_the_step_of_its_own(tmp_pa
     assert ckpt.params_path(d, "20").name == ckpt.PARAMS_BEST
 
 
+def test_another_step_of_an_export_names_the_one_it_holds(tmp_path):
+    """`nmt-translate --model-dir M --checkpoint 400 --ensemble EXPORT` (an export of step 600) said "params.00000400
+    not found ...; it keeps no step's parameters", as if no step would do, when its step 600 (or best) does."""
+    d = _model_dir(tmp_path, steps=(10, 20, 30), best=20)
+    for p in list(d.glob("params.0*")) + list(d.glob("trainer.*")) + list(d.glob("manifest.0*")) + [d / ckpt.STATE]:
+        p.unlink()
+    (d / ckpt.EXPORT).write_text('{"checkpoint": "best", "model_dir": "/runs/a", "step": 20}')
+    with pytest.raises(ckpt.CheckpointError) as e:
+        ckpt.params_path(d, "30")
+    assert str(e.value) == (f"{d} was written by nmt-export: it holds one checkpoint, params.best (checkpoint best of "
+                            "/runs/a), and no step 30; use --checkpoint best (step 20) (an ensemble's members: export "
+                            "each from the same checkpoint)")
+    assert ckpt.params_path(d, "20") == ckpt.params_path(d, "best") == d / ckpt.PARAMS_BEST
+
+
 class _Killed(BaseException):
     """A SIGKILL at that line, as far as the files are concerned."""
 
