@@ -251,8 +251,8 @@ def params_path(model_dir: Path, which: str = "best", quiet: bool = False, use: 
     if which in ("best", "latest") and not any((model_dir / f).exists() for f in (STATE, PARAMS_BEST, EXPORT)):
         raise CheckpointError(f"{model_dir} holds no checkpoint yet (no {STATE}, no {PARAMS_BEST}): nmt-train writes "
                               "the first at its first validation (--valid-every) or when stopped with Ctrl-C")
-    other = which in ("latest", "avg") or str(which).isdecimal() and best_step(model_dir) != int(which)
-    if other and (model_dir / EXPORT).exists():   # its one checkpoint, if exported from it
+    exported = (model_dir / EXPORT).exists()   # its one checkpoint, if exported from it: another asked for, said
+    if exported and (which in ("latest", "avg") or str(which).isdecimal() and best_step(model_dir) != int(which)):
         from nmt.export import as_exported   # (which imports this module)
         which = as_exported(model_dir, which)
     say = (lambda *_: None) if quiet else logger.log

@@ -85,14 +85,13 @@ def record_stop(trainer) -> None:
     none (at its limit, to average or score) deletes nothing that --checkpoint N may still load."""
     state, keep = trainer.state, trainer.cfg.train.keep_last
     state.save(trainer.model_dir)
-    # the next save keeps itself and the last keep - 1 of these, a stop's not among them (`ckpt.save_checkpoint`)
-    older = [f for f in state.params_files if f != state.stop_file]
-    extra = [f for f in state.params_files if f not in older[max(0, len(older) - keep + 1):]]
-    if len(state.params_files) > keep:
-        steps = ", ".join(str(ckpt.params_step(f)) for f in extra)
+    if len(state.params_files) > keep:   # (then 2 or more go)
+        # the next save keeps itself and the last keep - 1 of these, a stop's not among them (`ckpt.save_checkpoint`)
+        older = [f for f in state.params_files if f != state.stop_file]
+        extra = [f for f in state.params_files if f not in older[max(0, len(older) - keep + 1):]]
         ckpt_logger.info("--keep-last %d: this run saved no checkpoint, so it keeps the %d it had until its next one, "
-                         "which keeps the last %d (step%s %s %s then)", keep, len(state.params_files), keep,
-                         "s" if len(extra) > 1 else "", steps, "go" if len(extra) > 1 else "goes")
+                         "which keeps the last %d (steps %s go then)", keep, len(state.params_files), keep,
+                         ", ".join(str(ckpt.params_step(f)) for f in extra))
 
 
 def average_at_end(trainer, trained: bool) -> bool:
