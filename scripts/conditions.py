@@ -71,19 +71,30 @@ def check_outputs(model_dirs: Sequence = (), inputs: Optional[dict] = None, **pa
 
 def check_work_dir(flag: str, path) -> None:
     """ConfigError if the directory `path` a script keeps its files in is a model directory or inside one: a run's
-    (its train.log, state.json or a checkpoint, as `nmt.dirlock` tells one) or an export (its export.json). What it
-    wrote there is what no run writes: `nmt-train --overwrite` (nmt-export's too) would then refuse the directory."""
-    from nmt import manifest
-    from nmt.checkpoint import EXPORT, LOG, STATE
+    or an export (`_run_kind`), also through a symbolic link. What it wrote there is what no run writes: `nmt-train
+    --overwrite` (nmt-export's too) would then refuse the directory."""
     from nmt.config import ConfigError
     given = (Path(path).absolute(), Path(path).resolve())   # (and through a symbolic link: where it leads)
     for where in dict.fromkeys(p for d in given for p in (d, *d.parents) if p.is_dir()):
-        what = ("an export (nmt-export)" if (where / EXPORT).is_file() else "a model directory"
-                if (where / LOG).is_file() or (where / STATE).is_file() or manifest.step_keys(where) else "")
+        what = _run_kind(where, itself=where in given)
         if what:
             inside = "is" if where in given else f"is inside {where},"
             raise ConfigError(f"{flag} {path} {inside} {what}: what is written there would stop --overwrite from "
                               "replacing it; give a directory outside any model directory")
+
+
+def _run_kind(where: Path, itself: bool) -> str:
+    """"a model directory", "an export (nmt-export)" or "" for the directory `where`: `itself` the work directory,
+    a run's by any file a run writes (its train.log, train.lock, state.json or a checkpoint, as `nmt.dirlock` tells
+    one) or export.json; a directory above it by what only nmt writes (a run's train.lock or a checkpoint; an
+    export.json beside params.best): a train.log or a state.json there may be another program's (`nmt-train ... |
+    tee train.log` in a project directory or $TMPDIR, which refused every work directory below it)."""
+    from nmt import manifest
+    from nmt.checkpoint import EXPORT, LOCK, LOG, PARAMS_BEST, STATE
+    if (where / EXPORT).is_file() and (itself or (where / PARAMS_BEST).is_file()):
+        return "an export (nmt-export)"
+    marks = (LOG, LOCK, STATE) if itself else (LOCK,)
+    return "a model directory" if any((where / m).is_file() for m in marks) or manifest.step_keys(where) else ""
 
 
 def check_image(flag: str, path) -> None:

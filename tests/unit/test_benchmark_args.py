@@ -179,9 +179,11 @@ def test_benchmark_data_refuses_a_work_dir_in_a_model_directory(monkeypatch, tmp
     from nmt.config import ConfigError
     bench = _script(monkeypatch, "benchmark_data")
     run, export, other = tmp_path / "run", tmp_path / "export", tmp_path / "other"
-    for d, name in ((run, "train.log"), (export, "export.json"), (other, "config.json")):   # (a config alone: yours)
+    for d, names in ((run, ("train.log", "train.lock")), (export, ("export.json", "params.best")),
+                     (other, ("config.json",))):   # (a config alone: yours)
         d.mkdir()
-        (d / name).write_text("")
+        for name in names:
+            (d / name).write_text("")
     (tmp_path / "link").symlink_to(run)
     for work, said in ((run, f"{run} is a model directory"), (run / "sub", f"is inside {run}, a model directory"),
                        (tmp_path / "link" / "sub", f"is inside {tmp_path / 'link'}, a model directory"),
@@ -189,9 +191,25 @@ def test_benchmark_data_refuses_a_work_dir_in_a_model_directory(monkeypatch, tmp
         with pytest.raises(ConfigError, match="would stop --overwrite from replacing it") as e:
             bench.main(["--synthetic-pairs", "1500", "--work-dir", str(work), "--json", str(tmp_path / "x.json")])
         assert f"--work-dir {work} " in str(e.value) and said in str(e.value), e.value
-    assert sorted(p.name for p in run.iterdir()) == ["train.log"] and not (tmp_path / "x.json").exists()
+    assert sorted(p.name for p in run.iterdir()) == ["train.lock", "train.log"] and not (tmp_path / "x.json").exists()
     from scripts import conditions
     conditions.check_work_dir("--work-dir", other / "sub")   # (no run there)
+    with pytest.raises(ConfigError, match=f"--work-dir {other} is a model directory"):   # (a run's log alone: itself)
+        (other / "train.log").write_text("")
+        conditions.check_work_dir("--work-dir", other)
+
+
+def test_benchmark_data_takes_a_work_dir_below_a_log_that_no_run_wrote(tmp_path):
+    """`nmt-train ... | tee train.log` in a project directory (or $TMPDIR) made every --work-dir below it "inside
+    a model directory", the default /tmp/nmt-bench-data too: above the work directory only what nmt alone writes (a
+    run's train.lock, a checkpoint, an export.json beside params.best) tells a model directory."""
+    from scripts import conditions
+    project = tmp_path / "project"
+    project.mkdir()
+    for name in ("train.log", "state.json", "export.json", "config.json"):   # (other programs' files too)
+        (project / name).write_text("")
+    conditions.check_work_dir("--work-dir", project / "nmt-bench-data")
+    conditions.check_work_dir("--work-dir", project / "bench" / "deeper")
 
 
 def test_results_table_refuses_a_negative_example_count(monkeypatch, capsys):
