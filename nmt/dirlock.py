@@ -23,7 +23,7 @@ from nmt import manifest
 from nmt.checkpoint import CONFIG, EXPORT, LOCK, LOG, OWN_FILE, PARAMS_BEST, STATE, CheckpointError
 from nmt.commands import shell_word
 from nmt.tensorboard import TENSORBOARD_DIR
-from nmt.storage import guarded_write, mxnet_name
+from nmt.storage import check_writable, guarded_write, mxnet_name
 
 
 class ModelDirLocked(CheckpointError):
@@ -39,6 +39,7 @@ class ModelDirLock:
 
     def acquire(self) -> "ModelDirLock":
         """Take the lock or raise ModelDirLocked naming its holder and what to do."""
+        check_writable(self.path.parent)   # (a directory no file can be made in: named, as --dry-run names it)
         with guarded_write(self.path):
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(str(self.path), os.O_RDWR | os.O_CREAT, 0o666)

@@ -135,6 +135,18 @@ def test_read_only_file_system_is_named(small_disk):
     assert "probe" not in str(e.value)
 
 
+def test_a_read_only_model_dir_is_named_not_its_lock(small_disk):
+    """nmt-train --model-dir on a read-only disk said "cannot write D/m/train.lock: Read-only file system ...", the
+    lock it takes first, without the flag, where --dry-run said "--model-dir D/m: cannot create a file in D: ..."."""
+    from nmt.dirlock import ModelDirLock
+    disk = small_disk("1m", read_only=True)
+    for model_dir in (disk / "m", disk):   # (a new directory, and one that exists)
+        with pytest.raises(StorageError) as e:
+            ModelDirLock(model_dir).acquire()
+        assert str(e.value).startswith(f"--model-dir {model_dir}: cannot create a file in {disk}: Read-only file "
+                                       "system [errno EROFS]"), e.value
+
+
 def test_a_directory_that_cannot_be_written_is_named_not_the_probe(tmp_path, monkeypatch):
     """The check that an output can be written named the file it tried ("cannot write .../.nmt-write-probe-4242:
     Permission denied"), a file the user never gave: now the directory, after the flag and what the user gave."""
