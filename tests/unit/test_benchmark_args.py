@@ -194,6 +194,10 @@ def test_benchmark_data_refuses_a_work_dir_in_a_model_directory(monkeypatch, tmp
     assert sorted(p.name for p in run.iterdir()) == ["train.lock", "train.log"] and not (tmp_path / "x.json").exists()
     from scripts import conditions
     conditions.check_work_dir("--work-dir", other / "sub")   # (no run there)
+    (run / "sub").mkdir()
+    (tmp_path / "deep").symlink_to(run / "sub")   # (a link to a directory inside a run: its parents are the run's)
+    with pytest.raises(ConfigError, match=f"--work-dir {tmp_path / 'deep' / 'x'} is inside {run}, a model directory"):
+        conditions.check_work_dir("--work-dir", tmp_path / "deep" / "x")
     with pytest.raises(ConfigError, match=f"--work-dir {other} is a model directory"):   # (a run's log alone: itself)
         (other / "train.log").write_text("")
         conditions.check_work_dir("--work-dir", other)

@@ -99,6 +99,31 @@ def test_warnings_given_before_are_lowered_only_within_warned_before(tmp_path, c
             assert "held out" not in text and count in text, text
 
 
+def test_warnings_held_back_stay_held_after_an_interrupt_and_from_a_handler_above_them(tmp_path, capsys):
+    """`warned_before` says its held warnings after a failure, not after Ctrl-C (which they do not explain), and
+    gives them again only to the handlers whose level takes a warning (a program's own at ERROR: not)."""
+    import logging
+    from nmt.log import logging_kept, setup_logging, warned_before
+    errors_only = tmp_path / "errors.log"
+
+    @logging_kept
+    def command(stop: BaseException):
+        setup_logging(None)
+        own = logging.FileHandler(errors_only, encoding="utf-8")
+        own.setLevel(logging.ERROR)
+        logging.getLogger("nmt").addHandler(own)
+        with pytest.raises(type(stop)):
+            with warned_before("the data read again"):
+                logging.getLogger("nmt.recipes").warning("held out")
+                raise stop
+        own.close()
+    command(KeyboardInterrupt())
+    assert "held out" not in capsys.readouterr().err
+    command(ValueError("the dev set is empty"))
+    assert "WARNING nmt.recipes: held out" in capsys.readouterr().err
+    assert errors_only.read_text(encoding="utf-8") == ""
+
+
 @pytest.mark.parametrize("verbose", [False, True], ids=["plain", "-v"])
 def test_warnings_held_back_are_said_when_the_reading_fails(tmp_path, capsys, verbose):
     """A reading within `warned_before` that raised left its held warnings unsaid, and their count line too: the error

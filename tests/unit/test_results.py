@@ -142,6 +142,18 @@ def test_ablation_across_architectures_names_only_the_settings_each_row_reads():
                                        "optim.warmup_steps": 1000}   # (the base's hidden_size: not the row's)
 
 
+def test_ablation_keeps_shared_vocab_and_every_setting_of_an_architecture_that_names_none(monkeypatch):
+    """Of a row's model settings, those its architecture reads, and --shared-vocab (read by the run, not the model);
+    an architecture that names none (`config_fields` empty) shows every one, as the command line checks them."""
+    from nmt.config import Config
+    from nmt.models import ARCHITECTURES
+    base, lstm = Config.for_arch("lstm"), Config.for_arch("lstm")
+    lstm.model.shared_vocab, lstm.model.ff_size = True, 2048   # (ff_size: no LSTM reads it)
+    assert config_diff(base, lstm) == {"model.shared_vocab": True}
+    monkeypatch.setattr(ARCHITECTURES["lstm"], "config_fields", ())
+    assert config_diff(base, lstm) == {"model.shared_vocab": True, "model.ff_size": 2048}
+
+
 def test_ablation_lists_the_base_once_marks_unfinished_runs_and_adds_decoding_rows(scored_dirs, tmp_path):
     a, b = scored_dirs
     running = tmp_path / "running"
