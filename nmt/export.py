@@ -296,8 +296,8 @@ def as_exported(export: Path, which: str) -> str:
     checkpoint (`--checkpoint avg` of an ensemble whose members are an export of an average and a training
     directory); a CheckpointError otherwise."""
     made = jsonio.read_object(Path(export) / EXPORT, ckpt.CheckpointError)
-    if made.get("checkpoint") == which:
-        return "best"
+    if made.get("checkpoint") == which or str(which).isdecimal() and made.get("step") == int(which):
+        return "best"   # (its own step, asked when its manifest, damaged, names none: that is then said)
     of = f" (checkpoint {made['checkpoint']} of {made.get('model_dir')})" if made.get("checkpoint") else ""
     step = f" (step {made['step']})" if made.get("step") else ""
     raise ckpt.CheckpointError(f"{export} was written by nmt-export: it holds one checkpoint, {ckpt.PARAMS_BEST}{of}, "

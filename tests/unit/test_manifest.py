@@ -469,6 +469,10 @@ def test_another_step_of_an_export_names_the_one_it_holds(tmp_path):
                             "/runs/a), and no step 30; use --checkpoint best (step 20) (an ensemble's members: export "
                             "each from the same checkpoint)")
     assert ckpt.params_path(d, "20") == ckpt.params_path(d, "best") == d / ckpt.PARAMS_BEST
+    (d / "manifest.best.json").write_text("{broken")   # its own step, of a damaged manifest: that is what is said
+    for which in ("20", "best"):   # (not "no step 20; use --checkpoint best (step 20)")
+        with pytest.raises(ckpt.CheckpointError, match=r"manifest\.best\.json is damaged"):
+            ckpt.params_path(d, which)
 
 
 class _Killed(BaseException):
