@@ -431,13 +431,20 @@ def test_a_directory_without_its_training_state_takes_its_latest_from_the_manife
             ckpt.params_path(d, "latest")
 
 
-def test_an_export_has_no_latest_checkpoint_and_knows_the_step_of_its_own(tmp_path):
-    """`nmt-translate --checkpoint latest` on an nmt-export directory said "holds no checkpoint to resume from;
-    start without --resume", a flag nmt-translate does not have; `--checkpoint avg` to make one with --resume."""
+def _exported(tmp_path, made: str) -> Path:
+    """A model directory of steps 10, 20, 30 (best 20) made into what nmt-export writes: params.best, its manifest and
+    an export.json holding `made`."""
     d = _model_dir(tmp_path, steps=(10, 20, 30), best=20)
     for p in list(d.glob("params.0*")) + list(d.glob("trainer.*")) + list(d.glob("manifest.0*")) + [d / ckpt.STATE]:
         p.unlink()
-    (d / ckpt.EXPORT).write_text("{}")
+    (d / ckpt.EXPORT).write_text(made)
+    return d
+
+
+def test_an_export_has_no_latest_checkpoint_and_knows_the_step_of_its_own(tmp_path):
+    """`nmt-translate --checkpoint latest` on an nmt-export directory said "holds no checkpoint to resume from;
+    start without --resume", a flag nmt-translate does not have; `--checkpoint avg` to make one with --resume."""
+    d = _exported(tmp_path, "{}")
     with pytest.raises(ckpt.CheckpointError) as e:
         ckpt.params_path(d, "latest")
     ensembles = " (an ensemble's members: export each from the same checkpoint)"
@@ -459,10 +466,7 @@ def test_an_export_has_no_latest_checkpoint_and_knows_the_step_of_its_own(tmp_pa
 def test_another_step_of_an_export_names_the_one_it_holds(tmp_path):
     """`nmt-translate --model-dir M --checkpoint 400 --ensemble EXPORT` (an export of step 600) said "params.00000400
     not found ...; it keeps no step's parameters", as if no step would do, when its step 600 (or best) does."""
-    d = _model_dir(tmp_path, steps=(10, 20, 30), best=20)
-    for p in list(d.glob("params.0*")) + list(d.glob("trainer.*")) + list(d.glob("manifest.0*")) + [d / ckpt.STATE]:
-        p.unlink()
-    (d / ckpt.EXPORT).write_text('{"checkpoint": "best", "model_dir": "/runs/a", "step": 20}')
+    d = _exported(tmp_path, '{"checkpoint": "best", "model_dir": "/runs/a", "step": 20}')
     with pytest.raises(ckpt.CheckpointError) as e:
         ckpt.params_path(d, "30")
     assert str(e.value) == (f"{d} was written by nmt-export: it holds one checkpoint, params.best (checkpoint best of "
