@@ -104,15 +104,12 @@ def _gone(path: PathLike) -> bool:
 
 
 @contextlib.contextmanager
-def guarded_write(path: PathLike, needed: Optional[int] = None, scratch: str = "") -> Iterator[None]:
-    """Turn a full disk, a permission or a read-only error raised while writing `path` into a StorageError; `scratch`:
-    what `path` is, in a temporary directory, whose full disk is said as `scratch_full` says it (no flag chooses it:
-    TMPDIR, not "another disk"). Other errors pass through unchanged."""
+def guarded_write(path: PathLike, needed: Optional[int] = None) -> Iterator[None]:
+    """Turn a full disk, a permission or a read-only error raised while writing `path` into a StorageError (in a
+    temporary directory: within `scratch_room`). Other errors pass through unchanged."""
     try:
         yield
     except OSError as e:
-        if scratch and e.errno in _FULL:
-            raise StorageError(scratch_full(Path(path).parent, scratch, needed)) from None
         if is_fixable(e):
             raise write_failure(path, e, needed) from None
         raise
@@ -120,9 +117,10 @@ def guarded_write(path: PathLike, needed: Optional[int] = None, scratch: str = "
 
 @contextlib.contextmanager
 def scratch_room(directory: Optional[PathLike], what: str) -> Iterator[None]:
-    """Around writes into `directory`, a temporary directory in $TMPDIR (a dry run's; None: not one), a full disk's
-    StorageError said as `scratch_full` says it (what no room was left for: `what`), not with the advice of a flag's
-    directory ("choose a directory on another disk"), which no flag chooses. Other errors pass through."""
+    """Around writes into `directory`, a temporary directory in $TMPDIR (the tokenizer's training text, a dry run's
+    model directory; None: not one), a full disk's StorageError said as `scratch_full` says it (what no room was left
+    for: `what`), not with the advice of a flag's directory ("choose a directory on another disk"), which no flag
+    chooses. Other errors pass through."""
     try:
         yield
     except StorageError as e:

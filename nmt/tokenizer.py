@@ -32,7 +32,7 @@ import sentencepiece as spm
 
 from nmt import byte_pieces, spm_process
 from nmt.atomic import atomic_copy, scratch_dir
-from nmt.storage import StorageError, guarded_write, scratch_full
+from nmt.storage import StorageError, guarded_write, scratch_full, scratch_room
 
 logger = logging.getLogger(__name__)
 
@@ -306,7 +306,8 @@ def train_tokenizer(lines: Sequence[str], out_dir: PathLike, lang: str, vocab_si
 
     with scratch_dir(tempfile.gettempdir(), "nmt-spm-") as tmp:   # (a killed run's text stayed there for good)
         text_file = tmp / "train.txt"
-        with guarded_write(text_file, scratch=f"the {lang} tokenizer's training text"):   # SentencePiece's input
+        # SentencePiece's input, in the temporary directory
+        with scratch_room(tmp, f"the {lang} tokenizer's training text"), guarded_write(text_file):
             n_content = _write_training_text(lines, text_file, lang)
         prefix = tmp / "spm"
         try:
