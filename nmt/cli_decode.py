@@ -285,7 +285,8 @@ def evaluate_main(args: argparse.Namespace) -> int:
     if not (args.no_save or args.prefix_words):   # recorded after each test set: a damaged file is named first
         read_scores(tr.model_dir)
         readonly, other = cannot_record(tr.model_dir), other_decoding(tr)
-    tests = _test_sets(args, tr, not (args.no_save or args.prefix_words or readonly or other))
+    recordable = not (args.no_save or args.prefix_words or readonly or other)   # (a set's part: not, below)
+    tests = _test_sets(args, tr, recordable)
     inputs = evaluation_inputs(args, tr.config.data)
     hyp_files = {name: args.hyp_dir / f"{Path(name).name}.{tr.tgt_lang}" for name in tests} if args.hyp_dir else {}
     hyps = [p for name, h in hyp_files.items() for p in (h, *hyp_ref_files(h, 1 + len(tests[name][1])))]
@@ -303,7 +304,7 @@ def evaluate_main(args: argparse.Namespace) -> int:
             # a part of a set is not the set, nor translations given the references' words or decoded at other
             # settings than the model's: their scores must not replace the set's own in scores.json
             part = 0 < args.max_sentences < len(pairs.src)
-            save = not (args.no_save or readonly or other or part or args.prefix_words)
+            save = recordable and not part
             results[name], lines = _evaluate_set(args, tr, name, pairs, more_refs, save, hyp_files.get(name))
             recorded += [name] if save and "not_recorded" not in results[name] else []   # (a full disk)
             gone = gone or not last_lines(lines)
