@@ -128,9 +128,8 @@ def not_text(line: bytes, utf8_elsewhere: bool = False) -> str:
     return "" if _reads_as(line, enc.lower(), "") else f"it is not {enc} text either, so no conversion reads it"
 
 
-# two Hangul syllables or jamo in UTF-8 ("요즘", "ㅋㅋ"): a word
-_UTF8_HANGUL_WORD = re.compile(rb"(?:[\xea-\xed][\x80-\xbf]{2}|\xe3[\x84-\x86][\x80-\xbf]){2}")
 _UTF8_HANGUL = re.compile(rb"[\xea-\xed][\x80-\xbf]{2}|\xe3[\x84-\x86][\x80-\xbf]")   # a syllable, or a jamo (ㅋ)
+_UTF8_HANGUL_WORD = re.compile(rb"(?:%s){2}" % _UTF8_HANGUL.pattern)   # two of them in UTF-8 ("요즘", "ㅋㅋ"): a word
 
 
 def _cp949_beside_utf8(line: bytes) -> bool:
