@@ -42,7 +42,8 @@ class Done(NamedTuple):
 
 class ContinuousDecoder:
     """`add` lines under keys, `step` until `pending` is 0; each `step` returns the lines that are done (`Done`:
-    key, n-best list, cut off), the same lists `Translator.translate_nbest` gives."""
+    key, n-best list, cut off), the same lists `Translator.translate_nbest` gives. A key names one pending line at a
+    time: once `step` has returned it (or `cancel` dropped it) it may name a new one."""
 
     def __init__(self, translator, beam_size: int, nbest: int, max_batch: int):
         if isinstance(max_batch, bool) or not isinstance(max_batch, numbers.Integral):
@@ -70,8 +71,9 @@ class ContinuousDecoder:
 
     def add(self, lines: Sequence[str], keys: Sequence[Hashable],
             prefixes: Optional[Sequence[Optional[str]]] = None) -> None:
-        """Queue `lines`, known by `keys` (same length) when they come back from `step`; `prefixes`: per line, text
-        its translations start with (None or "": none)."""
+        """Queue `lines`, known by `keys` (same length, hashable) when they come back from `step`; `prefixes`: per
+        line, text its translations start with (None or "": none). A key given twice, or one still pending (added
+        and not yet returned by `step` nor cancelled), is a ValueError naming it, and nothing is queued."""
         cut: set = set()   # the lines cut (source, prefix or both): each counted once in the translator's `truncated`
         src = self.translator.source_ids(lines, cut=cut)   # checked first: a string is not one line per character
         targets = self.translator.target_prefixes(prefixes, cut=cut) or [None for _ in src]   # (nor as prefixes)
@@ -80,11 +82,29 @@ class ContinuousDecoder:
         if len(src) != len(keys) or len(targets) != len(src):
             raise ValueError(f"ContinuousDecoder.add: {len(src)} lines but {len(keys)} keys"
                              + ("" if prefixes is None else f" and {len(targets)} prefixes"))
+        self._check_new_keys(keys)
         for key, ids, prefix in zip(keys, src, targets):
             if ids or prefix:
                 self.waiting.append((key, ids, prefix, self.steps))
             else:
                 self.ready.append(Done(key, []))
+
+    def _check_new_keys(self, keys: Sequence[Hashable]) -> None:
+        """Refuse a key given twice, or one still pending (waiting, decoding or done and not yet returned by `step`):
+        its two lines would come back under one key. A key `step` returned or `cancel` dropped may be used again."""
+        pending = {w[0] for w in self.waiting} | {r.key for r in self.ready} | set(self.keys.values())
+        seen: set = set()
+        for i, key in enumerate(keys):
+            try:
+                again = key in seen or key in pending
+            except TypeError:
+                raise TypeError(f"ContinuousDecoder.add: keys[{i}] must be hashable, got {type(key).__name__} "
+                                f"{key!r}") from None
+            if again:
+                raise ValueError(f"ContinuousDecoder.add: key {key!r} (keys[{i}]) "
+                                 + ("is given twice" if key in seen else "is still pending from an earlier add")
+                                 + ": each line needs its own key until `step` returns it")
+            seen.add(key)
 
     def step(self) -> List[Done]:
         """Let waiting sentences join (see the module's rules), advance the batch by one token, and return the

@@ -134,3 +134,29 @@ def test_bad_arguments(monkeypatch):
     dec = decoder(monkeypatch)
     with pytest.raises(ValueError, match="2 lines but 1 keys"):
         dec.add(["a", "b"], ["k"])
+
+
+def test_a_key_names_one_pending_line_at_a_time(monkeypatch):
+    """A key twice in one call, or one still waiting, decoding or ready from an earlier call, would bring two lines
+    back under one key: refused, naming it, with nothing queued. Once returned (or cancelled) a key is free again."""
+    dec = decoder(monkeypatch, max_batch=1)
+    with pytest.raises(ValueError, match=r"key 'a' \(keys\[2\]\) is given twice"):
+        dec.add(["x", "xx", "xxx"], ["a", "b", "a"])
+    assert dec.pending == 0
+    dec.add(["xx", "x", ""], ["run", "wait", "empty"])
+    dec.step()   # "run" decodes, "wait" waits, "empty" came back
+    for key in ("run", "wait"):
+        with pytest.raises(ValueError, match=f"key '{key}' \\(keys\\[1\\]\\) is still pending from an earlier add"):
+            dec.add(["x", "x"], ["new", key])
+    assert dec.pending == 2
+    with pytest.raises(TypeError, match=r"keys\[0\] must be hashable, got list \['l'\]"):
+        dec.add(["x"], [["l"]])
+    dec.add([""], ["ready"])
+    with pytest.raises(ValueError, match="key 'ready' .* still pending"):   # done, not yet returned by step
+        dec.add(["x"], ["ready"])
+    dec.cancel(["wait"])
+    dec.add(["x", ""], ["wait", "empty"])   # cancelled, and returned: both free
+    out = []
+    while dec.pending:
+        out += [d.key for d in dec.step()]
+    assert sorted(out) == ["empty", "ready", "run", "wait"]
