@@ -8,7 +8,7 @@ import platform
 import subprocess
 import time
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Tuple
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -45,7 +45,9 @@ def check_outputs(model_dirs: Sequence = (), inputs: Optional[dict] = None, **pa
     directories are made as it is written): a path that cannot be written is a one-line error naming the flag now,
     not a traceback after minutes of measuring (`nmt.cli_io.output_dir`). One that is a file of `model_dirs`
     (config.json, params.best ...), one of the `inputs` (flag -> file) or another flag's report is refused: the report
-    would replace it; "-" is refused (no report is written to standard output)."""
+    would replace it; "-" is refused (no report is written to standard output), and so is one inside a model
+    directory or an export (as `check_work_dir` tells one above a work directory): nmt-train --overwrite would then
+    refuse to replace the run, for a file no run writes."""
     from nmt.cli_io import output_dir, refuse_overwriting
     from nmt.config import ConfigError
     from nmt.textfile import UNFLUSHABLE
@@ -62,6 +64,10 @@ def check_outputs(model_dirs: Sequence = (), inputs: Optional[dict] = None, **pa
                 raise ConfigError(f"{flag} {path}: a symbolic link in a loop of links; give another file")
             output_dir(flag, Path(path).parent, file=str(path))
             refuse_overwriting(flag, str(path), dict(inputs or {}), [d for d in model_dirs if d])
+            where, what = _enclosing_run(path, itself=False)
+            if what:
+                raise ConfigError(f"{flag} {path} is inside {where}, {what}: a report there would stop --overwrite "
+                                  "from replacing it; write it outside any model directory")
             target = os.path.realpath(path)
             if target in written:
                 raise ConfigError(f"{flag} {path} is the file of {written[target]} too: one report would replace the "
@@ -74,13 +80,22 @@ def check_work_dir(flag: str, path) -> None:
     or an export (`_run_kind`), also through a symbolic link. What it wrote there is what no run writes: `nmt-train
     --overwrite` (nmt-export's too) would then refuse the directory."""
     from nmt.config import ConfigError
-    given = (Path(path).absolute(), Path(path).resolve())   # (and through a symbolic link: where it leads)
+    where, what = _enclosing_run(path, itself=True)
+    if what:
+        inside = "is" if where in (Path(path).absolute(), Path(path).resolve()) else f"is inside {where},"
+        raise ConfigError(f"{flag} {path} {inside} {what}: what is written there would stop --overwrite from "
+                          "replacing it; give a directory outside any model directory")
+
+
+def _enclosing_run(path, itself: bool) -> Tuple[Optional[Path], str]:
+    """The nearest directory that is `path` (if `itself`) or holds it, also through a symbolic link (where it leads),
+    and is a model directory or an export, with what it is (`_run_kind`); (None, "") if there is none."""
+    given = (Path(path).absolute(), Path(path).resolve())
     for where in dict.fromkeys(p for d in given for p in (d, *d.parents) if p.is_dir()):
-        what = _run_kind(where, itself=where in given)
+        what = _run_kind(where, itself=itself and where in given)
         if what:
-            inside = "is" if where in given else f"is inside {where},"
-            raise ConfigError(f"{flag} {path} {inside} {what}: what is written there would stop --overwrite from "
-                              "replacing it; give a directory outside any model directory")
+            return where, what
+    return None, ""
 
 
 def _run_kind(where: Path, itself: bool) -> str:

@@ -364,6 +364,38 @@ def test_a_report_over_a_model_file_an_input_or_another_report_is_refused(argv, 
     assert {name: (run / name).read_text() for name in files} == files
 
 
+def test_a_report_inside_a_model_directory_is_refused(monkeypatch, capsys, tmp_path):
+    """A report written into a model directory (or an export, or a directory below one) that was not one of its files
+    was accepted, and the stray file then made nmt-train --overwrite refuse the run ("it holds what no run writes").
+    The directory is judged as benchmark_data.py judges one above its --work-dir: a project directory with a
+    `tee train.log` of its own is not a run."""
+    from nmt.commands import run_cli
+    from nmt.config import ConfigError
+    from nmt.dirlock import check_model_dir
+    from scripts import conditions
+    run, export, project = tmp_path / "run", tmp_path / "export", tmp_path / "project"
+    for d, names in ((run, ("train.log", "train.lock")), (export, ("export.json", "params.best")),
+                     (project, ("train.log", "state.json"))):
+        d.mkdir()
+        for name in names:
+            (d / name).write_text("")
+    (run / "tensorboard").mkdir()
+    for report, where, what in ((run / "bench.json", run, "a model directory"),
+                                (run / "tensorboard" / "plots" / "t.png", run, "a model directory"),
+                                (export / "bench.json", export, "an export (nmt-export)")):
+        with pytest.raises(ConfigError, match="would stop --overwrite from replacing it") as e:
+            conditions.check_outputs(plot=report)
+        assert str(e.value).startswith(f"--plot {report} is inside {where}, {what}: "), e.value
+    table = _script(monkeypatch, "results_table")
+    assert run_cli(lambda: table.main([str(run), "--json", str(run / "rows.json")])) == 2
+    assert capsys.readouterr().err == (f"error: --json {run / 'rows.json'} is inside {run}, a model directory: a "
+                                       "report there would stop --overwrite from replacing it; write it outside any "
+                                       "model directory\n")
+    assert sorted(p.name for p in run.iterdir()) == ["tensorboard", "train.lock", "train.log"]
+    check_model_dir(run, resume=False, overwrite=True)   # (what a report there would have stopped)
+    conditions.check_outputs(json=tmp_path / "bench.json", plot=project / "t.png")   # beside a run; no run there
+
+
 def test_benchmark_train_writes_its_plot_where_it_is_named(monkeypatch, tmp_path):
     """--plot times (no suffix) was checked as "times" (check_outputs: not a model's file, not --json's) but
     matplotlib's savefig added ".png" and wrote times.png, over a --json times.png it was not compared with; an
