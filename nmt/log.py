@@ -127,8 +127,8 @@ def warned_before(what: str) -> Iterator[None]:
         if failed and not verbose:
             _said_after_all(what, handlers, lowered)
     if lowered and not verbose:
-        logging.getLogger("nmt").info("%s: %d warning%s left out, which its training gave (-v shows %s)", what,
-                                      len(lowered), *(("s", "them") if len(lowered) > 1 else ("", "it")))
+        logging.getLogger("nmt").info("%s: %s left out, which its training gave (-v shows %s)", what,
+                                      *_warnings(len(lowered)))
 
 
 def _said_after_all(what: str, handlers: List[logging.Handler], held: List[logging.LogRecord]) -> None:
@@ -136,13 +136,19 @@ def _said_after_all(what: str, handlers: List[logging.Handler], held: List[loggi
     logger's `handlers` as the warnings they were, after a line saying why: what they were held back in failed."""
     if not held:
         return
-    logging.getLogger("nmt").info("%s failed; the %d warning%s held back until now (its training gave %s):", what,
-                                  len(held), *(("s", "them") if len(held) > 1 else ("", "it")))
+    logging.getLogger("nmt").info("%s failed; the %s held back until now (its training gave %s):", what,
+                                  *_warnings(len(held)))
     for record in held:
         record.levelno, record.levelname, record.warned_before = logging.WARNING, "WARNING", False
         for h in handlers:   # (as the logger would: each handler at its level; its filter passes it now)
             if record.levelno >= h.level:
                 h.handle(record)
+
+
+def _warnings(count: int) -> Tuple[str, str]:
+    """The words for `count` warnings `warned_before` held back, and the pronoun that names them: ("1 warning", "it")
+    or ("2 warnings", "them")."""
+    return (f"{count} warnings", "them") if count > 1 else (f"{count} warning", "it")
 
 
 class MetricsWriter:
