@@ -210,9 +210,9 @@ def build_evaluate_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _test_sets(args: argparse.Namespace, tr, save: bool) -> Dict[str, Tuple[Any, List[List[str]]]]:
+def _test_sets(args: argparse.Namespace, tr) -> Dict[str, Tuple[Any, List[List[str]]]]:
     """name -> (Pairs, further references) of what to score (files, the recipe's test sets or the model's dev
-    set); `save`: scores may be recorded (no --no-save, --prefix-words, read-only directory or other decoding)."""
+    set)."""
     from nmt.corpus import Pairs, drop_blank_ends, read_lines
     from nmt.evaluate import korean_bleu
     from nmt.scoring import check_set_name, model_dev_set, recipe_tests
@@ -235,8 +235,6 @@ def _test_sets(args: argparse.Namespace, tr, save: bool) -> Dict[str, Tuple[Any,
         sets = recipe_tests(tr.config, args.data_dir) if args.recipe_tests else model_dev_set(tr.config, args.data_dir)
         for model_dir in (tr.model_dir, *tr.member_dirs) if args.dev_set else ():   # (an ensemble's: each member)
             validated_on(Path(model_dir), next(iter(sets.values())), Path(tr.model_dir))
-        if args.recipe_tests and d.test_src and save:   # (its own files)
-            tested_on(Path(tr.model_dir), sets["test"], (d.test_src, d.test_tgt), args.max_sentences)
         return {name: (pairs, []) for name, pairs in sets.items()}
     if not (args.src_file and args.ref_file):
         raise ConfigError("--src-file and --ref-file must be given together")
@@ -259,9 +257,18 @@ def _test_sets(args: argparse.Namespace, tr, save: bool) -> Dict[str, Tuple[Any,
     name = args.name or ("test" if own else _file_name(args.src_file))   # (a pipe: its name, not /proc/PID/fd's)
     if not args.no_save:   # (else nothing is recorded: the name only labels the report and the --hyp-dir files)
         check_set_name(name, args.src_file, args.ref_file, tr.config)
-        if name == "test" and d.test_src and save:   # its own files: as its run read them?
-            tested_on(Path(tr.model_dir), Pairs(src, refs[0], name), (d.test_src, d.test_tgt), args.max_sentences)
     return {name: (Pairs(src, refs[0], name), refs[1:])}
+
+
+def _saved_sets(args: argparse.Namespace, tr, tests: dict, recordable: bool) -> Dict[str, bool]:
+    """name -> whether the set's scores are recorded in scores.json: if `recordable` (no --no-save, --prefix-words,
+    read-only directory or other decoding), and not for part of a set (--max-sentences), which is not the set; the
+    model's own test files, recorded, must be the pairs its run was tested with (`tested_on`)."""
+    saved = {name: recordable and not 0 < args.max_sentences < len(pairs.src) for name, (pairs, _) in tests.items()}
+    d = tr.config.data
+    if saved.get("test") and d.test_src:   # (its own files, by --recipe-tests or as --src-file and --ref-file)
+        tested_on(Path(tr.model_dir), tests["test"][0], (d.test_src, d.test_tgt))
+    return saved
 
 
 @command(build_evaluate_parser)
@@ -285,8 +292,9 @@ def evaluate_main(args: argparse.Namespace) -> int:
     if not (args.no_save or args.prefix_words):   # recorded after each test set: a damaged file is named first
         read_scores(tr.model_dir)
         readonly, other = cannot_record(tr.model_dir), other_decoding(tr)
-    recordable = not (args.no_save or args.prefix_words or readonly or other)   # (a set's part: not, below)
-    tests = _test_sets(args, tr, recordable)
+    recordable = not (args.no_save or args.prefix_words or readonly or other)
+    tests = _test_sets(args, tr)
+    saved = _saved_sets(args, tr, tests, recordable)
     inputs = evaluation_inputs(args, tr.config.data)
     hyp_files = {name: args.hyp_dir / f"{Path(name).name}.{tr.tgt_lang}" for name in tests} if args.hyp_dir else {}
     hyps = [p for name, h in hyp_files.items() for p in (h, *hyp_ref_files(h, 1 + len(tests[name][1])))]
@@ -301,12 +309,8 @@ def evaluate_main(args: argparse.Namespace) -> int:
         for name, (pairs, more_refs) in tests.items():
             if gone and args.json in (None, "-"):
                 break
-            # a part of a set is not the set, nor translations given the references' words or decoded at other
-            # settings than the model's: their scores must not replace the set's own in scores.json
-            part = 0 < args.max_sentences < len(pairs.src)
-            save = recordable and not part
-            results[name], lines = _evaluate_set(args, tr, name, pairs, more_refs, save, hyp_files.get(name))
-            recorded += [name] if save and "not_recorded" not in results[name] else []   # (a full disk)
+            results[name], lines = _evaluate_set(args, tr, name, pairs, more_refs, saved[name], hyp_files.get(name))
+            recorded += [name] if saved[name] and "not_recorded" not in results[name] else []   # (a full disk)
             gone = gone or not last_lines(lines)
         report = {"model_dir": str(tr.model_dir.resolve()), "checkpoint": tr.checkpoint, "results": results}
         if args.json == "-":

@@ -358,14 +358,12 @@ def validated_on(model_dir: Path, dev, first: Path) -> None:
                       "instead")
 
 
-def tested_on(model_dir: Path, test, files, max_sentences: int = 0) -> None:
+def tested_on(model_dir: Path, test, files) -> None:
     """CorpusError when the pairs of a model's own test files (`files`: its data.test_src, data.test_tgt), read again
     as `test`, are not those its run recorded (`TrainState.test_sum`; an export's export.json keeps it): edited since,
     their scores would replace the "test" entry in scores.json that training recorded, which /info and nmt-export
-    show as the model's. (A recipe's test sets are read from files of known sha256; the scores of part of a set,
-    --max-sentences, are not recorded.)"""
-    if 0 < max_sentences < len(test.src):
-        return
+    show as the model's. Only for scores to be recorded (nmt-evaluate: not of part of a set, --max-sentences). (A
+    recipe's test sets are read from files of known sha256.)"""
     from nmt.corpus import READ_SINCE, CorpusError
     from nmt.encoded import text_checksum
     from nmt.export import test_sum_of
