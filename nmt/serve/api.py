@@ -29,9 +29,10 @@ from nmt.serve.openapi import fit_examples, openapi_30
 from nmt.serve.page import page_html
 from nmt.serve.responses import (AttentionAnswer, HealthAnswer, InfoAnswer, TranslateAnswer, logged, responses,
                                  translation_item)
+from nmt.serve.attention import attention_answer, attention_within, check_attention
 from nmt.serve.schema import (AttentionRequest, Limits, RequestError, TranslateRequest, at_length_limit,
-                              attention_within, check_attention, check_prefixes, check_translate, example, parse,
-                              read_body, token_warnings, within_pieces)
+                              check_prefixes, check_translate, example, parse, read_body, token_warnings,
+                              within_pieces)
 
 logger = logging.getLogger("nmt.serve")
 
@@ -301,16 +302,12 @@ def _add_routes(app: FastAPI, limits: Limits) -> None:
         model = _service(request).pick(req.src_lang, req.tgt_lang)
         line, given, warnings = check_attention(req, model.translator.decode.max_input_tokens)
         try:
-            a, cut = await _within_limit(model.batcher.call(lambda: attention_within(model.translator, line, given),
-                                                            clock.left()), clock,
-                                         "send a shorter text or translation", request)
+            a, more = await _within_limit(model.batcher.call(lambda: attention_within(model.translator, line, given),
+                                                             clock.left()), clock,
+                                          "send a shorter text or translation", request)
         except ValueError as e:   # e.g. nothing left after normalization
             raise RequestError(422, f"text: {e}", "text") from None
-        ended = given is not None or a.tgt_pieces[-1:] == ["</s>"]   # (a given translation is as given)
-        warnings = logged(request, warnings + cut + ([] if ended else [at_length_limit(model.translator.decode)]))
-        return {"translation": a.translation, "src_pieces": a.src_pieces, "tgt_pieces": a.tgt_pieces,
-                "weights": [[round(float(w), 4) for w in row] for row in a.weights],
-                "alignment": [list(link) for link in a.links], "warnings": warnings}
+        return attention_answer(a, logged(request, warnings + more))
 
 
 def _add_status_routes(app: FastAPI) -> None:

@@ -289,26 +289,6 @@ def check_prefixes(req: TranslateRequest, max_input_tokens: int) -> Tuple[Option
     return prefixes, warnings
 
 
-def check_attention(req: AttentionRequest, max_input_tokens: int) -> Tuple[str, object, List[str]]:
-    """(sentence, translation: its text, its pieces or None, warnings) of a parsed /attention request;
-    RequestError for what is refused. A translation is cut like a sentence: its pieces are steps of the model."""
-    line, warnings = check_line(req.text, "text", max_input_tokens)
-    if not normalize(line):   # spaces, or invisible characters the model does not read
-        raise RequestError(422, "text is empty: send one sentence", "text")
-    if req.pieces is not None:
-        if req.translation is not None:
-            raise RequestError(422, "translation and pieces are both given: send one (pieces, when you have them)",
-                               "pieces")
-        if len(req.pieces) > max_input_tokens:
-            warnings.append(f"pieces has {len(req.pieces)} items; truncated to its first {max_input_tokens} "
-                            "(max_input_tokens), as nmt-translate cuts input lines")
-        return line, req.pieces[:max_input_tokens], warnings
-    if req.translation is None:
-        return line, None, warnings
-    translation, cut = check_line(req.translation, "translation", max_input_tokens)
-    return line, translation, warnings + cut
-
-
 def check_line(line: str, where: str, max_input_tokens: int) -> Tuple[str, List[str]]:
     """A line cut to the CLI's character limit, with warnings; RequestError for a lone surrogate or text on several
     lines."""
@@ -337,8 +317,8 @@ def token_warnings(translator, lines: List[str], prefixes: Optional[List[str]] =
     """Warnings for the lines (and target prefixes) the Translator will cut to max_input_tokens subword tokens (its
     second rule after the characters'), found with its own source_ids and target_prefixes. Run on the worker thread: it
     uses the model's tokenizers."""
-    out = [_token_warning(translator, f"text[{i}]", line, translator.source_ids) for i, line in enumerate(lines)]
-    out += [_token_warning(translator, f"target_prefix[{i}]", line, translator.target_prefixes)
+    out = [token_warning(translator, f"text[{i}]", line, translator.source_ids) for i, line in enumerate(lines)]
+    out += [token_warning(translator, f"target_prefix[{i}]", line, translator.target_prefixes)
             for i, line in enumerate(prefixes or [])]
     return [w for w in out if w]
 
@@ -355,7 +335,7 @@ def within_pieces(line: str, limit: int) -> bool:
     return 4 * len(unicodedata.normalize("NFC", line)) + 1 <= limit
 
 
-def _token_warning(translator, where: str, line: str, encode) -> str:
+def token_warning(translator, where: str, line: str, encode) -> str:
     """The warning for a line that `encode` (the Translator's) cuts to max_input_tokens pieces, or ""."""
     limit = translator.decode.max_input_tokens
     if within_pieces(line, limit):
@@ -364,36 +344,3 @@ def _token_warning(translator, where: str, line: str, encode) -> str:
         encode([line])
     return (f"{where} has more than {limit} subword tokens; truncated to {limit} (max_input_tokens), as "
             "nmt-translate does") if cut else ""
-
-
-def attention_within(translator, line: str, given) -> Tuple[object, List[str]]:
-    """(`nmt.plot.attention` of `line`, warnings); a given translation (`check_attention`'s: text, pieces or None)
-    over max_input_tokens target pieces is first cut to its longest start within them, with a warning, as a line is
-    cut: each piece is a step of the model, and the character guard alone lets one translation take minutes (an
-    emoji is 4 byte pieces). Run on the worker thread: it uses the model's tokenizer."""
-    from nmt.plot import attention
-    limit = translator.decode.max_input_tokens
-    warnings = [_token_warning(translator, "text", line, translator.source_ids)]
-    if isinstance(given, list):
-        try:
-            translator.tgt_tok.piece_ids(given, "pieces")
-        except ValueError as e:   # (TokenizerError)
-            raise RequestError(422, str(e), "pieces") from None
-        with translator.unreported():   # (a cut is said in the answer, and the log has the answer's words)
-            return attention(translator, line, pieces=given), [w for w in warnings if w]
-    if given is not None:
-        pieces = _pieces(translator, given)
-        if pieces > limit:
-            lo, hi = 0, len(given)   # given[:lo] fits, given[:hi] does not
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                lo, hi = (mid, hi) if _pieces(translator, given[:mid]) <= limit else (lo, mid)
-            given = given[:lo]
-            warnings.append(f"translation has {pieces} subword tokens; truncated to its first {lo} characters "
-                            f"(at most {limit} tokens: max_input_tokens), as nmt-translate cuts input lines")
-    with translator.unreported():
-        return attention(translator, line, translation=given), [w for w in warnings if w]
-
-
-def _pieces(translator, text: str) -> int:
-    return len(translator.tgt_tok.encode([normalize(text)])[0])

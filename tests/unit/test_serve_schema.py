@@ -39,7 +39,8 @@ def test_a_body_after_a_byte_order_mark_is_read():
 def test_a_translation_or_prefix_on_several_lines_is_told_it_is_one_line():
     """/attention's translation (and a target_prefix) on two lines was told to "send each line as its own
     sentence", the advice for a source text."""
-    from nmt.serve.schema import AttentionRequest, check_attention, check_prefixes
+    from nmt.serve.attention import check_attention
+    from nmt.serve.schema import AttentionRequest, check_prefixes
     with pytest.raises(RequestError) as e:
         check_attention(parse(json.dumps({"text": "a", "translation": "b\nc"}).encode(), AttentionRequest), 250)
     assert e.value.message == "translation has text on 2 lines: a translation (or its start) is one line"
@@ -156,7 +157,8 @@ def test_a_line_of_four_byte_characters_cut_at_the_limit_is_warned_of(model_dir)
 def test_an_attention_text_of_invisible_characters_is_empty():
     """A line of a Hangul filler (a "blank" in Korean chat) or a lone joiner passed `line.strip()` and got "attention:
     the sentence is empty after normalization" from deep in the model, where a line of spaces got this answer."""
-    from nmt.serve.schema import AttentionRequest, check_attention, check_prefixes
+    from nmt.serve.attention import check_attention
+    from nmt.serve.schema import AttentionRequest, check_prefixes
     for text in ("\u3164", "\u200e \u200d", "   "):
         with pytest.raises(RequestError) as e:
             check_attention(parse(json.dumps({"text": text}).encode(), AttentionRequest), 250)
