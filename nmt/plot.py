@@ -38,6 +38,7 @@ class Attention:
     tgt_pieces: List[str]        # pieces of the translation, then "</s>" when it ended with EOS
     weights: np.ndarray          # (len(tgt_pieces), len(src_pieces)); each row sums to 1
     links: List[Tuple[int, int]] = field(default_factory=list)   # word alignment of these weights (`nmt.align`)
+    tgt_ids: List[int] = field(default_factory=list)   # the ids of the translation's pieces, without "</s>"
 
 
 def attention(translator, sentence: str, max_len: Optional[int] = None, translation: Optional[str] = None,
@@ -100,7 +101,7 @@ def _forced(translator, sentence: str, ids: List[int], translation: Optional[str
     weights = forced_attention(translator, [ids], [tgt])[0]   # an empty translation: the row of its "</s>"
     return Attention(sentence, translation, [translator.src_tok.piece(i) for i in ids] + ["</s>"],
                      [translator.tgt_tok.piece(i) for i in tgt] + ["</s>"], weights,
-                     pair_links(translator, ids, tgt, weights))
+                     pair_links(translator, ids, tgt, weights), list(tgt))
 
 
 def _greedy(translator, sentence: str, ids: List[int], max_len: Optional[int]) -> Attention:
@@ -118,7 +119,7 @@ def _greedy(translator, sentence: str, ids: List[int], max_len: Optional[int]) -
     tgt_pieces = [translator.tgt_tok.piece(i) for i in out] + (["</s>"] if ended else [])
     weights = weights[:len(tgt_pieces), :len(src_pieces)]
     return Attention(sentence, tidy_translation(translator.tgt_tok.decode([out])[0]), src_pieces, tgt_pieces,
-                     weights, pair_links(translator, ids, out, weights))
+                     weights, pair_links(translator, ids, out, weights), list(out))
 
 
 def _label(piece: str) -> str:

@@ -50,7 +50,8 @@ class AttentionAnswer(_Answer):
     weights: List[List[float]] = Field(description="attention, target piece x source piece; each row sums to 1")
     alignment: List[List[int]] = Field(description="the word alignment of these weights: [source word, translation "
                                                    "word] pairs, words counted from 0, as /translate gives them")
-    warnings: List[str]
+    warnings: List[str] = Field(description="text or translation cut, a greedy translation at the length limit, "
+                                            "byte pieces left out of the translation's text")
 
 
 class ModelLoad(_Answer):

@@ -296,6 +296,27 @@ def test_byte_pieces_left_out_of_a_translation_are_warned_of(http, translator, m
                              "terminal would act on it)"]
 
 
+def test_attention_warns_of_byte_pieces_left_out_of_its_translation(http, translator, serve_sentences, monkeypatch):
+    """/attention's translation left out byte pieces that form no character, or a control character's, without the
+    warning /translate gives: of the pieces given (a lone lead byte, then ESC), and of its greedy translation (here
+    the tokenizer takes its last piece for such a byte, as in the test above), worded as /translate's."""
+    from nmt.translate import Translator
+    pieces, text = non_canonical_split(translator.tgt_tok)
+    a = http.post("/attention", json={"text": serve_sentences[0], "pieces": pieces + ["<0xE3>", "<0x1B>"]}).json()
+    assert a["translation"] == text and a["tgt_pieces"] == pieces + ["<0xE3>", "<0x1B>", "</s>"], a
+    assert a["warnings"] == [f"pieces: 2 {Translator.LEFT_OUT}"], a["warnings"]
+    a = http.post("/attention", json={"text": serve_sentences[0], "pieces": pieces}).json()
+    assert a["warnings"] == [], a["warnings"]
+    tok = translator.tgt_tok
+    whole = tok.whole_characters
+    monkeypatch.setattr(tok, "whole_characters", lambda ids: whole(ids)[:-1])
+    t = http.post("/translate", json={"text": [serve_sentences[0]], "beam_size": 1}).json()
+    a = http.post("/attention", json={"text": serve_sentences[0]}).json()
+    assert t["warnings"] == [f"text[0]: 1 {Translator.LEFT_OUT}"], t["warnings"]
+    assert a["warnings"] == [f"text: 1 {Translator.LEFT_OUT}"] and a["translation"] == t["translations"][0][
+        "translation"], a
+
+
 def test_memory_stays_bounded_under_big_bodies(http):
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     for _ in range(10):
