@@ -19,10 +19,12 @@ def check_attention(req: AttentionRequest, max_input_tokens: int) -> Tuple[str, 
         if req.translation is not None:
             raise RequestError(422, "translation and pieces are both given: send one (pieces, when you have them)",
                                "pieces")
-        if len(req.pieces) > max_input_tokens:
+        ended = req.pieces[-1:] == ["</s>"]   # (as an answer's pieces end: the row of the end, not a step to cut)
+        if len(req.pieces) - ended > max_input_tokens:
             warnings.append(f"pieces has {len(req.pieces)} items; truncated to its first {max_input_tokens} "
                             "(max_input_tokens), as nmt-translate cuts input lines")
-        return line, req.pieces[:max_input_tokens], warnings
+            return line, req.pieces[:max_input_tokens], warnings
+        return line, req.pieces, warnings
     if req.translation is None:
         return line, None, warnings
     translation, cut = check_line(req.translation, "translation", max_input_tokens)

@@ -191,10 +191,38 @@ def test_pieces_are_the_searchs_and_attention_takes_them_back(http, translator, 
         "input lines"]
     for body, message in (({"pieces": pieces, "translation": text}, "translation and pieces are both given"),
                           ({"pieces": ["zzz"]}, "pieces[0] 'zzz' is not a piece of the en vocabulary"),
-                          ({"pieces": [pieces[0], "</s>"]}, "pieces[1] is the end of sentence '</s>'"),
+                          ({"pieces": [pieces[0], "</s>", pieces[1]]}, "pieces[1] is the end of sentence '</s>' "
+                                                                       "before the last piece"),
                           ({"pieces": "\u2581a"}, "pieces")):
         r = http.post("/attention", json={"text": lines[0], **body})
         assert r.status_code == 422 and message in r.json()["error"] and r.json()["field"] == "pieces", r.text
+
+
+def test_attention_refuses_pieces_no_translation_holds(http, translator, serve_sentences):
+    """<s> and <pad> in /attention's pieces were taken: the answer's translation dropped them without a word (a
+    translation's text leaves them out). They are refused, naming the field and the piece's position, as an end of
+    sentence before the last piece is (the text ends at it). An end of sentence last, as /attention's own
+    tgt_pieces end (and nmt-score's pieces), is the row of the end, which comes last anyway: it was refused, and
+    with max_input_tokens pieces before it, cut with a warning. <unk>, which a search may write, shows as " ⁇ "."""
+    source = serve_sentences[0]
+    pieces, text = non_canonical_split(translator.tgt_tok)
+    for special, what in (("<s>", "the start of sentence"), ("<pad>", "the padding")):
+        for given in (pieces + [special], [special] + pieces + ["</s>"]):
+            r = http.post("/attention", json={"text": source, "pieces": given})
+            at = given.index(special)
+            assert r.status_code == 422 and r.json() == {"field": "pieces", "error": (
+                f"pieces[{at}] is {what} '{special}', which no translation holds (its text would drop it): leave it "
+                "out")}, r.text
+    a = http.post("/attention", json={"text": source, "pieces": pieces}).json()
+    assert a["tgt_pieces"] == pieces + ["</s>"] and a["translation"] == text
+    for given in (pieces + ["</s>"], a["tgt_pieces"]):   # an answer's pieces, sent back: the same answer
+        assert http.post("/attention", json={"text": source, "pieces": given}).json() == a
+    limit = translator.decode.max_input_tokens
+    full = pieces * (limit // len(pieces))
+    a = http.post("/attention", json={"text": source, "pieces": full + ["</s>"]}).json()
+    assert a["warnings"] == [] and a["tgt_pieces"] == full + ["</s>"], a["warnings"]
+    a = http.post("/attention", json={"text": source, "pieces": pieces + ["<unk>"]}).json()
+    assert a["tgt_pieces"] == pieces + ["<unk>", "</s>"] and a["translation"] == f"{text} \u2047", a
 
 
 HOSTILE = {   # name: (body, expected status, words the error must contain)
