@@ -12,7 +12,9 @@ from nmt.serve.schema import AttentionRequest, RequestError, at_length_limit, ch
 def check_attention(req: AttentionRequest, max_input_tokens: int) -> Tuple[str, object, List[str]]:
     """(sentence, translation: its text, its pieces or None, warnings) of a parsed /attention request;
     RequestError for what is refused. A translation is cut like a sentence: its pieces are steps of the model."""
-    line, warnings = check_line(req.text, "text", max_input_tokens)
+    read = "feeding it through the model"   # (a translation given is not translated: its text is read)
+    line, warnings = check_line(req.text, "text", max_input_tokens,
+                                "translating" if req.translation is None and req.pieces is None else read)
     if not normalize(line):   # spaces, or invisible characters the model does not read
         raise RequestError(422, "text is empty: send one sentence", "text")
     if req.pieces is not None:
@@ -27,7 +29,8 @@ def check_attention(req: AttentionRequest, max_input_tokens: int) -> Tuple[str, 
         return line, req.pieces, warnings
     if req.translation is None:
         return line, None, warnings
-    translation, cut = check_line(req.translation, "translation", max_input_tokens)
+    translation, cut = check_line(req.translation, "translation", max_input_tokens,
+                                  f"{read} (the answer's translation is without them)")
     return line, translation, warnings + cut
 
 

@@ -289,9 +289,9 @@ def check_prefixes(req: TranslateRequest, max_input_tokens: int) -> Tuple[Option
     return prefixes, warnings
 
 
-def check_line(line: str, where: str, max_input_tokens: int) -> Tuple[str, List[str]]:
-    """A line cut to the CLI's character limit, with warnings; RequestError for a lone surrogate or text on several
-    lines."""
+def check_line(line: str, where: str, max_input_tokens: int, use: str = "translating") -> Tuple[str, List[str]]:
+    """A line cut to the CLI's character limit, with warnings (`use`: what is done with the line, which its control
+    characters were removed before); RequestError for a lone surrogate or text on several lines."""
     surrogate = lone_surrogate(line)
     if surrogate:
         raise RequestError(422, f"{where} has a lone surrogate {surrogate}: it is not a character; send valid "
@@ -309,7 +309,7 @@ def check_line(line: str, where: str, max_input_tokens: int) -> Tuple[str, List[
                         f"{max_input_tokens} x {CHARS_PER_TOKEN}), as nmt-translate does")
         line = line[:max_chars].rstrip()
     if controls:
-        warnings.append(f"{where} has {controls}; they were removed before translating")
+        warnings.append(f"{where} has {controls}; they were removed before {use}")
     return line, warnings
 
 

@@ -155,6 +155,16 @@ def test_attention_of_a_given_translation_is_its_forced_attention(http, translat
     # the translation is answered as read, the text its pieces are of (it came back as sent, the bell too)
     a = http.post("/attention", json={"text": source, "translation": f"  {best[:3]}\x07{best[3:]}\u3000"}).json()
     assert a["translation"] == best and a["tgt_pieces"] == translator.tgt_tok.pieces(best) + ["</s>"], a
+    # escape sequences were warned of as "removed before translating": neither text nor translation is translated
+    a = http.post("/attention", json={"text": f"\x1b[1m{source}", "translation": f"\x1b[31m{best}\x1b[0m"}).json()
+    assert a["translation"] == best and a["warnings"] == [
+        "text has 1 terminal escape sequence(s) (colours, cursor keys: ESC[31m ...); they were removed before "
+        "feeding it through the model", "translation has 2 terminal escape sequence(s) (colours, cursor keys: "
+        "ESC[31m ...); they were removed before feeding it through the model (the answer's translation is without "
+        "them)"], a
+    a = http.post("/attention", json={"text": f"\x1b[1m{source}"}).json()   # (its greedy translation: translated)
+    assert a["warnings"] == ["text has 1 terminal escape sequence(s) (colours, cursor keys: ESC[31m ...); they were "
+                             "removed before translating"], a
     for sep in ("\n", "\u2029", "\x0c"):
         r = http.post("/attention", json={"text": source, "translation": f"a{sep}b"})
         assert r.status_code == 422 and "translation has text on 2 lines" in r.json()["error"], sep
