@@ -176,7 +176,8 @@ def config_for_resume(args: argparse.Namespace) -> Tuple[Config, List[str]]:
     (`resumed_config`), so that `--resume` alone continues a run as it was started; the flags are checked together
     with the run's settings (`--average-last 5` alone, in a run that keeps 5 checkpoints). The command line's own
     configuration where the model directory has no config.json here (nothing to resume, which training reports; or
-    a worker of a distributed job on a machine without the directory, which then needs the same flags as rank 0)."""
+    a worker of a distributed job on a machine without the directory, which then takes rank 0's settings with its
+    flags on top: `nmt.resume.rank0_settings`)."""
     from nmt.checkpoint import CONFIG
     asked = args_dict(args, check=False)   # (the flags over a --config file's; checked below)
     path = Path(asked["train"]["model_dir"]).expanduser() / CONFIG

@@ -6,14 +6,14 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Tuple
 
 from mxnet import gluon
 
 from nmt import checkpoint as ckpt, manifest
 from nmt.atomic import atomic_copy
-from nmt.config import Config
-from nmt.config_resume import check_test_files, resumed_config
+from nmt.config import Config, ConfigError
+from nmt.config_resume import check_test_files, given_by, resumed_config
 from nmt.data import TrainData
 from nmt.encoded import killed_writes
 from nmt.lost_best import own_copy, restore_best
@@ -24,11 +24,14 @@ logger = logging.getLogger("nmt.train")
 ckpt_logger = logging.getLogger("nmt.checkpoint")   # (what the model directory's files say)
 
 
-def resumed_state(cfg: Config, workers: WorkerGroup) -> ckpt.TrainState:
+def resumed_state(cfg: Config, workers: WorkerGroup) -> Tuple[ckpt.TrainState, Config]:
     """The training state of the model directory, after checking that `cfg` continues the same model (the other
-    workers read rank 0's files from a private copy: no shared filesystem needed). An unset --valid-metric in `cfg`
-    becomes the run's (a run that recorded "bleu" for Korean output goes on by it, and config.json keeps it), as does
-    the one the run's null stands for (config.json keeps null: it serves a run of the other direction)."""
+    workers read rank 0's files from a private copy: no shared filesystem needed), and the configuration to train
+    with: `cfg`, but on a worker whose machine has no config.json there, rank 0's recorded settings with the keys
+    `cfg` gives on top (`given_by`: a --patience an earlier resume changed is rank 0's without the flag). An unset
+    --valid-metric in `cfg` becomes the run's (a run that recorded "bleu" for Korean output goes on by it, and
+    config.json keeps it), as does the one the run's null stands for (config.json keeps null: it serves a run of the
+    other direction)."""
     model_dir = Path(cfg.train.model_dir)
     state = resume_state(model_dir) if workers.is_chief else ckpt.TrainState()
     if workers.is_chief:   # config.json's model settings and languages those of the checkpoint, before the data's
@@ -37,13 +40,27 @@ def resumed_state(cfg: Config, workers: WorkerGroup) -> ckpt.TrainState:
     if workers.num_workers > 1:
         state = ckpt.TrainState(**workers.broadcast_json(vars(state)))
     saved = workers.read_shared(model_dir, ckpt.CONFIG, Config.load)
+    if not workers.is_chief and not (model_dir / ckpt.CONFIG).is_file():   # (its flags met no config.json here)
+        cfg = rank0_settings(saved, cfg, workers.rank)
     _, changes = resumed_config(saved, cfg, None, str(model_dir / ckpt.CONFIG))   # the model and data must match
     check_test_files(saved, cfg, state.test_sum, str(model_dir / ckpt.CONFIG))
     if cfg.train.valid_metric in (None, saved.valid_metric):   # (create_trainer(cfg, resume=True): the best score
         cfg.train.valid_metric = saved.train.valid_metric      # is by the run's metric; a null stays null)
     if changes:
         logger.info("resuming with settings changed since the last run: %s", "; ".join(changes))
-    return state
+    return state, cfg
+
+
+def rank0_settings(saved: Config, cfg: Config, rank: int) -> Config:
+    """The configuration of worker `rank`, on a machine without the model directory: rank 0's recorded settings
+    (`saved`) with the keys this worker's `cfg` gives on top (`given_by`); a ConfigError, naming the worker, for a
+    given model or data key that differs from rank 0's (another key that differs, the workers' check names)."""
+    path = Path(cfg.train.model_dir) / ckpt.CONFIG
+    try:
+        return resumed_config(saved, cfg, given_by(cfg), str(path))[0]
+    except ConfigError as e:
+        raise ConfigError(f"worker rank {rank}, which has no {path} on its machine and resumes with rank 0's settings "
+                          f"and its own flags on top: {e}") from None
 
 
 def since_valid_part(state: ckpt.TrainState, is_chief: bool) -> Optional[list]:

@@ -286,7 +286,7 @@ def _create_locked(cfg: Config, resume: bool, overwrite: bool, ctxs, kv, workers
                    init: Optional[Path], inputs: Dict[str, Any]) -> Trainer:
     """`create_trainer` once the directory is ours: checked writable and, once the model is built, with room for
     its checkpoints, so that a full disk shows before training rather than at the first checkpoint."""
-    t, model_dir, aside = cfg.train, Path(cfg.train.model_dir), None
+    model_dir, aside = Path(cfg.train.model_dir), None
     if workers.is_chief:
         prepare_model_dir(model_dir, resume, overwrite, inputs)
         aside = set_aside(model_dir) if overwrite and not resume else None
@@ -298,10 +298,10 @@ def _create_locked(cfg: Config, resume: bool, overwrite: bool, ctxs, kv, workers
             setup_logging(model_dir / ckpt.LOG)
         else:   # the other workers' warnings, named (Python's last-resort handler printed them bare)
             setup_logging(None, logging.WARNING, prefix=f"rank {workers.rank} ")
-        state = resumed_state(cfg, workers) if resume else ckpt.TrainState(init_from=str(init or ""))
-        TensorBoardWriter.check(t.tensorboard)   # before the data is read; its writer once all is checked
+        state, cfg = resumed_state(cfg, workers) if resume else (ckpt.TrainState(init_from=str(init or "")), cfg)
+        TensorBoardWriter.check(cfg.train.tensorboard)   # before the data is read; its writer once all is checked
         state.hardware = hardware_of(ctxs, workers.num_workers, state.hardware if resume else "",
-                                     trains=not (resume and state.limit_reached(t)))
+                                     trains=not (resume and state.limit_reached(cfg.train)))
         for line in (f"devices: {ctxs}, kvstore: {getattr(kv, 'type', kv)}, worker {workers.rank} of "
                      f"{workers.num_workers}", *settings_lines(cfg)):   # what config.json holds, for people
             logger.info(line)
@@ -312,14 +312,14 @@ def _create_locked(cfg: Config, resume: bool, overwrite: bool, ctxs, kv, workers
             "batches": data.sampler.fingerprint(), "subword_sampling": cfg.data.subword_sampling,   # (lengths)
             "text sha256": dict(zip(("training pairs", "dev pairs", "test pairs"), data.sums)),
             "model": vars(cfg.model), "optim": vars(cfg.optim),
-            "train": {k: v for k, v in vars(t).items() if f"train.{k}" not in PER_INVOCATION}})
+            "train": {k: v for k, v in vars(cfg.train).items() if f"train.{k}" not in PER_INVOCATION}})
         for seed in (random.seed, np.random.seed, mx.random.seed):
-            seed(t.seed)
+            seed(cfg.train.seed)
         net = build_model(cfg.model, data.src_tok.vocab_size, data.tgt_tok.vocab_size)
         net.initialize(mx.init.Xavier(magnitude=2.24), ctx=ctxs)
         net.hybridize(static_alloc=True)
         if workers.is_chief:
-            check_checkpoint_room(cfg, net, no_update=resume and bool(state.limit_reached(t)))
+            check_checkpoint_room(cfg, net, no_update=resume and bool(state.limit_reached(cfg.train)))
     optimizer = build_optimizer(cfg.optim, net.collect_params(), kv)
     if resume:
         restore(model_dir, net, optimizer, data, state, workers, ctxs)
@@ -330,8 +330,8 @@ def _create_locked(cfg: Config, resume: bool, overwrite: bool, ctxs, kv, workers
         cfg.save(model_dir / ckpt.CONFIG)
         retire_other_decoding(model_dir, cfg.decode)   # (a resume given other decoding flags)
     workers.init_trainer(optimizer)   # distributed: rank 0's parameters on every worker before update 1
-    tensorboard = TensorBoardWriter.create(model_dir, t.tensorboard, state.step if resume else None, workers.rank)
-    return Trainer(cfg, data, net, optimizer, ctxs, state, workers, tensorboard)
+    return Trainer(cfg, data, net, optimizer, ctxs, state, workers, TensorBoardWriter.create(
+        model_dir, cfg.train.tensorboard, state.step if resume else None, workers.rank))
 
 
 @dataclass

@@ -23,10 +23,11 @@ from nmt import checkpoint as ckpt
 from nmt import distributed as dist
 from nmt import launch as launcher
 from nmt import workers
-from nmt.cli import train_main
-from nmt.config import ConfigError
+from nmt.cli import build_train_parser, config_from_args, train_main
+from nmt.config import Config, ConfigError
 from nmt.distributed import Host, LaunchError, ProcSpec
 from nmt.job import Job
+from nmt.resume import rank0_settings
 from nmt.train import create_trainer
 from nmt.workers import WorkerGroup, _pack, _unpack
 from tests.synth import assert_same_params, load_params, params_of, tiny_config, tiny_flags, write_task
@@ -661,3 +662,40 @@ def test_a_worker_without_the_model_directory_resumes_a_run_that_recorded_bleu(t
     assert json.loads((model_dir / ckpt.CONFIG).read_text())["train"]["valid_metric"] == "bleu"
     rows = [json.loads(line) for line in (model_dir / ckpt.METRICS).read_text().splitlines()]
     assert [(r["step"], r["valid_metric"]) for r in rows] == [(3, "bleu"), (6, "bleu")]
+
+
+def test_a_worker_without_the_model_directory_takes_rank_0s_settings(tmp_path, task):
+    """A resume that changed --patience recorded it in config.json, which a worker on a machine without a copy of the
+    model directory did not read: given the run's first flags again, it stopped the job with "train.patience 10
+    (rank 0: 5)" unless every change of every resume since was given to it too. It takes rank 0's recorded settings,
+    with the flags it is given on top (the run's own, and a new --max-steps)."""
+    assert train_main([*tiny_flags(task, tmp_path / "run"), "--max-steps", "2"]) == 0
+    assert train_main(["--model-dir", str(tmp_path / "run"), "--resume", "--patience", "5", "--max-steps", "3"]) == 0
+    worker = [str(REPO / "tests" / "dist_worker.py"), str(tmp_path), *tiny_flags(task, "run"), "--resume",
+              "--max-steps", "5", "--kvstore", "dist_sync"]
+    p = launch(tmp_path, ["-n", "2", "-s", "1"], worker, "job", NO_COPY_RANK="1")
+    assert finish(p, 90) == 0, (tmp_path / "job.err").read_text()[-3000:]
+    assert not list((tmp_path / "elsewhere").iterdir())   # (rank 1 read its flags there: no run)
+    model_dir = tmp_path / "run"
+    assert ckpt.TrainState.load(model_dir).step == 5
+    assert json.loads((model_dir / ckpt.CONFIG).read_text())["train"]["patience"] == 5
+    w0, w1 = load_dump(tmp_path / "params.rank0"), load_dump(tmp_path / "params.rank1")
+    assert_same_params(w0, w1, rtol=0, atol=0)
+    assert_same_params(w0, params_of(model_dir), rtol=0, atol=0)
+
+
+def test_a_worker_without_the_model_directory_refuses_its_own_other_model_flags(tmp_path, task):
+    """Such a worker's flags go over rank 0's settings: a training flag is its own (the workers then compare them),
+    a model or data flag that differs from rank 0's is refused as rank 0 refuses it, naming the worker."""
+    tiny_config(tmp_path, task, "run").save(tmp_path / "config.json")
+    saved = Config.load(tmp_path / "config.json")   # (as rank 0's config.json reaches the worker)
+
+    def worker(*flags: str) -> Config:   # its flags in a directory without the run
+        return config_from_args(build_train_parser().parse_args(["--model-dir", "run", "--resume", *flags]))
+    cfg = rank0_settings(saved, worker("--patience", "7"), 1)
+    assert cfg.train.patience == 7 and cfg.model == saved.model and cfg.data == saved.data
+    assert cfg.optim == saved.optim and cfg.train.seed == saved.train.seed and cfg.train.model_dir.endswith("run")
+    with pytest.raises(ConfigError, match=r"^worker rank 1, which has no \S+config.json on its machine and resumes "
+                                          r"with rank 0's settings and its own flags on top: --resume: "
+                                          r"model.hidden_size = 32 differs from 48, which this run was trained with"):
+        rank0_settings(saved, worker("--hidden-size", "32"), 1)
