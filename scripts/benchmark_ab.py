@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import List
 
 import conditions   # (scripts/, beside this one)
+from nmt.signals import deferred
 
 
 def run_once(checkout: Path, shared: List[str], json_path: Path) -> float:
@@ -33,10 +34,15 @@ def run_once(checkout: Path, shared: List[str], json_path: Path) -> float:
     env.setdefault("OMP_NUM_THREADS", "1")
     cmd = [sys.executable, str(checkout / "scripts" / "benchmark_train.py"), "--devices", "1", "--repeats", "1",
            "--json", str(json_path), *shared]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, start_new_session=True)   # (errors: stderr)
+    proc = None
     try:
+        with deferred():   # a stop as it starts acts once `proc` is known (raised in Popen, it left the run going)
+            proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,   # (errors: stderr)
+                                    start_new_session=True)
         code = proc.wait()
     except BaseException:   # Ctrl-C, SIGTERM: it and the workers it spawned stop too (they were left training)
+        if proc is None:   # (it did not start)
+            raise
         os.killpg(proc.pid, signal.SIGTERM)
         try:
             proc.wait(timeout=30)

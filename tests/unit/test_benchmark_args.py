@@ -149,6 +149,32 @@ def test_benchmark_ab_stopped_stops_the_benchmark_and_its_workers(tmp_path):
         ab.kill()
 
 
+def test_benchmark_ab_stopped_as_it_starts_a_run_stops_that_run(monkeypatch, tmp_path):
+    """A SIGTERM that came while benchmark_ab was still in subprocess.Popen (its child started: under load that child
+    had spawned its worker by then) raised before run_once knew the child, which was left running with its worker,
+    and the test above failed once ("the benchmark's worker outlived benchmark_ab"). A Popen stopped just before it
+    returns stands for that moment: the run it started is stopped too."""
+    import signal
+    import subprocess
+    import sys
+    from nmt.commands import Terminated
+    from nmt.signals import terminated_as_interrupt
+    ab, real, started = _script(monkeypatch, "benchmark_ab"), subprocess.Popen, []
+
+    def stopped_popen(cmd, **kw):   # (a child that sleeps stands for benchmark_train)
+        started.append(real([sys.executable, "-c", "import time; time.sleep(300)"], **kw))
+        signal.raise_signal(signal.SIGTERM)   # (its handler runs before this returns)
+        return started[-1]
+    monkeypatch.setattr(subprocess, "Popen", stopped_popen)
+    try:
+        with pytest.raises(Terminated), terminated_as_interrupt():
+            ab.run_once(tmp_path, [], tmp_path / "a.json")
+        assert started[0].poll() == -signal.SIGTERM, "the run benchmark_ab was starting outlived it"
+    finally:
+        started[0].kill()
+        started[0].wait()
+
+
 def test_benchmark_data_refuses_bad_arguments_and_names_bad_data_in_one_line(monkeypatch, capsys, tmp_path):
     """--repeats 0 was statistics.median of nothing; --synthetic-pairs 0 ran the recipe's benchmark instead; an
     unknown recipe or a missing --data-dir were tracebacks."""
