@@ -134,17 +134,11 @@ def fetch(source: Source, key: str, data_dir: Optional[Path], cache_dir: Path, *
     """Local path of `source.files[key]`: from the mirror, else the cache, else downloaded into the cache."""
     spec = source.files[key]
     what = f"{source.name} ({key})"
-    missing = ""
-    if data_dir is not None:
-        path = data_dir / spec.path
-        if path.is_file():
+    for path in ([data_dir / spec.path] if data_dir is not None else []) + [cache_dir / spec.path]:
+        if path.is_file():   # the mirror's, else the cache's (`path`, where it is downloaded to, below)
             verify_file(path, spec.sha256, what)
             return path
-        missing = mirror_lacks(data_dir, spec.path)
-    path = cache_dir / spec.path
-    if path.is_file():
-        verify_file(path, spec.sha256, what)
-        return path
+    missing = mirror_lacks(data_dir, spec.path) if data_dir is not None else ""
     if spec.derived:
         raise CorpusError(f"{what}: {spec.path} is mirror-only{missing}: it cannot be downloaded because it was "
                           f"derived by a procedure ({spec.derived}). Pass --data-dir DIR or set NMT_DATA_DIR=DIR to a "
