@@ -231,7 +231,7 @@ def check_model_dir(model_dir: Path, resume: bool, overwrite: bool, inputs: Opti
                 "the run stopped before its first checkpoint: start it again with the command that started it (its "
                 "flags, --init-from too), --overwrite in place of --resume" if LOG in held else
                 "drop --resume to start a new run" + (
-                    f" in another --model-dir (this one holds files, but no run: {_shown(held)}" + (
+                    f" in another --model-dir (this one holds files, but no run: {shown(held)}" + (
                         f"; --init-from {shell_word(model_dir)} fine-tunes its {PARAMS_BEST} in a new run"
                         if PARAMS_BEST in held else "") + ")" if held else "")))
         if not (model_dir / CONFIG).is_file():
@@ -240,7 +240,7 @@ def check_model_dir(model_dir: Path, resume: bool, overwrite: bool, inputs: Opti
         return
     if held and not overwrite and LOG not in held and no_checkpoint:   # (a run writes its log first)
         raise CheckpointError(f"--model-dir {model_dir} already exists and holds files, but no run (no {LOG} or "
-                              f"checkpoint): {_shown(held)}; a model directory holds only its run's files: move them "
+                              f"checkpoint): {shown(held)}; a model directory holds only its run's files: move them "
                               "out, or give another --model-dir")
     if held and not overwrite:
         unsaved = LOG in held and no_checkpoint
@@ -252,7 +252,7 @@ def check_model_dir(model_dir: Path, resume: bool, overwrite: bool, inputs: Opti
         _check_overwrite(model_dir, held, inputs or {})
 
 
-def _shown(held: List[str]) -> str:
+def shown(held: List[str]) -> str:
     """The first files of a directory's listing `held`, for a message."""
     return ", ".join(held[:3]) + (", ..." if len(held) > 3 else "")
 
@@ -265,14 +265,14 @@ def _check_overwrite(model_dir: Path, held: List[str], inputs: Dict[str, Any]) -
                               f"export (nmt-export; its {EXPORT} names the run it came from): give a new --model-dir")
     if LOG not in held and STATE not in held and not manifest.step_keys(model_dir):   # (a config.json may be yours)
         raise CheckpointError(f"--overwrite deletes a model directory, and --model-dir {model_dir} is not one: it has "
-                              f"no {LOG} or checkpoint but holds {_shown(held)}; give the directory of the run to "
+                              f"no {LOG} or checkpoint but holds {shown(held)}; give the directory of the run to "
                               "start over, or a new --model-dir")
     check_outside(model_dir, inputs)
     foreign = [name for name in held if not (OWN_FILE.fullmatch(name) or name in (TENSORBOARD_DIR, OVERWRITTEN)
                                              or name.startswith(".") and name.endswith(".tmp"))]
     if foreign:   # (a user's notes, an export made inside it: --overwrite deleted them without a word)
         raise CheckpointError(f"--overwrite deletes --model-dir {model_dir} whole, and it holds what no run writes: "
-                              f"{_shown(foreign)}; move {'it' if len(foreign) == 1 else 'them'} out of the directory "
+                              f"{shown(foreign)}; move {'it' if len(foreign) == 1 else 'them'} out of the directory "
                               "first, or give a new --model-dir")
 
 

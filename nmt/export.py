@@ -32,7 +32,7 @@ from nmt import jsonio, manifest
 from nmt.atomic import atomic_copy, atomic_write_text, sibling_stem
 from nmt.commands import command, nonempty, shell_word
 from nmt.config import Config, ConfigError
-from nmt.dirlock import alive
+from nmt.dirlock import alive, shown
 from nmt.storage import StorageError, mxnet_name
 
 EXPORT = ckpt.EXPORT   # what an export was made from; --overwrite replaces only a directory that has one
@@ -246,9 +246,8 @@ def _check_output(model_dir: Path, output: Path, overwrite: bool) -> None:
         foreign = sorted(p.name for p in output.iterdir() if not EXPORT_FILE.fullmatch(p.name))
         if foreign:   # (a model card, samples, a training run: --overwrite deleted them without a word)
             raise ConfigError(f"--overwrite replaces --output {output} whole, and it holds what no export writes: "
-                              f"{', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}; move "
-                              f"{'it' if len(foreign) == 1 else 'them'} out of the directory first, or give another "
-                              "--output")
+                              f"{shown(foreign)}; move {'it' if len(foreign) == 1 else 'them'} out of the directory "
+                              "first, or give another --output")
 
 
 def _unreplaceable(output: Path, what: str) -> ConfigError:
