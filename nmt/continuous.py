@@ -15,13 +15,12 @@ grow) takes new sentences only into an empty batch: batch after batch, as withou
 from __future__ import annotations
 
 import collections
-import numbers
 from typing import Callable, Deque, Dict, Hashable, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
 from nmt.models.ensemble import as_model
-from nmt.search import BeamStream, reached_limit
+from nmt.search import BeamStream, check_int, reached_limit
 from nmt.search_blocks import TargetPrefix
 
 NBest = List[Tuple[str, float]]
@@ -46,8 +45,7 @@ class ContinuousDecoder:
     time: once `step` has returned it (or `cancel` dropped it) it may name a new one."""
 
     def __init__(self, translator, beam_size: int, nbest: int, max_batch: int):
-        if isinstance(max_batch, bool) or not isinstance(max_batch, numbers.Integral):
-            raise TypeError(f"max_batch must be an int, got {max_batch!r}")
+        check_int("max_batch", max_batch)
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1 (got {max_batch})")
         self.translator, self.max_batch = translator, max_batch

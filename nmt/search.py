@@ -99,7 +99,7 @@ def greedy_search(model: Models, src: mx.nd.NDArray, src_len: mx.nd.NDArray, max
     if int(limits.max(initial=0)) == 0:
         return [([], 0.0) for _ in range(batch)]
     if sample is not None:
-        _check_int("sample", sample)
+        check_int("sample", sample)
         if sample < 0:
             raise ValueError(f"sample must be >= 0 (got {sample})")
     update = update_block(ctx, sample_top=-1 if sample is None else min(sample, model.tgt_vocab_size))
@@ -131,7 +131,7 @@ def greedy_search(model: Models, src: mx.nd.NDArray, src_len: mx.nd.NDArray, max
     return out
 
 
-def _check_int(name: str, value) -> None:
+def check_int(name: str, value) -> None:
     """TypeError unless `value` is an integer (not a bool): the search's blocks are built once for each value."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an int, got {value!r}")
@@ -139,8 +139,8 @@ def _check_int(name: str, value) -> None:
 
 def check_beam_args(beam_size: int, nbest: int) -> None:
     """TypeError unless both are ints; ValueError unless 1 <= nbest <= beam_size."""
-    _check_int("beam_size", beam_size)
-    _check_int("nbest", nbest)
+    check_int("beam_size", beam_size)
+    check_int("nbest", nbest)
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1 (got {beam_size})")
     if not 1 <= nbest <= beam_size:
