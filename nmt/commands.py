@@ -233,21 +233,14 @@ def run_cli(main: Callable[[], int]) -> int:
         return e.exit_code if isinstance(e, Terminated) else 130
     except SystemExit:   # argparse's --help and usage errors (user_errors() would import mxnet, maybe broken)
         raise
-    except (ImportError, AttributeError) as e:
-        said = import_failure(e)
+    except (ImportError, AttributeError, OSError) as e:   # (an OSError: MXNet's library that cannot load, a CUDA
+        # build without CUDA's; or a path with a name over 255 bytes, met before any check of the command's own)
+        too_long = isinstance(e, OSError) and e.errno == errno.ENAMETOOLONG
+        said = import_failure(e) or (f"{e.filename}: longer than a file system takes (255 bytes a name in the path, "
+                                     "4096 the path)" if too_long else "")
         if not said:
             raise
         print(f"error: {said}", file=sys.stderr)
-        return 2
-    except OSError as e:   # a path with a name over 255 bytes, met before any check of the command's own
-        said = import_failure(e)   # (MXNet's library that cannot load: a CUDA build without CUDA's)
-        if said:
-            print(f"error: {said}", file=sys.stderr)
-            return 2
-        if e.errno != errno.ENAMETOOLONG:
-            raise
-        print(f"error: {e.filename}: longer than a file system takes (255 bytes a name in the path, 4096 the path)",
-              file=sys.stderr)
         return 2
     except Exception as e:   # (a ConfigError first: user_errors() imports MXNet, which a bad OMP_NUM_THREADS aborts)
         if not (isinstance(e, ConfigError) or isinstance(e, user_errors())):
