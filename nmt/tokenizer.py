@@ -84,10 +84,6 @@ def _check_lang(lang: str) -> None:
         raise TokenizerError(f"invalid language code {lang!r}: use letters, digits, '_' or '-' (e.g. 'ko', 'en')")
 
 
-def _nfc(line: str) -> str:
-    return unicodedata.normalize("NFC", line)
-
-
 class Tokenizer:
     """A loaded SentencePiece model of one language. Use `Tokenizer.load` or `train_tokenizer` to get one."""
 
@@ -137,14 +133,14 @@ class Tokenizer:
 
     def encode(self, lines: Sequence[str]) -> List[List[int]]:
         """Token ids of each line (NFC-normalized first); no BOS/EOS added."""
-        lines = [_nfc(self._check_line(line, i)) for i, line in enumerate(lines)]
+        lines = [self._nfc_line(line, i) for i, line in enumerate(lines)]
         return self._sp.encode(lines, out_type=int, num_threads=self._threads)
 
     def encode_sampled(self, lines: Sequence[str], alpha: float, seed: int) -> List[List[int]]:
         """One segmentation per line sampled from the model instead of the best one (subword regularization,
         Kudo 2018; BPE-dropout with rate `alpha` for BPE models), the same for the same `seed`. For training
         batches; SentencePiece's random seed is process-wide, so call it from one thread at a time."""
-        lines = [_nfc(self._check_line(line, i)) for i, line in enumerate(lines)]
+        lines = [self._nfc_line(line, i) for i, line in enumerate(lines)]
         spm.set_random_generator_seed(int(seed))
         # One more (empty) line: SentencePiece samples a one-line batch in the calling thread, whose random
         # generator the seed does not reset (measured: not reproducible), and larger ones in fresh threads.
@@ -265,12 +261,13 @@ class Tokenizer:
 
     def pieces(self, line: str) -> List[str]:
         """Subword pieces of one line (for inspection and logging)."""
-        return self._sp.encode(_nfc(self._check_line(line, 0)), out_type=str)
+        return self._sp.encode(self._nfc_line(line, 0), out_type=str)
 
-    def _check_line(self, line, index: int) -> str:
+    def _nfc_line(self, line, index: int) -> str:
+        """`line` NFC-normalized, as the training text was (`_write_training_text`); TokenizerError for a non-str."""
         if not isinstance(line, str):
             raise TokenizerError(f"encode: item {index} is {type(line).__name__}, expected str")
-        return line
+        return unicodedata.normalize("NFC", line)
 
     def __repr__(self) -> str:
         return f"Tokenizer(lang={self.lang!r}, vocab_size={self.vocab_size}, path='{self.path}')"
@@ -286,7 +283,7 @@ def _write_training_text(lines: Sequence[str], path: Path, lang: str) -> int:
             n_lines += 1
             if line.strip():
                 n_content += 1
-                f.write(_nfc(line) + "\n")
+                f.write(unicodedata.normalize("NFC", line) + "\n")
     if n_content == 0:
         raise TokenizerError(f"no training text for the {lang} tokenizer: "
                              f"{'all ' + str(n_lines) + ' lines are blank' if n_lines else 'no lines given'}")
