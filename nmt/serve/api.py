@@ -23,16 +23,15 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from nmt import jsonio
-from nmt.languages import hangul_counts, other_language_warning
 from nmt.serve.batcher import DEFAULT_MAX_WAIT_MS, Batcher, Closed, QueueFull, TimedOut
 from nmt.serve.openapi import fit_examples, openapi_30
 from nmt.serve.page import page_html
+from nmt.serve.pooled import answer, checked_attention, checked_translate
 from nmt.serve.responses import (AttentionAnswer, HealthAnswer, InfoAnswer, TranslateAnswer, logged, responses,
                                  translation_item)
-from nmt.serve.attention import attention_answer, attention_within, check_attention
-from nmt.serve.schema import (AttentionRequest, Limits, RequestError, TranslateRequest, at_length_limit,
-                              check_prefixes, check_translate, example, parse, read_body, token_warnings,
-                              within_pieces)
+from nmt.serve.attention import attention_answer, attention_within
+from nmt.serve.schema import (AttentionRequest, Limits, RequestError, TranslateRequest, at_length_limit, example,
+                              parse, read_body, token_warnings)
 
 logger = logging.getLogger("nmt.serve")
 
@@ -262,19 +261,14 @@ def _service(request: Request) -> Service:
 def _add_routes(app: FastAPI, limits: Limits) -> None:
     @app.post("/translate", openapi_extra=_body_schema(TranslateRequest), response_model=None,
               responses=responses(TranslateAnswer, "the translations", 400, 408, 413, 415, 422, 500, 503, 504))
-    async def translate(request: Request) -> dict:
+    async def translate(request: Request) -> JSONResponse:
         """Translations with scores, in input order: per sentence the best and its n-best list (best first).
         Over-long lines are cut as nmt-translate cuts them, with a warning."""
         clock = _Clock(limits.timeout_s)
         req = await _parse_request(request, TranslateRequest, limits, clock)
         model = _service(request).pick(req.src_lang, req.tgt_lang)
         tr = model.translator
-        lines, beam, warnings = check_translate(req, limits, tr.decode.beam_size, tr.decode.max_input_tokens)
-        prefixes, cut = check_prefixes(req, tr.decode.max_input_tokens)
-        warnings += cut
-        language = other_language_warning(*hangul_counts(lines, tr.src_lang), tr.src_lang, tr.tgt_lang)
-        warnings += [f"text: {language}"] if language else []
-        long_lines = any(not within_pieces(x, tr.decode.max_input_tokens) for x in lines + (prefixes or []))
+        lines, beam, prefixes, warnings, long_lines = await checked_translate(req, tr, limits)
         fewer = "send fewer sentences or a smaller beam_size"
         if long_lines:   # (tokenizing them is not translating: a request that then only waits is still "busy")
             warnings += await _within_limit(model.batcher.call(lambda: token_warnings(tr, lines, prefixes),
@@ -287,27 +281,27 @@ def _add_routes(app: FastAPI, limits: Limits) -> None:
             links = iter(await _aligned(model, lines, ids, clock, request))
             nbests = [[(t, s, next(links)) for t, s in h] for h in nbests]
         pieces = [[[tr.tgt_tok.piece(t) for t in y] for y in h] if req.pieces else None for h in ids]
-        return {"src_lang": tr.src_lang, "tgt_lang": tr.tgt_lang, "beam_size": beam,
-                "warnings": logged(request, warnings),
-                "translations": [translation_item(h, req.alignment, p) for h, p in zip(nbests, pieces)]}
+        return await answer({"src_lang": tr.src_lang, "tgt_lang": tr.tgt_lang, "beam_size": beam,
+                             "warnings": logged(request, warnings),
+                             "translations": [translation_item(h, req.alignment, p) for h, p in zip(nbests, pieces)]})
 
     @app.post("/attention", openapi_extra=_body_schema(AttentionRequest), response_model=None,
               responses=responses(AttentionAnswer, "the attention weights", 400, 408, 413, 415, 422, 500, 503, 504))
-    async def attention(request: Request) -> dict:
+    async def attention(request: Request) -> JSONResponse:
         """The attention weights (target piece x source piece) of one sentence's greedy translation, or of the
         translation given: its pieces (/translate's, with "pieces": true) or its text (cut to max_input_tokens
         pieces, with a warning, as lines are)."""
         clock = _Clock(limits.timeout_s)
         req = await _parse_request(request, AttentionRequest, limits, clock)
         model = _service(request).pick(req.src_lang, req.tgt_lang)
-        line, given, warnings = check_attention(req, model.translator.decode.max_input_tokens)
+        line, given, warnings = await checked_attention(req, model.translator.decode.max_input_tokens)
         try:
             a, more = await _within_limit(model.batcher.call(lambda: attention_within(model.translator, line, given),
                                                              clock.left()), clock,
                                           "send a shorter text or translation", request)
         except ValueError as e:   # e.g. nothing left after normalization
             raise RequestError(422, f"text: {e}", "text") from None
-        return attention_answer(a, logged(request, warnings + more))
+        return await answer(attention_answer(a, logged(request, warnings + more)))
 
 
 def _add_status_routes(app: FastAPI) -> None:

@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import resource
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -491,3 +492,34 @@ def test_info_of_a_model_under_a_name_that_is_not_utf8(serve_model, tmp_path, mo
         r = httpx.get(f"{url}/info", timeout=30)
     assert r.status_code == 200, r.text
     assert r.json()["models"][0]["model_dir"].endswith("\\xc0\u06b7\\xe1/m"), r.text
+
+
+def test_reading_a_requests_text_or_answer_holds_up_no_other_request(translator, serve_sentences, monkeypatch):
+    """Checking a request's lines (each normalized several times: a 4 MB body of 256 long lines took 2-5 s) ran on
+    the event loop, and so did the encoding of its answer (256 sentences' 16-best lists with alignments, 3 MB: 4 s):
+    a /health sent meanwhile waited for them. Both run on the thread pool now, as the parsing of the body does."""
+    from starlette.responses import JSONResponse
+
+    from nmt.serve import attention, schema
+    check_line, render = schema.check_line, JSONResponse.render
+
+    def slow_line(line, *args):
+        time.sleep(1.5 if line == "slow" else 0)
+        return check_line(line, *args)
+
+    def slow_render(self, content):
+        time.sleep(1.5 if isinstance(content, dict) and content.get("beam_size") == 3 else 0)
+        return render(self, content)
+    monkeypatch.setattr(schema, "check_line", slow_line)
+    monkeypatch.setattr(attention, "check_line", slow_line)
+    monkeypatch.setattr(JSONResponse, "render", slow_render)
+    with background_server(make_app(translator)) as url, httpx.Client(base_url=url, timeout=30) as c, \
+            ThreadPoolExecutor(1) as pool:
+        for path, body in (("/translate", {"text": ["slow"]}), ("/attention", {"text": "slow"}),
+                           ("/translate", {"text": serve_sentences[:1], "beam_size": 3})):
+            slow = pool.submit(c.post, path, json=body)
+            time.sleep(0.3)
+            start = time.monotonic()
+            assert c.get("/health").status_code == 200
+            waited = time.monotonic() - start
+            assert slow.result().status_code == 200 and waited < 0.8, (path, body, waited)
