@@ -446,7 +446,8 @@ def test_a_result_keeps_the_pair_it_was_translated_with(translator, serve_model,
     and the page asked the new model for its attention (the audit saw a ko->en sentence drawn as en->ko byte
     pieces); a result shown stayed after the change. A change of model now clears the result and drops the
     translation on its way, closing its request, which had gone on holding the model for the next Translate; a late
-    answer to an earlier Translate is still not shown over a newer one."""
+    answer to an earlier Translate is still not shown over a newer one. The "translation starts with" box was
+    marked English whatever the translation's language (Korean words read, spell-checked and typed as English)."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select, WebDriverWait
     driver = browser()
@@ -463,6 +464,10 @@ def test_a_result_keeps_the_pair_it_was_translated_with(translator, serve_model,
             assert driver.find_element(By.ID, "translation").text
             model.select_by_index(1)   # en -> ko: the ko -> en result goes
             assert set(content(driver, *RESULT).values()) == {""}
+            # the boxes take the new pair's languages: the prefix, Korean words now, was marked English
+            assert driver.execute_script("return ['source', 'prefix'].map((id) => [document.getElementById(id).lang,"
+                                         " document.getElementById(id).placeholder])") == [
+                ["en", "Type sentences, one per line"], ["ko", "선택: 번역의 첫 단어"]]
 
             model.select_by_index(0)
             driver.execute_script("window.hold()")
@@ -706,8 +711,8 @@ def test_lines_and_words_are_usable_by_keyboard_and_labelled(translator, serve_s
             langs = driver.execute_script(
                 "const lang = (css) => document.querySelector(css).lang;"
                 "return ['#translation', '#nbest-list', '#align-src', '#align-tgt', '#heatmap th.src',"
-                "        '#heatmap th.tgt'].map(lang)")
-            assert langs == ["en", "en", "ko", "en", "ko", "en"]
+                "        '#heatmap th.tgt', '#prefix'].map(lang)")
+            assert langs == ["en", "en", "ko", "en", "ko", "en", "en"]   # (the prefix's words: the translation's)
             expected = api_translations(url, driver, lines)
             driver.find_element(By.ID, "prefix").send_keys(Keys.TAB)
             line = driver.switch_to.active_element
