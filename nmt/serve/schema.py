@@ -237,18 +237,18 @@ SHOWN_ERRORS = 5   # a 422 names the first few wrong fields
 def validation_error(e: ValidationError, model: type) -> RequestError:
     """The first pydantic errors of a request (its unknown fields are refused before, by `parse`) as one
     RequestError naming the fields and what each should be."""
-    messages = [_field_message(err, model) for err in e.errors(include_url=False)[:SHOWN_ERRORS]]
-    return RequestError(422, "; ".join(m for m, _ in messages), messages[0][1])
+    messages = [_field_message(err) for err in e.errors(include_url=False)[:SHOWN_ERRORS]]   # (one example, after all)
+    return RequestError(422, "; ".join(m for m, _ in messages) + f"; e.g. {example(model)}", messages[0][1])
 
 
-def _field_message(err: dict, model: type) -> Tuple[str, str]:
+def _field_message(err: dict) -> Tuple[str, str]:
     """(message, field) of one pydantic error."""
     loc = "".join(f"[{p}]" if isinstance(p, int) else (f".{p}" if i else str(p)) for i, p in enumerate(err["loc"]))
     loc = shown_name(loc)
     if err["type"] == "missing":
-        return f"field {loc!r} is missing: e.g. {example(model)}", loc
+        return f"field {loc!r} is missing", loc
     got = json.dumps(err.get("input"), ensure_ascii=False)[:60]
-    return f"{loc or 'a field name'}: {err['msg'].lower()} (got {got}); e.g. {example(model)}", loc or None
+    return f"{loc or 'a field name'}: {err['msg'].lower()} (got {got})", loc or None
 
 
 def check_translate(req: TranslateRequest, limits: Limits, default_beam: int,

@@ -79,6 +79,18 @@ def test_hostile_requests_say_what_to_change(body, status, words):
     refused(body, status, *words)
 
 
+def test_several_wrong_fields_are_named_with_one_example_body():
+    """Each of the five wrong fields a 422 names came with its own copy of the example body: five of them, one
+    after each field's words, in a message of 400 characters where the fields are the news."""
+    e = refused({"text": ["a", 1, 2, 3, 4, 5, 6], "nbest": "3"}, 422)
+    assert e.message == ("text[1]: input should be a valid string (got 1); text[2]: input should be a valid string "
+                         "(got 2); text[3]: input should be a valid string (got 3); text[4]: input should be a valid "
+                         "string (got 4); text[5]: input should be a valid string (got 5); e.g. "
+                         '{"text": ["안녕하세요"], "beam_size": 4, "nbest": 1}') and e.field == "text[1]"
+    assert refused({"nbest": 2}, 422).message == ("field 'text' is missing; e.g. "
+                                                  '{"text": ["안녕하세요"], "beam_size": 4, "nbest": 1}')
+
+
 def test_long_line_is_cut_like_the_cli_with_a_warning():
     req = parse(json.dumps({"text": ["가" * 5000]}).encode(), TranslateRequest)
     lines, _, warnings = check_translate(req, Limits(), 4, max_input_tokens=250)
