@@ -562,6 +562,44 @@ def test_while_translating_the_page_says_so_and_sends_one_request(translator, se
         driver.quit()
 
 
+
+def test_lines_clicked_through_leave_only_the_last_ones_attention_to_compute(translator, serve_sentences,
+                                                                              monkeypatch):
+    """Each line chosen sent its /attention, and a newer choice only dropped the older one's answer when it came:
+    clicked through 20 times, the worker computed all 20 heatmaps one after the other (1.4 s each for a line of 3,000
+    characters), and the page showed the last line's after 28 s. A newer choice now closes the older request, which
+    the server drops while it waits (or never gets), so the last line's heatmap waits for one at most."""
+    import time
+
+    import nmt.plot
+    from selenium.webdriver.common.by import By
+    real, computed = nmt.plot.attention, []
+
+    def slow(*args, **kw):
+        computed.append(kw.get("pieces"))
+        time.sleep(0.5)
+        return real(*args, **kw)
+    monkeypatch.setattr(nmt.plot, "attention", slow)
+    driver = browser()
+    lines = serve_sentences[:4]
+    try:
+        with background_server(make_app(translator, max_wait_ms=0)) as url:
+            translate_on_page(driver, url, "\n".join(lines))
+            driver.execute_script(FETCH_LOG)
+            computed.clear()
+            driver.execute_script("const shown = document.querySelectorAll('#translation .line');"
+                                  "for (let k = 0; k < 12; k++) shown[k % 4].click();")   # (faster than a hand)
+            wait_settled(driver)
+            assert len(sent(driver, "/attention")) == 12
+            assert driver.execute_script("return window.signals.map((s) => s && s.aborted)") == [True] * 11 + [False]
+            assert len(computed) <= 2, f"{len(computed)} of 12 heatmaps computed"
+            heads = "".join(th.text for th in driver.find_elements(By.CSS_SELECTOR, "#heatmap th.src"))
+            pieces = httpx.post(url + "/attention", json={"text": lines[3]}).json()["src_pieces"]
+            assert heads == "".join(pieces).replace(" ", "")
+    finally:
+        driver.quit()
+
+
 def test_a_refused_translate_leaves_no_old_result_and_speaks_of_lines(translator, serve_sentences):
     """After a refusal the previous text's translation, n-best list, heatmap and warnings stayed under the error,
     as if they answered the new text; the API's words (text[0], requests) were shown as they are; and an empty
