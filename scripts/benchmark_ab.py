@@ -13,6 +13,7 @@ code (PYTHONPATH) and `OMP_NUM_THREADS` as set (default 1: one core each).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -26,6 +27,14 @@ from typing import List
 
 import conditions   # (scripts/, beside this one)
 from nmt.signals import deferred
+
+
+def stop_group(proc: subprocess.Popen, sig: int) -> None:
+    """`sig` to the process group of `proc` (a run in its own session: it and the workers it spawned), unless the group
+    is gone: a run that ended as the stop came (Popen.wait, interrupted, waits 0.25 s more and reaps it) left
+    nothing."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, sig)
 
 
 def run_once(checkout: Path, shared: List[str], json_path: Path) -> float:
@@ -43,11 +52,11 @@ def run_once(checkout: Path, shared: List[str], json_path: Path) -> float:
     except BaseException:   # Ctrl-C, SIGTERM: it and the workers it spawned stop too (they were left training)
         if proc is None:   # (it did not start)
             raise
-        os.killpg(proc.pid, signal.SIGTERM)
+        stop_group(proc, signal.SIGTERM)
         try:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+            stop_group(proc, signal.SIGKILL)
         raise
     if code:
         raise SystemExit(f"error: {checkout / 'scripts' / 'benchmark_train.py'} failed (exit {code}; its error is "

@@ -175,6 +175,25 @@ def test_benchmark_ab_stopped_as_it_starts_a_run_stops_that_run(monkeypatch, tmp
         started[0].wait()
 
 
+def test_benchmark_ab_stopped_as_its_run_ends_says_interrupted(monkeypatch, tmp_path):
+    """A Ctrl-C (or SIGTERM) that came as the run was ending: subprocess's Popen.wait, interrupted, waits 0.25 s more
+    for the child, which ended and was reaped in that time (its process group gone), and benchmark_ab's
+    os.killpg(run, SIGTERM) then failed, a ProcessLookupError traceback and exit 1 instead of "interrupted"."""
+    import signal
+    import subprocess
+    import threading
+    ab, real = _script(monkeypatch, "benchmark_ab"), subprocess.Popen
+    # (a child that ends 0.1 s after the interrupt stands for a run that was about to end)
+    monkeypatch.setattr(subprocess, "Popen", lambda cmd, **kw: real(["sleep", "0.15"], **kw))
+    timer = threading.Timer(0.05, signal.raise_signal, (signal.SIGINT,))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            ab.run_once(tmp_path, [], tmp_path / "a.json")
+    finally:
+        timer.cancel()
+
+
 def test_benchmark_data_refuses_bad_arguments_and_names_bad_data_in_one_line(monkeypatch, capsys, tmp_path):
     """--repeats 0 was statistics.median of nothing; --synthetic-pairs 0 ran the recipe's benchmark instead; an
     unknown recipe or a missing --data-dir were tracebacks."""
