@@ -69,10 +69,12 @@ def terminated_as_interrupt() -> contextlib.AbstractContextManager:
 
 
 @contextlib.contextmanager
-def deferred() -> Iterator[None]:
+def deferred(second_at_once: bool = True) -> Iterator[None]:
     """SIGINT, SIGTERM and SIGHUP that come while the block runs act at its end, as their handlers then would (Ctrl-C's
-    KeyboardInterrupt, `terminated_as_interrupt`'s `Terminated`, a default's kill); a second one acts at once. Around
-    a chunk's write to a slow reader: stopped, a command leaves no half-written line."""
+    KeyboardInterrupt, `terminated_as_interrupt`'s `Terminated`, a default's kill); a second one acts at once (around
+    a chunk's write to a slow reader: stopped, a command leaves no half-written line, and a write that hangs can be
+    stopped), or, not `second_at_once`, waits too, and only the first acts (a block that must not be cut short: a
+    Popen whose child the caller must know of to stop it, which returns in milliseconds)."""
     previous, got = {s: signal.getsignal(s) for s in stopping_signals()}, []
 
     def act(signum: int, frame=None) -> None:
@@ -84,7 +86,7 @@ def deferred() -> Iterator[None]:
 
     def handler(signum, frame):
         leave_hung_up_terminal(signum)   # (the rest of the write goes nowhere rather than failing)
-        if got:
+        if got and second_at_once:
             act(signum, frame)
         got.append(signum)
     try:

@@ -45,7 +45,8 @@ def run_once(checkout: Path, shared: List[str], json_path: Path) -> float:
            "--json", str(json_path), *shared]
     proc = None
     try:
-        with deferred():   # a stop as it starts acts once `proc` is known (raised in Popen, it left the run going)
+        # a stop as it starts (a second one too) acts once `proc` is known: raised in Popen, it left the run going
+        with deferred(second_at_once=False):
             proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,   # (errors: stderr)
                                     start_new_session=True)
         code = proc.wait()

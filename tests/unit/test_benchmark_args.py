@@ -175,6 +175,32 @@ def test_benchmark_ab_stopped_as_it_starts_a_run_stops_that_run(monkeypatch, tmp
         started[0].wait()
 
 
+def test_benchmark_ab_stopped_twice_as_it_starts_a_run_stops_that_run(monkeypatch, tmp_path):
+    """As above, with a second signal (Ctrl-C pressed twice, or SIGTERM then SIGINT) while Popen still runs: the
+    second acted at once there, raised before run_once knew the child, and the run was left going."""
+    import signal
+    import subprocess
+    import sys
+    from nmt.commands import Terminated
+    from nmt.signals import terminated_as_interrupt
+    ab, real, started = _script(monkeypatch, "benchmark_ab"), subprocess.Popen, []
+
+    def stopped_popen(cmd, **kw):
+        started.append(real([sys.executable, "-c", "import time; time.sleep(300)"], **kw))
+        signal.raise_signal(signal.SIGTERM)
+        signal.raise_signal(signal.SIGINT)
+        return started[-1]
+    monkeypatch.setattr(subprocess, "Popen", stopped_popen)
+    try:
+        with pytest.raises(KeyboardInterrupt) as e, terminated_as_interrupt():
+            ab.run_once(tmp_path, [], tmp_path / "a.json")
+        assert isinstance(e.value, Terminated)   # (the first signal's)
+        assert started[0].wait(timeout=10) == -signal.SIGTERM, "the run benchmark_ab was starting outlived it"
+    finally:
+        started[0].kill()
+        started[0].wait()
+
+
 def test_benchmark_ab_stopped_as_its_run_ends_says_interrupted(monkeypatch, tmp_path):
     """A Ctrl-C (or SIGTERM) that came as the run was ending: subprocess's Popen.wait, interrupted, waits 0.25 s more
     for the child, which ended and was reaped in that time (its process group gone), and benchmark_ab's
