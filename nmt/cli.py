@@ -5,12 +5,13 @@ Precedence: dataclass defaults < `--config FILE` (JSON, same layout as a model's
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import re
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Type
 
 from nmt.config import (ARCH_DEFAULTS, CORPUS_FILES, Config, ConfigError, DataConfig, ModelConfig, SettingsClash,
                         flag_name)
@@ -182,7 +183,8 @@ def config_for_resume(args: argparse.Namespace) -> Tuple[Config, List[str]]:
     asked = args_dict(args, check=False)   # (the flags over a --config file's; checked below)
     path = Path(asked["train"]["model_dir"]).expanduser() / CONFIG
     if not path.is_file():
-        return config_from_args(args), []
+        with without_run(path, SettingsClash):
+            return config_from_args(args), []
     saved = Config.load(path)
     try:   # a config.json edited by hand: its model settings, in the flags' words
         check_model(saved.model, {})
@@ -207,6 +209,25 @@ def config_for_resume(args: argparse.Namespace) -> Tuple[Config, List[str]]:
         raise
     check_model_flags(saved.model.arch, given_keys(args), wanted.model)   # before "differs from" an unused default
     return resumed_config(saved, wanted, given_keys(args), str(path))
+
+
+@contextlib.contextmanager
+def without_run(path: Optional[Path], kind: Type[ConfigError] = ConfigError) -> Iterator[None]:
+    """On --resume where `path`, the run's config.json, is not on this machine (None: it is, or no --resume): an
+    error of `kind` raised by the block, which checked the flags by themselves over the defaults, said so. A worker
+    of a distributed job without the model directory learns the run's settings from rank 0 only once the job has
+    started (`nmt.resume.rank0_settings`): `--average-last 5` alone, a --keep-last 5 run's, was "give --keep-last 5 or
+    more (got 3)" there, and `--heads 4` alone, a Transformer's, "not an option of --arch lstm"."""
+    try:
+        yield
+    except kind as e:
+        if path is None:
+            raise
+        raise type(e)(f"{e} ({path} is not on this machine, so these flags were checked by themselves, over the "
+                      "defaults rather than a run's settings: a worker of a distributed job on a machine without the "
+                      "model directory learns the run's from rank 0 only once the job has started, so it needs the "
+                      "flags these depend on too, as the run's first command gave them, or a copy of the model "
+                      "directory)") from None
 
 
 def check_model_flags(arch: str, given: Dict[str, str], model: Optional[ModelConfig] = None,
@@ -276,8 +297,10 @@ def training_run(args: argparse.Namespace) -> Tuple[Config, List[str], Optional[
     if config and given.get("model.arch", "").startswith("--") and jsonio.read_object(config, ConfigError).get(
             "model", {}).get("arch", ModelConfig.arch) == cfg.model.arch:
         given["model.arch"] = f"{config}: model.arch"
-    check_model_flags(cfg.model.arch, given, cfg.model)
-    check_model(cfg.model, given)
+    alone = Path(cfg.train.model_dir).expanduser() / "config.json"
+    with without_run(alone if args.resume and not alone.is_file() else None):   # (a worker without the run)
+        check_model_flags(cfg.model.arch, given, cfg.model)
+        check_model(cfg.model, given)
     if config and "model.arch" in given and given["model.arch"].startswith("--"):
         warn_other_arch(cfg, given, args.config)
     return cfg, changes, init

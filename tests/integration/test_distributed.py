@@ -23,7 +23,7 @@ from nmt import checkpoint as ckpt
 from nmt import distributed as dist
 from nmt import launch as launcher
 from nmt import workers
-from nmt.cli import build_train_parser, config_from_args, train_main
+from nmt.cli import build_train_parser, config_from_args, train_main, training_run
 from nmt.config import Config, ConfigError
 from nmt.distributed import Host, LaunchError, ProcSpec
 from nmt.job import Job
@@ -699,3 +699,21 @@ def test_a_worker_without_the_model_directory_refuses_its_own_other_model_flags(
                                           r"with rank 0's settings and its own flags on top: --resume: "
                                           r"model.hidden_size = 32 differs from 48, which this run was trained with"):
         rank0_settings(saved, worker("--hidden-size", "32"), 1)
+
+
+@pytest.mark.parametrize("flags, said", [
+    (["--average-last", "5"], r"--average-last 5 averages the last 5 of the checkpoints kept: give --keep-last 5 or "
+                              r"more \(got \d+\)"),
+    (["--valid-metric", "ko-mecab"], r"--valid-metric ko-mecab scores Korean output, and this model translates into "
+                                     r"'en'"),
+    (["--heads", "4"], r"--heads is an option of --arch transformer, not of --arch lstm")])
+def test_a_worker_without_the_model_directory_says_its_flags_were_checked_alone(monkeypatch, tmp_path, flags, said):
+    """Flags rank 0 takes with the run's settings (a Transformer's --heads alone, --average-last 5 alone in a run that
+    keeps 5 checkpoints) are checked by themselves, over the defaults, on a worker without the model directory: it
+    learns the run's settings from rank 0 only once the job has started. The error said "(got 3)" or "not of --arch
+    lstm" of a run that keeps 5 checkpoints, or is a Transformer, without a word of why."""
+    monkeypatch.chdir(tmp_path)   # (no run here)
+    with pytest.raises(ConfigError, match=rf"^{said}.* \(run/config.json is not on this machine, so these flags were "
+                                          r"checked by themselves, over the defaults rather than a run's settings: a "
+                                          r"worker of a distributed job .* needs the flags these depend on too"):
+        training_run(build_train_parser().parse_args(["--model-dir", "run", "--resume", *flags]))
