@@ -183,7 +183,7 @@ def config_for_resume(args: argparse.Namespace) -> Tuple[Config, List[str]]:
     asked = args_dict(args, check=False)   # (the flags over a --config file's; checked below)
     path = Path(asked["train"]["model_dir"]).expanduser() / CONFIG
     if not path.is_file():
-        with without_run(path, SettingsClash):
+        with without_run(path if str(asked["train"].get("kvstore", "")).startswith("dist") else None, SettingsClash):
             return config_from_args(args), []
     saved = Config.load(path)
     try:   # a config.json edited by hand: its model settings, in the flags' words
@@ -213,7 +213,8 @@ def config_for_resume(args: argparse.Namespace) -> Tuple[Config, List[str]]:
 
 @contextlib.contextmanager
 def without_run(path: Optional[Path], kind: Type[ConfigError] = ConfigError) -> Iterator[None]:
-    """On --resume where `path`, the run's config.json, is not on this machine (None: it is, or no --resume): an
+    """On a distributed --resume where `path`, the run's config.json, is not on this machine (None: it is, or not a
+    distributed --resume, where a missing run is "nothing to resume"): an
     error of `kind` raised by the block, which checked the flags by themselves over the defaults, said so. A worker
     of a distributed job without the model directory learns the run's settings from rank 0 only once the job has
     started (`nmt.resume.rank0_settings`): `--average-last 5` alone, a --keep-last 5 run's, was "give --keep-last 5 or
@@ -298,7 +299,8 @@ def training_run(args: argparse.Namespace) -> Tuple[Config, List[str], Optional[
             "model", {}).get("arch", ModelConfig.arch) == cfg.model.arch:
         given["model.arch"] = f"{config}: model.arch"
     alone = Path(cfg.train.model_dir).expanduser() / "config.json"
-    with without_run(alone if args.resume and not alone.is_file() else None):   # (a worker without the run)
+    worker = args.resume and cfg.train.kvstore.startswith("dist") and not alone.is_file()   # (without the run)
+    with without_run(alone if worker else None):
         check_model_flags(cfg.model.arch, given, cfg.model)
         check_model(cfg.model, given)
     if config and "model.arch" in given and given["model.arch"].startswith("--"):

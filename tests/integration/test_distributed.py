@@ -716,4 +716,8 @@ def test_a_worker_without_the_model_directory_says_its_flags_were_checked_alone(
     with pytest.raises(ConfigError, match=rf"^{said}.* \(run/config.json is not on this machine, so these flags were "
                                           r"checked by themselves, over the defaults rather than a run's settings: a "
                                           r"worker of a distributed job .* needs the flags these depend on too"):
+        training_run(build_train_parser().parse_args(["--model-dir", "run", "--resume", "--kvstore", "dist_sync",
+                                                      *flags]))
+    with pytest.raises(ConfigError) as alone:   # one process: a missing run is "nothing to resume", no worker's
         training_run(build_train_parser().parse_args(["--model-dir", "run", "--resume", *flags]))
+    assert re.match(said, str(alone.value)) and "distributed" not in str(alone.value)
