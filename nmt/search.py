@@ -63,8 +63,9 @@ def _max_lens(max_len: MaxLen, batch: int) -> np.ndarray:
 
 def length_limits(src_lens: np.ndarray, a: float, b: int) -> np.ndarray:
     """The most steps each sentence's translation may take (EOS included): a x its source length (EOS included)
-    + b, rounded up."""
-    return np.ceil(a * np.asarray(src_lens) + b).astype(np.int64)
+    + b, rounded up. The product is rounded to 9 decimals first: in floating point 1.1 x 50 is 55.00000000000001,
+    which would round up to 56."""
+    return np.ceil(np.round(a * np.asarray(src_lens, dtype=np.float64) + b, 9)).astype(np.int64)
 
 
 def reached_limit(tokens: Sequence[int], limit: int, prefix: Union[None, Sequence[int], TargetPrefix]) -> bool:

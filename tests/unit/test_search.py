@@ -299,3 +299,15 @@ def test_the_row_top_k_hook_is_used_and_matches_its_reference(monkeypatch):
     monkeypatch.setattr(search_blocks, "ROW_TOPK", SortedTopK)
     assert_same_hypotheses(beam_search(model, src, src_len, beam_size=3, max_len=12, nbest=3), reference)
     assert made == [3]
+
+
+@pytest.mark.parametrize("a, b, lengths, limits", [
+    (1.1, 0, [50, 10, 7], [55, 11, 8]),     # 1.1 x 50 is 55.00000000000001 in floating point: 55, not 56
+    (2.2, 0, [25, 45, 3], [55, 99, 7]),
+    (1.1, 10, [50], [65]),
+    (1.5, 10, [1, 7], [12, 21]),            # a fraction above a whole number is still rounded up
+    (0.0001, 0, [3], [1]),
+])
+def test_the_length_limit_is_a_times_the_source_length_plus_b_rounded_up(a, b, lengths, limits):
+    from nmt.search import length_limits
+    assert length_limits(np.array(lengths), a, b).tolist() == limits
