@@ -61,7 +61,8 @@ def build_translate_parser() -> argparse.ArgumentParser:
                         "(source word - translation word, from 0), or an \"alignments\" list with --nbest")
     g.add_argument("--plot-attention", action=Once, metavar="DIR", type=nonempty(Path),
                    help="also save the attention heatmap of each non-empty line's translation as DIR/line-NNNNNN.png "
-                        "(line-000001.png: line 1; an ensemble's: the mean of its members' attention)")
+                        "(line-000001.png: line 1; an ensemble's: the mean of its members' attention; with "
+                        "--json-input not of a line whose \"text\" is empty)")
     return p
 
 

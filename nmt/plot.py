@@ -4,7 +4,8 @@ The attention is read through the model interface (`encode`, `init_state`, then 
 the search runs it: `hybrid_step`): of a given translation (the one `nmt-translate` wrote, the page's best), its
 pieces fed back through the model (`nmt.align.forced_attention`), or along the greedy path. What is shown is the
 attention a step returns: for the LSTM architecture the weights of its one attention layer (decoder
-state over encoder outputs) at each output step; for an ensemble (the service's) the mean of its members'.
+state over encoder outputs) at each output step; for the Transformer its last decoder layer's attention over the
+source, averaged over its heads; for an ensemble (the service's) the mean of its members'.
 Axes are labelled with the SentencePiece pieces of both sides.
 """
 from __future__ import annotations
