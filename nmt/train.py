@@ -185,13 +185,13 @@ class Trainer:
             while not stop and self.state.epoch < t.max_epochs:
                 self._resumed_at = self.state.step if self.data.sampler.position else 0   # (mid-epoch: a resume)
                 self.progress.start_epoch(self.state.epoch, len(self.data.sampler), self.data.sampler.position)
-                for batch in self.data.batches:
-                    self.train_step(batch)
-                    if self._validation_due():
-                        self.save_checkpoint(self.validate())
-                    stop = self.should_stop()
-                    if stop:
-                        break
+                with contextlib.closing(iter(self.data.batches)) as batches:   # (a 2nd signal as it closes: raised)
+                    for batch in batches:
+                        self.train_step(batch)
+                        if self._validation_due():
+                            self.save_checkpoint(self.validate())
+                        if (stop := self.should_stop()):
+                            break
                 self.progress.end_epoch()
                 if self._epoch_done() and stop not in INTERRUPTS:   # also at a limit: its validation is scheduled
                     self.next_epoch()   # checkpoint at the start of the next epoch, validated unless just done

@@ -553,6 +553,36 @@ def test_a_second_sigterm_stops_at_once_with_sigterms_exit_code():
     assert not isinstance(e.value, Terminated)
 
 
+def test_a_second_signal_as_the_loop_leaves_its_epoch_stops_at_once(tmp_path, task):
+    """A second SIGTERM that came as the training loop left its epoch for the first one's stop (while the batches'
+    prefetch thread was joined, as the loop's generator closed) was swallowed with a traceback ("Exception ignored
+    in: <generator object BatchIterator.__iter__>"), and the run went on to stop as after one signal, not at once."""
+    from nmt.commands import Terminated
+    trainer = create_trainer(tiny_config(tmp_path, task, "m", max_steps=40))
+    step, batches = trainer.train_step, trainer.data.batches
+
+    def train_step(batch):   # the first SIGTERM, during update 3
+        step(batch)
+        if trainer.state.step == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    class SignalledAtClose:   # the second, as the loop closes the epoch's batches
+        def __getattr__(self, name):
+            return getattr(batches, name)
+
+        def __iter__(self):
+            try:
+                yield from batches
+            finally:
+                if trainer.signal_name:
+                    os.kill(os.getpid(), signal.SIGTERM)
+                    time.sleep(1)   # (the handler raises here)
+    trainer.train_step, trainer.data.batches = train_step, SignalledAtClose()
+    with pytest.raises(Terminated):
+        trainer.fit()
+    assert trainer.state.step == 3
+
+
 def test_an_ignored_sigint_stays_ignored():
     """A script's background job (`nmt-train ... &`) starts with SIGINT ignored, so that Ctrl-C on the script does
     not reach it; nmt-train (and nmt-serve, nmt-launch) took it anyway, and stopped with the script's Ctrl-C."""
