@@ -19,8 +19,8 @@ PER_INVOCATION = frozenset({"train.model_dir", "train.gpus", "train.cpu_devices"
 
 _FIXED_KEYS = ("train.seed", "train.valid_metric", "optim.optimizer")
 # Corpus files a resumed run may find elsewhere (moved, compressed): its training, dev and test pairs' checksums are
-# compared with the run's as it resumes (`nmt.data.check_same_pairs`). Test files only where the run has them: other
-# test pairs' scores in scores.json would mix two sets under one name.
+# compared with the run's as it resumes (`nmt.data.check_same_pairs`). Only files the run has: a recipe's corpora or a
+# held-out dev set given as files is other data, and other test pairs' scores would mix two sets under one name.
 _MOVABLE = frozenset(f"data.{side}_{end}" for side in ("train", "dev") for end in ("src", "tgt"))
 _TEST_FILES = ("data.test_src", "data.test_tgt")
 # How the dev set is translated for a score that chooses the best checkpoint (all but perplexity), each new one
@@ -34,8 +34,8 @@ def _fixed_on_resume(key: str, saved: Config) -> str:
     batches), the seed of its batches, the dev score that chooses its best checkpoint and how its translations are
     made, or the optimizer its saved states belong to (`saved`: the run's configuration)."""
     section, name = key.split(".", 1)
-    if key in PER_INVOCATION or key in _MOVABLE or key in _TEST_FILES and getattr(saved.data, name):
-        return ""   # (moved files: their pairs are compared with the run's)
+    if key in PER_INVOCATION or key in (*_MOVABLE, *_TEST_FILES) and getattr(saved.data, name):
+        return ""   # (moved files: their pairs are compared with the run's; files it has not, a recipe's, its data)
     if section in ("model", "data") or key in _FIXED_KEYS:
         return "the model, the data, the seed and the --valid-metric cannot change within a run"
     decoded = section == "decode" and name not in (*DecodeConfig.UNSCORED, "beam_size") and (

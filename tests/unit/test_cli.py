@@ -729,6 +729,39 @@ def test_a_resume_checks_a_config_file_over_the_runs_own_settings(tmp_path):
         config_for_resume(parse(["--model-dir", str(run), "--resume", "--config", str(path)]))
 
 
+def test_a_resume_given_corpus_files_the_run_did_not_have_names_the_flag(tmp_path):
+    """`--resume --train-src a.ko --train-tgt a.en` of a recipe run (or --dev-src/--dev-tgt of a run whose dev set is
+    held out of its training files) was taken as files moved since, and refused only as their pairs were compared:
+    "the dev pairs (of the recipe's corpora) are not those the run validated on", of pairs the user's own files
+    gave. A run moves only the files it has; others are a change of its data, refused as the flag's."""
+    from nmt.cli import config_for_resume
+    run = tmp_path / "run"
+    run.mkdir()
+    for ko, en in (("a.ko", "a.en"), ("dev.ko", "dev.en"), ("tr.ko", "tr.en")):
+        (tmp_path / ko).write_text("안녕.\n", encoding="utf-8")
+        (tmp_path / en).write_text("Hi.\n", encoding="utf-8")
+    parse = build_train_parser().parse_args
+    saved = Config()   # the tatoeba recipe's
+    saved.train.model_dir = str(run)
+    saved.save(run / "config.json")
+    with pytest.raises(ConfigError, match=r'^--resume: --train-src ".*a\.ko" differs from null, which this run was '
+                                          r"trained with .*the data.* cannot change within a run"):
+        config_for_resume(parse(["--model-dir", str(run), "--resume", "--train-src", str(tmp_path / "a.ko"),
+                                 "--train-tgt", str(tmp_path / "a.en")]))
+    saved = Config.from_dict({"data": {"recipe": None, "train_src": str(tmp_path / "tr.ko"),
+                                       "train_tgt": str(tmp_path / "tr.en")}, "train": {"model_dir": str(run)}})
+    saved.save(run / "config.json")
+    with pytest.raises(ConfigError, match=r'^--resume: --dev-src ".*dev\.ko" differs from null'):
+        config_for_resume(parse(["--model-dir", str(run), "--resume", "--dev-src", str(tmp_path / "dev.ko"),
+                                 "--dev-tgt", str(tmp_path / "dev.en")]))
+    (tmp_path / "moved").mkdir()   # files the run has, given where they are now: taken (their pairs compared)
+    for name in ("tr.ko", "tr.en"):
+        (tmp_path / name).rename(tmp_path / "moved" / name)
+    cfg, _ = config_for_resume(parse(["--model-dir", str(run), "--resume", "--train-src", str(tmp_path / "moved" /
+                                      "tr.ko"), "--train-tgt", str(tmp_path / "moved" / "tr.en")]))
+    assert cfg.data.train_src == str(tmp_path / "moved" / "tr.ko")
+
+
 def test_a_config_files_average_last_is_judged_with_the_keep_last_of_the_flags(tmp_path):
     """A --config file's {"train": {"average_last": 4}} was judged over the default keep_last 3 before the flags:
     refused with --keep-last 5 too, "give --keep-last 4 or more (got 3)" (nothing mended it but editing the file);
