@@ -58,7 +58,7 @@ def main(argv=None) -> int:
     if not args.model_dirs:
         if not args.docs:
             p.error("give model directories, or --docs PAGE to assemble the docs page alone")
-        return write_docs_page(args.docs, args.results_dir)
+        return _docs_alone(args.docs, args.results_dir)
 
     from nmt.atomic import atomic_write_text
     from nmt.commands import user_errors
@@ -66,7 +66,8 @@ def main(argv=None) -> int:
     from scripts.runs import ResultsError, ablation_table, load_run, markdown_table, plot_curves, results_rows
     try:   # (no report over a file of a run, or over another report)
         conditions.check_outputs([*args.model_dirs, args.ablation_base], {f"--decode-ablations {f}": f for f in
-                                 args.decode_ablations}, markdown=args.markdown, json=args.json, curves=args.curves)
+                                 args.decode_ablations}, markdown=args.markdown, json=args.json, curves=args.curves,
+                                 docs=args.docs)
         conditions.check_image("--curves", args.curves)
         runs = [load_run(d) for d in args.model_dirs]
         base = load_run(args.ablation_base) if args.ablation_base else None
@@ -119,6 +120,19 @@ hours; `all-en-ko-up4-lex` the same for en→ko. The rows after them are the run
 model (`all-ko-en-up4`, `abl-worddrop0.2`), without the Tatoeba weighting (`all-ko-en`, `all-en-ko`) and the earlier
 defaults (`tatoeba-ko-en`).
 """
+
+
+def _docs_alone(page: Path, results_dir: Path) -> int:
+    """--docs without model directories: the page checked as the reports are (not in a model directory, where
+    --overwrite would then refuse the run, nor over one of its files), then written."""
+    from nmt.commands import user_errors
+    from scripts import conditions
+    try:
+        conditions.check_outputs(docs=page)
+    except (OSError, ValueError, *user_errors()) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return write_docs_page(page, results_dir)
 
 
 def write_docs_page(page: Path, results_dir: Path) -> int:

@@ -467,6 +467,28 @@ def test_a_report_inside_a_model_directory_is_refused(monkeypatch, capsys, tmp_p
     conditions.check_outputs(json=tmp_path / "bench.json", plot=project / "t.png")   # beside a run; no run there
 
 
+def test_results_tables_docs_page_is_checked_as_its_reports_are(monkeypatch, capsys, tmp_path):
+    """results_table.py --docs was written unchecked, alone or after the tables: into a model directory (whose
+    --overwrite it then stopped, as any report there), and over a file of one, its config.json replaced by the page."""
+    from nmt.commands import run_cli
+    table = _script(monkeypatch, "results_table")
+    run, results = tmp_path / "run", tmp_path / "results"
+    for d in (run, results):
+        d.mkdir()
+    files = {"train.lock": "", "config.json": "{}"}
+    for name, text in files.items():
+        (run / name).write_text(text)
+    (results / "results.md").write_text("| run | BLEU |\n")
+    for runs in ([], [str(run)]):
+        for page in (run / "config.json", run / "notes.md"):
+            argv = [*runs, "--docs", str(page), "--results-dir", str(results)]
+            assert run_cli(lambda: table.main(argv)) == 2, argv
+            err = capsys.readouterr().err
+            assert err.startswith(f"error: --docs {page} is ") and "\n" not in err.rstrip("\n"), err
+    assert {p.name: p.read_text() for p in run.iterdir()} == files
+    assert run_cli(lambda: table.main(["--docs", str(tmp_path / "results.md"), "--results-dir", str(results)])) == 0
+
+
 def test_benchmark_train_writes_its_plot_where_it_is_named(monkeypatch, tmp_path):
     """--plot times (no suffix) was checked as "times" (check_outputs: not a model's file, not --json's) but
     matplotlib's savefig added ".png" and wrote times.png, over a --json times.png it was not compared with; an
