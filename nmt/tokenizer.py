@@ -37,7 +37,6 @@ from nmt.storage import StorageError, guarded_write, scratch_full, scratch_room
 logger = logging.getLogger(__name__)
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
-_NOT_WRITTEN = {BOS_ID: "the start of sentence", PAD_ID: "the padding"}   # (`piece_ids` refuses them)
 MODEL_TYPES = ("unigram", "bpe")
 # Scripts with thousands of rare characters: leave the rarest 0.05% to byte fallback (SentencePiece's advice
 # for CJK). Alphabetic languages keep every character as a piece.
@@ -182,9 +181,9 @@ class Tokenizer:
     def piece_ids(self, pieces: Sequence[str], name: str = "pieces") -> List[int]:
         """The ids of a translation's pieces as `piece` writes them (a search's output, given back; an end of
         sentence last, as an attention's or nmt-score's pieces end, is left out: the row of the end comes last
-        anyway); a TokenizerError naming `name`[i] for one not in this vocabulary, an end of sentence before the last
-        (the text ends at it), or the start of sentence or padding (a translation holds none: its text drops them).
-        <unk> is taken: a search may write it, and the text shows it (" ⁇ ")."""
+        anyway); a TokenizerError naming `name`[i] for one not in this vocabulary, or an end of sentence before the
+        last (the text ends at it). <unk>, <s> and <pad> are taken: a search may write them (one that samples over the
+        whole vocabulary does); the text shows <unk> (" ⁇ "), and drops <s> and <pad> (`dropped_pieces`)."""
         if isinstance(pieces, str) or not isinstance(pieces, Sequence):
             raise TypeError(f"{name} must be a list of pieces (strings), got {type(pieces).__name__}")
         out = []
@@ -203,11 +202,13 @@ class Tokenizer:
             if token_id == EOS_ID:
                 raise TokenizerError(f"{name}[{i}] is the end of sentence {p!r} before the last piece: a translation "
                                      "ends at it; send the pieces before it (its row comes last)")
-            if token_id in _NOT_WRITTEN:
-                raise TokenizerError(f"{name}[{i}] is {_NOT_WRITTEN[token_id]} {p!r}, which no translation holds (its "
-                                     "text would drop it): leave it out")
             out.append(token_id)
         return out
+
+    @staticmethod
+    def dropped_pieces(ids: Sequence[int]) -> int:
+        """How many of a translation's `ids` are <s> or <pad>, which its text (`decode`) drops."""
+        return sum(1 for i in ids if i in (BOS_ID, PAD_ID))
 
     def _byte_values(self) -> Dict[int, int]:
         """The byte pieces' values ("<0xED>": 0xED) by id."""

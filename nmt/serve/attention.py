@@ -37,10 +37,11 @@ def check_attention(req: AttentionRequest, max_input_tokens: int) -> Tuple[str, 
 def attention_within(translator, line: str, given) -> Tuple[object, List[str]]:
     """(`nmt.plot.attention` of `line`, warnings: a text cut to max_input_tokens pieces, a given translation cut,
     a greedy translation at the model's length limit, byte pieces its text leaves out, worded as /translate words
-    them: of the sentence's translation, "text", or of the pieces given, "pieces"). A given translation
-    (`check_attention`'s: text, pieces or None) over max_input_tokens target pieces is first cut to its longest
-    start within them, as a line is cut: each piece is a step of the model, and the character guard alone lets one
-    translation take minutes (an emoji is 4 byte pieces). Run on the worker thread: it uses the model's tokenizer."""
+    them, and <s> or <pad> pieces it drops (a sample's): of the sentence's translation, "text", or of the pieces given,
+    "pieces"). A given translation (`check_attention`'s: text, pieces or None) over max_input_tokens target pieces
+    is first cut to its longest start within them, as a line is cut: each piece is a step of the model, and the
+    character guard alone lets one translation take minutes (an emoji is 4 byte pieces). Run on the worker thread:
+    it uses the model's tokenizer."""
     from nmt.plot import attention
     warnings = [token_warning(translator, "text", line, translator.source_ids)]
     asked = {}
@@ -58,9 +59,11 @@ def attention_within(translator, line: str, given) -> Tuple[object, List[str]]:
         a = attention(translator, line, **asked)
     if not asked and a.tgt_pieces[-1:] != ["</s>"]:   # (a given translation is as given)
         warnings.append(at_length_limit(translator.decode))
-    left_out = translator.bytes_left_out([a.tgt_ids])   # (of given pieces too: their text leaves them out alike)
-    warnings.append(f"{'pieces' if 'pieces' in asked else 'text'}: {left_out} {translator.LEFT_OUT}" if left_out
-                    else "")
+    where = "pieces" if "pieces" in asked else "text"   # (of given pieces too: their text leaves them out alike)
+    left_out, dropped = translator.bytes_left_out([a.tgt_ids]), translator.tgt_tok.dropped_pieces(a.tgt_ids)
+    warnings += [f"{where}: {left_out} {translator.LEFT_OUT}" if left_out else "",
+                 f"{where}: {dropped} start of sentence or padding piece(s) (<s>, <pad>) left out of the translation: "
+                 "its text drops them (their rows are steps of the model)" if dropped else ""]
     return a, [w for w in warnings if w]
 
 

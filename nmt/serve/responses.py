@@ -51,7 +51,7 @@ class AttentionAnswer(_Answer):
     alignment: List[List[int]] = Field(description="the word alignment of these weights: [source word, translation "
                                                    "word] pairs, words counted from 0, as /translate gives them")
     warnings: List[str] = Field(description="text or translation cut, a greedy translation at the length limit, "
-                                            "byte pieces left out of the translation's text")
+                                            "byte pieces, <s> and <pad> left out of the translation's text")
 
 
 class ModelLoad(_Answer):

@@ -1273,13 +1273,17 @@ def test_attention_of_the_pieces_a_search_wrote(tr, src_lines):
 
 def test_a_plot_is_of_the_pieces_the_search_wrote(tr, tmp_path):
     """A sampled byte piece writes U+FFFD, which tokenizes again as 3 pieces: the translation's plot was refused as
-    longer than the limit, with a warning. The saver gets the search's ids: every plot is made, of them."""
+    longer than the limit, with a warning. The saver gets the search's ids: every plot is made, of them, also of a
+    sampled <s> or <pad> (nmt-translate --sample 0 --plot-attention stopped at one, exit 2)."""
     import nmt.plot
     from nmt.plot import attention_saver
+    from nmt.tokenizer import BOS_ID, PAD_ID
     byte = tr.tgt_tok.piece_ids(["<0xE3>"])
     save = attention_saver(tr, tmp_path / "p")
     save(7, ["리 니", "리", ""], [byte * 90, byte, []])
     assert sorted(p.name for p in (tmp_path / "p").iterdir()) == ["line-000007.png", "line-000008.png"]
+    save(9, ["리"], [[BOS_ID, *byte, PAD_ID]])   # (--sample 0 draws them: "attention: pieces[0] is the start ...")
+    assert (tmp_path / "p" / "line-000009.png").is_file()
     assert nmt.plot.attention(tr, "리", pieces=["<0xE3>"]).tgt_pieces == ["<0xE3>", "</s>"]
 
 

@@ -341,19 +341,18 @@ def test_byte_pieces_left_out_of_a_translation_are_counted_and_said(ko_tok, monk
 
 
 def test_ids_of_pieces_given_back(ko_tok):
-    """What a search wrote comes back as it was: byte pieces, <unk> and a split SentencePiece would not choose; an
-    end of sentence last (as an attention's pieces end) is the end, left out. <s> and <pad> were taken too, which
-    the text drops without a word: refused, as an end of sentence before the last piece (the text ends at it)."""
-    ids = ko_tok.encode(["학교에 😀"])[0] + [UNK_ID]
+    """What a search wrote comes back as it was: byte pieces, <unk>, <s> and <pad> (a sample over the whole
+    vocabulary draws them; the text drops the last two, which `dropped_pieces` counts) and a split SentencePiece
+    would not choose; an end of sentence last (as an attention's pieces end) is the end, left out. One before the
+    last piece is refused (the text ends at it)."""
+    ids = ko_tok.encode(["학교에 😀"])[0] + [UNK_ID, BOS_ID, PAD_ID]
+    assert ko_tok.dropped_pieces(ids) == 2 and ko_tok.dropped_pieces(ids[:-3]) == 0
     assert ko_tok.piece_ids([ko_tok.piece(i) for i in ids]) == ids and ko_tok.piece_ids(()) == []
     assert ko_tok.piece_ids([ko_tok.piece(i) for i in ids] + ["</s>"]) == ids and ko_tok.piece_ids(["</s>"]) == []
     for pieces, error, match in (
             ([ko_tok.piece(ids[0]), "zzz"], TokenizerError, r"^pieces\[1\] 'zzz' is not a piece of the ko vocabulary"),
             (["</s>", "</s>"], TokenizerError, r"^pieces\[0\] is the end of sentence '</s>' before the last piece: "
                                                "a translation ends at it; send the pieces before it"),
-            ([ko_tok.piece(ids[0]), "<s>"], TokenizerError, r"^pieces\[1\] is the start of sentence '<s>', which no "
-                                                            r"translation holds \(its text would drop it\): leave"),
-            (["<pad>", "</s>"], TokenizerError, r"^pieces\[0\] is the padding '<pad>', which no translation holds"),
             (["\ud800"], TokenizerError, r"^pieces\[0\] '\\ud800' is not a piece"),
             ([""], TokenizerError, r"^pieces\[0\] '' is not a piece"),
             (["<unk>x"], TokenizerError, r"^pieces\[0\] '<unk>x' is not a piece"),
