@@ -981,6 +981,19 @@ def test_the_heatmaps_warnings_are_shown_and_its_note_wraps(translator, serve_se
         driver.quit()
 
 
+def test_the_heatmaps_byte_piece_warning_is_in_the_pages_words(translator):
+    """/attention's warning of byte pieces its translation's text leaves out names the request's field ("pieces: 2
+    byte piece(s) left out ..."), which the page has no field of: its note said "Note: pieces: 2 byte piece(s) ..."."""
+    driver = browser()
+    try:
+        with background_server(make_app(translator)) as url:
+            open_page(driver, url)
+            said = driver.execute_script("return pageWords(arguments[0])", f"pieces: 2 {translator.LEFT_OUT}")
+            assert said == f"2 {translator.LEFT_OUT}"
+    finally:
+        driver.quit()
+
+
 def page_characters() -> str:
     """Every character of the classes the page gets from the server, a character either side of each range, and
     whitespace: what its words() must split and drop as nmt.corpus.normalize does."""
