@@ -71,16 +71,16 @@ class ContinuousDecoder:
             prefixes: Optional[Sequence[Optional[str]]] = None) -> None:
         """Queue `lines`, known by `keys` (same length, hashable) when they come back from `step`; `prefixes`: per
         line, text its translations start with (None or "": none). A key given twice, or one still pending (added
-        and not yet returned by `step` nor cancelled), is a ValueError naming it, and nothing is queued."""
+        and not yet returned by `step` nor cancelled), is a ValueError naming it, found before the lines are
+        read: nothing is queued, and no line is counted or logged as cut."""
+        if not isinstance(lines, str):   # (a string: `source_ids` says it is not one line per character)
+            self._check_new_keys(keys)   # before the lines are read: a refused call counts no line cut, logs no cut
         cut: set = set()   # the lines cut (source, prefix or both): each counted once in the translator's `truncated`
-        src = self.translator.source_ids(lines, cut=cut)   # checked first: a string is not one line per character
+        src = self.translator.source_ids(lines, cut=cut)
         targets = self.translator.target_prefixes(prefixes, cut=cut) or [None for _ in src]   # (nor as prefixes)
-        if not isinstance(keys, Sequence) or isinstance(keys, str):
-            raise TypeError(f"ContinuousDecoder.add: keys must be a list, one per line, got {type(keys).__name__}")
         if len(src) != len(keys) or len(targets) != len(src):
             raise ValueError(f"ContinuousDecoder.add: {len(src)} lines but {len(keys)} keys"
                              + ("" if prefixes is None else f" and {len(targets)} prefixes"))
-        self._check_new_keys(keys)
         for key, ids, prefix in zip(keys, src, targets):
             if ids or prefix:
                 self.waiting.append((key, ids, prefix, self.steps))
@@ -90,6 +90,8 @@ class ContinuousDecoder:
     def _check_new_keys(self, keys: Sequence[Hashable]) -> None:
         """Refuse a key given twice, or one still pending (waiting, decoding or done and not yet returned by `step`):
         its two lines would come back under one key. A key `step` returned or `cancel` dropped may be used again."""
+        if not isinstance(keys, Sequence) or isinstance(keys, str):
+            raise TypeError(f"ContinuousDecoder.add: keys must be a list, one per line, got {type(keys).__name__}")
         pending = {w[0] for w in self.waiting} | {r.key for r in self.ready} | set(self.keys.values())
         seen: set = set()
         for i, key in enumerate(keys):

@@ -160,3 +160,19 @@ def test_a_key_names_one_pending_line_at_a_time(monkeypatch):
     while dec.pending:
         out += [d.key for d in dec.step()]
     assert sorted(out) == ["empty", "ready", "run", "wait"]
+
+
+def test_a_refused_key_reads_no_line(monkeypatch):
+    """A key refused (given twice, or still pending) was found only after the lines were read: a line over
+    max_input_tokens was logged as cut and counted in the translator's `truncated` for a call that queued nothing,
+    and again when the call was made anew with its own keys."""
+    dec = decoder(monkeypatch)
+    read, source_ids = [], dec.translator.source_ids
+    dec.translator.source_ids = lambda lines, cut=None: read.append(list(lines)) or source_ids(lines, cut)
+    dec.add(["x"], ["a"])
+    for keys in (["b", "b"], ["a", "c"]):
+        with pytest.raises(ValueError, match="key '[ab]'"):
+            dec.add(["xx", "x"], keys)
+    with pytest.raises(TypeError, match="keys must be a list, one per line, got str"):
+        dec.add(["xx", "x"], "bc")
+    assert read == [["x"]] and dec.pending == 1
