@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
+from fractions import Fraction
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import mxnet as mx
@@ -63,9 +64,13 @@ def _max_lens(max_len: MaxLen, batch: int) -> np.ndarray:
 
 def length_limits(src_lens: np.ndarray, a: float, b: int) -> np.ndarray:
     """The most steps each sentence's translation may take (EOS included): a x its source length (EOS included)
-    + b, rounded up. The product is rounded to 9 decimals first: in floating point 1.1 x 50 is 55.00000000000001,
-    which would round up to 56."""
-    return np.ceil(np.round(a * np.asarray(src_lens, dtype=np.float64) + b, 9)).astype(np.int64)
+    + b, rounded up, computed exactly with `a` as the decimal it is written as (its shortest repr): in binary floating
+    point 1.1 x 50 is 55.00000000000001, which would round up to 56, and rounding the product to some decimals first
+    is wrong in turn for products near 1e-10 (rounded to 0 steps) or over 1e9 (an ulp above a whole number)."""
+    num, den = Fraction(str(float(a))).as_integer_ratio()
+    lens = np.asarray(src_lens)
+    return np.array([-(-(num * int(n) + int(b) * den) // den) for n in lens.ravel()],
+                    dtype=np.int64).reshape(lens.shape)
 
 
 def reached_limit(tokens: Sequence[int], limit: int, prefix: Union[None, Sequence[int], TargetPrefix]) -> bool:

@@ -307,6 +307,10 @@ def test_the_row_top_k_hook_is_used_and_matches_its_reference(monkeypatch):
     (1.1, 10, [50], [65]),
     (1.5, 10, [1, 7], [12, 21]),            # a fraction above a whole number is still rounded up
     (0.0001, 0, [3], [1]),
+    (1e-10, 0, [3], [1]),                   # not rounded to 0: a limit of no step left the translation empty
+    (1.0000000001, 0, [1], [2]),            # a fraction below 1e-9 above a whole number is rounded up too
+    (999999.0, 0, [4613], [4612995387]),    # a product of 4.6e9 is whole: rounding to 9 decimals made it 1 more
+    (2.2, 7, [np.int32(45)], [106]),
 ])
 def test_the_length_limit_is_a_times_the_source_length_plus_b_rounded_up(a, b, lengths, limits):
     from nmt.search import length_limits
