@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import statistics
 import sys
@@ -60,13 +59,14 @@ def make_batches(tr, lines: Sequence[str], batch: int) -> List[Batch]:
     """Length-sorted batches of the non-empty lines, each with the decoding config's maximum output length."""
     import mxnet as mx
     from nmt.batching import pad_sources
+    from nmt.search import length_limits   # (as nmt-translate's search limits a sentence of the batch's length)
     ids = tr.source_ids(lines)
     order = sorted((i for i, x in enumerate(ids) if x), key=lambda i: len(ids[i]))
     out = []
     for s in range(0, len(order), batch):
         rows = [ids[i] for i in order[s:s + batch]]
         src, src_len = pad_sources(rows, max(len(r) for r in rows) + 1)
-        max_len = int(math.ceil(tr.decode.max_len_a * int(src_len.max()) + tr.decode.max_len_b))
+        max_len = int(length_limits([int(src_len.max())], tr.decode.max_len_a, tr.decode.max_len_b)[0])
         out.append((mx.nd.array(src, ctx=tr.ctx), mx.nd.array(src_len, ctx=tr.ctx), max_len))
     return out
 

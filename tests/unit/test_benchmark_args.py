@@ -523,3 +523,17 @@ def test_a_report_that_is_a_loop_of_links_is_refused_not_a_traceback(monkeypatch
     assert run_cli(lambda: table.main([str(tmp_path / "run"), "--json", str(tmp_path / "loop.json")])) == 2
     assert capsys.readouterr().err == f"error: --json {tmp_path / 'loop.json'}: a symbolic link in a loop of links; " \
                                       "give another file\n"
+
+
+def test_benchmark_decode_limits_lengths_as_nmt_translate_does(monkeypatch):
+    """make_batches computed the longest output of a batch itself, ceil(a x source length + b) in floating point:
+    with --max-len-a 1.1 a 50-token source (EOS included) got 56 steps, where nmt-translate's search
+    (`nmt.search.length_limits`, exact since d7873de) gives 55."""
+    from types import SimpleNamespace
+
+    import mxnet as mx
+    bench = _script(monkeypatch, "benchmark_decode")
+    for a, b, tokens, limit in ((1.1, 0, 49, 55), (2.2, 0, 44, 99), (1.5, 10, 6, 21)):
+        tr = SimpleNamespace(source_ids=lambda lines, n=tokens: [[5] * n for _ in lines], ctx=mx.cpu(),
+                             decode=SimpleNamespace(max_len_a=a, max_len_b=b))
+        assert [m for _, _, m in bench.make_batches(tr, ["x", "y"], 2)] == [limit], (a, b, tokens)
