@@ -41,7 +41,10 @@ def load_member(model_dir: Path, cfg: Config, src_tok: Tokenizer, tgt_tok: Token
 def checked_members(model_dir: Path, src_tok: Tokenizer, tgt_tok: Tokenizer, ensemble: Sequence[Path],
                     which: str) -> List[Tuple[Path, Config]]:
     """The further model directories of an ensemble with `model_dir` (its tokenizers `src_tok`, `tgt_tok`) and
-    their configs, every member's vocabularies checked, and none given twice, before any model is loaded."""
+    their configs, every member's vocabularies checked, and none given twice, before any model is loaded. The
+    `which` checkpoint of `model_dir` is looked up first: one that none of them has is named in the first given."""
+    if ensemble:   # (before a member's, which the check of a copy looks up)
+        ckpt.params_path(model_dir, which, quiet=True)
     others: List[Tuple[Path, Config]] = []
     for other in map(Path, ensemble):
         o_cfg, o_src, o_tgt = model_files(other)

@@ -153,6 +153,26 @@ def as_trained_with_its_config(model_dir: Path) -> None:
         manifest.write_manifest(Path(model_dir), key, names, body["step"], body.get("state"))
 
 
+def twin_of(model_dir: Path, twin: Path) -> Path:
+    """A copy of `model_dir` at `twin` whose every parameter file differs in one value by one float32 step: an
+    ensemble member that decodes as the original does, which the ensemble's check of a model given twice (the same
+    parameters' sha256, as a plain copy's) lets join the original."""
+    import shutil
+    import mxnet as mx
+    import numpy as np
+    shutil.copytree(model_dir, twin)
+    for path in Path(twin).glob("params.*"):
+        arrays = mx.nd.load(str(path))
+        name = sorted(arrays)[0]
+        values = arrays[name].asnumpy()
+        values.flat[0] = np.nextafter(values.flat[0], np.float32(np.inf))
+        arrays[name] = mx.nd.array(values, dtype=values.dtype)
+        path.unlink()   # (a new file: never a hard link's other name written through)
+        mx.nd.save(str(path), arrays)
+    as_trained_with_its_config(twin)
+    return twin
+
+
 def synth_file(model: Path, name: str) -> Path:
     return model.parent / "synth" / name
 
