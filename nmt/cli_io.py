@@ -39,7 +39,8 @@ def add_model_decode_args(p: argparse.ArgumentParser, flags=DECODE_FLAGS, nbest:
                    help="best, latest, avg or a step number (default: best)")
     g.add_argument("--ensemble", nargs="+", action="extend", type=nonempty(Path), default=[], metavar="DIR",
                    help="further model directories (same languages and vocabularies) that decode together with "
-                        "--model-dir, following the mean of their log-probabilities; --checkpoint applies to all")
+                        "--model-dir, following the mean of their log-probabilities; --checkpoint applies to all; "
+                        "each model once (not a copy or an export of another member's checkpoint)")
     g.add_argument("--gpus", type=nonempty(),
                    help="decode on GPUs: a count or ids as for training; batches are shared among them (omit for CPU)")
     g.add_argument("--cpu-devices", type=int, default=1, metavar="N",

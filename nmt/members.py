@@ -1,11 +1,10 @@
 """The model directories a `Translator.from_dir(path, ensemble=[...])` loads: their files, and the further ones
-(an ensemble's) checked before any model loads: each must share both vocabularies with the first, and none may be a
-model already in the ensemble; then every member loaded on each device, again if a training run replaced its
-checkpoint meanwhile."""
+(an ensemble's) checked before any model loads: each must share both vocabularies with the first, and none may hold
+a model already in the ensemble (the same directory, a copy, an export of its checkpoint); then every member loaded
+on each device, again if a training run replaced its checkpoint meanwhile."""
 from __future__ import annotations
 
 import hashlib
-import logging
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
@@ -13,11 +12,8 @@ import mxnet as mx
 
 from nmt import checkpoint as ckpt
 from nmt.config import Config, ConfigError
-from nmt.download import sha256_file
 from nmt.models import build_model
 from nmt.tokenizer import JOINT, Tokenizer, load_tokenizers
-
-logger = logging.getLogger("nmt.translate")   # the messages of Translator.from_dir
 
 
 def model_files(model_dir: Path) -> Tuple[Config, Tokenizer, Tokenizer]:
@@ -41,16 +37,19 @@ def load_member(model_dir: Path, cfg: Config, src_tok: Tokenizer, tgt_tok: Token
 def checked_members(model_dir: Path, src_tok: Tokenizer, tgt_tok: Tokenizer, ensemble: Sequence[Path],
                     which: str) -> List[Tuple[Path, Config]]:
     """The further model directories of an ensemble with `model_dir` (its tokenizers `src_tok`, `tgt_tok`) and
-    their configs, every member's vocabularies checked, and none given twice, before any model is loaded. The
-    `which` checkpoint of `model_dir` is looked up first: one that none of them has is named in the first given."""
-    if ensemble:   # (before a member's, which the check of a copy looks up)
-        ckpt.params_path(model_dir, which, quiet=True)
+    their configs, every member's vocabularies checked, and no model given twice, before any model is loaded. Each
+    member's `which` checkpoint is looked up in the order given, `model_dir`'s first: a checkpoint none of them has
+    is named in the first of them."""
+    if not ensemble:
+        return []
+    from nmt.scoring import checkpoint_info   # (which imports nmt.translate, which imports this module)
+    seen = [(model_dir, checkpoint_info(model_dir, which, quiet=True))]   # (what it takes instead: said at load)
     others: List[Tuple[Path, Config]] = []
     for other in map(Path, ensemble):
         o_cfg, o_src, o_tgt = model_files(other)
         for what, mine, theirs in (("source", src_tok, o_src), ("target", tgt_tok, o_tgt)):
             check_member_vocabulary(other, model_dir, what, mine, theirs)
-        refuse_repeated_member(other, [model_dir] + [d for d, _ in others], which)
+        seen.append((other, refuse_repeated_member(other, seen, which)))
         others.append((other, o_cfg))
     return others
 
@@ -104,20 +103,27 @@ def _of(tok: Tokenizer) -> str:
     return "both languages" if tok.path.name.startswith(f"spm.{JOINT}.") else tok.lang
 
 
-def refuse_repeated_member(member: Path, members: Sequence[Path], which: str) -> None:
-    """CheckpointError if `member` is one of `members` (by path or link): the ensemble's mean would weigh that model
-    twice. A copy of one (its `which` parameters the same bytes) is warned about: it decodes as that model alone."""
-    def digest(model_dir: Path) -> Optional[str]:   # None: no such file, unreadable; loading it will say so
-        try:
-            return sha256_file(ckpt.params_path(model_dir, which, quiet=True))   # (loading it says)
-        except OSError:
-            return None
-    again = next((earlier for earlier in members if member.resolve() == earlier.resolve()), None)
-    if again is not None:   # before any copy is warned about
-        raise ckpt.CheckpointError(f"{member}: given twice in the ensemble (the first time as {again}): its mean would "
-                                   "count that model twice; give each model directory once")
-    mine = digest(member)
-    for earlier in members:
-        if mine is not None and mine == digest(earlier):
-            logger.warning("%s: its %s parameters are those of %s (the same bytes: a copy); the ensemble translates "
-                           "as that model alone would, more slowly", member, which, earlier)
+def _checkpoint(info: dict) -> str:
+    """A checkpoint as the repeated-member error names it: its file, and its step where known."""
+    return str(info["params_file"]) + (f", step {info['step']}" if info.get("step") else "")
+
+
+def refuse_repeated_member(member: Path, seen: Sequence[Tuple[Path, dict]], which: str) -> dict:
+    """`member`'s `which` checkpoint (`scoring.checkpoint_info`); CheckpointError if it is the model of one of
+    `seen` (model directories and their checkpoints'): the same directory (by path or link), or its parameters the
+    same bytes (a copy of the directory, an export of that checkpoint: the sha256 their manifests record). The
+    ensemble's mean would weigh that model twice."""
+    from nmt.scoring import checkpoint_info   # (which imports nmt.translate, which imports this module)
+    info = checkpoint_info(member, which, quiet=True)
+    for earlier, theirs in seen:
+        if member.resolve() == earlier.resolve():
+            how = "the same directory"
+        elif info["sha256"] is not None and info["sha256"] == theirs["sha256"]:
+            how = f"the same parameters, sha256 {str(info['sha256'])[:12]}: a copy or an export"
+        else:
+            continue
+        raise ckpt.CheckpointError(
+            f"{member}: given twice in the ensemble (the first time as {earlier}, {how}): its checkpoint {which} "
+            f"({_checkpoint(info)}) is {earlier}'s ({_checkpoint(theirs)}), which the ensemble's mean would count "
+            "twice; give each model once")
+    return info

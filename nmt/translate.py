@@ -112,7 +112,8 @@ class Translator:
         among them (on CPU contexts they run side by side only with OMP_NUM_THREADS = cores / contexts; see
         `nmt.parallel.concurrent_devices_safe`).
         `ensemble`: further model directories (same languages and vocabularies, any architecture) whose
-        `which` checkpoints decode together with this one, following the mean of their log-probabilities."""
+        `which` checkpoints decode together with this one, following the mean of their log-probabilities; each model
+        once (a directory given twice, a copy or an export of the same checkpoint: `CheckpointError`)."""
         if isinstance(ensemble, (str, Path)) or not isinstance(ensemble or (), Iterable):   # (a str: one per character)
             raise TypeError("ensemble must be a list of model directories, " + (f"not one ({str(ensemble)!r}): give "
                             "[dir]" if isinstance(ensemble, (str, Path)) else f"got {type(ensemble).__name__}"))

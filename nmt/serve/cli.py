@@ -38,7 +38,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--port", action=Once, type=number(int, 1, 65535), default=8080, help="port (default %(default)s)")
     p.add_argument("--ensemble", nargs="+", action="extend", default=[], metavar="DIR", type=nonempty(Path),
                    help="further model directories that decode together with the --model-dir of their language "
-                        "pair, following the mean of their log-probabilities (same vocabularies)")
+                        "pair, following the mean of their log-probabilities (same vocabularies; each model once: "
+                        "not a copy or an export of another member's checkpoint)")
     p.add_argument("--checkpoint", action=Once, default="best", type=nonempty(),
                    help="best, latest, avg or a step number (default %(default)s); applies to all")
     p.add_argument("--max-batch", type=count, default=None,

@@ -21,6 +21,7 @@ from nmt.cli_decode import evaluate_main
 from nmt.config import Config
 from nmt.scoring import record_scores
 from nmt.translate import Translator
+from tests.synth import twin_of
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -484,8 +485,7 @@ def test_a_score_made_while_a_resume_changed_the_decoding_is_not_recorded(model_
 def test_an_ensembles_dev_set_is_every_members(model_copy, tmp_path, capsys):
     """--dev-set of an ensemble scored --model-dir's dev set alone: a member fine-tuned on other data (its dev set
     another, its training pairs maybe these) made the ensemble's dev score count pairs it had trained on."""
-    same = tmp_path / "same"
-    shutil.copytree(model_copy, same)
+    same = twin_of(model_copy, tmp_path / "same")
     code, out, err = run(["--model-dir", model_copy, "--ensemble", same, "--dev-set", "--no-save"], capsys)
     assert code == 0 and out.startswith("dev: 40 sentences"), err
     state = ckpt.TrainState.load(same)
@@ -585,8 +585,7 @@ def test_korean_output_adds_ko_mecab_bleu(model_copy, tmp_path, capsys, monkeypa
 
 
 def test_ensemble_scores_get_their_own_entry(model_copy, tmp_path, capsys):
-    twin = tmp_path / "twin"
-    shutil.copytree(model_copy, twin)
+    twin = twin_of(model_copy, tmp_path / "twin")   # (decodes as model_copy: a copy, the same model, is refused)
     src = Path(Config.load(model_copy / ckpt.CONFIG).data.test_src)
     ref = src.with_suffix(".en")
     code, _, _ = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", ref, "--name", "t"], capsys)
@@ -622,7 +621,7 @@ def test_ensembles_of_directories_of_one_name_are_recorded_apart(model_copy, tmp
     entry, the second replacing the first without a word."""
     src = Path(Config.load(model_copy / ckpt.CONFIG).data.test_src)
     for run_dir in ("r2", "r3"):
-        shutil.copytree(model_copy, tmp_path / run_dir / "m")
+        twin_of(model_copy, tmp_path / run_dir / "m")
         code, _, err = run(["--model-dir", model_copy, "--ensemble", tmp_path / run_dir / "m", "--src-file", src,
                             "--ref-file", src.with_suffix(".en"), "--name", "t", "--max-sentences", "0"], capsys)
         assert code == 0, err

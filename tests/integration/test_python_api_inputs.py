@@ -18,7 +18,7 @@ from nmt.corpus import CorpusError
 from nmt.evaluate import score
 from nmt.forced import score_lines
 from nmt.translate import Translator
-from tests.synth import synth_file
+from tests.synth import synth_file, twin_of
 
 
 @pytest.fixture(scope="module")
@@ -69,8 +69,7 @@ def test_a_beam_size_asked_of_a_sampling_translator_is_refused(tr, lines):
 
 def test_ensemble_members_given_by_an_iterator_are_all_taken(model_dir, tmp_path):
     """ensemble=Path.glob(...) (a generator) was emptied by the argument checks: the model decoded alone."""
-    import shutil
-    shutil.copytree(model_dir, tmp_path / "seed2")
+    twin_of(model_dir, tmp_path / "seed2")
     tr = Translator.from_dir(model_dir, ensemble=tmp_path.glob("seed*"))
     assert (len(tr.members), tr.member_dirs) == (2, [tmp_path / "seed2"])
 

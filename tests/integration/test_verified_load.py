@@ -9,7 +9,7 @@ import pytest
 from nmt import checkpoint as ckpt
 from nmt.cli_decode import evaluate_main, translate_main
 from nmt.train import train
-from tests.synth import tiny_config, write_task
+from tests.synth import tiny_config, twin_of, write_task
 
 
 @pytest.fixture(scope="module")
@@ -153,8 +153,9 @@ def test_what_a_load_takes_instead_of_the_checkpoint_asked_for_is_said_once_per_
     import mxnet as mx
     from nmt.translate import Translator
     dirs = [tmp_path / "a", tmp_path / "b"]
+    shutil.copytree(model[0], dirs[0])
+    twin_of(model[0], dirs[1])   # (another model: a copy, the same one, is refused)
     for d in dirs:
-        shutil.copytree(model[0], d)
         (d / ckpt.params_file(4)).write_bytes((d / ckpt.params_file(4)).read_bytes()[:-10])
     for _ in range(2):
         caplog.clear()

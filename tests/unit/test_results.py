@@ -16,7 +16,7 @@ from scripts.runs import (ResultsError, ablation_table, config_diff, example_ind
                          results_rows)
 from nmt.scoring import score_test_set
 from nmt.translate import Translator
-from tests.synth import as_trained_with_its_config, synth_file, tiny_model
+from tests.synth import as_trained_with_its_config, synth_file, tiny_model, twin_of
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -77,7 +77,7 @@ def test_an_ensemble_led_by_a_run_gets_its_own_row(scored_dirs, tmp_path, tmp_pa
     a, b = scored_dirs
     lead, member = tmp_path / "lead", tmp_path / "variant"
     shutil.copytree(a, lead)
-    shutil.copytree(b, member)
+    twin_of(b, member)   # (another model: a copy's is the same, refused)
     state = json.loads((member / "state.json").read_text())
     state.update(step=state["step"] + 7, elapsed=1800.0)
     (member / "state.json").write_text(json.dumps(state))
