@@ -173,6 +173,17 @@ def twin_of(model_dir: Path, twin: Path) -> Path:
     return twin
 
 
+def run_command(main, argv, capsys):
+    """Exit code, stdout and stderr of a command's main on `argv` (argparse's errors exit with 2, as on the command
+    line)."""
+    try:
+        code = main([str(a) for a in argv])
+    except SystemExit as e:
+        code = e.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
 def synth_file(model: Path, name: str) -> Path:
     return model.parent / "synth" / name
 

@@ -17,16 +17,7 @@ from nmt.export import export_main
 from nmt.serve.cli import main as serve_main
 from nmt.translate import Translator
 from tests.synth import list_params_files, synth_file, twin_of
-
-
-def run(main, argv, capsys):
-    """Exit code, stdout and stderr of the command (argparse's errors exit with 2, as on the command line)."""
-    try:
-        code = main([str(a) for a in argv])
-    except SystemExit as e:
-        code = e.code
-    out, err = capsys.readouterr()
-    return code, out, err
+from tests.synth import run_command as run
 
 
 def free_port() -> int:

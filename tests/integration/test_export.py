@@ -20,14 +20,9 @@ from nmt.finetune import init_params
 from nmt.scoring import read_scores, record_scores
 from nmt.translate import Translator
 from tests.synth import as_trained_with_its_config, list_params_files, synth_file, twin_of
+from tests.synth import run_command as run
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def run(main, argv, capsys):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture

@@ -20,18 +20,10 @@ from nmt.cli_decode import evaluate_main, translate_main
 from nmt.cli_score import score_main
 from nmt.translate import Translator
 from tests.synth import synth_file
+from tests.synth import run_command as run
 
 REPO = Path(__file__).resolve().parents[2]
 FULL = Path("/dev/full")   # every write fails with ENOSPC
-
-
-def run(main, argv, capsys):
-    try:
-        code = main([str(a) for a in argv])
-    except SystemExit as e:
-        code = e.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture(scope="module")
