@@ -15,7 +15,8 @@ grow) takes new sentences only into an empty batch: batch after batch, as withou
 from __future__ import annotations
 
 import collections
-from typing import Callable, Deque, Dict, Hashable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import (Callable, Deque, Dict, Hashable, Iterable, List, NamedTuple, Optional, Sequence, Sized,
+                    Tuple)
 
 import numpy as np
 
@@ -27,6 +28,13 @@ NBest = List[Tuple[str, float]]
 # The most steps a waiting sentence lets pass before it joins a batch that has room.
 MAX_WAIT_STEPS = 3
 _JOIN_FRACTION = 0.25
+
+
+def _check_counts(lines: int, keys: Sequence[Hashable], prefixes: Optional[Sized]) -> None:
+    """ValueError unless `ContinuousDecoder.add` was given as many keys, and prefixes (None: not given), as lines."""
+    if lines != len(keys) or prefixes is not None and len(prefixes) != lines:
+        raise ValueError(f"ContinuousDecoder.add: {lines} lines but {len(keys)} keys"
+                         + ("" if prefixes is None else f" and {len(prefixes)} prefixes"))
 
 
 class Done(NamedTuple):
@@ -72,16 +80,18 @@ class ContinuousDecoder:
         """Queue `lines`, known by `keys` (same length, hashable) when they come back from `step`; `prefixes`: per
         line, text its translations start with (None or "": none). A key given twice, or one still pending (added
         and not yet returned by `step` nor cancelled), is a ValueError naming it, found before the lines are
-        read: nothing is queued, and no line is counted or logged as cut."""
-        if not isinstance(lines, str):   # (a string: `source_ids` says it is not one line per character)
+        read: nothing is queued, and no line is counted or logged as cut. So is a count of keys (or of prefixes)
+        other than the lines'."""
+        if isinstance(lines, Iterable) and not isinstance(lines, (str, bytes)):   # (else `source_ids` says what
+            lines = list(lines)   # lines must be: a string is not one line per character)
             self._check_new_keys(keys)   # before the lines are read: a refused call counts no line cut, logs no cut
+            _check_counts(len(lines), keys, prefixes if isinstance(prefixes, Sized) and not isinstance(
+                prefixes, (str, bytes)) else None)   # (a string: `target_prefixes` says it is not a list)
         cut: set = set()   # the lines cut (source, prefix or both): each counted once in the translator's `truncated`
         src = self.translator.source_ids(lines, cut=cut)
-        targets = self.translator.target_prefixes(prefixes, cut=cut) or [None for _ in src]   # (nor as prefixes)
-        if len(src) != len(keys) or len(targets) != len(src):
-            raise ValueError(f"ContinuousDecoder.add: {len(src)} lines but {len(keys)} keys"
-                             + ("" if prefixes is None else f" and {len(targets)} prefixes"))
-        for key, ids, prefix in zip(keys, src, targets):
+        targets = self.translator.target_prefixes(prefixes, cut=cut)   # (a string is not one prefix per character)
+        _check_counts(len(src), keys, targets)
+        for key, ids, prefix in zip(keys, src, targets or [None for _ in src]):
             if ids or prefix:
                 self.waiting.append((key, ids, prefix, self.steps))
             else:
