@@ -68,6 +68,7 @@ def main(argv=None) -> int:
         conditions.check_outputs([*args.model_dirs, args.ablation_base], {f"--decode-ablations {f}": f for f in
                                  args.decode_ablations}, markdown=args.markdown, json=args.json, curves=args.curves,
                                  docs=args.docs)
+        conditions.check_outputs(inputs=page_inputs(args.results_dir), docs=args.docs)   # (not over what it reads)
         conditions.check_image("--curves", args.curves)
         runs = [load_run(d) for d in args.model_dirs]
         base = load_run(args.ablation_base) if args.ablation_base else None
@@ -124,15 +125,26 @@ defaults (`tatoeba-ko-en`).
 
 def _docs_alone(page: Path, results_dir: Path) -> int:
     """--docs without model directories: the page checked as the reports are (not in a model directory, where
-    --overwrite would then refuse the run, nor over one of its files), then written."""
+    --overwrite would then refuse the run, nor over one of its files, nor over the tables it is made of), then
+    written."""
     from nmt.commands import user_errors
     from scripts import conditions
     try:
-        conditions.check_outputs(docs=page)
+        conditions.check_outputs(inputs=page_inputs(results_dir), docs=page)
     except (OSError, ValueError, *user_errors()) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     return write_docs_page(page, results_dir)
+
+
+# The files of --results-dir the docs page is made of (its tables) or links to (its images): --docs is none of them.
+PAGE_PARTS = ("results.md", "curves.png", "ablation.md", "ablation-curves.png", "transformer.md",
+              "transformer-ablation.md")
+
+
+def page_inputs(results_dir: Path) -> dict:
+    """`PAGE_PARTS` in `results_dir`, as `conditions.check_outputs` takes a command's inputs (flag -> file)."""
+    return {f"--results-dir {results_dir / name}": results_dir / name for name in PAGE_PARTS}
 
 
 def write_docs_page(page: Path, results_dir: Path) -> int:

@@ -537,3 +537,25 @@ def test_benchmark_decode_limits_lengths_as_nmt_translate_does(monkeypatch):
         tr = SimpleNamespace(source_ids=lambda lines, n=tokens: [[5] * n for _ in lines], ctx=mx.cpu(),
                              decode=SimpleNamespace(max_len_a=a, max_len_b=b))
         assert [m for _, _, m in bench.make_batches(tr, ["x", "y"], 2)] == [limit], (a, b, tokens)
+
+
+def test_results_tables_docs_page_is_not_written_over_the_tables_it_is_made_of(monkeypatch, capsys, tmp_path):
+    """--docs results/results.md (the page's usual name, docs/results.md, in the wrong directory) or any other file of
+    --results-dir the page is assembled from was replaced by the page, exit 0: the table, or the ablation table, gone
+    (a next call then nested the page in itself). A table this call writes with --markdown stays the page's input."""
+    from nmt.commands import run_cli
+    table = _script(monkeypatch, "results_table")
+    results, run = tmp_path / "results", tmp_path / "run"
+    results.mkdir()
+    tables = {name: "| run | BLEU |\n" for name in ("results.md", "ablation.md", "transformer.md",
+                                                      "transformer-ablation.md")}
+    for name, text in tables.items():
+        (results / name).write_text(text)
+    for runs in ([], [str(run)]):
+        for name in tables:
+            argv = [*runs, "--docs", str(results / name), "--results-dir", str(results)]
+            assert run_cli(lambda: table.main(argv)) == 2, argv
+            err = capsys.readouterr().err
+            assert err == (f"error: --docs {results / name} is the --results-dir {results / name} file: writing it "
+                           "would destroy what this command reads; write it elsewhere\n"), err
+    assert {p.name: p.read_text() for p in results.iterdir()} == tables
