@@ -76,7 +76,7 @@ def build_app(args: argparse.Namespace):
     from nmt.search import search_too_wide
     from nmt.translate import Translator
     pairs = {d: _pair(d, "--model-dir") for d in args.model_dir}
-    _one_model_per_pair(args.model_dir, pairs)
+    _one_model_per_pair(args.model_dir, pairs, args.checkpoint)
     pairs.update({d: _pair(d, "--ensemble") for d in args.ensemble})
     for d in args.ensemble:
         if not any(pairs[m] == pairs[d] for m in args.model_dir):
@@ -100,22 +100,38 @@ def build_app(args: argparse.Namespace):
     return create_app(service)
 
 
-def _one_model_per_pair(model_dirs: Sequence[str], pairs: dict) -> None:
+def _one_model_per_pair(model_dirs: Sequence[str], pairs: dict, which: str) -> None:
     """ConfigError, before any model loads, when two --model-dir translate the same language pair: a request names
-    only its languages. Meant to decode together, the second is an --ensemble member."""
+    only its languages. Meant to decode together, the second is an --ensemble member, unless its `which` checkpoint
+    holds the first's parameters (a copy, an export), which an ensemble refuses."""
     first: dict = {}
     for d in model_dirs:
         if pairs[d] in first:
             other, pair = first[pairs[d]], "-".join(pairs[d])
             shared = _shared_vocabularies(other, d)
+            same = shared and _same_parameters(other, d, which)
             said = (f"--model-dir {d} is given twice" if Path(other).resolve() == Path(d).resolve() else
                     f"--model-dir {other} and --model-dir {d} both translate {pair}; a request names only its "
                     "languages, so the service takes one model per language pair" + (
+                        f" (their --checkpoint {which} holds the same parameters, sha256 {same[:12]}: a copy or an "
+                        "export; give one of them)" if same else
                         f" (to decode the two together, as an ensemble: --model-dir {shell_word(other)} --ensemble "
                         f"{shell_word(d)})" if shared else " (they cannot decode together, as an ensemble: their "
                         "vocabularies differ)" if shared is False else ""))
             raise ConfigError(said)
         first[pairs[d]] = d
+
+
+def _same_parameters(a: str, b: str, which: str) -> Optional[str]:
+    """The sha256 of the `which` parameters of model directories `a` and `b` when they are the same (their manifests'
+    record, as `nmt.members` compares an ensemble's members); None when they differ or cannot be looked up (loading
+    names why)."""
+    from nmt import checkpoint as ckpt
+    try:
+        shas = {ckpt.params_sha256(ckpt.params_path(Path(d), str(which), quiet=True)) for d in (a, b)}
+    except ckpt.CheckpointError:
+        return None
+    return shas.pop() if len(shas) == 1 else None
 
 
 def _shared_vocabularies(a: str, b: str) -> Optional[bool]:

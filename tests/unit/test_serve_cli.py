@@ -2,6 +2,7 @@
 before any model loads."""
 from __future__ import annotations
 
+import shutil
 import socket
 
 import pytest
@@ -155,7 +156,6 @@ def test_a_model_directory_mxnet_cannot_open_is_one_line(model_dir, tmp_path, ca
     """nmt-serve was the one command whose main handled errors its own way: a model directory named in CP949 bytes
     (which MXNet cannot open; the other commands refuse it in one line) ended it in a StorageError traceback."""
     import os
-    import shutil
     legacy = tmp_path / os.fsdecode("자료".encode("cp949"))
     shutil.copytree(model_dir, legacy)
     with socket.socket() as s:
@@ -164,3 +164,20 @@ def test_a_model_directory_mxnet_cannot_open_is_one_line(model_dir, tmp_path, ca
     assert main(["--model-dir", str(legacy), "--port", str(port)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "MXNet opens files by UTF-8 names" in err and "Traceback" not in err, err
+
+
+def test_two_model_dirs_of_the_same_parameters_are_not_advised_as_an_ensemble(model_dir, tmp_path):
+    """Two --model-dir of one pair sharing vocabularies were told to decode together as `--model-dir A --ensemble
+    B`, also when B is a copy (or an export) of A, which that ensemble then refuses (the same parameters); they are
+    told to give one of them. A checkpoint at which they differ (a twin, one float32 step away) keeps the advice."""
+    from nmt.config import ConfigError
+    from nmt.serve.cli import build_app
+    from tests.synth import twin_of
+    copy, twin = tmp_path / "copy", twin_of(model_dir, tmp_path / "twin")
+    shutil.copytree(model_dir, copy)
+    with pytest.raises(ConfigError, match=rf"--model-dir {model_dir} and --model-dir {copy} both translate ko-en; .* "
+                                          r"\(their --checkpoint best holds the same parameters, sha256 [0-9a-f]{12}: "
+                                          r"a copy or an export; give one of them\)$"):
+        build_app(parse_args(["--model-dir", str(model_dir), "--model-dir", str(copy)]))
+    with pytest.raises(ConfigError, match=f"--model-dir {model_dir} --ensemble {twin}"):
+        build_app(parse_args(["--model-dir", str(model_dir), "--model-dir", str(twin)]))
