@@ -247,6 +247,12 @@ class DecodeConfig:
         _typed(self)
         self.check()
 
+    @property
+    def max_len_a_text(self) -> str:
+        """max_len_a as messages show it: the decimal the length limit takes (`search.length_limits`, its shortest
+        repr), a whole number without ".0"; %g showed 0.1000001 as 0.1 and 999999.9 as 1e+06."""
+        return repr(float(self.max_len_a)).removesuffix(".0")
+
     def check(self) -> None:
         """ConfigError naming the flag of the first bad setting: when made, and before decoding (set by hand)."""
         for flag, value, low in (("--beam-size", self.beam_size, 1), ("--nbest", self.nbest, 1),

@@ -82,7 +82,7 @@ def target_ids(translator: Translator, targets: Sequence[str], first_line: int =
         d = checked_decode(translator.decode)
         limit = 3 * (d.max_input_tokens + int(length_limits([d.max_input_tokens + 1], d.max_len_a, d.max_len_b)[0]))
         limit_name = (f"3 x (--max-input-tokens {d.max_input_tokens} + the search's most for such a source, the "
-                      f"model's max_len_a {d.max_len_a:g} x {d.max_input_tokens + 1} + max_len_b {d.max_len_b})")
+                      f"model's max_len_a {d.max_len_a_text} x {d.max_input_tokens + 1} + max_len_b {d.max_len_b})")
     targets = list(targets)   # read twice below; an iterator would be empty the second time
     for i, t in enumerate(targets):
         if not isinstance(t, str):

@@ -259,9 +259,9 @@ class Translator:
         quiet = getattr(self._unreported, "cut", None) is not None   # within `unreported`
         self.cut_off += 0 if quiet else len(cut)
         if cut and self.warn_cut_off and not quiet:
-            logger.warning("input line%s %s: the translation reached its length limit (--max-len-a %g x source "
+            logger.warning("input line%s %s: the translation reached its length limit (--max-len-a %s x source "
                            "tokens + --max-len-b %d) and may be cut off", "s" * (len(cut) > 1), line_list(cut, 10),
-                           self.decode.max_len_a, self.decode.max_len_b)
+                           self.decode.max_len_a_text, self.decode.max_len_b)
         lost = {first_line + i: self.bytes_left_out([y for y, _ in out[i]]) for i in sorted(todo)}
         lost = {line: n for line, n in lost.items() if n}
         self.left_out += 0 if quiet else len(lost)

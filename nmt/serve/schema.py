@@ -325,7 +325,7 @@ def token_warnings(translator, lines: List[str], prefixes: Optional[List[str]] =
 
 def at_length_limit(decode) -> str:
     """The warning for a translation that reached the model's length limit (`decode`: its DecodeConfig)."""
-    return (f"the translation reached the model's length limit (max_len_a {decode.max_len_a:g} x source tokens + "
+    return (f"the translation reached the model's length limit (max_len_a {decode.max_len_a_text} x source tokens + "
             f"max_len_b {decode.max_len_b}) and may be cut off")
 
 

@@ -208,3 +208,17 @@ def test_the_page_gets_the_servers_character_classes():
         got = subprocess.run([node, "-e", script], capture_output=True, text=True, check=True, timeout=60).stdout
         from nmt.corpus import ESCAPE_SEQUENCE
         assert json.loads(got) == [ESCAPE_SEQUENCE.sub("", x) for x in texts] != texts
+
+
+@pytest.mark.parametrize("a, shown", [(0.1000001, "0.1000001"), (999999.9, "999999.9"), (1.0000000001, "1.0000000001"),
+                                      (1e-300, "1e-300"), (1.5, "1.5"), (0.0, "0"), (2.0, "2")])
+def test_the_length_limit_warning_shows_max_len_a_as_the_limit_takes_it(a, shown):
+    """The length limit takes max_len_a as the decimal it is written as (`search.length_limits`), but the warnings of
+    a translation that reached it showed it with %g: 0.1000001 as 0.1 (a limit of 4 for 30 source tokens, where 0.1 x
+    30 is 3), 999999.9 as 1e+06 (a value --max-len-a refuses), 1.0000000001 as 1. The service's warning, nmt-score's
+    target limit and nmt-translate's warning show it through DecodeConfig.max_len_a_text."""
+    from nmt.config import DecodeConfig
+    from nmt.serve.schema import at_length_limit
+    assert at_length_limit(DecodeConfig(max_len_a=a, max_len_b=1)) == \
+        f"the translation reached the model's length limit (max_len_a {shown} x source tokens + max_len_b 1) and may " \
+        "be cut off"
