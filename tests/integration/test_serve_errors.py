@@ -214,6 +214,22 @@ def test_a_long_given_translation_is_cut_to_max_input_tokens_pieces(http, serve_
     assert r.json()["warnings"] == [] and r.json()["translation"] == "Thanks a lot."
 
 
+def test_a_given_translation_of_exactly_max_input_tokens_pieces_is_taken_whole(http, translator, serve_sentences):
+    """max_input_tokens pieces are within the limit: a translation of that many is taken whole, without a warning;
+    one piece more is cut. (A cut from the limit itself took off the last character and said so.)"""
+    from nmt.corpus import normalize
+    limit, long = translator.decode.max_input_tokens, "Thanks a lot. " * 150
+
+    def pieces(text: str) -> int:
+        return len(translator.tgt_tok.encode([normalize(text)])[0])
+    at = next(n for n in range(1, len(long)) if long[n - 1] != " " and pieces(long[:n]) == limit)
+    a = http.post("/attention", json={"text": serve_sentences[0], "translation": long[:at]}).json()
+    assert a["warnings"] == [] and a["translation"] == long[:at] and len(a["tgt_pieces"]) == limit + 1, a["warnings"]
+    over = next(n for n in range(at, len(long)) if long[n - 1] != " " and pieces(long[:n]) == limit + 1)
+    a = http.post("/attention", json={"text": serve_sentences[0], "translation": long[:over]}).json()
+    assert a["warnings"][0].startswith(f"translation has {limit + 1} subword tokens; truncated"), a["warnings"]
+
+
 def test_a_504_says_whether_the_request_was_too_big_or_the_server_busy(translator, serve_sentences, monkeypatch):
     """Every 504 said "send fewer sentences or a smaller beam_size", also for /attention, which has neither, and for
     a request that never started because others held the worker."""
