@@ -210,6 +210,19 @@ def test_service_warns_of_a_prefix_it_cuts(url, translator, serve_sentences):
                                     "(max_input_tokens), as nmt-translate does"]
 
 
+def test_service_warns_of_a_prefix_over_the_character_limit_or_with_control_characters(url, serve_sentences):
+    """A target prefix's control characters are removed, and one over the character limit cut, with the warnings a
+    text gets (check_prefixes'): an answer that left them out passed, only the subword cut's warning was tested."""
+    r = httpx.post(url + "/translate", json={"text": serve_sentences[:1], "target_prefix": ["T\x07h"]}, timeout=60)
+    assert r.status_code == 200 and r.json()["warnings"] == [
+        "target_prefix[0] has 1 control character(s); they were removed before translating"], r.text
+    r = httpx.post(url + "/translate", json={"text": serve_sentences[:1], "target_prefix": ["ga " * 1400]},
+                   timeout=60)
+    assert r.status_code == 200 and r.json()["warnings"][0] == ("target_prefix[0] has 4199 characters; truncated "
+                                                                 "to 4000 (max_input_tokens 250 x 16), as "
+                                                                 "nmt-translate does"), r.text
+
+
 def test_cli_json_input_reads_fields_up_to_the_guard_whole_and_names_a_longer_line(translator, tmp_path, capsys):
     """The reading guard cuts a line after --max-input-tokens x 16 characters' worth of bytes; a cut JSON line is no
     longer JSON. With --json-input it leaves room for both fields at that length, JSON-escaped; a longer line is an
