@@ -201,6 +201,19 @@ def test_benchmark_ab_stopped_twice_as_it_starts_a_run_stops_that_run(monkeypatc
         started[0].wait()
 
 
+def test_benchmark_ab_whose_run_cannot_start_raises_why(monkeypatch, tmp_path):
+    """A run that could not start (Popen's OSError: fork's EAGAIN under a process limit, an interpreter gone) is that
+    error; stopping the run it did not start (stop_group of no process) was an AttributeError in its place."""
+    import subprocess
+    ab = _script(monkeypatch, "benchmark_ab")
+
+    def failing(cmd, **kw):
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+    monkeypatch.setattr(subprocess, "Popen", failing)
+    with pytest.raises(BlockingIOError, match="Resource temporarily unavailable"):
+        ab.run_once(tmp_path, [], tmp_path / "a.json")
+
+
 def test_benchmark_ab_stopped_as_its_run_ends_says_interrupted(monkeypatch, tmp_path):
     """A Ctrl-C (or SIGTERM) that came as the run was ending: subprocess's Popen.wait, interrupted, waits 0.25 s more
     for the child, which ended and was reaped in that time (its process group gone), and benchmark_ab's
