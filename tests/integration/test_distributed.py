@@ -721,3 +721,7 @@ def test_a_worker_without_the_model_directory_says_its_flags_were_checked_alone(
     with pytest.raises(ConfigError) as alone:   # one process: a missing run is "nothing to resume", no worker's
         training_run(build_train_parser().parse_args(["--model-dir", "run", "--resume", *flags]))
     assert re.match(said, str(alone.value)) and "distributed" not in str(alone.value)
+    if flags[0] == "--heads":   # a new run of a distributed job (no --resume) has no run's settings to learn
+        with pytest.raises(ConfigError) as new:
+            training_run(build_train_parser().parse_args(["--model-dir", "run", "--kvstore", "dist_sync", *flags]))
+        assert re.match(said, str(new.value)) and "not on this machine" not in str(new.value), new.value
