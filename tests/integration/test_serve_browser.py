@@ -600,6 +600,38 @@ def test_lines_clicked_through_leave_only_the_last_ones_attention_to_compute(tra
         driver.quit()
 
 
+def test_a_result_cleared_closes_the_attention_request_on_its_way(translator, serve_sentences, monkeypatch):
+    """A result cleared (a Translate refused, a change of model) dropped the answer of the /attention on its way, as
+    a newer choice of line does, but was not tested to close its request too, which then held the model's worker for
+    a heatmap no longer shown."""
+    import time
+
+    import nmt.plot
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+    real = nmt.plot.attention
+
+    def slow(*args, **kw):
+        time.sleep(1.0)
+        return real(*args, **kw)
+    monkeypatch.setattr(nmt.plot, "attention", slow)
+    driver = browser()
+    try:
+        with background_server(make_app(translator, max_wait_ms=0)) as url:
+            open_page(driver, url)
+            driver.execute_script(FETCH_LOG)
+            set_source(driver, serve_sentences[0])
+            driver.find_element(By.ID, "go").click()
+            WebDriverWait(driver, 30).until(lambda d: sent(d, "/attention"))   # the line's heatmap, on its way
+            set_source(driver, "")
+            driver.find_element(By.ID, "go").click()   # refused ("Type a sentence"): the result is cleared
+            wait_settled(driver)
+            assert driver.execute_script("return window.signals.filter((s, k) => window.sent[k][0] === '/attention')"
+                                         ".map((s) => s.aborted)") == [True]
+    finally:
+        driver.quit()
+
+
 def test_a_refused_translate_leaves_no_old_result_and_speaks_of_lines(translator, serve_sentences):
     """After a refusal the previous text's translation, n-best list, heatmap and warnings stayed under the error,
     as if they answered the new text; the API's words (text[0], requests) were shown as they are; and an empty
