@@ -21,7 +21,7 @@ from nmt.cli_decode import evaluate_main
 from nmt.config import Config
 from nmt.scoring import record_scores
 from nmt.translate import Translator
-from tests.synth import twin_of
+from tests.synth import run_command, twin_of
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -36,12 +36,7 @@ def model_copy(model_dir, tmp_path) -> Path:
 
 def run(argv, capsys):
     """Exit code, stdout and stderr of the command (argparse's errors exit with 2, as on the command line)."""
-    try:
-        code = evaluate_main([str(a) for a in argv])
-    except SystemExit as e:
-        code = e.code
-    out, err = capsys.readouterr()
-    return code, out, err
+    return run_command(evaluate_main, argv, capsys)
 
 
 def copied_test_set(model_copy, tmp_path) -> Path:

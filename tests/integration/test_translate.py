@@ -33,7 +33,8 @@ from nmt.tokenizer import UNK_ID
 from nmt.config import DecodeConfig
 from nmt.corpus import one_line, tidy_translation
 from nmt.translate import Translator
-from tests.synth import as_trained_with_its_config, damaged, non_canonical_split, synth_file, twin_of
+from tests.synth import as_trained_with_its_config, damaged, non_canonical_split, run_command, synth_file
+from tests.synth import twin_of
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -46,12 +47,7 @@ def src_lines(model_dir):
 
 def run(argv, capsys):
     """Exit code, stdout and stderr of the command (argparse's errors exit with 2, as on the command line)."""
-    try:
-        code = translate_main([str(a) for a in argv])
-    except SystemExit as e:
-        code = e.code
-    out, err = capsys.readouterr()
-    return code, out, err
+    return run_command(translate_main, argv, capsys)
 
 
 # -- the Python API -------------------------------------------------------------------------------------------------
