@@ -3,13 +3,14 @@ committed with the outputs of a run on a real model."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from tests.synth import synth_file, tiny_model
+from tests.synth import synth_file, tiny_flags, tiny_model, write_task
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
@@ -98,6 +99,37 @@ def test_bleu_eval_refuses_a_source_file_without_references(tmp_path_factory, mo
     monkeypatch.setenv("NMT_REF_FILE", str(synth_file(model, "test.ko")))
     with pytest.raises(CellExecutionError, match="should be the Korean side .* are the files swapped"):
         execute("bleu_eval.ipynb")
+
+
+def test_bleu_eval_checks_korean_bleu_before_translating(tmp_path, monkeypatch):
+    """An en->ko model with mecab-ko not loadable: the notebook translated the whole test set and only then failed in
+    the scoring; it fails in its setup cell, with nmt-evaluate's message (`nmt.evaluate.korean_bleu`)."""
+    from nbclient.exceptions import CellExecutionError
+    from nmt.cli import train_main
+    from tests.integration.test_valid_metric_runs import en_ko
+    task = en_ko(write_task(tmp_path / "synth", n_train=200))
+    model = tmp_path / "enko"
+    assert train_main(tiny_flags(task, model) + ["--src", "en", "--tgt", "ko", "--max-steps", "2"]) == 0
+    stand_in = tmp_path / "no-mecab" / "mecab_ko"   # first on the kernel's path: sacreBLEU's import of it fails
+    stand_in.mkdir(parents=True)
+    (stand_in / "__init__.py").write_text('raise ImportError("no mecab_ko here (a test\'s stand-in)")\n')
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(stand_in.parent),
+                                                                   os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv("NMT_MODEL_DIR", str(model))
+    monkeypatch.setenv("NMT_SRC_FILE", task["dev_src"])
+    monkeypatch.setenv("NMT_REF_FILE", task["dev_tgt"])
+    monkeypatch.setenv("NMT_PLOT_DIR", str(tmp_path / "plots"))
+    nb = nbformat.read(NOTEBOOKS / "bleu_eval.ipynb", as_version=4)
+    for cell in nb.cells:   # (the committed outputs would stay in the cells not run)
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    with pytest.raises(CellExecutionError, match=r"Korean output is scored by BLEU on ko-mecab morphemes too, whose "
+                                                 r"tokenizer cannot be loaded \(.*\): pip install 'mecab-ko=="):
+        NotebookClient(nb, timeout=300, kernel_name="python3",
+                       resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
+    failed = [c.source for c in nb.cells if any(o.output_type == "error" for o in c.get("outputs", []))]
+    assert len(failed) == 1 and "Translator.from_dir(MODEL_DIR, CHECKPOINT)" in failed[0], failed
+    assert "sentence pairs" not in text_of(nb)   # nothing read, nothing translated
 
 
 def test_multi_gpu_intro_notebook(tmp_path, monkeypatch):
