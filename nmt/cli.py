@@ -15,7 +15,8 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple, Type
 
 from nmt.config import (ARCH_DEFAULTS, CORPUS_FILES, Config, ConfigError, DataConfig, ModelConfig, SettingsClash,
                         flag_name)
-from nmt.config_resume import PER_INVOCATION, record_mirror, refused_batch_kind, refused_change, resumed_config
+from nmt.config_resume import (PER_INVOCATION, record_mirror, refused_batch_kind, refused_change, resumed_config,
+                               run_clash)
 from nmt import jsonio
 from nmt.cli_io import last_lines, reader_gone
 from nmt.commands import Once, command, nonempty, shell_word, usable_streams
@@ -200,13 +201,14 @@ def config_for_resume(args: argparse.Namespace) -> Tuple[Config, List[str]]:
     run = Config.from_dict(base, source=str(path))
     try:
         wanted = config_from_args(args, base=run)
-    except SettingsClash:   # `--src en` alone (or a --config file's), in a ko-en run, meets its target: the
-        given, asked = given_keys(args), args_dict(args, run, check=False)["data"]   # language that cannot change
+    except SettingsClash as e:   # `--src en` alone (or a --config file's), in a ko-en run, meets its target: the
+        given, asked = given_keys(args), args_dict(args, run, check=False)   # language that cannot change
         for key in ("data.src_lang", "data.tgt_lang"):
-            refused = key in given and refused_change(key, given[key], asked[key[5:]], saved, str(path))
+            refused = key in given and refused_change(key, given[key], asked["data"][key[5:]], saved, str(path))
             if refused:
                 raise ConfigError(refused) from None
-        raise
+        # (`--keep-last 1` alone, under the run's --average-last 3: says so)
+        raise SettingsClash(run_clash(str(e), saved, asked["train"]["keep_last"], given, str(path))) from None
     check_model_flags(saved.model.arch, given_keys(args), wanted.model)   # before "differs from" an unused default
     return resumed_config(saved, wanted, given_keys(args), str(path))
 

@@ -729,6 +729,39 @@ def test_a_resume_checks_a_config_file_over_the_runs_own_settings(tmp_path):
         config_for_resume(parse(["--model-dir", str(run), "--resume", "--config", str(path)]))
 
 
+def test_a_resume_lowering_keep_last_under_the_runs_average_last_says_it_is_the_runs(tmp_path):
+    """`--resume --keep-last 1` of a run resumed once with --average-last 3 was refused with "give --keep-last 3 or
+    more (got 1)" alone: not that the 3 is the run's saved setting, nor that --average-last 0 lifts it. Python's
+    train(cfg, resume=True) said the same; an --average-last given by the command says nothing more."""
+    from nmt.cli import config_for_resume
+    from nmt.config_resume import as_command_line
+    run = tmp_path / "run"
+    run.mkdir()
+    saved = Config()
+    saved.train.model_dir, saved.train.average_last, saved.train.keep_last = str(run), 3, 4
+    saved.save(run / "config.json")
+    parse = build_train_parser().parse_args
+    told = (rf"^--average-last 3 averages the last 3 of the checkpoints kept: give --keep-last 3 or more \(got {{}}\); "
+            rf"--average-last 3 is this run's saved setting \({re.escape(str(run / 'config.json'))}\), not this "
+            r"command's: --average-last 0 \(no params.avg\){} lifts it$")
+    with pytest.raises(ConfigError, match=told.format(1, "")):
+        config_for_resume(parse(["--model-dir", str(run), "--resume", "--keep-last", "1"]))
+    with pytest.raises(ConfigError, match=told.format(2, " or 2")):
+        config_for_resume(parse(["--model-dir", str(run), "--resume", "--keep-last", "2", "--dry-run"]))
+    path = tmp_path / "keep1.json"
+    path.write_text(json.dumps({"train": {"keep_last": 1}}))
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))}: " + told.format(1, "")[1:]):
+        config_for_resume(parse(["--model-dir", str(run), "--resume", "--config", str(path)]))
+    python = Config()
+    python.train.model_dir, python.train.keep_last = str(run), 1
+    with pytest.raises(ConfigError, match=told.format(1, "")):
+        as_command_line(python, resume=True)
+    assert config_for_resume(parse(["--model-dir", str(run), "--resume", "--keep-last", "1", "--average-last",
+                                    "0"]))[0].train.average_last == 0
+    with pytest.raises(ConfigError, match=r"^--average-last 3 averages .* \(got 1\)$"):   # given here: the flag's
+        config_for_resume(parse(["--model-dir", str(run), "--resume", "--keep-last", "1", "--average-last", "3"]))
+
+
 def test_a_resume_given_corpus_files_the_run_did_not_have_names_the_flag(tmp_path):
     """`--resume --train-src a.ko --train-tgt a.en` of a recipe run (or --dev-src/--dev-tgt of a run whose dev set is
     held out of its training files) was taken as files moved since, and refused only as their pairs were compared:
