@@ -119,9 +119,11 @@ def average_at_end(trainer, trained: bool) -> bool:
     from nmt.signals import INTERRUPTS, terminated_as_interrupt
     last, model_dir, files = trainer.cfg.train.average_last, trainer.model_dir, trainer.state.params_files
     if trainer.averages():
+        trainer.averaging = True   # (stopped in here, the run says that params.avg is not written)
         with terminated_as_interrupt():   # (killed, it had said nothing; --resume averages them then)
             retire_scores(model_dir, "avg")
             ckpt.average_checkpoints(model_dir, files, last=last)
+        trainer.averaging = False
         return True
     if last and trainer.is_chief:   # a signal, --max-seconds: not the end (--resume goes on, averages)
         going_on = trainer.state.stopped in (*INTERRUPTS, "max_seconds")
@@ -137,6 +139,21 @@ def average_at_end(trainer, trained: bool) -> bool:
                        "--average-last is off): --checkpoint avg uses those; --resume --average-last N averages the "
                        "newest", model_dir / ckpt.PARAMS_AVG, step, trainer.state.step)
     return False
+
+
+def stopped_at_once(trainer) -> str:
+    """The warning of a run that a signal stopped at once: a second one in the loop (no checkpoint of the stop), or
+    one as its end averaged its checkpoints (`trainer.averaging`: params.avg not written, which a resume writes, with
+    no update where the run reached its limit; else at its end, or at once with --max-steps at its step)."""
+    from nmt.signals import INTERRUPTS
+    state = trainer.state
+    said = f"stopped at once at step {state.step}"
+    if not trainer.averaging:
+        return f"{said}: --resume continues from the newest intact checkpoint"
+    going_on = state.stopped in (*INTERRUPTS, "max_seconds", "")   # (a resume trains on: `average_advice`)
+    return (f"{said} while averaging the last {trainer.cfg.train.average_last} checkpoints into params.avg, which is "
+            "not written: --resume continues from the newest intact checkpoint and writes it" + (
+                f" as it ends (with --max-steps {state.step}: at once, without an update)" if going_on else ""))
 
 
 def unscored(model_dir: Path, tests) -> bool:

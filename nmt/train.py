@@ -33,7 +33,7 @@ from nmt.optim import apply_settings, build_optimizer, learning_rate
 from nmt.parallel import DataParallel, default_kvstore, hardware_of, init_amp, parse_devices
 from nmt.preflight import check_checkpoint_room, check_search_widths, checked_config, run_inputs, settings_lines
 from nmt.resume import (average_at_end, end_signalled_epoch, record_stop, restore, resumed_state, since_valid_part,
-                        unscored, unvalidated_stop)
+                        stopped_at_once, unscored, unvalidated_stop)
 from nmt.scoring import checkpoint_info, retire_other_decoding, retire_scores, score_test_set
 from nmt.signals import INTERRUPTS, checkpoint_on_signal, terminated_as_interrupt
 from nmt.storage import check_writable, error_line
@@ -71,6 +71,7 @@ class Trainer:
         self.progress = Progress(t.log_every, t.progress and self.is_chief, state.since_log)
         self.tensorboard = tensorboard or TensorBoardWriter(None)   # curves (a writer that does nothing: off)
         self.signal_name, self.averaged, self.stopped_before = "", False, state.stopped   # (resume.unvalidated_stop)
+        self.averaging = False   # while the run's end averages its checkpoints (a signal then: resume.stopped_at_once)
         self.scores_tests = False   # the run scores the test sets as it ends (`run_training`'s `evaluate`)
         self.lock: Optional[ModelDirLock] = None   # the model directory's lock (rank 0), released when fit() ends
         self._t_start, self._elapsed0, self._resumed_at = time.perf_counter(), state.elapsed, 0
@@ -378,9 +379,8 @@ def run_training(cfg: Config, resume: bool = False, overwrite: bool = False, eva
     try:
         try:
             state, scores, averages = trainer.fit(), {}, {}
-        except KeyboardInterrupt:   # a second signal: no checkpoint of the stop
-            logger.warning("stopped at once at step %d: --resume continues from the newest intact checkpoint",
-                           trainer.state.step)
+        except KeyboardInterrupt:   # a second signal (or one as the run's end averages): no checkpoint of the stop
+            logger.warning("%s", stopped_at_once(trainer))
             raise
         interrupted = state.stopped if state.stopped in INTERRUPTS else trainer.signal_name   # also in the last step
         if evaluate and trainer.is_chief and not interrupted and trainer.data.splits.tests:

@@ -534,6 +534,40 @@ def test_sigterm_outside_the_training_loop_is_an_interruption(tmp_path, task, mo
     assert "SIGTERM received: stopping" in (tmp_path / "a" / ckpt.LOG).read_text()
 
 
+def test_sigterm_while_averaging_says_params_avg_was_not_written(tmp_path, task, monkeypatch, sigterm_raises):
+    """A SIGTERM while the run's end averaged its checkpoints said "stopped at once ... --resume continues from the
+    newest intact checkpoint", not that params.avg was not written, which a --resume writes (with no update, of a run
+    that reached its limit, as here); a second signal in the loop still says only the first part."""
+    from nmt import train as train_module
+    from nmt.commands import Terminated
+    real = train_module.ckpt.average_checkpoints
+
+    def averaging(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)   # the signal arrives here
+    monkeypatch.setattr(train_module.ckpt, "average_checkpoints", averaging)
+    cfg = tiny_config(tmp_path, task, "a", max_steps=4, valid_every=2, average_last=2)
+    with pytest.raises(Terminated):
+        train_module.run_training(cfg)
+    said = (tmp_path / "a" / ckpt.LOG).read_text()
+    assert "stopped at once at step 4 while averaging the last 2 checkpoints into params.avg, which is not written: " \
+           "--resume continues from the newest intact checkpoint and writes it" in said, said
+    assert not (tmp_path / "a" / ckpt.PARAMS_AVG).exists()
+    monkeypatch.setattr(train_module.ckpt, "average_checkpoints", real)
+    cfg.train.max_steps = 4   # (as nmt-train --resume alone: the run's own limit, no update)
+    train_module.run_training(cfg, resume=True, evaluate=False)
+    assert (tmp_path / "a" / ckpt.PARAMS_AVG).exists() and ckpt.TrainState.load(tmp_path / "a").step == 4
+    from types import SimpleNamespace
+    from nmt.resume import stopped_at_once
+    for stopped, after in (("SIGTERM", " as it ends (with --max-steps 7: at once, without an update)"),
+                           ("patience", "")):   # (a run stopped by its first signal trains on when resumed)
+        trainer = SimpleNamespace(state=ckpt.TrainState(step=7, stopped=stopped), averaging=True, cfg=cfg)
+        assert stopped_at_once(trainer).endswith("into params.avg, which is not written: --resume continues from the "
+                                                 "newest intact checkpoint and writes it" + after)
+    trainer.averaging = False   # a second signal in the loop
+    assert stopped_at_once(trainer) == "stopped at once at step 7: --resume continues from the newest intact checkpoint"
+
+
 def test_a_second_sigterm_stops_at_once_with_sigterms_exit_code():
     """A second SIGTERM (while the first one's checkpoint was being written) raised a plain KeyboardInterrupt: exit
     code 130, Ctrl-C's, which a cluster reads as an interactive interruption (training.md: 130/143)."""
