@@ -307,6 +307,7 @@ def training_run(args: argparse.Namespace) -> Tuple[Config, List[str], Optional[
         check_model(cfg.model, given)
     if config and "model.arch" in given and given["model.arch"].startswith("--"):
         warn_other_arch(cfg, given, args.config)
+    cfg.labels = given   # (a resumed run's log names its changes as `changes` does)
     return cfg, changes, init
 
 

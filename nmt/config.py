@@ -288,6 +288,9 @@ class Config:
     # "section.key" of each value the dict of `from_dict` gave (not in config.json): fine-tuning keeps the model's
     # dropout unless given (`nmt.finetune.for_init`), whether or not the value given is the architecture's default
     given: ClassVar[frozenset] = frozenset()
+    # how nmt-train's command line gave each "section.key" (its flag, or "FILE: section.key" of --config): a resumed
+    # run logs its changes in these words, as its --dry-run lists them (else, Python's, as the keys)
+    labels: ClassVar[Dict[str, str]] = {}
 
     def __post_init__(self) -> None:
         d, t = self.data, self.train   # (pairs of values, of which a --config file may give one and a flag the other)

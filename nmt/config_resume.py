@@ -158,8 +158,9 @@ def resumed_config(saved: Config, cfg: Config, given: Optional[Dict[str, str]], 
                    ) -> Tuple[Config, List[str]]:
     """The configuration a resumed run trains with: the run's own (`saved`, read from `source`), with this
     invocation's per-invocation keys and the keys it gives (`given`: key -> how the user gave it, a flag or a file's
-    key; None: every key of `cfg`) taken from `cfg`. A given model or data key that differs is a ConfigError naming
-    it; the other differences come back as lines "key: old -> new" (a new --max-steps, --lr ...)."""
+    key; None: every key of `cfg`, named as `cfg.labels` has them, else as keys) taken from `cfg`. A given model or
+    data key that differs is a ConfigError naming it; the other differences come back as lines "key: old -> new" (a
+    new --max-steps, --lr ...)."""
     merged, changes = saved.to_dict(), []
     if given is not None:   # (nmt-train's flags were checked so before they met the run's settings)
         refused_batch_kind({k: getattr(cfg.data, k) for k in ("batch_size", "batch_tokens") if f"data.{k}" in given},
@@ -175,8 +176,9 @@ def resumed_config(saved: Config, cfg: Config, given: Optional[Dict[str, str]], 
             if refused:
                 raise ConfigError(refused)
             merged[section][name] = value
-            if key not in PER_INVOCATION:
-                changes.append(f"{label}: {json.dumps(old)} -> {json.dumps(value)}")
+            if key not in PER_INVOCATION:   # (nmt-train's run: in its flags' words, as its --dry-run said them)
+                shown = cfg.labels.get(key, label) if given is None else label
+                changes.append(f"{shown}: {json.dumps(old)} -> {json.dumps(value)}")
     for name in CORPUS_FILES:   # read again from where the run recorded them (the error said only "not found")
         path = merged["data"][name]
         if path and not os.path.exists(path):

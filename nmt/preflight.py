@@ -95,7 +95,7 @@ def checked_config(cfg, caller: str, new: bool = False) -> Config:
     d = {s: {k: v.item() if type(v).__module__ == "numpy" else v for k, v in values.items()}   # (np.bool_ too)
          for s, values in cfg.to_dict().items()}
     checked = Config.from_dict(d, f"{caller}: cfg", file=True)
-    checked.given = cfg.given
+    checked.given, checked.labels = cfg.given, cfg.labels
     if checked.data.recipe and any(getattr(checked.data, f) for f in CORPUS_FILES):   # (config.json then names none)
         checked.data.recipe = None
     if new:

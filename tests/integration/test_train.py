@@ -1055,8 +1055,8 @@ def test_resume_alone_continues_the_run_as_it_was_started(tmp_path, task, capsys
     assert train_main(["--model-dir", str(tmp_path / "part"), "--resume", "--max-steps", "6", "--no-progress",
                        "--no-eval"]) == 0
     assert_same_params(params_of(tmp_path / "part"), params_of(tmp_path / "whole"), rtol=0, atol=0)
-    log = (tmp_path / "part" / ckpt.LOG).read_text(encoding="utf-8")
-    assert "resuming with settings changed since the last run: train.max_steps: 3 -> 6" in log
+    log = (tmp_path / "part" / ckpt.LOG).read_text(encoding="utf-8")   # (in the flags' words, as --dry-run's list)
+    assert "resuming with settings changed since the last run: --max-steps: 3 -> 6" in log
     assert Config.load(tmp_path / "part" / ckpt.CONFIG).train.max_steps == 6   # the next --resume goes on from 6
     capsys.readouterr()
     assert train_main(["--model-dir", str(tmp_path / "part"), "--resume", "--max-steps", "9", "--lr", "0.01",
@@ -1070,6 +1070,31 @@ def test_resume_alone_continues_the_run_as_it_was_started(tmp_path, task, capsys
         code = train_main(["--model-dir", str(tmp_path / "part"), "--resume", "--max-steps", "9", *flags])
         err = capsys.readouterr().err
         assert code == 2 and says in err and "Traceback" not in err, err
+
+
+def test_a_resumed_run_logs_its_changes_as_its_dry_run_lists_them(tmp_path, task, capsys):
+    """`nmt-train --resume --patience 3` logged "train.patience: 1 -> 3" (the config keys) where its --dry-run listed
+    "--patience: 1 -> 3": now the run's log names them as the dry run does (a --config file's keys with the file);
+    Python's train(cfg, resume=True), given keys, logs keys."""
+    from nmt.cli import train_main
+    from nmt.train import train
+    model_dir = tmp_path / "m"
+    assert train_main(tiny_flags(task, model_dir) + ["--max-steps", "2", "--patience", "1", "--no-eval"]) == 0
+    path = tmp_path / "lr.json"
+    path.write_text(json.dumps({"optim": {"lr": 0.01}}))
+    flags = ["--model-dir", str(model_dir), "--resume", "--no-progress", "--no-eval", "--patience", "3",
+             "--max-steps", "3", "--config", str(path)]
+    listed = f"{path}: optim.lr: 0.005 -> 0.01; --max-steps: 2 -> 3; --patience: 1 -> 3"
+    capsys.readouterr()
+    assert train_main(flags + ["--dry-run"]) == 0
+    assert f"settings changed since the last run: {listed}" in capsys.readouterr().out
+    assert train_main(flags) == 0
+    assert f"resuming with settings changed since the last run: {listed}\n" in (model_dir / ckpt.LOG).read_text()
+    cfg = Config.load(model_dir / ckpt.CONFIG)
+    cfg.train.patience, cfg.train.max_steps = 4, 4
+    train(cfg, resume=True, evaluate=False)
+    assert "resuming with settings changed since the last run: train.max_steps: 3 -> 4; train.patience: 3 -> 4\n" \
+        in (model_dir / ckpt.LOG).read_text()
 
 
 def test_a_resume_takes_a_new_weight_decay_and_refuses_another_optimizer(tmp_path, task, capsys):
@@ -1094,7 +1119,7 @@ def test_a_resume_takes_a_new_weight_decay_and_refuses_another_optimizer(tmp_pat
         assert "Traceback" not in err and (tmp_path / "wd" / ckpt.CONFIG).read_bytes() == config
     assert resume("wd", "--weight-decay", "0.5") == 0 and resume("plain") == 0
     log = (tmp_path / "wd" / ckpt.LOG).read_text()
-    assert "settings changed since the last run: optim.weight_decay: 0.0 -> 0.5" in log
+    assert "settings changed since the last run: --weight-decay: 0.0 -> 0.5" in log
     wd, plain = params_of(tmp_path / "wd"), params_of(tmp_path / "plain")
     assert max(float(np.abs(wd[k] - plain[k]).max()) for k in wd) > 1e-4   # the decay was applied
     cfg = Config.load(tmp_path / "wd" / ckpt.CONFIG)   # the Python API: the optimizer of the trainer itself
