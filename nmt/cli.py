@@ -184,7 +184,7 @@ def config_for_resume(args: argparse.Namespace) -> Tuple[Config, List[str]]:
     asked = args_dict(args, check=False)   # (the flags over a --config file's; checked below)
     path = Path(asked["train"]["model_dir"]).expanduser() / CONFIG
     if not path.is_file():
-        with without_run(path if str(asked["train"].get("kvstore", "")).startswith("dist") else None, SettingsClash):
+        with without_run(True, path.parent, asked["train"].get("kvstore", ""), SettingsClash):
             return config_from_args(args), []
     saved = Config.load(path)
     try:   # a config.json edited by hand: its model settings, in the flags' words
@@ -214,17 +214,20 @@ def config_for_resume(args: argparse.Namespace) -> Tuple[Config, List[str]]:
 
 
 @contextlib.contextmanager
-def without_run(path: Optional[Path], kind: Type[ConfigError] = ConfigError) -> Iterator[None]:
-    """On a distributed --resume where `path`, the run's config.json, is not on this machine (None: it is, or not a
-    distributed --resume, where a missing run is "nothing to resume"): an
+def without_run(resume: bool, model_dir, kvstore: str, kind: Type[ConfigError] = ConfigError) -> Iterator[None]:
+    """On a distributed --resume (`resume`, a `kvstore` dist_*) whose run's config.json is not on this machine (in
+    `model_dir`; a missing run elsewhere is "nothing to resume", which training says): an
     error of `kind` raised by the block, which checked the flags by themselves over the defaults, said so. A worker
     of a distributed job without the model directory learns the run's settings from rank 0 only once the job has
     started (`nmt.resume.rank0_settings`): `--average-last 5` alone, a --keep-last 5 run's, was "give --keep-last 5 or
     more (got 3)" there, and `--heads 4` alone, a Transformer's, "not an option of --arch lstm"."""
+    from nmt.checkpoint import CONFIG
+    path = Path(model_dir).expanduser() / CONFIG
+    alone = resume and str(kvstore).startswith("dist") and not path.is_file()
     try:
         yield
     except kind as e:
-        if path is None:
+        if not alone:
             raise
         raise type(e)(f"{e} ({path} is not on this machine, so these flags were checked by themselves, over the "
                       "defaults rather than a run's settings: a worker of a distributed job on a machine without the "
@@ -300,9 +303,7 @@ def training_run(args: argparse.Namespace) -> Tuple[Config, List[str], Optional[
     if config and given.get("model.arch", "").startswith("--") and jsonio.read_object(config, ConfigError).get(
             "model", {}).get("arch", ModelConfig.arch) == cfg.model.arch:
         given["model.arch"] = f"{config}: model.arch"
-    alone = Path(cfg.train.model_dir).expanduser() / "config.json"
-    worker = args.resume and cfg.train.kvstore.startswith("dist") and not alone.is_file()   # (without the run)
-    with without_run(alone if worker else None):
+    with without_run(args.resume, cfg.train.model_dir, cfg.train.kvstore):   # (a worker without the run)
         check_model_flags(cfg.model.arch, given, cfg.model)
         check_model(cfg.model, given)
     if config and "model.arch" in given and given["model.arch"].startswith("--"):
