@@ -37,6 +37,7 @@ from nmt.storage import StorageError, guarded_write, scratch_full, scratch_room
 logger = logging.getLogger(__name__)
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+DROPPED_IDS = (PAD_ID, BOS_ID)   # what `decode` leaves out of a text (`dropped_pieces` counts them)
 MODEL_TYPES = ("unigram", "bpe")
 # Scripts with thousands of rare characters: leave the rarest 0.05% to byte fallback (SentencePiece's advice
 # for CJK). Alphabetic languages keep every character as a piece.
@@ -156,7 +157,7 @@ class Tokenizer:
                 tok = int(tok)
                 if tok == EOS_ID:
                     break
-                if tok in (PAD_ID, BOS_ID):
+                if tok in DROPPED_IDS:
                     continue
                 if not 0 <= tok < size:
                     raise self._outside(f"decode: id {tok} in sequence {row}")
@@ -208,7 +209,7 @@ class Tokenizer:
     @staticmethod
     def dropped_pieces(ids: Sequence[int]) -> int:
         """How many of a translation's `ids` are <s> or <pad>, which its text (`decode`) drops."""
-        return sum(1 for i in ids if i in (BOS_ID, PAD_ID))
+        return sum(1 for i in ids if i in DROPPED_IDS)
 
     def _byte_values(self) -> Dict[int, int]:
         """The byte pieces' values ("<0xED>": 0xED) by id."""
