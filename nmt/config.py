@@ -132,6 +132,9 @@ class ModelConfig:
 # and those of them that take optim.beta1 and optim.beta2 (`nmt.optim.optimizer_settings`).
 OPTIMIZERS = ("adam", "sgd", "nag", "adagrad", "rmsprop", "adadelta", "lamb", "ftml")
 BETA_OPTIMIZERS = ("adam", "lamb", "ftml")
+# Those whose MXNet 1.9.1 update reads no learning rate: AdaDelta (Zeiler 2012) steps by its own ratio of running
+# averages, so --lr, --warmup-steps and --lr-schedule do not reach it (`nmt.optim.build_optimizer` warns).
+LR_FREE_OPTIMIZERS = ("adadelta",)
 
 
 @dataclass

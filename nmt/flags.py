@@ -97,7 +97,8 @@ OPTIM_FLAGS = [
     Flag("--lr-schedule", "optim", "schedule", str, "decay after warmup", choices=LR_SCHEDULES),
     Flag("--label-smoothing", "optim", "label_smoothing", float, "label smoothing"),
     Flag("--weight-decay", "optim", "weight_decay", float,
-         "L2 weight decay: MXNet's wd, added to each gradient before the optimizer's update (with adam: not AdamW)"),
+         "weight decay of every parameter (MXNet's wd): L2, added to the clipped gradient, with adam (not AdamW), sgd, "
+         "nag, rmsprop, ftml; adagrad, lamb and adadelta decay the weights apart from the gradient"),
     Flag("--clip-norm", "optim", "clip_norm", float, "clip the global norm of the per-token mean gradient (0 = off)"),
 ]
 TRAIN_FLAGS = [

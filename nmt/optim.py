@@ -1,12 +1,13 @@
 """The optimizer of a training run: a `gluon.Trainer` over MXNet's optimizers, and the learning-rate schedule."""
 from __future__ import annotations
 
+import logging
 import math
 from typing import Dict
 
 from mxnet import gluon
 
-from nmt.config import BETA_OPTIMIZERS, OptimConfig
+from nmt.config import BETA_OPTIMIZERS, LR_FREE_OPTIMIZERS, OptimConfig
 
 
 def optimizer_settings(o: OptimConfig) -> Dict[str, float]:
@@ -22,7 +23,13 @@ def optimizer_settings(o: OptimConfig) -> Dict[str, float]:
 
 def build_optimizer(o: OptimConfig, params: gluon.ParameterDict, kvstore="local") -> gluon.Trainer:
     """A Trainer updating `params` with the optimizer `o` names. The update is applied outside the kvstore
-    (`update_on_kvstore=False`), so the summed gradient can be normalized and clipped first (`nmt.parallel`)."""
+    (`update_on_kvstore=False`), so the summed gradient can be normalized and clipped first (`nmt.parallel`). A
+    warning for an optimizer whose update reads no learning rate (adadelta): the schedule's rate would seem to train."""
+    if o.optimizer in LR_FREE_OPTIMIZERS:
+        logging.getLogger("nmt.train").warning(
+            "--optimizer %s takes no learning rate (MXNet's update has none): --lr, --warmup-steps and --lr-schedule "
+            "do not change its updates (the lr logged is not applied), and --weight-decay takes its share off every "
+            "weight at each update; another --optimizer follows the schedule", o.optimizer)
     return gluon.Trainer(params, o.optimizer, {"learning_rate": o.lr, **optimizer_settings(o)}, kvstore=kvstore,
                          update_on_kvstore=False)
 

@@ -19,7 +19,7 @@ import numpy as np
 from nmt import checkpoint as ckpt
 from nmt import manifest
 from nmt.atomic import scratch_dir
-from nmt.config import CORPUS_FILES, Config, ConfigError, ModelConfig
+from nmt.config import CORPUS_FILES, LR_FREE_OPTIMIZERS, Config, ConfigError, ModelConfig
 from nmt.models import ARCHITECTURES
 from nmt.tensorboard import TensorBoardWriter
 from nmt.storage import allocated, check_room, check_writable, free_bytes, human_bytes
@@ -229,8 +229,9 @@ def settings_lines(cfg: Config) -> List[str]:
         ("max_steps", t.max_steps, ""), ("max_epochs", t.max_epochs, ""), ("time_budget", t.time_budget, " s"),
         ("max_seconds", t.max_seconds, " s")) if value]
     return [f"model settings ({m.arch}): " + ", ".join(f"{f} {getattr(m, f)}" for f in fields),
-            f"optimizer: {o.optimizer}, lr {o.lr:g} after {o.warmup_steps} warm-up updates, {then}; label smoothing "
-            f"{o.label_smoothing:g}, weight decay {o.weight_decay:g}, clip norm {o.clip_norm:g}",
+            f"optimizer: {o.optimizer}, " + ("which takes no learning rate" if o.optimizer in LR_FREE_OPTIMIZERS
+                                             else f"lr {o.lr:g} after {o.warmup_steps} warm-up updates, {then}")
+            + f"; label smoothing {o.label_smoothing:g}, weight decay {o.weight_decay:g}, clip norm {o.clip_norm:g}",
             "batch: " + (f"{d.batch_tokens} padded target positions" if d.batch_tokens else f"{d.batch_size} sentences")
             + (f" in {t.accum_steps} micro-batches per device" if t.accum_steps > 1 else "") + f", seed {t.seed}",
             "validation: " + (f"every {t.valid_every} updates and " if t.valid_every else "") + "at each epoch end, "

@@ -111,3 +111,25 @@ def test_loaded_states_take_this_runs_settings(tmp_path, name):
     assert opt.wd == 0.125 and type(opt) is type(trainer.optimizer)
     if name == "adam":
         assert (opt.beta1, opt.beta2, opt.epsilon) == (0.5, 0.75, 1e-9)
+
+
+def test_an_optimizer_without_a_learning_rate_is_said_so(caplog):
+    """MXNet 1.9.1's AdaDelta reads no learning rate: two runs of --lr 0.002 and 50 made the same parameters, while
+    the log said "lr 0.002 after 400 warm-up updates, then inverse square root" and metrics.jsonl its rates."""
+    from nmt.config import Config
+    from nmt.preflight import settings_lines
+    after = []
+    for lr in (0.002, 50.0):
+        net = _net()
+        with caplog.at_level("WARNING", logger="nmt"):
+            _steps(net, build_optimizer(OptimConfig(optimizer="adadelta", lr=lr), net.collect_params()), 2)
+        after.append(net.weight.data().asnumpy())
+    np.testing.assert_array_equal(*after)   # what the warning says
+    assert "--optimizer adadelta takes no learning rate" in caplog.text
+    line = next(x for x in settings_lines(Config(optim=OptimConfig(optimizer="adadelta"))) if "optimizer" in x)
+    assert line.startswith("optimizer: adadelta, which takes no learning rate; label smoothing") and "lr " not in line
+    caplog.clear()
+    build_optimizer(OptimConfig(optimizer="adagrad"), _net().collect_params())
+    assert not caplog.text
+    assert "optimizer: adagrad, lr 0.002 after 400 warm-up updates" in settings_lines(
+        Config(optim=OptimConfig(optimizer="adagrad")))[1]
