@@ -49,7 +49,7 @@ class DataConfig:
     test_tgt: Optional[str] = None
     upsample: Optional[str] = None       # "corpus=K[,corpus=K]": repeat a recipe corpus's training pairs K times
     max_chars: int = 400                 # drop training pairs with a side longer than this (characters)
-    max_ratio: float = 4.0               # drop training pairs whose character-length ratio exceeds this
+    max_ratio: float = 4.0               # drop training pairs whose length ratio in UTF-8 bytes exceeds this
     skip_invalid_utf8: bool = False      # skip (and count) undecodable lines instead of stopping with an error
     vocab_size: int = 2000               # SentencePiece pieces per language (or of the joint one); small win here
     spm_model_type: str = "unigram"      # SentencePiece algorithm: unigram (default) or bpe

@@ -45,7 +45,8 @@ DATA_FLAGS = [
          "e.g. tatoeba-manythings=4 (comma-separated for several)"),
     Flag("--max-chars", "data", "max_chars", int, "drop training pairs with a side longer than this (characters; "
          "a line over 20000 is refused as it is read)"),
-    Flag("--max-ratio", "data", "max_ratio", float, "drop training pairs whose length ratio exceeds this"),
+    Flag("--max-ratio", "data", "max_ratio", float, "drop training pairs whose longer side has more than this many "
+         "times the UTF-8 bytes of the shorter"),
     Flag("--skip-invalid-utf8", "data", "skip_invalid_utf8", help="skip (and count) undecodable lines", boolean=True),
     Flag("--vocab-size", "data", "vocab_size", int,
          "SentencePiece vocabulary size per language (with --shared-vocab: of the one joint model)"),
