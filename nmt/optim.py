@@ -10,6 +10,12 @@ from mxnet import gluon
 from nmt.config import BETA_OPTIMIZERS, LR_FREE_OPTIMIZERS, OptimConfig
 
 
+# MXNet's NAG defaults to momentum 0, with which its update is plain SGD's: --optimizer nag gets the usual 0.9
+# (Sutskever et al. 2013). Set where the optimizer is made, not by `apply_settings`: a run's saved states keep their
+# momentum (a run begun before keeps 0, and resumes as it trained).
+NAG_MOMENTUM = 0.9
+
+
 def optimizer_settings(o: OptimConfig) -> Dict[str, float]:
     """The settings `o` gives MXNet's optimizer, by its attribute names (the learning rate aside: the schedule sets
     it at every update): the betas to every optimizer that has them, where config.json records them."""
@@ -30,8 +36,9 @@ def build_optimizer(o: OptimConfig, params: gluon.ParameterDict, kvstore="local"
             "--optimizer %s takes no learning rate (MXNet's update has none): --lr, --warmup-steps and --lr-schedule "
             "do not change its updates (the lr logged is not applied), and --weight-decay takes its share off every "
             "weight at each update; another --optimizer follows the schedule", o.optimizer)
-    return gluon.Trainer(params, o.optimizer, {"learning_rate": o.lr, **optimizer_settings(o)}, kvstore=kvstore,
-                         update_on_kvstore=False)
+    momentum = {"momentum": NAG_MOMENTUM} if o.optimizer == "nag" else {}
+    return gluon.Trainer(params, o.optimizer, {"learning_rate": o.lr, **optimizer_settings(o), **momentum},
+                         kvstore=kvstore, update_on_kvstore=False)
 
 
 def load_states(trainer: gluon.Trainer, path: str) -> None:

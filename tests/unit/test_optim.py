@@ -54,7 +54,7 @@ def test_betas_of_an_optimizer_without_them_are_refused():
     assert OptimConfig(optimizer="sgd").beta1 == 0.9   # (the defaults, which every config.json records)
 
 
-@pytest.mark.parametrize("name", ["adam", "sgd"])
+@pytest.mark.parametrize("name", ["adam", "sgd", "nag"])
 def test_saved_states_continue_bit_identically(tmp_path, name):
     """Two updates, save, two more = a fresh net that loads the parameters and states and makes the last two:
     the optimizer state (Adam's moments and update count) survives the round trip exactly."""
@@ -133,3 +133,16 @@ def test_an_optimizer_without_a_learning_rate_is_said_so(caplog):
     assert not caplog.text
     assert "optimizer: adagrad, lr 0.002 after 400 warm-up updates" in settings_lines(
         Config(optim=OptimConfig(optimizer="adagrad")))[1]
+
+
+def test_nag_is_not_plain_sgd():
+    """MXNet's NAG defaults to momentum 0, with which it is plain SGD: --optimizer nag and sgd made bit-identical
+    parameters."""
+    after = {}
+    for name in ("sgd", "nag"):
+        net = _net()
+        trainer = build_optimizer(OptimConfig(optimizer=name, lr=0.05), net.collect_params())
+        _steps(net, trainer, 3)
+        after[name] = net.weight.data().asnumpy()
+    assert trainer.optimizer.momentum == 0.9
+    assert not np.allclose(after["sgd"], after["nag"])
