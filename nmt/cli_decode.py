@@ -1,6 +1,7 @@
 """Command lines of translation and evaluation (`nmt-translate`, `nmt-evaluate`) over `nmt.translate` and
 `nmt.scoring`; scoring given translations (`nmt-score`) is `nmt.cli_score`, the flags and outputs they share are in
-`nmt.cli_io`. Training's command line and the flag table are in `nmt.cli`."""
+`nmt.cli_io`, the sets nmt-evaluate scores in `nmt.eval_sets`. Training's command line and the flag table are in
+`nmt.cli`."""
 from __future__ import annotations
 
 import argparse
@@ -8,13 +9,12 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
 from nmt import jsonio
 from nmt.commands import Once, command, file_arg, nonempty, number, one_stdin, usable_streams
-from nmt.cli_io import (add_model_decode_args, check_languages_of, evaluation_inputs, load_translator, misaligned,
-                        hyp_ref_files, last_lines, open_output, output_dir, output_errors, reader_gone,
-                        refuse_overwriting, installed_commands, tested_on, validated_on)
+from nmt.cli_io import (add_model_decode_args, installed_commands, last_lines, load_translator, open_output, output_dir,
+                        output_errors, reader_gone, refuse_overwriting)
 from nmt.config import CHARS_PER_TOKEN, ConfigError
 
 
@@ -211,71 +211,11 @@ def build_evaluate_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _test_sets(args: argparse.Namespace, tr) -> Dict[str, Tuple[Any, List[List[str]]]]:
-    """name -> (Pairs, further references) of what to score (files, the recipe's test sets or the model's dev
-    set)."""
-    from nmt.corpus import Pairs, drop_blank_ends, read_lines
-    from nmt.evaluate import korean_bleu
-    from nmt.scoring import check_set_name, model_dev_set, recipe_tests
-    if tr.tgt_lang == "ko":   # Korean output's scorer, before the translating it would end
-        korean_bleu()
-    files = bool(args.src_file or args.ref_file)
-    if files + args.recipe_tests + args.dev_set != 1:
-        raise ConfigError("give one of: --src-file and --ref-file, --recipe-tests, --dev-set")
-    if args.name and not files:   # (it was ignored without a word)
-        raise ConfigError(f"--name {args.name} names the set of --src-file and --ref-file; --recipe-tests and "
-                          "--dev-set score the model's own sets, under their own names")
-    if args.data_dir and files:   # (so was it)
-        raise ConfigError(f"--data-dir {args.data_dir} is where --recipe-tests and --dev-set read the model's own "
-                          "sets; --src-file and --ref-file are read where they are: drop it")
-    d, kind = tr.config.data, "test" if args.recipe_tests else "dev"
-    if args.data_dir and not files and (getattr(d, f"{kind}_src") or kind == "dev" and d.train_src):   # (and so)
-        raise ConfigError(f"--data-dir {args.data_dir} is where a recipe's corpora are read; this model's {kind} set "
-                          "comes from its own files (its config.json's data section), read where they are: drop it")
-    if args.recipe_tests or args.dev_set:
-        sets = recipe_tests(tr.config, args.data_dir) if args.recipe_tests else model_dev_set(tr.config, args.data_dir)
-        for model_dir in (tr.model_dir, *tr.member_dirs) if args.dev_set else ():   # (an ensemble's: each member)
-            validated_on(Path(model_dir), next(iter(sets.values())), Path(tr.model_dir))
-        return {name: (pairs, []) for name, pairs in sets.items()}
-    if not (args.src_file and args.ref_file):
-        raise ConfigError("--src-file and --ref-file must be given together")
-    args.src_file = "/dev/stdin" if args.src_file == "-" else args.src_file   # ("-": named as it is read)
-    args.ref_file = ["/dev/stdin" if f == "-" else f for f in args.ref_file]
-    special = os.path.exists(args.src_file) and not os.path.isfile(args.src_file) and not os.path.isdir(args.src_file)
-    if special and not (args.name or args.no_save):   # (before a pipe is read; a missing file: said as it is read)
-        raise ConfigError(f"--src-file {args.src_file} is no file (a pipe?), whose path would name its scores in "
-                          "scores.json; give --name (or --no-save)")
-    # sources as nmt-translate reads them (a long line is cut, with a warning); blank last lines only where all are
-    src = read_lines(args.src_file, max_line_chars=None, keep_blank_end=True)
-    refs = [read_lines(r, keep_blank_end=True) for r in args.ref_file]
-    drop_blank_ends([(args.src_file, src), *zip(args.ref_file, refs)])
-    for path, ref in zip(args.ref_file, refs):
-        if len(src) != len(ref):
-            raise misaligned(args.src_file, src, "--ref-file", path, ref, "the references", "the source")
-        check_languages_of(tr, src, ref, f"--src-file {args.src_file}", f"--ref-file {path}")
-    own = d.test_src and len(args.ref_file) == 1 and [*map(os.path.realpath, (d.test_src, d.test_tgt))] == [
-        *map(os.path.realpath, (args.src_file, args.ref_file[0]))]   # the model's own test files: that set
-    name = args.name or ("test" if own else _file_name(args.src_file))   # (a pipe: its name, not /proc/PID/fd's)
-    if not args.no_save:   # (else nothing is recorded: the name only labels the report and the --hyp-dir files)
-        check_set_name(name, args.src_file, args.ref_file, tr.config)
-    return {name: (Pairs(src, refs[0], name), refs[1:])}
-
-
-def _saved_sets(args: argparse.Namespace, tr, tests: dict, recordable: bool) -> Dict[str, bool]:
-    """name -> whether the set's scores are recorded in scores.json: if `recordable` (no --no-save, --prefix-words,
-    read-only directory or other decoding), and not for part of a set (--max-sentences), which is not the set; the
-    model's own test files, recorded, must be the pairs its run was tested with (`tested_on`)."""
-    saved = {name: recordable and not 0 < args.max_sentences < len(pairs.src) for name, (pairs, _) in tests.items()}
-    d = tr.config.data
-    if saved.get("test") and d.test_src:   # (its own files, by --recipe-tests or as --src-file and --ref-file)
-        tested_on(Path(tr.model_dir), tests["test"][0], (d.test_src, d.test_tgt))
-    return saved
-
-
 @command(build_evaluate_parser)
 def evaluate_main(args: argparse.Namespace) -> int:
     import gzip
     from nmt.atomic import atomic_write_bytes, atomic_write_text
+    from nmt.eval_sets import evaluation_inputs, hyp_ref_files, saved_sets, sets_to_score
     from nmt.scoring import cannot_record, other_decoding, read_scores
     from nmt.textfile import output_opener
     one_stdin({"--src-file": args.src_file, **{f"--ref-file ({i})": r for i, r in enumerate(args.ref_file or (), 1)}})
@@ -294,8 +234,8 @@ def evaluate_main(args: argparse.Namespace) -> int:
         read_scores(tr.model_dir)
         readonly, other = cannot_record(tr.model_dir), other_decoding(tr)
     recordable = not (args.no_save or args.prefix_words or readonly or other)
-    tests = _test_sets(args, tr)
-    saved = _saved_sets(args, tr, tests, recordable)
+    tests = sets_to_score(args, tr)
+    saved = saved_sets(args, tr, tests, recordable)
     inputs = evaluation_inputs(args, tr.config.data)
     hyp_files = {name: args.hyp_dir / f"{Path(name).name}.{tr.tgt_lang}" for name in tests} if args.hyp_dir else {}
     hyps = [p for name, h in hyp_files.items() for p in (h, *hyp_ref_files(h, 1 + len(tests[name][1])))]
@@ -354,14 +294,15 @@ def _evaluate_set(args: argparse.Namespace, tr, name: str, pairs, more_refs: Lis
     `hyp_file` and beside it (--hyp-dir); its entry, and the lines of its report (none when the JSON goes to
     stdout)."""
     from nmt.atomic import atomic_write_text
+    from nmt.eval_sets import file_name, hyp_ref_files
     from nmt.evaluate import report_lines
     from nmt.scoring import score_test_set
     files = {"source": (f"recipe {tr.config.data.recipe}" if (args.recipe_tests or args.dev_set)
                         and tr.config.data.recipe else None),
-             "src_file": _file_name(args.src_file) if args.src_file else None,
-             "ref_file": _file_name(args.ref_file[0]) if args.ref_file else None}
+             "src_file": file_name(args.src_file) if args.src_file else None,
+             "ref_file": file_name(args.ref_file[0]) if args.ref_file else None}
     if more_refs:
-        files["more_ref_files"] = [_file_name(r) for r in args.ref_file[1:]]
+        files["more_ref_files"] = [file_name(r) for r in args.ref_file[1:]]
     entry, hyps, sc = score_test_set(tr, name, pairs, max_sentences=args.max_sentences, save=save, extra=files,
                                      prefix_words=args.prefix_words or 0, strokes=args.word_strokes,
                                      more_refs=more_refs)
@@ -383,12 +324,6 @@ def _evaluate_set(args: argparse.Namespace, tr, name: str, pairs, more_refs: Lis
                    + (f", {1 + len(more_refs)} references each" if more_refs else "")
                    + (f", each translation started with its reference's first {words}" if args.prefix_words else ""),
                    *report_lines(sc, entry)]
-
-
-def _file_name(path: str) -> str:
-    """A file as scores.json records it: by its absolute path, a pipe by the name given (/dev/stdin, not the
-    /proc/PID/fd/pipe:[...] it resolves to, which differs every run)."""
-    return str(Path(path).resolve()) if os.path.isfile(path) else path
 
 
 if __name__ == "__main__":   # `python -m nmt.cli_decode` did nothing, exit 0: it holds two commands

@@ -12,7 +12,7 @@ import os
 import stat
 import sys
 from pathlib import Path
-from typing import Iterator, List
+from typing import Iterator
 
 from nmt.flags import DECODE_FLAGS
 from nmt.commands import Once, nonempty
@@ -153,14 +153,6 @@ def check_languages_of(tr, src, tgt, src_name: str, tgt_name: str) -> None:
             "--alignment output (translation ||| word links): take the translations, e.g. `sed 's/ ||| [-0-9 ]*$//'`"))
     check_languages(src, tgt, tr.src_lang, (src_name, tgt_name), f"the model translates {tr.src_lang} -> {tr.tgt_lang}")
     warn_one_sided_blanks(src, tgt, src_name, tgt_name)
-
-
-def evaluation_inputs(args, data) -> list:
-    """What nmt-evaluate reads, one {flag: file} each (`refuse_overwriting`'s inputs): --src-file, each --ref-file,
-    and the model's own corpus files (`data`, its DataConfig), which --dev-set and --recipe-tests read."""
-    from nmt.config import CORPUS_FILES
-    return [{"--src-file": args.src_file}, *({"--ref-file": r} for r in args.ref_file or ()),
-            *({f"model's {k.replace('_', '-')}": getattr(data, k)} for k in CORPUS_FILES if getattr(data, k))]
 
 
 def refuse_overwriting(flag: str, output, inputs: dict, model_dirs=()) -> None:
@@ -329,58 +321,6 @@ def misaligned(src_file, src: list, flag: str, other_file, other: list, other_is
     return CorpusError(f"line counts differ: --src-file {src_file} has {len(src)} line{'s' * (len(src) != 1)} but "
                        f"{flag} {other_file} has {len(other)}; they must be line-aligned (line i of {other_is} "
                        f"translates line i of {src_is})")
-
-
-def validated_on(model_dir: Path, dev, first: Path) -> None:
-    """CorpusError when the dev pairs read again from the data of `first` (--model-dir) are not those the run of
-    `model_dir` (it, or an --ensemble member) validated on (`TrainState.dev_sum`): its files changed since (a helper's
-    appended lines: 120 of 500, 41 of them trained on), or a member's were others (a fine-tuned one's training)."""
-    from nmt import checkpoint as ckpt
-    from nmt.corpus import READ_SINCE, CorpusError
-    from nmt.encoded import text_checksum
-    try:
-        saved = ckpt.TrainState.load(model_dir).dev_sum if (model_dir / ckpt.STATE).exists() else ""
-    except ckpt.CheckpointError:
-        return
-    if not saved and model_dir != first:   # (an export: no state.json)
-        logging.getLogger("nmt.evaluate").warning(
-            "--dev-set: --ensemble %s records no dev set it validated on (an export keeps no training state): the "
-            "score on --model-dir %s's dev set may count pairs it trained on", model_dir, first)
-    if not saved or saved == text_checksum([*dev.src, *dev.tgt]):
-        return
-    if model_dir != first:
-        raise CorpusError(f"--dev-set: --ensemble {model_dir} validated on other dev pairs than --model-dir {first}, "
-                          "whose dev set this scores, which may hold pairs it trained on; score files with --src-file "
-                          "and --ref-file instead")
-    raise CorpusError("--dev-set: the dev pairs read again from the model's data are not those its run validated on: "
-                      "its training, dev or test files (a held-out dev set leaves out pairs of the test set) have "
-                      f"changed since (edited, appended to or replaced; or {READ_SINCE}), so their scores would not be "
-                      "its dev scores and may count pairs it trained on; score files with --src-file, --ref-file "
-                      "instead")
-
-
-def tested_on(model_dir: Path, test, files) -> None:
-    """CorpusError when the pairs of a model's own test files (`files`: its data.test_src, data.test_tgt), read again
-    as `test`, are not those its run recorded (`TrainState.test_sum`; an export's export.json keeps it): edited since,
-    their scores would replace the "test" entry in scores.json that training recorded, which /info and nmt-export
-    show as the model's. Only for scores to be recorded (nmt-evaluate: not of part of a set, --max-sentences). (A
-    recipe's test sets are read from files of known sha256.)"""
-    from nmt.corpus import READ_SINCE, CorpusError
-    from nmt.encoded import text_checksum
-    from nmt.export import test_sum_of
-    saved = test_sum_of(model_dir)   # (state.json's; an export's export.json)
-    if not saved or saved == text_checksum([*test.src, *test.tgt]):
-        return
-    raise CorpusError(f"the model's test files ({' and '.join(map(str, files))}) are not the pairs its run was tested "
-                      f"with: they have changed since (edited, appended to or replaced; or {READ_SINCE}), so their "
-                      "scores would replace the model's own test scores in scores.json (which /info and nmt-export "
-                      "show); score them as another set with --src-file, --ref-file and another --name (or --no-save)")
-
-
-def hyp_ref_files(hyp_file: Path, count: int) -> List[Path]:
-    """Where nmt-evaluate's --hyp-dir puts the `count` references of the translations in `hyp_file`: <test
-    name>.ref.<tgt>, then <test name>.ref2.<tgt> ..."""
-    return [hyp_file.with_name(f"{hyp_file.stem}.ref{k if k > 1 else ''}{hyp_file.suffix}") for k in range(1, count+1)]
 
 
 def installed_commands(*names: str) -> str:

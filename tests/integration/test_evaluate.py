@@ -62,8 +62,8 @@ def test_a_score_against_other_references_replacing_one_says_so(model_copy, caps
         f"against {ref.resolve()}, {ref2.resolve()} (another --name keeps both)" in err, err
     code, _, err = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", ref2, ref], capsys)
     assert code == 0 and "is replaced by this one" not in err, err   # (the same references, in another order)
-    from nmt.cli_decode import _file_name   # a pipe by the name given, not its /proc/PID/fd/pipe:[N] (a new one per run)
-    assert (_file_name("/dev/stdin"), _file_name(str(ref))) == ("/dev/stdin", str(ref.resolve()))
+    from nmt.eval_sets import file_name   # a pipe by the name given, not its /proc/PID/fd/pipe:[N] (a new one per run)
+    assert (file_name("/dev/stdin"), file_name(str(ref))) == ("/dev/stdin", str(ref.resolve()))
 
 
 def test_the_json_file_is_none_of_the_hyp_dir_files_and_a_pipe_has_a_steady_name(model_copy, tmp_path, capsys):
