@@ -37,6 +37,16 @@ def stop_group(proc: subprocess.Popen, sig: int) -> None:
         os.killpg(proc.pid, sig)
 
 
+def _started(cmd: List[str], env: dict) -> subprocess.Popen:
+    """`cmd` started in its own session (its errors on stderr); SystemExit naming what could not be started (the
+    interpreter gone, e.g. its virtual environment removed, or not executable) rather than Popen's traceback."""
+    try:
+        return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, start_new_session=True)
+    except OSError as e:
+        raise SystemExit(f"error: cannot start {cmd[0]} (the interpreter this script runs with, which runs both "
+                         f"checkouts' benchmarks) on {cmd[1]}: {e.strerror}") from None
+
+
 def run_once(checkout: Path, shared: List[str], json_path: Path) -> float:
     """tokens/s (source + target) of one device in `checkout`'s own training benchmark."""
     env = dict(os.environ, PYTHONPATH=str(checkout))
@@ -47,8 +57,7 @@ def run_once(checkout: Path, shared: List[str], json_path: Path) -> float:
     try:
         # a stop as it starts (a second one too) acts once `proc` is known: raised in Popen, it left the run going
         with deferred(second_at_once=False):
-            proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,   # (errors: stderr)
-                                    start_new_session=True)
+            proc = _started(cmd, env)
         code = proc.wait()
     except BaseException:   # Ctrl-C, SIGTERM: it and the workers it spawned stop too (they were left training)
         if proc is None:   # (it did not start)

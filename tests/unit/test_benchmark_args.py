@@ -210,8 +210,35 @@ def test_benchmark_ab_whose_run_cannot_start_raises_why(monkeypatch, tmp_path):
     def failing(cmd, **kw):
         raise BlockingIOError(11, "Resource temporarily unavailable")
     monkeypatch.setattr(subprocess, "Popen", failing)
-    with pytest.raises(BlockingIOError, match="Resource temporarily unavailable"):
+    with pytest.raises(SystemExit, match="cannot start .*: Resource temporarily unavailable$"):
         ab.run_once(tmp_path, [], tmp_path / "a.json")
+
+
+@pytest.mark.parametrize("lost", ["removed", "not executable"])
+def test_benchmark_ab_whose_interpreter_is_lost_says_what_it_could_not_start(tmp_path, lost):
+    """The interpreter benchmark_ab runs every checkout's benchmark with, gone (its virtual environment removed
+    between two runs) or no longer executable, was Popen's FileNotFoundError or PermissionError: a traceback, exit 1.
+    Checkout A's benchmark does that to the interpreter here; B's run then cannot start."""
+    import shutil
+    import subprocess
+    import sys
+    python = tmp_path / "venv" / "python"   # (a copy: its mode is its own, not the system's interpreter's)
+    python.parent.mkdir()
+    shutil.copy(os.path.realpath(sys.executable), python)
+    lose = f"os.unlink({str(python)!r})" if lost == "removed" else f"os.chmod({str(python)!r}, 0o644)"
+    (tmp_path / "a" / "scripts").mkdir(parents=True)
+    (tmp_path / "a" / "scripts" / "benchmark_train.py").write_text(
+        f"import json, os, sys\n{lose}\n"
+        "open(sys.argv[sys.argv.index('--json') + 1], 'w').write(json.dumps({'train': [{'tok_per_s': 1.0}]}))\n")
+    (tmp_path / "b").mkdir()
+    shutil.copytree(tmp_path / "a" / "scripts", tmp_path / "b" / "scripts")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), *sys.path[1:]]))   # (this one's packages)
+    p = subprocess.run([str(python), REPO / "scripts" / "benchmark_ab.py", "--a", str(tmp_path / "a"), "--b",
+                        str(tmp_path / "b"), "--rounds", "1"], capture_output=True, text=True, timeout=120, env=env)
+    why = "No such file or directory" if lost == "removed" else "Permission denied"
+    assert p.returncode == 1 and p.stderr == (
+        f"error: cannot start {python} (the interpreter this script runs with, which runs both checkouts' "
+        f"benchmarks) on {tmp_path / 'b' / 'scripts' / 'benchmark_train.py'}: {why}\n"), p.stderr
 
 
 def test_benchmark_ab_stopped_as_its_run_ends_says_interrupted(monkeypatch, tmp_path):
