@@ -268,13 +268,13 @@ def _add_routes(app: FastAPI, limits: Limits) -> None:
         req = await _parse_request(request, TranslateRequest, limits, clock)
         model = _service(request).pick(req.src_lang, req.tgt_lang)
         tr = model.translator
-        lines, beam, prefixes, warnings, long_lines = await checked_translate(req, tr, limits)
+        lines, beam, prefixes, warnings, long_lines, sentences = await checked_translate(req, tr, limits)
         fewer = "send fewer sentences or a smaller beam_size"
         if long_lines:   # (tokenizing them is not translating: a request that then only waits is still "busy")
             warnings += await _within_limit(model.batcher.call(lambda: token_warnings(tr, lines, prefixes),
                                                                clock.left()), clock, fewer, request, worked=False)
         nbests, cut_off, ids = await _within_limit(model.batcher.translate(lines, beam, req.nbest, clock.left(),
-                                                                         prefixes), clock, fewer, request)
+                                                                         prefixes, sentences), clock, fewer, request)
         warnings += [f"text[{i}]: {at_length_limit(tr.decode)}" for i in cut_off]
         warnings += [f"text[{i}]: {n} {tr.LEFT_OUT}" for i, n in enumerate(map(tr.bytes_left_out, ids)) if n]
         if req.alignment:   # each hypothesis gets its links: (text, score) -> (text, score, links)

@@ -136,12 +136,14 @@ class Batcher:
         return self._queued
 
     async def translate(self, lines: Sequence[str], beam_size: int, nbest: int, timeout: Optional[float] = None,
-                        prefixes: Optional[Sequence[Optional[str]]] = None) -> Translations:
+                        prefixes: Optional[Sequence[Optional[str]]] = None,
+                        sentences: Optional[int] = None) -> Translations:
         """The n-best lists of `lines` (input order), each line's translations starting with its `prefixes` item
         if given, and the lines cut off at the length limit; QueueFull when the queue cannot take them, TimedOut
-        after `timeout` seconds (the sentences are then dropped if not yet started)."""
-        return await self._submit(dict(lines=list(lines), key=(beam_size, nbest), prefixes=prefixes), len(lines),
-                                  timeout)
+        after `timeout` seconds (the sentences are then dropped if not yet started). `sentences`: what the queue
+        counts of them, the lines decoded (default all; a blank line without a prefix costs nothing)."""
+        size = len(lines) if sentences is None else sentences
+        return await self._submit(dict(lines=list(lines), key=(beam_size, nbest), prefixes=prefixes), size, timeout)
 
     async def call(self, fn: Callable[[], Any], timeout: Optional[float] = None, admitted: bool = False) -> Any:
         """Run `fn()` on the worker thread (any use of the model outside translation, e.g. attention). `admitted`:

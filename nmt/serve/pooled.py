@@ -12,17 +12,19 @@ from starlette.concurrency import run_in_threadpool
 
 from nmt.languages import hangul_counts, other_language_warning
 from nmt.serve.attention import check_attention
-from nmt.serve.schema import check_prefixes, check_translate, within_pieces
+from nmt.serve.schema import check_prefixes, check_translate, decoded_count, within_pieces
 
 
 class Checked(NamedTuple):
-    """A /translate request as checked: its lines, beam size, target prefixes (or None), warnings, and whether a line
-    or prefix may pass max_input_tokens pieces (the worker then tokenizes it to warn of its cut)."""
+    """A /translate request as checked: its lines, beam size, target prefixes (or None), warnings, whether a line
+    or prefix may pass max_input_tokens pieces (the worker then tokenizes it to warn of its cut), and how many of its
+    sentences are decoded (`schema.decoded_count`: what the queue counts)."""
     lines: List[str]
     beam: int
     prefixes: Optional[List[str]]
     warnings: List[str]
     long_lines: bool
+    sentences: int
 
 
 async def checked_translate(req, translator, limits) -> Checked:
@@ -37,7 +39,7 @@ def _check_translate(req, tr, limits) -> Checked:
     language = other_language_warning(*hangul_counts(lines, tr.src_lang), tr.src_lang, tr.tgt_lang)
     warnings += cut + ([f"text: {language}"] if language else [])
     long_lines = any(not within_pieces(x, most) for x in lines + (prefixes or []))
-    return Checked(lines, beam, prefixes, warnings, long_lines)
+    return Checked(lines, beam, prefixes, warnings, long_lines, decoded_count(req))
 
 
 async def checked_attention(req, max_input_tokens: int) -> tuple:

@@ -20,9 +20,10 @@ from starlette.requests import ClientDisconnect
 
 from nmt import jsonio
 from nmt.config import CHARS_PER_TOKEN
-from nmt.corpus import count_lines, lone_surrogate, normalize, removed_controls
+from nmt.corpus import INVISIBLE, count_lines, lone_surrogate, normalize, removed_controls
 
 EXAMPLE = '{"text": ["안녕하세요"], "beam_size": 4, "nbest": 1}'   # of /translate; /attention's below
+_ESCAPE_START = re.compile("[\x1b\x9b\x9d]")   # what begins a terminal escape sequence (`nmt.corpus.ESCAPE_SEQUENCE`)
 # Arrays and objects a body may nest (a request nests 2: an object of lists of strings; much deeper JSON reached
 # Python's recursion limit, a 500) and hold (2 to 4: a million empty arrays in 4 MB took seconds to parse, the GIL
 # held). Brackets are counted outside strings (`_STRING`: an unclosed one runs to the end, for one pass) only when the
@@ -59,7 +60,8 @@ class ErrorBody(BaseModel):
 # Each refusal's status and when it is given (docs/serving.md), for the OpenAPI document.
 ERRORS = {400: f"the body is not UTF-8, not JSON, or nested more than {MAX_DEPTH} levels deep",
           408: "the body took longer than the per-request limit (--timeout) to arrive",
-          413: "the body is over --max-body-bytes, or (/translate) has more sentences than --max-sentences",
+          413: "the body is over --max-body-bytes, or (/translate) has more sentences than --max-sentences (blank "
+               "ones not counted)",
           415: "the body is compressed (any Content-Encoding but identity)",
           422: "a field is wrong: its type or range, a language no model has, text on several lines, ...",
           500: "the server failed (a bug); its log has the details",
@@ -78,7 +80,7 @@ def error_responses(*statuses: int) -> dict:
 class Limits:
     """What one request may ask for; each default keeps one request's work and memory small."""
     max_body_bytes: int = 4 << 20     # a 1 MB line of Hangul, JSON-escaped, still fits; then it is cut
-    max_sentences: int = 256          # per request: a bigger job belongs to nmt-translate
+    max_sentences: int = 256          # per request, blank ones not counted: a bigger job belongs to nmt-translate
     max_beam_size: int = 16           # beam search memory and time grow with the beam
     timeout_s: float = 60.0           # per request, from arrival to answer
 
@@ -256,9 +258,11 @@ def check_translate(req: TranslateRequest, limits: Limits, default_beam: int,
     """(lines to translate, beam size, warnings) of a parsed request; RequestError for what the service refuses."""
     if not req.text:
         raise RequestError(422, f"text is empty: send at least one sentence, e.g. {EXAMPLE}", "text")
-    if len(req.text) > limits.max_sentences:
-        raise RequestError(413, f"text has {len(req.text)} sentences; at most {limits.max_sentences} per request: "
-                                "split them into several requests (or translate files with nmt-translate)", "text")
+    if len(req.text) > limits.max_sentences and (sentences := decoded_count(req)) > limits.max_sentences:
+        blank = len(req.text) - sentences
+        raise RequestError(413, f"text has {sentences} sentences" + f" (not counting {blank} blank lines)" * bool(blank)
+                           + f"; at most {limits.max_sentences} per request: split them into several requests (or "
+                           "translate files with nmt-translate)", "text")
     beam = default_beam if req.beam_size is None else req.beam_size
     if not 1 <= beam <= limits.max_beam_size:
         raise RequestError(422, f"beam_size must be between 1 and {limits.max_beam_size} (got {beam})", "beam_size")
@@ -271,6 +275,25 @@ def check_translate(req: TranslateRequest, limits: Limits, default_beam: int,
         lines.append(line)
         warnings += warning
     return lines, beam, warnings
+
+
+def decoded_count(req: TranslateRequest) -> int:
+    """How many of a /translate request's sentences the model decodes: those of --max-sentences and of the queue. A
+    blank one (spaces, or characters the model does not read: `normalize` leaves nothing) without a target prefix
+    costs nothing, and comes back as an empty translation."""
+    prefixes = req.target_prefix if req.target_prefix is not None else []
+    return sum(1 for i, line in enumerate(req.text)
+               if not _blank(line) or i < len(prefixes) and not _blank(prefixes[i] or ""))
+
+
+def _blank(line: str) -> bool:
+    """Whether `normalize` leaves nothing of `line`; told at once, without normalizing a long line, where it has a
+    letter or digit that `normalize` keeps (one not invisible, in a line without terminal escape sequences)."""
+    if not line.strip():
+        return True
+    if not _ESCAPE_START.search(line) and any(c.isalnum() and not INVISIBLE.match(c) for c in line):
+        return False
+    return not normalize(line)
 
 
 def check_prefixes(req: TranslateRequest, max_input_tokens: int) -> Tuple[Optional[List[str]], List[str]]:

@@ -691,6 +691,34 @@ ATTENTION_FAILS = ("const real = window.fetch; window.fetch = (path, init) => pa
                    "'Internal Server Error'}));")
 
 
+def test_text_with_blank_lines_between_its_paragraphs_is_not_refused_for_them(translator, serve_sentences):
+    """The blank lines between paragraphs counted toward the server's --max-sentences: 130 paragraphs with a blank
+    line after each were refused as "the text has 259 lines; at most 256". Only lines with words count; the refusal
+    of more says how many blank lines it left out."""
+    from selenium.webdriver.common.by import By
+    driver = browser()
+    try:
+        with background_server(make_app(translator, max_sentences=2)) as url:
+            open_page(driver, url)
+            driver.execute_script(FETCH_LOG)
+            set_source(driver, "\n\n".join(serve_sentences[1:3]) + "\n\n")   # 2 paragraphs, 3 lines sent
+            driver.find_element(By.ID, "go").click()
+            wait_settled(driver)
+            assert driver.find_element(By.ID, "error").text == "" and sent(driver, "/translate")[-1]["text"] == [
+                serve_sentences[1], "", serve_sentences[2]]
+            best = api_translations(url, driver, serve_sentences[1:3])
+            assert [d.text for d in driver.find_elements(By.CSS_SELECTOR, "#translation > div")] == [
+                best[0], "", best[1]]
+            set_source(driver, "\n\n".join(serve_sentences[1:4]))
+            driver.find_element(By.ID, "go").click()
+            wait_settled(driver)
+            assert driver.find_element(By.ID, "error").text == (
+                "the text has 3 lines (not counting 2 blank lines); at most 2 at a time: split them into several "
+                "parts (or translate files with nmt-translate)")
+    finally:
+        driver.quit()
+
+
 def unavailable(driver, translation: str, why: str) -> None:
     """The page after a Translate whose /attention failed: the translation shown, no error, the word alignment and
     attention parts saying why they are missing."""

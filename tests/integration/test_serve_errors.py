@@ -140,6 +140,26 @@ def test_a_body_slower_than_the_time_limit_is_a_408(translator):
     assert answer.startswith("HTTP/1.1 408") and "took longer than the per-request limit of 0.5 s to arrive" in answer
 
 
+def test_blank_lines_count_toward_neither_the_sentence_limit_nor_the_queue(translator, serve_sentences):
+    """Blank lines counted toward --max-sentences (130 paragraphs with blank lines between them: a 413 naming 259
+    sentences) and toward --max-queue, though they cost no decoding and come back as empty translations. The sentences
+    decoded count: a blank line with a target prefix is one."""
+    blanks = ["", "  ", "\u200b", "\x1b[31m", "\u3164"]   # (spaces, invisible, a colour code, a Hangul filler)
+    s = serve_sentences
+    with background_server(make_app(translator, max_sentences=3, max_queue=3)) as url, \
+            httpx.Client(base_url=url, timeout=60) as http:
+        r = http.post("/translate", json={"text": [s[0], *blanks, s[1], "", s[2]]})
+        assert r.status_code == 200, r.text
+        alone = [t["translation"] for t in http.post("/translate", json={"text": s[:3]}).json()["translations"]]
+        assert [t["translation"] for t in r.json()["translations"]] == [alone[0], *[""] * 5, alone[1], "", alone[2]]
+        r = http.post("/translate", json={"text": [s[0], "", s[1], "", s[2], "", s[3]]})
+        assert r.status_code == 413 and r.json() == {
+            "error": "text has 4 sentences (not counting 3 blank lines); at most 3 per request: split them into "
+                     "several requests (or translate files with nmt-translate)", "field": "text"}, r.text
+        r = http.post("/translate", json={"text": [s[0], "", s[1], s[2]], "target_prefix": ["", "The", "", ""]})
+        assert r.status_code == 413 and r.json()["error"].startswith("text has 4 sentences; at most 3 "), r.text
+
+
 def test_attention_warns_of_a_text_cut_to_max_input_tokens(http, caplog):
     """/attention cut a text of over max_input_tokens pieces without a word (/translate warns); the server's log
     then said it in nmt-translate's words too ("input line 1 ... (--max-input-tokens)")."""

@@ -222,3 +222,16 @@ def test_the_length_limit_warning_shows_max_len_a_as_the_limit_takes_it(a, shown
     assert at_length_limit(DecodeConfig(max_len_a=a, max_len_b=1)) == \
         f"the translation reached the model's length limit (max_len_a {shown} x source tokens + max_len_b 1) and may " \
         "be cut off"
+
+
+def test_the_sentences_counted_are_those_normalization_leaves_text_in():
+    """--max-sentences and the queue count the sentences decoded (`decoded_count`), told without normalizing each
+    line whole: for each character of the BMP alone it agrees with `normalize` (what the Translator reads), also after
+    a terminal escape sequence (ESC[31m, digits that normalization removes); a target prefix makes a blank line one."""
+    from nmt.corpus import normalize
+    from nmt.serve.schema import decoded_count
+    chars = [chr(c) for c in range(0x10000) if not 0xD800 <= c < 0xE000]
+    assert decoded_count(TranslateRequest(text=chars)) == sum(1 for c in chars if normalize(c))
+    colour = ["\x1b[31m", "\x1b[31m가", "\x9b1m", "\u3164", "\u200b7", " \t"]
+    assert decoded_count(TranslateRequest(text=colour)) == 2
+    assert decoded_count(TranslateRequest(text=colour, target_prefix=["The", None, "", " ", "\x1b[0m", "A"])) == 4
