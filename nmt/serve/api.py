@@ -244,7 +244,7 @@ async def _parse_request(request: Request, model: type, limits: Limits, clock: "
         raise RequestError(415, f"the body is compressed (Content-Encoding: {encoding}): compressed request bodies "
                                 "are not accepted; send the JSON uncompressed, without a Content-Encoding header")
     try:
-        body = await asyncio.wait_for(read_body(request.stream(), limits.max_body_bytes), clock.left())
+        body = await asyncio.wait_for(read_body(request.stream(), limits.max_body_bytes, model), clock.left())
     except asyncio.TimeoutError:
         raise RequestError(408, f"the request's body took longer than the per-request limit of {clock.limit_s} s "
                                 "to arrive: send it at once") from None

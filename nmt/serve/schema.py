@@ -120,16 +120,23 @@ class AttentionRequest(BaseModel):
     tgt_lang: Optional[str] = None
 
 
-async def read_body(chunks: AsyncIterator[bytes], limit: int) -> bytes:
-    """The request body, read chunk by chunk; a RequestError (413) as soon as it passes `limit` bytes, (400) when
-    the client goes away before sending all of it (logged in one line: nobody reads the answer)."""
+# What makes a request's body smaller, by request, for its 413 (over --max-body-bytes)
+SMALLER = {TranslateRequest: "send fewer or shorter sentences per request (long lines are cut to the model's input "
+                             "limit anyway)",
+           AttentionRequest: "/attention takes one sentence: send a shorter text and translation, or fewer pieces "
+                             "(each is cut to the model's input limit anyway)"}
+
+
+async def read_body(chunks: AsyncIterator[bytes], limit: int, model: type = TranslateRequest) -> bytes:
+    """The body of a request of `model`, read chunk by chunk; a RequestError (413, saying what makes it smaller) as
+    soon as it passes `limit` bytes, (400) when the client goes away before sending all of it (logged in one line:
+    nobody reads the answer)."""
     body = bytearray()
     try:
         async for chunk in chunks:
             body += chunk
             if len(body) > limit:
-                raise RequestError(413, f"the request body is over {limit} bytes: send fewer or shorter sentences "
-                                        "per request (long lines are cut to the model's input limit anyway)")
+                raise RequestError(413, f"the request body is over {limit} bytes: {SMALLER[model]}")
     except ClientDisconnect:
         logger.info("a client disconnected after sending %d bytes of its request body", len(body))
         raise RequestError(400, "the client disconnected before sending the whole request body") from None

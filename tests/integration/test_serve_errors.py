@@ -160,6 +160,21 @@ def test_blank_lines_count_toward_neither_the_sentence_limit_nor_the_queue(trans
         assert r.status_code == 413 and r.json()["error"].startswith("text has 4 sentences; at most 3 "), r.text
 
 
+def test_a_body_over_the_limit_is_told_what_makes_it_smaller_per_endpoint(translator):
+    """/attention's 413 told it to send "fewer or shorter sentences per request", /translate's words: it takes one
+    sentence, and what makes its body big is that sentence, the translation given or its pieces."""
+    with background_server(make_app(translator, max_body_bytes=1000)) as url, \
+            httpx.Client(base_url=url, timeout=60) as http:
+        r = http.post("/attention", json={"text": "가", "pieces": ["\u2581a"] * 200})
+        assert r.status_code == 413 and r.json() == {
+            "error": "the request body is over 1000 bytes: /attention takes one sentence: send a shorter text and "
+                     "translation, or fewer pieces (each is cut to the model's input limit anyway)", "field": None}
+        r = http.post("/translate", json={"text": ["가"] * 200})
+        assert r.status_code == 413 and r.json()["error"] == (
+            "the request body is over 1000 bytes: send fewer or shorter sentences per request (long lines are cut to "
+            "the model's input limit anyway)")
+
+
 def test_attention_warns_of_a_text_cut_to_max_input_tokens(http, caplog):
     """/attention cut a text of over max_input_tokens pieces without a word (/translate warns); the server's log
     then said it in nmt-translate's words too ("input line 1 ... (--max-input-tokens)")."""
