@@ -60,6 +60,14 @@ class TokenizerError(ValueError):
     """A tokenizer model that cannot be trained, loaded or used; the message names the file or argument."""
 
 
+class PieceError(TokenizerError):
+    """A piece given (`piece_ids`) that is not in the vocabulary or not in its place; `field` names it: pieces[3]."""
+
+    def __init__(self, message: str, field: str):
+        super().__init__(message)
+        self.field = field
+
+
 class VocabTooSmall(TokenizerError):
     """A vocabulary size below what the text's characters need: `need` pieces at least."""
     def __init__(self, message: str, need: int):
@@ -182,9 +190,10 @@ class Tokenizer:
     def piece_ids(self, pieces: Sequence[str], name: str = "pieces") -> List[int]:
         """The ids of a translation's pieces as `piece` writes them (a search's output, given back; an end of
         sentence last, as an attention's or nmt-score's pieces end, is left out: the row of the end comes last
-        anyway); a TokenizerError naming `name`[i] for one not in this vocabulary, or an end of sentence before the
-        last (the text ends at it). <unk>, <s> and <pad> are taken: a search may write them (one that samples over the
-        whole vocabulary does); the text shows <unk> (" ⁇ "), and drops <s> and <pad> (`dropped_pieces`)."""
+        anyway); a PieceError naming `name`[i] (its `field`) for one not in this vocabulary, or an end of sentence
+        before the last (the text ends at it). <unk>, <s> and <pad> are taken: a search may write them (one that
+        samples over the whole vocabulary does); the text shows <unk> (" ⁇ "), and drops <s> and <pad>
+        (`dropped_pieces`)."""
         if isinstance(pieces, str) or not isinstance(pieces, Sequence):
             raise TypeError(f"{name} must be a list of pieces (strings), got {type(pieces).__name__}")
         out = []
@@ -196,13 +205,13 @@ class Tokenizer:
             except TypeError:   # a lone surrogate: not UTF-8, so in no vocabulary
                 token_id = None
             if token_id is None or self._sp.id_to_piece(token_id) != p:
-                raise TokenizerError(f"{name}[{i}] {p[:40]!r} is not a piece of the {self.lang} vocabulary: give "
-                                     "the pieces as a search wrote them")
+                raise PieceError(f"{name}[{i}] {p[:40]!r} is not a piece of the {self.lang} vocabulary: give the "
+                                 "pieces as a search wrote them", f"{name}[{i}]")
             if token_id == EOS_ID and i == len(pieces) - 1:
                 break
             if token_id == EOS_ID:
-                raise TokenizerError(f"{name}[{i}] is the end of sentence {p!r} before the last piece: a translation "
-                                     "ends at it; send the pieces before it (its row comes last)")
+                raise PieceError(f"{name}[{i}] is the end of sentence {p!r} before the last piece: a translation "
+                                 "ends at it; send the pieces before it (its row comes last)", f"{name}[{i}]")
             out.append(token_id)
         return out
 

@@ -43,13 +43,14 @@ def attention_within(translator, line: str, given) -> Tuple[object, List[str]]:
     character guard alone lets one translation take minutes (an emoji is 4 byte pieces). Run on the worker thread:
     it uses the model's tokenizer."""
     from nmt.plot import attention
+    from nmt.tokenizer import PieceError
     warnings = [token_warning(translator, "text", line, translator.source_ids)]
     asked = {}
     if isinstance(given, list):
         try:
             translator.tgt_tok.piece_ids(given, "pieces")
-        except ValueError as e:   # (TokenizerError)
-            raise RequestError(422, str(e), "pieces") from None
+        except PieceError as e:   # (named as pydantic names an item: pieces[2])
+            raise RequestError(422, str(e), e.field) from None
         asked = {"pieces": given}
     elif given is not None:
         given, cut = _within_pieces(translator, given)

@@ -200,13 +200,19 @@ def test_pieces_are_the_searchs_and_attention_takes_them_back(http, translator, 
     assert len(a["tgt_pieces"]) == limit + 1 and a["warnings"] == [
         f"pieces has {2 * limit} items; truncated to its first {limit} (max_input_tokens), as nmt-translate cuts "
         "input lines"]
-    for body, message in (({"pieces": pieces, "translation": text}, "translation and pieces are both given"),
-                          ({"pieces": ["zzz"]}, "pieces[0] 'zzz' is not a piece of the en vocabulary"),
-                          ({"pieces": [pieces[0], "</s>", pieces[1]]}, "pieces[1] is the end of sentence '</s>' "
-                                                                       "before the last piece"),
-                          ({"pieces": "\u2581a"}, "pieces")):
+    # the field at fault: an item as pydantic names one (pieces[1]; a piece not in the vocabulary was "pieces")
+    for body, message, field in (({"pieces": pieces, "translation": text}, "translation and pieces are both given",
+                                  "pieces"),
+                                 ({"pieces": ["zzz"]}, "pieces[0] 'zzz' is not a piece of the en vocabulary",
+                                  "pieces[0]"),
+                                 ({"pieces": [pieces[0], "</s>", pieces[1]]}, "pieces[1] is the end of sentence "
+                                                                              "'</s>' before the last piece",
+                                  "pieces[1]"),
+                                 ({"pieces": [pieces[0], 3]}, "pieces[1]: input should be a valid string",
+                                  "pieces[1]"),
+                                 ({"pieces": "\u2581a"}, "pieces", "pieces")):
         r = http.post("/attention", json={"text": lines[0], **body})
-        assert r.status_code == 422 and message in r.json()["error"] and r.json()["field"] == "pieces", r.text
+        assert r.status_code == 422 and message in r.json()["error"] and r.json()["field"] == field, r.text
 
 
 def test_attention_says_the_pieces_its_translation_drops(http, translator, serve_sentences):
