@@ -1,44 +1,43 @@
 """Training from parts: `build_data` (nmt.data), `build_model` (the architecture registry), `build_optimizer`
 (nmt.optim), and a `Trainer` of what they built, whose `fit()` only checks stop conditions and calls `train_step`,
-`validate` and `save_checkpoint`. `train(cfg)` wires the parts together (for nmt-train and the tests)."""
+`validate` and `save_checkpoint`. `create_trainer(cfg)` (nmt.trainer_setup) builds them; `train(cfg)` builds and
+runs them (for nmt-train and the tests)."""
 from __future__ import annotations
 
 import contextlib
 import logging
-import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import mxnet as mx
-import numpy as np
 from mxnet import gluon
 
 from nmt import checkpoint as ckpt
 from nmt.batching import Batch
 from nmt.config import Config
 from nmt.commands import shell_word
-from nmt.config_resume import PER_INVOCATION, as_command_line
+from nmt.config_resume import as_command_line
 from nmt.data import TrainData, build_data
-from nmt.dirlock import (ModelDirLock, ModelDirLocked, check_model_dir, prepare_model_dir, remove_made, replacing,
-                        set_aside)
+from nmt.dirlock import ModelDirLock, ModelDirLocked, remove_made
 from nmt.evaluate import VALID_METRICS, Scores, patience_note, perplexity, score, track_best
-from nmt.finetune import copy_tokenizers, for_init, new_run, start_from
+from nmt.finetune import for_init, new_run
 from nmt.log import LossMeter, MetricsWriter, Progress, logging_kept, setup_logging, to_log_file
 from nmt.tensorboard import TensorBoardWriter
 from nmt.loss import Seq2SeqLoss, dev_loss
 from nmt.models import build_model
-from nmt.optim import apply_settings, build_optimizer, learning_rate
-from nmt.parallel import DataParallel, default_kvstore, hardware_of, init_amp, parse_devices
-from nmt.preflight import check_checkpoint_room, check_search_widths, checked_config, run_inputs, settings_lines
-from nmt.resume import (average_at_end, end_signalled_epoch, record_stop, restore, resumed_state, since_valid_part,
-                        stopped_at_once, unscored, unvalidated_stop)
-from nmt.scoring import checkpoint_info, retire_other_decoding, retire_scores, score_test_set
+from nmt.optim import build_optimizer, learning_rate
+from nmt.parallel import DataParallel
+from nmt.preflight import checked_config
+from nmt.resume import (average_at_end, end_signalled_epoch, record_stop, since_valid_part, stopped_at_once, unscored,
+                        unvalidated_stop)
+from nmt.scoring import checkpoint_info, retire_scores, score_test_set
 from nmt.signals import INTERRUPTS, checkpoint_on_signal, terminated_as_interrupt
-from nmt.storage import check_writable, error_line
+from nmt.storage import error_line
+from nmt.trainer_setup import create_trainer
 from nmt.translate import Translator
-from nmt.workers import WorkerGroup, create_kvstore
+from nmt.workers import WorkerGroup
 
 __all__ = ["Trainer", "TrainResult", "build_data", "build_model", "build_optimizer", "create_trainer", "run_training",
            "train"]
@@ -254,85 +253,6 @@ class Trainer:
                         len(pairs.src), which, self.cfg.decode.beam_size, self.cfg.decode.length_penalty_alpha,
                         results[name].summary(), results[name].signatures())
         return results
-
-
-def create_trainer(cfg: Config, resume: bool = False, overwrite: bool = False, init: Optional[Path] = None) -> Trainer:
-    """The Trainer of a run per `cfg`: devices, kvstore and workers, the model directory (locked by rank 0 until
-    `fit` ends: one trainer per directory), then data, model and optimizer built (and, with `resume`, restored from
-    the newest intact checkpoint; with `init`, a parameter file, starting from it: `nmt.finetune`)."""
-    cfg = checked_config(cfg, "create_trainer", new=new_run(resume, init, "create_trainer"))
-    t, _ = cfg.train, build_model(cfg.model, 4, 4)   # checked before the data
-    ctxs = parse_devices(t.gpus, t.cpu_devices)
-    if t.amp:
-        init_amp(ctxs)   # ConfigError without GPUs; before the model is built (AMP rewrites its operators)
-    kv = create_kvstore(default_kvstore(ctxs, t.kvstore))
-    workers = WorkerGroup(kv)   # they agree first (a worker's share of a batch: 1 / workers x devices)
-    workers.check_same("flags", {"resume": resume, "overwrite": overwrite, "init_from": bool(init),
-                                 "devices": len(ctxs)})
-    lock, inputs = None, run_inputs(cfg, init)
-    if workers.is_chief:   # what the directory holds is checked before the lock creates it
-        lock = ModelDirLock(Path(t.model_dir)).acquire_after(lambda: check_model_dir(Path(t.model_dir), resume,
-                                                                                          overwrite, inputs))
-    try:
-        trainer = _create_locked(cfg, resume, overwrite, ctxs, kv, workers, init, inputs)
-    except BaseException:
-        if lock is not None:
-            lock.release()
-        raise
-    trainer.lock = lock
-    return trainer
-
-
-def _create_locked(cfg: Config, resume: bool, overwrite: bool, ctxs, kv, workers: WorkerGroup,
-                   init: Optional[Path], inputs: Dict[str, Any]) -> Trainer:
-    """`create_trainer` once the directory is ours: checked writable and, once the model is built, with room for
-    its checkpoints, so that a full disk shows before training rather than at the first checkpoint."""
-    model_dir, aside = Path(cfg.train.model_dir), None
-    if workers.is_chief:
-        prepare_model_dir(model_dir, resume, overwrite, inputs)
-        aside = set_aside(model_dir) if overwrite and not resume else None
-    with replacing(model_dir, aside):   # --overwrite: the run it replaces goes once the data and room are checked
-        if workers.is_chief:
-            check_writable(model_dir)
-            if init is not None:
-                copy_tokenizers(init, cfg, model_dir)
-            setup_logging(model_dir / ckpt.LOG)
-        else:   # the other workers' warnings, named (Python's last-resort handler printed them bare)
-            setup_logging(None, logging.WARNING, prefix=f"rank {workers.rank} ")
-        state, cfg = resumed_state(cfg, workers) if resume else (ckpt.TrainState(init_from=str(init or "")), cfg)
-        TensorBoardWriter.check(cfg.train.tensorboard)   # before the data is read; its writer once all is checked
-        state.hardware = hardware_of(ctxs, workers.num_workers, state.hardware if resume else "",
-                                     trains=not (resume and state.limit_reached(cfg.train)))
-        for line in (f"devices: {ctxs}, kvstore: {getattr(kv, 'type', kv)}, worker {workers.rank} of "
-                     f"{workers.num_workers}", *settings_lines(cfg)):   # what config.json holds, for people
-            logger.info(line)
-        data = build_data(cfg, model_dir, resume, workers, (state.train_sum, state.dev_sum, state.test_sum))
-        check_search_widths(cfg, data.tgt_tok.vocab_size)
-        state.train_sum, state.dev_sum, state.test_sum = data.sums
-        workers.check_same("training data and flags", {   # distributed: all must draw the same batches
-            "batches": data.sampler.fingerprint(), "subword_sampling": cfg.data.subword_sampling,   # (lengths)
-            "text sha256": dict(zip(("training pairs", "dev pairs", "test pairs"), data.sums)),
-            "model": vars(cfg.model), "optim": vars(cfg.optim),
-            "train": {k: v for k, v in vars(cfg.train).items() if f"train.{k}" not in PER_INVOCATION}})
-        for seed in (random.seed, np.random.seed, mx.random.seed):
-            seed(cfg.train.seed)
-        net = build_model(cfg.model, data.src_tok.vocab_size, data.tgt_tok.vocab_size)
-        net.initialize(mx.init.Xavier(magnitude=2.24), ctx=ctxs)
-        net.hybridize(static_alloc=True)
-        if workers.is_chief:
-            check_checkpoint_room(cfg, net, no_update=resume and bool(state.limit_reached(cfg.train)))
-    optimizer = build_optimizer(cfg.optim, net.collect_params(), kv)
-    if resume:
-        restore(model_dir, net, optimizer, data, state, workers, ctxs)
-        apply_settings(optimizer, cfg.optim)   # the states came with the settings saved with them: now this run's
-    elif init is not None and workers.is_chief:   # the others get rank 0's parameters with the kvstore
-        start_from(net, init, ctxs)
-    if workers.is_chief:   # on resume, with the settings changed since (the next --resume continues with them)
-        cfg.save(model_dir / ckpt.CONFIG)
-        retire_other_decoding(model_dir, cfg.decode)   # (a resume given other decoding flags)
-    workers.init_trainer(optimizer)   # distributed: rank 0's parameters on every worker before update 1
-    return Trainer(cfg, data, net, optimizer, ctxs, state, workers, TensorBoardWriter.create(
-        model_dir, cfg.train.tensorboard, state.step if resume else None, workers.rank))
 
 
 @dataclass

@@ -18,9 +18,9 @@ from nmt.train import create_trainer
 def join_first(rank: str, elsewhere: Path) -> None:
     """Join the job now, and read the flags in `elsewhere`, an empty directory, if this worker is of kvstore rank
     `rank`."""
-    from nmt import train, workers
+    from nmt import trainer_setup, workers
     kv = workers.create_kvstore("dist_sync")
-    train.create_kvstore = lambda name: kv   # (the job is joined once)
+    trainer_setup.create_kvstore = lambda name: kv   # (the job is joined once)
     if str(kv.rank) == rank:
         elsewhere.mkdir()
         os.chdir(elsewhere)
