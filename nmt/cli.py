@@ -93,7 +93,7 @@ def config_from_args(args: argparse.Namespace, base: Optional[Config] = None) ->
     try:
         return Config.from_dict(given, source=str(getattr(args, "config", "") or "flags"))
     except SettingsClash as e:   # (values that clash, the --config file's among them: it is named)
-        raise SettingsClash(f"{args.config}: {e}" if getattr(args, "config", None) else str(e)) from None
+        raise type(e)(f"{args.config}: {e}" if getattr(args, "config", None) else str(e)) from None
     except ConfigError as e:   # a file's key with a flag's (merged): as the file's where the flag is another command's
         raise ConfigError(in_file_words(str(e), args)) from None
 
@@ -208,7 +208,7 @@ def config_for_resume(args: argparse.Namespace) -> Tuple[Config, List[str]]:
             if refused:
                 raise ConfigError(refused) from None
         # (`--keep-last 1` alone, under the run's --average-last 3: says so)
-        raise SettingsClash(run_clash(str(e), saved, asked["train"]["keep_last"], given, str(path))) from None
+        raise type(e)(run_clash(e, saved, asked["train"]["keep_last"], given, str(path))) from None
     check_model_flags(saved.model.arch, given_keys(args), wanted.model)   # before "differs from" an unused default
     return resumed_config(saved, wanted, given_keys(args), str(path))
 

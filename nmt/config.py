@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Dict, Optional
 
 from nmt import jsonio
-from nmt.config_checks import ConfigError, SettingsClash, check as _check, typed as _typed
+from nmt.config_checks import ConfigError, SettingsClash, TooFewKept, check as _check, typed as _typed
 
 
 # Defaults are the best of the default job's ablations on dev BLEU (Tatoeba ko->en, 3.9k pairs, 30 minutes on one
@@ -298,10 +298,11 @@ class Config:
     def __post_init__(self) -> None:
         d, t = self.data, self.train   # (pairs of values, of which a --config file may give one and a flag the other)
         _check([(bool(d.batch_tokens) or d.batch_size >= t.accum_steps,
-                 f"--batch-size {d.batch_size} is smaller than --accum-steps {t.accum_steps}"),
-                (t.average_last <= t.keep_last, f"--average-last {t.average_last} averages the last {t.average_last} "
-                 f"of the checkpoints kept: give --keep-last {t.average_last} or more (got {t.keep_last})"),
-                (t.valid_metric != "ko-mecab" or d.tgt_lang == "ko",
+                 f"--batch-size {d.batch_size} is smaller than --accum-steps {t.accum_steps}")], SettingsClash)
+        _check([(t.average_last <= t.keep_last, f"--average-last {t.average_last} averages the last {t.average_last} "
+                 f"of the checkpoints kept: give --keep-last {t.average_last} or more (got {t.keep_last})")],
+               TooFewKept)   # (on --resume, which of the two is the run's saved one is said: config_resume.run_clash)
+        _check([(t.valid_metric != "ko-mecab" or d.tgt_lang == "ko",
                  f"--valid-metric ko-mecab scores Korean output, and this model translates into {d.tgt_lang!r}: use "
                  "bleu, chrf or ppl")], SettingsClash)
 

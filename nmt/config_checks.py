@@ -15,6 +15,11 @@ class SettingsClash(ConfigError):
     """Values that cannot work together (of two sections, or a language pair): judged in a --config file with flags."""
 
 
+class TooFewKept(SettingsClash):
+    """An --average-last over the --keep-last checkpoints kept: a resume names which of the two is the run's own
+    (`nmt.config_resume.run_clash`)."""
+
+
 _KINDS = {"int": ("an integer", int), "float": ("a number", float), "str": ("a string", os.fspath),
           "bool": ("true or false", bool)}
 

@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from nmt.commands import shell_word
 from nmt.config import CORPUS_FILES, Config, ConfigError, DecodeConfig, SettingsClash
+from nmt.config_checks import TooFewKept
 
 _CORPORA_PLACE = ("data.data_dir", "data.cache_dir")
 # Keys a resumed run takes from its own command line, given or not: they describe this machine and this invocation
@@ -124,14 +125,15 @@ def refused_change(key: str, label: str, value, saved: Config, source: str) -> s
     return f"--resume: {shown} differs from {json.dumps(old)}, which this run was trained with ({source}); {why}"
 
 
-def run_clash(message: str, saved: Config, keep_last: int, given: Optional[Dict[str, str]], source: str) -> str:
-    """A SettingsClash's `message` on --resume, with what lifts it where its --average-last is the run's (`saved`,
-    read from `source`), not given by this command (`given`; None: every key is), and met a lower `keep_last`."""
+def run_clash(clash: SettingsClash, saved: Config, keep_last: int, given: Optional[Dict[str, str]], source: str) -> str:
+    """A SettingsClash's message on --resume, with what lifts it where it is --average-last over the checkpoints kept
+    (`TooFewKept`) and its --average-last is the run's (`saved`, read from `source`), not given by this command
+    (`given`; None: every key is), and met a lower `keep_last`."""
     n = saved.train.average_last
-    if given is None or "train.average_last" in given or not n > keep_last or f"--keep-last {n} or more" not in message:
-        return message   # (another clash, checked first: --batch-size under --accum-steps)
+    if not isinstance(clash, TooFewKept) or given is None or "train.average_last" in given or not n > keep_last:
+        return str(clash)   # (another clash, checked first: --batch-size under --accum-steps)
     lower = "" if keep_last < 2 else " or 2" if keep_last == 2 else f" or 2 to {keep_last}"
-    return (f"{message}; --average-last {n} is this run's saved setting ({source}), not this command's: "
+    return (f"{clash}; --average-last {n} is this run's saved setting ({source}), not this command's: "
             f"--average-last 0 (no params.avg){lower} lifts it")
 
 
@@ -192,7 +194,7 @@ def resumed_config(saved: Config, cfg: Config, given: Optional[Dict[str, str]], 
     try:
         return Config.from_dict(merged, source=source), changes
     except SettingsClash as e:   # (Python's train(cfg, resume=True): nmt-train's flags met the run's before)
-        raise SettingsClash(run_clash(str(e), saved, merged["train"]["keep_last"], given, source)) from None
+        raise type(e)(run_clash(e, saved, merged["train"]["keep_last"], given, source)) from None
 
 
 def average_advice(model_dir: Path) -> str:

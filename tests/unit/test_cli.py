@@ -762,6 +762,37 @@ def test_a_resume_lowering_keep_last_under_the_runs_average_last_says_it_is_the_
         config_for_resume(parse(["--model-dir", str(run), "--resume", "--keep-last", "1", "--average-last", "3"]))
 
 
+def test_the_keep_last_clash_is_known_by_its_kind_not_its_words(tmp_path):
+    """`config_resume.run_clash` knew the clash of --average-last over --keep-last by looking for "--keep-last N or
+    more" in Config's message: a reworded message would have lost the run's advice without a failing check. The
+    clash is a `TooFewKept`, kept as such through a --config file's prefix and a resume; the messages are the same."""
+    from nmt.cli import config_for_resume
+    from nmt.config_checks import SettingsClash, TooFewKept
+    from nmt.config_resume import run_clash
+    told = r"--average-last 5 averages the last 5 of the checkpoints kept: give --keep-last 5 or more \(got 3\)$"
+    with pytest.raises(TooFewKept, match="^" + told):
+        Config.from_dict({"train": {"average_last": 5}})
+    path = tmp_path / "avg5.json"
+    path.write_text(json.dumps({"train": {"average_last": 5}}))
+    with pytest.raises(TooFewKept, match=rf"^{re.escape(str(path))}: {told}"):
+        cfg_of(["--config", str(path)])
+    with pytest.raises(SettingsClash) as other:   # another clash is no TooFewKept
+        cfg_of(["--batch-size", "2", "--accum-steps", "4"])
+    assert not isinstance(other.value, TooFewKept)
+    run = tmp_path / "run"
+    run.mkdir()
+    saved = Config()
+    saved.train.model_dir, saved.train.average_last, saved.train.keep_last = str(run), 3, 4
+    saved.save(run / "config.json")
+    with pytest.raises(TooFewKept, match=r"\(got 1\); --average-last 3 is this run's saved setting"):
+        config_for_resume(build_train_parser().parse_args(["--model-dir", str(run), "--resume", "--keep-last", "1"]))
+    source, given = str(run / "config.json"), {"train.keep_last": "--keep-last"}
+    assert run_clash(SettingsClash("give --keep-last 3 or more (got 1)"), saved, 1, given, source) == \
+        "give --keep-last 3 or more (got 1)"   # (the words alone make no TooFewKept)
+    assert run_clash(TooFewKept("reworded"), saved, 1, given, source).startswith(
+        "reworded; --average-last 3 is this run's saved setting")
+
+
 def test_a_resume_given_corpus_files_the_run_did_not_have_names_the_flag(tmp_path):
     """`--resume --train-src a.ko --train-tgt a.en` of a recipe run (or --dev-src/--dev-tgt of a run whose dev set is
     held out of its training files) was taken as files moved since, and refused only as their pairs were compared:
