@@ -207,8 +207,8 @@ def config_for_resume(args: argparse.Namespace) -> Tuple[Config, List[str]]:
             refused = key in given and refused_change(key, given[key], asked["data"][key[5:]], saved, str(path))
             if refused:
                 raise ConfigError(refused) from None
-        # (`--keep-last 1` alone, under the run's --average-last 3: says so)
-        raise type(e)(run_clash(e, saved, asked["train"]["keep_last"], given, str(path))) from None
+        # (`--keep-last 1` alone, under the run's --average-last 3, or `--average-last 6` over its --keep-last 5)
+        raise type(e)(run_clash(e, saved, asked["train"], given, str(path))) from None
     check_model_flags(saved.model.arch, given_keys(args), wanted.model)   # before "differs from" an unused default
     return resumed_config(saved, wanted, given_keys(args), str(path))
 

@@ -125,16 +125,22 @@ def refused_change(key: str, label: str, value, saved: Config, source: str) -> s
     return f"--resume: {shown} differs from {json.dumps(old)}, which this run was trained with ({source}); {why}"
 
 
-def run_clash(clash: SettingsClash, saved: Config, keep_last: int, given: Optional[Dict[str, str]], source: str) -> str:
+def run_clash(clash: SettingsClash, saved: Config, train: Dict[str, Any], given: Optional[Dict[str, str]],
+              source: str) -> str:
     """A SettingsClash's message on --resume, with what lifts it where it is --average-last over the checkpoints kept
-    (`TooFewKept`) and its --average-last is the run's (`saved`, read from `source`), not given by this command
-    (`given`; None: every key is), and met a lower `keep_last`."""
-    n = saved.train.average_last
-    if not isinstance(clash, TooFewKept) or given is None or "train.average_last" in given or not n > keep_last:
+    (`TooFewKept`) and one of the two is the run's (`saved`, read from `source`), not given by this command (`given`;
+    None: every key is), and the other is (`train`: the train section, this command's over the run's)."""
+    if not isinstance(clash, TooFewKept) or given is None:
         return str(clash)   # (another clash, checked first: --batch-size under --accum-steps)
-    lower = "" if keep_last < 2 else " or 2" if keep_last == 2 else f" or 2 to {keep_last}"
-    return (f"{clash}; --average-last {n} is this run's saved setting ({source}), not this command's: "
-            f"--average-last 0 (no params.avg){lower} lifts it")
+    n, keep = train["average_last"], train["keep_last"]
+    lower = "" if keep < 2 else " or 2" if keep == 2 else f" or 2 to {keep}"
+    if "train.average_last" not in given and n == saved.train.average_last:
+        return (f"{clash}; --average-last {n} is this run's saved setting ({source}), not this command's: "
+                f"--average-last 0 (no params.avg){lower} lifts it")
+    if "train.keep_last" not in given and keep == saved.train.keep_last:
+        return (f"{clash}; {keep} is this run's saved --keep-last ({source}), not this command's: give --keep-last "
+                f"{n} or more with --average-last {n}" + (f", or --average-last{lower[3:]}" if lower else ""))
+    return str(clash)
 
 
 def refused_batch_kind(asked: Dict[str, Any], given: Dict[str, str], saved: Config, path) -> None:
@@ -194,7 +200,7 @@ def resumed_config(saved: Config, cfg: Config, given: Optional[Dict[str, str]], 
     try:
         return Config.from_dict(merged, source=source), changes
     except SettingsClash as e:   # (Python's train(cfg, resume=True): nmt-train's flags met the run's before)
-        raise type(e)(run_clash(e, saved, merged["train"]["keep_last"], given, source)) from None
+        raise type(e)(run_clash(e, saved, merged["train"], given, source)) from None
 
 
 def average_advice(model_dir: Path) -> str:

@@ -786,11 +786,38 @@ def test_the_keep_last_clash_is_known_by_its_kind_not_its_words(tmp_path):
     saved.save(run / "config.json")
     with pytest.raises(TooFewKept, match=r"\(got 1\); --average-last 3 is this run's saved setting"):
         config_for_resume(build_train_parser().parse_args(["--model-dir", str(run), "--resume", "--keep-last", "1"]))
-    source, given = str(run / "config.json"), {"train.keep_last": "--keep-last"}
-    assert run_clash(SettingsClash("give --keep-last 3 or more (got 1)"), saved, 1, given, source) == \
+    source, given, train = str(run / "config.json"), {"train.keep_last": "--keep-last"}, {"average_last": 3,
+                                                                                          "keep_last": 1}
+    assert run_clash(SettingsClash("give --keep-last 3 or more (got 1)"), saved, train, given, source) == \
         "give --keep-last 3 or more (got 1)"   # (the words alone make no TooFewKept)
-    assert run_clash(TooFewKept("reworded"), saved, 1, given, source).startswith(
+    assert run_clash(TooFewKept("reworded"), saved, train, given, source).startswith(
         "reworded; --average-last 3 is this run's saved setting")
+
+
+def test_a_resume_raising_average_last_over_the_runs_keep_last_says_it_is_the_runs(tmp_path):
+    """`nmt-train --resume --average-last 6` in a run that keeps 5 checkpoints said "give --keep-last 6 or more (got
+    5)" without saying that the 5 is the run's saved --keep-last, not anything this command gave."""
+    from nmt.cli import config_for_resume
+    run = tmp_path / "run"
+    run.mkdir()
+    saved = Config()
+    saved.train.model_dir, saved.train.keep_last = str(run), 5
+    saved.save(run / "config.json")
+    parse = build_train_parser().parse_args
+    source = re.escape(str(run / "config.json"))
+    with pytest.raises(ConfigError, match=r"^--average-last 6 averages the last 6 of the checkpoints kept: give "
+                                          rf"--keep-last 6 or more \(got 5\); 5 is this run's saved --keep-last "
+                                          rf"\({source}\), not this command's: give --keep-last 6 or more with "
+                                          r"--average-last 6, or --average-last 2 to 5$"):
+        config_for_resume(parse(["--model-dir", str(run), "--resume", "--average-last", "6"]))
+    path = tmp_path / "avg6.json"   # a --config file's, the same
+    path.write_text(json.dumps({"train": {"average_last": 6}}))
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))}: .*\(got 5\); 5 is this run's saved --keep-last"):
+        config_for_resume(parse(["--model-dir", str(run), "--resume", "--config", str(path)]))
+    with pytest.raises(ConfigError, match=r"\(got 4\)$"):   # both given here: nothing is the run's
+        config_for_resume(parse(["--model-dir", str(run), "--resume", "--average-last", "6", "--keep-last", "4"]))
+    assert config_for_resume(parse(["--model-dir", str(run), "--resume", "--average-last", "6", "--keep-last",
+                                    "6"]))[0].train.average_last == 6
 
 
 def test_a_resume_given_corpus_files_the_run_did_not_have_names_the_flag(tmp_path):
