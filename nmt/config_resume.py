@@ -87,29 +87,33 @@ def _test_pairs_recorded(model_dir: Path) -> bool:
     return bool(_resumed_from(model_dir).get("state", {}).get("test_sum"))
 
 
-def _latest_params(model_dir: Path) -> str:
+def _latest_params(model_dir: Path, at: Optional[int] = None) -> str:
     """--init-from's word for where the run in `model_dir` stands: the parameter file of the checkpoint a resume
-    starts from (the directory alone would be its params.best, maybe many updates before), else the directory."""
+    starts from (the directory alone would be its params.best, maybe many updates before), else the directory; with
+    `at`, that checkpoint's step, the file on rank 0's machine, not this one, and said so (a distributed worker's)."""
     from nmt.checkpoint import params_file
-    step = _resumed_from(model_dir).get("step")
-    return shell_word(model_dir / params_file(step) if isinstance(step, int) else model_dir)
+    step = _resumed_from(model_dir).get("step") if at is None else at
+    word = shell_word(model_dir / params_file(step) if isinstance(step, int) else model_dir)
+    return word if at is None else (f"{word} (rank 0's: its machine's copy of the run; a fine-tuning job reads the "
+                                    "model of --init-from at the same path on every machine, so copy it to this one)")
 
 
-def _tuned(key: str, source: str, arch: str) -> str:
+def _tuned(key: str, source: str, arch: str, at: Optional[int] = None) -> str:
     """How to go on from the run (of `arch`) with another `key` where a fine-tune may change it: --init-from (into a
-    new --model-dir), which keeps the model, its languages and its vocabularies."""
+    new --model-dir), which keeps the model, its languages and its vocabularies (`at`: as `_latest_params`)."""
     from nmt.finetune import INHERITED_DATA, tunable
     section, name = key.split(".", 1)
     if section == "model" and name not in tunable(arch) or section == "data" and name in INHERITED_DATA:
         return ""
     return (" (to go on from this run's parameters, fine-tune with --init-from "
-            f"{_latest_params(Path(source).parent)}, giving its data and training flags again: --init-from takes a "
-            "model's own settings, not its data, batch or schedule)")
+            f"{_latest_params(Path(source).parent, at)}, giving its data and training flags again: --init-from takes "
+            "a model's own settings, not its data, batch or schedule)")
 
 
-def refused_change(key: str, label: str, value, saved: Config, source: str) -> str:
+def refused_change(key: str, label: str, value, saved: Config, source: str, at: Optional[int] = None) -> str:
     """The error of a resumed run given `value` for `key` (as `label`: a flag, or a --config file's key) where it
-    cannot change (`_fixed_on_resume`); "" where it can, or `value` is the run's own (`saved`, read from `source`)."""
+    cannot change (`_fixed_on_resume`); "" where it can, or `value` is the run's own (`saved`, read from `source`).
+    `at`: the step of the checkpoint the run resumes from where `source` is on rank 0's machine, not this one."""
     section, name = key.split(".", 1)
     old = saved.valid_metric if key == "train.valid_metric" else saved.to_dict()[section][name]   # (None: whose)
     fixed = value != old and _fixed_on_resume(key, saved)
@@ -119,9 +123,9 @@ def refused_change(key: str, label: str, value, saved: Config, source: str) -> s
              f"{label} {json.dumps(value)}") if label.startswith("--") else f"{label} = {json.dumps(value)}"
     if key == "optim.optimizer":
         why = (f"its saved optimizer states belong to the {old} optimizer: drop it, or to switch optimizers fine-tune "
-               f"into a new --model-dir with --init-from {_latest_params(Path(source).parent)}")
+               f"into a new --model-dir with --init-from {_latest_params(Path(source).parent, at)}")
     else:   # (the advice reads the checkpoint's manifest: only where it is given)
-        why = f"{fixed}: drop it, or train into a new --model-dir{_tuned(key, source, saved.model.arch)}"
+        why = f"{fixed}: drop it, or train into a new --model-dir{_tuned(key, source, saved.model.arch, at)}"
     return f"--resume: {shown} differs from {json.dumps(old)}, which this run was trained with ({source}); {why}"
 
 
@@ -162,13 +166,14 @@ def refused_batch_kind(asked: Dict[str, Any], given: Dict[str, str], saved: Conf
                       f"({path}); the data cannot change within a run: drop {drop}, or train into a new --model-dir")
 
 
-def resumed_config(saved: Config, cfg: Config, given: Optional[Dict[str, str]], source: str
-                   ) -> Tuple[Config, List[str]]:
+def resumed_config(saved: Config, cfg: Config, given: Optional[Dict[str, str]], source: str,
+                   at: Optional[int] = None) -> Tuple[Config, List[str]]:
     """The configuration a resumed run trains with: the run's own (`saved`, read from `source`), with this
     invocation's per-invocation keys and the keys it gives (`given`: key -> how the user gave it, a flag or a file's
     key; None: every key of `cfg`, named as `cfg.labels` has them, else as keys) taken from `cfg`. A given model or
     data key that differs is a ConfigError naming it; the other differences come back as lines "key: old -> new" (a
-    new --max-steps, --lr ...)."""
+    new --max-steps, --lr ...). `at`: where `source` is on rank 0's machine, not this one, the step of the checkpoint
+    the run resumes from (its advice names the file there)."""
     merged, changes = saved.to_dict(), []
     if given is not None:   # (nmt-train's flags were checked so before they met the run's settings)
         refused_batch_kind({k: getattr(cfg.data, k) for k in ("batch_size", "batch_tokens") if f"data.{k}" in given},
@@ -180,7 +185,7 @@ def resumed_config(saved: Config, cfg: Config, given: Optional[Dict[str, str]], 
                     key in _CORPORA_PLACE and given is not None and key not in given):
                 continue
             label = key if given is None else given.get(key, key)
-            refused = refused_change(key, label, value, saved, source)
+            refused = refused_change(key, label, value, saved, source, at)
             if refused:
                 raise ConfigError(refused)
             merged[section][name] = value

@@ -41,7 +41,7 @@ def resumed_state(cfg: Config, workers: WorkerGroup) -> Tuple[ckpt.TrainState, C
         state = ckpt.TrainState(**workers.broadcast_json(vars(state)))
     saved = workers.read_shared(model_dir, ckpt.CONFIG, Config.load)
     if not workers.is_chief and not (model_dir / ckpt.CONFIG).is_file():   # (its flags met no config.json here)
-        cfg = rank0_settings(saved, cfg, workers.rank)
+        cfg = rank0_settings(saved, cfg, workers.rank, ckpt.latest_step(state))
     _, changes = resumed_config(saved, cfg, None, str(model_dir / ckpt.CONFIG))   # the model and data must match
     check_test_files(saved, cfg, state.test_sum, str(model_dir / ckpt.CONFIG))
     if cfg.train.valid_metric in (None, saved.valid_metric):   # (create_trainer(cfg, resume=True): the best score
@@ -51,13 +51,17 @@ def resumed_state(cfg: Config, workers: WorkerGroup) -> Tuple[ckpt.TrainState, C
     return state, cfg
 
 
-def rank0_settings(saved: Config, cfg: Config, rank: int) -> Config:
+def rank0_settings(saved: Config, cfg: Config, rank: int, at: Optional[int] = None) -> Config:
     """The configuration of worker `rank`, on a machine without the model directory: rank 0's recorded settings
     (`saved`) with the keys this worker's `cfg` gives on top (`given_by`); a ConfigError, naming the worker, for a
-    given model or data key that differs from rank 0's (another key that differs, the workers' check names)."""
+    given model or data key that differs from rank 0's (another key that differs, the workers' check names), by the
+    flag (or --config key) that gave it: nmt-train's `cfg.labels`, the keys its command line gives, as rank 0 takes
+    them (not a recipe its --train-src set aside); with advice that names rank 0's files as rank 0's (`at`: the step
+    of its checkpoint the run resumes from)."""
     path = Path(cfg.train.model_dir) / ckpt.CONFIG
+    given = dict(cfg.labels) if cfg.labels else given_by(cfg)   # (Python's: its keys)
     try:
-        return resumed_config(saved, cfg, given_by(cfg), str(path))[0]
+        return resumed_config(saved, cfg, given, str(path), at)[0]
     except ConfigError as e:
         raise ConfigError(f"worker rank {rank}, which has no {path} on its machine and resumes with rank 0's settings "
                           f"and its own flags on top: {e}") from None

@@ -701,6 +701,30 @@ def test_a_worker_without_the_model_directory_refuses_its_own_other_model_flags(
         rank0_settings(saved, worker("--hidden-size", "32"), 1)
 
 
+def test_a_worker_without_the_model_directory_names_its_flag_and_rank_0s_files(monkeypatch, tmp_path):
+    """Such a worker refused `--train-src a.ko` of a recipe run as "data.train_src = ..." (a key it was not given by)
+    and advised "fine-tune with --init-from run", a directory that is not on its machine (its manifest unread: not
+    even the checkpoint's file). It names its flag, and rank 0's parameter file as rank 0's, to copy."""
+    monkeypatch.chdir(tmp_path)   # (no run here)
+    saved = Config()   # rank 0's: the tatoeba recipe's corpora
+    saved.train.model_dir = str(tmp_path / "run")
+    for name in ("a.ko", "a.en"):
+        (tmp_path / name).write_text("x\n", encoding="utf-8")
+
+    def worker(*flags: str) -> Config:   # as nmt-train makes it (`cfg.labels`: how each key was given)
+        return training_run(build_train_parser().parse_args(["--model-dir", "run", "--resume", "--kvstore",
+                                                             "dist_sync", *flags]))[0]
+    rank0 = re.escape(f"run/{ckpt.params_file(40)} (rank 0's: its machine's copy of the run; a fine-tuning job reads the model of "
+                      "--init-from at the same path on every machine, so copy it to this one)")
+    with pytest.raises(ConfigError, match=r"^worker rank 1, which has no run/config.json on its machine .*: --resume: "
+                                          r'--train-src ".*a\.ko" differs from null, which this run was trained with '
+                                          rf".*fine-tune with --init-from {rank0}, giving its data"):
+        rank0_settings(saved, worker("--train-src", "a.ko", "--train-tgt", "a.en"), 1, 40)
+    with pytest.raises(ConfigError, match=r": --resume: --optimizer \"sgd\" differs from \"adam\".* with --init-from "
+                                          rf"{rank0}$"):
+        rank0_settings(saved, worker("--optimizer", "sgd"), 1, 40)
+
+
 @pytest.mark.parametrize("flags, said", [
     (["--average-last", "5"], r"--average-last 5 averages the last 5 of the checkpoints kept: give --keep-last 5 or "
                               r"more \(got \d+\)"),
