@@ -20,6 +20,7 @@ from nmt.evaluate import korean_bleu
 from nmt.recipes import DatasetSplits, load_data
 from nmt.sampler import BucketSampler
 from nmt.storage import scratch_room
+from nmt.textfile import TooFewPairs
 from nmt.tokenizer import (JOINT, Tokenizer, VocabTooSmall, character_coverage, load_or_train_tokenizer,
                            load_tokenizers, tokenizer_names)
 from nmt.workers import WorkerGroup
@@ -152,23 +153,28 @@ def check_same_pairs(d: DataConfig, sums: Tuple[str, ...], saved: Tuple[str, ...
     """ConfigError unless a resumed run's pairs (their `pair_sums`: `sums`) are those its checkpoint trained,
     validated and is to be tested on (`saved`; "" for unknown): a file edited in place keeps its path, which is all
     the settings compare, and a moved one (given where it is now) is accepted by its pairs."""
-    (train_sum, dev_sum, test_sum), (train_saved, dev_saved, test_saved) = sums, saved
-    for what, files, done, changed, mine, theirs in (   # the dev pairs first: a dev pair changes the training pairs
-            ("dev", ("dev_src", "dev_tgt"), "validated", "they" if d.dev_src else "they, or the training or test files "
-             "they are drawn from (a held-out dev set leaves out pairs of the test set),", dev_sum, dev_saved),
-            ("training", ("train_src", "train_tgt"), "trained", "they, or the dev or test files (whose pairs leave the "
-                                                                "training data),", train_sum, train_saved),
-            ("test", ("test_src", "test_tgt"), "started", "they", test_sum, test_saved)):
-        if theirs and mine != theirs:
-            named = (" and ".join(str(getattr(d, f)) for f in files if getattr(d, f))
-                     or ("of the recipe's corpora" if d.recipe else "held out of the training files"))
-            raise ConfigError(f"--resume: the {what} pairs ({named}) are not those the run {done} "
-                              f"{'with' if what == 'test' else 'on until now'}: "
-                              f"{changed} changed since it started, or are other files than it read (or "
-                              f"{READ_SINCE}); the data "
-                              "cannot change within a run: give it its files as they were, start a new run (another "
-                              "--model-dir, or --overwrite), or go on from this run with new data: fine-tune it into "
-                              f"another --model-dir with --init-from {shell_word(model_dir)}")
+    for i, what in ((1, "dev"), (0, "training"), (2, "test")):   # the dev pairs first: a dev pair changes the
+        if saved[i] and sums[i] != saved[i]:                         # training pairs
+            raise other_pairs(d, what, model_dir)
+
+
+def other_pairs(d: DataConfig, what: str, model_dir: Path, how: str = "") -> ConfigError:
+    """The ConfigError of a resumed run whose `what` pairs ("training", "dev" or "test") are not the run's (in
+    `model_dir`), `how` it shows where not by their checksum."""
+    files, done, changed = {
+        "dev": (("dev_src", "dev_tgt"), "validated", "they" if d.dev_src else "they, or the training or test files "
+                "they are drawn from (a held-out dev set leaves out pairs of the test set),"),
+        "training": (("train_src", "train_tgt"), "trained", "they, or the dev or test files (whose pairs leave the "
+                                                            "training data),"),
+        "test": (("test_src", "test_tgt"), "started", "they")}[what]
+    named = (" and ".join(str(getattr(d, f)) for f in files if getattr(d, f))
+             or ("of the recipe's corpora" if d.recipe else "held out of the training files"))
+    return ConfigError(f"--resume: the {what} pairs ({named}) are not those the run {done} "
+                       f"{'with' if what == 'test' else 'on until now'}{how}: "
+                       f"{changed} changed since it started, or are other files than it read (or {READ_SINCE}); the "
+                       "data cannot change within a run: give it its files as they were, start a new run (another "
+                       "--model-dir, or --overwrite), or go on from this run with new data: fine-tune it into "
+                       f"another --model-dir with --init-from {shell_word(model_dir)}")
 
 
 def build_data(cfg: Config, model_dir: Path, resume: bool = False, workers: Optional[WorkerGroup] = None,
@@ -181,7 +187,13 @@ def build_data(cfg: Config, model_dir: Path, resume: bool = False, workers: Opti
     d = cfg.data
     if d.tgt_lang == "ko":   # (its validations would fail: before any work)
         korean_bleu()
-    splits = load_data(d)
+    try:
+        splits = load_data(d)
+    except TooFewPairs as e:   # (a resumed run had enough: other data, not a dev set to give)
+        if not (resume and saved_sums[0]):
+            raise
+        raise other_pairs(d, "training", model_dir, f" ({e.left} after cleaning: the run had {e.needed} or more)"
+                          ) from None
     sums = pair_sums(splits)
     check_same_pairs(d, sums, saved_sums, model_dir)
     logger.info("data: %d train, %d dev pairs; tests: %s", len(splits.train.src), len(splits.dev.src),

@@ -25,6 +25,7 @@ from nmt.download import DOWNLOAD_TIMEOUT, download, download_archive, mirror_la
 from nmt.languages import check_languages
 from nmt.rest_markup import clean_rest_docs
 from nmt.storage import check_writable
+from nmt.textfile import TooFewPairs
 
 logger = logging.getLogger("nmt.recipes")
 # Training files given without dev files: this many of their pairs, drawn with this seed, are the dev set.
@@ -217,8 +218,9 @@ def load_data(cfg: DataConfig) -> DatasetSplits:
                                         max_chars=cfg.max_chars, max_ratio=cfg.max_ratio)   # cross-corpus duplicates
     drops.update(counts)
     if len(pool) <= recipe.dev_size:
-        raise CorpusError(f"recipe {recipe.name}: only {len(pool)} training pairs left after cleaning, too few to hold "
-                          f"out {recipe.dev_size} for dev; relax --max-chars/--max-ratio")
+        raise TooFewPairs(f"recipe {recipe.name}: only {len(pool)} training pairs left after cleaning, too few to hold "
+                          f"out {recipe.dev_size} for dev; relax --max-chars/--max-ratio", len(pool),
+                          recipe.dev_size + 1)
     train, dev = _hold_out_dev(pool, recipe.dev_size, recipe.dev_seed, cfg, drops)
     train = _upsampled(train, dict(zip(recipe.train, parts)), factors)
     splits = DatasetSplits(train, dev, tests, dict(drops))
@@ -357,9 +359,9 @@ def _load_files(cfg: DataConfig) -> DatasetSplits:
     _none_left(train, train_files, drops)   # (before the dev set's advice: test files = training's leave none)
     if dev is None:   # held out of the training pairs, as a recipe's
         if len(train) <= 2 * FILES_DEV_SIZE:
-            raise CorpusError(f"{train_files[0]} / {train_files[1]}: {len(train)} training pairs after cleaning"
+            raise TooFewPairs(f"{train_files[0]} / {train_files[1]}: {len(train)} training pairs after cleaning"
                               f" ({_dropped(drops) or 'none dropped'}), too few to hold out {FILES_DEV_SIZE} for dev; "
-                              "give a dev set with --dev-src/--dev-tgt")
+                              "give a dev set with --dev-src/--dev-tgt", len(train), 2 * FILES_DEV_SIZE + 1)
         before = len(train)   # (the pairs sharing a side with a dev pair are dropped from training too: 147 of 2,500)
         train, dev = _hold_out_dev(train, FILES_DEV_SIZE, FILES_DEV_SEED, cfg, drops)
         out = before - len(train)
@@ -378,4 +380,4 @@ def _dropped(drops: Counter) -> str:
 
 def _none_left(train: Pairs, files, drops: Counter) -> None:
     if not len(train):
-        raise CorpusError(f"{files[0]} / {files[1]}: no training pairs left after filtering ({_dropped(drops)})")
+        raise TooFewPairs(f"{files[0]} / {files[1]}: no training pairs left after filtering ({_dropped(drops)})", 0, 1)

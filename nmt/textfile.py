@@ -25,6 +25,15 @@ class CorpusError(ValueError):
     """Unusable input data; the message names the file(s), line, problem and what to do."""
 
 
+class TooFewPairs(CorpusError):
+    """Too few training pairs left after cleaning: `left`, where a run needs `needed` (1, or more than the dev set
+    held out of them). A resumed run had them: its data changed (`nmt.data.build_data`)."""
+
+    def __init__(self, message: str, left: int, needed: int) -> None:
+        super().__init__(message)
+        self.left, self.needed = left, needed
+
+
 # Compressed text is read as the text it holds (as Sockeye and Marian read corpora): the leading bytes of each format
 # (bzip2's with a block or end-of-stream marker, so that a text starting "BZh" stays text), its name and opener.
 COMPRESSED = [(re.compile(rb"\x1f\x8b"), "gzip", gzip.open), (re.compile(rb"\xfd7zXZ\x00"), "xz", lzma.open),

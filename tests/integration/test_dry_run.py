@@ -230,6 +230,31 @@ def test_a_held_out_dev_set_changed_by_the_test_files_names_them(tmp_path, capsy
         capsys.readouterr().err
 
 
+def test_a_resume_on_too_few_pairs_to_hold_out_dev_is_refused_as_other_data(tmp_path, capsys):
+    """A run on training files alone holds 500 dev pairs out of them; `--resume --train-src small.ko --train-tgt
+    small.en` (100 pairs) was refused as "100 training pairs after cleaning, too few to hold out 500 for dev; give a
+    dev set with --dev-src/--dev-tgt", which a resume cannot do, before the check that they are not the run's data."""
+    files = write_task(tmp_path / "data", n_train=1100)   # (500 held out)
+    d = tmp_path / "m"
+    assert train_main(["--train-src", files["train_src"], "--train-tgt", files["train_tgt"], "--model-dir", str(d),
+                       "--vocab-size", "400", "--embed-size", "16", "--hidden-size", "16", "--num-layers", "1",
+                       "--batch-size", "8", "--no-progress", "--no-eval", "--max-steps", "1", "--valid-every", "1"]) == 0
+    small = {}
+    for k in ("train_src", "train_tgt"):
+        small[k] = tmp_path / f"small.{files[k].rsplit('.', 1)[1]}"
+        small[k].write_text("".join(Path(files[k]).read_text(encoding="utf-8").splitlines(True)[:100]),
+                            encoding="utf-8")
+    capsys.readouterr()
+    for dry in ([], ["--dry-run"]):
+        assert train_main(["--model-dir", str(d), "--resume", "--no-progress", "--train-src", str(small["train_src"]),
+                           "--train-tgt", str(small["train_tgt"]), *dry]) == 2
+        err = capsys.readouterr().err
+        assert (f"--resume: the training pairs ({small['train_src']} and {small['train_tgt']}) are not those the run "
+                "trained on until now (100 after cleaning: the run had 1001 or more): they, or the dev or test files")\
+            in err and "too few to hold out" not in err, err
+    assert ckpt.TrainState.load(d).step == 1
+
+
 def test_a_vocabulary_too_small_for_both_languages_names_both_needs(tmp_path, task, capsys):
     """--vocab-size 300 was "too small for the en tokenizer: ... need at least 334", and 334 then "too small for the
     ko tokenizer: ... need at least 1203": one size for both languages, asked one language at a time."""
