@@ -2,6 +2,7 @@
 and anchor resolves, results/ holds only current files, and the README's results come from results/."""
 from __future__ import annotations
 
+import importlib
 import re
 from pathlib import Path
 
@@ -102,3 +103,23 @@ def test_a_results_table_lists_the_signature_of_each_score_it_shows(page):
         rows = [r.split("|") for r in table.splitlines() if r.startswith("| ") and "→" in r]
         if any(len(r) > 6 and r[5].strip() for r in rows):   # the BLEU ko-mecab column
             assert "tok:ko-mecab" in table, table.splitlines()[-1]
+
+
+def test_every_dotted_nmt_name_resolves():
+    """A name such as `nmt.scoring.score_test_set` that the README, docs/ or a requirements file's comment gives is
+    one the package has: requirements/common.txt named `nmt.log.TensorBoardWriter` after it moved to
+    nmt.tensorboard."""
+    texts = [p.read_text(encoding="utf-8") for p in (*PAGES, *sorted((REPO / "requirements").glob("*.txt")))]
+    names = sorted({m.group(0) for t in texts for m in re.finditer(r"(?<![\w/.-])nmt(?:\.[A-Za-z_]\w*)+", t)})
+    missing = []
+    for name in names:
+        parts = name.split(".")
+        obj = importlib.import_module("nmt")
+        for i, part in enumerate(parts[1:], 2):   # a module's own name, else an attribute
+            try:
+                obj = importlib.import_module(".".join(parts[:i]))
+            except ImportError:
+                obj = getattr(obj, part, None)
+        if obj is None:
+            missing.append(name)
+    assert len(names) > 20 and missing == []
