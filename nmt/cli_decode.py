@@ -35,7 +35,8 @@ def build_translate_parser() -> argparse.ArgumentParser:
     s = p.add_argument_group("sampling (instead of the search, e.g. for back-translation)")
     s.add_argument("--sample", nargs="?", const=0, type=number(int, 0), metavar="K",
                    help="draw each translation token by token from the model's distribution, renormalized over its "
-                        "K most probable tokens (--sample alone: over the whole vocabulary), instead of searching")
+                        "K most probable tokens (--sample alone, or 0: over the whole vocabulary), instead of "
+                        "searching")
     s.add_argument("--seed", type=number(int, 0, 2 ** 32 - 1),
                    help="random seed of --sample (default 1): the same seed, input and flags (--chunk-lines and "
                         "--decode-batch-size too) give the same translations on one device; with --seed, input that "
