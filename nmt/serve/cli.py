@@ -51,8 +51,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                    help="sentences queued per model before requests get 503 with Retry-After, blank ones not counted "
                         "(default %(default)s)")
     p.add_argument("--max-sentences", type=count, default=lim.max_sentences,
-                   help="sentences per request; blank ones, which cost no decoding, are not counted (default "
-                        "%(default)s)")
+                   help="sentences per request; blank ones, which cost no decoding, are not counted (the lines, "
+                        "blank ones included, are at most 4 per sentence) (default %(default)s)")
     p.add_argument("--max-beam-size", type=count, default=lim.max_beam_size,
                    help="largest beam_size a request may ask for (default %(default)s)")
     p.add_argument("--max-body-bytes", type=count, default=lim.max_body_bytes,

@@ -23,6 +23,9 @@ from nmt.config import CHARS_PER_TOKEN
 from nmt.corpus import INVISIBLE, count_lines, lone_surrogate, normalize, removed_controls
 
 EXAMPLE = '{"text": ["안녕하세요"], "beam_size": 4, "nbest": 1}'   # of /translate; /attention's below
+# Lines of a /translate request, blank ones included, per sentence of --max-sentences: blank lines are not decoded, but
+# each is checked, normalized, queued and answered (a million of them in a 4 MB body took the server 25-50 s).
+LINES_PER_SENTENCE = 4
 _ESCAPE_START = re.compile("[\x1b\x9b\x9d]")   # what begins a terminal escape sequence (`nmt.corpus.ESCAPE_SEQUENCE`)
 # Arrays and objects a body may nest (a request nests 2: an object of lists of strings; much deeper JSON reached
 # Python's recursion limit, a 500) and hold (2 to 4: a million empty arrays in 4 MB took seconds to parse, the GIL
@@ -61,7 +64,7 @@ class ErrorBody(BaseModel):
 ERRORS = {400: f"the body is not UTF-8, not JSON, or nested more than {MAX_DEPTH} levels deep",
           408: "the body took longer than the per-request limit (--timeout) to arrive",
           413: "the body is over --max-body-bytes, or (/translate) has more sentences than --max-sentences (blank "
-               "ones not counted)",
+               "ones not counted), or more than 4 lines per sentence of it (blank ones included)",
           415: "the body is compressed (any Content-Encoding but identity)",
           422: "a field is wrong: its type or range, a language no model has, text on several lines, ...",
           500: "the server failed (a bug); its log has the details",
@@ -265,6 +268,10 @@ def check_translate(req: TranslateRequest, limits: Limits, default_beam: int,
     """(lines to translate, beam size, warnings) of a parsed request; RequestError for what the service refuses."""
     if not req.text:
         raise RequestError(422, f"text is empty: send at least one sentence, e.g. {EXAMPLE}", "text")
+    if len(req.text) > (most := LINES_PER_SENTENCE * limits.max_sentences):   # blank lines too cost work
+        raise RequestError(413, f"text has {len(req.text)} lines; at most {most} per request, blank ones included "
+                                f"(of at most {limits.max_sentences} sentences, {LINES_PER_SENTENCE} lines each): split "
+                                "them into several requests (or translate files with nmt-translate)", "text")
     if len(req.text) > limits.max_sentences and (sentences := decoded_count(req)) > limits.max_sentences:
         blank = len(req.text) - sentences
         raise RequestError(413, f"text has {sentences} sentences" + f" (not counting {blank} blank lines)" * bool(blank)

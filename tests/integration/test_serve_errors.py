@@ -160,6 +160,19 @@ def test_blank_lines_count_toward_neither_the_sentence_limit_nor_the_queue(trans
         assert r.status_code == 413 and r.json()["error"].startswith("text has 4 sentences; at most 3 "), r.text
 
 
+def test_blank_lines_are_bounded_too(translator, serve_sentences):
+    """With blank lines not counted toward --max-sentences, a 4 MB body of a million empty lines and one sentence was
+    taken (25-50 s of the server's work, a 43 MB answer, other requests stalled meanwhile): the lines, blank ones
+    included, are at most 4 per sentence of the limit."""
+    with background_server(make_app(translator, max_sentences=3, max_queue=3)) as url, \
+            httpx.Client(base_url=url, timeout=60) as http:
+        assert http.post("/translate", json={"text": [serve_sentences[0], *[""] * 11]}).status_code == 200
+        r = http.post("/translate", json={"text": [serve_sentences[0], *[""] * 12]})
+        assert r.status_code == 413 and r.json() == {
+            "error": "text has 13 lines; at most 12 per request, blank ones included (of at most 3 sentences, 4 "
+                     "lines each): split them into several requests (or translate files with nmt-translate)", "field": "text"}, r.text
+
+
 def test_a_body_over_the_limit_is_told_what_makes_it_smaller_per_endpoint(translator):
     """/attention's 413 told it to send "fewer or shorter sentences per request", /translate's words: it takes one
     sentence, and what makes its body big is that sentence, the translation given or its pieces."""
