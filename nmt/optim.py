@@ -30,15 +30,21 @@ def optimizer_settings(o: OptimConfig) -> Dict[str, float]:
 def build_optimizer(o: OptimConfig, params: gluon.ParameterDict, kvstore="local") -> gluon.Trainer:
     """A Trainer updating `params` with the optimizer `o` names. The update is applied outside the kvstore
     (`update_on_kvstore=False`), so the summed gradient can be normalized and clipped first (`nmt.parallel`). A
-    warning for an optimizer whose update reads no learning rate (adadelta): the schedule's rate would seem to train."""
+    warning for an optimizer whose update reads no learning rate (`warn_lr_free`)."""
+    warn_lr_free(o)
+    momentum = {"momentum": NAG_MOMENTUM} if o.optimizer == "nag" else {}
+    return gluon.Trainer(params, o.optimizer, {"learning_rate": o.lr, **optimizer_settings(o), **momentum},
+                         kvstore=kvstore, update_on_kvstore=False)
+
+
+def warn_lr_free(o: OptimConfig) -> None:
+    """Warn of an optimizer whose update reads no learning rate (adadelta): the schedule's rate would seem to train.
+    Given by a run as it makes its optimizer, and by its --dry-run."""
     if o.optimizer in LR_FREE_OPTIMIZERS:
         logging.getLogger("nmt.train").warning(
             "--optimizer %s takes no learning rate (MXNet's update has none): --lr, --warmup-steps and --lr-schedule "
             "do not change its updates (the lr logged is not applied), and --weight-decay takes its share off every "
             "weight at each update; another --optimizer follows the schedule", o.optimizer)
-    momentum = {"momentum": NAG_MOMENTUM} if o.optimizer == "nag" else {}
-    return gluon.Trainer(params, o.optimizer, {"learning_rate": o.lr, **optimizer_settings(o), **momentum},
-                         kvstore=kvstore, update_on_kvstore=False)
 
 
 def load_states(trainer: gluon.Trainer, path: str) -> None:

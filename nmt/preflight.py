@@ -165,6 +165,7 @@ def dry_run(cfg: Config, resume: bool = False, overwrite: bool = False, init: Op
     from nmt.data import build_data
     from nmt.models import build_model
     from nmt.parallel import check_amp_devices, default_kvstore, parse_devices, warn_empty_shares
+    from nmt.optim import warn_lr_free
     from nmt.workers import check_kvstore
     t = cfg.train
     ctxs = parse_devices(t.gpus, t.cpu_devices)
@@ -174,6 +175,7 @@ def dry_run(cfg: Config, resume: bool = False, overwrite: bool = False, init: Op
     check_kvstore(kvstore)   # (dist_*: inside a job of the launcher, whose variables count its workers)
     workers = int(os.environ["DMLC_NUM_WORKER"]) if kvstore.startswith("dist") else 1
     warn_empty_shares(0 if cfg.data.batch_tokens else cfg.data.batch_size, len(ctxs), t.accum_steps, workers)
+    warn_lr_free(cfg.optim)   # (as the run's build_optimizer does)
     TensorBoardWriter.check(t.tensorboard)   # (--tensorboard without tensorboardX: the run refuses at once)
     report: Dict[str, Any] = {"devices": [str(c) for c in ctxs]}
     report.update(_check_model_dir(cfg, resume, overwrite, init))

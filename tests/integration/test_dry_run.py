@@ -510,3 +510,10 @@ def test_a_distributed_dry_run_counts_the_jobs_workers_in_the_shares(tmp_path, t
                                "--kvstore", "dist_sync")) == 0
     assert ("--batch-size 3 is split into 4 shares (2 devices x 1 micro-batches x 2 workers): 1 of them get no "
             "sentence and compute on padding") in capsys.readouterr().err
+
+
+def test_an_optimizer_without_a_learning_rate_is_warned_of_by_the_dry_run(tmp_path, task, capsys):
+    """--optimizer adadelta: the run warned that --lr and its schedule do not reach it, and how --weight-decay acts;
+    its dry run only said "which takes no learning rate" in the settings. The warning is given once."""
+    assert train_main(args_for(task, tmp_path / "m", "--dry-run", "--optimizer", "adadelta")) == 0
+    assert capsys.readouterr().err.count("--optimizer adadelta takes no learning rate (MXNet's update has none)") == 1
