@@ -122,7 +122,7 @@ class Batcher:
         self._lock = threading.Lock()
         self._closed = False
         self.batches = 0                      # groups of sentences that started or joined a search together
-        self.sentences = 0                    # sentences translated
+        self.sentences = 0                    # sentences translated (decoded: blank lines are not)
         self.steps = 0                        # search steps taken
         self.sentence_steps = 0               # sum over the steps of the sentences they advanced
         self.busy_seconds = 0.0               # time spent in search steps
@@ -343,8 +343,9 @@ class Batcher:
             self._active[job_id].results[i] = d.nbest, d.ids
             if d.cut_off:
                 self._active[job_id].cut_off.append(i)
-        if done:   # model time per sentence so far, for Retry-After
-            self.sentences += len(done)
+        decoded = sum(1 for d in done if d.nbest)   # (a blank line comes back undecoded: as the queue, not counted)
+        if decoded:   # model time per sentence so far, for Retry-After
+            self.sentences += decoded
             self._seconds_per_sentence = self.busy_seconds / self.sentences
         for job_id in dict.fromkeys(d.key[0] for d in done):   # the jobs that got answers, in order
             job = self._active[job_id]

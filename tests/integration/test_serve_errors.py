@@ -167,6 +167,8 @@ def test_blank_lines_are_bounded_too(translator, serve_sentences):
     with background_server(make_app(translator, max_sentences=3, max_queue=3)) as url, \
             httpx.Client(base_url=url, timeout=60) as http:
         assert http.post("/translate", json={"text": [serve_sentences[0], *[""] * 11]}).status_code == 200
+        # nor do they count as sentences translated: the model's time per sentence (Retry-After) would shrink
+        assert http.get("/health").json()["models"]["ko-en"]["sentences"] == 1
         r = http.post("/translate", json={"text": [serve_sentences[0], *[""] * 12]})
         assert r.status_code == 413 and r.json() == {
             "error": "text has 13 lines; at most 12 per request, blank ones included (of at most 3 sentences, 4 "
