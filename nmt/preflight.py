@@ -164,19 +164,8 @@ def dry_run(cfg: Config, resume: bool = False, overwrite: bool = False, init: Op
     import mxnet as mx
     from nmt.data import build_data
     from nmt.models import build_model
-    from nmt.parallel import check_amp_devices, default_kvstore, parse_devices, warn_empty_shares
-    from nmt.optim import warn_lr_free
-    from nmt.workers import check_kvstore
     t = cfg.train
-    ctxs = parse_devices(t.gpus, t.cpu_devices)
-    if t.amp:
-        check_amp_devices(ctxs)
-    kvstore = default_kvstore(ctxs, t.kvstore)
-    check_kvstore(kvstore)   # (dist_*: inside a job of the launcher, whose variables count its workers)
-    workers = int(os.environ["DMLC_NUM_WORKER"]) if kvstore.startswith("dist") else 1
-    warn_empty_shares(0 if cfg.data.batch_tokens else cfg.data.batch_size, len(ctxs), t.accum_steps, workers)
-    warn_lr_free(cfg.optim)   # (as the run's build_optimizer does)
-    TensorBoardWriter.check(t.tensorboard)   # (--tensorboard without tensorboardX: the run refuses at once)
+    ctxs = _check_devices(cfg)
     report: Dict[str, Any] = {"devices": [str(c) for c in ctxs]}
     report.update(_check_model_dir(cfg, resume, overwrite, init))
     model_dir = Path(t.model_dir)
@@ -216,6 +205,25 @@ def dry_run(cfg: Config, resume: bool = False, overwrite: bool = False, init: Op
         "batches_per_epoch": len(data.sampler),
         "disk_needed": needed, "disk_free": free_bytes(model_dir)})
     return report
+
+
+def _check_devices(cfg: Config) -> list:
+    """The devices a run of `cfg` would train on, after the checks and warnings the run gives before building
+    anything: devices, kvstore, empty shares, the optimizer, TensorBoard."""
+    from nmt.parallel import check_amp_devices, default_kvstore, parse_devices, warn_empty_shares
+    from nmt.optim import warn_lr_free
+    from nmt.workers import check_kvstore
+    t = cfg.train
+    ctxs = parse_devices(t.gpus, t.cpu_devices)
+    if t.amp:
+        check_amp_devices(ctxs)
+    kvstore = default_kvstore(ctxs, t.kvstore)
+    check_kvstore(kvstore)   # (dist_*: inside a job of the launcher, whose variables count its workers)
+    workers = int(os.environ["DMLC_NUM_WORKER"]) if kvstore.startswith("dist") else 1
+    warn_empty_shares(0 if cfg.data.batch_tokens else cfg.data.batch_size, len(ctxs), t.accum_steps, workers)
+    warn_lr_free(cfg.optim)   # (as the run's build_optimizer does)
+    TensorBoardWriter.check(t.tensorboard)   # (--tensorboard without tensorboardX: the run refuses at once)
+    return ctxs
 
 
 def settings_lines(cfg: Config) -> List[str]:

@@ -270,8 +270,8 @@ def check_translate(req: TranslateRequest, limits: Limits, default_beam: int,
         raise RequestError(422, f"text is empty: send at least one sentence, e.g. {EXAMPLE}", "text")
     if len(req.text) > (most := LINES_PER_SENTENCE * limits.max_sentences):   # blank lines too cost work
         raise RequestError(413, f"text has {len(req.text)} lines; at most {most} per request, blank ones included "
-                                f"(of at most {limits.max_sentences} sentences, {LINES_PER_SENTENCE} lines each): split "
-                                "them into several requests (or translate files with nmt-translate)", "text")
+                                f"(of at most {limits.max_sentences} sentences, {LINES_PER_SENTENCE} lines each): "
+                                "split them into several requests (or translate files with nmt-translate)", "text")
     if len(req.text) > limits.max_sentences and (sentences := decoded_count(req)) > limits.max_sentences:
         blank = len(req.text) - sentences
         raise RequestError(413, f"text has {sentences} sentences" + f" (not counting {blank} blank lines)" * bool(blank)
