@@ -161,14 +161,16 @@ def line_list(numbers: List[int], limit: int = 5) -> str:
 
 
 def read_lines(path: PathLike, *, skip_invalid_utf8: bool = False, max_line_chars: Optional[int] = MAX_LINE_CHARS,
-               keep_blank_end: bool = False, skippable: Union[bool, str] = False) -> List[Optional[str]]:
+               keep_blank_end: bool = False, skippable: Union[bool, str] = False,
+               blank_ok: bool = False) -> List[Optional[str]]:
     """Lines of a UTF-8 text file, normalized; None for an undecodable line skipped on request. Blank lines at
     the end are dropped (warned) unless `keep_blank_end` (a file whose every line is data, e.g. translations).
+    `blank_ok`: a file of blank lines alone is such data too (translations that are all empty), not an error.
     `skippable`: the error for invalid UTF-8 offers --skip-invalid-utf8 (training data; not a test set), or (a
     string) says why that flag, given, skips nothing here. "~" is the home directory, as in every command's file
     flags."""
     path = "/dev/stdin" if path == "-" else os.path.expanduser(path)   # ("-": standard input, as for every flag)
-    lines = _decode_lines(path, skip_invalid_utf8, max_line_chars, keep_blank_end, skippable)
+    lines = _decode_lines(path, skip_invalid_utf8, max_line_chars, keep_blank_end, skippable, blank_ok)
     _warn_of_changes(path, list(enumerate(lines, 1)))
     text = [t for t in lines if t and t.strip()]
     if len(text) > 1 and all("\t" in t for t in text):
@@ -230,15 +232,15 @@ def _invalid_utf8(path: Path, i: int, line: bytes, at: int, kind: Optional[str],
                               if skippable is True else f" ({skippable})." if skippable else "."))
 
 
-def _decode_lines(path: PathLike, skip_invalid_utf8: bool, max_line_chars: int,
-                  keep_blank_end: bool = False, skippable: Union[bool, str] = False) -> List[Optional[str]]:
+def _decode_lines(path: PathLike, skip_invalid_utf8: bool, max_line_chars: int, keep_blank_end: bool = False,
+                  skippable: Union[bool, str] = False, blank_ok: bool = False) -> List[Optional[str]]:
     """Decoded, not yet normalized lines of a UTF-8 text file; None for an undecodable line skipped on request.
 
     A UTF-8 byte-order mark is stripped and CRLF line ends are converted, each with a logged warning (and blank lines
     at the end dropped, see `read_lines`). Empty files, UTF-16, CR-only line ends, invalid UTF-8 and absurdly long
     lines raise `CorpusError`."""
     path = Path(path)
-    data, kind = read_text_bytes(path)
+    data, kind = read_text_bytes(path, blank_ok)
     if data.endswith(b"\r") and data.count(b"\r") == 1 and b"\n" not in data:   # one line, ended by a CR
         data = data[:-1]
     if b"\r" in data:

@@ -326,21 +326,23 @@ def _check_start(data: bytes, path: Path, kind: Optional[str]) -> None:
 HEAD_BYTES = 4096   # what `_check_start` reads (`binary_sign`'s and `wide_encoding`'s)
 
 
-def _text_bytes(data: bytes, path: Path) -> bytes:
-    """A file's bytes without a UTF-8 byte-order mark (warned); CorpusError for a file without text."""
+def _text_bytes(data: bytes, path: Path, blank_ok: bool = False) -> bytes:
+    """A file's bytes without a UTF-8 byte-order mark (warned); CorpusError for a file without text (but, with
+    `blank_ok`, one of blank lines: translations that are all empty)."""
     if data.startswith(codecs.BOM_UTF8):
         # Harmless once removed; otherwise U+FEFF would be glued to the first word of line 1.
         logger.warning("%s: removed the UTF-8 byte-order mark at the start of the file", path)
         data = data[len(codecs.BOM_UTF8):]
-    if not data.strip():
+    if not data.strip() and not (blank_ok and data):
         raise CorpusError(f"{path}: the file " + ("is empty" if not data else "has only blank lines") +
                           "; give a file with one sentence per line")
     return data
 
 
-def read_text_bytes(path: Path) -> Tuple[bytes, Optional[str]]:
+def read_text_bytes(path: Path, blank_ok: bool = False) -> Tuple[bytes, Optional[str]]:
     """(`_text_bytes` of the file's bytes, decompressed; its compression or None); a CorpusError for a file that is no
-    text, told by its start before the rest is read (a 4 GB image or archive took 4 GB of memory), or damaged."""
+    text, told by its start before the rest is read (a 4 GB image or archive took 4 GB of memory), or damaged.
+    `blank_ok`: as `_text_bytes`'."""
     f, kind = open_bytes(path)
     try:
         with f:
@@ -350,4 +352,4 @@ def read_text_bytes(path: Path) -> Tuple[bytes, Optional[str]]:
     except READ_ERRORS as e:   # a truncated or corrupt archive
         problem = f"a damaged {kind} file ({e})" if kind else f"cannot read ({e.strerror})"
         raise CorpusError(f"{path}: {problem}") from None
-    return _text_bytes(data, path), kind
+    return _text_bytes(data, path, blank_ok), kind

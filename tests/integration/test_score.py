@@ -350,3 +350,22 @@ def test_the_files_warnings_are_log_lines(model_dir, tmp_path):
     assert r.returncode == 0 and len(r.stdout.splitlines()) == 2, r.stderr
     assert re.search(rf"^\S+ \S+ WARNING nmt.corpus: {src}: converted 2 CRLF", r.stderr, re.M), r.stderr
     assert re.search(rf"^\S+ \S+ WARNING nmt.corpus: {tgt}: removed the UTF-8 byte-order mark", r.stderr, re.M)
+
+
+def test_translations_that_are_all_empty_are_scored(model_dir, tmp_path, capsys):
+    """Every line is a pair, a blank translation too, but a --tgt-file of blank lines alone was refused ("the file
+    has only blank lines"): the output of `nmt-translate` whose every translation is empty (a model trained briefly
+    can rank one first) could not be scored. A source of blank lines alone, or an empty file, is still refused."""
+    (tmp_path / "s.ko").write_text("리 니\n니 리\n", encoding="utf-8")
+    (tmp_path / "t.en").write_text("\n\n", encoding="utf-8")
+    (tmp_path / "one.en").write_text("\n", encoding="utf-8")
+    code, out, err = run(["--model-dir", model_dir, "--src-file", tmp_path / "s.ko", "--tgt-file", tmp_path / "t.en"],
+                         capsys)
+    assert code == 0 and len(out.splitlines()) == 2 and all(float(s) < 0 for s in out.split()), err
+    assert "scored 2 pairs" in err and "blank on one side only (line 1, 2)" in err, err
+    code, out, err = run(["--model-dir", model_dir, "--src-file", tmp_path / "s.ko", "--tgt-file",
+                          tmp_path / "one.en"], capsys)
+    assert code == 2 and out == "" and "has 2 lines but --tgt-file" in err, err
+    code, out, err = run(["--model-dir", model_dir, "--src-file", tmp_path / "t.en", "--tgt-file", tmp_path / "t.en"],
+                         capsys)
+    assert code == 2 and out == "" and "the file has only blank lines" in err, err
