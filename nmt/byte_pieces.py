@@ -2,8 +2,9 @@
 
 SentencePiece writes a character outside the vocabulary as the byte pieces of its UTF-8 encoding (<0xED> <0x99>
 <0x80>). A search or a sample may write bytes that form no character (a lead byte, then a syllable), which
-SentencePiece would write as U+FFFD each, or those of a control character (ESC, U+0006, a line end), which no
-training text holds and a terminal would act on: `Tokenizer.whole_characters` leaves both out.
+SentencePiece would write as U+FFFD each, or those of a control character (ESC, U+0006, a line end: also U+2028 and
+U+2029, which `str.splitlines` and `Translator.translate` take for one), which no training text holds and a terminal
+would act on: `Tokenizer.whole_characters` leaves both out.
 """
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ def one_character(data: bytes) -> Optional[str]:
 
 def written(ids: Sequence[int], byte: Dict[int, int]) -> List[int]:
     """The indices of `ids` to write, `byte` the byte pieces' values by id: every piece but byte pieces that form
-    no whole UTF-8 character or form a control character (Unicode category Cc: C0, DEL and C1)."""
+    no whole UTF-8 character or form a control character (Unicode category Cc: C0, DEL and C1) or a line or paragraph
+    separator (Zl, Zp: U+2028, U+2029)."""
     kept, i = [], 0
     while i < len(ids):
         if ids[i] not in byte:
@@ -41,7 +43,7 @@ def written(ids: Sequence[int], byte: Dict[int, int]) -> List[int]:
         if char is None:   # (its next byte may start a character)
             i += 1
             continue
-        if unicodedata.category(char) != "Cc":
+        if unicodedata.category(char) not in ("Cc", "Zl", "Zp"):
             kept += range(i, i + n)
         i += n
     return kept

@@ -252,6 +252,18 @@ def test_piece_of_an_id(ko_tok):
         ko_tok.piece(360)
 
 
+def test_byte_pieces_of_line_and_paragraph_separators_are_not_written(ko_tok):
+    """The byte pieces of U+2028 and U+2029 (LINE and PARAGRAPH SEPARATOR, not of category Cc) were written into a
+    translation, as those of a line end (LF, NEL) are not: no training text holds them (read as spaces), and its text
+    given back to `Translator.translate` (a round trip, back-translation in Python) was refused as several lines."""
+    byte = {v: ko_tok.piece_ids([f"<0x{v:02X}>"])[0] for v in {*"\u2028\u2029똠".encode()}}
+    word = ko_tok.encode(["학교에"])[0]
+    seps = [byte[v] for v in "\u2028\u2029".encode()]
+    ids = word + seps + [byte[v] for v in "똠".encode()]
+    assert ko_tok.decode([ids]) == ["학교에똠"]
+    assert ko_tok.whole_characters(ids) == list(range(len(word))) + list(range(len(ids) - 3, len(ids)))
+
+
 def test_bytes_that_form_no_character_are_not_written(ko_tok):
     """A search (or a sample) may write a UTF-8 lead byte, then a syllable: SentencePiece wrote U+FFFD for each such
     byte, so Korean output held "�" (4% of an en->ko model's greedy test translations); word alignment's word
