@@ -191,8 +191,8 @@ class Tokenizer:
         """The ids of a translation's pieces as `piece` writes them (a search's output, given back; an end of
         sentence last, as an attention's or nmt-score's pieces end, is left out: the row of the end comes last
         anyway); a PieceError naming `name`[i] (its `field`) for one not in this vocabulary, or an end of sentence
-        before the last (the text ends at it). <unk>, <s> and <pad> are taken: a search may write them (one that
-        samples over the whole vocabulary does); the text shows <unk> (" ⁇ "), and drops <s> and <pad>
+        before the last (the text ends at it). <unk>, <s> and <pad> are taken (a sample draws none of them,
+        `never_written`; a caller may give them): the text shows <unk> (" ⁇ "), and drops <s> and <pad>
         (`dropped_pieces`)."""
         if isinstance(pieces, str) or not isinstance(pieces, Sequence):
             raise TypeError(f"{name} must be a list of pieces (strings), got {type(pieces).__name__}")
@@ -228,11 +228,12 @@ class Tokenizer:
         return self._bytes
 
     def never_written(self) -> List[int]:
-        """Ids of pieces no training text holds: <unk> (byte fallback leaves none) and the bytes of control
-        characters (the corpus reader drops them); what sampling over the whole vocabulary must not draw."""
+        """Ids of pieces no translation holds: <pad> and <s> (a text drops them: `DROPPED_IDS`), <unk> (byte fallback
+        leaves none in training text) and the bytes of control characters (the corpus reader drops them); what
+        sampling over the whole vocabulary must not draw (fairseq bans pad and bos alike)."""
         byte = self._byte_values()
-        return [i for i in range(self.vocab_size) if self._sp.is_unknown(i) or byte.get(i, 0x20) < 0x20 or
-                byte.get(i) == 0x7F]
+        return [i for i in range(self.vocab_size) if i in DROPPED_IDS or self._sp.is_unknown(i) or
+                byte.get(i, 0x20) < 0x20 or byte.get(i) == 0x7F]
 
     def surfaces(self) -> List[Optional[str]]:
         """Per id, the text its piece writes ("▁" for a space before it), None for special and byte pieces (what

@@ -37,7 +37,7 @@ def check_attention(req: AttentionRequest, max_input_tokens: int) -> Tuple[str, 
 def attention_within(translator, line: str, given) -> Tuple[object, List[str]]:
     """(`nmt.plot.attention` of `line`, warnings: a text cut to max_input_tokens pieces, a given translation cut,
     a greedy translation at the model's length limit, byte pieces its text leaves out, worded as /translate words
-    them, and <s> or <pad> pieces it drops (a sample's): of the sentence's translation, "text", or of the pieces given,
+    them, and <s> or <pad> pieces it drops (a caller's): of the sentence's translation, "text", or of the pieces given,
     "pieces"). A given translation (`check_attention`'s: text, pieces or None) over max_input_tokens target pieces
     is first cut to its longest start within them, as a line is cut: each piece is a step of the model, and the
     character guard alone lets one translation take minutes (an emoji is 4 byte pieces). Run on the worker thread:

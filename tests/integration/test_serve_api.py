@@ -217,11 +217,11 @@ def test_pieces_are_the_searchs_and_attention_takes_them_back(http, translator, 
 
 def test_attention_says_the_pieces_its_translation_drops(http, translator, serve_sentences):
     """<s> and <pad> in /attention's pieces were taken without a word: the answer's translation dropped them (a
-    translation's text leaves them out). Then they were refused, but a search that samples over the whole vocabulary
-    writes them (nmt-translate --sample 0 --plot-attention stopped at one): they are taken, rows of the heatmap, and a
-    warning counts them. An end of sentence last, as /attention's own tgt_pieces end (and nmt-score's pieces), is the
-    row of the end, which comes last anyway: it was refused, and with max_input_tokens pieces before it, cut with a
-    warning. <unk>, which a search may write, shows as " ⁇ "."""
+    translation's text leaves them out). Then they were refused, but a search that sampled over the whole vocabulary
+    wrote them (nmt-translate --sample 0 --plot-attention stopped at one), and a caller may give them: they are
+    taken, rows of the heatmap, and a warning counts them. An end of sentence last, as /attention's own tgt_pieces
+    end (and nmt-score's pieces), is the row of the end, which comes last anyway: it was refused, and with
+    max_input_tokens pieces before it, cut with a warning. <unk>, which a search may write, shows as " ⁇ "."""
     source = serve_sentences[0]
     pieces, text = non_canonical_split(translator.tgt_tok)
     for given in (pieces + ["<s>"], ["<pad>"] + pieces + ["<s>", "</s>"]):

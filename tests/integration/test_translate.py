@@ -1277,7 +1277,7 @@ def test_a_plot_is_of_the_pieces_the_search_wrote(tr, tmp_path):
     save = attention_saver(tr, tmp_path / "p")
     save(7, ["리 니", "리", ""], [byte * 90, byte, []])
     assert sorted(p.name for p in (tmp_path / "p").iterdir()) == ["line-000007.png", "line-000008.png"]
-    save(9, ["리"], [[BOS_ID, *byte, PAD_ID]])   # (--sample 0 draws them: "attention: pieces[0] is the start ...")
+    save(9, ["리"], [[BOS_ID, *byte, PAD_ID]])   # (--sample 0 drew them: "attention: pieces[0] is the start ...")
     assert (tmp_path / "p" / "line-000009.png").is_file()
     assert nmt.plot.attention(tr, "리", pieces=["<0xE3>"]).tgt_pieces == ["<0xE3>", "</s>"]
 

@@ -251,12 +251,35 @@ def test_sampling_never_draws_a_banned_token():
     np.testing.assert_allclose(drawn, rest / rest.sum(), atol=0.04)
 
 
-def test_the_tokenizers_never_written_pieces_are_unk_and_control_bytes(tmp_path):
+def test_the_tokenizers_never_written_pieces_are_pad_bos_unk_and_control_bytes(tmp_path):
     from nmt.tokenizer import train_tokenizer
     from tests.unit.test_tokenizer import EN_WORDS, synthetic_lines
     tok = train_tokenizer(synthetic_lines(EN_WORDS, n=500, seed=1), tmp_path, "en", 400)
     pieces = [tok.piece(i) for i in tok.never_written()]
-    assert pieces == ["<unk>"] + [f"<0x{b:02X}>" for b in [*range(0x20), 0x7F]]
+    assert pieces == ["<pad>", "<unk>", "<s>"] + [f"<0x{b:02X}>" for b in [*range(0x20), 0x7F]]
+
+
+def test_a_sampled_translation_holds_no_pad_or_bos(tmp_path):
+    """`nmt-translate --sample 0` wrote <s> and <pad> (11 of 120 lines of an undertrained model), which the text
+    then dropped without a word: the translator's sampling draws no piece of `never_written`, these included, even
+    from a model that finds them the likeliest."""
+    from nmt.config import DecodeConfig
+    from nmt.tokenizer import PAD_ID, train_tokenizer
+    from nmt.translate import Translator
+    from tests.unit.test_tokenizer import EN_WORDS, synthetic_lines
+    tok = train_tokenizer(synthetic_lines(EN_WORDS, n=500, seed=1), tmp_path, "en", 400)
+    mx.random.seed(3)
+    model = build_model(ModelConfig(embed_size=16, hidden_size=16, dropout=0.0, word_dropout=0.0),
+                        tok.vocab_size, tok.vocab_size)
+    model.initialize(mx.init.Xavier())
+    bias = np.zeros(tok.vocab_size, dtype="float32")
+    bias[[PAD_ID, BOS_ID]] = 6.0   # together about 9 in 10 of the probability
+    next(p for name, p in model.collect_params().items() if name.endswith("decoder_out_bias")).set_data(nd.array(bias))
+    tr = Translator(model, tok, tok, DecodeConfig())
+    tr.sample = 0
+    mx.random.seed(5)
+    drawn = [ids for hyps in tr.translate_ids(["we ate rice", "the weather is nice today ."] * 10) for ids, _ in hyps]
+    assert sum(map(len, drawn)) > 20 and not {PAD_ID, BOS_ID} & {t for ids in drawn for t in ids}
 
 
 def test_sampling_from_the_top_token_is_greedy_and_a_seed_repeats_a_draw():

@@ -353,8 +353,8 @@ def test_byte_pieces_left_out_of_a_translation_are_counted_and_said(ko_tok, monk
 
 
 def test_ids_of_pieces_given_back(ko_tok):
-    """What a search wrote comes back as it was: byte pieces, <unk>, <s> and <pad> (a sample over the whole
-    vocabulary draws them; the text drops the last two, which `dropped_pieces` counts) and a split SentencePiece
+    """What a search wrote comes back as it was: byte pieces, <unk>, <s> and <pad> (given back by a caller; the
+    text drops the last two, which `dropped_pieces` counts) and a split SentencePiece
     would not choose; an end of sentence last (as an attention's pieces end) is the end, left out. One before the
     last piece is refused (the text ends at it)."""
     ids = ko_tok.encode(["학교에 😀"])[0] + [UNK_ID, BOS_ID, PAD_ID]
