@@ -16,7 +16,8 @@ batch shapes).
 (`DecoderState.concat`) and each leaves as soon as it is done, which a service uses to keep its batch full
 (`nmt.serve`). `beam_search` is a stream that is given one batch.
 
-`model` may be a list of models sharing both vocabularies: they decode as an `nmt.models.ensemble.Ensemble`.
+`model` may be a list of models sharing both vocabularies, each given once: they decode as an
+`nmt.models.ensemble.Ensemble` (which refuses one model object given twice: its mean would count it twice).
 
 A sentence may be given a target prefix (token ids, or a `TargetPrefix`: token ids, then a word to complete): its
 translations start with it. While a sentence is within its prefix, the model's log-probabilities are masked to the

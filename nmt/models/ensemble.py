@@ -1,8 +1,8 @@
 """An ensemble of models as one `Seq2SeqModel`: the search decodes it like any model.
 
-Members share both vocabularies (any architectures); every member encodes the source and runs its own decoder
-step, and the ensemble's log-probabilities are the mean of the members' (as averaging their log-linear scores:
-not renormalized, so scores of an ensemble of one model twice are that model's).
+Members share both vocabularies (any architectures) and are given once each; every member encodes the source and
+runs its own decoder step, and the ensemble's log-probabilities are the mean of the members' (as averaging their
+log-linear scores: not renormalized, so scores of an ensemble of a model and its copy are that model's).
 """
 from __future__ import annotations
 
@@ -27,7 +27,8 @@ def _mean(F, arrays):
 
 
 class Ensemble(Seq2SeqModel):
-    """Members decoding together, following the mean of their log-probabilities.
+    """Members decoding together, following the mean of their log-probabilities. A ValueError names a member
+    given twice (the same object) or one with other vocabularies.
 
     Not hybridized as a whole (members built alike have parameters of the same names): each member runs its own
     graphs. Its `forward` is the mean of the members' teacher-forced log-probabilities (B,T,V)."""
@@ -38,6 +39,10 @@ class Ensemble(Seq2SeqModel):
             raise ValueError("an ensemble needs at least one model")
         first = members[0]
         for i, m in enumerate(members[1:], 2):
+            again = next((j for j, earlier in enumerate(members[:i - 1], 1) if earlier is m), None)
+            if again is not None:   # (as `Translator.from_dir` refuses a model directory, or its copy, given twice)
+                raise ValueError(f"ensemble member {i} is member {again} again (the same {type(m).__name__} object): "
+                                 "the ensemble's mean would count that model twice; give each model once")
             if (m.src_vocab_size, m.tgt_vocab_size) != (first.src_vocab_size, first.tgt_vocab_size):
                 raise ValueError(f"ensemble member {i} has vocabularies of {m.src_vocab_size}/{m.tgt_vocab_size} "
                                  f"pieces, member 1 {first.src_vocab_size}/{first.tgt_vocab_size}: members must "

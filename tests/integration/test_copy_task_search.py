@@ -139,9 +139,9 @@ def test_early_stop_matches_on_a_trained_model(copy_model, monkeypatch):
     assert sum(rows) <= full_rows
 
 
-def test_ensemble_follows_the_mean_of_its_members_log_probs(copy_model):
+def test_ensemble_follows_the_mean_of_its_members_log_probs(copy_model, tmp_path):
     """A member of another shape with a strong, wrong opinion: the ensemble's output is the step-by-step mean's,
-    and differs from each member's own (so both count)."""
+    and differs from each member's own (so both count). A model and its copy decode as the model."""
     model, _ = copy_model
     mx.random.seed(11)
     other = build_model(ModelConfig(embed_size=24, hidden_size=16, num_layers=1, attention="dot", dropout=0.0,
@@ -158,7 +158,10 @@ def test_ensemble_follows_the_mean_of_its_members_log_probs(copy_model):
     for member in (model, other):
         assert expected != [ids for ids, _ in greedy_search(member, src, src_len, max_len)]
     alone = beam_search(model, src, src_len, beam_size=3, max_len=max_len, nbest=3)
-    assert_same_hypotheses(beam_search([model, model], src, src_len, beam_size=3, max_len=max_len, nbest=3), alone,
+    model.save_parameters(str(tmp_path / "copy.params"))
+    copy = build_model(model.cfg, VOCAB, VOCAB)
+    copy.load_parameters(str(tmp_path / "copy.params"))
+    assert_same_hypotheses(beam_search([model, copy], src, src_len, beam_size=3, max_len=max_len, nbest=3), alone,
                            rtol=1e-5, atol=1e-5)
 
 

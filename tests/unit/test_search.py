@@ -1,6 +1,7 @@
 """nmt.search on untrained models: beam 1 = greedy, batched = one by one, per-sentence max length, early stopping,
 ensembles (the mean of their members), the argument checks."""
 import gc
+import re
 import weakref
 
 import mxnet as mx
@@ -174,14 +175,32 @@ def test_ensemble_follows_the_mean_of_its_members_log_probs():
     np.testing.assert_allclose(logits[:, 0].asnumpy(), log_probs.asnumpy(), atol=1e-5)
 
 
-def test_ensemble_of_one_model_twice_decodes_like_the_model():
-    model = untrained_model("dot")
+def test_ensemble_of_a_model_and_its_copy_decodes_like_the_model():
+    """The mean is not renormalized: a model and a copy of it (the same parameters) score as the model."""
+    model, copy = untrained_model("dot"), untrained_model("dot")
+    assert copy is not model
     src, src_len = ragged_sources([6, 2, 8, 4], seed=4)
-    assert_same_hypotheses([[g] for g in greedy_search([model, model], src, src_len, 7)],
+    assert_same_hypotheses([[g] for g in greedy_search([model, copy], src, src_len, 7)],
                            [[g] for g in greedy_search(model, src, src_len, 7)])
     alone = beam_search(model, src, src_len, beam_size=3, max_len=7, nbest=3)
-    assert_same_hypotheses(beam_search([model, model], src, src_len, beam_size=3, max_len=7, nbest=3), alone,
+    assert_same_hypotheses(beam_search([model, copy], src, src_len, beam_size=3, max_len=7, nbest=3), alone,
                            rtol=1e-5, atol=1e-5)
+
+
+def test_an_ensemble_refuses_one_model_given_twice():
+    """`Translator.from_dir` refuses a model directory (or its copy) given twice, whose parameters the mean would count
+    twice, but the Python API took one model object twice (`Ensemble([net, net])`, `beam_search([net, net])`): with
+    a third member, that model weighed 2/3, silently. The same object twice is a ValueError naming both members."""
+    model, other = untrained_model("dot"), other_member()
+    src, src_len = ragged_sources([6, 2], seed=4)
+    said = "ensemble member {} is member {} again (the same LSTMModel object): the ensemble's mean would count"
+    for members, i, j in (([model, model], 2, 1), ([model, other, other], 3, 2), ([other, model, model, other], 3, 2)):
+        with pytest.raises(ValueError, match=re.escape(said.format(i, j))):
+            Ensemble(members)
+    with pytest.raises(ValueError, match=re.escape(said.format(3, 1))):
+        beam_search([model, other, model], src, src_len, beam_size=2, max_len=5)
+    with pytest.raises(ValueError, match=re.escape(said.format(2, 1))):
+        greedy_search((model, model), src, src_len, 5)
 
 
 def test_ensemble_members_must_share_vocabularies():
