@@ -85,12 +85,12 @@ class ContinuousDecoder:
         if isinstance(lines, Iterable) and not isinstance(lines, (str, bytes)):   # (else `source_ids` says what
             lines = list(lines)   # lines must be: a string is not one line per character)
             self._check_new_keys(keys)   # before the lines are read: a refused call counts no line cut, logs no cut
-            _check_counts(len(lines), keys, prefixes if isinstance(prefixes, Sized) and not isinstance(
-                prefixes, (str, bytes)) else None)   # (a string: `target_prefixes` says it is not a list)
+            if isinstance(prefixes, Iterable) and not isinstance(prefixes, (str, bytes)):
+                prefixes = list(prefixes)   # (a generator's too: counted before any line is read)
+            _check_counts(len(lines), keys, prefixes if isinstance(prefixes, list) else None)
         cut: set = set()   # the lines cut (source, prefix or both): each counted once in the translator's `truncated`
-        src = self.translator.source_ids(lines, cut=cut)
-        targets = self.translator.target_prefixes(prefixes, cut=cut)   # (a string is not one prefix per character)
-        _check_counts(len(src), keys, targets)
+        src = self.translator.source_ids(lines, cut=cut)   # (raises unless lines is a list: checked above)
+        targets = self.translator.target_prefixes(prefixes, cut=cut)   # (raises unless prefixes is a list or None)
         for key, ids, prefix in zip(keys, src, targets or [None for _ in src]):
             if ids or prefix:
                 self.waiting.append((key, ids, prefix, self.steps))

@@ -181,14 +181,16 @@ def test_a_refused_key_reads_no_line(monkeypatch):
 def test_a_refused_count_of_keys_or_prefixes_reads_no_line(monkeypatch):
     """As a refused key (above): as many lines as keys and prefixes were compared only after the lines were read, so
     add([400-word line], ["a", "b"]) of a real model logged the line as cut and counted it in the translator's
-    `truncated` for a call that queued nothing."""
+    `truncated` for a call that queued nothing. Prefixes given as a generator were counted only after the lines were
+    read (the counts were checked twice for them); they are read first too, once."""
     dec = decoder(monkeypatch)
     read, source_ids = [], dec.translator.source_ids
     dec.translator.source_ids = lambda lines, cut=None: read.append(list(lines)) or source_ids(lines, cut)
     with pytest.raises(ValueError, match="^ContinuousDecoder.add: 1 lines but 2 keys$"):
         dec.add(["xx"], ["a", "b"])
-    with pytest.raises(ValueError, match="^ContinuousDecoder.add: 1 lines but 1 keys and 2 prefixes$"):
-        dec.add(["xx"], ["a"], ["p", "q"])
+    for prefixes in (["p", "q"], (p for p in ["p", "q"])):
+        with pytest.raises(ValueError, match="^ContinuousDecoder.add: 1 lines but 1 keys and 2 prefixes$"):
+            dec.add(["xx"], ["a"], prefixes)
     assert read == [] and dec.pending == 0
     dec.add((line for line in ["x", "xx"]), ["a", "b"], [None, "p"])   # (any iterable of lines, read once)
     assert read == [["x", "xx"]] and dec.pending == 2
