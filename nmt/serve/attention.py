@@ -47,17 +47,18 @@ def attention_within(translator, line: str, given) -> Tuple[object, List[str]]:
     warnings = [token_warning(translator, "text", line, translator.source_ids)]
     asked = {}
     if isinstance(given, list):
-        try:
-            translator.tgt_tok.piece_ids(given, "pieces")
-        except PieceError as e:   # (named as pydantic names an item: pieces[2])
-            raise RequestError(422, str(e), e.field) from None
         asked = {"pieces": given}
     elif given is not None:
         given, cut = _within_pieces(translator, given)
         warnings.append(cut)
         asked = {"translation": given}
     with translator.unreported():   # (a cut is said in the answer, and the log has the answer's words)
-        a = attention(translator, line, **asked)
+        try:
+            a = attention(translator, line, **asked)
+        except PieceError as e:   # of given pieces (`Tokenizer.piece_ids`, which maps them once, there), named as
+            if "pieces" not in asked:   # pydantic names an item: pieces[2]
+                raise
+            raise RequestError(422, str(e).removeprefix("attention: "), e.field.removeprefix("attention: ")) from None
     if not asked and a.tgt_pieces[-1:] != ["</s>"]:   # (a given translation is as given)
         warnings.append(at_length_limit(translator.decode))
     where = "pieces" if "pieces" in asked else "text"   # (of given pieces too: their text leaves them out alike)

@@ -215,6 +215,20 @@ def test_pieces_are_the_searchs_and_attention_takes_them_back(http, translator, 
         assert r.status_code == 422 and message in r.json()["error"] and r.json()["field"] == field, r.text
 
 
+def test_attention_maps_given_pieces_to_ids_once(http, translator, serve_sentences, monkeypatch):
+    """/attention checked the pieces given with `Tokenizer.piece_ids`, then `nmt.plot.attention` mapped them again:
+    they are mapped once, and a piece the vocabulary lacks is still refused as the field's (422, field pieces[i])."""
+    names, piece_ids = [], translator.tgt_tok.piece_ids
+    monkeypatch.setattr(translator.tgt_tok, "piece_ids", lambda pieces, name="pieces": (
+        names.append(name) or piece_ids(pieces, name)))
+    source, (pieces, _) = serve_sentences[0], non_canonical_split(translator.tgt_tok)
+    assert http.post("/attention", json={"text": source, "pieces": pieces}).status_code == 200 and len(names) == 1
+    r = http.post("/attention", json={"text": source, "pieces": pieces + ["zzz"]})
+    assert r.status_code == 422 and r.json() == {
+        "error": f"pieces[{len(pieces)}] 'zzz' is not a piece of the en vocabulary: give the pieces as a search wrote "
+                 "them", "field": f"pieces[{len(pieces)}]"} and len(names) == 2
+
+
 def test_attention_says_the_pieces_its_translation_drops(http, translator, serve_sentences):
     """<s> and <pad> in /attention's pieces were taken without a word: the answer's translation dropped them (a
     translation's text leaves them out). Then they were refused, but a search that sampled over the whole vocabulary
