@@ -8,9 +8,9 @@ Once a quarter of the batch is done, the done sentences leave it (`DecoderState.
 final) and the rest continue as a smaller batch. In beam search a sentence is done as soon as no active hypothesis
 can still beat its n-best finished ones (`Settled`: the same result in fewer steps). The chosen tokens and
 back-pointers stay on the device until a sentence leaves, then one copy brings them to the host to trace the
-hypotheses back. A sentence stops growing at EOS or after its `max_len` tokens; every computation is per row, so a
-sentence decodes the same alone or in a batch (its scores equal up to float32 rounding, which may depend on the
-batch shapes).
+hypotheses back. No search chooses <pad> or <s>, which no translation holds (`NeverChosen`, in the update blocks).
+A sentence stops growing at EOS or after its `max_len` tokens; every computation is per row, so a sentence decodes
+the same alone or in a batch (its scores equal up to float32 rounding, which may depend on the batch shapes).
 
 `BeamStream` is the same search over a stream of sentences: new ones join the running batch between two steps
 (`DecoderState.concat`) and each leaves as soon as it is done, which a service uses to keep its batch full

@@ -1,6 +1,7 @@
 """The hybridized blocks of a search step (`nmt.search`): per step one cached call chooses the tokens and
 back-pointers on the device (`GreedyUpdate`, or `BeamUpdate` built from `RowTopK`, `UpdateScores`, `TopK`,
-`Settled` and `SortStates`) and moves the decoder state's arrays that follow the hypotheses. While sentences are
+`Settled` and `SortStates`) and moves the decoder state's arrays that follow the hypotheses. Both first set the
+pieces no translation holds to -inf (`NeverChosen`: <pad> and <s>), so no search chooses them. While sentences are
 within their target prefixes, `Forcing` first masks the step's log-probabilities to the prefix's tokens
 (`ForceTokens`), or to those that can write its last word (`MaskTokens`).
 
@@ -19,9 +20,24 @@ import numpy as np
 from mxnet import gluon
 
 from nmt.parallel import to_device
-from nmt.tokenizer import EOS_ID
+from nmt.tokenizer import DROPPED_IDS, EOS_ID
 
 _NEG_INF = float("-inf")
+
+
+class NeverChosen(gluon.HybridBlock):
+    """log_probs (N,V) -> log_probs with <pad> and <s> at -inf: pieces no translation holds (a text drops them,
+    `nmt.tokenizer.DROPPED_IDS`), which a model's step may still give some probability (an undertrained one, or label
+    smoothing's share). Every update block applies it first, so greedy search, sampling and beam search (n-best,
+    ensembles, target prefixes) never choose them and know no ids; fairseq and Sockeye mask them alike."""
+
+    def hybrid_forward(self, F, log_probs):
+        column = F.contrib.arange_like(log_probs, axis=1)                                     # (V,)
+        banned = F.zeros_like(column)
+        for token in DROPPED_IDS:
+            banned = banned + (column == token)
+        row = F.where(banned, F.ones_like(column) * _NEG_INF, F.zeros_like(column))
+        return F.broadcast_add(log_probs, F.reshape(row, shape=(1, -1)))
 
 
 class RowTopK(gluon.HybridBlock):
@@ -119,6 +135,7 @@ class BeamUpdate(gluon.HybridBlock):
         self._K = beam_size
         R = min(beam_size, vocab_size)
         with self.name_scope():
+            self.never_chosen = NeverChosen()
             self.row_topk = ROW_TOPK(R)
             self.update_scores = UpdateScores()
             self.top_k = TopK(beam_size, R)
@@ -128,7 +145,7 @@ class BeamUpdate(gluon.HybridBlock):
     def hybrid_forward(self, F, log_probs, scores, lengths, finished, limits, lp_table, *moving):
         # all active hypotheses of a sentence with max_len tokens are finished as they are
         fin = F.broadcast_logical_or(finished, limits <= lengths)
-        cand_lp, cand_tok = self.row_topk(log_probs)                                          # (BK,R)
+        cand_lp, cand_tok = self.row_topk(self.never_chosen(log_probs))                       # (BK,R)
         raw, norm, cand_tok = self.update_scores(cand_lp, cand_tok, scores, lengths, fin, lp_table)
         pick, rows = self.top_k(norm)
         new_scores = F.take(F.reshape(raw, shape=(-1,)), pick)
@@ -178,8 +195,11 @@ class GreedyUpdate(gluon.HybridBlock):
     def __init__(self, sample_top: int = -1, **kwargs):
         super().__init__(**kwargs)
         self._top = sample_top
+        with self.name_scope():
+            self.never_chosen = NeverChosen()
 
     def hybrid_forward(self, F, log_probs, done, steps, limits, scores):
+        log_probs = self.never_chosen(log_probs)
         if self._top < 0:
             token = F.argmax(log_probs, axis=-1)
         elif self._top == 0:   # softmax: an ensemble's mean log-probabilities are not normalized

@@ -191,9 +191,9 @@ class Tokenizer:
         """The ids of a translation's pieces as `piece` writes them (a search's output, given back; an end of
         sentence last, as an attention's or nmt-score's pieces end, is left out: the row of the end comes last
         anyway); a PieceError naming `name`[i] (its `field`) for one not in this vocabulary, or an end of sentence
-        before the last (the text ends at it). <unk>, <s> and <pad> are taken (a sample draws none of them,
-        `never_written`; a caller may give them): the text shows <unk> (" ⁇ "), and drops <s> and <pad>
-        (`dropped_pieces`)."""
+        before the last (the text ends at it). <unk>, <s> and <pad> are taken (a search may write <unk>, but no <s>
+        or <pad>, `nmt.search_blocks.NeverChosen`; a caller may give them): the text shows <unk> (" ⁇ "), and drops
+        <s> and <pad> (`dropped_pieces`)."""
         if isinstance(pieces, str) or not isinstance(pieces, Sequence):
             raise TypeError(f"{name} must be a list of pieces (strings), got {type(pieces).__name__}")
         out = []

@@ -13,7 +13,7 @@ from nmt.config import ModelConfig
 from nmt.models import build_model
 from nmt.models.ensemble import Ensemble
 from nmt.search import beam_search, greedy_search
-from nmt.tokenizer import BOS_ID, EOS_ID
+from nmt.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 VOCAB = 30
 
@@ -219,11 +219,14 @@ def test_compiled_steps_do_not_keep_models_alive():
     assert [r() for r in refs] == [None, None]
 
 
-def first_token_probabilities(model, src, src_len, top=0):
-    """The model's distribution of a sentence's first token (renormalized over its `top` most probable tokens)."""
+def first_token_probabilities(model, src, src_len, top=0, drawn=True):
+    """The model's distribution of a sentence's first token (renormalized over its `top` most probable tokens); with
+    `drawn`, as a search draws from it: without <pad> and <s>, which it never chooses."""
     state = model.init_state(model.encode(src, src_len))
     log_probs, _, _ = model.step(nd.full((1,), BOS_ID), state)
     p = np.exp(log_probs.asnumpy()[0].astype(np.float64))
+    if drawn:
+        p[[PAD_ID, BOS_ID]] = 0.0
     if top:
         p[np.argsort(-p)[top:]] = 0.0
     return p / p.sum()
@@ -299,6 +302,42 @@ def test_a_sampled_translation_holds_no_pad_or_bos(tmp_path):
     mx.random.seed(5)
     drawn = [ids for hyps in tr.translate_ids(["we ate rice", "the weather is nice today ."] * 10) for ids, _ in hyps]
     assert sum(map(len, drawn)) > 20 and not {PAD_ID, BOS_ID} & {t for ids in drawn for t in ids}
+
+
+def favouring_pad_and_bos(model):
+    """`model` with an output bias that makes <pad> and <s> its likeliest pieces at every step."""
+    bias = np.zeros(VOCAB, dtype="float32")
+    bias[[PAD_ID, BOS_ID]] = 8.0
+    next(p for name, p in model.collect_params().items() if name.endswith("decoder_out_bias")).set_data(nd.array(bias))
+    return model
+
+
+def test_no_search_writes_pad_or_bos():
+    """No translation holds <pad> or <s> (its text would drop them), yet greedy and beam search banned no piece: a
+    model that gives them the most probability had them written. Every search (greedy, sampling, beam, n-best,
+    ensembles, target prefixes) now chooses among the other pieces, by their own log-probabilities."""
+    model, other = favouring_pad_and_bos(untrained_model()), favouring_pad_and_bos(other_member())
+    src, src_len = ragged_sources([6, 2, 8, 4], seed=4)
+    for m in (model, other, Ensemble([model, other])):
+        assert set(first_token_probabilities(m, src[:1], src_len[:1], drawn=False).argsort()[-2:]) == {PAD_ID, BOS_ID}
+    prefixes = [[5], None, [6, 7], []]
+    mx.random.seed(1)
+    found = {
+        "greedy": [[h] for h in greedy_search(model, src, src_len, 7)],
+        "greedy, prefixes": [[h] for h in greedy_search(model, src, src_len, 7, prefixes=prefixes)],
+        "sample": [[h] for h in greedy_search(model, src, src_len, 7, sample=0)],
+        "sample 3": [[h] for h in greedy_search(model, src, src_len, 7, sample=3)],
+        "beam": beam_search(model, src, src_len, beam_size=3, max_len=7),
+        "n-best": beam_search(model, src, src_len, beam_size=4, max_len=7, nbest=4),
+        "n-best, prefixes": beam_search(model, src, src_len, beam_size=3, max_len=7, nbest=3, prefixes=prefixes),
+        "ensemble greedy": [[h] for h in greedy_search([model, other], src, src_len, 7)],
+        "ensemble sample": [[h] for h in greedy_search([model, other], src, src_len, 7, sample=0)],
+        "ensemble n-best": beam_search([model, other], src, src_len, beam_size=3, max_len=7, nbest=3)}
+    for name, hyps in found.items():
+        tokens = [t for nbest in hyps for ids, _ in nbest for t in ids]
+        assert len(tokens) > 10 and not {PAD_ID, BOS_ID} & set(tokens), (name, hyps)
+        assert all(np.isfinite(score) for nbest in hyps for _, score in nbest), (name, hyps)
+    assert [len(n) for n in found["n-best"]] == [4] * 4
 
 
 def test_sampling_from_the_top_token_is_greedy_and_a_seed_repeats_a_draw():
