@@ -93,9 +93,18 @@ def config_from_args(args: argparse.Namespace, base: Optional[Config] = None) ->
     try:
         return Config.from_dict(given, source=str(getattr(args, "config", "") or "flags"))
     except SettingsClash as e:   # (values that clash, the --config file's among them: it is named)
-        raise type(e)(f"{args.config}: {e}" if getattr(args, "config", None) else str(e)) from None
+        raise type(e)(f"{args.config}: {e}" if clash_in_file(e, args) else str(e)) from None
     except ConfigError as e:   # a file's key with a flag's (merged): as the file's where the flag is another command's
         raise ConfigError(in_file_words(str(e), args)) from None
+
+
+def clash_in_file(clash: SettingsClash, args: argparse.Namespace) -> bool:
+    """Whether a --config file gives a value of `clash` (one of its `keys`, not given by a flag too; where it names
+    none, any --config file): `--config lr.json --average-last 5`, of a file giving neither key, was "lr.json: ..."."""
+    if not getattr(args, "config", None):
+        return False
+    given = given_keys(args)
+    return not clash.keys or any(given.get(key, "").startswith(f"{args.config}: ") for key in clash.keys)
 
 
 def in_file_words(message: str, args: argparse.Namespace) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import numbers
 import os
+from typing import Tuple
 
 
 class ConfigError(ValueError):
@@ -12,12 +13,16 @@ class ConfigError(ValueError):
 
 
 class SettingsClash(ConfigError):
-    """Values that cannot work together (of two sections, or a language pair): judged in a --config file with flags."""
+    """Values that cannot work together (of two sections, or a language pair): judged in a --config file with flags.
+    `keys`: the config keys whose values clash, where the kind of clash names them (a --config file is named in its
+    message only where it gives one of them: `nmt.cli.config_from_args`); () where it does not."""
+    keys: Tuple[str, ...] = ()
 
 
 class TooFewKept(SettingsClash):
     """An --average-last over the --keep-last checkpoints kept: a resume names which of the two is the run's own
     (`nmt.config_resume.run_clash`)."""
+    keys = ("train.average_last", "train.keep_last")
 
 
 _KINDS = {"int": ("an integer", int), "float": ("a number", float), "str": ("a string", os.fspath),

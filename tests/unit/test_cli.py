@@ -820,6 +820,31 @@ def test_a_resume_raising_average_last_over_the_runs_keep_last_says_it_is_the_ru
                                     "6"]))[0].train.average_last == 6
 
 
+def test_a_keep_last_clash_names_a_config_file_only_where_it_gives_one_of_the_two(tmp_path):
+    """`--config lr.json --average-last 5` ({"optim": {"lr": ...}}) was "lr.json: --average-last 5 averages ... (got
+    3)", as if the file gave a value of the clash: it gives neither; the 3 is the default (a new run) or the run's
+    saved --keep-last (a resume, whose advice then said so after the file's name). A file that gives one is named."""
+    from nmt.cli import config_for_resume
+    lr, keep = tmp_path / "lr.json", tmp_path / "keep3.json"
+    lr.write_text(json.dumps({"optim": {"lr": 0.001}}))
+    keep.write_text(json.dumps({"train": {"keep_last": 3}}))
+    told = r"--average-last 5 averages the last 5 of the checkpoints kept: give --keep-last 5 or more \(got 3\)"
+    with pytest.raises(ConfigError, match=rf"^{told}$"):
+        cfg_of(["--config", str(lr), "--average-last", "5"])
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(keep))}: {told}$"):   # (the file's 3)
+        cfg_of(["--config", str(keep), "--average-last", "5"])
+    run = tmp_path / "run"
+    run.mkdir()
+    saved = Config()
+    saved.train.model_dir, saved.train.average_last = str(run), 3
+    saved.save(run / "config.json")
+    parse = build_train_parser().parse_args
+    with pytest.raises(ConfigError, match=rf"^{told}; 3 is this run's saved --keep-last"):
+        config_for_resume(parse(["--model-dir", str(run), "--resume", "--config", str(lr), "--average-last", "5"]))
+    with pytest.raises(ConfigError, match=r"^--average-last 3 averages .* \(got 2\); --average-last 3 is this run's"):
+        config_for_resume(parse(["--model-dir", str(run), "--resume", "--config", str(lr), "--keep-last", "2"]))
+
+
 def test_a_resume_given_corpus_files_the_run_did_not_have_names_the_flag(tmp_path):
     """`--resume --train-src a.ko --train-tgt a.en` of a recipe run (or --dev-src/--dev-tgt of a run whose dev set is
     held out of its training files) was taken as files moved since, and refused only as their pairs were compared:
