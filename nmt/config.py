@@ -95,7 +95,7 @@ class DataConfig:
                      else "BPE-dropout rate, 0.1 is usual") + f"), got {self.subword_sampling}")])
         _check([(self.src_lang != self.tgt_lang, f"--src and --tgt are both {self.src_lang!r} (a side not given is its "
                  "default, ko or en, a --config file's or the run's): give --src ko --tgt en, or --src en --tgt ko")],
-               SettingsClash)   # (a pair: a --config file's side may meet a flag's)
+               SettingsClash, ("data.src_lang", "data.tgt_lang"))   # (a pair: a --config file's side may meet a flag's)
 
 
 ATTENTION_TYPES = ("dot", "general", "mlp")   # the LSTM's attention scores (nmt.models.lstm), which --attention offers
@@ -298,13 +298,14 @@ class Config:
     def __post_init__(self) -> None:
         d, t = self.data, self.train   # (pairs of values, of which a --config file may give one and a flag the other)
         _check([(bool(d.batch_tokens) or d.batch_size >= t.accum_steps,
-                 f"--batch-size {d.batch_size} is smaller than --accum-steps {t.accum_steps}")], SettingsClash)
+                 f"--batch-size {d.batch_size} is smaller than --accum-steps {t.accum_steps}")], SettingsClash,
+               ("data.batch_size", "data.batch_tokens", "train.accum_steps"))
         _check([(t.average_last <= t.keep_last, f"--average-last {t.average_last} averages the last {t.average_last} "
                  f"of the checkpoints kept: give --keep-last {t.average_last} or more (got {t.keep_last})")],
                TooFewKept)   # (on --resume, which of the two is the run's saved one is said: config_resume.run_clash)
         _check([(t.valid_metric != "ko-mecab" or d.tgt_lang == "ko",
                  f"--valid-metric ko-mecab scores Korean output, and this model translates into {d.tgt_lang!r}: use "
-                 "bleu, chrf or ppl")], SettingsClash)
+                 "bleu, chrf or ppl")], SettingsClash, ("train.valid_metric", "data.tgt_lang"))
 
     @property
     def valid_metric(self) -> str:

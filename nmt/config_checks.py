@@ -14,8 +14,8 @@ class ConfigError(ValueError):
 
 class SettingsClash(ConfigError):
     """Values that cannot work together (of two sections, or a language pair): judged in a --config file with flags.
-    `keys`: the config keys whose values clash, where the kind of clash names them (a --config file is named in its
-    message only where it gives one of them: `nmt.cli.config_from_args`); () where it does not."""
+    `keys`: the config keys whose values clash, as its kind or the check that raised it (`check`) names them (a
+    --config file is named in its message only where it gives one of them: `nmt.cli.config_from_args`); () if none."""
     keys: Tuple[str, ...] = ()
 
 
@@ -46,8 +46,12 @@ def typed(config) -> None:
         setattr(config, f.name, _KINDS[kind][1](value))
 
 
-def check(checks, error=ConfigError) -> None:
-    """`error` (a ConfigError) with the message of the first (ok, message) pair that is not ok."""
+def check(checks, error=ConfigError, keys: Tuple[str, ...] = ()) -> None:
+    """`error` (a ConfigError) with the message of the first (ok, message) pair that is not ok; a SettingsClash's
+    `keys`, where given: the config keys whose values the checks compare."""
     for ok, message in checks:
         if not ok:
-            raise error(message)
+            e = error(message)
+            if keys:
+                e.keys = tuple(keys)
+            raise e

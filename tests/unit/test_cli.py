@@ -820,10 +820,11 @@ def test_a_resume_raising_average_last_over_the_runs_keep_last_says_it_is_the_ru
                                     "6"]))[0].train.average_last == 6
 
 
-def test_a_keep_last_clash_names_a_config_file_only_where_it_gives_one_of_the_two(tmp_path):
+def test_a_settings_clash_names_a_config_file_only_where_it_gives_one_of_its_values(tmp_path):
     """`--config lr.json --average-last 5` ({"optim": {"lr": ...}}) was "lr.json: --average-last 5 averages ... (got
     3)", as if the file gave a value of the clash: it gives neither; the 3 is the default (a new run) or the run's
-    saved --keep-last (a resume, whose advice then said so after the file's name). A file that gives one is named."""
+    saved --keep-last (a resume, whose advice then said so after the file's name). So were the other clashes of
+    flags (--batch-size under --accum-steps, --valid-metric ko-mecab, --src and --tgt). A file giving one is named."""
     from nmt.cli import config_for_resume
     lr, keep = tmp_path / "lr.json", tmp_path / "keep3.json"
     lr.write_text(json.dumps({"optim": {"lr": 0.001}}))
@@ -833,6 +834,15 @@ def test_a_keep_last_clash_names_a_config_file_only_where_it_gives_one_of_the_tw
         cfg_of(["--config", str(lr), "--average-last", "5"])
     with pytest.raises(ConfigError, match=rf"^{re.escape(str(keep))}: {told}$"):   # (the file's 3)
         cfg_of(["--config", str(keep), "--average-last", "5"])
+    for flags, said in ((["--batch-size", "2", "--accum-steps", "4"], "--batch-size 2 is smaller"),   # other clashes
+                        (["--valid-metric", "ko-mecab"], "--valid-metric ko-mecab scores Korean output"),
+                        (["--src", "en"], "--src and --tgt are both 'en'")):
+        with pytest.raises(ConfigError, match=f"^{said}"):
+            cfg_of(["--config", str(lr), *flags])
+    accum = tmp_path / "accum4.json"
+    accum.write_text(json.dumps({"train": {"accum_steps": 4}}))
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(accum))}: --batch-size 2 is smaller"):
+        cfg_of(["--config", str(accum), "--batch-size", "2"])
     run = tmp_path / "run"
     run.mkdir()
     saved = Config()
