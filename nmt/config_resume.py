@@ -18,6 +18,9 @@ _CORPORA_PLACE = ("data.data_dir", "data.cache_dir")
 PER_INVOCATION = frozenset({"train.model_dir", "train.gpus", "train.cpu_devices", "train.kvstore", "train.amp",
                             "train.max_seconds", "train.progress", "train.tensorboard", *_CORPORA_PLACE})
 
+# What --init-from advice adds where the run it names is rank 0's, not on this machine (a distributed worker's)
+RANK0_RUN = ("(rank 0's: its machine's copy of the run; a fine-tuning job reads the model of --init-from at the same "
+             "path on every machine, so copy it to this one)")
 _FIXED_KEYS = ("train.seed", "train.valid_metric", "optim.optimizer")
 # Corpus files a resumed run may find elsewhere (moved, compressed): its training, dev and test pairs' checksums are
 # compared with the run's as it resumes (`nmt.data.check_same_pairs`). Only files the run has: a recipe's corpora or a
@@ -94,8 +97,7 @@ def _latest_params(model_dir: Path, at: Optional[int] = None) -> str:
     from nmt.checkpoint import params_file
     step = _resumed_from(model_dir).get("step") if at is None else at
     word = shell_word(model_dir / params_file(step) if isinstance(step, int) else model_dir)
-    return word if at is None else (f"{word} (rank 0's: its machine's copy of the run; a fine-tuning job reads the "
-                                    "model of --init-from at the same path on every machine, so copy it to this one)")
+    return word if at is None else f"{word} {RANK0_RUN}"
 
 
 def _tuned(key: str, source: str, arch: str, at: Optional[int] = None) -> str:

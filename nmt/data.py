@@ -149,18 +149,21 @@ def pair_sums(splits: DatasetSplits) -> Tuple[str, str, str]:
             text_checksum(tests))
 
 
-def check_same_pairs(d: DataConfig, sums: Tuple[str, ...], saved: Tuple[str, ...], model_dir: Path) -> None:
+def check_same_pairs(d: DataConfig, sums: Tuple[str, ...], saved: Tuple[str, ...], model_dir: Path,
+                     rank0: bool = False) -> None:
     """ConfigError unless a resumed run's pairs (their `pair_sums`: `sums`) are those its checkpoint trained,
     validated and is to be tested on (`saved`; "" for unknown): a file edited in place keeps its path, which is all
-    the settings compare, and a moved one (given where it is now) is accepted by its pairs."""
+    the settings compare, and a moved one (given where it is now) is accepted by its pairs. `rank0`: as
+    `other_pairs`."""
     for i, what in ((1, "dev"), (0, "training"), (2, "test")):   # the dev pairs first: a dev pair changes the
         if saved[i] and sums[i] != saved[i]:                         # training pairs
-            raise other_pairs(d, what, model_dir)
+            raise other_pairs(d, what, model_dir, rank0=rank0)
 
 
-def other_pairs(d: DataConfig, what: str, model_dir: Path, how: str = "") -> ConfigError:
+def other_pairs(d: DataConfig, what: str, model_dir: Path, how: str = "", rank0: bool = False) -> ConfigError:
     """The ConfigError of a resumed run whose `what` pairs ("training", "dev" or "test") are not the run's (in
-    `model_dir`), `how` it shows where not by their checksum."""
+    `model_dir`; `rank0`: on rank 0's machine, not this worker's), `how` it shows where not by their checksum."""
+    from nmt.config_resume import RANK0_RUN
     files, done, changed = {
         "dev": (("dev_src", "dev_tgt"), "validated", "they" if d.dev_src else "they, or the training or test files "
                 "they are drawn from (a held-out dev set leaves out pairs of the test set),"),
@@ -173,8 +176,8 @@ def other_pairs(d: DataConfig, what: str, model_dir: Path, how: str = "") -> Con
                        f"{'with' if what == 'test' else 'on until now'}{how}: "
                        f"{changed} changed since it started, or are other files than it read (or {READ_SINCE}); the "
                        "data cannot change within a run: give it its files as they were, start a new run (another "
-                       "--model-dir, or --overwrite), or go on from this run with new data: fine-tune it into "
-                       f"another --model-dir with --init-from {shell_word(model_dir)}")
+                       "--model-dir, or --overwrite), or go on from this run with new data: fine-tune it into another "
+                       f"--model-dir with --init-from {shell_word(model_dir)}{f' {RANK0_RUN}' if rank0 else ''}")
 
 
 def build_data(cfg: Config, model_dir: Path, resume: bool = False, workers: Optional[WorkerGroup] = None,
@@ -187,15 +190,16 @@ def build_data(cfg: Config, model_dir: Path, resume: bool = False, workers: Opti
     d = cfg.data
     if d.tgt_lang == "ko":   # (its validations would fail: before any work)
         korean_bleu()
+    rank0 = not (workers is None or workers.is_chief or (Path(model_dir) / "config.json").is_file())   # (its run's)
     try:
         splits = load_data(d)
     except TooFewPairs as e:   # (a resumed run had enough: other data, not a dev set to give)
         if not (resume and saved_sums[0]):
             raise
-        raise other_pairs(d, "training", model_dir, f" ({e.left} after cleaning: the run had {e.needed} or more)"
-                          ) from None
+        raise other_pairs(d, "training", model_dir, f" ({e.left} after cleaning: the run had {e.needed} or more)",
+                          rank0) from None
     sums = pair_sums(splits)
-    check_same_pairs(d, sums, saved_sums, model_dir)
+    check_same_pairs(d, sums, saved_sums, model_dir, rank0)
     logger.info("data: %d train, %d dev pairs; tests: %s", len(splits.train.src), len(splits.dev.src),
                 ", ".join(f"{k} ({len(v.src)})" for k, v in splits.tests.items()) or "none")
     if len(splits.dev.src) > cfg.train.valid_max_sentences:   # a file in document or domain order: its first part

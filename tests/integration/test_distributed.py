@@ -725,6 +725,25 @@ def test_a_worker_without_the_model_directory_names_its_flag_and_rank_0s_files(m
         rank0_settings(saved, worker("--optimizer", "sgd"), 1, 40)
 
 
+def test_a_worker_without_the_model_directory_names_rank_0s_run_where_its_pairs_are_others(tmp_path, task):
+    """Such a worker of a run on its own files, given other files (moved files are compared by their pairs), was
+    refused as "the training pairs (...) are not those the run trained on until now ...: fine-tune it into another
+    --model-dir with --init-from run", a directory that is not on its machine, not said to be rank 0's. It is said,
+    as the refusal of a flag says it (`rank0_settings`); rank 0's own refusal is as before."""
+    from types import SimpleNamespace
+    from nmt.data import build_data
+    other = tiny_config(tmp_path, task, "run")   # (a checksum of other pairs is the run's)
+    few = tiny_config(tmp_path, {**task, "train_src": task["dev_src"], "train_tgt": task["dev_tgt"], "dev_src": None,
+                                 "dev_tgt": None}, "run")   # 40 pairs: too few to hold a dev set out of
+    run = Path(other.train.model_dir)
+    rank0 = re.escape(f"--init-from {run} (rank 0's: its machine's copy of the run; a fine-tuning job reads the model "
+                      "of --init-from at the same path on every machine, so copy it to this one)")
+    for cfg, how in ((other, ""), (few, r" \(40 after cleaning: the run had 1001 or more\)")):
+        for worker, said in ((SimpleNamespace(is_chief=False), rank0), (None, f"--init-from {re.escape(str(run))}")):
+            with pytest.raises(ConfigError, match=rf"^--resume: the training pairs .* until now{how}: .*{said}$"):
+                build_data(cfg, run, True, worker, ("0" * 64, "", ""))
+
+
 @pytest.mark.parametrize("flags, said", [
     (["--average-last", "5"], r"--average-last 5 averages the last 5 of the checkpoints kept: give --keep-last 5 or "
                               r"more \(got \d+\)"),
