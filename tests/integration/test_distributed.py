@@ -725,6 +725,28 @@ def test_a_worker_without_the_model_directory_names_its_flag_and_rank_0s_files(m
         rank0_settings(saved, worker("--optimizer", "sgd"), 1, 40)
 
 
+def test_a_worker_without_the_model_directory_is_told_rank_0s_checkpoint_step(monkeypatch, tmp_path):
+    """resumed_state passes such a worker the step of rank 0's newest checkpoint, which its advice names (its own
+    machine has no manifest to read it from): without it the advice fell back to "--init-from run", a directory,
+    not said to be rank 0's, and only rank0_settings called by hand with the step was tested."""
+    from nmt.resume import resumed_state
+    saved = Config()
+    saved.train.model_dir = str(tmp_path / "run")   # rank 0's, as its workers read it
+    (tmp_path / "run").mkdir()
+    saved.save(tmp_path / "run" / ckpt.CONFIG)
+    rank0 = ckpt.TrainState(step=40, params_files=[ckpt.params_file(20), ckpt.params_file(40)])
+
+    class Rank1:   # (a worker of two, on a machine without the run)
+        is_chief, rank, num_workers = False, 1, 2
+        broadcast_json = staticmethod(lambda mine: vars(rank0))
+        read_shared = staticmethod(lambda model_dir, name, load: load(tmp_path / "run" / name))
+    monkeypatch.chdir(tmp_path / "run")   # (no run/run here)
+    cfg = training_run(build_train_parser().parse_args(["--model-dir", "run", "--resume", "--kvstore", "dist_sync",
+                                                        "--optimizer", "sgd"]))[0]
+    with pytest.raises(ConfigError, match=rf"^worker rank 1, .*--init-from run/{ckpt.params_file(40)} \(rank 0's: "):
+        resumed_state(cfg, Rank1())
+
+
 def test_a_worker_without_the_model_directory_names_rank_0s_run_where_its_pairs_are_others(tmp_path, task):
     """Such a worker of a run on its own files, given other files (moved files are compared by their pairs), was
     refused as "the training pairs (...) are not those the run trained on until now ...: fine-tune it into another
