@@ -710,15 +710,21 @@ def test_a_huge_gpu_count_is_named_without_listing_it(monkeypatch):
     assert parse_devices("2") == [mx.gpu(0), mx.gpu(1)]
 
 
+def _run_keeping(tmp_path, keep_last: int):
+    """A run directory whose config.json keeps `keep_last` checkpoints (and the defaults otherwise)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    saved = Config()
+    saved.train.model_dir, saved.train.keep_last = str(run), keep_last
+    saved.save(run / "config.json")
+    return run
+
+
 def test_a_resume_checks_a_config_file_over_the_runs_own_settings(tmp_path):
     """`--resume --config F` with {"train": {"average_last": 5}} was refused as "give --keep-last 5 or more (got
     3)" for a run that keeps 5: the file was checked over the defaults; the flag --average-last 5 was taken."""
     from nmt.cli import config_for_resume
-    run = tmp_path / "run"
-    run.mkdir()
-    saved = Config()
-    saved.train.model_dir, saved.train.keep_last = str(run), 5
-    saved.save(run / "config.json")
+    run = _run_keeping(tmp_path, 5)
     path = tmp_path / "avg5.json"
     path.write_text(json.dumps({"train": {"average_last": 5}}))
     parse = build_train_parser().parse_args
@@ -798,11 +804,7 @@ def test_a_resume_raising_average_last_over_the_runs_keep_last_says_it_is_the_ru
     """`nmt-train --resume --average-last 6` in a run that keeps 5 checkpoints said "give --keep-last 6 or more (got
     5)" without saying that the 5 is the run's saved --keep-last, not anything this command gave."""
     from nmt.cli import config_for_resume
-    run = tmp_path / "run"
-    run.mkdir()
-    saved = Config()
-    saved.train.model_dir, saved.train.keep_last = str(run), 5
-    saved.save(run / "config.json")
+    run = _run_keeping(tmp_path, 5)
     parse = build_train_parser().parse_args
     source = re.escape(str(run / "config.json"))
     with pytest.raises(ConfigError, match=r"^--average-last 6 averages the last 6 of the checkpoints kept: give "
