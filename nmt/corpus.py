@@ -146,11 +146,13 @@ def tidy_translation(text: str) -> str:
     return _SPACE_RUN.sub(" ", one_line(text)).strip(" ")
 
 
-def count_lines(text: str) -> int:
+def count_lines(text: str, read: Optional[str] = None) -> int:
     """How many lines of `text` (split at `LINE_BREAKS`, as str.splitlines splits: LF, CR, U+2028, ...) have something
     on them that the model reads (not a zero-width space or control character alone: `normalize`). More than one in
     what should be one sentence means several: a model trained on sentences usually translates the first alone,
-    leaving out the rest."""
+    leaving out the rest. `read`: `normalize(text)`, if known (a text without line breaks is then not read again)."""
+    if read is not None and not LINE_BREAKS.search(text):
+        return 1 if read else 0
     return sum(1 for part in LINE_BREAKS.split(text) if normalize(part))
 
 

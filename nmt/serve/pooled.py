@@ -1,6 +1,6 @@
 """A request's work that reads all of its text or all of its answer, on a thread of the pool instead of the event
-loop, as the parsing of its body (`api._parse_request`): checking the lines of a request normalizes each of them
-several times (256 lines of 15,000 characters, a 4 MB body, took 2-5 s), and FastAPI's encoding of a big answer
+loop, as the parsing of its body (`api._parse_request`): checking the lines of a request normalizes each of them (a
+4 MB body took 0.5-1 s; 2-5 s when each line was normalized several times), and FastAPI's encoding of a big answer
 (256 sentences' 16-best lists with their alignments and pieces, 3 MB of JSON) took 4 s. On the event loop, either
 held up every other request, /health too, for that long."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ from starlette.concurrency import run_in_threadpool
 
 from nmt.languages import hangul_counts, other_language_warning
 from nmt.serve.attention import check_attention
-from nmt.serve.schema import check_prefixes, check_translate, decoded_count, within_pieces
+from nmt.serve.schema import ReadText, check_prefixes, check_translate, decoded_count, within_pieces
 
 
 class Checked(NamedTuple):
@@ -33,13 +33,13 @@ async def checked_translate(req, translator, limits) -> Checked:
 
 
 def _check_translate(req, tr, limits) -> Checked:
-    most = tr.decode.max_input_tokens
-    lines, beam, warnings = check_translate(req, limits, tr.decode.beam_size, most)
-    prefixes, cut = check_prefixes(req, most)
+    most, read = tr.decode.max_input_tokens, ReadText(req)   # (each line normalized once, for every check)
+    lines, beam, warnings = check_translate(req, limits, tr.decode.beam_size, most, read)
+    prefixes, cut = check_prefixes(req, most, read)
     language = other_language_warning(*hangul_counts(lines, tr.src_lang), tr.src_lang, tr.tgt_lang)
     warnings += cut + ([f"text: {language}"] if language else [])
     long_lines = any(not within_pieces(x, most) for x in lines + (prefixes or []))
-    return Checked(lines, beam, prefixes, warnings, long_lines, decoded_count(req))
+    return Checked(lines, beam, prefixes, warnings, long_lines, decoded_count(req, read))
 
 
 async def checked_attention(req, max_input_tokens: int) -> tuple:

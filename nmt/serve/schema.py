@@ -7,6 +7,7 @@ characters (`nmt.translate.CHARS_PER_TOKEN`) and the answer carries a warning sa
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import logging
@@ -20,13 +21,12 @@ from starlette.requests import ClientDisconnect
 
 from nmt import jsonio
 from nmt.config import CHARS_PER_TOKEN
-from nmt.corpus import INVISIBLE, count_lines, lone_surrogate, normalize, removed_controls
+from nmt.corpus import count_lines, lone_surrogate, normalize, removed_controls
 
 EXAMPLE = '{"text": ["안녕하세요"], "beam_size": 4, "nbest": 1}'   # of /translate; /attention's below
 # Lines of a /translate request, blank ones included, per sentence of --max-sentences: blank lines are not decoded, but
 # each is checked, normalized, queued and answered (a million of them in a 4 MB body took the server 25-50 s).
 LINES_PER_SENTENCE = 4
-_ESCAPE_START = re.compile("[\x1b\x9b\x9d]")   # what begins a terminal escape sequence (`nmt.corpus.ESCAPE_SEQUENCE`)
 # Arrays and objects a body may nest (a request nests 2: an object of lists of strings; much deeper JSON reached
 # Python's recursion limit, a 500) and hold (2 to 4: a million empty arrays in 4 MB took seconds to parse, the GIL
 # held). Brackets are counted outside strings (`_STRING`: an unclosed one runs to the end, for one pass) only when the
@@ -263,16 +263,18 @@ def _field_message(err: dict) -> Tuple[str, str]:
     return f"{loc or 'a field name'}: {err['msg'].lower()} (got {got})", loc or None
 
 
-def check_translate(req: TranslateRequest, limits: Limits, default_beam: int,
-                    max_input_tokens: int) -> Tuple[List[str], int, List[str]]:
-    """(lines to translate, beam size, warnings) of a parsed request; RequestError for what the service refuses."""
+def check_translate(req: TranslateRequest, limits: Limits, default_beam: int, max_input_tokens: int,
+                    read: Optional["ReadText"] = None) -> Tuple[List[str], int, List[str]]:
+    """(lines to translate, beam size, warnings) of a parsed request; RequestError for what the service refuses.
+    `read`: the request's `ReadText`, shared with the other checks (default: its own)."""
     if not req.text:
         raise RequestError(422, f"text is empty: send at least one sentence, e.g. {EXAMPLE}", "text")
     if len(req.text) > (most := LINES_PER_SENTENCE * limits.max_sentences):   # blank lines too cost work
         raise RequestError(413, f"text has {len(req.text)} lines; at most {most} per request, blank ones included "
                                 f"(of at most {limits.max_sentences} sentences, {LINES_PER_SENTENCE} lines each): "
                                 "split them into several requests (or translate files with nmt-translate)", "text")
-    if len(req.text) > limits.max_sentences and (sentences := decoded_count(req)) > limits.max_sentences:
+    read = ReadText(req) if read is None else read
+    if len(req.text) > limits.max_sentences and (sentences := decoded_count(req, read)) > limits.max_sentences:
         blank = len(req.text) - sentences
         raise RequestError(413, f"text has {sentences} sentences" + f" (not counting {blank} blank lines)" * bool(blank)
                            + f"; at most {limits.max_sentences} per request: split them into several requests (or "
@@ -285,62 +287,73 @@ def check_translate(req: TranslateRequest, limits: Limits, default_beam: int,
                                 "keeps only beam_size hypotheses; raise beam_size or lower nbest", "nbest")
     lines, warnings = [], []
     for i, line in enumerate(req.text):
-        line, warning = check_line(line, f"text[{i}]", max_input_tokens)
+        line, warning = check_line(line, f"text[{i}]", max_input_tokens, read=read.text[i])
         lines.append(line)
         warnings += warning
     return lines, beam, warnings
 
 
-def decoded_count(req: TranslateRequest) -> int:
+class ReadText:
+    """A /translate request's lines and target prefixes (None: "") as the Translator reads them (`normalize`), each
+    read once, when first asked for (after the checks that need none): the checks take them from here, and so does
+    `decoded_count` what is blank."""
+
+    def __init__(self, req: TranslateRequest):
+        self._req = req
+
+    @functools.cached_property
+    def text(self) -> List[str]:
+        return [normalize(line) for line in self._req.text]
+
+    @functools.cached_property
+    def prefixes(self) -> List[str]:
+        return [normalize(prefix or "") for prefix in self._req.target_prefix or []]
+
+
+def decoded_count(req: TranslateRequest, read: Optional[ReadText] = None) -> int:
     """How many of a /translate request's sentences the model decodes: those of --max-sentences and of the queue. A
     blank one (spaces, or characters the model does not read: `normalize` leaves nothing) without a target prefix
-    costs nothing, and comes back as an empty translation."""
-    prefixes = req.target_prefix if req.target_prefix is not None else []
-    return sum(1 for i, line in enumerate(req.text)
-               if not _blank(line) or i < len(prefixes) and not _blank(prefixes[i] or ""))
+    costs nothing, and comes back as an empty translation. `read`: the request's `ReadText` (default: its own)."""
+    read, prefixes = ReadText(req) if read is None else read, req.target_prefix or []
+    return sum(1 for i, line in enumerate(read.text) if line or i < len(prefixes) and read.prefixes[i])
 
 
-def _blank(line: str) -> bool:
-    """Whether `normalize` leaves nothing of `line`; told at once, without normalizing a long line, where it has a
-    letter or digit that `normalize` keeps (one not invisible, in a line without terminal escape sequences)."""
-    if not line.strip():
-        return True
-    if not _ESCAPE_START.search(line) and any(c.isalnum() and not INVISIBLE.match(c) for c in line):
-        return False
-    return not normalize(line)
-
-
-def check_prefixes(req: TranslateRequest, max_input_tokens: int) -> Tuple[Optional[List[str]], List[str]]:
+def check_prefixes(req: TranslateRequest, max_input_tokens: int,
+                   read: Optional[ReadText] = None) -> Tuple[Optional[List[str]], List[str]]:
     """(target prefixes or None, warnings) of a parsed /translate request; RequestError unless it has one per
-    sentence."""
+    sentence. `read`: the request's `ReadText` (default: its own)."""
     if req.target_prefix is None:
         return None, []
     if len(req.target_prefix) != len(req.text):
         raise RequestError(422, f"target_prefix has {len(req.target_prefix)} items for {len(req.text)} sentences in "
                                 "text: give one per sentence (\"\" or null for none)", "target_prefix")
+    read = ReadText(req) if read is None else read
     prefixes, warnings = [], []
     for i, prefix in enumerate(req.target_prefix):
-        prefix, warning = check_line(prefix or "", f"target_prefix[{i}]", max_input_tokens)
+        prefix, warning = check_line(prefix or "", f"target_prefix[{i}]", max_input_tokens, read=read.prefixes[i])
         prefixes.append(prefix)
         warnings += warning
     return prefixes, warnings
 
 
-def check_line(line: str, where: str, max_input_tokens: int, use: str = "translating") -> Tuple[str, List[str]]:
+def check_line(line: str, where: str, max_input_tokens: int, use: str = "translating",
+               read: Optional[str] = None) -> Tuple[str, List[str]]:
     """A line cut to the CLI's character limit, with warnings (`use`: what is done with the line, which its control
-    characters were removed before); RequestError for a lone surrogate or text on several lines."""
+    characters were removed before; `read`: its `normalize`, if known); RequestError for a lone surrogate or text on
+    several lines."""
     surrogate = lone_surrogate(line)
     if surrogate:
         raise RequestError(422, f"{where} has a lone surrogate {surrogate}: it is not a character; send valid "
                                 "Unicode (a complete surrogate pair, or remove it)", where)
-    lines = count_lines(line)
+    lines = count_lines(line, read)
     if lines > 1:
         advice = ("send each line as its own sentence (read as one, all but the first would usually be left out of "
                   "the translation)" if where.startswith("text") else "a translation (or its start) is one line")
         raise RequestError(422, f"{where} has text on {lines} lines: {advice}", where)
     warnings, controls = [], removed_controls(line)
     max_chars = max_input_tokens * CHARS_PER_TOKEN
-    if len(read := normalize(line)) > max_chars:   # the line as read (4,000 spaces before its text are not counted)
+    read = normalize(line) if read is None else read
+    if len(read) > max_chars:   # the line as read (4,000 spaces before its text are not counted)
         line = read
         warnings.append(f"{where} has {len(line)} characters; truncated to {max_chars} (max_input_tokens "
                         f"{max_input_tokens} x {CHARS_PER_TOKEN}), as nmt-translate does")

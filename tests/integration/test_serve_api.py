@@ -523,9 +523,9 @@ def test_reading_a_requests_text_or_answer_holds_up_no_other_request(translator,
     from nmt.serve import attention, schema
     check_line, render = schema.check_line, JSONResponse.render
 
-    def slow_line(line, *args):
+    def slow_line(line, *args, **kwargs):
         time.sleep(1.5 if line == "slow" else 0)
-        return check_line(line, *args)
+        return check_line(line, *args, **kwargs)
 
     def slow_render(self, content):
         time.sleep(1.5 if isinstance(content, dict) and content.get("beam_size") == 3 else 0)
