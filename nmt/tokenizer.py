@@ -176,8 +176,9 @@ class Tokenizer:
     def whole_characters(self, ids: Sequence[int]) -> List[int]:
         """The indices of `ids` to write: all but byte pieces that form no whole UTF-8 character (a search or a
         sample may write a lead byte, then a syllable), which SentencePiece would write as U+FFFD each, and those of
-        a control character (ESC, U+0006, a line end, U+009B: an undertrained model's), which no training text holds
-        (`never_written`) and a terminal would act on (`nmt.byte_pieces`)."""
+        a control character (ESC, U+0006, a line end, U+009B: an undertrained model's) or a line or paragraph
+        separator (U+2028, U+2029), which no training text holds (`never_written`) and a terminal would act on
+        (`nmt.byte_pieces`)."""
         return byte_pieces.written(ids, self._byte_values())
 
     def piece(self, token_id: int) -> str:

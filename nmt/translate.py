@@ -52,7 +52,7 @@ class Translator:
     input line gives an empty output line."""
     # what a warning says after the count of `bytes_left_out` (nmt-translate's, the service's)
     LEFT_OUT = ("byte piece(s) left out of the translation(s): UTF-8 bytes that form no whole character (SentencePiece "
-                "would write U+FFFD for each) or a control character (a terminal would act on it)")
+                "would write U+FFFD for each) or a control character or line separator (a terminal would act on it)")
 
     def __init__(self, net, src_tok: Tokenizer, tgt_tok: Tokenizer, decode: DecodeConfig, ctx: mx.Context = None,
                  warn_cut_off: bool = True):

@@ -351,8 +351,8 @@ def test_byte_pieces_left_out_of_a_translation_are_warned_of(http, translator, m
     monkeypatch.setattr(tok, "whole_characters", lambda ids: whole(ids)[:-1])
     r = http.post("/translate", json={"text": ["", "가 나"], "nbest": 2, "beam_size": 2}).json()
     assert r["warnings"] == ["text[1]: 2 byte piece(s) left out of the translation(s): UTF-8 bytes that form no whole "
-                             "character (SentencePiece would write U+FFFD for each) or a control character (a "
-                             "terminal would act on it)"]
+                             "character (SentencePiece would write U+FFFD for each) or a control character or line "
+                             "separator (a terminal would act on it)"]
 
 
 def test_attention_warns_of_byte_pieces_left_out_of_its_translation(http, translator, serve_sentences, monkeypatch):

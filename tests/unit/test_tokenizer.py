@@ -338,7 +338,7 @@ def test_byte_pieces_left_out_of_a_translation_are_counted_and_said(ko_tok, monk
     with caplog.at_level(logging.WARNING, "nmt.translate"):
         assert tr.translate(lines) == ["학교에"] * 3
     said = ("byte piece(s) left out of the translation(s): UTF-8 bytes that form no whole character (SentencePiece "
-            "would write U+FFFD for each) or a control character (a terminal would act on it)")
+            "would write U+FFFD for each) or a control character or line separator (a terminal would act on it)")
     assert [r.getMessage() for r in caplog.records] == [
         f"input line 2: 2 {said} (--sample over the whole vocabulary draws them: give it a K, e.g. --sample 10)"]
     assert tr.left_out == 1 and Translator.LEFT_OUT == said
