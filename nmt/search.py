@@ -23,7 +23,8 @@ A sentence may be given a target prefix (token ids, or a `TargetPrefix`: token i
 translations start with it. While a sentence is within its prefix, the model's log-probabilities are masked to the
 prefix's next token, or to the tokens that fit the word (`Forcing`), before the search chooses, so the prefix is
 scored by the model like any other text and the search knows nothing of it; a beam spreads only where the prefix
-leaves a choice. The prefix does not count against the sentence's `max_len`.
+leaves a choice. The prefix does not count against the sentence's `max_len`. A prefix token no search takes (<pad>
+or <s>; in `greedy_search`, one of `banned`) is a ValueError naming it: forced, it would leave no token to take.
 """
 from __future__ import annotations
 
@@ -102,7 +103,7 @@ def greedy_search(model: Models, src: mx.nd.NDArray, src_len: mx.nd.NDArray, max
     model = as_model(model)
     batch, ctx = src.shape[0], src.context
     forcing = Forcing(ctx)
-    limits = forcing.add(range(batch), prefixes, _max_lens(max_len, batch))
+    limits = forcing.add(range(batch), prefixes, _max_lens(max_len, batch), banned)
     if int(limits.max(initial=0)) == 0:
         return [([], 0.0) for _ in range(batch)]
     if sample is not None:

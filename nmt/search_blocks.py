@@ -20,9 +20,10 @@ import numpy as np
 from mxnet import gluon
 
 from nmt.parallel import to_device
-from nmt.tokenizer import DROPPED_IDS, EOS_ID
+from nmt.tokenizer import BOS_ID, DROPPED_IDS, EOS_ID, PAD_ID
 
 _NEG_INF = float("-inf")
+_DROPPED_NAMES = {PAD_ID: "<pad>", BOS_ID: "<s>"}   # (`DROPPED_IDS`)
 
 
 class NeverChosen(gluon.HybridBlock):
@@ -245,6 +246,21 @@ class _Progress:
         self.offsets: Optional[np.ndarray] = None
 
 
+def _check_never_forced(prefixes: Sequence[Optional[TargetPrefix]], banned: Sequence[int]) -> None:
+    """ValueError naming the first prefix token that is <pad>, <s> (`DROPPED_IDS`) or in `banned`: the search sets
+    it to -inf after forcing it, so greedy search wrote <pad> with a score of -inf and beam search no translation."""
+    never = {int(t) for t in banned}
+    for n, prefix in enumerate(prefixes):
+        for j, token in enumerate(() if prefix is None else prefix.tokens):
+            if int(token) in DROPPED_IDS:
+                raise ValueError(f"prefixes[{n}][{j}] is {_DROPPED_NAMES[int(token)]} (id {int(token)}), which no "
+                                 "search writes (a translation's text drops it): a prefix holds only tokens a "
+                                 "translation can")
+            if int(token) in never:
+                raise ValueError(f"prefixes[{n}][{j}] is token {int(token)}, which `banned` keeps this search from "
+                                 "taking: a prefix holds only tokens the search can take")
+
+
 class Forcing:
     """The target prefixes of the sentences being searched, by sentence id: `apply` masks a step's
     log-probabilities to the token each row must take (`ForceTokens`) or, while a word is being completed, to the
@@ -256,15 +272,18 @@ class Forcing:
         self.progress: Dict[int, _Progress] = {}
 
     def add(self, ids: Sequence[int], prefixes: Optional[Sequence[Union[None, Sequence[int], TargetPrefix]]],
-            limits: np.ndarray) -> np.ndarray:
+            limits: np.ndarray, banned: Sequence[int] = ()) -> np.ndarray:
         """Take the prefixes of sentences `ids` (token ids or `TargetPrefix`); their length limits raised by the
-        steps the prefixes can take."""
+        steps the prefixes can take. A prefix token the search never takes (<pad>, <s>: `NeverChosen`; `banned`)
+        is a ValueError naming it: forced, it would leave its row no token to take."""
         if prefixes is None:
             return limits
         if len(prefixes) != len(ids):
             raise ValueError(f"prefixes must have one entry per sentence ({len(ids)}); got {len(prefixes)}")
+        prefixes = [as_prefix(p) for p in prefixes]
+        _check_never_forced(prefixes, banned)   # (before any is taken: a refused call leaves the search as it was)
         limits = limits.copy()
-        for n, (i, prefix) in enumerate(zip(ids, map(as_prefix, prefixes))):
+        for n, (i, prefix) in enumerate(zip(ids, prefixes)):
             if prefix is not None:
                 self.progress[int(i)] = _Progress(prefix)
                 limits[n] += prefix.steps

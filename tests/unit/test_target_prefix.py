@@ -11,7 +11,7 @@ from nmt.models.ensemble import as_model
 from nmt.prefix import word_table
 from nmt.search import BeamStream, beam_search, greedy_search, length_penalty
 from nmt.search_blocks import Forcing, TargetPrefix
-from nmt.tokenizer import BOS_ID, EOS_ID
+from nmt.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from tests.unit.test_search import (VOCAB, assert_same_hypotheses, other_member, peaked, ragged_sources,
                                     untrained_model)
 from tests.unit.test_transformer import build as build_transformer
@@ -109,6 +109,35 @@ def test_sampling_keeps_the_prefix():
                         prefixes=[[9, 8]] * 40)
     assert all(tokens[:2] == [9, 8] for tokens, _ in out)
     assert len({tuple(t) for t, _ in out}) > 5   # the rest is drawn
+
+
+def test_a_prefix_of_a_token_no_search_takes_is_refused():
+    """Every search sets <pad> and <s> to -inf after forcing a prefix's token (`NeverChosen`), and sampling its
+    `banned` tokens: a prefix of ids holding one left its row no token to take, so greedy search wrote <pad> (the
+    argmax of -inf everywhere, for <s> too) with a score of -inf, and beam search gave no translation at all. Such a
+    prefix is a ValueError naming it, before the search starts (a stream refusing it goes on as it was)."""
+    model = model_of("lstm")
+    src, src_len = ragged_sources([5, 7], seed=6)
+    for prefixes, said in (([[9, PAD_ID], None], r"prefixes\[0\]\[1\] is <pad> \(id 0\), which no search writes"),
+                           ([None, [BOS_ID]], r"prefixes\[1\]\[0\] is <s> \(id 2\), which no search writes"),
+                           ([None, TargetPrefix([BOS_ID], *word_table(SURFACES, "\u2581ab"))], r"prefixes\[1\]\[0\]")):
+        for search in (lambda: greedy_search(model, src, src_len, 5, prefixes=prefixes),
+                       lambda: greedy_search(model, src, src_len, 5, sample=0, prefixes=prefixes),
+                       lambda: beam_search(model, src, src_len, 3, 5, nbest=2, prefixes=prefixes),
+                       lambda: beam_search(model, src, src_len, 3, 0, prefixes=prefixes)):
+            with pytest.raises(ValueError, match=said):
+                search()
+    with pytest.raises(ValueError, match=r"prefixes\[1\]\[0\] is token 1, which `banned` keeps this search from"):
+        greedy_search(model, src, src_len, 5, sample=0, prefixes=[None, [1, 9]], banned=[1])
+    stream, alone = BeamStream(model, mx.cpu(), 3, 2), beam_search(model, src, src_len, 3, 5, nbest=2)
+    with pytest.raises(ValueError, match=r"prefixes\[0\]\[0\] is <s>"):
+        stream.add(src, src_len, 5, [0, 1], [[BOS_ID], None])
+    assert stream.size == 0
+    stream.add(src, src_len, 5, [0, 1])
+    out = {}
+    while stream.size:
+        out.update(stream.step())
+    assert_same_hypotheses([out[0], out[1]], alone)
 
 
 def test_one_prefix_per_sentence():
