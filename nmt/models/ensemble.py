@@ -7,7 +7,7 @@ log-linear scores: not renormalized, so scores of an ensemble of a model and its
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence, Tuple
+from typing import Any, List, Sequence, Tuple
 
 import mxnet as mx
 
@@ -26,9 +26,29 @@ def _mean(F, arrays):
     return arrays[0] if len(arrays) == 1 else F.add_n(*arrays) * (1.0 / len(arrays))
 
 
+def _models_in(member) -> List[Seq2SeqModel]:
+    """The models a member decodes with: itself, or an `Ensemble`'s members, all the way down."""
+    return [m for inner in member.members for m in _models_in(inner)] if isinstance(member, Ensemble) else [member]
+
+
+def _check_given_once(members: Sequence[Seq2SeqModel]) -> None:
+    """ValueError naming a model object that two members hold (the same member twice, or one an `Ensemble` member
+    holds too): the ensemble's mean would count it twice, as `Translator.from_dir` refuses a directory given twice."""
+    seen: dict = {}   # id(model) -> the first member holding it (1-based); an Ensemble member holds each once
+    for i, member in enumerate(members, 1):
+        for m in _models_in(member):
+            j = seen.setdefault(id(m), i)
+            if j == i:
+                continue
+            where, again = (f"member {k}" if members[k - 1] is m else f"a model of member {k} (an Ensemble)"
+                            for k in (i, j))
+            raise ValueError(f"ensemble {where} is {again} again (the same {type(m).__name__} object): the "
+                             "ensemble's mean would count that model twice; give each model once")
+
+
 class Ensemble(Seq2SeqModel):
     """Members decoding together, following the mean of their log-probabilities. A ValueError names a member
-    given twice (the same object) or one with other vocabularies.
+    given twice (the same object, also within a member that is an Ensemble) or one with other vocabularies.
 
     Not hybridized as a whole (members built alike have parameters of the same names): each member runs its own
     graphs. Its `forward` is the mean of the members' teacher-forced log-probabilities (B,T,V)."""
@@ -38,11 +58,8 @@ class Ensemble(Seq2SeqModel):
         if not members:
             raise ValueError("an ensemble needs at least one model")
         first = members[0]
+        _check_given_once(members)
         for i, m in enumerate(members[1:], 2):
-            again = next((j for j, earlier in enumerate(members[:i - 1], 1) if earlier is m), None)
-            if again is not None:   # (as `Translator.from_dir` refuses a model directory, or its copy, given twice)
-                raise ValueError(f"ensemble member {i} is member {again} again (the same {type(m).__name__} object): "
-                                 "the ensemble's mean would count that model twice; give each model once")
             if (m.src_vocab_size, m.tgt_vocab_size) != (first.src_vocab_size, first.tgt_vocab_size):
                 raise ValueError(f"ensemble member {i} has vocabularies of {m.src_vocab_size}/{m.tgt_vocab_size} "
                                  f"pieces, member 1 {first.src_vocab_size}/{first.tgt_vocab_size}: members must "

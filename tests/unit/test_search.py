@@ -203,6 +203,22 @@ def test_an_ensemble_refuses_one_model_given_twice():
         greedy_search((model, model), src, src_len, 5)
 
 
+def test_an_ensemble_refuses_a_model_also_inside_an_ensemble_member():
+    """An `Ensemble` is a model, so it may be a member: `beam_search([Ensemble([a, b]), a])` took `a` twice (a
+    weighed 3/4, silently), as the same object given twice did. Models inside an Ensemble member count too; another
+    model beside one is taken."""
+    model, other, third = untrained_model("dot"), other_member(), untrained_model("mlp")
+    src, src_len = ragged_sources([6, 2], seed=4)
+    said = "ensemble member 2 is a model of member 1 (an Ensemble) again (the same LSTMModel object): the ensemble's"
+    with pytest.raises(ValueError, match=re.escape(said)):
+        Ensemble([Ensemble([model, other]), model])
+    with pytest.raises(ValueError, match=re.escape(said)):
+        beam_search([Ensemble([model, other]), other], src, src_len, beam_size=2, max_len=5)
+    with pytest.raises(ValueError, match=re.escape("ensemble a model of member 2 (an Ensemble) is member 1 again")):
+        greedy_search([model, Ensemble([third, model])], src, src_len, 5)
+    assert len(greedy_search([Ensemble([model, other]), third], src, src_len, 5)) == 2
+
+
 def test_ensemble_members_must_share_vocabularies():
     small = build_model(ModelConfig(embed_size=16, hidden_size=16), 20, 20)
     with pytest.raises(ValueError, match="member 2 has vocabularies of 20/20 pieces, member 1 30/30"):
