@@ -276,6 +276,19 @@ def test_a_short_sentence_joins_a_running_search_and_is_answered_first():
     assert b.sentences == 2 and b.steps == 40 and b.sentence_steps == 42
 
 
+def test_blank_lines_done_with_sentences_in_one_step_are_not_counted_as_translated():
+    """The sentences translated (/health's, and the model's time per sentence behind Retry-After) count the lines
+    decoded: blank lines come back from the same step as the sentences beside them, and counting them too would
+    shrink the time per sentence (Retry-After) with every blank line. Nor does the queue count them (`sentences`)."""
+    fake = FakeTranslator()   # (every line is done in one step: the blank ones with the others)
+    b = Batcher(fake, max_batch=8, max_wait_ms=0, max_queue=2)
+    out = run(b.translate(["ab", "", "", "cd", ""], 1, 1, sentences=2))
+    b.close()
+    assert [n[0][0] if n else "" for n in out.nbests] == ["ba", "", "", "dc", ""]
+    assert len(fake.calls) == 1 and b.sentences == 2
+    assert b._seconds_per_sentence == b.busy_seconds / 2
+
+
 def test_another_key_waits_until_the_running_search_is_done():
     """A request of another key waits until the running search is done; one of the running key that arrives with
     it joins the search (the other has not yet waited max_wait, after which the search would take no new ones)."""
