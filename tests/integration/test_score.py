@@ -369,3 +369,7 @@ def test_translations_that_are_all_empty_are_scored(model_dir, tmp_path, capsys)
     code, out, err = run(["--model-dir", model_dir, "--src-file", tmp_path / "t.en", "--tgt-file", tmp_path / "t.en"],
                          capsys)
     assert code == 2 and out == "" and "the file has only blank lines" in err, err
+    (tmp_path / "none.en").write_bytes(b"")   # (an empty --tgt-file holds no translation, not empty ones)
+    code, out, err = run(["--model-dir", model_dir, "--src-file", tmp_path / "s.ko", "--tgt-file",
+                          tmp_path / "none.en"], capsys)
+    assert code == 2 and out == "" and f"{tmp_path / 'none.en'}: the file is empty" in err, err
