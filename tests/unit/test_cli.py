@@ -845,6 +845,15 @@ def test_a_settings_clash_names_a_config_file_only_where_it_gives_one_of_its_val
     accum.write_text(json.dumps({"train": {"accum_steps": 4}}))
     with pytest.raises(ConfigError, match=rf"^{re.escape(str(accum))}: --batch-size 2 is smaller"):
         cfg_of(["--config", str(accum), "--batch-size", "2"])
+    for data, flags, said in (   # a file giving the clash's other value: each of a clash's keys names the file
+            ({"data": {"batch_size": 2}}, ["--accum-steps", "4"], "--batch-size 2 is smaller"),
+            ({"data": {"tgt_lang": "en"}}, ["--valid-metric", "ko-mecab"], "--valid-metric ko-mecab scores Korean"),
+            ({"data": {"tgt_lang": "ko"}}, ["--src", "ko"], "--src and --tgt are both 'ko'"),
+            ({"data": {"src_lang": "en"}}, [], "--src and --tgt are both 'en'")):
+        path = tmp_path / "other.json"
+        path.write_text(json.dumps(data))
+        with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))}: {said}"):
+            cfg_of(["--config", str(path), *flags])
     run = tmp_path / "run"
     run.mkdir()
     saved = Config()
