@@ -494,6 +494,19 @@ def _synthetic_recipe(monkeypatch, tmp_path, n=300):
     return mirror, rows
 
 
+def test_a_recipe_of_too_few_pairs_to_hold_out_dev_says_how_many_it_needs(monkeypatch, tmp_path):
+    """A recipe whose cleaning leaves no more pairs than its dev set is a `TooFewPairs`, with the pairs left and the
+    pairs needed (one more than the dev set): a resumed run had them, and is refused as given other data with these
+    figures (`nmt.data.build_data`), not told to relax a cleaning a resume cannot change."""
+    from nmt.textfile import TooFewPairs
+    mirror, _ = _synthetic_recipe(monkeypatch, tmp_path, n=30)   # (its dev set: 40)
+    monkeypatch.setenv("NMT_DATA_DIR", str(mirror))
+    with pytest.raises(TooFewPairs, match=r"^recipe syn: only (\d+) training pairs left after cleaning, too few to "
+                                          r"hold out 40 for dev; relax --max-chars/--max-ratio$") as e:
+        load_data(DataConfig(recipe="syn", cache_dir=str(tmp_path / "cache")))
+    assert e.value.left == int(str(e.value).split()[3]) and 0 < e.value.left <= 40 and e.value.needed == 41
+
+
 def assert_no_shared_side(splits):
     for held in [splits.dev, *splits.tests.values()]:
         assert not set(splits.train.src) & set(held.src) and not set(splits.train.tgt) & set(held.tgt), held.name
