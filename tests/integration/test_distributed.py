@@ -761,7 +761,9 @@ def test_a_worker_without_the_model_directory_names_rank_0s_run_where_its_pairs_
     rank0 = re.escape(f"--init-from {run} (rank 0's: its machine's copy of the run; a fine-tuning job reads the model "
                       "of --init-from at the same path on every machine, so copy it to this one)")
     for cfg, how in ((other, ""), (few, r" \(40 after cleaning: the run had 1001 or more\)")):
-        for worker, said in ((SimpleNamespace(is_chief=False), rank0), (None, f"--init-from {re.escape(str(run))}")):
+        plain = f"--init-from {re.escape(str(run))}"   # (rank 0 itself: its own machine's run, as without workers)
+        for worker, said in ((SimpleNamespace(is_chief=False), rank0), (None, plain),
+                             (SimpleNamespace(is_chief=True), plain)):
             with pytest.raises(ConfigError, match=rf"^--resume: the training pairs .* until now{how}: .*{said}$"):
                 build_data(cfg, run, True, worker, ("0" * 64, "", ""))
 
