@@ -236,6 +236,8 @@ def test_the_sentences_counted_are_those_normalization_leaves_text_in():
     colour = ["\x1b[31m", "\x1b[31m가", "\x9b1m", "\u3164", "\u200b7", " \t"]
     assert decoded_count(TranslateRequest(text=colour)) == 2
     assert decoded_count(TranslateRequest(text=colour, target_prefix=["The", None, "", " ", "\x1b[0m", "A"])) == 4
+    # (a blank line's prefix None, as JSON's null: no prefix, not an error)
+    assert decoded_count(TranslateRequest(text=["", " ", "가"], target_prefix=[None, "A", None])) == 2
 
 
 def test_a_request_check_reads_each_line_once_and_refuses_as_before(monkeypatch):
