@@ -214,6 +214,30 @@ def test_benchmark_ab_whose_run_cannot_start_raises_why(monkeypatch, tmp_path):
         ab.run_once(tmp_path, [], tmp_path / "a.json")
 
 
+def test_benchmark_ab_starts_each_run_in_its_own_session_without_its_output(monkeypatch, capfd, tmp_path):
+    """`_started` (what benchmark_ab runs each checkout's benchmark with) keeps the run's stdout out of the rounds it
+    prints (only its errors, on stderr, come through) and starts it in its own session, whose group a stop ends."""
+    import sys
+    import time
+    bench = _script(monkeypatch, "benchmark_ab")
+    ready = tmp_path / "ready"
+    proc = bench._started([sys.executable, "-c", "import sys, time; print('figures', flush=True); "
+                           f"print('why', file=sys.stderr, flush=True); open({str(ready)!r}, 'w').close(); "
+                           "time.sleep(60)"], dict(os.environ))
+    try:
+        assert os.getsid(proc.pid) == proc.pid and os.getpgid(proc.pid) == proc.pid
+        deadline = time.monotonic() + 30
+        while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        bench.stop_group(proc, 15)
+        if proc.poll() is None and os.getpgid(proc.pid) != proc.pid:   # (not in a group of its own: only it)
+            proc.kill()
+        proc.wait(timeout=30)
+    out, err = capfd.readouterr()
+    assert ready.exists() and "figures" not in out and "why" in err
+
+
 @pytest.mark.parametrize("lost", ["removed", "not executable"])
 def test_benchmark_ab_whose_interpreter_is_lost_says_what_it_could_not_start(tmp_path, lost):
     """The interpreter benchmark_ab runs every checkout's benchmark with, gone (its virtual environment removed
