@@ -64,7 +64,7 @@ class ErrorBody(BaseModel):
 ERRORS = {400: f"the body is not UTF-8, not JSON, or nested more than {MAX_DEPTH} levels deep",
           408: "the body took longer than the per-request limit (--timeout) to arrive",
           413: "the body is over --max-body-bytes, or (/translate) has more sentences than --max-sentences (blank "
-               "ones not counted), or more than 4 lines per sentence of it (blank ones included)",
+               f"ones not counted), or more than {LINES_PER_SENTENCE} lines per sentence of it (blank ones included)",
           415: "the body is compressed (any Content-Encoding but identity)",
           422: "a field is wrong: its type or range, a language no model has, text on several lines, ...",
           500: "the server failed (a bug); its log has the details",
