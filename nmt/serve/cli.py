@@ -27,7 +27,7 @@ LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-    from nmt.serve.schema import Limits   # (pydantic and starlette: imported once nmt-serve runs)
+    from nmt.serve.schema import LINES_PER_SENTENCE, Limits   # (pydantic and starlette: once nmt-serve runs)
     lim = Limits()
     count = number(int, 1)
     p = argparse.ArgumentParser(prog="nmt-serve", description=__doc__.split("\n\n")[0])
@@ -52,7 +52,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         "(default %(default)s)")
     p.add_argument("--max-sentences", type=count, default=lim.max_sentences,
                    help="sentences per request; blank ones, which cost no decoding, are not counted (the lines, "
-                        "blank ones included, are at most 4 per sentence) (default %(default)s)")
+                        f"blank ones included, are at most {LINES_PER_SENTENCE} per sentence) (default "
+                        "%(default)s)")
     p.add_argument("--max-beam-size", type=count, default=lim.max_beam_size,
                    help="largest beam_size a request may ask for (default %(default)s)")
     p.add_argument("--max-body-bytes", type=count, default=lim.max_body_bytes,
