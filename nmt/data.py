@@ -12,6 +12,7 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 
 from nmt.batching import BatchIterator, Resegment
+from nmt.checkpoint import CONFIG
 from nmt.commands import shell_word
 from nmt.config import Config, ConfigError, DataConfig
 from nmt.corpus import READ_SINCE
@@ -190,7 +191,7 @@ def build_data(cfg: Config, model_dir: Path, resume: bool = False, workers: Opti
     d = cfg.data
     if d.tgt_lang == "ko":   # (its validations would fail: before any work)
         korean_bleu()
-    rank0 = not (workers is None or workers.is_chief or (Path(model_dir) / "config.json").is_file())   # (its run's)
+    rank0 = workers is not None and workers.lacks(Path(model_dir) / CONFIG)   # (its run is rank 0's, not here)
     try:
         splits = load_data(d)
     except TooFewPairs as e:   # (a resumed run had enough: other data, not a dev set to give)

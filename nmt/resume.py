@@ -40,7 +40,7 @@ def resumed_state(cfg: Config, workers: WorkerGroup) -> Tuple[ckpt.TrainState, C
     if workers.num_workers > 1:
         state = ckpt.TrainState(**workers.broadcast_json(vars(state)))
     saved = workers.read_shared(model_dir, ckpt.CONFIG, Config.load)
-    if not workers.is_chief and not (model_dir / ckpt.CONFIG).is_file():   # (its flags met no config.json here)
+    if workers.lacks(model_dir / ckpt.CONFIG):   # (its flags met no config.json here)
         cfg = rank0_settings(saved, cfg, workers.rank, ckpt.latest_step(state))
     _, changes = resumed_config(saved, cfg, None, str(model_dir / ckpt.CONFIG))   # the model and data must match
     check_test_files(saved, cfg, state.test_sum, str(model_dir / ckpt.CONFIG))

@@ -207,6 +207,12 @@ class WorkerGroup:
                     atomic_write_bytes(Path(copy) / name, data)
             yield Path(copy)
 
+    def lacks(self, path: Path) -> bool:
+        """Whether this worker, not rank 0, has no `path` of rank 0's on its machine: a run's config.json, which a
+        worker resuming without the model directory takes from rank 0 (`nmt.resume.rank0_settings`), and whose
+        advice then names the run's files as rank 0's."""
+        return not self.is_chief and not Path(path).is_file()
+
     def read_shared(self, src_dir: Path, name: str, read: Callable[[Path], Any]) -> Any:
         """`read(path)` of rank 0's file `src_dir/name` (see `shared_files`)."""
         with self.shared_files(src_dir, (name,)) as where:

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Tuple
 
 import numpy as np
@@ -738,6 +739,7 @@ def test_a_worker_without_the_model_directory_is_told_rank_0s_checkpoint_step(mo
 
     class Rank1:   # (a worker of two, on a machine without the run)
         is_chief, rank, num_workers = False, 1, 2
+        lacks = WorkerGroup.lacks
         broadcast_json = staticmethod(lambda mine: vars(rank0))
         read_shared = staticmethod(lambda model_dir, name, load: load(tmp_path / "run" / name))
     monkeypatch.chdir(tmp_path / "run")   # (no run/run here)
@@ -747,12 +749,18 @@ def test_a_worker_without_the_model_directory_is_told_rank_0s_checkpoint_step(mo
         resumed_state(cfg, Rank1())
 
 
+def _worker(is_chief: bool) -> SimpleNamespace:
+    """A stand-in for a `WorkerGroup` of rank 0 (`is_chief`) or another, with its own `lacks`."""
+    worker = SimpleNamespace(is_chief=is_chief)
+    worker.lacks = WorkerGroup.lacks.__get__(worker)
+    return worker
+
+
 def test_a_worker_without_the_model_directory_names_rank_0s_run_where_its_pairs_are_others(tmp_path, task):
     """Such a worker of a run on its own files, given other files (moved files are compared by their pairs), was
     refused as "the training pairs (...) are not those the run trained on until now ...: fine-tune it into another
     --model-dir with --init-from run", a directory that is not on its machine, not said to be rank 0's. It is said,
     as the refusal of a flag says it (`rank0_settings`); rank 0's own refusal is as before."""
-    from types import SimpleNamespace
     from nmt.data import build_data
     other = tiny_config(tmp_path, task, "run")   # (a checksum of other pairs is the run's)
     few = tiny_config(tmp_path, {**task, "train_src": task["dev_src"], "train_tgt": task["dev_tgt"], "dev_src": None,
@@ -762,8 +770,7 @@ def test_a_worker_without_the_model_directory_names_rank_0s_run_where_its_pairs_
                       "of --init-from at the same path on every machine, so copy it to this one)")
     for cfg, how in ((other, ""), (few, r" \(40 after cleaning: the run had 1001 or more\)")):
         plain = f"--init-from {re.escape(str(run))}"   # (rank 0 itself: its own machine's run, as without workers)
-        for worker, said in ((SimpleNamespace(is_chief=False), rank0), (None, plain),
-                             (SimpleNamespace(is_chief=True), plain)):
+        for worker, said in ((_worker(is_chief=False), rank0), (None, plain), (_worker(is_chief=True), plain)):
             with pytest.raises(ConfigError, match=rf"^--resume: the training pairs .* until now{how}: .*{said}$"):
                 build_data(cfg, run, True, worker, ("0" * 64, "", ""))
 
