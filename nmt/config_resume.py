@@ -18,9 +18,6 @@ _CORPORA_PLACE = ("data.data_dir", "data.cache_dir")
 PER_INVOCATION = frozenset({"train.model_dir", "train.gpus", "train.cpu_devices", "train.kvstore", "train.amp",
                             "train.max_seconds", "train.progress", "train.tensorboard", *_CORPORA_PLACE})
 
-# What --init-from advice adds where the run it names is rank 0's, not on this machine (a distributed worker's)
-RANK0_RUN = ("(rank 0's: its machine's copy of the run; a fine-tuning job reads the model of --init-from at the same "
-             "path on every machine, so copy it to this one)")
 _FIXED_KEYS = ("train.seed", "train.valid_metric", "optim.optimizer")
 # Corpus files a resumed run may find elsewhere (moved, compressed): its training, dev and test pairs' checksums are
 # compared with the run's as it resumes (`nmt.data.check_same_pairs`). Only files the run has: a recipe's corpora or a
@@ -31,6 +28,15 @@ _TEST_FILES = ("data.test_src", "data.test_tgt")
 # compared with the best's: the sentences, the beam, and every decoding setting, one added later too, but those that
 # change no translation (DecodeConfig.UNSCORED), nmt-translate's beam and, at --valid-beam 1, the length penalty.
 _DEV_TRANSLATION = ("train.valid_max_sentences", "train.valid_beam")
+
+
+def rank0_run(model_dir: Path) -> str:
+    """What --init-from advice adds where the run it names (in `model_dir`) is rank 0's, not on this machine (a
+    distributed worker's): what to copy where first, as a fine-tuning job reads --init-from on every machine."""
+    where = shell_word(model_dir)
+    return (f"(rank 0's: its run is on rank 0's machine, not this one, and a fine-tuning job reads the model of "
+            f"--init-from at the same path on every machine: copy the model directory {where} from rank 0's machine "
+            f"to {where} on this one first)")
 
 
 def _fixed_on_resume(key: str, saved: Config) -> str:
@@ -97,7 +103,7 @@ def _latest_params(model_dir: Path, at: Optional[int] = None) -> str:
     from nmt.checkpoint import params_file
     step = _resumed_from(model_dir).get("step") if at is None else at
     word = shell_word(model_dir / params_file(step) if isinstance(step, int) else model_dir)
-    return word if at is None else f"{word} {RANK0_RUN}"
+    return word if at is None else f"{word} {rank0_run(model_dir)}"
 
 
 def _tuned(key: str, source: str, arch: str, at: Optional[int] = None) -> str:

@@ -164,13 +164,14 @@ def check_same_pairs(d: DataConfig, sums: Tuple[str, ...], saved: Tuple[str, ...
 def other_pairs(d: DataConfig, what: str, model_dir: Path, how: str = "", rank0: bool = False) -> ConfigError:
     """The ConfigError of a resumed run whose `what` pairs ("training", "dev" or "test") are not the run's (in
     `model_dir`; `rank0`: on rank 0's machine, not this worker's), `how` it shows where not by their checksum."""
-    from nmt.config_resume import RANK0_RUN
+    from nmt.config_resume import rank0_run
     files, done, changed = {
         "dev": (("dev_src", "dev_tgt"), "validated", "they" if d.dev_src else "they, or the training or test files "
                 "they are drawn from (a held-out dev set leaves out pairs of the test set),"),
         "training": (("train_src", "train_tgt"), "trained", "they, or the dev or test files (whose pairs leave the "
                                                             "training data),"),
         "test": (("test_src", "test_tgt"), "started", "they")}[what]
+    rank0_says = f" {rank0_run(model_dir)}" if rank0 else ""
     named = (" and ".join(str(getattr(d, f)) for f in files if getattr(d, f))
              or ("of the recipe's corpora" if d.recipe else "held out of the training files"))
     return ConfigError(f"--resume: the {what} pairs ({named}) are not those the run {done} "
@@ -178,7 +179,7 @@ def other_pairs(d: DataConfig, what: str, model_dir: Path, how: str = "", rank0:
                        f"{changed} changed since it started, or are other files than it read (or {READ_SINCE}); the "
                        "data cannot change within a run: give it its files as they were, start a new run (another "
                        "--model-dir, or --overwrite), or go on from this run with new data: fine-tune it into another "
-                       f"--model-dir with --init-from {shell_word(model_dir)}{f' {RANK0_RUN}' if rank0 else ''}")
+                       f"--model-dir with --init-from {shell_word(model_dir)}{rank0_says}")
 
 
 def build_data(cfg: Config, model_dir: Path, resume: bool = False, workers: Optional[WorkerGroup] = None,

@@ -715,8 +715,9 @@ def test_a_worker_without_the_model_directory_names_its_flag_and_rank_0s_files(m
     def worker(*flags: str) -> Config:   # as nmt-train makes it (`cfg.labels`: how each key was given)
         return training_run(build_train_parser().parse_args(["--model-dir", "run", "--resume", "--kvstore",
                                                              "dist_sync", *flags]))[0]
-    rank0 = re.escape(f"run/{ckpt.params_file(40)} (rank 0's: its machine's copy of the run; a fine-tuning job reads the model of "
-                      "--init-from at the same path on every machine, so copy it to this one)")
+    rank0 = re.escape(f"run/{ckpt.params_file(40)} (rank 0's: its run is on rank 0's machine, not this one, and a "
+                      "fine-tuning job reads the model of --init-from at the same path on every machine: copy the "
+                      "model directory run from rank 0's machine to run on this one first)")
     with pytest.raises(ConfigError, match=r"^worker rank 1, which has no run/config.json on its machine .*: --resume: "
                                           r'--train-src ".*a\.ko" differs from null, which this run was trained with '
                                           rf".*fine-tune with --init-from {rank0}, giving its data"):
@@ -766,8 +767,9 @@ def test_a_worker_without_the_model_directory_names_rank_0s_run_where_its_pairs_
     few = tiny_config(tmp_path, {**task, "train_src": task["dev_src"], "train_tgt": task["dev_tgt"], "dev_src": None,
                                  "dev_tgt": None}, "run")   # 40 pairs: too few to hold a dev set out of
     run = Path(other.train.model_dir)
-    rank0 = re.escape(f"--init-from {run} (rank 0's: its machine's copy of the run; a fine-tuning job reads the model "
-                      "of --init-from at the same path on every machine, so copy it to this one)")
+    rank0 = re.escape(f"--init-from {run} (rank 0's: its run is on rank 0's machine, not this one, and a fine-tuning "
+                      "job reads the model of --init-from at the same path on every machine: copy the model directory "
+                      f"{run} from rank 0's machine to {run} on this one first)")
     for cfg, how in ((other, ""), (few, r" \(40 after cleaning: the run had 1001 or more\)")):
         plain = f"--init-from {re.escape(str(run))}"   # (rank 0 itself: its own machine's run, as without workers)
         for worker, said in ((_worker(is_chief=False), rank0), (None, plain), (_worker(is_chief=True), plain)):
