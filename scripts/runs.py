@@ -56,9 +56,12 @@ def load_run(path) -> Run:
         source = jsonio.read_object(path / EXPORT, ResultsError).get("model_dir")
         raise ResultsError(f"{path}: an export (nmt-export), which holds no training run: give the model directory "
                            f"it was exported from{f', {source}' if source else ''}")
-    for name in (ckpt.CONFIG, ckpt.STATE):
-        if not (path / name).is_file():
-            raise ResultsError(f"{path}: no {name} (not a model directory written by scripts/train.py?)")
+    if not path.is_dir():
+        raise ResultsError(f"{path}: no such directory; give model directories written by nmt-train")
+    if not (path / ckpt.CONFIG).is_file():
+        raise ResultsError(f"{path}: no {ckpt.CONFIG}: not a model directory written by nmt-train")
+    if not (path / ckpt.STATE).is_file():   # (a run stopped, or still, before its first checkpoint: nothing to show)
+        raise ResultsError(ckpt.no_checkpoint_yet(path))
     metrics_file = path / ckpt.METRICS
     return Run(path.name, path, Config.load(path / ckpt.CONFIG), ckpt.TrainState.load(path), read_scores(path),
                read_metrics(metrics_file) if metrics_file.is_file() else [])

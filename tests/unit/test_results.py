@@ -213,6 +213,27 @@ def test_not_a_model_directory_is_a_clear_error(tmp_path):
         load_run(tmp_path)
 
 
+def test_a_run_before_its_first_checkpoint_is_said_to_have_none_yet(scored_dirs, tmp_path):
+    """A run stopped (or still) before its first checkpoint has config.json, its tokenizers and train.log, but no
+    state.json: it was called "no state.json (not a model directory written by scripts/train.py?)", which it is.
+    It is told in one line, as the other commands tell it, naming the directory and what it lacks."""
+    a, _ = scored_dirs
+    early = tmp_path / "early"
+    early.mkdir()
+    for name in ("config.json", "spm.ko.model", "spm.en.model", "train.log"):
+        shutil.copy(a / name, early / name)
+    said = (f"{early} holds no checkpoint yet (no state.json, no params.best): nmt-train writes the first at its "
+            "first validation (--valid-every) or when stopped with Ctrl-C")
+    with pytest.raises(ResultsError, match=f"^{re.escape(said)}$"):
+        load_run(early)
+    out = subprocess.run([sys.executable, str(REPO / "scripts/results_table.py"), str(a), str(early), "--json",
+                          str(tmp_path / "r.json")], capture_output=True, text=True, timeout=120)
+    assert (out.returncode, out.stderr, out.stdout) == (2, f"error: {said}\n", "")
+    assert not (tmp_path / "r.json").exists()
+    with pytest.raises(ResultsError, match=f"^{re.escape(str(tmp_path / 'gone'))}: no such directory"):
+        load_run(tmp_path / "gone")
+
+
 @pytest.mark.parametrize("name", ["scores.json", "state.json"])
 def test_corrupt_file_is_named(scored_dirs, tmp_path, name):
     a, _ = scored_dirs
