@@ -229,11 +229,11 @@ class Tokenizer:
         return self._bytes
 
     def never_written(self) -> List[int]:
-        """Ids of pieces no translation holds: <pad> and <s> (a text drops them: `DROPPED_IDS`), <unk> (byte fallback
-        leaves none in training text) and the bytes of control characters (the corpus reader drops them); what
-        sampling over the whole vocabulary must not draw (fairseq bans pad and bos alike)."""
+        """Ids of the pieces of this vocabulary no training text holds: <unk> (byte fallback leaves none) and the
+        bytes of control characters (the corpus reader drops them); what sampling over the whole vocabulary must not
+        draw besides <pad> and <s>, which no search chooses (`nmt.search_blocks.NeverChosen` owns that ban)."""
         byte = self._byte_values()
-        return [i for i in range(self.vocab_size) if i in DROPPED_IDS or self._sp.is_unknown(i) or
+        return [i for i in range(self.vocab_size) if self._sp.is_unknown(i) or
                 byte.get(i, 0x20) < 0x20 or byte.get(i) == 0x7F]
 
     def surfaces(self) -> List[Optional[str]]:

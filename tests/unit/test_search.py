@@ -289,18 +289,20 @@ def test_sampling_never_draws_a_banned_token():
     np.testing.assert_allclose(drawn, rest / rest.sum(), atol=0.04)
 
 
-def test_the_tokenizers_never_written_pieces_are_pad_bos_unk_and_control_bytes(tmp_path):
+def test_the_tokenizers_never_written_pieces_are_unk_and_control_bytes(tmp_path):
+    """<pad> and <s> were banned twice when sampling: in `never_written` and by every search's `NeverChosen`. The
+    search owns that ban; the tokenizer's list holds what only its vocabulary knows (<unk>, control bytes)."""
     from nmt.tokenizer import train_tokenizer
     from tests.unit.test_tokenizer import EN_WORDS, synthetic_lines
     tok = train_tokenizer(synthetic_lines(EN_WORDS, n=500, seed=1), tmp_path, "en", 400)
     pieces = [tok.piece(i) for i in tok.never_written()]
-    assert pieces == ["<pad>", "<unk>", "<s>"] + [f"<0x{b:02X}>" for b in [*range(0x20), 0x7F]]
+    assert pieces == ["<unk>"] + [f"<0x{b:02X}>" for b in [*range(0x20), 0x7F]]
 
 
 def test_a_sampled_translation_holds_no_pad_or_bos(tmp_path):
     """`nmt-translate --sample 0` wrote <s> and <pad> (11 of 120 lines of an undertrained model), which the text
-    then dropped without a word: the translator's sampling draws no piece of `never_written`, these included, even
-    from a model that finds them the likeliest."""
+    then dropped without a word: the translator's sampling draws neither (`NeverChosen`) nor a piece of
+    `never_written`, even from a model that finds <pad> and <s> the likeliest."""
     from nmt.config import DecodeConfig
     from nmt.tokenizer import PAD_ID, train_tokenizer
     from nmt.translate import Translator
