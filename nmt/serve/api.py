@@ -273,8 +273,11 @@ def _add_routes(app: FastAPI, limits: Limits) -> None:
         if long_lines:   # (tokenizing them is not translating: a request that then only waits is still "busy")
             warnings += await _within_limit(model.batcher.call(lambda: token_warnings(tr, lines, prefixes),
                                                                clock.left()), clock, fewer, request, worked=False)
-        nbests, cut_off, ids = await _within_limit(model.batcher.translate(lines, beam, req.nbest, clock.left(),
-                                                                         prefixes, sentences), clock, fewer, request)
+        if not sentences:   # blank lines alone: nothing to decode, answered now (empty), not behind other requests
+            nbests, cut_off, ids = [[] for _ in lines], [], [() for _ in lines]
+        else:
+            nbests, cut_off, ids = await _within_limit(model.batcher.translate(
+                lines, beam, req.nbest, clock.left(), prefixes, sentences), clock, fewer, request)
         warnings += [f"text[{i}]: {at_length_limit(tr.decode)}" for i in cut_off]
         warnings += [f"text[{i}]: {n} {tr.LEFT_OUT}" for i, n in enumerate(map(tr.bytes_left_out, ids)) if n]
         if req.alignment:   # each hypothesis gets its links: (text, score) -> (text, score, links)

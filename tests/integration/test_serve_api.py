@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from tests.integration.serve_app import background_server, make_app
+from tests.integration.serve_app import background_server, make_app, wait_until
 from tests.synth import non_canonical_split
 
 
@@ -433,6 +433,27 @@ def test_full_queue_answers_503_with_retry_after(translator, serve_sentences):
         r = c.post("/translate", json={"text": serve_sentences[4:5]})
         assert r.status_code == 503 and int(r.headers["retry-after"]) >= 1 and "queue is full" in r.json()["error"]
         assert first.result().status_code == 200
+
+
+def test_a_blank_only_request_is_answered_at_once_while_the_queue_is_full(translator, serve_sentences):
+    """A request of blank lines alone (nothing to decode) was queued to the worker as 0 sentences: it waited behind
+    the requests before it (here a whole search of another beam_size, after its --max-wait-ms), and could get a 504.
+    It is answered at once, with the same JSON as before, and the worker counts no batch, step or sentence of it."""
+    app = make_app(translator, max_queue=4, max_wait_ms=3000, max_batch=64)
+    batcher = app.state.service.models["ko-en"].batcher
+    blank = {"text": ["", "  ", "\u200b", ""], "target_prefix": [None, "", None, " "], "beam_size": 2,
+             "alignment": True, "pieces": True}
+    with background_server(app) as url, httpx.Client(base_url=url, timeout=30) as c, ThreadPoolExecutor(1) as pool:
+        first = pool.submit(c.post, "/translate", json={"text": serve_sentences[:4]})
+        wait_until(lambda: batcher.queued == 4, 30, "the first request in the queue")
+        counts = (batcher.batches, batcher.steps, batcher.sentences)
+        r = c.post("/translate", json=blank)
+        assert r.status_code == 200 and r.json() == {
+            "src_lang": "ko", "tgt_lang": "en", "beam_size": 2, "warnings": [],
+            "translations": [{"translation": "", "score": None, "alignment": [], "pieces": [], "nbest": []}] * 4}
+        assert not first.done() and batcher.queued == 4   # (the first still waits for others to start with it)
+        assert (batcher.batches, batcher.steps, batcher.sentences) == counts
+        assert first.result().status_code == 200 and batcher.sentences == counts[2] + 4
 
 
 def test_request_over_its_time_limit_gets_504(translator, serve_sentences):
