@@ -42,7 +42,8 @@ DATA_FLAGS = [
          "--train-src, none)"),
     Flag("--test-tgt", "data", "test_tgt", str, "test target file"),
     Flag("--upsample", "data", "upsample", str, "repeat a recipe corpus's training pairs K times in the mixture, "
-         "e.g. tatoeba-manythings=4 (comma-separated for several)"),
+         "e.g. tatoeba-manythings=4 (comma-separated for several); the tokenizers are trained on the mixture, so "
+         "the corpus also weighs K times in the vocabulary"),
     Flag("--max-chars", "data", "max_chars", int, "drop training pairs with a side longer than this (characters; "
          "a line over 20000 is refused as it is read)"),
     Flag("--max-ratio", "data", "max_ratio", float, "drop training pairs whose longer side has more than this many "
