@@ -1,4 +1,15 @@
-"""nmt: Korean<->English neural machine translation on Apache MXNet Gluon."""
+"""nmt: Korean<->English neural machine translation on Apache MXNet Gluon.
+
+In Python (docs/translation.md#python-api, docs/training.md#from-python):
+
+    from nmt.translate import Translator
+    tr = Translator.from_dir("models/tatoeba-ko-en")   # a model directory of nmt-train; which="best", ctx=...
+    tr.translate(["고마워요."])                          # translate_nbest, translate_aligned; prefixes=[...]
+
+`nmt.forced.score_lines(tr, sources, targets)` scores given translations, `nmt.align.align(tr, sources,
+translations)` aligns them, `nmt.plot.save_attention_plot(tr, sentence, path)` draws the attention, and
+`nmt.train.train(nmt.config.Config.from_dict({...}))` trains. Importing `nmt` alone loads no MXNet.
+"""
 from importlib import metadata as _metadata
 
 __version__ = "0.1.0"

@@ -23,7 +23,7 @@ from nmt import manifest
 from nmt.batching import pad_sources
 from nmt.config import CHARS_PER_TOKEN, Config, DecodeConfig
 from nmt.corpus import count_lines, line_list, lone_surrogate, normalize, tidy_translation
-from nmt.members import checked_members, load_members, members_sha256, model_files
+from nmt.members import checked_members, load_members, members_sha256, model_files, translator_repr
 from nmt.models.base import Seq2SeqModel
 from nmt.models.ensemble import as_model
 from nmt.parallel import check_gpus, concurrent_devices_safe
@@ -147,6 +147,7 @@ class Translator:
 
     src_lang = property(lambda self: self.src_tok.lang, doc="the source language's code (ko or en)")
     tgt_lang = property(lambda self: self.tgt_tok.lang, doc="the target language's code")
+    __repr__ = translator_repr   # Translator('/path/to/model', checkpoint='best', step 600, ko->en, ctx=[cpu(0)])
 
     def source_ids(self, lines: Iterable[str], first_line: int = 1, arg: str = "lines",
                    cut: Optional[Set[int]] = None) -> List[List[int]]:

@@ -1,0 +1,41 @@
+"""The Python API as a notebook meets it: `help(nmt)` points at it, a Translator shows what it loaded, and a wrong
+argument (a device listed twice, bytes for a list of translations, a number for a translation's text) is an error
+naming it, as the command line's flags are."""
+from __future__ import annotations
+
+import importlib
+import re
+
+import pytest
+
+import nmt
+from nmt.translate import Translator
+
+
+def test_help_of_the_package_names_the_python_api():
+    """`help(nmt)` said only "Korean<->English neural machine translation on Apache MXNet Gluon" and listed
+    mxnet_builds_problem: nothing of Translator, nor where the API is documented."""
+    doc = nmt.__doc__
+    assert "Translator.from_dir(" in doc and "docs/translation.md#python-api" in doc
+    names = set(re.findall(r"(?<![\w.])nmt(?:\.[A-Za-z_]\w*)+", doc)) | {"nmt.translate.Translator.from_dir"}
+    for name in sorted(names):
+        parts, obj = name.split("."), nmt
+        for i, part in enumerate(parts[1:], 2):
+            try:
+                obj = importlib.import_module(".".join(parts[:i]))
+            except ImportError:
+                obj = getattr(obj, part)
+        assert obj is not None, name   # (a name missing: AttributeError)
+
+
+def test_a_translator_shows_its_model_checkpoint_direction_and_devices(model_dir):
+    """It showed `<nmt.translate.Translator object at 0x7f...>`: which model and checkpoint a notebook's `tr`
+    held could only be read from attributes."""
+    tr = Translator.from_dir(model_dir, which="latest")
+    shown = repr(tr)
+    assert shown.startswith(f"Translator({str(tr.model_dir)!r}, checkpoint='latest', step {tr.params_step}, ")
+    assert f"{tr.src_lang}->{tr.tgt_lang}, ctx=[cpu(0)])" in shown
+    tr.sample = 10
+    assert repr(tr).endswith(", sample=10)")
+    bare = Translator(tr.net, tr.src_tok, tr.tgt_tok, tr.decode)   # built in memory: no directory, no checkpoint
+    assert repr(bare).startswith("Translator(<a model in memory>, checkpoint=None, ")
