@@ -139,3 +139,11 @@ def translator_repr(tr) -> str:
     return (f"Translator({model}, checkpoint={tr.checkpoint!r}{step}, {tr.src_lang}->{tr.tgt_lang}, "
             f"ctx={tr.ctxs}{extra})")
 
+
+def distinct_devices(ctxs: Sequence[mx.Context]) -> None:
+    """ValueError for a device listed twice (as `--gpus 0,0` is refused): it would hold a second copy of every model
+    and decode nothing faster."""
+    repeated = next((c for i, c in enumerate(ctxs) if c in ctxs[:i]), None)
+    if repeated is not None:
+        raise ValueError(f"ctx lists {repeated} twice: give each device once (each gets its own copy of the model; "
+                         "CPU contexts cpu(0), cpu(1) ... are distinct)")

@@ -23,7 +23,7 @@ from nmt import manifest
 from nmt.batching import pad_sources
 from nmt.config import CHARS_PER_TOKEN, Config, DecodeConfig
 from nmt.corpus import count_lines, line_list, lone_surrogate, normalize, tidy_translation
-from nmt.members import checked_members, load_members, members_sha256, model_files, translator_repr
+from nmt.members import checked_members, distinct_devices, load_members, members_sha256, model_files, translator_repr
 from nmt.models.base import Seq2SeqModel
 from nmt.models.ensemble import as_model
 from nmt.parallel import check_gpus, concurrent_devices_safe
@@ -130,6 +130,7 @@ class Translator:
         if not ctxs:
             raise ValueError("Translator.from_dir: ctx is an empty list of devices")
         check_gpus(ctxs)   # else a missing GPU would look like parameters that do not fit the model
+        distinct_devices(ctxs)
         others = checked_members(model_dir, src_tok, tgt_tok, ensemble, str(which))   # (before any model loads)
         infos, loaded = load_members([(model_dir, cfg)] + others, str(which), src_tok, tgt_tok, ctxs)
         tr = cls(loaded[0][1][0], src_tok, tgt_tok, decode, ctx=ctxs[0])

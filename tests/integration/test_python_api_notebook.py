@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import re
 
+import mxnet as mx
 import pytest
 
 import nmt
@@ -39,3 +40,12 @@ def test_a_translator_shows_its_model_checkpoint_direction_and_devices(model_dir
     assert repr(tr).endswith(", sample=10)")
     bare = Translator(tr.net, tr.src_tok, tr.tgt_tok, tr.decode)   # built in memory: no directory, no checkpoint
     assert repr(bare).startswith("Translator(<a model in memory>, checkpoint=None, ")
+
+
+def test_a_device_listed_twice_is_refused(model_dir):
+    """`--gpus 0,0` is refused ("GPU ids must be distinct"); `ctx=[mx.cpu(0), mx.cpu(0)]` (or a GPU twice) loaded
+    a second copy of the model on the same device and said nothing."""
+    for ctx in ([mx.cpu(0), mx.cpu(0)], [mx.cpu(), mx.cpu(1), mx.cpu(0)]):
+        with pytest.raises(ValueError, match=r"^ctx lists cpu\(0\) twice: give each device once"):
+            Translator.from_dir(model_dir, ctx=ctx)
+    assert Translator.from_dir(model_dir, ctx=[mx.cpu(0), mx.cpu(1)]).ctxs == [mx.cpu(0), mx.cpu(1)]
