@@ -74,8 +74,9 @@ def target_ids(translator: Translator, targets: Sequence[str], first_line: int =
                name: str = "target", limit: Optional[int] = None) -> List[List[int]]:
     """Normalized, tokenized translations; a CorpusError naming `name`:line for one longer than `limit` pieces
     (default: 3 x what nmt-translate may write, a prefix and the search's pieces: every output of it is scored)."""
-    if isinstance(targets, str) or not isinstance(targets, Iterable):   # a string: one sentence per character
-        raise TypeError(f"the translations must be a list of strings, got {type(targets).__name__}: give [text]")
+    if isinstance(targets, (str, bytes)) or not isinstance(targets, Iterable):   # a string: one per character
+        raise TypeError(f"the translations must be a list of strings, got {type(targets).__name__}: give " + (
+            "[text.decode('utf-8')]" if isinstance(targets, bytes) else "[text]"))
     limit_name = "the limit"
     if not limit:   # what nmt-translate may write: a target prefix of up to --max-input-tokens pieces, then the
         # search's pieces for the longest source; 3 times that, as a byte piece written as U+FFFD reads back as 3

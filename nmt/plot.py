@@ -51,6 +51,8 @@ def attention(translator, sentence: str, max_len: Optional[int] = None, translat
     checked_translator(translator, "attention")
     if not isinstance(sentence, str):
         raise TypeError(f"attention: sentence must be a str, got {type(sentence).__name__}")
+    if translation is not None and not isinstance(translation, str):   # (else named as a file's line, translation:1)
+        raise TypeError(f"attention: translation must be a str or None, got {type(translation).__name__}")
     if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, numbers.Integral)):
         raise TypeError(f"attention: max_len must be an int or None (the model's limit), got {max_len!r}")
     if max_len is not None and max_len < 1:

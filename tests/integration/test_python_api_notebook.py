@@ -10,7 +10,16 @@ import mxnet as mx
 import pytest
 
 import nmt
+import nmt.plot
+from nmt.align import align
+from nmt.forced import score_lines
 from nmt.translate import Translator
+from tests.synth import synth_file
+
+
+@pytest.fixture(scope="module")
+def lines(model_dir):
+    return synth_file(model_dir, "test.ko").read_text(encoding="utf-8").splitlines()
 
 
 def test_help_of_the_package_names_the_python_api():
@@ -49,3 +58,26 @@ def test_a_device_listed_twice_is_refused(model_dir):
         with pytest.raises(ValueError, match=r"^ctx lists cpu\(0\) twice: give each device once"):
             Translator.from_dir(model_dir, ctx=ctx)
     assert Translator.from_dir(model_dir, ctx=[mx.cpu(0), mx.cpu(1)]).ctxs == [mx.cpu(0), mx.cpu(1)]
+
+
+def test_bytes_for_the_translations_are_named_as_bytes(tr, lines):
+    """score_lines and align took bytes as a list of translations, one per byte, and said "target:1: the
+    translation is int, not str"."""
+    says = r"^the translations must be a list of strings, got bytes: give \[text.decode\('utf-8'\)\]$"
+    with pytest.raises(TypeError, match=says):
+        score_lines(tr, lines[:1], b"x")
+    with pytest.raises(TypeError, match=says):
+        align(tr, lines[:1], b"x")
+    assert len(score_lines(tr, lines[:1], ["x"])) == 1
+
+
+def test_a_translation_of_another_type_is_named_by_the_attention(tr, lines, tmp_path):
+    """attention(translation=5) said "translation:1: the translation is int, not str", a file's line, not the
+    argument, as save_attention_plot did."""
+    says = "^attention: translation must be a str or None, got int$"
+    with pytest.raises(TypeError, match=says):
+        nmt.plot.attention(tr, lines[0], translation=5)
+    with pytest.raises(TypeError, match=says):
+        nmt.plot.save_attention_plot(tr, lines[0], tmp_path / "a.png", translation=5)
+    assert not (tmp_path / "a.png").exists()
+    assert nmt.plot.attention(tr, lines[0], translation="x").translation == "x"
