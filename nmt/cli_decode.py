@@ -111,7 +111,7 @@ def translate_main(args: argparse.Namespace) -> int:
         args.chunk_lines = 1   # typed lines: translate and write each one at once
         what = f"JSON objects such as {JSON_EXAMPLE}" if args.json_input else "sentences"
         print(f"nmt-translate {tr.src_lang} -> {tr.tgt_lang}: type {what}, one per line; each translation goes to "
-              f"{args.output} as you press Enter; Ctrl-D to end.", file=sys.stderr)
+              f"{args.output} as you press Enter; Ctrl-D to end (Ctrl-C interrupts, exit code 130).", file=sys.stderr)
     name = STDIN if stdin else args.input
     tally = [0, 0, 0]   # non-empty lines; with Hangul (the model's source language?); JSON requests (--json-input?)
 

@@ -38,21 +38,25 @@ def interactive(translator: Translator, nbest: Optional[int] = None,
                 read: Callable[[str], str] = prompt_on_stderr, alignment: bool = False,
                 json_input: bool = False) -> int:
     """Prompt for sentences (on a terminal; the prompt on stderr) and print each one's `translation_rows` row to
-    stdout, until end of input (Ctrl-D) or Ctrl-C. With `json_input` each typed line is a JSON object
-    (`parse_json_line`); a bad one is reported and the prompt goes on."""
+    stdout, until end of input (Ctrl-D; 0 returned). Ctrl-C is raised (KeyboardInterrupt): it interrupts the command at
+    the prompt as while a line is translated, and as everywhere else (`run_cli`: "interrupted", exit code 130). With
+    `json_input` each typed line is a JSON object (`parse_json_line`); a bad one is reported and the prompt goes on."""
     how = f"beam {translator.decode.beam_size}" if translator.sample is None else f"--sample {translator.sample}"
     what = f"a JSON object such as {JSON_EXAMPLE}" if json_input else "a sentence"
     print(f"nmt-translate {translator.src_lang} -> {translator.tgt_lang} ({translator.model_dir}, checkpoint "
-          f"{translator.checkpoint}, {how}). Type {what} and press Enter; Ctrl-D to quit.", file=sys.stderr)
+          f"{translator.checkpoint}, {how}). Type {what} and press Enter; Ctrl-D to quit (Ctrl-C interrupts, exit "
+          "code 130).", file=sys.stderr)
     n, warned = 0, False
     while True:
         try:
             line = read(f"{translator.src_lang}> ")
-        except (EOFError, KeyboardInterrupt) as e:
-            if isinstance(e, Terminated):   # SIGTERM or SIGHUP: its exit code (`run_cli`), not 0
-                raise
+        except EOFError:   # Ctrl-D: the end of the session
             print(file=sys.stderr)
             return 0
+        except KeyboardInterrupt as e:   # Ctrl-C (it exited 0 here), SIGTERM, SIGHUP: the command's interruption
+            if not isinstance(e, Terminated):   # ("interrupted" on a line of its own, not after the echoed "^C")
+                print(file=sys.stderr)
+            raise
         n += 1
         prefix = None
         surrogate = lone_surrogate(line)

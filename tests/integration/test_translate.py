@@ -3,6 +3,7 @@ over-long lines, unseen and control characters), n-best, the CLI (files, stdin/s
 and the translation benchmark."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import math
@@ -917,13 +918,47 @@ def test_interactive_prompt_with_output_on_the_terminal(tr, env):
                 if select.select([master], [], [], 1)[0]:
                     seen += os.read(master, 1024)
         read_until("ko> ")   # the banner and the prompt, before anything is typed
-        assert seen.endswith(b"Ctrl-D to quit.\r\nko> ")
+        assert seen.endswith(b"Ctrl-D to quit (Ctrl-C interrupts, exit code 130).\r\nko> ")
         os.write(master, "리 니 차\n".encode())
         read_until(want)
         read_until("ko> ", 2)   # (a Ctrl-D before readline reads the line again is the terminal's, and lost)
         os.write(master, b"\x04")
         assert p.wait(timeout=30) == 0
         assert want in seen.decode()
+    finally:
+        os.close(master)
+        if p.poll() is None:
+            p.kill()
+
+
+@pytest.mark.parametrize("typed", ["", "리 니"], ids=["empty", "half-typed"])
+def test_ctrl_c_at_the_prompt_interrupts_the_command(tr, typed):
+    """Ctrl-C at the prompt (its line empty or half typed) ended the session silently with exit code 0, where Ctrl-C
+    while a line is translated, and everywhere else in nmt-translate, is an interruption: "interrupted", exit code
+    130, as the banner now says. Typed at the terminal that the command has as its controlling one, as a user does."""
+    import fcntl
+    import termios
+    master, slave = pty.openpty()
+
+    def own_terminal():   # (a session of its own whose controlling terminal is the pty: Ctrl-C there is its SIGINT)
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+    p = subprocess.Popen([sys.executable, str(REPO / "scripts" / "translate.py"), "--model-dir", str(tr.model_dir),
+                          "--beam-size", "1"], stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
+                         preexec_fn=own_terminal, env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO)))
+    os.close(slave)
+    try:
+        seen, deadline = b"", time.time() + 60
+        while b"ko> " not in seen and time.time() < deadline:
+            if select.select([master], [], [], 1)[0]:
+                seen += os.read(master, 1024)
+        assert b"Ctrl-C interrupts, exit code 130" in seen, seen.decode(errors="replace")
+        os.write(master, typed.encode() + b"\x03")
+        code = p.wait(timeout=30)
+        with contextlib.suppress(OSError):   # (the terminal's last output; EIO once the command has closed it)
+            while select.select([master], [], [], 1)[0]:
+                seen += os.read(master, 1024)
+        said = seen.decode(errors="replace")
+        assert code == 130 and said.rstrip().endswith("\ninterrupted") and "Traceback" not in said, (code, said)
     finally:
         os.close(master)
         if p.poll() is None:
