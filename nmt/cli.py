@@ -19,7 +19,7 @@ from nmt.config_resume import (PER_INVOCATION, record_mirror, refused_batch_kind
                                run_clash)
 from nmt import jsonio
 from nmt.cli_io import last_lines, reader_gone
-from nmt.commands import Once, command, nonempty, shell_word, usable_streams
+from nmt.commands import CommandParser, Once, command, nonempty, shell_word, usable_streams
 from nmt.config_file import check_taken_dir, read_config_file, warn_fine_tuned, warn_other_arch, warn_time_limit
 from nmt.flags import GROUPS, MODEL_FLAGS
 
@@ -63,7 +63,7 @@ def _corpus_file(text: str) -> str:
 
 
 def build_train_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = CommandParser(
         prog="nmt-train", description="Train a Korean<->English seq2seq-attention model, data-parallel over devices.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Examples:\n  nmt-train                       # Tatoeba ko->en on CPU\n"

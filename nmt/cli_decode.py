@@ -12,14 +12,14 @@ from pathlib import Path
 from typing import List, Optional, Tuple
 
 from nmt import jsonio
-from nmt.commands import Once, command, file_arg, nonempty, number, one_stdin, usable_streams
+from nmt.commands import CommandParser, Once, command, file_arg, nonempty, number, one_stdin, usable_streams
 from nmt.cli_io import (add_model_decode_args, installed_commands, last_lines, load_translator, open_output, output_dir,
                         output_errors, reader_gone, refuse_overwriting)
 from nmt.config import CHARS_PER_TOKEN, ConfigError
 
 
 def build_translate_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = CommandParser(
         prog="nmt-translate", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Translate text with a trained model: one output line per input line, in input order "
                     "(an empty line gives an empty line). Reads stdin and writes stdout unless --input/--output "
@@ -167,7 +167,7 @@ def _summary(tr, stats, name: str, tally: List[int]) -> None:
 
 
 def build_evaluate_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = CommandParser(
         prog="nmt-evaluate", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Translate a test set and score it with sacreBLEU (BLEU 13a and chrF with their signatures; "
                     "for Korean output also BLEU with the ko-mecab tokenizer). Scores at the model's saved decoding "

@@ -10,7 +10,7 @@ import logging
 from nmt.flags import DECODE_FLAGS
 from nmt.cli_io import (add_model_decode_args, check_languages_of, load_translator, misaligned, open_output,
                         output_errors, reader_gone, refuse_overwriting)
-from nmt.commands import Once, command, file_arg, nonempty, one_stdin, usable_streams
+from nmt.commands import CommandParser, Once, command, file_arg, nonempty, one_stdin, usable_streams
 
 # Flags of nmt-score: how a translation is scored and batched (the search's flags do not apply).
 SCORE_FLAGS = [f if f.flag != "--max-input-tokens" else dataclasses.replace(
@@ -20,7 +20,7 @@ SCORE_FLAGS = [f if f.flag != "--max-input-tokens" else dataclasses.replace(
 
 
 def build_score_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = CommandParser(
         prog="nmt-score", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Score given translations under a model (forced decoding): one score per line pair, the "
                     "summed log-probability of the translation's pieces and EOS divided by the GNMT length penalty "

@@ -1,6 +1,6 @@
-"""What every `nmt-*` command shares: argparse types that name the flag in their errors (`number`, `nonempty`),
-and the entry point of a command (`command`), which prints bad input as one `error: ...` line with exit code 2
-(`run_cli`, `user_errors`) rather than a traceback."""
+"""What every `nmt-*` command shares: argparse types that name the flag in their errors (`number`, `nonempty`), a
+parser whose flag errors are one `error: ...` line (`CommandParser`), and the entry point of a command (`command`),
+which prints bad input as one `error: ...` line with exit code 2 (`run_cli`, `user_errors`) rather than a traceback."""
 from __future__ import annotations
 
 import argparse
@@ -49,6 +49,15 @@ def nonempty(kind: Callable[[str], Any] = str):
         value = kind(text)
         return value.expanduser() if isinstance(value, Path) else value
     return parse
+
+
+class CommandParser(argparse.ArgumentParser):
+    """The parser of every `nmt-*` command: a flag error (a value out of range, a missing or unknown flag) is one
+    `error: ...` line naming the flag, exit code 2, as every other bad input of the commands (`run_cli`); argparse
+    printed its usage block before "prog: error: ..." for these alone."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message}\n")
 
 
 class Once(argparse.Action):

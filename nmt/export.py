@@ -30,7 +30,7 @@ from typing import Dict
 from nmt import checkpoint as ckpt
 from nmt import jsonio, manifest
 from nmt.atomic import atomic_copy, atomic_write_text, sibling_stem
-from nmt.commands import command, nonempty, shell_word
+from nmt.commands import CommandParser, command, nonempty, shell_word
 from nmt.config import Config, ConfigError
 from nmt.dirlock import alive, shown
 from nmt.storage import StorageError, mxnet_name
@@ -41,7 +41,7 @@ EXPORT_FILE = re.compile(r"(config|scores|export)\.json|scores\.json\.lock|param
 
 
 def build_export_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = CommandParser(
         prog="nmt-export", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Write one checkpoint of a model directory as a directory that only translates: config.json, "
                     "the SentencePiece models, the parameters as params.best (verified by their manifest) and the "

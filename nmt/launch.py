@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from nmt.commands import nonempty, number, standard_streams, threads_variable, usable_streams, with_version
+from nmt.commands import (CommandParser, nonempty, number, standard_streams, threads_variable, usable_streams,
+                          with_version)
 from nmt.config import ConfigError
 from nmt.distributed import (FORWARDED_ENV, FORWARDED_PREFIXES, Host, LaunchError, forwarded_env, ipv4, plan_job,
                              read_hostfile)
@@ -20,7 +21,7 @@ from nmt.storage import StorageError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = CommandParser(
         prog="nmt-launch", formatter_class=argparse.RawDescriptionHelpFormatter,
         usage="%(prog)s -n WORKERS [-s SERVERS] [-H HOSTFILE] [options] -- COMMAND ...",
         description="Start a distributed MXNet job (scheduler, servers, workers) and watch it: when any process "

@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from nmt.commands import Once, import_failure, nonempty, number, run_cli, shell_word, threads_variable, with_version
+from nmt.commands import (CommandParser, Once, import_failure, nonempty, number, run_cli, shell_word, threads_variable,
+                          with_version)
 from nmt.config import Config, ConfigError
 from nmt.serve.batcher import DEFAULT_MAX_WAIT_MS
 from nmt.signals import leave_hung_up_terminal, stopping_signals
@@ -30,7 +31,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     from nmt.serve.schema import LINES_PER_SENTENCE, Limits   # (pydantic and starlette: once nmt-serve runs)
     lim = Limits()
     count = number(int, 1)
-    p = argparse.ArgumentParser(prog="nmt-serve", description=__doc__.split("\n\n")[0])
+    p = CommandParser(prog="nmt-serve", description=__doc__.split("\n\n")[0])
     p.add_argument("--model-dir", action="append", required=True, type=nonempty(Path),
                    help="a trained model directory; repeat for several language pairs")
     p.add_argument("--host", action=Once, default="127.0.0.1", type=nonempty(),

@@ -212,6 +212,33 @@ def test_every_command_tells_its_version():
     assert p.returncode == 0 and p.stdout == f"nmt-train (nmt) {nmt.__version__}\n"
 
 
+def test_every_command_says_a_flag_error_in_one_line(capsys):
+    """A flag value argparse's type refused (`--chunk-lines 0`), a flag unknown or missing, printed argparse's usage
+    block (a dozen lines) before "nmt-translate: error: ...", where every other error of a flag (`--batch-size 0`,
+    checked with the settings) is one "error: ..." line: now all are that line, exit code 2 as before."""
+    from nmt.cli import train_main
+    from nmt.cli_decode import evaluate_main, translate_main
+    from nmt.cli_score import score_main
+    from nmt.export import export_main
+    from nmt.launch import main as launch_main
+    from nmt.serve.cli import main as serve_main
+    for main, argv, said in (
+            (train_main, ["--num-buckets", "x"], "argument --num-buckets: invalid int value: 'x'"),
+            (translate_main, ["--model-dir", "m", "--chunk-lines", "0"], "argument --chunk-lines: must be >= 1 (got 0)"),
+            (evaluate_main, ["--model-dir", "m", "--prefix-words", "0"], "argument --prefix-words: must be >= 1 (got 0)"),
+            (score_main, ["--model-dir", "m"], "the following arguments are required: --src-file, --tgt-file"),
+            (export_main, ["--model-dir", "m", "--output", "o", "--nosuch"], "unrecognized arguments: --nosuch"),
+            (launch_main, ["-n", "0", "--", "true"], "argument -n/--num-workers: must be >= 1 and <= 1024 (got 0)"),
+            (serve_main, ["--model-dir", "m", "--port", "0"], "argument --port: must be >= 1 and <= 65535 (got 0)"),
+            (serve_main, ["--model-dir", "m", "--max-sentences", "9", "--max-queue", "8"],
+             "--max-sentences 9 is more than --max-queue 8: ")):
+        with pytest.raises(SystemExit) as done:
+            main(argv)
+        out, err = capsys.readouterr()
+        assert done.value.code == 2 and out == "" and err.startswith(f"error: {said}") and err.count("\n") == 1, \
+            (main, err)
+
+
 def test_each_command_module_run_with_python_m_is_that_command():
     """`python -m nmt.cli --model-dir ...` did nothing and exited 0 (only `python -m nmt.serve` ran its command): a
     training that never ran, said by nothing. nmt.cli_decode holds two commands, and says so."""
