@@ -208,11 +208,10 @@ JSON_EXAMPLE = '{"text": "안녕하세요.", "target_prefix": "Hello"}'
 def parse_json_line(line: str, line_no: int, name: str) -> Tuple[str, Optional[str]]:
     """(text, target prefix or None) of one --json-input line (a blank line: an empty sentence); a CorpusError
     naming the line and the field for anything else."""
-    if not line.strip():
+    line = line.lstrip("\ufeff")   # an editor's byte-order mark: a file's, or each file's of `cat a.jsonl b.jsonl`
+    if not line.strip():   # (as a plain line's, anywhere: `corpus.INVISIBLE`)
         return "", None
     where = f"{name}:{line_no}"
-    if line_no == 1:
-        line = line.lstrip("\ufeff")   # a byte-order mark some editors write at the start of a file
     try:
         obj = jsonio.loads(line)
     except jsonio.RepeatedKey as e:

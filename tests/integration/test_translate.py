@@ -681,6 +681,20 @@ def test_json_requests_without_json_input_are_translated_with_a_warning(tr, tmp_
     assert code == 0 and "JSON object" not in err, err
 
 
+def test_a_byte_order_mark_starting_any_line_is_dropped_in_both_input_modes(tr, tmp_path, capsys):
+    """Files that each start with a byte-order mark, joined (`cat a.jsonl b.jsonl`), have one at the start of a later
+    line: --json-input refused it ("not JSON (Unexpected UTF-8 BOM ...)") after the first line, where plain lines
+    lose it (an invisible character). Both modes now translate those lines as without it, a line of it alone too."""
+    bom, texts = "\ufeff", ["리 니", "차", "", "니 리 차"]
+    for json_input in (False, True):
+        rows = [(json.dumps({"text": t}, ensure_ascii=False) if t and json_input else t) for t in texts]
+        path = tmp_path / ("joined.jsonl" if json_input else "joined.ko")
+        path.write_text("".join(bom + r + "\n" for r in rows), encoding="utf-8")
+        code, out, err = run(["--model-dir", tr.model_dir, "--input", path, "--beam-size", "1"]
+                             + ["--json-input"] * json_input, capsys)
+        assert code == 0 and out.split("\n") == [*tr.translate(texts, beam_size=1), ""], (json_input, err)
+
+
 def test_cli_refuses_to_write_over_its_input(tr, tmp_path, capsys):
     """`--output` naming the `--input` file (or a link to it) would empty it before it is read."""
     path, link = tmp_path / "in.ko", tmp_path / "link.ko"
