@@ -63,9 +63,9 @@ def score_main(args: argparse.Namespace) -> int:
     refuse_overwriting("--output", args.output, {"--src-file": args.src_file, "--tgt-file": args.tgt_file},
                        [args.model_dir, *args.ensemble])
     setup_logging(None, level=logging.DEBUG if args.verbose else logging.INFO)   # the files' warnings come first
-    # every line a pair, an empty translation too (even all of them: blank_ok); a long source is cut
-    src, tgt = (read_lines(f, max_line_chars=limit, keep_blank_end=True, blank_ok=blank)
-                for f, limit, blank in ((args.src_file, None, False), (args.tgt_file, MAX_LINE_CHARS, True)))
+    # every line a pair, an empty source or translation too (even all of them: blank_ok); a long source is cut
+    src, tgt = (read_lines(f, max_line_chars=limit, keep_blank_end=True, blank_ok=True)
+                for f, limit in ((args.src_file, None), (args.tgt_file, MAX_LINE_CHARS)))
     drop_blank_ends([(args.src_file, src), (args.tgt_file, tgt)], keep_blank_pairs=True)   # an editor's last lines
     if len(src) != len(tgt):
         raise misaligned(args.src_file, src, "--tgt-file", args.tgt_file, tgt, "--tgt-file", "--src-file")

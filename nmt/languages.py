@@ -32,13 +32,14 @@ def korean(text: str, lang: str) -> bool:
 def check_languages(src: Sequence[str], tgt: Sequence[str], src_lang: str, names: Tuple[str, str],
                     direction: str) -> None:
     """CorpusError if the Korean side of parallel text (by `src_lang`) has Hangul on no more of its lines than the
-    English side: the files are swapped, or both are in one language. `names`: how the error names the source and
+    English side: the files are swapped, or both are in one language (a Korean side of blank lines alone only if the
+    English side is mostly Hangul). `names`: how the error names the source and
     the target side (e.g. "--train-src a.ko"); `direction`: where their languages come from (e.g. "--src ko --tgt
     en")."""
     ko, en = (0, 1) if src_lang == "ko" else (1, 0)
     shares = (hangul_share(src, "ko" if ko == 0 else "en"), hangul_share(tgt, "ko" if ko == 1 else "en"))
-    if shares[ko] > shares[en]:
-        return
+    if shares[ko] > shares[en] or shares[en] < 0.5 and not any(x.strip() for x in (src, tgt)[ko]):
+        return   # (a Korean side of blank lines alone tells no language: nmt-score's empty sources or translations)
     paths = [os.path.realpath(name.split(" ", 1)[-1]) for name in names]   # ("--flag path")
     same = "the same file is given for both sides" if paths[0] == paths[1] else ""
     if min(shares) >= 0.5:   # both Korean: the English side is the one at fault

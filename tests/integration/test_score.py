@@ -355,7 +355,9 @@ def test_the_files_warnings_are_log_lines(model_dir, tmp_path):
 def test_translations_that_are_all_empty_are_scored(model_dir, tmp_path, capsys):
     """Every line is a pair, a blank translation too, but a --tgt-file of blank lines alone was refused ("the file
     has only blank lines"): the output of `nmt-translate` whose every translation is empty (a model trained briefly
-    can rank one first) could not be scored. A source of blank lines alone, or an empty file, is still refused."""
+    can rank one first) could not be scored. A source of blank lines alone was refused too, though a blank source
+    line among others is scored (what the model gives a translation of nothing): it is scored as that line is, with
+    the warning of lines blank on one side. An empty file (no line at all) is still refused."""
     (tmp_path / "s.ko").write_text("리 니\n니 리\n", encoding="utf-8")
     (tmp_path / "t.en").write_text("\n\n", encoding="utf-8")
     (tmp_path / "one.en").write_text("\n", encoding="utf-8")
@@ -368,7 +370,16 @@ def test_translations_that_are_all_empty_are_scored(model_dir, tmp_path, capsys)
     assert code == 2 and out == "" and "has 2 lines but --tgt-file" in err, err
     code, out, err = run(["--model-dir", model_dir, "--src-file", tmp_path / "t.en", "--tgt-file", tmp_path / "t.en"],
                          capsys)
-    assert code == 2 and out == "" and "the file has only blank lines" in err, err
+    assert code == 0 and len(out.splitlines()) == 2 and "blank on one side" not in err, err
+    (tmp_path / "mixed.ko").write_text("리 니\n\n", encoding="utf-8")   # a blank source among others, as alone
+    (tmp_path / "mixed.en").write_text("ni ri\nri\n", encoding="utf-8")
+    (tmp_path / "blank.ko").write_text("\n\n", encoding="utf-8")
+    mixed = run(["--model-dir", model_dir, "--src-file", tmp_path / "mixed.ko", "--tgt-file", tmp_path / "mixed.en"],
+                capsys)
+    code, out, err = run(["--model-dir", model_dir, "--src-file", tmp_path / "blank.ko", "--tgt-file",
+                          tmp_path / "mixed.en"], capsys)
+    assert code == 0 and out.splitlines()[1] == mixed[1].splitlines()[1], (err, mixed)
+    assert "blank on one side only (line 1, 2)" in err, err
     (tmp_path / "none.en").write_bytes(b"")   # (an empty --tgt-file holds no translation, not empty ones)
     code, out, err = run(["--model-dir", model_dir, "--src-file", tmp_path / "s.ko", "--tgt-file",
                           tmp_path / "none.en"], capsys)

@@ -1019,6 +1019,19 @@ def test_an_english_line_naming_korean_things_is_english_and_technical_korean_is
         check_languages(ko, ko[::-1], "ko", ("--src-file a", "--tgt-file b"), "the model's")
 
 
+def test_a_korean_side_of_blank_lines_alone_is_not_taken_for_swapped_files():
+    """nmt-score scores a blank source (or translation) line among others; a Korean side of blank lines alone (an
+    all-blank source of a ko -> en model, all-empty translations of an en -> ko one) had Hangul on 0% of its lines,
+    no more than the English side: "are both files English?". It says nothing of its language, unless the English
+    side is Korean."""
+    from nmt.languages import check_languages
+    blank, en = ["", " "], ["ni ri", "ri"]
+    for src, tgt, src_lang in ((blank, en, "ko"), (en, blank, "en"), (blank, blank, "ko")):
+        check_languages(src, tgt, src_lang, ("--src-file a", "--tgt-file b"), "the model's")   # no error
+    with pytest.raises(CorpusError, match="--src-file a should be the Korean side .* are the files swapped"):
+        check_languages(blank, ["나는 김치를 좋아한다.", "우리는"], "ko", ("--src-file a", "--tgt-file b"), "the model's")
+
+
 def _whole_file_answer(path) -> int:
     """`undo_latin1_loses` as it was, on the whole file in memory: the answer the streamed one must keep."""
     from nmt.textfile import _CP1252_BYTES
