@@ -270,3 +270,7 @@ def _serve(args: argparse.Namespace) -> int:
             raise   # (run_cli's words for it, as every command's)
         print(f"error: {import_failure(e) or e}", file=sys.stderr)   # (MXNet's library that cannot load: named)
         return 2
+
+
+if __name__ == "__main__":   # `python -m nmt.serve.cli`: nmt-serve (it did nothing, exit 0)
+    raise SystemExit(main())

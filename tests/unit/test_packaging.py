@@ -244,7 +244,7 @@ def test_each_command_module_run_with_python_m_is_that_command():
     training that never ran, said by nothing. nmt.cli_decode holds two commands, and says so."""
     import nmt
     for module, command in (("nmt.cli", "nmt-train"), ("nmt.cli_score", "nmt-score"), ("nmt.export", "nmt-export"),
-                            ("nmt.launch", "nmt-launch"), ("nmt.serve", "nmt-serve")):
+                            ("nmt.launch", "nmt-launch"), ("nmt.serve", "nmt-serve"), ("nmt.serve.cli", "nmt-serve")):
         p = subprocess.run([sys.executable, "-m", module, "--version"], capture_output=True, text=True, timeout=120,
                            cwd=REPO)
         assert p.returncode == 0 and p.stdout == f"{command} (nmt) {nmt.__version__}\n", (module, p.stdout, p.stderr)
@@ -255,5 +255,32 @@ def test_each_command_module_run_with_python_m_is_that_command():
     for path, named in ((f"{where}{os.pathsep}{elsewhere}", ""), (elsewhere, named)):
         p = subprocess.run([sys.executable, "-m", "nmt.cli_decode", "--version"], capture_output=True, text=True,
                            timeout=120, cwd=REPO, env={**os.environ, "PATH": path})
-        assert p.returncode == 1 and p.stderr == ("error: nmt.cli_decode holds two commands: run nmt-translate or "
+        assert p.returncode == 2 and p.stderr == ("error: nmt.cli_decode holds two commands: run nmt-translate or "
                                                   f"nmt-evaluate{named}\n"), (p.stdout, p.stderr)
+
+
+@pytest.mark.parametrize("module, command", [
+    ("nmt.cli", "nmt-train"), ("nmt.cli_decode", None), ("nmt.cli_score", "nmt-score"), ("nmt.export", "nmt-export"),
+    ("nmt.launch", "nmt-launch"), ("nmt.serve", "nmt-serve"), ("nmt.serve.cli", "nmt-serve")])
+def test_python_m_of_a_command_module_answers_as_the_installed_command(module, command):
+    """`python -m nmt.cli_decode` exited 1 where every installed command exits 2 for a usage error (its text, given to
+    SystemExit, made it 1), and `python -m nmt.serve.cli` did nothing, exit 0, after a RuntimeWarning of runpy's. Each
+    module answers no arguments (nmt-train's: a bad flag, not a training), --help and a flag error as its command
+    does, with the same exit code, output and errors; nmt.cli_decode, which holds two, refuses with exit code 2."""
+    script = Path(sysconfig.get_path("scripts")) / (command or "")
+    if command and not script.is_file():
+        pytest.skip(f"{command} is not installed here ({script}): pip install -e .")
+    for argv in ([] if command != "nmt-train" else ["--num-buckets", "x"]), ["--help"], ["--no-such-flag"]:
+        p = subprocess.run([sys.executable, "-m", module, *argv], capture_output=True, text=True, timeout=120,
+                           cwd=REPO)
+        if command is None:
+            assert p.returncode == 2 and p.stdout == "" and p.stderr.startswith(
+                "error: nmt.cli_decode holds two commands: run nmt-translate or nmt-evaluate"), (argv, p.stderr)
+            continue
+        want = subprocess.run([str(script), *argv], capture_output=True, text=True, timeout=120, cwd=REPO)
+
+        def same(text: str) -> str:   # (nmt-launch's help names the interpreter running it: python, or python3)
+            return re.sub(r"\(default: \S*python[\d.]*\)", "(default: the python)", text)
+        assert (p.returncode, same(p.stdout), p.stderr) == (want.returncode, same(want.stdout), want.stderr), \
+            (module, argv)
+        assert p.returncode == (0 if argv == ["--help"] else 2), (module, argv, p.stderr)
