@@ -227,6 +227,17 @@ def threads_variable(value: Optional[str] = None) -> None:
                           "set it to one (e.g. OMP_NUM_THREADS=2, or cores / devices) or unset it")
 
 
+def role_variable() -> None:
+    """ConfigError when DMLC_ROLE is set to anything but "worker" (even ""): MXNet's import then makes this process
+    a scheduler or server of a distributed job, which waits for the job for good (an unknown role too) or, without
+    the job's other DMLC_* variables, fails with a C++ traceback, before the command runs."""
+    role = os.environ.get("DMLC_ROLE")
+    if role is not None and role != "worker":
+        raise ConfigError(f"DMLC_ROLE={role!r}: MXNet would start this process as a scheduler or server of a "
+                          "distributed job as it loads, not run the command; an nmt command runs as a job's worker "
+                          "(DMLC_ROLE=worker, as nmt-launch sets it) or outside any job: unset DMLC_ROLE")
+
+
 def run_cli(main: Callable[[], int]) -> int:
     """Run `main`, turning the project's bad-input errors into `error: ...` on stderr and exit code 2, and SIGTERM and
     SIGHUP into Ctrl-C's interruption with their own exit codes, from the start (imports, loading a model)."""
@@ -321,6 +332,7 @@ def command(build_parser: Callable[[], argparse.ArgumentParser]):
             def run() -> int:
                 args = with_version(build_parser()).parse_args(argv)
                 threads_variable()   # (after --help and --version, which load no MXNet)
+                role_variable()
                 return body(args)
             global exit_code
             early = early_warnings()

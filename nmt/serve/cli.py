@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from nmt.commands import (CommandParser, Once, import_failure, nonempty, number, run_cli, shell_word, threads_variable,
-                          with_version)
+from nmt.commands import (CommandParser, Once, import_failure, nonempty, number, role_variable, run_cli, shell_word,
+                          threads_variable, with_version)
 from nmt.config import Config, ConfigError
 from nmt.serve.batcher import DEFAULT_MAX_WAIT_MS
 from nmt.signals import leave_hung_up_terminal, stopping_signals
@@ -255,6 +255,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     def run() -> int:
         args = parse_args(argv)
         threads_variable()   # (after --help and --version, which load no MXNet)
+        role_variable()
         return _serve(args)
     return run_cli(run)
 

@@ -184,6 +184,32 @@ def test_kvstore_choice_errors(monkeypatch):
         workers.create_kvstore("device")
 
 
+@pytest.mark.parametrize("role, others", [("wroker", True), ("", True), ("server", False)])
+def test_a_role_other_than_worker_is_refused_before_mxnet_loads(tmp_path, task, role, others):
+    """Any DMLC_ROLE but "worker" (a typo, or "" set to unset it) made MXNet's import start the command as a server
+    or scheduler: with the job's other variables it waited for good, silently; without them, a C++ traceback."""
+    env = {k: v for k, v in ENV.items() if not k.startswith("DMLC_")}
+    env.update(DMLC_ROLE=role, **({"DMLC_NUM_SERVER": "1", "DMLC_NUM_WORKER": "2", "DMLC_PS_ROOT_URI": "127.0.0.1",
+                                     "DMLC_PS_ROOT_PORT": str(free_port())} if others else {}))
+    for argv in (["-m", "nmt.cli", *tiny_flags(task, tmp_path / "m"), "--max-steps", "1", "--kvstore", "dist_sync"],
+                 ["scripts/translate.py", "--model-dir", str(tmp_path / "m")]):
+        try:
+            p = subprocess.run([PY, *argv], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"DMLC_ROLE={role!r}: {argv[:2]} waited as a node of a job")
+        assert (p.returncode, p.stderr) == (2, f"error: DMLC_ROLE={role!r}: MXNet would start this process as a "
+                                               "scheduler or server of a distributed job as it loads, not run the "
+                                               "command; an nmt command runs as a job's worker (DMLC_ROLE=worker, as "
+                                               "nmt-launch sets it) or outside any job: unset DMLC_ROLE\n")
+    assert not (tmp_path / "m").exists()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 @pytest.mark.parametrize("code, leaves", [(143, 143), (2, 2), (None, 1)])
 def test_a_worker_leaving_before_it_finished_keeps_its_commands_exit_code(code, leaves):
     """A worker stopped by Ctrl-C while it set up (exit 143) left with code 1, MXNet's barrier skipped: the launcher,
