@@ -47,6 +47,7 @@ def create_trainer(cfg: Config, resume: bool = False, overwrite: bool = False, i
         init_amp(ctxs)   # ConfigError without GPUs; before the model is built (AMP rewrites its operators)
     kv = create_kvstore(default_kvstore(ctxs, t.kvstore))
     workers = WorkerGroup(kv)   # they agree first (a worker's share of a batch: 1 / workers x devices)
+    workers.check_count()
     workers.check_same("flags", {"resume": resume, "overwrite": overwrite, "init_from": bool(init),
                                  "devices": len(ctxs)})
     lock, inputs = None, run_inputs(cfg, init)

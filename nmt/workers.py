@@ -86,6 +86,7 @@ STOP_WISHES = (*INTERRUPTS, "max_seconds", "time_budget")
 # hash (key * 9973, a C int) does not overflow: each holds one size (a sum, a vote, a verdict of `check_same`, a
 # length), and one key per power-of-two payload size
 _SUM_KEY, _VOTE_KEY, _SIZE_KEY, _PAYLOAD_KEY, _SAME_KEY = 99_999, 100_000, 100_001, 100_002, 99_998
+_COUNT_KEY = 99_997   # (`check_count`)
 
 
 class WorkerGroup:
@@ -139,6 +140,28 @@ class WorkerGroup:
         out = mx.nd.zeros(values.shape)
         self.kv.pushpull(key, mx.nd.array(values, dtype="float32"), out=out)
         return out
+
+    def check_count(self) -> None:
+        """ConfigError on every worker unless each was told the number of workers the job's servers sum over
+        (DMLC_NUM_WORKER): a worker told another took another share of every batch (1 / its count) and another rank's
+        part of the work, so the job trained a wrong model, or waited for good. Counted on the servers (a sum of ones;
+        this runs even where the worker was told 1)."""
+        if self.kv is None:
+            return
+        if self.rank >= self.num_workers:   # (told fewer as rank 0, nobody learns it: all wait at MXNet's barrier)
+            raise ConfigError(f"DMLC_NUM_WORKER={self.num_workers} of this worker, but the job's scheduler gave it "
+                              f"rank {self.rank}; every worker, server and the scheduler need the same DMLC_NUM_WORKER "
+                              "(nmt-launch sets it)")
+        counted = round(float(self._sum(_COUNT_KEY, np.ones(1, np.float32)).asnumpy()[0]))
+        wrong = counted != self.num_workers
+        if self._sum(_SAME_KEY, np.array([float(wrong)], np.float32)).asnumpy()[0] > 0 and not wrong:
+            raise ConfigError(f"another worker of the job was told another number of workers than this one's "
+                              f"DMLC_NUM_WORKER={self.num_workers} (its error says so); every worker, server and the "
+                              "scheduler need the same DMLC_NUM_WORKER (nmt-launch sets it)")
+        if wrong:
+            raise ConfigError(f"DMLC_NUM_WORKER={self.num_workers} of this worker (rank {self.rank}), but the job's "
+                              f"servers sum over {counted} workers; every worker, server and the scheduler need the "
+                              "same DMLC_NUM_WORKER (nmt-launch sets it)")
 
     def sum(self, values: Sequence[float]) -> List[float]:
         """Each of `values` summed over the workers (float32: about 7 significant digits)."""

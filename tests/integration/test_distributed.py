@@ -588,6 +588,23 @@ def test_an_exception_in_a_worker_ends_the_job(tmp_path, task):
     assert all(gone(pid) for pid in started_pids(err).values())
 
 
+def test_a_worker_told_another_number_of_workers_is_refused(tmp_path, task, capfd, monkeypatch):
+    """A worker started by hand with DMLC_NUM_WORKER=3 in a job of 2 took a third of each batch as rank 0 and
+    trained a wrong model to its end, exit 0, while the other waited for good."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    command = [PY, "-m", "nmt.cli", *tiny_flags(task, tmp_path / "m"), "--max-steps", "4", "--kvstore", "dist_sync"]
+    specs = dist.plan_job(command, 2, 1, port=free_port())
+    specs[-1].env["DMLC_NUM_WORKER"] = "3"
+    job = Job(specs, workdir=str(tmp_path), timeout=90, grace=5)
+    assert job.run() == 2
+    err = capfd.readouterr().err
+    assert "reached" not in err   # (not stopped by the --timeout)
+    told = re.search(r"rank (\d) of 3", err)[1]
+    assert (f"error: DMLC_NUM_WORKER=3 of this worker (rank {told}), but the job's servers sum over 2 workers; "
+            "every worker, server and the scheduler need the same DMLC_NUM_WORKER (nmt-launch sets it)\n") in err
+    assert not (tmp_path / "m").exists()
+
+
 def test_a_job_refused_at_the_start_leaves_no_temporary_files(tmp_path, task):
     """Rank 0 refused the model directory (it exists) while the other worker waited for rank 0's tokenizers in a
     directory it had made: the launcher stopped it there, and every failed launch left a /tmp/nmt-worker1-*."""
