@@ -39,6 +39,8 @@ def describe_exit(code: int) -> str:
 
 
 # A worker's exit codes of a stop the launcher asked for (SIGTERM, or the signal itself), as it or a shell report it.
+# Seconds the other workers get to leave after one left by a stop (they leave together, through MXNet's barrier)
+LEFT_WAIT = 5.0
 _STOPPED = tuple(c for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP) for c in (128 + sig, -sig))
 
 
@@ -102,7 +104,7 @@ class Job:
 
     def watch(self) -> int:
         t0 = time.monotonic()
-        first_done = stop_deadline = None      # when the first worker finished; when a forwarded signal kills
+        first_done = stop_deadline = left_at = None   # the first worker finished; a forwarded signal kills; one left
         workers = [i for i, s in enumerate(self.specs) if s.role == "worker"]
         timed_out = False   # --timeout stops the job as a SIGTERM to the launcher does, with --grace to checkpoint
         while True:
@@ -121,6 +123,14 @@ class Job:
                 if failed:   # the others wait for it in vain: named now, not as "still running" after the grace
                     return self.failed(failed[0], f" as the job stopped ({name})")
                 done = all(codes[i] is not None for i in workers)
+                left = [i for i in workers if codes[i] in _STOPPED]   # one that left by the stop ends every collective:
+                left_at = left_at or (now if left else None)          # the others, waiting in one, never return
+                if not done and not again and left and now > left_at + LEFT_WAIT and now < stop_deadline:
+                    late = ", ".join(self.specs[i].label for i in workers if codes[i] is None)
+                    self.log(f"{late} still running {LEFT_WAIT:g} s after {self.specs[left[0]].label} left as {name} "
+                             "stopped the job: killed (waiting for it in a collective: a stop before training, with "
+                             "nothing to save)")
+                    return 124 if timed_out else 128 + self._signals[0]
                 if not done and not again and now > stop_deadline:
                     late = ", ".join(self.specs[i].label for i in workers if codes[i] is None)
                     self.log(f"{late} still running --grace {self.grace:g} s after {name}: killed (the checkpoint of "

@@ -423,6 +423,25 @@ def test_workers_still_running_after_the_grace_are_named_as_killed(tmp_path):
            "missing" in err, err
 
 
+def test_workers_left_waiting_by_one_that_stopped_are_killed_without_the_grace(tmp_path):
+    """Ctrl-C as the job set up: a worker in Python code left at once (143), the other, waiting for it in a
+    collective (deaf to SIGTERM in MXNet's wait), was killed only when --grace ran out, named as if a checkpoint
+    might be missing. It is killed LEFT_WAIT seconds after the first left."""
+    worker = ("import os, signal, time\n"
+              "try:\n"   # the first worker to start is the deaf one
+              "    os.close(os.open('deaf', os.O_CREAT | os.O_EXCL)); signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+              "except FileExistsError:\n"
+              "    pass\n"
+              "open(f'ready.{os.getpid()}', 'w').close()\n"
+              "time.sleep(60)")
+    t0 = time.monotonic()
+    code, err = sigterm_to_a_launcher_of_two(tmp_path, worker, "--grace", "25")
+    assert code == 143 and time.monotonic() - t0 < 20, err
+    assert re.search(r"worker \d still running 5 s after worker \d left as SIGTERM stopped the job: killed "
+                     r"\(waiting for it in a collective: a stop before training, with nothing to save\)", err), err
+    assert "--grace" not in err
+
+
 def test_a_worker_that_fails_as_the_job_stops_is_named_at_once(tmp_path):
     """A worker whose stop failed (its checkpoint on a full disk: exit 1) was not named: the launcher waited the
     whole --grace for the other, which waited for it in vain, then named that one as still running and exited 143."""
