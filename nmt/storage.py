@@ -77,9 +77,17 @@ def write_failure(path: PathLike, err: OSError, needed: Optional[int] = None, ac
     if err.errno in _FULL:
         msg += f"; {human_bytes(free_bytes(path))} free"
         msg += f", about {human_bytes(needed)} needed" if needed else ""
-    failure = StorageError(f"{msg}; {_FIXABLE[err.errno]}")
+    failure = StorageError(f"{msg}; {_advice(path, err.errno)}")
     failure.errno = err.errno
     return failure
+
+
+def _advice(path: PathLike, code: int) -> str:
+    """What to do about the write error `code` of `path`: a permission refused on a file that exists is maybe its
+    own (a lock file opened in place, made read-only by `chmod -R a-w`), not only its directory's."""
+    if code in (errno.EACCES, errno.EPERM) and os.path.isfile(path):
+        return "check the permissions of the file (chmod u+w) and of its directory, or choose another directory"
+    return _FIXABLE[code]
 
 
 def _device(path: PathLike) -> bool:

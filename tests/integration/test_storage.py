@@ -522,3 +522,26 @@ def test_files_under_a_name_that_is_not_utf8(tmp_path):
         err = done.stderr.decode()
         assert done.returncode == 2 and "\\xc0\\xda\\xb7\\xe1" in err and "are not UTF-8" in err and \
             "Traceback" not in err, err
+
+
+def test_a_read_only_scores_lock_is_named_not_scores_json(tmp_path, monkeypatch):
+    """A model directory made read-only (`chmod -R a-w`) and its directory writable again: recording a score failed on
+    scores.json.lock, opened in place, but the error named scores.json and said to check the directory, which was
+    writable (`nmt-train --resume` stopped with it); nmt-evaluate found out only after decoding the whole set."""
+    import builtins
+    import nmt.scoring
+    lock = tmp_path / "scores.json.lock"
+    lock.touch()
+    real_open, real_access = builtins.open, os.access
+
+    def refused(path, *args, **kwargs):   # (root opens any file: chmod would not do)
+        if Path(path) == lock:
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+        return real_open(path, *args, **kwargs)
+    monkeypatch.setattr(nmt.scoring, "open", refused, raising=False)
+    with pytest.raises(StorageError) as e:
+        nmt.scoring.record_scores(tmp_path, "t", "best", {"bleu": 1.0})
+    assert str(e.value) == (f"cannot write {lock}: Permission denied [errno EACCES]; check the permissions of the "
+                            "file (chmod u+w) and of its directory, or choose another directory")
+    monkeypatch.setattr(nmt.scoring.os, "access", lambda path, mode: Path(path) != lock and real_access(path, mode))
+    assert nmt.scoring.cannot_record(tmp_path) == f"{lock} is not writable (its permissions: chmod u+w)"
