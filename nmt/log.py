@@ -40,10 +40,11 @@ def setup_logging(log_file: Optional[Path] = None, level: Optional[int] = None, 
         level = min(logging.INFO, logging.getLogger("nmt").level or logging.INFO)
     handlers: List[logging.Handler] = [_TqdmHandler()]
     fmt = logging.Formatter(prefix + FORMAT, datefmt="%Y-%m-%d %H:%M:%S")
-    if log_file is not None:
-        Path(log_file).parent.mkdir(parents=True, exist_ok=True)
-        # (a file name's bytes that are not UTF-8 written as \udcNN escapes, as stderr shows them)
-        handlers.append(logging.FileHandler(log_file, encoding="utf-8", errors="backslashreplace"))
+    if log_file is not None:   # (appended in place: a read-only train.log is named, not a traceback)
+        with guarded_write(log_file):
+            Path(log_file).parent.mkdir(parents=True, exist_ok=True)
+            # (a file name's bytes that are not UTF-8 written as \udcNN escapes, as stderr shows them)
+            handlers.append(logging.FileHandler(log_file, encoding="utf-8", errors="backslashreplace"))
     for h in handlers:
         h.setFormatter(fmt)
         _MADE.add(h)
@@ -161,6 +162,8 @@ class MetricsWriter:
         """Drop the rows after `step` (a run resumed from an earlier checkpoint than the newest makes them again),
         and a torn last line (a crash mid-append), which the next row would be appended to."""
         if self.path is not None and self.path.is_file():
+            with guarded_write(self.path), open(self.path, "a", encoding="utf-8"):   # (appended in place: a read-only
+                pass                                                             # one named now, not at a validation)
             text = self.path.read_text(encoding="utf-8")
             rows = metrics_rows(text)
             if any(r.get("step", 0) > step for r in rows) or text and not text.endswith("\n"):

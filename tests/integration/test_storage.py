@@ -545,3 +545,30 @@ def test_a_read_only_scores_lock_is_named_not_scores_json(tmp_path, monkeypatch)
                             "file (chmod u+w) and of its directory, or choose another directory")
     monkeypatch.setattr(nmt.scoring.os, "access", lambda path, mode: Path(path) != lock and real_access(path, mode))
     assert nmt.scoring.cannot_record(tmp_path) == f"{lock} is not writable (its permissions: chmod u+w)"
+
+
+def test_a_read_only_log_or_metrics_file_is_named_before_training(tmp_path, monkeypatch):
+    """train.log and metrics.jsonl are appended in place: a resume of a directory whose files were made read-only
+    ended in a PermissionError traceback from logging's FileHandler, and with train.log writable again, in the error
+    of metrics.jsonl at the first validation, the updates since the checkpoint lost."""
+    import builtins
+    import logging
+    import nmt.log
+    from nmt.log import MetricsWriter, setup_logging
+    log, metrics = tmp_path / "train.log", tmp_path / "metrics.jsonl"
+    log.touch()
+    metrics.write_text('{"step": 1}\n')
+
+    def refused(path, *args, **kwargs):   # (root opens any file: chmod would not do)
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+    advice = ("Permission denied [errno EACCES]; check the permissions of the file (chmod u+w) and of its directory, "
+              "or choose another directory")
+    monkeypatch.setattr(logging, "FileHandler", refused)
+    with pytest.raises(StorageError) as e:
+        setup_logging(log)
+    assert str(e.value) == f"cannot write {log}: {advice}"
+    monkeypatch.setattr(nmt.log, "open", lambda path, mode="r", *a, **k: (
+        refused(path) if "a" in mode else builtins.open(path, mode, *a, **k)), raising=False)
+    with pytest.raises(StorageError) as e:
+        MetricsWriter(metrics).keep_until(1)
+    assert str(e.value) == f"cannot write {metrics}: {advice}"
