@@ -354,9 +354,17 @@ def average_checkpoints(model_dir: Path, files: List[str], last: int = 0) -> Pat
         logger.warning("--average-last %d: the run has %d checkpoints; params.avg averages those", last, len(files))
     files = files[-last:] if last else files
     logger.info("params.avg: the average of the checkpoints of steps %s", ", ".join(str(params_step(f)) for f in files))
+    for i, f in enumerate(files):   # each verified before any is read; a damaged one said with what averages without it
+        try:
+            verify_params(model_dir / f)
+        except CheckpointError as e:
+            from nmt.config_resume import average_advice   # (which uses this module's TrainState)
+            after = len(files) - 1 - i   # (one alone is no average)
+            raise CheckpointError(f"{e}; params.avg is not written: restore the file from a backup" + (
+                f", or leave it out, with N at most {after} (the checkpoints after it){average_advice(model_dir)}"
+                if after > 1 else "")) from None
     total = None
     for f in files:
-        verify_params(model_dir / f)
         p = mx.nd.load(str(model_dir / f))
         total = p if total is None else {k: total[k] + v for k, v in p.items()}
     avg, newest = {k: v / len(files) for k, v in total.items()}, model_dir / files[-1]

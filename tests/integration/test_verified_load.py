@@ -351,3 +351,24 @@ def test_a_best_or_average_written_after_an_edit_keeps_the_models_own_settings(m
     (copy / ckpt.CONFIG).write_text(json.dumps(config))
     for which in ("best", "avg"):
         assert translate_main([*translate, "--checkpoint", which]) == 0, capsys.readouterr().err
+
+
+def test_an_average_of_a_damaged_checkpoint_says_what_to_do(model, tmp_path, capsys):
+    """A kept checkpoint older than the newest, damaged (its manifest deleted): the resume trained, then its
+    --average-last ended in the file's error alone (exit 2), and every resume after it in the same: no word that
+    params.avg was not written, nor that averaging the checkpoints after it (a lower N) goes without the file."""
+    import shutil
+    from nmt.cli import train_main
+    model_dir, _ = model
+    copy = shutil.copytree(model_dir, tmp_path / "m")
+    (copy / "manifest.00000002.json").unlink()
+    assert train_main(["--model-dir", str(copy), "--resume", "--no-progress", "--no-eval", "--average-last", "2"]) == 2
+    err = capsys.readouterr().err
+    assert f"{copy / 'manifest.00000002.json'} is missing, so the checkpoint cannot be verified; params.avg is not " \
+           "written: restore the file from a backup\n" in err, err
+    with pytest.raises(ckpt.CheckpointError) as e:   # (with checkpoints after it to average)
+        ckpt.average_checkpoints(copy, [ckpt.params_file(s) for s in (2, 4, 4)])
+    assert str(e.value).endswith("params.avg is not written: restore the file from a backup, or leave it out, with N "
+                                 "at most 2 (the checkpoints after it); average the last N checkpoints into it with "
+                                 f"`nmt-train --model-dir {copy} --resume --average-last N`"), e.value
+    assert not (copy / ckpt.PARAMS_AVG).exists()
