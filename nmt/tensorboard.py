@@ -90,10 +90,10 @@ class TensorBoardWriter:
         self._step = resume_step or 0   # (the last update written, for a warning)
         if self.logdir is None:
             return
-        self.logdir.mkdir(parents=True, exist_ok=True)
         self._guard(self._open, self._step, resume_step)
 
     def _open(self, step: int, resume_step: Optional[int]) -> None:
+        self.logdir.mkdir(parents=True, exist_ok=True)   # (a file in its place: a failed write, warned)
         self._file = EventFile(self.logdir, f".step{step:010d}.{os.getpid()}.{next(_FILES):04d}")
         if resume_step is not None:
             # Events at steps > resume_step came from the interrupted run after its last checkpoint: the resumed

@@ -162,3 +162,16 @@ def test_a_write_that_fails_stops_the_curves_with_one_warning(tmp_path):
                     "File too large; training goes on without them")
     scalars, _ = read_tensorboard(tmp_path / TENSORBOARD_DIR)   # what was written before stays readable
     assert scalars["train/loss"][:3] == [(1, 1.0), (2, 1.0), (3, 1.0)]
+
+
+def test_a_file_where_the_curves_go_stops_them_with_one_warning(tmp_path, caplog):
+    """A file named tensorboard in the model directory (where the curves' directory goes): nmt-train --resume ended
+    in a FileExistsError traceback from the directory's mkdir, outside the guard that warns of a failed write."""
+    (tmp_path / TENSORBOARD_DIR).write_text("not a directory\n")
+    with caplog.at_level(logging.WARNING, logger="nmt.log"):
+        with TensorBoardWriter.create(tmp_path, resume_step=600) as tb:
+            assert not tb.enabled
+            tb.log_train(601, loss=1.0, learning_rate=1e-3, grad_norm=1.0, tokens_per_s=1.0)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"TensorBoard curves stopped at update 600: cannot write in {tmp_path / TENSORBOARD_DIR}: File exists; "
+        "training goes on without them"]
