@@ -219,14 +219,14 @@ def _translates(model_dir: Path, cfg: Config, params: Path) -> None:
 
 def _check_output(model_dir: Path, output: Path, overwrite: bool) -> None:
     """ConfigError unless `output` is a new (or empty) directory, or with `overwrite` an earlier export or a link."""
-    if output.resolve() == model_dir.resolve():
+    for link in (p for p in output.parents if p.is_symlink() and not p.exists()):   # (resolve(): a traceback)
+        raise ConfigError(f"--output {output}: {link} is a symbolic link to {os.readlink(link)}, which leads nowhere "
+                          "(missing, or links back: a loop): mend the link, or give another --output")
+    if (output.exists() or not output.is_symlink()) and output.resolve() == model_dir.resolve():   # (a loop: a link)
         raise ConfigError(f"--output {output} is the model directory: give another directory")
     mxnet_name(output.absolute(), "--output")   # (a model directory nothing could load)
     if output.is_symlink():   # (a deployment's current -> v1): the link is replaced, never followed
-        if not overwrite:
-            raise ConfigError(f"--output {output} is a symbolic link (to {os.readlink(output)}): --overwrite replaces "
-                              "the link with the export (what it points to stays as it is), or give its target")
-        return
+        return _check_link(output, overwrite)
     if output.exists() and not output.is_dir():
         raise ConfigError(f"--output {output} is a file: give a directory to create")
     if output.is_dir():   # renamed into place: a mount point cannot be, and the shell's directory would be gone
@@ -248,6 +248,12 @@ def _check_output(model_dir: Path, output: Path, overwrite: bool) -> None:
             raise ConfigError(f"--overwrite replaces --output {output} whole, and it holds what no export writes: "
                               f"{shown(foreign)}; move {'it' if len(foreign) == 1 else 'them'} out of the directory "
                               "first, or give another --output")
+
+
+def _check_link(output: Path, overwrite: bool) -> None:
+    if not overwrite:
+        raise ConfigError(f"--output {output} is a symbolic link (to {os.readlink(output)}): --overwrite replaces the "
+                          "link with the export (what it points to stays as it is), or give its target")
 
 
 def _unreplaceable(output: Path, what: str) -> ConfigError:

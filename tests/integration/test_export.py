@@ -261,6 +261,24 @@ def test_a_link_as_output_is_replaced_on_overwrite_and_its_target_kept(model_cop
     assert sorted(p.name for p in v1.iterdir()) == before
 
 
+def test_a_link_loop_as_output_or_on_its_path_is_one_line(model_copy, tmp_path, capsys):
+    """A symbolic link that links back (`loop -> loop`) as --output, or on its path (loop/x), ended in Python's
+    RuntimeError "Symlink loop" traceback from resolving the output; nmt-train names such a link. A loop as the
+    output is a link like any other (--overwrite replaces it); one on its path, or a link to nowhere, is named."""
+    loop, nowhere = tmp_path / "loop", tmp_path / "dangling"
+    loop.symlink_to("loop")
+    nowhere.symlink_to("missing")
+    code, _, err = run(export_main, ["--model-dir", model_copy, "--output", loop], capsys)
+    assert code == 2 and f"--output {loop} is a symbolic link (to loop): --overwrite replaces the link" in err, err
+    for link, target in ((loop, "loop"), (nowhere, "missing")):
+        code, _, err = run(export_main, ["--model-dir", model_copy, "--output", link / "x"], capsys)
+        assert code == 2 and err == (f"error: --output {link / 'x'}: {link} is a symbolic link to {target}, which "
+                                     "leads nowhere (missing, or links back: a loop): mend the link, or give another "
+                                     "--output\n"), err
+    assert run(export_main, ["--model-dir", model_copy, "--output", loop, "--overwrite"], capsys)[0] == 0
+    assert loop.is_dir() and not loop.is_symlink() and (loop / EXPORT).is_file()
+
+
 def test_a_damaged_export_is_told_to_be_exported_again(model_copy, tmp_path, capsys):
     """A damaged params.best of an export was "lost: use --checkpoint latest or a kept step, or train again", none of
     which an export has; and an export (or a training directory) without a tokenizer had its parameters called
