@@ -54,10 +54,21 @@ def nonempty(kind: Callable[[str], Any] = str):
 class CommandParser(argparse.ArgumentParser):
     """The parser of every `nmt-*` command: a flag error (a value out of range, a missing or unknown flag) is one
     `error: ...` line naming the flag, exit code 2, as every other bad input of the commands (`run_cli`); argparse
-    printed its usage block before "prog: error: ..." for these alone."""
+    printed its usage block before "prog: error: ..." for these alone. An unknown flag's line says where the flags
+    are listed (`unrecognized`), as the usage block did (GNU tools: "Try 'ls --help'")."""
 
     def error(self, message: str):
         self.exit(2, f"error: {message}\n")
+
+    def parse_args(self, args=None, namespace=None):   # (argparse's, with `unrecognized`'s words)
+        parsed, extra = self.parse_known_args(args, namespace)
+        if extra:
+            self.error(self.unrecognized(extra))
+        return parsed
+
+    def unrecognized(self, extra: List[str]) -> str:
+        """argparse's error for the `extra` arguments no flag took, with where the command's flags are listed."""
+        return f"unrecognized arguments: {' '.join(extra)} (`{self.prog} --help` lists the flags)"
 
 
 class Once(argparse.Action):

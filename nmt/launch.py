@@ -109,7 +109,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     standard_streams()
     argv = list(sys.argv[1:] if argv is None else argv)
     cut = argv.index("--") if "--" in argv else len(argv)
-    args = with_version(build_parser()).parse_args(argv[:cut])
+    parser = with_version(build_parser())
+    args, extra = parser.parse_known_args(argv[:cut])
+    if extra and cut == len(argv) and not extra[0].startswith("-"):   # (the usage line showed where it goes)
+        own = argv[:-len(extra)] if argv[-len(extra):] == extra else ["-n", str(args.num_workers), "..."]
+        parser.error(f"unrecognized arguments: {' '.join(extra)}: is it the worker command? It goes after `--`: "
+                     f"nmt-launch {shlex.join([*own, '--', *extra])}")
+    if extra:
+        parser.error(parser.unrecognized(extra))
     command = argv[cut + 1:]
     try:
         if args.ssh is not None and not args.hostfile:

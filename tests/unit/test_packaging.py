@@ -239,6 +239,26 @@ def test_every_command_says_a_flag_error_in_one_line(capsys):
             (main, err)
 
 
+def test_an_unknown_argument_says_where_the_flags_are_and_a_worker_command_before_dashes_where_it_goes(capsys):
+    """The usage block that a flag error lost showed the flags (a misspelt one: `--modle-dir`) and, for nmt-launch,
+    that the worker command goes after `--` (`nmt-launch -n 2 nmt-train ...` said "unrecognized arguments:
+    nmt-train ..." alone): the one line now points to --help, and gives nmt-launch's command line with the `--`."""
+    from nmt.cli_decode import translate_main
+    from nmt.launch import main as launch_main
+    for main, argv, said in (
+            (translate_main, ["--model-dir", "m", "--modle-dir", "y"],
+             "error: unrecognized arguments: --modle-dir y (`nmt-translate --help` lists the flags)\n"),
+            (launch_main, ["-n", "2", "--bogus", "--", "true"],
+             "error: unrecognized arguments: --bogus (`nmt-launch --help` lists the flags)\n"),
+            (launch_main, ["-n", "2", "-s", "1", "nmt-train", "--max-steps", "3"],
+             "error: unrecognized arguments: nmt-train --max-steps 3: is it the worker command? It goes after `--`: "
+             "nmt-launch -n 2 -s 1 -- nmt-train --max-steps 3\n")):
+        with pytest.raises(SystemExit) as done:
+            main(argv)
+        out, err = capsys.readouterr()
+        assert done.value.code == 2 and out == "" and err == said, (argv, err)
+
+
 def test_each_command_module_run_with_python_m_is_that_command():
     """`python -m nmt.cli --model-dir ...` did nothing and exited 0 (only `python -m nmt.serve` ran its command): a
     training that never ran, said by nothing. nmt.cli_decode holds two commands, and says so."""
