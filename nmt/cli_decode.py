@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import List, Optional, Tuple
 
 from nmt import jsonio
-from nmt.commands import CommandParser, Once, command, file_arg, nonempty, number, one_stdin, usable_streams
+from nmt.commands import (CommandParser, Once, command, file_arg, nonempty, number, one_stdin, typed_interrupt,
+                          usable_streams)
 from nmt.cli_io import (add_model_decode_args, installed_commands, last_lines, load_translator, open_output, output_dir,
                         output_errors, reader_gone, refuse_overwriting)
 from nmt.config import CHARS_PER_TOKEN, ConfigError
@@ -104,7 +105,7 @@ def translate_main(args: argparse.Namespace) -> int:
     if typed:
         if stdout:
             try:   # a reader gone (`| head -1`: 141) or a full disk: said as for a file's lines
-                with output_errors(None):
+                with output_errors(None), typed_interrupt():
                     return interactive(tr, nbest, plot, alignment=args.alignment, json_input=args.json_input)
             except BrokenPipeError:
                 return reader_gone()
@@ -122,7 +123,7 @@ def translate_main(args: argparse.Namespace) -> int:
             plot(first, lines, best_ids)
     # SIGTERM (and SIGHUP) are Ctrl-C (`run_cli`): the output closed whole (a .gz file too) with what is translated
     try:   # (a reader gone from --output's pipe too: the rest of its buffer fails again as the file closes)
-        with output_errors(args.output), contextlib.ExitStack() as stack:
+        with output_errors(args.output), typed_interrupt(typed), contextlib.ExitStack() as stack:
             src, idle, compressed = open_input(None if stdin else args.input, stack)
             if args.seed is not None:   # repeatable draws: the chunks (and so the draws) must not depend on pauses
                 idle = None

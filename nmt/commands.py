@@ -4,6 +4,7 @@ which prints bad input as one `error: ...` line with exit code 2 (`run_cli`, `us
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import io
 import logging
@@ -112,6 +113,18 @@ class Terminated(KeyboardInterrupt):
     def __init__(self, signum: int = 15) -> None:
         super().__init__()
         self.exit_code = 128 + signum
+
+
+@contextlib.contextmanager
+def typed_interrupt(typed: bool = True):
+    """Around lines `typed` at a terminal: a Ctrl-C's "interrupted" (`run_cli`) on a line of its own, not glued to the
+    "^C" the terminal echoed (at the prompt, while a line is translated, after a half-typed line)."""
+    try:
+        yield
+    except KeyboardInterrupt as e:
+        if typed and not isinstance(e, Terminated):   # (SIGTERM, SIGHUP: a log line of their own says them)
+            print(file=sys.stderr)
+        raise
 
 
 # The names a file flag may give standard input or output by; None: the flag left out (its default, the stream).

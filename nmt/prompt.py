@@ -7,7 +7,6 @@ import locale
 import sys
 from typing import Callable, List, Optional
 
-from nmt.commands import Terminated
 from nmt.corpus import CorpusError, lone_surrogate, one_line, removed_controls
 from nmt.languages import hangul_counts, other_language_warning
 from nmt.stream import JSON_EXAMPLE, parse_json_line, translation_rows
@@ -39,8 +38,9 @@ def interactive(translator: Translator, nbest: Optional[int] = None,
                 json_input: bool = False) -> int:
     """Prompt for sentences (on a terminal; the prompt on stderr) and print each one's `translation_rows` row to
     stdout, until end of input (Ctrl-D; 0 returned). Ctrl-C is raised (KeyboardInterrupt): it interrupts the command at
-    the prompt as while a line is translated, and as everywhere else (`run_cli`: "interrupted", exit code 130). With
-    `json_input` each typed line is a JSON object (`parse_json_line`); a bad one is reported and the prompt goes on."""
+    the prompt as while a line is translated, and as everywhere else (`run_cli`: "interrupted", exit code 130, on a
+    line of its own: `nmt.commands.typed_interrupt`). With `json_input` each typed line is a JSON object
+    (`parse_json_line`); a bad one is reported and the prompt goes on."""
     how = f"beam {translator.decode.beam_size}" if translator.sample is None else f"--sample {translator.sample}"
     what = f"a JSON object such as {JSON_EXAMPLE}" if json_input else "a sentence"
     print(f"nmt-translate {translator.src_lang} -> {translator.tgt_lang} ({translator.model_dir}, checkpoint "
@@ -50,13 +50,9 @@ def interactive(translator: Translator, nbest: Optional[int] = None,
     while True:
         try:
             line = read(f"{translator.src_lang}> ")
-        except EOFError:   # Ctrl-D: the end of the session
+        except EOFError:   # Ctrl-D: the end of the session (Ctrl-C, SIGTERM, SIGHUP: the command's interruption)
             print(file=sys.stderr)
             return 0
-        except KeyboardInterrupt as e:   # Ctrl-C (it exited 0 here), SIGTERM, SIGHUP: the command's interruption
-            if not isinstance(e, Terminated):   # ("interrupted" on a line of its own, not after the echoed "^C")
-                print(file=sys.stderr)
-            raise
         n += 1
         prefix = None
         surrogate = lone_surrogate(line)

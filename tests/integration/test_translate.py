@@ -945,27 +945,36 @@ def test_interactive_prompt_with_output_on_the_terminal(tr, env):
             p.kill()
 
 
+@pytest.mark.parametrize("output", [False, True], ids=["prompt", "typed-with-output"])
 @pytest.mark.parametrize("typed", ["", "리 니"], ids=["empty", "half-typed"])
-def test_ctrl_c_at_the_prompt_interrupts_the_command(tr, typed):
+def test_ctrl_c_at_the_prompt_interrupts_the_command(tr, typed, output, tmp_path):
     """Ctrl-C at the prompt (its line empty or half typed) ended the session silently with exit code 0, where Ctrl-C
     while a line is translated, and everywhere else in nmt-translate, is an interruption: "interrupted", exit code
-    130, as the banner now says. Typed at the terminal that the command has as its controlling one, as a user does."""
+    130, as the banner now says. Typed at the terminal that the command has as its controlling one, as a user does.
+    With --output (lines typed, each translation written to the file) it was "interrupted" already, but glued to the
+    echoed "^C"; it is on a line of its own there too, and the translation of the line typed before is kept."""
     import fcntl
     import termios
     master, slave = pty.openpty()
 
     def own_terminal():   # (a session of its own whose controlling terminal is the pty: Ctrl-C there is its SIGINT)
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+    out = tmp_path / "out.en"
     p = subprocess.Popen([sys.executable, str(REPO / "scripts" / "translate.py"), "--model-dir", str(tr.model_dir),
-                          "--beam-size", "1"], stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
-                         preexec_fn=own_terminal, env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO)))
+                          "--beam-size", "1", *(["--output", str(out)] if output else [])], stdin=slave, stdout=slave,
+                         stderr=slave, start_new_session=True, preexec_fn=own_terminal,
+                         env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO)))
     os.close(slave)
     try:
         seen, deadline = b"", time.time() + 60
-        while b"ko> " not in seen and time.time() < deadline:
+        while (b"130).\r\n" if output else b"ko> ") not in seen and time.time() < deadline:
             if select.select([master], [], [], 1)[0]:
                 seen += os.read(master, 1024)
         assert b"Ctrl-C interrupts, exit code 130" in seen, seen.decode(errors="replace")
+        if output:   # a line translated into the file before the Ctrl-C
+            os.write(master, "니 리\n".encode())
+            while not (out.is_file() and out.read_text(encoding="utf-8")) and time.time() < deadline:
+                time.sleep(0.2)
         os.write(master, typed.encode() + b"\x03")
         code = p.wait(timeout=30)
         with contextlib.suppress(OSError):   # (the terminal's last output; EIO once the command has closed it)
@@ -973,6 +982,8 @@ def test_ctrl_c_at_the_prompt_interrupts_the_command(tr, typed):
                 seen += os.read(master, 1024)
         said = seen.decode(errors="replace")
         assert code == 130 and said.rstrip().endswith("\ninterrupted") and "Traceback" not in said, (code, said)
+        if output:
+            assert out.read_text(encoding="utf-8") == tr.translate(["니 리"], beam_size=1)[0] + "\n"
     finally:
         os.close(master)
         if p.poll() is None:
