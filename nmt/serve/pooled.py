@@ -17,8 +17,9 @@ from nmt.serve.schema import ReadText, check_prefixes, check_translate, decoded_
 
 class Checked(NamedTuple):
     """A /translate request as checked: its lines, beam size, target prefixes (or None), warnings, whether a line
-    or prefix may pass max_input_tokens pieces (the worker then tokenizes it to warn of its cut), and how many of its
-    sentences are decoded (`schema.decoded_count`: what the queue counts)."""
+    or prefix as the model reads it may pass max_input_tokens pieces (the worker then tokenizes it to warn of its
+    cut; a blank one never does), and how many of its sentences are decoded (`schema.decoded_count`: what the queue
+    counts)."""
     lines: List[str]
     beam: int
     prefixes: Optional[List[str]]
@@ -38,7 +39,9 @@ def _check_translate(req, tr, limits) -> Checked:
     prefixes, cut = check_prefixes(req, most, read)
     language = other_language_warning(*hangul_counts(lines, tr.src_lang), tr.src_lang, tr.tgt_lang)
     warnings += cut + ([f"text: {language}"] if language else [])
-    long_lines = any(not within_pieces(x, most) for x in lines + (prefixes or []))
+    # as read (a cut line: its cut read), not as sent: a blank line of 300 spaces is none, and goes to no worker
+    long_lines = any(not within_pieces(min(x, r, key=len), most)
+                     for x, r in zip(lines + (prefixes or []), read.text + read.prefixes))
     return Checked(lines, beam, prefixes, warnings, long_lines, decoded_count(req, read))
 
 

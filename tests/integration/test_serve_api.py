@@ -456,6 +456,23 @@ def test_a_blank_only_request_is_answered_at_once_while_the_queue_is_full(transl
         assert first.result().status_code == 200 and batcher.sentences == counts[2] + 4
 
 
+def test_long_blank_lines_alone_are_answered_at_once_while_the_queue_is_full(translator, serve_sentences):
+    """A blank line of many spaces or invisible characters (as long as 250 pieces' worth of characters) was taken for
+    a line the tokenizer might cut: the request queued a call to the worker to find the cut of what the model reads as
+    nothing, and with a full queue got a 503 (queue full) instead of its empty translations."""
+    app = make_app(translator, max_queue=4, max_wait_ms=3000, max_batch=64)
+    batcher = app.state.service.models["ko-en"].batcher
+    blank = {"text": [" " * 300, "\u200b" * 100], "target_prefix": [None, "\u2060" * 100]}
+    with background_server(app) as url, httpx.Client(base_url=url, timeout=30) as c, ThreadPoolExecutor(1) as pool:
+        first = pool.submit(c.post, "/translate", json={"text": serve_sentences[:4]})
+        wait_until(lambda: batcher.queued == 4, 30, "the first request in the queue")
+        r = c.post("/translate", json=blank)
+        assert r.status_code == 200, r.text
+        assert r.json()["translations"] == [{"translation": "", "score": None, "nbest": []}] * 2
+        assert not first.done() and batcher.queued == 4
+        assert first.result().status_code == 200
+
+
 def test_request_over_its_time_limit_gets_504(translator, serve_sentences):
     app = make_app(translator, timeout_s=0.1, max_wait_ms=1000, max_batch=64)
     with background_server(app) as url:
