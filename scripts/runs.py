@@ -60,8 +60,14 @@ def load_run(path) -> Run:
         raise ResultsError(f"{path}: no such directory; give model directories written by nmt-train")
     if not (path / ckpt.CONFIG).is_file():
         raise ResultsError(f"{path}: no {ckpt.CONFIG}: not a model directory written by nmt-train")
-    if not (path / ckpt.STATE).is_file():   # (a run stopped, or still, before its first checkpoint: nothing to show)
-        raise ResultsError(ckpt.no_checkpoint_yet(path))
+    if not (path / ckpt.STATE).is_file():
+        held = [ckpt.params_file(s) for s in ckpt.kept_steps(path)] + [
+            name for name in (ckpt.PARAMS_AVG, ckpt.PARAMS_BEST) if (path / name).is_file()]
+        if held:   # (a model copied as --init-from reads it: config.json, tokenizers, a parameter file)
+            raise ResultsError(f"{path}: no {ckpt.STATE}, which a results table reads (the run's steps and dev "
+                               f"scores), though it holds {held[-1]}: a copy of a model without its training run? "
+                               "give the directory it was trained in")
+        raise ResultsError(ckpt.no_checkpoint_yet(path))   # (a run stopped, or still, before its first checkpoint)
     metrics_file = path / ckpt.METRICS
     return Run(path.name, path, Config.load(path / ckpt.CONFIG), ckpt.TrainState.load(path), read_scores(path),
                read_metrics(metrics_file) if metrics_file.is_file() else [])

@@ -234,6 +234,22 @@ def test_a_run_before_its_first_checkpoint_is_said_to_have_none_yet(scored_dirs,
         load_run(tmp_path / "gone")
 
 
+def test_a_model_copied_without_its_training_state_is_not_said_to_have_no_checkpoint(scored_dirs, tmp_path):
+    """A model directory copied as --init-from reads it (config.json, the tokenizers, a parameter file and its
+    manifest: what a distributed worker is told to copy) holds a checkpoint but no state.json: it was said to hold
+    "no checkpoint yet (no state.json, no params.best)", params.best being there."""
+    a, _ = scored_dirs
+    for kept in (["params.best", "manifest.best.json"], [p.name for p in a.glob("params.0*")][:1]):
+        copy = tmp_path / kept[0]
+        copy.mkdir()
+        for name in ["config.json", "spm.ko.model", "spm.en.model", *kept]:
+            shutil.copy(a / name, copy / name)
+        said = (f"{copy}: no state.json, which a results table reads (the run's steps and dev scores), though it "
+                f"holds {kept[0]}: a copy of a model without its training run? give the directory it was trained in")
+        with pytest.raises(ResultsError, match=f"^{re.escape(said)}$"):
+            load_run(copy)
+
+
 @pytest.mark.parametrize("name", ["scores.json", "state.json"])
 def test_corrupt_file_is_named(scored_dirs, tmp_path, name):
     a, _ = scored_dirs
