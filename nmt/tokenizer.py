@@ -195,7 +195,7 @@ class Tokenizer:
         before the last (the text ends at it). <unk>, <s> and <pad> are taken (a search may write <unk>, but no <s>
         or <pad>, `nmt.search_blocks.NeverChosen`; a caller may give them): the text shows <unk> (" ⁇ "), and drops
         <s> and <pad> (`dropped_pieces`)."""
-        if isinstance(pieces, str) or not isinstance(pieces, Sequence):
+        if isinstance(pieces, (str, bytes)) or not isinstance(pieces, Sequence):   # (bytes: one per byte)
             raise TypeError(f"{name} must be a list of pieces (strings), got {type(pieces).__name__}")
         out = []
         for i, p in enumerate(pieces):

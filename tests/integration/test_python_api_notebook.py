@@ -81,3 +81,10 @@ def test_a_translation_of_another_type_is_named_by_the_attention(tr, lines, tmp_
         nmt.plot.save_attention_plot(tr, lines[0], tmp_path / "a.png", translation=5)
     assert not (tmp_path / "a.png").exists()
     assert nmt.plot.attention(tr, lines[0], translation="x").translation == "x"
+
+
+def test_bytes_for_the_attentions_pieces_are_named_as_bytes(tr, lines):
+    """pieces=b"..." was taken as a list of pieces, one per byte, and said "attention: pieces[0] is int, not a piece
+    (a string)", where a str is named ("got str") and bytes translations are named as bytes."""
+    with pytest.raises(TypeError, match=r"^attention: pieces must be a list of pieces \(strings\), got bytes$"):
+        nmt.plot.attention(tr, lines[0], pieces=b"\xe2\x96\x81x")
