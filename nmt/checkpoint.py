@@ -254,7 +254,8 @@ def params_path(model_dir: Path, which: str = "best", quiet: bool = False, use: 
     it takes instead of what was asked for is said (a damaged newest checkpoint, no params.best yet). `use`: how the
     command asks for a step's checkpoint, for the advice on a lost params.best (`lost_best.restore_best`)."""
     model_dir = Path(model_dir)
-    if which in ("best", "latest") and not any((model_dir / f).exists() for f in (STATE, PARAMS_BEST, EXPORT)):
+    if which in ("best", "latest") and not any((model_dir / f).exists() for f in (STATE, PARAMS_BEST, EXPORT)) \
+            and not kept_steps(model_dir):   # (a step's: a run killed as it saved it, before state.json)
         raise CheckpointError(no_checkpoint_yet(model_dir))
     exported = (model_dir / EXPORT).exists()   # its one checkpoint, if exported from it: another asked for, said
     if exported and (which in ("latest", "avg") or str(which).isdecimal() and best_step(model_dir) != int(which)):
@@ -278,11 +279,12 @@ def params_path(model_dir: Path, which: str = "best", quiet: bool = False, use: 
         manifest.check_which(which)
         raise CheckpointError(f"unknown checkpoint '{which}': use best, latest, avg or a step number")
     if not path.exists():
-        held = "" if (model_dir / EXPORT).exists() else f"it held step {best_step(model_dir)}, the best on dev: "
+        step = None if (model_dir / EXPORT).exists() else best_step(model_dir)   # (None: no state tells)
+        held = "" if step is None else f"it held step {step}, the best on dev: "
         from nmt.config_resume import average_advice   # (which uses this module's TrainState)
         from nmt.lost_best import restore_best   # (which imports this module)
         hint = (average_advice(model_dir) if which == "avg" else
-                f"; {held}{restore_best(model_dir, best_step(model_dir), use)}" if which == "best" else "")
+                f"; {held}{restore_best(model_dir, step, use)}" if which == "best" else "")
         if str(which).isdecimal():
             kept = kept_steps(model_dir)
             hint = f"; the steps kept there: {', '.join(map(str, kept))}" if kept else "; it keeps no step's parameters"

@@ -63,10 +63,10 @@ def load_run(path) -> Run:
     if not (path / ckpt.STATE).is_file():
         held = [ckpt.params_file(s) for s in ckpt.kept_steps(path)] + [
             name for name in (ckpt.PARAMS_AVG, ckpt.PARAMS_BEST) if (path / name).is_file()]
-        if held:   # (a model copied as --init-from reads it: config.json, tokenizers, a parameter file)
+        if held:   # (or a model copied as --init-from reads it: config.json, tokenizers, a parameter file)
             raise ResultsError(f"{path}: no {ckpt.STATE}, which a results table reads (the run's steps and dev "
-                               f"scores), though it holds {held[-1]}: a copy of a model without its training run? "
-                               "give the directory it was trained in")
+                               f"scores), though it holds {held[-1]}: a run killed as it saved a checkpoint (nmt-train "
+                               "--resume goes on from it), or a model copied without its training state?")
         raise ResultsError(ckpt.no_checkpoint_yet(path))   # (a run stopped, or still, before its first checkpoint)
     metrics_file = path / ckpt.METRICS
     return Run(path.name, path, Config.load(path / ckpt.CONFIG), ckpt.TrainState.load(path), read_scores(path),

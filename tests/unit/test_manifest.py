@@ -151,6 +151,26 @@ def test_a_model_directory_without_a_checkpoint_says_so(tmp_path, which):
                             "the first at its first validation (--valid-every) or when stopped with Ctrl-C")
 
 
+def test_a_run_killed_as_it_saved_its_first_checkpoint_is_not_said_to_have_none(tmp_path):
+    """A run killed after its first step checkpoint (params, trainer states, manifest) and before params.best and
+    state.json was said to hold "no checkpoint yet ... nmt-train writes the first at its first validation", and
+    `--checkpoint latest` was refused, while --resume goes on from that checkpoint."""
+    d = _model_dir(tmp_path, steps=(10,), best=10, record_best=True)
+    for name in (ckpt.STATE, ckpt.PARAMS_BEST, manifest.manifest_name("best")):
+        (d / name).unlink()
+    assert ckpt.params_path(d, "latest").name == ckpt.params_file(10)
+    with pytest.raises(ckpt.CheckpointError) as e:
+        ckpt.params_path(d, "best")
+    assert str(e.value) == (f"{d / ckpt.PARAMS_BEST} not found in model directory {d}; it held step 10, the best on "
+                            f"dev: use --checkpoint 10, the same parameters (nmt-train --resume writes params.best "
+                            f"again from {ckpt.params_file(10)})")
+    (d / manifest.manifest_name(manifest.step_key(10))).unlink()   # (the step's files without what makes them whole)
+    (d / ckpt.params_file(10)).unlink()
+    with pytest.raises(ckpt.CheckpointError) as e:
+        ckpt.params_path(d, "best")
+    assert "holds no checkpoint yet" in str(e.value)
+
+
 @pytest.mark.parametrize("how", HOW)
 def test_a_damaged_manifest_is_named(tmp_path, how):
     d = _model_dir(tmp_path)

@@ -245,7 +245,8 @@ def test_a_model_copied_without_its_training_state_is_not_said_to_have_no_checkp
         for name in ["config.json", "spm.ko.model", "spm.en.model", *kept]:
             shutil.copy(a / name, copy / name)
         said = (f"{copy}: no state.json, which a results table reads (the run's steps and dev scores), though it "
-                f"holds {kept[0]}: a copy of a model without its training run? give the directory it was trained in")
+                f"holds {kept[0]}: a run killed as it saved a checkpoint (nmt-train --resume goes on from it), or a "
+                "model copied without its training state?")
         with pytest.raises(ResultsError, match=f"^{re.escape(said)}$"):
             load_run(copy)
 
