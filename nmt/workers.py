@@ -47,7 +47,12 @@ def check_kvstore(name: str) -> None:
     """ConfigError unless --kvstore NAME fits this process: dist_* only inside a job of the launcher, whose workers
     use nothing else (`--dry-run` checks it too)."""
     in_job = os.environ.get("DMLC_ROLE") == "worker"
+    missing = [v for v in JOB_ENV if not os.environ.get(v)]
     if not name.startswith("dist"):
+        if in_job and missing:   # (no launcher's worker: a variable left exported in a shell, or set by hand)
+            raise ConfigError(f"DMLC_ROLE=worker is set, but not {', '.join(missing)}: this process is no job's "
+                              "worker (DMLC_ROLE left exported from one, or set by hand?); unset DMLC_ROLE to train "
+                              "here alone (nmt-launch sets them all for the workers of a job)")
         if in_job:
             raise ConfigError(f"this process was started by the launcher as a distributed worker (DMLC_ROLE=worker), "
                               "whose runs need --kvstore dist_sync (dist_device_sync on GPUs), a --resume too (a run's "
@@ -56,7 +61,6 @@ def check_kvstore(name: str) -> None:
     if name not in SYNC_KVSTORES:
         raise ConfigError(f"--kvstore {name}: use dist_sync or dist_device_sync (asynchronous updates are not "
                           "supported: every worker must apply the same update)")
-    missing = [v for v in JOB_ENV if not os.environ.get(v)]
     if missing or not in_job:
         why = f"{', '.join(missing)} not set" if missing else f"DMLC_ROLE is {os.environ['DMLC_ROLE']!r}"
         raise ConfigError(f"--kvstore {name} runs only inside a job started by the launcher ({why}): "

@@ -180,8 +180,25 @@ def test_kvstore_choice_errors(monkeypatch):
     with pytest.raises(ConfigError, match="asynchronous updates are not supported"):
         workers.create_kvstore("dist_async")
     monkeypatch.setenv("DMLC_ROLE", "worker")
+    for v, value in zip(workers.JOB_ENV[1:], ("127.0.0.1", "9091", "1", "2")):
+        monkeypatch.setenv(v, value)
     with pytest.raises(ConfigError, match="whose runs need --kvstore dist_sync .* its kvstore here is 'device'"):
         workers.create_kvstore("device")
+
+
+def test_a_worker_role_left_without_a_job_is_said_so(monkeypatch):
+    """DMLC_ROLE=worker left exported in a shell, without the job's other variables: nmt-train said the process
+    "was started by the launcher as a distributed worker" and asked for --kvstore dist_sync, which then failed for
+    want of the other variables; neither said to unset DMLC_ROLE."""
+    for v in workers.JOB_ENV:
+        monkeypatch.delenv(v, raising=False)
+    monkeypatch.setenv("DMLC_ROLE", "worker")
+    monkeypatch.setenv("DMLC_NUM_WORKER", "2")
+    with pytest.raises(ConfigError) as e:
+        workers.create_kvstore("local")
+    assert str(e.value) == ("DMLC_ROLE=worker is set, but not DMLC_PS_ROOT_URI, DMLC_PS_ROOT_PORT, DMLC_NUM_SERVER: "
+                            "this process is no job's worker (DMLC_ROLE left exported from one, or set by hand?); "
+                            "unset DMLC_ROLE to train here alone (nmt-launch sets them all for the workers of a job)")
 
 
 @pytest.mark.parametrize("role, others", [("wroker", True), ("", True), ("server", False)])

@@ -493,7 +493,9 @@ def test_a_job_environment_that_cannot_work_is_named_by_the_dry_run(tmp_path, ta
 def test_a_worker_of_a_job_without_a_distributed_kvstore_is_told_why(tmp_path, task, capsys, monkeypatch):
     """`nmt-launch ... -- nmt-train --model-dir M --resume` said "--kvstore is 'local'", a value nobody typed: the
     resumed run's --kvstore is not its config.json's."""
-    monkeypatch.setenv("DMLC_ROLE", "worker")
+    for var, value in (("DMLC_ROLE", "worker"), ("DMLC_PS_ROOT_URI", "127.0.0.1"), ("DMLC_PS_ROOT_PORT", "9091"),
+                       ("DMLC_NUM_SERVER", "1"), ("DMLC_NUM_WORKER", "2")):   # (the launcher's worker: all set)
+        monkeypatch.setenv(var, value)
     assert train_main(args_for(task, tmp_path / "m", "--dry-run")) == 2
     err = capsys.readouterr().err
     assert "whose runs need --kvstore dist_sync (dist_device_sync on GPUs), a --resume too" in err, err
