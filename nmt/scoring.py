@@ -25,7 +25,7 @@ from nmt.evaluate import Scores, score
 from nmt.forced import checked_translator
 from nmt.interactive import next_word_accuracy, reference_prefixes, word_strokes
 from nmt.preflight import checked_config
-from nmt.storage import StorageError, guarded_write
+from nmt.storage import StorageError, guarded_write, others_file
 from nmt.translate import SOURCE, Translator
 
 logger = logging.getLogger("nmt.evaluate")
@@ -238,7 +238,7 @@ def cannot_record(model_dir: Path) -> str:
     lock, writable = Path(model_dir) / f"{ckpt.SCORES}.lock", os.access(model_dir, os.W_OK)   # (opened in place)
     if writable and not (lock.is_file() and not os.access(lock, os.W_OK)):
         return ""
-    why = (f"{lock} is not writable (its permissions: chmod u+w)" if writable else
+    why = (f"{lock} is not writable ({others_file(lock) or 'its permissions: chmod u+w'})" if writable else
            f"{model_dir} is not writable (another user's, or a read-only disk)")
     logger.warning("%s: the scores are printed but not recorded in its scores.json", why)
     return why

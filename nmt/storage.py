@@ -86,8 +86,27 @@ def _advice(path: PathLike, code: int) -> str:
     """What to do about the write error `code` of `path`: a permission refused on a file that exists is maybe its
     own (a lock file opened in place, made read-only by `chmod -R a-w`), not only its directory's."""
     if code in (errno.EACCES, errno.EPERM) and os.path.isfile(path):
-        return "check the permissions of the file (chmod u+w) and of its directory, or choose another directory"
+        theirs = others_file(path)
+        return (f"{theirs}, or choose another directory" if theirs else
+                "check the permissions of the file (chmod u+w) and of its directory, or choose another directory")
     return _FIXABLE[code]
+
+
+def others_file(path: PathLike) -> str:
+    """"" when `path` is this user's (or gone), else whose it is and who can make it writable: a file another user
+    made in a shared directory (a lock opened in place, 644 by their umask), which this user cannot chmod."""
+    try:
+        owner = os.stat(path).st_uid
+    except OSError:
+        return ""
+    if owner == os.geteuid():
+        return ""
+    try:
+        import pwd
+        name = pwd.getpwuid(owner).pw_name
+    except (ImportError, KeyError):
+        name = f"uid {owner}"
+    return f"the file is another user's, {name}'s: they can make it writable (chmod a+w)"
 
 
 def _device(path: PathLike) -> bool:

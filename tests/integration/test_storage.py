@@ -572,3 +572,23 @@ def test_a_read_only_log_or_metrics_file_is_named_before_training(tmp_path, monk
     with pytest.raises(StorageError) as e:
         MetricsWriter(metrics).keep_until(1)
     assert str(e.value) == f"cannot write {metrics}: {advice}"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="gives a file to another user (chown)")
+def test_another_users_read_only_lock_is_not_advised_a_chmod_that_fails(tmp_path, monkeypatch):
+    """A shared, group-writable model directory: scores.json.lock made by another user (644 by their umask) refused
+    this user's scores, who was told to `chmod u+w` it, which only its owner may do (Operation not permitted)."""
+    import pwd
+    import nmt.scoring
+    from nmt.storage import write_failure
+    lock = tmp_path / "scores.json.lock"
+    lock.touch()
+    os.chown(lock, 65534, 65534)
+    name = next((p.pw_name for p in pwd.getpwall() if p.pw_uid == 65534), "uid 65534")
+    theirs = f"the file is another user's, {name}'s: they can make it writable (chmod a+w)"
+    refused = PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(lock))
+    assert str(write_failure(lock, refused)) == (f"cannot write {lock}: Permission denied [errno EACCES]; {theirs}, or "
+                                                 "choose another directory")
+    real_access = os.access   # (root may write any file: as the other user's lock refuses this one)
+    monkeypatch.setattr(nmt.scoring.os, "access", lambda path, mode: Path(path) != lock and real_access(path, mode))
+    assert nmt.scoring.cannot_record(tmp_path) == f"{lock} is not writable ({theirs})"
