@@ -8,6 +8,7 @@ thread; a failed write here stops the curves with one warning and training goes 
 """
 from __future__ import annotations
 
+import errno
 import itertools
 import logging
 import math
@@ -93,7 +94,11 @@ class TensorBoardWriter:
         self._guard(self._open, self._step, resume_step)
 
     def _open(self, step: int, resume_step: Optional[int]) -> None:
-        self.logdir.mkdir(parents=True, exist_ok=True)   # (a file in its place: a failed write, warned)
+        if self.logdir.is_symlink() and not self.logdir.exists() or self.logdir.exists() and not self.logdir.is_dir():
+            what = (f"a link to {os.readlink(self.logdir)}, which leads nowhere," if not self.logdir.exists() else
+                    "a file")   # (mkdir said "File exists" alone)
+            raise FileExistsError(errno.EEXIST, f"{what} is in the place of the directory: move it away for them")
+        self.logdir.mkdir(parents=True, exist_ok=True)   # (a failed write, warned)
         self._file = EventFile(self.logdir, f".step{step:010d}.{os.getpid()}.{next(_FILES):04d}")
         if resume_step is not None:
             # Events at steps > resume_step came from the interrupted run after its last checkpoint: the resumed

@@ -168,10 +168,14 @@ def test_a_file_where_the_curves_go_stops_them_with_one_warning(tmp_path, caplog
     """A file named tensorboard in the model directory (where the curves' directory goes): nmt-train --resume ended
     in a FileExistsError traceback from the directory's mkdir, outside the guard that warns of a failed write."""
     (tmp_path / TENSORBOARD_DIR).write_text("not a directory\n")
-    with caplog.at_level(logging.WARNING, logger="nmt.log"):
-        with TensorBoardWriter.create(tmp_path, resume_step=600) as tb:
-            assert not tb.enabled
-            tb.log_train(601, loss=1.0, learning_rate=1e-3, grad_norm=1.0, tokens_per_s=1.0)
-    assert [r.getMessage() for r in caplog.records] == [
-        f"TensorBoard curves stopped at update 600: cannot write in {tmp_path / TENSORBOARD_DIR}: File exists; "
-        "training goes on without them"]
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / TENSORBOARD_DIR).symlink_to("gone")   # (mkdir said "File exists" of a link to nowhere too)
+    for model_dir, what in ((tmp_path, "a file"), (tmp_path / "b", "a link to gone, which leads nowhere,")):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="nmt.log"):
+            with TensorBoardWriter.create(model_dir, resume_step=600) as tb:
+                assert not tb.enabled
+                tb.log_train(601, loss=1.0, learning_rate=1e-3, grad_norm=1.0, tokens_per_s=1.0)
+        assert [r.getMessage() for r in caplog.records] == [
+            f"TensorBoard curves stopped at update 600: cannot write in {model_dir / TENSORBOARD_DIR}: {what} is in "
+            "the place of the directory: move it away for them; training goes on without them"]
