@@ -106,7 +106,8 @@ def others_file(path: PathLike) -> str:
         name = pwd.getpwuid(owner).pw_name
     except (ImportError, KeyError):
         name = f"uid {owner}"
-    return f"the file is another user's, {name}'s: they can make it writable (chmod a+w)"
+    return (f"the file is another user's, {name}'s: they can make it writable for you (chmod g+w for a group you "
+            "share, or a+w)")
 
 
 def _device(path: PathLike) -> bool:

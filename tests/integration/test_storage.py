@@ -585,7 +585,8 @@ def test_another_users_read_only_lock_is_not_advised_a_chmod_that_fails(tmp_path
     lock.touch()
     os.chown(lock, 65534, 65534)
     name = next((p.pw_name for p in pwd.getpwall() if p.pw_uid == 65534), "uid 65534")
-    theirs = f"the file is another user's, {name}'s: they can make it writable (chmod a+w)"
+    theirs = (f"the file is another user's, {name}'s: they can make it writable for you (chmod g+w for a group you "
+              "share, or a+w)")
     refused = PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(lock))
     assert str(write_failure(lock, refused)) == (f"cannot write {lock}: Permission denied [errno EACCES]; {theirs}, or "
                                                  "choose another directory")
