@@ -328,7 +328,8 @@ def _evaluate_set(args: argparse.Namespace, tr, name: str, pairs, more_refs: Lis
                    *report_lines(sc, entry)]
 
 
-if __name__ == "__main__":   # `python -m nmt.cli_decode` did nothing, exit 0: it holds two commands (refused with
-    print("error: nmt.cli_decode holds two commands: run nmt-translate or nmt-evaluate"   # 2, as a command's usage
-          + installed_commands("nmt-translate", "nmt-evaluate"), file=sys.stderr)   # error: SystemExit(text) gave 1)
+# `python -m nmt.cli_decode` (which holds two commands) is refused with exit code 2, a flag error's (not 1)
+if __name__ == "__main__":
+    print("error: nmt.cli_decode holds two commands: run nmt-translate or nmt-evaluate"
+          + installed_commands("nmt-translate", "nmt-evaluate"), file=sys.stderr)
     raise SystemExit(2)
