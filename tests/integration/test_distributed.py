@@ -641,6 +641,35 @@ def test_a_worker_told_another_number_of_workers_is_refused(tmp_path, task, capf
     assert not (tmp_path / "m").exists()
 
 
+@pytest.mark.parametrize("rank, told, counted, others_wrong, said", [
+    (1, 3, 2, 0, "^DMLC_NUM_WORKER=3 of this worker \\(rank 1\\), but the job's servers sum over 2 workers; every"),
+    (0, 1, 2, 1, "^DMLC_NUM_WORKER=1 of this worker \\(rank 0\\), but the job's servers sum over 2 workers; every"),
+    (0, 2, 2, 1, "^another worker of the job was told another number of workers than this one's DMLC_NUM_WORKER=2 "),
+    (2, 2, 3, 0, "^DMLC_NUM_WORKER=2 of this worker, but the job's scheduler gave it rank 2; every worker"),
+    (1, 2, 2, 0, None)])
+def test_check_count_refuses_every_worker_of_a_job_told_other_counts(monkeypatch, rank, told, counted, others_wrong,
+                                                                     said):
+    """Each worker sees the count the servers sum over and whether any worker found its own wrong: the worker told
+    another number names both, and a worker told the right one is refused too when another was not (else it went on
+    alone into the next collective and waited there for good, under a launcher other than nmt-launch). A rank past
+    the count told is refused before any sum."""
+    g = WorkerGroup("local")
+    g.kv, g.rank, g.num_workers = object(), rank, told   # (a distributed kvstore's view, summed by stand-ins below)
+    sums = iter([counted, None])
+
+    def summed(key, values):   # 1st: the servers' sum of ones; 2nd: of the verdicts, this worker's and the others'
+        total = next(sums)
+        total = float(values[0]) + others_wrong if total is None else total
+        return SimpleNamespace(asnumpy=lambda: np.array([total], np.float32))
+    monkeypatch.setattr(g, "_sum", summed)
+    if said is None:
+        g.check_count()
+    else:
+        with pytest.raises(ConfigError, match=said):
+            g.check_count()
+    WorkerGroup("local").check_count()   # (no job: nothing to count, no kvstore to ask)
+
+
 def test_a_job_refused_at_the_start_leaves_no_temporary_files(tmp_path, task):
     """Rank 0 refused the model directory (it exists) while the other worker waited for rank 0's tokenizers in a
     directory it had made: the launcher stopped it there, and every failed launch left a /tmp/nmt-worker1-*."""
