@@ -181,3 +181,16 @@ def test_two_model_dirs_of_the_same_parameters_are_not_advised_as_an_ensemble(mo
         build_app(parse_args(["--model-dir", str(model_dir), "--model-dir", str(copy)]))
     with pytest.raises(ConfigError, match=f"--model-dir {model_dir} --ensemble {twin}"):
         build_app(parse_args(["--model-dir", str(model_dir), "--model-dir", str(twin)]))
+
+
+@pytest.mark.parametrize("role", ["server", ""])
+def test_a_dmlc_role_other_than_worker_is_refused_before_a_model_loads(tmp_path, capsys, monkeypatch, role):
+    """nmt-serve checks DMLC_ROLE as the other commands do: under DMLC_ROLE=server (or "", set to unset it) MXNet's
+    import made the server a node of a distributed job, which waited for good or failed with a C++ traceback."""
+    import mxnet  # noqa: F401  (loaded first: were the check skipped, the import would not wait as a job's node here)
+    monkeypatch.setenv("DMLC_ROLE", role)
+    assert main(["--model-dir", str(tmp_path / "nowhere")]) == 2   # (refused before the directory is looked at)
+    assert capsys.readouterr().err == (f"error: DMLC_ROLE={role!r}: MXNet would start this process as a scheduler or "
+                                       "server of a distributed job as it loads, not run the command; an nmt command "
+                                       "runs as a job's worker (DMLC_ROLE=worker, as nmt-launch sets it) or outside "
+                                       "any job: unset DMLC_ROLE\n")
