@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import re
+from pathlib import Path
 
 import mxnet as mx
 import pytest
@@ -47,6 +48,10 @@ def test_a_translator_shows_its_model_checkpoint_direction_and_devices(model_dir
     assert f"{tr.src_lang}->{tr.tgt_lang}, ctx=[cpu(0)])" in shown
     tr.sample = 10
     assert repr(tr).endswith(", sample=10)")
+    tr.sample = 0   # (sampling from the whole vocabulary: still no beam search, and shown as such)
+    assert repr(tr).endswith(", sample=0)")
+    tr.sample, tr.member_dirs = None, [Path("/runs/b"), Path("/runs/c")]   # (an ensemble's further members)
+    assert repr(tr).endswith("ctx=[cpu(0)], ensemble=['/runs/b', '/runs/c'])")
     bare = Translator(tr.net, tr.src_tok, tr.tgt_tok, tr.decode)   # built in memory: no directory, no checkpoint
     assert repr(bare).startswith("Translator(<a model in memory>, checkpoint=None, ")
 
@@ -54,8 +59,9 @@ def test_a_translator_shows_its_model_checkpoint_direction_and_devices(model_dir
 def test_a_device_listed_twice_is_refused(model_dir):
     """`--gpus 0,0` is refused ("GPU ids must be distinct"); `ctx=[mx.cpu(0), mx.cpu(0)]` (or a GPU twice) loaded
     a second copy of the model on the same device and said nothing."""
-    for ctx in ([mx.cpu(0), mx.cpu(0)], [mx.cpu(), mx.cpu(1), mx.cpu(0)]):
-        with pytest.raises(ValueError, match=r"^ctx lists cpu\(0\) twice: give each device once"):
+    for ctx, twice in (([mx.cpu(0), mx.cpu(0)], 0), ([mx.cpu(), mx.cpu(1), mx.cpu(0)], 0),
+                       ([mx.cpu(0), mx.cpu(2), mx.cpu(1), mx.cpu(2)], 2)):
+        with pytest.raises(ValueError, match=rf"^ctx lists cpu\({twice}\) twice: give each device once"):
             Translator.from_dir(model_dir, ctx=ctx)
     assert Translator.from_dir(model_dir, ctx=[mx.cpu(0), mx.cpu(1)]).ctxs == [mx.cpu(0), mx.cpu(1)]
 
