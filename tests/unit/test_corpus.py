@@ -1030,6 +1030,11 @@ def test_a_korean_side_of_blank_lines_alone_is_not_taken_for_swapped_files():
         check_languages(src, tgt, src_lang, ("--src-file a", "--tgt-file b"), "the model's")   # no error
     with pytest.raises(CorpusError, match="--src-file a should be the Korean side .* are the files swapped"):
         check_languages(blank, ["나는 김치를 좋아한다.", "우리는"], "ko", ("--src-file a", "--tgt-file b"), "the model's")
+    # "mostly": an English side with Korean on a third of its lines is still taken as English, on two thirds not
+    check_languages(blank, ["ni ri", "우리는", "ri"], "ko", ("--src-file a", "--tgt-file b"), "the model's")
+    with pytest.raises(CorpusError, match="--src-file a should be the Korean side .* are the files swapped"):
+        check_languages(blank, ["ni ri", "우리는", "나는 김치를 좋아한다."], "ko", ("--src-file a", "--tgt-file b"),
+                        "the model's")
 
 
 def _whole_file_answer(path) -> int:
