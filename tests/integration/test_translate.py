@@ -975,7 +975,14 @@ def test_ctrl_c_at_the_prompt_interrupts_the_command(tr, typed, output, tmp_path
             os.write(master, "니 리\n".encode())
             while not (out.is_file() and out.read_text(encoding="utf-8")) and time.time() < deadline:
                 time.sleep(0.2)
-        os.write(master, typed.encode() + b"\x03")
+        # Ctrl-C once the command reads the terminal, as a person's is: readline's prompt shows before it waits for
+        # keys, and a SIGINT between the two waits for the next key (CPython's readline), so the test hung at times
+        os.write(master, typed.encode())
+        while typed and not seen.endswith(typed.encode()) and time.time() < deadline:   # (echoed: it reads keys)
+            if select.select([master], [], [], 1)[0]:
+                seen += os.read(master, 1024)
+        time.sleep(0.5)
+        os.write(master, b"\x03")
         code = p.wait(timeout=30)
         with contextlib.suppress(OSError):   # (the terminal's last output; EIO once the command has closed it)
             while select.select([master], [], [], 1)[0]:
