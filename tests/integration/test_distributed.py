@@ -414,6 +414,17 @@ def sigterm_to_a_launcher_of_two(tmp_path: Path, worker: str, *launcher_args: st
     return p.returncode, (tmp_path / "err").read_text()
 
 
+def first_and_other_worker(first: str, other: str) -> str:
+    """A stand-in worker's Python code for `sigterm_to_a_launcher_of_two`: the first of the two to start handles
+    SIGTERM with the expression `first`, the other with `other`; both then wait."""
+    return ("import os, signal, sys, time\n"
+            "try:\n    os.close(os.open('first', os.O_CREAT | os.O_EXCL)); first = True\n"
+            "except FileExistsError:\n    first = False\n"
+            f"signal.signal(signal.SIGTERM, ({first}) if first else ({other}))\n"
+            "open(f'ready.{os.getpid()}', 'w').close()\n"
+            "time.sleep(60)")
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_sigterm_to_the_launcher_is_passed_to_the_workers(tmp_path, sig):
     """SIGHUP (the launcher's terminal closed) killed the launcher, and with it the workers, without a checkpoint;
@@ -444,13 +455,7 @@ def test_workers_left_waiting_by_one_that_stopped_are_killed_without_the_grace(t
     """Ctrl-C as the job set up: a worker in Python code left at once (143), the other, waiting for it in a
     collective (deaf to SIGTERM in MXNet's wait), was killed only when --grace ran out, named as if a checkpoint
     might be missing. It is killed LEFT_WAIT seconds after the first left."""
-    worker = ("import os, signal, time\n"
-              "try:\n"   # the first worker to start is the deaf one
-              "    os.close(os.open('deaf', os.O_CREAT | os.O_EXCL)); signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-              "except FileExistsError:\n"
-              "    pass\n"
-              "open(f'ready.{os.getpid()}', 'w').close()\n"
-              "time.sleep(60)")
+    worker = first_and_other_worker("signal.SIG_IGN", "signal.SIG_DFL")   # the first to start is deaf to SIGTERM
     t0 = time.monotonic()
     code, err = sigterm_to_a_launcher_of_two(tmp_path, worker, "--grace", "25")
     assert code == 143 and time.monotonic() - t0 < 20, err
@@ -462,12 +467,7 @@ def test_workers_left_waiting_by_one_that_stopped_are_killed_without_the_grace(t
 def test_a_worker_that_fails_as_the_job_stops_is_named_at_once(tmp_path):
     """A worker whose stop failed (its checkpoint on a full disk: exit 1) was not named: the launcher waited the
     whole --grace for the other, which waited for it in vain, then named that one as still running and exited 143."""
-    worker = ("import os, signal, sys, time\n"
-              "try:\n    os.close(os.open('failer', os.O_CREAT | os.O_EXCL)); mine = True\n"
-              "except FileExistsError:\n    mine = False\n"
-              "signal.signal(signal.SIGTERM, (lambda *a: sys.exit(1)) if mine else signal.SIG_IGN)\n"
-              "open(f'ready.{os.getpid()}', 'w').close()\n"
-              "time.sleep(60)")
+    worker = first_and_other_worker("lambda *a: sys.exit(1)", "signal.SIG_IGN")   # the first fails its stop
     t0 = time.monotonic()
     code, err = sigterm_to_a_launcher_of_two(tmp_path, worker, "--grace", "20")
     assert code == 1 and "exited with code 1 as the job stopped (SIGTERM)" in err, err
