@@ -63,6 +63,8 @@ def main(argv=None) -> int:
     from nmt.atomic import atomic_write_text
     from nmt.commands import user_errors
     from scripts import conditions
+    from nmt.commands import shell_word
+    from nmt.scoring import DEV_SET
     from scripts.runs import ResultsError, ablation_table, load_run, markdown_table, plot_curves, results_rows
     try:   # (no report over a file of a run, or over another report)
         conditions.check_outputs([*args.model_dirs, args.ablation_base], {f"--decode-ablations {f}": f for f in
@@ -78,6 +80,13 @@ def main(argv=None) -> int:
         return 2
     rows = results_rows(runs, args.checkpoint)
     tests = sorted({t for r in runs for t in r.scores})
+    unscored = [r.path for r in runs if not set(r.scores) - {DEV_SET}]
+    for path in unscored:   # (its rows left out of the table, said: a run trained with --no-eval)
+        print(f"{'error' if len(unscored) == len(runs) else 'warning'}: {path} has no test set's scores (trained with --no-eval?), so "
+              f"no row: score it first, e.g. nmt-evaluate --model-dir {shell_word(str(path))} --recipe-tests",
+              file=sys.stderr)
+    if runs and len(unscored) == len(runs):   # (an empty table, exit 0)
+        return 2
     for wrong, why in ((args.checkpoint and runs and not rows, f"--checkpoint {args.checkpoint}: no run has its scores"),
                        (base is not None and args.ablation_test not in tests,
                         f"--ablation-test {args.ablation_test}: no run has scores of that test set")):

@@ -361,3 +361,22 @@ def test_the_ko_mecab_signature_is_listed_with_the_others(scored_dirs):
                    extra_signatures={"bleu_ko_mecab": "nrefs:1|tok:ko-mecab-0.996/ko-0.9.2-KO|version:2.4.3"})
     table = markdown_table(results_rows([run]), "m")
     assert "| 12.20 |" in table and "`nrefs:1|tok:ko-mecab-0.996/ko-0.9.2-KO|version:2.4.3`" in table, table
+
+
+def test_a_run_without_test_scores_is_named_not_left_out_silently(scored_dirs, tmp_path):
+    """A run trained with --no-eval has no test set's scores: the table left it out, and a table of such runs alone
+    was empty, exit 0. Each is named with the command that scores it; alone, they are an error."""
+    a, _ = scored_dirs
+    unscored = tmp_path / "unscored"
+    shutil.copytree(a, unscored)
+    (unscored / "scores.json").unlink()
+    said = (f"has no test set's scores (trained with --no-eval?), so no row: score it first, e.g. nmt-evaluate "
+            f"--model-dir {unscored} --recipe-tests")
+    table = [sys.executable, str(REPO / "scripts/results_table.py")]
+    out = subprocess.run([*table, str(a), str(unscored)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stderr == f"warning: {unscored} {said}\n", out.stderr
+    assert "base" in out.stdout and "unscored" not in out.stdout, out.stdout   # (the scored run's row alone)
+    out = subprocess.run([*table, str(unscored), "--json", str(tmp_path / "r.json")], capture_output=True, text=True,
+                         timeout=120)
+    assert (out.returncode, out.stderr, out.stdout) == (2, f"error: {unscored} {said}\n", "")
+    assert not (tmp_path / "r.json").exists()
