@@ -125,18 +125,19 @@ class Job:
                 done = all(codes[i] is not None for i in workers)
                 left = [i for i in workers if codes[i] in _STOPPED]   # one that left by the stop ends every collective:
                 left_at = left_at or (now if left else None)          # the others, waiting in one, never return
-                if not done and not again and left and now > left_at + LEFT_WAIT and now < stop_deadline:
+                stopped = 124 if timed_out else 128 + self._signals[0]
+                if not done and not again:
                     late = ", ".join(self.specs[i].label for i in workers if codes[i] is None)
-                    self.log(f"{late} still running {LEFT_WAIT:g} s after {self.specs[left[0]].label} left as {name} "
-                             "stopped the job: killed (waiting for it in a collective: a stop before training, with "
-                             "nothing to save)")
-                    return 124 if timed_out else 128 + self._signals[0]
-                if not done and not again and now > stop_deadline:
-                    late = ", ".join(self.specs[i].label for i in workers if codes[i] is None)
-                    self.log(f"{late} still running --grace {self.grace:g} s after {name}: killed (the checkpoint of "
-                             "the stop may be missing: --resume takes the last one saved)")
+                    if left and left_at + LEFT_WAIT < now < stop_deadline:
+                        self.log(f"{late} still running {LEFT_WAIT:g} s after {self.specs[left[0]].label} left as "
+                                 f"{name} stopped the job: killed (waiting for it in a collective: a stop before "
+                                 "training, with nothing to save)")
+                        return stopped
+                    if now > stop_deadline:
+                        self.log(f"{late} still running --grace {self.grace:g} s after {name}: killed (the checkpoint "
+                                 "of the stop may be missing: --resume takes the last one saved)")
                 if done or again or now > stop_deadline:
-                    return 124 if timed_out else 128 + self._signals[0]
+                    return stopped
             else:
                 failed = [i for i, c in enumerate(codes) if c not in (None, 0)]
                 if failed:
