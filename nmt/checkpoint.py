@@ -43,6 +43,7 @@ PARAMS_AVG = "params.avg"
 METRICS = "metrics.jsonl"
 LOG = "train.log"
 SCORES = "scores.json"
+SCORES_LOCK = f"{SCORES}.lock"   # (scores.json's lock file, opened in place)
 LOCK = "train.lock"
 EXPORT = "export.json"   # in a directory nmt-export wrote (nmt.export): one checkpoint, no training state
 # Every file a run keeps in its model directory, by name: no command's output may be written over one (nmt.cli_io)

@@ -235,7 +235,7 @@ def read_scores(model_dir: Path, advice: str = "; move it away to record new sco
 def cannot_record(model_dir: Path) -> str:
     """Why scores cannot be recorded in the model directory (another user's, on a read-only disk), warned at once
     so that its scores can still be printed; "" when they can."""
-    lock, writable = Path(model_dir) / f"{ckpt.SCORES}.lock", os.access(model_dir, os.W_OK)   # (opened in place)
+    lock, writable = Path(model_dir) / ckpt.SCORES_LOCK, os.access(model_dir, os.W_OK)   # (opened in place)
     if writable and not (lock.is_file() and not os.access(lock, os.W_OK)):
         return ""
     why = (f"{lock} is not writable ({others_file(lock) or 'its permissions: chmod u+w'})" if writable else
@@ -247,7 +247,7 @@ def cannot_record(model_dir: Path) -> str:
 def _update_scores(model_dir: Path, edit: Callable[[dict], bool]) -> None:
     """`edit` scores.json's entries (test set -> checkpoint key -> entry) under its lock file, which serializes
     concurrent evaluations and trainings; written back, atomically, when `edit` returns True."""
-    path, lock_path = Path(model_dir) / ckpt.SCORES, Path(model_dir) / f"{ckpt.SCORES}.lock"   # (opened in place:
+    path, lock_path = Path(model_dir) / ckpt.SCORES, Path(model_dir) / ckpt.SCORES_LOCK   # (opened in place:
     with guarded_write(lock_path if path.parent.is_dir() else path), open(lock_path, "a") as lock:   # its own name)
         fcntl.flock(lock, fcntl.LOCK_EX)
         data = read_scores(model_dir)
