@@ -61,10 +61,9 @@ def main(argv=None) -> int:
         return _docs_alone(args.docs, args.results_dir)
 
     from nmt.atomic import atomic_write_text
-    from nmt.commands import user_errors
-    from scripts import conditions
-    from nmt.commands import shell_word
+    from nmt.commands import shell_word, user_errors
     from nmt.scoring import DEV_SET
+    from scripts import conditions
     from scripts.runs import ResultsError, ablation_table, load_run, markdown_table, plot_curves, results_rows
     try:   # (no report over a file of a run, or over another report)
         conditions.check_outputs([*args.model_dirs, args.ablation_base], {f"--decode-ablations {f}": f for f in
@@ -80,12 +79,13 @@ def main(argv=None) -> int:
         return 2
     rows = results_rows(runs, args.checkpoint)
     tests = sorted({t for r in runs for t in r.scores})
-    unscored = [r.path for r in runs if not set(r.scores) - {DEV_SET}]
-    for path in unscored:   # (its rows left out of the table, said: a run trained with --no-eval)
-        print(f"{'error' if len(unscored) == len(runs) else 'warning'}: {path} has no test set's scores (trained with --no-eval?), so "
-              f"no row: score it first, e.g. nmt-evaluate --model-dir {shell_word(str(path))} --recipe-tests",
+    unscored = [r.path for r in runs if not set(r.scores) - {DEV_SET}]   # (left out of the table: --no-eval runs)
+    alone = runs and len(unscored) == len(runs)   # (their table would be empty, exit 0)
+    for path in unscored:
+        print(f"{'error' if alone else 'warning'}: {path} has no test set's scores (trained with --no-eval?), so no "
+              f"row: score it first, e.g. nmt-evaluate --model-dir {shell_word(str(path))} --recipe-tests",
               file=sys.stderr)
-    if runs and len(unscored) == len(runs):   # (an empty table, exit 0)
+    if alone:
         return 2
     for wrong, why in ((args.checkpoint and runs and not rows, f"--checkpoint {args.checkpoint}: no run has its scores"),
                        (base is not None and args.ablation_test not in tests,
