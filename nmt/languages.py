@@ -33,9 +33,8 @@ def check_languages(src: Sequence[str], tgt: Sequence[str], src_lang: str, names
                     direction: str) -> None:
     """CorpusError if the Korean side of parallel text (by `src_lang`) has Hangul on no more of its lines than the
     English side: the files are swapped, or both are in one language (a Korean side of blank lines alone only if the
-    English side is mostly Hangul). `names`: how the error names the source and
-    the target side (e.g. "--train-src a.ko"); `direction`: where their languages come from (e.g. "--src ko --tgt
-    en")."""
+    English side is mostly Hangul). `names`: how the error names the source and the target side (e.g. "--train-src
+    a.ko"); `direction`: where their languages come from (e.g. "--src ko --tgt en")."""
     ko, en = (0, 1) if src_lang == "ko" else (1, 0)
     shares = (hangul_share(src, "ko" if ko == 0 else "en"), hangul_share(tgt, "ko" if ko == 1 else "en"))
     if shares[ko] > shares[en] or shares[en] < 0.5 and not any(x.strip() for x in (src, tgt)[ko]):
