@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from nmt.commands import shell_word
+from nmt.log import counted
 from nmt.textfile import (CorpusError, PathLike, encoding_of, iconv_command, line_ends_command, not_text,
                           read_text_bytes, to_utf8_hint)
 
@@ -178,7 +179,7 @@ def read_lines(path: PathLike, *, skip_invalid_utf8: bool = False, max_line_char
     if len(text) > 1 and all("\t" in t for t in text):
         logger.warning("%s: every line holds a tab, read as a space: the columns of a TSV file? give one file per "
                        "side (e.g. `cut -f1 %s`)", path, shell_word(path))
-    return [None if t is None else normalize(t) for t in lines]
+    return [None if t is None else normalize(t) for t in counted(lines, logger, str(path), "lines read")]
 
 
 def _warn_of_changes(path: PathLike, texts: Sequence[Tuple[int, Optional[str]]]) -> None:

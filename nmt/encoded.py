@@ -23,6 +23,7 @@ from typing import IO, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from nmt import log as nmt_log
 from nmt.atomic import abandoned, atomic_open, hold
 from nmt.download import sha256_file
 from nmt.storage import check_room, check_scratch_room
@@ -86,7 +87,11 @@ class RowsView(Sequence):
 def encode_flat(tok, lines: Sequence[str], chunk: int = CHUNK) -> FlatIds:
     """`tok.encode(lines)` as one FlatIds, chunk by chunk (SentencePiece's threads encode each chunk)."""
     ids_parts, lengths_parts = [], []
+    report = nmt_log.Every(nmt_log.REPORT_SECONDS)   # (millions of lines take minutes: say how far it got)
     for start in range(0, len(lines), chunk):
+        if start and report.due():
+            logger.info("encoding the %s side: %d of %d lines encoded so far", getattr(tok, "lang", "?"), start,
+                        len(lines))
         enc = tok.encode(lines[start:start + chunk])
         lengths = np.fromiter(map(len, enc), dtype=np.int64, count=len(enc))
         ids_parts.append(np.fromiter(itertools.chain.from_iterable(enc), dtype=np.int32, count=int(lengths.sum())))

@@ -11,7 +11,7 @@ import sys
 import time
 import weakref
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from nmt.commands import EarlyWarnings
 from nmt.storage import guarded_write
@@ -212,6 +212,20 @@ class Every:
             return False
         self.last = now
         return True
+
+
+REPORT_SECONDS = 60.0   # how often a long stage of training's data preparation logs how far it got
+
+
+def counted(items: Sequence, logger: logging.Logger, where: str, what: str) -> Iterator:
+    """`items` one by one, logging at info every REPORT_SECONDS how many were taken ("big.ko: 400000 of 2000000
+    lines read so far", `where` and `what` "lines read"): reading or encoding millions of lines takes minutes, which
+    passed without a word."""
+    report = Every(REPORT_SECONDS)
+    for n, item in enumerate(items, 1):
+        yield item
+        if n < len(items) and report.due():
+            logger.info("%s: %d of %d %s so far", where, n, len(items), what)
 
 
 class Speedometer:

@@ -330,6 +330,8 @@ def train_tokenizer(lines: Sequence[str], out_dir: PathLike, lang: str, vocab_si
         with scratch_room(tmp, f"the {lang} tokenizer's training text"), guarded_write(text_file):
             n_content = _write_training_text(lines, text_file, lang)
         prefix = tmp / "spm"
+        if n_content > spm_process.IN_PROCESS_LINES:   # (minutes on millions of lines, without a word till done)
+            logger.info("training the %s tokenizer on %d lines", lang, n_content)
         try:
             spm_process.train(
                 seed, n_content, input=str(text_file), model_prefix=str(prefix), vocab_size=vocab_size,

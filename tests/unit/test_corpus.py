@@ -174,6 +174,18 @@ def test_trailing_blank_lines_ignored_with_warning(write_file, nmt_logs):
     assert "2 blank line(s) at the end" in messages(nmt_logs)
 
 
+def test_reading_a_large_file_says_how_far_it_got(write_file, nmt_logs, monkeypatch):
+    """Normalizing each side of a 2 M-pair corpus took minutes on a busy host, and nmt-train said nothing from its
+    settings to the pairs kept: each file read logs how far it got every REPORT_SECONDS (here at every line), not
+    after its last line, which the next line of the log says."""
+    from nmt import log
+    monkeypatch.setattr(log, "REPORT_SECONDS", 0.0)
+    ko = write_file("big.ko", KO)
+    assert read_lines(ko) == KO
+    said = [r.getMessage() for r in nmt_logs if "so far" in r.getMessage()]
+    assert said == [f"{ko}: {n} of 3 lines read so far" for n in (1, 2)]
+
+
 def test_a_blank_last_line_against_a_translation_is_a_pair_dropped_not_a_count_error(write_file, nmt_logs):
     """The blank end of one file was dropped before the files were aligned, so a last sentence missing its
     translation was "line counts differ: ... has 2 lines" where both files have 3."""

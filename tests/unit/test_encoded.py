@@ -151,3 +151,15 @@ def test_dev_pairs_cut_for_the_dev_loss_are_counted(corpus, caplog):
         data = encode_data(cfg, DatasetSplits(Pairs(ko, en, "train"), dev, {}), src_tok, tgt_tok)
     assert f"{longer} of 40 dev pairs are cut to --max-src-tokens 6 / --max-tgt-tokens 6" in caplog.text
     assert max(map(len, data.dev_src)) <= 6
+
+
+def test_a_long_encoding_says_how_far_it_got(corpus, monkeypatch, nmt_logs):
+    """Encoding millions of training pairs takes minutes (5 M pairs: 381 s, docs/performance.md), and training said
+    nothing meanwhile: a 2 M-pair run was silent from its settings to its batches. It logs how far it got every
+    REPORT_SECONDS (here at every chunk), not after the last chunk."""
+    from nmt import log
+    _, ko, _, tok, _ = corpus
+    monkeypatch.setattr(log, "REPORT_SECONDS", 0.0)
+    encode_flat(tok, ko, chunk=250)
+    said = [r.getMessage() for r in nmt_logs if "so far" in r.getMessage()]
+    assert said == [f"encoding the ko side: {n} of 600 lines encoded so far" for n in (250, 500)]

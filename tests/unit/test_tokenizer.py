@@ -495,6 +495,19 @@ def test_the_trainer_process_and_this_one_train_the_same_tokenizer(tmp_path, mon
     assert here.vocab_size == child.vocab_size > 300 and here.same_vocabulary(child)
 
 
+def test_a_tokenizer_trained_in_the_child_process_is_said_first(tmp_path, monkeypatch, nmt_logs):
+    """SentencePiece training of millions of lines takes minutes (over IN_PROCESS_LINES, in a child process) and
+    nmt-train said nothing until it was done: its start is logged. Small texts, trained in a moment, are not."""
+    from nmt import spm_process
+    lines = [f"문장 {i} 번 입니다, sentence {i}." for i in range(300)]
+    train_tokenizer(lines, tmp_path / "here", "ko", 400)
+    assert not [r for r in nmt_logs if "training the" in r.getMessage()]
+    monkeypatch.setattr(spm_process, "IN_PROCESS_LINES", 0)
+    train_tokenizer(lines, tmp_path / "child", "ko", 400)
+    assert [r.getMessage() for r in nmt_logs if "training the" in r.getMessage()] == [
+        "training the ko tokenizer on 300 lines"]
+
+
 def test_subword_regularization_samples_both_sides_of_the_training_pairs(ko_tok):
     """--subword-sampling segments each training pair anew every epoch (nmt.data.subword_resegmenter): both sides,
     each from its own seed (a test audit left the target side at its best segmentation and no test failed)."""
