@@ -84,12 +84,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(args: argparse.Namespace) -> (subprocess.Popen, str):
-    """scripts/serve.py on a free loopback port; returns (process, base URL) once /health answers."""
+def start_server(args: argparse.Namespace, beam: int) -> (subprocess.Popen, str):
+    """scripts/serve.py on a free loopback port, its request limits raised to the requests of this benchmark (a beam
+    or a request above the defaults was refused, every request an error); returns (process, base URL) once /health
+    answers."""
+    from nmt.serve.schema import Limits
     port = free_port()
     cmd = [sys.executable, str(REPO / "scripts" / "serve.py"), "--model-dir", args.model_dir, "--host", HOST,
            "--port", str(port), "--max-wait-ms", str(args.max_wait_ms), "--log-level", "warning",
-           "--max-queue", str(max(1024, 4 * args.clients * args.sentences_per_request))]
+           "--max-queue", str(max(1024, 4 * args.clients * args.sentences_per_request)),
+           "--max-beam-size", str(max(beam, Limits().max_beam_size)),
+           "--max-sentences", str(max(args.sentences_per_request, Limits().max_sentences))]
     proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONPATH": str(REPO)})
     url = f"http://{HOST}:{port}"
     deadline = time.monotonic() + 120
@@ -220,7 +225,7 @@ def main(argv=None) -> int:
     # The most sentences the clients can have in flight: the offline Translator at that batch size too, to tell
     # the cost of small batches (the same for any server) from the cost of serving them.
     in_flight = min(args.clients * args.sentences_per_request, translator.decode.batch_size)
-    proc, url = start_server(args)
+    proc, url = start_server(args, beam)
     rounds = []
     try:
         for r in range(args.rounds):   # alternate, so both sides see the same machine load

@@ -33,3 +33,17 @@ def test_benchmark_serve_writes_its_figures(serve_model, tmp_path):
     assert result["model"]["arch"] == "lstm" and result["model"]["hidden_size"] == 48, result["model"]
     assert {"cpu", "cores", "commit", "date", "load_average_at_start", "load_average_at_end",
             "OMP_NUM_THREADS"} <= set(result["machine"])
+
+
+def test_benchmark_serve_raises_the_servers_limits_to_its_requests(serve_model, tmp_path):
+    """--beam-size 17 (the server's default --max-beam-size is 16) or --sentences-per-request 257 (its default
+    --max-sentences is 256): every request was refused (422, 413) and the run wrote served 0.00 and NaN latencies."""
+    spec = importlib.util.spec_from_file_location("benchmark_serve", REPO / "scripts" / "benchmark_serve.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "bench.json"
+    assert bench.main(["--model-dir", str(serve_model), "--clients", "1", "--sentences-per-request", "257",
+                       "--beam-size", "17", "--max-sentences", "20", "--seconds", "1", "--rounds", "1",
+                       "--json", str(out)]) == 0
+    served = json.loads(out.read_text())["rounds"][0]["served"]
+    assert served["errors"] == {} and served["requests"] > 0, served
