@@ -166,3 +166,21 @@ def test_bleu_eval_names_its_variable_for_a_data_dir_that_is_not_there(monkeypat
     with pytest.raises(CellExecutionError, match=r"NMT_DATA_DIR='/nonexistent': no such directory \(relative to "
                                                  r".*notebooks\)"):
         execute("bleu_eval.ipynb")
+
+
+def test_bleu_eval_names_its_variables_when_the_models_test_set_is_gone(tmp_path_factory, tmp_path, monkeypatch):
+    """A model whose recorded test files moved (or whose recorded mirror is gone): the error advised "give them as
+    --src-file and --ref-file" (or "--data-dir given again"), flags the notebook has not; it names its variables."""
+    import shutil
+    from nbclient.exceptions import CellExecutionError
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model(tmp_path_factory), model)
+    config = json.loads((model / "config.json").read_text(encoding="utf-8"))
+    config["data"]["test_src"] = str(tmp_path / "moved" / "test.ko")
+    (model / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    monkeypatch.setenv("NMT_MODEL_DIR", str(model))
+    monkeypatch.delenv("NMT_SRC_FILE", raising=False)
+    monkeypatch.delenv("NMT_REF_FILE", raising=False)
+    with pytest.raises(CellExecutionError, match=r"moved/test.ko: file not found.*\n\(in this notebook: NMT_DATA_DIR "
+                                                 r"for --data-dir, NMT_SRC_FILE and NMT_REF_FILE for --src-file"):
+        execute("bleu_eval.ipynb")
