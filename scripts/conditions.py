@@ -26,17 +26,19 @@ def commit_of(checkout: Path) -> str:
 
 
 def run_conditions(load_at_start: Optional[Sequence[float]] = None) -> dict:
-    """The CPU, the commit of this checkout, the date (UTC) and the load average at the start (as given) and now."""
+    """The CPU and its cores, the commit of this checkout, the date (UTC) and the load average at the start (as given)
+    and now."""
     from nmt.parallel import cpu_name
-    return {"cpu": cpu_name(), "commit": commit_of(REPO), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    return {"cpu": cpu_name(), "cores": os.cpu_count(), "commit": commit_of(REPO),
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "load_average_at_start": [round(x, 2) for x in load_at_start] if load_at_start else None,
             "load_average_at_end": [round(x, 2) for x in os.getloadavg()]}
 
 
 def machine(load_at_start: Optional[Sequence[float]] = None) -> dict:
-    """`run_conditions`, with the cores, Python, MXNet and OMP_NUM_THREADS."""
+    """`run_conditions`, with Python, MXNet and OMP_NUM_THREADS."""
     import mxnet as mx
-    return {"cores": os.cpu_count(), "python": platform.python_version(), "mxnet": mx.__version__,
+    return {"python": platform.python_version(), "mxnet": mx.__version__,
             "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), **run_conditions(load_at_start)}
 
 

@@ -623,3 +623,17 @@ def test_results_tables_docs_page_is_not_written_over_the_tables_it_is_made_of(m
             assert err == (f"error: --docs {results / name} is the --results-dir {results / name} file: writing it "
                            "would destroy what this command reads; write it elsewhere\n"), err
     assert {p.name: p.read_text() for p in results.iterdir()} == tables
+
+
+def test_benchmark_ab_records_the_conditions_the_docs_say_every_report_does(monkeypatch, tmp_path):
+    """docs/performance.md: every report records CPU, cores, threads, load at the start and the end, date and
+    commit; benchmark_ab's report had no cores (`conditions.run_conditions` lacked them)."""
+    bench = _script(monkeypatch, "benchmark_ab")
+    monkeypatch.setattr(bench, "run_once", lambda checkout, shared, path: 1000.0)
+    out = tmp_path / "ab.json"
+    assert bench.main(["--a", str(REPO), "--b", str(REPO), "--rounds", "1", "--json", str(out)]) == 0
+    import json
+    report = json.loads(out.read_text(encoding="utf-8"))
+    assert {"cpu", "cores", "omp_num_threads", "load_average_at_start", "load_average_at_end", "date", "commit",
+            "a_commit", "b_commit"} <= set(report), sorted(report)
+    assert report["cores"] == os.cpu_count() and report["median_b_over_a"] == 1.0
