@@ -87,6 +87,9 @@ def main(argv=None) -> int:
         conditions.check_work_dir("--work-dir", args.work_dir)   # (its files would block the model's --overwrite)
         output_dir("--work-dir", args.work_dir / str(args.synthetic_pairs))
         return at_scale(args)
+    if any(a == "--work-dir" or a.startswith("--work-dir=") for a in argv):   # (it was ignored without a word)
+        p.error("--work-dir is where --synthetic-pairs keeps its corpus; the recipe's benchmark reads the recipe's "
+                "corpora and trains its tokenizers in a temporary directory: leave it out, or give --synthetic-pairs")
 
     load0 = os.getloadavg()
     cfg = DataConfig(recipe=args.recipe, src_lang=args.src, tgt_lang=args.tgt, data_dir=args.data_dir,

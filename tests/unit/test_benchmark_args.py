@@ -637,3 +637,13 @@ def test_benchmark_ab_records_the_conditions_the_docs_say_every_report_does(monk
     assert {"cpu", "cores", "omp_num_threads", "load_average_at_start", "load_average_at_end", "date", "commit",
             "a_commit", "b_commit"} <= set(report), sorted(report)
     assert report["cores"] == os.cpu_count() and report["median_b_over_a"] == 1.0
+
+
+def test_benchmark_data_refuses_a_work_dir_without_synthetic_pairs(monkeypatch, capsys, tmp_path):
+    """--work-dir belongs to --synthetic-pairs: the recipe's benchmark ignored it without a word (and read the
+    recipe's corpora, here a --data-dir that is not there)."""
+    bench = _script(monkeypatch, "benchmark_data")
+    for given in (["--work-dir", str(tmp_path)], [f"--work-dir={tmp_path}"]):
+        with pytest.raises(SystemExit):
+            bench.main([*given, "--recipe", "tatoeba", "--data-dir", str(tmp_path / "none"), "--repeats", "1"])
+        assert "--work-dir is where --synthetic-pairs keeps its corpus" in capsys.readouterr().err
