@@ -177,6 +177,9 @@ def main(argv=None) -> int:
     conditions.check_outputs([args.model_dir, args.other_model_dir], {"--src-file": args.src_file}, output=args.output)
     if args.rounds < 1 or args.beam < 1 or args.batch < 1:
         raise ConfigError("--rounds, --beam and --batch must be >= 1")
+    if args.src_file and args.data_dir:   # (it was ignored without a word)
+        raise ConfigError(f"--data-dir {args.data_dir} is where the model's test set is read; --src-file "
+                          f"{args.src_file} is read where it is: drop it")
     r = run(args)
     print(f"{r['test_set']}: {r['sentences']} sentences, beam {r['beam']}, batch {r['batch']}: nmt.search "
           f"{r['beam_search']['sent_per_s']:.1f} sent/s, gluonnlp BeamSearchSampler "

@@ -60,6 +60,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="the JSON of figures (default: results/benchmark_serve.json, which docs/performance.md cites: "
                         "give another for a trial run)")
     args = p.parse_args(argv)
+    if args.src_file and args.data_dir:   # (it was ignored without a word)
+        p.error(f"--data-dir {args.data_dir} is where the model's test set is read; --src-file {args.src_file} is "
+                "read where it is: drop it")
     from nmt.serve.schema import Limits   # the server's --timeout, which it gets no flag for
     if args.max_wait_ms / 1000 >= Limits().timeout_s:   # (the server would refuse it after this script loaded all)
         p.error(f"--max-wait-ms {args.max_wait_ms:g} is not shorter than the server's timeout of "

@@ -152,6 +152,9 @@ def main(argv=None) -> int:
                               "integers, e.g. 1,5") from None
         if min(beams + batch_sizes + [args.rounds]) < 1 or args.max_sentences < 0:
             raise ConfigError("--beams, --batch-sizes and --rounds must be >= 1, --max-sentences >= 0")
+        if args.src_file and args.data_dir:   # (it was ignored without a word)
+            raise ConfigError(f"--data-dir {args.data_dir} is where the Tatoeba-Challenge test is read; --src-file "
+                              f"{args.src_file} is read where it is: drop it")
         ctx = parse_devices(args.gpus)[0]
         tr = Translator.from_dir(args.model_dir, args.checkpoint, ctx=ctx)
         lines, refs = _sentences(args, tr)

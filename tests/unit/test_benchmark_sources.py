@@ -47,3 +47,27 @@ def test_the_serving_benchmark_says_why_it_has_no_sentences(tmp_path):
     args.src_file = None
     with pytest.raises(ConfigError, match="no sentences: .*recipe"):
         module.sentences(args, SimpleNamespace(config=_config()))
+
+
+def _bench(name: str):
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_benchmarks_refuse_a_data_dir_beside_a_source_file(tmp_path, capsys):
+    """--data-dir names where the model's test set is read; beside --src-file it was ignored without a word (as
+    nmt-evaluate refuses it), and the benchmark went on to load the model (here one that is not there)."""
+    src = tmp_path / "s.ko"
+    src.write_text("하나\n", encoding="utf-8")
+    common = ["--model-dir", str(tmp_path / "no-model"), "--src-file", str(src), "--data-dir", str(tmp_path)]
+    said = f"--data-dir {tmp_path} is where the .* is read; --src-file {src} is read where it is: drop it"
+    with pytest.raises(ConfigError, match=said):
+        _bench("benchmark_decode").main(common + ["--output", str(tmp_path / "d.json")])
+    with pytest.raises(SystemExit):
+        _bench("benchmark_serve").main(common + ["--json", str(tmp_path / "s.json")])
+    import re
+    assert re.search(said, capsys.readouterr().err)
+    assert _bench("benchmark_translate").main(common + ["--json", str(tmp_path / "t.json")]) == 2
+    assert re.search("^error: " + said, capsys.readouterr().err)
