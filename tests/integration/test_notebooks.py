@@ -184,3 +184,13 @@ def test_bleu_eval_names_its_variables_when_the_models_test_set_is_gone(tmp_path
     with pytest.raises(CellExecutionError, match=r"moved/test.ko: file not found.*\n\(in this notebook: NMT_DATA_DIR "
                                                  r"for --data-dir, NMT_SRC_FILE and NMT_REF_FILE for --src-file"):
         execute("bleu_eval.ipynb")
+
+
+def test_bleu_eval_names_its_variable_for_a_model_dir_that_is_not_there(tmp_path, monkeypatch):
+    """A missing model directory (the quick start's default, or NMT_MODEL_DIR) said "model directory ...: no such
+    directory; give a directory written by nmt-train", without the variable that gives one to the notebook."""
+    from nbclient.exceptions import CellExecutionError
+    monkeypatch.setenv("NMT_MODEL_DIR", str(tmp_path / "none"))
+    said = rf"NMT_MODEL_DIR='{tmp_path / 'none'}': no such directory \(relative to .*notebooks\); point it at a model"
+    with pytest.raises(CellExecutionError, match=said + " directory written by nmt-train"):
+        execute("bleu_eval.ipynb")
