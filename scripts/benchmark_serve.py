@@ -147,11 +147,11 @@ async def load(url: str, lines: List[str], clients: int, per_request: int, secon
         await asyncio.gather(*[client(c, k, time.monotonic() + seconds) for k in range(clients)])
         elapsed = time.perf_counter() - t0
         server = batching(before, worker_stats(url), elapsed)
-    q = statistics.quantiles(latencies, n=100) if len(latencies) > 1 else [float("nan")] * 99
+    q = statistics.quantiles(latencies, n=100) if len(latencies) > 1 else None   # (NaN was no JSON: null)
+    ms = {f"p{k}_ms": None if q is None else round(q[k - 1] * 1000, 1) for k in (50, 95, 99)}
     return {"seconds": round(elapsed, 2), "requests": len(latencies),
             "requests_per_s": round(len(latencies) / elapsed, 2),
-            "sentences_per_s": round(sent[0] / elapsed, 2), "p50_ms": round(q[49] * 1000, 1),
-            "p95_ms": round(q[94] * 1000, 1), "p99_ms": round(q[98] * 1000, 1), "errors": errors, "server": server}
+            "sentences_per_s": round(sent[0] / elapsed, 2), **ms, "errors": errors, "server": server}
 
 
 def worker_stats(url: str) -> Dict[str, float]:

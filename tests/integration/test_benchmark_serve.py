@@ -47,3 +47,19 @@ def test_benchmark_serve_raises_the_servers_limits_to_its_requests(serve_model, 
                        "--json", str(out)]) == 0
     served = json.loads(out.read_text())["rounds"][0]["served"]
     assert served["errors"] == {} and served["requests"] > 0, served
+
+
+def test_benchmark_serve_writes_json_without_percentiles_of_too_few_requests(serve_model, tmp_path):
+    """A round of fewer than 2 answered requests has no latency percentiles: they were written as NaN, which is no
+    JSON (jq, a browser's JSON.parse refuse the file); they are null."""
+    spec = importlib.util.spec_from_file_location("benchmark_serve", REPO / "scripts" / "benchmark_serve.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "bench.json"
+    assert bench.main(["--model-dir", str(serve_model), "--clients", "1", "--seconds", "0.000001", "--rounds", "1",
+                       "--max-sentences", "4", "--json", str(out)]) == 0
+
+    def refuse(constant):
+        raise ValueError(f"{constant} is no JSON")
+    served = json.loads(out.read_text(), parse_constant=refuse)["rounds"][0]["served"]
+    assert served["requests"] < 2 and served["p50_ms"] is None and served["p99_ms"] is None, served
