@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import unicodedata
 from typing import Sequence, Tuple
 
 from nmt.corpus import CorpusError, normalize
@@ -22,9 +23,11 @@ def has_hangul(text: str) -> bool:
 
 def korean(text: str, lang: str) -> bool:
     """Whether a line of text meant to be in `lang` reads as Korean: any Hangul in a Korean one, Hangul outnumbering
-    Latin letters in an English one."""
+    Latin letters in an English one, counted in syllables as the model reads the line (NFC: macOS's decomposed
+    "서울", NFD, is five jamo, which outnumbered the letters of "I live in 서울특별시.")."""
     if lang == "ko":
         return has_hangul(text)
+    text = unicodedata.normalize("NFC", text)
     hangul = len(_HANGUL.findall(text))
     return hangul > 0 and hangul > len(_LATIN.findall(text))
 

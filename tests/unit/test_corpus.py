@@ -1031,6 +1031,20 @@ def test_an_english_line_naming_korean_things_is_english_and_technical_korean_is
         check_languages(ko, ko[::-1], "ko", ("--src-file a", "--tgt-file b"), "the model's")
 
 
+def test_decomposed_hangul_in_english_lines_counts_as_the_syllables_the_model_reads():
+    """An English line naming Korean things in NFD (saved on macOS: each syllable two or three jamo) was counted by
+    its jamo: "I live in 서울특별시." (5 syllables, 7 letters) was mostly Hangul, and nmt-translate and nmt-serve warned
+    an en -> ko model's input of being Korean."""
+    import unicodedata
+    from nmt.languages import hangul_counts, korean, other_language_warning
+    en = ["I live in 서울특별시.", "My name is 김민준.", "We ate 떡볶이 and 김밥."]
+    nfd = [unicodedata.normalize("NFD", x) for x in en]
+    assert [korean(x, "en") for x in nfd] == [korean(x, "en") for x in en] == [False] * 3
+    assert other_language_warning(*hangul_counts(nfd, "en"), "en", "ko") == ""
+    ko = [unicodedata.normalize("NFD", x) for x in ("나는 서울에 산다.", "김치 좋아")]   # still Korean, as in NFC
+    assert [korean(x, lang) for x in ko for lang in ("ko", "en")] == [True] * 4
+
+
 def test_a_korean_side_of_blank_lines_alone_is_not_taken_for_swapped_files():
     """nmt-score scores a blank source (or translation) line among others; a Korean side of blank lines alone (an
     all-blank source of a ko -> en model, all-empty translations of an en -> ko one) had Hangul on 0% of its lines,
