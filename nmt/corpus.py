@@ -18,7 +18,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 from nmt.commands import shell_word
 from nmt.log import counted
 from nmt.textfile import (CorpusError, PathLike, encoding_of, iconv_command, line_ends_command, not_text,
-                          read_text_bytes, to_utf8_hint)
+                          read_text_bytes, refuse_another_encoding, to_utf8_hint)
 
 logger = logging.getLogger("nmt.corpus")
 
@@ -284,6 +284,7 @@ def _decode_lines(path: PathLike, skip_invalid_utf8: bool, max_line_chars: int, 
         utf8 = utf8 or (i if not text.isascii() else 0)
         lines.append(text)
     if bad:
+        refuse_another_encoding(path, raw, bad, utf8, kind)
         logger.warning("%s: skipped %d line(s) with invalid UTF-8 (--skip-invalid-utf8): line %s",
                        path, len(bad), line_list(bad))
     return lines

@@ -12,7 +12,7 @@ import os
 import re
 import zlib
 from pathlib import Path
-from typing import BinaryIO, Callable, Optional, Tuple, Union
+from typing import BinaryIO, Callable, List, Optional, Tuple, Union
 
 from nmt.commands import shell_word
 
@@ -165,6 +165,20 @@ def _cp949_beside_utf8(line: bytes) -> bool:
     else:
         return False
     return len(parts) > 1 and re.search(_CP949_HANGUL, " ".join(parts)) is not None
+
+
+def refuse_another_encoding(path: Path, raw: List[bytes], bad: List[int], utf8: int, kind: Optional[str]) -> None:
+    """CorpusError when the invalid UTF-8 lines `bad` that --skip-invalid-utf8 would skip are most of the file's
+    lines of text and no other line is UTF-8 beyond ASCII (`utf8` 0): the file is in another encoding (CP949), whose
+    text the flag would drop whole, keeping its ASCII lines alone; what was left failed later as "both files
+    English?"."""
+    text = sum(1 for x in raw if x.strip())
+    if utf8 or 2 * len(bad) <= text:
+        return
+    raise CorpusError(f"{path}: {len(bad)} of its {text} lines of text, from line {bad[0]} on, are not UTF-8 and no "
+                      "line is UTF-8 beyond ASCII: the file is in another encoding, whose text --skip-invalid-utf8 "
+                      "would drop whole (it drops stray lines). Convert the file to UTF-8 "
+                      f"({to_utf8_hint(raw[bad[0] - 1], path, kind, into=True)}).")
 
 
 def iconv_command(path: Optional[PathLike], encoding: str, kind: Optional[str], into: bool = False) -> str:

@@ -714,6 +714,26 @@ def test_invalid_utf8_skipped_on_request_and_counted(write_file, nmt_logs):
         in messages(nmt_logs)
 
 
+def test_a_cp949_file_is_not_skipped_whole_as_invalid_lines(write_file, tmp_path):
+    """--skip-invalid-utf8 on a CP949 file dropped every Korean line, keeping its ASCII ones ("OK"), and training
+    then stopped with "are both files English?": most lines invalid and none UTF-8 beyond ASCII is a file in another
+    encoding, to convert, not stray lines to skip."""
+    lines = ["안녕하세요.", "OK", "고마워요.", "잘 자요."]
+    ko = write_file("cp.ko", ("\n".join(lines) + "\n").encode("cp949"))
+    for read in (lambda: read_parallel(ko, write_file("cp.en", ["Hello.", "OK", "Thanks.", "Good night."]),
+                                       skip_invalid_utf8=True),
+                 lambda: read_tsv(write_file("cp.tsv", "".join(f"{e}\t{k}\n" for e, k in zip(EN * 2, lines))
+                                             .encode("cp949")), 1, 0, skip_invalid_utf8=True)):
+        with pytest.raises(CorpusError, match=r"3 of its 4 lines of text, from line 1 on, are not UTF-8 .*`iconv -f "
+                                              r"CP949 -t UTF-8 "):
+            read()
+    # stray lines in a UTF-8 file, or a few in an English one, are still skipped
+    assert read_lines(write_file("s.ko", KO[0].encode() + b"\n\xb0\xa1\n" + KO[1].encode() + b"\n"),
+                      skip_invalid_utf8=True) == [KO[0], None, KO[1]]
+    assert read_lines(write_file("s.en", b"Caf\xe9\nHello.\nThanks.\n"), skip_invalid_utf8=True)[1:] == [
+        "Hello.", "Thanks."]
+
+
 @pytest.mark.parametrize("content", [b"", b"\n\n  \n", b"\xef\xbb\xbf"])
 def test_empty_file_is_an_error(write_file, content):
     ko = write_file("g.ko", content)
