@@ -50,9 +50,10 @@ class ProcSpec:
 
 
 def read_hostfile(path: Path) -> List[Host]:
-    """Hosts, one per line: `host`, `user@host` or either with `:sshport`; blank lines and `#` comments skipped."""
+    """Hosts, one per line: `host`, `user@host` or either with `:sshport`; blank lines and `#` comments skipped. A
+    byte-order mark (Windows Notepad's) is no part of the first host: ssh was given it, which no name resolves."""
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        lines = Path(path).read_text(encoding="utf-8-sig").splitlines()
     except (OSError, UnicodeDecodeError) as e:
         raise LaunchError(f"-H {path}: cannot read the host file ({e})") from None
     hosts = []

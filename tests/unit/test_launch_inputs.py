@@ -180,6 +180,16 @@ def test_a_host_without_an_address_is_named(capsys, tmp_path):
     assert code == 2 and err.startswith(f"error: -H {hosts}: host nosuchhost.invalid: no IPv4 address (")
 
 
+def test_a_host_file_saved_by_notepad_names_its_hosts_without_the_byte_order_mark(capsys, tmp_path):
+    """A host file with a UTF-8 byte-order mark and CRLF line ends (Windows Notepad's): the mark was read as part of
+    the first host's name, which the address lookup took, but ssh was given it ('\ufeff127.0.0.1'), and the job
+    failed on a host name that looked right."""
+    hosts = tmp_path / "hosts"
+    hosts.write_bytes(b"\xef\xbb\xbf127.0.0.1\r\n")
+    code, out, err = launch(capsys, "-n", "1", "-H", str(hosts), "--dry-run", "--", "x")
+    assert code == 0 and "\ufeff" not in out and "# server 0 on 127.0.0.1\n" in out, err
+
+
 # -- the scheduler and servers after the workers ---------------------------------------------------------------------
 WAIT_FOR_THE_WORKERS = "import glob, time\nwhile len(glob.glob('done.*')) < 2: time.sleep(0.05)\ntime.sleep(0.3)\n"
 
