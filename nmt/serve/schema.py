@@ -22,6 +22,7 @@ from starlette.requests import ClientDisconnect
 from nmt import jsonio
 from nmt.config import CHARS_PER_TOKEN
 from nmt.corpus import count_lines, lone_surrogate, normalize, removed_controls
+from nmt.textfile import wide_encoding
 
 EXAMPLE = '{"text": ["안녕하세요"], "beam_size": 4, "nbest": 1}'   # of /translate; /attention's below
 # Lines of a /translate request, blank ones included, per sentence of --max-sentences: blank lines are not decoded, but
@@ -153,11 +154,14 @@ def example(model: type) -> str:
 
 def parse(body: bytes, model: type) -> BaseModel:
     """`model` from a JSON body; RequestError 400 for a body that is not UTF-8 JSON, 422 for wrong fields."""
-    try:
-        text = body.decode("utf-8").removeprefix("\ufeff")   # (a byte-order mark: a JSON file saved by Notepad)
+    wide, sign = wide_encoding(body)   # UTF-16 named (Windows tools'; without its mark, its NULs pass as UTF-8)
+    try:   # (a UTF-8 byte-order mark, a JSON file saved by Notepad, is dropped)
+        text, problem = body.decode("utf-8").removeprefix("\ufeff"), f"not UTF-8 but {wide} ({sign})" * bool(wide)
     except UnicodeDecodeError as e:
-        raise RequestError(400, f"the body is not valid UTF-8 (byte 0x{body[e.start]:02x} at offset {e.start}): "
-                                f"send UTF-8 encoded JSON, e.g. {example(model)}") from None
+        text, problem = "", f"not valid UTF-8 (byte 0x{body[e.start]:02x} at offset {e.start}" + (
+            f"; it is {wide}: {sign})" if wide else ")")
+    if problem:
+        raise RequestError(400, f"the body is {problem}: send UTF-8 encoded JSON, e.g. {example(model)}")
     too_deep = RequestError(400, f"the body is nested too deeply (more than {MAX_DEPTH} levels of arrays and "
                                  f"objects): send a JSON object of fields, e.g. {example(model)}")
     containers = text.count("[") + text.count("{")

@@ -36,6 +36,18 @@ def test_a_body_after_a_byte_order_mark_is_read():
     refused(b'\xef\xbb\xbf\xef\xbb\xbf{"text": ["a"]}', 400, "not valid JSON")   # (one mark, not any number)
 
 
+def test_a_utf16_body_is_told_it_is_utf16():
+    """A UTF-16 body (PowerShell's, Notepad's "Unicode") was "not valid UTF-8 (byte 0xff at offset 0)", and without
+    its byte-order mark, whose NUL bytes pass as UTF-8, "not valid JSON (Expecting property name ... column 2)",
+    where nmt-translate names UTF-16 input as such."""
+    body = json.dumps({"text": ["hello there"]})
+    refused(body.encode("utf-16"), 400, "not valid UTF-8 (byte 0xff at offset 0; it is UTF-16: it starts with a "
+                                    "UTF-16 byte-order mark)", "send UTF-8")
+    refused(body.encode("utf-16-le"), 400, "not UTF-8 but UTF-16LE", "send UTF-8")
+    refused(json.dumps({"text": ["안녕하세요"]}, ensure_ascii=False).encode("utf-16-be"), 400, "UTF-16BE")
+    assert parse(body.encode(), TranslateRequest).text == ["hello there"]
+
+
 def test_a_translation_or_prefix_on_several_lines_is_told_it_is_one_line():
     """/attention's translation (and a target_prefix) on two lines was told to "send each line as its own
     sentence", the advice for a source text."""
