@@ -14,6 +14,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from nmt.corpus import normalize
 from nmt.tokenizer import EOS_ID
 
 WORD_START = "\u2581"   # SentencePiece's mark of a space before a piece
@@ -27,6 +28,13 @@ def split_last_word(text: str) -> Tuple[str, str]:
     when the last word is over MAX_OPEN_WORD characters: it is then taken as a whole word."""
     head, _, word = text.rpartition(" ")
     return (head, word) if len(word) <= MAX_OPEN_WORD else (text, "")
+
+
+def ends_in_word(prefix: str) -> bool:
+    """Whether a target prefix ends inside a word as the model reads it (`normalize`): no space after its last
+    word, characters the model does not read (a zero-width space, a Hangul filler, ESC[0m) not counted ("We \u200b"
+    left "We" open, as if typed without the space). (A syllable appended, which normalize keeps whole, shows it.)"""
+    return not normalize(prefix + "\uac00").endswith(" \uac00")
 
 
 def word_table(surfaces: Sequence[Optional[str]], word: str, may_end: bool = False

@@ -27,7 +27,7 @@ from nmt.members import checked_members, distinct_devices, load_members, members
 from nmt.models.base import Seq2SeqModel
 from nmt.models.ensemble import as_model
 from nmt.parallel import check_gpus, concurrent_devices_safe
-from nmt.prefix import WORD_START, one_prefix, split_last_word, word_table
+from nmt.prefix import WORD_START, ends_in_word, one_prefix, split_last_word, word_table
 from nmt.search import beam_search, check_beam_args, greedy_search, length_limits, reached_limit, search_too_wide
 from nmt.search_blocks import TargetPrefix
 from nmt.tokenizer import Tokenizer
@@ -171,7 +171,7 @@ class Translator:
         what, cut = "target prefix of line", set() if cut is None else cut
         texts = self._texts(raw, first_line, what, "prefixes", cut)
         fits = [len(x) <= self.decode.max_input_tokens for x in self.tgt_tok.encode(texts)]
-        parts = [split_last_word(t) if t and not r[-1:].isspace() and ok else (t, "")
+        parts = [split_last_word(t) if t and ends_in_word(r) and ok else (t, "")
                  for r, t, ok in zip(raw, texts, fits)]
         heads = self._ids(self.tgt_tok, [head for head, _ in parts], first_line, what, cut)
         out: List[Optional[TargetPrefix]] = []

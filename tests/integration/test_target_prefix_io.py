@@ -59,6 +59,23 @@ def test_a_prefix_ending_with_a_space_is_taken_as_whole_words(translator, serve_
     assert translator.translate(line, prefixes=word[:-1] + " ").startswith(word[:-1] + " ")
 
 
+def test_characters_the_model_does_not_read_after_the_space_leave_the_words_whole(translator, serve_sentences):
+    """A prefix ending with a space and then a character normalization removes (a zero-width space, a Hangul filler,
+    a byte-order mark, a colour's ESC[0m) was read by its last raw character: its last word was left open, as if
+    typed without the space, though the model reads the same text as with the space."""
+    line, word = next((x, t.split()[0]) for x, t in zip(serve_sentences, translator.translate(serve_sentences[:20]))
+                      if len(t.split()[0]) > 1)
+    whole = translator.target_prefixes([word[:-1] + " "])[0]
+    for invisible in ("\u200b", "\u3164", "\ufeff", "\x1b[0m", "\u200b\u3164"):
+        forced = translator.target_prefixes([word[:-1] + " " + invisible])[0]
+        assert list(forced.tokens) == list(whole.tokens) and forced.allowed.shape == whole.allowed.shape, invisible
+        assert translator.translate(line, prefixes=word[:-1] + " " + invisible).startswith(word[:-1] + " ")
+        assert translator.translate(line, prefixes=word[:-1] + invisible).startswith(word)   # (no space: open)
+    from nmt.prefix import ends_in_word
+    assert ends_in_word("We") and ends_in_word("I 👍\u200d") and not ends_in_word("We\u00a0") and not ends_in_word(
+        "We\u3000\u200b")
+
+
 def test_an_empty_line_with_a_prefix_is_translated(translator):
     assert translator.translate(["", ""], prefixes=["ga", None]) != ["", ""]
     assert translator.translate(["", ""], prefixes=["ga", None])[1] == ""
