@@ -60,9 +60,24 @@ def verify_file(path: Path, sha256: str, what: str) -> None:
     """Raise `CorpusError` naming the file and both hashes unless `path` has the registered checksum."""
     actual = sha256_file(path)
     if actual != sha256:
-        raise CorpusError(f"{path}: checksum mismatch for {what}: expected sha256 {sha256}, got {actual}. The file "
-                          "was changed, truncated or is a different version; restore the original (or delete it "
-                          "from the cache so that it is downloaded again).")
+        raise CorpusError(f"{path}: checksum mismatch for {what}: expected sha256 {sha256}, got {actual}. " + (
+            _edited(path, sha256) or "The file was changed, truncated or is a different version; restore the "
+            "original (or delete it from the cache so that it is downloaded again)."))
+
+
+def _edited(path: Path, sha256: str) -> str:
+    """What changed a file whose original had `sha256`, when it is the original but for CRLF line ends (a Windows
+    copy or checkout: git's core.autocrlf) or a UTF-8 byte-order mark (an editor's), and how to undo it; else ""."""
+    data = path.read_bytes()
+    crlf, bom = b"\r\n" in data, data.startswith(b"\xef\xbb\xbf")
+    undone = (data[3:] if bom else data).replace(b"\r\n", b"\n") if crlf or bom else b""
+    if not undone or hashlib.sha256(undone).hexdigest() != sha256:
+        return ""
+    said = " and ".join(["its line ends were made CRLF (a Windows copy or checkout: git's core.autocrlf)"] * crlf +
+                        ["a UTF-8 byte-order mark was put at its start (an editor's)"] * bom)
+    undo = "; ".join(["`sed -i 's/\\r$//' " + shell_word(path) + "`"] * crlf +
+                     ["`sed -i '1s/^\\xEF\\xBB\\xBF//' " + shell_word(path) + "`"] * bom)
+    return f"It is the original but {said}: undo it ({undo}), or restore the original."
 
 
 def _stream(url: str, out: IO[bytes], timeout: float, desc: str) -> str:

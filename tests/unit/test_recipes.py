@@ -175,6 +175,28 @@ def test_fetch_prefers_mirror_and_verifies_it(tmp_path, write_file):
     assert str(bad) in msg and src.files["en"].sha256 in msg and sha(b"b\n") in msg and "checksum mismatch" in msg
 
 
+def test_a_mirror_file_with_crlf_line_ends_or_a_byte_order_mark_is_told_so(tmp_path, write_file):
+    """A mirror checked out or copied on Windows (git's core.autocrlf: CRLF line ends) or saved by an editor (a
+    byte-order mark) was "changed, truncated or a different version": it is the original but for that, which a
+    command undoes."""
+    original = "가\tA\n나\tB\n".encode()
+    src = _source({"tsv": original})
+    path = tmp_path / "mirror/syn/syn.tsv"
+    for changed, words in ((original.replace(b"\n", b"\r\n"), ["line ends were made CRLF", "core.autocrlf"]),
+                           (b"\xef\xbb\xbf" + original, ["byte-order mark"]),
+                           (b"\xef\xbb\xbf" + original.replace(b"\n", b"\r\n"), ["CRLF", "byte-order mark"])):
+        write_file("mirror/syn/syn.tsv", changed)
+        with pytest.raises(CorpusError) as e:
+            fetch(src, "tsv", tmp_path / "mirror", tmp_path / "cache")
+        assert "It is the original but" in str(e.value) and all(w in str(e.value) for w in words), str(e.value)
+        for command in re.findall(r"`(sed [^`]*)`", str(e.value)):
+            subprocess.run(command, shell=True, check=True)
+        assert path.read_bytes() == original
+    write_file("mirror/syn/syn.tsv", original.replace(b"A", b"C").replace(b"\n", b"\r\n"))   # changed too: no
+    with pytest.raises(CorpusError, match="changed, truncated or is a different version"):
+        fetch(src, "tsv", tmp_path / "mirror", tmp_path / "cache")
+
+
 def test_fetch_downloads_once_into_cache(server, tmp_path):
     body = "Hi.\t안녕.\n".encode()
     server.routes["/syn.tsv"] = body
