@@ -34,7 +34,7 @@ logger = logging.getLogger("nmt.translate")
 IDLE_SECONDS = 0.05
 PAUSE = (b"", None)   # what read_raw_lines yields when the input pauses
 STDIN = "<stdin>"     # the name of standard input in messages
-CONTROL_WARNINGS = 5   # lines whose control characters are named one by one; the summary counts the rest
+CONTROL_WARNINGS = 5   # lines whose control characters (or bytes replaced) are named one by one; the summary counts all
 REPORT_SECONDS = 60.0  # a long input logs how far it got this often (a 100,000-line file takes ~15 minutes on a CPU)
 
 
@@ -140,9 +140,10 @@ def _cut(raw: bytes) -> bytes:
 
 
 def decode_line(raw: bytes, line_no: int, name: str, on_invalid: str = "error",
-                compressed: Optional[str] = None, utf8_text: int = 0) -> Tuple[str, bool]:
+                compressed: Optional[str] = None, utf8_text: int = 0, replaced_before: int = 0) -> Tuple[str, bool]:
     """(text, had_invalid_bytes) of one input line of `name` (read as `compressed`: "gzip", ... or None); invalid
-    UTF-8 is a CorpusError naming the line, or replaced by U+FFFD with a warning when `on_invalid` is "replace".
+    UTF-8 is a CorpusError naming the line, or replaced by U+FFFD when `on_invalid` is "replace", with a warning for
+    the first CONTROL_WARNINGS such lines (`replaced_before`: how many came before; a CP949 file had one per line).
     `utf8_text`: an earlier line of UTF-8 beyond ASCII (0: none), which makes an invalid line a stray one."""
     replaced = False
     try:
@@ -162,7 +163,10 @@ def decode_line(raw: bytes, line_no: int, name: str, on_invalid: str = "error",
         if on_invalid != "replace":
             raise CorpusError(f"{said}Convert the input to UTF-8 ({to_utf8_hint(raw, path, compressed)}) or pass "
                               "--on-invalid-utf8 replace") from None
-        logger.warning("%s:%d: invalid UTF-8 replaced by U+FFFD (--on-invalid-utf8 replace)", name, line_no)
+        if replaced_before < CONTROL_WARNINGS:
+            logger.warning("%s:%d: invalid UTF-8 replaced by U+FFFD (--on-invalid-utf8 replace)%s", name, line_no,
+                           " (the last such warning; the summary counts them all)"
+                           if replaced_before == CONTROL_WARNINGS - 1 else "")
         text, replaced = raw.decode("utf-8", errors="replace"), True
     # LF splits lines as they are read: a CR is left. Other separators (U+2028, VT, FF, ...) are part of the line.
     parts = sum(1 for part in text.split("\r") if part.strip())
@@ -356,7 +360,7 @@ def _read_line(raw: bytes, cut: bool, line_no: int, source: Tuple[str, Optional[
         stats.cut += 1
         logger.warning("%s:%d: line longer than the input guard (--max-input-tokens x %d bytes); cut there while "
                        "reading (any length said next is the cut line's)", name, line_no, CHARS_PER_TOKEN * 4)
-    text, replaced = decode_line(raw, line_no, name, on_invalid, source[1], stats.utf8_text)
+    text, replaced = decode_line(raw, line_no, name, on_invalid, source[1], stats.utf8_text, stats.invalid_utf8)
     stats.invalid_utf8 += replaced
     stats.utf8_text = stats.utf8_text or (line_no if not replaced and not text.isascii() else 0)
     prefix = None

@@ -566,6 +566,18 @@ def test_bytes_no_conversion_reads_are_not_called_an_encoding(write_file):
         (b"%PDF-1.7 is a version.", False)]
 
 
+def test_replaced_invalid_utf8_is_warned_of_for_the_first_lines_and_counted_for_all(nmt_logs):
+    """nmt-translate --on-invalid-utf8 replace on a CP949 file warned once per line (100,000 warnings for as many
+    lines), where lines with control characters are named for the first five and counted in the summary."""
+    from nmt.stream import CONTROL_WARNINGS, StreamStats, _read_line
+    stats = StreamStats()
+    for n in range(1, 9):
+        _read_line("안녕하세요.".encode("cp949"), False, n, ("in.ko", None), "replace", False, stats)
+    said = [r.getMessage() for r in nmt_logs if "replaced by U+FFFD" in r.getMessage()]
+    assert len(said) == CONTROL_WARNINGS and stats.invalid_utf8 == 8
+    assert said[0].startswith("in.ko:1: ") and said[-1].endswith("(the last such warning; the summary counts them all)")
+
+
 def test_a_line_of_utf8_korean_and_cp949_bytes_is_not_to_be_converted(write_file):
     """A line holding CP949 bytes beside UTF-8 Hangul was called Windows-1252, and the `iconv -f CP1252` advised ran
     without an error and made all of the file's Korean mojibake."""
