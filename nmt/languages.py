@@ -54,8 +54,10 @@ def check_languages(src: Sequence[str], tgt: Sequence[str], src_lang: str, names
                        ("are both files English?" if max(shares) < 0.5 else "are the files swapped?")))
 
 
-# The first byte of a Hangul syllable's UTF-8 (0xEA-0xED) read as Latin-1 or Windows-1252: "고마워요" -> "ê³ ë§ˆì›Œìš”"
-_HANGUL_LEAD_AS_LATIN = re.compile("[\u00ea-\u00ed]")
+# The first byte of a Hangul syllable's UTF-8 (0xEA-0xED) read as Latin-1 or Windows-1252: "고마워요" -> "ê³ ë§ˆì›Œìš”";
+# and a jamo's of decomposed Hangul (NFD, macOS's: 0xE1 0x84-0x87 ...; a compatibility jamo's 0xE3 0x84-0x86): "á„‹",
+# or "á" and the third byte where Latin-1's C1 control went (`normalize`), but never "á" or "ã" before a letter
+_HANGUL_LEAD_AS_LATIN = re.compile("[\u00ea-\u00ed]|[\u00e1\u00e3][\u201e\u2026\u2020\u2021\u00a1-\u00bf]")
 
 
 def _encoded_twice(lines: Sequence[str], path: str) -> str:

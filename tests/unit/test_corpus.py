@@ -1077,6 +1077,26 @@ def test_decomposed_hangul_in_english_lines_counts_as_the_syllables_the_model_re
     assert [korean(x, lang) for x in ko for lang in ("ko", "en")] == [True] * 4
 
 
+def test_decomposed_korean_taken_for_latin1_and_saved_again_is_told_so(write_file):
+    """Korean in NFD (macOS's) read as Latin-1 and saved as UTF-8 again ("á\x84\x8bá\x85¡..." for "아") was "are
+    both files English?": its jamo's lead byte 0xE1 reads as "á", which the check for such files did not look for
+    (a syllable's 0xEA-0xED only). Spanish or Portuguese text ("más", "não") is still no such file."""
+    import subprocess
+    import unicodedata
+    from nmt.languages import check_languages
+    korean = unicodedata.normalize("NFD", "안녕하세요.\n고양이가 있다.\n비가 온다.\n")
+    twice = write_file("twice.ko", korean.encode().decode("latin-1"))
+    en = write_file("t.en", EN)
+    src = read_lines(twice)
+    with pytest.raises(CorpusError, match="read like Korean UTF-8 that was taken for Latin-1") as e:
+        check_languages(src, read_lines(en), "ko", (f"--src-file {twice}", f"--tgt-file {en}"), "ko -> en")
+    subprocess.run(re.search("undo it, `(.*)`$", str(e.value))[1], shell=True, check=True)
+    assert twice.with_name("twice.fixed.ko").read_bytes() == korean.encode()
+    for other in (["¿Qué más está aquí?", "Sí, también él.", "Não há mais."], ["ação não são", "mãe irmã lã"]):
+        with pytest.raises(CorpusError, match="are both files English"):
+            check_languages(other, EN[:len(other)], "ko", ("--src-file a", "--tgt-file b"), "ko -> en")
+
+
 def test_a_korean_side_of_blank_lines_alone_is_not_taken_for_swapped_files():
     """nmt-score scores a blank source (or translation) line among others; a Korean side of blank lines alone (an
     all-blank source of a ko -> en model, all-empty translations of an en -> ko one) had Hangul on 0% of its lines,
