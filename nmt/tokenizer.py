@@ -49,6 +49,9 @@ INPUT_SENTENCE_SIZE = 500_000            # training sample cap: enough for the s
 # the vocabulary (piece scores and ids, then every model trained on it) depends on the count. Two: the published
 # models were trained on 2-core hosts, and with the sample capped (above) more threads save little.
 TRAIN_THREADS = 2
+# Longest training line SentencePiece takes (its most, in bytes): its default, 4,192, left out without a word every
+# line over it (Korean past ~1,400 syllables, which --max-chars lets through), and failed on a text of only such lines
+MAX_SENTENCE_BYTES = 1 << 30
 _LANG_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 _MODEL_NAME_RE = re.compile(r"^spm\.(.+)\.model$")
 
@@ -337,11 +340,10 @@ def train_tokenizer(lines: Sequence[str], out_dir: PathLike, lang: str, vocab_si
                 seed, n_content, input=str(text_file), model_prefix=str(prefix), vocab_size=vocab_size,
                 model_type=model_type, character_coverage=character_coverage(lang) if coverage is None else coverage,
                 byte_fallback=True, pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
-                normalization_rule_name="identity", remove_extra_whitespaces=False,
+                normalization_rule_name="identity", remove_extra_whitespaces=False, minloglevel=2,
                 # Soft limit: on small data the vocabulary stops at what the text supports instead of failing.
-                hard_vocab_limit=False,
-                input_sentence_size=INPUT_SENTENCE_SIZE, shuffle_input_sentence=True,
-                num_threads=threads, minloglevel=2)
+                hard_vocab_limit=False, max_sentence_length=MAX_SENTENCE_BYTES,
+                input_sentence_size=INPUT_SENTENCE_SIZE, shuffle_input_sentence=True, num_threads=threads)
         except RuntimeError as e:
             msg = str(e)
             m = re.search(r"smaller than required_chars\. (\d+) vs (\d+)", msg)

@@ -387,6 +387,20 @@ def test_piece_words_map_each_piece_to_its_word(ko_tok, text):
     assert {w for w in words if w is not None} == set(range(len(text.split())))
 
 
+def test_lines_over_sentencepieces_default_length_are_trained_on(tmp_path):
+    """SentencePiece leaves out lines over max_sentence_length bytes (4,192 by default) without a word: Korean past
+    ~1,400 syllables, which --max-chars up to 20,000 lets through (paragraph-aligned text). A text of only such lines
+    failed ("Internal: ... [!sentences_.empty()]"); beside short lines, its characters were left to byte fallback."""
+    syllables = [chr(0xAC00 + i * 37) for i in range(200)]
+    words = [syllables[i % 200] + syllables[(i * 7) % 200] + syllables[(i * 13) % 200] for i in range(600)]
+    long = [" ".join(words[j:] + words[:j]) for j in range(0, 600, 30)]   # 2,399 characters, 7,196 bytes each
+    assert min(len(x.encode()) for x in long) > 4192
+    tok = train_tokenizer(long + ["짧은 문장."], tmp_path, "ko", 600)
+    assert not [p for p in tok.pieces(long[0]) if p.startswith("<0x")]   # its syllables are pieces, not bytes
+    assert tok.decode(tok.encode(long[:1]))[0] == long[0]
+    train_tokenizer(long, tmp_path / "only", "ko", 600)   # (no error)
+
+
 def test_a_signal_stops_tokenizer_training_at_once(tmp_path):
     """SentencePiece's trainer holds the GIL until it returns: Ctrl-C or SIGTERM while nmt-train trained a tokenizer
     waited for it (90 s a language on the `all` recipe; "stops at once", training.md says). It runs in a child
