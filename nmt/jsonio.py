@@ -62,10 +62,21 @@ def read_object(path, error: Callable[[str], Exception]) -> Dict[str, Any]:
     except RepeatedKey as e:
         raise error(f"{path}: key {e.args[0]!r} is given twice in one object; give each key once") from None
     except ValueError as e:   # json.JSONDecodeError, or UnicodeDecodeError: JSON is UTF-8 text
-        raise error(f"{path}: not valid JSON ({e})") from None
+        raise error(f"{path}: not valid JSON ({e})" + (_encoding_said(path, e) if isinstance(e, UnicodeDecodeError)
+                                                       else "")) from None
     if not isinstance(d, dict):
         raise error(f"{path}: a JSON {json_type(d)}, where a JSON object of sections (data, model, ...) belongs")
     return d
+
+
+def _encoding_said(path: Path, e: UnicodeDecodeError) -> str:
+    """What a config file that is not UTF-8 is, as the corpus readers say it: UTF-16 (Notepad's "Unicode") or legacy
+    text (CP949), with the command converting it; "" for bytes of no text."""
+    from nmt.textfile import iconv_command, not_text, to_utf8_hint, wide_encoding
+    wide, _ = wide_encoding(e.object)
+    line = e.object[e.object.rfind(b"\n", 0, e.start) + 1:].split(b"\n", 1)[0]
+    return (f"; it is {wide}: convert it, `{iconv_command(path, wide, None, into=True)}`" if wide else
+            "" if not_text(line) else f"; {to_utf8_hint(line, path, None, into=True)}")
 
 
 # What a JSON value of a dataclass field may be, by the field's annotation (`int` excludes JSON's true/false).

@@ -60,6 +60,23 @@ def test_a_config_file_with_a_byte_order_mark_is_read(tmp_path):
     assert cfg_of(["--config", str(path), "--model-dir", "m"]).train.max_steps == 5
 
 
+def test_a_config_file_in_utf16_or_cp949_is_named_with_the_command_converting_it(tmp_path):
+    """A config saved by Notepad as "Unicode" (UTF-16) or by a Korean Windows editor (CP949, a Korean path in it) was
+    "not valid JSON ('utf-8' codec can't decode byte 0xff ...)" alone, where a corpus file in either encoding is named
+    as such with the iconv command that converts it."""
+    import subprocess
+    text = json.dumps({"data": {"train_src": "학습.ko"}}, ensure_ascii=False)
+    for encoding, said in (("utf-16", "; it is UTF-16: convert it, `iconv -f UTF-16 -t UTF-8 "),
+                           ("cp949", "; Korean legacy text is often CP949: `iconv -f CP949 -t UTF-8 ")):
+        path = tmp_path / f"{encoding}.json"
+        path.write_bytes(text.encode(encoding))
+        with pytest.raises(ConfigError) as e:
+            read_object(path, ConfigError)
+        assert str(e.value).startswith(f"{path}: not valid JSON ('utf-8' codec can't decode") and said in str(e.value)
+        subprocess.run(re.search("`(iconv .*)`$", str(e.value))[1], shell=True, check=True)
+        assert read_object(tmp_path / f"{encoding}.utf8.json", ConfigError)["data"]["train_src"] == "학습.ko"
+
+
 def test_a_directory_for_a_config_is_a_config_error_naming_it(tmp_path):
     (tmp_path / "config.json").mkdir()
     with pytest.raises(ConfigError, match=rf"^{tmp_path / 'config.json'}: cannot be read \(Is a directory\)$"):
