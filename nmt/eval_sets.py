@@ -47,8 +47,9 @@ def sets_to_score(args: argparse.Namespace, tr) -> Dict[str, Tuple[Any, List[Lis
     if special and not (args.name or args.no_save):   # (before a pipe is read; a missing file: said as it is read)
         raise ConfigError(f"--src-file {args.src_file} is no file (a pipe?), whose path would name its scores in "
                           "scores.json; give --name (or --no-save)")
-    # sources as nmt-translate reads them (a long line is cut, with a warning); blank last lines only where all are
-    src = read_lines(args.src_file, max_line_chars=None, keep_blank_end=True)
+    # sources as nmt-translate reads them (a long line is cut, with a warning; a blank one, even all, is translated);
+    # blank last lines dropped only where every file has them
+    src = read_lines(args.src_file, max_line_chars=None, keep_blank_end=True, blank_ok=True)
     refs = [read_lines(r, keep_blank_end=True) for r in args.ref_file]
     drop_blank_ends([(args.src_file, src), *zip(args.ref_file, refs)])
     for path, ref in zip(args.ref_file, refs):

@@ -343,6 +343,24 @@ def test_mismatched_line_counts_name_both_files(model_copy, tmp_path, capsys):
     assert ref.read_text(encoding="utf-8") == "ni ri\ncha\n" and src2.read_text(encoding="utf-8") == "리 니\n차\n"
 
 
+def test_a_source_of_blank_lines_alone_is_scored_as_nmt_translate_translates_it(model_copy, tmp_path, capsys):
+    """A --src-file of blank lines alone was refused ("the file has only blank lines"), where nmt-translate translates
+    it (empty lines) and nmt-score scores it: each blank line is scored as its empty translation, against its
+    reference."""
+    src, ref = tmp_path / "blank.ko", tmp_path / "r.en"
+    src.write_text("\n \n", encoding="utf-8")
+    ref.write_text("ni ri\ncha\n", encoding="utf-8")
+    code, _, err = run(["--model-dir", model_copy, "--src-file", src, "--ref-file", ref, "--name", "blank",
+                        "--hyp-dir", tmp_path / "hyps", "--json", tmp_path / "r.json"], capsys)
+    assert code == 0, err
+    assert "2 line(s) blank on one side only (line 1, 2)" in err   # (the warning of a shifted line, as nmt-score's)
+    hyps = (tmp_path / "hyps" / "blank.en").read_text(encoding="utf-8").split("\n")[:-1]
+    assert hyps == Translator.from_dir(model_copy).translate(["", " "]) == ["", ""]
+    result = json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))["results"]["blank"]
+    assert result["n"] == 2 and result["bleu"] == sacrebleu.corpus_bleu(hyps, [["ni ri", "cha"]]).score
+    assert "blank" in json.loads((model_copy / ckpt.SCORES).read_text(encoding="utf-8"))
+
+
 def test_a_refused_command_makes_no_output_directory(model_copy, tmp_path, capsys):
     """--hyp-dir and the directory of --json FILE were made as the command started, and stayed behind when a refusal
     found after them (flags that exclude each other, a checkpoint not kept) stopped it: a refused command makes
