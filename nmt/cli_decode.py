@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
@@ -82,11 +83,11 @@ def _check_sampling(args: argparse.Namespace) -> None:
 
 @command(build_translate_parser)
 def translate_main(args: argparse.Namespace) -> int:
-    import contextlib
     from nmt.languages import hangul_counts, json_requests
     from nmt.plot import attention_saver
     from nmt.prompt import interactive
-    from nmt.stream import JSON_EXAMPLE, STDIN, open_input, read_raw_lines, translate_stream
+    from nmt.json_input import JSON_EXAMPLE
+    from nmt.stream import STDIN, open_input, read_raw_lines, translate_stream
     usable_streams([args.input], [args.output])
     if args.plot_attention:
         output_dir("--plot-attention", args.plot_attention)

@@ -9,7 +9,8 @@ from typing import Callable, List, Optional
 
 from nmt.corpus import CorpusError, lone_surrogate, one_line, removed_controls
 from nmt.languages import hangul_counts, other_language_warning
-from nmt.stream import JSON_EXAMPLE, parse_json_line, translation_rows
+from nmt.json_input import JSON_EXAMPLE, parse_json_line
+from nmt.stream import translation_rows
 from nmt.translate import Translator
 
 

@@ -15,11 +15,10 @@ import time
 from dataclasses import dataclass
 from typing import BinaryIO, Callable, Iterable, Iterator, List, Optional, Sequence, TextIO, Tuple, Union
 
-from nmt import jsonio
 from nmt.align import format_links, with_links
 from nmt.config import CHARS_PER_TOKEN
-from nmt.corpus import (INVISIBLE, CorpusError, control_characters, count_lines, lone_surrogate, one_line,
-                         removed_controls, removed_counts)
+from nmt.json_input import parse_json_line
+from nmt.corpus import INVISIBLE, CorpusError, control_characters, one_line, removed_controls, removed_counts
 from nmt.textfile import (READ_ERRORS, archive_sign, binary_sign, decompressing, encoding_of, iconv_command, not_text,
                           open_bytes, to_utf8_hint, wide_encoding)
 from nmt.log import Every
@@ -203,48 +202,6 @@ def format_nbest(hyps: Sequence[Tuple], alignment: bool = False) -> str:
     if alignment:
         row["alignments"] = [format_links(h[2]) for h in hyps]
     return json.dumps(row, ensure_ascii=False)
-
-
-JSON_FIELDS = ("text", "target_prefix")
-JSON_EXAMPLE = '{"text": "안녕하세요.", "target_prefix": "Hello"}'
-
-
-def parse_json_line(line: str, line_no: int, name: str) -> Tuple[str, Optional[str]]:
-    """(text, target prefix or None) of one --json-input line (a blank line: an empty sentence); a CorpusError
-    naming the line and the field for anything else."""
-    line = line.lstrip("\ufeff")   # an editor's byte-order mark: a file's, or each file's of `cat a.jsonl b.jsonl`
-    if not line.strip():   # (as a plain line's, anywhere: `corpus.INVISIBLE`)
-        return "", None
-    where = f"{name}:{line_no}"
-    try:
-        obj = jsonio.loads(line)
-    except jsonio.RepeatedKey as e:
-        raise CorpusError(f"{where}: field {e.args[0]!r} is given twice; give each field once") from None
-    except json.JSONDecodeError as e:
-        raise CorpusError(f"{where}: not JSON ({e.msg} at character {e.pos + 1}); with --json-input each line is a "
-                          f"JSON object such as {JSON_EXAMPLE}") from None
-    if not isinstance(obj, dict):
-        raise CorpusError(f"{where}: a JSON {jsonio.json_type(obj)}, not an object; with --json-input each line is a "
-                          f"JSON object such as {JSON_EXAMPLE}")
-    unknown = [k for k in obj if k not in JSON_FIELDS]
-    if unknown:
-        raise CorpusError(f"{where}: unknown field {unknown[0]!r}; the fields are {', '.join(JSON_FIELDS)}")
-    if not isinstance(obj.get("text"), str):
-        got = "missing" if "text" not in obj else f"a JSON {jsonio.json_type(obj['text'])}"
-        raise CorpusError(f"{where}: field 'text' (the sentence to translate, a string) is {got}: e.g. {JSON_EXAMPLE}")
-    prefix = obj.get("target_prefix")
-    if prefix is not None and not isinstance(prefix, str):
-        raise CorpusError(f"{where}: field 'target_prefix' (text the translation starts with) is a JSON "
-                          f"{jsonio.json_type(prefix)}, not a string")
-    for field in JSON_FIELDS:
-        if count_lines(obj.get(field) or "") > 1:
-            raise CorpusError(f"{where}: field {field!r} has text on {count_lines(obj[field])} lines; give one "
-                              "sentence per JSON line")
-        surrogate = lone_surrogate(obj.get(field) or "")
-        if surrogate:
-            raise CorpusError(f"{where}: field {field!r} has a lone surrogate {surrogate} (a \\uD800-\\uDFFF escape "
-                              "without its pair): it is not a character; give valid Unicode")
-    return obj["text"], prefix
 
 
 def translation_rows(translator: Translator, lines: List[str], first_line: int, nbest: Optional[int] = None,

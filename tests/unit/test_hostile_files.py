@@ -402,7 +402,7 @@ def test_a_key_given_twice_in_a_config_file_is_refused_naming_it(tmp_path, capsy
 def test_json_nested_past_the_parsers_recursion_is_named_as_bad_json(tmp_path):
     """A RecursionError traceback, from a config file and from a --json-input line."""
     from nmt.corpus import CorpusError
-    from nmt.stream import parse_json_line
+    from nmt.json_input import parse_json_line
     deep = "[" * 100_000 + "]" * 100_000
     path = tmp_path / "c.json"
     path.write_text('{"data": ' + deep + "}")
