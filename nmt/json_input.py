@@ -3,19 +3,31 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Optional, Tuple
 
 from nmt import jsonio
-from nmt.corpus import CorpusError, count_lines, lone_surrogate
+from nmt.corpus import INVISIBLE, CorpusError, control_characters, count_lines, lone_surrogate
 
 JSON_FIELDS = ("text", "target_prefix")
 JSON_EXAMPLE = '{"text": "안녕하세요.", "target_prefix": "Hello"}'
+# What a plain line's text may have around it and loses (`corpus.normalize`): whitespace (NBSP, U+3000 ...) and
+# invisible characters (a byte-order mark, a zero-width space ...); JSON's own whitespace is space, tab, CR and LF.
+_AROUND = re.compile(rf"\A(?:\s|{INVISIBLE.pattern})+|(?:\s|{INVISIBLE.pattern})+\Z")
+
+
+def _padding_as_spaces(line: str) -> str:
+    """`line` with what a plain line would lose before and after its text (`_AROUND`; not a control character,
+    which plain lines lose with a warning) as spaces: around the JSON, where it is read as nothing, as a plain
+    line's (an error's character position stays that of the line as given)."""
+    return _AROUND.sub(lambda m: "".join(c if control_characters(c) else " " for c in m.group()), line)
 
 
 def parse_json_line(line: str, line_no: int, name: str) -> Tuple[str, Optional[str]]:
     """(text, target prefix or None) of one --json-input line (a blank line: an empty sentence); a CorpusError
     naming the line and the field for anything else."""
     line = line.lstrip("\ufeff")   # an editor's byte-order mark: a file's, or each file's of `cat a.jsonl b.jsonl`
+    line = _padding_as_spaces(line)   # (" \ufeff": a space, then a mark, as a plain line reads them: as nothing)
     if not line.strip():   # (as a plain line's, anywhere: `corpus.INVISIBLE`)
         return "", None
     where = f"{name}:{line_no}"

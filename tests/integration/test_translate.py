@@ -695,6 +695,25 @@ def test_a_byte_order_mark_starting_any_line_is_dropped_in_both_input_modes(tr, 
         assert code == 0 and out.split("\n") == [*tr.translate(texts, beam_size=1), ""], (json_input, err)
 
 
+def test_whitespace_and_marks_around_a_json_line_are_nothing_as_around_a_plain_one(tr, tmp_path, capsys):
+    """A space (or a tab, NBSP, U+3000) before a byte-order mark, as joined or pasted files may leave: a plain line
+    loses both, a --json-input line was "not JSON (Expecting value at character 2)"; a line of them alone, an
+    empty sentence in plain mode, was refused too. Both modes now read what a plain line loses around its text (not
+    a control character) as nothing around the JSON; an error's character counts them."""
+    texts, pads = ["리 니", "차", "", "니 리 차", "두포"], [" \ufeff", "\t\ufeff", "\u3000\u200b", "", "\xa0"]
+    ends = ["", " \ufeff", "\ufeff", " \ufeff", "\u3000"]
+    for json_input in (False, True):
+        rows = [(json.dumps({"text": t}, ensure_ascii=False) if t and json_input else t) for t in texts]
+        path = tmp_path / ("padded.jsonl" if json_input else "padded.ko")
+        path.write_text("".join(p + r + e + "\n" for p, r, e in zip(pads, rows, ends)), encoding="utf-8")
+        code, out, err = run(["--model-dir", tr.model_dir, "--input", path, "--beam-size", "1"]
+                             + ["--json-input"] * json_input, capsys)
+        assert code == 0 and out.split("\n") == [*tr.translate(texts, beam_size=1), ""], (json_input, err)
+    path.write_text(' \ufeff{"text": }\n', encoding="utf-8")
+    code, _, err = run(["--model-dir", tr.model_dir, "--input", path, "--json-input"], capsys)
+    assert code == 2 and f"{path}:1: not JSON (Expecting value at character 12)" in err, err
+
+
 def test_cli_refuses_to_write_over_its_input(tr, tmp_path, capsys):
     """`--output` naming the `--input` file (or a link to it) would empty it before it is read."""
     path, link = tmp_path / "in.ko", tmp_path / "link.ko"
