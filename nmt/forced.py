@@ -20,11 +20,12 @@ from typing import Iterable, List, Optional, Sequence
 import mxnet as mx
 import numpy as np
 
+from nmt.api_inputs import checked_decode
 from nmt.batching import make_batch
 from nmt.corpus import CorpusError, count_lines, lone_surrogate, normalize
 from nmt.search import length_limits, length_penalty
 from nmt.tokenizer import EOS_ID
-from nmt.translate import Translator, checked_decode
+from nmt.translate import Translator
 
 SCORE_CHUNK = 10_000   # pairs nmt-score scores and writes at a time
 

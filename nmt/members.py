@@ -129,17 +129,6 @@ def refuse_repeated_member(member: Path, seen: Sequence[Tuple[Path, dict]], whic
     return info
 
 
-def translator_repr(tr) -> str:
-    """What a notebook shows of a `Translator`: its model directory, checkpoint (and step), direction and devices,
-    and its ensemble's further members and sampling size when it has them."""
-    extra = (f", ensemble={[str(d) for d in tr.member_dirs]}" if tr.member_dirs else "") + (
-        f", sample={tr.sample!r}" if tr.sample is not None else "")
-    model = "<a model in memory>" if tr.model_dir is None else repr(str(tr.model_dir))
-    step = f", step {tr.params_step}" if tr.params_step is not None else ""
-    return (f"Translator({model}, checkpoint={tr.checkpoint!r}{step}, {tr.src_lang}->{tr.tgt_lang}, "
-            f"ctx={tr.ctxs}{extra})")
-
-
 def distinct_devices(ctxs: Sequence[mx.Context]) -> None:
     """ValueError for a device listed twice (as `--gpus 0,0` is refused): it would hold a second copy of every model
     and decode nothing faster."""

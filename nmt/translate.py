@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import numbers
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -21,9 +20,10 @@ import numpy as np
 
 from nmt import manifest
 from nmt.batching import pad_sources
+from nmt.api_inputs import check_line, check_lines, checked_decode
 from nmt.config import CHARS_PER_TOKEN, Config, DecodeConfig
-from nmt.corpus import count_lines, line_list, lone_surrogate, normalize, tidy_translation
-from nmt.members import checked_members, distinct_devices, load_members, members_sha256, model_files, translator_repr
+from nmt.corpus import line_list, normalize, tidy_translation
+from nmt.members import checked_members, distinct_devices, load_members, members_sha256, model_files
 from nmt.models.base import Seq2SeqModel
 from nmt.models.ensemble import as_model
 from nmt.parallel import check_gpus, concurrent_devices_safe
@@ -36,15 +36,6 @@ logger = logging.getLogger("nmt.translate")
 
 Hyps = List[Tuple[List[int], float]]
 SOURCE = "input line"   # what a cut source is called in warnings and in `unreported`'s list (a prefix: otherwise)
-
-
-def checked_decode(decode) -> DecodeConfig:
-    """`decode` with its checks run again (`DecodeConfig.check`): one changed by hand fails with the config's own
-    message before it is used, not as empty translations or deep inside a search."""
-    if not isinstance(decode, DecodeConfig):
-        raise TypeError(f"decode must be a DecodeConfig, got {type(decode).__name__}")
-    decode.check()
-    return decode
 
 
 class Translator:
@@ -148,7 +139,17 @@ class Translator:
 
     src_lang = property(lambda self: self.src_tok.lang, doc="the source language's code (ko or en)")
     tgt_lang = property(lambda self: self.tgt_tok.lang, doc="the target language's code")
-    __repr__ = translator_repr   # Translator('/path/to/model', checkpoint='best', step 600, ko->en, ctx=[cpu(0)])
+
+    def __repr__(self) -> str:
+        """What a notebook shows: the model directory, checkpoint (and step), direction and devices, and the
+        ensemble's further members and the sampling size when it has them: Translator('/path/to/model',
+        checkpoint='best', step 600, ko->en, ctx=[cpu(0)])."""
+        extra = (f", ensemble={[str(d) for d in self.member_dirs]}" if self.member_dirs else "") + (
+            f", sample={self.sample!r}" if self.sample is not None else "")
+        model = "<a model in memory>" if self.model_dir is None else repr(str(self.model_dir))
+        step = f", step {self.params_step}" if self.params_step is not None else ""
+        return (f"Translator({model}, checkpoint={self.checkpoint!r}{step}, {self.src_lang}->{self.tgt_lang}, "
+                f"ctx={self.ctxs}{extra})")
 
     def source_ids(self, lines: Iterable[str], first_line: int = 1, arg: str = "lines",
                    cut: Optional[Set[int]] = None) -> List[List[int]]:
@@ -185,27 +186,12 @@ class Translator:
 
     def _texts(self, lines: Iterable[str], first_line: int, what: str, arg: str, cut: Set[int]) -> List[str]:
         """Lines checked, cut to the character guard (counted unless in `cut`; added to it) and normalized."""
-        if isinstance(lines, (str, bytes)):   # would be read as one sentence per character (or byte)
-            raise TypeError(f"{arg} must be a list of sentences, not one " + (
-                f"string ({lines[:40]!r}): give [sentence]" if isinstance(lines, str) else
-                f"bytes object ({lines[:40]!r}): give [text.decode('utf-8')]"))
-        if not isinstance(lines, Iterable):
-            raise TypeError(f"{arg} must be a list of sentences, got {type(lines).__name__}")
-        if isinstance(first_line, bool) or not isinstance(first_line, numbers.Integral):   # (numpy's too)
-            raise TypeError(f"first_line must be an int (the first line's number), got {type(first_line).__name__}")
+        check_lines(lines, arg, first_line)
         limit = self.decode.max_input_tokens
         max_chars = limit * CHARS_PER_TOKEN
         texts = []
         for i, x in enumerate(lines):
-            if not isinstance(x, str):
-                raise TypeError(f"{arg}[{i}] is {type(x).__name__}, not str: give a list of sentences (str)")
-            if count_lines(x) > 1:
-                raise ValueError(f"{arg}[{i}] has text on {count_lines(x)} lines: give each line as its own item (read "
-                                 "as one sentence, all but the first would usually be left out of its translation)")
-            surrogate = lone_surrogate(x)
-            if surrogate:   # SentencePiece would fail on it with a TypeError
-                raise ValueError(f"{arg}[{i}] has a lone surrogate {surrogate}: it is not a character; give valid "
-                                 "Unicode")
+            check_line(x, arg, i)
             x = normalize(x)   # then cut (4,000 spaces before a text are no part of it), before tokenizing
             if len(x) > max_chars:   # bounded work and memory for any line
                 self._report_cut(what, first_line + i, i not in cut, "has %d characters; truncated to %d "

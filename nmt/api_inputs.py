@@ -1,0 +1,45 @@
+"""The checks of what a `Translator` (`nmt.translate`) is given through the Python API: its decode settings, and
+the lines and target prefixes to translate (lists of single-line strings), each refused with a TypeError or
+ValueError that names the argument and says what to give."""
+from __future__ import annotations
+
+import numbers
+from collections.abc import Iterable
+
+from nmt.config import DecodeConfig
+from nmt.corpus import count_lines, lone_surrogate
+
+
+def checked_decode(decode) -> DecodeConfig:
+    """`decode` with its checks run again (`DecodeConfig.check`): one changed by hand fails with the config's own
+    message before it is used, not as empty translations or deep inside a search."""
+    if not isinstance(decode, DecodeConfig):
+        raise TypeError(f"decode must be a DecodeConfig, got {type(decode).__name__}")
+    decode.check()
+    return decode
+
+
+def check_lines(lines, arg: str, first_line) -> None:
+    """TypeError unless `lines` (the argument `arg`) is an iterable of sentences, not one string or bytes object
+    (read as one sentence per character or byte), and `first_line` an int."""
+    if isinstance(lines, (str, bytes)):   # would be read as one sentence per character (or byte)
+        raise TypeError(f"{arg} must be a list of sentences, not one " + (
+            f"string ({lines[:40]!r}): give [sentence]" if isinstance(lines, str) else
+            f"bytes object ({lines[:40]!r}): give [text.decode('utf-8')]"))
+    if not isinstance(lines, Iterable):
+        raise TypeError(f"{arg} must be a list of sentences, got {type(lines).__name__}")
+    if isinstance(first_line, bool) or not isinstance(first_line, numbers.Integral):   # (numpy's too)
+        raise TypeError(f"first_line must be an int (the first line's number), got {type(first_line).__name__}")
+
+
+def check_line(x, arg: str, i: int) -> None:
+    """TypeError unless `x`, item `i` of `arg`, is a str; ValueError for one with text on several lines or a lone
+    surrogate."""
+    if not isinstance(x, str):
+        raise TypeError(f"{arg}[{i}] is {type(x).__name__}, not str: give a list of sentences (str)")
+    if count_lines(x) > 1:
+        raise ValueError(f"{arg}[{i}] has text on {count_lines(x)} lines: give each line as its own item (read "
+                         "as one sentence, all but the first would usually be left out of its translation)")
+    surrogate = lone_surrogate(x)
+    if surrogate:   # SentencePiece would fail on it with a TypeError
+        raise ValueError(f"{arg}[{i}] has a lone surrogate {surrogate}: it is not a character; give valid Unicode")
