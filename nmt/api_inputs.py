@@ -4,10 +4,18 @@ ValueError that names the argument and says what to give."""
 from __future__ import annotations
 
 import numbers
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from nmt.config import DecodeConfig
 from nmt.corpus import count_lines, lone_surrogate
+
+BYTES_LIKE = (bytes, bytearray, memoryview)   # read item by item, a bytes-like object gives ints
+
+
+def listed(value) -> bool:
+    """Whether `value` is read as a list of items: an iterable, but not a str or a bytes-like object (one item per
+    character or byte) nor a Mapping (its keys), which `check_lines` refuses."""
+    return isinstance(value, Iterable) and not isinstance(value, (str, *BYTES_LIKE, Mapping))
 
 
 def checked_decode(decode) -> DecodeConfig:
@@ -20,12 +28,18 @@ def checked_decode(decode) -> DecodeConfig:
 
 
 def check_lines(lines, arg: str, first_line) -> None:
-    """TypeError unless `lines` (the argument `arg`) is an iterable of sentences, not one string or bytes object
-    (read as one sentence per character or byte), and `first_line` an int."""
-    if isinstance(lines, (str, bytes)):   # would be read as one sentence per character (or byte)
+    """TypeError unless `lines` (the argument `arg`) is an iterable of sentences, not one string or bytes-like
+    object (read as one sentence per character or byte) nor a Mapping (its keys translated, its values left out,
+    surely not what was meant), and `first_line` an int."""
+    if isinstance(lines, str):   # would be read as one sentence per character (or byte)
+        raise TypeError(f"{arg} must be a list of sentences, not one string ({lines[:40]!r}): give [sentence]")
+    if isinstance(lines, BYTES_LIKE):
         raise TypeError(f"{arg} must be a list of sentences, not one " + (
-            f"string ({lines[:40]!r}): give [sentence]" if isinstance(lines, str) else
-            f"bytes object ({lines[:40]!r}): give [text.decode('utf-8')]"))
+            f"bytes object ({lines[:40]!r}): give [text.decode('utf-8')]" if isinstance(lines, bytes) else
+            f"bytes-like object ({type(lines).__name__}({bytes(lines)[:40]!r})): give [bytes(text).decode('utf-8')]"))
+    if isinstance(lines, Mapping):
+        raise TypeError(f"{arg} must be a list of sentences, not a {type(lines).__name__}, whose keys would be read "
+                        "and its values left out: give list(d.values()) for its values (or list(d) for its keys)")
     if not isinstance(lines, Iterable):
         raise TypeError(f"{arg} must be a list of sentences, got {type(lines).__name__}")
     if isinstance(first_line, bool) or not isinstance(first_line, numbers.Integral):   # (numpy's too)
@@ -43,3 +57,4 @@ def check_line(x, arg: str, i: int) -> None:
     surrogate = lone_surrogate(x)
     if surrogate:   # SentencePiece would fail on it with a TypeError
         raise ValueError(f"{arg}[{i}] has a lone surrogate {surrogate}: it is not a character; give valid Unicode")
+

@@ -15,11 +15,12 @@ grow) takes new sentences only into an empty batch: batch after batch, as withou
 from __future__ import annotations
 
 import collections
-from typing import (Callable, Deque, Dict, Hashable, Iterable, List, NamedTuple, Optional, Sequence, Sized,
+from typing import (Callable, Deque, Dict, Hashable, List, NamedTuple, Optional, Sequence, Sized,
                     Tuple)
 
 import numpy as np
 
+from nmt.api_inputs import listed
 from nmt.models.ensemble import as_model
 from nmt.search import BeamStream, check_int, reached_limit
 from nmt.search_blocks import TargetPrefix
@@ -82,10 +83,10 @@ class ContinuousDecoder:
         and not yet returned by `step` nor cancelled), is a ValueError naming it, found before the lines are
         read: nothing is queued, and no line is counted or logged as cut. So is a count of keys (or of prefixes)
         other than the lines'."""
-        if isinstance(lines, Iterable) and not isinstance(lines, (str, bytes)):   # (else `source_ids` says what
+        if listed(lines):   # (else `source_ids` says what
             lines = list(lines)   # lines must be: a string is not one line per character)
             self._check_new_keys(keys)   # before the lines are read: a refused call counts no line cut, logs no cut
-            if isinstance(prefixes, Iterable) and not isinstance(prefixes, (str, bytes)):
+            if listed(prefixes):
                 prefixes = list(prefixes)   # (a generator's too: counted before any line is read)
             _check_counts(len(lines), keys, prefixes if isinstance(prefixes, list) else None)
         cut: set = set()   # the lines cut (source, prefix or both): each counted once in the translator's `truncated`

@@ -14,13 +14,14 @@ than that is an error naming its line, since a cut translation would be scored a
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Iterable, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
 import mxnet as mx
 import numpy as np
 
-from nmt.api_inputs import checked_decode
+from nmt.api_inputs import BYTES_LIKE, checked_decode, listed
 from nmt.batching import make_batch
 from nmt.corpus import CorpusError, count_lines, lone_surrogate, normalize
 from nmt.search import length_limits, length_penalty
@@ -75,9 +76,10 @@ def target_ids(translator: Translator, targets: Sequence[str], first_line: int =
                name: str = "target", limit: Optional[int] = None) -> List[List[int]]:
     """Normalized, tokenized translations; a CorpusError naming `name`:line for one longer than `limit` pieces
     (default: 3 x what nmt-translate may write, a prefix and the search's pieces: every output of it is scored)."""
-    if isinstance(targets, (str, bytes)) or not isinstance(targets, Iterable):   # a string: one per character
+    if not listed(targets):   # a string: one per character (bytes: per byte; a dict: its keys)
         raise TypeError(f"the translations must be a list of strings, got {type(targets).__name__}: give " + (
-            "[text.decode('utf-8')]" if isinstance(targets, bytes) else "[text]"))
+            "[text.decode('utf-8')]" if isinstance(targets, bytes) else "[bytes(text).decode('utf-8')]" if
+            isinstance(targets, BYTES_LIKE) else "list(d.values())" if isinstance(targets, Mapping) else "[text]"))
     limit_name = "the limit"
     if not limit:   # what nmt-translate may write: a target prefix of up to --max-input-tokens pieces, then the
         # search's pieces for the longest source; 3 times that, as a byte piece written as U+FFFD reads back as 3

@@ -20,7 +20,7 @@ import numpy as np
 
 from nmt import manifest
 from nmt.batching import pad_sources
-from nmt.api_inputs import check_line, check_lines, checked_decode
+from nmt.api_inputs import check_line, check_lines, checked_decode, listed
 from nmt.config import CHARS_PER_TOKEN, Config, DecodeConfig
 from nmt.corpus import line_list, normalize, tidy_translation
 from nmt.members import checked_members, distinct_devices, load_members, members_sha256, model_files
@@ -167,8 +167,7 @@ class Translator:
             return None
         if isinstance(prefixes, str):
             raise TypeError(f"prefixes must be a list with one prefix per line, not one string ({prefixes[:40]!r})")
-        listed = isinstance(prefixes, Iterable) and not isinstance(prefixes, bytes)   # (else refused by _texts, named)
-        raw = ["" if p is None else p for p in prefixes] if listed else prefixes
+        raw = ["" if p is None else p for p in prefixes] if listed(prefixes) else prefixes   # (else _texts says why)
         what, cut = "target prefix of line", set() if cut is None else cut
         texts = self._texts(raw, first_line, what, "prefixes", cut)
         fits = [len(x) <= self.decode.max_input_tokens for x in self.tgt_tok.encode(texts)]

@@ -176,6 +176,30 @@ def test_a_string_where_a_list_belongs_is_refused(tr, model_dir, lines):
     assert len(Translator.from_dir(model_dir, ensemble=None).members) == 1   # None: no further models, as ()
 
 
+def test_a_mapping_or_a_bytearray_where_lines_belong_is_named(tr, lines):
+    """A dict was translated key by key (its values, surely the text meant, left out); a bytearray (or memoryview)
+    was "lines[0] is int, not str", where bytes are named as bytes."""
+    mapping = r"must be a list of sentences, not a dict, whose keys would be read and its values left out: give "
+    for call, arg in ((lambda d: tr.translate(d), "lines"), (lambda d: tr.translate_nbest(d, 2), "lines"),
+                      (lambda d: tr.translate(lines[:1], prefixes=d), "prefixes"),
+                      (lambda d: tr.continuous().add(d, ["k"]), "lines")):
+        with pytest.raises(TypeError, match=rf"^{arg} {mapping}list\(d.values\(\)\)"):
+            call({"k": lines[0]})
+    with pytest.raises(TypeError, match=r"^the translations must be a list of strings, got dict"):
+        score_lines(tr, lines[:1], {"x": 1})
+    for given, shown in ((bytearray(b"Th"), "bytearray"), (memoryview(b"Th"), "memoryview")):
+        says = rf"not one bytes-like object \({shown}\(b'Th'\)\): give \[bytes\(text\).decode\('utf-8'\)\]$"
+        for call, arg in ((lambda b: tr.translate(b), "lines"), (lambda b: tr.translate(lines[:1], prefixes=b),
+                                                                  "prefixes"),
+                          (lambda b: tr.continuous().add(b, ["k"]), "lines")):
+            with pytest.raises(TypeError, match=rf"^{arg} must be a list of sentences, {says}"):
+                call(given)
+        with pytest.raises(TypeError, match=rf"^the translations must be a list of strings, got {shown}: give "
+                                            r"\[bytes\(text\).decode"):
+            score_lines(tr, lines[:1], given)
+    assert tr.translate(lines[:1]) == tr.translate(list({lines[0]: 1}))   # (its keys, given as a list: taken)
+
+
 def test_a_model_dir_that_is_no_path_is_named(model_dir, tmp_path, monkeypatch, lines):
     """from_dir(None) and from_dir(5) failed in pathlib: "expected str, bytes or os.PathLike object", and so did
     ensemble=[None]; from_dir("~/m") was "no such directory", where every command and TrainConfig take "~"; and
