@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Iterable, Mapping
+from typing import List
 
 from nmt.config import DecodeConfig
 from nmt.corpus import count_lines, lone_surrogate
@@ -58,3 +59,26 @@ def check_line(x, arg: str, i: int) -> None:
     if surrogate:   # SentencePiece would fail on it with a TypeError
         raise ValueError(f"{arg}[{i}] has a lone surrogate {surrogate}: it is not a character; give valid Unicode")
 
+
+def checked_translation_ids(translations) -> List[List[int]]:
+    """`translations`, one line's translations as target id lists (`Translator.bytes_left_out`'s argument), as
+    lists; a TypeError naming what is wrong for anything but a list of lists of ints: one list of ids, or
+    `translate_ids`' (ids, score) pairs."""
+    said = "bytes_left_out: translations must be one line's translations, a list of target id lists"
+    if not listed(translations):
+        raise TypeError(f"{said}, got {type(translations).__name__}")
+    out = []
+    for i, ids in enumerate(translations):
+        if isinstance(ids, numbers.Integral):
+            raise TypeError(f"{said}, not one list of ids (translations[{i}] is {type(ids).__name__}): give [ids]")
+        if isinstance(ids, tuple) and len(ids) == 2 and listed(ids[0]) and isinstance(ids[1], numbers.Real):
+            raise TypeError(f"{said}; translations[{i}] is an (ids, score) pair, as translate_ids gives them: give "
+                            "[ids for ids, _ in hyps]")
+        if not listed(ids):
+            raise TypeError(f"{said}; translations[{i}] is {type(ids).__name__}, not a list of ids")
+        ids = list(ids)
+        bad = next((x for x in ids if isinstance(x, bool) or not isinstance(x, numbers.Integral)), ids)
+        if bad is not ids:
+            raise TypeError(f"{said}; translations[{i}] holds a {type(bad).__name__}, not an id (int)")
+        out.append(ids)
+    return out

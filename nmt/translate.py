@@ -20,7 +20,7 @@ import numpy as np
 
 from nmt import manifest
 from nmt.batching import pad_sources
-from nmt.api_inputs import check_line, check_lines, checked_decode, listed
+from nmt.api_inputs import check_line, check_lines, checked_decode, checked_translation_ids, listed
 from nmt.config import CHARS_PER_TOKEN, Config, DecodeConfig
 from nmt.corpus import line_list, normalize, tidy_translation
 from nmt.members import checked_members, distinct_devices, load_members, members_sha256, model_files
@@ -263,6 +263,7 @@ class Translator:
         `translate_ids` or `ContinuousDecoder`'s `Done.ids` give them) leaves out: those that form no whole UTF-8
         character, e.g. a character's lead byte, then a syllable, or a control character
         (`Tokenizer.whole_characters`)."""
+        translations = checked_translation_ids(translations)
         return sum(len(ids) - len(self.tgt_tok.whole_characters(ids)) for ids in translations)
 
     def _beam(self, beam_size: Optional[int]) -> int:

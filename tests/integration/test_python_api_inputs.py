@@ -176,6 +176,23 @@ def test_a_string_where_a_list_belongs_is_refused(tr, model_dir, lines):
     assert len(Translator.from_dir(model_dir, ensemble=None).members) == 1   # None: no further models, as ()
 
 
+def test_bytes_left_out_names_what_is_wrong_with_its_translations(tr, lines):
+    """`tr.bytes_left_out([1, 2, 3])` (one translation's ids, not a list of them) failed with a bare "TypeError:
+    object of type 'int' has no len()"; so did translate_ids' (ids, score) pairs, by another message."""
+    said = r"^bytes_left_out: translations must be one line's translations, a list of target id lists"
+    for given, says in (([1, 2, 3], r", not one list of ids \(translations\[0\] is int\): give \[ids\]$"),
+                        (tr.translate_ids(lines[:1])[0], r"; translations\[0\] is an \(ids, score\) pair, as "
+                                                         r"translate_ids gives them: give \[ids for ids, _ in hyps\]$"),
+                        ([[1, None]], r"; translations\[0\] holds a NoneType, not an id \(int\)$"),
+                        ([[1], "abc"], r"; translations\[1\] is str, not a list of ids$"),
+                        (None, ", got NoneType$")):
+        with pytest.raises(TypeError, match=said + says):
+            tr.bytes_left_out(given)
+    ids = [y for y, _ in tr.translate_ids(lines[:1], beam_size=2, nbest=2)[0]]
+    assert tr.bytes_left_out(iter(ids)) == tr.bytes_left_out(ids) and tr.bytes_left_out(np.array(ids[:1])) == \
+        tr.bytes_left_out(ids[:1])   # (an iterator, numpy's ids: taken)
+
+
 def test_a_mapping_or_a_bytearray_where_lines_belong_is_named(tr, lines):
     """A dict was translated key by key (its values, surely the text meant, left out); a bytearray (or memoryview)
     was "lines[0] is int, not str", where bytes are named as bytes."""
