@@ -25,7 +25,7 @@ from nmt.config import CHARS_PER_TOKEN, Config, DecodeConfig
 from nmt.corpus import line_list, normalize, tidy_translation
 from nmt.members import checked_members, distinct_devices, load_members, members_sha256, model_files
 from nmt.models.base import Seq2SeqModel
-from nmt.models.ensemble import as_model
+from nmt.models.ensemble import as_model, models_in
 from nmt.parallel import check_gpus, concurrent_devices_safe
 from nmt.prefix import WORD_START, ends_in_word, one_prefix, split_last_word, word_table
 from nmt.search import beam_search, check_beam_args, greedy_search, length_limits, reached_limit, search_too_wide
@@ -144,7 +144,9 @@ class Translator:
         """What a notebook shows: the model directory, checkpoint (and step), direction and devices, and the
         ensemble's further members and the sampling size when it has them: Translator('/path/to/model',
         checkpoint='best', step 600, ko->en, ctx=[cpu(0)])."""
-        extra = (f", ensemble={[str(d) for d in self.member_dirs]}" if self.member_dirs else "") + (
+        further = [repr(str(d)) for d in self.member_dirs] + [   # (an ensemble built in memory: its models' classes)
+            f"<a {type(m).__name__} in memory>" for m in models_in(self.members)[1 + len(self.member_dirs):]]
+        extra = (f", ensemble=[{', '.join(further)}]" if further else "") + (
             f", sample={self.sample!r}" if self.sample is not None else "")
         model = "<a model in memory>" if self.model_dir is None else repr(str(self.model_dir))
         step = f", step {self.params_step}" if self.params_step is not None else ""

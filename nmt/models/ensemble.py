@@ -26,9 +26,12 @@ def _mean(F, arrays):
     return arrays[0] if len(arrays) == 1 else F.add_n(*arrays) * (1.0 / len(arrays))
 
 
-def _models_in(member) -> List[Seq2SeqModel]:
-    """The models a member decodes with: itself, or an `Ensemble`'s members, all the way down."""
-    return [m for inner in member.members for m in _models_in(inner)] if isinstance(member, Ensemble) else [member]
+def models_in(member) -> List[Seq2SeqModel]:
+    """The models a member decodes with (or a list of members: theirs): itself, or an `Ensemble`'s members, all the
+    way down."""
+    if isinstance(member, (list, tuple)):
+        return [m for inner in member for m in models_in(inner)]
+    return [m for inner in member.members for m in models_in(inner)] if isinstance(member, Ensemble) else [member]
 
 
 def _check_given_once(members: Sequence[Seq2SeqModel]) -> None:
@@ -36,7 +39,7 @@ def _check_given_once(members: Sequence[Seq2SeqModel]) -> None:
     holds too): the ensemble's mean would count it twice, as `Translator.from_dir` refuses a directory given twice."""
     seen: dict = {}   # id(model) -> the first member holding it (1-based); an Ensemble member holds each once
     for i, member in enumerate(members, 1):
-        for m in _models_in(member):
+        for m in models_in(member):
             j = seen.setdefault(id(m), i)
             if j == i:
                 continue

@@ -54,6 +54,14 @@ def test_a_translator_shows_its_model_checkpoint_direction_and_devices(model_dir
     assert repr(tr).endswith("ctx=[cpu(0)], ensemble=['/runs/b', '/runs/c'])")
     bare = Translator(tr.net, tr.src_tok, tr.tgt_tok, tr.decode)   # built in memory: no directory, no checkpoint
     assert repr(bare).startswith("Translator(<a model in memory>, checkpoint=None, ")
+    # an ensemble built in memory showed no further member, where one loaded from directories shows them
+    from nmt.models import build_model
+    from nmt.models.ensemble import Ensemble
+    other = build_model(tr.config.model, tr.src_tok.vocab_size, tr.tgt_tok.vocab_size)   # (an LSTMModel)
+    bare.members = [tr.net, other]
+    assert repr(bare).endswith("ctx=[cpu(0)], ensemble=[<a LSTMModel in memory>])")
+    joined = Translator(Ensemble([tr.net, other]), tr.src_tok, tr.tgt_tok, tr.decode)   # (one model, an Ensemble)
+    assert repr(joined) == repr(bare)
 
 
 def test_a_device_listed_twice_is_refused(model_dir):
