@@ -252,14 +252,12 @@ def threads_variable(value: Optional[str] = None) -> None:
 
 
 def role_variable() -> None:
-    """ConfigError when DMLC_ROLE is set to anything but "worker" (even ""): MXNet's import then makes this process
-    a scheduler or server of a distributed job, which waits for the job for good (an unknown role too) or, without
-    the job's other DMLC_* variables, fails with a C++ traceback, before the command runs."""
-    role = os.environ.get("DMLC_ROLE")
-    if role is not None and role != "worker":
-        raise ConfigError(f"DMLC_ROLE={role!r}: MXNet would start this process as a scheduler or server of a "
-                          "distributed job as it loads, not run the command; an nmt command runs as a job's worker "
-                          "(DMLC_ROLE=worker, as nmt-launch sets it) or outside any job: unset DMLC_ROLE")
+    """ConfigError when DMLC_ROLE is set to anything but "worker" (even ""), as the import of MXNet would start this
+    process as a job's scheduler or server (`nmt.dmlc_role_problem`, which nmt's guard of that import raises too): a
+    command says it before it does anything."""
+    from nmt import dmlc_role_problem
+    if problem := dmlc_role_problem():
+        raise ConfigError(problem)
 
 
 def run_cli(main: Callable[[], int]) -> int:

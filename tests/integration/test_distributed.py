@@ -221,6 +221,30 @@ def test_a_role_other_than_worker_is_refused_before_mxnet_loads(tmp_path, task, 
     assert not (tmp_path / "m").exists()
 
 
+@pytest.mark.parametrize("role, others", [("wroker", False), ("server", True)])
+def test_a_role_other_than_worker_is_refused_by_the_python_api_and_scripts(tmp_path, role, others):
+    """The commands refused such a DMLC_ROLE, but the Python API (`from nmt.translate import Translator`) and the
+    scripts that import MXNet themselves (scripts/benchmark_decode.py) gave MXNet's C++ traceback, or waited for
+    good as a job's node: nmt's guard of MXNet's import refuses it there too, with the commands' line."""
+    env = {k: v for k, v in ENV.items() if not k.startswith("DMLC_")}
+    env.update(DMLC_ROLE=role, **({"DMLC_NUM_SERVER": "1", "DMLC_NUM_WORKER": "2", "DMLC_PS_ROOT_URI": "127.0.0.1",
+                                     "DMLC_PS_ROOT_PORT": str(free_port())} if others else {}))
+    said = (f"DMLC_ROLE={role!r}: MXNet would start this process as a scheduler or server of a distributed job as it "
+            "loads, not run the command; an nmt command runs as a job's worker (DMLC_ROLE=worker, as nmt-launch sets "
+            "it) or outside any job: unset DMLC_ROLE")
+    api = "from nmt.translate import Translator; Translator.from_dir('m')"
+    script = ["scripts/benchmark_decode.py", "--model-dir", str(tmp_path / "m"), "--output", str(tmp_path / "b.json")]
+    runs = []
+    for argv in (["-c", api], script):
+        try:
+            runs.append(subprocess.run([PY, *argv], cwd=REPO, env=env, capture_output=True, text=True, timeout=60))
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"DMLC_ROLE={role!r}: {argv[:2]} waited as a node of a job")
+    assert (runs[0].returncode, runs[0].stderr.splitlines()[-1]) == (1, f"nmt.config_checks.ConfigError: {said}")
+    assert (runs[1].returncode, runs[1].stderr) == (2, f"error: {said}\n")
+    assert "MXNetError" not in runs[0].stderr
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
