@@ -44,11 +44,31 @@ def resumed_state(cfg: Config, workers: WorkerGroup) -> Tuple[ckpt.TrainState, C
         cfg = rank0_settings(saved, cfg, workers.rank, ckpt.latest_step(state))
     _, changes = resumed_config(saved, cfg, None, str(model_dir / ckpt.CONFIG))   # the model and data must match
     check_test_files(saved, cfg, state.test_sum, str(model_dir / ckpt.CONFIG))
+    nothing_to_average(state, cfg.train, saved.train)
     if cfg.train.valid_metric in (None, saved.valid_metric):   # (create_trainer(cfg, resume=True): the best score
         cfg.train.valid_metric = saved.train.valid_metric      # is by the run's metric; a null stays null)
     if changes:
         logger.info("resuming with settings changed since the last run: %s", "; ".join(changes))
     return state, cfg
+
+
+def nothing_to_average(state: ckpt.TrainState, t, saved) -> None:
+    """ConfigError for a resume with --average-last (`t`: this run's training settings; `saved`: the run's) of a run
+    that ended at a limit it has still reached (no update, no checkpoint: not one a signal stopped, whose resume may
+    end its epoch and save one) and keeps fewer than two checkpoints: it ended saying "nothing to average"
+    (params.best, which may be an older step's, is no step of the last N)."""
+    from nmt.signals import INTERRUPTS
+    limit = state.limit_reached(t)
+    if not (t.average_last and limit and state.stopped not in INTERRUPTS and len(state.params_files) < 2):
+        return
+    step, n = ckpt.latest_step(state), t.average_last
+    pruned = f" (its --keep-last {saved.keep_last} kept no older one)" if saved.keep_last < 2 else ""
+    raise ConfigError(
+        f"--average-last {n}: the run keeps one checkpoint, step {step}{pruned}, and has reached its {limit} limit: "
+        f"this resume makes no update, so there is nothing to average into {ckpt.PARAMS_AVG}; give a higher "
+        f"{ckpt.LIMIT_FLAGS[limit]} with --keep-last {max(n, t.keep_last)} to train on and average the last {n} "
+        "checkpoints as it ends" + (", or --average-last 0 to resume without averaging"
+                                    if n == saved.average_last else ""))
 
 
 def rank0_settings(saved: Config, cfg: Config, rank: int, at: Optional[int] = None) -> Config:

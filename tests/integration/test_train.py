@@ -1294,6 +1294,25 @@ def test_a_finished_run_is_averaged_by_resuming_it_with_average_last(tmp_path, t
     assert_same_params({k: v.asnumpy() for k, v in load_params(model_dir, "avg").items()}, mean)
 
 
+def test_averaging_a_finished_run_that_keeps_one_checkpoint_is_refused_naming_keep_last(tmp_path, task, capsys):
+    """`--resume --average-last 2` of a finished --keep-last 1 run made no update, wrote no params.avg and said only
+    "the run has 1 checkpoint, nothing to average: no params.avg" (exit 0), beside params.best of an older step."""
+    from nmt.cli import train_main
+    model_dir = tmp_path / "m"
+    assert train_main(tiny_flags(task, model_dir) + ["--max-steps", "4", "--valid-every", "2", "--keep-last", "1"]) == 0
+    saved = (model_dir / ckpt.CONFIG).read_bytes()
+    capsys.readouterr()
+    assert train_main(["--model-dir", str(model_dir), "--resume", "--average-last", "2", "--keep-last", "2"]) == 2
+    assert capsys.readouterr().err == (
+        "error: --average-last 2: the run keeps one checkpoint, step 4 (its --keep-last 1 kept no older one), and has "
+        "reached its max_steps limit: this resume makes no update, so there is nothing to average into params.avg; "
+        "give a higher --max-steps with --keep-last 2 to train on and average the last 2 checkpoints as it ends\n")
+    assert (model_dir / ckpt.CONFIG).read_bytes() == saved and not (model_dir / ckpt.PARAMS_AVG).exists()
+    resume = ["--model-dir", str(model_dir), "--resume", "--no-eval", "--average-last", "2", "--keep-last", "2"]
+    assert train_main(resume + ["--max-steps", "6"]) == 0   # as it says: trains on, keeps 4 and 6, averages them
+    assert "params.avg: the average of the checkpoints of steps 4, 6" in (model_dir / ckpt.LOG).read_text()
+
+
 def test_a_lower_keep_last_prunes_at_the_next_checkpoint_not_in_a_resume_that_saves_none(tmp_path, task):
     """A resume at the run's limit given a lower --keep-last saved no checkpoint and kept the older ones without a
     word (config.json said 1, the directory held 3). They stay, as Sockeye and fairseq prune only as they save: no
