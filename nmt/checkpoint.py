@@ -244,12 +244,6 @@ def latest_params_path(model_dir: Path, quiet: bool = False) -> Path:
     return model_dir / params_file(latest_step(TrainState(**body["state"])))
 
 
-def no_checkpoint_yet(model_dir: Path) -> str:
-    """What a command says of a model directory that holds no checkpoint yet (nothing to load)."""
-    return (f"{model_dir} holds no checkpoint yet (no {STATE}, no {PARAMS_BEST}): nmt-train writes the first at its "
-            "first validation (--valid-every) or when stopped with Ctrl-C")
-
-
 def params_path(model_dir: Path, which: str = "best", quiet: bool = False, use: StepUse = None) -> Path:
     """Path of the parameters `which` in {"best", "latest", "avg"} or an explicit step number; unless `quiet`, what
     it takes instead of what was asked for is said (a damaged newest checkpoint, no params.best yet). `use`: how the
@@ -257,6 +251,7 @@ def params_path(model_dir: Path, which: str = "best", quiet: bool = False, use: 
     model_dir = Path(model_dir)
     if which in ("best", "latest") and not any((model_dir / f).exists() for f in (STATE, PARAMS_BEST, EXPORT)) \
             and not kept_steps(model_dir):   # (a step's: a run killed as it saved it, before state.json)
+        from nmt.dirlock import no_checkpoint_yet   # (which imports this module)
         raise CheckpointError(no_checkpoint_yet(model_dir))
     exported = (model_dir / EXPORT).exists()   # its one checkpoint, if exported from it: another asked for, said
     if exported and (which in ("latest", "avg") or str(which).isdecimal() and best_step(model_dir) != int(which)):

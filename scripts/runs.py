@@ -12,6 +12,7 @@ from typing import Dict, List, Optional, Sequence
 from nmt import checkpoint as ckpt, jsonio, manifest
 from nmt.config import Config, DecodeConfig
 from nmt.config_resume import PER_INVOCATION
+from nmt.dirlock import no_checkpoint_yet
 from nmt.export import EXPORT
 from nmt.log import read_metrics
 from nmt.scoring import DEV_SET, ENSEMBLE_PREFIX, entry_decode, read_scores
@@ -67,7 +68,7 @@ def load_run(path) -> Run:
             raise ResultsError(f"{path}: no {ckpt.STATE}, which a results table reads (the run's steps and dev "
                                f"scores), though it holds {held[-1]}: a run killed as it saved a checkpoint (nmt-train "
                                "--resume goes on from it), or a model copied without its training state?")
-        raise ResultsError(ckpt.no_checkpoint_yet(path))   # (a run stopped, or still, before its first checkpoint)
+        raise ResultsError(no_checkpoint_yet(path))   # (a run stopped, or still, before its first checkpoint)
     metrics_file = path / ckpt.METRICS
     return Run(path.name, path, Config.load(path / ckpt.CONFIG), ckpt.TrainState.load(path), read_scores(path),
                read_metrics(metrics_file) if metrics_file.is_file() else [])

@@ -293,6 +293,27 @@ def test_full_disk_mid_training_exits_2_and_resume_continues(tmp_path, capsys, m
     assert ckpt.TrainState.load(tmp_path / "m").step == 6
 
 
+def test_a_first_checkpoint_on_a_full_disk_is_not_said_to_be_coming(tmp_path, capsys, monkeypatch):
+    """nmt-translate of a run whose first checkpoint met a full disk said "holds no checkpoint yet ...: nmt-train
+    writes the first at its first validation", as if the run went on; it ended, and its train.log says why."""
+    from mxnet import gluon
+    from nmt.cli import train_main
+    from nmt.cli_decode import translate_main
+
+    def full(self, filename, *a, **kw):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(gluon.Block, "save_parameters", full)
+    assert train_main(checkpoint_every_2(tmp_path, 6)) == 2
+    model_dir = tmp_path / "m"
+    assert "validation step 2 " in (model_dir / ckpt.LOG).read_text()
+    capsys.readouterr()
+    assert translate_main(["--model-dir", str(model_dir), "--input", os.devnull]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {model_dir} holds no checkpoint (no state.json, no params.best): its run ended before it saved one "
+        f"(its error output says why; {model_dir / ckpt.LOG} how far it got); start it again with the command that "
+        "started it, --overwrite added\n")
+
+
 def test_a_model_directory_moved_while_training_is_one_error_and_resumes_where_it_went(tmp_path, capsys,
                                                                                        monkeypatch):
     """The model directory renamed after the first checkpoint: the next metrics row ended the run with a

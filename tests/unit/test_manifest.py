@@ -147,8 +147,31 @@ def test_a_model_directory_without_a_checkpoint_says_so(tmp_path, which):
     (tmp_path / ckpt.CONFIG).write_text("{}")
     with pytest.raises(ckpt.CheckpointError) as e:
         ckpt.params_path(tmp_path, which)
-    assert str(e.value) == (f"{tmp_path} holds no checkpoint yet (no state.json, no params.best): nmt-train writes "
-                            "the first at its first validation (--valid-every) or when stopped with Ctrl-C")
+    assert str(e.value) == (f"{tmp_path} holds no checkpoint (no state.json, no params.best): its run ended before it "
+                            "saved one; start it again with the command that started it, --overwrite added")
+
+
+def test_a_directory_without_a_checkpoint_says_a_run_goes_on_only_while_one_holds_its_lock(tmp_path):
+    """A directory with no checkpoint was said to hold "no checkpoint yet ...: nmt-train writes the first at its first
+    validation" whether or not a run was training it (tests/integration/test_storage.py: one whose first checkpoint
+    met a full disk). That is said only while another process holds train.lock; its run's ended one otherwise."""
+    import fcntl
+    import socket
+    (tmp_path / ckpt.CONFIG).write_text("{}")
+    (tmp_path / ckpt.LOG).write_text("")
+    (tmp_path / ckpt.LOCK).write_text(json.dumps({"host": socket.gethostname(), "pid": 1}))   # (left by a run)
+    with pytest.raises(ckpt.CheckpointError) as e:
+        ckpt.params_path(tmp_path, "best")
+    assert str(e.value) == (f"{tmp_path} holds no checkpoint (no state.json, no params.best): its run ended before it "
+                            f"saved one (its error output says why; {tmp_path / ckpt.LOG} how far it got); start it "
+                            "again with the command that started it, --overwrite added")
+    with open(tmp_path / ckpt.LOCK) as held:   # a trainer's lock (process 1's, as the file says)
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(ckpt.CheckpointError) as e:
+            ckpt.params_path(tmp_path, "latest")
+    assert str(e.value) == (f"{tmp_path} holds no checkpoint yet (no state.json, no params.best): the run training it "
+                            "(it holds train.lock) writes the first at its first validation (--valid-every) or when "
+                            "stopped with Ctrl-C")
 
 
 def test_a_run_killed_as_it_saved_its_first_checkpoint_is_not_said_to_have_none(tmp_path):
@@ -168,7 +191,7 @@ def test_a_run_killed_as_it_saved_its_first_checkpoint_is_not_said_to_have_none(
     (d / ckpt.params_file(10)).unlink()
     with pytest.raises(ckpt.CheckpointError) as e:
         ckpt.params_path(d, "best")
-    assert "holds no checkpoint yet" in str(e.value)
+    assert "holds no checkpoint (no state.json, no params.best): its run ended" in str(e.value)
 
 
 @pytest.mark.parametrize("how", HOW)
