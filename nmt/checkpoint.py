@@ -79,6 +79,10 @@ def config_of(model_dir: Path, flag: str = "model directory") -> Path:
                                                                   ", not a model directory (written by nmt-train)"))
     from nmt.dirlock import left_aside   # (both import this module)
     from nmt.export import left_by_export
+    if (model_dir / CONFIG).exists():   # (a directory, a FIFO, ...: it is there, not "not found")
+        kind = "a directory" if (model_dir / CONFIG).is_dir() else "not a regular file"
+        raise CheckpointError(f"{flag} {model_dir}: {model_dir / CONFIG} is {kind}, not the file of the model's "
+                              "settings that nmt-train writes: put that file in its place")
     found = f"{CONFIG} not found" if model_dir.is_dir() else "no such directory"
     raise CheckpointError(f"{flag} {model_dir}: {found}; " + (left_aside(model_dir) or left_by_export(model_dir) or
                                                                "give a directory written by nmt-train"))

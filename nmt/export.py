@@ -127,15 +127,33 @@ def export_model(model_dir, output, which: str = "best", overwrite: bool = False
     return output
 
 
+# export.json's fields and their JSON types ("step": null for an average): what nmt-export writes
+EXPORT_FIELDS = {"model_dir": (str,), "checkpoint": (str,), "params_file": (str,), "step": (int, type(None)),
+                 "params_sha256": (str,), "test_sum": (str,), "exported": (str,)}
+
+
+def read_export(export: Path, error=ckpt.CheckpointError) -> dict:
+    """The object of `export`'s export.json; `error` naming the file and the field whose JSON type is not the one
+    nmt-export writes (a hand edit), as a model directory's other files are checked before they are used."""
+    path = Path(export) / EXPORT
+    made = jsonio.read_object(path, error)
+    for key, kinds in EXPORT_FIELDS.items():
+        value = made.get(key)
+        if key in made and not (isinstance(value, kinds) and not isinstance(value, bool)):
+            wanted = "an integer or null" if int in kinds else "a string"
+            raise error(f"{path}: field {key!r} is a JSON {jsonio.json_type(value)} ({json.dumps(value)}), where "
+                        f"{wanted} belongs, as nmt-export writes it: export the model again (nmt-export --overwrite)")
+    return made
+
+
 def test_sum_of(model_dir: Path) -> str:
     """The sha256 of the test pairs the run of `model_dir` (a training directory, or an export of one) was tested
     with (`TrainState.test_sum`): "" where it is not known (a run or an export made before nmt recorded it)."""
     model_dir = Path(model_dir)
+    if not (model_dir / ckpt.STATE).exists():   # (an export's export.json, checked: its errors are said)
+        return str(read_export(model_dir).get("test_sum") or "") if (model_dir / EXPORT).is_file() else ""
     try:
-        if (model_dir / ckpt.STATE).exists():
-            return ckpt.TrainState.load(model_dir).test_sum
-        made = jsonio.read_object(model_dir / EXPORT, ckpt.CheckpointError) if (model_dir / EXPORT).is_file() else {}
-        return str(made.get("test_sum") or "")
+        return ckpt.TrainState.load(model_dir).test_sum
     except ckpt.CheckpointError:
         return ""
 
@@ -149,7 +167,7 @@ def _keep_scores(output: Path, scores: dict, sha256: str, decode) -> None:
     if not ((output / EXPORT).is_file() and (output / ckpt.SCORES).is_file()):
         return
     try:
-        same = jsonio.read_object(output / EXPORT, ckpt.CheckpointError).get("params_sha256") == sha256
+        same = read_export(output).get("params_sha256") == sha256
         earlier = read_scores(output, advice="")
     except ckpt.CheckpointError as e:   # (what the --overwrite is for, maybe: not "move it away")
         logging.getLogger("nmt.export").warning("%s; the export it replaces keeps no test scores", e)
@@ -300,7 +318,7 @@ def as_exported(export: Path, which: str) -> str:
     """"best" for checkpoint `which` (latest, avg or a step number other than its own) of an export made from that
     checkpoint (`--checkpoint avg` of an ensemble whose members are an export of an average and a training
     directory); a CheckpointError otherwise."""
-    made = jsonio.read_object(Path(export) / EXPORT, ckpt.CheckpointError)
+    made = read_export(export)
     if made.get("checkpoint") == which or str(which).isdecimal() and made.get("step") == int(which):
         return "best"   # (its own step, asked when its manifest, damaged, names none: that is then said)
     of = f" (checkpoint {made['checkpoint']} of {made.get('model_dir')})" if made.get("checkpoint") else ""

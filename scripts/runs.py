@@ -13,7 +13,7 @@ from nmt import checkpoint as ckpt, jsonio, manifest
 from nmt.config import Config, DecodeConfig
 from nmt.config_resume import PER_INVOCATION
 from nmt.dirlock import no_checkpoint_yet
-from nmt.export import EXPORT
+from nmt.export import EXPORT, read_export
 from nmt.log import read_metrics
 from nmt.scoring import DEV_SET, ENSEMBLE_PREFIX, entry_decode, read_scores
 
@@ -54,7 +54,7 @@ def load_run(path) -> Run:
     naming a file that is not valid)."""
     path = Path(path)
     if (path / EXPORT).is_file():   # (its scores.json has no training run behind it here)
-        source = jsonio.read_object(path / EXPORT, ResultsError).get("model_dir")
+        source = read_export(path, ResultsError).get("model_dir")
         raise ResultsError(f"{path}: an export (nmt-export), which holds no training run: give the model directory "
                            f"it was exported from{f', {source}' if source else ''}")
     if not path.is_dir():

@@ -312,6 +312,33 @@ def test_the_script_runs_from_a_checkout(model_dir, tmp_path):
     assert (tmp_path / "out" / "params.best").read_bytes() == (model_dir / "params.best").read_bytes()
 
 
+@pytest.mark.parametrize("field, value, said", [
+    ("step", "ten", 'field \'step\' is a JSON string ("ten"), where an integer or null belongs'),
+    ("checkpoint", 5, "field 'checkpoint' is a JSON number (5), where a string belongs"),
+    ("model_dir", ["m"], 'field \'model_dir\' is a JSON array (["m"]), where a string belongs'),
+    ("test_sum", True, "field 'test_sum' is a JSON true/false (true), where a string belongs")])
+def test_an_export_json_edited_to_another_type_is_named_with_its_field(model_copy, tmp_path, capsys, field, value,
+                                                                       said):
+    """export.json with a value of another JSON type than nmt-export writes (a hand edit): `--checkpoint latest` of
+    the export said "(checkpoint 5 of ['m'])", "(step ten)" as they were, results_table "exported from ['m']", and a
+    test_sum of true was taken for a sum ("True"), which no test files have. One line naming the file and field."""
+    out = tmp_path / "out"
+    assert run(export_main, ["--model-dir", model_copy, "--output", out], capsys)[0] == 0
+    made = json.loads((out / EXPORT).read_text())
+    made[field] = value
+    (out / EXPORT).write_text(json.dumps(made))
+    line = (f"error: {out / EXPORT}: {said}, as nmt-export writes it: export the model again (nmt-export "
+            "--overwrite)\n")
+    assert run(translate_main, ["--model-dir", out, "--checkpoint", "latest", "--input", os.devnull], capsys)[:3:2] \
+        == (2, line)
+    data = json.loads((out / ckpt.CONFIG).read_text())["data"]   # its own test files: checked with test_sum
+    assert run(evaluate_main, ["--model-dir", out, "--src-file", data["test_src"], "--ref-file", data["test_tgt"]],
+               capsys)[:3:2] == (2, line)
+    r = subprocess.run([sys.executable, str(REPO / "scripts" / "results_table.py"), str(out)], capture_output=True,
+                       text=True, timeout=120)
+    assert (r.returncode, r.stderr) == (2, line)
+
+
 def test_an_export_of_the_average_is_no_steps_checkpoint(model_copy, tmp_path, capsys):
     """Exported, params.avg carried the step of the last checkpoint in it, so `--checkpoint 6048` on the export
     translated with the average, logged as "step 6048 is the best checkpoint"."""

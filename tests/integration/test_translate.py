@@ -539,6 +539,11 @@ def test_cli_nbest_checkpoint_and_bad_flags(tr, tmp_path, capsys):
     assert code == 2 and f"--model-dir {tmp_path / 'nothing'}: no such directory; give a directory written" in err
     code, _, err = run(["--model-dir", tmp_path], capsys)
     assert code == 2 and f"--model-dir {tmp_path}: config.json not found; give a directory written" in err
+    (tmp_path / "folder" / "config.json").mkdir(parents=True)   # (said "config.json not found", where it is)
+    code, _, err = run(["--model-dir", tmp_path / "folder"], capsys)
+    assert (code, err) == (2, f"error: --model-dir {tmp_path / 'folder'}: {tmp_path / 'folder' / 'config.json'} is a "
+                              "directory, not the file of the model's settings that nmt-train writes: put that file "
+                              "in its place\n")
     step = ckpt.params_step(sorted(Path(tr.model_dir).glob("params.0*"))[0].name)
     for name, which in (("params.best", ", with checkpoint best"),   # a checkpoint file, as fairseq takes one
                         (ckpt.params_file(step), f", with checkpoint {step}"), ("config.json", "")):
