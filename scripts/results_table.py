@@ -213,15 +213,37 @@ def _read_report(path: Path, base) -> dict:
     return report
 
 
+def example_tests(run, cfg, data_dir) -> dict:
+    """The test sets of `run` (its config `cfg`) that --examples draws from: its test files, else its recipe's; a
+    ConfigError in this script's terms where it has none or they cannot be read (nmt.scoring.recipe_tests names
+    nmt-evaluate's flags, --recipe-tests and --src-file, which this script has not)."""
+    from nmt import recipes
+    from nmt.config import ConfigError
+    from nmt.corpus import CorpusError, read_parallel
+    from nmt.scoring import recipe_tests
+    d, fields = cfg.data, "data.test_src, data.test_tgt of its config.json"
+    if d.test_src and d.test_tgt:
+        try:
+            return {"test": read_parallel(d.test_src, d.test_tgt, skip_invalid_utf8=d.skip_invalid_utf8, name="test",
+                                          whole=True)}
+        except CorpusError as e:
+            raise ConfigError(f"--examples: the test files of {run.path} ({fields}): {e}; put them back where its "
+                              "config.json says, or leave --examples out") from None
+    if d.recipe not in recipes.RECIPES:
+        raise ConfigError(f"--examples: {run.path} has no test set to take examples from (it names no test files, "
+                          f"{fields}, and no known recipe, {d.recipe!r}): leave --examples out, or leave this run "
+                          "out of the table")
+    return recipe_tests(cfg, data_dir)
+
+
 def examples(runs, n: int, data_dir) -> str:
     """`n` sentences spread over each run's first test set with reference and beam-search output."""
     from scripts.runs import example_indices
-    from nmt.scoring import recipe_tests
     from nmt.translate import Translator
     out = []
     for run in runs:
         tr = Translator.from_dir(run.path, which="best")
-        tests = recipe_tests(tr.config, data_dir)
+        tests = example_tests(run, tr.config, data_dir)
         if not tests:
             continue
         name, test = next(iter(tests.items()))

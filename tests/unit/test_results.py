@@ -175,6 +175,29 @@ def test_ablation_lists_the_base_once_marks_unfinished_runs_and_adds_decoding_ro
     assert "| base | the averaged checkpoint (params.avg) | 23.46" in table   # (it has no manifest here)
 
 
+def test_examples_of_a_run_without_a_test_set_say_what_results_table_can_do(scored_dirs, tmp_path):
+    """--examples over a run trained on its own files said nmt-evaluate's "--recipe-tests: the model's data config
+    names no known recipe (None) and no test files; give --src-file and --ref-file instead" (and "if they moved, give
+    them as --src-file and --ref-file"): flags this script has not. Now in its own terms."""
+    a, _ = scored_dirs
+    run = tmp_path / "own"
+    shutil.copytree(a, run)
+    cfg = json.loads((run / "config.json").read_text())
+    argv = [sys.executable, str(REPO / "scripts/results_table.py"), str(run), "--examples", "2"]
+    for test_src, test_tgt in ((str(tmp_path / "moved.ko"), cfg["data"]["test_tgt"]), (None, None)):
+        cfg["data"].update(test_src=test_src, test_tgt=test_tgt)
+        (run / "config.json").write_text(json.dumps(cfg))
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 2 and "--recipe-tests" not in out.stderr and "--src-file" not in out.stderr, out.stderr
+        if test_src:
+            assert out.stderr.startswith(f"error: --examples: the test files of {run} (data.test_src, data.test_tgt of "
+                                         f"its config.json): ") and str(tmp_path / "moved.ko") in out.stderr
+            assert out.stderr.endswith("; put them back where its config.json says, or leave --examples out\n")
+    assert out.stderr == (f"error: --examples: {run} has no test set to take examples from (it names no test files, "
+                          "data.test_src, data.test_tgt of its config.json, and no known recipe, None): leave "
+                          "--examples out, or leave this run out of the table\n")
+
+
 def test_examples_are_spread_over_the_test_set():
     assert example_indices(2400, 5) == [0, 600, 1200, 1799, 2399]
     assert example_indices(3, 5) == [0, 1, 2] and example_indices(10, 0) == []
