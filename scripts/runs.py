@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from nmt import checkpoint as ckpt, jsonio, manifest
+from nmt import checkpoint as ckpt, manifest
 from nmt.config import Config, DecodeConfig
 from nmt.config_resume import PER_INVOCATION
 from nmt.dirlock import no_checkpoint_yet
