@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from typing import List
 
 from nmt.config import DecodeConfig
-from nmt.corpus import count_lines, lone_surrogate
+from nmt.text import count_lines, lone_surrogate
 
 BYTES_LIKE = (bytes, bytearray, memoryview)   # read item by item, a bytes-like object gives ints
 

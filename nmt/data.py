@@ -15,12 +15,12 @@ from nmt.batching import BatchIterator, Resegment
 from nmt.checkpoint import CONFIG
 from nmt.commands import shell_word
 from nmt.config import Config, ConfigError, DataConfig
-from nmt.corpus import READ_SINCE
 from nmt.encoded import RowsView, encode_flat, load_or_encode, text_checksum
 from nmt.evaluate import korean_bleu
 from nmt.recipes import DatasetSplits, load_data
 from nmt.sampler import BucketSampler
 from nmt.storage import scratch_room
+from nmt.text import READ_SINCE
 from nmt.textfile import TooFewPairs
 from nmt.tokenizer import (JOINT, Tokenizer, VocabTooSmall, character_coverage, load_or_train_tokenizer,
                            load_tokenizers, tokenizer_names)

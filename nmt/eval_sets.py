@@ -88,8 +88,9 @@ def validated_on(model_dir: Path, dev, first: Path) -> None:
     `model_dir` (it, or an --ensemble member) validated on (`TrainState.dev_sum`): its files changed since (a helper's
     appended lines: 120 of 500, 41 of them trained on), or a member's were others (a fine-tuned one's training)."""
     from nmt import checkpoint as ckpt
-    from nmt.corpus import READ_SINCE, CorpusError
+    from nmt.corpus import CorpusError
     from nmt.encoded import text_checksum
+    from nmt.text import READ_SINCE
     try:
         saved = ckpt.TrainState.load(model_dir).dev_sum if (model_dir / ckpt.STATE).exists() else ""
     except ckpt.CheckpointError:
@@ -117,9 +118,10 @@ def tested_on(model_dir: Path, test, files) -> None:
     their scores would replace the "test" entry in scores.json that training recorded, which /info and nmt-export
     show as the model's. Only for scores to be recorded (nmt-evaluate: not of part of a set, --max-sentences). (A
     recipe's test sets are read from files of known sha256.)"""
-    from nmt.corpus import READ_SINCE, CorpusError
+    from nmt.corpus import CorpusError
     from nmt.encoded import text_checksum
     from nmt.export import test_sum_of
+    from nmt.text import READ_SINCE
     saved = test_sum_of(model_dir)   # (state.json's; an export's export.json)
     if not saved or saved == text_checksum([*test.src, *test.tgt]):
         return

@@ -23,8 +23,9 @@ import numpy as np
 
 from nmt.api_inputs import BYTES_LIKE, checked_decode, listed
 from nmt.batching import make_batch
-from nmt.corpus import CorpusError, count_lines, lone_surrogate, normalize
+from nmt.corpus import CorpusError
 from nmt.search import length_limits, length_penalty
+from nmt.text import count_lines, lone_surrogate, normalize
 from nmt.tokenizer import EOS_ID
 from nmt.translate import Translator
 

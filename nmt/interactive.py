@@ -7,7 +7,8 @@ from __future__ import annotations
 import logging
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from nmt.corpus import line_list, normalize
+from nmt.corpus import line_list
+from nmt.text import normalize
 from nmt.translate import SOURCE, Translator
 
 logger = logging.getLogger("nmt.evaluate")

@@ -7,11 +7,12 @@ import re
 from typing import Optional, Tuple
 
 from nmt import jsonio
-from nmt.corpus import INVISIBLE, CorpusError, control_characters, count_lines, lone_surrogate
+from nmt.corpus import CorpusError
+from nmt.text import INVISIBLE, control_characters, count_lines, lone_surrogate
 
 JSON_FIELDS = ("text", "target_prefix")
 JSON_EXAMPLE = '{"text": "안녕하세요.", "target_prefix": "Hello"}'
-# What a plain line's text may have around it and loses (`corpus.normalize`): whitespace (NBSP, U+3000 ...) and
+# What a plain line's text may have around it and loses (`text.normalize`): whitespace (NBSP, U+3000 ...) and
 # invisible characters (a byte-order mark, a zero-width space ...); JSON's own whitespace is space, tab, CR and LF.
 _AROUND = re.compile(rf"\A(?:\s|{INVISIBLE.pattern})+|(?:\s|{INVISIBLE.pattern})+\Z")
 
@@ -28,7 +29,7 @@ def parse_json_line(line: str, line_no: int, name: str) -> Tuple[str, Optional[s
     naming the line and the field for anything else."""
     line = line.lstrip("\ufeff")   # an editor's byte-order mark: a file's, or each file's of `cat a.jsonl b.jsonl`
     line = _padding_as_spaces(line)   # (" \ufeff": a space, then a mark, as a plain line reads them: as nothing)
-    if not line.strip():   # (as a plain line's, anywhere: `corpus.INVISIBLE`)
+    if not line.strip():   # (as a plain line's, anywhere: `text.INVISIBLE`)
         return "", None
     where = f"{name}:{line_no}"
     try:

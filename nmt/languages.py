@@ -9,7 +9,8 @@ import re
 import unicodedata
 from typing import Sequence, Tuple
 
-from nmt.corpus import CorpusError, normalize
+from nmt.corpus import CorpusError
+from nmt.text import normalize
 from nmt.textfile import undo_latin1_command, undo_latin1_loses
 
 _HANGUL = re.compile("[\uac00-\ud7a3\u1100-\u11ff\u3130-\u318f]")

@@ -21,8 +21,9 @@ from typing import Callable, List, Optional, Sequence, Tuple
 import mxnet as mx
 import numpy as np
 
-from nmt.corpus import CorpusError, normalize, tidy_translation
+from nmt.corpus import CorpusError
 from nmt.models.ensemble import as_model
+from nmt.text import normalize, tidy_translation
 from nmt.tokenizer import BOS_ID
 
 FONT_FAMILY = "NanumGothic"

@@ -14,7 +14,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from nmt.corpus import normalize
+from nmt.text import normalize
 from nmt.tokenizer import EOS_ID
 
 WORD_START = "\u2581"   # SentencePiece's mark of a space before a piece

@@ -7,10 +7,11 @@ import locale
 import sys
 from typing import Callable, List, Optional
 
-from nmt.corpus import CorpusError, lone_surrogate, one_line, removed_controls
-from nmt.languages import hangul_counts, other_language_warning
+from nmt.corpus import CorpusError
 from nmt.json_input import JSON_EXAMPLE, parse_json_line
+from nmt.languages import hangul_counts, other_language_warning
 from nmt.stream import translation_rows
+from nmt.text import lone_surrogate, one_line, removed_controls
 from nmt.translate import Translator
 
 

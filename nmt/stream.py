@@ -18,7 +18,8 @@ from typing import BinaryIO, Callable, Iterable, Iterator, List, Optional, Seque
 from nmt.align import format_links, with_links
 from nmt.config import CHARS_PER_TOKEN
 from nmt.json_input import parse_json_line
-from nmt.corpus import INVISIBLE, CorpusError, control_characters, one_line, removed_controls, removed_counts
+from nmt.corpus import CorpusError
+from nmt.text import INVISIBLE, control_characters, one_line, removed_controls, removed_counts
 from nmt.textfile import (READ_ERRORS, archive_sign, binary_sign, decompressing, encoding_of, iconv_command, not_text,
                           open_bytes, to_utf8_hint, wide_encoding)
 from nmt.log import Every

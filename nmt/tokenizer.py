@@ -7,7 +7,7 @@ Every model this module writes shares one convention, checked again on load:
 * no SentencePiece normalization (``identity``) and whitespace kept as is. Text is NFC-normalized in Python
   instead, so ``decode(encode(x)) == unicodedata.normalize("NFC", x)`` for any string, Hangul, Hanja and emoji
   included, but for U+2581 (``▁``), SentencePiece's own mark of a word's start, which it reads as a space in any
-  text, and for control characters (a tab, a line end, ESC: `nmt.corpus.normalize` spaces or removes them in every
+  text, and for control characters (a tab, a line end, ESC: `nmt.text.normalize` spaces or removes them in every
   text read, so that only a model writes one, as byte pieces, which `decode` leaves out: `whole_characters`).
   (SentencePiece's default NFKC would rewrite full-width forms, circled digits ...; NFC, like NFKC, maps
   the CJK compatibility ideographs of KS X 1001 text, U+F900-U+FAFF, to their unified forms)

@@ -19,10 +19,10 @@ import mxnet as mx
 import numpy as np
 
 from nmt import manifest
-from nmt.batching import pad_sources
 from nmt.api_inputs import check_line, check_lines, checked_decode, checked_translation_ids, listed
+from nmt.batching import pad_sources
 from nmt.config import CHARS_PER_TOKEN, Config, DecodeConfig
-from nmt.corpus import line_list, normalize, tidy_translation
+from nmt.corpus import line_list
 from nmt.members import checked_members, distinct_devices, load_members, members_sha256, model_files
 from nmt.models.base import Seq2SeqModel
 from nmt.models.ensemble import as_model, models_in
@@ -30,6 +30,7 @@ from nmt.parallel import check_gpus, concurrent_devices_safe
 from nmt.prefix import WORD_START, ends_in_word, one_prefix, split_last_word, word_table
 from nmt.search import beam_search, check_beam_args, greedy_search, length_limits, reached_limit, search_too_wide
 from nmt.search_blocks import TargetPrefix
+from nmt.text import normalize, tidy_translation
 from nmt.tokenizer import Tokenizer
 
 logger = logging.getLogger("nmt.translate")

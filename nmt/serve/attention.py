@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import List, Tuple
 
-from nmt.corpus import normalize
 from nmt.serve.schema import AttentionRequest, RequestError, at_length_limit, check_line, token_warning
+from nmt.text import normalize
 
 
 def check_attention(req: AttentionRequest, max_input_tokens: int) -> Tuple[str, object, List[str]]:

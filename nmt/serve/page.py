@@ -1,13 +1,13 @@
 """The web page (page.html), with how the server reads a line filled in: the page splits a line into words as the
 model reads it (for the word alignment's indices) and knows a line of invisible characters for blank, by the very
-character classes (and terminal escape sequences) of `nmt.corpus.normalize`."""
+character classes (and terminal escape sequences) of `nmt.text.normalize`."""
 from __future__ import annotations
 
 import functools
 import json
 from pathlib import Path
 
-from nmt.corpus import ESCAPE_SEQUENCE, FULL_WIDTH, INVISIBLE, JOINERS, NOTHING_TO_JOIN
+from nmt.text import ESCAPE_SEQUENCE, FULL_WIDTH, INVISIBLE, JOINERS, NOTHING_TO_JOIN
 
 PAGE = Path(__file__).with_name("page.html")
 READ_RULES = "__READ_RULES__"   # in page.html, where the classes go

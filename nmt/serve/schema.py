@@ -21,7 +21,7 @@ from starlette.requests import ClientDisconnect
 
 from nmt import jsonio
 from nmt.config import CHARS_PER_TOKEN
-from nmt.corpus import count_lines, lone_surrogate, normalize, removed_controls
+from nmt.text import count_lines, lone_surrogate, normalize, removed_controls
 from nmt.textfile import wide_encoding
 
 EXAMPLE = '{"text": ["안녕하세요"], "beam_size": 4, "nbest": 1}'   # of /translate; /attention's below

@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from nmt.corpus import normalize
+from nmt.text import normalize
 
 from tests.integration.serve_app import background_server, make_app
 
@@ -1056,8 +1056,8 @@ def test_the_heatmaps_byte_piece_warning_is_in_the_pages_words(translator):
 
 def page_characters() -> str:
     """Every character of the classes the page gets from the server, a character either side of each range, and
-    whitespace: what its words() must split and drop as nmt.corpus.normalize does."""
-    from nmt.corpus import INVISIBLE, JOINERS
+    whitespace: what its words() must split and drop as nmt.text.normalize does."""
+    from nmt.text import INVISIBLE, JOINERS
     out = [chr(c) for c in range(0x3001) if chr(c).isspace()]
     for pattern in (INVISIBLE.pattern, JOINERS.pattern):
         body = pattern[1:pattern.rindex("]")]

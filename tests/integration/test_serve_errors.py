@@ -267,7 +267,7 @@ def test_a_long_given_translation_is_cut_to_max_input_tokens_pieces(http, serve_
 def test_a_given_translation_of_exactly_max_input_tokens_pieces_is_taken_whole(http, translator, serve_sentences):
     """max_input_tokens pieces are within the limit: a translation of that many is taken whole, without a warning;
     one piece more is cut. (A cut from the limit itself took off the last character and said so.)"""
-    from nmt.corpus import normalize
+    from nmt.text import normalize
     limit, long = translator.decode.max_input_tokens, "Thanks a lot. " * 150
 
     def pieces(text: str) -> int:

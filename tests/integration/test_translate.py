@@ -26,13 +26,13 @@ import numpy as np
 import pytest
 
 from nmt import checkpoint as ckpt
-from nmt.config import CHARS_PER_TOKEN
 from nmt.cli_decode import translate_main
+from nmt.config import CHARS_PER_TOKEN
+from nmt.config import DecodeConfig
 from nmt.prompt import interactive
 from nmt.stream import PAUSE, read_raw_lines, translate_stream
+from nmt.text import one_line, tidy_translation
 from nmt.tokenizer import UNK_ID
-from nmt.config import DecodeConfig
-from nmt.corpus import one_line, tidy_translation
 from nmt.translate import Translator
 from tests.synth import as_trained_with_its_config, damaged, non_canonical_split, run_command, synth_file
 from tests.synth import twin_of

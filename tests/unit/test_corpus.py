@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from nmt.cleaning import clean_training_pairs
-from nmt.corpus import MAX_LINE_CHARS, CorpusError, Pairs, concat, normalize, read_lines, read_parallel, read_tsv
+from nmt.corpus import MAX_LINE_CHARS, CorpusError, Pairs, concat, read_lines, read_parallel, read_tsv
 from nmt.rest_markup import strip_rest_markup
+from nmt.text import normalize
 from tests.synth import damaged
 
 KO = ["안녕하세요.", "고양이가 잔다.", "비가 온다."]
@@ -238,7 +239,7 @@ def test_terminal_escape_sequences_are_removed_whole(text, read, said):
     """A colour code kept its text: its ESC was removed as a control character, leaving "[31m" and "[0m" in the line
     (with a warning that counted 2 control characters). The whole sequence goes now, wherever control characters
     are removed (`normalize`: corpora, nmt-translate, the service), and the warnings count sequences as such."""
-    from nmt.corpus import removed_controls
+    from nmt.text import removed_controls
     assert normalize(text) == read
     assert removed_controls(text).startswith(said) and bool(removed_controls(text)) == bool(said)
 
@@ -264,8 +265,8 @@ def test_a_target_prefixs_escape_sequences_are_said_with_the_texts(nmt_logs):
     """nmt-translate --json-input removes them from a line's "target_prefix" too, and its warning counts them there
     (`removed_controls` of the text and the prefix)."""
     import json
-    from nmt.corpus import removed_controls
     from nmt.stream import StreamStats, _read_line
+    from nmt.text import removed_controls
     said = "terminal escape sequence(s) (colours, cursor keys: ESC[31m ...)"
     assert removed_controls("가", "\x1b[31m나") == f"1 {said}"
     assert removed_controls("\x1b[0m가\x00", "\x1b[31m나\x07") == f"2 {said} and 2 control character(s)"
@@ -996,7 +997,7 @@ def test_strip_rest_markup(text, plain):
 
 
 def test_count_lines_counts_lines_with_text_on_them():
-    from nmt.corpus import count_lines
+    from nmt.text import count_lines
     assert [count_lines(t) for t in ("", " ", "a", "a\n", "\r\na\r\n\n", "a\nb", "a\r\nb", "a\rb", "a\n \n\tb\rc")] \
         == [0, 0, 1, 1, 1, 2, 2, 2, 3]
     # str.splitlines' other boundaries too, where the output side (translate.one_line) breaks lines; not \x1f or tab

@@ -194,8 +194,8 @@ def test_the_page_gets_the_servers_character_classes():
     """The page carried its own, shorter copy of the characters the server drops from a line; it now gets the
     server's, each character written as \\u{hex}, which mean the same classes (every code point checked)."""
     import re
-    from nmt.corpus import INVISIBLE, JOINERS, NOTHING_TO_JOIN
     from nmt.serve.page import READ_RULES, js_class, page_html
+    from nmt.text import INVISIBLE, JOINERS, NOTHING_TO_JOIN
     for pattern in (INVISIBLE.pattern, JOINERS.pattern.removesuffix("+"), NOTHING_TO_JOIN):
         js = js_class(pattern)
         assert re.fullmatch(r"\[(\\u\{[0-9a-f]+\}|-)+\]", js)
@@ -219,7 +219,7 @@ def test_the_page_gets_the_servers_character_classes():
         script = f"const r = new RegExp({json.dumps(rules['escapes'])}, 'gu'); " \
                  f"console.log(JSON.stringify({json.dumps(texts)}.map((x) => x.replace(r, ''))))"
         got = subprocess.run([node, "-e", script], capture_output=True, text=True, check=True, timeout=60).stdout
-        from nmt.corpus import ESCAPE_SEQUENCE
+        from nmt.text import ESCAPE_SEQUENCE
         assert json.loads(got) == [ESCAPE_SEQUENCE.sub("", x) for x in texts] != texts
 
 
@@ -241,8 +241,8 @@ def test_the_sentences_counted_are_those_normalization_leaves_text_in():
     """--max-sentences and the queue count the sentences decoded (`decoded_count`), those `normalize` (what the
     Translator reads) leaves text in: each character of the BMP alone, and lines after a terminal escape sequence
     (ESC[31m, digits that normalization removes); a target prefix makes a blank line one."""
-    from nmt.corpus import normalize
     from nmt.serve.schema import decoded_count
+    from nmt.text import normalize
     chars = [chr(c) for c in range(0x10000) if not 0xD800 <= c < 0xE000]
     assert decoded_count(TranslateRequest(text=chars)) == sum(1 for c in chars if normalize(c))
     colour = ["\x1b[31m", "\x1b[31m가", "\x9b1m", "\u3164", "\u200b7", " \t"]
@@ -253,18 +253,18 @@ def test_the_sentences_counted_are_those_normalization_leaves_text_in():
 
 
 def test_a_request_check_reads_each_line_once_and_refuses_as_before(monkeypatch):
-    """The sentences counted were told blank by a shortcut of their own (a copy of nmt.corpus's rules: the characters
+    """The sentences counted were told blank by a shortcut of their own (a copy of nmt.text's rules: the characters
     that begin an escape sequence, the invisible ones), then `check_line` normalized every line twice more (its line
     count, then the line as read): a 4 MB body took 1.0-1.3 s to check. The check now normalizes each line and
     target prefix once, and counts from that what it decodes; a request both over --max-sentences and wrong in a line
     or field is still refused for its sentences first."""
     from types import SimpleNamespace
 
-    from nmt import corpus
+    from nmt import text as nmt_text
     from nmt.serve import pooled, schema
     read = []
-    monkeypatch.setattr(corpus, "normalize", lambda t, f=corpus.normalize: read.append(t) or f(t))
-    monkeypatch.setattr(schema, "normalize", corpus.normalize)
+    monkeypatch.setattr(nmt_text, "normalize", lambda t, f=nmt_text.normalize: read.append(t) or f(t))
+    monkeypatch.setattr(schema, "normalize", nmt_text.normalize)
     tr = SimpleNamespace(decode=SimpleNamespace(max_input_tokens=250, beam_size=4), src_lang="ko", tgt_lang="en")
     text, prefixes = ["가 나", "", "\u200b", "다\u2028", "Mary"], [None, "The", "", "A", ""]
     checked = pooled._check_translate(TranslateRequest(text=text, target_prefix=prefixes), tr, Limits())
