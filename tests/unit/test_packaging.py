@@ -290,19 +290,20 @@ def test_python_m_of_a_command_module_answers_as_the_installed_command(module, c
     script = Path(sysconfig.get_path("scripts")) / (command or "")
     if command and not script.is_file():
         pytest.skip(f"{command} is not installed here ({script}): pip install -e .")
+    env = {**os.environ, "COLUMNS": "1000"}   # no wrapping, inside the interpreter's path (spaces, hyphens) either
     for argv in ([] if command != "nmt-train" else ["--num-buckets", "x"]), ["--help"], ["--no-such-flag"]:
         p = subprocess.run([sys.executable, "-m", module, *argv], capture_output=True, text=True, timeout=120,
-                           cwd=REPO)
+                           cwd=REPO, env=env)
         if command is None:
             assert p.returncode == 2 and p.stdout == "" and p.stderr.startswith(
                 "error: nmt.cli_decode holds two commands: run nmt-translate or nmt-evaluate"), (argv, p.stderr)
             continue
-        want = subprocess.run([str(script), *argv], capture_output=True, text=True, timeout=120, cwd=REPO)
+        want = subprocess.run([str(script), *argv], capture_output=True, text=True, timeout=120, cwd=REPO, env=env)
 
         def same(text: str) -> str:
-            """nmt-launch's help names the interpreter running it (python, or python3), and argparse wraps that path
-            where its length puts it: compare the words, with the interpreter's path as one."""
-            return re.sub(r"\(default: \S*python[\d.]*\)", "(default: the python)", " ".join(text.split()))
+            """nmt-launch's help names the interpreter running it (python, or python3), a path that may hold spaces,
+            on one line at COLUMNS=1000: compare the words, with the interpreter's path as one."""
+            return " ".join(re.sub(r"\(default: [^\n]*?python[\d.]*\)", "(default: the python)", text).split())
         assert (p.returncode, same(p.stdout), p.stderr) == (want.returncode, same(want.stdout), want.stderr), \
             (module, argv)
         assert p.returncode == (0 if argv == ["--help"] else 2), (module, argv, p.stderr)
