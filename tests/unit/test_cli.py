@@ -530,6 +530,7 @@ def test_a_resume_finds_the_corpora_where_the_run_did_unless_told_otherwise(tmp_
 def test_a_resume_refusing_what_a_fine_tune_may_change_names_init_from(tmp_path):
     """`--resume --dropout 0.1` said only "drop it, or train into a new --model-dir": a fine-tune (--init-from) goes on
     from the run's parameters with it, as the optimizer's error said; a model size it cannot change."""
+    from nmt.commands import shell_word
     from nmt.config import Config
     from nmt.config_resume import resumed_config
     saved, source = Config(), str(tmp_path / "m" / "config.json")
@@ -540,8 +541,9 @@ def test_a_resume_refusing_what_a_fine_tune_may_change_names_init_from(tmp_path)
             resumed_config(saved, cfg, {f"model.{key}": flag}, source)
         assert str(e.value).startswith(f"--resume: {flag} {value} differs from")
         assert str(e.value).endswith(f"or train into a new --model-dir (to go on from this run's parameters, fine-tune "
-                                     f"with --init-from {tmp_path / 'm'}, giving its data and training flags again: "
-                                     "--init-from takes a model's own settings, not its data, batch or schedule)") \
+                                     f"with --init-from {shell_word(tmp_path / 'm')}, giving its data and training "
+                                     "flags again: --init-from takes a model's own settings, not its data, batch or "
+                                     "schedule)") \
             == tunable, str(e.value)
 
 
@@ -1203,10 +1205,11 @@ def test_the_advice_to_average_a_run_stopped_by_its_time_makes_no_update(stopped
     """A run stopped by --max-seconds (or a signal, or killed) was told to `--resume --average-last N`, which trains
     on (the time limit is each invocation's) and replaced params.best: it is given its step as --max-steps."""
     from nmt.checkpoint import CheckpointError, TrainState, params_path
+    from nmt.commands import shell_word
     TrainState(step=141, stopped=stopped).save(tmp_path)
     with pytest.raises(CheckpointError) as e:
         params_path(tmp_path, "avg")
-    run = f"`nmt-train --model-dir {tmp_path} --resume --average-last N"
+    run = f"`nmt-train --model-dir {shell_word(tmp_path)} --resume --average-last N"
     assert (f"{run} --max-steps 141` (it stopped by {said} at step 141: without --max-steps the resume would train "
             "on; it then becomes the run's limit: a later resume gives a higher one)" if said else f"{run}`") \
         in str(e.value), str(e.value)

@@ -355,7 +355,7 @@ def test_what_reading_changes_in_a_line_is_said_naming_the_lines(write_file, nmt
     tsv = write_file("p.tsv", [f"{k}\t{e}" for k, e in zip(KO, EN)])
     read_parallel(tsv, write_file("p.en", EN))
     assert (f"{tsv}: every line holds a tab, read as a space: the columns of a TSV file? give one file per side "
-            f"(e.g. `cut -f1 {tsv}`)") in messages(nmt_logs)
+            f"(e.g. `cut -f1 {shlex.quote(str(tsv))}`)") in messages(nmt_logs)
     nmt_logs.clear()   # two lines are columns too, a blank line between them none
     two = write_file("two.tsv", [f"{KO[0]}\t{EN[0]}", "", f"{KO[1]}\t{EN[1]}"])
     assert read_lines(two) == [f"{KO[0]} {EN[0]}", "", f"{KO[1]} {EN[1]}"]
@@ -396,7 +396,8 @@ def test_archives_and_compressed_files_not_read_are_named_as_such(tmp_path):
         with pytest.raises(CorpusError, match=f"{name}: this is {what}, not text; extract or decompress the file"):
             read_lines(tmp_path / name)
     (tmp_path / "bad.ko.gz").write_bytes(gzip.compress(text + "고양이\n".encode("cp949")))
-    with pytest.raises(CorpusError, match=r"bad.ko.gz:3: invalid UTF-8 .*`zcat .*bad.ko.gz \| iconv -f CP949"):
+    zcat = re.escape(f"`zcat {shlex.quote(str(tmp_path / 'bad.ko.gz'))} | iconv -f CP949")
+    with pytest.raises(CorpusError, match=r"bad\.ko\.gz:3: invalid UTF-8 .*" + zcat):
         read_lines(tmp_path / "bad.ko.gz")
     # GNU tar's magic too; a text with "ustar" at the magic's offset (a word such as "mustard") stays text
     buffer = io.BytesIO()
@@ -492,14 +493,17 @@ def test_invalid_utf8_names_file_and_line(write_file):
         read_parallel(ko, write_file("e.en", EN))
     msg = str(e.value)
     assert f"{ko}:2:" in msg and "invalid UTF-8" in msg and "--skip-invalid-utf8" in msg
-    assert f"Korean legacy text is often CP949: `iconv -f CP949 -t UTF-8 {ko} > {ko.with_name('e.utf8.ko')}`" in msg
+    assert ("Korean legacy text is often CP949: `iconv -f CP949 -t UTF-8 "
+            f"{shlex.quote(str(ko))} > {shlex.quote(str(ko.with_name('e.utf8.ko')))}`") in msg
     # a UTF-8 file with one line in CP949: converting it whole, as advised, failed ("illegal input sequence")
+    def quoted(path) -> str:   # (a path in a command: quoted where needed, e.g. a $TMPDIR with a space)
+        return re.escape(shlex.quote(str(path)))
     mixed = write_file("m.ko", KO[0].encode() + b"\n" + "고양이".encode("cp949") + b"\n" + KO[2].encode() + b"\n")
     with pytest.raises(CorpusError, match=r"m.ko:2: invalid UTF-8 \(byte 0xb0 at byte 1 of the line\)\. Line 1 is UTF-8 "
                                           r"text, so this line may be the only one in another encoding \(it reads as "
                                           r"CP949\), .*: correct or delete the line; if the whole file is CP949, "
-                                          r"convert it \(`iconv -f CP949 -t UTF-8 .*m.ko > .*m.utf8.ko`\), or pass "
-                                          r"--skip-invalid-utf8"):
+                                          rf"convert it \(`iconv -f CP949 -t UTF-8 {quoted(mixed)} > "
+                                          rf"{quoted(mixed.with_name('m.utf8.ko'))}`\), or pass --skip-invalid-utf8"):
         read_parallel(mixed, write_file("m.en", EN))
     first = write_file("f.ko", "고양이".encode("cp949") + b"\n" + KO[1].encode() + b"\n" + KO[2].encode() + b"\n")
     with pytest.raises(CorpusError, match=r"f.ko:1: .*\. Line 2 is UTF-8 text, so this line may be the only one"):
@@ -508,7 +512,7 @@ def test_invalid_utf8_names_file_and_line(write_file):
     en = write_file("l.en", EN[0].encode() + b"\n" + "\u201cCaf\u00e9\u201d au lait.".encode("cp1252") + b"\n" +
                     EN[2].encode() + b"\n")
     with pytest.raises(CorpusError, match=r"l.en:2: .*the line reads as Windows-1252 \(Latin-1\) text: `iconv -f "
-                                          r"CP1252 -t UTF-8 .*l.en > .*l.utf8.en`"):
+                                          rf"CP1252 -t UTF-8 {quoted(en)} > {quoted(en.with_name('l.utf8.en'))}`"):
         read_parallel(write_file("k.ko", KO), en)
     from nmt.textfile import encoding_of, to_utf8_hint   # Hangul anywhere in the line (it was looked for at its start alone), any
     assert to_utf8_hint('Tom은 "집"에'.encode("cp949"), "my in.ko", None) == \
@@ -711,7 +715,7 @@ def test_the_advice_for_a_cp949_corpus_file_converts_it_into_a_file_beside_it(tm
     with pytest.raises(CorpusError) as err:
         read_lines(path)
     command = re.search(r"`(.*iconv .*)`", str(err.value)).group(1)
-    assert command.endswith(f" > {tmp_path / 'c.utf8.ko'}"), command
+    assert command.endswith(f" > {shlex.quote(str(tmp_path / 'c.utf8.ko'))}"), command
     subprocess.run(command, shell=True, check=True)
     assert read_lines(tmp_path / "c.utf8.ko") == ["안녕하세요.", "고마워요."]
 

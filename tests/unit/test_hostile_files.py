@@ -20,7 +20,7 @@ from nmt import checkpoint as ckpt
 from nmt import manifest
 from nmt.atomic import atomic_write_text
 from nmt.cli import build_train_parser, config_from_args, train_main, training_run
-from nmt.commands import user_errors
+from nmt.commands import shell_word, user_errors
 from nmt.config import ARCH_DEFAULTS, Config, ConfigError, TrainConfig
 from nmt.jsonio import read_object
 from nmt.parallel import MAX_CPU_DEVICES, DeviceError, parse_devices
@@ -506,7 +506,7 @@ def test_the_config_json_of_a_moved_run_does_not_start_resume_or_overwrite_where
                 f"{run} with --resume to continue this one)")
     export_says = (f"--config {run / ckpt.CONFIG}: the settings of the export in {run}, whose train.model_dir names "
                    f"the run it came from, {old}: give --model-dir, a new directory to start a run (or fine-tune the "
-                   f"export there with --init-from {run})")
+                   f"export there with --init-from {shell_word(run)})")
     for beside, says in ((ckpt.STATE, run_says), (ckpt.EXPORT, export_says)):   # an export's names its run, too
         for name in (ckpt.STATE, ckpt.EXPORT):
             (run / name).unlink(missing_ok=True)

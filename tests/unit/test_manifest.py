@@ -13,6 +13,7 @@ import pytest
 from nmt import checkpoint as ckpt
 from nmt import manifest
 from nmt import lost_best
+from nmt.commands import shell_word
 from nmt.lost_best import restore_best
 from nmt.resume import check_kept_files, resume_state
 
@@ -88,10 +89,10 @@ def test_a_refused_resumes_init_from_advice_names_where_a_resume_would_start(tmp
             resumed_config(Config(), cfg, {key: "--x"}, str(d / ckpt.CONFIG))
         return str(e.value)
     for key, value in (("model.dropout", 0.1), ("optim.optimizer", "sgd")):
-        assert f"--init-from {d / ckpt.params_file(30)}" in advised(key, value)
+        assert f"--init-from {shell_word(d / ckpt.params_file(30))}" in advised(key, value)
     _damage(d / ckpt.params_file(30), "flip")
     (d / ckpt.STATE).unlink()
-    assert f"--init-from {d / ckpt.params_file(20)}" in advised("model.dropout", 0.1)   # the newest intact
+    assert f"--init-from {shell_word(d / ckpt.params_file(20))}" in advised("model.dropout", 0.1)   # the newest intact
 
 
 def test_a_resume_past_a_damaged_checkpoint_names_only_the_checkpoints_left(tmp_path):

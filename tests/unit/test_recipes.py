@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from nmt import recipes
+from nmt.commands import shell_word
 from nmt.config import Config, ConfigError, DataConfig
 from nmt.corpus import CorpusError, Pairs
 from nmt.recipes import (RECIPES, SOURCES, FileSpec, Recipe, Source, clean_rest_docs, default_cache_dir, download,
@@ -256,7 +257,7 @@ def test_a_mirror_given_one_level_off_is_named_where_it_is(tmp_path, given, has_
     with pytest.raises(CorpusError) as e:
         fetch(src, "ko", tmp_path / given, tmp_path / "cache")
     assert (f"(the mirror {tmp_path / given} has no syn/syn.ko; {tmp_path / has_it} has it: --data-dir "
-            f"{tmp_path / has_it})") in str(e.value)
+            f"{shell_word(tmp_path / has_it)})") in str(e.value)
     with pytest.raises(CorpusError) as e:
         fetch(src, "en", tmp_path / given, tmp_path / "cache")   # (nowhere near)
     assert str(e.value).count("has it") == 0 and f"the mirror {tmp_path / given} has no syn/syn.en" in str(e.value)
@@ -426,7 +427,8 @@ def test_swapped_or_one_language_files_are_refused(write_file, direction):
             ("train", (en, en), ko_side, "the same file is given for both sides"),   # (the English file: Korean named)
             ("train", (ko, str(other_ko)), en_side, "is it the Korean file again?"),
             ("train", tuple(map(str, other_en)), ko_side, "are both files English?"),
-            ("train", (twice, en) if src_lang == "ko" else (en, twice), ko_side, "twice.fixed.ko`")):
+            ("train", (twice, en) if src_lang == "ko" else (en, twice), ko_side,
+             f" > {shell_word(Path(twice).with_name('twice.fixed.ko'))}`")):
         cfg = dataclasses.replace(good, **{f"{kind}_src": files[0], f"{kind}_tgt": files[1]})
         with pytest.raises(CorpusError) as e:
             load_data(cfg)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from nmt.commands import shell_word
 from nmt.corpus import read_parallel
 from scripts.runs import (ResultsError, ablation_table, config_diff, example_indices, load_run, markdown_table,
                          results_rows)
@@ -395,7 +396,7 @@ def test_a_run_without_test_scores_is_named_not_left_out_silently(scored_dirs, t
     shutil.copytree(a, unscored)
     (unscored / "scores.json").unlink()
     said = (f"has no test set's scores (trained with --no-eval?), so no row: score it first, e.g. nmt-evaluate "
-            f"--model-dir {unscored} --recipe-tests")
+            f"--model-dir {shell_word(unscored)} --recipe-tests")
     table = [sys.executable, str(REPO / "scripts/results_table.py")]
     out = subprocess.run([*table, str(a), str(unscored)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stderr == f"warning: {unscored} {said}\n", out.stderr

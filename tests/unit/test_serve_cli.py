@@ -2,11 +2,13 @@
 before any model loads."""
 from __future__ import annotations
 
+import re
 import shutil
 import socket
 
 import pytest
 
+from nmt.commands import shell_word
 from nmt.serve.cli import main, parse_args
 
 
@@ -102,8 +104,9 @@ def test_two_models_of_one_pair_are_named_before_any_loads(tmp_path):
             lines = [" ".join(words[lang][(i + k) % n_words] for k in range(i % 5 + 1)) for i in range(200)]
             train_tokenizer(lines, tmp_path / name, lang, 300)
     a, b, c = (str(tmp_path / n) for n in "abc")
-    with pytest.raises(ConfigError, match=f"--model-dir {a} and --model-dir {b} both translate ko-en; .* "
-                                          f"--model-dir {a} --ensemble {b}"):
+    ensemble = re.escape(f"--model-dir {shell_word(a)} --ensemble {shell_word(b)}")   # (a command: quoted paths)
+    with pytest.raises(ConfigError, match=f"--model-dir {re.escape(a)} and --model-dir {re.escape(b)} both translate "
+                                          f"ko-en; .* {ensemble}"):
         build_app(parse_args(["--model-dir", a, "--model-dir", b]))
     with pytest.raises(ConfigError, match=r"one model per language pair \(they cannot decode together, as an "
                                           r"ensemble: their vocabularies differ\)"):
@@ -175,11 +178,13 @@ def test_two_model_dirs_of_the_same_parameters_are_not_advised_as_an_ensemble(mo
     from tests.synth import twin_of
     copy, twin = tmp_path / "copy", twin_of(model_dir, tmp_path / "twin")
     shutil.copytree(model_dir, copy)
-    with pytest.raises(ConfigError, match=rf"--model-dir {model_dir} and --model-dir {copy} both translate ko-en; .* "
+    with pytest.raises(ConfigError, match=rf"--model-dir {re.escape(str(model_dir))} and --model-dir "
+                                          rf"{re.escape(str(copy))} both translate ko-en; .* "
                                           r"\(their --checkpoint best holds the same parameters, sha256 [0-9a-f]{12}: "
                                           r"a copy or an export; give one of them\)$"):
         build_app(parse_args(["--model-dir", str(model_dir), "--model-dir", str(copy)]))
-    with pytest.raises(ConfigError, match=f"--model-dir {model_dir} --ensemble {twin}"):
+    ensemble = f"--model-dir {shell_word(model_dir)} --ensemble {shell_word(twin)}"
+    with pytest.raises(ConfigError, match=re.escape(ensemble)):
         build_app(parse_args(["--model-dir", str(model_dir), "--model-dir", str(twin)]))
 
 

@@ -5,6 +5,8 @@ import errno
 import logging
 import os
 import random
+import re
+import tempfile
 import unicodedata
 from pathlib import Path
 
@@ -552,11 +554,12 @@ def test_a_model_sentencepiece_wrote_short_is_an_error_and_not_published(tmp_pat
         model = Path(options["model_prefix"] + ".model")
         model.write_bytes(model.read_bytes()[:keep])
     monkeypatch.setattr(spm.SentencePieceTrainer, "train", full_disk)
+    tmp = re.escape(tempfile.gettempdir())   # ($TMPDIR's, which may hold spaces)
     with pytest.raises(TokenizerError, match=rf"^SentencePiece training of the ko tokenizer failed: it wrote spm\.model "
                                              rf"\({keep} bytes\) or spm\.vocab \(\d+ pieces\) short, as on a full disk: "
-                                             r"the temporary directory \S*nmt-spm-\w+\.tmp: [\d.]+ \w+ free, too little "
-                                             r"for the tokenizer SentencePiece writes there; free some space there or set "
-                                             r"TMPDIR to a directory with more room$"):
+                                             rf"the temporary directory {tmp}/nmt-spm-\w+\.tmp: [\d.]+ \w+ free, "
+                                             r"too little for the tokenizer SentencePiece writes there; free some "
+                                             r"space there or set TMPDIR to a directory with more room$"):
         train_tokenizer(synthetic_lines(KO_WORDS, n=200), tmp_path, "ko", 400)
     assert list(tmp_path.iterdir()) == []
 
@@ -624,7 +627,7 @@ def test_a_full_temporary_directory_is_said_in_one_wording(tmp_path, monkeypatch
     with pytest.raises(StorageError) as e:
         train_tokenizer(synthetic_lines(EN_WORDS, n=50), tmp_path / "m", "en", 100)
     said.append(str(e.value))
-    one = re.compile(r"the temporary directory (\S+): 4\.0 KiB free, too little for (.+); free some space there or set "
+    one = re.compile(r"the temporary directory (.+?): 4\.0 KiB free, too little for (.+); free some space there or set "
                      r"TMPDIR to a directory with (about [\d.]+ \w+ free|more room)$")
     found = [one.search(s) for s in said]
     assert all(found), said
