@@ -25,6 +25,9 @@ from nmt.preflight import settings_lines
 REPO = Path(__file__).resolve().parents[2]
 
 
+# COLUMNS for a test reading --help: argparse wraps it to the terminal's width, breaking after a hyphen or inside a
+# long word, which joining its words again does not undo (at 50 or 130 columns); each flag's help on one line.
+ONE_LINE = "1000"
 
 
 def cfg_of(argv):
@@ -52,7 +55,8 @@ def test_defaults_and_flags_map_onto_the_config():
     assert cfg_of([]).model.lexical_model is True and cfg_of(["--no-lexical-model"]).model.lexical_model is False
 
 
-def test_explicit_files_replace_the_recipe():
+def test_explicit_files_replace_the_recipe(monkeypatch):
+    monkeypatch.setenv("COLUMNS", ONE_LINE)
     cfg = cfg_of(["--train-src", "a.ko", "--train-tgt", "a.en", "--dev-src", "d.ko", "--dev-tgt", "d.en"])
     assert cfg.data.recipe is None and cfg.train.model_dir == "models/custom-ko-en"
     help_text = " ".join(build_train_parser().format_help().split())   # --help said models/<recipe>-... for these too
@@ -140,7 +144,7 @@ def test_a_gpu_count_in_a_config_file_may_be_a_number(tmp_path):
 
 def test_help_is_grouped_with_defaults():
     out = subprocess.run([sys.executable, str(REPO / "scripts" / "train.py"), "--help"], capture_output=True,
-                         text=True, check=True).stdout
+                         text=True, check=True, env={**os.environ, "COLUMNS": ONE_LINE}).stdout
     for group in ("data:", "model:", "optimization:", "training:", "decoding:"):
         assert group in out
     assert "--batch-size BATCH_SIZE" in out and "(default: 32)" in out and "--gpus" in out
@@ -362,7 +366,7 @@ def test_a_config_file_is_checked_like_the_flags(tmp_path):
         cfg_of(["--config", str(path)])
 
 
-def test_transformer_defaults_apply_where_nothing_was_given(tmp_path):
+def test_transformer_defaults_apply_where_nothing_was_given(tmp_path, monkeypatch):
     """--arch transformer starts from its own dropout, word dropout, lr and warm-up; the LSTM's are unchanged, and
     a --config file or a flag still wins."""
     def shared_fields(cfg):
@@ -378,6 +382,7 @@ def test_transformer_defaults_apply_where_nothing_was_given(tmp_path):
     assert shared_fields(cfg_of(["--config", str(path)])) == (0.3, 0.0, 1e-3, 1000)
     assert shared_fields(cfg_of(["--config", str(path), "--arch", "lstm"])) == (0.4, 0.0, 2e-3, 400)
     assert Config.load(path, complete=False).model.dropout == 0.3
+    monkeypatch.setenv("COLUMNS", ONE_LINE)
     help_text = build_train_parser().format_help()
     assert re.search(r"\(default: 0\.4;[^)]* with --arch transformer: 0\.3\)", " ".join(help_text.split()))
 
@@ -1172,11 +1177,12 @@ def test_every_flag_is_the_one_its_config_key_names():
     assert set(FLAG_NAMES) <= set(flags)
 
 
-def test_nmt_score_help_says_what_a_long_translation_gets():
+def test_nmt_score_help_says_what_a_long_translation_gets(monkeypatch):
     """nmt-score's --help said "longer inputs are truncated with a warning", the help of nmt-translate's flag, where a
     translation longer than that is an error naming its line (docs/translation.md)."""
     from nmt.cli_decode import build_translate_parser
     from nmt.cli_score import build_score_parser
+    monkeypatch.setenv("COLUMNS", ONE_LINE)
     score = " ".join(build_score_parser().format_help().split())
     assert "longer source sentences are truncated with a warning; a translation longer than 3 x (this + the " \
         "search's most for such a source) is an error naming its line" in score
