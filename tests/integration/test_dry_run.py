@@ -81,7 +81,7 @@ def test_a_temporary_directory_without_room_for_the_encoded_corpus_names_tmpdir(
                         lambda path: 1000 if str(path).startswith(str(temp)) else free_bytes(path))
     assert train_main(args_for(task, tmp_path / "m", "--dry-run")) == 2
     err = capsys.readouterr().err
-    found = re.search(r"\nerror: the temporary directory (\S+)/nmt-dry-run-\w+\.tmp: 1000 bytes free, too little for "
+    found = re.search(r"\nerror: the temporary directory (.+?)/nmt-dry-run-\w+\.tmp: 1000 bytes free, too little for "
                       r"the encoded training corpus's arrays \(encoded\.[0-9a-f]{16}\.\*\.npy\) \(about ([\d.]+) KiB "
                       r"needed\); free some space there or set TMPDIR to a directory with about ([\d.]+) KiB free\n", err)
     assert found and "--model-dir" not in err.split("\nerror: ")[1], err

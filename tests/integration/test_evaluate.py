@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -24,6 +25,11 @@ from nmt.translate import Translator
 from tests.synth import run_command, twin_of
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def q(path) -> str:
+    """`path` as one word of a shell command line (the checkout's path or $TMPDIR may hold a space)."""
+    return shlex.quote(str(path))
 
 
 @pytest.fixture
@@ -78,8 +84,9 @@ def test_the_json_file_is_none_of_the_hyp_dir_files_and_a_pipe_has_a_steady_name
     assert not (tmp_path / "hx" / "x.en").exists()
     for _ in range(2):
         with open(src, "rb") as f:
-            r = subprocess.run(f"cat | {sys.executable} {REPO / 'scripts' / 'evaluate.py'} --model-dir {model_copy} "
-                               f"--src-file /dev/stdin --ref-file {ref} --no-save --hyp-dir {tmp_path / 'hp'}",
+            r = subprocess.run(f"cat | {q(sys.executable)} {q(REPO / 'scripts' / 'evaluate.py')} --model-dir "
+                               f"{q(model_copy)} --src-file /dev/stdin --ref-file {q(ref)} --no-save --hyp-dir "
+                               f"{q(tmp_path / 'hp')}",
                                shell=True, stdin=f, capture_output=True, text=True, timeout=300,
                                env=dict(os.environ, PYTHONPATH=str(REPO)))
         assert r.returncode == 0 and r.stdout.startswith("/dev/stdin: "), r.stderr[-2000:]
@@ -118,11 +125,12 @@ def test_standard_output_is_none_of_the_files_the_evaluation_reads_or_writes(mod
     (model_copy / ckpt.CONFIG).write_text(json.dumps(cfg))
     src = copied_test_set(model_copy, tmp_path)
     (tmp_path / "hd").mkdir()
-    script = f"{sys.executable} {REPO / 'scripts' / 'evaluate.py'} --model-dir {model_copy} --no-save"
-    for line, says in ((f"{script} --dev-set >> {cfg['data']['dev_tgt']}", "standard output is the model's dev-tgt "
-                        "file: writing it would destroy what this command reads"),
-                       (f"{script} --src-file {src} --ref-file {src.with_suffix('.en')} --hyp-dir {tmp_path / 'hd'} "
-                        f"> {tmp_path / 'hd' / 'set.ko.en'}", "standard output is the --hyp-dir file")):
+    script = f"{q(sys.executable)} {q(REPO / 'scripts' / 'evaluate.py')} --model-dir {q(model_copy)} --no-save"
+    for line, says in ((f"{script} --dev-set >> {q(cfg['data']['dev_tgt'])}", "standard output is the model's "
+                        "dev-tgt file: writing it would destroy what this command reads"),
+                       (f"{script} --src-file {q(src)} --ref-file {q(src.with_suffix('.en'))} --hyp-dir "
+                        f"{q(tmp_path / 'hd')} > {q(tmp_path / 'hd' / 'set.ko.en')}",
+                        "standard output is the --hyp-dir file")):
         before = Path(cfg["data"]["dev_tgt"]).read_bytes()
         r = subprocess.run(line, shell=True, executable="/bin/bash", stderr=subprocess.PIPE, text=True, timeout=300,
                            env=dict(os.environ, PYTHONPATH=str(REPO)))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -23,6 +24,11 @@ from tests.synth import as_trained_with_its_config, list_params_files, synth_fil
 from tests.synth import run_command as run
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def q(path) -> str:
+    """`path` as one word of a shell command line, as nmt's advice gives it (a checkout or $TMPDIR with a space)."""
+    return shlex.quote(str(path))
 
 
 @pytest.fixture
@@ -64,7 +70,7 @@ def test_the_export_holds_what_translating_needs_and_translates_the_same(model_d
     assert train_main(["--model-dir", str(out), "--resume", "--no-progress"]) == 2
     assert f"error: --model-dir {out} is an export (nmt-export: one checkpoint, no training state; its export.json " \
            f"names the directory it came from): resume that directory, or fine-tune from this one into a new " \
-           f"directory with --init-from {out}" in capsys.readouterr().err
+           f"directory with --init-from {q(out)}" in capsys.readouterr().err
 
 
 def test_a_step_is_exported_as_the_best_of_the_export_with_its_scores(model_copy, tmp_path, capsys):
@@ -104,9 +110,9 @@ def test_a_copy_holding_only_the_best_checkpoint_says_so(model_copy, tmp_path, c
     code, _, err = run(translate_main, ["--model-dir", out, "--checkpoint", "latest", "--input", tmp_path / "in.ko"],
                        capsys)
     assert code == 2 and f"error: {out} holds no step checkpoint, only its best one: use --checkpoint best; " \
-        f"training cannot resume from it (--init-from {out} fine-tunes it in a new run)" in err, err
+        f"training cannot resume from it (--init-from {q(out)} fine-tunes it in a new run)" in err, err
     code, _, err = run(train_main, ["--model-dir", out, "--resume", "--dry-run"], capsys)   # (said: start anew)
-    assert code == 2 and f"; --init-from {out} fine-tunes its params.best in a new run)" in err, err
+    assert code == 2 and f"; --init-from {q(out)} fine-tunes its params.best in a new run)" in err, err
 
 
 def test_an_export_into_a_read_only_directory_is_one_line(model_copy, tmp_path, capsys, monkeypatch):
@@ -470,16 +476,17 @@ def test_a_stdout_gone_or_full_after_the_work_loses_only_the_last_lines(model_di
     """`nmt-export ... | true` and `nmt-train ... | true` ended, after their work, in a BrokenPipeError traceback
     with exit code 1 (a `set -o pipefail` script failed a run that had succeeded), `> /dev/full` likewise."""
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
-    export = f"{sys.executable} {REPO / 'scripts' / 'export.py'} --model-dir {model_dir} --output {tmp_path / 'ex'}"
-    files = " ".join(f"--{split}-{side} {synth_file(model_dir, f'{split}.{lang}')}"
+    export = (f"{q(sys.executable)} {q(REPO / 'scripts' / 'export.py')} --model-dir {q(model_dir)} --output "
+              f"{q(tmp_path / 'ex')}")
+    files = " ".join(f"--{split}-{side} {q(synth_file(model_dir, f'{split}.{lang}'))}"
                      for split in ("train", "dev", "test") for side, lang in (("src", "ko"), ("tgt", "en")))
-    train = (f"{sys.executable} {REPO / 'scripts' / 'train.py'} {files} --model-dir {tmp_path / 't'} "
+    train = (f"{q(sys.executable)} {q(REPO / 'scripts' / 'train.py')} {files} --model-dir {q(tmp_path / 't')} "
              "--vocab-size 400 --embed-size 16 --hidden-size 16 --num-layers 1 --max-steps 2 --no-progress")
     for line, code in ((f"{export} | true; exit ${{PIPESTATUS[0]}}", 141),
                        (f"{train} | true; exit ${{PIPESTATUS[0]}}", 141),
-                       (f"{train.replace(str(tmp_path / 't'), str(tmp_path / 'dry'))} --dry-run | true; "
+                       (f"{train.replace(q(tmp_path / 't'), q(tmp_path / 'dry'))} --dry-run | true; "
                         "exit ${PIPESTATUS[0]}", 141),   # (the dry run's report too)
-                       (f"rm -r {tmp_path / 'ex'}; {export} > /dev/full", 2)):
+                       (f"rm -r {q(tmp_path / 'ex')}; {export} > /dev/full", 2)):
         p = subprocess.run(line, shell=True, executable="/bin/bash", stderr=subprocess.PIPE, stdout=subprocess.PIPE,
                            text=True, env=env, timeout=300)
         assert p.returncode == code and "Traceback" not in p.stderr, (line, p.stderr[-2000:])

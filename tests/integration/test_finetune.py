@@ -9,6 +9,7 @@ import pytest
 
 from nmt import checkpoint as ckpt, manifest
 from nmt.cli import train_main
+from nmt.commands import shell_word
 from nmt.config import Config, ConfigError
 from tests.synth import assert_same_params, list_params_files, load_params, params_of, task_files, write_task
 
@@ -182,12 +183,14 @@ def test_what_does_not_fit_is_a_clear_error(parent, tmp_path, capsys):
     null = tmp_path / "null"   # its config.json's model section null (a TypeError in the fine-tuning's settings)
     shutil.copytree(model, null)
     (null / ckpt.CONFIG).write_text(json.dumps({**json.loads((model / ckpt.CONFIG).read_text()), "model": None}))
+    lost_best_file = shell_word(lost_best / best_file)   # (a command's word: quoted where needed)
     for flags, says in [
             (["--init-from", str(lost_best)], "is truncated: 100 bytes, its manifest says "),
-            (["--init-from", str(lost_best)], f"; use --init-from {lost_best / best_file}, the same parameters"),
-            (["--init-from", str(lost_best / ckpt.PARAMS_BEST)], f"; use --init-from {lost_best / best_file}, the "),
+            (["--init-from", str(lost_best)], f"; use --init-from {lost_best_file}, the same parameters"),
+            (["--init-from", str(lost_best / ckpt.PARAMS_BEST)], f"; use --init-from {lost_best_file}, the "),
             (["--init-from", str(pruned)], f"was deleted (not by --keep-last: the run keeps that step), so the best "
-                                           f"parameters are lost: use --init-from {pruned / kept_file} (a kept step), "
+                                           f"parameters are lost: use --init-from {shell_word(pruned / kept_file)} "
+                                           "(a kept step), "
                                            "or train again"),
             (["--init-from", str(model), "--hidden-size", "32"],
              f"--hidden-size 32: --init-from {best} has model.hidden_size 48 ({model / ckpt.CONFIG}); a fine-tuning "

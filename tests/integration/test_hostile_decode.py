@@ -414,11 +414,11 @@ def test_utf16_input_to_translate_is_named_as_such(model_dir, tmp_path, capsys, 
     path.write_bytes("Thank you.\nGood weather.\n".encode(encoding))
     code, out, err = run(translate_main, ["--model-dir", model_dir, "--input", path], capsys)
     assert code == 2 and out == "" and f"error: {path}: the input is {named} (" in err
-    assert f"`iconv -f {named} -t UTF-8 {path}`" in err
+    assert f"`iconv -f {named} -t UTF-8 {shlex.quote(str(path))}`" in err
     packed = tmp_path / "in.en.gz"   # (the advice gave iconv the compressed file)
     packed.write_bytes(gzip.compress(path.read_bytes()))
     code, out, err = run(translate_main, ["--model-dir", model_dir, "--input", packed], capsys)
-    assert code == 2 and f"`zcat {packed} | iconv -f {named} -t UTF-8`" in err
+    assert code == 2 and f"`zcat {shlex.quote(str(packed))} | iconv -f {named} -t UTF-8`" in err
 
 
 @pytest.mark.parametrize("data, flags, said", [
@@ -483,13 +483,13 @@ def test_compressed_standard_input_is_read_as_an_input_file_is(model_dir, capsys
     cp949 = "고마워요.\n".encode("cp949")
     bad.write_bytes(gzip.compress(b"ok\n" + cp949))   # (after UTF-8 Korean: a stray line, to correct instead)
     code, out, err = run(translate_main, ["--model-dir", model_dir, "--input", bad], capsys)
-    assert code == 2 and f"`zcat {bad} | iconv -f CP949 -t UTF-8`" in err, err
+    assert code == 2 and f"`zcat {shlex.quote(str(bad))} | iconv -f CP949 -t UTF-8`" in err, err
     for name, data, cat in [("bad.txt", gzip.compress(cp949), "zcat "), ("bad.gz", cp949, "")]:
         path = tmp_path / name   # by what the file holds, not by its name (it was "iconv" alone, and zcat for bad.gz)
         path.write_bytes(data)
         code, out, err = run(translate_main, ["--model-dir", model_dir, "--input", path], capsys)
-        assert code == 2 and f"`{cat}{path} | iconv -f CP949 -t UTF-8`" in err if cat else \
-            f"`iconv -f CP949 -t UTF-8 {path}`" in err, err
+        assert code == 2 and f"`{cat}{shlex.quote(str(path))} | iconv -f CP949 -t UTF-8`" in err if cat else \
+            f"`iconv -f CP949 -t UTF-8 {shlex.quote(str(path))}`" in err, err
 
 
 def test_invalid_utf8_in_a_test_set_offers_no_skipping(model_dir, test_files, tmp_path, capsys):
@@ -565,17 +565,19 @@ def test_a_standard_output_or_descriptor_that_cannot_take_the_output_is_refused_
     model = tmp_path / "m"
     shutil.copytree(model_dir, model)
     (tmp_path / "ro.txt").write_text("keep\n")
-    script = {name: f"{shlex.quote(sys.executable)} {REPO / 'scripts' / name} --model-dir {model}"
+    def q(path) -> str:   # (one word of the line: the checkout or $TMPDIR may hold a space)
+        return shlex.quote(str(path))
+    script = {name: f"{q(sys.executable)} {q(REPO / 'scripts' / name)} --model-dir {q(model)}"
               for name in ("translate.py", "evaluate.py", "score.py")}
     for line, says in (
-            (f"{script['translate.py']} --input {src} --output /dev/fd/3 3<{tmp_path / 'ro.txt'}",
+            (f"{script['translate.py']} --input {q(src)} --output /dev/fd/3 3<{q(tmp_path / 'ro.txt')}",
              "--output /dev/fd/3: descriptor 3 is open for reading only"),
-            (f"{script['evaluate.py']} --src-file {src} --ref-file {ref} --no-save --json /dev/fd/7",
+            (f"{script['evaluate.py']} --src-file {q(src)} --ref-file {q(ref)} --no-save --json /dev/fd/7",
              "--json /dev/fd/7: descriptor 7 is not open"),
-            (f"{script['translate.py']} --input {src} >> {model / 'config.json'}",
+            (f"{script['translate.py']} --input {q(src)} >> {q(model / 'config.json')}",
              f"standard output is a file of the model directory {model}"),
-            (f"{script['evaluate.py']} --src-file {src} --ref-file {ref} --no-save --json {tmp_path / 'o.json'} "
-             f">> {ref}", "standard output is the --ref-file file")):
+            (f"{script['evaluate.py']} --src-file {q(src)} --ref-file {q(ref)} --no-save --json "
+             f"{q(tmp_path / 'o.json')} >> {q(ref)}", "standard output is the --ref-file file")):
         before = (model / "config.json").read_bytes(), ref.read_bytes()
         p = subprocess.run(line, shell=True, executable="/bin/bash", stderr=subprocess.PIPE, text=True, timeout=300)
         assert p.returncode == 2 and says in p.stderr and "Traceback" not in p.stderr, (line, p.stderr)

@@ -8,6 +8,7 @@ import pytest
 
 from nmt import checkpoint as ckpt
 from nmt.cli_decode import evaluate_main, translate_main
+from nmt.commands import shell_word
 from nmt.train import train
 from tests.synth import tiny_config, twin_of, write_task
 
@@ -370,5 +371,5 @@ def test_an_average_of_a_damaged_checkpoint_says_what_to_do(model, tmp_path, cap
         ckpt.average_checkpoints(copy, [ckpt.params_file(s) for s in (2, 4, 4)])
     assert str(e.value).endswith("params.avg is not written: restore the file from a backup, or leave it out, with N "
                                  "at most 2 (the checkpoints after it); average the last N checkpoints into it with "
-                                 f"`nmt-train --model-dir {copy} --resume --average-last N`"), e.value
+                                 f"`nmt-train --model-dir {shell_word(copy)} --resume --average-last N`"), e.value
     assert not (copy / ckpt.PARAMS_AVG).exists()
