@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -53,7 +54,9 @@ def script_env(tmp_path: Path, **env) -> dict:
     log = tmp_path / "calls.jsonl"
     log.unlink(missing_ok=True)
     fake = tmp_path / "fake-python"
-    fake.write_text(f"#!{sys.executable}\nREAL = {sys.executable!r}\nLOG = {str(log)!r}\n" + RECORDER)
+    # started by sh, which runs the interpreter (a "#!" line cannot name a path with a space), as pip's scripts are
+    fake.write_text(f"#!/bin/sh\n'''exec' {shlex.quote(sys.executable)} \"$0\" \"$@\"\n' '''\n"
+                    f"REAL = {sys.executable!r}\nLOG = {str(log)!r}\n" + RECORDER)
     fake.chmod(0o755)
     return {**os.environ, "PYTHON": str(fake), "MODELS": str(tmp_path / "models"),
             "NMT_DATA_DIR": str(tmp_path / "data"), "OMP_NUM_THREADS": "1", **env}
