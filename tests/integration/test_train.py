@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from nmt import checkpoint as ckpt
+from nmt.commands import shell_word
 from nmt.config import Config
 from nmt.resume import resume_state
 from nmt.train import create_trainer, train
@@ -526,7 +527,8 @@ def test_sigterm_outside_the_training_loop_is_an_interruption(tmp_path, task, mo
         train_module.run_training(tiny_config(tmp_path, task, "n", max_steps=2))
     said = (tmp_path / "n" / ckpt.LOG).read_text()
     assert "SIGTERM received: stopping" in said
-    assert f"the test sets are not (all) scored: `nmt-evaluate --model-dir {tmp_path / 'n'} --recipe-tests`" in said
+    assert f"the test sets are not (all) scored: `nmt-evaluate --model-dir {shell_word(tmp_path / 'n')} " \
+        "--recipe-tests`" in said
     monkeypatch.setattr(train_module.ckpt, "average_checkpoints", lambda *a, **k: os.kill(os.getpid(),
                                                                                           signal.SIGTERM))
     with pytest.raises(Terminated):   # while --average-last averages (it was killed without a word)
@@ -843,7 +845,7 @@ def test_a_signal_as_training_ends_skips_the_test_sets(tmp_path, task, monkeypat
     assert train_main(flags) == 130
     err = capsys.readouterr().err
     assert f"SIGINT received as training ended (max_steps at step 4); checkpoint saved in {d}; no test set was " \
-           f"scored (`nmt-evaluate --model-dir {d} --recipe-tests` scores them)" in err
+           f"scored (`nmt-evaluate --model-dir {shell_word(d)} --recipe-tests` scores them)" in err
     assert not (d / "scores.json").exists()
     state = ckpt.TrainState.load(d)
     assert state.stopped == "max_steps" and state.step == 4 and (d / ckpt.params_file(4)).exists()
@@ -891,7 +893,8 @@ def test_a_resume_on_data_edited_in_place_is_refused_before_anything_is_written(
             assert code == 2 and "Traceback" not in err, err
             assert ("error: --resume: the " + says.format(files[f"{side}_src"], files[f"{side}_tgt"])
                     + " changed since it started") in err, err   # and nothing written (TensorBoard's file was)
-            assert f"fine-tune it into another --model-dir with --init-from {d}" in err   # (it named --overwrite only)
+            # (it named --overwrite only)
+            assert "fine-tune it into another --model-dir with --init-from " + shell_word(d) in err
             assert {p.relative_to(d): p.read_bytes() for p in d.rglob("*") if p.is_file() and p.name not in (
                 ckpt.LOG, ckpt.LOCK)} == kept
             last = (d / ckpt.LOG).read_text().splitlines()[-1]   # its setup was logged: then why it did not go on
@@ -1115,7 +1118,8 @@ def test_a_resume_takes_a_new_weight_decay_and_refuses_another_optimizer(tmp_pat
         err = capsys.readouterr().err
         assert f'--resume: --optimizer "sgd" differs from "adam", which this run was trained with ({tmp_path / "wd"}' \
                f"/{ckpt.CONFIG}); its saved optimizer states belong to the adam optimizer: drop it, or to switch " \
-               f"optimizers fine-tune into a new --model-dir with --init-from {tmp_path / 'wd'}" in err, err
+               "optimizers fine-tune into a new --model-dir with --init-from " \
+               f"{shell_word(tmp_path / 'wd' / ckpt.params_file(3))}" in err, err   # (its newest checkpoint)
         assert "Traceback" not in err and (tmp_path / "wd" / ckpt.CONFIG).read_bytes() == config
     assert resume("wd", "--weight-decay", "0.5") == 0 and resume("plain") == 0
     log = (tmp_path / "wd" / ckpt.LOG).read_text()

@@ -27,8 +27,8 @@ import pytest
 
 from nmt import checkpoint as ckpt
 from nmt.cli_decode import translate_main
-from nmt.config import CHARS_PER_TOKEN
-from nmt.config import DecodeConfig
+from nmt.commands import shell_word
+from nmt.config import CHARS_PER_TOKEN, DecodeConfig
 from nmt.prompt import interactive
 from nmt.stream import PAUSE, read_raw_lines, translate_stream
 from nmt.text import one_line, tidy_translation
@@ -314,7 +314,7 @@ def test_invalid_utf8_error_names_the_line_after_writing_all_before(tr, tmp_path
     path.write_bytes(b"ok\n" + "차".encode("cp949") + b"\n")   # nothing but ASCII before: the whole input, maybe
     code, _, err = run(["--model-dir", tr.model_dir, "--input", path, "--output", out, "--chunk-lines", chunk], capsys)
     assert code == 2 and f"{path}:2: invalid UTF-8" in err and "Convert the input to UTF-8 (" in err and \
-        f"iconv -f CP949 -t UTF-8 {path}" in err, err
+        f"iconv -f CP949 -t UTF-8 {shell_word(path)}" in err, err
 
 
 def test_cr_line_ends_are_named_after_writing_the_lines_before(tr, tmp_path, capsys):
