@@ -127,15 +127,16 @@ def trained_now(model_dir: Path) -> bool:
 
 def no_checkpoint_yet(model_dir: Path) -> str:
     """What a command says of a model directory that holds no checkpoint (nothing to load): the run that holds its
-    lock writes the first later; else its run ended before it saved one (a full disk or another error as it saved,
-    a kill: said where the run wrote its errors, not in its train.log, which shows how far it got)."""
+    lock writes the first later; else its run ended before it saved one (a full disk or another error as it saved:
+    the end of its train.log says it, and how far it got; or a kill)."""
     model_dir = Path(model_dir)
     if trained_now(model_dir):
         return (f"{model_dir} holds no checkpoint yet (no {STATE}, no {PARAMS_BEST}): the run training it (it holds "
                 f"{LOCK}) writes the first at its first validation (--valid-every) or when stopped with Ctrl-C")
     log = model_dir / LOG
     return (f"{model_dir} holds no checkpoint (no {STATE}, no {PARAMS_BEST}): its run ended before it saved one"
-            + (f" (its error output says why; {log} how far it got)" if log.is_file() else "")
+            + (f" ({log} says how far it got, and ends with its error unless it was killed)" if log.is_file()
+               else "")
             + "; start it again with the command that started it, --overwrite added")
 
 

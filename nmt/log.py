@@ -66,10 +66,11 @@ def setup_logging(log_file: Optional[Path] = None, level: Optional[int] = None, 
 _MADE: "weakref.WeakSet[logging.Handler]" = weakref.WeakSet()   # the handlers setup_logging made
 
 
-def to_log_file(level: int, message: str) -> None:
+def to_log_file(level: int, message: str, error: Optional[BaseException] = None) -> None:
     """`message` into the log files of the `nmt` logger only (train.log), not to the console: what the command also
-    says there in its own words (its `error:` line)."""
-    record = logging.getLogger("nmt.train").makeRecord("nmt.train", level, __file__, 0, message, None, None)
+    says there in its own words (its `error:` line, or the traceback of `error`, which follows `message`)."""
+    exc_info = (type(error), error, error.__traceback__) if error is not None else None
+    record = logging.getLogger("nmt.train").makeRecord("nmt.train", level, __file__, 0, message, None, exc_info)
     for h in logging.getLogger("nmt").handlers:
         if isinstance(h, logging.FileHandler):
             h.handle(record)

@@ -264,6 +264,17 @@ class TrainResult:
     rank: int = 0                       # in a distributed job, this worker's (0: the one that writes the model dir)
 
 
+def log_error(e: Exception, what: str) -> None:
+    """The error `e` that ends the run into its train.log (the console says it: nmt-train's `error:` line, or the
+    traceback), where a user looks later, as Sockeye and fairseq log theirs: bad input or a full disk as one line,
+    an unexpected error with its traceback."""
+    from nmt.commands import user_errors
+    if isinstance(e, user_errors()):
+        to_log_file(logging.ERROR, f"{what}: {error_line(e)}")
+    else:
+        to_log_file(logging.ERROR, f"{what}: {type(e).__name__}: {error_line(e)}", error=e)
+
+
 @logging_kept   # a run from Python leaves the program's logging as it found it (nmt-train: `run_training`)
 def train(cfg: Config, resume: bool = False, overwrite: bool = False, evaluate: bool = True,
           init: Optional[Path] = None) -> TrainResult:
@@ -292,7 +303,7 @@ def run_training(cfg: Config, resume: bool = False, overwrite: bool = False, eva
             setup_logging(None)   # close the log file before removing it
             remove_made(model_dir, existed)
         elif isinstance(e, Exception):   # (its setup lines, "resuming with settings changed", were logged already)
-            to_log_file(logging.ERROR, f"the run did not start: {error_line(e)}")
+            log_error(e, "the run did not start")
         raise
     lock, trainer.lock = trainer.lock, None   # held until the test scores are in scores.json, not as fit() ends
     trainer.scores_tests = evaluate and unscored(model_dir, trainer.data.splits.tests)   # (a --no-eval run's resume)
@@ -313,6 +324,9 @@ def run_training(cfg: Config, resume: bool = False, overwrite: bool = False, eva
                                "scores them%s", shell_word(model_dir), " (and with --checkpoint avg, params.avg)"
                                if trainer.averaged else "")
                 raise
+    except Exception as e:
+        log_error(e, f"the run stopped at step {trainer.state.step}")
+        raise
     finally:
         if lock is not None:
             lock.release()

@@ -293,6 +293,48 @@ def test_full_disk_mid_training_exits_2_and_resume_continues(tmp_path, capsys, m
     assert ckpt.TrainState.load(tmp_path / "m").step == 6
 
 
+def test_the_error_that_ends_a_run_ends_its_train_log(tmp_path, capsys, monkeypatch):
+    """A run ended by an error after its setup (a full disk at a checkpoint; an exception in a training step) left
+    train.log ending at its last validation, the error only on the terminal: train.log now ends with it, one line
+    for bad input or a full disk, the traceback for an unexpected error (Sockeye and fairseq log theirs). The
+    terminal shows what it did: the `error:` line, or (run_cli raises it again) the exception."""
+    from mxnet import gluon
+    from nmt.cli import train_main
+    from nmt.train import Trainer
+    real = gluon.Block.save_parameters
+
+    def full(self, filename, *a, **kw):
+        if "00000004" in str(filename):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(self, filename, *a, **kw)
+    monkeypatch.setattr(gluon.Block, "save_parameters", full)
+    assert train_main(checkpoint_every_2(tmp_path / "disk", 6)) == 2
+    err = capsys.readouterr().err
+    said = f"cannot write {tmp_path / 'disk' / 'm' / ckpt.params_file(4)}: No space left"
+    assert "Traceback" not in err and f"error: {said}" in err, err
+    log = (tmp_path / "disk" / "m" / ckpt.LOG).read_text().splitlines()
+    assert "validation step 2 " in "\n".join(log) and len([line for line in log if " ERROR " in line]) == 1
+    assert " ERROR nmt.train: the run stopped at step 4: " in log[-1] and said in log[-1], log[-3:]
+    monkeypatch.setattr(gluon.Block, "save_parameters", real)
+
+    step = Trainer.train_step
+
+    def failing(self, batch):
+        if self.state.step == 3:
+            raise RuntimeError("injected failure\nsecond line")
+        return step(self, batch)
+    monkeypatch.setattr(Trainer, "train_step", failing)
+    with pytest.raises(RuntimeError, match="injected failure"):
+        train_main(checkpoint_every_2(tmp_path / "bug", 6))
+    assert "Traceback" not in capsys.readouterr().err   # (Python prints it as the exception leaves the command)
+    log = (tmp_path / "bug" / "m" / ckpt.LOG).read_text()
+    tail = log[log.index(" ERROR "):].splitlines()
+    assert tail[0].endswith(" ERROR nmt.train: the run stopped at step 3: RuntimeError: injected failure"), tail
+    assert tail[1] == "Traceback (most recent call last):" and tail[-2:] == ["RuntimeError: injected failure",
+                                                                          "second line"], tail
+    assert "in failing" in log and "validation step 2 " in log
+
+
 def test_a_first_checkpoint_on_a_full_disk_is_not_said_to_be_coming(tmp_path, capsys, monkeypatch):
     """nmt-translate of a run whose first checkpoint met a full disk said "holds no checkpoint yet ...: nmt-train
     writes the first at its first validation", as if the run went on; it ended, and its train.log says why."""
@@ -310,8 +352,8 @@ def test_a_first_checkpoint_on_a_full_disk_is_not_said_to_be_coming(tmp_path, ca
     assert translate_main(["--model-dir", str(model_dir), "--input", os.devnull]) == 2
     assert capsys.readouterr().err == (
         f"error: {model_dir} holds no checkpoint (no state.json, no params.best): its run ended before it saved one "
-        f"(its error output says why; {model_dir / ckpt.LOG} how far it got); start it again with the command that "
-        "started it, --overwrite added\n")
+        f"({model_dir / ckpt.LOG} says how far it got, and ends with its error unless it was killed); start it again "
+        "with the command that started it, --overwrite added\n")
 
 
 def test_a_model_directory_moved_while_training_is_one_error_and_resumes_where_it_went(tmp_path, capsys,

@@ -164,8 +164,8 @@ def test_a_directory_without_a_checkpoint_says_a_run_goes_on_only_while_one_hold
     with pytest.raises(ckpt.CheckpointError) as e:
         ckpt.params_path(tmp_path, "best")
     assert str(e.value) == (f"{tmp_path} holds no checkpoint (no state.json, no params.best): its run ended before it "
-                            f"saved one (its error output says why; {tmp_path / ckpt.LOG} how far it got); start it "
-                            "again with the command that started it, --overwrite added")
+                            f"saved one ({tmp_path / ckpt.LOG} says how far it got, and ends with its error unless "
+                            "it was killed); start it again with the command that started it, --overwrite added")
     with open(tmp_path / ckpt.LOCK) as held:   # a trainer's lock (process 1's, as the file says)
         fcntl.flock(held, fcntl.LOCK_EX)
         with pytest.raises(ckpt.CheckpointError) as e:

@@ -247,8 +247,8 @@ def test_a_run_before_its_first_checkpoint_is_said_to_have_none_yet(scored_dirs,
     for name in ("config.json", "spm.ko.model", "spm.en.model", "train.log"):
         shutil.copy(a / name, early / name)
     said = (f"{early} holds no checkpoint (no state.json, no params.best): its run ended before it saved one "
-            f"(its error output says why; {early / 'train.log'} how far it got); start it again with the command that "
-            "started it, --overwrite added")
+            f"({early / 'train.log'} says how far it got, and ends with its error unless it was killed); start it "
+            "again with the command that started it, --overwrite added")
     with pytest.raises(ResultsError, match=f"^{re.escape(said)}$"):
         load_run(early)
     out = subprocess.run([sys.executable, str(REPO / "scripts/results_table.py"), str(a), str(early), "--json",
