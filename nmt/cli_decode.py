@@ -17,7 +17,8 @@ from nmt.commands import (CommandParser, Once, command, file_arg, nonempty, numb
                           usable_streams)
 from nmt.cli_io import (add_model_decode_args, installed_commands, last_lines, load_translator, open_output, output_dir,
                         output_errors, reader_gone, refuse_overwriting)
-from nmt.config import CHARS_PER_TOKEN, ConfigError
+from nmt.config import ConfigError
+from nmt.text import input_guard
 
 
 def build_translate_parser() -> argparse.ArgumentParser:
@@ -128,7 +129,7 @@ def translate_main(args: argparse.Namespace) -> int:
             src, idle, compressed = open_input(None if stdin else args.input, stack)
             if args.seed is not None:   # repeatable draws: the chunks (and so the draws) must not depend on pauses
                 idle = None
-            max_bytes = tr.decode.max_input_tokens * CHARS_PER_TOKEN * 4   # 4 = longest UTF-8 character
+            max_bytes = input_guard(tr.decode.max_input_tokens)
             if args.json_input:   # two fields, each up to the guard's characters, JSON-escaped (\uXXXX: 6 bytes)
                 max_bytes = max_bytes * 3 + 1024
             lines = read_raw_lines(src, max_bytes, idle, squeeze=not args.json_input,

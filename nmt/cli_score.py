@@ -6,7 +6,10 @@ import argparse
 import dataclasses
 import json
 import logging
+from pathlib import Path
+from typing import Optional
 
+from nmt.config import Config, ConfigError
 from nmt.flags import DECODE_FLAGS
 from nmt.cli_io import (add_model_decode_args, check_languages_of, load_translator, misaligned, open_output,
                         output_errors, reader_gone, refuse_overwriting)
@@ -51,7 +54,7 @@ def score_main(args: argparse.Namespace) -> int:
     import contextlib
     import math
     import time
-    from nmt.corpus import MAX_LINE_CHARS, drop_blank_ends, read_lines
+    from nmt.corpus import drop_blank_ends, read_lines
     from nmt.evaluate import perplexity
     from nmt import stream
     from nmt.align import align_ids
@@ -64,8 +67,8 @@ def score_main(args: argparse.Namespace) -> int:
                        [args.model_dir, *args.ensemble])
     setup_logging(None, level=logging.DEBUG if args.verbose else logging.INFO)   # the files' warnings come first
     # every line a pair, an empty source or translation too (even all of them: blank_ok); a long source is cut
-    src, tgt = (read_lines(f, max_line_chars=limit, keep_blank_end=True, blank_ok=True)
-                for f, limit in ((args.src_file, None), (args.tgt_file, MAX_LINE_CHARS)))
+    src = read_lines(args.src_file, keep_blank_end=True, blank_ok=True, max_input_tokens=max_input_tokens(args))
+    tgt = read_lines(args.tgt_file, keep_blank_end=True, blank_ok=True)
     drop_blank_ends([(args.src_file, src), (args.tgt_file, tgt)], keep_blank_pairs=True)   # an editor's last lines
     if len(src) != len(tgt):
         raise misaligned(args.src_file, src, "--tgt-file", args.tgt_file, tgt, "--tgt-file", "--src-file")
@@ -96,6 +99,18 @@ def score_main(args: argparse.Namespace) -> int:
         "s" * (len(src) != 1), time.perf_counter() - t0, tokens, perplexity(-log_prob, tokens) if tokens else
         float("nan"), f"; {tr.truncated} source{'s' * (tr.truncated != 1)} truncated" if tr.truncated else "")
     return 0
+
+
+def max_input_tokens(args: argparse.Namespace) -> Optional[int]:
+    """--max-input-tokens, else the model's (its config.json's), which the sources are read for before the model
+    loads (`read_lines` cuts a line far longer); None when its settings cannot be read (said as the model loads)."""
+    given = getattr(args, "decode.max_input_tokens", None)
+    if given is not None:
+        return given
+    try:
+        return Config.load(Path(args.model_dir) / "config.json").decode.max_input_tokens
+    except (ConfigError, OSError):
+        return None
 
 
 def _score_row(scored, output_format: str, links) -> str:

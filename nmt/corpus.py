@@ -15,7 +15,8 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from nmt.commands import shell_word
 from nmt.log import counted
-from nmt.text import ESCAPE_SEQUENCE, SPACED, control_characters, normalize
+from nmt.config import CHARS_PER_TOKEN
+from nmt.text import ESCAPE_SEQUENCE, SPACED, control_characters, cut_line, input_guard, normalize
 from nmt.textfile import (CorpusError, PathLike, encoding_of, iconv_command, line_ends_command, not_text,
                           read_text_bytes, refuse_another_encoding, to_utf8_hint)
 
@@ -57,15 +58,19 @@ def line_list(numbers: List[int], limit: int = 5) -> str:
 
 def read_lines(path: PathLike, *, skip_invalid_utf8: bool = False, max_line_chars: Optional[int] = MAX_LINE_CHARS,
                keep_blank_end: bool = False, skippable: Union[bool, str] = False,
-               blank_ok: bool = False) -> List[Optional[str]]:
+               blank_ok: bool = False, max_input_tokens: Optional[int] = None) -> List[Optional[str]]:
     """Lines of a UTF-8 text file, normalized; None for an undecodable line skipped on request. Blank lines at
     the end are dropped (warned) unless `keep_blank_end` (a file whose every line is data, e.g. translations).
     `blank_ok`: a file of blank lines alone is such data too (translations that are all empty), not an error.
     `skippable`: the error for invalid UTF-8 offers --skip-invalid-utf8 (training data; not a test set), or (a
-    string) says why that flag, given, skips nothing here. "~" is the home directory, as in every command's file
-    flags."""
+    string) says why that flag, given, skips nothing here. `max_input_tokens`: sources, which a Translator of that
+    setting cuts: no `max_line_chars`, but a line longer than its input guard (`nmt.text.input_guard`) is cut there
+    before it is decoded and normalized, as nmt-translate reads it (`nmt.text.cut_line`; a warning names it). "~" is
+    the home directory, as in every command's file flags."""
     path = "/dev/stdin" if path == "-" else os.path.expanduser(path)   # ("-": standard input, as for every flag)
-    lines = _decode_lines(path, skip_invalid_utf8, max_line_chars, keep_blank_end, skippable, blank_ok)
+    cut_bytes = None if max_input_tokens is None else input_guard(max_input_tokens)
+    lines = _decode_lines(path, skip_invalid_utf8, None if cut_bytes else max_line_chars, keep_blank_end, skippable,
+                          blank_ok, cut_bytes)
     _warn_of_changes(path, list(enumerate(lines, 1)))
     text = [t for t in lines if t and t.strip()]
     if len(text) > 1 and all("\t" in t for t in text):
@@ -104,6 +109,18 @@ def _split_lines(data: bytes, path: Path, keep_blank_end: bool = False) -> List[
     return raw
 
 
+def _cut_long(raw: List[bytes], path: Path, cut_bytes: Optional[int]) -> List[bytes]:
+    """`raw`, its lines longer than `cut_bytes` (None: none) cut there (`nmt.text.cut_line`), with a warning."""
+    cut = [i for i, line in enumerate(raw) if cut_bytes is not None and len(line) > cut_bytes]
+    for i in cut:
+        raw[i] = cut_line(raw[i], cut_bytes)
+    if cut:
+        logger.warning("%s: %d line(s) longer than the input guard (%d bytes: --max-input-tokens x %d), cut there "
+                       "while reading (any length said next is the cut line's): line %s", path, len(cut), cut_bytes,
+                       CHARS_PER_TOKEN * 4, line_list([i + 1 for i in cut]))
+    return raw
+
+
 def _utf8_text(line: bytes) -> bool:
     """Whether `line` is UTF-8 text beyond ASCII."""
     try:
@@ -127,8 +144,9 @@ def _invalid_utf8(path: Path, i: int, line: bytes, at: int, kind: Optional[str],
                               if skippable is True else f" ({skippable})." if skippable else "."))
 
 
-def _decode_lines(path: PathLike, skip_invalid_utf8: bool, max_line_chars: int, keep_blank_end: bool = False,
-                  skippable: Union[bool, str] = False, blank_ok: bool = False) -> List[Optional[str]]:
+def _decode_lines(path: PathLike, skip_invalid_utf8: bool, max_line_chars: Optional[int], keep_blank_end: bool = False,
+                  skippable: Union[bool, str] = False, blank_ok: bool = False,
+                  cut_bytes: Optional[int] = None) -> List[Optional[str]]:
     """Decoded, not yet normalized lines of a UTF-8 text file; None for an undecodable line skipped on request.
 
     A UTF-8 byte-order mark is stripped and CRLF line ends are converted, each with a logged warning (and blank lines
@@ -149,7 +167,7 @@ def _decode_lines(path: PathLike, skip_invalid_utf8: bool, max_line_chars: int, 
         if crlf:
             logger.warning("%s: converted %d CRLF (Windows) line ends to LF", path, crlf)
             data = data.replace(b"\r\n", b"\n")
-    raw = _split_lines(data, path, keep_blank_end)
+    raw = _cut_long(_split_lines(data, path, keep_blank_end), path, cut_bytes)
 
     lines: List[Optional[str]] = []
     bad: List[int] = []

@@ -49,7 +49,7 @@ def sets_to_score(args: argparse.Namespace, tr) -> Dict[str, Tuple[Any, List[Lis
                           "scores.json; give --name (or --no-save)")
     # sources as nmt-translate reads them (a long line is cut, with a warning; a blank one, even all, is translated);
     # blank last lines dropped only where every file has them
-    src = read_lines(args.src_file, max_line_chars=None, keep_blank_end=True, blank_ok=True)
+    src = read_lines(args.src_file, keep_blank_end=True, blank_ok=True, max_input_tokens=tr.decode.max_input_tokens)
     refs = [read_lines(r, keep_blank_end=True) for r in args.ref_file]
     drop_blank_ends([(args.src_file, src), *zip(args.ref_file, refs)])
     for path, ref in zip(args.ref_file, refs):

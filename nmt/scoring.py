@@ -160,7 +160,7 @@ def first_test_sources(cfg: Config, data_dir: Optional[str] = None,
     """(name, source lines) a benchmark decodes: `src_file`, else the model's first test set (`recipe_tests`);
     ConfigError when the model has none."""
     if src_file:
-        return str(src_file), read_lines(src_file, max_line_chars=None)   # as nmt-translate: a long line is cut
+        return str(src_file), read_lines(src_file, max_input_tokens=cfg.decode.max_input_tokens)   # as nmt-translate
     tests = recipe_tests(checked_config(cfg, "first_test_sources"), data_dir)
     if not tests:
         raise ConfigError("the model has no test set; pass --src-file")

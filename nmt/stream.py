@@ -8,7 +8,6 @@ import contextlib
 import json
 import logging
 import os
-import re
 import select
 import sys
 import time
@@ -19,7 +18,7 @@ from nmt.align import format_links, with_links
 from nmt.config import CHARS_PER_TOKEN
 from nmt.json_input import parse_json_line
 from nmt.corpus import CorpusError
-from nmt.text import INVISIBLE, control_characters, one_line, removed_controls, removed_counts
+from nmt.text import char_boundary, one_line, removed_controls, removed_counts, squeeze_blanks
 from nmt.textfile import (READ_ERRORS, archive_sign, binary_sign, decompressing, encoding_of, iconv_command, not_text,
                           open_bytes, to_utf8_hint, wide_encoding)
 from nmt.log import Every
@@ -78,12 +77,12 @@ def read_raw_lines(stream: BinaryIO, max_bytes: int, idle: Optional[float] = Non
             if squeeze and len(buf) - start > max_bytes:
                 end = buf.find(b"\n", start)
                 end = len(buf) if end < 0 else end
-                squeezed = _squeeze(buf[start:end])
+                squeezed = squeeze_blanks(buf[start:end])
                 if len(squeezed) < end - start:
                     buf, start = squeezed + buf[end:], 0
                     continue
             if len(buf) - start > max_bytes:
-                yield _cut(buf[start:start + max_bytes]), True
+                yield char_boundary(buf[start:start + max_bytes]), True
                 skipping = True
                 continue
         if idle is not None and fd is not None and not paused and not select.select([fd], [], [], idle)[0]:
@@ -115,28 +114,6 @@ def _fileno(stream) -> Optional[int]:
         return stream.fileno()
     except (AttributeError, OSError, ValueError):   # io.UnsupportedOperation (BytesIO) is an OSError
         return None
-
-
-_BLANKS = re.compile(r"[^\S\r]+")   # whitespace (NBSP, U+3000 ...) but CR, which decode_line reads as a line end
-
-
-def _squeeze(pending: bytes) -> bytes:
-    """The start of a line read so far as `normalize` would leave its blanks: invisible characters (zero-width
-    spaces ...; not the control characters, which are counted later) dropped, leading whitespace dropped and runs of
-    it made one space. Bytes that are no UTF-8 (a character cut at the end, invalid ones) are kept as they are."""
-    text = pending.decode("utf-8", "surrogateescape")
-    text = INVISIBLE.sub(lambda m: m.group() if control_characters(m.group()) else "", text)
-    return _BLANKS.sub(" ", text).lstrip(" ").encode("utf-8", "surrogateescape")
-
-
-def _cut(raw: bytes) -> bytes:
-    """`raw` backed off to a character boundary (a partial UTF-8 sequence at its end dropped)."""
-    end = len(raw)
-    while end > 0 and (raw[end - 1] & 0xC0) == 0x80:
-        end -= 1
-    if end > 0 and raw[end - 1] >= 0xC0:
-        end -= 1
-    return raw[:end].rstrip(b"\r")
 
 
 def decode_line(raw: bytes, line_no: int, name: str, on_invalid: str = "error",

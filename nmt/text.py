@@ -8,6 +8,8 @@ import re
 import unicodedata
 from typing import Optional, Tuple
 
+from nmt.config import CHARS_PER_TOKEN
+
 # Control characters go; whitespace-like ones (tab, CR, vertical tab, NEL, ...) become spaces via str.split().
 # Characters that show nothing but would become tokens of their own go too: zero-width space, word joiner and the
 # invisible operators, a stray BOM, the soft hyphen, bidirectional marks, embeddings and isolates, Hangul fillers and
@@ -53,6 +55,7 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 _SPACE_RUN = re.compile(" {2,}")
 LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 SPACED = re.compile("[\x0b\x0c\x1c-\x1f\x85\u2028\u2029]")   # those, and U+001F, that a line may hold: spaces
+_BLANKS = re.compile(r"[^\S\r]+")   # whitespace (NBSP, U+3000 ...) but CR, which a reader takes for a line end
 
 
 def normalize(text: str) -> str:
@@ -113,3 +116,39 @@ def count_lines(text: str, read: Optional[str] = None) -> int:
     if read is not None and not LINE_BREAKS.search(text):
         return 1 if read else 0
     return sum(1 for part in LINE_BREAKS.split(text) if normalize(part))
+
+
+def input_guard(max_input_tokens: int) -> int:
+    """The bytes a source line is cut to as it is read (`cut_line`; nmt-translate's reader, `nmt.stream`): enough for
+    the characters the Translator keeps of it, `max_input_tokens` x CHARS_PER_TOKEN, at 4 bytes (the longest UTF-8
+    character) each."""
+    return max_input_tokens * CHARS_PER_TOKEN * 4
+
+
+def squeeze_blanks(pending: bytes) -> bytes:
+    """The start of a line read so far as `normalize` would leave its blanks: invisible characters (zero-width
+    spaces ...; not the control characters, which are counted later) dropped, leading whitespace dropped and runs of
+    it made one space. Bytes that are no UTF-8 (a character cut at the end, invalid ones) are kept as they are."""
+    text = pending.decode("utf-8", "surrogateescape")
+    text = INVISIBLE.sub(lambda m: m.group() if control_characters(m.group()) else "", text)
+    return _BLANKS.sub(" ", text).lstrip(" ").encode("utf-8", "surrogateescape")
+
+
+def char_boundary(raw: bytes) -> bytes:
+    """`raw` backed off to a character boundary (a partial UTF-8 sequence at its end dropped)."""
+    end = len(raw)
+    while end > 0 and (raw[end - 1] & 0xC0) == 0x80:
+        end -= 1
+    if end > 0 and raw[end - 1] >= 0xC0:
+        end -= 1
+    return raw[:end].rstrip(b"\r")
+
+
+def cut_line(raw: bytes, max_bytes: int, part: int = 1 << 16) -> bytes:
+    """A line held whole (a file read at once) that is longer than `max_bytes`, cut as nmt-translate's reader cuts
+    it: its blanks squeezed (`squeeze_blanks`), `part` bytes at a time, until it holds more than `max_bytes`, then cut
+    there at a character boundary. A line of hundreds of megabytes is neither decoded nor normalized whole."""
+    kept, at = b"", 0
+    while at < len(raw) and len(kept) <= max_bytes:
+        kept, at = squeeze_blanks(kept + raw[at:at + part]), at + part
+    return char_boundary(kept[:max_bytes]) if len(kept) > max_bytes else kept

@@ -377,6 +377,31 @@ def test_a_max_chars_over_the_line_limit_is_taken_and_the_limit_named(write_file
         read_parallel(write_file("l.ko", [KO[0], "가" * (MAX_LINE_CHARS + 1)]), write_file("l.en", EN[:2]))
 
 
+def test_a_huge_source_line_is_cut_before_it_is_normalized(write_file, nmt_logs, monkeypatch):
+    """nmt-score and nmt-evaluate read a --src-file line of 100 MB whole and normalized it (1.3 GB, 69 s) before the
+    Translator cut it to 4,000 characters; nmt-translate cuts while reading. Sources read for a Translator
+    (`max_input_tokens`) are cut as nmt-translate cuts them: normalize never sees more than the input guard, the
+    characters the Translator keeps are the same, and lines under the guard are read as before."""
+    import nmt.corpus
+    from nmt.text import input_guard
+    guard, keep = input_guard(250), 250 * 16   # (bytes; the characters the Translator keeps of a line)
+    huge = " \u200b " * 100_000 + "가나다 abc\t\tdef " * 200_000   # ~4 MB: blanks first, which do not count
+    lines = [KO[0], huge, "x" * 30_000, KO[2] + " \x1b[31m"]
+    path = write_file("big.ko", lines)
+    seen, real = [], nmt.corpus.normalize
+    monkeypatch.setattr(nmt.corpus, "normalize", lambda t: seen.append(len(t.encode())) or real(t))
+    read = read_lines(path, keep_blank_end=True, blank_ok=True, max_input_tokens=250)
+    assert max(seen) <= guard and len(read) == 4
+    assert [read[0], read[3]] == [KO[0], KO[2]]
+    assert [t[:keep].rstrip() for t in read[1:3]] == [normalize(t)[:keep].rstrip() for t in lines[1:3]]
+    assert f"big.ko: 2 line(s) longer than the input guard ({guard} bytes: --max-input-tokens x 64), cut there " \
+           "while reading (any length said next is the cut line's): line 2, 3" in messages(nmt_logs)
+    monkeypatch.setattr(nmt.corpus, "normalize", real)
+    assert read_lines(path, max_line_chars=None, keep_blank_end=True)[::3] == read[::3]   # (as before)
+    with pytest.raises(CorpusError, match=r"big.ko:2: line is \d+ characters long"):   # (no source: refused)
+        read_lines(path)
+
+
 def test_archives_and_compressed_files_not_read_are_named_as_such(tmp_path):
     """A zstd file was "invalid UTF-8 ... often CP949", a .tgz "UTF-16 (or not text ...)", and a bad byte in a .gz
     was to be fixed by `iconv` on the gzip file itself."""
