@@ -39,7 +39,8 @@ def main(argv=None) -> int:
     p.add_argument("--json", type=Path, help="write the rows here")
     p.add_argument("--curves", type=Path,
                    help="image of training loss and dev BLEU vs updates and wall time (.png, .svg, .pdf ...)")
-    p.add_argument("--checkpoint", type=checkpoint_name, help="scores of this checkpoint (default: best, else avg, else latest)")
+    p.add_argument("--checkpoint", type=checkpoint_name,
+                   help="scores of this checkpoint (default: best, else avg, else latest), and --examples' translations")
     p.add_argument("--hardware", default=None,
                    help="hardware column of runs that did not record theirs (default: \"not recorded\"; this "
                         "machine's is not theirs)")
@@ -48,7 +49,8 @@ def main(argv=None) -> int:
     p.add_argument("--decode-ablations", type=Path, nargs="*", default=[],
                    help="scripts/evaluate.py --json reports of the ablation base decoded other ways (beam, length "
                         "penalty): rows of the ablation table")
-    p.add_argument("--examples", type=number(int, 0), default=0, help="example translations per run (first test set)")
+    p.add_argument("--examples", type=number(int, 0), default=0, help="example translations per run (first test set; "
+                   "by the best checkpoint, unless --checkpoint)")
     p.add_argument("--data-dir", help="offline mirror for --examples (else $NMT_DATA_DIR, cache)")
     p.add_argument("--docs", type=Path, help="write the docs page (e.g. docs/results.md) from the tables in "
                                               "--results-dir, after the tables of this call")
@@ -97,7 +99,7 @@ def main(argv=None) -> int:
     if base is not None:
         text += "\n" + ablation_table(base, runs, args.ablation_test, reports)
     if args.examples:
-        text += "\n" + examples(runs, args.examples, args.data_dir)
+        text += "\n" + examples(runs, args.examples, args.data_dir, args.checkpoint)
     print(text)
     if args.markdown:
         atomic_write_text(args.markdown, text)
@@ -236,13 +238,14 @@ def example_tests(run, cfg, data_dir) -> dict:
     return recipe_tests(cfg, data_dir)
 
 
-def examples(runs, n: int, data_dir) -> str:
-    """`n` sentences spread over each run's first test set with reference and beam-search output."""
+def examples(runs, n: int, data_dir, checkpoint=None) -> str:
+    """`n` sentences spread over each run's first test set with reference and beam-search output, by the
+    `checkpoint` given (None: the best)."""
     from scripts.runs import example_indices
     from nmt.translate import Translator
     out = []
     for run in runs:
-        tr = Translator.from_dir(run.path, which="best")
+        tr = Translator.from_dir(run.path, which=checkpoint or "best")
         tests = example_tests(run, tr.config, data_dir)
         if not tests:
             continue
@@ -251,7 +254,7 @@ def examples(runs, n: int, data_dir) -> str:
         src, ref = [test.src[i] for i in lines], [test.tgt[i] for i in lines]
         hyps = tr.translate(src)
         out.append(f"**{run.name}** ({run.direction}, {name} lines {', '.join(str(i + 1) for i in lines)}, "
-                   f"beam {tr.decode.beam_size}):\n")
+                   f"beam {tr.decode.beam_size}{f', checkpoint {checkpoint}' if checkpoint else ''}):\n")
         for s, r, h in zip(src, ref, hyps):
             out.append(f"- source: {s}\n  - reference: {r}\n  - output: {h}")
         out.append("")

@@ -199,6 +199,26 @@ def test_examples_of_a_run_without_a_test_set_say_what_results_table_can_do(scor
                           "--examples out, or leave this run out of the table\n")
 
 
+def test_examples_are_translated_by_the_checkpoint_given(scored_dirs, tmp_path, monkeypatch, capsys):
+    """--examples translated with the best checkpoint whatever --checkpoint said: the table's scores were of one
+    checkpoint, its example translations of another. They are of the one given (and say which); the best else."""
+    from scripts import results_table
+    a, _ = scored_dirs
+    run = tmp_path / "run"
+    shutil.copytree(a, run)   # (its config.json names the synthetic test files)
+    loaded, real = [], Translator.from_dir.__func__
+
+    def from_dir(cls, path, which="best", *args, **kwargs):
+        loaded.append(which)
+        return real(cls, path, which, *args, **kwargs)
+    monkeypatch.setattr(Translator, "from_dir", classmethod(from_dir))
+    assert results_table.main([str(run), "--examples", "2", "--checkpoint", "latest"]) == 0
+    out = capsys.readouterr().out
+    assert loaded == ["latest"] and "beam 5, checkpoint latest):" in out, (loaded, out)
+    assert results_table.main([str(run), "--examples", "2"]) == 0
+    assert loaded == ["latest", "best"] and "checkpoint" not in capsys.readouterr().out.split("**run**")[1]
+
+
 def test_examples_are_spread_over_the_test_set():
     assert example_indices(2400, 5) == [0, 600, 1200, 1799, 2399]
     assert example_indices(3, 5) == [0, 1, 2] and example_indices(10, 0) == []
