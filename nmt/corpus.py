@@ -58,19 +58,22 @@ def line_list(numbers: List[int], limit: int = 5) -> str:
 
 def read_lines(path: PathLike, *, skip_invalid_utf8: bool = False, max_line_chars: Optional[int] = MAX_LINE_CHARS,
                keep_blank_end: bool = False, skippable: Union[bool, str] = False,
-               blank_ok: bool = False, max_input_tokens: Optional[int] = None) -> List[Optional[str]]:
+               blank_ok: bool = False, max_input_tokens: Optional[int] = None,
+               training: bool = False) -> List[Optional[str]]:
     """Lines of a UTF-8 text file, normalized; None for an undecodable line skipped on request. Blank lines at
     the end are dropped (warned) unless `keep_blank_end` (a file whose every line is data, e.g. translations).
     `blank_ok`: a file of blank lines alone is such data too (translations that are all empty), not an error.
     `skippable`: the error for invalid UTF-8 offers --skip-invalid-utf8 (training data; not a test set), or (a
     string) says why that flag, given, skips nothing here. `max_input_tokens`: sources, which a Translator of that
     setting cuts: no `max_line_chars`, but a line longer than its input guard (`nmt.text.input_guard`) is cut there
-    before it is decoded and normalized, as nmt-translate reads it (`nmt.text.cut_line`; a warning names it). "~" is
-    the home directory, as in every command's file flags."""
+    before it is decoded and normalized, as nmt-translate reads it (`nmt.text.cut_line`; a warning names it).
+    `training`: training or dev data, whose error for a line over `max_line_chars` says that nmt-train's --max-chars
+    does not raise that limit (other commands have no such flag). "~" is the home directory, as in every command's
+    file flags."""
     path = "/dev/stdin" if path == "-" else os.path.expanduser(path)   # ("-": standard input, as for every flag)
     cut_bytes = None if max_input_tokens is None else input_guard(max_input_tokens)
     lines = _decode_lines(path, skip_invalid_utf8, None if cut_bytes else max_line_chars, keep_blank_end, skippable,
-                          blank_ok, cut_bytes)
+                          blank_ok, cut_bytes, training)
     _warn_of_changes(path, list(enumerate(lines, 1)))
     text = [t for t in lines if t and t.strip()]
     if len(text) > 1 and all("\t" in t for t in text):
@@ -145,13 +148,13 @@ def _invalid_utf8(path: Path, i: int, line: bytes, at: int, kind: Optional[str],
 
 
 def _decode_lines(path: PathLike, skip_invalid_utf8: bool, max_line_chars: Optional[int], keep_blank_end: bool = False,
-                  skippable: Union[bool, str] = False, blank_ok: bool = False,
-                  cut_bytes: Optional[int] = None) -> List[Optional[str]]:
+                  skippable: Union[bool, str] = False, blank_ok: bool = False, cut_bytes: Optional[int] = None,
+                  training: bool = False) -> List[Optional[str]]:
     """Decoded, not yet normalized lines of a UTF-8 text file; None for an undecodable line skipped on request.
 
     A UTF-8 byte-order mark is stripped and CRLF line ends are converted, each with a logged warning (and blank lines
     at the end dropped, see `read_lines`). Empty files, UTF-16, CR-only line ends, invalid UTF-8 and absurdly long
-    lines raise `CorpusError`."""
+    lines raise `CorpusError` (for `training` data, the last says that --max-chars, nmt-train's, does not raise it)."""
     path = Path(path)
     data, kind = read_text_bytes(path, blank_ok)
     if data.endswith(b"\r") and data.count(b"\r") == 1 and b"\n" not in data:   # one line, ended by a CR
@@ -189,8 +192,8 @@ def _decode_lines(path: PathLike, skip_invalid_utf8: bool, max_line_chars: Optio
                               f"out. Make it one line (`tr '\\r' ' '`), or split it in both files of a pair")
         if max_line_chars is not None and len(text) > max_line_chars:
             raise CorpusError(f"{path}:{i}: line is {len(text)} characters long (limit {max_line_chars}, for every "
-                              "file read, whatever --max-chars); the file must hold one sentence per line -- check its "
-                              "line ends or split this line into sentences")
+                              f"file read{', whatever --max-chars' if training else ''}); the file must hold one "
+                              "sentence per line -- check its line ends or split this line into sentences")
         utf8 = utf8 or (i if not text.isascii() else 0)
         lines.append(text)
     if bad:
@@ -264,7 +267,8 @@ def read_parallel(src_path: PathLike, tgt_path: PathLike, *, skip_invalid_utf8: 
     unskipped = "--skip-invalid-utf8 drops lines of training and dev files only: a test set is scored whole"
     skippable = not whole or (skip_invalid_utf8 and unskipped)   # (the flag given: a word of why it did nothing)
     src, tgt = (read_lines(p, skip_invalid_utf8=skip_invalid_utf8 and not whole, keep_blank_end=True,
-                           skippable=skippable, max_line_chars=None if whole and side == 0 else MAX_LINE_CHARS)
+                           skippable=skippable, max_line_chars=None if whole and side == 0 else MAX_LINE_CHARS,
+                           training=not whole)
                 for side, p in enumerate((src_path, tgt_path)))
     drop_blank_ends([(src_path, src), (tgt_path, tgt)])
     if len(src) != len(tgt):
@@ -287,7 +291,7 @@ def read_tsv(path: PathLike, src_col: int, tgt_col: int, *, skip_invalid_utf8: b
     need = max(src_col, tgt_col) + 1
     src: List[Optional[str]] = []
     tgt: List[Optional[str]] = []
-    for i, line in enumerate(_decode_lines(path, skip_invalid_utf8, MAX_LINE_CHARS), 1):
+    for i, line in enumerate(_decode_lines(path, skip_invalid_utf8, MAX_LINE_CHARS, training=True), 1):
         if line is None or not line.strip():
             src.append(None if line is None else "")   # counted by _align as invalid / empty
             tgt.append(None if line is None else "")

@@ -351,6 +351,21 @@ def test_mismatched_line_counts_name_both_files(model_copy, tmp_path, capsys):
     assert ref.read_text(encoding="utf-8") == "ni ri\ncha\n" and src2.read_text(encoding="utf-8") == "리 니\n차\n"
 
 
+def test_a_reference_or_translation_too_long_is_said_in_the_commands_words(model_copy, tmp_path, capsys):
+    """A --ref-file (nmt-evaluate) or --tgt-file (nmt-score) line over 20,000 characters was refused "(limit 20000,
+    for every file read, whatever --max-chars)": a flag neither command has. It is said without it (nmt-train's
+    files still say it: tests/unit/test_corpus.py)."""
+    from nmt.cli_score import score_main
+    src, ref = tmp_path / "s.ko", tmp_path / "r.en"
+    src.write_text("리 니\n차\n", encoding="utf-8")
+    ref.write_text("ni ri\n" + "cha " * 6000 + "\n", encoding="utf-8")
+    said = (f"error: {ref}:2: line is 24000 characters long (limit 20000, for every file read); the file must hold "
+            "one sentence per line -- check its line ends or split this line into sentences\n")
+    assert run(["--model-dir", model_copy, "--src-file", src, "--ref-file", ref], capsys) == (2, "", said)
+    assert run_command(score_main, ["--model-dir", model_copy, "--src-file", src, "--tgt-file", ref], capsys) == (
+        2, "", said)
+
+
 def test_a_source_of_blank_lines_alone_is_scored_as_nmt_translate_translates_it(model_copy, tmp_path, capsys):
     """A --src-file of blank lines alone was refused ("the file has only blank lines"), where nmt-translate translates
     it (empty lines) and nmt-score scores it: each blank line is scored as its empty translation, against its
