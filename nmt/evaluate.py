@@ -8,6 +8,7 @@ from typing import Dict, List, Optional, Sequence
 
 import sacrebleu
 
+from nmt.api_inputs import BYTES_LIKE, check_lines
 from nmt.commands import first_line
 from nmt.config import LANGS, ConfigError
 
@@ -94,12 +95,12 @@ def score(hyps: Sequence[str], refs: Sequence[str], tgt_lang: str, more_refs: Se
           ) -> Scores:
     """BLEU (13a) and chrF of detokenized hypotheses; for Korean output also BLEU with tokenize='ko-mecab'.
     `more_refs`: further references of each hypothesis, line-aligned like `refs` (sacreBLEU's nrefs)."""
-    for name, lines in (("hyps", hyps), ("refs", refs)):   # (one string: one sentence per character)
-        if isinstance(lines, str) or not hasattr(lines, "__iter__") and not hasattr(lines, "__getitem__"):
-            raise TypeError(f"score: {name} must be a list of strings, not " + (
-                "one string: give [text]" if isinstance(lines, str) else type(lines).__name__))
-    more_refs = more_refs if isinstance(more_refs, str) else list(more_refs)   # (an iterator: read once, here)
-    if isinstance(more_refs, str) or any(isinstance(x, str) for x in more_refs):
+    for name, lines in (("hyps", hyps), ("refs", refs)):   # as the Translator's lines (a sequence by __getitem__
+        if hasattr(lines, "__iter__") or not hasattr(lines, "__getitem__"):   # alone too, which list() reads)
+            check_lines(lines, f"score: {name}", 1)
+    one = (str, *BYTES_LIKE)   # (one string or bytes object: one sentence per character or byte)
+    more_refs = more_refs if isinstance(more_refs, one) else list(more_refs)   # (an iterator: read once, here)
+    if isinstance(more_refs, one) or any(isinstance(x, one) for x in more_refs):
         raise TypeError("score: more_refs must be a list of reference lists, each line-aligned like references "
                         "(one list per further reference): give [refs2], not refs2")
     if tgt_lang not in LANGS:   # (another value would leave Korean output without its ko-mecab BLEU, unsaid)

@@ -125,7 +125,8 @@ def test_a_string_where_a_list_belongs_is_refused(tr, model_dir, lines):
             call(tr, None, ["Thanks"])
     with pytest.raises(TypeError, match="the translations must be a list of strings, got str"):
         align(tr, [lines[0]], "Thanks")
-    with pytest.raises(TypeError, match="not one string: give \\[text\\]"):
+    with pytest.raises(TypeError, match="^score: hyps must be a list of sentences, not one string \\('Thank you.'\\): "
+                                        "give \\[sentence\\]$"):
         score("Thank you.", "Thank yuo.", "en")
     with pytest.raises(TypeError, match=r"^score: more_refs must be a list of reference lists, .*: give \[refs2\]"):
         score(["a b c d"], ["a b c d"], "en", ["a b c d"])   # (it blamed the hypotheses and references)
@@ -364,13 +365,23 @@ def test_an_argument_of_another_type_is_a_type_error_naming_it(tr, model_dir, li
             call(model_dir)
     with pytest.raises(TypeError, match="^save_attention_plot: title must be a str or None, got int$"):
         nmt.plot.save_attention_plot(tr, lines[0], tmp_path / "a.png", title=5)
-    for hyps, refs, says in ((None, ["a"], "hyps must be a list of strings, not NoneType"),
+    for hyps, refs, says in ((None, ["a"], "hyps must be a list of sentences, got NoneType"),
                              (["a"], [None], "refs\\[0\\] is NoneType, not a string"),
                              ([5], ["a"], "hyps\\[0\\] is int, not a string")):
         with pytest.raises(TypeError, match=f"^score: {says}$"):
             score(hyps, refs, "en")
     with pytest.raises(TypeError, match="^score: more_refs\\[0\\]\\[0\\] is int, not a string$"):
         score(["a"], ["a"], "en", more_refs=[[5]])
+    # bytes were read byte by byte ("score: hyps[0] is int, not a string"): named as the Translator names them
+    for given, says in ((b"Hi", r"bytes object \(b'Hi'\): give \[text.decode\('utf-8'\)\]"),
+                        (bytearray(b"Hi"), r"bytes-like object \(bytearray\(b'Hi'\)\): give \[bytes\(text\)")):
+        for hyps, refs, name in ((given, ["a"], "hyps"), (["a"], given, "refs")):
+            with pytest.raises(TypeError, match=rf"^score: {name} must be a list of sentences, not one {says}"):
+                score(hyps, refs, "en")
+        with pytest.raises(TypeError, match=r"^score: more_refs must be a list of reference lists"):
+            score(["a"], ["a"], "en", more_refs=[given])
+    with pytest.raises(TypeError, match=r"^score: hyps must be a list of sentences, not a dict, whose keys would be"):
+        score({"a": "b"}, ["a"], "en")   # (its keys were scored)
 
     class Lines:   # a sequence by __getitem__ and __len__ alone (a Dataset-like class): list() reads it
         def __init__(self, items):
