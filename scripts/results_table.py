@@ -63,7 +63,7 @@ def main(argv=None) -> int:
         return _docs_alone(args.docs, args.results_dir)
 
     from nmt.atomic import atomic_write_text
-    from nmt.commands import shell_word, user_errors
+    from nmt.commands import user_errors
     from nmt.scoring import DEV_SET
     from scripts import conditions
     from scripts.runs import ResultsError, ablation_table, load_run, markdown_table, plot_curves, results_rows
@@ -81,11 +81,10 @@ def main(argv=None) -> int:
         return 2
     rows = results_rows(runs, args.checkpoint)
     tests = sorted({t for r in runs for t in r.scores})
-    unscored = [r.path for r in runs if not set(r.scores) - {DEV_SET}]   # (left out of the table: --no-eval runs)
+    unscored = [r for r in runs if not set(r.scores) - {DEV_SET}]   # (left out of the table: --no-eval runs)
     alone = runs and len(unscored) == len(runs)   # (their table would be empty, exit 0)
-    for path in unscored:
-        print(f"{'error' if alone else 'warning'}: {path} has no test set's scores (trained with --no-eval?), so no "
-              f"row: score it first, e.g. nmt-evaluate --model-dir {shell_word(str(path))} --recipe-tests",
+    for run in unscored:
+        print(f"{'error' if alone else 'warning'}: {run.path} has no test set's scores {unscored_advice(run)}",
               file=sys.stderr)
     if alone:
         return 2
@@ -213,6 +212,19 @@ def _read_report(path: Path, base) -> dict:
         raise ResultsError(f"{path}: a report of --model-dir {report.get('model_dir')}, not of the ablation base "
                            f"{base.path}: its rows would be shown as decodings of the base")
     return report
+
+
+def unscored_advice(run) -> str:
+    """Why `run` has no test scores and the command that scores them: --recipe-tests for its own test files or its
+    recipe's (a --no-eval run), files of the user's for a run that has no test set (which --recipe-tests refuses)."""
+    from nmt import recipes
+    from nmt.commands import shell_word
+    d, where = run.config.data, shell_word(str(run.path))
+    if d.test_src and d.test_tgt or d.recipe in recipes.RECIPES and recipes.RECIPES[d.recipe].tests:
+        return f"(trained with --no-eval?), so no row: score it first, e.g. nmt-evaluate --model-dir {where} " \
+               "--recipe-tests"
+    return (f"(it names no test files and no recipe, so its training had no test set to score), so no row: score "
+            f"it on test files first, e.g. nmt-evaluate --model-dir {where} --src-file SRC --ref-file REF")
 
 
 def example_tests(run, cfg, data_dir) -> dict:

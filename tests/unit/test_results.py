@@ -425,3 +425,12 @@ def test_a_run_without_test_scores_is_named_not_left_out_silently(scored_dirs, t
                          timeout=120)
     assert (out.returncode, out.stderr, out.stdout) == (2, f"error: {unscored} {said}\n", "")
     assert not (tmp_path / "r.json").exists()
+    # a run with no test set of its own (no test files, no recipe) was sent to --recipe-tests, which refuses it
+    cfg = json.loads((unscored / "config.json").read_text())
+    cfg["data"].update(test_src=None, test_tgt=None, recipe=None)
+    (unscored / "config.json").write_text(json.dumps(cfg))
+    out = subprocess.run([*table, str(unscored)], capture_output=True, text=True, timeout=120)
+    assert (out.returncode, out.stderr) == (2, f"error: {unscored} has no test set's scores (it names no test files "
+                                               "and no recipe, so its training had no test set to score), so no row: "
+                                               f"score it on test files first, e.g. nmt-evaluate --model-dir "
+                                               f"{unscored} --src-file SRC --ref-file REF\n"), out.stderr
