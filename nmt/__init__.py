@@ -42,8 +42,8 @@ def dmlc_role_problem() -> str:
     if role is None or role == "worker":
         return ""
     return (f"DMLC_ROLE={role!r}: MXNet would start this process as a scheduler or server of a distributed job as it "
-            "loads, not run the command; an nmt command runs as a job's worker (DMLC_ROLE=worker, as nmt-launch sets "
-            "it) or outside any job: unset DMLC_ROLE")
+            "loads, instead of running nmt; nmt runs as a job's worker (DMLC_ROLE=worker, as nmt-launch sets it) or "
+            "outside any job: unset DMLC_ROLE")
 
 
 class _RoleGuard:

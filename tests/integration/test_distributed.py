@@ -215,8 +215,8 @@ def test_a_role_other_than_worker_is_refused_before_mxnet_loads(tmp_path, task, 
         except subprocess.TimeoutExpired:
             pytest.fail(f"DMLC_ROLE={role!r}: {argv[:2]} waited as a node of a job")
         assert (p.returncode, p.stderr) == (2, f"error: DMLC_ROLE={role!r}: MXNet would start this process as a "
-                                               "scheduler or server of a distributed job as it loads, not run the "
-                                               "command; an nmt command runs as a job's worker (DMLC_ROLE=worker, as "
+                                               "scheduler or server of a distributed job as it loads, instead of "
+                                               "running nmt; nmt runs as a job's worker (DMLC_ROLE=worker, as "
                                                "nmt-launch sets it) or outside any job: unset DMLC_ROLE\n")
     assert not (tmp_path / "m").exists()
 
@@ -230,8 +230,8 @@ def test_a_role_other_than_worker_is_refused_by_the_python_api_and_scripts(tmp_p
     env.update(DMLC_ROLE=role, **({"DMLC_NUM_SERVER": "1", "DMLC_NUM_WORKER": "2", "DMLC_PS_ROOT_URI": "127.0.0.1",
                                      "DMLC_PS_ROOT_PORT": str(free_port())} if others else {}))
     said = (f"DMLC_ROLE={role!r}: MXNet would start this process as a scheduler or server of a distributed job as it "
-            "loads, not run the command; an nmt command runs as a job's worker (DMLC_ROLE=worker, as nmt-launch sets "
-            "it) or outside any job: unset DMLC_ROLE")
+            "loads, instead of running nmt; nmt runs as a job's worker (DMLC_ROLE=worker, as nmt-launch sets it) or "
+            "outside any job: unset DMLC_ROLE")   # (from Python too: not "the command")
     api = "from nmt.translate import Translator; Translator.from_dir('m')"
     script = ["scripts/benchmark_decode.py", "--model-dir", str(tmp_path / "m"), "--output", str(tmp_path / "b.json")]
     runs = []

@@ -196,6 +196,6 @@ def test_a_dmlc_role_other_than_worker_is_refused_before_a_model_loads(tmp_path,
     monkeypatch.setenv("DMLC_ROLE", role)
     assert main(["--model-dir", str(tmp_path / "nowhere")]) == 2   # (refused before the directory is looked at)
     assert capsys.readouterr().err == (f"error: DMLC_ROLE={role!r}: MXNet would start this process as a scheduler or "
-                                       "server of a distributed job as it loads, not run the command; an nmt command "
-                                       "runs as a job's worker (DMLC_ROLE=worker, as nmt-launch sets it) or outside "
-                                       "any job: unset DMLC_ROLE\n")
+                                       "server of a distributed job as it loads, instead of running nmt; nmt runs as "
+                                       "a job's worker (DMLC_ROLE=worker, as nmt-launch sets it) or outside any job: "
+                                       "unset DMLC_ROLE\n")
