@@ -75,6 +75,7 @@ def test_bleu_eval_notebook(tmp_path_factory, tmp_path, monkeypatch):
     monkeypatch.setenv("NMT_MODEL_DIR", str(model))
     monkeypatch.setenv("NMT_SRC_FILE", str(synth_file(model, "test.ko")))
     monkeypatch.setenv("NMT_REF_FILE", str(tmp_path / "ref.en"))
+    monkeypatch.delenv("NMT_DATA_DIR", raising=False)   # (the mirror of a system-test run: refused with them)
     monkeypatch.setenv("NMT_MAX_SENTENCES", "0")
     monkeypatch.setenv("NMT_PLOT_DIR", str(tmp_path / "plots"))
     nb = execute("bleu_eval.ipynb")
@@ -93,6 +94,7 @@ def test_bleu_eval_refuses_a_source_file_without_references(tmp_path_factory, mo
     monkeypatch.setenv("NMT_MODEL_DIR", str(model))
     monkeypatch.setenv("NMT_SRC_FILE", str(synth_file(model, "test.ko")))
     monkeypatch.delenv("NMT_REF_FILE", raising=False)
+    monkeypatch.delenv("NMT_DATA_DIR", raising=False)
     with pytest.raises(CellExecutionError, match="NMT_SRC_FILE and NMT_REF_FILE go together"):
         execute("bleu_eval.ipynb")
     monkeypatch.setenv("NMT_SRC_FILE", str(synth_file(model, "test.en")))   # the files swapped: scored BLEU 0.00
@@ -118,6 +120,7 @@ def test_bleu_eval_checks_korean_bleu_before_translating(tmp_path, monkeypatch):
     monkeypatch.setenv("NMT_MODEL_DIR", str(model))
     monkeypatch.setenv("NMT_SRC_FILE", task["dev_src"])
     monkeypatch.setenv("NMT_REF_FILE", task["dev_tgt"])
+    monkeypatch.delenv("NMT_DATA_DIR", raising=False)
     monkeypatch.setenv("NMT_PLOT_DIR", str(tmp_path / "plots"))
     nb = nbformat.read(NOTEBOOKS / "bleu_eval.ipynb", as_version=4)
     for cell in nb.cells:   # (the committed outputs would stay in the cells not run)
@@ -166,6 +169,27 @@ def test_bleu_eval_names_its_variable_for_a_data_dir_that_is_not_there(monkeypat
     with pytest.raises(CellExecutionError, match=r"NMT_DATA_DIR='/nonexistent': no such directory \(relative to "
                                                  r".*notebooks\)"):
         execute("bleu_eval.ipynb")
+
+
+def test_bleu_eval_refuses_a_data_dir_beside_its_own_test_files(tmp_path_factory, tmp_path, monkeypatch):
+    """NMT_DATA_DIR given with NMT_SRC_FILE and NMT_REF_FILE was not used, without a word (the files were scored):
+    refused, as nmt-evaluate refuses --data-dir with --src-file, naming the variables, before the model loads."""
+    from nbclient.exceptions import CellExecutionError
+    model = tiny_model(tmp_path_factory)
+    monkeypatch.setenv("NMT_MODEL_DIR", str(model))
+    monkeypatch.setenv("NMT_SRC_FILE", str(synth_file(model, "test.ko")))
+    monkeypatch.setenv("NMT_REF_FILE", str(synth_file(model, "test.en")))
+    monkeypatch.setenv("NMT_DATA_DIR", str(tmp_path))
+    nb = nbformat.read(NOTEBOOKS / "bleu_eval.ipynb", as_version=4)
+    for cell in nb.cells:   # (the committed outputs would stay in the cells not run)
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    with pytest.raises(CellExecutionError, match=rf"NMT_DATA_DIR='{tmp_path}' is where the recipe's test sets are "
+                                                 r"read; NMT_SRC_FILE and NMT_REF_FILE are read where they are: unset "
+                                                 r"NMT_DATA_DIR \(or NMT_SRC_FILE and NMT_REF_FILE, to score"):
+        NotebookClient(nb, timeout=300, kernel_name="python3",
+                       resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
+    assert "model " not in text_of(nb)   # (refused in the parameters' cell: no model loaded)
 
 
 def test_bleu_eval_names_its_variables_when_the_models_test_set_is_gone(tmp_path_factory, tmp_path, monkeypatch):
