@@ -68,16 +68,31 @@ def verify_file(path: Path, sha256: str, what: str) -> None:
 def _edited(path: Path, sha256: str) -> str:
     """What changed a file whose original had `sha256`, when it is the original but for CRLF line ends (a Windows
     copy or checkout: git's core.autocrlf) or a UTF-8 byte-order mark (an editor's), and how to undo it; else ""."""
-    data = path.read_bytes()
-    crlf, bom = b"\r\n" in data, data.startswith(b"\xef\xbb\xbf")
-    undone = (data[3:] if bom else data).replace(b"\r\n", b"\n") if crlf or bom else b""
-    if not undone or hashlib.sha256(undone).hexdigest() != sha256:
+    crlf, bom, undone = _undone_hash(path)
+    if not crlf and not bom or undone != sha256:
         return ""
     said = " and ".join(["its line ends were made CRLF (a Windows copy or checkout: git's core.autocrlf)"] * crlf +
                         ["a UTF-8 byte-order mark was put at its start (an editor's)"] * bom)
     undo = "; ".join(["`sed -i 's/\\r$//' " + shell_word(path) + "`"] * crlf +
                      ["`sed -i '1s/^\\xEF\\xBB\\xBF//' " + shell_word(path) + "`"] * bom)
     return f"It is the original but {said}: undo it ({undo}), or restore the original."
+
+
+def _undone_hash(path: Path) -> Tuple[bool, bool, str]:
+    """(whether `path` holds CRLF line ends, whether it starts with a UTF-8 byte-order mark, the sha256 of the file
+    without them). Read in blocks, as it is hashed: not whole (a big archive, truncated, is no text to undo)."""
+    h, crlf, bom, cr = hashlib.sha256(), False, False, b""   # (a CR ending a block: its LF may start the next one)
+    with open(path, "rb") as f:
+        for i, block in enumerate(iter(lambda: f.read(1 << 20), b"")):
+            if i == 0 and block.startswith(b"\xef\xbb\xbf"):
+                bom, block = True, block[3:]
+            block = cr + block
+            cr = b"\r" if block.endswith(b"\r") else b""
+            block = block[:len(block) - len(cr)]
+            crlf = crlf or b"\r\n" in block
+            h.update(block.replace(b"\r\n", b"\n"))
+    h.update(cr)
+    return crlf, bom, h.hexdigest()
 
 
 def _stream(url: str, out: IO[bytes], timeout: float, desc: str) -> str:

@@ -198,6 +198,33 @@ def test_a_mirror_file_with_crlf_line_ends_or_a_byte_order_mark_is_told_so(tmp_p
         fetch(src, "tsv", tmp_path / "mirror", tmp_path / "cache")
 
 
+def test_a_big_mirror_file_is_told_of_crlf_in_blocks_not_read_whole(tmp_path):
+    """Telling a mismatching mirror file from its original but for CRLF line ends or a byte-order mark read the file
+    whole and copied it (a 100 MB file took 200-300 MB, a truncated download of a big archive more than the memory);
+    it is read in blocks, a CRLF split between two of them found all the same."""
+    import tracemalloc
+    from nmt.download import verify_file
+    original = b"".join(b"%06d \xea\xb0\x80\tA%s\n" % (i, b"x" * (i % 7)) for i in range(900_000))   # ~16 MB
+    path = tmp_path / "big.tsv"
+    path.write_bytes(b"\xef\xbb\xbf" + original.replace(b"\n", b"\r\n"))
+    tracemalloc.start()
+    try:
+        with pytest.raises(CorpusError, match="It is the original but its line ends were made CRLF .* and a UTF-8 "
+                                              "byte-order mark"):
+            verify_file(path, sha(original), "syn")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20, peak
+    path.write_bytes(original.replace(b"\n", b"\r\n") + b"\r")   # (a CR at the very end: another file)
+    with pytest.raises(CorpusError, match="changed, truncated or is a different version"):
+        verify_file(path, sha(original), "syn")
+    split = b"a" * ((1 << 20) - 4) + b"\nb\n"   # (a CR ending the first MiB read, its LF starting the next)
+    path.write_bytes(b"\xef\xbb\xbf" + split.replace(b"\n", b"\r\n"))
+    with pytest.raises(CorpusError, match="It is the original but its line ends were made CRLF"):
+        verify_file(path, sha(split), "syn")
+
+
 def test_fetch_downloads_once_into_cache(server, tmp_path):
     body = "Hi.\t안녕.\n".encode()
     server.routes["/syn.tsv"] = body
