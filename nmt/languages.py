@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import re
-import unicodedata
 from typing import Sequence, Tuple
 
 from nmt.corpus import CorpusError
@@ -23,14 +22,19 @@ def has_hangul(text: str) -> bool:
 
 
 def korean(text: str, lang: str) -> bool:
-    """Whether a line of text meant to be in `lang` reads as Korean: any Hangul in a Korean one, Hangul outnumbering
-    Latin letters in an English one, counted in syllables as the model reads the line (NFC: macOS's decomposed
-    "서울", NFD, is five jamo, which outnumbered the letters of "I live in 서울특별시.")."""
+    """Whether a line of text meant to be in `lang` reads as Korean, as the model reads it (`normalize`): any Hangul
+    in a Korean one, Hangul outnumbering Latin letters in an English one, counted in syllables (NFC: macOS's
+    decomposed "서울", NFD, is five jamo, which outnumbered the letters of "I live in 서울특별시."). Hangul fillers
+    (chat's "blank" lines), which the model does not read, are none; full-width letters ("ＴＶ") are letters."""
+    return _read_as_korean(normalize(text), lang)
+
+
+def _read_as_korean(read: str, lang: str) -> bool:
+    """`korean` of a line as `normalize` read it."""
     if lang == "ko":
-        return has_hangul(text)
-    text = unicodedata.normalize("NFC", text)
-    hangul = len(_HANGUL.findall(text))
-    return hangul > 0 and hangul > len(_LATIN.findall(text))
+        return has_hangul(read)
+    hangul = len(_HANGUL.findall(read))
+    return hangul > 0 and hangul > len(_LATIN.findall(read))
 
 
 def check_languages(src: Sequence[str], tgt: Sequence[str], src_lang: str, names: Tuple[str, str],
@@ -78,7 +82,8 @@ def _encoded_twice(lines: Sequence[str], path: str) -> str:
 def hangul_counts(lines: Sequence[str], lang: str) -> Tuple[int, int]:
     """(lines with something left after `normalize`, lines that read as Korean, `korean`) of `lines` meant to be in
     `lang`: what `other_language_warning` reads."""
-    return sum(1 for x in lines if normalize(x)), sum(korean(x, lang) for x in lines)
+    read = [normalize(x) for x in lines]
+    return sum(1 for x in read if x), sum(_read_as_korean(x, lang) for x in read)
 
 
 def json_requests(lines: Sequence[str]) -> int:

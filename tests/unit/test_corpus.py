@@ -1107,6 +1107,21 @@ def test_decomposed_hangul_in_english_lines_counts_as_the_syllables_the_model_re
     assert [korean(x, lang) for x in ko for lang in ("ko", "en")] == [True] * 4
 
 
+def test_hangul_the_model_does_not_read_and_full_width_letters_count_as_the_model_reads_them():
+    """korean() counted an English line's characters as sent, not as the model reads them (`normalize`): Hangul
+    fillers (U+3164, chat's "blank" lines), which it removes, were Hangul, and full-width letters (a Korean input
+    method's full-width mode), which it reads as ASCII, were no letters. nmt-translate and nmt-serve warned an
+    en -> ko model's English input of being Korean ("3 of 1 non-empty lines are mostly Hangul"), and filler lines
+    hid English given to a ko -> en model."""
+    from nmt.languages import hangul_counts, korean, other_language_warning
+    assert not korean("Ｉ ｍｅｔ 김민준．", "en") and not korean("ok \u3164\u3164\u3164", "en")
+    assert not korean("\u3164", "ko") and not korean("\u115f\u1160", "ko") and korean("ＴＶ 봐요", "ko")
+    chat = ["\u3164"] * 3 + ["See you at 7 tonight.", "Sounds good."]
+    assert hangul_counts(chat, "en") == (2, 0) and hangul_counts(chat, "ko") == (2, 0)
+    assert other_language_warning(*hangul_counts(chat, "en"), "en", "ko") == ""
+    assert "0 of 2 non-empty lines have Hangul" in other_language_warning(*hangul_counts(chat, "ko"), "ko", "en")
+
+
 def test_decomposed_korean_taken_for_latin1_and_saved_again_is_told_so(write_file):
     """Korean in NFD (macOS's) read as Latin-1 and saved as UTF-8 again ("á\x84\x8bá\x85¡..." for "아") was "are
     both files English?": its jamo's lead byte 0xE1 reads as "á", which the check for such files did not look for
