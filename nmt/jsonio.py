@@ -54,29 +54,33 @@ def json_type(value: Any) -> str:
 
 def read_object(path, error: Callable[[str], Exception]) -> Dict[str, Any]:
     """The JSON object in the file at `path` (a config file); `error(message naming the file)` if it is not one."""
-    path = Path(path)
+    path, data = Path(path), b""
     try:
-        d = loads(path.read_text(encoding="utf-8-sig"))   # (a byte-order mark, as Windows editors write: no part of it)
+        data = path.read_bytes()
+        d = loads(data.decode("utf-8-sig"))   # (a byte-order mark, as Windows editors write: no part of it)
     except OSError as e:   # no permission, a directory, ...
         raise error(f"{path}: cannot be read ({e.strerror or e})") from None
     except RepeatedKey as e:
         raise error(f"{path}: key {e.args[0]!r} is given twice in one object; give each key once") from None
     except ValueError as e:   # json.JSONDecodeError, or UnicodeDecodeError: JSON is UTF-8 text
-        raise error(f"{path}: not valid JSON ({e})" + (_encoding_said(path, e) if isinstance(e, UnicodeDecodeError)
-                                                       else "")) from None
+        raise error(f"{path}: not valid JSON ({e})" + _encoding_said(path, data, e)) from None
     if not isinstance(d, dict):
         raise error(f"{path}: a JSON {json_type(d)}, where a JSON object of sections (data, model, ...) belongs")
     return d
 
 
-def _encoding_said(path: Path, e: UnicodeDecodeError) -> str:
-    """What a config file that is not UTF-8 is, as the corpus readers say it: UTF-16 (Notepad's "Unicode") or legacy
-    text (CP949), with the command converting it; "" for bytes of no text."""
+def _encoding_said(path: Path, data: bytes, e: ValueError) -> str:
+    """What a config file of `data` that is not UTF-8 JSON (`e`) is, as the corpus readers say it: UTF-16 (Notepad's
+    "Unicode"; without its byte-order mark, an ASCII config's NULs pass as UTF-8 and fail as JSON) or legacy text
+    (CP949), with the command converting it; "" for bytes of no text, or bad JSON in UTF-8."""
     from nmt.textfile import iconv_command, not_text, to_utf8_hint, wide_encoding
-    wide, _ = wide_encoding(e.object)
+    wide, _ = wide_encoding(data)
+    if wide:
+        return f"; it is {wide}: convert it, `{iconv_command(path, wide, None, into=True)}`"
+    if not isinstance(e, UnicodeDecodeError):
+        return ""
     line = e.object[e.object.rfind(b"\n", 0, e.start) + 1:].split(b"\n", 1)[0]
-    return (f"; it is {wide}: convert it, `{iconv_command(path, wide, None, into=True)}`" if wide else
-            "" if not_text(line) else f"; {to_utf8_hint(line, path, None, into=True)}")
+    return "" if not_text(line) else f"; {to_utf8_hint(line, path, None, into=True)}"
 
 
 # What a JSON value of a dataclass field may be, by the field's annotation (`int` excludes JSON's true/false).

@@ -77,6 +77,25 @@ def test_a_config_file_in_utf16_or_cp949_is_named_with_the_command_converting_it
         assert read_object(tmp_path / f"{encoding}.utf8.json", ConfigError)["data"]["train_src"] == "학습.ko"
 
 
+def test_a_config_file_in_utf16_without_its_byte_order_mark_is_named_so(tmp_path):
+    """UTF-16 without a byte-order mark (Python's "utf-16-le", .NET's UnicodeEncoding(false, false)) of an ASCII
+    config decodes as UTF-8, its NUL bytes and all, and was "not valid JSON (Expecting property name enclosed in
+    double quotes: line 1 column 2 (char 1))" alone, as nmt-serve's UTF-16 request bodies were before it named them."""
+    import subprocess
+    text = json.dumps({"train": {"max_steps": 5}})
+    for encoding in ("UTF-16LE", "UTF-16BE"):
+        path = tmp_path / f"{encoding}.json"
+        path.write_bytes(text.encode(encoding))
+        with pytest.raises(ConfigError) as e:
+            read_object(path, ConfigError)
+        assert f"; it is {encoding}: convert it, `iconv -f {encoding} -t UTF-8 " in str(e.value), str(e.value)
+        subprocess.run(re.search("`(iconv .*)`$", str(e.value))[1], shell=True, check=True)
+        assert read_object(tmp_path / f"{encoding}.utf8.json", ConfigError) == {"train": {"max_steps": 5}}
+    (tmp_path / "bad.json").write_text('{"train": {"max_steps": 5,}}')   # plain bad JSON: said as it was
+    with pytest.raises(ConfigError, match=r"not valid JSON \(Expecting property name .*\(char 26\)\)$"):
+        read_object(tmp_path / "bad.json", ConfigError)
+
+
 def test_a_directory_for_a_config_is_a_config_error_naming_it(tmp_path):
     (tmp_path / "config.json").mkdir()
     with pytest.raises(ConfigError, match=rf"^{tmp_path / 'config.json'}: cannot be read \(Is a directory\)$"):
