@@ -168,16 +168,16 @@ def _cp949_beside_utf8(line: bytes) -> bool:
 
 
 def refuse_another_encoding(path: Path, raw: List[bytes], bad: List[int], utf8: int, kind: Optional[str]) -> None:
-    """CorpusError when the invalid UTF-8 lines `bad` that --skip-invalid-utf8 would skip are most of the file's
-    lines of text and no other line is UTF-8 beyond ASCII (`utf8` 0): the file is in another encoding (CP949), whose
-    text the flag would drop whole, keeping its ASCII lines alone; what was left failed later as "both files
-    English?"."""
+    """CorpusError when no line is UTF-8 beyond ASCII (`utf8` 0) and the invalid UTF-8 lines `bad` that
+    --skip-invalid-utf8 would skip are most of the file's lines of text, or Korean in CP949 (their first 100), however
+    few (a technical text's ASCII lines may be most of it): the file is in another encoding (CP949), whose text the
+    flag would drop whole, keeping its ASCII lines alone; what was left failed later as "both files English?"."""
     text = sum(1 for x in raw if x.strip())
-    if utf8 or 2 * len(bad) <= text:
+    if utf8 or 2 * len(bad) <= text and not all(_reads_as(raw[i - 1], "cp949", _CP949_HANGUL) for i in bad[:100]):
         return
     raise CorpusError(f"{path}: {len(bad)} of its {text} lines of text, from line {bad[0]} on, are not UTF-8 and no "
-                      "line is UTF-8 beyond ASCII: the file is in another encoding, whose text --skip-invalid-utf8 "
-                      "would drop whole (it drops stray lines). Convert the file to UTF-8 "
+                      "line is UTF-8 beyond ASCII: the file is in another encoding, whose text beyond ASCII "
+                      "--skip-invalid-utf8 would drop whole (it drops stray lines). Convert the file to UTF-8 "
                       f"({to_utf8_hint(raw[bad[0] - 1], path, kind, into=True)}).")
 
 

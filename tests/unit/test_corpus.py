@@ -776,6 +776,24 @@ def test_a_cp949_file_is_not_skipped_whole_as_invalid_lines(write_file, tmp_path
         "Hello.", "Thanks."]
 
 
+def test_a_cp949_file_of_mostly_ascii_lines_is_not_skipped_of_its_korean(write_file):
+    """A CP949 Korean file whose ASCII lines (code, numbers, names: technical docs) were half of its lines or more
+    had every Korean line skipped under --skip-invalid-utf8, and training stopped with "are both files English?",
+    as before refuse_another_encoding: lines of CP949 Hangul in a file with no UTF-8 beyond ASCII are a CP949
+    file, whatever their share."""
+    ko = ["Python 3.13", "print(x)", "sys.path", "OK", "42", "json.dumps()",
+          "파이썬 자습서", "모듈을 임포트합니다.", "반환값은 없습니다.", "예외를 일으킵니다."]
+    en = ["Python 3.13", "print(x)", "sys.path", "OK", "42", "json.dumps()",
+          "The Python Tutorial", "Import the module.", "It returns nothing.", "It raises an exception."]
+    path = write_file("docs.ko", ("\n".join(ko) + "\n").encode("cp949"))
+    with pytest.raises(CorpusError, match=r"4 of its 10 lines of text, from line 7 on, are not UTF-8 .*`iconv -f "
+                                          r"CP949 -t UTF-8 "):
+        read_parallel(path, write_file("docs.en", en), skip_invalid_utf8=True)
+    # Windows-1252 lines ("Café") among more ASCII ones are still skipped, as stray lines
+    assert read_lines(write_file("w.en", b"Caf\xe9 au lait.\nHello.\nThanks.\n"), skip_invalid_utf8=True) == [
+        None, "Hello.", "Thanks."]
+
+
 @pytest.mark.parametrize("content", [b"", b"\n\n  \n", b"\xef\xbb\xbf"])
 def test_empty_file_is_an_error(write_file, content):
     ko = write_file("g.ko", content)
