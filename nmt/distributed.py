@@ -51,11 +51,18 @@ class ProcSpec:
 
 def read_hostfile(path: Path) -> List[Host]:
     """Hosts, one per line: `host`, `user@host` or either with `:sshport`; blank lines and `#` comments skipped. A
-    byte-order mark (Windows Notepad's) is no part of the first host: ssh was given it, which no name resolves."""
+    byte-order mark (Windows Notepad's) is no part of the first host: ssh was given it, which no name resolves. UTF-16
+    (Notepad's "Unicode"; without its mark, NUL bytes that decode as UTF-8) is named, with the command converting it."""
+    from nmt.textfile import iconv_command, wide_encoding
     try:
-        lines = Path(path).read_text(encoding="utf-8-sig").splitlines()
+        data = Path(path).read_bytes()
+        wide, sign = wide_encoding(data)
+        lines = [] if wide else data.decode("utf-8-sig").splitlines()
     except (OSError, UnicodeDecodeError) as e:
         raise LaunchError(f"-H {path}: cannot read the host file ({e})") from None
+    if wide:
+        raise LaunchError(f"-H {path}: the host file is {wide} ({sign}), not UTF-8: convert it, "
+                          f"`{iconv_command(path, wide, None, into=True)}`")
     hosts = []
     for no, line in enumerate(lines, 1):
         entry = line.split("#", 1)[0].strip()

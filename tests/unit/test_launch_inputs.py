@@ -14,7 +14,7 @@ import time
 import pytest
 
 from nmt import launch as launcher
-from nmt.distributed import LaunchError, ProcSpec
+from nmt.distributed import Host, LaunchError, ProcSpec, read_hostfile
 from nmt.job import Job
 
 PY = sys.executable
@@ -188,6 +188,23 @@ def test_a_host_file_saved_by_notepad_names_its_hosts_without_the_byte_order_mar
     hosts.write_bytes(b"\xef\xbb\xbf127.0.0.1\r\n")
     code, out, err = launch(capsys, "-n", "1", "-H", str(hosts), "--dry-run", "--", "x")
     assert code == 0 and "\ufeff" not in out and "# server 0 on 127.0.0.1\n" in out, err
+
+
+def test_a_host_file_in_utf16_is_named_so_with_the_command_converting_it(capsys, tmp_path):
+    """Notepad's "Unicode" (UTF-16 with its byte-order mark) host file was "cannot read the host file ('utf-8' codec
+    can't decode byte 0xff in position 0 ...)", and one without the mark was read, NUL bytes and all, into hosts
+    named "1\x002\x007..." that no lookup found ("host  1 0 . 0 . 0 . 2 : no IPv4 address")."""
+    import subprocess
+    for encoding, said in (("utf-16", "UTF-16 (it starts with a UTF-16 byte-order mark)"),
+                           ("utf-16-le", "UTF-16LE (or not text: NUL bytes fill its start)")):
+        hosts = tmp_path / f"hosts.{encoding}"
+        hosts.write_bytes("127.0.0.1\r\n10.0.0.2\r\n".encode(encoding))
+        code, out, err = launch(capsys, "-n", "1", "-H", str(hosts), "--dry-run", "--", "x")
+        assert code == 2 and f"-H {hosts}: the host file is {said}, not UTF-8: convert it, `iconv " in err, err
+        assert "\x00" not in err
+        command = re.search("`(iconv [^`]*> ([^`]*))`", err)
+        subprocess.run(command[1], shell=True, check=True)
+        assert read_hostfile(command[2]) == [Host("127.0.0.1", None), Host("10.0.0.2", None)]
 
 
 # -- the scheduler and servers after the workers ---------------------------------------------------------------------
