@@ -14,6 +14,7 @@ from nmt.textfile import undo_latin1_command, undo_latin1_loses
 
 _HANGUL = re.compile("[\uac00-\ud7a3\u1100-\u11ff\u3130-\u318f]")
 _LATIN = re.compile("[A-Za-z\u00c0-\u024f]")
+_AS_READ = re.compile("[ -~\uac00-\ud7a3]*")   # printable ASCII and syllables: `normalize` changes no count of them
 _JSON_REQUEST = re.compile(r'\ufeff?\s*\{.*"text"\s*:.*\}\s*')   # (a first line's byte-order mark too)
 
 
@@ -26,7 +27,7 @@ def korean(text: str, lang: str) -> bool:
     in a Korean one, Hangul outnumbering Latin letters in an English one, counted in syllables (NFC: macOS's
     decomposed "서울", NFD, is five jamo, which outnumbered the letters of "I live in 서울특별시."). Hangul fillers
     (chat's "blank" lines), which the model does not read, are none; full-width letters ("ＴＶ") are letters."""
-    return _read_as_korean(normalize(text), lang)
+    return _read_as_korean(text if _AS_READ.fullmatch(text) else normalize(text), lang)
 
 
 def _read_as_korean(read: str, lang: str) -> bool:
