@@ -44,7 +44,7 @@ def resumed_state(cfg: Config, workers: WorkerGroup) -> Tuple[ckpt.TrainState, C
         cfg = rank0_settings(saved, cfg, workers.rank, ckpt.latest_step(state))
     _, changes = resumed_config(saved, cfg, None, str(model_dir / ckpt.CONFIG))   # the model and data must match
     check_test_files(saved, cfg, state.test_sum, str(model_dir / ckpt.CONFIG))
-    nothing_to_average(state, cfg.train, saved.train)
+    nothing_to_average(state, cfg.train, saved.train, "train.average_last" in (cfg.labels or given_by(cfg)))
     if cfg.train.valid_metric in (None, saved.valid_metric):   # (create_trainer(cfg, resume=True): the best score
         cfg.train.valid_metric = saved.train.valid_metric      # is by the run's metric; a null stays null)
     if changes:
@@ -52,14 +52,16 @@ def resumed_state(cfg: Config, workers: WorkerGroup) -> Tuple[ckpt.TrainState, C
     return state, cfg
 
 
-def nothing_to_average(state: ckpt.TrainState, t, saved) -> None:
-    """ConfigError for a resume with --average-last (`t`: this run's training settings; `saved`: the run's) of a run
-    that ended at a limit it has still reached (no update, no checkpoint: not one a signal stopped, whose resume may
-    end its epoch and save one) and keeps fewer than two checkpoints: it ended saying "nothing to average"
-    (params.best, which may be an older step's, is no step of the last N)."""
+def nothing_to_average(state: ckpt.TrainState, t, saved, given: bool = True) -> None:
+    """ConfigError for a resume with --average-last (`t`: this run's training settings; `saved`: the run's; `given`:
+    whether this resume gives --average-last, not only the run's saved one: a plain --resume, e.g. to score a --no-eval
+    run's test sets, goes on as before, its warning said again) of a run that ended at a limit it has still reached
+    (no update, no checkpoint: not one a signal stopped, whose resume may end its epoch and save one) and keeps fewer
+    than two checkpoints: it ended saying "nothing to average" (params.best, which may be an older step's, is no step
+    of the last N)."""
     from nmt.signals import INTERRUPTS
     limit = state.limit_reached(t)
-    if not (t.average_last and limit and state.stopped not in INTERRUPTS and len(state.params_files) < 2):
+    if not (given and t.average_last and limit and state.stopped not in INTERRUPTS and len(state.params_files) < 2):
         return
     step, n = ckpt.latest_step(state), t.average_last
     pruned = f" (its --keep-last {saved.keep_last} kept no older one)" if saved.keep_last < 2 else ""

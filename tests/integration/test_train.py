@@ -1317,6 +1317,22 @@ def test_averaging_a_finished_run_that_keeps_one_checkpoint_is_refused_naming_ke
     assert "params.avg: the average of the checkpoints of steps 4, 6" in (model_dir / ckpt.LOG).read_text()
 
 
+def test_a_plain_resume_of_a_run_that_saved_one_checkpoint_to_average_goes_on(tmp_path, task, capsys):
+    """A finished --no-eval run with --average-last 2 that saved one checkpoint: a plain `--resume` (which scores its
+    test sets) was refused as "--average-last 2: the run keeps one checkpoint ..." (exit 2): the run's saved setting
+    is no averaging this resume asks for. It goes on as before; given by the resume, --average-last is refused."""
+    from nmt.cli import train_main
+    model_dir = tmp_path / "m"
+    flags = tiny_flags(task, model_dir) + ["--max-steps", "2", "--valid-every", "2", "--average-last", "2"]
+    assert train_main(flags + ["--keep-last", "2"]) == 0
+    capsys.readouterr()
+    assert train_main(["--model-dir", str(model_dir), "--resume", "--no-eval"]) == 0
+    assert "error:" not in capsys.readouterr().err
+    assert "--average-last 2: the run has 1 checkpoint, nothing to average" in (model_dir / ckpt.LOG).read_text()
+    assert train_main(["--model-dir", str(model_dir), "--resume", "--no-eval", "--average-last", "2"]) == 2
+    assert "error: --average-last 2: the run keeps one checkpoint, step 2, " in capsys.readouterr().err
+
+
 def test_a_lower_keep_last_prunes_at_the_next_checkpoint_not_in_a_resume_that_saves_none(tmp_path, task):
     """A resume at the run's limit given a lower --keep-last saved no checkpoint and kept the older ones without a
     word (config.json said 1, the directory held 3). They stay, as Sockeye and fairseq prune only as they save: no
