@@ -37,7 +37,8 @@ def mxnet_builds_problem() -> str:
 def dmlc_role_problem() -> str:
     """"" unless DMLC_ROLE is set to anything but "worker" (even ""): MXNet's import then makes this process a
     scheduler or server of a distributed job, which waits for the job for good (an unknown role too) or, without the
-    job's other DMLC_* variables, fails with a C++ traceback; then the one line that says so."""
+    job's other DMLC_* variables, fails with a C++ traceback; then the one line that says so (to a command, and to
+    any code importing MXNet after nmt, a Python caller's too: the guard of MXNet's import)."""
     role = _os.environ.get("DMLC_ROLE")
     if role is None or role == "worker":
         return ""
@@ -60,5 +61,7 @@ class _RoleGuard:
         return None
 
 
-if not any(isinstance(f, _RoleGuard) for f in _sys.meta_path):   # (once, though nmt be imported again)
+# once, though nmt be imported again: importlib.reload(nmt) makes another _RoleGuard class, which an isinstance
+# check of the earlier one's instance missed (a guard more at each reload)
+if not any(type(f).__module__ == __name__ and type(f).__qualname__ == "_RoleGuard" for f in _sys.meta_path):
     _sys.meta_path.insert(0, _RoleGuard())

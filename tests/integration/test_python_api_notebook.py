@@ -102,3 +102,17 @@ def test_bytes_for_the_attentions_pieces_are_named_as_bytes(tr, lines):
     (a string)", where a str is named ("got str") and bytes translations are named as bytes."""
     with pytest.raises(TypeError, match=r"^attention: pieces must be a list of pieces \(strings\), got bytes$"):
         nmt.plot.attention(tr, lines[0], pieces=b"\xe2\x96\x81x")
+
+
+def test_reloading_nmt_keeps_one_guard_of_mxnets_import():
+    """`importlib.reload(nmt)`, as a notebook does after an edit, put one more guard of MXNet's import (the
+    DMLC_ROLE check, nmt.dmlc_role_problem) in front of sys.meta_path each time: its isinstance check missed the
+    instance of the earlier module's class. The guard is there once, however often nmt is reloaded."""
+    import sys
+
+    def guards():
+        return [f for f in sys.meta_path if type(f).__module__ == "nmt" and type(f).__qualname__ == "_RoleGuard"]
+    assert len(guards()) == 1
+    importlib.reload(nmt)
+    importlib.reload(nmt)
+    assert len(guards()) == 1
