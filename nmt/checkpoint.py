@@ -77,14 +77,15 @@ def config_of(model_dir: Path, flag: str = "model directory") -> Path:
             f", with checkpoint {which}" if which is not None else "")
         raise CheckpointError(f"{flag} {model_dir} is a file" + (home if (model_dir.parent / CONFIG).is_file() else
                                                                   ", not a model directory (written by nmt-train)"))
-    from nmt.dirlock import left_aside   # (both import this module)
+    from nmt.dirlock import config_coming, left_aside   # (both import this module)
     from nmt.export import left_by_export
     if (model_dir / CONFIG).exists():   # (a directory, a FIFO, ...: it is there, not "not found")
         kind = "a directory" if (model_dir / CONFIG).is_dir() else "not a regular file"
         raise CheckpointError(f"{flag} {model_dir}: {model_dir / CONFIG} is {kind}, not the file of the model's "
                               "settings that nmt-train writes: put that file in its place")
     found = f"{CONFIG} not found" if model_dir.is_dir() else "no such directory"
-    raise CheckpointError(f"{flag} {model_dir}: {found}; " + (left_aside(model_dir) or left_by_export(model_dir) or
+    raise CheckpointError(f"{flag} {model_dir}: {found}; " + (left_aside(model_dir) or config_coming(model_dir) or
+                                                               left_by_export(model_dir) or
                                                                "give a directory written by nmt-train"))
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from nmt import manifest
-from nmt.checkpoint import CONFIG, EXPORT, LOCK, LOG, OWN_FILE, PARAMS_BEST, STATE, CheckpointError
+from nmt.checkpoint import CONFIG, EXPORT, LOCK, LOG, OWN_FILE, PARAMS_BEST, STATE, CheckpointError, kept_steps
 from nmt.commands import shell_word
 from nmt.tensorboard import TENSORBOARD_DIR
 from nmt.storage import check_writable, guarded_write, mxnet_name
@@ -138,6 +138,22 @@ def no_checkpoint_yet(model_dir: Path) -> str:
             + (f" ({log} says how far it got, and ends with its error unless it was killed)" if log.is_file()
                else "")
             + "; start it again with the command that started it, --overwrite added")
+
+
+def config_coming(model_dir: Path) -> str:
+    """What a command says of a model directory without config.json that nmt-train started (its train.lock is
+    there): a run that reads its data, trains its tokenizers and encodes them (minutes on millions of pairs) writes
+    config.json only then, if another process holds the lock; else its run ended first. "" without a train.lock,
+    and where a checkpoint is (a trained run's config.json deleted: its train.lock stays; --overwrite deletes it)."""
+    if any((Path(model_dir) / f).exists() for f in (STATE, PARAMS_BEST, EXPORT)) or kept_steps(Path(model_dir)):
+        return ""
+    if trained_now(model_dir):
+        return (f"the run training it (it holds {LOCK}) writes it once it has read and encoded its data, before its "
+                "first update, and its first checkpoint at its first validation (--valid-every): wait for that")
+    if not (Path(model_dir) / LOCK).is_file():
+        return ""
+    return (f"its run ended before it wrote it (its error output says why; {Path(model_dir) / LOG} how far it got): "
+            "start it again with the command that started it, --overwrite added")
 
 
 def alive(pid) -> bool:

@@ -12,7 +12,7 @@ from typing import Dict, List, Optional, Sequence
 from nmt import checkpoint as ckpt, manifest
 from nmt.config import Config, DecodeConfig
 from nmt.config_resume import PER_INVOCATION
-from nmt.dirlock import no_checkpoint_yet
+from nmt.dirlock import config_coming, no_checkpoint_yet
 from nmt.export import EXPORT, read_export
 from nmt.log import read_metrics
 from nmt.scoring import DEV_SET, ENSEMBLE_PREFIX, entry_decode, read_scores
@@ -60,7 +60,8 @@ def load_run(path) -> Run:
     if not path.is_dir():
         raise ResultsError(f"{path}: no such directory; give model directories written by nmt-train")
     if not (path / ckpt.CONFIG).is_file():
-        raise ResultsError(f"{path}: no {ckpt.CONFIG}: not a model directory written by nmt-train")
+        raise ResultsError(f"{path}: no {ckpt.CONFIG}: " + (config_coming(path) or "not a model directory written by "
+                                                               "nmt-train"))
     if not (path / ckpt.STATE).is_file():
         held = [ckpt.params_file(s) for s in ckpt.kept_steps(path)] + [
             name for name in (ckpt.PARAMS_AVG, ckpt.PARAMS_BEST) if (path / name).is_file()]

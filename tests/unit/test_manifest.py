@@ -175,6 +175,43 @@ def test_a_directory_without_a_checkpoint_says_a_run_goes_on_only_while_one_hold
                             "stopped with Ctrl-C")
 
 
+def test_a_directory_a_run_prepares_its_data_in_is_not_said_to_be_none_of_nmt_train(tmp_path):
+    """A run reading, tokenizing and encoding its data (minutes on millions of pairs) holds train.lock and has written
+    train.log but no config.json yet: nmt-translate, nmt-evaluate, nmt-serve and the Python API said "config.json not
+    found; give a directory written by nmt-train", results_table "not a model directory written by nmt-train" (a real
+    run stopped there with SIGSTOP), and so after a kill there. While a process holds the lock, they say that its run
+    writes it; after, that the run ended, as nmt-train says of it ("stopped before its first checkpoint")."""
+    import fcntl
+    import socket
+    from scripts.runs import ResultsError, load_run
+    (tmp_path / ckpt.LOG).write_text("")
+    (tmp_path / ckpt.LOCK).write_text(json.dumps({"host": socket.gethostname(), "pid": 1}))
+    coming = ("the run training it (it holds train.lock) writes it once it has read and encoded its data, before its "
+              "first update, and its first checkpoint at its first validation (--valid-every): wait for that")
+    with open(tmp_path / ckpt.LOCK) as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(ckpt.CheckpointError) as e:
+            ckpt.config_of(tmp_path, "--model-dir")
+        assert str(e.value) == f"--model-dir {tmp_path}: config.json not found; {coming}"
+        with pytest.raises(ResultsError) as e:
+            load_run(tmp_path)
+        assert str(e.value) == f"{tmp_path}: no config.json: {coming}"
+    with pytest.raises(ckpt.CheckpointError) as e:   # no process holds it: the run ended (killed) before it
+        ckpt.config_of(tmp_path, "--model-dir")
+    assert str(e.value) == (f"--model-dir {tmp_path}: config.json not found; its run ended before it wrote it (its "
+                            f"error output says why; {tmp_path / ckpt.LOG} how far it got): start it again with the "
+                            "command that started it, --overwrite added")
+    (tmp_path / ckpt.STATE).write_text("{}")   # a trained run's config.json deleted: not one to --overwrite
+    with pytest.raises(ckpt.CheckpointError) as e:
+        ckpt.config_of(tmp_path, "--model-dir")
+    assert str(e.value) == f"--model-dir {tmp_path}: config.json not found; give a directory written by nmt-train"
+    (tmp_path / ckpt.STATE).unlink()
+    (tmp_path / ckpt.LOCK).unlink()   # no train.lock: no directory of nmt-train's
+    with pytest.raises(ckpt.CheckpointError) as e:
+        ckpt.config_of(tmp_path, "--model-dir")
+    assert str(e.value) == f"--model-dir {tmp_path}: config.json not found; give a directory written by nmt-train"
+
+
 def test_a_run_killed_as_it_saved_its_first_checkpoint_is_not_said_to_have_none(tmp_path):
     """A run killed after its first step checkpoint (params, trainer states, manifest) and before params.best and
     state.json was said to hold "no checkpoint yet ... nmt-train writes the first at its first validation", and
