@@ -265,8 +265,10 @@ def check_model_dir(model_dir: Path, resume: bool, overwrite: bool, inputs: Opti
                     f" in another --model-dir (this one holds files, but no run: {shown(held)}" + (
                         f"; --init-from {shell_word(model_dir)} fine-tunes its {PARAMS_BEST} in a new run"
                         if PARAMS_BEST in held else "") + ")" if held else "")))
-        if not (model_dir / CONFIG).is_file():
-            raise CheckpointError(f"--resume: {model_dir / CONFIG} not found: a run resumes with the settings it was "
+        if not (model_dir / CONFIG).is_file():   # (a directory there, say, is there: not "not found")
+            what = "not found" if not (model_dir / CONFIG).exists() else "is a directory, not a file" if (
+                model_dir / CONFIG).is_dir() else "is not a regular file"
+            raise CheckpointError(f"--resume: {model_dir / CONFIG} {what}: a run resumes with the settings it was "
                                   "started with, which that file holds; restore it (or train into a new --model-dir)")
         return
     if held and not overwrite and LOG not in held and no_checkpoint:   # (a run writes its log first)

@@ -60,6 +60,10 @@ def load_run(path) -> Run:
     if not path.is_dir():
         raise ResultsError(f"{path}: no such directory; give model directories written by nmt-train")
     if not (path / ckpt.CONFIG).is_file():
+        if (path / ckpt.CONFIG).exists():   # (a directory, a FIFO, ...: there, not "no config.json")
+            raise ResultsError(f"{path}: its {ckpt.CONFIG} is " + ("a directory" if (path / ckpt.CONFIG).is_dir() else
+                                                                  "not a regular file") + ", not the file of the run's "
+                               "settings that nmt-train writes: put that file in its place")
         raise ResultsError(f"{path}: no {ckpt.CONFIG}: " + (config_coming(path) or "not a model directory written by "
                                                                "nmt-train"))
     if not (path / ckpt.STATE).is_file():

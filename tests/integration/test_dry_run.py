@@ -306,7 +306,8 @@ def test_a_batch_smaller_than_its_shares_is_warned_of_by_the_dry_run(tmp_path, t
 
 def test_a_resume_without_the_runs_config_json_is_refused_before_anything(tmp_path, task, capsys):
     """--resume in a directory whose config.json is gone: the dry run checked the default recipe instead of the
-    run's data and called it valid; the run failed later on the missing file."""
+    run's data and called it valid; the run failed later on the missing file. A directory in its place is said to
+    be one, as nmt-translate says it (it was "not found", and results_table's "no config.json")."""
     d = tmp_path / "m"
     assert train_main(args_for(task, d, "--max-steps", "2", "--valid-every", "2")) == 0
     (d / ckpt.CONFIG).unlink()
@@ -315,6 +316,14 @@ def test_a_resume_without_the_runs_config_json_is_refused_before_anything(tmp_pa
         assert train_main(["--model-dir", str(d), "--resume", "--no-progress", *dry]) == 2
         assert f"error: --resume: {d / ckpt.CONFIG} not found: a run resumes with the settings it was started " \
                "with" in capsys.readouterr().err
+    (d / ckpt.CONFIG).mkdir()   # a directory in its place was "not found" too (nmt-translate says what it is)
+    for dry in (["--dry-run"], []):
+        assert train_main(["--model-dir", str(d), "--resume", "--no-progress", *dry]) == 2
+        assert f"error: --resume: {d / ckpt.CONFIG} is a directory, not a file: a run resumes with the settings it " \
+               "was started with" in capsys.readouterr().err
+    from scripts.runs import ResultsError, load_run   # and results_table said "no config.json"
+    with pytest.raises(ResultsError, match="its config.json is a directory, not the file of the run's settings"):
+        load_run(d)
 
 
 def test_dry_run_checks_the_model_directory(tmp_path, task, capsys):
