@@ -240,9 +240,10 @@ def example_tests(run, cfg, data_dir) -> dict:
         try:
             return {"test": read_parallel(d.test_src, d.test_tgt, skip_invalid_utf8=d.skip_invalid_utf8, name="test",
                                           whole=True)}
-        except CorpusError as e:
-            raise ConfigError(f"--examples: the test files of {run.path} ({fields}): {e}; put them back where its "
-                              "config.json says, or leave --examples out") from None
+        except CorpusError as e:   # (moved: to put back; else what is wrong with them, which its error says)
+            gone = not all(Path(p).expanduser().is_file() for p in (d.test_src, d.test_tgt))
+            raise ConfigError(f"--examples: the test files of {run.path} ({fields}): {str(e).rstrip('.')}; " + (
+                "put them back where its config.json says, or" if gone else "or") + " leave --examples out") from None
     if d.recipe not in recipes.RECIPES:
         raise ConfigError(f"--examples: {run.path} has no test set to take examples from (it names no test files, "
                           f"{fields}, and no known recipe, {d.recipe!r}): leave --examples out, or leave this run "

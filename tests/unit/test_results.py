@@ -219,6 +219,25 @@ def test_examples_are_translated_by_the_checkpoint_given(scored_dirs, tmp_path, 
     assert loaded == ["latest", "best"] and "checkpoint" not in capsys.readouterr().out.split("**run**")[1]
 
 
+def test_examples_of_unreadable_test_files_in_place_are_not_said_to_be_moved(scored_dirs, tmp_path):
+    """--examples over a run whose test files are where its config.json says but differ in line count (or are
+    UTF-16) said the files' own error, "... and fix the files.", then "; put them back where its config.json says":
+    advice for moved files, after a full stop. Where the files are there, their error is said with --examples'."""
+    a, _ = scored_dirs
+    run = tmp_path / "own"
+    shutil.copytree(a, run)
+    (tmp_path / "t.ko").write_text("하나\n둘\n셋\n", encoding="utf-8")
+    (tmp_path / "t.en").write_text("one\ntwo\n", encoding="utf-8")
+    cfg = json.loads((run / "config.json").read_text())
+    cfg["data"].update(test_src=str(tmp_path / "t.ko"), test_tgt=str(tmp_path / "t.en"))
+    (run / "config.json").write_text(json.dumps(cfg))
+    out = subprocess.run([sys.executable, str(REPO / "scripts/results_table.py"), str(run), "--examples", "2"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "line counts differ" in out.stderr, out.stderr
+    assert "put them back" not in out.stderr and ".;" not in out.stderr
+    assert out.stderr.endswith("and fix the files; or leave --examples out\n"), out.stderr
+
+
 def test_examples_are_spread_over_the_test_set():
     assert example_indices(2400, 5) == [0, 600, 1200, 1799, 2399]
     assert example_indices(3, 5) == [0, 1, 2] and example_indices(10, 0) == []
