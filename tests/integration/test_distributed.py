@@ -225,8 +225,8 @@ def test_a_role_other_than_worker_is_refused_before_mxnet_loads(tmp_path, task, 
 def test_a_role_other_than_worker_is_refused_by_the_python_api_and_scripts(tmp_path, role, others):
     """The commands refused such a DMLC_ROLE, but the Python API (`from nmt.translate import Translator`) and the
     scripts that import MXNet themselves (scripts/benchmark_decode.py) gave MXNet's C++ traceback, or waited for
-    good as a job's node: nmt's guard of MXNet's import refuses it there too, in the commands' words but for "the
-    command", which a Python caller did not run (it said "not run the command; an nmt command runs as ...")."""
+    good as a job's node: nmt's guard of MXNet's import refuses it there too, with the commands' line (worded for a
+    Python caller too: it said "not run the command; an nmt command runs as ...")."""
     env = {k: v for k, v in ENV.items() if not k.startswith("DMLC_")}
     env.update(DMLC_ROLE=role, **({"DMLC_NUM_SERVER": "1", "DMLC_NUM_WORKER": "2", "DMLC_PS_ROOT_URI": "127.0.0.1",
                                      "DMLC_PS_ROOT_PORT": str(free_port())} if others else {}))
