@@ -218,3 +218,21 @@ def test_bleu_eval_names_its_variable_for_a_model_dir_that_is_not_there(tmp_path
     said = rf"NMT_MODEL_DIR='{tmp_path / 'none'}': no such directory \(relative to .*notebooks\); point it at a model"
     with pytest.raises(CellExecutionError, match=said + " directory written by nmt-train"):
         execute("bleu_eval.ipynb")
+
+
+def test_bleu_eval_reads_a_model_and_data_dir_under_home_as_the_library_does(tmp_path_factory, tmp_path, monkeypatch):
+    """NMT_MODEL_DIR=~/model (or NMT_DATA_DIR=~/data), which Translator.from_dir (and the recipes' mirror) read under
+    the home directory, was refused by the parameters cell's own check of the directory: "no such directory"."""
+    model, home = tiny_model(tmp_path_factory), tmp_path / "home"
+    (home / "data").mkdir(parents=True)
+    (home / "model").symlink_to(model, target_is_directory=True)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))   # (the kernel's files: not under HOME)
+    monkeypatch.setenv("NMT_MODEL_DIR", "~/model")
+    monkeypatch.setenv("NMT_DATA_DIR", "~/data")
+    monkeypatch.setenv("NMT_SRC_FILE", str(synth_file(model, "test.ko")))
+    monkeypatch.setenv("NMT_REF_FILE", str(synth_file(model, "test.en")))
+    monkeypatch.setenv("NMT_MAX_SENTENCES", "3")
+    monkeypatch.setenv("NMT_PLOT_DIR", str(tmp_path / "plots"))
+    text = text_of(execute("bleu_eval.ipynb"))
+    assert "model ~/model: ko -> en" in text and "test set test.ko: 3 sentence pairs" in text
