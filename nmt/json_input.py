@@ -8,13 +8,15 @@ from typing import Optional, Tuple
 
 from nmt import jsonio
 from nmt.corpus import CorpusError
-from nmt.text import INVISIBLE, control_characters, count_lines, lone_surrogate
+from nmt.text import INVISIBLE, JOINERS, control_characters, count_lines, lone_surrogate
 
 JSON_FIELDS = ("text", "target_prefix")
 JSON_EXAMPLE = '{"text": "안녕하세요.", "target_prefix": "Hello"}'
-# What a plain line's text may have around it and loses (`text.normalize`): whitespace (NBSP, U+3000 ...) and
-# invisible characters (a byte-order mark, a zero-width space ...); JSON's own whitespace is space, tab, CR and LF.
-_AROUND = re.compile(rf"\A(?:\s|{INVISIBLE.pattern})+|(?:\s|{INVISIBLE.pattern})+\Z")
+# What a plain line's text may have around it and loses (`text.normalize`): whitespace (NBSP, U+3000 ...),
+# invisible characters (a byte-order mark, a zero-width space ...) and joiners with nothing to join there (ZWJ,
+# ZWNJ, a variation selector); JSON's own whitespace is space, tab, CR and LF.
+_PADDING = rf"(?:\s|{INVISIBLE.pattern}|{JOINERS.pattern})+"
+_AROUND = re.compile(rf"\A{_PADDING}|{_PADDING}\Z")
 
 
 def _padding_as_spaces(line: str) -> str:

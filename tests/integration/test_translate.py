@@ -719,6 +719,24 @@ def test_whitespace_and_marks_around_a_json_line_are_nothing_as_around_a_plain_o
     assert code == 2 and f"{path}:1: not JSON (Expecting value at character 12)" in err, err
 
 
+def test_joiners_around_a_json_line_are_nothing_as_around_a_plain_one(tr, tmp_path, capsys):
+    """A joiner with nothing to join (ZWNJ, ZWJ, a variation selector: pasted from a page or an emoji) before or after
+    the text: a plain line loses it, a --json-input line was "not JSON (Expecting value at character 1)", and a line
+    of one alone, an empty sentence in plain mode, was refused too."""
+    texts, pads = ["리 니", "", "차", "니 리"], ["\u200c", "\u200d", "\ufe0f \u200b", ""]
+    ends = ["", "", "\u200d", " \u200c"]
+    for json_input in (False, True):
+        rows = [(json.dumps({"text": t}, ensure_ascii=False) if t and json_input else t) for t in texts]
+        path = tmp_path / ("joined.jsonl" if json_input else "joined.ko")
+        path.write_text("".join(p + r + e + "\n" for p, r, e in zip(pads, rows, ends)), encoding="utf-8")
+        code, out, err = run(["--model-dir", tr.model_dir, "--input", path, "--beam-size", "1"]
+                             + ["--json-input"] * json_input, capsys)
+        assert code == 0 and out.split("\n") == [*tr.translate(texts, beam_size=1), ""], (json_input, err)
+    path.write_text('{"text": "\u200d리\u200c"}\n', encoding="utf-8")   # (inside a string: kept, as in plain mode)
+    code, out, err = run(["--model-dir", tr.model_dir, "--input", path, "--json-input", "--beam-size", "1"], capsys)
+    assert code == 0 and out == tr.translate(["\u200d리\u200c"], beam_size=1)[0] + "\n", err
+
+
 def test_cli_refuses_to_write_over_its_input(tr, tmp_path, capsys):
     """`--output` naming the `--input` file (or a link to it) would empty it before it is read."""
     path, link = tmp_path / "in.ko", tmp_path / "link.ko"
