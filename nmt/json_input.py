@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from typing import Optional, Tuple
 
 from nmt import jsonio
@@ -26,6 +27,19 @@ def _padding_as_spaces(line: str) -> str:
     return _AROUND.sub(lambda m: "".join(c if control_characters(c) else " " for c in m.group()), line)
 
 
+def _json_error(e: json.JSONDecodeError, line: str) -> str:
+    """json's message for `line`, with the character it stopped at counted from 1 ("Unterminated string starting
+    at" said "at at character 10"), and named when it shows as nothing or as a space: a control character (a tab in
+    a string, which JSON takes only escaped, as \\t), an invisible one or a joiner, or a space other than ASCII's."""
+    msg = e.msg.removesuffix(" at")
+    c = line[e.pos:e.pos + 1]
+    if not c or c.isprintable() and not JOINERS.fullmatch(c):
+        return f"{msg} at character {e.pos + 1}"
+    kind = ("a control character" if unicodedata.category(c) == "Cc" else "a space" if c.isspace() else
+            "an invisible character")
+    return f"{msg} at character {e.pos + 1}, U+{ord(c):04X}, {kind}"
+
+
 def parse_json_line(line: str, line_no: int, name: str) -> Tuple[str, Optional[str]]:
     """(text, target prefix or None) of one --json-input line (a blank line: an empty sentence); a CorpusError
     naming the line and the field for anything else."""
@@ -39,8 +53,8 @@ def parse_json_line(line: str, line_no: int, name: str) -> Tuple[str, Optional[s
     except jsonio.RepeatedKey as e:
         raise CorpusError(f"{where}: field {e.args[0]!r} is given twice; give each field once") from None
     except json.JSONDecodeError as e:
-        raise CorpusError(f"{where}: not JSON ({e.msg} at character {e.pos + 1}); with --json-input each line is a "
-                          f"JSON object such as {JSON_EXAMPLE}") from None
+        raise CorpusError(f"{where}: not JSON ({_json_error(e, line)}); with --json-input each line is a JSON object "
+                          f"such as {JSON_EXAMPLE}") from None
     if not isinstance(obj, dict):
         raise CorpusError(f"{where}: a JSON {jsonio.json_type(obj)}, not an object; with --json-input each line is a "
                           f"JSON object such as {JSON_EXAMPLE}")

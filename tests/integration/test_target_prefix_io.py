@@ -151,6 +151,11 @@ BAD_LINES = {   # the third line: the words the error must contain
     '"가"': "a JSON string, not an object",
     '{"text": "가", "target_prefix": "\\ud800"}': "field 'target_prefix' has a lone surrogate U+D800 at character 0",
     '{"text": "가"': "not JSON (Expecting ',' delimiter at character 13)",
+    '{"text": "가': "not JSON (Unterminated string starting at character 10)",   # (was "at at character 10")
+    # what shows as nothing or a space, named: a raw tab in a string (JSON takes it escaped), an NBSP between fields
+    '{"text": "가\tb"}': "not JSON (Invalid control character at character 12, U+0009, a control character)",
+    '{"text":\u00a0"가"}': "not JSON (Expecting value at character 9, U+00A0, a space)",
+    '\x01{"text": "가"}': "not JSON (Expecting value at character 1, U+0001, a control character)",
 }
 
 
