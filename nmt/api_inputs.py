@@ -60,10 +60,11 @@ def check_line(x, arg: str, i: int) -> None:
         raise ValueError(f"{arg}[{i}] has a lone surrogate {surrogate}: it is not a character; give valid Unicode")
 
 
-def checked_translation_ids(translations) -> List[List[int]]:
+def checked_translation_ids(translations, vocab_size: int) -> List[List[int]]:
     """`translations`, one line's translations as target id lists (`Translator.bytes_left_out`'s argument), as
     lists; a TypeError naming what is wrong for anything but a list of lists of ints: one list of ids, or
-    `translate_ids`' (ids, score) pairs."""
+    `translate_ids`' (ids, score) pairs; a ValueError for an id outside the target vocabulary of `vocab_size`
+    pieces, which Tokenizer.decode refuses too (the source side's ids, or another model's)."""
     said = "bytes_left_out: translations must be one line's translations, a list of target id lists"
     if not listed(translations):
         raise TypeError(f"{said}, got {type(translations).__name__}")
@@ -80,5 +81,9 @@ def checked_translation_ids(translations) -> List[List[int]]:
         bad = next((x for x in ids if isinstance(x, bool) or not isinstance(x, numbers.Integral)), ids)
         if bad is not ids:
             raise TypeError(f"{said}; translations[{i}] holds a {type(bad).__name__}, not an id (int)")
+        outside = next((int(x) for x in ids if not 0 <= x < vocab_size), None)
+        if outside is not None:
+            raise ValueError(f"{said}; translations[{i}] holds id {outside}, outside the target vocabulary (size "
+                             f"{vocab_size}): the source side's ids, or another model's?")
         out.append(ids)
     return out

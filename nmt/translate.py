@@ -266,7 +266,7 @@ class Translator:
         `translate_ids` or `ContinuousDecoder`'s `Done.ids` give them) leaves out: those that form no whole UTF-8
         character, e.g. a character's lead byte, then a syllable, or a control character
         (`Tokenizer.whole_characters`)."""
-        translations = checked_translation_ids(translations)
+        translations = checked_translation_ids(translations, self.tgt_tok.vocab_size)
         return sum(len(ids) - len(self.tgt_tok.whole_characters(ids)) for ids in translations)
 
     def _beam(self, beam_size: Optional[int]) -> int:

@@ -192,6 +192,12 @@ def test_bytes_left_out_names_what_is_wrong_with_its_translations(tr, lines):
     ids = [y for y, _ in tr.translate_ids(lines[:1], beam_size=2, nbest=2)[0]]
     assert tr.bytes_left_out(iter(ids)) == tr.bytes_left_out(ids) and tr.bytes_left_out(np.array(ids[:1])) == \
         tr.bytes_left_out(ids[:1])   # (an iterator, numpy's ids: taken)
+    # an id outside the target vocabulary (the source side's, another model's) counted as no byte left out: 0
+    size = tr.tgt_tok.vocab_size
+    for given, outside in (([ids[0], [5, size]], size), (np.array([[-1, 5]]), -1)):
+        with pytest.raises(ValueError, match=said + rf"; translations\[{len(given) - 1}\] holds id {outside}, outside "
+                                                    rf"the target vocabulary \(size {size}\)"):
+            tr.bytes_left_out(given)
 
 
 def test_a_mapping_or_a_bytearray_where_lines_belong_is_named(tr, lines):
