@@ -20,7 +20,7 @@ from typing import (Callable, Deque, Dict, Hashable, List, NamedTuple, Optional,
 
 import numpy as np
 
-from nmt.api_inputs import listed
+from nmt.api_inputs import BYTES_LIKE, listed
 from nmt.models.ensemble import as_model
 from nmt.search import BeamStream, check_int, reached_limit
 from nmt.search_blocks import TargetPrefix
@@ -101,7 +101,7 @@ class ContinuousDecoder:
     def _check_new_keys(self, keys: Sequence[Hashable]) -> None:
         """Refuse a key given twice, or one still pending (waiting, decoding or done and not yet returned by `step`):
         its two lines would come back under one key. A key `step` returned or `cancel` dropped may be used again."""
-        if not isinstance(keys, Sequence) or isinstance(keys, str):
+        if not isinstance(keys, Sequence) or isinstance(keys, (str, *BYTES_LIKE)):   # (bytes: one int key per byte)
             raise TypeError(f"ContinuousDecoder.add: keys must be a list, one per line, got {type(keys).__name__}")
         pending = {w[0] for w in self.waiting} | {r.key for r in self.ready} | set(self.keys.values())
         seen: set = set()

@@ -222,6 +222,10 @@ def test_a_mapping_or_a_bytearray_where_lines_belong_is_named(tr, lines):
                                             r"\[bytes\(text\).decode"):
             score_lines(tr, lines[:1], given)
     assert tr.translate(lines[:1]) == tr.translate(list({lines[0]: 1}))   # (its keys, given as a list: taken)
+    for keys in (b"ab", bytearray(b"ab"), memoryview(b"ab")):   # (a Sequence: were taken as the int keys 97 and 98)
+        with pytest.raises(TypeError, match=rf"^ContinuousDecoder.add: keys must be a list, one per line, got "
+                                            rf"{type(keys).__name__}$"):
+            tr.continuous().add(lines[:2], keys)
 
 
 def test_a_model_dir_that_is_no_path_is_named(model_dir, tmp_path, monkeypatch, lines):
