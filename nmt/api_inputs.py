@@ -15,8 +15,14 @@ BYTES_LIKE = (bytes, bytearray, memoryview)   # read item by item, a bytes-like 
 
 def listed(value) -> bool:
     """Whether `value` is read as a list of items: an iterable, but not a str or a bytes-like object (one item per
-    character or byte) nor a Mapping (its keys), which `check_lines` refuses."""
-    return isinstance(value, Iterable) and not isinstance(value, (str, *BYTES_LIKE, Mapping))
+    character or byte) nor a Mapping (its keys), which `check_lines` refuses, nor a 0-d array (numpy's of one value,
+    which cannot be iterated)."""
+    return isinstance(value, Iterable) and not isinstance(value, (str, *BYTES_LIKE, Mapping)) and not _zero_d(value)
+
+
+def _zero_d(value) -> bool:
+    """Whether `value` is an array of no dimensions (numpy's `np.array("text")`: one value, iterable in type only)."""
+    return getattr(value, "ndim", None) == 0
 
 
 def checked_decode(decode) -> DecodeConfig:
@@ -41,6 +47,9 @@ def check_lines(lines, arg: str, first_line) -> None:
     if isinstance(lines, Mapping):
         raise TypeError(f"{arg} must be a list of sentences, not a {type(lines).__name__}, whose keys would be read "
                         "and its values left out: give list(d.values()) for its values (or list(d) for its keys)")
+    if _zero_d(lines):   # (numpy's "iteration over a 0-d array" named no argument)
+        raise TypeError(f"{arg} must be a list of sentences, not a 0-d {type(lines).__name__} (one value, "
+                        f"{str(lines)[:40]!r}): give [a.item()]")
     if not isinstance(lines, Iterable):
         raise TypeError(f"{arg} must be a list of sentences, got {type(lines).__name__}")
     if isinstance(first_line, bool) or not isinstance(first_line, numbers.Integral):   # (numpy's too)

@@ -462,3 +462,20 @@ def test_train_refuses_resume_and_init_together(model_dir, tmp_path):
             call(Config.from_dict({"train": {"model_dir": str(run), "max_steps": 1}}), resume=True,
                  init=model_dir / ckpt.PARAMS_BEST)
     assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before
+
+
+def test_a_zero_d_array_where_lines_belong_is_named(tr, lines):
+    """np.array(sentence), an array of no dimensions (one value), failed in numpy with "iteration over a 0-d array",
+    naming no argument, where translate, prefixes=, ContinuousDecoder.add, score_lines and bytes_left_out take lists
+    (a 1-d array of str is taken)."""
+    one = np.array(lines[0])
+    for call, arg in ((lambda a: tr.translate(a), "lines"), (lambda a: tr.translate(lines[:1], prefixes=a), "prefixes"),
+                      (lambda a: tr.continuous().add(a, ["k"]), "lines")):
+        with pytest.raises(TypeError, match=rf"^{arg} must be a list of sentences, not a 0-d ndarray \(one value, "
+                                            r"'.*'\): give \[a.item\(\)\]$"):
+            call(one)
+    with pytest.raises(TypeError, match=r"^the translations must be a list of strings, got ndarray"):
+        score_lines(tr, lines[:1], one)
+    with pytest.raises(TypeError, match=r"^bytes_left_out: translations must be .*, got ndarray$"):
+        tr.bytes_left_out(np.array(5))
+    assert tr.translate(np.array(lines[:2])) == tr.translate(lines[:2])
