@@ -715,3 +715,15 @@ def test_an_existing_output_on_a_read_only_file_system_is_said_as_such(tmp_path,
                                           r"system\)$"):
         refuse_overwriting("--output", str(out), {"--input": "-"})
     assert out.read_text() == "kept\n"
+
+
+def test_a_json_line_with_a_long_run_of_spaces_is_read_in_linear_time():
+    """What a plain line loses around a --json-input line's object was found with a regex anchored at the line's end,
+    tried again at each character of every run of spaces within the line: 40,000 spaces inside a string value (a
+    line the input guard lets through at the default --max-input-tokens) took 40 s to read, 20,000 took 10 s."""
+    import time
+    from nmt.json_input import parse_json_line
+    line = '{"text": "' + " " * 40_000 + 'a", "target_prefix": "' + "\u3000" * 20_000 + 'b"}'
+    started = time.perf_counter()
+    assert parse_json_line(" \ufeff" + line + "\u200b ", 1, "in.jsonl") == (" " * 40_000 + "a", "\u3000" * 20_000 + "b")
+    assert time.perf_counter() - started < 2
