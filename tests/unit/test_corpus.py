@@ -794,6 +794,24 @@ def test_a_cp949_file_of_mostly_ascii_lines_is_not_skipped_of_its_korean(write_f
         None, "Hello.", "Thanks."]
 
 
+def test_only_a_majority_of_lines_of_text_without_utf8_is_another_encoding(write_file):
+    """The refusal of --skip-invalid-utf8 on a file in another encoding counts lines of text, not blank ones (a
+    CP949 file with a blank line between its sentences is still one), wants more than half of them invalid, and
+    none UTF-8 beyond ASCII (a UTF-8 file with most of its lines broken keeps its stray-line skipping); lines of
+    CP949 Hangul are refused whatever their share (the test above), so the share is tested with Windows-1252 ones."""
+    cp = "안녕하세요.\n\n\n고마워요.\n\n\nOK\n".encode("cp949")   # 2 of 3 lines of text invalid, 7 lines
+    with pytest.raises(CorpusError, match=r"cp.ko: 2 of its 3 lines of text, from line 1 on, are not UTF-8 .*`iconv "
+                                          r"-f CP949 -t UTF-8 "):
+        read_lines(write_file("cp.ko", cp), skip_invalid_utf8=True)
+    half = "Café.\nOK\nNaïve.\nFine.\n".encode("cp1252")   # 2 of 4: half, not most
+    assert read_lines(write_file("half.en", half), skip_invalid_utf8=True) == [None, "OK", None, "Fine."]
+    most = "Café.\nOK\nNaïve.\nDéjà vu.\n".encode("cp1252")   # 3 of 4
+    with pytest.raises(CorpusError, match=r"most.en: 3 of its 4 lines of text, from line 1 on, are not UTF-8"):
+        read_lines(write_file("most.en", most), skip_invalid_utf8=True)
+    broken = b"\xb0\xa1\n" + KO[0].encode() + b"\n\xb3\xaa\n\xb4\xd9\n"   # 3 of 4, beside a UTF-8 Korean line
+    assert read_lines(write_file("broken.ko", broken), skip_invalid_utf8=True) == [None, KO[0], None, None]
+
+
 @pytest.mark.parametrize("content", [b"", b"\n\n  \n", b"\xef\xbb\xbf"])
 def test_empty_file_is_an_error(write_file, content):
     ko = write_file("g.ko", content)
