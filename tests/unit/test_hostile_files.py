@@ -45,8 +45,10 @@ def test_a_binary_config_is_a_config_error_naming_the_file(tmp_path, capsys):
     path = tmp_path / "c.json"
     path.write_bytes(BINARY)
     for read in (lambda: read_object(path, ConfigError), lambda: Config.load(path), lambda: cfg_of(["--config", str(path)])):
-        with pytest.raises(ConfigError, match=rf"^{path}: not valid JSON \('utf-8' codec can't decode byte 0x80"):
+        with pytest.raises(ConfigError, match=rf"^{path}: not valid JSON \('utf-8' codec can't decode byte 0x80") \
+                as e:
             read()
+        assert str(e.value).endswith(")") and "iconv" not in str(e.value)   # (bytes of no text: nothing to convert)
     assert train_main(["--config", str(path), "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: {path}: not valid JSON") and "Traceback" not in err
