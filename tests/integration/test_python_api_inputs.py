@@ -185,6 +185,7 @@ def test_bytes_left_out_names_what_is_wrong_with_its_translations(tr, lines):
                         (tr.translate_ids(lines[:1])[0], r"; translations\[0\] is an \(ids, score\) pair, as "
                                                          r"translate_ids gives them: give \[ids for ids, _ in hyps\]$"),
                         ([[1, None]], r"; translations\[0\] holds a NoneType, not an id \(int\)$"),
+                        ([[1, True]], r"; translations\[0\] holds a bool, not an id \(int\)$"),
                         ([[1], "abc"], r"; translations\[1\] is str, not a list of ids$"),
                         (None, ", got NoneType$")):
         with pytest.raises(TypeError, match=said + says):
