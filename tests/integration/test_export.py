@@ -320,6 +320,7 @@ def test_the_script_runs_from_a_checkout(model_dir, tmp_path):
 
 @pytest.mark.parametrize("field, value, said", [
     ("step", "ten", 'field \'step\' is a JSON string ("ten"), where an integer or null belongs'),
+    ("step", True, "field 'step' is a JSON true/false (true), where an integer or null belongs"),
     ("checkpoint", 5, "field 'checkpoint' is a JSON number (5), where a string belongs"),
     ("model_dir", ["m"], 'field \'model_dir\' is a JSON array (["m"]), where a string belongs'),
     ("test_sum", True, "field 'test_sum' is a JSON true/false (true), where a string belongs")])
