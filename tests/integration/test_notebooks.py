@@ -229,10 +229,16 @@ def test_bleu_eval_reads_a_model_and_data_dir_under_home_as_the_library_does(tmp
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))   # (the kernel's files: not under HOME)
     monkeypatch.setenv("NMT_MODEL_DIR", "~/model")
-    monkeypatch.setenv("NMT_DATA_DIR", "~/data")
     monkeypatch.setenv("NMT_SRC_FILE", str(synth_file(model, "test.ko")))
     monkeypatch.setenv("NMT_REF_FILE", str(synth_file(model, "test.en")))
     monkeypatch.setenv("NMT_MAX_SENTENCES", "3")
     monkeypatch.setenv("NMT_PLOT_DIR", str(tmp_path / "plots"))
     text = text_of(execute("bleu_eval.ipynb"))
     assert "model ~/model: ko -> en" in text and "test set test.ko: 3 sentence pairs" in text
+    # NMT_DATA_DIR goes without the notebook's own test files (refused beside them): ~/data passes the check of the
+    # directory, and the model's own test files (config.json's; the synthetic model has no recipe) are scored
+    monkeypatch.delenv("NMT_SRC_FILE")
+    monkeypatch.delenv("NMT_REF_FILE")
+    monkeypatch.setenv("NMT_DATA_DIR", "~/data")
+    text = text_of(execute("bleu_eval.ipynb"))
+    assert "model ~/model: ko -> en" in text and "test set test:" in text, text[:600]
