@@ -700,6 +700,17 @@ def test_a_byte_order_mark_starting_any_line_is_dropped_in_both_input_modes(tr, 
         assert code == 0 and out.split("\n") == [*tr.translate(texts, beam_size=1), ""], (json_input, err)
 
 
+def padded_lines_translate_alike(tr, path: Path, texts, pads, ends, capsys) -> None:
+    """`texts` with `pads` before and `ends` after each, as plain lines and as --json-input lines (the JSON object
+    between them), translate as `texts` themselves do."""
+    for json_input in (False, True):
+        rows = [(json.dumps({"text": t}, ensure_ascii=False) if t and json_input else t) for t in texts]
+        path.write_text("".join(p + r + e + "\n" for p, r, e in zip(pads, rows, ends)), encoding="utf-8")
+        code, out, err = run(["--model-dir", tr.model_dir, "--input", path, "--beam-size", "1"]
+                             + ["--json-input"] * json_input, capsys)
+        assert code == 0 and out.split("\n") == [*tr.translate(texts, beam_size=1), ""], (json_input, err)
+
+
 def test_whitespace_and_marks_around_a_json_line_are_nothing_as_around_a_plain_one(tr, tmp_path, capsys):
     """A space (or a tab, NBSP, U+3000) before a byte-order mark, as joined or pasted files may leave: a plain line
     loses both, a --json-input line was "not JSON (Expecting value at character 2)"; a line of them alone, an
@@ -707,13 +718,8 @@ def test_whitespace_and_marks_around_a_json_line_are_nothing_as_around_a_plain_o
     a control character) as nothing around the JSON; an error's character counts them."""
     texts, pads = ["리 니", "차", "", "니 리 차", "두포"], [" \ufeff", "\t\ufeff", "\u3000\u200b", "", "\xa0"]
     ends = ["", " \ufeff", "\ufeff", " \ufeff", "\u3000"]
-    for json_input in (False, True):
-        rows = [(json.dumps({"text": t}, ensure_ascii=False) if t and json_input else t) for t in texts]
-        path = tmp_path / ("padded.jsonl" if json_input else "padded.ko")
-        path.write_text("".join(p + r + e + "\n" for p, r, e in zip(pads, rows, ends)), encoding="utf-8")
-        code, out, err = run(["--model-dir", tr.model_dir, "--input", path, "--beam-size", "1"]
-                             + ["--json-input"] * json_input, capsys)
-        assert code == 0 and out.split("\n") == [*tr.translate(texts, beam_size=1), ""], (json_input, err)
+    path = tmp_path / "padded.txt"
+    padded_lines_translate_alike(tr, path, texts, pads, ends, capsys)
     path.write_text(' \ufeff{"text": }\n', encoding="utf-8")
     code, _, err = run(["--model-dir", tr.model_dir, "--input", path, "--json-input"], capsys)
     assert code == 2 and f"{path}:1: not JSON (Expecting value at character 12)" in err, err
@@ -725,13 +731,8 @@ def test_joiners_around_a_json_line_are_nothing_as_around_a_plain_one(tr, tmp_pa
     of one alone, an empty sentence in plain mode, was refused too."""
     texts, pads = ["리 니", "", "차", "니 리"], ["\u200c", "\u200d", "\ufe0f \u200b", ""]
     ends = ["", "", "\u200d", " \u200c"]
-    for json_input in (False, True):
-        rows = [(json.dumps({"text": t}, ensure_ascii=False) if t and json_input else t) for t in texts]
-        path = tmp_path / ("joined.jsonl" if json_input else "joined.ko")
-        path.write_text("".join(p + r + e + "\n" for p, r, e in zip(pads, rows, ends)), encoding="utf-8")
-        code, out, err = run(["--model-dir", tr.model_dir, "--input", path, "--beam-size", "1"]
-                             + ["--json-input"] * json_input, capsys)
-        assert code == 0 and out.split("\n") == [*tr.translate(texts, beam_size=1), ""], (json_input, err)
+    path = tmp_path / "joined.txt"
+    padded_lines_translate_alike(tr, path, texts, pads, ends, capsys)
     path.write_text('{"text": "\u200d리\u200c"}\n', encoding="utf-8")   # (inside a string: kept, as in plain mode)
     code, out, err = run(["--model-dir", tr.model_dir, "--input", path, "--json-input", "--beam-size", "1"], capsys)
     assert code == 0 and out == tr.translate(["\u200d리\u200c"], beam_size=1)[0] + "\n", err
