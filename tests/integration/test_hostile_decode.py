@@ -381,7 +381,8 @@ def test_a_line_blank_on_one_side_only_is_a_warning(model_dir, test_files, tmp_p
 @pytest.mark.parametrize("main, flag", [(evaluate_main, "--ref-file"), (score_main, "--tgt-file")])
 def test_a_blank_last_line_on_one_side_is_the_same_warning(model_dir, test_files, tmp_path, capsys, main, flag):
     """nmt-evaluate dropped a file's blank last lines alone, then refused "--src-file has 3 lines but --ref-file has
-    2" of two 3-line files; a line over 20,000 characters was refused, where nmt-translate cuts it."""
+    2" of two 3-line files; a line over 20,000 characters was refused, where nmt-translate cuts it (as it reads it,
+    at its input guard, then to --max-input-tokens: both said)."""
     src = test_files[0].read_text(encoding="utf-8").splitlines()[:3] + ["리 " * 12000]
     ref = test_files[1].read_text(encoding="utf-8").splitlines()[:3] + [""]
     (tmp_path / "s.ko").write_text("\n".join(src) + "\n\n", encoding="utf-8")   # and a blank line on both sides
@@ -392,7 +393,9 @@ def test_a_blank_last_line_on_one_side_is_the_same_warning(model_dir, test_files
     assert "1 line(s) blank on one side only (line 4)" in err
     # nmt-score writes a score for every line pair, a blank one too
     assert ("ignored 1 blank line(s) at the end" in err) == (main is evaluate_main)
-    assert "line 4 has 23999 characters; truncated to 4000" in err
+    assert f"{tmp_path / 's.ko'}: 1 line(s) longer than the input guard (16000 bytes: --max-input-tokens x 64), cut " \
+           "there while reading (any length said next is the cut line's): line 4" in err, err
+    assert "input line 4 has 2000 subword tokens; truncated to 250 (--max-input-tokens)" in err, err
 
 
 @pytest.mark.parametrize("main, flag", [(evaluate_main, "--ref-file"), (score_main, "--tgt-file")])
