@@ -77,10 +77,10 @@ def config_of(model_dir: Path, flag: str = "model directory") -> Path:
             f", with checkpoint {which}" if which is not None else "")
         raise CheckpointError(f"{flag} {model_dir} is a file" + (home if (model_dir.parent / CONFIG).is_file() else
                                                                   ", not a model directory (written by nmt-train)"))
-    from nmt.dirlock import config_coming, left_aside   # (both import this module)
+    from nmt.dirlock import config_coming, in_place_of_file, left_aside   # (both import this module)
     from nmt.export import left_by_export
-    if (model_dir / CONFIG).exists():   # (a directory, a FIFO, ...: it is there, not "not found")
-        kind = "a directory" if (model_dir / CONFIG).is_dir() else "not a regular file"
+    kind = in_place_of_file(model_dir / CONFIG)
+    if kind:
         raise CheckpointError(f"{flag} {model_dir}: {model_dir / CONFIG} is {kind}, not the file of the model's "
                               "settings that nmt-train writes: put that file in its place")
     found = f"{CONFIG} not found" if model_dir.is_dir() else "no such directory"
@@ -254,10 +254,10 @@ def params_path(model_dir: Path, which: str = "best", quiet: bool = False, use: 
     it takes instead of what was asked for is said (a damaged newest checkpoint, no params.best yet). `use`: how the
     command asks for a step's checkpoint, for the advice on a lost params.best (`lost_best.restore_best`)."""
     model_dir = Path(model_dir)
-    if which in ("best", "latest") and not any((model_dir / f).exists() for f in (STATE, PARAMS_BEST, EXPORT)) \
-            and not kept_steps(model_dir):   # (a step's: a run killed as it saved it, before state.json)
-        from nmt.dirlock import no_checkpoint_yet   # (which imports this module)
-        raise CheckpointError(no_checkpoint_yet(model_dir))
+    if which in ("best", "latest"):
+        from nmt.dirlock import has_checkpoint, no_checkpoint_yet   # (which imports this module)
+        if not has_checkpoint(model_dir):
+            raise CheckpointError(no_checkpoint_yet(model_dir))
     exported = (model_dir / EXPORT).exists()   # its one checkpoint, if exported from it: another asked for, said
     if exported and (which in ("latest", "avg") or str(which).isdecimal() and best_step(model_dir) != int(which)):
         from nmt.export import as_exported   # (which imports this module)

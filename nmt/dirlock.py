@@ -125,6 +125,21 @@ def trained_now(model_dir: Path) -> bool:
         os.close(fd)   # (and the shared lock with it)
 
 
+def has_checkpoint(model_dir: Path) -> bool:
+    """Whether `model_dir` holds a checkpoint to load: state.json, params.best, an export's export.json, or a step's
+    files (a run killed as it saved its first, before state.json)."""
+    model_dir = Path(model_dir)
+    return any((model_dir / f).exists() for f in (STATE, PARAMS_BEST, EXPORT)) or bool(kept_steps(model_dir))
+
+
+def in_place_of_file(path: Path) -> str:
+    """What is where the file `path` belongs when something is there but no regular file: "a directory" or "not a
+    regular file" (a FIFO, a socket: there, not "not found"); "" for a regular file or nothing."""
+    if path.is_file() or not path.exists():
+        return ""
+    return "a directory" if path.is_dir() else "not a regular file"
+
+
 def no_checkpoint_yet(model_dir: Path) -> str:
     """What a command says of a model directory that holds no checkpoint (nothing to load): the run that holds its
     lock writes the first later; else its run ended before it saved one (a full disk or another error as it saved:
@@ -145,7 +160,7 @@ def config_coming(model_dir: Path) -> str:
     there): a run that reads its data, trains its tokenizers and encodes them (minutes on millions of pairs) writes
     config.json only then, if another process holds the lock; else its run ended first. "" without a train.lock,
     and where a checkpoint is (a trained run's config.json deleted: its train.lock stays; --overwrite deletes it)."""
-    if any((Path(model_dir) / f).exists() for f in (STATE, PARAMS_BEST, EXPORT)) or kept_steps(Path(model_dir)):
+    if has_checkpoint(model_dir):
         return ""
     if trained_now(model_dir):
         return (f"the run training it (it holds {LOCK}) writes it once it has read and encoded its data, before its "
@@ -265,9 +280,9 @@ def check_model_dir(model_dir: Path, resume: bool, overwrite: bool, inputs: Opti
                     f" in another --model-dir (this one holds files, but no run: {shown(held)}" + (
                         f"; --init-from {shell_word(model_dir)} fine-tunes its {PARAMS_BEST} in a new run"
                         if PARAMS_BEST in held else "") + ")" if held else "")))
-        if not (model_dir / CONFIG).is_file():   # (a directory there, say, is there: not "not found")
-            what = "not found" if not (model_dir / CONFIG).exists() else "is a directory, not a file" if (
-                model_dir / CONFIG).is_dir() else "is not a regular file"
+        if not (model_dir / CONFIG).is_file():
+            kind = in_place_of_file(model_dir / CONFIG)
+            what = "not found" if not kind else "is a directory, not a file" if kind == "a directory" else f"is {kind}"
             raise CheckpointError(f"--resume: {model_dir / CONFIG} {what}: a run resumes with the settings it was "
                                   "started with, which that file holds; restore it (or train into a new --model-dir)")
         return

@@ -12,7 +12,7 @@ from typing import Dict, List, Optional, Sequence
 from nmt import checkpoint as ckpt, manifest
 from nmt.config import Config, DecodeConfig
 from nmt.config_resume import PER_INVOCATION
-from nmt.dirlock import config_coming, no_checkpoint_yet
+from nmt.dirlock import config_coming, in_place_of_file, no_checkpoint_yet
 from nmt.export import EXPORT, read_export
 from nmt.log import read_metrics
 from nmt.scoring import DEV_SET, ENSEMBLE_PREFIX, entry_decode, read_scores
@@ -60,10 +60,10 @@ def load_run(path) -> Run:
     if not path.is_dir():
         raise ResultsError(f"{path}: no such directory; give model directories written by nmt-train")
     if not (path / ckpt.CONFIG).is_file():
-        if (path / ckpt.CONFIG).exists():   # (a directory, a FIFO, ...: there, not "no config.json")
-            raise ResultsError(f"{path}: its {ckpt.CONFIG} is " + ("a directory" if (path / ckpt.CONFIG).is_dir() else
-                                                                  "not a regular file") + ", not the file of the run's "
-                               "settings that nmt-train writes: put that file in its place")
+        kind = in_place_of_file(path / ckpt.CONFIG)
+        if kind:
+            raise ResultsError(f"{path}: its {ckpt.CONFIG} is {kind}, not the file of the run's settings that "
+                               "nmt-train writes: put that file in its place")
         raise ResultsError(f"{path}: no {ckpt.CONFIG}: " + (config_coming(path) or "not a model directory written by "
                                                                "nmt-train"))
     if not (path / ckpt.STATE).is_file():
